@@ -1,0 +1,6 @@
+//! The simulator: a Talos machine API and a kube-apiserver that speak the real wire formats.
+//!
+//! **Owns:** simulated nodes, their PKI, fault injection, side-effect counters.
+//! **May depend on:** `talos` and `k8s` wire types, `version`.
+//! Architecture Invariant: the simulator speaks the real protocols on real sockets; test knobs
+//! live on a separate control surface (Rust handles and scenario files), never in the wire API.

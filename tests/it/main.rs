@@ -1,0 +1,3 @@
+//! The single integration-test binary (one link of kube/tonic/fjall instead of many).
+
+mod cli;
