@@ -4,3 +4,5 @@
 //! **May depend on:** `talos` and `k8s` wire types, `version`.
 //! Architecture Invariant: the simulator speaks the real protocols on real sockets; test knobs
 //! live on a separate control surface (Rust handles and scenario files), never in the wire API.
+
+pub mod node;

@@ -1,0 +1,38 @@
+//! The contract between the simulator's Talos side and its kube-apiserver side.
+//!
+//! The Talos simulator owns each node's truth (running version, boot state, machine config); the
+//! simulated kube-apiserver derives what Kubernetes shows (Node Ready, kubelet version, static
+//! pods) from it through [`NodeSource`], the way a real kubelet reports what Talos booted.
+
+use std::collections::BTreeMap;
+
+/// Facts about one simulated node, as the Talos side knows them right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// Node name (the Kubernetes node name, also the Talos `node` metadata target).
+    pub name: String,
+    /// The node's IP address, as reported in `status.addresses`.
+    pub address: String,
+    /// `true` for control-plane nodes (label `node-role.kubernetes.io/control-plane`).
+    pub control_plane: bool,
+    /// `false` while the node is rebooting or away (it then shows NotReady).
+    pub up: bool,
+    /// The Talos version it booted (`osImage: Talos (v1.13.9)`).
+    pub talos_version: String,
+    /// The kubelet version, e.g. `v1.34.1` (from the machine config's kubelet image tag).
+    pub kubelet_version: String,
+    /// Static pod component (`kube-apiserver`, `kube-controller-manager`, `kube-scheduler`)
+    /// → image, for control-plane nodes; empty for workers.
+    pub static_pod_images: BTreeMap<String, String>,
+}
+
+/// Read access to the Talos side's node facts. Implemented by the Talos simulator; tests of the
+/// kube side can implement it over a plain map.
+pub trait NodeSource: Send + Sync + 'static {
+    /// All nodes, sorted by name.
+    fn nodes(&self) -> Vec<NodeFacts>;
+    /// One node, if it exists.
+    fn node(&self, name: &str) -> Option<NodeFacts> {
+        self.nodes().into_iter().find(|n| n.name == name)
+    }
+}
