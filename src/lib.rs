@@ -4,6 +4,8 @@
 //! `approval`, `rollout::machine`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
 pub mod cli;
+pub mod desired;
 pub mod plan;
 pub mod sim;
+pub mod store;
 pub mod version;

@@ -8,6 +8,10 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod debug;
+pub mod desired;
+pub mod report;
+
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
     /// Success, no changes (for `plan`).
@@ -28,15 +32,45 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Check desired-state files: every error at once, with file:line:col.
+    #[command(
+        after_help = "Examples:\n  medea validate examples/\n  medea validate --git . --ref main\n\nExit status: 0 valid, 1 invalid (diagnostics on stderr)."
+    )]
+    Validate(desired::ValidateArgs),
+    /// Print (or write with --out) the JSON Schemas of the desired-state kinds.
+    #[command(after_help = "Examples:\n  medea schema --out schemas/")]
+    Schema(desired::SchemaArgs),
+    /// (testing) Write store batches until killed.
+    #[command(name = "__store-torture", hide = true)]
+    StoreTorture(debug::TortureArgs),
     /// Print shell completions.
-    #[command(after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\"")]
+    #[command(
+        after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
+    )]
     Completions {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
 }
 
+/// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
+/// follow the terminal and `NO_COLOR`.
+fn install_report_hook() {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    let color = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let _ = miette::set_hook(Box::new(move |_| {
+        Box::new(
+            miette::MietteHandlerOpts::new()
+                .wrap_lines(tty)
+                .color(color)
+                .build(),
+        )
+    }));
+}
+
 pub fn main() -> ExitCode {
+    install_report_hook();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
@@ -49,6 +83,9 @@ pub fn main() -> ExitCode {
 
 pub fn run(cli: Cli) -> miette::Result<u8> {
     match cli.command {
+        Command::Validate(args) => desired::validate(args),
+        Command::Schema(args) => desired::schema(args),
+        Command::StoreTorture(args) => debug::store_torture(args),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());

@@ -1,0 +1,233 @@
+//! The file format: what operators write, exactly as serde reads it.
+//!
+//! These types mirror the YAML one to one (camelCase keys, unknown fields rejected) and carry
+//! source positions ([`Spanned`]) on every value a later rule may complain about. They are also
+//! the source of the JSON Schemas in `schemas/`. Validation turns them into the typed model in
+//! [`super::model`]; nothing outside `desired` sees these types.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+pub const API_VERSION: &str = "medea/v1alpha1";
+
+/// The two-field header read first, to pick the concrete kind without losing positions.
+#[derive(Debug, Deserialize)]
+pub struct Header {
+    #[serde(rename = "apiVersion")]
+    pub api_version: Option<Spanned<String>>,
+    pub kind: Option<Spanned<String>>,
+}
+
+/// A lenient read of a document's identity, used when its strict read failed so that other
+/// documents referring to it do not report follow-on errors.
+#[derive(Debug, Default, Deserialize)]
+pub struct Identity {
+    pub kind: Option<String>,
+    pub metadata: Option<IdentityMeta>,
+    pub spec: Option<IdentitySpec>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct IdentityMeta {
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct IdentitySpec {
+    pub cluster: Option<String>,
+}
+
+/// Object metadata, as in Kubernetes.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Metadata {
+    /// Name of the object: a DNS label (lowercase letters, digits and `-`, at most 63).
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// Free-form labels; medea does not interpret them.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Free-form annotations; medea does not interpret them.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A Kubernetes cluster running on Talos Linux, and how medea may roll it.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "Cluster")]
+pub struct ClusterDoc {
+    /// Always `medea/v1alpha1`.
+    #[schemars(with = "String")]
+    pub api_version: Spanned<String>,
+    /// Always `Cluster`.
+    #[schemars(with = "String")]
+    pub kind: Spanned<String>,
+    pub metadata: Metadata,
+    pub spec: ClusterSpec,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSpec {
+    pub kubernetes: KubernetesSpec,
+    /// Rollout defaults for every pool of this cluster.
+    #[serde(default)]
+    pub rollout: Option<RolloutSpec>,
+    /// How many distinct signers a plan needs before it may run.
+    #[serde(default)]
+    pub approvals: Option<ApprovalsSpec>,
+    /// When rollouts may start a node. Without windows, any time.
+    #[serde(default)]
+    pub maintenance_windows: Vec<WindowSpec>,
+    /// Upgrade-path policy.
+    #[serde(default)]
+    pub upgrade_policy: Option<UpgradePolicySpec>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesSpec {
+    /// Target Kubernetes version, e.g. `v1.34.1`.
+    #[schemars(with = "crate::version::KubeVersion")]
+    pub version: Spanned<String>,
+}
+
+/// Rollout parameters. On a Cluster they are defaults; on a NodePool, overrides.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// How many machines of a pool may be away at once (control-plane pools: always 1).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub max_unavailable: Option<Spanned<u32>>,
+    /// How long a drain may wait on PodDisruptionBudgets before the rollout halts (`10m`).
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub drain_timeout: Option<Spanned<String>>,
+    /// How long a node may take to come back healthy after its reboot (`15m`).
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub health_timeout: Option<Spanned<String>>,
+}
+
+/// A duration such as `90s`, `10m` or `1h30m`.
+#[derive(JsonSchema)]
+#[schemars(
+    transparent,
+    extend("pattern" = "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", "examples" = ["10m", "90s", "1h30m"])
+)]
+#[allow(dead_code)]
+pub struct DurationString(String);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApprovalsSpec {
+    /// Distinct signers a plan needs (default 1).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub required: Option<Spanned<u32>>,
+    /// Distinct signers a plan needs when it touches control-plane nodes or Kubernetes
+    /// (default 2, and never less than `required`).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub control_plane: Option<Spanned<u32>>,
+}
+
+/// A recurring window in which rollouts may start nodes.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WindowSpec {
+    /// Window start, a 5-field cron expression (`0 2 * * 6` = Saturdays 02:00).
+    #[schemars(with = "String")]
+    pub start: Spanned<String>,
+    /// Window length (`4h`).
+    #[schemars(with = "DurationString")]
+    pub duration: Spanned<String>,
+    /// IANA time zone of `start` (`Europe/Berlin`; default `UTC`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub time_zone: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UpgradePolicySpec {
+    /// Allow plans that move a version backwards (default false).
+    #[serde(default)]
+    pub allow_downgrade: bool,
+}
+
+/// A set of machines of one cluster that share a role, a Talos version and rollout settings.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "NodePool")]
+pub struct NodePoolDoc {
+    /// Always `medea/v1alpha1`.
+    #[schemars(with = "String")]
+    pub api_version: Spanned<String>,
+    /// Always `NodePool`.
+    #[schemars(with = "String")]
+    pub kind: Spanned<String>,
+    pub metadata: Metadata,
+    pub spec: NodePoolSpec,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodePoolSpec {
+    /// Name of the Cluster this pool belongs to.
+    #[schemars(with = "String")]
+    pub cluster: Spanned<String>,
+    /// `controlplane` or `worker`.
+    #[schemars(with = "Role")]
+    pub role: Spanned<Role>,
+    /// Machines by Kubernetes node name.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub machines: Vec<Spanned<String>>,
+    /// Machines by node label; combined with `machines` (union).
+    #[serde(default)]
+    pub selector: Option<SelectorSpec>,
+    pub talos: TalosSpec,
+    /// Overrides of the cluster's rollout defaults.
+    #[serde(default)]
+    pub rollout: Option<RolloutSpec>,
+    /// Pools of the same cluster that must finish their rollouts before this one starts.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub after: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Controlplane,
+    Worker,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SelectorSpec {
+    /// Every label must match exactly.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub match_labels: BTreeMap<String, Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TalosSpec {
+    /// Target Talos version, e.g. `v1.13.9`.
+    #[schemars(with = "crate::version::TalosVersion")]
+    pub version: Spanned<String>,
+    /// Installer image repository without a tag; the tag is the version. Keep the Image
+    /// Factory schematic of the running image (`factory.talos.dev/installer/<schematic>`).
+    /// Default `ghcr.io/siderolabs/installer`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub installer_image: Option<Spanned<String>>,
+}

@@ -1,0 +1,339 @@
+//! The validated desired state: typed, cross-checked, with source positions kept where later
+//! rules (the planner's upgrade-path checks) need to point at the YAML.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use super::format::Role;
+use super::window::MaintenanceWindow;
+use crate::version::{KubeVersion, TalosVersion};
+
+/// Where a value came from: file (relative to the desired root) and span.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Origin {
+    pub file: String,
+    /// 1-based line and column.
+    pub line: usize,
+    pub column: usize,
+    /// Byte span inside the file.
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// A value and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub origin: Origin,
+}
+
+impl<T> std::ops::Deref for Sourced<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+/// Identifies one revision of the desired state.
+///
+/// `content` hashes the resource files only (never `approvals/`), so committing an approval
+/// marker does not make the plan it approves stale. In git mode `commit` records the sha the
+/// files were read from; it is shown in plans but is not part of the basis.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub struct Revision {
+    /// sha256 (hex) over the sorted resource files' paths and bytes.
+    pub content: String,
+    /// The git commit sha, in git mode.
+    pub commit: Option<String>,
+}
+
+impl Revision {
+    pub fn short(&self) -> &str {
+        &self.content[..12.min(self.content.len())]
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.commit {
+            Some(c) => write!(
+                f,
+                "commit {} (content {})",
+                &c[..12.min(c.len())],
+                self.short()
+            ),
+            None => write!(f, "content {}", self.short()),
+        }
+    }
+}
+
+/// Rollout parameters after defaults and overrides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSettings {
+    pub max_unavailable: u32,
+    #[serde(with = "duration_text")]
+    pub drain_timeout: Duration,
+    #[serde(with = "duration_text")]
+    pub health_timeout: Duration,
+}
+
+impl Default for RolloutSettings {
+    fn default() -> Self {
+        RolloutSettings {
+            max_unavailable: 1,
+            drain_timeout: Duration::from_secs(10 * 60),
+            health_timeout: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// How many distinct signers a plan needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalSettings {
+    /// For plans that touch only worker pools or settings.
+    pub required: u32,
+    /// For plans that touch control-plane nodes or Kubernetes.
+    pub control_plane: u32,
+}
+
+impl Default for ApprovalSettings {
+    fn default() -> Self {
+        ApprovalSettings {
+            required: 1,
+            control_plane: 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradePolicy {
+    pub allow_downgrade: bool,
+}
+
+/// A validated Cluster and its pools.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub name: Sourced<String>,
+    pub kubernetes_version: Sourced<KubeVersion>,
+    pub rollout: RolloutSettings,
+    pub approvals: ApprovalSettings,
+    pub windows: Vec<MaintenanceWindow>,
+    pub upgrade_policy: UpgradePolicy,
+    /// Pools by name.
+    pub pools: BTreeMap<String, NodePool>,
+    /// The YAML document as written (for plan diffs against the last applied version).
+    pub document: String,
+}
+
+/// A validated NodePool.
+#[derive(Debug, Clone)]
+pub struct NodePool {
+    pub name: Sourced<String>,
+    pub cluster: Sourced<String>,
+    pub role: Role,
+    /// Machines named explicitly (Kubernetes node names).
+    pub machines: Vec<Sourced<String>>,
+    /// Machines selected by node labels (all must match); empty = none by label.
+    pub selector: BTreeMap<String, String>,
+    pub talos_version: Sourced<TalosVersion>,
+    pub installer_image: Sourced<InstallerImage>,
+    /// Effective settings: pool overrides on top of the cluster defaults; control plane is 1.
+    pub rollout: RolloutSettings,
+    pub after: Vec<Sourced<String>>,
+    pub document: String,
+}
+
+impl NodePool {
+    /// Whether a machine with this node name and these labels belongs to the pool.
+    pub fn selects(&self, node: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.machines.iter().any(|m| m.value == node)
+            || (!self.selector.is_empty()
+                && self
+                    .selector
+                    .iter()
+                    .all(|(k, v)| labels.get(k).is_some_and(|l| l == v)))
+    }
+}
+
+/// The whole validated desired state.
+#[derive(Debug, Clone)]
+pub struct Desired {
+    pub revision: Revision,
+    pub clusters: BTreeMap<String, Cluster>,
+}
+
+/// An installer image repository, without tag or digest (`ghcr.io/siderolabs/installer`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InstallerImage(String);
+
+pub const DEFAULT_INSTALLER: &str = "ghcr.io/siderolabs/installer";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    #[error(
+        "installer image `{input}` must be a repository without a tag: the tag is the Talos version (write `{repo}`)"
+    )]
+    Tagged { input: String, repo: String },
+    #[error("installer image `{input}` must not carry a digest: the tag is the Talos version")]
+    Digest { input: String },
+    #[error(
+        "installer image `{input}` is not a valid image repository (lowercase letters, digits, `.`, `_`, `-` and `/`)"
+    )]
+    Invalid { input: String },
+}
+
+impl InstallerImage {
+    pub fn parse(input: &str) -> Result<InstallerImage, ImageError> {
+        if input.contains('@') {
+            return Err(ImageError::Digest {
+                input: input.to_string(),
+            });
+        }
+        let last = input.rsplit('/').next().unwrap_or(input);
+        if let Some((repo_last, _tag)) = last.split_once(':') {
+            let repo = format!("{}{}", &input[..input.len() - last.len()], repo_last);
+            return Err(ImageError::Tagged {
+                input: input.to_string(),
+                repo,
+            });
+        }
+        // The registry host may carry a port (`registry.local:5000/installer`).
+        let (host, path) = match input.split_once('/') {
+            Some((h, p)) if h.contains('.') || h.contains(':') || h == "localhost" => (Some(h), p),
+            _ => (None, input),
+        };
+        let host_ok = host.is_none_or(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
+        });
+        let path_ok = !path.is_empty()
+            && path.split('/').all(|seg| {
+                !seg.is_empty()
+                    && seg.bytes().all(|b| {
+                        b.is_ascii_lowercase()
+                            || b.is_ascii_digit()
+                            || matches!(b, b'.' | b'_' | b'-')
+                    })
+            });
+        if !host_ok || !path_ok {
+            return Err(ImageError::Invalid {
+                input: input.to_string(),
+            });
+        }
+        Ok(InstallerImage(input.to_string()))
+    }
+
+    pub fn repository(&self) -> &str {
+        &self.0
+    }
+
+    /// The image reference for a version: `<repository>:<version>`.
+    pub fn reference(&self, version: &TalosVersion) -> String {
+        format!("{}:{}", self.0, version)
+    }
+
+    /// The Image Factory schematic id, when the repository ends in one
+    /// (`factory.talos.dev/installer/<64 hex>`).
+    pub fn schematic(&self) -> Option<&str> {
+        schematic_of(&self.0)
+    }
+}
+
+/// The schematic id in an image reference or repository (the last path segment when it is
+/// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.
+pub fn schematic_of(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next()?;
+    let seg = last.split(':').next()?;
+    (seg.len() == 64
+        && seg
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then_some(seg)
+}
+
+impl fmt::Display for InstallerImage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Durations are written as `1h30m`, `10m`, `90s`.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if sec > 0 || out.is_empty() {
+        out.push_str(&format!("{sec}s"));
+    }
+    out
+}
+
+mod duration_text {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_duration(*d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn installer_images() {
+        let i = InstallerImage::parse("ghcr.io/siderolabs/installer").unwrap();
+        assert_eq!(
+            i.reference(&TalosVersion::parse("v1.13.9").unwrap()),
+            "ghcr.io/siderolabs/installer:v1.13.9"
+        );
+        assert_eq!(i.schematic(), None);
+        let s = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+        let f = InstallerImage::parse(&format!("factory.talos.dev/installer/{s}")).unwrap();
+        assert_eq!(f.schematic(), Some(s));
+        assert_eq!(
+            schematic_of(&format!("factory.talos.dev/metal-installer/{s}:v1.12.4")),
+            Some(s)
+        );
+        assert!(InstallerImage::parse("registry.local:5000/talos/installer").is_ok());
+        let e = InstallerImage::parse("ghcr.io/siderolabs/installer:v1.13.9").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("write `ghcr.io/siderolabs/installer`"),
+            "{e}"
+        );
+        assert!(matches!(
+            InstallerImage::parse("ghcr.io/siderolabs/installer@sha256:abc"),
+            Err(ImageError::Digest { .. })
+        ));
+        assert!(matches!(
+            InstallerImage::parse("Ghcr.io/X"),
+            Err(ImageError::Invalid { .. })
+        ));
+        assert!(matches!(
+            InstallerImage::parse(""),
+            Err(ImageError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn durations_format_compactly() {
+        assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(format_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+    }
+}

@@ -1,0 +1,262 @@
+//! YAML text → raw documents with positions. Pure.
+//!
+//! Files are split into documents at `---`/`...` markers (a line starting with either marker is
+//! always a document boundary in YAML, even inside block scalars), then each document is read
+//! twice: a lenient `{apiVersion, kind}` header, then the concrete kind, strictly. Reading the
+//! concrete struct directly (not an internally tagged enum) keeps serde-saphyr's positions.
+
+use serde::de::DeserializeOwned;
+use serde_saphyr::Location;
+
+use super::diagnostic::{Diagnostic, codes};
+use super::format::{ClusterDoc, Header, Identity, NodePoolDoc};
+use super::model::Origin;
+
+/// Largest file accepted; larger ones are refused with a diagnostic (YAML bombs, mistakes).
+pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
+
+/// One document of one file.
+#[derive(Debug, Clone)]
+pub struct DocText<'a> {
+    pub file: &'a str,
+    pub text: &'a str,
+    /// Byte offset and 0-based line of the document start inside the file.
+    pub offset: usize,
+    pub line: usize,
+}
+
+impl DocText<'_> {
+    /// The absolute origin of a location reported inside this document.
+    pub fn origin(&self, loc: &Location) -> Origin {
+        let span = loc.span();
+        let offset = span.byte_offset().map(|o| o as usize).unwrap_or(0);
+        let len = span.byte_len().map(|l| l as usize).unwrap_or(0);
+        Origin {
+            file: self.file.to_string(),
+            line: self.line + (loc.line().max(1) as usize),
+            column: loc.column().max(1) as usize,
+            offset: self.offset + offset.min(self.text.len()),
+            len: len.min(self.text.len().saturating_sub(offset)),
+        }
+    }
+    /// The origin of the document itself (its first line).
+    pub fn start(&self) -> Origin {
+        let first = self
+            .text
+            .lines()
+            .position(|l| {
+                let t = l.trim();
+                !t.is_empty() && !t.starts_with('#') && t != "---"
+            })
+            .unwrap_or(0);
+        let off: usize = self.text.lines().take(first).map(|l| l.len() + 1).sum();
+        let len = self.text[off.min(self.text.len())..]
+            .lines()
+            .next()
+            .map_or(0, str::len);
+        Origin {
+            file: self.file.to_string(),
+            line: self.line + first + 1,
+            column: 1,
+            offset: self.offset + off.min(self.text.len()),
+            len,
+        }
+    }
+}
+
+fn is_marker(line: &str, marker: &str) -> bool {
+    line.strip_prefix(marker)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r']))
+}
+
+/// Split a file into documents, skipping those that hold only comments and blank lines.
+pub fn split_documents<'a>(file: &'a str, text: &'a str) -> Vec<DocText<'a>> {
+    let mut docs = Vec::new();
+    let mut start = 0usize;
+    let mut start_line = 0usize;
+    let mut pos = 0usize;
+    let mut line_no = 0usize;
+    let push = |from: usize, to: usize, line: usize, docs: &mut Vec<DocText<'a>>| {
+        let chunk = &text[from..to];
+        let meaningful = chunk.lines().any(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#') && !is_marker(l, "---") && !is_marker(l, "...")
+        });
+        if meaningful {
+            docs.push(DocText {
+                file,
+                text: chunk,
+                offset: from,
+                line,
+            });
+        }
+    };
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if is_marker(bare, "---") && pos > start {
+            push(start, pos, start_line, &mut docs);
+            start = pos;
+            start_line = line_no;
+        } else if is_marker(bare, "...") {
+            push(start, pos, start_line, &mut docs);
+            start = pos + line.len();
+            start_line = line_no + 1;
+        }
+        pos += line.len();
+        line_no += 1;
+    }
+    push(start, text.len(), start_line, &mut docs);
+    docs
+}
+
+/// A successfully read document of a known kind.
+#[derive(Debug)]
+pub enum RawDoc<'a> {
+    Cluster(ClusterDoc, DocText<'a>),
+    NodePool(NodePoolDoc, DocText<'a>),
+}
+
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! { with_snippet: false }
+}
+
+/// serde-saphyr's message without its trailing position and developer hints.
+fn clean_message(err: &serde_saphyr::Error) -> String {
+    let mut msg = err.without_snippet().to_string();
+    if let Some(i) = msg.rfind(" at line ") {
+        msg.truncate(i);
+    }
+    msg.replace(", set DuplicateKeyPolicy in Options if acceptable", "")
+}
+
+fn yaml_error(doc: &DocText<'_>, err: &serde_saphyr::Error) -> Diagnostic {
+    let msg = clean_message(err);
+    let origin = err
+        .location()
+        .map(|l| doc.origin(&l))
+        .unwrap_or_else(|| doc.start());
+    let (code, help) = if msg.starts_with("unknown field") {
+        (
+            codes::UNKNOWN_FIELD,
+            Some("check the spelling and indentation against the schema in schemas/".to_string()),
+        )
+    } else if msg.contains("missing field") {
+        (codes::INVALID_VALUE, None)
+    } else if msg.starts_with("unknown variant") || msg.starts_with("invalid") {
+        (codes::INVALID_VALUE, None)
+    } else {
+        (codes::SYNTAX, None)
+    };
+    let mut d = Diagnostic::error(code, origin, msg);
+    d.help = help;
+    d
+}
+
+fn strict<T: DeserializeOwned>(doc: &DocText<'_>) -> Result<T, Diagnostic> {
+    serde_saphyr::from_str_with_options::<T>(doc.text, options()).map_err(|e| yaml_error(doc, &e))
+}
+
+/// A document that could not be read strictly, as far as it can be identified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Broken {
+    Cluster { name: String },
+    NodePool { name: String, cluster: String },
+}
+
+/// Identify a document leniently (kind, name, cluster), ignoring every other field.
+pub fn identify(doc: &DocText<'_>) -> Option<Broken> {
+    let id: Identity = serde_saphyr::from_str_with_options(doc.text, options()).ok()?;
+    let name = id.metadata?.name?;
+    match id.kind?.as_str() {
+        "Cluster" => Some(Broken::Cluster { name }),
+        "NodePool" => Some(Broken::NodePool {
+            name,
+            cluster: id.spec?.cluster?,
+        }),
+        _ => None,
+    }
+}
+
+/// Read one document: header first, then the concrete kind.
+pub fn read_document<'a>(doc: DocText<'a>) -> Result<RawDoc<'a>, Diagnostic> {
+    let header: Header = serde_saphyr::from_str_with_options(doc.text, options())
+        .map_err(|e| yaml_error(&doc, &e))?;
+    let Some(kind) = header.kind else {
+        return Err(Diagnostic::error(
+            codes::KIND,
+            doc.start(),
+            "document has no `kind`",
+        )
+        .with_help("every document starts with `apiVersion: medea/v1alpha1` and `kind: Cluster` or `kind: NodePool`"));
+    };
+    if header.api_version.is_none() {
+        return Err(Diagnostic::error(
+            codes::API_VERSION,
+            doc.start(),
+            "document has no `apiVersion`",
+        )
+        .with_help("add `apiVersion: medea/v1alpha1`"));
+    }
+    match kind.value.as_str() {
+        "Cluster" => Ok(RawDoc::Cluster(strict(&doc)?, doc)),
+        "NodePool" => Ok(RawDoc::NodePool(strict(&doc)?, doc)),
+        other => Err(Diagnostic::error(
+            codes::KIND,
+            doc.origin(&kind.referenced),
+            format!("unknown kind `{other}`"),
+        )
+        .with_help("medea/v1alpha1 knows the kinds `Cluster` and `NodePool`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_multi_document_files_and_keeps_positions() {
+        let text = "# header comment\n---\na: 1\n---\n# only a comment\n---\nb: 2\n...\n";
+        let docs = split_documents("f.yaml", text);
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].text, "---\na: 1\n");
+        assert_eq!(docs[0].line, 1);
+        assert_eq!(docs[1].text, "---\nb: 2\n");
+        assert_eq!(docs[1].line, 5);
+        assert_eq!(&text[docs[1].offset..docs[1].offset + 3], "---");
+        assert_eq!(docs[1].start().line, 7);
+    }
+
+    #[test]
+    fn a_dash_line_inside_a_value_is_not_a_marker() {
+        let docs = split_documents("f.yaml", "a: |\n  ---x\n  text\n----\nb: 1\n");
+        assert_eq!(docs.len(), 1);
+    }
+
+    #[test]
+    fn unknown_field_is_located_absolutely() {
+        let text = "---\napiVersion: medea/v1alpha1\nkind: Cluster\n---\napiVersion: medea/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec:\n  kubernetes: {version: v1.34.1}\n  bogus: 1\n";
+        let docs = split_documents("c.yaml", text);
+        let err = read_document(docs[1].clone()).unwrap_err();
+        assert_eq!(err.code, codes::UNKNOWN_FIELD);
+        assert!(
+            err.message.starts_with("unknown field `bogus`"),
+            "{}",
+            err.message
+        );
+        assert_eq!((err.origin.line, err.origin.column), (10, 3));
+        assert_eq!(&text[err.origin.offset..err.origin.offset + 5], "bogus");
+    }
+
+    #[test]
+    fn unknown_kind_and_missing_header() {
+        let d = split_documents("f.yaml", "apiVersion: medea/v1alpha1\nkind: Pool\n");
+        let e = read_document(d[0].clone()).unwrap_err();
+        assert_eq!(e.code, codes::KIND);
+        assert_eq!(e.message, "unknown kind `Pool`");
+        assert_eq!((e.origin.line, e.origin.column), (2, 7));
+        let d = split_documents("f.yaml", "# c\nfoo: 1\n");
+        let e = read_document(d[0].clone()).unwrap_err();
+        assert_eq!(e.message, "document has no `kind`");
+        assert_eq!(e.origin.line, 2);
+    }
+}

@@ -1,0 +1,641 @@
+//! Raw documents → the typed desired state, reporting every problem at once. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_saphyr::Spanned;
+
+use super::diagnostic::{Diagnostic, codes};
+use super::format::{self, API_VERSION, Role, RolloutSpec};
+use super::model::*;
+use super::parse::{Broken, DocText, RawDoc};
+use super::window::MaintenanceWindow;
+use crate::version::{KubeVersion, TalosVersion};
+
+struct Ctx {
+    diags: Vec<Diagnostic>,
+}
+
+impl Ctx {
+    fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+}
+
+fn sourced<T>(doc: &DocText<'_>, s: &Spanned<String>, value: T) -> Sourced<T> {
+    Sourced {
+        value,
+        origin: doc.origin(&s.referenced),
+    }
+}
+
+/// DNS-1123 label: what Kubernetes and Talos accept as names.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// DNS-1123 subdomain: Kubernetes node names.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Parse a duration written as `10m`, `90s`, `1h30m`.
+pub fn parse_duration(input: &str) -> Result<Duration, String> {
+    let trimmed = input.trim();
+    let valid_shape = !trimmed.is_empty()
+        && trimmed
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'h' | b'm' | b's'));
+    if !valid_shape {
+        return Err(format!(
+            "invalid duration `{input}`: write hours, minutes and seconds like `10m`, `90s` or `1h30m`"
+        ));
+    }
+    let d: jiff::SignedDuration = trimmed.parse().map_err(|_| {
+        format!("invalid duration `{input}`: write hours, minutes and seconds like `10m`, `90s` or `1h30m`")
+    })?;
+    if d.is_negative() || d.is_zero() {
+        return Err(format!("duration `{input}` must be positive"));
+    }
+    Ok(d.unsigned_abs())
+}
+
+fn check_name(ctx: &mut Ctx, doc: &DocText<'_>, name: &Spanned<String>, what: &str) -> bool {
+    if is_dns_label(&name.value) {
+        return true;
+    }
+    ctx.err(
+        Diagnostic::error(
+            codes::NAME,
+            doc.origin(&name.referenced),
+            format!("{what} name `{}` is not a valid name", name.value),
+        )
+        .with_help("use lowercase letters, digits and `-` (at most 63 characters, no leading or trailing `-`)"),
+    );
+    false
+}
+
+fn check_header(ctx: &mut Ctx, doc: &DocText<'_>, api_version: &Spanned<String>) {
+    if api_version.value != API_VERSION {
+        ctx.err(
+            Diagnostic::error(
+                codes::API_VERSION,
+                doc.origin(&api_version.referenced),
+                format!("unsupported apiVersion `{}`", api_version.value),
+            )
+            .with_help(format!("this medea reads `apiVersion: {API_VERSION}`")),
+        );
+    }
+}
+
+fn duration_field(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    field: &Option<Spanned<String>>,
+) -> Option<Duration> {
+    let f = field.as_ref()?;
+    match parse_duration(&f.value) {
+        Ok(d) => Some(d),
+        Err(msg) => {
+            ctx.err(Diagnostic::error(
+                codes::DURATION,
+                doc.origin(&f.referenced),
+                msg,
+            ));
+            None
+        }
+    }
+}
+
+/// Apply a rollout spec on top of `base`. Returns the result and the explicit maxUnavailable.
+fn apply_rollout(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    base: &RolloutSettings,
+    spec: Option<&RolloutSpec>,
+) -> RolloutSettings {
+    let mut out = base.clone();
+    let Some(spec) = spec else { return out };
+    if let Some(m) = &spec.max_unavailable {
+        if m.value == 0 {
+            ctx.err(
+                Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&m.referenced),
+                    "maxUnavailable must be at least 1",
+                )
+                .with_help("a rollout with nothing allowed away could never start"),
+            );
+        } else {
+            out.max_unavailable = m.value;
+        }
+    }
+    if let Some(d) = duration_field(ctx, doc, &spec.drain_timeout) {
+        out.drain_timeout = d;
+    }
+    if let Some(d) = duration_field(ctx, doc, &spec.health_timeout) {
+        out.health_timeout = d;
+    }
+    out
+}
+
+struct PendingPool<'a> {
+    raw: format::NodePoolDoc,
+    doc: DocText<'a>,
+}
+
+/// Build the desired state from every document of a revision.
+///
+/// `broken` names documents that failed to parse (already reported); references to them are
+/// not reported again.
+pub fn validate(
+    docs: Vec<RawDoc<'_>>,
+    broken: &[Broken],
+    revision: Revision,
+) -> (Desired, Vec<Diagnostic>) {
+    let mut ctx = Ctx { diags: Vec::new() };
+    let mut declared_clusters: BTreeSet<String> = BTreeSet::new();
+    // cluster → every pool name declared for it, valid or not
+    let mut declared_pools: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for b in broken {
+        match b {
+            Broken::Cluster { name } => {
+                declared_clusters.insert(name.clone());
+            }
+            Broken::NodePool { name, cluster } => {
+                declared_pools
+                    .entry(cluster.clone())
+                    .or_default()
+                    .insert(name.clone());
+            }
+        }
+    }
+    for d in &docs {
+        match d {
+            RawDoc::Cluster(c, _) => {
+                declared_clusters.insert(c.metadata.name.value.clone());
+            }
+            RawDoc::NodePool(p, _) => {
+                declared_pools
+                    .entry(p.spec.cluster.value.clone())
+                    .or_default()
+                    .insert(p.metadata.name.value.clone());
+            }
+        }
+    }
+    let mut clusters: BTreeMap<String, Cluster> = BTreeMap::new();
+    let mut cluster_origin: BTreeMap<String, Origin> = BTreeMap::new();
+    let mut pools: Vec<PendingPool<'_>> = Vec::new();
+
+    for raw in docs {
+        match raw {
+            RawDoc::Cluster(c, doc) => {
+                if let Some(cluster) = cluster_from(&mut ctx, c, &doc) {
+                    let name = cluster.name.value.clone();
+                    if let Some(first) = cluster_origin.get(&name) {
+                        ctx.err(
+                            Diagnostic::error(
+                                codes::DUPLICATE,
+                                cluster.name.origin.clone(),
+                                format!("cluster `{name}` is defined twice"),
+                            )
+                            .with_help(format!("first defined at {}:{}", first.file, first.line)),
+                        );
+                        continue;
+                    }
+                    cluster_origin.insert(name.clone(), cluster.name.origin.clone());
+                    clusters.insert(name, cluster);
+                }
+            }
+            RawDoc::NodePool(p, doc) => pools.push(PendingPool { raw: p, doc }),
+        }
+    }
+
+    // machine name → (cluster, pool, origin) of its first explicit listing
+    let mut machine_owner: BTreeMap<String, (String, String, Origin)> = BTreeMap::new();
+    for PendingPool { raw, doc } in pools {
+        check_header(&mut ctx, &doc, &raw.api_version);
+        let name_ok = check_name(&mut ctx, &doc, &raw.metadata.name, "node pool");
+        let spec = raw.spec;
+        let cluster_name = spec.cluster.value.clone();
+        let Some(cluster) = clusters.get_mut(&cluster_name) else {
+            if declared_clusters.contains(&cluster_name) {
+                // The cluster exists but is invalid; its own diagnostics say why.
+                continue;
+            }
+            let known: Vec<&str> = declared_clusters.iter().map(String::as_str).collect();
+            let help = if known.is_empty() {
+                "no Cluster is defined in the desired state; add a `kind: Cluster` document"
+                    .to_string()
+            } else {
+                format!("defined clusters: {}", known.join(", "))
+            };
+            ctx.err(
+                Diagnostic::error(
+                    codes::MISSING_CLUSTER,
+                    doc.origin(&spec.cluster.referenced),
+                    format!(
+                        "node pool `{}` refers to cluster `{cluster_name}`, which is not defined",
+                        raw.metadata.name.value
+                    ),
+                )
+                .with_help(help),
+            );
+            continue;
+        };
+        let role = spec.role.value;
+        let talos_version = match TalosVersion::parse(&spec.talos.version.value) {
+            Ok(v) => Some(sourced(&doc, &spec.talos.version, v)),
+            Err(e) => {
+                ctx.err(Diagnostic::error(
+                    codes::VERSION,
+                    doc.origin(&spec.talos.version.referenced),
+                    e.to_string(),
+                ));
+                None
+            }
+        };
+        let image = match &spec.talos.installer_image {
+            None => Some(Sourced {
+                value: InstallerImage::parse(DEFAULT_INSTALLER).expect("default installer parses"),
+                origin: doc.origin(&spec.talos.version.referenced),
+            }),
+            Some(img) => match InstallerImage::parse(&img.value) {
+                Ok(i) => Some(sourced(&doc, img, i)),
+                Err(e) => {
+                    ctx.err(Diagnostic::error(
+                        codes::IMAGE,
+                        doc.origin(&img.referenced),
+                        e.to_string(),
+                    ));
+                    None
+                }
+            },
+        };
+        // Control plane: at most one machine away, always.
+        let mut base = cluster.rollout.clone();
+        if role == Role::Controlplane {
+            base.max_unavailable = 1;
+            if let Some(m) = spec
+                .rollout
+                .as_ref()
+                .and_then(|r| r.max_unavailable.as_ref())
+                && m.value > 1
+            {
+                ctx.err(
+                    Diagnostic::error(
+                        codes::CONTROL_PLANE_UNAVAILABLE,
+                        doc.origin(&m.referenced),
+                        format!("control-plane pool `{}` sets maxUnavailable: {}", raw.metadata.name.value, m.value),
+                    )
+                    .with_label("control-plane pools roll one machine at a time")
+                    .with_help("remove the override or set it to 1: taking two control-plane nodes away risks etcd quorum"),
+                );
+            }
+        }
+        let rollout = apply_rollout(&mut ctx, &doc, &base, spec.rollout.as_ref());
+
+        let mut machines = Vec::new();
+        let mut seen = BTreeSet::new();
+        for m in &spec.machines {
+            let origin = doc.origin(&m.referenced);
+            if !is_dns_subdomain(&m.value) {
+                ctx.err(
+                    Diagnostic::error(
+                        codes::NAME,
+                        origin,
+                        format!("machine `{}` is not a valid node name", m.value),
+                    )
+                    .with_help("machines are listed by Kubernetes node name (lowercase, DNS-1123)"),
+                );
+                continue;
+            }
+            if !seen.insert(m.value.clone()) {
+                ctx.err(Diagnostic::error(
+                    codes::DUPLICATE,
+                    origin,
+                    format!("machine `{}` is listed twice in this pool", m.value),
+                ));
+                continue;
+            }
+            if let Some((c, p, first)) = machine_owner.get(&m.value) {
+                ctx.err(
+                    Diagnostic::error(
+                        codes::MACHINE_TWICE,
+                        origin,
+                        format!(
+                            "machine `{}` is already in node pool `{p}` of cluster `{c}`",
+                            m.value
+                        ),
+                    )
+                    .with_help(format!(
+                        "a machine belongs to exactly one pool; first listed at {}:{}",
+                        first.file, first.line
+                    )),
+                );
+                continue;
+            }
+            machine_owner.insert(
+                m.value.clone(),
+                (
+                    cluster_name.clone(),
+                    raw.metadata.name.value.clone(),
+                    origin.clone(),
+                ),
+            );
+            machines.push(Sourced {
+                value: m.value.clone(),
+                origin,
+            });
+        }
+        let selector: BTreeMap<String, String> = spec
+            .selector
+            .as_ref()
+            .map(|s| {
+                s.match_labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.value.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if spec.machines.is_empty() && selector.is_empty() {
+            ctx.err(
+                Diagnostic::error(
+                    codes::EMPTY_POOL,
+                    doc.origin(&raw.metadata.name.referenced),
+                    format!(
+                        "node pool `{}` selects no machines",
+                        raw.metadata.name.value
+                    ),
+                )
+                .with_help(
+                    "list node names under `spec.machines` or give `spec.selector.matchLabels`",
+                ),
+            );
+        }
+        let after: Vec<Sourced<String>> = spec
+            .after
+            .iter()
+            .map(|a| sourced(&doc, a, a.value.clone()))
+            .collect();
+        let name = sourced(&doc, &raw.metadata.name, raw.metadata.name.value.clone());
+        if cluster.pools.contains_key(&name.value) {
+            let first = &cluster.pools[&name.value].name.origin;
+            ctx.err(
+                Diagnostic::error(
+                    codes::DUPLICATE,
+                    name.origin.clone(),
+                    format!(
+                        "node pool `{}` is defined twice in cluster `{cluster_name}`",
+                        name.value
+                    ),
+                )
+                .with_help(format!("first defined at {}:{}", first.file, first.line)),
+            );
+            continue;
+        }
+        let (Some(talos_version), Some(installer_image), true) = (talos_version, image, name_ok)
+        else {
+            continue;
+        };
+        let pool = NodePool {
+            cluster: sourced(&doc, &spec.cluster, cluster_name.clone()),
+            name,
+            role,
+            machines,
+            selector,
+            talos_version,
+            installer_image,
+            rollout,
+            after,
+            document: doc.text.to_string(),
+        };
+        cluster.pools.insert(pool.name.value.clone(), pool);
+    }
+
+    for cluster in clusters.values() {
+        let declared = declared_pools
+            .get(&cluster.name.value)
+            .cloned()
+            .unwrap_or_default();
+        check_order(&mut ctx, cluster, &declared);
+    }
+    ctx.diags.sort_by(|a, b| {
+        a.origin
+            .cmp(&b.origin)
+            .then_with(|| a.message.cmp(&b.message))
+    });
+    (Desired { revision, clusters }, ctx.diags)
+}
+
+fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Option<Cluster> {
+    check_header(ctx, doc, &c.api_version);
+    let name_ok = check_name(ctx, doc, &c.metadata.name, "cluster");
+    let spec = c.spec;
+    let version = match KubeVersion::parse(&spec.kubernetes.version.value) {
+        Ok(v) => Some(sourced(doc, &spec.kubernetes.version, v)),
+        Err(e) => {
+            ctx.err(Diagnostic::error(
+                codes::VERSION,
+                doc.origin(&spec.kubernetes.version.referenced),
+                e.to_string(),
+            ));
+            None
+        }
+    };
+    let rollout = apply_rollout(ctx, doc, &RolloutSettings::default(), spec.rollout.as_ref());
+    let mut approvals = ApprovalSettings::default();
+    if let Some(a) = &spec.approvals {
+        for field in [&a.required, &a.control_plane].into_iter().flatten() {
+            if field.value == 0 {
+                ctx.err(
+                    Diagnostic::error(
+                        codes::APPROVALS,
+                        doc.origin(&field.referenced),
+                        "an approval count must be at least 1",
+                    )
+                    .with_help("medea never runs a plan nobody signed"),
+                );
+            }
+        }
+        if let Some(r) = &a.required {
+            approvals.required = r.value.max(1);
+            // The control-plane bar is never lower than the ordinary one.
+            approvals.control_plane = approvals.control_plane.max(approvals.required);
+        }
+        if let Some(cp) = &a.control_plane {
+            if cp.value < approvals.required {
+                ctx.err(
+                    Diagnostic::error(
+                        codes::APPROVALS,
+                        doc.origin(&cp.referenced),
+                        format!("approvals.controlPlane ({}) is lower than approvals.required ({})", cp.value, approvals.required),
+                    )
+                    .with_help("plans that touch control-plane nodes or Kubernetes need at least as many signers as any other plan"),
+                );
+            } else {
+                approvals.control_plane = cp.value;
+            }
+        }
+    }
+    let mut windows = Vec::new();
+    for w in &spec.maintenance_windows {
+        let Some(duration) = duration_field(ctx, doc, &Some(clone_spanned(&w.duration))) else {
+            continue;
+        };
+        let zone = w.time_zone.as_ref().map_or("UTC", |z| z.value.as_str());
+        match MaintenanceWindow::new(&w.start.value, duration, zone) {
+            Ok(win) => windows.push(win),
+            Err(e) => {
+                let at = match &e {
+                    super::window::WindowError::Cron { .. } => &w.start,
+                    super::window::WindowError::TimeZone { .. } => {
+                        w.time_zone.as_ref().unwrap_or(&w.start)
+                    }
+                    super::window::WindowError::Duration => &w.duration,
+                };
+                ctx.err(Diagnostic::error(
+                    codes::WINDOW,
+                    doc.origin(&at.referenced),
+                    e.to_string(),
+                ));
+            }
+        }
+    }
+    let upgrade_policy = UpgradePolicy {
+        allow_downgrade: spec
+            .upgrade_policy
+            .as_ref()
+            .is_some_and(|u| u.allow_downgrade),
+    };
+    let (Some(kubernetes_version), true) = (version, name_ok) else {
+        return None;
+    };
+    Some(Cluster {
+        name: sourced(doc, &c.metadata.name, c.metadata.name.value.clone()),
+        kubernetes_version,
+        rollout,
+        approvals,
+        windows,
+        upgrade_policy,
+        pools: BTreeMap::new(),
+        document: doc.text.to_string(),
+    })
+}
+
+fn clone_spanned(s: &Spanned<String>) -> Spanned<String> {
+    Spanned::new(s.value.clone(), s.referenced, s.defined)
+}
+
+/// `after:` references exist, are acyclic, and never put control plane after workers.
+fn check_order(ctx: &mut Ctx, cluster: &Cluster, declared: &BTreeSet<String>) {
+    for pool in cluster.pools.values() {
+        for a in &pool.after {
+            if a.value == pool.name.value {
+                ctx.err(Diagnostic::error(
+                    codes::ORDER,
+                    a.origin.clone(),
+                    format!("node pool `{}` cannot come after itself", a.value),
+                ));
+                continue;
+            }
+            match cluster.pools.get(&a.value) {
+                None if declared.contains(&a.value) => {} // invalid pool, reported already
+                None => {
+                    let known: Vec<&str> = cluster.pools.keys().map(String::as_str).collect();
+                    ctx.err(
+                        Diagnostic::error(
+                            codes::MISSING_POOL,
+                            a.origin.clone(),
+                            format!("node pool `{}` comes after `{}`, which is not a pool of cluster `{}`", pool.name.value, a.value, cluster.name.value),
+                        )
+                        .with_help(format!("pools of `{}`: {}", cluster.name.value, known.join(", "))),
+                    );
+                }
+                Some(dep) if pool.role == Role::Controlplane && dep.role == Role::Worker => {
+                    ctx.err(
+                        Diagnostic::error(
+                            codes::ORDER,
+                            a.origin.clone(),
+                            format!("control-plane pool `{}` cannot come after worker pool `{}`", pool.name.value, a.value),
+                        )
+                        .with_help("medea upgrades control-plane pools before workers, so workers never run a newer Talos than the control plane"),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    // Cycle detection (depth-first, reported once per cycle at the edge that closes it).
+    let mut state: BTreeMap<&str, u8> = BTreeMap::new(); // 1 = on stack, 2 = done
+    fn visit<'a>(
+        ctx: &mut Ctx,
+        cluster: &'a Cluster,
+        name: &'a str,
+        state: &mut BTreeMap<&'a str, u8>,
+        stack: &mut Vec<&'a str>,
+    ) {
+        state.insert(name, 1);
+        stack.push(name);
+        if let Some(pool) = cluster.pools.get(name) {
+            for a in &pool.after {
+                if a.value == name || !cluster.pools.contains_key(&a.value) {
+                    continue;
+                }
+                match state.get(a.value.as_str()) {
+                    Some(1) => {
+                        let start = stack.iter().position(|s| *s == a.value).unwrap_or(0);
+                        let mut cycle: Vec<&str> = stack[start..].to_vec();
+                        cycle.push(&a.value);
+                        ctx.err(
+                            Diagnostic::error(
+                                codes::ORDER,
+                                a.origin.clone(),
+                                format!("`after:` ordering has a cycle: {}", cycle.join(" → ")),
+                            )
+                            .with_help("remove one of the `after:` entries"),
+                        );
+                    }
+                    Some(_) => {}
+                    None => visit(ctx, cluster, &a.value, state, stack),
+                }
+            }
+        }
+        stack.pop();
+        state.insert(name, 2);
+    }
+    for name in cluster.pools.keys() {
+        if !state.contains_key(name.as_str()) {
+            visit(ctx, cluster, name, &mut state, &mut Vec::new());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        for bad in ["10", "ten minutes", "-5m", "1d", "0s", "", "1 h", "PT5M"] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_dns_label("prod-1"));
+        assert!(!is_dns_label("Prod"));
+        assert!(!is_dns_label("-x"));
+        assert!(is_dns_subdomain("cp-1.example.com"));
+        assert!(!is_dns_subdomain("cp_1"));
+    }
+}

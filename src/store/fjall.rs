@@ -1,0 +1,178 @@
+//! The embedded backend: one fjall database in one directory, one keyspace per table.
+//!
+//! Transactions run on fjall's single-writer transactional database (serializable); checks are
+//! read inside the write transaction, so check-and-write is atomic. Durable commits use
+//! `PersistMode::SyncAll`. fjall's lock file makes a second process fail to open the store.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fjall::{
+    KeyspaceCreateOptions, PersistMode, Readable, SingleWriterTxDatabase, SingleWriterTxKeyspace,
+};
+
+use super::{Check, Durability, Op, Store, StoreError, Table, Txn};
+
+/// The store directory format this medea writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_KEY: &str = "store-format";
+
+pub struct FjallStore {
+    db: SingleWriterTxDatabase,
+    tables: BTreeMap<Table, SingleWriterTxKeyspace>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for FjallStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn backend(op: &'static str) -> impl FnOnce(fjall::Error) -> StoreError {
+    move |err| StoreError::Backend {
+        op,
+        err: Box::new(err),
+    }
+}
+
+impl FjallStore {
+    /// Open (or create) the store in `path`. The directory is created 0700.
+    pub fn open(path: &Path) -> Result<FjallStore, StoreError> {
+        let open_err = |err: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
+            path: path.to_path_buf(),
+            err,
+        };
+        create_private_dir(path).map_err(|e| open_err(Box::new(e)))?;
+        let db = SingleWriterTxDatabase::builder(path)
+            .open()
+            .map_err(|e| match e {
+                fjall::Error::Locked => StoreError::Locked {
+                    path: path.to_path_buf(),
+                },
+                other => open_err(Box::new(other)),
+            })?;
+        let mut tables = BTreeMap::new();
+        for t in Table::ALL {
+            let ks = db
+                .keyspace(t.name(), KeyspaceCreateOptions::default)
+                .map_err(|e| open_err(Box::new(e)))?;
+            tables.insert(t, ks);
+        }
+        let store = FjallStore {
+            db,
+            tables,
+            path: path.to_path_buf(),
+        };
+        match store.get(Table::Meta, FORMAT_KEY)? {
+            Some(bytes) => {
+                let found: u32 = std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| open_err("the store format marker is unreadable".into()))?;
+                if found > FORMAT_VERSION {
+                    return Err(StoreError::NewerFormat {
+                        path: path.to_path_buf(),
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+            }
+            None => store.commit(
+                Txn::new()
+                    .check(Check::Absent(Table::Meta, FORMAT_KEY.into()))
+                    .put(
+                        Table::Meta,
+                        FORMAT_KEY,
+                        FORMAT_VERSION.to_string().into_bytes(),
+                    ),
+            )?,
+        }
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ks(&self, t: Table) -> &SingleWriterTxKeyspace {
+        &self.tables[&t]
+    }
+}
+
+/// Create `path` (and parents) with mode 0700 for the last component.
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !path.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)?;
+    }
+    let meta = std::fs::metadata(path)?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+impl Store for FjallStore {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let v = self.ks(table).get(key).map_err(backend("get"))?;
+        Ok(v.map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let snap = self.db.read_tx();
+        let mut out = Vec::new();
+        for guard in snap.prefix(self.ks(table), prefix) {
+            let (k, v) = guard.into_inner().map_err(backend("scan"))?;
+            let key = String::from_utf8(k.to_vec()).map_err(|e| StoreError::Backend {
+                op: "scan",
+                err: Box::new(e),
+            })?;
+            out.push((key, v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        let mode = match txn.durability {
+            Durability::Durable => PersistMode::SyncAll,
+            Durability::Buffered => PersistMode::Buffer,
+        };
+        let mut tx = self.db.write_tx().durability(Some(mode));
+        for check in &txn.checks {
+            let (table, key, want) = match check {
+                Check::Absent(t, k) => (*t, k, None),
+                Check::Equals(t, k, v) => (*t, k, Some(v.as_slice())),
+            };
+            let have = tx
+                .get(self.ks(table), key.as_str())
+                .map_err(backend("check"))?;
+            if have.as_deref() != want {
+                tx.rollback();
+                return Err(StoreError::Conflict {
+                    table: table.name(),
+                    key: key.clone(),
+                });
+            }
+        }
+        for op in txn.ops {
+            match op {
+                Op::Put(t, k, v) => tx.insert(self.ks(t), k, v),
+                Op::Delete(t, k) => tx.remove(self.ks(t), k),
+            }
+        }
+        tx.commit().map_err(backend("commit"))?;
+        if txn.durability == Durability::Durable {
+            // Belt and braces: the journal must be on disk before the caller acts.
+            self.db
+                .persist(PersistMode::SyncAll)
+                .map_err(backend("persist"))?;
+        }
+        Ok(())
+    }
+}

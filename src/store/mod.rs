@@ -1,0 +1,188 @@
+//! The store: the single source of truth for everything medea knows and has done.
+//!
+//! **Owns:** the [`Store`] trait (conditional atomic transactions over named tables), the
+//! versioned record encoding ([`record`]), and the embedded fjall backend ([`fjall`]).
+//! **May depend on:** nothing in medea but the record types it persists (each record type
+//! implements [`Record`] next to its definition).
+//!
+//! Architecture Invariant: every multi-key change is one [`Txn`], applied all-or-nothing; a
+//! [`Durability::Durable`] commit is on disk (fsync) before `commit` returns, which is what the
+//! rollout journal relies on ("intent before action").
+//! Architecture Invariant: every value carries its record kind and schema version; a value
+//! written by a newer medea is refused with [`StoreError::NewerRecord`], never misread.
+//! Architecture Invariant: the trait maps one to one onto etcd transactions (compare → put/delete),
+//! so an HA backend can implement it with the same semantics.
+
+pub mod fjall;
+pub mod record;
+
+use std::path::PathBuf;
+
+pub use record::{Record, StoreExt};
+
+/// The tables of the store. Each backend maps a table to a keyspace (fjall) or key prefix (etcd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// Store format, identity.
+    Meta,
+    /// Last applied desired state per resource.
+    Desired,
+    /// Observed inventory: clusters, pools, machines.
+    Inventory,
+    /// Computed plans by id, and the current-plan pointer.
+    Plans,
+    /// Approval records.
+    Approvals,
+    /// Rollout jobs.
+    Jobs,
+    /// The rollout journal: intents and results, per job.
+    Journal,
+}
+
+impl Table {
+    pub const ALL: [Table; 7] = [
+        Table::Meta,
+        Table::Desired,
+        Table::Inventory,
+        Table::Plans,
+        Table::Approvals,
+        Table::Jobs,
+        Table::Journal,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Meta => "meta",
+            Table::Desired => "desired",
+            Table::Inventory => "inventory",
+            Table::Plans => "plans",
+            Table::Approvals => "approvals",
+            Table::Jobs => "jobs",
+            Table::Journal => "journal",
+        }
+    }
+}
+
+/// How hard a commit is pushed to disk before `commit` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync'd: survives power loss. The default, and required for the journal.
+    Durable,
+    /// Written to the OS; survives a crash of medea, not of the host. For caches only.
+    Buffered,
+}
+
+/// A precondition of a transaction, checked atomically with its writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// The key must not exist.
+    Absent(Table, String),
+    /// The key must hold exactly these bytes.
+    Equals(Table, String, Vec<u8>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Put(Table, String, Vec<u8>),
+    Delete(Table, String),
+}
+
+/// An atomic, conditional write: if every check holds, every op is applied; otherwise none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Txn {
+    pub checks: Vec<Check>,
+    pub ops: Vec<Op>,
+    pub durability: Durability,
+}
+
+impl Default for Txn {
+    fn default() -> Self {
+        Txn::new()
+    }
+}
+
+impl Txn {
+    pub fn new() -> Txn {
+        Txn {
+            checks: Vec::new(),
+            ops: Vec::new(),
+            durability: Durability::Durable,
+        }
+    }
+    pub fn check(mut self, c: Check) -> Txn {
+        self.checks.push(c);
+        self
+    }
+    pub fn put(mut self, table: Table, key: impl Into<String>, value: Vec<u8>) -> Txn {
+        self.ops.push(Op::Put(table, key.into(), value));
+        self
+    }
+    pub fn delete(mut self, table: Table, key: impl Into<String>) -> Txn {
+        self.ops.push(Op::Delete(table, key.into()));
+        self
+    }
+    pub fn buffered(mut self) -> Txn {
+        self.durability = Durability::Buffered;
+        self
+    }
+    pub fn push(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the store at `{path}` is in use by another medea process")]
+    Locked { path: PathBuf },
+    #[error(
+        "the store at `{path}` was written by a newer medea (store format {found}, this medea reads up to {supported})"
+    )]
+    NewerFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("failed to open the store at `{path}`")]
+    Open {
+        path: PathBuf,
+        #[source]
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("store backend failed during {op}")]
+    Backend {
+        op: &'static str,
+        #[source]
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("a transaction precondition failed on {table}/{key}: the store changed concurrently")]
+    Conflict { table: &'static str, key: String },
+    #[error(
+        "record {table}/{key} was written by a newer medea ({kind} schema {found}, this medea reads up to {supported})"
+    )]
+    NewerRecord {
+        table: &'static str,
+        key: String,
+        kind: &'static str,
+        found: u32,
+        supported: u32,
+    },
+    #[error("record {table}/{key} is corrupt or not a {kind}")]
+    Decode {
+        table: &'static str,
+        key: String,
+        kind: &'static str,
+        #[source]
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// A transactional key-value store of named tables.
+///
+/// Keys are UTF-8 strings; hierarchical keys use `/` (`cluster/home/machine/cp-1`) so prefix
+/// scans list a subtree. Implementations must be safe to share between threads.
+pub trait Store: Send + Sync {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Every key starting with `prefix`, in key order.
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+    /// Apply `txn` atomically; `Err(Conflict)` (and no change) when a check fails.
+    fn commit(&self, txn: Txn) -> Result<(), StoreError>;
+}

@@ -1,0 +1,446 @@
+//! Loading and validating desired state: examples, diagnostics, schemas, git mode.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use medea::desired::{self, Source, diagnostic::codes};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn copy_examples() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&root().join("examples"), tmp.path());
+    tmp
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+fn codes_of(dir: &Path) -> Vec<(String, usize, &'static str)> {
+    let loaded = desired::load(&Source::Dir(dir.to_path_buf())).unwrap();
+    loaded
+        .diagnostics
+        .iter()
+        .map(|d| (d.origin.file.clone(), d.origin.line, d.code))
+        .collect()
+}
+
+const CLUSTER: &str = "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\nspec:\n  kubernetes:\n    version: v1.35.0\n";
+
+fn pool(name: &str, cluster: &str, role: &str, machines: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: {cluster}\n  role: {role}\n  machines: [{machines}]\n  talos:\n    version: v1.13.9\n{extra}"
+    )
+}
+
+#[test]
+fn examples_are_valid() {
+    let loaded = desired::load(&Source::Dir(root().join("examples"))).unwrap();
+    assert!(loaded.diagnostics.is_empty(), "{:#?}", loaded.diagnostics);
+    let d = &loaded.desired;
+    assert_eq!(d.clusters.keys().collect::<Vec<_>>(), ["home", "prod"]);
+    let home = &d.clusters["home"];
+    assert_eq!(home.pools["controlplane"].machines.len(), 3);
+    assert_eq!(home.pools["workers"].machines.len(), 3);
+    let prod = &d.clusters["prod"];
+    assert_eq!(prod.pools["canary"].machines.len(), 1);
+    assert_eq!(prod.pools["workers"].machines.len(), 6);
+    assert_eq!(prod.pools["workers"].after[0].value, "canary");
+    assert_eq!(
+        prod.pools["controlplane"].rollout.max_unavailable, 1,
+        "control plane is always 1"
+    );
+    assert_eq!(
+        prod.pools["workers"].rollout.max_unavailable, 2,
+        "inherits the cluster default"
+    );
+    assert_eq!(prod.approvals.control_plane, 2);
+    assert_eq!(prod.windows.len(), 1);
+    assert!(prod.pools["workers"].installer_image.schematic().is_some());
+
+    let out = crate::cli::medea()
+        .args(["validate", "examples/"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("valid: 2 clusters, 5 node pools"));
+}
+
+#[test]
+fn every_example_has_a_schema_modeline_matching_its_kinds() {
+    let mut checked = 0;
+    let mut stack = vec![root().join("examples")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "yaml" && x != "yml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let first = text.lines().next().unwrap();
+            let target = first
+                .strip_prefix("# yaml-language-server: $schema=")
+                .unwrap_or_else(|| panic!("{} does not start with a schema modeline", p.display()));
+            let schema_path = p.parent().unwrap().join(target);
+            assert!(
+                schema_path.is_file(),
+                "{}: modeline points at missing {}",
+                p.display(),
+                schema_path.display()
+            );
+            let file = schema_path.file_name().unwrap().to_str().unwrap();
+            for line in text.lines().filter(|l| l.starts_with("kind: ")) {
+                let kind = line.trim_start_matches("kind: ").trim();
+                assert_eq!(
+                    desired::schema::file_for_kind(kind),
+                    Some(file),
+                    "{}: kind {kind}",
+                    p.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "only {checked} example files found");
+}
+
+#[test]
+fn committed_schemas_match_the_code() {
+    for (name, text) in desired::schema::all() {
+        let path = root().join("schemas").join(name);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == text,
+            "schemas/{name} is out of date: run `medea schema --out schemas/`"
+        );
+    }
+}
+
+#[test]
+fn broken_example_reports_every_error_with_positions_and_exits_1() {
+    let tmp = copy_examples();
+    let d = tmp.path();
+    let edit = |rel: &str, from: &str, to: &str| {
+        let p = d.join(rel);
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains(from), "{rel} lacks {from:?}");
+        std::fs::write(&p, s.replacen(from, to, 1)).unwrap();
+    };
+    edit(
+        "home/cluster.yaml",
+        "    drainTimeout: 10m",
+        "    drainTimeout: 10m\n    surge: 2",
+    );
+    edit(
+        "prod/pools.yaml",
+        "    version: v1.13.9",
+        "    version: v1.13",
+    );
+    edit(
+        "home/pools.yaml",
+        "  name: workers\nspec:\n  cluster: home",
+        "  name: workers\nspec:\n  cluster: homelab",
+    );
+    let out = crate::cli::medea()
+        .args(["validate", "."])
+        .current_dir(d)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown field `surge`"), "{stderr}");
+    assert!(stderr.contains("home/cluster.yaml:21:5"), "{stderr}");
+    assert!(
+        stderr.contains("version `v1.13` must have three numeric"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("prod/pools.yaml:14:14"), "{stderr}");
+    assert!(
+        stderr.contains("refers to cluster `homelab`, which is not defined"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("home/pools.yaml:27:12"), "{stderr}");
+    assert!(stderr.contains("3 errors, 0 warnings"), "{stderr}");
+    expectorate::assert_contents("tests/it/snapshots/validate-broken.txt", &stderr);
+}
+
+#[test]
+fn semantic_rules_each_have_their_diagnostic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write(
+        d,
+        "cluster.yaml",
+        &format!(
+            "{CLUSTER}---\n{}",
+            CLUSTER.replace(
+                "version: v1.35.0",
+                "version: v1.35.0\n  rollout:\n    drainTimeout: ten"
+            )
+        ),
+    );
+    write(
+        d,
+        "pools.yaml",
+        &[
+            pool(
+                "cp",
+                "c1",
+                "controlplane",
+                "a, b",
+                "  rollout:\n    maxUnavailable: 2\n",
+            ),
+            pool("w", "c1", "worker", "b, c, c", "  after: [ghost]\n"),
+            pool("x", "c1", "worker", "d", "  after: [y]\n"),
+            pool("y", "c1", "worker", "e", "  after: [x]\n"),
+            pool("empty", "c1", "worker", "", ""),
+            pool("img", "c1", "worker", "f", "").replace(
+                "version: v1.13.9",
+                "version: v1.13.9\n    installerImage: ghcr.io/siderolabs/installer:v1.13.9",
+            ),
+        ]
+        .join("---\n"),
+    );
+    let got = codes_of(d);
+    let want = [
+        ("cluster.yaml", 12, codes::DUPLICATE),
+        ("cluster.yaml", 17, codes::DURATION),
+        ("pools.yaml", 12, codes::CONTROL_PLANE_UNAVAILABLE),
+        ("pools.yaml", 21, codes::MACHINE_TWICE), // `b` is in pool cp
+        ("pools.yaml", 21, codes::DUPLICATE),     // `c` twice
+        ("pools.yaml", 24, codes::MISSING_POOL),
+        ("pools.yaml", 48, codes::ORDER), // x → y → x, reported once
+        ("pools.yaml", 53, codes::EMPTY_POOL),
+        ("pools.yaml", 71, codes::IMAGE),
+    ];
+    for w in want {
+        assert!(
+            got.iter().any(|g| (g.0.as_str(), g.1, g.2) == w),
+            "missing {w:?} in {got:#?}"
+        );
+    }
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+}
+
+#[test]
+fn control_plane_after_worker_and_bad_approvals_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write(
+        d,
+        "c.yaml",
+        &format!(
+            "{CLUSTER}  approvals:\n    required: 2\n    controlPlane: 1\n  maintenanceWindows:\n    - start: \"0 2 * *\"\n      duration: 4h\n    - start: \"0 2 * * 6\"\n      duration: 4h\n      timeZone: Mars/Olympus\n"
+        ),
+    );
+    write(
+        d,
+        "p.yaml",
+        &[
+            pool("w", "c1", "worker", "a", ""),
+            pool("cp", "c1", "controlplane", "b", "  after: [w]\n"),
+        ]
+        .join("---\n"),
+    );
+    let loaded = desired::load(&Source::Dir(d.to_path_buf())).unwrap();
+    let msgs: Vec<String> = loaded.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("approvals.controlPlane (1) is lower than approvals.required (2)")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("not a 5-field cron expression")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("unknown time zone `Mars/Olympus`")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("control-plane pool `cp` cannot come after worker pool `w`")),
+        "{msgs:#?}"
+    );
+    assert!(loaded.valid().is_none());
+}
+
+#[test]
+fn approval_markers_do_not_change_the_revision() {
+    let tmp = copy_examples();
+    let before = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    write(
+        tmp.path(),
+        "approvals/abc-alice.sig",
+        "-----BEGIN SSH SIGNATURE-----\n-----END SSH SIGNATURE-----\n",
+    );
+    write(tmp.path(), "approvals/notes.yaml", "not: [a resource");
+    let after = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    assert_eq!(before.desired.revision, after.desired.revision);
+    assert!(
+        after.diagnostics.is_empty(),
+        "approvals/ is not read as resources"
+    );
+    assert_eq!(after.markers.len(), 1);
+    assert_eq!(after.markers[0].path, "approvals/abc-alice.sig");
+    // Any resource edit changes it.
+    write(tmp.path(), "home/extra.yml", "# just a comment\n");
+    let edited = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    assert_ne!(before.desired.revision, edited.desired.revision);
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git is installed");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn git_mode_reads_the_committed_tree_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    git(repo, &["init", "-q"]);
+    copy_dir(&root().join("examples"), &repo.join("clusters"));
+    write(repo, "README.md", "not desired state\n");
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "initial"]);
+    let sha = String::from_utf8(
+        Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(repo)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // Uncommitted breakage and an uncommitted marker are ignored in git mode.
+    write(repo, "clusters/home/cluster.yaml", "garbage: [\n");
+    write(repo, "clusters/approvals/x-bob.sig", "sig");
+    let src = Source::Git {
+        path: repo.join("clusters"),
+        reference: "main".into(),
+    };
+    let loaded = desired::load(&src).unwrap();
+    assert!(loaded.diagnostics.is_empty(), "{:#?}", loaded.diagnostics);
+    assert_eq!(loaded.desired.clusters.len(), 2);
+    assert_eq!(loaded.desired.revision.commit.as_deref(), Some(sha.trim()));
+    assert!(loaded.markers.is_empty());
+    // The same files read from a directory give the same content revision.
+    let dir = desired::load(&Source::Dir(root().join("examples"))).unwrap();
+    assert_eq!(
+        dir.desired.revision.content,
+        loaded.desired.revision.content
+    );
+
+    let out = crate::cli::medea()
+        .args(["validate", "--git"])
+        .arg(repo.join("clusters"))
+        .args(["--ref", "main"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&sha.trim()[..12]));
+
+    let out = crate::cli::medea()
+        .args(["validate", "--git"])
+        .arg(repo)
+        .args(["--ref", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("git ref `nope` not found"));
+    // Without --git, the directory (with the broken edit) is read as it is.
+    let out = crate::cli::medea()
+        .args(["validate"])
+        .arg(repo.join("clusters"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn unreadable_inputs_are_clear_errors() {
+    let out = crate::cli::medea()
+        .args(["validate", "/nonexistent/medea"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist or is not a directory"));
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bin.yaml"), [0xff, 0xfe, b'\n']).unwrap();
+    write(tmp.path(), "list.yaml", "- a\n- b\n");
+    write(
+        tmp.path(),
+        "dup.yaml",
+        &format!("{CLUSTER}metadata:\n  name: again\n"),
+    );
+    let loaded = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    let msgs: Vec<String> = loaded.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m
+                .starts_with("bin.yaml:1:1: error[medea::desired::file]: file is not valid UTF-8")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("list.yaml:1:1: error[medea::desired::syntax]")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("duplicate mapping key") && m.starts_with("dup.yaml:8:1")),
+        "{msgs:#?}"
+    );
+}
