@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod desired;
+pub mod inventory;
 pub mod plan;
 pub mod sim;
 pub mod store;

@@ -5,5 +5,9 @@
 //! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock).
 
 pub mod id;
+pub mod model;
 
 pub use id::{PlanId, PlanIdRef};
+pub use model::{
+    Basis, ClusterPlan, KubeRollout, MachineTarget, Plan, SettingsChange, Step, TalosRollout,
+};

@@ -1,0 +1,188 @@
+//! The observed inventory: what medea last saw of each cluster.
+//!
+//! **Owns:** observed clusters, machines, versions and health; the per-cluster observed
+//! generation.
+//! **May depend on:** `version` only.
+//! Architecture Invariant: the generation of a cluster changes exactly when something observed
+//! about it changes ([`ObservedCluster::observe`]); plans record the generations they were
+//! computed from, so any observed change makes them stale.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Record, Table};
+use crate::version::{KubeVersion, TalosVersion};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineRole {
+    Controlplane,
+    Worker,
+}
+
+/// One machine as last observed (Talos API + Kubernetes Node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    /// Kubernetes node name; the key of the machine in its cluster.
+    pub node: String,
+    /// Talos machine id (or the node's system UUID).
+    pub id: String,
+    /// Address the Talos API is reached at for this node.
+    pub address: String,
+    pub role: MachineRole,
+    /// Running Talos version; `None` when the node could not be asked.
+    pub talos_version: Option<TalosVersion>,
+    /// Installer image the node was installed/upgraded from (with tag), when known.
+    pub installer_image: Option<String>,
+    /// Image Factory schematic id, when the node runs one.
+    pub schematic: Option<String>,
+    pub kubelet_version: Option<KubeVersion>,
+    pub ready: bool,
+    pub cordoned: bool,
+    /// Whether the Talos API answered at the last refresh.
+    pub reachable: bool,
+    pub boot_id: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Machine {
+    /// A machine that is away: cordoned, NotReady or unreachable. Wave sizing counts these
+    /// against `maxUnavailable`.
+    pub fn unavailable(&self) -> bool {
+        self.cordoned || !self.ready || !self.reachable
+    }
+}
+
+/// One cluster as last observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedCluster {
+    pub name: String,
+    /// The lowest kube-apiserver version running (what `upgrade-k8s` calls "from").
+    pub kubernetes_version: Option<KubeVersion>,
+    /// Off by default; only `medea cluster enable-rollouts` turns it on.
+    pub rollouts_enabled: bool,
+    /// Bumped on every observed change.
+    pub generation: u64,
+    /// Machines by node name.
+    pub machines: BTreeMap<String, Machine>,
+}
+
+impl ObservedCluster {
+    pub fn new(name: impl Into<String>) -> ObservedCluster {
+        ObservedCluster {
+            name: name.into(),
+            kubernetes_version: None,
+            rollouts_enabled: false,
+            generation: 0,
+            machines: BTreeMap::new(),
+        }
+    }
+
+    /// The cluster after a fresh observation: same generation when nothing changed, the next
+    /// one otherwise. `rollouts_enabled` is not observed and is kept.
+    pub fn observe(
+        &self,
+        kubernetes_version: Option<KubeVersion>,
+        machines: BTreeMap<String, Machine>,
+    ) -> ObservedCluster {
+        let changed = self.kubernetes_version != kubernetes_version || self.machines != machines;
+        ObservedCluster {
+            name: self.name.clone(),
+            kubernetes_version,
+            rollouts_enabled: self.rollouts_enabled,
+            generation: if changed {
+                self.generation + 1
+            } else {
+                self.generation
+            },
+            machines,
+        }
+    }
+
+    /// The cluster with `rollouts_enabled` set; a change bumps the generation.
+    pub fn with_rollouts_enabled(&self, enabled: bool) -> ObservedCluster {
+        let mut c = self.clone();
+        if c.rollouts_enabled != enabled {
+            c.rollouts_enabled = enabled;
+            c.generation += 1;
+        }
+        c
+    }
+}
+
+impl Record for ObservedCluster {
+    const TABLE: Table = Table::Inventory;
+    const KIND: &'static str = "observed-cluster";
+    const SCHEMA: u32 = 1;
+}
+
+/// Store key of a cluster's record.
+pub fn cluster_key(name: &str) -> String {
+    format!("cluster/{name}")
+}
+
+/// Every observed cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub clusters: BTreeMap<String, ObservedCluster>,
+}
+
+impl Inventory {
+    pub fn load(store: &dyn crate::store::Store) -> Result<Inventory, crate::store::StoreError> {
+        use crate::store::StoreExt;
+        let clusters = store
+            .scan_records::<ObservedCluster>("cluster/")?
+            .into_iter()
+            .map(|(_, c)| (c.name.clone(), c))
+            .collect();
+        Ok(Inventory { clusters })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(node: &str) -> Machine {
+        Machine {
+            node: node.into(),
+            id: format!("id-{node}"),
+            address: "10.0.0.1".into(),
+            role: MachineRole::Worker,
+            talos_version: Some(TalosVersion::parse("v1.12.4").unwrap()),
+            installer_image: None,
+            schematic: None,
+            kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+            ready: true,
+            cordoned: false,
+            reachable: true,
+            boot_id: Some("b1".into()),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn generation_moves_only_on_change() {
+        let c = ObservedCluster::new("home");
+        let ms: BTreeMap<_, _> = [("w-1".to_string(), machine("w-1"))].into();
+        let k = Some(KubeVersion::parse("v1.34.1").unwrap());
+        let c1 = c.observe(k.clone(), ms.clone());
+        assert_eq!(c1.generation, 1);
+        let c2 = c1.observe(k.clone(), ms.clone());
+        assert_eq!(c2.generation, 1, "same observation, same generation");
+        let mut ms2 = ms.clone();
+        ms2.get_mut("w-1").unwrap().boot_id = Some("b2".into());
+        assert_eq!(
+            c2.observe(k, ms2).generation,
+            2,
+            "a reboot is an observed change"
+        );
+        assert_eq!(c2.with_rollouts_enabled(true).generation, 2);
+        assert!(c2.with_rollouts_enabled(true).rollouts_enabled);
+        assert_eq!(c2.with_rollouts_enabled(false).generation, 1);
+    }
+}
