@@ -8,9 +8,12 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod client;
 pub mod debug;
 pub mod desired;
+pub mod output;
 pub mod report;
+pub mod server;
 
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
@@ -24,7 +27,7 @@ pub mod exit {
 
 /// An external control plane for Talos Linux Kubernetes clusters.
 #[derive(Debug, Parser)]
-#[command(name = "medea", version, about, long_about = None, propagate_version = true)]
+#[command(name = "medea", version = crate::build_info::VERSION, long_version = crate::build_info::LONG_VERSION, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -40,6 +43,18 @@ pub enum Command {
     /// Print (or write with --out) the JSON Schemas of the desired-state kinds.
     #[command(after_help = "Examples:\n  medea schema --out schemas/")]
     Schema(desired::SchemaArgs),
+    /// Run the daemon: watch the desired state, serve the API, run approved rollouts.
+    Serve(server::ServeArgs),
+    /// Show clusters, node pools or machines from a running server.
+    #[command(
+        after_help = "Examples:\n  medea get clusters\n  medea get machines --cluster prod -o json"
+    )]
+    Get(server::GetArgs),
+    /// Per-cluster rollout gate.
+    #[command(
+        after_help = "Examples:\n  medea cluster enable-rollouts prod\n  medea cluster disable-rollouts prod"
+    )]
+    Cluster(server::ClusterArgs),
     /// (testing) Write store batches until killed.
     #[command(name = "__store-torture", hide = true)]
     StoreTorture(debug::TortureArgs),
@@ -71,6 +86,8 @@ fn install_report_hook() {
 
 pub fn main() -> ExitCode {
     install_report_hook();
+    // Every TLS user in medea is on ring; make it the process default explicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
@@ -86,10 +103,32 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Validate(args) => desired::validate(args),
         Command::Schema(args) => desired::schema(args),
         Command::StoreTorture(args) => debug::store_torture(args),
+        Command::Serve(args) => server::serve(args),
+        Command::Get(args) => server::get(args),
+        Command::Cluster(args) => server::cluster(args),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
             Ok(exit::OK)
         }
     }
+}
+
+/// Logs go to stderr: human-readable on a TTY, JSON with `MEDEA_LOG_FORMAT=json`; the level
+/// comes from `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("MEDEA_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init()
+    };
 }

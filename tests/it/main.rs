@@ -2,4 +2,5 @@
 
 mod cli;
 mod desired;
+mod server;
 mod store;
