@@ -8,6 +8,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod approve;
+
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
     /// Success, no changes (for `plan`).
@@ -29,11 +31,15 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print shell completions.
-    #[command(after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\"")]
+    #[command(
+        after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
+    )]
     Completions {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
+    /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
+    Approve(approve::ApproveArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -54,5 +60,6 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Command::Approve(args) => approve::run(args),
     }
 }

@@ -1,0 +1,521 @@
+//! The signing adapter: produce an approval signature with a private key file or an ssh-agent,
+//! and write marker files. The one part of `approval` that does I/O (files, a Unix socket).
+//!
+//! The ssh-agent client speaks the agent protocol (draft-miller-ssh-agent) directly:
+//! `SSH_AGENTC_REQUEST_IDENTITIES` (11) → `SSH_AGENT_IDENTITIES_ANSWER` (12) and
+//! `SSH_AGENTC_SIGN_REQUEST` (13) → `SSH_AGENT_SIGN_RESPONSE` (14) / `SSH_AGENT_FAILURE` (5), each
+//! message a `uint32` length and a type byte. The data signed is the SSHSIG signed-data blob
+//! (PROTOCOL.sshsig: `"SSHSIG"`, namespace, reserved, hash algorithm, H(message)), built by
+//! `ssh_key::SshSig::signed_data`; RSA keys are asked for `rsa-sha2-512` (flag 4). That is two
+//! messages over a socket, so medea does it itself rather than adding an async agent crate
+//! (`ssh-agent-lib`) and its dependencies.
+//!
+//! Every signature produced here is verified against its own public key before it is returned.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ssh_key::{Algorithm, HashAlg, LineEnding, PrivateKey, PublicKey, Signature, SshSig};
+
+use super::NAMESPACE;
+use crate::plan::PlanId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("failed to read key file `{path}`")]
+    ReadKey {
+        path: PathBuf,
+        #[source]
+        err: io::Error,
+    },
+    #[error(
+        "`{path}` is not an OpenSSH private or public key; medea reads keys in the format `ssh-keygen` writes (`-----BEGIN OPENSSH PRIVATE KEY-----`, or `ssh-ed25519 AAAA...` for a public key)"
+    )]
+    NotAKey { path: PathBuf },
+    #[error(
+        "key `{path}` is passphrase-protected; medea does not ask for passphrases: add it to your agent (`ssh-add {path}`) and approve without `--key`, or with `--key {path}.pub`"
+    )]
+    EncryptedKey { path: PathBuf },
+    #[error("signing with key {fingerprint} failed")]
+    Sign {
+        fingerprint: String,
+        #[source]
+        err: ssh_key::Error,
+    },
+    #[error(
+        "no ssh-agent: `SSH_AUTH_SOCK` is not set; start one (`eval $(ssh-agent)`, `ssh-add KEY`) or pass `--key FILE`"
+    )]
+    NoAgent,
+    #[error("failed to talk to the ssh-agent at `{socket}`")]
+    AgentIo {
+        socket: PathBuf,
+        #[source]
+        err: io::Error,
+    },
+    #[error("the ssh-agent at `{socket}` sent an unexpected reply: {detail}")]
+    AgentProtocol { socket: PathBuf, detail: String },
+    #[error(
+        "the ssh-agent refused to sign with key {fingerprint} (locked agent, or confirmation declined?)"
+    )]
+    AgentRefused { fingerprint: String },
+    #[error("the ssh-agent at `{socket}` holds no usable keys; add one with `ssh-add KEY`")]
+    AgentEmpty { socket: PathBuf },
+    #[error(
+        "key {fingerprint} is not in the ssh-agent; add it with `ssh-add` (the private key next to the .pub file)"
+    )]
+    AgentKeyMissing { fingerprint: String },
+    #[error("the ssh-agent holds several keys ({fingerprints}); choose one with `--key PATH.pub`")]
+    AgentAmbiguous { fingerprints: String },
+    #[error("the signature made with key {fingerprint} does not verify; refusing to use it")]
+    SelfCheck { fingerprint: String },
+    #[error("failed to write approval marker `{path}`")]
+    WriteMarker {
+        path: PathBuf,
+        #[source]
+        err: io::Error,
+    },
+    #[error(
+        "approval marker `{path}` already exists with a different signature; remove it first if you mean to replace it"
+    )]
+    MarkerExists { path: PathBuf },
+}
+
+/// A private key. Debug shows only the fingerprint; there is no Display or Serialize.
+pub struct SecretKey(PrivateKey);
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SecretKey(<redacted> {})",
+            self.0.fingerprint(HashAlg::Sha256)
+        )
+    }
+}
+
+impl SecretKey {
+    pub fn public_key(&self) -> &PublicKey {
+        self.0.public_key()
+    }
+}
+
+/// What `--key FILE` holds: a private key to sign with, or a public key naming an agent key.
+#[derive(Debug)]
+pub enum KeyFile {
+    Private(SecretKey),
+    Public(PublicKey),
+}
+
+/// Read `--key FILE`: an unencrypted OpenSSH private key, or a public key (`.pub`) whose private
+/// half is in the ssh-agent (what `ssh-keygen -Y sign -f key.pub` does).
+pub fn load_key_file(path: &Path) -> Result<KeyFile, SignError> {
+    let text = std::fs::read_to_string(path).map_err(|err| SignError::ReadKey {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    if let Ok(pk) = PublicKey::from_openssh(text.trim()) {
+        return Ok(KeyFile::Public(pk));
+    }
+    let key = PrivateKey::from_openssh(text.trim()).map_err(|_| SignError::NotAKey {
+        path: path.to_path_buf(),
+    })?;
+    if key.is_encrypted() {
+        return Err(SignError::EncryptedKey {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(KeyFile::Private(SecretKey(key)))
+}
+
+/// An approval signature, ready to write as a marker or submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedApproval {
+    pub plan: PlanId,
+    /// Armored SSHSIG (`-----BEGIN SSH SIGNATURE-----`, LF line endings, trailing newline).
+    pub armored: String,
+    pub public_key: PublicKey,
+    /// `SHA256:...`
+    pub fingerprint: String,
+}
+
+fn finish(plan: &PlanId, public_key: PublicKey, sig: SshSig) -> Result<SignedApproval, SignError> {
+    let fingerprint = public_key.fingerprint(HashAlg::Sha256).to_string();
+    if public_key
+        .verify(NAMESPACE, &plan.signed_message(), &sig)
+        .is_err()
+    {
+        return Err(SignError::SelfCheck { fingerprint });
+    }
+    let mut armored = sig.to_pem(LineEnding::LF).map_err(|err| SignError::Sign {
+        fingerprint: fingerprint.clone(),
+        err,
+    })?;
+    if !armored.ends_with('\n') {
+        armored.push('\n');
+    }
+    Ok(SignedApproval {
+        plan: *plan,
+        armored,
+        public_key,
+        fingerprint,
+    })
+}
+
+/// Sign `plan` (its `signed_message()`, under `medea-approve`) with a private key.
+pub fn sign_with_key(
+    key: &SecretKey,
+    plan: &PlanId,
+    hash: HashAlg,
+) -> Result<SignedApproval, SignError> {
+    let public = key.public_key().clone();
+    let sig = key
+        .0
+        .sign(NAMESPACE, hash, &plan.signed_message())
+        .map_err(|err| SignError::Sign {
+            fingerprint: public.fingerprint(HashAlg::Sha256).to_string(),
+            err,
+        })?;
+    finish(plan, public, sig)
+}
+
+const SSH_AGENT_FAILURE: u8 = 5;
+const SSH_AGENTC_REQUEST_IDENTITIES: u8 = 11;
+const SSH_AGENT_IDENTITIES_ANSWER: u8 = 12;
+const SSH_AGENTC_SIGN_REQUEST: u8 = 13;
+const SSH_AGENT_SIGN_RESPONSE: u8 = 14;
+const SSH_AGENT_RSA_SHA2_512: u32 = 4;
+/// Agent replies larger than this are refused (OpenSSH's own limit is 256 KiB).
+const MAX_AGENT_MESSAGE: usize = 256 * 1024;
+
+/// A connection to an ssh-agent.
+pub struct Agent {
+    socket: PathBuf,
+    stream: UnixStream,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("socket", &self.socket)
+            .finish()
+    }
+}
+
+fn put_string(out: &mut Vec<u8>, s: &[u8]) {
+    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    out.extend_from_slice(s);
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn u32(&mut self) -> Option<u32> {
+        let (h, t) = self.0.split_first_chunk::<4>()?;
+        self.0 = t;
+        Some(u32::from_be_bytes(*h))
+    }
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        if n > self.0.len() {
+            return None;
+        }
+        let (h, t) = self.0.split_at(n);
+        self.0 = t;
+        Some(h)
+    }
+}
+
+impl Agent {
+    /// Connect to the agent at `socket` (usually `SSH_AUTH_SOCK`).
+    pub fn connect(socket: &Path) -> Result<Agent, SignError> {
+        let io_err = |err| SignError::AgentIo {
+            socket: socket.to_path_buf(),
+            err,
+        };
+        let stream = UnixStream::connect(socket).map_err(io_err)?;
+        // An agent may ask its user to confirm (`ssh-add -c`): allow time for that, not forever.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(io_err)?;
+        stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .map_err(io_err)?;
+        Ok(Agent {
+            socket: socket.to_path_buf(),
+            stream,
+        })
+    }
+
+    fn protocol(&self, detail: impl Into<String>) -> SignError {
+        SignError::AgentProtocol {
+            socket: self.socket.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    fn request(&mut self, body: &[u8]) -> Result<Vec<u8>, SignError> {
+        let socket = self.socket.clone();
+        let io_err = |err| SignError::AgentIo {
+            socket: socket.clone(),
+            err,
+        };
+        let mut msg = Vec::with_capacity(body.len() + 4);
+        put_string(&mut msg, body);
+        self.stream.write_all(&msg).map_err(io_err)?;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).map_err(io_err)?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len == 0 || len > MAX_AGENT_MESSAGE {
+            return Err(self.protocol(format!("reply of {len} bytes")));
+        }
+        let mut reply = vec![0u8; len];
+        self.stream.read_exact(&mut reply).map_err(io_err)?;
+        Ok(reply)
+    }
+
+    /// The plain public keys the agent holds (certificates and unknown key types are skipped).
+    pub fn identities(&mut self) -> Result<Vec<PublicKey>, SignError> {
+        let reply = self.request(&[SSH_AGENTC_REQUEST_IDENTITIES])?;
+        let (kind, rest) = reply
+            .split_first()
+            .ok_or_else(|| self.protocol("empty reply"))?;
+        if *kind != SSH_AGENT_IDENTITIES_ANSWER {
+            return Err(self.protocol(format!(
+                "message type {kind} instead of an identities answer"
+            )));
+        }
+        let mut c = Cursor(rest);
+        let n = c
+            .u32()
+            .ok_or_else(|| self.protocol("truncated identities answer"))?;
+        let mut keys = Vec::new();
+        for _ in 0..n {
+            let blob = c
+                .string()
+                .ok_or_else(|| self.protocol("truncated identities answer"))?;
+            let comment = c
+                .string()
+                .ok_or_else(|| self.protocol("truncated identities answer"))?;
+            if let Ok(mut pk) = PublicKey::from_bytes(blob) {
+                pk.set_comment(String::from_utf8_lossy(comment));
+                keys.push(pk);
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Sign `plan` with the agent's key `key`.
+    pub fn sign(
+        &mut self,
+        key: &PublicKey,
+        plan: &PlanId,
+        hash: HashAlg,
+    ) -> Result<SignedApproval, SignError> {
+        let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
+        let sign_err = |err| SignError::Sign {
+            fingerprint: fingerprint.clone(),
+            err,
+        };
+        let data =
+            SshSig::signed_data(NAMESPACE, hash, &plan.signed_message()).map_err(sign_err)?;
+        let blob = key.to_bytes().map_err(sign_err)?;
+        let flags = if matches!(key.algorithm(), Algorithm::Rsa { .. }) {
+            SSH_AGENT_RSA_SHA2_512
+        } else {
+            0
+        };
+        let mut req = vec![SSH_AGENTC_SIGN_REQUEST];
+        put_string(&mut req, &blob);
+        put_string(&mut req, &data);
+        req.extend_from_slice(&flags.to_be_bytes());
+        let reply = self.request(&req)?;
+        match reply.split_first() {
+            Some((&SSH_AGENT_SIGN_RESPONSE, rest)) => {
+                let mut c = Cursor(rest);
+                let sig_blob = c
+                    .string()
+                    .ok_or_else(|| self.protocol("truncated sign response"))?;
+                let signature = Signature::try_from(sig_blob).map_err(|_| {
+                    self.protocol("the sign response does not hold an SSH signature")
+                })?;
+                let sig = SshSig::new(key.key_data().clone(), NAMESPACE, hash, signature)
+                    .map_err(sign_err)?;
+                finish(plan, key.clone(), sig)
+            }
+            Some((&SSH_AGENT_FAILURE, _)) => Err(SignError::AgentRefused { fingerprint }),
+            Some((kind, _)) => {
+                Err(self.protocol(format!("message type {kind} instead of a sign response")))
+            }
+            None => Err(self.protocol("empty reply")),
+        }
+    }
+
+    /// Pick the agent key to sign with: `want` if given (it must be in the agent), otherwise the
+    /// only key the agent holds.
+    pub fn choose(&mut self, want: Option<&PublicKey>) -> Result<PublicKey, SignError> {
+        let keys = self.identities()?;
+        if let Some(w) = want {
+            return keys
+                .into_iter()
+                .find(|k| k.key_data() == w.key_data())
+                .ok_or_else(|| SignError::AgentKeyMissing {
+                    fingerprint: w.fingerprint(HashAlg::Sha256).to_string(),
+                });
+        }
+        match keys.len() {
+            0 => Err(SignError::AgentEmpty {
+                socket: self.socket.clone(),
+            }),
+            1 => Ok(keys.into_iter().next().expect("one key")),
+            _ => Err(SignError::AgentAmbiguous {
+                fingerprints: keys
+                    .iter()
+                    .map(|k| k.fingerprint(HashAlg::Sha256).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+}
+
+/// Characters kept in the principal part of a marker file name; everything else becomes `_`.
+fn file_safe(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '@' | '.' | '_' | '+' | '-')
+}
+
+/// The principal as it appears in a marker file name (no `/`, spaces or control characters;
+/// never empty, never starting with `.`).
+pub fn sanitize_principal(principal: &str) -> String {
+    let mut s: String = principal
+        .chars()
+        .map(|c| if file_safe(c) { c } else { '_' })
+        .collect();
+    if s.is_empty() {
+        s.push('_');
+    }
+    if s.starts_with('.') {
+        s.replace_range(0..1, "_");
+    }
+    s
+}
+
+/// `approvals/<short-id>-<principal>.sig`, relative to the desired-state root.
+pub fn marker_file_name(plan: &PlanId, principal: &str) -> String {
+    format!(
+        "approvals/{}-{}.sig",
+        plan.short(),
+        sanitize_principal(principal)
+    )
+}
+
+/// Write `signed` as the marker for `principal` under `desired_root` (creating `approvals/`).
+/// Writing the same signature twice is fine; replacing a different one is refused.
+/// Returns the path written.
+pub fn write_marker(
+    desired_root: &Path,
+    signed: &SignedApproval,
+    principal: &str,
+) -> Result<PathBuf, SignError> {
+    let path = desired_root.join(marker_file_name(&signed.plan, principal));
+    let write_err = |err| SignError::WriteMarker {
+        path: path.clone(),
+        err,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(write_err)?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        Ok(mut f) => {
+            f.write_all(signed.armored.as_bytes()).map_err(write_err)?;
+            f.sync_all().map_err(write_err)?;
+            Ok(path)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let existing = std::fs::read_to_string(&path).map_err(write_err)?;
+            if existing == signed.armored {
+                Ok(path)
+            } else {
+                Err(SignError::MarkerExists { path })
+            }
+        }
+        Err(e) => Err(write_err(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_names_are_safe() {
+        let p = PlanId::from_digest([0xab; 32]);
+        assert_eq!(
+            marker_file_name(&p, "alice@example.com"),
+            "approvals/abababababab-alice@example.com.sig"
+        );
+        assert_eq!(
+            marker_file_name(&p, "../etc/x y"),
+            "approvals/abababababab-_._etc_x_y.sig"
+        );
+        assert_eq!(marker_file_name(&p, ""), "approvals/abababababab-_.sig");
+        assert_eq!(sanitize_principal("bob\n\u{e9}"), "bob__");
+    }
+
+    #[test]
+    fn secret_key_debug_is_redacted() {
+        let k = SecretKey(
+            PrivateKey::new(
+                ssh_key::private::KeypairData::Ed25519(
+                    ssh_key::private::Ed25519Keypair::from_seed(&[3; 32]),
+                ),
+                "",
+            )
+            .unwrap(),
+        );
+        let d = format!("{k:?}");
+        assert!(d.starts_with("SecretKey(<redacted> SHA256:"), "{d}");
+        let pem = k.0.to_openssh(LineEnding::LF).unwrap();
+        let body: String = pem.lines().nth(1).unwrap().chars().take(20).collect();
+        assert!(!d.contains(&body));
+    }
+
+    #[test]
+    fn key_signs_and_verifies() {
+        let k = SecretKey(
+            PrivateKey::new(
+                ssh_key::private::KeypairData::Ed25519(
+                    ssh_key::private::Ed25519Keypair::from_seed(&[4; 32]),
+                ),
+                "",
+            )
+            .unwrap(),
+        );
+        let plan = PlanId::from_digest([1; 32]);
+        let s = sign_with_key(&k, &plan, HashAlg::Sha256).unwrap();
+        assert!(s.armored.starts_with("-----BEGIN SSH SIGNATURE-----\n"));
+        assert!(s.armored.ends_with("-----END SSH SIGNATURE-----\n"));
+        let sig: SshSig = s.armored.parse().unwrap();
+        assert_eq!(sig.hash_alg(), HashAlg::Sha256);
+        assert!(
+            s.public_key
+                .verify(NAMESPACE, &plan.signed_message(), &sig)
+                .is_ok()
+        );
+        assert!(
+            s.public_key
+                .verify(
+                    NAMESPACE,
+                    &PlanId::from_digest([2; 32]).signed_message(),
+                    &sig
+                )
+                .is_err()
+        );
+    }
+}
