@@ -18,6 +18,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ssh_key::private::KeypairData;
 use ssh_key::{Algorithm, HashAlg, LineEnding, PrivateKey, PublicKey, Signature, SshSig};
 
 use super::NAMESPACE;
@@ -119,15 +120,94 @@ pub fn load_key_file(path: &Path) -> Result<KeyFile, SignError> {
     if let Ok(pk) = PublicKey::from_openssh(text.trim()) {
         return Ok(KeyFile::Public(pk));
     }
-    let key = PrivateKey::from_openssh(text.trim()).map_err(|_| SignError::NotAKey {
-        path: path.to_path_buf(),
-    })?;
+    let key = PrivateKey::from_openssh(text.trim())
+        .or_else(|e| match pad_ecdsa_scalar(text.trim()) {
+            Some(fixed) => PrivateKey::from_openssh(&fixed),
+            None => Err(e),
+        })
+        .map_err(|_| SignError::NotAKey {
+            path: path.to_path_buf(),
+        })?;
     if key.is_encrypted() {
         return Err(SignError::EncryptedKey {
             path: path.to_path_buf(),
         });
     }
     Ok(KeyFile::Private(SecretKey(key)))
+}
+
+/// Re-encode the private scalar of an unencrypted OpenSSH ECDSA key at the curve's full width.
+///
+/// OpenSSH writes the scalar as an mpint, which drops leading zero bytes; ssh-key 0.6.7 insists
+/// on exactly the curve size (32/48/66 bytes, or one more with a zero prefix) and refuses the key
+/// otherwise. That is about half of all P-521 keys (whose top byte is often 0) and 1 in 256
+/// P-256/P-384 keys. Returns `None` for anything this does not apply to (other key types,
+/// encrypted keys, several keys in one file, malformed input), leaving the error to ssh-key.
+fn pad_ecdsa_scalar(pem: &str) -> Option<String> {
+    use base64::Engine;
+    const BEGIN: &str = "-----BEGIN OPENSSH PRIVATE KEY-----";
+    const END: &str = "-----END OPENSSH PRIVATE KEY-----";
+    const MAGIC: &[u8] = b"openssh-key-v1\0";
+    let body = pem.strip_prefix(BEGIN)?.trim().strip_suffix(END)?;
+    let b64: String = body.split_whitespace().collect();
+    let blob = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    let mut c = Cursor(blob.strip_prefix(MAGIC)?);
+    let (cipher, kdf, kdf_opts) = (c.string()?, c.string()?, c.string()?);
+    if cipher != b"none" || kdf != b"none" || c.u32()? != 1 {
+        return None;
+    }
+    let public = c.string()?;
+    let private = c.string()?;
+    if !c.0.is_empty() {
+        return None;
+    }
+    let mut p = Cursor(private);
+    let (check1, check2) = (p.u32()?, p.u32()?);
+    let key_type = p.string()?;
+    let size = match key_type {
+        b"ecdsa-sha2-nistp256" => 32,
+        b"ecdsa-sha2-nistp384" => 48,
+        b"ecdsa-sha2-nistp521" => 66,
+        _ => return None,
+    };
+    let (curve, point, scalar, comment) = (p.string()?, p.string()?, p.string()?, p.string()?);
+    let first = scalar.iter().position(|b| *b != 0).unwrap_or(scalar.len());
+    let digits = &scalar[first..];
+    if digits.len() > size {
+        return None;
+    }
+    let mut padded = vec![0u8; size - digits.len()];
+    padded.extend_from_slice(digits);
+    if padded[0] >= 0x80 {
+        padded.insert(0, 0);
+    }
+    let mut section = Vec::new();
+    section.extend_from_slice(&check1.to_be_bytes());
+    section.extend_from_slice(&check2.to_be_bytes());
+    for field in [key_type, curve, point, &padded, comment] {
+        put_string(&mut section, field);
+    }
+    let mut pad = 1u8;
+    while section.len() % 8 != 0 {
+        section.push(pad);
+        pad += 1;
+    }
+    let mut out = MAGIC.to_vec();
+    for field in [cipher, kdf, kdf_opts] {
+        put_string(&mut out, field);
+    }
+    out.extend_from_slice(&1u32.to_be_bytes());
+    put_string(&mut out, public);
+    put_string(&mut out, &section);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&out);
+    let mut text = format!("{BEGIN}\n");
+    for chunk in encoded.as_bytes().chunks(70) {
+        text.push_str(std::str::from_utf8(chunk).ok()?);
+        text.push('\n');
+    }
+    text.push_str(END);
+    text.push('\n');
+    Some(text)
 }
 
 /// An approval signature, ready to write as a marker or submit.
@@ -171,14 +251,54 @@ pub fn sign_with_key(
     hash: HashAlg,
 ) -> Result<SignedApproval, SignError> {
     let public = key.public_key().clone();
-    let sig = key
-        .0
-        .sign(NAMESPACE, hash, &plan.signed_message())
-        .map_err(|err| SignError::Sign {
-            fingerprint: public.fingerprint(HashAlg::Sha256).to_string(),
-            err,
-        })?;
+    let sign_err = |err| SignError::Sign {
+        fingerprint: public.fingerprint(HashAlg::Sha256).to_string(),
+        err,
+    };
+    let sig = match key.0.key_data() {
+        KeypairData::Rsa(rsa_key) => {
+            let data =
+                SshSig::signed_data(NAMESPACE, hash, &plan.signed_message()).map_err(sign_err)?;
+            let signature = sign_rsa_sha512(rsa_key, &data).map_err(sign_err)?;
+            SshSig::new(public.key_data().clone(), NAMESPACE, hash, signature).map_err(sign_err)?
+        }
+        _ => key
+            .0
+            .sign(NAMESPACE, hash, &plan.signed_message())
+            .map_err(sign_err)?,
+    };
     finish(plan, public, sig)
+}
+
+/// `rsa-sha2-512` (PKCS#1 v1.5, SHA-512) over `data`.
+///
+/// ssh-key 0.6.7 builds the RSA private key from the primes `[p, p]` instead of `[p, q]`, so its
+/// own RSA signing fails with `Error::Crypto` for every real key (RustCrypto/SSH#436, fixed only
+/// in 0.7 pre-releases). Build the key from the right components here.
+fn sign_rsa_sha512(
+    key: &ssh_key::private::RsaKeypair,
+    data: &[u8],
+) -> Result<Signature, ssh_key::Error> {
+    use rsa::signature::{SignatureEncoding, Signer};
+    let int = |m: &ssh_key::Mpint| -> Result<rsa::BigUint, ssh_key::Error> {
+        let bytes = m.as_positive_bytes().ok_or(ssh_key::Error::Crypto)?;
+        Ok(rsa::BigUint::from_bytes_be(bytes))
+    };
+    let private = rsa::RsaPrivateKey::from_components(
+        int(&key.public.n)?,
+        int(&key.public.e)?,
+        int(&key.private.d)?,
+        vec![int(&key.private.p)?, int(&key.private.q)?],
+    )
+    .map_err(|_| ssh_key::Error::Crypto)?;
+    let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha512>::new(private);
+    let sig = signer.try_sign(data).map_err(|_| ssh_key::Error::Crypto)?;
+    Signature::new(
+        Algorithm::Rsa {
+            hash: Some(HashAlg::Sha512),
+        },
+        sig.to_vec(),
+    )
 }
 
 const SSH_AGENT_FAILURE: u8 = 5;

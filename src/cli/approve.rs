@@ -237,7 +237,10 @@ fn load_signers(path: &std::path::Path) -> Result<AllowedSigners, ApproveError> 
             path: path.to_path_buf(),
             list: diags
                 .iter()
-                .map(|d| format!("  {}:{d}", path.display()))
+                .map(|d| match d.column {
+                    Some(c) => format!("  {}:{}:{c}: {}", path.display(), d.line, d.message),
+                    None => format!("  {}:{}: {}", path.display(), d.line, d.message),
+                })
                 .collect::<Vec<_>>()
                 .join("\n"),
         });
