@@ -106,7 +106,7 @@ impl SecretKey {
 /// What `--key FILE` holds: a private key to sign with, or a public key naming an agent key.
 #[derive(Debug)]
 pub enum KeyFile {
-    Private(SecretKey),
+    Private(Box<SecretKey>),
     Public(PublicKey),
 }
 
@@ -133,7 +133,7 @@ pub fn load_key_file(path: &Path) -> Result<KeyFile, SignError> {
             path: path.to_path_buf(),
         });
     }
-    Ok(KeyFile::Private(SecretKey(key)))
+    Ok(KeyFile::Private(Box::new(SecretKey(key))))
 }
 
 /// Re-encode the private scalar of an unencrypted OpenSSH ECDSA key at the curve's full width.
@@ -637,5 +637,69 @@ mod tests {
                 )
                 .is_err()
         );
+    }
+
+    /// A one-connection fake agent answering each request with the next canned reply body.
+    fn fake_agent(
+        replies: Vec<Vec<u8>>,
+    ) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<()>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            for reply in replies {
+                let mut len = [0u8; 4];
+                if conn.read_exact(&mut len).is_err() {
+                    return;
+                }
+                let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                conn.read_exact(&mut body).unwrap();
+                let mut msg = Vec::new();
+                put_string(&mut msg, &reply);
+                conn.write_all(&msg).unwrap();
+            }
+        });
+        (dir, path, handle)
+    }
+
+    #[test]
+    fn agent_replies_are_checked() {
+        let key = PrivateKey::new(
+            ssh_key::private::KeypairData::Ed25519(ssh_key::private::Ed25519Keypair::from_seed(
+                &[5; 32],
+            )),
+            "",
+        )
+        .unwrap();
+        let public = key.public_key().clone();
+        let mut answer = vec![SSH_AGENT_IDENTITIES_ANSWER];
+        answer.extend_from_slice(&1u32.to_be_bytes());
+        put_string(&mut answer, &public.to_bytes().unwrap());
+        put_string(&mut answer, b"comment");
+        let truncated = vec![SSH_AGENT_IDENTITIES_ANSWER, 0, 0, 0, 2, 0, 0];
+        let (_dir, path, handle) =
+            fake_agent(vec![answer, vec![SSH_AGENT_FAILURE], truncated, vec![99]]);
+        let mut agent = Agent::connect(&path).unwrap();
+        let chosen = agent.choose(None).unwrap();
+        assert_eq!(chosen.key_data(), public.key_data());
+        assert_eq!(chosen.comment(), "comment");
+        let plan = PlanId::from_digest([1; 32]);
+        assert!(matches!(
+            agent.sign(&chosen, &plan, HashAlg::Sha512),
+            Err(SignError::AgentRefused { .. })
+        ));
+        let e = agent.identities().unwrap_err();
+        assert!(
+            matches!(&e, SignError::AgentProtocol { detail, .. } if detail.contains("truncated")),
+            "{e}"
+        );
+        let e = agent.sign(&chosen, &plan, HashAlg::Sha512).unwrap_err();
+        assert!(
+            matches!(&e, SignError::AgentProtocol { detail, .. } if detail.contains("type 99")),
+            "{e}"
+        );
+        drop(agent);
+        handle.join().unwrap();
     }
 }
