@@ -94,7 +94,7 @@ pub fn is_marker_path(rel: &str) -> bool {
         && !rest
             .split('/')
             .any(|c| c.is_empty() || c == "." || c == "..")
-        && !rest.rsplit('/').next().is_some_and(|f| f == ".sig")
+        && rest.rsplit('/').next().is_none_or(|f| f != ".sig")
 }
 
 #[cfg(test)]
