@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod approve;
 pub mod client;
 pub mod debug;
 pub mod desired;
@@ -66,6 +67,8 @@ pub enum Command {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
+    /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
+    Approve(approve::ApproveArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -111,6 +114,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Command::Approve(args) => approve::run(args),
     }
 }
 

@@ -5,13 +5,24 @@ use super::model::Origin;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
-    #[error("the value at {file}:{line}:{column} is not where the loader saw it; re-run after saving the file")]
-    Moved { file: String, line: usize, column: usize },
+    #[error(
+        "the value at {file}:{line}:{column} is not where the loader saw it; re-run after saving the file"
+    )]
+    Moved {
+        file: String,
+        line: usize,
+        column: usize,
+    },
 }
 
 /// Replace the scalar at `at` in `text` with `value`, keeping its quotes if it had any.
 /// `expected` is the scalar's current (unquoted) value, checked before editing.
-pub fn replace_scalar(text: &str, at: &Origin, expected: &str, value: &str) -> Result<String, EditError> {
+pub fn replace_scalar(
+    text: &str,
+    at: &Origin,
+    expected: &str,
+    value: &str,
+) -> Result<String, EditError> {
     let moved = || EditError::Moved {
         file: at.file.clone(),
         line: at.line,
@@ -64,7 +75,10 @@ mod tests {
         let out = replace_scalar(t, &at(t, "\"v1.12.4\""), "v1.12.4", "v1.13.9").unwrap();
         assert_eq!(out, "talos: {version: \"v1.13.9\", x: 1}\n");
         let t = "version: 'v1.12.4'\n";
-        assert_eq!(replace_scalar(t, &at(t, "'"), "v1.12.4", "v1.13.9").unwrap(), "version: 'v1.13.9'\n");
+        assert_eq!(
+            replace_scalar(t, &at(t, "'"), "v1.12.4", "v1.13.9").unwrap(),
+            "version: 'v1.13.9'\n"
+        );
     }
 
     #[test]
