@@ -82,42 +82,9 @@ pub fn ssh_keygen_command(plan: &PlanId) -> String {
     )
 }
 
-/// Whether a path relative to the desired-state root (`/`-separated, as in a git tree) is an
-/// approval marker candidate: `approvals/**/*.sig`. The loader reads these (in git mode only from
-/// the committed tree) and hands their contents to [`verify`] as [`Candidate`]s.
-pub fn is_marker_path(rel: &str) -> bool {
-    let Some(rest) = rel.strip_prefix("approvals/") else {
-        return false;
-    };
-    rest.ends_with(".sig")
-        && rest.len() > ".sig".len()
-        && !rest
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
-        && rest.rsplit('/').next().is_none_or(|f| f != ".sig")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn marker_paths() {
-        for yes in ["approvals/abc-alice@x.sig", "approvals/team/2025/a.sig"] {
-            assert!(is_marker_path(yes), "{yes}");
-        }
-        for no in [
-            "approvals/a.txt",
-            "approvals/.sig",
-            "approvals/x/.sig",
-            "approvals/../a.sig",
-            "other/approvals/a.sig",
-            "approvals//a.sig",
-            "approvals.sig",
-        ] {
-            assert!(!is_marker_path(no), "{no}");
-        }
-    }
 
     #[test]
     fn ssh_keygen_command_signs_exactly_the_signed_message() {

@@ -15,6 +15,7 @@ pub mod desired;
 pub mod output;
 pub mod report;
 pub mod server;
+pub mod upgrade;
 
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
@@ -67,6 +68,8 @@ pub enum Command {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
+    /// Set a Talos or Kubernetes version in the desired-state YAML (in place), then plan.
+    Upgrade(upgrade::UpgradeArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),
 }
@@ -107,6 +110,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Schema(args) => desired::schema(args),
         Command::StoreTorture(args) => debug::store_torture(args),
         Command::Serve(args) => server::serve(args),
+        Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Get(args) => server::get(args),
         Command::Cluster(args) => server::cluster(args),
         Command::Completions { shell } => {

@@ -5,3 +5,4 @@ mod cli;
 mod desired;
 mod server;
 mod store;
+mod upgrade;
