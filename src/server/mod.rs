@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod notify;
 pub mod secrets;
 pub mod tls;
 pub mod watch;
@@ -202,6 +203,9 @@ pub async fn run(
     tracing::info!(%addr, "API listening (TLS, bearer token)");
     if let Some(tx) = bound {
         let _ = tx.send(addr);
+    }
+    if let Err(e) = notify::sd_notify("READY=1") {
+        tracing::warn!(error = %e, "cannot notify systemd of readiness");
     }
     let tls =
         tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(

@@ -2,6 +2,7 @@
 
 mod approval;
 mod cli;
+mod deploy;
 mod desired;
 mod server;
 mod store;
