@@ -8,6 +8,7 @@ pub mod build_info;
 pub mod cli;
 pub mod desired;
 pub mod inventory;
+pub mod metrics;
 pub mod plan;
 pub mod server;
 pub mod sim;

@@ -122,13 +122,19 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
     }
 }
 
-/// Logs go to stderr: human-readable on a TTY, JSON with `MEDEA_LOG_FORMAT=json`; the level
-/// comes from `RUST_LOG` (default `info`).
-pub fn init_logging() {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr: human-readable (colours on a TTY) or one JSON object per line; the
+/// level comes from `RUST_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let json = std::env::var("MEDEA_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let json = format == LogFormat::Json;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

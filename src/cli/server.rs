@@ -61,6 +61,12 @@ pub struct ServeArgs {
     /// Quiet period after a file change before re-reading the desired state.
     #[arg(long, default_value = "500ms", value_parser = parse_millis)]
     pub debounce: Duration,
+    /// Serve Prometheus metrics (OpenMetrics) on this address, at /metrics.
+    #[arg(long, env = "MEDEA_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log format: human-readable text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = super::LogFormat::Text, env = "MEDEA_LOG_FORMAT")]
+    pub log_format: super::LogFormat,
     /// How often the inventory is refreshed from Talos and Kubernetes.
     #[arg(long, default_value = "60s", value_parser = parse_millis)]
     pub refresh_interval: Duration,
@@ -152,8 +158,9 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         debounce: args.debounce,
         refresh_interval: args.refresh_interval,
         replica: hostname(),
+        metrics_listen: args.metrics_listen,
     };
-    super::init_logging();
+    super::init_logging(args.log_format);
     let rt = tokio::runtime::Runtime::new()
         .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
     rt.block_on(async move {

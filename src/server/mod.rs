@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub debounce: Duration,
     pub refresh_interval: Duration,
     pub replica: String,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// State shared by the API and the background loops.
@@ -103,10 +105,13 @@ pub enum ServeError {
 /// Re-read the desired state and publish it. Invalid revisions change nothing but the
 /// diagnostics; the previous valid revision stays in force for planning.
 pub fn reload(shared: &Shared) {
+    let started = std::time::Instant::now();
     match crate::desired::load(&shared.source) {
         Ok(loaded) => {
             let errors = loaded.errors().count();
+            crate::metrics::global().reload_seconds.observe(started.elapsed().as_secs_f64());
             if errors > 0 {
+                crate::metrics::global().validation_failures.inc();
                 for d in loaded.errors() {
                     tracing::warn!(diagnostic = %d, "desired state is invalid; nothing changes");
                 }
@@ -190,6 +195,15 @@ pub async fn run(
         })
     };
 
+    let metrics = match config.metrics_listen {
+        Some(m) => {
+            let l = tokio::net::TcpListener::bind(m).await.map_err(|err| ServeError::Listen { addr: m, err })?;
+            tracing::info!(addr = %l.local_addr().unwrap_or(m), "metrics on /metrics");
+            Some(tokio::spawn(crate::metrics::serve(l)))
+        }
+        None => None,
+    };
+    crate::metrics::global().leader.set(1);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|err| ServeError::Listen {
@@ -230,5 +244,8 @@ pub async fn run(
         .await
         .map_err(ServeError::Transport);
     reloader.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     result
 }
