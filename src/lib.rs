@@ -14,6 +14,7 @@ pub mod server;
 pub mod sim;
 pub mod store;
 pub mod version;
+pub mod webhook;
 
 /// Render an error with its whole `source()` chain, for logs: `outer: inner: root cause`.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

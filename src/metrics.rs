@@ -59,23 +59,59 @@ impl Metrics {
     fn new() -> Metrics {
         let mut registry = Registry::with_prefix("medea");
         let plans_computed = Counter::default();
-        registry.register("plans_computed", "Plans computed from a new desired or observed basis", plans_computed.clone());
+        registry.register(
+            "plans_computed",
+            "Plans computed from a new desired or observed basis",
+            plans_computed.clone(),
+        );
         let validation_failures = Counter::default();
-        registry.register("validation_failures", "Desired-state revisions rejected by validation", validation_failures.clone());
+        registry.register(
+            "validation_failures",
+            "Desired-state revisions rejected by validation",
+            validation_failures.clone(),
+        );
         let approvals = Family::<OutcomeLabels, Counter>::default();
-        registry.register("approvals", "Approval candidates by verification outcome", approvals.clone());
+        registry.register(
+            "approvals",
+            "Approval candidates by verification outcome",
+            approvals.clone(),
+        );
         let jobs = Family::<StateLabels, Gauge>::default();
         registry.register("rollout_jobs", "Rollout jobs by state", jobs.clone());
-        let step_seconds = Family::<StepLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> Histogram);
-        registry.register("rollout_step_duration_seconds", "Duration of per-node rollout steps", step_seconds.clone());
-        let call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> Histogram);
-        registry.register("api_call_duration_seconds", "Latency of Talos and Kubernetes API calls", call_seconds.clone());
+        let step_seconds = Family::<StepLabels, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "rollout_step_duration_seconds",
+            "Duration of per-node rollout steps",
+            step_seconds.clone(),
+        );
+        let call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "api_call_duration_seconds",
+            "Latency of Talos and Kubernetes API calls",
+            call_seconds.clone(),
+        );
         let call_errors = Family::<CallLabels, Counter>::default();
-        registry.register("api_call_errors", "Failed Talos and Kubernetes API calls", call_errors.clone());
+        registry.register(
+            "api_call_errors",
+            "Failed Talos and Kubernetes API calls",
+            call_errors.clone(),
+        );
         let reload_seconds = seconds_histogram();
-        registry.register("desired_reload_duration_seconds", "Time to load, validate and plan a desired-state revision", reload_seconds.clone());
+        registry.register(
+            "desired_reload_duration_seconds",
+            "Time to load, validate and plan a desired-state revision",
+            reload_seconds.clone(),
+        );
         let leader = Gauge::default();
-        registry.register("leader", "1 when this replica leads (runs planning writes and the executor)", leader.clone());
+        registry.register(
+            "leader",
+            "1 when this replica leads (runs planning writes and the executor)",
+            leader.clone(),
+        );
         Metrics {
             registry,
             plans_computed,
@@ -99,30 +135,51 @@ pub fn global() -> &'static Metrics {
 pub fn observe_step(cluster: &str, pool: &str, step: &str, d: Duration) {
     global()
         .step_seconds
-        .get_or_create(&StepLabels { cluster: cluster.into(), pool: pool.into(), step: step.into() })
+        .get_or_create(&StepLabels {
+            cluster: cluster.into(),
+            pool: pool.into(),
+            step: step.into(),
+        })
         .observe(d.as_secs_f64());
 }
 
 pub fn observe_call(api: &str, method: &str, d: Duration, ok: bool) {
-    let l = CallLabels { api: api.into(), method: method.into() };
-    global().call_seconds.get_or_create(&l).observe(d.as_secs_f64());
+    let l = CallLabels {
+        api: api.into(),
+        method: method.into(),
+    };
+    global()
+        .call_seconds
+        .get_or_create(&l)
+        .observe(d.as_secs_f64());
     if !ok {
         global().call_errors.get_or_create(&l).inc();
     }
 }
 
 pub fn approval_outcome(outcome: &str) {
-    global().approvals.get_or_create(&OutcomeLabels { outcome: outcome.into() }).inc();
+    global()
+        .approvals
+        .get_or_create(&OutcomeLabels {
+            outcome: outcome.into(),
+        })
+        .inc();
 }
 
 pub fn set_jobs(state: &str, n: i64) {
-    global().jobs.get_or_create(&StateLabels { state: state.into() }).set(n);
+    global()
+        .jobs
+        .get_or_create(&StateLabels {
+            state: state.into(),
+        })
+        .set(n);
 }
 
 /// The OpenMetrics exposition of every metric.
 pub fn render() -> String {
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &global().registry).expect("encoding to a String cannot fail");
+    prometheus_client::encoding::text::encode(&mut out, &global().registry)
+        .expect("encoding to a String cannot fail");
     out
 }
 
@@ -133,7 +190,10 @@ pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
         "/metrics",
         get(|| async {
             (
-                [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
                 render(),
             )
         }),
@@ -152,8 +212,14 @@ mod tests {
         approval_outcome("approved");
         let text = render();
         assert!(text.contains("medea_rollout_step_duration_seconds_count{cluster=\"home\",pool=\"workers\",step=\"upgrade\"}"), "{text}");
-        assert!(text.contains("medea_api_call_errors_total{api=\"talos\",method=\"Version\"} 1"), "{text}");
-        assert!(text.contains("medea_approvals_total{outcome=\"approved\"}"), "{text}");
+        assert!(
+            text.contains("medea_api_call_errors_total{api=\"talos\",method=\"Version\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("medea_approvals_total{outcome=\"approved\"}"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -109,7 +109,9 @@ pub fn reload(shared: &Shared) {
     match crate::desired::load(&shared.source) {
         Ok(loaded) => {
             let errors = loaded.errors().count();
-            crate::metrics::global().reload_seconds.observe(started.elapsed().as_secs_f64());
+            crate::metrics::global()
+                .reload_seconds
+                .observe(started.elapsed().as_secs_f64());
             if errors > 0 {
                 crate::metrics::global().validation_failures.inc();
                 for d in loaded.errors() {
@@ -197,7 +199,9 @@ pub async fn run(
 
     let metrics = match config.metrics_listen {
         Some(m) => {
-            let l = tokio::net::TcpListener::bind(m).await.map_err(|err| ServeError::Listen { addr: m, err })?;
+            let l = tokio::net::TcpListener::bind(m)
+                .await
+                .map_err(|err| ServeError::Listen { addr: m, err })?;
             tracing::info!(addr = %l.local_addr().unwrap_or(m), "metrics on /metrics");
             Some(tokio::spawn(crate::metrics::serve(l)))
         }

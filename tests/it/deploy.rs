@@ -26,7 +26,9 @@ fn systemd_unit_is_hardened() {
 #[test]
 fn systemd_unit_verifies() {
     let Ok(analyze) = which("systemd-analyze") else {
-        eprintln!("systemd-analyze not installed: skipping `systemd-analyze verify` (install the systemd package)");
+        eprintln!(
+            "systemd-analyze not installed: skipping `systemd-analyze verify` (install the systemd package)"
+        );
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -35,11 +37,21 @@ fn systemd_unit_verifies() {
         .replace("/usr/local/bin/medea", env!("CARGO_BIN_EXE_medea"));
     let path = tmp.path().join("medea.service");
     std::fs::write(&path, unit).unwrap();
-    let out = std::process::Command::new(analyze).arg("verify").arg(&path).output().unwrap();
+    let out = std::process::Command::new(analyze)
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     // Only complaints about this unit count (the host's other units are not ours).
-    let ours: Vec<&str> = err.lines().filter(|l| l.contains("medea.service")).collect();
-    assert!(out.status.success() && ours.is_empty(), "systemd-analyze verify: {err}");
+    let ours: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("medea.service"))
+        .collect();
+    assert!(
+        out.status.success() && ours.is_empty(),
+        "systemd-analyze verify: {err}"
+    );
 }
 
 #[test]
@@ -52,6 +64,10 @@ fn containerfile_runs_as_non_root_on_distroless() {
 
 fn which(name: &str) -> Result<PathBuf, ()> {
     std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|c| c.is_file()))
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|c| c.is_file())
+        })
         .ok_or(())
 }
