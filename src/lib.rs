@@ -4,6 +4,7 @@
 //! `approval`, `rollout::machine`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
 pub mod approval;
+pub mod bench;
 pub mod build_info;
 pub mod cli;
 pub mod desired;
