@@ -4,6 +4,7 @@ mod approval;
 mod cli;
 mod deploy;
 mod desired;
+mod fuzz_smoke;
 mod server;
 mod store;
 mod upgrade;
