@@ -60,6 +60,13 @@ pub enum Command {
     /// (testing) Write store batches until killed.
     #[command(name = "__store-torture", hide = true)]
     StoreTorture(debug::TortureArgs),
+    /// Write man pages (medea.1 and one per subcommand) generated from this CLI.
+    #[command(after_help = "Examples:\n  medea man --out /usr/local/share/man/man1")]
+    Man {
+        /// Directory to write the pages into.
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+    },
     /// Print shell completions.
     #[command(
         after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
@@ -113,6 +120,14 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Get(args) => server::get(args),
         Command::Cluster(args) => server::cluster(args),
+        Command::Man { out } => {
+            std::fs::create_dir_all(&out)
+                .map_err(|e| miette::miette!("cannot create {}: {e}", out.display()))?;
+            clap_mangen::generate_to(Cli::command(), &out)
+                .map_err(|e| miette::miette!("cannot write man pages to {}: {e}", out.display()))?;
+            println!("wrote man pages to {}", out.display());
+            Ok(exit::OK)
+        }
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
