@@ -30,7 +30,7 @@ pub enum InventoryFileError {
     Parse {
         file: String,
         #[source]
-        err: serde_saphyr::Error,
+        err: Box<serde_saphyr::Error>,
     },
     #[error("inventory file `{file}` lists cluster `{cluster}` twice")]
     DuplicateCluster { file: String, cluster: String },
@@ -103,7 +103,7 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
     let parsed: InventoryFile =
         serde_saphyr::from_str(text).map_err(|err| InventoryFileError::Parse {
             file: file.to_string(),
-            err,
+            err: Box::new(err),
         })?;
     let mut clusters = BTreeMap::new();
     for c in parsed.clusters {

@@ -148,12 +148,11 @@ pub fn compute(
         applies
             .put
             .extend(cluster.pools.values().map(AppliedResource::of_pool));
-        for (key, res) in &last_applied.resources {
+        for res in last_applied.resources.values() {
             if let ResourceKey::Pool { cluster: c, pool } = &res.key
                 && c == name
                 && !cluster.pools.contains_key(pool)
             {
-                debug_assert_eq!(key, &res.key.store_key());
                 applies.delete.push(res.key.clone());
             }
         }
@@ -527,6 +526,7 @@ impl<'a> ClusterCtx<'a> {
         let mut paths: Vec<(&'a Machine, Vec<TalosVersion>)> = Vec::new();
         let mut downgrades = Vec::new();
         let mut dropped = Vec::new();
+        let mut no_release: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
         let mut errors = false;
         for m in members {
             let machine = m.machine;
@@ -591,21 +591,10 @@ impl<'a> ClusterCtx<'a> {
                     continue;
                 }
                 Err(PathError::NoRelease { minor }) => {
-                    self.diags.push(
-                        Diagnostic::error(
-                            codes::TALOS_PATH,
-                            pool.talos_version.origin.clone(),
-                            format!(
-                                "no stable Talos {}.{} release is known to stop at between {running} (machine `{}`) and {target}",
-                                minor.0, minor.1, machine.node
-                            ),
-                        )
-                        .with_help(format!(
-                            "Talos upgrades go one minor at a time; add the release to `upgradePolicy.talosReleases` of cluster `{}` (catalog {})",
-                            self.name(),
-                            self.catalog.version()
-                        )),
-                    );
+                    no_release
+                        .entry(minor)
+                        .or_default()
+                        .push(format!("`{}` ({running})", machine.node));
                     errors = true;
                     continue;
                 }
@@ -654,6 +643,26 @@ impl<'a> ClusterCtx<'a> {
                 .with_help(format!(
                     "set `upgradePolicy.allowDowngrade: true` on cluster `{}` if you mean it, or set the version to the running one",
                     self.name()
+                )),
+            );
+        }
+        for (minor, machines) in no_release {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::TALOS_PATH,
+                    pool.talos_version.origin.clone(),
+                    format!(
+                        "no stable Talos {}.{} release is known to stop at on the way from what {} run{} to {target}",
+                        minor.0,
+                        minor.1,
+                        machines.join(", "),
+                        if machines.len() == 1 { "s" } else { "" }
+                    ),
+                )
+                .with_help(format!(
+                    "Talos upgrades go one minor at a time; add the release to `upgradePolicy.talosReleases` of cluster `{}` (catalog {})",
+                    self.name(),
+                    self.catalog.version()
                 )),
             );
         }

@@ -26,3 +26,6 @@ pub use model::{
     Applies, Basis, ClusterPlan, ClusterStatus, KubeRollout, MachineTarget, Plan, ResourceDiff,
     SettingsChange, Step, TalosRollout,
 };
+
+#[cfg(test)]
+mod tests;

@@ -2,4 +2,5 @@
 
 mod cli;
 mod desired;
+mod plan;
 mod store;
