@@ -121,22 +121,28 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
     let status = match dyn_store {
         None => "not stored (no --store): a rehearsal".to_string(),
         Some(s) => {
-            let current = plan::basis_of(
-                desired,
-                &Inventory::load(s).map_err(|e| miette::miette!("{}", error_chain(&e)))?,
-                &applied,
-            );
+            let store_inventory = match &args.observed {
+                Some(_) => {
+                    Inventory::load(s).map_err(|e| miette::miette!("{}", error_chain(&e)))?
+                }
+                None => inventory.clone(),
+            };
+            let current = plan::basis_of(desired, &store_inventory, &applied);
+            let already = match previous {
+                Some(p) if p.id == plan.id => stored::load_plan(s, &plan.id)
+                    .map_err(|e| miette::miette!("{}", error_chain(&e)))?,
+                _ => None,
+            };
             if plan.is_stale(&current) {
                 "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()
-            } else if previous.is_some_and(|p| p.id == plan.id) {
+            } else if let Some(stored_plan) = already {
                 // Same inputs as the current plan: it is the current plan.
-                if let Some(stored_plan) = stored::load_plan(s, &plan.id)
-                    .map_err(|e| miette::miette!("{}", error_chain(&e)))?
-                {
-                    plan.parent = stored_plan.parent;
-                }
+                plan.parent = stored_plan.parent;
                 format!("plan {} is already the current plan", plan.id.short())
             } else {
+                if plan.parent == Some(plan.id) {
+                    plan.parent = None; // a pointer to a plan record that is gone
+                }
                 s.commit(stored::save_txn(&plan, previous.as_ref()))
                     .map_err(|e| miette::miette!("{}", error_chain(&e)))
                     .wrap_err("cannot store the plan")?;

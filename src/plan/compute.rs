@@ -123,8 +123,7 @@ pub fn compute(
         };
         let plan = ctx.plan(last_applied);
         diags.append(&mut ctx.diags);
-        let Some(plan) = plan else { continue };
-        let mut plan = plan;
+        let Some(mut plan) = plan else { continue };
         if plan.has_changes() {
             let in_force = last_applied.approvals_in_force(name);
             let (kind, was, wants) = if plan.steps.iter().any(Step::touches_control_plane) {
