@@ -264,6 +264,16 @@ struct Member<'a> {
     listed: Option<&'a Origin>,
 }
 
+impl Member<'_> {
+    /// Where a diagnostic about this member points: its `machines:` entry, or the pool name
+    /// (for machines picked by the selector).
+    fn origin(&self, pool: &NodePool) -> Origin {
+        self.listed
+            .cloned()
+            .unwrap_or_else(|| pool.name.origin.clone())
+    }
+}
+
 /// The work of one hop: its target and the machines that take it, with their version before.
 struct Hop<'a> {
     to: TalosVersion,
@@ -489,10 +499,7 @@ impl<'a> ClusterCtx<'a> {
             for m in ms.iter() {
                 let want = role_of(pool.role);
                 if m.machine.role != want {
-                    let origin = m
-                        .listed
-                        .cloned()
-                        .unwrap_or_else(|| pool.name.origin.clone());
+                    let origin = m.origin(pool);
                     self.diags.push(
                         Diagnostic::error(
                             codes::ROLE_MISMATCH,
@@ -530,10 +537,7 @@ impl<'a> ClusterCtx<'a> {
         for m in members {
             let machine = m.machine;
             let Some(running) = &machine.talos_version else {
-                let origin = m
-                    .listed
-                    .cloned()
-                    .unwrap_or_else(|| pool.name.origin.clone());
+                let origin = m.origin(pool);
                 self.diags.push(
                     Diagnostic::error(
                         codes::UNOBSERVED,
@@ -602,10 +606,7 @@ impl<'a> ClusterCtx<'a> {
                 path.push(target.clone());
             }
             if !path.is_empty() && !machine.reachable {
-                let origin = m
-                    .listed
-                    .cloned()
-                    .unwrap_or_else(|| pool.name.origin.clone());
+                let origin = m.origin(pool);
                 self.diags.push(
                     Diagnostic::error(
                         codes::UNOBSERVED,
