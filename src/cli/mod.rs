@@ -13,6 +13,7 @@ pub mod client;
 pub mod debug;
 pub mod desired;
 pub mod output;
+pub mod plan;
 pub mod report;
 pub mod server;
 pub mod upgrade;
@@ -42,6 +43,11 @@ pub enum Command {
         after_help = "Examples:\n  medea validate examples/\n  medea validate --git . --ref main\n\nExit status: 0 valid, 1 invalid (diagnostics on stderr)."
     )]
     Validate(desired::ValidateArgs),
+    /// Compute, store and print the plan: what would change, with an id to approve.
+    #[command(
+        after_help = "Examples:\n  medea plan --desired examples/ --store /var/lib/medea\n  medea plan --desired . --git-ref main --store /var/lib/medea -o json\n  medea plan --desired examples/ --observed inventory.yaml\n\nExit status (like terraform plan -detailed-exitcode): 0 no changes, 1 error, 2 changes."
+    )]
+    Plan(plan::PlanArgs),
     /// Print (or write with --out) the JSON Schemas of the desired-state kinds.
     #[command(after_help = "Examples:\n  medea schema --out schemas/")]
     Schema(desired::SchemaArgs),
@@ -115,6 +121,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
     match cli.command {
         Command::Validate(args) => desired::validate(args),
         Command::Schema(args) => desired::schema(args),
+        Command::Plan(args) => plan::plan(args),
         Command::StoreTorture(args) => debug::store_torture(args),
         Command::Serve(args) => server::serve(args),
         Command::Upgrade(args) => upgrade::upgrade(args),
