@@ -44,19 +44,8 @@ fn open_store(path: &Path) -> miette::Result<FjallStore> {
             "the store at `{}` is locked by another medea process",
             path.display()
         ),
-        other => miette::Report::msg(error_chain(&other)),
+        other => miette::Report::msg(crate::error_chain(&other)),
     })
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }
 
 fn color_stdout() -> bool {
@@ -88,19 +77,21 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                 miette::miette!(
                     help = "see `design/plan.md` for the inventory file format",
                     "{}",
-                    error_chain(&e)
+                    crate::error_chain(&e)
                 )
             })?
         }
         None => Inventory::load(dyn_store.expect("checked above"))
-            .map_err(|e| miette::miette!("{}", error_chain(&e)))?,
+            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
     };
     let applied = match dyn_store {
-        Some(s) => LastApplied::load(s).map_err(|e| miette::miette!("{}", error_chain(&e)))?,
+        Some(s) => {
+            LastApplied::load(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?
+        }
         None => LastApplied::default(),
     };
     let previous = match dyn_store {
-        Some(s) => stored::current(s).map_err(|e| miette::miette!("{}", error_chain(&e)))?,
+        Some(s) => stored::current(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
         None => None,
     };
     let desired = &loaded.desired;
@@ -123,14 +114,14 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         Some(s) => {
             let store_inventory = match &args.observed {
                 Some(_) => {
-                    Inventory::load(s).map_err(|e| miette::miette!("{}", error_chain(&e)))?
+                    Inventory::load(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?
                 }
                 None => inventory.clone(),
             };
             let current = plan::basis_of(desired, &store_inventory, &applied);
             let already = match previous {
                 Some(p) if p.id == plan.id => stored::load_plan(s, &plan.id)
-                    .map_err(|e| miette::miette!("{}", error_chain(&e)))?,
+                    .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
                 _ => None,
             };
             if plan.is_stale(&current) {
@@ -144,7 +135,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                     plan.parent = None; // a pointer to a plan record that is gone
                 }
                 s.commit(stored::save_txn(&plan, previous.as_ref()))
-                    .map_err(|e| miette::miette!("{}", error_chain(&e)))
+                    .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
                     .wrap_err("cannot store the plan")?;
                 format!("stored as the current plan ({})", plan.id.short())
             }

@@ -104,3 +104,45 @@ pub fn with_approval_writes(mut txn: Txn, plan: &Plan) -> Txn {
     }
     txn
 }
+
+/// What [`replan`] did.
+#[derive(Debug, Clone)]
+pub struct Replanned {
+    pub plan: Plan,
+    /// `true` when the plan is new and became current; `false` when it already was current.
+    pub stored: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplanError {
+    #[error("the desired state cannot be planned")]
+    Refused(Vec<crate::desired::Diagnostic>),
+    #[error("store error while planning")]
+    Store(#[from] StoreError),
+}
+
+/// Compute the plan for `desired` against the store's inventory and applied state, and make
+/// it current unless it already is. The one planning path of the daemon and `medea plan`.
+pub fn replan(store: &dyn Store, desired: &Desired) -> Result<Replanned, ReplanError> {
+    let inventory = Inventory::load(store)?;
+    let applied = LastApplied::load(store)?;
+    let previous = current(store)?;
+    let mut plan = super::compute::compute(desired, &inventory, &applied, previous.map(|p| p.id))
+        .map_err(ReplanError::Refused)?;
+    if let Some(p) = previous
+        && p.id == plan.id
+        && let Some(existing) = load_plan(store, &plan.id)?
+    {
+        // Same inputs as the current plan: it is the current plan.
+        plan.parent = existing.parent;
+        return Ok(Replanned {
+            plan,
+            stored: false,
+        });
+    }
+    if plan.parent == Some(plan.id) {
+        plan.parent = None; // a pointer to a plan record that is gone
+    }
+    store.commit(save_txn(&plan, previous.as_ref()))?;
+    Ok(Replanned { plan, stored: true })
+}
