@@ -6,4 +6,5 @@
 pub mod cli;
 pub mod plan;
 pub mod sim;
+pub mod talos;
 pub mod version;
