@@ -8,6 +8,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod sim;
+pub mod talos;
+
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
     /// Success, no changes (for `plan`).
@@ -36,6 +39,10 @@ pub enum Command {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
+    /// Talos diagnostics over the machine API (talosctl-like): version, services, etcd, health.
+    Talos(talos::TalosArgs),
+    /// Run the simulator (Talos machine API) standalone until Ctrl-C.
+    Sim(sim::SimArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -56,5 +63,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Command::Talos(args) => talos::run(args),
+        Command::Sim(args) => sim::run(args),
     }
 }

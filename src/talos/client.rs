@@ -39,6 +39,9 @@ pub struct ClientSettings {
     pub connect_timeout: Duration,
     /// Deadline of a unary call (and of opening a stream).
     pub request_timeout: Duration,
+    /// Deadline of the unary calls that pull an image before answering (legacy
+    /// `MachineService.Upgrade` and `MachineService.ImagePull`).
+    pub pull_timeout: Duration,
     /// Longest silence tolerated between two messages of a stream.
     pub stream_idle_timeout: Duration,
     /// Backoff for retried calls (see [`retry`](super::retry) for what is retried).
@@ -50,6 +53,7 @@ impl Default for ClientSettings {
         ClientSettings {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
+            pull_timeout: Duration::from_secs(15 * 60),
             stream_idle_timeout: Duration::from_secs(300),
             retry: RetryPolicy::default(),
         }
@@ -88,6 +92,7 @@ impl std::fmt::Debug for TalosClient {
 
 impl TalosClient {
     /// Build a client for a decoded context. No connection is made until the first call.
+    /// Must be called within a tokio runtime (the lazy channels spawn their workers on it).
     pub fn new(ctx: &TalosContext, settings: ClientSettings) -> Result<TalosClient, TalosError> {
         let identity = Identity::from_pem(ctx.crt_pem.as_bytes(), ctx.key.pem().expose());
         let ca = Certificate::from_pem(ctx.ca_pem.as_bytes());
@@ -213,7 +218,7 @@ impl TalosClient {
         }
     }
 
-    /// A unary call with deadline and retries.
+    /// A unary call with the default deadline and retries.
     async fn unary<Req, Resp, F, Fut>(
         &self,
         op: &'static str,
@@ -228,7 +233,26 @@ impl TalosClient {
         Fut: Future<Output = Result<Response<Resp>, Status>> + Send,
         Resp: Send,
     {
-        let timeout = self.settings.request_timeout;
+        self.unary_within(self.settings.request_timeout, op, node, kind, msg, call)
+            .await
+    }
+
+    /// A unary call with deadline `timeout` and retries.
+    async fn unary_within<Req, Resp, F, Fut>(
+        &self,
+        timeout: Duration,
+        op: &'static str,
+        node: &NodeTarget,
+        kind: CallKind,
+        msg: Req,
+        call: F,
+    ) -> Result<Resp, TalosError>
+    where
+        Req: Clone + Send + Sync,
+        F: Fn(Channel, Request<Req>) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<Response<Resp>, Status>> + Send,
+        Resp: Send,
+    {
         // Validate the target before any attempt.
         self.request(node, (), None)?;
         let res = retry::run(&self.settings.retry, kind, |_| async {
@@ -407,11 +431,17 @@ impl TalosClient {
             force: false,
             reboot_mode: machine::upgrade_request::RebootMode::Default as i32,
         };
+        // The node pulls and validates the installer before it answers.
         #[allow(deprecated)]
         let resp = self
-            .unary(OP, node, CallKind::Mutating, req, |ch, r| async move {
-                Self::machine(ch).upgrade(r).await
-            })
+            .unary_within(
+                self.settings.pull_timeout,
+                OP,
+                node,
+                CallKind::Mutating,
+                req,
+                |ch, r| async move { Self::machine(ch).upgrade(r).await },
+            )
             .await?;
         let m = first(OP, node, resp.messages)?;
         check_metadata(OP, node, &m.metadata)?;
@@ -855,9 +885,14 @@ impl TalosApi for TalosClient {
                 };
                 #[allow(deprecated)]
                 let resp = self
-                    .unary(LEGACY, node, CallKind::ReadOnly, req, |ch, r| async move {
-                        Self::machine(ch).image_pull(r).await
-                    })
+                    .unary_within(
+                        self.settings.pull_timeout,
+                        LEGACY,
+                        node,
+                        CallKind::ReadOnly,
+                        req,
+                        |ch, r| async move { Self::machine(ch).image_pull(r).await },
+                    )
                     .await?;
                 let m = first(LEGACY, node, resp.messages)?;
                 check_metadata(LEGACY, node, &m.metadata)?;

@@ -174,15 +174,27 @@ impl SnapshotWriter {
                 });
             }
         };
-        // hard_link refuses an existing destination, unlike rename.
-        if let Err(err) = tokio::fs::hard_link(&part, &dest).await {
-            let _ = tokio::fs::remove_file(&part).await;
-            if err.kind() == std::io::ErrorKind::AlreadyExists {
+        // hard_link refuses an existing destination, unlike rename. Filesystems without hard
+        // links get a checked rename.
+        match tokio::fs::hard_link(&part, &dest).await {
+            Ok(()) => {
+                let _ = tokio::fs::remove_file(&part).await;
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                let _ = tokio::fs::remove_file(&part).await;
                 return Err(TalosError::SnapshotExists { path: dest });
             }
-            return Err(TalosError::SnapshotIo { path: dest, err });
+            Err(_) if tokio::fs::symlink_metadata(&dest).await.is_err() => {
+                if let Err(err) = tokio::fs::rename(&part, &dest).await {
+                    let _ = tokio::fs::remove_file(&part).await;
+                    return Err(TalosError::SnapshotIo { path: dest, err });
+                }
+            }
+            Err(err) => {
+                let _ = tokio::fs::remove_file(&part).await;
+                return Err(TalosError::SnapshotIo { path: dest, err });
+            }
         }
-        let _ = tokio::fs::remove_file(&part).await;
         let dir = dest
             .parent()
             .filter(|p| !p.as_os_str().is_empty())

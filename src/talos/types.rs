@@ -394,13 +394,34 @@ pub struct MachineStatus {
 }
 
 /// Arguments of a server-side health check (`ClusterService.HealthCheck`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheckSpec {
     /// How long the node may wait for the cluster to become healthy.
     pub wait_timeout: Duration,
     /// Control-plane node addresses; empty lets the node discover them.
     pub control_plane_nodes: Vec<String>,
     pub worker_nodes: Vec<String>,
+}
+
+impl Default for HealthCheckSpec {
+    /// talosctl's default: wait up to 20 minutes, let the node discover the members.
+    fn default() -> Self {
+        HealthCheckSpec {
+            wait_timeout: Duration::from_secs(20 * 60),
+            control_plane_nodes: Vec::new(),
+            worker_nodes: Vec::new(),
+        }
+    }
+}
+
+impl HealthCheckSpec {
+    /// Discovered members, waiting at most `wait_timeout`.
+    pub fn waiting(wait_timeout: Duration) -> HealthCheckSpec {
+        HealthCheckSpec {
+            wait_timeout,
+            ..HealthCheckSpec::default()
+        }
+    }
 }
 
 /// Progress lines of a passed health check.

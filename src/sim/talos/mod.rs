@@ -375,7 +375,9 @@ impl SimTalos {
                 },
             )]),
         };
-        Secret::new(serde_saphyr::to_string(&cfg).unwrap_or_default())
+        // Plain scalars (no folded blocks), one line per base64 value, as talosctl writes them.
+        let options = serde_saphyr::ser_options! { prefer_block_scalars: false };
+        Secret::new(serde_saphyr::to_string_with_options(&cfg, options).unwrap_or_default())
     }
 
     /// Write [`Self::talosconfig`] to `dir/talosconfig` (0600; `dir` created 0700 if missing,
