@@ -132,8 +132,9 @@ impl TalosClient {
         context: Option<&str>,
         settings: ClientSettings,
     ) -> Result<(TalosClient, TalosContext), TalosError> {
-        let cfg = TalosConfig::load(path).map_err(TalosError::Config)?;
-        let ctx = cfg.context(context).map_err(TalosError::Config)?;
+        let config_err = |e| TalosError::Config(Box::new(e));
+        let cfg = TalosConfig::load(path).map_err(config_err)?;
+        let ctx = cfg.context(context).map_err(config_err)?;
         Ok((TalosClient::new(&ctx, settings)?, ctx))
     }
 

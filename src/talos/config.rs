@@ -69,7 +69,7 @@ pub enum TalosConfigError {
     Parse {
         path: PathBuf,
         #[source]
-        err: serde_saphyr::Error,
+        err: Box<serde_saphyr::Error>,
     },
     #[error(
         "talosconfig `{path}` has no current context and none was given; pick one with --context (available: {})",
@@ -199,7 +199,7 @@ impl TalosConfig {
         let raw: RawConfig =
             serde_saphyr::from_str(text).map_err(|err| TalosConfigError::Parse {
                 path: origin.to_path_buf(),
-                err,
+                err: Box::new(err),
             })?;
         Ok(TalosConfig {
             path: origin.to_path_buf(),

@@ -46,7 +46,7 @@ pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum TalosError {
     #[error("cannot use the talosconfig")]
-    Config(#[source] TalosConfigError),
+    Config(#[source] Box<TalosConfigError>),
     #[error("`{value}` is not a valid node target: {reason}")]
     BadNode { value: String, reason: &'static str },
     #[error("`{image}` is not a usable image reference: {reason}")]

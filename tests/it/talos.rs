@@ -707,8 +707,8 @@ async fn image_pull_falls_back_to_the_legacy_rpc_before_1_13() {
 
 #[tokio::test]
 async fn scenario_faults_are_armed_at_start() {
-    let text = format!(
-        "timing: {{ reboot: manual }}\nnodes:\n  - {{ name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }}\nfaults:\n  - node: cp-1\n    on: {{ call: {{ method: upgrade, nth: 1 }} }}\n    effect: {{ upgradeExit: {{ code: 2, message: \"no space left on device\" }} }}\n"
+    let text = String::from(
+        "timing: { reboot: manual }\nnodes:\n  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }\nfaults:\n  - node: cp-1\n    on: { call: { method: upgrade, nth: 1 } }\n    effect: { upgradeExit: { code: 2, message: \"no space left on device\" } }\n",
     );
     let s = Scenario::parse(&text, Path::new("faults.yaml")).unwrap();
     let e = env_with(s, fast()).await;

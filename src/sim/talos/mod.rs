@@ -69,8 +69,10 @@ pub enum SimError {
     #[error("node `{node}` is not rebooting ({state:?}); only a rebooting node can finish booting")]
     NotRebooting { node: String, state: Power },
     #[error("invalid scenario")]
-    Scenario(#[source] ScenarioError),
+    Scenario(#[source] Box<ScenarioError>),
 }
+
+type ServeTask = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// A snapshot of one simulated node, for assertions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -101,7 +103,7 @@ pub struct SimTalos {
     pki: Arc<SimPki>,
     addr: SocketAddr,
     shutdown: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
-    task: Arc<Mutex<Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>>>,
+    task: Arc<Mutex<Option<ServeTask>>>,
 }
 
 impl std::fmt::Debug for SimTalos {
@@ -117,7 +119,7 @@ impl SimTalos {
     pub async fn start(scenario: Scenario, listen: SocketAddr) -> Result<SimTalos, SimError> {
         scenario
             .validate(Path::new("<scenario>"))
-            .map_err(SimError::Scenario)?;
+            .map_err(|e| SimError::Scenario(Box::new(e)))?;
         let now = jiff::Timestamp::now();
         let today = now.to_zoned(jiff::tz::TimeZone::UTC).date();
         let mut sans: Vec<String> = scenario.nodes.iter().map(|n| n.address.clone()).collect();

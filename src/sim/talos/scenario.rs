@@ -57,7 +57,7 @@ pub enum ScenarioError {
     Parse {
         path: PathBuf,
         #[source]
-        err: serde_saphyr::Error,
+        err: Box<serde_saphyr::Error>,
     },
     #[error("scenario `{path}`: {problem}")]
     Invalid { path: PathBuf, problem: String },
@@ -193,7 +193,7 @@ impl Scenario {
     pub fn parse(text: &str, origin: &Path) -> Result<Scenario, ScenarioError> {
         let s: Scenario = serde_saphyr::from_str(text).map_err(|err| ScenarioError::Parse {
             path: origin.to_path_buf(),
-            err,
+            err: Box::new(err),
         })?;
         s.validate(origin)?;
         Ok(s)

@@ -18,6 +18,7 @@ use crate::talos::pbstruct;
 use crate::talos::proto::cluster::{self as pb_cluster, cluster_service_server::ClusterService};
 use crate::talos::proto::common;
 use crate::talos::proto::cosi::resource::{self as cosi, state_server::State};
+use crate::talos::proto::machine::image_service_pull_layer_progress::Status as LayerStatus;
 use crate::talos::proto::machine::{
     self as pb, image_service_server::ImageService, lifecycle_service_server::LifecycleService,
     machine_service_server::MachineService,
@@ -74,6 +75,9 @@ fn ts(unix: i64) -> prost_types::Timestamp {
 fn meta() -> Option<common::Metadata> {
     None
 }
+
+/// The one layer every simulated image has.
+const SIM_LAYER: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
 
 const SNAPSHOT_DB_SIZE: usize = 64 * 1024;
 const SNAPSHOT_CHUNK: usize = 16 * 1024;
@@ -356,17 +360,18 @@ impl MachineService for Api {
             )));
         }
         // Without `force` (or `preserve`) a control plane checks etcd first (ValidateForUpgrade).
-        if c.nodes[idx].control_plane() && !r.force && !r.preserve {
-            if let Some(bad) = c
+        if c.nodes[idx].control_plane()
+            && !r.force
+            && !r.preserve
+            && let Some(bad) = c
                 .etcd_members()
                 .into_iter()
                 .find(|n| n.power != Power::Up || !n.etcd_healthy)
-            {
-                return Err(Status::failed_precondition(format!(
-                    "etcd member {} is not healthy; all members must be healthy to perform an upgrade",
-                    bad.spec.name
-                )));
-            }
+        {
+            return Err(Status::failed_precondition(format!(
+                "etcd member {} is not healthy; all members must be healthy to perform an upgrade",
+                bad.spec.name
+            )));
         }
         c.nodes[idx].images.insert(r.image.clone());
         c.nodes[idx].installed = Some(target);
@@ -669,9 +674,9 @@ impl ImageService for Api {
             let layer = pb::ImageServicePullResponse {
                 response: Some(pb::image_service_pull_response::Response::PullProgress(
                     pb::ImageServicePullProgress {
-                        layer_id: "sha256:0000000000000000000000000000000000000000000000000000000000000001".to_string(),
+                        layer_id: SIM_LAYER.to_string(),
                         progress: Some(pb::ImageServicePullLayerProgress {
-                            status: pb::image_service_pull_layer_progress::Status::DownloadComplete as i32,
+                            status: LayerStatus::DownloadComplete as i32,
                             elapsed: Some(prost_types::Duration {
                                 seconds: delay.as_secs() as i64,
                                 nanos: delay.subsec_nanos() as i32,
@@ -775,23 +780,28 @@ impl ClusterService for Api {
     }
 }
 
-fn cosi_resource(
-    namespace: &str,
-    rtype: &str,
-    id: &str,
+/// Where a COSI resource lives and who owns it.
+struct ResMeta<'a> {
+    namespace: &'a str,
+    rtype: &'a str,
+    id: &'a str,
     version: u64,
-    owner: &str,
+    owner: &'a str,
+}
+
+fn cosi_resource(
+    m: ResMeta<'_>,
     started: i64,
     proto_spec: Vec<u8>,
     yaml_spec: String,
 ) -> cosi::Resource {
     cosi::Resource {
         metadata: Some(cosi::Metadata {
-            namespace: namespace.to_string(),
-            r#type: rtype.to_string(),
-            id: id.to_string(),
-            version: version.to_string(),
-            owner: owner.to_string(),
+            namespace: m.namespace.to_string(),
+            r#type: m.rtype.to_string(),
+            id: m.id.to_string(),
+            version: m.version.to_string(),
+            owner: m.owner.to_string(),
             phase: "running".to_string(),
             created: Some(ts(started)),
             updated: Some(ts(started)),
@@ -827,11 +837,13 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                     yaml_marshalled: bytes.clone(),
                 };
                 v.push(cosi_resource(
-                    "config",
-                    rtype,
-                    id,
-                    n.config_version,
-                    "",
+                    ResMeta {
+                        namespace: "config",
+                        rtype,
+                        id,
+                        version: n.config_version,
+                        owner: "",
+                    },
                     started,
                     spec.encode_to_vec(),
                     yaml(&String::from_utf8_lossy(&bytes).into_owned()),
@@ -848,12 +860,14 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                 }),
             };
             vec![cosi_resource(
-                "runtime",
-                rtype,
-                "machine",
-                n.counters.boots + 1,
-                "runtime.MachineStatusController",
-                started,
+                    ResMeta {
+                        namespace: "runtime",
+                        rtype,
+                        id: "machine",
+                        version: n.counters.boots + 1,
+                        owner: "runtime.MachineStatusController",
+                    },
+                    started,
                 spec.encode_to_vec(),
                 "stage: running\nstatus:\n    ready: true\n    unmetConditions: []\n".to_string(),
             )]
@@ -874,12 +888,14 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                 credential_provider_config: None,
             };
             vec![cosi_resource(
-                "k8s",
-                rtype,
-                "kubelet",
-                n.config_version,
-                "k8s.KubeletSpecController",
-                started,
+                    ResMeta {
+                        namespace: "k8s",
+                        rtype,
+                        id: "kubelet",
+                        version: n.config_version,
+                        owner: "k8s.KubeletSpecController",
+                    },
+                    started,
                 spec.encode_to_vec(),
                 yaml(&serde_json::json!({"image": image, "args": args, "expectedNodename": n.spec.name})),
             )]
@@ -905,11 +921,13 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                     pod_status: status.as_object().map(pbstruct::to_struct),
                 };
                 cosi_resource(
-                    "k8s",
-                    rtype,
-                    &format!("kube-system/{component}-{}", n.spec.name),
-                    n.config_version,
-                    "k8s.StaticPodStatusController",
+                    ResMeta {
+                        namespace: "k8s",
+                        rtype,
+                        id: &format!("kube-system/{component}-{}", n.spec.name),
+                        version: n.config_version,
+                        owner: "k8s.StaticPodStatusController",
+                    },
                     started,
                     spec.encode_to_vec(),
                     yaml(&serde_json::json!({ "podStatus": status })),
@@ -923,14 +941,19 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                 skip_node_registration: false,
             };
             vec![cosi_resource(
-                "k8s",
-                rtype,
-                "nodename",
-                1,
-                "k8s.NodenameController",
-                started,
+                    ResMeta {
+                        namespace: "k8s",
+                        rtype,
+                        id: "nodename",
+                        version: 1,
+                        owner: "k8s.NodenameController",
+                    },
+                    started,
                 spec.encode_to_vec(),
-                format!("nodename: {}\nhostnameVersion: \"1\"\nskipNodeRegistration: false\n", n.spec.name),
+                format!(
+                    "nodename: {}\nhostnameVersion: \"1\"\nskipNodeRegistration: false\n",
+                    n.spec.name
+                ),
             )]
         }
         ("runtime", "Services.v1alpha1.talos.dev") => c
@@ -943,11 +966,13 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                     unknown: false,
                 };
                 cosi_resource(
-                    "runtime",
-                    rtype,
-                    id,
-                    1,
-                    "",
+                    ResMeta {
+                        namespace: "runtime",
+                        rtype,
+                        id,
+                        version: 1,
+                        owner: "",
+                    },
                     started,
                     spec.encode_to_vec(),
                     format!("running: true\nhealthy: {healthy}\nunknown: false\n"),
