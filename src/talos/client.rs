@@ -254,29 +254,12 @@ impl TalosClient {
         Fut: Future<Output = Result<Response<Resp>, Status>> + Send,
         Resp: Send,
     {
-        // Validate the target before any attempt.
-        self.request(node, (), None)?;
-        let res = retry::run(&self.settings.retry, kind, |_| async {
-            let (i, ch) = self.pick();
-            let req = self
-                .request(node, msg.clone(), Some(timeout))
-                .map_err(|_| Attempt::Status(Status::invalid_argument("bad node")))?;
-            match tokio::time::timeout(timeout, call(ch, req)).await {
-                Err(_) => Err(Attempt::Timeout(timeout)),
-                Ok(Err(status)) => {
-                    if retry::is_connect_error(&status) {
-                        self.rotate_from(i);
-                    }
-                    Err(Attempt::Status(status))
-                }
-                Ok(Ok(resp)) => Ok(resp.into_inner()),
-            }
-        })
-        .await;
-        res.map_err(|a| self.error(op, node, kind, a))
+        self.attempts(timeout, Some(timeout), op, node, kind, msg, call)
+            .await
     }
 
-    /// Open a server stream with retries (only the opening is retried).
+    /// Open a server stream with retries (only the opening is retried). No `grpc-timeout` is
+    /// sent: streams may legitimately run for long; [`Self::next`] bounds silences instead.
     async fn open_stream<Req, Resp, F, Fut>(
         &self,
         op: &'static str,
@@ -292,12 +275,35 @@ impl TalosClient {
         Resp: Send,
     {
         let timeout = self.settings.request_timeout;
+        self.attempts(timeout, None, op, node, kind, msg, call)
+            .await
+    }
+
+    /// Run `call` under the retry policy: each attempt picks the current endpoint, is bounded by
+    /// `timeout`, and moves to the next endpoint when it could not connect.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts<Req, Out, F, Fut>(
+        &self,
+        timeout: Duration,
+        grpc_timeout: Option<Duration>,
+        op: &'static str,
+        node: &NodeTarget,
+        kind: CallKind,
+        msg: Req,
+        call: F,
+    ) -> Result<Out, TalosError>
+    where
+        Req: Clone + Send + Sync,
+        F: Fn(Channel, Request<Req>) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<Response<Out>, Status>> + Send,
+        Out: Send,
+    {
+        // Validate the target once, before any attempt.
         self.request(node, (), None)?;
         let res = retry::run(&self.settings.retry, kind, |_| async {
             let (i, ch) = self.pick();
-            // No grpc-timeout on streams: they may legitimately run for long.
             let req = self
-                .request(node, msg.clone(), None)
+                .request(node, msg.clone(), grpc_timeout)
                 .map_err(|_| Attempt::Status(Status::invalid_argument("bad node")))?;
             match tokio::time::timeout(timeout, call(ch, req)).await {
                 Err(_) => Err(Attempt::Timeout(timeout)),
@@ -325,14 +331,8 @@ impl TalosClient {
         let idle = self.settings.stream_idle_timeout;
         match tokio::time::timeout(idle, stream.message()).await {
             Err(_) => Err(self.error(op, node, kind, Attempt::Timeout(idle))),
-            Ok(Err(status)) => {
-                // Mid-stream failures are never retried here.
-                let mut e = self.error(op, node, kind, Attempt::Status(status));
-                if let TalosError::Timeout { .. } = e {
-                    e = self.error(op, node, kind, Attempt::Timeout(idle));
-                }
-                Err(e)
-            }
+            // Mid-stream failures are never retried here.
+            Ok(Err(status)) => Err(self.error(op, node, kind, Attempt::Status(status))),
             Ok(Ok(m)) => Ok(m),
         }
     }
