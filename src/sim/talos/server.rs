@@ -2,7 +2,7 @@
 //! handler first routes the request ([`Cluster::admit`]); RPCs not listed here answer
 //! `Unimplemented` (the generated default stubs).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -743,7 +743,7 @@ impl ClusterService for Api {
                 return;
             }
             let deadline = tokio::time::Instant::now() + wait;
-            let mut reported: BTreeMap<String, ()> = BTreeMap::new();
+            let mut reported = BTreeSet::new();
             loop {
                 let results = shared
                     .lock()
@@ -752,7 +752,7 @@ impl ClusterService for Api {
                 for (check, res) in results {
                     match res {
                         Ok(()) => {
-                            if reported.insert(check.clone(), ()).is_none() {
+                            if reported.insert(check.clone()) {
                                 let _ = tx.send(line(format!("waiting for {check}: OK"))).await;
                             }
                         }
