@@ -29,7 +29,7 @@ use super::proto::talos::resource::definitions::{enums, k8s, runtime};
 use super::retry::{self, Attempt, CallKind, RetryPolicy};
 use super::snapshot::SnapshotWriter;
 use super::types::*;
-use super::{MAX_MESSAGE_SIZE, NODE_METADATA_KEY, TalosError, pbstruct};
+use super::{NODE_METADATA_KEY, TalosError, pbstruct};
 use crate::version::TalosVersion;
 
 /// Timeouts and retries of a client.
@@ -67,6 +67,15 @@ fn system_containerd() -> common::ContainerdInstance {
         namespace: common::ContainerdNamespace::NsSystem as i32,
     }
 }
+
+/// Talos' 32 MiB message limit, both ways, on a generated client or server.
+macro_rules! with_limits {
+    ($svc:expr) => {
+        $svc.max_decoding_message_size($crate::talos::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size($crate::talos::MAX_MESSAGE_SIZE)
+    };
+}
+pub(crate) use with_limits;
 
 /// Lines of installer output kept in [`TalosError::UpgradeExit`].
 const OUTPUT_TAIL: usize = 20;
@@ -338,29 +347,19 @@ impl TalosClient {
     }
 
     fn machine(ch: Channel) -> MachineServiceClient<Channel> {
-        MachineServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        with_limits!(MachineServiceClient::new(ch))
     }
     fn lifecycle(ch: Channel) -> LifecycleServiceClient<Channel> {
-        LifecycleServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        with_limits!(LifecycleServiceClient::new(ch))
     }
     fn images(ch: Channel) -> ImageServiceClient<Channel> {
-        ImageServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        with_limits!(ImageServiceClient::new(ch))
     }
     fn cluster(ch: Channel) -> ClusterServiceClient<Channel> {
-        ClusterServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        with_limits!(ClusterServiceClient::new(ch))
     }
     fn state(ch: Channel) -> StateClient<Channel> {
-        StateClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        with_limits!(StateClient::new(ch))
     }
 
     /// `LifecycleService.Upgrade` (Talos ≥ 1.13) with an already pulled installer image; returns

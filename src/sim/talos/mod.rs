@@ -36,12 +36,13 @@ use self::model::{Cluster, RebootTicket};
 use self::server::{Api, Shared};
 use crate::sim::node::{NodeFacts, NodeSource};
 use crate::sim::pki::{PkiError, SimPki, write_secret_file};
+use crate::talos::Secret;
+use crate::talos::client::with_limits;
 use crate::talos::proto::cluster::cluster_service_server::ClusterServiceServer;
 use crate::talos::proto::cosi::resource::state_server::StateServer;
 use crate::talos::proto::machine::image_service_server::ImageServiceServer;
 use crate::talos::proto::machine::lifecycle_service_server::LifecycleServiceServer;
 use crate::talos::proto::machine::machine_service_server::MachineServiceServer;
-use crate::talos::{MAX_MESSAGE_SIZE, Secret};
 use crate::version::TalosVersion;
 
 /// The talosconfig context name the simulator writes.
@@ -151,31 +152,11 @@ impl SimTalos {
         let router = Server::builder()
             .tls_config(tls)
             .map_err(SimError::Tls)?
-            .add_service(
-                MachineServiceServer::new(api.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .add_service(
-                LifecycleServiceServer::new(api.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .add_service(
-                ImageServiceServer::new(api.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .add_service(
-                ClusterServiceServer::new(api.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .add_service(
-                StateServer::new(api)
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            );
+            .add_service(with_limits!(MachineServiceServer::new(api.clone())))
+            .add_service(with_limits!(LifecycleServiceServer::new(api.clone())))
+            .add_service(with_limits!(ImageServiceServer::new(api.clone())))
+            .add_service(with_limits!(ClusterServiceServer::new(api.clone())))
+            .add_service(with_limits!(StateServer::new(api)));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
