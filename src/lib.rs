@@ -15,6 +15,7 @@ pub mod plan;
 pub mod server;
 pub mod sim;
 pub mod store;
+pub mod talos;
 pub mod version;
 pub mod webhook;
 

@@ -16,6 +16,8 @@ pub mod output;
 pub mod plan;
 pub mod report;
 pub mod server;
+pub mod sim;
+pub mod talos;
 pub mod upgrade;
 
 /// Exit codes shared by every command (documented in README.md).
@@ -83,6 +85,10 @@ pub enum Command {
     },
     /// Set a Talos or Kubernetes version in the desired-state YAML (in place), then plan.
     Upgrade(upgrade::UpgradeArgs),
+    /// Talos diagnostics over the machine API (talosctl-like): version, services, etcd, health.
+    Talos(talos::TalosArgs),
+    /// Run the simulator (Talos machine API) standalone until Ctrl-C.
+    Sim(sim::SimArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),
 }
@@ -141,6 +147,8 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
             Ok(exit::OK)
         }
         Command::Approve(args) => approve::run(args),
+        Command::Talos(args) => talos::run(args),
+        Command::Sim(args) => sim::run(args),
     }
 }
 

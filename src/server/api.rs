@@ -269,8 +269,6 @@ impl pb::medea_server::Medea for MedeaApi {
         ))
     }
 
-    type WatchRolloutStream = EventStream;
-
     async fn watch_rollout(
         &self,
         _: Request<pb::WatchRolloutRequest>,

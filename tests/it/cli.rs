@@ -51,6 +51,7 @@ fn every_command_help_has_examples() {
         .skip_while(|l| !l.starts_with("Commands:"))
         .skip(1)
         .take_while(|l| l.starts_with("  "))
+        .filter(|l| !l.starts_with("   ")) // wrapped description lines
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .filter(|c| c != "help")
         .collect();

@@ -8,4 +8,5 @@ mod fuzz_smoke;
 mod plan;
 mod server;
 mod store;
+mod talos;
 mod upgrade;
