@@ -4,6 +4,7 @@
 //! `approval`, `rollout::machine`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
 pub mod cli;
+pub mod k8s;
 pub mod plan;
 pub mod sim;
 pub mod version;

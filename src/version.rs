@@ -17,11 +17,15 @@ use std::str::FromStr;
 pub enum VersionError {
     #[error("version `{input}` must start with `v` (for example `v1.13.9`)")]
     MissingV { input: String },
-    #[error("version `{input}` must have three numeric parts, `vMAJOR.MINOR.PATCH` (for example `v1.13.9`)")]
+    #[error(
+        "version `{input}` must have three numeric parts, `vMAJOR.MINOR.PATCH` (for example `v1.13.9`)"
+    )]
     Shape { input: String },
     #[error("version `{input}`: `{part}` is not a number without leading zeros")]
     Number { input: String, part: String },
-    #[error("version `{input}`: pre-release suffix `{pre}` may only contain letters, digits and dots")]
+    #[error(
+        "version `{input}`: pre-release suffix `{pre}` may only contain letters, digits and dots"
+    )]
     PreRelease { input: String, pre: String },
 }
 
@@ -36,9 +40,11 @@ pub struct Semver {
 
 impl Semver {
     pub fn parse(input: &str) -> Result<Semver, VersionError> {
-        let rest = input.strip_prefix('v').ok_or_else(|| VersionError::MissingV {
-            input: input.to_string(),
-        })?;
+        let rest = input
+            .strip_prefix('v')
+            .ok_or_else(|| VersionError::MissingV {
+                input: input.to_string(),
+            })?;
         let (core, pre) = match rest.split_once('-') {
             Some((core, pre)) => (core, Some(pre)),
             None => (rest, None),
@@ -286,15 +292,27 @@ mod tests {
 
     #[test]
     fn orders_numerically_and_by_prerelease() {
-        let mut vs: Vec<KubeVersion> = ["v1.10.0", "v1.9.10", "v1.10.0-beta.2", "v1.10.0-beta.10", "v1.10.0-alpha.1"]
-            .iter()
-            .map(|s| KubeVersion::parse(s).unwrap())
-            .collect();
+        let mut vs: Vec<KubeVersion> = [
+            "v1.10.0",
+            "v1.9.10",
+            "v1.10.0-beta.2",
+            "v1.10.0-beta.10",
+            "v1.10.0-alpha.1",
+        ]
+        .iter()
+        .map(|s| KubeVersion::parse(s).unwrap())
+        .collect();
         vs.sort();
         let got: Vec<String> = vs.iter().map(|v| v.to_string()).collect();
         assert_eq!(
             got,
-            ["v1.9.10", "v1.10.0-alpha.1", "v1.10.0-beta.2", "v1.10.0-beta.10", "v1.10.0"]
+            [
+                "v1.9.10",
+                "v1.10.0-alpha.1",
+                "v1.10.0-beta.2",
+                "v1.10.0-beta.10",
+                "v1.10.0"
+            ]
         );
     }
 }

@@ -29,7 +29,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print shell completions.
-    #[command(after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\"")]
+    #[command(
+        after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
+    )]
     Completions {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,

@@ -14,7 +14,9 @@ pub const SHORT_LEN: usize = 12;
 pub enum PlanIdError {
     #[error("plan id `{input}` is not lowercase hex")]
     NotHex { input: String },
-    #[error("plan id `{input}` must be the full 64-hex id or a prefix of at least {SHORT_LEN} characters")]
+    #[error(
+        "plan id `{input}` must be the full 64-hex id or a prefix of at least {SHORT_LEN} characters"
+    )]
     Length { input: String },
 }
 
@@ -77,7 +79,10 @@ pub struct PlanIdRef(String);
 impl PlanIdRef {
     pub fn parse(input: &str) -> Result<PlanIdRef, PlanIdError> {
         let s = input.trim();
-        if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(PlanIdError::NotHex {
                 input: input.to_string(),
             });
@@ -121,7 +126,10 @@ mod tests {
         let id = PlanId::from_digest([0xab; 32]);
         assert_eq!(id.short(), "abababababab");
         assert_eq!(id.to_hex().len(), 64);
-        assert_eq!(id.signed_message(), format!("{}\n", id.to_hex()).into_bytes());
+        assert_eq!(
+            id.signed_message(),
+            format!("{}\n", id.to_hex()).into_bytes()
+        );
         assert_eq!(PlanId::parse_full(&id.to_hex()).unwrap(), id);
         assert!(PlanIdRef::parse("abababababab").unwrap().matches(&id));
         assert!(!PlanIdRef::parse("abababababac").unwrap().matches(&id));
@@ -129,8 +137,17 @@ mod tests {
 
     #[test]
     fn refuses_bad_ids() {
-        assert!(matches!(PlanIdRef::parse("ABABABABABAB"), Err(PlanIdError::NotHex { .. })));
-        assert!(matches!(PlanIdRef::parse("abab"), Err(PlanIdError::Length { .. })));
-        assert!(matches!(PlanId::parse_full("abababababab"), Err(PlanIdError::Length { .. })));
+        assert!(matches!(
+            PlanIdRef::parse("ABABABABABAB"),
+            Err(PlanIdError::NotHex { .. })
+        ));
+        assert!(matches!(
+            PlanIdRef::parse("abab"),
+            Err(PlanIdError::Length { .. })
+        ));
+        assert!(matches!(
+            PlanId::parse_full("abababababab"),
+            Err(PlanIdError::Length { .. })
+        ));
     }
 }
