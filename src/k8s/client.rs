@@ -92,10 +92,16 @@ impl KubeClient {
     }
 
     /// A client from a kube-rs configuration.
+    ///
+    /// kube 5 enables a built-in tower retry layer by default (`Config::default_retry`) that
+    /// retries 429/503/504 up to 15 times with delays growing to 1000 s. That would hide PDB
+    /// refusals inside a single eviction call and defeat the drain timeout, so it is turned
+    /// off: this adapter retries explicitly ([`RetryPolicy`], the drain backoff).
     pub fn from_config(
-        config: ::kube::Config,
+        mut config: ::kube::Config,
         options: ClientOptions,
     ) -> Result<KubeClient, K8sError> {
+        config.default_retry = false;
         let cluster_url = config.cluster_url.to_string();
         let client = ::kube::Client::try_from(config).map_err(|err| K8sError::ClientBuild {
             cluster_url: cluster_url.clone(),

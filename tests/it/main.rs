@@ -1,3 +1,4 @@
 //! The single integration-test binary (one link of kube/tonic/fjall instead of many).
 
 mod cli;
+mod k8s;

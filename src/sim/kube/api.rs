@@ -790,16 +790,18 @@ fn evict(
     wall: jiff::Timestamp,
 ) -> Result<Response> {
     let eviction = parse_body(body, false)?;
+    // Like the apiserver, a body without apiVersion/kind defaults to the endpoint's kind.
     let api_version = eviction
         .get("apiVersion")
         .and_then(Value::as_str)
-        .unwrap_or("");
-    if eviction.get("kind").and_then(Value::as_str) != Some("Eviction")
-        || !matches!(api_version, "policy/v1" | "policy/v1beta1")
-    {
+        .unwrap_or("policy/v1");
+    let kind = eviction
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Eviction");
+    if kind != "Eviction" || !matches!(api_version, "policy/v1" | "policy/v1beta1") {
         return Err(ApiError::bad_request(format!(
-            "the body must be a policy/v1 Eviction, got {api_version}/{}",
-            eviction.get("kind").and_then(Value::as_str).unwrap_or("?")
+            "the body must be a policy/v1 Eviction, got {api_version} {kind}"
         )));
     }
     let body_name = name_of(&eviction);

@@ -64,7 +64,8 @@ struct NodeOverlay {
 
 #[derive(Debug, Clone, Copy)]
 struct PodTimer {
-    ready_at: Instant,
+    /// When the pod may start; cleared once it has.
+    ready_at: Option<Instant>,
     remove_at: Option<Instant>,
 }
 
@@ -290,6 +291,10 @@ impl Cluster {
         }
     }
 
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.timing = timing;
+    }
+
     pub fn inject(&mut self, fault: KubeFault, now: Instant) {
         self.faults.push(match fault {
             KubeFault::PdbNeverAllows { namespace, pdb } => {
@@ -340,12 +345,14 @@ impl Cluster {
         format!("{base}-{suffix}")
     }
 
-    /// The earliest pending timer (pod start or removal), for the background tick.
-    pub fn next_due(&self) -> Option<Instant> {
+    /// The earliest timer still in the future (pod start or removal), for the background
+    /// tick. Timers that are due are consumed by [`Cluster::reconcile`].
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
         self.timers
             .values()
-            .flat_map(|t| [Some(t.ready_at), t.remove_at])
+            .flat_map(|t| [t.ready_at, t.remove_at])
             .flatten()
+            .filter(|t| *t > now)
             .min()
     }
 
@@ -364,6 +371,12 @@ impl Cluster {
         self.schedule(&nodes, now, wall);
         self.kubelet(&nodes, now, wall);
         self.statuses(wall);
+        let live: BTreeSet<String> = self
+            .store
+            .list(&PODS, None)
+            .map(|p| uid_of(p).to_string())
+            .collect();
+        self.timers.retain(|uid, _| live.contains(uid));
     }
 
     fn take_unavailable_expiry(&mut self, now: Instant) {
@@ -570,7 +583,7 @@ impl Cluster {
                     self.timers.insert(
                         uid_of(&created).to_string(),
                         PodTimer {
-                            ready_at: now + self.timing.start,
+                            ready_at: Some(now + self.timing.start),
                             remove_at: None,
                         },
                     );
@@ -630,7 +643,7 @@ impl Cluster {
             self.timers.insert(
                 uid_of(&created).to_string(),
                 PodTimer {
-                    ready_at: now + self.timing.start,
+                    ready_at: Some(now + self.timing.start),
                     remove_at: None,
                 },
             );
@@ -665,7 +678,7 @@ impl Cluster {
         next["metadata"]["deletionTimestamp"] = json!(k8s_time(deadline));
         next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         let timer = self.timers.entry(uid).or_insert(PodTimer {
-            ready_at: now,
+            ready_at: None,
             remove_at: None,
         });
         timer.remove_at = Some(now + self.timing.termination);
@@ -919,7 +932,7 @@ impl Cluster {
                     self.timers.insert(
                         uid_of(&stored).to_string(),
                         PodTimer {
-                            ready_at: now + self.timing.start,
+                            ready_at: Some(now + self.timing.start),
                             remove_at: None,
                         },
                     );
@@ -961,8 +974,14 @@ impl Cluster {
                     && self
                         .timers
                         .get(uid_of(&pod))
-                        .is_none_or(|t| t.ready_at <= now));
+                        .is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
             let ready = started && view.ready;
+            if started && let Some(t) = self.timers.get_mut(uid_of(&pod)) {
+                t.ready_at = None;
+                if t.remove_at.is_none() {
+                    self.timers.remove(uid_of(&pod));
+                }
+            }
             let was_running = phase(&pod) == "Running";
             let has_status = pod.pointer("/status/containerStatuses").is_some();
             if has_status && was_running == started && pod_ready(&pod) == ready {

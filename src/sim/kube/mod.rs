@@ -359,7 +359,7 @@ async fn tick(shared: Arc<Shared>) {
     loop {
         let (due, watching) = {
             let c = shared.cluster.lock().expect("cluster lock");
-            (c.next_due(), c.store.has_watchers())
+            (c.next_due(Instant::now()), c.store.has_watchers())
         };
         let refresh = watching.then(|| Instant::now() + shared.refresh);
         let wake_at = [due, refresh].into_iter().flatten().min();
@@ -411,6 +411,12 @@ impl KubeSim {
     pub fn inject(&self, fault: KubeFault) {
         self.cluster().inject(fault, Instant::now());
         self.shared.wake.notify_one();
+    }
+
+    /// Change how long pods take to start and terminate from now on (e.g. start a test with
+    /// instantly Ready pods, then make replacements slow to create PDB pressure).
+    pub fn set_pod_delays(&self, start: Duration, termination: Duration) {
+        self.cluster().set_timing(Timing { start, termination });
     }
 
     /// Remove every fault.

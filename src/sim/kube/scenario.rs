@@ -189,19 +189,26 @@ pub fn default_scenario() -> Vec<Value> {
             ..Toleration::default()
         }]);
     }
+    // kube-proxy and flannel run in the host network namespace.
+    let host_network = |mut ds: DaemonSet| {
+        if let Some(spec) = ds.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+            spec.host_network = Some(true);
+        }
+        ds
+    };
     vec![
-        json(&daemonset(
+        json(&host_network(daemonset(
             "kube-system",
             "kube-proxy",
             "registry.k8s.io/kube-proxy:v1.34.1",
             Some(tolerate_everything()),
-        )),
-        json(&daemonset(
+        ))),
+        json(&host_network(daemonset(
             "kube-system",
             "kube-flannel",
             "ghcr.io/siderolabs/flannel:v0.27.4",
             Some(tolerate_everything()),
-        )),
+        ))),
         json(&coredns),
         json(&deployment(
             "default",

@@ -237,6 +237,20 @@ fn deployment_row(d: &Value, now: jiff::Timestamp) -> Vec<Value> {
     ]
 }
 
+fn replicaset_row(r: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    vec![
+        json!(s(r, "/metadata/name")),
+        json!(
+            r.pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1)
+        ),
+        json!(i(r, "/status/replicas")),
+        json!(i(r, "/status/readyReplicas")),
+        json!(age(r, now)),
+    ]
+}
+
 fn daemonset_row(d: &Value, now: jiff::Timestamp) -> Vec<Value> {
     let selector = d
         .pointer("/spec/template/spec/nodeSelector")
@@ -401,6 +415,18 @@ fn columns(rt: &ResourceType) -> Vec<Value> {
             ),
             age,
         ],
+        "replicasets" => vec![
+            name,
+            col("Desired", "integer", 0, "Number of desired pods."),
+            col("Current", "integer", 0, "Number of actual replicas."),
+            col(
+                "Ready",
+                "integer",
+                0,
+                "The number of ready replicas for this replica set.",
+            ),
+            age,
+        ],
         "daemonsets" => vec![
             name,
             col(
@@ -452,6 +478,7 @@ fn cells(rt: &ResourceType, obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
         "poddisruptionbudgets" => pdb_row(obj, now),
         "deployments" => deployment_row(obj, now),
         "daemonsets" => daemonset_row(obj, now),
+        "replicasets" => replicaset_row(obj, now),
         _ => vec![json!(s(obj, "/metadata/name")), json!(age(obj, now))],
     }
 }
