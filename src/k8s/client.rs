@@ -66,7 +66,11 @@ impl std::fmt::Debug for KubeClient {
 
 fn api_err(op: &'static str, target: impl Into<String>) -> impl FnOnce(::kube::Error) -> K8sError {
     let target = target.into();
-    move |err| K8sError::Api { op, target, err }
+    move |err| K8sError::Api {
+        op,
+        target,
+        err: Box::new(err),
+    }
 }
 
 fn is_status(err: &::kube::Error, code: u16) -> bool {
@@ -105,7 +109,7 @@ impl KubeClient {
         let cluster_url = config.cluster_url.to_string();
         let client = ::kube::Client::try_from(config).map_err(|err| K8sError::ClientBuild {
             cluster_url: cluster_url.clone(),
-            err,
+            err: Box::new(err),
         })?;
         Ok(KubeClient {
             client,
@@ -211,14 +215,14 @@ impl KubeClient {
                     K8sError::Api {
                         op: "discover",
                         target: manifest.describe(),
-                        err,
+                        err: Box::new(err),
                     }
                 } else {
                     K8sError::UnknownKind {
                         api_version: manifest.api_version().to_string(),
                         kind: manifest.kind().to_string(),
                         object: manifest.describe(),
-                        err,
+                        err: Box::new(err),
                     }
                 }
             })?;
@@ -353,7 +357,7 @@ impl DrainOps for KubeClient {
             Err(err) => Err(K8sError::Api {
                 op: "evict pod",
                 target: pod.to_string(),
-                err,
+                err: Box::new(err),
             }),
         }
     }
@@ -392,7 +396,7 @@ impl DrainOps for KubeClient {
             Err(err) => Err(K8sError::Api {
                 op: "get pod",
                 target: pod.pod.to_string(),
-                err,
+                err: Box::new(err),
             }),
         }
     }

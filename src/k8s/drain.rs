@@ -191,8 +191,8 @@ pub(crate) async fn run(
                 node: node.to_string(),
                 pod,
                 pdb,
-                blocked: still.len(),
-                evicted: evicted.len(),
+                blocked: u32::try_from(still.len()).unwrap_or(u32::MAX),
+                evicted: u32::try_from(evicted.len()).unwrap_or(u32::MAX),
                 waited: started.elapsed(),
             });
         }
@@ -301,10 +301,10 @@ mod tests {
                 return Err(K8sError::Api {
                     op: "test",
                     target: "x".into(),
-                    err: ::kube::Error::Api(Box::new(
+                    err: Box::new(::kube::Error::Api(Box::new(
                         ::kube::core::Status::failure("unavailable", "ServiceUnavailable")
                             .with_code(503),
-                    )),
+                    ))),
                 });
             }
             Ok(())

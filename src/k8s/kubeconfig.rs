@@ -39,7 +39,7 @@ pub fn read(path: &Path) -> Result<Kubeconfig, K8sError> {
         }
         err => K8sError::KubeconfigInvalid {
             path: path.to_path_buf(),
-            err,
+            err: Box::new(err),
         },
     })
 }
@@ -51,7 +51,7 @@ pub async fn load(path: &Path) -> Result<::kube::Config, K8sError> {
         .await
         .map_err(|err| K8sError::KubeconfigInvalid {
             path: path.to_path_buf(),
-            err,
+            err: Box::new(err),
         })
 }
 

@@ -455,20 +455,20 @@ pub enum K8sError {
     KubeconfigInvalid {
         path: PathBuf,
         #[source]
-        err: ::kube::config::KubeconfigError,
+        err: Box<::kube::config::KubeconfigError>,
     },
     #[error("failed to build a Kubernetes client for `{cluster_url}`")]
     ClientBuild {
         cluster_url: String,
         #[source]
-        err: ::kube::Error,
+        err: Box<::kube::Error>,
     },
     #[error("Kubernetes API call failed: {op} `{target}`")]
     Api {
         op: &'static str,
         target: String,
         #[source]
-        err: ::kube::Error,
+        err: Box<::kube::Error>,
     },
     #[error("node `{node}` does not exist in the cluster (check the Kubernetes node name)")]
     NodeNotFound { node: String },
@@ -497,8 +497,8 @@ pub enum K8sError {
         node: String,
         pod: PodRef,
         pdb: Option<String>,
-        blocked: usize,
-        evicted: usize,
+        blocked: u32,
+        evicted: u32,
         waited: Duration,
     },
     #[error(
@@ -523,7 +523,7 @@ pub enum K8sError {
         kind: String,
         object: String,
         #[source]
-        err: ::kube::Error,
+        err: Box<::kube::Error>,
     },
     #[error(
         "applying `{object}` conflicts with fields another field manager owns; re-run with force_conflicts to take them over"
@@ -531,7 +531,7 @@ pub enum K8sError {
     ApplyConflict {
         object: String,
         #[source]
-        err: ::kube::Error,
+        err: Box<::kube::Error>,
     },
 }
 

@@ -646,7 +646,7 @@ async fn a_wrong_token_is_refused_with_401() {
         .unwrap();
     let err = c.node_readiness("w-1").await.unwrap_err();
     assert!(
-        matches!(&err, K8sError::Api { err: kube::Error::Api(s), .. } if s.code == 401 && s.reason == "Unauthorized"),
+        matches!(&err, K8sError::Api { err, .. } if matches!(&**err, kube::Error::Api(s) if s.code == 401 && s.reason == "Unauthorized")),
         "{err:?}"
     );
     assert!(!err.is_transient());

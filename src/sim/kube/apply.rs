@@ -299,7 +299,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(forced["data"]["a"], "2");
-        assert!(owners.get("talos").is_none(), "{owners:?}");
+        assert!(!owners.contains_key("talos"), "{owners:?}");
     }
 
     #[test]

@@ -79,6 +79,18 @@ struct NodeView {
     ready: bool,
 }
 
+/// A pod a controller wants: bound to `node` (DaemonSets) or left for the scheduler.
+struct NewPod<'a> {
+    ns: &'a str,
+    /// Name prefix; a random suffix is appended.
+    base: &'a str,
+    template: &'a PodTemplateSpec,
+    owner: OwnerReference,
+    node: Option<&'a str>,
+    extra_labels: BTreeMap<String, String>,
+    extra_tolerations: Vec<Toleration>,
+}
+
 /// An active fault.
 #[derive(Debug, Clone)]
 pub(crate) enum Active {
@@ -460,7 +472,7 @@ impl Cluster {
     fn node_views(&self) -> Vec<NodeView> {
         self.store
             .list(&NODES, None)
-            .filter_map(|n| from_value::<Node>(n))
+            .filter_map(from_value::<Node>)
             .map(|n| {
                 let status = n.status.unwrap_or_default();
                 NodeView {
@@ -600,18 +612,16 @@ impl Cluster {
     }
 
     /// Create a pod for a controller; bound to `node` (DaemonSets) or left for the scheduler.
-    fn create_pod(
-        &mut self,
-        ns: &str,
-        base: &str,
-        template: &PodTemplateSpec,
-        owner: OwnerReference,
-        node: Option<&str>,
-        extra_labels: BTreeMap<String, String>,
-        extra_tolerations: Vec<Toleration>,
-        now: Instant,
-        wall: jiff::Timestamp,
-    ) {
+    fn create_pod(&mut self, new: NewPod<'_>, now: Instant, wall: jiff::Timestamp) {
+        let NewPod {
+            ns,
+            base,
+            template,
+            owner,
+            node,
+            extra_labels,
+            extra_tolerations,
+        } = new;
         let name = self.next_name(base);
         let mut meta = template.metadata.clone().unwrap_or_default();
         let mut labels = meta.labels.take().unwrap_or_default();
@@ -746,17 +756,16 @@ impl Cluster {
                         ),
                     ]
                     .into();
-                    self.create_pod(
-                        &ns,
-                        &name,
-                        &spec.template,
-                        owner.clone(),
-                        Some(&node.name),
-                        labels,
-                        daemonset_tolerations(),
-                        now,
-                        wall,
-                    );
+                    let new = NewPod {
+                        ns: &ns,
+                        base: &name,
+                        template: &spec.template,
+                        owner: owner.clone(),
+                        node: Some(&node.name),
+                        extra_labels: labels,
+                        extra_tolerations: daemonset_tolerations(),
+                    };
+                    self.create_pod(new, now, wall);
                 }
             }
             for p in pods
@@ -856,17 +865,16 @@ impl Cluster {
             if active.len() < want {
                 let owner = owner_ref(&REPLICASETS, &rs_value);
                 for _ in active.len()..want {
-                    self.create_pod(
-                        &ns,
-                        name_of(&rs_value),
-                        &template,
-                        owner.clone(),
-                        None,
-                        BTreeMap::new(),
-                        Vec::new(),
-                        now,
-                        wall,
-                    );
+                    let new = NewPod {
+                        ns: &ns,
+                        base: name_of(&rs_value),
+                        template: &template,
+                        owner: owner.clone(),
+                        node: None,
+                        extra_labels: BTreeMap::new(),
+                        extra_tolerations: Vec::new(),
+                    };
+                    self.create_pod(new, now, wall);
                 }
             } else if active.len() > want {
                 // Scale down: unscheduled first, then not ready, then newest.
@@ -1647,4 +1655,293 @@ pub(crate) fn kind_matches(rt: &ResourceType, obj: &Value) -> bool {
     api_version.is_none_or(|v| v == rt.api_version())
         && kind.is_none_or(|k| k == rt.kind)
         && resources::by_kind(&rt.api_version(), rt.kind).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::super::scenario;
+    use super::*;
+
+    struct Nodes(Mutex<Vec<NodeFacts>>);
+
+    impl NodeSource for Nodes {
+        fn nodes(&self) -> Vec<NodeFacts> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    fn node(name: &str, cp: bool) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            address: format!("10.0.0.{}", name.len()),
+            control_plane: cp,
+            up: true,
+            talos_version: "v1.13.9".into(),
+            kubelet_version: "v1.34.1".into(),
+            static_pod_images: if cp {
+                [(
+                    "kube-apiserver".to_string(),
+                    "registry.k8s.io/kube-apiserver:v1.34.1".to_string(),
+                )]
+                .into()
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+
+    fn cluster(objects: Vec<Value>, start: Duration) -> (Cluster, Arc<Nodes>) {
+        let nodes = Arc::new(Nodes(Mutex::new(vec![
+            node("cp-1", true),
+            node("w-1", false),
+            node("w-2", false),
+            node("w-3", false),
+        ])));
+        let mut c = Cluster::new(
+            nodes.clone(),
+            Timing {
+                start,
+                termination: Duration::ZERO,
+            },
+            42,
+        );
+        let wall = jiff::Timestamp::now();
+        for o in objects {
+            let rt = resources::by_kind(
+                o["apiVersion"].as_str().unwrap(),
+                o["kind"].as_str().unwrap(),
+            )
+            .unwrap();
+            c.store.create(rt, o, wall).unwrap();
+        }
+        (c, nodes)
+    }
+
+    fn json<T: serde::Serialize>(t: &T) -> Value {
+        serde_json::to_value(t).unwrap()
+    }
+
+    fn web_pods(c: &Cluster) -> Vec<super::super::SimPod> {
+        c.pods()
+            .into_iter()
+            .filter(|p| p.name.starts_with("web-"))
+            .collect()
+    }
+
+    #[test]
+    fn the_default_scenario_converges_with_pods_spread_over_workers() {
+        let (mut c, _) = cluster(scenario::default_scenario(), Duration::ZERO);
+        let t0 = Instant::now();
+        c.reconcile(t0, jiff::Timestamp::now());
+        let pods = c.pods();
+        assert!(
+            pods.iter().all(|p| p.ready && p.phase == "Running"),
+            "{pods:#?}"
+        );
+        let web = web_pods(&c);
+        let mut nodes: Vec<_> = web.iter().map(|p| p.node.clone().unwrap()).collect();
+        nodes.sort();
+        assert_eq!(
+            nodes,
+            ["w-1", "w-2", "w-3"],
+            "spread, and never on the tainted control plane"
+        );
+        let proxies = pods
+            .iter()
+            .filter(|p| p.name.starts_with("kube-proxy-"))
+            .count();
+        assert_eq!(
+            proxies, 4,
+            "a DaemonSet that tolerates everything runs on every node"
+        );
+        assert!(
+            pods.iter()
+                .any(|p| p.mirror && p.name == "kube-apiserver-cp-1")
+        );
+        // A second pass changes nothing.
+        let rv = c.store.resource_version();
+        c.reconcile(t0, jiff::Timestamp::now());
+        assert_eq!(c.store.resource_version(), rv);
+    }
+
+    #[test]
+    fn evictions_respect_the_budget_until_replacements_are_ready() {
+        let objects = vec![
+            json(&scenario::deployment("default", "web", 3, "nginx")),
+            json(&scenario::pdb_min_available("default", "web-pdb", "web", 2)),
+        ];
+        let (mut c, _) = cluster(objects, Duration::ZERO);
+        let t0 = Instant::now();
+        let wall = jiff::Timestamp::now();
+        c.reconcile(t0, wall);
+        c.set_timing(Timing {
+            start: Duration::from_secs(5),
+            termination: Duration::ZERO,
+        });
+        let web = web_pods(&c);
+        c.evict("default", &web[0].name, t0, wall).unwrap();
+        c.reconcile(t0, wall);
+        let refused = c.evict("default", &web[1].name, t0, wall).unwrap_err();
+        assert_eq!(refused.code, 429);
+        assert_eq!(
+            refused.to_status()["details"]["causes"][0]["message"],
+            "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
+        );
+        // The replacement exists at once (Pending), and is Ready after the start delay.
+        assert_eq!(web_pods(&c).len(), 3);
+        assert_eq!(web_pods(&c).iter().filter(|p| p.ready).count(), 2);
+        c.reconcile(t0 + Duration::from_secs(5), wall);
+        assert_eq!(web_pods(&c).iter().filter(|p| p.ready).count(), 3);
+        c.evict("default", &web[1].name, t0 + Duration::from_secs(5), wall)
+            .unwrap();
+        assert_eq!((c.counters.evictions, c.counters.evictions_blocked), (2, 1));
+    }
+
+    #[test]
+    fn max_unavailable_percentages_scale_with_the_controller() {
+        let objects = vec![
+            json(&scenario::deployment("default", "web", 4, "nginx")),
+            json(&scenario::pdb_max_unavailable(
+                "default",
+                "web-pdb",
+                "web",
+                IntOrString::String("25%".into()),
+            )),
+        ];
+        let (mut c, _) = cluster(objects, Duration::ZERO);
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        let pdb: PodDisruptionBudget =
+            from_value(c.store.get(&PDBS, "default", "web-pdb").unwrap()).unwrap();
+        let calc = c.pdb_calc(&pdb, "default");
+        assert_eq!(
+            calc,
+            PdbCalc {
+                expected: 4,
+                current_healthy: 4,
+                desired_healthy: 3,
+                disruptions_allowed: 1
+            }
+        );
+        let status = pdb.status.unwrap();
+        assert_eq!((status.disruptions_allowed, status.expected_pods), (1, 4));
+    }
+
+    #[test]
+    fn two_budgets_over_one_pod_are_an_error_like_the_apiserver() {
+        let objects = vec![
+            json(&scenario::deployment("default", "web", 2, "nginx")),
+            json(&scenario::pdb_min_available("default", "a", "web", 1)),
+            json(&scenario::pdb_min_available("default", "b", "web", 1)),
+        ];
+        let (mut c, _) = cluster(objects, Duration::ZERO);
+        let t0 = Instant::now();
+        c.reconcile(t0, jiff::Timestamp::now());
+        let name = web_pods(&c)[0].name.clone();
+        let err = c
+            .evict("default", &name, t0, jiff::Timestamp::now())
+            .unwrap_err();
+        assert_eq!(err.code, 500);
+        assert!(
+            err.message.contains("more than one PodDisruptionBudget"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_rebooting_node_is_not_ready_and_keeps_its_daemonset_pods() {
+        let objects = vec![json(&scenario::daemonset(
+            "kube-system",
+            "agent",
+            "agent:1",
+            None,
+        ))];
+        let (mut c, nodes) = cluster(objects, Duration::ZERO);
+        let t0 = Instant::now();
+        c.reconcile(t0, jiff::Timestamp::now());
+        let agents_before: Vec<_> = c
+            .pods()
+            .into_iter()
+            .filter(|p| p.name.starts_with("agent-"))
+            .collect();
+        assert_eq!(
+            agents_before.len(),
+            3,
+            "no toleration for the control-plane taint: workers only"
+        );
+        nodes.0.lock().unwrap()[1].up = false;
+        c.reconcile(t0, jiff::Timestamp::now());
+        let w1 = c.store.get(&NODES, "", "w-1").unwrap();
+        let ready = w1["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(ready["status"], "Unknown");
+        let taints: Vec<&str> = w1["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["key"].as_str().unwrap())
+            .collect();
+        assert!(taints.contains(&TAINT_UNREACHABLE), "{taints:?}");
+        let agents: Vec<_> = c
+            .pods()
+            .into_iter()
+            .filter(|p| p.name.starts_with("agent-"))
+            .collect();
+        assert_eq!(
+            agents.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            agents_before.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            "DaemonSet pods stay on an unreachable node"
+        );
+        assert!(
+            agents
+                .iter()
+                .any(|p| p.node.as_deref() == Some("w-1") && !p.ready)
+        );
+        // Boot ID changes when it comes back.
+        let boot_before = w1["status"]["nodeInfo"]["bootID"].clone();
+        nodes.0.lock().unwrap()[1].up = true;
+        c.reconcile(t0, jiff::Timestamp::now());
+        let w1 = c.store.get(&NODES, "", "w-1").unwrap();
+        assert_ne!(w1["status"]["nodeInfo"]["bootID"], boot_before);
+    }
+
+    #[test]
+    fn a_new_daemonset_template_replaces_its_pods() {
+        let ds = json(&scenario::daemonset(
+            "kube-system",
+            "agent",
+            "agent:1",
+            None,
+        ));
+        let (mut c, _) = cluster(vec![ds.clone()], Duration::ZERO);
+        let t0 = Instant::now();
+        let wall = jiff::Timestamp::now();
+        c.reconcile(t0, wall);
+        let mut next = c
+            .store
+            .get(&DAEMONSETS, "kube-system", "agent")
+            .unwrap()
+            .clone();
+        next["spec"]["template"]["spec"]["containers"][0]["image"] = json!("agent:2");
+        c.store.put(&DAEMONSETS, next, wall);
+        c.reconcile(t0, wall);
+        let agents: Vec<_> = c
+            .pods()
+            .into_iter()
+            .filter(|p| p.name.starts_with("agent-"))
+            .collect();
+        assert_eq!(agents.len(), 3);
+        assert!(
+            agents.iter().all(|p| p.image == "agent:2" && p.ready),
+            "{agents:?}"
+        );
+        let status = &c.store.get(&DAEMONSETS, "kube-system", "agent").unwrap()["status"];
+        assert_eq!(status["updatedNumberScheduled"], 3);
+        assert_eq!(status["observedGeneration"], 2);
+    }
 }

@@ -13,7 +13,7 @@ pub(crate) struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<StatusDetails>,
+    pub details: Option<Box<StatusDetails>>,
 }
 
 impl ApiError {
@@ -27,12 +27,12 @@ impl ApiError {
     }
 
     fn with_details(mut self, rt: &ResourceType, name: &str) -> ApiError {
-        self.details = Some(StatusDetails {
+        self.details = Some(Box::new(StatusDetails {
             name: Some(name.to_string()),
             group: (!rt.group.is_empty()).then(|| rt.group.to_string()),
             kind: Some(rt.plural.to_string()),
             ..StatusDetails::default()
-        });
+        }));
         self
     }
 
@@ -159,7 +159,7 @@ impl ApiError {
             "TooManyRequests",
             "Cannot evict pod as it would violate the pod's disruption budget.",
         );
-        err.details = Some(StatusDetails {
+        err.details = Some(Box::new(StatusDetails {
             causes: Some(vec![StatusCause {
                 reason: Some("DisruptionBudget".into()),
                 message: Some(format!(
@@ -168,14 +168,14 @@ impl ApiError {
                 field: None,
             }]),
             ..StatusDetails::default()
-        });
+        }));
         err
     }
 
     pub fn to_status(&self) -> Value {
         let status = Status {
             code: Some(i32::from(self.code)),
-            details: self.details.clone(),
+            details: self.details.as_deref().cloned(),
             message: Some(self.message.clone()),
             reason: Some(self.reason.to_string()),
             status: Some("Failure".into()),

@@ -16,6 +16,9 @@ use super::resources::{ResKey, ResourceType};
 /// `(resource, namespace or "", name)`.
 pub(crate) type ObjKey = (ResKey, String, String);
 
+/// A watch's subscription plus the retained events it must replay first.
+pub(crate) type WatchStart = (broadcast::Receiver<Arc<Event>>, Vec<Arc<Event>>);
+
 /// How many past events a watch can resume from.
 const HISTORY: usize = 10_000;
 
@@ -254,10 +257,7 @@ impl Store {
 
     /// Subscribe to future events and collect the retained events after `since`.
     /// `None` when `since` is older than the retained history (the watch gets 410 Gone).
-    pub fn watch_from(
-        &self,
-        since: u64,
-    ) -> Option<(broadcast::Receiver<Arc<Event>>, Vec<Arc<Event>>)> {
+    pub fn watch_from(&self, since: u64) -> Option<WatchStart> {
         if since < self.compacted {
             return None;
         }
