@@ -10,6 +10,7 @@ pub mod cli;
 pub mod desired;
 pub mod fuzz;
 pub mod inventory;
+pub mod k8s;
 pub mod metrics;
 pub mod plan;
 pub mod server;

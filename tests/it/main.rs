@@ -5,6 +5,7 @@ mod cli;
 mod deploy;
 mod desired;
 mod fuzz_smoke;
+mod k8s;
 mod plan;
 mod server;
 mod store;

@@ -1,0 +1,512 @@
+//! [`KubeClient`]: the [`KubeApi`] adapter over kube-rs. Converts k8s-openapi objects into
+//! the domain types of this module and retries transient API failures with backoff.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ::kube::api::{Api, DynamicObject, EvictParams, ListParams, Patch, PatchParams};
+use ::kube::core::{ApiResource, GroupVersionKind};
+use ::kube::discovery::{ApiCapabilities, Scope};
+use backon::Retryable;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::drain::{self, DrainOps, DrainPod, Eviction};
+use super::{
+    AppliedObject, ApplyOptions, ControlPlaneComponent, DrainOptions, DrainReport, K8sError,
+    KubeApi, Manifest, NodeReadiness, PodRef, StaticPodStatus, kubeconfig, selector, transient,
+};
+use crate::version::KubeVersion;
+
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Retries of individual API calls (not drains, which have their own timeout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts, including the first (at least 1).
+    pub attempts: usize,
+    pub min_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 5,
+            min_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How the client behaves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    pub retry: RetryPolicy,
+}
+
+/// The Kubernetes adapter for one cluster.
+pub struct KubeClient {
+    client: ::kube::Client,
+    cluster_url: String,
+    options: ClientOptions,
+    discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+}
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("cluster_url", &self.cluster_url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn api_err(op: &'static str, target: impl Into<String>) -> impl FnOnce(::kube::Error) -> K8sError {
+    let target = target.into();
+    move |err| K8sError::Api {
+        op,
+        target,
+        err: Box::new(err),
+    }
+}
+
+fn is_status(err: &::kube::Error, code: u16) -> bool {
+    matches!(err, ::kube::Error::Api(s) if s.code == code)
+}
+
+impl KubeClient {
+    /// A client for the cluster in a kubeconfig file (its current context).
+    pub async fn from_kubeconfig(
+        path: &Path,
+        options: ClientOptions,
+    ) -> Result<KubeClient, K8sError> {
+        let config = kubeconfig::load(path).await?;
+        KubeClient::from_config(config, options)
+    }
+
+    /// A client for `<creds_dir>/kubeconfig`.
+    pub async fn from_creds_dir(
+        creds_dir: &Path,
+        options: ClientOptions,
+    ) -> Result<KubeClient, K8sError> {
+        KubeClient::from_kubeconfig(&kubeconfig::path_in(creds_dir), options).await
+    }
+
+    /// A client from a kube-rs configuration.
+    ///
+    /// kube 5 enables a built-in tower retry layer by default (`Config::default_retry`) that
+    /// retries 429/503/504 up to 15 times with delays growing to 1000 s. That would hide PDB
+    /// refusals inside a single eviction call and defeat the drain timeout, so it is turned
+    /// off: this adapter retries explicitly ([`RetryPolicy`], the drain backoff).
+    pub fn from_config(
+        mut config: ::kube::Config,
+        options: ClientOptions,
+    ) -> Result<KubeClient, K8sError> {
+        config.default_retry = false;
+        let cluster_url = config.cluster_url.to_string();
+        let client = ::kube::Client::try_from(config).map_err(|err| K8sError::ClientBuild {
+            cluster_url: cluster_url.clone(),
+            err: Box::new(err),
+        })?;
+        Ok(KubeClient {
+            client,
+            cluster_url,
+            options,
+            discovered: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The apiserver URL.
+    pub fn cluster_url(&self) -> &str {
+        &self.cluster_url
+    }
+
+    /// Run `f`, retrying transient failures per the retry policy.
+    async fn call<T, F, Fut>(&self, op: &'static str, target: &str, f: F) -> Result<T, K8sError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ::kube::Error>>,
+    {
+        let policy = &self.options.retry;
+        let backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(policy.min_delay)
+            .with_max_delay(policy.max_delay.max(policy.min_delay))
+            .with_max_times(policy.attempts.saturating_sub(1));
+        f.retry(backoff)
+            .when(transient)
+            .notify(|err, after| tracing::warn!(op, target, error = %err, ?after, "Kubernetes API call failed; retrying"))
+            .await
+            .map_err(api_err(op, target))
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    async fn node(&self, name: &str) -> Result<Node, K8sError> {
+        let api = self.nodes();
+        self.call("get node", name, || api.get_opt(name))
+            .await?
+            .ok_or_else(|| K8sError::NodeNotFound {
+                node: name.to_string(),
+            })
+    }
+
+    async fn set_unschedulable(&self, node: &str, cordon: bool) -> Result<(), K8sError> {
+        let api = self.nodes();
+        let op = if cordon {
+            "cordon node"
+        } else {
+            "uncordon node"
+        };
+        let result = self
+            .call(op, node, || async {
+                if cordon {
+                    api.cordon(node).await
+                } else {
+                    api.uncordon(node).await
+                }
+            })
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(K8sError::Api { err, .. }) if is_status(&err, 404) => Err(K8sError::NodeNotFound {
+                node: node.to_string(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn resolve(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<(ApiResource, ApiCapabilities), K8sError> {
+        let key = (
+            manifest.api_version().to_string(),
+            manifest.kind().to_string(),
+        );
+        if let Some(found) = self.discovered.lock().expect("discovery cache").get(&key) {
+            return Ok(found.clone());
+        }
+        let (group, version) = match manifest.api_version().split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", manifest.api_version()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, manifest.kind());
+        let found = (|| ::kube::discovery::pinned_kind(&self.client, &gvk))
+            .retry(
+                backon::ExponentialBuilder::default()
+                    .with_max_times(self.options.retry.attempts.saturating_sub(1))
+                    .with_min_delay(self.options.retry.min_delay)
+                    .with_max_delay(
+                        self.options
+                            .retry
+                            .max_delay
+                            .max(self.options.retry.min_delay),
+                    ),
+            )
+            .when(transient)
+            .await
+            .map_err(|err| {
+                if transient(&err) {
+                    K8sError::Api {
+                        op: "discover",
+                        target: manifest.describe(),
+                        err: Box::new(err),
+                    }
+                } else {
+                    K8sError::UnknownKind {
+                        api_version: manifest.api_version().to_string(),
+                        kind: manifest.kind().to_string(),
+                        object: manifest.describe(),
+                        err: Box::new(err),
+                    }
+                }
+            })?;
+        self.discovered
+            .lock()
+            .expect("discovery cache")
+            .insert(key, found.clone());
+        Ok(found)
+    }
+}
+
+fn readiness(name: &str, node: Node) -> Result<NodeReadiness, K8sError> {
+    let status = node.status.unwrap_or_default();
+    let raw = status
+        .node_info
+        .map(|i| i.kubelet_version)
+        .unwrap_or_default();
+    let kubelet_version = KubeVersion::parse(&raw).map_err(|err| K8sError::KubeletVersion {
+        node: name.to_string(),
+        raw: raw.clone(),
+        err,
+    })?;
+    let ready_condition = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready");
+    let ready = ready_condition.as_ref().is_some_and(|c| c.status == "True");
+    let not_ready_reason = if ready {
+        None
+    } else {
+        Some(match ready_condition {
+            Some(c) => format!(
+                "Ready={}: {}{}",
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.map(|m| format!(" ({m})")).unwrap_or_default()
+            ),
+            None => "the node has no Ready condition".to_string(),
+        })
+    };
+    Ok(NodeReadiness {
+        ready,
+        kubelet_version,
+        unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        not_ready_reason,
+    })
+}
+
+fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+fn pod_is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn drain_pod(pod: &Pod) -> DrainPod {
+    let controller = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)));
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("");
+    DrainPod {
+        pod: pod_ref(pod),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        mirror: pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+        daemonset: controller.is_some_and(|c| c.kind == "DaemonSet"),
+        controlled: controller.is_some(),
+        empty_dir: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some())),
+        finished: matches!(phase, "Succeeded" | "Failed"),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// The component a mirror pod runs, if it is a control-plane static pod of `node`.
+fn component_of(pod: &Pod, node: &str) -> Option<ControlPlaneComponent> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    ControlPlaneComponent::ALL.into_iter().find(|c| {
+        labels.get("k8s-app").map(String::as_str) == Some(c.name())
+            || labels.get("component").map(String::as_str) == Some(c.name())
+            || name == format!("{}-{node}", c.name())
+    })
+}
+
+impl DrainOps for KubeClient {
+    async fn list(&self, node: &str) -> Result<Vec<DrainPod>, K8sError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let pods = api
+            .list(&params)
+            .await
+            .map_err(api_err("list pods on node", node))?;
+        Ok(pods.items.iter().map(drain_pod).collect())
+    }
+
+    async fn evict(&self, pod: &PodRef) -> Result<Eviction, K8sError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        match api.evict(&pod.name, &EvictParams::default()).await {
+            Ok(_) => Ok(Eviction::Accepted),
+            Err(::kube::Error::Api(s)) if s.code == 404 => Ok(Eviction::Gone),
+            Err(::kube::Error::Api(s)) if s.code == 429 => {
+                let cause = s
+                    .details
+                    .as_ref()
+                    .and_then(|d| d.causes.iter().find(|c| !c.message.is_empty()))
+                    .map(|c| c.message.clone());
+                Ok(Eviction::Refused {
+                    message: cause.unwrap_or_else(|| s.message.clone()),
+                })
+            }
+            Err(err) => Err(K8sError::Api {
+                op: "evict pod",
+                target: pod.to_string(),
+                err: Box::new(err),
+            }),
+        }
+    }
+
+    async fn blocking_pdb(&self, pod: &PodRef, refusal: &str) -> Option<String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let from_api = async {
+            let labels = pods
+                .get(&pod.name)
+                .await
+                .ok()?
+                .metadata
+                .labels
+                .unwrap_or_default();
+            let list = pdbs.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|pdb| {
+                    selector::selects(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()), &labels)
+                })
+                .and_then(|pdb| pdb.metadata.name)
+        };
+        let name = match from_api.await {
+            Some(name) => Some(name),
+            None => drain::pdb_from_message(refusal),
+        };
+        name.map(|n| format!("{}/{n}", pod.namespace))
+    }
+
+    async fn gone(&self, pod: &DrainPod) -> Result<bool, K8sError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.pod.namespace);
+        match api.get_opt(&pod.pod.name).await {
+            Ok(None) => Ok(true),
+            Ok(Some(p)) => Ok(p.metadata.uid.as_deref() != Some(pod.uid.as_str())),
+            Err(err) => Err(K8sError::Api {
+                op: "get pod",
+                target: pod.pod.to_string(),
+                err: Box::new(err),
+            }),
+        }
+    }
+}
+
+impl KubeApi for KubeClient {
+    async fn cordon(&self, node: &str) -> Result<(), K8sError> {
+        self.set_unschedulable(node, true).await
+    }
+
+    async fn uncordon(&self, node: &str) -> Result<(), K8sError> {
+        self.set_unschedulable(node, false).await
+    }
+
+    async fn drain(&self, node: &str, options: &DrainOptions) -> Result<DrainReport, K8sError> {
+        self.cordon(node).await?;
+        drain::run(self, node, options).await
+    }
+
+    async fn node_readiness(&self, node: &str) -> Result<NodeReadiness, K8sError> {
+        readiness(node, self.node(node).await?)
+    }
+
+    async fn control_plane_pods(&self, node: &str) -> Result<Vec<StaticPodStatus>, K8sError> {
+        // Make a missing node an explicit error rather than "no static pods".
+        self.node(node).await?;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let pods = self
+            .call("list kube-system pods on node", node, || api.list(&params))
+            .await?;
+        let mut out: Vec<StaticPodStatus> = pods
+            .items
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+            })
+            .filter_map(|p| {
+                let component = component_of(p, node)?;
+                let containers = p
+                    .spec
+                    .as_ref()
+                    .map(|s| s.containers.clone())
+                    .unwrap_or_default();
+                let image = containers
+                    .iter()
+                    .find(|c| c.name == component.name())
+                    .or_else(|| containers.first())
+                    .and_then(|c| c.image.clone())
+                    .unwrap_or_default();
+                Some(StaticPodStatus {
+                    component,
+                    pod: pod_ref(p),
+                    running: p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
+                    ready: pod_is_ready(p),
+                    image,
+                })
+            })
+            .collect();
+        out.sort_by_key(|s| s.component);
+        Ok(out)
+    }
+
+    async fn apply(
+        &self,
+        manifests: &[Manifest],
+        options: &ApplyOptions,
+    ) -> Result<Vec<AppliedObject>, K8sError> {
+        let mut applied = Vec::with_capacity(manifests.len());
+        for manifest in manifests {
+            let (resource, caps) = self.resolve(manifest).await?;
+            let api: Api<DynamicObject> = match caps.scope {
+                Scope::Namespaced => match manifest.namespace() {
+                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+                    None => Api::default_namespaced_with(self.client.clone(), &resource),
+                },
+                Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+            };
+            let mut params = PatchParams::apply(&options.field_manager);
+            params.force = options.force_conflicts;
+            params.dry_run = options.dry_run;
+            let patch = Patch::Apply(manifest.value().clone());
+            let result = self
+                .call("server-side apply", &manifest.describe(), || {
+                    api.patch(manifest.name(), &params, &patch)
+                })
+                .await;
+            let obj = match result {
+                Ok(obj) => obj,
+                Err(K8sError::Api { err, .. }) if is_status(&err, 409) => {
+                    return Err(K8sError::ApplyConflict {
+                        object: manifest.describe(),
+                        err,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            applied.push(AppliedObject {
+                api_version: manifest.api_version().to_string(),
+                kind: manifest.kind().to_string(),
+                namespace: obj.metadata.namespace.clone(),
+                name: obj.metadata.name.clone().unwrap_or_default(),
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
+                resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+                generation: obj.metadata.generation,
+            });
+        }
+        Ok(applied)
+    }
+}

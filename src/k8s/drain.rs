@@ -1,0 +1,522 @@
+//! The drain engine: which pods to evict, skip or refuse, and the evict/retry/wait loop with
+//! backoff bounded by the drain timeout. It talks to the cluster only through [`DrainOps`],
+//! so the retry and timeout logic is tested with paused time against an in-memory fake.
+//!
+//! [`DrainOps`] has no delete operation: evictions are the only way a pod leaves.
+
+use std::future::Future;
+
+use backon::BackoffBuilder;
+use tokio::time::Instant;
+
+use super::{
+    DrainOptions, DrainReport, K8sError, LocalStoragePolicy, PodRef, SkipReason, UnmanagedPolicy,
+};
+
+/// A pod on the node being drained, as the drain policy needs to see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DrainPod {
+    pub pod: PodRef,
+    pub uid: String,
+    /// Has the `kubernetes.io/config.mirror` annotation.
+    pub mirror: bool,
+    /// Its controller is a DaemonSet.
+    pub daemonset: bool,
+    /// It has a controller owner reference.
+    pub controlled: bool,
+    /// It mounts an emptyDir volume.
+    pub empty_dir: bool,
+    /// Succeeded or Failed.
+    pub finished: bool,
+    /// Already has a deletionTimestamp.
+    pub terminating: bool,
+}
+
+/// The answer to one eviction request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Eviction {
+    /// 201: the pod is being deleted.
+    Accepted,
+    /// 404: the pod is already gone.
+    Gone,
+    /// 429: a PodDisruptionBudget (or throttling) refused; the message says which.
+    Refused { message: String },
+}
+
+/// What the drain engine needs from the cluster.
+pub(crate) trait DrainOps: Sync {
+    fn list(&self, node: &str) -> impl Future<Output = Result<Vec<DrainPod>, K8sError>> + Send;
+    fn evict(&self, pod: &PodRef) -> impl Future<Output = Result<Eviction, K8sError>> + Send;
+    /// The `namespace/name` of the PDB that guards `pod`, if it can be determined.
+    fn blocking_pdb(
+        &self,
+        pod: &PodRef,
+        refusal: &str,
+    ) -> impl Future<Output = Option<String>> + Send;
+    /// Whether the pod (this incarnation, by uid) is gone.
+    fn gone(&self, pod: &DrainPod) -> impl Future<Output = Result<bool, K8sError>> + Send;
+}
+
+/// Extract `X` from the apiserver's "The disruption budget X needs N healthy pods…" cause.
+pub(crate) fn pdb_from_message(message: &str) -> Option<String> {
+    let rest = message.split("The disruption budget ").nth(1)?;
+    let name = rest.split_whitespace().next()?;
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+struct Backoff {
+    delays: backon::ExponentialBackoff,
+    max: std::time::Duration,
+}
+
+impl Backoff {
+    fn new(options: &DrainOptions) -> Backoff {
+        let delays = backon::ExponentialBuilder::default()
+            .with_min_delay(options.min_backoff)
+            .with_max_delay(options.max_backoff.max(options.min_backoff))
+            .with_factor(2.0)
+            .without_max_times()
+            .build();
+        Backoff {
+            delays,
+            max: options.max_backoff,
+        }
+    }
+
+    fn next(&mut self) -> std::time::Duration {
+        self.delays.next().unwrap_or(self.max)
+    }
+}
+
+/// Sleep for `delay`, but never past `deadline`.
+async fn nap(delay: std::time::Duration, deadline: Instant) {
+    tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
+}
+
+/// Drain `node` (already cordoned by the caller).
+pub(crate) async fn run(
+    ops: &impl DrainOps,
+    node: &str,
+    options: &DrainOptions,
+) -> Result<DrainReport, K8sError> {
+    let started = Instant::now();
+    let deadline = started + options.timeout;
+    let mut backoff = Backoff::new(options);
+
+    // 1. List, retrying transient failures until the deadline.
+    let pods = loop {
+        match ops.list(node).await {
+            Ok(pods) => break pods,
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tracing::warn!(node, error = %e, "listing pods for drain failed; retrying");
+                nap(backoff.next(), deadline).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+
+    // 2. Classify; refuse up front (before any eviction) per policy.
+    let mut skipped = Vec::new();
+    let mut to_evict = Vec::new();
+    let mut waiting = Vec::new();
+    let mut local = Vec::new();
+    let mut unmanaged = Vec::new();
+    for p in pods {
+        if p.mirror {
+            skipped.push((p.pod, SkipReason::Mirror));
+        } else if p.daemonset {
+            skipped.push((p.pod, SkipReason::DaemonSet));
+        } else if p.terminating {
+            waiting.push(p);
+        } else {
+            if !p.finished && p.empty_dir && options.local_storage == LocalStoragePolicy::Refuse {
+                local.push(p.pod.clone());
+            }
+            if !p.finished && !p.controlled && options.unmanaged == UnmanagedPolicy::Refuse {
+                unmanaged.push(p.pod.clone());
+            }
+            to_evict.push(p);
+        }
+    }
+    if !local.is_empty() {
+        return Err(K8sError::DrainLocalStorage {
+            node: node.to_string(),
+            pods: local,
+        });
+    }
+    if !unmanaged.is_empty() {
+        return Err(K8sError::DrainUnmanaged {
+            node: node.to_string(),
+            pods: unmanaged,
+        });
+    }
+
+    // 3. Evict in rounds; refused and transiently failed evictions are retried after a
+    //    backoff until the deadline. Never delete, never force.
+    let mut evicted: Vec<DrainPod> = Vec::new();
+    let mut refusals = 0u32;
+    let mut pending = to_evict;
+    loop {
+        let mut still = Vec::new();
+        let mut first_refusal: Option<(PodRef, String)> = None;
+        for p in pending {
+            match ops.evict(&p.pod).await {
+                Ok(Eviction::Accepted | Eviction::Gone) => {
+                    tracing::info!(node, pod = %p.pod, "evicted");
+                    evicted.push(p);
+                }
+                Ok(Eviction::Refused { message }) => {
+                    refusals += 1;
+                    tracing::info!(node, pod = %p.pod, %message, "eviction refused; will retry");
+                    if first_refusal.is_none() {
+                        first_refusal = Some((p.pod.clone(), message));
+                    }
+                    still.push(p);
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(node, pod = %p.pod, error = %e, "eviction failed; will retry");
+                    still.push(p);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if still.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let (pod, message) =
+                first_refusal.unwrap_or_else(|| (still[0].pod.clone(), String::new()));
+            let pdb = ops.blocking_pdb(&pod, &message).await;
+            return Err(K8sError::DrainBlocked {
+                node: node.to_string(),
+                pod,
+                pdb,
+                blocked: u32::try_from(still.len()).unwrap_or(u32::MAX),
+                evicted: u32::try_from(evicted.len()).unwrap_or(u32::MAX),
+                waited: started.elapsed(),
+            });
+        }
+        nap(backoff.next(), deadline).await;
+        pending = still;
+    }
+
+    // 4. Wait until every evicted (or already terminating) pod is gone.
+    let mut gone_refs: Vec<PodRef> = waiting
+        .iter()
+        .chain(&evicted)
+        .map(|p| p.pod.clone())
+        .collect();
+    waiting.extend(evicted.iter().cloned());
+    loop {
+        let mut left = Vec::new();
+        for p in waiting {
+            match ops.gone(&p).await {
+                Ok(true) => {}
+                Ok(false) => left.push(p),
+                Err(e) if e.is_transient() => left.push(p),
+                Err(e) => return Err(e),
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(K8sError::DrainTimeout {
+                node: node.to_string(),
+                pods: left.into_iter().map(|p| p.pod).collect(),
+                waited: started.elapsed(),
+            });
+        }
+        nap(options.poll_interval, deadline).await;
+        waiting = left;
+    }
+
+    gone_refs.sort();
+    skipped.sort();
+    Ok(DrainReport {
+        node: node.to_string(),
+        evicted: gone_refs,
+        skipped,
+        pdb_refusals: refusals,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn pr(name: &str) -> PodRef {
+        PodRef {
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    fn pod(name: &str) -> DrainPod {
+        DrainPod {
+            pod: pr(name),
+            uid: format!("uid-{name}"),
+            mirror: false,
+            daemonset: false,
+            controlled: true,
+            empty_dir: false,
+            finished: false,
+            terminating: false,
+        }
+    }
+
+    /// An in-memory cluster: evictions of guarded pods are refused until `unblock_at`;
+    /// evicted pods disappear `linger` later; the first `flaky` calls fail with 503.
+    struct Fake {
+        pods: Vec<DrainPod>,
+        guarded: Vec<&'static str>,
+        unblock_at: Option<Instant>,
+        linger: Duration,
+        flaky: Mutex<u32>,
+        evicted_at: Mutex<BTreeMap<String, Instant>>,
+        evict_calls: Mutex<u32>,
+    }
+
+    impl Fake {
+        fn new(pods: Vec<DrainPod>) -> Fake {
+            Fake {
+                pods,
+                guarded: Vec::new(),
+                unblock_at: None,
+                linger: Duration::ZERO,
+                flaky: Mutex::new(0),
+                evicted_at: Mutex::new(BTreeMap::new()),
+                evict_calls: Mutex::new(0),
+            }
+        }
+
+        fn flake(&self) -> Result<(), K8sError> {
+            let mut f = self.flaky.lock().unwrap();
+            if *f > 0 {
+                *f -= 1;
+                return Err(K8sError::Api {
+                    op: "test",
+                    target: "x".into(),
+                    err: Box::new(::kube::Error::Api(Box::new(
+                        ::kube::core::Status::failure("unavailable", "ServiceUnavailable")
+                            .with_code(503),
+                    ))),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    impl DrainOps for Fake {
+        async fn list(&self, _node: &str) -> Result<Vec<DrainPod>, K8sError> {
+            self.flake()?;
+            Ok(self.pods.clone())
+        }
+
+        async fn evict(&self, pod: &PodRef) -> Result<Eviction, K8sError> {
+            *self.evict_calls.lock().unwrap() += 1;
+            self.flake()?;
+            let blocked = self.guarded.contains(&pod.name.as_str())
+                && self.unblock_at.is_none_or(|t| Instant::now() < t);
+            if blocked {
+                return Ok(Eviction::Refused {
+                    message:
+                        "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
+                            .into(),
+                });
+            }
+            self.evicted_at
+                .lock()
+                .unwrap()
+                .insert(pod.name.clone(), Instant::now());
+            Ok(Eviction::Accepted)
+        }
+
+        async fn blocking_pdb(&self, _pod: &PodRef, refusal: &str) -> Option<String> {
+            pdb_from_message(refusal).map(|n| format!("default/{n}"))
+        }
+
+        async fn gone(&self, pod: &DrainPod) -> Result<bool, K8sError> {
+            Ok(self
+                .evicted_at
+                .lock()
+                .unwrap()
+                .get(&pod.pod.name)
+                .is_some_and(|t| Instant::now() >= *t + self.linger))
+        }
+    }
+
+    fn options(timeout: u64) -> DrainOptions {
+        DrainOptions {
+            timeout: Duration::from_secs(timeout),
+            ..DrainOptions::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_evictions_are_retried_with_backoff_until_the_pdb_allows() {
+        let start = Instant::now();
+        let mut fake = Fake::new(vec![pod("web-1"), pod("web-2")]);
+        fake.guarded = vec!["web-2"];
+        fake.unblock_at = Some(start + Duration::from_secs(12));
+        let report = run(&fake, "w1", &options(60)).await.unwrap();
+        assert_eq!(report.evicted, vec![pr("web-1"), pr("web-2")]);
+        // Backoff 1, 2, 4, 8 s: attempts at 0, 1, 3, 7, 15 → refused 4 times, through at 15 s.
+        assert_eq!(report.pdb_refusals, 4);
+        assert_eq!(start.elapsed(), Duration::from_secs(15));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pdb_that_never_allows_fails_at_the_timeout_naming_the_pdb() {
+        let start = Instant::now();
+        let mut fake = Fake::new(vec![pod("web-1"), pod("web-2")]);
+        fake.guarded = vec!["web-2"];
+        let err = run(&fake, "w1", &options(30)).await.unwrap_err();
+        // The last attempt happens exactly at the deadline, not after it.
+        assert_eq!(start.elapsed(), Duration::from_secs(30));
+        match &err {
+            K8sError::DrainBlocked {
+                node,
+                pod,
+                pdb,
+                blocked,
+                evicted,
+                ..
+            } => {
+                assert_eq!(node, "w1");
+                assert_eq!(*pod, pr("web-2"));
+                assert_eq!(pdb.as_deref(), Some("default/web-pdb"));
+                assert_eq!((*blocked, *evicted), (1, 1));
+            }
+            other => panic!("expected DrainBlocked, got {other:?}"),
+        }
+        assert!(
+            err.to_string()
+                .contains("PodDisruptionBudget `default/web-pdb`"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("nothing was deleted"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn mirror_and_daemonset_pods_are_skipped() {
+        let mut mirror = pod("kube-apiserver-cp-1");
+        mirror.mirror = true;
+        mirror.controlled = false;
+        let mut ds = pod("kube-proxy-abcde");
+        ds.daemonset = true;
+        let fake = Fake::new(vec![mirror, ds, pod("web-1")]);
+        let report = run(&fake, "cp-1", &options(10)).await.unwrap();
+        assert_eq!(report.evicted, vec![pr("web-1")]);
+        assert_eq!(
+            report.skipped,
+            vec![
+                (pr("kube-apiserver-cp-1"), SkipReason::Mirror),
+                (pr("kube-proxy-abcde"), SkipReason::DaemonSet)
+            ]
+        );
+        assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn local_storage_is_refused_by_default_and_evicted_on_opt_in() {
+        let mut cache = pod("cache-1");
+        cache.empty_dir = true;
+        let fake = Fake::new(vec![pod("web-1"), cache]);
+        let err = run(&fake, "w1", &options(10)).await.unwrap_err();
+        assert!(
+            matches!(&err, K8sError::DrainLocalStorage { pods, .. } if *pods == vec![pr("cache-1")]),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("`default/cache-1`"), "{err}");
+        assert_eq!(
+            *fake.evict_calls.lock().unwrap(),
+            0,
+            "refusal happens before any eviction"
+        );
+
+        let opt_in = DrainOptions {
+            local_storage: LocalStoragePolicy::Evict,
+            ..options(10)
+        };
+        let report = run(&fake, "w1", &opt_in).await.unwrap();
+        assert_eq!(report.evicted, vec![pr("cache-1"), pr("web-1")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unmanaged_pods_are_refused_unless_allowed_and_finished_pods_always_go() {
+        let mut bare = pod("bare");
+        bare.controlled = false;
+        let mut done = pod("job-done");
+        done.controlled = false;
+        done.finished = true;
+        done.empty_dir = true;
+        let fake = Fake::new(vec![bare, done.clone()]);
+        let err = run(&fake, "w1", &options(10)).await.unwrap_err();
+        assert!(
+            matches!(&err, K8sError::DrainUnmanaged { pods, .. } if *pods == vec![pr("bare")]),
+            "{err:?}"
+        );
+        let fake = Fake::new(vec![done]);
+        let report = run(&fake, "w1", &options(10)).await.unwrap();
+        assert_eq!(report.evicted, vec![pr("job-done")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drain_waits_for_evicted_pods_to_go_and_times_out_if_they_linger() {
+        let start = Instant::now();
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.linger = Duration::from_secs(5);
+        run(&fake, "w1", &options(60)).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+
+        let start = Instant::now();
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.linger = Duration::from_secs(500);
+        let err = run(&fake, "w1", &options(20)).await.unwrap_err();
+        assert!(
+            matches!(&err, K8sError::DrainTimeout { pods, .. } if *pods == vec![pr("web-1")]),
+            "{err:?}"
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_api_errors_are_retried_within_the_timeout() {
+        let fake = Fake::new(vec![pod("web-1")]);
+        *fake.flaky.lock().unwrap() = 3;
+        let report = run(&fake, "w1", &options(60)).await.unwrap();
+        assert_eq!(report.evicted, vec![pr("web-1")]);
+        assert_eq!(report.pdb_refusals, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn already_terminating_pods_are_waited_for_not_evicted() {
+        let mut leaving = pod("web-old");
+        leaving.terminating = true;
+        let fake = Fake::new(vec![leaving]);
+        fake.evicted_at
+            .lock()
+            .unwrap()
+            .insert("web-old".into(), Instant::now());
+        let report = run(&fake, "w1", &options(10)).await.unwrap();
+        assert_eq!(*fake.evict_calls.lock().unwrap(), 0);
+        assert_eq!(report.evicted, vec![pr("web-old")]);
+    }
+
+    #[test]
+    fn the_pdb_name_is_read_from_the_apiserver_cause() {
+        assert_eq!(
+            pdb_from_message(
+                "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
+            )
+            .as_deref(),
+            Some("web-pdb")
+        );
+        assert_eq!(pdb_from_message("Too many requests"), None);
+    }
+}

@@ -1,0 +1,1027 @@
+//! The HTTP surface of the simulated kube-apiserver: routing of the REST paths, bearer-token
+//! authentication, the fault gate, and the verbs (get, list, watch, create, update, patch,
+//! server-side apply, delete, eviction) over the store.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::Shared;
+use super::apply;
+use super::cluster::{Cluster, kind_matches};
+use super::resources::{self, Owner, PODS, ResourceType};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::{ApiError, success};
+use super::store::{EventType, name_of, ns_of};
+use super::table;
+
+/// Request bodies above this are refused (the real apiserver's limit is 3 MiB).
+const BODY_LIMIT: usize = 3 * 1024 * 1024;
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json_response(code, &self.to_status())
+    }
+}
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// Where a request goes.
+#[derive(Debug)]
+enum Route {
+    Version,
+    CoreVersions,
+    Groups,
+    Group(String),
+    ResourceList(String, String),
+    Collection {
+        rt: &'static ResourceType,
+        ns: Option<String>,
+    },
+    Object {
+        rt: &'static ResourceType,
+        ns: Option<String>,
+        name: String,
+    },
+    Subresource {
+        rt: &'static ResourceType,
+        ns: Option<String>,
+        name: String,
+        sub: String,
+    },
+}
+
+fn route(path: &str) -> Result<Route> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+        ["version"] => return Ok(Route::Version),
+        ["api"] => return Ok(Route::CoreVersions),
+        ["apis"] => return Ok(Route::Groups),
+        ["apis", g] => return Ok(Route::Group(g.to_string())),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(ApiError::page_not_found()),
+    };
+    if !resources::group_version_exists(group, version) {
+        return Err(ApiError::page_not_found());
+    }
+    let find = |plural: &str| {
+        resources::lookup(group, version, plural).ok_or_else(ApiError::page_not_found)
+    };
+    let namespaced =
+        |plural: &str| resources::lookup(group, version, plural).is_some_and(|r| r.namespaced);
+    Ok(match rest {
+        [] => Route::ResourceList(group.to_string(), version.to_string()),
+        [plural] => Route::Collection {
+            rt: find(plural)?,
+            ns: None,
+        },
+        ["namespaces", ns, plural] if namespaced(plural) => Route::Collection {
+            rt: find(plural)?,
+            ns: Some(ns.to_string()),
+        },
+        ["namespaces", ns, plural, name] if namespaced(plural) => Route::Object {
+            rt: find(plural)?,
+            ns: Some(ns.to_string()),
+            name: name.to_string(),
+        },
+        ["namespaces", ns, plural, name, sub] if namespaced(plural) => Route::Subresource {
+            rt: find(plural)?,
+            ns: Some(ns.to_string()),
+            name: name.to_string(),
+            sub: sub.to_string(),
+        },
+        [plural, name] => {
+            let rt = find(plural)?;
+            if rt.namespaced {
+                return Err(ApiError::page_not_found());
+            }
+            Route::Object {
+                rt,
+                ns: None,
+                name: name.to_string(),
+            }
+        }
+        [plural, name, sub] => {
+            let rt = find(plural)?;
+            if rt.namespaced {
+                return Err(ApiError::page_not_found());
+            }
+            Route::Subresource {
+                rt,
+                ns: None,
+                name: name.to_string(),
+                sub: sub.to_string(),
+            }
+        }
+        _ => return Err(ApiError::page_not_found()),
+    })
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=Table"))
+        })
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+fn parse_body(body: &Bytes, yaml: bool) -> Result<Value> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the request body is not UTF-8"))?;
+    let value: Value = if yaml {
+        serde_saphyr::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+    } else {
+        serde_json::from_str(text).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })?
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+fn true_param(q: &HashMap<String, String>, key: &str) -> bool {
+    q.get(key).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn dry_run(q: &HashMap<String, String>) -> bool {
+    q.get("dryRun").is_some_and(|v| v == "All")
+}
+
+/// The entry point for every request.
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
+        return (StatusCode::OK, "ok").into_response();
+    }
+    let authorized = bearer(&parts.headers).is_some_and(|t| shared.token.matches(t));
+    if !authorized {
+        shared
+            .cluster
+            .lock()
+            .expect("cluster lock")
+            .counters
+            .unauthorized += 1;
+        return ApiError::unauthorized().into_response();
+    }
+    let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => {
+            return ApiError::bad_request("the request body is too large or unreadable")
+                .into_response();
+        }
+    };
+    let q: HashMap<String, String> = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+        .map(|Query(q)| q)
+        .unwrap_or_default();
+    tracing::debug!(method = %parts.method, path = %path, "sim kube-apiserver request");
+    let response = dispatch(&shared, &parts.method, &path, &parts.headers, &q, body).await;
+    shared.wake.notify_one();
+    match response {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: Bytes,
+) -> Result<Response> {
+    let now = Instant::now();
+    let wall = jiff::Timestamp::now();
+    let route = route(path);
+    let mut c = shared.cluster.lock().expect("cluster lock");
+    c.counters.requests += 1;
+    if c.take_unavailable(now) {
+        c.counters.unavailable += 1;
+        return Err(ApiError::unavailable());
+    }
+    c.reconcile(now, wall);
+    let route = route?;
+    let get_only = |m: &Method| {
+        if m == Method::GET {
+            Ok(())
+        } else {
+            Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method ({m}) on the requested resource"
+            )))
+        }
+    };
+    match route {
+        Route::Version => {
+            get_only(method)?;
+            let version = c.server_version();
+            let (major, minor) = version
+                .trim_start_matches('v')
+                .split_once('.')
+                .map(|(ma, rest)| {
+                    (
+                        ma.to_string(),
+                        rest.split('.').next().unwrap_or("0").to_string(),
+                    )
+                })
+                .unwrap_or_else(|| ("1".into(), "33".into()));
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "major": major,
+                    "minor": minor,
+                    "emulationMajor": major,
+                    "emulationMinor": minor,
+                    "gitVersion": version,
+                    "gitCommit": "0000000000000000000000000000000000000000",
+                    "gitTreeState": "clean",
+                    "buildDate": "2025-01-01T00:00:00Z",
+                    "goVersion": "go1.24.0",
+                    "compiler": "gc",
+                    "platform": "linux/amd64",
+                }),
+            ))
+        }
+        Route::CoreVersions => {
+            get_only(method)?;
+            Ok(json_response(
+                StatusCode::OK,
+                &resources::core_versions(&shared.server_address),
+            ))
+        }
+        Route::Groups => {
+            get_only(method)?;
+            Ok(json_response(StatusCode::OK, &resources::group_list()))
+        }
+        Route::Group(g) => {
+            get_only(method)?;
+            resources::group(&g)
+                .map(|doc| json_response(StatusCode::OK, &doc))
+                .ok_or_else(ApiError::page_not_found)
+        }
+        Route::ResourceList(g, v) => {
+            get_only(method)?;
+            Ok(json_response(
+                StatusCode::OK,
+                &resources::resource_list(&g, &v),
+            ))
+        }
+        Route::Collection { rt, ns } => match *method {
+            Method::GET if true_param(q, "watch") => {
+                drop(c);
+                watch(shared, rt, ns, q)
+            }
+            Method::GET => list(&c, rt, ns.as_deref(), headers, q, wall),
+            Method::POST => create(&mut c, rt, ns.as_deref(), q, &body, now, wall),
+            _ => Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method ({method}) on {}",
+                rt.qualified()
+            ))),
+        },
+        Route::Object { rt, ns, name } => {
+            let ns = ns.unwrap_or_default();
+            match *method {
+                Method::GET => {
+                    let obj = c
+                        .store
+                        .get(rt, &ns, &name)
+                        .cloned()
+                        .ok_or_else(|| ApiError::not_found(rt, &name))?;
+                    if wants_table(headers) {
+                        let rv = c.store.resource_version().to_string();
+                        let include = q.get("includeObject").map_or("Metadata", String::as_str);
+                        return Ok(json_response(
+                            StatusCode::OK,
+                            &table::table(rt, &[obj], &rv, None, include, wall),
+                        ));
+                    }
+                    Ok(json_response(StatusCode::OK, &obj))
+                }
+                Method::PATCH => patch(&mut c, rt, &ns, &name, headers, q, &body, wall),
+                Method::PUT => replace(&mut c, rt, &ns, &name, q, &body, wall),
+                Method::DELETE => delete(&mut c, rt, &ns, &name, q, now, wall),
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method ({method}) on {}",
+                    rt.qualified()
+                ))),
+            }
+        }
+        Route::Subresource { rt, ns, name, sub } => {
+            let ns = ns.unwrap_or_default();
+            if rt.plural == "pods" && sub == "eviction" {
+                if *method != Method::POST {
+                    return Err(ApiError::method_not_allowed(
+                        "evictions are created with POST",
+                    ));
+                }
+                return evict(&mut c, &ns, &name, &body, now, wall);
+            }
+            Err(ApiError::page_not_found())
+        }
+    }
+}
+
+fn continue_key(obj: &Value) -> String {
+    format!("{}/{}", ns_of(obj), name_of(obj))
+}
+
+fn list(
+    c: &Cluster,
+    rt: &'static ResourceType,
+    ns: Option<&str>,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.0))?;
+    let fields = FieldSelector::parse(rt, q.get("fieldSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.0))?;
+    let after = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(token)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| ApiError::bad_request("invalid continue token"))?,
+        ),
+        None => None,
+    };
+    let limit: usize = q
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let mut items: Vec<Value> = c
+        .store
+        .list(rt, ns)
+        .filter(|o| labels.matches_object(o) && fields.matches(o))
+        .filter(|o| after.as_ref().is_none_or(|a| continue_key(o) > *a))
+        .cloned()
+        .collect();
+    let mut continue_token = None;
+    let mut remaining = 0;
+    if items.len() > limit {
+        remaining = items.len() - limit;
+        items.truncate(limit);
+        continue_token = items
+            .last()
+            .map(|o| base64::engine::general_purpose::STANDARD.encode(continue_key(o)));
+    }
+    let rv = c.store.resource_version().to_string();
+    if wants_table(headers) {
+        let include = q.get("includeObject").map_or("Metadata", String::as_str);
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::table(rt, &items, &rv, continue_token.as_deref(), include, wall),
+        ));
+    }
+    let mut metadata = json!({ "resourceVersion": rv });
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": rt.list_kind(),
+            "apiVersion": rt.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }),
+    ))
+}
+
+/// Check the body's identity against the URL and fill in the namespace.
+fn check_identity(
+    rt: &'static ResourceType,
+    obj: &mut Value,
+    ns: &str,
+    name: Option<&str>,
+) -> Result<()> {
+    if !kind_matches(rt, obj) {
+        return Err(ApiError::bad_request(format!(
+            "the body is a {}/{}, but the URL is for {} ({})",
+            obj.get("apiVersion").and_then(Value::as_str).unwrap_or("?"),
+            obj.get("kind").and_then(Value::as_str).unwrap_or("?"),
+            rt.qualified(),
+            rt.api_version(),
+        )));
+    }
+    let body_ns = ns_of(obj).to_string();
+    if rt.namespaced {
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+            )));
+        }
+        obj["metadata"]["namespace"] = json!(ns);
+    } else if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("namespace");
+    }
+    if let Some(name) = name {
+        let body_name = name_of(obj);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        obj["metadata"]["name"] = json!(name);
+    }
+    if name_of(obj).is_empty() {
+        return Err(ApiError::invalid(
+            rt,
+            "",
+            format!(
+                "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                rt.kind
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn derived_refusal(rt: &ResourceType, verb: &str) -> ApiError {
+    ApiError::method_not_allowed(format!(
+        "the simulator derives {} from the Talos side; {verb} is not supported (patch spec.unschedulable, taints, labels or annotations instead)",
+        rt.plural
+    ))
+}
+
+fn create(
+    c: &mut Cluster,
+    rt: &'static ResourceType,
+    ns: Option<&str>,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+    _now: Instant,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    if rt.owner == Owner::Node {
+        return Err(derived_refusal(rt, "create"));
+    }
+    let ns = ns.unwrap_or("");
+    if rt.namespaced && ns.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{} must be created in a namespace",
+            rt.qualified()
+        )));
+    }
+    let mut obj = parse_body(body, false)?;
+    if name_of(&obj).is_empty()
+        && let Some(prefix) = obj
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    {
+        let n = c.store.resource_version();
+        obj["metadata"]["name"] = json!(format!("{prefix}{:05x}", n & 0xfffff));
+    }
+    check_identity(rt, &mut obj, ns, None)?;
+    if dry_run(q) {
+        return Ok(json_response(StatusCode::CREATED, &obj));
+    }
+    let name = name_of(&obj).to_string();
+    c.counters.creates += 1;
+    let created = c
+        .store
+        .create(rt, obj, wall)
+        .map_err(|_| ApiError::already_exists(rt, &name))?;
+    c.reconcile(Instant::now(), wall);
+    let stored = c
+        .store
+        .get(rt, ns_of(&created), &name)
+        .cloned()
+        .unwrap_or(created);
+    Ok(json_response(StatusCode::CREATED, &stored))
+}
+
+fn replace(
+    c: &mut Cluster,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    let mut obj = parse_body(body, false)?;
+    check_identity(rt, &mut obj, ns, Some(name))?;
+    let existing = c
+        .store
+        .get(rt, ns, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(rt, name))?;
+    if let Some(rv) = obj
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        && Some(rv)
+            != existing
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+    {
+        return Err(ApiError::conflict(
+            rt,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    if dry_run(q) {
+        return Ok(json_response(StatusCode::OK, &obj));
+    }
+    c.counters.updates += 1;
+    if rt.owner == Owner::Node {
+        let node = c.patch_node(name, &obj, wall)?;
+        return Ok(json_response(StatusCode::OK, &node));
+    }
+    // Status is owned by the simulated controllers.
+    if let Some(status) = existing.get("status") {
+        obj["status"] = status.clone();
+    }
+    let stored = c.store.put(rt, obj, wall);
+    Ok(json_response(StatusCode::OK, &stored))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn patch(
+    c: &mut Cluster,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    let ct = content_type(headers);
+    match ct.as_str() {
+        "application/apply-patch+yaml" => return server_side_apply(c, rt, ns, name, q, body, wall),
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {}
+        "application/json-patch+json" => {
+            return Err(ApiError::unsupported_media_type(&ct));
+        }
+        other => return Err(ApiError::unsupported_media_type(other)),
+    }
+    let patch = parse_body(body, false)?;
+    let existing = c
+        .store
+        .get(rt, ns, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(rt, name))?;
+    let mut next = existing.clone();
+    apply::merge_patch(&mut next, &patch);
+    if name_of(&next) != name || ns_of(&next) != ns {
+        return Err(ApiError::bad_request(
+            "a patch may not change metadata.name or metadata.namespace",
+        ));
+    }
+    if dry_run(q) {
+        return Ok(json_response(StatusCode::OK, &next));
+    }
+    c.counters.patches += 1;
+    if rt.owner == Owner::Node {
+        let node = c.patch_node(name, &next, wall)?;
+        return Ok(json_response(StatusCode::OK, &node));
+    }
+    let stored = c.store.put(rt, next, wall);
+    Ok(json_response(StatusCode::OK, &stored))
+}
+
+fn server_side_apply(
+    c: &mut Cluster,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    if rt.owner == Owner::Node {
+        return Err(derived_refusal(rt, "server-side apply"));
+    }
+    let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()).cloned() else {
+        return Err(ApiError::bad_request(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    };
+    let force = true_param(q, "force");
+    let mut config = parse_body(body, true)?;
+    if config.get("apiVersion").is_none() || config.get("kind").is_none() {
+        return Err(ApiError::bad_request(
+            "apply patches must set apiVersion and kind",
+        ));
+    }
+    check_identity(rt, &mut config, ns, Some(name))?;
+    let key = (rt.key(), ns.to_string(), name.to_string());
+    let live = c.store.get(rt, ns, name).cloned();
+    if let (Some(live), Some(rv)) = (
+        &live,
+        config
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str),
+    ) && Some(rv)
+        != live
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+    {
+        return Err(ApiError::conflict(
+            rt,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    let mut owners = c.owners.get(&key).cloned().unwrap_or_default();
+    let mut next = apply::apply(live.as_ref(), &config, &mut owners, &manager, force)
+        .map_err(|conflicts| ApiError::apply_conflict(rt, name, &conflicts))?;
+    let api_version = rt.api_version();
+    let time = super::store::k8s_time(wall);
+    let managed: Vec<Value> = owners
+        .iter()
+        .map(|(m, cfg)| {
+            json!({
+                "manager": m,
+                "operation": "Apply",
+                "apiVersion": api_version,
+                "time": time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": apply::fields_v1(cfg),
+            })
+        })
+        .collect();
+    next["metadata"]["managedFields"] = json!(managed);
+    if let Some(status) = live.as_ref().and_then(|l| l.get("status")) {
+        next["status"] = status.clone();
+    }
+    if dry_run(q) {
+        return Ok(json_response(StatusCode::OK, &next));
+    }
+    c.counters.applies += 1;
+    let created = live.is_none();
+    // Keep the timestamps of unchanged managers stable so a no-op apply changes nothing.
+    if let Some(live) = &live
+        && strip_managed_time(live) == strip_managed_time(&next)
+    {
+        c.owners.insert(key, owners);
+        return Ok(json_response(StatusCode::OK, live));
+    }
+    let stored = c.store.put(rt, next, wall);
+    c.owners.insert(key, owners);
+    c.reconcile(Instant::now(), wall);
+    let stored = c.store.get(rt, ns, name).cloned().unwrap_or(stored);
+    Ok(json_response(
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        &stored,
+    ))
+}
+
+fn strip_managed_time(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(entries) = o
+        .pointer_mut("/metadata/managedFields")
+        .and_then(Value::as_array_mut)
+    {
+        for e in entries {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("generation");
+    }
+    if let Some(m) = o.as_object_mut() {
+        m.remove("status");
+    }
+    o
+}
+
+fn delete(
+    c: &mut Cluster,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+    now: Instant,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    if rt.owner == Owner::Node {
+        return Err(derived_refusal(rt, "delete"));
+    }
+    let existing = c
+        .store
+        .get(rt, ns, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(rt, name))?;
+    if dry_run(q) {
+        return Ok(json_response(StatusCode::OK, &existing));
+    }
+    c.counters.deletes += 1;
+    if std::ptr::eq(rt, &PODS) {
+        c.counters.pod_deletes += 1;
+        let pod = c.terminate(ns, name, now, wall).unwrap_or(existing);
+        return Ok(json_response(StatusCode::OK, &pod));
+    }
+    c.owners
+        .remove(&(rt.key(), ns.to_string(), name.to_string()));
+    let gone = c.store.delete(rt, ns, name).unwrap_or(existing);
+    Ok(json_response(StatusCode::OK, &gone))
+}
+
+fn evict(
+    c: &mut Cluster,
+    ns: &str,
+    name: &str,
+    body: &Bytes,
+    now: Instant,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
+    let eviction = parse_body(body, false)?;
+    // Like the apiserver, a body without apiVersion/kind defaults to the endpoint's kind.
+    let api_version = eviction
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("policy/v1");
+    let kind = eviction
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Eviction");
+    if kind != "Eviction" || !matches!(api_version, "policy/v1" | "policy/v1beta1") {
+        return Err(ApiError::bad_request(format!(
+            "the body must be a policy/v1 Eviction, got {api_version} {kind}"
+        )));
+    }
+    let body_name = name_of(&eviction);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "name in URL does not match name in Eviction object ({body_name} != {name})"
+        )));
+    }
+    let dry = eviction
+        .pointer("/deleteOptions/dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
+    if dry {
+        return Err(ApiError::bad_request(
+            "the simulator does not support dry-run evictions",
+        ));
+    }
+    c.evict(ns, name, now, wall)?;
+    c.reconcile(Instant::now(), wall);
+    Ok(json_response(StatusCode::CREATED, &success(201)))
+}
+
+/// A watch: replay (or synthesize) the start, then stream events as newline-delimited
+/// `WatchEvent` JSON until `timeoutSeconds` or the client goes away.
+fn watch(
+    shared: &Arc<Shared>,
+    rt: &'static ResourceType,
+    ns: Option<String>,
+    q: &HashMap<String, String>,
+) -> Result<Response> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.0))?;
+    let fields = FieldSelector::parse(rt, q.get("fieldSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.0))?;
+    let matches = move |o: &Value| {
+        ns.as_deref().is_none_or(|n| n == ns_of(o)) && labels.matches_object(o) && fields.matches(o)
+    };
+    let send_initial = true_param(q, "sendInitialEvents");
+    let bookmarks = true_param(q, "allowWatchBookmarks");
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let rv = q.get("resourceVersion").cloned().unwrap_or_default();
+    let mut initial: Vec<Value> = Vec::new();
+    let (mut rx, current_rv) = {
+        let c = shared.cluster.lock().expect("cluster lock");
+        let current_rv = c.store.resource_version();
+        if rv.is_empty() || rv == "0" || send_initial {
+            for o in c.store.list(rt, None).filter(|o| matches(o)) {
+                initial.push(json!({"type": "ADDED", "object": o}));
+            }
+            (c.store.subscribe(), current_rv)
+        } else {
+            let since: u64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion `{rv}`")))?;
+            match c.store.watch_from(since) {
+                Some((rx, replay)) => {
+                    for ev in replay.iter().filter(|e| e.res == rt.key()) {
+                        if let Some(line) = event_line(ev, &matches) {
+                            initial.push(line);
+                        }
+                    }
+                    (rx, current_rv)
+                }
+                None => {
+                    let gone =
+                        ApiError::gone(format!("too old resource version: {since} ({current_rv})"));
+                    initial.push(json!({"type": "ERROR", "object": gone.to_status()}));
+                    let body = initial.iter().map(|l| format!("{l}\n")).collect::<String>();
+                    return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
+                }
+            }
+        }
+    };
+    if send_initial && bookmarks {
+        initial.push(json!({
+            "type": "BOOKMARK",
+            "object": {
+                "kind": rt.kind,
+                "apiVersion": rt.api_version(),
+                "metadata": {
+                    "resourceVersion": current_rv.to_string(),
+                    "annotations": {"k8s.io/initial-events-end": "true"},
+                },
+            },
+        }));
+    }
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, Infallible>>(64);
+    let key = rt.key();
+    tokio::spawn(async move {
+        for line in initial {
+            if tx.send(Ok(Bytes::from(format!("{line}\n")))).await.is_err() {
+                return;
+            }
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = tx.closed() => return,
+                _ = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => return,
+            };
+            match ev {
+                Ok(ev) if ev.res == key => {
+                    if let Some(line) = event_line(&ev, &matches)
+                        && tx.send(Ok(Bytes::from(format!("{line}\n")))).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    let gone = ApiError::gone("the watch fell behind; relist");
+                    let _ = tx
+                        .send(Ok(Bytes::from(format!(
+                            "{}\n",
+                            json!({"type": "ERROR", "object": gone.to_status()})
+                        ))))
+                        .await;
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(body_rx);
+    Ok((
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// The watch line for an event under a selector, with selector transitions (an object that
+/// stops matching is DELETED for this watch; one that starts matching is ADDED).
+fn event_line(ev: &super::store::Event, matches: &impl Fn(&Value) -> bool) -> Option<Value> {
+    let now = matches(&ev.object);
+    let kind = match ev.kind {
+        EventType::Added | EventType::Deleted => now.then_some(ev.kind),
+        EventType::Modified => {
+            let before = ev.old.as_ref().map_or(now, matches);
+            match (before, now) {
+                (true, true) => Some(EventType::Modified),
+                (false, true) => Some(EventType::Added),
+                (true, false) => Some(EventType::Deleted),
+                (false, false) => None,
+            }
+        }
+    }?;
+    Some(json!({"type": kind.as_str(), "object": ev.object}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_follow_the_kubernetes_path_layout() {
+        assert!(
+            matches!(route("/api/v1/nodes"), Ok(Route::Collection { rt, ns: None }) if rt.plural == "nodes")
+        );
+        assert!(
+            matches!(route("/api/v1/nodes/w1"), Ok(Route::Object { name, .. }) if name == "w1")
+        );
+        assert!(
+            matches!(route("/api/v1/namespaces/default/pods"), Ok(Route::Collection { ns: Some(ns), .. }) if ns == "default")
+        );
+        assert!(matches!(
+            route("/api/v1/namespaces/default/pods/web-1/eviction"),
+            Ok(Route::Subresource { sub, .. }) if sub == "eviction"
+        ));
+        assert!(
+            matches!(route("/api/v1/namespaces/kube-system"), Ok(Route::Object { rt, .. }) if rt.plural == "namespaces")
+        );
+        assert!(
+            matches!(route("/apis/apps/v1/namespaces/x/daemonsets/y"), Ok(Route::Object { rt, .. }) if rt.plural == "daemonsets")
+        );
+        assert!(
+            matches!(route("/apis/policy/v1"), Ok(Route::ResourceList(g, v)) if g == "policy" && v == "v1")
+        );
+        // A namespaced resource has no cluster-scoped object path.
+        assert!(route("/api/v1/pods/web-1").is_err());
+        assert!(route("/apis/batch/v1/jobs").is_err());
+    }
+
+    #[test]
+    fn only_a_first_choice_table_accept_gets_a_table() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+                .parse()
+                .unwrap(),
+        );
+        assert!(wants_table(&h));
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, "application/json".parse().unwrap());
+        assert!(!wants_table(&h));
+    }
+
+    #[test]
+    fn selector_transitions_turn_into_added_and_deleted() {
+        use super::super::resources::PODS;
+        let ev = super::super::store::Event {
+            rv: 1,
+            res: PODS.key(),
+            kind: EventType::Modified,
+            object: json!({"spec": {"nodeName": "w2"}}),
+            old: Some(json!({"spec": {"nodeName": "w1"}})),
+        };
+        let on_w1 = |o: &Value| o.pointer("/spec/nodeName") == Some(&json!("w1"));
+        let on_w2 = |o: &Value| o.pointer("/spec/nodeName") == Some(&json!("w2"));
+        assert_eq!(event_line(&ev, &on_w1).unwrap()["type"], "DELETED");
+        assert_eq!(event_line(&ev, &on_w2).unwrap()["type"], "ADDED");
+    }
+}

@@ -1,0 +1,479 @@
+//! The simulated kube-apiserver: an HTTPS server (rustls, bearer-token auth) implementing the
+//! subset of the Kubernetes REST API that medea's `k8s` adapter and real `kubectl` use.
+//!
+//! **Owns:** the simulated cluster's Kubernetes objects (nodes as derived from the Talos side,
+//! pods, workloads, PDBs, applied objects), its PKI and token, kube-side faults and
+//! side-effect counters.
+//! **May depend on:** [`crate::sim::node`] (node facts from the Talos side), `k8s` helpers
+//! (label-selector semantics), k8s-openapi wire types.
+//!
+//! Architecture Invariant: the wire API is the real one (paths, JSON shapes, status codes,
+//! discovery, watch framing, `Table`s); test knobs (faults, counters, inspection, object
+//! seeding) live only on [`KubeSim`], never in the HTTP surface.
+//!
+//! Architecture Invariant: Node objects are *derived*: `Ready`, `kubeletVersion`, `osImage`,
+//! addresses and mirror pods come from [`NodeSource`] on every reconcile; the kube side owns
+//! only `spec.unschedulable`, user taints, labels and annotations.
+//!
+//! See `design/k8s.md` for the endpoint table and the fault catalog.
+
+mod api;
+mod apply;
+mod cluster;
+mod kubeconfig;
+mod pki;
+mod resources;
+pub mod scenario;
+mod selector;
+mod status;
+mod store;
+mod table;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::sim::node::NodeSource;
+use cluster::{Cluster, Timing};
+
+pub use kubeconfig::write_kubeconfig;
+pub use pki::BearerToken;
+
+/// Errors of the simulated kube-apiserver's control surface.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSimError {
+    #[error("failed to generate the simulated apiserver's certificates")]
+    Pki {
+        #[source]
+        err: rcgen::Error,
+    },
+    #[error("failed to build the simulated apiserver's TLS configuration")]
+    Tls {
+        #[source]
+        err: rustls::Error,
+    },
+    #[error("failed to listen on `{addr}` for the simulated apiserver")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("failed to write the kubeconfig `{path}`")]
+    WriteKubeconfig {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error(
+        "cluster name `{name}` is not usable in a kubeconfig: use 1-63 lowercase letters, digits, `-` or `.`"
+    )]
+    ClusterName { name: String },
+    #[error("initial object #{index} (`{api_version}/{kind}`) is not a kind the simulator serves")]
+    UnknownKind {
+        index: usize,
+        api_version: String,
+        kind: String,
+    },
+    #[error("initial object #{index} (`{kind}/{name}`) could not be created: {reason}")]
+    Seed {
+        index: usize,
+        kind: String,
+        name: String,
+        reason: String,
+    },
+}
+
+/// How long simulated things take, and what the cluster starts with.
+#[derive(Debug, Clone)]
+pub struct KubeSimConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub bind: SocketAddr,
+    /// Time a newly created or rescheduled pod needs to become Running and Ready
+    /// (what unblocks a PDB after an eviction). Zero in tests.
+    pub pod_start_delay: Duration,
+    /// Time an evicted or deleted pod stays Terminating before it disappears. Zero in tests.
+    pub pod_termination_delay: Duration,
+    /// How often the server re-reads the [`NodeSource`] while watches are open (requests
+    /// always see fresh state).
+    pub refresh_interval: Duration,
+    /// Objects the cluster starts with (Deployments, DaemonSets, PDBs, ConfigMaps, pods...),
+    /// for example [`scenario::default_scenario`].
+    pub objects: Vec<Value>,
+}
+
+impl Default for KubeSimConfig {
+    /// Instant pods, no content: what tests usually want.
+    fn default() -> Self {
+        KubeSimConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            pod_start_delay: Duration::ZERO,
+            pod_termination_delay: Duration::ZERO,
+            refresh_interval: Duration::from_millis(200),
+            objects: Vec::new(),
+        }
+    }
+}
+
+impl KubeSimConfig {
+    /// The demo: the default scenario with pods that take a few seconds to come and go.
+    pub fn demo() -> Self {
+        KubeSimConfig {
+            pod_start_delay: Duration::from_secs(3),
+            pod_termination_delay: Duration::from_secs(1),
+            objects: scenario::default_scenario(),
+            ..KubeSimConfig::default()
+        }
+    }
+}
+
+/// How long the apiserver stays unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// The next `n` requests get `503 ServiceUnavailable`.
+    Requests(u32),
+    /// Every request gets 503 for this long (from when the fault is injected).
+    For(Duration),
+}
+
+/// Kube-side faults, as data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeFault {
+    /// The PDB never allows a disruption: every eviction it guards gets 429.
+    PdbNeverAllows { namespace: String, pdb: String },
+    /// The apiserver answers 503 for a while.
+    ApiUnavailable(Outage),
+    /// The node reports `Ready=False` (KubeletNotReady) whatever the Talos side says.
+    NodeNeverReady { node: String },
+}
+
+/// Side effects the simulated apiserver has seen (tests assert on these).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KubeCounters {
+    /// Authenticated requests (including refused ones).
+    pub requests: u64,
+    /// Requests refused with 401.
+    pub unauthorized: u64,
+    /// Requests refused with 503 by an [`KubeFault::ApiUnavailable`] fault.
+    pub unavailable: u64,
+    /// Evictions accepted.
+    pub evictions: u64,
+    /// Evictions refused with 429 by a PodDisruptionBudget.
+    pub evictions_blocked: u64,
+    /// `DELETE` requests on pods (medea's drain must never send one).
+    pub pod_deletes: u64,
+    /// `DELETE` requests on any resource.
+    pub deletes: u64,
+    /// Merge / strategic-merge patches.
+    pub patches: u64,
+    /// Server-side applies.
+    pub applies: u64,
+    /// Creates (`POST`).
+    pub creates: u64,
+    /// Replaces (`PUT`).
+    pub updates: u64,
+}
+
+/// A pod as the control handle reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimPod {
+    pub namespace: String,
+    pub name: String,
+    pub node: Option<String>,
+    pub phase: String,
+    pub ready: bool,
+    pub terminating: bool,
+    /// A mirror pod (a static pod's API object).
+    pub mirror: bool,
+    /// `Kind/name` of the controller, e.g. `ReplicaSet/web-7c9d…` or `DaemonSet/kube-proxy`.
+    pub controller: Option<String>,
+    /// The first container's image.
+    pub image: String,
+}
+
+pub(crate) struct Shared {
+    pub cluster: Mutex<Cluster>,
+    pub token: BearerToken,
+    pub server_address: String,
+    pub wake: Notify,
+    refresh: Duration,
+}
+
+/// A running simulated kube-apiserver and its control handle. Dropping it stops the server.
+pub struct KubeSim {
+    addr: SocketAddr,
+    ca_pem: String,
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for KubeSim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSim")
+            .field("addr", &self.addr)
+            .field("token", &self.shared.token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Start the simulated kube-apiserver; nodes are derived from `nodes`.
+pub async fn start(
+    config: KubeSimConfig,
+    nodes: Arc<dyn NodeSource>,
+) -> Result<KubeSim, KubeSimError> {
+    let pki = pki::generate()?;
+    let token = BearerToken::generate()?;
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .map_err(|err| KubeSimError::Bind {
+            addr: config.bind,
+            err,
+        })?;
+    let addr = listener.local_addr().map_err(|err| KubeSimError::Bind {
+        addr: config.bind,
+        err,
+    })?;
+    let seed = u64::from_str_radix(&token.expose()[..16], 16).unwrap_or(1);
+    let mut cluster = Cluster::new(
+        nodes,
+        Timing {
+            start: config.pod_start_delay,
+            termination: config.pod_termination_delay,
+        },
+        seed,
+    );
+    seed_objects(&mut cluster, &config.objects)?;
+    let shared = Arc::new(Shared {
+        cluster: Mutex::new(cluster),
+        token,
+        server_address: addr.to_string(),
+        wake: Notify::new(),
+        refresh: config.refresh_interval,
+    });
+    let router = axum::Router::new()
+        .fallback(api::handle)
+        .with_state(shared.clone());
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.tls.clone());
+    let serve = tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            let Ok((tcp, _peer)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let service = TowerToHyperService::new(router.clone());
+            connections.spawn(async move {
+                let Ok(Ok(tls)) =
+                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                else {
+                    return;
+                };
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                    .await;
+            });
+            while connections.try_join_next().is_some() {}
+        }
+    });
+    let ticker = tokio::spawn(tick(shared.clone()));
+    Ok(KubeSim {
+        addr,
+        ca_pem: pki.ca_pem,
+        shared,
+        tasks: vec![serve, ticker],
+    })
+}
+
+fn seed_objects(cluster: &mut Cluster, objects: &[Value]) -> Result<(), KubeSimError> {
+    let wall = jiff::Timestamp::now();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let _ = cluster.store.create(
+            &resources::NAMESPACES,
+            serde_json::json!({
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }),
+            wall,
+        );
+    }
+    for (index, obj) in objects.iter().enumerate() {
+        seed_one(cluster, index, obj.clone())?;
+    }
+    Ok(())
+}
+
+/// Create one object as a client would (any served kind except nodes).
+fn seed_one(cluster: &mut Cluster, index: usize, mut obj: Value) -> Result<(), KubeSimError> {
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let Some(rt) = resources::by_kind(&api_version, &kind) else {
+        return Err(KubeSimError::UnknownKind {
+            index,
+            api_version,
+            kind,
+        });
+    };
+    let name = store::name_of(&obj).to_string();
+    let err = |reason: &str| KubeSimError::Seed {
+        index,
+        kind: kind.clone(),
+        name: name.clone(),
+        reason: reason.to_string(),
+    };
+    if name.is_empty() {
+        return Err(err("metadata.name is missing"));
+    }
+    if rt.owner == resources::Owner::Node {
+        return Err(err("nodes come from the Talos side (NodeSource)"));
+    }
+    if rt.namespaced && store::ns_of(&obj).is_empty() {
+        obj["metadata"]["namespace"] = serde_json::json!("default");
+    }
+    cluster
+        .store
+        .create(rt, obj, jiff::Timestamp::now())
+        .map(|_| ())
+        .map_err(|_| err("an object with this name already exists"))
+}
+
+/// Reconcile when something is due (a pod start or removal) and, while watches are open,
+/// every refresh interval so NodeSource changes reach watchers.
+async fn tick(shared: Arc<Shared>) {
+    loop {
+        let (due, watching) = {
+            let c = shared.cluster.lock().expect("cluster lock");
+            (c.next_due(Instant::now()), c.store.has_watchers())
+        };
+        let refresh = watching.then(|| Instant::now() + shared.refresh);
+        let wake_at = [due, refresh].into_iter().flatten().min();
+        match wake_at {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = shared.wake.notified() => {}
+                }
+            }
+            None => shared.wake.notified().await,
+        }
+        let mut c = shared.cluster.lock().expect("cluster lock");
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+    }
+}
+
+impl KubeSim {
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// The CA certificate (PEM) that signed the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The bearer token clients must present.
+    pub fn token(&self) -> &BearerToken {
+        &self.shared.token
+    }
+
+    /// Write a kubeconfig for this server (0600, parents 0700).
+    pub fn write_kubeconfig(&self, path: &Path, cluster: &str) -> Result<(), KubeSimError> {
+        write_kubeconfig(path, &self.url(), &self.ca_pem, &self.shared.token, cluster)
+    }
+
+    fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
+        self.shared.cluster.lock().expect("cluster lock")
+    }
+
+    /// Activate a fault.
+    pub fn inject(&self, fault: KubeFault) {
+        self.cluster().inject(fault, Instant::now());
+        self.shared.wake.notify_one();
+    }
+
+    /// Change how long pods take to start and terminate from now on (e.g. start a test with
+    /// instantly Ready pods, then make replacements slow to create PDB pressure).
+    pub fn set_pod_delays(&self, start: Duration, termination: Duration) {
+        self.cluster().set_timing(Timing { start, termination });
+    }
+
+    /// Remove every fault.
+    pub fn clear_faults(&self) {
+        self.cluster().faults.clear();
+        self.shared.wake.notify_one();
+    }
+
+    /// The side-effect counters so far.
+    pub fn counters(&self) -> KubeCounters {
+        self.cluster().counters
+    }
+
+    /// Converge now (e.g. after the Talos side changed) and list every pod.
+    pub fn pods(&self) -> Vec<SimPod> {
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        c.pods()
+    }
+
+    /// The pods currently bound to `node`.
+    pub fn pods_on(&self, node: &str) -> Vec<SimPod> {
+        self.pods()
+            .into_iter()
+            .filter(|p| p.node.as_deref() == Some(node))
+            .collect()
+    }
+
+    /// Whether the node is cordoned (`spec.unschedulable`), if it exists.
+    pub fn unschedulable(&self, node: &str) -> Option<bool> {
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        c.store
+            .get(&resources::NODES, "", node)
+            .map(|n| n.pointer("/spec/unschedulable") == Some(&serde_json::json!(true)))
+    }
+
+    /// Add an object as if a client had created it (any kind the simulator serves except
+    /// nodes), e.g. a bare pod or an extra PDB.
+    pub fn create(&self, obj: Value) -> Result<(), KubeSimError> {
+        let mut c = self.cluster();
+        seed_one(&mut c, 0, obj)?;
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Stop serving (also happens on drop).
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The string selectors of list and watch requests: `labelSelector=app=web,tier in (a,b)` and
+//! `fieldSelector=spec.nodeName=w1`, with the apiserver's grammar and its per-resource
+//! whitelist of selectable fields.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::resources::ResourceType;
+
+/// A selector the server could not parse, with the apiserver's wording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SelectorError(pub String);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LabelReq {
+    Eq(String, String),
+    NotEq(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+/// A parsed label selector; the empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LabelSelector(Vec<LabelReq>);
+
+/// Split on commas that are not inside parentheses.
+fn split_top(input: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in input.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&input[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&input[start..]);
+    parts
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn valid_value(value: &str) -> bool {
+    value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn parse_set(key: &str, rest: &str, raw: &str) -> Result<Vec<String>, SelectorError> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| {
+            SelectorError(format!(
+                "unable to parse requirement: `{raw}`: expected a set like `{key} in (a,b)`"
+            ))
+        })?;
+    let values: Vec<String> = inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if values.is_empty() || !values.iter().all(|v| valid_value(v)) {
+        return Err(SelectorError(format!(
+            "unable to parse requirement: `{raw}`: invalid set of values"
+        )));
+    }
+    Ok(values)
+}
+
+impl LabelSelector {
+    pub fn parse(input: &str) -> Result<LabelSelector, SelectorError> {
+        let mut reqs = Vec::new();
+        if input.trim().is_empty() {
+            return Ok(LabelSelector(reqs));
+        }
+        for raw in split_top(input) {
+            let part = raw.trim();
+            let bad = || SelectorError(format!("unable to parse requirement: `{part}`"));
+            let req = if let Some(key) = part.strip_prefix('!') {
+                LabelReq::NotExists(key.trim().to_string())
+            } else if let Some((k, v)) = part.split_once("!=") {
+                LabelReq::NotEq(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = part.split_once("==") {
+                LabelReq::Eq(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = part.split_once('=') {
+                LabelReq::Eq(k.trim().into(), v.trim().into())
+            } else if let Some((k, rest)) = part.split_once(" notin ") {
+                LabelReq::NotIn(k.trim().into(), parse_set(k.trim(), rest, part)?)
+            } else if let Some((k, rest)) = part.split_once(" in ") {
+                LabelReq::In(k.trim().into(), parse_set(k.trim(), rest, part)?)
+            } else {
+                LabelReq::Exists(part.to_string())
+            };
+            let (key, value) = match &req {
+                LabelReq::Eq(k, v) | LabelReq::NotEq(k, v) => (k, Some(v)),
+                LabelReq::In(k, _)
+                | LabelReq::NotIn(k, _)
+                | LabelReq::Exists(k)
+                | LabelReq::NotExists(k) => (k, None),
+            };
+            if !valid_key(key) || value.is_some_and(|v| !valid_value(v)) {
+                return Err(bad());
+            }
+            reqs.push(req);
+        }
+        Ok(LabelSelector(reqs))
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|req| match req {
+            LabelReq::Eq(k, v) => labels.get(k) == Some(v),
+            LabelReq::NotEq(k, v) => labels.get(k) != Some(v),
+            LabelReq::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+            LabelReq::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            LabelReq::Exists(k) => labels.contains_key(k),
+            LabelReq::NotExists(k) => !labels.contains_key(k),
+        })
+    }
+
+    /// Match against the `metadata.labels` of a stored object.
+    pub fn matches_object(&self, obj: &Value) -> bool {
+        self.matches(&labels_of(obj))
+    }
+}
+
+/// `metadata.labels` of a JSON object.
+pub(crate) fn labels_of(obj: &Value) -> BTreeMap<String, String> {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldReq {
+    path: String,
+    value: String,
+    negate: bool,
+}
+
+/// A parsed field selector (`spec.nodeName=w1,status.phase!=Succeeded`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FieldSelector(Vec<FieldReq>);
+
+/// Fields the real apiserver lets clients select on, per resource.
+fn selectable(rt: &ResourceType, path: &str) -> bool {
+    if matches!(path, "metadata.name" | "metadata.namespace") {
+        return true;
+    }
+    match rt.plural {
+        "pods" => matches!(
+            path,
+            "spec.nodeName"
+                | "spec.restartPolicy"
+                | "spec.schedulerName"
+                | "spec.serviceAccountName"
+                | "spec.hostNetwork"
+                | "status.phase"
+                | "status.podIP"
+                | "status.nominatedNodeName"
+        ),
+        "nodes" => path == "spec.unschedulable",
+        "secrets" => path == "type",
+        _ => false,
+    }
+}
+
+impl FieldSelector {
+    pub fn parse(rt: &ResourceType, input: &str) -> Result<FieldSelector, SelectorError> {
+        let mut reqs = Vec::new();
+        if input.trim().is_empty() {
+            return Ok(FieldSelector(reqs));
+        }
+        for part in input.split(',') {
+            let part = part.trim();
+            let (path, value, negate) = if let Some((p, v)) = part.split_once("!=") {
+                (p, v, true)
+            } else if let Some((p, v)) = part.split_once("==") {
+                (p, v, false)
+            } else if let Some((p, v)) = part.split_once('=') {
+                (p, v, false)
+            } else {
+                return Err(SelectorError(format!(
+                    "invalid selector: '{part}'; can't understand '{part}'"
+                )));
+            };
+            if !selectable(rt, path) {
+                return Err(SelectorError(format!("field label not supported: {path}")));
+            }
+            reqs.push(FieldReq {
+                path: path.to_string(),
+                value: value.to_string(),
+                negate,
+            });
+        }
+        Ok(FieldSelector(reqs))
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|req| {
+            let pointer = format!("/{}", req.path.replace('.', "/"));
+            let actual = match obj.pointer(&pointer) {
+                None | Some(Value::Null) => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Bool(b)) => b.to_string(),
+                Some(other) => other.to_string(),
+            };
+            // An unset boolean reads as "false", as in the apiserver's field sets.
+            let actual = if actual.is_empty() && req.path == "spec.unschedulable" {
+                "false".to_string()
+            } else {
+                actual
+            };
+            (actual == req.value) != req.negate
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::resources::{NODES, PODS};
+    use super::*;
+    use serde_json::json;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn label_selector_grammar() {
+        let sel =
+            LabelSelector::parse("app=web,tier in (front, edge),!canary,env!=prod,zone").unwrap();
+        assert!(sel.matches(&labels(&[("app", "web"), ("tier", "edge"), ("zone", "a")])));
+        assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "back"), ("zone", "a")])));
+        assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "edge")])));
+        assert!(!sel.matches(&labels(&[
+            ("app", "web"),
+            ("tier", "edge"),
+            ("zone", "a"),
+            ("env", "prod")
+        ])));
+        let role = LabelSelector::parse("node-role.kubernetes.io/control-plane").unwrap();
+        assert!(role.matches(&labels(&[("node-role.kubernetes.io/control-plane", "")])));
+        assert!(LabelSelector::parse("").unwrap().matches(&labels(&[])));
+        assert!(LabelSelector::parse("a in b").is_err());
+        assert!(LabelSelector::parse("a=b c").is_err());
+    }
+
+    #[test]
+    fn field_selector_uses_the_apiserver_whitelist() {
+        let sel = FieldSelector::parse(&PODS, "spec.nodeName=w1").unwrap();
+        assert!(sel.matches(&json!({"spec": {"nodeName": "w1"}})));
+        assert!(!sel.matches(&json!({"spec": {"nodeName": "w2"}})));
+        let neg = FieldSelector::parse(&PODS, "status.phase!=Succeeded").unwrap();
+        assert!(neg.matches(&json!({"status": {"phase": "Running"}})));
+        let err = FieldSelector::parse(&PODS, "spec.priority=1").unwrap_err();
+        assert_eq!(err.0, "field label not supported: spec.priority");
+        let node = FieldSelector::parse(&NODES, "spec.unschedulable=false").unwrap();
+        assert!(node.matches(&json!({"spec": {}})));
+        assert!(!node.matches(&json!({"spec": {"unschedulable": true}})));
+    }
+}

@@ -1,0 +1,216 @@
+//! Failure responses as the real apiserver sends them: a `v1.Status` body with `reason`,
+//! `message`, `details` and `code` (what `kubectl` prints as `Error from server (NotFound): …`
+//! and what kube-rs turns into `kube::Error::Api`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
+use serde_json::Value;
+
+use super::resources::ResourceType;
+
+/// A failed request: HTTP status plus the `Status` body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Box<StatusDetails>>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn with_details(mut self, rt: &ResourceType, name: &str) -> ApiError {
+        self.details = Some(Box::new(StatusDetails {
+            name: Some(name.to_string()),
+            group: (!rt.group.is_empty()).then(|| rt.group.to_string()),
+            kind: Some(rt.plural.to_string()),
+            ..StatusDetails::default()
+        }));
+        self
+    }
+
+    pub fn not_found(rt: &ResourceType, name: &str) -> ApiError {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", rt.qualified()),
+        )
+        .with_details(rt, name)
+    }
+
+    pub fn already_exists(rt: &ResourceType, name: &str) -> ApiError {
+        ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", rt.qualified()),
+        )
+        .with_details(rt, name)
+    }
+
+    pub fn conflict(rt: &ResourceType, name: &str, why: &str) -> ApiError {
+        ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                rt.qualified()
+            ),
+        )
+        .with_details(rt, name)
+    }
+
+    /// A server-side apply conflict (`reason: Conflict`, one cause per field).
+    pub fn apply_conflict(
+        rt: &ResourceType,
+        name: &str,
+        conflicts: &[super::apply::Conflict],
+    ) -> ApiError {
+        let list: Vec<String> = conflicts
+            .iter()
+            .map(|c| format!("conflict with \"{}\": {}", c.manager, c.field))
+            .collect();
+        let mut err = ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Apply failed with {} conflict{}: {}",
+                conflicts.len(),
+                if conflicts.len() == 1 { "" } else { "s" },
+                list.join(", ")
+            ),
+        )
+        .with_details(rt, name);
+        if let Some(d) = err.details.as_mut() {
+            d.causes = Some(
+                conflicts
+                    .iter()
+                    .map(|c| StatusCause {
+                        reason: Some("FieldManagerConflict".into()),
+                        message: Some(format!("conflict with \"{}\"", c.manager)),
+                        field: Some(c.field.clone()),
+                    })
+                    .collect(),
+            );
+        }
+        err
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    pub fn invalid(rt: &ResourceType, name: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(422, "Invalid", message).with_details(rt, name)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+        ApiError::new(405, "MethodNotAllowed", message)
+    }
+
+    pub fn unsupported_media_type(content_type: &str) -> ApiError {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got `{content_type}`)"
+            ),
+        )
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    pub fn unavailable() -> ApiError {
+        ApiError::new(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        )
+    }
+
+    pub fn gone(message: impl Into<String>) -> ApiError {
+        ApiError::new(410, "Expired", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, "InternalError", message)
+    }
+
+    pub fn page_not_found() -> ApiError {
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    }
+
+    /// The eviction refusal of a PodDisruptionBudget (apiserver `eviction.go`).
+    pub fn disruption_budget(pdb: &str, desired: i32, current: i32) -> ApiError {
+        let mut err = ApiError::new(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        );
+        err.details = Some(Box::new(StatusDetails {
+            causes: Some(vec![StatusCause {
+                reason: Some("DisruptionBudget".into()),
+                message: Some(format!(
+                    "The disruption budget {pdb} needs {desired} healthy pods and has {current} currently"
+                )),
+                field: None,
+            }]),
+            ..StatusDetails::default()
+        }));
+        err
+    }
+
+    pub fn to_status(&self) -> Value {
+        let status = Status {
+            code: Some(i32::from(self.code)),
+            details: self.details.as_deref().cloned(),
+            message: Some(self.message.clone()),
+            reason: Some(self.reason.to_string()),
+            status: Some("Failure".into()),
+            ..Status::default()
+        };
+        serde_json::to_value(status).expect("Status serializes")
+    }
+}
+
+/// The `Status` of a successful operation without an object (an accepted eviction).
+pub(crate) fn success(code: u16) -> Value {
+    let status = Status {
+        code: Some(i32::from(code)),
+        status: Some("Success".into()),
+        ..Status::default()
+    };
+    serde_json::to_value(status).expect("Status serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pdb_refusal_has_the_apiserver_shape() {
+        let v = ApiError::disruption_budget("web-pdb", 2, 2).to_status();
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["apiVersion"], "v1");
+        assert_eq!(v["code"], 429);
+        assert_eq!(v["reason"], "TooManyRequests");
+        assert_eq!(v["status"], "Failure");
+        assert_eq!(v["details"]["causes"][0]["reason"], "DisruptionBudget");
+        assert_eq!(
+            v["details"]["causes"][0]["message"],
+            "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
+        );
+    }
+}
