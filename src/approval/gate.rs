@@ -125,7 +125,7 @@ impl fmt::Display for ClosedGate {
             ),
             ClosedGate::ClusterDisabled { cluster } => write!(
                 f,
-                "cluster `{cluster}` has `rolloutsEnabled: false`: set it to true in the desired state to let jobs start"
+                "cluster `{cluster}` has rollouts disabled: `medea cluster enable-rollouts {cluster}` lets its jobs start"
             ),
             ClosedGate::Window { next_open: Some(t) } => {
                 write!(

@@ -106,13 +106,12 @@ impl ObservedCluster {
         }
     }
 
-    /// The cluster with `rollouts_enabled` set; a change bumps the generation.
+    /// The cluster with `rollouts_enabled` set. This is a gate, not an observation: it does
+    /// not move the generation, so an approved plan waiting for the gate stays current. (Job
+    /// creation compares the whole record, so the gate cannot change underneath a start.)
     pub fn with_rollouts_enabled(&self, enabled: bool) -> ObservedCluster {
         let mut c = self.clone();
-        if c.rollouts_enabled != enabled {
-            c.rollouts_enabled = enabled;
-            c.generation += 1;
-        }
+        c.rollouts_enabled = enabled;
         c
     }
 }
@@ -198,8 +197,16 @@ mod tests {
             2,
             "a reboot is an observed change"
         );
-        assert_eq!(c2.with_rollouts_enabled(true).generation, 2);
+        assert_eq!(
+            c2.with_rollouts_enabled(true).generation,
+            1,
+            "a gate is not an observation"
+        );
         assert!(c2.with_rollouts_enabled(true).rollouts_enabled);
-        assert_eq!(c2.with_rollouts_enabled(false).generation, 1);
+        assert!(
+            !c2.with_rollouts_enabled(true)
+                .with_rollouts_enabled(false)
+                .rollouts_enabled
+        );
     }
 }

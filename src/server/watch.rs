@@ -64,12 +64,21 @@ pub fn watch(
     let git_root = git_dir.and_then(|g| g.parent().map(Path::to_path_buf));
     let mut debouncer = new_debouncer(debounce, None, move |res: DebounceEventResult| {
         let relevant = match res {
-            Ok(events) => events.iter().any(|e| {
-                e.paths.iter().any(|p| {
-                    interesting(p, &root_owned, git)
-                        || git_root.as_ref().is_some_and(|g| interesting(p, g, true))
+            // Reading the files (opens, non-write closes) must not trigger another read.
+            Ok(events) => events
+                .iter()
+                .filter(|e| {
+                    !matches!(
+                        e.event.kind,
+                        notify_debouncer_full::notify::EventKind::Access(_)
+                    )
                 })
-            }),
+                .any(|e| {
+                    e.paths.iter().any(|p| {
+                        interesting(p, &root_owned, git)
+                            || git_root.as_ref().is_some_and(|g| interesting(p, g, true))
+                    })
+                }),
             // Errors (e.g. queue overflow) mean we may have missed something: re-read.
             Err(_) => true,
         };
