@@ -11,6 +11,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 pub mod client;
 pub mod debug;
 pub mod desired;
+pub mod ha;
+pub mod ha_debug;
 pub mod output;
 pub mod report;
 pub mod server;
@@ -58,6 +60,9 @@ pub enum Command {
     /// (testing) Write store batches until killed.
     #[command(name = "__store-torture", hide = true)]
     StoreTorture(debug::TortureArgs),
+    /// (testing) Campaign on an etcd store and run fenced intent/act steps, printing each.
+    #[command(name = "__ha-probe", hide = true)]
+    HaProbe(ha_debug::ProbeArgs),
     /// Print shell completions.
     #[command(
         after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
@@ -103,6 +108,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Validate(args) => desired::validate(args),
         Command::Schema(args) => desired::schema(args),
         Command::StoreTorture(args) => debug::store_torture(args),
+        Command::HaProbe(args) => ha_debug::probe(args),
         Command::Serve(args) => server::serve(args),
         Command::Get(args) => server::get(args),
         Command::Cluster(args) => server::cluster(args),
