@@ -164,7 +164,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
             }
             Role::Follower { leader } => tracing::info!(
                 replica = %shared.replica,
-                leader = leader.as_deref().unwrap_or("-"),
+                leader = %leader.as_deref().unwrap_or("-"),
                 "following"
             ),
         }

@@ -114,8 +114,21 @@ fn client_err(e: ec::Error) -> EtcdError {
     EtcdError::Client(e)
 }
 
+/// The client's runtime; shut down (without blocking) when the store and every leadership
+/// handle campaigning through it are gone.
+struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        // Never blocks, so the last handle may be dropped inside an async context.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 pub struct EtcdStore {
-    rt: Option<tokio::runtime::Runtime>,
+    rt: std::sync::Arc<ClientRuntime>,
     handle: tokio::runtime::Handle,
     client: ec::Client,
     prefix: String,
@@ -128,15 +141,6 @@ impl std::fmt::Debug for EtcdStore {
         f.debug_struct("EtcdStore")
             .field("location", &self.location)
             .finish()
-    }
-}
-
-impl Drop for EtcdStore {
-    fn drop(&mut self) {
-        // Never blocks, so dropping the store inside an async context is fine.
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -247,7 +251,7 @@ impl EtcdStore {
         .map_err(open_err)?;
         let store = EtcdStore {
             handle: rt.handle().clone(),
-            rt: Some(rt),
+            rt: std::sync::Arc::new(ClientRuntime(Some(rt))),
             client,
             prefix: config.url.prefix.clone(),
             location: location.clone(),
@@ -339,15 +343,18 @@ impl EtcdStore {
 
     /// Campaign for leadership as `replica` with a lease of `ttl` (rounded up to whole
     /// seconds; etcd may raise very short TTLs to its minimum). Returns at once; the handle
-    /// reports the outcome and every later change. Dropping every clone of it, or
-    /// [`Leadership::resign`], ends the campaign and releases the key.
+    /// reports the outcome and every later change, and keeps the client running even if this
+    /// store is dropped. [`Leadership::resign`] ends the campaign and releases the key at once;
+    /// dropping every clone of the handle ends it too, and the key then expires with the lease.
     pub fn campaign(&self, replica: impl Into<String>, ttl: Duration) -> Leadership {
-        let (leadership, campaigner) = Leadership::campaign(replica);
+        let runs_on: std::sync::Arc<dyn Send + Sync> = self.rt.clone();
+        let (leadership, campaigner) = Leadership::campaign(replica, Some(runs_on));
         let election = Election {
             client: self.client.clone(),
             key: self.leader_key(),
             ttl_secs: ttl.as_secs_f64().ceil().max(1.0) as i64,
             timeout: self.timeout,
+            unrevoked: std::sync::Mutex::new(Vec::new()),
         };
         self.handle.spawn(election.run(campaigner));
         leadership
@@ -559,6 +566,9 @@ struct Election {
     key: String,
     ttl_secs: i64,
     timeout: Duration,
+    /// Leases of ended terms that etcd could not be told about yet: revoked before the next
+    /// round, so that a replica back in contact does not wait out its own stale key.
+    unrevoked: std::sync::Mutex<Vec<i64>>,
 }
 
 enum Round {
@@ -607,6 +617,10 @@ impl Election {
     }
 
     async fn round(&self, c: &Campaigner) -> Result<Round, EtcdError> {
+        let pending: Vec<i64> = std::mem::take(&mut *self.unrevoked.lock().expect("lock"));
+        for id in pending {
+            self.revoke(id).await;
+        }
         let mut kv = self.client.kv_client();
         let r = with_timeout(self.timeout, kv.get(self.key.clone(), None)).await?;
         if let Some(holder) = r.kvs().first() {
@@ -783,6 +797,12 @@ impl Election {
                     if resp.ttl() <= 0 {
                         return Ok(Lead::Lost("etcd reports the lease expired"));
                     }
+                    if Instant::now() >= deadline {
+                        // Too late: the term is over locally, whatever etcd says now.
+                        return Ok(Lead::Lost(
+                            "no lease renewal was confirmed before the deadline",
+                        ));
+                    }
                     let ttl = Duration::from_secs(resp.ttl() as u64);
                     deadline = at + ttl - margin(ttl);
                     c.extend(deadline);
@@ -836,15 +856,18 @@ impl Election {
         }
     }
 
-    /// Release the lease (and with it the key) without waiting long: if etcd is unreachable
-    /// the lease simply expires.
+    /// Release the lease (and with it the key) without waiting long. If etcd cannot be
+    /// reached, try again before the next round (meanwhile the lease may expire by itself).
     async fn revoke(&self, lease_id: i64) {
         let mut lease = self.client.lease_client();
-        let _ = with_timeout(
-            self.timeout.min(Duration::from_secs(2)),
-            lease.revoke(lease_id),
-        )
-        .await;
+        let limit = self.timeout.min(Duration::from_secs(2));
+        match with_timeout(limit, lease.revoke(lease_id)).await {
+            Ok(_) => {}
+            // Already expired and gone.
+            Err(EtcdError::Client(ec::Error::GRpcStatus(s)))
+                if s.code() == tonic::Code::NotFound => {}
+            Err(_) => self.unrevoked.lock().expect("lock").push(lease_id),
+        }
     }
 }
 

@@ -145,22 +145,26 @@ impl Store for FjallStore {
             Durability::Durable => PersistMode::SyncAll,
             Durability::Buffered => PersistMode::Buffer,
         };
+        // The process lock makes this process the only writer: its one leader is
+        // `Leadership::solo`, whose term is SOLO_TERM. Any other term is a fence from some
+        // other store and must not pass here. Leadership is reported before data conflicts,
+        // as on etcd: it means "stop".
+        for check in &txn.checks {
+            if let Check::Leader(fence) = check
+                && fence.term() != SOLO_TERM
+            {
+                return Err(StoreError::Fenced {
+                    replica: fence.replica().to_string(),
+                    term: fence.term(),
+                });
+            }
+        }
         let mut tx = self.db.write_tx().durability(Some(mode));
         for check in &txn.checks {
             let (table, key, want) = match check {
                 Check::Absent(t, k) => (*t, k, None),
                 Check::Equals(t, k, v) => (*t, k, Some(v.as_slice())),
-                // The process lock makes this process the only writer: its one leader is
-                // `Leadership::solo`, whose term is SOLO_TERM. Any other term is a fence from
-                // some other store and must not pass here.
-                Check::Leader(fence) if fence.term() == SOLO_TERM => continue,
-                Check::Leader(fence) => {
-                    tx.rollback();
-                    return Err(StoreError::Fenced {
-                        replica: fence.replica().to_string(),
-                        term: fence.term(),
-                    });
-                }
+                Check::Leader(_) => continue,
             };
             let have = tx
                 .get(self.ks(table), key.as_str())

@@ -88,6 +88,8 @@ struct Control {
     /// Dropping it (with the last handle) or sending `true` stops the campaign.
     stop: Option<watch::Sender<bool>>,
     done: Option<watch::Receiver<bool>>,
+    /// Whatever the campaign runs on (the etcd client's runtime), kept alive by the handles.
+    _runs_on: Option<Arc<dyn Send + Sync>>,
 }
 
 /// One replica's view of the election; cheap to clone, shared by the API, the planner and the
@@ -125,13 +127,17 @@ impl Leadership {
                 _solo: Some(tx),
                 stop: None,
                 done: None,
+                _runs_on: None,
             }),
         }
     }
 
     /// A follower handle and the backend side that publishes election results into it.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) fn campaign(replica: impl Into<String>) -> (Leadership, Campaigner) {
+    pub(crate) fn campaign(
+        replica: impl Into<String>,
+        runs_on: Option<Arc<dyn Send + Sync>>,
+    ) -> (Leadership, Campaigner) {
         let replica: Arc<str> = replica.into().into();
         let (tx, rx) = watch::channel(State {
             role: Role::Follower { leader: None },
@@ -147,6 +153,7 @@ impl Leadership {
                     _solo: None,
                     stop: Some(stop_tx),
                     done: Some(done_rx),
+                    _runs_on: runs_on,
                 }),
             },
             Campaigner {
@@ -291,9 +298,12 @@ impl Campaigner {
         });
     }
     /// A renewed lease: move the deadline without waking anyone (the role is unchanged).
+    /// A term whose deadline already passed stays over: once `ensure` failed for a fence it
+    /// never succeeds again, whatever a late renewal says.
     pub(crate) fn extend(&self, valid_until: Instant) {
+        let now = Instant::now();
         self.tx.send_if_modified(|s| {
-            if matches!(s.role, Role::Leader { .. }) {
+            if matches!(s.role, Role::Leader { .. }) && s.valid_until.is_some_and(|u| now < u) {
                 s.valid_until = Some(valid_until);
             }
             false
@@ -380,7 +390,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_campaign_publishes_roles_and_an_expired_lease_is_not_leadership() {
-        let (l, c) = Leadership::campaign("a");
+        let (l, c) = Leadership::campaign("a", None);
         assert!(!l.is_leader());
         let err = l.check().unwrap_err();
         assert!(
@@ -408,11 +418,15 @@ mod tests {
             Err(StoreError::Fenced { term: 42, .. })
         ));
         l.lost(&fence).await; // resolves at once
+        // A late renewal does not bring the term back.
+        c.extend(Instant::now() + Duration::from_secs(60));
+        assert!(!l.is_leader());
+        assert!(l.ensure(&fence).is_err());
     }
 
     #[tokio::test]
     async fn changed_wakes_when_the_lease_runs_out() {
-        let (l, c) = Leadership::campaign("a");
+        let (l, c) = Leadership::campaign("a", None);
         let fence = Fence::new("a", 3);
         c.lead(fence.clone(), Instant::now() + Duration::from_millis(50));
         assert!(l.is_leader());
@@ -425,7 +439,7 @@ mod tests {
 
     #[tokio::test]
     async fn resign_stops_the_campaign_and_dropping_the_campaigner_means_follower() {
-        let (l, c) = Leadership::campaign("a");
+        let (l, c) = Leadership::campaign("a", None);
         c.lead(Fence::new("a", 1), Instant::now() + Duration::from_secs(60));
         let task = tokio::spawn(async move {
             c.stop_signal().await;

@@ -2,5 +2,9 @@
 
 mod cli;
 mod desired;
+#[cfg(feature = "etcd")]
+mod etcd_harness;
+#[cfg(feature = "etcd")]
+mod ha;
 mod server;
 mod store;
