@@ -169,9 +169,12 @@ mod tests {
     fn an_etcd_store_without_the_feature_names_the_fix() {
         let loc: StoreLocation = "etcd://127.0.0.1:2379".parse().unwrap();
         let err = open_store(&loc, &ha()).err().expect("refused");
-        let text = format!("{err:?}");
-        assert!(text.contains("built without etcd support"), "{text}");
-        assert!(text.contains("--features etcd"), "{text}");
+        assert!(
+            err.to_string().contains("built without etcd support"),
+            "{err}"
+        );
+        let help = err.help().map(|h| h.to_string()).unwrap_or_default();
+        assert!(help.contains("--features etcd"), "{help}");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! ```text
 //! following <replica>|-        leading term=<T>        intent <n> term=<T>
 //! acted <n> term=<T>           resume <n>              refused action <n>: <why>
-//! fenced: <why>                stopping after intent <n>   finished
+//! fenced: <why>                stopping after intent <n>   finished    ready
 //! ```
 
 use std::path::PathBuf;
@@ -37,6 +37,10 @@ pub struct ProbeArgs {
     /// and acting (the tests resume it with SIGCONT after a failover).
     #[arg(long)]
     pub stop_after_intent: Option<u64>,
+    /// On first leading, print `ready` and wait for a line on stdin before the first step
+    /// (so a test can line up followers first).
+    #[arg(long)]
+    pub wait_for_go: bool,
     /// Pause between steps.
     #[arg(long, default_value = "20ms", value_parser = parse_duration)]
     pub interval: Duration,
@@ -175,6 +179,7 @@ mod imp {
             .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
         let leadership = opened.leadership;
         let mut last_seen: Option<Option<String>> = None;
+        let mut go_pending = args.wait_for_go;
         loop {
             let fence = match leadership.role() {
                 Role::Leader { fence } => fence,
@@ -192,6 +197,11 @@ mod imp {
             };
             last_seen = None;
             say(format_args!("leading term={}", fence.term()));
+            if std::mem::take(&mut go_pending) {
+                say("ready");
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+            }
             let p = Probe {
                 store: opened.store.as_ref(),
                 leadership: &leadership,

@@ -51,7 +51,8 @@ impl TlsFiles {
         let alg = &rcgen::PKCS_ECDSA_P256_SHA256;
         let ca_key = KeyPair::generate_for(alg).unwrap();
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.distinguished_name.push(DnType::CommonName, "etcd test CA");
+        ca.distinguished_name
+            .push(DnType::CommonName, "etcd test CA");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = rcgen::Issuer::new(ca, ca_key);
@@ -142,16 +143,9 @@ impl Etcd {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut args: Vec<String> = [
-            "--name",
-            "t",
-            "--logger",
-            "zap",
-            "--log-outputs",
-            "stderr",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut args: Vec<String> = ["--name", "t", "--logger", "zap", "--log-outputs", "stderr"]
+            .map(String::from)
+            .to_vec();
         args.extend([
             "--data-dir".into(),
             data.path().join("etcd").display().to_string(),
@@ -216,7 +210,9 @@ impl Etcd {
                 }
             });
         }
-        let started = ready_rx.recv_timeout(Duration::from_secs(60)).unwrap_or(false);
+        let started = ready_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or(false);
         let etcd = Etcd {
             guard: Mutex::new(Some(child)),
             stdin: Mutex::new(Some(stdin)),

@@ -15,11 +15,13 @@ use medea::store::{Fence, FencedStore, Role, Store, StoreError, Table, Txn};
 
 use crate::etcd_harness::{Etcd, unique_prefix};
 
-/// The lease TTL of the replicas in these tests (etcd's minimum with default timing is 2s).
-const TTL: Duration = Duration::from_secs(2);
+/// The lease TTL of the replicas in these tests: short, to keep failovers quick, and not
+/// shorter, so that a loaded CI machine does not delay a renewal past the leader's deadline
+/// (etcd's own minimum with default timing is 2s).
+const TTL: Duration = Duration::from_secs(3);
 /// Slack on top of the TTL for a takeover: etcd sweeps expired leases every 500ms, then the
 /// follower's watch fires and it campaigns; the rest is room for a loaded CI machine.
-const TAKEOVER_SLACK: Duration = Duration::from_secs(3);
+const TAKEOVER_SLACK: Duration = Duration::from_secs(2);
 /// Bound for waits that are not about timing (process start, etc.).
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -67,7 +69,10 @@ fn of_two_campaigners_exactly_one_leads_and_the_other_names_it() {
         .await;
         assert!(leader.is_leader());
         assert!(!follower.is_leader());
-        assert_eq!(sa.current_leader().unwrap(), Some((winner.replica().to_string(), winner.term())));
+        assert_eq!(
+            sa.current_leader().unwrap(),
+            Some((winner.replica().to_string(), winner.term()))
+        );
         // The follower's fenced writes are refused before reaching etcd.
         let err = follower.check().unwrap_err();
         assert!(
@@ -111,11 +116,11 @@ fn a_deposed_leaders_fence_is_refused_and_a_follower_cannot_write() {
     );
     // A forged fence with b's term but a's name is refused too (the value is compared).
     let err = sa
-        .commit(
-            Txn::new()
-                .fenced(&Fence::new("a", new.term()))
-                .put(Table::Jobs, "j", b"forged".to_vec()),
-        )
+        .commit(Txn::new().fenced(&Fence::new("a", new.term())).put(
+            Table::Jobs,
+            "j",
+            b"forged".to_vec(),
+        ))
         .unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
     assert_eq!(sa.get(Table::Jobs, "j").unwrap(), Some(b"by a".to_vec()));
@@ -168,9 +173,16 @@ fn a_leader_cut_off_from_etcd_stops_leading_within_the_ttl() {
     let fence = rt.block_on(within(PATIENCE, "a to lead", a.leading()));
     etcd.freeze();
     let t0 = Instant::now();
-    rt.block_on(within(TTL + Duration::from_secs(2), "a to step down", a.lost(&fence)));
+    rt.block_on(within(
+        TTL + Duration::from_secs(2),
+        "a to step down",
+        a.lost(&fence),
+    ));
     let took = t0.elapsed();
-    assert!(took <= TTL, "stepped down after {took:?}, lease TTL {TTL:?}");
+    assert!(
+        took <= TTL,
+        "stepped down after {took:?}, lease TTL {TTL:?}"
+    );
     assert!(!a.is_leader());
     assert!(matches!(a.ensure(&fence), Err(StoreError::Fenced { .. })));
     etcd.thaw();
@@ -203,6 +215,7 @@ fn a_leader_whose_key_is_deleted_steps_down() {
 struct Replica {
     name: String,
     child: Child,
+    stdin: Option<std::process::ChildStdin>,
     lines: mpsc::Receiver<(Instant, String)>,
     seen: Vec<String>,
 }
@@ -210,24 +223,31 @@ struct Replica {
 impl Replica {
     fn probe(etcd: &Etcd, prefix: &str, name: &str, actions: &Path, extra: &[&str]) -> Replica {
         let mut cmd = crate::cli::medea();
-        cmd.args(["__ha-probe", "--store", &etcd.url(prefix), "--replica", name])
-            .arg("--leader-ttl")
-            .arg(format!("{}s", TTL.as_secs()))
-            .arg("--actions")
-            .arg(actions)
-            .args(extra);
+        cmd.args([
+            "__ha-probe",
+            "--store",
+            &etcd.url(prefix),
+            "--replica",
+            name,
+        ])
+        .arg("--leader-ttl")
+        .arg(format!("{}s", TTL.as_secs()))
+        .arg("--actions")
+        .arg(actions)
+        .args(extra);
         Replica::spawn(name, cmd, false)
     }
 
     /// Lines come from stdout (`probe`) or from the logs on stderr (`serve`).
     fn spawn(name: &str, mut cmd: Command, from_stderr: bool) -> Replica {
-        cmd.stdin(Stdio::null());
+        cmd.stdin(Stdio::piped());
         if from_stderr {
             cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         } else {
             cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         }
         let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
         let (tx, rx) = mpsc::channel();
         let out: Box<dyn std::io::Read + Send> = if from_stderr {
             Box::new(child.stderr.take().unwrap())
@@ -245,13 +265,19 @@ impl Replica {
         Replica {
             name: name.to_string(),
             child,
+            stdin,
             lines: rx,
             seen: Vec::new(),
         }
     }
 
     /// The first line from now on that satisfies `pred`, and when it arrived.
-    fn wait_for(&mut self, what: &str, within: Duration, pred: impl Fn(&str) -> bool) -> (Instant, String) {
+    fn wait_for(
+        &mut self,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> (Instant, String) {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -269,6 +295,14 @@ impl Replica {
                 ),
             }
         }
+    }
+
+    /// Let a `--wait-for-go` probe start stepping.
+    fn go(&mut self) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
     }
 
     /// Everything printed so far that was not consumed yet.
@@ -306,7 +340,11 @@ impl Drop for Replica {
 }
 
 fn number_after(line: &str, word: &str) -> Option<u64> {
-    line.strip_prefix(word)?.split_whitespace().next()?.parse().ok()
+    line.strip_prefix(word)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The "external system" side effects: `(n, replica)` per action, in order.
@@ -351,30 +389,34 @@ fn failover(point: KillPoint, label: &str) {
     let prefix = unique_prefix(label);
     let dir = tempfile::tempdir().unwrap();
     let acts: PathBuf = dir.path().join("actions");
-    const STEPS: u64 = 8;
+    // Enough steps at a slow enough pace that the kill lands mid-run.
+    const STEPS: u64 = 20;
     let steps = STEPS.to_string();
     let stop = match point {
         KillPoint::BetweenIntentAndAction(n) => Some(n.to_string()),
         _ => None,
     };
-    let mut a_args = vec!["--steps", &steps];
+    let mut a_args = vec!["--steps", &steps, "--wait-for-go", "--interval", "100ms"];
     if let Some(n) = &stop {
         a_args.extend(["--stop-after-intent", n.as_str()]);
     }
     let mut a = Replica::probe(etcd, &prefix, "a", &acts, &a_args);
     a.wait_for("leading", PATIENCE, |l| l.starts_with("leading"));
+    a.wait_for("ready", PATIENCE, |l| l == "ready");
     let mut b = Replica::probe(etcd, &prefix, "b", &acts, &["--steps", &steps]);
     b.wait_for("following a", PATIENCE, |l| l == "following a");
 
     let killed_at = match point {
         KillPoint::JustElected => a.kill9(),
         KillPoint::AfterActing(n) => {
+            a.go();
             a.wait_for(&format!("acted {n}"), PATIENCE, |l| {
                 number_after(l, "acted ") == Some(n)
             });
             a.kill9()
         }
         KillPoint::BetweenIntentAndAction(n) => {
+            a.go();
             a.wait_for("stopping after the intent", PATIENCE, |l| {
                 l.starts_with("stopping after intent")
             });
@@ -386,8 +428,17 @@ fn failover(point: KillPoint, label: &str) {
             at
         }
     };
-    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| l.starts_with("leading"));
+    a.drain();
+    assert!(
+        !a.seen.iter().any(|l| l == "finished"),
+        "a finished before it was killed: {:?}",
+        a.seen
+    );
+    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| {
+        l.starts_with("leading")
+    });
     let took = took_over.saturating_duration_since(killed_at);
+    eprintln!("{label}: takeover {took:?} after the kill (lease TTL {TTL:?})");
     assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
     if let KillPoint::BetweenIntentAndAction(n) = point {
         b.wait_for("the resume", PATIENCE, |l| l == format!("resume {n}"));
@@ -425,23 +476,40 @@ fn a_frozen_leader_resumed_after_failover_neither_writes_nor_acts() {
     let prefix = unique_prefix("sigstop");
     let dir = tempfile::tempdir().unwrap();
     let acts = dir.path().join("actions");
-    let mut a = Replica::probe(etcd, &prefix, "a", &acts, &["--stop-after-intent", "3"]);
-    a.wait_for("leading", PATIENCE, |l| l.starts_with("leading"));
+    let mut a = Replica::probe(
+        etcd,
+        &prefix,
+        "a",
+        &acts,
+        &["--stop-after-intent", "3", "--wait-for-go"],
+    );
+    a.wait_for("ready", PATIENCE, |l| l == "ready");
     let mut b = Replica::probe(etcd, &prefix, "b", &acts, &[]);
     b.wait_for("following a", PATIENCE, |l| l == "following a");
+    a.go();
     let (stopped_at, _) = a.wait_for("stopping after intent 3", PATIENCE, |l| {
         l == "stopping after intent 3"
     });
-    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| l.starts_with("leading"));
-    assert!(took_over.saturating_duration_since(stopped_at) <= TTL + TAKEOVER_SLACK);
+    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| {
+        l.starts_with("leading")
+    });
+    let took = took_over.saturating_duration_since(stopped_at);
+    eprintln!("sigstop: takeover {took:?} after the stop (lease TTL {TTL:?})");
+    assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
     b.wait_for("resume 3", PATIENCE, |l| l == "resume 3");
-    b.wait_for("acted 5", PATIENCE, |l| number_after(l, "acted ") == Some(5));
+    b.wait_for("acted 5", PATIENCE, |l| {
+        number_after(l, "acted ") == Some(5)
+    });
 
     a.signal("-CONT");
-    a.wait_for("the refused action", PATIENCE, |l| l.starts_with("refused action 3:"));
+    a.wait_for("the refused action", PATIENCE, |l| {
+        l.starts_with("refused action 3:")
+    });
     a.wait_for("following b", PATIENCE, |l| l == "following b");
     // b goes on undisturbed.
-    b.wait_for("acted 8", PATIENCE, |l| number_after(l, "acted ") == Some(8));
+    b.wait_for("acted 8", PATIENCE, |l| {
+        number_after(l, "acted ") == Some(8)
+    });
     b.kill9();
     a.kill9();
     a.drain();
@@ -459,17 +527,24 @@ fn a_frozen_leader_resumed_after_failover_neither_writes_nor_acts() {
     let acted = actions(&acts);
     assert!(acted.contains(&(3, "b".to_string())), "{acted:?}");
     assert!(
-        acted.iter().filter(|(_, who)| who == "a").all(|(k, _)| *k < 3),
+        acted
+            .iter()
+            .filter(|(_, who)| who == "a")
+            .all(|(k, _)| *k < 3),
         "{acted:?}"
     );
     let last = acted.iter().map(|(k, _)| *k).max().unwrap();
     // b was killed at an arbitrary point: its last intent may lack its action.
     let store = etcd.store(&prefix);
-    let counter: u64 = String::from_utf8(store.get(Table::Journal, "probe/counter").unwrap().unwrap())
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(counter == last || counter == last + 1, "counter {counter}, last action {last}");
+    let counter: u64 =
+        String::from_utf8(store.get(Table::Journal, "probe/counter").unwrap().unwrap())
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert!(
+        counter == last || counter == last + 1,
+        "counter {counter}, last action {last}"
+    );
     assert_each_step_acted_once(&acts, last);
     // Intent 3 was journaled by a; every later one by b.
     for (k, v) in store.scan(Table::Journal, "probe/intent/").unwrap() {
@@ -516,7 +591,11 @@ fn get_server(addr: &str, state: &Path) -> serde_json::Value {
         .env("MEDEA_CA", state.join("tls/ca.crt"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -528,11 +607,15 @@ fn serve_replicas_elect_a_leader_and_get_server_shows_it() {
     let mut a = serve(etcd, &prefix, "a", da.path());
     let (_, listening) = a.wait_for("the API address", PATIENCE, |l| l.contains("API listening"));
     let addr_a = addr_of(&listening);
-    a.wait_for("leading", PATIENCE, |l| l.contains(" leading ") || l.ends_with(" leading"));
+    a.wait_for("leading", PATIENCE, |l| {
+        l.contains(" leading ") || l.ends_with(" leading")
+    });
     let mut b = serve(etcd, &prefix, "b", db.path());
     let (_, listening) = b.wait_for("the API address", PATIENCE, |l| l.contains("API listening"));
     let addr_b = addr_of(&listening);
-    b.wait_for("following a", PATIENCE, |l| l.contains("following") && l.contains("leader=a"));
+    b.wait_for("following a", PATIENCE, |l| {
+        l.contains("following") && l.contains("leader=a")
+    });
 
     let info = get_server(&addr_a, da.path());
     assert_eq!(info["replica"], "a");
@@ -551,14 +634,24 @@ fn serve_replicas_elect_a_leader_and_get_server_shows_it() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.starts_with("REPLICA  LEADER  LEADING-REPLICA"), "{text}");
-    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("b        no      a ")), "{text}");
+    assert!(
+        text.starts_with("REPLICA  LEADER  LEADING-REPLICA"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("b        no      a ")),
+        "{text}"
+    );
 
     let killed = a.kill9();
     let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| {
         l.contains(" leading ") || l.ends_with(" leading")
     });
-    assert!(took_over.saturating_duration_since(killed) <= TTL + TAKEOVER_SLACK);
+    let took = took_over.saturating_duration_since(killed);
+    eprintln!("serve: takeover {took:?} after the kill (lease TTL {TTL:?})");
+    assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
     let info = get_server(&addr_b, db.path());
     assert_eq!(info["leader"], true);
     assert_eq!(info["leaderReplica"], "b");

@@ -298,9 +298,8 @@ fn tables_and_prefixes_are_isolated(open: Open) {
             .put(Table::Inventory, "a/2", b"i1".to_vec()),
     )
     .unwrap();
-    let keys = |t, p| -> Vec<String> {
-        s.scan(t, p).unwrap().into_iter().map(|(k, _)| k).collect()
-    };
+    let keys =
+        |t, p| -> Vec<String> { s.scan(t, p).unwrap().into_iter().map(|(k, _)| k).collect() };
     assert_eq!(keys(Table::Desired, "a/"), ["a/1"]);
     assert_eq!(keys(Table::Desired, "a"), ["a/1", "ab"]);
     assert_eq!(keys(Table::Desired, ""), ["a/1", "ab", "b"]);
@@ -436,7 +435,6 @@ fn newer_store_format_is_refused() {
     );
     assert!(err.to_string().contains("written by a newer medea"));
 }
-
 
 /// Kill a child mid-batch many times: every batch is all-or-nothing and every reported
 /// (durably committed) batch survives.
@@ -595,7 +593,10 @@ mod etcd_only {
             matches!(err, StoreError::NewerFormat { found: 99, .. }),
             "{err}"
         );
-        assert!(err.to_string().contains("written by a newer medea"), "{err}");
+        assert!(
+            err.to_string().contains("written by a newer medea"),
+            "{err}"
+        );
         assert!(err.to_string().contains(&prefix), "{err}");
     }
 
@@ -627,7 +628,9 @@ mod etcd_only {
     #[test]
     fn mutual_tls_to_etcd() {
         let tls = TlsFiles::generate();
-        let Some(etcd) = Etcd::start_tls(&tls) else { return };
+        let Some(etcd) = Etcd::start_tls(&tls) else {
+            return;
+        };
         let prefix = unique_prefix("tls");
         let mut config = EtcdConfig::new(etcd.location(&prefix));
         config.connect_timeout = Duration::from_secs(2);
@@ -674,7 +677,10 @@ mod etcd_only {
         });
         let err = EtcdStore::connect(&missing).unwrap_err();
         let chain = medea::error_chain(&err);
-        assert!(chain.contains("etcd CA certificate") && chain.contains("nope.crt"), "{chain}");
+        assert!(
+            chain.contains("etcd CA certificate") && chain.contains("nope.crt"),
+            "{chain}"
+        );
     }
 
     /// A transaction over etcd's op limit fails as a whole and writes nothing.
@@ -687,7 +693,10 @@ mod etcd_only {
             t = t.put(Table::Journal, format!("k/{i:03}"), b"v".to_vec());
         }
         let err = s.commit(t).unwrap_err();
-        assert!(matches!(err, StoreError::Backend { op: "commit", .. }), "{err}");
+        assert!(
+            matches!(err, StoreError::Backend { op: "commit", .. }),
+            "{err}"
+        );
         assert!(
             medea::error_chain(&err).contains("too many operations"),
             "{}",
