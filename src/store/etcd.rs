@@ -830,16 +830,15 @@ impl Election {
                             tracing::warn!(error = %crate::error_chain(&e), "cannot read the leader key; the lease deadline decides")
                         }
                     }
-                    if keeper.is_none() {
-                        if let Ok((k, s)) =
+                    // Opening the stream is itself a renewal we cannot date precisely: the
+                    // next tick's keep-alive extends the deadline.
+                    if keeper.is_none()
+                        && let Ok((k, s)) =
                             with_timeout(self.timeout.min(ttl / 3), lease.keep_alive(lease_id))
                                 .await
-                        {
-                            // Opening the stream is itself a renewal we cannot date precisely:
-                            // the next tick's keep-alive extends the deadline.
-                            keeper = Some(k);
-                            stream = Some(s);
-                        }
+                    {
+                        keeper = Some(k);
+                        stream = Some(s);
                     }
                     if let Some(k) = keeper.as_mut() {
                         let at = Instant::now();
