@@ -48,7 +48,8 @@ pub struct Shared {
     pub rollouts_gate: bool,
     pub replica: String,
     /// Whether this replica leads. Only the leader runs the planner's writes, the inventory
-    /// refresh and the executor, and each of their writes carries `leadership.check()`.
+    /// refresh and the executor, and each of their writes is fenced on its term
+    /// (`Txn::fenced(&fence)` or `FencedStore`; see design/ha.md).
     pub leadership: Leadership,
     desired: RwLock<Option<Arc<Loaded>>>,
     /// Woken on every change worth re-planning or re-executing for.
