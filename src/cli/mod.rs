@@ -12,6 +12,8 @@ pub mod approve;
 pub mod client;
 pub mod debug;
 pub mod desired;
+pub mod ha;
+pub mod ha_debug;
 pub mod output;
 pub mod plan;
 pub mod report;
@@ -75,6 +77,9 @@ pub enum Command {
         #[arg(long, default_value = ".")]
         out: std::path::PathBuf,
     },
+    /// (testing) Campaign on an etcd store and run fenced intent/act steps, printing each.
+    #[command(name = "__ha-probe", hide = true)]
+    HaProbe(ha_debug::ProbeArgs),
     /// Print shell completions.
     #[command(
         after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
@@ -129,6 +134,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Schema(args) => desired::schema(args),
         Command::Plan(args) => plan::plan(args),
         Command::StoreTorture(args) => debug::store_torture(args),
+        Command::HaProbe(args) => ha_debug::probe(args),
         Command::Serve(args) => server::serve(args),
         Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Get(args) => server::get(args),

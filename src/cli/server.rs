@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -29,9 +28,12 @@ pub struct ServeArgs {
     /// (systemd) or ~/.local/state/medea.
     #[arg(long, env = "MEDEA_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The store directory (default: <state-dir>/store).
+    /// The store: a directory (default: <state-dir>/store), or an etcd cluster for HA
+    /// replicas, etcd://host:2379[,host2:2379…][/prefix] (needs a build with `--features etcd`).
     #[arg(long, env = "MEDEA_STORE")]
-    pub store: Option<PathBuf>,
+    pub store: Option<crate::store::location::StoreLocation>,
+    #[command(flatten)]
+    pub ha: super::ha::HaArgs,
     /// Cluster credentials, as <creds-dir>/<cluster>/{talosconfig,kubeconfig}
     /// (default: <state-dir>/creds).
     #[arg(long, env = "MEDEA_CREDS_DIR")]
@@ -136,12 +138,11 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         )
     })?;
     let token = load_token(&args, &state_dir)?;
-    let store_path = args
+    let location = args
         .store
         .clone()
-        .unwrap_or_else(|| state_dir.join("store"));
-    let store = crate::store::fjall::FjallStore::open(&store_path)
-        .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+        .unwrap_or_else(|| crate::store::location::StoreLocation::Dir(state_dir.join("store")));
+    let opened = super::ha::open_store(&location, &args.ha)?;
     let config = ServerConfig {
         listen: args.listen,
         source,
@@ -157,26 +158,25 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         allowed_signers: args.allowed_signers.clone(),
         debounce: args.debounce,
         refresh_interval: args.refresh_interval,
-        replica: hostname(),
         metrics_listen: args.metrics_listen,
+        replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);
     let rt = tokio::runtime::Runtime::new()
         .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
     rt.block_on(async move {
-        server::run(config, Arc::new(store), None, shutdown_signal())
-            .await
-            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
+        tracing::info!(store = %opened.location, replica = %config.replica, "store open");
+        server::run_with_leadership(
+            config,
+            opened.store,
+            opened.leadership,
+            None,
+            shutdown_signal(),
+        )
+        .await
+        .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
     })?;
     Ok(exit::OK)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "medea".into())
 }
 
 /// Ctrl-C or SIGTERM.
@@ -209,6 +209,12 @@ pub enum GetWhat {
     Nodepools {
         #[arg(long)]
         cluster: Option<String>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// This server: its replica id, which replica leads (HA), version and gates.
+    #[command(visible_alias = "leader")]
+    Server {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -303,6 +309,35 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                         ]
                     },
                 )
+            }
+            GetWhat::Server { output } => {
+                let r = c
+                    .server_info(pb::ServerInfoRequest {})
+                    .await
+                    .map_err(|s| rpc_error(&addr, s))?
+                    .into_inner();
+                match output {
+                    Format::Table => output::table(
+                        &[
+                            "REPLICA",
+                            "LEADER",
+                            "LEADING-REPLICA",
+                            "VERSION",
+                            "ROLLOUTS-GATE",
+                            "DESIRED-REVISION",
+                        ],
+                        &[vec![
+                            r.replica.clone(),
+                            output::yes_no(r.leader),
+                            or_dash(&r.leader_replica),
+                            r.version.clone(),
+                            if r.rollouts_gate { "on" } else { "off" }.to_string(),
+                            or_dash(&r.desired_revision),
+                        ]],
+                    ),
+                    Format::Json => output::json(&r),
+                    Format::Yaml => output::yaml(&r),
+                }
             }
             GetWhat::Machines { cluster, output } => {
                 let r = c

@@ -89,8 +89,8 @@ impl pb::medea_server::Medea for MedeaApi {
             git_sha: crate::build_info::GIT_SHA.to_string(),
             rollouts_gate: self.shared.rollouts_gate,
             replica: self.shared.replica.clone(),
-            leader: true,
-            leader_replica: self.shared.replica.clone(),
+            leader: self.shared.leadership.is_leader(),
+            leader_replica: self.shared.leadership.leader_replica().unwrap_or_default(),
             desired_source: self.shared.source.to_string(),
             desired_revision: desired
                 .map(|d| d.desired.revision.to_string())

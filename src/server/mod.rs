@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::desired::{Loaded, Source};
-use crate::store::Store;
+use crate::store::{Leadership, Role, Store};
 use secrets::Secret;
 
 /// Everything `medea serve` was started with.
@@ -50,6 +50,10 @@ pub struct Shared {
     pub source: Source,
     pub rollouts_gate: bool,
     pub replica: String,
+    /// Whether this replica leads. Only the leader runs the planner's writes, the inventory
+    /// refresh and the executor, and each of their writes is fenced on its term
+    /// (`Txn::fenced(&fence)` or `FencedStore`; see design/ha.md).
+    pub leadership: Leadership,
     desired: RwLock<Option<Arc<Loaded>>>,
     /// Woken on every change worth re-planning or re-executing for.
     pub changed: Notify,
@@ -66,6 +70,7 @@ impl Shared {
             store,
             source,
             rollouts_gate,
+            leadership: Leadership::solo(replica.clone()),
             replica,
             desired: RwLock::new(None),
             changed: Notify::new(),
@@ -155,6 +160,36 @@ pub async fn run(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let leadership = Leadership::solo(config.replica.clone());
+    run_with_leadership(config, store, leadership, bound, shutdown).await
+}
+
+/// Log leadership changes and wake the loops, so that a new leader resumes at once.
+async fn follow_leadership(shared: Arc<Shared>) {
+    loop {
+        match shared.leadership.role() {
+            Role::Leader { fence } => {
+                tracing::info!(replica = %shared.replica, term = fence.term(), "leading")
+            }
+            Role::Follower { leader } => tracing::info!(
+                replica = %shared.replica,
+                leader = %leader.as_deref().unwrap_or("-"),
+                "following"
+            ),
+        }
+        shared.changed.notify_waiters();
+        shared.leadership.changed().await;
+    }
+}
+
+/// [`run`] for a replica whose `leadership` comes from an election (the etcd store).
+pub async fn run_with_leadership(
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+    leadership: Leadership,
+    bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     secrets::private_dir(&config.state_dir).map_err(|err| ServeError::StateDir {
         path: config.state_dir.clone(),
         err,
@@ -168,12 +203,14 @@ pub async fn run(
     if let Some(ca) = &identity.ca_path {
         tracing::info!(ca = %ca.display(), "API TLS: generated CA; clients trust it with --ca or MEDEA_CA");
     }
-    let shared = Arc::new(Shared::new(
+    let mut shared = Shared::new(
         store,
         config.source.clone(),
         config.rollouts,
         config.replica.clone(),
-    ));
+    );
+    shared.leadership = leadership.clone();
+    let shared = Arc::new(shared);
     reload(&shared);
     if !config.rollouts {
         tracing::info!(
@@ -225,6 +262,7 @@ pub async fn run(
     if let Err(e) = notify::sd_notify("READY=1") {
         tracing::warn!(error = %e, "cannot notify systemd of readiness");
     }
+    let leadership_task = tokio::spawn(follow_leadership(shared.clone()));
     let tls =
         tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
             identity.cert_pem.as_bytes(),
@@ -251,5 +289,8 @@ pub async fn run(
     if let Some(m) = metrics {
         m.abort();
     }
+    leadership_task.abort();
+    // Hand over at once instead of letting the lease run out.
+    leadership.resign().await;
     result
 }

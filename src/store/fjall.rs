@@ -2,7 +2,8 @@
 //!
 //! Transactions run on fjall's single-writer transactional database (serializable); checks are
 //! read inside the write transaction, so check-and-write is atomic. Durable commits use
-//! `PersistMode::SyncAll`. fjall's lock file makes a second process fail to open the store.
+//! `PersistMode::SyncAll`. fjall's lock file makes a second process fail to open the store,
+//! which is why its leadership is `Leadership::solo` and `Check::Leader` is the solo term.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use fjall::{
     KeyspaceCreateOptions, PersistMode, Readable, SingleWriterTxDatabase, SingleWriterTxKeyspace,
 };
 
+use super::leader::SOLO_TERM;
 use super::{Check, Durability, Op, Store, StoreError, Table, Txn};
 
 /// The store directory format this medea writes and reads.
@@ -143,11 +145,26 @@ impl Store for FjallStore {
             Durability::Durable => PersistMode::SyncAll,
             Durability::Buffered => PersistMode::Buffer,
         };
+        // The process lock makes this process the only writer: its one leader is
+        // `Leadership::solo`, whose term is SOLO_TERM. Any other term is a fence from some
+        // other store and must not pass here. Leadership is reported before data conflicts,
+        // as on etcd: it means "stop".
+        for check in &txn.checks {
+            if let Check::Leader(fence) = check
+                && fence.term() != SOLO_TERM
+            {
+                return Err(StoreError::Fenced {
+                    replica: fence.replica().to_string(),
+                    term: fence.term(),
+                });
+            }
+        }
         let mut tx = self.db.write_tx().durability(Some(mode));
         for check in &txn.checks {
             let (table, key, want) = match check {
                 Check::Absent(t, k) => (*t, k, None),
                 Check::Equals(t, k, v) => (*t, k, Some(v.as_slice())),
+                Check::Leader(_) => continue,
             };
             let have = tx
                 .get(self.ks(table), key.as_str())

@@ -1,7 +1,9 @@
 //! The store: the single source of truth for everything medea knows and has done.
 //!
 //! **Owns:** the [`Store`] trait (conditional atomic transactions over named tables), the
-//! versioned record encoding ([`record`]), and the embedded fjall backend ([`fjall`]).
+//! versioned record encoding ([`record`]), the embedded fjall backend ([`fjall`]), the etcd
+//! backend for HA replicas (`etcd`, behind the `etcd` cargo feature), where a store lives
+//! ([`location`]), and leadership with fencing ([`leader`]).
 //! **May depend on:** nothing in medea but the record types it persists (each record type
 //! implements [`Record`] next to its definition).
 //!
@@ -12,12 +14,20 @@
 //! written by a newer medea is refused with [`StoreError::NewerRecord`], never misread.
 //! Architecture Invariant: the trait maps one to one onto etcd transactions (compare → put/delete),
 //! so an HA backend can implement it with the same semantics.
+//! Architecture Invariant: a [`Check::Leader`] holds only while the fence's leadership term is
+//! the store's current one; every write of a leader's loops (planner, refresh, executor) carries
+//! one (see [`leader`]), so a deposed leader that wakes up cannot write.
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod fjall;
+pub mod leader;
+pub mod location;
 pub mod record;
 
 use std::path::PathBuf;
 
+pub use leader::{Fence, FencedStore, Leadership, Role};
 pub use record::{Record, StoreExt};
 
 /// The tables of the store. Each backend maps a table to a keyspace (fjall) or key prefix (etcd).
@@ -78,6 +88,9 @@ pub enum Check {
     Absent(Table, String),
     /// The key must hold exactly these bytes.
     Equals(Table, String, Vec<u8>),
+    /// The fence's leadership term must still be the current one: the writer still leads.
+    /// Get one from [`Leadership::check`] or [`Txn::fenced`].
+    Leader(Fence),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +140,10 @@ impl Txn {
     pub fn push(&mut self, op: Op) {
         self.ops.push(op);
     }
+    /// Make the transaction conditional on `fence`'s leadership term (see [`Check::Leader`]).
+    pub fn fenced(self, fence: &Fence) -> Txn {
+        self.check(Check::Leader(fence.clone()))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +172,18 @@ pub enum StoreError {
     },
     #[error("a transaction precondition failed on {table}/{key}: the store changed concurrently")]
     Conflict { table: &'static str, key: String },
+    /// Refused before writing: this replica does not lead. Stop acting; the leader does.
+    #[error("replica `{replica}` is not the leader ({})", leader_note(.leader))]
+    NotLeader {
+        replica: String,
+        leader: Option<String>,
+    },
+    /// Refused by the store: the writer's leadership term has ended (its lease expired or
+    /// another replica was elected). Stop acting now; the new leader resumes from the journal.
+    #[error(
+        "write refused: the leadership term {term} of replica `{replica}` has ended (another replica leads, or its lease expired)"
+    )]
+    Fenced { replica: String, term: i64 },
     #[error(
         "record {table}/{key} was written by a newer medea ({kind} schema {found}, this medea reads up to {supported})"
     )]
@@ -175,6 +204,24 @@ pub enum StoreError {
     },
 }
 
+fn leader_note(leader: &Option<String>) -> String {
+    match leader {
+        Some(l) => format!("replica `{l}` leads"),
+        None => "no replica leads right now".into(),
+    }
+}
+
+impl StoreError {
+    /// Whether this error means "this process no longer leads": the caller must stop acting
+    /// (no Talos or Kubernetes call) and leave the job to the current leader.
+    pub fn is_leadership_lost(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotLeader { .. } | StoreError::Fenced { .. }
+        )
+    }
+}
+
 /// A transactional key-value store of named tables.
 ///
 /// Keys are UTF-8 strings; hierarchical keys use `/` (`cluster/home/machine/cp-1`) so prefix
@@ -183,6 +230,7 @@ pub trait Store: Send + Sync {
     fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every key starting with `prefix`, in key order.
     fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
-    /// Apply `txn` atomically; `Err(Conflict)` (and no change) when a check fails.
+    /// Apply `txn` atomically; `Err(Conflict)` (and no change) when a check fails, `Err(Fenced)`
+    /// (and no change) when a [`Check::Leader`] fails.
     fn commit(&self, txn: Txn) -> Result<(), StoreError>;
 }

@@ -4,7 +4,10 @@ mod approval;
 mod cli;
 mod deploy;
 mod desired;
+#[cfg(feature = "etcd")]
+mod etcd_harness;
 mod fuzz_smoke;
+mod ha;
 mod k8s;
 mod plan;
 mod server;

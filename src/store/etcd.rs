@@ -1,0 +1,898 @@
+//! The etcd backend for HA replicas: every table is a key prefix in one etcd cluster, every
+//! commit is one etcd transaction, and replicas elect their leader with a lease.
+//!
+//! Layout under the prefix `P` (default `/medea`, set by the URL's path):
+//!
+//! | key | value |
+//! |---|---|
+//! | `P/<table>/<key>` | the record: the same versioned bytes as the fjall backend |
+//! | `P/meta/store-format` | this layout's version; a newer one is refused |
+//! | `P/leader` | the leading replica's id, attached to its lease |
+//!
+//! **Transactions.** `Check::Absent` is `create_revision(key) == 0`, `Check::Equals` is
+//! `value(key) == bytes` (false for a missing key), `Check::Leader(fence)` is
+//! `create_revision(P/leader) == term && value(P/leader) == replica`. The failure branch reads
+//! every checked key in the same revision, so a failed commit names the check that failed.
+//! Several ops on one key collapse to the last one (etcd refuses duplicate keys in a txn).
+//! etcd applies a txn through raft and fsyncs its WAL before answering, so every commit is
+//! durable; `Durability::Buffered` is the same as `Durable` here.
+//!
+//! **Election.** A replica reads `P/leader`. If it is held, it watches the key from the read's
+//! revision and campaigns when it is deleted. To campaign it grants a lease and runs
+//! `if create_revision(P/leader) == 0 then put(P/leader, id, lease)`; the put's revision is the
+//! term. The leader sends keep-alives every TTL/3, checks on each tick that the key is still its
+//! own, and steps down when the key changed, when etcd reports the lease gone, or when no
+//! keep-alive was confirmed before its local deadline (the last confirmed renewal's send time +
+//! TTL − margin). Resigning revokes the lease, which deletes the key at once.
+//!
+//! The `Store` trait is synchronous; the client runs on a small runtime owned by the store, and
+//! callers block on a channel (inside a multi-threaded tokio runtime, via `block_in_place`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use etcd_client as ec;
+
+use super::leader::{Campaigner, Fence, Leadership};
+use super::location::EtcdUrl;
+use super::{Check, Op, Store, StoreError, Table, Txn};
+
+/// The key layout this medea writes and reads in etcd.
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_KEY: &str = "store-format";
+/// Keys per range request when scanning (keeps each response well under gRPC's 4 MiB).
+const PAGE: i64 = 256;
+
+/// TLS towards etcd: the CA that signed the members' certificates, and optionally a client
+/// certificate and key (etcd's `--client-cert-auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    pub url: EtcdUrl,
+    pub tls: Option<EtcdTls>,
+    /// Bound on each store request (a scan counts as one).
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl EtcdConfig {
+    pub fn new(url: EtcdUrl) -> EtcdConfig {
+        EtcdConfig {
+            url,
+            tls: None,
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("cannot read the {what} `{path}`")]
+    ReadFile {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error(
+        "an etcd client certificate needs its key and the key its certificate (--etcd-cert with --etcd-key)"
+    )]
+    HalfIdentity,
+    #[error("cannot start the etcd client runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("the etcd client runtime has stopped")]
+    RuntimeGone,
+    #[error("etcd did not answer within {timeout:?}")]
+    Timeout { timeout: Duration },
+    #[error("etcd request failed")]
+    Client(#[source] ec::Error),
+    #[error("the store format marker is unreadable: `{found}`")]
+    BadFormat { found: String },
+    #[error("key `{key}` under medea's prefix is not UTF-8")]
+    NotUtf8 { key: String },
+    #[error("etcd answered a transaction without the reads medea asked for")]
+    ShortTxnResponse,
+}
+
+fn backend(op: &'static str, e: EtcdError) -> StoreError {
+    StoreError::Backend {
+        op,
+        err: Box::new(e),
+    }
+}
+
+fn client_err(e: ec::Error) -> EtcdError {
+    EtcdError::Client(e)
+}
+
+/// The client's runtime; shut down (without blocking) when the store and every leadership
+/// handle campaigning through it are gone.
+struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        // Never blocks, so the last handle may be dropped inside an async context.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+pub struct EtcdStore {
+    rt: std::sync::Arc<ClientRuntime>,
+    handle: tokio::runtime::Handle,
+    client: ec::Client,
+    prefix: String,
+    location: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("location", &self.location)
+            .finish()
+    }
+}
+
+fn read_file(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, EtcdError> {
+    std::fs::read(path).map_err(|err| EtcdError::ReadFile {
+        what,
+        path: path.clone(),
+        err,
+    })
+}
+
+fn tls_options(tls: &EtcdTls) -> Result<ec::TlsOptions, EtcdError> {
+    let ca = read_file("etcd CA certificate", &tls.ca)?;
+    let mut opts = ec::TlsOptions::new().ca_certificate(ec::Certificate::from_pem(ca));
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let cert = read_file("etcd client certificate", cert)?;
+            let key = read_file("etcd client key", key)?;
+            opts = opts.identity(ec::Identity::from_pem(cert, key));
+        }
+        (None, None) => {}
+        _ => return Err(EtcdError::HalfIdentity),
+    }
+    Ok(opts)
+}
+
+/// Run `fut` on `handle` and wait for it from any context (plain thread, `spawn_blocking`, or a
+/// worker of a multi-threaded runtime).
+fn block_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<T, EtcdError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    let wait = move || rx.recv().map_err(|_| EtcdError::RuntimeGone);
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
+}
+
+async fn with_timeout<T>(
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, ec::Error>>,
+) -> Result<T, EtcdError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r.map_err(client_err),
+        Err(_) => Err(EtcdError::Timeout { timeout }),
+    }
+}
+
+/// The end of the key range that holds every key starting with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // the whole keyspace (never reached: medea keys are UTF-8 under a prefix)
+}
+
+impl EtcdStore {
+    /// Connect to the cluster, check (or write) the layout version under the prefix, and
+    /// return the store. Fails when no endpoint answers within the connect/request timeouts.
+    pub fn connect(config: &EtcdConfig) -> Result<EtcdStore, StoreError> {
+        let location = config.url.to_string();
+        let open_err = |e: EtcdError| StoreError::Open {
+            path: PathBuf::from(&location),
+            err: Box::new(e),
+        };
+        let tls = config
+            .tls
+            .as_ref()
+            .map(tls_options)
+            .transpose()
+            .map_err(open_err)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("medea-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| open_err(EtcdError::Runtime(e)))?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoints: Vec<String> = config
+            .url
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let mut opts = ec::ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout)
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
+            .with_require_leader(true);
+        if let Some(t) = tls {
+            opts = opts.with_tls(t);
+        }
+        let timeout = config.request_timeout.max(config.connect_timeout);
+        let client = block_on(rt.handle(), async move {
+            with_timeout(timeout, ec::Client::connect(endpoints, Some(opts))).await
+        })
+        .and_then(|r| r)
+        .map_err(open_err)?;
+        let store = EtcdStore {
+            handle: rt.handle().clone(),
+            rt: std::sync::Arc::new(ClientRuntime(Some(rt))),
+            client,
+            prefix: config.url.prefix.clone(),
+            location: location.clone(),
+            timeout: config.request_timeout,
+        };
+        let unbox = |e: StoreError| match e {
+            StoreError::Backend { err, .. } => StoreError::Open {
+                path: PathBuf::from(&location),
+                err,
+            },
+            other => other,
+        };
+        match store.get(Table::Meta, FORMAT_KEY).map_err(unbox)? {
+            Some(bytes) => {
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let found: u32 = text
+                    .parse()
+                    .map_err(|_| open_err(EtcdError::BadFormat { found: text }))?;
+                if found > FORMAT_VERSION {
+                    return Err(StoreError::NewerFormat {
+                        path: PathBuf::from(&location),
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+            }
+            None => {
+                let marker = Txn::new()
+                    .check(Check::Absent(Table::Meta, FORMAT_KEY.into()))
+                    .put(
+                        Table::Meta,
+                        FORMAT_KEY,
+                        FORMAT_VERSION.to_string().into_bytes(),
+                    );
+                match store.commit(marker) {
+                    // Another replica wrote it first: fine, it is the same marker or newer, and
+                    // the next open checks it.
+                    Ok(()) | Err(StoreError::Conflict { .. }) => {}
+                    Err(e) => return Err(unbox(e)),
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// `etcd://endpoints/prefix`, for messages.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The leader key's full name (`<prefix>/leader`).
+    pub fn leader_key(&self) -> String {
+        format!("{}/leader", self.prefix)
+    }
+
+    fn table_prefix(&self, table: Table) -> String {
+        format!("{}/{}/", self.prefix, table.name())
+    }
+
+    fn key(&self, table: Table, key: &str) -> Vec<u8> {
+        format!("{}{}", self.table_prefix(table), key).into_bytes()
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, EtcdError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        block_on(&self.handle, fut)
+            .and_then(|r| r)
+            .map_err(|e| backend(op, e))
+    }
+
+    /// Who holds the leader key now: `(replica, term)`.
+    pub fn current_leader(&self) -> Result<Option<(String, i64)>, StoreError> {
+        let mut kv = self.client.kv_client();
+        let key = self.leader_key();
+        let timeout = self.timeout;
+        self.run("leader", async move {
+            let r = with_timeout(timeout, kv.get(key, None)).await?;
+            Ok(r.kvs().first().map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    kv.create_revision(),
+                )
+            }))
+        })
+    }
+
+    /// Campaign for leadership as `replica` with a lease of `ttl` (rounded up to whole
+    /// seconds; etcd may raise very short TTLs to its minimum). Returns at once; the handle
+    /// reports the outcome and every later change, and keeps the client running even if this
+    /// store is dropped. [`Leadership::resign`] ends the campaign and releases the key at once;
+    /// dropping every clone of the handle ends it too, and the key then expires with the lease.
+    pub fn campaign(&self, replica: impl Into<String>, ttl: Duration) -> Leadership {
+        let runs_on: std::sync::Arc<dyn Send + Sync> = self.rt.clone();
+        let (leadership, campaigner) = Leadership::campaign(replica, Some(runs_on));
+        let election = Election {
+            client: self.client.clone(),
+            key: self.leader_key(),
+            ttl_secs: ttl.as_secs_f64().ceil().max(1.0) as i64,
+            timeout: self.timeout,
+            unrevoked: std::sync::Mutex::new(Vec::new()),
+        };
+        self.handle.spawn(election.run(campaigner));
+        leadership
+    }
+}
+
+/// What a failed transaction's probe read for one key: `(value, create_revision)`.
+type Probed = BTreeMap<Vec<u8>, Option<(Vec<u8>, i64)>>;
+
+impl Store for EtcdStore {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut kv = self.client.kv_client();
+        let key = self.key(table, key);
+        let timeout = self.timeout;
+        self.run("get", async move {
+            let r = with_timeout(timeout, kv.get(key, None)).await?;
+            Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+        })
+    }
+
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut kv = self.client.kv_client();
+        let table_prefix = self.table_prefix(table);
+        let start = format!("{table_prefix}{prefix}").into_bytes();
+        let end = prefix_end(&start);
+        let strip = table_prefix.len();
+        let timeout = self.timeout;
+        self.run("scan", async move {
+            let pages = async {
+                let mut out = Vec::new();
+                let mut from = start;
+                let mut revision = 0;
+                loop {
+                    let mut opts = ec::GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(PAGE);
+                    if revision > 0 {
+                        // Every page from the first page's revision: one consistent snapshot.
+                        opts = opts.with_revision(revision);
+                    }
+                    let r = kv.get(from.clone(), Some(opts)).await.map_err(client_err)?;
+                    if revision == 0 {
+                        revision = r.header().map_or(0, |h| h.revision());
+                    }
+                    for kv in r.kvs() {
+                        let key = std::str::from_utf8(&kv.key()[strip..]).map_err(|_| {
+                            EtcdError::NotUtf8 {
+                                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                            }
+                        })?;
+                        out.push((key.to_string(), kv.value().to_vec()));
+                    }
+                    match r.kvs().last() {
+                        Some(last) if r.more() => {
+                            from = last.key().to_vec();
+                            from.push(0);
+                        }
+                        _ => return Ok(out),
+                    }
+                }
+            };
+            match tokio::time::timeout(timeout, pages).await {
+                Ok(r) => r,
+                Err(_) => Err(EtcdError::Timeout { timeout }),
+            }
+        })
+    }
+
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        let leader_key = self.leader_key().into_bytes();
+        let mut compares = Vec::new();
+        let mut probe_keys: Vec<Vec<u8>> = Vec::new();
+        let mut probe = |k: &Vec<u8>| {
+            if !probe_keys.contains(k) {
+                probe_keys.push(k.clone());
+            }
+        };
+        for check in &txn.checks {
+            match check {
+                Check::Absent(t, k) => {
+                    let key = self.key(*t, k);
+                    compares.push(ec::Compare::create_revision(
+                        key.clone(),
+                        ec::CompareOp::Equal,
+                        0,
+                    ));
+                    probe(&key);
+                }
+                Check::Equals(t, k, v) => {
+                    let key = self.key(*t, k);
+                    compares.push(ec::Compare::value(
+                        key.clone(),
+                        ec::CompareOp::Equal,
+                        v.clone(),
+                    ));
+                    probe(&key);
+                }
+                Check::Leader(fence) => {
+                    compares.push(ec::Compare::create_revision(
+                        leader_key.clone(),
+                        ec::CompareOp::Equal,
+                        fence.term(),
+                    ));
+                    compares.push(ec::Compare::value(
+                        leader_key.clone(),
+                        ec::CompareOp::Equal,
+                        fence.replica().as_bytes().to_vec(),
+                    ));
+                    probe(&leader_key);
+                }
+            }
+        }
+        // Last op per key wins, as in a sequential application of the ops.
+        let mut last: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        for op in txn.ops {
+            match op {
+                Op::Put(t, k, v) => last.insert(self.key(t, &k), Some(v)),
+                Op::Delete(t, k) => last.insert(self.key(t, &k), None),
+            };
+        }
+        let then: Vec<ec::TxnOp> = last
+            .into_iter()
+            .map(|(k, v)| match v {
+                Some(v) => ec::TxnOp::put(k, v, None),
+                None => ec::TxnOp::delete(k, None),
+            })
+            .collect();
+        let otherwise: Vec<ec::TxnOp> = probe_keys
+            .iter()
+            .map(|k| ec::TxnOp::get(k.clone(), None))
+            .collect();
+        let request = ec::Txn::new()
+            .when(compares)
+            .and_then(then)
+            .or_else(otherwise);
+        let mut kv = self.client.kv_client();
+        let timeout = self.timeout;
+        let keys = probe_keys.clone();
+        let outcome: Option<Probed> = self.run("commit", async move {
+            let r = with_timeout(timeout, kv.txn(request)).await?;
+            if r.succeeded() {
+                return Ok(None);
+            }
+            let responses = r.op_responses();
+            if responses.len() != keys.len() {
+                return Err(EtcdError::ShortTxnResponse);
+            }
+            let mut probed = Probed::new();
+            for (k, resp) in keys.into_iter().zip(responses) {
+                let ec::TxnOpResponse::Get(g) = resp else {
+                    return Err(EtcdError::ShortTxnResponse);
+                };
+                let found = g
+                    .kvs()
+                    .first()
+                    .map(|kv| (kv.value().to_vec(), kv.create_revision()));
+                probed.insert(k, found);
+            }
+            Ok(Some(probed))
+        })?;
+        let Some(probed) = outcome else {
+            return Ok(());
+        };
+        // Name the failed check: leadership first (it means "stop"), then the data checks in
+        // the caller's order.
+        let at = |k: &Vec<u8>| probed.get(k).cloned().flatten();
+        for check in &txn.checks {
+            if let Check::Leader(fence) = check {
+                let holds = at(&leader_key)
+                    .is_some_and(|(v, rev)| rev == fence.term() && v == fence.replica().as_bytes());
+                if !holds {
+                    return Err(StoreError::Fenced {
+                        replica: fence.replica().to_string(),
+                        term: fence.term(),
+                    });
+                }
+            }
+        }
+        let mut first_data = None;
+        for check in &txn.checks {
+            let (table, key, holds) = match check {
+                Check::Absent(t, k) => (*t, k, at(&self.key(*t, k)).is_none()),
+                Check::Equals(t, k, v) => (
+                    *t,
+                    k,
+                    at(&self.key(*t, k)).is_some_and(|(have, _)| have == *v),
+                ),
+                Check::Leader(_) => continue,
+            };
+            first_data.get_or_insert((table, key));
+            if !holds {
+                return Err(StoreError::Conflict {
+                    table: table.name(),
+                    key: key.clone(),
+                });
+            }
+        }
+        // Every check holds when re-read: it failed at the txn's revision and was changed back
+        // since, which still is a concurrent change.
+        let (table, key) =
+            first_data.map_or(("leader", String::new()), |(t, k)| (t.name(), k.clone()));
+        Err(StoreError::Conflict { table, key })
+    }
+}
+
+/// One replica's campaign, run on the store's runtime.
+struct Election {
+    client: ec::Client,
+    key: String,
+    ttl_secs: i64,
+    timeout: Duration,
+    /// Leases of ended terms that etcd could not be told about yet: revoked before the next
+    /// round, so that a replica back in contact does not wait out its own stale key.
+    unrevoked: std::sync::Mutex<Vec<i64>>,
+}
+
+enum Round {
+    /// Look again (the key was released, or we lost it).
+    Again,
+    /// Resigned or every handle dropped: the campaign is over.
+    Stopped,
+}
+
+/// How long before the confirmed lease expiry a leader stops acting: room for clock-rate
+/// differences and for the time between a last check and a call leaving the process.
+fn margin(ttl: Duration) -> Duration {
+    (ttl / 5).max(Duration::from_millis(300)).min(ttl / 2)
+}
+
+fn stop_signal(c: &Campaigner) -> impl Future<Output = ()> + Send + 'static {
+    c.stop_signal()
+}
+
+impl Election {
+    async fn run(self, c: Campaigner) {
+        let mut failures: u32 = 0;
+        while !c.stopping() {
+            match self.round(&c).await {
+                Ok(Round::Stopped) => break,
+                Ok(Round::Again) => failures = 0,
+                Err(e) => {
+                    c.follow(None);
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(
+                        replica = c.replica(),
+                        error = %crate::error_chain(&e),
+                        "leader election: etcd request failed; retrying"
+                    );
+                    let delay = Duration::from_millis(100)
+                        .saturating_mul(1 << failures.min(5))
+                        .min(Duration::from_secs(2));
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stop_signal(&c) => break,
+                    }
+                }
+            }
+        }
+        // Dropping the campaigner publishes "follower" and completes `resign`.
+    }
+
+    async fn round(&self, c: &Campaigner) -> Result<Round, EtcdError> {
+        let pending: Vec<i64> = std::mem::take(&mut *self.unrevoked.lock().expect("lock"));
+        for id in pending {
+            self.revoke(id).await;
+        }
+        let mut kv = self.client.kv_client();
+        let r = with_timeout(self.timeout, kv.get(self.key.clone(), None)).await?;
+        if let Some(holder) = r.kvs().first() {
+            let holder = String::from_utf8_lossy(holder.value()).into_owned();
+            if holder == c.replica() {
+                tracing::warn!(
+                    replica = c.replica(),
+                    "the leader key holds this replica's id from an earlier process; waiting for its lease to expire"
+                );
+            }
+            c.follow(Some(holder));
+            let from = r.header().map_or(0, |h| h.revision()) + 1;
+            return self.follow(c, from).await;
+        }
+        self.campaign(c).await
+    }
+
+    /// Watch the held key until it is released.
+    async fn follow(&self, c: &Campaigner, from: i64) -> Result<Round, EtcdError> {
+        let mut watch = self.client.watch_client();
+        let opts = ec::WatchOptions::new().with_start_revision(from);
+        let mut stream =
+            with_timeout(self.timeout, watch.watch(self.key.clone(), Some(opts))).await?;
+        loop {
+            let msg = tokio::select! {
+                m = stream.message() => m.map_err(client_err)?,
+                _ = stop_signal(c) => return Ok(Round::Stopped),
+            };
+            let Some(resp) = msg else {
+                return Err(EtcdError::Client(ec::Error::WatchError(
+                    "the watch stream ended".into(),
+                )));
+            };
+            if resp.canceled() {
+                // Compacted past our revision, or the server dropped the watch: look again.
+                return Ok(Round::Again);
+            }
+            for ev in resp.events() {
+                match ev.event_type() {
+                    ec::EventType::Delete => return Ok(Round::Again),
+                    ec::EventType::Put => {
+                        if let Some(kv) = ev.kv() {
+                            c.follow(Some(String::from_utf8_lossy(kv.value()).into_owned()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn campaign(&self, c: &Campaigner) -> Result<Round, EtcdError> {
+        let mut lease = self.client.lease_client();
+        let mut kv = self.client.kv_client();
+        let asked = Instant::now();
+        let grant = with_timeout(self.timeout, lease.grant(self.ttl_secs, None)).await?;
+        let lease_id = grant.id();
+        let ttl = Duration::from_secs(grant.ttl().max(1) as u64);
+        let txn = ec::Txn::new()
+            .when([ec::Compare::create_revision(
+                self.key.clone(),
+                ec::CompareOp::Equal,
+                0,
+            )])
+            .and_then([ec::TxnOp::put(
+                self.key.clone(),
+                c.replica().as_bytes().to_vec(),
+                Some(ec::PutOptions::new().with_lease(lease_id)),
+            )])
+            .or_else([ec::TxnOp::get(self.key.clone(), None)]);
+        let r = match with_timeout(self.timeout, kv.txn(txn)).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.revoke(lease_id).await;
+                return Err(e);
+            }
+        };
+        if !r.succeeded() {
+            self.revoke(lease_id).await;
+            let holder = r.op_responses().into_iter().find_map(|op| match op {
+                ec::TxnOpResponse::Get(g) => g
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                _ => None,
+            });
+            c.follow(holder);
+            return Ok(Round::Again);
+        }
+        let term = r.header().map_or(0, |h| h.revision());
+        let fence = Fence::new(c.replica(), term);
+        let deadline = asked + ttl - margin(ttl);
+        c.lead(fence.clone(), deadline);
+        tracing::info!(
+            replica = c.replica(),
+            term,
+            ttl_secs = ttl.as_secs(),
+            "this replica leads"
+        );
+        let outcome = self.lead(c, lease_id, &fence, ttl, deadline).await;
+        c.follow(None);
+        match outcome {
+            Ok(Lead::Stopped) => {
+                self.revoke(lease_id).await;
+                Ok(Round::Stopped)
+            }
+            Ok(Lead::Lost(why)) => {
+                tracing::warn!(
+                    replica = c.replica(),
+                    term,
+                    reason = why,
+                    "this replica no longer leads"
+                );
+                self.revoke(lease_id).await;
+                Ok(Round::Again)
+            }
+            Err(e) => {
+                self.revoke(lease_id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Keep the lease alive until the term ends.
+    async fn lead(
+        &self,
+        c: &Campaigner,
+        lease_id: i64,
+        fence: &Fence,
+        ttl: Duration,
+        mut deadline: Instant,
+    ) -> Result<Lead, EtcdError> {
+        let mut lease = self.client.lease_client();
+        let mut kv = self.client.kv_client();
+        let (mut keeper, mut stream) = match with_timeout(self.timeout, lease.keep_alive(lease_id))
+            .await
+        {
+            Ok((k, s)) => (Some(k), Some(s)),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "cannot open the lease keep-alive stream; retrying on the next tick");
+                (None, None)
+            }
+        };
+        let mut sent: VecDeque<Instant> = VecDeque::new();
+        let mut tick = tokio::time::interval(ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // the first tick is immediate
+        loop {
+            enum Ev {
+                Stop,
+                Tick,
+                Renewed(Result<Option<ec::LeaseKeepAliveResponse>, ec::Error>),
+                Deadline,
+            }
+            let ev = tokio::select! {
+                _ = stop_signal(c) => Ev::Stop,
+                _ = tick.tick() => Ev::Tick,
+                m = async {
+                    match stream.as_mut() {
+                        Some(s) => s.message().await,
+                        None => std::future::pending().await,
+                    }
+                } => Ev::Renewed(m),
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => Ev::Deadline,
+            };
+            match ev {
+                Ev::Stop => return Ok(Lead::Stopped),
+                Ev::Deadline => {
+                    return Ok(Lead::Lost(
+                        "no lease renewal was confirmed before the deadline",
+                    ));
+                }
+                Ev::Renewed(Ok(Some(resp))) => {
+                    let Some(at) = sent.pop_front() else { continue };
+                    if resp.ttl() <= 0 {
+                        return Ok(Lead::Lost("etcd reports the lease expired"));
+                    }
+                    if Instant::now() >= deadline {
+                        // Too late: the term is over locally, whatever etcd says now.
+                        return Ok(Lead::Lost(
+                            "no lease renewal was confirmed before the deadline",
+                        ));
+                    }
+                    let ttl = Duration::from_secs(resp.ttl() as u64);
+                    deadline = at + ttl - margin(ttl);
+                    c.extend(deadline);
+                }
+                Ev::Renewed(Ok(None) | Err(_)) => {
+                    keeper = None;
+                    stream = None;
+                    sent.clear();
+                }
+                Ev::Tick => {
+                    // Is the key still ours? (An operator may have deleted it.)
+                    match with_timeout(self.timeout.min(ttl / 3), kv.get(self.key.clone(), None))
+                        .await
+                    {
+                        Ok(r) => {
+                            let ours = r.kvs().first().is_some_and(|kv| {
+                                kv.create_revision() == fence.term()
+                                    && kv.value() == fence.replica().as_bytes()
+                            });
+                            if !ours {
+                                return Ok(Lead::Lost("the leader key no longer holds this term"));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %crate::error_chain(&e), "cannot read the leader key; the lease deadline decides")
+                        }
+                    }
+                    // Opening the stream is itself a renewal we cannot date precisely: the
+                    // next tick's keep-alive extends the deadline.
+                    if keeper.is_none()
+                        && let Ok((k, s)) =
+                            with_timeout(self.timeout.min(ttl / 3), lease.keep_alive(lease_id))
+                                .await
+                    {
+                        keeper = Some(k);
+                        stream = Some(s);
+                    }
+                    if let Some(k) = keeper.as_mut() {
+                        let at = Instant::now();
+                        if k.keep_alive().await.is_ok() {
+                            sent.push_back(at);
+                        } else {
+                            keeper = None;
+                            stream = None;
+                            sent.clear();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Release the lease (and with it the key) without waiting long. If etcd cannot be
+    /// reached, try again before the next round (meanwhile the lease may expire by itself).
+    async fn revoke(&self, lease_id: i64) {
+        let mut lease = self.client.lease_client();
+        let limit = self.timeout.min(Duration::from_secs(2));
+        match with_timeout(limit, lease.revoke(lease_id)).await {
+            Ok(_) => {}
+            // Already expired and gone.
+            Err(EtcdError::Client(ec::Error::GRpcStatus(s)))
+                if s.code() == tonic::Code::NotFound => {}
+            Err(_) => self.unrevoked.lock().expect("lock").push(lease_id),
+        }
+    }
+}
+
+enum Lead {
+    Stopped,
+    Lost(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ranges() {
+        assert_eq!(prefix_end(b"/medea/jobs/"), b"/medea/jobs0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+    }
+
+    #[test]
+    fn the_margin_leaves_room_for_renewals() {
+        for secs in [1u64, 2, 5, 10, 60] {
+            let ttl = Duration::from_secs(secs);
+            let m = margin(ttl);
+            assert!(m <= ttl / 2, "{secs}s: {m:?}");
+            // a keep-alive every ttl/3 renews well before ttl - margin
+            assert!(ttl / 3 < ttl - m, "{secs}s: {m:?}");
+        }
+    }
+}

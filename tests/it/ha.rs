@@ -1,0 +1,664 @@
+//! High availability on a real etcd: election, fencing, failover.
+//!
+//! In-process tests drive `EtcdStore::campaign` directly. Process tests run replicas as real
+//! `medea __ha-probe` processes (journal an intent through the fenced path, re-check leadership,
+//! act on an append-only "external system" file, resume by observing it) and kill -9 or
+//! SIGSTOP the leader at chosen points; `medea serve` replicas show who leads in `get server`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use medea::store::{Fence, FencedStore, Role, Store, StoreError, Table, Txn};
+
+use crate::etcd_harness::{Etcd, unique_prefix};
+
+/// The lease TTL of the replicas in these tests: short, to keep failovers quick, and not
+/// shorter, so that a loaded CI machine does not delay a renewal past the leader's deadline
+/// (etcd's own minimum with default timing is 2s).
+const TTL: Duration = Duration::from_secs(3);
+/// Slack on top of the TTL for a takeover: etcd sweeps expired leases every 500ms, then the
+/// follower's watch fires and it campaigns; the rest is room for a loaded CI machine.
+const TAKEOVER_SLACK: Duration = Duration::from_secs(2);
+/// Bound for waits that are not about timing (process start, etc.).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn within<T>(d: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(d, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {d:?} waiting for {what}"))
+}
+
+// ---- in-process ----
+
+#[test]
+fn of_two_campaigners_exactly_one_leads_and_the_other_names_it() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix("two");
+    let (sa, sb) = (etcd.store(&prefix), etcd.store(&prefix));
+    let a = sa.campaign("a", TTL);
+    let b = sb.campaign("b", TTL);
+    let rt = rt();
+    rt.block_on(async {
+        let winner = within(PATIENCE, "a leader", async {
+            tokio::select! {
+                f = a.leading() => f,
+                f = b.leading() => f,
+            }
+        })
+        .await;
+        let (leader, follower) = if winner.replica() == "a" {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        within(PATIENCE, "the follower to learn the leader", async {
+            while follower.leader_replica().as_deref() != Some(winner.replica()) {
+                follower.changed().await;
+            }
+        })
+        .await;
+        assert!(leader.is_leader());
+        assert!(!follower.is_leader());
+        assert_eq!(
+            sa.current_leader().unwrap(),
+            Some((winner.replica().to_string(), winner.term()))
+        );
+        // The follower's fenced writes are refused before reaching etcd.
+        let err = follower.check().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotLeader { leader: Some(l), .. } if l == winner.replica()),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn a_deposed_leaders_fence_is_refused_and_a_follower_cannot_write() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix("deposed");
+    let sa: std::sync::Arc<dyn Store> = std::sync::Arc::new(etcd.store(&prefix));
+    let sb = etcd.store(&prefix);
+    let rt = rt();
+    let a = etcd.store(&prefix).campaign("a", TTL);
+    let old = rt.block_on(within(PATIENCE, "a to lead", a.leading()));
+    sa.commit(
+        Txn::new()
+            .fenced(&old)
+            .put(Table::Jobs, "j", b"by a".to_vec()),
+    )
+    .unwrap();
+    rt.block_on(within(PATIENCE, "a to resign", a.resign()));
+    let b = sb.campaign("b", TTL);
+    let new = rt.block_on(within(PATIENCE, "b to lead", b.leading()));
+    assert_ne!(old.term(), new.term());
+
+    // a wakes up with its old fence: etcd refuses, nothing changes.
+    let err = sa
+        .commit(
+            Txn::new()
+                .fenced(&old)
+                .put(Table::Jobs, "j", b"by a, late".to_vec()),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Fenced { replica, term } if replica == "a" && *term == old.term()),
+        "{err}"
+    );
+    // A forged fence with b's term but a's name is refused too (the value is compared).
+    let err = sa
+        .commit(Txn::new().fenced(&Fence::new("a", new.term())).put(
+            Table::Jobs,
+            "j",
+            b"forged".to_vec(),
+        ))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert_eq!(sa.get(Table::Jobs, "j").unwrap(), Some(b"by a".to_vec()));
+
+    // Through FencedStore: a (resigned, following) writes nothing; b's writes land.
+    let fa = FencedStore::new(sa.clone(), a.clone());
+    let err = fa
+        .commit(Txn::new().put(Table::Jobs, "j", b"x".to_vec()))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotLeader { .. }), "{err}");
+    let fb = FencedStore::new(sa.clone(), b.clone());
+    fb.commit(Txn::new().put(Table::Jobs, "j", b"by b".to_vec()))
+        .unwrap();
+    assert_eq!(sa.get(Table::Jobs, "j").unwrap(), Some(b"by b".to_vec()));
+}
+
+#[test]
+fn resigning_hands_over_without_waiting_for_the_lease() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix("resign");
+    let long = Duration::from_secs(30);
+    let a = etcd.store(&prefix).campaign("a", long);
+    let rt = rt();
+    rt.block_on(within(PATIENCE, "a to lead", a.leading()));
+    let b = etcd.store(&prefix).campaign("b", long);
+    rt.block_on(async {
+        within(PATIENCE, "b to follow a", async {
+            while b.leader_replica().as_deref() != Some("a") {
+                b.changed().await;
+            }
+        })
+        .await;
+        let t0 = Instant::now();
+        a.resign().await;
+        within(Duration::from_secs(10), "b to take over", b.leading()).await;
+        assert!(t0.elapsed() < long / 3, "{:?}", t0.elapsed());
+        assert!(matches!(a.role(), Role::Follower { .. }));
+    });
+}
+
+/// etcd frozen (as if partitioned away): the leader stops leading by its own deadline, before
+/// the lease could have expired on the server, and no later than the TTL.
+#[test]
+fn a_leader_cut_off_from_etcd_stops_leading_within_the_ttl() {
+    let Some(etcd) = Etcd::start() else { return };
+    let prefix = unique_prefix("cutoff");
+    let store = etcd.store(&prefix);
+    let a = store.campaign("a", TTL);
+    let rt = rt();
+    let fence = rt.block_on(within(PATIENCE, "a to lead", a.leading()));
+    etcd.freeze();
+    let t0 = Instant::now();
+    rt.block_on(within(
+        TTL + Duration::from_secs(2),
+        "a to step down",
+        a.lost(&fence),
+    ));
+    let took = t0.elapsed();
+    assert!(
+        took <= TTL,
+        "stepped down after {took:?}, lease TTL {TTL:?}"
+    );
+    assert!(!a.is_leader());
+    assert!(matches!(a.ensure(&fence), Err(StoreError::Fenced { .. })));
+    etcd.thaw();
+    // Back in contact, it (the only candidate) leads again, in a new term.
+    let again = rt.block_on(within(PATIENCE, "a to lead again", a.leading()));
+    assert_ne!(again.term(), fence.term());
+}
+
+/// An operator deletes the leader key: the leader notices on its next renewal tick.
+#[test]
+fn a_leader_whose_key_is_deleted_steps_down() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix("deleted");
+    let a = etcd.store(&prefix).campaign("a", TTL);
+    let rt = rt();
+    let fence = rt.block_on(within(PATIENCE, "a to lead", a.leading()));
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([format!("http://{}", etcd.endpoint)], None)
+            .await
+            .unwrap();
+        c.delete(format!("{prefix}/leader"), None).await.unwrap();
+        within(TTL, "a to notice", a.lost(&fence)).await;
+        let again = within(PATIENCE, "a new term", a.leading()).await;
+        assert_ne!(again.term(), fence.term());
+    });
+}
+
+// ---- replica processes ----
+
+struct Replica {
+    name: String,
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: mpsc::Receiver<(Instant, String)>,
+    seen: Vec<String>,
+}
+
+impl Replica {
+    fn probe(etcd: &Etcd, prefix: &str, name: &str, actions: &Path, extra: &[&str]) -> Replica {
+        let mut cmd = crate::cli::medea();
+        cmd.args([
+            "__ha-probe",
+            "--store",
+            &etcd.url(prefix),
+            "--replica",
+            name,
+        ])
+        .arg("--leader-ttl")
+        .arg(format!("{}s", TTL.as_secs()))
+        .arg("--actions")
+        .arg(actions)
+        .args(extra);
+        Replica::spawn(name, cmd, false)
+    }
+
+    /// Lines come from stdout (`probe`) or from the logs on stderr (`serve`).
+    fn spawn(name: &str, mut cmd: Command, from_stderr: bool) -> Replica {
+        cmd.stdin(Stdio::piped());
+        if from_stderr {
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        } else {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel();
+        let out: Box<dyn std::io::Read + Send> = if from_stderr {
+            Box::new(child.stderr.take().unwrap())
+        } else {
+            Box::new(child.stdout.take().unwrap())
+        };
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        Replica {
+            name: name.to_string(),
+            child,
+            stdin,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line from now on that satisfies `pred`, and when it arrived.
+    fn wait_for(
+        &mut self,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> (Instant, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((at, line)) => {
+                    self.seen.push(line.clone());
+                    if pred(&line) {
+                        return (at, line);
+                    }
+                }
+                Err(_) => panic!(
+                    "replica {} did not print {what} within {within:?}; it printed:\n{}",
+                    self.name,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Let a `--wait-for-go` probe start stepping.
+    fn go(&mut self) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Everything printed so far that was not consumed yet.
+    fn drain(&mut self) -> Vec<String> {
+        let mut fresh = Vec::new();
+        while let Ok((_, l)) = self.lines.try_recv() {
+            self.seen.push(l.clone());
+            fresh.push(l);
+        }
+        fresh
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {}", self.name);
+    }
+
+    fn kill9(&mut self) -> Instant {
+        self.child.kill().unwrap();
+        let at = Instant::now();
+        self.child.wait().unwrap();
+        at
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn number_after(line: &str, word: &str) -> Option<u64> {
+    line.strip_prefix(word)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The "external system" side effects: `(n, replica)` per action, in order.
+fn actions(path: &Path) -> Vec<(u64, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut it = l.split(' ');
+            (
+                it.next().unwrap().parse().unwrap(),
+                it.next().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every step 1..=n acted exactly once.
+fn assert_each_step_acted_once(path: &Path, n: u64) {
+    let acts = actions(path);
+    let mut counts = std::collections::BTreeMap::new();
+    for (k, _) in &acts {
+        *counts.entry(*k).or_insert(0) += 1;
+    }
+    for k in 1..=n {
+        assert_eq!(counts.get(&k), Some(&1), "step {k} in {acts:?}");
+    }
+    assert!(counts.keys().all(|k| *k <= n), "{acts:?}");
+}
+
+enum KillPoint {
+    /// Right after winning, before any intent.
+    JustElected,
+    /// After this many steps were journaled and acted on.
+    AfterActing(u64),
+    /// After journaling this intent, before re-checking leadership and acting on it.
+    BetweenIntentAndAction(u64),
+}
+
+fn failover(point: KillPoint, label: &str) {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix(label);
+    let dir = tempfile::tempdir().unwrap();
+    let acts: PathBuf = dir.path().join("actions");
+    // Enough steps at a slow enough pace that the kill lands mid-run.
+    const STEPS: u64 = 20;
+    let steps = STEPS.to_string();
+    let stop = match point {
+        KillPoint::BetweenIntentAndAction(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let mut a_args = vec!["--steps", &steps, "--wait-for-go", "--interval", "100ms"];
+    if let Some(n) = &stop {
+        a_args.extend(["--stop-after-intent", n.as_str()]);
+    }
+    let mut a = Replica::probe(etcd, &prefix, "a", &acts, &a_args);
+    a.wait_for("leading", PATIENCE, |l| l.starts_with("leading"));
+    a.wait_for("ready", PATIENCE, |l| l == "ready");
+    let mut b = Replica::probe(etcd, &prefix, "b", &acts, &["--steps", &steps]);
+    b.wait_for("following a", PATIENCE, |l| l == "following a");
+
+    let killed_at = match point {
+        KillPoint::JustElected => a.kill9(),
+        KillPoint::AfterActing(n) => {
+            a.go();
+            a.wait_for(&format!("acted {n}"), PATIENCE, |l| {
+                number_after(l, "acted ") == Some(n)
+            });
+            a.kill9()
+        }
+        KillPoint::BetweenIntentAndAction(n) => {
+            a.go();
+            a.wait_for("stopping after the intent", PATIENCE, |l| {
+                l.starts_with("stopping after intent")
+            });
+            let at = a.kill9();
+            assert!(
+                !actions(&acts).iter().any(|(k, _)| *k == n),
+                "the stopped leader acted on {n}"
+            );
+            at
+        }
+    };
+    a.drain();
+    assert!(
+        !a.seen.iter().any(|l| l == "finished"),
+        "a finished before it was killed: {:?}",
+        a.seen
+    );
+    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| {
+        l.starts_with("leading")
+    });
+    let took = took_over.saturating_duration_since(killed_at);
+    eprintln!("{label}: takeover {took:?} after the kill (lease TTL {TTL:?})");
+    assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
+    if let KillPoint::BetweenIntentAndAction(n) = point {
+        b.wait_for("the resume", PATIENCE, |l| l == format!("resume {n}"));
+    }
+    b.wait_for("finished", PATIENCE, |l| l == "finished");
+    assert!(b.child.wait().unwrap().success());
+    assert_each_step_acted_once(&acts, STEPS);
+    if let KillPoint::BetweenIntentAndAction(n) = point {
+        let acts = actions(&acts);
+        assert!(acts.contains(&(n, "b".to_string())), "{acts:?}");
+    }
+}
+
+#[test]
+fn a_leader_killed_just_after_winning_is_replaced_within_the_ttl() {
+    failover(KillPoint::JustElected, "kill-elected");
+}
+
+#[test]
+fn a_leader_killed_mid_run_is_replaced_and_every_step_acts_once() {
+    failover(KillPoint::AfterActing(3), "kill-mid");
+}
+
+#[test]
+fn a_leader_killed_between_intent_and_action_is_resumed_by_the_new_leader() {
+    failover(KillPoint::BetweenIntentAndAction(4), "kill-intent");
+}
+
+/// The old leader is frozen (SIGSTOP) between journaling an intent and acting on it; the
+/// follower takes over, resumes that intent and goes on. Resumed (SIGCONT), the old leader
+/// performs no write and no action: its re-check refuses, and so would etcd.
+#[test]
+fn a_frozen_leader_resumed_after_failover_neither_writes_nor_acts() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix("sigstop");
+    let dir = tempfile::tempdir().unwrap();
+    let acts = dir.path().join("actions");
+    let mut a = Replica::probe(
+        etcd,
+        &prefix,
+        "a",
+        &acts,
+        &["--stop-after-intent", "3", "--wait-for-go"],
+    );
+    a.wait_for("ready", PATIENCE, |l| l == "ready");
+    let mut b = Replica::probe(etcd, &prefix, "b", &acts, &[]);
+    b.wait_for("following a", PATIENCE, |l| l == "following a");
+    a.go();
+    let (stopped_at, _) = a.wait_for("stopping after intent 3", PATIENCE, |l| {
+        l == "stopping after intent 3"
+    });
+    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| {
+        l.starts_with("leading")
+    });
+    let took = took_over.saturating_duration_since(stopped_at);
+    eprintln!("sigstop: takeover {took:?} after the stop (lease TTL {TTL:?})");
+    assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
+    b.wait_for("resume 3", PATIENCE, |l| l == "resume 3");
+    b.wait_for("acted 5", PATIENCE, |l| {
+        number_after(l, "acted ") == Some(5)
+    });
+
+    a.signal("-CONT");
+    a.wait_for("the refused action", PATIENCE, |l| {
+        l.starts_with("refused action 3:")
+    });
+    a.wait_for("following b", PATIENCE, |l| l == "following b");
+    // b goes on undisturbed.
+    b.wait_for("acted 8", PATIENCE, |l| {
+        number_after(l, "acted ") == Some(8)
+    });
+    b.kill9();
+    a.kill9();
+    a.drain();
+    let after_stop: Vec<&String> = a
+        .seen
+        .iter()
+        .skip_while(|l| *l != "stopping after intent 3")
+        .collect();
+    assert!(
+        !after_stop
+            .iter()
+            .any(|l| l.starts_with("intent ") || l.starts_with("acted ")),
+        "the resumed old leader wrote or acted: {after_stop:?}"
+    );
+    let acted = actions(&acts);
+    assert!(acted.contains(&(3, "b".to_string())), "{acted:?}");
+    assert!(
+        acted
+            .iter()
+            .filter(|(_, who)| who == "a")
+            .all(|(k, _)| *k < 3),
+        "{acted:?}"
+    );
+    let last = acted.iter().map(|(k, _)| *k).max().unwrap();
+    // b was killed at an arbitrary point: its last intent may lack its action.
+    let store = etcd.store(&prefix);
+    let counter: u64 =
+        String::from_utf8(store.get(Table::Journal, "probe/counter").unwrap().unwrap())
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert!(
+        counter == last || counter == last + 1,
+        "counter {counter}, last action {last}"
+    );
+    assert_each_step_acted_once(&acts, last);
+    // Intent 3 was journaled by a; every later one by b.
+    for (k, v) in store.scan(Table::Journal, "probe/intent/").unwrap() {
+        let n: u64 = k.rsplit('/').next().unwrap().parse().unwrap();
+        let who = String::from_utf8(v).unwrap();
+        if n <= 3 {
+            assert!(who.starts_with("a "), "{k}: {who}");
+        } else {
+            assert!(who.starts_with("b "), "{k}: {who}");
+        }
+    }
+}
+
+// ---- medea serve replicas ----
+
+fn serve(etcd: &Etcd, prefix: &str, name: &str, state: &Path) -> Replica {
+    let mut cmd = crate::cli::medea();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--replica", name])
+        .arg("--store")
+        .arg(etcd.url(prefix))
+        .arg("--leader-ttl")
+        .arg(format!("{}s", TTL.as_secs()))
+        .arg("--desired")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples"))
+        .arg("--state-dir")
+        .arg(state)
+        .env("MEDEA_TOKEN", "ha-token")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    Replica::spawn(name, cmd, true)
+}
+
+fn addr_of(line: &str) -> String {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))
+        .expect("addr= in the listening line")
+        .to_string()
+}
+
+fn get_server(addr: &str, state: &Path) -> serde_json::Value {
+    let out = crate::cli::medea()
+        .args(["get", "server", "-o", "json", "--addr", addr])
+        .env("MEDEA_TOKEN", "ha-token")
+        .env("MEDEA_CA", state.join("tls/ca.crt"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn serve_replicas_elect_a_leader_and_get_server_shows_it() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let prefix = unique_prefix("serve");
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = serve(etcd, &prefix, "a", da.path());
+    let (_, listening) = a.wait_for("the API address", PATIENCE, |l| l.contains("API listening"));
+    let addr_a = addr_of(&listening);
+    a.wait_for("leading", PATIENCE, |l| {
+        l.contains(" leading ") || l.ends_with(" leading")
+    });
+    let mut b = serve(etcd, &prefix, "b", db.path());
+    let (_, listening) = b.wait_for("the API address", PATIENCE, |l| l.contains("API listening"));
+    let addr_b = addr_of(&listening);
+    b.wait_for("following a", PATIENCE, |l| {
+        l.contains("following") && l.contains("leader=a")
+    });
+
+    let info = get_server(&addr_a, da.path());
+    assert_eq!(info["replica"], "a");
+    assert_eq!(info["leader"], true);
+    assert_eq!(info["leaderReplica"], "a");
+    let info = get_server(&addr_b, db.path());
+    assert_eq!(info["replica"], "b");
+    assert_eq!(info["leader"], false);
+    assert_eq!(info["leaderReplica"], "a");
+
+    // The table names the leader too.
+    let out = crate::cli::medea()
+        .args(["get", "server", "--addr", &addr_b])
+        .env("MEDEA_TOKEN", "ha-token")
+        .env("MEDEA_CA", db.path().join("tls/ca.crt"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("REPLICA  LEADER  LEADING-REPLICA"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("b        no      a ")),
+        "{text}"
+    );
+
+    let killed = a.kill9();
+    let (took_over, _) = b.wait_for("leading", TTL + TAKEOVER_SLACK, |l| {
+        l.contains(" leading ") || l.ends_with(" leading")
+    });
+    let took = took_over.saturating_duration_since(killed);
+    eprintln!("serve: takeover {took:?} after the kill (lease TTL {TTL:?})");
+    assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
+    let info = get_server(&addr_b, db.path());
+    assert_eq!(info["leader"], true);
+    assert_eq!(info["leaderReplica"], "b");
+
+    // A graceful stop (SIGTERM) resigns: the leader key is released at once rather than
+    // after the lease runs out.
+    b.signal("-TERM");
+    assert!(b.child.wait().unwrap().success());
+    assert_eq!(etcd.store(&prefix).current_leader().unwrap(), None);
+}
