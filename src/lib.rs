@@ -7,6 +7,7 @@ pub mod cli;
 pub mod desired;
 pub mod inventory;
 pub mod plan;
+pub mod rollout;
 pub mod sim;
 pub mod store;
 pub mod version;

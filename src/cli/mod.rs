@@ -11,6 +11,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 pub mod debug;
 pub mod desired;
 pub mod report;
+pub mod rollout_debug;
 
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
@@ -43,6 +44,9 @@ pub enum Command {
     /// (testing) Write store batches until killed.
     #[command(name = "__store-torture", hide = true)]
     StoreTorture(debug::TortureArgs),
+    /// (testing) Run every running rollout job of a store against a persistent fake cluster.
+    #[command(name = "__rollout-run", hide = true)]
+    RolloutRun(rollout_debug::RolloutRunArgs),
     /// Print shell completions.
     #[command(
         after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
@@ -86,6 +90,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Validate(args) => desired::validate(args),
         Command::Schema(args) => desired::schema(args),
         Command::StoreTorture(args) => debug::store_torture(args),
+        Command::RolloutRun(args) => rollout_debug::rollout_run(args),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());

@@ -2,4 +2,5 @@
 
 mod cli;
 mod desired;
+mod rollout;
 mod store;
