@@ -22,7 +22,7 @@ use medea::rollout::{
     CURRENT_PLAN_KEY, Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome,
     TokioClock, create_jobs_txn, current_plan_value, request_halt,
 };
-use medea::store::record::{decode, encode};
+use medea::store::record::decode;
 use medea::store::{Op as TxnOp, Store, StoreError, StoreExt, Table, Txn};
 use medea::version::{KubeVersion, TalosVersion};
 
@@ -596,4 +596,1041 @@ async fn a_node_on_an_unexpected_version_halts_the_job() {
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// job creation and the gates
+
+#[test]
+fn job_creation_checks_the_gates_and_the_plan() {
+    let fake = FakeCluster::new(&specs(1, 1, FROM, KUBE));
+    let obs = observed(&fake);
+    let p = plan(&obs, mixed_steps_small(&fake), 7);
+    let store = MemStore::new();
+    let none: &[MaintenanceWindow] = &[];
+    fn inputs<'a>(
+        global: bool,
+        c: &'a ObservedCluster,
+        none: &'a [MaintenanceWindow],
+    ) -> JobInputs<'a> {
+        JobInputs {
+            global_rollouts: global,
+            clusters: [(CLUSTER.to_string(), c)].into(),
+            windows: [(CLUSTER.to_string(), none)].into(),
+        }
+    }
+    // global gate off
+    let e = create_jobs_txn(&p, &inputs(false, &obs, none), t0()).unwrap_err();
+    assert!(matches!(e, RolloutError::RolloutsOff), "{e}");
+    assert!(e.to_string().contains("--rollouts"));
+    // cluster disabled
+    let off = obs.with_rollouts_enabled(false);
+    let e = create_jobs_txn(&p, &inputs(true, &off, none), t0()).unwrap_err();
+    assert!(matches!(e, RolloutError::ClusterDisabled { .. }), "{e}");
+    // observed generation moved since planning
+    let mut moved = obs.clone();
+    moved.generation += 1;
+    let e = create_jobs_txn(&p, &inputs(true, &moved, none), t0()).unwrap_err();
+    assert!(matches!(e, RolloutError::StalePlan { .. }), "{e}");
+    assert!(e.to_string().contains("medea plan"), "{e}");
+
+    // not the current plan: the transaction refuses atomically
+    store
+        .commit(Txn::new().put(Table::Plans, CURRENT_PLAN_KEY, b"something-else".to_vec()))
+        .unwrap();
+    store
+        .commit(Txn::new().put_record(cluster_key(CLUSTER), &obs))
+        .unwrap();
+    let c = create_jobs_txn(&p, &inputs(true, &obs, none), t0()).unwrap();
+    assert!(matches!(
+        store.commit(c.txn.clone()),
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(
+        store.scan(Table::Jobs, "").unwrap().is_empty(),
+        "nothing created"
+    );
+
+    // current: created once; the same plan never starts again
+    store
+        .commit(Txn::new().put(Table::Plans, CURRENT_PLAN_KEY, current_plan_value(&p.id)))
+        .unwrap();
+    store.commit(c.txn.clone()).unwrap();
+    assert!(matches!(
+        store.commit(c.txn.clone()),
+        Err(StoreError::Conflict { .. })
+    ));
+    let job = store
+        .get_record::<Job>(&job_key(&c.jobs[0].id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.plan, p.id);
+    assert!(matches!(job.state, JobState::Running));
+
+    // a second plan for the same cluster cannot start while the first job runs
+    let p2 = plan(&obs, mixed_steps_small(&fake), 8);
+    store
+        .commit(Txn::new().put(Table::Plans, CURRENT_PLAN_KEY, current_plan_value(&p2.id)))
+        .unwrap();
+    let c2 = create_jobs_txn(&p2, &inputs(true, &obs, none), t0()).unwrap();
+    assert!(matches!(
+        store.commit(c2.txn),
+        Err(StoreError::Conflict { key, .. }) if key == format!("active/{CLUSTER}")
+    ));
+}
+
+fn mixed_steps_small(f: &FakeCluster) -> Vec<Step> {
+    vec![talos_step(f, "all", &[&["cp-1"], &["w-1"]], TO, 1)]
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_gate_off_means_no_mutating_call_at_all() {
+    let w = world(FakeCluster::new(&specs(3, 3, FROM, KUBE)), mixed_steps);
+    let mut cfg = w.config();
+    cfg.rollouts = false;
+    let out = w.executor_with(cfg).run(&w.job).await.unwrap();
+    assert_eq!(
+        out,
+        RunOutcome::Paused {
+            gate: Gate::GlobalRollouts
+        }
+    );
+    assert!(w.state().log.is_empty());
+    assert_eq!(w.state().snapshots, 0);
+    assert!(
+        matches!(w.job().state, JobState::Running),
+        "paused, not halted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cluster_disabled_means_no_mutating_call_at_all() {
+    let w = world(FakeCluster::new(&specs(3, 3, FROM, KUBE)), mixed_steps);
+    let off = observed(&w.fake).with_rollouts_enabled(false);
+    w.store
+        .commit(Txn::new().put_record(cluster_key(CLUSTER), &off))
+        .unwrap();
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert_eq!(
+        out,
+        RunOutcome::Paused {
+            gate: Gate::ClusterDisabled {
+                cluster: CLUSTER.into()
+            }
+        }
+    );
+    assert!(w.state().log.is_empty());
+    assert_eq!(w.state().snapshots, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn disabling_the_cluster_mid_job_stops_before_the_next_mutating_command() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    let store = Arc::new(Tripwire::new());
+    let w = world_in(
+        fake,
+        store.clone(),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        &[],
+    );
+    let off = observed(&w.fake).with_rollouts_enabled(false);
+    store.arm(
+        is_result(Op::Cordon),
+        Trip::AlsoCommit,
+        Some(Txn::new().put_record(cluster_key(CLUSTER), &off)),
+    );
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert!(
+        matches!(
+            out,
+            RunOutcome::Paused {
+                gate: Gate::ClusterDisabled { .. }
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        w.state().log,
+        [
+            "pull w-1 factory.talos.dev/installer/abc:v1.13.9",
+            "cordon w-1"
+        ]
+    );
+    assert!(
+        w.job().in_flight.is_none(),
+        "no intent was journaled past the gate"
+    );
+    // re-enabled: the same job continues (a gate pauses, it does not halt)
+    let on = observed(&w.fake);
+    let mut on = on.with_rollouts_enabled(true);
+    on.generation = off.generation;
+    w.store
+        .commit(Txn::new().put_record(cluster_key(CLUSTER), &on))
+        .unwrap();
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    assert_rolled(&w.state(), TO, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_halt_request_stops_before_the_next_mutating_command_and_for_good() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    let store = Arc::new(Tripwire::new());
+    let w = world_in(
+        fake,
+        store.clone(),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        &[],
+    );
+    let halt = Txn::new().put_record(
+        medea::rollout::journal::halt_key(&w.job),
+        &medea::rollout::journal::HaltRequest {
+            job: w.job.clone(),
+            by: "alice@example.com".into(),
+            reason: Some("pager went off".into()),
+            at: t0(),
+        },
+    );
+    store.arm(is_result(Op::Drain), Trip::AlsoCommit, Some(halt));
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("alice@example.com") && reason.contains("pager went off")),
+        "{out:?}"
+    );
+    let log = w.state().log;
+    assert_eq!(log.last().unwrap(), "drain w-1", "{log:#?}");
+    assert_eq!(w.state().nodes["w-1"].counters.upgrade, 0);
+    let job = w.job();
+    assert!(matches!(&job.state, JobState::Halted { step: Some(0), .. }));
+    assert!(
+        w.journal()
+            .iter()
+            .any(|e| matches!(e.entry, Entry::HaltRequested { .. }))
+    );
+    // a halted job never resumes by itself
+    assert!(matches!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Halted { .. }
+    ));
+    assert_eq!(w.state().log, log);
+    assert!(w.executor().running_jobs().unwrap().is_empty());
+    // and cannot be halted twice
+    let e = request_halt(w.store.as_ref(), &w.job, "bob", None, t0()).unwrap_err();
+    assert!(matches!(e, RolloutError::AlreadyFinished { .. }), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn request_halt_refuses_unknown_jobs_and_records_running_ones() {
+    let w = world(FakeCluster::new(&specs(0, 1, FROM, KUBE)), |f| {
+        vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)]
+    });
+    let e = request_halt(
+        w.store.as_ref(),
+        &JobId::parse("nope").unwrap(),
+        "bob",
+        None,
+        t0(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, RolloutError::UnknownJob { .. }), "{e}");
+    request_halt(w.store.as_ref(), &w.job, "bob", None, t0()).unwrap();
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason == "halted by bob"),
+        "{out:?}"
+    );
+    assert!(w.state().log.is_empty(), "halted before the first command");
+}
+
+#[tokio::test(start_paused = true)]
+async fn maintenance_windows_gate_the_start_of_each_node() {
+    // t0 is Wednesday 2026-12-02 12:00 UTC; the window opens daily at 02:00 for 1 minute.
+    let window = MaintenanceWindow::new("0 2 * * *", Duration::from_secs(60), "UTC").unwrap();
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    fake.edit(|s| s.reboot_polls = 30); // each node takes minutes to come back
+    let w = world_in(
+        fake,
+        Arc::new(MemStore::new()),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        &[window],
+    );
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let first_intent = |node: &str| {
+        w.journal()
+            .into_iter()
+            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node)))
+            .unwrap()
+            .at
+    };
+    let thursday: Timestamp = "2026-12-03T02:00:00Z".parse().unwrap();
+    let friday: Timestamp = "2026-12-04T02:00:00Z".parse().unwrap();
+    let w1 = first_intent("w-1");
+    let w2 = first_intent("w-2");
+    assert!(
+        w1 >= thursday && w1 < thursday.checked_add(Duration::from_secs(60)).unwrap(),
+        "w-1 started at {w1}"
+    );
+    assert!(
+        w2 >= friday && w2 < friday.checked_add(Duration::from_secs(60)).unwrap(),
+        "w-2 started at {w2}: the window had closed"
+    );
+    assert_rolled(&w.state(), TO, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the fault matrix
+
+async fn run_with(
+    fake: FakeCluster,
+    steps: impl FnOnce(&FakeCluster) -> Vec<Step>,
+) -> (World, RunOutcome) {
+    let w = world(fake, steps);
+    let out = w.executor().run(&w.job).await.unwrap();
+    (w, out)
+}
+
+fn halted_at(out: &RunOutcome, node: &str, needle: &str) {
+    assert!(
+        matches!(out, RunOutcome::Halted { reason, node: Some(n), .. } if n == node && reason.contains(needle)),
+        "expected a halt at {node} mentioning `{needle}`, got {out:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_node_never_returns_halts_after_the_health_timeout() {
+    let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE)).with_fault(Fault::NeverReturns {
+        node: "cp-2".into(),
+    });
+    let start = tokio::time::Instant::now();
+    let (w, out) = run_with(fake, mixed_steps).await;
+    halted_at(&out, "cp-2", "did not come back");
+    assert!(
+        start.elapsed() >= Duration::from_secs(900),
+        "waited the health timeout"
+    );
+    let s = w.state();
+    assert_eq!(
+        s.nodes["cp-3"].counters,
+        Default::default(),
+        "nothing after the failure"
+    );
+    assert!(
+        s.nodes
+            .iter()
+            .filter(|(n, _)| n.starts_with("w-"))
+            .all(|(_, n)| n.counters == Default::default())
+    );
+    let job = w.job();
+    assert!(
+        matches!(
+            &job.state,
+            JobState::Halted {
+                step: Some(0),
+                op: Some(Op::Reboot),
+                ..
+            }
+        ),
+        "{:?}",
+        job.state
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_silent_revert_halts_with_node_reverted() {
+    let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE))
+        .with_fault(Fault::SilentRevert { node: "w-1".into() });
+    let (w, out) = run_with(fake, mixed_steps).await;
+    halted_at(&out, "w-1", "node reverted");
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].version, tv(FROM));
+    assert_eq!(s.nodes["w-3"].counters, Default::default());
+    assert!(
+        s.nodes["w-1"].cordoned,
+        "a failed node stays cordoned for the operator"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_upgrade_exit_code_halts_without_reboot() {
+    let fake = FakeCluster::new(&specs(3, 0, FROM, KUBE)).with_fault(Fault::UpgradeExitCode {
+        node: "cp-1".into(),
+        code: 1,
+    });
+    let (w, out) = run_with(fake, |f| {
+        vec![talos_step(
+            f,
+            "cp",
+            &[&["cp-1"], &["cp-2"], &["cp-3"]],
+            TO,
+            1,
+        )]
+    })
+    .await;
+    halted_at(&out, "cp-1", "installer exited with code 1");
+    let s = w.state();
+    assert_eq!(s.nodes["cp-1"].counters.upgrade, 1);
+    assert_eq!(s.nodes["cp-1"].counters.reboot, 0);
+    assert_eq!(s.nodes["cp-2"].counters, Default::default());
+    assert!(
+        w.job().in_flight.is_none(),
+        "the failure is recorded as the result"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_pdb_blocking_forever_halts_at_the_drain_timeout_and_never_forces() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE)).with_fault(Fault::PdbBlocks {
+        node: "w-1".into(),
+        pdb: "default/app".into(),
+    });
+    let start = tokio::time::Instant::now();
+    let (w, out) = run_with(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    })
+    .await;
+    halted_at(&out, "w-1", "never forces");
+    assert!(matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("default/app")));
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(600) && elapsed < Duration::from_secs(700),
+        "{elapsed:?}"
+    );
+    let s = w.state();
+    assert_eq!(
+        s.nodes["w-1"].counters.upgrade, 0,
+        "never upgraded an undrained node"
+    );
+    assert!(s.nodes["w-1"].counters.drain >= 1);
+    assert_eq!(s.nodes["w-2"].counters, Default::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_snapshot_fails_before_any_control_plane_node_is_touched() {
+    let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE)).with_fault(Fault::SnapshotFails);
+    let (w, out) = run_with(fake, mixed_steps).await;
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("etcd-snapshot")),
+        "{out:?}"
+    );
+    let s = w.state();
+    assert!(s.log.is_empty(), "no node touched: {:#?}", s.log);
+    assert!(s.nodes.values().all(|n| n.counters == Default::default()));
+    assert!(w.job().snapshot.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_talos_unavailable_bursts_are_retried() {
+    let fake =
+        FakeCluster::new(&specs(3, 3, FROM, KUBE)).with_fault(Fault::TalosUnavailable { calls: 7 });
+    let (w, out) = run_with(fake.clone(), mixed_steps).await;
+    assert_eq!(out, RunOutcome::Succeeded);
+    assert_rolled(&w.state(), TO, 1);
+    assert!(
+        w.state()
+            .faults
+            .contains(&Fault::TalosUnavailable { calls: 0 }),
+        "the burst happened"
+    );
+    // more bursts in the middle of the rollout
+    let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE));
+    let store = Arc::new(Tripwire::new());
+    let w = world_in(fake, store.clone(), mixed_steps, &[]);
+    let f2 = w.fake.clone();
+    store.arm(
+        move |e| {
+            let hit = matches!(&e.entry, Entry::Intent { key, .. } if key.op == Op::Reboot && key.node.as_deref() == Some("cp-2"));
+            if hit {
+                f2.edit(|s| s.faults.push(Fault::TalosUnavailable { calls: 5 }));
+            }
+            hit
+        },
+        Trip::AlsoCommit,
+        None,
+    );
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    assert_rolled(&w.state(), TO, 1);
+    assert!(
+        w.state()
+            .faults
+            .contains(&Fault::TalosUnavailable { calls: 0 }),
+        "the burst happened"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_kube_apiserver_down_during_a_control_plane_reboot_is_waited_out() {
+    let fake = FakeCluster::new(&specs(3, 1, FROM, KUBE))
+        .with_fault(Fault::ApiserverAwayDuringControlPlaneReboot { calls: 6 });
+    fake.edit(|s| s.reboot_polls = 3);
+    let w = world(fake, |f| {
+        vec![
+            talos_step(f, "cp", &[&["cp-1"], &["cp-2"], &["cp-3"]], TO, 1),
+            talos_step(f, "w", &[&["w-1"]], TO, 1),
+        ]
+    });
+    let exec = w.executor();
+    let mut events = exec.subscribe();
+    assert_eq!(exec.run(&w.job).await.unwrap(), RunOutcome::Succeeded);
+    assert_rolled(&w.state(), TO, 1);
+    let mut waited = false;
+    while let Ok(e) = events.try_recv() {
+        if let EventState::Waiting { reason } = &e.state {
+            waited |= reason.contains("Kubernetes API unreachable");
+        }
+    }
+    assert!(waited, "the apiserver outage was seen and waited out");
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_replies_are_resolved_by_observation_not_repeated() {
+    for op in ["upgrade", "reboot", "cordon", "uncordon", "drain", "pull"] {
+        let fake = FakeCluster::new(&specs(1, 1, FROM, KUBE))
+            .with_fault(Fault::LostReply {
+                node: "cp-1".into(),
+                op: op.into(),
+            })
+            .with_fault(Fault::LostReply {
+                node: "w-1".into(),
+                op: op.into(),
+            });
+        let (w, out) = run_with(fake, |f| {
+            vec![talos_step(f, "all", &[&["cp-1"], &["w-1"]], TO, 1)]
+        })
+        .await;
+        assert_eq!(out, RunOutcome::Succeeded, "lost {op} reply");
+        assert_rolled(&w.state(), TO, 1);
+        let resolved = w.journal().iter().any(|e| {
+            e.notes
+                .iter()
+                .any(|n| n.contains("resolved by observation"))
+        });
+        assert!(resolved, "lost {op} reply resolved by observation");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_that_cannot_report_its_next_boot_halts_instead_of_upgrading_twice() {
+    let fake = FakeCluster::new(&specs(0, 1, FROM, KUBE)).with_fault(Fault::LostReply {
+        node: "w-1".into(),
+        op: "upgrade".into(),
+    });
+    fake.edit(|s| s.nodes.get_mut("w-1").unwrap().reports_next_boot = false);
+    let (w, out) = run_with(fake, |f| vec![talos_step(f, "w", &[&["w-1"]], TO, 1)]).await;
+    halted_at(&out, "w-1", "cannot tell whether the upgrade");
+    assert_eq!(w.state().nodes["w-1"].counters.upgrade, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubernetes rollout
+
+fn kube_world(talos: &str, from: &str, to: &str) -> World {
+    world(FakeCluster::new(&specs(3, 2, talos, from)), |_| {
+        vec![kube_step(
+            &["cp-1", "cp-2", "cp-3"],
+            &["w-1", "w-2"],
+            from,
+            to,
+        )]
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_rollout_follows_the_upgrade_k8s_sequence() {
+    let w = kube_world(TO, KUBE, "v1.34.1");
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let s = w.state();
+    for (name, n) in &s.nodes {
+        assert_eq!(n.kubelet, KubeVersion::parse("v1.34.1").unwrap(), "{name}");
+        assert_eq!(
+            n.counters.upgrade + n.counters.reboot + n.counters.cordon,
+            0,
+            "no reboot, no drain"
+        );
+        if n.control_plane {
+            for c in [
+                Component::ApiServer,
+                Component::ControllerManager,
+                Component::Scheduler,
+                Component::Proxy,
+            ] {
+                assert_eq!(n.images[&c], format!("{}:v1.34.1", c.default_repository()));
+            }
+        }
+    }
+    assert_eq!(s.snapshots, 1);
+    assert_eq!(s.manifest_applies, 1);
+    let patches: Vec<&str> = s
+        .log
+        .iter()
+        .filter(|l| l.starts_with("set-image"))
+        .map(|l| l.as_str())
+        .collect();
+    let order: Vec<String> = patches
+        .iter()
+        .map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            format!("{} {}", p[2], p[1])
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for c in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-proxy",
+    ] {
+        for n in ["cp-1", "cp-2", "cp-3"] {
+            expected.push(format!("{c} {n}"));
+        }
+    }
+    for n in ["cp-1", "cp-2", "cp-3", "w-1", "w-2"] {
+        expected.push(format!("kubelet {n}"));
+    }
+    assert_eq!(order, expected);
+    // snapshot and pre-pulls come first, the manifests last
+    assert!(s.log[0].starts_with("etcd-snapshot"), "{:#?}", s.log);
+    assert!(position(&s.log, "pull w-2") < position(&s.log, "set-image"));
+    assert!(s.log.last().unwrap().starts_with("apply-manifests"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
+    let w = kube_world(TO, "v1.32.2", "v1.34.1");
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("more than one minor")),
+        "{out:?}"
+    );
+    assert!(w.state().log.is_empty());
+
+    let w = kube_world("v1.12.4", "v1.35.0", "v1.36.1");
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("does not support Kubernetes v1.36.1")),
+        "{out:?}"
+    );
+    assert!(w.state().log.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_rollout_rerun_skips_what_is_already_done() {
+    // the control plane already runs the new apiserver (an interrupted earlier attempt)
+    let w = kube_world(TO, KUBE, "v1.34.1");
+    w.fake.edit(|s| {
+        for n in ["cp-1", "cp-2", "cp-3"] {
+            s.nodes.get_mut(n).unwrap().images.insert(
+                Component::ApiServer,
+                "registry.k8s.io/kube-apiserver:v1.34.1".into(),
+            );
+        }
+    });
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let s = w.state();
+    assert!(
+        !s.log
+            .iter()
+            .any(|l| l.contains("set-image") && l.contains("kube-apiserver")),
+        "{:#?}",
+        s.log
+    );
+    assert!(
+        !s.log
+            .iter()
+            .any(|l| l.starts_with("pull") && l.contains("kube-apiserver"))
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// resume from every kind of dangling intent
+
+/// A job that has every command kind: control plane + worker Talos rollout, then Kubernetes.
+fn full_steps(f: &FakeCluster) -> Vec<Step> {
+    vec![
+        talos_step(f, "cp", &[&["cp-1"]], TO, 1),
+        talos_step(f, "w", &[&["w-1"]], TO, 1),
+        kube_step(&["cp-1"], &["w-1"], KUBE, "v1.34.1"),
+    ]
+}
+
+fn assert_full(s: &FakeState) {
+    assert_rolled(s, TO, 1);
+    assert_eq!(s.snapshots, 1, "one snapshot");
+    for n in s.nodes.values() {
+        assert_eq!(n.kubelet, KubeVersion::parse("v1.34.1").unwrap());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn resumes_every_dangling_intent_by_observation() {
+    let ops = [
+        Op::Snapshot,
+        Op::Pull,
+        Op::Cordon,
+        Op::Drain,
+        Op::Upgrade,
+        Op::Reboot,
+        Op::Uncordon,
+        Op::SetImage,
+        Op::ApplyManifests,
+    ];
+    for op in ops {
+        // (a) died right after journaling the intent: the call was never made
+        // (b) died after the call, before journaling its result
+        for (trip, pred) in [
+            (Trip::AfterCommit, Box::new(is_intent(op)) as Pred),
+            (Trip::InsteadOfCommit, Box::new(is_result(op)) as Pred),
+        ] {
+            let fake = FakeCluster::new(&specs(1, 1, FROM, KUBE));
+            let store = Arc::new(Tripwire::new());
+            let w = world_in(fake, store.clone(), full_steps, &[]);
+            store.arm(pred, trip, None);
+            let e = w.executor().run(&w.job).await.unwrap_err();
+            assert!(matches!(e, RolloutError::Store { .. }), "{op}: {e}");
+            let dangling = w.job().in_flight.expect("an intent without a result");
+            assert_eq!(dangling.key.op, op);
+            // a new executor (a restarted medea) picks the job up
+            let exec = w.executor();
+            let running = exec.running_jobs().unwrap();
+            assert_eq!(running.len(), 1);
+            assert_eq!(
+                exec.run(&w.job).await.unwrap(),
+                RunOutcome::Succeeded,
+                "{op} {trip:?}"
+            );
+            let s = w.state();
+            assert_full(&s);
+            let resolved = w.journal().iter().any(|e| {
+                e.notes.iter().any(|n| {
+                    n.contains(&format!("/{op}/")) && n.contains("resolved by observation")
+                })
+            });
+            assert!(resolved, "{op} {trip:?}: resolved by observation");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// property: whatever the order of crashes, lost replies and refusals, the machine never
+// upgrades or reboots a node twice and never takes more than allowed away
+
+mod machine_props {
+    use super::*;
+    use medea::rollout::machine::{
+        self, Action, Command, Needs, Next, ObsError, Observations, Outcome,
+    };
+    use medea::rollout::ports::{PortError, SnapshotInfo, error_chain, etcd_snapshot_bytes};
+    use proptest::prelude::*;
+
+    fn obs_err(e: PortError) -> ObsError {
+        ObsError {
+            transient: e.is_transient(),
+            message: error_chain(&e),
+        }
+    }
+
+    fn observe(fake: &FakeCluster, needs: &Needs, snap: &Option<SnapshotInfo>) -> Observations {
+        let mut o = Observations::default();
+        for t in &needs.talos {
+            o.talos
+                .insert(t.node.clone(), fake.talos_node(t).map_err(obs_err));
+        }
+        for k in &needs.kube {
+            o.kube.insert(k.clone(), fake.kube_node(k).map_err(obs_err));
+        }
+        if let Some(via) = &needs.etcd {
+            o.etcd = Some(fake.talos_etcd(via).map_err(obs_err));
+        }
+        for t in &needs.images {
+            o.images
+                .insert(t.node.clone(), fake.talos_images(t).map_err(obs_err));
+        }
+        for (n, c) in &needs.static_pods {
+            o.static_pods.insert(
+                (n.clone(), *c),
+                fake.kube_static_pod(n, *c).map_err(obs_err),
+            );
+        }
+        if needs.snapshot {
+            o.snapshot = Some(Ok(snap.clone()));
+        }
+        o
+    }
+
+    fn fake_op(op: Op) -> &'static str {
+        match op {
+            Op::Snapshot => "etcd-snapshot",
+            Op::Pull => "pull",
+            Op::Cordon => "cordon",
+            Op::Drain => "drain",
+            Op::Upgrade => "upgrade",
+            Op::Reboot => "reboot",
+            Op::Uncordon => "uncordon",
+            Op::SetImage => "apply-configuration",
+            Op::ApplyManifests => "server-side-apply",
+        }
+    }
+
+    fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -> Outcome {
+        let r: Result<Outcome, PortError> = match &cmd.action {
+            Action::Snapshot { via } => fake.talos_snapshot(via).map(|bytes| {
+                use sha2::Digest;
+                let info = SnapshotInfo {
+                    path: "/snapshots/job.db".into(),
+                    size: bytes.len() as u64,
+                    sha256: hex::encode(sha2::Sha256::digest(&bytes)),
+                };
+                *snap = Some(info.clone());
+                Outcome::Snapshot { info }
+            }),
+            Action::Pull { node, image, .. } => {
+                fake.talos_pull(node, image).map(|()| Outcome::Done)
+            }
+            Action::Cordon { node } => fake.kube_cordon(node, true).map(|()| Outcome::Done),
+            Action::Uncordon { node } => fake.kube_cordon(node, false).map(|()| Outcome::Done),
+            Action::Drain { node, .. } => fake
+                .kube_drain(node)
+                .map(|result| Outcome::Drain { result }),
+            Action::Upgrade {
+                node,
+                image,
+                method,
+                ..
+            } => fake
+                .talos_upgrade(node, image, *method)
+                .map(|()| Outcome::Done),
+            Action::Reboot { node, .. } => fake.talos_reboot(node).map(|()| Outcome::Done),
+            Action::SetImage {
+                node,
+                component,
+                image,
+            } => fake
+                .talos_set_image(node, *component, image)
+                .map(|()| Outcome::Done),
+            Action::ApplyManifests { via } => fake
+                .talos_manifests(via)
+                .and_then(|m| fake.kube_apply(&m))
+                .map(|()| Outcome::Done),
+        };
+        let _ = etcd_snapshot_bytes;
+        match r {
+            Ok(o) => o,
+            Err(e) if e.is_transient() => Outcome::Transient {
+                error: error_chain(&e),
+            },
+            Err(e) => Outcome::Failed {
+                error: error_chain(&e),
+            },
+        }
+    }
+
+    fn check_invariants(s: &FakeState, max: usize) {
+        let away = |cp: bool| {
+            s.nodes
+                .values()
+                .filter(|n| n.control_plane == cp && (n.cordoned || n.down()))
+                .count()
+        };
+        assert!(
+            away(true) <= 1,
+            "control plane: {} away\n{:#?}",
+            away(true),
+            s.log
+        );
+        assert!(
+            away(false) <= max,
+            "workers: {} away, max {max}\n{:#?}",
+            away(false),
+            s.log
+        );
+        for (name, n) in &s.nodes {
+            assert!(
+                n.counters.upgrade <= 1,
+                "{name} upgraded twice\n{:#?}",
+                s.log
+            );
+            assert!(
+                n.counters.reboot <= 1,
+                "{name} rebooted twice\n{:#?}",
+                s.log
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        cps: usize,
+        workers: usize,
+        max: u32,
+        reboot_polls: u32,
+        with_kube: bool,
+        oversized_waves: bool,
+        chaos: Vec<u8>,
+    ) {
+        let fake = FakeCluster::new(&specs(cps, workers, FROM, KUBE));
+        fake.edit(|s| s.reboot_polls = reboot_polls);
+        let obs = observed(&fake);
+        let cp_names: Vec<String> = (1..=cps).map(|i| format!("cp-{i}")).collect();
+        let w_names: Vec<String> = (1..=workers).map(|i| format!("w-{i}")).collect();
+        // oversized waves stand for a planner bug: the machine must still honour the limits
+        let cp_waves: Vec<Vec<&str>> = if oversized_waves {
+            vec![cp_names.iter().map(|n| n.as_str()).collect()]
+        } else {
+            cp_names.iter().map(|n| vec![n.as_str()]).collect()
+        };
+        let chunk = if oversized_waves {
+            max as usize * 2
+        } else {
+            max as usize
+        };
+        let w_waves: Vec<Vec<&str>> = w_names
+            .chunks(chunk)
+            .map(|c| c.iter().map(|s| s.as_str()).collect())
+            .collect();
+        let mut steps = vec![talos_step(
+            &fake,
+            "cp",
+            &cp_waves.iter().map(|w| w.as_slice()).collect::<Vec<_>>(),
+            TO,
+            1,
+        )];
+        if !w_waves.is_empty() {
+            steps.push(talos_step(
+                &fake,
+                "w",
+                &w_waves.iter().map(|w| w.as_slice()).collect::<Vec<_>>(),
+                TO,
+                max,
+            ));
+        }
+        if with_kube {
+            let c: Vec<&str> = cp_names.iter().map(|s| s.as_str()).collect();
+            let w: Vec<&str> = w_names.iter().map(|s| s.as_str()).collect();
+            steps.push(kube_step(&c, &w, KUBE, "v1.34.1"));
+        }
+        let p = plan(&obs, steps, 3);
+        let none: &[MaintenanceWindow] = &[];
+        let inputs = JobInputs {
+            global_rollouts: true,
+            clusters: [(CLUSTER.to_string(), &obs)].into(),
+            windows: [(CLUSTER.to_string(), none)].into(),
+        };
+        let mut job = create_jobs_txn(&p, &inputs, t0()).unwrap().jobs.remove(0);
+        let mut now = t0();
+        let mut snap = None;
+        // every cycle of the chaos has at least one clean call, so the world lets it progress
+        let mut chaos = chaos.into_iter().chain([7]).cycle();
+        for _ in 0..20_000 {
+            let mut o = observe(&fake, &machine::needs(&job, now), &snap);
+            let mut t = machine::step(&job, &o, now);
+            for _ in 0..16 {
+                if t.missing.is_empty() {
+                    break;
+                }
+                o.merge(observe(&fake, &t.missing, &snap));
+                t = machine::step(&job, &o, now);
+            }
+            job = t.job;
+            match t.next {
+                Next::Finished => break,
+                Next::Run(cmd) => {
+                    job = machine::intend(&job, &cmd, now);
+                    match chaos.next().unwrap() {
+                        // crashed right after journaling the intent
+                        0 => {}
+                        // crashed after the call, before journaling its result
+                        1 => {
+                            execute(&fake, &cmd, &mut snap);
+                        }
+                        // the call took effect, the reply was lost
+                        2 => {
+                            let node = cmd.key.node.clone().unwrap_or_default();
+                            let node = if cmd.key.op == Op::Snapshot {
+                                match &cmd.action {
+                                    Action::Snapshot { via } => via.node.clone(),
+                                    _ => node,
+                                }
+                            } else {
+                                node
+                            };
+                            fake.edit(|s| {
+                                s.faults.push(Fault::LostReply {
+                                    node,
+                                    op: fake_op(cmd.key.op).into(),
+                                })
+                            });
+                            let out = execute(&fake, &cmd, &mut snap);
+                            job = machine::complete(&job, &cmd.key, &out, now).0;
+                            fake.edit(|s| {
+                                s.faults.retain(|f| !matches!(f, Fault::LostReply { .. }))
+                            });
+                        }
+                        // the Talos API refused the call (UNAVAILABLE, no effect)
+                        3 => {
+                            fake.edit(|s| s.faults.push(Fault::TalosUnavailable { calls: 1 }));
+                            let out = execute(&fake, &cmd, &mut snap);
+                            job = machine::complete(&job, &cmd.key, &out, now).0;
+                            fake.edit(|s| {
+                                s.faults
+                                    .retain(|f| !matches!(f, Fault::TalosUnavailable { .. }))
+                            });
+                        }
+                        _ => {
+                            let out = execute(&fake, &cmd, &mut snap);
+                            job = machine::complete(&job, &cmd.key, &out, now).0;
+                        }
+                    }
+                    check_invariants(&fake.state(), max as usize);
+                }
+                Next::Poll { .. } => now = now.checked_add(Duration::from_secs(5)).unwrap(),
+                Next::WaitUntil { at, .. } => now = at,
+            }
+            now = now.checked_add(Duration::from_secs(1)).unwrap();
+        }
+        assert!(
+            matches!(job.state, JobState::Succeeded { .. }),
+            "{:?}\n{:#?}",
+            job.state,
+            fake.state().log
+        );
+        let s = fake.state();
+        assert_rolled(&s, TO, 1);
+        assert_eq!(s.snapshots >= 1, true);
+        if with_kube {
+            assert!(
+                s.nodes
+                    .values()
+                    .all(|n| n.kubelet == KubeVersion::parse("v1.34.1").unwrap())
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn never_twice_never_too_many_away(
+            cps in prop_oneof![Just(1usize), Just(3usize)],
+            workers in 0usize..=4,
+            max in 1u32..=3,
+            reboot_polls in 0u32..3,
+            with_kube in any::<bool>(),
+            oversized_waves in any::<bool>(),
+            chaos in proptest::collection::vec(0u8..8, 1..64),
+        ) {
+            run(cps, workers, max, reboot_polls, with_kube, oversized_waves, chaos);
+        }
+    }
 }
