@@ -779,7 +779,7 @@ impl<'a> Eyes<'a> {
 
 /// What one node, task or step wants.
 enum Flow {
-    Run(Command),
+    Run(Box<Command>),
     Poll(PollWhy, String),
     Wait(Timestamp, String),
     Halt {
@@ -891,7 +891,7 @@ fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> N
                 j.steps[si].state = StepState::Done;
                 notes.push(format!("step {si} done"));
             }
-            Flow::Run(cmd) => return Next::Run(cmd),
+            Flow::Run(cmd) => return Next::Run(*cmd),
             Flow::Poll(why, reason) => return Next::Poll { why, reason },
             Flow::Wait(at, reason) => return Next::WaitUntil { at, reason },
             Flow::Halt { reason, node, op } => {
@@ -1022,7 +1022,7 @@ fn talos_step(
     let members: Vec<usize> = (0..ts.nodes.len())
         .filter(|&i| ts.nodes[i].wave == wave && !ts.nodes[i].phase.finished())
         .collect();
-    let mut runs: Vec<(NodePhase, usize, Command)> = Vec::new();
+    let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
     let mut polls: Vec<(PollWhy, String)> = Vec::new();
     let mut waits: Vec<(Timestamp, String)> = Vec::new();
     for i in members {
@@ -1178,16 +1178,16 @@ fn talos_node(
                             Some(Op::Snapshot),
                         );
                     };
-                    return Flow::Run(snapshot_command(j, si, via));
+                    return Flow::Run(Box::new(snapshot_command(j, si, via)));
                 }
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::Pull, n.attempt),
                     action: Action::Pull {
                         node: target,
                         image: spec.image.clone(),
                         namespace: ImageNamespace::System,
                     },
-                });
+                }));
             }
             NodePhase::Pulled => {
                 let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
@@ -1197,10 +1197,10 @@ fn talos_node(
                         format!("{name}: waiting, {away} node(s) already away"),
                     );
                 }
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::Cordon, n.attempt),
                     action: Action::Cordon { node: name },
-                });
+                }));
             }
             NodePhase::Cordoned => {
                 let deadline = add(since, spec.drain_timeout);
@@ -1217,13 +1217,13 @@ fn talos_node(
                 }
                 let left = deadline.duration_since(now);
                 let timeout = left.as_secs().max(1) as u64;
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::Drain, n.attempt),
                     action: Action::Drain {
                         node: name,
                         timeout_secs: timeout,
                     },
-                });
+                }));
             }
             NodePhase::Drained => {
                 let t = match need(
@@ -1279,7 +1279,7 @@ fn talos_node(
                     },
                 };
                 talos_mut(j, si).nodes[i].boot_id_before = Some(boot);
-                return Flow::Run(cmd);
+                return Flow::Run(Box::new(cmd));
             }
             NodePhase::Upgraded => {
                 let Some(boot) = n.boot_id_before.clone() else {
@@ -1289,13 +1289,13 @@ fn talos_node(
                         Some(Op::Reboot),
                     );
                 };
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::Reboot, n.attempt),
                     action: Action::Reboot {
                         node: target,
                         boot_id_before: boot,
                     },
-                });
+                }));
             }
             NodePhase::Rebooting => {
                 let what = format!("node `{name}` after its reboot");
@@ -1397,10 +1397,10 @@ fn talos_node(
                 notes.push(format!("{name}: back on {to}, healthy and Ready"));
             }
             NodePhase::Back => {
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::Uncordon, n.attempt),
                     action: Action::Uncordon { node: name },
-                });
+                }));
             }
             NodePhase::Done | NodePhase::Skipped => return Flow::Done,
         }
@@ -1495,7 +1495,7 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
                 Some(Op::Snapshot),
             );
         };
-        return Flow::Run(snapshot_command(j, si, via));
+        return Flow::Run(Box::new(snapshot_command(j, si, via)));
     }
     loop {
         let ks = kube_of(j, si);
@@ -1511,36 +1511,36 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
         match (t.op, t.state) {
             (KubeOp::Pull, _) => {
                 let c = t.component.unwrap_or(Component::Kubelet);
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::Pull, t.attempt),
                     action: Action::Pull {
                         node: t.node.clone(),
                         image: t.image.clone(),
                         namespace: c.namespace(),
                     },
-                });
+                }));
             }
             (KubeOp::Manifests, _) => {
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, None, Op::ApplyManifests, t.attempt),
                     action: Action::ApplyManifests {
                         via: t.node.clone(),
                     },
-                });
+                }));
             }
             (KubeOp::Patch, TaskState::Pending) => {
                 if let Err(flow) = window_gate(j, now) {
                     return flow;
                 }
                 let c = t.component.expect("patch tasks name a component");
-                return Flow::Run(Command {
+                return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::SetImage, t.attempt),
                     action: Action::SetImage {
                         node: t.node.clone(),
                         component: c,
                         image: t.image.clone(),
                     },
-                });
+                }));
             }
             (KubeOp::Patch, TaskState::Applied) => {
                 let c = t.component.expect("patch tasks name a component");
@@ -2140,5 +2140,122 @@ pub(crate) mod ts_opt {
         Option::<String>::deserialize(d)?
             .map(|s| s.parse().map_err(serde::de::Error::custom))
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::ports::EtcdMember;
+
+    fn kv(s: &str) -> KubeVersion {
+        KubeVersion::parse(s).unwrap()
+    }
+    fn tv(s: &str) -> TalosVersion {
+        TalosVersion::parse(s).unwrap()
+    }
+
+    #[test]
+    fn images_are_retagged_keeping_repository_and_flavour() {
+        assert_eq!(
+            split_image("registry.local:5000/k8s/kube-apiserver:v1.33.4"),
+            ("registry.local:5000/k8s/kube-apiserver", Some("v1.33.4"))
+        );
+        assert_eq!(
+            split_image("registry.local:5000/x"),
+            ("registry.local:5000/x", None)
+        );
+        assert_eq!(
+            split_image("ghcr.io/a/b:v1@sha256:abc"),
+            ("ghcr.io/a/b", Some("v1"))
+        );
+        assert_eq!(
+            image_version("ghcr.io/siderolabs/kubelet:v1.33.4-fat"),
+            Some((kv("v1.33.4"), "-fat"))
+        );
+        assert_eq!(image_version("ghcr.io/siderolabs/kubelet:latest"), None);
+        let to = kv("v1.34.1");
+        assert_eq!(
+            target_image(
+                Component::Kubelet,
+                Some("ghcr.io/siderolabs/kubelet:v1.33.4-slim"),
+                &to
+            ),
+            "ghcr.io/siderolabs/kubelet:v1.34.1-slim"
+        );
+        assert_eq!(
+            target_image(
+                Component::ApiServer,
+                Some("mirror:5000/kube-apiserver:v1.33.4"),
+                &to
+            ),
+            "mirror:5000/kube-apiserver:v1.34.1"
+        );
+        assert_eq!(
+            target_image(Component::Scheduler, None, &to),
+            "registry.k8s.io/kube-scheduler:v1.34.1"
+        );
+    }
+
+    #[test]
+    fn talos_support_window() {
+        assert!(talos_supports_kube(&tv("v1.13.9"), &kv("v1.31.0")));
+        assert!(talos_supports_kube(&tv("v1.13.9"), &kv("v1.36.4")));
+        assert!(!talos_supports_kube(&tv("v1.13.9"), &kv("v1.37.0")));
+        assert!(!talos_supports_kube(&tv("v1.13.9"), &kv("v1.30.9")));
+        assert!(talos_supports_kube(&tv("v1.15.0"), &kv("v1.38.0")));
+        assert!(!talos_supports_kube(&tv("v2.0.0"), &kv("v1.38.0")));
+    }
+
+    #[test]
+    fn etcd_must_be_healthy_and_keep_quorum_without_one_member() {
+        let m = |name: &str, healthy| EtcdMember {
+            name: name.into(),
+            learner: false,
+            healthy,
+            errors: vec![],
+        };
+        let h = |members| EtcdHealth {
+            members,
+            alarms: vec![],
+        };
+        assert!(etcd_verdict(&h(vec![m("a", true), m("b", true), m("c", true)])).is_ok());
+        assert!(
+            etcd_verdict(&h(vec![m("a", true)])).is_ok(),
+            "single node: accepted"
+        );
+        let e = etcd_verdict(&h(vec![m("a", true), m("b", true)])).unwrap_err();
+        assert!(e.contains("2 members"), "{e}");
+        let e = etcd_verdict(&h(vec![m("a", true), m("b", false), m("c", true)])).unwrap_err();
+        assert!(e.contains("`b` is unhealthy"), "{e}");
+        let mut learner = h(vec![m("a", true), m("b", true), m("c", true)]);
+        learner.members[2].learner = true;
+        assert!(etcd_verdict(&learner).unwrap_err().contains("learner"));
+        let mut alarm = h(vec![m("a", true), m("b", true), m("c", true)]);
+        alarm.alarms.push("a: NOSPACE".into());
+        assert!(etcd_verdict(&alarm).unwrap_err().contains("NOSPACE"));
+        assert!(etcd_verdict(&h(vec![])).is_err());
+    }
+
+    #[test]
+    fn job_ids_are_plain() {
+        assert!(JobId::parse("abc123-prod").is_some());
+        assert!(JobId::parse("a/b").is_none());
+        assert!(JobId::parse("").is_none());
+        assert!(JobId::parse("a b").is_none());
+        let id = JobId::for_plan(&PlanId::from_digest([0xab; 32]), "prod");
+        assert_eq!(id.as_str(), "abababababab-prod");
+    }
+
+    #[test]
+    fn command_keys_name_job_step_node_op_attempt() {
+        let k = CommandKey {
+            job: JobId::parse("j").unwrap(),
+            step: 2,
+            node: Some("cp-1".into()),
+            op: Op::Upgrade,
+            attempt: 1,
+        };
+        assert_eq!(k.to_string(), "j/2/cp-1/upgrade/1");
     }
 }

@@ -1,5 +1,6 @@
 //! The single integration-test binary (one link of kube/tonic/fjall instead of many).
 
+mod architecture;
 mod cli;
 mod desired;
 mod rollout;

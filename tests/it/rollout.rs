@@ -318,6 +318,7 @@ fn mutations_of(log: &[String], node: &str) -> Vec<String> {
 // a store that trips at a chosen journal entry
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[allow(clippy::enum_variant_names)]
 pub enum Trip {
     /// Commit, then fail (the process died right after the fsync).
     AfterCommit,
@@ -1608,7 +1609,7 @@ mod machine_props {
         );
         let s = fake.state();
         assert_rolled(&s, TO, 1);
-        assert_eq!(s.snapshots >= 1, true);
+        assert!(s.snapshots >= 1);
         if with_kube {
             assert!(
                 s.nodes
@@ -1633,4 +1634,239 @@ mod machine_props {
             run(cps, workers, max, reboot_polls, with_kube, oversized_waves, chaos);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// crash harness: a child medea killed at every journal point
+
+pub mod crash {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use medea::store::fjall::FjallStore;
+
+    use super::*;
+
+    /// A cluster that survives the child's death, and how to run the child against it.
+    /// `FakeWorld` keeps the cluster in a JSON file; a simulator world would run `medea sim`
+    /// and point the child at it.
+    pub trait CrashWorld {
+        fn prepare(dir: &Path) -> Self;
+        /// `medea __rollout-run ...` for this world (without crash variables).
+        fn child(&self) -> Command;
+        /// Side effects as the cluster counted them.
+        fn cluster(&self) -> FakeState;
+        fn store(&self) -> PathBuf;
+    }
+
+    pub struct FakeWorld {
+        dir: PathBuf,
+    }
+
+    impl CrashWorld for FakeWorld {
+        fn prepare(dir: &Path) -> FakeWorld {
+            let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE));
+            fake.save(&dir.join("cluster.json")).unwrap();
+            let store = FjallStore::open(&dir.join("store")).unwrap();
+            let obs = observed(&fake);
+            let p = plan(&obs, mixed_steps(&fake), 9);
+            install(&store, &p, &obs, &[]).unwrap();
+            drop(store);
+            FakeWorld {
+                dir: dir.to_path_buf(),
+            }
+        }
+        fn child(&self) -> Command {
+            let mut c = crate::cli::medea();
+            c.arg("__rollout-run")
+                .arg("--rollouts")
+                .arg("--store")
+                .arg(self.dir.join("store"))
+                .arg("--fake-state")
+                .arg(self.dir.join("cluster.json"))
+                .arg("--snapshots")
+                .arg(self.dir.join("snapshots"))
+                .env_remove("MEDEA_CRASH_AT")
+                .env_remove("MEDEA_CRASH_AFTER")
+                .env_remove("MEDEA_CRASH_BEFORE");
+            c
+        }
+        fn cluster(&self) -> FakeState {
+            FakeCluster::persistent(&self.dir.join("cluster.json"))
+                .unwrap()
+                .state()
+        }
+        fn store(&self) -> PathBuf {
+            self.dir.join("store")
+        }
+    }
+
+    /// Scratch space on tmpfs when there is one (the harness fsyncs a lot).
+    fn scratch() -> tempfile::TempDir {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir()
+            && let Ok(d) = tempfile::tempdir_in(shm)
+        {
+            return d;
+        }
+        tempfile::tempdir().unwrap()
+    }
+
+    /// For N = 1, 2, …: run the rollout with the child aborting at journal point N (`var`),
+    /// restart it, and check the outcome; stop at the first N the child never reaches.
+    /// Returns the number of journal points.
+    pub fn harness<W: CrashWorld>(var: &str) -> u64 {
+        for n in 1u64.. {
+            let dir = scratch();
+            let w = W::prepare(dir.path());
+            let first = w.child().env(var, n.to_string()).output().unwrap();
+            if first.status.success() {
+                assert!(n > 1, "the rollout has journal points");
+                check(&w, &format!("{var}={n} (never reached)"));
+                // every executor commit is one journal entry after the creation (seq 0)
+                let store = FjallStore::open(&w.store()).unwrap();
+                let jobs = store.scan_records::<Job>("job/").unwrap();
+                assert_eq!(jobs[0].1.journal_seq, n - 1, "journal points");
+                return n - 1;
+            }
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                first.status.signal(),
+                Some(6),
+                "{var}={n}: the child must die by abort, not fail: {}",
+                String::from_utf8_lossy(&first.stderr)
+            );
+            let again = w.child().output().unwrap();
+            assert!(
+                again.status.success(),
+                "{var}={n}: the restarted child failed: {}\n{}",
+                String::from_utf8_lossy(&again.stdout),
+                String::from_utf8_lossy(&again.stderr)
+            );
+            check(&w, &format!("{var}={n}"));
+        }
+        unreachable!()
+    }
+
+    fn check<W: CrashWorld>(w: &W, what: &str) {
+        let s = w.cluster();
+        for (name, n) in &s.nodes {
+            assert_eq!(n.version, tv(TO), "{what}: {name} on target");
+            assert!(!n.cordoned, "{what}: {name} left cordoned");
+            assert_eq!(
+                n.counters.upgrade, 1,
+                "{what}: {name} Upgrade calls\n{:#?}",
+                s.log
+            );
+            assert_eq!(
+                n.counters.reboot, 1,
+                "{what}: {name} Reboot calls\n{:#?}",
+                s.log
+            );
+        }
+        assert_eq!(s.snapshots, 1, "{what}: one snapshot");
+        let store = FjallStore::open(&w.store()).unwrap();
+        let jobs = store.scan_records::<Job>("job/").unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert!(
+            matches!(jobs[0].1.state, JobState::Succeeded { .. }),
+            "{what}: {:?}",
+            jobs[0].1.state
+        );
+    }
+
+    #[test]
+    fn killed_after_every_journal_write_the_rollout_completes_exactly_once() {
+        let points = harness::<FakeWorld>("MEDEA_CRASH_AT");
+        assert!(
+            points > 50,
+            "a 6-node rollout has many journal points ({points})"
+        );
+    }
+
+    #[test]
+    fn killed_before_every_journal_write_the_rollout_completes_exactly_once() {
+        let points = harness::<FakeWorld>("MEDEA_CRASH_BEFORE");
+        assert!(points > 50, "{points}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_halt_request_is_noticed_while_waiting_for_a_window() {
+    let window = MaintenanceWindow::new("0 2 * * 6", Duration::from_secs(3600), "UTC").unwrap();
+    let w = world_in(
+        FakeCluster::new(&specs(0, 1, FROM, KUBE)),
+        Arc::new(MemStore::new()),
+        |f| vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)],
+        &[window],
+    );
+    let exec = w.executor();
+    let job = w.job.clone();
+    let task = tokio::spawn(async move { exec.run(&job).await });
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!task.is_finished(), "waiting for Saturday");
+    request_halt(
+        w.store.as_ref(),
+        &w.job,
+        "carol",
+        Some("change freeze"),
+        t0(),
+    )
+    .unwrap();
+    let out = task.await.unwrap().unwrap();
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("change freeze")),
+        "{out:?}"
+    );
+    assert!(w.state().log.is_empty());
+}
+
+struct LostLease;
+
+impl medea::rollout::Fence for LostLease {
+    fn checks(&self) -> Vec<medea::store::Check> {
+        vec![medea::store::Check::Equals(
+            Table::Meta,
+            "leader".into(),
+            b"me".to_vec(),
+        )]
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_executor_makes_no_call() {
+    let w = world(FakeCluster::new(&specs(0, 1, FROM, KUBE)), |f| {
+        vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)]
+    });
+    w.store
+        .commit(Txn::new().put(Table::Meta, "leader", b"someone-else".to_vec()))
+        .unwrap();
+    let exec = w.executor().with_fence(Arc::new(LostLease));
+    let e = exec.run(&w.job).await.unwrap_err();
+    assert!(matches!(e, RolloutError::Fenced { .. }), "{e}");
+    assert!(
+        w.state().log.is_empty(),
+        "the intent could not be journaled, so nothing was called"
+    );
+    // with the lease, the same job runs
+    w.store
+        .commit(Txn::new().put(Table::Meta, "leader", b"me".to_vec()))
+        .unwrap();
+    let exec = w.executor().with_fence(Arc::new(LostLease));
+    assert_eq!(exec.run(&w.job).await.unwrap(), RunOutcome::Succeeded);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_all_runs_every_running_job() {
+    let w = world(FakeCluster::new(&specs(3, 3, FROM, KUBE)), mixed_steps);
+    let exec = Arc::new(w.executor());
+    let results = exec.resume_all().await.unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].0, w.job);
+    assert!(matches!(results[0].1, Ok(RunOutcome::Succeeded)));
+    assert!(
+        exec.resume_all().await.unwrap().is_empty(),
+        "nothing left running"
+    );
+    assert!(exec.commits() > 0);
 }
