@@ -3,11 +3,31 @@
 //! See `design/architecture.md` for the module map. Domain modules (`desired`, `plan`,
 //! `approval`, `rollout::machine`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
+pub mod approval;
+pub mod bench;
+pub mod build_info;
 pub mod cli;
 pub mod desired;
+pub mod fuzz;
 pub mod inventory;
+pub mod metrics;
 pub mod plan;
 pub mod rollout;
+pub mod server;
 pub mod sim;
 pub mod store;
+pub mod talos;
 pub mod version;
+pub mod webhook;
+
+/// Render an error with its whole `source()` chain, for logs: `outer: inner: root cause`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -16,7 +16,12 @@ pub struct DesiredArgs {
     pub desired: Option<PathBuf>,
     /// Read the committed tree at this git ref (branch, tag or sha) instead of the files on
     /// disk; uncommitted edits are ignored.
-    #[arg(long = "git-ref", alias = "ref", value_name = "REF")]
+    #[arg(
+        long = "git-ref",
+        alias = "ref",
+        value_name = "REF",
+        env = "MEDEA_GIT_REF"
+    )]
     pub git_ref: Option<String>,
 }
 

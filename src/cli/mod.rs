@@ -8,10 +8,18 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod approve;
+pub mod client;
 pub mod debug;
 pub mod desired;
+pub mod output;
+pub mod plan;
 pub mod report;
 pub mod rollout_debug;
+pub mod server;
+pub mod sim;
+pub mod talos;
+pub mod upgrade;
 
 /// Exit codes shared by every command (documented in README.md).
 pub mod exit {
@@ -25,7 +33,7 @@ pub mod exit {
 
 /// An external control plane for Talos Linux Kubernetes clusters.
 #[derive(Debug, Parser)]
-#[command(name = "medea", version, about, long_about = None, propagate_version = true)]
+#[command(name = "medea", version = crate::build_info::VERSION, long_version = crate::build_info::LONG_VERSION, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -38,15 +46,39 @@ pub enum Command {
         after_help = "Examples:\n  medea validate examples/\n  medea validate --git . --ref main\n\nExit status: 0 valid, 1 invalid (diagnostics on stderr)."
     )]
     Validate(desired::ValidateArgs),
+    /// Compute, store and print the plan: what would change, with an id to approve.
+    #[command(
+        after_help = "Examples:\n  medea plan --desired examples/ --store /var/lib/medea\n  medea plan --desired . --git-ref main --store /var/lib/medea -o json\n  medea plan --desired examples/ --observed inventory.yaml\n\nExit status (like terraform plan -detailed-exitcode): 0 no changes, 1 error, 2 changes."
+    )]
+    Plan(plan::PlanArgs),
     /// Print (or write with --out) the JSON Schemas of the desired-state kinds.
     #[command(after_help = "Examples:\n  medea schema --out schemas/")]
     Schema(desired::SchemaArgs),
+    /// Run the daemon: watch the desired state, serve the API, run approved rollouts.
+    Serve(server::ServeArgs),
+    /// Show clusters, node pools or machines from a running server.
+    #[command(
+        after_help = "Examples:\n  medea get clusters\n  medea get machines --cluster prod -o json"
+    )]
+    Get(server::GetArgs),
+    /// Per-cluster rollout gate.
+    #[command(
+        after_help = "Examples:\n  medea cluster enable-rollouts prod\n  medea cluster disable-rollouts prod"
+    )]
+    Cluster(server::ClusterArgs),
     /// (testing) Write store batches until killed.
     #[command(name = "__store-torture", hide = true)]
     StoreTorture(debug::TortureArgs),
     /// (testing) Run every running rollout job of a store against a persistent fake cluster.
     #[command(name = "__rollout-run", hide = true)]
     RolloutRun(rollout_debug::RolloutRunArgs),
+    /// Write man pages (medea.1 and one per subcommand) generated from this CLI.
+    #[command(after_help = "Examples:\n  medea man --out /usr/local/share/man/man1")]
+    Man {
+        /// Directory to write the pages into.
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+    },
     /// Print shell completions.
     #[command(
         after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
@@ -55,6 +87,14 @@ pub enum Command {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
+    /// Set a Talos or Kubernetes version in the desired-state YAML (in place), then plan.
+    Upgrade(upgrade::UpgradeArgs),
+    /// Talos diagnostics over the machine API (talosctl-like): version, services, etcd, health.
+    Talos(talos::TalosArgs),
+    /// Run the simulator (Talos machine API) standalone until Ctrl-C.
+    Sim(sim::SimArgs),
+    /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
+    Approve(approve::ApproveArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -75,6 +115,8 @@ fn install_report_hook() {
 
 pub fn main() -> ExitCode {
     install_report_hook();
+    // Every TLS user in medea is on ring; make it the process default explicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
@@ -89,12 +131,53 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
     match cli.command {
         Command::Validate(args) => desired::validate(args),
         Command::Schema(args) => desired::schema(args),
+        Command::Plan(args) => plan::plan(args),
         Command::StoreTorture(args) => debug::store_torture(args),
         Command::RolloutRun(args) => rollout_debug::rollout_run(args),
+        Command::Serve(args) => server::serve(args),
+        Command::Upgrade(args) => upgrade::upgrade(args),
+        Command::Get(args) => server::get(args),
+        Command::Cluster(args) => server::cluster(args),
+        Command::Man { out } => {
+            std::fs::create_dir_all(&out)
+                .map_err(|e| miette::miette!("cannot create {}: {e}", out.display()))?;
+            clap_mangen::generate_to(Cli::command(), &out)
+                .map_err(|e| miette::miette!("cannot write man pages to {}: {e}", out.display()))?;
+            println!("wrote man pages to {}", out.display());
+            Ok(exit::OK)
+        }
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Command::Approve(args) => approve::run(args),
+        Command::Talos(args) => talos::run(args),
+        Command::Sim(args) => sim::run(args),
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr: human-readable (colours on a TTY) or one JSON object per line; the
+/// level comes from `RUST_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = format == LogFormat::Json;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init()
+    };
 }

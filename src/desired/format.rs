@@ -156,10 +156,45 @@ pub struct WindowSpec {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct UpgradePolicySpec {
-    /// Allow plans that move a version backwards (default false).
+    /// Allow plans that move Talos back to an older release (default false). Kubernetes is
+    /// never moved backwards.
     #[serde(default)]
     pub allow_downgrade: bool,
+    /// Talos releases medea's built-in compatibility catalog does not know yet (a patch
+    /// published after this medea was built). The newest stable patch of each minor is the
+    /// stop on multi-minor upgrade paths.
+    #[serde(default)]
+    #[schemars(with = "Vec<crate::version::TalosVersion>")]
+    pub talos_releases: Vec<Spanned<String>>,
+    /// Kubernetes versions a Talos minor supports, overriding (or extending) the built-in
+    /// table; copy them from the Talos support matrix.
+    #[serde(default)]
+    pub kubernetes_support: Vec<KubernetesSupportSpec>,
 }
+
+/// The Kubernetes minors one Talos minor supports (both ends inclusive).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesSupportSpec {
+    /// A Talos minor line, e.g. `v1.15`.
+    #[schemars(with = "MinorString")]
+    pub talos: Spanned<String>,
+    /// Oldest supported Kubernetes minor, e.g. `v1.33`.
+    #[schemars(with = "MinorString")]
+    pub min_kubernetes: Spanned<String>,
+    /// Newest supported Kubernetes minor, e.g. `v1.38`.
+    #[schemars(with = "MinorString")]
+    pub max_kubernetes: Spanned<String>,
+}
+
+/// A minor line such as `v1.15`.
+#[derive(JsonSchema)]
+#[schemars(
+    transparent,
+    extend("pattern" = "^v(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)$", "examples" = ["v1.15"])
+)]
+#[allow(dead_code)]
+pub struct MinorString(String);
 
 /// A set of machines of one cluster that share a role, a Talos version and rollout settings.
 #[derive(Debug, Deserialize, JsonSchema)]

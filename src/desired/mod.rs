@@ -11,6 +11,7 @@
 //! any error is never planned or stored ([`Loaded::valid`] returns `None`).
 
 pub mod diagnostic;
+pub mod edit;
 pub mod format;
 pub mod model;
 pub mod parse;

@@ -110,10 +110,44 @@ impl Default for ApprovalSettings {
     }
 }
 
+/// A `(major, minor)` release line, written `v1.15`.
+pub type MinorLine = (u64, u64);
+
+/// Parse a minor line written `vMAJOR.MINOR` (`v1.15`).
+pub fn parse_minor_line(input: &str) -> Result<MinorLine, String> {
+    let bad = || format!("`{input}` is not a minor line: write `vMAJOR.MINOR`, e.g. `v1.15`");
+    let rest = input.strip_prefix('v').ok_or_else(bad)?;
+    let (major, minor) = rest.split_once('.').ok_or_else(bad)?;
+    let num = |s: &str| -> Result<u64, String> {
+        let ok = !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0'));
+        if !ok {
+            return Err(bad());
+        }
+        s.parse().map_err(|_| bad())
+    };
+    Ok((num(major)?, num(minor)?))
+}
+
+/// A Talos minor and the Kubernetes minors it supports (inclusive), from the desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportOverride {
+    pub talos: MinorLine,
+    pub min_kubernetes: MinorLine,
+    pub max_kubernetes: MinorLine,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradePolicy {
+    /// Talos only; Kubernetes is never moved backwards.
     pub allow_downgrade: bool,
+    /// Releases added to the planner's built-in catalog, sorted.
+    pub talos_releases: Vec<TalosVersion>,
+    /// Support windows overriding the built-in ones, sorted by Talos minor.
+    pub kubernetes_support: Vec<SupportOverride>,
 }
 
 /// A validated Cluster and its pools.

@@ -81,13 +81,20 @@ pub enum SourceError {
     },
 }
 
+/// A path with an empty, hidden (`.x`) or parent (`..`) segment is never read.
+fn ordinary(rel: &str) -> bool {
+    rel.split('/')
+        .all(|seg| !seg.is_empty() && !seg.starts_with('.'))
+}
+
 pub fn is_resource_path(rel: &str) -> bool {
-    let hidden = rel.split('/').any(|seg| seg.starts_with('.'));
+    let hidden = !ordinary(rel);
     !hidden && !rel.starts_with("approvals/") && (rel.ends_with(".yaml") || rel.ends_with(".yml"))
 }
 
+/// Approval marker candidates: `approvals/**/*.sig` (verified by `approval`).
 pub fn is_marker_path(rel: &str) -> bool {
-    let hidden = rel.split('/').any(|seg| seg.starts_with('.'));
+    let hidden = !ordinary(rel);
     !hidden && rel.starts_with("approvals/") && rel.ends_with(".sig")
 }
 
@@ -290,4 +297,39 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
         markers,
         commit: Some(sha),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_paths_are_read() {
+        for yes in ["approvals/abc-alice@x.sig", "approvals/team/2025/a.sig"] {
+            assert!(is_marker_path(yes), "{yes}");
+            assert!(!is_resource_path(yes), "{yes}");
+        }
+        for no in [
+            "approvals/a.txt",
+            "approvals/.sig",
+            "approvals/x/.sig",
+            "approvals/../a.sig",
+            "other/approvals/a.sig",
+            "approvals//a.sig",
+            "approvals.sig",
+        ] {
+            assert!(!is_marker_path(no), "{no}");
+        }
+        assert!(is_resource_path("home/cluster.yaml"));
+        assert!(is_resource_path("a.yml"));
+        for no in [
+            ".github/x.yaml",
+            "approvals/x.yaml",
+            "home/.hidden.yaml",
+            "notes.txt",
+            "a//b.yaml",
+        ] {
+            assert!(!is_resource_path(no), "{no}");
+        }
+    }
 }

@@ -507,12 +507,11 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
             }
         }
     }
-    let upgrade_policy = UpgradePolicy {
-        allow_downgrade: spec
-            .upgrade_policy
-            .as_ref()
-            .is_some_and(|u| u.allow_downgrade),
-    };
+    let upgrade_policy = spec
+        .upgrade_policy
+        .as_ref()
+        .map(|u| upgrade_policy(ctx, doc, u))
+        .unwrap_or_default();
     let (Some(kubernetes_version), true) = (version, name_ok) else {
         return None;
     };
@@ -526,6 +525,92 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })
+}
+
+/// The catalog override: extra Talos releases and Kubernetes support windows.
+fn upgrade_policy(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    spec: &format::UpgradePolicySpec,
+) -> UpgradePolicy {
+    let mut releases = BTreeSet::new();
+    for r in &spec.talos_releases {
+        match TalosVersion::parse(&r.value) {
+            Ok(v) => {
+                if !releases.insert(v) {
+                    ctx.err(Diagnostic::error(
+                        codes::DUPLICATE,
+                        doc.origin(&r.referenced),
+                        format!("Talos release `{}` is listed twice", r.value),
+                    ));
+                }
+            }
+            Err(e) => ctx.err(Diagnostic::error(
+                codes::VERSION,
+                doc.origin(&r.referenced),
+                e.to_string(),
+            )),
+        }
+    }
+    let mut support: BTreeMap<MinorLine, SupportOverride> = BTreeMap::new();
+    for w in &spec.kubernetes_support {
+        let mut line = |s: &Spanned<String>| match parse_minor_line(&s.value) {
+            Ok(l) => Some(l),
+            Err(msg) => {
+                ctx.err(Diagnostic::error(
+                    codes::VERSION,
+                    doc.origin(&s.referenced),
+                    msg,
+                ));
+                None
+            }
+        };
+        let (Some(talos), Some(min), Some(max)) = (
+            line(&w.talos),
+            line(&w.min_kubernetes),
+            line(&w.max_kubernetes),
+        ) else {
+            continue;
+        };
+        if min > max {
+            ctx.err(
+                Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&w.min_kubernetes.referenced),
+                    format!(
+                        "minKubernetes {} is newer than maxKubernetes {}",
+                        w.min_kubernetes.value, w.max_kubernetes.value
+                    ),
+                )
+                .with_help("both ends are inclusive minor lines, oldest first"),
+            );
+            continue;
+        }
+        if support.contains_key(&talos) {
+            ctx.err(Diagnostic::error(
+                codes::DUPLICATE,
+                doc.origin(&w.talos.referenced),
+                format!(
+                    "Kubernetes support of Talos {} is given twice",
+                    w.talos.value
+                ),
+            ));
+            continue;
+        }
+        support.insert(
+            talos,
+            SupportOverride {
+                talos,
+                min_kubernetes: min,
+                max_kubernetes: max,
+            },
+        );
+    }
+    UpgradePolicy {
+        allow_downgrade: spec.allow_downgrade,
+        talos_releases: releases.into_iter().collect(),
+        kubernetes_support: support.into_values().collect(),
+    }
 }
 
 fn clone_spanned(s: &Spanned<String>) -> Spanned<String> {

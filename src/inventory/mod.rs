@@ -2,10 +2,13 @@
 //!
 //! **Owns:** observed clusters, machines, versions and health; the per-cluster observed
 //! generation.
-//! **May depend on:** `version` only.
+//! **May depend on:** `version`, and the `store` traits (its records only). [`file`] reads the
+//! hand-written inventory files `medea plan --observed` rehearses with.
 //! Architecture Invariant: the generation of a cluster changes exactly when something observed
 //! about it changes ([`ObservedCluster::observe`]); plans record the generations they were
 //! computed from, so any observed change makes them stale.
+
+pub mod file;
 
 use std::collections::BTreeMap;
 
@@ -132,6 +135,20 @@ pub struct Inventory {
 }
 
 impl Inventory {
+    /// A transaction writing every cluster record (seeding, tests, rehearsals).
+    pub fn save_txn(&self) -> crate::store::Txn {
+        let mut txn = crate::store::Txn::new();
+        for c in self.clusters.values() {
+            txn.push_record(cluster_key(&c.name), c);
+        }
+        txn
+    }
+
+    /// Write every cluster record in one transaction.
+    pub fn save(&self, store: &dyn crate::store::Store) -> Result<(), crate::store::StoreError> {
+        store.commit(self.save_txn())
+    }
+
     pub fn load(store: &dyn crate::store::Store) -> Result<Inventory, crate::store::StoreError> {
         use crate::store::StoreExt;
         let clusters = store

@@ -1,13 +1,31 @@
 //! Planning: what would change, as an immutable plan bound to its basis.
 //!
-//! **Owns:** plan ids, plan computation, plan rendering, upgrade-path and version-skew rules.
-//! **May depend on:** `desired`, `inventory`, `version`.
-//! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock).
+//! **Owns:** plan ids, the plan model (the contract with approval and rollout), plan
+//! computation ([`compute()`]), the upgrade-path and version-skew rules with their
+//! compatibility catalog ([`catalog`]), the last-applied desired state ([`applied`]), plan
+//! rendering ([`render`]), and the plan's store records ([`stored`]).
+//! **May depend on:** `desired`, `inventory`, `version`, and the `store` traits (records only).
+//! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock); the
+//! same inputs give the same plan id and a byte-identical rendering.
+//! Architecture Invariant: a plan's id covers its basis (desired revision, observed generation
+//! of every cluster involved, last-applied digest) and everything it would do, so a plan whose
+//! basis changed is stale and can never be approved.
 
+pub mod applied;
+pub mod catalog;
+pub mod compute;
 pub mod id;
 pub mod model;
+pub mod render;
+pub mod stored;
 
+pub use applied::{AppliedResource, LastApplied, ResourceKey};
+pub use compute::{basis_of, compute};
 pub use id::{PlanId, PlanIdRef};
 pub use model::{
-    Basis, ClusterPlan, KubeRollout, MachineTarget, Plan, SettingsChange, Step, TalosRollout,
+    Applies, Basis, ClusterPlan, ClusterStatus, KubeRollout, MachineTarget, Plan, ResourceDiff,
+    SettingsChange, Step, TalosRollout,
 };
+
+#[cfg(test)]
+mod tests;

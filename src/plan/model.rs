@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::applied::{AppliedResource, ResourceKey};
 use super::id::PlanId;
 use crate::desired::Revision;
 use crate::inventory::MachineRole;
@@ -23,6 +24,11 @@ pub struct Basis {
     pub desired: Revision,
     /// Observed generation of every cluster the desired state names (absent = never observed).
     pub observed: BTreeMap<String, u64>,
+    /// Digest of the last-applied desired state ([`super::applied::LastApplied::digest`]): a
+    /// plan computed against settings that have since been applied by another plan is stale
+    /// too, so it can never be approved under an approval bar that is no longer in force.
+    #[serde(default)]
+    pub applied: String,
 }
 
 /// One machine of a Talos rollout wave.
@@ -101,6 +107,30 @@ pub struct SettingsChange {
     pub to: String,
 }
 
+/// Whether a cluster could be planned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ClusterStatus {
+    /// Observed and planned.
+    #[default]
+    Planned,
+    /// Named by the desired state but never observed: no steps, no settings (run `medea seed`).
+    NotObserved,
+    /// Applied before, gone from the desired state: medea stops managing it on approval.
+    Removed,
+}
+
+/// A unified diff of one resource's YAML against its last applied version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceDiff {
+    /// `cluster` or `pool <name>`.
+    pub resource: String,
+    pub file: String,
+    /// Unified diff text (`---`/`+++` header, `@@` hunks).
+    pub diff: String,
+}
+
 /// Everything the plan does to one cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -111,6 +141,28 @@ pub struct ClusterPlan {
     pub settings: Vec<SettingsChange>,
     /// Pools with nothing to do.
     pub unchanged: Vec<String>,
+    #[serde(default)]
+    pub status: ClusterStatus,
+    /// Facts the operator should read (unmanaged machines, gates off, ...), in a stable order.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// YAML diffs of the resources this plan changes.
+    #[serde(default)]
+    pub diffs: Vec<ResourceDiff>,
+}
+
+impl ClusterPlan {
+    pub fn has_changes(&self) -> bool {
+        !self.steps.is_empty() || !self.settings.is_empty()
+    }
+}
+
+/// What approving the plan writes as the new last-applied state (table `Desired`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applies {
+    pub put: Vec<AppliedResource>,
+    pub delete: Vec<ResourceKey>,
 }
 
 /// An immutable plan.
@@ -127,13 +179,72 @@ pub struct Plan {
     /// Distinct signers needed: the highest requirement of any changed cluster, counting the
     /// settings in force before this plan when the plan changes them.
     pub approvals_required: u32,
+    /// Version of the compatibility catalog the plan was computed with.
+    #[serde(default)]
+    pub catalog: String,
+    /// The last-applied records approval writes.
+    #[serde(default)]
+    pub applies: Applies,
 }
 
 impl Plan {
     pub fn has_changes(&self) -> bool {
-        self.clusters
-            .iter()
-            .any(|c| !c.steps.is_empty() || !c.settings.is_empty())
+        self.clusters.iter().any(ClusterPlan::has_changes)
+    }
+
+    /// sha256 over the canonical encoding of everything but `id` and `parent`.
+    ///
+    /// The encoding is serde_json of a dedicated struct whose maps are all `BTreeMap`s and
+    /// whose sequences are built in a deterministic order, behind a domain tag.
+    pub fn canonical_id(&self) -> PlanId {
+        use sha2::{Digest, Sha256};
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Canonical<'a> {
+            domain: &'static str,
+            catalog: &'a str,
+            basis: &'a Basis,
+            clusters: &'a [ClusterPlan],
+            approvals_required: u32,
+            applies: &'a Applies,
+        }
+        let bytes = serde_json::to_vec(&Canonical {
+            domain: "medea-plan/v1",
+            catalog: &self.catalog,
+            basis: &self.basis,
+            clusters: &self.clusters,
+            approvals_required: self.approvals_required,
+            applies: &self.applies,
+        })
+        .expect("plans serialize");
+        PlanId::from_digest(Sha256::digest(&bytes).into())
+    }
+
+    /// Whether the plan no longer matches reality: its basis differs from `current`.
+    pub fn is_stale(&self, current: &Basis) -> bool {
+        &self.basis != current
+    }
+
+    /// Distinct machines any step touches (a Kubernetes rollout touches every node).
+    pub fn machines_touched(&self) -> usize {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &self.clusters {
+            for s in &c.steps {
+                match s {
+                    Step::Talos(t) => {
+                        for m in t.waves.iter().flatten() {
+                            seen.insert((c.cluster.as_str(), m.node.as_str()));
+                        }
+                    }
+                    Step::Kubernetes(k) => {
+                        for n in k.control_plane.iter().chain(&k.workers) {
+                            seen.insert((c.cluster.as_str(), n.as_str()));
+                        }
+                    }
+                }
+            }
+        }
+        seen.len()
     }
 }
 

@@ -22,7 +22,8 @@ use super::machine::{
     self, Action, Command, Job, JobId, JobState, Needs, Next, ObsError, Observations, Op, Outcome,
     PollWhy, Transition,
 };
-use super::ports::{KubePort, PortError, SnapshotSink, TalosPort, error_chain};
+use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
+use crate::error_chain;
 use crate::inventory::{ObservedCluster, cluster_key};
 use crate::store::{Check, Store, StoreError, StoreExt, Txn};
 
@@ -564,7 +565,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         }
         if needs.snapshot {
             obs.snapshot = Some(
-                SnapshotSink::existing(&self.snapshot_path(job))
+                snapshot_on_disk(&self.snapshot_path(job))
                     .await
                     .map_err(|e| ObsError {
                         transient: false,
@@ -582,28 +583,11 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
 
     async fn execute(&self, job: &Job, cmd: &Command) -> Outcome {
         let r: Result<Outcome, PortError> = match &cmd.action {
-            Action::Snapshot { via } => {
-                let dest = self.snapshot_path(job);
-                let mut sink = match SnapshotSink::create(&dest).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        return Outcome::Failed {
-                            error: error_chain(&e),
-                        };
-                    }
-                };
-                match self.talos.etcd_snapshot(via, &mut sink).await {
-                    Ok(()) => {
-                        return match sink.finish().await {
-                            Ok(info) => Outcome::Snapshot { info },
-                            Err(e) => Outcome::Failed {
-                                error: error_chain(&e),
-                            },
-                        };
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+            Action::Snapshot { via } => self
+                .talos
+                .etcd_snapshot(via, &self.snapshot_path(job))
+                .await
+                .map(|info| Outcome::Snapshot { info }),
             Action::Pull {
                 node,
                 image,
@@ -777,6 +761,21 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             JobState::Succeeded { .. } => self.emit(job, None, EventState::Succeeded),
             JobState::Running => {}
         }
+    }
+}
+
+/// The job's snapshot file as it is on disk (re-hashed), if it exists. The port creates the
+/// file only once the snapshot is complete and verified, so its presence means a good snapshot.
+async fn snapshot_on_disk(path: &std::path::Path) -> std::io::Result<Option<SnapshotInfo>> {
+    use sha2::{Digest, Sha256};
+    match tokio::fs::read(path).await {
+        Ok(bytes) => Ok(Some(SnapshotInfo {
+            path: path.to_path_buf(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

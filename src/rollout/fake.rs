@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use super::machine::{image_version, split_image};
 use super::ports::{
     Component, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember, ImageNamespace,
-    KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotSink,
-    StaticPod, TalosNode, TalosPort, UpgradeMethod, etcd_snapshot_bytes,
+    KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo,
+    StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -505,9 +505,7 @@ impl FakeCluster {
             }
             s.snapshots += 1;
             s.log.push(format!("etcd-snapshot {}", t.node));
-            Ok(etcd_snapshot_bytes(
-                format!("fake etcd database #{}", s.snapshots).as_bytes(),
-            ))
+            Ok(format!("fake etcd database #{}", s.snapshots).into_bytes())
         })
     }
 
@@ -658,6 +656,38 @@ fn write_state(path: &Path, s: &FakeState) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Write a snapshot the way the real adapter does: `.part` (0600, directory 0700), fsync,
+/// then into place; refuses an existing destination.
+fn save_snapshot(dest: &Path, bytes: &[u8]) -> std::io::Result<SnapshotInfo> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::OpenOptionsExt;
+    if dest.exists() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} already exists", dest.display()),
+        ));
+    }
+    if let Some(dir) = dest.parent() {
+        crate::store::fjall::create_private_dir(dir)?;
+    }
+    let part = dest.with_extension("part");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&part)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&part, dest)?;
+    Ok(SnapshotInfo {
+        path: dest.to_path_buf(),
+        size: bytes.len() as u64,
+        sha256: hex::encode(Sha256::digest(bytes)),
+    })
+}
+
 /// The Talos face of a [`FakeCluster`].
 #[derive(Debug, Clone)]
 pub struct FakeTalos(pub FakeCluster);
@@ -676,15 +706,10 @@ impl TalosPort for FakeTalos {
     async fn etcd_snapshot(
         &self,
         node: &NodeTarget,
-        sink: &mut SnapshotSink,
-    ) -> Result<(), PortError> {
+        dest: &Path,
+    ) -> Result<SnapshotInfo, PortError> {
         let bytes = self.0.talos_snapshot(node)?;
-        for chunk in bytes.chunks(1000) {
-            sink.write(chunk)
-                .await
-                .map_err(|e| PortError::failed("etcd-snapshot", &node.node, e))?;
-        }
-        Ok(())
+        save_snapshot(dest, &bytes).map_err(|e| PortError::failed("etcd-snapshot", &node.node, e))
     }
     async fn pull_image(
         &self,

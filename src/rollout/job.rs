@@ -16,18 +16,10 @@ use super::machine::{
 use super::ports::NodeTarget;
 use crate::desired::window::MaintenanceWindow;
 use crate::inventory::{MachineRole, ObservedCluster, cluster_key};
-use crate::plan::{Plan, PlanId, Step};
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
+use crate::plan::{Plan, Step};
 use crate::store::record::encode;
 use crate::store::{Check, Table, Txn};
-
-/// The key of the current-plan pointer (`Plans/current`), holding the full lowercase hex id
-/// of the current plan. Job creation requires it to name the plan being started.
-pub const CURRENT_PLAN_KEY: &str = "current";
-
-/// The bytes the current-plan pointer holds for `plan`.
-pub fn current_plan_value(plan: &PlanId) -> Vec<u8> {
-    plan.to_hex().into_bytes()
-}
 
 /// What job creation reads besides the plan, all as the caller read it in the store (the
 /// transaction re-checks it atomically).
@@ -50,7 +42,7 @@ pub struct Created {
 
 /// Build the jobs of an approved `plan` (one per cluster with steps) and the durable
 /// transaction that creates them. The transaction checks that:
-/// - `plan` is still the current plan (`Plans/current`),
+/// - `plan` is still the current plan (`Plans/current` holds its [`CurrentPlan`] pointer),
 /// - it was never started before (`Plans/consumed/<id>` absent; the transaction writes it),
 /// - each cluster's observed record is exactly the one the gates were read from (so
 ///   `rolloutsEnabled` and the observed generation cannot change underneath),
@@ -68,8 +60,8 @@ pub fn create_jobs_txn(
     let mut txn = Txn::new()
         .check(Check::Equals(
             Table::Plans,
-            CURRENT_PLAN_KEY.into(),
-            current_plan_value(&plan.id),
+            CURRENT_KEY.into(),
+            encode(&CurrentPlan { id: plan.id }),
         ))
         .check(Check::Absent(Table::Plans, consumed_key(&plan.id)));
     let mut jobs = Vec::new();

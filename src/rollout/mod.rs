@@ -30,7 +30,7 @@ pub use executor::{
     Clock, CrashPoints, EventState, Executor, ExecutorConfig, Fence, Gate, NoFence, RolloutEvent,
     RunOutcome, SystemClock, TokioClock, request_halt,
 };
-pub use job::{CURRENT_PLAN_KEY, Created, JobInputs, create_jobs_txn, current_plan_value};
+pub use job::{Created, JobInputs, create_jobs_txn};
 pub use machine::{Job, JobId, JobState};
 
 use crate::plan::PlanId;

@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -39,11 +38,11 @@ pub enum UpgradeMethod {
 }
 
 impl UpgradeMethod {
-    /// The method talosctl picks for a node running `running`: the lifecycle path for versions
-    /// in `>1.13.0-alpha.2 <2.0.0`, the legacy RPC otherwise.
+    /// The method for a node running `running`: `>= v1.13.0` the lifecycle path, older nodes
+    /// the legacy RPC. The same rule as `talos::UpgradeRpc::for_running` (a test pins that they
+    /// agree), so the adapter and the journal always name the same RPC.
     pub fn for_version(running: &TalosVersion) -> UpgradeMethod {
-        let first = TalosVersion::parse("v1.13.0-alpha.2").expect("constant version");
-        if running > &first && running.major() < 2 {
+        if *running >= TalosVersion::new(1, 13, 0) {
             UpgradeMethod::Lifecycle
         } else {
             UpgradeMethod::Legacy
@@ -295,18 +294,6 @@ impl PortError {
     }
 }
 
-/// `err` and its sources, joined with `: ` (for logs and the journal).
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        cur = e.source();
-    }
-    out
-}
-
 /// What medea needs from the Talos machine API. One request per node (single `node` metadata).
 pub trait TalosPort: Send + Sync {
     /// `Version`, boot id, `MachineStatus` stage, staged upgrade and service health of a node.
@@ -318,13 +305,15 @@ pub trait TalosPort: Send + Sync {
         control_plane: &[NodeTarget],
     ) -> impl Future<Output = Result<EtcdHealth, PortError>> + Send;
 
-    /// Stream `EtcdSnapshot` from `node` into `sink` (chunk by chunk, as received). The
-    /// executor owns the file: it checksums, fsyncs and renames it after this returns.
+    /// `EtcdSnapshot` from `node`, saved to `dest` (which must not exist): streamed to a 0600
+    /// `.part` file, fsync'd, etcd's sha256 trailer verified, then moved to `dest` and the
+    /// directory fsync'd. `dest` exists only once the snapshot is complete (the executor relies
+    /// on that after a restart). `talos::TalosApi::etcd_snapshot` does exactly this.
     fn etcd_snapshot(
         &self,
         node: &NodeTarget,
-        sink: &mut SnapshotSink,
-    ) -> impl Future<Output = Result<(), PortError>> + Send;
+        dest: &Path,
+    ) -> impl Future<Output = Result<SnapshotInfo, PortError>> + Send;
 
     /// `ImageService.Pull` (legacy `ImagePull` on old nodes); idempotent.
     fn pull_image(
@@ -399,188 +388,23 @@ pub trait KubePort: Send + Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
-/// Where an etcd snapshot is written while it streams: `<dest>.part`, mode 0600, hashed as it
-/// is written. [`SnapshotSink::finish`] verifies etcd's sha256 trailer, fsyncs and renames.
-#[derive(Debug)]
-pub struct SnapshotSink {
-    file: tokio::fs::File,
-    hasher: Sha256,
-    size: u64,
-    /// The last 32 bytes seen (etcd appends sha256 of the database as a trailer).
-    tail: Vec<u8>,
-    /// Hash of everything except the current `tail`.
-    body: Sha256,
-    part: PathBuf,
-    dest: PathBuf,
-}
-
-/// Why a snapshot could not be saved.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error("failed to write the etcd snapshot `{path}`")]
-    Io {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-    #[error(
-        "etcd snapshot `{path}` is not a complete etcd snapshot ({size} bytes; expected a database followed by its 32-byte sha256)"
-    )]
-    Truncated { path: PathBuf, size: u64 },
-    #[error("etcd snapshot `{path}` does not match its sha256 trailer: the stream was corrupted")]
-    Checksum { path: PathBuf },
-}
-
-const SHA_LEN: usize = 32;
-
-impl SnapshotSink {
-    /// Create `<dest>.part` (the directory 0700, the file 0600), truncating a leftover.
-    pub async fn create(dest: &Path) -> Result<SnapshotSink, SnapshotError> {
-        let part = part_path(dest);
-        let io = |err| SnapshotError::Io {
-            path: part.clone(),
-            err,
-        };
-        if let Some(dir) = dest.parent() {
-            crate::store::fjall::create_private_dir(dir).map_err(io)?;
-        }
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&part)
-            .await
-            .map_err(io)?;
-        Ok(SnapshotSink {
-            file,
-            hasher: Sha256::new(),
-            size: 0,
-            tail: Vec::with_capacity(SHA_LEN * 2),
-            body: Sha256::new(),
-            part,
-            dest: dest.to_path_buf(),
-        })
-    }
-
-    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), SnapshotError> {
-        use tokio::io::AsyncWriteExt;
-        self.file
-            .write_all(chunk)
-            .await
-            .map_err(|err| SnapshotError::Io {
-                path: self.part.clone(),
-                err,
-            })?;
-        self.hasher.update(chunk);
-        self.size += chunk.len() as u64;
-        self.tail.extend_from_slice(chunk);
-        if self.tail.len() > SHA_LEN {
-            let cut = self.tail.len() - SHA_LEN;
-            self.body.update(&self.tail[..cut]);
-            self.tail.drain(..cut);
-        }
-        Ok(())
-    }
-
-    /// Verify, fsync, rename to the destination and fsync the directory.
-    pub async fn finish(mut self) -> Result<SnapshotInfo, SnapshotError> {
-        use tokio::io::AsyncWriteExt;
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |err| SnapshotError::Io { path, err }
-        };
-        // etcd streams the database and then sha256(database); `size % 512 == 32` is the
-        // shape talosctl and etcdctl check before trusting a snapshot.
-        if self.size % 512 != SHA_LEN as u64 || self.tail.len() != SHA_LEN {
-            let _ = tokio::fs::remove_file(&self.part).await;
-            return Err(SnapshotError::Truncated {
-                path: self.dest.clone(),
-                size: self.size,
-            });
-        }
-        if self.body.finalize().as_slice() != self.tail.as_slice() {
-            let _ = tokio::fs::remove_file(&self.part).await;
-            return Err(SnapshotError::Checksum {
-                path: self.dest.clone(),
-            });
-        }
-        self.file.flush().await.map_err(io(&self.part))?;
-        self.file.sync_all().await.map_err(io(&self.part))?;
-        drop(self.file);
-        tokio::fs::rename(&self.part, &self.dest)
-            .await
-            .map_err(io(&self.dest))?;
-        sync_parent(&self.dest).await.map_err(io(&self.dest))?;
-        Ok(SnapshotInfo {
-            path: self.dest.clone(),
-            size: self.size,
-            sha256: hex::encode(self.hasher.finalize()),
-        })
-    }
-
-    /// A snapshot already saved at `dest` (after a restart), re-hashed; `None` if absent.
-    pub async fn existing(dest: &Path) -> Result<Option<SnapshotInfo>, SnapshotError> {
-        let bytes = match tokio::fs::read(dest).await {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(err) => {
-                return Err(SnapshotError::Io {
-                    path: dest.to_path_buf(),
-                    err,
-                });
-            }
-        };
-        Ok(Some(SnapshotInfo {
-            path: dest.to_path_buf(),
-            size: bytes.len() as u64,
-            sha256: hex::encode(Sha256::digest(&bytes)),
-        }))
-    }
-}
-
-fn part_path(dest: &Path) -> PathBuf {
-    let mut s = dest.as_os_str().to_os_string();
-    s.push(".part");
-    PathBuf::from(s)
-}
-
-async fn sync_parent(path: &Path) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        let d = tokio::fs::File::open(dir).await?;
-        d.sync_all().await?;
-    }
-    Ok(())
-}
-
-/// Bytes shaped like an etcd snapshot: `db` padded to a multiple of 512, then its sha256.
-/// For fakes and simulators.
-pub fn etcd_snapshot_bytes(db: &[u8]) -> Vec<u8> {
-    let mut out = db.to_vec();
-    let pad = (512 - out.len() % 512) % 512;
-    out.extend(std::iter::repeat_n(0u8, pad));
-    let sum = Sha256::digest(&out);
-    out.extend_from_slice(&sum);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn method_follows_talosctl() {
+    fn method_follows_the_running_version() {
         let v = |s| TalosVersion::parse(s).unwrap();
         assert_eq!(
             UpgradeMethod::for_version(&v("v1.12.4")),
             UpgradeMethod::Legacy
         );
         assert_eq!(
-            UpgradeMethod::for_version(&v("v1.13.0-alpha.2")),
+            UpgradeMethod::for_version(&v("v1.13.0-beta.1")),
             UpgradeMethod::Legacy
         );
         assert_eq!(
-            UpgradeMethod::for_version(&v("v1.13.0-beta.1")),
+            UpgradeMethod::for_version(&v("v1.13.0")),
             UpgradeMethod::Lifecycle
         );
         assert_eq!(
@@ -588,49 +412,8 @@ mod tests {
             UpgradeMethod::Lifecycle
         );
         assert_eq!(
-            UpgradeMethod::for_version(&v("v2.0.0")),
-            UpgradeMethod::Legacy
+            UpgradeMethod::for_version(&v("v1.14.0-rc.1")),
+            UpgradeMethod::Lifecycle
         );
-    }
-
-    #[tokio::test]
-    async fn snapshot_sink_verifies_the_etcd_trailer() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let dest = dir.path().join("snaps/job.db");
-        let bytes = etcd_snapshot_bytes(b"hello etcd");
-        let mut sink = SnapshotSink::create(&dest).await.unwrap();
-        for chunk in bytes.chunks(100) {
-            sink.write(chunk).await.unwrap();
-        }
-        let info = sink.finish().await.unwrap();
-        assert_eq!(info.size, bytes.len() as u64);
-        assert_eq!(info.sha256, hex::encode(Sha256::digest(&bytes)));
-        let mode = std::fs::metadata(&dest).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let dmode = std::fs::metadata(dest.parent().unwrap())
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
-        assert_eq!(dmode, 0o700);
-        assert!(!part_path(&dest).exists());
-        assert_eq!(SnapshotSink::existing(&dest).await.unwrap(), Some(info));
-
-        // corrupted: one flipped byte
-        let mut bad = bytes.clone();
-        bad[3] ^= 1;
-        let dest2 = dir.path().join("snaps/bad.db");
-        let mut sink = SnapshotSink::create(&dest2).await.unwrap();
-        sink.write(&bad).await.unwrap();
-        let err = sink.finish().await.unwrap_err();
-        assert!(matches!(err, SnapshotError::Checksum { .. }), "{err}");
-        assert!(!dest2.exists());
-        // truncated
-        let dest3 = dir.path().join("snaps/short.db");
-        let mut sink = SnapshotSink::create(&dest3).await.unwrap();
-        sink.write(&bytes[..100]).await.unwrap();
-        let err = sink.finish().await.unwrap_err();
-        assert!(matches!(err, SnapshotError::Truncated { size: 100, .. }));
     }
 }

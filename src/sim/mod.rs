@@ -6,3 +6,5 @@
 //! live on a separate control surface (Rust handles and scenario files), never in the wire API.
 
 pub mod node;
+pub mod pki;
+pub mod talos;

@@ -1,7 +1,14 @@
 //! The single integration-test binary (one link of kube/tonic/fjall instead of many).
 
+mod approval;
 mod architecture;
 mod cli;
+mod deploy;
 mod desired;
+mod fuzz_smoke;
+mod plan;
 mod rollout;
+mod server;
 mod store;
+mod talos;
+mod upgrade;

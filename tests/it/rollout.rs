@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use medea::desired::Revision;
 use medea::desired::window::MaintenanceWindow;
 use medea::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
+use medea::plan::stored::{CURRENT_KEY, CurrentPlan};
 use medea::plan::{
     Basis, ClusterPlan, KubeRollout, MachineTarget, Plan, PlanId, Step, TalosRollout,
 };
@@ -19,8 +20,8 @@ use medea::rollout::journal::{Entry, JournalEntry, entries_prefix, job_key};
 use medea::rollout::machine::{Job, JobId, JobState, Op};
 use medea::rollout::ports::Component;
 use medea::rollout::{
-    CURRENT_PLAN_KEY, Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome,
-    TokioClock, create_jobs_txn, current_plan_value, request_halt,
+    Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome, TokioClock,
+    create_jobs_txn, request_halt,
 };
 use medea::store::record::decode;
 use medea::store::{Op as TxnOp, Store, StoreError, StoreExt, Table, Txn};
@@ -159,14 +160,20 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
                 commit: None,
             },
             observed: [(CLUSTER.to_string(), observed.generation)].into(),
+            applied: String::new(),
         },
         clusters: vec![ClusterPlan {
             cluster: CLUSTER.into(),
             steps,
             settings: vec![],
             unchanged: vec![],
+            status: Default::default(),
+            notes: vec![],
+            diffs: vec![],
         }],
         approvals_required: 1,
+        catalog: String::new(),
+        applies: Default::default(),
     }
 }
 
@@ -180,7 +187,7 @@ pub fn install(
     store
         .commit(
             Txn::new()
-                .put(Table::Plans, CURRENT_PLAN_KEY, current_plan_value(&plan.id))
+                .put_record(CURRENT_KEY, &CurrentPlan { id: plan.id })
                 .put_record(cluster_key(CLUSTER), observed),
         )
         .unwrap();
@@ -637,7 +644,12 @@ fn job_creation_checks_the_gates_and_the_plan() {
 
     // not the current plan: the transaction refuses atomically
     store
-        .commit(Txn::new().put(Table::Plans, CURRENT_PLAN_KEY, b"something-else".to_vec()))
+        .commit(Txn::new().put_record(
+            CURRENT_KEY,
+            &CurrentPlan {
+                id: PlanId::from_digest([0xee; 32]),
+            },
+        ))
         .unwrap();
     store
         .commit(Txn::new().put_record(cluster_key(CLUSTER), &obs))
@@ -654,7 +666,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
 
     // current: created once; the same plan never starts again
     store
-        .commit(Txn::new().put(Table::Plans, CURRENT_PLAN_KEY, current_plan_value(&p.id)))
+        .commit(Txn::new().put_record(CURRENT_KEY, &CurrentPlan { id: p.id }))
         .unwrap();
     store.commit(c.txn.clone()).unwrap();
     assert!(matches!(
@@ -671,7 +683,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
     // a second plan for the same cluster cannot start while the first job runs
     let p2 = plan(&obs, mixed_steps_small(&fake), 8);
     store
-        .commit(Txn::new().put(Table::Plans, CURRENT_PLAN_KEY, current_plan_value(&p2.id)))
+        .commit(Txn::new().put_record(CURRENT_KEY, &CurrentPlan { id: p2.id }))
         .unwrap();
     let c2 = create_jobs_txn(&p2, &inputs(true, &obs, none), t0()).unwrap();
     assert!(matches!(
@@ -1330,10 +1342,11 @@ async fn resumes_every_dangling_intent_by_observation() {
 
 mod machine_props {
     use super::*;
+    use medea::error_chain;
     use medea::rollout::machine::{
         self, Action, Command, Needs, Next, ObsError, Observations, Outcome,
     };
-    use medea::rollout::ports::{PortError, SnapshotInfo, error_chain, etcd_snapshot_bytes};
+    use medea::rollout::ports::{PortError, SnapshotInfo};
     use proptest::prelude::*;
 
     fn obs_err(e: PortError) -> ObsError {
@@ -1426,7 +1439,6 @@ mod machine_props {
                 .and_then(|m| fake.kube_apply(&m))
                 .map(|()| Outcome::Done),
         };
-        let _ = etcd_snapshot_bytes;
         match r {
             Ok(o) => o,
             Err(e) if e.is_transient() => Outcome::Transient {
@@ -1869,4 +1881,31 @@ async fn resume_all_runs_every_running_job() {
         "nothing left running"
     );
     assert!(exec.commits() > 0);
+}
+
+#[test]
+fn the_journaled_upgrade_method_is_the_rpc_the_talos_client_picks() {
+    use medea::rollout::ports::UpgradeMethod;
+    use medea::talos::UpgradeRpc;
+    for v in [
+        "v1.10.7",
+        "v1.12.4",
+        "v1.13.0-alpha.2",
+        "v1.13.0-beta.1",
+        "v1.13.0",
+        "v1.13.9",
+        "v1.14.0-rc.1",
+        "v1.15.2",
+        "v2.0.0",
+    ] {
+        let v = tv(v);
+        let ours = UpgradeMethod::for_version(&v);
+        let theirs = UpgradeRpc::for_running(&v);
+        let same = matches!(
+            (ours, theirs),
+            (UpgradeMethod::Lifecycle, UpgradeRpc::Lifecycle)
+                | (UpgradeMethod::Legacy, UpgradeRpc::Legacy)
+        );
+        assert!(same, "{v}: {ours:?} vs {theirs:?}");
+    }
 }

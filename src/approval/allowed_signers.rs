@@ -1,0 +1,901 @@
+//! The OpenSSH `allowed_signers` format (ssh-keygen(1), section ALLOWED SIGNERS), as git uses it.
+//!
+//! One signer a line: `principals [options] keytype base64-key [comment]`.
+//! - `principals`: a comma-separated pattern list (`*`, `?`, `!` negation, as in ssh_config(5)
+//!   PATTERNS); may be double-quoted.
+//! - `options`: comma-separated, no spaces outside double quotes, keywords case-insensitive:
+//!   `namespaces="<pattern-list>"`, `valid-after="<time>"`, `valid-before="<time>"`,
+//!   `cert-authority`. Values must be double-quoted, as ssh-keygen requires.
+//! - `<time>`: `YYYYMMDD`, `YYYYMMDDHHMM` or `YYYYMMDDHHMMSS`, optionally followed by `Z` or
+//!   `UTC`. **medea reads every time as UTC**: ssh-keygen uses the host's time zone when the
+//!   suffix is missing, but medea has no configured zone and a trust root must not depend on the
+//!   host's `TZ`. Write the `Z` so both tools agree.
+//! - Blank lines and lines whose first non-blank character is `#` are ignored.
+//!
+//! medea does not support `cert-authority` (certificate-based approvals): such a line is reported
+//! and skipped. DSA keys and certificates as signer keys are refused too.
+//!
+//! Parsing is pure and total: [`parse`] never fails and never panics; it returns the signers from
+//! the good lines and one [`SignersDiagnostic`] (1-based line and column) per bad line, in the
+//! `(T, Vec<Error>)` manner. ssh-keygen skips bad lines as well; whether a file with diagnostics
+//! may be used as a trust root is the caller's decision (medea's server refuses it).
+
+use std::fmt;
+
+use jiff::Timestamp;
+use ssh_key::{Algorithm, HashAlg, PublicKey, public::KeyData};
+
+/// A parsed allowed_signers file: the usable entries, in file order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedSigners {
+    entries: Vec<SignerEntry>,
+}
+
+/// One usable allowed_signers line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignerEntry {
+    line: usize,
+    principals: String,
+    namespaces: Option<String>,
+    valid_after: Option<Timestamp>,
+    valid_before: Option<Timestamp>,
+    key: PublicKey,
+}
+
+/// A problem on one line of an allowed_signers file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignersDiagnostic {
+    /// 1-based line number.
+    pub line: usize,
+    /// 1-based column (in characters) of the offending token, when known.
+    pub column: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for SignersDiagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.column {
+            Some(c) => write!(f, "line {}, column {}: {}", self.line, c, self.message),
+            None => write!(f, "line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+/// Parse an allowed_signers file. Never fails: bad lines become diagnostics and are skipped.
+pub fn parse(text: &str) -> (AllowedSigners, Vec<SignersDiagnostic>) {
+    let mut entries = Vec::new();
+    let mut diagnostics = Vec::new();
+    for (idx, raw) in text.lines().enumerate() {
+        let line_no = idx + 1;
+        match parse_line(raw, line_no) {
+            Ok(Some(entry)) => entries.push(entry),
+            Ok(None) => {}
+            Err((offset, message)) => diagnostics.push(SignersDiagnostic {
+                line: line_no,
+                column: offset.map(|o| column_of(raw, o)),
+                message,
+            }),
+        }
+    }
+    (AllowedSigners { entries }, diagnostics)
+}
+
+impl AllowedSigners {
+    pub fn entries(&self) -> &[SignerEntry] {
+        &self.entries
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// The entries whose key is exactly `key`, in file order.
+    pub fn entries_for_key<'a>(
+        &'a self,
+        key: &'a KeyData,
+    ) -> impl Iterator<Item = &'a SignerEntry> {
+        self.entries.iter().filter(move |e| e.key.key_data() == key)
+    }
+}
+
+impl SignerEntry {
+    /// 1-based line of the allowed_signers file this entry came from.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+    /// The principals pattern list, as written (without quotes).
+    pub fn principals(&self) -> &str {
+        &self.principals
+    }
+    /// The principals when every one is a literal (no `*`, `?` or `!`); `None` for patterns.
+    /// medea counts approvals per person, so only literal principals can approve.
+    pub fn literal_principals(&self) -> Option<Vec<&str>> {
+        let list: Vec<&str> = self.principals.split(',').collect();
+        if list.iter().any(|p| p.contains(['*', '?', '!'])) {
+            None
+        } else {
+            Some(list)
+        }
+    }
+    /// Whether `identity` matches the principals pattern list (ssh-keygen `-I` semantics).
+    pub fn matches_principal(&self, identity: &str) -> bool {
+        match_pattern_list(identity, &self.principals) == PatternMatch::Positive
+    }
+    /// The `namespaces=` pattern list, if the line restricts namespaces.
+    pub fn namespaces(&self) -> Option<&str> {
+        self.namespaces.as_deref()
+    }
+    /// Whether a signature in `namespace` may be made by this key (no `namespaces=`: any).
+    pub fn allows_namespace(&self, namespace: &str) -> bool {
+        match &self.namespaces {
+            None => true,
+            Some(list) => match_pattern_list(namespace, list) == PatternMatch::Positive,
+        }
+    }
+    pub fn valid_after(&self) -> Option<Timestamp> {
+        self.valid_after
+    }
+    pub fn valid_before(&self) -> Option<Timestamp> {
+        self.valid_before
+    }
+    /// Where `at` falls in the validity window (both bounds inclusive, like ssh-keygen).
+    pub fn validity_at(&self, at: Timestamp) -> Validity {
+        if let Some(after) = self.valid_after
+            && at < after
+        {
+            return Validity::NotYetValid { valid_after: after };
+        }
+        if let Some(before) = self.valid_before
+            && at > before
+        {
+            return Validity::Expired {
+                valid_before: before,
+            };
+        }
+        Validity::Valid
+    }
+    pub fn key(&self) -> &PublicKey {
+        &self.key
+    }
+    /// `SHA256:...`, the fingerprint ssh-keygen prints.
+    pub fn fingerprint(&self) -> String {
+        self.key.fingerprint(HashAlg::Sha256).to_string()
+    }
+}
+
+/// Where a timestamp falls in an entry's validity window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    Valid,
+    NotYetValid { valid_after: Timestamp },
+    Expired { valid_before: Timestamp },
+}
+
+/// Canonical allowed_signers line (times written as `YYYYMMDDHHMMSSZ`).
+impl fmt::Display for SignerEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.principals.contains([' ', '\t']) || self.principals.starts_with('#') {
+            write!(f, "\"{}\"", self.principals)?;
+        } else {
+            f.write_str(&self.principals)?;
+        }
+        let mut opts = Vec::new();
+        if let Some(ns) = &self.namespaces {
+            opts.push(format!("namespaces=\"{}\"", ns.replace('"', "\\\"")));
+        }
+        if let Some(t) = self.valid_after {
+            opts.push(format!("valid-after=\"{}\"", format_time(t)));
+        }
+        if let Some(t) = self.valid_before {
+            opts.push(format!("valid-before=\"{}\"", format_time(t)));
+        }
+        if !opts.is_empty() {
+            write!(f, " {}", opts.join(","))?;
+        }
+        let key = self.key.to_openssh().map_err(|_| fmt::Error)?;
+        write!(f, " {key}")
+    }
+}
+
+/// Format a timestamp the way allowed_signers takes it: `YYYYMMDDHHMMSSZ`.
+pub fn format_time(t: Timestamp) -> String {
+    t.strftime("%Y%m%d%H%M%SZ").to_string()
+}
+
+/// Parse an allowed_signers time (`YYYYMMDD[Z]`, `YYYYMMDDHHMM[SS][Z]`, `UTC` suffix too).
+/// Every time is read as UTC (see the module docs).
+pub fn parse_time(input: &str) -> Result<Timestamp, String> {
+    let bad = || {
+        format!(
+            "invalid time `{input}`: expected YYYYMMDD, YYYYMMDDHHMM or YYYYMMDDHHMMSS, optionally followed by Z"
+        )
+    };
+    let mut s = input;
+    if s.len() > 1 && s[s.len() - 1..].eq_ignore_ascii_case("z") {
+        s = &s[..s.len() - 1];
+    } else if s.len() > 3
+        && s.is_char_boundary(s.len() - 3)
+        && s[s.len() - 3..].eq_ignore_ascii_case("utc")
+    {
+        s = &s[..s.len() - 3];
+    }
+    if !s.bytes().all(|b| b.is_ascii_digit()) || !matches!(s.len(), 8 | 12 | 14) {
+        return Err(bad());
+    }
+    let num = |r: std::ops::Range<usize>| -> i64 { s[r].parse::<i64>().unwrap_or(-1) };
+    let (y, mo, d) = (num(0..4), num(4..6), num(6..8));
+    let (h, mi, sec) = match s.len() {
+        8 => (0, 0, 0),
+        12 => (num(8..10), num(10..12), 0),
+        _ => (num(8..10), num(10..12), num(12..14)),
+    };
+    let dt = jiff::civil::DateTime::new(
+        i16::try_from(y).map_err(|_| bad())?,
+        i8::try_from(mo).map_err(|_| bad())?,
+        i8::try_from(d).map_err(|_| bad())?,
+        i8::try_from(h).map_err(|_| bad())?,
+        i8::try_from(mi).map_err(|_| bad())?,
+        i8::try_from(sec).map_err(|_| bad())?,
+        0,
+    )
+    .map_err(|_| bad())?;
+    let ts = dt
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .map_err(|_| bad())?
+        .timestamp();
+    if ts <= Timestamp::UNIX_EPOCH {
+        return Err(format!(
+            "invalid time `{input}`: must be after 1970-01-01T00:00:00Z"
+        ));
+    }
+    Ok(ts)
+}
+
+/// The result of matching a string against an OpenSSH pattern list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatternMatch {
+    /// Some positive pattern matched and no negated one did.
+    Positive,
+    /// A negated (`!pattern`) pattern matched: a definite no.
+    Negative,
+    /// Nothing matched.
+    NoMatch,
+}
+
+/// OpenSSH `match_pattern_list` (case-sensitive): comma-separated patterns with `*` and `?`,
+/// a leading `!` negates; a matching negated pattern wins.
+pub fn match_pattern_list(s: &str, list: &str) -> PatternMatch {
+    let mut positive = false;
+    for pat in list.split(',') {
+        let (negated, pat) = match pat.strip_prefix('!') {
+            Some(p) => (true, p),
+            None => (false, pat),
+        };
+        if match_pattern(s.as_bytes(), pat.as_bytes()) {
+            if negated {
+                return PatternMatch::Negative;
+            }
+            positive = true;
+        }
+    }
+    if positive {
+        PatternMatch::Positive
+    } else {
+        PatternMatch::NoMatch
+    }
+}
+
+/// Glob match with `*` (any run) and `?` (any one byte); iterative, linear backtracking.
+fn match_pattern(s: &[u8], p: &[u8]) -> bool {
+    let (mut si, mut pi) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+            si += 1;
+            pi += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+type LineError = (Option<usize>, String);
+
+fn column_of(line: &str, byte_offset: usize) -> usize {
+    let mut off = byte_offset.min(line.len());
+    while !line.is_char_boundary(off) {
+        off -= 1;
+    }
+    line[..off].chars().count() + 1
+}
+
+fn is_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+fn skip_blank(line: &str, mut i: usize) -> usize {
+    let b = line.as_bytes();
+    while i < b.len() && is_blank(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of a whitespace-delimited token starting at `i`, honouring double quotes.
+fn token_end(line: &str, start: usize) -> Result<usize, LineError> {
+    let b = line.as_bytes();
+    let mut i = start;
+    let mut quoted = false;
+    while i < b.len() {
+        match b[i] {
+            b'"' => quoted = !quoted,
+            b'\\' if quoted && b.get(i + 1) == Some(&b'"') => i += 1,
+            c if !quoted && is_blank(c) => break,
+            _ => {}
+        }
+        i += 1;
+    }
+    if quoted {
+        return Err((Some(start), "missing closing double quote".to_string()));
+    }
+    Ok(i)
+}
+
+fn parse_line(line: &str, line_no: usize) -> Result<Option<SignerEntry>, LineError> {
+    let start = skip_blank(line, 0);
+    if start == line.len() || line.as_bytes()[start] == b'#' {
+        return Ok(None);
+    }
+
+    // principals (optionally quoted)
+    let b = line.as_bytes();
+    let (principals, after_principals) = if b[start] == b'"' {
+        let close = line[start + 1..].find('"').map(|i| start + 1 + i).ok_or((
+            Some(start),
+            "missing closing double quote around the principals".to_string(),
+        ))?;
+        let end = close + 1;
+        if end < b.len() && !is_blank(b[end]) {
+            return Err((
+                Some(end),
+                "expected a space after the quoted principals".to_string(),
+            ));
+        }
+        (&line[start + 1..close], end)
+    } else {
+        let end = start
+            + line[start..]
+                .find(|c: char| c.is_ascii_whitespace())
+                .unwrap_or(line.len() - start);
+        (&line[start..end], end)
+    };
+    if principals.is_empty() {
+        return Err((Some(start), "the principals field is empty".to_string()));
+    }
+    if principals.split(',').any(str::is_empty) {
+        return Err((
+            Some(start),
+            format!("principals `{principals}` contain an empty entry (check the commas)"),
+        ));
+    }
+
+    let mut i = skip_blank(line, after_principals);
+    if i == line.len() {
+        return Err((
+            Some(i),
+            "missing key: expected `[options] keytype base64-key` after the principals".to_string(),
+        ));
+    }
+
+    // options, when the next token does not look like a key type
+    let mut opts = Options::default();
+    let first_end = token_end(line, i)?;
+    let first = &line[i..first_end];
+    if looks_like_options(first) {
+        opts = parse_options(line, i, first_end)?;
+        i = skip_blank(line, first_end);
+        if i == line.len() {
+            return Err((
+                Some(i),
+                "missing key: expected `keytype base64-key` after the options".to_string(),
+            ));
+        }
+    }
+    if opts.cert_authority {
+        return Err((
+            Some(opts.cert_authority_at),
+            "`cert-authority` is not supported by medea: list each signer's own public key instead of a certificate authority".to_string(),
+        ));
+    }
+
+    // key: keytype, base64, optional comment
+    let kt_end = i + line[i..]
+        .find(|c: char| c.is_ascii_whitespace())
+        .unwrap_or(line.len() - i);
+    let keytype = &line[i..kt_end];
+    let b64_start = skip_blank(line, kt_end);
+    if b64_start == line.len() {
+        return Err((
+            Some(i),
+            format!("missing base64 key data after key type `{keytype}`"),
+        ));
+    }
+    let b64_end = b64_start
+        + line[b64_start..]
+            .find(|c: char| c.is_ascii_whitespace())
+            .unwrap_or(line.len() - b64_start);
+    let b64 = &line[b64_start..b64_end];
+    if keytype.contains("-cert-v01@openssh.com") {
+        return Err((
+            Some(i),
+            format!("key type `{keytype}` is a certificate; medea needs the plain public key"),
+        ));
+    }
+    let key = PublicKey::from_openssh(&format!("{keytype} {b64}")).map_err(|_| {
+        (
+            Some(i),
+            format!(
+                "invalid public key `{keytype} {}`: not a valid OpenSSH public key",
+                abbreviate(b64)
+            ),
+        )
+    })?;
+    if key.algorithm().as_str() != keytype {
+        return Err((
+            Some(i),
+            format!(
+                "key type `{keytype}` does not match the key data, which is a `{}` key",
+                key.algorithm().as_str()
+            ),
+        ));
+    }
+    if matches!(key.algorithm(), Algorithm::Dsa) {
+        return Err((
+            Some(i),
+            "DSA keys are not accepted for approvals: use an ed25519, ecdsa or rsa key".to_string(),
+        ));
+    }
+    let comment = line[b64_end..].trim();
+    let mut key = key;
+    key.set_comment(comment);
+
+    Ok(Some(SignerEntry {
+        line: line_no,
+        principals: principals.to_string(),
+        namespaces: opts.namespaces,
+        valid_after: opts.valid_after,
+        valid_before: opts.valid_before,
+        key,
+    }))
+}
+
+fn abbreviate(s: &str) -> String {
+    if s.chars().count() > 16 {
+        format!("{}…", s.chars().take(16).collect::<String>())
+    } else {
+        s.to_string()
+    }
+}
+
+fn looks_like_options(token: &str) -> bool {
+    token.contains('=') || token.contains(',') || token.eq_ignore_ascii_case("cert-authority")
+}
+
+#[derive(Default)]
+struct Options {
+    cert_authority: bool,
+    cert_authority_at: usize,
+    namespaces: Option<String>,
+    valid_after: Option<Timestamp>,
+    valid_before: Option<Timestamp>,
+}
+
+fn starts_with_ci(s: &str, prefix: &str) -> bool {
+    s.len() >= prefix.len()
+        && s.is_char_boundary(prefix.len())
+        && s[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// Parse `option[,option...]` in `line[start..end]` (sshsig.c `sshsigopt_parse`).
+fn parse_options(line: &str, start: usize, end: usize) -> Result<Options, LineError> {
+    let mut o = Options::default();
+    let mut i = start;
+    loop {
+        let rest = &line[i..end];
+        if starts_with_ci(rest, "cert-authority")
+            && matches!(
+                rest.as_bytes().get("cert-authority".len()),
+                None | Some(b',')
+            )
+        {
+            o.cert_authority = true;
+            o.cert_authority_at = i;
+            i += "cert-authority".len();
+        } else if starts_with_ci(rest, "namespaces=") {
+            if o.namespaces.is_some() {
+                return Err((Some(i), "`namespaces` is given more than once".to_string()));
+            }
+            let (value, next) = dequote(line, i + "namespaces=".len(), end, "namespaces")?;
+            o.namespaces = Some(value);
+            i = next;
+        } else if starts_with_ci(rest, "valid-after=") || starts_with_ci(rest, "valid-before=") {
+            let after = starts_with_ci(rest, "valid-after=");
+            let name = if after { "valid-after" } else { "valid-before" };
+            let slot = if after {
+                &mut o.valid_after
+            } else {
+                &mut o.valid_before
+            };
+            if slot.is_some() {
+                return Err((Some(i), format!("`{name}` is given more than once")));
+            }
+            let value_at = i + name.len() + 1;
+            let (value, next) = dequote(line, value_at, end, name)?;
+            let t = parse_time(&value).map_err(|m| (Some(value_at), format!("`{name}`: {m}")))?;
+            *slot = Some(t);
+            i = next;
+        } else {
+            let name_len = rest.find([',', '=']).unwrap_or(rest.len());
+            return Err((
+                Some(i),
+                format!(
+                    "unknown option `{}` (supported: namespaces=\"...\", valid-after=\"...\", valid-before=\"...\")",
+                    &rest[..name_len]
+                ),
+            ));
+        }
+        if i == end {
+            break;
+        }
+        if line.as_bytes()[i] != b',' {
+            return Err((
+                Some(i),
+                "expected `,` between options (no spaces outside quotes)".to_string(),
+            ));
+        }
+        i += 1;
+        if i == end {
+            return Err((Some(i), "unexpected end of options after `,`".to_string()));
+        }
+    }
+    if let (Some(a), Some(b)) = (o.valid_after, o.valid_before)
+        && b <= a
+    {
+        return Err((
+            Some(start),
+            "`valid-before` must be later than `valid-after`".to_string(),
+        ));
+    }
+    Ok(o)
+}
+
+/// A double-quoted option value starting at `i` (OpenSSH `opt_dequote`: `\"` is an escaped quote).
+fn dequote(line: &str, i: usize, end: usize, name: &str) -> Result<(String, usize), LineError> {
+    let b = line.as_bytes();
+    if i >= end || b[i] != b'"' {
+        return Err((
+            Some(i),
+            format!("the value of `{name}` must be in double quotes, e.g. {name}=\"...\""),
+        ));
+    }
+    let mut out = Vec::new();
+    let mut j = i + 1;
+    while j < end && b[j] != b'"' {
+        if b[j] == b'\\' && b.get(j + 1) == Some(&b'"') {
+            j += 1;
+        }
+        out.push(b[j]);
+        j += 1;
+    }
+    if j >= end {
+        return Err((Some(i), format!("missing closing double quote in `{name}`")));
+    }
+    // `out` is a run of bytes copied from valid UTF-8 between ASCII quotes, so it is UTF-8.
+    Ok((String::from_utf8_lossy(&out).into_owned(), j + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use ssh_key::private::{Ed25519Keypair, KeypairData};
+
+    fn key(seed: u8) -> PublicKey {
+        let kp = Ed25519Keypair::from_seed(&[seed; 32]);
+        ssh_key::PrivateKey::new(KeypairData::Ed25519(kp), "")
+            .unwrap()
+            .public_key()
+            .clone()
+    }
+    fn key_text(seed: u8) -> String {
+        key(seed).to_openssh().unwrap()
+    }
+
+    #[test]
+    fn parses_plain_options_comments_and_blank_lines() {
+        let text = format!(
+            "# team\n\n   \nalice@example.com {k1} alice laptop\n\
+             bob@example.com,robert@example.com NAMESPACES=\"medea-approve,file\",valid-after=\"20240101\",valid-before=\"202501011230Z\" {k2}\n\
+             \"carol@example.com\" {k3}\n",
+            k1 = key_text(1),
+            k2 = key_text(2),
+            k3 = key_text(3)
+        );
+        let (signers, diags) = parse(&text);
+        assert!(diags.is_empty(), "{diags:?}");
+        let e = signers.entries();
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].line(), 4);
+        assert_eq!(e[0].principals(), "alice@example.com");
+        assert_eq!(e[0].key().comment(), "alice laptop");
+        assert!(e[0].allows_namespace("medea-approve"));
+        assert_eq!(e[1].line(), 5);
+        assert_eq!(
+            e[1].literal_principals().unwrap(),
+            vec!["bob@example.com", "robert@example.com"]
+        );
+        assert_eq!(e[1].namespaces(), Some("medea-approve,file"));
+        assert_eq!(
+            e[1].valid_after().unwrap().to_string(),
+            "2024-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            e[1].valid_before().unwrap().to_string(),
+            "2025-01-01T12:30:00Z"
+        );
+        assert_eq!(e[2].principals(), "carol@example.com");
+    }
+
+    #[test]
+    fn namespace_patterns_and_negation() {
+        let text = format!(
+            "a@x namespaces=\"git\" {k}\nb@x namespaces=\"medea-*\" {k}\nc@x namespaces=\"*,!medea-approve\" {k}\n",
+            k = key_text(1)
+        );
+        let (s, d) = parse(&text);
+        assert!(d.is_empty(), "{d:?}");
+        let allowed: Vec<bool> = s
+            .entries()
+            .iter()
+            .map(|e| e.allows_namespace("medea-approve"))
+            .collect();
+        assert_eq!(allowed, vec![false, true, false]);
+    }
+
+    #[test]
+    fn principal_patterns() {
+        assert_eq!(
+            match_pattern_list("alice@example.com", "*@example.com"),
+            PatternMatch::Positive
+        );
+        assert_eq!(
+            match_pattern_list("alice@example.com", "*@example.com,!alice@*"),
+            PatternMatch::Negative
+        );
+        assert_eq!(
+            match_pattern_list("bob@example.org", "*@example.com"),
+            PatternMatch::NoMatch
+        );
+        assert_eq!(match_pattern_list("ab", "a?"), PatternMatch::Positive);
+        assert_eq!(match_pattern_list("abc", "a?"), PatternMatch::NoMatch);
+        assert_eq!(match_pattern_list("Alice", "alice"), PatternMatch::NoMatch);
+        let (s, _) = parse(&format!("*@example.com {}", key_text(1)));
+        assert!(s.entries()[0].literal_principals().is_none());
+        assert!(s.entries()[0].matches_principal("dave@example.com"));
+    }
+
+    #[test]
+    fn validity_window_is_inclusive() {
+        let (s, d) = parse(&format!(
+            "a@x valid-after=\"20240101000000Z\",valid-before=\"20240102000000Z\" {}",
+            key_text(1)
+        ));
+        assert!(d.is_empty(), "{d:?}");
+        let e = &s.entries()[0];
+        let t = |x: &str| x.parse::<Timestamp>().unwrap();
+        assert_eq!(e.validity_at(t("2024-01-01T00:00:00Z")), Validity::Valid);
+        assert_eq!(e.validity_at(t("2024-01-02T00:00:00Z")), Validity::Valid);
+        assert!(matches!(
+            e.validity_at(t("2023-12-31T23:59:59Z")),
+            Validity::NotYetValid { .. }
+        ));
+        assert!(matches!(
+            e.validity_at(t("2024-01-02T00:00:01Z")),
+            Validity::Expired { .. }
+        ));
+    }
+
+    #[test]
+    fn time_formats() {
+        assert_eq!(
+            parse_time("20240229").unwrap().to_string(),
+            "2024-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            parse_time("20240229z").unwrap().to_string(),
+            "2024-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            parse_time("202402291201UTC").unwrap().to_string(),
+            "2024-02-29T12:01:00Z"
+        );
+        assert_eq!(
+            parse_time("20240229120159").unwrap().to_string(),
+            "2024-02-29T12:01:59Z"
+        );
+        for bad in [
+            "2024",
+            "20230229",
+            "2024022912",
+            "20241301",
+            "2024-01-01",
+            "19700101Z",
+            "",
+            "Z",
+            "ZZ",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn diag(line: &str) -> SignersDiagnostic {
+        let (s, d) = parse(line);
+        assert!(s.is_empty(), "{line}");
+        assert_eq!(d.len(), 1, "{line}: {d:?}");
+        d.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn diagnostics_have_lines_columns_and_say_what_to_do() {
+        let k = key_text(1);
+        let d = diag(&format!("a@x cert-authority {k}"));
+        assert_eq!((d.line, d.column), (1, Some(5)));
+        assert!(
+            d.message.contains("`cert-authority` is not supported"),
+            "{}",
+            d.message
+        );
+
+        let d = diag(&format!("a@x namespaces=medea-approve {k}"));
+        assert!(
+            d.message.contains("must be in double quotes"),
+            "{}",
+            d.message
+        );
+        assert_eq!(d.column, Some(16));
+
+        let d = diag(&format!("a@x foo=\"bar\" {k}"));
+        assert!(d.message.contains("unknown option `foo`"), "{}", d.message);
+
+        let d = diag(&format!("a@x namespaces=\"a\",namespaces=\"b\" {k}"));
+        assert!(d.message.contains("more than once"), "{}", d.message);
+
+        let d = diag(&format!("a@x valid-after=\"2024\" {k}"));
+        assert!(d.message.contains("invalid time `2024`"), "{}", d.message);
+
+        let d = diag(&format!(
+            "a@x valid-after=\"20250101\",valid-before=\"20240101\" {k}"
+        ));
+        assert!(
+            d.message.contains("later than `valid-after`"),
+            "{}",
+            d.message
+        );
+
+        let d = diag("a@x");
+        assert!(d.message.contains("missing key"), "{}", d.message);
+        let d = diag("a@x namespaces=\"x\"");
+        assert!(d.message.contains("missing key"), "{}", d.message);
+        let d = diag("a@x ssh-ed25519");
+        assert!(d.message.contains("missing base64"), "{}", d.message);
+        let d = diag("a@x ssh-ed25519 AAAAnotakey");
+        assert!(d.message.contains("invalid public key"), "{}", d.message);
+        let d = diag(&format!("a@x namespaces=\"x\",{k}"));
+        assert!(
+            d.message.contains("unknown option") || d.message.contains("missing key"),
+            "{}",
+            d.message
+        );
+        let d = diag(&format!("a@x namespaces=\"x\", {k}"));
+        assert!(
+            d.message.contains("unexpected end of options"),
+            "{}",
+            d.message
+        );
+        let d = diag(&format!("a@x namespaces=\"x {k}"));
+        assert!(d.message.contains("double quote"), "{}", d.message);
+        let d = diag(&format!("a@x,,b@x {k}"));
+        assert!(d.message.contains("empty entry"), "{}", d.message);
+        let mismatched = k.replace("ssh-ed25519", "ssh-rsa");
+        let d = diag(&format!("a@x {mismatched}"));
+        assert!(
+            d.message.contains("invalid public key") || d.message.contains("does not match"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn good_lines_survive_bad_ones() {
+        let text = format!("a@x {}\nbad line here\nb@x {}\n", key_text(1), key_text(2));
+        let (s, d) = parse(&text);
+        assert_eq!(s.entries().len(), 2);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].line, 2);
+        assert_eq!(
+            d[0].to_string().split(':').next().unwrap(),
+            "line 2, column 5"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(text in "\\PC*") {
+            let _ = parse(&text);
+        }
+
+        #[test]
+        fn never_panics_on_near_valid_lines(
+            prefix in "[a-z@.,*!?\" =\\-]{0,40}",
+            opts in "[a-zA-Z=\",\\- 0-9Z]{0,60}",
+        ) {
+            let line = format!("{prefix} {opts} {}", key_text(7));
+            let _ = parse(&line);
+        }
+
+        #[test]
+        fn valid_lines_round_trip(
+            principals in proptest::collection::vec("[a-z][a-z0-9._+-]{0,8}@[a-z]{1,8}\\.(com|org)", 1..4),
+            namespaces in proptest::option::of(proptest::collection::vec("(medea-approve|git|file|medea-\\*)", 1..3)),
+            after in proptest::option::of(1_000_000_000i64..1_500_000_000),
+            span in 1i64..100_000_000,
+            before_only in any::<bool>(),
+            seed in 1u8..255,
+            comment in "[a-zA-Z0-9 ]{0,20}",
+        ) {
+            let mut opts = Vec::new();
+            if let Some(ns) = &namespaces {
+                opts.push(format!("namespaces=\"{}\"", ns.join(",")));
+            }
+            let after_t = after.map(|a| Timestamp::from_second(a).unwrap());
+            if let Some(a) = after_t && !before_only {
+                opts.push(format!("valid-after=\"{}\"", format_time(a)));
+            }
+            let before_t = after.map(|a| Timestamp::from_second(a + span).unwrap());
+            if let Some(b) = before_t {
+                opts.push(format!("VALID-BEFORE=\"{}\"", format_time(b)));
+            }
+            let opts = if opts.is_empty() { String::new() } else { format!("{} ", opts.join(",")) };
+            let line = format!("{}  {opts}{} {comment}", principals.join(","), key_text(seed));
+            let (s, d) = parse(&line);
+            prop_assert!(d.is_empty(), "{line}: {d:?}");
+            prop_assert_eq!(s.entries().len(), 1);
+            let e = &s.entries()[0];
+            prop_assert_eq!(e.principals(), principals.join(","));
+            prop_assert_eq!(e.namespaces().map(str::to_string), namespaces.map(|n| n.join(",")));
+            prop_assert_eq!(e.valid_before(), before_t);
+            prop_assert_eq!(e.valid_after(), if before_only { None } else { after_t });
+            let expected = key(seed);
+            prop_assert_eq!(e.key().key_data(), expected.key_data());
+            // canonical form parses to the same entry (comment aside)
+            let canonical = e.to_string();
+            let (s2, d2) = parse(&canonical);
+            prop_assert!(d2.is_empty(), "{canonical}: {d2:?}");
+            let e2 = &s2.entries()[0];
+            prop_assert_eq!(e2.principals(), e.principals());
+            prop_assert_eq!(e2.namespaces(), e.namespaces());
+            prop_assert_eq!(e2.valid_after(), e.valid_after());
+            prop_assert_eq!(e2.valid_before(), e.valid_before());
+            prop_assert_eq!(e2.key().key_data(), e.key().key_data());
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Signed approvals: the SSHSIG format, allowed signers, verification, quorum, replay rules.
+//!
+//! **Owns:** what an approval signs (`PlanId::signed_message()`: the full lowercase hex id and one
+//! `\n`, under the SSHSIG namespace [`NAMESPACE`]), the allowed_signers parser, the per-candidate
+//! verification outcomes, the quorum count and the anti-self-lowering rule, the persisted
+//! [`ApprovalRecord`], and the signing adapter ([`sign`]).
+//! **May depend on:** `plan` (ids). Nothing here knows the store, the server or the CLI.
+//!
+//! Architecture Invariant: everything but [`sign`] is pure: no file, socket or clock access;
+//! the verification time comes in as an argument. `sign` is the adapter (key files, ssh-agent
+//! socket, marker files) and nothing else in the module calls it.
+//! Architecture Invariant: the trust root (the allowed signers) is an argument supplied by the
+//! server from its own configuration, never read from the desired state; the quorum a plan
+//! needs is the one in force before it ([`quorum::required_quorum`]).
+//! Architecture Invariant: an approval names exactly one plan id; it never counts for another
+//! plan, and a consumed plan id never starts again ([`gate::ensure_startable`]).
+//!
+//! See `design/approvals.md`.
+
+pub mod allowed_signers;
+pub mod gate;
+pub mod quorum;
+pub mod record;
+pub mod sign;
+pub mod verify;
+
+pub use allowed_signers::{AllowedSigners, SignerEntry, SignersDiagnostic};
+pub use gate::{ClosedGate, Gates, WindowState, closed_gates, ensure_startable, resolve_plan};
+pub use quorum::{
+    ClusterQuorum, NotCounted, PlanScope, QuorumPolicy, QuorumStatus, evaluate, required_for_plan,
+    required_quorum,
+};
+pub use record::{ApprovalRecord, ApprovalSource};
+pub use verify::{
+    Candidate, Outcome, Verified, VerifiedApproval, VerifyContext, verify, verify_all,
+};
+
+use crate::plan::PlanId;
+
+/// The SSHSIG namespace of approvals. Never `git`: no signed commit can pass as an approval.
+pub const NAMESPACE: &str = "medea-approve";
+
+/// Errors of approving and starting plans (the pure gate checks).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("{}", unknown_plan(.input, .current.as_ref()))]
+    UnknownPlan {
+        input: String,
+        current: Option<PlanId>,
+    },
+    #[error(
+        "plan {} is stale: the current plan is {}; review it with `medea plan` and approve that id",
+        .plan.to_hex(), .current.to_hex()
+    )]
+    StalePlan { plan: PlanId, current: PlanId },
+    #[error("plan id `{input}` is ambiguous: it matches {}; type more characters", .matches.join(", "))]
+    AmbiguousPlan { input: String, matches: Vec<String> },
+    #[error("plan {} was already executed; an approval cannot start a plan twice", .plan.to_hex())]
+    Consumed { plan: PlanId },
+    #[error("plan {} has {have} of {required} approvals from distinct people", .plan.to_hex())]
+    QuorumNotReached {
+        plan: PlanId,
+        have: u32,
+        required: u32,
+    },
+}
+
+fn unknown_plan(input: &str, current: Option<&PlanId>) -> String {
+    match current {
+        Some(c) => format!("no plan `{input}`; the current plan is {}", c.to_hex()),
+        None => format!("no plan `{input}`, and there is no current plan (run `medea plan`)"),
+    }
+}
+
+/// The plain-OpenSSH way to approve `plan`, for `medea plan` to print:
+/// `echo <full-id> | ssh-keygen -Y sign -n medea-approve -f KEY > approvals/<short>-YOU.sig`.
+pub fn ssh_keygen_command(plan: &PlanId) -> String {
+    format!(
+        "echo {} | ssh-keygen -Y sign -n {NAMESPACE} -f ~/.ssh/id_ed25519 > approvals/{}-YOU.sig",
+        plan.to_hex(),
+        plan.short()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_keygen_command_signs_exactly_the_signed_message() {
+        let p = PlanId::from_digest([0xcd; 32]);
+        let cmd = ssh_keygen_command(&p);
+        // `echo X` writes X and one newline: the bytes of `signed_message()`.
+        assert!(cmd.starts_with(&format!("echo {} |", p.to_hex())));
+        assert_eq!(format!("{}\n", p.to_hex()).into_bytes(), p.signed_message());
+        assert!(cmd.contains("-n medea-approve"));
+        assert!(cmd.contains("approvals/cdcdcdcdcdcd-"));
+    }
+}

@@ -1,0 +1,106 @@
+//! The persisted form of an approval (the store keeps these; the API returns them).
+//!
+//! A record keeps the armored signature itself, so that whenever quorum is evaluated the
+//! approval is verified again against the allowed signers in force *then*: removing a signer
+//! (revocation) or an expired key takes effect on approvals recorded earlier.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::verify::{Outcome, VerifiedApproval, VerifyContext, verify};
+use crate::plan::PlanId;
+
+/// Where an approval came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ApprovalSource {
+    /// A marker file, by its path relative to the desired-state root (`approvals/...sig`).
+    Marker { path: String },
+    /// Submitted over the API (`medea approve` without `--write-marker`).
+    Api,
+}
+
+impl std::fmt::Display for ApprovalSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApprovalSource::Marker { path } => write!(f, "marker {path}"),
+            ApprovalSource::Api => f.write_str("api"),
+        }
+    }
+}
+
+/// One recorded approval: who approved which plan, with which key, from where, when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// The full plan id (serialized as 64 hex characters).
+    pub plan: PlanId,
+    pub principal: String,
+    /// `SHA256:...` of the signing key.
+    pub fingerprint: String,
+    pub source: ApprovalSource,
+    /// When medea recorded the approval (RFC 3339, UTC).
+    #[serde(with = "rfc3339")]
+    pub at: Timestamp,
+    /// The armored SSHSIG, so the approval can be verified again later.
+    pub signature: String,
+}
+
+impl ApprovalRecord {
+    /// Record a verified approval at time `at`.
+    pub fn new(approval: &VerifiedApproval, armored: &str, at: Timestamp) -> ApprovalRecord {
+        ApprovalRecord {
+            plan: approval.plan,
+            principal: approval.principal.clone(),
+            fingerprint: approval.fingerprint.clone(),
+            source: approval.source.clone(),
+            at,
+            signature: armored.to_string(),
+        }
+    }
+
+    /// Verify the recorded signature again under `ctx` (the trust root and plan state of now).
+    /// An approval of another plan than `ctx.current` does not come out `Approved`.
+    pub fn reverify(&self, ctx: &VerifyContext<'_>) -> Outcome {
+        verify(&self.signature, self.source.clone(), ctx)
+    }
+}
+
+mod rfc3339 {
+    use jiff::Timestamp;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(t)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_shape_is_stable() {
+        let r = ApprovalRecord {
+            plan: PlanId::from_digest([0xab; 32]),
+            principal: "alice@example.com".into(),
+            fingerprint: "SHA256:abc".into(),
+            source: ApprovalSource::Marker {
+                path: "approvals/abababababab-alice@example.com.sig".into(),
+            },
+            at: "2025-06-01T12:00:00Z".parse().unwrap(),
+            signature: "-----BEGIN SSH SIGNATURE-----\n...".into(),
+        };
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["plan"], "ab".repeat(32));
+        assert_eq!(json["source"]["kind"], "marker");
+        assert_eq!(json["at"], "2025-06-01T12:00:00Z");
+        let back: ApprovalRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+        let api = serde_json::to_value(ApprovalSource::Api).unwrap();
+        assert_eq!(api, serde_json::json!({"kind": "api"}));
+    }
+}

@@ -1,0 +1,189 @@
+//! Deterministic fleet generator: desired-state repos and matching inventories of any size.
+
+use std::collections::BTreeMap;
+
+use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
+use crate::version::{KubeVersion, TalosVersion};
+
+/// splitmix64: a tiny, well-known seeded generator (reproducible across platforms).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FleetSpec {
+    pub clusters: usize,
+    pub machines_per_cluster: usize,
+    pub seed: u64,
+}
+
+/// A generated fleet: desired-state files (path → YAML) and the inventory they describe.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pub files: BTreeMap<String, String>,
+    pub inventory: Inventory,
+}
+
+impl Fleet {
+    pub fn machines(&self) -> usize {
+        self.inventory
+            .clusters
+            .values()
+            .map(|c| c.machines.len())
+            .sum()
+    }
+}
+
+const WORKER_POOL: usize = 48;
+
+/// Every cluster has 3 control-plane machines, one canary worker, and worker pools of up to 48
+/// machines (`after: [canary]`). About half the clusters run an older Talos than desired, so
+/// plans have real work; a few machines are already cordoned or NotReady.
+pub fn generate(spec: FleetSpec) -> Fleet {
+    let mut rng = Rng::new(spec.seed);
+    let mut files = BTreeMap::new();
+    let mut clusters = BTreeMap::new();
+    let desired_talos = "v1.13.9";
+    for c in 0..spec.clusters {
+        let name = format!("c{c:04}");
+        let behind = rng.below(2) == 0;
+        let running_talos = if behind {
+            format!("v1.12.{}", 2 + rng.below(3))
+        } else {
+            desired_talos.to_string()
+        };
+        files.insert(
+            format!("{name}/cluster.yaml"),
+            format!(
+                "# yaml-language-server: $schema=../schemas/cluster.json\napiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: v1.35.0\n  rollout:\n    maxUnavailable: {}\n    drainTimeout: 10m\n    healthTimeout: 15m\n  approvals:\n    required: 1\n    controlPlane: 2\n",
+                1 + rng.below(3)
+            ),
+        );
+        let n = spec.machines_per_cluster.max(4);
+        let mut machines = BTreeMap::new();
+        let mut pools = String::new();
+        let node = |i: usize| format!("{name}-n{i:04}");
+        let mut pool_doc = |pname: &str, role: &str, members: &[String], after: Option<&str>| {
+            if !pools.is_empty() {
+                pools.push_str("---\n");
+            }
+            pools.push_str(&format!(
+                "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {pname}\nspec:\n  cluster: {name}\n  role: {role}\n  machines: [{}]\n  talos:\n    version: {desired_talos}\n",
+                members.join(", ")
+            ));
+            if let Some(a) = after {
+                pools.push_str(&format!("  after: [{a}]\n"));
+            }
+        };
+        let cp: Vec<String> = (0..3).map(node).collect();
+        pool_doc("controlplane", "controlplane", &cp, None);
+        pool_doc("canary", "worker", &[node(3)], None);
+        let workers: Vec<String> = (4..n).map(node).collect();
+        for (i, chunk) in workers.chunks(WORKER_POOL).enumerate() {
+            pool_doc(&format!("workers-{i}"), "worker", chunk, Some("canary"));
+        }
+        files.insert(
+            format!("{name}/pools.yaml"),
+            format!("# yaml-language-server: $schema=../schemas/nodepool.json\n{pools}"),
+        );
+        for i in 0..n {
+            let away = rng.below(100) == 0;
+            let m = Machine {
+                node: node(i),
+                id: format!("{:016x}", rng.next_u64()),
+                address: format!("10.{}.{}.{}", c / 256 % 256, c % 256, i % 250 + 1),
+                role: if i < 3 {
+                    MachineRole::Controlplane
+                } else {
+                    MachineRole::Worker
+                },
+                talos_version: Some(
+                    TalosVersion::parse(&running_talos).expect("generated version"),
+                ),
+                installer_image: Some(format!("ghcr.io/siderolabs/installer:{running_talos}")),
+                schematic: None,
+                kubelet_version: Some(KubeVersion::parse("v1.35.0").expect("literal")),
+                ready: !(away && i >= 3),
+                cordoned: false,
+                reachable: true,
+                boot_id: Some(format!("{:032x}", rng.next_u64())),
+                labels: BTreeMap::new(),
+            };
+            machines.insert(m.node.clone(), m);
+        }
+        let cluster = ObservedCluster::new(name.clone()).observe(
+            Some(KubeVersion::parse("v1.35.0").expect("literal")),
+            machines,
+        );
+        clusters.insert(name, cluster);
+    }
+    Fleet {
+        files,
+        inventory: Inventory { clusters },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_and_valid() {
+        let spec = FleetSpec {
+            clusters: 3,
+            machines_per_cluster: 60,
+            seed: 7,
+        };
+        let a = generate(spec);
+        let b = generate(spec);
+        assert_eq!(a.files, b.files);
+        assert_eq!(a.inventory, b.inventory);
+        assert_eq!(a.machines(), 180);
+        let c = generate(FleetSpec { seed: 8, ..spec });
+        assert_ne!(a.inventory, c.inventory);
+        let snapshot = crate::desired::Snapshot {
+            files: a
+                .files
+                .iter()
+                .map(|(p, t)| crate::desired::source::SourceFile {
+                    path: p.clone(),
+                    bytes: t.clone().into_bytes(),
+                })
+                .collect(),
+            markers: vec![],
+            commit: None,
+        };
+        let loaded = crate::desired::parse_snapshot(snapshot);
+        assert!(
+            loaded.diagnostics.is_empty(),
+            "{:#?}",
+            &loaded.diagnostics[..loaded.diagnostics.len().min(3)]
+        );
+        let pools: usize = loaded
+            .desired
+            .clusters
+            .values()
+            .map(|c| c.pools.len())
+            .sum();
+        assert_eq!(
+            pools,
+            3 * 4,
+            "controlplane, canary, 2 worker pools of ≤48 each"
+        );
+    }
+}

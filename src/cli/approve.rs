@@ -1,0 +1,267 @@
+//! `medea approve <id>`: sign an approval of a plan and write it as a marker file or a file.
+//!
+//! This build resolves only a full 64-hex plan id (no store lookup yet) and does not submit to a
+//! server: `--write-marker --desired DIR` writes `approvals/<short-id>-<principal>.sig` for
+//! committing, `--output FILE` writes the armored signature anywhere (`-` for stdout).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use miette::Diagnostic;
+use ssh_key::HashAlg;
+
+use crate::approval::sign::{self, Agent, KeyFile, SignError, SignedApproval};
+use crate::approval::{
+    AllowedSigners, ApprovalSource, NAMESPACE, Outcome, VerifyContext, allowed_signers, verify,
+};
+use crate::plan::id::PlanIdError;
+use crate::plan::{PlanId, PlanIdRef};
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+  medea approve 3f2a...c9 --key ~/.ssh/id_ed25519 --principal alice@example.com --write-marker --desired ./clusters\n  \
+  medea approve 3f2a...c9 --allowed-signers /etc/medea/allowed_signers --write-marker --desired .   # key from ssh-agent\n  \
+  medea approve 3f2a...c9 --key ~/.ssh/id_ed25519.pub --output -                                    # agent key, print signature\n\n\
+The same approval with plain OpenSSH:\n  \
+  echo <full-id> | ssh-keygen -Y sign -n medea-approve -f ~/.ssh/id_ed25519 > approvals/<short-id>-<you>.sig")]
+pub struct ApproveArgs {
+    /// The full 64-hex plan id printed by `medea plan` (a short id needs a store to resolve).
+    pub id: String,
+    /// Private key to sign with (unencrypted OpenSSH format), or a public key (`.pub`) whose
+    /// private half is in the ssh-agent. Without it, the ssh-agent's only key signs.
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// Your principal, as listed in the allowed signers (names the marker file). Found in
+    /// `--allowed-signers` when not given.
+    #[arg(long, value_name = "PRINCIPAL")]
+    pub principal: Option<String>,
+    /// An allowed_signers file to check the new signature against before writing it.
+    #[arg(long, value_name = "FILE")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Write `approvals/<short-id>-<principal>.sig` into the desired-state directory `--desired`.
+    #[arg(long, requires = "desired")]
+    pub write_marker: bool,
+    /// The desired-state directory (the repository checkout) for `--write-marker`.
+    #[arg(long, value_name = "DIR")]
+    pub desired: Option<PathBuf>,
+    /// Write the armored signature to FILE instead (`-` for stdout).
+    #[arg(long, value_name = "FILE", conflicts_with = "write_marker")]
+    pub output: Option<PathBuf>,
+    /// Hash over the message (both are accepted; ssh-keygen uses sha512).
+    #[arg(long, value_enum, default_value_t = Hash::Sha512)]
+    pub hash: Hash,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Hash {
+    Sha256,
+    Sha512,
+}
+
+#[derive(Debug, thiserror::Error, Diagnostic)]
+pub enum ApproveError {
+    #[error("invalid plan id")]
+    #[diagnostic(code(medea::approve::plan_id))]
+    PlanId(#[source] PlanIdError),
+    #[error("`{input}` is a short plan id; this build has no store to resolve it")]
+    #[diagnostic(
+        code(medea::approve::short_id),
+        help("pass the full 64-hex id that `medea plan` prints")
+    )]
+    ShortId { input: String },
+    #[error("failed to read allowed signers file `{path}`")]
+    #[diagnostic(code(medea::approve::allowed_signers))]
+    ReadSigners {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("allowed signers file `{path}` has errors:\n{list}")]
+    #[diagnostic(
+        code(medea::approve::allowed_signers),
+        help("fix the lines listed; see `man ssh-keygen`, ALLOWED SIGNERS")
+    )]
+    BadSigners { path: PathBuf, list: String },
+    #[error("the new signature would not count as an approval: {outcome}")]
+    #[diagnostic(
+        code(medea::approve::not_trusted),
+        help("check the key and its line in the allowed signers file")
+    )]
+    NotTrusted { outcome: String },
+    #[error(
+        "principal `{given}` is not listed for key {fingerprint}; the allowed signers list it as `{listed}`"
+    )]
+    #[diagnostic(code(medea::approve::principal))]
+    PrincipalMismatch {
+        given: String,
+        fingerprint: String,
+        listed: String,
+    },
+    #[error("the marker file name needs your principal")]
+    #[diagnostic(
+        code(medea::approve::principal),
+        help("pass --principal you@example.com, or --allowed-signers FILE to look it up")
+    )]
+    NoPrincipal,
+    #[error("no destination for the approval")]
+    #[diagnostic(
+        code(medea::approve::destination),
+        help(
+            "pass --write-marker --desired DIR to write a marker to commit, or --output FILE (`-` for stdout); submitting to a server is not wired into this build"
+        )
+    )]
+    NoDestination,
+    #[error("failed to write `{path}`")]
+    #[diagnostic(code(medea::approve::write))]
+    Write {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error(transparent)]
+    #[diagnostic(code(medea::approve::sign))]
+    Sign(#[from] SignError),
+}
+
+pub fn run(args: ApproveArgs) -> miette::Result<u8> {
+    approve(args).map_err(miette::Report::new)
+}
+
+fn approve(args: ApproveArgs) -> Result<u8, ApproveError> {
+    let plan = parse_full_id(&args.id)?;
+    if !args.write_marker && args.output.is_none() {
+        return Err(ApproveError::NoDestination);
+    }
+    let signers = match &args.allowed_signers {
+        Some(path) => Some(load_signers(path)?),
+        None => None,
+    };
+    let hash = match args.hash {
+        Hash::Sha256 => HashAlg::Sha256,
+        Hash::Sha512 => HashAlg::Sha512,
+    };
+    let signed = sign_plan(&args, &plan, hash)?;
+
+    let principal = match &signers {
+        Some(signers) => {
+            let ctx = VerifyContext {
+                signers,
+                current: &plan,
+                known: &[],
+                consumed: &[],
+                now: jiff::Timestamp::now(),
+            };
+            let approval = match verify(&signed.armored, ApprovalSource::Api, &ctx) {
+                Outcome::Approved(a) => a,
+                other => {
+                    return Err(ApproveError::NotTrusted {
+                        outcome: other.to_string(),
+                    });
+                }
+            };
+            match &args.principal {
+                Some(p) if !approval.principals.contains(p) => {
+                    return Err(ApproveError::PrincipalMismatch {
+                        given: p.clone(),
+                        fingerprint: approval.fingerprint,
+                        listed: approval.principals.join(","),
+                    });
+                }
+                Some(p) => Some(p.clone()),
+                None => Some(approval.principal),
+            }
+        }
+        None => args.principal.clone(),
+    };
+
+    let mut err = std::io::stderr();
+    if args.write_marker {
+        let principal = principal.ok_or(ApproveError::NoPrincipal)?;
+        let desired = args
+            .desired
+            .as_deref()
+            .expect("clap: --write-marker requires --desired");
+        let path = sign::write_marker(desired, &signed, &principal)?;
+        let rel = sign::marker_file_name(&plan, &principal);
+        let _ = writeln!(
+            err,
+            "signed plan {} as {principal} with key {}\nwrote {}\ncommit it: git -C {} add {rel} && git -C {} commit -m 'approve plan {}'",
+            plan.short(),
+            signed.fingerprint,
+            path.display(),
+            desired.display(),
+            desired.display(),
+            plan.short()
+        );
+    } else if let Some(out) = &args.output {
+        if out.as_os_str() == "-" {
+            let mut stdout = std::io::stdout();
+            stdout
+                .write_all(signed.armored.as_bytes())
+                .map_err(|err| ApproveError::Write {
+                    path: out.clone(),
+                    err,
+                })?;
+        } else {
+            std::fs::write(out, signed.armored.as_bytes()).map_err(|err| ApproveError::Write {
+                path: out.clone(),
+                err,
+            })?;
+        }
+        let _ = writeln!(
+            err,
+            "signed plan {} with key {} (namespace {NAMESPACE})",
+            plan.short(),
+            signed.fingerprint
+        );
+    }
+    Ok(crate::cli::exit::OK)
+}
+
+fn parse_full_id(input: &str) -> Result<PlanId, ApproveError> {
+    let r = PlanIdRef::parse(input).map_err(ApproveError::PlanId)?;
+    r.full().ok_or_else(|| ApproveError::ShortId {
+        input: input.to_string(),
+    })
+}
+
+fn load_signers(path: &std::path::Path) -> Result<AllowedSigners, ApproveError> {
+    let text = std::fs::read_to_string(path).map_err(|err| ApproveError::ReadSigners {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let (signers, diags) = allowed_signers::parse(&text);
+    if !diags.is_empty() {
+        return Err(ApproveError::BadSigners {
+            path: path.to_path_buf(),
+            list: diags
+                .iter()
+                .map(|d| match d.column {
+                    Some(c) => format!("  {}:{}:{c}: {}", path.display(), d.line, d.message),
+                    None => format!("  {}:{}: {}", path.display(), d.line, d.message),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+    }
+    Ok(signers)
+}
+
+fn sign_plan(
+    args: &ApproveArgs,
+    plan: &PlanId,
+    hash: HashAlg,
+) -> Result<SignedApproval, ApproveError> {
+    let want = match &args.key {
+        Some(path) => match sign::load_key_file(path)? {
+            KeyFile::Private(key) => return Ok(sign::sign_with_key(&key, plan, hash)?),
+            KeyFile::Public(pk) => Some(pk),
+        },
+        None => None,
+    };
+    let socket = std::env::var_os("SSH_AUTH_SOCK").ok_or(SignError::NoAgent)?;
+    let mut agent = Agent::connect(std::path::Path::new(&socket))?;
+    let key = agent.choose(want.as_ref())?;
+    Ok(agent.sign(&key, plan, hash)?)
+}

@@ -1,0 +1,199 @@
+//! Connecting the CLI to a running `medea serve`: flags → env → defaults.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use crate::server::api::pb::medea_client::MedeaClient;
+
+pub const DEFAULT_ADDR: &str = "localhost:7600";
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Address of `medea serve`.
+    #[arg(long, env = "MEDEA_ADDR", default_value = DEFAULT_ADDR, global = true)]
+    pub addr: String,
+    /// API bearer token.
+    #[arg(long, env = "MEDEA_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// CA certificate that signed the server's certificate (medea serve writes
+    /// `<state-dir>/tls/ca.crt` when it generates one).
+    #[arg(long, env = "MEDEA_CA", global = true)]
+    pub ca: Option<PathBuf>,
+    /// Skip server certificate verification. Only allowed for loopback addresses.
+    #[arg(long, global = true)]
+    pub insecure: bool,
+}
+
+pub type Client =
+    MedeaClient<tonic::service::interceptor::InterceptedService<Channel, BearerToken>>;
+
+#[derive(Clone)]
+pub struct BearerToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+fn host_of(addr: &str) -> &str {
+    let a = addr.trim_start_matches("https://");
+    if let Some(rest) = a.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    a.rsplit_once(':').map_or(a, |(h, _)| h)
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl ClientArgs {
+    pub async fn connect(&self) -> miette::Result<Client> {
+        let host = host_of(&self.addr).to_string();
+        let uri = format!("https://{}", self.addr.trim_start_matches("https://"));
+        let endpoint = Endpoint::from_shared(uri.clone())
+            .map_err(|e| {
+                miette::miette!(
+                    help = "use host:port, e.g. localhost:7600",
+                    "invalid --addr `{}`: {e}",
+                    self.addr
+                )
+            })?
+            .connect_timeout(std::time::Duration::from_secs(5));
+        let tls = ClientTlsConfig::new().domain_name(host.clone());
+        let endpoint = if self.insecure {
+            if !is_loopback(&host) {
+                return Err(miette::miette!(
+                    help = "pass --ca with the server's CA certificate instead",
+                    "--insecure is only allowed for loopback addresses, not `{host}`"
+                ));
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            endpoint
+                .tls_config_with_verifier(tls, Arc::new(NoVerify(provider)))
+                .map_err(|e| miette::miette!("TLS setup failed: {e}"))?
+        } else {
+            let ca_path = self.ca.clone().ok_or_else(|| {
+                miette::miette!(
+                    help = "pass --ca <state-dir>/tls/ca.crt (or set MEDEA_CA); for a local server, --insecure also works",
+                    "no CA certificate to verify the server at {} with",
+                    self.addr
+                )
+            })?;
+            let pem = std::fs::read(&ca_path).map_err(|e| {
+                miette::miette!(
+                    help = "check --ca / MEDEA_CA",
+                    "cannot read CA certificate `{}`: {e}",
+                    ca_path.display()
+                )
+            })?;
+            endpoint
+                .tls_config(tls.ca_certificate(Certificate::from_pem(pem)))
+                .map_err(|e| miette::miette!("TLS setup failed: {e}"))?
+        };
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| connect_error(&self.addr, &e))?;
+        let token = match &self.token {
+            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
+                miette::miette!("the token contains characters that cannot be sent")
+            })?),
+            None => None,
+        };
+        Ok(MedeaClient::with_interceptor(channel, BearerToken(token))
+            .max_decoding_message_size(64 * 1024 * 1024))
+    }
+}
+
+fn connect_error(addr: &str, e: &tonic::transport::Error) -> miette::Report {
+    let chain = crate::error_chain(e);
+    let help = if chain.contains("UnknownIssuer")
+        || chain.contains("certificate")
+        || chain.contains("InvalidCertificate")
+    {
+        "the server's TLS certificate is not trusted: pass --ca with the CA that signed it (medea serve writes <state-dir>/tls/ca.crt)"
+    } else if chain.contains("refused") {
+        "is `medea serve` running there? (default address localhost:7600, or set MEDEA_ADDR)"
+    } else {
+        "check the address, network and TLS settings"
+    };
+    miette::miette!(help = help, "cannot reach medea at {addr}: {chain}")
+}
+
+/// Turn an RPC failure into an error that names the fix.
+pub fn rpc_error(addr: &str, s: tonic::Status) -> miette::Report {
+    match s.code() {
+        tonic::Code::Unauthenticated => miette::miette!(
+            help =
+                "pass --token or set MEDEA_TOKEN to the server's token (medea serve --token-file)",
+            "medea at {addr} refused the request: {}",
+            s.message()
+        ),
+        tonic::Code::Unavailable => {
+            let chain = crate::error_chain(&s);
+            let help = if chain.contains("certificate") || chain.contains("UnknownIssuer") {
+                "the server's TLS certificate is not trusted: pass --ca with the CA that signed it"
+            } else {
+                "is `medea serve` running there? (default localhost:7600, or set MEDEA_ADDR)"
+            };
+            miette::miette!(help = help, "cannot reach medea at {addr}: {chain}")
+        }
+        _ => miette::miette!("medea at {addr}: {}", s.message()),
+    }
+}

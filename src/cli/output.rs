@@ -1,0 +1,68 @@
+//! Output formats shared by every read command: aligned tables, JSON, YAML.
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Table,
+    Json,
+    Yaml,
+}
+
+/// Render rows as an aligned table with a header.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<String>, out: &mut String| {
+        let n = cells.len();
+        for (i, c) in cells.into_iter().enumerate() {
+            if i + 1 == n {
+                out.push_str(&c);
+            } else {
+                out.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push('\n');
+    };
+    line(header.iter().map(|h| h.to_string()).collect(), &mut out);
+    for r in rows {
+        line(r.clone(), &mut out);
+    }
+    out
+}
+
+pub fn json<T: Serialize>(v: &T) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("output serializes");
+    s.push('\n');
+    s
+}
+
+pub fn yaml<T: Serialize>(v: &T) -> String {
+    serde_saphyr::to_string(v).expect("output serializes")
+}
+
+pub fn yes_no(b: bool) -> String {
+    if b { "yes".into() } else { "no".into() }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tables_align() {
+        let t = super::table(
+            &["NAME", "V"],
+            &[
+                vec!["a".into(), "1".into()],
+                vec!["long".into(), "2".into()],
+            ],
+        );
+        assert_eq!(t, "NAME  V\na     1\nlong  2\n");
+    }
+}

@@ -1,0 +1,162 @@
+//! `medea plan`: compute, store and print a plan, offline (no server).
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use miette::{IntoDiagnostic, WrapErr};
+
+use super::desired::{DesiredArgs, display_root};
+use super::exit;
+use crate::inventory::Inventory;
+use crate::plan::{self, LastApplied, render, stored};
+use crate::store::fjall::FjallStore;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The desired-state directory (the same as --desired).
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub desired: DesiredArgs,
+    /// The store directory. It must not be in use: stop `medea serve` first (it holds the
+    /// store's lock). The plan and the current-plan pointer are written there.
+    #[arg(long, value_name = "PATH", env = "MEDEA_STORE")]
+    pub store: Option<PathBuf>,
+    /// Plan against this inventory file (YAML or JSON) instead of the store's inventory: a
+    /// rehearsal. The plan is stored only if its basis matches the store's.
+    #[arg(long, value_name = "FILE")]
+    pub observed: Option<PathBuf>,
+    /// Output format: text for people, json for programs (schema in design/plan.md).
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+fn open_store(path: &Path) -> miette::Result<FjallStore> {
+    FjallStore::open(path).map_err(|e| match e {
+        StoreError::Locked { .. } => miette::miette!(
+            help = "stop `medea serve` (it holds the store while it runs) and plan again, or ask the server for its plan",
+            "the store at `{}` is locked by another medea process",
+            path.display()
+        ),
+        other => miette::Report::msg(crate::error_chain(&other)),
+    })
+}
+
+fn color_stdout() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+pub fn plan(args: PlanArgs) -> miette::Result<u8> {
+    let source = args.desired.source(args.dir.clone(), None)?;
+    let loaded = super::desired::load(&source)?;
+    let root = display_root(&source);
+    if super::report::print_diagnostics(&loaded, &root) > 0 {
+        return Ok(exit::ERROR);
+    }
+    if args.store.is_none() && args.observed.is_none() {
+        return Err(miette::miette!(
+            help = "pass the store directory, e.g. `--store /var/lib/medea`, or rehearse with `--observed inventory.yaml`",
+            "no store given"
+        ));
+    }
+    let store = args.store.as_deref().map(open_store).transpose()?;
+    let dyn_store: Option<&dyn Store> = store.as_ref().map(|s| s as &dyn Store);
+    let inventory = match &args.observed {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot read the inventory file `{}`", file.display()))?;
+            crate::inventory::file::parse(&file.display().to_string(), &text).map_err(|e| {
+                miette::miette!(
+                    help = "see `design/plan.md` for the inventory file format",
+                    "{}",
+                    crate::error_chain(&e)
+                )
+            })?
+        }
+        None => Inventory::load(dyn_store.expect("checked above"))
+            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
+    };
+    let applied = match dyn_store {
+        Some(s) => {
+            LastApplied::load(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?
+        }
+        None => LastApplied::default(),
+    };
+    let previous = match dyn_store {
+        Some(s) => stored::current(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
+        None => None,
+    };
+    let desired = &loaded.desired;
+    let mut plan = match plan::compute(desired, &inventory, &applied, previous.map(|p| p.id)) {
+        Ok(p) => p,
+        Err(diags) => {
+            for d in &diags {
+                eprintln!("{:?}", super::report::report(d, &loaded, &root));
+            }
+            eprintln!(
+                "{} error{}: no plan was computed",
+                diags.len(),
+                if diags.len() == 1 { "" } else { "s" }
+            );
+            return Ok(exit::ERROR);
+        }
+    };
+    let status = match dyn_store {
+        None => "not stored (no --store): a rehearsal".to_string(),
+        Some(s) => {
+            let store_inventory = match &args.observed {
+                Some(_) => {
+                    Inventory::load(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?
+                }
+                None => inventory.clone(),
+            };
+            let current = plan::basis_of(desired, &store_inventory, &applied);
+            let already = match previous {
+                Some(p) if p.id == plan.id => stored::load_plan(s, &plan.id)
+                    .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
+                _ => None,
+            };
+            if plan.is_stale(&current) {
+                "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()
+            } else if let Some(stored_plan) = already {
+                // Same inputs as the current plan: it is the current plan.
+                plan.parent = stored_plan.parent;
+                format!("plan {} is already the current plan", plan.id.short())
+            } else {
+                if plan.parent == Some(plan.id) {
+                    plan.parent = None; // a pointer to a plan record that is gone
+                }
+                s.commit(stored::save_txn(&plan, previous.as_ref()))
+                    .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
+                    .wrap_err("cannot store the plan")?;
+                format!("stored as the current plan ({})", plan.id.short())
+            }
+        }
+    };
+    match args.output {
+        Output::Text => print!(
+            "{}",
+            render::text(
+                &plan,
+                render::Options {
+                    color: color_stdout()
+                }
+            )
+        ),
+        Output::Json => print!("{}", render::json(&plan)),
+    }
+    eprintln!("{status}");
+    Ok(if plan.has_changes() {
+        exit::CHANGES
+    } else {
+        exit::OK
+    })
+}

@@ -1,0 +1,410 @@
+//! `medea serve` and the client commands that talk to it (`get`, `cluster`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::client::{ClientArgs, rpc_error};
+use super::desired::DesiredArgs;
+use super::exit;
+use super::output::{self, Format};
+use crate::server::api::pb;
+use crate::server::secrets::Secret;
+use crate::server::{self, ServerConfig};
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  medea serve --desired ./clusters --token-file /etc/medea/token\n  medea serve --desired ./repo --git-ref main --rollouts --allowed-signers /etc/medea/allowed_signers"
+)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub desired: DesiredArgs,
+    /// Address the API listens on.
+    #[arg(long, default_value = "127.0.0.1:7600", env = "MEDEA_LISTEN")]
+    pub listen: SocketAddr,
+    /// State directory (store, generated TLS files, token). Default: $STATE_DIRECTORY
+    /// (systemd) or ~/.local/state/medea.
+    #[arg(long, env = "MEDEA_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The store directory (default: <state-dir>/store).
+    #[arg(long, env = "MEDEA_STORE")]
+    pub store: Option<PathBuf>,
+    /// Cluster credentials, as <creds-dir>/<cluster>/{talosconfig,kubeconfig}
+    /// (default: <state-dir>/creds).
+    #[arg(long, env = "MEDEA_CREDS_DIR")]
+    pub creds_dir: Option<PathBuf>,
+    /// PEM certificate for the API (default: generate a CA and certificate on first run).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// API bearer token. Prefer --token-file.
+    #[arg(
+        long,
+        env = "MEDEA_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    pub token: Option<String>,
+    /// File holding the API bearer token (default: <state-dir>/token, generated on first run).
+    #[arg(long, env = "MEDEA_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The global executor gate. Without it the server never acts on a cluster.
+    #[arg(long, env = "MEDEA_ROLLOUTS")]
+    pub rollouts: bool,
+    /// allowed_signers file (OpenSSH format) of the people who may approve plans.
+    #[arg(long, env = "MEDEA_ALLOWED_SIGNERS")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Quiet period after a file change before re-reading the desired state.
+    #[arg(long, default_value = "500ms", value_parser = parse_millis)]
+    pub debounce: Duration,
+    /// Serve Prometheus metrics (OpenMetrics) on this address, at /metrics.
+    #[arg(long, env = "MEDEA_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log format: human-readable text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = super::LogFormat::Text, env = "MEDEA_LOG_FORMAT")]
+    pub log_format: super::LogFormat,
+    /// How often the inventory is refreshed from Talos and Kubernetes.
+    #[arg(long, default_value = "60s", value_parser = parse_millis)]
+    pub refresh_interval: Duration,
+}
+
+fn parse_millis(s: &str) -> Result<Duration, String> {
+    if let Some(ms) = s.strip_suffix("ms") {
+        return ms
+            .parse()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("invalid duration `{s}`"));
+    }
+    crate::desired::validate::parse_duration(s)
+}
+
+pub fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("STATE_DIRECTORY") {
+        // systemd may pass several, colon-separated.
+        let first = d
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        return PathBuf::from(first);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/state/medea")
+}
+
+fn load_token(args: &ServeArgs, state_dir: &std::path::Path) -> miette::Result<Secret<String>> {
+    if let Some(t) = &args.token {
+        return Ok(Secret::new(t.clone()));
+    }
+    let path = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| state_dir.join("token"));
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => Ok(Secret::new(t.trim().to_string())),
+        Ok(_) => Err(miette::miette!("token file `{}` is empty", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && args.token_file.is_none() => {
+            let t = crate::server::auth::generate_token();
+            crate::server::secrets::write_private(&path, t.expose().as_bytes()).map_err(|e| {
+                miette::miette!("cannot write the token file `{}`: {e}", path.display())
+            })?;
+            eprintln!("generated an API token in {} (0600)", path.display());
+            Ok(t)
+        }
+        Err(e) => Err(miette::miette!(
+            help = "create it, or omit --token-file to generate one",
+            "cannot read token file `{}`: {e}",
+            path.display()
+        )),
+    }
+}
+
+pub fn serve(args: ServeArgs) -> miette::Result<u8> {
+    let source = args.desired.source(None, None)?;
+    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    crate::server::secrets::private_dir(&state_dir).map_err(|e| {
+        miette::miette!(
+            "cannot create state directory `{}`: {e}",
+            state_dir.display()
+        )
+    })?;
+    let token = load_token(&args, &state_dir)?;
+    let store_path = args
+        .store
+        .clone()
+        .unwrap_or_else(|| state_dir.join("store"));
+    let store = crate::store::fjall::FjallStore::open(&store_path)
+        .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+    let config = ServerConfig {
+        listen: args.listen,
+        source,
+        creds_dir: args
+            .creds_dir
+            .clone()
+            .unwrap_or_else(|| state_dir.join("creds")),
+        state_dir,
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+        token,
+        rollouts: args.rollouts,
+        allowed_signers: args.allowed_signers.clone(),
+        debounce: args.debounce,
+        refresh_interval: args.refresh_interval,
+        replica: hostname(),
+        metrics_listen: args.metrics_listen,
+    };
+    super::init_logging(args.log_format);
+    let rt = tokio::runtime::Runtime::new()
+        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+    rt.block_on(async move {
+        server::run(config, Arc::new(store), None, shutdown_signal())
+            .await
+            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
+    })?;
+    Ok(exit::OK)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "medea".into())
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    #[command(subcommand)]
+    pub what: GetWhat,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GetWhat {
+    /// Clusters: observed and desired Kubernetes versions, gates, health.
+    Clusters {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Node pools: desired and running Talos versions.
+    Nodepools {
+        #[arg(long)]
+        cluster: Option<String>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Machines: running versions, readiness, cordon state.
+    Machines {
+        #[arg(long)]
+        cluster: Option<String>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+}
+
+pub fn get(args: GetArgs) -> miette::Result<u8> {
+    let rt = tokio::runtime::Runtime::new()
+        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+    rt.block_on(async move {
+        let mut c = args.client.connect().await?;
+        let addr = args.client.addr.clone();
+        let text = match args.what {
+            GetWhat::Clusters { output } => {
+                let r = c
+                    .list_clusters(pb::ListClustersRequest {})
+                    .await
+                    .map_err(|s| rpc_error(&addr, s))?
+                    .into_inner();
+                render(
+                    output,
+                    &r.clusters,
+                    &[
+                        "NAME",
+                        "KUBERNETES",
+                        "DESIRED",
+                        "ROLLOUTS",
+                        "MACHINES",
+                        "READY",
+                        "GENERATION",
+                    ],
+                    |x| {
+                        vec![
+                            x.name.clone(),
+                            or_dash(&x.kubernetes_version),
+                            or_dash(&x.desired_kubernetes_version),
+                            if x.rollouts_enabled {
+                                "enabled".into()
+                            } else {
+                                "disabled".into()
+                            },
+                            x.machines.to_string(),
+                            x.machines_ready.to_string(),
+                            if x.observed {
+                                x.generation.to_string()
+                            } else {
+                                "not observed".into()
+                            },
+                        ]
+                    },
+                )
+            }
+            GetWhat::Nodepools { cluster, output } => {
+                let r = c
+                    .list_node_pools(pb::ListNodePoolsRequest {
+                        cluster: cluster.unwrap_or_default(),
+                    })
+                    .await
+                    .map_err(|s| rpc_error(&addr, s))?
+                    .into_inner();
+                render(
+                    output,
+                    &r.pools,
+                    &[
+                        "CLUSTER",
+                        "POOL",
+                        "ROLE",
+                        "MACHINES",
+                        "RUNNING",
+                        "DESIRED",
+                        "MAX-UNAVAILABLE",
+                    ],
+                    |p| {
+                        vec![
+                            p.cluster.clone(),
+                            p.name.clone(),
+                            p.role.clone(),
+                            p.machines.to_string(),
+                            if p.running_talos_versions.is_empty() {
+                                "-".into()
+                            } else {
+                                p.running_talos_versions.join(",")
+                            },
+                            p.desired_talos_version.clone(),
+                            p.max_unavailable.to_string(),
+                        ]
+                    },
+                )
+            }
+            GetWhat::Machines { cluster, output } => {
+                let r = c
+                    .list_machines(pb::ListMachinesRequest {
+                        cluster: cluster.unwrap_or_default(),
+                    })
+                    .await
+                    .map_err(|s| rpc_error(&addr, s))?
+                    .into_inner();
+                render(
+                    output,
+                    &r.machines,
+                    &[
+                        "CLUSTER", "POOL", "NODE", "ROLE", "TALOS", "KUBELET", "READY", "CORDONED",
+                        "ADDRESS",
+                    ],
+                    |m| {
+                        vec![
+                            m.cluster.clone(),
+                            or_dash(&m.pool),
+                            m.node.clone(),
+                            m.role.clone(),
+                            or_dash(&m.talos_version),
+                            or_dash(&m.kubelet_version),
+                            if !m.reachable {
+                                "unreachable".into()
+                            } else {
+                                output::yes_no(m.ready)
+                            },
+                            output::yes_no(m.cordoned),
+                            m.address.clone(),
+                        ]
+                    },
+                )
+            }
+        };
+        print!("{text}");
+        Ok::<_, miette::Report>(())
+    })?;
+    Ok(exit::OK)
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn render<T: serde::Serialize>(
+    format: Format,
+    items: &[T],
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> String {
+    match format {
+        Format::Table => output::table(header, &items.iter().map(row).collect::<Vec<_>>()),
+        Format::Json => output::json(&items),
+        Format::Yaml => output::yaml(&items),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub action: ClusterAction,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Allow approved plans of this cluster to run (the per-cluster gate).
+    EnableRollouts { cluster: String },
+    /// Stop new rollout steps from starting on this cluster.
+    DisableRollouts { cluster: String },
+}
+
+pub fn cluster(args: ClusterArgs) -> miette::Result<u8> {
+    let (cluster, enabled) = match args.action {
+        ClusterAction::EnableRollouts { cluster } => (cluster, true),
+        ClusterAction::DisableRollouts { cluster } => (cluster, false),
+    };
+    let rt = tokio::runtime::Runtime::new()
+        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+    rt.block_on(async move {
+        let mut c = args.client.connect().await?;
+        let r = c
+            .set_rollouts_enabled(pb::SetRolloutsEnabledRequest {
+                cluster: cluster.clone(),
+                enabled,
+            })
+            .await
+            .map_err(|s| rpc_error(&args.client.addr, s))?
+            .into_inner();
+        let state = r.cluster.map(|c| c.rollouts_enabled).unwrap_or(enabled);
+        println!(
+            "cluster {cluster}: rollouts {}",
+            if state { "enabled" } else { "disabled" }
+        );
+        Ok::<_, miette::Report>(())
+    })?;
+    Ok(exit::OK)
+}

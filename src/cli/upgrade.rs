@@ -1,0 +1,150 @@
+//! `medea upgrade`: the talosctl habit, kept GitOps-true — edit the version in the desired-state
+//! YAML in place, then show the plan. Nothing acts without an approval.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::desired::DesiredArgs;
+use super::exit;
+use crate::desired::{self, Source, edit};
+use crate::version::{KubeVersion, TalosVersion};
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  medea upgrade --desired ./clusters --cluster prod --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster prod --pool canary --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster home --k8s v1.35.0"
+)]
+pub struct UpgradeArgs {
+    #[command(flatten)]
+    pub desired: DesiredArgs,
+    #[arg(long)]
+    pub cluster: String,
+    /// Only this pool (default: every pool of the cluster). Only with --talos.
+    #[arg(long, requires = "talos")]
+    pub pool: Option<String>,
+    /// New Talos version for the pool(s).
+    #[arg(long, conflicts_with = "k8s", required_unless_present = "k8s")]
+    pub talos: Option<String>,
+    /// New Kubernetes version for the cluster.
+    #[arg(long)]
+    pub k8s: Option<String>,
+}
+
+/// One edit: file, old value, new value.
+#[derive(Debug)]
+struct Edit {
+    file: String,
+    origin: desired::Origin,
+    old: String,
+    new: String,
+}
+
+pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
+    let source = args.desired.source(None, None)?;
+    let root = match &source {
+        Source::Dir(p) | Source::Git { path: p, .. } => p.clone(),
+    };
+    // Edits go to the files on disk; in git mode read the work tree, then remind to commit.
+    let loaded = super::desired::load(&Source::Dir(root.clone()))?;
+    if loaded.has_errors() {
+        super::report::print_diagnostics(&loaded, &root.display().to_string());
+        return Err(miette::miette!(
+            help = "fix these first: medea upgrade edits only valid desired state",
+            "the desired state in {} is invalid",
+            root.display()
+        ));
+    }
+    let d = &loaded.desired;
+    let cluster = d.clusters.get(&args.cluster).ok_or_else(|| {
+        miette::miette!(
+            help = format!(
+                "clusters: {}",
+                d.clusters.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            "cluster `{}` is not in the desired state",
+            args.cluster
+        )
+    })?;
+    let mut edits = Vec::new();
+    if let Some(v) = &args.k8s {
+        let v = KubeVersion::parse(v).map_err(|e| miette::miette!("{e}"))?;
+        let cur = &cluster.kubernetes_version;
+        if cur.value != v {
+            edits.push(Edit {
+                file: cur.origin.file.clone(),
+                origin: cur.origin.clone(),
+                old: cur.value.to_string(),
+                new: v.to_string(),
+            });
+        }
+    }
+    if let Some(v) = &args.talos {
+        let v = TalosVersion::parse(v).map_err(|e| miette::miette!("{e}"))?;
+        let pools: Vec<_> = match &args.pool {
+            Some(p) => vec![cluster.pools.get(p).ok_or_else(|| {
+                miette::miette!(
+                    help = format!(
+                        "pools of {}: {}",
+                        args.cluster,
+                        cluster.pools.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                    "pool `{p}` is not in cluster `{}`",
+                    args.cluster
+                )
+            })?],
+            None => cluster.pools.values().collect(),
+        };
+        for p in pools {
+            let cur = &p.talos_version;
+            if cur.value != v {
+                edits.push(Edit {
+                    file: cur.origin.file.clone(),
+                    origin: cur.origin.clone(),
+                    old: cur.value.to_string(),
+                    new: v.to_string(),
+                });
+            }
+        }
+    }
+    if edits.is_empty() {
+        println!("nothing to edit: the desired state already says that");
+        return Ok(exit::OK);
+    }
+    // Apply edits file by file, from the end of the file backwards so offsets stay valid.
+    edits.sort_by(|a, b| {
+        a.file
+            .cmp(&b.file)
+            .then(b.origin.offset.cmp(&a.origin.offset))
+    });
+    let mut files: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for e in &edits {
+        let text = files
+            .entry(e.file.clone())
+            .or_insert_with(|| loaded.sources[&e.file].clone());
+        *text = edit::replace_scalar(text, &e.origin, &e.old, &e.new)
+            .map_err(|e| miette::miette!("{e}"))?;
+    }
+    for (file, text) in &files {
+        let path: PathBuf = root.join(file);
+        std::fs::write(&path, text)
+            .map_err(|e| miette::miette!("cannot write {}: {e}", path.display()))?;
+    }
+    for e in edits.iter().rev() {
+        println!(
+            "{}:{}:{}: {} → {}",
+            e.file, e.origin.line, e.origin.column, e.old, e.new
+        );
+    }
+    let after = super::desired::load(&Source::Dir(root.clone()))?;
+    if after.has_errors() {
+        super::report::print_diagnostics(&after, &root.display().to_string());
+        return Ok(exit::ERROR);
+    }
+    if matches!(source, Source::Git { .. }) {
+        println!(
+            "edited the work tree: commit it (`git commit -am \"upgrade {}\"`) — in git mode medea plans from commits only",
+            args.cluster
+        );
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,247 @@
+//! The inventory file: an observed inventory written by hand (or dumped), YAML or JSON, for
+//! `medea plan --observed FILE` rehearsals and for test fixtures. Pure: text in, inventory out.
+//!
+//! ```yaml
+//! clusters:
+//!   - name: home
+//!     kubernetesVersion: v1.34.1
+//!     generation: 4          # default 1
+//!     rolloutsEnabled: false # default false
+//!     machines:
+//!       - node: cp-1
+//!         address: 10.0.1.11
+//!         role: controlplane
+//!         talosVersion: v1.12.4   # absent = unknown (the node did not answer)
+//!         kubeletVersion: v1.34.1
+//!         # id (default: the node name), installerImage, schematic, bootId,
+//!         # ready (default true), cordoned (default false), reachable (default true), labels
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Inventory, Machine, MachineRole, ObservedCluster};
+use crate::version::{KubeVersion, TalosVersion};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryFileError {
+    #[error("inventory file `{file}` is not a valid inventory")]
+    Parse {
+        file: String,
+        #[source]
+        err: Box<serde_saphyr::Error>,
+    },
+    #[error("inventory file `{file}` lists cluster `{cluster}` twice")]
+    DuplicateCluster { file: String, cluster: String },
+    #[error("inventory file `{file}` lists machine `{node}` twice in cluster `{cluster}`")]
+    DuplicateMachine {
+        file: String,
+        cluster: String,
+        node: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InventoryFile {
+    #[serde(default)]
+    pub clusters: Vec<ClusterEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterEntry {
+    pub name: String,
+    #[serde(default)]
+    pub kubernetes_version: Option<KubeVersion>,
+    #[serde(default)]
+    pub rollouts_enabled: bool,
+    #[serde(default = "one")]
+    pub generation: u64,
+    #[serde(default)]
+    pub machines: Vec<MachineEntry>,
+}
+
+fn one() -> u64 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MachineEntry {
+    pub node: String,
+    #[serde(default)]
+    pub id: Option<String>,
+    pub address: String,
+    pub role: MachineRole,
+    #[serde(default)]
+    pub talos_version: Option<TalosVersion>,
+    #[serde(default)]
+    pub installer_image: Option<String>,
+    #[serde(default)]
+    pub schematic: Option<String>,
+    #[serde(default)]
+    pub kubelet_version: Option<KubeVersion>,
+    #[serde(default = "yes")]
+    pub ready: bool,
+    #[serde(default)]
+    pub cordoned: bool,
+    #[serde(default = "yes")]
+    pub reachable: bool,
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Parse an inventory file (YAML; JSON is YAML too). `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
+    let parsed: InventoryFile =
+        serde_saphyr::from_str(text).map_err(|err| InventoryFileError::Parse {
+            file: file.to_string(),
+            err: Box::new(err),
+        })?;
+    let mut clusters = BTreeMap::new();
+    for c in parsed.clusters {
+        let mut machines = BTreeMap::new();
+        for m in c.machines {
+            let node = m.node.clone();
+            let machine = Machine {
+                id: m.id.unwrap_or_else(|| m.node.clone()),
+                node: m.node,
+                address: m.address,
+                role: m.role,
+                talos_version: m.talos_version,
+                installer_image: m.installer_image,
+                schematic: m.schematic,
+                kubelet_version: m.kubelet_version,
+                ready: m.ready,
+                cordoned: m.cordoned,
+                reachable: m.reachable,
+                boot_id: m.boot_id,
+                labels: m.labels,
+            };
+            if machines.insert(node.clone(), machine).is_some() {
+                return Err(InventoryFileError::DuplicateMachine {
+                    file: file.to_string(),
+                    cluster: c.name,
+                    node,
+                });
+            }
+        }
+        let cluster = ObservedCluster {
+            name: c.name.clone(),
+            kubernetes_version: c.kubernetes_version,
+            rollouts_enabled: c.rollouts_enabled,
+            generation: c.generation,
+            machines,
+        };
+        if clusters.insert(c.name.clone(), cluster).is_some() {
+            return Err(InventoryFileError::DuplicateCluster {
+                file: file.to_string(),
+                cluster: c.name,
+            });
+        }
+    }
+    Ok(Inventory { clusters })
+}
+
+/// The file form of an inventory (every field written), for dumps and round trips.
+pub fn to_file(inv: &Inventory) -> InventoryFile {
+    InventoryFile {
+        clusters: inv
+            .clusters
+            .values()
+            .map(|c| ClusterEntry {
+                name: c.name.clone(),
+                kubernetes_version: c.kubernetes_version.clone(),
+                rollouts_enabled: c.rollouts_enabled,
+                generation: c.generation,
+                machines: c
+                    .machines
+                    .values()
+                    .map(|m| MachineEntry {
+                        node: m.node.clone(),
+                        id: Some(m.id.clone()),
+                        address: m.address.clone(),
+                        role: m.role,
+                        talos_version: m.talos_version.clone(),
+                        installer_image: m.installer_image.clone(),
+                        schematic: m.schematic.clone(),
+                        kubelet_version: m.kubelet_version.clone(),
+                        ready: m.ready,
+                        cordoned: m.cordoned,
+                        reachable: m.reachable,
+                        boot_id: m.boot_id.clone(),
+                        labels: m.labels.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "clusters:\n  - name: home\n    kubernetesVersion: v1.34.1\n    generation: 4\n    machines:\n      - { node: cp-1, address: 10.0.1.11, role: controlplane, talosVersion: v1.12.4, kubeletVersion: v1.34.1 }\n      - { node: w-1, address: 10.0.1.21, role: worker, ready: false, labels: { zone: a } }\n";
+
+    #[test]
+    fn parses_with_defaults() {
+        let inv = parse("inv.yaml", TEXT).unwrap();
+        let home = &inv.clusters["home"];
+        assert_eq!(home.generation, 4);
+        assert!(!home.rollouts_enabled);
+        let cp = &home.machines["cp-1"];
+        assert_eq!(cp.id, "cp-1");
+        assert!(cp.ready && cp.reachable && !cp.cordoned);
+        assert_eq!(
+            cp.talos_version,
+            Some(TalosVersion::parse("v1.12.4").unwrap())
+        );
+        let w = &home.machines["w-1"];
+        assert_eq!(w.talos_version, None, "absent = unknown");
+        assert!(!w.ready && w.unavailable());
+        assert_eq!(w.labels["zone"], "a");
+    }
+
+    #[test]
+    fn json_is_accepted_and_round_trips() {
+        let inv = parse("inv.yaml", TEXT).unwrap();
+        let json = serde_json::to_string(&to_file(&inv)).unwrap();
+        assert_eq!(parse("inv.json", &json).unwrap(), inv);
+    }
+
+    #[test]
+    fn refuses_bad_files_with_the_reason() {
+        let e = parse("x.yaml", "clusters:\n  - name: a\n    machines:\n      - { node: n, address: a, role: worker, talosVersion: 1.2.3 }\n")
+            .unwrap_err();
+        assert!(matches!(e, InventoryFileError::Parse { .. }), "{e}");
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(chain.contains("must start with `v`"), "{chain}");
+        let e = parse("x.yaml", "clusters:\n  - name: a\n    bogus: 1\n").unwrap_err();
+        assert!(
+            std::error::Error::source(&e)
+                .unwrap()
+                .to_string()
+                .contains("bogus"),
+            "{e}"
+        );
+        assert!(matches!(
+            parse("x.yaml", "clusters:\n  - name: a\n  - name: a\n"),
+            Err(InventoryFileError::DuplicateCluster { .. })
+        ));
+        assert!(matches!(
+            parse(
+                "x.yaml",
+                "clusters:\n  - name: a\n    machines:\n      - { node: n, address: a, role: worker }\n      - { node: n, address: b, role: worker }\n"
+            ),
+            Err(InventoryFileError::DuplicateMachine { .. })
+        ));
+    }
+}

@@ -1,0 +1,373 @@
+//! The last-applied desired state: per resource, the YAML text and a parsed summary of its
+//! settings as of the last approved plan. Plans diff against it, settings changes compare with
+//! it, and the approval bar in force comes from it.
+//!
+//! Store layout (table `Desired`): `cluster/<name>` and `pool/<cluster>/<pool>`, each an
+//! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`],
+//! inside the transaction that marks a plan approved.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::desired::model::{
+    ApprovalSettings, Cluster, MinorLine, NodePool, Role, RolloutSettings, format_duration,
+};
+use crate::inventory::MachineRole;
+use crate::store::{Record, Table};
+use crate::version::{KubeVersion, TalosVersion};
+
+/// Which resource a record describes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum ResourceKey {
+    Cluster { name: String },
+    Pool { cluster: String, pool: String },
+}
+
+impl ResourceKey {
+    pub fn cluster(name: &str) -> ResourceKey {
+        ResourceKey::Cluster { name: name.into() }
+    }
+    pub fn pool(cluster: &str, pool: &str) -> ResourceKey {
+        ResourceKey::Pool {
+            cluster: cluster.into(),
+            pool: pool.into(),
+        }
+    }
+    /// The store key: `cluster/<name>` or `pool/<cluster>/<pool>`.
+    pub fn store_key(&self) -> String {
+        match self {
+            ResourceKey::Cluster { name } => format!("cluster/{name}"),
+            ResourceKey::Pool { cluster, pool } => format!("pool/{cluster}/{pool}"),
+        }
+    }
+    pub fn cluster_name(&self) -> &str {
+        match self {
+            ResourceKey::Cluster { name } => name,
+            ResourceKey::Pool { cluster, .. } => cluster,
+        }
+    }
+    /// How plans name the resource: `cluster` or `pool <name>`.
+    pub fn label(&self) -> String {
+        match self {
+            ResourceKey::Cluster { .. } => "cluster".into(),
+            ResourceKey::Pool { pool, .. } => format!("pool {pool}"),
+        }
+    }
+}
+
+/// Rollout parameters, durations in seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSummary {
+    pub max_unavailable: u32,
+    pub drain_timeout_secs: u64,
+    pub health_timeout_secs: u64,
+}
+
+impl From<&RolloutSettings> for RolloutSummary {
+    fn from(r: &RolloutSettings) -> Self {
+        RolloutSummary {
+            max_unavailable: r.max_unavailable,
+            drain_timeout_secs: r.drain_timeout.as_secs(),
+            health_timeout_secs: r.health_timeout.as_secs(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowSummary {
+    pub start: String,
+    pub duration_secs: u64,
+    pub time_zone: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportSummary {
+    pub talos: MinorLine,
+    pub min_kubernetes: MinorLine,
+    pub max_kubernetes: MinorLine,
+}
+
+/// A Cluster's settings as applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSettings {
+    /// The target at the time (informational; versions are actions, not settings).
+    pub kubernetes_version: KubeVersion,
+    pub rollout: RolloutSummary,
+    pub approvals_required: u32,
+    pub approvals_control_plane: u32,
+    pub maintenance_windows: Vec<WindowSummary>,
+    pub allow_downgrade: bool,
+    pub talos_releases: Vec<TalosVersion>,
+    pub kubernetes_support: Vec<SupportSummary>,
+}
+
+/// A NodePool's settings as applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSettings {
+    pub role: MachineRole,
+    /// The target at the time (informational; versions are actions, not settings).
+    pub talos_version: TalosVersion,
+    pub installer_image: String,
+    pub machines: Vec<String>,
+    pub selector: BTreeMap<String, String>,
+    pub after: Vec<String>,
+    pub rollout: RolloutSummary,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum Settings {
+    Cluster(ClusterSettings),
+    Pool(PoolSettings),
+}
+
+/// One resource as last applied (or as a plan will apply it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedResource {
+    pub key: ResourceKey,
+    /// File of the document, relative to the desired root.
+    pub file: String,
+    /// The YAML document as written.
+    pub document: String,
+    pub settings: Settings,
+}
+
+impl Record for AppliedResource {
+    const TABLE: Table = Table::Desired;
+    const KIND: &'static str = "applied-resource";
+    const SCHEMA: u32 = 1;
+}
+
+pub fn role_of(r: Role) -> MachineRole {
+    match r {
+        Role::Controlplane => MachineRole::Controlplane,
+        Role::Worker => MachineRole::Worker,
+    }
+}
+
+impl ClusterSettings {
+    pub fn of(c: &Cluster) -> ClusterSettings {
+        ClusterSettings {
+            kubernetes_version: c.kubernetes_version.value.clone(),
+            rollout: (&c.rollout).into(),
+            approvals_required: c.approvals.required,
+            approvals_control_plane: c.approvals.control_plane,
+            maintenance_windows: c
+                .windows
+                .iter()
+                .map(|w| WindowSummary {
+                    start: w.start().to_string(),
+                    duration_secs: w.duration().as_secs(),
+                    time_zone: w.time_zone().to_string(),
+                })
+                .collect(),
+            allow_downgrade: c.upgrade_policy.allow_downgrade,
+            talos_releases: c.upgrade_policy.talos_releases.clone(),
+            kubernetes_support: c
+                .upgrade_policy
+                .kubernetes_support
+                .iter()
+                .map(|s| SupportSummary {
+                    talos: s.talos,
+                    min_kubernetes: s.min_kubernetes,
+                    max_kubernetes: s.max_kubernetes,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn approvals(&self) -> ApprovalSettings {
+        ApprovalSettings {
+            required: self.approvals_required,
+            control_plane: self.approvals_control_plane,
+        }
+    }
+
+    /// The inert fields, in display order: `(dotted YAML path, value as text)`.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        let mut out = rollout_fields(&self.rollout);
+        out.push(("approvals.required", self.approvals_required.to_string()));
+        out.push((
+            "approvals.controlPlane",
+            self.approvals_control_plane.to_string(),
+        ));
+        out.push((
+            "maintenanceWindows",
+            list(self.maintenance_windows.iter().map(|w| {
+                format!(
+                    "{} for {} ({})",
+                    w.start,
+                    format_duration(std::time::Duration::from_secs(w.duration_secs)),
+                    w.time_zone
+                )
+            })),
+        ));
+        out.push((
+            "upgradePolicy.allowDowngrade",
+            self.allow_downgrade.to_string(),
+        ));
+        out.push((
+            "upgradePolicy.talosReleases",
+            list(self.talos_releases.iter().map(|r| r.to_string())),
+        ));
+        out.push((
+            "upgradePolicy.kubernetesSupport",
+            list(self.kubernetes_support.iter().map(|s| {
+                format!(
+                    "Talos v{}.{}: v{}.{}-v{}.{}",
+                    s.talos.0,
+                    s.talos.1,
+                    s.min_kubernetes.0,
+                    s.min_kubernetes.1,
+                    s.max_kubernetes.0,
+                    s.max_kubernetes.1
+                )
+            })),
+        ));
+        out
+    }
+}
+
+impl PoolSettings {
+    pub fn of(p: &NodePool) -> PoolSettings {
+        PoolSettings {
+            role: role_of(p.role),
+            talos_version: p.talos_version.value.clone(),
+            installer_image: p.installer_image.value.to_string(),
+            machines: p.machines.iter().map(|m| m.value.clone()).collect(),
+            selector: p.selector.clone(),
+            after: p.after.iter().map(|a| a.value.clone()).collect(),
+            rollout: (&p.rollout).into(),
+        }
+    }
+
+    /// The inert fields, in display order: `(dotted YAML path, value as text)`.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (
+                "role",
+                match self.role {
+                    MachineRole::Controlplane => "controlplane".to_string(),
+                    MachineRole::Worker => "worker".to_string(),
+                },
+            ),
+            ("machines", list(self.machines.iter().cloned())),
+            (
+                "selector.matchLabels",
+                list(self.selector.iter().map(|(k, v)| format!("{k}={v}"))),
+            ),
+            ("after", list(self.after.iter().cloned())),
+        ];
+        out.extend(rollout_fields(&self.rollout));
+        out
+    }
+}
+
+fn rollout_fields(r: &RolloutSummary) -> Vec<(&'static str, String)> {
+    use std::time::Duration;
+    vec![
+        ("rollout.maxUnavailable", r.max_unavailable.to_string()),
+        (
+            "rollout.drainTimeout",
+            format_duration(Duration::from_secs(r.drain_timeout_secs)),
+        ),
+        (
+            "rollout.healthTimeout",
+            format_duration(Duration::from_secs(r.health_timeout_secs)),
+        ),
+    ]
+}
+
+fn list(items: impl Iterator<Item = String>) -> String {
+    let v: Vec<String> = items.collect();
+    if v.is_empty() {
+        "[]".into()
+    } else {
+        format!("[{}]", v.join(", "))
+    }
+}
+
+impl AppliedResource {
+    pub fn of_cluster(c: &Cluster) -> AppliedResource {
+        AppliedResource {
+            key: ResourceKey::cluster(&c.name.value),
+            file: c.name.origin.file.clone(),
+            document: c.document.clone(),
+            settings: Settings::Cluster(ClusterSettings::of(c)),
+        }
+    }
+    pub fn of_pool(p: &NodePool) -> AppliedResource {
+        AppliedResource {
+            key: ResourceKey::pool(&p.cluster.value, &p.name.value),
+            file: p.name.origin.file.clone(),
+            document: p.document.clone(),
+            settings: Settings::Pool(PoolSettings::of(p)),
+        }
+    }
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        match &self.settings {
+            Settings::Cluster(c) => c.fields(),
+            Settings::Pool(p) => p.fields(),
+        }
+    }
+}
+
+/// Every resource as last applied, by store key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastApplied {
+    pub resources: BTreeMap<String, AppliedResource>,
+}
+
+impl LastApplied {
+    pub fn from_resources(rs: impl IntoIterator<Item = AppliedResource>) -> LastApplied {
+        LastApplied {
+            resources: rs.into_iter().map(|r| (r.key.store_key(), r)).collect(),
+        }
+    }
+    pub fn get(&self, key: &ResourceKey) -> Option<&AppliedResource> {
+        self.resources.get(&key.store_key())
+    }
+    pub fn cluster_settings(&self, name: &str) -> Option<&ClusterSettings> {
+        match &self.get(&ResourceKey::cluster(name))?.settings {
+            Settings::Cluster(c) => Some(c),
+            Settings::Pool(_) => None,
+        }
+    }
+    /// The approval bar in force for a cluster: the applied one, or the defaults.
+    pub fn approvals_in_force(&self, cluster: &str) -> ApprovalSettings {
+        self.cluster_settings(cluster)
+            .map(ClusterSettings::approvals)
+            .unwrap_or_default()
+    }
+    /// Cluster names with any applied resource.
+    pub fn cluster_names(&self) -> std::collections::BTreeSet<String> {
+        self.resources
+            .values()
+            .map(|r| r.key.cluster_name().to_string())
+            .collect()
+    }
+    /// sha256 (hex) over the canonical JSON of every record: part of a plan's basis.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(b"medea-applied-v1\0");
+        h.update(serde_json::to_vec(&self.resources).expect("applied records serialize"));
+        hex::encode(h.finalize())
+    }
+    pub fn load(store: &dyn crate::store::Store) -> Result<LastApplied, crate::store::StoreError> {
+        use crate::store::StoreExt;
+        let mut rs = store.scan_records::<AppliedResource>("cluster/")?;
+        rs.extend(store.scan_records::<AppliedResource>("pool/")?);
+        Ok(LastApplied {
+            resources: rs.into_iter().collect(),
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! The compatibility catalog: which Talos releases exist, and which Kubernetes versions each
+//! Talos minor supports. Built in and versioned ([`CATALOG_VERSION`]); a cluster's
+//! `upgradePolicy` can add releases and override support windows.
+//!
+//! Sources (checked 2026-08-21, the date of the reference snapshot of siderolabs/talos):
+//!
+//! - **Support windows** come from `pkg/machinery/compatibility/talos1XX/talos1XX.go` in
+//!   siderolabs/talos (`MinimumKubernetesVersion` / `MaximumKubernetesVersion`), which
+//!   `talosctl upgrade-k8s` enforces through `KubernetesVersion.SupportedWith`:
+//!   1.10: 1.28.0–1.33.99, 1.11: 1.29.0–1.34.99, 1.12: 1.30.0–1.35.99, 1.13: 1.31.0–1.36.99,
+//!   1.14: 1.32.0–1.37.99 (main branch, Talos 1.14 not yet released).
+//! - **Latest patches** come from the release announcements and release PRs of siderolabs/talos:
+//!   v1.10.9 (release PR #12479, 2025-12-23), v1.11.6 (release PR #12428, 2025-12-16),
+//!   v1.12.11 (release PR #13957, 2026-08-05), v1.13.9 (discussion #14072, 2026-08-19),
+//!   v1.14.0-rc.1 (tag, 2026-08-14; a pre-release, so never a stop on a path).
+//!
+//! medea's path rule is stricter than Talos' own (`MinimumHostUpgradeVersion` lets Talos 1.13
+//! install over 1.11): one minor per hop, through the newest stable patch of each minor.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::desired::model::{MinorLine, UpgradePolicy};
+use crate::version::{KubeVersion, TalosVersion};
+
+/// Version of the built-in tables; part of every plan id, so a medea with newer tables never
+/// approves a plan computed with older ones.
+pub const CATALOG_VERSION: &str = "2026-08-21.1";
+
+/// Kubernetes minors a Talos minor supports (both ends inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub min: MinorLine,
+    pub max: MinorLine,
+}
+
+impl Window {
+    pub fn contains(&self, k: &KubeVersion) -> bool {
+        let line = k.minor_line();
+        self.min <= line && line <= self.max
+    }
+}
+
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Kubernetes {}.{} to {}.{}",
+            self.min.0, self.min.1, self.max.0, self.max.1
+        )
+    }
+}
+
+/// (Talos minor, oldest and newest supported Kubernetes minor.)
+const SUPPORT: &[(MinorLine, MinorLine, MinorLine)] = &[
+    ((1, 10), (1, 28), (1, 33)),
+    ((1, 11), (1, 29), (1, 34)),
+    ((1, 12), (1, 30), (1, 35)),
+    ((1, 13), (1, 31), (1, 36)),
+    ((1, 14), (1, 32), (1, 37)),
+];
+
+/// The newest known release of each minor (pre-releases included; they are never stops).
+const RELEASES: &[&str] = &["v1.10.9", "v1.11.6", "v1.12.11", "v1.13.9", "v1.14.0-rc.1"];
+
+/// Why no upgrade path exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathError {
+    /// The target is older than the running version and downgrades are not allowed.
+    Downgrade,
+    /// The path crosses a major version; the catalog only orders minors of one major.
+    Major,
+    /// An intermediate minor has no known stable release to stop at.
+    NoRelease { minor: MinorLine },
+}
+
+/// A catalog: the built-in tables plus a cluster's overrides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Catalog {
+    releases: BTreeMap<MinorLine, BTreeSet<TalosVersion>>,
+    support: BTreeMap<MinorLine, Window>,
+    overridden: bool,
+}
+
+impl Catalog {
+    pub fn builtin() -> Catalog {
+        let mut releases: BTreeMap<MinorLine, BTreeSet<TalosVersion>> = BTreeMap::new();
+        for r in RELEASES {
+            let v = TalosVersion::parse(r).expect("built-in releases parse");
+            releases.entry(v.minor_line()).or_default().insert(v);
+        }
+        let support = SUPPORT
+            .iter()
+            .map(|(t, min, max)| {
+                (
+                    *t,
+                    Window {
+                        min: *min,
+                        max: *max,
+                    },
+                )
+            })
+            .collect();
+        Catalog {
+            releases,
+            support,
+            overridden: false,
+        }
+    }
+
+    /// The built-in catalog with a cluster's `upgradePolicy` additions applied.
+    pub fn for_policy(policy: &UpgradePolicy) -> Catalog {
+        let mut c = Catalog::builtin();
+        for r in &policy.talos_releases {
+            c.releases
+                .entry(r.minor_line())
+                .or_default()
+                .insert(r.clone());
+            c.overridden = true;
+        }
+        for w in &policy.kubernetes_support {
+            c.support.insert(
+                w.talos,
+                Window {
+                    min: w.min_kubernetes,
+                    max: w.max_kubernetes,
+                },
+            );
+            c.overridden = true;
+        }
+        c
+    }
+
+    /// `2026-08-21.1`, or `2026-08-21.1+overrides` when the desired state changed the tables.
+    pub fn version(&self) -> String {
+        if self.overridden {
+            format!("{CATALOG_VERSION}+overrides")
+        } else {
+            CATALOG_VERSION.to_string()
+        }
+    }
+
+    /// The newest stable (non-pre-release) known release of a minor.
+    pub fn latest_stable(&self, minor: MinorLine) -> Option<&TalosVersion> {
+        self.releases
+            .get(&minor)?
+            .iter()
+            .rev()
+            .find(|v| v.semver().pre().is_none())
+    }
+
+    pub fn window(&self, talos: MinorLine) -> Option<Window> {
+        self.support.get(&talos).copied()
+    }
+
+    /// The hops from `from` to `to`: one minor at a time, stopping at the newest stable patch
+    /// of every minor strictly between them; the last hop is `to` itself (which may be a
+    /// pre-release, when that is what the desired state asks for). Empty when `from == to`.
+    pub fn talos_path(
+        &self,
+        from: &TalosVersion,
+        to: &TalosVersion,
+        allow_downgrade: bool,
+    ) -> Result<Vec<TalosVersion>, PathError> {
+        if from == to {
+            return Ok(Vec::new());
+        }
+        if to < from && !allow_downgrade {
+            return Err(PathError::Downgrade);
+        }
+        if from.major() != to.major() {
+            return Err(PathError::Major);
+        }
+        let (a, b) = (from.minor(), to.minor());
+        let between: Vec<u64> = if a < b {
+            (a + 1..b).collect()
+        } else {
+            (b + 1..a).rev().collect()
+        };
+        let mut path = Vec::with_capacity(between.len() + 1);
+        for m in between {
+            let minor = (to.major(), m);
+            match self.latest_stable(minor) {
+                Some(v) => path.push(v.clone()),
+                None => return Err(PathError::NoRelease { minor }),
+            }
+        }
+        path.push(to.clone());
+        Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::model::SupportOverride;
+
+    fn t(s: &str) -> TalosVersion {
+        TalosVersion::parse(s).unwrap()
+    }
+    fn k(s: &str) -> KubeVersion {
+        KubeVersion::parse(s).unwrap()
+    }
+
+    #[test]
+    fn two_minors_are_two_hops_through_the_latest_patch() {
+        let c = Catalog::builtin();
+        assert_eq!(
+            c.talos_path(&t("v1.11.5"), &t("v1.13.9"), false).unwrap(),
+            [t("v1.12.11"), t("v1.13.9")]
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.10.2"), &t("v1.13.9"), false).unwrap(),
+            [t("v1.11.6"), t("v1.12.11"), t("v1.13.9")]
+        );
+        // Within a minor, or to the next one: a single hop, even from an old patch.
+        assert_eq!(
+            c.talos_path(&t("v1.12.3"), &t("v1.13.9"), false).unwrap(),
+            [t("v1.13.9")]
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.13.2"), &t("v1.13.9"), false).unwrap(),
+            [t("v1.13.9")]
+        );
+        assert!(
+            c.talos_path(&t("v1.13.9"), &t("v1.13.9"), false)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn prereleases_are_never_stops_but_may_be_targets() {
+        let c = Catalog::builtin();
+        assert_eq!(c.latest_stable((1, 14)), None);
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v1.14.0-rc.1"), false)
+                .unwrap(),
+            [t("v1.14.0-rc.1")]
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v1.15.0"), false),
+            Err(PathError::NoRelease { minor: (1, 14) })
+        );
+    }
+
+    #[test]
+    fn downgrades_and_majors() {
+        let c = Catalog::builtin();
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v1.12.4"), false),
+            Err(PathError::Downgrade)
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v1.11.2"), true).unwrap(),
+            [t("v1.12.11"), t("v1.11.2")]
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v2.0.0"), false),
+            Err(PathError::Major)
+        );
+    }
+
+    #[test]
+    fn support_windows_match_the_talos_tables() {
+        let c = Catalog::builtin();
+        let cases = [
+            ((1, 10), "v1.28.0", "v1.33.12", "v1.27.9", "v1.34.0"),
+            ((1, 11), "v1.29.0", "v1.34.5", "v1.28.3", "v1.35.0"),
+            ((1, 12), "v1.30.0", "v1.35.9", "v1.29.1", "v1.36.0"),
+            ((1, 13), "v1.31.0", "v1.36.3", "v1.30.4", "v1.37.0"),
+            ((1, 14), "v1.32.0", "v1.37.1", "v1.31.0", "v1.38.0"),
+        ];
+        for (minor, lo, hi, below, above) in cases {
+            let w = c.window(minor).unwrap();
+            assert!(w.contains(&k(lo)) && w.contains(&k(hi)), "{minor:?}");
+            assert!(
+                !w.contains(&k(below)) && !w.contains(&k(above)),
+                "{minor:?}"
+            );
+        }
+        assert_eq!(c.window((1, 15)), None);
+        assert_eq!(c.window((1, 9)), None);
+    }
+
+    #[test]
+    fn policy_adds_releases_and_overrides_windows() {
+        let policy = UpgradePolicy {
+            allow_downgrade: false,
+            talos_releases: vec![t("v1.14.1"), t("v1.12.12")],
+            kubernetes_support: vec![SupportOverride {
+                talos: (1, 15),
+                min_kubernetes: (1, 33),
+                max_kubernetes: (1, 38),
+            }],
+        };
+        let c = Catalog::for_policy(&policy);
+        assert_eq!(c.latest_stable((1, 12)), Some(&t("v1.12.12")));
+        assert_eq!(c.latest_stable((1, 14)), Some(&t("v1.14.1")));
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v1.15.0"), false).unwrap(),
+            [t("v1.14.1"), t("v1.15.0")]
+        );
+        assert!(c.window((1, 15)).unwrap().contains(&k("v1.38.2")));
+        assert_eq!(c.version(), format!("{CATALOG_VERSION}+overrides"));
+        assert_eq!(Catalog::builtin().version(), CATALOG_VERSION);
+    }
+}

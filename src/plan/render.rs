@@ -1,0 +1,381 @@
+//! Rendering plans: terraform-like text for people, a stable JSON form for programs.
+//!
+//! Pure functions of the plan: the same plan renders to the same bytes. Colour is an argument
+//! (the CLI turns it off for `NO_COLOR` and when stdout is not a terminal).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::compute::RESOURCE_FIELD;
+use super::model::*;
+use crate::desired::model::format_duration;
+use crate::version::TalosVersion;
+
+/// The namespace approval signatures use (`ssh-keygen -Y sign -n`).
+pub const APPROVAL_NAMESPACE: &str = "medea-approve";
+
+/// Version of the `-o json` document (`"format"` field).
+pub const JSON_FORMAT: &str = "medea.plan/v1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// ANSI colours.
+    pub color: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Paint {
+    Add,
+    Change,
+    Remove,
+    Dim,
+    Bold,
+    Hunk,
+}
+
+fn paint(o: Options, p: Paint, text: &str) -> String {
+    if !o.color {
+        return text.to_string();
+    }
+    let code = match p {
+        Paint::Add => "32",
+        Paint::Change => "33",
+        Paint::Remove => "31",
+        Paint::Dim => "2",
+        Paint::Bold => "1",
+        Paint::Hunk => "36",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+/// Counts for the closing summary line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Steps: one per Talos hop of a pool, one per Kubernetes rollout.
+    pub rollouts: usize,
+    /// Distinct machines any step touches.
+    pub machines: usize,
+    pub settings_changes: usize,
+}
+
+pub fn summary(plan: &Plan) -> Summary {
+    Summary {
+        rollouts: plan.clusters.iter().map(|c| c.steps.len()).sum(),
+        machines: plan.machines_touched(),
+        settings_changes: plan.clusters.iter().map(|c| c.settings.len()).sum(),
+    }
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The closing line: `Plan 1a2b3c4d5e6f: 2 rollouts (7 machines), 1 settings change. Approve
+/// with: medea approve 1a2b3c4d5e6f`.
+pub fn summary_line(plan: &Plan) -> String {
+    let s = summary(plan);
+    let short = plan.id.short();
+    if !plan.has_changes() {
+        return format!("Plan {short}: no changes. The observed clusters match the desired state.");
+    }
+    let mut parts = Vec::new();
+    if s.rollouts > 0 {
+        parts.push(format!(
+            "{} ({})",
+            plural(s.rollouts, "rollout", "rollouts"),
+            plural(s.machines, "machine", "machines")
+        ));
+    }
+    if s.settings_changes > 0 {
+        parts.push(plural(
+            s.settings_changes,
+            "settings change",
+            "settings changes",
+        ));
+    }
+    format!(
+        "Plan {short}: {}. Approve with: medea approve {short}",
+        parts.join(", ")
+    )
+}
+
+/// The shell command that signs a plan without the API.
+pub fn sign_command(plan: &Plan) -> String {
+    format!(
+        "echo {} | ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n {APPROVAL_NAMESPACE} > approvals/{}-<you>.sig",
+        plan.id.to_hex(),
+        plan.id.short()
+    )
+}
+
+fn waves_text(waves: &[Vec<MachineTarget>]) -> String {
+    let sizes: Vec<usize> = waves.iter().map(Vec::len).collect();
+    let n = sizes.len();
+    match sizes.first() {
+        Some(first) if sizes.iter().all(|s| s == first) => {
+            format!("{} of {first}", plural(n, "wave", "waves"))
+        }
+        _ => format!(
+            "{} ({})",
+            plural(n, "wave", "waves"),
+            sizes
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn versions_text(vs: impl IntoIterator<Item = TalosVersion>) -> String {
+    let set: std::collections::BTreeSet<TalosVersion> = vs.into_iter().collect();
+    set.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn machine_count(t: &TalosRollout) -> usize {
+    t.waves.iter().map(Vec::len).sum()
+}
+
+fn render_waves(out: &mut String, t: &TalosRollout, indent: &str) {
+    for (i, w) in t.waves.iter().enumerate() {
+        let nodes: Vec<&str> = w.iter().map(|m| m.node.as_str()).collect();
+        let _ = writeln!(out, "{indent}wave {}: {}", i + 1, nodes.join(", "));
+    }
+}
+
+/// The plan as text, byte-identical for the same plan.
+pub fn text(plan: &Plan, o: Options) -> String {
+    let mut out = String::new();
+    let observed: Vec<String> = plan
+        .basis
+        .observed
+        .iter()
+        .map(|(c, g)| format!("{c} generation {g}"))
+        .collect();
+    let _ = writeln!(out, "Desired:  {}", plan.basis.desired);
+    let _ = writeln!(
+        out,
+        "Observed: {}",
+        if observed.is_empty() {
+            "nothing yet".to_string()
+        } else {
+            observed.join(", ")
+        }
+    );
+    let _ = writeln!(out, "Catalog:  {}", plan.catalog);
+    if let Some(p) = &plan.parent {
+        let _ = writeln!(out, "Replaces: plan {}", p.short());
+    }
+    for c in &plan.clusters {
+        out.push('\n');
+        render_cluster(&mut out, c, o);
+    }
+    out.push('\n');
+    let _ = writeln!(out, "{}", paint(o, Paint::Bold, &summary_line(plan)));
+    if plan.has_changes() {
+        let _ = writeln!(
+            out,
+            "It needs {} from distinct signers. The full id, which approvals sign:",
+            plural(plan.approvals_required as usize, "approval", "approvals")
+        );
+        let _ = writeln!(out, "  {}", plan.id.to_hex());
+        let _ = writeln!(out, "To sign without the API:");
+        let _ = writeln!(out, "  {}", sign_command(plan));
+    }
+    out
+}
+
+fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
+    let title = match c.status {
+        ClusterStatus::Planned => format!("cluster {}", c.cluster),
+        ClusterStatus::NotObserved => format!("cluster {} (not observed)", c.cluster),
+        ClusterStatus::Removed => format!("cluster {} (removed)", c.cluster),
+    };
+    let _ = writeln!(out, "{}", paint(o, Paint::Bold, &title));
+
+    // First version each node runs, per pool, for the pool summary line.
+    let mut first_from: BTreeMap<&str, BTreeMap<&str, TalosVersion>> = BTreeMap::new();
+    for s in &c.steps {
+        if let Step::Talos(t) = s {
+            let e = first_from.entry(t.pool.as_str()).or_default();
+            for m in t.waves.iter().flatten() {
+                e.entry(m.node.as_str()).or_insert_with(|| m.from.clone());
+            }
+        }
+    }
+    let mut open_pool: Option<&str> = None;
+    for s in &c.steps {
+        match s {
+            Step::Talos(t) if t.hops == 1 => {
+                open_pool = None;
+                let line = format!(
+                    "~ pool {}: talos {} → {} ({}, {})",
+                    t.pool,
+                    versions_text(t.waves.iter().flatten().map(|m| m.from.clone())),
+                    t.to,
+                    plural(machine_count(t), "machine", "machines"),
+                    waves_text(&t.waves)
+                );
+                let _ = writeln!(out, "  {}", paint(o, Paint::Change, &line));
+                let _ = writeln!(out, "      image {}", t.image);
+                render_waves(out, t, "      ");
+            }
+            Step::Talos(t) => {
+                if open_pool != Some(t.pool.as_str()) {
+                    let froms = &first_from[t.pool.as_str()];
+                    let line = if t.hop == 1 {
+                        format!(
+                            "~ pool {}: talos {} → {} ({}, {})",
+                            t.pool,
+                            versions_text(froms.values().cloned()),
+                            final_target(c, &t.pool).unwrap_or_else(|| t.to.clone()),
+                            plural(froms.len(), "machine", "machines"),
+                            plural(t.hops as usize, "hop", "hops")
+                        )
+                    } else {
+                        format!("~ pool {} (continued):", t.pool)
+                    };
+                    let _ = writeln!(out, "  {}", paint(o, Paint::Change, &line));
+                    open_pool = Some(t.pool.as_str());
+                }
+                let _ = writeln!(
+                    out,
+                    "      hop {}/{}: {} → {} ({}, {})",
+                    t.hop,
+                    t.hops,
+                    versions_text(t.waves.iter().flatten().map(|m| m.from.clone())),
+                    t.to,
+                    plural(machine_count(t), "machine", "machines"),
+                    waves_text(&t.waves)
+                );
+                let _ = writeln!(out, "        image {}", t.image);
+                render_waves(out, t, "        ");
+            }
+            Step::Kubernetes(k) => {
+                open_pool = None;
+                let line = format!(
+                    "~ kubernetes: {} → {} ({} one at a time, then the kubelets of {})",
+                    k.from,
+                    k.to,
+                    plural(
+                        k.control_plane.len(),
+                        "control-plane node",
+                        "control-plane nodes"
+                    ),
+                    plural(k.workers.len(), "worker", "workers")
+                );
+                let _ = writeln!(out, "  {}", paint(o, Paint::Change, &line));
+                let _ = writeln!(
+                    out,
+                    "      health timeout {}",
+                    format_duration(k.health_timeout)
+                );
+            }
+        }
+    }
+    if !c.settings.is_empty() {
+        let _ = writeln!(
+            out,
+            "  settings (written to the store on approval; they act on nothing):"
+        );
+        for s in &c.settings {
+            let (p, line) = if s.field == RESOURCE_FIELD && s.to == "created" {
+                (
+                    Paint::Add,
+                    format!("+ {}: new resource, its settings take effect", s.resource),
+                )
+            } else if s.field == RESOURCE_FIELD {
+                (
+                    Paint::Remove,
+                    format!("- {}: removed, medea stops managing it", s.resource),
+                )
+            } else {
+                (
+                    Paint::Change,
+                    format!("~ {} {}: {} → {}", s.resource, s.field, s.from, s.to),
+                )
+            };
+            let _ = writeln!(out, "    {}", paint(o, p, &line));
+        }
+    }
+    if !c.unchanged.is_empty() && c.status == ClusterStatus::Planned {
+        let pools: Vec<String> = c.unchanged.iter().map(|p| format!("pool {p}")).collect();
+        let _ = writeln!(out, "  = unchanged: {}", pools.join(", "));
+    }
+    if c.status == ClusterStatus::Planned && !c.has_changes() {
+        let _ = writeln!(out, "  = no changes");
+    }
+    for n in &c.notes {
+        let _ = writeln!(out, "  {}", paint(o, Paint::Dim, &format!("note: {n}")));
+    }
+    for d in &c.diffs {
+        let _ = writeln!(out, "  diff of {} ({}):", d.resource, d.file);
+        for line in d.diff.lines() {
+            let p = if line.starts_with("+++") || line.starts_with("---") {
+                Paint::Bold
+            } else if line.starts_with('+') {
+                Paint::Add
+            } else if line.starts_with('-') {
+                Paint::Remove
+            } else if line.starts_with("@@") {
+                Paint::Hunk
+            } else {
+                Paint::Dim
+            };
+            let _ = writeln!(out, "    {}", paint(o, p, line).trim_end());
+        }
+    }
+}
+
+fn final_target(c: &ClusterPlan, pool: &str) -> Option<TalosVersion> {
+    c.steps.iter().rev().find_map(|s| match s {
+        Step::Talos(t) if t.pool == pool => Some(t.to.clone()),
+        _ => None,
+    })
+}
+
+/// The `-o json` document (see `design/plan.md` for the schema).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonPlan<'a> {
+    format: &'static str,
+    id: String,
+    short_id: String,
+    parent: Option<String>,
+    basis: &'a Basis,
+    catalog: &'a str,
+    approvals_required: u32,
+    has_changes: bool,
+    summary: Summary,
+    clusters: &'a [ClusterPlan],
+    approve_command: Option<String>,
+    sign_command: Option<String>,
+}
+
+/// The plan as pretty JSON with a trailing newline, stable across runs.
+pub fn json(plan: &Plan) -> String {
+    let changes = plan.has_changes();
+    let doc = JsonPlan {
+        format: JSON_FORMAT,
+        id: plan.id.to_hex(),
+        short_id: plan.id.short(),
+        parent: plan.parent.map(|p| p.to_hex()),
+        basis: &plan.basis,
+        catalog: &plan.catalog,
+        approvals_required: plan.approvals_required,
+        has_changes: changes,
+        summary: summary(plan),
+        clusters: &plan.clusters,
+        approve_command: changes.then(|| format!("medea approve {}", plan.id.short())),
+        sign_command: changes.then(|| sign_command(plan)),
+    };
+    let mut s = serde_json::to_string_pretty(&doc).expect("plans serialize");
+    s.push('\n');
+    s
+}

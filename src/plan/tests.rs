@@ -1,0 +1,1163 @@
+//! Planner tests: hop expansion, every refusal rule with its message, waves, ordering,
+//! settings, approvals, staleness, and properties (determinism, wave invariants).
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::applied::{AppliedResource, LastApplied, ResourceKey};
+use super::compute::{RESOURCE_FIELD, codes, pool_order};
+use super::model::*;
+use super::render;
+use super::stored::approval_writes;
+use super::{basis_of, compute};
+use crate::desired::source::{Snapshot, SourceFile};
+use crate::desired::{Desired, Diagnostic, parse_snapshot};
+use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
+use crate::store::Op;
+use crate::version::{KubeVersion, TalosVersion};
+
+const FACTORY: &str = "factory.talos.dev/installer";
+const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+const EMPTY: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+
+fn t(s: &str) -> TalosVersion {
+    TalosVersion::parse(s).unwrap()
+}
+fn k(s: &str) -> KubeVersion {
+    KubeVersion::parse(s).unwrap()
+}
+
+fn load(files: &[(&str, String)]) -> Desired {
+    let snap = Snapshot {
+        files: files
+            .iter()
+            .map(|(p, text)| SourceFile {
+                path: p.to_string(),
+                bytes: text.as_bytes().to_vec(),
+            })
+            .collect(),
+        markers: Vec::new(),
+        commit: None,
+    };
+    let loaded = parse_snapshot(snap);
+    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+    loaded.desired
+}
+
+fn cluster_doc(name: &str, kube: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: {kube}\n{extra}"
+    )
+}
+
+fn pool_doc(name: &str, role: &str, machines: &str, talos: &str, extra: &str) -> String {
+    format!(
+        "---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: c1\n  role: {role}\n  machines: [{machines}]\n  talos:\n    version: {talos}\n{extra}"
+    )
+}
+
+/// One cluster `c1`: a cluster document plus pool documents in `pools.yaml`.
+fn one(kube: &str, cluster_extra: &str, pools: &[String]) -> Desired {
+    load(&[
+        ("c1.yaml", cluster_doc("c1", kube, cluster_extra)),
+        ("pools.yaml", pools.concat()),
+    ])
+}
+
+fn machine(node: &str, role: MachineRole, talos: &str, kubelet: &str) -> Machine {
+    Machine {
+        node: node.into(),
+        id: format!("id-{node}"),
+        address: format!("10.0.0.{}", node.len()),
+        role,
+        talos_version: Some(t(talos)),
+        installer_image: Some(format!("ghcr.io/siderolabs/installer:{talos}")),
+        schematic: None,
+        kubelet_version: Some(k(kubelet)),
+        ready: true,
+        cordoned: false,
+        reachable: true,
+        boot_id: None,
+        labels: BTreeMap::new(),
+    }
+}
+
+/// A control-plane machine; its kubelet runs the cluster's Kubernetes (see [`observed`]).
+fn cp(node: &str, talos: &str) -> Machine {
+    Machine {
+        kubelet_version: None,
+        ..machine(node, MachineRole::Controlplane, talos, "v1.34.1")
+    }
+}
+fn w(node: &str, talos: &str) -> Machine {
+    Machine {
+        kubelet_version: None,
+        ..machine(node, MachineRole::Worker, talos, "v1.34.1")
+    }
+}
+
+/// Cluster `c1` running `kube`; machines without a kubelet version get `kube`.
+fn observed(kube: &str, gen_: u64, machines: Vec<Machine>) -> Inventory {
+    let mut c = ObservedCluster::new("c1");
+    c.kubernetes_version = Some(k(kube));
+    c.generation = gen_;
+    c.machines = machines
+        .into_iter()
+        .map(|mut m| {
+            m.kubelet_version.get_or_insert_with(|| k(kube));
+            (m.node.clone(), m)
+        })
+        .collect();
+    Inventory {
+        clusters: [("c1".to_string(), c)].into(),
+    }
+}
+
+fn plan_ok(d: &Desired, i: &Inventory) -> Plan {
+    compute(d, i, &LastApplied::default(), None).unwrap_or_else(|e| panic!("{e:#?}"))
+}
+
+fn plan_err(d: &Desired, i: &Inventory) -> Vec<Diagnostic> {
+    match compute(d, i, &LastApplied::default(), None) {
+        Ok(p) => panic!(
+            "expected errors, got a plan:\n{}",
+            render::text(&p, Default::default())
+        ),
+        Err(e) => e,
+    }
+}
+
+fn talos_steps(p: &Plan) -> Vec<&TalosRollout> {
+    p.clusters[0]
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Talos(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+fn wave_nodes(t: &TalosRollout) -> Vec<Vec<&str>> {
+    t.waves
+        .iter()
+        .map(|w| w.iter().map(|m| m.node.as_str()).collect())
+        .collect()
+}
+
+fn only(diags: &[Diagnostic], code: &str) -> Diagnostic {
+    let hits: Vec<&Diagnostic> = diags.iter().filter(|d| d.code == code).collect();
+    assert_eq!(hits.len(), 1, "want one {code}, got {diags:#?}");
+    hits[0].clone()
+}
+
+fn cp_pool(talos: &str) -> String {
+    pool_doc("cp", "controlplane", "cp-1, cp-2, cp-3", talos, "")
+}
+
+fn three_cps(talos: &str) -> Vec<Machine> {
+    vec![cp("cp-1", talos), cp("cp-2", talos), cp("cp-3", talos)]
+}
+
+// ---------------------------------------------------------------- hops
+
+#[test]
+fn two_minors_become_two_hops_through_the_latest_patch() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.11.5")));
+    let steps = talos_steps(&p);
+    assert_eq!(steps.len(), 2);
+    assert_eq!(
+        (steps[0].hop, steps[0].hops, &steps[0].to),
+        (1, 2, &t("v1.12.11"))
+    );
+    assert_eq!(
+        (steps[1].hop, steps[1].hops, &steps[1].to),
+        (2, 2, &t("v1.13.9"))
+    );
+    assert!(
+        steps[0]
+            .waves
+            .iter()
+            .flatten()
+            .all(|m| m.from == t("v1.11.5"))
+    );
+    assert!(
+        steps[1]
+            .waves
+            .iter()
+            .flatten()
+            .all(|m| m.from == t("v1.12.11"))
+    );
+    assert_eq!(steps[1].image, "ghcr.io/siderolabs/installer:v1.13.9");
+    let text = render::text(&p, Default::default());
+    assert!(
+        text.contains("~ pool cp: talos v1.11.5 → v1.13.9 (3 machines, 2 hops)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hop 1/2: v1.11.5 → v1.12.11 (3 machines, 3 waves of 1)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn mixed_versions_join_the_hops_they_need() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a, b, c", "v1.13.9", "")],
+    );
+    let p = plan_ok(
+        &d,
+        &observed(
+            "v1.34.1",
+            1,
+            vec![w("a", "v1.11.5"), w("b", "v1.12.3"), w("c", "v1.13.9")],
+        ),
+    );
+    let steps = talos_steps(&p);
+    assert_eq!(steps.len(), 2);
+    assert_eq!(wave_nodes(steps[0]), [["a"]]);
+    assert_eq!(wave_nodes(steps[1]), [["a"], ["b"]]);
+    let froms: Vec<&TalosVersion> = steps[1].waves.iter().flatten().map(|m| &m.from).collect();
+    assert_eq!(froms, [&t("v1.12.11"), &t("v1.12.3")]);
+}
+
+#[test]
+fn a_prerelease_target_is_one_hop_and_never_a_stop() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.14.0-rc.1")]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.13.9")));
+    assert_eq!(talos_steps(&p)[0].to, t("v1.14.0-rc.1"));
+    // Through 1.14 to 1.15: no stable 1.14 to stop at.
+    let d = one(
+        "v1.34.1",
+        "  upgradePolicy:\n    kubernetesSupport:\n      - { talos: v1.15, minKubernetes: v1.33, maxKubernetes: v1.38 }\n",
+        &[cp_pool("v1.15.0")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.13.9"))),
+        codes::TALOS_PATH,
+    );
+    assert!(
+        e.message.starts_with("no stable Talos 1.14 release is known to stop at on the way from what `cp-1` (v1.13.9), `cp-2` (v1.13.9), `cp-3` (v1.13.9) run to v1.15.0"),
+        "{e}"
+    );
+    assert!(e.help.unwrap().contains("upgradePolicy.talosReleases"));
+}
+
+#[test]
+fn the_catalog_override_adds_releases_and_windows() {
+    let d = one(
+        "v1.34.1",
+        "  upgradePolicy:\n    talosReleases: [v1.14.2]\n    kubernetesSupport:\n      - { talos: v1.15, minKubernetes: v1.33, maxKubernetes: v1.38 }\n",
+        &[cp_pool("v1.15.0")],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.13.9")));
+    let tos: Vec<&TalosVersion> = talos_steps(&p).iter().map(|s| &s.to).collect();
+    assert_eq!(tos, [&t("v1.14.2"), &t("v1.15.0")]);
+    assert!(p.catalog.ends_with("+overrides"), "{}", p.catalog);
+}
+
+#[test]
+fn an_unknown_talos_minor_asks_for_a_support_window() {
+    let d = one(
+        "v1.34.1",
+        "  upgradePolicy:\n    talosReleases: [v1.14.2]\n",
+        &[cp_pool("v1.15.0")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.13.9"))),
+        codes::CATALOG,
+    );
+    assert!(
+        e.message
+            .contains("Talos 1.15 is not in medea's compatibility catalog"),
+        "{e}"
+    );
+    assert!(e.help.unwrap().contains("kubernetesSupport"));
+}
+
+// ---------------------------------------------------------------- refusals
+
+#[test]
+fn downgrades_are_refused_unless_allowed() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.12.4")]);
+    let i = observed("v1.34.1", 1, three_cps("v1.13.9"));
+    let e = only(&plan_err(&d, &i), codes::DOWNGRADE);
+    assert_eq!(
+        e.message,
+        "downgrade refused: node pool `cp` asks for Talos v1.12.4, older than what `cp-1` (v1.13.9), `cp-2` (v1.13.9), `cp-3` (v1.13.9) run"
+    );
+    assert_eq!(e.origin.file, "pools.yaml");
+    assert!(
+        e.help
+            .unwrap()
+            .contains("upgradePolicy.allowDowngrade: true")
+    );
+
+    let d = one(
+        "v1.34.1",
+        "  upgradePolicy:\n    allowDowngrade: true\n",
+        &[cp_pool("v1.12.4")],
+    );
+    let p = plan_ok(&d, &i);
+    assert_eq!(talos_steps(&p)[0].to, t("v1.12.4"));
+}
+
+#[test]
+fn kubernetes_moves_at_most_one_minor() {
+    let d = one("v1.36.0", "", &[cp_pool("v1.13.9")]);
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.13.9"))),
+        codes::KUBERNETES_SKEW,
+    );
+    assert_eq!(
+        e.message,
+        "Kubernetes moves at most one minor per rollout: v1.34.1 → v1.36.0 skips 1.35"
+    );
+    assert_eq!(e.origin.file, "c1.yaml");
+    assert_eq!(e.origin.line, 7, "points at kubernetes.version");
+}
+
+#[test]
+fn kubernetes_is_never_moved_backwards() {
+    let d = one(
+        "v1.34.0",
+        "  upgradePolicy:\n    allowDowngrade: true\n",
+        &[cp_pool("v1.13.9")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.13.9"))),
+        codes::KUBERNETES_DOWNGRADE,
+    );
+    assert_eq!(
+        e.message,
+        "Kubernetes downgrade refused: cluster `c1` runs v1.34.1, newer than v1.34.0"
+    );
+}
+
+#[test]
+fn target_kubernetes_must_be_supported_by_the_talos_every_node_will_run() {
+    // Talos 1.12 supports Kubernetes up to 1.35.
+    let d = one("v1.36.0", "", &[cp_pool("v1.12.11")]);
+    let e = only(
+        &plan_err(&d, &observed("v1.35.2", 1, three_cps("v1.12.11"))),
+        codes::KUBERNETES_UNSUPPORTED,
+    );
+    assert_eq!(
+        e.message,
+        "Kubernetes v1.36.0 is not supported by Talos v1.12.11, which machines `cp-1`, `cp-2`, `cp-3` would run when the Kubernetes rollout starts"
+    );
+    assert!(
+        e.help
+            .unwrap()
+            .starts_with("Talos 1.12 supports Kubernetes 1.30 to 1.35"),
+    );
+}
+
+#[test]
+fn a_talos_hop_must_support_the_kubernetes_running_then() {
+    // Talos 1.13 needs Kubernetes 1.31 or newer.
+    let d = one("v1.30.4", "", &[cp_pool("v1.13.9")]);
+    let e = only(
+        &plan_err(&d, &observed("v1.30.4", 1, three_cps("v1.12.11"))),
+        codes::KUBERNETES_UNSUPPORTED,
+    );
+    assert_eq!(
+        e.message,
+        "Talos v1.13.9 (hop 1/1 of node pool `cp`) does not support Kubernetes v1.30.4, which cluster `c1` runs at that point"
+    );
+    assert_eq!(e.origin.file, "pools.yaml", "points at talos.version");
+    assert!(
+        e.help
+            .unwrap()
+            .contains("roll Kubernetes into that range first")
+    );
+}
+
+#[test]
+fn kubernetes_goes_first_when_the_new_talos_needs_it() {
+    // Talos 1.13 needs Kubernetes ≥ 1.31; Talos 1.12 runs both 1.30 and 1.31.
+    let d = one("v1.31.0", "", &[cp_pool("v1.13.9")]);
+    let p = plan_ok(&d, &observed("v1.30.4", 1, three_cps("v1.12.11")));
+    let kinds: Vec<&str> = p.clusters[0]
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Talos(_) => "talos",
+            Step::Kubernetes(_) => "kubernetes",
+        })
+        .collect();
+    assert_eq!(kinds, ["kubernetes", "talos"]);
+}
+
+#[test]
+fn talos_goes_first_when_the_new_kubernetes_needs_it() {
+    // Kubernetes 1.35 needs Talos ≥ 1.12; Talos 1.12 still runs 1.34.
+    let d = one("v1.35.0", "", &[cp_pool("v1.12.11")]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.11.5")));
+    assert!(matches!(p.clusters[0].steps[0], Step::Talos(_)));
+    assert!(matches!(
+        &p.clusters[0].steps[1],
+        Step::Kubernetes(k8s) if k8s.from == k("v1.34.1") && k8s.to == k("v1.35.0")
+            && k8s.control_plane == ["cp-1", "cp-2", "cp-3"]
+    ));
+    // Both would work: Talos first.
+    let d = one("v1.35.0", "", &[cp_pool("v1.13.9")]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.12.11")));
+    assert!(matches!(p.clusters[0].steps[0], Step::Talos(_)));
+    assert!(matches!(p.clusters[0].steps[1], Step::Kubernetes(_)));
+}
+
+#[test]
+fn kubelet_must_not_end_newer_than_the_apiserver() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let mut ms = three_cps("v1.13.9");
+    ms[1].kubelet_version = Some(k("v1.35.0"));
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, ms)),
+        codes::KUBELET_SKEW,
+    );
+    assert_eq!(
+        e.message,
+        "machine `cp-2` runs kubelet v1.35.0, newer than the kube-apiserver v1.34.1 this plan ends with"
+    );
+    assert!(
+        e.help
+            .unwrap()
+            .contains("set the version to v1.35.0 or newer")
+    );
+}
+
+#[test]
+fn kubelets_more_than_three_minors_behind_are_refused() {
+    let d = one("v1.35.0", "", &[cp_pool("v1.13.9")]);
+    let mut ms = three_cps("v1.13.9");
+    ms[0].kubelet_version = Some(k("v1.31.4"));
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, ms)),
+        codes::KUBELET_SKEW,
+    );
+    assert_eq!(
+        e.message,
+        "machine `cp-1` runs kubelet v1.31.4, more than three minors older than Kubernetes v1.35.0"
+    );
+}
+
+#[test]
+fn a_listed_machine_must_be_observed() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a, ghost", "v1.13.9", "")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![w("a", "v1.13.9")])),
+        codes::UNKNOWN_MACHINE,
+    );
+    assert_eq!(
+        e.message,
+        "machine `ghost` of node pool `w` is not in the observed inventory of cluster `c1`"
+    );
+    assert_eq!(e.origin.line, 9, "points at the machines entry");
+    assert!(e.help.unwrap().contains("observed machines: a"));
+}
+
+#[test]
+fn roles_must_match() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "cp-1", "v1.13.9", "")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![cp("cp-1", "v1.13.9")])),
+        codes::ROLE_MISMATCH,
+    );
+    assert_eq!(
+        e.message,
+        "machine `cp-1` is a control-plane node, but node pool `w` has role worker"
+    );
+}
+
+#[test]
+fn a_machine_claimed_by_two_selectors_is_refused() {
+    let sel = "  selector:\n    matchLabels:\n      tier: app\n";
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("a", "worker", "", "v1.13.9", sel),
+            pool_doc("b", "worker", "", "v1.13.9", sel),
+        ],
+    );
+    let mut m = w("x", "v1.13.9");
+    m.labels.insert("tier".into(), "app".into());
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![m.clone()])),
+        codes::MACHINE_TWICE,
+    );
+    assert_eq!(
+        e.message,
+        "machine `x` matches the selector of node pool `a` and also the selector of node pool `b`"
+    );
+    // Listed in one pool and matched by another's selector: the same rule.
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("a", "worker", "x", "v1.13.9", ""),
+            pool_doc("b", "worker", "", "v1.13.9", sel),
+        ],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![m])),
+        codes::MACHINE_TWICE,
+    );
+    assert_eq!(
+        e.message,
+        "machine `x` is listed in node pool `a` and also matches the selector of node pool `b`"
+    );
+}
+
+#[test]
+fn dropping_a_factory_schematic_is_refused() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.13.9", "")],
+    );
+    let mut m = w("a", "v1.12.4");
+    m.installer_image = Some(format!("{FACTORY}/{SCHEMATIC}:v1.12.4"));
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![m.clone()])),
+        codes::SCHEMATIC_DROPPED,
+    );
+    assert_eq!(
+        e.message,
+        "installer image `ghcr.io/siderolabs/installer` would drop Image Factory schematic ce4c980550dd that machine `a` runs"
+    );
+    assert!(e.help.unwrap().contains(&format!("{FACTORY}/{SCHEMATIC}")));
+
+    // Keeping it is fine, and the empty schematic may be dropped (it carries nothing).
+    let keep = format!("    installerImage: {FACTORY}/{SCHEMATIC}\n");
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.13.9", &keep)],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![m.clone()]));
+    assert_eq!(
+        talos_steps(&p)[0].image,
+        format!("{FACTORY}/{SCHEMATIC}:v1.13.9")
+    );
+    m.installer_image = Some(format!("{FACTORY}/{EMPTY}:v1.12.4"));
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.13.9", "")],
+    );
+    assert_eq!(
+        talos_steps(&plan_ok(&d, &observed("v1.34.1", 1, vec![m]))).len(),
+        1
+    );
+}
+
+#[test]
+fn a_new_schematic_at_the_same_version_is_a_reinstall() {
+    let img = format!("    installerImage: {FACTORY}/{SCHEMATIC}\n");
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.13.9", &img)],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![w("a", "v1.13.9")]));
+    let s = talos_steps(&p);
+    assert_eq!(s.len(), 1);
+    assert_eq!(
+        (&s[0].to, &s[0].waves[0][0].from),
+        (&t("v1.13.9"), &t("v1.13.9"))
+    );
+}
+
+#[test]
+fn machines_nobody_can_see_are_not_planned() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a, b", "v1.13.9", "")],
+    );
+    let mut b = w("b", "v1.12.4");
+    b.talos_version = None;
+    b.reachable = false;
+    let e = only(
+        &plan_err(
+            &d,
+            &observed("v1.34.1", 1, vec![w("a", "v1.13.9"), b.clone()]),
+        ),
+        codes::UNOBSERVED,
+    );
+    assert_eq!(
+        e.message,
+        "the running Talos version of machine `b` is unknown (its Talos API did not answer at the last refresh)"
+    );
+    // Known (stale) version but unreachable, and it needs the hop.
+    b.talos_version = Some(t("v1.12.4"));
+    let e = only(
+        &plan_err(
+            &d,
+            &observed("v1.34.1", 1, vec![w("a", "v1.13.9"), b.clone()]),
+        ),
+        codes::UNOBSERVED,
+    );
+    assert_eq!(
+        e.message,
+        "machine `b` needs Talos v1.13.9 but its Talos API did not answer at the last refresh"
+    );
+    // Unreachable but already on the target: counted as away, nothing to do.
+    b.talos_version = Some(t("v1.13.9"));
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![w("a", "v1.13.9"), b]));
+    assert!(
+        !p.clusters[0]
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Talos(_)))
+    );
+}
+
+#[test]
+fn an_unknown_kubernetes_version_is_not_planned() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let mut i = observed("v1.34.1", 1, three_cps("v1.13.9"));
+    i.clusters.get_mut("c1").unwrap().kubernetes_version = None;
+    let e = only(&plan_err(&d, &i), codes::UNOBSERVED);
+    assert!(
+        e.message
+            .contains("the Kubernetes version of cluster `c1` is unknown"),
+        "{e}"
+    );
+}
+
+// ---------------------------------------------------------------- waves
+
+fn workers(n: usize, talos: &str) -> Vec<Machine> {
+    (1..=n).map(|i| w(&format!("w-{i}"), talos)).collect()
+}
+
+fn worker_pool(n: usize, max: u32) -> String {
+    let names: Vec<String> = (1..=n).map(|i| format!("w-{i}")).collect();
+    pool_doc(
+        "workers",
+        "worker",
+        &names.join(", "),
+        "v1.13.9",
+        &format!("  rollout:\n    maxUnavailable: {max}\n"),
+    )
+}
+
+#[test]
+fn waves_are_sized_by_max_unavailable() {
+    let d = one("v1.34.1", "", &[worker_pool(6, 2)]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, workers(6, "v1.12.4")));
+    let s = talos_steps(&p);
+    assert_eq!(
+        wave_nodes(s[0]),
+        [["w-1", "w-2"], ["w-3", "w-4"], ["w-5", "w-6"]]
+    );
+    let text = render::text(&p, Default::default());
+    assert!(
+        text.contains("~ pool workers: talos v1.12.4 → v1.13.9 (6 machines, 3 waves of 2)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn already_unavailable_machines_go_first_and_count() {
+    let d = one("v1.34.1", "", &[worker_pool(6, 2)]);
+    // w-5 is NotReady and needs the hop: it goes first, with one more.
+    let mut ms = workers(6, "v1.12.4");
+    ms[4].ready = false;
+    let p = plan_ok(&d, &observed("v1.34.1", 1, ms));
+    assert_eq!(
+        wave_nodes(talos_steps(&p)[0]),
+        [["w-5", "w-1"], ["w-2", "w-3"], ["w-4", "w-6"]]
+    );
+    // w-6 is cordoned and already on the target: it stays away, so waves of 1.
+    let mut ms = workers(6, "v1.12.4");
+    ms[5].talos_version = Some(t("v1.13.9"));
+    ms[5].cordoned = true;
+    let p = plan_ok(&d, &observed("v1.34.1", 1, ms));
+    assert_eq!(
+        wave_nodes(talos_steps(&p)[0]),
+        [["w-1"], ["w-2"], ["w-3"], ["w-4"], ["w-5"]]
+    );
+    // Two away already and not in the hop: nothing may start.
+    let mut ms = workers(6, "v1.12.4");
+    for m in &mut ms[4..] {
+        m.talos_version = Some(t("v1.13.9"));
+        m.ready = false;
+    }
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, ms)),
+        codes::UNAVAILABLE,
+    );
+    assert_eq!(
+        e.message,
+        "node pool `workers` has 2 machines unavailable already (`w-5` (NotReady), `w-6` (NotReady)), and at most 2 may be away at once: Talos v1.13.9 cannot start"
+    );
+    // More away (in the hop) than the pool may have away: refused too.
+    let mut ms = workers(6, "v1.12.4");
+    for m in &mut ms[..3] {
+        m.cordoned = true;
+    }
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, ms)),
+        codes::UNAVAILABLE,
+    );
+    assert!(
+        e.message
+            .starts_with("node pool `workers` has 3 machines unavailable already"),
+        "{e}"
+    );
+}
+
+#[test]
+fn control_plane_waves_are_one_node_and_count_the_whole_control_plane() {
+    let d = one(
+        "v1.34.1",
+        "  rollout:\n    maxUnavailable: 3\n",
+        &[cp_pool("v1.13.9")],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.12.4")));
+    assert_eq!(
+        wave_nodes(talos_steps(&p)[0]),
+        [["cp-1"], ["cp-2"], ["cp-3"]]
+    );
+    // An unmanaged control-plane node is NotReady: no control-plane node may go.
+    let mut ms = three_cps("v1.12.4");
+    let mut extra = cp("cp-4", "v1.13.9");
+    extra.ready = false;
+    ms.push(extra);
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, ms)),
+        codes::UNAVAILABLE,
+    );
+    assert_eq!(
+        e.message,
+        "cluster `c1` has control-plane 1 machine unavailable already (`cp-4` (NotReady)), and at most 1 may be away at once: Talos v1.13.9 cannot start"
+    );
+}
+
+// ---------------------------------------------------------------- ordering
+
+#[test]
+fn pools_run_in_after_order_control_plane_first() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc(
+                "a-workers",
+                "worker",
+                "w-1",
+                "v1.13.9",
+                "  after: [d-canary]\n",
+            ),
+            pool_doc("b-workers", "worker", "w-2", "v1.13.9", ""),
+            pool_doc("d-canary", "worker", "w-3", "v1.13.9", ""),
+            pool_doc("z-cp", "controlplane", "cp-1", "v1.13.9", ""),
+        ],
+    );
+    let c = &d.clusters["c1"];
+    assert_eq!(
+        pool_order(c),
+        ["z-cp", "b-workers", "d-canary", "a-workers"]
+    );
+    let p = plan_ok(
+        &d,
+        &observed(
+            "v1.34.1",
+            1,
+            vec![
+                cp("cp-1", "v1.12.4"),
+                w("w-1", "v1.12.4"),
+                w("w-2", "v1.12.4"),
+                w("w-3", "v1.12.4"),
+            ],
+        ),
+    );
+    let pools: Vec<&str> = talos_steps(&p).iter().map(|s| s.pool.as_str()).collect();
+    assert_eq!(pools, ["z-cp", "b-workers", "d-canary", "a-workers"]);
+}
+
+#[test]
+fn every_hop_of_a_pool_runs_before_the_next_pool() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("cp", "controlplane", "cp-1", "v1.13.9", ""),
+            pool_doc("w", "worker", "w-1", "v1.13.9", ""),
+        ],
+    );
+    let p = plan_ok(
+        &d,
+        &observed(
+            "v1.34.1",
+            1,
+            vec![cp("cp-1", "v1.11.5"), w("w-1", "v1.11.5")],
+        ),
+    );
+    let order: Vec<(&str, u32)> = talos_steps(&p)
+        .iter()
+        .map(|s| (s.pool.as_str(), s.hop))
+        .collect();
+    assert_eq!(order, [("cp", 1), ("cp", 2), ("w", 1), ("w", 2)]);
+}
+
+// ---------------------------------------------------------------- clusters, settings, approvals
+
+#[test]
+fn a_cluster_never_observed_says_so_and_plans_nothing() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let p = plan_ok(&d, &Inventory::default());
+    assert_eq!(p.clusters[0].status, ClusterStatus::NotObserved);
+    assert!(!p.has_changes());
+    assert!(p.basis.observed.is_empty());
+    assert!(p.applies.put.is_empty(), "nothing is applied for it");
+    let text = render::text(&p, Default::default());
+    assert!(
+        text.contains("not observed yet: run `medea seed`"),
+        "{text}"
+    );
+    assert!(text.contains("no changes"), "{text}");
+}
+
+fn applied_of(d: &Desired) -> LastApplied {
+    let mut rs = Vec::new();
+    for c in d.clusters.values() {
+        rs.push(AppliedResource::of_cluster(c));
+        rs.extend(c.pools.values().map(AppliedResource::of_pool));
+    }
+    LastApplied::from_resources(rs)
+}
+
+#[test]
+fn first_plan_creates_every_resource_then_only_real_changes_show() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let i = observed("v1.34.1", 1, three_cps("v1.13.9"));
+    let first = plan_ok(&d, &i);
+    let created: Vec<(&str, &str)> = first.clusters[0]
+        .settings
+        .iter()
+        .map(|s| (s.resource.as_str(), s.field.as_str()))
+        .collect();
+    assert_eq!(
+        created,
+        [("cluster", RESOURCE_FIELD), ("pool cp", RESOURCE_FIELD)]
+    );
+    assert_eq!(first.applies.put.len(), 2);
+
+    // Applied; then the drain timeout changes and the version moves.
+    let applied = applied_of(&d);
+    let d2 = one(
+        "v1.34.1",
+        "  rollout:\n    drainTimeout: 20m\n",
+        &[cp_pool("v1.13.9")],
+    );
+    let p = compute(&d2, &i, &applied, None).unwrap();
+    let changes: Vec<(&str, &str, &str, &str)> = p.clusters[0]
+        .settings
+        .iter()
+        .map(|s| {
+            (
+                s.resource.as_str(),
+                s.field.as_str(),
+                s.from.as_str(),
+                s.to.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("cluster", "rollout.drainTimeout", "10m", "20m"),
+            ("pool cp", "rollout.drainTimeout", "10m", "20m")
+        ]
+    );
+    assert!(
+        p.clusters[0]
+            .diffs
+            .iter()
+            .any(|d| d.diff.contains("+    drainTimeout: 20m"))
+    );
+    // A version edit with every machine already there: no change at all.
+    let d3 = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    assert!(!compute(&d3, &i, &applied, None).unwrap().has_changes());
+}
+
+#[test]
+fn removed_pools_and_clusters_are_settings_changes() {
+    let before = load(&[
+        ("c1.yaml", cluster_doc("c1", "v1.34.1", "")),
+        (
+            "pools.yaml",
+            [
+                cp_pool("v1.13.9"),
+                pool_doc("w", "worker", "w-1", "v1.13.9", ""),
+            ]
+            .concat(),
+        ),
+        ("old.yaml", cluster_doc("old", "v1.34.1", "")),
+    ]);
+    let applied = applied_of(&before);
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let mut ms = three_cps("v1.13.9");
+    ms.push(w("w-1", "v1.13.9"));
+    let p = compute(&d, &observed("v1.34.1", 1, ms), &applied, None).unwrap();
+    let c1 = &p.clusters[0];
+    assert_eq!(c1.settings.len(), 1);
+    assert_eq!(
+        (c1.settings[0].resource.as_str(), c1.settings[0].to.as_str()),
+        ("pool w", "removed")
+    );
+    let old = &p.clusters[1];
+    assert_eq!(
+        (old.cluster.as_str(), old.status),
+        ("old", ClusterStatus::Removed)
+    );
+    assert_eq!(
+        p.applies.delete,
+        [ResourceKey::cluster("old"), ResourceKey::pool("c1", "w")]
+    );
+    let ops = approval_writes(&p);
+    assert!(ops.contains(&Op::Delete(
+        crate::store::Table::Desired,
+        "pool/c1/w".into()
+    )));
+    assert!(
+        ops.iter()
+            .any(|o| matches!(o, Op::Put(_, k, _) if k == "cluster/c1"))
+    );
+}
+
+#[test]
+fn approvals_take_the_higher_of_the_bar_in_force_and_the_desired_one() {
+    let i = observed("v1.34.1", 1, vec![w("w-1", "v1.12.4")]);
+    let wp = pool_doc("w", "worker", "w-1", "v1.13.9", "");
+    // Never applied: defaults (1 ordinary, 2 control plane) are in force.
+    let lowered = "  approvals:\n    required: 1\n    controlPlane: 1\n";
+    let d = one("v1.34.1", lowered, &[cp_pool("v1.13.9"), wp.clone()]);
+    let mut ms = three_cps("v1.12.4");
+    ms.push(w("w-1", "v1.12.4"));
+    let p = plan_ok(&d, &observed("v1.34.1", 1, ms.clone()));
+    assert_eq!(
+        p.approvals_required, 2,
+        "the lowering plan needs the old bar"
+    );
+    assert!(
+        p.clusters[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("bar in force (2)"))
+    );
+    // Once applied, the lower bar is in force.
+    let p = compute(&d, &observed("v1.34.1", 1, ms), &applied_of(&d), None).unwrap();
+    assert_eq!(p.approvals_required, 1);
+    // Workers only: the ordinary bar.
+    let raised = "  approvals:\n    required: 3\n    controlPlane: 4\n";
+    let d = one("v1.34.1", raised, &[wp]);
+    assert_eq!(plan_ok(&d, &i).approvals_required, 3);
+}
+
+// ---------------------------------------------------------------- identity and staleness
+
+#[test]
+fn same_inputs_same_id_any_basis_change_makes_it_stale() {
+    let d = one("v1.35.0", "", &[cp_pool("v1.13.9")]);
+    let i = observed("v1.34.1", 4, three_cps("v1.12.4"));
+    let a = plan_ok(&d, &i);
+    let b = plan_ok(&d, &i);
+    assert_eq!(a.id, b.id);
+    assert_eq!(
+        render::text(&a, Default::default()),
+        render::text(&b, Default::default())
+    );
+    assert_eq!(render::json(&a), render::json(&b));
+    assert_eq!(a.basis, basis_of(&d, &i, &LastApplied::default()));
+    assert!(!a.is_stale(&a.basis));
+
+    // The parent is not part of the id.
+    let with_parent = compute(&d, &i, &LastApplied::default(), Some(a.id)).unwrap();
+    assert_eq!(with_parent.id, a.id);
+
+    // Observed generation.
+    let mut i2 = i.clone();
+    i2.clusters.get_mut("c1").unwrap().generation += 1;
+    let c = plan_ok(&d, &i2);
+    assert_ne!(c.id, a.id);
+    assert!(a.is_stale(&c.basis));
+    // Desired revision (a comment changes nothing but the revision).
+    let d2 = load(&[
+        ("c1.yaml", cluster_doc("c1", "v1.35.0", "# a comment\n")),
+        ("pools.yaml", cp_pool("v1.13.9")),
+    ]);
+    let e = plan_ok(&d2, &i);
+    assert_ne!(e.id, a.id);
+    assert!(a.is_stale(&e.basis));
+    // Last-applied state.
+    let f = compute(&d, &i, &applied_of(&d), None).unwrap();
+    assert_ne!(f.id, a.id);
+    assert!(a.is_stale(&f.basis));
+}
+
+#[test]
+fn the_summary_line_names_the_id_and_the_approve_command() {
+    let d = one("v1.34.1", "", &[worker_pool(6, 2)]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, workers(6, "v1.12.4")));
+    let short = p.id.short();
+    assert_eq!(
+        render::summary_line(&p),
+        format!(
+            "Plan {short}: 1 rollout (6 machines), 2 settings changes. Approve with: medea approve {short}"
+        )
+    );
+    assert!(
+        render::sign_command(&p)
+            .starts_with(&format!("echo {} | ssh-keygen -Y sign", p.id.to_hex()))
+    );
+    let colored = render::text(&p, render::Options { color: true });
+    assert!(colored.contains("\x1b[33m~ pool workers"), "{colored}");
+    assert!(!render::text(&p, Default::default()).contains('\x1b'));
+}
+
+// ---------------------------------------------------------------- properties
+
+const VERSIONS: &[&str] = &["v1.11.5", "v1.12.4", "v1.12.11", "v1.13.2", "v1.13.9"];
+
+#[derive(Debug, Clone)]
+struct Node {
+    version: usize,
+    ready: bool,
+    cordoned: bool,
+}
+
+fn arb_nodes() -> impl Strategy<Value = Vec<Node>> {
+    prop::collection::vec(
+        (
+            0..VERSIONS.len(),
+            prop::bool::weighted(0.85),
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(version, ready, cordoned)| Node {
+                version,
+                ready,
+                cordoned,
+            }),
+        1..10,
+    )
+}
+
+fn scenario(cps: &[Node], ws: &[Node], max: u32, target: usize, gen_: u64) -> (Desired, Inventory) {
+    let cp_names: Vec<String> = (1..=cps.len()).map(|i| format!("cp-{i}")).collect();
+    let w_names: Vec<String> = (1..=ws.len()).map(|i| format!("w-{i}")).collect();
+    let d = one(
+        "v1.34.1",
+        &format!("  rollout:\n    maxUnavailable: {max}\n"),
+        &[
+            pool_doc(
+                "cp",
+                "controlplane",
+                &cp_names.join(", "),
+                VERSIONS[target],
+                "",
+            ),
+            pool_doc("w", "worker", &w_names.join(", "), VERSIONS[target], ""),
+        ],
+    );
+    let mut ms = Vec::new();
+    for (name, n, role) in cp_names
+        .iter()
+        .zip(cps)
+        .map(|(a, b)| (a, b, MachineRole::Controlplane))
+        .chain(
+            w_names
+                .iter()
+                .zip(ws)
+                .map(|(a, b)| (a, b, MachineRole::Worker)),
+        )
+    {
+        let mut m = machine(name, role, VERSIONS[n.version], "v1.34.1");
+        m.ready = n.ready;
+        m.cordoned = n.cordoned;
+        ms.push(m);
+    }
+    (d, observed("v1.34.1", gen_, ms))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_are_deterministic_and_waves_keep_their_invariants(
+        cps in arb_nodes(),
+        ws in arb_nodes(),
+        max in 1u32..4,
+        target in 2usize..VERSIONS.len(),
+        gen_ in 1u64..1000,
+    ) {
+        let (d, i) = scenario(&cps, &ws, max, target, gen_);
+        let a = compute(&d, &i, &LastApplied::default(), None);
+        let b = compute(&d, &i, &LastApplied::default(), None);
+        prop_assert_eq!(&a, &b);
+        let Ok(plan) = a else { return Ok(()) };
+        let b = b.unwrap();
+        prop_assert_eq!(plan.id, b.id);
+        prop_assert_eq!(render::text(&plan, Default::default()), render::text(&b, Default::default()));
+        prop_assert_eq!(render::json(&plan), render::json(&b));
+
+        // Any change of the observed generation gives another id and makes this plan stale.
+        let mut i2 = i.clone();
+        i2.clusters.get_mut("c1").unwrap().generation += 1;
+        let c = compute(&d, &i2, &LastApplied::default(), None).unwrap();
+        prop_assert_ne!(c.id, plan.id);
+        prop_assert!(plan.is_stale(&c.basis));
+
+        let obs = &i.clusters["c1"];
+        let target_v = t(VERSIONS[target]);
+        for step in &plan.clusters[0].steps {
+            let Step::Talos(s) = step else { continue };
+            let cap = if s.role == MachineRole::Controlplane { 1 } else { max as usize };
+            let in_hop: Vec<&str> = s.waves.iter().flatten().map(|m| m.node.as_str()).collect();
+            let mut dedup = in_hop.clone();
+            dedup.sort();
+            dedup.dedup();
+            prop_assert_eq!(dedup.len(), in_hop.len(), "a machine appears once per hop");
+            let scope: Vec<&Machine> = obs.machines.values().filter(|m| m.role == s.role).collect();
+            let away_out = scope.iter().filter(|m| m.unavailable() && !in_hop.contains(&m.node.as_str())).count();
+            for (n, wave) in s.waves.iter().enumerate() {
+                prop_assert!(!wave.is_empty());
+                prop_assert!(wave.len() + away_out <= cap, "wave {} of {} too big", n, s.pool);
+                if s.role == MachineRole::Controlplane {
+                    prop_assert_eq!(wave.len(), 1);
+                }
+                if n > 0 {
+                    prop_assert!(wave.iter().all(|m| !obs.machines[&m.node].unavailable()),
+                        "already-unavailable machines go in the first wave");
+                }
+            }
+        }
+        // Every machine not on the target takes the last hop of its pool exactly once.
+        for m in obs.machines.values() {
+            let last = plan.clusters[0].steps.iter().rev().find_map(|s| match s {
+                Step::Talos(s) if s.role == m.role => Some(s),
+                _ => None,
+            });
+            let count = last.map_or(0, |s| s.waves.iter().flatten().filter(|x| x.node == m.node).count());
+            let needs = m.talos_version.as_ref() != Some(&target_v);
+            prop_assert_eq!(count, usize::from(needs), "{}", m.node);
+        }
+    }
+}

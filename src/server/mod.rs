@@ -1,0 +1,255 @@
+//! The daemon: watches the desired state, keeps the inventory fresh, serves the API and runs
+//! approved rollouts.
+//!
+//! **Owns:** the reconcile loop, the gRPC API, authentication and TLS, wiring of adapters.
+//! **May depend on:** every module except `cli`.
+//! Architecture Invariant: invalid desired state never changes anything: a revision with
+//! errors only replaces the diagnostics that `medea plan` shows.
+//! Architecture Invariant: every RPC requires the bearer token; no RPC returns credentials.
+
+pub mod api;
+pub mod auth;
+pub mod notify;
+pub mod secrets;
+pub mod tls;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::desired::{Loaded, Source};
+use crate::store::Store;
+use secrets::Secret;
+
+/// Everything `medea serve` was started with.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub source: Source,
+    pub state_dir: PathBuf,
+    pub creds_dir: PathBuf,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub token: Secret<String>,
+    pub rollouts: bool,
+    pub allowed_signers: Option<PathBuf>,
+    pub debounce: Duration,
+    pub refresh_interval: Duration,
+    pub replica: String,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// State shared by the API and the background loops.
+pub struct Shared {
+    pub store: Arc<dyn Store>,
+    pub source: Source,
+    pub rollouts_gate: bool,
+    pub replica: String,
+    desired: RwLock<Option<Arc<Loaded>>>,
+    /// Woken on every change worth re-planning or re-executing for.
+    pub changed: Notify,
+}
+
+impl Shared {
+    pub fn new(
+        store: Arc<dyn Store>,
+        source: Source,
+        rollouts_gate: bool,
+        replica: String,
+    ) -> Shared {
+        Shared {
+            store,
+            source,
+            rollouts_gate,
+            replica,
+            desired: RwLock::new(None),
+            changed: Notify::new(),
+        }
+    }
+    /// The last loaded desired revision (valid or not).
+    pub fn desired(&self) -> Option<Arc<Loaded>> {
+        self.desired.read().expect("desired lock").clone()
+    }
+    pub fn set_desired(&self, loaded: Loaded) {
+        *self.desired.write().expect("desired lock") = Some(Arc::new(loaded));
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot set up TLS for the API")]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot create the state directory `{path}`")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("the API server failed")]
+    Transport(#[source] tonic::transport::Error),
+    #[error(transparent)]
+    Watch(#[from] watch::WatchError),
+}
+
+/// Re-read the desired state and publish it. Invalid revisions change nothing but the
+/// diagnostics; the previous valid revision stays in force for planning.
+pub fn reload(shared: &Shared) {
+    let started = std::time::Instant::now();
+    match crate::desired::load(&shared.source) {
+        Ok(loaded) => {
+            let errors = loaded.errors().count();
+            crate::metrics::global()
+                .reload_seconds
+                .observe(started.elapsed().as_secs_f64());
+            if errors > 0 {
+                crate::metrics::global().validation_failures.inc();
+                for d in loaded.errors() {
+                    tracing::warn!(diagnostic = %d, "desired state is invalid; nothing changes");
+                }
+            } else {
+                tracing::info!(revision = %loaded.desired.revision, "desired state loaded");
+            }
+            shared.set_desired(loaded);
+            shared.changed.notify_waiters();
+        }
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "cannot read the desired state; nothing changes")
+        }
+    }
+}
+
+/// The git directory to watch in git mode.
+fn git_dir_of(source: &Source) -> Option<PathBuf> {
+    match source {
+        Source::Git { path, .. } => {
+            let mut p = path.canonicalize().ok()?;
+            loop {
+                if p.join(".git").exists() {
+                    return Some(p.join(".git"));
+                }
+                if !p.pop() {
+                    return None;
+                }
+            }
+        }
+        Source::Dir(_) => None,
+    }
+}
+
+/// Run the daemon until `shutdown` resolves. Returns the address it listened on through
+/// `bound` as soon as the listener is up.
+pub async fn run(
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+    bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    secrets::private_dir(&config.state_dir).map_err(|err| ServeError::StateDir {
+        path: config.state_dir.clone(),
+        err,
+    })?;
+    let identity = tls::server_identity(
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
+        &config.state_dir.join("tls"),
+        &[],
+    )?;
+    if let Some(ca) = &identity.ca_path {
+        tracing::info!(ca = %ca.display(), "API TLS: generated CA; clients trust it with --ca or MEDEA_CA");
+    }
+    let shared = Arc::new(Shared::new(
+        store,
+        config.source.clone(),
+        config.rollouts,
+        config.replica.clone(),
+    ));
+    reload(&shared);
+    if !config.rollouts {
+        tracing::info!(
+            "--rollouts is off: the executor is disabled and the server is read-only for clusters"
+        );
+    }
+
+    let watch_root = match &config.source {
+        Source::Dir(p) | Source::Git { path: p, .. } => p.clone(),
+    };
+    let git_dir = git_dir_of(&config.source);
+    let (watcher, mut hints) = watch::watch(&watch_root, git_dir.as_deref(), config.debounce)?;
+    let reloader = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _watcher = watcher;
+            while hints.recv().await.is_some() {
+                let s = shared.clone();
+                let _ = tokio::task::spawn_blocking(move || reload(&s)).await;
+            }
+        })
+    };
+
+    let metrics = match config.metrics_listen {
+        Some(m) => {
+            let l = tokio::net::TcpListener::bind(m)
+                .await
+                .map_err(|err| ServeError::Listen { addr: m, err })?;
+            tracing::info!(addr = %l.local_addr().unwrap_or(m), "metrics on /metrics");
+            Some(tokio::spawn(crate::metrics::serve(l)))
+        }
+        None => None,
+    };
+    crate::metrics::global().leader.set(1);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|err| ServeError::Listen {
+            addr: config.listen,
+            err,
+        })?;
+    let addr = listener.local_addr().map_err(|err| ServeError::Listen {
+        addr: config.listen,
+        err,
+    })?;
+    tracing::info!(%addr, "API listening (TLS, bearer token)");
+    if let Some(tx) = bound {
+        let _ = tx.send(addr);
+    }
+    if let Err(e) = notify::sd_notify("READY=1") {
+        tracing::warn!(error = %e, "cannot notify systemd of readiness");
+    }
+    let tls =
+        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
+            identity.cert_pem.as_bytes(),
+            identity.key_pem.expose().as_bytes(),
+        ));
+    let api = api::MedeaApi {
+        shared: shared.clone(),
+    };
+    let svc = api::pb::medea_server::MedeaServer::with_interceptor(
+        api,
+        auth::TokenAuth::new(config.token.clone()),
+    );
+    let result = tonic::transport::Server::builder()
+        .tls_config(tls)
+        .map_err(ServeError::Transport)?
+        .add_service(svc)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+        .map_err(ServeError::Transport);
+    reloader.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
+    result
+}

@@ -1,0 +1,597 @@
+//! The simulated cluster's state and its transitions. Everything here runs under one lock and
+//! never waits; the gRPC layer (`server.rs`) does the waiting (pull delays, reboot timers).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha2::{Digest, Sha256};
+use tonic::Status;
+use tonic::metadata::MetadataMap;
+
+use super::fault::{ArmedFault, Effect, Method, NodeCounters, Occasion};
+use super::machineconfig::{self, ConfigFacts, NodeConfigSpec};
+use super::scenario::{NodeSpec, Role, Scenario, Timing};
+use crate::sim::node::NodeFacts;
+use crate::talos::{NODE_METADATA_KEY, NODES_METADATA_KEY};
+use crate::version::TalosVersion;
+
+/// Whether a node answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Power {
+    Up,
+    /// Away for a reboot; comes back on its own (timed) or through `complete_boot` (manual).
+    Rebooting,
+    /// Went down and never came back (fault `neverReturn`).
+    Gone,
+}
+
+/// How the boot in progress will end (decided when the reboot starts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BootPlan {
+    never_return: bool,
+    old_version: bool,
+}
+
+/// Live TRY-mode apply, reverted unless superseded.
+#[derive(Debug, Clone)]
+pub(crate) struct TryApply {
+    pub generation: u64,
+    previous: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SimNode {
+    pub spec: NodeSpec,
+    pub running: TalosVersion,
+    /// The boot entry an upgrade wrote; the default for the next boot.
+    pub installed: Option<TalosVersion>,
+    pub boot_id: String,
+    /// Reboots started; also identifies the boot in progress.
+    pub reboot_seq: u64,
+    pub power: Power,
+    pub boot_plan: BootPlan,
+    pub etcd_healthy: bool,
+    pub member_id: u64,
+    /// Service id → forced health (tests); absent = derived.
+    pub service_health: BTreeMap<String, bool>,
+    pub config: Vec<u8>,
+    pub config_version: u64,
+    pub staged: Option<Vec<u8>>,
+    pub try_apply: Option<TryApply>,
+    pub images: BTreeSet<String>,
+    pub counters: NodeCounters,
+}
+
+impl SimNode {
+    pub fn control_plane(&self) -> bool {
+        self.spec.role == Role::Controlplane
+    }
+
+    pub fn facts(&self) -> Option<ConfigFacts> {
+        machineconfig::facts(&self.config).ok()
+    }
+}
+
+fn hex_id(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    let x = hex::encode(h.finalize());
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[0..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..32]
+    )
+}
+
+fn member_id(name: &str) -> u64 {
+    let h = Sha256::digest(name.as_bytes());
+    u64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
+}
+
+/// A reboot the server must finish (after the delay, or never in manual mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RebootTicket {
+    pub node: usize,
+    pub seq: u64,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    pub name: String,
+    pub timing: Timing,
+    pub nodes: Vec<SimNode>,
+    pub faults: Vec<ArmedFault>,
+    /// Requests that carried the deprecated `nodes` key (all refused).
+    pub nodes_metadata_rejections: u64,
+    /// Unix seconds the simulation started (COSI timestamps, service events).
+    pub started_unix: i64,
+    actor_seq: u64,
+    apply_generation: u64,
+}
+
+pub(crate) fn unavailable_node(node: &str) -> Status {
+    Status::unavailable(format!(
+        "connection error: desc = \"transport: Error while dialing: dial tcp {node}:50000: connect: connection refused\""
+    ))
+}
+
+impl Cluster {
+    pub fn new(scenario: &Scenario, ca_pem: &str, started_unix: i64) -> Cluster {
+        let endpoint = scenario
+            .nodes
+            .iter()
+            .find(|n| n.role == Role::Controlplane)
+            .map(|n| n.address.clone())
+            .unwrap_or_default();
+        let nodes = scenario
+            .nodes
+            .iter()
+            .map(|spec| {
+                let config = machineconfig::generate(&NodeConfigSpec {
+                    cluster_name: &scenario.cluster_name,
+                    hostname: &spec.name,
+                    address: &spec.address,
+                    control_plane: spec.role == Role::Controlplane,
+                    endpoint: &endpoint,
+                    talos: &spec.talos,
+                    kubernetes: &spec.kubernetes,
+                    ca_pem,
+                })
+                .into_bytes();
+                SimNode {
+                    spec: spec.clone(),
+                    running: spec.talos.clone(),
+                    installed: None,
+                    boot_id: hex_id(&[&spec.name, "boot", "0"]),
+                    reboot_seq: 0,
+                    power: Power::Up,
+                    boot_plan: BootPlan::default(),
+                    etcd_healthy: true,
+                    member_id: member_id(&spec.name),
+                    service_health: BTreeMap::new(),
+                    config,
+                    config_version: 1,
+                    staged: None,
+                    try_apply: None,
+                    images: BTreeSet::new(),
+                    counters: NodeCounters::default(),
+                }
+            })
+            .collect();
+        let mut c = Cluster {
+            name: scenario.cluster_name.clone(),
+            timing: scenario.timing,
+            nodes,
+            faults: Vec::new(),
+            nodes_metadata_rejections: 0,
+            started_unix,
+            actor_seq: 0,
+            apply_generation: 0,
+        };
+        for f in &scenario.faults {
+            c.faults.push(ArmedFault::new(f.clone()));
+        }
+        c
+    }
+
+    /// A node by name or address.
+    pub fn find(&self, key: &str) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.spec.name == key || n.spec.address == key)
+    }
+
+    /// The node answering requests without `node` metadata (the endpoint's own node: the first
+    /// control plane).
+    fn endpoint_node(&self) -> usize {
+        self.nodes
+            .iter()
+            .position(SimNode::control_plane)
+            .unwrap_or(0)
+    }
+
+    /// Route a request the way apid does, then apply injected `UNAVAILABLE` and count it.
+    pub fn admit(&mut self, md: &MetadataMap, method: Method) -> Result<usize, Status> {
+        if md.get_all(NODES_METADATA_KEY).iter().next().is_some() {
+            self.nodes_metadata_rejections += 1;
+            return Err(Status::invalid_argument(format!(
+                "one-2-many proxying is not supported for method {}",
+                method.grpc_path()
+            )));
+        }
+        let values: Vec<_> = md.get_all(NODE_METADATA_KEY).iter().collect();
+        if values.len() > 1 {
+            return Err(Status::invalid_argument(
+                "node metadata must be single-valued",
+            ));
+        }
+        let idx = match values.first() {
+            None => self.endpoint_node(),
+            Some(v) => {
+                let key = v.to_str().unwrap_or_default();
+                self.find(key).ok_or_else(|| unavailable_node(key))?
+            }
+        };
+        let node = &self.nodes[idx];
+        if node.power != Power::Up {
+            let addr = node.spec.address.clone();
+            *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
+            return Err(unavailable_node(&addr));
+        }
+        if self
+            .fire(idx, Occasion::Call(method), |e| {
+                matches!(e, Effect::Unavailable { .. })
+            })
+            .is_some()
+        {
+            *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
+            return Err(Status::unavailable(format!(
+                "connection error: desc = \"error reading server preface: EOF\" (injected for {})",
+                self.nodes[idx].spec.name
+            )));
+        }
+        *self.nodes[idx].counters.calls.entry(method).or_default() += 1;
+        Ok(idx)
+    }
+
+    /// Offer an occasion to the faults of node `idx` that want it; return the first that fires.
+    pub fn fire(
+        &mut self,
+        idx: usize,
+        o: Occasion,
+        wants: impl Fn(&Effect) -> bool,
+    ) -> Option<Effect> {
+        let (name, addr) = (
+            self.nodes[idx].spec.name.clone(),
+            self.nodes[idx].spec.address.clone(),
+        );
+        let mut fired = None;
+        for f in self
+            .faults
+            .iter_mut()
+            .filter(|f| f.plan.node == name || f.plan.node == addr)
+        {
+            if let Some(e) = f.observe(o, &wants)
+                && fired.is_none()
+            {
+                fired = Some(e);
+            }
+        }
+        fired
+    }
+
+    pub fn next_actor_id(&mut self, idx: usize) -> String {
+        self.actor_seq += 1;
+        hex_id(&[
+            &self.nodes[idx].spec.name,
+            "actor",
+            &self.actor_seq.to_string(),
+        ])
+    }
+
+    /// The node goes down for a reboot. The returned ticket finishes the boot.
+    pub fn begin_reboot(&mut self, idx: usize) -> RebootTicket {
+        let never_return = self
+            .fire(idx, Occasion::Boot, |e| matches!(e, Effect::NeverReturn))
+            .is_some();
+        let old_version = self
+            .fire(idx, Occasion::Boot, |e| matches!(e, Effect::BootOldVersion))
+            .is_some();
+        let n = &mut self.nodes[idx];
+        n.reboot_seq += 1;
+        n.power = Power::Rebooting;
+        n.boot_plan = BootPlan {
+            never_return,
+            old_version,
+        };
+        RebootTicket {
+            node: idx,
+            seq: n.reboot_seq,
+        }
+    }
+
+    /// Finish the boot of `ticket` (no-op if another reboot superseded it or the node is up).
+    pub fn finish_boot(&mut self, ticket: RebootTicket) {
+        let n = &mut self.nodes[ticket.node];
+        if n.reboot_seq != ticket.seq || n.power != Power::Rebooting {
+            return;
+        }
+        if n.boot_plan.never_return {
+            n.power = Power::Gone;
+            return;
+        }
+        if let Some(target) = n.installed.take()
+            && !n.boot_plan.old_version
+        {
+            n.running = target;
+        }
+        if let Some(staged) = n.staged.take() {
+            n.config = staged;
+            n.config_version += 1;
+        }
+        n.try_apply = None;
+        n.counters.boots += 1;
+        n.boot_id = hex_id(&[&n.spec.name, "boot", &n.reboot_seq.to_string()]);
+        n.boot_plan = BootPlan::default();
+        n.power = Power::Up;
+    }
+
+    /// Start a TRY apply generation; the server reverts it after the timeout.
+    pub fn next_apply_generation(&mut self) -> u64 {
+        self.apply_generation += 1;
+        self.apply_generation
+    }
+
+    pub fn start_try(&mut self, idx: usize, generation: u64, previous: Vec<u8>) {
+        self.nodes[idx].try_apply = Some(TryApply {
+            generation,
+            previous,
+        });
+    }
+
+    /// Revert a TRY apply that was not superseded.
+    pub fn revert_try(&mut self, idx: usize, generation: u64) {
+        let n = &mut self.nodes[idx];
+        if let Some(t) = &n.try_apply
+            && t.generation == generation
+        {
+            n.config = t.previous.clone();
+            n.config_version += 1;
+            n.try_apply = None;
+        }
+    }
+
+    /// Facts for the kube side.
+    pub fn facts(&self) -> Vec<NodeFacts> {
+        let mut out: Vec<NodeFacts> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let facts = n.facts();
+                NodeFacts {
+                    name: n.spec.name.clone(),
+                    address: n.spec.address.clone(),
+                    control_plane: n.control_plane(),
+                    up: n.power == Power::Up,
+                    talos_version: n.running.to_string(),
+                    kubelet_version: facts
+                        .as_ref()
+                        .and_then(|f| machineconfig::tag_version(&f.kubelet_image))
+                        .unwrap_or_default(),
+                    static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Service id → (state, healthy) for an up node.
+    pub fn services(&self, idx: usize) -> Vec<(&'static str, bool)> {
+        let n = &self.nodes[idx];
+        let mut ids = vec!["apid", "containerd", "cri", "kubelet", "machined", "udevd"];
+        if n.control_plane() {
+            ids.extend(["etcd", "trustd"]);
+        }
+        ids.sort_unstable();
+        ids.into_iter()
+            .map(|id| {
+                let default = if id == "etcd" { n.etcd_healthy } else { true };
+                (id, n.service_health.get(id).copied().unwrap_or(default))
+            })
+            .collect()
+    }
+
+    /// Control-plane nodes' etcd members (the membership does not change while a node reboots).
+    pub fn etcd_members(&self) -> Vec<&SimNode> {
+        self.nodes.iter().filter(|n| n.control_plane()).collect()
+    }
+
+    /// The leader: the first up, healthy control plane.
+    pub fn etcd_leader(&self) -> u64 {
+        self.nodes
+            .iter()
+            .find(|n| n.control_plane() && n.power == Power::Up && n.etcd_healthy)
+            .map(|n| n.member_id)
+            .unwrap_or(0)
+    }
+
+    /// Run the server-side health checks once: `(check, Ok | Err(reason))` in order, stopping
+    /// at the first failure (talosctl runs them sequentially).
+    pub fn health_checks(
+        &self,
+        control_planes: &[String],
+        workers: &[String],
+    ) -> Vec<(String, Result<(), String>)> {
+        let pick = |keys: &[String], cp: bool| -> Result<Vec<&SimNode>, String> {
+            if keys.is_empty() {
+                return Ok(self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.control_plane() == cp)
+                    .collect());
+            }
+            keys.iter()
+                .map(|k| {
+                    self.find(k)
+                        .map(|i| &self.nodes[i])
+                        .ok_or_else(|| format!("node {k:?} is not part of the cluster"))
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        let (cps, ws) = match (pick(control_planes, true), pick(workers, false)) {
+            (Ok(c), Ok(w)) => (c, w),
+            (Err(e), _) | (_, Err(e)) => {
+                out.push(("discovered nodes".to_string(), Err(e)));
+                return out;
+            }
+        };
+        let all: Vec<&SimNode> = cps.iter().chain(ws.iter()).copied().collect();
+        let down = |ns: &[&SimNode]| -> Option<String> {
+            ns.iter()
+                .find(|n| n.power != Power::Up)
+                .map(|n| format!("node {:?} is not reachable", n.spec.address))
+        };
+        let checks: Vec<(&str, Option<String>)> = vec![
+            (
+                "etcd to be healthy",
+                down(&cps).or_else(|| {
+                    cps.iter().find(|n| !n.etcd_healthy).map(|n| {
+                        format!("service \"etcd\" not healthy on node {:?}", n.spec.address)
+                    })
+                }),
+            ),
+            ("etcd members to be consistent across nodes", down(&cps)),
+            ("etcd members to be control plane nodes", None),
+            ("apid to be ready", down(&all)),
+            (
+                "kubelet to be healthy",
+                cps.iter()
+                    .find(|n| n.service_health.get("kubelet") == Some(&false))
+                    .map(|n| {
+                        format!(
+                            "service \"kubelet\" not healthy on node {:?}",
+                            n.spec.address
+                        )
+                    }),
+            ),
+            ("all nodes to finish boot sequence", down(&all)),
+        ];
+        for (name, problem) in checks {
+            let failed = problem.is_some();
+            out.push((name.to_string(), problem.map_or(Ok(()), Err)));
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::talos::fault::{FaultPlan, Trigger};
+    use crate::version::KubeVersion;
+
+    fn cluster() -> Cluster {
+        let s = Scenario::uniform(
+            2,
+            1,
+            TalosVersion::parse("v1.13.2").unwrap(),
+            KubeVersion::parse("v1.34.1").unwrap(),
+        );
+        Cluster::new(&s, "", 0)
+    }
+
+    fn md(node: Option<&str>) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        if let Some(n) = node {
+            m.insert("node", n.parse().unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn routes_by_name_or_address_and_defaults_to_the_endpoint_node() {
+        let mut c = cluster();
+        assert_eq!(c.admit(&md(Some("cp-2")), Method::Version).unwrap(), 1);
+        assert_eq!(c.admit(&md(Some("10.5.0.4")), Method::Version).unwrap(), 2);
+        assert_eq!(c.admit(&md(None), Method::Version).unwrap(), 0);
+        let err = c.admit(&md(Some("nope")), Method::Version).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        assert_eq!(c.nodes[1].counters.calls(Method::Version), 1);
+    }
+
+    #[test]
+    fn refuses_fan_out_and_multi_valued_node() {
+        let mut c = cluster();
+        let mut m = MetadataMap::new();
+        m.insert("nodes", "cp-1".parse().unwrap());
+        let err = c.admit(&m, Method::CosiGet).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(
+            err.message().contains("/cosi.resource.State/Get"),
+            "{}",
+            err.message()
+        );
+        assert_eq!(c.nodes_metadata_rejections, 1);
+        let mut m = MetadataMap::new();
+        m.append("node", "cp-1".parse().unwrap());
+        m.append("node", "cp-2".parse().unwrap());
+        assert_eq!(
+            c.admit(&m, Method::Version).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn reboot_boots_the_installed_entry_with_a_new_boot_id() {
+        let mut c = cluster();
+        let before = c.nodes[0].boot_id.clone();
+        c.nodes[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
+        let t = c.begin_reboot(0);
+        assert_eq!(c.nodes[0].power, Power::Rebooting);
+        assert!(c.admit(&md(Some("cp-1")), Method::Version).is_err());
+        assert_eq!(c.nodes[0].counters.refused(Method::Version), 1);
+        c.finish_boot(t);
+        assert_eq!(c.nodes[0].power, Power::Up);
+        assert_eq!(c.nodes[0].running.to_string(), "v1.14.0");
+        assert_ne!(c.nodes[0].boot_id, before);
+        c.finish_boot(t);
+        assert_eq!(c.nodes[0].counters.boots, 1, "finishing twice is a no-op");
+    }
+
+    #[test]
+    fn boot_faults_revert_or_lose_the_node() {
+        let mut c = cluster();
+        c.faults.push(ArmedFault::new(FaultPlan {
+            node: "cp-1".into(),
+            on: Trigger::boot(),
+            effect: Effect::BootOldVersion,
+        }));
+        c.faults.push(ArmedFault::new(FaultPlan {
+            node: "w-1".into(),
+            on: Trigger::boot(),
+            effect: Effect::NeverReturn,
+        }));
+        c.nodes[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
+        let t = c.begin_reboot(0);
+        c.finish_boot(t);
+        assert_eq!(c.nodes[0].running.to_string(), "v1.13.2");
+        assert_eq!(c.nodes[0].installed, None, "the failed entry is dropped");
+        let t = c.begin_reboot(2);
+        c.finish_boot(t);
+        assert_eq!(c.nodes[2].power, Power::Gone);
+        assert!(!c.facts().iter().find(|f| f.name == "w-1").unwrap().up);
+    }
+
+    #[test]
+    fn facts_follow_the_machine_config() {
+        let c = cluster();
+        let f = c.facts();
+        assert_eq!(f[0].name, "cp-1");
+        assert_eq!(f[0].kubelet_version, "v1.34.1");
+        assert_eq!(f[0].talos_version, "v1.13.2");
+        assert_eq!(f[0].static_pod_images.len(), 3);
+        assert!(f[2].static_pod_images.is_empty());
+    }
+
+    #[test]
+    fn health_checks_stop_at_the_first_failure() {
+        let mut c = cluster();
+        assert!(c.health_checks(&[], &[]).iter().all(|(_, r)| r.is_ok()));
+        c.nodes[1].etcd_healthy = false;
+        let r = c.health_checks(&[], &[]);
+        assert_eq!(r.len(), 1);
+        assert!(r[0].1.as_ref().unwrap_err().contains("etcd"));
+    }
+}

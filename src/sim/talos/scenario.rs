@@ -1,0 +1,392 @@
+//! Scenario files: the simulated cluster, its timing and its faults, as YAML.
+//!
+//! ```yaml
+//! clusterName: medea-sim
+//! timing:
+//!   reboot: 2s           # how long a node is away when rebooting; `manual` = until a test boots it
+//!   imagePull: 500ms     # how long an image pull takes
+//! nodes:
+//!   - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
+//!   - { name: w-1,  address: 10.5.0.5, role: worker,       talos: v1.12.4, kubernetes: v1.34.1 }
+//! faults:
+//!   - node: cp-1
+//!     on: { call: { method: upgrade, nth: 1 } }
+//!     effect: { upgradeExit: { code: 1, message: "disk full" } }
+//! workloads:             # read by the simulated kube-apiserver, not by the Talos side
+//!   - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::fault::{FaultError, FaultPlan, duration_text};
+use crate::version::{KubeVersion, TalosVersion};
+
+/// The cluster `medea sim` runs without `--scenario`: 3 control planes and 3 workers on an older
+/// Talos (v1.12.4, so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1, with a
+/// 3-replica workload guarded by a PDB (minAvailable 2). Reboots take 2 s, pulls 500 ms.
+pub const DEFAULT_SCENARIO: &str = r#"# medea sim default scenario
+clusterName: medea-sim
+timing:
+  reboot: 2s
+  imagePull: 500ms
+nodes:
+  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
+  - { name: cp-2, address: 10.5.0.3, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
+  - { name: cp-3, address: 10.5.0.4, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
+  - { name: w-1, address: 10.5.0.5, role: worker, talos: v1.12.4, kubernetes: v1.34.1 }
+  - { name: w-2, address: 10.5.0.6, role: worker, talos: v1.12.4, kubernetes: v1.34.1 }
+  - { name: w-3, address: 10.5.0.7, role: worker, talos: v1.12.4, kubernetes: v1.34.1 }
+faults: []
+workloads:
+  - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
+"#;
+
+/// Why a scenario was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("failed to read scenario `{path}`")]
+    Read {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("scenario `{path}` is not valid")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        err: Box<serde_saphyr::Error>,
+    },
+    #[error("scenario `{path}`: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+    #[error("scenario `{path}`")]
+    Fault {
+        path: PathBuf,
+        #[source]
+        err: FaultError,
+    },
+}
+
+/// A node's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Controlplane,
+    Worker,
+}
+
+/// One simulated node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSpec {
+    /// Kubernetes node name and hostname.
+    pub name: String,
+    /// The address apid routes `node` metadata to (talosctl's `--nodes`).
+    pub address: String,
+    pub role: Role,
+    /// The Talos version it boots.
+    pub talos: TalosVersion,
+    /// The Kubernetes version of its kubelet (and control-plane static pods).
+    pub kubernetes: KubeVersion,
+}
+
+/// How long a rebooting node is away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootTiming {
+    /// Back after this long (zero: as soon as the reboot is acknowledged).
+    After(Duration),
+    /// Away until the test calls `SimTalos::complete_boot`.
+    Manual,
+}
+
+impl<'de> Deserialize<'de> for RebootTiming {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim() == "manual" {
+            return Ok(RebootTiming::Manual);
+        }
+        duration_text::parse(&s)
+            .map(RebootTiming::After)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for RebootTiming {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RebootTiming::Manual => s.serialize_str("manual"),
+            RebootTiming::After(d) => duration_text::serialize(d, s),
+        }
+    }
+}
+
+/// Simulated timing. Everything defaults to zero so tests run instantly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Timing {
+    #[serde(default = "zero_reboot")]
+    pub reboot: RebootTiming,
+    #[serde(default, with = "duration_text")]
+    pub image_pull: Duration,
+    /// Interval between re-checks of a failing server-side health check.
+    #[serde(default = "health_poll", with = "duration_text")]
+    pub health_poll: Duration,
+}
+
+fn zero_reboot() -> RebootTiming {
+    RebootTiming::After(Duration::ZERO)
+}
+fn health_poll() -> Duration {
+    Duration::from_millis(50)
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            reboot: zero_reboot(),
+            image_pull: Duration::ZERO,
+            health_poll: health_poll(),
+        }
+    }
+}
+
+/// A replicated workload for the kube side of the simulator (carried, not used, by the Talos side).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkloadSpec {
+    pub name: String,
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    pub replicas: u32,
+    /// A PodDisruptionBudget with this `minAvailable`, if set.
+    #[serde(default)]
+    pub pdb_min_available: Option<u32>,
+}
+
+fn default_ns() -> String {
+    "default".to_string()
+}
+
+fn default_cluster_name() -> String {
+    "medea-sim".to_string()
+}
+
+/// A whole simulated cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+    #[serde(default)]
+    pub timing: Timing,
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pub faults: Vec<FaultPlan>,
+    #[serde(default)]
+    pub workloads: Vec<WorkloadSpec>,
+}
+
+impl Scenario {
+    /// Parse and validate scenario YAML; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<Scenario, ScenarioError> {
+        let s: Scenario = serde_saphyr::from_str(text).map_err(|err| ScenarioError::Parse {
+            path: origin.to_path_buf(),
+            err: Box::new(err),
+        })?;
+        s.validate(origin)?;
+        Ok(s)
+    }
+
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ScenarioError::Read {
+            path: path.to_path_buf(),
+            err,
+        })?;
+        Scenario::parse(&text, path)
+    }
+
+    /// The documented default cluster ([`DEFAULT_SCENARIO`]).
+    pub fn default_cluster() -> Scenario {
+        // A constant known to be valid (tested).
+        Scenario::parse(DEFAULT_SCENARIO, Path::new("<default scenario>"))
+            .unwrap_or_else(|e| unreachable!("the built-in scenario is valid: {e}"))
+    }
+
+    /// A cluster of `control_planes` + `workers` nodes, all on the same versions, zero timing.
+    pub fn uniform(
+        control_planes: usize,
+        workers: usize,
+        talos: TalosVersion,
+        kubernetes: KubeVersion,
+    ) -> Scenario {
+        let mut nodes = Vec::new();
+        for i in 0..control_planes + workers {
+            let cp = i < control_planes;
+            let name = if cp {
+                format!("cp-{}", i + 1)
+            } else {
+                format!("w-{}", i - control_planes + 1)
+            };
+            nodes.push(NodeSpec {
+                name,
+                address: format!("10.5.0.{}", i + 2),
+                role: if cp { Role::Controlplane } else { Role::Worker },
+                talos: talos.clone(),
+                kubernetes: kubernetes.clone(),
+            });
+        }
+        Scenario {
+            cluster_name: default_cluster_name(),
+            timing: Timing::default(),
+            nodes,
+            faults: Vec::new(),
+            workloads: Vec::new(),
+        }
+    }
+
+    /// Check names, addresses and faults.
+    pub fn validate(&self, origin: &Path) -> Result<(), ScenarioError> {
+        let invalid = |problem: String| ScenarioError::Invalid {
+            path: origin.to_path_buf(),
+            problem,
+        };
+        if self.nodes.is_empty() {
+            return Err(invalid(
+                "`nodes` is empty; a cluster needs at least one control-plane node".into(),
+            ));
+        }
+        if !self.nodes.iter().any(|n| n.role == Role::Controlplane) {
+            return Err(invalid("no node has `role: controlplane`".into()));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for n in &self.nodes {
+            let ok_name = !n.name.is_empty()
+                && n.name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                });
+            if !ok_name {
+                return Err(invalid(format!(
+                    "node name `{}` must be a DNS label (lowercase letters, digits, `-`, `.`)",
+                    n.name
+                )));
+            }
+            if n.address.parse::<std::net::IpAddr>().is_err() {
+                return Err(invalid(format!(
+                    "node `{}`: address `{}` is not an IP address",
+                    n.name, n.address
+                )));
+            }
+            for key in [&n.name, &n.address] {
+                if !seen.insert(key.clone()) {
+                    return Err(invalid(format!("`{key}` is used by two nodes")));
+                }
+            }
+        }
+        for f in &self.faults {
+            if !self
+                .nodes
+                .iter()
+                .any(|n| n.name == f.node || n.address == f.node)
+            {
+                return Err(ScenarioError::Fault {
+                    path: origin.to_path_buf(),
+                    err: FaultError::UnknownNode {
+                        node: f.node.clone(),
+                        known: self
+                            .nodes
+                            .iter()
+                            .map(|n| n.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    },
+                });
+            }
+            f.validate().map_err(|err| ScenarioError::Fault {
+                path: origin.to_path_buf(),
+                err,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_scenario_is_three_plus_three_on_older_versions() {
+        let s = Scenario::default_cluster();
+        let cps = s
+            .nodes
+            .iter()
+            .filter(|n| n.role == Role::Controlplane)
+            .count();
+        assert_eq!((cps, s.nodes.len() - cps), (3, 3));
+        assert!(
+            s.nodes
+                .iter()
+                .all(|n| n.talos == TalosVersion::parse("v1.12.4").unwrap())
+        );
+        assert_eq!(s.workloads[0].pdb_min_available, Some(2));
+        assert_eq!(s.timing.reboot, RebootTiming::After(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn bad_scenarios_say_what_is_wrong() {
+        let p = Path::new("s.yaml");
+        let cases = [
+            ("nodes: []", "at least one control-plane"),
+            (
+                "nodes: [{name: w-1, address: 10.0.0.1, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "controlplane",
+            ),
+            (
+                "nodes: [{name: cp-1, address: nope, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "not an IP address",
+            ),
+            (
+                "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1},\n        {name: cp-1, address: 10.0.0.2, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "used by two nodes",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let err = Scenario::parse(yaml, p).unwrap_err().to_string();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+        let err = Scenario::parse(
+            "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: 1.13, kubernetes: v1.34.1}]",
+            p,
+        )
+        .unwrap_err();
+        assert!(matches!(err, ScenarioError::Parse { .. }), "{err}");
+        let err = Scenario::parse(
+            "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\nfaults: [{node: cp-9, on: {boot: {}}, effect: neverReturn}]",
+            p,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ScenarioError::Fault {
+                    err: FaultError::UnknownNode { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn manual_reboot_timing_parses() {
+        let s = Scenario::parse(
+            "timing: { reboot: manual }\nnodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+            Path::new("s.yaml"),
+        )
+        .unwrap();
+        assert_eq!(s.timing.reboot, RebootTiming::Manual);
+        assert_eq!(s.timing.image_pull, Duration::ZERO);
+    }
+}

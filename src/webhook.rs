@@ -1,0 +1,179 @@
+//! Notifications: JSON webhooks (with a Slack-compatible `text` field) on plan and rollout
+//! events, delivered from a bounded queue with retries. Never blocks the caller: when the queue
+//! is full the event is dropped and counted.
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+/// Queue depth; beyond it events are dropped (and logged), never waited for.
+pub const QUEUE: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EventKind {
+    #[serde(rename = "plan.ready")]
+    PlanReady,
+    #[serde(rename = "approval.received")]
+    ApprovalReceived,
+    #[serde(rename = "rollout.started")]
+    RolloutStarted,
+    #[serde(rename = "rollout.node_done")]
+    NodeDone,
+    #[serde(rename = "rollout.halted")]
+    RolloutHalted,
+    #[serde(rename = "rollout.succeeded")]
+    RolloutSucceeded,
+}
+
+/// The JSON body of a notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Notification {
+    pub event: EventKind,
+    /// One human-readable line; Slack and compatible receivers display it.
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// RFC 3339.
+    pub at: String,
+}
+
+#[derive(Clone)]
+pub struct Notifier {
+    tx: Option<mpsc::Sender<Notification>>,
+}
+
+impl Notifier {
+    /// A notifier that sends nowhere (no `--webhook` given).
+    pub fn disabled() -> Notifier {
+        Notifier { tx: None }
+    }
+
+    /// Start delivery to `urls` in a background task.
+    pub fn start(urls: Vec<String>) -> Notifier {
+        if urls.is_empty() {
+            return Notifier::disabled();
+        }
+        let (tx, mut rx) = mpsc::channel::<Notification>(QUEUE);
+        tokio::spawn(async move {
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_native_roots()
+                .map(|b| b.https_or_http().enable_http1().build());
+            let https = match https {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %e, "webhooks disabled: no TLS root certificates");
+                    return;
+                }
+            };
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build::<_, Full<Bytes>>(https);
+            while let Some(n) = rx.recv().await {
+                let body = serde_json::to_vec(&n).expect("notifications serialize");
+                for url in &urls {
+                    let send = || async {
+                        let req = hyper::Request::post(url.as_str())
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from(body.clone())))
+                            .map_err(|e| e.to_string())?;
+                        let resp =
+                            tokio::time::timeout(Duration::from_secs(10), client.request(req))
+                                .await
+                                .map_err(|_| "timed out".to_string())?
+                                .map_err(|e| crate::error_chain(&e))?;
+                        if resp.status().is_success() {
+                            Ok(())
+                        } else {
+                            Err(format!("HTTP {}", resp.status()))
+                        }
+                    };
+                    let result = send
+                        .retry(
+                            ExponentialBuilder::default()
+                                .with_min_delay(Duration::from_millis(200))
+                                .with_max_times(4),
+                        )
+                        .await;
+                    if let Err(e) = result {
+                        tracing::warn!(webhook = %redact_url(url), event = ?n.event, error = %e, "webhook delivery failed");
+                    }
+                }
+            }
+        });
+        Notifier { tx: Some(tx) }
+    }
+
+    /// Queue a notification; never waits.
+    pub fn send(&self, n: Notification) {
+        if let Some(tx) = &self.tx
+            && let Err(e) = tx.try_send(n)
+        {
+            tracing::warn!(error = %e, "webhook queue full or closed: notification dropped");
+        }
+    }
+}
+
+/// Webhook URLs often carry a secret in the path (Slack): log only scheme and host.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}/…", rest.split('/').next().unwrap_or("")),
+        None => "<invalid url>".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_shape_and_redaction() {
+        let n = Notification {
+            event: EventKind::RolloutHalted,
+            text: "rollout halted".into(),
+            cluster: Some("prod".into()),
+            plan: None,
+            job: Some("j1".into()),
+            node: Some("w-1".into()),
+            reason: Some("node reverted".into()),
+            at: "2026-12-02T12:00:00Z".into(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&n).unwrap();
+        assert_eq!(v["event"], "rollout.halted");
+        assert_eq!(v["text"], "rollout halted");
+        assert!(v.get("plan").is_none());
+        assert_eq!(
+            redact_url("https://hooks.slack.com/services/T/B/SECRET"),
+            "https://hooks.slack.com/…"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_instead_of_blocking() {
+        let (tx, _rx) = mpsc::channel(1);
+        let n = Notifier { tx: Some(tx) };
+        let ev = Notification {
+            event: EventKind::PlanReady,
+            text: "x".into(),
+            cluster: None,
+            plan: None,
+            job: None,
+            node: None,
+            reason: None,
+            at: "t".into(),
+        };
+        n.send(ev.clone());
+        n.send(ev); // would block on a bounded send; must return at once
+    }
+}
