@@ -30,7 +30,7 @@ pub struct NodeTarget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpgradeMethod {
-    /// Talos > 1.13.0-alpha.2: `LifecycleService.Upgrade` only writes the new boot entry; medea
+    /// Talos >= 1.13.0: `LifecycleService.Upgrade` only writes the new boot entry; medea
     /// reboots the node itself afterwards (`MachineService.Reboot`).
     Lifecycle,
     /// Older Talos: `MachineService.Upgrade` (never with `force`); the node reboots by itself.
