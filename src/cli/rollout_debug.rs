@@ -16,9 +16,10 @@ pub struct RolloutRunArgs {
     /// The store directory holding the jobs.
     #[arg(long)]
     pub store: PathBuf,
-    /// The persistent fake cluster (JSON state written by `FakeCluster::save`).
+    /// The persistent fake cluster (JSON state written by `FakeCluster::save`). The only
+    /// cluster kind so far; a simulator endpoint is the next.
     #[arg(long)]
-    pub fake_state: PathBuf,
+    pub fake_state: Option<PathBuf>,
     /// Where etcd snapshots go (default: `<store>/../snapshots`).
     #[arg(long)]
     pub snapshots: Option<PathBuf>,
@@ -33,13 +34,18 @@ pub struct RolloutRunArgs {
 /// Run all running jobs to the end. Crash points come from `MEDEA_CRASH_AT` /
 /// `MEDEA_CRASH_BEFORE`. Prints one `<job> <outcome>` line per job; exit 0 when all succeeded.
 pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
-    let store = FjallStore::open(&args.store).map_err(|e| miette::miette!("{e}"))?;
-    let fake = FakeCluster::persistent(&args.fake_state).map_err(|e| {
+    let Some(fake_state) = &args.fake_state else {
+        return Err(miette::miette!(
+            "no cluster to run against: pass --fake-state <file>"
+        ));
+    };
+    let fake = FakeCluster::persistent(fake_state).map_err(|e| {
         miette::miette!(
             "cannot load the fake cluster `{}`: {e}",
-            args.fake_state.display()
+            fake_state.display()
         )
     })?;
+    let store = FjallStore::open(&args.store).map_err(|e| miette::miette!("{e}"))?;
     let snapshots = args.snapshots.unwrap_or_else(|| {
         args.store
             .parent()

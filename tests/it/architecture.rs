@@ -72,7 +72,8 @@ fn mentions(code: &str, word: &str) -> bool {
             .chars()
             .next()
             .is_some_and(|c| c.is_ascii_alphanumeric());
-        !(starts_ident && ident(before)) && !ident(after)
+        let glued_before = starts_ident && ident(before);
+        !glued_before && !ident(after)
     })
 }
 

@@ -1659,15 +1659,26 @@ pub mod crash {
 
     use super::*;
 
+    /// What the harness checks after each run, whatever the cluster is made of.
+    #[derive(Debug)]
+    pub struct Summary {
+        /// Node → (running version, cordoned, Upgrade calls, Reboot calls).
+        pub nodes: BTreeMap<String, (TalosVersion, bool, u32, u32)>,
+        pub snapshots: u32,
+        /// Accepted mutating calls, for failure messages.
+        pub log: Vec<String>,
+    }
+
     /// A cluster that survives the child's death, and how to run the child against it.
-    /// `FakeWorld` keeps the cluster in a JSON file; a simulator world would run `medea sim`
-    /// and point the child at it.
+    /// `FakeWorld` keeps the cluster in a JSON file; a simulator world runs `medea sim`, seeds
+    /// the store the same way, points the child at the simulator, and reads the simulator's
+    /// side-effect counters into a [`Summary`].
     pub trait CrashWorld {
         fn prepare(dir: &Path) -> Self;
         /// `medea __rollout-run ...` for this world (without crash variables).
         fn child(&self) -> Command;
-        /// Side effects as the cluster counted them.
-        fn cluster(&self) -> FakeState;
+        /// The cluster's state and side-effect counters.
+        fn summary(&self) -> Summary;
         fn store(&self) -> PathBuf;
     }
 
@@ -1703,10 +1714,29 @@ pub mod crash {
                 .env_remove("MEDEA_CRASH_BEFORE");
             c
         }
-        fn cluster(&self) -> FakeState {
-            FakeCluster::persistent(&self.dir.join("cluster.json"))
+        fn summary(&self) -> Summary {
+            let s = FakeCluster::persistent(&self.dir.join("cluster.json"))
                 .unwrap()
-                .state()
+                .state();
+            Summary {
+                nodes: s
+                    .nodes
+                    .iter()
+                    .map(|(k, n)| {
+                        (
+                            k.clone(),
+                            (
+                                n.version.clone(),
+                                n.cordoned,
+                                n.counters.upgrade,
+                                n.counters.reboot,
+                            ),
+                        )
+                    })
+                    .collect(),
+                snapshots: s.snapshots,
+                log: s.log,
+            }
         }
         fn store(&self) -> PathBuf {
             self.dir.join("store")
@@ -1761,20 +1791,13 @@ pub mod crash {
     }
 
     fn check<W: CrashWorld>(w: &W, what: &str) {
-        let s = w.cluster();
-        for (name, n) in &s.nodes {
-            assert_eq!(n.version, tv(TO), "{what}: {name} on target");
-            assert!(!n.cordoned, "{what}: {name} left cordoned");
-            assert_eq!(
-                n.counters.upgrade, 1,
-                "{what}: {name} Upgrade calls\n{:#?}",
-                s.log
-            );
-            assert_eq!(
-                n.counters.reboot, 1,
-                "{what}: {name} Reboot calls\n{:#?}",
-                s.log
-            );
+        let s = w.summary();
+        assert_eq!(s.nodes.len(), 6);
+        for (name, (version, cordoned, upgrades, reboots)) in &s.nodes {
+            assert_eq!(version, &tv(TO), "{what}: {name} on target");
+            assert!(!cordoned, "{what}: {name} left cordoned");
+            assert_eq!(*upgrades, 1, "{what}: {name} Upgrade calls\n{:#?}", s.log);
+            assert_eq!(*reboots, 1, "{what}: {name} Reboot calls\n{:#?}", s.log);
         }
         assert_eq!(s.snapshots, 1, "{what}: one snapshot");
         let store = FjallStore::open(&w.store()).unwrap();
@@ -1908,4 +1931,27 @@ fn the_journaled_upgrade_method_is_the_rpc_the_talos_client_picks() {
         );
         assert!(same, "{v}: {ours:?} vs {theirs:?}");
     }
+}
+
+#[test]
+fn the_harness_command_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::cli::medea()
+        .args(["__rollout-run", "--store"])
+        .arg(dir.path().join("store"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--fake-state"), "{err}");
+    assert!(!dir.path().join("store").exists(), "nothing created");
+    let out = crate::cli::medea()
+        .args(["__rollout-run", "--store"])
+        .arg(dir.path().join("store"))
+        .arg("--fake-state")
+        .arg(dir.path().join("missing.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot load the fake cluster"));
 }
