@@ -13,6 +13,7 @@ pub mod inventory;
 pub mod k8s;
 pub mod metrics;
 pub mod plan;
+pub mod rollout;
 pub mod server;
 pub mod sim;
 pub mod store;

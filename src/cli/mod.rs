@@ -17,6 +17,7 @@ pub mod ha_debug;
 pub mod output;
 pub mod plan;
 pub mod report;
+pub mod rollout_debug;
 pub mod server;
 pub mod sim;
 pub mod talos;
@@ -70,6 +71,9 @@ pub enum Command {
     /// (testing) Write store batches until killed.
     #[command(name = "__store-torture", hide = true)]
     StoreTorture(debug::TortureArgs),
+    /// (testing) Run every running rollout job of a store against a persistent fake cluster.
+    #[command(name = "__rollout-run", hide = true)]
+    RolloutRun(rollout_debug::RolloutRunArgs),
     /// Write man pages (medea.1 and one per subcommand) generated from this CLI.
     #[command(after_help = "Examples:\n  medea man --out /usr/local/share/man/man1")]
     Man {
@@ -135,6 +139,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Plan(args) => plan::plan(args),
         Command::StoreTorture(args) => debug::store_torture(args),
         Command::HaProbe(args) => ha_debug::probe(args),
+        Command::RolloutRun(args) => rollout_debug::rollout_run(args),
         Command::Serve(args) => server::serve(args),
         Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Get(args) => server::get(args),

@@ -1,6 +1,7 @@
 //! The single integration-test binary (one link of kube/tonic/fjall instead of many).
 
 mod approval;
+mod architecture;
 mod cli;
 mod deploy;
 mod desired;
@@ -10,6 +11,7 @@ mod fuzz_smoke;
 mod ha;
 mod k8s;
 mod plan;
+mod rollout;
 mod server;
 mod store;
 mod talos;

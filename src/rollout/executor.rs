@@ -1,0 +1,812 @@
+//! The executor: runs jobs through the ports, journaling every step.
+//!
+//! Per iteration: check for a halt request; [`machine::step`] on fresh observations; for a
+//! command, re-check the gates (global `--rollouts`, the cluster's `rolloutsEnabled`, halt),
+//! journal the intent durably, call the port, journal the outcome durably; otherwise persist
+//! whatever changed and sleep (poll interval, exponential backoff after transient failures, or
+//! until a maintenance window opens). Every store write goes through [`Executor::commit`], the
+//! single place where fencing checks are added and where the crash harness aborts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use super::RolloutError;
+use super::journal::{self, Entry, HaltRequest, halt_key, job_key};
+use super::machine::{
+    self, Action, Command, Job, JobId, JobState, Needs, Next, ObsError, Observations, Op, Outcome,
+    PollWhy, Transition,
+};
+use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
+use crate::error_chain;
+use crate::inventory::{ObservedCluster, cluster_key};
+use crate::store::{Check, Store, StoreError, StoreExt, Txn};
+
+/// Wall-clock time for the executor (the machine gets it as an argument).
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// Wall time that advances with tokio's clock: `base` plus the tokio time elapsed since
+/// creation. Under `tokio::time::pause()` it moves exactly as far as the executor sleeps.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    base: Timestamp,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    pub fn starting_at(base: Timestamp) -> TokioClock {
+        TokioClock {
+            base,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        self.base
+            .checked_add(self.start.elapsed())
+            .unwrap_or(Timestamp::MAX)
+    }
+}
+
+/// Extra preconditions on every executor transaction (the HA leader lease, later).
+pub trait Fence: Send + Sync {
+    fn checks(&self) -> Vec<Check>;
+}
+
+/// No fencing: a single medea owns the store (fjall's lock file guarantees it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFence;
+
+impl Fence for NoFence {
+    fn checks(&self) -> Vec<Check> {
+        Vec::new()
+    }
+}
+
+/// Test hook for the crash harness: abort the process right before or right after the N-th
+/// store commit of this executor (1-based).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CrashPoints {
+    pub before: Option<u64>,
+    pub after: Option<u64>,
+}
+
+impl CrashPoints {
+    /// `MEDEA_CRASH_AT=N` (or `MEDEA_CRASH_AFTER=N`): abort right after commit N;
+    /// `MEDEA_CRASH_BEFORE=N`: abort right before commit N (after the call it records).
+    pub fn from_env() -> CrashPoints {
+        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse().ok());
+        CrashPoints {
+            before: var("MEDEA_CRASH_BEFORE"),
+            after: var("MEDEA_CRASH_AT").or_else(|| var("MEDEA_CRASH_AFTER")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// The server's global `--rollouts` switch.
+    pub rollouts: bool,
+    /// Where etcd snapshots are saved (`<dir>/<job>.db`), created 0700.
+    pub snapshot_dir: PathBuf,
+    /// Interval between observations while something is in progress.
+    pub poll: Duration,
+    /// Backoff after transient failures: from `backoff_min`, doubling, capped at `backoff_max`.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// Longest single sleep, so halt requests are noticed while waiting for a window.
+    pub max_sleep: Duration,
+    pub crash: CrashPoints,
+}
+
+impl ExecutorConfig {
+    pub fn new(rollouts: bool, snapshot_dir: PathBuf) -> ExecutorConfig {
+        ExecutorConfig {
+            rollouts,
+            snapshot_dir,
+            poll: Duration::from_secs(5),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            max_sleep: Duration::from_secs(30),
+            crash: CrashPoints::default(),
+        }
+    }
+}
+
+/// A gate that keeps a job from making its next mutating command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "gate")]
+pub enum Gate {
+    GlobalRollouts,
+    ClusterDisabled { cluster: String },
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gate::GlobalRollouts => f.write_str("rollouts are off on this server (`--rollouts`)"),
+            Gate::ClusterDisabled { cluster } => {
+                write!(f, "cluster `{cluster}` has rollouts disabled")
+            }
+        }
+    }
+}
+
+/// How a [`Executor::run`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    Succeeded,
+    Halted {
+        reason: String,
+        step: Option<usize>,
+        node: Option<String>,
+    },
+    /// A gate is closed: the job is still running and continues when it opens (run it again).
+    Paused {
+        gate: Gate,
+    },
+}
+
+/// A step event for the watch API and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutEvent {
+    pub job: JobId,
+    pub cluster: String,
+    /// Index of the plan step.
+    pub step: Option<usize>,
+    pub pool: Option<String>,
+    pub node: Option<String>,
+    pub op: Option<Op>,
+    pub state: EventState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum EventState {
+    /// Journaled, about to be called.
+    Intended {
+        attempt: u32,
+    },
+    Done,
+    /// The call came back transient; its effect will be observed.
+    Unknown {
+        error: String,
+    },
+    /// Something advanced on observations alone.
+    Progress {
+        note: String,
+    },
+    Waiting {
+        reason: String,
+    },
+    Paused {
+        gate: Gate,
+    },
+    Halted {
+        reason: String,
+    },
+    Succeeded,
+}
+
+pub struct Executor<T, K, C = SystemClock> {
+    store: Arc<dyn Store>,
+    talos: T,
+    kube: K,
+    clock: C,
+    cfg: ExecutorConfig,
+    fence: Arc<dyn Fence>,
+    events: broadcast::Sender<RolloutEvent>,
+    commits: AtomicU64,
+}
+
+fn obs_err(e: PortError) -> ObsError {
+    ObsError {
+        transient: e.is_transient(),
+        message: error_chain(&e),
+    }
+}
+
+fn store_err(job: &JobId) -> impl FnOnce(StoreError) -> RolloutError + '_ {
+    move |err| RolloutError::Store {
+        job: job.to_string(),
+        err,
+    }
+}
+
+impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        talos: T,
+        kube: K,
+        clock: C,
+        cfg: ExecutorConfig,
+    ) -> Executor<T, K, C> {
+        let (events, _) = broadcast::channel(1024);
+        Executor {
+            store,
+            talos,
+            kube,
+            clock,
+            cfg,
+            fence: Arc::new(NoFence),
+            events,
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    pub fn with_fence(mut self, fence: Arc<dyn Fence>) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// Step events of every job this executor runs.
+    pub fn subscribe(&self) -> broadcast::Receiver<RolloutEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn talos(&self) -> &T {
+        &self.talos
+    }
+    pub fn kube(&self) -> &K {
+        &self.kube
+    }
+
+    /// Store commits made so far (journal points).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::SeqCst)
+    }
+
+    /// Jobs that are not terminal, by id.
+    pub fn running_jobs(&self) -> Result<Vec<Job>, RolloutError> {
+        let jobs = self
+            .store
+            .scan_records::<Job>("job/")
+            .map_err(|err| RolloutError::Store {
+                job: "*".into(),
+                err,
+            })?;
+        Ok(jobs
+            .into_iter()
+            .map(|(_, j)| j)
+            .filter(|j| !j.state.is_terminal())
+            .collect())
+    }
+
+    /// Reload every running job and run them (clusters concurrently) until each succeeds, halts
+    /// or pauses on a closed gate.
+    pub async fn resume_all(
+        self: &Arc<Self>,
+    ) -> Result<Vec<(JobId, Result<RunOutcome, RolloutError>)>, RolloutError>
+    where
+        T: 'static,
+        K: 'static,
+        C: 'static,
+    {
+        let mut set = tokio::task::JoinSet::new();
+        for job in self.running_jobs()? {
+            let me = self.clone();
+            set.spawn(async move {
+                let r = me.run(&job.id).await;
+                (job.id, r)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(pair) => out.push(pair),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => {}
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn load(&self, id: &JobId) -> Result<Job, RolloutError> {
+        self.store
+            .get_record::<Job>(&job_key(id))
+            .map_err(store_err(id))?
+            .ok_or_else(|| RolloutError::UnknownJob {
+                job: id.to_string(),
+            })
+    }
+
+    /// Drive one job until it succeeds, halts, or a gate closes.
+    pub async fn run(&self, id: &JobId) -> Result<RunOutcome, RolloutError> {
+        let mut job = self.load(id)?;
+        let mut transient: u32 = 0;
+        let mut last_wait: Option<String> = None;
+        loop {
+            match &job.state {
+                JobState::Succeeded { .. } => return Ok(RunOutcome::Succeeded),
+                JobState::Halted {
+                    reason, step, node, ..
+                } => {
+                    return Ok(RunOutcome::Halted {
+                        reason: reason.clone(),
+                        step: *step,
+                        node: node.clone(),
+                    });
+                }
+                JobState::Running => {}
+            }
+            if !self.cfg.rollouts {
+                self.emit(
+                    &job,
+                    None,
+                    EventState::Paused {
+                        gate: Gate::GlobalRollouts,
+                    },
+                );
+                return Ok(RunOutcome::Paused {
+                    gate: Gate::GlobalRollouts,
+                });
+            }
+            if let Some(h) = self.halt_request(&job)? {
+                job = self.honour_halt(&job, h)?;
+                continue;
+            }
+            let now = self.clock.now();
+            let t = self.decide(&job, now).await;
+            match t.next.clone() {
+                Next::Finished => {
+                    let changed = t.changed(&job);
+                    job = self.progress(&job, t)?;
+                    if !changed && !job.state.is_terminal() {
+                        // cannot happen (Finished means terminal); never spin
+                        self.sleep(self.cfg.poll).await;
+                    }
+                }
+                Next::Run(cmd) => {
+                    // the gates, before every mutating command
+                    if let Some(gate) = self.closed_gate(&job)? {
+                        job = self.progress(&job, t)?;
+                        self.emit(&job, Some(&cmd), EventState::Paused { gate: gate.clone() });
+                        return Ok(RunOutcome::Paused { gate });
+                    }
+                    if let Some(h) = self.halt_request(&job)? {
+                        job = self.progress(&job, t)?;
+                        job = self.honour_halt(&job, h)?;
+                        continue;
+                    }
+                    last_wait = None;
+                    let outcome;
+                    (job, outcome) = self.run_command(&job, t, cmd).await?;
+                    match outcome {
+                        Outcome::Transient { .. } => {
+                            transient += 1;
+                            self.sleep(self.backoff(transient)).await;
+                        }
+                        _ => transient = 0,
+                    }
+                }
+                Next::Poll { why, reason } => {
+                    job = self.progress(&job, t)?;
+                    if last_wait.as_deref() != Some(reason.as_str()) {
+                        self.emit(
+                            &job,
+                            None,
+                            EventState::Waiting {
+                                reason: reason.clone(),
+                            },
+                        );
+                        last_wait = Some(reason);
+                    }
+                    let d = match why {
+                        PollWhy::Waiting => {
+                            transient = 0;
+                            self.cfg.poll
+                        }
+                        PollWhy::Unreachable => {
+                            transient += 1;
+                            self.backoff(transient)
+                        }
+                    };
+                    self.sleep(d).await;
+                }
+                Next::WaitUntil { at, reason } => {
+                    job = self.progress(&job, t)?;
+                    if last_wait.as_deref() != Some(reason.as_str()) {
+                        self.emit(
+                            &job,
+                            None,
+                            EventState::Waiting {
+                                reason: reason.clone(),
+                            },
+                        );
+                        last_wait = Some(reason);
+                    }
+                    let left = at.duration_since(self.clock.now());
+                    let d = Duration::try_from(left).unwrap_or(Duration::ZERO);
+                    self.sleep(d.min(self.cfg.max_sleep)).await;
+                }
+            }
+        }
+    }
+
+    /// Journal the intent, make the call, journal the outcome.
+    async fn run_command(
+        &self,
+        job: &Job,
+        t: Transition,
+        cmd: Command,
+    ) -> Result<(Job, Outcome), RolloutError> {
+        let now = self.clock.now();
+        let intended = machine::intend(&t.job, &cmd, now);
+        let job = self.persist(
+            job,
+            &intended,
+            Entry::Intent {
+                key: cmd.key.clone(),
+                action: cmd.action.clone(),
+            },
+            t.notes.clone(),
+        )?;
+        self.emit_notes(&job, &t.notes);
+        self.emit(
+            &job,
+            Some(&cmd),
+            EventState::Intended {
+                attempt: cmd.key.attempt,
+            },
+        );
+        let outcome = self.execute(&job, &cmd).await;
+        let (next, notes) = machine::complete(&job, &cmd.key, &outcome, self.clock.now());
+        let job = self.persist(
+            &job,
+            &next,
+            Entry::Result {
+                key: cmd.key.clone(),
+                outcome: outcome.clone(),
+            },
+            notes,
+        )?;
+        let state = match &outcome {
+            Outcome::Transient { error } => EventState::Unknown {
+                error: error.clone(),
+            },
+            _ => match &job.state {
+                JobState::Halted { reason, .. } => EventState::Halted {
+                    reason: reason.clone(),
+                },
+                _ => EventState::Done,
+            },
+        };
+        self.emit(&job, Some(&cmd), state);
+        Ok((job, outcome))
+    }
+
+    /// Persist a transition that made no call (if it changed anything).
+    fn progress(&self, job: &Job, t: Transition) -> Result<Job, RolloutError> {
+        if !t.changed(job) {
+            return Ok(job.clone());
+        }
+        let next = self.persist(job, &t.job, Entry::Progress, t.notes.clone())?;
+        self.emit_notes(&next, &t.notes);
+        self.emit_terminal(&next);
+        Ok(next)
+    }
+
+    fn honour_halt(&self, job: &Job, h: HaltRequest) -> Result<Job, RolloutError> {
+        let reason = match &h.reason {
+            Some(r) => format!("halted by {}: {r}", h.by),
+            None => format!("halted by {}", h.by),
+        };
+        let next = machine::halt(job, reason.clone(), self.clock.now());
+        let next = self.persist(
+            job,
+            &next,
+            Entry::HaltRequested { by: h.by.clone() },
+            vec![reason],
+        )?;
+        self.emit_terminal(&next);
+        Ok(next)
+    }
+
+    /// Observe what the machine asks for, round after round, until it has all it wants.
+    async fn decide(&self, job: &Job, now: Timestamp) -> Transition {
+        let mut obs = Observations::default();
+        let mut t = machine::step(job, &obs, now);
+        for _ in 0..16 {
+            if t.missing.is_empty() {
+                break;
+            }
+            let more = self.observe(job, &t.missing).await;
+            obs.merge(more);
+            t = machine::step(job, &obs, now);
+        }
+        t
+    }
+
+    async fn observe(&self, job: &Job, needs: &Needs) -> Observations {
+        let mut obs = Observations::default();
+        for t in &needs.talos {
+            obs.talos
+                .insert(t.node.clone(), self.talos.node(t).await.map_err(obs_err));
+        }
+        for k in &needs.kube {
+            obs.kube
+                .insert(k.clone(), self.kube.node(k).await.map_err(obs_err));
+        }
+        if let Some(via) = &needs.etcd {
+            obs.etcd = Some(self.talos.etcd(via).await.map_err(obs_err));
+        }
+        for t in &needs.images {
+            obs.images.insert(
+                t.node.clone(),
+                self.talos.component_images(t).await.map_err(obs_err),
+            );
+        }
+        for (node, c) in &needs.static_pods {
+            obs.static_pods.insert(
+                (node.clone(), *c),
+                self.kube.static_pod(node, *c).await.map_err(obs_err),
+            );
+        }
+        if needs.snapshot {
+            obs.snapshot = Some(
+                snapshot_on_disk(&self.snapshot_path(job))
+                    .await
+                    .map_err(|e| ObsError {
+                        transient: false,
+                        message: error_chain(&e),
+                    }),
+            );
+        }
+        obs
+    }
+
+    /// The file the job's etcd snapshot is saved to.
+    pub fn snapshot_path(&self, job: &Job) -> PathBuf {
+        self.cfg.snapshot_dir.join(format!("{}.db", job.id))
+    }
+
+    async fn execute(&self, job: &Job, cmd: &Command) -> Outcome {
+        let r: Result<Outcome, PortError> = match &cmd.action {
+            Action::Snapshot { via } => self
+                .talos
+                .etcd_snapshot(via, &self.snapshot_path(job))
+                .await
+                .map(|info| Outcome::Snapshot { info }),
+            Action::Pull {
+                node,
+                image,
+                namespace,
+            } => self
+                .talos
+                .pull_image(node, image, *namespace)
+                .await
+                .map(|()| Outcome::Done),
+            Action::Cordon { node } => self.kube.cordon(node).await.map(|()| Outcome::Done),
+            Action::Drain { node, timeout_secs } => self
+                .kube
+                .drain(node, Duration::from_secs(*timeout_secs))
+                .await
+                .map(|result| Outcome::Drain { result }),
+            Action::Upgrade {
+                node,
+                image,
+                method,
+                ..
+            } => self
+                .talos
+                .upgrade(node, image, *method)
+                .await
+                .map(|()| Outcome::Done),
+            Action::Reboot { node, .. } => self.talos.reboot(node).await.map(|()| Outcome::Done),
+            Action::Uncordon { node } => self.kube.uncordon(node).await.map(|()| Outcome::Done),
+            Action::SetImage {
+                node,
+                component,
+                image,
+            } => self
+                .talos
+                .set_component_image(node, *component, image)
+                .await
+                .map(|()| Outcome::Done),
+            Action::ApplyManifests { via } => match self.talos.bootstrap_manifests(via).await {
+                Ok(m) => self
+                    .kube
+                    .apply_manifests(&m, "talos")
+                    .await
+                    .map(|()| Outcome::Done),
+                Err(e) => Err(e),
+            },
+        };
+        match r {
+            Ok(o) => o,
+            Err(e) if e.is_transient() => Outcome::Transient {
+                error: error_chain(&e),
+            },
+            Err(e) => Outcome::Failed {
+                error: error_chain(&e),
+            },
+        }
+    }
+
+    fn closed_gate(&self, job: &Job) -> Result<Option<Gate>, RolloutError> {
+        if !self.cfg.rollouts {
+            return Ok(Some(Gate::GlobalRollouts));
+        }
+        let cluster = self
+            .store
+            .get_record::<ObservedCluster>(&cluster_key(&job.cluster))
+            .map_err(store_err(&job.id))?;
+        if !cluster.is_some_and(|c| c.rollouts_enabled) {
+            return Ok(Some(Gate::ClusterDisabled {
+                cluster: job.cluster.clone(),
+            }));
+        }
+        Ok(None)
+    }
+
+    fn halt_request(&self, job: &Job) -> Result<Option<HaltRequest>, RolloutError> {
+        self.store
+            .get_record::<HaltRequest>(&halt_key(&job.id))
+            .map_err(store_err(&job.id))
+    }
+
+    fn persist(
+        &self,
+        prev: &Job,
+        next: &Job,
+        entry: Entry,
+        notes: Vec<String>,
+    ) -> Result<Job, RolloutError> {
+        let (txn, job) = journal::advance_txn(prev, next, entry, notes, self.clock.now());
+        self.commit(&job.id, txn)?;
+        Ok(job)
+    }
+
+    /// The one place executor transactions are committed: fencing checks are added here, and
+    /// the crash harness aborts here.
+    fn commit(&self, job: &JobId, mut txn: Txn) -> Result<(), RolloutError> {
+        let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.cfg.crash.before == Some(n) {
+            eprintln!("medea: crash point: aborting before journal write {n}");
+            std::process::abort();
+        }
+        for c in self.fence.checks() {
+            txn = txn.check(c);
+        }
+        match self.store.commit(txn) {
+            Ok(()) => {}
+            Err(err @ StoreError::Conflict { .. }) => {
+                return Err(RolloutError::Fenced {
+                    job: job.to_string(),
+                    err,
+                });
+            }
+            Err(err) => {
+                return Err(RolloutError::Store {
+                    job: job.to_string(),
+                    err,
+                });
+            }
+        }
+        if self.cfg.crash.after == Some(n) {
+            eprintln!("medea: crash point: aborting after journal write {n}");
+            std::process::abort();
+        }
+        Ok(())
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(failures.saturating_sub(1).min(20))
+            .unwrap_or(u32::MAX);
+        self.cfg
+            .backoff_min
+            .saturating_mul(factor)
+            .min(self.cfg.backoff_max)
+    }
+
+    async fn sleep(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    fn emit(&self, job: &Job, cmd: Option<&Command>, state: EventState) {
+        let step = cmd
+            .map(|c| c.key.step)
+            .or_else(|| machine::current_step(job));
+        let _ = self.events.send(RolloutEvent {
+            job: job.id.clone(),
+            cluster: job.cluster.clone(),
+            step,
+            pool: step
+                .and_then(|s| job.steps.get(s))
+                .and_then(|s| s.pool())
+                .map(str::to_string),
+            node: cmd.and_then(|c| c.key.node.clone()),
+            op: cmd.map(|c| c.key.op),
+            state,
+        });
+    }
+
+    fn emit_notes(&self, job: &Job, notes: &[String]) {
+        for n in notes {
+            self.emit(job, None, EventState::Progress { note: n.clone() });
+        }
+    }
+
+    fn emit_terminal(&self, job: &Job) {
+        match &job.state {
+            JobState::Halted { reason, .. } => self.emit(
+                job,
+                None,
+                EventState::Halted {
+                    reason: reason.clone(),
+                },
+            ),
+            JobState::Succeeded { .. } => self.emit(job, None, EventState::Succeeded),
+            JobState::Running => {}
+        }
+    }
+}
+
+/// The job's snapshot file as it is on disk (re-hashed), if it exists. The port creates the
+/// file only once the snapshot is complete and verified, so its presence means a good snapshot.
+async fn snapshot_on_disk(path: &std::path::Path) -> std::io::Result<Option<SnapshotInfo>> {
+    use sha2::{Digest, Sha256};
+    match tokio::fs::read(path).await {
+        Ok(bytes) => Ok(Some(SnapshotInfo {
+            path: path.to_path_buf(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Ask a running job to stop before its next mutating command (`medea rollout halt`).
+pub fn request_halt(
+    store: &dyn Store,
+    job: &JobId,
+    by: &str,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> Result<(), RolloutError> {
+    let current = store
+        .get_record::<Job>(&job_key(job))
+        .map_err(store_err(job))?
+        .ok_or_else(|| RolloutError::UnknownJob {
+            job: job.to_string(),
+        })?;
+    if current.state.is_terminal() {
+        return Err(RolloutError::AlreadyFinished {
+            job: job.to_string(),
+        });
+    }
+    store
+        .commit(Txn::new().put_record(
+            halt_key(job),
+            &HaltRequest {
+                job: job.clone(),
+                by: by.to_string(),
+                reason: reason.map(str::to_string),
+                at: now,
+            },
+        ))
+        .map_err(store_err(job))
+}

@@ -1,0 +1,860 @@
+//! In-memory fakes of both ports with side-effect counters and fault injection, for tests and
+//! the crash harness. One [`FakeCluster`] is the truth of every node; [`FakeTalos`] and
+//! [`FakeKube`] are its two faces, the way the simulator's Talos side feeds its kube side.
+//!
+//! [`FakeCluster::persistent`] backs the state with a JSON file rewritten (fsync + rename)
+//! after every change, so a child process killed mid-rollout leaves the cluster where it was.
+//!
+//! Behaviour: a reboot takes the node down for `reboot_polls` Talos observations (unreachable,
+//! NotReady), then it boots its staged version with a new boot id. Counters count calls the node
+//! accepted (a call refused by an injected `UNAVAILABLE` does not count).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::machine::{image_version, split_image};
+use super::ports::{
+    Component, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember, ImageNamespace,
+    KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo,
+    StaticPod, TalosNode, TalosPort, UpgradeMethod,
+};
+use crate::version::{KubeVersion, TalosVersion};
+
+/// A fault, as data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "fault")]
+pub enum Fault {
+    /// After its next reboot the node never comes back.
+    NeverReturns { node: String },
+    /// The node reboots into its old version (the bootloader fell back), with a new boot id.
+    SilentRevert { node: String },
+    /// The installer exits non-zero.
+    UpgradeExitCode { node: String, code: i32 },
+    /// A PodDisruptionBudget refuses every eviction on the node.
+    PdbBlocks { node: String, pdb: String },
+    /// `EtcdSnapshot` fails.
+    SnapshotFails,
+    /// The next `calls` Talos API calls (any node) fail with UNAVAILABLE before reaching it.
+    TalosUnavailable { calls: u32 },
+    /// The kube-apiserver is unreachable while a control-plane node is down, and for the next
+    /// `calls` Kubernetes calls after it is back (static pods restarting).
+    ApiserverAwayDuringControlPlaneReboot { calls: u32 },
+    /// The call `op` on `node` takes effect, then the reply is lost (UNAVAILABLE), once.
+    LostReply { node: String, op: String },
+}
+
+/// Calls a node accepted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCounters {
+    pub pull: u32,
+    pub cordon: u32,
+    pub uncordon: u32,
+    pub drain: u32,
+    pub upgrade: u32,
+    pub reboot: u32,
+    pub set_image: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FakeNode {
+    pub address: String,
+    pub control_plane: bool,
+    pub version: TalosVersion,
+    pub boots: u32,
+    pub boot_id: String,
+    /// Installed but not booted.
+    pub staged: Option<TalosVersion>,
+    pub stage: MachineStage,
+    /// Down: rebooting, unreachable and NotReady until a Talos observation finds it back.
+    pub rebooting: bool,
+    /// Talos observations that still find it down; `u32::MAX` = never back.
+    pub down_polls: u32,
+    pub cordoned: bool,
+    pub kubelet: KubeVersion,
+    pub images: ComponentImages,
+    /// Whether the node reports its next boot (`NextBoot::Unknown` otherwise).
+    pub reports_next_boot: bool,
+    pub counters: NodeCounters,
+}
+
+impl FakeNode {
+    pub fn down(&self) -> bool {
+        self.rebooting
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FakeState {
+    pub nodes: BTreeMap<String, FakeNode>,
+    pub faults: Vec<Fault>,
+    /// Talos observations a rebooting node stays away.
+    pub reboot_polls: u32,
+    pub snapshots: u32,
+    pub manifest_applies: u32,
+    /// Kubernetes calls left that find the apiserver away (see the fault).
+    #[serde(default)]
+    pub apiserver_away: u32,
+    /// Every accepted mutating call, in order (`op node`).
+    pub log: Vec<String>,
+}
+
+/// A node to create.
+#[derive(Debug, Clone)]
+pub struct FakeNodeSpec {
+    pub name: String,
+    pub address: String,
+    pub control_plane: bool,
+    pub talos: TalosVersion,
+    pub kube: KubeVersion,
+}
+
+impl FakeNodeSpec {
+    pub fn new(name: &str, control_plane: bool, talos: &str, kube: &str) -> FakeNodeSpec {
+        FakeNodeSpec {
+            name: name.to_string(),
+            address: format!(
+                "10.0.0.{}",
+                10 + name.bytes().map(u32::from).sum::<u32>() % 200
+            ),
+            control_plane,
+            talos: TalosVersion::parse(talos).expect("test version"),
+            kube: KubeVersion::parse(kube).expect("test version"),
+        }
+    }
+}
+
+/// The shared truth behind [`FakeTalos`] and [`FakeKube`].
+#[derive(Debug, Clone)]
+pub struct FakeCluster {
+    inner: Arc<Mutex<FakeState>>,
+    file: Option<PathBuf>,
+}
+
+fn unavailable(op: &'static str, node: &str, why: &str) -> PortError {
+    PortError::transient(
+        op,
+        node,
+        Detail(format!("rpc error: code = Unavailable desc = {why}")),
+    )
+}
+
+fn failed(op: &'static str, node: &str, why: impl Into<String>) -> PortError {
+    PortError::failed(op, node, Detail(why.into()))
+}
+
+impl FakeCluster {
+    pub fn new(specs: &[FakeNodeSpec]) -> FakeCluster {
+        let nodes = specs
+            .iter()
+            .map(|s| {
+                let mut images = ComponentImages::new();
+                if s.control_plane {
+                    for c in Component::STATIC_PODS {
+                        images.insert(c, format!("{}:{}", c.default_repository(), s.kube));
+                    }
+                    images.insert(
+                        Component::Proxy,
+                        format!("{}:{}", Component::Proxy.default_repository(), s.kube),
+                    );
+                }
+                images.insert(
+                    Component::Kubelet,
+                    format!("{}:{}", Component::Kubelet.default_repository(), s.kube),
+                );
+                (
+                    s.name.clone(),
+                    FakeNode {
+                        address: s.address.clone(),
+                        control_plane: s.control_plane,
+                        version: s.talos.clone(),
+                        boots: 1,
+                        boot_id: format!("{}-boot-1", s.name),
+                        staged: None,
+                        stage: MachineStage::Running,
+                        rebooting: false,
+                        down_polls: 0,
+                        cordoned: false,
+                        kubelet: s.kube.clone(),
+                        images,
+                        reports_next_boot: true,
+                        counters: NodeCounters::default(),
+                    },
+                )
+            })
+            .collect();
+        FakeCluster {
+            inner: Arc::new(Mutex::new(FakeState {
+                nodes,
+                faults: Vec::new(),
+                reboot_polls: 1,
+                snapshots: 0,
+                manifest_applies: 0,
+                apiserver_away: 0,
+                log: Vec::new(),
+            })),
+            file: None,
+        }
+    }
+
+    /// Load a cluster saved with [`FakeCluster::save`]; every change is written back.
+    pub fn persistent(path: &Path) -> std::io::Result<FakeCluster> {
+        let bytes = std::fs::read(path)?;
+        let state: FakeState = serde_json::from_slice(&bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        Ok(FakeCluster {
+            inner: Arc::new(Mutex::new(state)),
+            file: Some(path.to_path_buf()),
+        })
+    }
+
+    /// Write the state to `path` (write, fsync, rename).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let state = self.state();
+        write_state(path, &state)
+    }
+
+    pub fn talos(&self) -> FakeTalos {
+        FakeTalos(self.clone())
+    }
+    pub fn kube(&self) -> FakeKube {
+        FakeKube(self.clone())
+    }
+
+    /// A copy of the current state.
+    pub fn state(&self) -> FakeState {
+        self.inner.lock().expect("fake lock").clone()
+    }
+
+    pub fn with_fault(self, f: Fault) -> FakeCluster {
+        self.edit(|s| s.faults.push(f));
+        self
+    }
+
+    /// Change the state (test setup).
+    pub fn edit<R>(&self, f: impl FnOnce(&mut FakeState) -> R) -> R {
+        let mut s = self.inner.lock().expect("fake lock");
+        let r = f(&mut s);
+        self.persist(&s);
+        r
+    }
+
+    pub fn node_target(&self, node: &str) -> NodeTarget {
+        let s = self.state();
+        NodeTarget {
+            node: node.to_string(),
+            address: s.nodes[node].address.clone(),
+        }
+    }
+
+    fn persist(&self, s: &FakeState) {
+        if let Some(path) = &self.file {
+            write_state(path, s).expect("fake state file is writable");
+        }
+    }
+
+    /// Run `f` on the state as one Talos call: injected UNAVAILABLE first, then the effect,
+    /// persisted before the reply.
+    fn talos_call<R>(
+        &self,
+        op: &'static str,
+        node: &str,
+        f: impl FnOnce(&mut FakeState) -> Result<R, PortError>,
+    ) -> Result<R, PortError> {
+        let mut s = self.inner.lock().expect("fake lock");
+        if let Some(Fault::TalosUnavailable { calls }) = s
+            .faults
+            .iter_mut()
+            .find(|f| matches!(f, Fault::TalosUnavailable { calls } if *calls > 0))
+        {
+            *calls -= 1;
+            self.persist(&s);
+            return Err(unavailable(op, node, "injected"));
+        }
+        if !s.nodes.contains_key(node) {
+            return Err(failed(op, node, format!("no node `{node}`")));
+        }
+        let r = f(&mut s);
+        let r = match r {
+            Ok(v) if take_lost_reply(&mut s, node, op) => {
+                drop(v);
+                Err(unavailable(op, node, "connection reset after the call"))
+            }
+            r => r,
+        };
+        self.persist(&s);
+        r
+    }
+
+    fn kube_call<R>(
+        &self,
+        op: &'static str,
+        node: &str,
+        f: impl FnOnce(&mut FakeState) -> Result<R, PortError>,
+    ) -> Result<R, PortError> {
+        let mut s = self.inner.lock().expect("fake lock");
+        let fault = s
+            .faults
+            .iter()
+            .any(|f| matches!(f, Fault::ApiserverAwayDuringControlPlaneReboot { .. }));
+        let cp_down = s.nodes.values().any(|n| n.control_plane && n.down());
+        if fault && (cp_down || s.apiserver_away > 0) {
+            if !cp_down {
+                s.apiserver_away -= 1;
+            }
+            self.persist(&s);
+            return Err(unavailable(
+                op,
+                node,
+                "dial tcp 10.0.0.1:6443: connect: connection refused",
+            ));
+        }
+        if !node.is_empty() && !s.nodes.contains_key(node) {
+            return Err(failed(op, node, format!("nodes \"{node}\" not found")));
+        }
+        let r = f(&mut s);
+        let r = match r {
+            Ok(v) if take_lost_reply(&mut s, node, op) => {
+                drop(v);
+                Err(unavailable(op, node, "connection reset after the call"))
+            }
+            r => r,
+        };
+        self.persist(&s);
+        r
+    }
+
+    // -- the Talos side, synchronous
+
+    pub fn talos_node(&self, t: &NodeTarget) -> Result<TalosNode, PortError> {
+        self.talos_call("version", &t.node, |s| {
+            let revert = s.faults.contains(&Fault::SilentRevert {
+                node: t.node.clone(),
+            });
+            let n = s.nodes.get_mut(&t.node).expect("checked");
+            if n.rebooting {
+                if n.down_polls > 0 {
+                    if n.down_polls != u32::MAX {
+                        n.down_polls -= 1;
+                    }
+                    return Err(unavailable("version", &t.node, "connection refused"));
+                }
+                boot(n, &t.node, revert);
+            }
+            Ok(TalosNode {
+                version: n.version.clone(),
+                boot_id: n.boot_id.clone(),
+                stage: n.stage,
+                next_boot: if !n.reports_next_boot {
+                    NextBoot::Unknown
+                } else {
+                    match &n.staged {
+                        Some(v) => NextBoot::Version(v.clone()),
+                        None => NextBoot::Same,
+                    }
+                },
+                unhealthy_services: Vec::new(),
+            })
+        })
+    }
+
+    pub fn talos_etcd(&self, via: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
+        let first = via.first().map(|v| v.node.clone()).unwrap_or_default();
+        self.talos_call("etcd-status", &first, |s| {
+            let members = s
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.control_plane)
+                .map(|(name, n)| EtcdMember {
+                    name: name.clone(),
+                    learner: false,
+                    healthy: !n.down(),
+                    errors: Vec::new(),
+                })
+                .collect();
+            Ok(EtcdHealth {
+                members,
+                alarms: Vec::new(),
+            })
+        })
+    }
+
+    pub fn talos_pull(&self, t: &NodeTarget, image: &str) -> Result<(), PortError> {
+        self.talos_call("pull", &t.node, |s| {
+            let n = s.nodes.get_mut(&t.node).expect("checked");
+            if n.down() {
+                return Err(unavailable("pull", &t.node, "connection refused"));
+            }
+            n.counters.pull += 1;
+            s.log.push(format!("pull {} {image}", t.node));
+            Ok(())
+        })
+    }
+
+    pub fn talos_upgrade(
+        &self,
+        t: &NodeTarget,
+        image: &str,
+        method: UpgradeMethod,
+    ) -> Result<(), PortError> {
+        self.talos_call("upgrade", &t.node, |s| {
+            let exit = s.faults.iter().find_map(|f| match f {
+                Fault::UpgradeExitCode { node, code } if node == &t.node => Some(*code),
+                _ => None,
+            });
+            let n = s.nodes.get_mut(&t.node).expect("checked");
+            if n.down() {
+                return Err(unavailable("upgrade", &t.node, "connection refused"));
+            }
+            n.counters.upgrade += 1;
+            s.log.push(format!("upgrade {} {image}", t.node));
+            if let Some(code) = exit {
+                return Err(failed(
+                    "upgrade",
+                    &t.node,
+                    format!("installer exited with code {code}"),
+                ));
+            }
+            let tag = split_image(image).1.unwrap_or_default();
+            let v =
+                TalosVersion::parse(tag).map_err(|e| failed("upgrade", &t.node, e.to_string()))?;
+            n.staged = Some(v);
+            if method == UpgradeMethod::Legacy {
+                go_down(s, &t.node);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn talos_reboot(&self, t: &NodeTarget) -> Result<(), PortError> {
+        self.talos_call("reboot", &t.node, |s| {
+            let n = s.nodes.get_mut(&t.node).expect("checked");
+            if n.down() {
+                return Err(unavailable("reboot", &t.node, "connection refused"));
+            }
+            n.counters.reboot += 1;
+            s.log.push(format!("reboot {}", t.node));
+            go_down(s, &t.node);
+            Ok(())
+        })
+    }
+
+    pub fn talos_images(&self, t: &NodeTarget) -> Result<ComponentImages, PortError> {
+        self.talos_call("get-machineconfig", &t.node, |s| {
+            let n = &s.nodes[&t.node];
+            if n.down() {
+                return Err(unavailable(
+                    "get-machineconfig",
+                    &t.node,
+                    "connection refused",
+                ));
+            }
+            Ok(n.images.clone())
+        })
+    }
+
+    pub fn talos_set_image(
+        &self,
+        t: &NodeTarget,
+        c: Component,
+        image: &str,
+    ) -> Result<(), PortError> {
+        self.talos_call("apply-configuration", &t.node, |s| {
+            let n = s.nodes.get_mut(&t.node).expect("checked");
+            if n.down() {
+                return Err(unavailable(
+                    "apply-configuration",
+                    &t.node,
+                    "connection refused",
+                ));
+            }
+            n.counters.set_image += 1;
+            n.images.insert(c, image.to_string());
+            if c == Component::Kubelet
+                && let Some((v, _)) = image_version(image)
+            {
+                n.kubelet = v;
+            }
+            s.log.push(format!("set-image {} {c} {image}", t.node));
+            Ok(())
+        })
+    }
+
+    pub fn talos_snapshot(&self, t: &NodeTarget) -> Result<Vec<u8>, PortError> {
+        self.talos_call("etcd-snapshot", &t.node, |s| {
+            if s.faults.contains(&Fault::SnapshotFails) {
+                return Err(failed(
+                    "etcd-snapshot",
+                    &t.node,
+                    "etcdserver: mvcc: database space exceeded",
+                ));
+            }
+            let n = &s.nodes[&t.node];
+            if !n.control_plane {
+                return Err(failed(
+                    "etcd-snapshot",
+                    &t.node,
+                    "etcd is not running on a worker",
+                ));
+            }
+            s.snapshots += 1;
+            s.log.push(format!("etcd-snapshot {}", t.node));
+            Ok(format!("fake etcd database #{}", s.snapshots).into_bytes())
+        })
+    }
+
+    pub fn talos_manifests(&self, t: &NodeTarget) -> Result<Vec<Manifest>, PortError> {
+        self.talos_call("get-manifests", &t.node, |s| {
+            let kube = s.nodes[&t.node].kubelet.clone();
+            Ok(vec![Manifest(serde_json::json!({
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+                "spec": {"template": {"spec": {"containers": [{"name": "kube-proxy", "image": format!("registry.k8s.io/kube-proxy:{kube}")}]}}}
+            }))])
+        })
+    }
+
+    // -- the Kubernetes side, synchronous
+
+    pub fn kube_node(&self, node: &str) -> Result<KubeNode, PortError> {
+        self.kube_call("get-node", node, |s| {
+            let n = &s.nodes[node];
+            Ok(KubeNode {
+                ready: !n.down(),
+                kubelet_version: Some(n.kubelet.clone()),
+                unschedulable: n.cordoned,
+            })
+        })
+    }
+
+    pub fn kube_cordon(&self, node: &str, on: bool) -> Result<(), PortError> {
+        let op = if on { "cordon" } else { "uncordon" };
+        self.kube_call(op, node, |s| {
+            let n = s.nodes.get_mut(node).expect("checked");
+            n.cordoned = on;
+            if on {
+                n.counters.cordon += 1;
+            } else {
+                n.counters.uncordon += 1;
+            }
+            s.log.push(format!("{op} {node}"));
+            Ok(())
+        })
+    }
+
+    /// One drain pass: `Blocked` if a PDB fault covers the node.
+    pub fn kube_drain(&self, node: &str) -> Result<DrainOutcome, PortError> {
+        self.kube_call("drain", node, |s| {
+            let pdb = s.faults.iter().find_map(|f| match f {
+                Fault::PdbBlocks { node: n, pdb } if n == node => Some(pdb.clone()),
+                _ => None,
+            });
+            let n = s.nodes.get_mut(node).expect("checked");
+            n.counters.drain += 1;
+            s.log.push(format!("drain {node}"));
+            Ok(match pdb {
+                Some(pdb) => DrainOutcome::Blocked {
+                    pdb,
+                    pod: format!("default/app-on-{node}"),
+                },
+                None => DrainOutcome::Drained,
+            })
+        })
+    }
+
+    pub fn kube_static_pod(
+        &self,
+        node: &str,
+        c: Component,
+    ) -> Result<Option<StaticPod>, PortError> {
+        self.kube_call("get-pod", node, |s| {
+            let n = &s.nodes[node];
+            if !n.control_plane {
+                return Ok(None);
+            }
+            Ok(n.images.get(&c).map(|image| StaticPod {
+                image: image.clone(),
+                ready: !n.down(),
+            }))
+        })
+    }
+
+    pub fn kube_apply(&self, manifests: &[Manifest]) -> Result<(), PortError> {
+        self.kube_call("server-side-apply", "", |s| {
+            s.manifest_applies += 1;
+            s.log.push(format!("apply-manifests {}", manifests.len()));
+            Ok(())
+        })
+    }
+}
+
+fn take_lost_reply(s: &mut FakeState, node: &str, op: &str) -> bool {
+    let pos = s
+        .faults
+        .iter()
+        .position(|f| matches!(f, Fault::LostReply { node: n, op: o } if n == node && o == op));
+    match pos {
+        Some(i) => {
+            s.faults.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+fn go_down(s: &mut FakeState, name: &str) {
+    let never = s.faults.contains(&Fault::NeverReturns {
+        node: name.to_string(),
+    });
+    let polls = if never { u32::MAX } else { s.reboot_polls };
+    let away = s.faults.iter().find_map(|f| match f {
+        Fault::ApiserverAwayDuringControlPlaneReboot { calls } => Some(*calls),
+        _ => None,
+    });
+    let n = s.nodes.get_mut(name).expect("checked");
+    if n.control_plane
+        && let Some(calls) = away
+    {
+        s.apiserver_away = calls;
+    }
+    let n = s.nodes.get_mut(name).expect("checked");
+    n.stage = MachineStage::Rebooting;
+    n.rebooting = true;
+    n.down_polls = polls;
+}
+
+fn boot(n: &mut FakeNode, name: &str, revert: bool) {
+    n.boots += 1;
+    n.boot_id = format!("{name}-boot-{}", n.boots);
+    if let Some(v) = n.staged.take()
+        && !revert
+    {
+        n.version = v;
+    }
+    n.stage = MachineStage::Running;
+    n.rebooting = false;
+    n.down_polls = 0;
+}
+
+fn write_state(path: &Path, s: &FakeState) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec_pretty(s).expect("fake state serializes"))?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Write a snapshot the way the real adapter does: `.part` (0600, directory 0700), fsync,
+/// then into place; refuses an existing destination.
+fn save_snapshot(dest: &Path, bytes: &[u8]) -> std::io::Result<SnapshotInfo> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::OpenOptionsExt;
+    if dest.exists() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} already exists", dest.display()),
+        ));
+    }
+    if let Some(dir) = dest.parent() {
+        crate::store::fjall::create_private_dir(dir)?;
+    }
+    let part = dest.with_extension("part");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&part)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&part, dest)?;
+    Ok(SnapshotInfo {
+        path: dest.to_path_buf(),
+        size: bytes.len() as u64,
+        sha256: hex::encode(Sha256::digest(bytes)),
+    })
+}
+
+/// The Talos face of a [`FakeCluster`].
+#[derive(Debug, Clone)]
+pub struct FakeTalos(pub FakeCluster);
+
+/// The Kubernetes face of a [`FakeCluster`].
+#[derive(Debug, Clone)]
+pub struct FakeKube(pub FakeCluster);
+
+impl TalosPort for FakeTalos {
+    async fn node(&self, node: &NodeTarget) -> Result<TalosNode, PortError> {
+        self.0.talos_node(node)
+    }
+    async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
+        self.0.talos_etcd(control_plane)
+    }
+    async fn etcd_snapshot(
+        &self,
+        node: &NodeTarget,
+        dest: &Path,
+    ) -> Result<SnapshotInfo, PortError> {
+        let bytes = self.0.talos_snapshot(node)?;
+        save_snapshot(dest, &bytes).map_err(|e| PortError::failed("etcd-snapshot", &node.node, e))
+    }
+    async fn pull_image(
+        &self,
+        node: &NodeTarget,
+        image: &str,
+        _namespace: ImageNamespace,
+    ) -> Result<(), PortError> {
+        self.0.talos_pull(node, image)
+    }
+    async fn upgrade(
+        &self,
+        node: &NodeTarget,
+        image: &str,
+        method: UpgradeMethod,
+    ) -> Result<(), PortError> {
+        self.0.talos_upgrade(node, image, method)
+    }
+    async fn reboot(&self, node: &NodeTarget) -> Result<(), PortError> {
+        self.0.talos_reboot(node)
+    }
+    async fn component_images(&self, node: &NodeTarget) -> Result<ComponentImages, PortError> {
+        self.0.talos_images(node)
+    }
+    async fn set_component_image(
+        &self,
+        node: &NodeTarget,
+        component: Component,
+        image: &str,
+    ) -> Result<(), PortError> {
+        self.0.talos_set_image(node, component, image)
+    }
+    async fn bootstrap_manifests(&self, node: &NodeTarget) -> Result<Vec<Manifest>, PortError> {
+        self.0.talos_manifests(node)
+    }
+}
+
+impl KubePort for FakeKube {
+    async fn node(&self, node: &str) -> Result<KubeNode, PortError> {
+        self.0.kube_node(node)
+    }
+    async fn cordon(&self, node: &str) -> Result<(), PortError> {
+        self.0.kube_cordon(node, true)
+    }
+    async fn uncordon(&self, node: &str) -> Result<(), PortError> {
+        self.0.kube_cordon(node, false)
+    }
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<DrainOutcome, PortError> {
+        let r = self.0.kube_drain(node)?;
+        if matches!(r, DrainOutcome::Blocked { .. }) {
+            // a real drain keeps retrying the refused eviction until its timeout
+            tokio::time::sleep(timeout).await;
+        }
+        Ok(r)
+    }
+    async fn static_pod(
+        &self,
+        node: &str,
+        component: Component,
+    ) -> Result<Option<StaticPod>, PortError> {
+        self.0.kube_static_pod(node, component)
+    }
+    async fn apply_manifests(
+        &self,
+        manifests: &[Manifest],
+        _field_manager: &str,
+    ) -> Result<(), PortError> {
+        self.0.kube_apply(manifests)
+    }
+}
+
+/// An in-memory [`Store`](crate::store::Store) with the same check semantics as the fjall
+/// backend, for fast executor tests.
+#[derive(Debug, Default)]
+pub struct MemStore {
+    data: Mutex<BTreeMap<(crate::store::Table, String), Vec<u8>>>,
+}
+
+impl MemStore {
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+}
+
+impl crate::store::Store for MemStore {
+    fn get(
+        &self,
+        table: crate::store::Table,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
+        Ok(self
+            .data
+            .lock()
+            .expect("mem store lock")
+            .get(&(table, key.to_string()))
+            .cloned())
+    }
+
+    fn scan(
+        &self,
+        table: crate::store::Table,
+        prefix: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>, crate::store::StoreError> {
+        Ok(self
+            .data
+            .lock()
+            .expect("mem store lock")
+            .range((table, prefix.to_string())..)
+            .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn commit(&self, txn: crate::store::Txn) -> Result<(), crate::store::StoreError> {
+        use crate::store::{Check, Op};
+        let mut data = self.data.lock().expect("mem store lock");
+        for c in &txn.checks {
+            let (t, k, want) = match c {
+                Check::Absent(t, k) => (*t, k, None),
+                Check::Equals(t, k, v) => (*t, k, Some(v)),
+                // Like fjall: one process, one solo leader.
+                Check::Leader(fence) if fence.term() == crate::store::leader::SOLO_TERM => continue,
+                Check::Leader(fence) => {
+                    return Err(crate::store::StoreError::Fenced {
+                        replica: fence.replica().to_string(),
+                        term: fence.term(),
+                    });
+                }
+            };
+            if data.get(&(t, k.clone())) != want {
+                return Err(crate::store::StoreError::Conflict {
+                    table: t.name(),
+                    key: k.clone(),
+                });
+            }
+        }
+        for op in txn.ops {
+            match op {
+                Op::Put(t, k, v) => {
+                    data.insert((t, k), v);
+                }
+                Op::Delete(t, k) => {
+                    data.remove(&(t, k));
+                }
+            }
+        }
+        Ok(())
+    }
+}

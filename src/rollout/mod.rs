@@ -1,0 +1,82 @@
+//! Rollouts: the job state machine and the executor that drives it against production.
+//!
+//! **Owns:** jobs born from approved plans ([`job::create_jobs_txn`]), the pure state machine
+//! ([`machine`]), the journal ([`journal`]), the executor ([`executor`]), the port traits it
+//! drives ([`ports`]) and in-memory fakes of them ([`fake`]).
+//! **May depend on:** `plan`, `inventory`, `desired::window`, `store`, `version`; its own ports.
+//! Never on `talos` or `k8s`: their adapters implement [`ports`].
+//!
+//! Architecture Invariant: [`machine`] is pure: no tokio, no filesystem, no network, no clock
+//! (`tests/it/architecture.rs` enforces it). Time and observations are arguments.
+//! Architecture Invariant: no mutating call without a job (born from an approved, current,
+//! never-consumed plan), the global `--rollouts` gate and the cluster's `rolloutsEnabled`; both
+//! gates and halt requests are re-checked before every mutating command.
+//! Architecture Invariant: intent before action: a command is journaled (fsync'd) before it is
+//! made, and its outcome is journaled before the next decision. A journaled command without an
+//! outcome is resolved by observing the node, never by repeating it blindly; a Talos `Upgrade`
+//! is called again only when the node proves the first call left no trace.
+//! Architecture Invariant: the first failure halts the job, and a halted job never continues.
+//!
+//! See `design/rollout.md`.
+
+pub mod executor;
+pub mod fake;
+pub mod job;
+pub mod journal;
+pub mod machine;
+pub mod ports;
+
+pub use executor::{
+    Clock, CrashPoints, EventState, Executor, ExecutorConfig, Fence, Gate, NoFence, RolloutEvent,
+    RunOutcome, SystemClock, TokioClock, request_halt,
+};
+pub use job::{Created, JobInputs, create_jobs_txn};
+pub use machine::{Job, JobId, JobState};
+
+use crate::plan::PlanId;
+use crate::store::StoreError;
+
+/// Errors of creating and running jobs.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("rollouts are off on this server: start it with `--rollouts` to let jobs run")]
+    RolloutsOff,
+    #[error(
+        "cluster `{cluster}` has rollouts disabled: enable them (`rolloutsEnabled`) before starting a job"
+    )]
+    ClusterDisabled { cluster: String },
+    #[error("cluster `{cluster}` has never been observed: refresh the inventory first")]
+    UnknownCluster { cluster: String },
+    #[error(
+        "plan {} is stale for cluster `{cluster}`: it was computed at observed generation {}, the cluster is now at {observed}; run `medea plan` again",
+        .plan.to_hex(), .planned.map(|g| g.to_string()).unwrap_or_else(|| "none".into())
+    )]
+    StalePlan {
+        plan: PlanId,
+        cluster: String,
+        planned: Option<u64>,
+        observed: u64,
+    },
+    #[error("node `{node}` of cluster `{cluster}` is not in the observed inventory")]
+    UnknownMachine { cluster: String, node: String },
+    #[error("plan {} has no rollout steps: there is nothing to run", .plan.to_hex())]
+    NothingToRun { plan: PlanId },
+    #[error("no job `{job}`")]
+    UnknownJob { job: String },
+    #[error("job `{job}` already finished; a finished job cannot be halted")]
+    AlreadyFinished { job: String },
+    #[error(
+        "job `{job}` was changed by someone else while this executor ran it (another medea, or leadership lost); stopping"
+    )]
+    Fenced {
+        job: String,
+        #[source]
+        err: StoreError,
+    },
+    #[error("store failed while running job `{job}`")]
+    Store {
+        job: String,
+        #[source]
+        err: StoreError,
+    },
+}

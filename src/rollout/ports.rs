@@ -1,0 +1,419 @@
+//! The ports the executor drives: what medea needs from Talos and from Kubernetes, in domain
+//! types only. `talos::adapter` and `k8s::adapter` implement them over the real clients; the
+//! tests use [`crate::rollout::fake`] or the simulator.
+//!
+//! Every method is one request (or one bounded sequence, such as a drain) against one node or
+//! the cluster; retries, waits and ordering are the executor's business. Errors say whether they
+//! are worth waiting out ([`PortError::Transient`]) or must halt the job ([`PortError::Failed`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::version::{KubeVersion, TalosVersion};
+
+/// Boxed error source carried by a [`PortError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A node as both sides address it: the Kubernetes node name and the Talos API address
+/// (used as the single-valued `node` metadata target).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeTarget {
+    pub node: String,
+    pub address: String,
+}
+
+/// How an installer is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeMethod {
+    /// Talos >= 1.13.0: `LifecycleService.Upgrade` only writes the new boot entry; medea
+    /// reboots the node itself afterwards (`MachineService.Reboot`).
+    Lifecycle,
+    /// Older Talos: `MachineService.Upgrade` (never with `force`); the node reboots by itself.
+    Legacy,
+}
+
+impl UpgradeMethod {
+    /// The method for a node running `running`: `>= v1.13.0` the lifecycle path, older nodes
+    /// the legacy RPC. The same rule as `talos::UpgradeRpc::for_running` (a test pins that they
+    /// agree), so the adapter and the journal always name the same RPC.
+    pub fn for_version(running: &TalosVersion) -> UpgradeMethod {
+        if *running >= TalosVersion::new(1, 13, 0) {
+            UpgradeMethod::Lifecycle
+        } else {
+            UpgradeMethod::Legacy
+        }
+    }
+}
+
+/// Talos `MachineStatus` stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MachineStage {
+    Booting,
+    Running,
+    Rebooting,
+    ShuttingDown,
+    Upgrading,
+    Installing,
+    Maintenance,
+    Other,
+}
+
+impl MachineStage {
+    /// A stage in which the node is on its way down or up, or applying an upgrade.
+    pub fn in_transition(self) -> bool {
+        matches!(
+            self,
+            MachineStage::Booting
+                | MachineStage::Rebooting
+                | MachineStage::ShuttingDown
+                | MachineStage::Upgrading
+                | MachineStage::Installing
+        )
+    }
+}
+
+/// What the next boot of a node would run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NextBoot {
+    /// No upgrade is staged: the next boot runs the running version.
+    Same,
+    /// An installed-but-not-booted upgrade (after `LifecycleService.Upgrade`) will boot this.
+    Version(TalosVersion),
+    /// The adapter cannot tell. A dangling Upgrade intent that only this could resolve halts
+    /// the job instead of calling Upgrade a second time.
+    Unknown,
+}
+
+/// One node as the Talos API reports it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TalosNode {
+    /// Running version (`Version.tag`).
+    pub version: TalosVersion,
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub boot_id: String,
+    pub stage: MachineStage,
+    pub next_boot: NextBoot,
+    /// Services that are not Running+healthy (`ServiceList`), by id; empty when all are.
+    pub unhealthy_services: Vec<String>,
+}
+
+/// One etcd member as seen from the control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdMember {
+    /// Member hostname (the node name on Talos).
+    pub name: String,
+    pub learner: bool,
+    /// Answered `EtcdStatus` with no errors.
+    pub healthy: bool,
+    /// `EtcdMemberStatus.errors`.
+    pub errors: Vec<String>,
+}
+
+/// The etcd cluster of a Kubernetes cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdHealth {
+    pub members: Vec<EtcdMember>,
+    /// Active alarms (`NOSPACE`, `CORRUPT`), as `member: alarm`.
+    pub alarms: Vec<String>,
+}
+
+/// One Node as the kube-apiserver reports it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeNode {
+    /// Condition `Ready=True`.
+    pub ready: bool,
+    /// `status.nodeInfo.kubeletVersion`, when reported and parseable.
+    pub kubelet_version: Option<KubeVersion>,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+}
+
+/// The result of a drain that did not fail outright.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "result")]
+pub enum DrainOutcome {
+    /// Every evictable pod is gone (DaemonSet and mirror pods stay).
+    Drained,
+    /// Evictions were still refused (HTTP 429) when the timeout ran out. medea never forces.
+    Blocked {
+        /// The PodDisruptionBudget that refused (`namespace/name`), when the API said.
+        pdb: String,
+        /// The pod that could not be evicted (`namespace/name`).
+        pod: String,
+    },
+}
+
+/// A Kubernetes component managed through the Talos machine configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Component {
+    ApiServer,
+    ControllerManager,
+    Scheduler,
+    Proxy,
+    Kubelet,
+}
+
+impl Component {
+    /// The static pod / `k8s-app` name (`kube-apiserver`, …), and `kubelet`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::ApiServer => "kube-apiserver",
+            Component::ControllerManager => "kube-controller-manager",
+            Component::Scheduler => "kube-scheduler",
+            Component::Proxy => "kube-proxy",
+            Component::Kubelet => "kubelet",
+        }
+    }
+    /// The upstream image repository used when a node's configuration names none.
+    pub fn default_repository(self) -> &'static str {
+        match self {
+            Component::ApiServer => "registry.k8s.io/kube-apiserver",
+            Component::ControllerManager => "registry.k8s.io/kube-controller-manager",
+            Component::Scheduler => "registry.k8s.io/kube-scheduler",
+            Component::Proxy => "registry.k8s.io/kube-proxy",
+            Component::Kubelet => "ghcr.io/siderolabs/kubelet",
+        }
+    }
+    /// The control-plane static pods, in upgrade order.
+    pub const STATIC_PODS: [Component; 3] = [
+        Component::ApiServer,
+        Component::ControllerManager,
+        Component::Scheduler,
+    ];
+    /// The containerd namespace its image is pulled into.
+    pub fn namespace(self) -> ImageNamespace {
+        match self {
+            Component::Kubelet => ImageNamespace::System,
+            _ => ImageNamespace::Cri,
+        }
+    }
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Component images a node's machine configuration names (v1alpha1 fields or the Talos 1.14
+/// per-component documents, whichever the node has). Absent = not configured (default image).
+pub type ComponentImages = BTreeMap<Component, String>;
+
+/// A static pod as the kube-apiserver shows it (mirror pod of the node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaticPod {
+    pub image: String,
+    pub ready: bool,
+}
+
+/// Where `ImageService.Pull` puts an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImageNamespace {
+    /// `{driver: CRI, namespace: NS_SYSTEM}`: installer and kubelet images.
+    System,
+    /// `{driver: CRI, namespace: NS_CRI}`: images of pods (control-plane static pods).
+    Cri,
+}
+
+/// One bootstrap manifest object (from COSI `Manifests.kubernetes.talos.dev`), as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest(pub serde_json::Value);
+
+/// A saved etcd snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub path: PathBuf,
+    pub size: u64,
+    /// sha256 of the whole file, computed by medea, lowercase hex.
+    pub sha256: String,
+}
+
+/// A plain message used as an error source where no richer error exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Detail(pub String);
+
+/// Why a port call did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// Worth waiting out: gRPC `UNAVAILABLE`, connection refused or reset, timeouts, the
+    /// kube-apiserver away during a control-plane reboot, HTTP 5xx. The call may or may not
+    /// have taken effect; the executor observes before it calls again.
+    #[error("{op} on `{target}` is temporarily unavailable")]
+    Transient {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: BoxError,
+    },
+    /// Definite: the call was refused or reported failure (installer exit code non-zero,
+    /// `FailedPrecondition`, `PermissionDenied`, an unparseable reply). The job halts.
+    #[error("{op} on `{target}` failed")]
+    Failed {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl PortError {
+    pub fn transient(
+        op: &'static str,
+        target: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> PortError {
+        PortError::Transient {
+            op,
+            target: target.into(),
+            source: source.into(),
+        }
+    }
+    pub fn failed(
+        op: &'static str,
+        target: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> PortError {
+        PortError::Failed {
+            op,
+            target: target.into(),
+            source: source.into(),
+        }
+    }
+    pub fn is_transient(&self) -> bool {
+        matches!(self, PortError::Transient { .. })
+    }
+}
+
+/// What medea needs from the Talos machine API. One request per node (single `node` metadata).
+pub trait TalosPort: Send + Sync {
+    /// `Version`, boot id, `MachineStatus` stage, staged upgrade and service health of a node.
+    fn node(&self, node: &NodeTarget) -> impl Future<Output = Result<TalosNode, PortError>> + Send;
+
+    /// Member list, per-member status and alarms of etcd, asked through `control_plane`.
+    fn etcd(
+        &self,
+        control_plane: &[NodeTarget],
+    ) -> impl Future<Output = Result<EtcdHealth, PortError>> + Send;
+
+    /// `EtcdSnapshot` from `node`, saved to `dest` (which must not exist): streamed to a 0600
+    /// `.part` file, fsync'd, etcd's sha256 trailer verified, then moved to `dest` and the
+    /// directory fsync'd. `dest` exists only once the snapshot is complete (the executor relies
+    /// on that after a restart). `talos::TalosApi::etcd_snapshot` does exactly this.
+    fn etcd_snapshot(
+        &self,
+        node: &NodeTarget,
+        dest: &Path,
+    ) -> impl Future<Output = Result<SnapshotInfo, PortError>> + Send;
+
+    /// `ImageService.Pull` (legacy `ImagePull` on old nodes); idempotent.
+    fn pull_image(
+        &self,
+        node: &NodeTarget,
+        image: &str,
+        namespace: ImageNamespace,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// Install `image` with `method`. `Lifecycle`: wait for the stream's `exit_code`; a non-zero
+    /// code is [`PortError::Failed`]. `Legacy`: `MachineService.Upgrade{image}` (no force, no
+    /// stage); returns once acknowledged, the node then reboots by itself.
+    fn upgrade(
+        &self,
+        node: &NodeTarget,
+        image: &str,
+        method: UpgradeMethod,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// `MachineService.Reboot` (mode DEFAULT); returns once accepted.
+    fn reboot(&self, node: &NodeTarget) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// Component images named by the node's machine configuration.
+    fn component_images(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<ComponentImages, PortError>> + Send;
+
+    /// Set one component image in the node's machine configuration (read the config, patch the
+    /// v1alpha1 field or the per-component document, `ApplyConfiguration` mode `NO_REBOOT`).
+    fn set_component_image(
+        &self,
+        node: &NodeTarget,
+        component: Component,
+        image: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// The bootstrap manifests the node renders (COSI `Manifests.kubernetes.talos.dev`).
+    fn bootstrap_manifests(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<Vec<Manifest>, PortError>> + Send;
+}
+
+/// What medea needs from the kube-apiserver.
+pub trait KubePort: Send + Sync {
+    /// Readiness, kubelet version and cordon state of a Node.
+    fn node(&self, node: &str) -> impl Future<Output = Result<KubeNode, PortError>> + Send;
+    /// Set `spec.unschedulable=true`; idempotent.
+    fn cordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Set `spec.unschedulable=false`; idempotent.
+    fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Evict every evictable pod of the node through the Eviction API, retrying PDB refusals
+    /// (HTTP 429) until `timeout`, then wait for them to be gone. Never deletes, never forces.
+    fn drain(
+        &self,
+        node: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<DrainOutcome, PortError>> + Send;
+    /// The node's mirror pod of a control-plane component (`kube-system`, `k8s-app=<name>`,
+    /// on that node), if present.
+    fn static_pod(
+        &self,
+        node: &str,
+        component: Component,
+    ) -> impl Future<Output = Result<Option<StaticPod>, PortError>> + Send;
+    /// Server-side apply of `manifests` with field manager `field_manager`.
+    fn apply_manifests(
+        &self,
+        manifests: &[Manifest],
+        field_manager: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_follows_the_running_version() {
+        let v = |s| TalosVersion::parse(s).unwrap();
+        assert_eq!(
+            UpgradeMethod::for_version(&v("v1.12.4")),
+            UpgradeMethod::Legacy
+        );
+        assert_eq!(
+            UpgradeMethod::for_version(&v("v1.13.0-beta.1")),
+            UpgradeMethod::Legacy
+        );
+        assert_eq!(
+            UpgradeMethod::for_version(&v("v1.13.0")),
+            UpgradeMethod::Lifecycle
+        );
+        assert_eq!(
+            UpgradeMethod::for_version(&v("v1.13.9")),
+            UpgradeMethod::Lifecycle
+        );
+        assert_eq!(
+            UpgradeMethod::for_version(&v("v1.14.0-rc.1")),
+            UpgradeMethod::Lifecycle
+        );
+    }
+}
