@@ -51,6 +51,9 @@ pub struct ApproveArgs {
     /// Hash over the message (both are accepted; ssh-keygen uses sha512).
     #[arg(long, value_enum, default_value_t = Hash::Sha512)]
     pub hash: Hash,
+    /// Without --write-marker or --output, the signature is submitted to this server.
+    #[command(flatten)]
+    pub client: super::client::ClientArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -64,10 +67,12 @@ pub enum ApproveError {
     #[error("invalid plan id")]
     #[diagnostic(code(medea::approve::plan_id))]
     PlanId(#[source] PlanIdError),
-    #[error("`{input}` is a short plan id; this build has no store to resolve it")]
+    #[error("`{input}` is a short plan id: only the server can resolve it")]
     #[diagnostic(
         code(medea::approve::short_id),
-        help("pass the full 64-hex id that `medea plan` prints")
+        help(
+            "pass the full 64-hex id that `medea plan` prints, or drop --write-marker/--output to sign and submit the server's plan"
+        )
     )]
     ShortId { input: String },
     #[error("failed to read allowed signers file `{path}`")]
@@ -104,14 +109,9 @@ pub enum ApproveError {
         help("pass --principal you@example.com, or --allowed-signers FILE to look it up")
     )]
     NoPrincipal,
-    #[error("no destination for the approval")]
-    #[diagnostic(
-        code(medea::approve::destination),
-        help(
-            "pass --write-marker --desired DIR to write a marker to commit, or --output FILE (`-` for stdout); submitting to a server is not wired into this build"
-        )
-    )]
-    NoDestination,
+    #[error("{message}")]
+    #[diagnostic(code(medea::approve::server))]
+    Server { message: String },
     #[error("failed to write `{path}`")]
     #[diagnostic(code(medea::approve::write))]
     Write {
@@ -129,10 +129,10 @@ pub fn run(args: ApproveArgs) -> miette::Result<u8> {
 }
 
 fn approve(args: ApproveArgs) -> Result<u8, ApproveError> {
-    let plan = parse_full_id(&args.id)?;
     if !args.write_marker && args.output.is_none() {
-        return Err(ApproveError::NoDestination);
+        return submit(args);
     }
+    let plan = parse_full_id(&args.id)?;
     let signers = match &args.allowed_signers {
         Some(path) => Some(load_signers(path)?),
         None => None,
@@ -217,6 +217,57 @@ fn approve(args: ApproveArgs) -> Result<u8, ApproveError> {
         );
     }
     Ok(crate::cli::exit::OK)
+}
+
+/// Sign the server's plan and submit the signature over the API.
+fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
+    use crate::server::api::pb;
+    let rt = tokio::runtime::Runtime::new().map_err(|e| ApproveError::Server {
+        message: format!("cannot start the runtime: {e}"),
+    })?;
+    let addr = args.client.addr.clone();
+    let server = |e: miette::Report| ApproveError::Server {
+        message: format!("{e:?}"),
+    };
+    rt.block_on(async {
+        let mut client = args.client.connect().await.map_err(server)?;
+        let rpc = |s: tonic::Status| server(super::client::rpc_error(&addr, s));
+        let wanted = client.get_plan(pb::GetPlanRequest { id: args.id.clone() }).await.map_err(rpc)?.into_inner();
+        let current = client.get_plan(pb::GetPlanRequest { id: String::new() }).await.map_err(rpc)?.into_inner();
+        let (Some(wanted), Some(current)) = (wanted.plan, current.plan) else {
+            return Err(ApproveError::Server { message: format!("no plan `{}` on the server", args.id) });
+        };
+        if wanted.id != current.id || wanted.stale {
+            return Err(ApproveError::Server {
+                message: format!("plan {} is stale: the current plan is {}; review it with `medea plan` and approve that id", wanted.short_id, current.id),
+            });
+        }
+        if wanted.state == "consumed" {
+            return Err(ApproveError::Server { message: format!("plan {} was already executed; an approval cannot start a plan twice", wanted.short_id) });
+        }
+        let plan = PlanId::parse_full(&wanted.id).map_err(ApproveError::PlanId)?;
+        let hash = match args.hash {
+            Hash::Sha256 => HashAlg::Sha256,
+            Hash::Sha512 => HashAlg::Sha512,
+        };
+        let signed = sign_plan(&args, &plan, hash)?;
+        let r = client
+            .submit_approval(pb::SubmitApprovalRequest { plan_id: plan.to_hex(), signature: signed.armored.clone() })
+            .await
+            .map_err(rpc)?
+            .into_inner();
+        println!("plan {}: {} ({} of {} approvals)", plan.short(), r.outcome, r.approvals, r.approvals_required);
+        for j in &r.started_jobs {
+            println!("started rollout job {j}: follow it with `medea rollout status -w`");
+        }
+        for g in &r.closed_gates {
+            println!("waiting: {g}");
+        }
+        if r.started_jobs.is_empty() && r.closed_gates.is_empty() && r.approvals < r.approvals_required {
+            println!("waiting for {} more approval(s) from other people", r.approvals_required - r.approvals);
+        }
+        Ok(crate::cli::exit::OK)
+    })
 }
 
 fn parse_full_id(input: &str) -> Result<PlanId, ApproveError> {

@@ -35,6 +35,9 @@ pub struct PlanArgs {
     /// Output format: text for people, json for programs (schema in design/plan.md).
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: Output,
+    /// Without --store (or --observed), the plan comes from this server.
+    #[command(flatten)]
+    pub client: super::client::ClientArgs,
 }
 
 fn open_store(path: &Path) -> miette::Result<FjallStore> {
@@ -53,7 +56,71 @@ fn color_stdout() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// `medea plan` without `--store`: the running server's current plan and diagnostics.
+fn from_server(args: &PlanArgs) -> miette::Result<u8> {
+    use crate::server::api::pb;
+    let rt = tokio::runtime::Runtime::new()
+        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+    rt.block_on(async {
+        let mut c = args.client.connect().await?;
+        let r = c
+            .get_plan(pb::GetPlanRequest { id: String::new() })
+            .await
+            .map_err(|s| super::client::rpc_error(&args.client.addr, s))?
+            .into_inner();
+        let errors = r
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == "error")
+            .count();
+        for d in &r.diagnostics {
+            eprintln!("{}", d.rendered);
+        }
+        if errors > 0 {
+            eprintln!(
+                "{errors} error{}: the server keeps the last valid plan; nothing changes",
+                if errors == 1 { "" } else { "s" }
+            );
+            return Ok(exit::ERROR);
+        }
+        let Some(p) = r.plan else {
+            println!("the server has no plan yet");
+            return Ok(exit::OK);
+        };
+        match args.output {
+            Output::Text => print!("{}", p.rendered),
+            Output::Json => print!("{}", p.json),
+        }
+        let approvals: Vec<String> = p.approvals.iter().map(|a| a.principal.clone()).collect();
+        eprintln!(
+            "plan {} is {}{}; approvals {}/{}{}",
+            p.short_id,
+            p.state,
+            if p.stale { " (stale)" } else { "" },
+            p.approvals.len(),
+            p.approvals_required,
+            if approvals.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", approvals.join(", "))
+            }
+        );
+        Ok(if p.has_changes {
+            exit::CHANGES
+        } else {
+            exit::OK
+        })
+    })
+}
+
 pub fn plan(args: PlanArgs) -> miette::Result<u8> {
+    if args.dir.is_none()
+        && args.desired.desired.is_none()
+        && args.store.is_none()
+        && args.observed.is_none()
+    {
+        return from_server(&args);
+    }
     let source = args.desired.source(args.dir.clone(), None)?;
     let loaded = super::desired::load(&source)?;
     let root = display_root(&source);
@@ -62,7 +129,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
     }
     if args.store.is_none() && args.observed.is_none() {
         return Err(miette::miette!(
-            help = "pass the store directory, e.g. `--store /var/lib/medea`, or rehearse with `--observed inventory.yaml`",
+            help = "pass the store directory, e.g. `--store /var/lib/medea`, or rehearse with `--observed inventory.yaml`; without --desired, `medea plan` asks the running server",
             "no store given"
         ));
     }

@@ -94,3 +94,14 @@ pub fn print_diagnostics(loaded: &Loaded, display_root: &str) -> usize {
     }
     errors
 }
+
+/// The report as plain text (no colours, no wrapping), for the API and logs.
+pub fn render_plain(diag: &Diagnostic, loaded: &Loaded) -> String {
+    let mut out = String::new();
+    let handler =
+        miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor())
+            .with_width(usize::MAX / 4);
+    let r = report(diag, loaded, "");
+    let _ = handler.render_report(&mut out, r.as_ref());
+    out
+}

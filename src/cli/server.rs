@@ -66,6 +66,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics (OpenMetrics) on this address, at /metrics.
     #[arg(long, env = "MEDEA_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// POST a JSON notification (with a Slack-compatible `text`) to this URL on plan ready,
+    /// approval received, rollout started / node done / halted / succeeded. Repeatable.
+    #[arg(long, value_name = "URL", env = "MEDEA_WEBHOOK", value_delimiter = ',')]
+    pub webhook: Vec<String>,
     /// Log format: human-readable text, or one JSON object per line.
     #[arg(long, value_enum, default_value_t = super::LogFormat::Text, env = "MEDEA_LOG_FORMAT")]
     pub log_format: super::LogFormat,
@@ -159,6 +163,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         debounce: args.debounce,
         refresh_interval: args.refresh_interval,
         metrics_listen: args.metrics_listen,
+        webhooks: args.webhook.clone(),
         replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);

@@ -75,6 +75,88 @@ impl MedeaApi {
     }
 }
 
+fn diag_pb(d: &crate::desired::Diagnostic, loaded: &crate::desired::Loaded) -> pb::Diagnostic {
+    pb::Diagnostic {
+        severity: if d.is_error() {
+            "error".into()
+        } else {
+            "warning".into()
+        },
+        code: d.code.to_string(),
+        message: d.message.clone(),
+        file: d.origin.file.clone(),
+        line: d.origin.line as u32,
+        column: d.origin.column as u32,
+        help: d.help.clone().unwrap_or_default(),
+        rendered: crate::cli::report::render_plain(d, loaded),
+    }
+}
+
+impl MedeaApi {
+    fn plan_pb(&self, p: &crate::plan::Plan) -> Result<pb::Plan, crate::store::StoreError> {
+        use crate::store::StoreExt;
+        let store = self.shared.store.as_ref();
+        let approvals: Vec<crate::approval::ApprovalRecord> = store
+            .scan_records(&format!("{}/", p.id.to_hex()))?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        let consumed = store
+            .get(
+                crate::store::Table::Plans,
+                &crate::rollout::journal::consumed_key(&p.id),
+            )?
+            .is_some();
+        let current = crate::plan::stored::current(store)?.map(|c| c.id);
+        let stale = match self
+            .shared
+            .desired()
+            .as_ref()
+            .and_then(|l| l.valid().cloned())
+        {
+            Some(d) => p.is_stale(&crate::plan::stored::current_basis(store, &d)?),
+            None => current != Some(p.id),
+        };
+        let state = if consumed {
+            "consumed"
+        } else if current != Some(p.id) {
+            "superseded"
+        } else if !approvals.is_empty() && approvals.len() as u32 >= p.approvals_required {
+            "approved"
+        } else {
+            "pending"
+        };
+        Ok(pb::Plan {
+            id: p.id.to_hex(),
+            short_id: p.id.short(),
+            parent: p.parent.map(|x| x.to_hex()).unwrap_or_default(),
+            desired_revision: p.basis.desired.content.clone(),
+            commit: p.basis.desired.commit.clone().unwrap_or_default(),
+            has_changes: p.has_changes(),
+            stale,
+            approvals_required: p.approvals_required,
+            approvals: approvals
+                .iter()
+                .map(|a| pb::Approval {
+                    principal: a.principal.clone(),
+                    fingerprint: a.fingerprint.clone(),
+                    source: match &a.source {
+                        crate::approval::ApprovalSource::Marker { path } => {
+                            format!("marker:{path}")
+                        }
+                        crate::approval::ApprovalSource::Api => "api".into(),
+                    },
+                    at: a.at.to_string(),
+                })
+                .collect(),
+            state: state.into(),
+            rendered: crate::plan::render::text(p, crate::plan::render::Options { color: false }),
+            json: crate::plan::render::json(p),
+            computed_at: String::new(),
+        })
+    }
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RolloutEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -201,29 +283,140 @@ impl pb::medea_server::Medea for MedeaApi {
 
     async fn get_plan(
         &self,
-        _: Request<pb::GetPlanRequest>,
+        req: Request<pb::GetPlanRequest>,
     ) -> Result<Response<pb::GetPlanResponse>, Status> {
-        Err(Status::unimplemented(
-            "plans are served once the planner is wired in",
-        ))
+        let want = req.into_inner().id;
+        let store = self.shared.store.as_ref();
+        let mut diagnostics = Vec::new();
+        if let Some(loaded) = self.shared.desired() {
+            for d in &loaded.diagnostics {
+                diagnostics.push(diag_pb(d, &loaded));
+            }
+            for d in &self.shared.plan_state().diagnostics {
+                diagnostics.push(diag_pb(d, &loaded));
+            }
+        }
+        let plan = if want.is_empty() {
+            match crate::plan::stored::current(store).map_err(internal)? {
+                Some(c) => crate::plan::stored::load_plan(store, &c.id).map_err(internal)?,
+                None => None,
+            }
+        } else {
+            let r = crate::plan::PlanIdRef::parse(&want)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let all = crate::plan::stored::all_plans(store).map_err(internal)?;
+            let mut m: Vec<_> = all.into_iter().filter(|p| r.matches(&p.id)).collect();
+            match m.len() {
+                0 => return Err(Status::not_found(format!("no plan `{want}`"))),
+                1 => m.pop(),
+                _ => {
+                    return Err(Status::invalid_argument(format!(
+                        "plan id `{want}` is ambiguous; type more characters"
+                    )));
+                }
+            }
+        };
+        let plan = match plan {
+            Some(p) => Some(self.plan_pb(&p).map_err(internal)?),
+            None => None,
+        };
+        Ok(Response::new(pb::GetPlanResponse { plan, diagnostics }))
     }
 
     async fn list_plans(
         &self,
-        _: Request<pb::ListPlansRequest>,
+        req: Request<pb::ListPlansRequest>,
     ) -> Result<Response<pb::ListPlansResponse>, Status> {
-        Err(Status::unimplemented(
-            "plans are served once the planner is wired in",
-        ))
+        let limit = match req.into_inner().limit {
+            0 => 20,
+            n => n as usize,
+        };
+        let store = self.shared.store.as_ref();
+        // Newest first: follow the parent chain from the current plan.
+        let mut plans = Vec::new();
+        let mut next = crate::plan::stored::current(store)
+            .map_err(internal)?
+            .map(|c| c.id);
+        while let Some(id) = next {
+            if plans.len() >= limit {
+                break;
+            }
+            let Some(p) = crate::plan::stored::load_plan(store, &id).map_err(internal)? else {
+                break;
+            };
+            next = p.parent;
+            let mut pb = self.plan_pb(&p).map_err(internal)?;
+            pb.rendered.clear();
+            pb.json.clear();
+            plans.push(pb);
+        }
+        Ok(Response::new(pb::ListPlansResponse { plans }))
     }
 
     async fn submit_approval(
         &self,
-        _: Request<pb::SubmitApprovalRequest>,
+        req: Request<pb::SubmitApprovalRequest>,
     ) -> Result<Response<pb::SubmitApprovalResponse>, Status> {
-        Err(Status::unimplemented(
-            "approvals are served once the approval layer is wired in",
-        ))
+        let req = req.into_inner();
+        let store = self.shared.store.clone();
+        let current = crate::plan::stored::current(store.as_ref())
+            .map_err(internal)?
+            .map(|c| c.id);
+        let known: Vec<crate::plan::PlanId> = crate::plan::stored::all_plans(store.as_ref())
+            .map_err(internal)?
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        let r = crate::plan::PlanIdRef::parse(&req.plan_id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan = crate::approval::resolve_plan(&r, current.as_ref(), &known)
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let candidate = crate::approval::Candidate {
+            source: crate::approval::ApprovalSource::Api,
+            armored: req.signature,
+        };
+        let shared = self.shared.clone();
+        let state = tokio::task::spawn_blocking(move || {
+            super::reconcile::reconcile(
+                &shared,
+                std::slice::from_ref(&candidate),
+                jiff::Timestamp::now(),
+            )
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+        let outcome = state
+            .outcomes
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == crate::approval::ApprovalSource::Api)
+            .map(|(_, o)| o.clone())
+            .unwrap_or_else(|| "recorded earlier".into());
+        let quorum = state.quorum.clone();
+        let approved_by = quorum
+            .as_ref()
+            .and_then(|q| q.counted.last().map(|a| a.principal.clone()))
+            .unwrap_or_default();
+        let accepted = outcome.starts_with("approved") || outcome == "recorded earlier";
+        self.shared.set_plan_state(state.clone());
+        if !accepted {
+            return Err(Status::permission_denied(format!(
+                "approval refused: {outcome}"
+            )));
+        }
+        if !state.started.is_empty() {
+            self.shared.bump();
+        }
+        let _ = plan;
+        Ok(Response::new(pb::SubmitApprovalResponse {
+            outcome,
+            principal: approved_by,
+            approvals: quorum.as_ref().map_or(0, |q| q.count()),
+            approvals_required: quorum.as_ref().map_or(0, |q| q.required),
+            started_jobs: state.started.clone(),
+            closed_gates: state.waiting.clone(),
+        }))
     }
 
     async fn set_rollouts_enabled(
@@ -254,7 +447,7 @@ impl pb::medea_server::Medea for MedeaApi {
                 other => internal(other),
             })?;
         tracing::info!(cluster = %req.cluster, enabled = req.enabled, "rolloutsEnabled changed");
-        self.shared.changed.notify_waiters();
+        self.shared.bump();
         Ok(Response::new(pb::SetRolloutsEnabledResponse {
             cluster: Some(self.cluster_pb(&req.cluster, Some(&next))),
         }))

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod auth;
 pub mod notify;
+pub mod reconcile;
 pub mod secrets;
 pub mod tls;
 pub mod watch;
@@ -18,8 +19,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::desired::{Loaded, Source};
 use crate::store::{Leadership, Role, Store};
@@ -42,6 +41,8 @@ pub struct ServerConfig {
     pub replica: String,
     /// Where `/metrics` is served, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Webhook URLs notified of plan and rollout events.
+    pub webhooks: Vec<String>,
 }
 
 /// State shared by the API and the background loops.
@@ -55,8 +56,18 @@ pub struct Shared {
     /// (`Txn::fenced(&fence)` or `FencedStore`; see design/ha.md).
     pub leadership: Leadership,
     desired: RwLock<Option<Arc<Loaded>>>,
-    /// Woken on every change worth re-planning or re-executing for.
-    pub changed: Notify,
+    /// A counter bumped on every change worth re-planning or re-executing for; loops wait on
+    /// it (a missed wake-up is impossible: `watch` keeps the latest value).
+    changes: tokio::sync::watch::Sender<u64>,
+    /// The people who may approve (the server's file, never the repository's).
+    pub allowed_signers: Option<PathBuf>,
+    pub notifier: crate::webhook::Notifier,
+    /// What the last reconcile pass concluded about the current plan.
+    plan_state: RwLock<reconcile::PlanState>,
+    /// Step events of every executor, for the watch API.
+    pub events: tokio::sync::broadcast::Sender<crate::rollout::executor::RolloutEvent>,
+    pub creds_dir: PathBuf,
+    pub state_dir: PathBuf,
 }
 
 impl Shared {
@@ -73,8 +84,27 @@ impl Shared {
             leadership: Leadership::solo(replica.clone()),
             replica,
             desired: RwLock::new(None),
-            changed: Notify::new(),
+            changes: tokio::sync::watch::channel(0).0,
+            allowed_signers: None,
+            notifier: crate::webhook::Notifier::disabled(),
+            plan_state: RwLock::new(reconcile::PlanState::default()),
+            events: tokio::sync::broadcast::channel(4096).0,
+            creds_dir: PathBuf::from("creds"),
+            state_dir: PathBuf::from("."),
         }
+    }
+    /// Something changed: wake the reconcile and executor loops.
+    pub fn bump(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+    pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+    pub fn plan_state(&self) -> reconcile::PlanState {
+        self.plan_state.read().expect("plan state lock").clone()
+    }
+    pub fn set_plan_state(&self, s: reconcile::PlanState) {
+        *self.plan_state.write().expect("plan state lock") = s;
     }
     /// The last loaded desired revision (valid or not).
     pub fn desired(&self) -> Option<Arc<Loaded>> {
@@ -126,7 +156,7 @@ pub fn reload(shared: &Shared) {
                 tracing::info!(revision = %loaded.desired.revision, "desired state loaded");
             }
             shared.set_desired(loaded);
-            shared.changed.notify_waiters();
+            shared.bump();
         }
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "cannot read the desired state; nothing changes")
@@ -164,6 +194,34 @@ pub async fn run(
     run_with_leadership(config, store, leadership, bound, shutdown).await
 }
 
+/// Reconcile after every change; never busy: it sleeps until the change counter moves.
+async fn reconcile_loop(shared: Arc<Shared>) {
+    let mut changes = shared.subscribe_changes();
+    loop {
+        let s = shared.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            reconcile::reconcile(&s, &[], jiff::Timestamp::now())
+        })
+        .await;
+        match result {
+            Ok(Ok(state)) => {
+                let started = !state.started.is_empty();
+                shared.set_plan_state(state);
+                if started {
+                    shared.bump();
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %crate::error_chain(&e), "reconcile failed; retrying on the next change")
+            }
+            Err(e) => tracing::error!(error = %e, "reconcile task panicked"),
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Log leadership changes and wake the loops, so that a new leader resumes at once.
 async fn follow_leadership(shared: Arc<Shared>) {
     loop {
@@ -171,13 +229,16 @@ async fn follow_leadership(shared: Arc<Shared>) {
             Role::Leader { fence } => {
                 tracing::info!(replica = %shared.replica, term = fence.term(), "leading")
             }
-            Role::Follower { leader } => tracing::info!(
-                replica = %shared.replica,
-                leader = %leader.as_deref().unwrap_or("-"),
-                "following"
-            ),
+            Role::Follower { leader } => {
+                crate::metrics::global().leader.set(0);
+                tracing::info!(
+                    replica = %shared.replica,
+                    leader = %leader.as_deref().unwrap_or("-"),
+                    "following"
+                )
+            }
         }
-        shared.changed.notify_waiters();
+        shared.bump();
         shared.leadership.changed().await;
     }
 }
@@ -210,8 +271,13 @@ pub async fn run_with_leadership(
         config.replica.clone(),
     );
     shared.leadership = leadership.clone();
+    shared.allowed_signers = config.allowed_signers.clone();
+    shared.notifier = crate::webhook::Notifier::start(config.webhooks.clone());
+    shared.creds_dir = config.creds_dir.clone();
+    shared.state_dir = config.state_dir.clone();
     let shared = Arc::new(shared);
     reload(&shared);
+    let reconciler = tokio::spawn(reconcile_loop(shared.clone()));
     if !config.rollouts {
         tracing::info!(
             "--rollouts is off: the executor is disabled and the server is read-only for clusters"
@@ -244,7 +310,6 @@ pub async fn run_with_leadership(
         }
         None => None,
     };
-    crate::metrics::global().leader.set(1);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|err| ServeError::Listen {
@@ -286,6 +351,7 @@ pub async fn run_with_leadership(
         .await
         .map_err(ServeError::Transport);
     reloader.abort();
+    reconciler.abort();
     if let Some(m) = metrics {
         m.abort();
     }

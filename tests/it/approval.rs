@@ -872,7 +872,8 @@ fn medea_approve_refuses_clearly_and_writes_nothing() {
             "is a short plan id",
         ),
         (vec!["XYZ", "--key", k, "--output", "-"], "invalid plan id"),
-        (vec![&full, "--key", k], "no destination"),
+        // No marker, no output: submit to the server, which is not there.
+        (vec![&full, "--key", k], "localhost:7600"),
         (
             vec![&full, "--key", k, "--write-marker", "--desired", repo_s],
             "needs your principal",

@@ -8,6 +8,7 @@ mod desired;
 #[cfg(feature = "etcd")]
 mod etcd_harness;
 mod fuzz_smoke;
+#[cfg(feature = "etcd")]
 mod ha;
 mod k8s;
 mod plan;

@@ -89,6 +89,7 @@ pub fn start(desired: PathBuf, inventory: Vec<ObservedCluster>) -> TestServer {
         refresh_interval: Duration::from_secs(3600),
         replica: "test".into(),
         metrics_listen: None,
+        webhooks: vec![],
     };
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -1,0 +1,357 @@
+//! The reconcile pass: after any change (desired revision, observation, approval, gate), plan;
+//! verify approvals of the current plan; when it reaches quorum, apply its settings and create
+//! its jobs — all in one store transaction.
+//!
+//! Architecture Invariant: the transaction that records the approval reaching quorum is the
+//! one that creates the jobs and marks the plan consumed; it re-checks that the plan is still
+//! current and never consumed, so a stale or replayed plan can never start.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use jiff::Timestamp;
+
+use super::Shared;
+use crate::approval::{
+    self, AllowedSigners, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus,
+    VerifyContext,
+};
+use crate::desired::{Desired, Loaded};
+use crate::inventory::Inventory;
+use crate::plan::stored::{self, CURRENT_KEY, CurrentPlan, ReplanError};
+use crate::plan::{Plan, PlanId};
+use crate::rollout::RolloutError;
+use crate::rollout::job::{JobInputs, create_jobs_txn};
+use crate::rollout::journal::consumed_key;
+use crate::store::record::encode;
+use crate::store::{Check, Record, Store, StoreError, StoreExt, Table, Txn};
+
+impl Record for ApprovalRecord {
+    const TABLE: Table = Table::Approvals;
+    const KIND: &'static str = "approval";
+    const SCHEMA: u32 = 1;
+}
+
+/// `<plan hex>/<key fingerprint>`: one approval per key per plan.
+pub fn approval_key(plan: &PlanId, fingerprint: &str) -> String {
+    format!("{}/{fingerprint}", plan.to_hex())
+}
+
+/// Everything a reconcile pass concluded about the current plan.
+#[derive(Debug, Clone, Default)]
+pub struct PlanState {
+    pub plan: Option<Plan>,
+    /// Planning errors of the current desired revision (validation errors live on `Loaded`).
+    pub diagnostics: Vec<crate::desired::Diagnostic>,
+    /// Outcome per approval candidate (markers and recorded approvals).
+    pub outcomes: Vec<(ApprovalSource, String)>,
+    pub quorum: Option<QuorumStatus>,
+    pub consumed: bool,
+    /// Why an approved plan has not started (closed gates), for operators.
+    pub waiting: Vec<String>,
+    /// Jobs created by this pass.
+    pub started: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("store error during reconcile")]
+    Store(#[from] StoreError),
+}
+
+/// Load the server's allowed_signers; no file means nobody can approve.
+pub fn load_signers(path: Option<&Path>) -> (AllowedSigners, Vec<String>) {
+    let Some(path) = path else {
+        return (
+            approval::allowed_signers::parse("").0,
+            vec!["no --allowed-signers: nobody can approve plans".into()],
+        );
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let (signers, diags) = approval::allowed_signers::parse(&text);
+            let msgs = diags
+                .iter()
+                .map(|d| format!("{}:{}: {}", path.display(), d.line, d.message))
+                .collect();
+            (signers, msgs)
+        }
+        Err(e) => (
+            approval::allowed_signers::parse("").0,
+            vec![format!(
+                "cannot read allowed signers {}: {e}",
+                path.display()
+            )],
+        ),
+    }
+}
+
+/// Plans known to the store and plans already consumed, for verification context.
+fn known_and_consumed(store: &dyn Store) -> Result<(Vec<PlanId>, Vec<PlanId>), StoreError> {
+    let known: Vec<PlanId> = stored::all_plans(store)?
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    let consumed = known
+        .iter()
+        .copied()
+        .filter(|id| {
+            store
+                .get(Table::Plans, &consumed_key(id))
+                .ok()
+                .flatten()
+                .is_some()
+        })
+        .collect();
+    Ok((known, consumed))
+}
+
+/// Candidates of a revision: its marker files.
+pub fn marker_candidates(loaded: &Loaded) -> Vec<Candidate> {
+    loaded
+        .markers
+        .iter()
+        .map(|m| Candidate {
+            source: ApprovalSource::Marker {
+                path: m.path.clone(),
+            },
+            armored: String::from_utf8_lossy(&m.contents).into_owned(),
+        })
+        .collect()
+}
+
+/// Verify `extra` candidates (an API submission) plus the revision's markers plus every
+/// recorded approval of the current plan; record the new ones; and, at quorum, create jobs.
+pub fn reconcile(
+    shared: &Shared,
+    extra: &[Candidate],
+    now: Timestamp,
+) -> Result<PlanState, ReconcileError> {
+    let store = shared.store.as_ref();
+    let mut state = PlanState::default();
+    let Some(loaded) = shared.desired() else {
+        return Ok(state);
+    };
+    let Some(desired) = loaded.valid() else {
+        return Ok(state);
+    };
+    let leader = shared.leadership.is_leader();
+    // 1. Plan (leader only: followers read the leader's plan).
+    if leader {
+        match stored::replan(store, desired) {
+            Ok(r) => {
+                if r.stored {
+                    crate::metrics::global().plans_computed.inc();
+                    tracing::info!(plan = %r.plan.id.short(), changes = r.plan.has_changes(), "new plan\n{}", crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
+                    if r.plan.has_changes() {
+                        shared.notifier.send(crate::webhook::Notification {
+                            event: crate::webhook::EventKind::PlanReady,
+                            text: format!("medea: {}", crate::plan::render::summary_line(&r.plan)),
+                            cluster: None,
+                            plan: Some(r.plan.id.to_hex()),
+                            job: None,
+                            node: None,
+                            reason: None,
+                            at: now.to_string(),
+                        });
+                    }
+                }
+            }
+            Err(ReplanError::Refused(diags)) => {
+                for d in &diags {
+                    tracing::warn!(diagnostic = %d, "desired state cannot be planned; nothing changes");
+                }
+                state.diagnostics = diags;
+                return Ok(state);
+            }
+            Err(ReplanError::Store(e)) if e.is_leadership_lost() => return Ok(state),
+            Err(ReplanError::Store(e)) => return Err(e.into()),
+        }
+    }
+    let Some(CurrentPlan { id }) = stored::current(store)? else {
+        return Ok(state);
+    };
+    let Some(plan) = stored::load_plan(store, &id)? else {
+        return Ok(state);
+    };
+    let current_basis = stored::current_basis(store, desired)?;
+    if plan.is_stale(&current_basis) {
+        // A follower (or a race): the leader will replan.
+        state.plan = Some(plan);
+        return Ok(state);
+    }
+    state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
+
+    // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`.
+    let (signers, signer_problems) = load_signers(shared.allowed_signers.as_deref());
+    for p in &signer_problems {
+        tracing::debug!(problem = %p, "allowed signers");
+    }
+    let (known, consumed) = known_and_consumed(store)?;
+    let ctx = VerifyContext {
+        signers: &signers,
+        current: &plan.id,
+        known: &known,
+        consumed: &consumed,
+        now,
+    };
+    let recorded: Vec<(String, ApprovalRecord)> =
+        store.scan_records::<ApprovalRecord>(&format!("{}/", plan.id.to_hex()))?;
+    let mut approved = Vec::new();
+    let mut new_records: Vec<ApprovalRecord> = Vec::new();
+    for (_, r) in &recorded {
+        let outcome = r.reverify(&ctx);
+        state.outcomes.push((r.source.clone(), outcome.to_string()));
+        if let Some(a) = outcome.approved() {
+            approved.push(a.clone());
+        }
+    }
+    let mut candidates = marker_candidates(&loaded);
+    candidates.extend(extra.iter().cloned());
+    for c in &candidates {
+        let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
+        crate::metrics::approval_outcome(outcome.code());
+        let already = recorded.iter().any(
+            |(_, r)| matches!(&outcome, Outcome::Approved(a) if a.fingerprint == r.fingerprint),
+        );
+        if !already {
+            state.outcomes.push((c.source.clone(), outcome.to_string()));
+        }
+        if let Outcome::Approved(a) = &outcome
+            && !already
+            && !new_records.iter().any(|r| r.fingerprint == a.fingerprint)
+        {
+            new_records.push(ApprovalRecord::new(a, &c.armored, now));
+            approved.push(a.clone());
+        }
+    }
+    let quorum = approval::evaluate(&plan.id, plan.approvals_required, approved);
+    state.quorum = Some(quorum.clone());
+
+    // 3. Record new approvals; at quorum, in the same transaction, apply and start.
+    let pointer = Check::Equals(
+        Table::Plans,
+        CURRENT_KEY.into(),
+        encode(&CurrentPlan { id: plan.id }),
+    );
+    let mut txn = Txn::new().check(pointer);
+    for r in &new_records {
+        txn = txn.put_record(approval_key(&r.plan, &r.fingerprint), r);
+        tracing::info!(plan = %plan.id.short(), principal = %r.principal, fingerprint = %r.fingerprint, source = %r.source, "approval recorded");
+        shared.notifier.send(crate::webhook::Notification {
+            event: crate::webhook::EventKind::ApprovalReceived,
+            text: format!(
+                "medea: plan {} approved by {} ({}/{})",
+                plan.id.short(),
+                r.principal,
+                quorum.count(),
+                quorum.required
+            ),
+            cluster: None,
+            plan: Some(plan.id.to_hex()),
+            job: None,
+            node: None,
+            reason: None,
+            at: now.to_string(),
+        });
+    }
+    let mut start = false;
+    if quorum.reached() && !state.consumed && plan.has_changes() {
+        match start_txn(shared, desired, &plan, now) {
+            Ok(Some((ops, jobs))) => {
+                for c in ops.checks {
+                    txn = txn.check(c);
+                }
+                for op in ops.ops {
+                    txn.push(op);
+                }
+                state.started = jobs;
+                start = true;
+            }
+            Ok(None) => {}
+            Err(waiting) => state.waiting = waiting,
+        }
+    }
+    if new_records.is_empty() && !start {
+        state.plan = Some(plan);
+        return Ok(state);
+    }
+    if leader && let Some(f) = shared.leadership.fence() {
+        txn = txn.fenced(&f);
+    }
+    match store.commit(txn) {
+        Ok(()) => {
+            if start {
+                state.consumed = true;
+                tracing::info!(plan = %plan.id.short(), jobs = ?state.started, "plan reached quorum: settings applied, jobs created");
+            }
+        }
+        Err(StoreError::Conflict { .. }) => {
+            // The plan moved on (new revision or observation): nothing was written.
+            state.started.clear();
+        }
+        Err(e) => return Err(e.into()),
+    }
+    state.plan = Some(plan);
+    Ok(state)
+}
+
+/// The checks and writes that start `plan`: its settings, its jobs, its consumed marker.
+/// `Ok(None)` when there is nothing to start; `Err(gates)` when a gate keeps it waiting.
+fn start_txn(
+    shared: &Shared,
+    desired: &Desired,
+    plan: &Plan,
+    now: Timestamp,
+) -> Result<Option<(Txn, Vec<String>)>, Vec<String>> {
+    let store = shared.store.as_ref();
+    let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
+    if !has_steps {
+        // Settings only: apply them and consume the plan.
+        let txn = stored::with_approval_writes(
+            Txn::new()
+                .check(Check::Absent(Table::Plans, consumed_key(&plan.id)))
+                .put_record(
+                    consumed_key(&plan.id),
+                    &crate::rollout::journal::PlanConsumed {
+                        plan: plan.id,
+                        at: now,
+                        jobs: vec![],
+                    },
+                ),
+            plan,
+        );
+        return Ok(Some((txn, vec![])));
+    }
+    let inventory = Inventory::load(store).map_err(|e| vec![crate::error_chain(&e)])?;
+    let clusters: BTreeMap<String, &crate::inventory::ObservedCluster> = inventory
+        .clusters
+        .iter()
+        .map(|(k, v)| (k.clone(), v))
+        .collect();
+    let windows: BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> = desired
+        .clusters
+        .iter()
+        .map(|(k, c)| (k.clone(), c.windows.as_slice()))
+        .collect();
+    let inputs = JobInputs {
+        global_rollouts: shared.rollouts_gate,
+        clusters,
+        windows,
+    };
+    match create_jobs_txn(plan, &inputs, now) {
+        Ok(created) => {
+            let ids = created.jobs.iter().map(|j| j.id.to_string()).collect();
+            Ok(Some((stored::with_approval_writes(created.txn, plan), ids)))
+        }
+        Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
+            let msg = e.to_string();
+            tracing::info!(plan = %plan.id.short(), gate = %msg, "plan approved, waiting for a gate");
+            Err(vec![msg])
+        }
+        Err(e) => {
+            tracing::warn!(plan = %plan.id.short(), error = %crate::error_chain(&e), "plan approved but cannot start");
+            Err(vec![e.to_string()])
+        }
+    }
+}
