@@ -256,7 +256,7 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
             .await
             .map_err(rpc)?
             .into_inner();
-        println!("plan {}: {} ({} of {} approvals)", plan.short(), r.outcome, r.approvals, r.approvals_required);
+        println!("{} ({} of {} approvals)", r.outcome, r.approvals, r.approvals_required);
         for j in &r.started_jobs {
             println!("started rollout job {j}: follow it with `medea rollout status -w`");
         }

@@ -277,6 +277,11 @@ pub async fn run_with_leadership(
     shared.state_dir = config.state_dir.clone();
     let shared = Arc::new(shared);
     reload(&shared);
+    // The first pass runs before the API answers, so the plan is there for the first caller.
+    match reconcile::reconcile(&shared, &[], jiff::Timestamp::now()) {
+        Ok(state) => shared.set_plan_state(state),
+        Err(e) => tracing::warn!(error = %crate::error_chain(&e), "initial reconcile failed"),
+    }
     let reconciler = tokio::spawn(reconcile_loop(shared.clone()));
     if !config.rollouts {
         tracing::info!(

@@ -67,6 +67,15 @@ pub fn home_inventory() -> ObservedCluster {
 }
 
 pub fn start(desired: PathBuf, inventory: Vec<ObservedCluster>) -> TestServer {
+    start_with(desired, inventory, None, false)
+}
+
+pub fn start_with(
+    desired: PathBuf,
+    inventory: Vec<ObservedCluster>,
+    allowed_signers: Option<PathBuf>,
+    rollouts: bool,
+) -> TestServer {
     let state = tempfile::tempdir().unwrap();
     let store = FjallStore::open(&state.path().join("store")).unwrap();
     let mut txn = Txn::new();
@@ -83,8 +92,8 @@ pub fn start(desired: PathBuf, inventory: Vec<ObservedCluster>) -> TestServer {
         tls_cert: None,
         tls_key: None,
         token: Secret::new(token.clone()),
-        rollouts: false,
-        allowed_signers: None,
+        rollouts,
+        allowed_signers,
         debounce: Duration::from_millis(100),
         refresh_interval: Duration::from_secs(3600),
         replica: "test".into(),
@@ -322,4 +331,189 @@ fn enable_rollouts_flips_the_gate_and_keeps_the_generation() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("has not been observed"));
+}
+
+/// Wait (bounded) for a condition a real server reaches asynchronously (file watcher, loops).
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn keygen(dir: &std::path::Path, name: &str) -> (PathBuf, String) {
+    let key = dir.join(name);
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen (openssh-client) is installed");
+    assert!(out.status.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    (key, public.trim().to_string())
+}
+
+#[test]
+fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let desired = tmp.path().join("desired");
+    copy_tree(&examples(), &desired);
+    let (alice, alice_pub) = keygen(tmp.path(), "alice");
+    let (bob, bob_pub) = keygen(tmp.path(), "bob");
+    let signers = tmp.path().join("allowed_signers");
+    std::fs::write(&signers, format!("alice@example.com namespaces=\"medea-approve\" {alice_pub}\nbob@example.com namespaces=\"medea-approve\" {bob_pub}\n")).unwrap();
+    let s = start_with(
+        desired.clone(),
+        vec![home_inventory()],
+        Some(signers),
+        false,
+    );
+
+    // The plan is there at once, with changes (exit 2), from the server.
+    let out = s.cli().args(["plan"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("~ pool controlplane: talos v1.12.4 → v1.13.9"),
+        "{text}"
+    );
+    let json = s.cli().args(["plan", "-o", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let id = v["id"].as_str().unwrap().to_string();
+    let short = v["shortId"].as_str().unwrap().to_string();
+    // Never applied: the default bar for control-plane plans (2) is in force.
+    assert_eq!(v["approvalsRequired"], 2);
+
+    // alice approves over the API with the short id.
+    let out = s
+        .cli()
+        .args(["approve", &short, "--key"])
+        .arg(&alice)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        said.contains(&format!("approved plan {short} by alice@example.com")),
+        "{said}"
+    );
+    assert!(said.contains("(1 of 2 approvals)"), "{said}");
+    // Approving again with the same key does not count twice.
+    let out = s
+        .cli()
+        .args(["approve", &short, "--key"])
+        .arg(&alice)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(1 of 2 approvals)"));
+
+    // bob approves with a marker file written by plain ssh-keygen.
+    let mut child = std::process::Command::new("ssh-keygen")
+        .args(["-Y", "sign", "-q", "-n", "medea-approve", "-f"])
+        .arg(&bob)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{id}\n").as_bytes())
+        .unwrap();
+    let sig = child.wait_with_output().unwrap();
+    assert!(sig.status.success());
+    std::fs::create_dir_all(desired.join("approvals")).unwrap();
+    std::fs::write(
+        desired.join(format!("approvals/{short}-bob.sig")),
+        &sig.stdout,
+    )
+    .unwrap();
+
+    wait_until("bob's marker to be recorded", || {
+        let out = s.cli().args(["plan"]).output().unwrap();
+        String::from_utf8_lossy(&out.stderr).contains("approvals 2/2")
+    });
+    // Quorum, but --rollouts is off: nothing starts, and the plan is not consumed.
+    let out = s.cli().args(["plan"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("plan {short} is approved")), "{err}");
+
+    // A signature by someone not in allowed_signers is refused with its reason.
+    let (mallory, _) = keygen(tmp.path(), "mallory");
+    let out = s
+        .cli()
+        .args(["approve", &short, "--key"])
+        .arg(&mallory)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown key"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_invalid_edit_changes_nothing_and_is_diagnosed_by_medea_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let desired = tmp.path().join("desired");
+    copy_tree(&examples(), &desired);
+    let s = start(desired.clone(), vec![home_inventory()]);
+    let before = s.cli().args(["plan", "-o", "json"]).output().unwrap();
+    let before: serde_json::Value = serde_json::from_slice(&before.stdout).unwrap();
+    let p = desired.join("home/pools.yaml");
+    let text =
+        std::fs::read_to_string(&p)
+            .unwrap()
+            .replacen("version: v1.13.9", "version: v1.13", 1);
+    std::fs::write(&p, text).unwrap();
+    wait_until("the invalid edit to be diagnosed", || {
+        let out = s.cli().args(["plan"]).output().unwrap();
+        out.status.code() == Some(1)
+    });
+    let out = s.cli().args(["plan"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("version `v1.13` must have three numeric parts"),
+        "{err}"
+    );
+    assert!(err.contains("home/pools.yaml:17:14"), "{err}");
+    // The current plan did not change.
+    let out = s
+        .cli()
+        .args(["get", "clusters", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let store_plan = s.cli().args(["plan", "-o", "json"]).output().unwrap();
+    assert_eq!(store_plan.status.code(), Some(1), "still invalid");
+    let _ = before;
 }
