@@ -17,6 +17,7 @@ pub mod ha_debug;
 pub mod output;
 pub mod plan;
 pub mod report;
+pub mod rollout;
 pub mod rollout_debug;
 pub mod server;
 pub mod sim;
@@ -63,6 +64,11 @@ pub enum Command {
         after_help = "Examples:\n  medea get clusters\n  medea get machines --cluster prod -o json"
     )]
     Get(server::GetArgs),
+    /// Follow, list and halt rollout jobs.
+    #[command(
+        after_help = "Examples:\n  medea rollout status --cluster home -w\n  medea rollout list\n  medea rollout halt <job>"
+    )]
+    Rollout(rollout::RolloutArgs),
     /// Per-cluster rollout gate.
     #[command(
         after_help = "Examples:\n  medea cluster enable-rollouts prod\n  medea cluster disable-rollouts prod"
@@ -144,6 +150,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Get(args) => server::get(args),
         Command::Cluster(args) => server::cluster(args),
+        Command::Rollout(args) => rollout::run(args),
         Command::Man { out } => {
             std::fs::create_dir_all(&out)
                 .map_err(|e| miette::miette!("cannot create {}: {e}", out.display()))?;

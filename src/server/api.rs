@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::Shared;
@@ -455,28 +455,81 @@ impl pb::medea_server::Medea for MedeaApi {
 
     async fn list_rollouts(
         &self,
-        _: Request<pb::ListRolloutsRequest>,
+        req: Request<pb::ListRolloutsRequest>,
     ) -> Result<Response<pb::ListRolloutsResponse>, Status> {
-        Err(Status::unimplemented(
-            "rollouts are served once the executor is wired in",
-        ))
+        let cluster = req.into_inner().cluster;
+        let rollouts = super::rollouts::jobs(&self.shared)
+            .map_err(internal)?
+            .iter()
+            .filter(|j| cluster.is_empty() || j.cluster == cluster)
+            .map(super::rollouts::rollout_pb)
+            .collect();
+        Ok(Response::new(pb::ListRolloutsResponse { rollouts }))
     }
 
     async fn watch_rollout(
         &self,
-        _: Request<pb::WatchRolloutRequest>,
+        req: Request<pb::WatchRolloutRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        Err(Status::unimplemented(
-            "rollouts are served once the executor is wired in",
-        ))
+        let req = req.into_inner();
+        let rx = self.shared.events.subscribe();
+        let stream =
+            tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |e| match e {
+                Ok(e)
+                    if (req.job_id.is_empty() || e.job.to_string() == req.job_id)
+                        && (req.cluster.is_empty() || e.cluster == req.cluster) =>
+                {
+                    Some(Ok(super::rollouts::event_pb(&e)))
+                }
+                Ok(_) => None,
+                // A slow watcher missed events: say so rather than end the stream silently.
+                Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+                    Some(Ok(pb::RolloutEvent {
+                        state: "lagged".into(),
+                        message: format!(
+                            "{n} events were dropped; run `medea rollout status` for the full state"
+                        ),
+                        ..Default::default()
+                    }))
+                }
+            });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn halt_rollout(
         &self,
-        _: Request<pb::HaltRolloutRequest>,
+        req: Request<pb::HaltRolloutRequest>,
     ) -> Result<Response<pb::HaltRolloutResponse>, Status> {
-        Err(Status::unimplemented(
-            "rollouts are served once the executor is wired in",
-        ))
+        let req = req.into_inner();
+        let id = crate::rollout::machine::JobId::parse(&req.job_id)
+            .ok_or_else(|| Status::invalid_argument(format!("`{}` is not a job id", req.job_id)))?;
+        let reason = if req.reason.is_empty() {
+            None
+        } else {
+            Some(req.reason.as_str())
+        };
+        crate::rollout::executor::request_halt(
+            self.shared.store.as_ref(),
+            &id,
+            "api",
+            reason,
+            jiff::Timestamp::now(),
+        )
+        .map_err(|e| match e {
+            crate::rollout::RolloutError::UnknownJob { .. } => Status::not_found(e.to_string()),
+            crate::rollout::RolloutError::AlreadyFinished { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+            other => internal(other),
+        })?;
+        tracing::info!(job = %id, "halt requested over the API");
+        self.shared.bump();
+        let job = super::rollouts::jobs(&self.shared)
+            .map_err(internal)?
+            .into_iter()
+            .find(|j| j.id == id);
+        Ok(Response::new(pb::HaltRolloutResponse {
+            rollout: job.as_ref().map(super::rollouts::rollout_pb),
+        }))
     }
 }

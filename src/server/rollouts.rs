@@ -1,0 +1,370 @@
+//! Rollout jobs on the API (list, watch, halt) and the executor host that runs them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use super::Shared;
+use super::api::pb;
+use crate::rollout::executor::{
+    EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
+};
+use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
+use crate::rollout::ports::{KubePort, TalosPort};
+use crate::store::{StoreError, StoreExt};
+
+/// Every job in the store, newest first.
+pub fn jobs(shared: &Shared) -> Result<Vec<Job>, StoreError> {
+    let mut jobs: Vec<Job> = shared
+        .store
+        .scan_records::<Job>("job/")?
+        .into_iter()
+        .map(|(_, j)| j)
+        .collect();
+    jobs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+    Ok(jobs)
+}
+
+fn phase_name(p: NodePhase) -> String {
+    serde_json::to_value(p)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The API view of a job.
+pub fn rollout_pb(job: &Job) -> pb::Rollout {
+    let (state, halt_reason) = match &job.state {
+        JobState::Running => ("running", String::new()),
+        JobState::Halted { reason, .. } => ("halted", reason.clone()),
+        JobState::Succeeded { .. } => ("succeeded", String::new()),
+    };
+    let mut nodes = Vec::new();
+    let mut current_step = String::new();
+    for (i, step) in job.steps.iter().enumerate() {
+        let label = match &step.kind {
+            StepKind::Talos(t) => format!(
+                "talos {} → {} (pool {})",
+                t.nodes
+                    .first()
+                    .map(|n| n.target.from.to_string())
+                    .unwrap_or_default(),
+                t.rollout.to,
+                t.rollout.pool
+            ),
+            StepKind::Kubernetes(k) => format!("kubernetes {} → {}", k.rollout.from, k.rollout.to),
+        };
+        if step.state == StepState::Running && current_step.is_empty() {
+            current_step = format!("step {}: {label}", i + 1);
+        }
+        match &step.kind {
+            StepKind::Talos(t) => {
+                for n in &t.nodes {
+                    nodes.push(pb::NodeProgress {
+                        node: n.target.node.clone(),
+                        pool: t.rollout.pool.clone(),
+                        step: format!("{}", i + 1),
+                        state: phase_name(n.phase),
+                    });
+                }
+            }
+            StepKind::Kubernetes(k) => {
+                let mut per_node: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+                for t in k.tasks.iter().flatten() {
+                    let e = per_node.entry(t.node.node.clone()).or_default();
+                    e.1 += 1;
+                    if t.state == TaskState::Done {
+                        e.0 += 1;
+                    }
+                }
+                for (node, (done, total)) in per_node {
+                    nodes.push(pb::NodeProgress {
+                        node,
+                        pool: String::new(),
+                        step: format!("{}", i + 1),
+                        state: if done == total {
+                            "done".into()
+                        } else {
+                            format!("{done}/{total} tasks")
+                        },
+                    });
+                }
+            }
+        }
+    }
+    let done = nodes
+        .iter()
+        .filter(|n| n.state == "done" || n.state == "skipped")
+        .count();
+    pb::Rollout {
+        job_id: job.id.to_string(),
+        plan_id: job.plan.to_hex(),
+        cluster: job.cluster.clone(),
+        state: state.into(),
+        halt_reason,
+        nodes_total: nodes.len() as u32,
+        nodes_done: done as u32,
+        current_step,
+        created_at: job.created_at.to_string(),
+        nodes,
+    }
+}
+
+pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
+    let (state, message) = match &e.state {
+        EventState::Intended { attempt } => ("intended".to_string(), format!("attempt {attempt}")),
+        EventState::Done => ("done".into(), String::new()),
+        EventState::Unknown { error } => ("unknown".into(), error.clone()),
+        EventState::Progress { note } => ("progress".into(), note.clone()),
+        EventState::Waiting { reason } => ("waiting".into(), reason.clone()),
+        EventState::Paused { gate } => ("paused".into(), format!("{gate:?}")),
+        EventState::Halted { reason } => ("halted".into(), reason.clone()),
+        EventState::Succeeded => ("succeeded".into(), String::new()),
+    };
+    pb::RolloutEvent {
+        job_id: e.job.to_string(),
+        cluster: e.cluster.clone(),
+        pool: e.pool.clone().unwrap_or_default(),
+        node: e.node.clone().unwrap_or_default(),
+        step: e.op.map(|o| o.name().to_string()).unwrap_or_default(),
+        state,
+        message,
+        at: jiff::Timestamp::now().to_string(),
+    }
+}
+
+/// Builds the ports of a cluster's executor (the real adapters in `medea serve`, fakes in
+/// tests).
+pub trait PortFactory: Send + Sync + 'static {
+    type Talos: TalosPort + 'static;
+    type Kube: KubePort + 'static;
+    fn ports(
+        &self,
+        cluster: &str,
+    ) -> impl Future<Output = Result<(Self::Talos, Self::Kube), String>> + Send;
+}
+
+/// Runs every running job, one task per job, each with an executor for its cluster. Woken by
+/// the change counter (approval reached quorum, gate opened, halt requested).
+pub async fn executor_loop<F: PortFactory>(
+    shared: Arc<Shared>,
+    factory: Arc<F>,
+    cfg: ExecutorConfig,
+) {
+    let running: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let mut changes = shared.subscribe_changes();
+    let executors: Arc<
+        tokio::sync::Mutex<BTreeMap<String, Arc<Executor<F::Talos, F::Kube, SystemClock>>>>,
+    > = Arc::default();
+    loop {
+        if shared.rollouts_gate && shared.leadership.is_leader() {
+            match jobs(&shared) {
+                Ok(all) => {
+                    let active: Vec<Job> =
+                        all.into_iter().filter(|j| !j.state.is_terminal()).collect();
+                    crate::metrics::set_jobs("running", active.len() as i64);
+                    for job in active {
+                        let id = job.id.to_string();
+                        if !running.lock().expect("running set").insert(id.clone()) {
+                            continue;
+                        }
+                        let (shared, factory, cfg, running, executors) = (
+                            shared.clone(),
+                            factory.clone(),
+                            cfg.clone(),
+                            running.clone(),
+                            executors.clone(),
+                        );
+                        tokio::spawn(async move {
+                            let exec = {
+                                let mut map = executors.lock().await;
+                                match map.get(&job.cluster) {
+                                    Some(e) => Some(e.clone()),
+                                    None => match factory.ports(&job.cluster).await {
+                                        Ok((t, k)) => {
+                                            let e = Arc::new(
+                                                Executor::new(
+                                                    shared.store.clone(),
+                                                    t,
+                                                    k,
+                                                    SystemClock,
+                                                    cfg.clone(),
+                                                )
+                                                .with_fence(Arc::new(LeaderFence(
+                                                    shared.leadership.clone(),
+                                                ))),
+                                            );
+                                            forward_events(&shared, &e);
+                                            map.insert(job.cluster.clone(), e.clone());
+                                            Some(e)
+                                        }
+                                        Err(msg) => {
+                                            tracing::warn!(cluster = %job.cluster, job = %job.id, error = %msg, "cannot reach the cluster; the job waits");
+                                            None
+                                        }
+                                    },
+                                }
+                            };
+                            if let Some(exec) = exec {
+                                notify_start(&shared, &job);
+                                match exec.run(&job.id).await {
+                                    Ok(outcome) => report(&shared, &job, &outcome),
+                                    Err(e) => {
+                                        tracing::warn!(job = %job.id, error = %crate::error_chain(&e), "job stopped")
+                                    }
+                                }
+                            }
+                            running.lock().expect("running set").remove(&id);
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %crate::error_chain(&e), "cannot list jobs"),
+            }
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Forward an executor's events to the server's broadcast (watch API), logs, metrics, webhooks.
+fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
+    shared: &Arc<Shared>,
+    exec: &Arc<Executor<T, K, SystemClock>>,
+) {
+    let mut rx = exec.subscribe();
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let mut started: BTreeMap<(String, String), std::time::Instant> = BTreeMap::new();
+        while let Ok(e) = rx.recv().await {
+            let op = e.op.map(|o| o.name()).unwrap_or("-");
+            tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = ?e.state, "rollout step");
+            if let (Some(node), Some(o)) = (&e.node, e.op) {
+                let key = (node.clone(), o.name().to_string());
+                match &e.state {
+                    EventState::Intended { .. } => {
+                        started.insert(key, std::time::Instant::now());
+                    }
+                    EventState::Done => {
+                        if let Some(t) = started.remove(&key) {
+                            crate::metrics::observe_step(
+                                &e.cluster,
+                                e.pool.as_deref().unwrap_or(""),
+                                o.name(),
+                                t.elapsed(),
+                            );
+                        }
+                        if o == crate::rollout::machine::Op::Uncordon {
+                            shared.notifier.send(note(
+                                crate::webhook::EventKind::NodeDone,
+                                &e,
+                                format!(
+                                    "medea: {} upgraded and back in service ({})",
+                                    node, e.cluster
+                                ),
+                                None,
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let _ = shared.events.send(e);
+        }
+    });
+}
+
+fn note(
+    kind: crate::webhook::EventKind,
+    e: &RolloutEvent,
+    text: String,
+    reason: Option<String>,
+) -> crate::webhook::Notification {
+    crate::webhook::Notification {
+        event: kind,
+        text,
+        cluster: Some(e.cluster.clone()),
+        plan: None,
+        job: Some(e.job.to_string()),
+        node: e.node.clone(),
+        reason,
+        at: jiff::Timestamp::now().to_string(),
+    }
+}
+
+fn notify_start(shared: &Shared, job: &Job) {
+    shared.notifier.send(crate::webhook::Notification {
+        event: crate::webhook::EventKind::RolloutStarted,
+        text: format!(
+            "medea: rollout {} of cluster {} started (plan {})",
+            job.id,
+            job.cluster,
+            job.plan.short()
+        ),
+        cluster: Some(job.cluster.clone()),
+        plan: Some(job.plan.to_hex()),
+        job: Some(job.id.to_string()),
+        node: None,
+        reason: None,
+        at: jiff::Timestamp::now().to_string(),
+    });
+}
+
+fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
+    let (kind, text, reason, node) = match outcome {
+        RunOutcome::Succeeded => (
+            crate::webhook::EventKind::RolloutSucceeded,
+            format!(
+                "medea: rollout {} of cluster {} succeeded",
+                job.id, job.cluster
+            ),
+            None,
+            None,
+        ),
+        RunOutcome::Halted { reason, node, .. } => (
+            crate::webhook::EventKind::RolloutHalted,
+            format!(
+                "medea: rollout {} of cluster {} HALTED{}: {reason}",
+                job.id,
+                job.cluster,
+                node.as_ref()
+                    .map(|n| format!(" on {n}"))
+                    .unwrap_or_default()
+            ),
+            Some(reason.clone()),
+            node.clone(),
+        ),
+        RunOutcome::Paused { gate } => {
+            tracing::info!(job = %job.id, gate = ?gate, "job paused on a closed gate; it continues when the gate opens");
+            return;
+        }
+    };
+    tracing::info!(job = %job.id, cluster = %job.cluster, outcome = ?outcome, "job finished");
+    shared.notifier.send(crate::webhook::Notification {
+        event: kind,
+        text,
+        cluster: Some(job.cluster.clone()),
+        plan: Some(job.plan.to_hex()),
+        job: Some(job.id.to_string()),
+        node,
+        reason,
+        at: jiff::Timestamp::now().to_string(),
+    });
+    // The cluster changed under the job: observe it again.
+    shared.bump();
+}
+
+/// The executor's fence: every journal write carries this replica's leadership check.
+struct LeaderFence(crate::store::Leadership);
+
+impl crate::rollout::executor::Fence for LeaderFence {
+    fn checks(&self) -> Vec<crate::store::Check> {
+        match self.0.check() {
+            Ok(c) => vec![c],
+            // Not leading: a check that can never hold, so nothing is written or done.
+            Err(_) => vec![crate::store::Check::Leader(
+                crate::store::leader::Fence::new(self.0.replica().to_string(), -1),
+            )],
+        }
+    }
+}
