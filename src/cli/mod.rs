@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+pub mod approvals;
 pub mod approve;
 pub mod client;
 pub mod debug;
@@ -104,6 +105,8 @@ pub enum Command {
     Talos(talos::TalosArgs),
     /// Run the simulator (Talos machine API) standalone until Ctrl-C.
     Sim(sim::SimArgs),
+    /// List every approval marker's outcome against the current plan (offline).
+    Approvals(approvals::ApprovalsArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),
 }
@@ -165,6 +168,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
             Ok(exit::OK)
         }
         Command::Approve(args) => approve::run(args),
+        Command::Approvals(args) => approvals::run(args),
         Command::Talos(args) => talos::run(args),
         Command::Sim(args) => sim::run(args),
     }

@@ -1,6 +1,7 @@
 //! The single integration-test binary (one link of kube/tonic/fjall instead of many).
 
 mod approval;
+mod approvals_cli;
 mod architecture;
 mod cli;
 mod deploy;

@@ -1,0 +1,111 @@
+//! `medea approvals`: every marker's outcome against the current plan, offline.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::desired::{DesiredArgs, display_root};
+use super::exit;
+use crate::approval::{self, Outcome, VerifyContext};
+use crate::plan::stored;
+use crate::store::Store;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
+)]
+pub struct ApprovalsArgs {
+    #[command(flatten)]
+    pub desired: DesiredArgs,
+    /// The store (stop `medea serve` first: it holds the store's lock).
+    #[arg(long, env = "MEDEA_STORE")]
+    pub store: PathBuf,
+    /// The trust root: the server's allowed_signers file, never one from the repository.
+    #[arg(long, env = "MEDEA_ALLOWED_SIGNERS")]
+    pub allowed_signers: PathBuf,
+}
+
+pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
+    let source = args.desired.source(None, None)?;
+    let loaded = super::desired::load(&source)?;
+    if super::report::print_diagnostics(&loaded, &display_root(&source)) > 0 {
+        return Ok(exit::ERROR);
+    }
+    let store = crate::store::fjall::FjallStore::open(&args.store).map_err(|e| match e {
+        crate::store::StoreError::Locked { .. } => miette::miette!(
+            help = "stop `medea serve`, or ask it: `medea plan` shows the approvals it recorded",
+            "the store at `{}` is locked by another medea process",
+            args.store.display()
+        ),
+        other => miette::miette!("{}", crate::error_chain(&other)),
+    })?;
+    let (signers, problems) = crate::server::reconcile::load_signers(Some(&args.allowed_signers));
+    for p in &problems {
+        eprintln!("warning: {p}");
+    }
+    let desired = loaded.valid().expect("no errors");
+    let Some(current) = stored::current(&store).map_err(|e| miette::miette!("{e}"))? else {
+        println!("no current plan: run `medea plan` first");
+        return Ok(exit::ERROR);
+    };
+    let plan = stored::load_plan(&store, &current.id)
+        .map_err(|e| miette::miette!("{e}"))?
+        .ok_or_else(|| miette::miette!("the current plan record is missing"))?;
+    let basis = stored::current_basis(&store, desired).map_err(|e| miette::miette!("{e}"))?;
+    if plan.is_stale(&basis) {
+        println!(
+            "the stored plan {} is stale (the desired state or an observation changed): run `medea plan` and approve the new id",
+            plan.id.short()
+        );
+        return Ok(exit::ERROR);
+    }
+    let known: Vec<_> = stored::all_plans(&store)
+        .map_err(|e| miette::miette!("{e}"))?
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    let consumed: Vec<_> = known
+        .iter()
+        .copied()
+        .filter(|id| {
+            store
+                .get(
+                    crate::store::Table::Plans,
+                    &crate::rollout::journal::consumed_key(id),
+                )
+                .ok()
+                .flatten()
+                .is_some()
+        })
+        .collect();
+    let ctx = VerifyContext {
+        signers: &signers,
+        current: &plan.id,
+        known: &known,
+        consumed: &consumed,
+        now: jiff::Timestamp::now(),
+    };
+    let mut approved = Vec::new();
+    println!(
+        "plan {} needs {} approval(s) from distinct people",
+        plan.id.short(),
+        plan.approvals_required
+    );
+    if loaded.markers.is_empty() {
+        println!("  no approval markers under approvals/");
+    }
+    for c in crate::server::reconcile::marker_candidates(&loaded) {
+        let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
+        println!("  {}: {outcome}", c.source);
+        if let Outcome::Approved(a) = outcome {
+            approved.push(a);
+        }
+    }
+    let status = approval::evaluate(&plan.id, plan.approvals_required, approved);
+    println!("{status}");
+    Ok(if status.reached() {
+        exit::OK
+    } else {
+        exit::ERROR
+    })
+}
