@@ -87,7 +87,7 @@ pub enum Command {
     Upgrade(upgrade::UpgradeArgs),
     /// Talos diagnostics over the machine API (talosctl-like): version, services, etcd, health.
     Talos(talos::TalosArgs),
-    /// Run the simulator (Talos machine API) standalone until Ctrl-C.
+    /// Run the simulator (Talos machine API + kube-apiserver) standalone until Ctrl-C.
     Sim(sim::SimArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),

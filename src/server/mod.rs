@@ -10,6 +10,7 @@
 pub mod api;
 pub mod auth;
 pub mod notify;
+pub mod refresh;
 pub mod secrets;
 pub mod tls;
 pub mod watch;

@@ -49,6 +49,8 @@ type Result<T> = std::result::Result<T, ApiError>;
 #[derive(Debug)]
 enum Route {
     Version,
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
+    AccessReview,
     CoreVersions,
     Groups,
     Group(String),
@@ -74,6 +76,14 @@ fn route(path: &str) -> Result<Route> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
+        [
+            "apis",
+            resources::AUTHORIZATION_GROUP,
+            "v1",
+            "selfsubjectaccessreviews",
+        ] => {
+            return Ok(Route::AccessReview);
+        }
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] => return Ok(Route::Group(g.to_string())),
@@ -251,6 +261,11 @@ async fn dispatch(
     }
     c.reconcile(now, wall);
     let route = route?;
+    if let Some(r) = rbac_request(&route, method, q)
+        && c.forbids(r.verb, r.rt.group, r.rt.plural, r.sub.unwrap_or(""))
+    {
+        return Err(ApiError::forbidden(r.verb, r.rt, r.sub, r.ns, r.name));
+    }
     let get_only = |m: &Method| {
         if m == Method::GET {
             Ok(())
@@ -289,6 +304,18 @@ async fn dispatch(
                     "compiler": "gc",
                     "platform": "linux/amd64",
                 }),
+            ))
+        }
+        Route::AccessReview => {
+            if *method != Method::POST {
+                return Err(ApiError::method_not_allowed(
+                    "selfsubjectaccessreviews are created with POST",
+                ));
+            }
+            let review = parse_body(&body, false)?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &access_review(&c, review),
             ))
         }
         Route::CoreVersions => {
@@ -368,6 +395,94 @@ async fn dispatch(
             Err(ApiError::page_not_found())
         }
     }
+}
+
+/// The authorization attributes of a resource request (what RBAC decides on).
+struct RbacRequest<'a> {
+    verb: &'static str,
+    rt: &'static ResourceType,
+    sub: Option<&'a str>,
+    ns: Option<&'a str>,
+    name: Option<&'a str>,
+}
+
+fn rbac_request<'a>(
+    route: &'a Route,
+    method: &Method,
+    q: &HashMap<String, String>,
+) -> Option<RbacRequest<'a>> {
+    let object_verb = |m: &Method| match *m {
+        Method::GET => Some("get"),
+        Method::PATCH => Some("patch"),
+        Method::PUT => Some("update"),
+        Method::DELETE => Some("delete"),
+        Method::POST => Some("create"),
+        _ => None,
+    };
+    match route {
+        Route::Collection { rt, ns } => {
+            let verb = match *method {
+                Method::GET if true_param(q, "watch") => "watch",
+                Method::GET => "list",
+                Method::POST => "create",
+                _ => return None,
+            };
+            Some(RbacRequest {
+                verb,
+                rt,
+                sub: None,
+                ns: ns.as_deref(),
+                name: None,
+            })
+        }
+        Route::Object { rt, ns, name } => Some(RbacRequest {
+            verb: object_verb(method)?,
+            rt,
+            sub: None,
+            ns: ns.as_deref(),
+            name: Some(name),
+        }),
+        Route::Subresource { rt, ns, name, sub } => Some(RbacRequest {
+            verb: object_verb(method)?,
+            rt,
+            sub: Some(sub),
+            ns: ns.as_deref(),
+            name: Some(name),
+        }),
+        _ => None,
+    }
+}
+
+/// Answer a `SelfSubjectAccessReview`: allowed unless a [`super::KubeFault::Forbidden`] fault
+/// takes the permission away. Non-resource requests are always allowed.
+fn access_review(c: &Cluster, mut review: Value) -> Value {
+    let attrs = review
+        .pointer("/spec/resourceAttributes")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let field = |k: &str| attrs.get(k).and_then(Value::as_str).unwrap_or("");
+    let allowed = attrs.is_null()
+        || !c.forbids(
+            field("verb"),
+            field("group"),
+            field("resource"),
+            field("subresource"),
+        );
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectAccessReview");
+    review["metadata"] = json!({ "creationTimestamp": null });
+    review["status"] = if allowed {
+        json!({
+            "allowed": true,
+            "reason": format!(
+                "RBAC: allowed by ClusterRoleBinding \"medea-sim-admin\" of ClusterRole \"cluster-admin\" to User \"{}\"",
+                super::status::SIM_USER
+            ),
+        })
+    } else {
+        json!({ "allowed": false })
+    };
+    review
 }
 
 fn continue_key(obj: &Value) -> String {
