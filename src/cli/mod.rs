@@ -15,6 +15,7 @@ pub mod desired;
 pub mod output;
 pub mod plan;
 pub mod report;
+pub mod seed;
 pub mod server;
 pub mod sim;
 pub mod talos;
@@ -91,6 +92,8 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),
+    /// Discover a running cluster, record it in the store and print matching desired-state YAML.
+    Seed(seed::SeedArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -149,6 +152,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Approve(args) => approve::run(args),
         Command::Talos(args) => talos::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Seed(args) => seed::run(args),
     }
 }
 
