@@ -12,6 +12,7 @@ pub mod approve;
 pub mod client;
 pub mod debug;
 pub mod desired;
+pub mod doctor;
 pub mod output;
 pub mod plan;
 pub mod report;
@@ -94,6 +95,8 @@ pub enum Command {
     Approve(approve::ApproveArgs),
     /// Discover a running cluster, record it in the store and print matching desired-state YAML.
     Seed(seed::SeedArgs),
+    /// Offline preflight: credentials, certificates, Talos API, kube-apiserver, RBAC, etcd, clock.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -153,6 +156,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Talos(args) => talos::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Seed(args) => seed::run(args),
+        Command::Doctor(args) => doctor::run(args),
     }
 }
 
