@@ -13,6 +13,7 @@ pub mod approve;
 pub mod client;
 pub mod debug;
 pub mod desired;
+pub mod doctor;
 pub mod ha;
 pub mod ha_debug;
 pub mod output;
@@ -20,6 +21,7 @@ pub mod plan;
 pub mod report;
 pub mod rollout;
 pub mod rollout_debug;
+pub mod seed;
 pub mod server;
 pub mod sim;
 pub mod talos;
@@ -103,12 +105,16 @@ pub enum Command {
     Upgrade(upgrade::UpgradeArgs),
     /// Talos diagnostics over the machine API (talosctl-like): version, services, etcd, health.
     Talos(talos::TalosArgs),
-    /// Run the simulator (Talos machine API) standalone until Ctrl-C.
+    /// Run the simulator (Talos machine API + kube-apiserver) standalone until Ctrl-C.
     Sim(sim::SimArgs),
     /// List every approval marker's outcome against the current plan (offline).
     Approvals(approvals::ApprovalsArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),
+    /// Discover a running cluster, record it in the store and print matching desired-state YAML.
+    Seed(seed::SeedArgs),
+    /// Offline preflight: credentials, certificates, Talos API, kube-apiserver, RBAC, etcd, clock.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -171,6 +177,8 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Approvals(args) => approvals::run(args),
         Command::Talos(args) => talos::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Seed(args) => seed::run(args),
+        Command::Doctor(args) => doctor::run(args),
     }
 }
 

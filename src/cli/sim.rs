@@ -1,4 +1,4 @@
-//! `medea sim`: run the simulator standalone until Ctrl-C.
+//! `medea sim`: run the simulator (Talos machine API + kube-apiserver) standalone until Ctrl-C.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,19 +7,22 @@ use clap::Args;
 use miette::{IntoDiagnostic as _, WrapErr as _};
 
 use super::exit;
+use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::talos::scenario::DEFAULT_SCENARIO;
-use crate::sim::talos::{Role, Scenario, SimTalos};
+use crate::sim::talos::{Role, Scenario};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea sim --out ./sim\n  medea sim --scenario faults.yaml --out ./sim --listen 127.0.0.1:50000\n  medea sim --print-default-scenario > scenario.yaml\n\nThen: medea talos version --talosconfig ./sim/talosconfig"
+    after_help = "Examples:\n  medea sim --out ./sim\n  medea sim --scenario faults.yaml --out ./sim --listen 127.0.0.1:50000 --kube-listen 127.0.0.1:6443\n  medea sim --print-default-scenario > scenario.yaml\n\nThen: medea talos version --talosconfig ./sim/talosconfig\n      kubectl --kubeconfig ./sim/kubeconfig get nodes\n      medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig --store ./state/store --creds-dir ./state/creds"
 )]
 pub struct SimArgs {
-    /// Scenario file (YAML). Without it, the default cluster runs: 3 control planes and 3 workers
-    /// on Talos v1.12.4 / Kubernetes v1.34.1 (see --print-default-scenario).
+    /// Scenario file (YAML). Without it, the default cluster runs: `home`, 3 control planes
+    /// (cp-1..3) and 3 workers (w-1..3) on Talos v1.12.11 / Kubernetes v1.34.1, workload
+    /// `default/web` x3 guarded by a PDB (see --print-default-scenario).
     #[arg(long, value_name = "FILE")]
     pub scenario: Option<PathBuf>,
-    /// Directory for the generated talosconfig (created 0700; must not be readable by others).
+    /// Directory for the generated talosconfig and kubeconfig (created 0700; must not be
+    /// readable by others).
     #[arg(
         long,
         value_name = "DIR",
@@ -29,6 +32,9 @@ pub struct SimArgs {
     /// Address of the Talos API listener (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// Address of the kube-apiserver listener (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub kube_listen: SocketAddr,
     /// Print the default scenario YAML and exit.
     #[arg(long, conflicts_with_all = ["scenario", "out"])]
     pub print_default_scenario: bool,
@@ -43,6 +49,8 @@ pub fn run(args: SimArgs) -> miette::Result<u8> {
         Some(p) => Scenario::load(p).into_diagnostic()?,
         None => Scenario::default_cluster(),
     };
+    // Check the workloads before binding anything.
+    crate::sim::cluster::scenario_objects(&scenario).into_diagnostic()?;
     let Some(out) = args.out else {
         return Err(miette::miette!("--out DIR is required"));
     };
@@ -52,11 +60,16 @@ pub fn run(args: SimArgs) -> miette::Result<u8> {
         .into_diagnostic()
         .wrap_err("failed to start the async runtime")?;
     rt.block_on(async move {
-        let sim = SimTalos::start(scenario.clone(), args.listen)
+        let config = SimClusterConfig {
+            talos_listen: args.listen,
+            kube_listen: args.kube_listen,
+            ..SimClusterConfig::default()
+        };
+        let sim = SimCluster::start(scenario.clone(), config)
             .await
             .into_diagnostic()?;
-        let talosconfig = match sim.write_talosconfig(&out) {
-            Ok(p) => p,
+        let creds = match sim.write_creds(&out) {
+            Ok(c) => c,
             Err(e) => {
                 sim.shutdown().await;
                 return Err(e).into_diagnostic();
@@ -74,7 +87,10 @@ pub fn run(args: SimArgs) -> miette::Result<u8> {
             cps,
             scenario.nodes.len() - cps
         );
-        println!("talos api: {} (mTLS, route with --node)", sim.endpoint());
+        println!(
+            "talos api: {} (mTLS, route with --node)",
+            sim.talos.endpoint()
+        );
         for n in &scenario.nodes {
             let role = match n.role {
                 Role::Controlplane => "controlplane",
@@ -85,10 +101,18 @@ pub fn run(args: SimArgs) -> miette::Result<u8> {
                 n.name, n.address, role, n.talos, n.kubernetes
             );
         }
-        println!("talosconfig: {}", talosconfig.display());
-        // Integration point for the kube side: the simulated kube-apiserver is started here from
-        // `sim` (a `NodeSource`) and `scenario.workloads`, writes `kubeconfig` into `out` with
-        // `sim::pki::write_secret_file`, and prints `kubeconfig: <path>`. Not part of this change.
+        println!("kube-apiserver: {} (bearer token)", sim.kube.url());
+        for w in &scenario.workloads {
+            match w.pdb_min_available {
+                Some(min) => println!(
+                    "  workload {}/{} x{} (PodDisruptionBudget {}-pdb minAvailable {min})",
+                    w.namespace, w.name, w.replicas, w.name
+                ),
+                None => println!("  workload {}/{} x{}", w.namespace, w.name, w.replicas),
+            }
+        }
+        println!("talosconfig: {}", creds.talosconfig.display());
+        println!("kubeconfig: {}", creds.kubeconfig.display());
         println!("ready; press Ctrl-C to stop");
         let stopped = tokio::signal::ctrl_c().await;
         sim.shutdown().await;

@@ -16,8 +16,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::drain::{self, DrainOps, DrainPod, Eviction};
 use super::{
-    AppliedObject, ApplyOptions, ControlPlaneComponent, DrainOptions, DrainReport, K8sError,
-    KubeApi, Manifest, NodeReadiness, PodRef, StaticPodStatus, kubeconfig, selector, transient,
+    AppliedObject, ApplyOptions, CONTROL_PLANE_LABEL, ClusterNode, ControlPlaneComponent,
+    DrainOptions, DrainReport, K8sError, KubeApi, Manifest, NodeAddress, NodeReadiness, PodRef,
+    StaticPodStatus, kubeconfig, selector, transient,
 };
 use crate::version::KubeVersion;
 
@@ -142,12 +143,12 @@ impl KubeClient {
             .map_err(api_err(op, target))
     }
 
-    fn nodes(&self) -> Api<Node> {
+    fn node_api(&self) -> Api<Node> {
         Api::all(self.client.clone())
     }
 
     async fn node(&self, name: &str) -> Result<Node, K8sError> {
-        let api = self.nodes();
+        let api = self.node_api();
         self.call("get node", name, || api.get_opt(name))
             .await?
             .ok_or_else(|| K8sError::NodeNotFound {
@@ -156,7 +157,7 @@ impl KubeClient {
     }
 
     async fn set_unschedulable(&self, node: &str, cordon: bool) -> Result<(), K8sError> {
-        let api = self.nodes();
+        let api = self.node_api();
         let op = if cordon {
             "cordon node"
         } else {
@@ -231,6 +232,159 @@ impl KubeClient {
             .expect("discovery cache")
             .insert(key, found.clone());
         Ok(found)
+    }
+}
+
+/// What `GET /version` says, and the apiserver's clock (its `Date` header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `gitVersion`, e.g. `v1.34.1`.
+    pub git_version: String,
+    /// The response's `Date` header (one-second resolution), if it had a valid one.
+    pub date: Option<jiff::Timestamp>,
+    /// The local clock when the response arrived.
+    pub received: jiff::Timestamp,
+}
+
+/// One permission to check with a `SelfSubjectAccessReview` (what `kubectl auth can-i` asks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessCheck {
+    pub verb: String,
+    /// API group, `""` for the core group.
+    pub group: String,
+    /// Plural resource, e.g. `pods`.
+    pub resource: String,
+    /// Subresource, e.g. `eviction`; empty for none.
+    pub subresource: String,
+}
+
+impl AccessCheck {
+    pub fn new(verb: &str, group: &str, resource: &str, subresource: &str) -> AccessCheck {
+        AccessCheck {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for AccessCheck {
+    /// kubectl's notation: `create pods/eviction`, `list poddisruptionbudgets.policy`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        if !self.subresource.is_empty() {
+            write!(f, "/{}", self.subresource)?;
+        }
+        Ok(())
+    }
+}
+
+impl KubeClient {
+    /// `GET /version` (retried like every call) and the apiserver's `Date` header, for clock
+    /// checks.
+    pub async fn server_info(&self) -> Result<ServerInfo, K8sError> {
+        let info = self
+            .call("get version", &self.cluster_url, || {
+                self.client.apiserver_version()
+            })
+            .await?;
+        let request = hyper::Request::get("/version")
+            .body(::kube::client::Body::empty())
+            .expect("a static request is valid");
+        let response = self
+            .client
+            .send(request)
+            .await
+            .map_err(api_err("get version", self.cluster_url.clone()))?;
+        let received = jiff::Timestamp::now();
+        let date = response
+            .headers()
+            .get(hyper::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                jiff::fmt::rfc2822::DateTimeParser::new()
+                    .parse_timestamp(v)
+                    .ok()
+            });
+        Ok(ServerInfo {
+            git_version: info.git_version,
+            date,
+            received,
+        })
+    }
+
+    /// Ask the apiserver whether the kubeconfig's user may do `check`, cluster-wide
+    /// (`SelfSubjectAccessReview`). Returns the decision and the authorizer's reason.
+    pub async fn can_i(&self, check: &AccessCheck) -> Result<(bool, String), K8sError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(check.verb.clone()),
+                    group: Some(check.group.clone()),
+                    resource: Some(check.resource.clone()),
+                    subresource: (!check.subresource.is_empty()).then(|| check.subresource.clone()),
+                    ..ResourceAttributes::default()
+                }),
+                non_resource_attributes: None,
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let params = ::kube::api::PostParams::default();
+        let answer = self
+            .call("access review", &check.to_string(), || {
+                api.create(&params, &review)
+            })
+            .await?;
+        let status = answer.status.unwrap_or_default();
+        Ok((status.allowed, status.reason.unwrap_or_default()))
+    }
+}
+
+fn cluster_node(node: Node) -> ClusterNode {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let status = node.status.unwrap_or_default();
+    let info = status.node_info.unwrap_or_default();
+    let ready = status
+        .conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let kubelet_version = match KubeVersion::parse(&info.kubelet_version) {
+        Ok(v) => Some(v),
+        Err(err) => {
+            tracing::warn!(node = %name, kubelet_version = %info.kubelet_version, error = %crate::error_chain(&err), "node reports a kubelet version medea cannot parse");
+            None
+        }
+    };
+    ClusterNode {
+        addresses: status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| NodeAddress {
+                kind: a.type_,
+                address: a.address,
+            })
+            .collect(),
+        control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
+        labels,
+        ready,
+        unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        kubelet_version,
+        kubelet_version_raw: info.kubelet_version,
+        boot_id: info.boot_id,
+        machine_id: info.machine_id,
+        os_image: info.os_image,
+        name,
     }
 }
 
@@ -414,6 +568,17 @@ impl KubeApi for KubeClient {
     async fn drain(&self, node: &str, options: &DrainOptions) -> Result<DrainReport, K8sError> {
         self.cordon(node).await?;
         drain::run(self, node, options).await
+    }
+
+    async fn nodes(&self) -> Result<Vec<ClusterNode>, K8sError> {
+        let api = self.node_api();
+        let params = ListParams::default();
+        let list = self
+            .call("list nodes", &self.cluster_url, || api.list(&params))
+            .await?;
+        let mut nodes: Vec<ClusterNode> = list.items.into_iter().map(cluster_node).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(nodes)
     }
 
     async fn node_readiness(&self, node: &str) -> Result<NodeReadiness, K8sError> {

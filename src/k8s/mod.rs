@@ -35,6 +35,7 @@ pub(crate) mod drain;
 pub mod kubeconfig;
 pub mod selector;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
@@ -42,7 +43,52 @@ use std::time::Duration;
 
 use crate::version::{KubeVersion, VersionError};
 
-pub use client::{ClientOptions, KubeClient, RetryPolicy};
+pub use client::{AccessCheck, ClientOptions, KubeClient, RetryPolicy, ServerInfo};
+
+/// The label that marks a control-plane node (Talos and kubeadm set it).
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
+/// One `status.addresses` entry of a Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, ...
+    pub kind: String,
+    pub address: String,
+}
+
+/// A Kubernetes Node as medea's inventory sees it (discovery of a cluster's machines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub name: String,
+    /// `status.addresses`, in the order the kubelet reports them.
+    pub addresses: Vec<NodeAddress>,
+    pub labels: BTreeMap<String, String>,
+    /// Has the [`CONTROL_PLANE_LABEL`] label.
+    pub control_plane: bool,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// `status.nodeInfo.kubeletVersion`, when it parses (see `kubelet_version_raw`).
+    pub kubelet_version: Option<KubeVersion>,
+    pub kubelet_version_raw: String,
+    /// `status.nodeInfo.bootID` (the kernel's boot id, as Talos reports it too).
+    pub boot_id: String,
+    /// `status.nodeInfo.machineID`.
+    pub machine_id: String,
+    /// `status.nodeInfo.osImage`, e.g. `Talos (v1.12.11)`.
+    pub os_image: String,
+}
+
+impl ClusterNode {
+    /// The first `InternalIP` address: where Talos' apid routes `node` targets.
+    pub fn internal_ip(&self) -> Option<&str> {
+        self.addresses
+            .iter()
+            .find(|a| a.kind == "InternalIP")
+            .map(|a| a.address.as_str())
+    }
+}
 
 /// A pod, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -398,6 +444,9 @@ pub trait KubeApi: Send + Sync {
         node: &str,
         options: &DrainOptions,
     ) -> impl Future<Output = Result<DrainReport, K8sError>> + Send;
+
+    /// Every Node of the cluster, sorted by name.
+    fn nodes(&self) -> impl Future<Output = Result<Vec<ClusterNode>, K8sError>> + Send;
 
     /// The node's Ready condition, kubelet version and cordon state.
     fn node_readiness(

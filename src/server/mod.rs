@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 pub mod notify;
 pub mod reconcile;
+pub mod refresh;
 pub mod rollouts;
 pub mod secrets;
 pub mod tls;

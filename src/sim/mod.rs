@@ -5,6 +5,7 @@
 //! Architecture Invariant: the simulator speaks the real protocols on real sockets; test knobs
 //! live on a separate control surface (Rust handles and scenario files), never in the wire API.
 
+pub mod cluster;
 pub mod kube;
 pub mod node;
 pub mod pki;

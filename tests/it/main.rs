@@ -6,6 +6,7 @@ mod architecture;
 mod cli;
 mod deploy;
 mod desired;
+mod doctor;
 #[cfg(feature = "etcd")]
 mod etcd_harness;
 mod fuzz_smoke;
@@ -14,7 +15,9 @@ mod ha;
 mod k8s;
 mod plan;
 mod rollout;
+mod seed;
 mod server;
+mod sim_cluster;
 mod store;
 mod talos;
 mod upgrade;

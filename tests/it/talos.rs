@@ -1636,7 +1636,7 @@ async fn cli_sim_runs_standalone_and_serves_its_talosconfig() {
     let (client, _) = TalosClient::from_talosconfig(&talosconfig, None, fast()).unwrap();
     assert_eq!(
         client.version(&node("w-3")).await.unwrap().tag,
-        tv("v1.12.4")
+        tv("v1.12.11")
     );
     assert_eq!(client.etcd_members(&node("cp-1")).await.unwrap().len(), 3);
 

@@ -49,6 +49,8 @@ type Result<T> = std::result::Result<T, ApiError>;
 #[derive(Debug)]
 enum Route {
     Version,
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
+    AccessReview,
     CoreVersions,
     Groups,
     Group(String),
@@ -74,6 +76,14 @@ fn route(path: &str) -> Result<Route> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
+        [
+            "apis",
+            resources::AUTHORIZATION_GROUP,
+            "v1",
+            "selfsubjectaccessreviews",
+        ] => {
+            return Ok(Route::AccessReview);
+        }
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] => return Ok(Route::Group(g.to_string())),
@@ -251,6 +261,11 @@ async fn dispatch(
     }
     c.reconcile(now, wall);
     let route = route?;
+    if let Some(r) = rbac_request(&route, method, q)
+        && c.forbids(r.verb, r.rt.group, r.rt.plural, r.sub.unwrap_or(""))
+    {
+        return Err(ApiError::forbidden(r.verb, r.rt, r.sub, r.ns, r.name));
+    }
     let get_only = |m: &Method| {
         if m == Method::GET {
             Ok(())
@@ -289,6 +304,22 @@ async fn dispatch(
                     "compiler": "gc",
                     "platform": "linux/amd64",
                 }),
+            ))
+        }
+        Route::AccessReview => {
+            if *method != Method::POST {
+                return Err(ApiError::method_not_allowed(
+                    "selfsubjectaccessreviews are created with POST",
+                ));
+            }
+            let review = if content_type(headers) == PROTOBUF {
+                protobuf::access_review(&body)?
+            } else {
+                parse_body(&body, false)?
+            };
+            Ok(json_response(
+                StatusCode::CREATED,
+                &access_review(&c, review),
             ))
         }
         Route::CoreVersions => {
@@ -368,6 +399,211 @@ async fn dispatch(
             Err(ApiError::page_not_found())
         }
     }
+}
+
+/// The authorization attributes of a resource request (what RBAC decides on).
+struct RbacRequest<'a> {
+    verb: &'static str,
+    rt: &'static ResourceType,
+    sub: Option<&'a str>,
+    ns: Option<&'a str>,
+    name: Option<&'a str>,
+}
+
+fn rbac_request<'a>(
+    route: &'a Route,
+    method: &Method,
+    q: &HashMap<String, String>,
+) -> Option<RbacRequest<'a>> {
+    let object_verb = |m: &Method| match *m {
+        Method::GET => Some("get"),
+        Method::PATCH => Some("patch"),
+        Method::PUT => Some("update"),
+        Method::DELETE => Some("delete"),
+        Method::POST => Some("create"),
+        _ => None,
+    };
+    match route {
+        Route::Collection { rt, ns } => {
+            let verb = match *method {
+                Method::GET if true_param(q, "watch") => "watch",
+                Method::GET => "list",
+                Method::POST => "create",
+                _ => return None,
+            };
+            Some(RbacRequest {
+                verb,
+                rt,
+                sub: None,
+                ns: ns.as_deref(),
+                name: None,
+            })
+        }
+        Route::Object { rt, ns, name } => Some(RbacRequest {
+            verb: object_verb(method)?,
+            rt,
+            sub: None,
+            ns: ns.as_deref(),
+            name: Some(name),
+        }),
+        Route::Subresource { rt, ns, name, sub } => Some(RbacRequest {
+            verb: object_verb(method)?,
+            rt,
+            sub: Some(sub),
+            ns: ns.as_deref(),
+            name: Some(name),
+        }),
+        _ => None,
+    }
+}
+
+/// Kubernetes' protobuf media type (kubectl sends typed requests such as `auth can-i` in it).
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// The one protobuf request body the simulator reads: a `SelfSubjectAccessReview`, which
+/// `kubectl auth can-i` sends as protobuf. The other requests kubectl and medea send the
+/// simulator are JSON. Replies are always JSON, which kubectl's `Accept` allows.
+mod protobuf {
+    use serde_json::{Value, json};
+
+    use super::ApiError;
+
+    /// `k8s.io/apimachinery/pkg/runtime.Unknown` after the `k8s\0` magic.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Unknown {
+        #[prost(message, optional, tag = "1")]
+        type_meta: Option<TypeMeta>,
+        #[prost(bytes = "vec", tag = "2")]
+        raw: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct TypeMeta {
+        #[prost(string, tag = "1")]
+        api_version: String,
+        #[prost(string, tag = "2")]
+        kind: String,
+    }
+    /// `authorization/v1.SelfSubjectAccessReview` (metadata and status are not read).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Review {
+        #[prost(message, optional, tag = "2")]
+        spec: Option<Spec>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Spec {
+        #[prost(message, optional, tag = "1")]
+        resource_attributes: Option<ResourceAttributes>,
+        #[prost(message, optional, tag = "2")]
+        non_resource_attributes: Option<NonResourceAttributes>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ResourceAttributes {
+        #[prost(string, tag = "1")]
+        namespace: String,
+        #[prost(string, tag = "2")]
+        verb: String,
+        #[prost(string, tag = "3")]
+        group: String,
+        #[prost(string, tag = "4")]
+        version: String,
+        #[prost(string, tag = "5")]
+        resource: String,
+        #[prost(string, tag = "6")]
+        subresource: String,
+        #[prost(string, tag = "7")]
+        name: String,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct NonResourceAttributes {
+        #[prost(string, tag = "1")]
+        path: String,
+        #[prost(string, tag = "2")]
+        verb: String,
+    }
+
+    /// Decode a protobuf `SelfSubjectAccessReview` into its JSON form.
+    pub(super) fn access_review(body: &[u8]) -> Result<Value, ApiError> {
+        use prost::Message as _;
+        let bad = |what: &str| ApiError::bad_request(format!("invalid protobuf body: {what}"));
+        let envelope = body
+            .strip_prefix(b"k8s\0")
+            .ok_or_else(|| bad("missing the `k8s\\0` prefix"))?;
+        let unknown = Unknown::decode(envelope).map_err(|_| bad("not a runtime.Unknown"))?;
+        let tm = unknown.type_meta.unwrap_or_default();
+        if tm.kind != "SelfSubjectAccessReview" {
+            return Err(bad("expected a SelfSubjectAccessReview"));
+        }
+        let review = Review::decode(unknown.raw.as_slice())
+            .map_err(|_| bad("not a SelfSubjectAccessReview"))?;
+        let spec = review.spec.unwrap_or_default();
+        let mut out = json!({ "apiVersion": tm.api_version, "kind": tm.kind, "spec": {} });
+        if let Some(r) = spec.resource_attributes {
+            out["spec"]["resourceAttributes"] = json!({
+                "namespace": r.namespace, "verb": r.verb, "group": r.group,
+                "version": r.version, "resource": r.resource,
+                "subresource": r.subresource, "name": r.name,
+            });
+        }
+        if let Some(n) = spec.non_resource_attributes {
+            out["spec"]["nonResourceAttributes"] = json!({ "path": n.path, "verb": n.verb });
+        }
+        Ok(out)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        /// What `kubectl auth can-i create pods --subresource=eviction` (v1.32) sent.
+        #[test]
+        fn kubectl_access_review_decodes() {
+            let hex = concat!(
+                "6b3873000a320a17617574686f72697a6174696f6e2e6b38732e696f2f7631121753656c66",
+                "5375626a65637441636365737352657669657712470a100a0012001a0022002a0032003800",
+                "420012290a270a0764656661756c7412066372656174651a0022002a04706f647332086576",
+                "696374696f6e3a001a08080012001a0020001a002200",
+            );
+            let body = hex::decode(hex).unwrap();
+            let review = super::access_review(&body).unwrap();
+            assert_eq!(review["kind"], "SelfSubjectAccessReview");
+            let attrs = &review["spec"]["resourceAttributes"];
+            assert_eq!(attrs["verb"], "create");
+            assert_eq!(attrs["namespace"], "default");
+            assert_eq!(attrs["resource"], "pods");
+            assert_eq!(attrs["subresource"], "eviction");
+            assert!(super::access_review(b"{}").is_err());
+        }
+    }
+}
+
+/// Answer a `SelfSubjectAccessReview`: allowed unless a [`super::KubeFault::Forbidden`] fault
+/// takes the permission away. Non-resource requests are always allowed.
+fn access_review(c: &Cluster, mut review: Value) -> Value {
+    let attrs = review
+        .pointer("/spec/resourceAttributes")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let field = |k: &str| attrs.get(k).and_then(Value::as_str).unwrap_or("");
+    let allowed = attrs.is_null()
+        || !c.forbids(
+            field("verb"),
+            field("group"),
+            field("resource"),
+            field("subresource"),
+        );
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectAccessReview");
+    review["metadata"] = json!({ "creationTimestamp": null });
+    review["status"] = if allowed {
+        json!({
+            "allowed": true,
+            "reason": format!(
+                "RBAC: allowed by ClusterRoleBinding \"medea-sim-admin\" of ClusterRole \"cluster-admin\" to User \"{}\"",
+                super::status::SIM_USER
+            ),
+        })
+    } else {
+        json!({ "allowed": false })
+    };
+    review
 }
 
 fn continue_key(obj: &Value) -> String {

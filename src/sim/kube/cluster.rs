@@ -98,6 +98,7 @@ pub(crate) enum Active {
     ApiUnavailableRequests(u32),
     ApiUnavailableUntil(Instant),
     NodeNeverReady(String),
+    Forbidden(super::Forbidden),
 }
 
 pub(crate) struct Cluster {
@@ -315,7 +316,15 @@ impl Cluster {
             KubeFault::ApiUnavailable(Outage::Requests(n)) => Active::ApiUnavailableRequests(n),
             KubeFault::ApiUnavailable(Outage::For(d)) => Active::ApiUnavailableUntil(now + d),
             KubeFault::NodeNeverReady { node } => Active::NodeNeverReady(node),
+            KubeFault::Forbidden(rule) => Active::Forbidden(rule),
         });
+    }
+
+    /// Whether an RBAC fault forbids `verb` on `group`/`resource`[/`subresource`].
+    pub fn forbids(&self, verb: &str, group: &str, resource: &str, subresource: &str) -> bool {
+        self.faults.iter().any(|f| {
+            matches!(f, Active::Forbidden(rule) if rule.matches(verb, group, resource, subresource))
+        })
     }
 
     /// Whether this request is refused because the apiserver is "down"; consumes one

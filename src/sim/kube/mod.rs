@@ -153,6 +153,44 @@ pub enum KubeFault {
     ApiUnavailable(Outage),
     /// The node reports `Ready=False` (KubeletNotReady) whatever the Talos side says.
     NodeNeverReady { node: String },
+    /// RBAC takes a permission away: matching requests get 403 `Forbidden` and
+    /// `SelfSubjectAccessReview`s (`kubectl auth can-i`) answer `allowed: false`.
+    Forbidden(Forbidden),
+}
+
+/// One permission the simulated user does not have: a verb on a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forbidden {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete` (`*` = every verb).
+    pub verb: String,
+    /// API group, `""` for the core group.
+    pub group: String,
+    /// Plural resource name, e.g. `pods`.
+    pub resource: String,
+    /// Subresource, e.g. `eviction`; `""` for the resource itself.
+    pub subresource: String,
+}
+
+impl Forbidden {
+    /// Parse kubectl's resource notation: `nodes`, `pods/eviction`,
+    /// `poddisruptionbudgets.policy`.
+    pub fn parse(verb: &str, resource: &str) -> Forbidden {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+        Forbidden {
+            verb: verb.to_string(),
+            group: group.to_string(),
+            resource: plural.to_string(),
+            subresource: subresource.to_string(),
+        }
+    }
+
+    pub(crate) fn matches(&self, verb: &str, group: &str, resource: &str, sub: &str) -> bool {
+        (self.verb == "*" || self.verb == verb)
+            && self.group == group
+            && self.resource == resource
+            && self.subresource == sub
+    }
 }
 
 /// Side effects the simulated apiserver has seen (tests assert on these).

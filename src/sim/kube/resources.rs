@@ -276,9 +276,13 @@ pub(crate) static ALL: &[&ResourceType] = &[
 /// Groups other than the core group, each with its single (preferred) version.
 const GROUPS: &[(&str, &str)] = &[
     ("apps", "v1"),
+    ("authorization.k8s.io", "v1"),
     ("policy", "v1"),
     ("rbac.authorization.k8s.io", "v1"),
 ];
+
+/// The group of `SelfSubjectAccessReview`s (create-only, answered, never stored).
+pub(crate) const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
 
 /// The resource type served at `group/version/plural`, if any.
 pub(crate) fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
@@ -370,6 +374,15 @@ pub(crate) fn resource_list(group: &str, version: &str) -> Value {
                 "verbs": sub.verbs,
             }));
         }
+    }
+    if group == AUTHORIZATION_GROUP && version == "v1" {
+        resources.push(json!({
+            "name": "selfsubjectaccessreviews",
+            "singularName": "selfsubjectaccessreview",
+            "namespaced": false,
+            "kind": "SelfSubjectAccessReview",
+            "verbs": ["create"],
+        }));
     }
     let group_version = if group.is_empty() {
         version.to_string()

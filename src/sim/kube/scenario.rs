@@ -171,10 +171,10 @@ pub fn bare_pod(ns: &str, name: &str, node: &str, empty_dir: bool) -> Pod {
     }
 }
 
-/// The default scenario: a replicated workload guarded by a PDB (`default/web`, 3 replicas,
-/// `web-pdb` minAvailable 2) and DaemonSets on every node (`kube-system/kube-proxy`,
-/// `kube-system/kube-flannel`), plus CoreDNS (2 replicas, tolerating control-plane nodes).
-pub fn default_scenario() -> Vec<Value> {
+/// The objects every simulated cluster runs: DaemonSets on every node
+/// (`kube-system/kube-proxy`, `kube-system/kube-flannel`, host network, tolerating everything)
+/// and CoreDNS (`kube-system/coredns`, 2 replicas, tolerating control-plane nodes).
+pub fn platform() -> Vec<Value> {
     let mut coredns = deployment(
         "kube-system",
         "coredns",
@@ -210,12 +210,33 @@ pub fn default_scenario() -> Vec<Value> {
             Some(tolerate_everything()),
         ))),
         json(&coredns),
-        json(&deployment(
-            "default",
-            "web",
-            3,
-            "docker.io/library/nginx:1.29",
-        )),
-        json(&pdb_min_available("default", "web-pdb", "web", 2)),
     ]
+}
+
+/// A replicated workload: Deployment `ns/name` (nginx, `replicas` pods labelled `app=<name>`)
+/// and, with `pdb_min` (its `minAvailable`), the PodDisruptionBudget `ns/<name>-pdb` guarding it.
+pub fn workload(ns: &str, name: &str, replicas: i32, pdb_min: Option<i32>) -> Vec<Value> {
+    let mut out = vec![json(&deployment(
+        ns,
+        name,
+        replicas,
+        "docker.io/library/nginx:1.29",
+    ))];
+    if let Some(min) = pdb_min {
+        out.push(json(&pdb_min_available(
+            ns,
+            &format!("{name}-pdb"),
+            name,
+            min,
+        )));
+    }
+    out
+}
+
+/// The default scenario: the [`platform`] plus a replicated workload guarded by a PDB
+/// (`default/web`, 3 replicas, `web-pdb` minAvailable 2).
+pub fn default_scenario() -> Vec<Value> {
+    let mut objects = platform();
+    objects.extend(workload("default", "web", 3, Some(2)));
+    objects
 }

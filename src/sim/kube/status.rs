@@ -7,6 +7,9 @@ use serde_json::Value;
 
 use super::resources::ResourceType;
 
+/// The user the simulator's bearer token authenticates as.
+pub(crate) const SIM_USER: &str = "admin";
+
 /// A failed request: HTTP status plus the `Status` body.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ApiError {
@@ -122,6 +125,45 @@ impl ApiError {
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got `{content_type}`)"
             ),
         )
+    }
+
+    /// An RBAC refusal, worded like the apiserver's authorizer
+    /// (`pods "x" is forbidden: User "admin" cannot create resource "pods/eviction" in API
+    /// group "" in the namespace "default"`).
+    pub fn forbidden(
+        verb: &str,
+        rt: &ResourceType,
+        subresource: Option<&str>,
+        ns: Option<&str>,
+        name: Option<&str>,
+    ) -> ApiError {
+        let resource = match subresource {
+            Some(sub) => format!("{}/{sub}", rt.plural),
+            None => rt.plural.to_string(),
+        };
+        let subject = match name {
+            Some(n) => format!("{} \"{n}\"", rt.qualified()),
+            None => rt.qualified(),
+        };
+        let scope = match ns.filter(|n| !n.is_empty()) {
+            Some(ns) => format!("in the namespace \"{ns}\""),
+            None => "at the cluster scope".to_string(),
+        };
+        let mut err = ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "{subject} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\" {scope}",
+                SIM_USER, rt.group
+            ),
+        );
+        err.details = Some(Box::new(StatusDetails {
+            name: name.map(str::to_string),
+            group: (!rt.group.is_empty()).then(|| rt.group.to_string()),
+            kind: Some(rt.plural.to_string()),
+            ..StatusDetails::default()
+        }));
+        err
     }
 
     pub fn unauthorized() -> ApiError {

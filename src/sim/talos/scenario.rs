@@ -1,19 +1,26 @@
 //! Scenario files: the simulated cluster, its timing and its faults, as YAML.
 //!
 //! ```yaml
-//! clusterName: medea-sim
+//! clusterName: home
 //! timing:
 //!   reboot: 2s           # how long a node is away when rebooting; `manual` = until a test boots it
 //!   imagePull: 500ms     # how long an image pull takes
+//!   podStart: 3s         # kube side: how long a (re)scheduled pod takes to become Ready
+//!   podTermination: 1s   # kube side: how long an evicted pod stays Terminating
 //! nodes:
-//!   - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
-//!   - { name: w-1,  address: 10.5.0.5, role: worker,       talos: v1.12.4, kubernetes: v1.34.1 }
+//!   - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+//!   - { name: w-1,  address: 10.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1 }
 //! faults:
 //!   - node: cp-1
 //!     on: { call: { method: upgrade, nth: 1 } }
 //!     effect: { upgradeExit: { code: 1, message: "disk full" } }
 //! workloads:             # read by the simulated kube-apiserver, not by the Talos side
 //!   - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
+//! kubeFaults:            # kube-apiserver faults, active from the start (see design/sim.md)
+//!   - pdbNeverAllows: { namespace: default, pdb: web-pdb }
+//!   - apiUnavailable: { requests: 3 }      # or { for: 30s }
+//!   - nodeNeverReady: { node: w-1 }
+//!   - forbidden: { verb: create, resource: pods/eviction }
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -24,24 +31,29 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::fault::{FaultError, FaultPlan, duration_text};
 use crate::version::{KubeVersion, TalosVersion};
 
-/// The cluster `medea sim` runs without `--scenario`: 3 control planes and 3 workers on an older
-/// Talos (v1.12.4, so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1, with a
-/// 3-replica workload guarded by a PDB (minAvailable 2). Reboots take 2 s, pulls 500 ms.
+/// The cluster `medea sim` runs without `--scenario`: cluster `home` (the name and node names of
+/// `examples/home`), 3 control planes and 3 workers on an older Talos (v1.12.11, the newest 1.12,
+/// so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1 — `examples/home` asks for
+/// v1.13.9 / v1.35.0 — with a 3-replica workload guarded by a PDB (minAvailable 2). Reboots take
+/// 2 s, pulls 500 ms, pods 3 s to become Ready and 1 s to terminate.
 pub const DEFAULT_SCENARIO: &str = r#"# medea sim default scenario
-clusterName: medea-sim
+clusterName: home
 timing:
   reboot: 2s
   imagePull: 500ms
+  podStart: 3s
+  podTermination: 1s
 nodes:
-  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
-  - { name: cp-2, address: 10.5.0.3, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
-  - { name: cp-3, address: 10.5.0.4, role: controlplane, talos: v1.12.4, kubernetes: v1.34.1 }
-  - { name: w-1, address: 10.5.0.5, role: worker, talos: v1.12.4, kubernetes: v1.34.1 }
-  - { name: w-2, address: 10.5.0.6, role: worker, talos: v1.12.4, kubernetes: v1.34.1 }
-  - { name: w-3, address: 10.5.0.7, role: worker, talos: v1.12.4, kubernetes: v1.34.1 }
+  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: cp-2, address: 10.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: cp-3, address: 10.5.0.4, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: w-1, address: 10.5.0.5, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: w-2, address: 10.5.0.6, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: w-3, address: 10.5.0.7, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
 faults: []
 workloads:
   - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
+kubeFaults: []
 "#;
 
 /// Why a scenario was refused.
@@ -133,6 +145,12 @@ pub struct Timing {
     /// Interval between re-checks of a failing server-side health check.
     #[serde(default = "health_poll", with = "duration_text")]
     pub health_poll: Duration,
+    /// Kube side: time a newly created or rescheduled pod needs to become Running and Ready.
+    #[serde(default, with = "duration_text")]
+    pub pod_start: Duration,
+    /// Kube side: time an evicted or deleted pod stays Terminating.
+    #[serde(default, with = "duration_text")]
+    pub pod_termination: Duration,
 }
 
 fn zero_reboot() -> RebootTiming {
@@ -148,6 +166,8 @@ impl Default for Timing {
             reboot: zero_reboot(),
             image_pull: Duration::ZERO,
             health_poll: health_poll(),
+            pod_start: Duration::ZERO,
+            pod_termination: Duration::ZERO,
         }
     }
 }
@@ -164,6 +184,37 @@ pub struct WorkloadSpec {
     #[serde(default)]
     pub pdb_min_available: Option<u32>,
 }
+
+/// A kube-apiserver fault active from the start (carried, not used, by the Talos side; the
+/// simulated cluster turns each into a `sim::kube::KubeFault`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum KubeFaultSpec {
+    /// Every eviction this PodDisruptionBudget guards is refused (429).
+    PdbNeverAllows { namespace: String, pdb: String },
+    /// The apiserver answers 503 for a number of requests or for a while.
+    ApiUnavailable(OutageSpec),
+    /// The node reports `Ready=False` whatever the Talos side says.
+    NodeNeverReady { node: String },
+    /// The user of the kubeconfig may not do `verb` on `resource` (`nodes`, `pods/eviction`,
+    /// `poddisruptionbudgets.policy`): requests get 403, access reviews say no.
+    Forbidden { verb: String, resource: String },
+}
+
+/// How long an `apiUnavailable` fault lasts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum OutageSpec {
+    /// The next `n` requests.
+    Requests(u32),
+    /// Every request for this long from the start.
+    For(#[serde(with = "duration_text")] Duration),
+}
+
+/// The verbs a `forbidden` kube fault may name (the apiserver's request verbs).
+pub const KUBE_VERBS: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
 
 fn default_ns() -> String {
     "default".to_string()
@@ -186,6 +237,8 @@ pub struct Scenario {
     pub faults: Vec<FaultPlan>,
     #[serde(default)]
     pub workloads: Vec<WorkloadSpec>,
+    #[serde(default)]
+    pub kube_faults: Vec<KubeFaultSpec>,
 }
 
 impl Scenario {
@@ -243,6 +296,7 @@ impl Scenario {
             nodes,
             faults: Vec::new(),
             workloads: Vec::new(),
+            kube_faults: Vec::new(),
         }
     }
 
@@ -282,6 +336,40 @@ impl Scenario {
                 if !seen.insert(key.clone()) {
                     return Err(invalid(format!("`{key}` is used by two nodes")));
                 }
+            }
+        }
+        let mut workloads = std::collections::BTreeSet::new();
+        for w in &self.workloads {
+            if !workloads.insert((w.namespace.as_str(), w.name.as_str())) {
+                return Err(invalid(format!(
+                    "workload `{}/{}` is listed twice",
+                    w.namespace, w.name
+                )));
+            }
+        }
+        for f in &self.kube_faults {
+            match f {
+                KubeFaultSpec::NodeNeverReady { node }
+                    if !self.nodes.iter().any(|n| &n.name == node) =>
+                {
+                    return Err(invalid(format!(
+                        "kube fault `nodeNeverReady` names node `{node}`, which is not in `nodes`"
+                    )));
+                }
+                KubeFaultSpec::Forbidden { verb, resource } => {
+                    if !KUBE_VERBS.contains(&verb.as_str()) {
+                        return Err(invalid(format!(
+                            "kube fault `forbidden`: verb `{verb}` is not one of {}",
+                            KUBE_VERBS.join(", ")
+                        )));
+                    }
+                    if resource.is_empty() || resource.starts_with(['.', '/']) {
+                        return Err(invalid(format!(
+                            "kube fault `forbidden`: resource `{resource}` must be like `nodes`, `pods/eviction` or `poddisruptionbudgets.policy`"
+                        )));
+                    }
+                }
+                _ => {}
             }
         }
         for f in &self.faults {
@@ -328,8 +416,14 @@ mod tests {
         assert!(
             s.nodes
                 .iter()
-                .all(|n| n.talos == TalosVersion::parse("v1.12.4").unwrap())
+                .all(|n| n.talos == TalosVersion::parse("v1.12.11").unwrap()
+                    && n.kubernetes == KubeVersion::parse("v1.34.1").unwrap())
         );
+        assert_eq!(s.cluster_name, "home");
+        let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["cp-1", "cp-2", "cp-3", "w-1", "w-2", "w-3"]);
+        assert_eq!(s.timing.pod_start, Duration::from_secs(3));
+        assert!(s.kube_faults.is_empty());
         assert_eq!(s.workloads[0].pdb_min_available, Some(2));
         assert_eq!(s.timing.reboot, RebootTiming::After(Duration::from_secs(2)));
     }
@@ -377,6 +471,61 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn kube_faults_parse_and_are_checked() {
+        let p = Path::new("s.yaml");
+        let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\n";
+        let s = Scenario::parse(
+            &format!(
+                "{nodes}timing: {{ podStart: 1s }}\nkubeFaults:\n  - pdbNeverAllows: {{ namespace: default, pdb: web-pdb }}\n  - apiUnavailable: {{ requests: 3 }}\n  - apiUnavailable: {{ for: 30s }}\n  - nodeNeverReady: {{ node: cp-1 }}\n  - forbidden: {{ verb: create, resource: pods/eviction }}\n"
+            ),
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            s.kube_faults,
+            [
+                KubeFaultSpec::PdbNeverAllows {
+                    namespace: "default".into(),
+                    pdb: "web-pdb".into()
+                },
+                KubeFaultSpec::ApiUnavailable(OutageSpec::Requests(3)),
+                KubeFaultSpec::ApiUnavailable(OutageSpec::For(Duration::from_secs(30))),
+                KubeFaultSpec::NodeNeverReady {
+                    node: "cp-1".into()
+                },
+                KubeFaultSpec::Forbidden {
+                    verb: "create".into(),
+                    resource: "pods/eviction".into()
+                },
+            ]
+        );
+        assert_eq!(s.timing.pod_start, Duration::from_secs(1));
+        for (fault, want) in [
+            ("nodeNeverReady: { node: w-9 }", "not in `nodes`"),
+            (
+                "forbidden: { verb: drain, resource: nodes }",
+                "is not one of",
+            ),
+            ("forbidden: { verb: get, resource: /x }", "must be like"),
+        ] {
+            let err = Scenario::parse(&format!("{nodes}kubeFaults: [{{ {fault} }}]\n"), p)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{fault}: {err}");
+        }
+        let err =
+            Scenario::parse(&format!("{nodes}kubeFaults: [{{ crash: {{}} }}]\n"), p).unwrap_err();
+        assert!(matches!(err, ScenarioError::Parse { .. }), "{err}");
+        let err = Scenario::parse(
+            &format!("{nodes}workloads: [{{name: a, replicas: 1}}, {{name: a, replicas: 2}}]\n"),
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("listed twice"), "{err}");
     }
 
     #[test]

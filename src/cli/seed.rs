@@ -1,0 +1,655 @@
+//! `medea seed`: discover a running cluster, create its observed record in the store, copy its
+//! credentials into the credentials directory, and print desired-state YAML that matches it.
+//!
+//! Offline: the server must be stopped (the store's lock proves it). The record starts with
+//! `rolloutsEnabled: false`; only `medea cluster enable-rollouts` turns it on. An existing record
+//! is refused unless `--force`, which refreshes the observation (the generation moves only if
+//! something changed), replaces the credentials, and keeps `rolloutsEnabled` as it is.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use miette::{IntoDiagnostic as _, WrapErr as _};
+
+use super::exit;
+use crate::desired::model::{DEFAULT_INSTALLER, InstallerImage};
+use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
+use crate::k8s::{ClientOptions, K8sError, KubeClient};
+use crate::server::refresh::{self, ClusterCreds, RefreshError, RefreshSettings};
+use crate::server::secrets::{private_dir, write_private};
+use crate::store::fjall::FjallStore;
+use crate::store::{Check, Store, StoreError, Table, Txn, record};
+use crate::talos::{TalosClient, TalosError};
+use crate::version::{KubeVersion, TalosVersion};
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  medea seed --cluster home --talosconfig ~/.talos/config --kubeconfig ~/.kube/config \\\n    --store /var/lib/medea/store --creds-dir /var/lib/medea/creds > clusters/home.yaml\n  medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig \\\n    --store ./state/store --creds-dir ./state/creds --force\n\nThe desired-state YAML goes to stdout, everything else to stderr. Stop `medea serve` first."
+)]
+pub struct SeedArgs {
+    /// The cluster's name in medea (a DNS label; the `metadata.name` of its Cluster).
+    #[arg(long)]
+    pub cluster: String,
+    /// The cluster's talosconfig (its current context is used and copied).
+    #[arg(long, value_name = "FILE")]
+    pub talosconfig: PathBuf,
+    /// The cluster's kubeconfig (its current context is used; certificates and keys must be
+    /// embedded: `kubectl config view --raw --flatten --minify`).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: PathBuf,
+    /// The store directory. `medea serve` must be stopped (it holds the store's lock).
+    #[arg(long, value_name = "PATH", env = "MEDEA_STORE")]
+    pub store: PathBuf,
+    /// Credentials directory: the files are copied to <DIR>/<cluster>/{talosconfig,kubeconfig}
+    /// (0600 files in 0700 directories), where `medea serve --creds-dir` finds them.
+    #[arg(long, value_name = "DIR")]
+    pub creds_dir: PathBuf,
+    /// Re-seed a cluster that already has a record: refresh its observation and replace its
+    /// credentials (rolloutsEnabled is kept).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Why seeding failed. Nothing is written unless the whole seed succeeds.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    #[error(
+        "cluster name `{name}` is not a DNS label (1-63 lowercase letters, digits and `-`, not starting or ending with `-`)"
+    )]
+    BadName { name: String },
+    #[error("the store at `{path}` is locked by another medea process")]
+    Locked { path: PathBuf },
+    #[error("cannot open the store")]
+    Store(#[source] StoreError),
+    #[error(
+        "cluster `{cluster}` is already seeded (generation {generation}); re-run with --force to refresh its observation and replace its credentials (rolloutsEnabled stays {rollouts})"
+    )]
+    Exists {
+        cluster: String,
+        generation: u64,
+        rollouts: bool,
+    },
+    #[error("cannot use the talosconfig `{path}`")]
+    Talosconfig {
+        path: PathBuf,
+        #[source]
+        err: TalosError,
+    },
+    #[error("cannot use the kubeconfig `{path}`")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        err: K8sError,
+    },
+    #[error(
+        "kubeconfig `{path}` refers to other files ({fields}); medea copies only the kubeconfig, so embed them: `kubectl config view --raw --flatten --minify > kubeconfig`"
+    )]
+    KubeconfigFiles { path: PathBuf, fields: String },
+    #[error("cannot read `{path}`")]
+    Read {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("cannot discover cluster `{cluster}`")]
+    Discover {
+        cluster: String,
+        #[source]
+        err: RefreshError,
+    },
+    #[error("cannot write the credentials file `{path}`")]
+    WriteCreds {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("cannot write the record of cluster `{cluster}`")]
+    Commit {
+        cluster: String,
+        #[source]
+        err: StoreError,
+    },
+}
+
+/// What to seed.
+#[derive(Debug, Clone)]
+pub struct SeedRequest {
+    pub cluster: String,
+    pub talosconfig: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub creds_dir: PathBuf,
+    pub force: bool,
+    pub settings: RefreshSettings,
+}
+
+/// What seeding did.
+#[derive(Debug, Clone)]
+pub struct Seeded {
+    /// The record as written.
+    pub cluster: ObservedCluster,
+    /// Whether a record existed before (`--force`).
+    pub reseeded: bool,
+    /// Where the credentials were copied.
+    pub creds: ClusterCreds,
+    /// Desired-state YAML matching what was found.
+    pub desired_yaml: String,
+    /// Things the operator should look at (unreachable nodes, unknown versions...).
+    pub warnings: Vec<String>,
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Open the store for an offline command, naming the lock holder when it is locked.
+pub fn open_store(path: &Path) -> Result<FjallStore, SeedError> {
+    FjallStore::open(path).map_err(|e| match e {
+        StoreError::Locked { path } => SeedError::Locked { path },
+        other => SeedError::Store(other),
+    })
+}
+
+/// The kubeconfig fields that point at other files (which a copy would leave behind).
+fn kubeconfig_file_refs(path: &Path) -> Result<Vec<&'static str>, SeedError> {
+    let kc = crate::k8s::kubeconfig::read(path).map_err(|err| SeedError::Kubeconfig {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let mut fields = Vec::new();
+    if kc
+        .clusters
+        .iter()
+        .filter_map(|c| c.cluster.as_ref())
+        .any(|c| c.certificate_authority.is_some())
+    {
+        fields.push("certificate-authority");
+    }
+    let users: Vec<_> = kc
+        .auth_infos
+        .iter()
+        .filter_map(|a| a.auth_info.as_ref())
+        .collect();
+    if users.iter().any(|u| u.client_certificate.is_some()) {
+        fields.push("client-certificate");
+    }
+    if users.iter().any(|u| u.client_key.is_some()) {
+        fields.push("client-key");
+    }
+    if users.iter().any(|u| u.token_file.is_some()) {
+        fields.push("tokenFile");
+    }
+    Ok(fields)
+}
+
+/// Seed a cluster into `store` (see the module docs). Order: check the name and the existing
+/// record, read and check both files, discover the cluster, write the credentials, commit the
+/// record (compare-and-swap); credentials written for a record that then fails to commit are
+/// removed again when they did not exist before.
+pub async fn seed(store: &dyn Store, req: &SeedRequest) -> Result<Seeded, SeedError> {
+    let name = req.cluster.as_str();
+    if !is_dns_label(name) {
+        return Err(SeedError::BadName {
+            name: name.to_string(),
+        });
+    }
+    let key = cluster_key(name);
+    let existing = store
+        .get(Table::Inventory, &key)
+        .map_err(SeedError::Store)?;
+    let previous = match &existing {
+        Some(raw) => Some(record::decode::<ObservedCluster>(&key, raw).map_err(SeedError::Store)?),
+        None => None,
+    };
+    if let Some(p) = &previous
+        && !req.force
+    {
+        return Err(SeedError::Exists {
+            cluster: name.to_string(),
+            generation: p.generation,
+            rollouts: p.rollouts_enabled,
+        });
+    }
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|err| SeedError::Read {
+            path: path.to_path_buf(),
+            err,
+        })
+    };
+    let talos_bytes = read(&req.talosconfig)?;
+    let kube_bytes = read(&req.kubeconfig)?;
+    let refs = kubeconfig_file_refs(&req.kubeconfig)?;
+    if !refs.is_empty() {
+        return Err(SeedError::KubeconfigFiles {
+            path: req.kubeconfig.clone(),
+            fields: refs.join(", "),
+        });
+    }
+    let (talos, _) = TalosClient::from_talosconfig(&req.talosconfig, None, req.settings.talos)
+        .map_err(|err| SeedError::Talosconfig {
+            path: req.talosconfig.clone(),
+            err,
+        })?;
+    let kube: KubeClient =
+        KubeClient::from_kubeconfig(&req.kubeconfig, ClientOptions::clone(&req.settings.kube))
+            .await
+            .map_err(|err| SeedError::Kubeconfig {
+                path: req.kubeconfig.clone(),
+                err,
+            })?;
+    let observation =
+        refresh::observe(&talos, &kube, name)
+            .await
+            .map_err(|err| SeedError::Discover {
+                cluster: name.to_string(),
+                err,
+            })?;
+    let base = previous
+        .clone()
+        .unwrap_or_else(|| ObservedCluster::new(name));
+    let cluster = base.observe(observation.kubernetes_version, observation.machines);
+
+    let creds = ClusterCreds::new(&req.creds_dir, name);
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err| SeedError::WriteCreds { path, err }
+    };
+    private_dir(&req.creds_dir).map_err(write_err(&req.creds_dir))?;
+    let new_files: Vec<PathBuf> = [&creds.talosconfig, &creds.kubeconfig]
+        .into_iter()
+        .filter(|p| !p.exists())
+        .cloned()
+        .collect();
+    let remove_new = || {
+        for p in &new_files {
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    for (path, bytes) in [
+        (&creds.talosconfig, &talos_bytes),
+        (&creds.kubeconfig, &kube_bytes),
+    ] {
+        if let Err(err) = write_private(path, bytes) {
+            remove_new();
+            return Err(write_err(path)(err));
+        }
+    }
+    let check = match existing {
+        Some(raw) => Check::Equals(Table::Inventory, key.clone(), raw),
+        None => Check::Absent(Table::Inventory, key.clone()),
+    };
+    if let Err(err) = store.commit(Txn::new().check(check).put_record(key, &cluster)) {
+        remove_new();
+        return Err(SeedError::Commit {
+            cluster: name.to_string(),
+            err,
+        });
+    }
+    let (desired_yaml, mut warnings) = desired_yaml(&cluster);
+    for m in cluster.machines.values().filter(|m| !m.reachable) {
+        warnings.insert(
+            0,
+            format!(
+                "machine `{}` ({}) did not answer the Talos API: its Talos version is unknown, and plans that touch its pool are refused until it does",
+                m.node, m.address
+            ),
+        );
+    }
+    Ok(Seeded {
+        reseeded: previous.is_some(),
+        cluster,
+        creds,
+        desired_yaml,
+        warnings,
+    })
+}
+
+/// The installer image repository (no tag, no digest) of an observed installer image.
+fn installer_repository(image: &str) -> Option<String> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    let repo = match last.rfind(':') {
+        Some(i) => &no_digest[..no_digest.len() - last.len() + i],
+        None => no_digest,
+    };
+    InstallerImage::parse(repo).ok().map(|r| r.to_string())
+}
+
+/// One pool the seeded YAML declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SeedPool {
+    name: String,
+    role: MachineRole,
+    talos: TalosVersion,
+    installer: Option<String>,
+    machines: Vec<String>,
+}
+
+/// Pools by role: one `controlplane` and one `workers` pool when every machine of the role
+/// runs the same Talos version and installer; otherwise one pool per (version, installer),
+/// the largest first, named `workers`, `workers-2`, ... Machines whose version is unknown join
+/// the role's first pool.
+fn pools(c: &ObservedCluster, warnings: &mut Vec<String>) -> Vec<SeedPool> {
+    let mut out = Vec::new();
+    for (role, base) in [
+        (MachineRole::Controlplane, "controlplane"),
+        (MachineRole::Worker, "workers"),
+    ] {
+        let machines: Vec<&Machine> = c.machines.values().filter(|m| m.role == role).collect();
+        let mut groups: BTreeMap<(TalosVersion, Option<String>), Vec<String>> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for m in &machines {
+            match &m.talos_version {
+                Some(v) => groups
+                    .entry((
+                        v.clone(),
+                        m.installer_image.as_deref().and_then(installer_repository),
+                    ))
+                    .or_default()
+                    .push(m.node.clone()),
+                None => unknown.push(m.node.clone()),
+            }
+        }
+        let mut groups: Vec<_> = groups.into_iter().collect();
+        // Largest group first; ties: newest version first.
+        groups.sort_by(|(ka, a), (kb, b)| b.len().cmp(&a.len()).then(kb.0.cmp(&ka.0)));
+        if groups.is_empty() {
+            if !unknown.is_empty() {
+                warnings.push(format!(
+                    "no {base} machine answered the Talos API ({}): no pool is written for them",
+                    unknown.join(", ")
+                ));
+            }
+            continue;
+        }
+        if groups.len() > 1 {
+            warnings.push(format!(
+                "{base} machines run different Talos versions or installers: written as {} pools",
+                groups.len()
+            ));
+        }
+        for (i, ((talos, installer), mut members)) in groups.into_iter().enumerate() {
+            if i == 0 {
+                members.append(&mut unknown);
+                members.sort();
+            }
+            out.push(SeedPool {
+                name: if i == 0 {
+                    base.to_string()
+                } else {
+                    format!("{base}-{}", i + 1)
+                },
+                role,
+                talos,
+                installer,
+                machines: members,
+            });
+        }
+    }
+    out
+}
+
+/// Desired-state YAML (a Cluster and its pools) that matches the observed cluster: committed
+/// as-is, its plan has no rollout steps. Pure. Returns the YAML and warnings.
+pub fn desired_yaml(c: &ObservedCluster) -> (String, Vec<String>) {
+    let mut warnings = Vec::new();
+    let kubernetes: Option<KubeVersion> = c.kubernetes_version.clone().or_else(|| {
+        let lowest = c
+            .machines
+            .values()
+            .filter_map(|m| m.kubelet_version.clone())
+            .min();
+        if let Some(v) = &lowest {
+            warnings.push(format!(
+                "no kube-apiserver version was observed; the Cluster uses the lowest kubelet version ({v})"
+            ));
+        }
+        lowest
+    });
+    let mut y = String::new();
+    y.push_str(&format!(
+        "# Generated by `medea seed` from cluster `{}` as observed (generation {}).\n# Committed as-is it plans no rollout; change the versions to plan one.\n",
+        c.name, c.generation
+    ));
+    y.push_str("apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n");
+    y.push_str(&format!("  name: {}\nspec:\n  kubernetes:\n", c.name));
+    match &kubernetes {
+        Some(v) => y.push_str(&format!("    version: {v}\n")),
+        None => {
+            warnings.push(
+                "no Kubernetes version was observed: set `spec.kubernetes.version` by hand".into(),
+            );
+            y.push_str("    version: \"\" # unknown: set the version the cluster runs\n");
+        }
+    }
+    for p in pools(c, &mut warnings) {
+        y.push_str("---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n");
+        y.push_str(&format!(
+            "  name: {}\nspec:\n  cluster: {}\n",
+            p.name, c.name
+        ));
+        let role = match p.role {
+            MachineRole::Controlplane => "controlplane",
+            MachineRole::Worker => "worker",
+        };
+        y.push_str(&format!("  role: {role}\n"));
+        y.push_str(&format!("  machines: [{}]\n", p.machines.join(", ")));
+        y.push_str(&format!("  talos:\n    version: {}\n", p.talos));
+        let installer = p.installer.as_deref().unwrap_or(DEFAULT_INSTALLER);
+        y.push_str(&format!("    installerImage: {installer}\n"));
+    }
+    (y, warnings)
+}
+
+pub fn run(args: SeedArgs) -> miette::Result<u8> {
+    let store = open_store(&args.store).map_err(|e| match e {
+        SeedError::Locked { .. } => miette::miette!(
+            help = "stop `medea serve` (it holds the store while it runs) and seed again",
+            "{}",
+            crate::error_chain(&e)
+        ),
+        other => miette::miette!("{}", crate::error_chain(&other)),
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .into_diagnostic()
+        .wrap_err("failed to start the async runtime")?;
+    let req = SeedRequest {
+        cluster: args.cluster,
+        talosconfig: args.talosconfig,
+        kubeconfig: args.kubeconfig,
+        creds_dir: args.creds_dir,
+        force: args.force,
+        settings: RefreshSettings::default(),
+    };
+    let seeded = rt
+        .block_on(seed(&store, &req))
+        .map_err(|e| match &e {
+            SeedError::Exists { .. } => miette::miette!(
+                help = "`--force` keeps rolloutsEnabled and moves the generation only if something changed",
+                "{}",
+                crate::error_chain(&e)
+            ),
+            _ => miette::miette!("{}", crate::error_chain(&e)),
+        })?;
+    let c = &seeded.cluster;
+    let cps = c
+        .machines
+        .values()
+        .filter(|m| m.role == MachineRole::Controlplane)
+        .count();
+    let unreachable = c.machines.values().filter(|m| !m.reachable).count();
+    eprintln!(
+        "{} cluster `{}`: {} machines ({} control planes, {} workers{}), Kubernetes {}, generation {}",
+        if seeded.reseeded {
+            "re-seeded"
+        } else {
+            "seeded"
+        },
+        c.name,
+        c.machines.len(),
+        cps,
+        c.machines.len() - cps,
+        if unreachable > 0 {
+            format!(", {unreachable} unreachable")
+        } else {
+            String::new()
+        },
+        c.kubernetes_version
+            .as_ref()
+            .map_or_else(|| "unknown".to_string(), |v| v.to_string()),
+        c.generation
+    );
+    eprintln!(
+        "credentials: {} and {} (0600)",
+        seeded.creds.talosconfig.display(),
+        seeded.creds.kubeconfig.display()
+    );
+    if c.rollouts_enabled {
+        eprintln!("rollouts: enabled (kept)");
+    } else {
+        eprintln!(
+            "rollouts: disabled; enable them with `medea cluster enable-rollouts {}`",
+            c.name
+        );
+    }
+    for w in &seeded.warnings {
+        eprintln!("warning: {w}");
+    }
+    print!("{}", seeded.desired_yaml);
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(
+        node: &str,
+        role: MachineRole,
+        talos: Option<&str>,
+        installer: Option<&str>,
+    ) -> Machine {
+        Machine {
+            node: node.into(),
+            id: node.into(),
+            address: "10.0.0.1".into(),
+            role,
+            talos_version: talos.map(|t| TalosVersion::parse(t).unwrap()),
+            installer_image: installer.map(str::to_string),
+            schematic: None,
+            kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+            ready: true,
+            cordoned: false,
+            reachable: talos.is_some(),
+            boot_id: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    fn cluster(machines: Vec<Machine>) -> ObservedCluster {
+        ObservedCluster::new("home").observe(
+            Some(KubeVersion::parse("v1.34.1").unwrap()),
+            machines.into_iter().map(|m| (m.node.clone(), m)).collect(),
+        )
+    }
+
+    #[test]
+    fn installer_repositories_drop_tags_and_digests() {
+        assert_eq!(
+            installer_repository("ghcr.io/siderolabs/installer:v1.12.11").as_deref(),
+            Some("ghcr.io/siderolabs/installer")
+        );
+        assert_eq!(
+            installer_repository("registry.local:5000/installer:v1.12.11").as_deref(),
+            Some("registry.local:5000/installer")
+        );
+        assert_eq!(
+            installer_repository("registry.local:5000/installer").as_deref(),
+            Some("registry.local:5000/installer")
+        );
+        assert_eq!(
+            installer_repository("ghcr.io/siderolabs/installer@sha256:abc").as_deref(),
+            Some("ghcr.io/siderolabs/installer")
+        );
+        assert_eq!(installer_repository("NOT VALID"), None);
+    }
+
+    #[test]
+    fn mixed_pools_are_split_and_unknown_machines_join_the_first() {
+        use MachineRole::*;
+        let factory = "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+        let c = cluster(vec![
+            machine("cp-1", Controlplane, Some("v1.12.11"), None),
+            machine("w-1", Worker, Some("v1.12.11"), None),
+            machine("w-2", Worker, Some("v1.12.11"), None),
+            machine(
+                "w-3",
+                Worker,
+                Some("v1.13.9"),
+                Some(&format!("{factory}:v1.13.9")),
+            ),
+            machine("w-4", Worker, None, None),
+        ]);
+        let mut warnings = Vec::new();
+        let p = pools(&c, &mut warnings);
+        let summary: Vec<(String, String, Option<String>, Vec<String>)> = p
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.talos.to_string(),
+                    p.installer.clone(),
+                    p.machines.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "controlplane".into(),
+                    "v1.12.11".into(),
+                    None,
+                    vec!["cp-1".to_string()]
+                ),
+                (
+                    "workers".into(),
+                    "v1.12.11".into(),
+                    None,
+                    vec!["w-1".to_string(), "w-2".into(), "w-4".into()]
+                ),
+                (
+                    "workers-2".into(),
+                    "v1.13.9".into(),
+                    Some(factory.to_string()),
+                    vec!["w-3".to_string()]
+                ),
+            ]
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("2 pools")),
+            "{warnings:?}"
+        );
+        let (yaml, _) = desired_yaml(&c);
+        assert!(
+            yaml.contains(&format!("    installerImage: {factory}\n")),
+            "{yaml}"
+        );
+        assert!(yaml.contains("  machines: [w-1, w-2, w-4]\n"), "{yaml}");
+    }
+
+    #[test]
+    fn cluster_names_must_be_dns_labels() {
+        for bad in ["", "Home", "-a", "a-", "a/b", "..", "a.b"] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+        assert!(is_dns_label("home-2"));
+    }
+}

@@ -1,0 +1,561 @@
+//! `medea seed` and the inventory refresh against the simulated cluster: the record, the
+//! credentials, the printed YAML (planned with `plan::compute`), refusals, and refreshes that
+//! move the generation exactly when something observed changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use medea::cli::seed::{SeedError, SeedRequest, seed};
+use medea::desired::source::SourceFile;
+use medea::desired::{Snapshot, Source};
+use medea::inventory::{Inventory, ObservedCluster, cluster_key};
+use medea::plan::{self, AppliedResource, LastApplied, Step};
+use medea::server::refresh::{
+    self, ClusterCreds, Observation, Outcome, refresh_all, refresh_cluster,
+};
+use medea::sim::talos::{Effect, FaultPlan, Trigger};
+use medea::store::fjall::FjallStore;
+use medea::store::{Store, StoreError, StoreExt as _, Table, Txn};
+use medea::talos::{ImageRef, NodeTarget, TalosApi as _, UpgradeOutcome};
+use medea::version::{KubeVersion, TalosVersion};
+
+use crate::sim_cluster::{Env, env, fast_refresh, flat, medea, mode, quick_default};
+
+fn tv(s: &str) -> TalosVersion {
+    TalosVersion::parse(s).unwrap()
+}
+
+fn kv(s: &str) -> KubeVersion {
+    KubeVersion::parse(s).unwrap()
+}
+
+fn node(s: &str) -> NodeTarget {
+    NodeTarget::parse(s).unwrap()
+}
+
+struct Paths {
+    store: PathBuf,
+    creds: PathBuf,
+}
+
+fn paths(e: &Env) -> Paths {
+    Paths {
+        store: e.dir.path().join("state/store"),
+        creds: e.dir.path().join("state/creds"),
+    }
+}
+
+fn request(e: &Env, p: &Paths, force: bool) -> SeedRequest {
+    SeedRequest {
+        cluster: "home".into(),
+        talosconfig: e.creds.talosconfig.clone(),
+        kubeconfig: e.creds.kubeconfig.clone(),
+        creds_dir: p.creds.clone(),
+        force,
+        settings: fast_refresh(),
+    }
+}
+
+async fn seed_cli(e: &Env, p: &Paths, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "seed",
+        "--cluster",
+        "home",
+        "--talosconfig",
+        e.creds.talosconfig.to_str().unwrap(),
+        "--kubeconfig",
+        e.creds.kubeconfig.to_str().unwrap(),
+        "--store",
+        p.store.to_str().unwrap(),
+        "--creds-dir",
+        p.creds.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    medea(&args).await
+}
+
+fn load_yaml(name: &str, yaml: &str) -> medea::desired::Desired {
+    let loaded = medea::desired::parse_snapshot(Snapshot {
+        files: vec![SourceFile {
+            path: name.into(),
+            bytes: yaml.as_bytes().to_vec(),
+        }],
+        markers: vec![],
+        commit: None,
+    });
+    let errors: Vec<String> = loaded.errors().map(|d| d.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}\n{yaml}");
+    loaded.desired
+}
+
+fn record(store: &dyn Store) -> ObservedCluster {
+    store
+        .get_record::<ObservedCluster>(&cluster_key("home"))
+        .unwrap()
+        .expect("the cluster is recorded")
+}
+
+fn applied_from(desired: &medea::desired::Desired) -> LastApplied {
+    let mut rs = Vec::new();
+    for c in desired.clusters.values() {
+        rs.push(AppliedResource::of_cluster(c));
+        rs.extend(c.pools.values().map(AppliedResource::of_pool));
+    }
+    LastApplied::from_resources(rs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// medea seed
+
+#[tokio::test]
+async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rollout() {
+    let e = env(quick_default()).await;
+    let p = paths(&e);
+    let out = seed_cli(&e, &p, &[]).await;
+    let stderr = flat(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "seeded cluster `home`: 6 machines (3 control planes, 3 workers), Kubernetes v1.34.1, generation 1"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .contains("rollouts: disabled; enable them with `medea cluster enable-rollouts home`"),
+        "{stderr}"
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+
+    // The credentials: private copies of what was given.
+    let creds = ClusterCreds::new(&p.creds, "home");
+    assert_eq!(mode(&p.creds), 0o700);
+    assert_eq!(mode(&creds.dir), 0o700);
+    assert_eq!(mode(&creds.talosconfig), 0o600);
+    assert_eq!(mode(&creds.kubeconfig), 0o600);
+    assert_eq!(
+        std::fs::read(&creds.talosconfig).unwrap(),
+        std::fs::read(&e.creds.talosconfig).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(&creds.kubeconfig).unwrap(),
+        std::fs::read(&e.creds.kubeconfig).unwrap()
+    );
+    assert!(
+        !stderr.contains("token:") && !yaml.contains("token"),
+        "no secret is printed"
+    );
+
+    // The record.
+    let store = FjallStore::open(&p.store).unwrap();
+    let inventory = Inventory::load(&store).unwrap();
+    let home = &inventory.clusters["home"];
+    assert!(!home.rollouts_enabled, "seeding never enables rollouts");
+    assert_eq!(home.generation, 1);
+    assert_eq!(home.kubernetes_version, Some(kv("v1.34.1")));
+    let names: Vec<&str> = home.machines.keys().map(String::as_str).collect();
+    assert_eq!(names, ["cp-1", "cp-2", "cp-3", "w-1", "w-2", "w-3"]);
+    let cp1 = &home.machines["cp-1"];
+    assert_eq!(cp1.address, "10.5.0.2");
+    assert_eq!(cp1.role, medea::inventory::MachineRole::Controlplane);
+    assert_eq!(
+        cp1.installer_image.as_deref(),
+        Some("ghcr.io/siderolabs/installer:v1.12.11")
+    );
+    assert_eq!(
+        cp1.boot_id.as_deref(),
+        Some(e.sim.talos.node_state("cp-1").unwrap().boot_id.as_str()),
+        "the boot id Talos reports"
+    );
+    for m in home.machines.values() {
+        assert!(m.reachable && m.ready && !m.cordoned, "{m:?}");
+        assert_eq!(m.talos_version, Some(tv("v1.12.11")), "{}", m.node);
+        assert_eq!(m.kubelet_version, Some(kv("v1.34.1")), "{}", m.node);
+    }
+
+    // The printed YAML is valid and matches the cluster: its plan has no rollout step, only
+    // the resources' first registration; once that is applied, nothing at all.
+    let desired = load_yaml("home.yaml", &yaml);
+    let pools: Vec<&str> = desired.clusters["home"]
+        .pools
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(pools, ["controlplane", "workers"], "{yaml}");
+    let first = plan::compute(&desired, &inventory, &LastApplied::default(), None).unwrap();
+    assert!(
+        first.clusters.iter().all(|c| c.steps.is_empty()),
+        "{first:#?}"
+    );
+    assert!(
+        first.clusters[0]
+            .settings
+            .iter()
+            .all(|s| s.field == plan::compute::RESOURCE_FIELD),
+        "{:#?}",
+        first.clusters[0].settings
+    );
+    let again = plan::compute(&desired, &inventory, &applied_from(&desired), None).unwrap();
+    assert!(!again.has_changes(), "{again:#?}");
+
+    // examples/home asks for Talos v1.13.9 and Kubernetes v1.35.0: the expected rollout.
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/home");
+    let loaded = medea::desired::load(&Source::Dir(examples)).unwrap();
+    assert!(!loaded.has_errors());
+    let upgrade = plan::compute(
+        &loaded.desired,
+        &inventory,
+        &applied_from(&loaded.desired),
+        None,
+    )
+    .unwrap();
+    let steps: Vec<String> = upgrade.clusters[0]
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Talos(t) => format!(
+                "talos {} {} -> {} ({} machines)",
+                t.pool,
+                t.hop,
+                t.to,
+                t.waves.iter().map(Vec::len).sum::<usize>()
+            ),
+            Step::Kubernetes(k) => format!("kubernetes {} -> {}", k.from, k.to),
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "talos controlplane 1 -> v1.13.9 (3 machines)",
+            "talos workers 1 -> v1.13.9 (3 machines)",
+            "kubernetes v1.34.1 -> v1.35.0",
+        ]
+    );
+    e.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn seed_refuses_an_existing_record_unless_forced_and_force_keeps_rollouts() {
+    let e = env(quick_default()).await;
+    let p = paths(&e);
+    {
+        let store = FjallStore::open(&p.store).unwrap();
+        let seeded = seed(&store, &request(&e, &p, false)).await.unwrap();
+        assert!(!seeded.reseeded);
+        // An operator enables rollouts.
+        let on = record(&store).with_rollouts_enabled(true);
+        store
+            .commit(Txn::new().put_record(cluster_key("home"), &on))
+            .unwrap();
+    }
+    let generation = {
+        let store = FjallStore::open(&p.store).unwrap();
+        record(&store).generation
+    };
+
+    let out = seed_cli(&e, &p, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = flat(&out.stderr);
+    assert!(
+        stderr.contains("cluster `home` is already seeded")
+            && stderr.contains("--force")
+            && stderr.contains("rolloutsEnabled stays true"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = seed_cli(&e, &p, &["--force"]).await;
+    let stderr = flat(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("re-seeded cluster `home`"), "{stderr}");
+    assert!(stderr.contains("rollouts: enabled (kept)"), "{stderr}");
+    let store = FjallStore::open(&p.store).unwrap();
+    let after = record(&store);
+    assert!(after.rollouts_enabled);
+    assert_eq!(after.generation, generation, "nothing observed changed");
+    drop(store);
+
+    // A change since: the re-seed moves the generation.
+    e.talos().reboot(&node("w-1")).await.unwrap();
+    e.sim.talos.complete_boot("w-1").unwrap();
+    let store = FjallStore::open(&p.store).unwrap();
+    let seeded = seed(&store, &request(&e, &p, true)).await.unwrap();
+    assert!(seeded.reseeded);
+    assert_eq!(seeded.cluster.generation, generation + 1);
+    assert!(seeded.cluster.rollouts_enabled);
+    e.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn seed_against_a_locked_store_says_to_stop_the_server() {
+    let e = env(quick_default()).await;
+    let p = paths(&e);
+    let held = FjallStore::open(&p.store).unwrap();
+    let out = seed_cli(&e, &p, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = flat(&out.stderr);
+    assert!(
+        stderr.contains("is locked by another medea process")
+            && stderr.contains("stop `medea serve`"),
+        "{stderr}"
+    );
+    assert!(!p.creds.exists(), "no credentials copied");
+    assert!(record_absent(&held));
+    e.sim.shutdown().await;
+}
+
+fn record_absent(store: &dyn Store) -> bool {
+    store
+        .get_record::<ObservedCluster>(&cluster_key("home"))
+        .unwrap()
+        .is_none()
+}
+
+#[tokio::test]
+async fn seed_refuses_bad_input_and_writes_nothing() {
+    let e = env(quick_default()).await;
+    let p = paths(&e);
+    let store = FjallStore::open(&p.store).unwrap();
+
+    let mut bad_name = request(&e, &p, false);
+    bad_name.cluster = "../home".into();
+    let err = seed(&store, &bad_name).await.unwrap_err();
+    assert!(matches!(err, SeedError::BadName { .. }), "{err}");
+
+    // A kubeconfig that points at files a copy would leave behind.
+    let kc = e.dir.path().join("files.kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    certificate-authority: ca.pem\nusers:\n- name: u\n  user:\n    client-certificate: crt.pem\n    client-key: key.pem\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let mut files = request(&e, &p, false);
+    files.kubeconfig = kc;
+    let err = seed(&store, &files).await.unwrap_err();
+    let text = medea::error_chain(&err);
+    assert!(
+        matches!(err, SeedError::KubeconfigFiles { .. })
+            && text.contains("certificate-authority, client-certificate, client-key")
+            && text.contains("--flatten"),
+        "{text}"
+    );
+
+    let mut missing = request(&e, &p, false);
+    missing.talosconfig = e.dir.path().join("nope");
+    let err = seed(&store, &missing).await.unwrap_err();
+    assert!(matches!(err, SeedError::Read { .. }), "{err}");
+
+    // The kube-apiserver is down: nothing can be discovered.
+    e.sim
+        .kube
+        .inject(medea::sim::kube::KubeFault::ApiUnavailable(
+            medea::sim::kube::Outage::For(std::time::Duration::from_secs(600)),
+        ));
+    let err = seed(&store, &request(&e, &p, false)).await.unwrap_err();
+    let text = medea::error_chain(&err);
+    assert!(
+        matches!(err, SeedError::Discover { .. }) && text.contains("cannot list the nodes"),
+        "{text}"
+    );
+
+    assert!(record_absent(&store));
+    assert!(!p.creds.join("home").exists(), "no credentials copied");
+    e.sim.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inventory refresh
+
+async fn seeded(e: &Env) -> (Paths, FjallStore) {
+    let p = paths(e);
+    let store = FjallStore::open(&p.store).unwrap();
+    seed(&store, &request(e, &p, false)).await.unwrap();
+    (p, store)
+}
+
+fn outcome(report: &refresh::RefreshReport, cluster: &str) -> Outcome {
+    report
+        .clusters
+        .iter()
+        .find(|c| c.cluster == cluster)
+        .map(|c| c.outcome.clone())
+        .expect("the cluster is in the report")
+}
+
+#[tokio::test]
+async fn refresh_moves_the_generation_exactly_when_something_changes() {
+    let e = env(quick_default()).await;
+    let (p, store) = seeded(&e).await;
+    let settings = fast_refresh();
+    let talos = e.talos();
+
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Unchanged { generation: 1 });
+    assert!(!r.changed());
+
+    // A reboot is a change (new boot id), seen once.
+    let boot_before = record(&store).machines["w-1"].boot_id.clone();
+    talos.reboot(&node("w-1")).await.unwrap();
+    e.sim.talos.complete_boot("w-1").unwrap();
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Changed { from: 1, to: 2 });
+    assert_ne!(record(&store).machines["w-1"].boot_id, boot_before);
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Unchanged { generation: 2 });
+
+    // An upgrade: away while it reboots, then on the new version.
+    let image = ImageRef::parse("ghcr.io/siderolabs/installer:v1.13.9").unwrap();
+    let up = talos.upgrade(&node("w-2"), &image).await.unwrap();
+    assert!(matches!(up, UpgradeOutcome::Rebooting { .. }), "{up:?}");
+    let r = refresh_cluster(&store, &p.creds, "home", &settings)
+        .await
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Changed { from: 2, to: 3 });
+    let w2 = record(&store).machines["w-2"].clone();
+    assert!(
+        !w2.reachable && !w2.ready && w2.talos_version.is_none(),
+        "{w2:?}"
+    );
+    e.sim.talos.complete_boot("w-2").unwrap();
+    let r = refresh_cluster(&store, &p.creds, "home", &settings)
+        .await
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Changed { from: 3, to: 4 });
+    let w2 = record(&store).machines["w-2"].clone();
+    assert!(w2.reachable && w2.ready, "{w2:?}");
+    assert_eq!(w2.talos_version, Some(tv("v1.13.9")));
+    assert!(
+        !record(&store).rollouts_enabled,
+        "refresh never touches the gate"
+    );
+    e.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn refresh_marks_unreachable_nodes_and_a_dead_apiserver_changes_nothing() {
+    let e = env(quick_default()).await;
+    let (p, store) = seeded(&e).await;
+    let settings = fast_refresh();
+
+    // w-3 reboots and never comes back.
+    e.sim
+        .talos
+        .set_fault(FaultPlan {
+            node: "w-3".into(),
+            on: Trigger::Boot { nth: 1 },
+            effect: Effect::NeverReturn,
+        })
+        .unwrap();
+    e.talos().reboot(&node("w-3")).await.unwrap();
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Changed { from: 1, to: 2 });
+    let c = record(&store);
+    let w3 = &c.machines["w-3"];
+    assert!(
+        !w3.reachable && w3.talos_version.is_none() && !w3.ready,
+        "{w3:?}"
+    );
+    assert!(
+        c.machines
+            .values()
+            .filter(|m| m.node != "w-3")
+            .all(|m| m.reachable && m.talos_version == Some(tv("v1.12.11"))),
+        "the other nodes are observed as usual"
+    );
+    assert_eq!(c.kubernetes_version, Some(kv("v1.34.1")));
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Unchanged { generation: 2 });
+
+    // The whole Talos API goes away: every machine is unreachable, Kubernetes still answers.
+    e.sim.talos.shutdown().await;
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Changed { from: 2, to: 3 });
+    let c = record(&store);
+    assert!(c.machines.values().all(|m| !m.reachable), "{c:#?}");
+    assert_eq!(
+        c.kubernetes_version,
+        Some(kv("v1.34.1")),
+        "still seen in the mirror pods"
+    );
+
+    // The kube-apiserver goes away: the refresh fails and the record stays as it was.
+    let before = record(&store);
+    drop(e.sim.kube);
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert!(
+        matches!(outcome(&r, "home"), Outcome::Failed { ref error } if error.contains("cannot list the nodes")),
+        "{r:?}"
+    );
+    assert_eq!(record(&store), before);
+}
+
+#[tokio::test]
+async fn refresh_skips_unseeded_clusters() {
+    let e = env(quick_default()).await;
+    let p = paths(&e);
+    let store = FjallStore::open(&p.store).unwrap();
+    e.sim.write_creds(&p.creds.join("lab")).unwrap();
+    let r = refresh_all(&store, &p.creds, &fast_refresh())
+        .await
+        .unwrap();
+    assert_eq!(outcome(&r, "lab"), Outcome::NotSeeded);
+    assert!(Inventory::load(&store).unwrap().clusters.is_empty());
+    e.sim.shutdown().await;
+}
+
+/// A store whose first commit is preceded by a concurrent write of the record (an operator
+/// enabling rollouts while the refresh observed).
+struct RacingStore {
+    inner: FjallStore,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+impl Store for RacingStore {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.inner.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let on = record(&self.inner).with_rollouts_enabled(true);
+            self.inner
+                .commit(Txn::new().put_record(cluster_key("home"), &on))?;
+        }
+        self.inner.commit(txn)
+    }
+}
+
+#[tokio::test]
+async fn refresh_merges_into_a_record_written_concurrently() {
+    let e = env(quick_default()).await;
+    let (_, store) = seeded(&e).await;
+    let base = record(&store);
+    assert_eq!(base.generation, 1);
+    let racing = RacingStore {
+        inner: store,
+        raced: false.into(),
+    };
+    let mut machines = base.machines.clone();
+    machines.get_mut("w-1").unwrap().ready = false;
+    let observed = BTreeMap::from([(
+        "home".to_string(),
+        Observation {
+            kubernetes_version: base.kubernetes_version.clone(),
+            machines,
+        },
+    )]);
+    let outcomes = refresh::write_observations(&racing, &observed).unwrap();
+    // Seeded at 1; the racer enables rollouts (a gate: no generation move); the observed
+    // change on top: 2.
+    assert_eq!(
+        outcomes,
+        [("home".into(), Outcome::Changed { from: 1, to: 2 })]
+    );
+    let after = record(&racing.inner);
+    assert!(after.rollouts_enabled, "the concurrent write is kept");
+    assert!(!after.machines["w-1"].ready, "and so is the observation");
+    assert_eq!(after.generation, 2);
+    e.sim.shutdown().await;
+}
