@@ -182,7 +182,7 @@ pub enum DoctorError {
     )]
     NoClusters { path: PathBuf },
     #[error("cannot read the credentials directory")]
-    CredsDir(#[source] crate::server::refresh::RefreshError),
+    CredsDir(#[source] Box<crate::server::refresh::RefreshError>),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -782,7 +782,7 @@ pub async fn diagnose(
 ) -> Result<Report, DoctorError> {
     let names = match cluster {
         Some(c) => vec![c.to_string()],
-        None => clusters_with_creds(creds_dir).map_err(DoctorError::CredsDir)?,
+        None => clusters_with_creds(creds_dir).map_err(|e| DoctorError::CredsDir(Box::new(e)))?,
     };
     if names.is_empty() {
         return Err(DoctorError::NoClusters {

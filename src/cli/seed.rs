@@ -74,13 +74,13 @@ pub enum SeedError {
     Talosconfig {
         path: PathBuf,
         #[source]
-        err: TalosError,
+        err: Box<TalosError>,
     },
     #[error("cannot use the kubeconfig `{path}`")]
     Kubeconfig {
         path: PathBuf,
         #[source]
-        err: K8sError,
+        err: Box<K8sError>,
     },
     #[error(
         "kubeconfig `{path}` refers to other files ({fields}); medea copies only the kubeconfig, so embed them: `kubectl config view --raw --flatten --minify > kubeconfig`"
@@ -96,7 +96,7 @@ pub enum SeedError {
     Discover {
         cluster: String,
         #[source]
-        err: RefreshError,
+        err: Box<RefreshError>,
     },
     #[error("cannot write the credentials file `{path}`")]
     WriteCreds {
@@ -159,7 +159,7 @@ pub fn open_store(path: &Path) -> Result<FjallStore, SeedError> {
 fn kubeconfig_file_refs(path: &Path) -> Result<Vec<&'static str>, SeedError> {
     let kc = crate::k8s::kubeconfig::read(path).map_err(|err| SeedError::Kubeconfig {
         path: path.to_path_buf(),
-        err,
+        err: Box::new(err),
     })?;
     let mut fields = Vec::new();
     if kc
@@ -233,21 +233,21 @@ pub async fn seed(store: &dyn Store, req: &SeedRequest) -> Result<Seeded, SeedEr
     let (talos, _) = TalosClient::from_talosconfig(&req.talosconfig, None, req.settings.talos)
         .map_err(|err| SeedError::Talosconfig {
             path: req.talosconfig.clone(),
-            err,
+            err: Box::new(err),
         })?;
     let kube: KubeClient =
         KubeClient::from_kubeconfig(&req.kubeconfig, ClientOptions::clone(&req.settings.kube))
             .await
             .map_err(|err| SeedError::Kubeconfig {
                 path: req.kubeconfig.clone(),
-                err,
+                err: Box::new(err),
             })?;
     let observation =
         refresh::observe(&talos, &kube, name)
             .await
             .map_err(|err| SeedError::Discover {
                 cluster: name.to_string(),
-                err,
+                err: Box::new(err),
             })?;
     let base = previous
         .clone()

@@ -8,10 +8,10 @@
 //! image, whose Image Factory schematic the planner keeps).
 //!
 //! **Kubernetes version.** The cluster's version is the lowest `kube-apiserver` version running:
-//! the image tag of each control-plane node's kube-apiserver mirror pod (the static pod Talos
-//! runs), or, where the API shows no mirror pod, the node's Talos `StaticPodStatus`. The
-//! apiserver's `/version` is not used: behind a load balancer it answers for one apiserver only,
-//! which in the middle of an upgrade is not the lowest.
+//! the image tag of each control-plane node's kube-apiserver static pod, as the node's Talos API
+//! reports it (`StaticPodStatus`), or, when Talos does not answer, as its mirror pod in the API
+//! shows it. The apiserver's `/version` is not used: behind a load balancer it answers for one
+//! apiserver only, which in the middle of an upgrade is not the lowest.
 //!
 //! **Unreachable nodes** (the Talos API does not answer `Version`) are recorded with
 //! `reachable: false` and no Talos facts (version, boot id from the Node, no installer image);
@@ -55,7 +55,7 @@ pub enum RefreshError {
     ListNodes {
         cluster: String,
         #[source]
-        err: K8sError,
+        err: Box<K8sError>,
     },
     #[error(
         "the kube-apiserver of cluster `{cluster}` lists no nodes; check that the kubeconfig points at the right cluster"
@@ -66,14 +66,14 @@ pub enum RefreshError {
         cluster: String,
         path: PathBuf,
         #[source]
-        err: TalosError,
+        err: Box<TalosError>,
     },
     #[error("cannot use the kubeconfig of cluster `{cluster}` (`{path}`)")]
     Kubeconfig {
         cluster: String,
         path: PathBuf,
         #[source]
-        err: K8sError,
+        err: Box<K8sError>,
     },
     #[error("cannot read the credentials directory `{path}`")]
     CredsDir {
@@ -106,15 +106,20 @@ pub async fn observe<T: TalosApi, K: KubeApi>(
 ) -> Result<Observation, RefreshError> {
     let nodes = kube.nodes().await.map_err(|err| RefreshError::ListNodes {
         cluster: cluster.to_string(),
-        err,
+        err: Box::new(err),
     })?;
     if nodes.is_empty() {
         return Err(RefreshError::NoNodes {
             cluster: cluster.to_string(),
         });
     }
-    let observed: Vec<(Machine, Option<KubeVersion>)> = futures::stream::iter(nodes.iter())
+    // The futures are built first so the stream holds no closure (a closure there makes the
+    // future not provably `Send`, rust-lang/rust#102211).
+    let pending: Vec<_> = nodes
+        .iter()
         .map(|n| observe_machine(talos, kube, cluster, n))
+        .collect();
+    let observed: Vec<(Machine, Option<KubeVersion>)> = futures::stream::iter(pending)
         .buffered(PARALLEL_NODES)
         .collect()
         .await;
@@ -222,8 +227,9 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
     (machine, version)
 }
 
-/// The kube-apiserver version a control-plane node runs: its mirror pod's image tag, else its
-/// Talos `StaticPodStatus` (when Talos answers).
+/// The kube-apiserver version a control-plane node runs: the image of its kube-apiserver static
+/// pod as Talos reports it (`StaticPodStatus`, asked of the node itself), else as its mirror pod
+/// in the API shows it (when Talos does not answer).
 async fn apiserver_version<T: TalosApi, K: KubeApi>(
     talos: &T,
     kube: &K,
@@ -234,26 +240,33 @@ async fn apiserver_version<T: TalosApi, K: KubeApi>(
     if !node.control_plane {
         return None;
     }
-    match kube.control_plane_pods(&node.name).await {
-        Ok(pods) => {
-            if let Some(v) = pods
-                .iter()
-                .find(|p| p.component == ControlPlaneComponent::ApiServer)
-                .and_then(|p| image_version(&p.image))
-            {
-                return Some(v);
+    if let Some(target) = target {
+        match talos.static_pod_statuses(target).await {
+            Ok(statuses) => {
+                let found = statuses
+                    .iter()
+                    .filter(|s| s.id.contains(ControlPlaneComponent::ApiServer.name()))
+                    .flat_map(|s| s.images.iter())
+                    .find_map(|i| image_version(i));
+                if found.is_some() {
+                    return found;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot read the node's static pods from Talos; asking Kubernetes")
             }
         }
+    }
+    match kube.control_plane_pods(&node.name).await {
+        Ok(pods) => pods
+            .iter()
+            .find(|p| p.component == ControlPlaneComponent::ApiServer)
+            .and_then(|p| image_version(&p.image)),
         Err(err) => {
-            tracing::warn!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot list the node's control-plane pods")
+            tracing::warn!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot list the node's control-plane pods");
+            None
         }
     }
-    let statuses = talos.static_pod_statuses(target?).await.ok()?;
-    statuses
-        .iter()
-        .filter(|s| s.id.contains(ControlPlaneComponent::ApiServer.name()))
-        .flat_map(|s| s.images.iter())
-        .find_map(|i| image_version(i))
 }
 
 fn image_version(image: &str) -> Option<KubeVersion> {
@@ -341,14 +354,14 @@ impl ClusterCreds {
             .map_err(|err| RefreshError::Talosconfig {
                 cluster: cluster.to_string(),
                 path: self.talosconfig.clone(),
-                err,
+                err: Box::new(err),
             })?;
         let kube = KubeClient::from_kubeconfig(&self.kubeconfig, settings.kube.clone())
             .await
             .map_err(|err| RefreshError::Kubeconfig {
                 cluster: cluster.to_string(),
                 path: self.kubeconfig.clone(),
-                err,
+                err: Box::new(err),
             })?;
         Ok((talos, kube))
     }
@@ -480,16 +493,11 @@ async fn refresh_clusters(
             report.insert(name.clone(), Outcome::NotSeeded);
         }
     }
-    let observations: Vec<(String, Result<Observation, RefreshError>)> =
-        futures::future::join_all(seeded.iter().map(|name| async move {
-            let creds = ClusterCreds::new(creds_dir, name);
-            let result = match creds.clients(name, settings).await {
-                Ok((talos, kube)) => observe(&talos, &kube, name).await,
-                Err(e) => Err(e),
-            };
-            (name.clone(), result)
-        }))
-        .await;
+    let pending: Vec<_> = seeded
+        .iter()
+        .map(|name| observe_from_creds(creds_dir, name, settings))
+        .collect();
+    let observations = futures::future::join_all(pending).await;
     let mut observed = BTreeMap::new();
     for (name, result) in observations {
         match result {
@@ -516,6 +524,20 @@ async fn refresh_clusters(
             .map(|(cluster, outcome)| ClusterRefresh { cluster, outcome })
             .collect(),
     })
+}
+
+/// Observe one cluster with the clients its credentials directory describes.
+async fn observe_from_creds(
+    creds_dir: &Path,
+    name: &str,
+    settings: &RefreshSettings,
+) -> (String, Result<Observation, RefreshError>) {
+    let creds = ClusterCreds::new(creds_dir, name);
+    let result = match creds.clients(name, settings).await {
+        Ok((talos, kube)) => observe(&talos, &kube, name).await,
+        Err(e) => Err(e),
+    };
+    (name.to_string(), result)
 }
 
 /// Merge each observation into its cluster's current record and write the changed ones in one
@@ -581,23 +603,20 @@ pub fn write_observations(
 }
 
 /// Refresh forever: now, then every `interval` or as soon as `kick` is notified (e.g. after a
-/// rollout step). `on_change` runs after every refresh that wrote a record (re-plan). Store
-/// errors are logged and retried at the next tick.
+/// rollout step; use `notify_one`, which is remembered if the loop is busy). `on_refresh` runs
+/// after every refresh with its report; re-plan when [`RefreshReport::changed`]. Store errors
+/// are logged and retried at the next tick.
 pub async fn refresh_loop(
     store: Arc<dyn Store>,
     creds_dir: PathBuf,
     interval: Duration,
     settings: RefreshSettings,
     kick: Arc<tokio::sync::Notify>,
-    on_change: impl Fn(&RefreshReport) + Send,
+    on_refresh: impl Fn(&RefreshReport) + Send,
 ) {
     loop {
         match refresh_all(store.as_ref(), &creds_dir, &settings).await {
-            Ok(report) => {
-                if report.changed() {
-                    on_change(&report);
-                }
-            }
+            Ok(report) => on_refresh(&report),
             Err(e) => {
                 tracing::warn!(error = %crate::error_chain(&e), "inventory refresh failed")
             }

@@ -559,3 +559,40 @@ async fn refresh_merges_into_a_record_written_concurrently() {
     assert_eq!(after.generation, 2);
     e.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_refresh_loop_runs_on_start_and_when_kicked() {
+    let e = env(quick_default()).await;
+    let (p, store) = seeded(&e).await;
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(store);
+    let kick = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(refresh::refresh_loop(
+        store.clone(),
+        p.creds.clone(),
+        std::time::Duration::from_secs(3600),
+        fast_refresh(),
+        kick.clone(),
+        move |report: &refresh::RefreshReport| {
+            let _ = tx.send(report.clone());
+        },
+    ));
+    let first = rx.recv().await.expect("a refresh on start");
+    assert_eq!(
+        outcome(&first, "home"),
+        Outcome::Unchanged { generation: 1 }
+    );
+    // A change, then a kick (a rollout step finished): the loop refreshes at once.
+    e.talos().reboot(&node("w-1")).await.unwrap();
+    e.sim.talos.complete_boot("w-1").unwrap();
+    kick.notify_one();
+    let report = rx.recv().await.expect("a refresh after the kick");
+    assert!(report.changed());
+    assert_eq!(
+        outcome(&report, "home"),
+        Outcome::Changed { from: 1, to: 2 }
+    );
+    assert_eq!(record(store.as_ref()).generation, 2);
+    task.abort();
+    e.sim.shutdown().await;
+}
