@@ -70,6 +70,8 @@ pub struct Shared {
     pub events: tokio::sync::broadcast::Sender<crate::rollout::executor::RolloutEvent>,
     pub creds_dir: PathBuf,
     pub state_dir: PathBuf,
+    /// Ask the inventory refresh to run now (after rollout steps); remembered if it is busy.
+    pub refresh_kick: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -93,6 +95,7 @@ impl Shared {
             events: tokio::sync::broadcast::channel(4096).0,
             creds_dir: PathBuf::from("creds"),
             state_dir: PathBuf::from("."),
+            refresh_kick: Arc::new(tokio::sync::Notify::new()),
         }
     }
     /// Something changed: wake the reconcile and executor loops.
@@ -196,6 +199,27 @@ pub async fn run(
     run_with_leadership(config, store, leadership, bound, shutdown).await
 }
 
+/// Refresh the inventory on start, every `interval`, and when kicked; only the leader writes.
+/// A changed cluster bumps the change counter (its plans are stale; re-plan).
+async fn refresh_loop(shared: Arc<Shared>, interval: std::time::Duration) {
+    let settings = refresh::RefreshSettings::default();
+    loop {
+        if shared.leadership.is_leader() {
+            match refresh::refresh_all(shared.store.as_ref(), &shared.creds_dir, &settings).await {
+                Ok(report) if report.changed() => shared.bump(),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %crate::error_chain(&e), "inventory refresh failed; retrying at the next interval")
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shared.refresh_kick.notified() => {}
+        }
+    }
+}
+
 /// Reconcile after every change; never busy: it sleeps until the change counter moves.
 async fn reconcile_loop(shared: Arc<Shared>) {
     let mut changes = shared.subscribe_changes();
@@ -285,6 +309,7 @@ pub async fn run_with_leadership(
         Err(e) => tracing::warn!(error = %crate::error_chain(&e), "initial reconcile failed"),
     }
     let reconciler = tokio::spawn(reconcile_loop(shared.clone()));
+    let refresher = tokio::spawn(refresh_loop(shared.clone(), config.refresh_interval));
     if !config.rollouts {
         tracing::info!(
             "--rollouts is off: the executor is disabled and the server is read-only for clusters"
@@ -359,6 +384,7 @@ pub async fn run_with_leadership(
         .map_err(ServeError::Transport);
     reloader.abort();
     reconciler.abort();
+    refresher.abort();
     if let Some(m) = metrics {
         m.abort();
     }

@@ -255,6 +255,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
                             );
                         }
                         if o == crate::rollout::machine::Op::Uncordon {
+                            shared.refresh_kick.notify_one();
                             shared.notifier.send(note(
                                 crate::webhook::EventKind::NodeDone,
                                 &e,
@@ -351,6 +352,7 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
         at: jiff::Timestamp::now().to_string(),
     });
     // The cluster changed under the job: observe it again.
+    shared.refresh_kick.notify_one();
     shared.bump();
 }
 
