@@ -28,7 +28,7 @@ use serde::Serialize;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use fault::{Effect, FaultError, FaultPlan, Method, NodeCounters, Trigger};
-pub use model::Power;
+pub use model::{Bootloader, Power};
 pub use scenario::{NodeSpec, RebootTiming, Role, Scenario, ScenarioError, Timing, WorkloadSpec};
 
 use self::fault::ArmedFault;
@@ -304,6 +304,14 @@ impl SimTalos {
     pub fn set_etcd_healthy(&self, node: &str, healthy: bool) -> Result<(), SimError> {
         let idx = self.index(node)?;
         self.shared.lock().nodes[idx].etcd_healthy = healthy;
+        Ok(())
+    }
+
+    /// Choose how a node boots (systemd-boot by default). With GRUB the node, like a real one,
+    /// offers no way to see an installed-but-not-booted upgrade.
+    pub fn set_bootloader(&self, node: &str, bootloader: Bootloader) -> Result<(), SimError> {
+        let idx = self.index(node)?;
+        self.shared.lock().nodes[idx].bootloader = bootloader;
         Ok(())
     }
 

@@ -25,6 +25,20 @@ pub enum Power {
     Gone,
 }
 
+/// How a node boots, which decides what the Talos API can tell about its next boot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bootloader {
+    /// UEFI with systemd-boot (Talos' default on UEFI): the installer writes the UKI
+    /// `Talos-<version>.efi` and sets the EFI variable `LoaderEntryDefault` to it; the variable
+    /// is readable through `MachineService.Read` of efivarfs.
+    #[default]
+    SdBoot,
+    /// GRUB (BIOS machines, older installs): the default entry lives on the BOOT partition,
+    /// which is not mounted at runtime, so no API shows the next boot.
+    Grub,
+}
+
 /// How the boot in progress will end (decided when the reboot starts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct BootPlan {
@@ -45,6 +59,7 @@ pub(crate) struct SimNode {
     pub running: TalosVersion,
     /// The boot entry an upgrade wrote; the default for the next boot.
     pub installed: Option<TalosVersion>,
+    pub bootloader: Bootloader,
     pub boot_id: String,
     /// Reboots started; also identifies the boot in progress.
     pub reboot_seq: u64,
@@ -149,6 +164,7 @@ impl Cluster {
                     spec: spec.clone(),
                     running: spec.talos.clone(),
                     installed: None,
+                    bootloader: Bootloader::default(),
                     boot_id: hex_id(&[&spec.name, "boot", "0"]),
                     reboot_seq: 0,
                     power: Power::Up,
