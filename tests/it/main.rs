@@ -12,6 +12,7 @@ mod ha;
 mod k8s;
 mod plan;
 mod rollout;
+mod rollout_sim;
 mod server;
 mod store;
 mod talos;

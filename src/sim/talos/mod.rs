@@ -158,7 +158,16 @@ impl SimTalos {
             .add_service(with_limits!(ClusterServiceServer::new(api.clone())))
             .add_service(with_limits!(StateServer::new(api)));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Go servers (apid) disable Nagle on every connection; without it each small gRPC
+        // frame waits for the peer's delayed ACK (40 ms on Linux).
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            |conn| {
+                conn.inspect(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                })
+            },
+        );
         let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = rx.await;
         }));

@@ -83,8 +83,28 @@ impl SimNode {
     }
 
     pub fn facts(&self) -> Option<ConfigFacts> {
-        machineconfig::facts(&self.config).ok()
+        facts_of(&self.config)
     }
+}
+
+/// [`machineconfig::facts`], memoized by content: every kube-side request derives the nodes
+/// from the configs, and parsing six of them per request dominated the simulator's latency in
+/// debug builds, while configs change only on apply and boot.
+fn facts_of(config: &[u8]) -> Option<ConfigFacts> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MEMO: OnceLock<Mutex<HashMap<Vec<u8>, Option<ConfigFacts>>>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(f) = memo.lock().unwrap_or_else(|p| p.into_inner()).get(config) {
+        return f.clone();
+    }
+    let f = machineconfig::facts(config).ok();
+    let mut m = memo.lock().unwrap_or_else(|p| p.into_inner());
+    if m.len() >= 4096 {
+        m.clear();
+    }
+    m.insert(config.to_vec(), f.clone());
+    f
 }
 
 fn hex_id(parts: &[&str]) -> String {
