@@ -98,6 +98,11 @@ impl fmt::Debug for SecretKey {
 }
 
 impl SecretKey {
+    /// A fresh Ed25519 key (`medea demo`'s ephemeral approvers).
+    pub fn generate_ed25519() -> Result<SecretKey, ssh_key::Error> {
+        PrivateKey::random(&mut ssh_key::rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+            .map(SecretKey)
+    }
     pub fn public_key(&self) -> &PublicKey {
         self.0.public_key()
     }

@@ -12,6 +12,7 @@ pub mod approvals;
 pub mod approve;
 pub mod client;
 pub mod debug;
+pub mod demo;
 pub mod desired;
 pub mod doctor;
 pub mod ha;
@@ -47,6 +48,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the simulator and the server in-process, show the plan; with --approve, run it.
+    Demo(demo::DemoArgs),
     /// Check desired-state files: every error at once, with file:line:col.
     #[command(
         after_help = "Examples:\n  medea validate examples/\n  medea validate --git . --ref main\n\nExit status: 0 valid, 1 invalid (diagnostics on stderr)."
@@ -150,6 +153,7 @@ pub fn main() -> ExitCode {
 pub fn run(cli: Cli) -> miette::Result<u8> {
     match cli.command {
         Command::Validate(args) => desired::validate(args),
+        Command::Demo(args) => demo::run(args),
         Command::Schema(args) => desired::schema(args),
         Command::Plan(args) => plan::plan(args),
         Command::StoreTorture(args) => debug::store_torture(args),

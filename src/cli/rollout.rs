@@ -162,7 +162,7 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
 }
 
 /// Follow a job: progress bars per node on a TTY, one line per event otherwise.
-async fn follow(
+pub(crate) async fn follow(
     c: &mut super::client::Client,
     addr: &str,
     job: pb::Rollout,

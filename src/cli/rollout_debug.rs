@@ -1,5 +1,7 @@
-//! Hidden commands for the rollout crash harness: run every running job of a store against a
-//! persistent fake cluster in a child process that the test kills at journal points.
+//! Hidden commands for the rollout crash harness: run the running jobs of a store in a child
+//! process that the test kills at journal points, either against a persistent fake cluster
+//! (`--fake-state`) or against a real API (a simulator) through the real adapters
+//! (`--creds-dir` + `--cluster`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,46 +9,68 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::k8s::{ClientOptions, DrainOptions};
+use crate::rollout::adapters::{KubeAdapter, TalosAdapter};
 use crate::rollout::fake::FakeCluster;
-use crate::rollout::{CrashPoints, Executor, ExecutorConfig, RunOutcome, SystemClock};
+use crate::rollout::ports::{KubePort, TalosPort};
+use crate::rollout::{
+    CrashPoints, Executor, ExecutorConfig, JobId, RolloutError, RunOutcome, SystemClock,
+};
 use crate::store::fjall::FjallStore;
+use crate::talos::{ClientSettings, RetryPolicy};
 
 #[derive(Debug, Args)]
 pub struct RolloutRunArgs {
     /// The store directory holding the jobs.
     #[arg(long)]
     pub store: PathBuf,
-    /// The persistent fake cluster (JSON state written by `FakeCluster::save`). The only
-    /// cluster kind so far; a simulator endpoint is the next.
+    /// The persistent fake cluster (JSON state written by `FakeCluster::save`).
     #[arg(long)]
     pub fake_state: Option<PathBuf>,
+    /// Cluster credentials as <creds-dir>/<cluster>/{talosconfig,kubeconfig}: run the jobs of
+    /// `--cluster` through the real Talos and Kubernetes adapters (e.g. against `medea sim`).
+    #[arg(long)]
+    pub creds_dir: Option<PathBuf>,
+    /// The cluster whose jobs run (with `--creds-dir`).
+    #[arg(long)]
+    pub cluster: Option<String>,
     /// Where etcd snapshots go (default: `<store>/../snapshots`).
     #[arg(long)]
     pub snapshots: Option<PathBuf>,
     /// The global rollouts gate.
     #[arg(long)]
     pub rollouts: bool,
-    /// Poll interval and backoff base, in milliseconds.
+    /// Poll interval and backoff base, in milliseconds (also the adapters' retry base).
     #[arg(long, default_value_t = 0)]
     pub poll_ms: u64,
 }
 
-/// Run all running jobs to the end. Crash points come from `MEDEA_CRASH_AT` /
+enum Target {
+    Fake(PathBuf),
+    Creds { dir: PathBuf, cluster: String },
+}
+
+/// Run the running jobs to the end. Crash points come from `MEDEA_CRASH_AT` /
 /// `MEDEA_CRASH_BEFORE`. Prints one `<job> <outcome>` line per job; exit 0 when all succeeded.
 pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
-    let Some(fake_state) = &args.fake_state else {
-        return Err(miette::miette!(
-            "no cluster to run against: pass --fake-state <file>"
-        ));
+    let target = match (&args.fake_state, &args.creds_dir, &args.cluster) {
+        (Some(f), None, None) => Target::Fake(f.clone()),
+        (None, Some(dir), Some(cluster)) => Target::Creds {
+            dir: dir.clone(),
+            cluster: cluster.clone(),
+        },
+        (None, None, None) => {
+            return Err(miette::miette!(
+                "no cluster to run against: pass --fake-state <file>, or --creds-dir <dir> with --cluster <name>"
+            ));
+        }
+        _ => {
+            return Err(miette::miette!(
+                "pass either --fake-state <file> or --creds-dir <dir> with --cluster <name> (both --creds-dir and --cluster, and not with --fake-state)"
+            ));
+        }
     };
-    let fake = FakeCluster::persistent(fake_state).map_err(|e| {
-        miette::miette!(
-            "cannot load the fake cluster `{}`: {e}",
-            fake_state.display()
-        )
-    })?;
-    let store = FjallStore::open(&args.store).map_err(|e| miette::miette!("{e}"))?;
-    let snapshots = args.snapshots.unwrap_or_else(|| {
+    let snapshots = args.snapshots.clone().unwrap_or_else(|| {
         args.store
             .parent()
             .map(|p| p.join("snapshots"))
@@ -62,15 +86,103 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
         .enable_all()
         .build()
         .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+    match target {
+        Target::Fake(path) => {
+            let fake = FakeCluster::persistent(&path).map_err(|e| {
+                miette::miette!("cannot load the fake cluster `{}`: {e}", path.display())
+            })?;
+            drive(&rt, &args, cfg, fake.talos(), fake.kube(), None)
+        }
+        Target::Creds { dir, cluster } => {
+            // the adapters are built (credentials read) before the store is touched
+            let (talos, kube) = rt
+                .block_on(async {
+                    let talos =
+                        TalosAdapter::from_creds_with(&dir, &cluster, talos_settings(tick))?;
+                    let kube = KubeAdapter::from_creds_with(&dir, &cluster, kube_options(tick))
+                        .await?
+                        .with_drain_policy(drain_policy(tick));
+                    Ok::<_, crate::rollout::adapters::AdapterError>((talos, kube))
+                })
+                .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+            drive(&rt, &args, cfg, talos, kube, Some(&cluster))
+        }
+    }
+}
+
+/// The Talos client's retries, scaled down with the poll interval (defaults when 0).
+fn talos_settings(tick: Duration) -> ClientSettings {
+    if tick.is_zero() {
+        return ClientSettings::default();
+    }
+    ClientSettings {
+        retry: RetryPolicy {
+            min_delay: tick,
+            max_delay: tick * 8,
+            max_attempts: 4,
+        },
+        ..ClientSettings::default()
+    }
+}
+
+fn kube_options(tick: Duration) -> ClientOptions {
+    if tick.is_zero() {
+        return ClientOptions::default();
+    }
+    ClientOptions {
+        retry: crate::k8s::RetryPolicy {
+            attempts: 4,
+            min_delay: tick,
+            max_delay: tick * 8,
+        },
+    }
+}
+
+fn drain_policy(tick: Duration) -> DrainOptions {
+    if tick.is_zero() {
+        return DrainOptions::default();
+    }
+    DrainOptions {
+        min_backoff: tick,
+        max_backoff: tick * 8,
+        poll_interval: tick,
+        ..DrainOptions::default()
+    }
+}
+
+fn drive<T: TalosPort + 'static, K: KubePort + 'static>(
+    rt: &tokio::runtime::Runtime,
+    args: &RolloutRunArgs,
+    cfg: ExecutorConfig,
+    talos: T,
+    kube: K,
+    cluster: Option<&str>,
+) -> miette::Result<u8> {
+    let store = FjallStore::open(&args.store).map_err(|e| miette::miette!("{e}"))?;
     let exec = Arc::new(Executor::new(
         Arc::new(store),
-        fake.talos(),
-        fake.kube(),
+        talos,
+        kube,
         SystemClock,
         cfg,
     ));
-    let results = rt
-        .block_on(exec.resume_all())
+    let results: Vec<(JobId, Result<RunOutcome, RolloutError>)> = rt
+        .block_on(async {
+            match cluster {
+                None => exec.resume_all().await,
+                // adapters talk to one cluster: run that cluster's jobs only
+                Some(c) => {
+                    let mut out = Vec::new();
+                    for job in exec.running_jobs()? {
+                        if job.cluster == c {
+                            let r = exec.run(&job.id).await;
+                            out.push((job.id, r));
+                        }
+                    }
+                    Ok(out)
+                }
+            }
+        })
         .map_err(|e| miette::miette!("{e}"))?;
     let mut all_ok = true;
     for (job, r) in results {

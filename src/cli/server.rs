@@ -164,6 +164,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         refresh_interval: args.refresh_interval,
         metrics_listen: args.metrics_listen,
         webhooks: args.webhook.clone(),
+        executor_poll: None,
         replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);

@@ -4,7 +4,8 @@
 //! ([`machine`]), the journal ([`journal`]), the executor ([`executor`]), the port traits it
 //! drives ([`ports`]) and in-memory fakes of them ([`fake`]).
 //! **May depend on:** `plan`, `inventory`, `desired::window`, `store`, `version`; its own ports.
-//! Never on `talos` or `k8s`: their adapters implement [`ports`].
+//! Only [`adapters`] (the edge: [`ports`] over the real clients) depends on `talos` and `k8s`;
+//! the machine, the journal and the executor never do.
 //!
 //! Architecture Invariant: [`machine`] is pure: no tokio, no filesystem, no network, no clock
 //! (`tests/it/architecture.rs` enforces it). Time and observations are arguments.
@@ -19,6 +20,7 @@
 //!
 //! See `design/rollout.md`.
 
+pub mod adapters;
 pub mod executor;
 pub mod fake;
 pub mod job;

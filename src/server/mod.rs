@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Webhook URLs notified of plan and rollout events.
     pub webhooks: Vec<String>,
+    /// How often a running job re-observes its nodes (default 5s; the demo uses less).
+    pub executor_poll: Option<std::time::Duration>,
 }
 
 /// State shared by the API and the background loops.
@@ -310,6 +312,25 @@ pub async fn run_with_leadership(
     }
     let reconciler = tokio::spawn(reconcile_loop(shared.clone()));
     let refresher = tokio::spawn(refresh_loop(shared.clone(), config.refresh_interval));
+    let executor = if config.rollouts {
+        let mut cfg =
+            crate::rollout::executor::ExecutorConfig::new(true, config.state_dir.join("snapshots"));
+        if let Some(p) = config.executor_poll {
+            cfg.poll = p;
+            cfg.backoff_min = p;
+        }
+        cfg.crash = crate::rollout::executor::CrashPoints::from_env();
+        let factory = Arc::new(rollouts::CredsPorts {
+            creds_dir: config.creds_dir.clone(),
+        });
+        Some(tokio::spawn(rollouts::executor_loop(
+            shared.clone(),
+            factory,
+            cfg,
+        )))
+    } else {
+        None
+    };
     if !config.rollouts {
         tracing::info!(
             "--rollouts is off: the executor is disabled and the server is read-only for clusters"
@@ -385,6 +406,9 @@ pub async fn run_with_leadership(
     reloader.abort();
     reconciler.abort();
     refresher.abort();
+    if let Some(e) = executor {
+        e.abort();
+    }
     if let Some(m) = metrics {
         m.abort();
     }

@@ -370,3 +370,21 @@ impl crate::rollout::executor::Fence for LeaderFence {
         }
     }
 }
+
+/// The real ports of a cluster, from `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`.
+pub struct CredsPorts {
+    pub creds_dir: std::path::PathBuf,
+}
+
+impl PortFactory for CredsPorts {
+    type Talos = crate::rollout::adapters::TalosAdapter;
+    type Kube = crate::rollout::adapters::KubeAdapter;
+    async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), String> {
+        let talos = crate::rollout::adapters::TalosAdapter::from_creds(&self.creds_dir, cluster)
+            .map_err(|e| crate::error_chain(&e))?;
+        let kube = crate::rollout::adapters::KubeAdapter::from_creds(&self.creds_dir, cluster)
+            .await
+            .map_err(|e| crate::error_chain(&e))?;
+        Ok((talos, kube))
+    }
+}

@@ -15,6 +15,7 @@ mod ha;
 mod k8s;
 mod plan;
 mod rollout;
+mod rollout_sim;
 mod seed;
 mod server;
 mod sim_cluster;

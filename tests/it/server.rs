@@ -99,6 +99,7 @@ pub fn start_with(
         replica: "test".into(),
         metrics_listen: None,
         webhooks: vec![],
+        executor_poll: None,
     };
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -306,6 +306,8 @@ pub async fn start(
             let Ok((tcp, _peer)) = listener.accept().await else {
                 continue;
             };
+            // as Go's net/http does: no Nagle delay on small responses
+            let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let service = TowerToHyperService::new(router.clone());
             connections.spawn(async move {

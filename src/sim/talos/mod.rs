@@ -28,7 +28,7 @@ use serde::Serialize;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use fault::{Effect, FaultError, FaultPlan, Method, NodeCounters, Trigger};
-pub use model::Power;
+pub use model::{Bootloader, Power};
 pub use scenario::{NodeSpec, RebootTiming, Role, Scenario, ScenarioError, Timing, WorkloadSpec};
 
 use self::fault::ArmedFault;
@@ -158,7 +158,16 @@ impl SimTalos {
             .add_service(with_limits!(ClusterServiceServer::new(api.clone())))
             .add_service(with_limits!(StateServer::new(api)));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Go servers (apid) disable Nagle on every connection; without it each small gRPC
+        // frame waits for the peer's delayed ACK (40 ms on Linux).
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            |conn| {
+                conn.inspect(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                })
+            },
+        );
         let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = rx.await;
         }));
@@ -304,6 +313,14 @@ impl SimTalos {
     pub fn set_etcd_healthy(&self, node: &str, healthy: bool) -> Result<(), SimError> {
         let idx = self.index(node)?;
         self.shared.lock().nodes[idx].etcd_healthy = healthy;
+        Ok(())
+    }
+
+    /// Choose how a node boots (systemd-boot by default). With GRUB the node, like a real one,
+    /// offers no way to see an installed-but-not-booted upgrade.
+    pub fn set_bootloader(&self, node: &str, bootloader: Bootloader) -> Result<(), SimError> {
+        let idx = self.index(node)?;
+        self.shared.lock().nodes[idx].bootloader = bootloader;
         Ok(())
     }
 

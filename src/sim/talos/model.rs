@@ -25,6 +25,20 @@ pub enum Power {
     Gone,
 }
 
+/// How a node boots, which decides what the Talos API can tell about its next boot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bootloader {
+    /// UEFI with systemd-boot (Talos' default on UEFI): the installer writes the UKI
+    /// `Talos-<version>.efi` and sets the EFI variable `LoaderEntryDefault` to it; the variable
+    /// is readable through `MachineService.Read` of efivarfs.
+    #[default]
+    SdBoot,
+    /// GRUB (BIOS machines, older installs): the default entry lives on the BOOT partition,
+    /// which is not mounted at runtime, so no API shows the next boot.
+    Grub,
+}
+
 /// How the boot in progress will end (decided when the reboot starts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct BootPlan {
@@ -45,6 +59,7 @@ pub(crate) struct SimNode {
     pub running: TalosVersion,
     /// The boot entry an upgrade wrote; the default for the next boot.
     pub installed: Option<TalosVersion>,
+    pub bootloader: Bootloader,
     pub boot_id: String,
     /// Reboots started; also identifies the boot in progress.
     pub reboot_seq: u64,
@@ -68,8 +83,28 @@ impl SimNode {
     }
 
     pub fn facts(&self) -> Option<ConfigFacts> {
-        machineconfig::facts(&self.config).ok()
+        facts_of(&self.config)
     }
+}
+
+/// [`machineconfig::facts`], memoized by content: every kube-side request derives the nodes
+/// from the configs, and parsing six of them per request dominated the simulator's latency in
+/// debug builds, while configs change only on apply and boot.
+fn facts_of(config: &[u8]) -> Option<ConfigFacts> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MEMO: OnceLock<Mutex<HashMap<Vec<u8>, Option<ConfigFacts>>>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(f) = memo.lock().unwrap_or_else(|p| p.into_inner()).get(config) {
+        return f.clone();
+    }
+    let f = machineconfig::facts(config).ok();
+    let mut m = memo.lock().unwrap_or_else(|p| p.into_inner());
+    if m.len() >= 4096 {
+        m.clear();
+    }
+    m.insert(config.to_vec(), f.clone());
+    f
 }
 
 fn hex_id(parts: &[&str]) -> String {
@@ -149,6 +184,7 @@ impl Cluster {
                     spec: spec.clone(),
                     running: spec.talos.clone(),
                     installed: None,
+                    bootloader: Bootloader::default(),
                     boot_id: hex_id(&[&spec.name, "boot", "0"]),
                     reboot_seq: 0,
                     power: Power::Up,

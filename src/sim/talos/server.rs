@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use super::fault::{Effect, Method, Occasion};
 use super::machineconfig;
-use super::model::{Cluster, Power, RebootTicket};
+use super::model::{Bootloader, Cluster, Power, RebootTicket};
 use super::scenario::RebootTiming;
 use crate::talos::pbstruct;
 use crate::talos::proto::cluster::{self as pb_cluster, cluster_service_server::ClusterService};
@@ -78,6 +78,25 @@ fn meta() -> Option<common::Metadata> {
 
 /// The one layer every simulated image has.
 const SIM_LAYER: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+
+/// systemd-boot's variables (vendor GUID `4a67b082-…`, `efivarfs.ScopeSystemd` in Talos).
+const LOADER_ENTRY_DEFAULT: &str =
+    "/sys/firmware/efi/efivars/LoaderEntryDefault-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
+const LOADER_ENTRY_SELECTED: &str =
+    "/sys/firmware/efi/efivars/LoaderEntrySelected-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
+/// EFI variable attributes: non-volatile, boot-service and runtime access.
+const EFI_NV_BS_RT: u32 = 0x7;
+const EFI_BS_RT: u32 = 0x6;
+
+/// An efivarfs file: the 4-byte little-endian attributes, then the value, here a NUL-terminated
+/// UTF-16LE string as systemd-boot (and Talos' `sdboot.WriteVariable`) stores it.
+fn efivar(attributes: u32, value: &str) -> Vec<u8> {
+    let mut out = attributes.to_le_bytes().to_vec();
+    for unit in value.encode_utf16().chain([0]) {
+        out.extend_from_slice(&unit.to_le_bytes());
+    }
+    out
+}
 
 const SNAPSHOT_DB_SIZE: usize = 64 * 1024;
 const SNAPSHOT_CHUNK: usize = 16 * 1024;
@@ -295,10 +314,26 @@ impl MachineService for Api {
     ) -> Result<Response<BoxStream<common::Data>>, Status> {
         let idx = self.admit(&req, Method::Read)?;
         let c = self.shared.lock();
+        let n = &c.nodes[idx];
+        let sd_boot = n.bootloader == Bootloader::SdBoot;
         match req.get_ref().path.as_str() {
             "/proc/sys/kernel/random/boot_id" => Ok(stream_of(vec![Ok(common::Data {
                 metadata: meta(),
-                bytes: format!("{}\n", c.nodes[idx].boot_id).into_bytes(),
+                bytes: format!("{}\n", n.boot_id).into_bytes(),
+            })])),
+            // systemd-boot's variables, as efivarfs shows them: the installer points
+            // `LoaderEntryDefault` at the UKI it wrote; sd-boot sets `LoaderEntrySelected` to
+            // the entry it booted.
+            LOADER_ENTRY_DEFAULT if sd_boot => {
+                let v = n.installed.as_ref().unwrap_or(&n.running);
+                Ok(stream_of(vec![Ok(common::Data {
+                    metadata: meta(),
+                    bytes: efivar(EFI_NV_BS_RT, &format!("Talos-{v}.efi")),
+                })]))
+            }
+            LOADER_ENTRY_SELECTED if sd_boot => Ok(stream_of(vec![Ok(common::Data {
+                metadata: meta(),
+                bytes: efivar(EFI_BS_RT, &format!("Talos-{}.efi", n.running)),
             })])),
             p => Err(Status::not_found(format!(
                 "open {p}: no such file or directory"
@@ -956,6 +991,60 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                 ),
             )]
         }
+        // The bootstrap manifests a control plane renders (what upgrade-k8s applies last):
+        // kube-proxy and CoreDNS, at the version of the node's kube-apiserver image.
+        ("controlplane", "Manifests.kubernetes.talos.dev") => {
+            let Some(f) = facts.as_ref().filter(|f| f.machine_type != "worker") else {
+                return Some(vec![]);
+            };
+            let version = f
+                .static_pod_images
+                .get("kube-apiserver")
+                .and_then(|i| i.rsplit(':').next())
+                .unwrap_or("v0.0.0")
+                .to_string();
+            let manifests = [
+                (
+                    "10-kube-proxy",
+                    serde_json::json!({
+                        "apiVersion": "apps/v1", "kind": "DaemonSet",
+                        "metadata": {"name": "kube-proxy", "namespace": "kube-system", "labels": {"k8s-app": "kube-proxy"}},
+                        "spec": {"selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
+                                 "template": {"metadata": {"labels": {"k8s-app": "kube-proxy"}},
+                                              "spec": {"containers": [{"name": "kube-proxy", "image": format!("registry.k8s.io/kube-proxy:{version}")}]}}}
+                    }),
+                ),
+                (
+                    "11-core-dns",
+                    serde_json::json!({
+                        "apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": "coredns", "namespace": "kube-system"}
+                    }),
+                ),
+            ];
+            manifests
+                .into_iter()
+                .map(|(id, obj)| {
+                    let spec = k8s::ManifestSpec {
+                        items: vec![k8s::SingleManifest {
+                            object: obj.as_object().map(pbstruct::to_struct),
+                        }],
+                    };
+                    cosi_resource(
+                        ResMeta {
+                            namespace: "controlplane",
+                            rtype,
+                            id,
+                            version: n.config_version,
+                            owner: "k8s.ManifestController",
+                        },
+                        started,
+                        spec.encode_to_vec(),
+                        yaml(&obj),
+                    )
+                })
+                .collect()
+        }
         ("runtime", "Services.v1alpha1.talos.dev") => c
             .services(idx)
             .into_iter()
@@ -1039,6 +1128,14 @@ impl State for Api {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn efivars_are_attributes_then_nul_terminated_utf16le() {
+        assert_eq!(
+            efivar(EFI_NV_BS_RT, "Ta"),
+            [7, 0, 0, 0, b'T', 0, b'a', 0, 0, 0]
+        );
+    }
 
     #[test]
     fn installer_preflight_allows_two_minors_up_and_one_down() {

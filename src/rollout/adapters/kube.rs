@@ -1,0 +1,172 @@
+//! [`KubeAdapter`]: [`KubePort`] over the Kubernetes client.
+//!
+//! The drain is the client's PDB-aware drain (evictions only, never a delete); a PodDisruption
+//! Budget that still refuses when the drain timeout runs out comes back as
+//! [`DrainOutcome::Blocked`], which the machine turns into a halt once the pool's drain timeout
+//! has passed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{AdapterError, cluster_creds_dir, timed};
+use crate::k8s::{
+    self, ClientOptions, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient,
+};
+use crate::rollout::ports::{
+    Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod,
+};
+
+const API: &str = "kubernetes";
+
+/// The Kubernetes side of one cluster.
+#[derive(Debug)]
+pub struct KubeAdapter {
+    client: KubeClient,
+    /// Drain policy; `timeout` is replaced by each call's.
+    drain: DrainOptions,
+}
+
+fn classify(op: &'static str, target: &str, e: K8sError) -> PortError {
+    if e.is_transient() {
+        PortError::transient(op, target, e)
+    } else {
+        PortError::failed(op, target, e)
+    }
+}
+
+fn component(c: Component) -> Option<ControlPlaneComponent> {
+    match c {
+        Component::ApiServer => Some(ControlPlaneComponent::ApiServer),
+        Component::ControllerManager => Some(ControlPlaneComponent::ControllerManager),
+        Component::Scheduler => Some(ControlPlaneComponent::Scheduler),
+        Component::Proxy | Component::Kubelet => None,
+    }
+}
+
+impl KubeAdapter {
+    /// The adapter over `client`, with the default drain policy (refuse pods with `emptyDir`
+    /// data and pods without a controller, up front, naming them).
+    pub fn new(client: KubeClient) -> KubeAdapter {
+        KubeAdapter {
+            client,
+            drain: DrainOptions::default(),
+        }
+    }
+
+    /// Use `options` for drains (local-storage and unmanaged-pod policy, backoff, polling);
+    /// the timeout always comes from the executor.
+    pub fn with_drain_policy(mut self, options: DrainOptions) -> KubeAdapter {
+        self.drain = options;
+        self
+    }
+
+    /// The adapter for `cluster`, from `<creds_dir>/<cluster>/kubeconfig` (its current context).
+    pub async fn from_creds(creds_dir: &Path, cluster: &str) -> Result<KubeAdapter, AdapterError> {
+        KubeAdapter::from_creds_with(creds_dir, cluster, ClientOptions::default()).await
+    }
+
+    /// [`Self::from_creds`] with explicit client options (retries).
+    pub async fn from_creds_with(
+        creds_dir: &Path,
+        cluster: &str,
+        options: ClientOptions,
+    ) -> Result<KubeAdapter, AdapterError> {
+        let dir = cluster_creds_dir(creds_dir, cluster)?;
+        let client = KubeClient::from_creds_dir(&dir, options)
+            .await
+            .map_err(|err| AdapterError::Kube {
+                cluster: cluster.to_string(),
+                path: k8s::kubeconfig::path_in(&dir),
+                err,
+            })?;
+        Ok(KubeAdapter::new(client))
+    }
+
+    pub fn client(&self) -> &KubeClient {
+        &self.client
+    }
+}
+
+impl KubePort for KubeAdapter {
+    async fn node(&self, node: &str) -> Result<KubeNode, PortError> {
+        let r = timed(API, "GetNode", self.client.node_readiness(node))
+            .await
+            .map_err(|e| classify("get node", node, e))?;
+        Ok(KubeNode {
+            ready: r.ready,
+            kubelet_version: Some(r.kubelet_version),
+            unschedulable: r.unschedulable,
+        })
+    }
+
+    async fn cordon(&self, node: &str) -> Result<(), PortError> {
+        timed(API, "Cordon", self.client.cordon(node))
+            .await
+            .map_err(|e| classify("cordon", node, e))
+    }
+
+    async fn uncordon(&self, node: &str) -> Result<(), PortError> {
+        timed(API, "Uncordon", self.client.uncordon(node))
+            .await
+            .map_err(|e| classify("uncordon", node, e))
+    }
+
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<DrainOutcome, PortError> {
+        let options = DrainOptions {
+            timeout,
+            ..self.drain.clone()
+        };
+        match timed(API, "Drain", self.client.drain(node, &options)).await {
+            Ok(_report) => Ok(DrainOutcome::Drained),
+            Err(K8sError::DrainBlocked { pod, pdb, .. }) => Ok(DrainOutcome::Blocked {
+                pdb: pdb.unwrap_or_else(|| "(unidentified)".to_string()),
+                pod: pod.to_string(),
+            }),
+            // evicted pods that never went away, pods the policy refuses: halt, naming them
+            Err(e) => Err(classify("drain", node, e)),
+        }
+    }
+
+    async fn static_pod(&self, node: &str, c: Component) -> Result<Option<StaticPod>, PortError> {
+        let Some(want) = component(c) else {
+            return Ok(None);
+        };
+        let pods = timed(
+            API,
+            "ControlPlanePods",
+            self.client.control_plane_pods(node),
+        )
+        .await
+        .map_err(|e| classify("list control-plane pods", node, e))?;
+        Ok(pods
+            .into_iter()
+            .find(|p| p.component == want)
+            .map(|p| StaticPod {
+                image: p.image,
+                ready: p.running && p.ready,
+            }))
+    }
+
+    async fn apply_manifests(
+        &self,
+        manifests: &[Manifest],
+        field_manager: &str,
+    ) -> Result<(), PortError> {
+        let objects = manifests
+            .iter()
+            .enumerate()
+            .map(|(i, m)| k8s::Manifest::from_value(m.0.clone(), i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PortError::failed("server-side apply", "bootstrap manifests", e))?;
+        let options = k8s::ApplyOptions {
+            field_manager: field_manager.to_string(),
+            // never take fields over from another manager silently: a conflict halts
+            force_conflicts: false,
+            dry_run: false,
+        };
+        timed(API, "Apply", self.client.apply(&objects, &options))
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("server-side apply", "bootstrap manifests", e))
+    }
+}

@@ -1,0 +1,835 @@
+//! [`TalosAdapter`]: [`TalosPort`] over the Talos machine API client.
+//!
+//! One port call is one client call or a short fixed sequence of them (a node observation is
+//! `Version`, `Read boot_id`, COSI `MachineStatus`, `ServiceList` and `Read LoaderEntryDefault`).
+//! Retries of read-only calls happen inside the client (`talos::retry`); the adapter only sorts
+//! the final errors into transient and failed.
+
+use std::path::Path;
+
+use prost::Message as _;
+use tonic::Code;
+
+use super::{AdapterError, cluster_creds_dir, timed};
+use crate::error_chain;
+use crate::rollout::ports::{
+    Component, ComponentImages, Detail, EtcdHealth, EtcdMember, ImageNamespace, MachineStage,
+    Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo, TalosNode, TalosPort, UpgradeMethod,
+};
+use crate::talos::{
+    self, ApplyOptions, ClientSettings, ImageRef, MachineConfig, TalosApi, TalosClient, TalosError,
+};
+use crate::version::TalosVersion;
+
+/// The talosconfig's file name inside a cluster's credentials directory.
+pub const TALOSCONFIG_FILE: &str = "talosconfig";
+
+/// systemd-boot's `LoaderEntryDefault` variable (vendor GUID `4a67b082-…`, Talos'
+/// `efivarfs.ScopeSystemd`) as efivarfs exposes it. The Talos installer sets it to the UKI it
+/// wrote (`Talos-<version>.efi`), so on a UEFI node booting through systemd-boot it names what
+/// the next boot runs. GRUB nodes have no such file.
+pub const LOADER_ENTRY_DEFAULT: &str =
+    "/sys/firmware/efi/efivars/LoaderEntryDefault-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
+
+const API: &str = "talos";
+
+/// The Talos side of one cluster.
+#[derive(Debug)]
+pub struct TalosAdapter {
+    client: TalosClient,
+}
+
+/// Why a machine configuration could not be read or patched. Never quotes the configuration:
+/// it holds the cluster's secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MachineConfigError {
+    #[error("the machine configuration is not valid YAML{}", at(*line, *column))]
+    Yaml {
+        line: Option<u64>,
+        column: Option<u64>,
+    },
+    #[error("the machine configuration has no v1alpha1 document (`version: v1alpha1`)")]
+    NoV1alpha1,
+    #[error("`{path}` in the machine configuration is not a mapping")]
+    NotAMapping { path: String },
+    #[error("the patched machine configuration could not be encoded")]
+    Encode,
+}
+
+fn at(line: Option<u64>, column: Option<u64>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
+        (Some(l), None) => format!(" (line {l})"),
+        _ => String::new(),
+    }
+}
+
+impl TalosAdapter {
+    pub fn new(client: TalosClient) -> TalosAdapter {
+        TalosAdapter { client }
+    }
+
+    /// The adapter for `cluster`, from `<creds_dir>/<cluster>/talosconfig` (its current
+    /// context), with the client's default timeouts and retries. Must run inside a tokio
+    /// runtime; no connection is made until the first call.
+    pub fn from_creds(creds_dir: &Path, cluster: &str) -> Result<TalosAdapter, AdapterError> {
+        TalosAdapter::from_creds_with(creds_dir, cluster, ClientSettings::default())
+    }
+
+    /// [`Self::from_creds`] with explicit client settings.
+    pub fn from_creds_with(
+        creds_dir: &Path,
+        cluster: &str,
+        settings: ClientSettings,
+    ) -> Result<TalosAdapter, AdapterError> {
+        let path = cluster_creds_dir(creds_dir, cluster)?.join(TALOSCONFIG_FILE);
+        let (client, _ctx) =
+            TalosClient::from_talosconfig(&path, None, settings).map_err(|err| {
+                AdapterError::Talos {
+                    cluster: cluster.to_string(),
+                    path: path.clone(),
+                    err,
+                }
+            })?;
+        Ok(TalosAdapter { client })
+    }
+
+    pub fn client(&self) -> &TalosClient {
+        &self.client
+    }
+
+    /// What the node boots next, from `LoaderEntryDefault` (see [`next_boot_from_efivar`]).
+    async fn next_boot(
+        &self,
+        t: &talos::NodeTarget,
+        n: &NodeTarget,
+        running: &TalosVersion,
+    ) -> Result<NextBoot, PortError> {
+        let start = std::time::Instant::now();
+        let r = self.client.read_file(t, LOADER_ENTRY_DEFAULT).await;
+        let outcome = match r {
+            Ok(bytes) => Ok(next_boot_from_efivar(&bytes, running)),
+            // no systemd-boot variable (GRUB, BIOS) or no right to read it: cannot tell
+            Err(e) if file_absent(&e) || e.code() == Some(Code::PermissionDenied) => {
+                Ok(NextBoot::Unknown)
+            }
+            Err(e) => Err(classify("MachineService.Read", &n.node, e)),
+        };
+        crate::metrics::observe_call(API, "Read", start.elapsed(), outcome.is_ok());
+        outcome
+    }
+}
+
+/// The node's Talos API target: its address (what apid routes `node` metadata to), else its
+/// name.
+fn target(n: &NodeTarget) -> Result<talos::NodeTarget, PortError> {
+    let value = if n.address.is_empty() {
+        &n.node
+    } else {
+        &n.address
+    };
+    talos::NodeTarget::parse(value).map_err(|e| PortError::failed("address the node", &n.node, e))
+}
+
+/// Worth waiting out: the node or apid unreachable, a deadline, or a mutating call whose outcome
+/// is open (the executor observes before it calls again).
+fn is_transient(e: &TalosError) -> bool {
+    match e {
+        TalosError::Indeterminate { .. } | TalosError::Timeout { .. } => true,
+        TalosError::Rpc { code, .. } => matches!(
+            code,
+            Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Cancelled
+        ),
+        _ => false,
+    }
+}
+
+fn classify(op: &'static str, node: &str, e: TalosError) -> PortError {
+    if is_transient(&e) {
+        PortError::transient(op, node, e)
+    } else {
+        PortError::failed(op, node, e)
+    }
+}
+
+/// A `Read` of a file that does not exist: apid answers `NotFound`, or relays machined's Go
+/// error (`stat …: no such file or directory`) as `Unknown`.
+fn file_absent(e: &TalosError) -> bool {
+    match e {
+        TalosError::Rpc { code, message, .. } => {
+            *code == Code::NotFound || message.contains("no such file or directory")
+        }
+        _ => false,
+    }
+}
+
+/// `LifecycleService.Upgrade` refused because an install is already running on the node
+/// (`FailedPrecondition`, "another installation/upgrade is already in progress"): the earlier
+/// call is still at work, so this is waited out and observed like a lost reply.
+fn upgrade_in_progress(e: &TalosError) -> bool {
+    matches!(e, TalosError::Rpc { code: Code::FailedPrecondition, message, .. }
+        if message.contains("already in progress"))
+}
+
+/// Decode an efivarfs `LoaderEntryDefault` file (4 bytes of attributes, then a NUL-terminated
+/// UTF-16LE entry name) into what the node boots next: `Talos-<v>.efi` with `v == running` is
+/// [`NextBoot::Same`], another version is [`NextBoot::Version`], anything else (not a Talos
+/// UKI, not a version, malformed) is [`NextBoot::Unknown`].
+pub fn next_boot_from_efivar(file: &[u8], running: &TalosVersion) -> NextBoot {
+    let Some(data) = file.get(4..) else {
+        return NextBoot::Unknown;
+    };
+    if data.len() % 2 != 0 {
+        return NextBoot::Unknown;
+    }
+    let units: Vec<u16> = data
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .take_while(|u| *u != 0)
+        .collect();
+    let Ok(entry) = String::from_utf16(&units) else {
+        return NextBoot::Unknown;
+    };
+    let lower = entry.to_ascii_lowercase();
+    if entry.len() < "talos-.efi".len() || !lower.starts_with("talos-") || !lower.ends_with(".efi")
+    {
+        return NextBoot::Unknown;
+    }
+    // the prefix and suffix are ASCII, so these are character boundaries
+    let version = &entry["talos-".len()..entry.len() - ".efi".len()];
+    match TalosVersion::parse(version) {
+        Ok(v) if &v == running => NextBoot::Same,
+        Ok(v) => NextBoot::Version(v),
+        Err(_) => NextBoot::Unknown,
+    }
+}
+
+fn stage(s: talos::MachineStage) -> MachineStage {
+    use talos::MachineStage as S;
+    match s {
+        S::Booting => MachineStage::Booting,
+        S::Running => MachineStage::Running,
+        S::Rebooting => MachineStage::Rebooting,
+        S::ShuttingDown => MachineStage::ShuttingDown,
+        S::Upgrading => MachineStage::Upgrading,
+        S::Installing => MachineStage::Installing,
+        S::Maintenance => MachineStage::Maintenance,
+        S::Unknown | S::Resetting => MachineStage::Other,
+    }
+}
+
+/// A service is a problem when it failed or is not up yet (`Running`, or `Finished` for
+/// one-shot services, are fine), or when its health check fails. Services without a health
+/// check (`Unknown`) are judged by their state only, as `talosctl services` shows them.
+fn service_problem(s: &talos::ServiceHealth) -> bool {
+    let state_ok = s.state == "Running" || s.state == "Finished";
+    !state_ok || s.health == talos::Health::Unhealthy
+}
+
+/// Where a component's image is configured: its Talos 1.14 document kind, and the v1alpha1
+/// path used when the configuration has no such document.
+fn image_location(c: Component) -> (&'static str, [&'static str; 2]) {
+    match c {
+        Component::ApiServer => ("KubeAPIServerConfig", ["cluster", "apiServer"]),
+        Component::ControllerManager => (
+            "KubeControllerManagerConfig",
+            ["cluster", "controllerManager"],
+        ),
+        Component::Scheduler => ("KubeSchedulerConfig", ["cluster", "scheduler"]),
+        Component::Proxy => ("KubeProxyConfig", ["cluster", "proxy"]),
+        Component::Kubelet => ("KubeletConfig", ["machine", "kubelet"]),
+    }
+}
+
+const COMPONENTS: [Component; 5] = [
+    Component::ApiServer,
+    Component::ControllerManager,
+    Component::Scheduler,
+    Component::Proxy,
+    Component::Kubelet,
+];
+
+fn parse_docs(yaml: &[u8]) -> Result<Vec<serde_json::Value>, MachineConfigError> {
+    let text = std::str::from_utf8(yaml).map_err(|_| MachineConfigError::Yaml {
+        line: None,
+        column: None,
+    })?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(|e| {
+        // the parser's message may quote the offending text (a key or token): keep the place
+        let loc = e.location();
+        MachineConfigError::Yaml {
+            line: loc.map(|l| l.line()),
+            column: loc.map(|l| l.column()),
+        }
+    })?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+fn is_v1alpha1(d: &serde_json::Value) -> bool {
+    d.get("version").and_then(|v| v.as_str()) == Some("v1alpha1") && d.get("kind").is_none()
+}
+
+fn of_kind(docs: &[serde_json::Value], kind: &str) -> Option<usize> {
+    docs.iter()
+        .position(|d| d.get("kind").and_then(|k| k.as_str()) == Some(kind))
+}
+
+/// The component images a machine configuration names: the `image` of a component's own
+/// document (Talos 1.14 multi-doc) when present, else the v1alpha1 field. Unset or empty
+/// images are absent (the node runs Talos' default for its version).
+pub fn component_images_of(yaml: &[u8]) -> Result<ComponentImages, MachineConfigError> {
+    let docs = parse_docs(yaml)?;
+    let v1 = docs
+        .iter()
+        .find(|d| is_v1alpha1(d))
+        .ok_or(MachineConfigError::NoV1alpha1)?;
+    let mut out = ComponentImages::new();
+    for c in COMPONENTS {
+        let (kind, [section, field]) = image_location(c);
+        let from_doc = of_kind(&docs, kind)
+            .and_then(|i| docs[i].get("image"))
+            .and_then(|v| v.as_str());
+        let from_v1 = v1
+            .get(section)
+            .and_then(|s| s.get(field))
+            .and_then(|f| f.get("image"))
+            .and_then(|v| v.as_str());
+        if let Some(img) = from_doc.or(from_v1).filter(|s| !s.is_empty()) {
+            out.insert(c, img.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// The machine configuration with `component`'s image set to `image`, where the node keeps it
+/// (its own document if the configuration has one, else the v1alpha1 field, created if
+/// missing), as `talosctl upgrade-k8s` patches it. Everything else is kept; comments are not.
+pub fn set_component_image_in(
+    yaml: &[u8],
+    component: Component,
+    image: &str,
+) -> Result<Vec<u8>, MachineConfigError> {
+    let mut docs = parse_docs(yaml)?;
+    let (kind, [section, field]) = image_location(component);
+    if let Some(i) = of_kind(&docs, kind) {
+        let Some(doc) = docs[i].as_object_mut() else {
+            return Err(MachineConfigError::NotAMapping {
+                path: kind.to_string(),
+            });
+        };
+        doc.insert("image".into(), serde_json::Value::String(image.into()));
+    } else {
+        let v1 = docs
+            .iter_mut()
+            .find(|d| is_v1alpha1(d))
+            .ok_or(MachineConfigError::NoV1alpha1)?;
+        let mut cur = v1;
+        let mut path = String::new();
+        for key in [section, field] {
+            path = if path.is_empty() {
+                key.to_string()
+            } else {
+                format!("{path}.{key}")
+            };
+            let map = cur
+                .as_object_mut()
+                .ok_or_else(|| MachineConfigError::NotAMapping { path: path.clone() })?;
+            cur = map
+                .entry(key)
+                .or_insert_with(|| serde_json::Value::Object(Default::default()));
+            if cur.is_null() {
+                *cur = serde_json::Value::Object(Default::default());
+            }
+        }
+        let map = cur
+            .as_object_mut()
+            .ok_or(MachineConfigError::NotAMapping { path })?;
+        map.insert("image".into(), serde_json::Value::String(image.into()));
+    }
+    let mut out = String::new();
+    for (i, d) in docs.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_saphyr::to_string(d).map_err(|_| MachineConfigError::Encode)?);
+    }
+    Ok(out.into_bytes())
+}
+
+/// JSON numbers from a protobuf `Struct` are all doubles; Kubernetes wants integers where the
+/// value is integral (`replicas: 2`, not `2.0`).
+fn integral_numbers(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => {
+                Value::Number((f as i64).into())
+            }
+            _ => Value::Number(n),
+        },
+        Value::Array(a) => Value::Array(a.into_iter().map(integral_numbers).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, integral_numbers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+impl TalosPort for TalosAdapter {
+    async fn node(&self, n: &NodeTarget) -> Result<TalosNode, PortError> {
+        let t = target(n)?;
+        let c = &self.client;
+        let version = timed(API, "Version", c.version(&t))
+            .await
+            .map_err(|e| classify("MachineService.Version", &n.node, e))?
+            .tag;
+        let boot_id = timed(API, "Read", c.boot_id(&t))
+            .await
+            .map_err(|e| classify("MachineService.Read", &n.node, e))?
+            .0;
+        let status = timed(API, "MachineStatus", c.machine_status(&t))
+            .await
+            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+        let services = timed(API, "ServiceList", c.services(&t))
+            .await
+            .map_err(|e| classify("MachineService.ServiceList", &n.node, e))?;
+        let next_boot = self.next_boot(&t, n, &version).await?;
+        let mut unhealthy_services: Vec<String> = services
+            .iter()
+            .filter(|s| service_problem(s))
+            .map(|s| s.id.clone())
+            .collect();
+        if status.stage == talos::MachineStage::Running && !status.ready {
+            // talosctl's "back": RUNNING *and* ready; the unmet conditions say what is missing
+            unhealthy_services.extend(
+                status
+                    .unmet_conditions
+                    .iter()
+                    .map(|(name, _)| format!("machine-status/{name}")),
+            );
+        }
+        Ok(TalosNode {
+            version,
+            boot_id,
+            stage: stage(status.stage),
+            next_boot,
+            unhealthy_services,
+        })
+    }
+
+    async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
+        let c = &self.client;
+        let mut listed = None;
+        let mut last = None;
+        for cp in control_plane {
+            let t = target(cp)?;
+            match timed(API, "EtcdMemberList", c.etcd_members(&t)).await {
+                Ok(m) => {
+                    listed = Some(m);
+                    break;
+                }
+                Err(e) => last = Some(classify("MachineService.EtcdMemberList", &cp.node, e)),
+            }
+        }
+        let Some(list) = listed else {
+            return Err(last.unwrap_or_else(|| {
+                PortError::failed(
+                    "MachineService.EtcdMemberList",
+                    "the control plane",
+                    Detail("no control-plane node to ask".into()),
+                )
+            }));
+        };
+        let mut members = Vec::new();
+        for m in list {
+            // a member is asked through its node: the known control plane of that name, else the
+            // host of its client URL
+            let known = control_plane.iter().find(|cp| cp.node == m.hostname);
+            let host = m
+                .client_urls
+                .iter()
+                .chain(&m.peer_urls)
+                .find_map(|u| url_host(u))
+                .map(str::to_string);
+            let t = match known {
+                Some(cp) => target(cp).ok(),
+                None => host.and_then(|h| talos::NodeTarget::parse(&h).ok()),
+            };
+            let (healthy, errors, learner) = match t {
+                None => (
+                    false,
+                    vec![format!(
+                        "member `{}` has no address medea can reach",
+                        m.hostname
+                    )],
+                    m.is_learner,
+                ),
+                Some(t) => match timed(API, "EtcdStatus", c.etcd_status(&t)).await {
+                    Ok(s) => (s.errors.is_empty(), s.errors, m.is_learner || s.is_learner),
+                    Err(e) => (false, vec![error_chain(&e)], m.is_learner),
+                },
+            };
+            members.push(EtcdMember {
+                name: m.hostname,
+                learner,
+                healthy,
+                errors,
+            });
+        }
+        // Alarms (`EtcdAlarmList`) are not offered by the Talos client yet: none reported.
+        Ok(EtcdHealth {
+            members,
+            alarms: Vec::new(),
+        })
+    }
+
+    async fn etcd_snapshot(&self, n: &NodeTarget, dest: &Path) -> Result<SnapshotInfo, PortError> {
+        let t = target(n)?;
+        let info = timed(API, "EtcdSnapshot", self.client.etcd_snapshot(&t, dest))
+            .await
+            .map_err(|e| classify("MachineService.EtcdSnapshot", &n.node, e))?;
+        Ok(SnapshotInfo {
+            path: info.path,
+            size: info.size,
+            sha256: info.sha256,
+        })
+    }
+
+    async fn pull_image(
+        &self,
+        n: &NodeTarget,
+        image: &str,
+        namespace: ImageNamespace,
+    ) -> Result<(), PortError> {
+        if namespace == ImageNamespace::Cri {
+            // The Talos client pulls into the system containerd namespace only (installer and
+            // kubelet images). A pre-pull of a static-pod image is an optimisation the kubelet
+            // makes up for (`talosctl upgrade-k8s --pre-pull-images=false`), so it is skipped.
+            tracing::info!(node = %n.node, image, "pre-pull into the CRI namespace skipped");
+            return Ok(());
+        }
+        let t = target(n)?;
+        let img = ImageRef::parse(image)
+            .map_err(|e| PortError::failed("ImageService.Pull", &n.node, e))?;
+        timed(API, "ImagePull", self.client.pull_image(&t, &img))
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("ImageService.Pull", &n.node, e))
+    }
+
+    async fn upgrade(
+        &self,
+        n: &NodeTarget,
+        image: &str,
+        method: UpgradeMethod,
+    ) -> Result<(), PortError> {
+        let t = target(n)?;
+        let img = ImageRef::parse(image).map_err(|e| PortError::failed("Upgrade", &n.node, e))?;
+        // The method is the journaled one (chosen when the node was checked), never re-decided.
+        let r = match method {
+            UpgradeMethod::Lifecycle => {
+                timed(API, "Upgrade", self.client.lifecycle_upgrade(&t, &img))
+                    .await
+                    .map(|_| ())
+            }
+            UpgradeMethod::Legacy => {
+                timed(API, "LegacyUpgrade", self.client.legacy_upgrade(&t, &img))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let op = match method {
+            UpgradeMethod::Lifecycle => "LifecycleService.Upgrade",
+            UpgradeMethod::Legacy => "MachineService.Upgrade",
+        };
+        r.map_err(|e| {
+            if upgrade_in_progress(&e) {
+                PortError::transient(op, &n.node, e)
+            } else {
+                classify(op, &n.node, e)
+            }
+        })
+    }
+
+    async fn reboot(&self, n: &NodeTarget) -> Result<(), PortError> {
+        let t = target(n)?;
+        timed(API, "Reboot", self.client.reboot(&t))
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("MachineService.Reboot", &n.node, e))
+    }
+
+    async fn component_images(&self, n: &NodeTarget) -> Result<ComponentImages, PortError> {
+        let t = target(n)?;
+        let mc = timed(API, "MachineConfig", self.client.machine_config(&t))
+            .await
+            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+        component_images_of(mc.yaml().expose())
+            .map_err(|e| PortError::failed("read the machine configuration", &n.node, e))
+    }
+
+    async fn set_component_image(
+        &self,
+        n: &NodeTarget,
+        component: Component,
+        image: &str,
+    ) -> Result<(), PortError> {
+        let t = target(n)?;
+        let mc = timed(API, "MachineConfig", self.client.machine_config(&t))
+            .await
+            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+        let patched = set_component_image_in(mc.yaml().expose(), component, image)
+            .map_err(|e| PortError::failed("patch the machine configuration", &n.node, e))?;
+        timed(
+            API,
+            "ApplyConfiguration",
+            self.client.apply_configuration(
+                &t,
+                &MachineConfig::from_yaml(patched),
+                ApplyOptions::no_reboot(),
+            ),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| classify("MachineService.ApplyConfiguration", &n.node, e))
+    }
+
+    async fn bootstrap_manifests(&self, n: &NodeTarget) -> Result<Vec<Manifest>, PortError> {
+        use crate::talos::proto::talos::resource::definitions::k8s::ManifestSpec;
+        const OP: &str = "cosi.resource.State.List";
+        let t = target(n)?;
+        let mut list = timed(
+            API,
+            "Manifests",
+            self.client
+                .cosi_list(&t, "controlplane", "Manifests.kubernetes.talos.dev"),
+        )
+        .await
+        .map_err(|e| classify(OP, &n.node, e))?;
+        // ids are ordered on purpose (`00-…`, `01-…`, …): apply in that order
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut out = Vec::new();
+        for r in list {
+            let spec = ManifestSpec::decode(r.proto_spec.expose().as_slice()).map_err(|e| {
+                PortError::failed(
+                    OP,
+                    &n.node,
+                    Detail(format!("manifest `{}` does not decode: {e}", r.id)),
+                )
+            })?;
+            for item in spec.items {
+                let obj = item
+                    .object
+                    .as_ref()
+                    .map(crate::talos::pbstruct::from_struct)
+                    .unwrap_or(serde_json::Value::Null);
+                if obj.is_object() {
+                    out.push(Manifest(integral_numbers(obj)));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The host of `https://10.0.0.2:2379` (brackets of IPv6 removed).
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let authority = rest.split('/').next()?;
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next()?
+    } else {
+        authority
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(authority)
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> TalosVersion {
+        TalosVersion::parse(s).unwrap()
+    }
+
+    fn efivar(value: &str) -> Vec<u8> {
+        let mut out = 7u32.to_le_bytes().to_vec();
+        for u in value.encode_utf16().chain([0]) {
+            out.extend_from_slice(&u.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn the_default_boot_entry_says_what_boots_next() {
+        let running = v("v1.13.2");
+        assert_eq!(
+            next_boot_from_efivar(&efivar("Talos-v1.13.2.efi"), &running),
+            NextBoot::Same
+        );
+        assert_eq!(
+            next_boot_from_efivar(&efivar("Talos-v1.13.9.efi"), &running),
+            NextBoot::Version(v("v1.13.9"))
+        );
+        assert_eq!(
+            next_boot_from_efivar(&efivar("talos-v1.14.0-rc.1.EFI"), &running),
+            NextBoot::Version(v("v1.14.0-rc.1"))
+        );
+        for unknown in [
+            efivar("ubuntu.efi"),
+            efivar("Talos-latest.efi"),
+            efivar(""),
+            vec![7, 0],
+            vec![7, 0, 0, 0, b'T'],
+            // an unpaired surrogate
+            vec![7, 0, 0, 0, 0x00, 0xd8, 0, 0],
+        ] {
+            assert_eq!(
+                next_boot_from_efivar(&unknown, &running),
+                NextBoot::Unknown,
+                "{unknown:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_files_and_in_progress_upgrades_are_recognised() {
+        let rpc = |code, message: &str| TalosError::Rpc {
+            op: "x",
+            node: "n".into(),
+            code,
+            message: message.into(),
+        };
+        assert!(file_absent(&rpc(Code::NotFound, "open x: nope")));
+        assert!(file_absent(&rpc(
+            Code::Unknown,
+            "stat /sys/firmware/efi/efivars/x: no such file or directory"
+        )));
+        assert!(!file_absent(&rpc(Code::Unavailable, "connection refused")));
+        assert!(upgrade_in_progress(&rpc(
+            Code::FailedPrecondition,
+            "another installation/upgrade is already in progress"
+        )));
+        assert!(!upgrade_in_progress(&rpc(
+            Code::FailedPrecondition,
+            "machine is not installed"
+        )));
+    }
+
+    #[test]
+    fn errors_sort_into_transient_and_failed() {
+        let rpc = |code| TalosError::Rpc {
+            op: "x",
+            node: "n".into(),
+            code,
+            message: String::new(),
+        };
+        assert!(is_transient(&rpc(Code::Unavailable)));
+        assert!(is_transient(&rpc(Code::DeadlineExceeded)));
+        assert!(!is_transient(&rpc(Code::PermissionDenied)));
+        assert!(!is_transient(&rpc(Code::FailedPrecondition)));
+        assert!(is_transient(&TalosError::Indeterminate {
+            op: "LifecycleService.Upgrade",
+            node: "n".into(),
+            code: Code::Unavailable,
+            message: "connection reset".into(),
+        }));
+        assert!(!is_transient(&TalosError::UpgradeExit {
+            node: "n".into(),
+            image: "i:v1".into(),
+            exit_code: 1,
+            output: vec![],
+        }));
+    }
+
+    const V1: &str = "version: v1alpha1\nmachine:\n  type: controlplane\n  kubelet:\n    image: ghcr.io/siderolabs/kubelet:v1.33.4\n  token: s3cr3t\ncluster:\n  apiServer:\n    image: registry.k8s.io/kube-apiserver:v1.33.4\n  proxy:\n    image: registry.k8s.io/kube-proxy:v1.33.4\n";
+
+    #[test]
+    fn component_images_come_from_v1alpha1_or_the_component_document() {
+        let imgs = component_images_of(V1.as_bytes()).unwrap();
+        assert_eq!(
+            imgs.get(&Component::ApiServer).map(String::as_str),
+            Some("registry.k8s.io/kube-apiserver:v1.33.4")
+        );
+        assert_eq!(imgs.get(&Component::Scheduler), None);
+        let multi = format!(
+            "{V1}---\napiVersion: v1alpha1\nkind: KubeletConfig\nimage: ghcr.io/siderolabs/kubelet:v1.34.0\n"
+        );
+        let imgs = component_images_of(multi.as_bytes()).unwrap();
+        assert_eq!(
+            imgs.get(&Component::Kubelet).map(String::as_str),
+            Some("ghcr.io/siderolabs/kubelet:v1.34.0"),
+            "the document wins over the v1alpha1 field"
+        );
+    }
+
+    #[test]
+    fn patching_writes_where_the_node_keeps_the_image_and_keeps_the_rest() {
+        let out = set_component_image_in(
+            V1.as_bytes(),
+            Component::Scheduler,
+            "registry.k8s.io/kube-scheduler:v1.34.0",
+        )
+        .unwrap();
+        let imgs = component_images_of(&out).unwrap();
+        assert_eq!(
+            imgs.get(&Component::Scheduler).map(String::as_str),
+            Some("registry.k8s.io/kube-scheduler:v1.34.0")
+        );
+        assert_eq!(
+            imgs.get(&Component::ApiServer).map(String::as_str),
+            Some("registry.k8s.io/kube-apiserver:v1.33.4")
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("s3cr3t"), "the rest of the config is kept");
+
+        let multi = format!(
+            "{V1}---\napiVersion: v1alpha1\nkind: KubeAPIServerConfig\nimage: registry.k8s.io/kube-apiserver:v1.33.4\n"
+        );
+        let out = set_component_image_in(
+            multi.as_bytes(),
+            Component::ApiServer,
+            "registry.k8s.io/kube-apiserver:v1.34.0",
+        )
+        .unwrap();
+        let docs = parse_docs(&out).unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(
+            docs[0]["cluster"]["apiServer"]["image"], "registry.k8s.io/kube-apiserver:v1.33.4",
+            "the v1alpha1 field is left alone when the document exists"
+        );
+        assert_eq!(docs[1]["image"], "registry.k8s.io/kube-apiserver:v1.34.0");
+    }
+
+    #[test]
+    fn bad_configs_are_named_without_quoting_them() {
+        let e = component_images_of(b"machine: {token: [s3cr3t\n").unwrap_err();
+        assert!(matches!(e, MachineConfigError::Yaml { .. }), "{e:?}");
+        assert!(!e.to_string().contains("s3cr3t"));
+        let e = set_component_image_in(b"kind: KubeletConfig\n", Component::ApiServer, "x:v1")
+            .unwrap_err();
+        assert_eq!(e, MachineConfigError::NoV1alpha1);
+    }
+
+    #[test]
+    fn struct_numbers_become_integers_where_integral() {
+        let v = integral_numbers(serde_json::json!({"replicas": 2.0, "ratio": 0.5, "l": [1.0]}));
+        assert_eq!(
+            v,
+            serde_json::json!({"replicas": 2, "ratio": 0.5, "l": [1]})
+        );
+    }
+
+    #[test]
+    fn etcd_urls_give_their_host() {
+        assert_eq!(url_host("https://10.0.0.2:2379"), Some("10.0.0.2"));
+        assert_eq!(url_host("https://[fd00::2]:2380"), Some("fd00::2"));
+        assert_eq!(url_host("https://cp-1"), Some("cp-1"));
+        assert_eq!(url_host(""), None);
+    }
+}

@@ -1,0 +1,1019 @@
+//! The rollout executor through the real adapters (`rollout::adapters`) against the simulator:
+//! the Talos side over gRPC/mTLS, the kube side over HTTPS, exactly as against a real cluster.
+//!
+//! - the adapters' observations (`next_boot` from systemd-boot's `LoaderEntryDefault`, GRUB
+//!   nodes that cannot tell) and their metrics;
+//! - the fault matrix of issue 6: a node that never returns, a silent revert, an installer
+//!   exit code, a PDB that never allows, a broken etcd snapshot, Talos `UNAVAILABLE` bursts,
+//!   the kube-apiserver away during a control-plane reboot;
+//! - the crash harness of `rollout::crash` on the simulator: a child `medea __rollout-run
+//!   --creds-dir … --cluster prod` killed with `abort()` at journal points, restarted, and
+//!   the simulator's counters checked (see `killed_at_journal_points_…` for which points run).
+//!
+//! The simulator runs in the test process (it survives the child), with real sockets and real
+//! time; reboots take 30 ms so the executor's waits are exercised.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use medea::inventory::{Machine, MachineRole, ObservedCluster};
+use medea::k8s::{ClientOptions, DrainOptions};
+use medea::plan::{MachineTarget, Step, TalosRollout};
+use medea::rollout::adapters::{KubeAdapter, TalosAdapter};
+use medea::rollout::executor::{EventState, RolloutEvent};
+use medea::rollout::fake::MemStore;
+use medea::rollout::journal::{Entry, JournalEntry, entries_prefix};
+use medea::rollout::machine::{Job, JobState, Op};
+use medea::rollout::ports::{NextBoot, NodeTarget, TalosPort, UpgradeMethod};
+use medea::rollout::{Executor, ExecutorConfig, RunOutcome, SystemClock};
+use medea::sim::kube::{KubeFault, KubeSim, KubeSimConfig, Outage};
+use medea::sim::talos::{
+    Bootloader, Effect, FaultPlan, Method, RebootTiming, Scenario, SimTalos, Trigger,
+};
+use medea::store::fjall::FjallStore;
+use medea::store::{Store, StoreExt};
+use medea::talos::{ClientSettings, RetryPolicy};
+use medea::version::{KubeVersion, TalosVersion};
+
+use crate::rollout::crash::{CrashWorld, Summary};
+use crate::rollout::{CLUSTER, FROM, KUBE, TO, install, plan};
+
+fn tv(s: &str) -> TalosVersion {
+    TalosVersion::parse(s).unwrap()
+}
+
+const REBOOT: Duration = Duration::from_millis(30);
+
+/// A simulated cluster (both sides) and the credentials directory that reaches it.
+struct Sim {
+    talos: SimTalos,
+    kube: Arc<KubeSim>,
+    names: Vec<String>,
+    /// `<dir>/creds`: `prod/talosconfig` and `prod/kubeconfig`.
+    creds: PathBuf,
+}
+
+impl Sim {
+    async fn start(dir: &Path, cps: usize, workers: usize, kube: KubeSimConfig) -> Sim {
+        let mut scenario =
+            Scenario::uniform(cps, workers, tv(FROM), KubeVersion::parse(KUBE).unwrap());
+        scenario.timing.reboot = RebootTiming::After(REBOOT);
+        let names = scenario.nodes.iter().map(|n| n.name.clone()).collect();
+        let talos = SimTalos::start(scenario, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let kube = medea::sim::kube::start(
+            KubeSimConfig {
+                refresh_interval: Duration::from_millis(20),
+                ..kube
+            },
+            Arc::new(talos.clone()),
+        )
+        .await
+        .unwrap();
+        let creds = dir.join("creds");
+        talos.write_talosconfig(&creds.join(CLUSTER)).unwrap();
+        kube.write_kubeconfig(&creds.join(CLUSTER).join("kubeconfig"), CLUSTER)
+            .unwrap();
+        Sim {
+            talos,
+            kube: Arc::new(kube),
+            names,
+            creds,
+        }
+    }
+
+    fn observed(&self) -> ObservedCluster {
+        let machines = self
+            .names
+            .iter()
+            .map(|name| {
+                let n = self.talos.node_state(name).unwrap();
+                let role = match n.role {
+                    medea::sim::talos::Role::Controlplane => MachineRole::Controlplane,
+                    medea::sim::talos::Role::Worker => MachineRole::Worker,
+                };
+                (
+                    name.clone(),
+                    Machine {
+                        node: name.clone(),
+                        id: format!("id-{name}"),
+                        address: n.address.clone(),
+                        role,
+                        talos_version: Some(n.running.clone()),
+                        installer_image: None,
+                        schematic: None,
+                        kubelet_version: Some(KubeVersion::parse(KUBE).unwrap()),
+                        ready: true,
+                        cordoned: false,
+                        reachable: true,
+                        boot_id: Some(n.boot_id.clone()),
+                        labels: BTreeMap::new(),
+                    },
+                )
+            })
+            .collect();
+        ObservedCluster::new(CLUSTER)
+            .observe(None, machines)
+            .with_rollouts_enabled(true)
+    }
+
+    /// A Talos pool step to [`TO`] over `waves` of node names.
+    fn step(&self, pool: &str, waves: &[&[&str]], max: u32, timeouts: (u64, u64)) -> Step {
+        let role = match self.talos.node_state(waves[0][0]).unwrap().role {
+            medea::sim::talos::Role::Controlplane => MachineRole::Controlplane,
+            medea::sim::talos::Role::Worker => MachineRole::Worker,
+        };
+        Step::Talos(TalosRollout {
+            pool: pool.into(),
+            role,
+            hop: 1,
+            hops: 1,
+            to: tv(TO),
+            image: format!("factory.talos.dev/installer/abc:{TO}"),
+            max_unavailable: max,
+            drain_timeout: Duration::from_secs(timeouts.0),
+            health_timeout: Duration::from_secs(timeouts.1),
+            waves: waves
+                .iter()
+                .map(|w| {
+                    w.iter()
+                        .map(|n| {
+                            let s = self.talos.node_state(n).unwrap();
+                            MachineTarget {
+                                node: n.to_string(),
+                                id: format!("id-{n}"),
+                                address: s.address,
+                                from: s.running,
+                            }
+                        })
+                        .collect()
+                })
+                .collect(),
+        })
+    }
+
+    /// The 3 + 3 rollout of the crash harness: control planes one by one, workers two at a time.
+    fn mixed(&self) -> Vec<Step> {
+        vec![
+            self.step(
+                "control-plane",
+                &[&["cp-1"], &["cp-2"], &["cp-3"]],
+                1,
+                (600, 900),
+            ),
+            self.step("workers", &[&["w-1", "w-2"], &["w-3"]], 2, (600, 900)),
+        ]
+    }
+
+    fn upgrades(&self, node: &str) -> u64 {
+        self.talos.counters(node).unwrap().upgrades()
+    }
+    fn reboots(&self, node: &str) -> u64 {
+        self.talos.counters(node).unwrap().calls(Method::Reboot)
+    }
+    fn snapshots(&self) -> u64 {
+        self.names
+            .iter()
+            .map(|n| self.talos.counters(n).unwrap().calls(Method::EtcdSnapshot))
+            .sum()
+    }
+    fn cordoned(&self, node: &str) -> bool {
+        self.kube.unschedulable(node).unwrap()
+    }
+}
+
+fn quick_talos() -> ClientSettings {
+    ClientSettings {
+        connect_timeout: Duration::from_secs(3),
+        request_timeout: Duration::from_secs(5),
+        retry: RetryPolicy {
+            min_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(80),
+            max_attempts: 4,
+        },
+        ..ClientSettings::default()
+    }
+}
+
+fn quick_kube() -> ClientOptions {
+    ClientOptions {
+        retry: medea::k8s::RetryPolicy {
+            attempts: 4,
+            min_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(80),
+        },
+    }
+}
+
+fn quick_drain() -> DrainOptions {
+    DrainOptions {
+        min_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(20),
+        ..DrainOptions::default()
+    }
+}
+
+async fn adapters(sim: &Sim) -> (TalosAdapter, KubeAdapter) {
+    let talos = TalosAdapter::from_creds_with(&sim.creds, CLUSTER, quick_talos()).unwrap();
+    let kube = KubeAdapter::from_creds_with(&sim.creds, CLUSTER, quick_kube())
+        .await
+        .unwrap()
+        .with_drain_policy(quick_drain());
+    (talos, kube)
+}
+
+/// An executor over the real adapters, a job for `steps`, in memory.
+struct Run {
+    exec: Executor<TalosAdapter, KubeAdapter, SystemClock>,
+    job: medea::rollout::JobId,
+}
+
+async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let obs = sim.observed();
+    let job = install(store.as_ref(), &plan(&obs, steps, 1), &obs, &[]).unwrap();
+    let (talos, kube) = adapters(sim).await;
+    let mut cfg = ExecutorConfig::new(true, dir.join("snapshots"));
+    cfg.poll = Duration::from_millis(20);
+    cfg.backoff_min = Duration::from_millis(20);
+    cfg.backoff_max = Duration::from_millis(160);
+    cfg.max_sleep = Duration::from_secs(1);
+    let exec = Executor::new(store.clone(), talos, kube, SystemClock, cfg);
+    Run { exec, job }
+}
+
+impl Run {
+    async fn go(&self) -> RunOutcome {
+        tokio::time::timeout(Duration::from_secs(60), self.exec.run(&self.job))
+            .await
+            .expect("the rollout ends within a minute")
+            .unwrap()
+    }
+}
+
+fn node(sim: &Sim, name: &str) -> NodeTarget {
+    NodeTarget {
+        node: name.into(),
+        address: sim.talos.node_state(name).unwrap().address,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the adapters' observations
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_talos_adapter_reads_the_next_boot_from_the_default_boot_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
+    let (talos, _) = adapters(&sim).await;
+    let w1 = node(&sim, "w-1");
+    let seen = talos.node(&w1).await.unwrap();
+    assert_eq!(seen.version, tv(FROM));
+    assert_eq!(seen.next_boot, NextBoot::Same);
+    assert!(seen.unhealthy_services.is_empty(), "{seen:?}");
+    assert_eq!(seen.boot_id, sim.talos.node_state("w-1").unwrap().boot_id);
+
+    let image = format!("factory.talos.dev/installer/abc:{TO}");
+    talos
+        .pull_image(&w1, &image, medea::rollout::ports::ImageNamespace::System)
+        .await
+        .unwrap();
+    talos
+        .upgrade(&w1, &image, UpgradeMethod::Lifecycle)
+        .await
+        .unwrap();
+    let seen = talos.node(&w1).await.unwrap();
+    assert_eq!(seen.version, tv(FROM), "installed, not booted");
+    assert_eq!(seen.next_boot, NextBoot::Version(tv(TO)));
+
+    talos.reboot(&w1).await.unwrap();
+    let back = loop {
+        match talos.node(&w1).await {
+            Ok(n) if n.boot_id != seen.boot_id => break n,
+            Ok(_) => {}
+            Err(e) => assert!(e.is_transient(), "a rebooting node is transient: {e}"),
+        }
+        // waiting on the simulator's 30 ms reboot; each failed observation already backs off
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(back.version, tv(TO));
+    assert_eq!(back.next_boot, NextBoot::Same);
+
+    sim.talos.set_bootloader("w-2", Bootloader::Grub).unwrap();
+    let grub = talos.node(&node(&sim, "w-2")).await.unwrap();
+    assert_eq!(
+        grub.next_boot,
+        NextBoot::Unknown,
+        "a GRUB node cannot tell what it boots next"
+    );
+
+    let metrics = medea::metrics::render();
+    for m in [
+        "api=\"talos\",method=\"Version\"",
+        "api=\"talos\",method=\"Read\"",
+        "api=\"talos\",method=\"Upgrade\"",
+        "api=\"talos\",method=\"Reboot\"",
+    ] {
+        assert!(
+            metrics.contains(&format!("medea_api_call_duration_seconds_count{{{m}}}")),
+            "{m} missing from\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapters_reach_etcd_images_and_kubernetes_of_the_simulator() {
+    use medea::rollout::ports::{Component, KubePort};
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let (talos, kube) = adapters(&sim).await;
+    let cps: Vec<NodeTarget> = ["cp-1", "cp-2", "cp-3"]
+        .iter()
+        .map(|n| node(&sim, n))
+        .collect();
+    let etcd = talos.etcd(&cps).await.unwrap();
+    assert_eq!(etcd.members.len(), 3);
+    assert!(etcd.members.iter().all(|m| m.healthy && !m.learner));
+    sim.talos.set_etcd_healthy("cp-2", false).unwrap();
+    let etcd = talos.etcd(&cps).await.unwrap();
+    let cp2 = etcd.members.iter().find(|m| m.name == "cp-2").unwrap();
+    assert!(!cp2.healthy && !cp2.errors.is_empty(), "{cp2:?}");
+
+    let imgs = talos.component_images(&cps[0]).await.unwrap();
+    let api = format!("registry.k8s.io/kube-apiserver:{KUBE}");
+    assert_eq!(imgs.get(&Component::ApiServer), Some(&api));
+    let new = "registry.k8s.io/kube-scheduler:v1.34.0";
+    talos
+        .set_component_image(&cps[0], Component::Scheduler, new)
+        .await
+        .unwrap();
+    let imgs = talos.component_images(&cps[0]).await.unwrap();
+    assert_eq!(
+        imgs.get(&Component::Scheduler).map(String::as_str),
+        Some(new)
+    );
+    assert_eq!(imgs.get(&Component::ApiServer), Some(&api), "the rest kept");
+    // mirror pods follow the machine config on every request
+    let pod = kube
+        .static_pod("cp-1", Component::Scheduler)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(pod.image, new);
+    assert!(pod.ready);
+
+    let k = kube.node("w-1").await.unwrap();
+    assert!(k.ready && !k.unschedulable);
+    assert_eq!(
+        k.kubelet_version.map(|v| v.to_string()).as_deref(),
+        Some(KUBE)
+    );
+    kube.cordon("w-1").await.unwrap();
+    assert!(kube.node("w-1").await.unwrap().unschedulable);
+    kube.uncordon("w-1").await.unwrap();
+    assert!(!sim.cordoned("w-1"));
+    assert!(
+        medea::metrics::render().contains("api=\"kubernetes\",method=\"Cordon\""),
+        "kube calls are timed"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// the fault matrix, through the real adapters
+
+fn fault(node: &str, on: Trigger, effect: Effect) -> FaultPlan {
+    FaultPlan {
+        node: node.into(),
+        on,
+        effect,
+    }
+}
+
+fn halted(out: &RunOutcome) -> &str {
+    match out {
+        RunOutcome::Halted { reason, .. } => reason,
+        other => panic!("expected a halt, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_never_returns_halts_at_the_health_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
+    sim.talos
+        .set_fault(fault("w-1", Trigger::boot(), Effect::NeverReturn))
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 2))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let out = run.go().await;
+    let reason = halted(&out);
+    assert!(reason.contains("did not come back within 2s"), "{reason}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert_eq!(sim.upgrades("w-2"), 0, "the next node is not touched");
+    assert_eq!(sim.reboots("w-2"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_revert_halts_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
+    sim.talos
+        .set_fault(fault("w-1", Trigger::boot(), Effect::BootOldVersion))
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("node reverted"), "{reason}");
+    assert!(reason.contains(FROM), "{reason}");
+    assert_eq!(sim.talos.node_state("w-1").unwrap().running, tv(FROM));
+    assert_eq!(sim.upgrades("w-2"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installer_exit_code_halts_without_a_reboot() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
+    sim.talos
+        .set_fault(fault(
+            "w-1",
+            Trigger::call(Method::Upgrade),
+            Effect::UpgradeExit {
+                code: 3,
+                message: "error writing boot assets: no space left on device".into(),
+            },
+        ))
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("exited with code 3"), "{reason}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert_eq!(sim.reboots("w-1"), 0, "no reboot after a failed install");
+    assert_eq!(sim.upgrades("w-2"), 0);
+    assert!(
+        sim.cordoned("w-1"),
+        "a halted node stays cordoned for the operator"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing() {
+    use medea::sim::kube::scenario;
+    let objects = vec![
+        serde_json::to_value(scenario::deployment("default", "web", 6, "nginx:1.29")).unwrap(),
+        serde_json::to_value(scenario::pdb_min_available("default", "web-pdb", "web", 6)).unwrap(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    assert!(
+        !sim.kube.pods_on("w-1").is_empty(),
+        "the workload has pods on w-1"
+    );
+    sim.kube.inject(KubeFault::PdbNeverAllows {
+        namespace: "default".into(),
+        pdb: "web-pdb".into(),
+    });
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (2, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("drain of `w-1` timed out"), "{reason}");
+    assert!(reason.contains("default/web-pdb"), "{reason}");
+    let c = sim.kube.counters();
+    assert_eq!(c.pod_deletes, 0, "medea never deletes a pod");
+    assert!(c.evictions_blocked > 0, "{c:?}");
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_etcd_snapshot_touches_no_control_plane_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    for cp in ["cp-1", "cp-2", "cp-3"] {
+        sim.talos
+            .set_fault(fault(
+                cp,
+                Trigger::call(Method::EtcdSnapshot),
+                Effect::SnapshotBreak { after_bytes: 5000 },
+            ))
+            .unwrap();
+    }
+    let steps = vec![sim.step(
+        "control-plane",
+        &[&["cp-1"], &["cp-2"], &["cp-3"]],
+        1,
+        (60, 60),
+    )];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("snapshot"), "{reason}");
+    assert_eq!(sim.snapshots(), 1, "the snapshot was attempted once");
+    for cp in ["cp-1", "cp-2", "cp-3"] {
+        let c = sim.talos.counters(cp).unwrap();
+        assert_eq!(c.mutating(), 0, "{cp}: no mutating call: {c:?}");
+        assert!(!sim.cordoned(cp), "{cp} not cordoned");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("snapshots"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "no partial snapshot is left: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn talos_unavailable_bursts_are_waited_out_and_every_call_still_happens_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 2, KubeSimConfig::default()).await;
+    let bursts = [
+        fault(
+            "cp-2",
+            Trigger::any_call(),
+            Effect::Unavailable { calls: 3 },
+        ),
+        fault("w-1", Trigger::any_call(), Effect::Unavailable { calls: 5 }),
+        // refused mutating calls: the adapter reports them transient, the executor observes
+        // that they did not happen and issues them again
+        fault(
+            "w-2",
+            Trigger::call(Method::Upgrade),
+            Effect::Unavailable { calls: 1 },
+        ),
+        fault(
+            "cp-3",
+            Trigger::call(Method::Reboot),
+            Effect::Unavailable { calls: 2 },
+        ),
+    ];
+    for b in bursts {
+        sim.talos.set_fault(b).unwrap();
+    }
+    let steps = vec![
+        sim.step(
+            "control-plane",
+            &[&["cp-1"], &["cp-2"], &["cp-3"]],
+            1,
+            (60, 60),
+        ),
+        sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60)),
+    ];
+    let run = run_for(&sim, dir.path(), steps).await;
+    assert_eq!(run.go().await, RunOutcome::Succeeded);
+    for n in ["cp-1", "cp-2", "cp-3", "w-1", "w-2"] {
+        assert_eq!(sim.talos.node_state(n).unwrap().running, tv(TO), "{n}");
+        assert_eq!(sim.upgrades(n), 1, "{n}: one Upgrade");
+        assert_eq!(sim.reboots(n), 1, "{n}: one Reboot");
+        assert!(!sim.cordoned(n));
+    }
+    let c = |n: &str| sim.talos.counters(n).unwrap();
+    assert_eq!(c("w-2").refused(Method::Upgrade), 1, "the burst fired");
+    assert_eq!(c("cp-3").refused(Method::Reboot), 2);
+    let refused: u64 = ["cp-2", "w-1"]
+        .iter()
+        .flat_map(|n| c(n).refused.into_values())
+        .sum();
+    assert!(refused >= 8, "every burst fired ({refused})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kube_apiserver_away_during_a_control_plane_reboot_is_waited_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let steps = vec![sim.step(
+        "control-plane",
+        &[&["cp-1"], &["cp-2"], &["cp-3"]],
+        1,
+        (60, 60),
+    )];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let mut events = run.exec.subscribe();
+    let kube = sim.kube.clone();
+    let injector = tokio::spawn(async move {
+        loop {
+            let ev: RolloutEvent = events.recv().await.unwrap();
+            let rebooted = ev.node.as_deref() == Some("cp-2")
+                && ev.op == Some(Op::Reboot)
+                && matches!(ev.state, EventState::Done);
+            if rebooted {
+                // the apiserver goes away with the control-plane node, for longer than the
+                // node's own reboot
+                kube.inject(KubeFault::ApiUnavailable(Outage::For(
+                    Duration::from_millis(1500),
+                )));
+                return;
+            }
+        }
+    });
+    assert_eq!(run.go().await, RunOutcome::Succeeded);
+    injector.await.unwrap();
+    assert!(sim.kube.counters().unavailable > 0, "the outage was seen");
+    for n in ["cp-1", "cp-2", "cp-3"] {
+        assert_eq!(sim.talos.node_state(n).unwrap().running, tv(TO), "{n}");
+        assert_eq!(sim.upgrades(n), 1);
+        assert_eq!(sim.reboots(n), 1);
+        assert!(!sim.cordoned(n));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_upgrade_on_a_node_that_cannot_tell_its_next_boot_halts_instead_of_retrying() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    sim.talos.set_bootloader("w-1", Bootloader::Grub).unwrap();
+    sim.talos
+        .set_fault(fault(
+            "w-1",
+            Trigger::call(Method::Upgrade),
+            Effect::Unavailable { calls: 1 },
+        ))
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(
+        reason.contains("cannot tell whether the upgrade of `w-1` ran"),
+        "{reason}"
+    );
+    assert_eq!(
+        sim.upgrades("w-1"),
+        0,
+        "the lost call is never repeated blindly"
+    );
+    assert_eq!(
+        sim.talos.counters("w-1").unwrap().refused(Method::Upgrade),
+        1
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// crash injection on the simulator
+
+/// The crash harness's world on the simulator: `SimTalos` + the simulated kube-apiserver in
+/// this process (on a runtime of their own, so they keep serving while the test thread waits
+/// for the child), a fjall store seeded with the mixed 3 + 3 job, and a child
+/// `medea __rollout-run --creds-dir <dir>/creds --cluster prod` that reaches the simulator
+/// through the real adapters. The summary comes from the simulator's counters.
+pub struct SimWorld {
+    // dropped before the runtime that serves them
+    sim: Sim,
+    dir: PathBuf,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl SimWorld {
+    fn prepare_with(dir: &Path, grub: &[&str]) -> SimWorld {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let sim = rt.block_on(Sim::start(dir, 3, 3, KubeSimConfig::default()));
+        for n in grub {
+            sim.talos.set_bootloader(n, Bootloader::Grub).unwrap();
+        }
+        let store = FjallStore::open(&dir.join("store")).unwrap();
+        let obs = sim.observed();
+        install(&store, &plan(&obs, sim.mixed(), 9), &obs, &[]).unwrap();
+        drop(store);
+        SimWorld {
+            sim,
+            dir: dir.to_path_buf(),
+            _rt: rt,
+        }
+    }
+
+    fn job(&self) -> Job {
+        let store = FjallStore::open(&self.store()).unwrap();
+        let jobs = store.scan_records::<Job>("job/").unwrap();
+        assert_eq!(jobs.len(), 1);
+        jobs.into_iter().next().unwrap().1
+    }
+
+    fn journal(&self) -> Vec<JournalEntry> {
+        let job = self.job();
+        let store = FjallStore::open(&self.store()).unwrap();
+        store
+            .scan_records::<JournalEntry>(&entries_prefix(&job.id))
+            .unwrap()
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect()
+    }
+}
+
+impl CrashWorld for SimWorld {
+    fn prepare(dir: &Path) -> SimWorld {
+        SimWorld::prepare_with(dir, &[])
+    }
+
+    fn child(&self) -> Command {
+        let mut c = crate::cli::medea();
+        c.arg("__rollout-run")
+            .arg("--rollouts")
+            .arg("--store")
+            .arg(self.dir.join("store"))
+            .arg("--creds-dir")
+            .arg(&self.sim.creds)
+            .arg("--cluster")
+            .arg(CLUSTER)
+            .arg("--snapshots")
+            .arg(self.dir.join("snapshots"))
+            .arg("--poll-ms")
+            .arg("10")
+            .env_remove("MEDEA_CRASH_AT")
+            .env_remove("MEDEA_CRASH_AFTER")
+            .env_remove("MEDEA_CRASH_BEFORE");
+        c
+    }
+
+    fn summary(&self) -> Summary {
+        let mut log = Vec::new();
+        let nodes = self
+            .sim
+            .names
+            .iter()
+            .map(|n| {
+                let s = self.sim.talos.node_state(n).unwrap();
+                let c = self.sim.talos.counters(n).unwrap();
+                log.push(format!("{n}: {c:?}"));
+                (
+                    n.clone(),
+                    (
+                        s.running,
+                        self.sim.cordoned(n),
+                        c.upgrades() as u32,
+                        c.calls(Method::Reboot) as u32,
+                    ),
+                )
+            })
+            .collect();
+        Summary {
+            nodes,
+            snapshots: self.sim.snapshots() as u32,
+            log,
+        }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.dir.join("store")
+    }
+}
+
+/// Scratch space on tmpfs when there is one (the children fsync a lot).
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().unwrap()
+}
+
+fn check_rolled_out(w: &SimWorld, what: &str) {
+    let s = w.summary();
+    assert_eq!(s.nodes.len(), 6);
+    for (name, (version, cordoned, upgrades, reboots)) in &s.nodes {
+        assert_eq!(version, &tv(TO), "{what}: {name} on target");
+        assert!(!cordoned, "{what}: {name} left cordoned");
+        assert_eq!(*upgrades, 1, "{what}: {name} Upgrade calls\n{:#?}", s.log);
+        assert_eq!(*reboots, 1, "{what}: {name} Reboot calls\n{:#?}", s.log);
+    }
+    assert_eq!(s.snapshots, 1, "{what}: one snapshot");
+    let job = w.job();
+    assert!(
+        matches!(job.state, JobState::Succeeded { .. }),
+        "{what}: {:?}",
+        job.state
+    );
+}
+
+/// Kill the child at journal point `n` of `var`, restart it; `false` if it never got there.
+fn crash_at(w: &SimWorld, var: &str, n: u64) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let first = w.child().env(var, n.to_string()).output().unwrap();
+    if first.status.success() {
+        return false;
+    }
+    assert_eq!(
+        first.status.signal(),
+        Some(6),
+        "{var}={n}: the child must die by abort, not fail: {}\n{}",
+        String::from_utf8_lossy(&first.stdout),
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let again = w.child().output().unwrap();
+    assert!(
+        again.status.success(),
+        "{var}={n}: the restarted child failed: {}\n{}",
+        String::from_utf8_lossy(&again.stdout),
+        String::from_utf8_lossy(&again.stderr)
+    );
+    true
+}
+
+/// Crash runs in flight at once: each is a simulator plus a child, and about half of a run is
+/// waiting (reboots, polls), so a few overlap well even on two cores.
+const PARALLEL_RUNS: usize = 3;
+
+/// Run `points` (`(variable, N)`) on fresh worlds, [`PARALLEL_RUNS`] at a time; panics listing
+/// every point whose run failed.
+fn crash_points(points: &[(&'static str, u64)]) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..PARALLEL_RUNS {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(&(var, n)) = points.get(i) else {
+                        return;
+                    };
+                    let r = std::panic::catch_unwind(|| {
+                        let dir = scratch();
+                        let w = SimWorld::prepare(dir.path());
+                        assert!(crash_at(&w, var, n), "{var}={n} was reached");
+                        check_rolled_out(&w, &format!("{var}={n}"));
+                    });
+                    if let Err(e) = r {
+                        let msg = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        failures.lock().unwrap().push(format!("{var}={n}: {msg}"));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The crash harness on the simulator. A crash can leave three states around each command,
+/// and the points are chosen by state (so that it fits in about a minute on two busy cores,
+/// see `design/rollout.md`):
+/// - intent journaled, call not made: `MEDEA_CRASH_AT` at **every** intent;
+/// - call made, outcome never journaled (the case the at-most-once argument is about):
+///   `MEDEA_CRASH_BEFORE` at **every** result;
+/// - between two commands (outcome journaled; `AT` at a result and `BEFORE` at the next intent
+///   leave the same state, as only observations happen in between): `MEDEA_CRASH_BEFORE` at
+///   every fourth intent;
+/// - both modes at every progress entry.
+///
+/// The fake-cluster harness in `rollout.rs` runs every point in both modes. Each run here ends
+/// with the job Succeeded, every node on the target, exactly one Upgrade and one Reboot per node
+/// (simulator counters), nobody cordoned and one etcd snapshot.
+#[test]
+fn killed_at_journal_points_the_simulated_rollout_completes_exactly_once() {
+    // the clean run: the journal points and what each one records
+    let dir = scratch();
+    let w = SimWorld::prepare(dir.path());
+    let clean = w.child().output().unwrap();
+    assert!(
+        clean.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&clean.stdout),
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    check_rolled_out(&w, "clean run");
+    let journal = w.journal();
+    let points = w.job().journal_seq;
+    assert!(
+        points > 50,
+        "a 6-node rollout has many journal points ({points})"
+    );
+    drop(w);
+
+    let mut runs: Vec<(&'static str, u64)> = Vec::new();
+    let (mut intents, mut critical) = (0, 0);
+    for e in journal.iter().filter(|e| e.seq >= 1) {
+        match &e.entry {
+            Entry::Intent { key, .. } => {
+                runs.push(("MEDEA_CRASH_AT", e.seq));
+                if intents % 4 == 0 {
+                    runs.push(("MEDEA_CRASH_BEFORE", e.seq));
+                }
+                intents += 1;
+                if matches!(key.op, Op::Upgrade | Op::Reboot) {
+                    critical += 1;
+                }
+            }
+            Entry::Result { .. } => runs.push(("MEDEA_CRASH_BEFORE", e.seq)),
+            _ => {
+                runs.push(("MEDEA_CRASH_AT", e.seq));
+                runs.push(("MEDEA_CRASH_BEFORE", e.seq));
+            }
+        }
+    }
+    assert_eq!(critical, 12, "an Upgrade and a Reboot intent per node");
+    crash_points(&runs);
+}
+
+/// A node that cannot report its next boot (GRUB): a crash right after its Upgrade intent
+/// (the call never made) and right before its Upgrade result (the call made, the reply never
+/// journaled) both halt the restarted job, naming the node, with at most the one Upgrade:
+/// never a second one on a guess.
+#[test]
+fn a_crash_around_the_upgrade_of_a_node_that_cannot_tell_halts_with_at_most_one_upgrade() {
+    // find w-3's Upgrade intent and result in a clean run of the same rollout
+    let dir = scratch();
+    let w = SimWorld::prepare_with(dir.path(), &["w-3"]);
+    assert!(w.child().output().unwrap().status.success());
+    check_rolled_out(&w, "clean run with a GRUB node");
+    let journal = w.journal();
+    let seq_of = |want_intent: bool| {
+        journal
+            .iter()
+            .find(|e| match &e.entry {
+                Entry::Intent { key, .. } if want_intent => {
+                    key.op == Op::Upgrade && key.node.as_deref() == Some("w-3")
+                }
+                Entry::Result { key, .. } if !want_intent => {
+                    key.op == Op::Upgrade && key.node.as_deref() == Some("w-3")
+                }
+                _ => false,
+            })
+            .map(|e| e.seq)
+            .unwrap()
+    };
+    let (intent, result) = (seq_of(true), seq_of(false));
+    drop(w);
+
+    for (var, n, upgrades) in [
+        ("MEDEA_CRASH_AT", intent, 0),
+        ("MEDEA_CRASH_BEFORE", result, 1),
+    ] {
+        let dir = scratch();
+        let w = SimWorld::prepare_with(dir.path(), &["w-3"]);
+        let first = w.child().env(var, n.to_string()).output().unwrap();
+        assert!(!first.status.success(), "{var}={n} was reached");
+        let again = w.child().output().unwrap();
+        assert_eq!(again.status.code(), Some(1), "the job does not succeed");
+        let job = w.job();
+        let JobState::Halted { reason, node, .. } = &job.state else {
+            panic!("{var}={n}: expected a halt, got {:?}", job.state);
+        };
+        assert!(
+            reason.contains("cannot tell whether the upgrade of `w-3` ran"),
+            "{var}={n}: {reason}"
+        );
+        assert_eq!(node.as_deref(), Some("w-3"));
+        assert_eq!(w.sim.upgrades("w-3"), upgrades, "{var}={n}");
+        assert_eq!(w.sim.reboots("w-3"), 0, "{var}={n}");
+        for other in ["cp-1", "cp-2", "cp-3", "w-1", "w-2"] {
+            assert_eq!(w.sim.upgrades(other), 1, "{var}={n}: {other}");
+        }
+    }
+}
+
+#[test]
+fn the_harness_command_checks_the_credentials_before_touching_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let out = crate::cli::medea()
+        .args(["__rollout-run", "--store"])
+        .arg(&store)
+        .arg("--creds-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cluster"), "{err}");
+    let out = crate::cli::medea()
+        .args(["__rollout-run", "--store"])
+        .arg(&store)
+        .arg("--creds-dir")
+        .arg(dir.path())
+        .args(["--cluster", "prod"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("talosconfig of cluster `prod`"), "{err}");
+    assert!(!store.exists(), "nothing created");
+    let out = crate::cli::medea()
+        .args(["__rollout-run", "--store"])
+        .arg(&store)
+        .arg("--creds-dir")
+        .arg(dir.path())
+        .args(["--cluster", "../etc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot name a credentials directory"));
+}
