@@ -1744,7 +1744,7 @@ pub mod crash {
     }
 
     /// Scratch space on tmpfs when there is one (the harness fsyncs a lot).
-    fn scratch() -> tempfile::TempDir {
+    pub fn scratch() -> tempfile::TempDir {
         let shm = Path::new("/dev/shm");
         if shm.is_dir()
             && let Ok(d) = tempfile::tempdir_in(shm)
@@ -1790,7 +1790,7 @@ pub mod crash {
         unreachable!()
     }
 
-    fn check<W: CrashWorld>(w: &W, what: &str) {
+    pub fn check<W: CrashWorld>(w: &W, what: &str) {
         let s = w.summary();
         assert_eq!(s.nodes.len(), 6);
         for (name, (version, cordoned, upgrades, reboots)) in &s.nodes {

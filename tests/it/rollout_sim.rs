@@ -38,7 +38,7 @@ use medea::store::{Store, StoreExt};
 use medea::talos::{ClientSettings, RetryPolicy};
 use medea::version::{KubeVersion, TalosVersion};
 
-use crate::rollout::crash::{CrashWorld, Summary};
+use crate::rollout::crash::{CrashWorld, Summary, check as check_rolled_out, scratch};
 use crate::rollout::{CLUSTER, FROM, KUBE, TO, install, plan};
 
 fn tv(s: &str) -> TalosVersion {
@@ -769,35 +769,6 @@ impl CrashWorld for SimWorld {
     fn store(&self) -> PathBuf {
         self.dir.join("store")
     }
-}
-
-/// Scratch space on tmpfs when there is one (the children fsync a lot).
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(d) = tempfile::tempdir_in(shm)
-    {
-        return d;
-    }
-    tempfile::tempdir().unwrap()
-}
-
-fn check_rolled_out(w: &SimWorld, what: &str) {
-    let s = w.summary();
-    assert_eq!(s.nodes.len(), 6);
-    for (name, (version, cordoned, upgrades, reboots)) in &s.nodes {
-        assert_eq!(version, &tv(TO), "{what}: {name} on target");
-        assert!(!cordoned, "{what}: {name} left cordoned");
-        assert_eq!(*upgrades, 1, "{what}: {name} Upgrade calls\n{:#?}", s.log);
-        assert_eq!(*reboots, 1, "{what}: {name} Reboot calls\n{:#?}", s.log);
-    }
-    assert_eq!(s.snapshots, 1, "{what}: one snapshot");
-    let job = w.job();
-    assert!(
-        matches!(job.state, JobState::Succeeded { .. }),
-        "{what}: {:?}",
-        job.state
-    );
 }
 
 /// Kill the child at journal point `n` of `var`, restart it; `false` if it never got there.

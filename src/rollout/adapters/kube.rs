@@ -77,7 +77,7 @@ impl KubeAdapter {
             .map_err(|err| AdapterError::Kube {
                 cluster: cluster.to_string(),
                 path: k8s::kubeconfig::path_in(&dir),
-                err,
+                err: Box::new(err),
             })?;
         Ok(KubeAdapter::new(client))
     }

@@ -49,7 +49,7 @@ pub enum AdapterError {
         cluster: String,
         path: PathBuf,
         #[source]
-        err: crate::talos::TalosError,
+        err: Box<crate::talos::TalosError>,
     },
     #[error(
         "cannot use the kubeconfig of cluster `{cluster}` at `{path}` (medea expects <creds-dir>/<cluster>/kubeconfig)"
@@ -58,7 +58,7 @@ pub enum AdapterError {
         cluster: String,
         path: PathBuf,
         #[source]
-        err: crate::k8s::K8sError,
+        err: Box<crate::k8s::K8sError>,
     },
 }
 

@@ -88,7 +88,7 @@ impl TalosAdapter {
                 AdapterError::Talos {
                     cluster: cluster.to_string(),
                     path: path.clone(),
-                    err,
+                    err: Box::new(err),
                 }
             })?;
         Ok(TalosAdapter { client })
