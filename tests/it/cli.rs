@@ -68,3 +68,40 @@ fn every_command_help_has_examples() {
         "commands whose --help has no examples: {missing:?}"
     );
 }
+
+/// The README's main command, end to end: simulator, seeded store, server, two approvals,
+/// the whole rollout (Talos on every node, then Kubernetes), every machine on target.
+#[test]
+fn medea_demo_approve_runs_the_rollout_to_completion() {
+    let out = medea()
+        .args(["demo", "--approve"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("signed plan"), "{stdout}");
+    assert!(stdout.contains("(2 of 2)"), "{stdout}");
+    assert!(stdout.contains(": succeeded"), "{stdout}");
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("NODE  ROLE"))
+        .skip(1)
+        .take(6)
+        .collect();
+    assert_eq!(table.len(), 6, "{stdout}");
+    for row in table {
+        assert!(
+            row.contains("v1.13.9") && row.contains("v1.35.0"),
+            "not on target: {row}"
+        );
+        assert!(
+            row.ends_with("yes    no"),
+            "not ready or still cordoned: {row}"
+        );
+    }
+}
