@@ -73,6 +73,9 @@ pub struct ServeArgs {
     /// Log format: human-readable text, or one JSON object per line.
     #[arg(long, value_enum, default_value_t = super::LogFormat::Text, env = "MEDEA_LOG_FORMAT")]
     pub log_format: super::LogFormat,
+    /// How often a running job re-observes its nodes while it waits (reboots, drains).
+    #[arg(long, default_value = "5s", value_parser = parse_millis)]
+    pub job_poll: Duration,
     /// How often the inventory is refreshed from Talos and Kubernetes.
     #[arg(long, default_value = "60s", value_parser = parse_millis)]
     pub refresh_interval: Duration,
@@ -164,7 +167,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         refresh_interval: args.refresh_interval,
         metrics_listen: args.metrics_listen,
         webhooks: args.webhook.clone(),
-        executor_poll: None,
+        executor_poll: Some(args.job_poll),
         replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);

@@ -1180,13 +1180,9 @@ impl<'a> ClusterCtx<'a> {
 
     fn notes(&self, members: &BTreeMap<String, Vec<Member<'a>>>, steps: &[Step]) -> Vec<String> {
         let mut notes = Vec::new();
-        let has_steps = !steps.is_empty();
-        if has_steps && !self.obs.rollouts_enabled {
-            notes.push(format!(
-                "rollouts are disabled for this cluster: an approved plan waits until `medea cluster enable-rollouts {}`",
-                self.name()
-            ));
-        }
+        // `rolloutsEnabled` is a gate, not part of what a plan does: it must not change the
+        // plan's id (an approved plan waits for the gate; `medea approve` names closed gates).
+        let _ = steps;
         let managed: BTreeSet<&str> = members
             .values()
             .flatten()

@@ -31,6 +31,17 @@ pub struct Basis {
     pub applied: String,
 }
 
+impl Basis {
+    /// The basis as far as plan identity goes: the git commit is recorded for people but is
+    /// not part of it, so committing an approval marker (a new commit, same resource files)
+    /// never makes the plan it approves stale.
+    pub fn identity(&self) -> Basis {
+        let mut b = self.clone();
+        b.desired.commit = None;
+        b
+    }
+}
+
 /// One machine of a Talos rollout wave.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -208,10 +219,11 @@ impl Plan {
             approvals_required: u32,
             applies: &'a Applies,
         }
+        let basis = self.basis.identity();
         let bytes = serde_json::to_vec(&Canonical {
             domain: "medea-plan/v1",
             catalog: &self.catalog,
-            basis: &self.basis,
+            basis: &basis,
             clusters: &self.clusters,
             approvals_required: self.approvals_required,
             applies: &self.applies,
@@ -222,7 +234,7 @@ impl Plan {
 
     /// Whether the plan no longer matches reality: its basis differs from `current`.
     pub fn is_stale(&self, current: &Basis) -> bool {
-        &self.basis != current
+        self.basis.identity() != current.identity()
     }
 
     /// Distinct machines any step touches (a Kubernetes rollout touches every node).

@@ -211,6 +211,9 @@ pub fn reconcile(
     for c in &candidates {
         let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
         crate::metrics::approval_outcome(outcome.code());
+        if outcome.approved().is_none() {
+            tracing::info!(plan = %plan.id.short(), source = %c.source, outcome = %outcome, "approval candidate does not count");
+        }
         let already = recorded.iter().any(
             |(_, r)| matches!(&outcome, Outcome::Approved(a) if a.fingerprint == r.fingerprint),
         );

@@ -7,6 +7,7 @@ mod cli;
 mod deploy;
 mod desired;
 mod doctor;
+mod e2e;
 #[cfg(feature = "etcd")]
 mod etcd_harness;
 mod fuzz_smoke;

@@ -178,7 +178,11 @@ fn plan_of_the_examples_after_an_edit_matches_the_snapshot() {
     assert_eq!(v["clusters"][1]["steps"][0]["to"], "v1.12.11");
 
     // The documented example is the real output.
-    for doc in ["design/plan.md", "design/plan-readme-snippet.md"] {
+    for doc in [
+        "design/plan.md",
+        "design/plan-readme-snippet.md",
+        "README.md",
+    ] {
         let d = std::fs::read_to_string(root().join(doc)).unwrap();
         assert!(
             d.contains(text.trim_end()),
