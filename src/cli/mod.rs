@@ -10,6 +10,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 pub mod approvals;
 pub mod approve;
+pub mod bench;
 pub mod client;
 pub mod debug;
 pub mod desired;
@@ -109,6 +110,11 @@ pub enum Command {
     Approvals(approvals::ApprovalsArgs),
     /// Sign an approval of a plan (SSHSIG, namespace `medea-approve`).
     Approve(approve::ApproveArgs),
+    /// Fleet-scale benchmarks (build with --release; see design/performance.md).
+    #[command(
+        after_help = "Examples:\n  medea bench plan --clusters 100 --machines 100\n  medea bench server --clusters 1000 --machines 10\n  medea bench fleet --out /tmp/fleet"
+    )]
+    Bench(bench::BenchArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -171,6 +177,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Approvals(args) => approvals::run(args),
         Command::Talos(args) => talos::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 
