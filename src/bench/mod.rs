@@ -11,6 +11,7 @@
 pub mod fleet;
 pub mod host;
 pub mod pipeline;
+pub mod rollout;
 pub mod server;
 pub mod stats;
 

@@ -130,7 +130,11 @@ fn pipeline(root: &Path, inventory: &Inventory) -> Result<Round, BenchError> {
 }
 
 /// Run `rounds` rounds (after one warm-up round) over the repo at `root`.
-pub fn run(root: &Path, inventory: &Inventory, rounds: usize) -> Result<PipelineReport, BenchError> {
+pub fn run(
+    root: &Path,
+    inventory: &Inventory,
+    rounds: usize,
+) -> Result<PipelineReport, BenchError> {
     let snapshot = desired::source::read(&Source::Dir(root.to_path_buf()))
         .map_err(|e| BenchError::Desired(Box::new(e)))?;
     let mut r = PipelineReport {

@@ -186,7 +186,11 @@ fn cpu_ticks(pid: u32) -> u64 {
     let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest[0] is field 3 (state); utime is field 14, stime 15.
-    let get = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let get = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     get(14) + get(15)
 }
 
@@ -272,8 +276,8 @@ pub fn run(
         err,
     })?;
     {
-        let store = FjallStore::open(&state.join("store"))
-            .map_err(|e| BenchError::Store(Box::new(e)))?;
+        let store =
+            FjallStore::open(&state.join("store")).map_err(|e| BenchError::Store(Box::new(e)))?;
         inventory
             .save(&store)
             .map_err(|e| BenchError::Store(Box::new(e)))?;

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use super::exit;
 use crate::bench::fleet::{self, FleetSpec};
 use crate::bench::host::Host;
-use crate::bench::{pipeline, server};
+use crate::bench::{pipeline, rollout, server};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -69,6 +69,28 @@ pub enum Scenario {
         /// How long to watch the idle server.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         idle: Duration,
+    },
+    /// The rollout engine on the in-memory fakes with a durable fjall journal: overhead per
+    /// node with zero delays, and wall time against the ideal with fixed per-node delays.
+    Rollout {
+        /// Nodes of the zero-delay run (3 control planes, the rest workers).
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// Nodes of the fixed-delay run (all workers).
+        #[arg(long, default_value_t = 200)]
+        delay_nodes: usize,
+        /// How long each node is away after its reboot in the fixed-delay run.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        delay: Duration,
+        /// maxUnavailable of the worker pools.
+        #[arg(long, default_value_t = 10)]
+        max_unavailable: u32,
+        /// Executor poll interval of the fixed-delay run.
+        #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+        poll: Duration,
+        /// Repetitions of each run.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
 }
 
@@ -183,12 +205,27 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 r.get_rows,
                 r.get_bytes / 1024
             );
-            println!("  medea get machines -o json (process): {}", r.get_cli.summary_ms());
-            println!("  RPC, fresh TLS connection:           {}", r.get_fresh.summary_ms());
-            println!("  RPC, warm connection:                {}", r.get_warm.summary_ms());
+            println!(
+                "  medea get machines -o json (process): {}",
+                r.get_cli.summary_ms()
+            );
+            println!(
+                "  RPC, fresh TLS connection:           {}",
+                r.get_fresh.summary_ms()
+            );
+            println!(
+                "  RPC, warm connection:                {}",
+                r.get_warm.summary_ms()
+            );
             println!("file change (debounce {:.0} ms):", r.debounce_ms);
-            println!("  -> desired state loaded: {}", r.change_to_loaded.summary_ms());
-            println!("  -> new plan stored:      {}", r.change_to_plan.summary_ms());
+            println!(
+                "  -> desired state loaded: {}",
+                r.change_to_loaded.summary_ms()
+            );
+            println!(
+                "  -> new plan stored:      {}",
+                r.change_to_plan.summary_ms()
+            );
             println!(
                 "  overhead over the debounce (median): {:.1} ms (target <= 50 ms)",
                 r.change_to_plan.median() - r.debounce_ms
@@ -197,6 +234,81 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 "RSS after the change and get rounds: {:.1} MiB",
                 r.rss_after_kib as f64 / 1024.0
             );
+            Ok(exit::OK)
+        }
+        Scenario::Rollout {
+            nodes,
+            delay_nodes,
+            delay,
+            max_unavailable,
+            poll,
+            runs,
+        } => {
+            let host = Host::detect();
+            println!("{host}");
+            let mut per_node = crate::bench::stats::Samples::new();
+            let mut last = None;
+            for _ in 0..runs {
+                let dir = tempdir()?;
+                let r = rollout::run(
+                    dir.path(),
+                    3.min(nodes),
+                    nodes.saturating_sub(3),
+                    max_unavailable,
+                    Duration::ZERO,
+                    Duration::ZERO,
+                )
+                .map_err(err)?;
+                per_node.push_value(r.per_node_ms);
+                last = Some(r);
+            }
+            if let Some(r) = &last {
+                println!(
+                    "engine overhead: {} nodes (3 control planes + {} workers, maxUnavailable {}), {} waves, zero-delay fakes, durable fjall journal ({} commits per run), every node upgraded exactly once: {}",
+                    r.nodes,
+                    r.nodes.saturating_sub(3),
+                    max_unavailable,
+                    r.waves,
+                    r.commits,
+                    r.max_upgrades_per_node == 1 && r.upgrades as usize == r.nodes
+                );
+                println!(
+                    "  per node: median {:.2} ms, min {:.2}, max {:.2} (n={}); whole rollout median {:.0} ms (target <= 5 ms per node)",
+                    per_node.median(),
+                    per_node.min(),
+                    per_node.max(),
+                    per_node.len(),
+                    per_node.median() * r.nodes as f64
+                );
+            }
+            let mut ratio = crate::bench::stats::Samples::new();
+            let mut last = None;
+            for _ in 0..runs {
+                let dir = tempdir()?;
+                let r = rollout::run(dir.path(), 0, delay_nodes, max_unavailable, delay, poll)
+                    .map_err(err)?;
+                ratio.push_value(r.ratio_to_ideal());
+                last = Some(r);
+            }
+            if let Some(r) = &last {
+                println!(
+                    "fixed delays: {} workers, maxUnavailable {}, {} waves, {} ms away per node after reboot, poll {} ms: ideal {:.0} ms",
+                    r.nodes,
+                    max_unavailable,
+                    r.waves,
+                    delay.as_millis(),
+                    poll.as_millis(),
+                    r.ideal_ms
+                );
+                println!(
+                    "  wall / ideal: median {:.4}, min {:.4}, max {:.4} (n={}); last wall {:.0} ms (target <= 1.02)",
+                    ratio.median(),
+                    ratio.min(),
+                    ratio.max(),
+                    ratio.len(),
+                    r.wall_ms
+                );
+            }
             Ok(exit::OK)
         }
     }
