@@ -209,7 +209,8 @@ pub fn parse_time(input: &str) -> Result<Timestamp, String> {
         )
     };
     let mut s = input;
-    if s.len() > 1 && s[s.len() - 1..].eq_ignore_ascii_case("z") {
+    // Byte checks, not `s[len - 1..]`: the last character may be multi-byte (found by fuzzing).
+    if s.len() > 1 && s.as_bytes()[s.len() - 1].eq_ignore_ascii_case(&b'z') {
         s = &s[..s.len() - 1];
     } else if s.len() > 3
         && s.is_char_boundary(s.len() - 3)
@@ -606,6 +607,14 @@ fn dequote(line: &str, i: usize, end: usize, name: &str) -> Result<(String, usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_ending_in_a_multibyte_character_is_an_error_not_a_panic() {
+        // Found by the allowed_signers fuzzer (tests/fuzz/regressions/allowed_signers/).
+        assert!(parse_time("2026010\u{5a5}").is_err());
+        assert!(parse_time("\u{5a5}").is_err());
+        assert!(parse_time("20260101Z").is_ok());
+    }
     use proptest::prelude::*;
     use ssh_key::private::{Ed25519Keypair, KeypairData};
 

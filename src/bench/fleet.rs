@@ -1,6 +1,7 @@
 //! Deterministic fleet generator: desired-state repos and matching inventories of any size.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
 use crate::version::{KubeVersion, TalosVersion};
@@ -53,7 +54,7 @@ const WORKER_POOL: usize = 48;
 
 /// Every cluster has 3 control-plane machines, one canary worker, and worker pools of up to 48
 /// machines (`after: [canary]`). About half the clusters run an older Talos than desired, so
-/// plans have real work; a few machines are already cordoned or NotReady.
+/// plans have real work; some worker pools have one machine NotReady already.
 pub fn generate(spec: FleetSpec) -> Fleet {
     let mut rng = Rng::new(spec.seed);
     let mut files = BTreeMap::new();
@@ -102,7 +103,8 @@ pub fn generate(spec: FleetSpec) -> Fleet {
             format!("# yaml-language-server: $schema=../schemas/nodepool.json\n{pools}"),
         );
         for i in 0..n {
-            let away = rng.below(100) == 0;
+            // At most one machine per worker pool is NotReady (a pool can always start).
+            let away = i >= 4 && (i - 4) % WORKER_POOL == 17 && rng.below(3) == 0;
             let m = Machine {
                 node: node(i),
                 id: format!("{:016x}", rng.next_u64()),
@@ -136,6 +138,35 @@ pub fn generate(spec: FleetSpec) -> Fleet {
         files,
         inventory: Inventory { clusters },
     }
+}
+
+/// Where [`write_repo`] put a fleet.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The desired-state root (`<dir>/desired`): one directory per cluster.
+    pub desired: PathBuf,
+    /// The inventory file (`<dir>/inventory.json`), for `medea plan --observed`.
+    pub inventory: PathBuf,
+}
+
+/// Write `fleet` below `dir`: the desired-state repo in `desired/` and the inventory in
+/// `inventory.json` (the inventory-file format, which `medea plan --observed` reads).
+pub fn write_repo(fleet: &Fleet, dir: &Path) -> std::io::Result<Written> {
+    let desired = dir.join("desired");
+    for (rel, text) in &fleet.files {
+        let path = desired.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, text)?;
+    }
+    let inventory = dir.join("inventory.json");
+    let file = crate::inventory::file::to_file(&fleet.inventory);
+    std::fs::write(
+        &inventory,
+        serde_json::to_vec(&file).expect("an inventory serializes"),
+    )?;
+    Ok(Written { desired, inventory })
 }
 
 #[cfg(test)]
@@ -185,5 +216,54 @@ mod tests {
             3 * 4,
             "controlplane, canary, 2 worker pools of ≤48 each"
         );
+    }
+
+    #[test]
+    fn written_repos_load_and_their_inventory_reads_back() {
+        let fleet = generate(FleetSpec {
+            clusters: 2,
+            machines_per_cluster: 10,
+            seed: 3,
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let w = write_repo(&fleet, dir.path()).unwrap();
+        let loaded = crate::desired::load(&crate::desired::Source::Dir(w.desired)).unwrap();
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        assert_eq!(loaded.desired.clusters.len(), 2);
+        let text = std::fs::read_to_string(&w.inventory).unwrap();
+        let inv = crate::inventory::file::parse("inventory.json", &text).unwrap();
+        assert_eq!(inv, fleet.inventory);
+    }
+
+    #[test]
+    fn every_generated_fleet_can_be_planned() {
+        for seed in 0..5 {
+            let fleet = generate(FleetSpec {
+                clusters: 20,
+                machines_per_cluster: 100,
+                seed,
+            });
+            let snapshot = crate::desired::Snapshot {
+                files: fleet
+                    .files
+                    .iter()
+                    .map(|(p, t)| crate::desired::source::SourceFile {
+                        path: p.clone(),
+                        bytes: t.clone().into_bytes(),
+                    })
+                    .collect(),
+                markers: vec![],
+                commit: None,
+            };
+            let loaded = crate::desired::parse_snapshot(snapshot);
+            let plan = crate::plan::compute(
+                loaded.valid().expect("valid"),
+                &fleet.inventory,
+                &crate::plan::LastApplied::default(),
+                None,
+            );
+            let plan = plan.unwrap_or_else(|d| panic!("seed {seed}: {:?}", d[0].message));
+            assert!(plan.has_changes(), "about half the clusters are behind");
+        }
     }
 }

@@ -1,6 +1,44 @@
 //! Benchmarks at fleet scale: a deterministic generator and the `medea bench` harness.
 //!
-//! **Owns:** fleet generation, benchmark scenarios and their reports.
+//! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`server`],
+//! [`rollout`]), their statistics ([`stats`]) and the host description ([`host`]).
 //! **May depend on:** every module (it measures them); nothing depends on it.
+//!
+//! Architecture Invariant: targets are measured and reported, never asserted in timed unit
+//! tests; every figure is a median of repeated runs, and every ratio compares runs taken side
+//! by side in the same process. `design/performance.md` records the results.
 
 pub mod fleet;
+pub mod host;
+pub mod pipeline;
+pub mod rollout;
+pub mod server;
+pub mod stats;
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot read the generated desired state")]
+    Desired(#[source] Box<crate::desired::SourceError>),
+    #[error("the benchmark input is not what the scenario expects: {what}")]
+    Invalid { what: String },
+    #[error("I/O error on `{path}`")]
+    Io {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("cannot start {what}")]
+    Spawn {
+        what: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("store error in the benchmark")]
+    Store(#[source] Box<crate::store::StoreError>),
+    #[error("the server under test misbehaved: {what}")]
+    Server { what: String },
+    #[error("the rollout under test failed: {what}")]
+    Rollout { what: String },
+}

@@ -10,6 +10,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 pub mod approvals;
 pub mod approve;
+pub mod bench;
 pub mod client;
 pub mod debug;
 pub mod demo;
@@ -118,6 +119,11 @@ pub enum Command {
     Seed(seed::SeedArgs),
     /// Offline preflight: credentials, certificates, Talos API, kube-apiserver, RBAC, etcd, clock.
     Doctor(doctor::DoctorArgs),
+    /// Fleet-scale benchmarks (build with --release; see design/performance.md).
+    #[command(
+        after_help = "Examples:\n  medea bench plan --clusters 100 --machines 100\n  medea bench server --clusters 1000 --machines 10\n  medea bench fleet --out /tmp/fleet"
+    )]
+    Bench(bench::BenchArgs),
 }
 
 /// Diagnostics wrap to the terminal on a TTY and never when piped (logs, CI, tests); colours
@@ -183,6 +189,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Sim(args) => sim::run(args),
         Command::Seed(args) => seed::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

@@ -107,12 +107,12 @@ pub fn parse_snapshot(snapshot: Snapshot) -> Loaded {
     let mut broken = Vec::new();
     for (path, text) in &sources {
         for doc in parse::split_documents(path, text) {
-            let ident = parse::identify(&doc);
-            match parse::read_document(doc) {
+            match parse::read_document(doc.clone()) {
                 Ok(raw) => docs.push(raw),
                 Err(d) => {
                     diagnostics.push(d);
-                    broken.extend(ident);
+                    // Only a broken document needs the lenient second read.
+                    broken.extend(parse::identify(&doc));
                 }
             }
         }

@@ -177,8 +177,43 @@ pub fn identify(doc: &DocText<'_>) -> Option<Broken> {
     }
 }
 
+/// The value of a top-level `kind:` line, if the document spells its kind plainly.
+fn plain_kind(text: &str) -> Option<&str> {
+    text.lines().find_map(|l| {
+        let v = l.strip_prefix("kind:")?;
+        let v = v.split('#').next().unwrap_or("").trim();
+        (!v.is_empty()).then_some(v)
+    })
+}
+
 /// Read one document: header first, then the concrete kind.
+///
+/// Fast path: a document with a plain top-level `kind: Cluster` or `kind: NodePool` line is
+/// read strictly at once (one parse instead of two). Whenever that read fails, or its `kind`
+/// is not the one the line suggested, the document goes through the full path below, so the
+/// result and every diagnostic are exactly those of the full path.
 pub fn read_document<'a>(doc: DocText<'a>) -> Result<RawDoc<'a>, Diagnostic> {
+    match plain_kind(doc.text) {
+        Some("Cluster") => {
+            if let Ok(c) = serde_saphyr::from_str_with_options::<ClusterDoc>(doc.text, options())
+                && c.kind.value == "Cluster"
+            {
+                return Ok(RawDoc::Cluster(c, doc));
+            }
+        }
+        Some("NodePool") => {
+            if let Ok(p) = serde_saphyr::from_str_with_options::<NodePoolDoc>(doc.text, options())
+                && p.kind.value == "NodePool"
+            {
+                return Ok(RawDoc::NodePool(p, doc));
+            }
+        }
+        _ => {}
+    }
+    read_document_slow(doc)
+}
+
+fn read_document_slow<'a>(doc: DocText<'a>) -> Result<RawDoc<'a>, Diagnostic> {
     let header: Header = serde_saphyr::from_str_with_options(doc.text, options())
         .map_err(|e| yaml_error(&doc, &e))?;
     let Some(kind) = header.kind else {

@@ -24,7 +24,17 @@ pub fn path_in(creds_dir: &Path) -> PathBuf {
 
 /// Read and parse a kubeconfig file.
 pub fn read(path: &Path) -> Result<Kubeconfig, K8sError> {
-    Kubeconfig::read_from(path).map_err(|err| match err {
+    Kubeconfig::read_from(path).map_err(|err| classify(path, err))
+}
+
+/// Parse kubeconfig text (`path` names it in errors; relative file references inside stay
+/// relative: [`read`] resolves them against the file's directory).
+pub fn parse(text: &str, path: &Path) -> Result<Kubeconfig, K8sError> {
+    Kubeconfig::from_yaml(text).map_err(|err| classify(path, err))
+}
+
+fn classify(path: &Path, err: KubeconfigError) -> K8sError {
+    match err {
         KubeconfigError::ReadConfig(err, _) => K8sError::KubeconfigRead {
             path: path.to_path_buf(),
             err,
@@ -41,7 +51,7 @@ pub fn read(path: &Path) -> Result<Kubeconfig, K8sError> {
             path: path.to_path_buf(),
             err: Box::new(err),
         },
-    })
+    }
 }
 
 /// Load a kubeconfig file into a kube-rs client configuration (its current context).

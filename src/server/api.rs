@@ -249,15 +249,43 @@ impl pb::medea_server::Medea for MedeaApi {
     ) -> Result<Response<pb::ListMachinesResponse>, Status> {
         let filter = req.into_inner().cluster;
         let inv = inventory::Inventory::load(self.shared.store.as_ref()).map_err(internal)?;
+        let desired = self.shared.desired();
         let mut machines = Vec::new();
         for (cname, c) in &inv.clusters {
             if !filter.is_empty() && &filter != cname {
                 continue;
             }
+            // Pools by listed machine once per cluster, not a scan of every pool per machine.
+            let pools = desired.as_ref().and_then(|d| d.desired.clusters.get(cname));
+            let mut listed: std::collections::HashMap<&str, &str> = Default::default();
+            for p in pools.into_iter().flat_map(|dc| dc.pools.values()) {
+                for m in &p.machines {
+                    // First pool in name order wins, as in `pool_of`.
+                    listed
+                        .entry(m.value.as_str())
+                        .or_insert(p.name.value.as_str());
+                }
+            }
             for m in c.machines.values() {
+                let pool = match pools {
+                    // The first pool (in name order) that selects it, as `pool_of` decides.
+                    Some(dc) => match listed.get(m.node.as_str()) {
+                        Some(p)
+                            if dc
+                                .pools
+                                .values()
+                                .take_while(|q| q.name.value.as_str() != *p)
+                                .all(|q| q.selector.is_empty()) =>
+                        {
+                            p.to_string()
+                        }
+                        _ => self.pool_of(cname, m),
+                    },
+                    None => String::new(),
+                };
                 machines.push(pb::Machine {
                     cluster: cname.clone(),
-                    pool: self.pool_of(cname, m),
+                    pool,
                     node: m.node.clone(),
                     id: m.id.clone(),
                     address: m.address.clone(),

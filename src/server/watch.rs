@@ -4,13 +4,19 @@
 //! mode ignores `.git/**` and editor temp files; git mode watches the checkout's `.git`
 //! directory too, so a new commit (or a moved ref) triggers a reload even though the committed
 //! tree, not the work tree, is what gets read. Nothing polls: with no events, nothing runs.
+//!
+//! Debouncing is event-driven (a tokio timer that restarts on every event), not
+//! notify-debouncer-full's loop, which wakes every quarter of the debounce even when idle and
+//! delivers a burst up to a quarter of the debounce late (measured in design/performance.md).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use notify_debouncer_full::notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
-use tokio::sync::mpsc;
+use notify_debouncer_full::notify::{
+    self, Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher as _,
+};
+use tokio::sync::{Notify, mpsc};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -18,13 +24,20 @@ pub enum WatchError {
     Watch {
         path: PathBuf,
         #[source]
-        err: notify_debouncer_full::notify::Error,
+        err: notify::Error,
     },
 }
 
 /// Keeps the watcher alive; dropping it stops watching.
 pub struct Watcher {
-    _debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
+    _watcher: RecommendedWatcher,
+    debounce: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.debounce.abort();
+    }
 }
 
 fn interesting(path: &Path, root: &Path, git: bool) -> bool {
@@ -52,46 +65,56 @@ fn interesting(path: &Path, root: &Path, git: bool) -> bool {
         || name == "4913")
 }
 
-/// Watch `root` (and, in git mode, its repository's `.git`) and send a hint per debounced batch.
+/// Wait for the first change, then for `quiet` without any; repeat. Event-driven: with no
+/// events this task sleeps (no timer, no polling), and a hint goes out exactly `quiet` after
+/// the last event of a burst.
+async fn debounce(events: Arc<Notify>, quiet: Duration, tx: mpsc::Sender<()>) {
+    loop {
+        events.notified().await;
+        while tokio::time::timeout(quiet, events.notified()).await.is_ok() {}
+        // A full channel already holds a pending hint; dropping this one loses nothing.
+        if tx.is_closed() {
+            return;
+        }
+        let _ = tx.try_send(());
+    }
+}
+
+/// Watch `root` (and, in git mode, its repository's `.git`) and send a hint per debounced
+/// batch. Must be called inside a tokio runtime (the debounce timer runs on it).
 pub fn watch(
     root: &Path,
     git_dir: Option<&Path>,
-    debounce: Duration,
+    quiet: Duration,
 ) -> Result<(Watcher, mpsc::Receiver<()>), WatchError> {
     let (tx, rx) = mpsc::channel(16);
     let root_owned = root.to_path_buf();
     let git = git_dir.is_some();
     let git_root = git_dir.and_then(|g| g.parent().map(Path::to_path_buf));
-    let mut debouncer = new_debouncer(debounce, None, move |res: DebounceEventResult| {
+    let events = Arc::new(Notify::new());
+    let notify_events = events.clone();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
         let relevant = match res {
             // Reading the files (opens, non-write closes) must not trigger another read.
-            Ok(events) => events
-                .iter()
-                .filter(|e| {
-                    !matches!(
-                        e.event.kind,
-                        notify_debouncer_full::notify::EventKind::Access(_)
-                    )
-                })
-                .any(|e| {
-                    e.paths.iter().any(|p| {
+            Ok(e) => {
+                !matches!(e.kind, EventKind::Access(_))
+                    && e.paths.iter().any(|p| {
                         interesting(p, &root_owned, git)
                             || git_root.as_ref().is_some_and(|g| interesting(p, g, true))
                     })
-                }),
+            }
             // Errors (e.g. queue overflow) mean we may have missed something: re-read.
             Err(_) => true,
         };
         if relevant {
-            // A full channel already holds a pending hint; dropping this one loses nothing.
-            let _ = tx.try_send(());
+            notify_events.notify_one();
         }
     })
     .map_err(|err| WatchError::Watch {
         path: root.to_path_buf(),
         err,
     })?;
-    debouncer
+    watcher
         .watch(root, RecursiveMode::Recursive)
         .map_err(|err| WatchError::Watch {
             path: root.to_path_buf(),
@@ -100,16 +123,18 @@ pub fn watch(
     if let Some(g) = git_dir
         && !g.starts_with(root)
     {
-        debouncer
+        watcher
             .watch(g, RecursiveMode::Recursive)
             .map_err(|err| WatchError::Watch {
                 path: g.to_path_buf(),
                 err,
             })?;
     }
+    let debounce = tokio::spawn(debounce(events, quiet, tx));
     Ok((
         Watcher {
-            _debouncer: debouncer,
+            _watcher: watcher,
+            debounce,
         },
         rx,
     ))
@@ -118,6 +143,30 @@ pub fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_gives_one_hint_exactly_a_quiet_period_after_its_last_event() {
+        let events = Arc::new(Notify::new());
+        let (tx, mut rx) = mpsc::channel(16);
+        let task = tokio::spawn(debounce(events.clone(), Duration::from_millis(500), tx));
+        let start = tokio::time::Instant::now();
+        for _ in 0..5 {
+            events.notify_one();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Last event at 400 ms: the hint comes at 900 ms, and only one.
+        rx.recv().await.unwrap();
+        let at = start.elapsed();
+        assert!(
+            at >= Duration::from_millis(900) && at < Duration::from_millis(910),
+            "{at:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(rx.try_recv().is_err(), "one hint per burst");
+        events.notify_one();
+        rx.recv().await.unwrap();
+        task.abort();
+    }
 
     #[test]
     fn filters_noise() {

@@ -45,7 +45,28 @@ pub fn encode<R: Record>(r: &R) -> Vec<u8> {
     .expect("records serialize to JSON")
 }
 
+/// A record of the current kind and schema, read in one typed pass (the common case).
+#[derive(Deserialize)]
+struct EnvelopeTyped<T> {
+    kind: String,
+    schema: u32,
+    data: T,
+}
+
 pub fn decode<R: Record>(key: &str, bytes: &[u8]) -> Result<R, StoreError> {
+    // Fast path: straight into `R`, no intermediate JSON tree. Anything else (another kind,
+    // an older or newer schema, a decode error) takes the full path below, which decides
+    // and reports exactly as before.
+    if let Ok(env) = serde_json::from_slice::<EnvelopeTyped<R>>(bytes)
+        && env.kind == R::KIND
+        && env.schema == R::SCHEMA
+    {
+        return Ok(env.data);
+    }
+    decode_slow(key, bytes)
+}
+
+fn decode_slow<R: Record>(key: &str, bytes: &[u8]) -> Result<R, StoreError> {
     let derr = |err: Box<dyn std::error::Error + Send + Sync>| StoreError::Decode {
         table: R::TABLE.name(),
         key: key.to_string(),

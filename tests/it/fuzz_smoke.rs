@@ -101,3 +101,18 @@ fn allowed_signers() {
 fn armored_signature() {
     smoke("armored_signature", medea::fuzz::armored_signature, 2000);
 }
+
+#[test]
+fn talosconfig() {
+    smoke("talosconfig", medea::fuzz::talosconfig, 1000);
+}
+
+#[test]
+fn kubeconfig() {
+    smoke("kubeconfig", medea::fuzz::kubeconfig, 400);
+}
+
+#[test]
+fn sim_http() {
+    smoke("sim_http", medea::fuzz::sim_http, 300);
+}

@@ -3,6 +3,7 @@
 mod approval;
 mod approvals_cli;
 mod architecture;
+mod bench;
 mod cli;
 mod deploy;
 mod desired;

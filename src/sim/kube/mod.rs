@@ -20,6 +20,8 @@
 mod api;
 mod apply;
 mod cluster;
+#[doc(hidden)]
+pub mod fuzzing;
 mod kubeconfig;
 mod pki;
 mod resources;

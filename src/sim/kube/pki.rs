@@ -30,6 +30,11 @@ impl BearerToken {
         self.0.as_bytes().ct_eq(candidate.as_bytes()).into()
     }
 
+    /// A fixed token, for the request fuzzer only.
+    pub(crate) fn fixed(token: &str) -> BearerToken {
+        BearerToken(token.to_string())
+    }
+
     /// A fresh random token (64 hex characters from 256 bits of OS randomness).
     pub(crate) fn generate() -> Result<BearerToken, KubeSimError> {
         let key = KeyPair::generate().map_err(|err| KubeSimError::Pki { err })?;

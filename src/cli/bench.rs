@@ -1,0 +1,315 @@
+//! `medea bench`: fleet-scale benchmarks (design/performance.md). Build with `--release`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::exit;
+use crate::bench::fleet::{self, FleetSpec};
+use crate::bench::host::Host;
+use crate::bench::{pipeline, rollout, server};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub scenario: Scenario,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FleetArgs {
+    /// Clusters in the generated fleet.
+    #[arg(long, default_value_t = 100)]
+    pub clusters: usize,
+    /// Machines per cluster (at least 4: three control planes and a canary).
+    #[arg(long, default_value_t = 100)]
+    pub machines: usize,
+    /// Seed of the generator: the same seed gives the same fleet.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl FleetArgs {
+    fn spec(&self) -> FleetSpec {
+        FleetSpec {
+            clusters: self.clusters,
+            machines_per_cluster: self.machines,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Scenario {
+    /// Write a generated desired-state repo (DIR/desired) and its inventory (DIR/inventory.json).
+    Fleet {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// load + validate + plan + render, against the parse floor measured in the same run.
+    Plan {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// Rounds (each: floor and pipeline side by side).
+        #[arg(long, default_value_t = 15)]
+        rounds: usize,
+    },
+    /// A `medea serve` child holding the fleet: idle RSS/CPU, get machines, change → plan.
+    Server {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+        debounce: Duration,
+        #[arg(long, default_value_t = 15)]
+        changes: usize,
+        #[arg(long, default_value_t = 30)]
+        gets: usize,
+        /// How long to watch the idle server.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        idle: Duration,
+    },
+    /// The rollout engine on the in-memory fakes with a durable fjall journal: overhead per
+    /// node with zero delays, and wall time against the ideal with fixed per-node delays.
+    Rollout {
+        /// Nodes of the zero-delay run (3 control planes, the rest workers).
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// Nodes of the fixed-delay run (all workers).
+        #[arg(long, default_value_t = 200)]
+        delay_nodes: usize,
+        /// How long each node is away after its reboot in the fixed-delay run.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        delay: Duration,
+        /// maxUnavailable of the worker pools.
+        #[arg(long, default_value_t = 10)]
+        max_unavailable: u32,
+        /// Executor poll interval of the fixed-delay run.
+        #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+        poll: Duration,
+        /// Repetitions of each run.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Some(ms) = s.strip_suffix("ms") {
+        return ms
+            .parse()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("invalid duration `{s}`"));
+    }
+    crate::desired::validate::parse_duration(s)
+}
+
+fn tempdir() -> miette::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("medea-bench-")
+        .tempdir()
+        .map_err(|e| miette::miette!("cannot create a temporary directory: {e}"))
+}
+
+fn err(e: crate::bench::BenchError) -> miette::Report {
+    miette::miette!("{}", crate::error_chain(&e))
+}
+
+pub fn run(args: BenchArgs) -> miette::Result<u8> {
+    match args.scenario {
+        Scenario::Fleet { fleet: f, out } => {
+            let fleet = fleet::generate(f.spec());
+            let w = fleet::write_repo(&fleet, &out)
+                .map_err(|e| miette::miette!("cannot write the fleet to {}: {e}", out.display()))?;
+            println!(
+                "wrote {} clusters, {} machines: {} and {}",
+                fleet.inventory.clusters.len(),
+                fleet.machines(),
+                w.desired.display(),
+                w.inventory.display()
+            );
+            Ok(exit::OK)
+        }
+        Scenario::Plan { fleet: f, rounds } => {
+            let host = Host::detect();
+            let fleet = fleet::generate(f.spec());
+            let dir = tempdir()?;
+            let w = fleet::write_repo(&fleet, dir.path())
+                .map_err(|e| miette::miette!("cannot write the fleet: {e}"))?;
+            let r = pipeline::run(&w.desired, &fleet.inventory, rounds).map_err(err)?;
+            println!("{host}");
+            println!(
+                "fleet: {} clusters x {} machines = {} machines, seed {}; {} files, {} KiB; plan: {} waves, {} KiB rendered",
+                r.clusters,
+                f.machines,
+                r.machines,
+                f.seed,
+                r.files,
+                r.bytes / 1024,
+                r.waves,
+                r.rendered_bytes / 1024
+            );
+            println!("parse floor (tree):   {}", r.floor.summary_ms());
+            println!("parse floor (syntax): {}", r.syntax.summary_ms());
+            println!("load + validate:      {}", r.load.summary_ms());
+            println!("plan::compute:        {}", r.plan.summary_ms());
+            println!("render::text:         {}", r.render.summary_ms());
+            println!("total:                {}", r.total.summary_ms());
+            println!("(render::json:        {})", r.json.summary_ms());
+            println!(
+                "ratio total / floor (median of per-round ratios): {:.3} (target <= 1.25); against the syntax-only floor: {:.3}",
+                r.ratio(),
+                r.ratio_syntax()
+            );
+            Ok(exit::OK)
+        }
+        Scenario::Server {
+            fleet: f,
+            debounce,
+            changes,
+            gets,
+            idle,
+        } => {
+            let host = Host::detect();
+            let exe = std::env::current_exe()
+                .map_err(|e| miette::miette!("cannot find the medea binary: {e}"))?;
+            let fleet = fleet::generate(f.spec());
+            let dir = tempdir()?;
+            let w = fleet::write_repo(&fleet, dir.path())
+                .map_err(|e| miette::miette!("cannot write the fleet: {e}"))?;
+            let o = server::ServerOptions {
+                debounce,
+                changes,
+                gets,
+                idle,
+            };
+            let r = server::run(&exe, &w.desired, &fleet.inventory, dir.path(), &o).map_err(err)?;
+            println!("{host}");
+            println!(
+                "fleet: {} clusters x {} machines = {} machines, seed {}; server startup to API ready {:.0} ms",
+                f.clusters, f.machines, r.machines, f.seed, r.startup_ms
+            );
+            let i = &r.idle;
+            println!(
+                "idle: RSS {:.1} MiB (peak {:.1} MiB), {} threads; over {:.1} s: {} CPU ticks ({} per s), {} wake-ups",
+                i.rss_kib as f64 / 1024.0,
+                i.hwm_kib as f64 / 1024.0,
+                i.threads,
+                i.seconds,
+                i.cpu_ticks,
+                i.clk_tck,
+                i.wakeups
+            );
+            println!(
+                "get machines ({} rows, {} KiB JSON):",
+                r.get_rows,
+                r.get_bytes / 1024
+            );
+            println!(
+                "  medea get machines -o json (process): {}",
+                r.get_cli.summary_ms()
+            );
+            println!(
+                "  RPC, fresh TLS connection:           {}",
+                r.get_fresh.summary_ms()
+            );
+            println!(
+                "  RPC, warm connection:                {}",
+                r.get_warm.summary_ms()
+            );
+            println!("file change (debounce {:.0} ms):", r.debounce_ms);
+            println!(
+                "  -> desired state loaded: {}",
+                r.change_to_loaded.summary_ms()
+            );
+            println!(
+                "  -> new plan stored:      {}",
+                r.change_to_plan.summary_ms()
+            );
+            println!(
+                "  overhead over the debounce (median): {:.1} ms (target <= 50 ms)",
+                r.change_to_plan.median() - r.debounce_ms
+            );
+            println!(
+                "RSS after the change and get rounds: {:.1} MiB",
+                r.rss_after_kib as f64 / 1024.0
+            );
+            Ok(exit::OK)
+        }
+        Scenario::Rollout {
+            nodes,
+            delay_nodes,
+            delay,
+            max_unavailable,
+            poll,
+            runs,
+        } => {
+            let host = Host::detect();
+            println!("{host}");
+            let mut per_node = crate::bench::stats::Samples::new();
+            let mut last = None;
+            for _ in 0..runs {
+                let dir = tempdir()?;
+                let r = rollout::run(
+                    dir.path(),
+                    3.min(nodes),
+                    nodes.saturating_sub(3),
+                    max_unavailable,
+                    Duration::ZERO,
+                    Duration::ZERO,
+                )
+                .map_err(err)?;
+                per_node.push_value(r.per_node_ms);
+                last = Some(r);
+            }
+            if let Some(r) = &last {
+                println!(
+                    "engine overhead: {} nodes (3 control planes + {} workers, maxUnavailable {}), {} waves, zero-delay fakes, durable fjall journal ({} commits per run), every node upgraded exactly once: {}",
+                    r.nodes,
+                    r.nodes.saturating_sub(3),
+                    max_unavailable,
+                    r.waves,
+                    r.commits,
+                    r.max_upgrades_per_node == 1 && r.upgrades as usize == r.nodes
+                );
+                println!(
+                    "  per node: median {:.2} ms, min {:.2}, max {:.2} (n={}); whole rollout median {:.0} ms (target <= 5 ms per node)",
+                    per_node.median(),
+                    per_node.min(),
+                    per_node.max(),
+                    per_node.len(),
+                    per_node.median() * r.nodes as f64
+                );
+            }
+            let mut ratio = crate::bench::stats::Samples::new();
+            let mut last = None;
+            for _ in 0..runs {
+                let dir = tempdir()?;
+                let r = rollout::run(dir.path(), 0, delay_nodes, max_unavailable, delay, poll)
+                    .map_err(err)?;
+                ratio.push_value(r.ratio_to_ideal());
+                last = Some(r);
+            }
+            if let Some(r) = &last {
+                println!(
+                    "fixed delays: {} workers, maxUnavailable {}, {} waves, {} ms away per node after reboot, poll {} ms: ideal {:.0} ms",
+                    r.nodes,
+                    max_unavailable,
+                    r.waves,
+                    delay.as_millis(),
+                    poll.as_millis(),
+                    r.ideal_ms
+                );
+                println!(
+                    "  wall / ideal: median {:.4}, min {:.4}, max {:.4} (n={}); last wall {:.0} ms (target <= 1.02)",
+                    ratio.median(),
+                    ratio.min(),
+                    ratio.max(),
+                    ratio.len(),
+                    r.wall_ms
+                );
+            }
+            Ok(exit::OK)
+        }
+    }
+}

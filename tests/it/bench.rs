@@ -1,0 +1,121 @@
+//! `medea bench`: a quick functional run of every scenario on a tiny fleet. Nothing here is
+//! timed or asserts a speed; the numbers come from release builds (design/performance.md).
+
+use crate::cli::medea;
+
+fn run(args: &[&str]) -> String {
+    let out = medea().arg("bench").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "medea bench {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn fleet_writes_a_repo_that_validates_and_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "fleet",
+        "--clusters",
+        "3",
+        "--machines",
+        "12",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.contains("wrote 3 clusters, 36 machines"), "{out}");
+    let plan = medea()
+        .arg("plan")
+        .arg("--desired")
+        .arg(dir.path().join("desired"))
+        .arg("--observed")
+        .arg(dir.path().join("inventory.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        plan.status.code(),
+        Some(2),
+        "a generated fleet has changes to plan:\n{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+}
+
+#[test]
+fn plan_reports_the_floor_the_stages_and_the_ratio() {
+    let out = run(&[
+        "plan",
+        "--clusters",
+        "2",
+        "--machines",
+        "8",
+        "--rounds",
+        "2",
+    ]);
+    for needle in [
+        "host: ",
+        "fleet: 2 clusters x 8 machines = 16 machines",
+        "parse floor (tree):",
+        "load + validate:",
+        "plan::compute:",
+        "render::text:",
+        "ratio total / floor",
+    ] {
+        assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+}
+
+#[test]
+fn rollout_rolls_every_node_once_and_reports_both_runs() {
+    let out = run(&[
+        "rollout",
+        "--nodes",
+        "7",
+        "--delay-nodes",
+        "4",
+        "--delay",
+        "20ms",
+        "--max-unavailable",
+        "2",
+        "--runs",
+        "1",
+    ]);
+    assert!(
+        out.contains("every node upgraded exactly once: true"),
+        "{out}"
+    );
+    assert!(
+        out.contains("4 workers, maxUnavailable 2, 2 waves"),
+        "{out}"
+    );
+    assert!(out.contains("wall / ideal: median"), "{out}");
+}
+
+#[test]
+fn server_measures_a_real_serve_process() {
+    let out = run(&[
+        "server",
+        "--clusters",
+        "2",
+        "--machines",
+        "6",
+        "--debounce",
+        "50ms",
+        "--changes",
+        "2",
+        "--gets",
+        "2",
+        "--idle",
+        "300ms",
+    ]);
+    for needle in [
+        "idle: RSS ",
+        "get machines (12 rows",
+        "RPC, fresh TLS connection:",
+        "-> new plan stored:",
+        "(n=2)",
+    ] {
+        assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+}
