@@ -28,6 +28,12 @@ pub struct UpgradeArgs {
     /// New Kubernetes version for the cluster.
     #[arg(long)]
     pub k8s: Option<String>,
+    /// Print the resulting plan computed offline against this store (not stored: a preview).
+    /// Without it, the plan comes from the running server once it has picked the edit up.
+    #[arg(long, value_name = "PATH")]
+    pub store: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub client: super::client::ClientArgs,
 }
 
 /// One edit: file, old value, new value.
@@ -145,6 +151,77 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
             "edited the work tree: commit it (`git commit -am \"upgrade {}\"`) — in git mode medea plans from commits only",
             args.cluster
         );
+        return Ok(exit::OK);
     }
-    Ok(exit::OK)
+    print_plan(&args, &after)
+}
+
+/// The plan of the edited desired state: offline against `--store`, or the server's.
+fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Result<u8> {
+    if let Some(path) = &args.store {
+        let store = crate::store::fjall::FjallStore::open(path)
+            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+        let inventory =
+            crate::inventory::Inventory::load(&store).map_err(|e| miette::miette!("{e}"))?;
+        let applied =
+            crate::plan::applied::LastApplied::load(&store).map_err(|e| miette::miette!("{e}"))?;
+        return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
+            Ok(p) => {
+                println!();
+                print!(
+                    "{}",
+                    crate::plan::render::text(&p, crate::plan::render::Options { color: false })
+                );
+                Ok(if p.has_changes() {
+                    exit::CHANGES
+                } else {
+                    exit::OK
+                })
+            }
+            Err(diags) => {
+                for d in &diags {
+                    eprintln!("{:?}", super::report::report(d, after, ""));
+                }
+                Ok(exit::ERROR)
+            }
+        };
+    }
+    // Ask the server, once it has loaded this revision (its watcher is debounced).
+    let want = after.desired.revision.content.clone();
+    let rt = tokio::runtime::Runtime::new()
+        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+    let shown = rt.block_on(async {
+        let Ok(mut c) = args.client.connect().await else {
+            return None;
+        };
+        for _ in 0..50 {
+            if let Ok(r) = c
+                .get_plan(crate::server::api::pb::GetPlanRequest { id: String::new() })
+                .await
+                && let Some(p) = r.into_inner().plan
+                && p.desired_revision == want
+            {
+                return Some(p);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        None
+    });
+    match shown {
+        Some(p) => {
+            println!();
+            print!("{}", p.rendered);
+            Ok(if p.has_changes {
+                exit::CHANGES
+            } else {
+                exit::OK
+            })
+        }
+        None => {
+            println!(
+                "review the resulting plan with `medea plan` (or `medea upgrade … --store PATH` to preview it offline)"
+            );
+            Ok(exit::OK)
+        }
+    }
 }

@@ -41,9 +41,15 @@ fn edits_only_the_version_scalars_of_one_pool() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("prod/pools.yaml:28:14: v1.13.9 → v1.14.0\n"),
+        "{said}"
+    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "prod/pools.yaml:28:14: v1.13.9 → v1.14.0\n"
+        said.lines().filter(|l| l.contains(" → ")).count(),
+        1,
+        "one edit: {said}"
     );
     let after = read(&tmp.path().join("prod/pools.yaml"));
     let expected = {
@@ -131,5 +137,53 @@ fn kubernetes_version_and_refusals() {
             read(&tmp.path().join("home/pools.yaml"))
         ),
         "refusals change nothing"
+    );
+}
+
+#[test]
+fn prints_the_resulting_plan_offline_with_store() {
+    use medea::store::{Store, Txn};
+    let tmp = examples_copy();
+    let store_dir = tempfile::tempdir().unwrap();
+    {
+        let s = medea::store::fjall::FjallStore::open(store_dir.path()).unwrap();
+        let c = crate::server::home_inventory();
+        s.commit(Txn::new().put_record(medea::inventory::cluster_key(&c.name), &c))
+            .unwrap();
+    }
+    let out = crate::cli::medea()
+        .args([
+            "upgrade",
+            "--cluster",
+            "home",
+            "--pool",
+            "workers",
+            "--talos",
+            "v1.12.4",
+            "--desired",
+        ])
+        .arg(tmp.path())
+        .arg("--store")
+        .arg(store_dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("home/pools.yaml:31:14: v1.13.9 → v1.12.4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("~ pool controlplane: talos v1.12.4 → v1.13.9"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("~ pool workers: talos"),
+        "workers are already there: {text}"
     );
 }
