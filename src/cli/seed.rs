@@ -138,14 +138,7 @@ pub struct Seeded {
     pub warnings: Vec<String>,
 }
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
+use crate::desired::validate::is_dns_label;
 
 /// Open the store for an offline command, naming the lock holder when it is locked.
 pub fn open_store(path: &Path) -> Result<FjallStore, SeedError> {

@@ -30,7 +30,7 @@ fn sourced<T>(doc: &DocText<'_>, s: &Spanned<String>, value: T) -> Sourced<T> {
 }
 
 /// DNS-1123 label: what Kubernetes and Talos accept as names.
-fn is_dns_label(s: &str) -> bool {
+pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()
