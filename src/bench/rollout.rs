@@ -267,6 +267,7 @@ fn install(
             },
             observed: [(CLUSTER.to_string(), obs.generation)].into(),
             applied: String::new(),
+            running: Default::default(),
         },
         clusters: vec![ClusterPlan {
             cluster: CLUSTER.into(),

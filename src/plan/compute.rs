@@ -64,15 +64,46 @@ pub const RESOURCE_FIELD: &str = "resource";
 /// generation of every cluster involved (desired, or applied before and now removed), and the
 /// digest of the last-applied state.
 pub fn basis_of(desired: &Desired, observed: &Inventory, last_applied: &LastApplied) -> Basis {
+    basis_with(desired, observed, last_applied, &BTreeMap::new())
+}
+
+/// [`basis_of`] with the running rollout job of each busy cluster (cluster → job id).
+pub fn basis_with(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    running: &BTreeMap<String, String>,
+) -> Basis {
     let mut names: BTreeSet<String> = desired.clusters.keys().cloned().collect();
     names.extend(last_applied.cluster_names());
     Basis {
         desired: desired.revision.clone(),
         observed: names
-            .into_iter()
-            .filter_map(|n| observed.clusters.get(&n).map(|c| (n, c.generation)))
+            .iter()
+            .filter_map(|n| observed.clusters.get(n).map(|c| (n.clone(), c.generation)))
             .collect(),
         applied: last_applied.digest(),
+        running: running
+            .iter()
+            .filter(|(c, _)| names.contains(*c))
+            .map(|(c, j)| (c.clone(), j.clone()))
+            .collect(),
+    }
+}
+
+/// What the plan of a cluster whose rollout job `job` is still running says: nothing is
+/// planned for it (no steps, no settings, its last-applied state untouched), and why.
+fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
+    ClusterPlan {
+        cluster: cluster.to_string(),
+        steps: Vec::new(),
+        settings: Vec::new(),
+        unchanged: Vec::new(),
+        status: ClusterStatus::RollingOut,
+        notes: vec![format!(
+            "rollout job {job} is running: nothing is planned for this cluster until it ends (follow it with `medea rollout watch {job}`); the next plan shows what is left"
+        )],
+        diffs: Vec::new(),
     }
 }
 
@@ -84,6 +115,19 @@ pub fn compute(
     last_applied: &LastApplied,
     parent: Option<PlanId>,
 ) -> Result<Plan, Vec<Diagnostic>> {
+    compute_with(desired, observed, last_applied, parent, &BTreeMap::new())
+}
+
+/// [`compute`] knowing which clusters have a running rollout job (cluster → job id): those
+/// get a [`ClusterStatus::RollingOut`] entry and nothing else, so a plan approved while a job
+/// runs can never start a second one or apply settings under it.
+pub fn compute_with(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    parent: Option<PlanId>,
+    running: &BTreeMap<String, String>,
+) -> Result<Plan, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
     let mut applies = Applies::default();
@@ -93,6 +137,10 @@ pub fn compute(
     for (name, cluster) in &desired.clusters {
         let catalog = Catalog::for_policy(&cluster.upgrade_policy);
         catalogs.insert(catalog.version());
+        if let Some(job) = running.get(name) {
+            clusters.insert(name.clone(), rolling_out(name, job));
+            continue;
+        }
         let obs = observed
             .clusters
             .get(name)
@@ -163,6 +211,10 @@ pub fn compute(
         if desired.clusters.contains_key(&gone) {
             continue;
         }
+        if let Some(job) = running.get(&gone) {
+            clusters.insert(gone.clone(), rolling_out(&gone, job));
+            continue;
+        }
         let mut settings = Vec::new();
         let mut diffs = Vec::new();
         for res in last_applied.resources.values() {
@@ -206,7 +258,7 @@ pub fn compute(
     let mut plan = Plan {
         id: PlanId::from_digest([0; 32]),
         parent,
-        basis: basis_of(desired, observed, last_applied),
+        basis: basis_with(desired, observed, last_applied, running),
         clusters: clusters.into_values().collect(),
         approvals_required: bar,
         catalog: catalogs.into_iter().collect::<Vec<_>>().join(","),

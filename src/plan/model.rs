@@ -29,6 +29,11 @@ pub struct Basis {
     /// too, so it can never be approved under an approval bar that is no longer in force.
     #[serde(default)]
     pub applied: String,
+    /// The running rollout job of each cluster that has one (cluster → job id): a plan
+    /// computed while a job runs plans nothing for that cluster, and becomes stale when the
+    /// job ends.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub running: BTreeMap<String, String>,
 }
 
 impl Basis {
@@ -129,6 +134,8 @@ pub enum ClusterStatus {
     NotObserved,
     /// Applied before, gone from the desired state: medea stops managing it on approval.
     Removed,
+    /// A rollout job of the cluster is running: nothing is planned for it until it ends.
+    RollingOut,
 }
 
 /// A unified diff of one resource's YAML against its last applied version.

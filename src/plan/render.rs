@@ -196,6 +196,7 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         ClusterStatus::Planned => format!("cluster {}", c.cluster),
         ClusterStatus::NotObserved => format!("cluster {} (not observed)", c.cluster),
         ClusterStatus::Removed => format!("cluster {} (removed)", c.cluster),
+        ClusterStatus::RollingOut => format!("cluster {} (rollout running)", c.cluster),
     };
     let _ = writeln!(out, "{}", paint(o, Paint::Bold, &title));
 

@@ -61,7 +61,26 @@ pub fn all_plans(store: &dyn Store) -> Result<Vec<Plan>, StoreError> {
 pub fn current_basis(store: &dyn Store, desired: &Desired) -> Result<Basis, StoreError> {
     let inventory = Inventory::load(store)?;
     let applied = LastApplied::load(store)?;
-    Ok(super::compute::basis_of(desired, &inventory, &applied))
+    let running = running_jobs(store)?;
+    Ok(super::compute::basis_with(
+        desired, &inventory, &applied, &running,
+    ))
+}
+
+/// The running rollout job of each cluster that has one (cluster → job id), from the
+/// `Jobs/active/<cluster>` markers.
+pub fn running_jobs(
+    store: &dyn Store,
+) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+    use crate::rollout::journal::ActiveJob;
+    Ok(store
+        .scan_records::<ActiveJob>("active/")?
+        .into_iter()
+        .filter_map(|(k, a)| {
+            k.strip_prefix("active/")
+                .map(|c| (c.to_string(), a.job.to_string()))
+        })
+        .collect())
 }
 
 /// Store `plan` and make it current, if the pointer still is `previous` (compare-and-swap:
@@ -126,9 +145,16 @@ pub enum ReplanError {
 pub fn replan(store: &dyn Store, desired: &Desired) -> Result<Replanned, ReplanError> {
     let inventory = Inventory::load(store)?;
     let applied = LastApplied::load(store)?;
+    let running = running_jobs(store)?;
     let previous = current(store)?;
-    let mut plan = super::compute::compute(desired, &inventory, &applied, previous.map(|p| p.id))
-        .map_err(ReplanError::Refused)?;
+    let mut plan = super::compute::compute_with(
+        desired,
+        &inventory,
+        &applied,
+        previous.map(|p| p.id),
+        &running,
+    )
+    .map_err(ReplanError::Refused)?;
     if let Some(p) = previous
         && p.id == plan.id
         && let Some(existing) = load_plan(store, &plan.id)?

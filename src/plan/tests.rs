@@ -835,6 +835,74 @@ fn a_cluster_never_observed_says_so_and_plans_nothing() {
     assert!(text.contains("no changes"), "{text}");
 }
 
+#[test]
+fn a_cluster_with_a_running_job_plans_nothing_until_it_ends() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let obs = observed("v1.34.1", 4, three_cps("v1.12.11"));
+    let idle = plan_ok(&d, &obs);
+    assert!(idle.has_changes(), "there is work to do");
+    let running: BTreeMap<String, String> = [("c1".to_string(), "job-7".to_string())].into();
+    let busy =
+        super::compute::compute_with(&d, &obs, &LastApplied::default(), None, &running).unwrap();
+    let c = &busy.clusters[0];
+    assert_eq!(c.status, ClusterStatus::RollingOut);
+    assert!(c.steps.is_empty() && c.settings.is_empty() && c.diffs.is_empty());
+    assert!(!busy.has_changes(), "nothing to approve while the job runs");
+    assert!(
+        busy.applies.put.is_empty(),
+        "its last-applied state is left alone"
+    );
+    assert_eq!(busy.basis.running, running);
+    let text = render::text(&busy, Default::default());
+    assert!(text.contains("cluster c1 (rollout running)"), "{text}");
+    assert!(text.contains("rollout job job-7 is running"), "{text}");
+    // The job ending changes the basis: the busy plan is stale, and the idle one is current.
+    assert_ne!(busy.id, idle.id);
+    assert!(busy.is_stale(&basis_of(&d, &obs, &LastApplied::default())));
+    assert!(!idle.is_stale(&basis_of(&d, &obs, &LastApplied::default())));
+    // A job of a cluster the desired state does not name is not part of the basis.
+    let other: BTreeMap<String, String> = [("else".to_string(), "j".to_string())].into();
+    let p = super::compute::compute_with(&d, &obs, &LastApplied::default(), None, &other).unwrap();
+    assert_eq!(p.id, idle.id);
+}
+
+#[test]
+fn replanning_while_a_job_runs_stores_a_rolling_out_plan_that_the_job_end_stales() {
+    use crate::rollout::journal::{ActiveJob, active_key};
+    use crate::store::{Store, Table, Txn};
+    let store = crate::rollout::fake::MemStore::new();
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    store
+        .commit(observed("v1.34.1", 4, three_cps("v1.12.11")).save_txn())
+        .unwrap();
+    let idle = super::stored::replan(&store, &d).unwrap().plan;
+    assert!(idle.has_changes());
+    let job = crate::rollout::JobId::for_plan(&idle.id, "c1");
+    store
+        .commit(Txn::new().put_record(active_key("c1"), &ActiveJob { job: job.clone() }))
+        .unwrap();
+    assert!(
+        idle.is_stale(&super::stored::current_basis(&store, &d).unwrap()),
+        "a job starting stales the plan of the work it does"
+    );
+    let busy = super::stored::replan(&store, &d).unwrap();
+    assert!(busy.stored);
+    assert_eq!(busy.plan.clusters[0].status, ClusterStatus::RollingOut);
+    assert!(!busy.plan.has_changes());
+    assert_eq!(busy.plan.basis.running["c1"], job.to_string());
+    // The job ends: the busy plan is stale and the next one plans the cluster again.
+    store
+        .commit(Txn::new().delete(Table::Jobs, active_key("c1")))
+        .unwrap();
+    assert!(
+        busy.plan
+            .is_stale(&super::stored::current_basis(&store, &d).unwrap())
+    );
+    let after = super::stored::replan(&store, &d).unwrap().plan;
+    assert_eq!(after.clusters[0].status, ClusterStatus::Planned);
+    assert_eq!(after.id, idle.id);
+}
+
 fn applied_of(d: &Desired) -> LastApplied {
     let mut rs = Vec::new();
     for c in d.clusters.values() {

@@ -161,6 +161,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
             },
             observed: [(CLUSTER.to_string(), observed.generation)].into(),
             applied: String::new(),
+            running: Default::default(),
         },
         clusters: vec![ClusterPlan {
             cluster: CLUSTER.into(),
