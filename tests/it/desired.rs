@@ -1,5 +1,6 @@
 //! Loading and validating desired state: examples, diagnostics, schemas, git mode.
 
+use crate::fixtures::copy_dir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,19 +20,6 @@ fn copy_examples() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     copy_dir(&root().join("examples"), tmp.path());
     tmp
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
 }
 
 fn codes_of(dir: &Path) -> Vec<(String, usize, &'static str)> {

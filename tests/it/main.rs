@@ -11,6 +11,7 @@ mod doctor;
 mod e2e;
 #[cfg(feature = "etcd")]
 mod etcd_harness;
+mod fixtures;
 mod fuzz_smoke;
 #[cfg(feature = "etcd")]
 mod ha;

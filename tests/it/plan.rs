@@ -1,6 +1,7 @@
 //! `medea plan` end to end: exit codes, the stored plan and its pointer, approval writes,
 //! staleness, rehearsals, and the rendered plan for `examples/` (snapshots).
 
+use crate::fixtures::copy_dir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -44,19 +45,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
 }
 
 fn edit(path: &Path, from: &str, to: &str) {

@@ -1,5 +1,6 @@
 //! `medea serve`: TLS, token auth, read APIs and the rollout gate, through the real CLI.
 
+use crate::fixtures::copy_dir;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -346,18 +347,6 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
 fn keygen(dir: &std::path::Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
     let out = std::process::Command::new("ssh-keygen")
@@ -374,7 +363,7 @@ fn keygen(dir: &std::path::Path, name: &str) -> (PathBuf, String) {
 fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
     let tmp = tempfile::tempdir().unwrap();
     let desired = tmp.path().join("desired");
-    copy_tree(&examples(), &desired);
+    copy_dir(&examples(), &desired);
     let (alice, alice_pub) = keygen(tmp.path(), "alice");
     let (bob, bob_pub) = keygen(tmp.path(), "bob");
     let signers = tmp.path().join("allowed_signers");
@@ -486,7 +475,7 @@ fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
 fn an_invalid_edit_changes_nothing_and_is_diagnosed_by_medea_plan() {
     let tmp = tempfile::tempdir().unwrap();
     let desired = tmp.path().join("desired");
-    copy_tree(&examples(), &desired);
+    copy_dir(&examples(), &desired);
     let s = start(desired.clone(), vec![home_inventory()]);
     let before = s.cli().args(["plan", "-o", "json"]).output().unwrap();
     let before: serde_json::Value = serde_json::from_slice(&before.stdout).unwrap();
