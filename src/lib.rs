@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod plan;
 pub mod rollout;
+pub mod secret;
 pub mod server;
 pub mod sim;
 pub mod store;

@@ -1,34 +1,9 @@
-//! Secrets as a type, and private files: 0600 files inside 0700 directories.
+//! Private files: 0600 files inside 0700 directories (and [`Secret`], from `crate::secret`).
 
-use std::fmt;
 use std::io::Write;
 use std::path::Path;
 
-/// A secret value: redacted in `Debug`/`Display`, never serialized.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret<T>(T);
-
-impl<T> Secret<T> {
-    pub fn new(v: T) -> Secret<T> {
-        Secret(v)
-    }
-    /// The secret itself; call sites are few and greppable.
-    pub fn expose(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> fmt::Debug for Secret<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-impl<T> fmt::Display for Secret<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use crate::secret::Secret;
 
 /// Create `dir` (and parents) and make it 0700.
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
@@ -78,13 +53,6 @@ pub fn is_private(path: &Path) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_are_redacted() {
-        let s = Secret::new("hunter2".to_string());
-        assert_eq!(format!("{s:?} {s}"), "Secret(<redacted>) <redacted>");
-        assert_eq!(s.expose(), "hunter2");
-    }
 
     #[test]
     fn private_files_are_0600_in_0700_dirs() {

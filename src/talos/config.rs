@@ -30,31 +30,7 @@ use serde::Deserialize;
 /// The Talos API port, used when an endpoint has none.
 pub const DEFAULT_PORT: u16 = 50000;
 
-/// A secret value: `Debug` and `Display` print `<redacted>`, and there is no `Serialize`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret<T>(T);
-
-impl<T> Secret<T> {
-    pub fn new(value: T) -> Secret<T> {
-        Secret(value)
-    }
-    /// The secret itself. Callers must not log or print it.
-    pub fn expose(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> fmt::Debug for Secret<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl<T> fmt::Display for Secret<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use crate::secret::Secret;
 
 /// Why a talosconfig could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -600,11 +576,5 @@ mod tests {
         );
         let ec = b"-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n";
         assert_eq!(relabel_ed25519(ec), ec.to_vec());
-    }
-
-    #[test]
-    fn secrets_do_not_print() {
-        let s = Secret::new("hunter2".to_string());
-        assert_eq!(format!("{s:?} {s}"), "<redacted> <redacted>");
     }
 }

@@ -15,7 +15,7 @@
 //!   [`TalosError::Indeterminate`] (see [`retry`]).
 //! - Upgrade never sets `force`; the RPC is chosen from the node's running version
 //!   ([`UpgradeRpc::for_running`]).
-//! - Key material is held in [`config::Secret`] and never logged.
+//! - Key material is held in [`crate::secret::Secret`] and never logged.
 
 pub mod api;
 pub mod client;
