@@ -787,11 +787,14 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 "medea: stop point: stopping after journal write {n} ({})",
                 point
             );
-            // The whole process stops, its election task included, until SIGCONT.
+            // The whole process stops, its election task included, until SIGCONT. The stop
+            // can take effect a little after `kill` returns: this thread waits (blocking, it
+            // is a test hook) so that it cannot get to the next step before it.
             let _ = std::process::Command::new("kill")
                 .arg("-STOP")
                 .arg(std::process::id().to_string())
                 .status();
+            std::thread::sleep(Duration::from_millis(500));
         }
         Ok(checks)
     }

@@ -1116,3 +1116,89 @@ fn serve_replicas_fail_over_mid_rollout_and_every_node_upgrades_exactly_once() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Whether the process is stopped (state `T` in /proc).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+        })
+        .is_some_and(|st| st == "T" || st == "t")
+}
+
+/// The leader freezes itself (`MEDEA_STOP_AT`: SIGSTOP, as a VM stall would) right after
+/// journaling w-1's Upgrade intent, before making the call. The follower takes over within
+/// the lease TTL plus slack, resumes that intent and finishes the rollout. Resumed (SIGCONT),
+/// the old leader refuses the call it was about to make (its term is over), writes nothing
+/// (the job and its journal in etcd are unchanged), acts on nothing (simulator counters
+/// unchanged: still one Upgrade and one Reboot per node) and reports that b leads.
+#[test]
+fn a_frozen_serve_leader_resumed_after_the_rollout_finished_neither_writes_nor_acts() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let fleet = SimFleet::start(etcd, "serve-sigstop");
+    let mut a = fleet.serve("a", &[("MEDEA_STOP_AT", "intent:upgrade:w-1")]);
+    a.wait_leading(PATIENCE);
+    let mut b = fleet.serve("b", &[]);
+    b.r.wait_for("following a", PATIENCE, |l| {
+        l.contains("following") && l.contains("leader=a")
+    });
+    fleet.approve_the_plan(&a);
+    let (stopped_at, _) = a.r.wait_for("the stop point", PATIENCE, |l| {
+        l.contains("stop point") && l.contains("(intent:upgrade:w-1)")
+    });
+    let pid = a.r.child.id();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !is_stopped(pid) {
+        assert!(Instant::now() < deadline, "a did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.r.drain();
+    assert_eq!(
+        fleet.sim.upgrades("w-1"),
+        0,
+        "a stopped before the call:\n{}",
+        a.r.seen.join("\n")
+    );
+    let took = b
+        .wait_leading(TTL + TAKEOVER_SLACK)
+        .saturating_duration_since(stopped_at);
+    eprintln!("serve-sigstop: takeover {took:?} after the stop (lease TTL {TTL:?})");
+    assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
+    fleet.wait_succeeded(PATIENCE);
+    fleet.assert_rolled_out_exactly_once("sigstop, before SIGCONT");
+    let (stored, counted) = (fleet.job_and_journal(), fleet.counters());
+
+    a.r.signal("-CONT");
+    a.r.wait_for("the refused call", PATIENCE, |l| {
+        l.contains("job stopped") && l.contains("term")
+    });
+    // Give it time to do anything it still would.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        fleet.job_and_journal() == stored,
+        "the resumed old leader wrote to the job or its journal"
+    );
+    assert_eq!(fleet.counters(), counted, "the resumed old leader acted");
+    fleet.assert_rolled_out_exactly_once("sigstop, after SIGCONT");
+    a.r.drain();
+    assert!(
+        a.r.seen
+            .iter()
+            .any(|l| l.contains("following") && l.contains("leader=b")),
+        "the resumed old leader follows b"
+    );
+    let info = get_server(&a.addr, &a.state);
+    assert_eq!(info["leader"], false, "{info}");
+    assert_eq!(info["leaderReplica"], "b", "{info}");
+    a.r.drain();
+    assert!(
+        !a.r.seen
+            .iter()
+            .skip_while(|l| !l.contains("stop point"))
+            .any(|l| l.contains("rollout step") && l.contains("Done")),
+        "the resumed old leader completed a step:\n{}",
+        a.r.seen.join("\n")
+    );
+}
