@@ -19,6 +19,13 @@ pub struct HaArgs {
     /// Leader lease TTL (etcd store): a dead leader is replaced within about this long.
     #[arg(long, default_value = "10s", env = "MEDEA_LEADER_TTL", value_parser = parse_duration)]
     pub leader_ttl: Duration,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// How to reach an `etcd://` store over TLS (every command that opens a store).
+#[derive(Debug, Clone, Default, Args)]
+pub struct EtcdArgs {
     /// CA certificate (PEM) that signed the etcd members' certificates; enables TLS to etcd.
     #[arg(long, env = "MEDEA_ETCD_CA")]
     pub etcd_ca: Option<PathBuf>,
@@ -68,13 +75,7 @@ pub fn open_store(location: &StoreLocation, ha: &HaArgs) -> miette::Result<Opene
     let replica = ha.replica_id();
     match location {
         StoreLocation::Dir(path) => {
-            if ha.etcd_ca.is_some() || ha.etcd_cert.is_some() {
-                return Err(miette::miette!(
-                    help = "pass --store etcd://host:2379 to use etcd, or drop the --etcd-* flags",
-                    "--etcd-ca/--etcd-cert/--etcd-key only apply to an etcd:// store, and the store is the directory `{}`",
-                    path.display()
-                ));
-            }
+            refuse_etcd_flags(path, &ha.etcd)?;
             let store = crate::store::fjall::FjallStore::open(path)
                 .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
             Ok(Opened {
@@ -87,18 +88,53 @@ pub fn open_store(location: &StoreLocation, ha: &HaArgs) -> miette::Result<Opene
     }
 }
 
+fn refuse_etcd_flags(path: &std::path::Path, etcd: &EtcdArgs) -> miette::Result<()> {
+    if etcd.etcd_ca.is_some() || etcd.etcd_cert.is_some() {
+        return Err(miette::miette!(
+            help = "pass --store etcd://host:2379 to use etcd, or drop the --etcd-* flags",
+            "--etcd-ca/--etcd-cert/--etcd-key only apply to an etcd:// store, and the store is the directory `{}`",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// A store for a command that does not lead: for an `etcd://` store, a client that only
+/// reads and writes with compare-and-swap transactions (no campaign; a running leader is
+/// undisturbed). `Ok(None)` for a directory: the caller opens it (fjall's lock names a
+/// running server).
+pub fn open_etcd_client(
+    location: &StoreLocation,
+    etcd: &EtcdArgs,
+) -> miette::Result<Option<Arc<dyn Store>>> {
+    match location {
+        StoreLocation::Dir(path) => {
+            refuse_etcd_flags(path, etcd)?;
+            Ok(None)
+        }
+        StoreLocation::Etcd(url) => connect_etcd(url, etcd),
+    }
+}
+
 #[cfg(feature = "etcd")]
-fn open_etcd(
+fn connect_etcd(
     url: &crate::store::location::EtcdUrl,
-    ha: &HaArgs,
-    replica: String,
-) -> miette::Result<Opened> {
+    etcd: &EtcdArgs,
+) -> miette::Result<Option<Arc<dyn Store>>> {
+    Ok(Some(Arc::new(etcd_store(url, etcd)?)))
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_store(
+    url: &crate::store::location::EtcdUrl,
+    etcd: &EtcdArgs,
+) -> miette::Result<crate::store::etcd::EtcdStore> {
     use crate::store::etcd::{EtcdConfig, EtcdStore, EtcdTls};
     let mut config = EtcdConfig::new(url.clone());
-    config.tls = ha.etcd_ca.as_ref().map(|ca| EtcdTls {
+    config.tls = etcd.etcd_ca.as_ref().map(|ca| EtcdTls {
         ca: ca.clone(),
-        cert: ha.etcd_cert.clone(),
-        key: ha.etcd_key.clone(),
+        cert: etcd.etcd_cert.clone(),
+        key: etcd.etcd_key.clone(),
     });
     let store = EtcdStore::connect(&config).map_err(|e| {
         miette::miette!(
@@ -107,6 +143,24 @@ fn open_etcd(
             crate::error_chain(&e)
         )
     })?;
+    Ok(store)
+}
+
+#[cfg(not(feature = "etcd"))]
+fn connect_etcd(
+    url: &crate::store::location::EtcdUrl,
+    _etcd: &EtcdArgs,
+) -> miette::Result<Option<Arc<dyn Store>>> {
+    Err(without_etcd(url))
+}
+
+#[cfg(feature = "etcd")]
+fn open_etcd(
+    url: &crate::store::location::EtcdUrl,
+    ha: &HaArgs,
+    replica: String,
+) -> miette::Result<Opened> {
+    let store = etcd_store(url, &ha.etcd)?;
     let leadership = store.campaign(replica, ha.leader_ttl);
     Ok(Opened {
         location: store.location().to_string(),
@@ -121,10 +175,15 @@ fn open_etcd(
     _ha: &HaArgs,
     _replica: String,
 ) -> miette::Result<Opened> {
-    Err(miette::miette!(
+    Err(without_etcd(url))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn without_etcd(url: &crate::store::location::EtcdUrl) -> miette::Report {
+    miette::miette!(
         help = "rebuild with `cargo build --release --features etcd` (it needs protoc: apt-get install protobuf-compiler libprotobuf-dev), or use a store directory",
         "`{url}` is an etcd store, but this medea was built without etcd support"
-    ))
+    )
 }
 
 #[cfg(test)]
@@ -135,9 +194,7 @@ mod tests {
         HaArgs {
             replica: Some("r1".into()),
             leader_ttl: Duration::from_secs(10),
-            etcd_ca: None,
-            etcd_cert: None,
-            etcd_key: None,
+            etcd: EtcdArgs::default(),
         }
     }
 
@@ -145,7 +202,7 @@ mod tests {
     fn etcd_flags_with_a_directory_store_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut args = ha();
-        args.etcd_ca = Some("/etc/etcd/ca.crt".into());
+        args.etcd.etcd_ca = Some("/etc/etcd/ca.crt".into());
         let err = open_store(&StoreLocation::Dir(dir.path().join("s")), &args)
             .err()
             .expect("refused");

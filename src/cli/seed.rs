@@ -1,7 +1,9 @@
 //! `medea seed`: discover a running cluster, create its observed record in the store, copy its
 //! credentials into the credentials directory, and print desired-state YAML that matches it.
 //!
-//! Offline: the server must be stopped (the store's lock proves it). The record starts with
+//! Offline for a store directory: the server must be stopped (the store's lock proves it). An
+//! `etcd://` store is shared by the replicas, so seeding it needs no stop: the record is
+//! created with a compare-and-swap transaction, as on fjall. The record starts with
 //! `rolloutsEnabled: false`; only `medea cluster enable-rollouts` turns it on. An existing record
 //! is refused unless `--force`, which refreshes the observation (the generation moves only if
 //! something changed), replaces the credentials, and keeps `rolloutsEnabled` as it is.
@@ -25,7 +27,7 @@ use crate::version::{KubeVersion, TalosVersion};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea seed --cluster home --talosconfig ~/.talos/config --kubeconfig ~/.kube/config \\\n    --store /var/lib/medea/store --creds-dir /var/lib/medea/creds > clusters/home.yaml\n  medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig \\\n    --store ./state/store --creds-dir ./state/creds --force\n\nThe desired-state YAML goes to stdout, everything else to stderr. Stop `medea serve` first."
+    after_help = "Examples:\n  medea seed --cluster home --talosconfig ~/.talos/config --kubeconfig ~/.kube/config \\\n    --store /var/lib/medea/store --creds-dir /var/lib/medea/creds > clusters/home.yaml\n  medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig \\\n    --store ./state/store --creds-dir ./state/creds --force\n  medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig \\\n    --store etcd://10.0.0.5:2379/medea --creds-dir /var/lib/medea/creds\n\nThe desired-state YAML goes to stdout, everything else to stderr. Stop `medea serve` first (a store directory is locked while it runs; an etcd:// store is not)."
 )]
 pub struct SeedArgs {
     /// The cluster's name in medea (a DNS label; the `metadata.name` of its Cluster).
@@ -38,9 +40,12 @@ pub struct SeedArgs {
     /// embedded: `kubectl config view --raw --flatten --minify`).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: PathBuf,
-    /// The store directory. `medea serve` must be stopped (it holds the store's lock).
-    #[arg(long, value_name = "PATH", env = "MEDEA_STORE")]
-    pub store: PathBuf,
+    /// The store: a directory (`medea serve` must be stopped, it holds the store's lock), or
+    /// the replicas' etcd cluster, etcd://host:2379[,host2:2379…][/prefix] (servers may run).
+    #[arg(long, value_name = "PATH|URL", env = "MEDEA_STORE")]
+    pub store: crate::store::location::StoreLocation,
+    #[command(flatten)]
+    pub etcd: super::ha::EtcdArgs,
     /// Credentials directory: the files are copied to <DIR>/<cluster>/{talosconfig,kubeconfig}
     /// (0600 files in 0700 directories), where `medea serve --creds-dir` finds them.
     #[arg(long, value_name = "DIR")]
@@ -440,14 +445,23 @@ pub fn desired_yaml(c: &ObservedCluster) -> (String, Vec<String>) {
 }
 
 pub fn run(args: SeedArgs) -> miette::Result<u8> {
-    let store = open_store(&args.store).map_err(|e| match e {
-        SeedError::Locked { .. } => miette::miette!(
-            help = "stop `medea serve` (it holds the store while it runs) and seed again",
-            "{}",
-            crate::error_chain(&e)
-        ),
-        other => miette::miette!("{}", crate::error_chain(&other)),
-    })?;
+    let store: std::sync::Arc<dyn Store> = match &args.store {
+        crate::store::location::StoreLocation::Dir(path) => {
+            super::ha::open_etcd_client(&args.store, &args.etcd)?;
+            std::sync::Arc::new(open_store(path).map_err(|e| match e {
+                SeedError::Locked { .. } => miette::miette!(
+                    help = "stop `medea serve` (it holds the store while it runs) and seed again",
+                    "{}",
+                    crate::error_chain(&e)
+                ),
+                other => miette::miette!("{}", crate::error_chain(&other)),
+            })?)
+        }
+        crate::store::location::StoreLocation::Etcd(_) => {
+            super::ha::open_etcd_client(&args.store, &args.etcd)?
+                .ok_or_else(|| miette::miette!("`{}` is not an etcd store", args.store))?
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -462,7 +476,7 @@ pub fn run(args: SeedArgs) -> miette::Result<u8> {
         settings: RefreshSettings::default(),
     };
     let seeded = rt
-        .block_on(seed(&store, &req))
+        .block_on(seed(store.as_ref(), &req))
         .map_err(|e| match &e {
             SeedError::Exists { .. } => miette::miette!(
                 help = "`--force` keeps rolloutsEnabled and moves the generation only if something changed",

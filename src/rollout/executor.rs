@@ -67,9 +67,17 @@ impl Clock for TokioClock {
     }
 }
 
-/// Extra preconditions on every executor transaction (the HA leader lease, later).
+/// Extra preconditions on every executor transaction (the HA leader lease).
 pub trait Fence: Send + Sync {
     fn checks(&self) -> Vec<Check>;
+    /// Called right before each mutating call, with the checks its intent was journaled
+    /// under: do they still hold here and now? A replica whose term ended (lease expired,
+    /// even while the process was stopped) must not act on an intent of that term, since a
+    /// new leader may already have resumed it. Nothing that can wait runs between this and
+    /// the call.
+    fn ensure(&self, _intent_checks: &[Check]) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// No fencing: a single medea owns the store (fjall's lock file guarantees it).
@@ -83,22 +91,57 @@ impl Fence for NoFence {
 }
 
 /// Test hook for the crash harness: abort the process right before or right after the N-th
-/// store commit of this executor (1-based).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// store commit of this executor (1-based), or of the first commit of a named journal entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CrashPoints {
     pub before: Option<u64>,
     pub after: Option<u64>,
+    /// The first commit of this entry ([`entry_point`], e.g. `intent:upgrade:cp-2`).
+    pub before_entry: Option<String>,
+    pub after_entry: Option<String>,
+    /// Freeze the process (SIGSTOP to itself) right after the first commit of this entry, as a
+    /// VM stall would: the HA tests resume it with SIGCONT after a failover.
+    pub stop_after_entry: Option<String>,
 }
 
 impl CrashPoints {
     /// `MEDEA_CRASH_AT=N` (or `MEDEA_CRASH_AFTER=N`): abort right after commit N;
-    /// `MEDEA_CRASH_BEFORE=N`: abort right before commit N (after the call it records).
+    /// `MEDEA_CRASH_BEFORE=N`: abort right before commit N (after the call it records). Instead
+    /// of N, an entry name: `intent:<op>:<node>`, `result:<op>:<node>` (`<op>` as in
+    /// `Op::name`, e.g. `upgrade`, `reboot`, `drain`). `MEDEA_STOP_AT=<entry>`: SIGSTOP itself
+    /// right after that entry's commit.
     pub fn from_env() -> CrashPoints {
-        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse().ok());
+        let raw = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let at = raw("MEDEA_CRASH_AT").or_else(|| raw("MEDEA_CRASH_AFTER"));
+        let before = raw("MEDEA_CRASH_BEFORE");
+        let number = |v: &Option<String>| v.as_deref().and_then(|v| v.parse().ok());
+        let entry = |v: &Option<String>| v.clone().filter(|v| v.parse::<u64>().is_err());
         CrashPoints {
-            before: var("MEDEA_CRASH_BEFORE"),
-            after: var("MEDEA_CRASH_AT").or_else(|| var("MEDEA_CRASH_AFTER")),
+            before: number(&before),
+            after: number(&at),
+            before_entry: entry(&before),
+            after_entry: entry(&at),
+            stop_after_entry: raw("MEDEA_STOP_AT"),
         }
+    }
+}
+
+/// The name of a journal entry for [`CrashPoints`]: `intent:<op>:<node>`,
+/// `result:<op>:<node>` (`-` for a command without a node), or the entry kind.
+pub fn entry_point(entry: &Entry) -> String {
+    match entry {
+        Entry::Intent { key, .. } | Entry::Result { key, .. } => format!(
+            "{}:{}:{}",
+            entry.name(),
+            key.op.name(),
+            key.node.as_deref().unwrap_or("-")
+        ),
+        other => other.name().to_string(),
     }
 }
 
@@ -453,7 +496,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     ) -> Result<(Job, Outcome), RolloutError> {
         let now = self.clock.now();
         let intended = machine::intend(&t.job, &cmd, now);
-        let job = self.persist(
+        let (job, checks) = self.persist_fenced(
             job,
             &intended,
             Entry::Intent {
@@ -470,6 +513,15 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 attempt: cmd.key.attempt,
             },
         );
+        // The intent's term must still be this replica's, now: a replica stopped between the
+        // intent and here (SIGSTOP, VM stall) may have been replaced by a leader that already
+        // resumed this intent. Nothing that can wait runs between this and the call.
+        if let Err(err) = self.fence.ensure(&checks) {
+            return Err(RolloutError::Fenced {
+                job: job.id.to_string(),
+                err,
+            });
+        }
         let outcome = self.execute(&job, &cmd).await;
         let (next, notes) = machine::complete(&job, &cmd.key, &outcome, self.clock.now());
         let job = self.persist(
@@ -673,21 +725,40 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         entry: Entry,
         notes: Vec<String>,
     ) -> Result<Job, RolloutError> {
-        let (txn, job) = journal::advance_txn(prev, next, entry, notes, self.clock.now());
-        self.commit(&job.id, txn)?;
-        Ok(job)
+        self.persist_fenced(prev, next, entry, notes)
+            .map(|(job, _)| job)
     }
 
-    /// The one place executor transactions are committed: fencing checks are added here, and
-    /// the crash harness aborts here.
-    fn commit(&self, job: &JobId, mut txn: Txn) -> Result<(), RolloutError> {
+    /// [`Executor::persist`], also returning the fence checks the entry was committed under.
+    fn persist_fenced(
+        &self,
+        prev: &Job,
+        next: &Job,
+        entry: Entry,
+        notes: Vec<String>,
+    ) -> Result<(Job, Vec<Check>), RolloutError> {
+        let point = entry_point(&entry);
+        let (txn, job) = journal::advance_txn(prev, next, entry, notes, self.clock.now());
+        let checks = self.commit(&job.id, txn, &point)?;
+        Ok((job, checks))
+    }
+
+    /// The one place executor transactions are committed: fencing checks are added here (and
+    /// returned), and the crash harness aborts here. `point` names the entry ([`entry_point`]).
+    fn commit(&self, job: &JobId, mut txn: Txn, point: &str) -> Result<Vec<Check>, RolloutError> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.cfg.crash.before == Some(n) {
-            eprintln!("medea: crash point: aborting before journal write {n}");
+        let crash = &self.cfg.crash;
+        let named = |want: &Option<String>| want.as_deref() == Some(point);
+        if crash.before == Some(n) || named(&crash.before_entry) {
+            eprintln!(
+                "medea: crash point: aborting before journal write {n} ({})",
+                point
+            );
             std::process::abort();
         }
-        for c in self.fence.checks() {
-            txn = txn.check(c);
+        let checks = self.fence.checks();
+        for c in &checks {
+            txn = txn.check(c.clone());
         }
         match self.store.commit(txn) {
             Ok(()) => {}
@@ -704,11 +775,28 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 });
             }
         }
-        if self.cfg.crash.after == Some(n) {
-            eprintln!("medea: crash point: aborting after journal write {n}");
+        if crash.after == Some(n) || named(&crash.after_entry) {
+            eprintln!(
+                "medea: crash point: aborting after journal write {n} ({})",
+                point
+            );
             std::process::abort();
         }
-        Ok(())
+        if named(&crash.stop_after_entry) {
+            eprintln!(
+                "medea: stop point: stopping after journal write {n} ({})",
+                point
+            );
+            // The whole process stops, its election task included, until SIGCONT. The stop
+            // can take effect a little after `kill` returns: this thread waits (blocking, it
+            // is a test hook) so that it cannot get to the next step before it.
+            let _ = std::process::Command::new("kill")
+                .arg("-STOP")
+                .arg(std::process::id().to_string())
+                .status();
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Ok(checks)
     }
 
     fn backoff(&self, failures: u32) -> Duration {

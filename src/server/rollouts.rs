@@ -153,6 +153,7 @@ pub async fn executor_loop<F: PortFactory>(
 ) {
     let running: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let mut changes = shared.subscribe_changes();
+    let rescan = rescan_interval(cfg.poll);
     let executors: Arc<
         tokio::sync::Mutex<BTreeMap<String, Arc<Executor<F::Talos, F::Kube, SystemClock>>>>,
     > = Arc::default();
@@ -221,10 +222,22 @@ pub async fn executor_loop<F: PortFactory>(
                 Err(e) => tracing::warn!(error = %crate::error_chain(&e), "cannot list jobs"),
             }
         }
-        if changes.changed().await.is_err() {
-            return;
+        // A job created by another replica (a follower's reconcile recording the approval
+        // that reached quorum) bumps nothing here: list again now and then, too.
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(rescan) => {}
         }
     }
+}
+
+/// How often the leader lists jobs without a local change: from the job poll interval, at
+/// least 1s and at most 10s.
+fn rescan_interval(poll: std::time::Duration) -> std::time::Duration {
+    poll.clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(10),
+    )
 }
 
 /// Forward an executor's events to the server's broadcast (watch API), logs, metrics, webhooks.
@@ -368,6 +381,15 @@ impl crate::rollout::executor::Fence for LeaderFence {
                 crate::store::leader::Fence::new(self.0.replica().to_string(), -1),
             )],
         }
+    }
+
+    fn ensure(&self, intent_checks: &[crate::store::Check]) -> Result<(), StoreError> {
+        for c in intent_checks {
+            if let crate::store::Check::Leader(fence) = c {
+                self.0.ensure(fence)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -47,17 +47,18 @@ fn tv(s: &str) -> TalosVersion {
 
 const REBOOT: Duration = Duration::from_millis(30);
 
-/// A simulated cluster (both sides) and the credentials directory that reaches it.
-struct Sim {
-    talos: SimTalos,
-    kube: Arc<KubeSim>,
-    names: Vec<String>,
+/// A simulated cluster (both sides) and the credentials directory that reaches it (also used
+/// by the HA tests in `ha.rs`).
+pub(crate) struct Sim {
+    pub(crate) talos: SimTalos,
+    pub(crate) kube: Arc<KubeSim>,
+    pub(crate) names: Vec<String>,
     /// `<dir>/creds`: `prod/talosconfig` and `prod/kubeconfig`.
-    creds: PathBuf,
+    pub(crate) creds: PathBuf,
 }
 
 impl Sim {
-    async fn start(dir: &Path, cps: usize, workers: usize, kube: KubeSimConfig) -> Sim {
+    pub(crate) async fn start(dir: &Path, cps: usize, workers: usize, kube: KubeSimConfig) -> Sim {
         let mut scenario =
             Scenario::uniform(cps, workers, tv(FROM), KubeVersion::parse(KUBE).unwrap());
         scenario.timing.reboot = RebootTiming::After(REBOOT);
@@ -169,19 +170,19 @@ impl Sim {
         ]
     }
 
-    fn upgrades(&self, node: &str) -> u64 {
+    pub(crate) fn upgrades(&self, node: &str) -> u64 {
         self.talos.counters(node).unwrap().upgrades()
     }
-    fn reboots(&self, node: &str) -> u64 {
+    pub(crate) fn reboots(&self, node: &str) -> u64 {
         self.talos.counters(node).unwrap().calls(Method::Reboot)
     }
-    fn snapshots(&self) -> u64 {
+    pub(crate) fn snapshots(&self) -> u64 {
         self.names
             .iter()
             .map(|n| self.talos.counters(n).unwrap().calls(Method::EtcdSnapshot))
             .sum()
     }
-    fn cordoned(&self, node: &str) -> bool {
+    pub(crate) fn cordoned(&self, node: &str) -> bool {
         self.kube.unschedulable(node).unwrap()
     }
 }
