@@ -402,6 +402,23 @@ fn replay(store: &dyn Store, job: &mut Job) -> Result<(), StoreError> {
     }
 }
 
+/// Whether the transaction writing `entry` (moving the job to `job`) must be durable by itself.
+///
+/// An intent must be on disk before its call, and a halt or the end of a job before anyone
+/// acts on it: these are fsync'd commits. A result or a progress entry is written to the
+/// store's journal (visible to every reader at once, and surviving the death of the process)
+/// without an fsync of its own. The store's journal is sequential, so the next durable commit
+/// (at the latest the intent of the next call) makes it durable before anything else is
+/// called. Losing it to a power failure is the same as crashing right before its commit: the
+/// in-flight command is resolved by observing the node, which the crash harness covers at
+/// every journal point.
+pub fn needs_own_fsync(entry: &Entry, job: &Job) -> bool {
+    match entry {
+        Entry::Intent { .. } | Entry::HaltRequested { .. } | Entry::Created { .. } => true,
+        Entry::Result { .. } | Entry::Progress => job.state.is_terminal(),
+    }
+}
+
 /// The transaction that moves a job from `prev` (as stored: the checkpoint plus the journal up
 /// to `prev.journal_seq`) to `next` and appends `entry`: the next journal entry must be absent
 /// (nobody else advanced the job), the entry with its [`JobDelta`], the whole job when this is a
@@ -437,6 +454,9 @@ pub fn advance_txn(
     }
     if job.state.is_terminal() {
         txn = txn.delete(Table::Jobs, active_key(&job.cluster));
+    }
+    if !needs_own_fsync(&e.entry, &job) {
+        txn = txn.buffered();
     }
     (txn, job)
 }

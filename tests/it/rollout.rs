@@ -413,10 +413,12 @@ fn is_result(op: Op) -> impl Fn(&JournalEntry) -> bool {
 // ---------------------------------------------------------------------------------------------
 // journal format
 
-/// Records the size of every committed transaction and whether it rewrote the job record.
+/// Records the size of every committed transaction and whether it rewrote the job record;
+/// and the durability of each journal entry kind.
 struct Sizes {
     inner: MemStore,
     commits: Mutex<Vec<(usize, bool)>>,
+    durability: Mutex<Vec<(String, bool, medea::store::Durability)>>,
 }
 
 impl Store for Sizes {
@@ -439,8 +441,21 @@ impl Store for Sizes {
             .ops
             .iter()
             .any(|op| matches!(op, TxnOp::Put(Table::Jobs, k, _) if k.starts_with("job/")));
+        let entry = journal_entry(&txn);
+        let durability = txn.durability;
         self.inner.commit(txn)?;
         self.commits.lock().unwrap().push((bytes, job));
+        if let Some(e) = entry {
+            let terminal = !matches!(
+                e.delta.as_ref().map(|d| &d.state),
+                None | Some(JobState::Running)
+            );
+            self.durability.lock().unwrap().push((
+                e.entry.name().to_string(),
+                terminal,
+                durability,
+            ));
+        }
         Ok(())
     }
 }
@@ -450,6 +465,7 @@ async fn sized_run(workers: usize) -> (Vec<(usize, bool)>, World, Arc<Sizes>, Jo
     let sizes = Arc::new(Sizes {
         inner: MemStore::new(),
         commits: Mutex::new(Vec::new()),
+        durability: Mutex::new(Vec::new()),
     });
     let names: Vec<String> = (1..=workers).map(|i| format!("w-{i}")).collect();
     let w = world_in(
@@ -515,6 +531,32 @@ async fn journal_commits_do_not_grow_with_the_job() {
     assert!(matches!(job.state, JobState::Succeeded { .. }));
     assert_eq!(job.journal_seq as usize, large.len());
     assert_rolled(&w.state(), TO, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn intents_and_the_end_of_a_job_are_fsynced_results_ride_on_the_next_intent() {
+    use medea::store::Durability;
+    let (_, _, sizes, _) = sized_run(8).await;
+    let d = sizes.durability.lock().unwrap().clone();
+    assert!(d.iter().any(|(n, ..)| n == "result"));
+    for (i, (name, terminal, durability)) in d.iter().enumerate() {
+        let want = if name == "intent" || name == "created" || *terminal {
+            Durability::Durable
+        } else {
+            Durability::Buffered
+        };
+        assert_eq!(
+            *durability, want,
+            "commit {i}: {name} (terminal: {terminal})"
+        );
+        // a buffered entry is always followed by a durable one before the job ends: the next
+        // call's intent or the job's end
+        if *durability == Durability::Buffered {
+            assert!(d[i + 1..].iter().any(|(.., x)| *x == Durability::Durable));
+        }
+    }
+    assert!(d.last().unwrap().1, "the last entry ends the job");
+    assert_eq!(d.last().unwrap().2, Durability::Durable);
 }
 
 #[tokio::test(start_paused = true)]
