@@ -17,7 +17,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use super::RolloutError;
-use super::journal::{self, Entry, HaltRequest, halt_key, job_key};
+use super::journal::{self, Entry, HaltRequest, halt_key};
 use super::machine::{
     self, Action, Command, Job, JobId, JobState, Needs, Next, ObsError, Observations, Op, Outcome,
     PollWhy, Transition,
@@ -321,16 +321,12 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
 
     /// Jobs that are not terminal, by id.
     pub fn running_jobs(&self) -> Result<Vec<Job>, RolloutError> {
-        let jobs = self
-            .store
-            .scan_records::<Job>("job/")
-            .map_err(|err| RolloutError::Store {
-                job: "*".into(),
-                err,
-            })?;
+        let jobs = journal::load_jobs(self.store.as_ref()).map_err(|err| RolloutError::Store {
+            job: "*".into(),
+            err,
+        })?;
         Ok(jobs
             .into_iter()
-            .map(|(_, j)| j)
             .filter(|j| !j.state.is_terminal())
             .collect())
     }
@@ -366,8 +362,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     }
 
     fn load(&self, id: &JobId) -> Result<Job, RolloutError> {
-        self.store
-            .get_record::<Job>(&job_key(id))
+        journal::load_job(self.store.as_ref(), id)
             .map_err(store_err(id))?
             .ok_or_else(|| RolloutError::UnknownJob {
                 job: id.to_string(),
@@ -875,8 +870,7 @@ pub fn request_halt(
     reason: Option<&str>,
     now: Timestamp,
 ) -> Result<(), RolloutError> {
-    let current = store
-        .get_record::<Job>(&job_key(job))
+    let current = journal::load_job(store, job)
         .map_err(store_err(job))?
         .ok_or_else(|| RolloutError::UnknownJob {
             job: job.to_string(),

@@ -157,6 +157,7 @@ pub fn create_jobs_txn(
             generation: job.generation,
             entry: Entry::Created { plan: plan.id },
             notes: vec![format!("created from plan {}", plan.id.to_hex())],
+            delta: None,
         };
         txn = txn
             .check(Check::Equals(

@@ -32,7 +32,86 @@ fn role_name(r: MachineRole) -> &'static str {
     }
 }
 
+/// The `get machines` rows of one cluster record, as built from its stored bytes under one
+/// desired revision (the pools come from it).
+pub struct CachedRows {
+    raw: Vec<u8>,
+    revision: Option<String>,
+    rows: Arc<Vec<pb::Machine>>,
+}
+
+/// [`CachedRows`] by cluster record key.
+pub type MachineRows = std::sync::Mutex<std::collections::HashMap<String, CachedRows>>;
+
 impl MedeaApi {
+    /// One cluster's machines as the API lists them, each with the pool that selects it.
+    fn machine_rows(
+        &self,
+        c: &ObservedCluster,
+        desired: Option<&crate::desired::Loaded>,
+    ) -> Vec<pb::Machine> {
+        let cname = &c.name;
+        // Pools by listed machine once per cluster, not a scan of every pool per machine.
+        let pools = desired.and_then(|d| d.desired.clusters.get(cname));
+        let mut listed: std::collections::HashMap<&str, &str> = Default::default();
+        for p in pools.into_iter().flat_map(|dc| dc.pools.values()) {
+            for m in &p.machines {
+                // First pool in name order wins, as in `pool_of`.
+                listed
+                    .entry(m.value.as_str())
+                    .or_insert(p.name.value.as_str());
+            }
+        }
+        let pool_of = |m: &inventory::Machine| -> String {
+            pools
+                .and_then(|dc| dc.pools.values().find(|p| p.selects(&m.node, &m.labels)))
+                .map(|p| p.name.value.clone())
+                .unwrap_or_default()
+        };
+        c.machines
+            .values()
+            .map(|m| {
+                let pool = match pools {
+                    // The first pool (in name order) that selects it, as `pool_of` decides.
+                    Some(dc) => match listed.get(m.node.as_str()) {
+                        Some(p)
+                            if dc
+                                .pools
+                                .values()
+                                .take_while(|q| q.name.value.as_str() != *p)
+                                .all(|q| q.selector.is_empty()) =>
+                        {
+                            p.to_string()
+                        }
+                        _ => pool_of(m),
+                    },
+                    None => String::new(),
+                };
+                pb::Machine {
+                    cluster: cname.clone(),
+                    pool,
+                    node: m.node.clone(),
+                    id: m.id.clone(),
+                    address: m.address.clone(),
+                    role: role_name(m.role).into(),
+                    talos_version: m
+                        .talos_version
+                        .as_ref()
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                    kubelet_version: m
+                        .kubelet_version
+                        .as_ref()
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                    ready: m.ready,
+                    cordoned: m.cordoned,
+                    reachable: m.reachable,
+                }
+            })
+            .collect()
+    }
+
     fn cluster_pb(&self, name: &str, observed: Option<&ObservedCluster>) -> pb::Cluster {
         let desired = self.shared.desired();
         let desired_k8s = desired
@@ -61,17 +140,6 @@ impl MedeaApi {
                 ..Default::default()
             },
         }
-    }
-
-    /// The pool a machine belongs to in the current desired state, if any.
-    fn pool_of(&self, cluster: &str, m: &inventory::Machine) -> String {
-        let desired = self.shared.desired();
-        desired
-            .as_ref()
-            .and_then(|d| d.desired.clusters.get(cluster))
-            .and_then(|c| c.pools.values().find(|p| p.selects(&m.node, &m.labels)))
-            .map(|p| p.name.value.clone())
-            .unwrap_or_default()
     }
 }
 
@@ -248,64 +316,50 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::ListMachinesRequest>,
     ) -> Result<Response<pb::ListMachinesResponse>, Status> {
         let filter = req.into_inner().cluster;
-        let inv = inventory::Inventory::load(self.shared.store.as_ref()).map_err(internal)?;
         let desired = self.shared.desired();
+        let revision = desired.as_ref().map(|d| d.desired.revision.content.clone());
+        // The raw records, not decoded: a cluster whose bytes (and the desired revision its
+        // pools come from) are unchanged since the last call reuses its rows.
+        let raw = self
+            .shared
+            .store
+            .scan(crate::store::Table::Inventory, "cluster/")
+            .map_err(internal)?;
+        let mut cache = self.shared.machine_rows.lock().expect("machine rows lock");
         let mut machines = Vec::new();
-        for (cname, c) in &inv.clusters {
-            if !filter.is_empty() && &filter != cname {
+        let mut present = std::collections::HashSet::new();
+        for (key, bytes) in raw {
+            if !filter.is_empty() && key.strip_prefix("cluster/") != Some(filter.as_str()) {
                 continue;
             }
-            // Pools by listed machine once per cluster, not a scan of every pool per machine.
-            let pools = desired.as_ref().and_then(|d| d.desired.clusters.get(cname));
-            let mut listed: std::collections::HashMap<&str, &str> = Default::default();
-            for p in pools.into_iter().flat_map(|dc| dc.pools.values()) {
-                for m in &p.machines {
-                    // First pool in name order wins, as in `pool_of`.
-                    listed
-                        .entry(m.value.as_str())
-                        .or_insert(p.name.value.as_str());
+            let hit = cache
+                .get(&key)
+                .filter(|c| c.raw == bytes && c.revision == revision)
+                .map(|c| c.rows.clone());
+            let rows = match hit {
+                Some(rows) => rows,
+                None => {
+                    let c: ObservedCluster =
+                        crate::store::record::decode(&key, &bytes).map_err(internal)?;
+                    let rows = Arc::new(self.machine_rows(&c, desired.as_deref()));
+                    cache.insert(
+                        key.clone(),
+                        CachedRows {
+                            raw: bytes,
+                            revision: revision.clone(),
+                            rows: rows.clone(),
+                        },
+                    );
+                    rows
                 }
-            }
-            for m in c.machines.values() {
-                let pool = match pools {
-                    // The first pool (in name order) that selects it, as `pool_of` decides.
-                    Some(dc) => match listed.get(m.node.as_str()) {
-                        Some(p)
-                            if dc
-                                .pools
-                                .values()
-                                .take_while(|q| q.name.value.as_str() != *p)
-                                .all(|q| q.selector.is_empty()) =>
-                        {
-                            p.to_string()
-                        }
-                        _ => self.pool_of(cname, m),
-                    },
-                    None => String::new(),
-                };
-                machines.push(pb::Machine {
-                    cluster: cname.clone(),
-                    pool,
-                    node: m.node.clone(),
-                    id: m.id.clone(),
-                    address: m.address.clone(),
-                    role: role_name(m.role).into(),
-                    talos_version: m
-                        .talos_version
-                        .as_ref()
-                        .map(|v| v.to_string())
-                        .unwrap_or_default(),
-                    kubelet_version: m
-                        .kubelet_version
-                        .as_ref()
-                        .map(|v| v.to_string())
-                        .unwrap_or_default(),
-                    ready: m.ready,
-                    cordoned: m.cordoned,
-                    reachable: m.reachable,
-                });
-            }
+            };
+            machines.extend(rows.iter().cloned());
+            present.insert(key);
         }
+        if filter.is_empty() {
+            cache.retain(|k, _| present.contains(k));
+        }
+        drop(cache);
         Ok(Response::new(pb::ListMachinesResponse { machines }))
     }
 
@@ -559,5 +613,121 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::HaltRolloutResponse {
             rollout: job.as_ref().map(super::rollouts::rollout_pb),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::desired::Source;
+    use crate::inventory::{Inventory, Machine, cluster_key};
+    use crate::store::Store;
+    use crate::version::{KubeVersion, TalosVersion};
+    use pb::medea_server::Medea;
+
+    fn machine(node: &str, role: MachineRole, talos: &str) -> Machine {
+        Machine {
+            node: node.into(),
+            id: format!("id-{node}"),
+            address: "127.0.0.1".into(),
+            role,
+            talos_version: Some(TalosVersion::parse(talos).unwrap()),
+            installer_image: None,
+            schematic: None,
+            kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+            ready: true,
+            cordoned: false,
+            reachable: true,
+            boot_id: Some("boot-1".into()),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    fn cluster(name: &str, talos: &str) -> ObservedCluster {
+        let mut machines = BTreeMap::new();
+        machines.insert(
+            "cp-1".to_string(),
+            machine("cp-1", MachineRole::Controlplane, talos),
+        );
+        machines.insert(
+            "w-1".to_string(),
+            machine("w-1", MachineRole::Worker, talos),
+        );
+        ObservedCluster::new(name).observe(None, machines)
+    }
+
+    async fn rows(api: &MedeaApi, filter: &str) -> Vec<(String, String, String, String)> {
+        api.list_machines(Request::new(pb::ListMachinesRequest {
+            cluster: filter.into(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .machines
+        .into_iter()
+        .map(|m| (m.cluster, m.node, m.pool, m.talos_version))
+        .collect()
+    }
+
+    fn row(c: &str, n: &str, p: &str, v: &str) -> (String, String, String, String) {
+        (c.into(), n.into(), p.into(), v.into())
+    }
+
+    #[tokio::test]
+    async fn get_machines_follows_every_record_and_desired_change_despite_its_cache() {
+        let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let source = Source::Dir(examples);
+        let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+        let shared = Arc::new(Shared::new(
+            store.clone(),
+            source.clone(),
+            false,
+            "r1".into(),
+        ));
+        let api = MedeaApi {
+            shared: shared.clone(),
+        };
+        let inv = Inventory {
+            clusters: [
+                ("home".to_string(), cluster("home", "v1.12.4")),
+                ("lab".to_string(), cluster("lab", "v1.12.4")),
+            ]
+            .into(),
+        };
+        store.commit(inv.save_txn()).unwrap();
+        // no desired state yet: no pools
+        assert_eq!(
+            rows(&api, "").await,
+            [
+                row("home", "cp-1", "", "v1.12.4"),
+                row("home", "w-1", "", "v1.12.4"),
+                row("lab", "cp-1", "", "v1.12.4"),
+                row("lab", "w-1", "", "v1.12.4"),
+            ]
+        );
+        // the desired state arrives: the pools come from it
+        shared.set_desired(crate::desired::load(&source).unwrap());
+        assert_eq!(
+            rows(&api, "home").await[0],
+            row("home", "cp-1", "controlplane", "v1.12.4")
+        );
+        // a record changes: its rows follow, the other cluster's stay
+        store
+            .commit(Txn::new().put_record(cluster_key("lab"), &cluster("lab", "v1.13.9")))
+            .unwrap();
+        let all = rows(&api, "").await;
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[0], row("home", "cp-1", "controlplane", "v1.12.4"));
+        assert_eq!(all[2].3, "v1.13.9");
+        assert_eq!(all[3].3, "v1.13.9");
+        // a record goes away: so do its rows
+        store
+            .commit(Txn::new().delete(crate::store::Table::Inventory, cluster_key("lab")))
+            .unwrap();
+        assert_eq!(rows(&api, "").await.len(), 2);
+        assert!(rows(&api, "lab").await.is_empty());
+        assert_eq!(shared.machine_rows.lock().unwrap().len(), 1);
     }
 }

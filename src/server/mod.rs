@@ -74,6 +74,9 @@ pub struct Shared {
     pub state_dir: PathBuf,
     /// Ask the inventory refresh to run now (after rollout steps); remembered if it is busy.
     pub refresh_kick: Arc<tokio::sync::Notify>,
+    /// `get machines` rows per cluster record, reused while the record's bytes and the desired
+    /// revision are unchanged.
+    pub machine_rows: api::MachineRows,
 }
 
 impl Shared {
@@ -98,6 +101,7 @@ impl Shared {
             creds_dir: PathBuf::from("creds"),
             state_dir: PathBuf::from("."),
             refresh_kick: Arc::new(tokio::sync::Notify::new()),
+            machine_rows: Default::default(),
         }
     }
     /// Something changed: wake the reconcile and executor loops.

@@ -11,16 +11,11 @@ use crate::rollout::executor::{
 };
 use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::rollout::ports::{KubePort, TalosPort};
-use crate::store::{StoreError, StoreExt};
+use crate::store::StoreError;
 
 /// Every job in the store, newest first.
 pub fn jobs(shared: &Shared) -> Result<Vec<Job>, StoreError> {
-    let mut jobs: Vec<Job> = shared
-        .store
-        .scan_records::<Job>("job/")?
-        .into_iter()
-        .map(|(_, j)| j)
-        .collect();
+    let mut jobs: Vec<Job> = crate::rollout::journal::load_jobs(shared.store.as_ref())?;
     jobs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
     Ok(jobs)
 }

@@ -183,13 +183,13 @@ impl Store for FjallStore {
                 Op::Delete(t, k) => tx.remove(self.ks(t), k),
             }
         }
+        // With `durability(Some(SyncAll))` fjall's commit writes the batch to its journal and
+        // `sync_all`s the journal file under the journal writer's lock before it returns
+        // (fjall 3.1 `batch::commit` → `journal_writer.persist(mode)`), so a returned durable
+        // commit is on disk. A buffered commit is written to the same, strictly sequential
+        // journal, and becomes durable with the next durable commit (journal rotation also
+        // syncs the sealed file first). A second `persist` here would only repeat the fsync.
         tx.commit().map_err(backend("commit"))?;
-        if txn.durability == Durability::Durable {
-            // Belt and braces: the journal must be on disk before the caller acts.
-            self.db
-                .persist(PersistMode::SyncAll)
-                .map_err(backend("persist"))?;
-        }
         Ok(())
     }
 }

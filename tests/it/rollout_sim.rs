@@ -697,9 +697,9 @@ impl SimWorld {
 
     fn job(&self) -> Job {
         let store = FjallStore::open(&self.store()).unwrap();
-        let jobs = store.scan_records::<Job>("job/").unwrap();
+        let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
         assert_eq!(jobs.len(), 1);
-        jobs.into_iter().next().unwrap().1
+        jobs.into_iter().next().unwrap()
     }
 
     fn journal(&self) -> Vec<JournalEntry> {
