@@ -160,9 +160,9 @@ pub async fn executor_loop<F: PortFactory>(
         if shared.rollouts_gate && shared.leadership.is_leader() {
             match jobs(&shared) {
                 Ok(all) => {
+                    set_job_gauges(&all);
                     let active: Vec<Job> =
                         all.into_iter().filter(|j| !j.state.is_terminal()).collect();
-                    crate::metrics::set_jobs("running", active.len() as i64);
                     for job in active {
                         let id = job.id.to_string();
                         if !running.lock().expect("running set").insert(id.clone()) {
@@ -225,6 +225,26 @@ pub async fn executor_loop<F: PortFactory>(
             return;
         }
     }
+}
+
+/// `medea_rollout_jobs{state}`: every job in the store by state (each state always present).
+fn set_job_gauges(all: &[Job]) {
+    for (name, n) in job_counts(all) {
+        crate::metrics::set_jobs(name, n);
+    }
+}
+
+fn job_counts(all: &[Job]) -> [(&'static str, i64); 3] {
+    let mut counts = [("running", 0), ("halted", 0), ("succeeded", 0)];
+    for j in all {
+        let i = match j.state {
+            JobState::Running => 0,
+            JobState::Halted { .. } => 1,
+            JobState::Succeeded { .. } => 2,
+        };
+        counts[i].1 += 1;
+    }
+    counts
 }
 
 /// Forward an executor's events to the server's broadcast (watch API), logs, metrics, webhooks.
