@@ -256,7 +256,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
     let shared = shared.clone();
     tokio::spawn(async move {
         let mut started: BTreeMap<(String, String), std::time::Instant> = BTreeMap::new();
-        while let Ok(e) = rx.recv().await {
+        while let Some(e) = next_event(&mut rx).await {
             let op = e.op.map(|o| o.name()).unwrap_or("-");
             tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = ?e.state, "rollout step");
             if let (Some(node), Some(o)) = (&e.node, e.op) {
@@ -293,6 +293,24 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
             let _ = shared.events.send(e);
         }
     });
+}
+
+/// The next event; a receiver that fell behind skips what it missed (logged) instead of
+/// stopping, so logs, metrics and webhooks go on. `None` once the executor is gone.
+async fn next_event<T: Clone>(rx: &mut tokio::sync::broadcast::Receiver<T>) -> Option<T> {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match rx.recv().await {
+            Ok(e) => return Some(e),
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "rollout events came faster than they were forwarded; some were skipped"
+                )
+            }
+            Err(RecvError::Closed) => return None,
+        }
+    }
 }
 
 fn note(
@@ -406,5 +424,21 @@ impl PortFactory for CredsPorts {
             .await
             .map_err(|e| crate::error_chain(&e))?;
         Ok((talos, kube))
+    }
+}
+
+#[cfg(test)]
+mod forward_tests {
+    #[tokio::test]
+    async fn a_lagging_forwarder_skips_and_goes_on() {
+        let (tx, mut rx) = tokio::sync::broadcast::channel(2);
+        for i in 0..5 {
+            tx.send(i).unwrap();
+        }
+        // 0..2 were overwritten: the forwarder resumes with the oldest kept event
+        assert_eq!(super::next_event(&mut rx).await, Some(3));
+        assert_eq!(super::next_event(&mut rx).await, Some(4));
+        drop(tx);
+        assert_eq!(super::next_event(&mut rx).await, None);
     }
 }
