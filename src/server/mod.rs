@@ -259,6 +259,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
     loop {
         match shared.leadership.role() {
             Role::Leader { fence } => {
+                crate::metrics::global().leader.set(1);
                 tracing::info!(replica = %shared.replica, term = fence.term(), "leading")
             }
             Role::Follower { leader } => {

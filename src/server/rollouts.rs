@@ -156,9 +156,9 @@ pub async fn executor_loop<F: PortFactory>(
         if shared.rollouts_gate && shared.leadership.is_leader() {
             match jobs(&shared) {
                 Ok(all) => {
+                    set_job_gauges(&all);
                     let active: Vec<Job> =
                         all.into_iter().filter(|j| !j.state.is_terminal()).collect();
-                    crate::metrics::set_jobs("running", active.len() as i64);
                     for job in active {
                         let id = job.id.to_string();
                         if !running.lock().expect("running set").insert(id.clone()) {
@@ -235,6 +235,26 @@ fn rescan_interval(poll: std::time::Duration) -> std::time::Duration {
     )
 }
 
+/// `medea_rollout_jobs{state}`: every job in the store by state (each state always present).
+fn set_job_gauges(all: &[Job]) {
+    for (name, n) in job_counts(all) {
+        crate::metrics::set_jobs(name, n);
+    }
+}
+
+fn job_counts(all: &[Job]) -> [(&'static str, i64); 3] {
+    let mut counts = [("running", 0), ("halted", 0), ("succeeded", 0)];
+    for j in all {
+        let i = match j.state {
+            JobState::Running => 0,
+            JobState::Halted { .. } => 1,
+            JobState::Succeeded { .. } => 2,
+        };
+        counts[i].1 += 1;
+    }
+    counts
+}
+
 /// Forward an executor's events to the server's broadcast (watch API), logs, metrics, webhooks.
 fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
     shared: &Arc<Shared>,
@@ -244,7 +264,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
     let shared = shared.clone();
     tokio::spawn(async move {
         let mut started: BTreeMap<(String, String), std::time::Instant> = BTreeMap::new();
-        while let Ok(e) = rx.recv().await {
+        while let Some(e) = next_event(&mut rx).await {
             let op = e.op.map(|o| o.name()).unwrap_or("-");
             tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = ?e.state, "rollout step");
             if let (Some(node), Some(o)) = (&e.node, e.op) {
@@ -281,6 +301,24 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
             let _ = shared.events.send(e);
         }
     });
+}
+
+/// The next event; a receiver that fell behind skips what it missed (logged) instead of
+/// stopping, so logs, metrics and webhooks go on. `None` once the executor is gone.
+async fn next_event<T: Clone>(rx: &mut tokio::sync::broadcast::Receiver<T>) -> Option<T> {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match rx.recv().await {
+            Ok(e) => return Some(e),
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "rollout events came faster than they were forwarded; some were skipped"
+                )
+            }
+            Err(RecvError::Closed) => return None,
+        }
+    }
 }
 
 fn note(
@@ -403,5 +441,21 @@ impl PortFactory for CredsPorts {
             .await
             .map_err(|e| crate::error_chain(&e))?;
         Ok((talos, kube))
+    }
+}
+
+#[cfg(test)]
+mod forward_tests {
+    #[tokio::test]
+    async fn a_lagging_forwarder_skips_and_goes_on() {
+        let (tx, mut rx) = tokio::sync::broadcast::channel(2);
+        for i in 0..5 {
+            tx.send(i).unwrap();
+        }
+        // 0..2 were overwritten: the forwarder resumes with the oldest kept event
+        assert_eq!(super::next_event(&mut rx).await, Some(3));
+        assert_eq!(super::next_event(&mut rx).await, Some(4));
+        drop(tx);
+        assert_eq!(super::next_event(&mut rx).await, None);
     }
 }

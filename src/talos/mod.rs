@@ -42,6 +42,18 @@ pub const NODES_METADATA_KEY: &str = "nodes";
 /// Talos' gRPC message size limit (`constants.GRPCMaxMessageSize`).
 pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
 
+/// `: <the installer's last non-empty output line>`, or nothing: what an operator reads first
+/// in a halt reason or a notification.
+fn last_line(output: &[String]) -> String {
+    output
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| !l.is_empty())
+        .map(|l| format!(": {l}"))
+        .unwrap_or_default()
+}
+
 /// Why a Talos API operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TalosError {
@@ -96,7 +108,8 @@ pub enum TalosError {
         what: String,
     },
     #[error(
-        "upgrade of node `{node}` to `{image}` failed: the installer exited with code {exit_code}"
+        "upgrade of node `{node}` to `{image}` failed: the installer exited with code {exit_code}{}",
+        last_line(output)
     )]
     UpgradeExit {
         node: String,
@@ -139,5 +152,35 @@ impl TalosError {
     /// `true` when the node could not be reached (down, rebooting, apid could not route).
     pub fn is_unavailable(&self) -> bool {
         self.code() == Some(tonic::Code::Unavailable)
+    }
+}
+
+#[cfg(test)]
+mod upgrade_exit_tests {
+    use super::*;
+
+    #[test]
+    fn an_installer_failure_names_its_last_output_line() {
+        let e = TalosError::UpgradeExit {
+            node: "10.5.0.6".into(),
+            image: "ghcr.io/siderolabs/installer:v1.13.9".into(),
+            exit_code: 1,
+            output: vec![
+                "running installer".into(),
+                "disk full on /dev/sda".into(),
+                " ".into(),
+            ],
+        };
+        assert_eq!(
+            e.to_string(),
+            "upgrade of node `10.5.0.6` to `ghcr.io/siderolabs/installer:v1.13.9` failed: the installer exited with code 1: disk full on /dev/sda"
+        );
+        let quiet = TalosError::UpgradeExit {
+            node: "n".into(),
+            image: "i".into(),
+            exit_code: 2,
+            output: vec![],
+        };
+        assert!(quiet.to_string().ends_with("exited with code 2"));
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Kill(Child);
+pub(crate) struct Kill(pub(crate) Child);
 impl Drop for Kill {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -15,7 +15,7 @@ impl Drop for Kill {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) {
+pub(crate) fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args([
             "-c",
@@ -38,7 +38,7 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
-fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -46,7 +46,7 @@ fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -54,7 +54,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn sign(key: &Path, id: &str) -> Vec<u8> {
+pub(crate) fn sign(key: &Path, id: &str) -> Vec<u8> {
     let mut c = Command::new("ssh-keygen")
         .args(["-Y", "sign", "-q", "-n", "medea-approve", "-f"])
         .arg(key)

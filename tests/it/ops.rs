@@ -1,0 +1,829 @@
+//! Operating medea, end to end with real processes (`medea sim`, `medea seed`,
+//! `medea serve --rollouts` on a git checkout): `/metrics` scraped while a simulated rollout runs,
+//! the webhooks of a rollout that halts on an installer failure (the first delivery answered 500
+//! to see the retry), and JSON logs at debug/trace level that carry the step fields and no
+//! secret.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+use super::e2e::{Kill, free_port, git, sign, wait};
+
+const TOKEN: &str = "ops-e2e-bearer-7c41d9f0a2b8e6";
+/// The webhook URL's path stands for a Slack-style secret: it must never be logged.
+const HOOK_PATH: &str = "/services/T0/B0/hook-path-secret-93b1";
+
+/// A running simulator + seeded store + daemon.
+struct Run {
+    _tmp: tempfile::TempDir,
+    d: PathBuf,
+    state: PathBuf,
+    repo: PathBuf,
+    addr: String,
+    metrics: String,
+    _sim: Kill,
+    _serve: Kill,
+}
+
+impl Run {
+    /// `talos`: the nodes' Talos version; `faults`: the scenario's `faults:` value (YAML);
+    /// `webhook`: a URL for `--webhook`.
+    fn start(talos: &str, faults: &str, webhook: Option<&str>) -> Run {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().to_path_buf();
+        let scenario = String::from_utf8(
+            crate::cli::medea()
+                .args(["sim", "--print-default-scenario"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        assert!(scenario.contains("faults: []"), "{scenario}");
+        let scenario = scenario
+            .replace("reboot: 2s", "reboot: 300ms")
+            .replace("imagePull: 500ms", "imagePull: 30ms")
+            .replace("podStart: 3s", "podStart: 200ms")
+            .replace("podTermination: 1s", "podTermination: 50ms")
+            .replace("talos: v1.12.11", &format!("talos: {talos}"))
+            .replace("faults: []", &format!("faults: {faults}"));
+        std::fs::write(d.join("scenario.yaml"), scenario).unwrap();
+        let mut sim = Kill(
+            crate::cli::medea()
+                .args(["sim", "--scenario"])
+                .arg(d.join("scenario.yaml"))
+                .arg("--out")
+                .arg(d.join("sim"))
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(d.join("sim.log")).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let mut lines = BufReader::new(sim.0.stdout.take().unwrap()).lines();
+        let mut ready = false;
+        for l in lines.by_ref() {
+            if l.unwrap().starts_with("ready") {
+                ready = true;
+                break;
+            }
+        }
+        assert!(
+            ready,
+            "the simulator exited: {}",
+            std::fs::read_to_string(d.join("sim.log")).unwrap_or_default()
+        );
+        // Keep draining its stdout so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+
+        let state = d.join("state");
+        let seed = crate::cli::medea()
+            .args(["seed", "--cluster", "home", "--talosconfig"])
+            .arg(d.join("sim/talosconfig"))
+            .arg("--kubeconfig")
+            .arg(d.join("sim/kubeconfig"))
+            .arg("--store")
+            .arg(state.join("store"))
+            .arg("--creds-dir")
+            .arg(state.join("creds"))
+            .env("RUST_LOG", "debug,medea=trace")
+            .output()
+            .unwrap();
+        std::fs::write(d.join("seed.log"), &seed.stderr).unwrap();
+        assert!(
+            seed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&seed.stderr)
+        );
+
+        let repo = d.join("repo");
+        std::fs::create_dir_all(repo.join("home")).unwrap();
+        let ex = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home");
+        for f in ["cluster.yaml", "pools.yaml"] {
+            std::fs::copy(ex.join(f), repo.join("home").join(f)).unwrap();
+        }
+        git(&repo, &["init", "-q"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-qm", "desired state"]);
+        let mut signers = String::new();
+        for who in ["alice", "bob"] {
+            assert!(
+                Command::new("ssh-keygen")
+                    .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
+                    .arg(d.join(who))
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+            signers.push_str(&format!(
+                "{who}@example.com {}\n",
+                std::fs::read_to_string(d.join(format!("{who}.pub")))
+                    .unwrap()
+                    .trim()
+            ));
+        }
+        std::fs::write(d.join("allowed_signers"), signers).unwrap();
+
+        let addr = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let mut serve = crate::cli::medea();
+        serve
+            .args(["serve", "--desired"])
+            .arg(&repo)
+            .args([
+                "--git-ref",
+                "main",
+                "--rollouts",
+                "--listen",
+                &addr,
+                "--token",
+                TOKEN,
+                "--metrics-listen",
+                &metrics,
+                "--log-format",
+                "json",
+                "--debounce",
+                "200ms",
+                "--job-poll",
+                "150ms",
+                "--refresh-interval",
+                "2s",
+                "--state-dir",
+            ])
+            .arg(&state)
+            .arg("--allowed-signers")
+            .arg(d.join("allowed_signers"))
+            .env("RUST_LOG", "debug,medea=trace")
+            .env_remove("MEDEA_TOKEN")
+            .stderr(std::fs::File::create(d.join("serve.log")).unwrap());
+        if let Some(url) = webhook {
+            serve.args(["--webhook", url]);
+        }
+        let run = Run {
+            _tmp: tmp,
+            d,
+            state,
+            repo,
+            addr,
+            metrics,
+            _sim: sim,
+            _serve: Kill(serve.spawn().unwrap()),
+        };
+        wait("the server", Duration::from_secs(30), || {
+            run.cli()
+                .args(["get", "server"])
+                .output()
+                .unwrap()
+                .status
+                .success()
+        });
+        run
+    }
+
+    fn cli(&self) -> Command {
+        let mut c = crate::cli::medea();
+        c.env("MEDEA_ADDR", &self.addr)
+            .env("MEDEA_TOKEN", TOKEN)
+            .env("MEDEA_CA", self.state.join("tls/ca.crt"));
+        c
+    }
+
+    /// Wait for the server's plan, enable rollouts, commit alice's and bob's markers; returns
+    /// the plan's full id.
+    fn approve(&self) -> String {
+        let mut plan = serde_json::Value::Null;
+        wait("the first plan", Duration::from_secs(20), || {
+            plan = serde_json::from_slice(
+                &self
+                    .cli()
+                    .args(["plan", "-o", "json"])
+                    .output()
+                    .unwrap()
+                    .stdout,
+            )
+            .unwrap_or_default();
+            plan["id"].is_string()
+        });
+        assert_eq!(plan["hasChanges"], true, "{plan}");
+        let id = plan["id"].as_str().unwrap().to_string();
+        let short = plan["shortId"].as_str().unwrap().to_string();
+        let out = self
+            .cli()
+            .args(["cluster", "enable-rollouts", "home"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::create_dir_all(self.repo.join("approvals")).unwrap();
+        for who in ["alice", "bob"] {
+            std::fs::write(
+                self.repo.join(format!("approvals/{short}-{who}.sig")),
+                sign(&self.d.join(who), &id),
+            )
+            .unwrap();
+        }
+        git(&self.repo, &["add", "approvals"]);
+        git(
+            &self.repo,
+            &["commit", "-qm", &format!("approve plan {short}")],
+        );
+        id
+    }
+
+    /// The newest job of cluster `home`, if any.
+    fn job(&self) -> serde_json::Value {
+        let out = self
+            .cli()
+            .args(["rollout", "list", "--cluster", "home", "-o", "json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v[0].clone()
+    }
+
+    fn serve_log(&self) -> String {
+        std::fs::read_to_string(self.d.join("serve.log")).unwrap()
+    }
+
+    fn dump(&self) -> String {
+        let l = self.serve_log();
+        let tail: Vec<&str> = l.lines().rev().take(40).collect();
+        format!("serve.log, newest first:\n{}", tail.join("\n"))
+    }
+}
+
+// ---- OpenMetrics -------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// `GET /metrics` over plain HTTP/1.1; the parsed samples.
+fn scrape(addr: &str) -> Vec<Sample> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(!head.contains("chunked"), "{head}");
+    parse_openmetrics(body)
+}
+
+fn parse_openmetrics(text: &str) -> Vec<Sample> {
+    assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with `# EOF`");
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').expect("`series value`");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("a number: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), BTreeMap::new()),
+            Some((name, rest)) => {
+                let inner = rest.strip_suffix('}').expect("closing brace");
+                let mut labels = BTreeMap::new();
+                for pair in inner.split("\",").filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once("=\"").expect("k=\"v\"");
+                    labels.insert(k.to_string(), v.trim_end_matches('"').to_string());
+                }
+                (name.to_string(), labels)
+            }
+        };
+        out.push(Sample {
+            name,
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// Sum of the samples named `name` whose labels include every `(key, value)` of `with`.
+fn total(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| {
+            s.name == name
+                && with
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+const STEP_COUNT: &str = "medea_rollout_step_duration_seconds_count";
+
+#[test]
+fn metrics_move_while_a_simulated_rollout_runs() {
+    let started = Instant::now();
+    let run = Run::start("v1.12.11", "[]", None);
+    let before = scrape(&run.metrics);
+    assert_eq!(total(&before, STEP_COUNT, &[]), 0.0, "no step ran yet");
+    assert!(total(&before, "medea_plans_computed_total", &[]) >= 1.0);
+    assert_eq!(total(&before, "medea_leader", &[]), 1.0);
+    assert!(total(&before, "medea_desired_reload_duration_seconds_count", &[]) >= 1.0);
+    let id = run.approve();
+
+    // Scrape while the job runs, until it succeeded.
+    let mut running_counts = Vec::new();
+    let mut running_gauge_seen = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let job = run.job();
+        let samples = scrape(&run.metrics);
+        let state = job["state"].as_str().unwrap_or("").to_string();
+        assert_ne!(state, "halted", "{job}\n{}", run.dump());
+        if state == "succeeded" {
+            break;
+        }
+        if state == "running" {
+            // The job was running before and (below) after this scrape.
+            let count = total(&samples, STEP_COUNT, &[]);
+            if run.job()["state"] == "running" {
+                running_counts.push(count);
+                running_gauge_seen |=
+                    total(&samples, "medea_rollout_jobs", &[("state", "running")]) == 1.0;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollout did not finish in 60s\n{}",
+            run.dump()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        running_counts.windows(2).all(|w| w[0] <= w[1]),
+        "{running_counts:?}"
+    );
+    assert!(
+        running_counts.windows(2).any(|w| w[0] < w[1]),
+        "the step histograms moved between two scrapes of a running job: {running_counts:?}"
+    );
+    assert!(
+        running_counts.first().is_some_and(|c| *c < 48.0),
+        "the first scrape of the running job saw the rollout's first steps, not its end: {running_counts:?}"
+    );
+    assert!(
+        running_gauge_seen,
+        "medea_rollout_jobs{{state=\"running\"}} was 1 while the job ran"
+    );
+    let job = run.job();
+    assert_eq!(job["planId"], id.as_str(), "{job}");
+
+    // The end: every node of every pool went through every per-node step once.
+    let mut end = Vec::new();
+    wait("the job gauges to settle", Duration::from_secs(10), || {
+        end = scrape(&run.metrics);
+        total(&end, "medea_rollout_jobs", &[("state", "succeeded")]) == 1.0
+            && total(&end, "medea_rollout_jobs", &[("state", "running")]) == 0.0
+    });
+    for pool in ["controlplane", "workers"] {
+        for step in ["pull", "cordon", "drain", "upgrade", "uncordon"] {
+            let with = [("cluster", "home"), ("pool", pool), ("step", step)];
+            assert_eq!(
+                total(&end, STEP_COUNT, &with),
+                3.0,
+                "{pool}/{step}: one observation per node: {:?}",
+                end.iter()
+                    .filter(|s| s.name == STEP_COUNT)
+                    .collect::<Vec<_>>()
+            );
+            // every observation lands in the +Inf bucket and took some time
+            assert_eq!(
+                total(
+                    &end,
+                    "medea_rollout_step_duration_seconds_bucket",
+                    &[with[0], with[1], with[2], ("le", "+Inf")]
+                ),
+                3.0
+            );
+            assert!(total(&end, "medea_rollout_step_duration_seconds_sum", &with) > 0.0);
+        }
+    }
+    // Buckets are cumulative: each `le` holds at least the observations of the one below.
+    for pool in ["controlplane", "workers"] {
+        let mut buckets: Vec<(f64, f64)> = end
+            .iter()
+            .filter(|s| {
+                s.name == "medea_rollout_step_duration_seconds_bucket"
+                    && s.labels["pool"] == pool
+                    && s.labels["step"] == "drain"
+            })
+            .map(|s| {
+                let le = s.labels["le"].as_str();
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                (le, s.value)
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(buckets.len() > 10, "{buckets:?}");
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
+    }
+    // Kubernetes' per-node image changes.
+    assert!(
+        total(&end, STEP_COUNT, &[("step", "set-image")]) >= 3.0,
+        "{:?}",
+        end.iter()
+            .filter(|s| s.name == STEP_COUNT)
+            .collect::<Vec<_>>()
+    );
+    assert!(total(&end, "medea_plans_computed_total", &[]) >= 1.0);
+    assert!(total(&end, "medea_approvals_total", &[("outcome", "approved")]) >= 2.0);
+    for (api, method) in [
+        ("talos", "LegacyUpgrade"),
+        ("talos", "Version"),
+        ("kubernetes", "Cordon"),
+        ("kubernetes", "Drain"),
+        ("kubernetes", "GetNode"),
+    ] {
+        let with = [("api", api), ("method", method)];
+        let n = total(&end, "medea_api_call_duration_seconds_count", &with);
+        assert!(
+            n >= 1.0,
+            "{api} {method} calls are timed: {:?}",
+            end.iter()
+                .filter(|s| s.name == "medea_api_call_duration_seconds_count")
+                .collect::<Vec<_>>()
+        );
+        assert!(total(&end, "medea_api_call_duration_seconds_sum", &with) > 0.0);
+    }
+    assert_eq!(
+        total(
+            &end,
+            "medea_api_call_duration_seconds_count",
+            &[("api", "talos"), ("method", "LegacyUpgrade")]
+        ),
+        6.0,
+        "one upgrade per node (MachineService.Upgrade: the nodes run Talos 1.12)"
+    );
+
+    // JSON logs: one object per line, rollout steps with their fields.
+    let log = run.serve_log();
+    let mut step_nodes = BTreeSet::new();
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("a JSON log line ({e}): {line}"));
+        let f = &v["fields"];
+        if f["message"] == "rollout step" {
+            for k in ["job", "cluster", "pool", "node", "step"] {
+                assert!(f[k].is_string(), "`{k}` in {line}");
+            }
+            assert_eq!(f["cluster"], "home");
+            assert_eq!(f["job"], job["jobId"]);
+            if f["step"] == "upgrade" {
+                step_nodes.insert((
+                    f["pool"].as_str().unwrap().to_string(),
+                    f["node"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    let want: BTreeSet<(String, String)> = [
+        ("controlplane", "cp-1"),
+        ("controlplane", "cp-2"),
+        ("controlplane", "cp-3"),
+        ("workers", "w-1"),
+        ("workers", "w-2"),
+        ("workers", "w-3"),
+    ]
+    .into_iter()
+    .map(|(p, n)| (p.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(step_nodes, want);
+    assert_no_secret_logged(&run);
+    eprintln!("metrics e2e: {:?}", started.elapsed());
+}
+
+// ---- Webhooks ----------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct Delivery {
+    answered: u16,
+    path: String,
+    content_type: String,
+    body: serde_json::Value,
+}
+
+/// A webhook receiver: answers the first POST 500, every later one 200.
+fn receiver() -> (String, Arc<Mutex<Vec<Delivery>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}{HOOK_PATH}", listener.local_addr().unwrap());
+    let got: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+    let log = got.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut r = BufReader::new(conn);
+            let mut request = String::new();
+            if r.read_line(&mut request).is_err() {
+                continue;
+            }
+            let mut headers = BTreeMap::new();
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':') {
+                    headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+                }
+            }
+            let len: usize = headers
+                .get("content-length")
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; len];
+            if r.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let mut got = log.lock().unwrap();
+            let answered = if got.is_empty() { 500 } else { 200 };
+            let mut parts = request.split_whitespace();
+            assert_eq!(parts.next(), Some("POST"), "{request}");
+            got.push(Delivery {
+                answered,
+                path: parts.next().unwrap_or_default().to_string(),
+                content_type: headers.get("content-type").cloned().unwrap_or_default(),
+                body: serde_json::from_slice(&body).unwrap_or_else(|e| {
+                    panic!("a JSON body ({e}): {}", String::from_utf8_lossy(&body))
+                }),
+            });
+            drop(got);
+            let mut conn = r.into_inner();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {answered} {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                if answered == 200 {
+                    "OK"
+                } else {
+                    "Internal Server Error"
+                }
+            );
+        }
+    });
+    (url, got)
+}
+
+#[test]
+fn webhooks_announce_a_halted_rollout_in_order_after_a_retry() {
+    let started = Instant::now();
+    let (url, got) = receiver();
+    // Nodes on Talos 1.13 upgrade through LifecycleService.Upgrade; the second worker's
+    // installer exits 1: the job halts there, after w-1 is done.
+    let faults = r#"[{ node: w-2, on: { call: { method: upgrade } }, effect: { upgradeExit: { code: 1, message: "disk full on /dev/sda" } } }]"#;
+    let run = Run::start("v1.13.0", faults, Some(&url));
+    let id = run.approve();
+    let mut job = serde_json::Value::Null;
+    wait("the rollout to halt", Duration::from_secs(60), || {
+        job = run.job();
+        assert_ne!(job["state"], "succeeded", "{job}");
+        job["state"] == "halted"
+    });
+    let halted = |d: &Delivery| d.answered == 200 && d.body["event"] == "rollout.halted";
+    wait("the halted notification", Duration::from_secs(20), || {
+        got.lock().unwrap().iter().any(halted)
+    });
+    let got = got.lock().unwrap().clone();
+    for d in &got {
+        assert_eq!(d.path, HOOK_PATH);
+        assert_eq!(d.content_type, "application/json");
+        let text = d.body["text"].as_str().unwrap_or_default();
+        assert!(text.starts_with("medea: "), "Slack `text`: {}", d.body);
+        let at = d.body["at"].as_str().unwrap_or_default();
+        assert!(
+            at.parse::<jiff::Timestamp>().is_ok(),
+            "RFC 3339 `at`: {}",
+            d.body
+        );
+    }
+    // The first delivery was refused and retried with the same body.
+    assert_eq!(got[0].answered, 500);
+    assert_eq!(got[1].answered, 200);
+    assert_eq!(got[0].body, got[1].body, "the retry resends the event");
+    let accepted: Vec<&serde_json::Value> = got
+        .iter()
+        .filter(|d| d.answered == 200)
+        .map(|d| &d.body)
+        .collect();
+    let kinds: Vec<&str> = accepted
+        .iter()
+        .map(|b| b["event"].as_str().unwrap())
+        .collect();
+    let first = |k: &str| {
+        kinds
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("no `{k}` among {kinds:?}"))
+    };
+    let (plan, approval, start, halt) = (
+        first("plan.ready"),
+        first("approval.received"),
+        first("rollout.started"),
+        first("rollout.halted"),
+    );
+    assert!(
+        plan < approval && approval < start && start < halt,
+        "in order: {kinds:?}"
+    );
+    assert_eq!(halt, kinds.len() - 1, "halted is the last word: {kinds:?}");
+    assert_eq!(kinds[0], "plan.ready");
+    assert_eq!(accepted[plan]["plan"], id.as_str());
+    let approvers: BTreeSet<&str> = accepted
+        .iter()
+        .filter(|b| b["event"] == "approval.received")
+        .map(|b| {
+            assert_eq!(b["plan"], id.as_str());
+            b["text"].as_str().unwrap()
+        })
+        .collect();
+    assert!(
+        approvers.iter().any(|t| t.contains("alice@example.com"))
+            && approvers.iter().any(|t| t.contains("bob@example.com")),
+        "{approvers:?}"
+    );
+    let s = accepted[start];
+    assert_eq!(s["job"], job["jobId"]);
+    assert_eq!(s["cluster"], "home");
+    assert_eq!(s["plan"], id.as_str());
+    // The nodes before the faulty one were announced done, between start and halt.
+    let done: Vec<&str> = accepted[start..halt]
+        .iter()
+        .filter(|b| b["event"] == "rollout.node_done")
+        .map(|b| b["node"].as_str().unwrap())
+        .collect();
+    assert!(done.contains(&"w-1"), "{kinds:?} {done:?}");
+    assert!(!done.contains(&"w-2"), "{done:?}");
+    let h = accepted[halt];
+    assert_eq!(h["job"], job["jobId"], "{h}");
+    assert_eq!(h["cluster"], "home");
+    assert_eq!(h["plan"], id.as_str());
+    assert_eq!(h["node"], "w-2", "{h}");
+    let reason = h["reason"].as_str().unwrap();
+    assert!(reason.contains("disk full on /dev/sda"), "{reason}");
+    assert_eq!(job["haltReason"].as_str(), Some(reason), "{job}");
+    let text = h["text"].as_str().unwrap();
+    assert!(
+        text.contains("HALTED") && text.contains("w-2") && text.contains(reason),
+        "{text}"
+    );
+    assert_no_secret_logged(&run);
+    eprintln!("webhook e2e: {:?}", started.elapsed());
+}
+
+// ---- Secrets -----------------------------------------------------------------------------
+
+/// Every secret the run handled, none of which may appear in a log.
+fn secrets(run: &Run) -> Vec<(String, String)> {
+    let mut out = vec![
+        ("API bearer token".to_string(), TOKEN.to_string()),
+        ("webhook URL path".into(), "hook-path-secret-93b1".into()),
+    ];
+    fn pem(out: &mut Vec<(String, String)>, what: &str, pem_text: &str) {
+        for line in pem_text.lines() {
+            let line = line.trim();
+            if !line.starts_with("-----") && line.len() >= 16 {
+                out.push((format!("{what} (PEM body line)"), line.to_string()));
+            }
+        }
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let talosconfig = std::fs::read_to_string(run.d.join("sim/talosconfig")).unwrap();
+    let kubeconfig = std::fs::read_to_string(run.d.join("sim/kubeconfig")).unwrap();
+    let mut embedded = Vec::new();
+    for (file, text, fields) in [
+        ("talosconfig", &talosconfig, &["ca:", "crt:", "key:"][..]),
+        (
+            "kubeconfig",
+            &kubeconfig,
+            &[
+                "certificate-authority-data:",
+                "client-certificate-data:",
+                "client-key-data:",
+            ][..],
+        ),
+    ] {
+        for line in text.lines() {
+            let line = line.trim();
+            for f in fields {
+                if let Some(v) = line.strip_prefix(f) {
+                    let v = v.trim().trim_matches('"');
+                    embedded.push((format!("{file} {f} (base64)"), v.to_string()));
+                    let decoded = String::from_utf8(b64.decode(v).unwrap()).unwrap();
+                    pem(&mut out, &format!("{file} {f}"), &decoded);
+                }
+            }
+        }
+    }
+    assert!(
+        embedded
+            .iter()
+            .any(|(w, _)| w == "talosconfig key: (base64)"),
+        "the talosconfig has a client key: {talosconfig}"
+    );
+    let kube_token = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token:"))
+        .expect("the simulator's kubeconfig has a bearer token")
+        .trim()
+        .to_string();
+    out.push(("kubeconfig token".into(), kube_token));
+    for (w, v) in embedded {
+        out.push((w, v));
+    }
+    for who in ["alice", "bob"] {
+        pem(
+            &mut out,
+            &format!("{who}'s ssh private key"),
+            &std::fs::read_to_string(run.d.join(who)).unwrap(),
+        );
+    }
+    // The server's generated TLS keys.
+    for e in std::fs::read_dir(run.state.join("tls")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "key") {
+            pem(
+                &mut out,
+                &format!("server TLS key {}", p.display()),
+                &std::fs::read_to_string(&p).unwrap(),
+            );
+        }
+    }
+    out
+}
+
+fn assert_no_secret_logged(run: &Run) {
+    let secrets = secrets(run);
+    assert!(secrets.len() > 10, "{secrets:?}");
+    let mut logs: Vec<(PathBuf, String)> = Vec::new();
+    for f in ["serve.log", "seed.log"] {
+        let p = run.d.join(f);
+        logs.push((p.clone(), std::fs::read_to_string(&p).unwrap()));
+    }
+    let serve = &logs[0].1;
+    // RUST_LOG really reached debug, medea's and its libraries' (TLS handshakes, HTTP/2
+    // frames, kube requests): the check looks at verbose output.
+    for target in ["medea::", "h2::", "rustls::", "kube_client::"] {
+        assert!(
+            serve.lines().any(|l| l.contains("\"level\":\"DEBUG\"")
+                && l.contains(&format!("\"target\":\"{target}"))),
+            "debug logs of {target} in serve.log"
+        );
+    }
+    for (path, text) in &logs {
+        for (what, secret) in &secrets {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{what} appears in {}",
+                path.display()
+            );
+        }
+        for marker in ["PRIVATE KEY", "-----BEGIN"] {
+            assert!(
+                !text.contains(marker),
+                "`{marker}` appears in {}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_openmetrics_parser_reads_labels_and_values() {
+    let s = parse_openmetrics(
+        "# TYPE medea_x counter\nmedea_x_total{a=\"1\",b=\"two\"} 3\nmedea_y 0.5\n# EOF\n",
+    );
+    assert_eq!(total(&s, "medea_x_total", &[("b", "two")]), 3.0);
+    assert_eq!(total(&s, "medea_x_total", &[("b", "one")]), 0.0);
+    assert_eq!(total(&s, "medea_y", &[]), 0.5);
+}
