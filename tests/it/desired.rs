@@ -1,6 +1,6 @@
 //! Loading and validating desired state: examples, diagnostics, schemas, git mode.
 
-use crate::fixtures::copy_dir;
+use crate::fixtures::{copy_dir, git};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -305,29 +305,6 @@ fn approval_markers_do_not_change_the_revision() {
     write(tmp.path(), "home/extra.yml", "# just a comment\n");
     let edited = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
     assert_ne!(before.desired.revision, edited.desired.revision);
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git is installed");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
