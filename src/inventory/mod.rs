@@ -127,6 +127,20 @@ pub fn cluster_key(name: &str) -> String {
     format!("cluster/{name}")
 }
 
+/// The `rolloutsEnabled` gate of a stored cluster record (`bytes`, stored under `key`), read
+/// without decoding its machines: the executor checks it before every mutating command.
+pub fn rollouts_enabled(key: &str, bytes: &[u8]) -> Result<bool, crate::store::StoreError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Gate {
+        rollouts_enabled: bool,
+    }
+    if let Some(g) = crate::store::record::decode_view::<ObservedCluster, Gate>(bytes) {
+        return Ok(g.rollouts_enabled);
+    }
+    crate::store::record::decode::<ObservedCluster>(key, bytes).map(|c| c.rollouts_enabled)
+}
+
 /// Every observed cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {

@@ -24,8 +24,7 @@ use super::machine::{
 };
 use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
 use crate::error_chain;
-use crate::inventory::{ObservedCluster, cluster_key};
-use crate::store::{Check, Store, StoreError, StoreExt, Txn};
+use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
 
 /// Wall-clock time for the executor (the machine gets it as an argument).
 pub trait Clock: Send + Sync {
@@ -260,6 +259,8 @@ pub struct Executor<T, K, C = SystemClock> {
     fence: Arc<dyn Fence>,
     events: broadcast::Sender<RolloutEvent>,
     commits: AtomicU64,
+    /// Cluster record bytes → its `rolloutsEnabled`, see [`Executor::closed_gate`].
+    gates: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, bool)>>,
 }
 
 fn obs_err(e: PortError) -> ObsError {
@@ -294,6 +295,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             fence: Arc::new(NoFence),
             events,
             commits: AtomicU64::new(0),
+            gates: Default::default(),
         }
     }
 
@@ -695,11 +697,30 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         if !self.cfg.rollouts {
             return Ok(Some(Gate::GlobalRollouts));
         }
-        let cluster = self
+        let key = crate::inventory::cluster_key(&job.cluster);
+        let bytes = self
             .store
-            .get_record::<ObservedCluster>(&cluster_key(&job.cluster))
+            .get(Table::Inventory, &key)
             .map_err(store_err(&job.id))?;
-        if !cluster.is_some_and(|c| c.rollouts_enabled) {
+        let enabled = match bytes {
+            None => false,
+            Some(bytes) => {
+                // The record is read before every mutating command; its decision is reused
+                // while its bytes are unchanged (one comparison instead of a parse of every
+                // machine of the cluster).
+                let mut gates = self.gates.lock().expect("gate cache lock");
+                match gates.get(&key) {
+                    Some((seen, enabled)) if *seen == bytes => *enabled,
+                    _ => {
+                        let enabled = crate::inventory::rollouts_enabled(&key, &bytes)
+                            .map_err(store_err(&job.id))?;
+                        gates.insert(key, (bytes, enabled));
+                        enabled
+                    }
+                }
+            }
+        };
+        if !enabled {
             return Ok(Some(Gate::ClusterDisabled {
                 cluster: job.cluster.clone(),
             }));

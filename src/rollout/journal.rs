@@ -188,7 +188,7 @@ pub struct StepDelta {
     pub state: StepState,
     /// Talos step: the nodes that changed, by index in the step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<(usize, NodeProgress)>,
+    pub nodes: Vec<(usize, std::sync::Arc<NodeProgress>)>,
     /// Kubernetes step: its progress, when it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube: Option<KubeDelta>,

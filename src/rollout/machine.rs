@@ -14,6 +14,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -170,9 +171,13 @@ impl JobStep {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TalosStep {
-    pub rollout: TalosRollout,
+    /// The plan's step, immutable for the job's life: shared, so that the transition of
+    /// every command does not copy every wave's targets (serialized as the plain value).
+    pub rollout: Arc<TalosRollout>,
     /// Every machine of the rollout, wave by wave, in plan order.
-    pub nodes: Vec<NodeProgress>,
+    /// Shared per node and copied on write ([`Arc::make_mut`]): a transition copies only the
+    /// nodes it changes, and comparing two jobs skips the nodes they share.
+    pub nodes: Vec<Arc<NodeProgress>>,
 }
 
 impl TalosStep {
@@ -181,9 +186,15 @@ impl TalosStep {
             .waves
             .iter()
             .enumerate()
-            .flat_map(|(w, wave)| wave.iter().map(move |t| NodeProgress::new(t.clone(), w)))
+            .flat_map(|(w, wave)| {
+                wave.iter()
+                    .map(move |t| Arc::new(NodeProgress::new(Arc::new(t.clone()), w)))
+            })
             .collect();
-        TalosStep { rollout, nodes }
+        TalosStep {
+            rollout: Arc::new(rollout),
+            nodes,
+        }
     }
     fn control_plane(&self) -> bool {
         self.rollout.role == MachineRole::Controlplane
@@ -242,7 +253,8 @@ impl NodePhase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeProgress {
-    pub target: MachineTarget,
+    /// Immutable for the job's life; shared like [`TalosStep::rollout`].
+    pub target: Arc<MachineTarget>,
     pub wave: usize,
     pub phase: NodePhase,
     /// When the current phase began (timeouts count from here).
@@ -263,7 +275,7 @@ pub struct NodeProgress {
 }
 
 impl NodeProgress {
-    fn new(target: MachineTarget, wave: usize) -> NodeProgress {
+    fn new(target: Arc<MachineTarget>, wave: usize) -> NodeProgress {
         NodeProgress {
             target,
             wave,
@@ -1067,6 +1079,11 @@ fn talos_of(j: &Job, si: usize) -> &TalosStep {
     }
 }
 
+/// Node `i` of Talos step `si`, for writing (copied first if another job shares it).
+fn node_mut(j: &mut Job, si: usize, i: usize) -> &mut NodeProgress {
+    Arc::make_mut(&mut talos_mut(j, si).nodes[i])
+}
+
 fn talos_mut(j: &mut Job, si: usize) -> &mut TalosStep {
     match &mut j.steps[si].kind {
         StepKind::Talos(t) => t,
@@ -1099,7 +1116,7 @@ fn talos_node(
                 if let Err(flow) = window_gate(j, now) {
                     return flow;
                 }
-                talos_mut(j, si).nodes[i].enter(NodePhase::Checking, now);
+                node_mut(j, si, i).enter(NodePhase::Checking, now);
                 notes.push(format!("{name}: started"));
             }
             NodePhase::Checking => {
@@ -1114,7 +1131,7 @@ fn talos_node(
                     Err(f) => return f,
                 };
                 if t.version == to {
-                    talos_mut(j, si).nodes[i].enter(NodePhase::Skipped, now);
+                    node_mut(j, si, i).enter(NodePhase::Skipped, now);
                     notes.push(format!("{name}: already runs {to}, skipped"));
                     return Flow::Done;
                 }
@@ -1160,7 +1177,7 @@ fn talos_node(
                 let method = UpgradeMethod::for_version(&t.version);
                 let boot = t.boot_id.clone();
                 let kubelet = k.kubelet_version.clone();
-                let n = &mut talos_mut(j, si).nodes[i];
+                let n = node_mut(j, si, i);
                 n.boot_id_before = Some(boot);
                 n.kubelet_before = kubelet;
                 n.method = Some(method);
@@ -1278,7 +1295,7 @@ fn talos_node(
                         boot_id_before: boot.clone(),
                     },
                 };
-                talos_mut(j, si).nodes[i].boot_id_before = Some(boot);
+                node_mut(j, si, i).boot_id_before = Some(boot);
                 return Flow::Run(Box::new(cmd));
             }
             NodePhase::Upgraded => {
@@ -1393,7 +1410,7 @@ fn talos_node(
                             .unwrap_or_else(|| "none".into())
                     ));
                 }
-                talos_mut(j, si).nodes[i].enter(NodePhase::Back, now);
+                node_mut(j, si, i).enter(NodePhase::Back, now);
                 notes.push(format!("{name}: back on {to}, healthy and Ready"));
             }
             NodePhase::Back => {
@@ -1957,7 +1974,7 @@ fn bump_attempt(j: &mut Job, key: &CommandKey) {
     match j.steps.get_mut(key.step).map(|s| &mut s.kind) {
         Some(StepKind::Talos(t)) => {
             if let Some(n) = t.nodes.iter_mut().find(|n| n.target.node == node) {
-                n.attempt += 1;
+                Arc::make_mut(n).attempt += 1;
             }
         }
         Some(StepKind::Kubernetes(k)) => {
@@ -2032,6 +2049,7 @@ fn apply(
             else {
                 return;
             };
+            let n = Arc::make_mut(n);
             match (key.op, outcome) {
                 (Op::Pull, _) => n.enter(NodePhase::Pulled, now),
                 (Op::Cordon, _) => n.enter(NodePhase::Cordoned, now),

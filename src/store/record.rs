@@ -66,6 +66,16 @@ pub fn decode<R: Record>(key: &str, bytes: &[u8]) -> Result<R, StoreError> {
     decode_slow(key, bytes)
 }
 
+/// A partial view `V` of a record of kind `R` at its current schema (the fields `V` names,
+/// the rest skipped unallocated), or `None` for anything else (another kind or schema, a
+/// decode error): the caller then decodes the full record, which reports as [`decode`] does.
+pub fn decode_view<R: Record, V: DeserializeOwned>(bytes: &[u8]) -> Option<V> {
+    match serde_json::from_slice::<EnvelopeTyped<V>>(bytes) {
+        Ok(env) if env.kind == R::KIND && env.schema == R::SCHEMA => Some(env.data),
+        _ => None,
+    }
+}
+
 fn decode_slow<R: Record>(key: &str, bytes: &[u8]) -> Result<R, StoreError> {
     let derr = |err: Box<dyn std::error::Error + Send + Sync>| StoreError::Decode {
         table: R::TABLE.name(),
