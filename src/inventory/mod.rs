@@ -141,6 +141,31 @@ pub fn rollouts_enabled(key: &str, bytes: &[u8]) -> Result<bool, crate::store::S
     crate::store::record::decode::<ObservedCluster>(key, bytes).map(|c| c.rollouts_enabled)
 }
 
+/// The generation of every observed cluster (name → generation), read without decoding
+/// their machines: all a plan's basis holds of the inventory.
+pub fn generations(
+    store: &dyn crate::store::Store,
+) -> Result<BTreeMap<String, u64>, crate::store::StoreError> {
+    #[derive(Deserialize)]
+    struct Head {
+        name: String,
+        generation: u64,
+    }
+    let mut out = BTreeMap::new();
+    for (key, bytes) in store.scan(ObservedCluster::TABLE, "cluster/")? {
+        let (name, generation) =
+            match crate::store::record::decode_view::<ObservedCluster, Head>(&bytes) {
+                Some(h) => (h.name, h.generation),
+                None => {
+                    let c = crate::store::record::decode::<ObservedCluster>(&key, &bytes)?;
+                    (c.name, c.generation)
+                }
+            };
+        out.insert(name, generation);
+    }
+    Ok(out)
+}
+
 /// Every observed cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
@@ -221,6 +246,54 @@ mod tests {
             !c2.with_rollouts_enabled(true)
                 .with_rollouts_enabled(false)
                 .rollouts_enabled
+        );
+    }
+
+    #[test]
+    fn gate_and_generation_views_agree_with_the_full_record() {
+        use crate::store::fjall::FjallStore;
+        use crate::store::record::encode;
+        use crate::store::{Store, StoreExt, Txn};
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(&dir.path().join("s")).unwrap();
+        let ms: BTreeMap<_, _> = [("w-1".to_string(), machine("w-1"))].into();
+        let a = ObservedCluster::new("a")
+            .observe(None, ms.clone())
+            .with_rollouts_enabled(true);
+        let mut ms2 = ms.clone();
+        ms2.get_mut("w-1").unwrap().ready = false;
+        let b = ObservedCluster::new("b")
+            .observe(None, ms)
+            .observe(None, ms2);
+        store
+            .commit(
+                Txn::new()
+                    .put_record(cluster_key("a"), &a)
+                    .put_record(cluster_key("b"), &b),
+            )
+            .unwrap();
+        let full = Inventory::load(&store).unwrap();
+        let gens = generations(&store).unwrap();
+        assert_eq!(gens, [("a".to_string(), 1), ("b".to_string(), 2)].into());
+        for (name, c) in &full.clusters {
+            assert_eq!(gens[name], c.generation);
+            let key = cluster_key(name);
+            let bytes = store.get(Table::Inventory, &key).unwrap().unwrap();
+            assert_eq!(rollouts_enabled(&key, &bytes).unwrap(), c.rollouts_enabled);
+        }
+        assert!(rollouts_enabled(&cluster_key("a"), &encode(&a)).unwrap());
+        assert!(!rollouts_enabled(&cluster_key("b"), &encode(&b)).unwrap());
+        // Not a cluster record: the view refuses it and the full decode reports it.
+        let wrong = br#"{"kind":"plan","schema":1,"data":{"rolloutsEnabled":true}}"#;
+        assert!(rollouts_enabled("cluster/x", wrong).is_err());
+        // A newer schema is refused, never read through the view.
+        let newer = br#"{"kind":"observed-cluster","schema":99,"data":{"rolloutsEnabled":true}}"#;
+        assert!(rollouts_enabled("cluster/x", newer).is_err());
+        assert!(
+            store
+                .get_record::<ObservedCluster>("cluster/none")
+                .unwrap()
+                .is_none()
         );
     }
 }

@@ -74,13 +74,29 @@ pub fn basis_with(
     last_applied: &LastApplied,
     running: &BTreeMap<String, String>,
 ) -> Basis {
+    basis_from_generations(
+        desired,
+        |name| observed.clusters.get(name).map(|c| c.generation),
+        last_applied,
+        running,
+    )
+}
+
+/// [`basis_with`] from each observed cluster's generation alone (what the basis holds of the
+/// inventory), so that a staleness check need not decode every machine.
+pub fn basis_from_generations(
+    desired: &Desired,
+    generation: impl Fn(&str) -> Option<u64>,
+    last_applied: &LastApplied,
+    running: &BTreeMap<String, String>,
+) -> Basis {
     let mut names: BTreeSet<String> = desired.clusters.keys().cloned().collect();
     names.extend(last_applied.cluster_names());
     Basis {
         desired: desired.revision.clone(),
         observed: names
             .iter()
-            .filter_map(|n| observed.clusters.get(n).map(|c| (n.clone(), c.generation)))
+            .filter_map(|n| generation(n).map(|g| (n.clone(), g)))
             .collect(),
         applied: last_applied.digest(),
         running: running

@@ -59,11 +59,14 @@ pub fn all_plans(store: &dyn Store) -> Result<Vec<Plan>, StoreError> {
 
 /// The basis a plan computed now would have: what approval compares a plan's basis with.
 pub fn current_basis(store: &dyn Store, desired: &Desired) -> Result<Basis, StoreError> {
-    let inventory = Inventory::load(store)?;
+    let generations = crate::inventory::generations(store)?;
     let applied = LastApplied::load(store)?;
     let running = running_jobs(store)?;
-    Ok(super::compute::basis_with(
-        desired, &inventory, &applied, &running,
+    Ok(super::compute::basis_from_generations(
+        desired,
+        |name| generations.get(name).copied(),
+        &applied,
+        &running,
     ))
 }
 

@@ -136,13 +136,17 @@ pub fn reconcile(
         return Ok(state);
     };
     let leader = shared.leadership.is_leader();
+    // The plan this pass just stored, if any: it is the current plan (the commit made it so),
+    // so it is not read back and decoded again.
+    let mut fresh: Option<crate::plan::Plan> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
         match stored::replan(store, desired) {
             Ok(r) => {
                 if r.stored {
                     crate::metrics::global().plans_computed.inc();
-                    tracing::info!(plan = %r.plan.id.short(), changes = r.plan.has_changes(), "new plan\n{}", crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
+                    tracing::info!(plan = %r.plan.id.short(), changes = r.plan.has_changes(), summary = %crate::plan::render::summary_line(&r.plan), "new plan");
+                    tracing::info!(plan = %r.plan.id.short(), "plan {}\n{}", r.plan.id.short(), crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
                     if r.plan.has_changes() {
                         shared.notifier.send(crate::webhook::Notification {
                             event: crate::webhook::EventKind::PlanReady,
@@ -155,6 +159,7 @@ pub fn reconcile(
                             at: now.to_string(),
                         });
                     }
+                    fresh = Some(r.plan);
                 }
             }
             Err(ReplanError::Refused(diags)) => {
@@ -168,11 +173,17 @@ pub fn reconcile(
             Err(ReplanError::Store(e)) => return Err(e.into()),
         }
     }
-    let Some(CurrentPlan { id }) = stored::current(store)? else {
-        return Ok(state);
-    };
-    let Some(plan) = stored::load_plan(store, &id)? else {
-        return Ok(state);
+    let plan = match fresh {
+        Some(plan) => plan,
+        None => {
+            let Some(CurrentPlan { id }) = stored::current(store)? else {
+                return Ok(state);
+            };
+            let Some(plan) = stored::load_plan(store, &id)? else {
+                return Ok(state);
+            };
+            plan
+        }
     };
     let current_basis = stored::current_basis(store, desired)?;
     if plan.is_stale(&current_basis) {
