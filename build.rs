@@ -103,7 +103,26 @@ fn build_info() {
         "cargo:rustc-env=MEDEA_PROFILE={}",
         std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into())
     );
-    if std::path::Path::new(".git/HEAD").exists() {
-        println!("cargo:rerun-if-changed=.git/HEAD");
+    // Re-run when HEAD moves: HEAD itself changes on a checkout, the branch ref it names on a
+    // commit (a loose ref, or packed-refs after `git pack-refs`). `--git-path` finds them in a
+    // worktree too.
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(branch);
+    }
+    for name in watched {
+        if let Some(path) = git(&["rev-parse", "--git-path", &name])
+            && std::path::Path::new(&path).exists()
+        {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
 }
