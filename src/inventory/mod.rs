@@ -135,10 +135,10 @@ pub fn rollouts_enabled(key: &str, bytes: &[u8]) -> Result<bool, crate::store::S
     struct Gate {
         rollouts_enabled: bool,
     }
-    if let Some(g) = crate::store::record::decode_view::<ObservedCluster, Gate>(bytes) {
-        return Ok(g.rollouts_enabled);
-    }
-    crate::store::record::decode::<ObservedCluster>(key, bytes).map(|c| c.rollouts_enabled)
+    crate::store::record::decode_view_or(key, bytes, |c: ObservedCluster| Gate {
+        rollouts_enabled: c.rollouts_enabled,
+    })
+    .map(|g| g.rollouts_enabled)
 }
 
 /// The generation of every observed cluster (name → generation), read without decoding
@@ -153,15 +153,11 @@ pub fn generations(
     }
     let mut out = BTreeMap::new();
     for (key, bytes) in store.scan(ObservedCluster::TABLE, "cluster/")? {
-        let (name, generation) =
-            match crate::store::record::decode_view::<ObservedCluster, Head>(&bytes) {
-                Some(h) => (h.name, h.generation),
-                None => {
-                    let c = crate::store::record::decode::<ObservedCluster>(&key, &bytes)?;
-                    (c.name, c.generation)
-                }
-            };
-        out.insert(name, generation);
+        let h = crate::store::record::decode_view_or(&key, &bytes, |c: ObservedCluster| Head {
+            name: c.name,
+            generation: c.generation,
+        })?;
+        out.insert(h.name, h.generation);
     }
     Ok(out)
 }

@@ -57,11 +57,8 @@ pub fn decode<R: Record>(key: &str, bytes: &[u8]) -> Result<R, StoreError> {
     // Fast path: straight into `R`, no intermediate JSON tree. Anything else (another kind,
     // an older or newer schema, a decode error) takes the full path below, which decides
     // and reports exactly as before.
-    if let Ok(env) = serde_json::from_slice::<EnvelopeTyped<R>>(bytes)
-        && env.kind == R::KIND
-        && env.schema == R::SCHEMA
-    {
-        return Ok(env.data);
+    if let Some(r) = decode_view::<R, R>(bytes) {
+        return Ok(r);
     }
     decode_slow(key, bytes)
 }
@@ -73,6 +70,18 @@ pub fn decode_view<R: Record, V: DeserializeOwned>(bytes: &[u8]) -> Option<V> {
     match serde_json::from_slice::<EnvelopeTyped<V>>(bytes) {
         Ok(env) if env.kind == R::KIND && env.schema == R::SCHEMA => Some(env.data),
         _ => None,
+    }
+}
+
+/// [`decode_view`], or else the full record (its upgrade path and its errors) mapped by `full`.
+pub fn decode_view_or<R: Record, V: DeserializeOwned>(
+    key: &str,
+    bytes: &[u8],
+    full: impl FnOnce(R) -> V,
+) -> Result<V, StoreError> {
+    match decode_view::<R, V>(bytes) {
+        Some(v) => Ok(v),
+        None => decode_slow::<R>(key, bytes).map(full),
     }
 }
 
