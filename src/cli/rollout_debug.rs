@@ -9,15 +9,12 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::k8s::{ClientOptions, DrainOptions};
-use crate::rollout::adapters::{KubeAdapter, TalosAdapter};
 use crate::rollout::fake::FakeCluster;
 use crate::rollout::ports::{KubePort, TalosPort};
 use crate::rollout::{
     CrashPoints, Executor, ExecutorConfig, JobId, RolloutError, RunOutcome, SystemClock,
 };
 use crate::store::fjall::FjallStore;
-use crate::talos::{ClientSettings, RetryPolicy};
 
 #[derive(Debug, Args)]
 pub struct RolloutRunArgs {
@@ -96,57 +93,10 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
         Target::Creds { dir, cluster } => {
             // the adapters are built (credentials read) before the store is touched
             let (talos, kube) = rt
-                .block_on(async {
-                    let talos =
-                        TalosAdapter::from_creds_with(&dir, &cluster, talos_settings(tick))?;
-                    let kube = KubeAdapter::from_creds_with(&dir, &cluster, kube_options(tick))
-                        .await?
-                        .with_drain_policy(drain_policy(tick));
-                    Ok::<_, crate::rollout::adapters::AdapterError>((talos, kube))
-                })
+                .block_on(crate::rollout::adapters::paced(&dir, &cluster, tick))
                 .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
             drive(&rt, &args, cfg, talos, kube, Some(&cluster))
         }
-    }
-}
-
-/// The Talos client's retries, scaled down with the poll interval (defaults when 0).
-fn talos_settings(tick: Duration) -> ClientSettings {
-    if tick.is_zero() {
-        return ClientSettings::default();
-    }
-    ClientSettings {
-        retry: RetryPolicy {
-            min_delay: tick,
-            max_delay: tick * 8,
-            max_attempts: 4,
-        },
-        ..ClientSettings::default()
-    }
-}
-
-fn kube_options(tick: Duration) -> ClientOptions {
-    if tick.is_zero() {
-        return ClientOptions::default();
-    }
-    ClientOptions {
-        retry: crate::k8s::RetryPolicy {
-            attempts: 4,
-            min_delay: tick,
-            max_delay: tick * 8,
-        },
-    }
-}
-
-fn drain_policy(tick: Duration) -> DrainOptions {
-    if tick.is_zero() {
-        return DrainOptions::default();
-    }
-    DrainOptions {
-        min_backoff: tick,
-        max_backoff: tick * 8,
-        poll_interval: tick,
-        ..DrainOptions::default()
     }
 }
 

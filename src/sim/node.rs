@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 /// Facts about one simulated node, as the Talos side knows them right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeFacts {
     /// Node name (the Kubernetes node name, also the Talos `node` metadata target).
     pub name: String,
@@ -34,5 +34,12 @@ pub trait NodeSource: Send + Sync + 'static {
     /// One node, if it exists.
     fn node(&self, name: &str) -> Option<NodeFacts> {
         self.nodes().into_iter().find(|n| n.name == name)
+    }
+    /// A cheap value that changes whenever [`Self::nodes`] would return something different
+    /// (a digest of the state the facts derive from), so that the kube side can tell that
+    /// nothing changed without deriving every node; `None` (the default) when the source
+    /// cannot tell, and the kube side then re-derives on every request.
+    fn fingerprint(&self) -> Option<u64> {
+        None
     }
 }

@@ -62,6 +62,55 @@ pub enum AdapterError {
     },
 }
 
+/// Both adapters for `cluster` with their clients' retries and the drain's polling scaled to
+/// `tick` (retries from `tick` up to `8 × tick`, 4 attempts; drain polled every `tick`), for
+/// runs whose simulated waits are milliseconds (the crash harness, `medea bench rollout`).
+/// A zero tick gives the defaults the daemon uses. Must run inside a tokio runtime.
+pub async fn paced(
+    creds_dir: &Path,
+    cluster: &str,
+    tick: std::time::Duration,
+) -> Result<(TalosAdapter, KubeAdapter), AdapterError> {
+    use crate::k8s::{ClientOptions, DrainOptions};
+    use crate::talos::{ClientSettings, RetryPolicy};
+    if tick.is_zero() {
+        let talos = TalosAdapter::from_creds(creds_dir, cluster)?;
+        let kube = KubeAdapter::from_creds(creds_dir, cluster).await?;
+        return Ok((talos, kube));
+    }
+    let talos = TalosAdapter::from_creds_with(
+        creds_dir,
+        cluster,
+        ClientSettings {
+            retry: RetryPolicy {
+                min_delay: tick,
+                max_delay: tick * 8,
+                max_attempts: 4,
+            },
+            ..ClientSettings::default()
+        },
+    )?;
+    let kube = KubeAdapter::from_creds_with(
+        creds_dir,
+        cluster,
+        ClientOptions {
+            retry: crate::k8s::RetryPolicy {
+                attempts: 4,
+                min_delay: tick,
+                max_delay: tick * 8,
+            },
+        },
+    )
+    .await?
+    .with_drain_policy(DrainOptions {
+        min_backoff: tick,
+        max_backoff: tick * 8,
+        poll_interval: tick,
+        ..DrainOptions::default()
+    });
+    Ok((talos, kube))
+}
+
 /// `<creds_dir>/<cluster>`, refusing cluster names that are not one plain path component.
 pub fn cluster_creds_dir(creds_dir: &Path, cluster: &str) -> Result<PathBuf, AdapterError> {
     let bad = |reason| AdapterError::ClusterName {

@@ -6,7 +6,7 @@
 //! `wall` for timestamps); the server calls [`Cluster::reconcile`] before every request and
 //! from a background tick, so observable state is always converged for the current time.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ pub(crate) struct Timing {
 }
 
 /// What the kube side owns about a node (the rest comes from [`NodeFacts`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct NodeOverlay {
     unschedulable: bool,
     labels: BTreeMap<String, String>,
@@ -101,15 +101,34 @@ pub(crate) enum Active {
     Forbidden(super::Forbidden),
 }
 
+/// What a reconcile pass that changed nothing saw (see [`Cluster::reconcile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Settled {
+    fingerprint: u64,
+    resource_version: u64,
+    inputs: u64,
+    /// The earliest timer after the pass: when it is due, a pass may change something.
+    due: Option<Instant>,
+}
+
 pub(crate) struct Cluster {
     pub store: Store,
     source: Arc<dyn NodeSource>,
     timing: Timing,
     overlays: BTreeMap<String, NodeOverlay>,
+    /// What each stored Node was last derived from, and the resourceVersion it got: a node
+    /// whose facts, overlay and stored object are unchanged is not derived again.
+    derived: HashMap<String, (NodeFacts, NodeOverlay, String)>,
     timers: HashMap<String, PodTimer>,
     mirror_versions: BTreeMap<(String, String), (String, u64)>,
-    pub faults: Vec<Active>,
+    faults: Vec<Active>,
     pub counters: KubeCounters,
+    /// Bumped whenever an input of [`Cluster::reconcile`] that lives outside the store and
+    /// the node source changes (faults, timing).
+    inputs: u64,
+    /// The inputs of the last reconcile pass that changed nothing: while they hold, a pass
+    /// would change nothing either and is skipped.
+    settled: Option<Settled>,
     /// Server-side apply: field manager → owned configuration, per object.
     pub owners: HashMap<ObjKey, BTreeMap<String, Value>>,
     names: u64,
@@ -294,10 +313,13 @@ impl Cluster {
             source,
             timing,
             overlays: BTreeMap::new(),
+            derived: HashMap::new(),
             timers: HashMap::new(),
             mirror_versions: BTreeMap::new(),
             faults: Vec::new(),
             counters: KubeCounters::default(),
+            inputs: 0,
+            settled: None,
             owners: HashMap::new(),
             names: 0,
             seed,
@@ -306,9 +328,17 @@ impl Cluster {
 
     pub fn set_timing(&mut self, timing: Timing) {
         self.timing = timing;
+        self.inputs += 1;
+    }
+
+    /// Remove every fault.
+    pub fn clear_faults(&mut self) {
+        self.faults.clear();
+        self.inputs += 1;
     }
 
     pub fn inject(&mut self, fault: KubeFault, now: Instant) {
+        self.inputs += 1;
         self.faults.push(match fault {
             KubeFault::PdbNeverAllows { namespace, pdb } => {
                 Active::PdbNeverAllows { namespace, pdb }
@@ -380,7 +410,40 @@ impl Cluster {
     // ---------------------------------------------------------------- reconcile
 
     /// Converge everything for the current time.
+    ///
+    /// A pass reads the store, the node source, the faults and the timers; when a pass changed
+    /// nothing (no store write) those inputs are remembered, and the next call skips the pass
+    /// while they are unchanged (same store resourceVersion, same node-source fingerprint, no
+    /// fault or timing change, no timer due): a pass would be a no-op again. This keeps reads
+    /// O(1) in the cluster size instead of re-deriving every node and pod per request.
     pub fn reconcile(&mut self, now: Instant, wall: jiff::Timestamp) {
+        let fingerprint = self.source.fingerprint();
+        if let (Some(fp), Some(s)) = (fingerprint, self.settled)
+            && s.fingerprint == fp
+            && s.resource_version == self.store.resource_version()
+            && s.inputs == self.inputs
+            && s.due.is_none_or(|d| now < d)
+        {
+            return;
+        }
+        let before = self.store.resource_version();
+        self.counters.reconciles += 1;
+        self.pass(now, wall);
+        let resource_version = self.store.resource_version();
+        self.settled = match fingerprint {
+            Some(fp) if resource_version == before && self.source.fingerprint() == Some(fp) => {
+                Some(Settled {
+                    fingerprint: fp,
+                    resource_version,
+                    inputs: self.inputs,
+                    due: self.next_due(now),
+                })
+            }
+            _ => None,
+        };
+    }
+
+    fn pass(&mut self, now: Instant, wall: jiff::Timestamp) {
         self.take_unavailable_expiry(now);
         self.remove_due(now);
         self.sync_nodes(wall);
@@ -441,6 +504,7 @@ impl Cluster {
         {
             self.store.delete(&NODES, "", &stale);
             self.overlays.remove(&stale);
+            self.derived.remove(&stale);
         }
         for f in &facts {
             let never_ready = self.never_ready(&f.name);
@@ -473,8 +537,27 @@ impl Cluster {
                 overlay.ready_status = status;
                 overlay.ready_since = wall;
             }
+            let stored_rv = self
+                .store
+                .get(&NODES, "", &f.name)
+                .and_then(|n| n.pointer("/metadata/resourceVersion"))
+                .and_then(Value::as_str);
+            if let Some((facts, seen, rv)) = self.derived.get(&f.name)
+                && facts == f
+                && seen == overlay
+                && stored_rv == Some(rv.as_str())
+            {
+                continue;
+            }
             let node = derive_node(f, overlay);
-            self.store.put(&NODES, to_value(&node), wall);
+            let stored = self.store.put(&NODES, to_value(&node), wall);
+            let rv = stored
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            self.derived
+                .insert(f.name.clone(), (f.clone(), overlay.clone(), rv));
         }
     }
 
@@ -565,8 +648,9 @@ impl Cluster {
 
     fn sync_mirror_pods(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
+        let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         for f in self.source.nodes() {
-            if !nodes.iter().any(|n| n.name == f.name) {
+            if !present.contains(f.name.as_str()) {
                 continue;
             }
             for (component, image) in &f.static_pod_images {
@@ -611,12 +695,17 @@ impl Cluster {
                 }
             }
         }
-        for pod in self.store.list_owned(&PODS, Some("kube-system")) {
-            if is_mirror(&pod)
-                && !wanted.contains(&(ns_of(&pod).to_string(), name_of(&pod).to_string()))
-            {
-                self.store.delete(&PODS, ns_of(&pod), name_of(&pod));
-            }
+        let stale: Vec<String> = self
+            .store
+            .list(&PODS, Some("kube-system"))
+            .filter(|pod| {
+                is_mirror(pod)
+                    && !wanted.contains(&(ns_of(pod).to_string(), name_of(pod).to_string()))
+            })
+            .map(|pod| name_of(pod).to_string())
+            .collect();
+        for name in stale {
+            self.store.delete(&PODS, "kube-system", &name);
         }
     }
 
@@ -736,11 +825,12 @@ impl Cluster {
                 .and_then(|s| s.node_selector.clone())
                 .unwrap_or_default();
             let pods = self.pods_owned_by(uid_of(&ds_value));
+            let mut by_node: HashMap<&str, Vec<&Value>> = HashMap::new();
+            for p in pods.iter().filter(|p| !is_terminating(p)) {
+                by_node.entry(node_name(p)).or_default().push(p);
+            }
             for node in nodes {
-                let here: Vec<&Value> = pods
-                    .iter()
-                    .filter(|p| node_name(p) == node.name && !is_terminating(p))
-                    .collect();
+                let here = by_node.remove(node.name.as_str()).unwrap_or_default();
                 let stay = can_stay(&tolerations, node)
                     && selector.iter().all(|(k, v)| node.labels.get(k) == Some(v));
                 let mut has_current = false;
@@ -777,10 +867,8 @@ impl Cluster {
                     self.create_pod(new, now, wall);
                 }
             }
-            for p in pods
-                .iter()
-                .filter(|p| !nodes.iter().any(|n| n.name == node_name(p)))
-            {
+            let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+            for p in pods.iter().filter(|p| !present.contains(node_name(p))) {
                 self.terminate(ns_of(p), name_of(p), now, wall);
             }
         }
@@ -910,6 +998,18 @@ impl Cluster {
 
     fn schedule(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         let pods = self.store.list_owned(&PODS, None);
+        // per node: pods bound to it (not terminating), and how many of each controller
+        let mut load: HashMap<String, (usize, HashMap<String, usize>)> = HashMap::new();
+        for p in pods
+            .iter()
+            .filter(|p| !node_name(p).is_empty() && !is_terminating(p))
+        {
+            let l = load.entry(node_name(p).to_string()).or_default();
+            l.0 += 1;
+            if let Some((_, _, u)) = controller_of(p) {
+                *l.1.entry(u).or_default() += 1;
+            }
+        }
         for pod in &pods {
             if !node_name(pod).is_empty()
                 || is_terminating(pod)
@@ -923,24 +1023,26 @@ impl Cluster {
                 .and_then(|s| serde_json::from_value(s.clone()).ok())
                 .unwrap_or_default();
             let owner = controller_of(pod).map(|(_, _, u)| u);
-            let current = self.store.list_owned(&PODS, None);
             let choice = nodes
                 .iter()
                 .filter(|n| can_schedule(&tolerations, &selector, n))
                 .min_by_key(|n| {
-                    let on_node: Vec<&Value> = current
-                        .iter()
-                        .filter(|p| node_name(p) == n.name && !is_terminating(p))
-                        .collect();
-                    let same = on_node
-                        .iter()
-                        .filter(|p| owner.is_some() && controller_of(p).map(|(_, _, u)| u) == owner)
-                        .count();
-                    (same, on_node.len(), n.name.clone())
+                    let (total, same) = load.get(&n.name).map_or((0, 0), |(total, by)| {
+                        (
+                            *total,
+                            owner.as_ref().and_then(|o| by.get(o)).copied().unwrap_or(0),
+                        )
+                    });
+                    (same, total, n.name.clone())
                 });
             let mut next = pod.clone();
             match choice {
                 Some(node) => {
+                    let l = load.entry(node.name.clone()).or_default();
+                    l.0 += 1;
+                    if let Some(o) = &owner {
+                        *l.1.entry(o.clone()).or_default() += 1;
+                    }
                     next["spec"]["nodeName"] = json!(node.name);
                     next["status"]["hostIP"] = json!(node.address);
                     next["status"]["conditions"] =
@@ -973,6 +1075,8 @@ impl Cluster {
     }
 
     fn kubelet(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
+        let by_name: HashMap<&str, &NodeView> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         for pod in self.store.list_owned(&PODS, None) {
             let node = node_name(&pod);
             if node.is_empty()
@@ -981,7 +1085,7 @@ impl Cluster {
             {
                 continue;
             }
-            let Some(view) = nodes.iter().find(|n| n.name == node) else {
+            let Some(view) = by_name.get(node).copied() else {
                 // The node is gone: pod garbage collection.
                 self.store.delete(&PODS, ns_of(&pod), name_of(&pod));
                 continue;
@@ -1040,11 +1144,11 @@ impl Cluster {
                         && !is_terminating(p)
                 })
                 .collect();
+            let with_pod: HashSet<&str> = owned.iter().map(|p| node_name(p)).collect();
             let desired = nodes
                 .iter()
                 .filter(|n| {
-                    can_schedule(&tolerations, &selector, n)
-                        || owned.iter().any(|p| node_name(p) == n.name)
+                    can_schedule(&tolerations, &selector, n) || with_pod.contains(n.name.as_str())
                 })
                 .count();
             let scheduled = owned.len();
@@ -1737,6 +1841,98 @@ mod tests {
             .into_iter()
             .filter(|p| p.name.starts_with("web-"))
             .collect()
+    }
+
+    #[test]
+    fn a_pass_that_changed_nothing_is_skipped_until_an_input_changes() {
+        struct Hashed(Mutex<Vec<NodeFacts>>);
+        impl NodeSource for Hashed {
+            fn nodes(&self) -> Vec<NodeFacts> {
+                self.0.lock().unwrap().clone()
+            }
+            fn fingerprint(&self) -> Option<u64> {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                self.0.lock().unwrap().hash(&mut h);
+                Some(h.finish())
+            }
+        }
+        let src = Arc::new(Hashed(Mutex::new(vec![
+            node("cp-1", true),
+            node("w-1", false),
+            node("w-2", false),
+        ])));
+        let start = Duration::from_secs(5);
+        let mut c = Cluster::new(
+            src.clone(),
+            Timing {
+                start,
+                termination: Duration::ZERO,
+            },
+            42,
+        );
+        let wall = jiff::Timestamp::now();
+        for o in scenario::default_scenario() {
+            let rt = resources::by_kind(
+                o["apiVersion"].as_str().unwrap(),
+                o["kind"].as_str().unwrap(),
+            )
+            .unwrap();
+            c.store.create(rt, o, wall).unwrap();
+        }
+        let t0 = Instant::now();
+        for _ in 0..4 {
+            c.reconcile(t0, wall);
+        }
+        let passes = c.counters.reconciles;
+        let rv = c.store.resource_version();
+        c.reconcile(t0, wall);
+        c.reconcile(t0 + start / 2, wall);
+        assert_eq!(c.counters.reconciles, passes, "nothing changed: no pass");
+        assert_eq!(c.store.resource_version(), rv);
+        assert!(web_pods(&c).iter().all(|p| !p.ready), "pods still starting");
+
+        // a pod start falls due
+        c.reconcile(t0 + start, wall);
+        assert!(c.counters.reconciles > passes);
+        assert!(web_pods(&c).iter().all(|p| p.ready), "{:#?}", web_pods(&c));
+
+        // the node source changes
+        let ready = |c: &Cluster, n: &str| {
+            c.store.get(&NODES, "", n).unwrap()["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .unwrap()["status"]
+                .clone()
+        };
+        c.reconcile(t0 + start, wall);
+        let passes = c.counters.reconciles;
+        c.reconcile(t0 + start, wall);
+        assert_eq!(c.counters.reconciles, passes);
+        src.0.lock().unwrap()[1].up = false;
+        c.reconcile(t0 + start, wall);
+        assert_eq!(ready(&c, "w-1"), "Unknown");
+
+        // a fault is injected (no store write)
+        c.reconcile(t0 + start, wall);
+        c.inject(KubeFault::NodeNeverReady { node: "w-2".into() }, t0);
+        c.reconcile(t0 + start, wall);
+        assert_eq!(ready(&c, "w-2"), "False");
+
+        // a client's write
+        c.reconcile(t0 + start, wall);
+        let passes = c.counters.reconciles;
+        c.store.delete(&PODS, "kube-system", "kube-apiserver-cp-1");
+        c.reconcile(t0 + start, wall);
+        assert!(c.counters.reconciles > passes);
+        assert!(
+            c.store
+                .get(&PODS, "kube-system", "kube-apiserver-cp-1")
+                .is_some(),
+            "the kubelet recreates its mirror pod"
+        );
     }
 
     #[test]

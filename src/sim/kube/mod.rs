@@ -220,6 +220,9 @@ pub struct KubeCounters {
     pub creates: u64,
     /// Replaces (`PUT`).
     pub updates: u64,
+    /// Reconcile passes run (a request whose inputs did not change since a pass that changed
+    /// nothing runs none).
+    pub reconciles: u64,
 }
 
 /// A pod as the control handle reports it.
@@ -463,7 +466,7 @@ impl KubeSim {
 
     /// Remove every fault.
     pub fn clear_faults(&self) {
-        self.cluster().faults.clear();
+        self.cluster().clear_faults();
         self.shared.wake.notify_one();
     }
 

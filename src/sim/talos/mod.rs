@@ -412,4 +412,10 @@ impl NodeSource for SimTalos {
     fn nodes(&self) -> Vec<NodeFacts> {
         self.shared.lock().facts()
     }
+    fn node(&self, name: &str) -> Option<NodeFacts> {
+        self.shared.lock().node_facts(name)
+    }
+    fn fingerprint(&self) -> Option<u64> {
+        Some(self.shared.lock().facts_fingerprint())
+    }
 }

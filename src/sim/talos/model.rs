@@ -15,7 +15,7 @@ use crate::talos::{NODE_METADATA_KEY, NODES_METADATA_KEY};
 use crate::version::TalosVersion;
 
 /// Whether a node answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Power {
     Up,
@@ -84,6 +84,22 @@ impl SimNode {
 
     pub fn facts(&self) -> Option<ConfigFacts> {
         facts_of(&self.config)
+    }
+
+    fn kube_facts(&self) -> NodeFacts {
+        let facts = self.facts();
+        NodeFacts {
+            name: self.spec.name.clone(),
+            address: self.spec.address.clone(),
+            control_plane: self.control_plane(),
+            up: self.power == Power::Up,
+            talos_version: self.running.to_string(),
+            kubelet_version: facts
+                .as_ref()
+                .and_then(|f| machineconfig::tag_version(&f.kubelet_image))
+                .unwrap_or_default(),
+            static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
+        }
     }
 }
 
@@ -386,27 +402,27 @@ impl Cluster {
 
     /// Facts for the kube side.
     pub fn facts(&self) -> Vec<NodeFacts> {
-        let mut out: Vec<NodeFacts> = self
-            .nodes
-            .iter()
-            .map(|n| {
-                let facts = n.facts();
-                NodeFacts {
-                    name: n.spec.name.clone(),
-                    address: n.spec.address.clone(),
-                    control_plane: n.control_plane(),
-                    up: n.power == Power::Up,
-                    talos_version: n.running.to_string(),
-                    kubelet_version: facts
-                        .as_ref()
-                        .and_then(|f| machineconfig::tag_version(&f.kubelet_image))
-                        .unwrap_or_default(),
-                    static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
-                }
-            })
-            .collect();
+        let mut out: Vec<NodeFacts> = self.nodes.iter().map(SimNode::kube_facts).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+
+    /// One node's facts for the kube side (by name or address).
+    pub fn node_facts(&self, name: &str) -> Option<NodeFacts> {
+        self.find(name).map(|i| self.nodes[i].kube_facts())
+    }
+
+    /// A digest of everything [`Self::facts`] derives from: each node's power state, its
+    /// reboots started and boots finished (the running version changes only at a boot) and
+    /// its config version (bumped by every change of the machine config). Names, addresses
+    /// and roles never change.
+    pub fn facts_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for n in &self.nodes {
+            (n.power, n.reboot_seq, n.counters.boots, n.config_version).hash(&mut h);
+        }
+        h.finish()
     }
 
     /// Service id → (state, healthy) for an up node.

@@ -284,7 +284,8 @@ impl Scenario {
             };
             nodes.push(NodeSpec {
                 name,
-                address: format!("10.5.0.{}", i + 2),
+                // 10.5.0.2, 10.5.0.3, …: one /16, so fleets of thousands of nodes fit
+                address: format!("10.5.{}.{}", (i + 2) / 256, (i + 2) % 256),
                 role: if cp { Role::Controlplane } else { Role::Worker },
                 talos: talos.clone(),
                 kubernetes: kubernetes.clone(),
