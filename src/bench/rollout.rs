@@ -1,16 +1,20 @@
 //! `medea bench rollout`: the rollout engine (state machine + executor + durable fjall
-//! journal) on the in-memory fakes of both ports (`rollout::fake`).
+//! journal) driving a cluster, on one of two backends ([`Backend`]):
+//! - **the simulator** (default): `sim::SimCluster` in this process, reached through the real
+//!   adapters (`rollout::adapters`): the Talos machine API over gRPC/mTLS and the
+//!   kube-apiserver over HTTPS, exactly as against a real cluster;
+//! - **the in-memory fakes** of both ports (`rollout::fake`): the engine alone, without
+//!   encoding, TLS or the simulator's own work.
 //!
 //! Two measurements:
-//! - **engine overhead**: every port call returns at once and a rebooted node is back at the
-//!   next observation; the executor polls without pause. Wall time per node is what the
-//!   engine itself costs (state machine steps, journal writes with fsync, observations).
+//! - **engine overhead**: every call is answered at once and a rebooted node is back at once;
+//!   the executor polls without pause. Wall time per node is what the engine costs (state
+//!   machine steps, journal writes with fsync, observations; on the simulator also the API
+//!   calls and the simulator serving them).
 //! - **wall time with fixed per-node delays**: a node is away for exactly `delay` after its
-//!   reboot (a [`Delayed`] Talos port answers UNAVAILABLE until then), nodes of a wave are away
-//!   together, and the ideal is `waves × delay`.
-//!
-//! The real Talos/Kubernetes adapters against the simulator are not measured here (see
-//! design/performance.md for what that leaves out).
+//!   reboot (the simulator's reboot timing; on the fakes a [`Delayed`] Talos port answers
+//!   UNAVAILABLE until then), nodes of a wave are away together, and the ideal is
+//!   `waves × delay`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,9 +36,11 @@ use crate::rollout::ports::{
 use crate::rollout::{
     Executor, ExecutorConfig, JobInputs, RunOutcome, SystemClock, create_jobs_txn,
 };
+use crate::sim::cluster::{SimCluster, SimClusterConfig};
+use crate::sim::talos::{RebootTiming, Role as SimRole, Scenario};
 use crate::store::fjall::FjallStore;
 use crate::store::{Store, Txn};
-use crate::version::TalosVersion;
+use crate::version::{KubeVersion, TalosVersion};
 
 const FROM: &str = "v1.13.2";
 const TO: &str = "v1.13.9";
@@ -144,8 +150,8 @@ pub struct RolloutReport {
     pub per_node_ms: f64,
     pub commits: u64,
     pub ideal_ms: f64,
-    pub upgrades: u32,
-    pub max_upgrades_per_node: u32,
+    pub upgrades: u64,
+    pub max_upgrades_per_node: u64,
 }
 
 impl RolloutReport {
@@ -154,17 +160,25 @@ impl RolloutReport {
     }
 }
 
-fn observed(fake: &FakeCluster) -> ObservedCluster {
-    let s = fake.state();
-    let machines = s
-        .nodes
+/// One node as the benchmark plans it, from either backend.
+struct NodeFacts {
+    name: String,
+    address: String,
+    control_plane: bool,
+    version: TalosVersion,
+    kubelet: KubeVersion,
+    boot_id: String,
+}
+
+fn observed(nodes: &[NodeFacts]) -> ObservedCluster {
+    let machines = nodes
         .iter()
-        .map(|(name, n)| {
+        .map(|n| {
             (
-                name.clone(),
+                n.name.clone(),
                 Machine {
-                    node: name.clone(),
-                    id: format!("id-{name}"),
+                    node: n.name.clone(),
+                    id: format!("id-{}", n.name),
                     address: n.address.clone(),
                     role: if n.control_plane {
                         MachineRole::Controlplane
@@ -189,9 +203,8 @@ fn observed(fake: &FakeCluster) -> ObservedCluster {
         .with_rollouts_enabled(true)
 }
 
-fn step(fake: &FakeCluster, pool: &str, nodes: &[String], max: u32) -> Step {
-    let s = fake.state();
-    let role = if s.nodes[&nodes[0]].control_plane {
+fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
+    let role = if nodes[0].control_plane {
         MachineRole::Controlplane
     } else {
         MachineRole::Worker
@@ -211,10 +224,10 @@ fn step(fake: &FakeCluster, pool: &str, nodes: &[String], max: u32) -> Step {
             .map(|w| {
                 w.iter()
                     .map(|n| MachineTarget {
-                        node: n.clone(),
-                        id: format!("id-{n}"),
-                        address: s.nodes[n].address.clone(),
-                        from: s.nodes[n].version.clone(),
+                        node: n.name.clone(),
+                        id: format!("id-{}", n.name),
+                        address: n.address.clone(),
+                        from: n.version.clone(),
                     })
                     .collect()
             })
@@ -222,33 +235,22 @@ fn step(fake: &FakeCluster, pool: &str, nodes: &[String], max: u32) -> Step {
     })
 }
 
-/// A cluster of `cps` control planes and `workers` workers, one job rolling all of them
-/// (control planes one at a time, workers `max` at a time) in a fresh fjall store in `dir`.
+/// A fresh fjall store in `dir` holding the cluster and one job rolling all of `nodes`
+/// (control planes one at a time, workers `max` at a time).
 fn install(
     dir: &Path,
-    cps: usize,
-    workers: usize,
+    nodes: &[NodeFacts],
     max: u32,
-) -> Result<(FakeCluster, Arc<FjallStore>, crate::rollout::JobId, usize), BenchError> {
-    let mut specs = Vec::new();
-    for i in 1..=cps {
-        specs.push(FakeNodeSpec::new(&format!("cp-{i}"), true, FROM, KUBE));
-    }
-    for i in 1..=workers {
-        specs.push(FakeNodeSpec::new(&format!("w-{i:04}"), false, FROM, KUBE));
-    }
-    let fake = FakeCluster::new(&specs);
-    // A rebooted node is back at the first observation after its reboot.
-    fake.edit(|s| s.reboot_polls = 0);
-    let obs = observed(&fake);
+) -> Result<(Arc<FjallStore>, crate::rollout::JobId, usize), BenchError> {
+    let obs = observed(nodes);
+    let cp: Vec<&NodeFacts> = nodes.iter().filter(|n| n.control_plane).collect();
+    let w: Vec<&NodeFacts> = nodes.iter().filter(|n| !n.control_plane).collect();
     let mut steps = Vec::new();
-    let cp: Vec<String> = (1..=cps).map(|i| format!("cp-{i}")).collect();
-    let w: Vec<String> = (1..=workers).map(|i| format!("w-{i:04}")).collect();
     if !cp.is_empty() {
-        steps.push(step(&fake, "controlplane", &cp, 1));
+        steps.push(step("controlplane", &cp, 1));
     }
     if !w.is_empty() {
-        steps.push(step(&fake, "workers", &w, max));
+        steps.push(step("workers", &w, max));
     }
     let waves = steps
         .iter()
@@ -282,15 +284,14 @@ fn install(
         catalog: String::new(),
         applies: Default::default(),
     };
-    let store =
-        Arc::new(FjallStore::open(&dir.join("store")).map_err(|e| BenchError::Store(Box::new(e)))?);
+    let store = Arc::new(FjallStore::open(&dir.join("store")).map_err(store_err)?);
     store
         .commit(
             Txn::new()
                 .put_record(CURRENT_KEY, &CurrentPlan { id: plan.id })
                 .put_record(cluster_key(CLUSTER), &obs),
         )
-        .map_err(|e| BenchError::Store(Box::new(e)))?;
+        .map_err(store_err)?;
     let no_windows: &[crate::desired::window::MaintenanceWindow] = &[];
     let inputs = JobInputs {
         global_rollouts: true,
@@ -301,29 +302,155 @@ fn install(
         create_jobs_txn(&plan, &inputs, Timestamp::now()).map_err(|e| BenchError::Rollout {
             what: crate::error_chain(&e),
         })?;
-    store
-        .commit(created.txn)
-        .map_err(|e| BenchError::Store(Box::new(e)))?;
+    store.commit(created.txn).map_err(store_err)?;
     let job = created.jobs[0].id.clone();
-    Ok((fake, store, job, waves))
+    Ok((store, job, waves))
 }
 
-/// Run one rollout of `cps + workers` nodes; `delay` is how long each node is away after its
-/// reboot (zero: the engine-overhead measurement), `poll` the executor's poll interval.
+/// Where the rollout runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The simulator (Talos API over gRPC/mTLS, kube-apiserver over HTTPS) through the real
+    /// adapters.
+    Sim,
+    /// The in-memory fakes of both ports: the engine alone.
+    Fakes,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Sim => "simulator via the real adapters",
+            Backend::Fakes => "in-memory fakes",
+        })
+    }
+}
+
+/// Run one rollout of `cps + workers` nodes on `backend`; `delay` is how long each node is
+/// away after its reboot (zero: the engine-overhead measurement), `poll` the executor's poll
+/// interval (and on the simulator the adapters' retry and drain pace, at least 1 ms).
 pub fn run(
     dir: &Path,
+    backend: Backend,
     cps: usize,
     workers: usize,
     max: u32,
     delay: Duration,
     poll: Duration,
 ) -> Result<RolloutReport, BenchError> {
-    let (fake, store, job, waves) = install(dir, cps, workers, max)?;
     let mut cfg = ExecutorConfig::new(true, dir.join("snapshots"));
     cfg.poll = poll;
     cfg.backoff_min = poll;
     cfg.backoff_max = poll.max(Duration::from_millis(1));
-    let store_dyn: Arc<dyn Store> = store.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|err| BenchError::Spawn {
+            what: "a tokio runtime".into(),
+            err,
+        })?;
+    match backend {
+        Backend::Fakes => run_fakes(&rt, dir, cfg, cps, workers, max, delay),
+        Backend::Sim => rt.block_on(run_sim(dir, cfg, cps, workers, max, delay, poll)),
+    }
+}
+
+fn store_err(e: crate::store::StoreError) -> BenchError {
+    BenchError::Store(Box::new(e))
+}
+
+/// The executor's run of `job`, timed; an error unless it succeeded.
+async fn timed_run<T: TalosPort, K: crate::rollout::ports::KubePort>(
+    exec: &Executor<T, K, SystemClock>,
+    job: &crate::rollout::JobId,
+) -> Result<Duration, BenchError> {
+    let t = Instant::now();
+    let outcome = exec.run(job).await.map_err(|e| BenchError::Rollout {
+        what: crate::error_chain(&e),
+    })?;
+    let wall = t.elapsed();
+    if outcome != RunOutcome::Succeeded {
+        return Err(BenchError::Rollout {
+            what: format!("the job did not succeed: {outcome:?}"),
+        });
+    }
+    Ok(wall)
+}
+
+/// The report, after checking that every node runs [`TO`]; `nodes` yields each node's name,
+/// running version and Upgrade calls.
+fn report(
+    nodes: impl Iterator<Item = (String, String, u64)>,
+    waves: usize,
+    wall: Duration,
+    delay: Duration,
+    commits: u64,
+) -> Result<RolloutReport, BenchError> {
+    let mut count = 0;
+    let mut upgrades = 0;
+    let mut max_upgrades = 0;
+    for (name, running, n) in nodes {
+        if running != TO {
+            return Err(BenchError::Rollout {
+                what: format!("{name} still runs {running}"),
+            });
+        }
+        count += 1;
+        upgrades += n;
+        max_upgrades = max_upgrades.max(n);
+    }
+    let wall_ms = wall.as_secs_f64() * 1e3;
+    Ok(RolloutReport {
+        nodes: count,
+        waves,
+        wall_ms,
+        per_node_ms: wall_ms / count.max(1) as f64,
+        commits,
+        ideal_ms: waves as f64 * delay.as_secs_f64() * 1e3,
+        upgrades,
+        max_upgrades_per_node: max_upgrades,
+    })
+}
+
+fn run_fakes(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    cfg: ExecutorConfig,
+    cps: usize,
+    workers: usize,
+    max: u32,
+    delay: Duration,
+) -> Result<RolloutReport, BenchError> {
+    let mut specs = Vec::new();
+    for i in 1..=cps {
+        specs.push(FakeNodeSpec::new(&format!("cp-{i}"), true, FROM, KUBE));
+    }
+    for i in 1..=workers {
+        specs.push(FakeNodeSpec::new(&format!("w-{i:04}"), false, FROM, KUBE));
+    }
+    let fake = FakeCluster::new(&specs);
+    // A rebooted node is back at the first observation after its reboot.
+    fake.edit(|s| s.reboot_polls = 0);
+    let facts: Vec<NodeFacts> = {
+        let s = fake.state();
+        specs
+            .iter()
+            .map(|spec| {
+                let n = &s.nodes[&spec.name];
+                NodeFacts {
+                    name: spec.name.clone(),
+                    address: n.address.clone(),
+                    control_plane: n.control_plane,
+                    version: n.version.clone(),
+                    kubelet: n.kubelet.clone(),
+                    boot_id: n.boot_id.clone(),
+                }
+            })
+            .collect()
+    };
+    let (store, job, waves) = install(dir, &facts, max)?;
+    let store_dyn: Arc<dyn Store> = store;
     let exec = Executor::new(
         store_dyn,
         Delayed::new(fake.talos(), delay),
@@ -331,47 +458,88 @@ pub fn run(
         SystemClock,
         cfg,
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| BenchError::Spawn {
-            what: "a tokio runtime".into(),
-            err,
-        })?;
-    let t = Instant::now();
-    let outcome = rt
-        .block_on(exec.run(&job))
-        .map_err(|e| BenchError::Rollout {
-            what: crate::error_chain(&e),
-        })?;
-    let wall = t.elapsed();
-    if outcome != RunOutcome::Succeeded {
-        return Err(BenchError::Rollout {
-            what: format!("the job did not succeed: {outcome:?}"),
+    let wall = rt.block_on(timed_run(&exec, &job))?;
+    let s = fake.state();
+    report(
+        s.nodes.iter().map(|(name, n)| {
+            (
+                name.clone(),
+                n.version.to_string(),
+                u64::from(n.counters.upgrade),
+            )
+        }),
+        waves,
+        wall,
+        delay,
+        exec.commits(),
+    )
+}
+
+async fn run_sim(
+    dir: &Path,
+    cfg: ExecutorConfig,
+    cps: usize,
+    workers: usize,
+    max: u32,
+    delay: Duration,
+    poll: Duration,
+) -> Result<RolloutReport, BenchError> {
+    let version = TalosVersion::parse(FROM).expect("literal");
+    let kube = KubeVersion::parse(KUBE).expect("literal");
+    // The simulator needs a control plane; a workers-only run leaves it out of the job.
+    let mut scenario = Scenario::uniform(cps.max(1), workers, version, kube.clone());
+    scenario.cluster_name = CLUSTER.into();
+    scenario.timing.reboot = RebootTiming::After(delay);
+    let sim_err = |e: crate::sim::cluster::SimClusterError| BenchError::Rollout {
+        what: format!("the simulator: {}", crate::error_chain(&e)),
+    };
+    let sim = SimCluster::start(scenario, SimClusterConfig::default())
+        .await
+        .map_err(sim_err)?;
+    let creds = dir.join("creds");
+    sim.write_creds(&creds.join(CLUSTER)).map_err(sim_err)?;
+    let names: Vec<String> = sim
+        .scenario()
+        .nodes
+        .iter()
+        .filter(|n| cps > 0 || n.role != SimRole::Controlplane)
+        .map(|n| n.name.clone())
+        .collect();
+    let state = |name: &str| {
+        sim.talos
+            .node_state(name)
+            .ok_or_else(|| BenchError::Invalid {
+                what: format!("the simulator has no node `{name}`"),
+            })
+    };
+    let mut facts = Vec::with_capacity(names.len());
+    for name in &names {
+        let n = state(name)?;
+        facts.push(NodeFacts {
+            name: name.clone(),
+            address: n.address,
+            control_plane: n.role == SimRole::Controlplane,
+            version: n.running,
+            kubelet: kube.clone(),
+            boot_id: n.boot_id,
         });
     }
-    let s = fake.state();
-    let nodes = s.nodes.len();
-    for (name, n) in &s.nodes {
-        if n.version.to_string() != TO {
-            return Err(BenchError::Rollout {
-                what: format!("{name} still runs {}", n.version),
-            });
-        }
+    let (store, job, waves) = install(dir, &facts, max)?;
+    let (talos, kube) =
+        crate::rollout::adapters::paced(&creds, CLUSTER, poll.max(Duration::from_millis(1)))
+            .await
+            .map_err(|e| BenchError::Rollout {
+                what: crate::error_chain(&e),
+            })?;
+    let store_dyn: Arc<dyn Store> = store;
+    let exec = Executor::new(store_dyn, talos, kube, SystemClock, cfg);
+    let wall = timed_run(&exec, &job).await;
+    let mut nodes = Vec::with_capacity(names.len());
+    for name in &names {
+        let running = state(name)?.running.to_string();
+        let upgrades = sim.talos.counters(name).map_or(0, |c| c.upgrades());
+        nodes.push((name.clone(), running, upgrades));
     }
-    Ok(RolloutReport {
-        nodes,
-        waves,
-        wall_ms: wall.as_secs_f64() * 1e3,
-        per_node_ms: wall.as_secs_f64() * 1e3 / nodes as f64,
-        commits: exec.commits(),
-        ideal_ms: waves as f64 * delay.as_secs_f64() * 1e3,
-        upgrades: s.nodes.values().map(|n| n.counters.upgrade).sum(),
-        max_upgrades_per_node: s
-            .nodes
-            .values()
-            .map(|n| n.counters.upgrade)
-            .max()
-            .unwrap_or(0),
-    })
+    sim.shutdown().await;
+    report(nodes.into_iter(), waves, wall?, delay, exec.commits())
 }

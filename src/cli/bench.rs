@@ -70,9 +70,15 @@ pub enum Scenario {
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         idle: Duration,
     },
-    /// The rollout engine on the in-memory fakes with a durable fjall journal: overhead per
-    /// node with zero delays, and wall time against the ideal with fixed per-node delays.
+    /// The rollout engine with a durable fjall journal, on the in-memory fakes (the engine
+    /// alone) or on the simulator through the real adapters: overhead per node with zero
+    /// delays, and wall time against the ideal with fixed per-node delays.
     Rollout {
+        /// What the engine drives: `fakes` (the engine alone) or `sim` (the simulator over
+        /// gRPC/mTLS and HTTPS through the real adapters; its kube side re-derives the whole
+        /// cluster after every change, so keep it to a few hundred nodes).
+        #[arg(long, value_enum, default_value_t = rollout::Backend::Fakes)]
+        on: rollout::Backend,
         /// Nodes of the zero-delay run (3 control planes, the rest workers).
         #[arg(long, default_value_t = 1000)]
         nodes: usize,
@@ -237,6 +243,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             Ok(exit::OK)
         }
         Scenario::Rollout {
+            on,
             nodes,
             delay_nodes,
             delay,
@@ -252,6 +259,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 let dir = tempdir()?;
                 let r = rollout::run(
                     dir.path(),
+                    on,
                     3.min(nodes),
                     nodes.saturating_sub(3),
                     max_unavailable,
@@ -264,7 +272,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             }
             if let Some(r) = &last {
                 println!(
-                    "engine overhead: {} nodes (3 control planes + {} workers, maxUnavailable {}), {} waves, zero-delay fakes, durable fjall journal ({} commits per run), every node upgraded exactly once: {}",
+                    "engine overhead on the {on}: {} nodes (3 control planes + {} workers, maxUnavailable {}), {} waves, zero delays, durable fjall journal ({} commits per run), every node upgraded exactly once: {}",
                     r.nodes,
                     r.nodes.saturating_sub(3),
                     max_unavailable,
@@ -285,14 +293,14 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             let mut last = None;
             for _ in 0..runs {
                 let dir = tempdir()?;
-                let r = rollout::run(dir.path(), 0, delay_nodes, max_unavailable, delay, poll)
+                let r = rollout::run(dir.path(), on, 0, delay_nodes, max_unavailable, delay, poll)
                     .map_err(err)?;
                 ratio.push_value(r.ratio_to_ideal());
                 last = Some(r);
             }
             if let Some(r) = &last {
                 println!(
-                    "fixed delays: {} workers, maxUnavailable {}, {} waves, {} ms away per node after reboot, poll {} ms: ideal {:.0} ms",
+                    "fixed delays on the {on}: {} workers, maxUnavailable {}, {} waves, {} ms away per node after reboot, poll {} ms: ideal {:.0} ms",
                     r.nodes,
                     max_unavailable,
                     r.waves,

@@ -93,6 +93,38 @@ fn rollout_rolls_every_node_once_and_reports_both_runs() {
 }
 
 #[test]
+fn rollout_on_the_simulator_goes_through_the_real_adapters() {
+    let out = run(&[
+        "rollout",
+        "--on",
+        "sim",
+        "--nodes",
+        "5",
+        "--delay-nodes",
+        "3",
+        "--delay",
+        "30ms",
+        "--max-unavailable",
+        "2",
+        "--runs",
+        "1",
+    ]);
+    assert!(
+        out.contains("engine overhead on the simulator via the real adapters: 5 nodes"),
+        "{out}"
+    );
+    // the simulator's own counters: every node rebooted onto the target, one Upgrade each
+    assert!(
+        out.contains("every node upgraded exactly once: true"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fixed delays on the simulator via the real adapters: 3 workers, maxUnavailable 2, 2 waves"),
+        "{out}"
+    );
+}
+
+#[test]
 fn server_measures_a_real_serve_process() {
     let out = run(&[
         "server",
