@@ -342,14 +342,22 @@ pub fn run(
     cfg.poll = poll;
     cfg.backoff_min = poll;
     cfg.backoff_max = poll.max(Duration::from_millis(1));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|err| BenchError::Spawn {
-            what: "a tokio runtime".into(),
-            err,
-        })?;
+    // The engine alone runs on one thread, as a job does in the daemon; the simulator's
+    // servers get worker threads of their own.
+    let rt = match backend {
+        Backend::Fakes => tokio::runtime::Builder::new_current_thread(),
+        Backend::Sim => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        }
+    }
+    .enable_all()
+    .build()
+    .map_err(|err| BenchError::Spawn {
+        what: "a tokio runtime".into(),
+        err,
+    })?;
     match backend {
         Backend::Fakes => run_fakes(&rt, dir, cfg, cps, workers, max, delay),
         Backend::Sim => rt.block_on(run_sim(dir, cfg, cps, workers, max, delay, poll)),

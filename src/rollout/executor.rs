@@ -589,14 +589,18 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
 
     async fn observe(&self, job: &Job, needs: &Needs) -> Observations {
         let mut obs = Observations::default();
-        for t in &needs.talos {
-            obs.talos
-                .insert(t.node.clone(), self.talos.node(t).await.map_err(obs_err));
-        }
-        for k in &needs.kube {
-            obs.kube
-                .insert(k.clone(), self.kube.node(k).await.map_err(obs_err));
-        }
+        // Node observations are read-only and independent: all at once, so that a wave whose
+        // nodes are away (each observation waiting out its client's retries) costs one
+        // observation's time, not one per node.
+        let talos = futures::future::join_all(needs.talos.iter().map(|t| async move {
+            (t.node.clone(), self.talos.node(t).await.map_err(obs_err))
+        }));
+        let kube = futures::future::join_all(needs.kube.iter().map(|k| async move {
+            (k.clone(), self.kube.node(k).await.map_err(obs_err))
+        }));
+        let (talos, kube) = futures::future::join(talos, kube).await;
+        obs.talos.extend(talos);
+        obs.kube.extend(kube);
         if let Some(via) = &needs.etcd {
             obs.etcd = Some(self.talos.etcd(via).await.map_err(obs_err));
         }
