@@ -592,12 +592,16 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         // Node observations are read-only and independent: all at once, so that a wave whose
         // nodes are away (each observation waiting out its client's retries) costs one
         // observation's time, not one per node.
-        let talos = futures::future::join_all(needs.talos.iter().map(|t| async move {
-            (t.node.clone(), self.talos.node(t).await.map_err(obs_err))
-        }));
-        let kube = futures::future::join_all(needs.kube.iter().map(|k| async move {
-            (k.clone(), self.kube.node(k).await.map_err(obs_err))
-        }));
+        let talos =
+            futures::future::join_all(needs.talos.iter().map(|t| async move {
+                (t.node.clone(), self.talos.node(t).await.map_err(obs_err))
+            }));
+        let kube = futures::future::join_all(
+            needs
+                .kube
+                .iter()
+                .map(|k| async move { (k.clone(), self.kube.node(k).await.map_err(obs_err)) }),
+        );
         let (talos, kube) = futures::future::join(talos, kube).await;
         obs.talos.extend(talos);
         obs.kube.extend(kube);

@@ -101,6 +101,16 @@ pub(crate) enum Active {
     Forbidden(super::Forbidden),
 }
 
+/// What the DaemonSet controller reads of one of its pods.
+struct DsPod {
+    ns: String,
+    name: String,
+    node: String,
+    terminating: bool,
+    /// Labelled with the DaemonSet template's current hash.
+    current: bool,
+}
+
 /// What a reconcile pass that changed nothing saw (see [`Cluster::reconcile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Settled {
@@ -824,10 +834,24 @@ impl Cluster {
                 .as_ref()
                 .and_then(|s| s.node_selector.clone())
                 .unwrap_or_default();
-            let pods = self.pods_owned_by(uid_of(&ds_value));
-            let mut by_node: HashMap<&str, Vec<&Value>> = HashMap::new();
-            for p in pods.iter().filter(|p| !is_terminating(p)) {
-                by_node.entry(node_name(p)).or_default().push(p);
+            // the DaemonSet's pods, as much of them as the decisions below read
+            let uid = uid_of(&ds_value);
+            let pods: Vec<DsPod> = self
+                .store
+                .list(&PODS, None)
+                .filter(|p| controller_of(p).is_some_and(|(_, _, u)| u == uid))
+                .map(|p| DsPod {
+                    ns: ns_of(p).to_string(),
+                    name: name_of(p).to_string(),
+                    node: node_name(p).to_string(),
+                    terminating: is_terminating(p),
+                    current: p.pointer("/metadata/labels/controller-revision-hash")
+                        == Some(&json!(hash)),
+                })
+                .collect();
+            let mut by_node: HashMap<&str, Vec<&DsPod>> = HashMap::new();
+            for p in pods.iter().filter(|p| !p.terminating) {
+                by_node.entry(p.node.as_str()).or_default().push(p);
             }
             for node in nodes {
                 let here = by_node.remove(node.name.as_str()).unwrap_or_default();
@@ -835,10 +859,8 @@ impl Cluster {
                     && selector.iter().all(|(k, v)| node.labels.get(k) == Some(v));
                 let mut has_current = false;
                 for p in &here {
-                    let current = p.pointer("/metadata/labels/controller-revision-hash")
-                        == Some(&json!(hash));
-                    if !stay || !current || has_current {
-                        self.terminate(ns_of(p), name_of(p), now, wall);
+                    if !stay || !p.current || has_current {
+                        self.terminate(&p.ns, &p.name, now, wall);
                     } else {
                         has_current = true;
                     }
@@ -868,8 +890,8 @@ impl Cluster {
                 }
             }
             let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-            for p in pods.iter().filter(|p| !present.contains(node_name(p))) {
-                self.terminate(ns_of(p), name_of(p), now, wall);
+            for p in pods.iter().filter(|p| !present.contains(p.node.as_str())) {
+                self.terminate(&p.ns, &p.name, now, wall);
             }
         }
     }
@@ -997,11 +1019,24 @@ impl Cluster {
     }
 
     fn schedule(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
-        let pods = self.store.list_owned(&PODS, None);
+        let pending: Vec<Value> = self
+            .store
+            .list(&PODS, None)
+            .filter(|p| {
+                node_name(p).is_empty()
+                    && !is_terminating(p)
+                    && !matches!(phase(p), "Succeeded" | "Failed")
+            })
+            .cloned()
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
         // per node: pods bound to it (not terminating), and how many of each controller
         let mut load: HashMap<String, (usize, HashMap<String, usize>)> = HashMap::new();
-        for p in pods
-            .iter()
+        for p in self
+            .store
+            .list(&PODS, None)
             .filter(|p| !node_name(p).is_empty() && !is_terminating(p))
         {
             let l = load.entry(node_name(p).to_string()).or_default();
@@ -1010,13 +1045,7 @@ impl Cluster {
                 *l.1.entry(u).or_default() += 1;
             }
         }
-        for pod in &pods {
-            if !node_name(pod).is_empty()
-                || is_terminating(pod)
-                || matches!(phase(pod), "Succeeded" | "Failed")
-            {
-                continue;
-            }
+        for pod in &pending {
             let tolerations = pod_tolerations(pod);
             let selector: BTreeMap<String, String> = pod
                 .pointer("/spec/nodeSelector")
@@ -1077,46 +1106,67 @@ impl Cluster {
     fn kubelet(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         let by_name: HashMap<&str, &NodeView> =
             nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-        for pod in self.store.list_owned(&PODS, None) {
-            let node = node_name(&pod);
+        // Decide over the pods as they are, then write: each pod's decision reads only itself
+        // and its own timer.
+        let mut gone: Vec<(String, String)> = Vec::new();
+        let mut started_uids: Vec<String> = Vec::new();
+        let mut updated: Vec<Value> = Vec::new();
+        for pod in self.store.list(&PODS, None) {
+            let node = node_name(pod);
             if node.is_empty()
-                || is_terminating(&pod)
-                || matches!(phase(&pod), "Succeeded" | "Failed")
+                || is_terminating(pod)
+                || matches!(phase(pod), "Succeeded" | "Failed")
             {
                 continue;
             }
             let Some(view) = by_name.get(node).copied() else {
                 // The node is gone: pod garbage collection.
-                self.store.delete(&PODS, ns_of(&pod), name_of(&pod));
+                gone.push((ns_of(pod).to_string(), name_of(pod).to_string()));
                 continue;
             };
-            let started = phase(&pod) == "Running"
-                || (view.ready
-                    && self
-                        .timers
-                        .get(uid_of(&pod))
-                        .is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
+            let timer = self.timers.get(uid_of(pod));
+            let started = phase(pod) == "Running"
+                || (view.ready && timer.is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
             let ready = started && view.ready;
-            if started && let Some(t) = self.timers.get_mut(uid_of(&pod)) {
-                t.ready_at = None;
-                if t.remove_at.is_none() {
-                    self.timers.remove(uid_of(&pod));
-                }
+            if started && timer.is_some() {
+                started_uids.push(uid_of(pod).to_string());
             }
-            let was_running = phase(&pod) == "Running";
+            let was_running = phase(pod) == "Running";
             let has_status = pod.pointer("/status/containerStatuses").is_some();
-            if has_status && was_running == started && pod_ready(&pod) == ready {
+            if has_status && was_running == started && pod_ready(pod) == ready {
                 continue;
             }
-            let status = pod_status(&pod, view, started, ready, &k8s_time(wall));
+            let status = pod_status(pod, view, started, ready, &k8s_time(wall));
             let mut next = pod.clone();
             next["status"] = to_value(&status);
+            updated.push(next);
+        }
+        for uid in started_uids {
+            if let Some(t) = self.timers.get_mut(&uid) {
+                t.ready_at = None;
+                if t.remove_at.is_none() {
+                    self.timers.remove(&uid);
+                }
+            }
+        }
+        for (ns, name) in gone {
+            self.store.delete(&PODS, &ns, &name);
+        }
+        for next in updated {
             self.store.put(&PODS, next, wall);
         }
     }
 
     fn statuses(&mut self, wall: jiff::Timestamp) {
-        let pods = self.store.list_owned(&PODS, None);
+        let mut writes: Vec<(&'static ResourceType, Value, Value)> = Vec::new();
+        // pods (not terminating) by controller uid, borrowed from the store
+        let mut by_owner: HashMap<String, Vec<&Value>> = HashMap::new();
+        for p in self.store.list(&PODS, None).filter(|p| !is_terminating(p)) {
+            if let Some((_, _, uid)) = controller_of(p) {
+                by_owner.entry(uid).or_default().push(p);
+            }
+        }
+        let no_pods: Vec<&Value> = Vec::new();
         let nodes = self.node_views();
         for ds_value in self.store.list_owned(&DAEMONSETS, None) {
             let Some(ds) = from_value::<DaemonSet>(&ds_value) else {
@@ -1137,13 +1187,7 @@ impl Cluster {
                 .as_ref()
                 .and_then(|s| s.node_selector.clone())
                 .unwrap_or_default();
-            let owned: Vec<&Value> = pods
-                .iter()
-                .filter(|p| {
-                    controller_of(p).is_some_and(|(_, _, u)| u == uid_of(&ds_value))
-                        && !is_terminating(p)
-                })
-                .collect();
+            let owned = by_owner.get(uid_of(&ds_value)).unwrap_or(&no_pods);
             let with_pod: HashSet<&str> = owned.iter().map(|p| node_name(p)).collect();
             let desired = nodes
                 .iter()
@@ -1169,16 +1213,10 @@ impl Cluster {
                 "updatedNumberScheduled": updated,
                 "observedGeneration": ds_value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
             });
-            self.put_status(&DAEMONSETS, &ds_value, status, wall);
+            writes.push((&DAEMONSETS, ds_value, status));
         }
         for rs_value in self.store.list_owned(&REPLICASETS, None) {
-            let owned: Vec<&Value> = pods
-                .iter()
-                .filter(|p| {
-                    controller_of(p).is_some_and(|(_, _, u)| u == uid_of(&rs_value))
-                        && !is_terminating(p)
-                })
-                .collect();
+            let owned = by_owner.get(uid_of(&rs_value)).unwrap_or(&no_pods);
             let ready = owned.iter().filter(|p| pod_ready(p)).count();
             let status = json!({
                 "replicas": owned.len(),
@@ -1187,7 +1225,11 @@ impl Cluster {
                 "availableReplicas": ready,
                 "observedGeneration": rs_value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
             });
-            self.put_status(&REPLICASETS, &rs_value, status, wall);
+            writes.push((&REPLICASETS, rs_value, status));
+        }
+        drop(by_owner);
+        for (rt, obj, status) in writes {
+            self.put_status(rt, &obj, status, wall);
         }
         let replicasets = self.store.list_owned(&REPLICASETS, None);
         for d_value in self.store.list_owned(&DEPLOYMENTS, None) {
