@@ -135,6 +135,15 @@ impl FakeNodeSpec {
 pub struct FakeCluster {
     inner: Arc<Mutex<FakeState>>,
     file: Option<PathBuf>,
+    observing: Arc<Observing>,
+}
+
+/// Talos node observations in flight now, and the most there ever were at once (not part of
+/// the persisted state).
+#[derive(Debug, Default)]
+struct Observing {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
 }
 
 fn unavailable(op: &'static str, node: &str, why: &str) -> PortError {
@@ -150,6 +159,11 @@ fn failed(op: &'static str, node: &str, why: impl Into<String>) -> PortError {
 }
 
 impl FakeCluster {
+    /// The most Talos node observations that were ever in flight at once.
+    pub fn max_concurrent_observations(&self) -> usize {
+        self.observing.max.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn new(specs: &[FakeNodeSpec]) -> FakeCluster {
         let nodes = specs
             .iter()
@@ -200,6 +214,7 @@ impl FakeCluster {
                 log: Vec::new(),
             })),
             file: None,
+            observing: Arc::default(),
         }
     }
 
@@ -211,6 +226,7 @@ impl FakeCluster {
         Ok(FakeCluster {
             inner: Arc::new(Mutex::new(state)),
             file: Some(path.to_path_buf()),
+            observing: Arc::default(),
         })
     }
 
@@ -698,7 +714,15 @@ pub struct FakeKube(pub FakeCluster);
 
 impl TalosPort for FakeTalos {
     async fn node(&self, node: &NodeTarget) -> Result<TalosNode, PortError> {
-        self.0.talos_node(node)
+        use std::sync::atomic::Ordering::SeqCst;
+        let o = &self.0.observing;
+        let now = o.now.fetch_add(1, SeqCst) + 1;
+        o.max.fetch_max(now, SeqCst);
+        // one turn of the runtime, so that observations made concurrently overlap
+        tokio::task::yield_now().await;
+        let r = self.0.talos_node(node);
+        o.now.fetch_sub(1, SeqCst);
+        r
     }
     async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
         self.0.talos_etcd(control_plane)

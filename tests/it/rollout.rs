@@ -2218,102 +2218,16 @@ fn the_harness_command_says_what_is_missing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot load the fake cluster"));
 }
 
-/// A Talos port that counts how many node observations are in flight at once (each yields to
-/// the runtime once before answering).
-struct Overlap<T> {
-    inner: T,
-    in_flight: std::sync::atomic::AtomicUsize,
-    max: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-mod overlap {
-    use std::path::Path;
-    use std::sync::atomic::Ordering;
-
-    use medea::rollout::ports::{
-        Component, ComponentImages, EtcdHealth, ImageNamespace, Manifest, NodeTarget, PortError,
-        SnapshotInfo, TalosNode, TalosPort, UpgradeMethod,
-    };
-
-    use super::Overlap;
-
-    impl<T: TalosPort> TalosPort for Overlap<T> {
-        async fn node(&self, node: &NodeTarget) -> Result<TalosNode, PortError> {
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.max.fetch_max(now, Ordering::SeqCst);
-            tokio::task::yield_now().await;
-            let r = self.inner.node(node).await;
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            r
-        }
-        async fn etcd(&self, cp: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
-            self.inner.etcd(cp).await
-        }
-        async fn etcd_snapshot(
-            &self,
-            node: &NodeTarget,
-            dest: &Path,
-        ) -> Result<SnapshotInfo, PortError> {
-            self.inner.etcd_snapshot(node, dest).await
-        }
-        async fn pull_image(
-            &self,
-            node: &NodeTarget,
-            image: &str,
-            ns: ImageNamespace,
-        ) -> Result<(), PortError> {
-            self.inner.pull_image(node, image, ns).await
-        }
-        async fn upgrade(
-            &self,
-            node: &NodeTarget,
-            image: &str,
-            method: UpgradeMethod,
-        ) -> Result<(), PortError> {
-            self.inner.upgrade(node, image, method).await
-        }
-        async fn reboot(&self, node: &NodeTarget) -> Result<(), PortError> {
-            self.inner.reboot(node).await
-        }
-        async fn component_images(&self, node: &NodeTarget) -> Result<ComponentImages, PortError> {
-            self.inner.component_images(node).await
-        }
-        async fn set_component_image(
-            &self,
-            node: &NodeTarget,
-            c: Component,
-            image: &str,
-        ) -> Result<(), PortError> {
-            self.inner.set_component_image(node, c, image).await
-        }
-        async fn bootstrap_manifests(&self, node: &NodeTarget) -> Result<Vec<Manifest>, PortError> {
-            self.inner.bootstrap_manifests(node).await
-        }
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn the_nodes_of_a_wave_are_observed_concurrently() {
     let w = world(FakeCluster::new(&specs(0, 3, FROM, KUBE)), |f| {
         vec![talos_step(f, "workers", &[&["w-1", "w-2", "w-3"]], TO, 3)]
     });
-    let max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let talos = Overlap {
-        inner: w.fake.talos(),
-        in_flight: Default::default(),
-        max: max.clone(),
-    };
-    let exec = Executor::new(
-        w.store.clone(),
-        talos,
-        w.fake.kube(),
-        TokioClock::starting_at(t0()),
-        w.config(),
-    );
+    let exec = w.executor();
     assert_eq!(exec.run(&w.job).await.unwrap(), RunOutcome::Succeeded);
     assert_rolled(&w.state(), TO, 1);
     assert_eq!(
-        max.load(std::sync::atomic::Ordering::SeqCst),
+        w.fake.max_concurrent_observations(),
         3,
         "the three nodes of the wave were observed at once"
     );
