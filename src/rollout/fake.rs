@@ -144,6 +144,8 @@ pub struct FakeCluster {
 struct Observing {
     now: std::sync::atomic::AtomicUsize,
     max: std::sync::atomic::AtomicUsize,
+    /// Give the runtime one turn inside every observation, so that concurrent ones overlap.
+    yielding: std::sync::atomic::AtomicBool,
 }
 
 fn unavailable(op: &'static str, node: &str, why: &str) -> PortError {
@@ -159,9 +161,17 @@ fn failed(op: &'static str, node: &str, why: impl Into<String>) -> PortError {
 }
 
 impl FakeCluster {
-    /// The most Talos node observations that were ever in flight at once.
+    /// The most Talos node observations that were ever in flight at once. Observations answer
+    /// at once unless [`Self::yield_in_observations`] was called, so only then can they overlap.
     pub fn max_concurrent_observations(&self) -> usize {
         self.observing.max.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// From now on, every Talos node observation gives the runtime one turn before it answers.
+    pub fn yield_in_observations(&self) {
+        self.observing
+            .yielding
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn new(specs: &[FakeNodeSpec]) -> FakeCluster {
@@ -718,8 +728,9 @@ impl TalosPort for FakeTalos {
         let o = &self.0.observing;
         let now = o.now.fetch_add(1, SeqCst) + 1;
         o.max.fetch_max(now, SeqCst);
-        // one turn of the runtime, so that observations made concurrently overlap
-        tokio::task::yield_now().await;
+        if o.yielding.load(SeqCst) {
+            tokio::task::yield_now().await;
+        }
         let r = self.0.talos_node(node);
         o.now.fetch_sub(1, SeqCst);
         r

@@ -2223,6 +2223,7 @@ async fn the_nodes_of_a_wave_are_observed_concurrently() {
     let w = world(FakeCluster::new(&specs(0, 3, FROM, KUBE)), |f| {
         vec![talos_step(f, "workers", &[&["w-1", "w-2", "w-3"]], TO, 3)]
     });
+    w.fake.yield_in_observations();
     let exec = w.executor();
     assert_eq!(exec.run(&w.job).await.unwrap(), RunOutcome::Succeeded);
     assert_rolled(&w.state(), TO, 1);
