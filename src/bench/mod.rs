@@ -42,3 +42,16 @@ pub enum BenchError {
     #[error("the rollout under test failed: {what}")]
     Rollout { what: String },
 }
+
+/// Build a tokio runtime (with I/O and time) for a benchmark scenario.
+pub(crate) fn runtime(
+    mut builder: tokio::runtime::Builder,
+) -> Result<tokio::runtime::Runtime, BenchError> {
+    builder
+        .enable_all()
+        .build()
+        .map_err(|err| BenchError::Spawn {
+            what: "a tokio runtime".into(),
+            err,
+        })
+}

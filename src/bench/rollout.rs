@@ -344,19 +344,13 @@ pub fn run(
     cfg.backoff_max = poll.max(Duration::from_millis(1));
     // The engine alone runs on one thread, as a job does in the daemon; the simulator's
     // servers get worker threads of their own.
-    let rt = match backend {
+    let rt = super::runtime(match backend {
         Backend::Fakes => tokio::runtime::Builder::new_current_thread(),
         Backend::Sim => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
             b.worker_threads(2);
             b
         }
-    }
-    .enable_all()
-    .build()
-    .map_err(|err| BenchError::Spawn {
-        what: "a tokio runtime".into(),
-        err,
     })?;
     match backend {
         Backend::Fakes => run_fakes(&rt, dir, cfg, cps, workers, max, delay),

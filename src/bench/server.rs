@@ -354,13 +354,7 @@ fn get_machines(
         ca: Some(ca.to_path_buf()),
         insecure: false,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| BenchError::Spawn {
-            what: "a tokio runtime".into(),
-            err,
-        })?;
+    let rt = super::runtime(tokio::runtime::Builder::new_current_thread())?;
     let rpc_err = |what: String| BenchError::Server { what };
     rt.block_on(async {
         let mut warm = args
