@@ -129,6 +129,12 @@ impl<T: TalosPort> TalosPort for Delayed<T> {
     async fn component_images(&self, node: &NodeTarget) -> Result<ComponentImages, PortError> {
         self.inner.component_images(node).await
     }
+    async fn component_args(
+        &self,
+        node: &NodeTarget,
+    ) -> Result<crate::rollout::ports::ComponentArgs, PortError> {
+        self.inner.component_args(node).await
+    }
     async fn set_component_image(
         &self,
         node: &NodeTarget,

@@ -614,6 +614,12 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 self.talos.component_images(t).await.map_err(obs_err),
             );
         }
+        for t in &needs.args {
+            obs.args.insert(
+                t.node.clone(),
+                self.talos.component_args(t).await.map_err(obs_err),
+            );
+        }
         for (node, c) in &needs.static_pods {
             obs.static_pods.insert(
                 (node.clone(), *c),

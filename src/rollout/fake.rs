@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::{image_version, split_image};
 use super::ports::{
-    Component, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember, ImageNamespace,
-    KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo,
-    StaticPod, TalosNode, TalosPort, UpgradeMethod,
+    Component, ComponentArgs, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember,
+    ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError,
+    SnapshotInfo, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -78,6 +78,9 @@ pub struct FakeNode {
     pub cordoned: bool,
     pub kubelet: KubeVersion,
     pub images: ComponentImages,
+    /// `extraArgs` of its components (the Kubernetes upgrade checks read them).
+    #[serde(default)]
+    pub args: ComponentArgs,
     /// Whether the node reports its next boot (`NextBoot::Unknown` otherwise).
     pub reports_next_boot: bool,
     pub counters: NodeCounters,
@@ -207,6 +210,7 @@ impl FakeCluster {
                         cordoned: false,
                         kubelet: s.kube.clone(),
                         images,
+                        args: ComponentArgs::new(),
                         reports_next_boot: true,
                         counters: NodeCounters::default(),
                     },
@@ -468,6 +472,20 @@ impl FakeCluster {
             s.log.push(format!("reboot {}", t.node));
             go_down(s, &t.node);
             Ok(())
+        })
+    }
+
+    pub fn talos_args(&self, t: &NodeTarget) -> Result<ComponentArgs, PortError> {
+        self.talos_call("get-machineconfig", &t.node, |s| {
+            let n = &s.nodes[&t.node];
+            if n.down() {
+                return Err(unavailable(
+                    "get-machineconfig",
+                    &t.node,
+                    "connection refused",
+                ));
+            }
+            Ok(n.args.clone())
         })
     }
 
@@ -767,6 +785,9 @@ impl TalosPort for FakeTalos {
     }
     async fn component_images(&self, node: &NodeTarget) -> Result<ComponentImages, PortError> {
         self.0.talos_images(node)
+    }
+    async fn component_args(&self, node: &NodeTarget) -> Result<ComponentArgs, PortError> {
+        self.0.talos_args(node)
     }
     async fn set_component_image(
         &self,

@@ -21,9 +21,10 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::ports::{
-    Component, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode, NextBoot,
-    NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
+    Component, ComponentArgs, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode,
+    NextBoot, NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
 };
+use super::removed::{RemovedSetting, removed_settings};
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;
 use crate::plan::{KubeRollout, MachineTarget, PlanId, TalosRollout};
@@ -548,6 +549,8 @@ pub struct Observations {
     pub kube: BTreeMap<String, Obs<KubeNode>>,
     pub etcd: Option<Obs<EtcdHealth>>,
     pub images: BTreeMap<String, Obs<ComponentImages>>,
+    /// Component flags from the machine configuration, by node.
+    pub args: BTreeMap<String, Obs<ComponentArgs>>,
     pub static_pods: BTreeMap<(String, Component), Obs<Option<StaticPod>>>,
     /// The job's snapshot file, if it exists.
     pub snapshot: Option<Obs<Option<SnapshotInfo>>>,
@@ -562,6 +565,7 @@ impl Observations {
             self.etcd = other.etcd;
         }
         self.images.extend(other.images);
+        self.args.extend(other.args);
         self.static_pods.extend(other.static_pods);
         if other.snapshot.is_some() {
             self.snapshot = other.snapshot;
@@ -577,6 +581,7 @@ pub struct Needs {
     /// etcd health, asked through these control-plane nodes.
     pub etcd: Option<Vec<NodeTarget>>,
     pub images: BTreeSet<NodeTarget>,
+    pub args: BTreeSet<NodeTarget>,
     pub static_pods: BTreeSet<(String, Component)>,
     pub snapshot: bool,
 }
@@ -766,6 +771,13 @@ impl<'a> Eyes<'a> {
         let s = seen(self.obs.images.get(&t.node));
         if matches!(s, Seen::Missing) {
             self.missing.borrow_mut().images.insert(t.clone());
+        }
+        s
+    }
+    fn args(&self, t: &NodeTarget) -> Seen<'a, ComponentArgs> {
+        let s = seen(self.obs.args.get(&t.node));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().args.insert(t.clone());
         }
         s
     }
@@ -1550,6 +1562,12 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
                     return flow;
                 }
                 let c = t.component.expect("patch tasks name a component");
+                if Component::STATIC_PODS.contains(&c)
+                    && let Err(flow) = control_plane_gate(j, si, ti, eyes, now, notes)
+                {
+                    return flow;
+                }
+                let t = &kube_of(j, si).tasks.as_ref().expect("tasks built")[ti];
                 return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::SetImage, t.attempt),
                     action: Action::SetImage {
@@ -1561,7 +1579,13 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
             }
             (KubeOp::Patch, TaskState::Applied) => {
                 let c = t.component.expect("patch tasks name a component");
-                let deadline = add(t.since.unwrap_or(now), timeout);
+                let since = t.since;
+                if since.is_none() {
+                    // verification of a component found at the target starts now
+                    kube_mut(j, si).tasks.as_mut().expect("tasks")[ti].since = Some(now);
+                }
+                let t = &kube_of(j, si).tasks.as_ref().expect("tasks built")[ti];
+                let deadline = add(since.unwrap_or(now), timeout);
                 let late = |what: String| {
                     if now >= deadline {
                         halt_flow(
@@ -1647,6 +1671,91 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
     }
 }
 
+/// Before a control-plane component is patched, every control-plane static pod is Ready and
+/// every control-plane kubelet service is healthy; otherwise poll until the step's health
+/// timeout (counted from when the gate first found something wrong), then halt naming what is
+/// unhealthy. An unreachable source is a failed check, never a pass.
+fn control_plane_gate(
+    j: &mut Job,
+    si: usize,
+    ti: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    let ks = kube_of(j, si);
+    let t = &ks.tasks.as_ref().expect("tasks built")[ti];
+    let (name, c) = (t.node.node.clone(), t.component);
+    let timeout = ks.rollout.health_timeout;
+    let mut missing = false;
+    let mut bad: Vec<String> = Vec::new();
+    for n in &ks.control_plane {
+        match eyes.talos(n) {
+            Seen::Got(tn) => {
+                if tn.unhealthy_services.iter().any(|s| s == "kubelet") {
+                    bad.push(format!(
+                        "the kubelet service on `{}` is not healthy",
+                        n.node
+                    ));
+                }
+            }
+            Seen::Missing => missing = true,
+            Seen::Transient(m) | Seen::Failed(m) => {
+                bad.push(format!("node `{}` unreachable ({m})", n.node));
+            }
+        }
+        for sp in Component::STATIC_PODS {
+            match eyes.static_pod(&n.node, sp) {
+                Seen::Got(Some(p)) if p.ready => {}
+                Seen::Got(Some(p)) => {
+                    bad.push(format!("{sp} on `{}` ({}) is not Ready", n.node, p.image));
+                }
+                Seen::Got(None) => bad.push(format!("{sp} on `{}` has no static pod", n.node)),
+                Seen::Missing => missing = true,
+                Seen::Transient(m) | Seen::Failed(m) => {
+                    bad.push(format!("{sp} on `{}` cannot be read ({m})", n.node));
+                }
+            }
+        }
+    }
+    if missing {
+        return Err(Flow::Poll(
+            PollWhy::Waiting,
+            "observing the control plane's health".into(),
+        ));
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let what = c.map(|c| c.name()).unwrap_or("component");
+    let since = match t.since {
+        Some(s) => s,
+        None => {
+            kube_mut(j, si).tasks.as_mut().expect("tasks")[ti].since = Some(now);
+            notes.push(format!(
+                "control plane unhealthy before {what} on `{name}`: {}",
+                bad.join("; ")
+            ));
+            now
+        }
+    };
+    if now >= add(since, timeout) {
+        return Err(halt_flow(
+            format!(
+                "control plane unhealthy before patching {what} on `{name}` (waited {}s): {}",
+                timeout.as_secs(),
+                bad.join("; ")
+            ),
+            Some(&name),
+            Some(Op::SetImage),
+        ));
+    }
+    Err(Flow::Poll(
+        PollWhy::Waiting,
+        format!("control plane unhealthy: {}", bad.join("; ")),
+    ))
+}
+
 /// Pre-checks of a Kubernetes rollout and the task list it runs.
 fn kube_prechecks(
     j: &Job,
@@ -1663,6 +1772,7 @@ fn kube_prechecks(
     let mut talos = BTreeMap::new();
     let mut kube = BTreeMap::new();
     let mut images = BTreeMap::new();
+    let mut args = BTreeMap::new();
     for n in ks.all_nodes() {
         let nd = Some(n.node.as_str());
         let r1 = need(
@@ -1686,6 +1796,13 @@ fn kube_prechecks(
             now,
             nd,
         );
+        let r4 = need(
+            eyes.args(n),
+            &format!("component flags in the machine config of `{}`", n.node),
+            deadline,
+            now,
+            nd,
+        );
         for r in [
             r1.map(|t| {
                 talos.insert(n.node.clone(), t);
@@ -1695,6 +1812,9 @@ fn kube_prechecks(
             }),
             r3.map(|i| {
                 images.insert(n.node.clone(), i);
+            }),
+            r4.map(|a| {
+                args.insert(n.node.clone(), a);
             }),
         ] {
             if let Err(f) = r {
@@ -1760,17 +1880,44 @@ fn kube_prechecks(
             None,
         ));
     }
+    // flags, feature gates and admission plugins the target removed (go-kubernetes
+    // `upgrade/checks.go`, run by upgrade-k8s before it pre-pulls or patches anything)
+    let mut found: Vec<RemovedSetting> = Vec::new();
+    for n in ks.all_nodes() {
+        let mut a: ComponentArgs = args[&n.node].clone();
+        if !cps.contains(n.node.as_str()) {
+            // workers run no control-plane components
+            a.retain(|c, _| *c == Component::Kubelet);
+        }
+        found.extend(removed_settings(&n.node, &a, &to));
+    }
+    if !found.is_empty() {
+        let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
+        return Err(halt_flow(
+            format!(
+                "pre-check failed: Kubernetes {to} removed settings the machine configuration still sets; remove them first: {}",
+                list.join("; ")
+            ),
+            found.first().map(|f| f.node.as_str()),
+            None,
+        ));
+    }
     // the task list, in upgrade-k8s order
     let mut tasks = Vec::new();
+    // A component already at the target is never trusted: its task starts `Applied`, so the
+    // static pod (Ready, with the target image) or the kubelet (version, Ready) is verified
+    // before the next node is touched, as `upgrade-k8s` waits in `checkPodStatus` even when the
+    // patch was skipped (talos `pkg/cluster/kubernetes/talos_managed.go`). kube-proxy has
+    // nothing to wait for (its DaemonSet changes with the manifests).
     let task = |op, node: &NodeTarget, component, image: String, done: bool| KubeTask {
         op,
         node: node.clone(),
         component,
         image,
-        state: if done {
-            TaskState::Done
-        } else {
-            TaskState::Pending
+        state: match (done, op, component) {
+            (false, _, _) => TaskState::Pending,
+            (true, KubeOp::Patch, Some(c)) if c != Component::Proxy => TaskState::Applied,
+            (true, _, _) => TaskState::Done,
         },
         since: None,
         attempt: 0,

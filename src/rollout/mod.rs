@@ -27,6 +27,7 @@ pub mod job;
 pub mod journal;
 pub mod machine;
 pub mod ports;
+pub mod removed;
 
 pub use executor::{
     Clock, CrashPoints, EventState, Executor, ExecutorConfig, Fence, Gate, NoFence, RolloutEvent,

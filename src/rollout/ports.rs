@@ -203,6 +203,8 @@ impl std::fmt::Display for Component {
     }
 }
 
+pub use super::removed::ComponentArgs;
+
 /// Component images a node's machine configuration names (v1alpha1 fields or the Talos 1.14
 /// per-component documents, whichever the node has). Absent = not configured (default image).
 pub type ComponentImages = BTreeMap<Component, String>;
@@ -341,6 +343,14 @@ pub trait TalosPort: Send + Sync {
         &self,
         node: &NodeTarget,
     ) -> impl Future<Output = Result<ComponentImages, PortError>> + Send;
+
+    /// The flags (`extraArgs`) the node's machine configuration gives each component
+    /// (v1alpha1 `cluster.{apiServer,controllerManager,scheduler}.extraArgs`,
+    /// `machine.kubelet.extraArgs`), for the Kubernetes upgrade checks.
+    fn component_args(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<ComponentArgs, PortError>> + Send;
 
     /// Set one component image in the node's machine configuration (read the config, patch the
     /// v1alpha1 field or the per-component document, `ApplyConfiguration` mode `NO_REBOOT`).

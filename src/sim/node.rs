@@ -24,6 +24,8 @@ pub struct NodeFacts {
     /// Static pod component (`kube-apiserver`, `kube-controller-manager`, `kube-scheduler`)
     /// → image, for control-plane nodes; empty for workers.
     pub static_pod_images: BTreeMap<String, String>,
+    /// Static pod components that crash-loop with their current image (never Ready).
+    pub crash_looping: std::collections::BTreeSet<String>,
 }
 
 /// Read access to the Talos side's node facts. Implemented by the Talos simulator; tests of the

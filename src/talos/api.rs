@@ -51,6 +51,17 @@ pub trait TalosApi: Send + Sync {
         &self,
         node: &NodeTarget,
         image: &ImageRef,
+    ) -> impl Future<Output = Result<PulledImage, TalosError>> + Send {
+        self.pull_image_into(node, image, PullNamespace::System)
+    }
+
+    /// [`Self::pull_image`] into `namespace`: `{CRI, NS_CRI}` puts an image where the kubelet
+    /// finds it for a pod (the `upgrade-k8s` pre-pull of the control-plane images).
+    fn pull_image_into(
+        &self,
+        node: &NodeTarget,
+        image: &ImageRef,
+        namespace: PullNamespace,
     ) -> impl Future<Output = Result<PulledImage, TalosError>> + Send;
 
     /// Upgrade the node to the installer `image`, choosing the RPC from the running version

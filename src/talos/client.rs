@@ -62,9 +62,20 @@ impl Default for ClientSettings {
 
 /// The containerd instance `talosctl upgrade` pulls the installer into (`--namespace system`).
 fn system_containerd() -> common::ContainerdInstance {
+    containerd(PullNamespace::System)
+}
+
+fn containerd_namespace(ns: PullNamespace) -> common::ContainerdNamespace {
+    match ns {
+        PullNamespace::System => common::ContainerdNamespace::NsSystem,
+        PullNamespace::Cri => common::ContainerdNamespace::NsCri,
+    }
+}
+
+fn containerd(ns: PullNamespace) -> common::ContainerdInstance {
     common::ContainerdInstance {
         driver: common::ContainerDriver::Cri as i32,
-        namespace: common::ContainerdNamespace::NsSystem as i32,
+        namespace: containerd_namespace(ns) as i32,
     }
 }
 
@@ -858,14 +869,15 @@ impl TalosApi for TalosClient {
         writer.finish(node.as_str()).await
     }
 
-    async fn pull_image(
+    async fn pull_image_into(
         &self,
         node: &NodeTarget,
         image: &ImageRef,
+        namespace: PullNamespace,
     ) -> Result<PulledImage, TalosError> {
         const OP: &str = "ImageService.Pull";
         let req = machine::ImageServicePullRequest {
-            containerd: Some(system_containerd()),
+            containerd: Some(containerd(namespace)),
             image_ref: image.to_string(),
         };
         // Pulling the same reference again is a no-op on the node: safe to retry.
@@ -880,7 +892,7 @@ impl TalosApi for TalosClient {
                 const LEGACY: &str = "MachineService.ImagePull";
                 #[allow(deprecated)]
                 let req = machine::ImagePullRequest {
-                    namespace: common::ContainerdNamespace::NsSystem as i32,
+                    namespace: containerd_namespace(namespace) as i32,
                     reference: image.to_string(),
                 };
                 #[allow(deprecated)]

@@ -210,6 +210,18 @@ pub struct SnapshotInfo {
     pub sha256: String,
 }
 
+/// The containerd namespace an image is pulled into (`common.ContainerdNamespace`, driver CRI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PullNamespace {
+    /// `NS_SYSTEM`: installer and kubelet images (`talosctl upgrade`, the kubelet pre-pull).
+    System,
+    /// `NS_CRI` (`k8s.io`): images of pods, e.g. the control-plane static pods
+    /// (`talosctl upgrade-k8s` pre-pull, talos `pkg/cluster/kubernetes/talos_managed.go`
+    /// `prePullImages`).
+    Cri,
+}
+
 /// The result of an image pull.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PulledImage {

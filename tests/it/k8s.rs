@@ -58,6 +58,7 @@ fn facts(name: &str, n: u8, control_plane: bool) -> NodeFacts {
         } else {
             BTreeMap::new()
         },
+        crash_looping: Default::default(),
     }
 }
 

@@ -16,6 +16,7 @@ mod fuzz_smoke;
 #[cfg(feature = "etcd")]
 mod ha;
 mod k8s;
+mod kube_sim;
 mod ops;
 mod plan;
 mod rollout;

@@ -229,12 +229,12 @@ async fn adapters(sim: &Sim) -> (TalosAdapter, KubeAdapter) {
 }
 
 /// An executor over the real adapters, a job for `steps`, in memory.
-struct Run {
+pub(crate) struct Run {
     exec: Executor<TalosAdapter, KubeAdapter, SystemClock>,
     job: medea::rollout::JobId,
 }
 
-async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
+pub(crate) async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let obs = sim.observed();
     let job = install(store.as_ref(), &plan(&obs, steps, 1), &obs, &[]).unwrap();
@@ -249,7 +249,7 @@ async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
 }
 
 impl Run {
-    async fn go(&self) -> RunOutcome {
+    pub(crate) async fn go(&self) -> RunOutcome {
         tokio::time::timeout(Duration::from_secs(60), self.exec.run(&self.job))
             .await
             .expect("the rollout ends within a minute")
@@ -257,7 +257,7 @@ impl Run {
     }
 }
 
-fn node(sim: &Sim, name: &str) -> NodeTarget {
+pub(crate) fn node(sim: &Sim, name: &str) -> NodeTarget {
     NodeTarget {
         node: name.into(),
         address: sim.talos.node_state(name).unwrap().address,
@@ -387,7 +387,7 @@ async fn the_adapters_reach_etcd_images_and_kubernetes_of_the_simulator() {
 // ---------------------------------------------------------------------------------------------
 // the fault matrix, through the real adapters
 
-fn fault(node: &str, on: Trigger, effect: Effect) -> FaultPlan {
+pub(crate) fn fault(node: &str, on: Trigger, effect: Effect) -> FaultPlan {
     FaultPlan {
         node: node.into(),
         on,
@@ -395,7 +395,7 @@ fn fault(node: &str, on: Trigger, effect: Effect) -> FaultPlan {
     }
 }
 
-fn halted(out: &RunOutcome) -> &str {
+pub(crate) fn halted(out: &RunOutcome) -> &str {
     match out {
         RunOutcome::Halted { reason, .. } => reason,
         other => panic!("expected a halt, got {other:?}"),

@@ -13,11 +13,13 @@ use tonic::Code;
 use super::{AdapterError, cluster_creds_dir, timed};
 use crate::error_chain;
 use crate::rollout::ports::{
-    Component, ComponentImages, Detail, EtcdHealth, EtcdMember, ImageNamespace, MachineStage,
-    Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo, TalosNode, TalosPort, UpgradeMethod,
+    Component, ComponentArgs, ComponentImages, Detail, EtcdHealth, EtcdMember, ImageNamespace,
+    MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo, TalosNode, TalosPort,
+    UpgradeMethod,
 };
 use crate::talos::{
-    self, ApplyOptions, ClientSettings, ImageRef, MachineConfig, TalosApi, TalosClient, TalosError,
+    self, ApplyOptions, ClientSettings, ImageRef, MachineConfig, PullNamespace, TalosApi,
+    TalosClient, TalosError,
 };
 use crate::version::TalosVersion;
 
@@ -503,17 +505,18 @@ impl TalosPort for TalosAdapter {
         image: &str,
         namespace: ImageNamespace,
     ) -> Result<(), PortError> {
-        if namespace == ImageNamespace::Cri {
-            // The Talos client pulls into the system containerd namespace only (installer and
-            // kubelet images). A pre-pull of a static-pod image is an optimisation the kubelet
-            // makes up for (`talosctl upgrade-k8s --pre-pull-images=false`), so it is skipped.
-            tracing::info!(node = %n.node, image, "pre-pull into the CRI namespace skipped");
-            return Ok(());
-        }
+        // Control-plane images go into the CRI namespace (`k8s.io`), where the kubelet looks
+        // for pod images, as `talosctl upgrade-k8s` pre-pulls them (talos
+        // `pkg/cluster/kubernetes/talos_managed.go` `prePullImages`); the kubelet image into
+        // the system namespace.
+        let ns = match namespace {
+            ImageNamespace::System => PullNamespace::System,
+            ImageNamespace::Cri => PullNamespace::Cri,
+        };
         let t = target(n)?;
         let img = ImageRef::parse(image)
             .map_err(|e| PortError::failed("ImageService.Pull", &n.node, e))?;
-        timed(API, "ImagePull", self.client.pull_image(&t, &img))
+        timed(API, "ImagePull", self.client.pull_image_into(&t, &img, ns))
             .await
             .map(|_| ())
             .map_err(|e| classify("ImageService.Pull", &n.node, e))
@@ -567,6 +570,15 @@ impl TalosPort for TalosAdapter {
             .await
             .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
         component_images_of(mc.yaml().expose())
+            .map_err(|e| PortError::failed("read the machine configuration", &n.node, e))
+    }
+
+    async fn component_args(&self, n: &NodeTarget) -> Result<ComponentArgs, PortError> {
+        let t = target(n)?;
+        let mc = timed(API, "MachineConfig", self.client.machine_config(&t))
+            .await
+            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+        component_args_of(mc.yaml().expose())
             .map_err(|e| PortError::failed("read the machine configuration", &n.node, e))
     }
 
@@ -649,6 +661,45 @@ fn url_host(url: &str) -> Option<&str> {
     (!host.is_empty()).then_some(host)
 }
 
+/// The flags (`extraArgs`) a machine configuration gives each component: a component's own
+/// document (Talos 1.14 multi-doc) when it has `extraArgs`, else the v1alpha1 field
+/// (`cluster.apiServer.extraArgs`, …, `machine.kubelet.extraArgs`). A value may be a string,
+/// a scalar (kept as its text) or a list (joined with `,`, as Talos renders repeated values).
+pub fn component_args_of(yaml: &[u8]) -> Result<ComponentArgs, MachineConfigError> {
+    fn text(v: &serde_json::Value) -> String {
+        match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(","),
+            other => other.to_string(),
+        }
+    }
+    let docs = parse_docs(yaml)?;
+    let v1 = docs
+        .iter()
+        .find(|d| is_v1alpha1(d))
+        .ok_or(MachineConfigError::NoV1alpha1)?;
+    let mut out = ComponentArgs::new();
+    for c in COMPONENTS {
+        let (kind, [section, field]) = image_location(c);
+        let from_doc = of_kind(&docs, kind).and_then(|i| docs[i].get("extraArgs"));
+        let from_v1 = v1
+            .get(section)
+            .and_then(|s| s.get(field))
+            .and_then(|f| f.get("extraArgs"));
+        let Some(map) = from_doc.or(from_v1).and_then(|v| v.as_object()) else {
+            continue;
+        };
+        let flags: std::collections::BTreeMap<String, String> = map
+            .iter()
+            .map(|(k, v)| (k.trim_start_matches("--").to_string(), text(v)))
+            .collect();
+        if !flags.is_empty() {
+            out.insert(c, flags);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,6 +714,43 @@ mod tests {
             out.extend_from_slice(&u.to_le_bytes());
         }
         out
+    }
+
+    #[test]
+    fn component_args_come_from_the_component_document_or_v1alpha1() {
+        let yaml = br#"version: v1alpha1
+machine:
+  kubelet:
+    extraArgs:
+      --cloud-config: /etc/cloud.conf
+      max-pods: 250
+cluster:
+  apiServer:
+    extraArgs:
+      feature-gates: A=true,B=false
+  scheduler:
+    extraArgs:
+      bind-address: 0.0.0.0
+---
+apiVersion: v1alpha1
+kind: KubeSchedulerConfig
+extraArgs:
+  feature-gates:
+    - X=true
+    - Y=false
+"#;
+        let a = component_args_of(yaml).unwrap();
+        assert_eq!(a[&Component::Kubelet]["cloud-config"], "/etc/cloud.conf");
+        assert_eq!(a[&Component::Kubelet]["max-pods"], "250");
+        assert_eq!(a[&Component::ApiServer]["feature-gates"], "A=true,B=false");
+        // the document wins over v1alpha1
+        assert_eq!(a[&Component::Scheduler]["feature-gates"], "X=true,Y=false");
+        assert!(!a[&Component::Scheduler].contains_key("bind-address"));
+        assert!(!a.contains_key(&Component::ControllerManager));
+        assert!(matches!(
+            component_args_of(b"apiVersion: v1alpha1\nkind: KubeletConfig\n"),
+            Err(MachineConfigError::NoV1alpha1)
+        ));
     }
 
     #[test]

@@ -141,6 +141,9 @@ pub(crate) struct Cluster {
     settled: Option<Settled>,
     /// Server-side apply: field manager → owned configuration, per object.
     pub owners: HashMap<ObjKey, BTreeMap<String, Value>>,
+    /// (node, static pod component) whose current image crash-loops (a Talos-side fault):
+    /// the kubelet keeps its mirror pod Running but never Ready (`CrashLoopBackOff`).
+    crash_looping: HashSet<(String, String)>,
     names: u64,
     seed: u64,
 }
@@ -331,6 +334,7 @@ impl Cluster {
             inputs: 0,
             settled: None,
             owners: HashMap::new(),
+            crash_looping: HashSet::new(),
             names: 0,
             seed,
         }
@@ -659,9 +663,13 @@ impl Cluster {
     fn sync_mirror_pods(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
         let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        self.crash_looping.clear();
         for f in self.source.nodes() {
             if !present.contains(f.name.as_str()) {
                 continue;
+            }
+            for c in &f.crash_looping {
+                self.crash_looping.insert((f.name.clone(), c.clone()));
             }
             for (component, image) in &f.static_pod_images {
                 let name = format!("{component}-{}", f.name);
@@ -1127,7 +1135,15 @@ impl Cluster {
             let timer = self.timers.get(uid_of(pod));
             let started = phase(pod) == "Running"
                 || (view.ready && timer.is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
-            let ready = started && view.ready;
+            let crash = is_mirror(pod)
+                && pod
+                    .pointer("/metadata/labels/k8s-app")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| {
+                        self.crash_looping
+                            .contains(&(node.to_string(), c.to_string()))
+                    });
+            let ready = started && view.ready && !crash;
             if started && timer.is_some() {
                 started_uids.push(uid_of(pod).to_string());
             }
@@ -1136,7 +1152,7 @@ impl Cluster {
             if has_status && was_running == started && pod_ready(pod) == ready {
                 continue;
             }
-            let status = pod_status(pod, view, started, ready, &k8s_time(wall));
+            let status = pod_status(pod, view, started, ready, crash, &k8s_time(wall));
             let mut next = pod.clone();
             next["status"] = to_value(&status);
             updated.push(next);
@@ -1724,7 +1740,14 @@ fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: u64, name: &
     }
 }
 
-fn pod_status(pod: &Value, node: &NodeView, started: bool, ready: bool, now: &str) -> PodStatus {
+fn pod_status(
+    pod: &Value,
+    node: &NodeView,
+    started: bool,
+    ready: bool,
+    crash: bool,
+    now: &str,
+) -> PodStatus {
     let host_network = pod.pointer("/spec/hostNetwork") == Some(&json!(true));
     let pod_ip = if host_network {
         node.address.clone()
@@ -1753,8 +1776,20 @@ fn pod_status(pod: &Value, node: &NodeView, started: bool, ready: bool, now: &st
             }),
             ready,
             started: Some(started),
-            restart_count: 0,
-            state: Some(if started {
+            restart_count: if crash { 5 } else { 0 },
+            state: Some(if started && crash {
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("CrashLoopBackOff".into()),
+                        message: Some(format!(
+                            "back-off 2m40s restarting failed container={} pod={}",
+                            c.name,
+                            name_of(pod)
+                        )),
+                    }),
+                    ..ContainerState::default()
+                }
+            } else if started {
                 ContainerState {
                     running: Some(ContainerStateRunning {
                         started_at: Some(Time(now.parse().expect("k8s_time output parses"))),
@@ -1844,6 +1879,7 @@ mod tests {
             } else {
                 BTreeMap::new()
             },
+            crash_looping: Default::default(),
         }
     }
 

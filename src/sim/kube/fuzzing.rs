@@ -48,6 +48,7 @@ fn node(name: &str, cp: bool) -> NodeFacts {
         } else {
             BTreeMap::new()
         },
+        crash_looping: Default::default(),
     }
 }
 

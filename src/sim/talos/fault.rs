@@ -173,6 +173,14 @@ pub enum Effect {
         #[serde(with = "duration_text")]
         delay: Duration,
     },
+    /// `ImageService.Pull` / `MachineService.ImagePull`: the pull fails with `UNKNOWN: failed to
+    /// pull image "<ref>": <message>` (containerd's resolver or fetch error relayed by machined).
+    PullFail { message: String },
+    /// `ApplyConfiguration`: the control-plane static pod `component` (`kube-apiserver`,
+    /// `kube-controller-manager`, `kube-scheduler`) whose image the applied config changes
+    /// crash-loops with that new image: its mirror pod never becomes Ready
+    /// (`CrashLoopBackOff`). Fires only on an apply that changes that component's image.
+    CrashLoop { component: String },
     /// The node goes down for the boot and never comes back.
     NeverReturn,
     /// The node boots back on the version it ran before (Talos' bootloader fallback when the
@@ -189,6 +197,13 @@ impl Effect {
         }
     }
 }
+
+/// The static pods a [`Effect::CrashLoop`] can name.
+pub const CRASH_COMPONENTS: [&str; 3] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
 
 /// One fault for one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +280,25 @@ impl FaultPlan {
             Effect::SlowPull { .. } => {
                 if !call_of(&[Method::ImagePull]) {
                     return Err(mismatch("slowPull", "a call trigger on `imagePull`"));
+                }
+            }
+            Effect::PullFail { .. } => {
+                if !call_of(&[Method::ImagePull]) {
+                    return Err(mismatch("pullFail", "a call trigger on `imagePull`"));
+                }
+            }
+            Effect::CrashLoop { component } => {
+                if !call_of(&[Method::ApplyConfiguration]) {
+                    return Err(mismatch(
+                        "crashLoop",
+                        "a call trigger on `applyConfiguration`",
+                    ));
+                }
+                if !CRASH_COMPONENTS.contains(&component.as_str()) {
+                    return Err(mismatch(
+                        "crashLoop",
+                        "a component among kube-apiserver, kube-controller-manager, kube-scheduler",
+                    ));
                 }
             }
             Effect::NeverReturn | Effect::BootOldVersion => {
@@ -476,6 +510,12 @@ mod tests {
 - node: cp-3
   on: { call: { method: imagePull } }
   effect: { slowPull: { delay: 1m 30s } }
+- node: cp-1
+  on: { call: { method: applyConfiguration } }
+  effect: { crashLoop: { component: kube-apiserver } }
+- node: cp-2
+  on: { call: { method: imagePull, nth: 2 } }
+  effect: { pullFail: { message: "not found" } }
 "#;
         let plans: Vec<FaultPlan> = serde_saphyr::from_str(yaml).unwrap();
         assert_eq!(plans[0].on, Trigger::nth_call(Method::Upgrade, 1));
@@ -488,9 +528,32 @@ mod tests {
                 delay: Duration::from_secs(90)
             }
         );
+        assert_eq!(
+            plans[4].effect,
+            Effect::CrashLoop {
+                component: "kube-apiserver".into()
+            }
+        );
+        assert_eq!(plans[5].on, Trigger::nth_call(Method::ImagePull, 2));
         for p in &plans {
             p.validate().unwrap();
         }
+        let bad = FaultPlan {
+            node: "cp-1".into(),
+            on: Trigger::call(Method::ApplyConfiguration),
+            effect: Effect::CrashLoop {
+                component: "kubelet".into(),
+            },
+        };
+        assert!(bad.validate().is_err());
+        let bad = FaultPlan {
+            node: "cp-1".into(),
+            on: Trigger::call(Method::Version),
+            effect: Effect::PullFail {
+                message: "x".into(),
+            },
+        };
+        assert!(bad.validate().is_err());
     }
 
     #[test]

@@ -94,6 +94,10 @@ pub struct NodeState {
     pub kubelet_image: String,
     pub static_pod_images: BTreeMap<String, String>,
     pub pulled_images: Vec<String>,
+    /// Images pulled into the CRI namespace (`k8s.io`).
+    pub cri_images: Vec<String>,
+    /// Every completed pull in order: (image, into the CRI namespace).
+    pub pulls: Vec<(String, bool)>,
 }
 
 /// A running Talos simulator and its control surface. Cheap to clone; all clones drive the same
@@ -281,6 +285,8 @@ impl SimTalos {
                 .unwrap_or_default(),
             static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
             pulled_images: n.images.iter().cloned().collect(),
+            cri_images: n.cri_images.iter().cloned().collect(),
+            pulls: n.pulls.clone(),
         })
     }
 

@@ -74,12 +74,40 @@ pub(crate) struct SimNode {
     pub staged: Option<Vec<u8>>,
     pub try_apply: Option<TryApply>,
     pub images: BTreeSet<String>,
+    /// Images pulled into the CRI namespace (`k8s.io`), where the kubelet finds pod images.
+    pub cri_images: BTreeSet<String>,
+    /// Every pull that completed, in order: (image, into the CRI namespace).
+    pub pulls: Vec<(String, bool)>,
+    /// Static pod component → the image it crash-loops with (`crashLoop` fault).
+    pub crashing: BTreeMap<String, String>,
     pub counters: NodeCounters,
 }
 
 impl SimNode {
     pub fn control_plane(&self) -> bool {
         self.spec.role == Role::Controlplane
+    }
+
+    /// Record a completed pull of `image` into the system or the CRI namespace.
+    pub fn pulled(&mut self, image: &str, cri: bool) {
+        if cri {
+            self.cri_images.insert(image.to_string());
+        } else {
+            self.images.insert(image.to_string());
+        }
+        self.pulls.push((image.to_string(), cri));
+    }
+
+    /// The static pods that crash-loop with the image they run now.
+    pub fn crash_looping(&self) -> BTreeSet<String> {
+        let Some(f) = self.facts() else {
+            return BTreeSet::new();
+        };
+        self.crashing
+            .iter()
+            .filter(|(c, img)| f.static_pod_images.get(*c) == Some(*img))
+            .map(|(c, _)| c.clone())
+            .collect()
     }
 
     pub fn facts(&self) -> Option<ConfigFacts> {
@@ -98,6 +126,7 @@ impl SimNode {
                 .as_ref()
                 .and_then(|f| machineconfig::tag_version(&f.kubelet_image))
                 .unwrap_or_default(),
+            crash_looping: self.crash_looping(),
             static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
         }
     }
@@ -213,6 +242,9 @@ impl Cluster {
                     staged: None,
                     try_apply: None,
                     images: BTreeSet::new(),
+                    cri_images: BTreeSet::new(),
+                    pulls: Vec::new(),
+                    crashing: BTreeMap::new(),
                     counters: NodeCounters::default(),
                 }
             })

@@ -429,13 +429,16 @@ impl MachineService for Api {
         req: Request<pb::ImagePullRequest>,
     ) -> Result<Response<pb::ImagePullResponse>, Status> {
         let idx = self.admit(&req, Method::ImagePull)?;
-        let image = req.into_inner().reference;
+        #[allow(deprecated)]
+        let r = req.into_inner();
+        let image = r.reference;
         if image.is_empty() {
             return Err(Status::invalid_argument("image reference is required"));
         }
-        let delay = pull_delay(&self.shared, idx);
+        let cri = r.namespace == common::ContainerdNamespace::NsCri as i32;
+        let delay = pull_delay(&self.shared, idx, &image)?;
         tokio::time::sleep(delay).await;
-        self.shared.lock().nodes[idx].images.insert(image);
+        self.shared.lock().nodes[idx].pulled(&image, cri);
         Ok(Response::new(pb::ImagePullResponse {
             messages: vec![pb::ImagePull { metadata: meta() }],
         }))
@@ -476,13 +479,17 @@ impl MachineService for Api {
     }
 }
 
-fn pull_delay(shared: &Shared, idx: usize) -> Duration {
+/// How long a pull of `image` takes, or the error an armed `pullFail` answers with.
+fn pull_delay(shared: &Shared, idx: usize, image: &str) -> Result<Duration, Status> {
     let mut c = shared.lock();
     match c.fire(idx, Occasion::Call(Method::ImagePull), |e| {
-        matches!(e, Effect::SlowPull { .. })
+        matches!(e, Effect::SlowPull { .. } | Effect::PullFail { .. })
     }) {
-        Some(Effect::SlowPull { delay }) => delay,
-        _ => c.timing.image_pull,
+        Some(Effect::SlowPull { delay }) => Ok(delay),
+        Some(Effect::PullFail { message }) => Err(Status::unknown(format!(
+            "failed to pull image {image:?}: {message}"
+        ))),
+        _ => Ok(c.timing.image_pull),
     }
 }
 
@@ -608,6 +615,27 @@ fn apply(
             }
         }
     };
+    // `crashLoop`: a static pod whose image this apply changed crash-loops with its new image.
+    if c.nodes[idx].config == r.data
+        && let Some(old) = &old
+    {
+        let changed: Vec<(String, String)> = new
+            .static_pod_images
+            .iter()
+            .filter(|(comp, img)| old.static_pod_images.get(*comp) != Some(*img))
+            .map(|(comp, img)| (comp.clone(), img.clone()))
+            .collect();
+        for (comp, img) in changed {
+            let fired = c.fire(
+                idx,
+                Occasion::Call(Method::ApplyConfiguration),
+                |e| matches!(e, Effect::CrashLoop { component } if *component == comp),
+            );
+            if fired.is_some() {
+                c.nodes[idx].crashing.insert(comp, img);
+            }
+        }
+    }
     Ok(applied)
 }
 
@@ -700,7 +728,11 @@ impl ImageService for Api {
         if r.image_ref.is_empty() {
             return Err(Status::invalid_argument("image reference is required"));
         }
-        let delay = pull_delay(&self.shared, idx);
+        let cri = r
+            .containerd
+            .as_ref()
+            .is_some_and(|c| c.namespace == common::ContainerdNamespace::NsCri as i32);
+        let delay = pull_delay(&self.shared, idx, &r.image_ref)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let shared = self.shared.clone();
         tokio::spawn(async move {
@@ -725,7 +757,7 @@ impl ImageService for Api {
             if tx.send(Ok(layer)).await.is_err() {
                 return;
             }
-            shared.lock().nodes[idx].images.insert(r.image_ref.clone());
+            shared.lock().nodes[idx].pulled(&r.image_ref, cri);
             let done = pb::ImageServicePullResponse {
                 response: Some(pb::image_service_pull_response::Response::Name(r.image_ref)),
             };

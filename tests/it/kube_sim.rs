@@ -1,0 +1,275 @@
+//! The Kubernetes rollout (the `upgrade-k8s` sequence) through the real adapters against the
+//! simulator: pre-pulls into the CRI namespace, verification of work that looks done, the
+//! control-plane health gate, the removed-flags checks and the bootstrap manifests sync.
+//!
+//! Each test fails against the behaviour it replaced (see issue 20 items 4–7).
+
+use std::time::Duration;
+
+use medea::plan::{KubeRollout, Step};
+use medea::sim::kube::KubeSimConfig;
+use medea::sim::talos::{Effect, Method, Trigger};
+use medea::version::KubeVersion;
+
+use crate::rollout::KUBE;
+use crate::rollout_sim::{Sim, fault, halted, run_for};
+
+const TARGET: &str = "v1.34.1";
+
+fn kube_step(sim: &Sim, to: &str, health_timeout: Duration) -> Step {
+    let (cps, workers): (Vec<String>, Vec<String>) = sim
+        .names
+        .iter()
+        .cloned()
+        .partition(|n| n.starts_with("cp-"));
+    Step::Kubernetes(KubeRollout {
+        from: KubeVersion::parse(KUBE).unwrap(),
+        to: KubeVersion::parse(to).unwrap(),
+        control_plane: cps,
+        workers,
+        health_timeout,
+    })
+}
+
+fn applies(sim: &Sim, node: &str) -> u64 {
+    sim.talos
+        .counters(node)
+        .unwrap()
+        .calls(Method::ApplyConfiguration)
+}
+
+fn image(component: &str, v: &str) -> String {
+    format!("registry.k8s.io/{component}:{v}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// item 7: pre-pull the control-plane images into the CRI namespace
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_images_are_pre_pulled_into_the_cri_namespace_before_any_patch() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 2, 1, KubeSimConfig::default()).await;
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    for cp in ["cp-1", "cp-2"] {
+        let st = sim.talos.node_state(cp).unwrap();
+        for c in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            let want = image(c, TARGET);
+            assert!(
+                st.pulls.iter().any(|(i, cri)| *i == want && *cri),
+                "{cp}: {want} pulled into the CRI namespace: {:?}",
+                st.pulls
+            );
+            assert!(
+                !st.pulled_images.contains(&want),
+                "{cp}: {want} is not a system image"
+            );
+        }
+        // the kubelet image goes into the system namespace
+        assert!(
+            st.pulls
+                .iter()
+                .any(|(i, cri)| i.contains("kubelet") && i.ends_with(TARGET) && !cri),
+            "{:?}",
+            st.pulls
+        );
+    }
+    assert!(
+        sim.talos
+            .node_state("w-1")
+            .unwrap()
+            .pulls
+            .iter()
+            .all(|(_, cri)| !cri),
+        "workers run no control-plane static pods"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_pre_pull_halts_before_any_patch() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 2, 1, KubeSimConfig::default()).await;
+    // cp-2's second pull (its kube-controller-manager image) fails
+    sim.talos
+        .set_fault(fault(
+            "cp-2",
+            Trigger::nth_call(Method::ImagePull, 2),
+            Effect::PullFail {
+                message: "registry.k8s.io/kube-controller-manager:v1.34.1: not found".into(),
+            },
+        ))
+        .unwrap();
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("failed to pull image"), "{reason}");
+    assert!(reason.contains("cp-2"), "{reason}");
+    for n in ["cp-1", "cp-2", "w-1"] {
+        assert_eq!(applies(&sim, n), 0, "{n}: no machine config was patched");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// item 5: never trust work that looks done
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashlooping_new_kube_apiserver_on_cp_1_stops_the_job_before_cp_2_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    sim.talos
+        .set_fault(fault(
+            "cp-1",
+            Trigger::call(Method::ApplyConfiguration),
+            Effect::CrashLoop {
+                component: "kube-apiserver".into(),
+            },
+        ))
+        .unwrap();
+    let first = dir.path().join("first");
+    let run = run_for(
+        &sim,
+        &first,
+        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(
+        reason.contains("kube-apiserver on `cp-1` is not Ready"),
+        "{reason}"
+    );
+    assert_eq!(
+        applies(&sim, "cp-1"),
+        1,
+        "cp-1's apiserver was patched once"
+    );
+    for n in ["cp-2", "cp-3", "w-1"] {
+        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+    }
+    // Plan again (same target): cp-1 now *looks* done (its config names the target image).
+    // The new job still verifies it and halts before cp-2 is touched.
+    let second = dir.path().join("second");
+    let run = run_for(
+        &sim,
+        &second,
+        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(
+        reason.contains("kube-apiserver on `cp-1` is not Ready"),
+        "{reason}"
+    );
+    assert_eq!(applies(&sim, "cp-1"), 1, "cp-1 is not patched again");
+    for n in ["cp-2", "cp-3", "w-1"] {
+        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_control_plane_kubelet_halts_before_the_first_component_is_patched() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    sim.talos
+        .set_service_health("cp-3", "kubelet", false)
+        .unwrap();
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("control plane unhealthy"), "{reason}");
+    assert!(
+        reason.contains("the kubelet service on `cp-3` is not healthy"),
+        "{reason}"
+    );
+    for n in ["cp-1", "cp-2", "cp-3", "w-1"] {
+        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// item 6: flags the target minor removed stop the step before it touches a node
+
+/// Give `node`'s kubelet `extraArgs` through `ApplyConfiguration` (NO_REBOOT), as an operator
+/// does with `talosctl apply-config`.
+async fn set_kubelet_extra_args(sim: &Sim, node: &str, args: &str) {
+    use medea::talos::{ApplyOptions, ClientSettings, MachineConfig, TalosApi, TalosClient};
+    let talosconfig = sim.creds.join(crate::rollout::CLUSTER).join("talosconfig");
+    let (client, _) =
+        TalosClient::from_talosconfig(&talosconfig, None, ClientSettings::default()).unwrap();
+    let yaml = String::from_utf8(sim.talos.machine_config(node).unwrap().expose().clone()).unwrap();
+    let anchor = "    disableManifestsDirectory: true\n";
+    assert!(yaml.contains(anchor));
+    let patched = yaml.replacen(anchor, &format!("{anchor}    extraArgs:\n{args}"), 1);
+    let addr = sim.talos.node_state(node).unwrap().address;
+    client
+        .apply_configuration(
+            &medea::talos::NodeTarget::parse(&addr).unwrap(),
+            &MachineConfig::from_yaml(patched.into_bytes()),
+            ApplyOptions::no_reboot(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_flag_the_target_removed_stops_the_step_before_any_node_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
+    // Kubernetes 1.34 removed the kubelet's `--cloud-config`
+    set_kubelet_extra_args(
+        &sim,
+        "w-2",
+        "      cloud-config: /etc/kubernetes/cloud.conf\n",
+    )
+    .await;
+    let before: Vec<u64> = ["cp-1", "w-1", "w-2"]
+        .iter()
+        .map(|n| applies(&sim, n))
+        .collect();
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("pre-check failed"), "{reason}");
+    assert!(
+        reason.contains("kubelet on `w-2`: flag `--cloud-config` (machine.kubelet.extraArgs)"),
+        "{reason}"
+    );
+    let after: Vec<u64> = ["cp-1", "w-1", "w-2"]
+        .iter()
+        .map(|n| applies(&sim, n))
+        .collect();
+    assert_eq!(before, after, "no machine config was patched");
+    for n in ["cp-1", "w-1", "w-2"] {
+        let st = sim.talos.node_state(n).unwrap();
+        assert!(st.pulls.is_empty(), "{n}: nothing pulled: {:?}", st.pulls);
+        assert_eq!(
+            sim.talos.counters(n).unwrap().calls(Method::EtcdSnapshot),
+            0,
+            "{n}: the step stopped before its snapshot"
+        );
+    }
+}
