@@ -51,7 +51,7 @@ pub struct ClientOptions {
 
 /// The Kubernetes adapter for one cluster.
 pub struct KubeClient {
-    client: ::kube::Client,
+    pub(super) client: ::kube::Client,
     cluster_url: String,
     options: ClientOptions,
     discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
@@ -65,7 +65,10 @@ impl std::fmt::Debug for KubeClient {
     }
 }
 
-fn api_err(op: &'static str, target: impl Into<String>) -> impl FnOnce(::kube::Error) -> K8sError {
+pub(super) fn api_err(
+    op: &'static str,
+    target: impl Into<String>,
+) -> impl FnOnce(::kube::Error) -> K8sError {
     let target = target.into();
     move |err| K8sError::Api {
         op,
@@ -74,7 +77,7 @@ fn api_err(op: &'static str, target: impl Into<String>) -> impl FnOnce(::kube::E
     }
 }
 
-fn is_status(err: &::kube::Error, code: u16) -> bool {
+pub(super) fn is_status(err: &::kube::Error, code: u16) -> bool {
     matches!(err, ::kube::Error::Api(s) if s.code == code)
 }
 
@@ -126,7 +129,12 @@ impl KubeClient {
     }
 
     /// Run `f`, retrying transient failures per the retry policy.
-    async fn call<T, F, Fut>(&self, op: &'static str, target: &str, f: F) -> Result<T, K8sError>
+    pub(super) async fn call<T, F, Fut>(
+        &self,
+        op: &'static str,
+        target: &str,
+        f: F,
+    ) -> Result<T, K8sError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ::kube::Error>>,
@@ -181,7 +189,7 @@ impl KubeClient {
         }
     }
 
-    async fn resolve(
+    pub(super) async fn resolve(
         &self,
         manifest: &Manifest,
     ) -> Result<(ApiResource, ApiCapabilities), K8sError> {

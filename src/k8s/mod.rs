@@ -30,6 +30,7 @@
 //!   go regardless of PDBs);
 //! - pods already terminating are not evicted again; drain waits for them too.
 
+pub mod bootstrap;
 mod client;
 pub(crate) mod drain;
 pub mod kubeconfig;
@@ -582,6 +583,8 @@ pub enum K8sError {
         #[source]
         err: Box<::kube::Error>,
     },
+    #[error("bootstrap manifests sync: `{object}`: {reason}")]
+    ManifestSync { object: String, reason: String },
 }
 
 fn location_text(line: Option<u64>, column: Option<u64>) -> String {

@@ -263,6 +263,15 @@ pub struct Executor<T, K, C = SystemClock> {
     gates: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, bool)>>,
 }
 
+/// How long the manifests sync waits for Deployments and DaemonSets to roll out: the
+/// Kubernetes step's health timeout.
+fn manifests_wait(job: &Job, step: usize) -> Duration {
+    match job.steps.get(step).map(|s| &s.kind) {
+        Some(crate::rollout::machine::StepKind::Kubernetes(k)) => k.rollout.health_timeout,
+        _ => Duration::from_secs(5 * 60),
+    }
+}
+
 fn obs_err(e: PortError) -> ObsError {
     ObsError {
         transient: e.is_transient(),
@@ -687,14 +696,16 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .set_component_image(node, *component, image)
                 .await
                 .map(|()| Outcome::Done),
-            Action::ApplyManifests { via } => match self.talos.bootstrap_manifests(via).await {
-                Ok(m) => self
-                    .kube
-                    .apply_manifests(&m, "talos")
-                    .await
-                    .map(|()| Outcome::Done),
-                Err(e) => Err(e),
-            },
+            Action::ApplyManifests { via, legacy } => {
+                match self.talos.bootstrap_manifests(via).await {
+                    Ok(m) => self
+                        .kube
+                        .apply_manifests(&m, *legacy, manifests_wait(job, cmd.key.step))
+                        .await
+                        .map(|()| Outcome::Done),
+                    Err(e) => Err(e),
+                }
+            }
         };
         match r {
             Ok(o) => o,

@@ -630,10 +630,14 @@ impl FakeCluster {
         })
     }
 
-    pub fn kube_apply(&self, manifests: &[Manifest]) -> Result<(), PortError> {
+    pub fn kube_apply(&self, manifests: &[Manifest], legacy: bool) -> Result<(), PortError> {
         self.kube_call("server-side-apply", "", |s| {
             s.manifest_applies += 1;
-            s.log.push(format!("apply-manifests {}", manifests.len()));
+            s.log.push(format!(
+                "apply-manifests {}{}",
+                manifests.len(),
+                if legacy { " legacy" } else { "" }
+            ));
             Ok(())
         })
     }
@@ -830,9 +834,10 @@ impl KubePort for FakeKube {
     async fn apply_manifests(
         &self,
         manifests: &[Manifest],
-        _field_manager: &str,
+        legacy: bool,
+        _wait: Duration,
     ) -> Result<(), PortError> {
-        self.0.kube_apply(manifests)
+        self.0.kube_apply(manifests, legacy)
     }
 }
 

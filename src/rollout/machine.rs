@@ -316,6 +316,10 @@ pub struct KubeStep {
     pub since: Option<Timestamp>,
     /// Built when the pre-checks pass; `None` before.
     pub tasks: Option<Vec<KubeTask>>,
+    /// Some node runs Talos < 1.13 (decided by the pre-checks): the manifests are synced the
+    /// legacy way, as `upgrade-k8s` decides from the lowest Talos version.
+    #[serde(default)]
+    pub manifests_legacy: bool,
 }
 
 impl KubeStep {
@@ -330,6 +334,7 @@ impl KubeStep {
             workers,
             since: None,
             tasks: None,
+            manifests_legacy: false,
         }
     }
     fn all_nodes(&self) -> impl Iterator<Item = &NodeTarget> {
@@ -474,6 +479,9 @@ pub enum Action {
     },
     ApplyManifests {
         via: NodeTarget,
+        /// A node runs Talos < 1.13: the legacy sync (no server-side apply, no inventory).
+        #[serde(default)]
+        legacy: bool,
     },
 }
 
@@ -1503,9 +1511,11 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
     }
     if kube_of(j, si).tasks.is_none() {
         match kube_prechecks(j, si, eyes, now) {
-            Ok((tasks, note)) => {
+            Ok((tasks, note, legacy)) => {
                 notes.push(note);
-                kube_mut(j, si).tasks = Some(tasks);
+                let k = kube_mut(j, si);
+                k.tasks = Some(tasks);
+                k.manifests_legacy = legacy;
             }
             Err(flow) => return flow,
         }
@@ -1554,6 +1564,7 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
                     key: key(j, si, None, Op::ApplyManifests, t.attempt),
                     action: Action::ApplyManifests {
                         via: t.node.clone(),
+                        legacy: ks.manifests_legacy,
                     },
                 }));
             }
@@ -1762,7 +1773,7 @@ fn kube_prechecks(
     si: usize,
     eyes: &Eyes,
     now: Timestamp,
-) -> Result<(Vec<KubeTask>, String), Flow> {
+) -> Result<(Vec<KubeTask>, String, bool), Flow> {
     let ks = kube_of(j, si);
     let to = ks.rollout.to.clone();
     let deadline = add(ks.since.unwrap_or(now), ks.rollout.health_timeout);
@@ -1959,11 +1970,17 @@ fn kube_prechecks(
     if let Some(first) = ks.control_plane.first() {
         tasks.push(task(KubeOp::Manifests, first, None, String::new(), false));
     }
+    // the manifests sync: server-side apply when every node runs Talos >= 1.13
+    // (`SupportsSSAManifestSync` of the lowest version, talos_managed.go)
+    let legacy = talos
+        .values()
+        .any(|t| UpgradeMethod::for_version(&t.version) == UpgradeMethod::Legacy);
     Ok((
         tasks,
         format!(
             "Kubernetes pre-checks passed: lowest running {lowest} ({lowest_what}), target {to}"
         ),
+        legacy,
     ))
 }
 

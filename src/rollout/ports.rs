@@ -390,11 +390,16 @@ pub trait KubePort: Send + Sync {
         node: &str,
         component: Component,
     ) -> impl Future<Output = Result<Option<StaticPod>, PortError>> + Send;
-    /// Server-side apply of `manifests` with field manager `field_manager`.
+    /// Sync the bootstrap manifests as `upgrade-k8s` does: server-side apply under field
+    /// manager `talos` with forced ownership, the inventory annotation and ConfigMap, staged
+    /// (CRDs/Namespaces, classes, ConfigMaps/Secrets, the rest), pruning, then wait up to
+    /// `wait` for Deployments and DaemonSets to roll out; `legacy` (a node runs Talos < 1.13):
+    /// GET then create or update, no inventory, no pruning (`k8s::bootstrap`).
     fn apply_manifests(
         &self,
         manifests: &[Manifest],
-        field_manager: &str,
+        legacy: bool,
+        wait: Duration,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 

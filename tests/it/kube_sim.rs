@@ -273,3 +273,168 @@ async fn a_kubelet_flag_the_target_removed_stops_the_step_before_any_node_is_tou
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// item 4: bootstrap manifests as upgrade-k8s syncs them
+
+const CM: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: coredns
+  namespace: kube-system
+data:
+  Corefile: "hand-edited"
+  extra: "kept"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_created_by_an_update_manager_is_taken_over_under_the_talos_field_manager() {
+    use medea::k8s::bootstrap::{INVENTORY_ANNOTATION, INVENTORY_NAME};
+    use medea::k8s::{ApplyOptions, ClientOptions, K8sError, KubeApi, KubeClient, Manifest};
+    let Some(bin) = crate::sim_cluster::require_kubectl() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let kubeconfig = sim.creds.join(crate::rollout::CLUSTER).join("kubeconfig");
+    // the CoreDNS ConfigMap already exists, created by `kubectl create` (an Update manager)
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(&file, CM).unwrap();
+    let (ok, out) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &["create", "--validate=false", "-f", file.to_str().unwrap()],
+    )
+    .await;
+    assert!(ok, "{out}");
+    let client = KubeClient::from_kubeconfig(&kubeconfig, ClientOptions::default())
+        .await
+        .unwrap();
+    // the simulator enforces field ownership: applying a different value without force is a
+    // 409 naming the Update manager, as the apiserver answers
+    let mine = Manifest::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "coredns", "namespace": "kube-system"},
+            "data": {"Corefile": "other"}}),
+        0,
+    )
+    .unwrap();
+    let err = client
+        .apply(
+            &[mine],
+            &ApplyOptions {
+                field_manager: "talos".into(),
+                force_conflicts: false,
+                dry_run: false,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, K8sError::ApplyConflict { .. }), "{err:?}");
+    let chain = medea::error_chain(&err);
+    assert!(
+        chain.contains("conflict with \"kubectl-create\" using v1: .data.Corefile"),
+        "{chain}"
+    );
+
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    let (ok, json) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &[
+            "get",
+            "configmap",
+            "coredns",
+            "-n",
+            "kube-system",
+            "--show-managed-fields",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert!(ok, "{json}");
+    let cm: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        cm["data"]["Corefile"]
+            .as_str()
+            .unwrap()
+            .contains("forward . /etc/resolv.conf"),
+        "{cm}"
+    );
+    assert_eq!(
+        cm["data"]["extra"], "kept",
+        "fields talos does not set stay"
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"][INVENTORY_ANNOTATION],
+        INVENTORY_NAME
+    );
+    let managed = cm["metadata"]["managedFields"].as_array().unwrap();
+    let talos = managed
+        .iter()
+        .find(|m| m["manager"] == "talos")
+        .expect("talos manages fields");
+    assert_eq!(talos["operation"], "Apply");
+    assert!(
+        talos["fieldsV1"]["f:data"]["f:Corefile"].is_object(),
+        "{talos}"
+    );
+    let kubectl = managed
+        .iter()
+        .find(|m| m["manager"] == "kubectl-create")
+        .expect("kubectl-create keeps what talos does not set");
+    assert_eq!(kubectl["operation"], "Update");
+    assert!(
+        kubectl["fieldsV1"]["f:data"].get("f:Corefile").is_none(),
+        "{kubectl}"
+    );
+    // the inventory lists every applied object
+    let (ok, inv) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &[
+            "get",
+            "configmap",
+            INVENTORY_NAME,
+            "-n",
+            "kube-system",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert!(ok, "{inv}");
+    let inv: serde_json::Value = serde_json::from_str(&inv).unwrap();
+    let keys: Vec<&str> = inv["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "kube-system_coredns__ConfigMap",
+            "kube-system_coredns__ServiceAccount",
+            "kube-system_kube-proxy_apps_DaemonSet",
+        ]
+    );
+    assert_eq!(
+        inv["metadata"]["labels"]["cli-utils.sigs.k8s.io/inventory-id"],
+        INVENTORY_NAME
+    );
+}

@@ -1637,9 +1637,9 @@ mod machine_props {
             } => fake
                 .talos_set_image(node, *component, image)
                 .map(|()| Outcome::Done),
-            Action::ApplyManifests { via } => fake
+            Action::ApplyManifests { via, legacy } => fake
                 .talos_manifests(via)
-                .and_then(|m| fake.kube_apply(&m))
+                .and_then(|m| fake.kube_apply(&m, *legacy))
                 .map(|()| Outcome::Done),
         };
         match r {

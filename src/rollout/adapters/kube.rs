@@ -150,23 +150,33 @@ impl KubePort for KubeAdapter {
     async fn apply_manifests(
         &self,
         manifests: &[Manifest],
-        field_manager: &str,
+        legacy: bool,
+        wait: Duration,
     ) -> Result<(), PortError> {
         let objects = manifests
             .iter()
             .enumerate()
             .map(|(i, m)| k8s::Manifest::from_value(m.0.clone(), i))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| PortError::failed("server-side apply", "bootstrap manifests", e))?;
-        let options = k8s::ApplyOptions {
-            field_manager: field_manager.to_string(),
-            // never take fields over from another manager silently: a conflict halts
-            force_conflicts: false,
-            dry_run: false,
+            .map_err(|e| PortError::failed("manifests sync", "bootstrap manifests", e))?;
+        let mode = if legacy {
+            k8s::bootstrap::SyncMode::Legacy
+        } else {
+            k8s::bootstrap::SyncMode::ServerSide
         };
-        timed(API, "Apply", self.client.apply(&objects, &options))
-            .await
-            .map(|_| ())
-            .map_err(|e| classify("server-side apply", "bootstrap manifests", e))
+        let report = timed(
+            API,
+            "Apply",
+            self.client.sync_bootstrap_manifests(&objects, mode, wait),
+        )
+        .await
+        .map_err(|e| classify("manifests sync", "bootstrap manifests", e))?;
+        tracing::info!(
+            applied = report.applied.len(),
+            pruned = ?report.pruned,
+            ?mode,
+            "bootstrap manifests synced"
+        );
+        Ok(())
     }
 }

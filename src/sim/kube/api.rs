@@ -352,7 +352,10 @@ async fn dispatch(
                 watch(shared, rt, ns, q)
             }
             Method::GET => list(&c, rt, ns.as_deref(), headers, q, wall),
-            Method::POST => create(&mut c, rt, ns.as_deref(), q, &body, now, wall),
+            Method::POST => {
+                let m = update_manager(q, headers);
+                create(&mut c, rt, ns.as_deref(), q, &body, &m, wall)
+            }
             _ => Err(ApiError::method_not_allowed(format!(
                 "the server does not allow this method ({method}) on {}",
                 rt.qualified()
@@ -378,7 +381,10 @@ async fn dispatch(
                     Ok(json_response(StatusCode::OK, &obj))
                 }
                 Method::PATCH => patch(&mut c, rt, &ns, &name, headers, q, &body, wall),
-                Method::PUT => replace(&mut c, rt, &ns, &name, q, &body, wall),
+                Method::PUT => {
+                    let m = update_manager(q, headers);
+                    replace(&mut c, rt, &ns, &name, q, &body, &m, wall)
+                }
                 Method::DELETE => delete(&mut c, rt, &ns, &name, q, now, wall),
                 _ => Err(ApiError::method_not_allowed(format!(
                     "the server does not allow this method ({method}) on {}",
@@ -733,13 +739,79 @@ fn derived_refusal(rt: &ResourceType, verb: &str) -> ApiError {
     ))
 }
 
+/// The field manager of a non-apply write: `?fieldManager=`, else the User-Agent's product
+/// (`kubectl/v1.34.1 (linux/amd64) …` → `kubectl`), as the apiserver derives it
+/// (k8s.io/apiserver `pkg/endpoints/handlers/rest.go` `prefixFromUserAgent`).
+fn update_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    headers
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// Record a non-apply write of `obj` by `manager` (see [`apply::record_update`]) and render
+/// the object's `managedFields`.
+fn note_update(
+    c: &mut Cluster,
+    rt: &'static ResourceType,
+    before: Option<&Value>,
+    obj: &mut Value,
+    manager: &str,
+    wall: jiff::Timestamp,
+) {
+    let key = (rt.key(), ns_of(obj).to_string(), name_of(obj).to_string());
+    let owners = c.owners.entry(key.clone()).or_default();
+    apply::record_update(before, obj, owners, manager);
+    c.updaters
+        .entry(key.clone())
+        .or_default()
+        .insert(manager.to_string());
+    obj["metadata"]["managedFields"] = managed_fields(c, rt, &key, wall);
+}
+
+/// `metadata.managedFields` of an object from its owners.
+fn managed_fields(
+    c: &Cluster,
+    rt: &'static ResourceType,
+    key: &crate::sim::kube::store::ObjKey,
+    wall: jiff::Timestamp,
+) -> Value {
+    let time = super::store::k8s_time(wall);
+    let updaters = c.updaters.get(key);
+    let entries: Vec<Value> = c
+        .owners
+        .get(key)
+        .into_iter()
+        .flatten()
+        .map(|(m, cfg)| {
+            let update = updaters.is_some_and(|u| u.contains(m));
+            json!({
+                "manager": m,
+                "operation": if update { "Update" } else { "Apply" },
+                "apiVersion": rt.api_version(),
+                "time": time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": apply::fields_v1(cfg),
+            })
+        })
+        .collect();
+    json!(entries)
+}
+
 fn create(
     c: &mut Cluster,
     rt: &'static ResourceType,
     ns: Option<&str>,
     q: &HashMap<String, String>,
     body: &Bytes,
-    _now: Instant,
+    manager: &str,
     wall: jiff::Timestamp,
 ) -> Result<Response> {
     if rt.owner == Owner::Node {
@@ -768,6 +840,9 @@ fn create(
     }
     let name = name_of(&obj).to_string();
     c.counters.creates += 1;
+    if c.store.get(rt, ns_of(&obj), &name).is_none() {
+        note_update(c, rt, None, &mut obj, manager, wall);
+    }
     let created = c
         .store
         .create(rt, obj, wall)
@@ -788,6 +863,7 @@ fn replace(
     name: &str,
     q: &HashMap<String, String>,
     body: &Bytes,
+    manager: &str,
     wall: jiff::Timestamp,
 ) -> Result<Response> {
     let mut obj = parse_body(body, false)?;
@@ -823,6 +899,7 @@ fn replace(
     if let Some(status) = existing.get("status") {
         obj["status"] = status.clone();
     }
+    note_update(c, rt, Some(&existing), &mut obj, manager, wall);
     let stored = c.store.put(rt, obj, wall);
     Ok(json_response(StatusCode::OK, &stored))
 }
@@ -868,6 +945,8 @@ fn patch(
         let node = c.patch_node(name, &next, wall)?;
         return Ok(json_response(StatusCode::OK, &node));
     }
+    let m = update_manager(q, headers);
+    note_update(c, rt, Some(&existing), &mut next, &m, wall);
     let stored = c.store.put(rt, next, wall);
     Ok(json_response(StatusCode::OK, &stored))
 }
@@ -916,8 +995,13 @@ fn server_side_apply(
         ));
     }
     let mut owners = c.owners.get(&key).cloned().unwrap_or_default();
+    let no_updaters = std::collections::BTreeSet::new();
+    let updaters = c.updaters.get(&key).unwrap_or(&no_updaters);
     let mut next = apply::apply(live.as_ref(), &config, &mut owners, &manager, force)
-        .map_err(|conflicts| ApiError::apply_conflict(rt, name, &conflicts))?;
+        .map_err(|conflicts| ApiError::apply_conflict(rt, name, &conflicts, updaters))?;
+    let mut updaters = updaters.clone();
+    updaters.remove(&manager);
+    updaters.retain(|m| owners.contains_key(m));
     let api_version = rt.api_version();
     let time = super::store::k8s_time(wall);
     let managed: Vec<Value> = owners
@@ -925,7 +1009,7 @@ fn server_side_apply(
         .map(|(m, cfg)| {
             json!({
                 "manager": m,
-                "operation": "Apply",
+                "operation": if updaters.contains(m) { "Update" } else { "Apply" },
                 "apiVersion": api_version,
                 "time": time,
                 "fieldsType": "FieldsV1",
@@ -946,11 +1030,13 @@ fn server_side_apply(
     if let Some(live) = &live
         && strip_managed_time(live) == strip_managed_time(&next)
     {
-        c.owners.insert(key, owners);
+        c.owners.insert(key.clone(), owners);
+        c.updaters.insert(key, updaters);
         return Ok(json_response(StatusCode::OK, live));
     }
     let stored = c.store.put(rt, next, wall);
-    c.owners.insert(key, owners);
+    c.owners.insert(key.clone(), owners);
+    c.updaters.insert(key, updaters);
     c.reconcile(Instant::now(), wall);
     let stored = c.store.get(rt, ns, name).cloned().unwrap_or(stored);
     Ok(json_response(
@@ -1012,6 +1098,8 @@ fn delete(
         return Ok(json_response(StatusCode::OK, &pod));
     }
     c.owners
+        .remove(&(rt.key(), ns.to_string(), name.to_string()));
+    c.updaters
         .remove(&(rt.key(), ns.to_string(), name.to_string()));
     let gone = c.store.delete(rt, ns, name).unwrap_or(existing);
     Ok(json_response(StatusCode::OK, &gone))

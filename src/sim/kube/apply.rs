@@ -127,6 +127,70 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+fn set_path(v: &mut Value, path: &[String], value: Value) {
+    let Some((last, init)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for k in init {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        cur = cur
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(k.clone())
+            .or_insert_with(|| json!({}));
+    }
+    if !cur.is_object() {
+        *cur = json!({});
+    }
+    cur.as_object_mut()
+        .expect("made an object above")
+        .insert(last.clone(), value);
+}
+
+/// Record an `Update` (create, replace, merge patch) by `manager` in `owners`, as the
+/// apiserver's field manager does for non-apply writes (k8s.io/apiserver
+/// `pkg/endpoints/handlers/fieldmanager`, structured-merge-diff `Updater.Update`): the manager
+/// comes to own every leaf field whose value the write set or changed, and those fields leave
+/// every other manager; fields the write removed leave every manager.
+pub(crate) fn record_update(
+    before: Option<&Value>,
+    after: &Value,
+    owners: &mut BTreeMap<String, Value>,
+    manager: &str,
+) {
+    let after_paths = leaf_paths(after);
+    let changed: Vec<&Path> = after_paths
+        .iter()
+        .filter(|p| before.and_then(|b| get_path(b, p)) != get_path(after, p))
+        .collect();
+    let removed: Vec<Path> = before
+        .map(leaf_paths)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| get_path(after, p).is_none())
+        .collect();
+    for (m, cfg) in owners.iter_mut() {
+        for p in removed
+            .iter()
+            .chain(changed.iter().copied().filter(|_| m.as_str() != manager))
+        {
+            remove_path(cfg, p);
+        }
+    }
+    let mine = owners
+        .entry(manager.to_string())
+        .or_insert_with(|| json!({}));
+    for p in changed {
+        if let Some(v) = get_path(after, p) {
+            set_path(mine, p, v.clone());
+        }
+    }
+    owners.retain(|_, cfg| !leaf_paths(cfg).is_empty());
+}
+
 /// `fieldsV1` for the leaf paths of a configuration (`{"f:spec":{"f:replicas":{}}}`).
 pub(crate) fn fields_v1(config: &Value) -> Value {
     let mut root = json!({});
@@ -300,6 +364,44 @@ mod tests {
         .unwrap();
         assert_eq!(forced["data"]["a"], "2");
         assert!(!owners.contains_key("talos"), "{owners:?}");
+    }
+
+    #[test]
+    fn an_update_owns_what_it_changed_and_an_apply_conflicts_with_it_unless_forced() {
+        let mut owners = BTreeMap::new();
+        let created = cm(json!({"a": "1", "b": "2"}));
+        record_update(None, &created, &mut owners, "kubectl-create");
+        assert_eq!(
+            owners["kubectl-create"]["data"],
+            json!({"a": "1", "b": "2"})
+        );
+        let err = apply(
+            Some(&created),
+            &cm(json!({"a": "9"})),
+            &mut owners,
+            "talos",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(err[0].manager, "kubectl-create");
+        assert_eq!(err[0].field, ".data.a");
+        let live = apply(
+            Some(&created),
+            &cm(json!({"a": "9"})),
+            &mut owners,
+            "talos",
+            true,
+        )
+        .unwrap();
+        assert_eq!(live["data"], json!({"a": "9", "b": "2"}));
+        assert_eq!(owners["kubectl-create"]["data"], json!({"b": "2"}));
+        // a later update of `b` by another writer moves `b` only
+        let mut edited = live.clone();
+        edited["data"]["b"] = json!("3");
+        record_update(Some(&live), &edited, &mut owners, "kubectl-edit");
+        assert!(!owners.contains_key("kubectl-create"), "{owners:?}");
+        assert_eq!(owners["kubectl-edit"]["data"], json!({"b": "3"}));
+        assert_eq!(owners["talos"]["data"], json!({"a": "9"}));
     }
 
     #[test]

@@ -141,6 +141,9 @@ pub(crate) struct Cluster {
     settled: Option<Settled>,
     /// Server-side apply: field manager → owned configuration, per object.
     pub owners: HashMap<ObjKey, BTreeMap<String, Value>>,
+    /// The managers of `owners` whose last write was an `Update` (create, replace, patch),
+    /// per object; the others applied (`operation: Apply`).
+    pub updaters: HashMap<ObjKey, BTreeSet<String>>,
     /// (node, static pod component) whose current image crash-loops (a Talos-side fault):
     /// the kubelet keeps its mirror pod Running but never Ready (`CrashLoopBackOff`).
     crash_looping: HashSet<(String, String)>,
@@ -334,6 +337,7 @@ impl Cluster {
             inputs: 0,
             settled: None,
             owners: HashMap::new(),
+            updaters: HashMap::new(),
             crash_looping: HashSet::new(),
             names: 0,
             seed,

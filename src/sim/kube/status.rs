@@ -74,10 +74,21 @@ impl ApiError {
         rt: &ResourceType,
         name: &str,
         conflicts: &[super::apply::Conflict],
+        updaters: &std::collections::BTreeSet<String>,
     ) -> ApiError {
+        // structured-merge-diff prints an `Update` manager with the API version it wrote
+        // (k8s.io/apiserver `pkg/endpoints/handlers/fieldmanager/internal/conflict.go`
+        // `printManager`): `conflict with "kubectl-create" using v1`.
+        let who = |m: &str| {
+            if updaters.contains(m) {
+                format!("\"{m}\" using {}", rt.api_version())
+            } else {
+                format!("\"{m}\"")
+            }
+        };
         let list: Vec<String> = conflicts
             .iter()
-            .map(|c| format!("conflict with \"{}\": {}", c.manager, c.field))
+            .map(|c| format!("conflict with {}: {}", who(&c.manager), c.field))
             .collect();
         let mut err = ApiError::new(
             409,
@@ -96,7 +107,7 @@ impl ApiError {
                     .iter()
                     .map(|c| StatusCause {
                         reason: Some("FieldManagerConflict".into()),
-                        message: Some(format!("conflict with \"{}\"", c.manager)),
+                        message: Some(format!("conflict with {}", who(&c.manager))),
                         field: Some(c.field.clone()),
                     })
                     .collect(),

@@ -1048,20 +1048,33 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                 ),
                 (
                     "11-core-dns",
-                    serde_json::json!({
+                    serde_json::json!([{
                         "apiVersion": "v1", "kind": "ServiceAccount",
                         "metadata": {"name": "coredns", "namespace": "kube-system"}
-                    }),
+                    }, {
+                        "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "coredns", "namespace": "kube-system"},
+                        "data": {"Corefile": ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    cache 30\n}\n"}
+                    }]),
                 ),
             ];
             manifests
                 .into_iter()
                 .map(|(id, obj)| {
-                    let spec = k8s::ManifestSpec {
-                        items: vec![k8s::SingleManifest {
-                            object: obj.as_object().map(pbstruct::to_struct),
-                        }],
+                    // one resource may carry several objects (`spec.items`)
+                    let objs = match obj {
+                        serde_json::Value::Array(v) => v,
+                        o => vec![o],
                     };
+                    let spec = k8s::ManifestSpec {
+                        items: objs
+                            .iter()
+                            .map(|o| k8s::SingleManifest {
+                                object: o.as_object().map(pbstruct::to_struct),
+                            })
+                            .collect(),
+                    };
+                    let obj = serde_json::Value::Array(objs);
                     cosi_resource(
                         ResMeta {
                             namespace: "controlplane",

@@ -1,0 +1,494 @@
+//! The bootstrap manifests sync of `talosctl upgrade-k8s` (talos
+//! `pkg/cluster/kubernetes/talos_managed.go` `PerformManifestsSync`):
+//!
+//! - **server-side** (every node runs Talos >= 1.13; `syncManifestsSSA` over go-kubernetes
+//!   `kubernetes/ssa` and fluxcd `ssa`): every object gets the annotation
+//!   `config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory` (an object
+//!   annotated for another inventory is refused, go-kubernetes `ssa/apply.go`
+//!   `prepareObjects`), is applied with field manager `talos` and forced ownership (fluxcd ssa
+//!   applies with `client.ForceOwnership`), in stages: CRDs and Namespaces, then `…Class`
+//!   kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest. The applied
+//!   objects are recorded in the inventory ConfigMap `kube-system/
+//!   talos-bootstrap-manifests-inventory` (cli-utils format: label
+//!   `cli-utils.sigs.k8s.io/inventory-id`, one data key `<namespace>_<name>_<group>_<Kind>`
+//!   per object); objects the inventory lists that the manifests no longer render are pruned
+//!   after everything applied (`calculatePruneObjects`), only if they carry this inventory's
+//!   annotation (the default `MustMatch` policy); then Deployments and DaemonSets are waited
+//!   for (`ssacli.Wait`, fail-fast).
+//! - **legacy** (some node runs Talos < 1.13; `syncManifests`, go-kubernetes
+//!   `kubernetes/manifests/sync.go`): per object GET, then create when missing or update
+//!   (PUT at the live resourceVersion); no inventory, no pruning; then the same wait.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use ::kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use ::kube::discovery::Scope;
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::{Value, json};
+
+use super::client::{KubeClient, is_status};
+use super::{K8sError, Manifest};
+
+/// The field manager of the bootstrap manifests (talos `constants.KubernetesFieldManagerName`).
+pub const FIELD_MANAGER: &str = "talos";
+/// Namespace of the inventory ConfigMap (talos `constants.KubernetesInventoryNamespace`).
+pub const INVENTORY_NAMESPACE: &str = "kube-system";
+/// Name and id of the inventory (talos `constants.KubernetesBootstrapManifestsInventoryName`).
+pub const INVENTORY_NAME: &str = "talos-bootstrap-manifests-inventory";
+/// The annotation naming an object's inventory (go-kubernetes `ssa.InventoryAnnotationKey`).
+pub const INVENTORY_ANNOTATION: &str = "config.k8s.io/owning-inventory";
+/// The label of a cli-utils inventory ConfigMap.
+pub const INVENTORY_ID_LABEL: &str = "cli-utils.sigs.k8s.io/inventory-id";
+
+/// How the manifests are synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Talos >= 1.13 everywhere: server-side apply with the inventory.
+    ServerSide,
+    /// Some node runs Talos < 1.13: GET, create or update.
+    Legacy,
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Objects applied (created, updated or unchanged), as `Kind namespace/name`.
+    pub applied: Vec<String>,
+    /// Objects pruned.
+    pub pruned: Vec<String>,
+}
+
+/// An object's identity in an inventory: (namespace, name, group, kind).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjRef {
+    pub namespace: String,
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+}
+
+impl ObjRef {
+    pub fn of(m: &Manifest) -> ObjRef {
+        let group = m
+            .api_version()
+            .split_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("");
+        ObjRef {
+            namespace: m.namespace().unwrap_or("").to_string(),
+            name: m.name().to_string(),
+            group: group.to_string(),
+            kind: m.kind().to_string(),
+        }
+    }
+    /// The cli-utils key (`kube-system_coredns_apps_Deployment`).
+    pub fn key(&self) -> String {
+        format!(
+            "{}_{}_{}_{}",
+            self.namespace, self.name, self.group, self.kind
+        )
+    }
+    /// Parse a cli-utils key (names and namespaces have no `_`; kinds none either).
+    pub fn parse(key: &str) -> Option<ObjRef> {
+        let mut parts = key.splitn(4, '_');
+        let (ns, name, group, kind) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        (!name.is_empty() && !kind.is_empty()).then(|| ObjRef {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+        })
+    }
+    fn describe(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {}", self.kind, self.name)
+        } else {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// The apply stage of an object: CRDs and Namespaces, `…Class` kinds, ConfigMaps and
+/// Secrets, everything else.
+pub fn stage(m: &Manifest) -> u8 {
+    match m.kind() {
+        "CustomResourceDefinition" | "Namespace" => 0,
+        k if k.ends_with("Class") => 1,
+        "ConfigMap" | "Secret" => 2,
+        _ => 3,
+    }
+}
+
+/// `manifests` annotated with the inventory and in apply order (stable within a stage).
+/// An object already annotated for another inventory is refused.
+pub fn prepare(manifests: &[Manifest]) -> Result<Vec<Manifest>, K8sError> {
+    let mut out = Vec::with_capacity(manifests.len());
+    for (i, m) in manifests.iter().enumerate() {
+        let mut v = m.value().clone();
+        let ann = v
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                INVENTORY_ANNOTATION.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(other) = ann.filter(|a| a != INVENTORY_NAME) {
+            return Err(K8sError::ManifestInvalid {
+                index: i,
+                reason: format!(
+                    "`{}` already belongs to inventory `{other}` (annotation {INVENTORY_ANNOTATION})",
+                    m.describe()
+                ),
+            });
+        }
+        let meta = v["metadata"]
+            .as_object_mut()
+            .expect("a manifest has metadata (checked by Manifest::from_value)");
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        if !annotations.is_object() {
+            *annotations = json!({});
+        }
+        annotations[INVENTORY_ANNOTATION] = json!(INVENTORY_NAME);
+        out.push(Manifest::from_value(v, i)?);
+    }
+    out.sort_by_key(stage);
+    Ok(out)
+}
+
+/// Inventory refs that the current objects no longer include.
+pub fn prune_set(inventory: &BTreeSet<ObjRef>, current: &[Manifest]) -> Vec<ObjRef> {
+    inventory
+        .iter()
+        .filter(|r| {
+            !current.iter().any(|m| {
+                let c = ObjRef::of(m);
+                c.kind == r.kind
+                    && c.group == r.group
+                    && c.name == r.name
+                    && (c.namespace == r.namespace || r.namespace.is_empty())
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+fn sync_err(object: impl Into<String>, reason: impl Into<String>) -> K8sError {
+    K8sError::ManifestSync {
+        object: object.into(),
+        reason: reason.into(),
+    }
+}
+
+impl KubeClient {
+    async fn dynamic_api(&self, m: &Manifest) -> Result<Api<DynamicObject>, K8sError> {
+        let (resource, caps) = self.resolve(m).await?;
+        Ok(match caps.scope {
+            Scope::Namespaced => match m.namespace() {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+                None => Api::default_namespaced_with(self.client.clone(), &resource),
+            },
+            Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+        })
+    }
+
+    async fn api_for_ref(&self, r: &ObjRef) -> Result<Option<Api<DynamicObject>>, K8sError> {
+        let group = ::kube::discovery::group(&self.client, &r.group)
+            .await
+            .map_err(super::client::api_err(
+                "discover API group",
+                r.group.clone(),
+            ));
+        let group = match group {
+            Ok(g) => g,
+            // the group is gone: nothing of it is left to prune
+            Err(K8sError::Api { err, .. }) if is_status(&err, 404) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some((resource, caps)) = group.recommended_kind(&r.kind) else {
+            return Ok(None);
+        };
+        Ok(Some(match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(self.client.clone(), &r.namespace, &resource),
+            Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+        }))
+    }
+
+    /// Sync the bootstrap manifests as `upgrade-k8s` does (see the module docs); `wait`
+    /// bounds the wait for Deployments and DaemonSets to roll out.
+    pub async fn sync_bootstrap_manifests(
+        &self,
+        manifests: &[Manifest],
+        mode: SyncMode,
+        wait: Duration,
+    ) -> Result<SyncReport, K8sError> {
+        let mut report = SyncReport::default();
+        let objects = match mode {
+            SyncMode::ServerSide => prepare(manifests)?,
+            SyncMode::Legacy => {
+                let mut v = manifests.to_vec();
+                v.sort_by_key(stage);
+                v
+            }
+        };
+        let inventory = match mode {
+            SyncMode::ServerSide => Some(self.read_inventory().await?),
+            SyncMode::Legacy => None,
+        };
+        for m in &objects {
+            let api = self.dynamic_api(m).await?;
+            match mode {
+                SyncMode::ServerSide => {
+                    let mut params = PatchParams::apply(FIELD_MANAGER);
+                    params.force = true;
+                    let patch = Patch::Apply(m.value().clone());
+                    self.call("server-side apply", &m.describe(), || {
+                        api.patch(m.name(), &params, &patch)
+                    })
+                    .await?;
+                }
+                SyncMode::Legacy => {
+                    let live = self
+                        .call("get", &m.describe(), || api.get_opt(m.name()))
+                        .await?;
+                    let mut obj: DynamicObject = serde_json::from_value(m.value().clone())
+                        .map_err(|e| sync_err(m.describe(), e.to_string()))?;
+                    let pp = PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..PostParams::default()
+                    };
+                    match live {
+                        None => {
+                            self.call("create", &m.describe(), || api.create(&pp, &obj))
+                                .await?;
+                        }
+                        Some(live) => {
+                            obj.metadata.resource_version = live.metadata.resource_version;
+                            self.call("update", &m.describe(), || api.replace(m.name(), &pp, &obj))
+                                .await?;
+                        }
+                    }
+                }
+            }
+            report.applied.push(ObjRef::of(m).describe());
+        }
+        if let Some(mut inv) = inventory {
+            inv.extend(objects.iter().map(ObjRef::of));
+            self.write_inventory(&inv).await?;
+            for r in prune_set(&inv, &objects) {
+                let Some(api) = self.api_for_ref(&r).await? else {
+                    inv.remove(&r);
+                    continue;
+                };
+                let live = self
+                    .call("get", &r.describe(), || api.get_opt(&r.name))
+                    .await?;
+                let Some(live) = live else {
+                    inv.remove(&r);
+                    continue;
+                };
+                let owner = live
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(INVENTORY_ANNOTATION));
+                if owner.map(String::as_str) != Some(INVENTORY_NAME) {
+                    return Err(sync_err(
+                        r.describe(),
+                        format!(
+                            "listed in inventory `{INVENTORY_NAME}` but annotated for {}; not pruned",
+                            owner.map_or("no inventory".to_string(), |o| format!("`{o}`"))
+                        ),
+                    ));
+                }
+                let dp = DeleteParams::background();
+                self.call("prune", &r.describe(), || api.delete(&r.name, &dp))
+                    .await?;
+                inv.remove(&r);
+                report.pruned.push(r.describe());
+            }
+            self.write_inventory(&inv).await?;
+        }
+        self.wait_rolled_out(&objects, wait).await?;
+        Ok(report)
+    }
+
+    fn inventory_api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), INVENTORY_NAMESPACE)
+    }
+
+    async fn read_inventory(&self) -> Result<BTreeSet<ObjRef>, K8sError> {
+        let api = self.inventory_api();
+        let cm = self
+            .call("get inventory", INVENTORY_NAME, || {
+                api.get_opt(INVENTORY_NAME)
+            })
+            .await?;
+        Ok(cm
+            .and_then(|c| c.data)
+            .unwrap_or_default()
+            .keys()
+            .filter_map(|k| ObjRef::parse(k))
+            .collect())
+    }
+
+    async fn write_inventory(&self, refs: &BTreeSet<ObjRef>) -> Result<(), K8sError> {
+        let api = self.inventory_api();
+        let data: BTreeMap<String, String> =
+            refs.iter().map(|r| (r.key(), String::new())).collect();
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        let live = self
+            .call("get inventory", INVENTORY_NAME, || {
+                api.get_opt(INVENTORY_NAME)
+            })
+            .await?;
+        match live {
+            None => {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": INVENTORY_NAME,
+                        "namespace": INVENTORY_NAMESPACE,
+                        "labels": {INVENTORY_ID_LABEL: INVENTORY_NAME},
+                    },
+                    "data": data,
+                }))
+                .map_err(|e| sync_err(INVENTORY_NAME, e.to_string()))?;
+                self.call("create inventory", INVENTORY_NAME, || api.create(&pp, &cm))
+                    .await?;
+            }
+            Some(mut cm) => {
+                cm.data = Some(data);
+                cm.metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert(INVENTORY_ID_LABEL.into(), INVENTORY_NAME.into());
+                self.call("update inventory", INVENTORY_NAME, || {
+                    api.replace(INVENTORY_NAME, &pp, &cm)
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for the Deployments and DaemonSets among `objects` to roll out (observed the
+    /// latest generation, every replica updated and available), every 2 s up to `wait`.
+    async fn wait_rolled_out(&self, objects: &[Manifest], wait: Duration) -> Result<(), K8sError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        for m in objects
+            .iter()
+            .filter(|m| matches!(m.kind(), "Deployment" | "DaemonSet"))
+        {
+            let api = self.dynamic_api(m).await?;
+            loop {
+                let live = self
+                    .call("get", &m.describe(), || api.get_opt(m.name()))
+                    .await?;
+                let why = match live {
+                    None => Some("it does not exist".to_string()),
+                    Some(o) => not_rolled_out(m.kind(), &o),
+                };
+                let Some(why) = why else { break };
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(sync_err(
+                        m.describe(),
+                        format!("not rolled out after {}s: {why}", wait.as_secs()),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_secs(2).min(wait)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a Deployment or DaemonSet has not rolled out, or `None`.
+fn not_rolled_out(kind: &str, o: &DynamicObject) -> Option<String> {
+    let status = o.data.get("status").cloned().unwrap_or(Value::Null);
+    let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let generation = o.metadata.generation.unwrap_or(0);
+    if int("observedGeneration") < generation {
+        return Some(format!(
+            "generation {generation} not observed yet ({})",
+            int("observedGeneration")
+        ));
+    }
+    let (want, updated, available) = match kind {
+        "Deployment" => (
+            o.data
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1),
+            int("updatedReplicas"),
+            int("availableReplicas"),
+        ),
+        _ => (
+            int("desiredNumberScheduled"),
+            int("updatedNumberScheduled"),
+            int("numberAvailable"),
+        ),
+    };
+    (updated < want || available < want)
+        .then(|| format!("{updated} updated and {available} available of {want}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(v: Value) -> Manifest {
+        Manifest::from_value(v, 0).unwrap()
+    }
+
+    #[test]
+    fn objects_are_annotated_and_staged() {
+        let objs = vec![
+            m(
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": "kube-system"}}),
+            ),
+            m(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": "kube-system"}}),
+            ),
+            m(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}})),
+            m(
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "s"}}),
+            ),
+        ];
+        let p = prepare(&objs).unwrap();
+        let kinds: Vec<&str> = p.iter().map(|m| m.kind()).collect();
+        assert_eq!(
+            kinds,
+            ["Namespace", "StorageClass", "ConfigMap", "Deployment"]
+        );
+        for o in &p {
+            assert_eq!(
+                o.value()["metadata"]["annotations"][INVENTORY_ANNOTATION],
+                INVENTORY_NAME
+            );
+        }
+        let foreign = m(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a", "annotations": {INVENTORY_ANNOTATION: "other"}}}),
+        );
+        let err = prepare(&[foreign]).unwrap_err();
+        assert!(err.to_string().contains("inventory `other`"), "{err}");
+    }
+
+    #[test]
+    fn inventory_keys_round_trip_and_the_prune_set_is_what_is_no_longer_rendered() {
+        let cm = m(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": "kube-system"}}),
+        );
+        let r = ObjRef::of(&cm);
+        assert_eq!(r.key(), "kube-system_coredns__ConfigMap");
+        assert_eq!(ObjRef::parse(&r.key()), Some(r.clone()));
+        let dep = ObjRef::parse("kube-system_old-dns_apps_Deployment").unwrap();
+        assert_eq!(dep.group, "apps");
+        let inv: BTreeSet<ObjRef> = [r, dep.clone()].into();
+        assert_eq!(prune_set(&inv, &[cm]), vec![dep]);
+    }
+}
