@@ -438,3 +438,136 @@ async fn a_manifest_created_by_an_update_manager_is_taken_over_under_the_talos_f
         INVENTORY_NAME
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_the_manifests_no_longer_render_are_pruned_only_when_the_inventory_owns_them() {
+    use medea::k8s::bootstrap::{INVENTORY_ANNOTATION, INVENTORY_NAME};
+    let Some(bin) = crate::sim_cluster::require_kubectl() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let kubeconfig = sim.creds.join(crate::rollout::CLUSTER).join("kubeconfig");
+    let k = |args: Vec<String>| {
+        let (bin, kubeconfig, home) = (bin.clone(), kubeconfig.clone(), dir.path().to_path_buf());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            crate::sim_cluster::kubectl(&bin, &kubeconfig, &home, &args).await
+        }
+    };
+    // an object an earlier sync applied (annotated, listed) that Talos no longer renders, and
+    // one the inventory lists but another tool owns (no annotation)
+    let file = dir.path().join("objs.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: old-dns
+  namespace: kube-system
+  annotations:
+    {INVENTORY_ANNOTATION}: {INVENTORY_NAME}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {INVENTORY_NAME}
+  namespace: kube-system
+  labels:
+    cli-utils.sigs.k8s.io/inventory-id: {INVENTORY_NAME}
+data:
+  kube-system_old-dns__ConfigMap: ""
+"#
+        ),
+    )
+    .unwrap();
+    let (ok, out) = k(vec![
+        "create".into(),
+        "--validate=false".into(),
+        "-f".into(),
+        file.to_str().unwrap().into(),
+    ])
+    .await;
+    assert!(ok, "{out}");
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    let (ok, out) = k(vec![
+        "get".into(),
+        "configmap".into(),
+        "old-dns".into(),
+        "-n".into(),
+        "kube-system".into(),
+    ])
+    .await;
+    assert!(!ok && out.contains("NotFound"), "old-dns is pruned: {out}");
+    let (ok, inv) = k(vec![
+        "get".into(),
+        "configmap".into(),
+        INVENTORY_NAME.into(),
+        "-n".into(),
+        "kube-system".into(),
+        "-o".into(),
+        "jsonpath={.data}".into(),
+    ])
+    .await;
+    assert!(ok, "{inv}");
+    assert!(!inv.contains("old-dns"), "{inv}");
+    assert!(inv.contains("kube-system_coredns__ConfigMap"), "{inv}");
+
+    // a listed object without this inventory's annotation is never deleted: the job halts
+    let foreign = dir.path().join("foreign.yaml");
+    std::fs::write(
+        &foreign,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: foreign\n  namespace: kube-system\n",
+    )
+    .unwrap();
+    let (ok, out) = k(vec![
+        "create".into(),
+        "--validate=false".into(),
+        "-f".into(),
+        foreign.to_str().unwrap().into(),
+    ])
+    .await;
+    assert!(ok, "{out}");
+    let (ok, out) = k(vec![
+        "patch".into(),
+        "configmap".into(),
+        INVENTORY_NAME.into(),
+        "-n".into(),
+        "kube-system".into(),
+        "--type=merge".into(),
+        "-p".into(),
+        r#"{"data":{"kube-system_foreign__ConfigMap":""}}"#.into(),
+    ])
+    .await;
+    assert!(ok, "{out}");
+    let second = dir.path().join("second");
+    let run = run_for(
+        &sim,
+        &second,
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("ConfigMap kube-system/foreign"), "{reason}");
+    assert!(reason.contains("not pruned"), "{reason}");
+    let (ok, out) = k(vec![
+        "get".into(),
+        "configmap".into(),
+        "foreign".into(),
+        "-n".into(),
+        "kube-system".into(),
+    ])
+    .await;
+    assert!(ok, "foreign is kept: {out}");
+}

@@ -1440,6 +1440,31 @@ async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_manifests_are_synced_the_legacy_way_when_a_node_runs_talos_before_1_13() {
+    // upgrade-k8s decides from the lowest Talos version (`SupportsSSAManifestSync`)
+    let w = kube_world("v1.12.4", KUBE, "v1.34.1");
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let last = w.state().log.last().cloned().unwrap();
+    assert!(
+        last.starts_with("apply-manifests") && last.ends_with(" legacy"),
+        "{last}"
+    );
+    let w = kube_world(TO, KUBE, "v1.34.1");
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let last = w.state().log.last().cloned().unwrap();
+    assert!(
+        last.starts_with("apply-manifests") && !last.ends_with(" legacy"),
+        "{last}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn kubernetes_rollout_rerun_skips_what_is_already_done() {
     // the control plane already runs the new apiserver (an interrupted earlier attempt)
     let w = kube_world(TO, KUBE, "v1.34.1");
