@@ -28,6 +28,7 @@ fn kube_step(sim: &Sim, to: &str, health_timeout: Duration) -> Step {
         control_plane: cps,
         workers,
         health_timeout,
+        supported_talos: None,
     })
 }
 
