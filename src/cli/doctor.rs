@@ -681,6 +681,7 @@ async fn node_checks(
             return (checks, None);
         }
     }
+    checks.extend(kube_upgrade_check(talos, &target, &label, t.control_plane).await);
     if t.control_plane == Some(false) {
         return (checks, None);
     }
@@ -729,6 +730,68 @@ async fn node_checks(
             (checks, None)
         }
     }
+}
+
+/// Flags, feature gates and admission plugins the next Kubernetes minor removes that the node's
+/// machine config still sets (`extraArgs`; the table of `upgrade-k8s`'s checks, go-kubernetes
+/// `upgrade/checks.go`, in `rollout::removed`): a warning, since a Kubernetes step to that minor
+/// halts on them. Nothing when there is none; a skip when the config cannot be read.
+async fn kube_upgrade_check(
+    talos: &TalosClient,
+    target: &NodeTarget,
+    label: &str,
+    control_plane: Option<bool>,
+) -> Option<Check> {
+    use crate::rollout::adapters::{component_args_of, component_images_of};
+    use crate::rollout::machine::image_version;
+    use crate::rollout::ports::Component;
+    use crate::rollout::removed::removed_settings;
+    const CHECK: &str = "kube-upgrade";
+    let mc = match talos.machine_config(target).await {
+        Ok(mc) => mc,
+        Err(e) => {
+            return Some(Check::skip(
+                CHECK,
+                label,
+                format!(
+                    "cannot read the machine configuration: {}",
+                    crate::error_chain(&e)
+                ),
+            ));
+        }
+    };
+    let yaml = mc.yaml().expose();
+    let (mut args, images) = match (component_args_of(yaml), component_images_of(yaml)) {
+        (Ok(a), Ok(i)) => (a, i),
+        (Err(e), _) | (_, Err(e)) => {
+            return Some(Check::skip(CHECK, label, crate::error_chain(&e)));
+        }
+    };
+    let (running, _) = images
+        .get(&Component::Kubelet)
+        .and_then(|i| image_version(i))?;
+    let next = crate::version::KubeVersion::new(running.major(), running.minor() + 1, 0);
+    if control_plane == Some(false) {
+        args.retain(|c, _| *c == Component::Kubelet);
+    }
+    let found = removed_settings(label, &args, &next);
+    if found.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
+    Some(Check::warn(
+        CHECK,
+        label,
+        format!(
+            "Kubernetes 1.{} removes settings this node's machine config sets: {}",
+            next.minor(),
+            list.join("; ")
+        ),
+        format!(
+            "remove them from the machine config before upgrading Kubernetes to 1.{} (a Kubernetes step halts on them)",
+            next.minor()
+        ),
+    ))
 }
 
 async fn members_check(talos: &TalosClient, from: &NodeTarget, expected: Option<usize>) -> Check {

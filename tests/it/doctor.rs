@@ -271,3 +271,58 @@ async fn doctor_without_credentials_says_to_seed() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn doctor_warns_about_flags_the_next_kubernetes_minor_removes() {
+    use medea::talos::{ApplyOptions, MachineConfig};
+    let e = env(quick_default()).await;
+    let dir = creds_dir(&e);
+    // the default cluster runs Kubernetes 1.34; 1.35 removed the kubelet's
+    // `--pod-infra-container-image` (go-kubernetes upgrade/checks.go)
+    let talos = e.talos();
+    let w2 = NodeTarget::parse("w-2").unwrap();
+    let yaml = String::from_utf8(
+        talos
+            .machine_config(&w2)
+            .await
+            .unwrap()
+            .yaml()
+            .expose()
+            .clone(),
+    )
+    .unwrap();
+    let anchor = "    disableManifestsDirectory: true\n";
+    assert!(yaml.contains(anchor));
+    let patched = yaml.replacen(
+        anchor,
+        &format!(
+            "{anchor}    extraArgs:\n      pod-infra-container-image: registry.k8s.io/pause:3.10\n"
+        ),
+        1,
+    );
+    talos
+        .apply_configuration(
+            &w2,
+            &MachineConfig::from_yaml(patched.into_bytes()),
+            ApplyOptions::no_reboot(),
+        )
+        .await
+        .unwrap();
+    let r = diagnose(&dir).await;
+    let w = find(&r, "kube-upgrade", "w-2");
+    assert_eq!(w.status, Status::Warn, "{w:?}");
+    assert!(
+        w.detail
+            .contains("kubelet on `w-2 (10.5.0.6)`: flag `--pod-infra-container-image` (machine.kubelet.extraArgs)"),
+        "{w:?}"
+    );
+    assert!(w.fix.as_deref().unwrap().contains("1.35"), "{w:?}");
+    assert!(
+        !r.checks
+            .iter()
+            .any(|c| c.check == "kube-upgrade" && !c.target.contains("w-2")),
+        "only w-2 sets a removed flag: {:#?}",
+        r.checks
+    );
+    e.sim.shutdown().await;
+}

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 pub use self::kube::KubeAdapter;
 pub use self::talos::{
-    LOADER_ENTRY_DEFAULT, TALOSCONFIG_FILE, TalosAdapter, component_images_of,
+    LOADER_ENTRY_DEFAULT, TALOSCONFIG_FILE, TalosAdapter, component_args_of, component_images_of,
     next_boot_from_efivar, set_component_image_in,
 };
 
