@@ -856,6 +856,7 @@ fn create(
     Ok(json_response(StatusCode::CREATED, &stored))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn replace(
     c: &mut Cluster,
     rt: &'static ResourceType,
