@@ -1620,6 +1620,10 @@ mod machine_props {
         if let Some(via) = &needs.etcd {
             o.etcd = Some(fake.talos_etcd(via).map_err(obs_err));
         }
+        for t in &needs.args {
+            o.args
+                .insert(t.node.clone(), fake.talos_args(t).map_err(obs_err));
+        }
         for t in &needs.images {
             o.images
                 .insert(t.node.clone(), fake.talos_images(t).map_err(obs_err));
