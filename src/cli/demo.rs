@@ -206,6 +206,7 @@ async fn with_sim(
     let client_args = super::client::ClientArgs {
         addr: addr.to_string(),
         token: Some(token.expose().clone()),
+        token_file: None,
         ca: Some(dir.join("state/tls/ca.crt")),
         insecure: false,
     };

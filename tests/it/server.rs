@@ -349,7 +349,7 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 fn keygen(dir: &std::path::Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
-    let out = std::process::Command::new("ssh-keygen")
+    let out = crate::fixtures::tool("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
         .arg(&key)
         .output()
@@ -423,7 +423,7 @@ fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("(1 of 2 approvals)"));
 
     // bob approves with a marker file written by plain ssh-keygen.
-    let mut child = std::process::Command::new("ssh-keygen")
+    let mut child = crate::fixtures::tool("ssh-keygen")
         .args(["-Y", "sign", "-q", "-n", "medea-approve", "-f"])
         .arg(&bob)
         .stdin(std::process::Stdio::piped())
