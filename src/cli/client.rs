@@ -191,6 +191,15 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 
 impl ClientArgs {
     pub async fn connect(&self) -> miette::Result<Client> {
+        // The token first: an empty one is refused before anything is sent.
+        let token = match resolve_token(self.token.clone(), self.token_file.clone(), &|name| {
+            std::env::var_os(name)
+        })? {
+            Some(t) => Some(format!("Bearer {}", t.expose()).parse().map_err(|_| {
+                miette::miette!("the token contains characters that cannot be sent")
+            })?),
+            None => None,
+        };
         let host = host_of(&self.addr).to_string();
         let uri = format!("https://{}", self.addr.trim_start_matches("https://"));
         let endpoint = Endpoint::from_shared(uri.clone())
@@ -237,14 +246,6 @@ impl ClientArgs {
             .connect()
             .await
             .map_err(|e| connect_error(&self.addr, &e))?;
-        let token = match resolve_token(self.token.clone(), self.token_file.clone(), &|name| {
-            std::env::var_os(name)
-        })? {
-            Some(t) => Some(format!("Bearer {}", t.expose()).parse().map_err(|_| {
-                miette::miette!("the token contains characters that cannot be sent")
-            })?),
-            None => None,
-        };
         Ok(MedeaClient::with_interceptor(channel, BearerToken(token))
             .max_decoding_message_size(64 * 1024 * 1024))
     }

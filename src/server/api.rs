@@ -185,6 +185,8 @@ impl MedeaApi {
             consumed_state(store, c)?
         } else if current != Some(p.id) {
             "superseded"
+        } else if !p.has_changes() {
+            "no-changes"
         } else if !approvals.is_empty() && approvals.len() as u32 >= p.approvals_required {
             "approved"
         } else {
