@@ -319,7 +319,7 @@ mod tests {
             etcd_user: Some("medea".into()),
             ..EtcdArgs::default()
         };
-        let err = args.credentials_from(None).err().expect("no password");
+        let err = args.credentials_from(None).expect_err("no password");
         assert!(err.to_string().contains("needs a password"), "{err}");
         let c = args
             .credentials_from(Some("env-pw".into()))
@@ -340,7 +340,7 @@ mod tests {
             "the file wins, without its newline"
         );
         std::fs::write(&file, "\n").unwrap();
-        let err = args.credentials_from(None).err().expect("empty");
+        let err = args.credentials_from(None).expect_err("empty");
         assert!(err.to_string().contains("is empty"), "{err}");
         args.etcd_user = None;
         assert!(args.credentials_from(Some("x".into())).unwrap().is_none());
