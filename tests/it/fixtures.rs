@@ -74,7 +74,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// Run `git` in `dir` with a fixed identity and no signing; panics with git's stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
+    let out = tool("git")
         .args([
             "-c",
             "user.name=t",
