@@ -767,24 +767,26 @@ fn derived_refusal(rt: &ResourceType, verb: &str) -> ApiError {
 
 /// The unknown fields of a written object, handled as `fieldValidation` asks: `Strict` is a
 /// 400 strict decoding error, `Warn` (the default) a `Warning` header per field, `Ignore`
-/// nothing (apiserver `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`,
+/// nothing; unless refused they are dropped from the object, as decoding into the typed object
+/// does (apiserver `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`,
 /// `patch.go`, `update.go`; messages as `k8s.io/apimachinery/pkg/runtime/serializer/json`
 /// `strict decoding error: unknown field "…"`).
 fn check_fields(
     rt: &ResourceType,
-    obj: &Value,
+    obj: &mut Value,
     q: &HashMap<String, String>,
 ) -> Result<Vec<String>> {
     let mode = FieldValidation::from_query(q.get("fieldValidation").map(String::as_str))
         .map_err(ApiError::bad_request)?;
-    if mode == FieldValidation::Ignore {
-        return Ok(Vec::new());
-    }
-    let unknown: Vec<String> = openapi::unknown_fields(rt, obj)
+    let mut pruned = obj.clone();
+    let unknown: Vec<String> = openapi::prune_unknown_fields(rt, &mut pruned)
         .into_iter()
         .map(|f| format!("unknown field \"{f}\""))
         .collect();
-    if mode == FieldValidation::Strict && !unknown.is_empty() {
+    if unknown.is_empty() {
+        return Ok(unknown);
+    }
+    if mode == FieldValidation::Strict {
         return Err(ApiError::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
             unknown.join(", "),
@@ -792,7 +794,12 @@ fn check_fields(
             version = rt.version,
         )));
     }
-    Ok(unknown)
+    *obj = pruned;
+    Ok(if mode == FieldValidation::Ignore {
+        Vec::new()
+    } else {
+        unknown
+    })
 }
 
 /// `Warning: 299 - "<message>"` headers (RFC 7234 warn-code 299, as the apiserver sends).
@@ -836,7 +843,7 @@ fn create(
         obj["metadata"]["name"] = json!(format!("{prefix}{:05x}", n & 0xfffff));
     }
     check_identity(rt, &mut obj, ns, None)?;
-    let warnings = check_fields(rt, &obj, q)?;
+    let warnings = check_fields(rt, &mut obj, q)?;
     if dry_run(q) {
         return Ok(with_warnings(
             json_response(StatusCode::CREATED, &obj),
@@ -872,7 +879,7 @@ fn replace(
 ) -> Result<Response> {
     let mut obj = parse_body(body, false)?;
     check_identity(rt, &mut obj, ns, Some(name))?;
-    let warnings = check_fields(rt, &obj, q)?;
+    let warnings = check_fields(rt, &mut obj, q)?;
     let existing = c
         .store
         .get(rt, ns, name)
@@ -944,7 +951,7 @@ fn patch(
             "a patch may not change metadata.name or metadata.namespace",
         ));
     }
-    let warnings = check_fields(rt, &next, q)?;
+    let warnings = check_fields(rt, &mut next, q)?;
     if dry_run(q) {
         return Ok(with_warnings(
             json_response(StatusCode::OK, &next),

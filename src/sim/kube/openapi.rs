@@ -296,7 +296,14 @@ pub(crate) fn document(key: &str) -> Option<&'static GvDoc> {
 
 /// The unknown fields of `obj` for its kind's schema, as the apiserver's strict decoding names
 /// them (`spec.template.spec.containers[0].imagee`). Kinds without a schema have none.
+#[cfg(test)]
 pub(crate) fn unknown_fields(rt: &ResourceType, obj: &Value) -> Vec<String> {
+    prune_unknown_fields(rt, &mut obj.clone())
+}
+
+/// [`unknown_fields`], removing them from `obj` as the apiserver's decoding into its typed
+/// object does when they are only warned about or ignored.
+pub(crate) fn prune_unknown_fields(rt: &ResourceType, obj: &mut Value) -> Vec<String> {
     let Some(doc) = document(&gv_key(rt.group, rt.version)) else {
         return Vec::new();
     };
@@ -326,7 +333,7 @@ fn join(path: &str, key: &str) -> String {
 fn walk(
     schemas: &Map<String, Value>,
     schema: &Value,
-    v: &Value,
+    v: &mut Value,
     path: &str,
     out: &mut Vec<String>,
     depth: usize,
@@ -356,19 +363,26 @@ fn walk(
         Value::Object(m) => {
             let props = schema.get("properties").and_then(Value::as_object);
             let extra = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (k, val) in m {
+            let mut unknown = Vec::new();
+            for (k, val) in m.iter_mut() {
                 match (props.and_then(|p| p.get(k)), extra) {
                     (Some(s), _) | (None, Some(s)) => {
                         walk(schemas, s, val, &join(path, k), out, depth + 1)
                     }
-                    (None, None) if props.is_some() => out.push(join(path, k)),
+                    (None, None) if props.is_some() => {
+                        out.push(join(path, k));
+                        unknown.push(k.clone());
+                    }
                     (None, None) => {}
                 }
+            }
+            for k in unknown {
+                m.remove(&k);
             }
         }
         Value::Array(a) => {
             if let Some(items) = schema.get("items") {
-                for (i, item) in a.iter().enumerate() {
+                for (i, item) in a.iter_mut().enumerate() {
                     walk(
                         schemas,
                         items,
@@ -480,5 +494,11 @@ mod tests {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}, "extra": 1});
         let rt = resources::by_kind("v1", "ConfigMap").unwrap();
         assert_eq!(unknown_fields(rt, &cm), ["extra"]);
+        let mut pruned = cm.clone();
+        assert_eq!(prune_unknown_fields(rt, &mut pruned), ["extra"]);
+        assert_eq!(
+            pruned,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}})
+        );
     }
 }
