@@ -277,13 +277,13 @@ fn insert_keys(
 ) -> Result<Edit, MachineConfigError> {
     let at = doc.origin(map);
     let rest = text.get(at.offset..).unwrap_or("");
-    if rest.starts_with('{') {
+    if let Some(inner) = rest.strip_prefix('{') {
         // flow mapping: `{a: 1}` → `{image: x, a: 1}`
         let mut value = "\0".to_string();
         for k in keys.iter().skip(1).rev() {
             value = format!("{{{k}: {value}}}");
         }
-        let empty = rest[1..].trim_start().starts_with('}');
+        let empty = inner.trim_start().starts_with('}');
         let sep = if empty { "" } else { ", " };
         return Ok(Edit {
             start: at.offset + 1,
