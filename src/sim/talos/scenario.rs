@@ -16,6 +16,9 @@
 //!     effect: { upgradeExit: { code: 1, message: "disk full" } }
 //! workloads:             # read by the simulated kube-apiserver, not by the Talos side
 //!   - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
+//! machineConfigExtra:    # kept byte for byte in every node's machine config (see MachineConfigExtra)
+//!   machine: |
+//!     sysctls: {vm.overcommit_memory: off}
 //! kubeFaults:            # kube-apiserver faults, active from the start (see design/sim.md)
 //!   - pdbNeverAllows: { namespace: default, pdb: web-pdb }
 //!   - apiUnavailable: { requests: 3 }      # or { for: 30s }
