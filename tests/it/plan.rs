@@ -3,7 +3,7 @@
 
 use crate::fixtures::copy_dir;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use medea::desired::{self, Source, diagnostic::codes};
 use medea::inventory::{Inventory, file as inventory_file};
@@ -375,7 +375,7 @@ fn git_mode_plans_the_committed_tree() {
     let repo = tmp.path();
     copy_dir(&root().join("examples"), repo);
     let git = |args: &[&str]| {
-        let out = Command::new("git")
+        let out = crate::fixtures::tool("git")
             .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
             .args([
                 "-c",
