@@ -791,7 +791,12 @@ impl KubePort for FakeKube {
     async fn uncordon(&self, node: &str) -> Result<(), PortError> {
         self.0.kube_cordon(node, false)
     }
-    async fn drain(&self, node: &str, timeout: Duration) -> Result<DrainOutcome, PortError> {
+    async fn drain(
+        &self,
+        node: &str,
+        timeout: Duration,
+        _policy: &crate::plan::DrainPolicy,
+    ) -> Result<DrainOutcome, PortError> {
         let r = self.0.kube_drain(node)?;
         if matches!(r, DrainOutcome::Blocked { .. }) {
             // a real drain keeps retrying the refused eviction until its timeout

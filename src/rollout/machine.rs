@@ -26,7 +26,7 @@ use super::ports::{
 };
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;
-use crate::plan::{KubeRollout, MachineTarget, PlanId, TalosRollout};
+use crate::plan::{DrainPolicy, KubeRollout, MachineTarget, PlanId, TalosRollout};
 use crate::version::{KubeVersion, TalosVersion};
 
 /// How long a drain that came back blocked waits before it is tried again (within the drain
@@ -272,6 +272,10 @@ pub struct NodeProgress {
     pub not_before: Option<Timestamp>,
     /// The last drain refusal.
     pub blocked: Option<String>,
+    /// Why the last Upgrade attempt of this node did not take (its definitive failure, or the
+    /// transport error of a call the node shows no trace of).
+    #[serde(default)]
+    pub last_error: Option<String>,
 }
 
 impl NodeProgress {
@@ -287,6 +291,7 @@ impl NodeProgress {
             method: None,
             not_before: None,
             blocked: None,
+            last_error: None,
         }
     }
     pub fn node_target(&self) -> NodeTarget {
@@ -451,6 +456,10 @@ pub enum Action {
     Drain {
         node: String,
         timeout_secs: u64,
+        /// Which pods are evicted. Journals written before the field existed read as
+        /// [`DrainPolicy::legacy`], what those drains did.
+        #[serde(default = "DrainPolicy::legacy")]
+        policy: DrainPolicy,
     },
     Upgrade {
         node: NodeTarget,
@@ -861,6 +870,16 @@ fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> N
                     intent.key
                 ));
                 j.in_flight = None;
+                if intent.key.op == Op::Upgrade {
+                    record_upgrade_error(
+                        j,
+                        &intent.key,
+                        intent
+                            .last_error
+                            .clone()
+                            .unwrap_or_else(|| "its outcome was lost".into()),
+                    );
+                }
                 bump_attempt(j, &intent.key);
             }
             Resolution::Pending(why, reason) => {
@@ -1239,6 +1258,7 @@ fn talos_node(
                     action: Action::Drain {
                         node: name,
                         timeout_secs: timeout,
+                        policy: spec.drain.clone(),
                     },
                 }));
             }
@@ -1281,6 +1301,20 @@ fn talos_node(
                         }
                         return Flow::Poll(PollWhy::Waiting, why);
                     }
+                }
+                // At most `upgradeAttempts` Upgrade calls per node: a call answered with a
+                // definitive failure, or one whose outcome was lost and that the node shows no
+                // trace of, uses up an attempt (see design/rollout.md, "one Upgrade per node").
+                let bound = spec.upgrade_attempts.max(1);
+                if n.attempt >= bound {
+                    return halt_flow(
+                        format!(
+                            "upgrade of `{name}` to {to} did not take after {bound} attempt(s) (rollout.upgradeAttempts): {}",
+                            n.last_error.as_deref().unwrap_or("no error was reported")
+                        ),
+                        nd,
+                        Some(Op::Upgrade),
+                    );
                 }
                 let boot = t.boot_id.clone();
                 let method = n
@@ -1986,6 +2020,18 @@ fn bump_attempt(j: &mut Job, key: &CommandKey) {
     }
 }
 
+/// Remember why an Upgrade attempt of the key's node did not take.
+fn record_upgrade_error(j: &mut Job, key: &CommandKey, error: String) {
+    let Some(node) = key.node.as_deref() else {
+        return;
+    };
+    if let Some(StepKind::Talos(t)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
+        && let Some(n) = t.nodes.iter_mut().find(|n| n.target.node == node)
+    {
+        Arc::make_mut(n).last_error = Some(error);
+    }
+}
+
 fn current_task_mut(k: &mut KubeStep) -> Option<&mut KubeTask> {
     k.tasks
         .iter_mut()
@@ -2012,7 +2058,30 @@ fn apply(
             return;
         }
         Outcome::Failed { error } => {
-            let reason = format!("{} on `{who}` failed: {error}", key.op);
+            // A definitive Upgrade failure (the node ran it and said it failed) may be tried
+            // again, within the pool's bound; nothing is in flight once it answered.
+            let bound = match j.steps.get(key.step).map(|s| &s.kind) {
+                Some(StepKind::Talos(t)) if key.op == Op::Upgrade => t.rollout.upgrade_attempts,
+                _ => 1,
+            };
+            if key.attempt < bound {
+                notes.push(format!(
+                    "{key}: attempt {} of {bound} failed ({error}); trying again",
+                    key.attempt
+                ));
+                j.in_flight = None;
+                record_upgrade_error(j, key, error.clone());
+                bump_attempt(j, key);
+                return;
+            }
+            let reason = if bound > 1 {
+                format!(
+                    "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
+                    key.op
+                )
+            } else {
+                format!("{} on `{who}` failed: {error}", key.op)
+            };
             notes.push(format!("halted: {reason}"));
             *j = halt(j, reason, now);
             j.in_flight = None;

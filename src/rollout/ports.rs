@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::DrainPolicy;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Boxed error source carried by a [`PortError`].
@@ -368,10 +369,14 @@ pub trait KubePort: Send + Sync {
     fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Evict every evictable pod of the node through the Eviction API, retrying PDB refusals
     /// (HTTP 429) until `timeout`, then wait for them to be gone. Never deletes, never forces.
+    /// `policy` says which pods are evicted: emptyDir pods, bare pods, and pods it skips; a pod
+    /// the policy refuses fails the drain ([`PortError::Failed`]) before any eviction, naming
+    /// the pods and the desired-state field that would allow them.
     fn drain(
         &self,
         node: &str,
         timeout: Duration,
+        policy: &DrainPolicy,
     ) -> impl Future<Output = Result<DrainOutcome, PortError>> + Send;
     /// The node's mirror pod of a control-plane component (`kube-system`, `k8s-app=<name>`,
     /// on that node), if present.

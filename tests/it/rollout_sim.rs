@@ -59,8 +59,19 @@ pub(crate) struct Sim {
 
 impl Sim {
     pub(crate) async fn start(dir: &Path, cps: usize, workers: usize, kube: KubeSimConfig) -> Sim {
+        Sim::start_from(dir, cps, workers, kube, FROM).await
+    }
+
+    /// [`Sim::start`] with every node on Talos `from`.
+    pub(crate) async fn start_from(
+        dir: &Path,
+        cps: usize,
+        workers: usize,
+        kube: KubeSimConfig,
+        from: &str,
+    ) -> Sim {
         let mut scenario =
-            Scenario::uniform(cps, workers, tv(FROM), KubeVersion::parse(KUBE).unwrap());
+            Scenario::uniform(cps, workers, tv(from), KubeVersion::parse(KUBE).unwrap());
         scenario.timing.reboot = RebootTiming::After(REBOOT);
         let names = scenario.nodes.iter().map(|n| n.name.clone()).collect();
         let talos = SimTalos::start(scenario, "127.0.0.1:0".parse().unwrap())
@@ -138,6 +149,8 @@ impl Sim {
             max_unavailable: max,
             drain_timeout: Duration::from_secs(timeouts.0),
             health_timeout: Duration::from_secs(timeouts.1),
+            upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
+            drain: medea::plan::DrainPolicy::from(&medea::desired::model::DrainSettings::default()),
             waves: waves
                 .iter()
                 .map(|w| {
@@ -232,6 +245,7 @@ async fn adapters(sim: &Sim) -> (TalosAdapter, KubeAdapter) {
 struct Run {
     exec: Executor<TalosAdapter, KubeAdapter, SystemClock>,
     job: medea::rollout::JobId,
+    store: Arc<dyn Store>,
 }
 
 async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
@@ -245,7 +259,7 @@ async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
     cfg.backoff_max = Duration::from_millis(160);
     cfg.max_sleep = Duration::from_secs(1);
     let exec = Executor::new(store.clone(), talos, kube, SystemClock, cfg);
-    Run { exec, job }
+    Run { exec, job, store }
 }
 
 impl Run {
@@ -439,27 +453,210 @@ async fn a_silent_revert_halts_the_job() {
 async fn an_installer_exit_code_halts_without_a_reboot() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
-    sim.talos
-        .set_fault(fault(
-            "w-1",
-            Trigger::call(Method::Upgrade),
-            Effect::UpgradeExit {
-                code: 3,
-                message: "error writing boot assets: no space left on device".into(),
-            },
-        ))
-        .unwrap();
+    // the installer keeps failing (a plan fires once: one per call, more than the bound)
+    for nth in 1..=3 {
+        sim.talos
+            .set_fault(fault(
+                "w-1",
+                Trigger::nth_call(Method::Upgrade, nth),
+                Effect::UpgradeExit {
+                    code: 3,
+                    message: "error writing boot assets: no space left on device".into(),
+                },
+            ))
+            .unwrap();
+    }
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
     let reason = halted(&run.go().await).to_string();
     assert!(reason.contains("exited with code 3"), "{reason}");
-    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(reason.contains("no space left on device"), "{reason}");
+    assert!(reason.contains("failed 2 times"), "{reason}");
+    assert_eq!(
+        sim.upgrades("w-1"),
+        2,
+        "rollout.upgradeAttempts (default 2) Upgrade calls, no more"
+    );
     assert_eq!(sim.reboots("w-1"), 0, "no reboot after a failed install");
     assert_eq!(sim.upgrades("w-2"), 0);
     assert!(
         sim.cordoned("w-1"),
         "a halted node stays cordoned for the operator"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// the drain policy (issue 20, item 1)
+
+/// The default scenario runs a metrics-server-like Deployment (emptyDir at `/tmp`) on a
+/// worker; the plan's default drain policy (`deleteEmptyDirData: true`, as talosctl) drains it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_server_with_an_emptydir_drains_with_the_default_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects: medea::sim::kube::scenario::default_scenario(),
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let mut host = None;
+    for _ in 0..500 {
+        host = sim
+            .kube
+            .pods()
+            .into_iter()
+            .find(|p| p.name.starts_with("metrics-server-") && p.ready)
+            .and_then(|p| p.node);
+        if host.is_some() {
+            break;
+        }
+        // the simulator's controllers create and schedule pods in the background
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let host = host.expect("the metrics-server pod is scheduled and ready");
+    assert!(
+        host.starts_with("w-"),
+        "metrics-server runs on a worker: {host}"
+    );
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert_eq!(sim.upgrades("w-2"), 1);
+    let c = sim.kube.counters();
+    assert!(c.evictions > 0, "{c:?}");
+    assert_eq!(c.pod_deletes, 0, "evictions only");
+}
+
+/// A bare pod (no controller) is refused before any eviction, naming the pod and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
+    use medea::sim::kube::scenario;
+    let mut objects = scenario::default_scenario();
+    objects.push(
+        serde_json::to_value(scenario::bare_pod("default", "debug-shell", "w-1", false)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("default/debug-shell"), "{reason}");
+    assert!(reason.contains("drain.evictUnmanagedPods"), "{reason}");
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+    assert!(
+        sim.kube
+            .pods_on("w-1")
+            .iter()
+            .any(|p| p.name == "debug-shell"),
+        "the bare pod is left alone"
+    );
+}
+
+/// `drain.skipPods` leaves matching pods on the node (a local-storage agent) and the drain
+/// goes on; a PDB is still never bypassed for the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_pods_leaves_matching_pods_on_the_node() {
+    use medea::sim::kube::scenario;
+    let mut objects = scenario::default_scenario();
+    // `bare_pod` labels the pod `app: <name>`; with emptyDir, as local-storage agents have
+    objects.push(
+        serde_json::to_value(scenario::bare_pod("storage", "local-agent", "w-1", true)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let mut step = sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60));
+    if let Step::Talos(t) = &mut step {
+        t.drain.skip_pods = [("app".to_string(), "local-agent".to_string())].into();
+    }
+    let run = run_for(&sim, dir.path(), vec![step]).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(
+        sim.kube.pods().iter().any(|p| p.name == "local-agent"),
+        "the skipped pod was not evicted"
+    );
+    assert_eq!(sim.kube.counters().pod_deletes, 0);
+}
+
+/// Issue 20, item 2: a legacy (< 1.13) node whose installer keeps failing ("disk full", answered
+/// `INTERNAL` by the node) used to get `MachineService.Upgrade` re-issued forever. The answer
+/// proves the call ran and failed: after `rollout.upgradeAttempts` (2) the job halts with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_installer_that_keeps_failing_halts_after_the_bound_with_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start_from(dir.path(), 1, 2, KubeSimConfig::default(), "v1.12.6").await;
+    for nth in 1..=4 {
+        sim.talos
+            .set_fault(fault(
+                "w-1",
+                Trigger::nth_call(Method::LegacyUpgrade, nth),
+                Effect::UpgradeExit {
+                    code: 1,
+                    message: "disk full on /dev/sda".into(),
+                },
+            ))
+            .unwrap();
+    }
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("disk full on /dev/sda"), "{reason}");
+    assert!(reason.contains("failed 2 times"), "{reason}");
+    let c = sim.talos.counters("w-1").unwrap();
+    assert_eq!(
+        c.calls(Method::LegacyUpgrade),
+        2,
+        "exactly the bound: {c:?}"
+    );
+    assert_eq!(c.calls(Method::Reboot), 0);
+    assert_eq!(sim.talos.node_state("w-1").unwrap().running, tv("v1.12.6"));
+    assert_eq!(sim.upgrades("w-2"), 0, "the next node is not touched");
+    // each attempt was journaled (intent before the call) under its own key, with its outcome
+    let journal: Vec<Entry> = run
+        .store
+        .scan_records::<JournalEntry>(&entries_prefix(&run.job))
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e.entry)
+        .collect();
+    let attempts = |intent: bool| -> Vec<u32> {
+        journal
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Intent { key, .. } if intent && key.op == Op::Upgrade => Some(key.attempt),
+                Entry::Result { key, .. } if !intent && key.op == Op::Upgrade => Some(key.attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(attempts(true), vec![1, 2], "one intent per attempt");
+    assert_eq!(attempts(false), vec![1, 2], "one outcome per attempt");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

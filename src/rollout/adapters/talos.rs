@@ -739,6 +739,12 @@ mod tests {
             code: Code::Unavailable,
             message: "connection reset".into(),
         }));
+        assert!(!is_transient(&TalosError::Refused {
+            op: "MachineService.Upgrade",
+            node: "n".into(),
+            code: Code::Internal,
+            message: "failed to run installer: disk full".into(),
+        }));
         assert!(!is_transient(&TalosError::UpgradeExit {
             node: "n".into(),
             image: "i:v1".into(),
