@@ -65,11 +65,16 @@ pub struct RolloutSummary {
     pub max_unavailable: u32,
     pub drain_timeout_secs: u64,
     pub health_timeout_secs: u64,
-    /// Records written before the field existed read as the default.
-    #[serde(default = "default_upgrade_attempts")]
+    /// Records written before the field existed read as the default; the default is not
+    /// written, so the applied basis of a store that never set it stays what it was.
+    #[serde(
+        default = "default_upgrade_attempts",
+        skip_serializing_if = "is_default_upgrade_attempts"
+    )]
     pub upgrade_attempts: u32,
-    /// Records written before the drain policy existed read as the default policy.
-    #[serde(default = "default_drain")]
+    /// Records written before the drain policy existed read as the default policy (not
+    /// written when default, like `upgrade_attempts`).
+    #[serde(default = "default_drain", skip_serializing_if = "is_default_drain")]
     pub drain: crate::plan::DrainPolicy,
 }
 
@@ -77,8 +82,16 @@ fn default_upgrade_attempts() -> u32 {
     crate::desired::model::DEFAULT_UPGRADE_ATTEMPTS
 }
 
+fn is_default_upgrade_attempts(n: &u32) -> bool {
+    *n == default_upgrade_attempts()
+}
+
 fn default_drain() -> crate::plan::DrainPolicy {
     crate::plan::DrainPolicy::from(&crate::desired::model::DrainSettings::default())
+}
+
+fn is_default_drain(d: &crate::plan::DrainPolicy) -> bool {
+    *d == default_drain()
 }
 
 impl From<&RolloutSettings> for RolloutSummary {
