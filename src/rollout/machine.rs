@@ -21,8 +21,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::ports::{
-    Component, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode, NextBoot,
-    NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
+    Component, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode, MachineStage,
+    NextBoot, NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
 };
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;
@@ -276,6 +276,10 @@ pub struct NodeProgress {
     /// transport error of a call the node shows no trace of).
     #[serde(default)]
     pub last_error: Option<String>,
+    /// Upgrade calls of this node that the node answered with a definitive failure (bounded by
+    /// `rollout.upgradeAttempts`).
+    #[serde(default)]
+    pub upgrade_failures: u32,
 }
 
 impl NodeProgress {
@@ -292,6 +296,7 @@ impl NodeProgress {
             not_before: None,
             blocked: None,
             last_error: None,
+            upgrade_failures: 0,
         }
     }
     pub fn node_target(&self) -> NodeTarget {
@@ -878,6 +883,7 @@ fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> N
                             .last_error
                             .clone()
                             .unwrap_or_else(|| "its outcome was lost".into()),
+                        false,
                     );
                 }
                 bump_attempt(j, &intent.key);
@@ -1302,14 +1308,16 @@ fn talos_node(
                         return Flow::Poll(PollWhy::Waiting, why);
                     }
                 }
-                // At most `upgradeAttempts` Upgrade calls per node: a call answered with a
-                // definitive failure, or one whose outcome was lost and that the node shows no
-                // trace of, uses up an attempt (see design/rollout.md, "one Upgrade per node").
-                let bound = spec.upgrade_attempts.max(1);
-                if n.attempt >= bound {
+                // A call whose reply was lost and that the node shows no trace of is made
+                // again, but only within the health timeout from the drain (definitive failures
+                // are bounded by `upgradeAttempts` in `apply`); see design/rollout.md, "one
+                // Upgrade per node".
+                if n.attempt > 0 && now >= health_deadline {
                     return halt_flow(
                         format!(
-                            "upgrade of `{name}` to {to} did not take after {bound} attempt(s) (rollout.upgradeAttempts): {}",
+                            "upgrade of `{name}` to {to} could not be made within {}s ({} call(s) left no trace): {}",
+                            spec.health_timeout.as_secs(),
+                            n.attempt,
                             n.last_error.as_deref().unwrap_or("no error was reported")
                         ),
                         nd,
@@ -1403,6 +1411,16 @@ fn talos_node(
                         nd,
                         Some(Op::Reboot),
                     );
+                }
+                // back = MachineStatus stage `running` *and* ready (talosctl upgrade --wait:
+                // `MachineReadyEventFn`), the boot id changed (above) and the target version
+                // runs (above); services and the Kubernetes node are checked as well
+                if t.stage != MachineStage::Running || !t.ready {
+                    return late(format!(
+                        "is {} and {}, not running and ready yet",
+                        t.stage.name(),
+                        if t.ready { "ready" } else { "not ready" }
+                    ));
                 }
                 if !t.unhealthy_services.is_empty() {
                     return late(format!(
@@ -2020,15 +2038,20 @@ fn bump_attempt(j: &mut Job, key: &CommandKey) {
     }
 }
 
-/// Remember why an Upgrade attempt of the key's node did not take.
-fn record_upgrade_error(j: &mut Job, key: &CommandKey, error: String) {
+/// Remember why an Upgrade attempt of the key's node did not take (and count it when the node
+/// answered it with a failure).
+fn record_upgrade_error(j: &mut Job, key: &CommandKey, error: String, definitive: bool) {
     let Some(node) = key.node.as_deref() else {
         return;
     };
     if let Some(StepKind::Talos(t)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
         && let Some(n) = t.nodes.iter_mut().find(|n| n.target.node == node)
     {
-        Arc::make_mut(n).last_error = Some(error);
+        let n = Arc::make_mut(n);
+        n.last_error = Some(error);
+        if definitive {
+            n.upgrade_failures += 1;
+        }
     }
 }
 
@@ -2060,17 +2083,26 @@ fn apply(
         Outcome::Failed { error } => {
             // A definitive Upgrade failure (the node ran it and said it failed) may be tried
             // again, within the pool's bound; nothing is in flight once it answered.
-            let bound = match j.steps.get(key.step).map(|s| &s.kind) {
-                Some(StepKind::Talos(t)) if key.op == Op::Upgrade => t.rollout.upgrade_attempts,
-                _ => 1,
+            let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
+                Some(StepKind::Talos(t)) if key.op == Op::Upgrade => {
+                    let failures = t
+                        .nodes
+                        .iter()
+                        .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+                        .map(|n| n.upgrade_failures)
+                        .unwrap_or(0);
+                    (t.rollout.upgrade_attempts.max(1), failures + 1)
+                }
+                _ => (1, 1),
             };
-            if key.attempt < bound {
+            if key.op == Op::Upgrade {
+                record_upgrade_error(j, key, error.clone(), true);
+            }
+            if failures < bound {
                 notes.push(format!(
-                    "{key}: attempt {} of {bound} failed ({error}); trying again",
-                    key.attempt
+                    "{key}: the node answered failure {failures} of {bound} ({error}); trying again"
                 ));
                 j.in_flight = None;
-                record_upgrade_error(j, key, error.clone());
                 bump_attempt(j, key);
                 return;
             }

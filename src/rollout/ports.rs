@@ -66,6 +66,20 @@ pub enum MachineStage {
 }
 
 impl MachineStage {
+    /// The stage as Talos names it (`MACHINE_STAGE_RUNNING` → `running`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MachineStage::Booting => "booting",
+            MachineStage::Running => "running",
+            MachineStage::Rebooting => "rebooting",
+            MachineStage::ShuttingDown => "shutting down",
+            MachineStage::Upgrading => "upgrading",
+            MachineStage::Installing => "installing",
+            MachineStage::Maintenance => "in maintenance",
+            MachineStage::Other => "in another stage",
+        }
+    }
+
     /// A stage in which the node is on its way down or up, or applying an upgrade.
     pub fn in_transition(self) -> bool {
         matches!(
@@ -100,6 +114,11 @@ pub struct TalosNode {
     /// `/proc/sys/kernel/random/boot_id`.
     pub boot_id: String,
     pub stage: MachineStage,
+    /// `MachineStatus.status.ready`: every condition of the node's readiness is met (time
+    /// synced, network, services, static pods; `machine_status.go`). "Back" after a reboot is
+    /// `stage == Running && ready`, as `talosctl upgrade --wait` decides.
+    #[serde(default)]
+    pub ready: bool,
     pub next_boot: NextBoot,
     /// Services that are not Running+healthy (`ServiceList`), by id; empty when all are.
     pub unhealthy_services: Vec<String>,

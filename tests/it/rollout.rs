@@ -1190,14 +1190,42 @@ async fn fault_upgrade_exit_code_halts_without_reboot() {
     })
     .await;
     halted_at(&out, "cp-1", "installer exited with code 1");
+    halted_at(&out, "cp-1", "failed 2 times (rollout.upgradeAttempts)");
     let s = w.state();
-    assert_eq!(s.nodes["cp-1"].counters.upgrade, 1);
+    assert_eq!(
+        s.nodes["cp-1"].counters.upgrade, 2,
+        "a definitive failure is retried up to the bound (2), never more"
+    );
     assert_eq!(s.nodes["cp-1"].counters.reboot, 0);
     assert_eq!(s.nodes["cp-2"].counters, Default::default());
     assert!(
         w.job().in_flight.is_none(),
         "the failure is recorded as the result"
     );
+}
+
+/// Issue 20, item 8: Kubernetes says Ready and the services are healthy before Talos'
+/// `MachineStatus` is `running` and ready; medea waits for the latter before it uncordons.
+#[tokio::test(start_paused = true)]
+async fn a_node_is_back_only_when_its_machine_status_is_running_and_ready() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    fake.edit(|s| s.booting_polls = 3);
+    let (w, out) = run_with(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    })
+    .await;
+    assert_eq!(out, RunOutcome::Succeeded);
+    let s = w.state();
+    assert!(
+        s.log.iter().all(|l| !l.contains("booting")),
+        "uncordoned while Talos still reported the node booting: {:#?}",
+        s.log
+    );
+    for n in ["w-1", "w-2"] {
+        assert!(s.log.iter().any(|l| l == &format!("uncordon {n}")), "{n}");
+        assert_eq!(s.nodes[n].counters.upgrade, 1);
+        assert_eq!(s.nodes[n].counters.reboot, 1);
+    }
 }
 
 #[tokio::test(start_paused = true)]

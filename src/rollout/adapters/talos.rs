@@ -414,6 +414,7 @@ impl TalosPort for TalosAdapter {
             version,
             boot_id,
             stage: stage(status.stage),
+            ready: status.ready,
             next_boot,
             unhealthy_services,
         })
