@@ -151,6 +151,16 @@ pub struct Timing {
     /// Kube side: time an evicted or deleted pod stays Terminating.
     #[serde(default, with = "duration_text")]
     pub pod_termination: Duration,
+    /// After a boot, how long `MachineStatus` stays `booting` and not ready (services and the
+    /// Kubernetes node may already look fine): Talos reaches `running`+ready only when every
+    /// readiness condition holds (`internal/app/machined/pkg/controllers/runtime/machine_status.go`).
+    #[serde(default, with = "duration_text")]
+    pub machine_ready: Duration,
+    /// After a boot, how long calls routed to the node answer `UNAVAILABLE`: the endpoint apid's
+    /// connection to it redials with backoff (grpc-go's default, max delay 15 s,
+    /// `internal/app/apid/pkg/backend/apid.go`).
+    #[serde(default, with = "duration_text")]
+    pub apid_redial: Duration,
 }
 
 fn zero_reboot() -> RebootTiming {
@@ -168,6 +178,8 @@ impl Default for Timing {
             health_poll: health_poll(),
             pod_start: Duration::ZERO,
             pod_termination: Duration::ZERO,
+            machine_ready: Duration::ZERO,
+            apid_redial: Duration::ZERO,
         }
     }
 }
