@@ -43,6 +43,8 @@ timing:
   imagePull: 500ms
   podStart: 3s
   podTermination: 1s
+  machineReady: 2s
+  apidRedial: 1s
 nodes:
   - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
   - { name: cp-2, address: 10.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
@@ -436,6 +438,9 @@ mod tests {
         let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["cp-1", "cp-2", "cp-3", "w-1", "w-2", "w-3"]);
         assert_eq!(s.timing.pod_start, Duration::from_secs(3));
+        // as hostile as a real node coming back: booting before ready, apid redialing
+        assert_eq!(s.timing.machine_ready, Duration::from_secs(2));
+        assert_eq!(s.timing.apid_redial, Duration::from_secs(1));
         assert!(s.kube_faults.is_empty());
         assert_eq!(s.workloads[0].pdb_min_available, Some(2));
         assert_eq!(s.timing.reboot, RebootTiming::After(Duration::from_secs(2)));
