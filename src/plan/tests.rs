@@ -1397,3 +1397,23 @@ fn both_drain_timeouts_or_a_bad_bound_or_an_empty_skip_selector_are_refused() {
     let e = only(&d, crate::desired::diagnostic::codes::INVALID_VALUE);
     assert!(e.message.contains("skipPods"), "{e:?}");
 }
+
+#[test]
+fn talos_steps_stored_before_the_drain_policy_keep_what_was_approved() {
+    let p = plan_ok(&two_worker_pools("", ""), &two_workers());
+    let t = talos_steps(&p)[0].clone();
+    let mut v = serde_json::to_value(&t).unwrap();
+    let obj = v.as_object_mut().unwrap();
+    obj.remove("drain");
+    obj.remove("upgradeAttempts");
+    let old: TalosRollout = serde_json::from_value(v).unwrap();
+    assert_eq!(
+        old.drain,
+        DrainPolicy::legacy(),
+        "emptyDir and bare pods refused"
+    );
+    assert_eq!(
+        old.upgrade_attempts, 1,
+        "the first definitive failure halts, as it did"
+    );
+}

@@ -46,6 +46,9 @@ pub enum Fault {
     ApiserverAwayDuringControlPlaneReboot { calls: u32 },
     /// The call `op` on `node` takes effect, then the reply is lost (UNAVAILABLE), once.
     LostReply { node: String, op: String },
+    /// Every Upgrade call to `node` is answered UNAVAILABLE before it reaches the node (no
+    /// trace is left): a transport that never lets the call through.
+    UpgradeNeverArrives { node: String },
 }
 
 /// Calls a node accepted.
@@ -454,8 +457,11 @@ impl FakeCluster {
                 Fault::UpgradeExitCode { node, code } if node == &t.node => Some(*code),
                 _ => None,
             });
+            let never = s.faults.contains(&Fault::UpgradeNeverArrives {
+                node: t.node.clone(),
+            });
             let n = s.nodes.get_mut(&t.node).expect("checked");
-            if n.down() {
+            if n.down() || never {
                 return Err(unavailable("upgrade", &t.node, "connection refused"));
             }
             n.counters.upgrade += 1;

@@ -2375,6 +2375,29 @@ mod tests {
     }
 
     #[test]
+    fn drains_journaled_before_the_policy_existed_keep_what_they_did() {
+        // a `Drain` intent written by an older medea has no policy: it refused emptyDir and
+        // bare pods, and so does its re-issue after an upgrade of medea
+        let old: Action =
+            serde_json::from_str(r#"{"op":"drain","node":"w-1","timeout_secs":600}"#).unwrap();
+        assert!(
+            matches!(&old, Action::Drain { policy, .. } if *policy == DrainPolicy::legacy()),
+            "{old:?}"
+        );
+        let new = Action::Drain {
+            node: "w-1".into(),
+            timeout_secs: 600,
+            policy: DrainPolicy {
+                delete_empty_dir_data: true,
+                evict_unmanaged_pods: false,
+                skip_pods: [("app".to_string(), "local-path".to_string())].into(),
+            },
+        };
+        let back: Action = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
+    }
+
+    #[test]
     fn command_keys_name_job_step_node_op_attempt() {
         let k = CommandKey {
             job: JobId::parse("j").unwrap(),
