@@ -169,12 +169,8 @@ impl MedeaApi {
             .into_iter()
             .map(|(_, r)| r)
             .collect();
-        let consumed = store
-            .get(
-                crate::store::Table::Plans,
-                &crate::rollout::journal::consumed_key(&p.id),
-            )?
-            .is_some();
+        let consumed: Option<crate::rollout::journal::PlanConsumed> =
+            store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
         let current = crate::plan::stored::current(store)?.map(|c| c.id);
         let stale = match self
             .shared
@@ -185,10 +181,12 @@ impl MedeaApi {
             Some(d) => p.is_stale(&crate::plan::stored::current_basis(store, &d)?),
             None => current != Some(p.id),
         };
-        let state = if consumed {
-            "consumed"
+        let state = if let Some(c) = &consumed {
+            consumed_state(store, c)?
         } else if current != Some(p.id) {
             "superseded"
+        } else if !p.has_changes() {
+            "no-changes"
         } else if !approvals.is_empty() && approvals.len() as u32 >= p.approvals_required {
             "approved"
         } else {
@@ -218,11 +216,34 @@ impl MedeaApi {
                 })
                 .collect(),
             state: state.into(),
-            rendered: crate::plan::render::text(p, crate::plan::render::Options { color: false }),
-            json: crate::plan::render::json(p),
+            rendered: crate::plan::render::text_in_state(
+                p,
+                crate::plan::render::Options { color: false },
+                state,
+            ),
+            json: crate::plan::render::json_in_state(p, state),
             computed_at: String::new(),
         })
     }
+}
+
+/// What became of a consumed plan: its jobs still `running`, all succeeded (or none: settings
+/// only) `applied`, or one `halted`.
+fn consumed_state(
+    store: &dyn crate::store::Store,
+    c: &crate::rollout::journal::PlanConsumed,
+) -> Result<&'static str, crate::store::StoreError> {
+    use crate::rollout::machine::JobState;
+    let mut state = "applied";
+    for id in &c.jobs {
+        match crate::rollout::journal::load_job(store, id)?.map(|j| j.state) {
+            Some(JobState::Running) => return Ok("running"),
+            Some(JobState::Halted { .. }) => state = "halted",
+            Some(JobState::Succeeded { .. }) => {}
+            None => state = "consumed",
+        }
+    }
+    Ok(state)
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RolloutEvent, Status>> + Send>>;
@@ -487,7 +508,8 @@ impl pb::medea_server::Medea for MedeaApi {
                 "approval refused: {outcome}"
             )));
         }
-        if !state.started.is_empty() {
+        if !state.started.is_empty() || state.applied {
+            // Applied settings or new jobs change the basis: replan at once.
             self.shared.bump();
         }
         let _ = plan;

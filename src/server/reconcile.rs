@@ -51,6 +51,9 @@ pub struct PlanState {
     pub waiting: Vec<String>,
     /// Jobs created by this pass.
     pub started: Vec<String>,
+    /// This pass consumed the plan (applied its settings, created its jobs): the next plan
+    /// must be computed at once.
+    pub applied: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -297,6 +300,7 @@ pub fn reconcile(
         Ok(()) => {
             if start {
                 state.consumed = true;
+                state.applied = true;
                 tracing::info!(plan = %plan.id.short(), jobs = ?state.started, "plan reached quorum: settings applied, jobs created");
             }
         }
