@@ -413,6 +413,28 @@ fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
         "{said}"
     );
     assert!(said.contains("(1 of 2 approvals)"), "{said}");
+    // It printed the full id it signed.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("signing plan {id}")),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing typed names no plan: bob's key signs nothing (it used to sign the current plan).
+    for nothing in ["", "  "] {
+        let out = s
+            .cli()
+            .args(["approve", nothing, "--key"])
+            .arg(&bob)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "`{nothing}`");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("invalid plan id"), "{err}");
+        assert!(!err.contains("signing plan"), "{err}");
+    }
+    let out = s.cli().args(["plan"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("approvals 1/2 (alice@example.com)"), "{err}");
     // Approving again with the same key does not count twice.
     let out = s
         .cli()
