@@ -39,6 +39,7 @@ fn load(files: &[(&str, String)]) -> Desired {
             .collect(),
         markers: Vec::new(),
         commit: None,
+        refused: Vec::new(),
     };
     let loaded = parse_snapshot(snap);
     assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
