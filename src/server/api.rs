@@ -245,6 +245,7 @@ impl pb::medea_server::Medea for MedeaApi {
             desired_revision: desired
                 .map(|d| d.desired.revision.to_string())
                 .unwrap_or_default(),
+            allowed_signers_problem: self.shared.trust.problem().unwrap_or_default(),
         }))
     }
 

@@ -194,10 +194,7 @@ pub fn reconcile(
     state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
 
     // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`.
-    let (signers, signer_problems) = load_signers(shared.allowed_signers.as_deref());
-    for p in &signer_problems {
-        tracing::debug!(problem = %p, "allowed signers");
-    }
+    let signers = shared.trust.current();
     let (known, consumed) = known_and_consumed(store)?;
     let ctx = VerifyContext {
         signers: &signers,
