@@ -159,6 +159,11 @@ impl TrustRoot {
         state.signers.clone()
     }
 
+    /// The signers in force, without re-reading the file.
+    pub fn in_force(&self) -> Arc<AllowedSigners> {
+        self.state.read().expect("trust root lock").signers.clone()
+    }
+
     /// Why the file on disk is not the one in force, if it is not.
     pub fn problem(&self) -> Option<String> {
         self.state.read().expect("trust root lock").problem.clone()
