@@ -152,6 +152,15 @@ impl Catalog {
         self.support.get(&talos).copied()
     }
 
+    /// Every Talos minor whose support window contains `kube`, oldest first.
+    pub fn talos_minors_supporting(&self, kube: &KubeVersion) -> Vec<MinorLine> {
+        self.support
+            .iter()
+            .filter(|(_, w)| w.contains(kube))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
     /// The hops from `from` to `to`: one minor at a time, stopping at the newest stable patch
     /// of every minor strictly between them; the last hop is `to` itself (which may be a
     /// pre-release, when that is what the desired state asks for). Empty when `from == to`.

@@ -118,7 +118,7 @@ fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
         unchanged: Vec::new(),
         status: ClusterStatus::RollingOut,
         notes: vec![format!(
-            "rollout job {job} is running: nothing is planned for this cluster until it ends (follow it with `medea rollout watch {job}`); the next plan shows what is left"
+            "rollout job {job} is running: nothing is planned for this cluster until it ends (follow it with `medea rollout status --cluster {cluster} -w`); the next plan shows what is left"
         )],
         diffs: Vec::new(),
     }
@@ -1049,6 +1049,7 @@ impl<'a> ClusterCtx<'a> {
                 control_plane: by_role(MachineRole::Controlplane),
                 workers: by_role(MachineRole::Worker),
                 health_timeout: self.cluster.rollout.health_timeout,
+                supported_talos: Some(self.catalog.talos_minors_supporting(target)),
             }),
         ))
     }

@@ -10,8 +10,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::applied::{AppliedResource, ResourceKey};
+use super::catalog::Catalog;
 use super::id::PlanId;
 use crate::desired::Revision;
+use crate::desired::model::MinorLine;
 use crate::inventory::MachineRole;
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -91,6 +93,24 @@ pub struct KubeRollout {
     pub workers: Vec<String>,
     #[serde(with = "secs")]
     pub health_timeout: Duration,
+    /// The Talos minors that support `to`, from the cluster's compatibility catalog (built-in
+    /// tables plus `upgradePolicy.kubernetesSupport`), written `v1.13`. The executor's
+    /// pre-check reads this list, so the planner and the executor apply one rule. `None` only
+    /// in plans stored by a medea that did not record it: the built-in catalog then applies.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "minor_lines")]
+    pub supported_talos: Option<Vec<MinorLine>>,
+}
+
+impl KubeRollout {
+    /// Whether a node running Talos `talos` may run this rollout's target Kubernetes.
+    pub fn talos_supports_target(&self, talos: &TalosVersion) -> bool {
+        match &self.supported_talos {
+            Some(minors) => minors.contains(&talos.minor_line()),
+            None => Catalog::builtin()
+                .window(talos.minor_line())
+                .is_some_and(|w| w.contains(&self.to)),
+        }
+    }
 }
 
 /// One step of a cluster's plan. Steps run strictly one after another, so a Talos rollout and
@@ -264,6 +284,32 @@ impl Plan {
             }
         }
         seen.len()
+    }
+}
+
+/// Minor lines as `["v1.12", "v1.13"]`.
+mod minor_lines {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    use crate::desired::model::{MinorLine, parse_minor_line};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<MinorLine>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(lines) => s.collect_seq(lines.iter().map(|(a, b)| format!("v{a}.{b}"))),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<MinorLine>>, D::Error> {
+        let Some(lines) = Option::<Vec<String>>::deserialize(d)? else {
+            return Ok(None);
+        };
+        lines
+            .iter()
+            .map(|l| parse_minor_line(l).map_err(D::Error::custom))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 }
 

@@ -261,6 +261,48 @@ fn the_catalog_override_adds_releases_and_windows() {
     assert!(p.catalog.ends_with("+overrides"), "{}", p.catalog);
 }
 
+/// The executor's pre-check asks the plan's Kubernetes step which Talos minors support the
+/// target, so a window extended by `upgradePolicy.kubernetesSupport` holds at execution too
+/// (the executor used to apply a built-in formula of its own and halted such plans).
+#[test]
+fn the_kubernetes_step_carries_the_catalogs_support_rule_to_the_executor() {
+    let kube_step = |p: &Plan| -> KubeRollout {
+        p.clusters[0]
+            .steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Kubernetes(k) => Some(k.clone()),
+                _ => None,
+            })
+            .expect("a Kubernetes step")
+    };
+    // Built in, Talos 1.12 supports up to Kubernetes 1.35 and 1.13 supports 1.36.
+    let d = one("v1.36.1", "", &[cp_pool("v1.13.9")]);
+    let k_step = kube_step(&plan_ok(&d, &observed("v1.35.0", 1, three_cps("v1.13.9"))));
+    assert_eq!(k_step.supported_talos, Some(vec![(1, 13), (1, 14)]));
+    assert!(k_step.talos_supports_target(&t("v1.13.9")));
+    assert!(!k_step.talos_supports_target(&t("v1.12.11")));
+    // Extended: Talos 1.12 runs Kubernetes 1.36 too.
+    let d = one(
+        "v1.36.1",
+        "  upgradePolicy:\n    kubernetesSupport:\n      - { talos: v1.12, minKubernetes: v1.30, maxKubernetes: v1.36 }\n",
+        &[cp_pool("v1.12.11")],
+    );
+    let k_step = kube_step(&plan_ok(&d, &observed("v1.35.0", 1, three_cps("v1.12.11"))));
+    assert_eq!(
+        k_step.supported_talos,
+        Some(vec![(1, 12), (1, 13), (1, 14)])
+    );
+    assert!(k_step.talos_supports_target(&t("v1.12.11")));
+    let json = serde_json::to_value(&k_step).unwrap();
+    assert_eq!(
+        json["supportedTalos"],
+        serde_json::json!(["v1.12", "v1.13", "v1.14"])
+    );
+    let back: KubeRollout = serde_json::from_value(json).unwrap();
+    assert_eq!(back, k_step);
+}
+
 #[test]
 fn an_unknown_talos_minor_asks_for_a_support_window() {
     let d = one(

@@ -27,7 +27,7 @@ use super::ports::{
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;
 use crate::plan::{KubeRollout, MachineTarget, PlanId, TalosRollout};
-use crate::version::{KubeVersion, TalosVersion};
+use crate::version::KubeVersion;
 
 /// How long a drain that came back blocked waits before it is tried again (within the drain
 /// timeout).
@@ -1441,15 +1441,6 @@ fn kube_mut(j: &mut Job, si: usize) -> &mut KubeStep {
     }
 }
 
-/// Whether Talos `talos` supports Kubernetes `kube` (Talos 1.N: Kubernetes 1.(N+18) to
-/// 1.(N+23), e.g. Talos 1.13 runs 1.31–1.36). Outside Talos 1.x nothing is assumed.
-pub fn talos_supports_kube(talos: &TalosVersion, kube: &KubeVersion) -> bool {
-    talos.major() == 1
-        && kube.major() == 1
-        && kube.minor() >= talos.minor() + 18
-        && kube.minor() <= talos.minor() + 23
-}
-
 /// `repo:tag` without a digest: (repository, tag).
 pub fn split_image(image: &str) -> (&str, Option<&str>) {
     let image = image.split('@').next().unwrap_or(image);
@@ -1712,7 +1703,7 @@ fn kube_prechecks(
     // Talos support window
     for n in ks.all_nodes() {
         let t = talos[&n.node];
-        if !talos_supports_kube(&t.version, &to) {
+        if !ks.rollout.talos_supports_target(&t.version) {
             return Err(halt_flow(
                 format!(
                     "pre-check failed: node `{}` runs Talos {}, which does not support Kubernetes {to}; upgrade Talos first",
@@ -2169,8 +2160,8 @@ mod tests {
     fn kv(s: &str) -> KubeVersion {
         KubeVersion::parse(s).unwrap()
     }
-    fn tv(s: &str) -> TalosVersion {
-        TalosVersion::parse(s).unwrap()
+    fn tv(s: &str) -> crate::version::TalosVersion {
+        crate::version::TalosVersion::parse(s).unwrap()
     }
 
     #[test]
@@ -2215,14 +2206,31 @@ mod tests {
         );
     }
 
+    /// The pre-check's support rule is the plan's (the catalog's), overrides included.
     #[test]
     fn talos_support_window() {
-        assert!(talos_supports_kube(&tv("v1.13.9"), &kv("v1.31.0")));
-        assert!(talos_supports_kube(&tv("v1.13.9"), &kv("v1.36.4")));
-        assert!(!talos_supports_kube(&tv("v1.13.9"), &kv("v1.37.0")));
-        assert!(!talos_supports_kube(&tv("v1.13.9"), &kv("v1.30.9")));
-        assert!(talos_supports_kube(&tv("v1.15.0"), &kv("v1.38.0")));
-        assert!(!talos_supports_kube(&tv("v2.0.0"), &kv("v1.38.0")));
+        let rollout = |to: &str, supported: Option<Vec<(u64, u64)>>| KubeRollout {
+            from: kv("v1.30.0"),
+            to: kv(to),
+            control_plane: Vec::new(),
+            workers: Vec::new(),
+            health_timeout: Duration::from_secs(60),
+            supported_talos: supported,
+        };
+        // Recorded by an older medea: the built-in catalog.
+        assert!(rollout("v1.31.0", None).talos_supports_target(&tv("v1.13.9")));
+        assert!(rollout("v1.36.4", None).talos_supports_target(&tv("v1.13.9")));
+        assert!(!rollout("v1.37.0", None).talos_supports_target(&tv("v1.13.9")));
+        assert!(!rollout("v1.30.9", None).talos_supports_target(&tv("v1.13.9")));
+        // A Talos minor the catalog does not know supports nothing (the planner refuses it too).
+        assert!(!rollout("v1.38.0", None).talos_supports_target(&tv("v1.15.0")));
+        assert!(!rollout("v1.38.0", None).talos_supports_target(&tv("v2.0.0")));
+        // Recorded by the planner: exactly its list, which `upgradePolicy.kubernetesSupport`
+        // may have extended beyond the built-in windows.
+        let extended = rollout("v1.37.0", Some(vec![(1, 13), (1, 14)]));
+        assert!(extended.talos_supports_target(&tv("v1.13.9")));
+        assert!(extended.talos_supports_target(&tv("v1.14.0")));
+        assert!(!extended.talos_supports_target(&tv("v1.12.11")));
     }
 
     #[test]

@@ -463,3 +463,36 @@ fn catalog_overrides_are_validated() {
         ]
     );
 }
+
+/// Every `medea …` command that a rendered plan suggests is one the CLI accepts (a plan once
+/// told users to follow a running job with `medea rollout watch`, which does not exist).
+#[test]
+fn every_command_a_plan_suggests_parses() {
+    use clap::Parser;
+    let loaded = desired::load(&Source::Dir(root().join("examples"))).unwrap();
+    let d = loaded.valid().unwrap();
+    let inv = fixture_inventory();
+    let running: std::collections::BTreeMap<String, String> =
+        [("home".to_string(), "0123456789ab-home".to_string())].into();
+    let idle = plan::compute(d, &inv, &LastApplied::default(), None).unwrap();
+    let busy = plan::compute_with(d, &inv, &LastApplied::default(), None, &running).unwrap();
+    let mut commands = Vec::new();
+    for p in [&idle, &busy] {
+        let text = plan::render::text(p, Default::default());
+        for quoted in text.split('`').skip(1).step_by(2) {
+            if quoted.starts_with("medea ") {
+                commands.push(quoted.to_string());
+            }
+        }
+    }
+    assert!(
+        commands.iter().any(|c| c.starts_with("medea rollout ")),
+        "the rolling-out note suggests a command: {commands:?}"
+    );
+    for c in &commands {
+        let argv: Vec<&str> = c.split_whitespace().collect();
+        if let Err(e) = medea::cli::Cli::try_parse_from(&argv) {
+            panic!("the plan suggests `{c}`, which the CLI refuses: {e}");
+        }
+    }
+}

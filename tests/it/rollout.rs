@@ -129,6 +129,7 @@ pub fn kube_step(cps: &[&str], workers: &[&str], from: &str, to: &str) -> Step {
         control_plane: cps.iter().map(|s| s.to_string()).collect(),
         workers: workers.iter().map(|s| s.to_string()).collect(),
         health_timeout: Duration::from_secs(600),
+        supported_talos: None,
     })
 }
 
@@ -1437,6 +1438,29 @@ async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
+}
+
+/// A plan whose catalog (`upgradePolicy.kubernetesSupport`) lets Talos 1.12 run Kubernetes
+/// 1.36 runs to the end: the pre-check applies the plan's support rule, not one of its own.
+#[tokio::test(start_paused = true)]
+async fn kubernetes_pre_check_follows_the_plans_support_windows() {
+    let w = world(FakeCluster::new(&specs(3, 2, "v1.12.4", "v1.35.0")), |_| {
+        let mut step = kube_step(
+            &["cp-1", "cp-2", "cp-3"],
+            &["w-1", "w-2"],
+            "v1.35.0",
+            "v1.36.1",
+        );
+        if let Step::Kubernetes(k) = &mut step {
+            k.supported_talos = Some(vec![(1, 12), (1, 13), (1, 14)]);
+        }
+        vec![step]
+    });
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert_eq!(out, RunOutcome::Succeeded, "{out:?}");
+    for (name, n) in &w.state().nodes {
+        assert_eq!(n.kubelet, KubeVersion::parse("v1.36.1").unwrap(), "{name}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
