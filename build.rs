@@ -19,6 +19,10 @@ struct ProtoSet {
     protos: &'static [&'static str],
     /// Extra attributes on generated types: (proto path prefix, attribute).
     type_attributes: &'static [(&'static str, &'static str)],
+    /// Generate servers too (the simulator serves these APIs), or only clients.
+    servers: bool,
+    /// Compile only when this cargo feature is on (`None`: always).
+    feature: Option<&'static str>,
 }
 
 const PROTO_SETS: &[ProtoSet] = &[
@@ -43,6 +47,8 @@ const PROTO_SETS: &[ProtoSet] = &[
             "proto/talos/cosi/v1alpha1/state.proto",
         ],
         type_attributes: &[],
+        servers: true,
+        feature: None,
     },
     // medea's own API (`medea serve`). Its messages double as the CLI's `-o json|yaml` output.
     ProtoSet {
@@ -53,6 +59,18 @@ const PROTO_SETS: &[ProtoSet] = &[
             ".medea.v1",
             "#[derive(serde::Serialize)] #[serde(rename_all = \"camelCase\")]",
         )],
+        servers: true,
+        feature: None,
+    },
+    // The etcd v3 API (KV, Watch, Lease, Auth clients) for the etcd store backend: upstream etcd
+    // files, unmodified. See proto/etcd/README.md.
+    ProtoSet {
+        include_file: "etcd_api.rs",
+        includes: &["proto/etcd"],
+        protos: &["proto/etcd/etcd/api/etcdserverpb/rpc.proto"],
+        type_attributes: &[],
+        servers: false,
+        feature: Some("etcd"),
     },
 ];
 
@@ -66,6 +84,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-env-changed=PROTOC");
 
     for set in PROTO_SETS {
+        if let Some(feature) = set.feature {
+            let var = format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"));
+            if std::env::var_os(var).is_none() {
+                continue;
+            }
+        }
         let mut cfg = prost_build::Config::new();
         cfg.protoc_executable(&protoc);
         for (path, attr) in set.type_attributes {
@@ -79,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tonic_prost_build::configure()
             .build_client(true)
-            .build_server(true)
+            .build_server(set.servers)
             // Servers (the simulator) implement only the RPCs they serve; the rest answer
             // `Unimplemented`, as an older Talos would.
             .generate_default_stubs(true)

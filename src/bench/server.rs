@@ -351,6 +351,7 @@ fn get_machines(
     let args = crate::cli::client::ClientArgs {
         addr: addr.to_string(),
         token: Some(token.to_string()),
+        token_file: None,
         ca: Some(ca.to_path_buf()),
         insecure: false,
     };

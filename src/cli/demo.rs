@@ -46,6 +46,10 @@ pub struct DemoArgs {
     /// Keep the temporary directory (store, desired state, creds) and print where it is.
     #[arg(long)]
     pub keep: bool,
+    /// Without a TTY, the rollout view prints one readable line per event (local time); json
+    /// prints one JSON object per event instead.
+    #[arg(long, value_enum, default_value_t = super::LogFormat::Text)]
+    pub log_format: super::LogFormat,
 }
 
 fn err(what: &str) -> impl Fn(String) -> miette::Report + '_ {
@@ -206,6 +210,7 @@ async fn with_sim(
     let client_args = super::client::ClientArgs {
         addr: addr.to_string(),
         token: Some(token.expose().clone()),
+        token_file: None,
         ca: Some(dir.join("state/tls/ca.crt")),
         insecure: false,
     };
@@ -282,7 +287,7 @@ async fn drive(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let code = super::rollout::follow(&mut c, &addr, rollout, None).await?;
+    let code = super::rollout::follow(&mut c, &addr, rollout, None, args.log_format).await?;
     // Let the refresh observe the new versions, then show them.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let machines = loop {

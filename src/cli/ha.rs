@@ -35,6 +35,72 @@ pub struct EtcdArgs {
     /// Client key (PEM) for --etcd-cert.
     #[arg(long, env = "MEDEA_ETCD_KEY", requires_all = ["etcd_cert", "etcd_ca"])]
     pub etcd_key: Option<PathBuf>,
+    /// Allow plaintext to etcd endpoints that are not on loopback (refused by default: whoever
+    /// can write the store can bypass approvals).
+    #[arg(long, env = "MEDEA_ETCD_INSECURE")]
+    pub etcd_insecure: bool,
+    /// etcd user for etcd's username/password authentication (`etcdctl auth enable`); the
+    /// password comes from --etcd-password-file or MEDEA_ETCD_PASSWORD, never from the command
+    /// line.
+    #[arg(long, env = "MEDEA_ETCD_USER")]
+    pub etcd_user: Option<String>,
+    /// File holding the --etcd-user's password (one line).
+    #[arg(long, env = "MEDEA_ETCD_PASSWORD_FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    fn any(&self) -> bool {
+        self.etcd_ca.is_some()
+            || self.etcd_cert.is_some()
+            || self.etcd_insecure
+            || self.etcd_user.is_some()
+            || self.etcd_password_file.is_some()
+    }
+
+    /// The etcd credentials: --etcd-user with its password from --etcd-password-file, else from
+    /// `MEDEA_ETCD_PASSWORD`.
+    #[cfg(feature = "etcd")]
+    fn credentials(&self) -> miette::Result<Option<crate::store::etcd::EtcdCredentials>> {
+        self.credentials_from(std::env::var("MEDEA_ETCD_PASSWORD").ok())
+    }
+
+    #[cfg(feature = "etcd")]
+    fn credentials_from(
+        &self,
+        env_password: Option<String>,
+    ) -> miette::Result<Option<crate::store::etcd::EtcdCredentials>> {
+        let Some(user) = &self.etcd_user else {
+            return Ok(None);
+        };
+        let password = match (&self.etcd_password_file, env_password) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    miette::miette!(
+                        "cannot read the etcd password file `{}`: {e}",
+                        path.display()
+                    )
+                })?;
+                text.trim_end_matches(['\n', '\r']).to_string()
+            }
+            (None, Some(p)) => p,
+            (None, None) => {
+                return Err(miette::miette!(
+                    help = "put the password in a 0600 file and pass --etcd-password-file, or set MEDEA_ETCD_PASSWORD",
+                    "--etcd-user `{user}` needs a password"
+                ));
+            }
+        };
+        if password.is_empty() {
+            return Err(miette::miette!(
+                "the etcd password for `{user}` is empty (check --etcd-password-file / MEDEA_ETCD_PASSWORD)"
+            ));
+        }
+        Ok(Some(crate::store::etcd::EtcdCredentials {
+            user: user.clone(),
+            password: crate::secret::Secret::new(password),
+        }))
+    }
 }
 
 /// `500ms`, `2s`, `1m30s`.
@@ -89,10 +155,10 @@ pub fn open_store(location: &StoreLocation, ha: &HaArgs) -> miette::Result<Opene
 }
 
 fn refuse_etcd_flags(path: &std::path::Path, etcd: &EtcdArgs) -> miette::Result<()> {
-    if etcd.etcd_ca.is_some() || etcd.etcd_cert.is_some() {
+    if etcd.any() {
         return Err(miette::miette!(
             help = "pass --store etcd://host:2379 to use etcd, or drop the --etcd-* flags",
-            "--etcd-ca/--etcd-cert/--etcd-key only apply to an etcd:// store, and the store is the directory `{}`",
+            "--etcd-* flags only apply to an etcd:// store, and the store is the directory `{}`",
             path.display()
         ));
     }
@@ -136,11 +202,20 @@ fn etcd_store(
         cert: etcd.etcd_cert.clone(),
         key: etcd.etcd_key.clone(),
     });
+    config.insecure = etcd.etcd_insecure;
+    config.credentials = etcd.credentials()?;
     let store = EtcdStore::connect(&config).map_err(|e| {
+        let chain = crate::error_chain(&e);
+        let help = if chain.contains("refusing plaintext") {
+            "give etcd TLS (--etcd-ca, and --etcd-cert/--etcd-key for client certificates), or pass --etcd-insecure on a network you trust"
+        } else if chain.contains("permission denied") || chain.contains("user name is empty") {
+            "etcd has authentication enabled: pass --etcd-user and --etcd-password-file (or MEDEA_ETCD_PASSWORD)"
+        } else {
+            "check the endpoints, that etcd is up, the --etcd-ca/--etcd-cert/--etcd-key files and the etcd credentials"
+        };
         miette::miette!(
-            help = "check the endpoints, that etcd is up, and the --etcd-ca/--etcd-cert/--etcd-key files",
-            "{}",
-            crate::error_chain(&e)
+            help = help,
+            "{chain}"
         )
     })?;
     Ok(store)
@@ -181,7 +256,7 @@ fn open_etcd(
 #[cfg(not(feature = "etcd"))]
 fn without_etcd(url: &crate::store::location::EtcdUrl) -> miette::Report {
     miette::miette!(
-        help = "rebuild with `cargo build --release --features etcd` (it needs protoc: apt-get install protobuf-compiler libprotobuf-dev), or use a store directory",
+        help = "rebuild with `cargo build --release --features etcd`, or use a store directory",
         "`{url}` is an etcd store, but this medea was built without etcd support"
     )
 }
@@ -232,6 +307,43 @@ mod tests {
         );
         let help = err.help().map(|h| h.to_string()).unwrap_or_default();
         assert!(help.contains("--features etcd"), "{help}");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_passwords_come_from_a_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let mut args = EtcdArgs {
+            etcd_user: Some("medea".into()),
+            ..EtcdArgs::default()
+        };
+        let err = args.credentials_from(None).expect_err("no password");
+        assert!(err.to_string().contains("needs a password"), "{err}");
+        let c = args
+            .credentials_from(Some("env-pw".into()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (c.user.as_str(), c.password.expose().as_str()),
+            ("medea", "env-pw")
+        );
+        args.etcd_password_file = Some(file.clone());
+        let c = args
+            .credentials_from(Some("env-pw".into()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.password.expose(),
+            "s3cret",
+            "the file wins, without its newline"
+        );
+        std::fs::write(&file, "\n").unwrap();
+        let err = args.credentials_from(None).expect_err("empty");
+        assert!(err.to_string().contains("is empty"), "{err}");
+        args.etcd_user = None;
+        assert!(args.credentials_from(Some("x".into())).unwrap().is_none());
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub fn probe(_args: ProbeArgs) -> miette::Result<u8> {
 
 #[cfg(feature = "etcd")]
 pub fn probe(args: ProbeArgs) -> miette::Result<u8> {
+    // The store's own WARN lines (a failed election round, a lost keep-alive stream) go to
+    // stderr, so a test that waits in vain for a line can show why.
+    super::init_logging(super::LogFormat::Text);
     imp::probe(args)
 }
 

@@ -199,12 +199,32 @@ pub enum LogFormat {
     Json,
 }
 
+/// Dependencies' own log lines that repeat a failure medea already logs with context: the kube
+/// client's HTTP trace layer logs every failed request at ERROR (`failed with error …`) beside
+/// medea's WARN "Kubernetes API call failed; retrying" and its final ERROR, so one failure
+/// read as several. Added unless `RUST_LOG` names the crate itself.
+pub const QUIET_DEPENDENCIES: &[&str] = &["kube_client::client::builder=off"];
+
+/// The log filter: `RUST_LOG` (default `info`) plus [`QUIET_DEPENDENCIES`].
+pub fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    let given = rust_log.map(str::trim).filter(|s| !s.is_empty());
+    let mut filter = given
+        .and_then(|s| EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    if !given.is_some_and(|s| s.contains("kube_client")) {
+        for d in QUIET_DEPENDENCIES {
+            filter = filter.add_directive(d.parse().expect("a valid static directive"));
+        }
+    }
+    filter
+}
+
 /// Logs go to stderr: human-readable (colours on a TTY) or one JSON object per line; the
 /// level comes from `RUST_LOG` (default `info`).
 pub fn init_logging(format: LogFormat) {
     use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let json = format == LogFormat::Json;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -216,4 +236,57 @@ pub fn init_logging(format: LogFormat) {
             .with_ansi(std::io::stderr().is_terminal())
             .try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Log lines through `filter`, as `init_logging` would write them.
+    fn logged(filter: tracing_subscriber::EnvFilter, emit: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    fn a_failed_kube_call() {
+        // What kube-client's trace layer logs for a refused connection, then medea's own lines.
+        tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
+        tracing::warn!(target: "medea::k8s::client", "Kubernetes API call failed; retrying");
+        tracing::error!(target: "medea::server::refresh", "inventory refresh failed");
+    }
+
+    #[test]
+    fn one_failure_is_one_warn_per_retry_and_one_error() {
+        for rust_log in [None, Some("info"), Some("debug"), Some("medea=debug,info")] {
+            let out = logged(log_filter(rust_log), a_failed_kube_call);
+            assert!(!out.contains("failed with error"), "{rust_log:?}: {out}");
+            assert_eq!(out.matches("ERROR").count(), 1, "{rust_log:?}: {out}");
+            assert_eq!(out.matches("WARN").count(), 1, "{rust_log:?}: {out}");
+        }
+        // Asked for by name, the kube client's own lines are shown.
+        let out = logged(
+            log_filter(Some("info,kube_client=debug")),
+            a_failed_kube_call,
+        );
+        assert!(out.contains("failed with error"), "{out}");
+    }
 }

@@ -7,7 +7,6 @@ use miette::{IntoDiagnostic, WrapErr};
 
 use super::desired::{DesiredArgs, display_root};
 use super::exit;
-use crate::inventory::Inventory;
 use crate::plan::{self, LastApplied, render, stored};
 use crate::store::fjall::FjallStore;
 use crate::store::{Store, StoreError};
@@ -127,86 +126,88 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
     if super::report::print_diagnostics(&loaded, &root) > 0 {
         return Ok(exit::ERROR);
     }
-    if args.store.is_none() && args.observed.is_none() {
-        return Err(miette::miette!(
-            help = "pass the store directory, e.g. `--store /var/lib/medea`, or rehearse with `--observed inventory.yaml`; without --desired, `medea plan` asks the running server",
-            "no store given"
-        ));
-    }
     let store = args.store.as_deref().map(open_store).transpose()?;
     let dyn_store: Option<&dyn Store> = store.as_ref().map(|s| s as &dyn Store);
-    let inventory = match &args.observed {
-        Some(file) => {
+    let desired = &loaded.desired;
+    let store_err = |e: &dyn std::error::Error| miette::miette!("{}", crate::error_chain(e));
+    let refused = |diags: &[crate::desired::Diagnostic]| {
+        for d in diags {
+            eprintln!("{:?}", super::report::report(d, &loaded, &root));
+        }
+        eprintln!(
+            "{} error{}: no plan was computed",
+            diags.len(),
+            if diags.len() == 1 { "" } else { "s" }
+        );
+        exit::ERROR
+    };
+    // Against the store's own inventory: the daemon's planning path, running jobs included.
+    let replan = |s: &dyn Store| -> miette::Result<Result<(plan::Plan, String), u8>> {
+        match stored::replan(s, desired) {
+            Ok(r) => {
+                let status = if r.stored {
+                    format!("stored as the current plan ({})", r.plan.id.short())
+                } else {
+                    format!("plan {} is already the current plan", r.plan.id.short())
+                };
+                Ok(Ok((r.plan, status)))
+            }
+            Err(stored::ReplanError::Refused(diags)) => Ok(Err(refused(&diags))),
+            Err(e) => Err(store_err(&e).wrap_err("cannot store the plan")),
+        }
+    };
+    let outcome = match (&args.observed, dyn_store) {
+        (None, Some(s)) => replan(s)?,
+        (Some(file), store) => {
             let text = std::fs::read_to_string(file)
                 .into_diagnostic()
                 .wrap_err_with(|| format!("cannot read the inventory file `{}`", file.display()))?;
-            crate::inventory::file::parse(&file.display().to_string(), &text).map_err(|e| {
-                miette::miette!(
-                    help = "see `design/plan.md` for the inventory file format",
-                    "{}",
-                    crate::error_chain(&e)
-                )
-            })?
-        }
-        None => Inventory::load(dyn_store.expect("checked above"))
-            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
-    };
-    let applied = match dyn_store {
-        Some(s) => {
-            LastApplied::load(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?
-        }
-        None => LastApplied::default(),
-    };
-    let previous = match dyn_store {
-        Some(s) => stored::current(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
-        None => None,
-    };
-    let desired = &loaded.desired;
-    let mut plan = match plan::compute(desired, &inventory, &applied, previous.map(|p| p.id)) {
-        Ok(p) => p,
-        Err(diags) => {
-            for d in &diags {
-                eprintln!("{:?}", super::report::report(d, &loaded, &root));
-            }
-            eprintln!(
-                "{} error{}: no plan was computed",
-                diags.len(),
-                if diags.len() == 1 { "" } else { "s" }
-            );
-            return Ok(exit::ERROR);
-        }
-    };
-    let status = match dyn_store {
-        None => "not stored (no --store): a rehearsal".to_string(),
-        Some(s) => {
-            let store_inventory = match &args.observed {
-                Some(_) => {
-                    Inventory::load(s).map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?
-                }
-                None => inventory.clone(),
+            let inventory = crate::inventory::file::parse(&file.display().to_string(), &text)
+                .map_err(|e| {
+                    miette::miette!(
+                        help = "see `design/plan.md` for the inventory file format",
+                        "{}",
+                        crate::error_chain(&e)
+                    )
+                })?;
+            // A rehearsal plans like the daemon would (the store's applied settings and
+            // running jobs), against the inventory given.
+            let (applied, running, previous) = match store {
+                Some(s) => (
+                    LastApplied::load(s).map_err(|e| store_err(&e))?,
+                    stored::running_jobs(s).map_err(|e| store_err(&e))?,
+                    stored::current(s).map_err(|e| store_err(&e))?,
+                ),
+                None => Default::default(),
             };
-            let current = plan::basis_of(desired, &store_inventory, &applied);
-            let already = match previous {
-                Some(p) if p.id == plan.id => stored::load_plan(s, &plan.id)
-                    .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?,
-                _ => None,
-            };
-            if plan.is_stale(&current) {
-                "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()
-            } else if let Some(stored_plan) = already {
-                // Same inputs as the current plan: it is the current plan.
-                plan.parent = stored_plan.parent;
-                format!("plan {} is already the current plan", plan.id.short())
-            } else {
-                if plan.parent == Some(plan.id) {
-                    plan.parent = None; // a pointer to a plan record that is gone
-                }
-                s.commit(stored::save_txn(&plan, previous.as_ref()))
-                    .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
-                    .wrap_err("cannot store the plan")?;
-                format!("stored as the current plan ({})", plan.id.short())
+            match plan::compute_with(
+                desired,
+                &inventory,
+                &applied,
+                previous.map(|p| p.id),
+                &running,
+            ) {
+                Err(diags) => Err(refused(&diags)),
+                Ok(p) => match store {
+                    None => Ok((p, "not stored (no --store): a rehearsal".to_string())),
+                    Some(s) if p.is_stale(&stored::current_basis(s, desired).map_err(|e| store_err(&e))?) => {
+                        Ok((p, "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()))
+                    }
+                    // The inventory given is the store's: plan and store as the daemon does.
+                    Some(s) => replan(s)?,
+                },
             }
         }
+        (None, None) => {
+            return Err(miette::miette!(
+                help = "pass the store directory, e.g. `--store /var/lib/medea`, or rehearse with `--observed inventory.yaml`; without --desired, `medea plan` asks the running server",
+                "no store given"
+            ));
+        }
+    };
+    let (plan, status) = match outcome {
+        Ok(planned) => planned,
+        Err(code) => return Ok(code),
     };
     match args.output {
         Output::Text => print!(

@@ -43,6 +43,10 @@ pub enum RolloutAction {
         watch: bool,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
+        /// With -w and no TTY: one readable line per event (local time), or one JSON object
+        /// per event.
+        #[arg(long, value_enum, default_value_t = super::LogFormat::Text)]
+        log_format: super::LogFormat,
     },
     /// Stop a job before its next mutating command. A halted job never continues by itself.
     #[command(
@@ -97,7 +101,7 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                 println!("halt requested for {job} (state: {state}); it stops before its next mutating command");
                 Ok(exit::OK)
             }
-            RolloutAction::Status { cluster, pool, watch, output: fmt } => {
+            RolloutAction::Status { cluster, pool, watch, output: fmt, log_format } => {
                 let newest = |r: pb::ListRolloutsResponse| r.rollouts.into_iter().next();
                 let Some(job) = newest(c.list_rollouts(pb::ListRolloutsRequest { cluster: cluster.clone() }).await.map_err(rpc)?.into_inner()) else {
                     println!("cluster {cluster} has no rollout jobs");
@@ -107,7 +111,7 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                     print!("{}", render_status(&job, pool.as_deref(), fmt));
                     return Ok(if job.state == "halted" { exit::ERROR } else { exit::OK });
                 }
-                follow(&mut c, &addr, job, pool.as_deref()).await
+                follow(&mut c, &addr, job, pool.as_deref(), log_format).await
             }
         }
     })
@@ -161,12 +165,177 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
     }
 }
 
+/// Readable progress for a follower without a TTY (CI logs, `| tee`): one line per meaningful
+/// event, `12:03:01 cp-1  upgraded to v1.13.9, Ready (1/6 nodes, step 1/3)`, in local time to
+/// the second; a line that repeats its subject's last line is dropped.
+pub struct EventLines {
+    tz: jiff::tz::TimeZone,
+    last: std::collections::HashMap<String, String>,
+    /// Nodes seen back on their target, for "(n/total nodes)".
+    upgraded: std::collections::HashSet<String>,
+}
+
+impl EventLines {
+    pub fn new(tz: jiff::tz::TimeZone) -> EventLines {
+        EventLines {
+            tz,
+            last: Default::default(),
+            upgraded: Default::default(),
+        }
+    }
+
+    /// The line for `e`, given the job as it is after `e`; `None` when the event is not worth
+    /// a line of its own (a "done" the next line implies) or repeats the last one.
+    pub fn line(&mut self, e: &pb::RolloutEvent, job: &pb::Rollout) -> Option<String> {
+        if e.state == "progress"
+            && let Some((name, rest)) = e.message.split_once(": ")
+            && rest.starts_with("back on ")
+        {
+            self.upgraded.insert(name.to_string());
+        }
+        let (subject, text) = describe(e, job, self.upgraded.len())?;
+        if self.last.get(&subject) == Some(&text) {
+            return None;
+        }
+        self.last.insert(subject.clone(), text.clone());
+        let time =
+            e.at.parse::<jiff::Timestamp>()
+                .map(|t| t.to_zoned(self.tz.clone()).strftime("%H:%M:%S").to_string())
+                .unwrap_or_else(|_| e.at.clone());
+        let width = job
+            .nodes
+            .iter()
+            .map(|n| n.node.len())
+            .chain([job.cluster.len(), subject.len()])
+            .max()
+            .unwrap_or(0);
+        Some(format!("{time} {subject:<width$}  {text}"))
+    }
+}
+
+/// `(subject, text)` of an event: the node it is about, else the cluster.
+fn describe(e: &pb::RolloutEvent, job: &pb::Rollout, upgraded: usize) -> Option<(String, String)> {
+    let cluster = if e.cluster.is_empty() {
+        job.cluster.clone()
+    } else {
+        e.cluster.clone()
+    };
+    let subject = if e.node.is_empty() {
+        cluster.clone()
+    } else {
+        e.node.clone()
+    };
+    let step = (e.step_number > 0 && e.steps_total > 0)
+        .then(|| format!("step {}/{}", e.step_number, e.steps_total));
+    let image = |verb: &str| {
+        if e.image.is_empty() {
+            verb.to_string()
+        } else {
+            format!("{verb} {}", e.image)
+        }
+    };
+    let text = match e.state.as_str() {
+        "intended" => {
+            let mut what = match e.step.as_str() {
+                "pull" => image("pulling"),
+                "upgrade" => image("upgrading to"),
+                "set-image" => image("setting the image"),
+                "etcd-snapshot" => "saving an etcd snapshot".to_string(),
+                "cordon" => "cordoning".to_string(),
+                "drain" => "draining".to_string(),
+                "reboot" => "rebooting".to_string(),
+                "uncordon" => "uncordoning".to_string(),
+                "apply-manifests" => "applying the manifests".to_string(),
+                other => other.to_string(),
+            };
+            let attempt: u32 = e
+                .message
+                .strip_prefix("attempt ")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(1);
+            if attempt > 1 {
+                what.push_str(&format!(" (attempt {attempt})"));
+            }
+            what
+        }
+        // The next line (or the node's completion) says what followed.
+        "done" => return None,
+        "unknown" => format!("{}: outcome unknown ({}); observing", e.step, e.message),
+        "progress" => return progress(e, job, &cluster, step.as_deref(), upgraded),
+        "waiting" => format!("waiting: {}", e.message),
+        "paused" => format!("paused: the {} gate is closed", e.message),
+        "halted" => format!("HALTED: {}", e.message),
+        "succeeded" => "rollout succeeded".to_string(),
+        _ if e.message.is_empty() => e.state.clone(),
+        _ => format!("{}: {}", e.state, e.message),
+    };
+    Some((subject, text))
+}
+
+/// A progress note of the state machine (`cp-1: back on v1.13.9, healthy and Ready`,
+/// `step 0 started`, …) as a line about its node or its cluster.
+fn progress(
+    e: &pb::RolloutEvent,
+    job: &pb::Rollout,
+    cluster: &str,
+    step: Option<&str>,
+    upgraded: usize,
+) -> Option<(String, String)> {
+    let note = e.message.as_str();
+    if let Some((name, rest)) = note.split_once(": ")
+        && job.nodes.iter().any(|n| n.node == name)
+    {
+        let text = match rest
+            .strip_prefix("back on ")
+            .and_then(|r| r.split_once(", "))
+        {
+            Some((version, _)) => {
+                let mut t = format!(
+                    "upgraded to {version}, Ready ({upgraded}/{} nodes",
+                    job.nodes_total
+                );
+                if let Some(s) = step {
+                    t.push_str(&format!(", {s}"));
+                }
+                t.push(')');
+                t
+            }
+            None => rest.to_string(),
+        };
+        return Some((name.to_string(), text));
+    }
+    // Job-level notes the terminal event says again.
+    if note == "job succeeded" || note.starts_with("halted: ") {
+        return None;
+    }
+    // `step <index> started|done` (0-based): "done" is implied by the next step's start or
+    // by the job's end.
+    let words: Vec<&str> = note.split(' ').collect();
+    if let ["step", index, what @ ("started" | "done")] = words.as_slice() {
+        if *what == "done" {
+            return None;
+        }
+        let label = job
+            .current_step
+            .split_once(": ")
+            .map(|(_, l)| format!(": {l}"))
+            .unwrap_or_default();
+        let number = match (index.parse::<u32>(), e.steps_total) {
+            (Ok(i), total) if total > 0 => format!("step {}/{total}", i + 1),
+            _ => step.unwrap_or("step").to_string(),
+        };
+        return Some((cluster.to_string(), format!("{number} started{label}")));
+    }
+    Some((cluster.to_string(), note.to_string()))
+}
+
 /// Follow a job: progress bars per node on a TTY, one line per event otherwise.
 pub(crate) async fn follow(
     c: &mut super::client::Client,
     addr: &str,
     job: pb::Rollout,
     pool: Option<&str>,
+    log_format: super::LogFormat,
 ) -> miette::Result<u8> {
     let tty = std::io::stdout().is_terminal();
     let mut events = c
@@ -182,6 +351,7 @@ pub(crate) async fn follow(
         Default::default();
     let style = indicatif::ProgressStyle::with_template("{prefix:>12} {spinner} {wide_msg}")
         .expect("static template");
+    let mut lines = EventLines::new(jiff::tz::TimeZone::system());
     let mut current = job;
     loop {
         // Draw the current state.
@@ -217,21 +387,13 @@ pub(crate) async fn follow(
             });
         }
         let next = tokio::time::timeout(std::time::Duration::from_secs(5), events.message()).await;
-        match next {
-            Ok(Ok(Some(e))) if !tty => {
-                println!(
-                    "{} {} {} {} {}",
-                    e.at,
-                    if e.node.is_empty() { "-" } else { &e.node },
-                    if e.step.is_empty() { "-" } else { &e.step },
-                    e.state,
-                    e.message
-                );
-            }
-            Ok(Ok(Some(_))) | Err(_) => {}
+        let event = match next {
+            Ok(Ok(Some(e))) => Some(e),
+            Err(_) => None,
             Ok(Ok(None)) => return Err(miette::miette!("the server closed the event stream")),
             Ok(Err(s)) => return Err(rpc_error(addr, s)),
-        }
+        };
+        // The job as it is after the event, for the counts its line shows.
         let r = c
             .list_rollouts(pb::ListRolloutsRequest {
                 cluster: current.cluster.clone(),
@@ -241,6 +403,20 @@ pub(crate) async fn follow(
             .into_inner();
         if let Some(j) = r.rollouts.into_iter().find(|j| j.job_id == current.job_id) {
             current = j;
+        }
+        if let Some(e) =
+            event.filter(|e| !tty && pool.is_none_or(|p| e.pool.is_empty() || e.pool == p))
+        {
+            match log_format {
+                super::LogFormat::Json => {
+                    println!("{}", serde_json::to_string(&e).expect("events serialize"))
+                }
+                super::LogFormat::Text => {
+                    if let Some(line) = lines.line(&e, &current) {
+                        println!("{line}");
+                    }
+                }
+            }
         }
     }
 }

@@ -43,16 +43,13 @@ pub struct ServeArgs {
     pub tls_cert: Option<PathBuf>,
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// API bearer token. Prefer --token-file.
-    #[arg(
-        long,
-        env = "MEDEA_TOKEN",
-        hide_env_values = true,
-        conflicts_with = "token_file"
-    )]
+    /// API bearer token [env: MEDEA_TOKEN]. Prefer --token-file. A flag beats the
+    /// environment; an empty token is refused.
+    #[arg(long, conflicts_with = "token_file")]
     pub token: Option<String>,
-    /// File holding the API bearer token (default: <state-dir>/token, generated on first run).
-    #[arg(long, env = "MEDEA_TOKEN_FILE")]
+    /// File holding the API bearer token [env: MEDEA_TOKEN_FILE] (default: <state-dir>/token,
+    /// generated on first run).
+    #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// The global executor gate. Without it the server never acts on a cluster.
     #[arg(long, env = "MEDEA_ROLLOUTS")]
@@ -108,18 +105,20 @@ pub fn default_state_dir() -> PathBuf {
     home.join(".local/state/medea")
 }
 
-fn load_token(args: &ServeArgs, state_dir: &std::path::Path) -> miette::Result<Secret<String>> {
-    if let Some(t) = &args.token {
-        return Ok(Secret::new(t.clone()));
-    }
-    let path = args
-        .token_file
-        .clone()
-        .unwrap_or_else(|| state_dir.join("token"));
+fn load_token(
+    chosen: Option<super::client::TokenSource>,
+    state_dir: &std::path::Path,
+) -> miette::Result<Secret<String>> {
+    use super::client::{TokenSource, read_token_file};
+    let path = match chosen {
+        Some(TokenSource::Value(t)) => return Ok(Secret::new(t)),
+        Some(TokenSource::File(p)) => return read_token_file(&p),
+        None => state_dir.join("token"),
+    };
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => Ok(Secret::new(t.trim().to_string())),
         Ok(_) => Err(miette::miette!("token file `{}` is empty", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && args.token_file.is_none() => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = crate::server::auth::generate_token();
             crate::server::secrets::write_private(&path, t.expose().as_bytes()).map_err(|e| {
                 miette::miette!("cannot write the token file `{}`: {e}", path.display())
@@ -137,6 +136,11 @@ fn load_token(args: &ServeArgs, state_dir: &std::path::Path) -> miette::Result<S
 
 pub fn serve(args: ServeArgs) -> miette::Result<u8> {
     let source = args.desired.source(None, None)?;
+    // Before anything is created: an empty token is refused at startup.
+    let chosen_token =
+        super::client::token_source(args.token.clone(), args.token_file.clone(), &|name| {
+            std::env::var_os(name)
+        })?;
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     crate::server::secrets::private_dir(&state_dir).map_err(|e| {
         miette::miette!(
@@ -144,7 +148,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
             state_dir.display()
         )
     })?;
-    let token = load_token(&args, &state_dir)?;
+    let token = load_token(chosen_token, &state_dir)?;
     let location = args
         .store
         .clone()

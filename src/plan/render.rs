@@ -102,6 +102,37 @@ pub fn summary_line(plan: &Plan) -> String {
     )
 }
 
+/// What became of a plan once it left "pending", in a sentence (for `medea plan` against a
+/// server); `None` while it still waits for approvals.
+pub fn state_sentence(state: &str) -> Option<&'static str> {
+    Some(match state {
+        "approved" => {
+            "approved: it starts when the rollout gates open (`medea get server`, `medea cluster enable-rollouts`)"
+        }
+        "running" => "approved and running: follow it with `medea rollout status -w`",
+        "applied" => "approved and applied: nothing is left to approve",
+        "halted" => "approved, and its rollout halted: see `medea rollout list`",
+        "consumed" => "approved and consumed: nothing is left to approve",
+        "superseded" => "superseded by a newer plan: nothing is left to approve here",
+        _ => return None,
+    })
+}
+
+/// [`summary_line`] for a plan in `state`: once approved, applied, running or consumed, it says
+/// so instead of offering the approve command.
+fn summary_line_in(plan: &Plan, state: Option<&str>) -> String {
+    let line = summary_line(plan);
+    match state.and_then(state_sentence) {
+        Some(sentence) if plan.has_changes() => {
+            let head = line
+                .split_once(". Approve with:")
+                .map_or(line.as_str(), |(h, _)| h);
+            format!("{head}. This plan is {sentence}.")
+        }
+        _ => line,
+    }
+}
+
 /// The shell command that signs a plan without the API.
 pub fn sign_command(plan: &Plan) -> String {
     format!(
@@ -151,6 +182,17 @@ fn render_waves(out: &mut String, t: &TalosRollout, indent: &str) {
 
 /// The plan as text, byte-identical for the same plan.
 pub fn text(plan: &Plan, o: Options) -> String {
+    text_in(plan, o, None)
+}
+
+/// [`text`] for a plan in `state` (`pending`, `approved`, `running`, `applied`, `halted`,
+/// `consumed`, `superseded`): past `pending` it offers neither the approve nor the sign command.
+pub fn text_in_state(plan: &Plan, o: Options, state: &str) -> String {
+    text_in(plan, o, Some(state))
+}
+
+fn text_in(plan: &Plan, o: Options, state: Option<&str>) -> String {
+    let offer = state.and_then(state_sentence).is_none();
     let mut out = String::new();
     let observed: Vec<String> = plan
         .basis
@@ -177,8 +219,12 @@ pub fn text(plan: &Plan, o: Options) -> String {
         render_cluster(&mut out, c, o);
     }
     out.push('\n');
-    let _ = writeln!(out, "{}", paint(o, Paint::Bold, &summary_line(plan)));
-    if plan.has_changes() {
+    let _ = writeln!(
+        out,
+        "{}",
+        paint(o, Paint::Bold, &summary_line_in(plan, state))
+    );
+    if plan.has_changes() && offer {
         let _ = writeln!(
             out,
             "It needs {} from distinct signers. The full id, which approvals sign:",
@@ -357,11 +403,24 @@ struct JsonPlan<'a> {
     clusters: &'a [ClusterPlan],
     approve_command: Option<String>,
     sign_command: Option<String>,
+    /// What became of the plan (from the server: `pending`, `approved`, `running`, `applied`,
+    /// `halted`, `consumed`, `superseded`); absent offline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'a str>,
 }
 
 /// The plan as pretty JSON with a trailing newline, stable across runs.
 pub fn json(plan: &Plan) -> String {
-    let changes = plan.has_changes();
+    json_in(plan, None)
+}
+
+/// [`json`] with the plan's `state`; past `pending` the approve and sign commands are null.
+pub fn json_in_state(plan: &Plan, state: &str) -> String {
+    json_in(plan, Some(state))
+}
+
+fn json_in(plan: &Plan, state: Option<&str>) -> String {
+    let changes = plan.has_changes() && state.and_then(state_sentence).is_none();
     let doc = JsonPlan {
         format: JSON_FORMAT,
         id: plan.id.to_hex(),
@@ -370,11 +429,12 @@ pub fn json(plan: &Plan) -> String {
         basis: &plan.basis,
         catalog: &plan.catalog,
         approvals_required: plan.approvals_required,
-        has_changes: changes,
+        has_changes: plan.has_changes(),
         summary: summary(plan),
         clusters: &plan.clusters,
         approve_command: changes.then(|| format!("medea approve {}", plan.id.short())),
         sign_command: changes.then(|| sign_command(plan)),
+        state,
     };
     let mut s = serde_json::to_string_pretty(&doc).expect("plans serialize");
     s.push('\n');

@@ -220,6 +220,10 @@ pub struct RolloutEvent {
     pub node: Option<String>,
     pub op: Option<Op>,
     pub state: EventState,
+    /// How many steps the job has (for "step 1/3").
+    pub steps: usize,
+    /// The image a pull, upgrade or image change is about.
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -852,6 +856,13 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             node: cmd.and_then(|c| c.key.node.clone()),
             op: cmd.map(|c| c.key.op),
             state,
+            steps: job.steps.len(),
+            image: cmd.and_then(|c| match &c.action {
+                Action::Pull { image, .. }
+                | Action::Upgrade { image, .. }
+                | Action::SetImage { image, .. } => Some(image.clone()),
+                _ => None,
+            }),
         });
     }
 

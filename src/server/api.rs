@@ -196,12 +196,8 @@ impl MedeaApi {
                     .any(|a| a.fingerprint == r.fingerprint && a.source == r.source)
             })
             .collect();
-        let consumed = store
-            .get(
-                crate::store::Table::Plans,
-                &crate::rollout::journal::consumed_key(&p.id),
-            )?
-            .is_some();
+        let consumed: Option<crate::rollout::journal::PlanConsumed> =
+            store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
         let current = crate::plan::stored::current(store)?.map(|c| c.id);
         let stale = match self
             .shared
@@ -212,10 +208,12 @@ impl MedeaApi {
             Some(d) => p.is_stale(&crate::plan::stored::current_basis(store, &d)?),
             None => current != Some(p.id),
         };
-        let state = if consumed {
-            "consumed"
+        let state = if let Some(c) = &consumed {
+            consumed_state(store, c)?
         } else if current != Some(p.id) {
             "superseded"
+        } else if !p.has_changes() {
+            "no-changes"
         } else if quorum.reached() {
             "approved"
         } else {
@@ -245,11 +243,34 @@ impl MedeaApi {
                 })
                 .collect(),
             state: state.into(),
-            rendered: crate::plan::render::text(p, crate::plan::render::Options { color: false }),
-            json: crate::plan::render::json(p),
+            rendered: crate::plan::render::text_in_state(
+                p,
+                crate::plan::render::Options { color: false },
+                state,
+            ),
+            json: crate::plan::render::json_in_state(p, state),
             computed_at: String::new(),
         })
     }
+}
+
+/// What became of a consumed plan: its jobs still `running`, all succeeded (or none: settings
+/// only) `applied`, or one `halted`.
+fn consumed_state(
+    store: &dyn crate::store::Store,
+    c: &crate::rollout::journal::PlanConsumed,
+) -> Result<&'static str, crate::store::StoreError> {
+    use crate::rollout::machine::JobState;
+    let mut state = "applied";
+    for id in &c.jobs {
+        match crate::rollout::journal::load_job(store, id)?.map(|j| j.state) {
+            Some(JobState::Running) => return Ok("running"),
+            Some(JobState::Halted { .. }) => state = "halted",
+            Some(JobState::Succeeded { .. }) => {}
+            None => state = "consumed",
+        }
+    }
+    Ok(state)
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RolloutEvent, Status>> + Send>>;
@@ -531,7 +552,8 @@ impl pb::medea_server::Medea for MedeaApi {
             .as_ref()
             .and_then(|q| q.counted.last().map(|a| a.principal.clone()))
             .unwrap_or_default();
-        if !state.started.is_empty() {
+        if !state.started.is_empty() || state.applied {
+            // Applied settings or new jobs change the basis: replan at once.
             self.shared.bump();
         }
         Ok(Response::new(pb::SubmitApprovalResponse {

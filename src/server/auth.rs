@@ -25,11 +25,14 @@ impl TokenAuth {
                 "missing bearer token: pass --token or set MEDEA_TOKEN",
             ));
         };
-        let given = value.strip_prefix("Bearer ").unwrap_or("");
-        let ok: bool = given
-            .as_bytes()
-            .ct_eq(self.token.expose().as_bytes())
-            .into();
+        // Exactly `Bearer <token>`: no other scheme, no missing prefix, and never an empty
+        // token on either side (an empty configured token must not match a header without
+        // the prefix).
+        let expected = self.token.expose().as_bytes();
+        let ok: bool = match value.strip_prefix("Bearer ") {
+            Some(given) if !expected.is_empty() => given.as_bytes().ct_eq(expected).into(),
+            _ => false,
+        };
         if ok {
             Ok(())
         } else {
@@ -82,5 +85,33 @@ mod tests {
             tonic::Code::Unauthenticated
         );
         assert_ne!(generate_token().expose(), generate_token().expose());
+    }
+
+    #[test]
+    fn only_exactly_bearer_token_is_accepted() {
+        let a = TokenAuth::new(Secret::new("s3cret".into()));
+        for bad in [
+            "bearer s3cret",
+            "Bearer  s3cret",
+            "Bearer s3cret ",
+            " Bearer s3cret",
+            "Basic s3cret",
+            "Bearer",
+            "Bearer ",
+            "",
+        ] {
+            assert_eq!(
+                a.check(Some(bad)).unwrap_err().code(),
+                tonic::Code::Unauthenticated,
+                "{bad:?}"
+            );
+        }
+        // A server somehow given an empty token accepts nothing, not even an empty bearer or
+        // a header without the prefix.
+        let empty = TokenAuth::new(Secret::new(String::new()));
+        for bad in ["", "Bearer ", "x", "Bearer x"] {
+            assert!(empty.check(Some(bad)).is_err(), "{bad:?}");
+        }
+        assert!(empty.check(None).is_err());
     }
 }

@@ -241,7 +241,8 @@ async fn reconcile_loop(shared: Arc<Shared>) {
         .await;
         match result {
             Ok(Ok(state)) => {
-                let started = !state.started.is_empty();
+                // Applied settings or new jobs change the basis: replan at once.
+                let started = !state.started.is_empty() || state.applied;
                 shared.set_plan_state(state);
                 if started {
                     shared.bump();
@@ -298,10 +299,19 @@ pub async fn run_with_leadership(
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),
         &config.state_dir.join("tls"),
-        &[],
+        config.listen,
     )?;
-    if let Some(ca) = &identity.ca_path {
-        tracing::info!(ca = %ca.display(), "API TLS: generated CA; clients trust it with --ca or MEDEA_CA");
+    match (&identity.ca_path, &config.tls_cert) {
+        (Some(ca), _) if identity.generated => {
+            tracing::info!(ca = %ca.display(), "API TLS: generated a CA and a server certificate; clients trust it with --ca or MEDEA_CA");
+        }
+        (None, Some(cert)) if identity.generated => {
+            tracing::info!(cert = %cert.display(), key = ?config.tls_key.as_deref().map(|k| k.display().to_string()), "API TLS: generated a self-signed certificate and key at the given paths; clients trust it with --ca <cert> or MEDEA_CA");
+        }
+        (Some(ca), _) => {
+            tracing::info!(ca = %ca.display(), "API TLS: clients trust the generated CA with --ca or MEDEA_CA");
+        }
+        _ => {}
     }
     let mut shared = Shared::new(
         store,

@@ -57,6 +57,9 @@ pub struct PlanState {
     /// The pass's transaction met a store conflict (the plan or a record moved underneath it):
     /// nothing was written, so an API submission must be verified again.
     pub conflict: bool,
+    /// This pass consumed the plan (applied its settings, created its jobs): the next plan
+    /// must be computed at once.
+    pub applied: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +309,7 @@ pub fn reconcile(
         Ok(()) => {
             if start {
                 state.consumed = true;
+                state.applied = true;
                 tracing::info!(plan = %plan.id.short(), jobs = ?state.started, "plan reached quorum: settings applied, jobs created");
             }
         }

@@ -505,7 +505,7 @@ async fn refresh_clusters(
                 observed.insert(name, o);
             }
             Err(e) => {
-                tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "inventory refresh failed; the record is unchanged");
+                tracing::error!(cluster = %name, error = %crate::error_chain(&e), "inventory refresh failed; the record is unchanged");
                 report.insert(
                     name,
                     Outcome::Failed {

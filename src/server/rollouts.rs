@@ -125,6 +125,9 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         state,
         message,
         at: jiff::Timestamp::now().to_string(),
+        step_number: e.step.map_or(0, |s| s as u32 + 1),
+        steps_total: e.steps as u32,
+        image: e.image.clone().unwrap_or_default(),
     }
 }
 

@@ -19,21 +19,9 @@ use ssh_key::HashAlg;
 
 use crate::cli::medea;
 
-const SSH_KEYGEN: &str = "/usr/bin/ssh-keygen";
-
-/// The real ssh-keygen, or a clear failure (never a silent skip).
+/// The real ssh-keygen, or a clear failure naming the package (never a silent skip).
 fn ssh_keygen() -> Command {
-    if !Path::new(SSH_KEYGEN).exists() {
-        let ci = if std::env::var_os("CI").is_some() {
-            " (CI is set)"
-        } else {
-            ""
-        };
-        panic!(
-            "{SSH_KEYGEN} is missing{ci}: the approval tests need the real OpenSSH tools; install them with `apt-get install openssh-client`"
-        );
-    }
-    Command::new(SSH_KEYGEN)
+    crate::fixtures::tool("ssh-keygen")
 }
 
 fn plan(name: &str) -> PlanId {
@@ -202,7 +190,7 @@ struct SshAgent {
 impl SshAgent {
     fn start(dir: &Path) -> SshAgent {
         let socket = dir.join("agent.sock");
-        let mut child = Command::new("/usr/bin/ssh-agent")
+        let mut child = crate::fixtures::tool("ssh-agent")
             .arg("-D")
             .arg("-a")
             .arg(&socket)

@@ -2,14 +2,14 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use medea::inventory::cluster_key;
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, Txn};
 
 fn sign(key: &Path, message: &str, namespace: &str) -> Vec<u8> {
-    let mut child = Command::new("ssh-keygen")
+    let mut child = crate::fixtures::tool("ssh-keygen")
         .args(["-Y", "sign", "-q", "-n", namespace, "-f"])
         .arg(key)
         .stdin(Stdio::piped())
@@ -30,7 +30,7 @@ fn sign(key: &Path, message: &str, namespace: &str) -> Vec<u8> {
 fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
     assert!(
-        Command::new("ssh-keygen")
+        crate::fixtures::tool("ssh-keygen")
             .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
             .arg(&key)
             .status()

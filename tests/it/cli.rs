@@ -87,6 +87,34 @@ fn medea_demo_approve_runs_the_rollout_to_completion() {
     assert!(stdout.contains("signed plan"), "{stdout}");
     assert!(stdout.contains("(2 of 2)"), "{stdout}");
     assert!(stdout.contains(": succeeded"), "{stdout}");
+    // Without a TTY the rollout view is one readable line per event: a time to the second,
+    // the node (or cluster), what happened; pulls name their image; no line twice in a row.
+    let timed: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            let b = l.as_bytes();
+            b.len() > 9 && b[2] == b':' && b[5] == b':' && b[8] == b' '
+        })
+        .collect();
+    assert!(timed.len() >= 6, "{stdout}");
+    for l in &timed {
+        assert!(!l.contains(" - ") && !l.contains("intended"), "{l}");
+    }
+    assert!(
+        timed
+            .iter()
+            .any(|l| l.contains("pulling ") && l.contains("installer")),
+        "{stdout}"
+    );
+    assert!(
+        timed
+            .iter()
+            .any(|l| l.contains("upgraded to v1.13.9, Ready (")),
+        "{stdout}"
+    );
+    for w in timed.windows(2) {
+        assert_ne!(w[0][9..], w[1][9..], "a repeated line:\n{stdout}");
+    }
     let table: Vec<&str> = stdout
         .lines()
         .skip_while(|l| !l.starts_with("NODE  ROLE"))
@@ -104,4 +132,128 @@ fn medea_demo_approve_runs_the_rollout_to_completion() {
             "not ready or still cordoned: {row}"
         );
     }
+}
+
+/// The non-TTY rollout view: one readable line per meaningful event, pulls naming their
+/// image, no placeholder columns, no repeated lines, times to the second (UTC here; local time
+/// in use).
+#[test]
+fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
+    use medea::cli::rollout::EventLines;
+    use medea::server::api::pb;
+    let node = |n: &str, state: &str| pb::NodeProgress {
+        node: n.into(),
+        pool: if n.starts_with("cp") {
+            "controlplane"
+        } else {
+            "workers"
+        }
+        .into(),
+        step: "1".into(),
+        state: state.into(),
+    };
+    let job = |done: u32| pb::Rollout {
+        job_id: "1a2b3c4d5e6f-home".into(),
+        plan_id: "1a2b3c4d5e6f".into(),
+        cluster: "home".into(),
+        state: "running".into(),
+        halt_reason: String::new(),
+        nodes_total: 6,
+        nodes_done: done,
+        current_step: "step 1: talos controlplane v1.12.11 → v1.13.9".into(),
+        created_at: "2026-12-03T12:00:00Z".into(),
+        nodes: vec![
+            node("cp-1", "running"),
+            node("cp-2", "pending"),
+            node("w-1", "pending"),
+        ],
+    };
+    let ev = |sec: u32, node: &str, op: &str, state: &str, message: &str, image: &str| {
+        pb::RolloutEvent {
+            job_id: "1a2b3c4d5e6f-home".into(),
+            cluster: "home".into(),
+            pool: "controlplane".into(),
+            node: node.into(),
+            step: op.into(),
+            state: state.into(),
+            message: message.into(),
+            at: format!("2026-12-03T12:03:{sec:02}.391Z"),
+            step_number: 1,
+            steps_total: 3,
+            image: image.into(),
+        }
+    };
+    let installer = "ghcr.io/siderolabs/installer:v1.13.9";
+    let events = [
+        (ev(0, "", "", "progress", "step 0 started", ""), 0),
+        (
+            ev(0, "cp-1", "etcd-snapshot", "intended", "attempt 1", ""),
+            0,
+        ),
+        (ev(1, "cp-1", "etcd-snapshot", "done", "", ""), 0),
+        (ev(1, "cp-1", "pull", "intended", "attempt 1", installer), 0),
+        // The same intent seen again (a resumed observation): not printed twice.
+        (ev(1, "cp-1", "pull", "intended", "attempt 1", installer), 0),
+        (ev(2, "cp-1", "pull", "done", "", installer), 0),
+        (ev(2, "cp-1", "cordon", "intended", "attempt 1", ""), 0),
+        (ev(2, "cp-1", "drain", "intended", "attempt 1", ""), 0),
+        (
+            ev(3, "cp-1", "upgrade", "intended", "attempt 1", installer),
+            0,
+        ),
+        (
+            ev(
+                4,
+                "cp-1",
+                "upgrade",
+                "unknown",
+                "connection reset",
+                installer,
+            ),
+            0,
+        ),
+        (
+            ev(5, "cp-1", "upgrade", "intended", "attempt 2", installer),
+            0,
+        ),
+        (ev(9, "", "", "waiting", "cp-1 is rebooting", ""), 0),
+        (ev(9, "", "", "waiting", "cp-1 is rebooting", ""), 0),
+        (
+            ev(
+                12,
+                "",
+                "",
+                "progress",
+                "cp-1: back on v1.13.9, healthy and Ready",
+                "",
+            ),
+            0,
+        ),
+        (ev(12, "cp-1", "uncordon", "intended", "attempt 1", ""), 1),
+        (ev(12, "", "", "progress", "step 0 done", ""), 1),
+        (ev(13, "", "", "progress", "job succeeded", ""), 6),
+        (ev(13, "", "", "succeeded", "", ""), 6),
+    ];
+    let mut lines = EventLines::new(jiff::tz::TimeZone::UTC);
+    let mut out = String::new();
+    for (e, done) in &events {
+        if let Some(l) = lines.line(e, &job(*done)) {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    expectorate::assert_contents("tests/it/snapshots/rollout_progress_no_tty.txt", &out);
+    for l in out.lines() {
+        assert!(!l.contains(" - "), "a placeholder column: {l}");
+        assert!(!l.contains("intended"), "{l}");
+    }
+    let all: Vec<&str> = out.lines().collect();
+    let mut dedup = all.clone();
+    dedup.dedup();
+    assert_eq!(all, dedup, "a repeated line");
+    assert!(out.contains(&format!("cp-1  pulling {installer}")), "{out}");
+    assert!(
+        out.contains("12:03:12 cp-1  upgraded to v1.13.9, Ready (1/6 nodes, step 1/3)"),
+        "{out}"
+    );
 }

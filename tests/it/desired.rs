@@ -2,7 +2,6 @@
 
 use crate::fixtures::{copy_dir, git};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use medea::desired::{self, Source, diagnostic::codes};
 
@@ -317,7 +316,7 @@ fn git_mode_reads_the_committed_tree_only() {
     git(repo, &["add", "-A"]);
     git(repo, &["commit", "-qm", "initial"]);
     let sha = String::from_utf8(
-        Command::new("git")
+        crate::fixtures::tool("git")
             .args(["rev-parse", "HEAD"])
             .current_dir(repo)
             .output()

@@ -34,7 +34,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 pub(crate) fn sign(key: &Path, id: &str) -> Vec<u8> {
-    let mut c = Command::new("ssh-keygen")
+    let mut c = crate::fixtures::tool("ssh-keygen")
         .args(["-Y", "sign", "-q", "-n", "medea-approve", "-f"])
         .arg(key)
         .stdin(Stdio::piped())
@@ -118,7 +118,7 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
     let mut signers = String::new();
     for who in ["alice", "bob"] {
         assert!(
-            Command::new("ssh-keygen")
+            crate::fixtures::tool("ssh-keygen")
                 .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
                 .arg(d.join(who))
                 .status()

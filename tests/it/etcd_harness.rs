@@ -13,25 +13,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use medea::store::etcd::rpc::{EtcdClient, api, pb::mvccpb::KeyValue};
+
 /// The etcd binary, or `None` (after saying so) outside CI; panics in CI.
 pub fn etcd_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|d| d.join("etcd"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-            panic!(
-                "the etcd tests need a real etcd server, and `etcd` is not on PATH: install Debian's \
-                 etcd-server package (apt-get install etcd-server); .ci/run installs it"
-            );
-        }
-        eprintln!("skipped: etcd is not installed (apt-get install etcd-server to run this test)");
-    }
-    found
+    crate::fixtures::tool_or_skip("etcd")
 }
 
 /// Certificates for a TLS etcd: a CA, the server's certificate and a client certificate.
@@ -242,6 +228,22 @@ impl Etcd {
         }
     }
 
+    /// A raw etcd client (medea's generated etcd v3 client) to read and write keys behind the
+    /// store's back.
+    pub fn raw(&self) -> Raw {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let endpoints = [format!("http://{}", self.endpoint)];
+        let client = rt
+            .block_on(EtcdClient::connect(
+                &endpoints,
+                None,
+                Duration::from_secs(5),
+                None,
+            ))
+            .unwrap();
+        Raw { rt, client }
+    }
+
     /// A store client under `prefix`.
     pub fn store(&self, prefix: &str) -> medea::store::etcd::EtcdStore {
         let config = medea::store::etcd::EtcdConfig::new(self.location(prefix));
@@ -290,4 +292,66 @@ impl Drop for Etcd {
 pub fn unique_prefix(name: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!("/t/{name}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A raw etcd client and the runtime it runs on.
+pub struct Raw {
+    pub rt: tokio::runtime::Runtime,
+    pub client: EtcdClient,
+}
+
+impl Raw {
+    pub fn get(&self, key: impl Into<Vec<u8>>) -> Option<KeyValue> {
+        let req = medea::store::etcd::rpc::get(key);
+        let r = self.rt.block_on(self.client.kv().range(req)).unwrap();
+        r.into_inner().kvs.into_iter().next()
+    }
+
+    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        let req = api::PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        };
+        self.rt.block_on(self.client.kv().put(req)).unwrap();
+    }
+
+    pub fn delete(&self, key: impl Into<Vec<u8>>) {
+        let req = api::DeleteRangeRequest {
+            key: key.into(),
+            ..Default::default()
+        };
+        self.rt
+            .block_on(self.client.kv().delete_range(req))
+            .unwrap();
+    }
+}
+
+impl Raw {
+    /// Turn on etcd's authentication (as `etcdctl user add root; etcdctl auth enable` does):
+    /// a `root` user with the `root` role and `password`.
+    pub fn enable_auth(&self, password: &str) {
+        let mut auth = self.client.auth();
+        self.rt.block_on(async {
+            auth.user_add(api::AuthUserAddRequest {
+                name: "root".into(),
+                password: password.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            auth.role_add(api::AuthRoleAddRequest {
+                name: "root".into(),
+            })
+            .await
+            .unwrap();
+            auth.user_grant_role(api::AuthUserGrantRoleRequest {
+                user: "root".into(),
+                role: "root".into(),
+            })
+            .await
+            .unwrap();
+            auth.auth_enable(api::AuthEnableRequest {}).await.unwrap();
+        });
+    }
 }

@@ -1,7 +1,62 @@
-//! Helpers shared by the integration tests: fixture trees on disk.
+//! Helpers shared by the integration tests: fixture trees on disk, and the external tools
+//! some tests drive (found on PATH, or a message naming the Debian package to install).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The Debian package that ships each external tool the tests use.
+fn package_of(bin: &str) -> &'static str {
+    match bin {
+        "ssh-keygen" | "ssh-agent" | "ssh-add" => "openssh-client",
+        "kubectl" => "kubernetes-client",
+        "etcd" => "etcd-server",
+        "git" => "git",
+        other => panic!("no Debian package known for the test tool `{other}`"),
+    }
+}
+
+/// `bin` on PATH (or in /usr/bin).
+pub fn find_tool(bin: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
+}
+
+fn missing(bin: &str) -> String {
+    let pkg = package_of(bin);
+    format!(
+        "this test needs the real `{bin}`, which is not on PATH: install it with \
+         `apt-get install {pkg}` (Debian/Ubuntu), or run the suite with `tests/run`, which installs \
+         every tool the tests need"
+    )
+}
+
+/// `bin`, or a panic that names the package to install.
+pub fn require_tool(bin: &str) -> PathBuf {
+    find_tool(bin).unwrap_or_else(|| panic!("{}", missing(bin)))
+}
+
+/// A `Command` for the external tool `bin` (see [`require_tool`]).
+pub fn tool(bin: &str) -> Command {
+    Command::new(require_tool(bin))
+}
+
+/// `bin`, or `None` after printing a "skipped" line that names the package; under `CI` (as
+/// `tests/run` sets it) a missing tool fails the test instead.
+pub fn tool_or_skip(bin: &str) -> Option<PathBuf> {
+    let found = find_tool(bin);
+    if found.is_none() {
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+            panic!("{} (CI is set, so this is a failure)", missing(bin));
+        }
+        eprintln!("skipped: {}", missing(bin));
+    }
+    found
+}
 
 /// Copy the directory tree `from` into `to` (created), files and subdirectories.
 pub fn copy_dir(from: &Path, to: &Path) {
@@ -19,7 +74,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// Run `git` in `dir` with a fixed identity and no signing; panics with git's stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
+    let out = tool("git")
         .args([
             "-c",
             "user.name=t",

@@ -199,11 +199,8 @@ fn a_leader_whose_key_is_deleted_steps_down() {
     let a = etcd.store(&prefix).campaign("a", TTL);
     let rt = rt();
     let fence = rt.block_on(within(PATIENCE, "a to lead", a.leading()));
+    etcd.raw().delete(format!("{prefix}/leader"));
     rt.block_on(async {
-        let mut c = etcd_client::Client::connect([format!("http://{}", etcd.endpoint)], None)
-            .await
-            .unwrap();
-        c.delete(format!("{prefix}/leader"), None).await.unwrap();
         within(TTL, "a to notice", a.lost(&fence)).await;
         let again = within(PATIENCE, "a new term", a.leading()).await;
         assert_ne!(again.term(), fence.term());
@@ -732,7 +729,7 @@ impl SimFleet {
         for who in APPROVERS {
             let key = dir.path().join(who);
             assert!(
-                Command::new("ssh-keygen")
+                crate::fixtures::tool("ssh-keygen")
                     .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
                     .arg(&key)
                     .status()

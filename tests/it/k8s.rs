@@ -153,30 +153,9 @@ fn web_on(sim: &KubeSim, node: &str) -> Vec<String> {
 
 // ------------------------------------------------------------------- kubectl
 
-fn kubectl_path() -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("kubectl"))
-            .find(|p| p.is_file())
-    })
-}
-
 /// kubectl, or a clear skip (a failure under CI).
 fn require_kubectl() -> Option<PathBuf> {
-    match kubectl_path() {
-        Some(p) => Some(p),
-        None if std::env::var_os("CI").is_some() => {
-            panic!(
-                "kubectl is not installed but CI is set: install the Debian package `kubernetes-client` (apt-get install -y kubernetes-client)"
-            )
-        }
-        None => {
-            eprintln!(
-                "SKIPPED: kubectl not found on PATH; install the Debian package `kubernetes-client` to run the kubectl compatibility test"
-            );
-            None
-        }
-    }
+    crate::fixtures::tool_or_skip("kubectl")
 }
 
 async fn kubectl(
@@ -779,4 +758,136 @@ async fn kubectl_get_cordon_and_drain_behave_like_a_real_cluster() {
         "{out}"
     );
     assert!(out.contains("kube-apiserver-cp-1"), "{out}");
+}
+
+/// `kubectl apply -f` with kubectl's default validation (`--validate=strict`): kubectl reads the
+/// OpenAPI v3 documents, finds `fieldValidation` on each kind's PATCH operation and lets the
+/// server validate strictly; a second apply patches with a strategic merge patch computed from
+/// the served schema and the last-applied annotation (issue 20, item 9).
+#[tokio::test]
+async fn kubectl_apply_creates_patches_and_validates_against_the_served_openapi() {
+    let Some(bin) = require_kubectl() else { return };
+    let f = fixture(workload()).await;
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: Vec<String>| {
+        let (bin, kc, home) = (bin.clone(), f.kubeconfig.clone(), home.path().to_path_buf());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubectl(&bin, &kc, &home, &args).await
+        }
+    };
+    let original = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kubectl-apply/workloads.yaml"
+    ))
+    .unwrap();
+    let write = |name: &str, text: &str| {
+        let p = home.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let apply = |file: String| run(vec!["apply".into(), "-f".into(), file]);
+
+    let (ok, out, err) = apply(write("v1.yaml", &original)).await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "configmap/app-config created",
+            "deployment.apps/metrics-server created",
+            "daemonset.apps/node-agent created",
+            "statefulset.apps/db created",
+            "poddisruptionbudget.policy/db-pdb created",
+        ],
+        "{err}"
+    );
+    assert!(err.is_empty(), "no warnings: {err}");
+
+    // a second apply with changes patches each object; the changes are visible
+    let changed = original
+        .replace("mode: \"blue\"", "mode: \"green\"")
+        .replace("metrics-server:v0.8.0", "metrics-server:v0.8.1")
+        .replace(
+            "replicas: 1\n  selector:\n    matchLabels: {app: db}",
+            "replicas: 3\n  selector:\n    matchLabels: {app: db}",
+        )
+        .replace("minAvailable: 1", "minAvailable: 2");
+    let (ok, out, err) = apply(write("v2.yaml", &changed)).await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "configmap/app-config configured",
+            "deployment.apps/metrics-server configured",
+            "daemonset.apps/node-agent unchanged",
+            "statefulset.apps/db configured",
+            "poddisruptionbudget.policy/db-pdb configured",
+        ],
+        "{err}"
+    );
+    assert!(err.is_empty(), "no warnings: {err}");
+    let get = |what: &str, path: &str| {
+        run(vec![
+            "get".into(),
+            what.into(),
+            "-n".into(),
+            "default".into(),
+            "-o".into(),
+            format!("jsonpath={path}"),
+        ])
+    };
+    let (_, out, _) = get("configmap/app-config", "{.data.mode}").await;
+    assert_eq!(out, "green");
+    let (_, out, _) = get(
+        "deployment/metrics-server",
+        "{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].args[0]} {.spec.template.spec.volumes[0].name}",
+    )
+    .await;
+    assert_eq!(
+        out, "registry.k8s.io/metrics-server/metrics-server:v0.8.1 --secure-port=10250 tmp",
+        "the rest of the pod template is kept"
+    );
+    let (_, out, _) = get("statefulset/db", "{.spec.replicas}").await;
+    assert_eq!(out, "3");
+    let (_, out, _) = get("pdb/db-pdb", "{.spec.minAvailable}").await;
+    assert_eq!(out, "2");
+    let (_, out, _) = get(
+        "configmap/app-config",
+        "{.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    )
+    .await;
+    assert!(
+        out.contains("\"mode\":\"green\""),
+        "the last-applied annotation follows: {out}"
+    );
+    let (ok, out, err) = apply(write("v2.yaml", &changed)).await;
+    assert!(ok, "{err}");
+    assert!(out.lines().all(|l| l.ends_with(" unchanged")), "{out}");
+
+    // an unknown field is refused by the validation kubectl asks for, and nothing is written
+    let typo = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: typo, namespace: default}\nspec:\n  replicass: 2\n  selector: {matchLabels: {app: t}}\n  template:\n    metadata: {labels: {app: t}}\n    spec:\n      containers: [{name: t, imagee: registry.example/t:1}]\n";
+    let (ok, out, err) = apply(write("typo.yaml", typo)).await;
+    assert!(!ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains(r#"strict decoding error: unknown field "spec.replicass", unknown field "spec.template.spec.containers[0].imagee""#),
+        "{err}"
+    );
+    let (ok, _, err) = run(vec![
+        "get".into(),
+        "deployment/typo".into(),
+        "-n".into(),
+        "default".into(),
+    ])
+    .await;
+    assert!(!ok && err.contains("NotFound"), "{err}");
+    // with validation off kubectl sends it as is and the server only warns
+    let (ok, out, err) = run(vec![
+        "apply".into(),
+        "--validate=false".into(),
+        "-f".into(),
+        write("typo.yaml", typo),
+    ])
+    .await;
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("deployment.apps/typo created"), "{out}");
 }

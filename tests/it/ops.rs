@@ -114,7 +114,7 @@ impl Run {
         let mut signers = String::new();
         for who in ["alice", "bob"] {
             assert!(
-                Command::new("ssh-keygen")
+                crate::fixtures::tool("ssh-keygen")
                     .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
                     .arg(d.join(who))
                     .status()

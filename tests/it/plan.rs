@@ -3,7 +3,7 @@
 
 use crate::fixtures::copy_dir;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use medea::desired::{self, Source, diagnostic::codes};
 use medea::inventory::{Inventory, file as inventory_file};
@@ -375,7 +375,7 @@ fn git_mode_plans_the_committed_tree() {
     let repo = tmp.path();
     copy_dir(&root().join("examples"), repo);
     let git = |args: &[&str]| {
-        let out = Command::new("git")
+        let out = crate::fixtures::tool("git")
             .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
             .args([
                 "-c",
@@ -495,4 +495,43 @@ fn every_command_a_plan_suggests_parses() {
             panic!("the plan suggests `{c}`, which the CLI refuses: {e}");
         }
     }
+}
+
+/// Offline `medea plan` plans through the daemon's one path (`plan::stored::replan`): a
+/// cluster with a running job (its `Jobs/active/<cluster>` marker) gets nothing planned, and
+/// the stored plan is the one the daemon would store. It used to plan without the markers.
+#[test]
+fn offline_plan_sees_running_jobs_like_the_daemon() {
+    use medea::rollout::journal::ActiveJob;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    seed(&store, &fixture_inventory());
+    let job = medea::rollout::JobId::parse("0123456789ab-home").unwrap();
+    {
+        let s = FjallStore::open(&store).unwrap();
+        s.commit(Txn::new().put_record("active/home", &ActiveJob { job }))
+            .unwrap();
+    }
+    let o = medea(&["plan", "examples/", "--store", path_str(&store)]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("rollout job 0123456789ab-home is running"),
+        "{out}"
+    );
+    assert!(out.contains("cluster home (rollout running)"), "{out}");
+    let s = FjallStore::open(&store).unwrap();
+    let cur = stored::current(&s).unwrap().unwrap();
+    let p = stored::load_plan(&s, &cur.id).unwrap().unwrap();
+    assert_eq!(
+        p.basis.running.get("home").map(String::as_str),
+        Some("0123456789ab-home")
+    );
+    let loaded = desired::load(&Source::Dir(root().join("examples"))).unwrap();
+    let again = stored::replan(&s, loaded.valid().unwrap()).unwrap();
+    assert!(
+        !again.stored,
+        "the daemon's path finds the same plan current"
+    );
+    assert_eq!(again.plan.id, p.id);
 }

@@ -349,7 +349,7 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 fn keygen(dir: &std::path::Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
-    let out = std::process::Command::new("ssh-keygen")
+    let out = crate::fixtures::tool("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
         .arg(&key)
         .output()
@@ -445,7 +445,7 @@ fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("(1 of 2 approvals)"));
 
     // bob approves with a marker file written by plain ssh-keygen.
-    let mut child = std::process::Command::new("ssh-keygen")
+    let mut child = crate::fixtures::tool("ssh-keygen")
         .args(["-Y", "sign", "-q", "-n", "medea-approve", "-f"])
         .arg(&bob)
         .stdin(std::process::Stdio::piped())
@@ -476,6 +476,20 @@ fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
     let out = s.cli().args(["plan"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("plan {short} is approved")), "{err}");
+    // Approved: it says so and stops offering the approve and sign commands.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("This plan is approved"), "{text}");
+    assert!(
+        !text.contains("Approve with") && !text.contains("ssh-keygen"),
+        "{text}"
+    );
+    let json = s.cli().args(["plan", "-o", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["state"], "approved");
+    assert!(
+        v["approveCommand"].is_null() && v["signCommand"].is_null(),
+        "{v}"
+    );
 
     // A signature by someone not in allowed_signers is refused with its reason.
     let (mallory, _) = keygen(tmp.path(), "mallory");
@@ -640,4 +654,318 @@ fn a_broken_trust_root_after_start_keeps_the_last_good_file() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+// ---- `medea serve` as a process: flags, environment, TLS files ----
+
+/// A `medea serve` child process; killed on drop.
+struct ServeProcess {
+    child: std::process::Child,
+    addr: String,
+    log: Vec<String>,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run `cmd` (a `medea serve …`) until it logs its API address; `Err(stderr)` when it exits
+/// first.
+fn spawn_serve(mut cmd: std::process::Command) -> Result<ServeProcess, String> {
+    use std::io::BufRead;
+    cmd.env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining after the test stops listening: a closed pipe would fail the
+        // server's next log write.
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                let addr = line
+                    .contains("API listening")
+                    .then(|| {
+                        line.split_whitespace()
+                            .find_map(|w| w.strip_prefix("addr="))
+                            .map(str::to_string)
+                    })
+                    .flatten();
+                log.push(line);
+                if let Some(addr) = addr {
+                    return Ok(ServeProcess { child, addr, log });
+                }
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(log.join("\n"));
+            }
+        }
+    }
+}
+
+/// `medea serve` with the client environment exported (`MEDEA_TOKEN`, `MEDEA_CA`,
+/// `MEDEA_ADDR`): its own `--token-file` wins, and so does a client's `--token-file`; TLS files
+/// named but missing are generated self-signed at exactly those paths, trusted by the client
+/// with `--ca <cert>`, and reused on the next start.
+#[test]
+fn serve_with_the_client_environment_uses_its_flags_and_generates_tls_at_the_given_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let token_file = tmp.path().join("token");
+    std::fs::write(&token_file, "file-token\n").unwrap();
+    let tls = tmp.path().join("etc/medea/tls");
+    let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
+    let state = tmp.path().join("state");
+    let serve = || {
+        let mut c = crate::cli::medea();
+        c.args(["serve", "--listen", "127.0.0.1:0", "--desired"])
+            .arg(examples())
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            // The client's environment, as the README's workflow exports it.
+            .env("MEDEA_TOKEN", "env-token")
+            .env("MEDEA_CA", tmp.path().join("elsewhere.crt"))
+            .env("MEDEA_ADDR", "localhost:7600");
+        c
+    };
+    let first = spawn_serve(serve()).unwrap_or_else(|log| panic!("serve did not start:\n{log}"));
+    let log = first.log.join("\n");
+    assert!(log.contains("generated a self-signed certificate"), "{log}");
+    assert!(
+        !log.contains("file-token") && !log.contains("env-token"),
+        "{log}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&key), 0o600);
+    assert_eq!(mode(&tls), 0o700);
+    let pem = std::fs::read_to_string(&cert).unwrap();
+
+    let client = |args: &[&str]| {
+        crate::cli::medea()
+            .args(["get", "clusters", "--addr", &first.addr, "--ca"])
+            .arg(&cert)
+            .args(args)
+            .env("MEDEA_TOKEN", "env-token")
+            .output()
+            .unwrap()
+    };
+    // The server took its token from --token-file, not from MEDEA_TOKEN.
+    let out = client(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("wrong bearer token"), "{err}");
+    // The client's --token-file beats its MEDEA_TOKEN too; --ca <cert> trusts the server.
+    let tf = token_file.to_str().unwrap();
+    let out = client(&["--token-file", tf]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(client(&["--token", "file-token"]).status.success());
+    drop(first);
+
+    // The next start reuses the files.
+    let second = spawn_serve(serve()).unwrap_or_else(|log| panic!("restart:\n{log}"));
+    assert!(
+        !second.log.join("\n").contains("generated a self-signed"),
+        "{}",
+        second.log.join("\n")
+    );
+    assert_eq!(std::fs::read_to_string(&cert).unwrap(), pem);
+    drop(second);
+
+    // One file there, the other missing: a clear error, nothing written.
+    std::fs::remove_file(&key).unwrap();
+    let err = spawn_serve(serve()).err().expect("refused");
+    assert!(err.contains("key") && err.contains("does not"), "{err}");
+    assert!(!key.exists());
+}
+
+/// `--token ''` and `MEDEA_TOKEN=` are refused at startup, by serve (before creating anything)
+/// and by the clients (before connecting).
+#[test]
+fn an_empty_token_is_refused_at_startup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let serve = |token: Option<&str>, env: Option<&str>| {
+        let mut c = crate::cli::medea();
+        c.args(["serve", "--listen", "127.0.0.1:0", "--desired"])
+            .arg(examples())
+            .arg("--state-dir")
+            .arg(&state)
+            .env_remove("MEDEA_TOKEN")
+            .env_remove("MEDEA_TOKEN_FILE");
+        if let Some(t) = token {
+            c.args(["--token", t]);
+        }
+        if let Some(e) = env {
+            c.env("MEDEA_TOKEN", e);
+        }
+        c.output().unwrap()
+    };
+    for (out, what) in [
+        (serve(Some(""), None), "--token is empty"),
+        (serve(None, Some("")), "MEDEA_TOKEN is empty"),
+        (serve(None, Some("  ")), "MEDEA_TOKEN is empty"),
+    ] {
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(what), "{err}");
+        assert!(!state.exists(), "nothing was created");
+    }
+    // Clients: refused before any connection (nothing listens on port 1).
+    let out = crate::cli::medea()
+        .args(["get", "clusters", "--insecure", "--addr", "127.0.0.1:1"])
+        .env("MEDEA_TOKEN", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("MEDEA_TOKEN is empty"), "{err}");
+    let out = crate::cli::medea()
+        .args(["plan", "--insecure", "--addr", "127.0.0.1:1", "--token", ""])
+        .env_remove("MEDEA_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--token is empty"), "{err}");
+}
+
+/// A settings-only plan that reaches quorum is applied, says so (text and `-o json` `state`),
+/// stops offering the approve and sign commands, and the server replans at once: the current
+/// plan is the next one, with no changes (the refresh interval here is an hour).
+#[test]
+fn a_settings_only_plan_says_it_was_applied_and_the_next_plan_follows_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let desired = tmp.path().join("desired");
+    copy_dir(&examples().join("home"), &desired.join("home"));
+    // The versions the cluster runs: only the settings (never applied) change.
+    for (file, from, to) in [
+        ("home/pools.yaml", "v1.13.9", "v1.12.4"),
+        ("home/cluster.yaml", "v1.35.0", "v1.34.1"),
+    ] {
+        let p = desired.join(file);
+        let text = std::fs::read_to_string(&p).unwrap().replace(from, to);
+        std::fs::write(&p, text).unwrap();
+    }
+    let (alice, alice_pub) = keygen(tmp.path(), "alice");
+    let (bob, bob_pub) = keygen(tmp.path(), "bob");
+    let signers = tmp.path().join("allowed_signers");
+    std::fs::write(&signers, format!("alice@example.com namespaces=\"medea-approve\" {alice_pub}\nbob@example.com namespaces=\"medea-approve\" {bob_pub}\n")).unwrap();
+    let s = start_with(desired, vec![home_inventory()], Some(signers), false);
+
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = s
+            .cli()
+            .args(["plan", "-o", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let v = json(&[]);
+    assert_eq!(v["state"], "pending");
+    assert_eq!(v["summary"]["rollouts"], 0, "{v}");
+    assert!(v["summary"]["settingsChanges"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["approveCommand"].is_string(), "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let short = v["shortId"].as_str().unwrap().to_string();
+    let required = v["approvalsRequired"].as_u64().unwrap();
+    for key in [&alice, &bob].into_iter().take(required as usize) {
+        let out = s
+            .cli()
+            .args(["approve", &short, "--key"])
+            .arg(key)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // The applied plan, asked for by id, says what became of it.
+    let mut c = rt_client(&s);
+    let old = c.plan(&id);
+    assert_eq!(old.state, "applied");
+    assert!(!old.rendered.contains("Approve with"), "{}", old.rendered);
+    assert!(!old.rendered.contains("ssh-keygen"), "{}", old.rendered);
+    assert!(old.rendered.contains("applied"), "{}", old.rendered);
+    let oj: serde_json::Value = serde_json::from_str(&old.json).unwrap();
+    assert_eq!(oj["state"], "applied");
+    assert!(
+        oj["approveCommand"].is_null() && oj["signCommand"].is_null(),
+        "{oj}"
+    );
+
+    // The current plan is the next one, without waiting for a refresh (an hour here).
+    wait_until("the server to replan", || json(&[])["id"] != id.as_str());
+    let v = json(&[]);
+    assert_eq!(v["hasChanges"], false, "{v}");
+    assert_eq!(v["state"], "no-changes");
+    let out = s.cli().args(["plan"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no changes"), "{text}");
+    assert!(!text.contains("Approve with"), "{text}");
+}
+
+/// A tiny gRPC client for `GetPlan` by id.
+struct PlanClient {
+    rt: tokio::runtime::Runtime,
+    args: medea::cli::client::ClientArgs,
+}
+
+impl PlanClient {
+    fn plan(&mut self, id: &str) -> medea::server::api::pb::Plan {
+        let args = self.args.clone();
+        let id = id.to_string();
+        self.rt.block_on(async move {
+            let mut c = args.connect().await.unwrap();
+            c.get_plan(medea::server::api::pb::GetPlanRequest { id })
+                .await
+                .unwrap()
+                .into_inner()
+                .plan
+                .unwrap()
+        })
+    }
+}
+
+fn rt_client(s: &TestServer) -> PlanClient {
+    PlanClient {
+        rt: tokio::runtime::Runtime::new().unwrap(),
+        args: medea::cli::client::ClientArgs {
+            addr: s.addr.to_string(),
+            token: Some(s.token.clone()),
+            token_file: None,
+            ca: Some(s.ca.clone()),
+            insecure: false,
+        },
+    }
 }

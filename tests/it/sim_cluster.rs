@@ -111,28 +111,9 @@ impl Env {
     }
 }
 
-fn kubectl_path() -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("kubectl"))
-            .find(|p| p.is_file())
-    })
-}
-
 /// kubectl, or a clear skip (a failure under CI).
 pub(crate) fn require_kubectl() -> Option<PathBuf> {
-    match kubectl_path() {
-        Some(p) => Some(p),
-        None if std::env::var_os("CI").is_some() => panic!(
-            "kubectl is not installed but CI is set: install the Debian package `kubernetes-client` (apt-get install -y kubernetes-client)"
-        ),
-        None => {
-            eprintln!(
-                "SKIPPED: kubectl not found on PATH; install the Debian package `kubernetes-client` to run the kubectl part of this test"
-            );
-            None
-        }
-    }
+    crate::fixtures::tool_or_skip("kubectl")
 }
 
 pub(crate) async fn kubectl(

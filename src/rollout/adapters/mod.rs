@@ -20,6 +20,7 @@
 //! ([`cluster_creds_dir`]). Their contents are never logged.
 
 mod kube;
+mod machine_config;
 mod talos;
 
 use std::future::Future;
@@ -27,9 +28,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use self::kube::KubeAdapter;
+pub use self::machine_config::{check_only_image_changed, set_component_image_in};
 pub use self::talos::{
     LOADER_ENTRY_DEFAULT, TALOSCONFIG_FILE, TalosAdapter, component_images_of,
-    next_boot_from_efivar, set_component_image_in,
+    next_boot_from_efivar,
 };
 
 /// Why an adapter could not be built for a cluster.

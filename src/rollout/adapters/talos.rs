@@ -10,6 +10,7 @@ use std::path::Path;
 use prost::Message as _;
 use tonic::Code;
 
+use super::machine_config::{check_only_image_changed, set_component_image_in};
 use super::{AdapterError, cluster_creds_dir, timed};
 use crate::error_chain;
 use crate::rollout::ports::{
@@ -52,8 +53,18 @@ pub enum MachineConfigError {
     NoV1alpha1,
     #[error("`{path}` in the machine configuration is not a mapping")]
     NotAMapping { path: String },
-    #[error("the patched machine configuration could not be encoded")]
-    Encode,
+    #[error("`{image}` is not an image reference medea writes into a machine configuration")]
+    BadImage { image: String },
+    #[error("`{path}` in the machine configuration cannot be edited in place: {reason}")]
+    NotEditable { path: String, reason: &'static str },
+    #[error(
+        "refusing to apply the patched machine configuration: document {document} differs at `{path}`, not only in the image; nothing was applied"
+    )]
+    UnexpectedChange { document: usize, path: String },
+    #[error(
+        "refusing to apply the patched machine configuration: its text differs from the node's at line {line} beyond the image; nothing was applied"
+    )]
+    TextChange { line: usize },
 }
 
 fn at(line: Option<u64>, column: Option<u64>) -> String {
@@ -228,7 +239,7 @@ fn service_problem(s: &talos::ServiceHealth) -> bool {
 
 /// Where a component's image is configured: its Talos 1.14 document kind, and the v1alpha1
 /// path used when the configuration has no such document.
-fn image_location(c: Component) -> (&'static str, [&'static str; 2]) {
+pub(super) fn image_location(c: Component) -> (&'static str, [&'static str; 2]) {
     match c {
         Component::ApiServer => ("KubeAPIServerConfig", ["cluster", "apiServer"]),
         Component::ControllerManager => (
@@ -249,7 +260,7 @@ const COMPONENTS: [Component; 5] = [
     Component::Kubelet,
 ];
 
-fn parse_docs(yaml: &[u8]) -> Result<Vec<serde_json::Value>, MachineConfigError> {
+pub(super) fn parse_docs(yaml: &[u8]) -> Result<Vec<serde_json::Value>, MachineConfigError> {
     let text = std::str::from_utf8(yaml).map_err(|_| MachineConfigError::Yaml {
         line: None,
         column: None,
@@ -301,15 +312,14 @@ pub fn component_images_of(yaml: &[u8]) -> Result<ComponentImages, MachineConfig
     Ok(out)
 }
 
-/// The machine configuration with `component`'s image set to `image`, where the node keeps it
-/// (its own document if the configuration has one, else the v1alpha1 field, created if
-/// missing), as `talosctl upgrade-k8s` patches it. Everything else is kept; comments are not.
-pub fn set_component_image_in(
-    yaml: &[u8],
+/// The documents of a machine configuration (as values) with `component`'s image set to
+/// `image` where the node keeps it: what a text edit must amount to
+/// ([`super::machine_config::check_only_image_changed`]).
+pub(super) fn expected_docs(
+    mut docs: Vec<serde_json::Value>,
     component: Component,
     image: &str,
-) -> Result<Vec<u8>, MachineConfigError> {
-    let mut docs = parse_docs(yaml)?;
+) -> Result<Vec<serde_json::Value>, MachineConfigError> {
     let (kind, [section, field]) = image_location(component);
     if let Some(i) = of_kind(&docs, kind) {
         let Some(doc) = docs[i].as_object_mut() else {
@@ -346,14 +356,7 @@ pub fn set_component_image_in(
             .ok_or(MachineConfigError::NotAMapping { path })?;
         map.insert("image".into(), serde_json::Value::String(image.into()));
     }
-    let mut out = String::new();
-    for (i, d) in docs.iter().enumerate() {
-        if i > 0 {
-            out.push_str("---\n");
-        }
-        out.push_str(&serde_saphyr::to_string(d).map_err(|_| MachineConfigError::Encode)?);
-    }
-    Ok(out.into_bytes())
+    Ok(docs)
 }
 
 /// JSON numbers from a protobuf `Struct` are all doubles; Kubernetes wants integers where the
@@ -580,7 +583,9 @@ impl TalosPort for TalosAdapter {
         let mc = timed(API, "MachineConfig", self.client.machine_config(&t))
             .await
             .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
-        let patched = set_component_image_in(mc.yaml().expose(), component, image)
+        let current = mc.yaml().expose();
+        let patched = set_component_image_in(current, component, image)
+            .and_then(|p| check_only_image_changed(current, &p, component, image).map(|()| p))
             .map_err(|e| PortError::failed("patch the machine configuration", &n.node, e))?;
         timed(
             API,

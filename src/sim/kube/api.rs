@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::Shared;
 use super::apply;
 use super::cluster::{Cluster, kind_matches};
+use super::openapi::{self, FieldValidation};
 use super::resources::{self, Owner, PODS, ResourceType};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, success};
@@ -55,6 +56,10 @@ enum Route {
     Groups,
     Group(String),
     ResourceList(String, String),
+    /// `GET /openapi/v3`.
+    OpenApiIndex,
+    /// `GET /openapi/v3/<group-version>` (`api/v1`, `apis/apps/v1`).
+    OpenApiDoc(String),
     Collection {
         rt: &'static ResourceType,
         ns: Option<String>,
@@ -85,6 +90,8 @@ fn route(path: &str) -> Result<Route> {
             return Ok(Route::AccessReview);
         }
         ["api"] => return Ok(Route::CoreVersions),
+        ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiDoc(rest.join("/"))),
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] => return Ok(Route::Group(g.to_string())),
         ["api", v, rest @ ..] => ("", *v, rest),
@@ -328,6 +335,31 @@ async fn dispatch(
                 StatusCode::OK,
                 &resources::core_versions(&shared.server_address),
             ))
+        }
+        Route::OpenApiIndex => {
+            get_only(method)?;
+            Ok(json_response(StatusCode::OK, &openapi::index()))
+        }
+        Route::OpenApiDoc(key) => {
+            get_only(method)?;
+            let doc = openapi::document(&key).ok_or_else(ApiError::page_not_found)?;
+            // a request naming the current hash may be cached for good, as the apiserver says
+            // (kube-openapi `pkg/handler3/handler.go`)
+            let cache = if q.get("hash") == Some(&doc.hash) {
+                "public, immutable"
+            } else {
+                "no-cache, private"
+            };
+            Ok((
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::CACHE_CONTROL, cache),
+                ],
+                [(header::ETAG, format!("\"{}\"", doc.hash))],
+                doc.text.clone(),
+            )
+                .into_response())
         }
         Route::Groups => {
             get_only(method)?;
@@ -733,6 +765,54 @@ fn derived_refusal(rt: &ResourceType, verb: &str) -> ApiError {
     ))
 }
 
+/// The unknown fields of a written object, handled as `fieldValidation` asks: `Strict` is a
+/// 400 strict decoding error, `Warn` (the default) a `Warning` header per field, `Ignore`
+/// nothing; unless refused they are dropped from the object, as decoding into the typed object
+/// does (apiserver `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`,
+/// `patch.go`, `update.go`; messages as `k8s.io/apimachinery/pkg/runtime/serializer/json`
+/// `strict decoding error: unknown field "…"`).
+fn check_fields(
+    rt: &ResourceType,
+    obj: &mut Value,
+    q: &HashMap<String, String>,
+) -> Result<Vec<String>> {
+    let mode = FieldValidation::from_query(q.get("fieldValidation").map(String::as_str))
+        .map_err(ApiError::bad_request)?;
+    let mut pruned = obj.clone();
+    let unknown: Vec<String> = openapi::prune_unknown_fields(rt, &mut pruned)
+        .into_iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(unknown);
+    }
+    if mode == FieldValidation::Strict {
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            unknown.join(", "),
+            kind = rt.kind,
+            version = rt.version,
+        )));
+    }
+    *obj = pruned;
+    Ok(if mode == FieldValidation::Ignore {
+        Vec::new()
+    } else {
+        unknown
+    })
+}
+
+/// `Warning: 299 - "<message>"` headers (RFC 7234 warn-code 299, as the apiserver sends).
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let quoted = serde_json::to_string(w).unwrap_or_default();
+        if let Ok(v) = header::HeaderValue::from_str(&format!("299 - {quoted}")) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
 fn create(
     c: &mut Cluster,
     rt: &'static ResourceType,
@@ -763,8 +843,12 @@ fn create(
         obj["metadata"]["name"] = json!(format!("{prefix}{:05x}", n & 0xfffff));
     }
     check_identity(rt, &mut obj, ns, None)?;
+    let warnings = check_fields(rt, &mut obj, q)?;
     if dry_run(q) {
-        return Ok(json_response(StatusCode::CREATED, &obj));
+        return Ok(with_warnings(
+            json_response(StatusCode::CREATED, &obj),
+            &warnings,
+        ));
     }
     let name = name_of(&obj).to_string();
     c.counters.creates += 1;
@@ -778,7 +862,10 @@ fn create(
         .get(rt, ns_of(&created), &name)
         .cloned()
         .unwrap_or(created);
-    Ok(json_response(StatusCode::CREATED, &stored))
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &stored),
+        &warnings,
+    ))
 }
 
 fn replace(
@@ -792,6 +879,7 @@ fn replace(
 ) -> Result<Response> {
     let mut obj = parse_body(body, false)?;
     check_identity(rt, &mut obj, ns, Some(name))?;
+    let warnings = check_fields(rt, &mut obj, q)?;
     let existing = c
         .store
         .get(rt, ns, name)
@@ -824,7 +912,10 @@ fn replace(
         obj["status"] = status.clone();
     }
     let stored = c.store.put(rt, obj, wall);
-    Ok(json_response(StatusCode::OK, &stored))
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &stored),
+        &warnings,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -860,8 +951,12 @@ fn patch(
             "a patch may not change metadata.name or metadata.namespace",
         ));
     }
+    let warnings = check_fields(rt, &mut next, q)?;
     if dry_run(q) {
-        return Ok(json_response(StatusCode::OK, &next));
+        return Ok(with_warnings(
+            json_response(StatusCode::OK, &next),
+            &warnings,
+        ));
     }
     c.counters.patches += 1;
     if rt.owner == Owner::Node {
@@ -869,7 +964,10 @@ fn patch(
         return Ok(json_response(StatusCode::OK, &node));
     }
     let stored = c.store.put(rt, next, wall);
-    Ok(json_response(StatusCode::OK, &stored))
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &stored),
+        &warnings,
+    ))
 }
 
 fn server_side_apply(

@@ -23,6 +23,7 @@ mod cluster;
 #[doc(hidden)]
 pub mod fuzzing;
 mod kubeconfig;
+mod openapi;
 mod pki;
 mod resources;
 pub mod scenario;

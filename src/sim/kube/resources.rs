@@ -196,6 +196,18 @@ pub(crate) static DAEMONSETS: ResourceType = ResourceType {
         &["ds"],
     )
 };
+pub(crate) static STATEFULSETS: ResourceType = ResourceType {
+    categories: &["all"],
+    ..generic(
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        true,
+        &["sts"],
+    )
+};
 pub(crate) static REPLICASETS: ResourceType = ResourceType {
     categories: &["all"],
     ..generic(
@@ -265,6 +277,7 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &SERVICES,
     &DEPLOYMENTS,
     &DAEMONSETS,
+    &STATEFULSETS,
     &REPLICASETS,
     &PDBS,
     &CLUSTERROLES,

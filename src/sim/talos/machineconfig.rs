@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::scenario::MachineConfigExtra;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Why a submitted machine config was refused (mapped to `InvalidArgument`).
@@ -134,6 +135,23 @@ pub struct NodeConfigSpec<'a> {
     pub kubernetes: &'a KubeVersion,
     /// PEM of the OS CA (its certificate only; the key is never in a config).
     pub ca_pem: &'a str,
+    /// Scenario text added as written ([`MachineConfigExtra`]).
+    pub extra: Option<&'a MachineConfigExtra>,
+}
+
+/// `text` with every non-empty line indented by two spaces, ending with a newline.
+fn indented(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        if !line.trim().is_empty() {
+            out.push_str("  ");
+        }
+        out.push_str(line);
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out
 }
 
 /// Generate a v1alpha1 machine config like `talosctl gen config` would (secrets are
@@ -171,7 +189,7 @@ machine:
   features:
     rbac: true
     stableHostname: true
-cluster:
+{machine_extra}cluster:
   id: c2ltdWxhdGVkLWNsdXN0ZXItaWQ=
   secret: c2ltdWxhdGVkLWNsdXN0ZXItc2VjcmV0
   controlPlane:
@@ -191,6 +209,11 @@ cluster:
     image: registry.k8s.io/kube-proxy:{k}
 "#,
         host = s.hostname,
+        machine_extra = s
+            .extra
+            .and_then(|e| e.machine.as_deref())
+            .map(indented)
+            .unwrap_or_default(),
         talos = s.talos,
         endpoint = s.endpoint,
         cluster = s.cluster_name,
@@ -213,6 +236,20 @@ cluster:
             addr = s.address,
         ));
     }
+    if let Some(e) = s.extra {
+        if let Some(c) = e.cluster.as_deref() {
+            out.push_str(&indented(c));
+        }
+        if let Some(d) = e.documents.as_deref() {
+            if !d.trim_start().starts_with("---") {
+                out.push_str("---\n");
+            }
+            out.push_str(d);
+            if !d.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
     out
 }
 
@@ -230,6 +267,7 @@ mod tests {
             talos: &TalosVersion::parse("v1.13.9").unwrap(),
             kubernetes: &KubeVersion::parse("v1.34.1").unwrap(),
             ca_pem: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+            extra: None,
         })
     }
 

@@ -29,7 +29,9 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use fault::{Effect, FaultError, FaultPlan, Method, NodeCounters, Trigger};
 pub use model::{Bootloader, Power};
-pub use scenario::{NodeSpec, RebootTiming, Role, Scenario, ScenarioError, Timing, WorkloadSpec};
+pub use scenario::{
+    MachineConfigExtra, NodeSpec, RebootTiming, Role, Scenario, ScenarioError, Timing, WorkloadSpec,
+};
 
 use self::fault::ArmedFault;
 use self::model::{Cluster, RebootTicket};

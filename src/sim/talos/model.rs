@@ -194,6 +194,7 @@ impl Cluster {
                     talos: &spec.talos,
                     kubernetes: &spec.kubernetes,
                     ca_pem,
+                    extra: scenario.machine_config_extra(spec),
                 })
                 .into_bytes();
                 SimNode {

@@ -16,6 +16,9 @@
 //!     effect: { upgradeExit: { code: 1, message: "disk full" } }
 //! workloads:             # read by the simulated kube-apiserver, not by the Talos side
 //!   - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
+//! machineConfigExtra:    # kept byte for byte in every node's machine config (see MachineConfigExtra)
+//!   machine: |
+//!     sysctls: {vm.overcommit_memory: off}
 //! kubeFaults:            # kube-apiserver faults, active from the start (see design/sim.md)
 //!   - pdbNeverAllows: { namespace: default, pdb: web-pdb }
 //!   - apiUnavailable: { requests: 3 }      # or { for: 30s }
@@ -102,6 +105,39 @@ pub struct NodeSpec {
     pub talos: TalosVersion,
     /// The Kubernetes version of its kubelet (and control-plane static pods).
     pub kubernetes: KubeVersion,
+    /// Extra text for this node's machine config (replaces the scenario's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_config_extra: Option<MachineConfigExtra>,
+}
+
+/// Text added to a node's generated machine config, kept byte for byte as written, so a
+/// scenario can carry what real configurations hold (`permissions: 0644`, `off` strings,
+/// anchors, comments, more documents) and a test can compare what the node was sent.
+///
+/// ```yaml
+/// machineConfigExtra:
+///   machine: |          # keys under `machine:` (indented by two spaces for you)
+///     files:
+///       - {path: /var/etc/a, permissions: 0644, op: create, content: x}
+///     sysctls:
+///       vm.overcommit: off
+///   cluster: |          # keys under `cluster:`
+///     allowSchedulingOnControlPlanes: no
+///   documents: |        # documents after the v1alpha1 one (each starts with `---`)
+///     ---
+///     apiVersion: v1alpha1
+///     kind: SideroLinkConfig
+///     apiUrl: https://siderolink.example/?jointoken=off
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineConfigExtra {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<String>,
 }
 
 /// How long a rebooting node is away.
@@ -239,6 +275,10 @@ pub struct Scenario {
     pub workloads: Vec<WorkloadSpec>,
     #[serde(default)]
     pub kube_faults: Vec<KubeFaultSpec>,
+    /// Extra machine-config text for every node without its own
+    /// ([`NodeSpec::machine_config_extra`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_config_extra: Option<MachineConfigExtra>,
 }
 
 impl Scenario {
@@ -289,6 +329,7 @@ impl Scenario {
                 role: if cp { Role::Controlplane } else { Role::Worker },
                 talos: talos.clone(),
                 kubernetes: kubernetes.clone(),
+                machine_config_extra: None,
             });
         }
         Scenario {
@@ -298,7 +339,18 @@ impl Scenario {
             faults: Vec::new(),
             workloads: Vec::new(),
             kube_faults: Vec::new(),
+            machine_config_extra: None,
         }
+    }
+
+    /// The machine-config extra of `node`: its own, else the scenario's.
+    pub fn machine_config_extra<'a>(
+        &'a self,
+        node: &'a NodeSpec,
+    ) -> Option<&'a MachineConfigExtra> {
+        node.machine_config_extra
+            .as_ref()
+            .or(self.machine_config_extra.as_ref())
     }
 
     /// Check names, addresses and faults.
@@ -336,6 +388,26 @@ impl Scenario {
             for key in [&n.name, &n.address] {
                 if !seen.insert(key.clone()) {
                     return Err(invalid(format!("`{key}` is used by two nodes")));
+                }
+            }
+            if let Some(extra) = self.machine_config_extra(n) {
+                let config =
+                    super::machineconfig::generate(&super::machineconfig::NodeConfigSpec {
+                        cluster_name: &self.cluster_name,
+                        hostname: &n.name,
+                        address: &n.address,
+                        control_plane: n.role == Role::Controlplane,
+                        endpoint: &n.address,
+                        talos: &n.talos,
+                        kubernetes: &n.kubernetes,
+                        ca_pem: "",
+                        extra: Some(extra),
+                    });
+                if let Err(e) = super::machineconfig::facts(config.as_bytes()) {
+                    return Err(invalid(format!(
+                        "node `{}`: `machineConfigExtra` does not give a valid machine config ({e}); `machine` and `cluster` hold keys of those sections, `documents` whole documents",
+                        n.name
+                    )));
                 }
             }
         }
@@ -527,6 +599,41 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("listed twice"), "{err}");
+    }
+
+    #[test]
+    fn machine_config_extras_are_kept_as_written() {
+        let text = "nodes:\n  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }\n  - name: w-1\n    address: 10.5.0.5\n    role: worker\n    talos: v1.13.9\n    kubernetes: v1.34.1\n    machineConfigExtra: { machine: \"sysctls: {a: on}\\n\" }\nmachineConfigExtra:\n  machine: |\n    files:\n      - path: /var/etc/a   # comment\n        permissions: 0644\n  cluster: |\n    allowSchedulingOnControlPlanes: off\n  documents: |\n    apiVersion: v1alpha1\n    kind: SideroLinkConfig\n    apiUrl: https://x/?jointoken=off\n";
+        let s = Scenario::parse(text, Path::new("s.yaml")).unwrap();
+        let cp = s.machine_config_extra(&s.nodes[0]).unwrap();
+        assert!(cp.machine.as_deref().unwrap().contains("permissions: 0644"));
+        let w = s.machine_config_extra(&s.nodes[1]).unwrap();
+        assert_eq!(
+            w.machine.as_deref(),
+            Some("sysctls: {a: on}\n"),
+            "a node's own wins"
+        );
+        let config =
+            super::super::machineconfig::generate(&super::super::machineconfig::NodeConfigSpec {
+                cluster_name: "c",
+                hostname: "cp-1",
+                address: "10.5.0.2",
+                control_plane: true,
+                endpoint: "10.5.0.2",
+                talos: &s.nodes[0].talos,
+                kubernetes: &s.nodes[0].kubernetes,
+                ca_pem: "",
+                extra: Some(cp),
+            });
+        assert!(config.contains("\n  files:\n    - path: /var/etc/a   # comment\n      permissions: 0644\ncluster:\n"), "{config}");
+        assert!(config.contains("\n  allowSchedulingOnControlPlanes: off\n---\napiVersion: v1alpha1\nkind: SideroLinkConfig\n"), "{config}");
+        assert!(config.ends_with("apiUrl: https://x/?jointoken=off\n"));
+
+        let bad = text.replace("permissions: 0644", "permissions: [0644");
+        let e = Scenario::parse(&bad, Path::new("s.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node `cp-1`: `machineConfigExtra`"), "{e}");
     }
 
     #[test]

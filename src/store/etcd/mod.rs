@@ -33,7 +33,10 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use etcd_client as ec;
+pub mod rpc;
+
+pub use rpc::EtcdCredentials;
+use rpc::{CallError, EtcdClient, RpcError, api};
 
 use super::leader::{Campaigner, Fence, Leadership};
 use super::location::EtcdUrl;
@@ -58,6 +61,12 @@ pub struct EtcdTls {
 pub struct EtcdConfig {
     pub url: EtcdUrl,
     pub tls: Option<EtcdTls>,
+    /// etcd username/password authentication, when etcd has `auth enable`d.
+    pub credentials: Option<EtcdCredentials>,
+    /// Allow plaintext (no TLS) to endpoints that are not on loopback. Off by default:
+    /// whoever can write the store can bypass approvals, and whoever can read the traffic
+    /// reads the auth token and every record.
+    pub insecure: bool,
     /// Bound on each store request (a scan counts as one).
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
@@ -68,6 +77,8 @@ impl EtcdConfig {
         EtcdConfig {
             url,
             tls: None,
+            credentials: None,
+            insecure: false,
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
         }
@@ -89,12 +100,20 @@ pub enum EtcdError {
     HalfIdentity,
     #[error("cannot start the etcd client runtime")]
     Runtime(#[source] std::io::Error),
+    #[error(
+        "refusing plaintext to the etcd endpoint `{endpoint}`, which is not on loopback: anyone on the path could read and rewrite medea's store (and with it, approvals)"
+    )]
+    Plaintext { endpoint: String },
     #[error("the etcd client runtime has stopped")]
     RuntimeGone,
     #[error("etcd did not answer within {timeout:?}")]
     Timeout { timeout: Duration },
     #[error("etcd request failed")]
-    Client(#[source] ec::Error),
+    Client(#[source] RpcError),
+    #[error("etcd refused the request: {}", .0.message())]
+    Status(#[source] tonic::Status),
+    #[error("an etcd stream (watch or lease keep-alive) ended")]
+    StreamEnded,
     #[error("the store format marker is unreadable: `{found}`")]
     BadFormat { found: String },
     #[error("key `{key}` under medea's prefix is not UTF-8")]
@@ -110,8 +129,12 @@ fn backend(op: &'static str, e: EtcdError) -> StoreError {
     }
 }
 
-fn client_err(e: ec::Error) -> EtcdError {
-    EtcdError::Client(e)
+fn call_err(e: CallError) -> EtcdError {
+    match e {
+        CallError::Status(s) => EtcdError::Status(s),
+        CallError::Client(RpcError::Timeout { timeout }) => EtcdError::Timeout { timeout },
+        CallError::Client(e) => EtcdError::Client(e),
+    }
 }
 
 /// The client's runtime; shut down (without blocking) when the store and every leadership
@@ -130,7 +153,7 @@ impl Drop for ClientRuntime {
 pub struct EtcdStore {
     rt: std::sync::Arc<ClientRuntime>,
     handle: tokio::runtime::Handle,
-    client: ec::Client,
+    client: EtcdClient,
     prefix: String,
     location: String,
     timeout: Duration,
@@ -152,19 +175,45 @@ fn read_file(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, EtcdError> {
     })
 }
 
-fn tls_options(tls: &EtcdTls) -> Result<ec::TlsOptions, EtcdError> {
+fn tls_options(tls: &EtcdTls) -> Result<tonic::transport::ClientTlsConfig, EtcdError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let ca = read_file("etcd CA certificate", &tls.ca)?;
-    let mut opts = ec::TlsOptions::new().ca_certificate(ec::Certificate::from_pem(ca));
+    let mut opts = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
     match (&tls.cert, &tls.key) {
         (Some(cert), Some(key)) => {
             let cert = read_file("etcd client certificate", cert)?;
             let key = read_file("etcd client key", key)?;
-            opts = opts.identity(ec::Identity::from_pem(cert, key));
+            opts = opts.identity(Identity::from_pem(cert, key));
         }
         (None, None) => {}
         _ => return Err(EtcdError::HalfIdentity),
     }
     Ok(opts)
+}
+
+/// Whether `endpoint` (`host:port`) is on loopback: `localhost`, 127.0.0.0/8 or `[::1]`.
+pub fn is_loopback(endpoint: &str) -> bool {
+    let host = match endpoint.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(rest),
+        None => endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Plaintext to a non-loopback endpoint is refused unless `insecure` says otherwise.
+fn check_transport(config: &EtcdConfig) -> Result<(), EtcdError> {
+    if config.tls.is_some() || config.insecure {
+        return Ok(());
+    }
+    match config.url.endpoints.iter().find(|e| !is_loopback(e)) {
+        Some(e) => Err(EtcdError::Plaintext {
+            endpoint: e.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Run `fut` on `handle` and wait for it from any context (plain thread, `spawn_blocking`, or a
@@ -186,12 +235,24 @@ fn block_on<T: Send + 'static>(
     }
 }
 
-async fn with_timeout<T>(
+/// One unary call on `client` within `timeout` (renewing the auth token once if etcd asks).
+async fn unary<T, F, Fut>(client: &EtcdClient, timeout: Duration, call: F) -> Result<T, EtcdError>
+where
+    F: Fn(EtcdClient) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    client.unary(timeout, call).await.map_err(call_err)
+}
+
+/// Open a bidirectional stream within `timeout`.
+async fn open_stream<T>(
     timeout: Duration,
-    fut: impl Future<Output = Result<T, ec::Error>>,
+    fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, EtcdError> {
     match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r.map_err(client_err),
+        Ok(r) => r
+            .map(tonic::Response::into_inner)
+            .map_err(EtcdError::Status),
         Err(_) => Err(EtcdError::Timeout { timeout }),
     }
 }
@@ -217,6 +278,7 @@ impl EtcdStore {
             path: PathBuf::from(&location),
             err: Box::new(e),
         };
+        check_transport(config).map_err(open_err)?;
         let tls = config
             .tls
             .as_ref()
@@ -236,16 +298,12 @@ impl EtcdStore {
             .iter()
             .map(|e| format!("{scheme}://{e}"))
             .collect();
-        let mut opts = ec::ConnectOptions::new()
-            .with_connect_timeout(config.connect_timeout)
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
-            .with_require_leader(true);
-        if let Some(t) = tls {
-            opts = opts.with_tls(t);
-        }
-        let timeout = config.request_timeout.max(config.connect_timeout);
+        let connect_timeout = config.connect_timeout;
+        let credentials = config.credentials.clone();
         let client = block_on(rt.handle(), async move {
-            with_timeout(timeout, ec::Client::connect(endpoints, Some(opts))).await
+            EtcdClient::connect(&endpoints, tls, connect_timeout, credentials)
+                .await
+                .map_err(EtcdError::Client)
         })
         .and_then(|r| r)
         .map_err(open_err)?;
@@ -327,15 +385,19 @@ impl EtcdStore {
 
     /// Who holds the leader key now: `(replica, term)`.
     pub fn current_leader(&self) -> Result<Option<(String, i64)>, StoreError> {
-        let mut kv = self.client.kv_client();
-        let key = self.leader_key();
+        let client = self.client.clone();
+        let key = self.leader_key().into_bytes();
         let timeout = self.timeout;
         self.run("leader", async move {
-            let r = with_timeout(timeout, kv.get(key, None)).await?;
-            Ok(r.kvs().first().map(|kv| {
+            let r = unary(&client, timeout, |c| {
+                let req = rpc::get(key.clone());
+                async move { c.kv().range(req).await }
+            })
+            .await?;
+            Ok(r.kvs.first().map(|kv| {
                 (
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                    kv.create_revision(),
+                    String::from_utf8_lossy(&kv.value).into_owned(),
+                    kv.create_revision,
                 )
             }))
         })
@@ -366,17 +428,21 @@ type Probed = BTreeMap<Vec<u8>, Option<(Vec<u8>, i64)>>;
 
 impl Store for EtcdStore {
     fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut kv = self.client.kv_client();
+        let client = self.client.clone();
         let key = self.key(table, key);
         let timeout = self.timeout;
         self.run("get", async move {
-            let r = with_timeout(timeout, kv.get(key, None)).await?;
-            Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+            let r = unary(&client, timeout, |c| {
+                let req = rpc::get(key.clone());
+                async move { c.kv().range(req).await }
+            })
+            .await?;
+            Ok(r.kvs.into_iter().next().map(|kv| kv.value))
         })
     }
 
     fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut kv = self.client.kv_client();
+        let client = self.client.clone();
         let table_prefix = self.table_prefix(table);
         let start = format!("{table_prefix}{prefix}").into_bytes();
         let end = prefix_end(&start);
@@ -388,28 +454,33 @@ impl Store for EtcdStore {
                 let mut from = start;
                 let mut revision = 0;
                 loop {
-                    let mut opts = ec::GetOptions::new()
-                        .with_range(end.clone())
-                        .with_limit(PAGE);
-                    if revision > 0 {
-                        // Every page from the first page's revision: one consistent snapshot.
-                        opts = opts.with_revision(revision);
-                    }
-                    let r = kv.get(from.clone(), Some(opts)).await.map_err(client_err)?;
+                    // Every page from the first page's revision: one consistent snapshot.
+                    let req = api::RangeRequest {
+                        key: from.clone(),
+                        range_end: end.clone(),
+                        limit: PAGE,
+                        revision,
+                        ..Default::default()
+                    };
+                    let r = unary(&client, timeout, |c| {
+                        let req = req.clone();
+                        async move { c.kv().range(req).await }
+                    })
+                    .await?;
                     if revision == 0 {
-                        revision = r.header().map_or(0, |h| h.revision());
+                        revision = r.header.as_ref().map_or(0, |h| h.revision);
                     }
-                    for kv in r.kvs() {
-                        let key = std::str::from_utf8(&kv.key()[strip..]).map_err(|_| {
+                    for kv in &r.kvs {
+                        let key = std::str::from_utf8(&kv.key[strip..]).map_err(|_| {
                             EtcdError::NotUtf8 {
-                                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                                key: String::from_utf8_lossy(&kv.key).into_owned(),
                             }
                         })?;
-                        out.push((key.to_string(), kv.value().to_vec()));
+                        out.push((key.to_string(), kv.value.clone()));
                     }
-                    match r.kvs().last() {
-                        Some(last) if r.more() => {
-                            from = last.key().to_vec();
+                    match r.kvs.last() {
+                        Some(last) if r.more => {
+                            from = last.key.clone();
                             from.push(0);
                         }
                         _ => return Ok(out),
@@ -436,31 +507,18 @@ impl Store for EtcdStore {
             match check {
                 Check::Absent(t, k) => {
                     let key = self.key(*t, k);
-                    compares.push(ec::Compare::create_revision(
-                        key.clone(),
-                        ec::CompareOp::Equal,
-                        0,
-                    ));
+                    compares.push(rpc::create_revision_is(key.clone(), 0));
                     probe(&key);
                 }
                 Check::Equals(t, k, v) => {
                     let key = self.key(*t, k);
-                    compares.push(ec::Compare::value(
-                        key.clone(),
-                        ec::CompareOp::Equal,
-                        v.clone(),
-                    ));
+                    compares.push(rpc::value_is(key.clone(), v.clone()));
                     probe(&key);
                 }
                 Check::Leader(fence) => {
-                    compares.push(ec::Compare::create_revision(
+                    compares.push(rpc::create_revision_is(leader_key.clone(), fence.term()));
+                    compares.push(rpc::value_is(
                         leader_key.clone(),
-                        ec::CompareOp::Equal,
-                        fence.term(),
-                    ));
-                    compares.push(ec::Compare::value(
-                        leader_key.clone(),
-                        ec::CompareOp::Equal,
                         fence.replica().as_bytes().to_vec(),
                     ));
                     probe(&leader_key);
@@ -475,42 +533,44 @@ impl Store for EtcdStore {
                 Op::Delete(t, k) => last.insert(self.key(t, &k), None),
             };
         }
-        let then: Vec<ec::TxnOp> = last
+        let success: Vec<api::RequestOp> = last
             .into_iter()
             .map(|(k, v)| match v {
-                Some(v) => ec::TxnOp::put(k, v, None),
-                None => ec::TxnOp::delete(k, None),
+                Some(v) => rpc::op_put(k, v, 0),
+                None => rpc::op_delete(k),
             })
             .collect();
-        let otherwise: Vec<ec::TxnOp> = probe_keys
-            .iter()
-            .map(|k| ec::TxnOp::get(k.clone(), None))
-            .collect();
-        let request = ec::Txn::new()
-            .when(compares)
-            .and_then(then)
-            .or_else(otherwise);
-        let mut kv = self.client.kv_client();
+        let failure: Vec<api::RequestOp> = probe_keys.iter().cloned().map(rpc::op_get).collect();
+        let request = api::TxnRequest {
+            compare: compares,
+            success,
+            failure,
+        };
+        let client = self.client.clone();
         let timeout = self.timeout;
         let keys = probe_keys.clone();
         let outcome: Option<Probed> = self.run("commit", async move {
-            let r = with_timeout(timeout, kv.txn(request)).await?;
-            if r.succeeded() {
+            let r = unary(&client, timeout, |c| {
+                let req = request.clone();
+                async move { c.kv().txn(req).await }
+            })
+            .await?;
+            if r.succeeded {
                 return Ok(None);
             }
-            let responses = r.op_responses();
-            if responses.len() != keys.len() {
+            if r.responses.len() != keys.len() {
                 return Err(EtcdError::ShortTxnResponse);
             }
             let mut probed = Probed::new();
-            for (k, resp) in keys.into_iter().zip(responses) {
-                let ec::TxnOpResponse::Get(g) = resp else {
+            for (k, resp) in keys.into_iter().zip(r.responses) {
+                let Some(api::response_op::Response::ResponseRange(g)) = resp.response else {
                     return Err(EtcdError::ShortTxnResponse);
                 };
                 let found = g
-                    .kvs()
-                    .first()
-                    .map(|kv| (kv.value().to_vec(), kv.create_revision()));
+                    .kvs
+                    .into_iter()
+                    .next()
+                    .map(|kv| (kv.value, kv.create_revision));
                 probed.insert(k, found);
             }
             Ok(Some(probed))
@@ -562,7 +622,7 @@ impl Store for EtcdStore {
 
 /// One replica's campaign, run on the store's runtime.
 struct Election {
-    client: ec::Client,
+    client: EtcdClient,
     key: String,
     ttl_secs: i64,
     timeout: Duration,
@@ -621,10 +681,9 @@ impl Election {
         for id in pending {
             self.revoke(id).await;
         }
-        let mut kv = self.client.kv_client();
-        let r = with_timeout(self.timeout, kv.get(self.key.clone(), None)).await?;
-        if let Some(holder) = r.kvs().first() {
-            let holder = String::from_utf8_lossy(holder.value()).into_owned();
+        let r = self.range_leader(self.timeout).await?;
+        if let Some(holder) = r.kvs.first() {
+            let holder = String::from_utf8_lossy(&holder.value).into_owned();
             if holder == c.replica() {
                 tracing::warn!(
                     replica = c.replica(),
@@ -632,7 +691,7 @@ impl Election {
                 );
             }
             c.follow(Some(holder));
-            let from = r.header().map_or(0, |h| h.revision()) + 1;
+            let from = r.header.as_ref().map_or(0, |h| h.revision) + 1;
             return self.follow(c, from).await;
         }
         self.campaign(c).await
@@ -640,76 +699,100 @@ impl Election {
 
     /// Watch the held key until it is released.
     async fn follow(&self, c: &Campaigner, from: i64) -> Result<Round, EtcdError> {
-        let mut watch = self.client.watch_client();
-        let opts = ec::WatchOptions::new().with_start_revision(from);
-        let mut stream =
-            with_timeout(self.timeout, watch.watch(self.key.clone(), Some(opts))).await?;
+        use rpc::pb::mvccpb::event::EventType;
+        // The request stream stays open (the sender alive) for as long as we watch.
+        let (requests, rx) = tokio::sync::mpsc::channel(1);
+        let create = api::WatchRequest {
+            request_union: Some(api::watch_request::RequestUnion::CreateRequest(
+                api::WatchCreateRequest {
+                    key: self.key.clone().into_bytes(),
+                    start_revision: from,
+                    ..Default::default()
+                },
+            )),
+        };
+        requests
+            .send(create)
+            .await
+            .map_err(|_| EtcdError::StreamEnded)?;
+        let mut watch = self.client.watch();
+        let mut stream = open_stream(
+            self.timeout,
+            watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        )
+        .await?;
         loop {
             let msg = tokio::select! {
-                m = stream.message() => m.map_err(client_err)?,
+                m = stream.message() => m.map_err(EtcdError::Status)?,
                 _ = stop_signal(c) => return Ok(Round::Stopped),
             };
             let Some(resp) = msg else {
-                return Err(EtcdError::Client(ec::Error::WatchError(
-                    "the watch stream ended".into(),
-                )));
+                return Err(EtcdError::StreamEnded);
             };
-            if resp.canceled() {
+            if resp.canceled {
                 // Compacted past our revision, or the server dropped the watch: look again.
                 return Ok(Round::Again);
             }
-            for ev in resp.events() {
-                match ev.event_type() {
-                    ec::EventType::Delete => return Ok(Round::Again),
-                    ec::EventType::Put => {
-                        if let Some(kv) = ev.kv() {
-                            c.follow(Some(String::from_utf8_lossy(kv.value()).into_owned()));
-                        }
-                    }
+            for ev in resp.events {
+                if ev.r#type == EventType::Delete as i32 {
+                    return Ok(Round::Again);
+                }
+                if let Some(kv) = ev.kv {
+                    c.follow(Some(String::from_utf8_lossy(&kv.value).into_owned()));
                 }
             }
         }
     }
 
     async fn campaign(&self, c: &Campaigner) -> Result<Round, EtcdError> {
-        let mut lease = self.client.lease_client();
-        let mut kv = self.client.kv_client();
         let asked = Instant::now();
-        let grant = with_timeout(self.timeout, lease.grant(self.ttl_secs, None)).await?;
-        let lease_id = grant.id();
-        let ttl = Duration::from_secs(grant.ttl().max(1) as u64);
-        let txn = ec::Txn::new()
-            .when([ec::Compare::create_revision(
-                self.key.clone(),
-                ec::CompareOp::Equal,
-                0,
-            )])
-            .and_then([ec::TxnOp::put(
-                self.key.clone(),
+        let ttl_secs = self.ttl_secs;
+        let grant = unary(&self.client, self.timeout, |c| async move {
+            c.lease()
+                .lease_grant(api::LeaseGrantRequest {
+                    ttl: ttl_secs,
+                    id: 0,
+                })
+                .await
+        })
+        .await?;
+        let lease_id = grant.id;
+        let ttl = Duration::from_secs(grant.ttl.max(1) as u64);
+        let key = self.key.clone().into_bytes();
+        let txn = api::TxnRequest {
+            compare: vec![rpc::create_revision_is(key.clone(), 0)],
+            success: vec![rpc::op_put(
+                key.clone(),
                 c.replica().as_bytes().to_vec(),
-                Some(ec::PutOptions::new().with_lease(lease_id)),
-            )])
-            .or_else([ec::TxnOp::get(self.key.clone(), None)]);
-        let r = match with_timeout(self.timeout, kv.txn(txn)).await {
+                lease_id,
+            )],
+            failure: vec![rpc::op_get(key)],
+        };
+        let r = match unary(&self.client, self.timeout, |c| {
+            let req = txn.clone();
+            async move { c.kv().txn(req).await }
+        })
+        .await
+        {
             Ok(r) => r,
             Err(e) => {
                 self.revoke(lease_id).await;
                 return Err(e);
             }
         };
-        if !r.succeeded() {
+        if !r.succeeded {
             self.revoke(lease_id).await;
-            let holder = r.op_responses().into_iter().find_map(|op| match op {
-                ec::TxnOpResponse::Get(g) => g
-                    .kvs()
+            let holder = r.responses.into_iter().find_map(|op| match op.response {
+                Some(api::response_op::Response::ResponseRange(g)) => g
+                    .kvs
                     .first()
-                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                    .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()),
                 _ => None,
             });
             c.follow(holder);
             return Ok(Round::Again);
         }
-        let term = r.header().map_or(0, |h| h.revision());
+        let term = r.header.as_ref().map_or(0, |h| h.revision);
         let fence = Fence::new(c.replica(), term);
         let deadline = asked + ttl - margin(ttl);
         c.lead(fence.clone(), deadline);
@@ -752,11 +835,7 @@ impl Election {
         ttl: Duration,
         mut deadline: Instant,
     ) -> Result<Lead, EtcdError> {
-        let mut lease = self.client.lease_client();
-        let mut kv = self.client.kv_client();
-        let (mut keeper, mut stream) = match with_timeout(self.timeout, lease.keep_alive(lease_id))
-            .await
-        {
+        let (mut keeper, mut stream) = match self.keep_alive(self.timeout, lease_id).await {
             Ok((k, s)) => (Some(k), Some(s)),
             Err(e) => {
                 tracing::warn!(error = %crate::error_chain(&e), "cannot open the lease keep-alive stream; retrying on the next tick");
@@ -771,7 +850,7 @@ impl Election {
             enum Ev {
                 Stop,
                 Tick,
-                Renewed(Result<Option<ec::LeaseKeepAliveResponse>, ec::Error>),
+                Renewed(Result<Option<api::LeaseKeepAliveResponse>, tonic::Status>),
                 Deadline,
             }
             let ev = tokio::select! {
@@ -794,7 +873,7 @@ impl Election {
                 }
                 Ev::Renewed(Ok(Some(resp))) => {
                     let Some(at) = sent.pop_front() else { continue };
-                    if resp.ttl() <= 0 {
+                    if resp.ttl <= 0 {
                         return Ok(Lead::Lost("etcd reports the lease expired"));
                     }
                     if Instant::now() >= deadline {
@@ -803,7 +882,7 @@ impl Election {
                             "no lease renewal was confirmed before the deadline",
                         ));
                     }
-                    let ttl = Duration::from_secs(resp.ttl() as u64);
+                    let ttl = Duration::from_secs(resp.ttl as u64);
                     deadline = at + ttl - margin(ttl);
                     c.extend(deadline);
                 }
@@ -814,13 +893,11 @@ impl Election {
                 }
                 Ev::Tick => {
                     // Is the key still ours? (An operator may have deleted it.)
-                    match with_timeout(self.timeout.min(ttl / 3), kv.get(self.key.clone(), None))
-                        .await
-                    {
+                    match self.range_leader(self.timeout.min(ttl / 3)).await {
                         Ok(r) => {
-                            let ours = r.kvs().first().is_some_and(|kv| {
-                                kv.create_revision() == fence.term()
-                                    && kv.value() == fence.replica().as_bytes()
+                            let ours = r.kvs.first().is_some_and(|kv| {
+                                kv.create_revision == fence.term()
+                                    && kv.value == fence.replica().as_bytes()
                             });
                             if !ours {
                                 return Ok(Lead::Lost("the leader key no longer holds this term"));
@@ -834,15 +911,17 @@ impl Election {
                     // next tick's keep-alive extends the deadline.
                     if keeper.is_none()
                         && let Ok((k, s)) =
-                            with_timeout(self.timeout.min(ttl / 3), lease.keep_alive(lease_id))
-                                .await
+                            self.keep_alive(self.timeout.min(ttl / 3), lease_id).await
                     {
                         keeper = Some(k);
                         stream = Some(s);
                     }
                     if let Some(k) = keeper.as_mut() {
                         let at = Instant::now();
-                        if k.keep_alive().await.is_ok() {
+                        if k.send(api::LeaseKeepAliveRequest { id: lease_id })
+                            .await
+                            .is_ok()
+                        {
                             sent.push_back(at);
                         } else {
                             keeper = None;
@@ -858,15 +937,57 @@ impl Election {
     /// Release the lease (and with it the key) without waiting long. If etcd cannot be
     /// reached, try again before the next round (meanwhile the lease may expire by itself).
     async fn revoke(&self, lease_id: i64) {
-        let mut lease = self.client.lease_client();
         let limit = self.timeout.min(Duration::from_secs(2));
-        match with_timeout(limit, lease.revoke(lease_id)).await {
+        let revoked = unary(&self.client, limit, |c| async move {
+            c.lease()
+                .lease_revoke(api::LeaseRevokeRequest { id: lease_id })
+                .await
+        })
+        .await;
+        match revoked {
             Ok(_) => {}
             // Already expired and gone.
-            Err(EtcdError::Client(ec::Error::GRpcStatus(s)))
-                if s.code() == tonic::Code::NotFound => {}
+            Err(EtcdError::Status(s)) if s.code() == tonic::Code::NotFound => {}
             Err(_) => self.unrevoked.lock().expect("lock").push(lease_id),
         }
+    }
+}
+
+impl Election {
+    /// Read the leader key.
+    async fn range_leader(&self, timeout: Duration) -> Result<api::RangeResponse, EtcdError> {
+        let key = self.key.clone().into_bytes();
+        unary(&self.client, timeout, |c| {
+            let req = rpc::get(key.clone());
+            async move { c.kv().range(req).await }
+        })
+        .await
+    }
+
+    /// Open the lease keep-alive stream: the sender of renewals and the stream of answers.
+    async fn keep_alive(
+        &self,
+        timeout: Duration,
+        lease_id: i64,
+    ) -> Result<
+        (
+            tokio::sync::mpsc::Sender<api::LeaseKeepAliveRequest>,
+            tonic::Streaming<api::LeaseKeepAliveResponse>,
+        ),
+        EtcdError,
+    > {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        // etcd answers (and so sends the stream's headers) only after a first renewal.
+        tx.send(api::LeaseKeepAliveRequest { id: lease_id })
+            .await
+            .map_err(|_| EtcdError::StreamEnded)?;
+        let mut lease = self.client.lease();
+        let stream = open_stream(
+            timeout,
+            lease.lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        )
+        .await?;
+        Ok((tx, stream))
     }
 }
 
@@ -878,6 +999,53 @@ enum Lead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(url: &str) -> EtcdConfig {
+        match url.parse().unwrap() {
+            crate::store::location::StoreLocation::Etcd(u) => EtcdConfig::new(u),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn plaintext_to_a_remote_etcd_is_refused_unless_insecure() {
+        for url in [
+            "etcd://127.0.0.1:2379",
+            "etcd://localhost:2379",
+            "etcd://[::1]:2379",
+            "etcd://127.0.0.2:2379,localhost:2380",
+        ] {
+            assert!(check_transport(&config(url)).is_ok(), "{url}");
+        }
+        let mut remote = config("etcd://127.0.0.1:2379,10.0.0.5:2379/medea");
+        let err = check_transport(&remote).unwrap_err();
+        assert!(
+            matches!(&err, EtcdError::Plaintext { endpoint } if endpoint == "10.0.0.5:2379"),
+            "{err}"
+        );
+        remote.insecure = true;
+        assert!(check_transport(&remote).is_ok());
+        remote.insecure = false;
+        remote.tls = Some(EtcdTls {
+            ca: "/nonexistent/ca.crt".into(),
+            cert: None,
+            key: None,
+        });
+        assert!(check_transport(&remote).is_ok());
+    }
+
+    #[test]
+    fn credentials_never_show_the_password() {
+        let c = EtcdCredentials {
+            user: "medea".into(),
+            password: crate::secret::Secret::new("hunter2".into()),
+        };
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("medea") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn prefix_ranges() {
