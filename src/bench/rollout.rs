@@ -219,6 +219,8 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
         max_unavailable: max,
         drain_timeout: Duration::from_secs(600),
         health_timeout: Duration::from_secs(900),
+        upgrade_attempts: crate::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
+        drain: crate::plan::DrainPolicy::from(&crate::desired::model::DrainSettings::default()),
         waves: nodes
             .chunks(max as usize)
             .map(|w| {

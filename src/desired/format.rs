@@ -77,6 +77,9 @@ pub struct ClusterSpec {
     /// Rollout defaults for every pool of this cluster.
     #[serde(default)]
     pub rollout: Option<RolloutSpec>,
+    /// Drain defaults for every pool of this cluster.
+    #[serde(default)]
+    pub drain: Option<DrainSpec>,
     /// How many distinct signers a plan needs before it may run.
     #[serde(default)]
     pub approvals: Option<ApprovalsSpec>,
@@ -112,6 +115,39 @@ pub struct RolloutSpec {
     #[serde(default)]
     #[schemars(with = "Option<DurationString>")]
     pub health_timeout: Option<Spanned<String>>,
+    /// How many times medea calls Upgrade on one node before the job halts, when the node
+    /// answers that the upgrade ran and failed (installer exit, image validation) or the call's
+    /// outcome stays unknown and the node shows no trace of it (default 2, at most 5).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 5))]
+    pub upgrade_attempts: Option<Spanned<u32>>,
+}
+
+/// How nodes are drained before their upgrade. On a Cluster these are defaults; on a NodePool,
+/// overrides. Evictions always go through the Eviction API: a PodDisruptionBudget is never
+/// bypassed, whatever is set here.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DrainSpec {
+    /// Evict pods that use `emptyDir` volumes; their emptyDir data is lost (default `true`, as
+    /// `talosctl upgrade` and kubectl's `--delete-emptydir-data` do).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub delete_empty_dir_data: Option<Spanned<bool>>,
+    /// Evict pods that no controller recreates (bare pods); they are gone for good (default
+    /// `false`: the drain is refused, naming them).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub evict_unmanaged_pods: Option<Spanned<bool>>,
+    /// Pods left on the node (never evicted, not waited for), e.g. local-storage agents.
+    #[serde(default)]
+    #[schemars(with = "Option<SelectorSpec>")]
+    pub skip_pods: Option<Spanned<SelectorSpec>>,
+    /// How long a drain may wait on PodDisruptionBudgets before the rollout halts (`10m`).
+    /// Replaces `rollout.drainTimeout`; set one of them.
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub timeout: Option<Spanned<String>>,
 }
 
 /// A duration such as `90s`, `10m` or `1h30m`.
@@ -231,6 +267,9 @@ pub struct NodePoolSpec {
     /// Overrides of the cluster's rollout defaults.
     #[serde(default)]
     pub rollout: Option<RolloutSpec>,
+    /// Overrides of the cluster's drain defaults.
+    #[serde(default)]
+    pub drain: Option<DrainSpec>,
     /// Pools of the same cluster that must finish their rollouts before this one starts.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]

@@ -79,7 +79,16 @@ pub struct RolloutSettings {
     pub drain_timeout: Duration,
     #[serde(with = "duration_text")]
     pub health_timeout: Duration,
+    /// Upgrade calls per node before the job halts (`rollout.upgradeAttempts`).
+    pub upgrade_attempts: u32,
+    /// The drain policy (`drain:`; its timeout is [`Self::drain_timeout`]).
+    pub drain: DrainSettings,
 }
+
+/// Default of `rollout.upgradeAttempts`.
+pub const DEFAULT_UPGRADE_ATTEMPTS: u32 = 2;
+/// Largest `rollout.upgradeAttempts` accepted.
+pub const MAX_UPGRADE_ATTEMPTS: u32 = 5;
 
 impl Default for RolloutSettings {
     fn default() -> Self {
@@ -87,6 +96,31 @@ impl Default for RolloutSettings {
             max_unavailable: 1,
             drain_timeout: Duration::from_secs(10 * 60),
             health_timeout: Duration::from_secs(15 * 60),
+            upgrade_attempts: DEFAULT_UPGRADE_ATTEMPTS,
+            drain: DrainSettings::default(),
+        }
+    }
+}
+
+/// Which pods a drain evicts, after defaults and overrides. A PodDisruptionBudget is never
+/// bypassed: evictions only, never a delete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainSettings {
+    /// Evict pods with `emptyDir` volumes (talosctl's default).
+    pub delete_empty_dir_data: bool,
+    /// Evict pods without a controller.
+    pub evict_unmanaged_pods: bool,
+    /// Pods with all these labels stay on the node.
+    pub skip_pods: BTreeMap<String, String>,
+}
+
+impl Default for DrainSettings {
+    fn default() -> Self {
+        DrainSettings {
+            delete_empty_dir_data: true,
+            evict_unmanaged_pods: false,
+            skip_pods: BTreeMap::new(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_saphyr::Spanned;
 
 use super::diagnostic::{Diagnostic, codes};
-use super::format::{self, API_VERSION, Role, RolloutSpec};
+use super::format::{self, API_VERSION, DrainSpec, Role, RolloutSpec};
 use super::model::*;
 use super::parse::{Broken, DocText, RawDoc};
 use super::window::MaintenanceWindow;
@@ -112,15 +112,94 @@ fn duration_field(
     }
 }
 
+/// Apply a drain spec on top of `out` (the timeout lands in `out.drain_timeout`).
+fn apply_drain(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    out: &mut RolloutSettings,
+    rollout: Option<&RolloutSpec>,
+    spec: Option<&DrainSpec>,
+) {
+    let Some(spec) = spec else { return };
+    if let Some(b) = &spec.delete_empty_dir_data {
+        out.drain.delete_empty_dir_data = b.value;
+    }
+    if let Some(b) = &spec.evict_unmanaged_pods {
+        out.drain.evict_unmanaged_pods = b.value;
+    }
+    if let Some(sel) = &spec.skip_pods {
+        let mut labels = BTreeMap::new();
+        for (k, v) in &sel.value.match_labels {
+            if k.is_empty() {
+                ctx.err(Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&v.referenced),
+                    "`drain.skipPods.matchLabels` has an empty label key",
+                ));
+                continue;
+            }
+            labels.insert(k.clone(), v.value.clone());
+        }
+        if labels.is_empty() {
+            ctx.err(
+                Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&sel.referenced),
+                    "`drain.skipPods` selects no labels: it would skip every pod",
+                )
+                .with_help("give `drain.skipPods.matchLabels`, or remove `skipPods`"),
+            );
+        }
+        out.drain.skip_pods = labels;
+    }
+    if let Some(t) = &spec.timeout {
+        if let Some(old) = rollout.and_then(|r| r.drain_timeout.as_ref()) {
+            ctx.err(
+                Diagnostic::error(
+                    codes::DURATION,
+                    doc.origin(&t.referenced),
+                    format!(
+                        "both `drain.timeout` ({}) and `rollout.drainTimeout` ({}) are set",
+                        t.value, old.value
+                    ),
+                )
+                .with_help("`drain.timeout` replaces `rollout.drainTimeout`: remove `rollout.drainTimeout`"),
+            );
+        }
+        if let Some(d) = duration_field(ctx, doc, &spec.timeout) {
+            out.drain_timeout = d;
+        }
+    }
+}
+
 /// Apply a rollout spec on top of `base`. Returns the result and the explicit maxUnavailable.
 fn apply_rollout(
     ctx: &mut Ctx,
     doc: &DocText<'_>,
     base: &RolloutSettings,
     spec: Option<&RolloutSpec>,
+    drain: Option<&DrainSpec>,
 ) -> RolloutSettings {
     let mut out = base.clone();
+    apply_drain(ctx, doc, &mut out, spec, drain);
     let Some(spec) = spec else { return out };
+    if let Some(n) = &spec.upgrade_attempts {
+        if n.value == 0 || n.value > MAX_UPGRADE_ATTEMPTS {
+            ctx.err(
+                Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&n.referenced),
+                    format!(
+                        "upgradeAttempts must be between 1 and {MAX_UPGRADE_ATTEMPTS}, not {}",
+                        n.value
+                    ),
+                )
+                .with_help("each attempt is one Upgrade call on the node; a failing installer rarely heals by itself"),
+            );
+        } else {
+            out.upgrade_attempts = n.value;
+        }
+    }
     if let Some(m) = &spec.max_unavailable {
         if m.value == 0 {
             ctx.err(
@@ -298,7 +377,13 @@ pub fn validate(
                 );
             }
         }
-        let rollout = apply_rollout(&mut ctx, &doc, &base, spec.rollout.as_ref());
+        let rollout = apply_rollout(
+            &mut ctx,
+            &doc,
+            &base,
+            spec.rollout.as_ref(),
+            spec.drain.as_ref(),
+        );
 
         let mut machines = Vec::new();
         let mut seen = BTreeSet::new();
@@ -448,7 +533,13 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
             None
         }
     };
-    let rollout = apply_rollout(ctx, doc, &RolloutSettings::default(), spec.rollout.as_ref());
+    let rollout = apply_rollout(
+        ctx,
+        doc,
+        &RolloutSettings::default(),
+        spec.rollout.as_ref(),
+        spec.drain.as_ref(),
+    );
     let mut approvals = ApprovalSettings::default();
     if let Some(a) = &spec.approvals {
         for field in [&a.required, &a.control_plane].into_iter().flatten() {

@@ -468,6 +468,7 @@ fn drain_pod(pod: &Pod) -> DrainPod {
             .is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some())),
         finished: matches!(phase, "Succeeded" | "Failed"),
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
     }
 }
 

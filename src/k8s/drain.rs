@@ -30,6 +30,8 @@ pub(crate) struct DrainPod {
     pub finished: bool,
     /// Already has a deletionTimestamp.
     pub terminating: bool,
+    /// `metadata.labels`.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The answer to one eviction request.
@@ -126,6 +128,13 @@ pub(crate) async fn run(
             skipped.push((p.pod, SkipReason::Mirror));
         } else if p.daemonset {
             skipped.push((p.pod, SkipReason::DaemonSet));
+        } else if !options.skip_pods.is_empty()
+            && options
+                .skip_pods
+                .iter()
+                .all(|(k, v)| p.labels.get(k) == Some(v))
+        {
+            skipped.push((p.pod, SkipReason::Selected));
         } else if p.terminating {
             waiting.push(p);
         } else {
@@ -266,6 +275,7 @@ mod tests {
             empty_dir: false,
             finished: false,
             terminating: false,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -420,6 +430,51 @@ mod tests {
             ]
         );
         assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_matched_by_skip_pods_stay_and_are_not_refused() {
+        // a local-storage agent: bare, with emptyDir, and labelled for skipPods
+        let mut agent = pod("local-path-agent");
+        agent.controlled = false;
+        agent.empty_dir = true;
+        agent
+            .labels
+            .insert("app.kubernetes.io/name".into(), "local-path".into());
+        agent.labels.insert("tier".into(), "storage".into());
+        let mut other = pod("other-bare");
+        other.controlled = false;
+        other.labels.insert("tier".into(), "storage".into());
+        let skip: BTreeMap<String, String> = [
+            (
+                "app.kubernetes.io/name".to_string(),
+                "local-path".to_string(),
+            ),
+            ("tier".to_string(), "storage".to_string()),
+        ]
+        .into();
+        let opts = DrainOptions {
+            skip_pods: skip,
+            ..options(10)
+        };
+        let fake = Fake::new(vec![agent.clone(), pod("web-1")]);
+        let report = run(&fake, "w1", &opts).await.unwrap();
+        assert_eq!(report.evicted, vec![pr("web-1")]);
+        assert_eq!(
+            report.skipped,
+            vec![(pr("local-path-agent"), SkipReason::Selected)]
+        );
+        // every label must match: a pod with only one of them is still refused
+        let fake = Fake::new(vec![agent, other]);
+        let err = run(&fake, "w1", &opts).await.unwrap_err();
+        assert!(
+            matches!(&err, K8sError::DrainUnmanaged { pods, .. } if *pods == vec![pr("other-bare")]),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("drain.evictUnmanagedPods"),
+            "the refusal names the field that allows it: {err}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

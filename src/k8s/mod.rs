@@ -130,6 +130,9 @@ pub struct DrainOptions {
     pub timeout: Duration,
     pub local_storage: LocalStoragePolicy,
     pub unmanaged: UnmanagedPolicy,
+    /// Pods carrying all these labels are left on the node (not evicted, not waited for):
+    /// `drain.skipPods.matchLabels`. Empty: none.
+    pub skip_pods: BTreeMap<String, String>,
     /// First wait after a refused (429) or failed eviction round; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
@@ -143,6 +146,7 @@ impl Default for DrainOptions {
             timeout: Duration::from_secs(600),
             local_storage: LocalStoragePolicy::Refuse,
             unmanaged: UnmanagedPolicy::Refuse,
+            skip_pods: BTreeMap::new(),
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
@@ -157,6 +161,8 @@ pub enum SkipReason {
     Mirror,
     /// Owned by a DaemonSet, which would recreate it on the same node.
     DaemonSet,
+    /// Matched by the drain's `skipPods` selector.
+    Selected,
 }
 
 /// The outcome of a successful drain.
@@ -529,12 +535,12 @@ pub enum K8sError {
         err: VersionError,
     },
     #[error(
-        "refusing to drain node `{node}`: pods {} use emptyDir (node-local) storage that eviction would delete; opt the pool into evicting them or move them first",
+        "refusing to drain node `{node}`: pods {} use emptyDir (node-local) storage that eviction would delete; set `drain.deleteEmptyDirData: true` (the default) on the Cluster or NodePool to evict them, list them under `drain.skipPods`, or move them first",
         pods_text(pods)
     )]
     DrainLocalStorage { node: String, pods: Vec<PodRef> },
     #[error(
-        "refusing to drain node `{node}`: pods {} have no controller and would not come back; opt the pool into evicting them or delete them yourself",
+        "refusing to drain node `{node}`: pods {} have no controller and would not come back; set `drain.evictUnmanagedPods: true` on the Cluster or NodePool to evict them, list them under `drain.skipPods`, or delete them yourself",
         pods_text(pods)
     )]
     DrainUnmanaged { node: String, pods: Vec<PodRef> },

@@ -65,6 +65,33 @@ pub struct RolloutSummary {
     pub max_unavailable: u32,
     pub drain_timeout_secs: u64,
     pub health_timeout_secs: u64,
+    /// Records written before the field existed read as the default; the default is not
+    /// written, so the applied basis of a store that never set it stays what it was.
+    #[serde(
+        default = "default_upgrade_attempts",
+        skip_serializing_if = "is_default_upgrade_attempts"
+    )]
+    pub upgrade_attempts: u32,
+    /// Records written before the drain policy existed read as the default policy (not
+    /// written when default, like `upgrade_attempts`).
+    #[serde(default = "default_drain", skip_serializing_if = "is_default_drain")]
+    pub drain: crate::plan::DrainPolicy,
+}
+
+fn default_upgrade_attempts() -> u32 {
+    crate::desired::model::DEFAULT_UPGRADE_ATTEMPTS
+}
+
+fn is_default_upgrade_attempts(n: &u32) -> bool {
+    *n == default_upgrade_attempts()
+}
+
+fn default_drain() -> crate::plan::DrainPolicy {
+    crate::plan::DrainPolicy::from(&crate::desired::model::DrainSettings::default())
+}
+
+fn is_default_drain(d: &crate::plan::DrainPolicy) -> bool {
+    *d == default_drain()
 }
 
 impl From<&RolloutSettings> for RolloutSummary {
@@ -73,6 +100,8 @@ impl From<&RolloutSettings> for RolloutSummary {
             max_unavailable: r.max_unavailable,
             drain_timeout_secs: r.drain_timeout.as_secs(),
             health_timeout_secs: r.health_timeout.as_secs(),
+            upgrade_attempts: r.upgrade_attempts,
+            drain: crate::plan::DrainPolicy::from(&r.drain),
         }
     }
 }
@@ -283,6 +312,19 @@ fn rollout_fields(r: &RolloutSummary) -> Vec<(&'static str, String)> {
         (
             "rollout.healthTimeout",
             format_duration(Duration::from_secs(r.health_timeout_secs)),
+        ),
+        ("rollout.upgradeAttempts", r.upgrade_attempts.to_string()),
+        (
+            "drain.deleteEmptyDirData",
+            r.drain.delete_empty_dir_data.to_string(),
+        ),
+        (
+            "drain.evictUnmanagedPods",
+            r.drain.evict_unmanaged_pods.to_string(),
+        ),
+        (
+            "drain.skipPods.matchLabels",
+            list(r.drain.skip_pods.iter().map(|(k, v)| format!("{k}={v}"))),
         ),
     ]
 }

@@ -816,6 +816,8 @@ impl<'a> ClusterCtx<'a> {
                 max_unavailable: pool.rollout.max_unavailable,
                 drain_timeout: pool.rollout.drain_timeout,
                 health_timeout: pool.rollout.health_timeout,
+                upgrade_attempts: pool.rollout.upgrade_attempts,
+                drain: DrainPolicy::from(&pool.rollout.drain),
                 waves,
             });
         }

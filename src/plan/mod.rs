@@ -24,8 +24,8 @@ pub use applied::{AppliedResource, LastApplied, ResourceKey};
 pub use compute::{basis_from_generations, basis_of, basis_with, compute, compute_with};
 pub use id::{PlanId, PlanIdRef};
 pub use model::{
-    Applies, Basis, ClusterPlan, ClusterStatus, KubeRollout, MachineTarget, Plan, ResourceDiff,
-    SettingsChange, Step, TalosRollout,
+    Applies, Basis, ClusterPlan, ClusterStatus, DrainPolicy, KubeRollout, MachineTarget, Plan,
+    ResourceDiff, SettingsChange, Step, TalosRollout,
 };
 
 #[cfg(test)]

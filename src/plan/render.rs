@@ -271,6 +271,13 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
                 );
                 let _ = writeln!(out, "  {}", paint(o, Paint::Change, &line));
                 let _ = writeln!(out, "      image {}", t.image);
+                let _ = writeln!(
+                    out,
+                    "      drain {} timeout {}; upgrade attempts {}",
+                    t.drain.summary(),
+                    format_duration(t.drain_timeout),
+                    t.upgrade_attempts
+                );
                 render_waves(out, t, "      ");
             }
             Step::Talos(t) => {
@@ -302,6 +309,13 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
                     waves_text(&t.waves)
                 );
                 let _ = writeln!(out, "        image {}", t.image);
+                let _ = writeln!(
+                    out,
+                    "        drain {} timeout {}; upgrade attempts {}",
+                    t.drain.summary(),
+                    format_duration(t.drain_timeout),
+                    t.upgrade_attempts
+                );
                 render_waves(out, t, "        ");
             }
             Step::Kubernetes(k) => {

@@ -1355,3 +1355,150 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// the drain policy and the upgrade bound (issue 20)
+
+fn two_worker_pools(cluster_extra: &str, pool_extra: &str) -> Desired {
+    one(
+        "v1.34.1",
+        cluster_extra,
+        &[
+            pool_doc("a", "worker", "w-1", "v1.13.9", ""),
+            pool_doc("b", "worker", "w-2", "v1.13.9", pool_extra),
+        ],
+    )
+}
+
+fn two_workers() -> Inventory {
+    observed("v1.34.1", 1, vec![w("w-1", "v1.13.2"), w("w-2", "v1.13.2")])
+}
+
+fn policy_of(p: &Plan, pool: &str) -> (DrainPolicy, u64, u32) {
+    let t = talos_steps(p)
+        .into_iter()
+        .find(|t| t.pool == pool)
+        .expect("the pool has a step");
+    (
+        t.drain.clone(),
+        t.drain_timeout.as_secs(),
+        t.upgrade_attempts,
+    )
+}
+
+#[test]
+fn the_drain_policy_defaults_like_talosctl_and_pools_override_the_cluster() {
+    let p = plan_ok(&two_worker_pools("", ""), &two_workers());
+    let (d, timeout, attempts) = policy_of(&p, "a");
+    assert!(
+        d.delete_empty_dir_data,
+        "talosctl drains with DeleteEmptyDirData"
+    );
+    assert!(!d.evict_unmanaged_pods);
+    assert!(d.skip_pods.is_empty());
+    assert_eq!((timeout, attempts), (600, 2));
+
+    let cluster = "  drain:\n    deleteEmptyDirData: false\n    skipPods:\n      matchLabels:\n        app: local-path\n    timeout: 3m\n  rollout:\n    upgradeAttempts: 3\n";
+    let pool = "  drain:\n    evictUnmanagedPods: true\n    timeout: 7m\n  rollout:\n    upgradeAttempts: 1\n";
+    let p2 = plan_ok(&two_worker_pools(cluster, pool), &two_workers());
+    let (a, ta, na) = policy_of(&p2, "a");
+    assert!(!a.delete_empty_dir_data && !a.evict_unmanaged_pods);
+    assert_eq!(
+        a.skip_pods,
+        [("app".to_string(), "local-path".to_string())].into()
+    );
+    assert_eq!((ta, na), (180, 3));
+    let (b, tb, nb) = policy_of(&p2, "b");
+    assert!(!b.delete_empty_dir_data, "inherited from the cluster");
+    assert!(b.evict_unmanaged_pods, "the pool's override");
+    assert_eq!(b.skip_pods, a.skip_pods);
+    assert_eq!((tb, nb), (420, 1));
+    // the plan shows the effective policy, and its id covers it
+    let text = render::text(&p2, Default::default());
+    assert!(
+        text.contains("drain deleteEmptyDirData=false evictUnmanagedPods=true skipPods=app=local-path timeout 7m; upgrade attempts 1"),
+        "{text}"
+    );
+    assert_ne!(p.id, p2.id);
+    let p3 = plan_ok(
+        &two_worker_pools("", "  drain:\n    evictUnmanagedPods: true\n"),
+        &two_workers(),
+    );
+    assert_ne!(
+        p.id, p3.id,
+        "a drain policy change alone changes the plan id"
+    );
+}
+
+fn diagnostics_of(cluster_extra: &str, pool_extra: &str) -> Vec<Diagnostic> {
+    let snap = Snapshot {
+        files: vec![
+            SourceFile {
+                path: "c1.yaml".into(),
+                bytes: cluster_doc("c1", "v1.34.1", cluster_extra).into_bytes(),
+            },
+            SourceFile {
+                path: "pools.yaml".into(),
+                bytes: pool_doc("a", "worker", "w-1", "v1.13.9", pool_extra).into_bytes(),
+            },
+        ],
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    };
+    parse_snapshot(snap).diagnostics
+}
+
+#[test]
+fn both_drain_timeouts_or_a_bad_bound_or_an_empty_skip_selector_are_refused() {
+    let d = diagnostics_of(
+        "  rollout:\n    drainTimeout: 5m\n  drain:\n    timeout: 6m\n",
+        "",
+    );
+    let e = only(&d, crate::desired::diagnostic::codes::DURATION);
+    assert!(
+        e.message.contains("drain.timeout") && e.message.contains("rollout.drainTimeout"),
+        "{e:?}"
+    );
+    // on different levels they do not clash: the pool's drain.timeout overrides the cluster's
+    assert!(
+        diagnostics_of(
+            "  rollout:\n    drainTimeout: 5m\n",
+            "  drain:\n    timeout: 6m\n"
+        )
+        .iter()
+        .all(|d| !d.is_error())
+    );
+    let d = diagnostics_of("", "  rollout:\n    upgradeAttempts: 0\n");
+    let e = only(&d, crate::desired::diagnostic::codes::INVALID_VALUE);
+    assert!(e.message.contains("upgradeAttempts"), "{e:?}");
+    let d = diagnostics_of("  rollout:\n    upgradeAttempts: 9\n", "");
+    assert!(
+        only(&d, crate::desired::diagnostic::codes::INVALID_VALUE)
+            .message
+            .contains("between 1 and 5")
+    );
+    let d = diagnostics_of("  drain:\n    skipPods:\n      matchLabels: {}\n", "");
+    let e = only(&d, crate::desired::diagnostic::codes::INVALID_VALUE);
+    assert!(e.message.contains("skipPods"), "{e:?}");
+}
+
+#[test]
+fn talos_steps_stored_before_the_drain_policy_keep_what_was_approved() {
+    let p = plan_ok(&two_worker_pools("", ""), &two_workers());
+    let t = talos_steps(&p)[0].clone();
+    let mut v = serde_json::to_value(&t).unwrap();
+    let obj = v.as_object_mut().unwrap();
+    obj.remove("drain");
+    obj.remove("upgradeAttempts");
+    let old: TalosRollout = serde_json::from_value(v).unwrap();
+    assert_eq!(
+        old.drain,
+        DrainPolicy::legacy(),
+        "emptyDir and bare pods refused"
+    );
+    assert_eq!(
+        old.upgrade_attempts, 1,
+        "the first definitive failure halts, as it did"
+    );
+}

@@ -659,9 +659,13 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .await
                 .map(|()| Outcome::Done),
             Action::Cordon { node } => self.kube.cordon(node).await.map(|()| Outcome::Done),
-            Action::Drain { node, timeout_secs } => self
+            Action::Drain {
+                node,
+                timeout_secs,
+                policy,
+            } => self
                 .kube
-                .drain(node, Duration::from_secs(*timeout_secs))
+                .drain(node, Duration::from_secs(*timeout_secs), policy)
                 .await
                 .map(|result| Outcome::Drain { result }),
             Action::Upgrade {

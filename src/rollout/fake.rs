@@ -46,6 +46,9 @@ pub enum Fault {
     ApiserverAwayDuringControlPlaneReboot { calls: u32 },
     /// The call `op` on `node` takes effect, then the reply is lost (UNAVAILABLE), once.
     LostReply { node: String, op: String },
+    /// Every Upgrade call to `node` is answered UNAVAILABLE before it reaches the node (no
+    /// trace is left): a transport that never lets the call through.
+    UpgradeNeverArrives { node: String },
 }
 
 /// Calls a node accepted.
@@ -80,6 +83,10 @@ pub struct FakeNode {
     pub images: ComponentImages,
     /// Whether the node reports its next boot (`NextBoot::Unknown` otherwise).
     pub reports_next_boot: bool,
+    /// Talos observations that still find it `Booting` and not ready after a boot (its services
+    /// healthy and its Kubernetes node Ready already, as happens before `MachineStatus` is).
+    #[serde(default)]
+    pub booting: u32,
     pub counters: NodeCounters,
 }
 
@@ -96,6 +103,9 @@ pub struct FakeState {
     pub faults: Vec<Fault>,
     /// Talos observations a rebooting node stays away.
     pub reboot_polls: u32,
+    /// Talos observations a node that came back stays `Booting` (not ready) before `Running`.
+    #[serde(default)]
+    pub booting_polls: u32,
     pub snapshots: u32,
     pub manifest_applies: u32,
     /// Kubernetes calls left that find the apiserver away (see the fault).
@@ -208,6 +218,7 @@ impl FakeCluster {
                         kubelet: s.kube.clone(),
                         images,
                         reports_next_boot: true,
+                        booting: 0,
                         counters: NodeCounters::default(),
                     },
                 )
@@ -218,6 +229,7 @@ impl FakeCluster {
                 nodes,
                 faults: Vec::new(),
                 reboot_polls: 1,
+                booting_polls: 0,
                 snapshots: 0,
                 manifest_applies: 0,
                 apiserver_away: 0,
@@ -363,6 +375,7 @@ impl FakeCluster {
             let revert = s.faults.contains(&Fault::SilentRevert {
                 node: t.node.clone(),
             });
+            let booting_polls = s.booting_polls;
             let n = s.nodes.get_mut(&t.node).expect("checked");
             if n.rebooting {
                 if n.down_polls > 0 {
@@ -372,11 +385,21 @@ impl FakeCluster {
                     return Err(unavailable("version", &t.node, "connection refused"));
                 }
                 boot(n, &t.node, revert);
+                n.booting = booting_polls;
+            }
+            let booting = n.booting > 0;
+            if booting {
+                n.booting -= 1;
             }
             Ok(TalosNode {
                 version: n.version.clone(),
                 boot_id: n.boot_id.clone(),
-                stage: n.stage,
+                stage: if booting {
+                    MachineStage::Booting
+                } else {
+                    n.stage
+                },
+                ready: !booting && n.stage == MachineStage::Running,
                 next_boot: if !n.reports_next_boot {
                     NextBoot::Unknown
                 } else {
@@ -434,8 +457,11 @@ impl FakeCluster {
                 Fault::UpgradeExitCode { node, code } if node == &t.node => Some(*code),
                 _ => None,
             });
+            let never = s.faults.contains(&Fault::UpgradeNeverArrives {
+                node: t.node.clone(),
+            });
             let n = s.nodes.get_mut(&t.node).expect("checked");
-            if n.down() {
+            if n.down() || never {
                 return Err(unavailable("upgrade", &t.node, "connection refused"));
             }
             n.counters.upgrade += 1;
@@ -570,7 +596,14 @@ impl FakeCluster {
             } else {
                 n.counters.uncordon += 1;
             }
-            s.log.push(format!("{op} {node}"));
+            // an uncordon while Talos still reports the node booting is the mistake a test
+            // looks for (Kubernetes Ready comes before `MachineStatus` running+ready)
+            let booting = if !on && n.booting > 0 {
+                " (talos: booting, not ready)"
+            } else {
+                ""
+            };
+            s.log.push(format!("{op} {node}{booting}"));
             Ok(())
         })
     }
@@ -791,7 +824,12 @@ impl KubePort for FakeKube {
     async fn uncordon(&self, node: &str) -> Result<(), PortError> {
         self.0.kube_cordon(node, false)
     }
-    async fn drain(&self, node: &str, timeout: Duration) -> Result<DrainOutcome, PortError> {
+    async fn drain(
+        &self,
+        node: &str,
+        timeout: Duration,
+        _policy: &crate::plan::DrainPolicy,
+    ) -> Result<DrainOutcome, PortError> {
         let r = self.0.kube_drain(node)?;
         if matches!(r, DrainOutcome::Blocked { .. }) {
             // a real drain keeps retrying the refused eviction until its timeout

@@ -21,12 +21,12 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::ports::{
-    Component, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode, NextBoot,
-    NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
+    Component, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode, MachineStage,
+    NextBoot, NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
 };
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;
-use crate::plan::{KubeRollout, MachineTarget, PlanId, TalosRollout};
+use crate::plan::{DrainPolicy, KubeRollout, MachineTarget, PlanId, TalosRollout};
 use crate::version::KubeVersion;
 
 /// How long a drain that came back blocked waits before it is tried again (within the drain
@@ -272,6 +272,14 @@ pub struct NodeProgress {
     pub not_before: Option<Timestamp>,
     /// The last drain refusal.
     pub blocked: Option<String>,
+    /// Why the last Upgrade attempt of this node did not take (its definitive failure, or the
+    /// transport error of a call the node shows no trace of).
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Upgrade calls of this node that the node answered with a definitive failure (bounded by
+    /// `rollout.upgradeAttempts`).
+    #[serde(default)]
+    pub upgrade_failures: u32,
 }
 
 impl NodeProgress {
@@ -287,6 +295,8 @@ impl NodeProgress {
             method: None,
             not_before: None,
             blocked: None,
+            last_error: None,
+            upgrade_failures: 0,
         }
     }
     pub fn node_target(&self) -> NodeTarget {
@@ -451,6 +461,10 @@ pub enum Action {
     Drain {
         node: String,
         timeout_secs: u64,
+        /// Which pods are evicted. Journals written before the field existed read as
+        /// [`DrainPolicy::legacy`], what those drains did.
+        #[serde(default = "DrainPolicy::legacy")]
+        policy: DrainPolicy,
     },
     Upgrade {
         node: NodeTarget,
@@ -861,6 +875,17 @@ fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> N
                     intent.key
                 ));
                 j.in_flight = None;
+                if intent.key.op == Op::Upgrade {
+                    record_upgrade_error(
+                        j,
+                        &intent.key,
+                        intent
+                            .last_error
+                            .clone()
+                            .unwrap_or_else(|| "its outcome was lost".into()),
+                        false,
+                    );
+                }
                 bump_attempt(j, &intent.key);
             }
             Resolution::Pending(why, reason) => {
@@ -1239,6 +1264,7 @@ fn talos_node(
                     action: Action::Drain {
                         node: name,
                         timeout_secs: timeout,
+                        policy: spec.drain.clone(),
                     },
                 }));
             }
@@ -1281,6 +1307,22 @@ fn talos_node(
                         }
                         return Flow::Poll(PollWhy::Waiting, why);
                     }
+                }
+                // A call whose reply was lost and that the node shows no trace of is made
+                // again, but only within the health timeout from the drain (definitive failures
+                // are bounded by `upgradeAttempts` in `apply`); see design/rollout.md, "one
+                // Upgrade per node".
+                if n.attempt > 0 && now >= health_deadline {
+                    return halt_flow(
+                        format!(
+                            "upgrade of `{name}` to {to} could not be made within {}s ({} call(s) left no trace): {}",
+                            spec.health_timeout.as_secs(),
+                            n.attempt,
+                            n.last_error.as_deref().unwrap_or("no error was reported")
+                        ),
+                        nd,
+                        Some(Op::Upgrade),
+                    );
                 }
                 let boot = t.boot_id.clone();
                 let method = n
@@ -1369,6 +1411,16 @@ fn talos_node(
                         nd,
                         Some(Op::Reboot),
                     );
+                }
+                // back = MachineStatus stage `running` *and* ready (talosctl upgrade --wait:
+                // `MachineReadyEventFn`), the boot id changed (above) and the target version
+                // runs (above); services and the Kubernetes node are checked as well
+                if t.stage != MachineStage::Running || !t.ready {
+                    return late(format!(
+                        "is {} and {}, not running and ready yet",
+                        t.stage.name(),
+                        if t.ready { "ready" } else { "not ready" }
+                    ));
                 }
                 if !t.unhealthy_services.is_empty() {
                     return late(format!(
@@ -1977,6 +2029,23 @@ fn bump_attempt(j: &mut Job, key: &CommandKey) {
     }
 }
 
+/// Remember why an Upgrade attempt of the key's node did not take (and count it when the node
+/// answered it with a failure).
+fn record_upgrade_error(j: &mut Job, key: &CommandKey, error: String, definitive: bool) {
+    let Some(node) = key.node.as_deref() else {
+        return;
+    };
+    if let Some(StepKind::Talos(t)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
+        && let Some(n) = t.nodes.iter_mut().find(|n| n.target.node == node)
+    {
+        let n = Arc::make_mut(n);
+        n.last_error = Some(error);
+        if definitive {
+            n.upgrade_failures += 1;
+        }
+    }
+}
+
 fn current_task_mut(k: &mut KubeStep) -> Option<&mut KubeTask> {
     k.tasks
         .iter_mut()
@@ -2003,7 +2072,39 @@ fn apply(
             return;
         }
         Outcome::Failed { error } => {
-            let reason = format!("{} on `{who}` failed: {error}", key.op);
+            // A definitive Upgrade failure (the node ran it and said it failed) may be tried
+            // again, within the pool's bound; nothing is in flight once it answered.
+            let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
+                Some(StepKind::Talos(t)) if key.op == Op::Upgrade => {
+                    let failures = t
+                        .nodes
+                        .iter()
+                        .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+                        .map(|n| n.upgrade_failures)
+                        .unwrap_or(0);
+                    (t.rollout.upgrade_attempts.max(1), failures + 1)
+                }
+                _ => (1, 1),
+            };
+            if key.op == Op::Upgrade {
+                record_upgrade_error(j, key, error.clone(), true);
+            }
+            if failures < bound {
+                notes.push(format!(
+                    "{key}: the node answered failure {failures} of {bound} ({error}); trying again"
+                ));
+                j.in_flight = None;
+                bump_attempt(j, key);
+                return;
+            }
+            let reason = if bound > 1 {
+                format!(
+                    "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
+                    key.op
+                )
+            } else {
+                format!("{} on `{who}` failed: {error}", key.op)
+            };
             notes.push(format!("halted: {reason}"));
             *j = halt(j, reason, now);
             j.in_flight = None;
@@ -2271,6 +2372,29 @@ mod tests {
         assert!(JobId::parse("a b").is_none());
         let id = JobId::for_plan(&PlanId::from_digest([0xab; 32]), "prod");
         assert_eq!(id.as_str(), "abababababab-prod");
+    }
+
+    #[test]
+    fn drains_journaled_before_the_policy_existed_keep_what_they_did() {
+        // a `Drain` intent written by an older medea has no policy: it refused emptyDir and
+        // bare pods, and so does its re-issue after an upgrade of medea
+        let old: Action =
+            serde_json::from_str(r#"{"op":"drain","node":"w-1","timeout_secs":600}"#).unwrap();
+        assert!(
+            matches!(&old, Action::Drain { policy, .. } if *policy == DrainPolicy::legacy()),
+            "{old:?}"
+        );
+        let new = Action::Drain {
+            node: "w-1".into(),
+            timeout_secs: 600,
+            policy: DrainPolicy {
+                delete_empty_dir_data: true,
+                evict_unmanaged_pods: false,
+                skip_pods: [("app".to_string(), "local-path".to_string())].into(),
+            },
+        };
+        let back: Action = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
     }
 
     #[test]

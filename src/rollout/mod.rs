@@ -15,8 +15,11 @@
 //! Architecture Invariant: intent before action: a command is journaled (fsync'd) before it is
 //! made, and its outcome is journaled before the next decision. A journaled command without an
 //! outcome is resolved by observing the node, never by repeating it blindly; a Talos `Upgrade`
-//! is called again only when the node proves the first call left no trace.
-//! Architecture Invariant: the first failure halts the job, and a halted job never continues.
+//! is called again only when the node answered the previous call with a definitive failure (at
+//! most `rollout.upgradeAttempts` of those) or proves it left no trace (within the health
+//! timeout); never two in flight, at most one takes effect.
+//! Architecture Invariant: the first failure halts the job (a failed Upgrade: the
+//! `rollout.upgradeAttempts`-th), and a halted job never continues.
 //!
 //! See `design/rollout.md`.
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::DrainPolicy;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Boxed error source carried by a [`PortError`].
@@ -65,6 +66,20 @@ pub enum MachineStage {
 }
 
 impl MachineStage {
+    /// The stage as Talos names it (`MACHINE_STAGE_RUNNING` → `running`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MachineStage::Booting => "booting",
+            MachineStage::Running => "running",
+            MachineStage::Rebooting => "rebooting",
+            MachineStage::ShuttingDown => "shutting down",
+            MachineStage::Upgrading => "upgrading",
+            MachineStage::Installing => "installing",
+            MachineStage::Maintenance => "in maintenance",
+            MachineStage::Other => "in another stage",
+        }
+    }
+
     /// A stage in which the node is on its way down or up, or applying an upgrade.
     pub fn in_transition(self) -> bool {
         matches!(
@@ -99,6 +114,11 @@ pub struct TalosNode {
     /// `/proc/sys/kernel/random/boot_id`.
     pub boot_id: String,
     pub stage: MachineStage,
+    /// `MachineStatus.status.ready`: every condition of the node's readiness is met (time
+    /// synced, network, services, static pods; `machine_status.go`). "Back" after a reboot is
+    /// `stage == Running && ready`, as `talosctl upgrade --wait` decides.
+    #[serde(default)]
+    pub ready: bool,
     pub next_boot: NextBoot,
     /// Services that are not Running+healthy (`ServiceList`), by id; empty when all are.
     pub unhealthy_services: Vec<String>,
@@ -368,10 +388,14 @@ pub trait KubePort: Send + Sync {
     fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Evict every evictable pod of the node through the Eviction API, retrying PDB refusals
     /// (HTTP 429) until `timeout`, then wait for them to be gone. Never deletes, never forces.
+    /// `policy` says which pods are evicted: emptyDir pods, bare pods, and pods it skips; a pod
+    /// the policy refuses fails the drain ([`PortError::Failed`]) before any eviction, naming
+    /// the pods and the desired-state field that would allow them.
     fn drain(
         &self,
         node: &str,
         timeout: Duration,
+        policy: &DrainPolicy,
     ) -> impl Future<Output = Result<DrainOutcome, PortError>> + Send;
     /// The node's mirror pod of a control-plane component (`kube-system`, `k8s-app=<name>`,
     /// on that node), if present.

@@ -244,6 +244,7 @@ mod tests {
                 "DaemonSet/kube-system/kube-proxy",
                 "DaemonSet/kube-system/kube-flannel",
                 "Deployment/kube-system/coredns",
+                "Deployment/kube-system/metrics-server",
                 "Deployment/default/web",
                 "PodDisruptionBudget/default/web-pdb",
             ]

@@ -208,7 +208,16 @@ impl TalosClient {
                 }
                 let code = status.code();
                 let never_sent = retry::is_connect_error(&status);
-                if kind == CallKind::Mutating && !never_sent && !retry::refused_before_acting(code)
+                if kind == CallKind::Mutating && retry::answered_failure(&status) {
+                    TalosError::Refused {
+                        op,
+                        node,
+                        code,
+                        message,
+                    }
+                } else if kind == CallKind::Mutating
+                    && !never_sent
+                    && !retry::refused_before_acting(code)
                 {
                     TalosError::Indeterminate {
                         op,

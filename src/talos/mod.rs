@@ -11,7 +11,8 @@
 //!   deprecated `nodes` fan-out key is never sent.
 //! - Prost types never leave this module: [`TalosApi`] returns the domain types of [`types`].
 //! - A mutating call (Upgrade, Reboot, ApplyConfiguration) is retried only when the request
-//!   provably never left the client; every other failure of it is
+//!   provably never left the client; a failure the node itself answered (`UNKNOWN`/`INTERNAL`
+//!   from the handler) is [`TalosError::Refused`] (definitive); every other failure of it is
 //!   [`TalosError::Indeterminate`] (see [`retry`]).
 //! - Upgrade never sets `force`; the RPC is chosen from the node's running version
 //!   ([`UpgradeRpc::for_running`]).
@@ -89,6 +90,16 @@ pub enum TalosError {
         code: tonic::Code,
         message: String,
     },
+    /// A mutating call the node ran and answered with a failure of its own (`UNKNOWN` or
+    /// `INTERNAL` from the handler, not from the transport): definitive, nothing is in flight.
+    /// See [`retry`] for how it is told apart from a lost reply.
+    #[error("node `{node}` ran {op} and it failed ({code:?}): {message}")]
+    Refused {
+        op: &'static str,
+        node: String,
+        code: tonic::Code,
+        message: String,
+    },
     #[error("{op} on node `{node}` timed out after {after:?}")]
     Timeout {
         op: &'static str,
@@ -144,6 +155,7 @@ impl TalosError {
         match self {
             TalosError::Rpc { code, .. }
             | TalosError::Indeterminate { code, .. }
+            | TalosError::Refused { code, .. }
             | TalosError::HealthCheckFailed { code, .. } => Some(*code),
             _ => None,
         }

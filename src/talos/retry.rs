@@ -10,9 +10,12 @@
 //!   ApplyConfiguration): retried *only* when the channel failed to connect (`tonic::ConnectError`
 //!   in the error chain), i.e. the request provably never left this process. Any other failure
 //!   that leaves the outcome open (`UNAVAILABLE` from the server or a dropped connection, a
-//!   timeout, `UNKNOWN`, `INTERNAL`, a broken stream) is reported as
+//!   timeout, a transport-made `UNKNOWN`/`INTERNAL`, a broken stream) is reported as
 //!   [`TalosError::Indeterminate`](super::TalosError::Indeterminate): the caller must re-observe
-//!   the node before deciding to call again.
+//!   the node before deciding to call again. An `UNKNOWN` or `INTERNAL` the *server* answered
+//!   (decoded from the trailers, no transport cause, not a relayed transport message; see
+//!   [`answered_failure`]) proves the handler ran and failed: it is
+//!   [`TalosError::Refused`](super::TalosError::Refused), definitive.
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -112,6 +115,33 @@ pub(crate) fn is_tls_error(status: &Status) -> bool {
         .is_some_and(|s| chain_has(s, &|e| e.is::<rustls::Error>()))
 }
 
+/// Messages of transport failures that a proxy (apid's one-to-one proxy to the target node)
+/// relays as a status of its own: the call's fate is open, whatever the code says. grpc-go's
+/// wording (`google.golang.org/grpc/internal/transport`, `stream.go`).
+const RELAYED_TRANSPORT_FAILURES: &[&str] = &[
+    "transport is closing",
+    "error reading from server",
+    "stream terminated by rst_stream",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "unexpected eof",
+    "client connection is closing",
+];
+
+/// The server answered with a failure of the handler itself: `UNKNOWN` (a plain Go error
+/// returned by machined, e.g. "error validating installer image", "upgrade failed") or
+/// `INTERNAL` (the installer failed), decoded from the response trailers rather than made up by
+/// this client's transport (a transport failure carries its cause as the status' `source`).
+/// Such an answer proves the call ran and failed: it is definitive, not a lost reply.
+pub(crate) fn answered_failure(status: &Status) -> bool {
+    if !matches!(status.code(), Code::Unknown | Code::Internal) || status.source().is_some() {
+        return false;
+    }
+    let msg = status.message().to_ascii_lowercase();
+    !msg.is_empty() && !RELAYED_TRANSPORT_FAILURES.iter().any(|t| msg.contains(t))
+}
+
 /// Whether one failed attempt may be retried (see the module doc).
 pub(crate) fn retryable(kind: CallKind, attempt: &Attempt) -> bool {
     match attempt {
@@ -186,6 +216,30 @@ mod tests {
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
         );
         Status::from_error(Box::new(tonic::ConnectError(Box::new(io))))
+    }
+
+    #[test]
+    fn only_a_failure_the_server_answered_is_definitive() {
+        // machined's own answers: the call ran and failed
+        assert!(answered_failure(&Status::internal(
+            "failed to run installer: disk full"
+        )));
+        assert!(answered_failure(&Status::unknown(
+            "error validating installer image \"x\": manifest unknown"
+        )));
+        // made up by the transport (a cause is attached): the fate of the call is open
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!answered_failure(&Status::from_error(Box::new(reset))));
+        // a transport failure relayed by apid's proxy as a status of its own
+        assert!(!answered_failure(&Status::unknown(
+            "error reading from server: EOF"
+        )));
+        assert!(!answered_failure(&Status::internal(
+            "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"
+        )));
+        // other codes are not "ran and failed" answers here
+        assert!(!answered_failure(&Status::unavailable("node is rebooting")));
+        assert!(!answered_failure(&Status::internal("")));
     }
 
     #[test]

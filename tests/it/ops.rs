@@ -600,8 +600,9 @@ fn webhooks_announce_a_halted_rollout_in_order_after_a_retry() {
     let started = Instant::now();
     let (url, got) = receiver();
     // Nodes on Talos 1.13 upgrade through LifecycleService.Upgrade; the second worker's
-    // installer exits 1: the job halts there, after w-1 is done.
-    let faults = r#"[{ node: w-2, on: { call: { method: upgrade } }, effect: { upgradeExit: { code: 1, message: "disk full on /dev/sda" } } }]"#;
+    // installer exits 1 on every call: the job halts there (after `rollout.upgradeAttempts`,
+    // 2, calls), after w-1 is done.
+    let faults = r#"[{ node: w-2, on: { call: { method: upgrade, nth: 1 } }, effect: { upgradeExit: { code: 1, message: "disk full on /dev/sda" } } }, { node: w-2, on: { call: { method: upgrade, nth: 2 } }, effect: { upgradeExit: { code: 1, message: "disk full on /dev/sda" } } }]"#;
     let run = Run::start("v1.13.0", faults, Some(&url));
     let id = run.approve();
     let mut job = serde_json::Value::Null;

@@ -106,6 +106,8 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
         max_unavailable: max,
         drain_timeout: Duration::from_secs(600),
         health_timeout: Duration::from_secs(900),
+        upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
+        drain: medea::plan::DrainPolicy::from(&medea::desired::model::DrainSettings::default()),
         waves: waves
             .iter()
             .map(|w| {
@@ -1189,14 +1191,79 @@ async fn fault_upgrade_exit_code_halts_without_reboot() {
     })
     .await;
     halted_at(&out, "cp-1", "installer exited with code 1");
+    halted_at(&out, "cp-1", "failed 2 times (rollout.upgradeAttempts)");
     let s = w.state();
-    assert_eq!(s.nodes["cp-1"].counters.upgrade, 1);
+    assert_eq!(
+        s.nodes["cp-1"].counters.upgrade, 2,
+        "a definitive failure is retried up to the bound (2), never more"
+    );
     assert_eq!(s.nodes["cp-1"].counters.reboot, 0);
     assert_eq!(s.nodes["cp-2"].counters, Default::default());
     assert!(
         w.job().in_flight.is_none(),
         "the failure is recorded as the result"
     );
+}
+
+/// Lost Upgrade replies that left no trace do not count against `rollout.upgradeAttempts` (a
+/// flaky network must not halt a healthy rollout), but they are re-made only within the
+/// pool's health timeout from the drain: then the job halts naming the transport error.
+#[tokio::test(start_paused = true)]
+async fn upgrade_calls_that_never_arrive_are_retried_only_within_the_health_timeout() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE))
+        .with_fault(Fault::UpgradeNeverArrives { node: "w-1".into() });
+    let start = tokio::time::Instant::now();
+    let (w, out) = run_with(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    })
+    .await;
+    halted_at(&out, "w-1", "could not be made within 900s");
+    halted_at(&out, "w-1", "connection refused");
+    assert!(
+        start.elapsed() >= Duration::from_secs(900),
+        "waited the health timeout"
+    );
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].counters.upgrade, 0, "none reached the node");
+    assert_eq!(s.nodes["w-1"].counters.reboot, 0);
+    assert_eq!(s.nodes["w-2"].counters, Default::default());
+    let job = w.job();
+    assert!(job.in_flight.is_none(), "{:?}", job.in_flight);
+    // every attempt was journaled under its own key, one at a time
+    let mut last = 0;
+    for e in w.journal() {
+        if let Entry::Intent { key, .. } = &e.entry
+            && key.op == Op::Upgrade
+        {
+            assert_eq!(key.attempt, last + 1, "attempts in order, none twice");
+            last = key.attempt;
+        }
+    }
+    assert!(last > 2, "re-made more than upgradeAttempts times: {last}");
+}
+
+/// Issue 20, item 8: Kubernetes says Ready and the services are healthy before Talos'
+/// `MachineStatus` is `running` and ready; medea waits for the latter before it uncordons.
+#[tokio::test(start_paused = true)]
+async fn a_node_is_back_only_when_its_machine_status_is_running_and_ready() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    fake.edit(|s| s.booting_polls = 3);
+    let (w, out) = run_with(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    })
+    .await;
+    assert_eq!(out, RunOutcome::Succeeded);
+    let s = w.state();
+    assert!(
+        s.log.iter().all(|l| !l.contains("booting")),
+        "uncordoned while Talos still reported the node booting: {:#?}",
+        s.log
+    );
+    for n in ["w-1", "w-2"] {
+        assert!(s.log.iter().any(|l| l == &format!("uncordon {n}")), "{n}");
+        assert_eq!(s.nodes[n].counters.upgrade, 1);
+        assert_eq!(s.nodes[n].counters.reboot, 1);
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -59,17 +59,47 @@ pub(crate) struct Sim {
 
 impl Sim {
     pub(crate) async fn start(dir: &Path, cps: usize, workers: usize, kube: KubeSimConfig) -> Sim {
-        let scenario = Scenario::uniform(cps, workers, tv(FROM), KubeVersion::parse(KUBE).unwrap());
-        Sim::start_scenario(dir, scenario, kube).await
+        Sim::start_from(dir, cps, workers, kube, FROM).await
+    }
+
+    /// [`Sim::start`] with every node on Talos `from`.
+    pub(crate) async fn start_from(
+        dir: &Path,
+        cps: usize,
+        workers: usize,
+        kube: KubeSimConfig,
+        from: &str,
+    ) -> Sim {
+        Sim::start_timed(dir, cps, workers, kube, from, |_| {}).await
+    }
+
+    /// [`Sim::start_from`] with the scenario's timing adjusted by `tune`.
+    pub(crate) async fn start_timed(
+        dir: &Path,
+        cps: usize,
+        workers: usize,
+        kube: KubeSimConfig,
+        from: &str,
+        tune: impl FnOnce(&mut medea::sim::talos::Timing),
+    ) -> Sim {
+        let scenario = Scenario::uniform(cps, workers, tv(from), KubeVersion::parse(KUBE).unwrap());
+        Sim::start_scenario_tuned(dir, scenario, kube, tune).await
     }
 
     /// [`Sim::start`] for a scenario of the caller's (reboots take [`REBOOT`]).
-    pub(crate) async fn start_scenario(
+    pub(crate) async fn start_scenario(dir: &Path, scenario: Scenario, kube: KubeSimConfig) -> Sim {
+        Sim::start_scenario_tuned(dir, scenario, kube, |_| {}).await
+    }
+
+    /// [`Sim::start_scenario`], then `tune` the timing (after the reboot time is set).
+    async fn start_scenario_tuned(
         dir: &Path,
         mut scenario: Scenario,
         kube: KubeSimConfig,
+        tune: impl FnOnce(&mut medea::sim::talos::Timing),
     ) -> Sim {
         scenario.timing.reboot = RebootTiming::After(REBOOT);
+        tune(&mut scenario.timing);
         let names = scenario.nodes.iter().map(|n| n.name.clone()).collect();
         let talos = SimTalos::start(scenario, "127.0.0.1:0".parse().unwrap())
             .await
@@ -146,6 +176,8 @@ impl Sim {
             max_unavailable: max,
             drain_timeout: Duration::from_secs(timeouts.0),
             health_timeout: Duration::from_secs(timeouts.1),
+            upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
+            drain: medea::plan::DrainPolicy::from(&medea::desired::model::DrainSettings::default()),
             waves: waves
                 .iter()
                 .map(|w| {
@@ -240,6 +272,7 @@ async fn adapters(sim: &Sim) -> (TalosAdapter, KubeAdapter) {
 struct Run {
     exec: Executor<TalosAdapter, KubeAdapter, SystemClock>,
     job: medea::rollout::JobId,
+    store: Arc<dyn Store>,
 }
 
 async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
@@ -253,7 +286,7 @@ async fn run_for(sim: &Sim, dir: &Path, steps: Vec<Step>) -> Run {
     cfg.backoff_max = Duration::from_millis(160);
     cfg.max_sleep = Duration::from_secs(1);
     let exec = Executor::new(store.clone(), talos, kube, SystemClock, cfg);
-    Run { exec, job }
+    Run { exec, job, store }
 }
 
 impl Run {
@@ -447,27 +480,210 @@ async fn a_silent_revert_halts_the_job() {
 async fn an_installer_exit_code_halts_without_a_reboot() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 1, 2, KubeSimConfig::default()).await;
-    sim.talos
-        .set_fault(fault(
-            "w-1",
-            Trigger::call(Method::Upgrade),
-            Effect::UpgradeExit {
-                code: 3,
-                message: "error writing boot assets: no space left on device".into(),
-            },
-        ))
-        .unwrap();
+    // the installer keeps failing (a plan fires once: one per call, more than the bound)
+    for nth in 1..=3 {
+        sim.talos
+            .set_fault(fault(
+                "w-1",
+                Trigger::nth_call(Method::Upgrade, nth),
+                Effect::UpgradeExit {
+                    code: 3,
+                    message: "error writing boot assets: no space left on device".into(),
+                },
+            ))
+            .unwrap();
+    }
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
     let reason = halted(&run.go().await).to_string();
     assert!(reason.contains("exited with code 3"), "{reason}");
-    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(reason.contains("no space left on device"), "{reason}");
+    assert!(reason.contains("failed 2 times"), "{reason}");
+    assert_eq!(
+        sim.upgrades("w-1"),
+        2,
+        "rollout.upgradeAttempts (default 2) Upgrade calls, no more"
+    );
     assert_eq!(sim.reboots("w-1"), 0, "no reboot after a failed install");
     assert_eq!(sim.upgrades("w-2"), 0);
     assert!(
         sim.cordoned("w-1"),
         "a halted node stays cordoned for the operator"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// the drain policy (issue 20, item 1)
+
+/// The default scenario runs a metrics-server-like Deployment (emptyDir at `/tmp`) on a
+/// worker; the plan's default drain policy (`deleteEmptyDirData: true`, as talosctl) drains it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_server_with_an_emptydir_drains_with_the_default_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects: medea::sim::kube::scenario::default_scenario(),
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let mut host = None;
+    for _ in 0..500 {
+        host = sim
+            .kube
+            .pods()
+            .into_iter()
+            .find(|p| p.name.starts_with("metrics-server-") && p.ready)
+            .and_then(|p| p.node);
+        if host.is_some() {
+            break;
+        }
+        // the simulator's controllers create and schedule pods in the background
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let host = host.expect("the metrics-server pod is scheduled and ready");
+    assert!(
+        host.starts_with("w-"),
+        "metrics-server runs on a worker: {host}"
+    );
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert_eq!(sim.upgrades("w-2"), 1);
+    let c = sim.kube.counters();
+    assert!(c.evictions > 0, "{c:?}");
+    assert_eq!(c.pod_deletes, 0, "evictions only");
+}
+
+/// A bare pod (no controller) is refused before any eviction, naming the pod and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
+    use medea::sim::kube::scenario;
+    let mut objects = scenario::default_scenario();
+    objects.push(
+        serde_json::to_value(scenario::bare_pod("default", "debug-shell", "w-1", false)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("default/debug-shell"), "{reason}");
+    assert!(reason.contains("drain.evictUnmanagedPods"), "{reason}");
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+    assert!(
+        sim.kube
+            .pods_on("w-1")
+            .iter()
+            .any(|p| p.name == "debug-shell"),
+        "the bare pod is left alone"
+    );
+}
+
+/// `drain.skipPods` leaves matching pods on the node (a local-storage agent) and the drain
+/// goes on; a PDB is still never bypassed for the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_pods_leaves_matching_pods_on_the_node() {
+    use medea::sim::kube::scenario;
+    let mut objects = scenario::default_scenario();
+    // `bare_pod` labels the pod `app: <name>`; with emptyDir, as local-storage agents have
+    objects.push(
+        serde_json::to_value(scenario::bare_pod("storage", "local-agent", "w-1", true)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let mut step = sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60));
+    if let Step::Talos(t) = &mut step {
+        t.drain.skip_pods = [("app".to_string(), "local-agent".to_string())].into();
+    }
+    let run = run_for(&sim, dir.path(), vec![step]).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(
+        sim.kube.pods().iter().any(|p| p.name == "local-agent"),
+        "the skipped pod was not evicted"
+    );
+    assert_eq!(sim.kube.counters().pod_deletes, 0);
+}
+
+/// Issue 20, item 2: a legacy (< 1.13) node whose installer keeps failing ("disk full", answered
+/// `INTERNAL` by the node) used to get `MachineService.Upgrade` re-issued forever. The answer
+/// proves the call ran and failed: after `rollout.upgradeAttempts` (2) the job halts with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_installer_that_keeps_failing_halts_after_the_bound_with_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start_from(dir.path(), 1, 2, KubeSimConfig::default(), "v1.12.6").await;
+    for nth in 1..=4 {
+        sim.talos
+            .set_fault(fault(
+                "w-1",
+                Trigger::nth_call(Method::LegacyUpgrade, nth),
+                Effect::UpgradeExit {
+                    code: 1,
+                    message: "disk full on /dev/sda".into(),
+                },
+            ))
+            .unwrap();
+    }
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(reason.contains("disk full on /dev/sda"), "{reason}");
+    assert!(reason.contains("failed 2 times"), "{reason}");
+    let c = sim.talos.counters("w-1").unwrap();
+    assert_eq!(
+        c.calls(Method::LegacyUpgrade),
+        2,
+        "exactly the bound: {c:?}"
+    );
+    assert_eq!(c.calls(Method::Reboot), 0);
+    assert_eq!(sim.talos.node_state("w-1").unwrap().running, tv("v1.12.6"));
+    assert_eq!(sim.upgrades("w-2"), 0, "the next node is not touched");
+    // each attempt was journaled (intent before the call) under its own key, with its outcome
+    let journal: Vec<Entry> = run
+        .store
+        .scan_records::<JournalEntry>(&entries_prefix(&run.job))
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e.entry)
+        .collect();
+    let attempts = |intent: bool| -> Vec<u32> {
+        journal
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Intent { key, .. } if intent && key.op == Op::Upgrade => Some(key.attempt),
+                Entry::Result { key, .. } if !intent && key.op == Op::Upgrade => Some(key.attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(attempts(true), vec![1, 2], "one intent per attempt");
+    assert_eq!(attempts(false), vec![1, 2], "one outcome per attempt");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -664,6 +880,108 @@ async fn a_refused_upgrade_on_a_node_that_cannot_tell_its_next_boot_halts_instea
         sim.talos.counters("w-1").unwrap().refused(Method::Upgrade),
         1
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// coming back (issue 20, items 8 and 9)
+
+/// A node written from a disk image has no `LoaderEntryDefault` until its first install. A lost
+/// Upgrade reply there is resolved from `LoaderEntrySelected` (the node boots what it runs), so
+/// the call is made again instead of halting "cannot tell".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_image_node_without_a_default_boot_entry_is_upgraded_after_a_lost_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    sim.talos
+        .set_bootloader("w-1", Bootloader::SdBootImage)
+        .unwrap();
+    let (talos, _) = adapters(&sim).await;
+    let seen = talos.node(&node(&sim, "w-1")).await.unwrap();
+    assert_eq!(
+        seen.next_boot,
+        NextBoot::Same,
+        "read from LoaderEntrySelected"
+    );
+    sim.talos
+        .set_fault(fault(
+            "w-1",
+            Trigger::call(Method::Upgrade),
+            Effect::Unavailable { calls: 1 },
+        ))
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    assert_eq!(run.go().await, RunOutcome::Succeeded);
+    assert_eq!(sim.talos.node_state("w-1").unwrap().running, tv(TO));
+    let c = sim.talos.counters("w-1").unwrap();
+    assert_eq!(c.refused(Method::Upgrade), 1, "the lost call");
+    assert_eq!(c.calls(Method::Upgrade), 1, "one Upgrade reached the node");
+    assert_eq!(c.calls(Method::Reboot), 1);
+    // the install wrote the default entry; the node booted it
+    let back = talos.node(&node(&sim, "w-1")).await.unwrap();
+    assert_eq!(back.next_boot, NextBoot::Same);
+}
+
+/// Installing the version a node already has writes `Talos-<v>~1.efi` (a reinstall entry);
+/// the adapter reads what it boots from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reinstall_boot_entries_say_what_boots_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let (talos, _) = adapters(&sim).await;
+    let w1 = node(&sim, "w-1");
+    for (v, next) in [(FROM, NextBoot::Same), (TO, NextBoot::Version(tv(TO)))] {
+        let image = format!("factory.talos.dev/installer/abc:{v}");
+        talos
+            .pull_image(&w1, &image, medea::rollout::ports::ImageNamespace::System)
+            .await
+            .unwrap();
+        talos
+            .upgrade(&w1, &image, UpgradeMethod::Lifecycle)
+            .await
+            .unwrap();
+        let seen = talos.node(&w1).await.unwrap();
+        assert_eq!(seen.next_boot, next, "after installing {v}");
+        if v == FROM {
+            // booting the reinstall entry: it is also what it boots next
+            let before = seen.boot_id.clone();
+            talos.reboot(&w1).await.unwrap();
+            let back = loop {
+                match talos.node(&w1).await {
+                    Ok(n) if n.boot_id != before => break n,
+                    Ok(_) => {}
+                    Err(e) => assert!(e.is_transient(), "{e}"),
+                }
+                tokio::task::yield_now().await;
+            };
+            assert_eq!(back.next_boot, NextBoot::Same);
+        }
+    }
+}
+
+/// After its reboot a node is up, but `MachineStatus` says `booting` for a while and the
+/// endpoint apid keeps answering `UNAVAILABLE` for it (dial backoff): medea waits both out,
+/// without a halt and without doing anything twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booting_machine_status_and_apid_redial_backoff_are_waited_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start_timed(dir.path(), 1, 2, KubeSimConfig::default(), FROM, |t| {
+        t.machine_ready = Duration::from_millis(400);
+        t.apid_redial = Duration::from_millis(250);
+    })
+    .await;
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    assert_eq!(run.go().await, RunOutcome::Succeeded);
+    for n in ["w-1", "w-2"] {
+        assert_eq!(sim.talos.node_state(n).unwrap().running, tv(TO), "{n}");
+        assert_eq!(sim.upgrades(n), 1, "{n}: one Upgrade");
+        assert_eq!(sim.reboots(n), 1, "{n}: one Reboot");
+        assert!(!sim.cordoned(n));
+        let c = sim.talos.counters(n).unwrap();
+        let refused: u64 = c.refused.values().sum();
+        assert!(refused > 0, "{n}: apid's redial backoff was met: {c:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

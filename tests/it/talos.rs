@@ -407,7 +407,7 @@ async fn fault_upgrade_exit_code_is_a_failure() {
 }
 
 #[tokio::test]
-async fn fault_legacy_upgrade_failure_is_indeterminate_and_not_retried() {
+async fn fault_legacy_upgrade_failure_answered_by_the_node_is_definitive_and_not_retried() {
     let e = env("v1.12.6").await;
     e.sim
         .set_fault(FaultPlan {
@@ -424,13 +424,15 @@ async fn fault_legacy_upgrade_failure_is_indeterminate_and_not_retried() {
         .upgrade(&node("w-1"), &installer("v1.13.9"))
         .await
         .unwrap_err();
+    // the node answered INTERNAL itself (no transport cause): the call ran and failed
     assert!(
         matches!(
-            err,
-            TalosError::Indeterminate {
+            &err,
+            TalosError::Refused {
                 code: Code::Internal,
+                message,
                 ..
-            }
+            } if message.contains("failed to pull installer")
         ),
         "{err}"
     );

@@ -11,7 +11,9 @@ use std::time::Duration;
 use super::{AdapterError, cluster_creds_dir, timed};
 use crate::k8s::{
     self, ClientOptions, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient,
+    LocalStoragePolicy, UnmanagedPolicy,
 };
+use crate::plan::DrainPolicy;
 use crate::rollout::ports::{
     Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod,
 };
@@ -22,7 +24,8 @@ const API: &str = "kubernetes";
 #[derive(Debug)]
 pub struct KubeAdapter {
     client: KubeClient,
-    /// Drain policy; `timeout` is replaced by each call's.
+    /// Drain pacing (backoff, polling); the timeout and the pod policy (emptyDir, bare pods,
+    /// skipped pods) come from each call, i.e. from the approved plan.
     drain: DrainOptions,
 }
 
@@ -44,8 +47,7 @@ fn component(c: Component) -> Option<ControlPlaneComponent> {
 }
 
 impl KubeAdapter {
-    /// The adapter over `client`, with the default drain policy (refuse pods with `emptyDir`
-    /// data and pods without a controller, up front, naming them).
+    /// The adapter over `client`, with the default drain pacing.
     pub fn new(client: KubeClient) -> KubeAdapter {
         KubeAdapter {
             client,
@@ -53,8 +55,8 @@ impl KubeAdapter {
         }
     }
 
-    /// Use `options` for drains (local-storage and unmanaged-pod policy, backoff, polling);
-    /// the timeout always comes from the executor.
+    /// Use `options`' backoff and polling for drains; the timeout and the pod policy always
+    /// come from the executor's command (the plan's `drain:`).
     pub fn with_drain_policy(mut self, options: DrainOptions) -> KubeAdapter {
         self.drain = options;
         self
@@ -111,9 +113,25 @@ impl KubePort for KubeAdapter {
             .map_err(|e| classify("uncordon", node, e))
     }
 
-    async fn drain(&self, node: &str, timeout: Duration) -> Result<DrainOutcome, PortError> {
+    async fn drain(
+        &self,
+        node: &str,
+        timeout: Duration,
+        policy: &DrainPolicy,
+    ) -> Result<DrainOutcome, PortError> {
         let options = DrainOptions {
             timeout,
+            local_storage: if policy.delete_empty_dir_data {
+                LocalStoragePolicy::Evict
+            } else {
+                LocalStoragePolicy::Refuse
+            },
+            unmanaged: if policy.evict_unmanaged_pods {
+                UnmanagedPolicy::Evict
+            } else {
+                UnmanagedPolicy::Refuse
+            },
+            skip_pods: policy.skip_pods.clone(),
             ..self.drain.clone()
         };
         match timed(API, "Drain", self.client.drain(node, &options)).await {

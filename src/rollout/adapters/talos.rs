@@ -32,6 +32,13 @@ pub const TALOSCONFIG_FILE: &str = "talosconfig";
 pub const LOADER_ENTRY_DEFAULT: &str =
     "/sys/firmware/efi/efivars/LoaderEntryDefault-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
 
+/// systemd-boot's `LoaderEntrySelected`: the entry it booted this time. A node booted from a
+/// Talos disk image has only this one until its first install writes `LoaderEntryDefault`
+/// (siderolabs/talos `internal/app/machined/pkg/runtime/v1alpha1/bootloader/sdboot/sdboot.go`,
+/// `ProbeWithCallback`).
+pub const LOADER_ENTRY_SELECTED: &str =
+    "/sys/firmware/efi/efivars/LoaderEntrySelected-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
+
 const API: &str = "talos";
 
 /// The Talos side of one cluster.
@@ -110,20 +117,36 @@ impl TalosAdapter {
     }
 
     /// What the node boots next, from `LoaderEntryDefault` (see [`next_boot_from_efivar`]).
+    /// Without it, a node that booted through systemd-boot (`LoaderEntrySelected` is set) was
+    /// never installed over since its disk image was written: every Talos install sets
+    /// `LoaderEntryDefault` (`sdboot.go`, `setup`), so the next boot is the entry booted now.
+    /// Neither variable (GRUB, BIOS): cannot tell.
     async fn next_boot(
         &self,
         t: &talos::NodeTarget,
         n: &NodeTarget,
         running: &TalosVersion,
     ) -> Result<NextBoot, PortError> {
+        match self.read_efivar(t, n, LOADER_ENTRY_DEFAULT).await? {
+            Some(bytes) => Ok(next_boot_from_efivar(&bytes, running)),
+            None => match self.read_efivar(t, n, LOADER_ENTRY_SELECTED).await? {
+                Some(bytes) => Ok(next_boot_from_efivar(&bytes, running)),
+                None => Ok(NextBoot::Unknown),
+            },
+        }
+    }
+
+    /// An efivarfs file, or `None` when it does not exist or cannot be read by this role.
+    async fn read_efivar(
+        &self,
+        t: &talos::NodeTarget,
+        n: &NodeTarget,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, PortError> {
         let start = std::time::Instant::now();
-        let r = self.client.read_file(t, LOADER_ENTRY_DEFAULT).await;
-        let outcome = match r {
-            Ok(bytes) => Ok(next_boot_from_efivar(&bytes, running)),
-            // no systemd-boot variable (GRUB, BIOS) or no right to read it: cannot tell
-            Err(e) if file_absent(&e) || e.code() == Some(Code::PermissionDenied) => {
-                Ok(NextBoot::Unknown)
-            }
+        let outcome = match self.client.read_file(t, path).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if file_absent(&e) || e.code() == Some(Code::PermissionDenied) => Ok(None),
             Err(e) => Err(classify("MachineService.Read", &n.node, e)),
         };
         crate::metrics::observe_call(API, "Read", start.elapsed(), outcome.is_ok());
@@ -207,7 +230,14 @@ pub fn next_boot_from_efivar(file: &[u8], running: &TalosVersion) -> NextBoot {
         return NextBoot::Unknown;
     }
     // the prefix and suffix are ASCII, so these are character boundaries
-    let version = &entry["talos-".len()..entry.len() - ".efi".len()];
+    let name = &entry["talos-".len()..entry.len() - ".efi".len()];
+    // a reinstall of a version already on the ESP is `Talos-<v>~<N>.efi` (`sdboot.go`,
+    // `generateNextUKIName`)
+    let version = match name.rsplit_once('~') {
+        Some((v, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => v,
+        Some(_) => return NextBoot::Unknown,
+        None => name,
+    };
     match TalosVersion::parse(version) {
         Ok(v) if &v == running => NextBoot::Same,
         Ok(v) => NextBoot::Version(v),
@@ -417,6 +447,7 @@ impl TalosPort for TalosAdapter {
             version,
             boot_id,
             stage: stage(status.stage),
+            ready: status.ready,
             next_boot,
             unhealthy_services,
         })
@@ -685,7 +716,18 @@ mod tests {
             next_boot_from_efivar(&efivar("talos-v1.14.0-rc.1.EFI"), &running),
             NextBoot::Version(v("v1.14.0-rc.1"))
         );
+        // reinstall entries: `Talos-<v>~<N>.efi`
+        assert_eq!(
+            next_boot_from_efivar(&efivar("Talos-v1.13.9~1.efi"), &running),
+            NextBoot::Version(v("v1.13.9"))
+        );
+        assert_eq!(
+            next_boot_from_efivar(&efivar("Talos-v1.13.2~12.efi"), &running),
+            NextBoot::Same
+        );
         for unknown in [
+            efivar("Talos-v1.13.9~.efi"),
+            efivar("Talos-v1.13.9~x.efi"),
             efivar("ubuntu.efi"),
             efivar("Talos-latest.efi"),
             efivar(""),
@@ -743,6 +785,12 @@ mod tests {
             node: "n".into(),
             code: Code::Unavailable,
             message: "connection reset".into(),
+        }));
+        assert!(!is_transient(&TalosError::Refused {
+            op: "MachineService.Upgrade",
+            node: "n".into(),
+            code: Code::Internal,
+            message: "failed to run installer: disk full".into(),
         }));
         assert!(!is_transient(&TalosError::UpgradeExit {
             node: "n".into(),

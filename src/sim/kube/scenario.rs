@@ -172,8 +172,10 @@ pub fn bare_pod(ns: &str, name: &str, node: &str, empty_dir: bool) -> Pod {
 }
 
 /// The objects every simulated cluster runs: DaemonSets on every node
-/// (`kube-system/kube-proxy`, `kube-system/kube-flannel`, host network, tolerating everything)
-/// and CoreDNS (`kube-system/coredns`, 2 replicas, tolerating control-plane nodes).
+/// (`kube-system/kube-proxy`, `kube-system/kube-flannel`, host network, tolerating everything),
+/// CoreDNS (`kube-system/coredns`, 2 replicas, tolerating control-plane nodes) and a
+/// [`metrics_server`] (emptyDir at `/tmp`, on a worker: a drain with kubectl's defaults refuses
+/// its node, as in most real clusters).
 pub fn platform() -> Vec<Value> {
     let mut coredns = deployment(
         "kube-system",
@@ -210,6 +212,7 @@ pub fn platform() -> Vec<Value> {
             Some(tolerate_everything()),
         ))),
         json(&coredns),
+        json(&metrics_server()),
     ]
 }
 
@@ -231,6 +234,33 @@ pub fn workload(ns: &str, name: &str, replicas: i32, pdb_min: Option<i32>) -> Ve
         )));
     }
     out
+}
+
+/// A metrics-server-like Deployment (`kube-system/metrics-server`, 1 replica): like the
+/// upstream manifest (kubernetes-sigs/metrics-server `manifests/base/deployment.yaml`) it mounts
+/// an `emptyDir` at `/tmp`, so draining its node evicts emptyDir data. Found in most clusters.
+pub fn metrics_server() -> Deployment {
+    let mut d = deployment(
+        "kube-system",
+        "metrics-server",
+        1,
+        "registry.k8s.io/metrics-server/metrics-server:v0.8.0",
+    );
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.volumes = Some(vec![Volume {
+            name: "tmp-dir".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        }]);
+        for c in &mut spec.containers {
+            c.volume_mounts = Some(vec![VolumeMount {
+                name: "tmp-dir".into(),
+                mount_path: "/tmp".into(),
+                ..VolumeMount::default()
+            }]);
+        }
+    }
+    d
 }
 
 /// The default scenario: the [`platform`] plus a replicated workload guarded by a PDB

@@ -322,7 +322,17 @@ impl SimTalos {
     /// offers no way to see an installed-but-not-booted upgrade.
     pub fn set_bootloader(&self, node: &str, bootloader: Bootloader) -> Result<(), SimError> {
         let idx = self.index(node)?;
-        self.shared.lock().nodes[idx].bootloader = bootloader;
+        let mut c = self.shared.lock();
+        let n = &mut c.nodes[idx];
+        n.bootloader = bootloader;
+        match bootloader {
+            // written from a disk image: no install has set `LoaderEntryDefault` yet
+            Bootloader::SdBootImage => n.loader_default = None,
+            Bootloader::SdBoot if n.loader_default.is_none() => {
+                n.loader_default = Some(n.loader_selected.clone());
+            }
+            _ => {}
+        }
         Ok(())
     }
 

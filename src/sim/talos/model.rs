@@ -34,9 +34,43 @@ pub enum Bootloader {
     /// is readable through `MachineService.Read` of efivarfs.
     #[default]
     SdBoot,
+    /// UEFI with systemd-boot, booted from a Talos disk image: sd-boot sets
+    /// `LoaderEntrySelected`, but `LoaderEntryDefault` is absent until the first install writes
+    /// it (siderolabs/talos `…/bootloader/sdboot/sdboot.go`, `ProbeWithCallback`).
+    SdBootImage,
     /// GRUB (BIOS machines, older installs): the default entry lives on the BOOT partition,
     /// which is not mounted at runtime, so no API shows the next boot.
     Grub,
+}
+
+impl Bootloader {
+    /// systemd-boot: its EFI variables are readable through efivarfs.
+    pub fn sd_boot(self) -> bool {
+        matches!(self, Bootloader::SdBoot | Bootloader::SdBootImage)
+    }
+}
+
+/// The UKI file name the installer writes for `version`, given the default entry it found on
+/// the ESP (the installer removes every other UKI first): `Talos-<v>.efi`, or
+/// `Talos-<v>~<N>.efi` when that version is already there (siderolabs/talos
+/// `…/bootloader/sdboot/sdboot.go`, `generateNextUKIName`).
+pub(crate) fn next_uki_name(version: &TalosVersion, existing: Option<&str>) -> String {
+    let plain = format!("Talos-{version}");
+    let index = existing
+        .and_then(|e| e.strip_suffix(".efi"))
+        .and_then(|base| {
+            if base == plain {
+                Some(0)
+            } else {
+                base.strip_prefix(&plain)
+                    .and_then(|r| r.strip_prefix('~'))
+                    .and_then(|n| n.parse::<u32>().ok())
+            }
+        });
+    match index {
+        Some(i) => format!("{plain}~{}.efi", i + 1),
+        None => format!("{plain}.efi"),
+    }
 }
 
 /// How the boot in progress will end (decided when the reboot starts).
@@ -60,6 +94,16 @@ pub(crate) struct SimNode {
     /// The boot entry an upgrade wrote; the default for the next boot.
     pub installed: Option<TalosVersion>,
     pub bootloader: Bootloader,
+    /// systemd-boot's `LoaderEntryDefault` (a UKI name), absent on a disk-image node until its
+    /// first install.
+    pub loader_default: Option<String>,
+    /// systemd-boot's `LoaderEntrySelected`: the UKI booted now.
+    pub loader_selected: String,
+    /// `MachineStatus` says `booting`, not ready, until then (after a boot).
+    pub ready_at: Option<tokio::time::Instant>,
+    /// Calls routed to the node answer `UNAVAILABLE` until then (after a boot), as an apid
+    /// endpoint redials it with backoff.
+    pub apid_at: Option<tokio::time::Instant>,
     pub boot_id: String,
     /// Reboots started; also identifies the boot in progress.
     pub reboot_seq: u64,
@@ -202,6 +246,10 @@ impl Cluster {
                     running: spec.talos.clone(),
                     installed: None,
                     bootloader: Bootloader::default(),
+                    loader_default: Some(format!("Talos-{}.efi", spec.talos)),
+                    loader_selected: format!("Talos-{}.efi", spec.talos),
+                    ready_at: None,
+                    apid_at: None,
                     boot_id: hex_id(&[&spec.name, "boot", "0"]),
                     reboot_seq: 0,
                     power: Power::Up,
@@ -278,6 +326,16 @@ impl Cluster {
             *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
             return Err(unavailable_node(&addr));
         }
+        if node
+            .apid_at
+            .is_some_and(|at| tokio::time::Instant::now() < at)
+        {
+            // the node is back, but the endpoint's connection to it is still in its dial
+            // backoff (grpc-go's default backoff capped at 15 s by apid)
+            let addr = node.spec.address.clone();
+            *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
+            return Err(unavailable_node(&addr));
+        }
         if self
             .fire(idx, Occasion::Call(method), |e| {
                 matches!(e, Effect::Unavailable { .. })
@@ -329,6 +387,24 @@ impl Cluster {
         ])
     }
 
+    /// The installer wrote `target`'s UKI and made it the default boot entry (both RPCs).
+    pub fn install_entry(&mut self, idx: usize, target: TalosVersion) {
+        let n = &mut self.nodes[idx];
+        let current = n
+            .loader_default
+            .clone()
+            .unwrap_or_else(|| n.loader_selected.clone());
+        n.loader_default = Some(next_uki_name(&target, Some(&current)));
+        n.installed = Some(target);
+    }
+
+    /// Whether `MachineStatus` says running and ready (a boot's settling time has passed).
+    pub fn machine_ready(&self, idx: usize) -> bool {
+        self.nodes[idx]
+            .ready_at
+            .is_none_or(|at| tokio::time::Instant::now() >= at)
+    }
+
     /// The node goes down for a reboot. The returned ticket finishes the boot.
     pub fn begin_reboot(&mut self, idx: usize) -> RebootTicket {
         let never_return = self
@@ -360,11 +436,30 @@ impl Cluster {
             n.power = Power::Gone;
             return;
         }
-        if let Some(target) = n.installed.take()
-            && !n.boot_plan.old_version
-        {
-            n.running = target;
+        match n.installed.take() {
+            Some(target) if !n.boot_plan.old_version => {
+                n.running = target;
+                n.loader_selected = n
+                    .loader_default
+                    .clone()
+                    .unwrap_or_else(|| format!("Talos-{}.efi", n.running));
+            }
+            // the boot of the new entry failed: sd-boot fell back to the previous one, which
+            // Talos makes the default again (`sdboot.go`, `Revert`)
+            Some(_) => {
+                if n.loader_default.is_some() {
+                    n.loader_default = Some(n.loader_selected.clone());
+                }
+            }
+            None => {
+                if let Some(d) = &n.loader_default {
+                    n.loader_selected = d.clone();
+                }
+            }
         }
+        let now = tokio::time::Instant::now();
+        n.ready_at = Some(now + self.timing.machine_ready);
+        n.apid_at = Some(now + self.timing.apid_redial);
         if let Some(staged) = n.staged.take() {
             n.config = staged;
             n.config_version += 1;

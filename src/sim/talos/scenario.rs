@@ -46,6 +46,8 @@ timing:
   imagePull: 500ms
   podStart: 3s
   podTermination: 1s
+  machineReady: 2s
+  apidRedial: 1s
 nodes:
   - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
   - { name: cp-2, address: 10.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
@@ -187,6 +189,16 @@ pub struct Timing {
     /// Kube side: time an evicted or deleted pod stays Terminating.
     #[serde(default, with = "duration_text")]
     pub pod_termination: Duration,
+    /// After a boot, how long `MachineStatus` stays `booting` and not ready (services and the
+    /// Kubernetes node may already look fine): Talos reaches `running`+ready only when every
+    /// readiness condition holds (`internal/app/machined/pkg/controllers/runtime/machine_status.go`).
+    #[serde(default, with = "duration_text")]
+    pub machine_ready: Duration,
+    /// After a boot, how long calls routed to the node answer `UNAVAILABLE`: the endpoint apid's
+    /// connection to it redials with backoff (grpc-go's default, max delay 15 s,
+    /// `internal/app/apid/pkg/backend/apid.go`).
+    #[serde(default, with = "duration_text")]
+    pub apid_redial: Duration,
 }
 
 fn zero_reboot() -> RebootTiming {
@@ -204,6 +216,8 @@ impl Default for Timing {
             health_poll: health_poll(),
             pod_start: Duration::ZERO,
             pod_termination: Duration::ZERO,
+            machine_ready: Duration::ZERO,
+            apid_redial: Duration::ZERO,
         }
     }
 }
@@ -496,6 +510,9 @@ mod tests {
         let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["cp-1", "cp-2", "cp-3", "w-1", "w-2", "w-3"]);
         assert_eq!(s.timing.pod_start, Duration::from_secs(3));
+        // as hostile as a real node coming back: booting before ready, apid redialing
+        assert_eq!(s.timing.machine_ready, Duration::from_secs(2));
+        assert_eq!(s.timing.apid_redial, Duration::from_secs(1));
         assert!(s.kube_faults.is_empty());
         assert_eq!(s.workloads[0].pdb_min_available, Some(2));
         assert_eq!(s.timing.reboot, RebootTiming::After(Duration::from_secs(2)));

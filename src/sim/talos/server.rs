@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use super::fault::{Effect, Method, Occasion};
 use super::machineconfig;
-use super::model::{Bootloader, Cluster, Power, RebootTicket};
+use super::model::{Cluster, Power, RebootTicket};
 use super::scenario::RebootTiming;
 use crate::talos::pbstruct;
 use crate::talos::proto::cluster::{self as pb_cluster, cluster_service_server::ClusterService};
@@ -315,7 +315,7 @@ impl MachineService for Api {
         let idx = self.admit(&req, Method::Read)?;
         let c = self.shared.lock();
         let n = &c.nodes[idx];
-        let sd_boot = n.bootloader == Bootloader::SdBoot;
+        let sd_boot = n.bootloader.sd_boot();
         match req.get_ref().path.as_str() {
             "/proc/sys/kernel/random/boot_id" => Ok(stream_of(vec![Ok(common::Data {
                 metadata: meta(),
@@ -324,16 +324,16 @@ impl MachineService for Api {
             // systemd-boot's variables, as efivarfs shows them: the installer points
             // `LoaderEntryDefault` at the UKI it wrote; sd-boot sets `LoaderEntrySelected` to
             // the entry it booted.
-            LOADER_ENTRY_DEFAULT if sd_boot => {
-                let v = n.installed.as_ref().unwrap_or(&n.running);
+            LOADER_ENTRY_DEFAULT if sd_boot && n.loader_default.is_some() => {
+                let entry = n.loader_default.as_deref().unwrap_or_default();
                 Ok(stream_of(vec![Ok(common::Data {
                     metadata: meta(),
-                    bytes: efivar(EFI_NV_BS_RT, &format!("Talos-{v}.efi")),
+                    bytes: efivar(EFI_NV_BS_RT, entry),
                 })]))
             }
             LOADER_ENTRY_SELECTED if sd_boot => Ok(stream_of(vec![Ok(common::Data {
                 metadata: meta(),
-                bytes: efivar(EFI_BS_RT, &format!("Talos-{}.efi", n.running)),
+                bytes: efivar(EFI_BS_RT, &n.loader_selected),
             })])),
             p => Err(Status::not_found(format!(
                 "open {p}: no such file or directory"
@@ -409,7 +409,7 @@ impl MachineService for Api {
             )));
         }
         c.nodes[idx].images.insert(r.image.clone());
-        c.nodes[idx].installed = Some(target);
+        c.install_entry(idx, target);
         let actor_id = c.next_actor_id(idx);
         let ticket = c.begin_reboot(idx);
         let timing = c.timing.reboot;
@@ -677,7 +677,7 @@ impl LifecycleService for Api {
                 items.push(msg(format!("installing Talos {t} (current {host})")));
                 items.push(msg("boot entry updated; reboot to activate".to_string()));
                 items.push(exit(0));
-                c.nodes[idx].installed = Some(t);
+                c.install_entry(idx, t);
             }
         }
         Ok(stream_of(items))
@@ -887,11 +887,28 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
             v
         }
         ("runtime", "MachineStatuses.runtime.talos.dev") => {
+            let ready = c.machine_ready(idx);
+            let (stage, unmet, text) = if ready {
+                (
+                    enums::RuntimeMachineStage::MachineStageRunning,
+                    vec![],
+                    "stage: running\nstatus:\n    ready: true\n    unmetConditions: []\n".to_string(),
+                )
+            } else {
+                (
+                    enums::RuntimeMachineStage::MachineStageBooting,
+                    vec![runtime::UnmetCondition {
+                        name: "staticPods".to_string(),
+                        reason: "static pods are not ready yet".to_string(),
+                    }],
+                    "stage: booting\nstatus:\n    ready: false\n    unmetConditions:\n        - name: staticPods\n          reason: static pods are not ready yet\n".to_string(),
+                )
+            };
             let spec = runtime::MachineStatusSpec {
-                stage: enums::RuntimeMachineStage::MachineStageRunning as i32,
+                stage: stage as i32,
                 status: Some(runtime::MachineStatusStatus {
-                    ready: true,
-                    unmet_conditions: vec![],
+                    ready,
+                    unmet_conditions: unmet,
                 }),
             };
             vec![cosi_resource(
@@ -904,7 +921,7 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                     },
                     started,
                 spec.encode_to_vec(),
-                "stage: running\nstatus:\n    ready: true\n    unmetConditions: []\n".to_string(),
+                text,
             )]
         }
         ("k8s", "KubeletSpecs.kubernetes.talos.dev") => {
