@@ -16,6 +16,7 @@ pub fn desired_loader(data: &[u8]) {
         }],
         markers: vec![],
         commit: None,
+        refused: Vec::new(),
     };
     let loaded = desired::parse_snapshot(snapshot);
     // Every diagnostic must point inside the file it names.

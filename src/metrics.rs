@@ -48,6 +48,7 @@ pub struct Metrics {
     pub call_errors: Family<CallLabels, Counter>,
     pub reload_seconds: Histogram,
     pub leader: Gauge,
+    pub allowed_signers_reload_failed: Gauge,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -112,8 +113,15 @@ impl Metrics {
             "1 when this replica leads (runs planning writes and the executor)",
             leader.clone(),
         );
+        let allowed_signers_reload_failed = Gauge::default();
+        registry.register(
+            "allowed_signers_reload_failed",
+            "1 while the allowed signers file cannot be reloaded (the last good file stays in force)",
+            allowed_signers_reload_failed.clone(),
+        );
         Metrics {
             registry,
+            allowed_signers_reload_failed,
             plans_computed,
             validation_failures,
             approvals,

@@ -125,10 +125,15 @@ impl Notifier {
     }
 }
 
-/// Webhook URLs often carry a secret in the path (Slack): log only scheme and host.
+/// Webhook URLs often carry a secret in the path (Slack), the query (`?token=`) or the
+/// userinfo (`user:pass@`): log only scheme, host and port.
 pub fn redact_url(url: &str) -> String {
     match url.split_once("://") {
-        Some((scheme, rest)) => format!("{scheme}://{}/…", rest.split('/').next().unwrap_or("")),
+        Some((scheme, rest)) => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{host}/…")
+        }
         None => "<invalid url>".into(),
     }
 }
@@ -157,6 +162,19 @@ mod tests {
             redact_url("https://hooks.slack.com/services/T/B/SECRET"),
             "https://hooks.slack.com/…"
         );
+        // Issue 19: userinfo and query strings never reach a log line.
+        for url in [
+            "https://user:SECRET@hooks.example.com/x",
+            "https://user:SECRET@hooks.example.com",
+            "https://hooks.example.com?token=SECRET",
+            "https://hooks.example.com:8443?token=SECRET#SECRET",
+            "https://hooks.example.com#SECRET",
+            "https://a@b:SECRET@hooks.example.com/",
+        ] {
+            let r = redact_url(url);
+            assert!(!r.contains("SECRET"), "{url} -> {r}");
+            assert!(r.starts_with("https://hooks.example.com"), "{url} -> {r}");
+        }
     }
 
     #[tokio::test]

@@ -27,8 +27,8 @@ pub mod verify;
 pub use allowed_signers::{AllowedSigners, SignerEntry, SignersDiagnostic};
 pub use gate::{ClosedGate, Gates, WindowState, closed_gates, ensure_startable, resolve_plan};
 pub use quorum::{
-    ClusterQuorum, NotCounted, PlanScope, QuorumPolicy, QuorumStatus, evaluate, required_for_plan,
-    required_quorum,
+    BarChange, ClusterQuorum, NotCounted, PlanScope, QuorumPolicy, QuorumStatus, evaluate,
+    required_for_plan, required_quorum,
 };
 pub use record::{ApprovalRecord, ApprovalSource};
 pub use verify::{

@@ -302,6 +302,21 @@ fn algorithm_fits(key: &Algorithm, sig: &Algorithm) -> bool {
     }
 }
 
+/// The user-presence bit of a FIDO security-key signature's flags (`SSH_SK_USER_PRESENCE_REQD`).
+const SK_USER_PRESENCE: u8 = 0x01;
+
+/// The flags byte of a security-key (`sk-…`) signature: ssh-key keeps `flags` (1 byte) and
+/// `counter` (4 bytes) after the raw signature. `None` for other algorithms.
+fn sk_flags(sig: &SshSig) -> Option<u8> {
+    match sig.algorithm() {
+        Algorithm::SkEd25519 | Algorithm::SkEcdsaSha2NistP256 => {
+            let bytes = sig.signature().as_bytes();
+            bytes.len().checked_sub(5).map(|i| bytes[i])
+        }
+        _ => None,
+    }
+}
+
 /// Verify one armored signature as an approval of `ctx.current`.
 pub fn verify(armored: &str, source: ApprovalSource, ctx: &VerifyContext<'_>) -> Outcome {
     let sig = match parse_armored(armored) {
@@ -323,6 +338,16 @@ pub fn verify(armored: &str, source: ApprovalSource, ctx: &VerifyContext<'_>) ->
                 sig.algorithm().as_str(),
                 key_data.algorithm().as_str()
             ),
+        };
+    }
+    // A security-key signature carries the authenticator's flags (signed with it); without
+    // user presence nobody touched the key, which `ssh-keygen -Y verify` refuses too.
+    if let Some(flags) = sk_flags(&sig)
+        && flags & SK_USER_PRESENCE == 0
+    {
+        return Outcome::BadSignature {
+            fingerprint,
+            reason: "the security-key signature lacks the user-presence flag (the key was not touched); sign again and touch the key".into(),
         };
     }
     let entries: Vec<&SignerEntry> = ctx.signers.entries_for_key(key_data).collect();
@@ -450,6 +475,62 @@ mod tests {
     }
     fn now() -> Timestamp {
         "2025-06-01T00:00:00Z".parse().unwrap()
+    }
+
+    /// A security-key (`sk-ssh-ed25519@openssh.com`) approval of `plan`, made the way a FIDO
+    /// authenticator makes it: Ed25519 over sha256(application) || flags || counter ||
+    /// sha256(SSHSIG signed data). Returns the armored signature and the allowed_signers line.
+    fn sk_approval(seed: u8, flags: u8, plan: &PlanId) -> (String, String) {
+        use sha2::{Digest, Sha256};
+        use ssh_key::public::{Ed25519PublicKey, KeyData, SkEd25519};
+        use ssh_key::{Algorithm, Signature, SshSig};
+        let pair = Ed25519Keypair::from_seed(&[seed; 32]);
+        let public = KeyData::SkEd25519(SkEd25519::new(Ed25519PublicKey(pair.public.0), "ssh:"));
+        let blob = SshSig::signed_data(NAMESPACE, HashAlg::Sha512, &plan.signed_message()).unwrap();
+        let counter = 7u32.to_be_bytes();
+        let mut data = Sha256::digest(b"ssh:").to_vec();
+        data.push(flags);
+        data.extend(counter);
+        data.extend(Sha256::digest(&blob));
+        let raw = rsa::signature::Signer::<Signature>::sign(&pair, &data);
+        let mut bytes = raw.as_bytes().to_vec();
+        bytes.push(flags);
+        bytes.extend(counter);
+        let sig = Signature::new(Algorithm::SkEd25519, bytes).unwrap();
+        let armored = SshSig::new(public.clone(), NAMESPACE, HashAlg::Sha512, sig)
+            .unwrap()
+            .to_pem(LineEnding::LF)
+            .unwrap();
+        let line = format!(
+            "alice@x {}\n",
+            ssh_key::PublicKey::from(public).to_openssh().unwrap()
+        );
+        (armored, line)
+    }
+
+    /// Issue 19: a security-key signature counts only with the user-presence flag (the key
+    /// was touched), as `ssh-keygen -Y verify` requires without `no-touch-required`.
+    #[test]
+    fn security_key_signatures_need_user_presence() {
+        let (touched, line) = sk_approval(9, 0x01, &plan(1));
+        let s = signers(&line);
+        let out = check(&touched, &s, plan(1), &[], &[]);
+        assert!(
+            matches!(&out, Outcome::Approved(a) if a.key_type == "ED25519-SK"),
+            "{out}"
+        );
+        let (untouched, _) = sk_approval(9, 0x00, &plan(1));
+        let out = check(&untouched, &s, plan(1), &[], &[]);
+        assert!(
+            matches!(&out, Outcome::BadSignature { reason, .. } if reason.contains("user-presence flag")),
+            "{out}"
+        );
+        // user verification alone (0x04) is not presence either
+        let (uv_only, _) = sk_approval(9, 0x04, &plan(1));
+        assert!(matches!(
+            check(&uv_only, &s, plan(1), &[], &[]),
+            Outcome::BadSignature { .. }
+        ));
     }
     fn check(
         armored: &str,

@@ -198,6 +198,7 @@ mod tests {
                 .collect(),
             markers: vec![],
             commit: None,
+            refused: Vec::new(),
         };
         let loaded = crate::desired::parse_snapshot(snapshot);
         assert!(
@@ -254,6 +255,7 @@ mod tests {
                     .collect(),
                 markers: vec![],
                 commit: None,
+                refused: Vec::new(),
             };
             let loaded = crate::desired::parse_snapshot(snapshot);
             let plan = crate::plan::compute(

@@ -1,8 +1,10 @@
 //! `medea approve <id>`: sign an approval of a plan and write it as a marker file or a file.
 //!
-//! This build resolves only a full 64-hex plan id (no store lookup yet) and does not submit to a
-//! server: `--write-marker --desired DIR` writes `approvals/<short-id>-<principal>.sig` for
-//! committing, `--output FILE` writes the armored signature anywhere (`-` for stdout).
+//! Offline (`--write-marker --desired DIR` writes `approvals/<short-id>-<principal>.sig` for
+//! committing, `--output FILE` writes the armored signature anywhere, `-` for stdout) it takes
+//! only a full 64-hex plan id. Without those flags it signs the server's plan and submits it:
+//! the id may then be a prefix, and the plan the server resolves it to must start with that
+//! prefix and be the current plan ([`plan_to_sign`]); the full id is printed before signing.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -112,6 +114,16 @@ pub enum ApproveError {
     #[error("{message}")]
     #[diagnostic(code(medea::approve::server))]
     Server { message: String },
+    #[error(
+        "the server answered plan {returned} for `{typed}`, which does not start with it; nothing was signed"
+    )]
+    #[diagnostic(
+        code(medea::approve::not_named),
+        help(
+            "check `--addr`/`MEDEA_ADDR` points at your medea server, then approve the full id `medea plan` prints"
+        )
+    )]
+    NotNamed { typed: String, returned: String },
     #[error("failed to write `{path}`")]
     #[diagnostic(code(medea::approve::write))]
     Write {
@@ -229,45 +241,99 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
     let server = |e: miette::Report| ApproveError::Server {
         message: format!("{e:?}"),
     };
+    // What the user named: a full id or a prefix of one, never empty ("the current plan").
+    let typed = PlanIdRef::parse(&args.id).map_err(ApproveError::PlanId)?;
     rt.block_on(async {
         let mut client = args.client.connect().await.map_err(server)?;
         let rpc = |s: tonic::Status| server(super::client::rpc_error(&addr, s));
-        let wanted = client.get_plan(pb::GetPlanRequest { id: args.id.clone() }).await.map_err(rpc)?.into_inner();
-        let current = client.get_plan(pb::GetPlanRequest { id: String::new() }).await.map_err(rpc)?.into_inner();
-        let (Some(wanted), Some(current)) = (wanted.plan, current.plan) else {
-            return Err(ApproveError::Server { message: format!("no plan `{}` on the server", args.id) });
-        };
-        if wanted.id != current.id || wanted.stale {
-            return Err(ApproveError::Server {
-                message: format!("plan {} is stale: the current plan is {}; review it with `medea plan` and approve that id", wanted.short_id, current.id),
-            });
-        }
-        if wanted.state == "consumed" {
-            return Err(ApproveError::Server { message: format!("plan {} was already executed; an approval cannot start a plan twice", wanted.short_id) });
-        }
-        let plan = PlanId::parse_full(&wanted.id).map_err(ApproveError::PlanId)?;
+        let wanted = client
+            .get_plan(pb::GetPlanRequest {
+                id: typed.as_str().to_string(),
+            })
+            .await
+            .map_err(rpc)?
+            .into_inner();
+        let current = client
+            .get_plan(pb::GetPlanRequest { id: String::new() })
+            .await
+            .map_err(rpc)?
+            .into_inner();
+        let plan = plan_to_sign(&typed, wanted.plan.as_ref(), current.plan.as_ref())?;
+        // Say exactly what is signed before signing it.
+        eprintln!("signing plan {}", plan.to_hex());
         let hash = match args.hash {
             Hash::Sha256 => HashAlg::Sha256,
             Hash::Sha512 => HashAlg::Sha512,
         };
         let signed = sign_plan(&args, &plan, hash)?;
         let r = client
-            .submit_approval(pb::SubmitApprovalRequest { plan_id: plan.to_hex(), signature: signed.armored.clone() })
+            .submit_approval(pb::SubmitApprovalRequest {
+                plan_id: plan.to_hex(),
+                signature: signed.armored.clone(),
+            })
             .await
             .map_err(rpc)?
             .into_inner();
-        println!("{} ({} of {} approvals)", r.outcome, r.approvals, r.approvals_required);
+        println!(
+            "{} ({} of {} approvals)",
+            r.outcome, r.approvals, r.approvals_required
+        );
         for j in &r.started_jobs {
             println!("started rollout job {j}: follow it with `medea rollout status -w`");
         }
         for g in &r.closed_gates {
             println!("waiting: {g}");
         }
-        if r.started_jobs.is_empty() && r.closed_gates.is_empty() && r.approvals < r.approvals_required {
-            println!("waiting for {} more approval(s) from other people", r.approvals_required - r.approvals);
+        if r.started_jobs.is_empty()
+            && r.closed_gates.is_empty()
+            && r.approvals < r.approvals_required
+        {
+            println!(
+                "waiting for {} more approval(s) from other people",
+                r.approvals_required - r.approvals
+            );
         }
         Ok(crate::cli::exit::OK)
     })
+}
+
+/// The plan `medea approve <typed>` may sign, from the server's answers: the plan it resolved
+/// `typed` to must start with what the user typed, be the current plan, be fresh and never
+/// executed. Anything else refuses, so a signature only ever covers the plan the user named.
+fn plan_to_sign(
+    typed: &PlanIdRef,
+    wanted: Option<&crate::server::api::pb::Plan>,
+    current: Option<&crate::server::api::pb::Plan>,
+) -> Result<PlanId, ApproveError> {
+    let (Some(wanted), Some(current)) = (wanted, current) else {
+        return Err(ApproveError::Server {
+            message: format!("no plan `{}` on the server", typed.as_str()),
+        });
+    };
+    let plan = PlanId::parse_full(&wanted.id).map_err(ApproveError::PlanId)?;
+    if !typed.matches(&plan) {
+        return Err(ApproveError::NotNamed {
+            typed: typed.as_str().to_string(),
+            returned: plan.to_hex(),
+        });
+    }
+    if wanted.id != current.id || wanted.stale {
+        return Err(ApproveError::Server {
+            message: format!(
+                "plan {} is stale: the current plan is {}; review it with `medea plan` and approve that id",
+                wanted.short_id, current.id
+            ),
+        });
+    }
+    if wanted.state == "consumed" {
+        return Err(ApproveError::Server {
+            message: format!(
+                "plan {} was already executed; an approval cannot start a plan twice",
+                wanted.short_id
+            ),
+        });
+    }
+    Ok(plan)
 }
 
 fn parse_full_id(input: &str) -> Result<PlanId, ApproveError> {
@@ -315,4 +381,49 @@ fn sign_plan(
     let mut agent = Agent::connect(std::path::Path::new(&socket))?;
     let key = agent.choose(want.as_ref())?;
     Ok(agent.sign(&key, plan, hash)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::api::pb;
+
+    fn pb_plan(id: &PlanId) -> pb::Plan {
+        pb::Plan {
+            id: id.to_hex(),
+            short_id: id.short(),
+            state: "pending".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn signs_only_the_plan_the_user_named() {
+        let a = PlanId::from_digest([0xaa; 32]);
+        let b = PlanId::from_digest([0xbb; 32]);
+        let typed = PlanIdRef::parse(&a.short()).unwrap();
+        assert_eq!(
+            plan_to_sign(&typed, Some(&pb_plan(&a)), Some(&pb_plan(&a))).unwrap(),
+            a
+        );
+        // The server answers another plan for the prefix (a wrong or lying server): refused.
+        let e = plan_to_sign(&typed, Some(&pb_plan(&b)), Some(&pb_plan(&b))).unwrap_err();
+        assert!(
+            matches!(&e, ApproveError::NotNamed { returned, .. } if *returned == b.to_hex()),
+            "{e:?}"
+        );
+        // The named plan is not the current one: refused.
+        let e = plan_to_sign(&typed, Some(&pb_plan(&a)), Some(&pb_plan(&b))).unwrap_err();
+        assert!(e.to_string().contains("is stale"), "{e}");
+        // Consumed: refused.
+        let mut consumed = pb_plan(&a);
+        consumed.state = "consumed".into();
+        let e = plan_to_sign(&typed, Some(&consumed), Some(&consumed)).unwrap_err();
+        assert!(e.to_string().contains("already executed"), "{e}");
+        // Nothing typed is never "the current plan".
+        assert!(matches!(
+            PlanIdRef::parse(""),
+            Err(PlanIdError::Length { .. })
+        ));
+    }
 }

@@ -329,6 +329,12 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     .await
                     .map_err(|s| rpc_error(&addr, s))?
                     .into_inner();
+                if !r.allowed_signers_problem.is_empty() && output == Format::Table {
+                    eprintln!(
+                        "ERROR allowed signers: {} (the last good file stays in force)",
+                        r.allowed_signers_problem
+                    );
+                }
                 match output {
                     Format::Table => output::table(
                         &[

@@ -96,4 +96,6 @@ pub mod codes {
     pub const ORDER: &str = "medea::desired::order";
     pub const EMPTY_POOL: &str = "medea::desired::empty-pool";
     pub const FILE: &str = "medea::desired::file";
+    pub const SYMLINK: &str = "medea::desired::symlink";
+    pub const LIMIT: &str = "medea::desired::limit";
 }

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 pub use diagnostic::{Diagnostic, Severity};
 pub use model::{Cluster, Desired, NodePool, Origin, Revision, Role, Sourced};
-pub use source::{MarkerFile, Snapshot, Source, SourceError};
+pub use source::{MarkerFile, Refused, RefusedReason, Snapshot, Source, SourceError};
 
 /// The result of loading one revision: the model, every diagnostic, and the sources for
 /// rendering them.
@@ -61,6 +61,33 @@ pub fn parse_snapshot(snapshot: Snapshot) -> Loaded {
     let revision = source::revision_of(&snapshot);
     let mut diagnostics = Vec::new();
     let mut sources = BTreeMap::new();
+    for r in &snapshot.refused {
+        // Never any byte of the entry: the origin names the path only (no snippet).
+        let code = match r.reason {
+            source::RefusedReason::Symlink => diagnostic::codes::SYMLINK,
+            source::RefusedReason::NotARegularFile => diagnostic::codes::FILE,
+            _ => diagnostic::codes::LIMIT,
+        };
+        let what = if r.path.is_empty() {
+            "the desired state".to_string()
+        } else {
+            format!("`{}`", r.path)
+        };
+        diagnostics.push(
+            Diagnostic::error(
+                code,
+                Origin {
+                    file: r.path.clone(),
+                    line: 1,
+                    column: 1,
+                    offset: 0,
+                    len: 0,
+                },
+                format!("{what} {}", r.message()),
+            )
+            .with_help(r.help()),
+        );
+    }
     for f in &snapshot.files {
         if f.bytes.len() > parse::MAX_FILE_BYTES {
             diagnostics.push(Diagnostic::error(
@@ -73,7 +100,7 @@ pub fn parse_snapshot(snapshot: Snapshot) -> Loaded {
                     len: 0,
                 },
                 format!(
-                    "file is larger than {} MiB",
+                    "file is larger than {} MiB (limit MAX_FILE_BYTES)",
                     parse::MAX_FILE_BYTES / (1024 * 1024)
                 ),
             ));
@@ -106,7 +133,29 @@ pub fn parse_snapshot(snapshot: Snapshot) -> Loaded {
     let mut docs = Vec::new();
     let mut broken = Vec::new();
     for (path, text) in &sources {
-        for doc in parse::split_documents(path, text) {
+        let split = parse::split_documents(path, text);
+        if split.len() > parse::MAX_DOCUMENTS_PER_FILE {
+            diagnostics.push(
+                Diagnostic::error(
+                    diagnostic::codes::LIMIT,
+                    Origin {
+                        file: path.clone(),
+                        line: 1,
+                        column: 1,
+                        offset: 0,
+                        len: 0,
+                    },
+                    format!(
+                        "file has {} YAML documents, more than {} (limit MAX_DOCUMENTS_PER_FILE); none of them was read",
+                        split.len(),
+                        parse::MAX_DOCUMENTS_PER_FILE
+                    ),
+                )
+                .with_help("split the file"),
+            );
+            continue;
+        }
+        for doc in split {
             match parse::read_document(doc.clone()) {
                 Ok(raw) => docs.push(raw),
                 Err(d) => {

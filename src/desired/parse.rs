@@ -15,6 +15,9 @@ use super::model::Origin;
 /// Largest file accepted; larger ones are refused with a diagnostic (YAML bombs, mistakes).
 pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Most YAML documents in one file; a file with more is refused whole.
+pub const MAX_DOCUMENTS_PER_FILE: usize = 1_000;
+
 /// One document of one file.
 #[derive(Debug, Clone)]
 pub struct DocText<'a> {

@@ -3,6 +3,11 @@
 //! Directory mode reads `*.yaml`/`*.yml` below the root (hidden entries and `approvals/` are
 //! skipped) and `approvals/**/*.sig` as approval markers. Git mode reads the same paths from the
 //! committed tree at a ref with gix; the work tree, the index and uncommitted edits are ignored.
+//!
+//! Nothing outside the desired tree is ever read: a symbolic link (file or directory, in the
+//! directory or committed as mode 120000) is a [`Refused`] entry, never followed; files are
+//! opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files. Reading is bounded by
+//! [`limits`]; in git mode an object's size comes from its header before it is inflated.
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +52,144 @@ pub struct Snapshot {
     pub files: Vec<SourceFile>,
     pub markers: Vec<MarkerFile>,
     pub commit: Option<String>,
+    /// Entries not read (a symlink, a limit exceeded): each becomes an error diagnostic, so a
+    /// revision with one never yields a plan.
+    pub refused: Vec<Refused>,
+}
+
+/// What one revision may contain. Exceeding one is an error diagnostic naming the limit; the
+/// loader stops reading at the limit, so the daemon's memory stays bounded whatever is committed.
+pub mod limits {
+    /// Bytes of one resource or marker file.
+    pub const MAX_FILE_BYTES: usize = super::MAX_FILE_BYTES;
+    /// Resource and marker files read from one revision.
+    pub const MAX_FILES: usize = 2_000;
+    /// Bytes of all resource and marker files of one revision.
+    pub const MAX_TOTAL_BYTES: u64 = 32 * 1024 * 1024;
+    /// Directory entries (directory mode) or tree entries (git mode) looked at below the root.
+    pub const MAX_ENTRIES: usize = 100_000;
+    /// YAML documents in one file.
+    pub const MAX_DOCUMENTS_PER_FILE: usize = crate::desired::parse::MAX_DOCUMENTS_PER_FILE;
+}
+
+/// An entry of the tree that was not read, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Relative path (`/` separators); empty for the whole tree.
+    pub path: String,
+    pub reason: RefusedReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedReason {
+    /// A symbolic link: never followed.
+    Symlink,
+    /// Not a regular file (a FIFO, socket or device under a resource or marker name).
+    NotARegularFile,
+    /// Larger than [`limits::MAX_FILE_BYTES`].
+    FileTooLarge,
+    /// More than [`limits::MAX_FILES`] files: this one and the rest were not read.
+    TooManyFiles,
+    /// More than [`limits::MAX_TOTAL_BYTES`] in all: this file and the rest were not read.
+    TooManyBytes,
+    /// More than [`limits::MAX_ENTRIES`] entries below the root: the walk stopped.
+    TooManyEntries,
+}
+
+impl Refused {
+    /// The diagnostic message (never any byte of the entry itself).
+    pub fn message(&self) -> String {
+        match self.reason {
+            RefusedReason::Symlink => "is a symbolic link: medea never follows links in the desired state (nothing outside the desired directory is read)".into(),
+            RefusedReason::NotARegularFile => "is not a regular file".into(),
+            RefusedReason::FileTooLarge => format!(
+                "file is larger than {} MiB (limit MAX_FILE_BYTES)",
+                limits::MAX_FILE_BYTES / (1024 * 1024)
+            ),
+            RefusedReason::TooManyFiles => format!(
+                "more than {} resource and marker files (limit MAX_FILES): this file and the rest were not read",
+                limits::MAX_FILES
+            ),
+            RefusedReason::TooManyBytes => format!(
+                "more than {} MiB of resource and marker files in all (limit MAX_TOTAL_BYTES): this file and the rest were not read",
+                limits::MAX_TOTAL_BYTES / (1024 * 1024)
+            ),
+            RefusedReason::TooManyEntries => format!(
+                "more than {} entries below the desired root (limit MAX_ENTRIES): the rest was not read",
+                limits::MAX_ENTRIES
+            ),
+        }
+    }
+    pub fn help(&self) -> &'static str {
+        match self.reason {
+            RefusedReason::Symlink => "commit the file itself, not a link to it",
+            RefusedReason::NotARegularFile => "desired-state files are regular files",
+            _ => {
+                "split the desired state, or point medea at a smaller directory (the limits are in design/server.md)"
+            }
+        }
+    }
+}
+
+/// Counts what a read admitted against [`limits`].
+#[derive(Default)]
+struct Budget {
+    files: usize,
+    bytes: u64,
+    entries: usize,
+    /// A whole-tree limit was hit: nothing more is read.
+    exhausted: bool,
+    refused: Vec<Refused>,
+}
+
+impl Budget {
+    fn refuse(&mut self, path: &str, reason: RefusedReason) {
+        self.refused.push(Refused {
+            path: path.to_string(),
+            reason,
+        });
+    }
+    /// One more entry walked; false (recorded once) past [`limits::MAX_ENTRIES`].
+    fn entry(&mut self) -> bool {
+        if self.exhausted {
+            return false;
+        }
+        self.entries += 1;
+        if self.entries > limits::MAX_ENTRIES {
+            self.exhausted = true;
+            self.refuse("", RefusedReason::TooManyEntries);
+            return false;
+        }
+        true
+    }
+    /// Admit the file `path` of `size` bytes (from its metadata or object header, before
+    /// reading it); false, recorded, when it may not be read.
+    fn admit(&mut self, path: &str, size: u64) -> bool {
+        if self.exhausted {
+            return false;
+        }
+        if size > limits::MAX_FILE_BYTES as u64 {
+            self.refuse(path, RefusedReason::FileTooLarge);
+            return false;
+        }
+        if self.files + 1 > limits::MAX_FILES {
+            self.exhausted = true;
+            self.refuse(path, RefusedReason::TooManyFiles);
+            return false;
+        }
+        if self.bytes + size > limits::MAX_TOTAL_BYTES {
+            self.exhausted = true;
+            self.refuse(path, RefusedReason::TooManyBytes);
+            return false;
+        }
+        self.files += 1;
+        self.bytes += size;
+        true
+    }
+    /// The file grew between its metadata and the read: count what was read.
+    fn correct(&mut self, admitted: u64, read: u64) {
+        self.bytes = self.bytes - admitted + read;
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,8 +257,20 @@ pub fn content_hash(files: &[SourceFile]) -> String {
 }
 
 pub fn revision_of(snapshot: &Snapshot) -> Revision {
+    let mut content = content_hash(&snapshot.files);
+    if !snapshot.refused.is_empty() {
+        // A refused entry changes the revision (never its bytes: they were not read).
+        let mut h = Sha256::new();
+        h.update(content.as_bytes());
+        for r in &snapshot.refused {
+            h.update(b"\0refused\0");
+            h.update(r.path.as_bytes());
+            h.update(format!("{:?}", r.reason).as_bytes());
+        }
+        content = hex::encode(h.finalize());
+    }
     Revision {
-        content: content_hash(&snapshot.files),
+        content,
         commit: snapshot.commit.clone(),
     }
 }
@@ -136,8 +291,9 @@ fn read_dir(root: &Path) -> Result<Snapshot, SourceError> {
     }
     let mut files = Vec::new();
     let mut markers = Vec::new();
+    let mut budget = Budget::default();
     let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+    'walk: while let Some(dir) = stack.pop() {
         let entries = std::fs::read_dir(&dir).map_err(|err| SourceError::Read {
             path: dir.clone(),
             err,
@@ -152,21 +308,34 @@ fn read_dir(root: &Path) -> Result<Snapshot, SourceError> {
             if name.to_string_lossy().starts_with('.') {
                 continue;
             }
-            // Directories are followed only when they are real directories (no symlink loops).
+            if !budget.entry() {
+                break 'walk;
+            }
+            // The entry's own type (readdir/lstat): a symlink is never followed.
             let ft = entry.file_type().map_err(|err| SourceError::Read {
                 path: path.clone(),
                 err,
             })?;
+            let rel = rel_path(root, &path);
+            if ft.is_symlink() {
+                budget.refuse(&rel, RefusedReason::Symlink);
+                continue;
+            }
             if ft.is_dir() {
                 stack.push(path);
                 continue;
             }
-            let rel = rel_path(root, &path);
             let wanted = is_resource_path(&rel) || is_marker_path(&rel);
-            if !wanted || !path.is_file() {
+            if !wanted {
                 continue;
             }
-            let bytes = read_limited(&path)?;
+            if !ft.is_file() {
+                budget.refuse(&rel, RefusedReason::NotARegularFile);
+                continue;
+            }
+            let Some(bytes) = read_bounded(&path, &rel, &mut budget)? else {
+                continue;
+            };
             if is_marker_path(&rel) {
                 markers.push(MarkerFile {
                     path: rel,
@@ -179,28 +348,57 @@ fn read_dir(root: &Path) -> Result<Snapshot, SourceError> {
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     markers.sort_by(|a, b| a.path.cmp(&b.path));
+    budget.refused.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Snapshot {
         files,
         markers,
         commit: None,
+        refused: budget.refused,
     })
 }
 
-fn read_limited(path: &Path) -> Result<Vec<u8>, SourceError> {
+/// Open without following a symlink and without blocking on a FIFO, check it is a regular file
+/// within the budget, and read at most [`limits::MAX_FILE_BYTES`] + 1 bytes. `None`: refused
+/// (recorded in `budget`).
+fn read_bounded(
+    path: &Path,
+    rel: &str,
+    budget: &mut Budget,
+) -> Result<Option<Vec<u8>>, SourceError> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|err| SourceError::Read {
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_err = |err| SourceError::Read {
         path: path.to_path_buf(),
         err,
-    })?;
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        // Replaced by a symlink since the directory was listed.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            budget.refuse(rel, RefusedReason::Symlink);
+            return Ok(None);
+        }
+        Err(e) => return Err(read_err(e)),
+    };
+    let meta = f.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        budget.refuse(rel, RefusedReason::NotARegularFile);
+        return Ok(None);
+    }
+    if !budget.admit(rel, meta.len()) {
+        return Ok(None);
+    }
     let mut buf = Vec::new();
     // One byte over the limit is enough to report the file as too large.
-    f.take(MAX_FILE_BYTES as u64 + 1)
+    f.take(limits::MAX_FILE_BYTES as u64 + 1)
         .read_to_end(&mut buf)
-        .map_err(|err| SourceError::Read {
-            path: path.to_path_buf(),
-            err,
-        })?;
-    Ok(buf)
+        .map_err(read_err)?;
+    budget.correct(meta.len(), buf.len() as u64);
+    Ok(Some(buf))
 }
 
 fn rel_path(root: &Path, path: &Path) -> String {
@@ -255,53 +453,150 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
         .map_err(|e| git_err(Box::new(e)))?;
     let sha = commit.id.to_string();
     let tree = commit.tree().map_err(|e| git_err(Box::new(e)))?;
-    let mut recorder = gix::traverse::tree::Recorder::default();
+    let mut walk = BoundedWalk {
+        prefix: prefix.clone(),
+        path: gix::traverse::tree::Recorder::default(),
+        wanted: Vec::new(),
+        budget: Budget::default(),
+    };
     tree.traverse()
-        .breadthfirst(&mut recorder)
+        .breadthfirst(&mut walk)
         .map_err(|e| git_err(Box::new(e)))?;
+    let mut budget = walk.budget;
     let mut files = Vec::new();
     let mut markers = Vec::new();
-    for entry in recorder.records {
-        if !entry.mode.is_blob() {
+    for (rel, oid) in walk.wanted {
+        // The size from the object's header, before inflating it.
+        let header = repo.find_header(oid).map_err(|e| git_err(Box::new(e)))?;
+        if !budget.admit(&rel, header.size()) {
             continue;
         }
-        let full = entry.filepath.to_string();
-        let Some(rel) = full.strip_prefix(&prefix) else {
-            continue;
-        };
-        let (resource, marker) = (is_resource_path(rel), is_marker_path(rel));
-        if !resource && !marker {
-            continue;
-        }
-        let obj = repo
-            .find_object(entry.oid)
-            .map_err(|e| git_err(Box::new(e)))?;
-        let mut bytes = obj.data.clone();
-        bytes.truncate(MAX_FILE_BYTES + 1);
-        if marker {
+        let obj = repo.find_object(oid).map_err(|e| git_err(Box::new(e)))?;
+        let mut bytes = obj.detach().data;
+        bytes.truncate(limits::MAX_FILE_BYTES + 1);
+        if is_marker_path(&rel) {
             markers.push(MarkerFile {
-                path: rel.to_string(),
+                path: rel,
                 contents: bytes,
             });
         } else {
-            files.push(SourceFile {
-                path: rel.to_string(),
-                bytes,
-            });
+            files.push(SourceFile { path: rel, bytes });
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     markers.sort_by(|a, b| a.path.cmp(&b.path));
+    budget.refused.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Snapshot {
         files,
         markers,
         commit: Some(sha),
+        refused: budget.refused,
     })
+}
+
+/// A tree walk that descends only into the desired root, counts entries against
+/// [`limits::MAX_ENTRIES`] (stopping there), refuses symlinks, and keeps only the wanted blobs'
+/// paths and ids (never the whole tree).
+struct BoundedWalk {
+    /// The desired root inside the repository, `""` or ending in `/`.
+    prefix: String,
+    /// Tracks the current path (its records stay empty).
+    path: gix::traverse::tree::Recorder,
+    wanted: Vec<(String, gix::ObjectId)>,
+    budget: Budget,
+}
+
+impl BoundedWalk {
+    /// The current entry's path relative to the desired root, if it is inside it.
+    fn rel(&self) -> Option<String> {
+        let full = self.path.path().to_string();
+        full.strip_prefix(&self.prefix).map(str::to_string)
+    }
+}
+
+impl gix::traverse::tree::Visit for BoundedWalk {
+    fn pop_back_tracked_path_and_set_current(&mut self) {
+        self.path.pop_back_tracked_path_and_set_current();
+    }
+    fn pop_front_tracked_path_and_set_current(&mut self) {
+        self.path.pop_front_tracked_path_and_set_current();
+    }
+    fn push_back_tracked_path_component(&mut self, component: &gix::bstr::BStr) {
+        self.path.push_back_tracked_path_component(component);
+    }
+    fn push_path_component(&mut self, component: &gix::bstr::BStr) {
+        self.path.push_path_component(component);
+    }
+    fn pop_path_component(&mut self) {
+        self.path.pop_path_component();
+    }
+    fn visit_tree(
+        &mut self,
+        _entry: &gix::objs::tree::EntryRef<'_>,
+    ) -> gix::traverse::tree::visit::Action {
+        use std::ops::ControlFlow;
+        let dir = format!("{}/", self.path.path());
+        // Above the root: descend only toward it. Inside: skip hidden directories.
+        let inside = match dir.strip_prefix(&self.prefix) {
+            Some("") => true,
+            Some(rel) => ordinary(rel.trim_end_matches('/')),
+            None => {
+                return ControlFlow::Continue(self.prefix.starts_with(&dir));
+            }
+        };
+        if !inside {
+            return ControlFlow::Continue(false);
+        }
+        if !self.budget.entry() {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(true)
+    }
+    fn visit_nontree(
+        &mut self,
+        entry: &gix::objs::tree::EntryRef<'_>,
+    ) -> gix::traverse::tree::visit::Action {
+        use std::ops::ControlFlow;
+        let Some(rel) = self.rel() else {
+            return ControlFlow::Continue(true);
+        };
+        if !ordinary(&rel) {
+            return ControlFlow::Continue(true);
+        }
+        if !self.budget.entry() {
+            return ControlFlow::Break(());
+        }
+        if entry.mode.is_link() {
+            self.budget.refuse(&rel, RefusedReason::Symlink);
+        } else if (is_resource_path(&rel) || is_marker_path(&rel)) && entry.mode.is_blob() {
+            self.wanted.push((rel, entry.oid.to_owned()));
+        }
+        ControlFlow::Continue(true)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budget_stops_at_each_limit() {
+        let mut b = Budget::default();
+        for _ in 0..limits::MAX_ENTRIES {
+            assert!(b.entry());
+        }
+        assert!(!b.entry(), "one entry too many");
+        assert!(!b.entry());
+        assert!(!b.admit("a.yaml", 1), "nothing more is read");
+        assert_eq!(b.refused.len(), 1, "recorded once");
+        assert_eq!(b.refused[0].reason, RefusedReason::TooManyEntries);
+        assert!(b.refused[0].message().contains("limit MAX_ENTRIES"));
+
+        let mut b = Budget::default();
+        assert!(!b.admit("big.yaml", limits::MAX_FILE_BYTES as u64 + 1));
+        assert!(b.admit("ok.yaml", limits::MAX_FILE_BYTES as u64));
+        assert_eq!(b.refused[0].reason, RefusedReason::FileTooLarge);
+    }
 
     #[test]
     fn which_paths_are_read() {

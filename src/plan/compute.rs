@@ -31,7 +31,8 @@ use super::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
 use super::catalog::{Catalog, PathError};
 use super::id::PlanId;
 use super::model::*;
-use crate::desired::model::{Cluster, NodePool, Origin, Role, schematic_of};
+use crate::approval::quorum::{BarChange, PlanScope, QuorumPolicy, required_quorum};
+use crate::desired::model::{ApprovalSettings, Cluster, NodePool, Origin, Role, schematic_of};
 use crate::desired::{Desired, Diagnostic};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
 use crate::version::{KubeVersion, TalosVersion};
@@ -188,23 +189,23 @@ pub fn compute_with(
         let plan = ctx.plan(last_applied);
         diags.append(&mut ctx.diags);
         let Some(mut plan) = plan else { continue };
-        if plan.has_changes() {
-            let in_force = last_applied.approvals_in_force(name);
-            let (kind, was, wants) = if plan.steps.iter().any(Step::touches_control_plane) {
-                (
-                    "control-plane",
-                    in_force.control_plane,
-                    cluster.approvals.control_plane,
-                )
-            } else {
-                ("ordinary", in_force.required, cluster.approvals.required)
+        let in_force = policy(last_applied.approvals_in_force(name));
+        let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
+        if plan.has_changes() || change != BarChange::Keeps {
+            let scope = PlanScope {
+                touches_control_plane_or_kubernetes: plan
+                    .steps
+                    .iter()
+                    .any(Step::touches_control_plane),
             };
-            if wants < was {
+            let needs = required_quorum(&in_force, change, scope);
+            if change != BarChange::Keeps {
                 plan.notes.push(format!(
-                    "this plan needs the {kind} approval bar in force ({was}); the lower one it sets ({wants}) applies to later plans"
+                    "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
+                    in_force.required, in_force.control_plane
                 ));
             }
-            bar = bar.max(was.max(wants));
+            bar = bar.max(needs);
         }
         // Approval makes this revision of every resource of the cluster the last applied one.
         applies.put.push(AppliedResource::of_cluster(cluster));
@@ -241,7 +242,12 @@ pub fn compute_with(
             diffs.extend(diff_of(&res.key, &res.file, &res.document, ""));
             applies.delete.push(res.key.clone());
         }
-        bar = bar.max(last_applied.approvals_in_force(&gone).required);
+        // Deleting or renaming a cluster removes its approvals setting: the highest bar in force.
+        bar = bar.max(required_quorum(
+            &policy(last_applied.approvals_in_force(&gone)),
+            BarChange::Removes,
+            PlanScope::default(),
+        ));
         clusters.insert(
             gone.clone(),
             ClusterPlan {
@@ -285,6 +291,14 @@ pub fn compute_with(
     }
     plan.id = plan.canonical_id();
     Ok(plan)
+}
+
+/// A cluster's approvals setting as the quorum rule sees it.
+fn policy(a: ApprovalSettings) -> QuorumPolicy {
+    QuorumPolicy {
+        required: a.required,
+        control_plane: a.control_plane,
+    }
 }
 
 fn removed(key: &ResourceKey) -> SettingsChange {

@@ -4,7 +4,8 @@
 //! computation ([`compute()`]), the upgrade-path and version-skew rules with their
 //! compatibility catalog ([`catalog`]), the last-applied desired state ([`applied`]), plan
 //! rendering ([`render`]), and the plan's store records ([`stored`]).
-//! **May depend on:** `desired`, `inventory`, `version`, and the `store` traits (records only).
+//! **May depend on:** `desired`, `inventory`, `version`, the `store` traits (records only), and
+//! the pure quorum rule [`crate::approval::quorum::required_quorum`] (one rule, one place).
 //! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock); the
 //! same inputs give the same plan id and a byte-identical rendering.
 //! Architecture Invariant: a plan's id covers its basis (desired revision, observed generation

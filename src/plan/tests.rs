@@ -39,6 +39,7 @@ fn load(files: &[(&str, String)]) -> Desired {
             .collect(),
         markers: Vec::new(),
         commit: None,
+        refused: Vec::new(),
     };
     let loaded = parse_snapshot(snap);
     assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
@@ -1071,7 +1072,7 @@ fn approvals_take_the_higher_of_the_bar_in_force_and_the_desired_one() {
         p.clusters[0]
             .notes
             .iter()
-            .any(|n| n.contains("bar in force (2)"))
+            .any(|n| n.contains("highest bar in force, max(required 1, controlPlane 2)"))
     );
     // Once applied, the lower bar is in force.
     let p = compute(&d, &observed("v1.34.1", 1, ms), &applied_of(&d), None).unwrap();
@@ -1080,6 +1081,89 @@ fn approvals_take_the_higher_of_the_bar_in_force_and_the_desired_one() {
     let raised = "  approvals:\n    required: 3\n    controlPlane: 4\n";
     let d = one("v1.34.1", raised, &[wp]);
     assert_eq!(plan_ok(&d, &i).approvals_required, 3);
+}
+
+/// Issue 19: the bar in force guards every change to the bar. Each path that changes a
+/// cluster's approvals setting needs `max(required, controlPlane)` of the applied setting.
+#[test]
+fn every_change_to_the_bar_needs_the_highest_bar_in_force() {
+    let ms = three_cps("v1.13.9");
+    let i = observed("v1.34.1", 1, ms);
+    let with =
+        |req: u32, cp: u32| format!("  approvals:\n    required: {req}\n    controlPlane: {cp}\n");
+    let needs = |applied: &Desired, next: &Desired| {
+        let p = compute(next, &i, &applied_of(applied), None).unwrap_or_else(|e| panic!("{e:#?}"));
+        assert!(
+            p.clusters.iter().all(|c| c.steps.is_empty()),
+            "settings-only"
+        );
+        let text = render::text(&p, Default::default());
+        assert!(
+            text.contains(&format!("It needs {} approval", p.approvals_required)),
+            "{text}"
+        );
+        p.approvals_required
+    };
+    let base = one("v1.34.1", &with(1, 2), &[cp_pool("v1.13.9")]);
+    // Unchanged bar, settings-only change: the ordinary bar.
+    let drain = format!("{}  rollout:\n    drainTimeout: 20m\n", with(1, 2));
+    assert_eq!(
+        needs(&base, &one("v1.34.1", &drain, &[cp_pool("v1.13.9")])),
+        1
+    );
+    // Lowering controlPlane alone (the reported hole: this needed 1).
+    let p = compute(
+        &one("v1.34.1", &with(1, 1), &[cp_pool("v1.13.9")]),
+        &i,
+        &applied_of(&base),
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.approvals_required, 2);
+    assert!(
+        p.clusters[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("changes the approvals setting")),
+        "{:?}",
+        p.clusters[0].notes
+    );
+    assert_eq!(
+        needs(&base, &one("v1.34.1", &with(1, 1), &[cp_pool("v1.13.9")])),
+        2
+    );
+    // Lowering required.
+    let strict = one("v1.34.1", &with(2, 3), &[cp_pool("v1.13.9")]);
+    assert_eq!(
+        needs(&strict, &one("v1.34.1", &with(1, 3), &[cp_pool("v1.13.9")])),
+        3
+    );
+    // Deleting the approvals block (the defaults, 1 and 2).
+    assert_eq!(
+        needs(&strict, &one("v1.34.1", "", &[cp_pool("v1.13.9")])),
+        3
+    );
+    // Raising: the new bar.
+    assert_eq!(
+        needs(&base, &one("v1.34.1", &with(4, 4), &[cp_pool("v1.13.9")])),
+        4
+    );
+    // Deleting a cluster.
+    let two = load(&[
+        ("c1.yaml", cluster_doc("c1", "v1.34.1", "")),
+        ("pools.yaml", cp_pool("v1.13.9")),
+        ("old.yaml", cluster_doc("old", "v1.34.1", &with(1, 3))),
+    ]);
+    assert_eq!(needs(&two, &one("v1.34.1", "", &[cp_pool("v1.13.9")])), 3);
+    // Renaming a cluster (c1 -> c9: c1 is removed, c9 is new and not observed).
+    let renamed = load(&[
+        ("c1.yaml", cluster_doc("c9", "v1.34.1", &with(1, 1))),
+        (
+            "pools.yaml",
+            cp_pool("v1.13.9").replace("cluster: c1", "cluster: c9"),
+        ),
+    ]);
+    assert_eq!(needs(&strict, &renamed), 3);
 }
 
 // ---------------------------------------------------------------- identity and staleness
@@ -1360,6 +1444,7 @@ fn diagnostics_of(cluster_extra: &str, pool_extra: &str) -> Vec<Diagnostic> {
         ],
         markers: Vec::new(),
         commit: None,
+        refused: Vec::new(),
     };
     parse_snapshot(snap).diagnostics
 }

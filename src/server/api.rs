@@ -20,6 +20,9 @@ pub struct MedeaApi {
     pub shared: Arc<Shared>,
 }
 
+/// How often an API approval is verified again after a store conflict before giving up.
+const SUBMIT_ATTEMPTS: u32 = 5;
+
 fn internal(e: impl std::fmt::Display) -> Status {
     tracing::error!(error = %e, "API request failed");
     Status::internal(e.to_string())
@@ -164,10 +167,34 @@ impl MedeaApi {
     fn plan_pb(&self, p: &crate::plan::Plan) -> Result<pb::Plan, crate::store::StoreError> {
         use crate::store::StoreExt;
         let store = self.shared.store.as_ref();
-        let approvals: Vec<crate::approval::ApprovalRecord> = store
+        let records: Vec<crate::approval::ApprovalRecord> = store
             .scan_records(&format!("{}/", p.id.to_hex()))?
             .into_iter()
             .map(|(_, r)| r)
+            .collect();
+        // What counts is distinct verified people: each record is verified again against the
+        // signers in force (a removed signer no longer counts) and one person counts once,
+        // whatever number of keys, markers or submissions they used (`approval::evaluate`).
+        let signers = self.shared.trust.in_force();
+        let ctx = crate::approval::VerifyContext {
+            signers: &signers,
+            current: &p.id,
+            known: &[],
+            consumed: &[],
+            now: jiff::Timestamp::now(),
+        };
+        let verified = records
+            .iter()
+            .filter_map(|r| r.reverify(&ctx).approved().cloned());
+        let quorum = crate::approval::evaluate(&p.id, p.approvals_required, verified);
+        let approvals: Vec<&crate::approval::ApprovalRecord> = records
+            .iter()
+            .filter(|r| {
+                quorum
+                    .counted
+                    .iter()
+                    .any(|a| a.fingerprint == r.fingerprint && a.source == r.source)
+            })
             .collect();
         let consumed: Option<crate::rollout::journal::PlanConsumed> =
             store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
@@ -187,7 +214,7 @@ impl MedeaApi {
             "superseded"
         } else if !p.has_changes() {
             "no-changes"
-        } else if !approvals.is_empty() && approvals.len() as u32 >= p.approvals_required {
+        } else if quorum.reached() {
             "approved"
         } else {
             "pending"
@@ -266,6 +293,7 @@ impl pb::medea_server::Medea for MedeaApi {
             desired_revision: desired
                 .map(|d| d.desired.revision.to_string())
                 .unwrap_or_default(),
+            allowed_signers_problem: self.shared.trust.problem().unwrap_or_default(),
         }))
     }
 
@@ -478,41 +506,56 @@ impl pb::medea_server::Medea for MedeaApi {
             source: crate::approval::ApprovalSource::Api,
             armored: req.signature,
         };
-        let shared = self.shared.clone();
-        let state = tokio::task::spawn_blocking(move || {
-            super::reconcile::reconcile(
-                &shared,
-                std::slice::from_ref(&candidate),
-                jiff::Timestamp::now(),
-            )
-        })
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
-        let outcome = state
-            .outcomes
-            .iter()
-            .rev()
-            .find(|(s, _)| *s == crate::approval::ApprovalSource::Api)
-            .map(|(_, o)| o.clone())
-            .unwrap_or_else(|| "recorded earlier".into());
+        // Verify (and record) the signature; a store conflict means nothing was written, so
+        // the submission is verified again against whatever is current then.
+        let mut attempts = 0;
+        let state = loop {
+            let shared = self.shared.clone();
+            let candidate = candidate.clone();
+            let state = tokio::task::spawn_blocking(move || {
+                super::reconcile::reconcile(
+                    &shared,
+                    std::slice::from_ref(&candidate),
+                    jiff::Timestamp::now(),
+                )
+            })
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+            attempts += 1;
+            if state.conflict && attempts < SUBMIT_ATTEMPTS {
+                tracing::info!(plan = %plan.short(), attempt = attempts, "approval met a store conflict; verifying it again");
+                continue;
+            }
+            break state;
+        };
+        self.shared.set_plan_state(state.clone());
+        // Answer only for a verified signature.
+        let Some((counts, outcome)) = state.submitted.first().cloned() else {
+            return Err(Status::failed_precondition(format!(
+                "the approval was not verified: plan {} cannot be approved right now (the desired state is invalid, or the plan is being recomputed); check `medea plan` and approve the current id",
+                plan.short()
+            )));
+        };
+        if !counts {
+            return Err(Status::permission_denied(format!(
+                "approval refused: {outcome}"
+            )));
+        }
+        if state.conflict {
+            return Err(Status::aborted(format!(
+                "the approval was verified but not recorded: the store changed {SUBMIT_ATTEMPTS} times while recording it; submit it again"
+            )));
+        }
         let quorum = state.quorum.clone();
         let approved_by = quorum
             .as_ref()
             .and_then(|q| q.counted.last().map(|a| a.principal.clone()))
             .unwrap_or_default();
-        let accepted = outcome.starts_with("approved") || outcome == "recorded earlier";
-        self.shared.set_plan_state(state.clone());
-        if !accepted {
-            return Err(Status::permission_denied(format!(
-                "approval refused: {outcome}"
-            )));
-        }
         if !state.started.is_empty() || state.applied {
             // Applied settings or new jobs change the basis: replan at once.
             self.shared.bump();
         }
-        let _ = plan;
         Ok(Response::new(pb::SubmitApprovalResponse {
             outcome,
             principal: approved_by,
@@ -695,6 +738,208 @@ mod tests {
 
     fn row(c: &str, n: &str, p: &str, v: &str) -> (String, String, String, String) {
         (c.into(), n.into(), p.into(), v.into())
+    }
+
+    /// A store whose next `n` commits that record an approval fail with a conflict (changing
+    /// nothing), as when the plan moves underneath the transaction.
+    struct ConflictingStore {
+        inner: crate::rollout::fake::MemStore,
+        conflicts: std::sync::atomic::AtomicU32,
+    }
+
+    impl Store for ConflictingStore {
+        fn get(
+            &self,
+            table: crate::store::Table,
+            key: &str,
+        ) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
+            self.inner.get(table, key)
+        }
+        fn scan(
+            &self,
+            table: crate::store::Table,
+            prefix: &str,
+        ) -> Result<Vec<(String, Vec<u8>)>, crate::store::StoreError> {
+            self.inner.scan(table, prefix)
+        }
+        fn commit(&self, txn: Txn) -> Result<(), crate::store::StoreError> {
+            use std::sync::atomic::Ordering;
+            let approval = txn.ops.iter().any(|o| {
+                matches!(
+                    o,
+                    crate::store::Op::Put(crate::store::Table::Approvals, _, _)
+                )
+            });
+            if approval
+                && self
+                    .conflicts
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err(crate::store::StoreError::Conflict {
+                    table: "plans",
+                    key: "current".into(),
+                });
+            }
+            self.inner.commit(txn)
+        }
+    }
+
+    fn home() -> ObservedCluster {
+        let mut machines = BTreeMap::new();
+        for n in ["cp-1", "cp-2", "cp-3"] {
+            machines.insert(
+                n.to_string(),
+                machine(n, MachineRole::Controlplane, "v1.12.4"),
+            );
+        }
+        for n in ["w-1", "w-2", "w-3"] {
+            machines.insert(n.to_string(), machine(n, MachineRole::Worker, "v1.12.4"));
+        }
+        ObservedCluster::new("home").observe(Some(KubeVersion::parse("v1.34.1").unwrap()), machines)
+    }
+
+    struct Approving {
+        api: MedeaApi,
+        plan: crate::plan::PlanId,
+        keys: Vec<crate::approval::sign::SecretKey>,
+        _dir: tempfile::TempDir,
+    }
+
+    /// The examples planned against `home`, with `principals[i]` holding key `i`.
+    fn approving(store: Arc<dyn Store>, principals: &[&str]) -> Approving {
+        let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let source = Source::Dir(examples);
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<_> = principals
+            .iter()
+            .map(|_| crate::approval::sign::SecretKey::generate_ed25519().unwrap())
+            .collect();
+        let text: String = principals
+            .iter()
+            .zip(&keys)
+            .map(|(p, k)| format!("{p} {}\n", k.public_key().to_openssh().unwrap()))
+            .collect();
+        let path = dir.path().join("allowed_signers");
+        std::fs::write(&path, text).unwrap();
+        store
+            .commit(Txn::new().put_record(cluster_key("home"), &home()))
+            .unwrap();
+        let mut shared = Shared::new(store.clone(), source.clone(), false, "r1".into());
+        shared.trust = crate::server::trust::TrustRoot::open(Some(path), &source).unwrap();
+        shared.set_desired(crate::desired::load(&source).unwrap());
+        let shared = Arc::new(shared);
+        crate::server::reconcile::reconcile(&shared, &[], jiff::Timestamp::now()).unwrap();
+        let plan = crate::plan::stored::current(store.as_ref())
+            .unwrap()
+            .unwrap()
+            .id;
+        Approving {
+            api: MedeaApi { shared },
+            plan,
+            keys,
+            _dir: dir,
+        }
+    }
+
+    impl Approving {
+        async fn submit(&self, key: usize) -> Result<pb::SubmitApprovalResponse, Status> {
+            let signed = crate::approval::sign::sign_with_key(
+                &self.keys[key],
+                &self.plan,
+                ssh_key::HashAlg::Sha512,
+            )
+            .unwrap();
+            self.api
+                .submit_approval(Request::new(pb::SubmitApprovalRequest {
+                    plan_id: self.plan.to_hex(),
+                    signature: signed.armored,
+                }))
+                .await
+                .map(Response::into_inner)
+        }
+        fn records(&self) -> usize {
+            self.api
+                .shared
+                .store
+                .scan(
+                    crate::store::Table::Approvals,
+                    &format!("{}/", self.plan.to_hex()),
+                )
+                .unwrap()
+                .len()
+        }
+        async fn plan(&self) -> pb::Plan {
+            self.api
+                .get_plan(Request::new(pb::GetPlanRequest { id: String::new() }))
+                .await
+                .unwrap()
+                .into_inner()
+                .plan
+                .unwrap()
+        }
+    }
+
+    /// Issue 19: an API approval that meets a store conflict is verified again and recorded,
+    /// never answered "approved" and lost.
+    #[tokio::test]
+    async fn an_api_approval_that_meets_a_store_conflict_is_retried_not_lost() {
+        let store = Arc::new(ConflictingStore {
+            inner: crate::rollout::fake::MemStore::new(),
+            conflicts: 2.into(),
+        });
+        let a = approving(store, &["alice@x"]);
+        let r = a.submit(0).await.unwrap();
+        assert!(r.outcome.starts_with("approved plan"), "{r:?}");
+        assert_eq!(a.records(), 1, "the approval is recorded");
+        assert_eq!((r.approvals, r.approvals_required), (1, 2));
+    }
+
+    /// Issue 19: SubmitApproval answers only for a verified signature: when no plan can be
+    /// verified against (the desired state turned invalid), it is an error, not "recorded".
+    #[tokio::test]
+    async fn submit_approval_answers_only_after_verification() {
+        let a = approving(
+            Arc::new(crate::rollout::fake::MemStore::new()),
+            &["alice@x"],
+        );
+        let broken = crate::desired::parse_snapshot(crate::desired::Snapshot {
+            files: vec![crate::desired::source::SourceFile {
+                path: "x.yaml".into(),
+                bytes: b"garbage: [\n".to_vec(),
+            }],
+            markers: Vec::new(),
+            commit: None,
+            refused: Vec::new(),
+        });
+        assert!(broken.has_errors());
+        a.api.shared.set_desired(broken);
+        let e = a.submit(0).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("not verified"), "{e:?}");
+        assert_eq!(a.records(), 0);
+    }
+
+    /// Issue 19: a plan's approvals are distinct verified people: one person with two keys
+    /// (two lines for one principal) counts once, and the plan is not "approved" at 2 of 2.
+    #[tokio::test]
+    async fn plan_approvals_count_distinct_verified_people() {
+        let a = approving(
+            Arc::new(crate::rollout::fake::MemStore::new()),
+            &["alice@x", "alice@x", "bob@x"],
+        );
+        a.submit(0).await.unwrap();
+        let r = a.submit(1).await.unwrap();
+        assert_eq!((r.approvals, r.approvals_required), (1, 2), "{r:?}");
+        assert_eq!(a.records(), 2, "both keys' records are kept");
+        let p = a.plan().await;
+        assert_eq!(p.approvals.len(), 1, "{:?}", p.approvals);
+        assert_eq!(p.state, "pending");
+        let r = a.submit(2).await.unwrap();
+        assert_eq!((r.approvals, r.approvals_required), (2, 2), "{r:?}");
+        let p = a.plan().await;
+        assert_eq!(p.approvals.len(), 2, "{:?}", p.approvals);
+        assert_eq!(p.state, "approved");
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ pub mod refresh;
 pub mod rollouts;
 pub mod secrets;
 pub mod tls;
+pub mod trust;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -63,8 +64,9 @@ pub struct Shared {
     /// A counter bumped on every change worth re-planning or re-executing for; loops wait on
     /// it (a missed wake-up is impossible: `watch` keeps the latest value).
     changes: tokio::sync::watch::Sender<u64>,
-    /// The people who may approve (the server's file, never the repository's).
-    pub allowed_signers: Option<PathBuf>,
+    /// The people who may approve (the server's file, never the repository's), with the last
+    /// good version kept when a reload fails.
+    pub trust: trust::TrustRoot,
     pub notifier: crate::webhook::Notifier,
     /// What the last reconcile pass concluded about the current plan.
     plan_state: RwLock<reconcile::PlanState>,
@@ -94,7 +96,7 @@ impl Shared {
             replica,
             desired: RwLock::new(None),
             changes: tokio::sync::watch::channel(0).0,
-            allowed_signers: None,
+            trust: trust::TrustRoot::none(),
             notifier: crate::webhook::Notifier::disabled(),
             plan_state: RwLock::new(reconcile::PlanState::default()),
             events: tokio::sync::broadcast::channel(4096).0,
@@ -146,6 +148,8 @@ pub enum ServeError {
     Transport(#[source] tonic::transport::Error),
     #[error(transparent)]
     Watch(#[from] watch::WatchError),
+    #[error("the trust root is not usable; medea serve does not start")]
+    TrustRoot(#[from] trust::TrustRootError),
 }
 
 /// Re-read the desired state and publish it. Invalid revisions change nothing but the
@@ -285,6 +289,8 @@ pub async fn run_with_leadership(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    // The trust root first: a server that cannot tell who may approve does not start.
+    let trust = trust::TrustRoot::open(config.allowed_signers.clone(), &config.source)?;
     secrets::private_dir(&config.state_dir).map_err(|err| ServeError::StateDir {
         path: config.state_dir.clone(),
         err,
@@ -314,7 +320,7 @@ pub async fn run_with_leadership(
         config.replica.clone(),
     );
     shared.leadership = leadership.clone();
-    shared.allowed_signers = config.allowed_signers.clone();
+    shared.trust = trust;
     shared.notifier = crate::webhook::Notifier::start(config.webhooks.clone());
     shared.creds_dir = config.creds_dir.clone();
     shared.state_dir = config.state_dir.clone();

@@ -51,6 +51,12 @@ pub struct PlanState {
     pub waiting: Vec<String>,
     /// Jobs created by this pass.
     pub started: Vec<String>,
+    /// The verification outcome of each `extra` candidate (an API submission), in order:
+    /// whether it counts, and the outcome's text. Empty when no plan could be verified against.
+    pub submitted: Vec<(bool, String)>,
+    /// The pass's transaction met a store conflict (the plan or a record moved underneath it):
+    /// nothing was written, so an API submission must be verified again.
+    pub conflict: bool,
     /// This pass consumed the plan (applied its settings, created its jobs): the next plan
     /// must be computed at once.
     pub applied: bool,
@@ -197,10 +203,7 @@ pub fn reconcile(
     state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
 
     // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`.
-    let (signers, signer_problems) = load_signers(shared.allowed_signers.as_deref());
-    for p in &signer_problems {
-        tracing::debug!(problem = %p, "allowed signers");
-    }
+    let signers = shared.trust.current();
     let (known, consumed) = known_and_consumed(store)?;
     let ctx = VerifyContext {
         signers: &signers,
@@ -221,9 +224,15 @@ pub fn reconcile(
         }
     }
     let mut candidates = marker_candidates(&loaded);
+    let markers = candidates.len();
     candidates.extend(extra.iter().cloned());
-    for c in &candidates {
+    for (i, c) in candidates.iter().enumerate() {
         let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
+        if i >= markers {
+            state
+                .submitted
+                .push((outcome.approved().is_some(), outcome.to_string()));
+        }
         crate::metrics::approval_outcome(outcome.code());
         if outcome.approved().is_none() {
             tracing::info!(plan = %plan.id.short(), source = %c.source, outcome = %outcome, "approval candidate does not count");
@@ -307,6 +316,7 @@ pub fn reconcile(
         Err(StoreError::Conflict { .. }) => {
             // The plan moved on (new revision or observation): nothing was written.
             state.started.clear();
+            state.conflict = true;
         }
         Err(e) => return Err(e.into()),
     }

@@ -41,11 +41,12 @@ pub enum TalosConfigError {
         #[source]
         err: std::io::Error,
     },
-    #[error("talosconfig `{path}` is not valid YAML in the talosconfig format")]
+    /// Only the position: the parser's own error quotes the input, which holds the client key.
+    #[error("talosconfig `{path}` is not valid YAML in the talosconfig format{}", position(*line, *column))]
     Parse {
         path: PathBuf,
-        #[source]
-        err: Box<serde_saphyr::Error>,
+        line: Option<u64>,
+        column: Option<u64>,
     },
     #[error(
         "talosconfig `{path}` has no current context and none was given; pick one with --context (available: {})",
@@ -88,12 +89,11 @@ pub enum TalosConfigError {
     #[error(
         "context `{context}` in `{path}`: `{field}` is not valid base64 (standard alphabet, as talosctl writes it)"
     )]
+    /// No source: base64's error names the offending byte and its offset in the key.
     Base64 {
         path: PathBuf,
         context: String,
         field: &'static str,
-        #[source]
-        err: base64::DecodeError,
     },
     #[error("context `{context}` in `{path}`: `{field}` does not contain a PEM certificate")]
     NoCertificate {
@@ -109,6 +109,14 @@ pub enum TalosConfigError {
         "context `{context}` in `{path}`: `key` is not an Ed25519, ECDSA or RSA private key; regenerate the talosconfig with `talosctl config new`"
     )]
     UnsupportedKey { path: PathBuf, context: String },
+}
+
+fn position(line: Option<u64>, column: Option<u64>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" (at line {l}, column {c})"),
+        (Some(l), None) => format!(" (at line {l})"),
+        _ => String::new(),
+    }
 }
 
 fn list(items: &[String]) -> String {
@@ -172,11 +180,14 @@ impl TalosConfig {
 
     /// Parse talosconfig text; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<TalosConfig, TalosConfigError> {
-        let raw: RawConfig =
-            serde_saphyr::from_str(text).map_err(|err| TalosConfigError::Parse {
+        let raw: RawConfig = serde_saphyr::from_str(text).map_err(|err: serde_saphyr::Error| {
+            let at = err.location();
+            TalosConfigError::Parse {
                 path: origin.to_path_buf(),
-                err: Box::new(err),
-            })?;
+                line: at.map(|l| l.line()),
+                column: at.map(|l| l.column()),
+            }
+        })?;
         Ok(TalosConfig {
             path: origin.to_path_buf(),
             raw,
@@ -250,14 +261,11 @@ impl TalosConfig {
                         context: name.clone(),
                         field,
                     })?;
-                BASE64
-                    .decode(value)
-                    .map_err(|err| TalosConfigError::Base64 {
-                        path: path.clone(),
-                        context: name.clone(),
-                        field,
-                        err,
-                    })
+                BASE64.decode(value).map_err(|_| TalosConfigError::Base64 {
+                    path: path.clone(),
+                    context: name.clone(),
+                    field,
+                })
             };
         let ca = field("ca", &raw.ca)?;
         let crt = field("crt", &raw.crt)?;
@@ -518,6 +526,42 @@ impl fmt::Display for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 19: a malformed talosconfig is an error naming the file and the position, never
+    /// quoting it (the key and certificates are in it).
+    #[test]
+    fn parse_errors_never_quote_the_file() {
+        const SECRET: &str = "LS0tLS1CRUdJTiBFRDI1NTE5IFBSSVZBVEUgS0VZLS0tLS0KU0VDUkVU";
+        for text in [
+            format!("context: a\ncontexts:\n  a:\n    key: [{SECRET}\n"),
+            format!("context: a\ncontexts:\n  a:\n    endpoints: {SECRET}\n"),
+            format!("context: {{a: {SECRET}}}\n"),
+            format!("{SECRET}\n"),
+        ] {
+            let e = TalosConfig::parse(&text, Path::new("/creds/talosconfig")).unwrap_err();
+            assert!(matches!(e, TalosConfigError::Parse { .. }), "{e:?}");
+            let mut all = format!("{e} {e:?}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                all.push_str(&format!(" {s} {s:?}"));
+                src = s.source();
+            }
+            assert!(!all.contains(&SECRET[..16]), "{all}");
+            assert!(all.contains("/creds/talosconfig"), "{all}");
+        }
+        // A key that is not base64: the error names the field, not the offending byte.
+        let text = "context: a\ncontexts:\n  a:\n    endpoints: [10.0.0.1]\n    ca: QQ==\n    crt: QQ==\n    key: QUJD#Q0RF\n";
+        let e = TalosConfig::parse(text, Path::new("/creds/talosconfig"))
+            .unwrap()
+            .context(None)
+            .unwrap_err();
+        assert!(
+            matches!(e, TalosConfigError::Base64 { field: "key", .. }),
+            "{e:?}"
+        );
+        assert!(std::error::Error::source(&e).is_none());
+        assert!(!format!("{e} {e:?}").contains('#'), "{e:?}");
+    }
 
     #[test]
     fn endpoints_parse_like_talosctl() {

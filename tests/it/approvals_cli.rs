@@ -154,3 +154,160 @@ fn lists_each_marker_outcome_and_exits_by_quorum() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("quorum reached"), "{text}");
 }
+
+/// Issue 19: with `approvals: {required: 1, controlPlane: 2}` applied, a commit that only lowers
+/// `controlPlane` to 1 is a settings-only plan that still needs two distinct people (real
+/// `ssh-keygen` signers); so does lowering `required`, deleting the block and deleting the
+/// cluster.
+#[test]
+fn lowering_any_approval_setting_needs_the_highest_bar_in_force() {
+    use medea::desired::{Source, load};
+    use medea::plan::AppliedResource;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = |name: &str, approvals: &str| {
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: v1.34.1\n{approvals}"
+        )
+    };
+    let pools = "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: cp\nspec:\n  cluster: home\n  role: controlplane\n  machines: [cp-1, cp-2, cp-3]\n  talos:\n    version: v1.12.4\n---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: w\nspec:\n  cluster: home\n  role: worker\n  machines: [w-1, w-2, w-3]\n  talos:\n    version: v1.12.4\n";
+    let write_desired = |dir: &Path, approvals: &str| {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("cluster.yaml"), cluster("home", approvals)).unwrap();
+        std::fs::write(dir.join("pools.yaml"), pools).unwrap();
+    };
+    let (alice, alice_pub) = keygen(tmp.path(), "alice");
+    let (bob, bob_pub) = keygen(tmp.path(), "bob");
+    let signers = tmp.path().join("allowed_signers");
+    std::fs::write(
+        &signers,
+        format!("alice@example.com {alice_pub}\nbob@example.com {bob_pub}\n"),
+    )
+    .unwrap();
+
+    let in_force = "  approvals:\n    required: 1\n    controlPlane: 2\n";
+    let strict = "  approvals:\n    required: 2\n    controlPlane: 3\n";
+    let cases: [(&str, &str, &str, u32); 4] = [
+        (
+            "lower-controlplane",
+            in_force,
+            "  approvals:\n    required: 1\n    controlPlane: 1\n",
+            2,
+        ),
+        (
+            "lower-required",
+            strict,
+            "  approvals:\n    required: 1\n    controlPlane: 3\n",
+            3,
+        ),
+        ("delete-block", strict, "", 3),
+        ("delete-cluster", in_force, "DELETE", 2),
+    ];
+    for (name, applied, next, want) in cases {
+        let case = tmp.path().join(name);
+        let desired = case.join("desired");
+        write_desired(&desired, applied);
+        let store_dir = case.join("store");
+        {
+            let s = FjallStore::open(&store_dir).unwrap();
+            let c = crate::server::home_inventory();
+            let loaded = load(&Source::Dir(desired.clone())).unwrap();
+            let d = loaded.valid().expect("valid desired state");
+            let mut txn = Txn::new().put_record(cluster_key(&c.name), &c);
+            for cl in d.clusters.values() {
+                let r = AppliedResource::of_cluster(cl);
+                txn = txn.put_record(r.key.store_key(), &r);
+                for p in cl.pools.values() {
+                    let r = AppliedResource::of_pool(p);
+                    txn = txn.put_record(r.key.store_key(), &r);
+                }
+            }
+            s.commit(txn).unwrap();
+        }
+        // The commit that changes the bar.
+        if next == "DELETE" {
+            // The cluster goes; another one (never applied, not observed) stays in the tree.
+            std::fs::write(desired.join("cluster.yaml"), cluster("other", "")).unwrap();
+            std::fs::remove_file(desired.join("pools.yaml")).unwrap();
+        } else {
+            write_desired(&desired, next);
+        }
+        let out = crate::cli::medea()
+            .args(["plan", "-o", "json", "--desired"])
+            .arg(&desired)
+            .arg("--store")
+            .arg(&store_dir)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["approvalsRequired"], want, "{name}: {v:#}");
+        let steps = v["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["steps"].as_array().map_or(0, Vec::len))
+            .sum::<usize>();
+        assert_eq!(steps, 0, "{name}: settings-only");
+        let text = crate::cli::medea()
+            .args(["plan", "--desired"])
+            .arg(&desired)
+            .arg("--store")
+            .arg(&store_dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            text.contains(&format!("It needs {want} approvals")),
+            "{name}: {text}"
+        );
+        let (id, short) = (
+            v["id"].as_str().unwrap().to_string(),
+            v["shortId"].as_str().unwrap().to_string(),
+        );
+        std::fs::create_dir_all(desired.join("approvals")).unwrap();
+        std::fs::write(
+            desired.join(format!("approvals/{short}-alice.sig")),
+            sign(&alice, &format!("{id}\n"), "medea-approve"),
+        )
+        .unwrap();
+        let run = || {
+            crate::cli::medea()
+                .args(["approvals", "--desired"])
+                .arg(&desired)
+                .arg("--store")
+                .arg(&store_dir)
+                .arg("--allowed-signers")
+                .arg(&signers)
+                .output()
+                .unwrap()
+        };
+        let out = run();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: one person alone: {stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("1 of {want} approvals")),
+            "{name}: {stdout}"
+        );
+        if want == 2 {
+            std::fs::write(
+                desired.join(format!("approvals/{short}-bob.sig")),
+                sign(&bob, &format!("{id}\n"), "medea-approve"),
+            )
+            .unwrap();
+            let out = run();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{name}: {stdout}");
+            assert!(stdout.contains("quorum reached"), "{name}: {stdout}");
+        }
+    }
+}

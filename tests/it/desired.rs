@@ -408,3 +408,173 @@ fn unreadable_inputs_are_clear_errors() {
         "{msgs:#?}"
     );
 }
+
+/// Issue 19: a symlink in the desired tree (file or directory) is a diagnostic, never followed,
+/// and no diagnostic or CLI output shows a byte of a file outside the desired directory.
+#[test]
+fn symlinks_are_diagnosed_and_never_followed() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tmp.path().join("outside");
+    write(&outside, "token", "SECRET-TOKEN-1f2e: [\n");
+    write(&outside, "leak.yaml", "SECRET-IN-DIR: [\n");
+    let d = tmp.path().join("desired");
+    write(&d, "c1.yaml", CLUSTER);
+    symlink("../outside/token", d.join("x.yaml")).unwrap();
+    symlink("../outside", d.join("linkdir")).unwrap();
+    symlink("/proc/self/environ", d.join("env.yaml")).unwrap();
+    std::fs::create_dir_all(d.join("approvals")).unwrap();
+    symlink("../../outside/token", d.join("approvals/a.sig")).unwrap();
+
+    let loaded = desired::load(&Source::Dir(d.clone())).unwrap();
+    let symlinks: Vec<&str> = loaded
+        .diagnostics
+        .iter()
+        .filter(|x| x.code == codes::SYMLINK)
+        .map(|x| x.origin.file.as_str())
+        .collect();
+    assert_eq!(
+        symlinks,
+        ["approvals/a.sig", "env.yaml", "linkdir", "x.yaml"],
+        "{:#?}",
+        loaded.diagnostics
+    );
+    assert!(loaded.has_errors());
+    assert!(loaded.markers.is_empty());
+    assert!(!loaded.sources.contains_key("x.yaml"));
+    for x in &loaded.diagnostics {
+        assert!(!format!("{x} {x:?}").contains("SECRET"), "{x:?}");
+    }
+    let out = crate::cli::medea()
+        .arg("validate")
+        .arg(&d)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("is a symbolic link"), "{all}");
+    assert!(!all.contains("SECRET"), "{all}");
+    assert!(!all.contains("PATH="), "{all}");
+}
+
+/// Git mode: a committed symlink (mode 120000) is a diagnostic too.
+#[test]
+fn git_mode_refuses_committed_symlinks() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    git(repo, &["init", "-q"]);
+    write(repo, "secret.yaml", "SECRET: [\n");
+    write(repo, "clusters/c1.yaml", CLUSTER);
+    symlink("../secret.yaml", repo.join("clusters/x.yaml")).unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "link"]);
+    let loaded = desired::load(&Source::Git {
+        path: repo.join("clusters"),
+        reference: "main".into(),
+    })
+    .unwrap();
+    let d: Vec<(&str, &str)> = loaded
+        .diagnostics
+        .iter()
+        .map(|x| (x.origin.file.as_str(), x.code))
+        .collect();
+    assert_eq!(d, [("x.yaml", codes::SYMLINK)], "{:#?}", loaded.diagnostics);
+}
+
+fn limit_messages(loaded: &desired::Loaded) -> Vec<String> {
+    loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == codes::LIMIT)
+        .map(|d| d.to_string())
+        .collect()
+}
+
+/// Issue 19: bounded reading in git mode: a large committed blob is refused from its header
+/// size, and many files stop at the file limit; each names its limit.
+#[test]
+fn git_mode_reading_is_bounded() {
+    use medea::desired::source::limits;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    git(repo, &["init", "-q"]);
+    write(repo, "clusters/c1.yaml", CLUSTER);
+    let big = format!("# {}\n", "x".repeat(limits::MAX_FILE_BYTES));
+    write(repo, "clusters/big.yaml", &big);
+    for i in 0..limits::MAX_FILES {
+        write(repo, &format!("clusters/many/f{i:05}.yaml"), "# empty\n");
+    }
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "large"]);
+    let loaded = desired::load(&Source::Git {
+        path: repo.join("clusters"),
+        reference: "main".into(),
+    })
+    .unwrap();
+    let msgs = limit_messages(&loaded);
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("big.yaml:1:1") && m.contains("limit MAX_FILE_BYTES")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter().any(|m| m.contains("limit MAX_FILES")),
+        "{msgs:#?}"
+    );
+    assert!(loaded.has_errors());
+    assert!(loaded.sources.len() <= limits::MAX_FILES);
+}
+
+/// Directory mode: documents per file, total bytes and file count.
+#[test]
+fn directory_mode_reading_is_bounded() {
+    use medea::desired::source::limits;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write(d, "c1.yaml", CLUSTER);
+    write(
+        d,
+        "docs.yaml",
+        &"---\na: 1\n".repeat(limits::MAX_DOCUMENTS_PER_FILE + 1),
+    );
+    let loaded = desired::load(&Source::Dir(d.to_path_buf())).unwrap();
+    let msgs = limit_messages(&loaded);
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("docs.yaml:1:1") && m.contains("limit MAX_DOCUMENTS_PER_FILE")),
+        "{msgs:#?}"
+    );
+    // Total bytes: files just under the per-file limit until the total is exceeded.
+    let t2 = tempfile::tempdir().unwrap();
+    let chunk = format!("# {}\n", "x".repeat(limits::MAX_FILE_BYTES - 8));
+    let n = (limits::MAX_TOTAL_BYTES as usize / chunk.len()) + 1;
+    for i in 0..n {
+        write(t2.path(), &format!("f{i:03}.yaml"), &chunk);
+    }
+    let loaded = desired::load(&Source::Dir(t2.path().to_path_buf())).unwrap();
+    let msgs = limit_messages(&loaded);
+    assert!(
+        msgs.iter().any(|m| m.contains("limit MAX_TOTAL_BYTES")),
+        "{msgs:#?}"
+    );
+    let read: usize = loaded.sources.values().map(String::len).sum();
+    assert!(read as u64 <= limits::MAX_TOTAL_BYTES);
+    // File count.
+    let t3 = tempfile::tempdir().unwrap();
+    for i in 0..=limits::MAX_FILES {
+        write(t3.path(), &format!("f{i:05}.yaml"), "# empty\n");
+    }
+    let loaded = desired::load(&Source::Dir(t3.path().to_path_buf())).unwrap();
+    assert!(
+        limit_messages(&loaded)
+            .iter()
+            .any(|m| m.contains("limit MAX_FILES")),
+        "{:#?}",
+        loaded.diagnostics
+    );
+}

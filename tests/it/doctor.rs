@@ -326,3 +326,34 @@ async fn doctor_warns_about_flags_the_next_kubernetes_minor_removes() {
     );
     e.sim.shutdown().await;
 }
+
+/// Issue 19: a malformed talosconfig is reported by position, never quoting the file (its
+/// client key is in it).
+#[tokio::test]
+async fn doctor_reports_a_malformed_talosconfig_without_quoting_it() {
+    let e = env(quick_default()).await;
+    let dir = creds_dir(&e);
+    let path = dir.join("home/talosconfig");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cfg: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let key = cfg["contexts"]["medea-sim"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.contains(&key));
+    // An unclosed flow sequence right before the key: the parser's own message quotes it.
+    std::fs::write(&path, text.replacen(&key, &format!("[{key}"), 1)).unwrap();
+    let out = medea(&["doctor", "--creds-dir", dir.to_str().unwrap()]).await;
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("is not valid YAML in the talosconfig format"),
+        "{all}"
+    );
+    assert!(!all.contains(&key[..24]), "{all}");
+    e.sim.shutdown().await;
+}

@@ -82,6 +82,7 @@ fn load_yaml(name: &str, yaml: &str) -> medea::desired::Desired {
         }],
         markers: vec![],
         commit: None,
+        refused: Vec::new(),
     });
     let errors: Vec<String> = loaded.errors().map(|d| d.to_string()).collect();
     assert!(errors.is_empty(), "{errors:?}\n{yaml}");

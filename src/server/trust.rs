@@ -1,0 +1,227 @@
+//! The trust root in force: the server's allowed_signers file.
+//!
+//! At startup it must be there, readable and free of errors, and outside the desired-state
+//! directory (whoever can commit must not be able to add a signer), or `medea serve` stops
+//! ([`TrustRoot::open`]). After start it is re-read before every verification: a good file
+//! replaces the signers; a missing, unreadable or bad one keeps the **last good file**, logs an
+//! ERROR, sets `medea_allowed_signers_reload_failed` to 1 and shows in `medea get server`
+//! ([`TrustRoot::current`], [`TrustRoot::problem`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::approval::{self, AllowedSigners};
+use crate::desired::Source;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrustRootError {
+    #[error("cannot read the allowed signers file `{path}` (--allowed-signers)")]
+    Read {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("the allowed signers file `{path}` (--allowed-signers) has errors:\n{list}")]
+    Invalid { path: PathBuf, list: String },
+    #[error(
+        "the allowed signers file `{path}` is inside the desired-state directory `{desired}`: whoever can commit could add themselves as a signer; keep it in the server's own configuration (e.g. /etc/medea/allowed_signers)"
+    )]
+    InsideDesired { path: PathBuf, desired: PathBuf },
+}
+
+/// Read and parse `path`; any bad line is an error (never a partial trust root).
+pub fn read(path: &Path) -> Result<AllowedSigners, TrustRootError> {
+    let text = std::fs::read_to_string(path).map_err(|err| TrustRootError::Read {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let (signers, diags) = approval::allowed_signers::parse(&text);
+    if !diags.is_empty() {
+        return Err(TrustRootError::Invalid {
+            path: path.to_path_buf(),
+            list: diags
+                .iter()
+                .map(|d| format!("  line {}: {}", d.line, d.message))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+    }
+    Ok(signers)
+}
+
+/// The directories whose contents a committer controls: the desired root and, in git mode, the
+/// repository's work tree.
+fn committer_dirs(source: &Source) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    match source {
+        Source::Dir(p) => dirs.extend(p.canonicalize().ok()),
+        Source::Git { path, .. } => {
+            let Ok(mut p) = path.canonicalize() else {
+                return dirs;
+            };
+            dirs.push(p.clone());
+            loop {
+                if p.join(".git").exists() {
+                    dirs.push(p);
+                    break;
+                }
+                if !p.pop() {
+                    break;
+                }
+            }
+        }
+    }
+    dirs
+}
+
+struct State {
+    signers: Arc<AllowedSigners>,
+    problem: Option<String>,
+}
+
+pub struct TrustRoot {
+    path: Option<PathBuf>,
+    state: RwLock<State>,
+}
+
+impl TrustRoot {
+    /// No file: nobody can approve.
+    pub fn none() -> TrustRoot {
+        TrustRoot {
+            path: None,
+            state: RwLock::new(State {
+                signers: Arc::new(approval::allowed_signers::parse("").0),
+                problem: None,
+            }),
+        }
+    }
+
+    /// At startup: the file must be readable, free of errors and outside the desired-state
+    /// directory; otherwise the server does not start.
+    pub fn open(path: Option<PathBuf>, source: &Source) -> Result<TrustRoot, TrustRootError> {
+        let Some(path) = path else {
+            tracing::warn!("no --allowed-signers: nobody can approve plans");
+            return Ok(TrustRoot::none());
+        };
+        let signers = read(&path)?;
+        if let Ok(real) = path.canonicalize() {
+            for dir in committer_dirs(source) {
+                if real.starts_with(&dir) {
+                    return Err(TrustRootError::InsideDesired {
+                        path: path.clone(),
+                        desired: dir,
+                    });
+                }
+            }
+        }
+        tracing::info!(path = %path.display(), signers = signers.entries().len(), "allowed signers loaded");
+        crate::metrics::global()
+            .allowed_signers_reload_failed
+            .set(0);
+        Ok(TrustRoot {
+            path: Some(path),
+            state: RwLock::new(State {
+                signers: Arc::new(signers),
+                problem: None,
+            }),
+        })
+    }
+
+    /// Re-read the file and return the signers in force: the new file when it is good, else the
+    /// last good one (the failure is logged at ERROR, counted in the metric and kept for
+    /// [`Self::problem`]).
+    pub fn current(&self) -> Arc<AllowedSigners> {
+        let Some(path) = &self.path else {
+            return self.state.read().expect("trust root lock").signers.clone();
+        };
+        let mut state = self.state.write().expect("trust root lock");
+        match read(path) {
+            Ok(signers) => {
+                if state.problem.take().is_some() {
+                    tracing::info!(path = %path.display(), signers = signers.entries().len(), "allowed signers readable again; the new file is in force");
+                }
+                crate::metrics::global()
+                    .allowed_signers_reload_failed
+                    .set(0);
+                state.signers = Arc::new(signers);
+            }
+            Err(e) => {
+                let text = crate::error_chain(&e);
+                if state.problem.as_deref() != Some(text.as_str()) {
+                    tracing::error!(error = %text, "allowed signers cannot be reloaded; the last good file stays in force");
+                }
+                crate::metrics::global()
+                    .allowed_signers_reload_failed
+                    .set(1);
+                state.problem = Some(text);
+            }
+        }
+        state.signers.clone()
+    }
+
+    /// The signers in force, without re-reading the file.
+    pub fn in_force(&self) -> Arc<AllowedSigners> {
+        self.state.read().expect("trust root lock").signers.clone()
+    }
+
+    /// Why the file on disk is not the one in force, if it is not.
+    pub fn problem(&self) -> Option<String> {
+        self.state.read().expect("trust root lock").problem.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGXhJ2dFcxkUTiyW8xcwlW8u0Q2vvCfEpm+vfKBnR0CC";
+
+    #[test]
+    fn startup_refuses_a_missing_bad_or_committed_file_and_reload_keeps_the_last_good() {
+        let tmp = tempfile::tempdir().unwrap();
+        let desired = tmp.path().join("desired");
+        std::fs::create_dir_all(&desired).unwrap();
+        let source = Source::Dir(desired.clone());
+        let path = tmp.path().join("allowed_signers");
+        assert!(matches!(
+            TrustRoot::open(Some(path.clone()), &source),
+            Err(TrustRootError::Read { .. })
+        ));
+        std::fs::write(&path, "alice@x ssh-ed25519 not-base64!\n").unwrap();
+        assert!(matches!(
+            TrustRoot::open(Some(path.clone()), &source),
+            Err(TrustRootError::Invalid { .. })
+        ));
+        let inside = desired.join("allowed_signers");
+        std::fs::write(&inside, format!("alice@x {KEY}\n")).unwrap();
+        assert!(matches!(
+            TrustRoot::open(Some(inside), &source),
+            Err(TrustRootError::InsideDesired { .. })
+        ));
+
+        std::fs::write(&path, format!("alice@x {KEY}\n")).unwrap();
+        let root = TrustRoot::open(Some(path.clone()), &source).unwrap();
+        assert_eq!(root.current().entries().len(), 1);
+        assert_eq!(root.problem(), None);
+        // A broken edit after start: the last good file stays in force, the problem shows.
+        std::fs::write(&path, "garbage\n").unwrap();
+        assert_eq!(root.current().entries().len(), 1);
+        assert!(root.problem().is_some_and(|p| p.contains("has errors")));
+        assert_eq!(
+            crate::metrics::global().allowed_signers_reload_failed.get(),
+            1
+        );
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(root.current().entries().len(), 1);
+        assert!(root.problem().is_some_and(|p| p.contains("cannot read")));
+        // Fixed: the new file is in force.
+        std::fs::write(&path, format!("alice@x {KEY}\nbob@x {KEY}\n")).unwrap();
+        assert_eq!(root.current().entries().len(), 2);
+        assert_eq!(root.problem(), None);
+        assert_eq!(
+            crate::metrics::global().allowed_signers_reload_failed.get(),
+            0
+        );
+    }
+}
