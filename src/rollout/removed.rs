@@ -201,8 +201,44 @@ pub fn removed_in(minor: u64) -> Removals {
         36 => Removals {
             feature_gates: &[
                 "CSIMigrationPortworx",
+                "HonorPVReclaimPolicy",
                 "InTreePluginPortworxUnregister",
                 "WatchFromStorageWithoutResourceVersion",
+            ],
+            ..NONE
+        },
+        // go-kubernetes 0caf1f2 ("add Kubernetes 1.37 compatibility"); upstream marks its 1.36
+        // and 1.37 lists provisional until the release notes are final. The removed
+        // `scheduling.k8s.io/v1alpha2` resources are an API check, not a flag (preflight).
+        37 => Removals {
+            // the deprecated cAdvisor flags (kubernetes/kubernetes#139870): the kubelet does
+            // not start with any of them set
+            kubelet_flags: &[
+                "application-metrics-count-limit",
+                "boot-id-file",
+                "container-hints",
+                "containerd",
+                "containerd-namespace",
+                "enable-load-reader",
+                "event-storage-age-limit",
+                "event-storage-event-limit",
+                "global-housekeeping-interval",
+                "log-cadvisor-usage",
+                "machine-id-file",
+                "storage-driver-user",
+                "storage-driver-password",
+                "storage-driver-host",
+                "storage-driver-db",
+                "storage-driver-table",
+                "storage-driver-secure",
+                "storage-driver-buffer-duration",
+            ],
+            feature_gates: &[
+                "AnyVolumeDataSource",
+                "DeclarativeValidationTakeover",
+                "GangScheduling",
+                "PreventStaticPodAPIReferences",
+                "WorkloadAwarePreemption",
             ],
             ..NONE
         },
@@ -362,6 +398,29 @@ mod tests {
         // still allowed by 1.34, and the table is per minor, not cumulative
         assert!(removed_settings("w-1", &a, &kv("v1.34.3")).is_empty());
         assert!(removed_settings("w-1", &a, &kv("v1.36.0")).is_empty());
+    }
+
+    #[test]
+    fn the_kubelet_cadvisor_flags_are_removed_in_1_37() {
+        let a = args(&[(
+            Component::Kubelet,
+            &[
+                ("containerd", "/run/containerd/containerd.sock"),
+                ("housekeeping-interval", "10s"),
+            ],
+        )]);
+        let found = removed_settings("w-1", &a, &kv("v1.37.0"));
+        assert_eq!(
+            found,
+            vec![RemovedSetting {
+                node: "w-1".into(),
+                component: Component::Kubelet,
+                kind: RemovedKind::Flag,
+                name: "containerd".into(),
+            }],
+            "`housekeeping-interval` stays; only the listed cAdvisor flags went"
+        );
+        assert!(removed_settings("w-1", &a, &kv("v1.36.2")).is_empty());
     }
 
     #[test]
