@@ -135,6 +135,13 @@ impl<T: TalosPort> TalosPort for Delayed<T> {
     ) -> Result<crate::rollout::ports::ComponentArgs, PortError> {
         self.inner.component_args(node).await
     }
+    async fn component_config_version(
+        &self,
+        node: &NodeTarget,
+        component: crate::rollout::ports::Component,
+    ) -> Result<Option<String>, PortError> {
+        self.inner.component_config_version(node, component).await
+    }
     async fn set_component_image(
         &self,
         node: &NodeTarget,

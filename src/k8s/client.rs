@@ -630,6 +630,12 @@ impl KubeApi for KubeClient {
                     running: p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
                     ready: pod_is_ready(p),
                     image,
+                    config_version: p
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(crate::rollout::ports::ANNOTATION_CONFIG_VERSION))
+                        .cloned(),
                 })
             })
             .collect();

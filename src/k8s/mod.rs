@@ -233,6 +233,8 @@ pub struct StaticPodStatus {
     pub ready: bool,
     /// The component container's image.
     pub image: String,
+    /// The `talos.dev/config-version` annotation Talos rendered the static pod with, if any.
+    pub config_version: Option<String>,
 }
 
 /// Something wrong with a node's control-plane static pods.
@@ -642,6 +644,7 @@ mod tests {
             running,
             ready,
             image: image.into(),
+            config_version: None,
         }
     }
 

@@ -639,6 +639,15 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 self.kube.static_pod(node, *c).await.map_err(obs_err),
             );
         }
+        for (t, c) in &needs.config_versions {
+            obs.config_versions.insert(
+                (t.node.clone(), *c),
+                self.talos
+                    .component_config_version(t, *c)
+                    .await
+                    .map_err(obs_err),
+            );
+        }
         if needs.snapshot {
             obs.snapshot = Some(
                 snapshot_on_disk(&self.snapshot_path(job))

@@ -49,6 +49,9 @@ pub enum Fault {
     /// Every Upgrade call to `node` is answered UNAVAILABLE before it reaches the node (no
     /// trace is left): a transport that never lets the call through.
     UpgradeNeverArrives { node: String },
+    /// The kubelet on `node` keeps `component`'s mirror pod at the config version it had
+    /// (image and Ready move on; `talos.dev/config-version` does not).
+    StaleConfigVersion { node: String, component: Component },
 }
 
 /// Calls a node accepted.
@@ -90,6 +93,13 @@ pub struct FakeNode {
     /// healthy and its Kubernetes node Ready already, as happens before `MachineStatus` is).
     #[serde(default)]
     pub booting: u32,
+    /// The version of each static-pod component's config resource (absent = 1), bumped by
+    /// every apply that changes the component's image.
+    #[serde(default)]
+    pub config_versions: BTreeMap<Component, u64>,
+    /// The `talos.dev/config-version` each mirror pod shows (absent = 1).
+    #[serde(default)]
+    pub pod_config_versions: BTreeMap<Component, u64>,
     pub counters: NodeCounters,
 }
 
@@ -223,6 +233,8 @@ impl FakeCluster {
                         args: ComponentArgs::new(),
                         reports_next_boot: true,
                         booting: 0,
+                        config_versions: BTreeMap::new(),
+                        pod_config_versions: BTreeMap::new(),
                         counters: NodeCounters::default(),
                     },
                 )
@@ -529,6 +541,29 @@ impl FakeCluster {
         })
     }
 
+    pub fn talos_config_version(
+        &self,
+        t: &NodeTarget,
+        c: Component,
+    ) -> Result<Option<String>, PortError> {
+        self.talos_call("get-component-config", &t.node, |s| {
+            let n = &s.nodes[&t.node];
+            if n.down() {
+                return Err(unavailable(
+                    "get-component-config",
+                    &t.node,
+                    "connection refused",
+                ));
+            }
+            if !n.control_plane || !Component::STATIC_PODS.contains(&c) {
+                return Ok(None);
+            }
+            Ok(Some(
+                n.config_versions.get(&c).copied().unwrap_or(1).to_string(),
+            ))
+        })
+    }
+
     pub fn talos_set_image(
         &self,
         t: &NodeTarget,
@@ -545,7 +580,20 @@ impl FakeCluster {
                 ));
             }
             n.counters.set_image += 1;
-            n.images.insert(c, image.to_string());
+            let changed = n.images.insert(c, image.to_string()).as_deref() != Some(image);
+            if changed && Component::STATIC_PODS.contains(&c) {
+                let v = n.config_versions.get(&c).copied().unwrap_or(1) + 1;
+                n.config_versions.insert(c, v);
+                let stale = s.faults.iter().any(|f| {
+                    matches!(f, Fault::StaleConfigVersion { node, component }
+                        if *node == t.node && *component == c)
+                });
+                let n = s.nodes.get_mut(&t.node).expect("checked");
+                if !stale {
+                    n.pod_config_versions.insert(c, v);
+                }
+            }
+            let n = s.nodes.get_mut(&t.node).expect("checked");
             if c == Component::Kubelet
                 && let Some((v, _)) = image_version(image)
             {
@@ -659,6 +707,13 @@ impl FakeCluster {
             Ok(n.images.get(&c).map(|image| StaticPod {
                 image: image.clone(),
                 ready: !n.down(),
+                config_version: Some(
+                    n.pod_config_versions
+                        .get(&c)
+                        .copied()
+                        .unwrap_or(1)
+                        .to_string(),
+                ),
             }))
         })
     }
@@ -825,6 +880,13 @@ impl TalosPort for FakeTalos {
     }
     async fn component_args(&self, node: &NodeTarget) -> Result<ComponentArgs, PortError> {
         self.0.talos_args(node)
+    }
+    async fn component_config_version(
+        &self,
+        node: &NodeTarget,
+        component: Component,
+    ) -> Result<Option<String>, PortError> {
+        self.0.talos_config_version(node, component)
     }
     async fn set_component_image(
         &self,

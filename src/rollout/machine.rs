@@ -21,8 +21,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::ports::{
-    Component, ComponentArgs, ComponentImages, DrainOutcome, EtcdHealth, ImageNamespace, KubeNode,
-    MachineStage, NextBoot, NodeTarget, SnapshotInfo, StaticPod, TalosNode, UpgradeMethod,
+    ANNOTATION_CONFIG_VERSION, Component, ComponentArgs, ComponentImages, DrainOutcome, EtcdHealth,
+    ImageNamespace, KubeNode, MachineStage, NextBoot, NodeTarget, SnapshotInfo, StaticPod,
+    TalosNode, UpgradeMethod,
 };
 use super::removed::{RemovedSetting, removed_settings};
 use crate::desired::window::{MaintenanceWindow, open_at};
@@ -384,6 +385,10 @@ pub struct KubeTask {
     #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
     pub attempt: u32,
+    /// The component config version (`talos.dev/config-version`) its mirror pod was verified
+    /// at; `None` before, for other tasks, and when the pod carried no such annotation.
+    #[serde(default)]
+    pub config_version: Option<String>,
 }
 
 /// The kinds of command; part of every idempotency key.
@@ -574,6 +579,9 @@ pub struct Observations {
     /// Component flags from the machine configuration, by node.
     pub args: BTreeMap<String, Obs<ComponentArgs>>,
     pub static_pods: BTreeMap<(String, Component), Obs<Option<StaticPod>>>,
+    /// The version of a static-pod component's config resource on a node (`None`: the node
+    /// publishes none).
+    pub config_versions: BTreeMap<(String, Component), Obs<Option<String>>>,
     /// The job's snapshot file, if it exists.
     pub snapshot: Option<Obs<Option<SnapshotInfo>>>,
 }
@@ -589,6 +597,7 @@ impl Observations {
         self.images.extend(other.images);
         self.args.extend(other.args);
         self.static_pods.extend(other.static_pods);
+        self.config_versions.extend(other.config_versions);
         if other.snapshot.is_some() {
             self.snapshot = other.snapshot;
         }
@@ -605,6 +614,7 @@ pub struct Needs {
     pub images: BTreeSet<NodeTarget>,
     pub args: BTreeSet<NodeTarget>,
     pub static_pods: BTreeSet<(String, Component)>,
+    pub config_versions: BTreeSet<(NodeTarget, Component)>,
     pub snapshot: bool,
 }
 
@@ -808,6 +818,16 @@ impl<'a> Eyes<'a> {
         let s = seen(self.obs.static_pods.get(&key));
         if matches!(s, Seen::Missing) {
             self.missing.borrow_mut().static_pods.insert(key);
+        }
+        s
+    }
+    fn config_version(&self, t: &NodeTarget, c: Component) -> Seen<'a, Option<String>> {
+        let s = seen(self.obs.config_versions.get(&(t.node.clone(), c)));
+        if matches!(s, Seen::Missing) {
+            self.missing
+                .borrow_mut()
+                .config_versions
+                .insert((t.clone(), c));
         }
         s
     }
@@ -1651,6 +1671,7 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
                         Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}"))
                     }
                 };
+                let mut verified_at: Option<String> = None;
                 let ok = match c {
                     Component::Kubelet => match eyes.kube(&name) {
                         Seen::Got(k) => {
@@ -1688,9 +1709,56 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
                             if p.image != t.image {
                                 return late(format!("still runs {}", p.image));
                             }
+                            // the config version the node's Talos rendered the component from
+                            // now, as `checkPodStatus` waits for it
+                            let wanted = match eyes.config_version(&t.node, c) {
+                                Seen::Got(v) => v.clone(),
+                                Seen::Missing => {
+                                    return Flow::Poll(
+                                        PollWhy::Waiting,
+                                        format!("observing the config version of {c} on `{name}`"),
+                                    );
+                                }
+                                Seen::Transient(m) => {
+                                    return late(format!(
+                                        "config version cannot be read from Talos ({m})"
+                                    ));
+                                }
+                                Seen::Failed(m) => {
+                                    return halt_flow(
+                                        format!(
+                                            "reading the config version of {c} on `{name}` failed: {m}"
+                                        ),
+                                        nd,
+                                        Some(Op::SetImage),
+                                    );
+                                }
+                            };
+                            if let (Some(w), Some(seen)) = (&wanted, &p.config_version)
+                                && w != seen
+                            {
+                                return late(format!(
+                                    "is not at config version {w} (its mirror pod shows {seen})"
+                                ));
+                            }
                             if !p.ready {
                                 return late("is not Ready".into());
                             }
+                            verified_at = match (&wanted, &p.config_version) {
+                                (Some(w), Some(_)) => Some(w.clone()),
+                                (_, None) => {
+                                    notes.push(format!(
+                                        "{c} on `{name}`: its mirror pod has no {ANNOTATION_CONFIG_VERSION} annotation; verified by image and Ready only"
+                                    ));
+                                    None
+                                }
+                                (None, Some(_)) => {
+                                    notes.push(format!(
+                                        "{c} on `{name}`: Talos publishes no config resource for it; verified by image and Ready only"
+                                    ));
+                                    None
+                                }
+                            };
                             true
                         }
                         Seen::Got(None) => return late("has no static pod".into()),
@@ -1717,7 +1785,13 @@ fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Ve
                     let tm = &mut kube_mut(j, si).tasks.as_mut().expect("tasks")[ti];
                     tm.state = TaskState::Done;
                     tm.since = Some(now);
-                    notes.push(format!("{c} on `{name}` runs {image}"));
+                    match &verified_at {
+                        Some(v) => {
+                            notes.push(format!("{c} on `{name}` runs {image} (config version {v})"))
+                        }
+                        None => notes.push(format!("{c} on `{name}` runs {image}")),
+                    }
+                    tm.config_version = verified_at;
                 }
             }
             (KubeOp::Patch, TaskState::Done) => unreachable!("skipped above"),
@@ -1959,7 +2033,7 @@ fn kube_prechecks(
     // the task list, in upgrade-k8s order
     let mut tasks = Vec::new();
     // A component already at the target is never trusted: its task starts `Applied`, so the
-    // static pod (Ready, with the target image) or the kubelet (version, Ready) is verified
+    // static pod (Ready, with the target image and the node's current config version for it) or the kubelet (version, Ready) is verified
     // before the next node is touched, as `upgrade-k8s` waits in `checkPodStatus` even when the
     // patch was skipped (talos `pkg/cluster/kubernetes/talos_managed.go`). kube-proxy has
     // nothing to wait for (its DaemonSet changes with the manifests).
@@ -1975,6 +2049,7 @@ fn kube_prechecks(
         },
         since: None,
         attempt: 0,
+        config_version: None,
     };
     let target = |n: &NodeTarget, c: Component| {
         let cur = images[&n.node].get(&c).map(String::as_str);

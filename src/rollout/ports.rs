@@ -234,7 +234,18 @@ pub type ComponentImages = BTreeMap<Component, String>;
 pub struct StaticPod {
     pub image: String,
     pub ready: bool,
+    /// The mirror pod's `talos.dev/config-version` annotation: the version of the component's
+    /// config resource (`APIServerConfigs.kubernetes.talos.dev`, …) the static pod was rendered
+    /// from. `None` when the pod carries no such annotation.
+    #[serde(default)]
+    pub config_version: Option<String>,
 }
+
+/// The annotation Talos puts on the static pods it renders (`AnnotationStaticPodConfigVersion`
+/// in siderolabs/talos `pkg/machinery/constants`).
+pub const ANNOTATION_CONFIG_VERSION: &str = "talos.dev/config-version";
+/// Its companion, the version of the secrets the pod was rendered with.
+pub const ANNOTATION_SECRETS_VERSION: &str = "talos.dev/secrets-version";
 
 /// Where `ImageService.Pull` puts an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -371,6 +382,18 @@ pub trait TalosPort: Send + Sync {
         &self,
         node: &NodeTarget,
     ) -> impl Future<Output = Result<ComponentArgs, PortError>> + Send;
+
+    /// The `metadata.version` of the component's config resource on the node (COSI namespace
+    /// `controlplane`, `APIServerConfigs` / `ControllerManagerConfigs` / `SchedulerConfigs`
+    /// `.kubernetes.talos.dev`, id = the component name): the value its mirror pod's
+    /// `talos.dev/config-version` annotation shows once the kubelet runs the static pod
+    /// rendered from it. `None` when the node has no such resource (not a control plane, or a
+    /// Talos that does not publish it). Only for the static-pod components.
+    fn component_config_version(
+        &self,
+        node: &NodeTarget,
+        component: Component,
+    ) -> impl Future<Output = Result<Option<String>, PortError>> + Send;
 
     /// Set one component image in the node's machine configuration (read the config, patch the
     /// v1alpha1 field or the per-component document, `ApplyConfiguration` mode `NO_REBOOT`).

@@ -1586,6 +1586,83 @@ async fn kubernetes_rollout_rerun_skips_what_is_already_done() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn kubernetes_rollout_waits_for_the_new_config_version_of_each_static_pod() {
+    let w = kube_world(TO, KUBE, "v1.34.1");
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    // each patched component was verified at the config version its apply produced
+    let notes: Vec<String> = w.journal().into_iter().flat_map(|e| e.notes).collect();
+    for n in ["cp-1", "cp-2", "cp-3"] {
+        let want = format!(
+            "kube-apiserver on `{n}` runs registry.k8s.io/kube-apiserver:v1.34.1 (config version 2)"
+        );
+        assert!(notes.contains(&want), "{want}: {notes:#?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_a_static_pod_stuck_on_its_old_config_version_halts_before_the_next_node() {
+    let fake = FakeCluster::new(&specs(3, 2, TO, KUBE)).with_fault(Fault::StaleConfigVersion {
+        node: "cp-1".into(),
+        component: Component::ApiServer,
+    });
+    let w = world(fake, |_| {
+        vec![kube_step(
+            &["cp-1", "cp-2", "cp-3"],
+            &["w-1", "w-2"],
+            KUBE,
+            "v1.34.1",
+        )]
+    });
+    let out = w.executor().run(&w.job).await.unwrap();
+    // the pod runs the new image and is Ready: only the config version tells it is stale
+    halted_at(
+        &out,
+        "cp-1",
+        "kube-apiserver on `cp-1` is not at config version 2 (its mirror pod shows 1)",
+    );
+    let s = w.state();
+    assert_eq!(
+        s.nodes["cp-1"].images[&Component::ApiServer],
+        "registry.k8s.io/kube-apiserver:v1.34.1"
+    );
+    assert_eq!(s.nodes["cp-1"].counters.set_image, 1);
+    for n in ["cp-2", "cp-3", "w-1", "w-2"] {
+        assert_eq!(s.nodes[n].counters.set_image, 0, "{n} untouched");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_a_component_already_at_the_target_is_verified_at_the_current_config_version() {
+    // cp-1 already runs the new apiserver image and is Ready, but its mirror pod was rendered
+    // from an older config than Talos has now: that is work that only looks done
+    let w = kube_world(TO, KUBE, "v1.34.1");
+    w.fake.edit(|s| {
+        let n = s.nodes.get_mut("cp-1").unwrap();
+        n.images.insert(
+            Component::ApiServer,
+            "registry.k8s.io/kube-apiserver:v1.34.1".into(),
+        );
+        n.config_versions.insert(Component::ApiServer, 7);
+        n.pod_config_versions.insert(Component::ApiServer, 6);
+    });
+    let out = w.executor().run(&w.job).await.unwrap();
+    halted_at(
+        &out,
+        "cp-1",
+        "is not at config version 7 (its mirror pod shows 6)",
+    );
+    let s = w.state();
+    assert!(
+        !s.log.iter().any(|l| l.starts_with("set-image")),
+        "nothing patched: {:#?}",
+        s.log
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // resume from every kind of dangling intent
 

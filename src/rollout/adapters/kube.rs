@@ -162,6 +162,7 @@ impl KubePort for KubeAdapter {
             .map(|p| StaticPod {
                 image: p.image,
                 ready: p.running && p.ready,
+                config_version: p.config_version,
             }))
     }
 

@@ -616,6 +616,34 @@ impl TalosPort for TalosAdapter {
             .map_err(|e| PortError::failed("read the machine configuration", &n.node, e))
     }
 
+    async fn component_config_version(
+        &self,
+        n: &NodeTarget,
+        component: Component,
+    ) -> Result<Option<String>, PortError> {
+        // the resource `upgrade-k8s` watches in `upgradeStaticPodOnNode` (siderolabs/talos
+        // `pkg/cluster/kubernetes/talos_managed.go`, `controlplaneConfigResourceType`)
+        let rtype = match component {
+            Component::ApiServer => "APIServerConfigs.kubernetes.talos.dev",
+            Component::ControllerManager => "ControllerManagerConfigs.kubernetes.talos.dev",
+            Component::Scheduler => "SchedulerConfigs.kubernetes.talos.dev",
+            Component::Proxy | Component::Kubelet => return Ok(None),
+        };
+        let t = target(n)?;
+        match timed(
+            API,
+            "ComponentConfig",
+            self.client
+                .cosi_get(&t, "controlplane", rtype, component.name()),
+        )
+        .await
+        {
+            Ok(r) => Ok(Some(r.version)),
+            Err(TalosError::Rpc { code, .. }) if code == Code::NotFound => Ok(None),
+            Err(e) => Err(classify("cosi.resource.State.Get", &n.node, e)),
+        }
+    }
+
     async fn set_component_image(
         &self,
         n: &NodeTarget,
