@@ -24,6 +24,9 @@ pub struct NodeFacts {
     /// Static pod component (`kube-apiserver`, `kube-controller-manager`, `kube-scheduler`)
     /// → image, for control-plane nodes; empty for workers.
     pub static_pod_images: BTreeMap<String, String>,
+    /// Static pod component → the `talos.dev/config-version` its mirror pod carries (the
+    /// version of the component's config resource it was rendered from).
+    pub static_pod_config_versions: BTreeMap<String, String>,
     /// Static pod components that crash-loop with their current image (never Ready).
     pub crash_looping: std::collections::BTreeSet<String>,
 }

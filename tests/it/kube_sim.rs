@@ -184,6 +184,115 @@ async fn a_crashlooping_new_kube_apiserver_on_cp_1_stops_the_job_before_cp_2_is_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_apiserver_pod_stuck_on_its_old_config_version_stops_the_job_before_cp_2_is_touched()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    sim.talos
+        .set_fault(fault(
+            "cp-1",
+            Trigger::call(Method::ApplyConfiguration),
+            Effect::StaleConfigVersion {
+                component: "kube-apiserver".into(),
+            },
+        ))
+        .unwrap();
+    let first = dir.path().join("first");
+    let run = run_for(
+        &sim,
+        &first,
+        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+    )
+    .await;
+    // the new image runs and is Ready; only the config version shows the pod is stale
+    let reason = halted(&run.go().await).to_string();
+    assert!(
+        reason.contains(
+            "kube-apiserver on `cp-1` is not at config version 2 (its mirror pod shows 1)"
+        ),
+        "{reason}"
+    );
+    assert_eq!(
+        applies(&sim, "cp-1"),
+        1,
+        "cp-1's apiserver was patched once"
+    );
+    for n in ["cp-2", "cp-3", "w-1"] {
+        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+    }
+    // Planned again, cp-1 looks done (its config names the target image, the pod runs it and
+    // is Ready): still verified at the current config version, still halted before cp-2.
+    let second = dir.path().join("second");
+    let run = run_for(
+        &sim,
+        &second,
+        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+    )
+    .await;
+    let reason = halted(&run.go().await).to_string();
+    assert!(
+        reason.contains("is not at config version 2 (its mirror pod shows 1)"),
+        "{reason}"
+    );
+    assert_eq!(applies(&sim, "cp-1"), 1, "cp-1 is not patched again");
+    for n in ["cp-2", "cp-3", "w-1"] {
+        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_upgrade_leaves_each_static_pod_at_its_new_config_version() {
+    use medea::rollout::ports::{Component, KubePort, TalosPort};
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let (talos, kube) = crate::rollout_sim::adapters(&sim).await;
+    let cp1 = crate::rollout_sim::node(&sim, "cp-1");
+    // before: every static pod was rendered from version 1 of its config resource
+    assert_eq!(
+        talos
+            .component_config_version(&cp1, Component::ApiServer)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("1")
+    );
+    let run = run_for(
+        &sim,
+        &dir.path().join("run"),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(10))],
+    )
+    .await;
+    assert!(
+        matches!(run.go().await, medea::rollout::RunOutcome::Succeeded),
+        "the upgrade succeeds"
+    );
+    for n in ["cp-1", "cp-2", "cp-3"] {
+        let t = crate::rollout_sim::node(&sim, n);
+        for c in Component::STATIC_PODS {
+            let want = talos.component_config_version(&t, c).await.unwrap();
+            assert_eq!(
+                want.as_deref(),
+                Some("2"),
+                "{c} on {n}: one patch, one version"
+            );
+            let pod = kube.static_pod(n, c).await.unwrap().unwrap();
+            assert_eq!(pod.config_version, want, "{c} on {n}");
+            assert_eq!(pod.image, image(c.name(), TARGET));
+            assert!(pod.ready);
+        }
+    }
+    // a worker publishes no control-plane config resource
+    let w1 = crate::rollout_sim::node(&sim, "w-1");
+    assert_eq!(
+        talos
+            .component_config_version(&w1, Component::ApiServer)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unhealthy_control_plane_kubelet_halts_before_the_first_component_is_patched() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;

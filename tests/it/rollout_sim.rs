@@ -259,7 +259,7 @@ fn quick_drain() -> DrainOptions {
     }
 }
 
-async fn adapters(sim: &Sim) -> (TalosAdapter, KubeAdapter) {
+pub(crate) async fn adapters(sim: &Sim) -> (TalosAdapter, KubeAdapter) {
     let talos = TalosAdapter::from_creds_with(&sim.creds, CLUSTER, quick_talos()).unwrap();
     let kube = KubeAdapter::from_creds_with(&sim.creds, CLUSTER, quick_kube())
         .await

@@ -35,6 +35,8 @@ use crate::sim::node::{NodeFacts, NodeSource};
 
 /// The annotation that marks a mirror pod (the API view of a static pod).
 pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Talos' `AnnotationStaticPodConfigVersion` (siderolabs/talos `pkg/machinery/constants`).
+const CONFIG_VERSION_ANNOTATION: &str = "talos.dev/config-version";
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 const TAINT_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
 const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
@@ -685,19 +687,34 @@ impl Cluster {
                         .and_then(Value::as_str)
                         .map(str::to_string)
                 });
-                if current_image.as_deref() == Some(image.as_str()) {
+                let current_version = existing.as_ref().and_then(|p| {
+                    p.pointer("/metadata/annotations")
+                        .and_then(|a| a.get(CONFIG_VERSION_ANNOTATION))
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+                // the config version the Talos side rendered the pod from; a source that does
+                // not say (kube-side tests) counts image changes instead
+                let counted = self
+                    .mirror_versions
+                    .get(&key)
+                    .map_or(1, |(img, v)| if img == image { *v } else { v + 1 });
+                let version = f
+                    .static_pod_config_versions
+                    .get(component)
+                    .cloned()
+                    .unwrap_or_else(|| counted.to_string());
+                if current_image.as_deref() == Some(image.as_str())
+                    && current_version.as_deref() == Some(version.as_str())
+                {
                     continue;
                 }
                 // The static pod changed (or is new): the kubelet replaces the mirror pod.
                 if existing.is_some() {
                     self.store.delete(&PODS, "kube-system", &name);
                 }
-                let version = self
-                    .mirror_versions
-                    .get(&key)
-                    .map_or(1, |(img, v)| if img == image { *v } else { v + 1 });
-                self.mirror_versions.insert(key, (image.clone(), version));
-                let pod = mirror_pod(&f, component, image, version, &name);
+                self.mirror_versions.insert(key, (image.clone(), counted));
+                let pod = mirror_pod(&f, component, image, &version, &name);
                 let mut value = to_value(&pod);
                 value["metadata"]["ownerReferences"] = json!([{
                     "apiVersion": "v1",
@@ -1688,7 +1705,7 @@ fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
     }
 }
 
-fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: u64, name: &str) -> Pod {
+fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: &str, name: &str) -> Pod {
     let hash = format!(
         "{:x}",
         Sha256::digest(format!("{}/{component}/{image}", f.name).as_bytes())
@@ -1713,7 +1730,9 @@ fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: u64, name: &
                         "kubernetes.io/config.source".to_string(),
                         "file".to_string(),
                     ),
-                    ("talos.dev/config-version".to_string(), version.to_string()),
+                    (CONFIG_VERSION_ANNOTATION.to_string(), version.to_string()),
+                    // the sim never rotates the cluster secrets
+                    ("talos.dev/secrets-version".to_string(), "1".to_string()),
                 ]
                 .into(),
             ),
@@ -1884,6 +1903,7 @@ mod tests {
                 BTreeMap::new()
             },
             crash_looping: Default::default(),
+            static_pod_config_versions: Default::default(),
         }
     }
 

@@ -181,6 +181,12 @@ pub enum Effect {
     /// crash-loops with that new image: its mirror pod never becomes Ready
     /// (`CrashLoopBackOff`). Fires only on an apply that changes that component's image.
     CrashLoop { component: String },
+    /// `ApplyConfiguration`: the control-plane static pod `component` whose image the applied
+    /// config changes is restarted with its new image and becomes Ready, but its mirror pod
+    /// keeps the `talos.dev/config-version` annotation of the config it ran before (a kubelet
+    /// that did not pick up the re-rendered manifest). Fires only on an apply that changes that
+    /// component's image.
+    StaleConfigVersion { component: String },
     /// The node goes down for the boot and never comes back.
     NeverReturn,
     /// The node boots back on the version it ran before (Talos' bootloader fallback when the
@@ -297,6 +303,20 @@ impl FaultPlan {
                 if !CRASH_COMPONENTS.contains(&component.as_str()) {
                     return Err(mismatch(
                         "crashLoop",
+                        "a component among kube-apiserver, kube-controller-manager, kube-scheduler",
+                    ));
+                }
+            }
+            Effect::StaleConfigVersion { component } => {
+                if !call_of(&[Method::ApplyConfiguration]) {
+                    return Err(mismatch(
+                        "staleConfigVersion",
+                        "a call trigger on `applyConfiguration`",
+                    ));
+                }
+                if !CRASH_COMPONENTS.contains(&component.as_str()) {
+                    return Err(mismatch(
+                        "staleConfigVersion",
                         "a component among kube-apiserver, kube-controller-manager, kube-scheduler",
                     ));
                 }
@@ -516,6 +536,9 @@ mod tests {
 - node: cp-2
   on: { call: { method: imagePull, nth: 2 } }
   effect: { pullFail: { message: "not found" } }
+- node: cp-1
+  on: { call: { method: applyConfiguration } }
+  effect: { staleConfigVersion: { component: kube-apiserver } }
 "#;
         let plans: Vec<FaultPlan> = serde_saphyr::from_str(yaml).unwrap();
         assert_eq!(plans[0].on, Trigger::nth_call(Method::Upgrade, 1));
@@ -535,6 +558,20 @@ mod tests {
             }
         );
         assert_eq!(plans[5].on, Trigger::nth_call(Method::ImagePull, 2));
+        assert_eq!(
+            plans[6].effect,
+            Effect::StaleConfigVersion {
+                component: "kube-apiserver".into()
+            }
+        );
+        let bad = FaultPlan {
+            node: "cp-1".into(),
+            on: Trigger::call(Method::ApplyConfiguration),
+            effect: Effect::StaleConfigVersion {
+                component: "kube-proxy".into(),
+            },
+        };
+        assert!(bad.validate().is_err());
         for p in &plans {
             p.validate().unwrap();
         }

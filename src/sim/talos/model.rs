@@ -124,6 +124,14 @@ pub(crate) struct SimNode {
     pub pulls: Vec<(String, bool)>,
     /// Static pod component → the image it crash-loops with (`crashLoop` fault).
     pub crashing: BTreeMap<String, String>,
+    /// Static pod component → `metadata.version` of its config resource
+    /// (`APIServerConfigs.kubernetes.talos.dev` …, namespace `controlplane`); absent = 1.
+    /// Bumped by every config change that changes the component's image.
+    pub component_config_versions: BTreeMap<String, u64>,
+    /// Static pod component → the config version its mirror pod was rendered from (its
+    /// `talos.dev/config-version` annotation); absent = 1. Follows the component's config
+    /// version when the kubelet restarts the pod, unless `staleConfigVersion` holds it.
+    pub pod_config_versions: BTreeMap<String, u64>,
     pub counters: NodeCounters,
 }
 
@@ -158,6 +166,56 @@ impl SimNode {
         facts_of(&self.config)
     }
 
+    /// The version of `component`'s config resource.
+    pub fn component_config_version(&self, component: &str) -> u64 {
+        self.component_config_versions
+            .get(component)
+            .copied()
+            .unwrap_or(1)
+    }
+
+    /// The config version `component`'s mirror pod shows.
+    pub fn pod_config_version(&self, component: &str) -> u64 {
+        self.pod_config_versions
+            .get(component)
+            .copied()
+            .unwrap_or(1)
+    }
+
+    /// The machine config changed from `old`: bump the config resource version of each static
+    /// pod whose image changed (Talos re-renders it) and return those components. The caller
+    /// moves their mirror pods on ([`Self::restart_static_pod`]).
+    pub fn bump_component_configs(&mut self, old: Option<&ConfigFacts>) -> Vec<String> {
+        let new = self
+            .facts()
+            .map(|f| f.static_pod_images)
+            .unwrap_or_default();
+        let changed: Vec<String> = new
+            .iter()
+            .filter(|(c, img)| old.and_then(|o| o.static_pod_images.get(*c)) != Some(*img))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in &changed {
+            let v = self.component_config_version(c) + 1;
+            self.component_config_versions.insert(c.clone(), v);
+        }
+        changed
+    }
+
+    /// The kubelet restarted `component`'s static pod from its current config resource.
+    pub fn restart_static_pod(&mut self, component: &str) {
+        let v = self.component_config_version(component);
+        self.pod_config_versions.insert(component.to_string(), v);
+    }
+
+    /// A config change the node takes without the apply path's faults (a staged config at
+    /// boot, a TRY revert): config versions move on and the pods follow.
+    fn config_replaced(&mut self, old: Option<&ConfigFacts>) {
+        for c in self.bump_component_configs(old) {
+            self.restart_static_pod(&c);
+        }
+    }
+
     fn kube_facts(&self) -> NodeFacts {
         let facts = self.facts();
         NodeFacts {
@@ -171,6 +229,15 @@ impl SimNode {
                 .and_then(|f| machineconfig::tag_version(&f.kubelet_image))
                 .unwrap_or_default(),
             crash_looping: self.crash_looping(),
+            static_pod_config_versions: facts
+                .as_ref()
+                .map(|f| {
+                    f.static_pod_images
+                        .keys()
+                        .map(|c| (c.clone(), self.pod_config_version(c).to_string()))
+                        .collect()
+                })
+                .unwrap_or_default(),
             static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
         }
     }
@@ -294,6 +361,8 @@ impl Cluster {
                     cri_images: BTreeSet::new(),
                     pulls: Vec::new(),
                     crashing: BTreeMap::new(),
+                    component_config_versions: BTreeMap::new(),
+                    pod_config_versions: BTreeMap::new(),
                     counters: NodeCounters::default(),
                 }
             })
@@ -493,8 +562,10 @@ impl Cluster {
         n.ready_at = Some(now + self.timing.machine_ready);
         n.apid_at = Some(now + self.timing.apid_redial);
         if let Some(staged) = n.staged.take() {
+            let old = n.facts();
             n.config = staged;
             n.config_version += 1;
+            n.config_replaced(old.as_ref());
         }
         n.try_apply = None;
         n.counters.boots += 1;
@@ -522,9 +593,11 @@ impl Cluster {
         if let Some(t) = &n.try_apply
             && t.generation == generation
         {
+            let old = n.facts();
             n.config = t.previous.clone();
             n.config_version += 1;
             n.try_apply = None;
+            n.config_replaced(old.as_ref());
         }
     }
 
@@ -548,7 +621,14 @@ impl Cluster {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for n in &self.nodes {
-            (n.power, n.reboot_seq, n.counters.boots, n.config_version).hash(&mut h);
+            (
+                n.power,
+                n.reboot_seq,
+                n.counters.boots,
+                n.config_version,
+                &n.pod_config_versions,
+            )
+                .hash(&mut h);
         }
         h.finish()
     }

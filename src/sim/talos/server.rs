@@ -615,6 +615,22 @@ fn apply(
             }
         }
     };
+    // The applied config is live: Talos re-renders each static pod whose image changed from a
+    // new version of its config resource, and the kubelet restarts the pod from it (the mirror
+    // pod's `talos.dev/config-version` follows) unless `staleConfigVersion` holds it back.
+    if c.nodes[idx].config == r.data {
+        let changed = c.nodes[idx].bump_component_configs(old.as_ref());
+        for comp in changed {
+            let fired = c.fire(
+                idx,
+                Occasion::Call(Method::ApplyConfiguration),
+                |e| matches!(e, Effect::StaleConfigVersion { component } if *component == comp),
+            );
+            if fired.is_none() {
+                c.nodes[idx].restart_static_pod(&comp);
+            }
+        }
+    }
     // `crashLoop`: a static pod whose image this apply changed crash-loops with its new image.
     if c.nodes[idx].config == r.data
         && let Some(old) = &old
@@ -983,6 +999,60 @@ fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Ve
                 spec.encode_to_vec(),
                 yaml(&serde_json::json!({"image": image, "args": args, "expectedNodename": n.spec.name})),
             )]
+        }
+        // The per-component config resources a control plane renders its static pods from;
+        // `upgrade-k8s` waits for the mirror pod's `talos.dev/config-version` to equal their
+        // version (siderolabs/talos `pkg/cluster/kubernetes/talos_managed.go`).
+        (
+            "controlplane",
+            "APIServerConfigs.kubernetes.talos.dev"
+            | "ControllerManagerConfigs.kubernetes.talos.dev"
+            | "SchedulerConfigs.kubernetes.talos.dev",
+        ) => {
+            let component = match rtype {
+                "APIServerConfigs.kubernetes.talos.dev" => "kube-apiserver",
+                "ControllerManagerConfigs.kubernetes.talos.dev" => "kube-controller-manager",
+                _ => "kube-scheduler",
+            };
+            let image = facts
+                .as_ref()
+                .and_then(|f| f.static_pod_images.get(component).cloned());
+            match image {
+                Some(image) if n.control_plane() => {
+                    let proto = match component {
+                        "kube-apiserver" => k8s::ApiServerConfigSpec {
+                            image: image.clone(),
+                            ..Default::default()
+                        }
+                        .encode_to_vec(),
+                        "kube-controller-manager" => k8s::ControllerManagerConfigSpec {
+                            enabled: true,
+                            image: image.clone(),
+                            ..Default::default()
+                        }
+                        .encode_to_vec(),
+                        _ => k8s::SchedulerConfigSpec {
+                            enabled: true,
+                            image: image.clone(),
+                            ..Default::default()
+                        }
+                        .encode_to_vec(),
+                    };
+                    vec![cosi_resource(
+                        ResMeta {
+                            namespace: "controlplane",
+                            rtype,
+                            id: component,
+                            version: n.component_config_version(component),
+                            owner: "k8s.ControlPlaneController",
+                        },
+                        started,
+                        proto,
+                        yaml(&serde_json::json!({ "image": image })),
+                    )]
+                }
+                _ => vec![],
+            }
         }
         ("k8s", "StaticPodStatuses.kubernetes.talos.dev") => facts
             .map(|f| f.static_pod_images)
