@@ -1778,6 +1778,12 @@ mod machine_props {
                 fake.kube_static_pod(n, *c).map_err(obs_err),
             );
         }
+        for (t, c) in &needs.config_versions {
+            o.config_versions.insert(
+                (t.node.clone(), *c),
+                fake.talos_config_version(t, *c).map_err(obs_err),
+            );
+        }
         if needs.snapshot {
             o.snapshot = Some(Ok(snap.clone()));
         }
