@@ -639,7 +639,10 @@ impl TalosPort for TalosAdapter {
         .await
         {
             Ok(r) => Ok(Some(r.version)),
-            Err(TalosError::Rpc { code, .. }) if code == Code::NotFound => Ok(None),
+            Err(TalosError::Rpc {
+                code: Code::NotFound,
+                ..
+            }) => Ok(None),
             Err(e) => Err(classify("cosi.resource.State.Get", &n.node, e)),
         }
     }
