@@ -130,114 +130,68 @@ async fn a_failing_pre_pull_halts_before_any_patch() {
 // ---------------------------------------------------------------------------------------------
 // item 5: never trust work that looks done
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashlooping_new_kube_apiserver_on_cp_1_stops_the_job_before_cp_2_is_touched() {
+/// `effect` strikes cp-1's kube-apiserver when its config is applied. The Kubernetes step
+/// halts with `first` after patching cp-1 once; planned again (cp-1 now *looks* done: its
+/// config names the target image), the new job still verifies cp-1 and halts with `second`
+/// without patching it again. cp-2, cp-3 and the worker are never touched.
+async fn cp_1_halts_the_step_twice_before_cp_2_is_touched(
+    effect: Effect,
+    first: &str,
+    second: &str,
+) {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
     sim.talos
         .set_fault(fault(
             "cp-1",
             Trigger::call(Method::ApplyConfiguration),
-            Effect::CrashLoop {
-                component: "kube-apiserver".into(),
-            },
+            effect,
         ))
         .unwrap();
-    let first = dir.path().join("first");
-    let run = run_for(
-        &sim,
-        &first,
-        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
-    )
-    .await;
-    let reason = halted(&run.go().await).to_string();
-    assert!(
-        reason.contains("kube-apiserver on `cp-1` is not Ready"),
-        "{reason}"
-    );
-    assert_eq!(
-        applies(&sim, "cp-1"),
-        1,
-        "cp-1's apiserver was patched once"
-    );
-    for n in ["cp-2", "cp-3", "w-1"] {
-        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
-    }
-    // Plan again (same target): cp-1 now *looks* done (its config names the target image).
-    // The new job still verifies it and halts before cp-2 is touched.
-    let second = dir.path().join("second");
-    let run = run_for(
-        &sim,
-        &second,
-        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
-    )
-    .await;
-    let reason = halted(&run.go().await).to_string();
-    assert!(
-        reason.contains("kube-apiserver on `cp-1` is not Ready"),
-        "{reason}"
-    );
-    assert_eq!(applies(&sim, "cp-1"), 1, "cp-1 is not patched again");
-    for n in ["cp-2", "cp-3", "w-1"] {
-        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+    for (run_dir, wanted, patched) in [
+        ("first", first, "cp-1's apiserver was patched once"),
+        ("second", second, "cp-1 is not patched again"),
+    ] {
+        let run = run_for(
+            &sim,
+            &dir.path().join(run_dir),
+            vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+        )
+        .await;
+        let reason = halted(&run.go().await).to_string();
+        assert!(reason.contains(wanted), "{reason}");
+        assert_eq!(applies(&sim, "cp-1"), 1, "{patched}");
+        for n in ["cp-2", "cp-3", "w-1"] {
+            assert_eq!(applies(&sim, n), 0, "{n} is not touched");
+        }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashlooping_new_kube_apiserver_on_cp_1_stops_the_job_before_cp_2_is_touched() {
+    let not_ready = "kube-apiserver on `cp-1` is not Ready";
+    cp_1_halts_the_step_twice_before_cp_2_is_touched(
+        Effect::CrashLoop {
+            component: "kube-apiserver".into(),
+        },
+        not_ready,
+        not_ready,
+    )
+    .await;
+}
+
+/// The new image runs and is Ready; only the config version shows the pod is stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_apiserver_pod_stuck_on_its_old_config_version_stops_the_job_before_cp_2_is_touched()
 {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
-    sim.talos
-        .set_fault(fault(
-            "cp-1",
-            Trigger::call(Method::ApplyConfiguration),
-            Effect::StaleConfigVersion {
-                component: "kube-apiserver".into(),
-            },
-        ))
-        .unwrap();
-    let first = dir.path().join("first");
-    let run = run_for(
-        &sim,
-        &first,
-        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
+    cp_1_halts_the_step_twice_before_cp_2_is_touched(
+        Effect::StaleConfigVersion {
+            component: "kube-apiserver".into(),
+        },
+        "kube-apiserver on `cp-1` is not at config version 2 (its mirror pod shows 1)",
+        "is not at config version 2 (its mirror pod shows 1)",
     )
     .await;
-    // the new image runs and is Ready; only the config version shows the pod is stale
-    let reason = halted(&run.go().await).to_string();
-    assert!(
-        reason.contains(
-            "kube-apiserver on `cp-1` is not at config version 2 (its mirror pod shows 1)"
-        ),
-        "{reason}"
-    );
-    assert_eq!(
-        applies(&sim, "cp-1"),
-        1,
-        "cp-1's apiserver was patched once"
-    );
-    for n in ["cp-2", "cp-3", "w-1"] {
-        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
-    }
-    // Planned again, cp-1 looks done (its config names the target image, the pod runs it and
-    // is Ready): still verified at the current config version, still halted before cp-2.
-    let second = dir.path().join("second");
-    let run = run_for(
-        &sim,
-        &second,
-        vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
-    )
-    .await;
-    let reason = halted(&run.go().await).to_string();
-    assert!(
-        reason.contains("is not at config version 2 (its mirror pod shows 1)"),
-        "{reason}"
-    );
-    assert_eq!(applies(&sim, "cp-1"), 1, "cp-1 is not patched again");
-    for n in ["cp-2", "cp-3", "w-1"] {
-        assert_eq!(applies(&sim, n), 0, "{n} is not touched");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
