@@ -173,6 +173,19 @@ fn machine_count(t: &TalosRollout) -> usize {
     t.waves.iter().map(Vec::len).sum()
 }
 
+/// A Talos hop's image, drain policy and upgrade bound, then its waves, at `indent`.
+fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
+    let _ = writeln!(out, "{indent}image {}", t.image);
+    let _ = writeln!(
+        out,
+        "{indent}drain {} timeout {}; upgrade attempts {}",
+        t.drain.summary(),
+        format_duration(t.drain_timeout),
+        t.upgrade_attempts
+    );
+    render_waves(out, t, indent);
+}
+
 fn render_waves(out: &mut String, t: &TalosRollout, indent: &str) {
     for (i, w) in t.waves.iter().enumerate() {
         let nodes: Vec<&str> = w.iter().map(|m| m.node.as_str()).collect();
@@ -270,15 +283,7 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
                     waves_text(&t.waves)
                 );
                 let _ = writeln!(out, "  {}", paint(o, Paint::Change, &line));
-                let _ = writeln!(out, "      image {}", t.image);
-                let _ = writeln!(
-                    out,
-                    "      drain {} timeout {}; upgrade attempts {}",
-                    t.drain.summary(),
-                    format_duration(t.drain_timeout),
-                    t.upgrade_attempts
-                );
-                render_waves(out, t, "      ");
+                render_hop(out, t, "      ");
             }
             Step::Talos(t) => {
                 if open_pool != Some(t.pool.as_str()) {
@@ -308,15 +313,7 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
                     plural(machine_count(t), "machine", "machines"),
                     waves_text(&t.waves)
                 );
-                let _ = writeln!(out, "        image {}", t.image);
-                let _ = writeln!(
-                    out,
-                    "        drain {} timeout {}; upgrade attempts {}",
-                    t.drain.summary(),
-                    format_duration(t.drain_timeout),
-                    t.upgrade_attempts
-                );
-                render_waves(out, t, "        ");
+                render_hop(out, t, "        ");
             }
             Step::Kubernetes(k) => {
                 open_pool = None;
