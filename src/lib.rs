@@ -12,6 +12,7 @@ pub mod fuzz;
 pub mod inventory;
 pub mod k8s;
 pub mod metrics;
+pub mod ops;
 pub mod plan;
 pub mod rollout;
 pub mod secret;
