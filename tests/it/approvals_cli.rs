@@ -8,7 +8,7 @@ use medea::inventory::cluster_key;
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, Txn};
 
-fn sign(key: &Path, message: &str, namespace: &str) -> Vec<u8> {
+pub(crate) fn sign(key: &Path, message: &str, namespace: &str) -> Vec<u8> {
     let mut child = crate::fixtures::tool("ssh-keygen")
         .args(["-Y", "sign", "-q", "-n", namespace, "-f"])
         .arg(key)
@@ -27,7 +27,7 @@ fn sign(key: &Path, message: &str, namespace: &str) -> Vec<u8> {
     out.stdout
 }
 
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
     assert!(
         crate::fixtures::tool("ssh-keygen")

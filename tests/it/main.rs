@@ -18,6 +18,7 @@ mod ha;
 mod k8s;
 mod kube_sim;
 mod ops;
+mod output_snapshots;
 mod plan;
 mod rollout;
 mod rollout_sim;

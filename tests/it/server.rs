@@ -77,7 +77,24 @@ pub fn start_with(
     allowed_signers: Option<PathBuf>,
     rollouts: bool,
 ) -> TestServer {
-    let state = tempfile::tempdir().unwrap();
+    start_in(
+        tempfile::tempdir().unwrap(),
+        desired,
+        inventory,
+        allowed_signers,
+        rollouts,
+    )
+}
+
+/// [`start_with`] over a state directory the caller prepared (its `store/` may already hold
+/// records, e.g. rollout jobs); `inventory` is written on top.
+pub fn start_in(
+    state: tempfile::TempDir,
+    desired: PathBuf,
+    inventory: Vec<ObservedCluster>,
+    allowed_signers: Option<PathBuf>,
+    rollouts: bool,
+) -> TestServer {
     let store = FjallStore::open(&state.path().join("store")).unwrap();
     let mut txn = Txn::new();
     for c in &inventory {

@@ -1,0 +1,469 @@
+//! Snapshots of what users read: every command's output, byte for byte, through the real
+//! binary against a fixed store, a fixed inventory or an in-process server.
+//!
+//! Update after an intended change with
+//! `EXPECTORATE=overwrite cargo test --all-features --test it output_snapshots` and review the
+//! diff (`git diff tests/it/snapshots/`) like code. The snapshots of `medea plan` for the
+//! examples live in `plan.rs`, the broken-directory diagnostics in `desired.rs` and the
+//! non-TTY rollout lines in `cli.rs`.
+//!
+//! Only what genuinely differs between runs is replaced, by [`Normalise`]: temporary
+//! directories and the checkout's path, loopback ports, the git commit the binary was built
+//! from, and the fingerprints of keys generated per run. A placeholder never stands in a
+//! table column (it would change the column's width).
+//! Everything else, ids included, is deterministic: plan ids hash the desired files and the
+//! observed generations, never a path; job ids and times come from a fixed plan and clock.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use medea::inventory::{MachineRole, ObservedCluster};
+use medea::rollout::fake::{FakeCluster, Fault};
+use medea::store::Store;
+use medea::store::fjall::FjallStore;
+
+use crate::rollout::{FROM, KUBE, mixed_steps, specs, world_in};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The substitutions applied to an output before it is compared: each `(actual, placeholder)`
+/// names one run-specific value. Nothing is removed, only renamed.
+#[derive(Default)]
+struct Normalise(Vec<(String, String)>);
+
+impl Normalise {
+    /// The checkout itself is `<repo>` (the server names its desired directory).
+    fn new() -> Normalise {
+        Normalise::default().path(&root(), "<repo>")
+    }
+    /// A temporary directory (its canonical spelling too) is `placeholder`.
+    fn path(mut self, p: &Path, placeholder: &str) -> Normalise {
+        if let Ok(c) = p.canonicalize() {
+            self.0
+                .push((c.to_string_lossy().into_owned(), placeholder.into()));
+        }
+        self.0
+            .push((p.to_string_lossy().into_owned(), placeholder.into()));
+        self
+    }
+    fn text(mut self, actual: &str, placeholder: &str) -> Normalise {
+        self.0.push((actual.into(), placeholder.into()));
+        self
+    }
+    fn apply(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        // Longest first, so a path is replaced before any prefix of it.
+        let mut subs: Vec<&(String, String)> = self.0.iter().collect();
+        subs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
+        for (actual, placeholder) in subs {
+            out = out.replace(actual.as_str(), placeholder);
+        }
+        out
+    }
+}
+
+/// A command run as a user sees it: the command line, the exit status, stdout and stderr.
+fn transcript(shown: &str, out: &Output, n: &Normalise) -> String {
+    n.apply(&format!(
+        "$ {shown}\nexit status: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status
+            .code()
+            .map_or_else(|| "killed".to_string(), |c| c.to_string()),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    ))
+}
+
+fn medea() -> Command {
+    let mut c = crate::cli::medea();
+    c.env("NO_COLOR", "1")
+        .env_remove("MEDEA_STORE")
+        .env_remove("MEDEA_DESIRED")
+        .env_remove("RUST_LOG");
+    c
+}
+
+fn run(mut c: Command) -> Output {
+    c.output().expect("the medea binary runs")
+}
+
+#[test]
+fn validate_of_a_clean_directory() {
+    let out = run({
+        let mut c = medea();
+        c.args(["validate", "examples/"]).current_dir(root());
+        c
+    });
+    assert_eq!(out.status.code(), Some(0));
+    expectorate::assert_contents(
+        "tests/it/snapshots/validate-clean.txt",
+        &transcript("medea validate examples/", &out, &Normalise::new()),
+    );
+}
+
+/// Semantic errors and warnings of one directory (the parse errors are in
+/// `validate-broken.txt`).
+#[test]
+fn validate_of_a_directory_with_semantic_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    crate::fixtures::copy_dir(&root().join("examples"), d);
+    let edit = |rel: &str, from: &str, to: &str| {
+        let p = d.join(rel);
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains(from), "{rel} lacks {from:?}");
+        std::fs::write(&p, s.replacen(from, to, 1)).unwrap();
+    };
+    // A machine in two pools; a duplicate pool name; a drain timeout that is not a duration.
+    edit(
+        "home/pools.yaml",
+        "machines: [w-1, w-2, w-3]",
+        "machines: [w-1, w-2, w-3, cp-1]",
+    );
+    edit("prod/pools.yaml", "name: canary", "name: controlplane");
+    edit(
+        "prod/cluster.yaml",
+        "healthTimeout: 15m",
+        "healthTimeout: soon",
+    );
+    let out = run({
+        let mut c = medea();
+        c.args(["validate", "."]).current_dir(d);
+        c
+    });
+    assert_eq!(out.status.code(), Some(1));
+    expectorate::assert_contents(
+        "tests/it/snapshots/validate-semantic-errors.txt",
+        &transcript("medea validate .", &out, &Normalise::new().path(d, "<dir>")),
+    );
+}
+
+/// The inventory of `examples/home` with every kind of plan note: a machine in no pool, a
+/// NotReady one, one whose kubelet is unknown; and a pool that selects nothing.
+fn notes_fixture(d: &Path) {
+    std::fs::create_dir_all(d.join("desired/home")).unwrap();
+    for f in ["cluster.yaml", "pools.yaml"] {
+        std::fs::copy(
+            root().join("examples/home").join(f),
+            d.join("desired/home").join(f),
+        )
+        .unwrap();
+    }
+    let pools = d.join("desired/home/pools.yaml");
+    let mut text = std::fs::read_to_string(&pools).unwrap();
+    text.push_str(
+        "---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: gpu\nspec:\n  cluster: home\n  role: worker\n  selector:\n    matchLabels:\n      node.medea.dev/pool: gpu\n  talos:\n    version: v1.13.9\n",
+    );
+    std::fs::write(&pools, text).unwrap();
+    let m = |node: &str, host: u8, role: &str, extra: &str| {
+        format!(
+            "      - {{ node: {node}, id: home-{node}, address: 10.0.1.{host}, role: {role}, talosVersion: v1.12.4, installerImage: \"ghcr.io/siderolabs/installer:v1.12.4\"{extra} }}\n"
+        )
+    };
+    let k = ", kubeletVersion: v1.34.1";
+    let inventory = format!(
+        "clusters:\n  - name: home\n    kubernetesVersion: v1.34.1\n    generation: 4\n    machines:\n{}{}{}{}{}{}{}",
+        m("cp-1", 11, "controlplane", k),
+        m("cp-2", 12, "controlplane", k),
+        m("cp-3", 13, "controlplane", k),
+        m("w-1", 21, "worker", k),
+        m("w-2", 22, "worker", &format!("{k}, ready: false")),
+        m("w-3", 23, "worker", ""),
+        m("spare-1", 31, "worker", k),
+    );
+    std::fs::write(d.join("inventory.yaml"), inventory).unwrap();
+}
+
+#[test]
+fn plan_notes_text_and_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    notes_fixture(d);
+    let n = Normalise::new().path(d, "<dir>");
+    for (format, file) in [
+        ("text", "tests/it/snapshots/plan-notes.txt"),
+        ("json", "tests/it/snapshots/plan-notes.json"),
+    ] {
+        let out = run({
+            let mut c = medea();
+            c.args([
+                "plan",
+                "-o",
+                format,
+                "--observed",
+                "inventory.yaml",
+                "desired",
+            ])
+            .current_dir(d);
+            c
+        });
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("spare-1"), "{stdout}");
+        expectorate::assert_contents(
+            file,
+            &transcript(
+                &format!("medea plan -o {format} --observed inventory.yaml desired"),
+                &out,
+                &n,
+            ),
+        );
+    }
+}
+
+/// `medea get …` against a server over the examples and a fixed inventory of `home`.
+#[test]
+fn get_clusters_nodepools_machines_and_server_text_and_json() {
+    let mut home = crate::server::home_inventory();
+    // One of each column state: cordoned, NotReady, unreachable.
+    let m = home.machines.get_mut("w-1").unwrap();
+    m.cordoned = true;
+    home.machines.get_mut("w-2").unwrap().ready = false;
+    home.machines.get_mut("w-3").unwrap().reachable = false;
+    let s = crate::server::start(root().join("examples"), vec![home]);
+    let info = run({
+        let mut c = s.cli();
+        c.args(["get", "server", "-o", "json"]);
+        c
+    });
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    let sha = info["gitSha"].as_str().unwrap_or_default();
+    assert!(!sha.is_empty(), "{info}");
+    let n = Normalise::new()
+        .text(&s.addr.to_string(), "<addr>")
+        .path(s.state.path(), "<state>")
+        .text(&format!("\"{sha}\""), "\"<git sha>\"");
+    let mut all = String::new();
+    for args in [
+        &["get", "clusters"][..],
+        &["get", "clusters", "-o", "json"],
+        &["get", "nodepools"],
+        &["get", "nodepools", "--cluster", "home", "-o", "json"],
+        &["get", "machines"],
+        &["get", "machines", "--cluster", "home", "-o", "json"],
+        &["get", "server"],
+        &["get", "server", "-o", "json"],
+    ] {
+        let mut c = s.cli();
+        c.env("NO_COLOR", "1").args(args);
+        let out = run(c);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        all.push_str(&transcript(&format!("medea {}", args.join(" ")), &out, &n));
+        all.push('\n');
+    }
+    expectorate::assert_contents("tests/it/snapshots/get.txt", &all);
+}
+
+/// A store holding one job of the fake `prod` cluster: created and not yet started, or run
+/// until `fault` halted it.
+fn job_state_dir(fault: Option<Fault>) -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    {
+        let store: std::sync::Arc<dyn Store> =
+            std::sync::Arc::new(FjallStore::open(&state.path().join("store")).unwrap());
+        let mut fake = FakeCluster::new(&specs(3, 3, FROM, KUBE));
+        let run_it = fault.is_some();
+        if let Some(f) = fault {
+            fake = fake.with_fault(f);
+        }
+        let w = world_in(fake, store, mixed_steps, &[]);
+        if run_it {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let out = rt.block_on(w.executor().run(&w.job)).unwrap();
+            assert!(
+                matches!(out, medea::rollout::RunOutcome::Halted { .. }),
+                "{out:?}"
+            );
+        }
+    }
+    state
+}
+
+#[test]
+fn rollout_status_of_a_running_and_a_halted_job_text_and_json() {
+    let mut all = String::new();
+    for (what, fault) in [
+        ("a job created and not yet started", None),
+        (
+            "a job halted by a failed upgrade of w-1",
+            Some(Fault::UpgradeExitCode {
+                node: "w-1".into(),
+                code: 1,
+            }),
+        ),
+    ] {
+        let state = job_state_dir(fault);
+        let s = crate::server::start_in(state, root().join("examples"), vec![], None, false);
+        let n = Normalise::new()
+            .text(&s.addr.to_string(), "<addr>")
+            .path(s.state.path(), "<state>");
+        all.push_str(&format!("# {what}\n"));
+        for args in [
+            &["rollout", "status", "--cluster", "prod"][..],
+            &[
+                "rollout",
+                "status",
+                "--cluster",
+                "prod",
+                "--pool",
+                "workers",
+            ],
+            &["rollout", "status", "--cluster", "prod", "-o", "json"],
+            &["rollout", "list"],
+        ] {
+            let mut c = s.cli();
+            c.env("NO_COLOR", "1").args(args);
+            let out = run(c);
+            all.push_str(&transcript(&format!("medea {}", args.join(" ")), &out, &n));
+            all.push('\n');
+        }
+    }
+    expectorate::assert_contents("tests/it/snapshots/rollout-status.txt", &all);
+}
+
+/// The `SHA256:…` fingerprint of the public key next to `key`, as `ssh-keygen -l` prints it.
+fn fingerprint(key: &Path) -> String {
+    let out = crate::fixtures::tool("ssh-keygen")
+        .arg("-lf")
+        .arg(key.with_extension("pub"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let fp = text
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    assert!(fp.starts_with("SHA256:"), "{text}");
+    fp
+}
+
+/// `medea approvals` on the examples' `home` cluster: no marker yet; one valid marker and one
+/// in the wrong namespace; then quorum.
+#[test]
+fn approvals_without_and_with_markers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let desired = d.join("desired");
+    std::fs::create_dir_all(desired.join("home")).unwrap();
+    for f in ["cluster.yaml", "pools.yaml"] {
+        std::fs::copy(
+            root().join("examples/home").join(f),
+            desired.join("home").join(f),
+        )
+        .unwrap();
+    }
+    let store_dir = d.join("store");
+    {
+        let s = FjallStore::open(&store_dir).unwrap();
+        let c: ObservedCluster = crate::server::home_inventory();
+        assert!(c.machines.values().any(|m| m.role == MachineRole::Worker));
+        s.commit(medea::store::Txn::new().put_record(medea::inventory::cluster_key(&c.name), &c))
+            .unwrap();
+    }
+    let plan = run({
+        let mut c = medea();
+        c.args(["plan", "-o", "json", "--desired"])
+            .arg(&desired)
+            .arg("--store")
+            .arg(&store_dir);
+        c
+    });
+    assert_eq!(plan.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let id = v["id"].as_str().unwrap().to_string();
+    let short = v["shortId"].as_str().unwrap().to_string();
+
+    // Keys are generated per run: their fingerprints are the one variable part.
+    let mut n = Normalise::new().path(d, "<dir>");
+    let mut signers = String::new();
+    let mut keys = Vec::new();
+    for who in ["alice", "bob"] {
+        let (key, public) = crate::approvals_cli::keygen(d, who);
+        signers.push_str(&format!("{who}@example.com {public}\n"));
+        n = n.text(&fingerprint(&key), &format!("<{who}'s key fingerprint>"));
+        keys.push(key);
+    }
+    std::fs::write(d.join("allowed_signers"), signers).unwrap();
+    let approvals = || {
+        let mut c = medea();
+        c.args(["approvals", "--desired", "desired", "--store", "store"])
+            .args(["--allowed-signers", "allowed_signers"])
+            .current_dir(d);
+        run(c)
+    };
+    let shown = "medea approvals --desired desired --store store --allowed-signers allowed_signers";
+    let mut all = transcript(shown, &approvals(), &n);
+    std::fs::create_dir_all(desired.join("approvals")).unwrap();
+    std::fs::write(
+        desired.join(format!("approvals/{short}-alice.sig")),
+        crate::approvals_cli::sign(&keys[0], &format!("{id}\n"), "medea-approve"),
+    )
+    .unwrap();
+    std::fs::write(
+        desired.join("approvals/bob-git.sig"),
+        crate::approvals_cli::sign(&keys[1], &format!("{id}\n"), "git"),
+    )
+    .unwrap();
+    let out = approvals();
+    assert_eq!(out.status.code(), Some(1), "one of two approvals");
+    all.push('\n');
+    all.push_str(&transcript(shown, &out, &n));
+    std::fs::write(
+        desired.join(format!("approvals/{short}-bob.sig")),
+        crate::approvals_cli::sign(&keys[1], &format!("{id}\n"), "medea-approve"),
+    )
+    .unwrap();
+    let out = approvals();
+    assert_eq!(out.status.code(), Some(0), "quorum reached");
+    all.push('\n');
+    all.push_str(&transcript(shown, &out, &n));
+    expectorate::assert_contents("tests/it/snapshots/approvals.txt", &all);
+}
+
+/// `medea demo` without `--approve` (no TTY): the simulator, the seeded store and the plan
+/// the server computed, in the order a user reads them. The lines of a followed rollout are
+/// pinned by `rollout_progress_no_tty.txt` (cli.rs), from fixed events: a live rollout's
+/// interleaving of "waiting" lines depends on timing.
+#[test]
+fn demo_without_approve_prints_the_plan() {
+    let out = run({
+        let mut c = medea();
+        c.arg("demo");
+        c
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The server's loopback address is the one run-specific value.
+    let addr = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("▶ medea serve is listening on "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the listening line")
+        .to_string();
+    expectorate::assert_contents(
+        "tests/it/snapshots/demo-plan.txt",
+        &transcript("medea demo", &out, &Normalise::new().text(&addr, "<addr>")),
+    );
+}
