@@ -266,49 +266,67 @@ fn get_clusters_nodepools_machines_and_server_text_and_json() {
     expectorate::assert_contents("tests/it/snapshots/get.txt", &all);
 }
 
-/// A store holding one job of the fake `prod` cluster: created and not yet started, or run
-/// until `fault` halted it.
-fn job_state_dir(fault: Option<Fault>) -> tempfile::TempDir {
+/// How far the one job of the fake `prod` cluster got.
+enum JobRun {
+    /// Created, not yet started.
+    NotStarted,
+    /// Run to its end: succeeded, or halted by the fault.
+    ToTheEnd(Option<Fault>),
+}
+
+/// A state directory whose store holds one job of the fake `prod` cluster.
+fn job_state_dir(how: JobRun) -> tempfile::TempDir {
     let state = tempfile::tempdir().unwrap();
     {
         let store: std::sync::Arc<dyn Store> =
             std::sync::Arc::new(FjallStore::open(&state.path().join("store")).unwrap());
         let mut fake = FakeCluster::new(&specs(3, 3, FROM, KUBE));
-        let run_it = fault.is_some();
-        if let Some(f) = fault {
+        let fault = match how {
+            JobRun::NotStarted => None,
+            JobRun::ToTheEnd(ref f) => Some(f.clone()),
+        };
+        if let Some(Some(f)) = fault.clone() {
             fake = fake.with_fault(f);
         }
         let w = world_in(fake, store, mixed_steps, &[]);
-        if run_it {
+        if let Some(fault) = fault {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .start_paused(true)
                 .build()
                 .unwrap();
             let out = rt.block_on(w.executor().run(&w.job)).unwrap();
-            assert!(
-                matches!(out, medea::rollout::RunOutcome::Halted { .. }),
-                "{out:?}"
-            );
+            if fault.is_some() {
+                assert!(
+                    matches!(out, medea::rollout::RunOutcome::Halted { .. }),
+                    "{out:?}"
+                );
+            } else {
+                assert!(
+                    matches!(out, medea::rollout::RunOutcome::Succeeded),
+                    "{out:?}"
+                );
+            }
         }
     }
     state
 }
 
 #[test]
-fn rollout_status_of_a_running_and_a_halted_job_text_and_json() {
+fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
     let mut all = String::new();
-    for (what, fault) in [
-        ("a job created and not yet started", None),
+    for (what, how) in [
+        ("a job created and not yet started", JobRun::NotStarted),
+        ("a job that succeeded", JobRun::ToTheEnd(None)),
         (
             "a job halted by a failed upgrade of w-1",
-            Some(Fault::UpgradeExitCode {
+            JobRun::ToTheEnd(Some(Fault::UpgradeExitCode {
                 node: "w-1".into(),
                 code: 1,
-            }),
+            })),
         ),
     ] {
-        let state = job_state_dir(fault);
+        let state = job_state_dir(how);
         let s = crate::server::start_in(state, root().join("examples"), vec![], None, false);
         let n = Normalise::new()
             .text(&s.addr.to_string(), "<addr>")
