@@ -850,6 +850,10 @@ fn the_checker_finds_every_planted_violation_and_nothing_else() {
             "std::net::TcpStream::connect",
             "no `std::net`",
         ),
+        // comments, strings and `notify_all` are not `tokio` or `notify`
+        ("src/domain/mod.rs:31", "tokio::time::sleep", "no `tokio`"),
+        ("src/domain/mod.rs:32", "jiff::Timestamp::now", "no clock"),
+        ("src/domain/mod.rs:35", "kube::Api", "no `kube`"),
         (
             "src/domain/rules.rs:2",
             "crate::edge::e",
