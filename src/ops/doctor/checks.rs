@@ -209,6 +209,7 @@ pub(super) fn kube_cert_check(kubeconfig: &Path, now: jiff::Timestamp) -> Option
 
 #[cfg(test)]
 mod tests {
+    use super::super::Status;
     use super::*;
 
     fn cert(orgs: &[&str], not_after: jiff::civil::Date) -> String {
