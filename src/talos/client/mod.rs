@@ -5,6 +5,12 @@
 //! Requests go to the current endpoint and move to the next one when a connection attempt
 //! fails. Each request carries the single-valued `node` metadata key; apid routes it to that
 //! node. Message limits are Talos' 32 MiB both ways.
+//!
+//! **Owns:** [`TalosClient`] and its [`ClientSettings`] (this file); `transport` (channels,
+//! mTLS, endpoint failover, deadlines and retries, gRPC status →
+//! [`TalosError`](super::TalosError)), `convert` (wire ↔ domain types, reply checks) and
+//! `calls` (the RPCs: [`TalosApi`](super::TalosApi) and the client's public helpers).
+//! **May depend on:** the rest of `talos` (config, proto, retry, snapshot, types) and `version`.
 
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;

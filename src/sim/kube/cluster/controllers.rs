@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::scheduler::{can_schedule, can_stay};
 use super::{
-    Cluster, NewPod, NodeView, TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE,
+    KubeSide, NewPod, NodeView, TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE,
     controller_of, from_value, is_terminating, node_name, phase, pod_ready, short_hash, to_value,
 };
 use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PODS, REPLICASETS, ResourceType};
@@ -56,7 +56,7 @@ pub(super) fn daemonset_tolerations() -> Vec<Toleration> {
     ]
 }
 
-impl Cluster {
+impl KubeSide {
     pub(super) fn daemonsets(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         for ds_value in self.store.list_owned(&DAEMONSETS, None) {
             let Some(ds) = from_value::<DaemonSet>(&ds_value) else {

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{Cluster, controller_of, from_value, is_terminating, phase, pod_ready};
+use super::{KubeSide, controller_of, from_value, is_terminating, phase, pod_ready};
 use crate::k8s::selector::selects;
 use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS};
 use crate::sim::kube::status::ApiError;
@@ -33,7 +33,7 @@ pub(super) fn scaled(v: &IntOrString, total: i32, round_up: bool) -> i32 {
     }
 }
 
-impl Cluster {
+impl KubeSide {
     /// The disruption controller's arithmetic for one PDB.
     pub fn pdb_calc(&self, pdb: &PodDisruptionBudget, ns: &str) -> PdbCalc {
         let spec = pdb.spec.clone().unwrap_or_default();

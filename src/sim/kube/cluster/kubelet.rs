@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::{
-    CONFIG_VERSION_ANNOTATION, Cluster, MIRROR_ANNOTATION, NewPod, NodeView, PodTimer, condition,
+    CONFIG_VERSION_ANNOTATION, KubeSide, MIRROR_ANNOTATION, NewPod, NodeView, PodTimer, condition,
     controller_of, is_mirror, is_terminating, node_name, phase, pod_ready, to_value,
 };
 use crate::sim::kube::resources::{NODES, PODS};
@@ -176,7 +176,7 @@ fn pod_status(
     }
 }
 
-impl Cluster {
+impl KubeSide {
     pub(super) fn sync_mirror_pods(
         &mut self,
         nodes: &[NodeView],

@@ -3,8 +3,16 @@
 //! disruption controller (PDB status) and the eviction subresource's PDB check.
 //!
 //! Everything here is synchronous and takes the time as arguments (`now` for delays,
-//! `wall` for timestamps); the server calls [`Cluster::reconcile`] before every request and
+//! `wall` for timestamps); the server calls [`KubeSide::reconcile`] before every request and
 //! from a background tick, so observable state is always converged for the current time.
+//!
+//! **Owns:** the state of the simulated cluster ([`KubeSide`]), its faults and the reconcile
+//! loop (this file); each concern adds its part of `impl KubeSide` in its own file: `nodes`
+//! (Node objects), `kubelet` (mirror pods, the pod lifecycle), `scheduler`, `controllers`
+//! (DaemonSet, Deployment, ReplicaSet), `statuses` (their status and PDB status) and
+//! `disruption` (PDB arithmetic, the eviction subresource).
+//! **May depend on:** the rest of `sim::kube` (store, resources, selector, status),
+//! `sim::node` (the Talos side's [`NodeFacts`]), `k8s::selector`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -98,7 +106,7 @@ pub(crate) enum Active {
     Forbidden(super::Forbidden),
 }
 
-/// What a reconcile pass that changed nothing saw (see [`Cluster::reconcile`]).
+/// What a reconcile pass that changed nothing saw (see [`KubeSide::reconcile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Settled {
     fingerprint: u64,
@@ -108,7 +116,7 @@ struct Settled {
     due: Option<Instant>,
 }
 
-pub(crate) struct Cluster {
+pub(crate) struct KubeSide {
     pub store: Store,
     source: Arc<dyn NodeSource>,
     timing: Timing,
@@ -120,7 +128,7 @@ pub(crate) struct Cluster {
     mirror_versions: BTreeMap<(String, String), (String, u64)>,
     faults: Vec<Active>,
     pub counters: KubeCounters,
-    /// Bumped whenever an input of [`Cluster::reconcile`] that lives outside the store and
+    /// Bumped whenever an input of [`KubeSide::reconcile`] that lives outside the store and
     /// the node source changes (faults, timing).
     inputs: u64,
     /// The inputs of the last reconcile pass that changed nothing: while they hold, a pass
@@ -220,9 +228,9 @@ pub(crate) fn kind_matches(rt: &ResourceType, obj: &Value) -> bool {
         && resources::by_kind(&rt.api_version(), rt.kind).is_some()
 }
 
-impl Cluster {
-    pub fn new(source: Arc<dyn NodeSource>, timing: Timing, seed: u64) -> Cluster {
-        Cluster {
+impl KubeSide {
+    pub fn new(source: Arc<dyn NodeSource>, timing: Timing, seed: u64) -> KubeSide {
+        KubeSide {
             store: Store::new(seed),
             source,
             timing,
@@ -313,7 +321,7 @@ impl Cluster {
     }
 
     /// The earliest timer still in the future (pod start or removal), for the background
-    /// tick. Timers that are due are consumed by [`Cluster::reconcile`].
+    /// tick. Timers that are due are consumed by [`KubeSide::reconcile`].
     pub fn next_due(&self, now: Instant) -> Option<Instant> {
         self.timers
             .values()

@@ -14,7 +14,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{
-    CONTROL_PLANE_LABEL, Cluster, NodeOverlay, NodeView, TAINT_CONTROL_PLANE, TAINT_NOT_READY,
+    CONTROL_PLANE_LABEL, KubeSide, NodeOverlay, NodeView, TAINT_CONTROL_PLANE, TAINT_NOT_READY,
     TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE, from_value, to_value,
 };
 use crate::sim::kube::resources::NODES;
@@ -182,7 +182,7 @@ fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
     }
 }
 
-impl Cluster {
+impl KubeSide {
     pub(super) fn sync_nodes(&mut self, wall: jiff::Timestamp) {
         let facts = self.source.nodes();
         let names: BTreeSet<&str> = facts.iter().map(|f| f.name.as_str()).collect();

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    Cluster, NodeView, PodTimer, condition, controller_of, is_terminating, node_name, phase,
+    KubeSide, NodeView, PodTimer, condition, controller_of, is_terminating, node_name, phase,
     to_value,
 };
 use crate::sim::kube::resources::PODS;
@@ -63,7 +63,7 @@ pub(super) fn can_stay(tolerations: &[Toleration], node: &NodeView) -> bool {
         .all(|t| tolerates(tolerations, t))
 }
 
-impl Cluster {
+impl KubeSide {
     pub(super) fn schedule(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         let pending: Vec<Value> = self
             .store

@@ -11,12 +11,12 @@ use serde_json::{Value, json};
 use super::controllers::daemonset_tolerations;
 use super::scheduler::can_schedule;
 use super::{
-    Cluster, controller_of, from_value, is_terminating, node_name, pod_ready, short_hash, to_value,
+    KubeSide, controller_of, from_value, is_terminating, node_name, pod_ready, short_hash, to_value,
 };
 use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS, ResourceType};
 use crate::sim::kube::store::{k8s_time, name_of, ns_of, uid_of};
 
-impl Cluster {
+impl KubeSide {
     pub(super) fn statuses(&mut self, wall: jiff::Timestamp) {
         let mut writes: Vec<(&'static ResourceType, Value, Value)> = Vec::new();
         // pods (not terminating) by controller uid, borrowed from the store

@@ -40,14 +40,14 @@ fn node(name: &str, cp: bool) -> NodeFacts {
     }
 }
 
-fn cluster(objects: Vec<Value>, start: Duration) -> (Cluster, Arc<Nodes>) {
+fn cluster(objects: Vec<Value>, start: Duration) -> (KubeSide, Arc<Nodes>) {
     let nodes = Arc::new(Nodes(Mutex::new(vec![
         node("cp-1", true),
         node("w-1", false),
         node("w-2", false),
         node("w-3", false),
     ])));
-    let mut c = Cluster::new(
+    let mut c = KubeSide::new(
         nodes.clone(),
         Timing {
             start,
@@ -71,7 +71,7 @@ fn json<T: serde::Serialize>(t: &T) -> Value {
     serde_json::to_value(t).unwrap()
 }
 
-fn web_pods(c: &Cluster) -> Vec<super::super::SimPod> {
+fn web_pods(c: &KubeSide) -> Vec<super::super::SimPod> {
     c.pods()
         .into_iter()
         .filter(|p| p.name.starts_with("web-"))
@@ -98,7 +98,7 @@ fn a_pass_that_changed_nothing_is_skipped_until_an_input_changes() {
         node("w-2", false),
     ])));
     let start = Duration::from_secs(5);
-    let mut c = Cluster::new(
+    let mut c = KubeSide::new(
         src.clone(),
         Timing {
             start,
@@ -133,7 +133,7 @@ fn a_pass_that_changed_nothing_is_skipped_until_an_input_changes() {
     assert!(web_pods(&c).iter().all(|p| p.ready), "{:#?}", web_pods(&c));
 
     // the node source changes
-    let ready = |c: &Cluster, n: &str| {
+    let ready = |c: &KubeSide, n: &str| {
         c.store.get(&NODES, "", n).unwrap()["status"]["conditions"]
             .as_array()
             .unwrap()

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use super::{Api, meta, pull_delay, schedule_boot, stream_of, ts, upgradeable, v};
 use crate::sim::talos::fault::{Effect, Method, Occasion};
 use crate::sim::talos::machineconfig;
-use crate::sim::talos::model::{Cluster, Power, RebootTicket};
+use crate::sim::talos::model::{Power, RebootTicket, TalosSide};
 use crate::talos::proto::common;
 use crate::talos::proto::machine::{self as pb, machine_service_server::MachineService};
 use crate::talos::snapshot::with_trailer;
@@ -408,7 +408,7 @@ struct Applied {
 /// NO_REBOOT applies everything live; ≤ 1.13: NO_REBOOT refuses changes that need a reboot,
 /// AUTO reboots for them).
 fn apply(
-    c: &mut Cluster,
+    c: &mut TalosSide,
     idx: usize,
     r: &pb::ApplyConfigurationRequest,
 ) -> Result<Applied, Status> {

@@ -1,6 +1,12 @@
 //! The simulated apid: tonic services for the RPCs medea uses, over the real wire types. Every
-//! handler first routes the request ([`Cluster::admit`]); RPCs not listed here answer
+//! handler first routes the request ([`TalosSide::admit`]); RPCs not listed here answer
 //! `Unimplemented` (the generated default stubs).
+//!
+//! **Owns:** the shared state and routing of the services (this file) and one file per gRPC
+//! service: `machine` (`MachineService`), `lifecycle` (`LifecycleService`), `image`
+//! (`ImageService`), `cluster` (`ClusterService`) and `state` (COSI `State`).
+//! **May depend on:** the rest of `sim::talos` (model, fault, scenario, machineconfig) and the
+//! generated wire types of `talos::proto`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -9,7 +15,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::fault::{Effect, Method, Occasion};
-use super::model::{Cluster, RebootTicket};
+use super::model::{RebootTicket, TalosSide};
 use super::scenario::RebootTiming;
 use crate::talos::proto::common;
 use crate::version::TalosVersion;
@@ -22,11 +28,11 @@ mod state;
 
 /// State shared by every service of one simulator.
 pub(crate) struct Shared {
-    pub cluster: Mutex<Cluster>,
+    pub cluster: Mutex<TalosSide>,
 }
 
 impl Shared {
-    pub fn lock(&self) -> MutexGuard<'_, Cluster> {
+    pub fn lock(&self) -> MutexGuard<'_, TalosSide> {
         // A panicking handler must not wedge the simulator for the other tests' requests.
         self.cluster.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -81,7 +87,7 @@ impl Api {
         self.shared.lock().admit(req.metadata(), m)
     }
 
-    fn require_control_plane(c: &Cluster, idx: usize) -> Result<(), Status> {
+    fn require_control_plane(c: &TalosSide, idx: usize) -> Result<(), Status> {
         if c.nodes[idx].control_plane() {
             Ok(())
         } else {

@@ -6,7 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::{Api, stream_of, ts};
 use crate::sim::talos::fault::Method;
-use crate::sim::talos::model::Cluster;
+use crate::sim::talos::model::TalosSide;
 use crate::talos::pbstruct;
 use crate::talos::proto::cosi::resource::{self as cosi, state_server::State};
 use crate::talos::proto::resource::config::MachineConfigSpec;
@@ -53,7 +53,12 @@ fn yaml<T: serde::Serialize>(v: &T) -> String {
 }
 
 /// All resources of `(namespace, type)` on node `idx`; `None` if the type is not served.
-fn resources(c: &Cluster, idx: usize, namespace: &str, rtype: &str) -> Option<Vec<cosi::Resource>> {
+fn resources(
+    c: &TalosSide,
+    idx: usize,
+    namespace: &str,
+    rtype: &str,
+) -> Option<Vec<cosi::Resource>> {
     use prost::Message as _;
     let n = &c.nodes[idx];
     let started = c.started_unix;
