@@ -1,5 +1,7 @@
 //! `medea doctor`: argument handling and output (the checklist for people, or `-o json`). The
 //! checks themselves and the report are [`crate::ops::doctor`]'s.
+//!
+//! Exit status 1 when any check fails; warnings do not fail. `-o json` prints the same report.
 
 use std::path::PathBuf;
 use std::time::Duration;

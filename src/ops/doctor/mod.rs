@@ -3,7 +3,6 @@
 //! renders the report. It talks to the Talos API and the kube-apiserver directly (no server
 //! needed):
 //!
-//!
 //! - credentials: `<creds-dir>` and `<creds-dir>/<cluster>` are 0700, both files 0600;
 //! - the talosconfig's client certificate: not expired (warn within 30 days), role `os:admin`
 //!   (the certificate's Organization; medea upgrades, reboots and reads machine configs);
