@@ -61,6 +61,10 @@ pub enum UiError {
     Tls(#[source] rustls::Error),
     #[error("the API's certificate or key PEM cannot be read")]
     Pem(#[source] rustls::pki_types::pem::Error),
+    #[error(
+        "the API's certificate has an Ed25519 key, which no browser accepts; remove the generated files under <state-dir>/tls (medea then generates ECDSA P-256 ones; API clients must trust the new ca.crt), or pass --tls-cert/--tls-key"
+    )]
+    Ed25519,
 }
 
 /// What every handler sees.
@@ -131,6 +135,14 @@ fn tls_config(identity: &ServerIdentity) -> Result<Arc<rustls::ServerConfig>, Ui
         .map_err(UiError::Pem)?;
     let key = PrivateKeyDer::from_pem_slice(identity.key_pem.expose().as_bytes())
         .map_err(UiError::Pem)?;
+    // medea generated Ed25519 certificates before the dashboard existed; a browser would fail
+    // the handshake with no useful message, so say it here.
+    if let Some(leaf) = certs.first()
+        && let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf)
+        && cert.public_key().algorithm.algorithm.to_id_string() == "1.3.101.112"
+    {
+        return Err(UiError::Ed25519);
+    }
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
