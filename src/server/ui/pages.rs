@@ -369,7 +369,7 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                             @for (w, nodes) in &waves {
                                 tr {
                                     th { (w + 1) }
-                                    td {
+                                    td.nodes {
                                         @for n in nodes {
                                             @let act = activity(n.phase);
                                             div.node.(act) data-node=(n.target.node) title=(format!("phase {:?}", n.phase)) {
