@@ -313,7 +313,8 @@ async fn shot(c: &Client, name: &str) {
     let png = c.screenshot().await.unwrap();
     let path = shots_dir().join(format!("{name}.png"));
     std::fs::write(&path, png).unwrap();
-    println!("screenshot: {}", path.display());
+    let html = c.source().await.unwrap().len();
+    println!("screenshot: {} (page HTML {html} bytes)", path.display());
 }
 
 async fn path_of(c: &Client) -> String {
@@ -369,13 +370,29 @@ async fn until(c: &Client, what: &str, limit: Duration, mut f: impl AsyncFnMut(&
     }
 }
 
-/// The grid's node activities, as the page shows them now.
+/// The grid's node activities, as the page shows them now (read in one script: the live
+/// updates replace the grid's elements at any moment).
 async fn activities(c: &Client) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in c.find_all(Locator::Css("#live .node .act")).await.unwrap() {
-        out.push(e.text().await.unwrap_or_default());
-    }
-    out
+    let v = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#live .node .act')).map(e => e.textContent)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+/// The text of the first element matching `css` ("" when there is none), read in one script.
+async fn live_text(c: &Client, css: &str) -> String {
+    let v = c
+        .execute(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''",
+            vec![serde_json::json!(css)],
+        )
+        .await
+        .unwrap();
+    v.as_str().unwrap_or_default().to_string()
 }
 
 /// Run `body` with a browser; the WebDriver session is closed whatever happens.
@@ -463,7 +480,7 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
             async |c| {
                 let now = activities(c).await;
                 seen.extend(now.iter().cloned());
-                let state = text_of(c, "#job-state").await;
+                let state = live_text(c, "#job-state").await;
                 assert_ne!(state, "halted", "the job halted");
                 state == "succeeded" && now.iter().all(|a| a == "done" || a == "skipped")
             },
@@ -483,6 +500,22 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
         assert!(entries_now > entries_at_start, "the timeline grew live");
         assert_eq!(stack.job_state(), "succeeded");
         shot(c, "rollout").await;
+        // Readable on a phone: nothing wider than the screen but the tables' own scroll.
+        c.set_window_size(390, 844).await.unwrap();
+        let overflow = c
+            .execute(
+                "return document.documentElement.scrollWidth <= window.innerWidth",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            overflow,
+            serde_json::json!(true),
+            "no sideways scrolling on a phone"
+        );
+        shot(c, "rollout-phone").await;
+        c.set_window_size(1100, 1000).await.unwrap();
 
         // History: the job's outcome, and the machines table filtered without JavaScript.
         c.goto(&format!("{}/history", stack.ui)).await.unwrap();
@@ -555,7 +588,7 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
             activities(c).await.iter().any(|a| a != "pending")
         })
         .await;
-        assert_eq!(text_of(c, "#job-state").await, "running");
+        assert_eq!(live_text(c, "#job-state").await, "running");
         c.find(Locator::Css("a.button.danger"))
             .await
             .unwrap()
@@ -579,12 +612,103 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
             .unwrap();
         assert_eq!(path_of(c).await, format!("/rollouts/{job}"));
         until(c, "the job to show halted", Duration::from_secs(60), async |c| {
-            text_of(c, "#job-state").await == "halted"
+            live_text(c, "#job-state").await == "halted"
         })
         .await;
-        assert!(text_of(c, "#halt-reason").await.contains("browser test: stop"));
+        assert!(live_text(c, "#halt-reason").await.contains("browser test: stop"));
         assert_eq!(stack.job_state(), "halted");
         shot(c, "rollout-halted").await;
     })
     .await;
+}
+
+/// GET `url` over HTTPS trusting only `ca`; (status, location, CSP).
+async fn https_get(ca: &Path, url: &str) -> (u16, String, String) {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, http_body_util::Empty<hyper::body::Bytes>>(https);
+    let r = client.get(url.parse().unwrap()).await.unwrap();
+    let h = |n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    (
+        r.status().as_u16(),
+        h("location"),
+        h("content-security-policy"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn medea_demo_ui_prints_the_url_serves_over_https_and_stops_on_ctrl_c() {
+    use std::io::BufRead as _;
+    let mut demo = Kill(
+        crate::cli::medea()
+            .args(["demo", "--ui"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(demo.0.stdout.take().unwrap()).lines();
+    let mut url = None;
+    let mut ca = None;
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if let Some(rest) = l.strip_prefix("▶ web dashboard: ") {
+            let (u, rest) = rest.split_once(' ').unwrap();
+            url = Some(u.to_string());
+            let trust = rest.split("(trust ").nth(1).unwrap();
+            ca = Some(PathBuf::from(trust.split(' ').next().unwrap()));
+        }
+        if l.contains("stays up") {
+            break;
+        }
+    }
+    let url = url.expect("the demo prints the dashboard's URL");
+    let ca = ca.expect("and the CA to trust");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let (status, _, csp) = https_get(&ca, &format!("{url}login")).await;
+    assert_eq!(status, 200);
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let (status, location, _) = https_get(&ca, &url).await;
+    assert_eq!((status, location.as_str()), (303, "/login"));
+    // Ctrl-C ends it cleanly.
+    let pid = demo.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = demo.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the demo did not stop on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
 }

@@ -344,6 +344,13 @@ fn job_state(job: &Job) -> (&'static str, Option<&str>) {
 pub fn live_section(job: &Job, now: Timestamp) -> Markup {
     let (state, reason) = job_state(job);
     let steps = job.steps.len();
+    // Elapsed times tick only while the job runs (a halted node's clock stopped with it).
+    let now = if job.state.is_terminal() {
+        None
+    } else {
+        Some(now)
+    };
+    let ticking = |t: Option<Timestamp>| now.map(|now| since(t, now)).unwrap_or_default();
     html! {
         p.status {
             "state " span.badge.(state) #job-state { (state) }
@@ -375,7 +382,7 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                                             div.node.(act) data-node=(n.target.node) title=(format!("phase {:?}", n.phase)) {
                                                 b { (n.target.node) } " "
                                                 span.act { (act) }
-                                                @if !n.phase.finished() && n.phase != NodePhase::Pending { " " span.el { (since(n.since, now)) } }
+                                                @if !n.phase.finished() && n.phase != NodePhase::Pending { " " span.el { (ticking(n.since)) } }
                                                 @if let Some(b) = &n.blocked { br; small { "drain blocked: " (b) } }
                                                 @if let Some(e) = &n.last_error { br; small.error { (e) } }
                                             }
@@ -389,7 +396,7 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                 StepKind::Kubernetes(k) => {
                     h3 { "Step " (i + 1) "/" (steps) ": Kubernetes " (k.rollout.from) " → " (k.rollout.to) " " span.badge.(sstate) { (sstate) } }
                     @match &k.tasks {
-                        None => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (since(k.since, now)) } },
+                        None => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking(k.since)) } },
                         Some(tasks) => table.grid {
                             thead { tr { th { "node" } th { "task" } th { "state" } } }
                             tbody {
@@ -398,7 +405,7 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                                     tr {
                                         td { (t.node.node) }
                                         td { (format!("{:?}", t.op).to_lowercase()) @if let Some(c) = t.component { " " (c.name()) } }
-                                        td { div.node.(st) data-node=(t.node.node) { span.act { (st) } @if t.state != TaskState::Done && t.since.is_some() { " " span.el { (since(t.since, now)) } } } }
+                                        td { div.node.(st) data-node=(t.node.node) { span.act { (st) } @if t.state != TaskState::Done && t.since.is_some() { " " span.el { (ticking(t.since)) } } } }
                                     }
                                 }
                             }
