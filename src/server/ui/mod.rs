@@ -48,6 +48,11 @@ const SCRIPT: &str = include_str!("assets/app.js");
 
 /// Total bytes the dashboard's assets add to a page load (the stylesheet and the script).
 pub const ASSET_BYTES: usize = STYLE.len() + SCRIPT.len();
+// Small on purpose (design/server.md states the sizes): the build fails if they grow past 8 KiB.
+const _: () = assert!(
+    ASSET_BYTES < 8 * 1024,
+    "the dashboard's assets outgrew 8 KiB"
+);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UiError {
@@ -222,7 +227,7 @@ async fn not_found(State(ui): State<Ui>, headers: HeaderMap) -> Response {
 }
 
 /// Where an unauthenticated page request goes.
-fn to_login() -> Response {
+pub(crate) fn to_login() -> Response {
     Redirect::to("/login").into_response()
 }
 
@@ -375,11 +380,6 @@ async fn halt(
             )
         }
     }
-}
-
-/// `GET` with a live session, else the login redirect.
-pub(crate) fn require(ui: &Ui, headers: &HeaderMap) -> Result<session::View, Response> {
-    ui.sessions.get(headers).ok_or_else(to_login)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use maud::{DOCTYPE, Markup, html};
 use tonic::Request;
 
 use super::session::View;
-use super::{Ui, require};
+use super::{Ui, to_login};
 use crate::plan::render::APPROVAL_NAMESPACE;
 use crate::rollout::journal::{Entry, JournalEntry};
 use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
@@ -132,9 +132,8 @@ fn yes_no(b: bool) -> &'static str {
 // Overview
 
 pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
-    let s = match require(&ui, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
     };
     let api = ui.api();
     let (info, clusters, pools) = match tokio::try_join!(
@@ -263,9 +262,8 @@ fn line_class(line: &str) -> &'static str {
 }
 
 pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
-    let s = match require(&ui, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
     };
     let r = match ui
         .api()
@@ -368,8 +366,7 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                 StepKind::Talos(t) => {
                     @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
                     h3 { "Step " (i + 1) "/" (steps) ": pool " (t.rollout.pool) ", Talos " (from) " → " (t.rollout.to) " " span.badge.(sstate) { (sstate) } }
-                    @let mut waves: BTreeMap<usize, Vec<_>> = BTreeMap::new();
-                    @for n in &t.nodes { @let _ = waves.entry(n.wave).or_default().push(n); }
+                    @let waves = waves_of(t);
                     table.grid {
                         thead { tr { th { "wave" } th { "nodes" } } }
                         tbody {
@@ -415,6 +412,17 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
             }
         }
     }
+}
+
+/// A Talos step's nodes by wave, in plan order.
+fn waves_of(
+    t: &crate::rollout::machine::TalosStep,
+) -> BTreeMap<usize, Vec<&crate::rollout::machine::NodeProgress>> {
+    let mut waves: BTreeMap<usize, Vec<_>> = BTreeMap::new();
+    for n in &t.nodes {
+        waves.entry(n.wave).or_default().push(n.as_ref());
+    }
+    waves
 }
 
 /// One timeline line of a journal entry.
@@ -489,9 +497,8 @@ pub async fn rollout(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let s = match require(&ui, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
     };
     let job = match load_job(&ui, &job) {
         Ok(Some(j)) => j,
@@ -539,9 +546,8 @@ pub async fn halt_confirm(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let s = match require(&ui, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
     };
     let job = match load_job(&ui, &job) {
         Ok(Some(j)) => j,
@@ -629,9 +635,8 @@ pub async fn history(
     Query(f): Query<MachineFilter>,
     headers: HeaderMap,
 ) -> Response {
-    let s = match require(&ui, &headers) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
     };
     let jobs = match crate::server::rollouts::jobs(&ui.shared) {
         Ok(j) => j,
