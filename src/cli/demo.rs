@@ -246,8 +246,8 @@ async fn with_sim(
     result
 }
 
-/// A free loopback port for the demo's dashboard (bound and released; the demo is the only
-/// user of this machine's loopback it cares about).
+/// A free loopback port for the demo's dashboard: bound here, released, and bound again by the
+/// server a moment later (the URL must be known before the server starts).
 fn free_loopback_port() -> miette::Result<std::net::SocketAddr> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
