@@ -27,4 +27,5 @@ mod server;
 mod sim_cluster;
 mod store;
 mod talos;
+mod ui_browser;
 mod upgrade;
