@@ -198,14 +198,14 @@ impl MedeaApi {
             .collect();
         let consumed: Option<crate::rollout::journal::PlanConsumed> =
             store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
-        let current = crate::plan::stored::current(store)?.map(|c| c.id);
+        let current = crate::ops::replan::current(store)?.map(|c| c.id);
         let stale = match self
             .shared
             .desired()
             .as_ref()
             .and_then(|l| l.valid().cloned())
         {
-            Some(d) => p.is_stale(&crate::plan::stored::current_basis(store, &d)?),
+            Some(d) => p.is_stale(&crate::ops::replan::current_basis(store, &d)?),
             None => current != Some(p.id),
         };
         let state = if let Some(c) = &consumed {
@@ -428,14 +428,14 @@ impl pb::medea_server::Medea for MedeaApi {
             }
         }
         let plan = if want.is_empty() {
-            match crate::plan::stored::current(store).map_err(internal)? {
-                Some(c) => crate::plan::stored::load_plan(store, &c.id).map_err(internal)?,
+            match crate::ops::replan::current(store).map_err(internal)? {
+                Some(c) => crate::ops::replan::load_plan(store, &c.id).map_err(internal)?,
                 None => None,
             }
         } else {
             let r = crate::plan::PlanIdRef::parse(&want)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            let all = crate::plan::stored::all_plans(store).map_err(internal)?;
+            let all = crate::ops::replan::all_plans(store).map_err(internal)?;
             let mut m: Vec<_> = all.into_iter().filter(|p| r.matches(&p.id)).collect();
             match m.len() {
                 0 => return Err(Status::not_found(format!("no plan `{want}`"))),
@@ -465,14 +465,14 @@ impl pb::medea_server::Medea for MedeaApi {
         let store = self.shared.store.as_ref();
         // Newest first: follow the parent chain from the current plan.
         let mut plans = Vec::new();
-        let mut next = crate::plan::stored::current(store)
+        let mut next = crate::ops::replan::current(store)
             .map_err(internal)?
             .map(|c| c.id);
         while let Some(id) = next {
             if plans.len() >= limit {
                 break;
             }
-            let Some(p) = crate::plan::stored::load_plan(store, &id).map_err(internal)? else {
+            let Some(p) = crate::ops::replan::load_plan(store, &id).map_err(internal)? else {
                 break;
             };
             next = p.parent;
@@ -490,10 +490,10 @@ impl pb::medea_server::Medea for MedeaApi {
     ) -> Result<Response<pb::SubmitApprovalResponse>, Status> {
         let req = req.into_inner();
         let store = self.shared.store.clone();
-        let current = crate::plan::stored::current(store.as_ref())
+        let current = crate::ops::replan::current(store.as_ref())
             .map_err(internal)?
             .map(|c| c.id);
-        let known: Vec<crate::plan::PlanId> = crate::plan::stored::all_plans(store.as_ref())
+        let known: Vec<crate::plan::PlanId> = crate::ops::replan::all_plans(store.as_ref())
             .map_err(internal)?
             .into_iter()
             .map(|p| p.id)
@@ -830,7 +830,7 @@ mod tests {
         shared.set_desired(crate::desired::load(&source).unwrap());
         let shared = Arc::new(shared);
         crate::server::reconcile::reconcile(&shared, &[], jiff::Timestamp::now()).unwrap();
-        let plan = crate::plan::stored::current(store.as_ref())
+        let plan = crate::ops::replan::current(store.as_ref())
             .unwrap()
             .unwrap()
             .id;
