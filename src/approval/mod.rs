@@ -22,6 +22,7 @@ pub mod gate;
 pub mod quorum;
 pub mod record;
 pub mod sign;
+pub mod source;
 pub mod verify;
 
 pub use allowed_signers::{AllowedSigners, SignerEntry, SignersDiagnostic};
@@ -30,7 +31,8 @@ pub use quorum::{
     BarChange, ClusterQuorum, NotCounted, PlanScope, QuorumPolicy, QuorumStatus, evaluate,
     required_for_plan, required_quorum,
 };
-pub use record::{ApprovalRecord, ApprovalSource};
+pub use record::ApprovalRecord;
+pub use source::ApprovalSource;
 pub use verify::{
     Candidate, Outcome, Verified, VerifiedApproval, VerifyContext, verify, verify_all,
 };

@@ -31,7 +31,7 @@ use super::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
 use super::catalog::{Catalog, PathError};
 use super::id::PlanId;
 use super::model::*;
-use crate::approval::quorum::{BarChange, PlanScope, QuorumPolicy, required_quorum};
+use super::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
 use crate::desired::model::{ApprovalSettings, Cluster, NodePool, Origin, Role, schematic_of};
 use crate::desired::{Desired, Diagnostic};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};

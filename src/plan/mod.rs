@@ -1,7 +1,8 @@
 //! Planning: what would change, as an immutable plan bound to its basis.
 //!
 //! **Owns:** plan ids, the plan model (the contract with approval and rollout), plan
-//! computation ([`compute()`]), the upgrade-path and version-skew rules with their
+//! computation ([`compute()`]), the approval bar a plan needs ([`bar`]: the anti-self-lowering
+//! rule; `approval` counts against it), the upgrade-path and version-skew rules with their
 //! compatibility catalog ([`catalog`]), the last-applied desired state ([`applied`]), plan
 //! rendering ([`render`]), and the plan's store records with the transactions that save and
 //! apply a plan ([`stored`]; values only — reading and committing is
@@ -15,6 +16,7 @@
 //! basis changed is stale and can never be approved.
 
 pub mod applied;
+pub mod bar;
 pub mod catalog;
 pub mod compute;
 pub mod id;
