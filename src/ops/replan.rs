@@ -163,7 +163,7 @@ mod tests {
         use crate::plan::ClusterStatus;
         use crate::rollout::journal::{ActiveJob, active_key};
         use crate::store::{Store, Table, Txn};
-        let store = crate::rollout::fake::MemStore::new();
+        let store = crate::store::mem::MemStore::new();
         let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
         store
             .commit(observed("v1.34.1", 4, three_cps("v1.12.11")).save_txn())

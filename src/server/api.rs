@@ -743,7 +743,7 @@ mod tests {
     /// A store whose next `n` commits that record an approval fail with a conflict (changing
     /// nothing), as when the plan moves underneath the transaction.
     struct ConflictingStore {
-        inner: crate::rollout::fake::MemStore,
+        inner: crate::store::mem::MemStore,
         conflicts: std::sync::atomic::AtomicU32,
     }
 
@@ -885,7 +885,7 @@ mod tests {
     #[tokio::test]
     async fn an_api_approval_that_meets_a_store_conflict_is_retried_not_lost() {
         let store = Arc::new(ConflictingStore {
-            inner: crate::rollout::fake::MemStore::new(),
+            inner: crate::store::mem::MemStore::new(),
             conflicts: 2.into(),
         });
         let a = approving(store, &["alice@x"]);
@@ -900,7 +900,7 @@ mod tests {
     #[tokio::test]
     async fn submit_approval_answers_only_after_verification() {
         let a = approving(
-            Arc::new(crate::rollout::fake::MemStore::new()),
+            Arc::new(crate::store::mem::MemStore::new()),
             &["alice@x"],
         );
         let broken = crate::desired::parse_snapshot(crate::desired::Snapshot {
@@ -925,7 +925,7 @@ mod tests {
     #[tokio::test]
     async fn plan_approvals_count_distinct_verified_people() {
         let a = approving(
-            Arc::new(crate::rollout::fake::MemStore::new()),
+            Arc::new(crate::store::mem::MemStore::new()),
             &["alice@x", "alice@x", "bob@x"],
         );
         a.submit(0).await.unwrap();
@@ -946,7 +946,7 @@ mod tests {
     async fn get_machines_follows_every_record_and_desired_change_despite_its_cache() {
         let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
         let source = Source::Dir(examples);
-        let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+        let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
         let shared = Arc::new(Shared::new(
             store.clone(),
             source.clone(),
