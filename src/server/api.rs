@@ -159,7 +159,7 @@ fn diag_pb(d: &crate::desired::Diagnostic, loaded: &crate::desired::Loaded) -> p
         line: d.origin.line as u32,
         column: d.origin.column as u32,
         help: d.help.clone().unwrap_or_default(),
-        rendered: crate::cli::report::render_plain(d, loaded),
+        rendered: crate::ops::report::render_plain(d, loaded),
     }
 }
 
