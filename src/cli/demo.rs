@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::exit;
-use crate::server::api::pb;
+use crate::api::pb;
 
 const EXAMPLES: &[(&str, &str)] = &[
     (

@@ -58,7 +58,7 @@ fn color_stdout() -> bool {
 
 /// `medea plan` without `--store`: the running server's current plan and diagnostics.
 fn from_server(args: &PlanArgs) -> miette::Result<u8> {
-    use crate::server::api::pb;
+    use crate::api::pb;
     let rt = tokio::runtime::Runtime::new()
         .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
     rt.block_on(async {

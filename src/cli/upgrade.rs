@@ -196,7 +196,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
         };
         for _ in 0..50 {
             if let Ok(r) = c
-                .get_plan(crate::server::api::pb::GetPlanRequest { id: String::new() })
+                .get_plan(crate::api::pb::GetPlanRequest { id: String::new() })
                 .await
                 && let Some(p) = r.into_inner().plan
                 && p.desired_revision == want

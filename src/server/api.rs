@@ -11,10 +11,8 @@ use super::Shared;
 use crate::inventory::{self, MachineRole, ObservedCluster};
 use crate::store::{StoreExt, Txn};
 
-pub mod pb {
-    #![allow(clippy::all, missing_docs)]
-    tonic::include_proto!("medea.v1");
-}
+/// The generated API code lives in [`crate::api::pb`]; this path keeps working.
+pub use crate::api::pb;
 
 pub struct MedeaApi {
     pub shared: Arc<Shared>,
