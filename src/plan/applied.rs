@@ -5,7 +5,7 @@
 //! Store layout (table `Desired`): `cluster/<name>` and `pool/<cluster>/<pool>`, each an
 //! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`],
 //! inside the transaction that marks a plan approved, and read by
-//! [`crate::ops::replan::load_applied`].
+//! the application layer (`ops`, its replan use case).
 
 use std::collections::BTreeMap;
 

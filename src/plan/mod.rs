@@ -6,7 +6,7 @@
 //! compatibility catalog ([`catalog`]), the last-applied desired state ([`applied`]), plan
 //! rendering ([`render`]), and the plan's store records with the transactions that save and
 //! apply a plan ([`stored`]; values only — reading and committing is
-//! [`crate::ops::replan`]'s).
+//! the application layer's, in `ops`).
 //! **May depend on:** `desired`, `inventory`, `version`, and `store` for its record and
 //! transaction types only (no store is ever read or written here).
 //! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock); the

@@ -4,7 +4,7 @@
 //! [`CurrentPlan`] pointer. Table `Desired` holds the last-applied resources
 //! ([`super::applied`]). Everything here is pure: record declarations and functions that
 //! build transaction values. Reading the store and committing is the application layer's
-//! job ([`crate::ops::replan`]).
+//! job (the application layer's replan use case, in `ops`).
 
 use serde::{Deserialize, Serialize};
 

@@ -25,8 +25,8 @@
 //!    membership, `after`) compared with the last-applied summaries; a resource never applied
 //!    is one "created" change, one gone from the desired state one "removed" change.
 //!
-//! Files by stage: membership [`members`], paths, hops and waves [`talos`], the Kubernetes
-//! step and its placement [`kube`], the notes for people [`notes`]; this file drives them per
+//! Files by stage: membership `members`, paths, hops and waves `talos`, the Kubernetes
+//! step and its placement `kube`, the notes for people `notes`; this file drives them per
 //! cluster and holds order (4), settings (6), the approval bar and the plan's basis.
 
 use std::collections::{BTreeMap, BTreeSet};
