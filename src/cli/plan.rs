@@ -1,4 +1,5 @@
-//! `medea plan`: compute, store and print a plan, offline (no server).
+//! `medea plan`: compute, store and print a plan, offline (no server), through the daemon's
+//! own planning path ([`crate::ops::replan`]); or print the running server's plan.
 
 use std::path::{Path, PathBuf};
 

@@ -1,8 +1,13 @@
 //! The daemon: watches the desired state, keeps the inventory fresh, serves the API and runs
 //! approved rollouts.
 //!
-//! **Owns:** the reconcile loop, the gRPC API, authentication and TLS, wiring of adapters.
-//! **May depend on:** every module except `cli`.
+//! **Owns:** the reconcile loop, the gRPC API service ([`api`]; the generated code is
+//! [`crate::api::pb`]) and its job/event conversions ([`rollouts`]), authentication and TLS,
+//! wiring of adapters.
+//! **May depend on:** `ops` (replanning, diagnostics rendering), the domain modules, `store`,
+//! `api`, the clients (`talos`, `k8s`), `metrics`, `webhook`, `secret`, `build_info`,
+//! `version` (the exact list is the `server` row of design/architecture.md). Never `cli`,
+//! `bench`, `sim` or `fuzz`. Inside: `api` uses `rollouts`, never the other way.
 //! Architecture Invariant: invalid desired state never changes anything: a revision with
 //! errors only replaces the diagnostics that `medea plan` shows.
 //! Architecture Invariant: every RPC requires the bearer token; no RPC returns credentials.
