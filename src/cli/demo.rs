@@ -116,7 +116,7 @@ async fn with_sim(
             kubeconfig: creds.kubeconfig.clone(),
             creds_dir: creds_dir.clone(),
             force: false,
-            settings: crate::server::refresh::RefreshSettings::default(),
+            settings: crate::ops::refresh::RefreshSettings::default(),
         },
     )
     .await

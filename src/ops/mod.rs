@@ -13,5 +13,6 @@
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
 
 pub mod doctor;
+pub mod refresh;
 pub mod replan;
 pub mod report;

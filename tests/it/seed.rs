@@ -10,7 +10,7 @@ use medea::desired::source::SourceFile;
 use medea::desired::{Snapshot, Source};
 use medea::inventory::{Inventory, ObservedCluster, cluster_key};
 use medea::plan::{self, AppliedResource, LastApplied, Step};
-use medea::server::refresh::{
+use medea::ops::refresh::{
     self, ClusterCreds, Observation, Outcome, refresh_all, refresh_cluster,
 };
 use medea::sim::talos::{Effect, FaultPlan, Trigger};
