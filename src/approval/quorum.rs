@@ -19,11 +19,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::verify::VerifiedApproval;
+use crate::plan::PlanId;
 pub use crate::plan::bar::{
     BarChange, ClusterQuorum, PlanScope, QuorumPolicy, required_for_plan, required_quorum,
 };
-use crate::plan::PlanId;
-
 
 /// Why a verified approval does not add to the count.
 #[derive(Debug, Clone, PartialEq, Eq)]

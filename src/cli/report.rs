@@ -1,7 +1,7 @@
 //! Printing desired-state diagnostics to stderr (the rendering is [`crate::ops::report`]).
 
-pub use crate::ops::report::{Rendered, render_plain, report};
 use crate::desired::Loaded;
+pub use crate::ops::report::{Rendered, render_plain, report};
 
 /// Print every diagnostic to stderr, then a one-line summary. Returns the error count.
 pub fn print_diagnostics(loaded: &Loaded, display_root: &str) -> usize {

@@ -159,8 +159,8 @@ pub fn rehearse(
 mod tests {
     #[test]
     fn replanning_while_a_job_runs_stores_a_rolling_out_plan_that_the_job_end_stales() {
-        use crate::plan::tests::{cp_pool, one, observed, three_cps};
         use crate::plan::ClusterStatus;
+        use crate::plan::tests::{cp_pool, observed, one, three_cps};
         use crate::rollout::journal::{ActiveJob, active_key};
         use crate::store::{Store, Table, Txn};
         let store = crate::store::mem::MemStore::new();

@@ -897,10 +897,7 @@ mod tests {
     /// verified against (the desired state turned invalid), it is an error, not "recorded".
     #[tokio::test]
     async fn submit_approval_answers_only_after_verification() {
-        let a = approving(
-            Arc::new(crate::store::mem::MemStore::new()),
-            &["alice@x"],
-        );
+        let a = approving(Arc::new(crate::store::mem::MemStore::new()), &["alice@x"]);
         let broken = crate::desired::parse_snapshot(crate::desired::Snapshot {
             files: vec![crate::desired::source::SourceFile {
                 path: "x.yaml".into(),

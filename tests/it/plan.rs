@@ -363,7 +363,9 @@ fn stored_plans_chain_and_go_stale() {
     assert_eq!(stored::all_plans(&s).unwrap().len(), 2);
 
     // A concurrent planner that read the old pointer cannot overwrite the new one.
-    let err = s.commit(plan::stored::save_txn(&p, Some(&cur))).unwrap_err();
+    let err = s
+        .commit(plan::stored::save_txn(&p, Some(&cur)))
+        .unwrap_err();
     assert!(
         matches!(err, medea::store::StoreError::Conflict { .. }),
         "{err}"

@@ -38,14 +38,14 @@ mod talos;
 
 use notes::{machines_text, role_text, why_unavailable};
 
-use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
-use crate::plan::catalog::{Catalog, PathError};
-use crate::plan::id::PlanId;
-use crate::plan::model::*;
-use crate::plan::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
 use crate::desired::model::{ApprovalSettings, Cluster, NodePool, Origin, Role, schematic_of};
 use crate::desired::{Desired, Diagnostic};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
+use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
+use crate::plan::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
+use crate::plan::catalog::{Catalog, PathError};
+use crate::plan::id::PlanId;
+use crate::plan::model::*;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Diagnostic codes of plan errors (rendered like desired-state diagnostics).
@@ -373,7 +373,6 @@ struct Hop<'a> {
     machines: Vec<(&'a Machine, TalosVersion)>,
 }
 
-
 struct ClusterCtx<'a> {
     cluster: &'a Cluster,
     obs: &'a ObservedCluster,
@@ -476,7 +475,6 @@ impl<'a> ClusterCtx<'a> {
             diffs,
         })
     }
-
 }
 
 /// Pools in execution order: `after:` dependencies first (topological), and among the pools

@@ -6,7 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 
 impl<'a> ClusterCtx<'a> {
-    pub(super) fn notes(&self, members: &BTreeMap<String, Vec<Member<'a>>>, steps: &[Step]) -> Vec<String> {
+    pub(super) fn notes(
+        &self,
+        members: &BTreeMap<String, Vec<Member<'a>>>,
+        steps: &[Step],
+    ) -> Vec<String> {
         let mut notes = Vec::new();
         // `rolloutsEnabled` is a gate, not part of what a plan does: it must not change the
         // plan's id (an approved plan waits for the gate; `medea approve` names closed gates).

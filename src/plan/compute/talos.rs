@@ -7,7 +7,11 @@ use super::*;
 
 impl<'a> ClusterCtx<'a> {
     /// The Talos steps of one pool (one per hop), or none when the pool has errors.
-    pub(super) fn pool_steps(&mut self, pool: &'a NodePool, members: &[Member<'a>]) -> Vec<TalosRollout> {
+    pub(super) fn pool_steps(
+        &mut self,
+        pool: &'a NodePool,
+        members: &[Member<'a>],
+    ) -> Vec<TalosRollout> {
         let target = &pool.talos_version.value;
         let want_schematic = pool.installer_image.schematic();
         let allow_downgrade = self.cluster.upgrade_policy.allow_downgrade;
