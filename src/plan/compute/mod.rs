@@ -13,7 +13,8 @@
 //!    plan what it cannot see), and so is an unreachable member that needs a hop.
 //! 3. **Hops and waves.** The pool's hops are the union of its members' paths, farthest minor
 //!    first, the target last. Each hop is one [`Step::Talos`]; its machines are ordered
-//!    already-unavailable first, then by node name, and cut into waves (see [`waves`]).
+//!    already-unavailable first, then by node name, and cut into waves (`ClusterCtx::waves`,
+//!    in `talos`).
 //! 4. **Order.** Pools run in `after:` order (topological), control-plane pools first among the
 //!    pools that are free to run, then by name; all hops of a pool before the next pool.
 //! 5. **Kubernetes.** At most one minor forward per plan; never backwards. The Kubernetes step
