@@ -742,7 +742,7 @@ async fn kube_upgrade_check(
     label: &str,
     control_plane: Option<bool>,
 ) -> Option<Check> {
-    use crate::rollout::adapters::{component_args_of, component_images_of};
+    use crate::talos::adapter::{component_args_of, component_images_of};
     use crate::rollout::machine::image_version;
     use crate::rollout::ports::Component;
     use crate::rollout::removed::removed_settings;

@@ -23,7 +23,6 @@
 //!
 //! See `design/rollout.md`.
 
-pub mod adapters;
 pub mod executor;
 pub mod fake;
 pub mod job;

@@ -435,12 +435,12 @@ pub struct CredsPorts {
 }
 
 impl PortFactory for CredsPorts {
-    type Talos = crate::rollout::adapters::TalosAdapter;
-    type Kube = crate::rollout::adapters::KubeAdapter;
+    type Talos = crate::talos::adapter::TalosAdapter;
+    type Kube = crate::k8s::adapter::KubeAdapter;
     async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), String> {
-        let talos = crate::rollout::adapters::TalosAdapter::from_creds(&self.creds_dir, cluster)
+        let talos = crate::talos::adapter::TalosAdapter::from_creds(&self.creds_dir, cluster)
             .map_err(|e| crate::error_chain(&e))?;
-        let kube = crate::rollout::adapters::KubeAdapter::from_creds(&self.creds_dir, cluster)
+        let kube = crate::k8s::adapter::KubeAdapter::from_creds(&self.creds_dir, cluster)
             .await
             .map_err(|e| crate::error_chain(&e))?;
         Ok((talos, kube))

@@ -1,4 +1,4 @@
-//! The rollout executor through the real adapters (`rollout::adapters`) against the simulator:
+//! The rollout executor through the real adapters (`talos::adapter`, `k8s::adapter`) against the simulator:
 //! the Talos side over gRPC/mTLS, the kube side over HTTPS, exactly as against a real cluster.
 //!
 //! - the adapters' observations (`next_boot` from systemd-boot's `LoaderEntryDefault`, GRUB
@@ -22,7 +22,8 @@ use std::time::Duration;
 use medea::inventory::{Machine, MachineRole, ObservedCluster};
 use medea::k8s::{ClientOptions, DrainOptions};
 use medea::plan::{MachineTarget, Step, TalosRollout};
-use medea::rollout::adapters::{KubeAdapter, TalosAdapter};
+use medea::k8s::adapter::KubeAdapter;
+use medea::talos::adapter::TalosAdapter;
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::MemStore;
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix};
