@@ -743,7 +743,7 @@ async fn kube_upgrade_check(
     control_plane: Option<bool>,
 ) -> Option<Check> {
     use crate::talos::adapter::{component_args_of, component_images_of};
-    use crate::rollout::machine::image_version;
+    use crate::rollout::sequencer::image_version;
     use crate::rollout::ports::Component;
     use crate::rollout::removed::removed_settings;
     const CHECK: &str = "kube-upgrade";

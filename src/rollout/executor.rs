@@ -1,6 +1,6 @@
 //! The executor: runs jobs through the ports, journaling every step.
 //!
-//! Per iteration: check for a halt request; [`machine::step`] on fresh observations; for a
+//! Per iteration: check for a halt request; [`sequencer::step`] on fresh observations; for a
 //! command, re-check the gates (global `--rollouts`, the cluster's `rolloutsEnabled`, halt),
 //! journal the intent durably, call the port, journal the outcome durably; otherwise persist
 //! whatever changed and sleep (poll interval, exponential backoff after transient failures, or
@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
-use super::machine::{
+use super::sequencer::{
     self, Action, Command, Job, JobId, JobState, Needs, Next, ObsError, Observations, Op, Outcome,
     PollWhy, Transition,
 };
@@ -271,7 +271,7 @@ pub struct Executor<T, K, C = SystemClock> {
 /// Kubernetes step's health timeout.
 fn manifests_wait(job: &Job, step: usize) -> Duration {
     match job.steps.get(step).map(|s| &s.kind) {
-        Some(crate::rollout::machine::StepKind::Kubernetes(k)) => k.rollout.health_timeout,
+        Some(crate::rollout::sequencer::StepKind::Kubernetes(k)) => k.rollout.health_timeout,
         _ => Duration::from_secs(5 * 60),
     }
 }
@@ -505,7 +505,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         cmd: Command,
     ) -> Result<(Job, Outcome), RolloutError> {
         let now = self.clock.now();
-        let intended = machine::intend(&t.job, &cmd, now);
+        let intended = sequencer::intend(&t.job, &cmd, now);
         let (job, checks) = self.persist_fenced(
             job,
             &intended,
@@ -533,7 +533,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             });
         }
         let outcome = self.execute(&job, &cmd).await;
-        let (next, notes) = machine::complete(&job, &cmd.key, &outcome, self.clock.now());
+        let (next, notes) = sequencer::complete(&job, &cmd.key, &outcome, self.clock.now());
         let job = self.persist(
             &job,
             &next,
@@ -574,7 +574,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             Some(r) => format!("halted by {}: {r}", h.by),
             None => format!("halted by {}", h.by),
         };
-        let next = machine::halt(job, reason.clone(), self.clock.now());
+        let next = sequencer::halt(job, reason.clone(), self.clock.now());
         let next = self.persist(
             job,
             &next,
@@ -588,14 +588,14 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     /// Observe what the machine asks for, round after round, until it has all it wants.
     async fn decide(&self, job: &Job, now: Timestamp) -> Transition {
         let mut obs = Observations::default();
-        let mut t = machine::step(job, &obs, now);
+        let mut t = sequencer::step(job, &obs, now);
         for _ in 0..16 {
             if t.missing.is_empty() {
                 break;
             }
             let more = self.observe(job, &t.missing).await;
             obs.merge(more);
-            t = machine::step(job, &obs, now);
+            t = sequencer::step(job, &obs, now);
         }
         t
     }
@@ -874,7 +874,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     fn emit(&self, job: &Job, cmd: Option<&Command>, state: EventState) {
         let step = cmd
             .map(|c| c.key.step)
-            .or_else(|| machine::current_step(job));
+            .or_else(|| sequencer::current_step(job));
         let _ = self.events.send(RolloutEvent {
             job: job.id.clone(),
             cluster: job.cluster.clone(),

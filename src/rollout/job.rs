@@ -10,7 +10,7 @@ use super::RolloutError;
 use super::journal::{
     ActiveJob, Entry, JournalEntry, PlanConsumed, active_key, consumed_key, entry_key, job_key,
 };
-use super::machine::{
+use super::sequencer::{
     Job, JobId, JobState, JobStep, KubeStep, StepKind, StepState, TalosStep, WindowSpec,
 };
 use super::ports::NodeTarget;

@@ -22,7 +22,7 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::machine::{
+use super::sequencer::{
     Action, CommandKey, Intent, Job, JobId, JobState, KubeTask, NodeProgress, Outcome, StepKind,
     StepState, ts, ts_opt,
 };

@@ -27,7 +27,7 @@ pub mod executor;
 pub mod fake;
 pub mod job;
 pub mod journal;
-pub mod machine;
+pub mod sequencer;
 pub mod ports;
 pub mod removed;
 
@@ -36,7 +36,11 @@ pub use executor::{
     RunOutcome, SystemClock, TokioClock, request_halt,
 };
 pub use job::{Created, JobInputs, create_jobs_txn};
-pub use machine::{Job, JobId, JobState};
+pub use sequencer::{Job, JobId, JobState};
+
+/// The old name of [`sequencer`], kept while other branches of this session still say it.
+#[doc(hidden)]
+pub use sequencer as machine;
 
 use crate::plan::PlanId;
 use crate::store::StoreError;

@@ -9,7 +9,7 @@ use super::api::pb;
 use crate::rollout::executor::{
     EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
 };
-use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
+use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::rollout::ports::{KubePort, TalosPort};
 use crate::store::StoreError;
 
@@ -285,7 +285,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
                                 t.elapsed(),
                             );
                         }
-                        if o == crate::rollout::machine::Op::Uncordon {
+                        if o == crate::rollout::sequencer::Op::Uncordon {
                             shared.refresh_kick.notify_one();
                             shared.notifier.send(note(
                                 crate::webhook::EventKind::NodeDone,

@@ -17,7 +17,7 @@ use medea::plan::{
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::{FakeCluster, FakeNodeSpec, FakeState, Fault, MemStore};
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix, job_key};
-use medea::rollout::machine::{Job, JobId, JobState, Op};
+use medea::rollout::sequencer::{Job, JobId, JobState, Op};
 use medea::rollout::ports::Component;
 use medea::rollout::{
     Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome, TokioClock,
@@ -736,7 +736,7 @@ async fn legacy_nodes_upgrade_through_the_legacy_rpc_and_reboot_by_themselves() 
         .collect();
     assert!(intents.iter().any(|a| matches!(
         a,
-        medea::rollout::machine::Action::Upgrade {
+        medea::rollout::sequencer::Action::Upgrade {
             method: medea::rollout::ports::UpgradeMethod::Legacy,
             ..
         }
@@ -1739,7 +1739,7 @@ async fn resumes_every_dangling_intent_by_observation() {
 mod machine_props {
     use super::*;
     use medea::error_chain;
-    use medea::rollout::machine::{
+    use medea::rollout::sequencer::{
         self, Action, Command, Needs, Next, ObsError, Observations, Outcome,
     };
     use medea::rollout::ports::{PortError, SnapshotInfo};
@@ -1967,20 +1967,20 @@ mod machine_props {
         // every cycle of the chaos has at least one clean call, so the world lets it progress
         let mut chaos = chaos.into_iter().chain([7]).cycle();
         for _ in 0..20_000 {
-            let mut o = observe(&fake, &machine::needs(&job, now), &snap);
-            let mut t = machine::step(&job, &o, now);
+            let mut o = observe(&fake, &sequencer::needs(&job, now), &snap);
+            let mut t = sequencer::step(&job, &o, now);
             for _ in 0..16 {
                 if t.missing.is_empty() {
                     break;
                 }
                 o.merge(observe(&fake, &t.missing, &snap));
-                t = machine::step(&job, &o, now);
+                t = sequencer::step(&job, &o, now);
             }
             job = replayed(&job, t.job);
             match t.next {
                 Next::Finished => break,
                 Next::Run(cmd) => {
-                    job = replayed(&job, machine::intend(&job, &cmd, now));
+                    job = replayed(&job, sequencer::intend(&job, &cmd, now));
                     match chaos.next().unwrap() {
                         // crashed right after journaling the intent
                         0 => {}
@@ -2006,7 +2006,7 @@ mod machine_props {
                                 })
                             });
                             let out = execute(&fake, &cmd, &mut snap);
-                            job = replayed(&job, machine::complete(&job, &cmd.key, &out, now).0);
+                            job = replayed(&job, sequencer::complete(&job, &cmd.key, &out, now).0);
                             fake.edit(|s| {
                                 s.faults.retain(|f| !matches!(f, Fault::LostReply { .. }))
                             });
@@ -2015,7 +2015,7 @@ mod machine_props {
                         3 => {
                             fake.edit(|s| s.faults.push(Fault::TalosUnavailable { calls: 1 }));
                             let out = execute(&fake, &cmd, &mut snap);
-                            job = replayed(&job, machine::complete(&job, &cmd.key, &out, now).0);
+                            job = replayed(&job, sequencer::complete(&job, &cmd.key, &out, now).0);
                             fake.edit(|s| {
                                 s.faults
                                     .retain(|f| !matches!(f, Fault::TalosUnavailable { .. }))
@@ -2023,7 +2023,7 @@ mod machine_props {
                         }
                         _ => {
                             let out = execute(&fake, &cmd, &mut snap);
-                            job = replayed(&job, machine::complete(&job, &cmd.key, &out, now).0);
+                            job = replayed(&job, sequencer::complete(&job, &cmd.key, &out, now).0);
                         }
                     }
                     check_invariants(&fake.state(), max as usize);

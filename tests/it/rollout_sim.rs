@@ -27,7 +27,7 @@ use medea::talos::adapter::TalosAdapter;
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::MemStore;
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix};
-use medea::rollout::machine::{Job, JobState, Op};
+use medea::rollout::sequencer::{Job, JobState, Op};
 use medea::rollout::ports::{NextBoot, NodeTarget, TalosPort, UpgradeMethod};
 use medea::rollout::{Executor, ExecutorConfig, RunOutcome, SystemClock};
 use medea::sim::kube::{KubeFault, KubeSim, KubeSimConfig, Outage};
