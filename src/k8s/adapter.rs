@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crate::k8s::{
-    self,    ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient,
-    LocalStoragePolicy, UnmanagedPolicy,
+    self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient, LocalStoragePolicy,
+    UnmanagedPolicy,
 };
 use crate::metrics::timed;
 use crate::plan::DrainPolicy;

@@ -11,10 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::k8s::{self, ClientOptions, KubeClient};
 pub use crate::k8s::adapter::KubeAdapter;
-use crate::talos::{ClientSettings, TalosClient};
+use crate::k8s::{self, ClientOptions, KubeClient};
 pub use crate::talos::adapter::{TALOSCONFIG_FILE, TalosAdapter};
+use crate::talos::{ClientSettings, TalosClient};
 
 /// Why an adapter could not be built for a cluster.
 #[derive(Debug, thiserror::Error)]

@@ -18,11 +18,11 @@ use tokio::sync::broadcast;
 
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
-use super::sequencer::{
-    self, Action, Command, Job, JobId, JobState, Needs, Next, ObsError, Observations, Op, Outcome,
-    PollWhy, Transition,
-};
 use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
+use super::sequencer::{
+    self, Action, Command, HaltCode, HaltReason, Job, JobId, JobState, Needs, Next, ObsError,
+    Observations, Op, Outcome, PollWhy, Transition,
+};
 use crate::error_chain;
 use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
 
@@ -198,7 +198,7 @@ impl std::fmt::Display for Gate {
 pub enum RunOutcome {
     Succeeded,
     Halted {
-        reason: String,
+        reason: HaltReason,
         step: Option<usize>,
         node: Option<String>,
     },
@@ -249,7 +249,9 @@ pub enum EventState {
         gate: Gate,
     },
     Halted {
-        reason: String,
+        /// Serialized as `reason` (the text) and `code` (the stable halt code).
+        #[serde(flatten)]
+        reason: HaltReason,
     },
     Succeeded,
 }
@@ -570,16 +572,19 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     }
 
     fn honour_halt(&self, job: &Job, h: HaltRequest) -> Result<Job, RolloutError> {
-        let reason = match &h.reason {
-            Some(r) => format!("halted by {}: {r}", h.by),
-            None => format!("halted by {}", h.by),
-        };
+        let reason = HaltReason::new(
+            HaltCode::OperatorRequest,
+            match &h.reason {
+                Some(r) => format!("halted by {}: {r}", h.by),
+                None => format!("halted by {}", h.by),
+            },
+        );
         let next = sequencer::halt(job, reason.clone(), self.clock.now());
         let next = self.persist(
             job,
             &next,
             Entry::HaltRequested { by: h.by.clone() },
-            vec![reason],
+            vec![reason.to_string()],
         )?;
         self.emit_terminal(&next);
         Ok(next)

@@ -22,11 +22,11 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::ports::SnapshotInfo;
 use super::sequencer::{
     Action, CommandKey, Intent, Job, JobId, JobState, KubeTask, NodeProgress, Outcome, StepKind,
     StepState, ts, ts_opt,
 };
-use super::ports::SnapshotInfo;
 use crate::plan::PlanId;
 use crate::store::{Check, Record, Store, StoreError, StoreExt, Table, Txn};
 

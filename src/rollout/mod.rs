@@ -27,9 +27,9 @@ pub mod executor;
 pub mod fake;
 pub mod job;
 pub mod journal;
-pub mod sequencer;
 pub mod ports;
 pub mod removed;
+pub mod sequencer;
 
 pub use executor::{
     Clock, CrashPoints, EventState, Executor, ExecutorConfig, Fence, Gate, NoFence, RolloutEvent,

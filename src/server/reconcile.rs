@@ -165,6 +165,7 @@ pub fn reconcile(
                             job: None,
                             node: None,
                             reason: None,
+                            halt_code: None,
                             at: now.to_string(),
                         });
                     }
@@ -278,6 +279,7 @@ pub fn reconcile(
             job: None,
             node: None,
             reason: None,
+            halt_code: None,
             at: now.to_string(),
         });
     }

@@ -9,8 +9,8 @@ use super::api::pb;
 use crate::rollout::executor::{
     EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
 };
-use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::rollout::ports::{KubePort, TalosPort};
+use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::store::StoreError;
 
 /// Every job in the store, newest first.
@@ -29,10 +29,14 @@ fn phase_name(p: NodePhase) -> String {
 
 /// The API view of a job.
 pub fn rollout_pb(job: &Job) -> pb::Rollout {
-    let (state, halt_reason) = match &job.state {
-        JobState::Running => ("running", String::new()),
-        JobState::Halted { reason, .. } => ("halted", reason.clone()),
-        JobState::Succeeded { .. } => ("succeeded", String::new()),
+    let (state, halt_reason, halt_code) = match &job.state {
+        JobState::Running => ("running", String::new(), String::new()),
+        JobState::Halted { reason, .. } => (
+            "halted",
+            reason.to_string(),
+            reason.code().as_str().to_string(),
+        ),
+        JobState::Succeeded { .. } => ("succeeded", String::new(), String::new()),
     };
     let mut nodes = Vec::new();
     let mut current_step = String::new();
@@ -97,6 +101,7 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         cluster: job.cluster.clone(),
         state: state.into(),
         halt_reason,
+        halt_code,
         nodes_total: nodes.len() as u32,
         nodes_done: done as u32,
         current_step,
@@ -113,7 +118,7 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         EventState::Progress { note } => ("progress".into(), note.clone()),
         EventState::Waiting { reason } => ("waiting".into(), reason.clone()),
         EventState::Paused { gate } => ("paused".into(), format!("{gate:?}")),
-        EventState::Halted { reason } => ("halted".into(), reason.clone()),
+        EventState::Halted { reason } => ("halted".into(), reason.to_string()),
         EventState::Succeeded => ("succeeded".into(), String::new()),
     };
     pb::RolloutEvent {
@@ -128,6 +133,10 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         step_number: e.step.map_or(0, |s| s as u32 + 1),
         steps_total: e.steps as u32,
         image: e.image.clone().unwrap_or_default(),
+        halt_code: match &e.state {
+            EventState::Halted { reason } => reason.code().as_str().to_string(),
+            _ => String::new(),
+        },
     }
 }
 
@@ -338,6 +347,7 @@ fn note(
         job: Some(e.job.to_string()),
         node: e.node.clone(),
         reason,
+        halt_code: None,
         at: jiff::Timestamp::now().to_string(),
     }
 }
@@ -356,6 +366,7 @@ fn notify_start(shared: &Shared, job: &Job) {
         job: Some(job.id.to_string()),
         node: None,
         reason: None,
+        halt_code: None,
         at: jiff::Timestamp::now().to_string(),
     });
 }
@@ -381,7 +392,7 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
                     .map(|n| format!(" on {n}"))
                     .unwrap_or_default()
             ),
-            Some(reason.clone()),
+            Some(reason),
             node.clone(),
         ),
         RunOutcome::Paused { gate } => {
@@ -397,7 +408,8 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
         plan: Some(job.plan.to_hex()),
         job: Some(job.id.to_string()),
         node,
-        reason,
+        halt_code: reason.map(|r| r.code().as_str().to_string()),
+        reason: reason.map(|r| r.to_string()),
         at: jiff::Timestamp::now().to_string(),
     });
     // The cluster changed under the job: observe it again.

@@ -17,8 +17,8 @@ use medea::plan::{
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::{FakeCluster, FakeNodeSpec, FakeState, Fault, MemStore};
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix, job_key};
-use medea::rollout::sequencer::{Job, JobId, JobState, Op};
 use medea::rollout::ports::Component;
+use medea::rollout::sequencer::{HaltCode, Job, JobId, JobState, Op};
 use medea::rollout::{
     Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome, TokioClock,
     create_jobs_txn, request_halt,
@@ -807,7 +807,7 @@ async fn a_node_on_an_unexpected_version_halts_the_job() {
         .edit(|s| s.nodes.get_mut("w-1").unwrap().version = tv("v1.12.0"));
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, node: Some(n), .. } if reason.contains("plan expected v1.13.2") && n == "w-1"),
+        matches!(&out, RunOutcome::Halted { reason, node: Some(n), .. } if reason.code() == HaltCode::UnexpectedVersion && reason.message().contains("plan expected v1.13.2") && n == "w-1"),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -1015,7 +1015,7 @@ async fn a_halt_request_stops_before_the_next_mutating_command_and_for_good() {
     store.arm(is_result(Op::Drain), Trip::AlsoCommit, Some(halt));
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("alice@example.com") && reason.contains("pager went off")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message().contains("alice@example.com") && reason.message().contains("pager went off")),
         "{out:?}"
     );
     let log = w.state().log;
@@ -1057,7 +1057,7 @@ async fn request_halt_refuses_unknown_jobs_and_records_running_ones() {
     request_halt(w.store.as_ref(), &w.job, "bob", None, t0()).unwrap();
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason == "halted by bob"),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message() == "halted by bob"),
         "{out:?}"
     );
     assert!(w.state().log.is_empty(), "halted before the first command");
@@ -1113,10 +1113,10 @@ async fn run_with(
     (w, out)
 }
 
-fn halted_at(out: &RunOutcome, node: &str, needle: &str) {
+fn halted_at(out: &RunOutcome, node: &str, code: HaltCode, needle: &str) {
     assert!(
-        matches!(out, RunOutcome::Halted { reason, node: Some(n), .. } if n == node && reason.contains(needle)),
-        "expected a halt at {node} mentioning `{needle}`, got {out:?}"
+        matches!(out, RunOutcome::Halted { reason, node: Some(n), .. } if n == node && reason.code() == code && reason.message().contains(needle)),
+        "expected a halt ({code}) at {node} mentioning `{needle}`, got {out:?}"
     );
 }
 
@@ -1127,7 +1127,7 @@ async fn fault_node_never_returns_halts_after_the_health_timeout() {
     });
     let start = tokio::time::Instant::now();
     let (w, out) = run_with(fake, mixed_steps).await;
-    halted_at(&out, "cp-2", "did not come back");
+    halted_at(&out, "cp-2", HaltCode::NodeNotBack, "did not come back");
     assert!(
         start.elapsed() >= Duration::from_secs(900),
         "waited the health timeout"
@@ -1164,7 +1164,7 @@ async fn fault_silent_revert_halts_with_node_reverted() {
     let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE))
         .with_fault(Fault::SilentRevert { node: "w-1".into() });
     let (w, out) = run_with(fake, mixed_steps).await;
-    halted_at(&out, "w-1", "node reverted");
+    halted_at(&out, "w-1", HaltCode::NodeReverted, "node reverted");
     let s = w.state();
     assert_eq!(s.nodes["w-1"].version, tv(FROM));
     assert_eq!(s.nodes["w-3"].counters, Default::default());
@@ -1190,8 +1190,18 @@ async fn fault_upgrade_exit_code_halts_without_reboot() {
         )]
     })
     .await;
-    halted_at(&out, "cp-1", "installer exited with code 1");
-    halted_at(&out, "cp-1", "failed 2 times (rollout.upgradeAttempts)");
+    halted_at(
+        &out,
+        "cp-1",
+        HaltCode::UpgradeRefused,
+        "installer exited with code 1",
+    );
+    halted_at(
+        &out,
+        "cp-1",
+        HaltCode::UpgradeRefused,
+        "failed 2 times (rollout.upgradeAttempts)",
+    );
     let s = w.state();
     assert_eq!(
         s.nodes["cp-1"].counters.upgrade, 2,
@@ -1217,8 +1227,13 @@ async fn upgrade_calls_that_never_arrive_are_retried_only_within_the_health_time
         vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
     })
     .await;
-    halted_at(&out, "w-1", "could not be made within 900s");
-    halted_at(&out, "w-1", "connection refused");
+    halted_at(
+        &out,
+        "w-1",
+        HaltCode::UpgradeNotMade,
+        "could not be made within 900s",
+    );
+    halted_at(&out, "w-1", HaltCode::UpgradeNotMade, "connection refused");
     assert!(
         start.elapsed() >= Duration::from_secs(900),
         "waited the health timeout"
@@ -1277,8 +1292,10 @@ async fn fault_pdb_blocking_forever_halts_at_the_drain_timeout_and_never_forces(
         vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
     })
     .await;
-    halted_at(&out, "w-1", "never forces");
-    assert!(matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("default/app")));
+    halted_at(&out, "w-1", HaltCode::DrainBlocked, "never forces");
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::DrainBlocked && reason.message().contains("default/app"))
+    );
     let elapsed = start.elapsed();
     assert!(
         elapsed >= Duration::from_secs(600) && elapsed < Duration::from_secs(700),
@@ -1298,7 +1315,7 @@ async fn fault_snapshot_fails_before_any_control_plane_node_is_touched() {
     let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE)).with_fault(Fault::SnapshotFails);
     let (w, out) = run_with(fake, mixed_steps).await;
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("etcd-snapshot")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::CommandFailed && reason.message().contains("etcd-snapshot")),
         "{out:?}"
     );
     let s = w.state();
@@ -1408,7 +1425,12 @@ async fn a_node_that_cannot_report_its_next_boot_halts_instead_of_upgrading_twic
     });
     fake.edit(|s| s.nodes.get_mut("w-1").unwrap().reports_next_boot = false);
     let (w, out) = run_with(fake, |f| vec![talos_step(f, "w", &[&["w-1"]], TO, 1)]).await;
-    halted_at(&out, "w-1", "cannot tell whether the upgrade");
+    halted_at(
+        &out,
+        "w-1",
+        HaltCode::OutcomeUnknown,
+        "cannot tell whether the upgrade",
+    );
     assert_eq!(w.state().nodes["w-1"].counters.upgrade, 1);
 }
 
@@ -1493,7 +1515,7 @@ async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
     let w = kube_world(TO, "v1.32.2", "v1.34.1");
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("more than one minor")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::PrecheckFailed && reason.message().contains("more than one minor")),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -1501,7 +1523,7 @@ async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
     let w = kube_world("v1.12.4", "v1.35.0", "v1.36.1");
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("does not support Kubernetes v1.36.1")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::PrecheckFailed && reason.message().contains("does not support Kubernetes v1.36.1")),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -1622,6 +1644,7 @@ async fn kubernetes_a_static_pod_stuck_on_its_old_config_version_halts_before_th
     halted_at(
         &out,
         "cp-1",
+        HaltCode::ComponentNotReady,
         "kube-apiserver on `cp-1` is not at config version 2 (its mirror pod shows 1)",
     );
     let s = w.state();
@@ -1653,6 +1676,7 @@ async fn kubernetes_a_component_already_at_the_target_is_verified_at_the_current
     halted_at(
         &out,
         "cp-1",
+        HaltCode::ComponentNotReady,
         "is not at config version 7 (its mirror pod shows 6)",
     );
     let s = w.state();
@@ -1739,10 +1763,10 @@ async fn resumes_every_dangling_intent_by_observation() {
 mod machine_props {
     use super::*;
     use medea::error_chain;
+    use medea::rollout::ports::{PortError, SnapshotInfo};
     use medea::rollout::sequencer::{
         self, Action, Command, Needs, Next, ObsError, Observations, Outcome,
     };
-    use medea::rollout::ports::{PortError, SnapshotInfo};
     use proptest::prelude::*;
 
     fn obs_err(e: PortError) -> ObsError {
@@ -2270,7 +2294,7 @@ async fn a_halt_request_is_noticed_while_waiting_for_a_window() {
     .unwrap();
     let out = task.await.unwrap().unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("change freeze")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message().contains("change freeze")),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());

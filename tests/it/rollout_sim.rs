@@ -20,15 +20,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use medea::inventory::{Machine, MachineRole, ObservedCluster};
+use medea::k8s::adapter::KubeAdapter;
 use medea::k8s::{ClientOptions, DrainOptions};
 use medea::plan::{MachineTarget, Step, TalosRollout};
-use medea::k8s::adapter::KubeAdapter;
-use medea::talos::adapter::TalosAdapter;
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::MemStore;
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix};
-use medea::rollout::sequencer::{Job, JobState, Op};
 use medea::rollout::ports::{NextBoot, NodeTarget, TalosPort, UpgradeMethod};
+use medea::rollout::sequencer::{HaltCode, HaltReason, Job, JobState, Op};
 use medea::rollout::{Executor, ExecutorConfig, RunOutcome, SystemClock};
 use medea::sim::kube::{KubeFault, KubeSim, KubeSimConfig, Outage};
 use medea::sim::talos::{
@@ -36,6 +35,7 @@ use medea::sim::talos::{
 };
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, StoreExt};
+use medea::talos::adapter::TalosAdapter;
 use medea::talos::{ClientSettings, RetryPolicy};
 use medea::version::{KubeVersion, TalosVersion};
 
@@ -437,11 +437,18 @@ pub(crate) fn fault(node: &str, on: Trigger, effect: Effect) -> FaultPlan {
     }
 }
 
-pub(crate) fn halted(out: &RunOutcome) -> &str {
+pub(crate) fn halted(out: &RunOutcome) -> &HaltReason {
     match out {
         RunOutcome::Halted { reason, .. } => reason,
         other => panic!("expected a halt, got {other:?}"),
     }
+}
+
+/// The text of a halt whose code is `code`.
+pub(crate) fn halted_with(out: &RunOutcome, code: HaltCode) -> String {
+    let reason = halted(out);
+    assert_eq!(reason.code(), code, "{reason}");
+    reason.to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,7 +461,7 @@ async fn a_node_that_never_returns_halts_at_the_health_timeout() {
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 2))];
     let run = run_for(&sim, dir.path(), steps).await;
     let out = run.go().await;
-    let reason = halted(&out);
+    let reason = halted_with(&out, HaltCode::NodeNotBack);
     assert!(reason.contains("did not come back within 2s"), "{reason}");
     assert_eq!(sim.upgrades("w-1"), 1);
     assert_eq!(sim.upgrades("w-2"), 0, "the next node is not touched");
@@ -470,7 +477,7 @@ async fn a_silent_revert_halts_the_job() {
         .unwrap();
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::NodeReverted);
     assert!(reason.contains("node reverted"), "{reason}");
     assert!(reason.contains(FROM), "{reason}");
     assert_eq!(sim.talos.node_state("w-1").unwrap().running, tv(FROM));
@@ -496,7 +503,7 @@ async fn an_installer_exit_code_halts_without_a_reboot() {
     }
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::UpgradeRefused);
     assert!(reason.contains("exited with code 3"), "{reason}");
     assert!(reason.contains("no space left on device"), "{reason}");
     assert!(reason.contains("failed 2 times"), "{reason}");
@@ -582,7 +589,7 @@ async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
     .await;
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("default/debug-shell"), "{reason}");
     assert!(reason.contains("drain.evictUnmanagedPods"), "{reason}");
     assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
@@ -653,7 +660,7 @@ async fn a_legacy_installer_that_keeps_failing_halts_after_the_bound_with_its_me
     }
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::UpgradeRefused);
     assert!(reason.contains("disk full on /dev/sda"), "{reason}");
     assert!(reason.contains("failed 2 times"), "{reason}");
     let c = sim.talos.counters("w-1").unwrap();
@@ -715,7 +722,7 @@ async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing(
     });
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (2, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::DrainBlocked);
     assert!(reason.contains("drain of `w-1` timed out"), "{reason}");
     assert!(reason.contains("default/web-pdb"), "{reason}");
     let c = sim.kube.counters();
@@ -745,7 +752,7 @@ async fn a_broken_etcd_snapshot_touches_no_control_plane_node() {
         (60, 60),
     )];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("snapshot"), "{reason}");
     assert_eq!(sim.snapshots(), 1, "the snapshot was attempted once");
     for cp in ["cp-1", "cp-2", "cp-3"] {
@@ -867,7 +874,7 @@ async fn a_refused_upgrade_on_a_node_that_cannot_tell_its_next_boot_halts_instea
         .unwrap();
     let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::OutcomeUnknown);
     assert!(
         reason.contains("cannot tell whether the upgrade of `w-1` ran"),
         "{reason}"
@@ -1264,8 +1271,15 @@ fn a_crash_around_the_upgrade_of_a_node_that_cannot_tell_halts_with_at_most_one_
         let JobState::Halted { reason, node, .. } = &job.state else {
             panic!("{var}={n}: expected a halt, got {:?}", job.state);
         };
+        assert_eq!(
+            reason.code(),
+            HaltCode::OutcomeUnknown,
+            "{var}={n}: {reason}"
+        );
         assert!(
-            reason.contains("cannot tell whether the upgrade of `w-3` ran"),
+            reason
+                .message()
+                .contains("cannot tell whether the upgrade of `w-3` ran"),
             "{var}={n}: {reason}"
         );
         assert_eq!(node.as_deref(), Some("w-3"));

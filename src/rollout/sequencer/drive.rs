@@ -9,7 +9,7 @@ pub(super) enum Flow {
     Poll(PollWhy, String),
     Wait(Timestamp, String),
     Halt {
-        reason: String,
+        reason: HaltReason,
         node: Option<String>,
         op: Option<Op>,
     },
@@ -17,9 +17,14 @@ pub(super) enum Flow {
     Done,
 }
 
-pub(super) fn halt_flow(reason: String, node: Option<&str>, op: Option<Op>) -> Flow {
+pub(super) fn halt_flow(
+    code: HaltCode,
+    reason: String,
+    node: Option<&str>,
+    op: Option<Op>,
+) -> Flow {
     Flow::Halt {
-        reason,
+        reason: HaltReason::new(code, reason),
         node: node.map(str::to_string),
         op,
     }
@@ -41,6 +46,7 @@ pub(super) fn need<'a, T>(
         Seen::Got(t) => Ok(t),
         Seen::Missing => Err(Flow::Poll(PollWhy::Waiting, format!("observing {what}"))),
         Seen::Transient(m) if now >= deadline => Err(halt_flow(
+            HaltCode::ObservationFailed,
             format!("{what} stayed unreachable until the timeout ({m})"),
             node,
             None,
@@ -49,7 +55,12 @@ pub(super) fn need<'a, T>(
             PollWhy::Unreachable,
             format!("{what} unreachable ({m})"),
         )),
-        Seen::Failed(m) => Err(halt_flow(format!("reading {what} failed: {m}"), node, None)),
+        Seen::Failed(m) => Err(halt_flow(
+            HaltCode::ObservationFailed,
+            format!("reading {what} failed: {m}"),
+            node,
+            None,
+        )),
     }
 }
 
@@ -91,19 +102,22 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
             Resolution::Pending(why, reason) => {
                 let deadline = add(intent.issued_at, step_timeout(j, intent.key.step));
                 if now >= deadline {
-                    let reason = format!(
-                        "could not determine the outcome of {} on {} before the timeout: {reason}",
-                        intent.key.op,
-                        intent.key.node.as_deref().unwrap_or("the cluster")
+                    let reason = HaltReason::new(
+                        HaltCode::OutcomeUnknown,
+                        format!(
+                            "could not determine the outcome of {} on {} before the timeout: {reason}",
+                            intent.key.op,
+                            intent.key.node.as_deref().unwrap_or("the cluster")
+                        ),
                     );
-                    notes.push(reason.clone());
+                    notes.push(reason.to_string());
                     *j = halt(j, reason, now);
                     return Next::Finished;
                 }
                 return Next::Poll { why, reason };
             }
             Resolution::Halt(reason) => {
-                notes.push(reason.clone());
+                notes.push(reason.to_string());
                 *j = halt(j, reason, now);
                 return Next::Finished;
             }
@@ -165,6 +179,7 @@ pub(super) fn window_gate(j: &Job, now: Timestamp) -> Result<(), Flow> {
             Ok(w) => windows.push(w),
             Err(e) => {
                 return Err(halt_flow(
+                    HaltCode::MaintenanceWindow,
                     format!("the job's maintenance window `{}` is invalid: {e}", w.start),
                     None,
                     None,
@@ -181,6 +196,7 @@ pub(super) fn window_gate(j: &Job, now: Timestamp) -> Result<(), Flow> {
             format!("outside the maintenance windows; the next opens at {at}"),
         )),
         None => Err(halt_flow(
+            HaltCode::MaintenanceWindow,
             "outside the maintenance windows, and none opens again".into(),
             None,
             None,

@@ -52,7 +52,13 @@ pub fn target_image(component: Component, current: Option<&str>, to: &KubeVersio
     }
 }
 
-pub(super) fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> Flow {
+pub(super) fn kube_step(
+    j: &mut Job,
+    si: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
     if kube_of(j, si).since.is_none() {
         kube_mut(j, si).since = Some(now);
     }
@@ -76,6 +82,7 @@ pub(super) fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, not
             .cloned();
         let Some(via) = via else {
             return halt_flow(
+                HaltCode::NoSnapshotNode,
                 "no control-plane node is known to take the etcd snapshot from".into(),
                 None,
                 Some(Op::Snapshot),
@@ -147,6 +154,7 @@ pub(super) fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, not
                 let late = |what: String| {
                     if now >= deadline {
                         halt_flow(
+                            HaltCode::ComponentNotReady,
                             format!("{c} on `{name}` {what} within {}s", timeout.as_secs()),
                             nd,
                             Some(Op::SetImage),
@@ -181,6 +189,7 @@ pub(super) fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, not
                         }
                         Seen::Failed(m) => {
                             return halt_flow(
+                                HaltCode::ObservationFailed,
                                 format!("reading Kubernetes node `{name}` failed: {m}"),
                                 nd,
                                 Some(Op::SetImage),
@@ -210,6 +219,7 @@ pub(super) fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, not
                                 }
                                 Seen::Failed(m) => {
                                     return halt_flow(
+                                        HaltCode::ObservationFailed,
                                         format!(
                                             "reading the config version of {c} on `{name}` failed: {m}"
                                         ),
@@ -257,6 +267,7 @@ pub(super) fn kube_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, not
                         }
                         Seen::Failed(m) => {
                             return halt_flow(
+                                HaltCode::ObservationFailed,
                                 format!("reading {c} on `{name}` failed: {m}"),
                                 nd,
                                 Some(Op::SetImage),
@@ -353,6 +364,7 @@ pub(super) fn control_plane_gate(
     };
     if now >= add(since, timeout) {
         return Err(halt_flow(
+            HaltCode::ControlPlaneUnhealthy,
             format!(
                 "control plane unhealthy before patching {what} on `{name}` (waited {}s): {}",
                 timeout.as_secs(),

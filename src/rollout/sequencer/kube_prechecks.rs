@@ -81,6 +81,7 @@ pub(super) fn kube_prechecks(
         let t = talos[&n.node];
         if !ks.rollout.talos_supports_target(&t.version) {
             return Err(halt_flow(
+                HaltCode::PrecheckFailed,
                 format!(
                     "pre-check failed: node `{}` runs Talos {}, which does not support Kubernetes {to}; upgrade Talos first",
                     n.node, t.version
@@ -106,6 +107,7 @@ pub(super) fn kube_prechecks(
     }
     let Some((lowest, lowest_what)) = running.into_iter().min_by(|a, b| a.0.cmp(&b.0)) else {
         return Err(halt_flow(
+            HaltCode::PrecheckFailed,
             "pre-check failed: no running Kubernetes version could be determined".into(),
             None,
             None,
@@ -113,6 +115,7 @@ pub(super) fn kube_prechecks(
     };
     if lowest > to {
         return Err(halt_flow(
+            HaltCode::PrecheckFailed,
             format!("pre-check failed: {lowest_what} runs {lowest}, newer than the target {to}"),
             None,
             None,
@@ -120,6 +123,7 @@ pub(super) fn kube_prechecks(
     }
     if lowest.major() != to.major() || to.minor() > lowest.minor() + 1 {
         return Err(halt_flow(
+            HaltCode::PrecheckFailed,
             format!(
                 "pre-check failed: {lowest_what} runs {lowest}; {to} is more than one minor away (upgrade one minor at a time)"
             ),
@@ -141,6 +145,7 @@ pub(super) fn kube_prechecks(
     if !found.is_empty() {
         let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
         return Err(halt_flow(
+            HaltCode::PrecheckFailed,
             format!(
                 "pre-check failed: Kubernetes {to} removed settings the machine configuration still sets; remove them first: {}",
                 list.join("; ")

@@ -31,9 +31,9 @@ use crate::inventory::MachineRole;
 use crate::plan::{DrainPolicy, KubeRollout, MachineTarget, PlanId, TalosRollout};
 use crate::version::KubeVersion;
 
-
 mod command;
 mod drive;
+mod halt;
 mod kube;
 mod kube_prechecks;
 mod model;
@@ -46,6 +46,7 @@ mod tests;
 
 pub use command::*;
 pub use drive::*;
+pub use halt::{HaltCode, HaltReason};
 pub use kube::*;
 use kube_prechecks::*;
 pub use model::*;
@@ -57,7 +58,6 @@ use talos_node::*;
 /// How long a drain that came back blocked waits before it is tried again (within the drain
 /// timeout).
 pub const DRAIN_RETRY: Duration = Duration::from_secs(10);
-
 
 /// Why the machine wants to look again later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +157,7 @@ pub fn complete(
 }
 
 /// Halt the job (operator request or executor decision). A terminal job is left as it is.
-pub fn halt(job: &Job, reason: impl Into<String>, now: Timestamp) -> Job {
+pub fn halt(job: &Job, reason: HaltReason, now: Timestamp) -> Job {
     let mut j = job.clone();
     if !j.state.is_terminal() {
         let (step, node, op) = match &j.in_flight {
@@ -165,7 +165,7 @@ pub fn halt(job: &Job, reason: impl Into<String>, now: Timestamp) -> Job {
             None => (current_step(&j), None, None),
         };
         j.state = JobState::Halted {
-            reason: reason.into(),
+            reason,
             step,
             node,
             op,
@@ -187,7 +187,6 @@ fn bump(before: &Job, after: &mut Job) {
         after.generation = before.generation + 1;
     }
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // serde helpers for timestamps (RFC 3339)
@@ -222,4 +221,3 @@ pub(crate) mod ts_opt {
             .transpose()
     }
 }
-

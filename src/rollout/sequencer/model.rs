@@ -85,7 +85,9 @@ pub enum JobState {
     Running,
     /// Stopped for good: continuing needs a new plan and a new approval.
     Halted {
-        reason: String,
+        /// The text (`reason`) and the code (`code`) of the halt, flattened into the record.
+        #[serde(flatten)]
+        reason: HaltReason,
         /// Index of the step that was running.
         step: Option<usize>,
         node: Option<String>,

@@ -102,14 +102,22 @@ pub(super) fn apply(
                 bump_attempt(j, key);
                 return;
             }
-            let reason = if bound > 1 {
-                format!(
-                    "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
-                    key.op
-                )
+            let code = if key.op == Op::Upgrade {
+                HaltCode::UpgradeRefused
             } else {
-                format!("{} on `{who}` failed: {error}", key.op)
+                HaltCode::CommandFailed
             };
+            let reason = HaltReason::new(
+                code,
+                if bound > 1 {
+                    format!(
+                        "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
+                        key.op
+                    )
+                } else {
+                    format!("{} on `{who}` failed: {error}", key.op)
+                },
+            );
             notes.push(format!("halted: {reason}"));
             *j = halt(j, reason, now);
             j.in_flight = None;
@@ -159,9 +167,12 @@ pub(super) fn apply(
                     let deadline = add(n.since.unwrap_or(now), drain_timeout);
                     let why = format!("eviction of `{pod}` refused by PodDisruptionBudget `{pdb}`");
                     if now >= deadline {
-                        let reason = format!(
-                            "drain of `{who}` timed out after {}s: {why}; medea never forces evictions",
-                            drain_timeout.as_secs()
+                        let reason = HaltReason::new(
+                            HaltCode::DrainBlocked,
+                            format!(
+                                "drain of `{who}` timed out after {}s: {why}; medea never forces evictions",
+                                drain_timeout.as_secs()
+                            ),
                         );
                         notes.push(format!("halted: {reason}"));
                         j.state = JobState::Halted {

@@ -13,7 +13,7 @@ pub(super) enum Resolution {
     Reissue,
     /// Cannot tell yet.
     Pending(PollWhy, String),
-    Halt(String),
+    Halt(HaltReason),
 }
 
 pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
@@ -39,7 +39,10 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 Resolution::Pending(PollWhy::Waiting, "observing the snapshot file".into())
             }
             Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(format!("cannot read the snapshot file: {m}")),
+            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                HaltCode::ObservationFailed,
+                format!("cannot read the snapshot file: {m}"),
+            )),
         },
         Action::Cordon { node } | Action::Uncordon { node } => {
             let want = matches!(intent.action, Action::Cordon { .. });
@@ -50,9 +53,10 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                     Resolution::Pending(PollWhy::Waiting, format!("observing `{node}`"))
                 }
                 Seen::Transient(m) => away(m),
-                Seen::Failed(m) => {
-                    Resolution::Halt(format!("cannot read Kubernetes node `{node}`: {m}"))
-                }
+                Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                    HaltCode::ObservationFailed,
+                    format!("cannot read Kubernetes node `{node}`: {m}"),
+                )),
             }
         }
         Action::SetImage {
@@ -66,9 +70,9 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
             }
             Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(format!(
-                "cannot read the machine config of `{}`: {m}",
-                node.node
+            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                HaltCode::ObservationFailed,
+                format!("cannot read the machine config of `{}`: {m}", node.node),
             )),
         },
         Action::Upgrade {
@@ -78,7 +82,12 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
         } => {
             let to = match j.steps.get(intent.key.step).map(|s| &s.kind) {
                 Some(StepKind::Talos(t)) => t.rollout.to.clone(),
-                _ => return Resolution::Halt("an upgrade intent outside a Talos step".into()),
+                _ => {
+                    return Resolution::Halt(HaltReason::new(
+                        HaltCode::Inconsistent,
+                        "an upgrade intent outside a Talos step",
+                    ));
+                }
             };
             match eyes.talos(node) {
                 Seen::Got(t) => {
@@ -92,9 +101,12 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                     } else if t.next_boot == NextBoot::Version(to.clone()) {
                         done
                     } else if let NextBoot::Version(v) = &t.next_boot {
-                        Resolution::Halt(format!(
-                            "node `{}` has {v} staged for its next boot, not {to}",
-                            node.node
+                        Resolution::Halt(HaltReason::new(
+                            HaltCode::UnexpectedVersion,
+                            format!(
+                                "node `{}` has {v} staged for its next boot, not {to}",
+                                node.node
+                            ),
                         ))
                     } else if t.stage.in_transition() {
                         Resolution::Pending(
@@ -104,9 +116,12 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                     } else if t.next_boot == NextBoot::Same {
                         Resolution::Reissue
                     } else {
-                        Resolution::Halt(format!(
-                            "cannot tell whether the upgrade of `{}` ran (the node does not report its next boot); check the node and plan again",
-                            node.node
+                        Resolution::Halt(HaltReason::new(
+                            HaltCode::OutcomeUnknown,
+                            format!(
+                                "cannot tell whether the upgrade of `{}` ran (the node does not report its next boot); check the node and plan again",
+                                node.node
+                            ),
                         ))
                     }
                 }
@@ -114,9 +129,10 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                     Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
                 }
                 Seen::Transient(m) => away(m),
-                Seen::Failed(m) => {
-                    Resolution::Halt(format!("cannot read node `{}`: {m}", node.node))
-                }
+                Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                    HaltCode::ObservationFailed,
+                    format!("cannot read node `{}`: {m}", node.node),
+                )),
             }
         }
         Action::Reboot {
@@ -129,7 +145,10 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
             }
             Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(format!("cannot read node `{}`: {m}", node.node)),
+            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                HaltCode::ObservationFailed,
+                format!("cannot read node `{}`: {m}", node.node),
+            )),
         },
     }
 }

@@ -128,6 +128,7 @@ pub(super) fn talos_node(
                 }
                 if t.version != from {
                     return halt_flow(
+                        HaltCode::UnexpectedVersion,
                         format!(
                             "node `{name}` runs {}, but the plan expected {from}: something else changed it; plan again",
                             t.version
@@ -155,6 +156,7 @@ pub(super) fn talos_node(
                     if let Err(why) = etcd_verdict(e) {
                         if now >= health_deadline {
                             return halt_flow(
+                                HaltCode::EtcdUnhealthy,
                                 format!(
                                     "etcd did not become healthy before node `{name}` could start: {why}"
                                 ),
@@ -181,6 +183,7 @@ pub(super) fn talos_node(
                 if cp && j.snapshot.is_none() {
                     let Some(via) = j.control_plane.first().cloned() else {
                         return halt_flow(
+                            HaltCode::NoSnapshotNode,
                             "no control-plane node is known to take the etcd snapshot from".into(),
                             None,
                             Some(Op::Snapshot),
@@ -247,6 +250,7 @@ pub(super) fn talos_node(
                 };
                 if t.version != from {
                     return halt_flow(
+                        HaltCode::UnexpectedVersion,
                         format!(
                             "node `{name}` runs {} before its upgrade, expected {from}",
                             t.version
@@ -264,6 +268,7 @@ pub(super) fn talos_node(
                     if let Err(why) = etcd_verdict(e) {
                         if now >= health_deadline {
                             return halt_flow(
+                                HaltCode::EtcdUnhealthy,
                                 format!(
                                     "etcd did not become healthy before upgrading `{name}`: {why}"
                                 ),
@@ -280,6 +285,7 @@ pub(super) fn talos_node(
                 // Upgrade per node".
                 if n.attempt > 0 && now >= health_deadline {
                     return halt_flow(
+                        HaltCode::UpgradeNotMade,
                         format!(
                             "upgrade of `{name}` to {to} could not be made within {}s ({} call(s) left no trace): {}",
                             spec.health_timeout.as_secs(),
@@ -309,6 +315,7 @@ pub(super) fn talos_node(
             NodePhase::Upgraded => {
                 let Some(boot) = n.boot_id_before.clone() else {
                     return halt_flow(
+                        HaltCode::Inconsistent,
                         format!("node `{name}` has no recorded boot id before its reboot"),
                         nd,
                         Some(Op::Reboot),
@@ -332,6 +339,7 @@ pub(super) fn talos_node(
                     Seen::Transient(m) => {
                         if now >= health_deadline {
                             return halt_flow(
+                                HaltCode::NodeNotBack,
                                 format!(
                                     "node `{name}` did not come back within {}s of its reboot ({m})",
                                     spec.health_timeout.as_secs()
@@ -344,6 +352,7 @@ pub(super) fn talos_node(
                     }
                     Seen::Failed(m) => {
                         return halt_flow(
+                            HaltCode::ObservationFailed,
                             format!("reading {what} failed: {m}"),
                             nd,
                             Some(Op::Reboot),
@@ -354,6 +363,7 @@ pub(super) fn talos_node(
                 let late = |what: String| {
                     if now >= health_deadline {
                         halt_flow(
+                            HaltCode::NodeNotBack,
                             format!(
                                 "node `{name}` {what} within {}s of its reboot",
                                 spec.health_timeout.as_secs()
@@ -370,6 +380,7 @@ pub(super) fn talos_node(
                 }
                 if t.version != to {
                     return halt_flow(
+                        HaltCode::NodeReverted,
                         format!(
                             "node reverted: `{name}` came back on {} instead of {to} (the boot fell back to the previous version)",
                             t.version
@@ -408,6 +419,7 @@ pub(super) fn talos_node(
                     }
                     Seen::Failed(m) => {
                         return halt_flow(
+                            HaltCode::ObservationFailed,
                             format!("reading Kubernetes node `{name}` failed: {m}"),
                             nd,
                             Some(Op::Reboot),

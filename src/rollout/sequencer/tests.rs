@@ -151,3 +151,36 @@ fn command_keys_name_job_step_node_op_attempt() {
     };
     assert_eq!(k.to_string(), "j/2/cp-1/upgrade/1");
 }
+
+#[test]
+fn a_halt_keeps_its_text_in_reason_and_its_code_beside_it() {
+    let state = JobState::Halted {
+        reason: HaltReason::new(
+            HaltCode::NodeReverted,
+            "node reverted: `w-1` came back on v1",
+        ),
+        step: Some(0),
+        node: Some("w-1".into()),
+        op: None,
+        at: "2026-12-03T12:00:00Z".parse().unwrap(),
+    };
+    let v = serde_json::to_value(&state).unwrap();
+    assert_eq!(v["state"], "halted");
+    assert_eq!(v["reason"], "node reverted: `w-1` came back on v1");
+    assert_eq!(v["code"], "node_reverted");
+    assert_eq!(serde_json::from_value::<JobState>(v).unwrap(), state);
+    // a record written before halt codes existed
+    let old: JobState = serde_json::from_str(
+        r#"{"state":"halted","reason":"halted by bob","step":null,"node":null,"op":null,"at":"2026-12-03T12:00:00Z"}"#,
+    )
+    .unwrap();
+    assert!(
+        matches!(&old, JobState::Halted { reason, .. } if reason.code() == HaltCode::Unrecorded && reason.to_string() == "halted by bob"),
+        "{old:?}"
+    );
+    assert_eq!(HaltCode::UpgradeRefused.as_str(), "upgrade_refused");
+    assert_eq!(
+        serde_json::to_value(HaltCode::UpgradeRefused).unwrap(),
+        "upgrade_refused"
+    );
+}

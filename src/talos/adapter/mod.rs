@@ -21,8 +21,7 @@ use crate::rollout::ports::{
     UpgradeMethod,
 };
 use crate::talos::{
-    self, ApplyOptions, ImageRef, MachineConfig, PullNamespace, TalosApi,
-    TalosClient, TalosError,
+    self, ApplyOptions, ImageRef, MachineConfig, PullNamespace, TalosApi, TalosClient, TalosError,
 };
 use crate::version::TalosVersion;
 
