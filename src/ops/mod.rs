@@ -11,3 +11,4 @@
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
 
 pub mod cluster_ports;
+pub mod jobs;

@@ -338,7 +338,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
 
     /// Jobs that are not terminal, by id.
     pub fn running_jobs(&self) -> Result<Vec<Job>, RolloutError> {
-        let jobs = journal::load_jobs(self.store.as_ref()).map_err(|err| RolloutError::Store {
+        let jobs = read_jobs(self.store.as_ref()).map_err(|err| RolloutError::Store {
             job: "*".into(),
             err,
         })?;
@@ -379,7 +379,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     }
 
     fn load(&self, id: &JobId) -> Result<Job, RolloutError> {
-        journal::load_job(self.store.as_ref(), id)
+        read_job(self.store.as_ref(), id)
             .map_err(store_err(id))?
             .ok_or_else(|| RolloutError::UnknownJob {
                 job: id.to_string(),
@@ -937,6 +937,26 @@ async fn snapshot_on_disk(path: &std::path::Path) -> std::io::Result<Option<Snap
     }
 }
 
+/// The executor's own reads of jobs: the checkpoint with the journal folded in
+/// ([`journal::replay`]). `ops::jobs` reads them the same way for everyone else.
+fn read_job(store: &dyn Store, id: &JobId) -> Result<Option<Job>, StoreError> {
+    let Some(mut job) = store.get_record::<Job>(&journal::job_key(id))? else {
+        return Ok(None);
+    };
+    journal::replay(&mut job, |key| store.get_record(key))?;
+    Ok(Some(job))
+}
+
+/// Every job in the store, current, in key order (see [`read_job`]).
+fn read_jobs(store: &dyn Store) -> Result<Vec<Job>, StoreError> {
+    let mut jobs = Vec::new();
+    for (_, mut job) in store.scan_records::<Job>("job/")? {
+        journal::replay(&mut job, |key| store.get_record(key))?;
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
 /// Ask a running job to stop before its next mutating command (`medea rollout halt`).
 pub fn request_halt(
     store: &dyn Store,
@@ -945,7 +965,7 @@ pub fn request_halt(
     reason: Option<&str>,
     now: Timestamp,
 ) -> Result<(), RolloutError> {
-    let current = journal::load_job(store, job)
+    let current = read_job(store, job)
         .map_err(store_err(job))?
         .ok_or_else(|| RolloutError::UnknownJob {
             job: job.to_string(),

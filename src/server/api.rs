@@ -263,7 +263,7 @@ fn consumed_state(
     use crate::rollout::sequencer::JobState;
     let mut state = "applied";
     for id in &c.jobs {
-        match crate::rollout::journal::load_job(store, id)?.map(|j| j.state) {
+        match crate::ops::jobs::load_job(store, id)?.map(|j| j.state) {
             Some(JobState::Running) => return Ok("running"),
             Some(JobState::Halted { .. }) => state = "halted",
             Some(JobState::Succeeded { .. }) => {}

@@ -15,7 +15,7 @@ use crate::store::StoreError;
 
 /// Every job in the store, newest first.
 pub fn jobs(shared: &Shared) -> Result<Vec<Job>, StoreError> {
-    let mut jobs: Vec<Job> = crate::rollout::journal::load_jobs(shared.store.as_ref())?;
+    let mut jobs: Vec<Job> = crate::ops::jobs::load_jobs(shared.store.as_ref())?;
     jobs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
     Ok(jobs)
 }

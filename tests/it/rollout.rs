@@ -255,7 +255,7 @@ impl World {
         )
     }
     pub fn job(&self) -> Job {
-        medea::rollout::journal::load_job(self.store.as_ref(), &self.job)
+        medea::ops::jobs::load_job(self.store.as_ref(), &self.job)
             .unwrap()
             .unwrap()
     }
@@ -614,7 +614,7 @@ async fn a_job_reads_back_from_its_checkpoint_and_the_journal_after_it() {
             &broken,
         ))
         .unwrap();
-    let err = medea::rollout::journal::load_job(sizes.as_ref(), &w.job).unwrap_err();
+    let err = medea::ops::jobs::load_job(sizes.as_ref(), &w.job).unwrap_err();
     assert!(matches!(err, StoreError::Decode { .. }), "{err}");
 }
 
@@ -880,7 +880,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
         store.commit(c.txn.clone()),
         Err(StoreError::Conflict { .. })
     ));
-    let job = medea::rollout::journal::load_job(&store, &c.jobs[0].id)
+    let job = medea::ops::jobs::load_job(&store, &c.jobs[0].id)
         .unwrap()
         .unwrap();
     assert_eq!(job.plan, p.id);
@@ -2211,7 +2211,7 @@ pub mod crash {
                 check(&w, &format!("{var}={n} (never reached)"));
                 // every executor commit is one journal entry after the creation (seq 0)
                 let store = FjallStore::open(&w.store()).unwrap();
-                let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
+                let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
                 assert_eq!(jobs[0].journal_seq, n - 1, "journal points");
                 return n - 1;
             }
@@ -2245,7 +2245,7 @@ pub mod crash {
         }
         assert_eq!(s.snapshots, 1, "{what}: one snapshot");
         let store = FjallStore::open(&w.store()).unwrap();
-        let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
+        let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
         assert_eq!(jobs.len(), 1);
         assert!(
             matches!(jobs[0].state, JobState::Succeeded { .. }),

@@ -1031,7 +1031,7 @@ impl SimWorld {
 
     fn job(&self) -> Job {
         let store = FjallStore::open(&self.store()).unwrap();
-        let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
+        let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
         assert_eq!(jobs.len(), 1);
         jobs.into_iter().next().unwrap()
     }

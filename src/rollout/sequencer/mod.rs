@@ -1,5 +1,18 @@
-//! The rollout state machine: pure functions from (job, fresh observations, now) to the next
-//! job state and the next command. No I/O, no clock, no sleeping (see `design/rollout.md`).
+//! The sequencer: the rollout's job/step state machine. Pure functions from (job, fresh
+//! observations, now) to the next job state and the next command. No I/O, no clock, no
+//! sleeping (see `design/rollout.md`). Named for what it does (it sequences a job's steps and
+//! commands); "machine" means a node in this domain.
+//!
+//! **Owns:** the job record ([`model`]), commands and outcomes ([`command`]), what is observed
+//! ([`observe`]), halt reasons ([`HaltReason`], [`HaltCode`]) and the decisions: driving a job
+//! (`drive`), the Talos step per node (`talos_node`), the Kubernetes step (`kube`,
+//! `kube_prechecks`), resolving a journaled command without an outcome (`resolve`) and applying
+//! an outcome (`outcome`).
+//! **May depend on:** `plan`, `inventory`, `desired::window`, `version`, `rollout::ports` (its
+//! types only) and `rollout::removed`.
+//!
+//! Architecture Invariant: pure: no tokio, filesystem, network, store or clock
+//! (`tests/it/architecture.rs`).
 //!
 //! The executor loop is:
 //! 1. [`step`] with the observations of [`needs`] (and of [`Transition::missing`], until it is
@@ -31,18 +44,16 @@ use crate::inventory::MachineRole;
 use crate::plan::{DrainPolicy, KubeRollout, MachineTarget, PlanId, TalosRollout};
 use crate::version::KubeVersion;
 
-mod command;
+pub mod command;
 mod drive;
 mod halt;
 mod kube;
 mod kube_prechecks;
-mod model;
-mod observe;
+pub mod model;
+pub mod observe;
 mod outcome;
 mod resolve;
 mod talos_node;
-#[cfg(test)]
-mod tests;
 
 pub use command::*;
 pub use drive::*;
@@ -221,3 +232,6 @@ pub(crate) mod ts_opt {
             .transpose()
     }
 }
+
+#[cfg(test)]
+mod tests;
