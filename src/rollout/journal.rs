@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ports::SnapshotInfo;
 use super::sequencer::{
-    Action, CommandKey, Intent, Job, JobId, JobState, KubeTask, NodeProgress, Outcome, StepKind,
-    StepState, ts, ts_opt,
+    Action, CommandKey, Intent, Job, JobId, JobState, KubeTask, KubeTasks, NodeProgress, Outcome,
+    StepKind, StepState, ts, ts_opt,
 };
 use crate::plan::PlanId;
 use crate::store::{Check, Record, StoreError, Table, Txn};
@@ -211,7 +211,7 @@ pub enum TasksDelta {
     Unchanged,
     /// The task list was built (or replaced) whole.
     Set {
-        tasks: Option<Vec<KubeTask>>,
+        tasks: KubeTasks,
     },
     /// These tasks changed, by index.
     Changed {
@@ -264,15 +264,17 @@ impl JobDelta {
                     }
                     let tasks = match (&x.tasks, &y.tasks) {
                         (p, n) if p == n => TasksDelta::Unchanged,
-                        (Some(p), Some(n)) if p.len() == n.len() => TasksDelta::Changed {
-                            tasks: p
-                                .iter()
-                                .zip(n)
-                                .enumerate()
-                                .filter(|(_, (p, n))| p != n)
-                                .map(|(i, (_, n))| (i, n.clone()))
-                                .collect(),
-                        },
+                        (KubeTasks::Planned(p), KubeTasks::Planned(n)) if p.len() == n.len() => {
+                            TasksDelta::Changed {
+                                tasks: p
+                                    .iter()
+                                    .zip(n)
+                                    .enumerate()
+                                    .filter(|(_, (p, n))| p != n)
+                                    .map(|(i, (_, n))| (i, n.clone()))
+                                    .collect(),
+                            }
+                        }
                         (_, n) => TasksDelta::Set { tasks: n.clone() },
                     };
                     if x.since != y.since || tasks != TasksDelta::Unchanged {
@@ -329,9 +331,9 @@ impl JobDelta {
                             TasksDelta::Unchanged => {}
                             TasksDelta::Set { tasks } => k.tasks = tasks.clone(),
                             TasksDelta::Changed { tasks } => {
-                                let have = k.tasks.as_mut().ok_or_else(|| {
-                                    format!("step {} has no tasks to change", d.index)
-                                })?;
+                                let KubeTasks::Planned(have) = &mut k.tasks else {
+                                    return Err(format!("step {} has no tasks to change", d.index));
+                                };
                                 for (i, t) in tasks {
                                     let slot = have.get_mut(*i).ok_or_else(|| {
                                         format!(

@@ -69,7 +69,7 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
             }
             StepKind::Kubernetes(k) => {
                 let mut per_node: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-                for t in k.tasks.iter().flatten() {
+                for t in k.tasks.list() {
                     let e = per_node.entry(t.node.node.clone()).or_default();
                     e.1 += 1;
                     if t.state == TaskState::Done {

@@ -62,12 +62,12 @@ pub(super) fn kube_step(
     if kube_of(j, si).since.is_none() {
         kube_mut(j, si).since = Some(now);
     }
-    if kube_of(j, si).tasks.is_none() {
+    if kube_of(j, si).tasks == KubeTasks::Unchecked {
         match kube_prechecks(j, si, eyes, now) {
             Ok((tasks, note, legacy)) => {
                 notes.push(note);
                 let k = kube_mut(j, si);
-                k.tasks = Some(tasks);
+                k.tasks = KubeTasks::Planned(tasks);
                 k.manifests_legacy = legacy;
             }
             Err(flow) => return flow,
@@ -92,7 +92,7 @@ pub(super) fn kube_step(
     }
     loop {
         let ks = kube_of(j, si);
-        let tasks = ks.tasks.as_ref().expect("tasks built");
+        let tasks = ks.tasks.list();
         let Some(ti) = tasks.iter().position(|t| t.state != TaskState::Done) else {
             return Flow::Done;
         };
@@ -132,7 +132,7 @@ pub(super) fn kube_step(
                 {
                     return flow;
                 }
-                let t = &kube_of(j, si).tasks.as_ref().expect("tasks built")[ti];
+                let t = &kube_of(j, si).tasks.list()[ti];
                 return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, Op::SetImage, t.attempt),
                     action: Action::SetImage {
@@ -147,9 +147,9 @@ pub(super) fn kube_step(
                 let since = t.since;
                 if since.is_none() {
                     // verification of a component found at the target starts now
-                    kube_mut(j, si).tasks.as_mut().expect("tasks")[ti].since = Some(now);
+                    kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
                 }
-                let t = &kube_of(j, si).tasks.as_ref().expect("tasks built")[ti];
+                let t = &kube_of(j, si).tasks.list()[ti];
                 let deadline = add(since.unwrap_or(now), timeout);
                 let late = |what: String| {
                     if now >= deadline {
@@ -277,7 +277,7 @@ pub(super) fn kube_step(
                 };
                 if ok {
                     let image = t.image.clone();
-                    let tm = &mut kube_mut(j, si).tasks.as_mut().expect("tasks")[ti];
+                    let tm = &mut kube_mut(j, si).tasks.list_mut()[ti];
                     tm.state = TaskState::Done;
                     tm.since = Some(now);
                     match &verified_at {
@@ -307,7 +307,7 @@ pub(super) fn control_plane_gate(
     notes: &mut Vec<String>,
 ) -> Result<(), Flow> {
     let ks = kube_of(j, si);
-    let t = &ks.tasks.as_ref().expect("tasks built")[ti];
+    let t = &ks.tasks.list()[ti];
     let (name, c) = (t.node.node.clone(), t.component);
     let timeout = ks.rollout.health_timeout;
     let mut missing = false;
@@ -354,7 +354,7 @@ pub(super) fn control_plane_gate(
     let since = match t.since {
         Some(s) => s,
         None => {
-            kube_mut(j, si).tasks.as_mut().expect("tasks")[ti].since = Some(now);
+            kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
             notes.push(format!(
                 "control plane unhealthy before {what} on `{name}`: {}",
                 bad.join("; ")

@@ -295,12 +295,56 @@ pub struct KubeStep {
     /// When the pre-checks began.
     #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
-    /// Built when the pre-checks pass; `None` before.
-    pub tasks: Option<Vec<KubeTask>>,
+    /// Built when the pre-checks pass.
+    pub tasks: KubeTasks,
     /// Some node runs Talos < 1.13 (decided by the pre-checks): the manifests are synced the
     /// legacy way, as `upgrade-k8s` decides from the lowest Talos version.
     #[serde(default)]
     pub manifests_legacy: bool,
+}
+
+/// A Kubernetes step's task list: none until the pre-checks pass, then the tasks they planned.
+/// Stored as before (`null`, or the list).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(from = "Option<Vec<KubeTask>>", into = "Option<Vec<KubeTask>>")]
+pub enum KubeTasks {
+    /// The pre-checks have not passed yet.
+    #[default]
+    Unchecked,
+    /// The pre-checks passed and planned these tasks, run in order.
+    Planned(Vec<KubeTask>),
+}
+
+impl KubeTasks {
+    /// The planned tasks; none before the pre-checks pass.
+    pub fn list(&self) -> &[KubeTask] {
+        match self {
+            KubeTasks::Unchecked => &[],
+            KubeTasks::Planned(t) => t,
+        }
+    }
+
+    pub fn list_mut(&mut self) -> &mut [KubeTask] {
+        match self {
+            KubeTasks::Unchecked => &mut [],
+            KubeTasks::Planned(t) => t,
+        }
+    }
+}
+
+impl From<Option<Vec<KubeTask>>> for KubeTasks {
+    fn from(o: Option<Vec<KubeTask>>) -> KubeTasks {
+        o.map_or(KubeTasks::Unchecked, KubeTasks::Planned)
+    }
+}
+
+impl From<KubeTasks> for Option<Vec<KubeTask>> {
+    fn from(t: KubeTasks) -> Option<Vec<KubeTask>> {
+        match t {
+            KubeTasks::Unchecked => None,
+            KubeTasks::Planned(t) => Some(t),
+        }
+    }
 }
 
 impl KubeStep {
@@ -314,7 +358,7 @@ impl KubeStep {
             control_plane,
             workers,
             since: None,
-            tasks: None,
+            tasks: KubeTasks::Unchecked,
             manifests_legacy: false,
         }
     }

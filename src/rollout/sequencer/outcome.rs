@@ -11,8 +11,8 @@ pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
         if let Some(StepKind::Kubernetes(k)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
             && let Some(t) = k
                 .tasks
+                .list_mut()
                 .iter_mut()
-                .flatten()
                 .find(|t| t.op == KubeOp::Manifests)
         {
             t.attempt += 1;
@@ -53,8 +53,8 @@ pub(super) fn record_upgrade_error(j: &mut Job, key: &CommandKey, error: String,
 
 pub(super) fn current_task_mut(k: &mut KubeStep) -> Option<&mut KubeTask> {
     k.tasks
+        .list_mut()
         .iter_mut()
-        .flatten()
         .find(|t| t.state != TaskState::Done)
 }
 
