@@ -20,8 +20,8 @@ use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
 use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
 use super::sequencer::{
-    self, Action, Command, HaltCode, HaltReason, Job, JobId, JobState, Needs, Next, ObsError,
-    Observations, Op, Outcome, PollWhy, Transition,
+    self, Action, Command, CommandOp, CommandOutcome, HaltCode, HaltReason, Job, JobId, JobState,
+    Needs, Next, ObsError, Observations, PollWhy, Transition,
 };
 use crate::error_chain;
 use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
@@ -67,7 +67,7 @@ impl Clock for TokioClock {
 }
 
 /// Extra preconditions on every executor transaction (the HA leader lease).
-pub trait Fence: Send + Sync {
+pub trait CommitFence: Send + Sync {
     fn checks(&self) -> Vec<Check>;
     /// Called right before each mutating call, with the checks its intent was journaled
     /// under: do they still hold here and now? A replica whose term ended (lease expired,
@@ -83,7 +83,7 @@ pub trait Fence: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoFence;
 
-impl Fence for NoFence {
+impl CommitFence for NoFence {
     fn checks(&self) -> Vec<Check> {
         Vec::new()
     }
@@ -107,7 +107,7 @@ impl CrashPoints {
     /// `MEDEA_CRASH_AT=N` (or `MEDEA_CRASH_AFTER=N`): abort right after commit N;
     /// `MEDEA_CRASH_BEFORE=N`: abort right before commit N (after the call it records). Instead
     /// of N, an entry name: `intent:<op>:<node>`, `result:<op>:<node>` (`<op>` as in
-    /// `Op::name`, e.g. `upgrade`, `reboot`, `drain`). `MEDEA_STOP_AT=<entry>`: SIGSTOP itself
+    /// `CommandOp::name`, e.g. `upgrade`, `reboot`, `drain`). `MEDEA_STOP_AT=<entry>`: SIGSTOP itself
     /// right after that entry's commit.
     pub fn from_env() -> CrashPoints {
         let raw = |k: &str| {
@@ -218,7 +218,7 @@ pub struct RolloutEvent {
     pub step: Option<usize>,
     pub pool: Option<String>,
     pub node: Option<String>,
-    pub op: Option<Op>,
+    pub op: Option<CommandOp>,
     pub state: EventState,
     /// How many steps the job has (for "step 1/3").
     pub steps: usize,
@@ -262,7 +262,7 @@ pub struct Executor<T, K, C = SystemClock> {
     kube: K,
     clock: C,
     cfg: ExecutorConfig,
-    fence: Arc<dyn Fence>,
+    fence: Arc<dyn CommitFence>,
     events: broadcast::Sender<RolloutEvent>,
     commits: AtomicU64,
     /// Cluster record bytes → its `rolloutsEnabled`, see [`Executor::closed_gate`].
@@ -314,7 +314,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         }
     }
 
-    pub fn with_fence(mut self, fence: Arc<dyn Fence>) -> Self {
+    pub fn with_fence(mut self, fence: Arc<dyn CommitFence>) -> Self {
         self.fence = fence;
         self
     }
@@ -448,7 +448,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                     let outcome;
                     (job, outcome) = self.run_command(&job, t, cmd).await?;
                     match outcome {
-                        Outcome::Transient { .. } => {
+                        CommandOutcome::Transient { .. } => {
                             transient += 1;
                             self.sleep(self.backoff(transient)).await;
                         }
@@ -505,7 +505,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         job: &Job,
         t: Transition,
         cmd: Command,
-    ) -> Result<(Job, Outcome), RolloutError> {
+    ) -> Result<(Job, CommandOutcome), RolloutError> {
         let now = self.clock.now();
         let intended = sequencer::intend(&t.job, &cmd, now);
         let (job, checks) = self.persist_fenced(
@@ -546,7 +546,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             notes,
         )?;
         let state = match &outcome {
-            Outcome::Transient { error } => EventState::Unknown {
+            CommandOutcome::Transient { error } => EventState::Unknown {
                 error: error.clone(),
             },
             _ => match &job.state {
@@ -671,13 +671,13 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         self.cfg.snapshot_dir.join(format!("{}.db", job.id))
     }
 
-    async fn execute(&self, job: &Job, cmd: &Command) -> Outcome {
-        let r: Result<Outcome, PortError> = match &cmd.action {
+    async fn execute(&self, job: &Job, cmd: &Command) -> CommandOutcome {
+        let r: Result<CommandOutcome, PortError> = match &cmd.action {
             Action::Snapshot { via } => self
                 .talos
                 .etcd_snapshot(via, &self.snapshot_path(job))
                 .await
-                .map(|info| Outcome::Snapshot { info }),
+                .map(|info| CommandOutcome::Snapshot { info }),
             Action::Pull {
                 node,
                 image,
@@ -686,8 +686,8 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .talos
                 .pull_image(node, image, *namespace)
                 .await
-                .map(|()| Outcome::Done),
-            Action::Cordon { node } => self.kube.cordon(node).await.map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
+            Action::Cordon { node } => self.kube.cordon(node).await.map(|()| CommandOutcome::Done),
             Action::Drain {
                 node,
                 timeout_secs,
@@ -696,7 +696,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .kube
                 .drain(node, Duration::from_secs(*timeout_secs), policy)
                 .await
-                .map(|result| Outcome::Drain { result }),
+                .map(|result| CommandOutcome::Drain { result }),
             Action::Upgrade {
                 node,
                 image,
@@ -706,9 +706,15 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .talos
                 .upgrade(node, image, *method)
                 .await
-                .map(|()| Outcome::Done),
-            Action::Reboot { node, .. } => self.talos.reboot(node).await.map(|()| Outcome::Done),
-            Action::Uncordon { node } => self.kube.uncordon(node).await.map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
+            Action::Reboot { node, .. } => {
+                self.talos.reboot(node).await.map(|()| CommandOutcome::Done)
+            }
+            Action::Uncordon { node } => self
+                .kube
+                .uncordon(node)
+                .await
+                .map(|()| CommandOutcome::Done),
             Action::SetImage {
                 node,
                 component,
@@ -717,24 +723,24 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .talos
                 .set_component_image(node, *component, image)
                 .await
-                .map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
             Action::ApplyManifests { via, legacy } => {
                 match self.talos.bootstrap_manifests(via).await {
                     Ok(m) => self
                         .kube
                         .apply_manifests(&m, *legacy, manifests_wait(job, cmd.key.step))
                         .await
-                        .map(|()| Outcome::Done),
+                        .map(|()| CommandOutcome::Done),
                     Err(e) => Err(e),
                 }
             }
         };
         match r {
             Ok(o) => o,
-            Err(e) if e.is_transient() => Outcome::Transient {
+            Err(e) if e.is_transient() => CommandOutcome::Transient {
                 error: error_chain(&e),
             },
-            Err(e) => Outcome::Failed {
+            Err(e) => CommandOutcome::Failed {
                 error: error_chain(&e),
             },
         }

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ports::SnapshotInfo;
 use super::sequencer::{
-    Action, CommandKey, Intent, Job, JobId, JobState, KubeTask, KubeTasks, NodeProgress, Outcome,
-    StepKind, StepState, ts, ts_opt,
+    Action, CommandKey, CommandOutcome, Intent, Job, JobId, JobState, KubeTask, KubeTasks,
+    NodeProgress, StepKind, StepState, ts, ts_opt,
 };
 use crate::plan::PlanId;
 use crate::store::{Check, Record, StoreError, Table, Txn};
@@ -106,7 +106,10 @@ pub enum Entry {
     /// A command is about to be made (written and fsync'd before the call).
     Intent { key: CommandKey, action: Action },
     /// The outcome of a command.
-    Result { key: CommandKey, outcome: Outcome },
+    Result {
+        key: CommandKey,
+        outcome: CommandOutcome,
+    },
     /// Progress from observations alone (checks passed, node back, step done, resolution).
     Progress,
     /// The job stopped on an operator's request.

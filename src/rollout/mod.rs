@@ -32,8 +32,8 @@ pub mod removed;
 pub mod sequencer;
 
 pub use executor::{
-    Clock, CrashPoints, EventState, Executor, ExecutorConfig, Fence, Gate, NoFence, RolloutEvent,
-    RunOutcome, SystemClock, TokioClock, request_halt,
+    Clock, CommitFence, CrashPoints, EventState, Executor, ExecutorConfig, Gate, NoFence,
+    RolloutEvent, RunOutcome, SystemClock, TokioClock, request_halt,
 };
 pub use job::{Created, JobInputs, create_jobs_txn};
 pub use sequencer::{Job, JobId, JobState};

@@ -294,7 +294,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
                                 t.elapsed(),
                             );
                         }
-                        if o == crate::rollout::sequencer::Op::Uncordon {
+                        if o == crate::rollout::sequencer::CommandOp::Uncordon {
                             shared.refresh_kick.notify_one();
                             shared.notifier.send(note(
                                 crate::webhook::EventKind::NodeDone,
@@ -420,7 +420,7 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
 /// The executor's fence: every journal write carries this replica's leadership check.
 struct LeaderFence(crate::store::Leadership);
 
-impl crate::rollout::executor::Fence for LeaderFence {
+impl crate::rollout::executor::CommitFence for LeaderFence {
     fn checks(&self) -> Vec<crate::store::Check> {
         match self.0.check() {
             Ok(c) => vec![c],

@@ -18,7 +18,7 @@ use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::{FakeCluster, FakeNodeSpec, FakeState, Fault, MemStore};
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix, job_key};
 use medea::rollout::ports::Component;
-use medea::rollout::sequencer::{HaltCode, Job, JobId, JobState, Op};
+use medea::rollout::sequencer::{CommandOp, HaltCode, Job, JobId, JobState};
 use medea::rollout::{
     Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome, TokioClock,
     create_jobs_txn, request_halt,
@@ -407,10 +407,10 @@ impl Store for Tripwire {
     }
 }
 
-fn is_intent(op: Op) -> impl Fn(&JournalEntry) -> bool {
+fn is_intent(op: CommandOp) -> impl Fn(&JournalEntry) -> bool {
     move |e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == op)
 }
-fn is_result(op: Op) -> impl Fn(&JournalEntry) -> bool {
+fn is_result(op: CommandOp) -> impl Fn(&JournalEntry) -> bool {
     move |e| matches!(&e.entry, Entry::Result { key, .. } if key.op == op)
 }
 
@@ -679,10 +679,13 @@ async fn mixed_talos_rollout_succeeds_in_order() {
     while let Ok(e) = events.try_recv() {
         seen.push(e);
     }
-    assert!(seen.iter().any(|e: &RolloutEvent| e.op == Some(Op::Upgrade)
-        && e.node.as_deref() == Some("w-3")
-        && e.pool.as_deref() == Some("workers")
-        && matches!(e.state, EventState::Intended { attempt: 1 })));
+    assert!(
+        seen.iter()
+            .any(|e: &RolloutEvent| e.op == Some(CommandOp::Upgrade)
+                && e.node.as_deref() == Some("w-3")
+                && e.pool.as_deref() == Some("workers")
+                && matches!(e.state, EventState::Intended { attempt: 1 }))
+    );
     assert!(matches!(seen.last().unwrap().state, EventState::Succeeded));
 }
 
@@ -708,7 +711,7 @@ async fn every_result_is_preceded_by_its_intent_in_the_journal() {
     }
     let upgrades = j
         .iter()
-        .filter(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == Op::Upgrade))
+        .filter(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == CommandOp::Upgrade))
         .count();
     assert_eq!(upgrades, 2);
     assert_eq!(w.job().journal_seq, (j.len() - 1) as u64);
@@ -954,7 +957,7 @@ async fn disabling_the_cluster_mid_job_stops_before_the_next_mutating_command() 
     );
     let off = observed(&w.fake).with_rollouts_enabled(false);
     store.arm(
-        is_result(Op::Cordon),
+        is_result(CommandOp::Cordon),
         Trip::AlsoCommit,
         Some(Txn::new().put_record(cluster_key(CLUSTER), &off)),
     );
@@ -1012,7 +1015,7 @@ async fn a_halt_request_stops_before_the_next_mutating_command_and_for_good() {
             at: t0(),
         },
     );
-    store.arm(is_result(Op::Drain), Trip::AlsoCommit, Some(halt));
+    store.arm(is_result(CommandOp::Drain), Trip::AlsoCommit, Some(halt));
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
         matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message().contains("alice@example.com") && reason.message().contains("pager went off")),
@@ -1150,7 +1153,7 @@ async fn fault_node_never_returns_halts_after_the_health_timeout() {
             &job.state,
             JobState::Halted {
                 step: Some(0),
-                op: Some(Op::Reboot),
+                op: Some(CommandOp::Reboot),
                 ..
             }
         ),
@@ -1248,7 +1251,7 @@ async fn upgrade_calls_that_never_arrive_are_retried_only_within_the_health_time
     let mut last = 0;
     for e in w.journal() {
         if let Entry::Intent { key, .. } = &e.entry
-            && key.op == Op::Upgrade
+            && key.op == CommandOp::Upgrade
         {
             assert_eq!(key.attempt, last + 1, "attempts in order, none twice");
             last = key.attempt;
@@ -1344,7 +1347,7 @@ async fn fault_talos_unavailable_bursts_are_retried() {
     let f2 = w.fake.clone();
     store.arm(
         move |e| {
-            let hit = matches!(&e.entry, Entry::Intent { key, .. } if key.op == Op::Reboot && key.node.as_deref() == Some("cp-2"));
+            let hit = matches!(&e.entry, Entry::Intent { key, .. } if key.op == CommandOp::Reboot && key.node.as_deref() == Some("cp-2"));
             if hit {
                 f2.edit(|s| s.faults.push(Fault::TalosUnavailable { calls: 5 }));
             }
@@ -1710,15 +1713,15 @@ fn assert_full(s: &FakeState) {
 #[tokio::test(start_paused = true)]
 async fn resumes_every_dangling_intent_by_observation() {
     let ops = [
-        Op::Snapshot,
-        Op::Pull,
-        Op::Cordon,
-        Op::Drain,
-        Op::Upgrade,
-        Op::Reboot,
-        Op::Uncordon,
-        Op::SetImage,
-        Op::ApplyManifests,
+        CommandOp::Snapshot,
+        CommandOp::Pull,
+        CommandOp::Cordon,
+        CommandOp::Drain,
+        CommandOp::Upgrade,
+        CommandOp::Reboot,
+        CommandOp::Uncordon,
+        CommandOp::SetImage,
+        CommandOp::ApplyManifests,
     ];
     for op in ops {
         // (a) died right after journaling the intent: the call was never made
@@ -1765,7 +1768,7 @@ mod machine_props {
     use medea::error_chain;
     use medea::rollout::ports::{PortError, SnapshotInfo};
     use medea::rollout::sequencer::{
-        self, Action, Command, Needs, Next, ObsError, Observations, Outcome,
+        self, Action, Command, CommandOutcome, Needs, Next, ObsError, Observations,
     };
     use proptest::prelude::*;
 
@@ -1814,22 +1817,26 @@ mod machine_props {
         o
     }
 
-    fn fake_op(op: Op) -> &'static str {
+    fn fake_op(op: CommandOp) -> &'static str {
         match op {
-            Op::Snapshot => "etcd-snapshot",
-            Op::Pull => "pull",
-            Op::Cordon => "cordon",
-            Op::Drain => "drain",
-            Op::Upgrade => "upgrade",
-            Op::Reboot => "reboot",
-            Op::Uncordon => "uncordon",
-            Op::SetImage => "apply-configuration",
-            Op::ApplyManifests => "server-side-apply",
+            CommandOp::Snapshot => "etcd-snapshot",
+            CommandOp::Pull => "pull",
+            CommandOp::Cordon => "cordon",
+            CommandOp::Drain => "drain",
+            CommandOp::Upgrade => "upgrade",
+            CommandOp::Reboot => "reboot",
+            CommandOp::Uncordon => "uncordon",
+            CommandOp::SetImage => "apply-configuration",
+            CommandOp::ApplyManifests => "server-side-apply",
         }
     }
 
-    fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -> Outcome {
-        let r: Result<Outcome, PortError> = match &cmd.action {
+    fn execute(
+        fake: &FakeCluster,
+        cmd: &Command,
+        snap: &mut Option<SnapshotInfo>,
+    ) -> CommandOutcome {
+        let r: Result<CommandOutcome, PortError> = match &cmd.action {
             Action::Snapshot { via } => fake.talos_snapshot(via).map(|bytes| {
                 use sha2::Digest;
                 let info = SnapshotInfo {
@@ -1838,16 +1845,18 @@ mod machine_props {
                     sha256: hex::encode(sha2::Sha256::digest(&bytes)),
                 };
                 *snap = Some(info.clone());
-                Outcome::Snapshot { info }
+                CommandOutcome::Snapshot { info }
             }),
             Action::Pull { node, image, .. } => {
-                fake.talos_pull(node, image).map(|()| Outcome::Done)
+                fake.talos_pull(node, image).map(|()| CommandOutcome::Done)
             }
-            Action::Cordon { node } => fake.kube_cordon(node, true).map(|()| Outcome::Done),
-            Action::Uncordon { node } => fake.kube_cordon(node, false).map(|()| Outcome::Done),
+            Action::Cordon { node } => fake.kube_cordon(node, true).map(|()| CommandOutcome::Done),
+            Action::Uncordon { node } => {
+                fake.kube_cordon(node, false).map(|()| CommandOutcome::Done)
+            }
             Action::Drain { node, .. } => fake
                 .kube_drain(node)
-                .map(|result| Outcome::Drain { result }),
+                .map(|result| CommandOutcome::Drain { result }),
             Action::Upgrade {
                 node,
                 image,
@@ -1855,26 +1864,26 @@ mod machine_props {
                 ..
             } => fake
                 .talos_upgrade(node, image, *method)
-                .map(|()| Outcome::Done),
-            Action::Reboot { node, .. } => fake.talos_reboot(node).map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
+            Action::Reboot { node, .. } => fake.talos_reboot(node).map(|()| CommandOutcome::Done),
             Action::SetImage {
                 node,
                 component,
                 image,
             } => fake
                 .talos_set_image(node, *component, image)
-                .map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
             Action::ApplyManifests { via, legacy } => fake
                 .talos_manifests(via)
                 .and_then(|m| fake.kube_apply(&m, *legacy))
-                .map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
         };
         match r {
             Ok(o) => o,
-            Err(e) if e.is_transient() => Outcome::Transient {
+            Err(e) if e.is_transient() => CommandOutcome::Transient {
                 error: error_chain(&e),
             },
-            Err(e) => Outcome::Failed {
+            Err(e) => CommandOutcome::Failed {
                 error: error_chain(&e),
             },
         }
@@ -2015,7 +2024,7 @@ mod machine_props {
                         // the call took effect, the reply was lost
                         2 => {
                             let node = cmd.key.node.clone().unwrap_or_default();
-                            let node = if cmd.key.op == Op::Snapshot {
+                            let node = if cmd.key.op == CommandOp::Snapshot {
                                 match &cmd.action {
                                     Action::Snapshot { via } => via.node.clone(),
                                     _ => node,
@@ -2302,7 +2311,7 @@ async fn a_halt_request_is_noticed_while_waiting_for_a_window() {
 
 struct LostLease;
 
-impl medea::rollout::Fence for LostLease {
+impl medea::rollout::CommitFence for LostLease {
     fn checks(&self) -> Vec<medea::store::Check> {
         vec![medea::store::Check::Equals(
             Table::Meta,
@@ -2339,7 +2348,7 @@ async fn a_fenced_executor_makes_no_call() {
 /// between): the checks still pass at the write, `ensure` refuses afterwards.
 struct TermEndsAfterTheIntent;
 
-impl medea::rollout::Fence for TermEndsAfterTheIntent {
+impl medea::rollout::CommitFence for TermEndsAfterTheIntent {
     fn checks(&self) -> Vec<medea::store::Check> {
         Vec::new()
     }

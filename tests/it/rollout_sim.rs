@@ -27,7 +27,7 @@ use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::MemStore;
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix};
 use medea::rollout::ports::{NextBoot, NodeTarget, TalosPort, UpgradeMethod};
-use medea::rollout::sequencer::{HaltCode, HaltReason, Job, JobState, Op};
+use medea::rollout::sequencer::{CommandOp, HaltCode, HaltReason, Job, JobState};
 use medea::rollout::{Executor, ExecutorConfig, RunOutcome, SystemClock};
 use medea::sim::kube::{KubeFault, KubeSim, KubeSimConfig, Outage};
 use medea::sim::talos::{
@@ -684,8 +684,12 @@ async fn a_legacy_installer_that_keeps_failing_halts_after_the_bound_with_its_me
         journal
             .iter()
             .filter_map(|e| match e {
-                Entry::Intent { key, .. } if intent && key.op == Op::Upgrade => Some(key.attempt),
-                Entry::Result { key, .. } if !intent && key.op == Op::Upgrade => Some(key.attempt),
+                Entry::Intent { key, .. } if intent && key.op == CommandOp::Upgrade => {
+                    Some(key.attempt)
+                }
+                Entry::Result { key, .. } if !intent && key.op == CommandOp::Upgrade => {
+                    Some(key.attempt)
+                }
                 _ => None,
             })
             .collect()
@@ -837,7 +841,7 @@ async fn the_kube_apiserver_away_during_a_control_plane_reboot_is_waited_out() {
         loop {
             let ev: RolloutEvent = events.recv().await.unwrap();
             let rebooted = ev.node.as_deref() == Some("cp-2")
-                && ev.op == Some(Op::Reboot)
+                && ev.op == Some(CommandOp::Reboot)
                 && matches!(ev.state, EventState::Done);
             if rebooted {
                 // the apiserver goes away with the control-plane node, for longer than the
@@ -1205,7 +1209,9 @@ fn killed_at_journal_points_the_simulated_rollout_completes_exactly_once() {
     for e in journal.iter().filter(|e| e.seq >= 1) {
         runs.push(("MEDEA_CRASH_AT", e.seq));
         match &e.entry {
-            Entry::Intent { key, .. } if matches!(key.op, Op::Upgrade | Op::Reboot) => {
+            Entry::Intent { key, .. }
+                if matches!(key.op, CommandOp::Upgrade | CommandOp::Reboot) =>
+            {
                 critical += 1
             }
             Entry::Result { .. } => runs.push(("MEDEA_CRASH_BEFORE", e.seq)),
@@ -1244,10 +1250,10 @@ fn a_crash_around_the_upgrade_of_a_node_that_cannot_tell_halts_with_at_most_one_
             .iter()
             .find(|e| match &e.entry {
                 Entry::Intent { key, .. } if want_intent => {
-                    key.op == Op::Upgrade && key.node.as_deref() == Some("w-3")
+                    key.op == CommandOp::Upgrade && key.node.as_deref() == Some("w-3")
                 }
                 Entry::Result { key, .. } if !want_intent => {
-                    key.op == Op::Upgrade && key.node.as_deref() == Some("w-3")
+                    key.op == CommandOp::Upgrade && key.node.as_deref() == Some("w-3")
                 }
                 _ => false,
             })

@@ -6,7 +6,7 @@ use super::*;
 /// The kinds of command; part of every idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Op {
+pub enum CommandOp {
     Snapshot,
     Pull,
     Cordon,
@@ -18,23 +18,23 @@ pub enum Op {
     ApplyManifests,
 }
 
-impl Op {
+impl CommandOp {
     pub fn name(self) -> &'static str {
         match self {
-            Op::Snapshot => "etcd-snapshot",
-            Op::Pull => "pull",
-            Op::Cordon => "cordon",
-            Op::Drain => "drain",
-            Op::Upgrade => "upgrade",
-            Op::Reboot => "reboot",
-            Op::Uncordon => "uncordon",
-            Op::SetImage => "set-image",
-            Op::ApplyManifests => "apply-manifests",
+            CommandOp::Snapshot => "etcd-snapshot",
+            CommandOp::Pull => "pull",
+            CommandOp::Cordon => "cordon",
+            CommandOp::Drain => "drain",
+            CommandOp::Upgrade => "upgrade",
+            CommandOp::Reboot => "reboot",
+            CommandOp::Uncordon => "uncordon",
+            CommandOp::SetImage => "set-image",
+            CommandOp::ApplyManifests => "apply-manifests",
         }
     }
 }
 
-impl fmt::Display for Op {
+impl fmt::Display for CommandOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -46,7 +46,7 @@ pub struct CommandKey {
     pub job: JobId,
     pub step: usize,
     pub node: Option<String>,
-    pub op: Op,
+    pub op: CommandOp,
     /// 1 for the first call, +1 for each re-issue.
     pub attempt: u32,
 }
@@ -117,17 +117,17 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn op(&self) -> Op {
+    pub fn op(&self) -> CommandOp {
         match self {
-            Action::Snapshot { .. } => Op::Snapshot,
-            Action::Pull { .. } => Op::Pull,
-            Action::Cordon { .. } => Op::Cordon,
-            Action::Drain { .. } => Op::Drain,
-            Action::Upgrade { .. } => Op::Upgrade,
-            Action::Reboot { .. } => Op::Reboot,
-            Action::Uncordon { .. } => Op::Uncordon,
-            Action::SetImage { .. } => Op::SetImage,
-            Action::ApplyManifests { .. } => Op::ApplyManifests,
+            Action::Snapshot { .. } => CommandOp::Snapshot,
+            Action::Pull { .. } => CommandOp::Pull,
+            Action::Cordon { .. } => CommandOp::Cordon,
+            Action::Drain { .. } => CommandOp::Drain,
+            Action::Upgrade { .. } => CommandOp::Upgrade,
+            Action::Reboot { .. } => CommandOp::Reboot,
+            Action::Uncordon { .. } => CommandOp::Uncordon,
+            Action::SetImage { .. } => CommandOp::SetImage,
+            Action::ApplyManifests { .. } => CommandOp::ApplyManifests,
         }
     }
 }
@@ -153,7 +153,7 @@ pub struct Intent {
 /// The outcome of one command, as recorded in the journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "outcome")]
-pub enum Outcome {
+pub enum CommandOutcome {
     Done,
     Snapshot {
         info: SnapshotInfo,

@@ -11,7 +11,7 @@ pub(super) enum Flow {
     Halt {
         reason: HaltReason,
         node: Option<String>,
-        op: Option<Op>,
+        op: Option<CommandOp>,
     },
     /// Nothing left to do here.
     Done,
@@ -21,7 +21,7 @@ pub(super) fn halt_flow(
     code: HaltCode,
     reason: String,
     node: Option<&str>,
-    op: Option<Op>,
+    op: Option<CommandOp>,
 ) -> Flow {
     Flow::Halt {
         reason: HaltReason::new(code, reason),
@@ -86,7 +86,7 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
                     intent.key
                 ));
                 j.in_flight = None;
-                if intent.key.op == Op::Upgrade {
+                if intent.key.op == CommandOp::Upgrade {
                     record_upgrade_error(
                         j,
                         &intent.key,
@@ -204,7 +204,13 @@ pub(super) fn window_gate(j: &Job, now: Timestamp) -> Result<(), Flow> {
     }
 }
 
-pub(super) fn key(j: &Job, si: usize, node: Option<&str>, op: Op, attempt: u32) -> CommandKey {
+pub(super) fn key(
+    j: &Job,
+    si: usize,
+    node: Option<&str>,
+    op: CommandOp,
+    attempt: u32,
+) -> CommandKey {
     CommandKey {
         job: j.id.clone(),
         step: si,
@@ -216,7 +222,7 @@ pub(super) fn key(j: &Job, si: usize, node: Option<&str>, op: Op, attempt: u32) 
 
 pub(super) fn snapshot_command(j: &Job, si: usize, via: NodeTarget) -> Command {
     Command {
-        key: key(j, si, None, Op::Snapshot, j.snapshot_attempts),
+        key: key(j, si, None, CommandOp::Snapshot, j.snapshot_attempts),
         action: Action::Snapshot { via },
     }
 }

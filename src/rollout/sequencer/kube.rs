@@ -85,7 +85,7 @@ pub(super) fn kube_step(
                 HaltCode::NoSnapshotNode,
                 "no control-plane node is known to take the etcd snapshot from".into(),
                 None,
-                Some(Op::Snapshot),
+                Some(CommandOp::Snapshot),
             );
         };
         return Flow::Run(Box::new(snapshot_command(j, si, via)));
@@ -105,7 +105,7 @@ pub(super) fn kube_step(
             (KubeOp::Pull, _) => {
                 let c = t.component.unwrap_or(Component::Kubelet);
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::Pull, t.attempt),
+                    key: key(j, si, nd, CommandOp::Pull, t.attempt),
                     action: Action::Pull {
                         node: t.node.clone(),
                         image: t.image.clone(),
@@ -115,7 +115,7 @@ pub(super) fn kube_step(
             }
             (KubeOp::Manifests, _) => {
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, None, Op::ApplyManifests, t.attempt),
+                    key: key(j, si, None, CommandOp::ApplyManifests, t.attempt),
                     action: Action::ApplyManifests {
                         via: t.node.clone(),
                         legacy: ks.manifests_legacy,
@@ -134,7 +134,7 @@ pub(super) fn kube_step(
                 }
                 let t = &kube_of(j, si).tasks.list()[ti];
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::SetImage, t.attempt),
+                    key: key(j, si, nd, CommandOp::SetImage, t.attempt),
                     action: Action::SetImage {
                         node: t.node.clone(),
                         component: c,
@@ -157,7 +157,7 @@ pub(super) fn kube_step(
                             HaltCode::ComponentNotReady,
                             format!("{c} on `{name}` {what} within {}s", timeout.as_secs()),
                             nd,
-                            Some(Op::SetImage),
+                            Some(CommandOp::SetImage),
                         )
                     } else {
                         Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}"))
@@ -192,7 +192,7 @@ pub(super) fn kube_step(
                                 HaltCode::ObservationFailed,
                                 format!("reading Kubernetes node `{name}` failed: {m}"),
                                 nd,
-                                Some(Op::SetImage),
+                                Some(CommandOp::SetImage),
                             );
                         }
                     },
@@ -224,7 +224,7 @@ pub(super) fn kube_step(
                                             "reading the config version of {c} on `{name}` failed: {m}"
                                         ),
                                         nd,
-                                        Some(Op::SetImage),
+                                        Some(CommandOp::SetImage),
                                     );
                                 }
                             };
@@ -270,7 +270,7 @@ pub(super) fn kube_step(
                                 HaltCode::ObservationFailed,
                                 format!("reading {c} on `{name}` failed: {m}"),
                                 nd,
-                                Some(Op::SetImage),
+                                Some(CommandOp::SetImage),
                             );
                         }
                     },
@@ -371,7 +371,7 @@ pub(super) fn control_plane_gate(
                 bad.join("; ")
             ),
             Some(&name),
-            Some(Op::SetImage),
+            Some(CommandOp::SetImage),
         ));
     }
     Err(Flow::Poll(

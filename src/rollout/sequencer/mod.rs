@@ -18,7 +18,7 @@
 //! 1. [`step`] with the observations of [`needs`] (and of [`Transition::missing`], until it is
 //!    empty) returns the new job and a [`Next`]: run a command, poll, wait until a time, or stop;
 //! 2. for [`Next::Run`], [`intend`] marks the command in flight; the executor journals that job
-//!    (the intent), calls the port, and records the [`Outcome`] with [`complete`];
+//!    (the intent), calls the port, and records the [`CommandOutcome`] with [`complete`];
 //! 3. a job that still has a command in flight when [`step`] is called (a crash, or a transient
 //!    outcome) gets it *resolved by observation*: the node is observed and the command is either
 //!    taken as done, re-issued with the next attempt, waited for, or the job halts. An Upgrade is
@@ -152,7 +152,7 @@ pub fn intend(job: &Job, cmd: &Command, now: Timestamp) -> Job {
 pub fn complete(
     job: &Job,
     key: &CommandKey,
-    outcome: &Outcome,
+    outcome: &CommandOutcome,
     now: Timestamp,
 ) -> (Job, Vec<String>) {
     let mut j = job.clone();

@@ -91,7 +91,7 @@ pub enum JobState {
         /// Index of the step that was running.
         step: Option<usize>,
         node: Option<String>,
-        op: Option<Op>,
+        op: Option<CommandOp>,
         #[serde(with = "ts")]
         at: Timestamp,
     },

@@ -3,7 +3,7 @@
 use super::*;
 
 pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
-    if key.op == Op::Snapshot {
+    if key.op == CommandOp::Snapshot {
         j.snapshot_attempts += 1;
         return;
     }
@@ -61,7 +61,7 @@ pub(super) fn current_task_mut(k: &mut KubeStep) -> Option<&mut KubeTask> {
 pub(super) fn apply(
     j: &mut Job,
     intent: &Intent,
-    outcome: &Outcome,
+    outcome: &CommandOutcome,
     rebooted: bool,
     now: Timestamp,
     notes: &mut Vec<String>,
@@ -69,18 +69,18 @@ pub(super) fn apply(
     let key = &intent.key;
     let who = key.node.as_deref().unwrap_or("cluster");
     match outcome {
-        Outcome::Transient { error } => {
+        CommandOutcome::Transient { error } => {
             if let Some(i) = j.in_flight.as_mut() {
                 i.last_error = Some(error.clone());
             }
             notes.push(format!("{key}: outcome unknown ({error}); will observe"));
             return;
         }
-        Outcome::Failed { error } => {
+        CommandOutcome::Failed { error } => {
             // A definitive Upgrade failure (the node ran it and said it failed) may be tried
             // again, within the pool's bound; nothing is in flight once it answered.
             let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
-                Some(StepKind::Talos(t)) if key.op == Op::Upgrade => {
+                Some(StepKind::Talos(t)) if key.op == CommandOp::Upgrade => {
                     let failures = t
                         .nodes
                         .iter()
@@ -91,7 +91,7 @@ pub(super) fn apply(
                 }
                 _ => (1, 1),
             };
-            if key.op == Op::Upgrade {
+            if key.op == CommandOp::Upgrade {
                 record_upgrade_error(j, key, error.clone(), true);
             }
             if failures < bound {
@@ -102,7 +102,7 @@ pub(super) fn apply(
                 bump_attempt(j, key);
                 return;
             }
-            let code = if key.op == Op::Upgrade {
+            let code = if key.op == CommandOp::Upgrade {
                 HaltCode::UpgradeRefused
             } else {
                 HaltCode::CommandFailed
@@ -126,7 +126,7 @@ pub(super) fn apply(
         _ => {}
     }
     j.in_flight = None;
-    if let Outcome::Snapshot { info } = outcome {
+    if let CommandOutcome::Snapshot { info } = outcome {
         notes.push(format!(
             "etcd snapshot saved: {} ({} bytes, sha256 {})",
             info.path.display(),
@@ -136,7 +136,7 @@ pub(super) fn apply(
         j.snapshot = Some(info.clone());
         return;
     }
-    if key.op == Op::Snapshot {
+    if key.op == CommandOp::Snapshot {
         // a snapshot command that came back without its file: take it again
         j.snapshot_attempts += 1;
         return;
@@ -156,11 +156,11 @@ pub(super) fn apply(
             };
             let n = Arc::make_mut(n);
             match (key.op, outcome) {
-                (Op::Pull, _) => n.enter(NodePhase::Pulled, now),
-                (Op::Cordon, _) => n.enter(NodePhase::Cordoned, now),
+                (CommandOp::Pull, _) => n.enter(NodePhase::Pulled, now),
+                (CommandOp::Cordon, _) => n.enter(NodePhase::Cordoned, now),
                 (
-                    Op::Drain,
-                    Outcome::Drain {
+                    CommandOp::Drain,
+                    CommandOutcome::Drain {
                         result: DrainOutcome::Blocked { pdb, pod },
                     },
                 ) => {
@@ -179,7 +179,7 @@ pub(super) fn apply(
                             reason,
                             step: Some(key.step),
                             node: key.node.clone(),
-                            op: Some(Op::Drain),
+                            op: Some(CommandOp::Drain),
                             at: now,
                         };
                         return;
@@ -190,8 +190,8 @@ pub(super) fn apply(
                     notes.push(format!("{who}: drain blocked: {why}"));
                     return;
                 }
-                (Op::Drain, _) => n.enter(NodePhase::Drained, now),
-                (Op::Upgrade, _) => {
+                (CommandOp::Drain, _) => n.enter(NodePhase::Drained, now),
+                (CommandOp::Upgrade, _) => {
                     let legacy = matches!(
                         intent.action,
                         Action::Upgrade {
@@ -205,8 +205,8 @@ pub(super) fn apply(
                         n.enter(NodePhase::Upgraded, now);
                     }
                 }
-                (Op::Reboot, _) => n.enter(NodePhase::Rebooting, now),
-                (Op::Uncordon, _) => n.enter(NodePhase::Done, now),
+                (CommandOp::Reboot, _) => n.enter(NodePhase::Rebooting, now),
+                (CommandOp::Uncordon, _) => n.enter(NodePhase::Done, now),
                 _ => {}
             }
             notes.push(format!("{who}: {} done", key.op));
@@ -216,10 +216,11 @@ pub(super) fn apply(
                 return;
             };
             match (key.op, t.op) {
-                (Op::Pull, KubeOp::Pull) | (Op::ApplyManifests, KubeOp::Manifests) => {
+                (CommandOp::Pull, KubeOp::Pull)
+                | (CommandOp::ApplyManifests, KubeOp::Manifests) => {
                     t.state = TaskState::Done;
                 }
-                (Op::SetImage, KubeOp::Patch) => {
+                (CommandOp::SetImage, KubeOp::Patch) => {
                     t.state = if t.component == Some(Component::Proxy) {
                         TaskState::Done
                     } else {

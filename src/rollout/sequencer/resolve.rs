@@ -6,7 +6,7 @@ use super::*;
 pub(super) enum Resolution {
     /// The command took effect (`rebooted`: the node already rebooted since).
     Done {
-        outcome: Outcome,
+        outcome: CommandOutcome,
         rebooted: bool,
     },
     /// It had no effect: issue it again (next attempt).
@@ -19,7 +19,7 @@ pub(super) enum Resolution {
 pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
     let _ = now;
     let done = Resolution::Done {
-        outcome: Outcome::Done,
+        outcome: CommandOutcome::Done,
         rebooted: false,
     };
     let away =
@@ -31,7 +31,7 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
         }
         Action::Snapshot { .. } => match eyes.snapshot() {
             Seen::Got(Some(info)) => Resolution::Done {
-                outcome: Outcome::Snapshot { info: info.clone() },
+                outcome: CommandOutcome::Snapshot { info: info.clone() },
                 rebooted: false,
             },
             Seen::Got(None) => Resolution::Reissue,
@@ -95,7 +95,7 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                         // it rebooted since: the legacy upgrade ran (or a reboot happened); the
                         // post-reboot checks decide whether it took
                         Resolution::Done {
-                            outcome: Outcome::Done,
+                            outcome: CommandOutcome::Done,
                             rebooted: true,
                         }
                     } else if t.next_boot == NextBoot::Version(to.clone()) {

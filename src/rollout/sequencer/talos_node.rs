@@ -186,13 +186,13 @@ pub(super) fn talos_node(
                             HaltCode::NoSnapshotNode,
                             "no control-plane node is known to take the etcd snapshot from".into(),
                             None,
-                            Some(Op::Snapshot),
+                            Some(CommandOp::Snapshot),
                         );
                     };
                     return Flow::Run(Box::new(snapshot_command(j, si, via)));
                 }
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::Pull, n.attempt),
+                    key: key(j, si, nd, CommandOp::Pull, n.attempt),
                     action: Action::Pull {
                         node: target,
                         image: spec.image.clone(),
@@ -209,7 +209,7 @@ pub(super) fn talos_node(
                     );
                 }
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::Cordon, n.attempt),
+                    key: key(j, si, nd, CommandOp::Cordon, n.attempt),
                     action: Action::Cordon { node: name },
                 }));
             }
@@ -229,7 +229,7 @@ pub(super) fn talos_node(
                 let left = deadline.duration_since(now);
                 let timeout = left.as_secs().max(1) as u64;
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::Drain, n.attempt),
+                    key: key(j, si, nd, CommandOp::Drain, n.attempt),
                     action: Action::Drain {
                         node: name,
                         timeout_secs: timeout,
@@ -256,7 +256,7 @@ pub(super) fn talos_node(
                             t.version
                         ),
                         nd,
-                        Some(Op::Upgrade),
+                        Some(CommandOp::Upgrade),
                     );
                 }
                 if cp {
@@ -273,7 +273,7 @@ pub(super) fn talos_node(
                                     "etcd did not become healthy before upgrading `{name}`: {why}"
                                 ),
                                 nd,
-                                Some(Op::Upgrade),
+                                Some(CommandOp::Upgrade),
                             );
                         }
                         return Flow::Poll(PollWhy::Waiting, why);
@@ -293,7 +293,7 @@ pub(super) fn talos_node(
                             n.last_error.as_deref().unwrap_or("no error was reported")
                         ),
                         nd,
-                        Some(Op::Upgrade),
+                        Some(CommandOp::Upgrade),
                     );
                 }
                 let boot = t.boot_id.clone();
@@ -301,7 +301,7 @@ pub(super) fn talos_node(
                     .method
                     .unwrap_or_else(|| UpgradeMethod::for_version(&t.version));
                 let cmd = Command {
-                    key: key(j, si, nd, Op::Upgrade, n.attempt),
+                    key: key(j, si, nd, CommandOp::Upgrade, n.attempt),
                     action: Action::Upgrade {
                         node: target,
                         image: spec.image.clone(),
@@ -318,11 +318,11 @@ pub(super) fn talos_node(
                         HaltCode::Inconsistent,
                         format!("node `{name}` has no recorded boot id before its reboot"),
                         nd,
-                        Some(Op::Reboot),
+                        Some(CommandOp::Reboot),
                     );
                 };
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::Reboot, n.attempt),
+                    key: key(j, si, nd, CommandOp::Reboot, n.attempt),
                     action: Action::Reboot {
                         node: target,
                         boot_id_before: boot,
@@ -345,7 +345,7 @@ pub(super) fn talos_node(
                                     spec.health_timeout.as_secs()
                                 ),
                                 nd,
-                                Some(Op::Reboot),
+                                Some(CommandOp::Reboot),
                             );
                         }
                         return Flow::Poll(PollWhy::Waiting, format!("{name}: rebooting ({m})"));
@@ -355,7 +355,7 @@ pub(super) fn talos_node(
                             HaltCode::ObservationFailed,
                             format!("reading {what} failed: {m}"),
                             nd,
-                            Some(Op::Reboot),
+                            Some(CommandOp::Reboot),
                         );
                     }
                 };
@@ -369,7 +369,7 @@ pub(super) fn talos_node(
                                 spec.health_timeout.as_secs()
                             ),
                             nd,
-                            Some(Op::Reboot),
+                            Some(CommandOp::Reboot),
                         )
                     } else {
                         Flow::Poll(PollWhy::Waiting, format!("{name}: {what}"))
@@ -386,7 +386,7 @@ pub(super) fn talos_node(
                             t.version
                         ),
                         nd,
-                        Some(Op::Reboot),
+                        Some(CommandOp::Reboot),
                     );
                 }
                 // back = MachineStatus stage `running` *and* ready (talosctl upgrade --wait:
@@ -422,7 +422,7 @@ pub(super) fn talos_node(
                             HaltCode::ObservationFailed,
                             format!("reading Kubernetes node `{name}` failed: {m}"),
                             nd,
-                            Some(Op::Reboot),
+                            Some(CommandOp::Reboot),
                         );
                     }
                 };
@@ -445,7 +445,7 @@ pub(super) fn talos_node(
             }
             NodePhase::Back => {
                 return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, Op::Uncordon, n.attempt),
+                    key: key(j, si, nd, CommandOp::Uncordon, n.attempt),
                     action: Action::Uncordon { node: name },
                 }));
             }

@@ -146,7 +146,7 @@ fn command_keys_name_job_step_node_op_attempt() {
         job: JobId::parse("j").unwrap(),
         step: 2,
         node: Some("cp-1".into()),
-        op: Op::Upgrade,
+        op: CommandOp::Upgrade,
         attempt: 1,
     };
     assert_eq!(k.to_string(), "j/2/cp-1/upgrade/1");
