@@ -11,4 +11,5 @@
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
 
 pub mod cluster_ports;
+pub mod doctor;
 pub mod jobs;
