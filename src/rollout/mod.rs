@@ -41,10 +41,6 @@ pub use executor::{
 pub use job::{Created, JobInputs, create_jobs_txn};
 pub use sequencer::{HaltCode, HaltReason, Job, JobId, JobState};
 
-/// The old name of [`sequencer`], kept while other branches of this session still say it.
-#[doc(hidden)]
-pub use sequencer as machine;
-
 use crate::plan::PlanId;
 use crate::store::StoreError;
 
