@@ -164,7 +164,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
         let inventory =
             crate::inventory::Inventory::load(&store).map_err(|e| miette::miette!("{e}"))?;
         let applied =
-            crate::plan::applied::LastApplied::load(&store).map_err(|e| miette::miette!("{e}"))?;
+            crate::ops::replan::load_applied(&store).map_err(|e| miette::miette!("{e}"))?;
         return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
             Ok(p) => {
                 println!();
@@ -196,7 +196,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
         };
         for _ in 0..50 {
             if let Ok(r) = c
-                .get_plan(crate::server::api::pb::GetPlanRequest { id: String::new() })
+                .get_plan(crate::api::pb::GetPlanRequest { id: String::new() })
                 .await
                 && let Some(p) = r.into_inner().plan
                 && p.desired_revision == want
