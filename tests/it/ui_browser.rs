@@ -617,6 +617,10 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         .await;
         assert!(live_text(c, "#halt-reason").await.contains("browser test: stop"));
         assert_eq!(stack.job_state(), "halted");
+        // The step and the node that were in flight say they stopped, not that they run.
+        let grid = live_text(c, "#live").await;
+        assert!(!grid.contains("running"), "a halted job shows nothing running:\n{grid}");
+        assert!(grid.contains("stopped at"), "the in-flight node says where it stopped:\n{grid}");
         shot(c, "rollout-halted").await;
     })
     .await;

@@ -351,6 +351,8 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
         Some(now)
     };
     let ticking = |t: Option<Timestamp>| now.map(|now| since(t, now)).unwrap_or_default();
+    // A halted job's step and in-flight nodes say so: they stopped, they are not running.
+    let halted = matches!(job.state, JobState::Halted { .. });
     html! {
         p.status {
             "state " span.badge.(state) #job-state { (state) }
@@ -363,7 +365,7 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
             p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
         }
         @for (i, step) in job.steps.iter().enumerate() {
-            @let sstate = match step.state { StepState::Pending => "pending", StepState::Running => "running", StepState::Done => "done" };
+            @let sstate = match step.state { StepState::Pending => "pending", StepState::Running if halted => "halted", StepState::Running => "running", StepState::Done => "done" };
             @match &step.kind {
                 StepKind::Talos(t) => {
                     @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
@@ -378,9 +380,10 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                                     td.nodes {
                                         @for n in nodes {
                                             @let act = activity(n.phase);
-                                            div.node.(act) data-node=(n.target.node) title=(format!("phase {:?}", n.phase)) {
+                                            @let stopped = halted && !n.phase.finished() && n.phase != NodePhase::Pending;
+                                            div.node.(act).stopped[stopped] data-node=(n.target.node) title=(format!("phase {:?}", n.phase)) {
                                                 b { (n.target.node) } " "
-                                                span.act { (act) }
+                                                span.act { @if stopped { "stopped at " } (act) }
                                                 @if !n.phase.finished() && n.phase != NodePhase::Pending { " " span.el { (ticking(n.since)) } }
                                                 @if let Some(b) = &n.blocked { br; small { "drain blocked: " (b) } }
                                                 @if let Some(e) = &n.last_error { br; small.error { (e) } }
