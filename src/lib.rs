@@ -8,6 +8,7 @@ pub mod bench;
 pub mod build_info;
 pub mod cli;
 pub mod desired;
+pub mod duration;
 pub mod fuzz;
 pub mod inventory;
 pub mod k8s;

@@ -60,14 +60,14 @@ pub enum Scenario {
     Server {
         #[command(flatten)]
         fleet: FleetArgs,
-        #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+        #[arg(long, default_value = "500ms", value_parser = crate::duration::parse_std)]
         debounce: Duration,
         #[arg(long, default_value_t = 15)]
         changes: usize,
         #[arg(long, default_value_t = 30)]
         gets: usize,
         /// How long to watch the idle server.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = crate::duration::parse_std)]
         idle: Duration,
     },
     /// The rollout engine with a durable fjall journal, on the in-memory fakes (the engine
@@ -86,28 +86,18 @@ pub enum Scenario {
         #[arg(long, default_value_t = 200)]
         delay_nodes: usize,
         /// How long each node is away after its reboot in the fixed-delay run.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = crate::duration::parse_std)]
         delay: Duration,
         /// maxUnavailable of the worker pools.
         #[arg(long, default_value_t = 10)]
         max_unavailable: u32,
         /// Executor poll interval of the fixed-delay run.
-        #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+        #[arg(long, default_value = "5ms", value_parser = crate::duration::parse_std)]
         poll: Duration,
         /// Repetitions of each run.
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration `{s}`"));
-    }
-    crate::desired::validate::parse_duration(s)
 }
 
 fn tempdir() -> miette::Result<tempfile::TempDir> {

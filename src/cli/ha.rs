@@ -17,7 +17,7 @@ pub struct HaArgs {
     #[arg(long, env = "MEDEA_REPLICA")]
     pub replica: Option<String>,
     /// Leader lease TTL (etcd store): a dead leader is replaced within about this long.
-    #[arg(long, default_value = "10s", env = "MEDEA_LEADER_TTL", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", env = "MEDEA_LEADER_TTL", value_parser = crate::duration::parse_std)]
     pub leader_ttl: Duration,
     #[command(flatten)]
     pub etcd: EtcdArgs,
@@ -101,17 +101,6 @@ impl EtcdArgs {
             password: crate::secret::Secret::new(password),
         }))
     }
-}
-
-/// `500ms`, `2s`, `1m30s`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration `{s}` (e.g. 500ms, 10s, 1m)"));
-    }
-    crate::desired::validate::parse_duration(s)
 }
 
 /// An open store and this process's leadership over it.
@@ -344,12 +333,5 @@ mod tests {
         assert!(err.to_string().contains("is empty"), "{err}");
         args.etcd_user = None;
         assert!(args.credentials_from(Some("x".into())).unwrap().is_none());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert!(parse_duration("ten").is_err());
     }
 }

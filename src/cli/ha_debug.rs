@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ha::{HaArgs, parse_duration};
+use super::ha::HaArgs;
 use crate::store::location::StoreLocation;
 
 #[derive(Debug, Args)]
@@ -42,7 +42,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub wait_for_go: bool,
     /// Pause between steps.
-    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "20ms", value_parser = crate::duration::parse_std)]
     pub interval: Duration,
 }
 

@@ -58,7 +58,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MEDEA_ALLOWED_SIGNERS")]
     pub allowed_signers: Option<PathBuf>,
     /// Quiet period after a file change before re-reading the desired state.
-    #[arg(long, default_value = "500ms", value_parser = parse_millis)]
+    #[arg(long, default_value = "500ms", value_parser = crate::duration::parse_std)]
     pub debounce: Duration,
     /// Serve Prometheus metrics (OpenMetrics) on this address, at /metrics.
     #[arg(long, env = "MEDEA_METRICS_LISTEN")]
@@ -71,21 +71,11 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = super::LogFormat::Text, env = "MEDEA_LOG_FORMAT")]
     pub log_format: super::LogFormat,
     /// How often a running job re-observes its nodes while it waits (reboots, drains).
-    #[arg(long, default_value = "5s", value_parser = parse_millis)]
+    #[arg(long, default_value = "5s", value_parser = crate::duration::parse_std)]
     pub job_poll: Duration,
     /// How often the inventory is refreshed from Talos and Kubernetes.
-    #[arg(long, default_value = "60s", value_parser = parse_millis)]
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_std)]
     pub refresh_interval: Duration,
-}
-
-fn parse_millis(s: &str) -> Result<Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration `{s}`"));
-    }
-    crate::desired::validate::parse_duration(s)
 }
 
 pub fn default_state_dir() -> PathBuf {

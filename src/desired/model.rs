@@ -333,21 +333,9 @@ impl fmt::Display for InstallerImage {
     }
 }
 
-/// Durations are written as `1h30m`, `10m`, `90s`.
+/// Durations are written as `1h30m`, `10m`, `90s`: [`crate::duration::Duration`]'s `Display`.
 pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if sec > 0 || out.is_empty() {
-        out.push_str(&format!("{sec}s"));
-    }
-    out
+    crate::duration::Duration::from(d).to_string()
 }
 
 mod duration_text {
