@@ -15,6 +15,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod ops;
 pub mod plan;
+pub mod private_file;
 pub mod rollout;
 pub mod secret;
 pub mod server;

@@ -6,7 +6,6 @@
 //! snapshot has `size % 512 == 32` and its last 32 bytes equal the sha256 of the rest; both are
 //! checked (the same check `etcdutl snapshot restore` makes).
 
-use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -93,30 +92,25 @@ impl SnapshotWriter {
                 path: dest.to_path_buf(),
             });
         }
-        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            let parent = parent.to_path_buf();
-            tokio::task::spawn_blocking(move || {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)
-            })
-            .await
-            .map_err(|e| io(std::io::Error::other(e)))?
-            .map_err(io)?;
-        }
+        // The directory is created 0700 when missing (a directory the user chose is left as it
+        // is); the part file is 0600: a snapshot holds every Kubernetes secret.
         let part = part_path(dest);
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&part)
-            .await
-            .map_err(|err| TalosError::SnapshotIo {
-                path: part.clone(),
-                err,
-            })?;
+        let (dir, part_for_open) = (
+            crate::private_file::parent_dir(dest).to_path_buf(),
+            part.clone(),
+        );
+        let file = tokio::task::spawn_blocking(move || {
+            crate::private_file::private_dir(&dir, crate::private_file::ExistingDir::Keep)
+                .map_err(crate::private_file::PrivateFileError::into_io)?;
+            crate::private_file::open_private(&part_for_open)
+        })
+        .await
+        .map_err(|e| io(std::io::Error::other(e)))?
+        .map_err(|err| TalosError::SnapshotIo {
+            path: part.clone(),
+            err,
+        })?;
+        let file = tokio::fs::File::from_std(file);
         Ok(SnapshotWriter {
             file,
             part,
