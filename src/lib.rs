@@ -10,6 +10,7 @@ pub mod cli;
 pub mod desired;
 pub mod duration;
 pub mod fuzz;
+pub mod image;
 pub mod inventory;
 pub mod k8s;
 pub mod metrics;

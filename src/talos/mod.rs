@@ -64,6 +64,12 @@ pub enum TalosError {
     BadNode { value: String, reason: &'static str },
     #[error("`{image}` is not a usable image reference: {reason}")]
     BadImage { image: String, reason: &'static str },
+    #[error("`{image}` is not a usable image reference")]
+    ImageRef {
+        image: String,
+        #[source]
+        err: crate::image::ImageRefError,
+    },
     #[error("failed to set up the gRPC channel to `{endpoint}`")]
     Channel {
         endpoint: String,
