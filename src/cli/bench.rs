@@ -1,5 +1,6 @@
 //! `medea bench`: fleet-scale benchmarks (design/performance.md). Build with `--release`.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -104,11 +105,12 @@ fn tempdir() -> miette::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix("medea-bench-")
         .tempdir()
-        .map_err(|e| miette::miette!("cannot create a temporary directory: {e}"))
+        .into_diagnostic()
+        .wrap_err("cannot create a temporary directory")
 }
 
 fn err(e: crate::bench::BenchError) -> miette::Report {
-    miette::miette!("{}", crate::error_chain(&e))
+    miette::Report::from_err(e)
 }
 
 pub fn run(args: BenchArgs) -> miette::Result<u8> {
@@ -116,7 +118,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
         Scenario::Fleet { fleet: f, out } => {
             let fleet = fleet::generate(f.spec());
             let w = fleet::write_repo(&fleet, &out)
-                .map_err(|e| miette::miette!("cannot write the fleet to {}: {e}", out.display()))?;
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot write the fleet to {}", out.display()))?;
             println!(
                 "wrote {} clusters, {} machines: {} and {}",
                 fleet.inventory.clusters.len(),
@@ -131,7 +134,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             let fleet = fleet::generate(f.spec());
             let dir = tempdir()?;
             let w = fleet::write_repo(&fleet, dir.path())
-                .map_err(|e| miette::miette!("cannot write the fleet: {e}"))?;
+                .into_diagnostic()
+                .wrap_err("cannot write the fleet")?;
             let r = pipeline::run(&w.desired, &fleet.inventory, rounds).map_err(err)?;
             println!("{host}");
             println!(
@@ -168,11 +172,13 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
         } => {
             let host = Host::detect();
             let exe = std::env::current_exe()
-                .map_err(|e| miette::miette!("cannot find the medea binary: {e}"))?;
+                .into_diagnostic()
+                .wrap_err("cannot find the medea binary")?;
             let fleet = fleet::generate(f.spec());
             let dir = tempdir()?;
             let w = fleet::write_repo(&fleet, dir.path())
-                .map_err(|e| miette::miette!("cannot write the fleet: {e}"))?;
+                .into_diagnostic()
+                .wrap_err("cannot write the fleet")?;
             let o = server::ServerOptions {
                 debounce,
                 changes,

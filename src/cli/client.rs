@@ -1,5 +1,6 @@
 //! Connecting the CLI to a running `medea serve`: flags → env → defaults.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -222,7 +223,8 @@ impl ClientArgs {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             endpoint
                 .tls_config_with_verifier(tls, Arc::new(NoVerify(provider)))
-                .map_err(|e| miette::miette!("TLS setup failed: {e}"))?
+                .into_diagnostic()
+                .wrap_err("TLS setup failed")?
         } else {
             let ca_path = self.ca.clone().ok_or_else(|| {
                 miette::miette!(
@@ -240,7 +242,8 @@ impl ClientArgs {
             })?;
             endpoint
                 .tls_config(tls.ca_certificate(Certificate::from_pem(pem)))
-                .map_err(|e| miette::miette!("TLS setup failed: {e}"))?
+                .into_diagnostic()
+                .wrap_err("TLS setup failed")?
         };
         let channel = endpoint
             .connect()

@@ -7,6 +7,7 @@
 //! allowed_signers), enables rollouts and runs the rollout to completion with the live view.
 //! Everything lives in a temporary directory that is removed at the end (unless `--keep`).
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,11 +59,13 @@ fn err(what: &str) -> impl Fn(String) -> miette::Report + '_ {
 
 pub fn run(args: DemoArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     let tmp = tempfile::Builder::new()
         .prefix("medea-demo-")
         .tempdir()
-        .map_err(|e| miette::miette!("demo: cannot create a temporary directory: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("demo: cannot create a temporary directory")?;
     let code = rt.block_on(demo(&args, tmp.path()));
     if args.keep {
         let kept = tmp.keep();
@@ -82,7 +85,8 @@ async fn demo(args: &DemoArgs, dir: &Path) -> miette::Result<u8> {
         .replace("podTermination: 1s", "podTermination: 200ms");
     let scenario =
         crate::sim::talos::scenario::Scenario::parse(&scenario_text, Path::new("<demo scenario>"))
-            .map_err(|e| miette::miette!("demo scenario: {e}"))?;
+            .into_diagnostic()
+            .wrap_err("demo scenario")?;
     println!(
         "▶ starting the simulator: cluster home, 3 control-plane + 3 workers on Talos v1.12.11 / Kubernetes v1.34.1"
     );
@@ -247,11 +251,12 @@ async fn drive(
         );
         return Ok(exit::OK);
     }
-    let id = crate::plan::PlanId::parse_full(&plan.id).map_err(|e| miette::miette!("{e}"))?;
+    let id = crate::plan::PlanId::parse_full(&plan.id).into_diagnostic()?;
     let mut jobs = Vec::new();
     for (who, key) in approvers {
         let signed = crate::approval::sign::sign_with_key(key, &id, ssh_key::HashAlg::Sha512)
-            .map_err(|e| miette::miette!("demo: signing: {e}"))?;
+            .into_diagnostic()
+            .wrap_err("demo: signing")?;
         let r = c
             .submit_approval(pb::SubmitApprovalRequest {
                 plan_id: plan.id.clone(),

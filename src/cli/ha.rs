@@ -1,6 +1,7 @@
 //! Store selection for `medea serve` (and the hidden HA probe): a directory, or an etcd cluster
 //! for HA replicas, with the etcd TLS options, the replica id and the leader lease TTL.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,12 +76,11 @@ impl EtcdArgs {
         };
         let password = match (&self.etcd_password_file, env_password) {
             (Some(path), _) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    miette::miette!(
-                        "cannot read the etcd password file `{}`: {e}",
-                        path.display()
-                    )
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .into_diagnostic()
+                    .wrap_err_with(|| {
+                        format!("cannot read the etcd password file `{}`", path.display())
+                    })?;
                 text.trim_end_matches(['\n', '\r']).to_string()
             }
             (None, Some(p)) => p,
@@ -131,8 +131,8 @@ pub fn open_store(location: &StoreLocation, ha: &HaArgs) -> miette::Result<Opene
     match location {
         StoreLocation::Dir(path) => {
             refuse_etcd_flags(path, &ha.etcd)?;
-            let store = crate::store::fjall::FjallStore::open(path)
-                .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+            let store =
+                crate::store::fjall::FjallStore::open(path).map_err(miette::Report::from_err)?;
             Ok(Opened {
                 store: Arc::new(store),
                 leadership: Leadership::solo(replica),

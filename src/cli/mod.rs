@@ -4,6 +4,7 @@
 //! **May depend on:** every other module; nothing depends on it.
 //! Architecture Invariant: no domain decision is made here; commands call into the modules.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -172,9 +173,11 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Rollout(args) => rollout::run(args),
         Command::Man { out } => {
             std::fs::create_dir_all(&out)
-                .map_err(|e| miette::miette!("cannot create {}: {e}", out.display()))?;
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot create {}", out.display()))?;
             clap_mangen::generate_to(Cli::command(), &out)
-                .map_err(|e| miette::miette!("cannot write man pages to {}: {e}", out.display()))?;
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot write man pages to {}", out.display()))?;
             println!("wrote man pages to {}", out.display());
             Ok(exit::OK)
         }

@@ -1,5 +1,6 @@
 //! `medea serve` and the client commands that talk to it (`get`, `cluster`).
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -110,9 +111,9 @@ fn load_token(
         Ok(_) => Err(miette::miette!("token file `{}` is empty", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = crate::server::auth::generate_token();
-            crate::server::secrets::write_private(&path, t.expose().as_bytes()).map_err(|e| {
-                miette::miette!("cannot write the token file `{}`: {e}", path.display())
-            })?;
+            crate::server::secrets::write_private(&path, t.expose().as_bytes())
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot write the token file `{}`", path.display()))?;
             eprintln!("generated an API token in {} (0600)", path.display());
             Ok(t)
         }
@@ -132,12 +133,9 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
             std::env::var_os(name)
         })?;
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
-    crate::server::secrets::private_dir(&state_dir).map_err(|e| {
-        miette::miette!(
-            "cannot create state directory `{}`: {e}",
-            state_dir.display()
-        )
-    })?;
+    crate::server::secrets::private_dir(&state_dir)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot create state directory `{}`", state_dir.display()))?;
     let token = load_token(chosen_token, &state_dir)?;
     let location = args
         .store
@@ -166,7 +164,8 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
     };
     super::init_logging(args.log_format);
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         tracing::info!(store = %opened.location, replica = %config.replica, "store open");
         server::run_with_leadership(
@@ -177,7 +176,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
             shutdown_signal(),
         )
         .await
-        .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
+        .map_err(miette::Report::from_err)
     })?;
     Ok(exit::OK)
 }
@@ -232,7 +231,8 @@ pub enum GetWhat {
 
 pub fn get(args: GetArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         let mut c = args.client.connect().await?;
         let addr = args.client.addr.clone();
@@ -432,7 +432,8 @@ pub fn cluster(args: ClusterArgs) -> miette::Result<u8> {
         ClusterAction::DisableRollouts { cluster } => (cluster, false),
     };
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         let mut c = args.client.connect().await?;
         let r = c
