@@ -44,7 +44,9 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
     for p in &problems {
         eprintln!("warning: {p}");
     }
-    let desired = loaded.valid().expect("no errors");
+    let desired = loaded
+        .valid()
+        .ok_or_else(|| miette::miette!("the desired state has errors (listed above)"))?;
     let Some(current) = stored::current(&store).into_diagnostic()? else {
         println!("no current plan: run `medea plan` first");
         return Ok(exit::ERROR);

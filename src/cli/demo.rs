@@ -145,7 +145,7 @@ async fn with_sim(
     let desired = dir.join("desired");
     for (rel, text) in EXAMPLES {
         let p = desired.join(rel);
-        std::fs::create_dir_all(p.parent().expect("relative path has a parent"))
+        std::fs::create_dir_all(crate::private_file::parent_dir(&p))
             .map_err(|e| err("desired state")(e.to_string()))?;
         std::fs::write(&p, text).map_err(|e| err("desired state")(e.to_string()))?;
     }
@@ -177,7 +177,7 @@ async fn with_sim(
 
     let token = crate::server::auth::generate_token();
     let config = crate::server::ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("literal address"),
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         source: crate::desired::Source::Dir(desired.clone()),
         state_dir: dir.join("state"),
         creds_dir,

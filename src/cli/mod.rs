@@ -209,6 +209,10 @@ pub enum LogFormat {
 pub const QUIET_DEPENDENCIES: &[&str] = &["kube_client::client::builder=off"];
 
 /// The log filter: `RUST_LOG` (default `info`) plus [`QUIET_DEPENDENCIES`].
+#[allow(
+    clippy::expect_used,
+    reason = "the added directives are constant valid filter strings (log_filter is unit-tested)"
+)]
 pub fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
     use tracing_subscriber::EnvFilter;
     let given = rust_log.map(str::trim).filter(|s| !s.is_empty());

@@ -333,6 +333,10 @@ fn progress(
 }
 
 /// Follow a job: progress bars per node on a TTY, one line per event otherwise.
+#[allow(
+    clippy::expect_used,
+    reason = "a constant indicatif template, and events that are plain structs with string keys"
+)]
 pub(crate) async fn follow(
     c: &mut super::client::Client,
     addr: &str,

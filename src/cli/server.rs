@@ -182,6 +182,10 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
 }
 
 /// Ctrl-C or SIGTERM.
+#[allow(
+    clippy::expect_used,
+    reason = "installing a SIGTERM handler fails only without tokio's signal driver, which the runtimes medea builds always enable"
+)]
 pub async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");

@@ -148,12 +148,21 @@ impl Default for ApprovalSettings {
 /// A `(major, minor)` release line, written `v1.15`.
 pub type MinorLine = (u64, u64);
 
+/// A minor line that is not `vMAJOR.MINOR`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{input}` is not a minor line: write `vMAJOR.MINOR`, e.g. `v1.15`")]
+pub struct MinorLineError {
+    pub input: String,
+}
+
 /// Parse a minor line written `vMAJOR.MINOR` (`v1.15`).
-pub fn parse_minor_line(input: &str) -> Result<MinorLine, String> {
-    let bad = || format!("`{input}` is not a minor line: write `vMAJOR.MINOR`, e.g. `v1.15`");
+pub fn parse_minor_line(input: &str) -> Result<MinorLine, MinorLineError> {
+    let bad = || MinorLineError {
+        input: input.to_string(),
+    };
     let rest = input.strip_prefix('v').ok_or_else(bad)?;
     let (major, minor) = rest.split_once('.').ok_or_else(bad)?;
-    let num = |s: &str| -> Result<u64, String> {
+    let num = |s: &str| -> Result<u64, MinorLineError> {
         let ok = !s.is_empty()
             && s.bytes().all(|b| b.is_ascii_digit())
             && (s == "0" || !s.starts_with('0'));

@@ -211,6 +211,10 @@ struct PendingPool<'a> {
 ///
 /// `broken` names documents that failed to parse (already reported); references to them are
 /// not reported again.
+#[allow(
+    clippy::expect_used,
+    reason = "DEFAULT_INSTALLER is a constant valid repository (the installer_images test parses it)"
+)]
 pub fn validate(
     docs: Vec<RawDoc<'_>>,
     broken: &[Broken],
@@ -626,11 +630,11 @@ fn upgrade_policy(
     for w in &spec.kubernetes_support {
         let mut line = |s: &Spanned<String>| match parse_minor_line(&s.value) {
             Ok(l) => Some(l),
-            Err(msg) => {
+            Err(e) => {
                 ctx.err(Diagnostic::error(
                     codes::VERSION,
                     doc.origin(&s.referenced),
-                    msg,
+                    e.to_string(),
                 ));
                 None
             }

@@ -151,8 +151,12 @@ pub enum TalosError {
         #[source]
         err: std::io::Error,
     },
-    #[error("etcd snapshot from node `{node}` is not usable: {reason}")]
-    SnapshotCorrupt { node: String, reason: String },
+    #[error("etcd snapshot from node `{node}` is not usable")]
+    SnapshotCorrupt {
+        node: String,
+        #[source]
+        reason: snapshot::TrailerError,
+    },
 }
 
 impl TalosError {

@@ -16,6 +16,15 @@ use super::types::SnapshotInfo;
 
 const TRAILER: usize = 32;
 
+/// Why a snapshot stream is not a complete etcd snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrailerError {
+    #[error("size {size} is not 512·n + 32: the stream is truncated or has no sha256 trailer")]
+    Size { size: u64 },
+    #[error("the sha256 trailer does not match the data")]
+    Mismatch,
+}
+
 /// Incremental check of an etcd snapshot's sha256 trailer (pure, no I/O).
 #[derive(Default)]
 pub struct TrailerCheck {
@@ -39,16 +48,13 @@ impl TrailerCheck {
     }
 
     /// `(size, hex sha256 of everything)` if the trailer checks out, else the reason.
-    pub fn finish(self) -> Result<(u64, String), String> {
+    pub fn finish(self) -> Result<(u64, String), TrailerError> {
         if self.size % 512 != TRAILER as u64 {
-            return Err(format!(
-                "size {} is not 512·n + 32: the stream is truncated or has no sha256 trailer",
-                self.size
-            ));
+            return Err(TrailerError::Size { size: self.size });
         }
         let body = self.body.finalize();
         if body.as_slice() != self.tail.as_slice() {
-            return Err("the sha256 trailer does not match the data".to_string());
+            return Err(TrailerError::Mismatch);
         }
         Ok((self.size, hex::encode(self.whole.finalize())))
     }
@@ -216,7 +222,7 @@ mod tests {
         for ch in chunks {
             c.update(ch);
         }
-        c.finish()
+        c.finish().map_err(|e| e.to_string())
     }
 
     #[test]
