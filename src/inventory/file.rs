@@ -32,6 +32,21 @@ pub enum InventoryFileError {
         #[source]
         err: Box<serde_saphyr::Error>,
     },
+    #[error("inventory file `{file}` is not a valid inventory")]
+    Json {
+        file: String,
+        #[source]
+        err: serde_json::Error,
+    },
+    /// A YAML inventory beyond what [`LIMITS`] allows (sized for 100,000 machines).
+    #[error(
+        "inventory file `{file}` is larger than medea reads as YAML: {what} (the limit is {limit}, sized for {MACHINES_SIZED_FOR} machines); write it as JSON, which has no such limit"
+    )]
+    TooLarge {
+        file: String,
+        what: String,
+        limit: usize,
+    },
     #[error("inventory file `{file}` lists cluster `{cluster}` twice")]
     DuplicateCluster { file: String, cluster: String },
     #[error("inventory file `{file}` lists machine `{node}` twice in cluster `{cluster}`")]
@@ -98,13 +113,40 @@ pub struct MachineEntry {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Parse an inventory file (YAML; JSON is YAML too). `file` names it in errors.
+/// How many machines the YAML reader's limits are sized for. The inventory is medea's own file
+/// (written by `medea bench fleet`, dumps, or a person), not hostile input like desired state,
+/// so its limits are sized for the largest fleet medea plans rather than for defence.
+pub const MACHINES_SIZED_FOR: usize = 100_000;
+
+/// The YAML reader's limits for an inventory file. A machine written out in full is about 30
+/// YAML nodes (more with many labels); the default serde-saphyr budget (250,000 nodes) stops
+/// near 8,000 machines, which `medea bench fleet --clusters 100 --machines 100` exceeds. JSON
+/// inventories are read with serde_json and need no budget: it builds no event stream and
+/// cannot be made to expand by aliases.
+pub struct Limits {
+    pub max_nodes: usize,
+    pub max_events: usize,
+    pub max_total_scalar_bytes: usize,
+}
+
+/// See [`Limits`]: 80 nodes per machine for [`MACHINES_SIZED_FOR`] machines.
+pub const LIMITS: Limits = Limits {
+    max_nodes: 80 * MACHINES_SIZED_FOR,
+    max_events: 160 * MACHINES_SIZED_FOR,
+    max_total_scalar_bytes: 4096 * MACHINES_SIZED_FOR,
+};
+
+/// Parse an inventory file: JSON (as `medea bench fleet` writes it) when the text starts with
+/// `{`, YAML otherwise. `file` names it in errors.
 pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
-    let parsed: InventoryFile =
-        serde_saphyr::from_str(text).map_err(|err| InventoryFileError::Parse {
+    let parsed: InventoryFile = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|err| InventoryFileError::Json {
             file: file.to_string(),
-            err: Box::new(err),
-        })?;
+            err,
+        })?
+    } else {
+        parse_yaml(file, text, &LIMITS)?
+    };
     let mut clusters = BTreeMap::new();
     for c in parsed.clusters {
         let mut machines = BTreeMap::new();
@@ -148,6 +190,50 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
         }
     }
     Ok(Inventory { clusters })
+}
+
+fn parse_yaml(
+    file: &str,
+    text: &str,
+    limits: &Limits,
+) -> Result<InventoryFile, InventoryFileError> {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: limits.max_nodes,
+            max_events: limits.max_events,
+            max_total_scalar_bytes: limits.max_total_scalar_bytes,
+        },
+    };
+    serde_saphyr::from_str_with_options(text, options).map_err(|err| {
+        use serde_saphyr::budget::BudgetBreach;
+        let too_large = |what: String, limit: usize| InventoryFileError::TooLarge {
+            file: file.to_string(),
+            what,
+            limit,
+        };
+        match err.without_snippet() {
+            serde_saphyr::Error::Budget { breach, .. } => match breach {
+                BudgetBreach::Nodes { nodes } => {
+                    too_large(format!("{nodes} YAML nodes"), limits.max_nodes)
+                }
+                BudgetBreach::Events { events } => {
+                    too_large(format!("{events} YAML events"), limits.max_events)
+                }
+                BudgetBreach::ScalarBytes { total_scalar_bytes } => too_large(
+                    format!("{total_scalar_bytes} bytes of values"),
+                    limits.max_total_scalar_bytes,
+                ),
+                _ => InventoryFileError::Parse {
+                    file: file.to_string(),
+                    err: Box::new(err),
+                },
+            },
+            _ => InventoryFileError::Parse {
+                file: file.to_string(),
+                err: Box::new(err),
+            },
+        }
+    })
 }
 
 /// The file form of an inventory (every field written), for dumps and round trips.
@@ -243,5 +329,72 @@ mod tests {
             ),
             Err(InventoryFileError::DuplicateMachine { .. })
         ));
+    }
+
+    fn fleet(machines: usize) -> Inventory {
+        let per_cluster = 100;
+        let mut text = String::from("clusters:\n");
+        for c in 0..machines / per_cluster {
+            text.push_str(&format!(
+                "  - name: c{c}\n    kubernetesVersion: v1.34.1\n    machines:\n"
+            ));
+            for m in 0..per_cluster {
+                text.push_str(&format!(
+                    "      - {{ node: n{m}, id: c{c}-n{m}, address: 10.{}.{}.{m}, role: worker, talosVersion: v1.12.4, kubeletVersion: v1.34.1, installerImage: ghcr.io/siderolabs/installer:v1.12.4, bootId: b{m}, labels: {{ zone: a, rack: r{m} }} }}\n",
+                    c / 256,
+                    c % 256
+                ));
+            }
+        }
+        parse("fleet.yaml", &text).unwrap()
+    }
+
+    #[test]
+    fn ten_thousand_machines_read_as_yaml_and_as_json() {
+        let inv = fleet(10_000);
+        assert_eq!(
+            inv.clusters
+                .values()
+                .map(|c| c.machines.len())
+                .sum::<usize>(),
+            10_000
+        );
+        let json = serde_json::to_string(&to_file(&inv)).unwrap();
+        assert_eq!(parse("fleet.json", &json).unwrap(), inv);
+    }
+
+    #[test]
+    fn a_yaml_inventory_beyond_the_limits_names_the_limit() {
+        let text = "clusters:\n  - name: a\n    machines:\n      - { node: n, address: a, role: worker }\n      - { node: m, address: b, role: worker }\n";
+        let tiny = Limits {
+            max_nodes: 10,
+            max_events: 1_000,
+            max_total_scalar_bytes: 1_000,
+        };
+        let e = parse_yaml("x.yaml", text, &tiny).unwrap_err();
+        assert!(
+            matches!(&e, InventoryFileError::TooLarge { limit: 10, .. }),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("the limit is 10")
+                && msg.contains("100000 machines")
+                && msg.contains("JSON"),
+            "{msg}"
+        );
+        assert!(parse_yaml("x.yaml", text, &LIMITS).is_ok());
+    }
+
+    #[test]
+    fn a_bad_json_inventory_says_where() {
+        let e = parse(
+            "x.json",
+            "{\"clusters\": [{\"name\": \"a\", \"bogus\": 1}]}",
+        )
+        .unwrap_err();
+        assert!(matches!(e, InventoryFileError::Json { .. }), "{e}");
+        let src = std::error::Error::source(&e).unwrap().to_string();
+        assert!(src.contains("bogus") && src.contains("column"), "{src}");
     }
 }

@@ -42,6 +42,37 @@ fn fleet_writes_a_repo_that_validates_and_plans() {
     );
 }
 
+/// The documented rehearsal at the fleet size the docs advertise: 100 clusters x 100 machines.
+/// The inventory file is medea's own JSON, read without the hostile-input YAML budget that used
+/// to refuse it ("budget breached: Nodes { nodes: 250001 }").
+#[test]
+fn a_fleet_of_ten_thousand_machines_plans_through_the_documented_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "fleet",
+        "--clusters",
+        "100",
+        "--machines",
+        "100",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.contains("wrote 100 clusters, 10000 machines"), "{out}");
+    let plan = medea()
+        .arg("plan")
+        .arg("--desired")
+        .arg(dir.path().join("desired"))
+        .arg("--observed")
+        .arg(dir.path().join("inventory.json"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&plan.stderr);
+    assert_eq!(plan.status.code(), Some(2), "{stderr}");
+    let text = String::from_utf8(plan.stdout).unwrap();
+    let clusters = text.lines().filter(|l| l.starts_with("cluster c0")).count();
+    assert_eq!(clusters, 100, "every cluster is planned");
+}
+
 #[test]
 fn plan_reports_the_floor_the_stages_and_the_ratio() {
     let out = run(&[
