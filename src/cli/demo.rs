@@ -53,10 +53,6 @@ pub struct DemoArgs {
     pub log_format: super::LogFormat,
 }
 
-fn err(what: &str) -> impl Fn(String) -> miette::Report + '_ {
-    move |e| miette::miette!("demo: {what}: {e}")
-}
-
 pub fn run(args: DemoArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Runtime::new()
         .into_diagnostic()
@@ -92,7 +88,8 @@ async fn demo(args: &DemoArgs, dir: &Path) -> miette::Result<u8> {
     );
     let sim = SimCluster::start(scenario, SimClusterConfig::default())
         .await
-        .map_err(|e| err("simulator")(crate::error_chain(&e)))?;
+        .into_diagnostic()
+        .wrap_err("demo: simulator")?;
     let result = with_sim(args, dir, &sim, started).await;
     sim.shutdown().await;
     result
@@ -107,10 +104,12 @@ async fn with_sim(
     let sim_out = dir.join("sim");
     let creds = sim
         .write_creds(&sim_out)
-        .map_err(|e| err("simulator creds")(crate::error_chain(&e)))?;
+        .into_diagnostic()
+        .wrap_err("demo: simulator creds")?;
     // The store, seeded from the simulator (like `medea seed`).
     let store = crate::store::fjall::FjallStore::open(&dir.join("state/store"))
-        .map_err(|e| err("store")(crate::error_chain(&e)))?;
+        .into_diagnostic()
+        .wrap_err("demo: store")?;
     let creds_dir = dir.join("state/creds");
     let seeded = super::seed::seed(
         &store,
@@ -124,7 +123,8 @@ async fn with_sim(
         },
     )
     .await
-    .map_err(|e| err("seed")(crate::error_chain(&e)))?;
+    .into_diagnostic()
+    .wrap_err("demo: seed")?;
     println!(
         "▶ seeded cluster home: {} machines observed",
         seeded.cluster.machines.len()
@@ -135,19 +135,24 @@ async fn with_sim(
         let key = crate::inventory::cluster_key("home");
         let c: crate::inventory::ObservedCluster = store
             .get_record(&key)
-            .map_err(|e| err("store")(e.to_string()))?
+            .into_diagnostic()
+            .wrap_err("demo: store")?
             .ok_or_else(|| miette::miette!("demo: seeded cluster missing"))?;
         store
             .commit(Txn::new().put_record(key.as_str(), &c.with_rollouts_enabled(true)))
-            .map_err(|e| err("store")(e.to_string()))?;
+            .into_diagnostic()
+            .wrap_err("demo: store")?;
     }
     // The desired state: the bundled examples.
     let desired = dir.join("desired");
     for (rel, text) in EXAMPLES {
         let p = desired.join(rel);
         std::fs::create_dir_all(crate::private_file::parent_dir(&p))
-            .map_err(|e| err("desired state")(e.to_string()))?;
-        std::fs::write(&p, text).map_err(|e| err("desired state")(e.to_string()))?;
+            .into_diagnostic()
+            .wrap_err("demo: desired state")?;
+        std::fs::write(&p, text)
+            .into_diagnostic()
+            .wrap_err("demo: desired state")?;
     }
     // Two ephemeral approvers (a plan that touches the control plane needs two by default).
     let keys = [
@@ -163,17 +168,19 @@ async fn with_sim(
     let mut signers = String::new();
     let mut approvers = Vec::new();
     for (who, k) in keys {
-        let k = k.map_err(|e| err("keys")(e.to_string()))?;
+        let k = k.into_diagnostic().wrap_err("demo: keys")?;
         let public = k
             .public_key()
             .to_openssh()
-            .map_err(|e| err("keys")(e.to_string()))?;
+            .into_diagnostic()
+            .wrap_err("demo: keys")?;
         signers.push_str(&format!("{who} namespaces=\"medea-approve\" {public}\n"));
         approvers.push((who, k));
     }
     let allowed = dir.join("state/allowed_signers");
     crate::server::secrets::write_private(&allowed, signers.as_bytes())
-        .map_err(|e| err("allowed signers")(e.to_string()))?;
+        .into_diagnostic()
+        .wrap_err("demo: allowed signers")?;
 
     let token = crate::server::auth::generate_token();
     let config = crate::server::ServerConfig {
