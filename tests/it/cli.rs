@@ -12,6 +12,38 @@ fn completions_are_generated_for_bash() {
     assert!(text.contains("_medea()"), "{text}");
 }
 
+/// The CLI shows an error's cause as its own link of the chain (miette's `source` chain), not
+/// flattened into the outer message with `": {e}"`.
+#[test]
+fn errors_show_their_cause_chain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = medea()
+        .args(["man", "--out"])
+        .arg(file.join("sub"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let outer = lines
+        .iter()
+        .position(|l| l.contains("cannot create") && l.contains("a-file/sub"))
+        .unwrap_or_else(|| panic!("no outer message: {err}"));
+    assert!(
+        !lines[outer].contains("Not a directory"),
+        "the cause is flattened into the message: {err}"
+    );
+    assert!(
+        lines[outer + 1..]
+            .iter()
+            .any(|l| l.contains("Not a directory")),
+        "the cause is not shown: {err}"
+    );
+}
+
 #[test]
 fn man_pages_are_generated_for_every_command() {
     let tmp = tempfile::tempdir().unwrap();
