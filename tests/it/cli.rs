@@ -289,3 +289,21 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
         "{out}"
     );
 }
+
+/// Every duration flag takes the one grammar of `src/duration.rs` and says so when refused.
+#[test]
+fn duration_flags_share_one_grammar() {
+    for (args, bad) in [
+        (&["serve", "--refresh-interval"][..], "1d"),
+        (&["serve", "--leader-ttl"][..], "10 s"),
+        (&["talos", "health", "--wait-timeout"][..], "later"),
+    ] {
+        let out = medea().args(args).arg(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("invalid duration `{bad}`")) && err.contains("`1h30m`"),
+            "{args:?}: {err}"
+        );
+    }
+}
