@@ -9,3 +9,5 @@
 //!
 //! The domain stays pure because this layer does its I/O: it reads the store, calls the
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
+
+pub mod doctor;

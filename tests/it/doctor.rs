@@ -357,3 +357,64 @@ async fn doctor_reports_a_malformed_talosconfig_without_quoting_it() {
     assert!(!all.contains(&key[..24]), "{all}");
     e.sim.shutdown().await;
 }
+
+/// Replace what differs between runs (the temporary directory, loopback ports, the sim's
+/// certificate dates, the measured clock skew) so the rest of doctor's output can be pinned
+/// byte for byte.
+fn stable(text: &str, dir: &Path) -> String {
+    let text = text.replace(dir.to_str().unwrap(), "<creds>");
+    let text = mask(&text, "127.0.0.1:", "<port>", |rest| {
+        rest.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len())
+    });
+    let text = mask(&text, "expires ", "<date> (in <n> days)", |rest| {
+        rest.find(" days)").map_or(0, |i| i + " days)".len())
+    });
+    mask(&text, "within ", "<skew>", |rest| {
+        rest.find(|c: char| !c.is_ascii_digit() && c != 's')
+            .unwrap_or(rest.len())
+    })
+}
+
+/// Replace what follows each `marker` (as long as `len` says) with `with`.
+fn mask(text: &str, marker: &str, with: &str, len: impl Fn(&str) -> usize) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(marker) {
+        let (head, tail) = rest.split_at(at + marker.len());
+        out.push_str(head);
+        out.push_str(with);
+        rest = &tail[len(tail)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test]
+async fn doctor_output_is_pinned() {
+    let e = env(quick_default()).await;
+    let dir = creds_dir(&e);
+    let out = medea(&["doctor", "--creds-dir", dir.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", flat(&out.stderr));
+    let healthy = stable(&String::from_utf8_lossy(&out.stdout), &dir);
+
+    std::fs::set_permissions(
+        dir.join("home").join("talosconfig"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = medea(&["doctor", "--creds-dir", dir.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", flat(&out.stderr));
+    let loose = stable(&String::from_utf8_lossy(&out.stdout), &dir);
+    expectorate::assert_contents(
+        "tests/it/snapshots/doctor_text.txt",
+        &format!("$ medea doctor\n{healthy}\n$ medea doctor  # talosconfig 0644\n{loose}"),
+    );
+    let out = medea(&["doctor", "--creds-dir", dir.to_str().unwrap(), "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", flat(&out.stderr));
+    expectorate::assert_contents(
+        "tests/it/snapshots/doctor_json.json",
+        &stable(&String::from_utf8_lossy(&out.stdout), &dir),
+    );
+    e.sim.shutdown().await;
+}

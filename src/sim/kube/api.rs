@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::apply;
-use super::cluster::{Cluster, kind_matches};
+use super::cluster::{KubeSide, kind_matches};
 use super::openapi::{self, FieldValidation};
 use super::resources::{self, Owner, PODS, ResourceType};
 use super::selector::{FieldSelector, LabelSelector};
@@ -622,7 +622,7 @@ mod protobuf {
 
 /// Answer a `SelfSubjectAccessReview`: allowed unless a [`super::KubeFault::Forbidden`] fault
 /// takes the permission away. Non-resource requests are always allowed.
-fn access_review(c: &Cluster, mut review: Value) -> Value {
+fn access_review(c: &KubeSide, mut review: Value) -> Value {
     let attrs = review
         .pointer("/spec/resourceAttributes")
         .cloned()
@@ -657,7 +657,7 @@ fn continue_key(obj: &Value) -> String {
 }
 
 fn list(
-    c: &Cluster,
+    c: &KubeSide,
     rt: &'static ResourceType,
     ns: Option<&str>,
     headers: &HeaderMap,
@@ -799,7 +799,7 @@ fn update_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
 /// Record a non-apply write of `obj` by `manager` (see [`apply::record_update`]) and render
 /// the object's `managedFields`.
 fn note_update(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     rt: &'static ResourceType,
     before: Option<&Value>,
     obj: &mut Value,
@@ -818,7 +818,7 @@ fn note_update(
 
 /// `metadata.managedFields` of an object from its owners.
 fn managed_fields(
-    c: &Cluster,
+    c: &KubeSide,
     rt: &'static ResourceType,
     key: &crate::sim::kube::store::ObjKey,
     wall: jiff::Timestamp,
@@ -894,7 +894,7 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
 }
 
 fn create(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     rt: &'static ResourceType,
     ns: Option<&str>,
     q: &HashMap<String, String>,
@@ -953,7 +953,7 @@ fn create(
 
 #[allow(clippy::too_many_arguments)]
 fn replace(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     rt: &'static ResourceType,
     ns: &str,
     name: &str,
@@ -1006,7 +1006,7 @@ fn replace(
 
 #[allow(clippy::too_many_arguments)]
 fn patch(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     rt: &'static ResourceType,
     ns: &str,
     name: &str,
@@ -1059,7 +1059,7 @@ fn patch(
 }
 
 fn server_side_apply(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     rt: &'static ResourceType,
     ns: &str,
     name: &str,
@@ -1179,7 +1179,7 @@ fn strip_managed_time(obj: &Value) -> Value {
 }
 
 fn delete(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     rt: &'static ResourceType,
     ns: &str,
     name: &str,
@@ -1213,7 +1213,7 @@ fn delete(
 }
 
 fn evict(
-    c: &mut Cluster,
+    c: &mut KubeSide,
     ns: &str,
     name: &str,
     body: &Bytes,

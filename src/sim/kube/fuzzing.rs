@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{Method, Request};
 use tokio::sync::Notify;
 
-use super::cluster::{Cluster, Timing};
+use super::cluster::{KubeSide, Timing};
 use super::pki::BearerToken;
 use super::{Shared, scenario, seed_objects};
 use crate::sim::node::{NodeFacts, NodeSource};
@@ -64,7 +64,7 @@ fn shared() -> Arc<Shared> {
         node("w-2", false),
         node("w-3", false),
     ]));
-    let mut cluster = Cluster::new(
+    let mut cluster = KubeSide::new(
         nodes,
         Timing {
             start: Duration::ZERO,

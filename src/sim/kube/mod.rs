@@ -46,7 +46,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::sim::node::NodeSource;
-use cluster::{Cluster, Timing};
+use cluster::{KubeSide, Timing};
 
 pub use kubeconfig::write_kubeconfig;
 pub use pki::BearerToken;
@@ -244,7 +244,7 @@ pub struct SimPod {
 }
 
 pub(crate) struct Shared {
-    pub cluster: Mutex<Cluster>,
+    pub cluster: Mutex<KubeSide>,
     pub token: BearerToken,
     pub server_address: String,
     pub wake: Notify,
@@ -286,7 +286,7 @@ pub async fn start(
         err,
     })?;
     let seed = u64::from_str_radix(&token.expose()[..16], 16).unwrap_or(1);
-    let mut cluster = Cluster::new(
+    let mut cluster = KubeSide::new(
         nodes,
         Timing {
             start: config.pod_start_delay,
@@ -338,7 +338,7 @@ pub async fn start(
     })
 }
 
-fn seed_objects(cluster: &mut Cluster, objects: &[Value]) -> Result<(), KubeSimError> {
+fn seed_objects(cluster: &mut KubeSide, objects: &[Value]) -> Result<(), KubeSimError> {
     let wall = jiff::Timestamp::now();
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let _ = cluster.store.create(
@@ -358,7 +358,7 @@ fn seed_objects(cluster: &mut Cluster, objects: &[Value]) -> Result<(), KubeSimE
 }
 
 /// Create one object as a client would (any served kind except nodes).
-fn seed_one(cluster: &mut Cluster, index: usize, mut obj: Value) -> Result<(), KubeSimError> {
+fn seed_one(cluster: &mut KubeSide, index: usize, mut obj: Value) -> Result<(), KubeSimError> {
     let api_version = obj
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -457,7 +457,7 @@ impl KubeSim {
         clippy::expect_used,
         reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
     )]
-    fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
+    fn cluster(&self) -> std::sync::MutexGuard<'_, KubeSide> {
         self.shared.cluster.lock().expect("cluster lock")
     }
 

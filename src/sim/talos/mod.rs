@@ -34,7 +34,7 @@ pub use scenario::{
 };
 
 use self::fault::ArmedFault;
-use self::model::{Cluster, RebootTicket};
+use self::model::{RebootTicket, TalosSide};
 use self::server::{Api, Shared};
 use crate::sim::node::{NodeFacts, NodeSource};
 use crate::sim::pki::{PkiError, SimPki, write_secret_file};
@@ -135,7 +135,7 @@ impl SimTalos {
         }
         let pki = SimPki::generate(&sans, today).map_err(SimError::Pki)?;
 
-        let cluster = Cluster::new(&scenario, pki.ca_pem(), now.as_second());
+        let cluster = TalosSide::new(&scenario, pki.ca_pem(), now.as_second());
         let shared = Arc::new(Shared {
             cluster: Mutex::new(cluster),
         });

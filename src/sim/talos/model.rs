@@ -294,7 +294,7 @@ pub(crate) struct RebootTicket {
 
 /// The whole simulated cluster.
 #[derive(Debug)]
-pub(crate) struct Cluster {
+pub(crate) struct TalosSide {
     pub name: String,
     pub timing: Timing,
     pub nodes: Vec<SimNode>,
@@ -313,8 +313,8 @@ pub(crate) fn unavailable_node(node: &str) -> Status {
     ))
 }
 
-impl Cluster {
-    pub fn new(scenario: &Scenario, ca_pem: &str, started_unix: i64) -> Cluster {
+impl TalosSide {
+    pub fn new(scenario: &Scenario, ca_pem: &str, started_unix: i64) -> TalosSide {
         let endpoint = scenario
             .nodes
             .iter()
@@ -367,7 +367,7 @@ impl Cluster {
                 }
             })
             .collect();
-        let mut c = Cluster {
+        let mut c = TalosSide {
             name: scenario.cluster_name.clone(),
             timing: scenario.timing,
             nodes,
@@ -742,14 +742,14 @@ mod tests {
     use crate::sim::talos::fault::{FaultPlan, Trigger};
     use crate::version::KubeVersion;
 
-    fn cluster() -> Cluster {
+    fn cluster() -> TalosSide {
         let s = Scenario::uniform(
             2,
             1,
             TalosVersion::parse("v1.13.2").unwrap(),
             KubeVersion::parse("v1.34.1").unwrap(),
         );
-        Cluster::new(&s, "", 0)
+        TalosSide::new(&s, "", 0)
     }
 
     fn md(node: Option<&str>) -> MetadataMap {

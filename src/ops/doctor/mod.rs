@@ -1,0 +1,190 @@
+//! `medea doctor`'s checks: an offline preflight of every cluster in the credentials directory,
+//! as data ([`Report`] → [`ClusterReport`] → [`Check`]); `cli::doctor` parses the arguments and
+//! renders the report. It talks to the Talos API and the kube-apiserver directly (no server
+//! needed):
+//!
+//! - credentials: `<creds-dir>` and `<creds-dir>/<cluster>` are 0700, both files 0600;
+//! - the talosconfig's client certificate: not expired (warn within 30 days), role `os:admin`
+//!   (the certificate's Organization; medea upgrades, reboots and reads machine configs);
+//!   the kubeconfig's client certificate, when it uses one: not expired;
+//! - the kube-apiserver: reachable (`/version`), and RBAC for what medea does (get/list/patch
+//!   nodes, get/list pods, create pods/eviction, list poddisruptionbudgets) by
+//!   `SelfSubjectAccessReview`;
+//! - clock skew: the kube-apiserver's `Date` header against the local clock (the Talos API has no
+//!   time RPC medea uses): warn above 5 s, fail above 30 s;
+//! - per node (from the kube Node list, else the talosconfig's `nodes`): the Talos API answers
+//!   `Version` through the talosconfig endpoint;
+//! - etcd: every control plane's `EtcdStatus` has no errors, and the member list has one
+//!   voting member per control-plane node.
+//!
+//! **Owns:** the checks, their thresholds and the report types.
+//! **May depend on:** `k8s` and `talos` (the clients), `server::refresh` (the credentials
+//! layout). **Used by:** `cli::doctor`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::k8s::AccessCheck;
+use crate::server::refresh::{RefreshSettings, clusters_with_creds};
+
+mod checks;
+mod cluster;
+
+pub use checks::{CertFacts, cert_facts, clock_check, talos_cert_check};
+pub use cluster::diagnose_cluster;
+
+/// The role medea needs in the talosconfig's client certificate.
+pub const REQUIRED_TALOS_ROLE: &str = "os:admin";
+/// Certificates expiring sooner than this are a warning.
+pub const CERT_WARN_DAYS: i64 = 30;
+/// Clock skew above this is a warning...
+pub const CLOCK_WARN_SECS: i64 = 5;
+/// ...and above this a failure.
+pub const CLOCK_FAIL_SECS: i64 = 30;
+
+/// The permissions medea's drain and readiness checks use.
+pub fn required_permissions() -> Vec<AccessCheck> {
+    vec![
+        AccessCheck::new("get", "", "nodes", ""),
+        AccessCheck::new("list", "", "nodes", ""),
+        AccessCheck::new("patch", "", "nodes", ""),
+        AccessCheck::new("get", "", "pods", ""),
+        AccessCheck::new("list", "", "pods", ""),
+        AccessCheck::new("create", "", "pods", "eviction"),
+        AccessCheck::new("list", "policy", "poddisruptionbudgets", ""),
+    ]
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+    /// Not run because something it needs failed first.
+    Skip,
+}
+
+/// One line of the checklist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    /// `creds`, `talos-cert`, `kube-cert`, `kube-apiserver`, `rbac`, `clock`, `kube-nodes`,
+    /// `talos-api`, `etcd`, `etcd-members`.
+    pub check: &'static str,
+    /// What was checked: a path, a node, a URL.
+    pub target: String,
+    pub status: Status,
+    pub detail: String,
+    /// What to do about a failure or warning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(check: &'static str, target: impl Into<String>, detail: impl Into<String>) -> Check {
+        Check {
+            check,
+            target: target.into(),
+            status: Status::Pass,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn fail(
+        check: &'static str,
+        target: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            check,
+            target: target.into(),
+            status: Status::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+    fn warn(
+        check: &'static str,
+        target: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            status: Status::Warn,
+            ..Check::fail(check, target, detail, fix)
+        }
+    }
+    fn skip(check: &'static str, target: impl Into<String>, why: impl Into<String>) -> Check {
+        Check {
+            check,
+            target: target.into(),
+            status: Status::Skip,
+            detail: why.into(),
+            fix: None,
+        }
+    }
+}
+
+/// One cluster's checklist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterReport {
+    pub cluster: String,
+    pub creds_dir: String,
+    pub checks: Vec<Check>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// No check failed.
+    pub ok: bool,
+    pub clusters: Vec<ClusterReport>,
+}
+
+impl Report {
+    fn new(clusters: Vec<ClusterReport>) -> Report {
+        let ok = clusters
+            .iter()
+            .flat_map(|c| &c.checks)
+            .all(|c| c.status != Status::Fail);
+        Report { ok, clusters }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error(
+        "no cluster credentials under `{path}` (expected `{path}/<cluster>/talosconfig` and `kubeconfig`); run `medea seed` first"
+    )]
+    NoClusters { path: PathBuf },
+    #[error("cannot read the credentials directory")]
+    CredsDir(#[source] Box<crate::server::refresh::RefreshError>),
+}
+
+/// Check every cluster under `creds_dir` (or just `cluster`).
+pub async fn diagnose(
+    creds_dir: &Path,
+    cluster: Option<&str>,
+    settings: &RefreshSettings,
+) -> Result<Report, DoctorError> {
+    let names = match cluster {
+        Some(c) => vec![c.to_string()],
+        None => clusters_with_creds(creds_dir).map_err(|e| DoctorError::CredsDir(Box::new(e)))?,
+    };
+    if names.is_empty() {
+        return Err(DoctorError::NoClusters {
+            path: creds_dir.to_path_buf(),
+        });
+    }
+    let mut clusters = Vec::new();
+    for name in &names {
+        clusters.push(diagnose_cluster(creds_dir, name, settings).await);
+    }
+    Ok(Report::new(clusters))
+}

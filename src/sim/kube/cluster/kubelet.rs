@@ -1,0 +1,420 @@
+//! The kubelet's pod side: mirror pods of the static control-plane pods, pod creation and
+//! termination, and the pod lifecycle (Pending → Running → Ready, termination grace) over time.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod,
+    PodSpec, PodStatus, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::{
+    CONFIG_VERSION_ANNOTATION, KubeSide, MIRROR_ANNOTATION, NewPod, NodeView, PodTimer, condition,
+    controller_of, is_mirror, is_terminating, node_name, phase, pod_ready, to_value,
+};
+use crate::sim::kube::resources::{NODES, PODS};
+use crate::sim::kube::store::{k8s_time, name_of, ns_of, uid_of};
+use crate::sim::node::NodeFacts;
+
+fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: &str, name: &str) -> Pod {
+    let hash = format!(
+        "{:x}",
+        Sha256::digest(format!("{}/{component}/{image}", f.name).as_bytes())
+    );
+    let hash = hash[..32].to_string();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some("kube-system".into()),
+            labels: Some(
+                [
+                    ("k8s-app".to_string(), component.to_string()),
+                    ("tier".to_string(), "control-plane".to_string()),
+                ]
+                .into(),
+            ),
+            annotations: Some(
+                [
+                    ("kubernetes.io/config.hash".to_string(), hash.clone()),
+                    (MIRROR_ANNOTATION.to_string(), hash),
+                    (
+                        "kubernetes.io/config.source".to_string(),
+                        "file".to_string(),
+                    ),
+                    (CONFIG_VERSION_ANNOTATION.to_string(), version.to_string()),
+                    // the sim never rotates the cluster secrets
+                    ("talos.dev/secrets-version".to_string(), "1".to_string()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: component.to_string(),
+                image: Some(image.to_string()),
+                command: Some(vec![format!("/usr/local/bin/{component}")]),
+                ..Container::default()
+            }],
+            host_network: Some(true),
+            node_name: Some(f.name.clone()),
+            priority: Some(2_000_001_000),
+            priority_class_name: Some("system-node-critical".into()),
+            tolerations: Some(vec![Toleration {
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }]),
+            ..PodSpec::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Pending".into()),
+            host_ip: Some(f.address.clone()),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+fn pod_status(
+    pod: &Value,
+    node: &NodeView,
+    started: bool,
+    ready: bool,
+    crash: bool,
+    now: &str,
+) -> PodStatus {
+    let host_network = pod.pointer("/spec/hostNetwork") == Some(&json!(true));
+    let pod_ip = if host_network {
+        node.address.clone()
+    } else {
+        let h = Sha256::digest(uid_of(pod).as_bytes());
+        format!("10.244.{}.{}", h[0], h[1].max(2))
+    };
+    let containers: Vec<Container> = pod
+        .pointer("/spec/containers")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let container_statuses = containers
+        .iter()
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: String::new(),
+            container_id: started.then(|| {
+                format!(
+                    "containerd://{}",
+                    &format!(
+                        "{:x}",
+                        Sha256::digest(format!("{}{}", uid_of(pod), c.name).as_bytes())
+                    )[..32]
+                )
+            }),
+            ready,
+            started: Some(started),
+            restart_count: if crash { 5 } else { 0 },
+            state: Some(if started && crash {
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("CrashLoopBackOff".into()),
+                        message: Some(format!(
+                            "back-off 2m40s restarting failed container={} pod={}",
+                            c.name,
+                            name_of(pod)
+                        )),
+                    }),
+                    ..ContainerState::default()
+                }
+            } else if started {
+                ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(now.parse().expect("k8s_time output parses"))),
+                    }),
+                    ..ContainerState::default()
+                }
+            } else {
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ContainerCreating".into()),
+                        message: None,
+                    }),
+                    ..ContainerState::default()
+                }
+            }),
+            ..ContainerStatus::default()
+        })
+        .collect();
+    let mut ready_condition = condition("Ready", ready, now);
+    let mut containers_ready = condition("ContainersReady", ready, now);
+    if !ready {
+        ready_condition.reason = Some("ContainersNotReady".into());
+        containers_ready.reason = Some("ContainersNotReady".into());
+    }
+    let qos = pod
+        .pointer("/status/qosClass")
+        .and_then(Value::as_str)
+        .unwrap_or("BestEffort")
+        .to_string();
+    PodStatus {
+        phase: Some(if started { "Running" } else { "Pending" }.into()),
+        conditions: Some(vec![
+            condition("PodReadyToStartContainers", started, now),
+            condition("Initialized", true, now),
+            ready_condition,
+            containers_ready,
+            condition("PodScheduled", true, now),
+        ]),
+        host_ip: Some(node.address.clone()),
+        pod_ip: Some(pod_ip.clone()),
+        pod_ips: Some(vec![k8s_openapi::api::core::v1::PodIP { ip: pod_ip }]),
+        start_time: Some(Time(now.parse().expect("k8s_time output parses"))),
+        container_statuses: Some(container_statuses),
+        qos_class: Some(qos),
+        ..PodStatus::default()
+    }
+}
+
+impl KubeSide {
+    pub(super) fn sync_mirror_pods(
+        &mut self,
+        nodes: &[NodeView],
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) {
+        let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
+        let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        self.crash_looping.clear();
+        for f in self.source.nodes() {
+            if !present.contains(f.name.as_str()) {
+                continue;
+            }
+            for c in &f.crash_looping {
+                self.crash_looping.insert((f.name.clone(), c.clone()));
+            }
+            for (component, image) in &f.static_pod_images {
+                let name = format!("{component}-{}", f.name);
+                wanted.insert(("kube-system".to_string(), name.clone()));
+                let key = (f.name.clone(), component.clone());
+                let existing = self.store.get(&PODS, "kube-system", &name).cloned();
+                let current_image = existing.as_ref().and_then(|p| {
+                    p.pointer("/spec/containers/0/image")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+                let current_version = existing.as_ref().and_then(|p| {
+                    p.pointer("/metadata/annotations")
+                        .and_then(|a| a.get(CONFIG_VERSION_ANNOTATION))
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+                // the config version the Talos side rendered the pod from; a source that does
+                // not say (kube-side tests) counts image changes instead
+                let counted = self
+                    .mirror_versions
+                    .get(&key)
+                    .map_or(1, |(img, v)| if img == image { *v } else { v + 1 });
+                let version = f
+                    .static_pod_config_versions
+                    .get(component)
+                    .cloned()
+                    .unwrap_or_else(|| counted.to_string());
+                if current_image.as_deref() == Some(image.as_str())
+                    && current_version.as_deref() == Some(version.as_str())
+                {
+                    continue;
+                }
+                // The static pod changed (or is new): the kubelet replaces the mirror pod.
+                if existing.is_some() {
+                    self.store.delete(&PODS, "kube-system", &name);
+                }
+                self.mirror_versions.insert(key, (image.clone(), counted));
+                let pod = mirror_pod(&f, component, image, &version, &name);
+                let mut value = to_value(&pod);
+                value["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": f.name,
+                    "uid": self.store.get(&NODES, "", &f.name).map(uid_of).unwrap_or(""),
+                    "controller": true,
+                }]);
+                if let Ok(created) = self.store.create(&PODS, value, wall) {
+                    self.timers.insert(
+                        uid_of(&created).to_string(),
+                        PodTimer {
+                            ready_at: Some(now + self.timing.start),
+                            remove_at: None,
+                        },
+                    );
+                }
+            }
+        }
+        let stale: Vec<String> = self
+            .store
+            .list(&PODS, Some("kube-system"))
+            .filter(|pod| {
+                is_mirror(pod)
+                    && !wanted.contains(&(ns_of(pod).to_string(), name_of(pod).to_string()))
+            })
+            .map(|pod| name_of(pod).to_string())
+            .collect();
+        for name in stale {
+            self.store.delete(&PODS, "kube-system", &name);
+        }
+    }
+
+    /// Create a pod for a controller; bound to `node` (DaemonSets) or left for the scheduler.
+    pub(super) fn create_pod(&mut self, new: NewPod<'_>, now: Instant, wall: jiff::Timestamp) {
+        let NewPod {
+            ns,
+            base,
+            template,
+            owner,
+            node,
+            extra_labels,
+            extra_tolerations,
+        } = new;
+        let name = self.next_name(base);
+        let mut meta = template.metadata.clone().unwrap_or_default();
+        let mut labels = meta.labels.take().unwrap_or_default();
+        labels.extend(extra_labels);
+        let mut spec = template.spec.clone().unwrap_or_default();
+        let mut tolerations = spec.tolerations.take().unwrap_or_default();
+        tolerations.extend(extra_tolerations);
+        spec.tolerations = (!tolerations.is_empty()).then_some(tolerations);
+        spec.node_name = node.map(str::to_string);
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(ns.to_string()),
+                labels: Some(labels),
+                annotations: meta.annotations,
+                owner_references: Some(vec![owner]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(spec),
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                qos_class: Some("BestEffort".into()),
+                ..PodStatus::default()
+            }),
+        };
+        if let Ok(created) = self.store.create(&PODS, to_value(&pod), wall)
+            && node.is_some()
+        {
+            self.timers.insert(
+                uid_of(&created).to_string(),
+                PodTimer {
+                    ready_at: Some(now + self.timing.start),
+                    remove_at: None,
+                },
+            );
+        }
+    }
+
+    /// Begin deleting a pod: immediately, or after the termination delay.
+    pub fn terminate(
+        &mut self,
+        ns: &str,
+        name: &str,
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) -> Option<Value> {
+        let pod = self.store.get(&PODS, ns, name)?.clone();
+        if is_terminating(&pod) {
+            return Some(pod);
+        }
+        let uid = uid_of(&pod).to_string();
+        if self.timing.termination.is_zero() {
+            self.timers.remove(&uid);
+            let mut gone = self.store.delete(&PODS, ns, name)?;
+            gone["metadata"]["deletionTimestamp"] = json!(k8s_time(wall));
+            gone["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            return Some(gone);
+        }
+        let mut next = pod;
+        let grace = self.timing.termination.as_secs().max(1);
+        let deadline = wall
+            .checked_add(jiff::SignedDuration::from_secs(grace as i64))
+            .unwrap_or(wall);
+        next["metadata"]["deletionTimestamp"] = json!(k8s_time(deadline));
+        next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        let timer = self.timers.entry(uid).or_insert(PodTimer {
+            ready_at: None,
+            remove_at: None,
+        });
+        timer.remove_at = Some(now + self.timing.termination);
+        Some(self.store.put(&PODS, next, wall))
+    }
+
+    pub(super) fn pods_owned_by(&self, uid: &str) -> Vec<Value> {
+        self.store
+            .list(&PODS, None)
+            .filter(|p| controller_of(p).is_some_and(|(_, _, u)| u == uid))
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn kubelet(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
+        let by_name: HashMap<&str, &NodeView> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        // Decide over the pods as they are, then write: each pod's decision reads only itself
+        // and its own timer.
+        let mut gone: Vec<(String, String)> = Vec::new();
+        let mut started_uids: Vec<String> = Vec::new();
+        let mut updated: Vec<Value> = Vec::new();
+        for pod in self.store.list(&PODS, None) {
+            let node = node_name(pod);
+            if node.is_empty()
+                || is_terminating(pod)
+                || matches!(phase(pod), "Succeeded" | "Failed")
+            {
+                continue;
+            }
+            let Some(view) = by_name.get(node).copied() else {
+                // The node is gone: pod garbage collection.
+                gone.push((ns_of(pod).to_string(), name_of(pod).to_string()));
+                continue;
+            };
+            let timer = self.timers.get(uid_of(pod));
+            let started = phase(pod) == "Running"
+                || (view.ready && timer.is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
+            let crash = is_mirror(pod)
+                && pod
+                    .pointer("/metadata/labels/k8s-app")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| {
+                        self.crash_looping
+                            .contains(&(node.to_string(), c.to_string()))
+                    });
+            let ready = started && view.ready && !crash;
+            if started && timer.is_some() {
+                started_uids.push(uid_of(pod).to_string());
+            }
+            let was_running = phase(pod) == "Running";
+            let has_status = pod.pointer("/status/containerStatuses").is_some();
+            if has_status && was_running == started && pod_ready(pod) == ready {
+                continue;
+            }
+            let status = pod_status(pod, view, started, ready, crash, &k8s_time(wall));
+            let mut next = pod.clone();
+            next["status"] = to_value(&status);
+            updated.push(next);
+        }
+        for uid in started_uids {
+            if let Some(t) = self.timers.get_mut(&uid) {
+                t.ready_at = None;
+                if t.remove_at.is_none() {
+                    self.timers.remove(&uid);
+                }
+            }
+        }
+        for (ns, name) in gone {
+            self.store.delete(&PODS, &ns, &name);
+        }
+        for next in updated {
+            self.store.put(&PODS, next, wall);
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! The simulated cluster behind the apiserver: a "kubelet" that derives Nodes and mirror pods
+//! from the Talos side, a scheduler, DaemonSet/Deployment/ReplicaSet controllers, a
+//! disruption controller (PDB status) and the eviction subresource's PDB check.
+//!
+//! Everything here is synchronous and takes the time as arguments (`now` for delays,
+//! `wall` for timestamps); the server calls [`KubeSide::reconcile`] before every request and
+//! from a background tick, so observable state is always converged for the current time.
+//!
+//! **Owns:** the state of the simulated cluster ([`KubeSide`]), its faults and the reconcile
+//! loop (this file); each concern adds its part of `impl KubeSide` in its own file: `nodes`
+//! (Node objects), `kubelet` (mirror pods, the pod lifecycle), `scheduler`, `controllers`
+//! (DaemonSet, Deployment, ReplicaSet), `statuses` (their status and PDB status) and
+//! `disruption` (PDB arithmetic, the eviction subresource).
+//! **May depend on:** the rest of `sim::kube` (store, resources, selector, status),
+//! `sim::node` (the Talos side's [`NodeFacts`]), `k8s::selector`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PodCondition, PodTemplateSpec, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::resources::{self, PODS, ResourceType};
+use super::store::{ObjKey, Store, name_of, ns_of, uid_of};
+use super::{KubeCounters, KubeFault, Outage};
+use crate::sim::node::{NodeFacts, NodeSource};
+
+mod controllers;
+mod disruption;
+mod kubelet;
+mod nodes;
+mod scheduler;
+mod statuses;
+
+/// The annotation that marks a mirror pod (the API view of a static pod).
+pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Talos' `AnnotationStaticPodConfigVersion` (siderolabs/talos `pkg/machinery/constants`).
+const CONFIG_VERSION_ANNOTATION: &str = "talos.dev/config-version";
+const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+const TAINT_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// How long simulated pods take to start and to terminate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub start: Duration,
+    pub termination: Duration,
+}
+
+/// What the kube side owns about a node (the rest comes from [`NodeFacts`]).
+#[derive(Debug, Clone, PartialEq)]
+struct NodeOverlay {
+    unschedulable: bool,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    boot: u64,
+    last_up: bool,
+    ready_status: &'static str,
+    ready_since: jiff::Timestamp,
+    cordoned_since: Option<jiff::Timestamp>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PodTimer {
+    /// When the pod may start; cleared once it has.
+    ready_at: Option<Instant>,
+    remove_at: Option<Instant>,
+}
+
+/// A node as the scheduler and controllers see it.
+#[derive(Debug, Clone)]
+struct NodeView {
+    name: String,
+    address: String,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    ready: bool,
+}
+
+/// A pod a controller wants: bound to `node` (DaemonSets) or left for the scheduler.
+struct NewPod<'a> {
+    ns: &'a str,
+    /// Name prefix; a random suffix is appended.
+    base: &'a str,
+    template: &'a PodTemplateSpec,
+    owner: OwnerReference,
+    node: Option<&'a str>,
+    extra_labels: BTreeMap<String, String>,
+    extra_tolerations: Vec<Toleration>,
+}
+
+/// An active fault.
+#[derive(Debug, Clone)]
+pub(crate) enum Active {
+    PdbNeverAllows { namespace: String, pdb: String },
+    ApiUnavailableRequests(u32),
+    ApiUnavailableUntil(Instant),
+    NodeNeverReady(String),
+    Forbidden(super::Forbidden),
+}
+
+/// What a reconcile pass that changed nothing saw (see [`KubeSide::reconcile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Settled {
+    fingerprint: u64,
+    resource_version: u64,
+    inputs: u64,
+    /// The earliest timer after the pass: when it is due, a pass may change something.
+    due: Option<Instant>,
+}
+
+pub(crate) struct KubeSide {
+    pub store: Store,
+    source: Arc<dyn NodeSource>,
+    timing: Timing,
+    overlays: BTreeMap<String, NodeOverlay>,
+    /// What each stored Node was last derived from, and the resourceVersion it got: a node
+    /// whose facts, overlay and stored object are unchanged is not derived again.
+    derived: HashMap<String, (NodeFacts, NodeOverlay, String)>,
+    timers: HashMap<String, PodTimer>,
+    mirror_versions: BTreeMap<(String, String), (String, u64)>,
+    faults: Vec<Active>,
+    pub counters: KubeCounters,
+    /// Bumped whenever an input of [`KubeSide::reconcile`] that lives outside the store and
+    /// the node source changes (faults, timing).
+    inputs: u64,
+    /// The inputs of the last reconcile pass that changed nothing: while they hold, a pass
+    /// would change nothing either and is skipped.
+    settled: Option<Settled>,
+    /// Server-side apply: field manager → owned configuration, per object.
+    pub owners: HashMap<ObjKey, BTreeMap<String, Value>>,
+    /// The managers of `owners` whose last write was an `Update` (create, replace, patch),
+    /// per object; the others applied (`operation: Apply`).
+    pub updaters: HashMap<ObjKey, BTreeSet<String>>,
+    /// (node, static pod component) whose current image crash-loops (a Talos-side fault):
+    /// the kubelet keeps its mirror pod Running but never Ready (`CrashLoopBackOff`).
+    crash_looping: HashSet<(String, String)>,
+    names: u64,
+    seed: u64,
+}
+
+fn to_value<T: serde::Serialize>(t: &T) -> Value {
+    serde_json::to_value(t).expect("k8s-openapi types serialize")
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
+    serde_json::from_value(v.clone()).ok()
+}
+
+fn short_hash(v: &Value, len: usize) -> String {
+    let digest = Sha256::digest(v.to_string().as_bytes());
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    digest
+        .iter()
+        .take(len)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+fn condition(kind: &str, status: bool, since: &str) -> PodCondition {
+    PodCondition {
+        type_: kind.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        last_transition_time: Some(Time(since.parse().expect("k8s_time output parses"))),
+        ..PodCondition::default()
+    }
+}
+
+fn is_terminating(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn phase(pod: &Value) -> &str {
+    pod.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn node_name(pod: &Value) -> &str {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+fn is_mirror(pod: &Value) -> bool {
+    pod.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+/// The controller owner reference of an object: `(kind, name, uid)`.
+pub(crate) fn controller_of(obj: &Value) -> Option<(String, String, String)> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or("").to_string(),
+                r["name"].as_str().unwrap_or("").to_string(),
+                r["uid"].as_str().unwrap_or("").to_string(),
+            )
+        })
+}
+
+/// Whether `rt` is served for `apiVersion`/`kind` (used when validating bodies).
+pub(crate) fn kind_matches(rt: &ResourceType, obj: &Value) -> bool {
+    let api_version = obj.get("apiVersion").and_then(Value::as_str);
+    let kind = obj.get("kind").and_then(Value::as_str);
+    api_version.is_none_or(|v| v == rt.api_version())
+        && kind.is_none_or(|k| k == rt.kind)
+        && resources::by_kind(&rt.api_version(), rt.kind).is_some()
+}
+
+impl KubeSide {
+    pub fn new(source: Arc<dyn NodeSource>, timing: Timing, seed: u64) -> KubeSide {
+        KubeSide {
+            store: Store::new(seed),
+            source,
+            timing,
+            overlays: BTreeMap::new(),
+            derived: HashMap::new(),
+            timers: HashMap::new(),
+            mirror_versions: BTreeMap::new(),
+            faults: Vec::new(),
+            counters: KubeCounters::default(),
+            inputs: 0,
+            settled: None,
+            owners: HashMap::new(),
+            updaters: HashMap::new(),
+            crash_looping: HashSet::new(),
+            names: 0,
+            seed,
+        }
+    }
+
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.timing = timing;
+        self.inputs += 1;
+    }
+
+    /// Remove every fault.
+    pub fn clear_faults(&mut self) {
+        self.faults.clear();
+        self.inputs += 1;
+    }
+
+    pub fn inject(&mut self, fault: KubeFault, now: Instant) {
+        self.inputs += 1;
+        self.faults.push(match fault {
+            KubeFault::PdbNeverAllows { namespace, pdb } => {
+                Active::PdbNeverAllows { namespace, pdb }
+            }
+            KubeFault::ApiUnavailable(Outage::Requests(n)) => Active::ApiUnavailableRequests(n),
+            KubeFault::ApiUnavailable(Outage::For(d)) => Active::ApiUnavailableUntil(now + d),
+            KubeFault::NodeNeverReady { node } => Active::NodeNeverReady(node),
+            KubeFault::Forbidden(rule) => Active::Forbidden(rule),
+        });
+    }
+
+    /// Whether an RBAC fault forbids `verb` on `group`/`resource`[/`subresource`].
+    pub fn forbids(&self, verb: &str, group: &str, resource: &str, subresource: &str) -> bool {
+        self.faults.iter().any(|f| {
+            matches!(f, Active::Forbidden(rule) if rule.matches(verb, group, resource, subresource))
+        })
+    }
+
+    /// Whether this request is refused because the apiserver is "down"; consumes one
+    /// request of a counted outage.
+    pub fn take_unavailable(&mut self, now: Instant) -> bool {
+        self.faults.retain(|f| match f {
+            Active::ApiUnavailableRequests(0) => false,
+            Active::ApiUnavailableUntil(t) => *t > now,
+            _ => true,
+        });
+        for f in &mut self.faults {
+            match f {
+                Active::ApiUnavailableRequests(n) => {
+                    *n -= 1;
+                    return true;
+                }
+                Active::ApiUnavailableUntil(_) => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    fn never_ready(&self, node: &str) -> bool {
+        self.faults
+            .iter()
+            .any(|f| matches!(f, Active::NodeNeverReady(n) if n == node))
+    }
+
+    fn pdb_never_allows(&self, ns: &str, name: &str) -> bool {
+        self.faults.iter().any(
+            |f| matches!(f, Active::PdbNeverAllows { namespace, pdb } if namespace == ns && pdb == name),
+        )
+    }
+
+    fn next_name(&mut self, base: &str) -> String {
+        self.names += 1;
+        let suffix = short_hash(&json!([self.seed, self.names]), 5);
+        format!("{base}-{suffix}")
+    }
+
+    /// The earliest timer still in the future (pod start or removal), for the background
+    /// tick. Timers that are due are consumed by [`KubeSide::reconcile`].
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        self.timers
+            .values()
+            .flat_map(|t| [t.ready_at, t.remove_at])
+            .flatten()
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    // ---------------------------------------------------------------- reconcile
+
+    /// Converge everything for the current time.
+    ///
+    /// A pass reads the store, the node source, the faults and the timers; when a pass changed
+    /// nothing (no store write) those inputs are remembered, and the next call skips the pass
+    /// while they are unchanged (same store resourceVersion, same node-source fingerprint, no
+    /// fault or timing change, no timer due): a pass would be a no-op again. This keeps reads
+    /// O(1) in the cluster size instead of re-deriving every node and pod per request.
+    pub fn reconcile(&mut self, now: Instant, wall: jiff::Timestamp) {
+        let fingerprint = self.source.fingerprint();
+        if let (Some(fp), Some(s)) = (fingerprint, self.settled)
+            && s.fingerprint == fp
+            && s.resource_version == self.store.resource_version()
+            && s.inputs == self.inputs
+            && s.due.is_none_or(|d| now < d)
+        {
+            return;
+        }
+        let before = self.store.resource_version();
+        self.counters.reconciles += 1;
+        self.pass(now, wall);
+        let resource_version = self.store.resource_version();
+        self.settled = match fingerprint {
+            Some(fp) if resource_version == before && self.source.fingerprint() == Some(fp) => {
+                Some(Settled {
+                    fingerprint: fp,
+                    resource_version,
+                    inputs: self.inputs,
+                    due: self.next_due(now),
+                })
+            }
+            _ => None,
+        };
+    }
+
+    fn pass(&mut self, now: Instant, wall: jiff::Timestamp) {
+        self.take_unavailable_expiry(now);
+        self.remove_due(now);
+        self.sync_nodes(wall);
+        let nodes = self.node_views();
+        self.sync_mirror_pods(&nodes, now, wall);
+        self.daemonsets(&nodes, now, wall);
+        self.deployments(wall);
+        self.replicasets(now, wall);
+        self.schedule(&nodes, now, wall);
+        self.kubelet(&nodes, now, wall);
+        self.statuses(wall);
+        let live: BTreeSet<String> = self
+            .store
+            .list(&PODS, None)
+            .map(|p| uid_of(p).to_string())
+            .collect();
+        self.timers.retain(|uid, _| live.contains(uid));
+    }
+
+    fn take_unavailable_expiry(&mut self, now: Instant) {
+        self.faults.retain(|f| match f {
+            Active::ApiUnavailableUntil(t) => *t > now,
+            Active::ApiUnavailableRequests(n) => *n > 0,
+            _ => true,
+        });
+    }
+
+    fn remove_due(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .timers
+            .iter()
+            .filter(|(_, t)| t.remove_at.is_some_and(|r| r <= now))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let pods = self.store.list_owned(&PODS, None);
+        for pod in pods {
+            if due.iter().any(|u| u == uid_of(&pod)) {
+                self.store.delete(&PODS, ns_of(&pod), name_of(&pod));
+            }
+        }
+        for uid in due {
+            self.timers.remove(&uid);
+        }
+    }
+
+    /// Pods for the control handle.
+    pub fn pods(&self) -> Vec<super::SimPod> {
+        self.store
+            .list(&PODS, None)
+            .map(|p| super::SimPod {
+                namespace: ns_of(p).to_string(),
+                name: name_of(p).to_string(),
+                node: Some(node_name(p).to_string()).filter(|n| !n.is_empty()),
+                phase: phase(p).to_string(),
+                ready: pod_ready(p),
+                terminating: is_terminating(p),
+                mirror: is_mirror(p),
+                controller: controller_of(p).map(|(k, n, _)| format!("{k}/{n}")),
+                image: p
+                    .pointer("/spec/containers/0/image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            })
+            .collect()
+    }
+
+    /// The first control-plane node's kube-apiserver version (for `/version`).
+    pub fn server_version(&self) -> String {
+        let nodes = self.source.nodes();
+        nodes
+            .iter()
+            .filter(|n| n.control_plane)
+            .find_map(|n| n.static_pod_images.get("kube-apiserver"))
+            .and_then(|img| img.rsplit_once(':').map(|(_, tag)| tag.to_string()))
+            .or_else(|| nodes.first().map(|n| n.kubelet_version.clone()))
+            .unwrap_or_else(|| "v1.33.0".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,339 @@
+//! The node side of the kubelet: Node objects derived from the Talos side's [`NodeFacts`] plus
+//! what the kube side owns (cordon, taints, labels set through the API), and the node views the
+//! scheduler and controllers decide with.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{
+    CONTROL_PLANE_LABEL, KubeSide, NodeOverlay, NodeView, TAINT_CONTROL_PLANE, TAINT_NOT_READY,
+    TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE, from_value, to_value,
+};
+use crate::sim::kube::resources::NODES;
+use crate::sim::kube::status::ApiError;
+use crate::sim::kube::store::name_of;
+use crate::sim::node::NodeFacts;
+
+fn derived_labels(f: &NodeFacts) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = [
+        ("beta.kubernetes.io/arch", "amd64"),
+        ("beta.kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", "amd64"),
+        ("kubernetes.io/os", "linux"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    labels.insert("kubernetes.io/hostname".into(), f.name.clone());
+    if f.control_plane {
+        labels.insert(CONTROL_PLANE_LABEL.into(), String::new());
+    }
+    labels
+}
+
+fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
+    let mut labels = derived_labels(f);
+    labels.extend(o.labels.clone());
+    let mut annotations = o.annotations.clone();
+    annotations.insert("node.alpha.kubernetes.io/ttl".into(), "0".into());
+    let mut taints = Vec::new();
+    if f.control_plane {
+        taints.push(Taint {
+            key: TAINT_CONTROL_PLANE.into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        });
+    }
+    if o.unschedulable {
+        taints.push(Taint {
+            key: TAINT_UNSCHEDULABLE.into(),
+            effect: "NoSchedule".into(),
+            time_added: o.cordoned_since.map(Time),
+            ..Taint::default()
+        });
+    }
+    match o.ready_status {
+        "Unknown" => {
+            for effect in ["NoSchedule", "NoExecute"] {
+                taints.push(Taint {
+                    key: TAINT_UNREACHABLE.into(),
+                    effect: effect.into(),
+                    time_added: (effect == "NoExecute").then_some(Time(o.ready_since)),
+                    ..Taint::default()
+                });
+            }
+        }
+        "False" => taints.push(Taint {
+            key: TAINT_NOT_READY.into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }),
+        _ => {}
+    }
+    taints.extend(o.taints.clone());
+    let since = Time(o.ready_since);
+    let (reason, message) = match o.ready_status {
+        "True" => ("KubeletReady", "kubelet is posting ready status"),
+        "False" => (
+            "KubeletNotReady",
+            "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
+        ),
+        _ => ("NodeStatusUnknown", "Kubelet stopped posting node status."),
+    };
+    let pressure = |kind: &str, reason: &str, message: &str| NodeCondition {
+        type_: kind.into(),
+        status: if o.ready_status == "Unknown" {
+            "Unknown"
+        } else {
+            "False"
+        }
+        .into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(since.clone()),
+        last_transition_time: Some(since.clone()),
+    };
+    let quantity = |s: &str| Quantity(s.to_string());
+    let resources: BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), quantity("4")),
+        ("ephemeral-storage".to_string(), quantity("40Gi")),
+        ("memory".to_string(), quantity("8Gi")),
+        ("pods".to_string(), quantity("110")),
+    ]
+    .into();
+    let machine = format!("{:x}", Sha256::digest(f.name.as_bytes()));
+    Node {
+        metadata: ObjectMeta {
+            name: Some(f.name.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            creation_timestamp: None,
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            unschedulable: o.unschedulable.then_some(true),
+            taints: (!taints.is_empty()).then_some(taints),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: f.address.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: f.name.clone(),
+                },
+            ]),
+            allocatable: Some(resources.clone()),
+            capacity: Some(resources),
+            conditions: Some(vec![
+                pressure(
+                    "MemoryPressure",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                pressure(
+                    "DiskPressure",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                pressure(
+                    "PIDPressure",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
+                NodeCondition {
+                    type_: "Ready".into(),
+                    status: o.ready_status.into(),
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                    last_heartbeat_time: Some(since.clone()),
+                    last_transition_time: Some(since),
+                },
+            ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
+            }),
+            node_info: Some(NodeSystemInfo {
+                architecture: "amd64".into(),
+                boot_id: format!("{}-boot-{}", &machine[..8], o.boot),
+                container_runtime_version: "containerd://2.1.4".into(),
+                kernel_version: "6.12.48-talos".into(),
+                kube_proxy_version: String::new(),
+                kubelet_version: f.kubelet_version.clone(),
+                machine_id: machine[..32].to_string(),
+                operating_system: "linux".into(),
+                os_image: format!("Talos ({})", f.talos_version),
+                system_uuid: machine[32..64].to_string(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+impl KubeSide {
+    pub(super) fn sync_nodes(&mut self, wall: jiff::Timestamp) {
+        let facts = self.source.nodes();
+        let names: BTreeSet<&str> = facts.iter().map(|f| f.name.as_str()).collect();
+        for stale in self
+            .store
+            .list(&NODES, None)
+            .map(|n| name_of(n).to_string())
+            .filter(|n| !names.contains(n.as_str()))
+            .collect::<Vec<_>>()
+        {
+            self.store.delete(&NODES, "", &stale);
+            self.overlays.remove(&stale);
+            self.derived.remove(&stale);
+        }
+        for f in &facts {
+            let never_ready = self.never_ready(&f.name);
+            let overlay = self
+                .overlays
+                .entry(f.name.clone())
+                .or_insert_with(|| NodeOverlay {
+                    unschedulable: false,
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    taints: Vec::new(),
+                    boot: 1,
+                    last_up: f.up,
+                    ready_status: "",
+                    ready_since: wall,
+                    cordoned_since: None,
+                });
+            if f.up && !overlay.last_up {
+                overlay.boot += 1;
+            }
+            overlay.last_up = f.up;
+            let status = if !f.up {
+                "Unknown"
+            } else if never_ready {
+                "False"
+            } else {
+                "True"
+            };
+            if status != overlay.ready_status {
+                overlay.ready_status = status;
+                overlay.ready_since = wall;
+            }
+            let stored_rv = self
+                .store
+                .get(&NODES, "", &f.name)
+                .and_then(|n| n.pointer("/metadata/resourceVersion"))
+                .and_then(Value::as_str);
+            if let Some((facts, seen, rv)) = self.derived.get(&f.name)
+                && facts == f
+                && seen == overlay
+                && stored_rv == Some(rv.as_str())
+            {
+                continue;
+            }
+            let node = derive_node(f, overlay);
+            let stored = self.store.put(&NODES, to_value(&node), wall);
+            let rv = stored
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            self.derived
+                .insert(f.name.clone(), (f.clone(), overlay.clone(), rv));
+        }
+    }
+
+    pub(super) fn node_views(&self) -> Vec<NodeView> {
+        self.store
+            .list(&NODES, None)
+            .filter_map(from_value::<Node>)
+            .map(|n| {
+                let status = n.status.unwrap_or_default();
+                NodeView {
+                    name: n.metadata.name.unwrap_or_default(),
+                    address: status
+                        .addresses
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|a| a.type_ == "InternalIP")
+                        .map(|a| a.address)
+                        .unwrap_or_default(),
+                    labels: n.metadata.labels.unwrap_or_default(),
+                    taints: n.spec.unwrap_or_default().taints.unwrap_or_default(),
+                    ready: status
+                        .conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True"),
+                }
+            })
+            .collect()
+    }
+
+    /// Apply a client's change to a node: only the kube-owned fields are taken.
+    pub fn patch_node(
+        &mut self,
+        name: &str,
+        patched: &Value,
+        wall: jiff::Timestamp,
+    ) -> Result<Value, ApiError> {
+        let Some(overlay) = self.overlays.get_mut(name) else {
+            return Err(ApiError::not_found(&NODES, name));
+        };
+        let node: Node = serde_json::from_value(patched.clone()).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the patched Node `{name}` is not a valid Node: {e}"
+            ))
+        })?;
+        let spec = node.spec.unwrap_or_default();
+        let unschedulable = spec.unschedulable.unwrap_or(false);
+        if unschedulable && !overlay.unschedulable {
+            overlay.cordoned_since = Some(wall);
+        }
+        if !unschedulable {
+            overlay.cordoned_since = None;
+        }
+        overlay.unschedulable = unschedulable;
+        overlay.taints = spec
+            .taints
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| {
+                ![
+                    TAINT_CONTROL_PLANE,
+                    TAINT_UNSCHEDULABLE,
+                    TAINT_NOT_READY,
+                    TAINT_UNREACHABLE,
+                ]
+                .contains(&t.key.as_str())
+            })
+            .collect();
+        let Some(facts) = self.source.node(name) else {
+            return Err(ApiError::not_found(&NODES, name));
+        };
+        let derived = derived_labels(&facts);
+        overlay.labels = node
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, v)| derived.get(k) != Some(v))
+            .collect();
+        overlay.annotations = node.metadata.annotations.unwrap_or_default();
+        self.sync_nodes(wall);
+        Ok(self
+            .store
+            .get(&NODES, "", name)
+            .cloned()
+            .unwrap_or(Value::Null))
+    }
+}

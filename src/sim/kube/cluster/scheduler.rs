@@ -1,0 +1,151 @@
+//! The scheduler: binds pending pods to nodes whose taints they tolerate and whose labels match
+//! their nodeSelector, spreading them over the least-loaded nodes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{
+    KubeSide, NodeView, PodTimer, condition, controller_of, is_terminating, node_name, phase,
+    to_value,
+};
+use crate::sim::kube::resources::PODS;
+use crate::sim::kube::store::{k8s_time, uid_of};
+
+pub(super) fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let op = t.operator.as_deref().unwrap_or("Equal");
+        let key_ok = match (op, t.key.as_deref()) {
+            ("Exists", None | Some("")) => true,
+            ("Exists", Some(k)) => k == taint.key,
+            (_, Some(k)) => {
+                k == taint.key
+                    && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+            }
+            _ => false,
+        };
+        effect_ok && key_ok
+    })
+}
+
+fn pod_tolerations(pod: &Value) -> Vec<Toleration> {
+    pod.pointer("/spec/tolerations")
+        .and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// Whether a pod with these tolerations/nodeSelector may be placed on the node.
+pub(super) fn can_schedule(
+    tolerations: &[Toleration],
+    node_selector: &BTreeMap<String, String>,
+    node: &NodeView,
+) -> bool {
+    node.taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .all(|t| tolerates(tolerations, t))
+        && node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+}
+
+/// Whether a pod already on the node may stay (NoExecute taints only).
+pub(super) fn can_stay(tolerations: &[Toleration], node: &NodeView) -> bool {
+    node.taints
+        .iter()
+        .filter(|t| t.effect == "NoExecute")
+        .all(|t| tolerates(tolerations, t))
+}
+
+impl KubeSide {
+    pub(super) fn schedule(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
+        let pending: Vec<Value> = self
+            .store
+            .list(&PODS, None)
+            .filter(|p| {
+                node_name(p).is_empty()
+                    && !is_terminating(p)
+                    && !matches!(phase(p), "Succeeded" | "Failed")
+            })
+            .cloned()
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        // per node: pods bound to it (not terminating), and how many of each controller
+        let mut load: HashMap<String, (usize, HashMap<String, usize>)> = HashMap::new();
+        for p in self
+            .store
+            .list(&PODS, None)
+            .filter(|p| !node_name(p).is_empty() && !is_terminating(p))
+        {
+            let l = load.entry(node_name(p).to_string()).or_default();
+            l.0 += 1;
+            if let Some((_, _, u)) = controller_of(p) {
+                *l.1.entry(u).or_default() += 1;
+            }
+        }
+        for pod in &pending {
+            let tolerations = pod_tolerations(pod);
+            let selector: BTreeMap<String, String> = pod
+                .pointer("/spec/nodeSelector")
+                .and_then(|s| serde_json::from_value(s.clone()).ok())
+                .unwrap_or_default();
+            let owner = controller_of(pod).map(|(_, _, u)| u);
+            let choice = nodes
+                .iter()
+                .filter(|n| can_schedule(&tolerations, &selector, n))
+                .min_by_key(|n| {
+                    let (total, same) = load.get(&n.name).map_or((0, 0), |(total, by)| {
+                        (
+                            *total,
+                            owner.as_ref().and_then(|o| by.get(o)).copied().unwrap_or(0),
+                        )
+                    });
+                    (same, total, n.name.clone())
+                });
+            let mut next = pod.clone();
+            match choice {
+                Some(node) => {
+                    let l = load.entry(node.name.clone()).or_default();
+                    l.0 += 1;
+                    if let Some(o) = &owner {
+                        *l.1.entry(o.clone()).or_default() += 1;
+                    }
+                    next["spec"]["nodeName"] = json!(node.name);
+                    next["status"]["hostIP"] = json!(node.address);
+                    next["status"]["conditions"] =
+                        json!([to_value(&condition("PodScheduled", true, &k8s_time(wall)))]);
+                    let stored = self.store.put(&PODS, next, wall);
+                    self.timers.insert(
+                        uid_of(&stored).to_string(),
+                        PodTimer {
+                            ready_at: Some(now + self.timing.start),
+                            remove_at: None,
+                        },
+                    );
+                }
+                None => {
+                    let already =
+                        pod.pointer("/status/conditions/0/reason") == Some(&json!("Unschedulable"));
+                    if !already {
+                        let mut c = condition("PodScheduled", false, &k8s_time(wall));
+                        c.reason = Some("Unschedulable".into());
+                        c.message = Some(format!(
+                            "0/{} nodes are available: no node is Ready, schedulable and free of untolerated taints.",
+                            nodes.len()
+                        ));
+                        next["status"]["conditions"] = json!([to_value(&c)]);
+                        self.store.put(&PODS, next, wall);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! Tests of the simulated cluster: convergence, scheduling, eviction budgets, DaemonSet rollouts.
+
+use std::sync::Mutex;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::super::resources::{DAEMONSETS, NODES, PDBS};
+use super::super::scenario;
+use super::disruption::PdbCalc;
+use super::*;
+
+struct Nodes(Mutex<Vec<NodeFacts>>);
+
+impl NodeSource for Nodes {
+    fn nodes(&self) -> Vec<NodeFacts> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn node(name: &str, cp: bool) -> NodeFacts {
+    NodeFacts {
+        name: name.into(),
+        address: format!("10.0.0.{}", name.len()),
+        control_plane: cp,
+        up: true,
+        talos_version: "v1.13.9".into(),
+        kubelet_version: "v1.34.1".into(),
+        static_pod_images: if cp {
+            [(
+                "kube-apiserver".to_string(),
+                "registry.k8s.io/kube-apiserver:v1.34.1".to_string(),
+            )]
+            .into()
+        } else {
+            BTreeMap::new()
+        },
+        crash_looping: Default::default(),
+        static_pod_config_versions: Default::default(),
+    }
+}
+
+fn cluster(objects: Vec<Value>, start: Duration) -> (KubeSide, Arc<Nodes>) {
+    let nodes = Arc::new(Nodes(Mutex::new(vec![
+        node("cp-1", true),
+        node("w-1", false),
+        node("w-2", false),
+        node("w-3", false),
+    ])));
+    let mut c = KubeSide::new(
+        nodes.clone(),
+        Timing {
+            start,
+            termination: Duration::ZERO,
+        },
+        42,
+    );
+    let wall = jiff::Timestamp::now();
+    for o in objects {
+        let rt = resources::by_kind(
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+        )
+        .unwrap();
+        c.store.create(rt, o, wall).unwrap();
+    }
+    (c, nodes)
+}
+
+fn json<T: serde::Serialize>(t: &T) -> Value {
+    serde_json::to_value(t).unwrap()
+}
+
+fn web_pods(c: &KubeSide) -> Vec<super::super::SimPod> {
+    c.pods()
+        .into_iter()
+        .filter(|p| p.name.starts_with("web-"))
+        .collect()
+}
+
+#[test]
+fn a_pass_that_changed_nothing_is_skipped_until_an_input_changes() {
+    struct Hashed(Mutex<Vec<NodeFacts>>);
+    impl NodeSource for Hashed {
+        fn nodes(&self) -> Vec<NodeFacts> {
+            self.0.lock().unwrap().clone()
+        }
+        fn fingerprint(&self) -> Option<u64> {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            self.0.lock().unwrap().hash(&mut h);
+            Some(h.finish())
+        }
+    }
+    let src = Arc::new(Hashed(Mutex::new(vec![
+        node("cp-1", true),
+        node("w-1", false),
+        node("w-2", false),
+    ])));
+    let start = Duration::from_secs(5);
+    let mut c = KubeSide::new(
+        src.clone(),
+        Timing {
+            start,
+            termination: Duration::ZERO,
+        },
+        42,
+    );
+    let wall = jiff::Timestamp::now();
+    for o in scenario::default_scenario() {
+        let rt = resources::by_kind(
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+        )
+        .unwrap();
+        c.store.create(rt, o, wall).unwrap();
+    }
+    let t0 = Instant::now();
+    for _ in 0..4 {
+        c.reconcile(t0, wall);
+    }
+    let passes = c.counters.reconciles;
+    let rv = c.store.resource_version();
+    c.reconcile(t0, wall);
+    c.reconcile(t0 + start / 2, wall);
+    assert_eq!(c.counters.reconciles, passes, "nothing changed: no pass");
+    assert_eq!(c.store.resource_version(), rv);
+    assert!(web_pods(&c).iter().all(|p| !p.ready), "pods still starting");
+
+    // a pod start falls due
+    c.reconcile(t0 + start, wall);
+    assert!(c.counters.reconciles > passes);
+    assert!(web_pods(&c).iter().all(|p| p.ready), "{:#?}", web_pods(&c));
+
+    // the node source changes
+    let ready = |c: &KubeSide, n: &str| {
+        c.store.get(&NODES, "", n).unwrap()["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()["status"]
+            .clone()
+    };
+    c.reconcile(t0 + start, wall);
+    let passes = c.counters.reconciles;
+    c.reconcile(t0 + start, wall);
+    assert_eq!(c.counters.reconciles, passes);
+    src.0.lock().unwrap()[1].up = false;
+    c.reconcile(t0 + start, wall);
+    assert_eq!(ready(&c, "w-1"), "Unknown");
+
+    // a fault is injected (no store write)
+    c.reconcile(t0 + start, wall);
+    c.inject(KubeFault::NodeNeverReady { node: "w-2".into() }, t0);
+    c.reconcile(t0 + start, wall);
+    assert_eq!(ready(&c, "w-2"), "False");
+
+    // a client's write
+    c.reconcile(t0 + start, wall);
+    let passes = c.counters.reconciles;
+    c.store.delete(&PODS, "kube-system", "kube-apiserver-cp-1");
+    c.reconcile(t0 + start, wall);
+    assert!(c.counters.reconciles > passes);
+    assert!(
+        c.store
+            .get(&PODS, "kube-system", "kube-apiserver-cp-1")
+            .is_some(),
+        "the kubelet recreates its mirror pod"
+    );
+}
+
+#[test]
+fn the_default_scenario_converges_with_pods_spread_over_workers() {
+    let (mut c, _) = cluster(scenario::default_scenario(), Duration::ZERO);
+    let t0 = Instant::now();
+    c.reconcile(t0, jiff::Timestamp::now());
+    let pods = c.pods();
+    assert!(
+        pods.iter().all(|p| p.ready && p.phase == "Running"),
+        "{pods:#?}"
+    );
+    let web = web_pods(&c);
+    let mut nodes: Vec<_> = web.iter().map(|p| p.node.clone().unwrap()).collect();
+    nodes.sort();
+    assert_eq!(
+        nodes,
+        ["w-1", "w-2", "w-3"],
+        "spread, and never on the tainted control plane"
+    );
+    let proxies = pods
+        .iter()
+        .filter(|p| p.name.starts_with("kube-proxy-"))
+        .count();
+    assert_eq!(
+        proxies, 4,
+        "a DaemonSet that tolerates everything runs on every node"
+    );
+    assert!(
+        pods.iter()
+            .any(|p| p.mirror && p.name == "kube-apiserver-cp-1")
+    );
+    // A second pass changes nothing.
+    let rv = c.store.resource_version();
+    c.reconcile(t0, jiff::Timestamp::now());
+    assert_eq!(c.store.resource_version(), rv);
+}
+
+#[test]
+fn evictions_respect_the_budget_until_replacements_are_ready() {
+    let objects = vec![
+        json(&scenario::deployment("default", "web", 3, "nginx")),
+        json(&scenario::pdb_min_available("default", "web-pdb", "web", 2)),
+    ];
+    let (mut c, _) = cluster(objects, Duration::ZERO);
+    let t0 = Instant::now();
+    let wall = jiff::Timestamp::now();
+    c.reconcile(t0, wall);
+    c.set_timing(Timing {
+        start: Duration::from_secs(5),
+        termination: Duration::ZERO,
+    });
+    let web = web_pods(&c);
+    c.evict("default", &web[0].name, t0, wall).unwrap();
+    c.reconcile(t0, wall);
+    let refused = c.evict("default", &web[1].name, t0, wall).unwrap_err();
+    assert_eq!(refused.code, 429);
+    assert_eq!(
+        refused.to_status()["details"]["causes"][0]["message"],
+        "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
+    );
+    // The replacement exists at once (Pending), and is Ready after the start delay.
+    assert_eq!(web_pods(&c).len(), 3);
+    assert_eq!(web_pods(&c).iter().filter(|p| p.ready).count(), 2);
+    c.reconcile(t0 + Duration::from_secs(5), wall);
+    assert_eq!(web_pods(&c).iter().filter(|p| p.ready).count(), 3);
+    c.evict("default", &web[1].name, t0 + Duration::from_secs(5), wall)
+        .unwrap();
+    assert_eq!((c.counters.evictions, c.counters.evictions_blocked), (2, 1));
+}
+
+#[test]
+fn max_unavailable_percentages_scale_with_the_controller() {
+    let objects = vec![
+        json(&scenario::deployment("default", "web", 4, "nginx")),
+        json(&scenario::pdb_max_unavailable(
+            "default",
+            "web-pdb",
+            "web",
+            IntOrString::String("25%".into()),
+        )),
+    ];
+    let (mut c, _) = cluster(objects, Duration::ZERO);
+    c.reconcile(Instant::now(), jiff::Timestamp::now());
+    let pdb: PodDisruptionBudget =
+        from_value(c.store.get(&PDBS, "default", "web-pdb").unwrap()).unwrap();
+    let calc = c.pdb_calc(&pdb, "default");
+    assert_eq!(
+        calc,
+        PdbCalc {
+            expected: 4,
+            current_healthy: 4,
+            desired_healthy: 3,
+            disruptions_allowed: 1
+        }
+    );
+    let status = pdb.status.unwrap();
+    assert_eq!((status.disruptions_allowed, status.expected_pods), (1, 4));
+}
+
+#[test]
+fn two_budgets_over_one_pod_are_an_error_like_the_apiserver() {
+    let objects = vec![
+        json(&scenario::deployment("default", "web", 2, "nginx")),
+        json(&scenario::pdb_min_available("default", "a", "web", 1)),
+        json(&scenario::pdb_min_available("default", "b", "web", 1)),
+    ];
+    let (mut c, _) = cluster(objects, Duration::ZERO);
+    let t0 = Instant::now();
+    c.reconcile(t0, jiff::Timestamp::now());
+    let name = web_pods(&c)[0].name.clone();
+    let err = c
+        .evict("default", &name, t0, jiff::Timestamp::now())
+        .unwrap_err();
+    assert_eq!(err.code, 500);
+    assert!(
+        err.message.contains("more than one PodDisruptionBudget"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_rebooting_node_is_not_ready_and_keeps_its_daemonset_pods() {
+    let objects = vec![json(&scenario::daemonset(
+        "kube-system",
+        "agent",
+        "agent:1",
+        None,
+    ))];
+    let (mut c, nodes) = cluster(objects, Duration::ZERO);
+    let t0 = Instant::now();
+    c.reconcile(t0, jiff::Timestamp::now());
+    let agents_before: Vec<_> = c
+        .pods()
+        .into_iter()
+        .filter(|p| p.name.starts_with("agent-"))
+        .collect();
+    assert_eq!(
+        agents_before.len(),
+        3,
+        "no toleration for the control-plane taint: workers only"
+    );
+    nodes.0.lock().unwrap()[1].up = false;
+    c.reconcile(t0, jiff::Timestamp::now());
+    let w1 = c.store.get(&NODES, "", "w-1").unwrap();
+    let ready = w1["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["status"], "Unknown");
+    let taints: Vec<&str> = w1["spec"]["taints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert!(taints.contains(&TAINT_UNREACHABLE), "{taints:?}");
+    let agents: Vec<_> = c
+        .pods()
+        .into_iter()
+        .filter(|p| p.name.starts_with("agent-"))
+        .collect();
+    assert_eq!(
+        agents.iter().map(|p| &p.name).collect::<Vec<_>>(),
+        agents_before.iter().map(|p| &p.name).collect::<Vec<_>>(),
+        "DaemonSet pods stay on an unreachable node"
+    );
+    assert!(
+        agents
+            .iter()
+            .any(|p| p.node.as_deref() == Some("w-1") && !p.ready)
+    );
+    // Boot ID changes when it comes back.
+    let boot_before = w1["status"]["nodeInfo"]["bootID"].clone();
+    nodes.0.lock().unwrap()[1].up = true;
+    c.reconcile(t0, jiff::Timestamp::now());
+    let w1 = c.store.get(&NODES, "", "w-1").unwrap();
+    assert_ne!(w1["status"]["nodeInfo"]["bootID"], boot_before);
+}
+
+#[test]
+fn a_new_daemonset_template_replaces_its_pods() {
+    let ds = json(&scenario::daemonset(
+        "kube-system",
+        "agent",
+        "agent:1",
+        None,
+    ));
+    let (mut c, _) = cluster(vec![ds.clone()], Duration::ZERO);
+    let t0 = Instant::now();
+    let wall = jiff::Timestamp::now();
+    c.reconcile(t0, wall);
+    let mut next = c
+        .store
+        .get(&DAEMONSETS, "kube-system", "agent")
+        .unwrap()
+        .clone();
+    next["spec"]["template"]["spec"]["containers"][0]["image"] = json!("agent:2");
+    c.store.put(&DAEMONSETS, next, wall);
+    c.reconcile(t0, wall);
+    let agents: Vec<_> = c
+        .pods()
+        .into_iter()
+        .filter(|p| p.name.starts_with("agent-"))
+        .collect();
+    assert_eq!(agents.len(), 3);
+    assert!(
+        agents.iter().all(|p| p.image == "agent:2" && p.ready),
+        "{agents:?}"
+    );
+    let status = &c.store.get(&DAEMONSETS, "kube-system", "agent").unwrap()["status"];
+    assert_eq!(status["updatedNumberScheduled"], 3);
+    assert_eq!(status["observedGeneration"], 2);
+}
