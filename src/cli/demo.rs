@@ -38,7 +38,7 @@ const EXAMPLES: &[(&str, &str)] = &[
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea demo               # simulator + server, show the plan\n  medea demo --approve     # ...then approve it and run the rollout to the end\n  medea demo --approve --keep   # keep the temporary directory to look around"
+    after_help = "Examples:\n  medea demo               # simulator + server, show the plan\n  medea demo --approve     # ...then approve it and run the rollout to the end\n  medea demo --approve --keep   # keep the temporary directory to look around\n  medea demo --ui --approve     # ...and watch it in a browser"
 )]
 pub struct DemoArgs {
     /// Sign the plan with two ephemeral keys, enable rollouts and run it to completion.
@@ -47,6 +47,10 @@ pub struct DemoArgs {
     /// Keep the temporary directory (store, desired state, creds) and print where it is.
     #[arg(long)]
     pub keep: bool,
+    /// Serve the web dashboard too, print its URL and the token to log in with, and keep
+    /// serving after the demo until Ctrl-C.
+    #[arg(long)]
+    pub ui: bool,
     /// Without a TTY, the rollout view prints one readable line per event (local time); json
     /// prints one JSON object per event instead.
     #[arg(long, value_enum, default_value_t = super::LogFormat::Text)]
@@ -199,7 +203,13 @@ async fn with_sim(
         metrics_listen: None,
         webhooks: vec![],
         executor_poll: Some(Duration::from_millis(200)),
+        ui_listen: if args.ui {
+            Some(free_loopback_port()?)
+        } else {
+            None
+        },
     };
+    let config_ui = config.ui_listen;
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
@@ -218,6 +228,18 @@ async fn with_sim(
         "▶ medea serve is listening on {addr} (TLS, token){}",
         if args.approve { ", --rollouts on" } else { "" }
     );
+    if let Some(ui) = config_ui {
+        println!(
+            "▶ web dashboard: https://{ui}/  (trust {} or accept the certificate; log in with the token {})",
+            dir.join("state/tls/ca.crt").display(),
+            token.expose()
+        );
+        if args.approve && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            println!("  press Enter to approve the plan and start the rollout");
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+        }
+    }
     let client_args = super::client::ClientArgs {
         addr: addr.to_string(),
         token: Some(token.expose().clone()),
@@ -226,9 +248,21 @@ async fn with_sim(
         insecure: false,
     };
     let result = drive(args, &client_args, &approvers, started).await;
+    if let Some(ui) = config_ui {
+        println!("▶ the dashboard stays up at https://{ui}/ until Ctrl-C");
+        let _ = tokio::signal::ctrl_c().await;
+    }
     let _ = stop_tx.send(());
     let _ = server.await;
     result
+}
+
+/// A free loopback port for the demo's dashboard: bound here, released, and bound again by the
+/// server a moment later (the URL must be known before the server starts).
+fn free_loopback_port() -> miette::Result<std::net::SocketAddr> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| miette::miette!("demo: no free loopback port for the dashboard: {e}"))
 }
 
 async fn drive(

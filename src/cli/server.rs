@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics (OpenMetrics) on this address, at /metrics.
     #[arg(long, env = "MEDEA_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the web dashboard on this address (HTTPS with the API's certificate; log in
+    /// with the API token). Off unless given.
+    #[arg(long, value_name = "ADDR", env = "MEDEA_UI_LISTEN")]
+    pub ui_listen: Option<SocketAddr>,
     /// POST a JSON notification (with a Slack-compatible `text`) to this URL on plan ready,
     /// approval received, rollout started / node done / halted / succeeded. Repeatable.
     #[arg(long, value_name = "URL", env = "MEDEA_WEBHOOK", value_delimiter = ',')]
@@ -160,6 +164,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         metrics_listen: args.metrics_listen,
         webhooks: args.webhook.clone(),
         executor_poll: Some(args.job_poll),
+        ui_listen: args.ui_listen,
         replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);

@@ -16,6 +16,7 @@ pub mod rollouts;
 pub mod secrets;
 pub mod tls;
 pub mod trust;
+pub mod ui;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -48,6 +49,8 @@ pub struct ServerConfig {
     pub webhooks: Vec<String>,
     /// How often a running job re-observes its nodes (default 5s; the demo uses less).
     pub executor_poll: Option<std::time::Duration>,
+    /// Where the web dashboard is served (HTTPS, the API's certificate), if anywhere.
+    pub ui_listen: Option<SocketAddr>,
 }
 
 /// State shared by the API and the background loops.
@@ -79,6 +82,8 @@ pub struct Shared {
     /// `get machines` rows per cluster record, reused while the record's bytes and the desired
     /// revision are unchanged.
     pub machine_rows: api::MachineRows,
+    /// When the inventory refresh last succeeded on this replica (the dashboard shows it).
+    last_refresh: RwLock<Option<jiff::Timestamp>>,
 }
 
 impl Shared {
@@ -104,6 +109,7 @@ impl Shared {
             state_dir: PathBuf::from("."),
             refresh_kick: Arc::new(tokio::sync::Notify::new()),
             machine_rows: Default::default(),
+            last_refresh: RwLock::new(None),
         }
     }
     /// Something changed: wake the reconcile and executor loops.
@@ -122,6 +128,12 @@ impl Shared {
     /// The last loaded desired revision (valid or not).
     pub fn desired(&self) -> Option<Arc<Loaded>> {
         self.desired.read().expect("desired lock").clone()
+    }
+    pub fn last_refresh(&self) -> Option<jiff::Timestamp> {
+        *self.last_refresh.read().expect("last refresh lock")
+    }
+    pub fn set_last_refresh(&self, at: jiff::Timestamp) {
+        *self.last_refresh.write().expect("last refresh lock") = Some(at);
     }
     pub fn set_desired(&self, loaded: Loaded) {
         *self.desired.write().expect("desired lock") = Some(Arc::new(loaded));
@@ -150,6 +162,8 @@ pub enum ServeError {
     Watch(#[from] watch::WatchError),
     #[error("the trust root is not usable; medea serve does not start")]
     TrustRoot(#[from] trust::TrustRootError),
+    #[error("cannot start the web dashboard")]
+    Ui(#[from] ui::UiError),
 }
 
 /// Re-read the desired state and publish it. Invalid revisions change nothing but the
@@ -216,8 +230,12 @@ async fn refresh_loop(shared: Arc<Shared>, interval: std::time::Duration) {
     loop {
         if shared.leadership.is_leader() {
             match refresh::refresh_all(shared.store.as_ref(), &shared.creds_dir, &settings).await {
-                Ok(report) if report.changed() => shared.bump(),
-                Ok(_) => {}
+                Ok(report) => {
+                    shared.set_last_refresh(jiff::Timestamp::now());
+                    if report.changed() {
+                        shared.bump();
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %crate::error_chain(&e), "inventory refresh failed; retrying at the next interval")
                 }
@@ -395,6 +413,19 @@ pub async fn run_with_leadership(
         err,
     })?;
     tracing::info!(%addr, "API listening (TLS, bearer token)");
+    let dashboard = match config.ui_listen {
+        Some(a) => {
+            let (at, task) = ui::start(
+                a,
+                &identity,
+                ui::Ui::new(shared.clone(), config.token.clone()),
+            )
+            .await?;
+            tracing::info!(url = %format!("https://{at}/"), "web dashboard listening (TLS, the API's certificate; log in with the API token)");
+            Some(task)
+        }
+        None => None,
+    };
     if let Some(tx) = bound {
         let _ = tx.send(addr);
     }
@@ -432,6 +463,9 @@ pub async fn run_with_leadership(
     }
     if let Some(m) = metrics {
         m.abort();
+    }
+    if let Some(d) = dashboard {
+        d.abort();
     }
     leadership_task.abort();
     // Hand over at once instead of letting the lease run out.

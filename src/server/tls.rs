@@ -199,7 +199,9 @@ fn generate_self_signed(cert_path: &Path, key_path: &Path, listen: IpAddr) -> Re
 
 fn generate(dir: &Path, listen: IpAddr) -> Result<(), TlsError> {
     let gen_err = |err| TlsError::Generate { err };
-    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(gen_err)?;
+    // ECDSA P-256, not Ed25519: the web dashboard serves this certificate too, and browsers
+    // (Chromium, Firefox, Safari) accept no Ed25519 certificate in TLS.
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err)?;
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
     ca.distinguished_name
         .push(DnType::CommonName, "medea local CA");
@@ -208,7 +210,7 @@ fn generate(dir: &Path, listen: IpAddr) -> Result<(), TlsError> {
     let ca_cert = ca.self_signed(&ca_key).map_err(gen_err)?;
 
     let params = server_params(listen)?;
-    let key = KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(gen_err)?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err)?;
     let issuer = rcgen::Issuer::new(ca, ca_key);
     let cert = params.signed_by(&key, &issuer).map_err(gen_err)?;
 

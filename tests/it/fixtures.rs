@@ -11,6 +11,8 @@ fn package_of(bin: &str) -> &'static str {
         "kubectl" => "kubernetes-client",
         "etcd" => "etcd-server",
         "git" => "git",
+        "chromium" => "chromium",
+        "chromedriver" => "chromium-driver",
         other => panic!("no Debian package known for the test tool `{other}`"),
     }
 }

@@ -34,4 +34,5 @@ mod server;
 mod sim_cluster;
 mod store;
 mod talos;
+mod ui_browser;
 mod upgrade;

@@ -101,6 +101,7 @@ pub fn start_with(
         metrics_listen: None,
         webhooks: vec![],
         executor_poll: None,
+        ui_listen: None,
     };
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

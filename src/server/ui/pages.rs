@@ -1,0 +1,751 @@
+//! The dashboard's pages: server-rendered HTML (maud escapes every value), usable without
+//! JavaScript; `app.js` only adds the live updates of a rollout page and the copy buttons.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use jiff::Timestamp;
+use maud::{DOCTYPE, Markup, html};
+use tonic::Request;
+
+use super::session::View;
+use super::{Ui, to_login};
+use crate::plan::render::APPROVAL_NAMESPACE;
+use crate::rollout::journal::{Entry, JournalEntry};
+use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
+use crate::server::api::pb;
+use crate::server::api::pb::medea_server::Medea as _;
+
+/// How many journal entries a rollout page shows (the newest).
+const TIMELINE_ENTRIES: usize = 200;
+
+fn page(title: &str, session: Option<&View>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { "medea · " (title) }
+                link rel="stylesheet" href="/assets/style.css";
+                script src="/assets/app.js" defer {}
+            }
+            body {
+                header {
+                    a.brand href="/" { "medea" }
+                    @if let Some(s) = session {
+                        nav {
+                            a href="/" { "Overview" }
+                            a href="/plan" { "Plan" }
+                            a href="/history" { "History" }
+                            form.inline method="post" action="/logout" {
+                                input type="hidden" name="csrf" value=(s.csrf);
+                                button.link type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn respond(status: StatusCode, m: Markup) -> Response {
+    (status, Html(m.into_string())).into_response()
+}
+
+/// A page with a heading and one sentence (errors, refusals).
+pub fn message(status: StatusCode, title: &str, text: &str, session: Option<&View>) -> Response {
+    respond(
+        status,
+        page(
+            title,
+            session,
+            html! { h1 { (title) } p.msg { (text) } p { a href="/" { "Back to the overview" } } },
+        ),
+    )
+}
+
+pub fn login(status: StatusCode, error: Option<&str>) -> Response {
+    respond(
+        status,
+        page(
+            "log in",
+            None,
+            html! {
+                h1 { "Log in" }
+                @if let Some(e) = error { p.error role="alert" { (e) } }
+                form.login method="post" action="/login" {
+                    label for="token" { "API token" }
+                    input #token type="password" name="token" autocomplete="off" required autofocus;
+                    button type="submit" { "Log in" }
+                }
+                p.hint { "The bearer token of this server (" code { "--token-file" } ", default "
+                    code { "<state-dir>/token" } "). It is exchanged for a session cookie and kept nowhere in the browser." }
+            },
+        ),
+    )
+}
+
+fn internal(session: &View, what: &str, e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "dashboard: {what} failed");
+    message(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Error",
+        &format!("Cannot read {what}; see the server log."),
+        Some(session),
+    )
+}
+
+fn ts(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn hms(t: Timestamp) -> String {
+    t.strftime("%H:%M:%S").to_string()
+}
+
+/// `1h02m`, `3m05s`, `12s`.
+pub fn elapsed(secs: i64) -> String {
+    let s = secs.max(0);
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+fn since(t: Option<Timestamp>, now: Timestamp) -> String {
+    t.map(|t| elapsed(now.as_second() - t.as_second()))
+        .unwrap_or_default()
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overview
+
+pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    let api = ui.api();
+    let (info, clusters, pools) = match tokio::try_join!(
+        api.server_info(Request::new(pb::ServerInfoRequest {})),
+        api.list_clusters(Request::new(pb::ListClustersRequest {})),
+        api.list_node_pools(Request::new(pb::ListNodePoolsRequest {
+            cluster: String::new()
+        })),
+    ) {
+        Ok((i, c, p)) => (
+            i.into_inner(),
+            c.into_inner().clusters,
+            p.into_inner().pools,
+        ),
+        Err(e) => return internal(&s, "the clusters", e.message()),
+    };
+    let store = ui.shared.store.as_ref();
+    let jobs = match crate::server::rollouts::jobs(&ui.shared) {
+        Ok(j) => j,
+        Err(e) => return internal(&s, "the jobs", crate::error_chain(&e)),
+    };
+    let current = crate::plan::stored::current(store)
+        .ok()
+        .flatten()
+        .and_then(|c| crate::plan::stored::load_plan(store, &c.id).ok().flatten());
+    let plan_state = match &current {
+        Some(_) => api
+            .get_plan(Request::new(pb::GetPlanRequest { id: String::new() }))
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().plan)
+            .map(|p| p.state),
+        None => None,
+    };
+    let desired = ui.shared.desired();
+    let now = Timestamp::now();
+    let last_refresh = ui.shared.last_refresh();
+    let body = html! {
+        h1 { "Overview" }
+        dl.facts {
+            dt { "medea" } dd { (info.version) " (" (info.git_sha) ")" }
+            dt { "--rollouts" } dd { span.badge.(if info.rollouts_gate { "ok" } else { "off" }) { (if info.rollouts_gate { "on" } else { "off" }) } }
+            dt { "replica" } dd { (info.replica) @if info.leader { " (leader)" } @else { " (follower; leader: " (if info.leader_replica.is_empty() { "unknown" } else { info.leader_replica.as_str() }) ")" } }
+            dt { "desired" } dd { (info.desired_source) " @ " code { (info.desired_revision) } }
+            dt { "last refresh" } dd { @match last_refresh { Some(t) => (ts(t)), None => "not yet" } }
+            @if !info.allowed_signers_problem.is_empty() {
+                dt { "allowed signers" } dd.error { (info.allowed_signers_problem) }
+            }
+            dt { "plan" } dd {
+                @match (&current, &plan_state) {
+                    (Some(p), Some(state)) => { a href="/plan" { code { (p.id.short()) } } " " span.badge.(state) { (state) } }
+                    _ => "none yet",
+                }
+            }
+        }
+        @for c in &clusters {
+            @let dc = desired.as_ref().and_then(|d| d.desired.clusters.get(&c.name));
+            @let running = jobs.iter().find(|j| j.cluster == c.name && !j.state.is_terminal());
+            @let notes = current.as_ref().and_then(|p| p.clusters.iter().find(|cp| cp.cluster == c.name)).map_or(0, |cp| cp.notes.len());
+            section.cluster {
+                h2 { "cluster " (c.name) }
+                dl.facts {
+                    dt { "Kubernetes" } dd { (or_dash(&c.kubernetes_version)) " → desired " (or_dash(&c.desired_kubernetes_version)) }
+                    dt { "machines" } dd { (c.machines_ready) "/" (c.machines) " Ready" @if !c.observed { " (never observed: run medea seed)" } }
+                    dt { "rolloutsEnabled" } dd { span.badge.(if c.rollouts_enabled { "ok" } else { "off" }) { (c.rollouts_enabled) } }
+                    dt { "maintenance window" } dd {
+                        @match dc {
+                            Some(dc) if dc.windows.is_empty() => "none (always open)",
+                            Some(dc) => {
+                                @if crate::desired::window::open_at(&dc.windows, now) { span.badge.ok { "open now" } } @else { span.badge.off { "closed" } }
+                                @if let Some(next) = dc.windows.iter().filter_map(|w| w.next_start(now)).min() { " · next opens " (ts(next)) }
+                            }
+                            None => "-",
+                        }
+                    }
+                    dt { "plan notes" } dd { (notes) }
+                    dt { "running job" } dd {
+                        @match running {
+                            Some(j) => { a href={ "/rollouts/" (j.id) } { (j.id) } }
+                            None => "none",
+                        }
+                    }
+                }
+                table {
+                    thead { tr { th { "pool" } th { "role" } th { "machines" } th { "running Talos" } th { "desired Talos" } } }
+                    tbody {
+                        @for p in pools.iter().filter(|p| p.cluster == c.name) {
+                            tr {
+                                td { (p.name) } td { (p.role) } td { (p.machines) }
+                                td { (p.running_talos_versions.join(", ")) }
+                                td.(if p.running_talos_versions.iter().all(|v| *v == p.desired_talos_version) { "same" } else { "change" }) { (p.desired_talos_version) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if clusters.is_empty() { p { "No clusters yet: add one to the desired state and run " code { "medea seed" } "." } }
+    };
+    respond(StatusCode::OK, page("overview", Some(&s), body))
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan
+
+/// The CSS class of one line of a rendered plan (diff lines are coloured).
+fn line_class(line: &str) -> &'static str {
+    let t = line.trim_start();
+    if t.starts_with("+++") || t.starts_with("---") {
+        "meta"
+    } else if t.starts_with('+') {
+        "add"
+    } else if t.starts_with('-') {
+        "del"
+    } else if t.starts_with("@@") {
+        "hunk"
+    } else if t.starts_with('~') {
+        "chg"
+    } else {
+        ""
+    }
+}
+
+pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    let r = match ui
+        .api()
+        .get_plan(Request::new(pb::GetPlanRequest { id: String::new() }))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(e) => return internal(&s, "the plan", e.message()),
+    };
+    let body = html! {
+        h1 { "Plan" }
+        @for d in &r.diagnostics {
+            pre.diag.(d.severity) { (d.rendered) }
+        }
+        @match &r.plan {
+            None => p { "No plan yet." },
+            Some(p) => {
+                dl.facts {
+                    dt { "id" } dd { code #plan-id { (p.id) } " " button.copy type="button" data-copy="plan-id" hidden { "copy" } }
+                    dt { "state" } dd { span.badge.(p.state) { (p.state) } @if p.stale { " " span.badge.halted { "stale" } } }
+                    dt { "approvals" } dd #approvals { (p.approvals.len()) " of " (p.approvals_required) " required" }
+                }
+                @if p.state == "pending" {
+                    h2 { "Approve" }
+                    p { "Over the API, with your key:" }
+                    pre.cmd { code #approve-cmd { "medea approve " (p.id) " --key ~/.ssh/id_ed25519" } }
+                    button.copy type="button" data-copy="approve-cmd" hidden { "copy" }
+                    p { "Or as a marker file in the desired-state repository:" }
+                    pre.cmd { code #sign-cmd { "echo " (p.id) " | ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n " (APPROVAL_NAMESPACE) " > approvals/" (p.short_id) "-<you>.sig" } }
+                    button.copy type="button" data-copy="sign-cmd" hidden { "copy" }
+                }
+                @if !p.approvals.is_empty() {
+                    h2 { "Approvals received" }
+                    table {
+                        thead { tr { th { "principal" } th { "key fingerprint" } th { "source" } th { "at" } } }
+                        tbody { @for a in &p.approvals { tr { td { (a.principal) } td { code { (a.fingerprint) } } td { (a.source) } td { (a.at) } } } }
+                    }
+                }
+                h2 { "What it does" }
+                pre.plan { @for line in p.rendered.lines() { span.(line_class(line)) { (line) } "\n" } }
+            }
+        }
+    };
+    respond(StatusCode::OK, page("plan", Some(&s), body))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rollout
+
+/// What a node is doing, from its phase: the command that comes next.
+fn activity(p: NodePhase) -> &'static str {
+    match p {
+        NodePhase::Pending => "pending",
+        NodePhase::Checking => "checks",
+        NodePhase::Checked => "pull",
+        NodePhase::Pulled => "cordon",
+        NodePhase::Cordoned => "drain",
+        NodePhase::Drained => "upgrade",
+        NodePhase::Upgraded => "reboot",
+        NodePhase::Rebooting => "verify",
+        NodePhase::Back => "uncordon",
+        NodePhase::Done => "done",
+        NodePhase::Skipped => "skipped",
+    }
+}
+
+fn job_state(job: &Job) -> (&'static str, Option<&str>) {
+    match &job.state {
+        JobState::Running => ("running", None),
+        JobState::Halted { reason, .. } => ("halted", Some(reason.as_str())),
+        JobState::Succeeded { .. } => ("succeeded", None),
+    }
+}
+
+/// The part of a rollout page that live updates replace: state, halt reason, the grid.
+pub fn live_section(job: &Job, now: Timestamp) -> Markup {
+    let (state, reason) = job_state(job);
+    let steps = job.steps.len();
+    // Elapsed times tick only while the job runs (a halted node's clock stopped with it).
+    let now = if job.state.is_terminal() {
+        None
+    } else {
+        Some(now)
+    };
+    let ticking = |t: Option<Timestamp>| now.map(|now| since(t, now)).unwrap_or_default();
+    html! {
+        p.status {
+            "state " span.badge.(state) #job-state { (state) }
+            @if let JobState::Halted { node: Some(n), op, .. } = &job.state {
+                " on " (n) @if let Some(o) = op { " (" (o.name()) ")" }
+            }
+        }
+        @if let Some(r) = reason { p.error #halt-reason { "Halt reason: " (r) } }
+        @if let Some(snap) = &job.snapshot {
+            p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
+        }
+        @for (i, step) in job.steps.iter().enumerate() {
+            @let sstate = match step.state { StepState::Pending => "pending", StepState::Running => "running", StepState::Done => "done" };
+            @match &step.kind {
+                StepKind::Talos(t) => {
+                    @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
+                    h3 { "Step " (i + 1) "/" (steps) ": pool " (t.rollout.pool) ", Talos " (from) " → " (t.rollout.to) " " span.badge.(sstate) { (sstate) } }
+                    @let waves = waves_of(t);
+                    table.grid {
+                        thead { tr { th { "wave" } th { "nodes" } } }
+                        tbody {
+                            @for (w, nodes) in &waves {
+                                tr {
+                                    th { (w + 1) }
+                                    td.nodes {
+                                        @for n in nodes {
+                                            @let act = activity(n.phase);
+                                            div.node.(act) data-node=(n.target.node) title=(format!("phase {:?}", n.phase)) {
+                                                b { (n.target.node) } " "
+                                                span.act { (act) }
+                                                @if !n.phase.finished() && n.phase != NodePhase::Pending { " " span.el { (ticking(n.since)) } }
+                                                @if let Some(b) = &n.blocked { br; small { "drain blocked: " (b) } }
+                                                @if let Some(e) = &n.last_error { br; small.error { (e) } }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                StepKind::Kubernetes(k) => {
+                    h3 { "Step " (i + 1) "/" (steps) ": Kubernetes " (k.rollout.from) " → " (k.rollout.to) " " span.badge.(sstate) { (sstate) } }
+                    @match &k.tasks {
+                        None => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking(k.since)) } },
+                        Some(tasks) => table.grid {
+                            thead { tr { th { "node" } th { "task" } th { "state" } } }
+                            tbody {
+                                @for t in tasks {
+                                    @let st = match t.state { TaskState::Pending => "pending", TaskState::Applied => "applied", TaskState::Done => "done" };
+                                    tr {
+                                        td { (t.node.node) }
+                                        td { (format!("{:?}", t.op).to_lowercase()) @if let Some(c) = t.component { " " (c.name()) } }
+                                        td { div.node.(st) data-node=(t.node.node) { span.act { (st) } @if t.state != TaskState::Done && t.since.is_some() { " " span.el { (ticking(t.since)) } } } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A Talos step's nodes by wave, in plan order.
+fn waves_of(
+    t: &crate::rollout::machine::TalosStep,
+) -> BTreeMap<usize, Vec<&crate::rollout::machine::NodeProgress>> {
+    let mut waves: BTreeMap<usize, Vec<_>> = BTreeMap::new();
+    for n in &t.nodes {
+        waves.entry(n.wave).or_default().push(n.as_ref());
+    }
+    waves
+}
+
+/// One timeline line of a journal entry.
+pub fn timeline_entry(e: &JournalEntry) -> Markup {
+    let what = match &e.entry {
+        Entry::Created { plan } => format!("job created from plan {}", plan.short()),
+        Entry::Intent { key, .. } => format!(
+            "{} {} (attempt {})",
+            key.node.as_deref().unwrap_or("cluster"),
+            key.op.name(),
+            key.attempt
+        ),
+        Entry::Result { key, outcome } => format!(
+            "{} {}: {}",
+            key.node.as_deref().unwrap_or("cluster"),
+            key.op.name(),
+            outcome_text(outcome)
+        ),
+        Entry::Progress => "progress".to_string(),
+        Entry::HaltRequested { by } => format!("halt requested by {by}"),
+    };
+    html! {
+        li data-seq=(e.seq) {
+            time { (hms(e.at)) } " "
+            span.kind.(e.entry.name()) { (e.entry.name()) } " "
+            (what)
+            @for n in &e.notes { br; small { (n) } }
+        }
+    }
+}
+
+fn outcome_text(o: &crate::rollout::machine::Outcome) -> String {
+    use crate::rollout::machine::Outcome;
+    match o {
+        Outcome::Done => "done".into(),
+        Outcome::Failed { error } => format!("failed: {error}"),
+        Outcome::Transient { error } => format!("unknown outcome: {error}"),
+        Outcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
+        Outcome::Drain { result } => match result {
+            crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
+            crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {
+                format!("blocked: pod {pod} (PodDisruptionBudget {pdb})")
+            }
+        },
+    }
+}
+
+/// The newest journal entries of a job (oldest first), at most [`TIMELINE_ENTRIES`].
+pub fn journal_tail(
+    store: &dyn crate::store::Store,
+    job: &Job,
+) -> Result<Vec<JournalEntry>, crate::store::StoreError> {
+    use crate::store::StoreExt;
+    let all: Vec<JournalEntry> = store
+        .scan_records::<JournalEntry>(&crate::rollout::journal::entries_prefix(&job.id))?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    let skip = all.len().saturating_sub(TIMELINE_ENTRIES);
+    Ok(all.into_iter().skip(skip).collect())
+}
+
+fn load_job(ui: &Ui, job: &str) -> Result<Option<Job>, crate::store::StoreError> {
+    match crate::rollout::machine::JobId::parse(job) {
+        Some(id) => crate::rollout::journal::load_job(ui.shared.store.as_ref(), &id),
+        None => Ok(None),
+    }
+}
+
+pub async fn rollout(
+    State(ui): State<Ui>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    let job = match load_job(&ui, &job) {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return message(
+                StatusCode::NOT_FOUND,
+                "No such job",
+                &format!("There is no rollout job `{job}`."),
+                Some(&s),
+            );
+        }
+        Err(e) => return internal(&s, "the job", crate::error_chain(&e)),
+    };
+    let entries = match journal_tail(ui.shared.store.as_ref(), &job) {
+        Ok(e) => e,
+        Err(e) => return internal(&s, "the journal", crate::error_chain(&e)),
+    };
+    let last = entries.last().map_or(0, |e| e.seq);
+    let now = Timestamp::now();
+    let body = html! {
+        h1 { "Rollout " (job.id) }
+        dl.facts {
+            dt { "cluster" } dd { (job.cluster) }
+            dt { "plan" } dd { code { (job.plan.short()) } }
+            dt { "created" } dd { (ts(job.created_at)) }
+        }
+        @if !job.state.is_terminal() {
+            p { a.button.danger href={ "/rollouts/" (job.id) "/halt" } { "Halt rollout…" } }
+        }
+        section #live data-events={ "/rollouts/" (job.id) "/events?after=" (last) } {
+            (live_section(&job, now))
+        }
+        p #live-note .hint {}
+        h2 { "Timeline" }
+        ol #timeline.timeline { @for e in &entries { (timeline_entry(e)) } }
+    };
+    respond(
+        StatusCode::OK,
+        page(&format!("rollout {}", job.id), Some(&s), body),
+    )
+}
+
+pub async fn halt_confirm(
+    State(ui): State<Ui>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    let job = match load_job(&ui, &job) {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return message(
+                StatusCode::NOT_FOUND,
+                "No such job",
+                &format!("There is no rollout job `{job}`."),
+                Some(&s),
+            );
+        }
+        Err(e) => return internal(&s, "the job", crate::error_chain(&e)),
+    };
+    if job.state.is_terminal() {
+        return message(
+            StatusCode::CONFLICT,
+            "Already finished",
+            &format!(
+                "Rollout {} has already finished; there is nothing to halt.",
+                job.id
+            ),
+            Some(&s),
+        );
+    }
+    let body = html! {
+        h1 { "Halt rollout " (job.id) "?" }
+        p { "The job stops at the next safe point and never continues by itself: continuing needs a new plan and a new approval. A node in the middle of its upgrade is left where it is." }
+        form.halt method="post" action={ "/rollouts/" (job.id) "/halt" } {
+            input type="hidden" name="csrf" value=(s.csrf);
+            label for="reason" { "Reason (shown in the job and the logs)" }
+            input #reason type="text" name="reason" maxlength="500" placeholder="halted from the web dashboard";
+            button.danger #confirm-halt type="submit" { "Halt rollout " (job.id) }
+            " " a href={ "/rollouts/" (job.id) } { "Cancel" }
+        }
+    };
+    respond(StatusCode::OK, page("halt", Some(&s), body))
+}
+
+// ---------------------------------------------------------------------------------------------
+// History
+
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct MachineFilter {
+    #[serde(default)]
+    cluster: String,
+    #[serde(default)]
+    pool: String,
+    #[serde(default)]
+    version: String,
+    /// `yes`, `no` or empty.
+    #[serde(default)]
+    ready: String,
+    #[serde(default)]
+    cordoned: String,
+}
+
+impl MachineFilter {
+    fn keeps(&self, m: &pb::Machine) -> bool {
+        let flag = |want: &str, have: bool| match want {
+            "yes" => have,
+            "no" => !have,
+            _ => true,
+        };
+        (self.cluster.is_empty() || m.cluster == self.cluster)
+            && (self.pool.is_empty() || m.pool == self.pool)
+            && (self.version.is_empty()
+                || m.talos_version == self.version
+                || m.kubelet_version == self.version)
+            && flag(&self.ready, m.ready)
+            && flag(&self.cordoned, m.cordoned)
+    }
+}
+
+fn select(name: &str, current: &str, options: &[String]) -> Markup {
+    html! {
+        select #(name) name=(name) {
+            option value="" selected[current.is_empty()] { "any" }
+            @for o in options { option value=(o) selected[current == o] { (o) } }
+        }
+    }
+}
+
+pub async fn history(
+    State(ui): State<Ui>,
+    Query(f): Query<MachineFilter>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    let jobs = match crate::server::rollouts::jobs(&ui.shared) {
+        Ok(j) => j,
+        Err(e) => return internal(&s, "the jobs", crate::error_chain(&e)),
+    };
+    let machines = match ui
+        .api()
+        .list_machines(Request::new(pb::ListMachinesRequest {
+            cluster: String::new(),
+        }))
+        .await
+    {
+        Ok(r) => r.into_inner().machines,
+        Err(e) => return internal(&s, "the machines", e.message()),
+    };
+    let distinct = |f: &dyn Fn(&pb::Machine) -> Vec<String>| {
+        let mut v: Vec<String> = machines
+            .iter()
+            .flat_map(f)
+            .filter(|x| !x.is_empty())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let clusters = distinct(&|m| vec![m.cluster.clone()]);
+    let pools = distinct(&|m| vec![m.pool.clone()]);
+    let versions = distinct(&|m| vec![m.talos_version.clone(), m.kubelet_version.clone()]);
+    let yn = vec!["yes".to_string(), "no".to_string()];
+    let shown: Vec<&pb::Machine> = machines.iter().filter(|m| f.keeps(m)).collect();
+    let now = Timestamp::now();
+    let body = html! {
+        h1 { "History" }
+        h2 { "Rollout jobs" }
+        table {
+            thead { tr { th { "job" } th { "cluster" } th { "outcome" } th { "started" } th { "duration" } th { "halt reason" } } }
+            tbody {
+                @for j in &jobs {
+                    @let (state, reason) = job_state(j);
+                    @let end = match &j.state { JobState::Halted { at, .. } | JobState::Succeeded { at } => *at, JobState::Running => now };
+                    tr {
+                        td { a href={ "/rollouts/" (j.id) } { (j.id) } }
+                        td { (j.cluster) }
+                        td { span.badge.(state) { (state) } }
+                        td { (ts(j.created_at)) }
+                        td { (elapsed(end.as_second() - j.created_at.as_second())) @if !j.state.is_terminal() { " so far" } }
+                        td { (reason.unwrap_or("")) }
+                    }
+                }
+            }
+        }
+        @if jobs.is_empty() { p { "No rollout jobs yet." } }
+        h2 { "Machines" }
+        form.filters method="get" action="/history" {
+            label { "cluster " (select("cluster", &f.cluster, &clusters)) }
+            label { "pool " (select("pool", &f.pool, &pools)) }
+            label { "version " (select("version", &f.version, &versions)) }
+            label { "Ready " (select("ready", &f.ready, &yn)) }
+            label { "cordoned " (select("cordoned", &f.cordoned, &yn)) }
+            button type="submit" { "Filter" }
+        }
+        p.hint { (shown.len()) " of " (machines.len()) " machines" }
+        table #machines {
+            thead { tr { th { "cluster" } th { "pool" } th { "node" } th { "role" } th { "Talos" } th { "kubelet" } th { "Ready" } th { "cordoned" } } }
+            tbody {
+                @for m in &shown {
+                    tr {
+                        td { (m.cluster) } td { (m.pool) } td { (m.node) } td { (m.role) }
+                        td { (m.talos_version) } td { (m.kubelet_version) }
+                        td.(if m.ready { "ok" } else { "bad" }) { (yes_no(m.ready)) }
+                        td { (yes_no(m.cordoned)) }
+                    }
+                }
+            }
+        }
+    };
+    respond(StatusCode::OK, page("history", Some(&s), body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elapsed_reads_like_a_clock() {
+        assert_eq!(elapsed(0), "0s");
+        assert_eq!(elapsed(65), "1m05s");
+        assert_eq!(elapsed(3725), "1h02m");
+        assert_eq!(elapsed(-5), "0s");
+    }
+
+    #[test]
+    fn diff_lines_are_coloured() {
+        assert_eq!(line_class("    -    version: v1.34.1"), "del");
+        assert_eq!(line_class("    +    version: v1.35.0"), "add");
+        assert_eq!(line_class("    +++ b/home/cluster.yaml (desired)"), "meta");
+        assert_eq!(line_class("  ~ pool workers: talos"), "chg");
+        assert_eq!(line_class("cluster home"), "");
+    }
+
+    #[tokio::test]
+    async fn values_are_escaped() {
+        let m = message(StatusCode::OK, "<b>", "<script>alert(1)</script>", None);
+        let body = axum::body::to_bytes(m.into_body(), 1 << 20).await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(!text.contains("<script>alert"), "{text}");
+        assert!(
+            text.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,523 @@
+//! HTTP-level tests of the dashboard (no browser): sessions, cookie flags, CSRF, headers, the
+//! event stream's authentication and its resume from `Last-Event-ID`. The browser tests are in
+//! `tests/it/ui_browser.rs`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, Response, StatusCode, header};
+use http_body_util::BodyExt as _;
+use tower::ServiceExt as _;
+
+use super::*;
+use crate::rollout::journal::{Entry, JournalEntry, entry_key, job_key};
+use crate::rollout::machine::{Job, JobId, JobState};
+use crate::store::{Store, Txn};
+
+const TOKEN: &str = "the-api-token-0123456789";
+
+fn ui_with(store: Arc<dyn Store>) -> Ui {
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let shared = Shared::new(
+        store,
+        crate::desired::Source::Dir(examples),
+        false,
+        "r1".into(),
+    );
+    Ui::new(Arc::new(shared), Secret::new(TOKEN.into()))
+}
+
+fn ui() -> Ui {
+    ui_with(Arc::new(crate::rollout::fake::MemStore::new()))
+}
+
+async fn send(ui: &Ui, req: Request<Body>) -> Response<Body> {
+    router(ui.clone()).oneshot(req).await.unwrap()
+}
+
+fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
+    let mut b = Request::get(path);
+    if let Some(c) = cookie {
+        b = b.header(header::COOKIE, c);
+    }
+    b.body(Body::empty()).unwrap()
+}
+
+fn post(path: &str, cookie: Option<&str>, form: &str) -> Request<Body> {
+    let mut b =
+        Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        b = b.header(header::COOKIE, c);
+    }
+    b.body(Body::from(form.to_string())).unwrap()
+}
+
+async fn text(r: Response<Body>) -> String {
+    String::from_utf8(r.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+fn assert_security_headers(r: &Response<Body>) {
+    let h = r.headers();
+    assert_eq!(h["content-security-policy"], CSP);
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["referrer-policy"], "no-referrer");
+    assert_eq!(h["cache-control"], "no-store");
+}
+
+/// Log in; returns the `Cookie` header value to send back.
+async fn login(ui: &Ui) -> String {
+    let r = send(ui, post("/login", None, &format!("token={TOKEN}"))).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[header::LOCATION], "/");
+    let set = r.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_string();
+    set.split(';').next().unwrap().to_string()
+}
+
+/// The CSRF token a page's form carries.
+fn csrf_of(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + 19;
+    page[at..at + 64].to_string()
+}
+
+#[tokio::test]
+async fn without_a_session_pages_redirect_to_login_and_the_event_stream_is_401() {
+    let ui = ui();
+    for path in [
+        "/",
+        "/plan",
+        "/history",
+        "/rollouts/abc-home",
+        "/rollouts/abc-home/halt",
+        "/nope",
+    ] {
+        let r = send(&ui, get(path, None)).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(r.headers()[header::LOCATION], "/login", "{path}");
+        assert_security_headers(&r);
+    }
+    let r = send(&ui, get("/rollouts/abc-home/events", None)).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_security_headers(&r);
+    // a forged cookie is no session
+    let forged = format!("{SESSION_COOKIE}={}", "ab".repeat(32));
+    let r = send(&ui, get("/rollouts/abc-home/events", Some(&forged))).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = send(&ui, get("/", Some(&forged))).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // the login page and the assets need none
+    let r = send(&ui, get("/login", None)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_security_headers(&r);
+    let css = send(&ui, get("/assets/style.css", None)).await;
+    assert_eq!(
+        css.headers()[header::CONTENT_TYPE],
+        "text/css; charset=utf-8"
+    );
+    let js = send(&ui, get("/assets/app.js", None)).await;
+    assert_eq!(
+        js.headers()[header::CONTENT_TYPE],
+        "text/javascript; charset=utf-8"
+    );
+    assert_eq!(text(css).await.len() + text(js).await.len(), ASSET_BYTES);
+}
+
+#[tokio::test]
+async fn a_wrong_token_gets_no_session() {
+    let ui = ui();
+    for bad in [
+        "",
+        "the-api-token-012345678",
+        "Bearer the-api-token-0123456789",
+        "x",
+    ] {
+        let r = send(&ui, post("/login", None, &format!("token={bad}"))).await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{bad:?}");
+        assert!(r.headers().get(header::SET_COOKIE).is_none(), "{bad:?}");
+        let page = text(r).await;
+        assert!(page.contains("Wrong token"), "{page}");
+    }
+    assert_eq!(ui.sessions.len(), 0);
+}
+
+#[tokio::test]
+async fn login_sets_a_strict_http_only_secure_expiring_cookie_and_logout_ends_it() {
+    let ui = ui();
+    let r = send(&ui, post("/login", None, &format!("token={TOKEN}"))).await;
+    let set = r.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_string();
+    for flag in [
+        "HttpOnly",
+        "Secure",
+        "SameSite=Strict",
+        "Max-Age=28800",
+        "Path=/",
+    ] {
+        assert!(set.contains(flag), "{set}");
+    }
+    assert!(
+        !set.contains(TOKEN),
+        "the cookie is a session id, not the token"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    let r = send(&ui, get("/", Some(&cookie))).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_security_headers(&r);
+    let page = text(r).await;
+    assert!(page.contains("Overview"), "{page}");
+    // logout needs the CSRF token
+    let r = send(&ui, post("/logout", Some(&cookie), "csrf=nope")).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = send(
+        &ui,
+        post(
+            "/logout",
+            Some(&cookie),
+            &format!("csrf={}", csrf_of(&page)),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        r.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let r = send(&ui, get("/", Some(&cookie))).await;
+    assert_eq!(
+        r.status(),
+        StatusCode::SEE_OTHER,
+        "the session is gone on the server"
+    );
+}
+
+#[tokio::test]
+async fn no_page_contains_the_token_and_none_has_inline_script_or_style() {
+    let ui = ui();
+    let cookie = login(&ui).await;
+    for path in [
+        "/",
+        "/plan",
+        "/history",
+        "/history?ready=no&cluster=home",
+        "/login",
+    ] {
+        let r = send(&ui, get(path, Some(&cookie))).await;
+        assert!(
+            r.status().is_success() || r.status() == StatusCode::SEE_OTHER,
+            "{path}"
+        );
+        let page = text(r).await;
+        assert!(!page.contains(TOKEN), "{path}");
+        assert!(!page.contains("<script>"), "{path}: no inline script");
+        assert!(!page.contains("<style"), "{path}: no inline style");
+        assert!(!page.contains(" style="), "{path}: no style attribute");
+        assert!(
+            !has_handler_attribute(&page),
+            "{path}: no event handler attribute"
+        );
+        assert!(
+            !page.contains("http://") && !page.contains("https://"),
+            "{path}: nothing from elsewhere"
+        );
+    }
+}
+
+#[tokio::test]
+async fn halt_needs_the_sessions_csrf_token_and_a_same_site_request() {
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_job(store.as_ref(), 2, JobState::Running);
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get(&format!("/rollouts/{id}/halt"), Some(&cookie))).await).await;
+    assert!(page.contains("Halt rollout"), "{page}");
+    let csrf = csrf_of(&page);
+    let halted = || {
+        use crate::store::StoreExt;
+        store
+            .get_record::<crate::rollout::journal::HaltRequest>(&crate::rollout::journal::halt_key(
+                &id,
+            ))
+            .unwrap()
+            .is_some()
+    };
+    // no token, a wrong one, another session's: refused, nothing written
+    let other = login(&ui).await;
+    let other_csrf = csrf_of(&text(send(&ui, get("/", Some(&other))).await).await);
+    for form in [
+        "reason=x".to_string(),
+        "csrf=&reason=x".into(),
+        format!("csrf={other_csrf}"),
+    ] {
+        let r = send(
+            &ui,
+            post(&format!("/rollouts/{id}/halt"), Some(&cookie), &form),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{form}");
+        assert!(!halted(), "{form}");
+    }
+    // without a session: to the login page, nothing written
+    let r = send(
+        &ui,
+        post(
+            &format!("/rollouts/{id}/halt"),
+            None,
+            &format!("csrf={csrf}"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(!halted());
+    // a cross-site POST, even with the right token: refused
+    let mut req = post(
+        &format!("/rollouts/{id}/halt"),
+        Some(&cookie),
+        &format!("csrf={csrf}"),
+    );
+    req.headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(send(&ui, req).await.status(), StatusCode::FORBIDDEN);
+    assert!(!halted());
+    // the real thing
+    let r = send(
+        &ui,
+        post(
+            &format!("/rollouts/{id}/halt"),
+            Some(&cookie),
+            &format!("csrf={csrf}&reason=on+call+said+so"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.headers()[header::LOCATION],
+        format!("/rollouts/{id}").as_str()
+    );
+    assert!(halted());
+    // a GET never halts: the confirmation page is a GET, the action a POST
+    let r = send(
+        &ui,
+        get(&format!("/rollouts/{id}/halt?csrf={csrf}"), Some(&cookie)),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// A job whose checkpoint already includes journal entries `0..=last` (no deltas to replay).
+fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
+    let plan = crate::plan::PlanId::parse_full(&"ab".repeat(32)).unwrap();
+    let id = JobId::for_plan(&plan, "home");
+    let at = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+    let job = Job {
+        id: id.clone(),
+        plan,
+        cluster: "home".into(),
+        created_at: at,
+        windows: vec![],
+        control_plane: vec![],
+        steps: vec![],
+        state,
+        generation: last,
+        snapshot: None,
+        snapshot_attempts: 0,
+        in_flight: None,
+        journal_seq: last,
+    };
+    let mut txn = Txn::new().put_record(job_key(&id), &job);
+    for seq in 0..=last {
+        txn = txn.put_record(entry_key(&id, seq), &entry(&id, seq));
+    }
+    store.commit(txn).unwrap();
+    id
+}
+
+fn entry(id: &JobId, seq: u64) -> JournalEntry {
+    JournalEntry {
+        job: id.clone(),
+        seq,
+        at: jiff::Timestamp::from_second(1_800_000_000 + seq as i64).unwrap(),
+        generation: seq,
+        entry: if seq == 0 {
+            Entry::Created {
+                plan: crate::plan::PlanId::parse_full(&"ab".repeat(32)).unwrap(),
+            }
+        } else {
+            Entry::Progress
+        },
+        notes: vec![format!("note {seq}")],
+        delta: None,
+    }
+}
+
+/// The next SSE events of a body, as (event, id, data) until `stop` matches one.
+async fn read_events(
+    body: &mut Body,
+    stop: impl Fn(&str) -> bool,
+) -> Vec<(String, Option<String>, String)> {
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("an event in time")
+            .expect("the stream goes on")
+            .unwrap();
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.push_str(std::str::from_utf8(&data).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut ev, mut id, mut data) = (String::new(), None, Vec::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    ev = v.to_string();
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_string());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data.push(v);
+                }
+            }
+            if ev.is_empty() {
+                continue; // keep-alive comment
+            }
+            let done = stop(&ev);
+            out.push((ev, id, data.join("\n")));
+            if done {
+                return out;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_resumes_after_last_event_id_and_follows_the_executor() {
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_job(store.as_ref(), 5, JobState::Running);
+    let cookie = login(&ui).await;
+    // the page says where its timeline ends
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(
+        page.contains(&format!("/rollouts/{id}/events?after=5")),
+        "{page}"
+    );
+    assert!(page.contains("note 5"), "{page}");
+    // a reconnect that saw entry 3 gets 4 and 5, then the grid
+    let mut req = get(&format!("/rollouts/{id}/events?after=1"), Some(&cookie));
+    req.headers_mut()
+        .insert("last-event-id", "3".parse().unwrap());
+    let r = send(&ui, req).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let mut body = r.into_body();
+    let first = read_events(&mut body, |e| e == "grid").await;
+    let ids: Vec<_> = first
+        .iter()
+        .map(|(e, id, _)| (e.as_str(), id.clone()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("entry", Some("4".into())),
+            ("entry", Some("5".into())),
+            ("grid", None)
+        ]
+    );
+    assert!(first[0].2.contains("note 4"), "{first:?}");
+    assert!(first[2].2.contains("running"), "{first:?}");
+    // the executor moves on: entry 6, then an event on the broadcast wakes the stream
+    let mut job: Job = {
+        use crate::store::StoreExt;
+        store.get_record(&job_key(&id)).unwrap().unwrap()
+    };
+    job.journal_seq = 6;
+    job.state = JobState::Succeeded {
+        at: jiff::Timestamp::from_second(1_800_000_100).unwrap(),
+    };
+    store
+        .commit(
+            Txn::new()
+                .put_record(job_key(&id), &job)
+                .put_record(entry_key(&id, 6), &entry(&id, 6)),
+        )
+        .unwrap();
+    ui.shared
+        .events
+        .send(crate::rollout::executor::RolloutEvent {
+            job: id.clone(),
+            cluster: "home".into(),
+            step: None,
+            pool: None,
+            node: None,
+            op: None,
+            state: crate::rollout::executor::EventState::Succeeded,
+            steps: 0,
+            image: None,
+        })
+        .unwrap();
+    let next = read_events(&mut body, |e| e == "end").await;
+    let ids: Vec<_> = next
+        .iter()
+        .map(|(e, id, _)| (e.as_str(), id.clone()))
+        .collect();
+    assert_eq!(
+        ids,
+        [("entry", Some("6".into())), ("grid", None), ("end", None)]
+    );
+    assert!(next[1].2.contains("succeeded"), "{next:?}");
+    // the stream is over, and with it the subscription
+    assert!(body.frame().await.is_none());
+    assert_eq!(
+        ui.shared.events.receiver_count(),
+        0,
+        "nobody watches: nothing subscribed"
+    );
+}
+
+/// ` onclick=`-like attributes.
+fn has_handler_attribute(page: &str) -> bool {
+    page.match_indices(" on").any(|(i, _)| {
+        let rest = &page[i + 3..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect();
+        !name.is_empty() && rest[name.len()..].starts_with('=')
+    })
+}
+
+/// Browsers take no Ed25519 certificate: the generated identity is ECDSA and serves the
+/// dashboard; an Ed25519 one (generated by an older medea) is refused with the fix named.
+#[test]
+fn the_generated_identity_serves_browsers_and_an_ed25519_one_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let listen = "127.0.0.1:7600".parse().unwrap();
+    let generated =
+        crate::server::tls::server_identity(None, None, &tmp.path().join("tls"), listen).unwrap();
+    assert!(tls_config(&generated).is_ok());
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let old = ServerIdentity {
+        cert_pem: cert.pem(),
+        key_pem: Secret::new(key.serialize_pem()),
+        ca_path: None,
+        generated: false,
+    };
+    let e = tls_config(&old).unwrap_err();
+    assert!(matches!(e, UiError::Ed25519), "{e:?}");
+    assert!(e.to_string().contains("--tls-cert"), "{e}");
+}

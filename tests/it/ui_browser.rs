@@ -1,0 +1,714 @@
+//! The web dashboard in a real browser: Debian's headless Chromium (`chromium`), driven through
+//! WebDriver (`chromium-driver`) with fantoccini, against `medea serve --ui-listen` on the
+//! simulator, every piece a real process as in `e2e.rs`. A screenshot of every page goes to
+//! `target/ui-screenshots/` (the path is printed) so a reviewer can look.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt as _;
+
+use crate::e2e::{Kill, free_port, wait};
+
+/// The simulator, a seeded store and `medea serve --rollouts --ui-listen`, as processes.
+struct Stack {
+    dir: tempfile::TempDir,
+    addr: String,
+    ui: String,
+    token: String,
+    _sim: Kill,
+    _serve: Kill,
+}
+
+impl Stack {
+    /// `reboot`: how long a simulated node takes to reboot (slow keeps a job running).
+    fn start(reboot: &str) -> Stack {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let scenario = String::from_utf8(
+            crate::cli::medea()
+                .args(["sim", "--print-default-scenario"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .replace("reboot: 2s", &format!("reboot: {reboot}"))
+        .replace("imagePull: 500ms", "imagePull: 50ms")
+        .replace("podStart: 3s", "podStart: 300ms")
+        .replace("podTermination: 1s", "podTermination: 100ms");
+        std::fs::write(d.join("scenario.yaml"), scenario).unwrap();
+        let mut sim = Kill(
+            crate::cli::medea()
+                .args(["sim", "--scenario"])
+                .arg(d.join("scenario.yaml"))
+                .arg("--out")
+                .arg(d.join("sim"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(sim.0.stdout.take().unwrap()).lines();
+            while let Some(Ok(l)) = lines.next() {
+                if l.starts_with("ready") {
+                    break;
+                }
+            }
+        }
+        let state = d.join("state");
+        let seed = crate::cli::medea()
+            .args(["seed", "--cluster", "home", "--talosconfig"])
+            .arg(d.join("sim/talosconfig"))
+            .arg("--kubeconfig")
+            .arg(d.join("sim/kubeconfig"))
+            .arg("--store")
+            .arg(state.join("store"))
+            .arg("--creds-dir")
+            .arg(state.join("creds"))
+            .output()
+            .unwrap();
+        assert!(
+            seed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&seed.stderr)
+        );
+        let desired = d.join("desired");
+        crate::fixtures::copy_dir(
+            &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home"),
+            &desired.join("home"),
+        );
+        let mut signers = String::new();
+        for who in ["alice", "bob"] {
+            assert!(
+                crate::fixtures::tool("ssh-keygen")
+                    .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
+                    .arg(d.join(who))
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+            signers.push_str(&format!(
+                "{who}@example.com {}\n",
+                std::fs::read_to_string(d.join(format!("{who}.pub")))
+                    .unwrap()
+                    .trim()
+            ));
+        }
+        std::fs::write(d.join("allowed_signers"), signers).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let ui = format!("127.0.0.1:{}", free_port());
+        let token = "ui-test-token-0123456789abcdef".to_string();
+        let serve = Kill(
+            crate::cli::medea()
+                .args(["serve", "--desired"])
+                .arg(&desired)
+                .args([
+                    "--rollouts",
+                    "--listen",
+                    &addr,
+                    "--ui-listen",
+                    &ui,
+                    "--token",
+                    &token,
+                    "--debounce",
+                    "200ms",
+                    "--job-poll",
+                    "200ms",
+                    "--refresh-interval",
+                    "2s",
+                    "--state-dir",
+                ])
+                .arg(&state)
+                .arg("--allowed-signers")
+                .arg(d.join("allowed_signers"))
+                .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let s = Stack {
+            dir,
+            addr,
+            ui: format!("https://{ui}"),
+            token,
+            _sim: sim,
+            _serve: serve,
+        };
+        wait("the server", Duration::from_secs(60), || {
+            s.cli()
+                .args(["get", "server"])
+                .output()
+                .unwrap()
+                .status
+                .success()
+        });
+        let out = s
+            .cli()
+            .args(["cluster", "enable-rollouts", "home"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        s
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn cli(&self) -> Command {
+        let mut c = crate::cli::medea();
+        c.env("MEDEA_ADDR", &self.addr)
+            .env("MEDEA_TOKEN", &self.token)
+            .env("MEDEA_CA", self.state().join("tls/ca.crt"));
+        c
+    }
+
+    fn plan(&self) -> serde_json::Value {
+        let out = self.cli().args(["plan", "-o", "json"]).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    }
+
+    /// `medea approve <id> --key <who>`, as an approver types it.
+    fn approve(&self, id: &str, who: &str) {
+        let out = self
+            .cli()
+            .args(["approve", id, "--key"])
+            .arg(self.dir.path().join(who))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The job started by the approved plan.
+    fn job(&self) -> String {
+        let mut job = String::new();
+        wait("the job to be created", Duration::from_secs(30), || {
+            let out = self
+                .cli()
+                .args(["rollout", "list", "--cluster", "home", "-o", "json"])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            job = v[0]["jobId"].as_str().unwrap_or_default().to_string();
+            !job.is_empty()
+        });
+        job
+    }
+
+    fn job_state(&self) -> String {
+        let out = self
+            .cli()
+            .args(["rollout", "list", "--cluster", "home", "-o", "json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v[0]["state"].as_str().unwrap_or_default().to_string()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// base64(sha256(SubjectPublicKeyInfo)) of the served certificate, for Chromium's
+    /// `--ignore-certificate-errors-spki-list`: this one key is trusted, nothing else.
+    fn spki_pin(&self) -> String {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let pem = std::fs::read(self.state().join("tls/server.crt")).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        base64::engine::general_purpose::STANDARD
+            .encode(sha2::Sha256::digest(cert.tbs_certificate.subject_pki.raw))
+    }
+}
+
+/// chromedriver on a loopback port, in its own process group (it and the Chromium it starts
+/// are killed together when the test ends, however it ends).
+struct Driver {
+    child: Kill,
+    port: u16,
+}
+
+impl Driver {
+    fn start(dir: &Path) -> Driver {
+        use std::os::unix::process::CommandExt as _;
+        let port = free_port();
+        let child = Kill(
+            crate::fixtures::tool("chromedriver")
+                .arg(format!("--port={port}"))
+                .arg(format!(
+                    "--log-path={}",
+                    dir.join("chromedriver.log").display()
+                ))
+                .stdout(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .unwrap(),
+        );
+        wait("chromedriver", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Driver { child, port }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // The group this test created: chromedriver and every browser process under it.
+        let pgid = self.child.0.id() as i32;
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .status();
+    }
+}
+
+async fn browser(stack: &Stack, driver: &Driver) -> Client {
+    crate::fixtures::require_tool("chromium");
+    let profile = stack.dir.path().join("chromium-profile");
+    let caps: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_value(serde_json::json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": crate::fixtures::require_tool("chromium"),
+                "args": [
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--window-size=1100,1000",
+                    format!("--user-data-dir={}", profile.display()),
+                    format!("--ignore-certificate-errors-spki-list={}", stack.spki_pin()),
+                ],
+            },
+        }))
+        .unwrap();
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session with headless Chromium")
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target/tmp has a parent")
+        .join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    let path = shots_dir().join(format!("{name}.png"));
+    std::fs::write(&path, png).unwrap();
+    let html = c.source().await.unwrap().len();
+    println!("screenshot: {} (page HTML {html} bytes)", path.display());
+}
+
+async fn path_of(c: &Client) -> String {
+    c.current_url().await.unwrap().path().to_string()
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn log_in(c: &Client, stack: &Stack, token: &str) {
+    c.goto(&format!("{}/login", stack.ui)).await.unwrap();
+    c.find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(token)
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The answer: the overview, or the login form again with the reason.
+    until(
+        c,
+        "the login to be answered",
+        Duration::from_secs(20),
+        async |c| {
+            path_of(c).await != "/login"
+                || !c
+                    .find_all(Locator::Css("p.error"))
+                    .await
+                    .unwrap()
+                    .is_empty()
+        },
+    )
+    .await;
+}
+
+/// Poll the page (never reload it) until `f` holds.
+async fn until(c: &Client, what: &str, limit: Duration, mut f: impl AsyncFnMut(&Client) -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f(c).await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The grid's node activities, as the page shows them now (read in one script: the live
+/// updates replace the grid's elements at any moment).
+async fn activities(c: &Client) -> Vec<String> {
+    let v = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#live .node .act')).map(e => e.textContent)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+/// The text of the first element matching `css` ("" when there is none), read in one script.
+async fn live_text(c: &Client, css: &str) -> String {
+    let v = c
+        .execute(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''",
+            vec![serde_json::json!(css)],
+        )
+        .await
+        .unwrap();
+    v.as_str().unwrap_or_default().to_string()
+}
+
+/// Run `body` with a browser; the WebDriver session is closed whatever happens.
+async fn with_browser(stack: &Stack, body: impl AsyncFnOnce(&Client)) {
+    let driver = Driver::start(stack.dir.path());
+    let c = browser(stack, &driver).await;
+    let result = std::panic::AssertUnwindSafe(body(&c)).catch_unwind().await;
+    let _ = c.close().await;
+    drop(driver);
+    if let Err(p) = result {
+        let log = stack.log();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("--- serve.log, newest first\n{}", tail.join("\n"));
+        std::panic::resume_unwind(p);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid_finish() {
+    crate::fixtures::require_tool("chromedriver");
+    let stack = Stack::start("1s");
+    let mut plan = serde_json::Value::Null;
+    wait("a plan", Duration::from_secs(30), || {
+        plan = stack.plan();
+        plan["id"].is_string()
+    });
+    let id = plan["id"].as_str().unwrap().to_string();
+    with_browser(&stack, async |c: &Client| {
+        // Not logged in: every page leads to the login form.
+        c.goto(&format!("{}/plan", stack.ui)).await.unwrap();
+        assert_eq!(path_of(c).await, "/login");
+        shot(c, "login").await;
+        log_in(c, &stack, &stack.token).await;
+        assert_eq!(path_of(c).await, "/");
+        assert_eq!(text_of(c, "h1").await, "Overview");
+        assert!(
+            text_of(c, "section.cluster h2")
+                .await
+                .contains("cluster home")
+        );
+        // No credential in the browser's reach: the cookie is HttpOnly, storage is empty, the
+        // page does not carry the token.
+        let js = c
+            .execute(
+                "return [document.cookie, localStorage.length, sessionStorage.length]",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(js, serde_json::json!(["", 0, 0]));
+        assert!(!c.source().await.unwrap().contains(&stack.token));
+        shot(c, "overview").await;
+
+        // The plan page shows the id the CLI shows, and the approvals as they come.
+        c.goto(&format!("{}/plan", stack.ui)).await.unwrap();
+        assert_eq!(text_of(c, "#plan-id").await, id);
+        assert!(text_of(c, "#approvals").await.starts_with("0 of 2"));
+        stack.approve(&id, "alice");
+        c.refresh().await.unwrap();
+        assert!(text_of(c, "#approvals").await.starts_with("1 of 2"));
+        assert!(c.source().await.unwrap().contains("alice@example.com"));
+        shot(c, "plan").await;
+
+        // The second approval starts the job; its page follows it to the end by itself.
+        stack.approve(&id, "bob");
+        let job = stack.job();
+        c.goto(&format!("{}/rollouts/{job}", stack.ui))
+            .await
+            .unwrap();
+        c.execute("window.noReload = 42; return null", vec![])
+            .await
+            .unwrap();
+        let first = activities(c).await;
+        assert!(!first.is_empty(), "the grid shows the nodes");
+        let entries_at_start = c
+            .find_all(Locator::Css("#timeline li"))
+            .await
+            .unwrap()
+            .len();
+        let mut seen: std::collections::BTreeSet<String> = first.iter().cloned().collect();
+        until(
+            c,
+            "the grid to show the job done",
+            Duration::from_secs(240),
+            async |c| {
+                let now = activities(c).await;
+                seen.extend(now.iter().cloned());
+                let state = live_text(c, "#job-state").await;
+                assert_ne!(state, "halted", "the job halted");
+                state == "succeeded" && now.iter().all(|a| a == "done" || a == "skipped")
+            },
+        )
+        .await;
+        let marker = c.execute("return window.noReload", vec![]).await.unwrap();
+        assert_eq!(marker, serde_json::json!(42), "the page was never reloaded");
+        assert!(
+            seen.iter().any(|a| a != "done" && a != "skipped"),
+            "the grid moved while watched: {seen:?}"
+        );
+        let entries_now = c
+            .find_all(Locator::Css("#timeline li"))
+            .await
+            .unwrap()
+            .len();
+        assert!(entries_now > entries_at_start, "the timeline grew live");
+        assert_eq!(stack.job_state(), "succeeded");
+        shot(c, "rollout").await;
+        // Readable on a phone: nothing wider than the screen but the tables' own scroll.
+        c.set_window_size(390, 844).await.unwrap();
+        let overflow = c
+            .execute(
+                "return document.documentElement.scrollWidth <= window.innerWidth",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            overflow,
+            serde_json::json!(true),
+            "no sideways scrolling on a phone"
+        );
+        shot(c, "rollout-phone").await;
+        c.set_window_size(1100, 1000).await.unwrap();
+
+        // History: the job's outcome, and the machines table filtered without JavaScript.
+        c.goto(&format!("{}/history", stack.ui)).await.unwrap();
+        assert!(c.source().await.unwrap().contains(&job));
+        c.goto(&format!(
+            "{}/history?cluster=home&pool=workers&ready=yes",
+            stack.ui
+        ))
+        .await
+        .unwrap();
+        let rows = c
+            .find_all(Locator::Css("#machines tbody tr"))
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 3, "the three workers");
+        shot(c, "history").await;
+
+        // Log out: the session is gone.
+        c.find(Locator::Css("header form button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        assert_eq!(path_of(c).await, "/login");
+        c.goto(&format!("{}/", stack.ui)).await.unwrap();
+        assert_eq!(path_of(c).await, "/login");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the_page() {
+    crate::fixtures::require_tool("chromedriver");
+    // Nodes take minutes to reboot: the job is still running when the halt comes.
+    let stack = Stack::start("600s");
+    let mut plan = serde_json::Value::Null;
+    wait("a plan", Duration::from_secs(30), || {
+        plan = stack.plan();
+        plan["id"].is_string()
+    });
+    let id = plan["id"].as_str().unwrap().to_string();
+    stack.approve(&id, "alice");
+    stack.approve(&id, "bob");
+    let job = stack.job();
+    with_browser(&stack, async |c: &Client| {
+        // A wrong token: the login form again, no session, no page, no event stream.
+        log_in(c, &stack, "not-the-token").await;
+        assert_eq!(path_of(c).await, "/login");
+        assert!(text_of(c, "p.error").await.contains("Wrong token"));
+        shot(c, "login-wrong-token").await;
+        for page in ["/", "/plan", "/history", &format!("/rollouts/{job}")] {
+            c.goto(&format!("{}{page}", stack.ui)).await.unwrap();
+            assert_eq!(path_of(c).await, "/login", "{page}");
+            assert!(!c.source().await.unwrap().contains(&job), "{page}");
+        }
+        let status = c
+            .execute_async(
+                "const done = arguments[arguments.length - 1]; fetch(arguments[0]).then(r => done(r.status), e => done(String(e)));",
+                vec![serde_json::json!(format!("/rollouts/{job}/events"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, serde_json::json!(401), "the event stream needs a session");
+
+        // The right token, the running job, Halt, the confirmation, halted.
+        log_in(c, &stack, &stack.token).await;
+        c.goto(&format!("{}/rollouts/{job}", stack.ui)).await.unwrap();
+        until(c, "a node to be under way", Duration::from_secs(120), async |c| {
+            activities(c).await.iter().any(|a| a != "pending")
+        })
+        .await;
+        assert_eq!(live_text(c, "#job-state").await, "running");
+        c.find(Locator::Css("a.button.danger"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        assert_eq!(path_of(c).await, format!("/rollouts/{job}/halt"));
+        assert_eq!(stack.job_state(), "running", "opening the confirmation halts nothing");
+        c.find(Locator::Css("#reason"))
+            .await
+            .unwrap()
+            .send_keys("browser test: stop")
+            .await
+            .unwrap();
+        shot(c, "halt-confirm").await;
+        c.find(Locator::Css("#confirm-halt"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        assert_eq!(path_of(c).await, format!("/rollouts/{job}"));
+        until(c, "the job to show halted", Duration::from_secs(60), async |c| {
+            live_text(c, "#job-state").await == "halted"
+        })
+        .await;
+        assert!(live_text(c, "#halt-reason").await.contains("browser test: stop"));
+        assert_eq!(stack.job_state(), "halted");
+        shot(c, "rollout-halted").await;
+    })
+    .await;
+}
+
+/// GET `url` over HTTPS trusting only `ca`; (status, location, CSP).
+async fn https_get(ca: &Path, url: &str) -> (u16, String, String) {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, http_body_util::Empty<hyper::body::Bytes>>(https);
+    let r = client.get(url.parse().unwrap()).await.unwrap();
+    let h = |n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    (
+        r.status().as_u16(),
+        h("location"),
+        h("content-security-policy"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn medea_demo_ui_prints_the_url_serves_over_https_and_stops_on_ctrl_c() {
+    use std::io::BufRead as _;
+    let mut demo = Kill(
+        crate::cli::medea()
+            .args(["demo", "--ui"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(demo.0.stdout.take().unwrap()).lines();
+    let mut url = None;
+    let mut ca = None;
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if let Some(rest) = l.strip_prefix("▶ web dashboard: ") {
+            let (u, rest) = rest.split_once(' ').unwrap();
+            url = Some(u.to_string());
+            let trust = rest.split("(trust ").nth(1).unwrap();
+            ca = Some(PathBuf::from(trust.split(' ').next().unwrap()));
+        }
+        if l.contains("stays up") {
+            break;
+        }
+    }
+    let url = url.expect("the demo prints the dashboard's URL");
+    let ca = ca.expect("and the CA to trust");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let (status, _, csp) = https_get(&ca, &format!("{url}login")).await;
+    assert_eq!(status, 200);
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let (status, location, _) = https_get(&ca, &url).await;
+    assert_eq!((status, location.as_str()), (303, "/login"));
+    // Ctrl-C ends it cleanly.
+    let pid = demo.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = demo.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the demo did not stop on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+}
