@@ -178,8 +178,25 @@ fn split_tag(reference: &str) -> (&str, Option<&str>) {
 /// without checking the rest (a status line from a node may carry a reference medea would not
 /// write, and only its tag matters there). Empty tags are `None`.
 pub fn tag_of(reference: &str) -> Option<&str> {
+    name_and_tag(reference).1.filter(|t| !t.is_empty())
+}
+
+/// `(name, tag)` of a reference a node reported, any `@digest` dropped: the split rule of
+/// [`ImageRef::parse`] without checking the rest (see [`tag_of`]).
+pub fn name_and_tag(reference: &str) -> (&str, Option<&str>) {
     let without_digest = reference.split('@').next().unwrap_or(reference);
-    split_tag(without_digest).1.filter(|t| !t.is_empty())
+    split_tag(without_digest)
+}
+
+/// The Kubernetes version a tag names and its flavour suffix (`v1.34.1-fat` → (`v1.34.1`,
+/// `-fat`)); `-fat` and `-slim` are the kubelet image flavours.
+pub fn kube_version_of_tag(tag: &str) -> Option<(KubeVersion, &str)> {
+    for suffix in ["-fat", "-slim"] {
+        if let Some(t) = tag.strip_suffix(suffix) {
+            return KubeVersion::parse(t).ok().map(|v| (v, suffix));
+        }
+    }
+    KubeVersion::parse(tag).ok().map(|v| (v, ""))
 }
 
 /// The schematic id of a reference a node reported (`machine.install.image`), with the rule of
@@ -324,13 +341,7 @@ impl ImageRef {
     /// The Kubernetes version the tag names and the flavour suffix after it (`v1.34.1-fat` →
     /// (`v1.34.1`, `-fat`)); `-fat` and `-slim` are the kubelet image flavours.
     pub fn kube_version(&self) -> Option<(KubeVersion, &str)> {
-        let tag = self.tag()?;
-        for suffix in ["-fat", "-slim"] {
-            if let Some(t) = tag.strip_suffix(suffix) {
-                return KubeVersion::parse(t).ok().map(|v| (v, suffix));
-            }
-        }
-        KubeVersion::parse(tag).ok().map(|v| (v, ""))
+        kube_version_of_tag(self.tag()?)
     }
 
     /// The Image Factory schematic id, when the repository's last path segment is one (64

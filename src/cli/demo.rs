@@ -262,7 +262,8 @@ async fn with_sim(
 fn free_loopback_port() -> miette::Result<std::net::SocketAddr> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| miette::miette!("demo: no free loopback port for the dashboard: {e}"))
+        .into_diagnostic()
+        .wrap_err("demo: no free loopback port for the dashboard")
 }
 
 async fn drive(

@@ -270,7 +270,7 @@ async fn apiserver_version<T: TalosApi, K: KubeApi>(
 }
 
 fn image_version(image: &str) -> Option<KubeVersion> {
-    crate::talos::types::image_tag(image).and_then(|t| KubeVersion::parse(t).ok())
+    crate::image::tag_of(image).and_then(|t| KubeVersion::parse(t).ok())
 }
 
 /// `machine.install.image` of the v1alpha1 document of a machine config. The config holds
