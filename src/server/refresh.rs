@@ -464,6 +464,10 @@ pub async fn refresh_all(
 }
 
 /// Refresh one cluster (e.g. right after a rollout step), as [`refresh_all`] does.
+#[allow(
+    clippy::expect_used,
+    reason = "refresh_clusters returns one report per cluster passed in, and exactly one is passed"
+)]
 pub async fn refresh_cluster(
     store: &dyn Store,
     creds_dir: &Path,
