@@ -3,6 +3,7 @@
 //! See `design/architecture.md` for the module map. Domain modules (`desired`, `plan`,
 //! `approval`, `rollout::machine`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
+pub mod api;
 pub mod approval;
 pub mod bench;
 pub mod build_info;

@@ -2,9 +2,12 @@
 //!
 //! **Owns:** what an approval signs (`PlanId::signed_message()`: the full lowercase hex id and one
 //! `\n`, under the SSHSIG namespace [`NAMESPACE`]), the allowed_signers parser, the per-candidate
-//! verification outcomes, the quorum count and the anti-self-lowering rule, the persisted
-//! [`ApprovalRecord`], and the signing adapter ([`sign`]).
-//! **May depend on:** `plan` (ids). Nothing here knows the store, the server or the CLI.
+//! verification outcomes, the quorum count (against the anti-self-lowering rule of
+//! [`crate::plan::bar`], re-exported from [`quorum`]), where an approval came from
+//! ([`source`]), the persisted [`ApprovalRecord`], and the signing adapter ([`sign`]).
+//! **May depend on:** `plan` (ids, the approval bar). Nothing here knows the store, the server
+//! or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`, never
+//! `record`.
 //!
 //! Architecture Invariant: everything but [`sign`] is pure: no file, socket or clock access;
 //! the verification time comes in as an argument. `sign` is the adapter (key files, ssh-agent
@@ -22,6 +25,7 @@ pub mod gate;
 pub mod quorum;
 pub mod record;
 pub mod sign;
+pub mod source;
 pub mod verify;
 
 pub use allowed_signers::{AllowedSigners, SignerEntry, SignersDiagnostic};
@@ -30,7 +34,8 @@ pub use quorum::{
     BarChange, ClusterQuorum, NotCounted, PlanScope, QuorumPolicy, QuorumStatus, evaluate,
     required_for_plan, required_quorum,
 };
-pub use record::{ApprovalRecord, ApprovalSource};
+pub use record::ApprovalRecord;
+pub use source::ApprovalSource;
 pub use verify::{
     Candidate, Outcome, Verified, VerifiedApproval, VerifyContext, verify, verify_all,
 };

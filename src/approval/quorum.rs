@@ -11,132 +11,18 @@
 //! the highest bar in force, `max(required, controlPlane)`, and the new bar if that is higher
 //! ([`required_quorum`]). Whoever can commit YAML cannot lower the bar and approve the lowering
 //! themselves, and whoever clears the ordinary bar cannot lower the control-plane one. A plan
-//! always needs at least one approval.
+//! always needs at least one approval. The rule itself lives with the planner, which puts the
+//! bar into every plan ([`crate::plan::bar`], re-exported here); this module counts approvals
+//! against it.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use super::verify::VerifiedApproval;
 use crate::plan::PlanId;
-
-/// A cluster's approvals setting: approvals needed for ordinary (worker-only Talos) plans, and
-/// for plans that touch control-plane nodes or Kubernetes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuorumPolicy {
-    pub required: u32,
-    pub control_plane: u32,
-}
-
-impl QuorumPolicy {
-    /// Used when a cluster sets nothing: one approval, two for control-plane/Kubernetes plans.
-    pub const DEFAULT: QuorumPolicy = QuorumPolicy {
-        required: 1,
-        control_plane: 2,
-    };
-
-    /// The same requirement for every plan (a cluster's explicit `approvals: n`).
-    pub fn uniform(n: u32) -> QuorumPolicy {
-        QuorumPolicy {
-            required: n,
-            control_plane: n,
-        }
-    }
-
-    /// The approvals this policy demands for a plan of `scope` (never less than 1; a
-    /// control-plane plan never needs fewer than an ordinary one).
-    pub fn for_scope(&self, scope: PlanScope) -> u32 {
-        let n = if scope.touches_control_plane_or_kubernetes {
-            self.required.max(self.control_plane)
-        } else {
-            self.required
-        };
-        n.max(1)
-    }
-}
-
-impl Default for QuorumPolicy {
-    fn default() -> Self {
-        QuorumPolicy::DEFAULT
-    }
-}
-
-/// What a plan touches, as far as quorum is concerned (the planner fills this in).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PlanScope {
-    pub touches_control_plane_or_kubernetes: bool,
-}
-
-/// What a plan does to one cluster's approvals setting, compared with the one in force.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BarChange {
-    /// The plan leaves the setting as it is (the desired setting equals the one in force).
-    Keeps,
-    /// The plan installs a different setting (lower, higher, or the defaults because the
-    /// `approvals` block was deleted).
-    Sets(QuorumPolicy),
-    /// The plan stops managing the cluster (deleted or renamed): its setting goes away.
-    Removes,
-}
-
-impl BarChange {
-    /// Compare the setting a plan would install (`None`: the cluster is gone) with the one in
-    /// force.
-    pub fn between(in_force: &QuorumPolicy, proposed: Option<&QuorumPolicy>) -> BarChange {
-        match proposed {
-            None => BarChange::Removes,
-            Some(p) if p == in_force => BarChange::Keeps,
-            Some(p) => BarChange::Sets(*p),
-        }
-    }
-}
-
-impl QuorumPolicy {
-    /// The highest bar of this policy: `max(required, controlPlane)` (at least 1).
-    pub fn highest(&self) -> u32 {
-        self.required.max(self.control_plane).max(1)
-    }
-}
-
-/// One cluster's part in a plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterQuorum {
-    pub cluster: String,
-    /// The policy in force before this plan (from the store, never from the plan's YAML; the
-    /// defaults for a cluster never applied).
-    pub in_force: QuorumPolicy,
-    /// What the plan does to the approvals setting.
-    pub change: BarChange,
-    pub scope: PlanScope,
-}
-
-/// The approvals one cluster's part of a plan needs. The one rule, used for every plan:
-///
-/// - a plan that keeps the setting needs the bar in force for its scope;
-/// - **a plan that changes the setting in any way** (lowers or raises `required` or
-///   `controlPlane`, deletes the `approvals` block, deletes or renames the cluster) needs the
-///   highest bar in force, `max(required, controlPlane)`, whatever else it touches (settings-only
-///   or not), and the proposed bar for its scope if that is higher still.
-///
-/// So whoever can clear the ordinary bar can never lower the control-plane bar, and a lower
-/// setting only ever applies to the plans after the one that installs it.
-pub fn required_quorum(in_force: &QuorumPolicy, change: BarChange, scope: PlanScope) -> u32 {
-    let old = in_force.for_scope(scope);
-    match change {
-        BarChange::Keeps => old,
-        BarChange::Sets(new) => old.max(in_force.highest()).max(new.for_scope(scope)),
-        BarChange::Removes => old.max(in_force.highest()),
-    }
-}
-
-/// The approvals a whole plan needs: the strictest of its clusters (at least 1).
-pub fn required_for_plan(clusters: &[ClusterQuorum]) -> u32 {
-    clusters
-        .iter()
-        .map(|c| required_quorum(&c.in_force, c.change, c.scope))
-        .max()
-        .unwrap_or(1)
-        .max(1)
-}
+pub use crate::plan::bar::{
+    BarChange, ClusterQuorum, PlanScope, QuorumPolicy, required_for_plan, required_quorum,
+};
 
 /// Why a verified approval does not add to the count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -330,7 +216,7 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::record::ApprovalSource;
+    use crate::approval::source::ApprovalSource;
 
     fn plan(b: u8) -> PlanId {
         PlanId::from_digest([b; 32])
@@ -348,91 +234,6 @@ mod tests {
     }
     fn marker(n: &str) -> ApprovalSource {
         ApprovalSource::Marker { path: n.into() }
-    }
-
-    #[test]
-    fn policy_and_anti_self_lowering() {
-        let worker = PlanScope::default();
-        let cp = PlanScope {
-            touches_control_plane_or_kubernetes: true,
-        };
-        assert_eq!(QuorumPolicy::DEFAULT.for_scope(worker), 1);
-        assert_eq!(QuorumPolicy::DEFAULT.for_scope(cp), 2);
-        assert_eq!(QuorumPolicy::uniform(0).for_scope(worker), 1, "never zero");
-        assert_eq!(
-            QuorumPolicy {
-                required: 3,
-                control_plane: 1
-            }
-            .for_scope(cp),
-            3
-        );
-        let set = |p: QuorumPolicy| BarChange::Sets(p);
-        // lowering 3 -> 1 still needs 3; raising 1 -> 2 needs 2
-        assert_eq!(
-            required_quorum(
-                &QuorumPolicy::uniform(3),
-                set(QuorumPolicy::uniform(1)),
-                worker
-            ),
-            3
-        );
-        assert_eq!(
-            required_quorum(
-                &QuorumPolicy::uniform(1),
-                set(QuorumPolicy::uniform(2)),
-                worker
-            ),
-            2
-        );
-        assert_eq!(
-            required_quorum(&QuorumPolicy::uniform(2), BarChange::Keeps, worker),
-            2
-        );
-        // The hole of issue 19: {1, 2} in force, a settings-only plan lowering controlPlane to 1
-        // needs the control-plane bar (2), not the ordinary one.
-        let in_force = QuorumPolicy {
-            required: 1,
-            control_plane: 2,
-        };
-        let lowered_cp = QuorumPolicy::uniform(1);
-        assert_eq!(required_quorum(&in_force, set(lowered_cp), worker), 2);
-        assert_eq!(required_quorum(&in_force, set(lowered_cp), cp), 2);
-        // lowering `required` only
-        let strict = QuorumPolicy {
-            required: 2,
-            control_plane: 3,
-        };
-        let lowered_req = QuorumPolicy {
-            required: 1,
-            control_plane: 3,
-        };
-        assert_eq!(required_quorum(&strict, set(lowered_req), worker), 3);
-        // deleting the block falls back to the defaults: a change like any other
-        assert_eq!(
-            required_quorum(&strict, set(QuorumPolicy::DEFAULT), worker),
-            3
-        );
-        // deleting or renaming the cluster
-        assert_eq!(required_quorum(&strict, BarChange::Removes, worker), 3);
-        assert_eq!(BarChange::between(&strict, Some(&strict)), BarChange::Keeps);
-        assert_eq!(BarChange::between(&strict, None), BarChange::Removes);
-        let clusters = vec![
-            ClusterQuorum {
-                cluster: "a".into(),
-                in_force: QuorumPolicy::uniform(1),
-                change: BarChange::Keeps,
-                scope: worker,
-            },
-            ClusterQuorum {
-                cluster: "b".into(),
-                in_force: QuorumPolicy::DEFAULT,
-                change: set(QuorumPolicy::uniform(1)),
-                scope: worker,
-            },
-        ];
-        assert_eq!(required_for_plan(&clusters), 2);
-        assert_eq!(required_for_plan(&[]), 1);
     }
 
     #[test]

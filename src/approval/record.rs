@@ -7,27 +7,9 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+pub use super::source::ApprovalSource;
 use super::verify::{Outcome, VerifiedApproval, VerifyContext, verify};
 use crate::plan::PlanId;
-
-/// Where an approval came from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum ApprovalSource {
-    /// A marker file, by its path relative to the desired-state root (`approvals/...sig`).
-    Marker { path: String },
-    /// Submitted over the API (`medea approve` without `--write-marker`).
-    Api,
-}
-
-impl std::fmt::Display for ApprovalSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ApprovalSource::Marker { path } => write!(f, "marker {path}"),
-            ApprovalSource::Api => f.write_str("api"),
-        }
-    }
-}
 
 /// One recorded approval: who approved which plan, with which key, from where, when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

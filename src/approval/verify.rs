@@ -21,7 +21,7 @@ use ssh_key::{Algorithm, HashAlg, SshSig};
 
 use super::NAMESPACE;
 use super::allowed_signers::{AllowedSigners, SignerEntry, Validity};
-use super::record::ApprovalSource;
+use super::source::ApprovalSource;
 use crate::plan::PlanId;
 
 /// What a verification is checked against. `now` is the verification time (validity windows are

@@ -2,7 +2,9 @@
 //!
 //! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`server`],
 //! [`rollout`]), their statistics ([`stats`]) and the host description ([`host`]).
-//! **May depend on:** every module (it measures them); nothing depends on it.
+//! **May depend on:** the modules it measures (`desired`, `inventory`, `plan`, `rollout`,
+//! `store`, `server`, `sim`) and the API through [`crate::api::client`]; never `cli`.
+//! Nothing but `cli` (`medea bench`) depends on it.
 //!
 //! Architecture Invariant: targets are measured and reported, never asserted in timed unit
 //! tests; every figure is a median of repeated runs, and every ratio compares runs taken side

@@ -351,27 +351,24 @@ fn get_machines(
     rounds: usize,
     r: &mut ServerReport,
 ) -> Result<(), BenchError> {
-    use crate::server::api::pb;
-    let args = crate::cli::client::ClientArgs {
+    use crate::api::pb;
+    let cfg = crate::api::client::ClientConfig {
         addr: addr.to_string(),
-        token: Some(token.to_string()),
-        token_file: None,
+        token: Some(crate::secret::Secret::new(token.to_string())),
         ca: Some(ca.to_path_buf()),
         insecure: false,
     };
     let rt = super::runtime(tokio::runtime::Builder::new_current_thread())?;
     let rpc_err = |what: String| BenchError::Server { what };
     rt.block_on(async {
-        let mut warm = args
-            .connect()
+        let mut warm = crate::api::client::connect(&cfg)
             .await
-            .map_err(|e| rpc_err(format!("{e:?}")))?;
+            .map_err(|e| rpc_err(crate::error_chain(&e)))?;
         for _ in 0..rounds + 1 {
             let t = Instant::now();
-            let mut c = args
-                .connect()
+            let mut c = crate::api::client::connect(&cfg)
                 .await
-                .map_err(|e| rpc_err(format!("{e:?}")))?;
+                .map_err(|e| rpc_err(crate::error_chain(&e)))?;
             let resp = c
                 .list_machines(pb::ListMachinesRequest::default())
                 .await

@@ -8,7 +8,7 @@ use clap::Args;
 use super::desired::{DesiredArgs, display_root};
 use super::exit;
 use crate::approval::{self, Outcome, VerifyContext};
-use crate::plan::stored;
+use crate::ops::replan as stored;
 use crate::store::Store;
 
 #[derive(Debug, Args)]

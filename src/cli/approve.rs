@@ -237,7 +237,7 @@ fn approve(args: ApproveArgs) -> Result<u8, ApproveError> {
 
 /// Sign the server's plan and submit the signature over the API.
 fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
-    use crate::server::api::pb;
+    use crate::api::pb;
     let rt = tokio::runtime::Runtime::new().map_err(|e| ApproveError::Server {
         message: format!("cannot start the runtime: {e}"),
     })?;
@@ -306,8 +306,8 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
 /// executed. Anything else refuses, so a signature only ever covers the plan the user named.
 fn plan_to_sign(
     typed: &PlanIdRef,
-    wanted: Option<&crate::server::api::pb::Plan>,
-    current: Option<&crate::server::api::pb::Plan>,
+    wanted: Option<&crate::api::pb::Plan>,
+    current: Option<&crate::api::pb::Plan>,
 ) -> Result<PlanId, ApproveError> {
     let (Some(wanted), Some(current)) = (wanted, current) else {
         return Err(ApproveError::Server {
@@ -390,7 +390,7 @@ fn sign_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::api::pb;
+    use crate::api::pb;
 
     fn pb_plan(id: &PlanId) -> pb::Plan {
         pb::Plan {

@@ -1,13 +1,11 @@
-//! Connecting the CLI to a running `medea serve`: flags → env → defaults.
+//! Connecting the CLI to a running `medea serve`: flags → env → defaults, resolved into an
+//! [`crate::api::client::ClientConfig`]; the connection itself is [`crate::api::client`].
 
-use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::server::api::pb::medea_client::MedeaClient;
+use crate::api::client::{ClientConfig, ConnectError};
 
 pub const DEFAULT_ADDR: &str = "localhost:7600";
 
@@ -32,20 +30,7 @@ pub struct ClientArgs {
     pub insecure: bool,
 }
 
-pub type Client =
-    MedeaClient<tonic::service::interceptor::InterceptedService<Channel, BearerToken>>;
-
-#[derive(Clone)]
-pub struct BearerToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for BearerToken {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
+pub use crate::api::client::{BearerToken, Client};
 
 /// Where an API token comes from when no flag names one.
 pub const TOKEN_ENV: &str = "MEDEA_TOKEN";
@@ -130,127 +115,51 @@ pub fn resolve_token(
     }
 }
 
-fn host_of(addr: &str) -> &str {
-    let a = addr.trim_start_matches("https://");
-    if let Some(rest) = a.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    a.rsplit_once(':').map_or(a, |(h, _)| h)
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 impl ClientArgs {
+    /// The resolved connection settings: the token from [`resolve_token`] (an empty one is
+    /// refused before anything is sent).
+    pub fn config(&self) -> miette::Result<ClientConfig> {
+        Ok(ClientConfig {
+            addr: self.addr.clone(),
+            token: resolve_token(self.token.clone(), self.token_file.clone(), &|name| {
+                std::env::var_os(name)
+            })?,
+            ca: self.ca.clone(),
+            insecure: self.insecure,
+        })
+    }
+
     pub async fn connect(&self) -> miette::Result<Client> {
-        // The token first: an empty one is refused before anything is sent.
-        let token = match resolve_token(self.token.clone(), self.token_file.clone(), &|name| {
-            std::env::var_os(name)
-        })? {
-            Some(t) => Some(format!("Bearer {}", t.expose()).parse().map_err(|_| {
-                miette::miette!("the token contains characters that cannot be sent")
-            })?),
-            None => None,
-        };
-        let host = host_of(&self.addr).to_string();
-        let uri = format!("https://{}", self.addr.trim_start_matches("https://"));
-        let endpoint = Endpoint::from_shared(uri.clone())
-            .map_err(|e| {
-                miette::miette!(
-                    help = "use host:port, e.g. localhost:7600",
-                    "invalid --addr `{}`: {e}",
-                    self.addr
-                )
-            })?
-            .connect_timeout(std::time::Duration::from_secs(5));
-        let tls = ClientTlsConfig::new().domain_name(host.clone());
-        let endpoint = if self.insecure {
-            if !is_loopback(&host) {
-                return Err(miette::miette!(
-                    help = "pass --ca with the server's CA certificate instead",
-                    "--insecure is only allowed for loopback addresses, not `{host}`"
-                ));
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            endpoint
-                .tls_config_with_verifier(tls, Arc::new(NoVerify(provider)))
-                .into_diagnostic()
-                .wrap_err("TLS setup failed")?
-        } else {
-            let ca_path = self.ca.clone().ok_or_else(|| {
-                miette::miette!(
-                    help = "pass --ca <state-dir>/tls/ca.crt (or set MEDEA_CA); for a local server, --insecure also works",
-                    "no CA certificate to verify the server at {} with",
-                    self.addr
-                )
-            })?;
-            let pem = std::fs::read(&ca_path).map_err(|e| {
-                miette::miette!(
-                    help = "check --ca / MEDEA_CA",
-                    "cannot read CA certificate `{}`: {e}",
-                    ca_path.display()
-                )
-            })?;
-            endpoint
-                .tls_config(tls.ca_certificate(Certificate::from_pem(pem)))
-                .into_diagnostic()
-                .wrap_err("TLS setup failed")?
-        };
-        let channel = endpoint
-            .connect()
+        let cfg = self.config()?;
+        crate::api::client::connect(&cfg)
             .await
-            .map_err(|e| connect_error(&self.addr, &e))?;
-        Ok(MedeaClient::with_interceptor(channel, BearerToken(token))
-            .max_decoding_message_size(64 * 1024 * 1024))
+            .map_err(|e| connect_report(&self.addr, e))
+    }
+}
+
+/// The CLI's words (flag names, the fix) for a failed connection.
+fn connect_report(addr: &str, e: ConnectError) -> miette::Report {
+    match e {
+        ConnectError::Token => miette::miette!("the token contains characters that cannot be sent"),
+        ConnectError::Address { err, .. } => miette::miette!(
+            help = "use host:port, e.g. localhost:7600",
+            "invalid --addr `{addr}`: {err}"
+        ),
+        ConnectError::InsecureNotLoopback { host } => miette::miette!(
+            help = "pass --ca with the server's CA certificate instead",
+            "--insecure is only allowed for loopback addresses, not `{host}`"
+        ),
+        ConnectError::NoCa { .. } => miette::miette!(
+            help = "pass --ca <state-dir>/tls/ca.crt (or set MEDEA_CA); for a local server, --insecure also works",
+            "no CA certificate to verify the server at {addr} with"
+        ),
+        ConnectError::ReadCa { path, err } => miette::miette!(
+            help = "check --ca / MEDEA_CA",
+            "cannot read CA certificate `{}`: {err}",
+            path.display()
+        ),
+        ConnectError::Tls(err) => miette::miette!("TLS setup failed: {err}"),
+        ConnectError::Connect { err, .. } => connect_error(addr, &err),
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::exit;
-use crate::server::api::pb;
+use crate::api::pb;
 
 const EXAMPLES: &[(&str, &str)] = &[
     (
@@ -123,7 +123,7 @@ async fn with_sim(
             kubeconfig: creds.kubeconfig.clone(),
             creds_dir: creds_dir.clone(),
             force: false,
-            settings: crate::server::refresh::RefreshSettings::default(),
+            settings: crate::ops::refresh::RefreshSettings::default(),
         },
     )
     .await

@@ -13,7 +13,7 @@ use super::exit;
 pub use crate::ops::doctor::{
     Check, ClusterReport, DoctorError, Report, Status, diagnose, diagnose_cluster,
 };
-use crate::server::refresh::RefreshSettings;
+use crate::ops::refresh::RefreshSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {

@@ -278,7 +278,7 @@ mod tests {
         // What kube-client's trace layer logs for a refused connection, then medea's own lines.
         tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
         tracing::warn!(target: "medea::k8s::client", "Kubernetes API call failed; retrying");
-        tracing::error!(target: "medea::server::refresh", "inventory refresh failed");
+        tracing::error!(target: "medea::ops::refresh", "inventory refresh failed");
     }
 
     #[test]

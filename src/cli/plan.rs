@@ -1,4 +1,5 @@
-//! `medea plan`: compute, store and print a plan, offline (no server).
+//! `medea plan`: compute, store and print a plan, offline (no server), through the daemon's
+//! own planning path ([`crate::ops::replan`]); or print the running server's plan.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +8,8 @@ use miette::{IntoDiagnostic, WrapErr};
 
 use super::desired::{DesiredArgs, display_root};
 use super::exit;
-use crate::plan::{self, LastApplied, render, stored};
+use crate::ops::replan::{self as ops_replan, Rehearsed, ReplanError, Replanned};
+use crate::plan::render;
 use crate::store::fjall::FjallStore;
 use crate::store::{Store, StoreError};
 
@@ -57,7 +59,7 @@ fn color_stdout() -> bool {
 
 /// `medea plan` without `--store`: the running server's current plan and diagnostics.
 fn from_server(args: &PlanArgs) -> miette::Result<u8> {
-    use crate::server::api::pb;
+    use crate::api::pb;
     let rt = tokio::runtime::Runtime::new()
         .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
     rt.block_on(async {
@@ -142,22 +144,16 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         exit::ERROR
     };
     // Against the store's own inventory: the daemon's planning path, running jobs included.
-    let replan = |s: &dyn Store| -> miette::Result<Result<(plan::Plan, String), u8>> {
-        match stored::replan(s, desired) {
-            Ok(r) => {
-                let status = if r.stored {
-                    format!("stored as the current plan ({})", r.plan.id.short())
-                } else {
-                    format!("plan {} is already the current plan", r.plan.id.short())
-                };
-                Ok(Ok((r.plan, status)))
-            }
-            Err(stored::ReplanError::Refused(diags)) => Ok(Err(refused(&diags))),
-            Err(e) => Err(store_err(&e).wrap_err("cannot store the plan")),
-        }
+    let stored_status = |r: Replanned| {
+        let status = if r.stored {
+            format!("stored as the current plan ({})", r.plan.id.short())
+        } else {
+            format!("plan {} is already the current plan", r.plan.id.short())
+        };
+        (r.plan, status)
     };
-    let outcome = match (&args.observed, dyn_store) {
-        (None, Some(s)) => replan(s)?,
+    let planned = match (&args.observed, dyn_store) {
+        (None, Some(s)) => ops_replan::replan(s, desired).map(stored_status),
         (Some(file), store) => {
             let text = std::fs::read_to_string(file)
                 .into_diagnostic()
@@ -171,32 +167,13 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                     )
                 })?;
             // A rehearsal plans like the daemon would (the store's applied settings and
-            // running jobs), against the inventory given.
-            let (applied, running, previous) = match store {
-                Some(s) => (
-                    LastApplied::load(s).map_err(|e| store_err(&e))?,
-                    stored::running_jobs(s).map_err(|e| store_err(&e))?,
-                    stored::current(s).map_err(|e| store_err(&e))?,
-                ),
-                None => Default::default(),
-            };
-            match plan::compute_with(
-                desired,
-                &inventory,
-                &applied,
-                previous.map(|p| p.id),
-                &running,
-            ) {
-                Err(diags) => Err(refused(&diags)),
-                Ok(p) => match store {
-                    None => Ok((p, "not stored (no --store): a rehearsal".to_string())),
-                    Some(s) if p.is_stale(&stored::current_basis(s, desired).map_err(|e| store_err(&e))?) => {
-                        Ok((p, "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()))
-                    }
-                    // The inventory given is the store's: plan and store as the daemon does.
-                    Some(s) => replan(s)?,
-                },
-            }
+            // running jobs), against the inventory given; stored only if that inventory is
+            // the store's.
+            ops_replan::rehearse(store, desired, &inventory).map(|r| match r {
+                Rehearsed::NoStore(p) => (p, "not stored (no --store): a rehearsal".to_string()),
+                Rehearsed::Differs(p) => (p, "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()),
+                Rehearsed::Replanned(r) => stored_status(r),
+            })
         }
         (None, None) => {
             return Err(miette::miette!(
@@ -204,6 +181,11 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                 "no store given"
             ));
         }
+    };
+    let outcome = match planned {
+        Ok(p) => Ok(p),
+        Err(ReplanError::Refused(diags)) => Err(refused(&diags)),
+        Err(e) => return Err(store_err(&e).wrap_err("cannot store the plan")),
     };
     let (plan, status) = match outcome {
         Ok(planned) => planned,

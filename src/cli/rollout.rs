@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use super::client::{ClientArgs, rpc_error};
 use super::exit;
 use super::output::{self, Format};
-use crate::server::api::pb;
+use crate::api::pb;
 
 #[derive(Debug, Args)]
 pub struct RolloutArgs {

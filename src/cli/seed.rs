@@ -18,7 +18,7 @@ use super::exit;
 use crate::desired::model::{DEFAULT_INSTALLER, InstallerImage};
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::k8s::{ClientOptions, K8sError, KubeClient};
-use crate::server::refresh::{self, ClusterCreds, RefreshError, RefreshSettings};
+use crate::ops::refresh::{self, ClusterCreds, RefreshError, RefreshSettings};
 use crate::server::secrets::{private_dir, write_private};
 use crate::store::fjall::FjallStore;
 use crate::store::{Check, Store, StoreError, Table, Txn, record};

@@ -11,7 +11,7 @@ use super::client::{ClientArgs, rpc_error};
 use super::desired::DesiredArgs;
 use super::exit;
 use super::output::{self, Format};
-use crate::server::api::pb;
+use crate::api::pb;
 use crate::server::secrets::Secret;
 use crate::server::{self, ServerConfig};
 

@@ -162,7 +162,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
     if let Some(path) = &args.store {
         let store = crate::store::fjall::FjallStore::open(path).into_diagnostic()?;
         let inventory = crate::inventory::Inventory::load(&store).into_diagnostic()?;
-        let applied = crate::plan::applied::LastApplied::load(&store).into_diagnostic()?;
+        let applied = crate::ops::replan::load_applied(&store).into_diagnostic()?;
         return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
             Ok(p) => {
                 println!();
@@ -195,7 +195,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
         };
         for _ in 0..50 {
             if let Ok(r) = c
-                .get_plan(crate::server::api::pb::GetPlanRequest { id: String::new() })
+                .get_plan(crate::api::pb::GetPlanRequest { id: String::new() })
                 .await
                 && let Some(p) = r.into_inner().plan
                 && p.desired_revision == want

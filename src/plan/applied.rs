@@ -4,7 +4,8 @@
 //!
 //! Store layout (table `Desired`): `cluster/<name>` and `pool/<cluster>/<pool>`, each an
 //! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`],
-//! inside the transaction that marks a plan approved.
+//! inside the transaction that marks a plan approved, and read by
+//! the application layer (`ops`, its replan use case).
 
 use std::collections::BTreeMap;
 
@@ -407,13 +408,5 @@ impl LastApplied {
         h.update(b"medea-applied-v1\0");
         h.update(serde_json::to_vec(&self.resources).expect("applied records serialize"));
         hex::encode(h.finalize())
-    }
-    pub fn load(store: &dyn crate::store::Store) -> Result<LastApplied, crate::store::StoreError> {
-        use crate::store::StoreExt;
-        let mut rs = store.scan_records::<AppliedResource>("cluster/")?;
-        rs.extend(store.scan_records::<AppliedResource>("pool/")?);
-        Ok(LastApplied {
-            resources: rs.into_iter().collect(),
-        })
     }
 }

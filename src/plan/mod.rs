@@ -1,11 +1,14 @@
 //! Planning: what would change, as an immutable plan bound to its basis.
 //!
 //! **Owns:** plan ids, the plan model (the contract with approval and rollout), plan
-//! computation ([`compute()`]), the upgrade-path and version-skew rules with their
+//! computation ([`compute()`]), the approval bar a plan needs ([`bar`]: the anti-self-lowering
+//! rule; `approval` counts against it), the upgrade-path and version-skew rules with their
 //! compatibility catalog ([`catalog`]), the last-applied desired state ([`applied`]), plan
-//! rendering ([`render`]), and the plan's store records ([`stored`]).
-//! **May depend on:** `desired`, `inventory`, `version`, the `store` traits (records only), and
-//! the pure quorum rule [`crate::approval::quorum::required_quorum`] (one rule, one place).
+//! rendering ([`render`]), and the plan's store records with the transactions that save and
+//! apply a plan ([`stored`]; values only — reading and committing is
+//! the application layer's, in `ops`).
+//! **May depend on:** `desired`, `inventory`, `version`, and `store` for its record and
+//! transaction types only (no store is ever read or written here).
 //! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock); the
 //! same inputs give the same plan id and a byte-identical rendering.
 //! Architecture Invariant: a plan's id covers its basis (desired revision, observed generation
@@ -13,6 +16,7 @@
 //! basis changed is stale and can never be approved.
 
 pub mod applied;
+pub mod bar;
 pub mod catalog;
 pub mod compute;
 pub mod id;
@@ -29,4 +33,4 @@ pub use model::{
 };
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

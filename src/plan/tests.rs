@@ -59,7 +59,7 @@ fn pool_doc(name: &str, role: &str, machines: &str, talos: &str, extra: &str) ->
 }
 
 /// One cluster `c1`: a cluster document plus pool documents in `pools.yaml`.
-fn one(kube: &str, cluster_extra: &str, pools: &[String]) -> Desired {
+pub(crate) fn one(kube: &str, cluster_extra: &str, pools: &[String]) -> Desired {
     load(&[
         ("c1.yaml", cluster_doc("c1", kube, cluster_extra)),
         ("pools.yaml", pools.concat()),
@@ -99,7 +99,7 @@ fn w(node: &str, talos: &str) -> Machine {
 }
 
 /// Cluster `c1` running `kube`; machines without a kubelet version get `kube`.
-fn observed(kube: &str, gen_: u64, machines: Vec<Machine>) -> Inventory {
+pub(crate) fn observed(kube: &str, gen_: u64, machines: Vec<Machine>) -> Inventory {
     let mut c = ObservedCluster::new("c1");
     c.kubernetes_version = Some(k(kube));
     c.generation = gen_;
@@ -153,11 +153,11 @@ fn only(diags: &[Diagnostic], code: &str) -> Diagnostic {
     hits[0].clone()
 }
 
-fn cp_pool(talos: &str) -> String {
+pub(crate) fn cp_pool(talos: &str) -> String {
     pool_doc("cp", "controlplane", "cp-1, cp-2, cp-3", talos, "")
 }
 
-fn three_cps(talos: &str) -> Vec<Machine> {
+pub(crate) fn three_cps(talos: &str) -> Vec<Machine> {
     vec![cp("cp-1", talos), cp("cp-2", talos), cp("cp-3", talos)]
 }
 
@@ -907,43 +907,6 @@ fn a_cluster_with_a_running_job_plans_nothing_until_it_ends() {
     let other: BTreeMap<String, String> = [("else".to_string(), "j".to_string())].into();
     let p = super::compute::compute_with(&d, &obs, &LastApplied::default(), None, &other).unwrap();
     assert_eq!(p.id, idle.id);
-}
-
-#[test]
-fn replanning_while_a_job_runs_stores_a_rolling_out_plan_that_the_job_end_stales() {
-    use crate::rollout::journal::{ActiveJob, active_key};
-    use crate::store::{Store, Table, Txn};
-    let store = crate::rollout::fake::MemStore::new();
-    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
-    store
-        .commit(observed("v1.34.1", 4, three_cps("v1.12.11")).save_txn())
-        .unwrap();
-    let idle = super::stored::replan(&store, &d).unwrap().plan;
-    assert!(idle.has_changes());
-    let job = crate::rollout::JobId::for_plan(&idle.id, "c1");
-    store
-        .commit(Txn::new().put_record(active_key("c1"), &ActiveJob { job: job.clone() }))
-        .unwrap();
-    assert!(
-        idle.is_stale(&super::stored::current_basis(&store, &d).unwrap()),
-        "a job starting stales the plan of the work it does"
-    );
-    let busy = super::stored::replan(&store, &d).unwrap();
-    assert!(busy.stored);
-    assert_eq!(busy.plan.clusters[0].status, ClusterStatus::RollingOut);
-    assert!(!busy.plan.has_changes());
-    assert_eq!(busy.plan.basis.running["c1"], job.to_string());
-    // The job ends: the busy plan is stale and the next one plans the cluster again.
-    store
-        .commit(Txn::new().delete(Table::Jobs, active_key("c1")))
-        .unwrap();
-    assert!(
-        busy.plan
-            .is_stale(&super::stored::current_basis(&store, &d).unwrap())
-    );
-    let after = super::stored::replan(&store, &d).unwrap().plan;
-    assert_eq!(after.clusters[0].status, ClusterStatus::Planned);
-    assert_eq!(after.id, idle.id);
 }
 
 fn applied_of(d: &Desired) -> LastApplied {

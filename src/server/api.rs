@@ -11,10 +11,8 @@ use super::Shared;
 use crate::inventory::{self, MachineRole, ObservedCluster};
 use crate::store::{StoreExt, Txn};
 
-pub mod pb {
-    #![allow(clippy::all, missing_docs)]
-    tonic::include_proto!("medea.v1");
-}
+/// The generated API code lives in [`crate::api::pb`]; this path keeps working.
+pub use crate::api::pb;
 
 pub struct MedeaApi {
     pub shared: Arc<Shared>,
@@ -159,7 +157,7 @@ fn diag_pb(d: &crate::desired::Diagnostic, loaded: &crate::desired::Loaded) -> p
         line: d.origin.line as u32,
         column: d.origin.column as u32,
         help: d.help.clone().unwrap_or_default(),
-        rendered: crate::cli::report::render_plain(d, loaded),
+        rendered: crate::ops::report::render_plain(d, loaded),
     }
 }
 
@@ -198,14 +196,14 @@ impl MedeaApi {
             .collect();
         let consumed: Option<crate::rollout::journal::PlanConsumed> =
             store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
-        let current = crate::plan::stored::current(store)?.map(|c| c.id);
+        let current = crate::ops::replan::current(store)?.map(|c| c.id);
         let stale = match self
             .shared
             .desired()
             .as_ref()
             .and_then(|l| l.valid().cloned())
         {
-            Some(d) => p.is_stale(&crate::plan::stored::current_basis(store, &d)?),
+            Some(d) => p.is_stale(&crate::ops::replan::current_basis(store, &d)?),
             None => current != Some(p.id),
         };
         let state = if let Some(c) = &consumed {
@@ -432,14 +430,14 @@ impl pb::medea_server::Medea for MedeaApi {
             }
         }
         let plan = if want.is_empty() {
-            match crate::plan::stored::current(store).map_err(internal)? {
-                Some(c) => crate::plan::stored::load_plan(store, &c.id).map_err(internal)?,
+            match crate::ops::replan::current(store).map_err(internal)? {
+                Some(c) => crate::ops::replan::load_plan(store, &c.id).map_err(internal)?,
                 None => None,
             }
         } else {
             let r = crate::plan::PlanIdRef::parse(&want)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            let all = crate::plan::stored::all_plans(store).map_err(internal)?;
+            let all = crate::ops::replan::all_plans(store).map_err(internal)?;
             let mut m: Vec<_> = all.into_iter().filter(|p| r.matches(&p.id)).collect();
             match m.len() {
                 0 => return Err(Status::not_found(format!("no plan `{want}`"))),
@@ -469,14 +467,14 @@ impl pb::medea_server::Medea for MedeaApi {
         let store = self.shared.store.as_ref();
         // Newest first: follow the parent chain from the current plan.
         let mut plans = Vec::new();
-        let mut next = crate::plan::stored::current(store)
+        let mut next = crate::ops::replan::current(store)
             .map_err(internal)?
             .map(|c| c.id);
         while let Some(id) = next {
             if plans.len() >= limit {
                 break;
             }
-            let Some(p) = crate::plan::stored::load_plan(store, &id).map_err(internal)? else {
+            let Some(p) = crate::ops::replan::load_plan(store, &id).map_err(internal)? else {
                 break;
             };
             next = p.parent;
@@ -494,10 +492,10 @@ impl pb::medea_server::Medea for MedeaApi {
     ) -> Result<Response<pb::SubmitApprovalResponse>, Status> {
         let req = req.into_inner();
         let store = self.shared.store.clone();
-        let current = crate::plan::stored::current(store.as_ref())
+        let current = crate::ops::replan::current(store.as_ref())
             .map_err(internal)?
             .map(|c| c.id);
-        let known: Vec<crate::plan::PlanId> = crate::plan::stored::all_plans(store.as_ref())
+        let known: Vec<crate::plan::PlanId> = crate::ops::replan::all_plans(store.as_ref())
             .map_err(internal)?
             .into_iter()
             .map(|p| p.id)
@@ -747,7 +745,7 @@ mod tests {
     /// A store whose next `n` commits that record an approval fail with a conflict (changing
     /// nothing), as when the plan moves underneath the transaction.
     struct ConflictingStore {
-        inner: crate::rollout::fake::MemStore,
+        inner: crate::store::mem::MemStore,
         conflicts: std::sync::atomic::AtomicU32,
     }
 
@@ -834,7 +832,7 @@ mod tests {
         shared.set_desired(crate::desired::load(&source).unwrap());
         let shared = Arc::new(shared);
         crate::server::reconcile::reconcile(&shared, &[], jiff::Timestamp::now()).unwrap();
-        let plan = crate::plan::stored::current(store.as_ref())
+        let plan = crate::ops::replan::current(store.as_ref())
             .unwrap()
             .unwrap()
             .id;
@@ -889,7 +887,7 @@ mod tests {
     #[tokio::test]
     async fn an_api_approval_that_meets_a_store_conflict_is_retried_not_lost() {
         let store = Arc::new(ConflictingStore {
-            inner: crate::rollout::fake::MemStore::new(),
+            inner: crate::store::mem::MemStore::new(),
             conflicts: 2.into(),
         });
         let a = approving(store, &["alice@x"]);
@@ -903,10 +901,7 @@ mod tests {
     /// verified against (the desired state turned invalid), it is an error, not "recorded".
     #[tokio::test]
     async fn submit_approval_answers_only_after_verification() {
-        let a = approving(
-            Arc::new(crate::rollout::fake::MemStore::new()),
-            &["alice@x"],
-        );
+        let a = approving(Arc::new(crate::store::mem::MemStore::new()), &["alice@x"]);
         let broken = crate::desired::parse_snapshot(crate::desired::Snapshot {
             files: vec![crate::desired::source::SourceFile {
                 path: "x.yaml".into(),
@@ -929,7 +924,7 @@ mod tests {
     #[tokio::test]
     async fn plan_approvals_count_distinct_verified_people() {
         let a = approving(
-            Arc::new(crate::rollout::fake::MemStore::new()),
+            Arc::new(crate::store::mem::MemStore::new()),
             &["alice@x", "alice@x", "bob@x"],
         );
         a.submit(0).await.unwrap();
@@ -950,7 +945,7 @@ mod tests {
     async fn get_machines_follows_every_record_and_desired_change_despite_its_cache() {
         let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
         let source = Source::Dir(examples);
-        let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+        let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
         let shared = Arc::new(Shared::new(
             store.clone(),
             source.clone(),

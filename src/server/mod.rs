@@ -1,8 +1,14 @@
 //! The daemon: watches the desired state, keeps the inventory fresh, serves the API and runs
 //! approved rollouts.
 //!
-//! **Owns:** the reconcile loop, the gRPC API, authentication and TLS, wiring of adapters.
-//! **May depend on:** every module except `cli`.
+//! **Owns:** the reconcile loop, the gRPC API service ([`api`]; the generated code is
+//! [`crate::api::pb`]) and its job/event conversions ([`rollouts`]), authentication and TLS,
+//! wiring of adapters.
+//! **May depend on:** `ops` (replanning, the inventory refresh, diagnostics rendering), the
+//! domain modules, `store`, `api`, `metrics`, `webhook`, `secret`, `build_info` (the exact
+//! list is the `server` row of design/architecture.md); the Talos and Kubernetes clients only
+//! through `ops` and the rollout adapters. Never `cli`,
+//! `bench`, `sim` or `fuzz`. Inside: `api` uses `rollouts`, never the other way.
 //! Architecture Invariant: invalid desired state never changes anything: a revision with
 //! errors only replaces the diagnostics that `medea plan` shows.
 //! Architecture Invariant: every RPC requires the bearer token; no RPC returns credentials.
@@ -11,7 +17,9 @@ pub mod api;
 pub mod auth;
 pub mod notify;
 pub mod reconcile;
-pub mod refresh;
+/// The inventory refresh moved to the application layer ([`crate::ops::refresh`]); this
+/// path keeps working.
+pub use crate::ops::refresh;
 pub mod rollouts;
 pub mod secrets;
 pub mod tls;

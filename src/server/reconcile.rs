@@ -18,7 +18,8 @@ use crate::approval::{
 };
 use crate::desired::{Desired, Loaded};
 use crate::inventory::Inventory;
-use crate::plan::stored::{self, CURRENT_KEY, CurrentPlan, ReplanError};
+use crate::ops::replan::{self as stored, ReplanError};
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan, with_approval_writes};
 use crate::plan::{Plan, PlanId};
 use crate::rollout::RolloutError;
 use crate::rollout::job::{JobInputs, create_jobs_txn};
@@ -336,7 +337,7 @@ fn start_txn(
     let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
     if !has_steps {
         // Settings only: apply them and consume the plan.
-        let txn = stored::with_approval_writes(
+        let txn = with_approval_writes(
             Txn::new()
                 .check(Check::Absent(Table::Plans, consumed_key(&plan.id)))
                 .put_record(
@@ -370,7 +371,7 @@ fn start_txn(
     match create_jobs_txn(plan, &inputs, now) {
         Ok(created) => {
             let ids = created.jobs.iter().map(|j| j.id.to_string()).collect();
-            Ok(Some((stored::with_approval_writes(created.txn, plan), ids)))
+            Ok(Some((with_approval_writes(created.txn, plan), ids)))
         }
         Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
             let msg = e.to_string();

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use super::Shared;
-use super::api::pb;
+use crate::api::pb;
 use crate::rollout::executor::{
     EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
 };

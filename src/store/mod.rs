@@ -1,7 +1,8 @@
 //! The store: the single source of truth for everything medea knows and has done.
 //!
 //! **Owns:** the [`Store`] trait (conditional atomic transactions over named tables), the
-//! versioned record encoding ([`record`]), the embedded fjall backend ([`fjall`]), the etcd
+//! versioned record encoding ([`record`]), the embedded fjall backend ([`fjall`]), the
+//! in-memory backend for tests ([`mem`], same check semantics as fjall), the etcd
 //! backend for HA replicas (`etcd`, behind the `etcd` cargo feature), where a store lives
 //! ([`location`]), and leadership with fencing ([`leader`]).
 //! **May depend on:** nothing in medea but the record types it persists (each record type
@@ -23,6 +24,7 @@ pub mod etcd;
 pub mod fjall;
 pub mod leader;
 pub mod location;
+pub mod mem;
 pub mod record;
 
 use std::path::PathBuf;

@@ -171,8 +171,8 @@ fn medea_demo_approve_runs_the_rollout_to_completion() {
 /// in use).
 #[test]
 fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
+    use medea::api::pb;
     use medea::cli::rollout::EventLines;
-    use medea::server::api::pb;
     let node = |n: &str, state: &str| pb::NodeProgress {
         node: n.into(),
         pool: if n.starts_with("cp") {

@@ -7,7 +7,8 @@ use std::process::Output;
 
 use medea::desired::{self, Source, diagnostic::codes};
 use medea::inventory::{Inventory, file as inventory_file};
-use medea::plan::{self, LastApplied, stored};
+use medea::ops::replan as stored;
+use medea::plan::{self, LastApplied};
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, Txn};
 use medea::version::{KubeVersion, TalosVersion};
@@ -94,7 +95,7 @@ fn approve_current(store_dir: &Path) -> plan::Plan {
     let s = FjallStore::open(store_dir).unwrap();
     let cur = stored::current(&s).unwrap().expect("a current plan");
     let p = stored::load_plan(&s, &cur.id).unwrap().expect("stored");
-    s.commit(stored::with_approval_writes(Txn::new(), &p))
+    s.commit(plan::stored::with_approval_writes(Txn::new(), &p))
         .unwrap();
     p
 }
@@ -333,7 +334,7 @@ fn stored_plans_chain_and_go_stale() {
     let recomputed = plan::compute(
         d,
         &Inventory::load(&s).unwrap(),
-        &LastApplied::load(&s).unwrap(),
+        &stored::load_applied(&s).unwrap(),
         None,
     )
     .unwrap();
@@ -362,7 +363,9 @@ fn stored_plans_chain_and_go_stale() {
     assert_eq!(stored::all_plans(&s).unwrap().len(), 2);
 
     // A concurrent planner that read the old pointer cannot overwrite the new one.
-    let err = s.commit(stored::save_txn(&p, Some(&cur))).unwrap_err();
+    let err = s
+        .commit(plan::stored::save_txn(&p, Some(&cur)))
+        .unwrap_err();
     assert!(
         matches!(err, medea::store::StoreError::Conflict { .. }),
         "{err}"

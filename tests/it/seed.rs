@@ -9,10 +9,8 @@ use medea::cli::seed::{SeedError, SeedRequest, seed};
 use medea::desired::source::SourceFile;
 use medea::desired::{Snapshot, Source};
 use medea::inventory::{Inventory, ObservedCluster, cluster_key};
+use medea::ops::refresh::{self, ClusterCreds, Observation, Outcome, refresh_all, refresh_cluster};
 use medea::plan::{self, AppliedResource, LastApplied, Step};
-use medea::server::refresh::{
-    self, ClusterCreds, Observation, Outcome, refresh_all, refresh_cluster,
-};
 use medea::sim::talos::{Effect, FaultPlan, Trigger};
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, StoreError, StoreExt as _, Table, Txn};

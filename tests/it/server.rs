@@ -943,12 +943,12 @@ struct PlanClient {
 }
 
 impl PlanClient {
-    fn plan(&mut self, id: &str) -> medea::server::api::pb::Plan {
+    fn plan(&mut self, id: &str) -> medea::api::pb::Plan {
         let args = self.args.clone();
         let id = id.to_string();
         self.rt.block_on(async move {
             let mut c = args.connect().await.unwrap();
-            c.get_plan(medea::server::api::pb::GetPlanRequest { id })
+            c.get_plan(medea::api::pb::GetPlanRequest { id })
                 .await
                 .unwrap()
                 .into_inner()

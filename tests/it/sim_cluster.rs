@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use medea::k8s::{AccessCheck, ClientOptions, KubeApi as _, KubeClient, RetryPolicy};
-use medea::server::refresh::RefreshSettings;
+use medea::ops::refresh::RefreshSettings;
 use medea::sim::cluster::{SimCluster, SimClusterConfig, SimCreds};
 use medea::sim::talos::scenario::{KubeFaultSpec, OutageSpec};
 use medea::sim::talos::{Power, RebootTiming, Scenario, Timing};

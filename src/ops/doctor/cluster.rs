@@ -9,7 +9,7 @@ use futures::StreamExt as _;
 use super::checks::{clock_check, kube_cert_check, mode_check, talos_cert_check};
 use super::{Check, ClusterReport, required_permissions};
 use crate::k8s::{ClusterNode, KubeApi as _, KubeClient};
-use crate::server::refresh::{ClusterCreds, RefreshSettings};
+use crate::ops::refresh::{ClusterCreds, RefreshSettings};
 use crate::talos::{NodeTarget, TalosApi as _, TalosClient, TalosContext, TalosError};
 
 /// Check one cluster. Never fails: every problem is a [`Check`].

@@ -18,7 +18,7 @@
 //!   voting member per control-plane node.
 //!
 //! **Owns:** the checks, their thresholds and the report types.
-//! **May depend on:** `k8s` and `talos` (the clients), `server::refresh` (the credentials
+//! **May depend on:** `k8s` and `talos` (the clients), `ops::refresh` (the credentials
 //! layout). **Used by:** `cli::doctor`.
 
 use std::path::{Path, PathBuf};
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::k8s::AccessCheck;
-use crate::server::refresh::{RefreshSettings, clusters_with_creds};
+use crate::ops::refresh::{RefreshSettings, clusters_with_creds};
 
 mod checks;
 mod cluster;
@@ -164,7 +164,7 @@ pub enum DoctorError {
     )]
     NoClusters { path: PathBuf },
     #[error("cannot read the credentials directory")]
-    CredsDir(#[source] Box<crate::server::refresh::RefreshError>),
+    CredsDir(#[source] Box<crate::ops::refresh::RefreshError>),
 }
 
 /// Check every cluster under `creds_dir` (or just `cluster`).

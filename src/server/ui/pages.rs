@@ -12,11 +12,11 @@ use tonic::Request;
 
 use super::session::View;
 use super::{Ui, to_login};
+use crate::api::pb;
+use crate::api::pb::medea_server::Medea as _;
 use crate::plan::render::APPROVAL_NAMESPACE;
 use crate::rollout::journal::{Entry, JournalEntry};
 use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
-use crate::server::api::pb;
-use crate::server::api::pb::medea_server::Medea as _;
 
 /// How many journal entries a rollout page shows (the newest).
 const TIMELINE_ENTRIES: usize = 200;
@@ -155,10 +155,10 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         Ok(j) => j,
         Err(e) => return internal(&s, "the jobs", crate::error_chain(&e)),
     };
-    let current = crate::plan::stored::current(store)
+    let current = crate::ops::replan::current(store)
         .ok()
         .flatten()
-        .and_then(|c| crate::plan::stored::load_plan(store, &c.id).ok().flatten());
+        .and_then(|c| crate::ops::replan::load_plan(store, &c.id).ok().flatten());
     let plan_state = match &current {
         Some(_) => api
             .get_plan(Request::new(pb::GetPlanRequest { id: String::new() }))

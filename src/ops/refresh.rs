@@ -1,5 +1,7 @@
 //! Inventory refresh: observe a cluster through its kube-apiserver and the Talos API of each of
-//! its nodes, and write what changed to the store with compare-and-swap.
+//! its nodes, and write what changed to the store with compare-and-swap. The one way a
+//! cluster is observed: the daemon's refresh loop, `medea seed` ([`observe`]) and
+//! `medea doctor` all use it.
 //!
 //! **Discovery.** The machines of a cluster are its Kubernetes Nodes ([`KubeApi::nodes`]): name,
 //! InternalIP (the Talos `node` target), labels, role (the control-plane label), Ready,

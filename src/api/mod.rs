@@ -1,0 +1,17 @@
+//! medea's own gRPC API (`proto/medea/v1/medea.proto`): the generated types and the client.
+//!
+//! **Owns:** the generated tonic/prost code of the API ([`pb`]) and connecting a client to a
+//! running `medea serve` over TLS with a bearer token ([`client`]).
+//! **May depend on:** `secret` (the token type). Nothing else in medea: the server implements
+//! the service (`server::api`), the CLI, the benchmarks and the demo call it through
+//! [`client`].
+//!
+//! Architecture Invariant: wire types stay at the API edge: the server converts its domain
+//! values into [`pb`] messages, and no domain module imports this one.
+
+pub mod client;
+
+pub mod pb {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("medea.v1");
+}

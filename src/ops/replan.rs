@@ -1,0 +1,198 @@
+//! Replanning: desired state + the store's observations, applied settings and running jobs →
+//! the current plan, stored.
+//!
+//! The one planning path of the daemon (`server::reconcile`) and of offline `medea plan`; the
+//! loaders here are the only place plans, the last-applied state and the running-job markers
+//! are read for planning. The planning itself is [`crate::plan::compute_with`] (pure); this
+//! module does the store I/O around it.
+
+use std::collections::BTreeMap;
+
+use crate::desired::Desired;
+use crate::inventory::Inventory;
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan, plan_key, save_txn};
+use crate::plan::{AppliedResource, Basis, LastApplied, Plan, PlanId};
+use crate::store::{Store, StoreError, StoreExt};
+
+pub fn load_plan(store: &dyn Store, id: &PlanId) -> Result<Option<Plan>, StoreError> {
+    store.get_record(&plan_key(id))
+}
+
+pub fn current(store: &dyn Store) -> Result<Option<CurrentPlan>, StoreError> {
+    store.get_record(CURRENT_KEY)
+}
+
+/// Every stored plan, in key order.
+pub fn all_plans(store: &dyn Store) -> Result<Vec<Plan>, StoreError> {
+    Ok(store
+        .scan_records::<Plan>("plan/")?
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect())
+}
+
+/// The last-applied desired state (table `Desired`): what approved plans put there.
+pub fn load_applied(store: &dyn Store) -> Result<LastApplied, StoreError> {
+    let mut rs = store.scan_records::<AppliedResource>("cluster/")?;
+    rs.extend(store.scan_records::<AppliedResource>("pool/")?);
+    Ok(LastApplied {
+        resources: rs.into_iter().collect(),
+    })
+}
+
+/// The basis a plan computed now would have: what approval compares a plan's basis with.
+pub fn current_basis(store: &dyn Store, desired: &Desired) -> Result<Basis, StoreError> {
+    let generations = crate::inventory::generations(store)?;
+    let applied = load_applied(store)?;
+    let running = running_jobs(store)?;
+    Ok(crate::plan::basis_from_generations(
+        desired,
+        |name| generations.get(name).copied(),
+        &applied,
+        &running,
+    ))
+}
+
+/// The running rollout job of each cluster that has one (cluster → job id), from the
+/// `Jobs/active/<cluster>` markers.
+pub fn running_jobs(store: &dyn Store) -> Result<BTreeMap<String, String>, StoreError> {
+    use crate::rollout::journal::ActiveJob;
+    Ok(store
+        .scan_records::<ActiveJob>("active/")?
+        .into_iter()
+        .filter_map(|(k, a)| {
+            k.strip_prefix("active/")
+                .map(|c| (c.to_string(), a.job.to_string()))
+        })
+        .collect())
+}
+
+/// What [`replan`] did.
+#[derive(Debug, Clone)]
+pub struct Replanned {
+    pub plan: Plan,
+    /// `true` when the plan is new and became current; `false` when it already was current.
+    pub stored: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplanError {
+    #[error("the desired state cannot be planned")]
+    Refused(Vec<crate::desired::Diagnostic>),
+    #[error("store error while planning")]
+    Store(#[from] StoreError),
+}
+
+/// Compute the plan for `desired` against the store's inventory and applied state, and make
+/// it current unless it already is. The one planning path of the daemon and `medea plan`.
+pub fn replan(store: &dyn Store, desired: &Desired) -> Result<Replanned, ReplanError> {
+    let inventory = Inventory::load(store)?;
+    let applied = load_applied(store)?;
+    let running = running_jobs(store)?;
+    let previous = current(store)?;
+    let mut plan = crate::plan::compute_with(
+        desired,
+        &inventory,
+        &applied,
+        previous.map(|p| p.id),
+        &running,
+    )
+    .map_err(ReplanError::Refused)?;
+    if let Some(p) = previous
+        && p.id == plan.id
+        && let Some(existing) = load_plan(store, &plan.id)?
+    {
+        // Same inputs as the current plan: it is the current plan.
+        plan.parent = existing.parent;
+        return Ok(Replanned {
+            plan,
+            stored: false,
+        });
+    }
+    if plan.parent == Some(plan.id) {
+        plan.parent = None; // a pointer to a plan record that is gone
+    }
+    store.commit(save_txn(&plan, previous.as_ref()))?;
+    Ok(Replanned { plan, stored: true })
+}
+
+/// What [`rehearse`] did with a plan against an inventory given by the caller.
+#[derive(Debug, Clone)]
+pub enum Rehearsed {
+    /// No store: planned with no applied settings, no running jobs, no parent; not stored.
+    NoStore(Plan),
+    /// The inventory given is not the store's: this plan could never be approved, so it is
+    /// not stored.
+    Differs(Plan),
+    /// The inventory given is the store's: planned and stored as [`replan`] does.
+    Replanned(Replanned),
+}
+
+/// Plan against `inventory` (a file, not the store's observations) the way the daemon would:
+/// with the store's applied settings, running jobs and current plan when there is a store.
+/// Stored only when its basis is the store's own, through [`replan`].
+pub fn rehearse(
+    store: Option<&dyn Store>,
+    desired: &Desired,
+    inventory: &Inventory,
+) -> Result<Rehearsed, ReplanError> {
+    let (applied, running, previous) = match store {
+        Some(s) => (load_applied(s)?, running_jobs(s)?, current(s)?),
+        None => Default::default(),
+    };
+    let plan = crate::plan::compute_with(
+        desired,
+        inventory,
+        &applied,
+        previous.map(|p| p.id),
+        &running,
+    )
+    .map_err(ReplanError::Refused)?;
+    match store {
+        None => Ok(Rehearsed::NoStore(plan)),
+        Some(s) if plan.is_stale(&current_basis(s, desired)?) => Ok(Rehearsed::Differs(plan)),
+        Some(s) => replan(s, desired).map(Rehearsed::Replanned),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replanning_while_a_job_runs_stores_a_rolling_out_plan_that_the_job_end_stales() {
+        use crate::plan::ClusterStatus;
+        use crate::plan::tests::{cp_pool, observed, one, three_cps};
+        use crate::rollout::journal::{ActiveJob, active_key};
+        use crate::store::{Store, Table, Txn};
+        let store = crate::store::mem::MemStore::new();
+        let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+        store
+            .commit(observed("v1.34.1", 4, three_cps("v1.12.11")).save_txn())
+            .unwrap();
+        let idle = super::replan(&store, &d).unwrap().plan;
+        assert!(idle.has_changes());
+        let job = crate::rollout::JobId::for_plan(&idle.id, "c1");
+        store
+            .commit(Txn::new().put_record(active_key("c1"), &ActiveJob { job: job.clone() }))
+            .unwrap();
+        assert!(
+            idle.is_stale(&super::current_basis(&store, &d).unwrap()),
+            "a job starting stales the plan of the work it does"
+        );
+        let busy = super::replan(&store, &d).unwrap();
+        assert!(busy.stored);
+        assert_eq!(busy.plan.clusters[0].status, ClusterStatus::RollingOut);
+        assert!(!busy.plan.has_changes());
+        assert_eq!(busy.plan.basis.running["c1"], job.to_string());
+        // The job ends: the busy plan is stale and the next one plans the cluster again.
+        store
+            .commit(Txn::new().delete(Table::Jobs, active_key("c1")))
+            .unwrap();
+        assert!(
+            busy.plan
+                .is_stale(&super::current_basis(&store, &d).unwrap())
+        );
+        let after = super::replan(&store, &d).unwrap().plan;
+        assert_eq!(after.clusters[0].status, ClusterStatus::Planned);
+        assert_eq!(after.id, idle.id);
+    }
+}

@@ -1,0 +1,515 @@
+//! `compute`: desired state + observed inventory + last-applied state → an immutable plan.
+//!
+//! Pure: no I/O, no clock; every map is a `BTreeMap` and every list is built in a fixed order,
+//! so the same inputs give the same plan, byte for byte. The algorithm, per observed cluster:
+//!
+//! 1. **Membership.** A pool's machines are its explicit `machines` plus every observed machine
+//!    whose labels match its `selector`. A listed machine missing from the inventory, a machine
+//!    claimed by two pools, or a machine whose observed role differs from its pool's role is an
+//!    error.
+//! 2. **Paths.** For every member, the hops from its running Talos version to the pool's target
+//!    ([`Catalog::talos_path`]); a changed Image Factory schematic with an unchanged version is
+//!    one hop to the same version. A member whose version is unknown is an error (medea cannot
+//!    plan what it cannot see), and so is an unreachable member that needs a hop.
+//! 3. **Hops and waves.** The pool's hops are the union of its members' paths, farthest minor
+//!    first, the target last. Each hop is one [`Step::Talos`]; its machines are ordered
+//!    already-unavailable first, then by node name, and cut into waves (`ClusterCtx::waves`,
+//!    in `talos`).
+//! 4. **Order.** Pools run in `after:` order (topological), control-plane pools first among the
+//!    pools that are free to run, then by name; all hops of a pool before the next pool.
+//! 5. **Kubernetes.** At most one minor forward per plan; never backwards. The Kubernetes step
+//!    goes at the latest position among the Talos steps (Talos first) at which every node
+//!    supports the running Kubernetes at every step: each Talos hop's target must support the
+//!    Kubernetes running then, and every node must support the target Kubernetes when the
+//!    Kubernetes step runs. No such position is an error pointing at the YAML key.
+//! 6. **Settings.** Inert fields (rollout parameters, approvals, windows, upgrade policy,
+//!    membership, `after`) compared with the last-applied summaries; a resource never applied
+//!    is one "created" change, one gone from the desired state one "removed" change.
+//!
+//! Files by stage: membership `members`, paths, hops and waves `talos`, the Kubernetes
+//! step and its placement `kube`, the notes for people `notes`; this file drives them per
+//! cluster and holds order (4), settings (6), the approval bar and the plan's basis.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+mod kube;
+mod members;
+mod notes;
+mod talos;
+
+use notes::{machines_text, role_text, why_unavailable};
+
+use crate::desired::model::{ApprovalSettings, Cluster, NodePool, Origin, Role, schematic_of};
+use crate::desired::{Desired, Diagnostic};
+use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
+use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
+use crate::plan::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
+use crate::plan::catalog::{Catalog, PathError};
+use crate::plan::id::PlanId;
+use crate::plan::model::*;
+use crate::version::{KubeVersion, TalosVersion};
+
+/// Diagnostic codes of plan errors (rendered like desired-state diagnostics).
+pub mod codes {
+    pub const DOWNGRADE: &str = "medea::plan::downgrade";
+    pub const TALOS_PATH: &str = "medea::plan::talos-path";
+    pub const KUBERNETES_SKEW: &str = "medea::plan::kubernetes-skew";
+    pub const KUBERNETES_DOWNGRADE: &str = "medea::plan::kubernetes-downgrade";
+    pub const KUBERNETES_UNSUPPORTED: &str = "medea::plan::kubernetes-unsupported";
+    pub const CATALOG: &str = "medea::plan::catalog";
+    pub const KUBELET_SKEW: &str = "medea::plan::kubelet-skew";
+    pub const UNKNOWN_MACHINE: &str = "medea::plan::unknown-machine";
+    pub const MACHINE_TWICE: &str = "medea::plan::machine-in-two-pools";
+    pub const ROLE_MISMATCH: &str = "medea::plan::role-mismatch";
+    pub const SCHEMATIC_DROPPED: &str = "medea::plan::schematic-dropped";
+    pub const UNAVAILABLE: &str = "medea::plan::unavailable";
+    pub const UNOBSERVED: &str = "medea::plan::unobserved";
+}
+
+/// The Image Factory schematic with no customization: dropping it loses nothing.
+pub const EMPTY_SCHEMATIC: &str =
+    "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+
+/// Settings-change field naming a whole resource (created or removed).
+pub const RESOURCE_FIELD: &str = "resource";
+
+/// The basis a plan computed from these inputs has: the desired revision, the observed
+/// generation of every cluster involved (desired, or applied before and now removed), and the
+/// digest of the last-applied state.
+pub fn basis_of(desired: &Desired, observed: &Inventory, last_applied: &LastApplied) -> Basis {
+    basis_with(desired, observed, last_applied, &BTreeMap::new())
+}
+
+/// [`basis_of`] with the running rollout job of each busy cluster (cluster → job id).
+pub fn basis_with(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    running: &BTreeMap<String, String>,
+) -> Basis {
+    basis_from_generations(
+        desired,
+        |name| observed.clusters.get(name).map(|c| c.generation),
+        last_applied,
+        running,
+    )
+}
+
+/// [`basis_with`] from each observed cluster's generation alone (what the basis holds of the
+/// inventory), so that a staleness check need not decode every machine.
+pub fn basis_from_generations(
+    desired: &Desired,
+    generation: impl Fn(&str) -> Option<u64>,
+    last_applied: &LastApplied,
+    running: &BTreeMap<String, String>,
+) -> Basis {
+    let mut names: BTreeSet<String> = desired.clusters.keys().cloned().collect();
+    names.extend(last_applied.cluster_names());
+    Basis {
+        desired: desired.revision.clone(),
+        observed: names
+            .iter()
+            .filter_map(|n| generation(n).map(|g| (n.clone(), g)))
+            .collect(),
+        applied: last_applied.digest(),
+        running: running
+            .iter()
+            .filter(|(c, _)| names.contains(*c))
+            .map(|(c, j)| (c.clone(), j.clone()))
+            .collect(),
+    }
+}
+
+/// What the plan of a cluster whose rollout job `job` is still running says: nothing is
+/// planned for it (no steps, no settings, its last-applied state untouched), and why.
+fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
+    ClusterPlan {
+        cluster: cluster.to_string(),
+        steps: Vec::new(),
+        settings: Vec::new(),
+        unchanged: Vec::new(),
+        status: ClusterStatus::RollingOut,
+        notes: vec![format!(
+            "rollout job {job} is running: nothing is planned for this cluster until it ends (follow it with `medea rollout status --cluster {cluster} -w`); the next plan shows what is left"
+        )],
+        diffs: Vec::new(),
+    }
+}
+
+/// Compute the plan. `desired` must be valid (no error diagnostics). On error, every problem
+/// found is returned, each pointing at the YAML key it is about.
+pub fn compute(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    parent: Option<PlanId>,
+) -> Result<Plan, Vec<Diagnostic>> {
+    compute_with(desired, observed, last_applied, parent, &BTreeMap::new())
+}
+
+/// [`compute`] knowing which clusters have a running rollout job (cluster → job id): those
+/// get a [`ClusterStatus::RollingOut`] entry and nothing else, so a plan approved while a job
+/// runs can never start a second one or apply settings under it.
+pub fn compute_with(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    parent: Option<PlanId>,
+    running: &BTreeMap<String, String>,
+) -> Result<Plan, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
+    let mut applies = Applies::default();
+    let mut bar: u32 = 1;
+    let mut catalogs = BTreeSet::new();
+
+    for (name, cluster) in &desired.clusters {
+        let catalog = Catalog::for_policy(&cluster.upgrade_policy);
+        catalogs.insert(catalog.version());
+        if let Some(job) = running.get(name) {
+            clusters.insert(name.clone(), rolling_out(name, job));
+            continue;
+        }
+        let obs = observed
+            .clusters
+            .get(name)
+            .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
+        let Some(obs) = obs else {
+            clusters.insert(
+                name.clone(),
+                ClusterPlan {
+                    cluster: name.clone(),
+                    steps: Vec::new(),
+                    settings: Vec::new(),
+                    unchanged: Vec::new(),
+                    status: ClusterStatus::NotObserved,
+                    notes: vec![
+                        "not observed yet: run `medea seed` to observe it; nothing is planned for it"
+                            .into(),
+                    ],
+                    diffs: Vec::new(),
+                },
+            );
+            continue;
+        };
+        let mut ctx = ClusterCtx {
+            cluster,
+            obs,
+            catalog: &catalog,
+            diags: Vec::new(),
+        };
+        let plan = ctx.plan(last_applied);
+        diags.append(&mut ctx.diags);
+        let Some(mut plan) = plan else { continue };
+        let in_force = policy(last_applied.approvals_in_force(name));
+        let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
+        if plan.has_changes() || change != BarChange::Keeps {
+            let scope = PlanScope {
+                touches_control_plane_or_kubernetes: plan
+                    .steps
+                    .iter()
+                    .any(Step::touches_control_plane),
+            };
+            let needs = required_quorum(&in_force, change, scope);
+            if change != BarChange::Keeps {
+                plan.notes.push(format!(
+                    "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
+                    in_force.required, in_force.control_plane
+                ));
+            }
+            bar = bar.max(needs);
+        }
+        // Approval makes this revision of every resource of the cluster the last applied one.
+        applies.put.push(AppliedResource::of_cluster(cluster));
+        applies
+            .put
+            .extend(cluster.pools.values().map(AppliedResource::of_pool));
+        for res in last_applied.resources.values() {
+            if let ResourceKey::Pool { cluster: c, pool } = &res.key
+                && c == name
+                && !cluster.pools.contains_key(pool)
+            {
+                applies.delete.push(res.key.clone());
+            }
+        }
+        clusters.insert(name.clone(), plan);
+    }
+
+    // Clusters applied before and gone from the desired state.
+    for gone in last_applied.cluster_names() {
+        if desired.clusters.contains_key(&gone) {
+            continue;
+        }
+        if let Some(job) = running.get(&gone) {
+            clusters.insert(gone.clone(), rolling_out(&gone, job));
+            continue;
+        }
+        let mut settings = Vec::new();
+        let mut diffs = Vec::new();
+        for res in last_applied.resources.values() {
+            if res.key.cluster_name() != gone {
+                continue;
+            }
+            settings.push(removed(&res.key));
+            diffs.extend(diff_of(&res.key, &res.file, &res.document, ""));
+            applies.delete.push(res.key.clone());
+        }
+        // Deleting or renaming a cluster removes its approvals setting: the highest bar in force.
+        bar = bar.max(required_quorum(
+            &policy(last_applied.approvals_in_force(&gone)),
+            BarChange::Removes,
+            PlanScope::default(),
+        ));
+        clusters.insert(
+            gone.clone(),
+            ClusterPlan {
+                cluster: gone.clone(),
+                steps: Vec::new(),
+                settings,
+                unchanged: Vec::new(),
+                status: ClusterStatus::Removed,
+                notes: vec![
+                    "gone from the desired state: medea stops managing it on approval (nothing on the cluster changes)"
+                        .into(),
+                ],
+                diffs,
+            },
+        );
+    }
+
+    if !diags.is_empty() {
+        diags.sort_by(|a, b| {
+            a.origin
+                .cmp(&b.origin)
+                .then_with(|| a.message.cmp(&b.message))
+        });
+        diags.dedup();
+        return Err(diags);
+    }
+    applies.put.sort_by_key(|r| r.key.store_key());
+    applies.delete.sort_by_key(|k| k.store_key());
+    applies.delete.dedup();
+    let mut plan = Plan {
+        id: PlanId::from_digest([0; 32]),
+        parent,
+        basis: basis_with(desired, observed, last_applied, running),
+        clusters: clusters.into_values().collect(),
+        approvals_required: bar,
+        catalog: catalogs.into_iter().collect::<Vec<_>>().join(","),
+        applies,
+    };
+    if plan.catalog.is_empty() {
+        plan.catalog = crate::plan::catalog::CATALOG_VERSION.to_string();
+    }
+    plan.id = plan.canonical_id();
+    Ok(plan)
+}
+
+/// A cluster's approvals setting as the quorum rule sees it.
+fn policy(a: ApprovalSettings) -> QuorumPolicy {
+    QuorumPolicy {
+        required: a.required,
+        control_plane: a.control_plane,
+    }
+}
+
+fn removed(key: &ResourceKey) -> SettingsChange {
+    SettingsChange {
+        resource: key.label(),
+        field: RESOURCE_FIELD.into(),
+        from: "present".into(),
+        to: "removed".into(),
+    }
+}
+
+fn diff_of(key: &ResourceKey, file: &str, old: &str, new: &str) -> Option<ResourceDiff> {
+    if old == new {
+        return None;
+    }
+    let old_name = if old.is_empty() {
+        "/dev/null".to_string()
+    } else {
+        format!("a/{file} (last applied)")
+    };
+    let new_name = if new.is_empty() {
+        "/dev/null".to_string()
+    } else {
+        format!("b/{file} (desired)")
+    };
+    let diff = similar::udiff::unified_diff(
+        similar::Algorithm::Myers,
+        old,
+        new,
+        3,
+        Some((&old_name, &new_name)),
+    );
+    Some(ResourceDiff {
+        resource: key.label(),
+        file: file.to_string(),
+        diff,
+    })
+}
+
+/// How a machine came into a pool.
+#[derive(Clone, Copy)]
+struct Member<'a> {
+    machine: &'a Machine,
+    /// The `machines:` entry, when listed explicitly.
+    listed: Option<&'a Origin>,
+}
+
+impl Member<'_> {
+    /// Where a diagnostic about this member points: its `machines:` entry, or the pool name
+    /// (for machines picked by the selector).
+    fn origin(&self, pool: &NodePool) -> Origin {
+        self.listed
+            .cloned()
+            .unwrap_or_else(|| pool.name.origin.clone())
+    }
+}
+
+/// The work of one hop: its target and the machines that take it, with their version before.
+struct Hop<'a> {
+    to: TalosVersion,
+    machines: Vec<(&'a Machine, TalosVersion)>,
+}
+
+struct ClusterCtx<'a> {
+    cluster: &'a Cluster,
+    obs: &'a ObservedCluster,
+    catalog: &'a Catalog,
+    diags: Vec<Diagnostic>,
+}
+
+impl<'a> ClusterCtx<'a> {
+    fn name(&self) -> &str {
+        &self.cluster.name.value
+    }
+
+    fn plan(&mut self, last_applied: &LastApplied) -> Option<ClusterPlan> {
+        let members = self.members();
+        let order = pool_order(self.cluster);
+        let mut steps: Vec<TalosRollout> = Vec::new();
+        for pool_name in &order {
+            let pool = &self.cluster.pools[pool_name];
+            let ms = members.get(pool_name).cloned().unwrap_or_default();
+            steps.extend(self.pool_steps(pool, &ms));
+        }
+        let kube = self.kubernetes();
+        if !self.diags.is_empty() {
+            return None;
+        }
+        let (k_now, kstep) = kube?;
+        let steps = self.place_kubernetes(steps, &k_now, kstep)?;
+
+        // Settings and diffs.
+        let mut settings = Vec::new();
+        let mut diffs = Vec::new();
+        let mut resources: Vec<(AppliedResource, bool)> = vec![(
+            AppliedResource::of_cluster(self.cluster),
+            steps.iter().any(|s| matches!(s, Step::Kubernetes(_))),
+        )];
+        for p in self.cluster.pools.values() {
+            let stepped = steps
+                .iter()
+                .any(|s| matches!(s, Step::Talos(t) if t.pool == p.name.value));
+            resources.push((AppliedResource::of_pool(p), stepped));
+        }
+        let mut changed_pools = BTreeSet::new();
+        for (new, stepped) in &resources {
+            let before = settings.len();
+            match last_applied.get(&new.key) {
+                None => settings.push(SettingsChange {
+                    resource: new.key.label(),
+                    field: RESOURCE_FIELD.into(),
+                    from: "absent".into(),
+                    to: "created".into(),
+                }),
+                Some(old) => {
+                    for ((field, was), (_, now)) in old.fields().into_iter().zip(new.fields()) {
+                        if was != now {
+                            settings.push(SettingsChange {
+                                resource: new.key.label(),
+                                field: field.to_string(),
+                                from: was,
+                                to: now,
+                            });
+                        }
+                    }
+                }
+            }
+            let changed = *stepped || settings.len() > before;
+            if changed {
+                if let ResourceKey::Pool { pool, .. } = &new.key {
+                    changed_pools.insert(pool.clone());
+                }
+                let old = last_applied
+                    .get(&new.key)
+                    .map_or("", |o| o.document.as_str());
+                diffs.extend(diff_of(&new.key, &new.file, old, &new.document));
+            }
+        }
+        for res in last_applied.resources.values() {
+            if let ResourceKey::Pool { cluster, pool } = &res.key
+                && cluster == self.name()
+                && !self.cluster.pools.contains_key(pool)
+            {
+                settings.push(removed(&res.key));
+                diffs.extend(diff_of(&res.key, &res.file, &res.document, ""));
+            }
+        }
+        let unchanged = self
+            .cluster
+            .pools
+            .keys()
+            .filter(|p| !changed_pools.contains(*p))
+            .cloned()
+            .collect();
+        let notes = self.notes(&members, &steps);
+        Some(ClusterPlan {
+            cluster: self.name().to_string(),
+            steps,
+            settings,
+            unchanged,
+            status: ClusterStatus::Planned,
+            notes,
+            diffs,
+        })
+    }
+}
+
+/// Pools in execution order: `after:` dependencies first (topological), and among the pools
+/// free to run, control-plane pools before worker pools, then by name. Validation guarantees
+/// the graph is acyclic and never puts a control-plane pool after a worker pool.
+pub fn pool_order(cluster: &Cluster) -> Vec<String> {
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    let mut out = Vec::new();
+    while out.len() < cluster.pools.len() {
+        let next = cluster
+            .pools
+            .values()
+            .filter(|p| !done.contains(p.name.value.as_str()))
+            .filter(|p| {
+                p.after.iter().all(|a| {
+                    done.contains(a.value.as_str()) || !cluster.pools.contains_key(&a.value)
+                })
+            })
+            .min_by_key(|p| (p.role != Role::Controlplane, p.name.value.as_str()));
+        match next {
+            Some(p) => {
+                done.insert(&p.name.value);
+                out.push(p.name.value.clone());
+            }
+            None => {
+                // A cycle (refused by validation); keep the rest in name order.
+                for p in cluster.pools.keys() {
+                    if !done.contains(p.as_str()) {
+                        out.push(p.clone());
+                    }
+                }
+                break;
+            }
+        }
+    }
+    out
+}

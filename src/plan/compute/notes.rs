@@ -1,0 +1,102 @@
+//! The notes a cluster's plan carries for people: why machines are unavailable, what is
+//! skipped, what to run next.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+impl<'a> ClusterCtx<'a> {
+    pub(super) fn notes(
+        &self,
+        members: &BTreeMap<String, Vec<Member<'a>>>,
+        steps: &[Step],
+    ) -> Vec<String> {
+        let mut notes = Vec::new();
+        // `rolloutsEnabled` is a gate, not part of what a plan does: it must not change the
+        // plan's id (an approved plan waits for the gate; `medea approve` names closed gates).
+        let _ = steps;
+        let managed: BTreeSet<&str> = members
+            .values()
+            .flatten()
+            .map(|m| m.machine.node.as_str())
+            .collect();
+        let unmanaged: Vec<&str> = self
+            .obs
+            .machines
+            .keys()
+            .map(String::as_str)
+            .filter(|n| !managed.contains(n))
+            .collect();
+        if !unmanaged.is_empty() {
+            notes.push(format!(
+                "not in any pool (medea never upgrades their Talos): {}",
+                unmanaged.join(", ")
+            ));
+        }
+        for pool in self.cluster.pools.values() {
+            if !members.contains_key(&pool.name.value) {
+                notes.push(format!(
+                    "node pool `{}` selects no observed machine",
+                    pool.name.value
+                ));
+            }
+        }
+        let away: Vec<String> = self
+            .obs
+            .machines
+            .values()
+            .filter(|m| m.unavailable())
+            .map(|m| format!("{} ({})", m.node, why_unavailable(m)))
+            .collect();
+        if !away.is_empty() {
+            notes.push(format!(
+                "unavailable now, counted against maxUnavailable: {}",
+                away.join(", ")
+            ));
+        }
+        let unknown_kubelet: Vec<&str> = self
+            .obs
+            .machines
+            .values()
+            .filter(|m| m.kubelet_version.is_none())
+            .map(|m| m.node.as_str())
+            .collect();
+        if !unknown_kubelet.is_empty() {
+            notes.push(format!(
+                "kubelet version unknown (not checked against the API server): {}",
+                unknown_kubelet.join(", ")
+            ));
+        }
+        notes
+    }
+}
+
+pub(super) fn why_unavailable(m: &Machine) -> String {
+    let mut why = Vec::new();
+    if !m.reachable {
+        why.push("unreachable");
+    }
+    if !m.ready {
+        why.push("NotReady");
+    }
+    if m.cordoned {
+        why.push("cordoned");
+    }
+    why.join(", ")
+}
+
+pub(super) fn role_text(r: MachineRole) -> &'static str {
+    match r {
+        MachineRole::Controlplane => "control-plane",
+        MachineRole::Worker => "worker",
+    }
+}
+
+pub(super) fn machines_text(nodes: &[String]) -> String {
+    let quoted: Vec<String> = nodes.iter().map(|n| format!("`{n}`")).collect();
+    format!(
+        "machine{} {}",
+        if nodes.len() == 1 { "" } else { "s" },
+        quoted.join(", ")
+    )
+}
