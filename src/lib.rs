@@ -1,7 +1,7 @@
 //! medea: an external control plane for Talos Linux Kubernetes clusters.
 //!
 //! See `design/architecture.md` for the module map. Domain modules (`desired`, `plan`,
-//! `approval`, `rollout::machine`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
+//! `approval`, `rollout::sequencer`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
 pub mod api;
 pub mod approval;

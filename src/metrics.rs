@@ -151,6 +151,19 @@ pub fn observe_step(cluster: &str, pool: &str, step: &str, d: Duration) {
         .observe(d.as_secs_f64());
 }
 
+/// Run one client call and record its latency and success with [`observe_call`] (the port
+/// adapters at the edge, `talos::adapter` and `k8s::adapter`, time every call through it).
+pub(crate) async fn timed<T, E>(
+    api: &'static str,
+    method: &'static str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let start = std::time::Instant::now();
+    let r = call.await;
+    observe_call(api, method, start.elapsed(), r.is_ok());
+    r
+}
+
 pub fn observe_call(api: &str, method: &str, d: Duration, ok: bool) {
     let l = CallLabels {
         api: api.into(),

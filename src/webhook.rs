@@ -45,6 +45,9 @@ pub struct Notification {
     pub node: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The stable code of `reason` for a halt (`rollout.halted`), e.g. `upgrade_refused`.
+    #[serde(rename = "haltCode", skip_serializing_if = "Option::is_none")]
+    pub halt_code: Option<String>,
     /// RFC 3339.
     pub at: String,
 }
@@ -156,11 +159,13 @@ mod tests {
             job: Some("j1".into()),
             node: Some("w-1".into()),
             reason: Some("node reverted".into()),
+            halt_code: Some("node_reverted".into()),
             at: "2026-12-02T12:00:00Z".into(),
         };
         let v: serde_json::Value = serde_json::to_value(&n).unwrap();
         assert_eq!(v["event"], "rollout.halted");
         assert_eq!(v["text"], "rollout halted");
+        assert_eq!(v["haltCode"], "node_reverted");
         assert!(v.get("plan").is_none());
         assert_eq!(
             redact_url("https://hooks.slack.com/services/T/B/SECRET"),
@@ -193,6 +198,7 @@ mod tests {
             job: None,
             node: None,
             reason: None,
+            halt_code: None,
             at: "t".into(),
         };
         n.send(ev.clone());

@@ -1,7 +1,7 @@
 //! `medea bench rollout`: the rollout engine (state machine + executor + durable fjall
 //! journal) driving a cluster, on one of two backends ([`Backend`]):
 //! - **the simulator** (default): `sim::SimCluster` in this process, reached through the real
-//!   adapters (`rollout::adapters`): the Talos machine API over gRPC/mTLS and the
+//!   adapters (`talos::adapter`, `k8s::adapter`): the Talos machine API over gRPC/mTLS and the
 //!   kube-apiserver over HTTPS, exactly as against a real cluster;
 //! - **the in-memory fakes** of both ports (`rollout::fake`): the engine alone, without
 //!   encoding, TLS or the simulator's own work.
@@ -559,7 +559,7 @@ async fn run_sim(
     }
     let (store, job, waves) = install(dir, &facts, max)?;
     let (talos, kube) =
-        crate::rollout::adapters::paced(&creds, CLUSTER, poll.max(Duration::from_millis(1)))
+        crate::ops::cluster_ports::paced(&creds, CLUSTER, poll.max(Duration::from_millis(1)))
             .await
             .map_err(|e| BenchError::Rollout {
                 what: crate::error_chain(&e),

@@ -95,7 +95,7 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
         Target::Creds { dir, cluster } => {
             // the adapters are built (credentials read) before the store is touched
             let (talos, kube) = rt
-                .block_on(crate::rollout::adapters::paced(&dir, &cluster, tick))
+                .block_on(crate::ops::cluster_ports::paced(&dir, &cluster, tick))
                 .map_err(miette::Report::from_err)?;
             drive(&rt, &args, cfg, talos, kube, Some(&cluster))
         }

@@ -30,6 +30,7 @@
 //!   go regardless of PDBs);
 //! - pods already terminating are not evicted again; drain waits for them too.
 
+pub mod adapter;
 pub mod bootstrap;
 mod client;
 pub(crate) mod drain;

@@ -12,7 +12,9 @@
 //! The domain stays pure because this layer does its I/O: it reads the store, calls the
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
 
+pub mod cluster_ports;
 pub mod doctor;
+pub mod jobs;
 pub mod refresh;
 pub mod replan;
 pub mod report;

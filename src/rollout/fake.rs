@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::machine::{image_version, split_image};
 use super::ports::{
     Component, ComponentArgs, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember,
     ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError,
     SnapshotInfo, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
+use super::sequencer::{image_version, split_image};
 use crate::version::{KubeVersion, TalosVersion};
 
 /// A fault, as data.

@@ -10,10 +10,10 @@ use super::RolloutError;
 use super::journal::{
     ActiveJob, Entry, JournalEntry, PlanConsumed, active_key, consumed_key, entry_key, job_key,
 };
-use super::machine::{
+use super::ports::NodeTarget;
+use super::sequencer::{
     Job, JobId, JobState, JobStep, KubeStep, StepKind, StepState, TalosStep, WindowSpec,
 };
-use super::ports::NodeTarget;
 use crate::desired::window::MaintenanceWindow;
 use crate::inventory::{MachineRole, ObservedCluster, cluster_key};
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan};

@@ -1,4 +1,7 @@
-//! The rollout journal and the job records in the store.
+//! The rollout journal and the job records: their keys, record formats and deltas, folding a
+//! journal into a job ([`replay`]) and the transaction that appends to it ([`advance_txn`]).
+//! Pure: it builds [`Txn`] values and folds entries it is given; reading and committing are the
+//! callers' (`ops::jobs` loads jobs, the executor commits).
 //!
 //! Keys (all UTF-8):
 //! - `Jobs/job/<job-id>`: a **checkpoint** of the [`Job`]: written at creation, then by every
@@ -10,7 +13,7 @@
 //! - `Journal/<job-id>/<seq, 10 digits>`: [`JournalEntry`], append-only, one per transaction
 //!   (sequence 0 is the creation). Every entry after the creation carries the [`JobDelta`] it
 //!   made, so the current job is the checkpoint plus the deltas of the entries after its
-//!   `journal_seq` ([`load_job`]);
+//!   `journal_seq` ([`replay`], `ops::jobs::load_job`);
 //! - `Plans/consumed/<plan hex>`: [`PlanConsumed`], a plan that started jobs never starts again.
 //!
 //! Every executor write is one durable [`Txn`] holding the journal entry (with its delta) and,
@@ -22,13 +25,13 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::machine::{
-    Action, CommandKey, Intent, Job, JobId, JobState, KubeTask, NodeProgress, Outcome, StepKind,
-    StepState, ts, ts_opt,
-};
 use super::ports::SnapshotInfo;
+use super::sequencer::{
+    Action, CommandKey, CommandOutcome, Intent, Job, JobId, JobState, KubeTask, KubeTasks,
+    NodeProgress, StepKind, StepState, ts, ts_opt,
+};
 use crate::plan::PlanId;
-use crate::store::{Check, Record, Store, StoreError, StoreExt, Table, Txn};
+use crate::store::{Check, Record, StoreError, Table, Txn};
 
 /// A full job record is written at least every this many journal entries, so reading a job
 /// replays at most this many deltas.
@@ -103,7 +106,10 @@ pub enum Entry {
     /// A command is about to be made (written and fsync'd before the call).
     Intent { key: CommandKey, action: Action },
     /// The outcome of a command.
-    Result { key: CommandKey, outcome: Outcome },
+    Result {
+        key: CommandKey,
+        outcome: CommandOutcome,
+    },
     /// Progress from observations alone (checks passed, node back, step done, resolution).
     Progress,
     /// The job stopped on an operator's request.
@@ -208,7 +214,7 @@ pub enum TasksDelta {
     Unchanged,
     /// The task list was built (or replaced) whole.
     Set {
-        tasks: Option<Vec<KubeTask>>,
+        tasks: KubeTasks,
     },
     /// These tasks changed, by index.
     Changed {
@@ -261,15 +267,17 @@ impl JobDelta {
                     }
                     let tasks = match (&x.tasks, &y.tasks) {
                         (p, n) if p == n => TasksDelta::Unchanged,
-                        (Some(p), Some(n)) if p.len() == n.len() => TasksDelta::Changed {
-                            tasks: p
-                                .iter()
-                                .zip(n)
-                                .enumerate()
-                                .filter(|(_, (p, n))| p != n)
-                                .map(|(i, (_, n))| (i, n.clone()))
-                                .collect(),
-                        },
+                        (KubeTasks::Planned(p), KubeTasks::Planned(n)) if p.len() == n.len() => {
+                            TasksDelta::Changed {
+                                tasks: p
+                                    .iter()
+                                    .zip(n)
+                                    .enumerate()
+                                    .filter(|(_, (p, n))| p != n)
+                                    .map(|(i, (_, n))| (i, n.clone()))
+                                    .collect(),
+                            }
+                        }
                         (_, n) => TasksDelta::Set { tasks: n.clone() },
                     };
                     if x.since != y.since || tasks != TasksDelta::Unchanged {
@@ -326,9 +334,9 @@ impl JobDelta {
                             TasksDelta::Unchanged => {}
                             TasksDelta::Set { tasks } => k.tasks = tasks.clone(),
                             TasksDelta::Changed { tasks } => {
-                                let have = k.tasks.as_mut().ok_or_else(|| {
-                                    format!("step {} has no tasks to change", d.index)
-                                })?;
+                                let KubeTasks::Planned(have) = &mut k.tasks else {
+                                    return Err(format!("step {} has no tasks to change", d.index));
+                                };
                                 for (i, t) in tasks {
                                     let slot = have.get_mut(*i).ok_or_else(|| {
                                         format!(
@@ -353,33 +361,18 @@ impl JobDelta {
     }
 }
 
-/// The current state of job `id`: its checkpoint, then the delta of every journal entry after
-/// it, in order. `None` when there is no such job.
-pub fn load_job(store: &dyn Store, id: &JobId) -> Result<Option<Job>, StoreError> {
-    match store.get_record::<Job>(&job_key(id))? {
-        Some(mut job) => {
-            replay(store, &mut job)?;
-            Ok(Some(job))
-        }
-        None => Ok(None),
-    }
-}
-
-/// Every job in the store, current (see [`load_job`]), in key order.
-pub fn load_jobs(store: &dyn Store) -> Result<Vec<Job>, StoreError> {
-    let mut jobs = Vec::new();
-    for (_, mut job) in store.scan_records::<Job>("job/")? {
-        replay(store, &mut job)?;
-        jobs.push(job);
-    }
-    Ok(jobs)
-}
-
-fn replay(store: &dyn Store, job: &mut Job) -> Result<(), StoreError> {
+/// Fold the journal into `job` (its checkpoint): the delta of every entry after
+/// `job.journal_seq`, in order, until `entry` finds none. `entry(key)` reads one journal entry
+/// by its store key; this function only folds (the reading is the caller's:
+/// `ops::jobs::load_job`, the executor).
+pub fn replay(
+    job: &mut Job,
+    mut entry: impl FnMut(&str) -> Result<Option<JournalEntry>, StoreError>,
+) -> Result<(), StoreError> {
     loop {
         let seq = job.journal_seq + 1;
         let key = entry_key(&job.id, seq);
-        let Some(e) = store.get_record::<JournalEntry>(&key)? else {
+        let Some(e) = entry(&key)? else {
             return Ok(());
         };
         let bad = |why: String| StoreError::Decode {

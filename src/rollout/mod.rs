@@ -1,14 +1,17 @@
 //! Rollouts: the job state machine and the executor that drives it against production.
 //!
-//! **Owns:** jobs born from approved plans ([`job::create_jobs_txn`]), the pure state machine
-//! ([`machine`]), the journal ([`journal`]), the executor ([`executor`]), the port traits it
-//! drives ([`ports`]) and in-memory fakes of them ([`fake`]).
+//! **Owns:** jobs born from approved plans ([`job::create_jobs_txn`]), the pure job/step state
+//! machine ([`sequencer`], with the typed halt reasons [`HaltReason`]/[`HaltCode`]), the
+//! journal's records, deltas and replay ([`journal`]), the executor ([`executor`]), the port
+//! traits it drives ([`ports`]) and in-memory fakes of them ([`fake`]).
 //! **May depend on:** `plan`, `inventory`, `desired::window`, `store`, `version`; its own ports.
-//! Only [`adapters`] (the edge: [`ports`] over the real clients) depends on `talos` and `k8s`;
-//! the machine, the journal and the executor never do.
+//! Never on `talos` or `k8s`: the port implementations over the real clients live at the edge
+//! (`talos::adapter`, `k8s::adapter`, built per cluster by `ops::cluster_ports`), and loading
+//! jobs for the daemon and the CLI is `ops::jobs`.
 //!
-//! Architecture Invariant: [`machine`] is pure: no tokio, no filesystem, no network, no clock
-//! (`tests/it/architecture.rs` enforces it). Time and observations are arguments.
+//! Architecture Invariant: [`sequencer`] and [`journal`] are pure: no tokio, no filesystem, no
+//! network, no clock (`tests/it/architecture.rs` enforces it). Time and observations are
+//! arguments; the journal builds transactions and folds entries it is given.
 //! Architecture Invariant: no mutating call without a job (born from an approved, current,
 //! never-consumed plan), the global `--rollouts` gate and the cluster's `rolloutsEnabled`; both
 //! gates and halt requests are re-checked before every mutating command.
@@ -23,21 +26,20 @@
 //!
 //! See `design/rollout.md`.
 
-pub mod adapters;
 pub mod executor;
 pub mod fake;
 pub mod job;
 pub mod journal;
-pub mod machine;
 pub mod ports;
 pub mod removed;
+pub mod sequencer;
 
 pub use executor::{
-    Clock, CrashPoints, EventState, Executor, ExecutorConfig, Fence, Gate, NoFence, RolloutEvent,
-    RunOutcome, SystemClock, TokioClock, request_halt,
+    Clock, CommitFence, CrashPoints, EventState, Executor, ExecutorConfig, Gate, NoFence,
+    RolloutEvent, RunOutcome, SystemClock, TokioClock, request_halt,
 };
 pub use job::{Created, JobInputs, create_jobs_txn};
-pub use machine::{Job, JobId, JobState};
+pub use sequencer::{HaltCode, HaltReason, Job, JobId, JobState};
 
 use crate::plan::PlanId;
 use crate::store::StoreError;

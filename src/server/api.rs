@@ -258,10 +258,10 @@ fn consumed_state(
     store: &dyn crate::store::Store,
     c: &crate::rollout::journal::PlanConsumed,
 ) -> Result<&'static str, crate::store::StoreError> {
-    use crate::rollout::machine::JobState;
+    use crate::rollout::sequencer::JobState;
     let mut state = "applied";
     for id in &c.jobs {
-        match crate::rollout::journal::load_job(store, id)?.map(|j| j.state) {
+        match crate::ops::jobs::load_job(store, id)?.map(|j| j.state) {
             Some(JobState::Running) => return Ok("running"),
             Some(JobState::Halted { .. }) => state = "halted",
             Some(JobState::Succeeded { .. }) => {}
@@ -650,7 +650,7 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::HaltRolloutRequest>,
     ) -> Result<Response<pb::HaltRolloutResponse>, Status> {
         let req = req.into_inner();
-        let id = crate::rollout::machine::JobId::parse(&req.job_id)
+        let id = crate::rollout::sequencer::JobId::parse(&req.job_id)
             .ok_or_else(|| Status::invalid_argument(format!("`{}` is not a job id", req.job_id)))?;
         let reason = if req.reason.is_empty() {
             None

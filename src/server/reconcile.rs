@@ -166,6 +166,7 @@ pub fn reconcile(
                             job: None,
                             node: None,
                             reason: None,
+                            halt_code: None,
                             at: now.to_string(),
                         });
                     }
@@ -279,6 +280,7 @@ pub fn reconcile(
             job: None,
             node: None,
             reason: None,
+            halt_code: None,
             at: now.to_string(),
         });
     }

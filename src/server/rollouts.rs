@@ -9,13 +9,13 @@ use crate::api::pb;
 use crate::rollout::executor::{
     EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
 };
-use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::rollout::ports::{KubePort, TalosPort};
+use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::store::StoreError;
 
 /// Every job in the store, newest first.
 pub fn jobs(shared: &Shared) -> Result<Vec<Job>, StoreError> {
-    let mut jobs: Vec<Job> = crate::rollout::journal::load_jobs(shared.store.as_ref())?;
+    let mut jobs: Vec<Job> = crate::ops::jobs::load_jobs(shared.store.as_ref())?;
     jobs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
     Ok(jobs)
 }
@@ -29,10 +29,14 @@ fn phase_name(p: NodePhase) -> String {
 
 /// The API view of a job.
 pub fn rollout_pb(job: &Job) -> pb::Rollout {
-    let (state, halt_reason) = match &job.state {
-        JobState::Running => ("running", String::new()),
-        JobState::Halted { reason, .. } => ("halted", reason.clone()),
-        JobState::Succeeded { .. } => ("succeeded", String::new()),
+    let (state, halt_reason, halt_code) = match &job.state {
+        JobState::Running => ("running", String::new(), String::new()),
+        JobState::Halted { reason, .. } => (
+            "halted",
+            reason.to_string(),
+            reason.code().as_str().to_string(),
+        ),
+        JobState::Succeeded { .. } => ("succeeded", String::new(), String::new()),
     };
     let mut nodes = Vec::new();
     let mut current_step = String::new();
@@ -65,7 +69,7 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
             }
             StepKind::Kubernetes(k) => {
                 let mut per_node: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-                for t in k.tasks.iter().flatten() {
+                for t in k.tasks.list() {
                     let e = per_node.entry(t.node.node.clone()).or_default();
                     e.1 += 1;
                     if t.state == TaskState::Done {
@@ -97,6 +101,7 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         cluster: job.cluster.clone(),
         state: state.into(),
         halt_reason,
+        halt_code,
         nodes_total: nodes.len() as u32,
         nodes_done: done as u32,
         current_step,
@@ -113,7 +118,7 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         EventState::Progress { note } => ("progress".into(), note.clone()),
         EventState::Waiting { reason } => ("waiting".into(), reason.clone()),
         EventState::Paused { gate } => ("paused".into(), format!("{gate:?}")),
-        EventState::Halted { reason } => ("halted".into(), reason.clone()),
+        EventState::Halted { reason } => ("halted".into(), reason.to_string()),
         EventState::Succeeded => ("succeeded".into(), String::new()),
     };
     pb::RolloutEvent {
@@ -128,6 +133,10 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         step_number: e.step.map_or(0, |s| s as u32 + 1),
         steps_total: e.steps as u32,
         image: e.image.clone().unwrap_or_default(),
+        halt_code: match &e.state {
+            EventState::Halted { reason } => reason.code().as_str().to_string(),
+            _ => String::new(),
+        },
     }
 }
 
@@ -289,7 +298,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
                                 t.elapsed(),
                             );
                         }
-                        if o == crate::rollout::machine::Op::Uncordon {
+                        if o == crate::rollout::sequencer::CommandOp::Uncordon {
                             shared.refresh_kick.notify_one();
                             shared.notifier.send(note(
                                 crate::webhook::EventKind::NodeDone,
@@ -342,6 +351,7 @@ fn note(
         job: Some(e.job.to_string()),
         node: e.node.clone(),
         reason,
+        halt_code: None,
         at: jiff::Timestamp::now().to_string(),
     }
 }
@@ -360,6 +370,7 @@ fn notify_start(shared: &Shared, job: &Job) {
         job: Some(job.id.to_string()),
         node: None,
         reason: None,
+        halt_code: None,
         at: jiff::Timestamp::now().to_string(),
     });
 }
@@ -385,7 +396,7 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
                     .map(|n| format!(" on {n}"))
                     .unwrap_or_default()
             ),
-            Some(reason.clone()),
+            Some(reason),
             node.clone(),
         ),
         RunOutcome::Paused { gate } => {
@@ -401,7 +412,8 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
         plan: Some(job.plan.to_hex()),
         job: Some(job.id.to_string()),
         node,
-        reason,
+        halt_code: reason.map(|r| r.code().as_str().to_string()),
+        reason: reason.map(|r| r.to_string()),
         at: jiff::Timestamp::now().to_string(),
     });
     // The cluster changed under the job: observe it again.
@@ -412,7 +424,7 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
 /// The executor's fence: every journal write carries this replica's leadership check.
 struct LeaderFence(crate::store::Leadership);
 
-impl crate::rollout::executor::Fence for LeaderFence {
+impl crate::rollout::executor::CommitFence for LeaderFence {
     fn checks(&self) -> Vec<crate::store::Check> {
         match self.0.check() {
             Ok(c) => vec![c],
@@ -439,12 +451,12 @@ pub struct CredsPorts {
 }
 
 impl PortFactory for CredsPorts {
-    type Talos = crate::rollout::adapters::TalosAdapter;
-    type Kube = crate::rollout::adapters::KubeAdapter;
+    type Talos = crate::talos::adapter::TalosAdapter;
+    type Kube = crate::k8s::adapter::KubeAdapter;
     async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), String> {
-        let talos = crate::rollout::adapters::TalosAdapter::from_creds(&self.creds_dir, cluster)
+        let talos = crate::talos::adapter::TalosAdapter::from_creds(&self.creds_dir, cluster)
             .map_err(|e| crate::error_chain(&e))?;
-        let kube = crate::rollout::adapters::KubeAdapter::from_creds(&self.creds_dir, cluster)
+        let kube = crate::k8s::adapter::KubeAdapter::from_creds(&self.creds_dir, cluster)
             .await
             .map_err(|e| crate::error_chain(&e))?;
         Ok((talos, kube))

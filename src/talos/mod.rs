@@ -18,6 +18,7 @@
 //!   ([`UpgradeRpc::for_running`]).
 //! - Key material is held in [`crate::secret::Secret`] and never logged.
 
+pub mod adapter;
 pub mod api;
 pub mod client;
 pub mod config;

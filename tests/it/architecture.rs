@@ -26,7 +26,8 @@ const PURE: &[(&str, &[&str])] = &[
     ("src/plan", &[]),
     // `sign.rs` is the signing adapter: key files, ssh-agent (see `src/approval/mod.rs`)
     ("src/approval", &["src/approval/sign.rs"]),
-    ("src/rollout/machine.rs", &[]),
+    ("src/rollout/sequencer", &[]),
+    ("src/rollout/journal.rs", &[]),
 ];
 
 fn root() -> PathBuf {

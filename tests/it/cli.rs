@@ -190,6 +190,7 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
         cluster: "home".into(),
         state: "running".into(),
         halt_reason: String::new(),
+        halt_code: String::new(),
         nodes_total: 6,
         nodes_done: done,
         current_step: "step 1: talos controlplane v1.12.11 → v1.13.9".into(),
@@ -213,6 +214,7 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
             step_number: 1,
             steps_total: 3,
             image: image.into(),
+            halt_code: String::new(),
         }
     };
     let installer = "ghcr.io/siderolabs/installer:v1.13.9";

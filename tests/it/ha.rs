@@ -811,11 +811,11 @@ impl SimFleet {
     }
 
     /// The one job in the store, once there is one.
-    fn job(&self) -> Option<medea::rollout::machine::Job> {
+    fn job(&self) -> Option<medea::rollout::sequencer::Job> {
         use medea::store::StoreExt;
         let jobs = self
             .store()
-            .scan_records::<medea::rollout::machine::Job>("job/")
+            .scan_records::<medea::rollout::sequencer::Job>("job/")
             .unwrap();
         assert!(jobs.len() <= 1, "{} jobs", jobs.len());
         jobs.into_iter().next().map(|(_, j)| j)
@@ -899,7 +899,7 @@ impl SimFleet {
 
     /// Wait for the job to succeed (any halt fails the test).
     fn wait_succeeded(&self, within: Duration) {
-        use medea::rollout::machine::JobState;
+        use medea::rollout::sequencer::JobState;
         let deadline = Instant::now() + within;
         loop {
             if let Some(job) = self.job() {
@@ -1039,7 +1039,7 @@ fn serve_failover(loss: LeaderLoss, label: &str) -> Duration {
     assert!(
         !matches!(
             fleet.job().map(|j| j.state),
-            Some(medea::rollout::machine::JobState::Succeeded { .. })
+            Some(medea::rollout::sequencer::JobState::Succeeded { .. })
         ),
         "{label}: the job finished before a was lost"
     );

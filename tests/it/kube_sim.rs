@@ -12,7 +12,8 @@ use medea::sim::talos::{Effect, Method, Trigger};
 use medea::version::KubeVersion;
 
 use crate::rollout::KUBE;
-use crate::rollout_sim::{Sim, fault, halted, run_for};
+use crate::rollout_sim::{Sim, fault, halted, halted_with, run_for};
+use medea::rollout::sequencer::HaltCode;
 
 const TARGET: &str = "v1.34.1";
 
@@ -119,7 +120,7 @@ async fn a_failing_pre_pull_halts_before_any_patch() {
         vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
     )
     .await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("failed to pull image"), "{reason}");
     assert!(reason.contains("cp-2"), "{reason}");
     for n in ["cp-1", "cp-2", "w-1"] {
@@ -259,7 +260,7 @@ async fn an_unhealthy_control_plane_kubelet_halts_before_the_first_component_is_
         vec![kube_step(&sim, TARGET, Duration::from_secs(2))],
     )
     .await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::ControlPlaneUnhealthy);
     assert!(reason.contains("control plane unhealthy"), "{reason}");
     assert!(
         reason.contains("the kubelet service on `cp-3` is not healthy"),
@@ -316,7 +317,7 @@ async fn a_kubelet_flag_the_target_removed_stops_the_step_before_any_node_is_tou
         vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
     )
     .await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::PrecheckFailed);
     assert!(reason.contains("pre-check failed"), "{reason}");
     assert!(
         reason.contains("kubelet on `w-2`: flag `--cloud-config` (machine.kubelet.extraArgs)"),
@@ -622,7 +623,7 @@ data:
         vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
     )
     .await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("ConfigMap kube-system/foreign"), "{reason}");
     assert!(reason.contains("not pruned"), "{reason}");
     let (ok, out) = k(vec![

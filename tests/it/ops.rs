@@ -703,6 +703,8 @@ fn webhooks_announce_a_halted_rollout_in_order_after_a_retry() {
     let reason = h["reason"].as_str().unwrap();
     assert!(reason.contains("disk full on /dev/sda"), "{reason}");
     assert_eq!(job["haltReason"].as_str(), Some(reason), "{job}");
+    assert_eq!(h["haltCode"], "upgrade_refused", "{h}");
+    assert_eq!(job["haltCode"], "upgrade_refused", "{job}");
     let text = h["text"].as_str().unwrap();
     assert!(
         text.contains("HALTED") && text.contains("w-2") && text.contains(reason),

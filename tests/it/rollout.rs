@@ -17,8 +17,8 @@ use medea::plan::{
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::{FakeCluster, FakeNodeSpec, FakeState, Fault, MemStore};
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix, job_key};
-use medea::rollout::machine::{Job, JobId, JobState, Op};
 use medea::rollout::ports::Component;
+use medea::rollout::sequencer::{CommandOp, HaltCode, Job, JobId, JobState};
 use medea::rollout::{
     Executor, ExecutorConfig, Gate, JobInputs, RolloutError, RunOutcome, TokioClock,
     create_jobs_txn, request_halt,
@@ -255,7 +255,7 @@ impl World {
         )
     }
     pub fn job(&self) -> Job {
-        medea::rollout::journal::load_job(self.store.as_ref(), &self.job)
+        medea::ops::jobs::load_job(self.store.as_ref(), &self.job)
             .unwrap()
             .unwrap()
     }
@@ -407,10 +407,10 @@ impl Store for Tripwire {
     }
 }
 
-fn is_intent(op: Op) -> impl Fn(&JournalEntry) -> bool {
+fn is_intent(op: CommandOp) -> impl Fn(&JournalEntry) -> bool {
     move |e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == op)
 }
-fn is_result(op: Op) -> impl Fn(&JournalEntry) -> bool {
+fn is_result(op: CommandOp) -> impl Fn(&JournalEntry) -> bool {
     move |e| matches!(&e.entry, Entry::Result { key, .. } if key.op == op)
 }
 
@@ -614,7 +614,7 @@ async fn a_job_reads_back_from_its_checkpoint_and_the_journal_after_it() {
             &broken,
         ))
         .unwrap();
-    let err = medea::rollout::journal::load_job(sizes.as_ref(), &w.job).unwrap_err();
+    let err = medea::ops::jobs::load_job(sizes.as_ref(), &w.job).unwrap_err();
     assert!(matches!(err, StoreError::Decode { .. }), "{err}");
 }
 
@@ -679,10 +679,13 @@ async fn mixed_talos_rollout_succeeds_in_order() {
     while let Ok(e) = events.try_recv() {
         seen.push(e);
     }
-    assert!(seen.iter().any(|e: &RolloutEvent| e.op == Some(Op::Upgrade)
-        && e.node.as_deref() == Some("w-3")
-        && e.pool.as_deref() == Some("workers")
-        && matches!(e.state, EventState::Intended { attempt: 1 })));
+    assert!(
+        seen.iter()
+            .any(|e: &RolloutEvent| e.op == Some(CommandOp::Upgrade)
+                && e.node.as_deref() == Some("w-3")
+                && e.pool.as_deref() == Some("workers")
+                && matches!(e.state, EventState::Intended { attempt: 1 }))
+    );
     assert!(matches!(seen.last().unwrap().state, EventState::Succeeded));
 }
 
@@ -708,7 +711,7 @@ async fn every_result_is_preceded_by_its_intent_in_the_journal() {
     }
     let upgrades = j
         .iter()
-        .filter(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == Op::Upgrade))
+        .filter(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == CommandOp::Upgrade))
         .count();
     assert_eq!(upgrades, 2);
     assert_eq!(w.job().journal_seq, (j.len() - 1) as u64);
@@ -736,7 +739,7 @@ async fn legacy_nodes_upgrade_through_the_legacy_rpc_and_reboot_by_themselves() 
         .collect();
     assert!(intents.iter().any(|a| matches!(
         a,
-        medea::rollout::machine::Action::Upgrade {
+        medea::rollout::sequencer::Action::Upgrade {
             method: medea::rollout::ports::UpgradeMethod::Legacy,
             ..
         }
@@ -807,7 +810,7 @@ async fn a_node_on_an_unexpected_version_halts_the_job() {
         .edit(|s| s.nodes.get_mut("w-1").unwrap().version = tv("v1.12.0"));
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, node: Some(n), .. } if reason.contains("plan expected v1.13.2") && n == "w-1"),
+        matches!(&out, RunOutcome::Halted { reason, node: Some(n), .. } if reason.code() == HaltCode::UnexpectedVersion && reason.message().contains("plan expected v1.13.2") && n == "w-1"),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -880,7 +883,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
         store.commit(c.txn.clone()),
         Err(StoreError::Conflict { .. })
     ));
-    let job = medea::rollout::journal::load_job(&store, &c.jobs[0].id)
+    let job = medea::ops::jobs::load_job(&store, &c.jobs[0].id)
         .unwrap()
         .unwrap();
     assert_eq!(job.plan, p.id);
@@ -954,7 +957,7 @@ async fn disabling_the_cluster_mid_job_stops_before_the_next_mutating_command() 
     );
     let off = observed(&w.fake).with_rollouts_enabled(false);
     store.arm(
-        is_result(Op::Cordon),
+        is_result(CommandOp::Cordon),
         Trip::AlsoCommit,
         Some(Txn::new().put_record(cluster_key(CLUSTER), &off)),
     );
@@ -1012,10 +1015,10 @@ async fn a_halt_request_stops_before_the_next_mutating_command_and_for_good() {
             at: t0(),
         },
     );
-    store.arm(is_result(Op::Drain), Trip::AlsoCommit, Some(halt));
+    store.arm(is_result(CommandOp::Drain), Trip::AlsoCommit, Some(halt));
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("alice@example.com") && reason.contains("pager went off")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message().contains("alice@example.com") && reason.message().contains("pager went off")),
         "{out:?}"
     );
     let log = w.state().log;
@@ -1057,7 +1060,7 @@ async fn request_halt_refuses_unknown_jobs_and_records_running_ones() {
     request_halt(w.store.as_ref(), &w.job, "bob", None, t0()).unwrap();
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason == "halted by bob"),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message() == "halted by bob"),
         "{out:?}"
     );
     assert!(w.state().log.is_empty(), "halted before the first command");
@@ -1113,10 +1116,10 @@ async fn run_with(
     (w, out)
 }
 
-fn halted_at(out: &RunOutcome, node: &str, needle: &str) {
+fn halted_at(out: &RunOutcome, node: &str, code: HaltCode, needle: &str) {
     assert!(
-        matches!(out, RunOutcome::Halted { reason, node: Some(n), .. } if n == node && reason.contains(needle)),
-        "expected a halt at {node} mentioning `{needle}`, got {out:?}"
+        matches!(out, RunOutcome::Halted { reason, node: Some(n), .. } if n == node && reason.code() == code && reason.message().contains(needle)),
+        "expected a halt ({code}) at {node} mentioning `{needle}`, got {out:?}"
     );
 }
 
@@ -1127,7 +1130,7 @@ async fn fault_node_never_returns_halts_after_the_health_timeout() {
     });
     let start = tokio::time::Instant::now();
     let (w, out) = run_with(fake, mixed_steps).await;
-    halted_at(&out, "cp-2", "did not come back");
+    halted_at(&out, "cp-2", HaltCode::NodeNotBack, "did not come back");
     assert!(
         start.elapsed() >= Duration::from_secs(900),
         "waited the health timeout"
@@ -1150,7 +1153,7 @@ async fn fault_node_never_returns_halts_after_the_health_timeout() {
             &job.state,
             JobState::Halted {
                 step: Some(0),
-                op: Some(Op::Reboot),
+                op: Some(CommandOp::Reboot),
                 ..
             }
         ),
@@ -1164,7 +1167,7 @@ async fn fault_silent_revert_halts_with_node_reverted() {
     let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE))
         .with_fault(Fault::SilentRevert { node: "w-1".into() });
     let (w, out) = run_with(fake, mixed_steps).await;
-    halted_at(&out, "w-1", "node reverted");
+    halted_at(&out, "w-1", HaltCode::NodeReverted, "node reverted");
     let s = w.state();
     assert_eq!(s.nodes["w-1"].version, tv(FROM));
     assert_eq!(s.nodes["w-3"].counters, Default::default());
@@ -1190,8 +1193,18 @@ async fn fault_upgrade_exit_code_halts_without_reboot() {
         )]
     })
     .await;
-    halted_at(&out, "cp-1", "installer exited with code 1");
-    halted_at(&out, "cp-1", "failed 2 times (rollout.upgradeAttempts)");
+    halted_at(
+        &out,
+        "cp-1",
+        HaltCode::UpgradeRefused,
+        "installer exited with code 1",
+    );
+    halted_at(
+        &out,
+        "cp-1",
+        HaltCode::UpgradeRefused,
+        "failed 2 times (rollout.upgradeAttempts)",
+    );
     let s = w.state();
     assert_eq!(
         s.nodes["cp-1"].counters.upgrade, 2,
@@ -1217,8 +1230,13 @@ async fn upgrade_calls_that_never_arrive_are_retried_only_within_the_health_time
         vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
     })
     .await;
-    halted_at(&out, "w-1", "could not be made within 900s");
-    halted_at(&out, "w-1", "connection refused");
+    halted_at(
+        &out,
+        "w-1",
+        HaltCode::UpgradeNotMade,
+        "could not be made within 900s",
+    );
+    halted_at(&out, "w-1", HaltCode::UpgradeNotMade, "connection refused");
     assert!(
         start.elapsed() >= Duration::from_secs(900),
         "waited the health timeout"
@@ -1233,7 +1251,7 @@ async fn upgrade_calls_that_never_arrive_are_retried_only_within_the_health_time
     let mut last = 0;
     for e in w.journal() {
         if let Entry::Intent { key, .. } = &e.entry
-            && key.op == Op::Upgrade
+            && key.op == CommandOp::Upgrade
         {
             assert_eq!(key.attempt, last + 1, "attempts in order, none twice");
             last = key.attempt;
@@ -1277,8 +1295,10 @@ async fn fault_pdb_blocking_forever_halts_at_the_drain_timeout_and_never_forces(
         vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
     })
     .await;
-    halted_at(&out, "w-1", "never forces");
-    assert!(matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("default/app")));
+    halted_at(&out, "w-1", HaltCode::DrainBlocked, "never forces");
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::DrainBlocked && reason.message().contains("default/app"))
+    );
     let elapsed = start.elapsed();
     assert!(
         elapsed >= Duration::from_secs(600) && elapsed < Duration::from_secs(700),
@@ -1298,7 +1318,7 @@ async fn fault_snapshot_fails_before_any_control_plane_node_is_touched() {
     let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE)).with_fault(Fault::SnapshotFails);
     let (w, out) = run_with(fake, mixed_steps).await;
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("etcd-snapshot")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::CommandFailed && reason.message().contains("etcd-snapshot")),
         "{out:?}"
     );
     let s = w.state();
@@ -1327,7 +1347,7 @@ async fn fault_talos_unavailable_bursts_are_retried() {
     let f2 = w.fake.clone();
     store.arm(
         move |e| {
-            let hit = matches!(&e.entry, Entry::Intent { key, .. } if key.op == Op::Reboot && key.node.as_deref() == Some("cp-2"));
+            let hit = matches!(&e.entry, Entry::Intent { key, .. } if key.op == CommandOp::Reboot && key.node.as_deref() == Some("cp-2"));
             if hit {
                 f2.edit(|s| s.faults.push(Fault::TalosUnavailable { calls: 5 }));
             }
@@ -1408,7 +1428,12 @@ async fn a_node_that_cannot_report_its_next_boot_halts_instead_of_upgrading_twic
     });
     fake.edit(|s| s.nodes.get_mut("w-1").unwrap().reports_next_boot = false);
     let (w, out) = run_with(fake, |f| vec![talos_step(f, "w", &[&["w-1"]], TO, 1)]).await;
-    halted_at(&out, "w-1", "cannot tell whether the upgrade");
+    halted_at(
+        &out,
+        "w-1",
+        HaltCode::OutcomeUnknown,
+        "cannot tell whether the upgrade",
+    );
     assert_eq!(w.state().nodes["w-1"].counters.upgrade, 1);
 }
 
@@ -1493,7 +1518,7 @@ async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
     let w = kube_world(TO, "v1.32.2", "v1.34.1");
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("more than one minor")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::PrecheckFailed && reason.message().contains("more than one minor")),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -1501,7 +1526,7 @@ async fn kubernetes_pre_checks_refuse_two_minors_and_unsupported_talos() {
     let w = kube_world("v1.12.4", "v1.35.0", "v1.36.1");
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("does not support Kubernetes v1.36.1")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::PrecheckFailed && reason.message().contains("does not support Kubernetes v1.36.1")),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -1622,6 +1647,7 @@ async fn kubernetes_a_static_pod_stuck_on_its_old_config_version_halts_before_th
     halted_at(
         &out,
         "cp-1",
+        HaltCode::ComponentNotReady,
         "kube-apiserver on `cp-1` is not at config version 2 (its mirror pod shows 1)",
     );
     let s = w.state();
@@ -1653,6 +1679,7 @@ async fn kubernetes_a_component_already_at_the_target_is_verified_at_the_current
     halted_at(
         &out,
         "cp-1",
+        HaltCode::ComponentNotReady,
         "is not at config version 7 (its mirror pod shows 6)",
     );
     let s = w.state();
@@ -1686,15 +1713,15 @@ fn assert_full(s: &FakeState) {
 #[tokio::test(start_paused = true)]
 async fn resumes_every_dangling_intent_by_observation() {
     let ops = [
-        Op::Snapshot,
-        Op::Pull,
-        Op::Cordon,
-        Op::Drain,
-        Op::Upgrade,
-        Op::Reboot,
-        Op::Uncordon,
-        Op::SetImage,
-        Op::ApplyManifests,
+        CommandOp::Snapshot,
+        CommandOp::Pull,
+        CommandOp::Cordon,
+        CommandOp::Drain,
+        CommandOp::Upgrade,
+        CommandOp::Reboot,
+        CommandOp::Uncordon,
+        CommandOp::SetImage,
+        CommandOp::ApplyManifests,
     ];
     for op in ops {
         // (a) died right after journaling the intent: the call was never made
@@ -1739,10 +1766,10 @@ async fn resumes_every_dangling_intent_by_observation() {
 mod machine_props {
     use super::*;
     use medea::error_chain;
-    use medea::rollout::machine::{
-        self, Action, Command, Needs, Next, ObsError, Observations, Outcome,
-    };
     use medea::rollout::ports::{PortError, SnapshotInfo};
+    use medea::rollout::sequencer::{
+        self, Action, Command, CommandOutcome, Needs, Next, ObsError, Observations,
+    };
     use proptest::prelude::*;
 
     fn obs_err(e: PortError) -> ObsError {
@@ -1790,22 +1817,26 @@ mod machine_props {
         o
     }
 
-    fn fake_op(op: Op) -> &'static str {
+    fn fake_op(op: CommandOp) -> &'static str {
         match op {
-            Op::Snapshot => "etcd-snapshot",
-            Op::Pull => "pull",
-            Op::Cordon => "cordon",
-            Op::Drain => "drain",
-            Op::Upgrade => "upgrade",
-            Op::Reboot => "reboot",
-            Op::Uncordon => "uncordon",
-            Op::SetImage => "apply-configuration",
-            Op::ApplyManifests => "server-side-apply",
+            CommandOp::Snapshot => "etcd-snapshot",
+            CommandOp::Pull => "pull",
+            CommandOp::Cordon => "cordon",
+            CommandOp::Drain => "drain",
+            CommandOp::Upgrade => "upgrade",
+            CommandOp::Reboot => "reboot",
+            CommandOp::Uncordon => "uncordon",
+            CommandOp::SetImage => "apply-configuration",
+            CommandOp::ApplyManifests => "server-side-apply",
         }
     }
 
-    fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -> Outcome {
-        let r: Result<Outcome, PortError> = match &cmd.action {
+    fn execute(
+        fake: &FakeCluster,
+        cmd: &Command,
+        snap: &mut Option<SnapshotInfo>,
+    ) -> CommandOutcome {
+        let r: Result<CommandOutcome, PortError> = match &cmd.action {
             Action::Snapshot { via } => fake.talos_snapshot(via).map(|bytes| {
                 use sha2::Digest;
                 let info = SnapshotInfo {
@@ -1814,16 +1845,18 @@ mod machine_props {
                     sha256: hex::encode(sha2::Sha256::digest(&bytes)),
                 };
                 *snap = Some(info.clone());
-                Outcome::Snapshot { info }
+                CommandOutcome::Snapshot { info }
             }),
             Action::Pull { node, image, .. } => {
-                fake.talos_pull(node, image).map(|()| Outcome::Done)
+                fake.talos_pull(node, image).map(|()| CommandOutcome::Done)
             }
-            Action::Cordon { node } => fake.kube_cordon(node, true).map(|()| Outcome::Done),
-            Action::Uncordon { node } => fake.kube_cordon(node, false).map(|()| Outcome::Done),
+            Action::Cordon { node } => fake.kube_cordon(node, true).map(|()| CommandOutcome::Done),
+            Action::Uncordon { node } => {
+                fake.kube_cordon(node, false).map(|()| CommandOutcome::Done)
+            }
             Action::Drain { node, .. } => fake
                 .kube_drain(node)
-                .map(|result| Outcome::Drain { result }),
+                .map(|result| CommandOutcome::Drain { result }),
             Action::Upgrade {
                 node,
                 image,
@@ -1831,26 +1864,26 @@ mod machine_props {
                 ..
             } => fake
                 .talos_upgrade(node, image, *method)
-                .map(|()| Outcome::Done),
-            Action::Reboot { node, .. } => fake.talos_reboot(node).map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
+            Action::Reboot { node, .. } => fake.talos_reboot(node).map(|()| CommandOutcome::Done),
             Action::SetImage {
                 node,
                 component,
                 image,
             } => fake
                 .talos_set_image(node, *component, image)
-                .map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
             Action::ApplyManifests { via, legacy } => fake
                 .talos_manifests(via)
                 .and_then(|m| fake.kube_apply(&m, *legacy))
-                .map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
         };
         match r {
             Ok(o) => o,
-            Err(e) if e.is_transient() => Outcome::Transient {
+            Err(e) if e.is_transient() => CommandOutcome::Transient {
                 error: error_chain(&e),
             },
-            Err(e) => Outcome::Failed {
+            Err(e) => CommandOutcome::Failed {
                 error: error_chain(&e),
             },
         }
@@ -1967,20 +2000,20 @@ mod machine_props {
         // every cycle of the chaos has at least one clean call, so the world lets it progress
         let mut chaos = chaos.into_iter().chain([7]).cycle();
         for _ in 0..20_000 {
-            let mut o = observe(&fake, &machine::needs(&job, now), &snap);
-            let mut t = machine::step(&job, &o, now);
+            let mut o = observe(&fake, &sequencer::needs(&job, now), &snap);
+            let mut t = sequencer::step(&job, &o, now);
             for _ in 0..16 {
                 if t.missing.is_empty() {
                     break;
                 }
                 o.merge(observe(&fake, &t.missing, &snap));
-                t = machine::step(&job, &o, now);
+                t = sequencer::step(&job, &o, now);
             }
             job = replayed(&job, t.job);
             match t.next {
                 Next::Finished => break,
                 Next::Run(cmd) => {
-                    job = replayed(&job, machine::intend(&job, &cmd, now));
+                    job = replayed(&job, sequencer::intend(&job, &cmd, now));
                     match chaos.next().unwrap() {
                         // crashed right after journaling the intent
                         0 => {}
@@ -1991,7 +2024,7 @@ mod machine_props {
                         // the call took effect, the reply was lost
                         2 => {
                             let node = cmd.key.node.clone().unwrap_or_default();
-                            let node = if cmd.key.op == Op::Snapshot {
+                            let node = if cmd.key.op == CommandOp::Snapshot {
                                 match &cmd.action {
                                     Action::Snapshot { via } => via.node.clone(),
                                     _ => node,
@@ -2006,7 +2039,7 @@ mod machine_props {
                                 })
                             });
                             let out = execute(&fake, &cmd, &mut snap);
-                            job = replayed(&job, machine::complete(&job, &cmd.key, &out, now).0);
+                            job = replayed(&job, sequencer::complete(&job, &cmd.key, &out, now).0);
                             fake.edit(|s| {
                                 s.faults.retain(|f| !matches!(f, Fault::LostReply { .. }))
                             });
@@ -2015,7 +2048,7 @@ mod machine_props {
                         3 => {
                             fake.edit(|s| s.faults.push(Fault::TalosUnavailable { calls: 1 }));
                             let out = execute(&fake, &cmd, &mut snap);
-                            job = replayed(&job, machine::complete(&job, &cmd.key, &out, now).0);
+                            job = replayed(&job, sequencer::complete(&job, &cmd.key, &out, now).0);
                             fake.edit(|s| {
                                 s.faults
                                     .retain(|f| !matches!(f, Fault::TalosUnavailable { .. }))
@@ -2023,7 +2056,7 @@ mod machine_props {
                         }
                         _ => {
                             let out = execute(&fake, &cmd, &mut snap);
-                            job = replayed(&job, machine::complete(&job, &cmd.key, &out, now).0);
+                            job = replayed(&job, sequencer::complete(&job, &cmd.key, &out, now).0);
                         }
                     }
                     check_invariants(&fake.state(), max as usize);
@@ -2187,7 +2220,7 @@ pub mod crash {
                 check(&w, &format!("{var}={n} (never reached)"));
                 // every executor commit is one journal entry after the creation (seq 0)
                 let store = FjallStore::open(&w.store()).unwrap();
-                let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
+                let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
                 assert_eq!(jobs[0].journal_seq, n - 1, "journal points");
                 return n - 1;
             }
@@ -2221,7 +2254,7 @@ pub mod crash {
         }
         assert_eq!(s.snapshots, 1, "{what}: one snapshot");
         let store = FjallStore::open(&w.store()).unwrap();
-        let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
+        let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
         assert_eq!(jobs.len(), 1);
         assert!(
             matches!(jobs[0].state, JobState::Succeeded { .. }),
@@ -2270,7 +2303,7 @@ async fn a_halt_request_is_noticed_while_waiting_for_a_window() {
     .unwrap();
     let out = task.await.unwrap().unwrap();
     assert!(
-        matches!(&out, RunOutcome::Halted { reason, .. } if reason.contains("change freeze")),
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.code() == HaltCode::OperatorRequest && reason.message().contains("change freeze")),
         "{out:?}"
     );
     assert!(w.state().log.is_empty());
@@ -2278,7 +2311,7 @@ async fn a_halt_request_is_noticed_while_waiting_for_a_window() {
 
 struct LostLease;
 
-impl medea::rollout::Fence for LostLease {
+impl medea::rollout::CommitFence for LostLease {
     fn checks(&self) -> Vec<medea::store::Check> {
         vec![medea::store::Check::Equals(
             Table::Meta,
@@ -2315,7 +2348,7 @@ async fn a_fenced_executor_makes_no_call() {
 /// between): the checks still pass at the write, `ensure` refuses afterwards.
 struct TermEndsAfterTheIntent;
 
-impl medea::rollout::Fence for TermEndsAfterTheIntent {
+impl medea::rollout::CommitFence for TermEndsAfterTheIntent {
     fn checks(&self) -> Vec<medea::store::Check> {
         Vec::new()
     }

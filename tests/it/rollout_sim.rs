@@ -1,4 +1,4 @@
-//! The rollout executor through the real adapters (`rollout::adapters`) against the simulator:
+//! The rollout executor through the real adapters (`talos::adapter`, `k8s::adapter`) against the simulator:
 //! the Talos side over gRPC/mTLS, the kube side over HTTPS, exactly as against a real cluster.
 //!
 //! - the adapters' observations (`next_boot` from systemd-boot's `LoaderEntryDefault`, GRUB
@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use medea::inventory::{Machine, MachineRole, ObservedCluster};
+use medea::k8s::adapter::KubeAdapter;
 use medea::k8s::{ClientOptions, DrainOptions};
 use medea::plan::{MachineTarget, Step, TalosRollout};
-use medea::rollout::adapters::{KubeAdapter, TalosAdapter};
 use medea::rollout::executor::{EventState, RolloutEvent};
 use medea::rollout::fake::MemStore;
 use medea::rollout::journal::{Entry, JournalEntry, entries_prefix};
-use medea::rollout::machine::{Job, JobState, Op};
 use medea::rollout::ports::{NextBoot, NodeTarget, TalosPort, UpgradeMethod};
+use medea::rollout::sequencer::{CommandOp, HaltCode, HaltReason, Job, JobState};
 use medea::rollout::{Executor, ExecutorConfig, RunOutcome, SystemClock};
 use medea::sim::kube::{KubeFault, KubeSim, KubeSimConfig, Outage};
 use medea::sim::talos::{
@@ -35,6 +35,7 @@ use medea::sim::talos::{
 };
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, StoreExt};
+use medea::talos::adapter::TalosAdapter;
 use medea::talos::{ClientSettings, RetryPolicy};
 use medea::version::{KubeVersion, TalosVersion};
 
@@ -436,11 +437,18 @@ pub(crate) fn fault(node: &str, on: Trigger, effect: Effect) -> FaultPlan {
     }
 }
 
-pub(crate) fn halted(out: &RunOutcome) -> &str {
+pub(crate) fn halted(out: &RunOutcome) -> &HaltReason {
     match out {
         RunOutcome::Halted { reason, .. } => reason,
         other => panic!("expected a halt, got {other:?}"),
     }
+}
+
+/// The text of a halt whose code is `code`.
+pub(crate) fn halted_with(out: &RunOutcome, code: HaltCode) -> String {
+    let reason = halted(out);
+    assert_eq!(reason.code(), code, "{reason}");
+    reason.to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,7 +461,7 @@ async fn a_node_that_never_returns_halts_at_the_health_timeout() {
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 2))];
     let run = run_for(&sim, dir.path(), steps).await;
     let out = run.go().await;
-    let reason = halted(&out);
+    let reason = halted_with(&out, HaltCode::NodeNotBack);
     assert!(reason.contains("did not come back within 2s"), "{reason}");
     assert_eq!(sim.upgrades("w-1"), 1);
     assert_eq!(sim.upgrades("w-2"), 0, "the next node is not touched");
@@ -469,7 +477,7 @@ async fn a_silent_revert_halts_the_job() {
         .unwrap();
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::NodeReverted);
     assert!(reason.contains("node reverted"), "{reason}");
     assert!(reason.contains(FROM), "{reason}");
     assert_eq!(sim.talos.node_state("w-1").unwrap().running, tv(FROM));
@@ -495,7 +503,7 @@ async fn an_installer_exit_code_halts_without_a_reboot() {
     }
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::UpgradeRefused);
     assert!(reason.contains("exited with code 3"), "{reason}");
     assert!(reason.contains("no space left on device"), "{reason}");
     assert!(reason.contains("failed 2 times"), "{reason}");
@@ -581,7 +589,7 @@ async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
     .await;
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("default/debug-shell"), "{reason}");
     assert!(reason.contains("drain.evictUnmanagedPods"), "{reason}");
     assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
@@ -652,7 +660,7 @@ async fn a_legacy_installer_that_keeps_failing_halts_after_the_bound_with_its_me
     }
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::UpgradeRefused);
     assert!(reason.contains("disk full on /dev/sda"), "{reason}");
     assert!(reason.contains("failed 2 times"), "{reason}");
     let c = sim.talos.counters("w-1").unwrap();
@@ -676,8 +684,12 @@ async fn a_legacy_installer_that_keeps_failing_halts_after_the_bound_with_its_me
         journal
             .iter()
             .filter_map(|e| match e {
-                Entry::Intent { key, .. } if intent && key.op == Op::Upgrade => Some(key.attempt),
-                Entry::Result { key, .. } if !intent && key.op == Op::Upgrade => Some(key.attempt),
+                Entry::Intent { key, .. } if intent && key.op == CommandOp::Upgrade => {
+                    Some(key.attempt)
+                }
+                Entry::Result { key, .. } if !intent && key.op == CommandOp::Upgrade => {
+                    Some(key.attempt)
+                }
                 _ => None,
             })
             .collect()
@@ -714,7 +726,7 @@ async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing(
     });
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (2, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::DrainBlocked);
     assert!(reason.contains("drain of `w-1` timed out"), "{reason}");
     assert!(reason.contains("default/web-pdb"), "{reason}");
     let c = sim.kube.counters();
@@ -744,7 +756,7 @@ async fn a_broken_etcd_snapshot_touches_no_control_plane_node() {
         (60, 60),
     )];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("snapshot"), "{reason}");
     assert_eq!(sim.snapshots(), 1, "the snapshot was attempted once");
     for cp in ["cp-1", "cp-2", "cp-3"] {
@@ -829,7 +841,7 @@ async fn the_kube_apiserver_away_during_a_control_plane_reboot_is_waited_out() {
         loop {
             let ev: RolloutEvent = events.recv().await.unwrap();
             let rebooted = ev.node.as_deref() == Some("cp-2")
-                && ev.op == Some(Op::Reboot)
+                && ev.op == Some(CommandOp::Reboot)
                 && matches!(ev.state, EventState::Done);
             if rebooted {
                 // the apiserver goes away with the control-plane node, for longer than the
@@ -866,7 +878,7 @@ async fn a_refused_upgrade_on_a_node_that_cannot_tell_its_next_boot_halts_instea
         .unwrap();
     let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
-    let reason = halted(&run.go().await).to_string();
+    let reason = halted_with(&run.go().await, HaltCode::OutcomeUnknown);
     assert!(
         reason.contains("cannot tell whether the upgrade of `w-1` ran"),
         "{reason}"
@@ -1023,7 +1035,7 @@ impl SimWorld {
 
     fn job(&self) -> Job {
         let store = FjallStore::open(&self.store()).unwrap();
-        let jobs = medea::rollout::journal::load_jobs(&store).unwrap();
+        let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
         assert_eq!(jobs.len(), 1);
         jobs.into_iter().next().unwrap()
     }
@@ -1197,7 +1209,9 @@ fn killed_at_journal_points_the_simulated_rollout_completes_exactly_once() {
     for e in journal.iter().filter(|e| e.seq >= 1) {
         runs.push(("MEDEA_CRASH_AT", e.seq));
         match &e.entry {
-            Entry::Intent { key, .. } if matches!(key.op, Op::Upgrade | Op::Reboot) => {
+            Entry::Intent { key, .. }
+                if matches!(key.op, CommandOp::Upgrade | CommandOp::Reboot) =>
+            {
                 critical += 1
             }
             Entry::Result { .. } => runs.push(("MEDEA_CRASH_BEFORE", e.seq)),
@@ -1236,10 +1250,10 @@ fn a_crash_around_the_upgrade_of_a_node_that_cannot_tell_halts_with_at_most_one_
             .iter()
             .find(|e| match &e.entry {
                 Entry::Intent { key, .. } if want_intent => {
-                    key.op == Op::Upgrade && key.node.as_deref() == Some("w-3")
+                    key.op == CommandOp::Upgrade && key.node.as_deref() == Some("w-3")
                 }
                 Entry::Result { key, .. } if !want_intent => {
-                    key.op == Op::Upgrade && key.node.as_deref() == Some("w-3")
+                    key.op == CommandOp::Upgrade && key.node.as_deref() == Some("w-3")
                 }
                 _ => false,
             })
@@ -1263,8 +1277,15 @@ fn a_crash_around_the_upgrade_of_a_node_that_cannot_tell_halts_with_at_most_one_
         let JobState::Halted { reason, node, .. } = &job.state else {
             panic!("{var}={n}: expected a halt, got {:?}", job.state);
         };
+        assert_eq!(
+            reason.code(),
+            HaltCode::OutcomeUnknown,
+            "{var}={n}: {reason}"
+        );
         assert!(
-            reason.contains("cannot tell whether the upgrade of `w-3` ran"),
+            reason
+                .message()
+                .contains("cannot tell whether the upgrade of `w-3` ran"),
             "{var}={n}: {reason}"
         );
         assert_eq!(node.as_deref(), Some("w-3"));

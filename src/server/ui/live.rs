@@ -21,9 +21,10 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::Ui;
 use super::pages::{live_section, timeline_entry};
+use crate::ops::jobs::load_job;
 use crate::rollout::executor::{EventState, RolloutEvent};
-use crate::rollout::journal::{JournalEntry, entry_key, load_job};
-use crate::rollout::machine::JobId;
+use crate::rollout::journal::{JournalEntry, entry_key};
+use crate::rollout::sequencer::JobId;
 use crate::store::StoreExt as _;
 
 /// At most this many missed entries are replayed on a reconnect (the page's timeline shows
@@ -171,7 +172,7 @@ fn read(
     store: &dyn crate::store::Store,
     job: &JobId,
     after: u64,
-) -> Result<(Option<crate::rollout::machine::Job>, Vec<JournalEntry>), crate::store::StoreError> {
+) -> Result<(Option<crate::rollout::sequencer::Job>, Vec<JournalEntry>), crate::store::StoreError> {
     let current = load_job(store, job)?;
     let Some(j) = &current else {
         return Ok((None, Vec::new()));

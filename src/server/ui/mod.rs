@@ -332,7 +332,7 @@ async fn halt(
             Some(&s),
         );
     }
-    let Some(id) = crate::rollout::machine::JobId::parse(&job) else {
+    let Some(id) = crate::rollout::sequencer::JobId::parse(&job) else {
         return pages::message(
             StatusCode::BAD_REQUEST,
             "No such job",

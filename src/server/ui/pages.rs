@@ -16,7 +16,9 @@ use crate::api::pb;
 use crate::api::pb::medea_server::Medea as _;
 use crate::plan::render::APPROVAL_NAMESPACE;
 use crate::rollout::journal::{Entry, JournalEntry};
-use crate::rollout::machine::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
+use crate::rollout::sequencer::{
+    Job, JobState, KubeTasks, NodePhase, StepKind, StepState, TaskState,
+};
 
 /// How many journal entries a rollout page shows (the newest).
 const TIMELINE_ENTRIES: usize = 200;
@@ -333,7 +335,7 @@ fn activity(p: NodePhase) -> &'static str {
 fn job_state(job: &Job) -> (&'static str, Option<&str>) {
     match &job.state {
         JobState::Running => ("running", None),
-        JobState::Halted { reason, .. } => ("halted", Some(reason.as_str())),
+        JobState::Halted { reason, .. } => ("halted", Some(reason.message())),
         JobState::Succeeded { .. } => ("succeeded", None),
     }
 }
@@ -393,8 +395,8 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
                 StepKind::Kubernetes(k) => {
                     h3 { "Step " (i + 1) "/" (steps) ": Kubernetes " (k.rollout.from) " → " (k.rollout.to) " " span.badge.(sstate) { (sstate) } }
                     @match &k.tasks {
-                        None => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking(k.since)) } },
-                        Some(tasks) => table.grid {
+                        KubeTasks::Unchecked => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking(k.since)) } },
+                        KubeTasks::Planned(tasks) => table.grid {
                             thead { tr { th { "node" } th { "task" } th { "state" } } }
                             tbody {
                                 @for t in tasks {
@@ -416,8 +418,8 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
 
 /// A Talos step's nodes by wave, in plan order.
 fn waves_of(
-    t: &crate::rollout::machine::TalosStep,
-) -> BTreeMap<usize, Vec<&crate::rollout::machine::NodeProgress>> {
+    t: &crate::rollout::sequencer::TalosStep,
+) -> BTreeMap<usize, Vec<&crate::rollout::sequencer::NodeProgress>> {
     let mut waves: BTreeMap<usize, Vec<_>> = BTreeMap::new();
     for n in &t.nodes {
         waves.entry(n.wave).or_default().push(n.as_ref());
@@ -454,14 +456,14 @@ pub fn timeline_entry(e: &JournalEntry) -> Markup {
     }
 }
 
-fn outcome_text(o: &crate::rollout::machine::Outcome) -> String {
-    use crate::rollout::machine::Outcome;
+fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
+    use crate::rollout::sequencer::CommandOutcome;
     match o {
-        Outcome::Done => "done".into(),
-        Outcome::Failed { error } => format!("failed: {error}"),
-        Outcome::Transient { error } => format!("unknown outcome: {error}"),
-        Outcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
-        Outcome::Drain { result } => match result {
+        CommandOutcome::Done => "done".into(),
+        CommandOutcome::Failed { error } => format!("failed: {error}"),
+        CommandOutcome::Transient { error } => format!("unknown outcome: {error}"),
+        CommandOutcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
+        CommandOutcome::Drain { result } => match result {
             crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
             crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {
                 format!("blocked: pod {pod} (PodDisruptionBudget {pdb})")
@@ -486,8 +488,8 @@ pub fn journal_tail(
 }
 
 fn load_job(ui: &Ui, job: &str) -> Result<Option<Job>, crate::store::StoreError> {
-    match crate::rollout::machine::JobId::parse(job) {
-        Some(id) => crate::rollout::journal::load_job(ui.shared.store.as_ref(), &id),
+    match crate::rollout::sequencer::JobId::parse(job) {
+        Some(id) => crate::ops::jobs::load_job(ui.shared.store.as_ref(), &id),
         None => Ok(None),
     }
 }

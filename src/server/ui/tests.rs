@@ -11,7 +11,7 @@ use tower::ServiceExt as _;
 
 use super::*;
 use crate::rollout::journal::{Entry, JournalEntry, entry_key, job_key};
-use crate::rollout::machine::{Job, JobId, JobState};
+use crate::rollout::sequencer::{Job, JobId, JobState};
 use crate::store::{Store, Txn};
 
 const TOKEN: &str = "the-api-token-0123456789";

@@ -1,38 +1,20 @@
-//! The adapters between the executor's ports and the real clients: [`TalosAdapter`] implements
-//! [`TalosPort`](super::ports::TalosPort) over [`crate::talos::TalosClient`] (gRPC, mTLS) and
-//! [`KubeAdapter`] implements [`KubePort`](super::ports::KubePort) over
-//! [`crate::k8s::KubeClient`] (kube-rs). This is the one part of `rollout` that depends on
-//! `talos` and `k8s`; the machine and the executor only see the ports.
+//! The rollout ports of one cluster, built from the daemon's credentials layout
+//! (`<creds-dir>/<cluster>/{talosconfig,kubeconfig}`): [`TalosAdapter`] (the Talos port over
+//! [`crate::talos::TalosClient`], in `talos::adapter`) and [`KubeAdapter`] (the Kubernetes port
+//! over [`crate::k8s::KubeClient`], in `k8s::adapter`).
 //!
-//! What they add to the clients:
-//! - **error classes**: every client error becomes [`PortError::Transient`] (worth waiting out:
-//!   `UNAVAILABLE`, timeouts, the apiserver away, and every mutating call whose outcome is open,
-//!   `TalosError::Indeterminate`) or [`PortError::Failed`] (halt). A transient reply to a
-//!   mutating command leaves the command in flight; the executor resolves it by observing the
-//!   node before anything is called again (`design/rollout.md`, "At most once").
-//! - **`next_boot`**: what a node boots next, read from systemd-boot's `LoaderEntryDefault`
-//!   EFI variable through `MachineService.Read` ([`talos::next_boot_from_efivar`]); nodes that
-//!   cannot tell (GRUB, no efivarfs, no permission) report `NextBoot::Unknown`.
-//! - **metrics**: every Talos and Kubernetes call is timed into
-//!   [`crate::metrics::observe_call`] (`api` = `talos` / `kubernetes`).
-//!
-//! Credentials follow the daemon's layout, `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`
-//! ([`cluster_creds_dir`]). Their contents are never logged.
+//! The adapters themselves live at the edge with their clients; what they add to them (error
+//! classes, `next_boot`, call metrics) is documented there. This module only knows where a
+//! cluster's credentials are ([`cluster_creds_dir`]) and how to build both adapters for it
+//! ([`TalosAdapter::from_creds`], [`KubeAdapter::from_creds`], [`paced`]). Credentials are
+//! never logged.
 
-mod kube;
-mod machine_config;
-mod talos;
-
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-pub use self::kube::KubeAdapter;
-pub use self::machine_config::{check_only_image_changed, set_component_image_in};
-pub use self::talos::{
-    LOADER_ENTRY_DEFAULT, TALOSCONFIG_FILE, TalosAdapter, component_args_of, component_images_of,
-    next_boot_from_efivar,
-};
+pub use crate::k8s::adapter::KubeAdapter;
+use crate::k8s::{self, ClientOptions, KubeClient};
+pub use crate::talos::adapter::{TALOSCONFIG_FILE, TalosAdapter};
+use crate::talos::{ClientSettings, TalosClient};
 
 /// Why an adapter could not be built for a cluster.
 #[derive(Debug, thiserror::Error)]
@@ -136,16 +118,55 @@ pub fn cluster_creds_dir(creds_dir: &Path, cluster: &str) -> Result<PathBuf, Ada
     Ok(creds_dir.join(cluster))
 }
 
-/// Run one client call and record its latency and success.
-async fn timed<T, E>(
-    api: &'static str,
-    method: &'static str,
-    call: impl Future<Output = Result<T, E>>,
-) -> Result<T, E> {
-    let start = Instant::now();
-    let r = call.await;
-    crate::metrics::observe_call(api, method, start.elapsed(), r.is_ok());
-    r
+impl TalosAdapter {
+    /// The adapter for `cluster`, from `<creds_dir>/<cluster>/talosconfig` (its current
+    /// context), with the client's default timeouts and retries. Must run inside a tokio
+    /// runtime; no connection is made until the first call.
+    pub fn from_creds(creds_dir: &Path, cluster: &str) -> Result<TalosAdapter, AdapterError> {
+        TalosAdapter::from_creds_with(creds_dir, cluster, ClientSettings::default())
+    }
+
+    /// [`Self::from_creds`] with explicit client settings.
+    pub fn from_creds_with(
+        creds_dir: &Path,
+        cluster: &str,
+        settings: ClientSettings,
+    ) -> Result<TalosAdapter, AdapterError> {
+        let path = cluster_creds_dir(creds_dir, cluster)?.join(TALOSCONFIG_FILE);
+        let (client, _ctx) =
+            TalosClient::from_talosconfig(&path, None, settings).map_err(|err| {
+                AdapterError::Talos {
+                    cluster: cluster.to_string(),
+                    path: path.clone(),
+                    err: Box::new(err),
+                }
+            })?;
+        Ok(TalosAdapter::new(client))
+    }
+}
+
+impl KubeAdapter {
+    /// The adapter for `cluster`, from `<creds_dir>/<cluster>/kubeconfig` (its current context).
+    pub async fn from_creds(creds_dir: &Path, cluster: &str) -> Result<KubeAdapter, AdapterError> {
+        KubeAdapter::from_creds_with(creds_dir, cluster, ClientOptions::default()).await
+    }
+
+    /// [`Self::from_creds`] with explicit client options (retries).
+    pub async fn from_creds_with(
+        creds_dir: &Path,
+        cluster: &str,
+        options: ClientOptions,
+    ) -> Result<KubeAdapter, AdapterError> {
+        let dir = cluster_creds_dir(creds_dir, cluster)?;
+        let client = KubeClient::from_creds_dir(&dir, options)
+            .await
+            .map_err(|err| AdapterError::Kube {
+                cluster: cluster.to_string(),
+                path: k8s::kubeconfig::path_in(&dir),
+                err: Box::new(err),
+            })?;
+        Ok(KubeAdapter::new(client))
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
-use super::talos::{MachineConfigError, expected_docs, image_location, parse_docs};
+use super::{MachineConfigError, expected_docs, image_location, parse_docs};
 use crate::desired::edit;
 use crate::desired::parse::{DocText, split_documents};
 use crate::rollout::ports::Component;

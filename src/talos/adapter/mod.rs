@@ -10,17 +10,18 @@ use std::path::Path;
 use prost::Message as _;
 use tonic::Code;
 
-use super::machine_config::{check_only_image_changed, set_component_image_in};
-use super::{AdapterError, cluster_creds_dir, timed};
+mod machine_config;
+
+pub use self::machine_config::{check_only_image_changed, set_component_image_in};
 use crate::error_chain;
+use crate::metrics::timed;
 use crate::rollout::ports::{
     Component, ComponentArgs, ComponentImages, Detail, EtcdHealth, EtcdMember, ImageNamespace,
     MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo, TalosNode, TalosPort,
     UpgradeMethod,
 };
 use crate::talos::{
-    self, ApplyOptions, ClientSettings, ImageRef, MachineConfig, PullNamespace, TalosApi,
-    TalosClient, TalosError,
+    self, ApplyOptions, ImageRef, MachineConfig, PullNamespace, TalosApi, TalosClient, TalosError,
 };
 use crate::version::TalosVersion;
 
@@ -87,31 +88,6 @@ fn at(line: Option<u64>, column: Option<u64>) -> String {
 impl TalosAdapter {
     pub fn new(client: TalosClient) -> TalosAdapter {
         TalosAdapter { client }
-    }
-
-    /// The adapter for `cluster`, from `<creds_dir>/<cluster>/talosconfig` (its current
-    /// context), with the client's default timeouts and retries. Must run inside a tokio
-    /// runtime; no connection is made until the first call.
-    pub fn from_creds(creds_dir: &Path, cluster: &str) -> Result<TalosAdapter, AdapterError> {
-        TalosAdapter::from_creds_with(creds_dir, cluster, ClientSettings::default())
-    }
-
-    /// [`Self::from_creds`] with explicit client settings.
-    pub fn from_creds_with(
-        creds_dir: &Path,
-        cluster: &str,
-        settings: ClientSettings,
-    ) -> Result<TalosAdapter, AdapterError> {
-        let path = cluster_creds_dir(creds_dir, cluster)?.join(TALOSCONFIG_FILE);
-        let (client, _ctx) =
-            TalosClient::from_talosconfig(&path, None, settings).map_err(|err| {
-                AdapterError::Talos {
-                    cluster: cluster.to_string(),
-                    path: path.clone(),
-                    err: Box::new(err),
-                }
-            })?;
-        Ok(TalosAdapter { client })
     }
 
     pub fn client(&self) -> &TalosClient {

@@ -5,14 +5,13 @@
 //! [`DrainOutcome::Blocked`], which the machine turns into a halt once the pool's drain timeout
 //! has passed.
 
-use std::path::Path;
 use std::time::Duration;
 
-use super::{AdapterError, cluster_creds_dir, timed};
 use crate::k8s::{
-    self, ClientOptions, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient,
-    LocalStoragePolicy, UnmanagedPolicy,
+    self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient, LocalStoragePolicy,
+    UnmanagedPolicy,
 };
+use crate::metrics::timed;
 use crate::plan::DrainPolicy;
 use crate::rollout::ports::{
     Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod,
@@ -60,28 +59,6 @@ impl KubeAdapter {
     pub fn with_drain_policy(mut self, options: DrainOptions) -> KubeAdapter {
         self.drain = options;
         self
-    }
-
-    /// The adapter for `cluster`, from `<creds_dir>/<cluster>/kubeconfig` (its current context).
-    pub async fn from_creds(creds_dir: &Path, cluster: &str) -> Result<KubeAdapter, AdapterError> {
-        KubeAdapter::from_creds_with(creds_dir, cluster, ClientOptions::default()).await
-    }
-
-    /// [`Self::from_creds`] with explicit client options (retries).
-    pub async fn from_creds_with(
-        creds_dir: &Path,
-        cluster: &str,
-        options: ClientOptions,
-    ) -> Result<KubeAdapter, AdapterError> {
-        let dir = cluster_creds_dir(creds_dir, cluster)?;
-        let client = KubeClient::from_creds_dir(&dir, options)
-            .await
-            .map_err(|err| AdapterError::Kube {
-                cluster: cluster.to_string(),
-                path: k8s::kubeconfig::path_in(&dir),
-                err: Box::new(err),
-            })?;
-        Ok(KubeAdapter::new(client))
     }
 
     pub fn client(&self) -> &KubeClient {

@@ -1,6 +1,6 @@
 //! The executor: runs jobs through the ports, journaling every step.
 //!
-//! Per iteration: check for a halt request; [`machine::step`] on fresh observations; for a
+//! Per iteration: check for a halt request; [`sequencer::step`] on fresh observations; for a
 //! command, re-check the gates (global `--rollouts`, the cluster's `rolloutsEnabled`, halt),
 //! journal the intent durably, call the port, journal the outcome durably; otherwise persist
 //! whatever changed and sleep (poll interval, exponential backoff after transient failures, or
@@ -18,241 +18,19 @@ use tokio::sync::broadcast;
 
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
-use super::machine::{
-    self, Action, Command, Job, JobId, JobState, Needs, Next, ObsError, Observations, Op, Outcome,
-    PollWhy, Transition,
-};
 use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
+use super::sequencer::{
+    self, Action, Command, CommandOp, CommandOutcome, HaltCode, HaltReason, Job, JobId, JobState,
+    Needs, Next, ObsError, Observations, PollWhy, Transition,
+};
 use crate::error_chain;
 use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
 
-/// Wall-clock time for the executor (the machine gets it as an argument).
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Timestamp;
-}
+mod config;
+mod events;
 
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
-
-/// Wall time that advances with tokio's clock: `base` plus the tokio time elapsed since
-/// creation. Under `tokio::time::pause()` it moves exactly as far as the executor sleeps.
-#[derive(Debug, Clone)]
-pub struct TokioClock {
-    base: Timestamp,
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    pub fn starting_at(base: Timestamp) -> TokioClock {
-        TokioClock {
-            base,
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> Timestamp {
-        self.base
-            .checked_add(self.start.elapsed())
-            .unwrap_or(Timestamp::MAX)
-    }
-}
-
-/// Extra preconditions on every executor transaction (the HA leader lease).
-pub trait Fence: Send + Sync {
-    fn checks(&self) -> Vec<Check>;
-    /// Called right before each mutating call, with the checks its intent was journaled
-    /// under: do they still hold here and now? A replica whose term ended (lease expired,
-    /// even while the process was stopped) must not act on an intent of that term, since a
-    /// new leader may already have resumed it. Nothing that can wait runs between this and
-    /// the call.
-    fn ensure(&self, _intent_checks: &[Check]) -> Result<(), StoreError> {
-        Ok(())
-    }
-}
-
-/// No fencing: a single medea owns the store (fjall's lock file guarantees it).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoFence;
-
-impl Fence for NoFence {
-    fn checks(&self) -> Vec<Check> {
-        Vec::new()
-    }
-}
-
-/// Test hook for the crash harness: abort the process right before or right after the N-th
-/// store commit of this executor (1-based), or of the first commit of a named journal entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CrashPoints {
-    pub before: Option<u64>,
-    pub after: Option<u64>,
-    /// The first commit of this entry ([`entry_point`], e.g. `intent:upgrade:cp-2`).
-    pub before_entry: Option<String>,
-    pub after_entry: Option<String>,
-    /// Freeze the process (SIGSTOP to itself) right after the first commit of this entry, as a
-    /// VM stall would: the HA tests resume it with SIGCONT after a failover.
-    pub stop_after_entry: Option<String>,
-}
-
-impl CrashPoints {
-    /// `MEDEA_CRASH_AT=N` (or `MEDEA_CRASH_AFTER=N`): abort right after commit N;
-    /// `MEDEA_CRASH_BEFORE=N`: abort right before commit N (after the call it records). Instead
-    /// of N, an entry name: `intent:<op>:<node>`, `result:<op>:<node>` (`<op>` as in
-    /// `Op::name`, e.g. `upgrade`, `reboot`, `drain`). `MEDEA_STOP_AT=<entry>`: SIGSTOP itself
-    /// right after that entry's commit.
-    pub fn from_env() -> CrashPoints {
-        let raw = |k: &str| {
-            std::env::var(k)
-                .ok()
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let at = raw("MEDEA_CRASH_AT").or_else(|| raw("MEDEA_CRASH_AFTER"));
-        let before = raw("MEDEA_CRASH_BEFORE");
-        let number = |v: &Option<String>| v.as_deref().and_then(|v| v.parse().ok());
-        let entry = |v: &Option<String>| v.clone().filter(|v| v.parse::<u64>().is_err());
-        CrashPoints {
-            before: number(&before),
-            after: number(&at),
-            before_entry: entry(&before),
-            after_entry: entry(&at),
-            stop_after_entry: raw("MEDEA_STOP_AT"),
-        }
-    }
-}
-
-/// The name of a journal entry for [`CrashPoints`]: `intent:<op>:<node>`,
-/// `result:<op>:<node>` (`-` for a command without a node), or the entry kind.
-pub fn entry_point(entry: &Entry) -> String {
-    match entry {
-        Entry::Intent { key, .. } | Entry::Result { key, .. } => format!(
-            "{}:{}:{}",
-            entry.name(),
-            key.op.name(),
-            key.node.as_deref().unwrap_or("-")
-        ),
-        other => other.name().to_string(),
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ExecutorConfig {
-    /// The server's global `--rollouts` switch.
-    pub rollouts: bool,
-    /// Where etcd snapshots are saved (`<dir>/<job>.db`), created 0700.
-    pub snapshot_dir: PathBuf,
-    /// Interval between observations while something is in progress.
-    pub poll: Duration,
-    /// Backoff after transient failures: from `backoff_min`, doubling, capped at `backoff_max`.
-    pub backoff_min: Duration,
-    pub backoff_max: Duration,
-    /// Longest single sleep, so halt requests are noticed while waiting for a window.
-    pub max_sleep: Duration,
-    pub crash: CrashPoints,
-}
-
-impl ExecutorConfig {
-    pub fn new(rollouts: bool, snapshot_dir: PathBuf) -> ExecutorConfig {
-        ExecutorConfig {
-            rollouts,
-            snapshot_dir,
-            poll: Duration::from_secs(5),
-            backoff_min: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(60),
-            max_sleep: Duration::from_secs(30),
-            crash: CrashPoints::default(),
-        }
-    }
-}
-
-/// A gate that keeps a job from making its next mutating command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "gate")]
-pub enum Gate {
-    GlobalRollouts,
-    ClusterDisabled { cluster: String },
-}
-
-impl std::fmt::Display for Gate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Gate::GlobalRollouts => f.write_str("rollouts are off on this server (`--rollouts`)"),
-            Gate::ClusterDisabled { cluster } => {
-                write!(f, "cluster `{cluster}` has rollouts disabled")
-            }
-        }
-    }
-}
-
-/// How a [`Executor::run`] ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunOutcome {
-    Succeeded,
-    Halted {
-        reason: String,
-        step: Option<usize>,
-        node: Option<String>,
-    },
-    /// A gate is closed: the job is still running and continues when it opens (run it again).
-    Paused {
-        gate: Gate,
-    },
-}
-
-/// A step event for the watch API and metrics.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RolloutEvent {
-    pub job: JobId,
-    pub cluster: String,
-    /// Index of the plan step.
-    pub step: Option<usize>,
-    pub pool: Option<String>,
-    pub node: Option<String>,
-    pub op: Option<Op>,
-    pub state: EventState,
-    /// How many steps the job has (for "step 1/3").
-    pub steps: usize,
-    /// The image a pull, upgrade or image change is about.
-    pub image: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "state")]
-pub enum EventState {
-    /// Journaled, about to be called.
-    Intended {
-        attempt: u32,
-    },
-    Done,
-    /// The call came back transient; its effect will be observed.
-    Unknown {
-        error: String,
-    },
-    /// Something advanced on observations alone.
-    Progress {
-        note: String,
-    },
-    Waiting {
-        reason: String,
-    },
-    Paused {
-        gate: Gate,
-    },
-    Halted {
-        reason: String,
-    },
-    Succeeded,
-}
+pub use config::*;
+pub use events::*;
 
 pub struct Executor<T, K, C = SystemClock> {
     store: Arc<dyn Store>,
@@ -260,7 +38,7 @@ pub struct Executor<T, K, C = SystemClock> {
     kube: K,
     clock: C,
     cfg: ExecutorConfig,
-    fence: Arc<dyn Fence>,
+    fence: Arc<dyn CommitFence>,
     events: broadcast::Sender<RolloutEvent>,
     commits: AtomicU64,
     /// Cluster record bytes → its `rolloutsEnabled`, see [`Executor::closed_gate`].
@@ -271,7 +49,7 @@ pub struct Executor<T, K, C = SystemClock> {
 /// Kubernetes step's health timeout.
 fn manifests_wait(job: &Job, step: usize) -> Duration {
     match job.steps.get(step).map(|s| &s.kind) {
-        Some(crate::rollout::machine::StepKind::Kubernetes(k)) => k.rollout.health_timeout,
+        Some(crate::rollout::sequencer::StepKind::Kubernetes(k)) => k.rollout.health_timeout,
         _ => Duration::from_secs(5 * 60),
     }
 }
@@ -312,7 +90,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         }
     }
 
-    pub fn with_fence(mut self, fence: Arc<dyn Fence>) -> Self {
+    pub fn with_fence(mut self, fence: Arc<dyn CommitFence>) -> Self {
         self.fence = fence;
         self
     }
@@ -336,7 +114,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
 
     /// Jobs that are not terminal, by id.
     pub fn running_jobs(&self) -> Result<Vec<Job>, RolloutError> {
-        let jobs = journal::load_jobs(self.store.as_ref()).map_err(|err| RolloutError::Store {
+        let jobs = read_jobs(self.store.as_ref()).map_err(|err| RolloutError::Store {
             job: "*".into(),
             err,
         })?;
@@ -377,7 +155,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     }
 
     fn load(&self, id: &JobId) -> Result<Job, RolloutError> {
-        journal::load_job(self.store.as_ref(), id)
+        read_job(self.store.as_ref(), id)
             .map_err(store_err(id))?
             .ok_or_else(|| RolloutError::UnknownJob {
                 job: id.to_string(),
@@ -446,7 +224,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                     let outcome;
                     (job, outcome) = self.run_command(&job, t, cmd).await?;
                     match outcome {
-                        Outcome::Transient { .. } => {
+                        CommandOutcome::Transient { .. } => {
                             transient += 1;
                             self.sleep(self.backoff(transient)).await;
                         }
@@ -503,9 +281,9 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         job: &Job,
         t: Transition,
         cmd: Command,
-    ) -> Result<(Job, Outcome), RolloutError> {
+    ) -> Result<(Job, CommandOutcome), RolloutError> {
         let now = self.clock.now();
-        let intended = machine::intend(&t.job, &cmd, now);
+        let intended = sequencer::intend(&t.job, &cmd, now);
         let (job, checks) = self.persist_fenced(
             job,
             &intended,
@@ -533,7 +311,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             });
         }
         let outcome = self.execute(&job, &cmd).await;
-        let (next, notes) = machine::complete(&job, &cmd.key, &outcome, self.clock.now());
+        let (next, notes) = sequencer::complete(&job, &cmd.key, &outcome, self.clock.now());
         let job = self.persist(
             &job,
             &next,
@@ -544,7 +322,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             notes,
         )?;
         let state = match &outcome {
-            Outcome::Transient { error } => EventState::Unknown {
+            CommandOutcome::Transient { error } => EventState::Unknown {
                 error: error.clone(),
             },
             _ => match &job.state {
@@ -570,16 +348,19 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     }
 
     fn honour_halt(&self, job: &Job, h: HaltRequest) -> Result<Job, RolloutError> {
-        let reason = match &h.reason {
-            Some(r) => format!("halted by {}: {r}", h.by),
-            None => format!("halted by {}", h.by),
-        };
-        let next = machine::halt(job, reason.clone(), self.clock.now());
+        let reason = HaltReason::new(
+            HaltCode::OperatorRequest,
+            match &h.reason {
+                Some(r) => format!("halted by {}: {r}", h.by),
+                None => format!("halted by {}", h.by),
+            },
+        );
+        let next = sequencer::halt(job, reason.clone(), self.clock.now());
         let next = self.persist(
             job,
             &next,
             Entry::HaltRequested { by: h.by.clone() },
-            vec![reason],
+            vec![reason.to_string()],
         )?;
         self.emit_terminal(&next);
         Ok(next)
@@ -588,14 +369,14 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     /// Observe what the machine asks for, round after round, until it has all it wants.
     async fn decide(&self, job: &Job, now: Timestamp) -> Transition {
         let mut obs = Observations::default();
-        let mut t = machine::step(job, &obs, now);
+        let mut t = sequencer::step(job, &obs, now);
         for _ in 0..16 {
             if t.missing.is_empty() {
                 break;
             }
             let more = self.observe(job, &t.missing).await;
             obs.merge(more);
-            t = machine::step(job, &obs, now);
+            t = sequencer::step(job, &obs, now);
         }
         t
     }
@@ -666,13 +447,13 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         self.cfg.snapshot_dir.join(format!("{}.db", job.id))
     }
 
-    async fn execute(&self, job: &Job, cmd: &Command) -> Outcome {
-        let r: Result<Outcome, PortError> = match &cmd.action {
+    async fn execute(&self, job: &Job, cmd: &Command) -> CommandOutcome {
+        let r: Result<CommandOutcome, PortError> = match &cmd.action {
             Action::Snapshot { via } => self
                 .talos
                 .etcd_snapshot(via, &self.snapshot_path(job))
                 .await
-                .map(|info| Outcome::Snapshot { info }),
+                .map(|info| CommandOutcome::Snapshot { info }),
             Action::Pull {
                 node,
                 image,
@@ -681,8 +462,8 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .talos
                 .pull_image(node, image, *namespace)
                 .await
-                .map(|()| Outcome::Done),
-            Action::Cordon { node } => self.kube.cordon(node).await.map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
+            Action::Cordon { node } => self.kube.cordon(node).await.map(|()| CommandOutcome::Done),
             Action::Drain {
                 node,
                 timeout_secs,
@@ -691,7 +472,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .kube
                 .drain(node, Duration::from_secs(*timeout_secs), policy)
                 .await
-                .map(|result| Outcome::Drain { result }),
+                .map(|result| CommandOutcome::Drain { result }),
             Action::Upgrade {
                 node,
                 image,
@@ -701,9 +482,15 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .talos
                 .upgrade(node, image, *method)
                 .await
-                .map(|()| Outcome::Done),
-            Action::Reboot { node, .. } => self.talos.reboot(node).await.map(|()| Outcome::Done),
-            Action::Uncordon { node } => self.kube.uncordon(node).await.map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
+            Action::Reboot { node, .. } => {
+                self.talos.reboot(node).await.map(|()| CommandOutcome::Done)
+            }
+            Action::Uncordon { node } => self
+                .kube
+                .uncordon(node)
+                .await
+                .map(|()| CommandOutcome::Done),
             Action::SetImage {
                 node,
                 component,
@@ -712,24 +499,24 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 .talos
                 .set_component_image(node, *component, image)
                 .await
-                .map(|()| Outcome::Done),
+                .map(|()| CommandOutcome::Done),
             Action::ApplyManifests { via, legacy } => {
                 match self.talos.bootstrap_manifests(via).await {
                     Ok(m) => self
                         .kube
                         .apply_manifests(&m, *legacy, manifests_wait(job, cmd.key.step))
                         .await
-                        .map(|()| Outcome::Done),
+                        .map(|()| CommandOutcome::Done),
                     Err(e) => Err(e),
                 }
             }
         };
         match r {
             Ok(o) => o,
-            Err(e) if e.is_transient() => Outcome::Transient {
+            Err(e) if e.is_transient() => CommandOutcome::Transient {
                 error: error_chain(&e),
             },
-            Err(e) => Outcome::Failed {
+            Err(e) => CommandOutcome::Failed {
                 error: error_chain(&e),
             },
         }
@@ -874,7 +661,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
     fn emit(&self, job: &Job, cmd: Option<&Command>, state: EventState) {
         let step = cmd
             .map(|c| c.key.step)
-            .or_else(|| machine::current_step(job));
+            .or_else(|| sequencer::current_step(job));
         let _ = self.events.send(RolloutEvent {
             job: job.id.clone(),
             cluster: job.cluster.clone(),
@@ -932,6 +719,26 @@ async fn snapshot_on_disk(path: &std::path::Path) -> std::io::Result<Option<Snap
     }
 }
 
+/// The executor's own reads of jobs: the checkpoint with the journal folded in
+/// ([`journal::replay`]). `ops::jobs` reads them the same way for everyone else.
+fn read_job(store: &dyn Store, id: &JobId) -> Result<Option<Job>, StoreError> {
+    let Some(mut job) = store.get_record::<Job>(&journal::job_key(id))? else {
+        return Ok(None);
+    };
+    journal::replay(&mut job, |key| store.get_record(key))?;
+    Ok(Some(job))
+}
+
+/// Every job in the store, current, in key order (see [`read_job`]).
+fn read_jobs(store: &dyn Store) -> Result<Vec<Job>, StoreError> {
+    let mut jobs = Vec::new();
+    for (_, mut job) in store.scan_records::<Job>("job/")? {
+        journal::replay(&mut job, |key| store.get_record(key))?;
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
 /// Ask a running job to stop before its next mutating command (`medea rollout halt`).
 pub fn request_halt(
     store: &dyn Store,
@@ -940,7 +747,7 @@ pub fn request_halt(
     reason: Option<&str>,
     now: Timestamp,
 ) -> Result<(), RolloutError> {
-    let current = journal::load_job(store, job)
+    let current = read_job(store, job)
         .map_err(store_err(job))?
         .ok_or_else(|| RolloutError::UnknownJob {
             job: job.to_string(),

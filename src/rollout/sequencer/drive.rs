@@ -1,0 +1,260 @@
+//! Driving a job: the step in progress, the gates every node start passes (maintenance window),
+//! command keys, and the etcd verdict shared by the Talos and Kubernetes steps.
+
+use super::*;
+
+/// What one node, task or step wants.
+pub(super) enum Flow {
+    Run(Box<Command>),
+    Poll(PollWhy, String),
+    Wait(Timestamp, String),
+    Halt {
+        reason: HaltReason,
+        node: Option<String>,
+        op: Option<CommandOp>,
+    },
+    /// Nothing left to do here.
+    Done,
+}
+
+pub(super) fn halt_flow(
+    code: HaltCode,
+    reason: String,
+    node: Option<&str>,
+    op: Option<CommandOp>,
+) -> Flow {
+    Flow::Halt {
+        reason: HaltReason::new(code, reason),
+        node: node.map(str::to_string),
+        op,
+    }
+}
+
+pub(super) fn add(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(d).unwrap_or(Timestamp::MAX)
+}
+
+/// An observation that must be present to go on; otherwise the flow to return.
+pub(super) fn need<'a, T>(
+    s: Seen<'a, T>,
+    what: &str,
+    deadline: Timestamp,
+    now: Timestamp,
+    node: Option<&str>,
+) -> Result<&'a T, Flow> {
+    match s {
+        Seen::Got(t) => Ok(t),
+        Seen::Missing => Err(Flow::Poll(PollWhy::Waiting, format!("observing {what}"))),
+        Seen::Transient(m) if now >= deadline => Err(halt_flow(
+            HaltCode::ObservationFailed,
+            format!("{what} stayed unreachable until the timeout ({m})"),
+            node,
+            None,
+        )),
+        Seen::Transient(m) => Err(Flow::Poll(
+            PollWhy::Unreachable,
+            format!("{what} unreachable ({m})"),
+        )),
+        Seen::Failed(m) => Err(halt_flow(
+            HaltCode::ObservationFailed,
+            format!("reading {what} failed: {m}"),
+            node,
+            None,
+        )),
+    }
+}
+
+pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> Next {
+    if j.state.is_terminal() {
+        return Next::Finished;
+    }
+    if let Some(intent) = j.in_flight.clone() {
+        match resolve(j, &intent, eyes, now) {
+            Resolution::Done { outcome, rebooted } => {
+                notes.push(format!(
+                    "{}: resolved by observation: it took effect",
+                    intent.key
+                ));
+                apply(j, &intent, &outcome, rebooted, now, notes);
+                if j.state.is_terminal() {
+                    return Next::Finished;
+                }
+            }
+            Resolution::Reissue => {
+                notes.push(format!(
+                    "{}: resolved by observation: no effect, issuing it again",
+                    intent.key
+                ));
+                j.in_flight = None;
+                if intent.key.op == CommandOp::Upgrade {
+                    record_upgrade_error(
+                        j,
+                        &intent.key,
+                        intent
+                            .last_error
+                            .clone()
+                            .unwrap_or_else(|| "its outcome was lost".into()),
+                        false,
+                    );
+                }
+                bump_attempt(j, &intent.key);
+            }
+            Resolution::Pending(why, reason) => {
+                let deadline = add(intent.issued_at, step_timeout(j, intent.key.step));
+                if now >= deadline {
+                    let reason = HaltReason::new(
+                        HaltCode::OutcomeUnknown,
+                        format!(
+                            "could not determine the outcome of {} on {} before the timeout: {reason}",
+                            intent.key.op,
+                            intent.key.node.as_deref().unwrap_or("the cluster")
+                        ),
+                    );
+                    notes.push(reason.to_string());
+                    *j = halt(j, reason, now);
+                    return Next::Finished;
+                }
+                return Next::Poll { why, reason };
+            }
+            Resolution::Halt(reason) => {
+                notes.push(reason.to_string());
+                *j = halt(j, reason, now);
+                return Next::Finished;
+            }
+        }
+    }
+    loop {
+        let Some(si) = current_step(j) else {
+            j.state = JobState::Succeeded { at: now };
+            notes.push("job succeeded".into());
+            return Next::Finished;
+        };
+        if j.steps[si].state == StepState::Pending {
+            j.steps[si].state = StepState::Running;
+            notes.push(format!("step {si} started"));
+        }
+        let flow = match j.steps[si].kind.clone() {
+            StepKind::Talos(_) => talos_step(j, si, eyes, now, notes),
+            StepKind::Kubernetes(_) => kube_step(j, si, eyes, now, notes),
+        };
+        match flow {
+            Flow::Done => {
+                j.steps[si].state = StepState::Done;
+                notes.push(format!("step {si} done"));
+            }
+            Flow::Run(cmd) => return Next::Run(*cmd),
+            Flow::Poll(why, reason) => return Next::Poll { why, reason },
+            Flow::Wait(at, reason) => return Next::WaitUntil { at, reason },
+            Flow::Halt { reason, node, op } => {
+                notes.push(format!("halted: {reason}"));
+                j.state = JobState::Halted {
+                    reason,
+                    step: Some(si),
+                    node,
+                    op,
+                    at: now,
+                };
+                return Next::Finished;
+            }
+        }
+    }
+}
+
+pub(super) fn step_timeout(j: &Job, si: usize) -> Duration {
+    match j.steps.get(si).map(|s| &s.kind) {
+        Some(StepKind::Talos(t)) => t.rollout.health_timeout,
+        Some(StepKind::Kubernetes(k)) => k.rollout.health_timeout,
+        None => Duration::from_secs(15 * 60),
+    }
+}
+
+/// Whether a node may start now; otherwise the flow to return (wait for the window).
+pub(super) fn window_gate(j: &Job, now: Timestamp) -> Result<(), Flow> {
+    if j.windows.is_empty() {
+        return Ok(());
+    }
+    let mut windows = Vec::new();
+    for w in &j.windows {
+        match MaintenanceWindow::new(&w.start, Duration::from_secs(w.duration_secs), &w.time_zone) {
+            Ok(w) => windows.push(w),
+            Err(e) => {
+                return Err(halt_flow(
+                    HaltCode::MaintenanceWindow,
+                    format!("the job's maintenance window `{}` is invalid: {e}", w.start),
+                    None,
+                    None,
+                ));
+            }
+        }
+    }
+    if open_at(&windows, now) {
+        return Ok(());
+    }
+    match windows.iter().filter_map(|w| w.next_start(now)).min() {
+        Some(at) => Err(Flow::Wait(
+            at,
+            format!("outside the maintenance windows; the next opens at {at}"),
+        )),
+        None => Err(halt_flow(
+            HaltCode::MaintenanceWindow,
+            "outside the maintenance windows, and none opens again".into(),
+            None,
+            None,
+        )),
+    }
+}
+
+pub(super) fn key(
+    j: &Job,
+    si: usize,
+    node: Option<&str>,
+    op: CommandOp,
+    attempt: u32,
+) -> CommandKey {
+    CommandKey {
+        job: j.id.clone(),
+        step: si,
+        node: node.map(str::to_string),
+        op,
+        attempt: attempt + 1,
+    }
+}
+
+pub(super) fn snapshot_command(j: &Job, si: usize, via: NodeTarget) -> Command {
+    Command {
+        key: key(j, si, None, CommandOp::Snapshot, j.snapshot_attempts),
+        action: Action::Snapshot { via },
+    }
+}
+
+/// etcd is healthy and losing one member keeps quorum.
+pub fn etcd_verdict(h: &EtcdHealth) -> Result<(), String> {
+    if h.members.is_empty() {
+        return Err("etcd reports no members".into());
+    }
+    if !h.alarms.is_empty() {
+        return Err(format!("etcd alarms are active: {}", h.alarms.join(", ")));
+    }
+    if let Some(m) = h.members.iter().find(|m| m.learner) {
+        return Err(format!("etcd member `{}` is still a learner", m.name));
+    }
+    if let Some(m) = h
+        .members
+        .iter()
+        .find(|m| !m.healthy || !m.errors.is_empty())
+    {
+        let detail = if m.errors.is_empty() {
+            "not answering".to_string()
+        } else {
+            m.errors.join("; ")
+        };
+        return Err(format!("etcd member `{}` is unhealthy: {detail}", m.name));
+    }
+    if h.members.len() == 2 {
+        return Err(
+            "etcd has 2 members: taking one away loses quorum (add a third control-plane node)"
+                .into(),
+        );
+    }
+    Ok(())
+}

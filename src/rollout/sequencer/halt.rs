@@ -1,0 +1,118 @@
+//! Why a job halted: [`HaltReason`] is the text people read (unchanged from when halts were
+//! free text) and a stable [`HaltCode`] for machines (JSON `haltCode`, webhooks, tests).
+
+use super::*;
+
+/// Why a job halted. [`fmt::Display`] is the text people read; [`HaltReason::code`] is the
+/// stable machine code. In a job record the text stays in `reason` and the code is stored
+/// beside it as `code` (records written before it existed read as [`HaltCode::Unrecorded`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HaltReason {
+    #[serde(default)]
+    code: HaltCode,
+    #[serde(rename = "reason")]
+    message: String,
+}
+
+impl HaltReason {
+    pub fn new(code: HaltCode, message: impl Into<String>) -> HaltReason {
+        HaltReason {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> HaltCode {
+        self.code
+    }
+
+    /// The text people read (the same as [`fmt::Display`]).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for HaltReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The kind of a halt, stable across releases: what JSON output (`haltCode`), webhooks and
+/// alerts key on. [`HaltCode::as_str`] is the wire form (`snake_case`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HaltCode {
+    /// An operator asked for it (`medea rollout halt`).
+    OperatorRequest,
+    /// A Talos `Upgrade` the node answered with a failure, `rollout.upgradeAttempts` times.
+    UpgradeRefused,
+    /// Lost Upgrade replies that left no trace, until the health timeout.
+    UpgradeNotMade,
+    /// Another command the node or the apiserver answered with a definite failure.
+    CommandFailed,
+    /// A PodDisruptionBudget still refused an eviction at the drain timeout.
+    DrainBlocked,
+    /// The node came back on the previous version (the boot fell back).
+    NodeReverted,
+    /// A node runs (or has staged) a version the plan did not expect.
+    UnexpectedVersion,
+    /// A rebooted node was not back (booted, ready, healthy) within the health timeout.
+    NodeNotBack,
+    /// etcd was not healthy (or would lose quorum) before a control-plane node.
+    EtcdUnhealthy,
+    /// A control-plane component or kubelet did not reach the target (image, config version,
+    /// Ready) within the step's health timeout.
+    ComponentNotReady,
+    /// The control plane was unhealthy before a component was patched.
+    ControlPlaneUnhealthy,
+    /// A pre-check of the Kubernetes step failed (Talos support, version skew, removed settings).
+    PrecheckFailed,
+    /// The outcome of a journaled command could not be told (the node cannot say, or not
+    /// before the timeout).
+    OutcomeUnknown,
+    /// Something needed could not be observed: unreachable until the timeout, or a definite
+    /// read error.
+    ObservationFailed,
+    /// The job's maintenance windows are invalid or never open again.
+    MaintenanceWindow,
+    /// No control-plane node to take the etcd snapshot from.
+    NoSnapshotNode,
+    /// The job record contradicts itself (a bug; the job stops rather than guess).
+    Inconsistent,
+    /// Halted before halt codes were recorded.
+    #[default]
+    Unrecorded,
+}
+
+impl HaltCode {
+    /// The stable wire form, e.g. `upgrade_refused`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HaltCode::OperatorRequest => "operator_request",
+            HaltCode::UpgradeRefused => "upgrade_refused",
+            HaltCode::UpgradeNotMade => "upgrade_not_made",
+            HaltCode::CommandFailed => "command_failed",
+            HaltCode::DrainBlocked => "drain_blocked",
+            HaltCode::NodeReverted => "node_reverted",
+            HaltCode::UnexpectedVersion => "unexpected_version",
+            HaltCode::NodeNotBack => "node_not_back",
+            HaltCode::EtcdUnhealthy => "etcd_unhealthy",
+            HaltCode::ComponentNotReady => "component_not_ready",
+            HaltCode::ControlPlaneUnhealthy => "control_plane_unhealthy",
+            HaltCode::PrecheckFailed => "precheck_failed",
+            HaltCode::OutcomeUnknown => "outcome_unknown",
+            HaltCode::ObservationFailed => "observation_failed",
+            HaltCode::MaintenanceWindow => "maintenance_window",
+            HaltCode::NoSnapshotNode => "no_snapshot_node",
+            HaltCode::Inconsistent => "inconsistent",
+            HaltCode::Unrecorded => "unrecorded",
+        }
+    }
+}
+
+impl fmt::Display for HaltCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,369 @@
+//! The Kubernetes step (the upgrade-k8s sequence): image helpers, the task loop and the
+//! control-plane health gate before each component.
+
+use super::*;
+
+pub(super) fn kube_of(j: &Job, si: usize) -> &KubeStep {
+    match &j.steps[si].kind {
+        StepKind::Kubernetes(k) => k,
+        StepKind::Talos(_) => unreachable!("step {si} is a Kubernetes step"),
+    }
+}
+
+pub(super) fn kube_mut(j: &mut Job, si: usize) -> &mut KubeStep {
+    match &mut j.steps[si].kind {
+        StepKind::Kubernetes(k) => k,
+        StepKind::Talos(_) => unreachable!("step {si} is a Kubernetes step"),
+    }
+}
+
+/// `repo:tag` without a digest: (repository, tag).
+pub fn split_image(image: &str) -> (&str, Option<&str>) {
+    crate::image::name_and_tag(image)
+}
+
+/// The Kubernetes version of a component image and the kubelet flavour suffix (`-fat`).
+pub fn image_version(image: &str) -> Option<(KubeVersion, &str)> {
+    crate::image::kube_version_of_tag(split_image(image).1?)
+}
+
+/// The image of `component` for version `to`: same repository (and kubelet flavour) as
+/// `current`, or the upstream default when the node names none.
+pub fn target_image(component: Component, current: Option<&str>, to: &KubeVersion) -> String {
+    match current {
+        Some(cur) => {
+            let (repo, _) = split_image(cur);
+            let suffix = image_version(cur).map(|(_, s)| s).unwrap_or("");
+            format!("{repo}:{to}{suffix}")
+        }
+        None => format!("{}:{to}", component.default_repository()),
+    }
+}
+
+pub(super) fn kube_step(
+    j: &mut Job,
+    si: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
+    if kube_of(j, si).since.is_none() {
+        kube_mut(j, si).since = Some(now);
+    }
+    if kube_of(j, si).tasks == KubeTasks::Unchecked {
+        match kube_prechecks(j, si, eyes, now) {
+            Ok((tasks, note, legacy)) => {
+                notes.push(note);
+                let k = kube_mut(j, si);
+                k.tasks = KubeTasks::Planned(tasks);
+                k.manifests_legacy = legacy;
+            }
+            Err(flow) => return flow,
+        }
+    }
+    if j.snapshot.is_none() {
+        let ks = kube_of(j, si);
+        let via = j
+            .control_plane
+            .first()
+            .or(ks.control_plane.first())
+            .cloned();
+        let Some(via) = via else {
+            return halt_flow(
+                HaltCode::NoSnapshotNode,
+                "no control-plane node is known to take the etcd snapshot from".into(),
+                None,
+                Some(CommandOp::Snapshot),
+            );
+        };
+        return Flow::Run(Box::new(snapshot_command(j, si, via)));
+    }
+    loop {
+        let ks = kube_of(j, si);
+        let tasks = ks.tasks.list();
+        let Some(ti) = tasks.iter().position(|t| t.state != TaskState::Done) else {
+            return Flow::Done;
+        };
+        let t = &tasks[ti];
+        let name = t.node.node.clone();
+        let nd = Some(name.as_str());
+        let to = ks.rollout.to.clone();
+        let timeout = ks.rollout.health_timeout;
+        match (t.op, t.state) {
+            (KubeOp::Pull, _) => {
+                let c = t.component.unwrap_or(Component::Kubelet);
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Pull, t.attempt),
+                    action: Action::Pull {
+                        node: t.node.clone(),
+                        image: t.image.clone(),
+                        namespace: c.namespace(),
+                    },
+                }));
+            }
+            (KubeOp::Manifests, _) => {
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, None, CommandOp::ApplyManifests, t.attempt),
+                    action: Action::ApplyManifests {
+                        via: t.node.clone(),
+                        legacy: ks.manifests_legacy,
+                    },
+                }));
+            }
+            (KubeOp::Patch, TaskState::Pending) => {
+                if let Err(flow) = window_gate(j, now) {
+                    return flow;
+                }
+                let c = t.component.expect("patch tasks name a component");
+                if Component::STATIC_PODS.contains(&c)
+                    && let Err(flow) = control_plane_gate(j, si, ti, eyes, now, notes)
+                {
+                    return flow;
+                }
+                let t = &kube_of(j, si).tasks.list()[ti];
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::SetImage, t.attempt),
+                    action: Action::SetImage {
+                        node: t.node.clone(),
+                        component: c,
+                        image: t.image.clone(),
+                    },
+                }));
+            }
+            (KubeOp::Patch, TaskState::Applied) => {
+                let c = t.component.expect("patch tasks name a component");
+                let since = t.since;
+                if since.is_none() {
+                    // verification of a component found at the target starts now
+                    kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
+                }
+                let t = &kube_of(j, si).tasks.list()[ti];
+                let deadline = add(since.unwrap_or(now), timeout);
+                let late = |what: String| {
+                    if now >= deadline {
+                        halt_flow(
+                            HaltCode::ComponentNotReady,
+                            format!("{c} on `{name}` {what} within {}s", timeout.as_secs()),
+                            nd,
+                            Some(CommandOp::SetImage),
+                        )
+                    } else {
+                        Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}"))
+                    }
+                };
+                let mut verified_at: Option<String> = None;
+                let ok = match c {
+                    Component::Kubelet => match eyes.kube(&name) {
+                        Seen::Got(k) => {
+                            if k.kubelet_version.as_ref() != Some(&to) {
+                                return late(format!(
+                                    "does not report {to} yet (reports {})",
+                                    k.kubelet_version
+                                        .as_ref()
+                                        .map(|v| v.to_string())
+                                        .unwrap_or_else(|| "none".into())
+                                ));
+                            }
+                            if !k.ready {
+                                return late("is not Ready".into());
+                            }
+                            true
+                        }
+                        Seen::Missing => {
+                            return Flow::Poll(PollWhy::Waiting, format!("observing `{name}`"));
+                        }
+                        Seen::Transient(m) => {
+                            return late(format!("Kubernetes API unreachable ({m})"));
+                        }
+                        Seen::Failed(m) => {
+                            return halt_flow(
+                                HaltCode::ObservationFailed,
+                                format!("reading Kubernetes node `{name}` failed: {m}"),
+                                nd,
+                                Some(CommandOp::SetImage),
+                            );
+                        }
+                    },
+                    Component::Proxy => true,
+                    _ => match eyes.static_pod(&name, c) {
+                        Seen::Got(Some(p)) => {
+                            if p.image != t.image {
+                                return late(format!("still runs {}", p.image));
+                            }
+                            // the config version the node's Talos rendered the component from
+                            // now, as `checkPodStatus` waits for it
+                            let wanted = match eyes.config_version(&t.node, c) {
+                                Seen::Got(v) => v.clone(),
+                                Seen::Missing => {
+                                    return Flow::Poll(
+                                        PollWhy::Waiting,
+                                        format!("observing the config version of {c} on `{name}`"),
+                                    );
+                                }
+                                Seen::Transient(m) => {
+                                    return late(format!(
+                                        "config version cannot be read from Talos ({m})"
+                                    ));
+                                }
+                                Seen::Failed(m) => {
+                                    return halt_flow(
+                                        HaltCode::ObservationFailed,
+                                        format!(
+                                            "reading the config version of {c} on `{name}` failed: {m}"
+                                        ),
+                                        nd,
+                                        Some(CommandOp::SetImage),
+                                    );
+                                }
+                            };
+                            if let (Some(w), Some(seen)) = (&wanted, &p.config_version)
+                                && w != seen
+                            {
+                                return late(format!(
+                                    "is not at config version {w} (its mirror pod shows {seen})"
+                                ));
+                            }
+                            if !p.ready {
+                                return late("is not Ready".into());
+                            }
+                            verified_at = match (&wanted, &p.config_version) {
+                                (Some(w), Some(_)) => Some(w.clone()),
+                                (_, None) => {
+                                    notes.push(format!(
+                                        "{c} on `{name}`: its mirror pod has no {ANNOTATION_CONFIG_VERSION} annotation; verified by image and Ready only"
+                                    ));
+                                    None
+                                }
+                                (None, Some(_)) => {
+                                    notes.push(format!(
+                                        "{c} on `{name}`: Talos publishes no config resource for it; verified by image and Ready only"
+                                    ));
+                                    None
+                                }
+                            };
+                            true
+                        }
+                        Seen::Got(None) => return late("has no static pod".into()),
+                        Seen::Missing => {
+                            return Flow::Poll(
+                                PollWhy::Waiting,
+                                format!("observing {c} on `{name}`"),
+                            );
+                        }
+                        Seen::Transient(m) => {
+                            return late(format!("Kubernetes API unreachable ({m})"));
+                        }
+                        Seen::Failed(m) => {
+                            return halt_flow(
+                                HaltCode::ObservationFailed,
+                                format!("reading {c} on `{name}` failed: {m}"),
+                                nd,
+                                Some(CommandOp::SetImage),
+                            );
+                        }
+                    },
+                };
+                if ok {
+                    let image = t.image.clone();
+                    let tm = &mut kube_mut(j, si).tasks.list_mut()[ti];
+                    tm.state = TaskState::Done;
+                    tm.since = Some(now);
+                    match &verified_at {
+                        Some(v) => {
+                            notes.push(format!("{c} on `{name}` runs {image} (config version {v})"))
+                        }
+                        None => notes.push(format!("{c} on `{name}` runs {image}")),
+                    }
+                    tm.config_version = verified_at;
+                }
+            }
+            (KubeOp::Patch, TaskState::Done) => unreachable!("skipped above"),
+        }
+    }
+}
+
+/// Before a control-plane component is patched, every control-plane static pod is Ready and
+/// every control-plane kubelet service is healthy; otherwise poll until the step's health
+/// timeout (counted from when the gate first found something wrong), then halt naming what is
+/// unhealthy. An unreachable source is a failed check, never a pass.
+pub(super) fn control_plane_gate(
+    j: &mut Job,
+    si: usize,
+    ti: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    let ks = kube_of(j, si);
+    let t = &ks.tasks.list()[ti];
+    let (name, c) = (t.node.node.clone(), t.component);
+    let timeout = ks.rollout.health_timeout;
+    let mut missing = false;
+    let mut bad: Vec<String> = Vec::new();
+    for n in &ks.control_plane {
+        match eyes.talos(n) {
+            Seen::Got(tn) => {
+                if tn.unhealthy_services.iter().any(|s| s == "kubelet") {
+                    bad.push(format!(
+                        "the kubelet service on `{}` is not healthy",
+                        n.node
+                    ));
+                }
+            }
+            Seen::Missing => missing = true,
+            Seen::Transient(m) | Seen::Failed(m) => {
+                bad.push(format!("node `{}` unreachable ({m})", n.node));
+            }
+        }
+        for sp in Component::STATIC_PODS {
+            match eyes.static_pod(&n.node, sp) {
+                Seen::Got(Some(p)) if p.ready => {}
+                Seen::Got(Some(p)) => {
+                    bad.push(format!("{sp} on `{}` ({}) is not Ready", n.node, p.image));
+                }
+                Seen::Got(None) => bad.push(format!("{sp} on `{}` has no static pod", n.node)),
+                Seen::Missing => missing = true,
+                Seen::Transient(m) | Seen::Failed(m) => {
+                    bad.push(format!("{sp} on `{}` cannot be read ({m})", n.node));
+                }
+            }
+        }
+    }
+    if missing {
+        return Err(Flow::Poll(
+            PollWhy::Waiting,
+            "observing the control plane's health".into(),
+        ));
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let what = c.map(|c| c.name()).unwrap_or("component");
+    let since = match t.since {
+        Some(s) => s,
+        None => {
+            kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
+            notes.push(format!(
+                "control plane unhealthy before {what} on `{name}`: {}",
+                bad.join("; ")
+            ));
+            now
+        }
+    };
+    if now >= add(since, timeout) {
+        return Err(halt_flow(
+            HaltCode::ControlPlaneUnhealthy,
+            format!(
+                "control plane unhealthy before patching {what} on `{name}` (waited {}s): {}",
+                timeout.as_secs(),
+                bad.join("; ")
+            ),
+            Some(&name),
+            Some(CommandOp::SetImage),
+        ));
+    }
+    Err(Flow::Poll(
+        PollWhy::Waiting,
+        format!("control plane unhealthy: {}", bad.join("; ")),
+    ))
+}

@@ -1,0 +1,237 @@
+//! The sequencer: the rollout's job/step state machine. Pure functions from (job, fresh
+//! observations, now) to the next job state and the next command. No I/O, no clock, no
+//! sleeping (see `design/rollout.md`). Named for what it does (it sequences a job's steps and
+//! commands); "machine" means a node in this domain.
+//!
+//! **Owns:** the job record ([`model`]), commands and outcomes ([`command`]), what is observed
+//! ([`observe`]), halt reasons ([`HaltReason`], [`HaltCode`]) and the decisions: driving a job
+//! (`drive`), the Talos step per node (`talos_node`), the Kubernetes step (`kube`,
+//! `kube_prechecks`), resolving a journaled command without an outcome (`resolve`) and applying
+//! an outcome (`outcome`).
+//! **May depend on:** `plan`, `inventory`, `desired::window`, `version`, `rollout::ports` (its
+//! types only) and `rollout::removed`.
+//!
+//! Architecture Invariant: pure: no tokio, filesystem, network, store or clock
+//! (`tests/it/architecture.rs`).
+//!
+//! The executor loop is:
+//! 1. [`step`] with the observations of [`needs`] (and of [`Transition::missing`], until it is
+//!    empty) returns the new job and a [`Next`]: run a command, poll, wait until a time, or stop;
+//! 2. for [`Next::Run`], [`intend`] marks the command in flight; the executor journals that job
+//!    (the intent), calls the port, and records the [`CommandOutcome`] with [`complete`];
+//! 3. a job that still has a command in flight when [`step`] is called (a crash, or a transient
+//!    outcome) gets it *resolved by observation*: the node is observed and the command is either
+//!    taken as done, re-issued with the next attempt, waited for, or the job halts. An Upgrade is
+//!    re-issued only when the node proves the first call left no trace.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::ports::{
+    ANNOTATION_CONFIG_VERSION, Component, ComponentArgs, ComponentImages, DrainOutcome, EtcdHealth,
+    ImageNamespace, KubeNode, MachineStage, NextBoot, NodeTarget, SnapshotInfo, StaticPod,
+    TalosNode, UpgradeMethod,
+};
+use super::removed::{RemovedSetting, removed_settings};
+use crate::desired::window::{MaintenanceWindow, open_at};
+use crate::inventory::MachineRole;
+use crate::plan::{DrainPolicy, KubeRollout, MachineTarget, PlanId, TalosRollout};
+use crate::version::KubeVersion;
+
+pub mod command;
+mod drive;
+mod halt;
+mod kube;
+mod kube_prechecks;
+pub mod model;
+pub mod observe;
+mod outcome;
+mod resolve;
+mod talos_node;
+
+pub use command::*;
+pub use drive::*;
+pub use halt::{HaltCode, HaltReason};
+pub use kube::*;
+use kube_prechecks::*;
+pub use model::*;
+pub use observe::*;
+use outcome::*;
+use resolve::*;
+use talos_node::*;
+
+/// How long a drain that came back blocked waits before it is tried again (within the drain
+/// timeout).
+pub const DRAIN_RETRY: Duration = Duration::from_secs(10);
+
+/// Why the machine wants to look again later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollWhy {
+    /// Something is in progress (a reboot, a pod restart): poll at the normal interval.
+    Waiting,
+    /// Something could not be reached: back off.
+    Unreachable,
+}
+
+/// What the executor should do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Check the gates, journal the intent ([`intend`]), call, [`complete`].
+    Run(Command),
+    /// Observe again after a while.
+    Poll { why: PollWhy, reason: String },
+    /// Nothing may start before `at` (maintenance window).
+    WaitUntil { at: Timestamp, reason: String },
+    /// The job is terminal.
+    Finished,
+}
+
+/// The result of [`step`].
+#[derive(Debug, Clone)]
+pub struct Transition {
+    /// The new job; its generation moved iff anything changed.
+    pub job: Job,
+    pub next: Next,
+    /// What changed, for the journal and the events.
+    pub notes: Vec<String>,
+    /// Observations the decision wanted but did not get: observe them and call [`step`]
+    /// again with the merged observations (same `now`).
+    pub missing: Needs,
+}
+
+impl Transition {
+    pub fn changed(&self, before: &Job) -> bool {
+        self.job.generation != before.generation
+    }
+}
+
+/// What the next [`step`] needs observed (the first round).
+pub fn needs(job: &Job, now: Timestamp) -> Needs {
+    step(job, &Observations::default(), now).missing
+}
+
+/// Decide: resolve a dangling intent, advance every step and node the observations allow, and
+/// pick the next command.
+pub fn step(job: &Job, obs: &Observations, now: Timestamp) -> Transition {
+    let eyes = Eyes {
+        obs,
+        missing: RefCell::new(Needs::default()),
+    };
+    let mut j = job.clone();
+    let mut notes = Vec::new();
+    let next = drive(&mut j, &eyes, now, &mut notes);
+    bump(job, &mut j);
+    Transition {
+        job: j,
+        next,
+        notes,
+        missing: eyes.missing.into_inner(),
+    }
+}
+
+/// Mark `cmd` in flight: the job to journal, durably, before the call.
+pub fn intend(job: &Job, cmd: &Command, now: Timestamp) -> Job {
+    let mut j = job.clone();
+    j.in_flight = Some(Intent {
+        key: cmd.key.clone(),
+        action: cmd.action.clone(),
+        issued_at: now,
+        last_error: None,
+    });
+    bump(job, &mut j);
+    j
+}
+
+/// Record the outcome of the command in flight. A key that is not in flight changes nothing.
+pub fn complete(
+    job: &Job,
+    key: &CommandKey,
+    outcome: &CommandOutcome,
+    now: Timestamp,
+) -> (Job, Vec<String>) {
+    let mut j = job.clone();
+    let mut notes = Vec::new();
+    match j.in_flight.clone() {
+        Some(intent) if &intent.key == key && !j.state.is_terminal() => {
+            apply(&mut j, &intent, outcome, false, now, &mut notes);
+        }
+        _ => notes.push(format!("ignored an outcome for {key}: not in flight")),
+    }
+    bump(job, &mut j);
+    (j, notes)
+}
+
+/// Halt the job (operator request or executor decision). A terminal job is left as it is.
+pub fn halt(job: &Job, reason: HaltReason, now: Timestamp) -> Job {
+    let mut j = job.clone();
+    if !j.state.is_terminal() {
+        let (step, node, op) = match &j.in_flight {
+            Some(i) => (Some(i.key.step), i.key.node.clone(), Some(i.key.op)),
+            None => (current_step(&j), None, None),
+        };
+        j.state = JobState::Halted {
+            reason,
+            step,
+            node,
+            op,
+            at: now,
+        };
+    }
+    bump(job, &mut j);
+    j
+}
+
+/// Index of the first step that is not done.
+pub fn current_step(job: &Job) -> Option<usize> {
+    job.steps.iter().position(|s| s.state != StepState::Done)
+}
+
+fn bump(before: &Job, after: &mut Job) {
+    after.generation = before.generation;
+    if after != before {
+        after.generation = before.generation + 1;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// serde helpers for timestamps (RFC 3339)
+
+pub(crate) mod ts {
+    use jiff::Timestamp;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(t)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+pub(crate) mod ts_opt {
+    use jiff::Timestamp;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.collect_str(t),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|s| s.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,406 @@
+//! The job record: a job, its steps (Talos per pool and hop, Kubernetes), each node's progress
+//! and each Kubernetes task. Plain data; the decisions are in the sibling modules.
+
+use super::*;
+
+/// The id of a job: `<plan short id>-<cluster>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(String);
+
+impl JobId {
+    pub fn for_plan(plan: &PlanId, cluster: &str) -> JobId {
+        JobId(format!("{}-{cluster}", plan.short()))
+    }
+    /// A job id as typed by an operator; must be non-empty and free of `/` and whitespace.
+    pub fn parse(input: &str) -> Option<JobId> {
+        let ok = !input.is_empty()
+            && input
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        ok.then(|| JobId(input.to_string()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A maintenance window as recorded in the job (from the cluster's desired state at creation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowSpec {
+    pub start: String,
+    pub duration_secs: u64,
+    pub time_zone: String,
+}
+
+impl WindowSpec {
+    pub fn of(w: &MaintenanceWindow) -> WindowSpec {
+        WindowSpec {
+            start: w.start().to_string(),
+            duration_secs: w.duration().as_secs(),
+            time_zone: w.time_zone().to_string(),
+        }
+    }
+}
+
+/// A rollout job: one cluster's steps of an approved plan, with per-node progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub id: JobId,
+    pub plan: PlanId,
+    pub cluster: String,
+    #[serde(with = "ts")]
+    pub created_at: Timestamp,
+    /// Node starts are gated on these (none = always open).
+    pub windows: Vec<WindowSpec>,
+    /// The cluster's control-plane machines at creation: etcd checks and the snapshot go
+    /// through them.
+    pub control_plane: Vec<NodeTarget>,
+    pub steps: Vec<JobStep>,
+    pub state: JobState,
+    /// Bumped on every change of the job (omicron-style generation).
+    pub generation: u64,
+    /// The etcd snapshot taken before the first control-plane change of this job.
+    pub snapshot: Option<SnapshotInfo>,
+    /// Attempts of the snapshot command so far.
+    #[serde(default)]
+    pub snapshot_attempts: u32,
+    /// The journaled command whose outcome is not recorded yet.
+    pub in_flight: Option<Intent>,
+    /// Sequence number of the last journal entry of this job (maintained by the executor).
+    pub journal_seq: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum JobState {
+    Running,
+    /// Stopped for good: continuing needs a new plan and a new approval.
+    Halted {
+        /// The text (`reason`) and the code (`code`) of the halt, flattened into the record.
+        #[serde(flatten)]
+        reason: HaltReason,
+        /// Index of the step that was running.
+        step: Option<usize>,
+        node: Option<String>,
+        op: Option<CommandOp>,
+        #[serde(with = "ts")]
+        at: Timestamp,
+    },
+    Succeeded {
+        #[serde(with = "ts")]
+        at: Timestamp,
+    },
+}
+
+impl JobState {
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, JobState::Running)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StepState {
+    Pending,
+    Running,
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStep {
+    pub state: StepState,
+    pub kind: StepKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum StepKind {
+    Talos(TalosStep),
+    Kubernetes(KubeStep),
+}
+
+impl JobStep {
+    /// The pool of a Talos step.
+    pub fn pool(&self) -> Option<&str> {
+        match &self.kind {
+            StepKind::Talos(t) => Some(&t.rollout.pool),
+            StepKind::Kubernetes(_) => None,
+        }
+    }
+}
+
+/// A Talos OS rollout of one pool, one hop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TalosStep {
+    /// The plan's step, immutable for the job's life: shared, so that the transition of
+    /// every command does not copy every wave's targets (serialized as the plain value).
+    pub rollout: Arc<TalosRollout>,
+    /// Every machine of the rollout, wave by wave, in plan order.
+    /// Shared per node and copied on write ([`Arc::make_mut`]): a transition copies only the
+    /// nodes it changes, and comparing two jobs skips the nodes they share.
+    pub nodes: Vec<Arc<NodeProgress>>,
+}
+
+impl TalosStep {
+    pub fn new(rollout: TalosRollout) -> TalosStep {
+        let nodes = rollout
+            .waves
+            .iter()
+            .enumerate()
+            .flat_map(|(w, wave)| {
+                wave.iter()
+                    .map(move |t| Arc::new(NodeProgress::new(Arc::new(t.clone()), w)))
+            })
+            .collect();
+        TalosStep {
+            rollout: Arc::new(rollout),
+            nodes,
+        }
+    }
+    pub(super) fn control_plane(&self) -> bool {
+        self.rollout.role == MachineRole::Controlplane
+    }
+    /// Nodes that may be away at once: `maxUnavailable`, and always 1 for the control plane.
+    pub fn capacity(&self) -> usize {
+        if self.control_plane() {
+            1
+        } else {
+            self.rollout.max_unavailable.max(1) as usize
+        }
+    }
+}
+
+/// Where one machine is in its Talos rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodePhase {
+    /// Not started.
+    Pending,
+    /// Started (window was open): checking version, reachability and etcd.
+    Checking,
+    /// Checks passed; the pre-pull is next.
+    Checked,
+    Pulled,
+    Cordoned,
+    Drained,
+    /// Installed (lifecycle path), not rebooted yet.
+    Upgraded,
+    /// Rebooted (or legacy upgrade accepted); waiting for the node to come back right.
+    Rebooting,
+    /// Back on the target, healthy and Ready; uncordon is next.
+    Back,
+    Done,
+    /// Already ran the target when its turn came.
+    Skipped,
+}
+
+impl NodePhase {
+    pub fn finished(self) -> bool {
+        matches!(self, NodePhase::Done | NodePhase::Skipped)
+    }
+    /// Cordoned or down: counts against `maxUnavailable`.
+    pub fn away(self) -> bool {
+        matches!(
+            self,
+            NodePhase::Cordoned
+                | NodePhase::Drained
+                | NodePhase::Upgraded
+                | NodePhase::Rebooting
+                | NodePhase::Back
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProgress {
+    /// Immutable for the job's life; shared like [`TalosStep::rollout`].
+    pub target: Arc<MachineTarget>,
+    pub wave: usize,
+    pub phase: NodePhase,
+    /// When the current phase began (timeouts count from here).
+    #[serde(with = "ts_opt")]
+    pub since: Option<Timestamp>,
+    /// Attempts of the current phase's command so far.
+    pub attempt: u32,
+    /// Boot id before the upgrade/reboot (what "came back" is compared with).
+    pub boot_id_before: Option<String>,
+    /// Kubelet version before the rollout (the node must come back with it).
+    pub kubelet_before: Option<KubeVersion>,
+    pub method: Option<UpgradeMethod>,
+    /// Do not retry the current command before this time (blocked drain).
+    #[serde(with = "ts_opt")]
+    pub not_before: Option<Timestamp>,
+    /// The last drain refusal.
+    pub blocked: Option<String>,
+    /// Why the last Upgrade attempt of this node did not take (its definitive failure, or the
+    /// transport error of a call the node shows no trace of).
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Upgrade calls of this node that the node answered with a definitive failure (bounded by
+    /// `rollout.upgradeAttempts`).
+    #[serde(default)]
+    pub upgrade_failures: u32,
+}
+
+impl NodeProgress {
+    pub(super) fn new(target: Arc<MachineTarget>, wave: usize) -> NodeProgress {
+        NodeProgress {
+            target,
+            wave,
+            phase: NodePhase::Pending,
+            since: None,
+            attempt: 0,
+            boot_id_before: None,
+            kubelet_before: None,
+            method: None,
+            not_before: None,
+            blocked: None,
+            last_error: None,
+            upgrade_failures: 0,
+        }
+    }
+    pub fn node_target(&self) -> NodeTarget {
+        NodeTarget {
+            node: self.target.node.clone(),
+            address: self.target.address.clone(),
+        }
+    }
+    pub(super) fn enter(&mut self, phase: NodePhase, now: Timestamp) {
+        self.phase = phase;
+        self.since = Some(now);
+        self.attempt = 0;
+        self.not_before = None;
+    }
+}
+
+/// The Kubernetes rollout of a cluster (the upgrade-k8s sequence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeStep {
+    pub rollout: KubeRollout,
+    pub control_plane: Vec<NodeTarget>,
+    pub workers: Vec<NodeTarget>,
+    /// When the pre-checks began.
+    #[serde(with = "ts_opt")]
+    pub since: Option<Timestamp>,
+    /// Built when the pre-checks pass.
+    pub tasks: KubeTasks,
+    /// Some node runs Talos < 1.13 (decided by the pre-checks): the manifests are synced the
+    /// legacy way, as `upgrade-k8s` decides from the lowest Talos version.
+    #[serde(default)]
+    pub manifests_legacy: bool,
+}
+
+/// A Kubernetes step's task list: none until the pre-checks pass, then the tasks they planned.
+/// Stored as before (`null`, or the list).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(from = "Option<Vec<KubeTask>>", into = "Option<Vec<KubeTask>>")]
+pub enum KubeTasks {
+    /// The pre-checks have not passed yet.
+    #[default]
+    Unchecked,
+    /// The pre-checks passed and planned these tasks, run in order.
+    Planned(Vec<KubeTask>),
+}
+
+impl KubeTasks {
+    /// The planned tasks; none before the pre-checks pass.
+    pub fn list(&self) -> &[KubeTask] {
+        match self {
+            KubeTasks::Unchecked => &[],
+            KubeTasks::Planned(t) => t,
+        }
+    }
+
+    pub fn list_mut(&mut self) -> &mut [KubeTask] {
+        match self {
+            KubeTasks::Unchecked => &mut [],
+            KubeTasks::Planned(t) => t,
+        }
+    }
+}
+
+impl From<Option<Vec<KubeTask>>> for KubeTasks {
+    fn from(o: Option<Vec<KubeTask>>) -> KubeTasks {
+        o.map_or(KubeTasks::Unchecked, KubeTasks::Planned)
+    }
+}
+
+impl From<KubeTasks> for Option<Vec<KubeTask>> {
+    fn from(t: KubeTasks) -> Option<Vec<KubeTask>> {
+        match t {
+            KubeTasks::Unchecked => None,
+            KubeTasks::Planned(t) => Some(t),
+        }
+    }
+}
+
+impl KubeStep {
+    pub fn new(
+        rollout: KubeRollout,
+        control_plane: Vec<NodeTarget>,
+        workers: Vec<NodeTarget>,
+    ) -> KubeStep {
+        KubeStep {
+            rollout,
+            control_plane,
+            workers,
+            since: None,
+            tasks: KubeTasks::Unchecked,
+            manifests_legacy: false,
+        }
+    }
+    pub(super) fn all_nodes(&self) -> impl Iterator<Item = &NodeTarget> {
+        self.control_plane.iter().chain(self.workers.iter())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KubeOp {
+    /// Pre-pull the component image.
+    Pull,
+    /// Set the component image in the machine config (`NO_REBOOT`) and wait for it.
+    Patch,
+    /// Server-side apply of the bootstrap manifests.
+    Manifests,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    Pending,
+    /// Patched; waiting for the component to run the new image.
+    Applied,
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeTask {
+    pub op: KubeOp,
+    pub node: NodeTarget,
+    pub component: Option<Component>,
+    /// Target image (empty for manifests).
+    pub image: String,
+    pub state: TaskState,
+    #[serde(with = "ts_opt")]
+    pub since: Option<Timestamp>,
+    pub attempt: u32,
+    /// The component config version (`talos.dev/config-version`) its mirror pod was verified
+    /// at; `None` before, for other tasks, and when the pod carried no such annotation.
+    #[serde(default)]
+    pub config_version: Option<String>,
+}

@@ -1,0 +1,156 @@
+//! Observations: what a decision needs observed ([`Needs`]), what was observed
+//! ([`Observations`]) and the view the decisions read them through.
+
+use super::*;
+
+/// An observation that could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObsError {
+    /// Worth waiting out (node rebooting, API away).
+    pub transient: bool,
+    pub message: String,
+}
+
+pub type Obs<T> = Result<T, ObsError>;
+
+/// Fresh observations, keyed like [`Needs`].
+#[derive(Debug, Clone, Default)]
+pub struct Observations {
+    pub talos: BTreeMap<String, Obs<TalosNode>>,
+    pub kube: BTreeMap<String, Obs<KubeNode>>,
+    pub etcd: Option<Obs<EtcdHealth>>,
+    pub images: BTreeMap<String, Obs<ComponentImages>>,
+    /// Component flags from the machine configuration, by node.
+    pub args: BTreeMap<String, Obs<ComponentArgs>>,
+    pub static_pods: BTreeMap<(String, Component), Obs<Option<StaticPod>>>,
+    /// The version of a static-pod component's config resource on a node (`None`: the node
+    /// publishes none).
+    pub config_versions: BTreeMap<(String, Component), Obs<Option<String>>>,
+    /// The job's snapshot file, if it exists.
+    pub snapshot: Option<Obs<Option<SnapshotInfo>>>,
+}
+
+impl Observations {
+    /// Add `other`'s entries (a later round of the same instant).
+    pub fn merge(&mut self, other: Observations) {
+        self.talos.extend(other.talos);
+        self.kube.extend(other.kube);
+        if other.etcd.is_some() {
+            self.etcd = other.etcd;
+        }
+        self.images.extend(other.images);
+        self.args.extend(other.args);
+        self.static_pods.extend(other.static_pods);
+        self.config_versions.extend(other.config_versions);
+        if other.snapshot.is_some() {
+            self.snapshot = other.snapshot;
+        }
+    }
+}
+
+/// What a decision needs observed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub talos: BTreeSet<NodeTarget>,
+    pub kube: BTreeSet<String>,
+    /// etcd health, asked through these control-plane nodes.
+    pub etcd: Option<Vec<NodeTarget>>,
+    pub images: BTreeSet<NodeTarget>,
+    pub args: BTreeSet<NodeTarget>,
+    pub static_pods: BTreeSet<(String, Component)>,
+    pub config_versions: BTreeSet<(NodeTarget, Component)>,
+    pub snapshot: bool,
+}
+
+impl Needs {
+    pub fn is_empty(&self) -> bool {
+        self == &Needs::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// observations
+
+pub(super) struct Eyes<'a> {
+    pub(super) obs: &'a Observations,
+    pub(super) missing: RefCell<Needs>,
+}
+
+pub(super) enum Seen<'a, T> {
+    Missing,
+    Transient(&'a str),
+    Failed(&'a str),
+    Got(&'a T),
+}
+
+pub(super) fn seen<T>(o: Option<&Obs<T>>) -> Seen<'_, T> {
+    match o {
+        None => Seen::Missing,
+        Some(Ok(t)) => Seen::Got(t),
+        Some(Err(e)) if e.transient => Seen::Transient(&e.message),
+        Some(Err(e)) => Seen::Failed(&e.message),
+    }
+}
+
+impl<'a> Eyes<'a> {
+    pub(super) fn talos(&self, t: &NodeTarget) -> Seen<'a, TalosNode> {
+        let s = seen(self.obs.talos.get(&t.node));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().talos.insert(t.clone());
+        }
+        s
+    }
+    pub(super) fn kube(&self, node: &str) -> Seen<'a, KubeNode> {
+        let s = seen(self.obs.kube.get(node));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().kube.insert(node.to_string());
+        }
+        s
+    }
+    pub(super) fn etcd(&self, via: &[NodeTarget]) -> Seen<'a, EtcdHealth> {
+        let s = seen(self.obs.etcd.as_ref());
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().etcd = Some(via.to_vec());
+        }
+        s
+    }
+    pub(super) fn images(&self, t: &NodeTarget) -> Seen<'a, ComponentImages> {
+        let s = seen(self.obs.images.get(&t.node));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().images.insert(t.clone());
+        }
+        s
+    }
+    pub(super) fn args(&self, t: &NodeTarget) -> Seen<'a, ComponentArgs> {
+        let s = seen(self.obs.args.get(&t.node));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().args.insert(t.clone());
+        }
+        s
+    }
+    pub(super) fn static_pod(&self, node: &str, c: Component) -> Seen<'a, Option<StaticPod>> {
+        let key = (node.to_string(), c);
+        let s = seen(self.obs.static_pods.get(&key));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().static_pods.insert(key);
+        }
+        s
+    }
+    pub(super) fn config_version(&self, t: &NodeTarget, c: Component) -> Seen<'a, Option<String>> {
+        let s = seen(self.obs.config_versions.get(&(t.node.clone(), c)));
+        if matches!(s, Seen::Missing) {
+            self.missing
+                .borrow_mut()
+                .config_versions
+                .insert((t.clone(), c));
+        }
+        s
+    }
+    pub(super) fn snapshot(&self) -> Seen<'a, Option<SnapshotInfo>> {
+        let s = seen(self.obs.snapshot.as_ref());
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().snapshot = true;
+        }
+        s
+    }
+}

@@ -1,0 +1,237 @@
+//! Applying a command's outcome to the job: phases advance, attempts are counted, failures halt.
+
+use super::*;
+
+pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
+    if key.op == CommandOp::Snapshot {
+        j.snapshot_attempts += 1;
+        return;
+    }
+    let Some(node) = key.node.as_deref() else {
+        if let Some(StepKind::Kubernetes(k)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
+            && let Some(t) = k
+                .tasks
+                .list_mut()
+                .iter_mut()
+                .find(|t| t.op == KubeOp::Manifests)
+        {
+            t.attempt += 1;
+        }
+        return;
+    };
+    match j.steps.get_mut(key.step).map(|s| &mut s.kind) {
+        Some(StepKind::Talos(t)) => {
+            if let Some(n) = t.nodes.iter_mut().find(|n| n.target.node == node) {
+                Arc::make_mut(n).attempt += 1;
+            }
+        }
+        Some(StepKind::Kubernetes(k)) => {
+            if let Some(t) = current_task_mut(k) {
+                t.attempt += 1;
+            }
+        }
+        None => {}
+    }
+}
+
+/// Remember why an Upgrade attempt of the key's node did not take (and count it when the node
+/// answered it with a failure).
+pub(super) fn record_upgrade_error(j: &mut Job, key: &CommandKey, error: String, definitive: bool) {
+    let Some(node) = key.node.as_deref() else {
+        return;
+    };
+    if let Some(StepKind::Talos(t)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
+        && let Some(n) = t.nodes.iter_mut().find(|n| n.target.node == node)
+    {
+        let n = Arc::make_mut(n);
+        n.last_error = Some(error);
+        if definitive {
+            n.upgrade_failures += 1;
+        }
+    }
+}
+
+pub(super) fn current_task_mut(k: &mut KubeStep) -> Option<&mut KubeTask> {
+    k.tasks
+        .list_mut()
+        .iter_mut()
+        .find(|t| t.state != TaskState::Done)
+}
+
+pub(super) fn apply(
+    j: &mut Job,
+    intent: &Intent,
+    outcome: &CommandOutcome,
+    rebooted: bool,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) {
+    let key = &intent.key;
+    let who = key.node.as_deref().unwrap_or("cluster");
+    match outcome {
+        CommandOutcome::Transient { error } => {
+            if let Some(i) = j.in_flight.as_mut() {
+                i.last_error = Some(error.clone());
+            }
+            notes.push(format!("{key}: outcome unknown ({error}); will observe"));
+            return;
+        }
+        CommandOutcome::Failed { error } => {
+            // A definitive Upgrade failure (the node ran it and said it failed) may be tried
+            // again, within the pool's bound; nothing is in flight once it answered.
+            let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
+                Some(StepKind::Talos(t)) if key.op == CommandOp::Upgrade => {
+                    let failures = t
+                        .nodes
+                        .iter()
+                        .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+                        .map(|n| n.upgrade_failures)
+                        .unwrap_or(0);
+                    (t.rollout.upgrade_attempts.max(1), failures + 1)
+                }
+                _ => (1, 1),
+            };
+            if key.op == CommandOp::Upgrade {
+                record_upgrade_error(j, key, error.clone(), true);
+            }
+            if failures < bound {
+                notes.push(format!(
+                    "{key}: the node answered failure {failures} of {bound} ({error}); trying again"
+                ));
+                j.in_flight = None;
+                bump_attempt(j, key);
+                return;
+            }
+            let code = if key.op == CommandOp::Upgrade {
+                HaltCode::UpgradeRefused
+            } else {
+                HaltCode::CommandFailed
+            };
+            let reason = HaltReason::new(
+                code,
+                if bound > 1 {
+                    format!(
+                        "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
+                        key.op
+                    )
+                } else {
+                    format!("{} on `{who}` failed: {error}", key.op)
+                },
+            );
+            notes.push(format!("halted: {reason}"));
+            *j = halt(j, reason, now);
+            j.in_flight = None;
+            return;
+        }
+        _ => {}
+    }
+    j.in_flight = None;
+    if let CommandOutcome::Snapshot { info } = outcome {
+        notes.push(format!(
+            "etcd snapshot saved: {} ({} bytes, sha256 {})",
+            info.path.display(),
+            info.size,
+            info.sha256
+        ));
+        j.snapshot = Some(info.clone());
+        return;
+    }
+    if key.op == CommandOp::Snapshot {
+        // a snapshot command that came back without its file: take it again
+        j.snapshot_attempts += 1;
+        return;
+    }
+    let Some(step) = j.steps.get_mut(key.step) else {
+        return;
+    };
+    match &mut step.kind {
+        StepKind::Talos(ts) => {
+            let drain_timeout = ts.rollout.drain_timeout;
+            let Some(n) = ts
+                .nodes
+                .iter_mut()
+                .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+            else {
+                return;
+            };
+            let n = Arc::make_mut(n);
+            match (key.op, outcome) {
+                (CommandOp::Pull, _) => n.enter(NodePhase::Pulled, now),
+                (CommandOp::Cordon, _) => n.enter(NodePhase::Cordoned, now),
+                (
+                    CommandOp::Drain,
+                    CommandOutcome::Drain {
+                        result: DrainOutcome::Blocked { pdb, pod },
+                    },
+                ) => {
+                    let deadline = add(n.since.unwrap_or(now), drain_timeout);
+                    let why = format!("eviction of `{pod}` refused by PodDisruptionBudget `{pdb}`");
+                    if now >= deadline {
+                        let reason = HaltReason::new(
+                            HaltCode::DrainBlocked,
+                            format!(
+                                "drain of `{who}` timed out after {}s: {why}; medea never forces evictions",
+                                drain_timeout.as_secs()
+                            ),
+                        );
+                        notes.push(format!("halted: {reason}"));
+                        j.state = JobState::Halted {
+                            reason,
+                            step: Some(key.step),
+                            node: key.node.clone(),
+                            op: Some(CommandOp::Drain),
+                            at: now,
+                        };
+                        return;
+                    }
+                    n.attempt += 1;
+                    n.blocked = Some(why.clone());
+                    n.not_before = Some(add(now, DRAIN_RETRY).min(deadline));
+                    notes.push(format!("{who}: drain blocked: {why}"));
+                    return;
+                }
+                (CommandOp::Drain, _) => n.enter(NodePhase::Drained, now),
+                (CommandOp::Upgrade, _) => {
+                    let legacy = matches!(
+                        intent.action,
+                        Action::Upgrade {
+                            method: UpgradeMethod::Legacy,
+                            ..
+                        }
+                    );
+                    if rebooted || legacy {
+                        n.enter(NodePhase::Rebooting, now);
+                    } else {
+                        n.enter(NodePhase::Upgraded, now);
+                    }
+                }
+                (CommandOp::Reboot, _) => n.enter(NodePhase::Rebooting, now),
+                (CommandOp::Uncordon, _) => n.enter(NodePhase::Done, now),
+                _ => {}
+            }
+            notes.push(format!("{who}: {} done", key.op));
+        }
+        StepKind::Kubernetes(k) => {
+            let Some(t) = current_task_mut(k) else {
+                return;
+            };
+            match (key.op, t.op) {
+                (CommandOp::Pull, KubeOp::Pull)
+                | (CommandOp::ApplyManifests, KubeOp::Manifests) => {
+                    t.state = TaskState::Done;
+                }
+                (CommandOp::SetImage, KubeOp::Patch) => {
+                    t.state = if t.component == Some(Component::Proxy) {
+                        TaskState::Done
+                    } else {
+                        TaskState::Applied
+                    };
+                }
+                _ => return,
+            }
+            t.since = Some(now);
+            t.attempt = 0;
+            notes.push(format!("{who}: {} done", key.op));
+        }
+    }
+}

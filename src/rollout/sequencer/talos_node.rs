@@ -1,0 +1,455 @@
+//! The Talos OS step: a pool's nodes, wave by wave, through check, snapshot, pull, cordon,
+//! drain, upgrade, reboot, back and uncordon.
+
+use super::*;
+
+pub(super) fn talos_step(
+    j: &mut Job,
+    si: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
+    let StepKind::Talos(ts) = &j.steps[si].kind else {
+        unreachable!("talos_step on a Talos step")
+    };
+    let Some(wave) = ts
+        .nodes
+        .iter()
+        .filter(|n| !n.phase.finished())
+        .map(|n| n.wave)
+        .min()
+    else {
+        return Flow::Done;
+    };
+    let members: Vec<usize> = (0..ts.nodes.len())
+        .filter(|&i| ts.nodes[i].wave == wave && !ts.nodes[i].phase.finished())
+        .collect();
+    let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
+    let mut polls: Vec<(PollWhy, String)> = Vec::new();
+    let mut waits: Vec<(Timestamp, String)> = Vec::new();
+    for i in members {
+        match talos_node(j, si, i, eyes, now, notes) {
+            Flow::Run(cmd) => {
+                let phase = talos_of(j, si).nodes[i].phase;
+                runs.push((phase, i, cmd));
+            }
+            Flow::Poll(w, r) => polls.push((w, r)),
+            Flow::Wait(at, r) => waits.push((at, r)),
+            h @ Flow::Halt { .. } => return h,
+            Flow::Done => {}
+        }
+    }
+    // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
+    // away together rather than one after another.
+    if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
+        return Flow::Run(cmd);
+    }
+    if let Some((w, r)) = polls
+        .iter()
+        .find(|(w, _)| *w == PollWhy::Unreachable)
+        .or(polls.first())
+        .cloned()
+    {
+        return Flow::Poll(w, r);
+    }
+    if let Some((at, r)) = waits.into_iter().min_by_key(|(at, _)| *at) {
+        return Flow::Wait(at, r);
+    }
+    // every node of the wave finished in this pass: look at the next wave
+    if talos_of(j, si).nodes.iter().all(|n| n.phase.finished()) {
+        return Flow::Done;
+    }
+    talos_step(j, si, eyes, now, notes)
+}
+
+pub(super) fn talos_of(j: &Job, si: usize) -> &TalosStep {
+    match &j.steps[si].kind {
+        StepKind::Talos(t) => t,
+        StepKind::Kubernetes(_) => unreachable!("step {si} is a Talos step"),
+    }
+}
+
+/// Node `i` of Talos step `si`, for writing (copied first if another job shares it).
+pub(super) fn node_mut(j: &mut Job, si: usize, i: usize) -> &mut NodeProgress {
+    Arc::make_mut(&mut talos_mut(j, si).nodes[i])
+}
+
+pub(super) fn talos_mut(j: &mut Job, si: usize) -> &mut TalosStep {
+    match &mut j.steps[si].kind {
+        StepKind::Talos(t) => t,
+        StepKind::Kubernetes(_) => unreachable!("step {si} is a Talos step"),
+    }
+}
+
+pub(super) fn talos_node(
+    j: &mut Job,
+    si: usize,
+    i: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
+    loop {
+        let ts = talos_of(j, si);
+        let spec = &ts.rollout;
+        let n = &ts.nodes[i];
+        let name = n.target.node.clone();
+        let target = n.node_target();
+        let cp = ts.control_plane();
+        let since = n.since.unwrap_or(now);
+        let health_deadline = add(since, spec.health_timeout);
+        let to = spec.to.clone();
+        let from = n.target.from.clone();
+        let nd = Some(name.as_str());
+        match n.phase {
+            NodePhase::Pending => {
+                if let Err(flow) = window_gate(j, now) {
+                    return flow;
+                }
+                node_mut(j, si, i).enter(NodePhase::Checking, now);
+                notes.push(format!("{name}: started"));
+            }
+            NodePhase::Checking => {
+                let t = match need(
+                    eyes.talos(&target),
+                    &format!("node `{name}`"),
+                    health_deadline,
+                    now,
+                    nd,
+                ) {
+                    Ok(t) => t,
+                    Err(f) => return f,
+                };
+                if t.version == to {
+                    node_mut(j, si, i).enter(NodePhase::Skipped, now);
+                    notes.push(format!("{name}: already runs {to}, skipped"));
+                    return Flow::Done;
+                }
+                if t.version != from {
+                    return halt_flow(
+                        HaltCode::UnexpectedVersion,
+                        format!(
+                            "node `{name}` runs {}, but the plan expected {from}: something else changed it; plan again",
+                            t.version
+                        ),
+                        nd,
+                        None,
+                    );
+                }
+                let k = match need(
+                    eyes.kube(&name),
+                    &format!("Kubernetes node `{name}`"),
+                    health_deadline,
+                    now,
+                    nd,
+                ) {
+                    Ok(k) => k,
+                    Err(f) => return f,
+                };
+                if cp {
+                    let via = j.control_plane.clone();
+                    let e = match need(eyes.etcd(&via), "etcd", health_deadline, now, nd) {
+                        Ok(e) => e,
+                        Err(f) => return f,
+                    };
+                    if let Err(why) = etcd_verdict(e) {
+                        if now >= health_deadline {
+                            return halt_flow(
+                                HaltCode::EtcdUnhealthy,
+                                format!(
+                                    "etcd did not become healthy before node `{name}` could start: {why}"
+                                ),
+                                nd,
+                                None,
+                            );
+                        }
+                        return Flow::Poll(PollWhy::Waiting, why);
+                    }
+                }
+                let method = UpgradeMethod::for_version(&t.version);
+                let boot = t.boot_id.clone();
+                let kubelet = k.kubelet_version.clone();
+                let n = node_mut(j, si, i);
+                n.boot_id_before = Some(boot);
+                n.kubelet_before = kubelet;
+                n.method = Some(method);
+                n.enter(NodePhase::Checked, now);
+                notes.push(format!(
+                    "{name}: checks passed (runs {from}, {method:?} upgrade)"
+                ));
+            }
+            NodePhase::Checked => {
+                if cp && j.snapshot.is_none() {
+                    let Some(via) = j.control_plane.first().cloned() else {
+                        return halt_flow(
+                            HaltCode::NoSnapshotNode,
+                            "no control-plane node is known to take the etcd snapshot from".into(),
+                            None,
+                            Some(CommandOp::Snapshot),
+                        );
+                    };
+                    return Flow::Run(Box::new(snapshot_command(j, si, via)));
+                }
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Pull, n.attempt),
+                    action: Action::Pull {
+                        node: target,
+                        image: spec.image.clone(),
+                        namespace: ImageNamespace::System,
+                    },
+                }));
+            }
+            NodePhase::Pulled => {
+                let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
+                if away >= ts.capacity() {
+                    return Flow::Poll(
+                        PollWhy::Waiting,
+                        format!("{name}: waiting, {away} node(s) already away"),
+                    );
+                }
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Cordon, n.attempt),
+                    action: Action::Cordon { node: name },
+                }));
+            }
+            NodePhase::Cordoned => {
+                let deadline = add(since, spec.drain_timeout);
+                if let Some(nb) = n.not_before
+                    && nb > now
+                {
+                    return Flow::Wait(
+                        nb,
+                        format!(
+                            "{name}: drain blocked ({}), retrying",
+                            n.blocked.as_deref().unwrap_or("eviction refused")
+                        ),
+                    );
+                }
+                let left = deadline.duration_since(now);
+                let timeout = left.as_secs().max(1) as u64;
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Drain, n.attempt),
+                    action: Action::Drain {
+                        node: name,
+                        timeout_secs: timeout,
+                        policy: spec.drain.clone(),
+                    },
+                }));
+            }
+            NodePhase::Drained => {
+                let t = match need(
+                    eyes.talos(&target),
+                    &format!("node `{name}`"),
+                    health_deadline,
+                    now,
+                    nd,
+                ) {
+                    Ok(t) => t,
+                    Err(f) => return f,
+                };
+                if t.version != from {
+                    return halt_flow(
+                        HaltCode::UnexpectedVersion,
+                        format!(
+                            "node `{name}` runs {} before its upgrade, expected {from}",
+                            t.version
+                        ),
+                        nd,
+                        Some(CommandOp::Upgrade),
+                    );
+                }
+                if cp {
+                    let via = j.control_plane.clone();
+                    let e = match need(eyes.etcd(&via), "etcd", health_deadline, now, nd) {
+                        Ok(e) => e,
+                        Err(f) => return f,
+                    };
+                    if let Err(why) = etcd_verdict(e) {
+                        if now >= health_deadline {
+                            return halt_flow(
+                                HaltCode::EtcdUnhealthy,
+                                format!(
+                                    "etcd did not become healthy before upgrading `{name}`: {why}"
+                                ),
+                                nd,
+                                Some(CommandOp::Upgrade),
+                            );
+                        }
+                        return Flow::Poll(PollWhy::Waiting, why);
+                    }
+                }
+                // A call whose reply was lost and that the node shows no trace of is made
+                // again, but only within the health timeout from the drain (definitive failures
+                // are bounded by `upgradeAttempts` in `apply`); see design/rollout.md, "one
+                // Upgrade per node".
+                if n.attempt > 0 && now >= health_deadline {
+                    return halt_flow(
+                        HaltCode::UpgradeNotMade,
+                        format!(
+                            "upgrade of `{name}` to {to} could not be made within {}s ({} call(s) left no trace): {}",
+                            spec.health_timeout.as_secs(),
+                            n.attempt,
+                            n.last_error.as_deref().unwrap_or("no error was reported")
+                        ),
+                        nd,
+                        Some(CommandOp::Upgrade),
+                    );
+                }
+                let boot = t.boot_id.clone();
+                let method = n
+                    .method
+                    .unwrap_or_else(|| UpgradeMethod::for_version(&t.version));
+                let cmd = Command {
+                    key: key(j, si, nd, CommandOp::Upgrade, n.attempt),
+                    action: Action::Upgrade {
+                        node: target,
+                        image: spec.image.clone(),
+                        method,
+                        boot_id_before: boot.clone(),
+                    },
+                };
+                node_mut(j, si, i).boot_id_before = Some(boot);
+                return Flow::Run(Box::new(cmd));
+            }
+            NodePhase::Upgraded => {
+                let Some(boot) = n.boot_id_before.clone() else {
+                    return halt_flow(
+                        HaltCode::Inconsistent,
+                        format!("node `{name}` has no recorded boot id before its reboot"),
+                        nd,
+                        Some(CommandOp::Reboot),
+                    );
+                };
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Reboot, n.attempt),
+                    action: Action::Reboot {
+                        node: target,
+                        boot_id_before: boot,
+                    },
+                }));
+            }
+            NodePhase::Rebooting => {
+                let what = format!("node `{name}` after its reboot");
+                let t = match eyes.talos(&target) {
+                    Seen::Got(t) => t,
+                    Seen::Missing => {
+                        return Flow::Poll(PollWhy::Waiting, format!("observing {what}"));
+                    }
+                    Seen::Transient(m) => {
+                        if now >= health_deadline {
+                            return halt_flow(
+                                HaltCode::NodeNotBack,
+                                format!(
+                                    "node `{name}` did not come back within {}s of its reboot ({m})",
+                                    spec.health_timeout.as_secs()
+                                ),
+                                nd,
+                                Some(CommandOp::Reboot),
+                            );
+                        }
+                        return Flow::Poll(PollWhy::Waiting, format!("{name}: rebooting ({m})"));
+                    }
+                    Seen::Failed(m) => {
+                        return halt_flow(
+                            HaltCode::ObservationFailed,
+                            format!("reading {what} failed: {m}"),
+                            nd,
+                            Some(CommandOp::Reboot),
+                        );
+                    }
+                };
+                let before = n.boot_id_before.as_deref().unwrap_or("");
+                let late = |what: String| {
+                    if now >= health_deadline {
+                        halt_flow(
+                            HaltCode::NodeNotBack,
+                            format!(
+                                "node `{name}` {what} within {}s of its reboot",
+                                spec.health_timeout.as_secs()
+                            ),
+                            nd,
+                            Some(CommandOp::Reboot),
+                        )
+                    } else {
+                        Flow::Poll(PollWhy::Waiting, format!("{name}: {what}"))
+                    }
+                };
+                if t.boot_id == before {
+                    return late("has not rebooted yet".into());
+                }
+                if t.version != to {
+                    return halt_flow(
+                        HaltCode::NodeReverted,
+                        format!(
+                            "node reverted: `{name}` came back on {} instead of {to} (the boot fell back to the previous version)",
+                            t.version
+                        ),
+                        nd,
+                        Some(CommandOp::Reboot),
+                    );
+                }
+                // back = MachineStatus stage `running` *and* ready (talosctl upgrade --wait:
+                // `MachineReadyEventFn`), the boot id changed (above) and the target version
+                // runs (above); services and the Kubernetes node are checked as well
+                if t.stage != MachineStage::Running || !t.ready {
+                    return late(format!(
+                        "is {} and {}, not running and ready yet",
+                        t.stage.name(),
+                        if t.ready { "ready" } else { "not ready" }
+                    ));
+                }
+                if !t.unhealthy_services.is_empty() {
+                    return late(format!(
+                        "services not healthy yet: {}",
+                        t.unhealthy_services.join(", ")
+                    ));
+                }
+                let k = match eyes.kube(&name) {
+                    Seen::Got(k) => k,
+                    Seen::Missing => {
+                        return Flow::Poll(
+                            PollWhy::Waiting,
+                            format!("observing Kubernetes node `{name}`"),
+                        );
+                    }
+                    Seen::Transient(m) => {
+                        // the kube-apiserver may be away while a control-plane node reboots
+                        return late(format!("Kubernetes API unreachable ({m})"));
+                    }
+                    Seen::Failed(m) => {
+                        return halt_flow(
+                            HaltCode::ObservationFailed,
+                            format!("reading Kubernetes node `{name}` failed: {m}"),
+                            nd,
+                            Some(CommandOp::Reboot),
+                        );
+                    }
+                };
+                if !k.ready {
+                    return late("is not Ready".into());
+                }
+                if let Some(expected) = &n.kubelet_before
+                    && k.kubelet_version.as_ref() != Some(expected)
+                {
+                    return late(format!(
+                        "reports kubelet {}, expected {expected}",
+                        k.kubelet_version
+                            .as_ref()
+                            .map(|v| v.to_string())
+                            .unwrap_or_else(|| "none".into())
+                    ));
+                }
+                node_mut(j, si, i).enter(NodePhase::Back, now);
+                notes.push(format!("{name}: back on {to}, healthy and Ready"));
+            }
+            NodePhase::Back => {
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Uncordon, n.attempt),
+                    action: Action::Uncordon { node: name },
+                }));
+            }
+            NodePhase::Done | NodePhase::Skipped => return Flow::Done,
+        }
+    }
+}
