@@ -100,6 +100,7 @@ pub fn talosconfig(data: &[u8]) {
 }
 
 thread_local! {
+    #[allow(clippy::expect_used, reason = "fuzz harness: building a current-thread runtime fails only when the OS refuses an epoll/eventfd, and the fuzzer cannot run without one")]
     static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

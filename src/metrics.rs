@@ -197,6 +197,10 @@ pub fn set_jobs(state: &str, n: i64) {
 }
 
 /// The OpenMetrics exposition of every metric.
+#[allow(
+    clippy::expect_used,
+    reason = "encoding into a String (fmt::Write) cannot fail"
+)]
 pub fn render() -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &global().registry)

@@ -64,6 +64,10 @@ impl Notifier {
     }
 
     /// Start delivery to `urls` in a background task.
+    #[allow(
+        clippy::expect_used,
+        reason = "notifications are plain structs with string keys: serializing them cannot fail"
+    )]
     pub fn start(urls: Vec<String>) -> Notifier {
         if urls.is_empty() {
             return Notifier::disabled();

@@ -480,6 +480,10 @@ impl Agent {
 
     /// Pick the agent key to sign with: `want` if given (it must be in the agent), otherwise the
     /// only key the agent holds.
+    #[allow(
+        clippy::expect_used,
+        reason = "the match arm is `1 =>`: the list has exactly one key"
+    )]
     pub fn choose(&mut self, want: Option<&PublicKey>) -> Result<PublicKey, SignError> {
         let keys = self.identities()?;
         if let Some(w) = want {

@@ -55,6 +55,10 @@ const WORKER_POOL: usize = 48;
 /// Every cluster has 3 control-plane machines, one canary worker, and worker pools of up to 48
 /// machines (`after: [canary]`). About half the clusters run an older Talos than desired, so
 /// plans have real work; some worker pools have one machine NotReady already.
+#[allow(
+    clippy::expect_used,
+    reason = "benchmark fleet: versions are formatted from integers or constant literals and always parse"
+)]
 pub fn generate(spec: FleetSpec) -> Fleet {
     let mut rng = Rng::new(spec.seed);
     let mut files = BTreeMap::new();
@@ -151,6 +155,10 @@ pub struct Written {
 
 /// Write `fleet` below `dir`: the desired-state repo in `desired/` and the inventory in
 /// `inventory.json` (the inventory-file format, which `medea plan --observed` reads).
+#[allow(
+    clippy::expect_used,
+    reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
+)]
 pub fn write_repo(fleet: &Fleet, dir: &Path) -> std::io::Result<Written> {
     let desired = dir.join("desired");
     for (rel, text) in &fleet.files {

@@ -62,12 +62,20 @@ impl<T> Delayed<T> {
             away_until: Mutex::new(HashMap::new()),
         }
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     fn went_down(&self, node: &str) {
         self.away_until
             .lock()
             .expect("delay lock")
             .insert(node.to_string(), Instant::now() + self.delay);
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     fn check(&self, op: &'static str, node: &str) -> Result<(), PortError> {
         let until = self
             .away_until
@@ -216,6 +224,10 @@ fn observed(nodes: &[NodeFacts]) -> ObservedCluster {
         .with_rollouts_enabled(true)
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "a constant version literal that parses (unit tests build the same values)"
+)]
 fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
     let role = if nodes[0].control_plane {
         MachineRole::Controlplane
@@ -492,6 +504,10 @@ fn run_fakes(
     )
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "a constant version literal that parses (unit tests build the same values)"
+)]
 async fn run_sim(
     dir: &Path,
     cfg: ExecutorConfig,

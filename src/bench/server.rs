@@ -113,6 +113,10 @@ fn wait_for(
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "the child was spawned with `Stdio::piped()` stderr just above"
+)]
 fn start(
     exe: &Path,
     desired: &Path,

@@ -1,5 +1,6 @@
 //! `medea approvals`: every marker's outcome against the current plan, offline.
 
+use miette::IntoDiagnostic as _;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -37,21 +38,23 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
             "the store at `{}` is locked by another medea process",
             args.store.display()
         ),
-        other => miette::miette!("{}", crate::error_chain(&other)),
+        other => miette::Report::from_err(other),
     })?;
     let (signers, problems) = crate::server::reconcile::load_signers(Some(&args.allowed_signers));
     for p in &problems {
         eprintln!("warning: {p}");
     }
-    let desired = loaded.valid().expect("no errors");
-    let Some(current) = stored::current(&store).map_err(|e| miette::miette!("{e}"))? else {
+    let desired = loaded
+        .valid()
+        .ok_or_else(|| miette::miette!("the desired state has errors (listed above)"))?;
+    let Some(current) = stored::current(&store).into_diagnostic()? else {
         println!("no current plan: run `medea plan` first");
         return Ok(exit::ERROR);
     };
     let plan = stored::load_plan(&store, &current.id)
-        .map_err(|e| miette::miette!("{e}"))?
+        .into_diagnostic()?
         .ok_or_else(|| miette::miette!("the current plan record is missing"))?;
-    let basis = stored::current_basis(&store, desired).map_err(|e| miette::miette!("{e}"))?;
+    let basis = stored::current_basis(&store, desired).into_diagnostic()?;
     if plan.is_stale(&basis) {
         println!(
             "the stored plan {} is stale (the desired state or an observation changed): run `medea plan` and approve the new id",
@@ -60,7 +63,7 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         return Ok(exit::ERROR);
     }
     let known: Vec<_> = stored::all_plans(&store)
-        .map_err(|e| miette::miette!("{e}"))?
+        .into_diagnostic()?
         .into_iter()
         .map(|p| p.id)
         .collect();

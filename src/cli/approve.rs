@@ -140,6 +140,10 @@ pub fn run(args: ApproveArgs) -> miette::Result<u8> {
     approve(args).map_err(miette::Report::new)
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "clap enforces `--write-marker requires --desired`"
+)]
 fn approve(args: ApproveArgs) -> Result<u8, ApproveError> {
     if !args.write_marker && args.output.is_none() {
         return submit(args);

@@ -1,5 +1,6 @@
 //! `medea bench`: fleet-scale benchmarks (design/performance.md). Build with `--release`.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,14 +61,14 @@ pub enum Scenario {
     Server {
         #[command(flatten)]
         fleet: FleetArgs,
-        #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+        #[arg(long, default_value = "500ms", value_parser = crate::duration::parse_std)]
         debounce: Duration,
         #[arg(long, default_value_t = 15)]
         changes: usize,
         #[arg(long, default_value_t = 30)]
         gets: usize,
         /// How long to watch the idle server.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = crate::duration::parse_std)]
         idle: Duration,
     },
     /// The rollout engine with a durable fjall journal, on the in-memory fakes (the engine
@@ -86,13 +87,13 @@ pub enum Scenario {
         #[arg(long, default_value_t = 200)]
         delay_nodes: usize,
         /// How long each node is away after its reboot in the fixed-delay run.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = crate::duration::parse_std)]
         delay: Duration,
         /// maxUnavailable of the worker pools.
         #[arg(long, default_value_t = 10)]
         max_unavailable: u32,
         /// Executor poll interval of the fixed-delay run.
-        #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+        #[arg(long, default_value = "5ms", value_parser = crate::duration::parse_std)]
         poll: Duration,
         /// Repetitions of each run.
         #[arg(long, default_value_t = 3)]
@@ -100,25 +101,16 @@ pub enum Scenario {
     },
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration `{s}`"));
-    }
-    crate::desired::validate::parse_duration(s)
-}
-
 fn tempdir() -> miette::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix("medea-bench-")
         .tempdir()
-        .map_err(|e| miette::miette!("cannot create a temporary directory: {e}"))
+        .into_diagnostic()
+        .wrap_err("cannot create a temporary directory")
 }
 
 fn err(e: crate::bench::BenchError) -> miette::Report {
-    miette::miette!("{}", crate::error_chain(&e))
+    miette::Report::from_err(e)
 }
 
 pub fn run(args: BenchArgs) -> miette::Result<u8> {
@@ -126,7 +118,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
         Scenario::Fleet { fleet: f, out } => {
             let fleet = fleet::generate(f.spec());
             let w = fleet::write_repo(&fleet, &out)
-                .map_err(|e| miette::miette!("cannot write the fleet to {}: {e}", out.display()))?;
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot write the fleet to {}", out.display()))?;
             println!(
                 "wrote {} clusters, {} machines: {} and {}",
                 fleet.inventory.clusters.len(),
@@ -141,7 +134,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             let fleet = fleet::generate(f.spec());
             let dir = tempdir()?;
             let w = fleet::write_repo(&fleet, dir.path())
-                .map_err(|e| miette::miette!("cannot write the fleet: {e}"))?;
+                .into_diagnostic()
+                .wrap_err("cannot write the fleet")?;
             let r = pipeline::run(&w.desired, &fleet.inventory, rounds).map_err(err)?;
             println!("{host}");
             println!(
@@ -178,11 +172,13 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
         } => {
             let host = Host::detect();
             let exe = std::env::current_exe()
-                .map_err(|e| miette::miette!("cannot find the medea binary: {e}"))?;
+                .into_diagnostic()
+                .wrap_err("cannot find the medea binary")?;
             let fleet = fleet::generate(f.spec());
             let dir = tempdir()?;
             let w = fleet::write_repo(&fleet, dir.path())
-                .map_err(|e| miette::miette!("cannot write the fleet: {e}"))?;
+                .into_diagnostic()
+                .wrap_err("cannot write the fleet")?;
             let o = server::ServerOptions {
                 debounce,
                 changes,

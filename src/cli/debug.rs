@@ -1,5 +1,6 @@
 //! Hidden commands used by the test suite to exercise crash safety in a real child process.
 
+use miette::IntoDiagnostic as _;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -24,11 +25,8 @@ pub struct TortureArgs {
 /// durable commit, print `committed <g>`. A parent kills this process at arbitrary points and
 /// checks that every key holds the same generation, at least the last one printed.
 pub fn store_torture(args: TortureArgs) -> miette::Result<u8> {
-    let store = FjallStore::open(&args.store).map_err(|e| miette::miette!("{e}"))?;
-    let start: u64 = match store
-        .get(Table::Meta, "torture/gen")
-        .map_err(|e| miette::miette!("{e}"))?
-    {
+    let store = FjallStore::open(&args.store).into_diagnostic()?;
+    let start: u64 = match store.get(Table::Meta, "torture/gen").into_diagnostic()? {
         Some(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
         None => 0,
     };
@@ -43,7 +41,7 @@ pub fn store_torture(args: TortureArgs) -> miette::Result<u8> {
                 format!("{g}:{pad}").into_bytes(),
             );
         }
-        store.commit(txn).map_err(|e| miette::miette!("{e}"))?;
+        store.commit(txn).into_diagnostic()?;
         writeln!(out, "committed {g}").ok();
         out.flush().ok();
     }

@@ -7,6 +7,7 @@
 //! allowed_signers), enables rollouts and runs the rollout to completion with the live view.
 //! Everything lives in a temporary directory that is removed at the end (unless `--keep`).
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,17 +57,15 @@ pub struct DemoArgs {
     pub log_format: super::LogFormat,
 }
 
-fn err(what: &str) -> impl Fn(String) -> miette::Report + '_ {
-    move |e| miette::miette!("demo: {what}: {e}")
-}
-
 pub fn run(args: DemoArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     let tmp = tempfile::Builder::new()
         .prefix("medea-demo-")
         .tempdir()
-        .map_err(|e| miette::miette!("demo: cannot create a temporary directory: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("demo: cannot create a temporary directory")?;
     let code = rt.block_on(demo(&args, tmp.path()));
     if args.keep {
         let kept = tmp.keep();
@@ -86,13 +85,15 @@ async fn demo(args: &DemoArgs, dir: &Path) -> miette::Result<u8> {
         .replace("podTermination: 1s", "podTermination: 200ms");
     let scenario =
         crate::sim::talos::scenario::Scenario::parse(&scenario_text, Path::new("<demo scenario>"))
-            .map_err(|e| miette::miette!("demo scenario: {e}"))?;
+            .into_diagnostic()
+            .wrap_err("demo scenario")?;
     println!(
         "▶ starting the simulator: cluster home, 3 control-plane + 3 workers on Talos v1.12.11 / Kubernetes v1.34.1"
     );
     let sim = SimCluster::start(scenario, SimClusterConfig::default())
         .await
-        .map_err(|e| err("simulator")(crate::error_chain(&e)))?;
+        .into_diagnostic()
+        .wrap_err("demo: simulator")?;
     let result = with_sim(args, dir, &sim, started).await;
     sim.shutdown().await;
     result
@@ -107,10 +108,12 @@ async fn with_sim(
     let sim_out = dir.join("sim");
     let creds = sim
         .write_creds(&sim_out)
-        .map_err(|e| err("simulator creds")(crate::error_chain(&e)))?;
+        .into_diagnostic()
+        .wrap_err("demo: simulator creds")?;
     // The store, seeded from the simulator (like `medea seed`).
     let store = crate::store::fjall::FjallStore::open(&dir.join("state/store"))
-        .map_err(|e| err("store")(crate::error_chain(&e)))?;
+        .into_diagnostic()
+        .wrap_err("demo: store")?;
     let creds_dir = dir.join("state/creds");
     let seeded = super::seed::seed(
         &store,
@@ -124,7 +127,8 @@ async fn with_sim(
         },
     )
     .await
-    .map_err(|e| err("seed")(crate::error_chain(&e)))?;
+    .into_diagnostic()
+    .wrap_err("demo: seed")?;
     println!(
         "▶ seeded cluster home: {} machines observed",
         seeded.cluster.machines.len()
@@ -135,19 +139,24 @@ async fn with_sim(
         let key = crate::inventory::cluster_key("home");
         let c: crate::inventory::ObservedCluster = store
             .get_record(&key)
-            .map_err(|e| err("store")(e.to_string()))?
+            .into_diagnostic()
+            .wrap_err("demo: store")?
             .ok_or_else(|| miette::miette!("demo: seeded cluster missing"))?;
         store
             .commit(Txn::new().put_record(key.as_str(), &c.with_rollouts_enabled(true)))
-            .map_err(|e| err("store")(e.to_string()))?;
+            .into_diagnostic()
+            .wrap_err("demo: store")?;
     }
     // The desired state: the bundled examples.
     let desired = dir.join("desired");
     for (rel, text) in EXAMPLES {
         let p = desired.join(rel);
-        std::fs::create_dir_all(p.parent().expect("relative path has a parent"))
-            .map_err(|e| err("desired state")(e.to_string()))?;
-        std::fs::write(&p, text).map_err(|e| err("desired state")(e.to_string()))?;
+        std::fs::create_dir_all(crate::private_file::parent_dir(&p))
+            .into_diagnostic()
+            .wrap_err("demo: desired state")?;
+        std::fs::write(&p, text)
+            .into_diagnostic()
+            .wrap_err("demo: desired state")?;
     }
     // Two ephemeral approvers (a plan that touches the control plane needs two by default).
     let keys = [
@@ -163,21 +172,23 @@ async fn with_sim(
     let mut signers = String::new();
     let mut approvers = Vec::new();
     for (who, k) in keys {
-        let k = k.map_err(|e| err("keys")(e.to_string()))?;
+        let k = k.into_diagnostic().wrap_err("demo: keys")?;
         let public = k
             .public_key()
             .to_openssh()
-            .map_err(|e| err("keys")(e.to_string()))?;
+            .into_diagnostic()
+            .wrap_err("demo: keys")?;
         signers.push_str(&format!("{who} namespaces=\"medea-approve\" {public}\n"));
         approvers.push((who, k));
     }
     let allowed = dir.join("state/allowed_signers");
     crate::server::secrets::write_private(&allowed, signers.as_bytes())
-        .map_err(|e| err("allowed signers")(e.to_string()))?;
+        .into_diagnostic()
+        .wrap_err("demo: allowed signers")?;
 
     let token = crate::server::auth::generate_token();
     let config = crate::server::ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("literal address"),
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         source: crate::desired::Source::Dir(desired.clone()),
         state_dir: dir.join("state"),
         creds_dir,
@@ -251,7 +262,8 @@ async fn with_sim(
 fn free_loopback_port() -> miette::Result<std::net::SocketAddr> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| miette::miette!("demo: no free loopback port for the dashboard: {e}"))
+        .into_diagnostic()
+        .wrap_err("demo: no free loopback port for the dashboard")
 }
 
 async fn drive(
@@ -281,11 +293,12 @@ async fn drive(
         );
         return Ok(exit::OK);
     }
-    let id = crate::plan::PlanId::parse_full(&plan.id).map_err(|e| miette::miette!("{e}"))?;
+    let id = crate::plan::PlanId::parse_full(&plan.id).into_diagnostic()?;
     let mut jobs = Vec::new();
     for (who, key) in approvers {
         let signed = crate::approval::sign::sign_with_key(key, &id, ssh_key::HashAlg::Sha512)
-            .map_err(|e| miette::miette!("demo: signing: {e}"))?;
+            .into_diagnostic()
+            .wrap_err("demo: signing")?;
         let r = c
             .submit_approval(pb::SubmitApprovalRequest {
                 plan_id: plan.id.clone(),

@@ -114,7 +114,7 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
             args.cluster.as_deref(),
             &settings,
         ))
-        .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+        .map_err(miette::Report::from_err)?;
     match args.output {
         Output::Text => print!("{}", render_text(&report)),
         Output::Json => print!("{}", super::output::json(&report)),

@@ -1,6 +1,7 @@
 //! Store selection for `medea serve` (and the hidden HA probe): a directory, or an etcd cluster
 //! for HA replicas, with the etcd TLS options, the replica id and the leader lease TTL.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ pub struct HaArgs {
     #[arg(long, env = "MEDEA_REPLICA")]
     pub replica: Option<String>,
     /// Leader lease TTL (etcd store): a dead leader is replaced within about this long.
-    #[arg(long, default_value = "10s", env = "MEDEA_LEADER_TTL", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", env = "MEDEA_LEADER_TTL", value_parser = crate::duration::parse_std)]
     pub leader_ttl: Duration,
     #[command(flatten)]
     pub etcd: EtcdArgs,
@@ -75,12 +76,11 @@ impl EtcdArgs {
         };
         let password = match (&self.etcd_password_file, env_password) {
             (Some(path), _) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    miette::miette!(
-                        "cannot read the etcd password file `{}`: {e}",
-                        path.display()
-                    )
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .into_diagnostic()
+                    .wrap_err_with(|| {
+                        format!("cannot read the etcd password file `{}`", path.display())
+                    })?;
                 text.trim_end_matches(['\n', '\r']).to_string()
             }
             (None, Some(p)) => p,
@@ -101,17 +101,6 @@ impl EtcdArgs {
             password: crate::secret::Secret::new(password),
         }))
     }
-}
-
-/// `500ms`, `2s`, `1m30s`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration `{s}` (e.g. 500ms, 10s, 1m)"));
-    }
-    crate::desired::validate::parse_duration(s)
 }
 
 /// An open store and this process's leadership over it.
@@ -142,8 +131,8 @@ pub fn open_store(location: &StoreLocation, ha: &HaArgs) -> miette::Result<Opene
     match location {
         StoreLocation::Dir(path) => {
             refuse_etcd_flags(path, &ha.etcd)?;
-            let store = crate::store::fjall::FjallStore::open(path)
-                .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+            let store =
+                crate::store::fjall::FjallStore::open(path).map_err(miette::Report::from_err)?;
             Ok(Opened {
                 store: Arc::new(store),
                 leadership: Leadership::solo(replica),
@@ -344,12 +333,5 @@ mod tests {
         assert!(err.to_string().contains("is empty"), "{err}");
         args.etcd_user = None;
         assert!(args.credentials_from(Some("x".into())).unwrap().is_none());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert!(parse_duration("ten").is_err());
     }
 }

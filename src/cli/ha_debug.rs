@@ -12,12 +12,13 @@
 //! fenced: <why>                stopping after intent <n>   finished    ready
 //! ```
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 
-use super::ha::{HaArgs, parse_duration};
+use super::ha::HaArgs;
 use crate::store::location::StoreLocation;
 
 #[derive(Debug, Args)]
@@ -42,7 +43,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub wait_for_go: bool,
     /// Pause between steps.
-    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "20ms", value_parser = crate::duration::parse_std)]
     pub interval: Duration,
 }
 
@@ -179,7 +180,8 @@ mod imp {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+            .into_diagnostic()
+            .wrap_err("cannot start the runtime")?;
         let leadership = opened.leadership;
         let mut last_seen: Option<Option<String>> = None;
         let mut go_pending = args.wait_for_go;
@@ -225,7 +227,7 @@ mod imp {
                 Err(e @ StoreError::Conflict { .. }) => {
                     say(format_args!("conflict: {e}"));
                 }
-                Err(e) => return Err(miette::miette!("{}", crate::error_chain(&e))),
+                Err(e) => return Err(miette::Report::from_err(e)),
             }
         }
     }

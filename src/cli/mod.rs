@@ -4,6 +4,7 @@
 //! **May depend on:** every other module; nothing depends on it.
 //! Architecture Invariant: no domain decision is made here; commands call into the modules.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -172,9 +173,11 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Rollout(args) => rollout::run(args),
         Command::Man { out } => {
             std::fs::create_dir_all(&out)
-                .map_err(|e| miette::miette!("cannot create {}: {e}", out.display()))?;
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot create {}", out.display()))?;
             clap_mangen::generate_to(Cli::command(), &out)
-                .map_err(|e| miette::miette!("cannot write man pages to {}: {e}", out.display()))?;
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot write man pages to {}", out.display()))?;
             println!("wrote man pages to {}", out.display());
             Ok(exit::OK)
         }
@@ -206,6 +209,10 @@ pub enum LogFormat {
 pub const QUIET_DEPENDENCIES: &[&str] = &["kube_client::client::builder=off"];
 
 /// The log filter: `RUST_LOG` (default `info`) plus [`QUIET_DEPENDENCIES`].
+#[allow(
+    clippy::expect_used,
+    reason = "the added directives are constant valid filter strings (log_filter is unit-tested)"
+)]
 pub fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
     use tracing_subscriber::EnvFilter;
     let given = rust_log.map(str::trim).filter(|s| !s.is_empty());

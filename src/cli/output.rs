@@ -38,12 +38,20 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "CLI output types are plain structs with string keys: serializing them cannot fail"
+)]
 pub fn json<T: Serialize>(v: &T) -> String {
     let mut s = serde_json::to_string_pretty(v).expect("output serializes");
     s.push('\n');
     s
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "CLI output types are plain structs with string keys: serializing them cannot fail"
+)]
 pub fn yaml<T: Serialize>(v: &T) -> String {
     serde_saphyr::to_string(v).expect("output serializes")
 }

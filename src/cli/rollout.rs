@@ -1,5 +1,6 @@
 //! `medea rollout list|status|halt`: follow and stop rollout jobs on a running server.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::io::IsTerminal;
 
 use clap::{Args, Subcommand};
@@ -60,7 +61,9 @@ pub enum RolloutAction {
 }
 
 fn runtime() -> miette::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Runtime::new().map_err(|e| miette::miette!("cannot start the runtime: {e}"))
+    tokio::runtime::Runtime::new()
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")
 }
 
 pub fn run(args: RolloutArgs) -> miette::Result<u8> {
@@ -330,6 +333,10 @@ fn progress(
 }
 
 /// Follow a job: progress bars per node on a TTY, one line per event otherwise.
+#[allow(
+    clippy::expect_used,
+    reason = "a constant indicatif template, and events that are plain structs with string keys"
+)]
 pub(crate) async fn follow(
     c: &mut super::client::Client,
     addr: &str,

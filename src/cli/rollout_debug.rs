@@ -3,6 +3,7 @@
 //! (`--fake-state`) or against a real API (a simulator) through the real adapters
 //! (`--creds-dir` + `--cluster`).
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,19 +83,20 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     match target {
         Target::Fake(path) => {
-            let fake = FakeCluster::persistent(&path).map_err(|e| {
-                miette::miette!("cannot load the fake cluster `{}`: {e}", path.display())
-            })?;
+            let fake = FakeCluster::persistent(&path)
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot load the fake cluster `{}`", path.display()))?;
             drive(&rt, &args, cfg, fake.talos(), fake.kube(), None)
         }
         Target::Creds { dir, cluster } => {
             // the adapters are built (credentials read) before the store is touched
             let (talos, kube) = rt
                 .block_on(crate::ops::cluster_ports::paced(&dir, &cluster, tick))
-                .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
+                .map_err(miette::Report::from_err)?;
             drive(&rt, &args, cfg, talos, kube, Some(&cluster))
         }
     }
@@ -108,7 +110,7 @@ fn drive<T: TalosPort + 'static, K: KubePort + 'static>(
     kube: K,
     cluster: Option<&str>,
 ) -> miette::Result<u8> {
-    let store = FjallStore::open(&args.store).map_err(|e| miette::miette!("{e}"))?;
+    let store = FjallStore::open(&args.store).into_diagnostic()?;
     let exec = Arc::new(Executor::new(
         Arc::new(store),
         talos,
@@ -133,7 +135,7 @@ fn drive<T: TalosPort + 'static, K: KubePort + 'static>(
                 }
             }
         })
-        .map_err(|e| miette::miette!("{e}"))?;
+        .into_diagnostic()?;
     let mut all_ok = true;
     for (job, r) in results {
         match r {

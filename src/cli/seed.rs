@@ -454,7 +454,7 @@ pub fn run(args: SeedArgs) -> miette::Result<u8> {
                     "{}",
                     crate::error_chain(&e)
                 ),
-                other => miette::miette!("{}", crate::error_chain(&other)),
+                other => miette::Report::from_err(other),
             })?)
         }
         crate::store::location::StoreLocation::Etcd(_) => {

@@ -1,5 +1,6 @@
 //! `medea serve` and the client commands that talk to it (`get`, `cluster`).
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MEDEA_ALLOWED_SIGNERS")]
     pub allowed_signers: Option<PathBuf>,
     /// Quiet period after a file change before re-reading the desired state.
-    #[arg(long, default_value = "500ms", value_parser = parse_millis)]
+    #[arg(long, default_value = "500ms", value_parser = crate::duration::parse_std)]
     pub debounce: Duration,
     /// Serve Prometheus metrics (OpenMetrics) on this address, at /metrics.
     #[arg(long, env = "MEDEA_METRICS_LISTEN")]
@@ -75,21 +76,11 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = super::LogFormat::Text, env = "MEDEA_LOG_FORMAT")]
     pub log_format: super::LogFormat,
     /// How often a running job re-observes its nodes while it waits (reboots, drains).
-    #[arg(long, default_value = "5s", value_parser = parse_millis)]
+    #[arg(long, default_value = "5s", value_parser = crate::duration::parse_std)]
     pub job_poll: Duration,
     /// How often the inventory is refreshed from Talos and Kubernetes.
-    #[arg(long, default_value = "60s", value_parser = parse_millis)]
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_std)]
     pub refresh_interval: Duration,
-}
-
-fn parse_millis(s: &str) -> Result<Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration `{s}`"));
-    }
-    crate::desired::validate::parse_duration(s)
 }
 
 pub fn default_state_dir() -> PathBuf {
@@ -124,9 +115,9 @@ fn load_token(
         Ok(_) => Err(miette::miette!("token file `{}` is empty", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = crate::server::auth::generate_token();
-            crate::server::secrets::write_private(&path, t.expose().as_bytes()).map_err(|e| {
-                miette::miette!("cannot write the token file `{}`: {e}", path.display())
-            })?;
+            crate::server::secrets::write_private(&path, t.expose().as_bytes())
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot write the token file `{}`", path.display()))?;
             eprintln!("generated an API token in {} (0600)", path.display());
             Ok(t)
         }
@@ -146,12 +137,9 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
             std::env::var_os(name)
         })?;
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
-    crate::server::secrets::private_dir(&state_dir).map_err(|e| {
-        miette::miette!(
-            "cannot create state directory `{}`: {e}",
-            state_dir.display()
-        )
-    })?;
+    crate::server::secrets::private_dir(&state_dir)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot create state directory `{}`", state_dir.display()))?;
     let token = load_token(chosen_token, &state_dir)?;
     let location = args
         .store
@@ -181,7 +169,8 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
     };
     super::init_logging(args.log_format);
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         tracing::info!(store = %opened.location, replica = %config.replica, "store open");
         server::run_with_leadership(
@@ -192,12 +181,16 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
             shutdown_signal(),
         )
         .await
-        .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))
+        .map_err(miette::Report::from_err)
     })?;
     Ok(exit::OK)
 }
 
 /// Ctrl-C or SIGTERM.
+#[allow(
+    clippy::expect_used,
+    reason = "installing a SIGTERM handler fails only without tokio's signal driver, which the runtimes medea builds always enable"
+)]
 pub async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
@@ -247,7 +240,8 @@ pub enum GetWhat {
 
 pub fn get(args: GetArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         let mut c = args.client.connect().await?;
         let addr = args.client.addr.clone();
@@ -447,7 +441,8 @@ pub fn cluster(args: ClusterArgs) -> miette::Result<u8> {
         ClusterAction::DisableRollouts { cluster } => (cluster, false),
     };
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         let mut c = args.client.connect().await?;
         let r = c

@@ -1,6 +1,7 @@
 //! `medea upgrade`: the talosctl habit, kept GitOps-true — edit the version in the desired-state
 //! YAML in place, then show the plan. Nothing acts without an approval.
 
+use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 
 use clap::Args;
@@ -73,7 +74,7 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
     })?;
     let mut edits = Vec::new();
     if let Some(v) = &args.k8s {
-        let v = KubeVersion::parse(v).map_err(|e| miette::miette!("{e}"))?;
+        let v = KubeVersion::parse(v).into_diagnostic()?;
         let cur = &cluster.kubernetes_version;
         if cur.value != v {
             edits.push(Edit {
@@ -85,7 +86,7 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
         }
     }
     if let Some(v) = &args.talos {
-        let v = TalosVersion::parse(v).map_err(|e| miette::miette!("{e}"))?;
+        let v = TalosVersion::parse(v).into_diagnostic()?;
         let pools: Vec<_> = match &args.pool {
             Some(p) => vec![cluster.pools.get(p).ok_or_else(|| {
                 miette::miette!(
@@ -127,13 +128,13 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
         let text = files
             .entry(e.file.clone())
             .or_insert_with(|| loaded.sources[&e.file].clone());
-        *text = edit::replace_scalar(text, &e.origin, &e.old, &e.new)
-            .map_err(|e| miette::miette!("{e}"))?;
+        *text = edit::replace_scalar(text, &e.origin, &e.old, &e.new).into_diagnostic()?;
     }
     for (file, text) in &files {
         let path: PathBuf = root.join(file);
         std::fs::write(&path, text)
-            .map_err(|e| miette::miette!("cannot write {}: {e}", path.display()))?;
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot write {}", path.display()))?;
     }
     for e in edits.iter().rev() {
         println!(
@@ -159,12 +160,9 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
 /// The plan of the edited desired state: offline against `--store`, or the server's.
 fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Result<u8> {
     if let Some(path) = &args.store {
-        let store = crate::store::fjall::FjallStore::open(path)
-            .map_err(|e| miette::miette!("{}", crate::error_chain(&e)))?;
-        let inventory =
-            crate::inventory::Inventory::load(&store).map_err(|e| miette::miette!("{e}"))?;
-        let applied =
-            crate::ops::replan::load_applied(&store).map_err(|e| miette::miette!("{e}"))?;
+        let store = crate::store::fjall::FjallStore::open(path).into_diagnostic()?;
+        let inventory = crate::inventory::Inventory::load(&store).into_diagnostic()?;
+        let applied = crate::ops::replan::load_applied(&store).into_diagnostic()?;
         return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
             Ok(p) => {
                 println!();
@@ -189,7 +187,8 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
     // Ask the server, once it has loaded this revision (its watcher is debounced).
     let want = after.desired.revision.content.clone();
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     let shown = rt.block_on(async {
         let Ok(mut c) = args.client.connect().await else {
             return None;

@@ -154,7 +154,7 @@ pub struct DrainSpec {
 #[derive(JsonSchema)]
 #[schemars(
     transparent,
-    extend("pattern" = "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", "examples" = ["10m", "90s", "1h30m"])
+    extend("pattern" = "^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$", "examples" = ["10m", "90s", "1h30m"])
 )]
 #[allow(dead_code)]
 pub struct DurationString(String);

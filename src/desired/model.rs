@@ -9,6 +9,7 @@ use serde::Serialize;
 
 pub use super::format::Role;
 use super::window::MaintenanceWindow;
+use crate::image::ImageRef;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Where a value came from: file (relative to the desired root) and span.
@@ -147,12 +148,21 @@ impl Default for ApprovalSettings {
 /// A `(major, minor)` release line, written `v1.15`.
 pub type MinorLine = (u64, u64);
 
+/// A minor line that is not `vMAJOR.MINOR`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{input}` is not a minor line: write `vMAJOR.MINOR`, e.g. `v1.15`")]
+pub struct MinorLineError {
+    pub input: String,
+}
+
 /// Parse a minor line written `vMAJOR.MINOR` (`v1.15`).
-pub fn parse_minor_line(input: &str) -> Result<MinorLine, String> {
-    let bad = || format!("`{input}` is not a minor line: write `vMAJOR.MINOR`, e.g. `v1.15`");
+pub fn parse_minor_line(input: &str) -> Result<MinorLine, MinorLineError> {
+    let bad = || MinorLineError {
+        input: input.to_string(),
+    };
     let rest = input.strip_prefix('v').ok_or_else(bad)?;
     let (major, minor) = rest.split_once('.').ok_or_else(bad)?;
-    let num = |s: &str| -> Result<u64, String> {
+    let num = |s: &str| -> Result<u64, MinorLineError> {
         let ok = !s.is_empty()
             && s.bytes().all(|b| b.is_ascii_digit())
             && (s == "0" || !s.starts_with('0'));
@@ -237,8 +247,9 @@ pub struct Desired {
 }
 
 /// An installer image repository, without tag or digest (`ghcr.io/siderolabs/installer`).
+/// An installer image repository without tag or digest (the tag is the Talos version).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct InstallerImage(String);
+pub struct InstallerImage(ImageRef);
 
 pub const DEFAULT_INSTALLER: &str = "ghcr.io/siderolabs/installer";
 
@@ -253,7 +264,11 @@ pub enum ImageError {
     #[error(
         "installer image `{input}` is not a valid image repository (lowercase letters, digits, `.`, `_`, `-` and `/`)"
     )]
-    Invalid { input: String },
+    Invalid {
+        input: String,
+        #[source]
+        err: crate::image::ImageRefError,
+    },
 }
 
 impl InstallerImage {
@@ -263,43 +278,21 @@ impl InstallerImage {
                 input: input.to_string(),
             });
         }
-        let last = input.rsplit('/').next().unwrap_or(input);
-        if let Some((repo_last, _tag)) = last.split_once(':') {
-            let repo = format!("{}{}", &input[..input.len() - last.len()], repo_last);
+        let image = ImageRef::parse(input).map_err(|err| ImageError::Invalid {
+            input: input.to_string(),
+            err,
+        })?;
+        if image.tag().is_some() {
             return Err(ImageError::Tagged {
                 input: input.to_string(),
-                repo,
+                repo: image.repository(),
             });
         }
-        // The registry host may carry a port (`registry.local:5000/installer`).
-        let (host, path) = match input.split_once('/') {
-            Some((h, p)) if h.contains('.') || h.contains(':') || h == "localhost" => (Some(h), p),
-            _ => (None, input),
-        };
-        let host_ok = host.is_none_or(|h| {
-            !h.is_empty()
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
-        });
-        let path_ok = !path.is_empty()
-            && path.split('/').all(|seg| {
-                !seg.is_empty()
-                    && seg.bytes().all(|b| {
-                        b.is_ascii_lowercase()
-                            || b.is_ascii_digit()
-                            || matches!(b, b'.' | b'_' | b'-')
-                    })
-            });
-        if !host_ok || !path_ok {
-            return Err(ImageError::Invalid {
-                input: input.to_string(),
-            });
-        }
-        Ok(InstallerImage(input.to_string()))
+        Ok(InstallerImage(image))
     }
 
-    pub fn repository(&self) -> &str {
-        &self.0
+    pub fn repository(&self) -> String {
+        self.0.repository()
     }
 
     /// The image reference for a version: `<repository>:<version>`.
@@ -310,44 +303,25 @@ impl InstallerImage {
     /// The Image Factory schematic id, when the repository ends in one
     /// (`factory.talos.dev/installer/<64 hex>`).
     pub fn schematic(&self) -> Option<&str> {
-        schematic_of(&self.0)
+        self.0.schematic()
     }
 }
 
 /// The schematic id in an image reference or repository (the last path segment when it is
 /// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.
 pub fn schematic_of(image: &str) -> Option<&str> {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    let last = no_digest.rsplit('/').next()?;
-    let seg = last.split(':').next()?;
-    (seg.len() == 64
-        && seg
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-    .then_some(seg)
+    crate::image::schematic_of(image)
 }
 
 impl fmt::Display for InstallerImage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
-/// Durations are written as `1h30m`, `10m`, `90s`.
+/// Durations are written as `1h30m`, `10m`, `90s`: [`crate::duration::Duration`]'s `Display`.
 pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if sec > 0 || out.is_empty() {
-        out.push_str(&format!("{sec}s"));
-    }
-    out
+    crate::duration::Duration::from(d).to_string()
 }
 
 mod duration_text {

@@ -8,6 +8,10 @@ use super::format::{API_VERSION, ClusterDoc, NodePoolDoc};
 /// Base URL the schemas declare as their `$id` (the files are also used by relative path).
 pub const SCHEMA_BASE: &str = "https://medea.dev/schemas/v1alpha1";
 
+#[allow(
+    clippy::expect_used,
+    reason = "schemars renders a struct as a JSON object with `properties`; a unit test renders every kind"
+)]
 fn kind_schema<T: JsonSchema>(kind: &str, file: &str) -> Value {
     let schema: Schema = schema_for!(T);
     let mut v = schema.to_value();
@@ -29,6 +33,7 @@ fn kind_schema<T: JsonSchema>(kind: &str, file: &str) -> Value {
 }
 
 /// `(file name, pretty JSON)` for every schema medea publishes, in a stable order.
+#[allow(clippy::expect_used, reason = "a serde_json::Value always serializes")]
 pub fn all() -> Vec<(&'static str, String)> {
     let cluster = kind_schema::<ClusterDoc>("Cluster", "cluster.json");
     let pool = kind_schema::<NodePoolDoc>("NodePool", "nodepool.json");

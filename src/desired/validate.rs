@@ -44,27 +44,6 @@ fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-/// Parse a duration written as `10m`, `90s`, `1h30m`.
-pub fn parse_duration(input: &str) -> Result<Duration, String> {
-    let trimmed = input.trim();
-    let valid_shape = !trimmed.is_empty()
-        && trimmed
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'h' | b'm' | b's'));
-    if !valid_shape {
-        return Err(format!(
-            "invalid duration `{input}`: write hours, minutes and seconds like `10m`, `90s` or `1h30m`"
-        ));
-    }
-    let d: jiff::SignedDuration = trimmed.parse().map_err(|_| {
-        format!("invalid duration `{input}`: write hours, minutes and seconds like `10m`, `90s` or `1h30m`")
-    })?;
-    if d.is_negative() || d.is_zero() {
-        return Err(format!("duration `{input}` must be positive"));
-    }
-    Ok(d.unsigned_abs())
-}
-
 fn check_name(ctx: &mut Ctx, doc: &DocText<'_>, name: &Spanned<String>, what: &str) -> bool {
     if is_dns_label(&name.value) {
         return true;
@@ -99,13 +78,13 @@ fn duration_field(
     field: &Option<Spanned<String>>,
 ) -> Option<Duration> {
     let f = field.as_ref()?;
-    match parse_duration(&f.value) {
-        Ok(d) => Some(d),
-        Err(msg) => {
+    match crate::duration::Duration::parse_positive(&f.value) {
+        Ok(d) => Some(d.get()),
+        Err(e) => {
             ctx.err(Diagnostic::error(
                 codes::DURATION,
                 doc.origin(&f.referenced),
-                msg,
+                e.to_string(),
             ));
             None
         }
@@ -232,6 +211,10 @@ struct PendingPool<'a> {
 ///
 /// `broken` names documents that failed to parse (already reported); references to them are
 /// not reported again.
+#[allow(
+    clippy::expect_used,
+    reason = "DEFAULT_INSTALLER is a constant valid repository (the installer_images test parses it)"
+)]
 pub fn validate(
     docs: Vec<RawDoc<'_>>,
     broken: &[Broken],
@@ -647,11 +630,11 @@ fn upgrade_policy(
     for w in &spec.kubernetes_support {
         let mut line = |s: &Spanned<String>| match parse_minor_line(&s.value) {
             Ok(l) => Some(l),
-            Err(msg) => {
+            Err(e) => {
                 ctx.err(Diagnostic::error(
                     codes::VERSION,
                     doc.origin(&s.referenced),
-                    msg,
+                    e.to_string(),
                 ));
                 None
             }
@@ -795,16 +778,6 @@ fn check_order(ctx: &mut Ctx, cluster: &Cluster, declared: &BTreeSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        for bad in ["10", "ten minutes", "-5m", "1d", "0s", "", "1 h", "PT5M"] {
-            assert!(parse_duration(bad).is_err(), "{bad} should be refused");
-        }
-    }
 
     #[test]
     fn names() {

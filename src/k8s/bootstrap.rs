@@ -122,6 +122,10 @@ pub fn stage(m: &Manifest) -> u8 {
 
 /// `manifests` annotated with the inventory and in apply order (stable within a stage).
 /// An object already annotated for another inventory is refused.
+#[allow(
+    clippy::expect_used,
+    reason = "Manifest::from_value refuses a manifest without an object `metadata`"
+)]
 pub fn prepare(manifests: &[Manifest]) -> Result<Vec<Manifest>, K8sError> {
     let mut out = Vec::with_capacity(manifests.len());
     for (i, m) in manifests.iter().enumerate() {

@@ -189,6 +189,10 @@ impl KubeClient {
         }
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned discovery-cache lock means a thread panicked while inserting; the cache may be half-written"
+    )]
     pub(super) async fn resolve(
         &self,
         manifest: &Manifest,
@@ -294,6 +298,10 @@ impl std::fmt::Display for AccessCheck {
 impl KubeClient {
     /// `GET /version` (retried like every call) and the apiserver's `Date` header, for clock
     /// checks.
+    #[allow(
+        clippy::expect_used,
+        reason = "a GET of a constant path with an empty body is always a valid request"
+    )]
     pub async fn server_info(&self) -> Result<ServerInfo, K8sError> {
         let info = self
             .call("get version", &self.cluster_url, || {

@@ -272,7 +272,7 @@ async fn apiserver_version<T: TalosApi, K: KubeApi>(
 }
 
 fn image_version(image: &str) -> Option<KubeVersion> {
-    crate::talos::types::image_tag(image).and_then(|t| KubeVersion::parse(t).ok())
+    crate::image::tag_of(image).and_then(|t| KubeVersion::parse(t).ok())
 }
 
 /// `machine.install.image` of the v1alpha1 document of a machine config. The config holds
@@ -466,6 +466,10 @@ pub async fn refresh_all(
 }
 
 /// Refresh one cluster (e.g. right after a rollout step), as [`refresh_all`] does.
+#[allow(
+    clippy::expect_used,
+    reason = "refresh_clusters returns one report per cluster passed in, and exactly one is passed"
+)]
 pub async fn refresh_cluster(
     store: &dyn Store,
     creds_dir: &Path,

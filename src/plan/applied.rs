@@ -399,6 +399,10 @@ impl LastApplied {
             .collect()
     }
     /// sha256 (hex) over the canonical JSON of every record: part of a plan's basis.
+    #[allow(
+        clippy::expect_used,
+        reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
+    )]
     pub fn digest(&self) -> String {
         let mut h = Sha256::new();
         h.update(b"medea-applied-v1\0");

@@ -82,6 +82,10 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    #[allow(
+        clippy::expect_used,
+        reason = "the built-in release table is constant and a unit test parses every entry"
+    )]
     pub fn builtin() -> Catalog {
         let mut releases: BTreeMap<MinorLine, BTreeSet<TalosVersion>> = BTreeMap::new();
         for r in RELEASES {

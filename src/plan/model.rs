@@ -298,6 +298,10 @@ impl Plan {
     ///
     /// The encoding is serde_json of a dedicated struct whose maps are all `BTreeMap`s and
     /// whose sequences are built in a deterministic order, behind a domain tag.
+    #[allow(
+        clippy::expect_used,
+        reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
+    )]
     pub fn canonical_id(&self) -> PlanId {
         use sha2::{Digest, Sha256};
         #[derive(Serialize)]

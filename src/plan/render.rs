@@ -430,6 +430,10 @@ pub fn json_in_state(plan: &Plan, state: &str) -> String {
     json_in(plan, Some(state))
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
+)]
 fn json_in(plan: &Plan, state: Option<&str>) -> String {
     let changes = plan.has_changes() && state.and_then(state_sentence).is_none();
     let doc = JsonPlan {

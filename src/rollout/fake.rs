@@ -796,27 +796,14 @@ fn write_state(path: &Path, s: &FakeState) -> std::io::Result<()> {
 /// then into place; refuses an existing destination.
 fn save_snapshot(dest: &Path, bytes: &[u8]) -> std::io::Result<SnapshotInfo> {
     use sha2::{Digest, Sha256};
-    use std::os::unix::fs::OpenOptionsExt;
     if dest.exists() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             format!("{} already exists", dest.display()),
         ));
     }
-    if let Some(dir) = dest.parent() {
-        crate::store::fjall::create_private_dir(dir)?;
-    }
-    let part = dest.with_extension("part");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&part)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&part, dest)?;
+    crate::private_file::write_private(dest, bytes, crate::private_file::ExistingDir::Tighten)
+        .map_err(crate::private_file::PrivateFileError::into_io)?;
     Ok(SnapshotInfo {
         path: dest.to_path_buf(),
         size: bytes.len() as u64,

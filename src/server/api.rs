@@ -358,6 +358,10 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::ListNodePoolsResponse { pools }))
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     async fn list_machines(
         &self,
         req: Request<pb::ListMachinesRequest>,

@@ -127,22 +127,46 @@ impl Shared {
     pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn plan_state(&self) -> reconcile::PlanState {
         self.plan_state.read().expect("plan state lock").clone()
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn set_plan_state(&self, s: reconcile::PlanState) {
         *self.plan_state.write().expect("plan state lock") = s;
     }
     /// The last loaded desired revision (valid or not).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn desired(&self) -> Option<Arc<Loaded>> {
         self.desired.read().expect("desired lock").clone()
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn last_refresh(&self) -> Option<jiff::Timestamp> {
         *self.last_refresh.read().expect("last refresh lock")
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn set_last_refresh(&self, at: jiff::Timestamp) {
         *self.last_refresh.write().expect("last refresh lock") = Some(at);
     }
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn set_desired(&self, loaded: Loaded) {
         *self.desired.write().expect("desired lock") = Some(Arc::new(loaded));
     }

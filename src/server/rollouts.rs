@@ -153,6 +153,10 @@ pub trait PortFactory: Send + Sync + 'static {
 
 /// Runs every running job, one task per job, each with an executor for its cluster. Woken by
 /// the change counter (approval reached quorum, gate opened, halt requested).
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+)]
 pub async fn executor_loop<F: PortFactory>(
     shared: Arc<Shared>,
     factory: Arc<F>,

@@ -1,53 +1,27 @@
 //! Private files: 0600 files inside 0700 directories (and [`Secret`], from `crate::secret`).
 
-use std::io::Write;
 use std::path::Path;
+
+use crate::private_file::ExistingDir;
 
 pub use crate::secret::Secret;
 
-/// Create `dir` (and parents) and make it 0700.
+/// Create `dir` (and parents) and make it 0700 (an existing directory is tightened).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    crate::store::fjall::create_private_dir(dir)
+    crate::private_file::private_dir(dir, ExistingDir::Tighten)
+        .map_err(crate::private_file::PrivateFileError::into_io)
 }
 
-/// Write `bytes` to `path` as a 0600 file (atomically: temp file + fsync + rename) inside a
-/// 0700 parent directory.
+/// Write `bytes` to `path` as a 0600 file (atomically: temp file + fsync + rename + directory
+/// fsync) inside a 0700 parent directory: [`crate::private_file::write_private`].
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    private_dir(parent)?;
-    let tmp = parent.join(format!(
-        ".{}.tmp{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Ok(d) = std::fs::File::open(parent) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    crate::private_file::write_private(path, bytes, ExistingDir::Tighten)
+        .map_err(crate::private_file::PrivateFileError::into_io)
 }
 
 /// Whether a secrets file is private (no group/other bits).
 pub fn is_private(path: &Path) -> std::io::Result<bool> {
-    use std::os::unix::fs::PermissionsExt;
-    Ok(std::fs::metadata(path)?.permissions().mode() & 0o077 == 0)
+    crate::private_file::is_private(path)
 }
 
 #[cfg(test)]

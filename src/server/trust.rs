@@ -130,6 +130,10 @@ impl TrustRoot {
     /// Re-read the file and return the signers in force: the new file when it is good, else the
     /// last good one (the failure is logged at ERROR, counted in the metric and kept for
     /// [`Self::problem`]).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn current(&self) -> Arc<AllowedSigners> {
         let Some(path) = &self.path else {
             return self.state.read().expect("trust root lock").signers.clone();
@@ -160,11 +164,19 @@ impl TrustRoot {
     }
 
     /// The signers in force, without re-reading the file.
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn in_force(&self) -> Arc<AllowedSigners> {
         self.state.read().expect("trust root lock").signers.clone()
     }
 
     /// Why the file on disk is not the one in force, if it is not.
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn problem(&self) -> Option<String> {
         self.state.read().expect("trust root lock").problem.clone()
     }

@@ -7,8 +7,6 @@
 //! Also: [`write_secret_file`], the one way the simulator writes key material (0600 file in a
 //! 0700 directory).
 
-use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -16,6 +14,7 @@ use rcgen::{
     KeyUsagePurpose, PKCS_ED25519,
 };
 
+use crate::private_file::{ExistingDir, PrivateFileError};
 use crate::talos::Secret;
 
 /// Why PKI material could not be made or written.
@@ -206,58 +205,31 @@ fn placeholder() -> CertAndKey {
 /// Make sure `dir` exists and only its owner can enter it: create it 0700 if missing, refuse it
 /// if it exists with group/other permissions (nothing is changed then).
 pub fn ensure_private_dir(dir: &Path) -> Result<(), PkiError> {
-    match std::fs::metadata(dir) {
-        Ok(md) => {
-            let mode = md.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(PkiError::LooseDir {
-                    path: dir.to_path_buf(),
-                    mode,
-                });
-            }
-            Ok(())
-        }
-        Err(_) => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|err| PkiError::CreateDir {
-                path: dir.to_path_buf(),
-                err,
-            }),
-    }
+    crate::private_file::private_dir(dir, ExistingDir::RefuseLoose).map_err(PkiError::from)
 }
 
 /// Write `contents` to `dir/name` with mode 0600 (through a temporary file and a rename, so a
 /// reader never sees half a file). `dir` must be private (see [`ensure_private_dir`]).
 pub fn write_secret_file(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf, PkiError> {
-    ensure_private_dir(dir)?;
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|err| {
-        let _ = std::fs::remove_file(&tmp);
-        PkiError::Write {
-            path: path.clone(),
-            err,
-        }
-    })?;
+    crate::private_file::write_private(&path, contents, ExistingDir::RefuseLoose)?;
     Ok(path)
+}
+
+impl From<PrivateFileError> for PkiError {
+    fn from(e: PrivateFileError) -> Self {
+        match e {
+            PrivateFileError::CreateDir { path, err } => PkiError::CreateDir { path, err },
+            PrivateFileError::LooseDir { path, mode } => PkiError::LooseDir { path, mode },
+            PrivateFileError::Write { path, err } => PkiError::Write { path, err },
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     #[test]
     fn keys_use_the_talos_label_and_certs_chain() {

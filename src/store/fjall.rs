@@ -104,20 +104,11 @@ impl FjallStore {
     }
 }
 
-/// Create `path` (and parents) with mode 0700 for the last component.
+/// Create `path` (and parents) with mode 0700 for the last component (an existing directory
+/// is tightened to 0700): [`crate::private_file::private_dir`].
 pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    if !path.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)?;
-    }
-    let meta = std::fs::metadata(path)?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
+    crate::private_file::private_dir(path, crate::private_file::ExistingDir::Tighten)
+        .map_err(crate::private_file::PrivateFileError::into_io)
 }
 
 impl Store for FjallStore {

@@ -65,6 +65,12 @@ pub enum TalosError {
     BadNode { value: String, reason: &'static str },
     #[error("`{image}` is not a usable image reference: {reason}")]
     BadImage { image: String, reason: &'static str },
+    #[error("`{image}` is not a usable image reference")]
+    ImageRef {
+        image: String,
+        #[source]
+        err: crate::image::ImageRefError,
+    },
     #[error("failed to set up the gRPC channel to `{endpoint}`")]
     Channel {
         endpoint: String,
@@ -146,8 +152,12 @@ pub enum TalosError {
         #[source]
         err: std::io::Error,
     },
-    #[error("etcd snapshot from node `{node}` is not usable: {reason}")]
-    SnapshotCorrupt { node: String, reason: String },
+    #[error("etcd snapshot from node `{node}` is not usable")]
+    SnapshotCorrupt {
+        node: String,
+        #[source]
+        reason: snapshot::TrailerError,
+    },
 }
 
 impl TalosError {

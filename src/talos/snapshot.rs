@@ -6,7 +6,6 @@
 //! snapshot has `size % 512 == 32` and its last 32 bytes equal the sha256 of the rest; both are
 //! checked (the same check `etcdutl snapshot restore` makes).
 
-use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -16,6 +15,15 @@ use super::TalosError;
 use super::types::SnapshotInfo;
 
 const TRAILER: usize = 32;
+
+/// Why a snapshot stream is not a complete etcd snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrailerError {
+    #[error("size {size} is not 512·n + 32: the stream is truncated or has no sha256 trailer")]
+    Size { size: u64 },
+    #[error("the sha256 trailer does not match the data")]
+    Mismatch,
+}
 
 /// Incremental check of an etcd snapshot's sha256 trailer (pure, no I/O).
 #[derive(Default)]
@@ -40,16 +48,13 @@ impl TrailerCheck {
     }
 
     /// `(size, hex sha256 of everything)` if the trailer checks out, else the reason.
-    pub fn finish(self) -> Result<(u64, String), String> {
+    pub fn finish(self) -> Result<(u64, String), TrailerError> {
         if self.size % 512 != TRAILER as u64 {
-            return Err(format!(
-                "size {} is not 512·n + 32: the stream is truncated or has no sha256 trailer",
-                self.size
-            ));
+            return Err(TrailerError::Size { size: self.size });
         }
         let body = self.body.finalize();
         if body.as_slice() != self.tail.as_slice() {
-            return Err("the sha256 trailer does not match the data".to_string());
+            return Err(TrailerError::Mismatch);
         }
         Ok((self.size, hex::encode(self.whole.finalize())))
     }
@@ -93,30 +98,25 @@ impl SnapshotWriter {
                 path: dest.to_path_buf(),
             });
         }
-        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            let parent = parent.to_path_buf();
-            tokio::task::spawn_blocking(move || {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)
-            })
-            .await
-            .map_err(|e| io(std::io::Error::other(e)))?
-            .map_err(io)?;
-        }
+        // The directory is created 0700 when missing (a directory the user chose is left as it
+        // is); the part file is 0600: a snapshot holds every Kubernetes secret.
         let part = part_path(dest);
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&part)
-            .await
-            .map_err(|err| TalosError::SnapshotIo {
-                path: part.clone(),
-                err,
-            })?;
+        let (dir, part_for_open) = (
+            crate::private_file::parent_dir(dest).to_path_buf(),
+            part.clone(),
+        );
+        let file = tokio::task::spawn_blocking(move || {
+            crate::private_file::private_dir(&dir, crate::private_file::ExistingDir::Keep)
+                .map_err(crate::private_file::PrivateFileError::into_io)?;
+            crate::private_file::open_private(&part_for_open)
+        })
+        .await
+        .map_err(|e| io(std::io::Error::other(e)))?
+        .map_err(|err| TalosError::SnapshotIo {
+            path: part.clone(),
+            err,
+        })?;
+        let file = tokio::fs::File::from_std(file);
         Ok(SnapshotWriter {
             file,
             part,
@@ -222,7 +222,7 @@ mod tests {
         for ch in chunks {
             c.update(ch);
         }
-        c.finish()
+        c.finish().map_err(|e| e.to_string())
     }
 
     #[test]

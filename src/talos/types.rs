@@ -49,60 +49,55 @@ impl fmt::Display for NodeTarget {
 }
 
 /// A container image reference with a tag (`ghcr.io/siderolabs/installer:v1.13.9`), optionally
-/// pinned by digest.
+/// pinned by digest: a [`crate::image::ImageRef`] that Talos can install (it must have a tag).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
-pub struct ImageRef(String);
+pub struct ImageRef(crate::image::ImageRef);
 
 impl ImageRef {
     pub fn parse(value: &str) -> Result<ImageRef, TalosError> {
-        let bad = |reason| TalosError::BadImage {
+        let parsed = crate::image::ImageRef::parse(value).map_err(|err| TalosError::ImageRef {
             image: value.to_string(),
-            reason,
-        };
-        if value.is_empty() {
-            return Err(bad("it is empty"));
-        }
-        if !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(bad("it contains whitespace or non-ASCII characters"));
-        }
-        let r = ImageRef(value.to_string());
-        if r.tag().is_none() {
-            return Err(bad(
-                "it has no `:tag` (for example `ghcr.io/siderolabs/installer:v1.13.9`)",
-            ));
-        }
-        Ok(r)
+            err,
+        })?;
+        Self::new(parsed)
     }
 
-    pub fn as_str(&self) -> &str {
+    /// An already-parsed reference, refused when it has no tag.
+    pub fn new(image: crate::image::ImageRef) -> Result<ImageRef, TalosError> {
+        if image.tag().is_none() {
+            return Err(TalosError::BadImage {
+                image: image.to_string(),
+                reason: "it has no `:tag` (for example `ghcr.io/siderolabs/installer:v1.13.9`)",
+            });
+        }
+        Ok(ImageRef(image))
+    }
+
+    pub fn image(&self) -> &crate::image::ImageRef {
         &self.0
     }
 
     /// The tag: the text after the last `:` of the last path segment, without any `@digest`.
     pub fn tag(&self) -> Option<&str> {
-        image_tag(&self.0)
+        self.0.tag()
     }
 
     /// The Talos version the tag names, if it is one (`v1.13.9`).
     pub fn talos_version(&self) -> Option<TalosVersion> {
-        self.tag().and_then(|t| TalosVersion::parse(t).ok())
+        self.0.talos_version()
     }
 }
 
 impl fmt::Display for ImageRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
-/// The tag of an image reference string, if any.
+/// The tag of an image reference reported by a node, if any (see [`crate::image::tag_of`]).
 pub fn image_tag(reference: &str) -> Option<&str> {
-    let without_digest = reference.split('@').next().unwrap_or(reference);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split_once(':')
-        .map(|(_, t)| t)
-        .filter(|t| !t.is_empty())
+    crate::image::tag_of(reference)
 }
 
 /// Which RPC upgrades a node: picked from the version it runs.

@@ -12,6 +12,38 @@ fn completions_are_generated_for_bash() {
     assert!(text.contains("_medea()"), "{text}");
 }
 
+/// The CLI shows an error's cause as its own link of the chain (miette's `source` chain), not
+/// flattened into the outer message with `": {e}"`.
+#[test]
+fn errors_show_their_cause_chain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = medea()
+        .args(["man", "--out"])
+        .arg(file.join("sub"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let outer = lines
+        .iter()
+        .position(|l| l.contains("cannot create") && l.contains("a-file/sub"))
+        .unwrap_or_else(|| panic!("no outer message: {err}"));
+    assert!(
+        !lines[outer].contains("Not a directory"),
+        "the cause is flattened into the message: {err}"
+    );
+    assert!(
+        lines[outer + 1..]
+            .iter()
+            .any(|l| l.contains("Not a directory")),
+        "the cause is not shown: {err}"
+    );
+}
+
 #[test]
 fn man_pages_are_generated_for_every_command() {
     let tmp = tempfile::tempdir().unwrap();
@@ -258,4 +290,22 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
         out.contains("12:03:12 cp-1  upgraded to v1.13.9, Ready (1/6 nodes, step 1/3)"),
         "{out}"
     );
+}
+
+/// Every duration flag takes the one grammar of `src/duration.rs` and says so when refused.
+#[test]
+fn duration_flags_share_one_grammar() {
+    for (args, bad) in [
+        (&["serve", "--refresh-interval"][..], "1d"),
+        (&["serve", "--leader-ttl"][..], "10 s"),
+        (&["talos", "health", "--wait-timeout"][..], "later"),
+    ] {
+        let out = medea().args(args).arg(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("invalid duration `{bad}`")) && err.contains("`1h30m`"),
+            "{args:?}: {err}"
+        );
+    }
 }

@@ -1,5 +1,13 @@
 //! The single integration-test binary (one link of kube/tonic/fjall instead of many).
 
+// The whole crate is test code (helpers outside `#[test]` functions included): a panic is how a
+// test reports a failure.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests: a panic is the failure report"
+)]
+
 mod approval;
 mod approvals_cli;
 mod architecture;

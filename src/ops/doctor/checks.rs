@@ -13,15 +13,25 @@ pub struct CertFacts {
     pub organizations: Vec<String>,
 }
 
+/// Why a certificate could not be read. The parser's own error is not kept: the check's
+/// message says which layer failed, and the certificate bytes must not reach a log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertError {
+    #[error("the certificate is not PEM")]
+    NotPem,
+    #[error("the certificate is not valid X.509")]
+    NotX509,
+    #[error("the certificate's expiry is out of range")]
+    Expiry,
+}
+
 /// Parse the first certificate of a PEM bundle.
-pub fn cert_facts(pem: &str) -> Result<CertFacts, String> {
-    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
-        .map_err(|_| "the certificate is not PEM".to_string())?;
-    let cert = pem
-        .parse_x509()
-        .map_err(|_| "the certificate is not valid X.509".to_string())?;
+pub fn cert_facts(pem: &str) -> Result<CertFacts, CertError> {
+    let (_, pem) =
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|_| CertError::NotPem)?;
+    let cert = pem.parse_x509().map_err(|_| CertError::NotX509)?;
     let not_after = jiff::Timestamp::from_second(cert.validity().not_after.timestamp())
-        .map_err(|_| "the certificate's expiry is out of range".to_string())?;
+        .map_err(|_| CertError::Expiry)?;
     let organizations = cert
         .subject()
         .iter_organization()
@@ -45,7 +55,7 @@ pub fn talos_cert_check(target: &str, crt_pem: &str, now: jiff::Timestamp) -> Ch
     let regenerate = "generate an admin talosconfig: `talosctl config new --roles os:admin talosconfig` against the cluster (or from its secrets), then `medea seed --force`";
     let facts = match cert_facts(crt_pem) {
         Ok(f) => f,
-        Err(e) => return Check::fail(CHECK, target, e, regenerate),
+        Err(e) => return Check::fail(CHECK, target, e.to_string(), regenerate),
     };
     let (days, date) = expiry_text(facts.not_after, now);
     let roles = if facts.organizations.is_empty() {
@@ -188,7 +198,7 @@ pub(super) fn kube_cert_check(kubeconfig: &Path, now: jiff::Timestamp) -> Option
         }
     };
     Some(match cert_facts(&pem) {
-        Err(e) => Check::fail(CHECK, target, e, fix),
+        Err(e) => Check::fail(CHECK, target, e.to_string(), fix),
         Ok(f) => {
             let (days, date) = expiry_text(f.not_after, now);
             if f.not_after <= now {

@@ -19,24 +19,12 @@ pub(super) fn kube_mut(j: &mut Job, si: usize) -> &mut KubeStep {
 
 /// `repo:tag` without a digest: (repository, tag).
 pub fn split_image(image: &str) -> (&str, Option<&str>) {
-    let image = image.split('@').next().unwrap_or(image);
-    let last_slash = image.rfind('/').map(|i| i + 1).unwrap_or(0);
-    match image[last_slash..].rfind(':') {
-        Some(c) => (&image[..last_slash + c], Some(&image[last_slash + c + 1..])),
-        None => (image, None),
-    }
+    crate::image::name_and_tag(image)
 }
 
 /// The Kubernetes version of a component image and the kubelet flavour suffix (`-fat`).
 pub fn image_version(image: &str) -> Option<(KubeVersion, &str)> {
-    let (_, tag) = split_image(image);
-    let tag = tag?;
-    for suffix in ["-fat", "-slim"] {
-        if let Some(t) = tag.strip_suffix(suffix) {
-            return KubeVersion::parse(t).ok().map(|v| (v, suffix));
-        }
-    }
-    KubeVersion::parse(tag).ok().map(|v| (v, ""))
+    crate::image::kube_version_of_tag(split_image(image).1?)
 }
 
 /// The image of `component` for version `to`: same repository (and kubelet flavour) as

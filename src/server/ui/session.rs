@@ -59,6 +59,10 @@ fn hash(id: &str) -> [u8; 32] {
 
 impl Sessions {
     /// A new session; returns its id (for the cookie only).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn create(&self, now: Instant) -> String {
         let id = random_hex();
         let mut map = self.by_hash.lock().expect("sessions lock");
@@ -83,6 +87,10 @@ impl Sessions {
         self.get_at(headers, Instant::now())
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn get_at(&self, headers: &HeaderMap, now: Instant) -> Option<View> {
         let id = cookie_value(headers)?;
         let key = hash(id);
@@ -100,6 +108,10 @@ impl Sessions {
     }
 
     /// End the session of a request's cookie.
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn remove(&self, headers: &HeaderMap) {
         if let Some(id) = cookie_value(headers) {
             self.by_hash
@@ -110,6 +122,10 @@ impl Sessions {
     }
 
     #[cfg(test)]
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub fn len(&self) -> usize {
         self.by_hash.lock().expect("sessions lock").len()
     }
@@ -129,6 +145,10 @@ fn cookie_value(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// `Set-Cookie` for a new session.
+#[allow(
+    clippy::expect_used,
+    reason = "the cookie is ASCII: a fixed name and a hex id, always a valid header value"
+)]
 pub fn cookie(id: &str) -> HeaderValue {
     HeaderValue::from_str(&format!(
         "{SESSION_COOKIE}={id}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
@@ -138,6 +158,10 @@ pub fn cookie(id: &str) -> HeaderValue {
 }
 
 /// `Set-Cookie` that removes the session cookie.
+#[allow(
+    clippy::expect_used,
+    reason = "a constant ASCII literal is a valid header value"
+)]
 pub fn clear_cookie() -> HeaderValue {
     HeaderValue::from_str(&format!(
         "{SESSION_COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0"

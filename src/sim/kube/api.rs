@@ -214,6 +214,10 @@ fn dry_run(q: &HashMap<String, String>) -> bool {
 }
 
 /// The entry point for every request.
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+)]
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
@@ -249,6 +253,10 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+)]
 async fn dispatch(
     shared: &Arc<Shared>,
     method: &Method,
@@ -1249,6 +1257,10 @@ fn evict(
 
 /// A watch: replay (or synthesize) the start, then stream events as newline-delimited
 /// `WatchEvent` JSON until `timeoutSeconds` or the client goes away.
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+)]
 fn watch(
     shared: &Arc<Shared>,
     rt: &'static ResourceType,

@@ -106,6 +106,10 @@ pub(crate) fn merge_into(live: &mut Value, applied: &Value) {
 
 /// RFC 7386 JSON merge patch (`null` deletes). Keys starting with `$` (strategic merge
 /// patch directives) are dropped.
+#[allow(
+    clippy::expect_used,
+    reason = "the value was replaced by an empty object just above when it was not one"
+)]
 pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
@@ -127,6 +131,10 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "each level was replaced by an empty object just above when it was not one"
+)]
 fn set_path(v: &mut Value, path: &[String], value: Value) {
     let Some((last, init)) = path.split_last() else {
         return;
@@ -192,6 +200,10 @@ pub(crate) fn record_update(
 }
 
 /// `fieldsV1` for the leaf paths of a configuration (`{"f:spec":{"f:replicas":{}}}`).
+#[allow(
+    clippy::expect_used,
+    reason = "fieldsV1 nodes are built as objects in this function"
+)]
 pub(crate) fn fields_v1(config: &Value) -> Value {
     let mut root = json!({});
     for path in leaf_paths(config) {

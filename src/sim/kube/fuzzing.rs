@@ -53,6 +53,10 @@ fn node(name: &str, cp: bool) -> NodeFacts {
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "fuzz harness: the built-in default scenario always seeds (a unit test seeds it)"
+)]
 fn shared() -> Arc<Shared> {
     let nodes = Arc::new(FixedNodes(vec![
         node("cp-1", true),
@@ -81,6 +85,10 @@ fn shared() -> Arc<Shared> {
 /// One raw request: `METHOD TARGET\n` then `Header: value` lines, a blank line, and the body
 /// (the shape of HTTP/1.1 on the wire). Inputs that do not form a request are ignored, as a
 /// real HTTP server would refuse them before routing. Returns the response status.
+#[allow(
+    clippy::expect_used,
+    reason = "fuzz harness: a current-thread runtime without I/O drivers cannot fail to build"
+)]
 pub fn request(data: &[u8]) -> Option<u16> {
     let (head, body) = match data.windows(2).position(|w| w == b"\n\n") {
         Some(i) => (&data[..i], &data[i + 2..]),

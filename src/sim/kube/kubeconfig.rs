@@ -2,8 +2,6 @@
 //! embedded as `certificate-authority-data`, a bearer token user, one context. The file holds
 //! a secret, so it is written 0600 inside a 0700 directory, atomically (temp file + rename).
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
 use base64::Engine;
@@ -68,35 +66,21 @@ pub fn write_kubeconfig(
     cluster: &str,
 ) -> Result<(), KubeSimError> {
     let text = render(server_url, ca_pem, token, cluster)?;
-    let io = |err| KubeSimError::WriteKubeconfig {
+    crate::private_file::write_private(
+        path,
+        text.as_bytes(),
+        crate::private_file::ExistingDir::Keep,
+    )
+    .map_err(|e| KubeSimError::WriteKubeconfig {
         path: path.to_path_buf(),
-        err,
-    };
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io)?;
-    }
-    // tempfile creates the file 0600; rename makes the write atomic.
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(io)?;
-    tmp.write_all(text.as_bytes()).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+        err: e.into_io(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     #[test]
     fn rendered_kubeconfig_parses_with_kube_and_refuses_odd_cluster_names() {

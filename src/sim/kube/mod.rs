@@ -401,6 +401,10 @@ fn seed_one(cluster: &mut KubeSide, index: usize, mut obj: Value) -> Result<(), 
 
 /// Reconcile when something is due (a pod start or removal) and, while watches are open,
 /// every refresh interval so NodeSource changes reach watchers.
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+)]
 async fn tick(shared: Arc<Shared>) {
     loop {
         let (due, watching) = {
@@ -449,6 +453,10 @@ impl KubeSim {
         write_kubeconfig(path, &self.url(), &self.ca_pem, &self.shared.token, cluster)
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+    )]
     fn cluster(&self) -> std::sync::MutexGuard<'_, KubeSide> {
         self.shared.cluster.lock().expect("cluster lock")
     }

@@ -44,6 +44,10 @@ fn template(app: &str, image: &str, tolerations: Option<Vec<Toleration>>) -> Pod
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "k8s-openapi types have string keys and no non-finite floats: serializing them to a JSON value cannot fail"
+)]
 fn json<T: serde::Serialize>(t: &T) -> Value {
     serde_json::to_value(t).expect("k8s-openapi types serialize")
 }

@@ -225,6 +225,10 @@ impl ApiError {
         err
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a k8s-openapi Status has string keys and no floats: serializing it to a JSON value cannot fail"
+    )]
     pub fn to_status(&self) -> Value {
         let status = Status {
             code: Some(i32::from(self.code)),
@@ -239,6 +243,10 @@ impl ApiError {
 }
 
 /// The `Status` of a successful operation without an object (an accepted eviction).
+#[allow(
+    clippy::expect_used,
+    reason = "a k8s-openapi Status has string keys and no floats: serializing it to a JSON value cannot fail"
+)]
 pub(crate) fn success(code: u16) -> Value {
     let status = Status {
         code: Some(i32::from(code)),

@@ -171,6 +171,10 @@ impl Store {
     }
 
     /// Create a new object; `Err(existing)` when the name is taken.
+    #[allow(
+        clippy::expect_used,
+        reason = "callers pass objects checked to be JSON objects by the API layer"
+    )]
     pub fn create(
         &mut self,
         rt: &'static ResourceType,

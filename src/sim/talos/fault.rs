@@ -420,30 +420,9 @@ impl NodeCounters {
     }
 }
 
-/// `"250ms"`, `"2s"`, `"1m 30s"` ⇄ `Duration` (jiff's friendly duration format).
-pub(crate) mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn parse(s: &str) -> Result<Duration, String> {
-        let d: jiff::SignedDuration = s
-            .trim()
-            .parse()
-            .map_err(|e| format!("`{s}` is not a duration like `250ms`, `2s` or `1m 30s`: {e}"))?;
-        Duration::try_from(d).map_err(|_| format!("duration `{s}` is negative"))
-    }
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        let sd = jiff::SignedDuration::try_from(*d).map_err(serde::ser::Error::custom)?;
-        s.collect_str(&format_args!("{sd:#}"))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        parse(&s).map_err(serde::de::Error::custom)
-    }
-}
+/// `"250ms"`, `"2s"` ⇄ `Duration`: [`crate::duration`]'s grammar, read leniently (scenario files
+/// written for jiff's friendly format, `1m 30s`, keep loading).
+pub(crate) use crate::duration::serde_lenient as duration_text;
 
 #[cfg(test)]
 mod tests {
@@ -591,16 +570,5 @@ mod tests {
             },
         };
         assert!(bad.validate().is_err());
-    }
-
-    #[test]
-    fn durations_parse_friendly_text() {
-        assert_eq!(
-            duration_text::parse("250ms").unwrap(),
-            Duration::from_millis(250)
-        );
-        assert_eq!(duration_text::parse("2s").unwrap(), Duration::from_secs(2));
-        assert!(duration_text::parse("soon").is_err());
-        assert!(duration_text::parse("-2s").is_err());
     }
 }

@@ -157,8 +157,8 @@ impl<'de> Deserialize<'de> for RebootTiming {
         if s.trim() == "manual" {
             return Ok(RebootTiming::Manual);
         }
-        duration_text::parse(&s)
-            .map(RebootTiming::After)
+        crate::duration::Duration::parse_lenient(&s)
+            .map(|d| RebootTiming::After(d.get()))
             .map_err(serde::de::Error::custom)
     }
 }

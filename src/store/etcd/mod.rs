@@ -676,6 +676,10 @@ impl Election {
         // Dropping the campaigner publishes "follower" and completes `resign`.
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     async fn round(&self, c: &Campaigner) -> Result<Round, EtcdError> {
         let pending: Vec<i64> = std::mem::take(&mut *self.unrevoked.lock().expect("lock"));
         for id in pending {
@@ -936,6 +940,10 @@ impl Election {
 
     /// Release the lease (and with it the key) without waiting long. If etcd cannot be
     /// reached, try again before the next round (meanwhile the lease may expire by itself).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     async fn revoke(&self, lease_id: i64) {
         let limit = self.timeout.min(Duration::from_secs(2));
         let revoked = unary(&self.client, limit, |c| async move {

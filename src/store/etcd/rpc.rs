@@ -80,6 +80,10 @@ pub struct Metadata {
 }
 
 impl tonic::service::Interceptor for Metadata {
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         req.metadata_mut()
             .insert("hasleader", MetadataValue::from_static("true"));
@@ -182,6 +186,10 @@ impl EtcdClient {
     }
 
     /// Exchange the credentials for a token (etcd `Auth.Authenticate`).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
     pub async fn authenticate(&self) -> Result<(), RpcError> {
         let Some(c) = &self.credentials else {
             return Ok(());

@@ -78,6 +78,10 @@ fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: &str, name: 
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "k8s_time renders RFC 3339 with a Z offset, which k8s-openapi's Time always parses"
+)]
 fn pod_status(
     pod: &Value,
     node: &NodeView,

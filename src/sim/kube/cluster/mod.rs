@@ -146,6 +146,10 @@ pub(crate) struct KubeSide {
     seed: u64,
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "k8s-openapi types have string keys and no non-finite floats: serializing them to a JSON value cannot fail"
+)]
 fn to_value<T: serde::Serialize>(t: &T) -> Value {
     serde_json::to_value(t).expect("k8s-openapi types serialize")
 }
@@ -164,6 +168,10 @@ fn short_hash(v: &Value, len: usize) -> String {
         .collect()
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "k8s_time renders RFC 3339 with a Z offset, which k8s-openapi's Time always parses"
+)]
 fn condition(kind: &str, status: bool, since: &str) -> PodCondition {
     PodCondition {
         type_: kind.to_string(),
@@ -445,7 +453,7 @@ impl KubeSide {
             .iter()
             .filter(|n| n.control_plane)
             .find_map(|n| n.static_pod_images.get("kube-apiserver"))
-            .and_then(|img| img.rsplit_once(':').map(|(_, tag)| tag.to_string()))
+            .and_then(|img| crate::image::tag_of(img).map(str::to_string))
             .or_else(|| nodes.first().map(|n| n.kubelet_version.clone()))
             .unwrap_or_else(|| "v1.33.0".to_string())
     }

@@ -17,6 +17,10 @@ use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASE
 use crate::sim::kube::store::{k8s_time, name_of, ns_of, uid_of};
 
 impl KubeSide {
+    #[allow(
+        clippy::expect_used,
+        reason = "k8s_time renders RFC 3339 with a Z offset, which k8s-openapi's Time always parses"
+    )]
     pub(super) fn statuses(&mut self, wall: jiff::Timestamp) {
         let mut writes: Vec<(&'static ResourceType, Value, Value)> = Vec::new();
         // pods (not terminating) by controller uid, borrowed from the store

@@ -1,0 +1,274 @@
+//! Private files: 0600 files inside 0700 directories, written atomically and durably.
+//!
+//! **Owns:** the one way medea writes a file that holds a secret or state nobody else may read:
+//! TLS keys, API tokens, the secrets file, etcd snapshots, generated talosconfig/kubeconfig and
+//! the store's directory.
+//! **May depend on:** nothing inside medea (a leaf module; `std::fs` and `tempfile`).
+//!
+//! Architecture Invariant: every private file is written by [`write_private`] (or, for a stream
+//! too large to hold in memory, opened by [`open_private`] and finished with [`sync_dir`]). The
+//! sequence is: create the directory 0700 (policy for an existing directory: [`ExistingDir`]),
+//! write a temporary file 0600 next to the destination, fsync it, rename it over the
+//! destination, fsync the directory. A reader never sees half a file, and after a crash the
+//! file is either the old one or the new one.
+
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+/// What to do with a directory that already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExistingDir {
+    /// Leave it as it is: a destination the user chose (`talos etcd-snapshot /backups/x.db`,
+    /// `--write-kubeconfig ~/.kube/sim`). Only directories medea creates are made 0700.
+    Keep,
+    /// Make it 0700: medea's own state and credentials directories.
+    Tighten,
+    /// Refuse it when group or others may access it: a directory that will hold private keys the
+    /// user pointed medea at (`--tls-dir`, the simulator's PKI).
+    RefuseLoose,
+}
+
+/// Why a private file or directory could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivateFileError {
+    #[error("cannot create the private directory `{}`", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error(
+        "directory `{}` is accessible by group or others (mode {mode:o}); make it 0700",
+        path.display()
+    )]
+    LooseDir { path: PathBuf, mode: u32 },
+    #[error("cannot write `{}`", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+}
+
+impl PrivateFileError {
+    /// The path the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            PrivateFileError::CreateDir { path, .. }
+            | PrivateFileError::LooseDir { path, .. }
+            | PrivateFileError::Write { path, .. } => path,
+        }
+    }
+
+    /// As an `io::Error` for callers whose signature is `io::Result` (the chain is kept: the
+    /// `io::Error` wraps this error, whose `source()` is the OS error).
+    pub fn into_io(self) -> std::io::Error {
+        match &self {
+            PrivateFileError::CreateDir { err, .. } | PrivateFileError::Write { err, .. } => {
+                std::io::Error::new(err.kind(), self)
+            }
+            PrivateFileError::LooseDir { .. } => {
+                std::io::Error::new(std::io::ErrorKind::PermissionDenied, self)
+            }
+        }
+    }
+}
+
+/// The directory `path` lives in (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Create `dir` (and missing parents) with mode 0700; an existing `dir` is treated by `existing`.
+pub fn private_dir(dir: &Path, existing: ExistingDir) -> Result<(), PrivateFileError> {
+    let create_err = |err| PrivateFileError::CreateDir {
+        path: dir.to_path_buf(),
+        err,
+    };
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(create_err);
+        }
+        Err(e) => return Err(create_err(e)),
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    match existing {
+        ExistingDir::Keep => Ok(()),
+        ExistingDir::Tighten => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(create_err)
+        }
+        ExistingDir::RefuseLoose => Err(PrivateFileError::LooseDir {
+            path: dir.to_path_buf(),
+            mode,
+        }),
+    }
+}
+
+/// Write `bytes` to `path` as a 0600 file inside a 0700 directory: temporary file, fsync,
+/// rename, fsync of the directory (see the module docs). An existing `path` is replaced.
+pub fn write_private(
+    path: &Path,
+    bytes: &[u8],
+    existing: ExistingDir,
+) -> Result<(), PrivateFileError> {
+    let dir = parent_dir(path);
+    private_dir(dir, existing)?;
+    let write_err = |err| PrivateFileError::Write {
+        path: path.to_path_buf(),
+        err,
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // The temporary file is created 0600 (never wider, whatever the umask) and removed if
+    // anything below fails.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)
+        .map_err(write_err)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(write_err)?;
+    tmp.write_all(bytes).map_err(write_err)?;
+    tmp.as_file().sync_all().map_err(write_err)?;
+    tmp.persist(path).map_err(|e| write_err(e.error))?;
+    sync_dir(dir).map_err(write_err)
+}
+
+/// Open `path` for writing as a new or truncated 0600 file (for a stream written in pieces; the
+/// caller fsyncs it, renames it into place and calls [`sync_dir`]). Its directory must exist
+/// (see [`private_dir`]).
+pub fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(f)
+}
+
+/// fsync a directory, so a rename or a new file in it survives a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Whether a file or directory is private (no group or other bits).
+pub fn is_private(path: &Path) -> std::io::Result<bool> {
+    Ok(std::fs::metadata(path)?.permissions().mode() & 0o077 == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn files_are_0600_in_0700_dirs_and_replaced_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("a/b/token");
+        write_private(&p, b"x", ExistingDir::Keep).unwrap();
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(mode(&tmp.path().join("a/b")), 0o700);
+        assert_eq!(mode(&tmp.path().join("a")), 0o700);
+        assert!(is_private(&p).unwrap());
+        write_private(&p, b"y", ExistingDir::Keep).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"y");
+        assert_eq!(mode(&p), 0o600);
+        // No temporary file is left behind.
+        let left: Vec<_> = std::fs::read_dir(tmp.path().join("a/b"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("token")]);
+    }
+
+    #[test]
+    fn a_wide_existing_file_becomes_0600() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("d/key");
+        std::fs::create_dir(tmp.path().join("d")).unwrap();
+        std::fs::set_permissions(tmp.path().join("d"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        std::fs::write(&p, b"old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&p, b"new", ExistingDir::RefuseLoose).unwrap();
+        assert_eq!(mode(&p), 0o600);
+    }
+
+    #[test]
+    fn an_existing_loose_dir_is_kept_tightened_or_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("loose");
+        std::fs::create_dir(&dir).unwrap();
+        let loosen =
+            || std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        loosen();
+        write_private(&dir.join("k"), b"1", ExistingDir::Keep).unwrap();
+        assert_eq!(mode(&dir), 0o755, "a user's directory is left alone");
+        assert_eq!(mode(&dir.join("k")), 0o600);
+
+        let e = write_private(&dir.join("k"), b"2", ExistingDir::RefuseLoose).unwrap_err();
+        assert!(
+            matches!(&e, PrivateFileError::LooseDir { mode: 0o755, path } if path == &dir),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("make it 0700"), "{e}");
+        assert_eq!(
+            std::fs::read(dir.join("k")).unwrap(),
+            b"1",
+            "nothing written"
+        );
+
+        write_private(&dir.join("k"), b"3", ExistingDir::Tighten).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"3");
+    }
+
+    #[test]
+    fn errors_keep_their_os_cause() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        // A directory under a regular file cannot be created.
+        let e = write_private(&file.join("sub/k"), b"x", ExistingDir::Keep).unwrap_err();
+        assert!(matches!(e, PrivateFileError::CreateDir { .. }), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some());
+        let io = e.into_io();
+        assert!(
+            io.to_string()
+                .contains("cannot create the private directory"),
+            "{io}"
+        );
+    }
+
+    #[test]
+    fn streams_open_0600() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("snap.part");
+        let mut f = open_private(&p).unwrap();
+        f.write_all(b"abc").unwrap();
+        assert_eq!(mode(&p), 0o600);
+        sync_dir(tmp.path()).unwrap();
+    }
+}
