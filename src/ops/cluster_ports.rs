@@ -6,15 +6,46 @@
 //! The adapters themselves live at the edge with their clients; what they add to them (error
 //! classes, `next_boot`, call metrics) is documented there. This module only knows where a
 //! cluster's credentials are ([`cluster_creds_dir`]) and how to build both adapters for it
-//! ([`TalosAdapter::from_creds`], [`KubeAdapter::from_creds`], [`paced`]). Credentials are
-//! never logged.
+//! ([`TalosAdapter::from_creds`], [`KubeAdapter::from_creds`], [`paced`]), and is the
+//! executor's [`PortFactory`] ([`CredsPorts`]). Credentials are never logged.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 
 pub use crate::k8s::adapter::KubeAdapter;
 use crate::k8s::{self, ClientOptions, KubeClient};
+use crate::rollout::ports::{KubePort, TalosPort};
 pub use crate::talos::adapter::{TALOSCONFIG_FILE, TalosAdapter};
 use crate::talos::{ClientSettings, TalosClient};
+
+/// Builds the ports of a cluster's executor (the real adapters in `medea serve`, fakes in
+/// tests).
+pub trait PortFactory: Send + Sync + 'static {
+    type Talos: TalosPort + 'static;
+    type Kube: KubePort + 'static;
+    fn ports(
+        &self,
+        cluster: &str,
+    ) -> impl Future<Output = Result<(Self::Talos, Self::Kube), String>> + Send;
+}
+
+/// The real ports of a cluster, from `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`.
+pub struct CredsPorts {
+    pub creds_dir: std::path::PathBuf,
+}
+
+impl PortFactory for CredsPorts {
+    type Talos = TalosAdapter;
+    type Kube = KubeAdapter;
+    async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), String> {
+        let talos = TalosAdapter::from_creds(&self.creds_dir, cluster)
+            .map_err(|e| crate::error_chain(&e))?;
+        let kube = KubeAdapter::from_creds(&self.creds_dir, cluster)
+            .await
+            .map_err(|e| crate::error_chain(&e))?;
+        Ok((talos, kube))
+    }
+}
 
 /// Why an adapter could not be built for a cluster.
 #[derive(Debug, thiserror::Error)]

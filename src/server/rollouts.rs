@@ -1,7 +1,6 @@
 //! Rollout jobs on the API (list, watch, halt) and the executor host that runs them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use super::Shared;
@@ -12,6 +11,10 @@ use crate::rollout::executor::{
 use crate::rollout::ports::{KubePort, TalosPort};
 use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::store::StoreError;
+
+/// Where the executor gets a cluster's ports (the trait and the real factory are the
+/// application layer's, `ops::cluster_ports`).
+pub use crate::ops::cluster_ports::{CredsPorts, PortFactory};
 
 /// Every job in the store, newest first.
 pub fn jobs(shared: &Shared) -> Result<Vec<Job>, StoreError> {
@@ -138,17 +141,6 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
             _ => String::new(),
         },
     }
-}
-
-/// Builds the ports of a cluster's executor (the real adapters in `medea serve`, fakes in
-/// tests).
-pub trait PortFactory: Send + Sync + 'static {
-    type Talos: TalosPort + 'static;
-    type Kube: KubePort + 'static;
-    fn ports(
-        &self,
-        cluster: &str,
-    ) -> impl Future<Output = Result<(Self::Talos, Self::Kube), String>> + Send;
 }
 
 /// Runs every running job, one task per job, each with an executor for its cluster. Woken by
@@ -442,24 +434,6 @@ impl crate::rollout::executor::CommitFence for LeaderFence {
             }
         }
         Ok(())
-    }
-}
-
-/// The real ports of a cluster, from `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`.
-pub struct CredsPorts {
-    pub creds_dir: std::path::PathBuf,
-}
-
-impl PortFactory for CredsPorts {
-    type Talos = crate::talos::adapter::TalosAdapter;
-    type Kube = crate::k8s::adapter::KubeAdapter;
-    async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), String> {
-        let talos = crate::talos::adapter::TalosAdapter::from_creds(&self.creds_dir, cluster)
-            .map_err(|e| crate::error_chain(&e))?;
-        let kube = crate::k8s::adapter::KubeAdapter::from_creds(&self.creds_dir, cluster)
-            .await
-            .map_err(|e| crate::error_chain(&e))?;
-        Ok((talos, kube))
     }
 }
 

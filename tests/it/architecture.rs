@@ -83,20 +83,7 @@ const fn known(file: &'static str, import: &'static str, removed_by: &'static st
 }
 
 /// Tolerated today; each entry must still occur (the test says when one is gone: delete it).
-const KNOWN_VIOLATIONS: &[Known] = &[
-    // The executor loop builds each cluster's ports from the adapters itself; building them
-    // from credentials is `ops::cluster_ports`' job.
-    known(
-        "src/server/rollouts.rs",
-        "crate::talos::adapter",
-        "none yet (build the ports through ops::cluster_ports: a #21 follow-up)",
-    ),
-    known(
-        "src/server/rollouts.rs",
-        "crate::k8s::adapter",
-        "none yet (build the ports through ops::cluster_ports: a #21 follow-up)",
-    ),
-];
+const KNOWN_VIOLATIONS: &[Known] = &[];
 
 // ---------------------------------------------------------------------------------------
 // The checker.
