@@ -27,7 +27,7 @@ use crate::version::{KubeVersion, TalosVersion};
 pub const CATALOG_VERSION: &str = "2026-08-21.1";
 
 /// Kubernetes minors a Talos minor supports (both ends inclusive).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Window {
     pub min: MinorLine,
     pub max: MinorLine,

@@ -9,6 +9,11 @@
 //! NotReady), then it boots its staged version with a new boot id. Counters count calls the node
 //! accepted (a call refused by an injected `UNAVAILABLE` does not count).
 
+#![allow(
+    clippy::expect_used,
+    reason = "test support (the crate's tests and the crash harness), never used by `serve`: a broken fake must fail the test that drives it, loudly; its lookups follow a presence check in the same locked section"
+)]
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

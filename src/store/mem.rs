@@ -16,6 +16,10 @@ impl MemStore {
     }
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+)]
 impl crate::store::Store for MemStore {
     fn get(
         &self,
@@ -25,7 +29,7 @@ impl crate::store::Store for MemStore {
         Ok(self
             .data
             .lock()
-            .expect("mem store lock")
+            .expect("mem store lock poisoned by a panic in another thread")
             .get(&(table, key.to_string()))
             .cloned())
     }
@@ -38,7 +42,7 @@ impl crate::store::Store for MemStore {
         Ok(self
             .data
             .lock()
-            .expect("mem store lock")
+            .expect("mem store lock poisoned by a panic in another thread")
             .range((table, prefix.to_string())..)
             .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
             .map(|((_, k), v)| (k.clone(), v.clone()))
@@ -47,7 +51,7 @@ impl crate::store::Store for MemStore {
 
     fn commit(&self, txn: crate::store::Txn) -> Result<(), crate::store::StoreError> {
         use crate::store::{Check, Op};
-        let mut data = self.data.lock().expect("mem store lock");
+        let mut data = self.data.lock().expect("mem store lock poisoned by a panic in another thread");
         for c in &txn.checks {
             let (t, k, want) = match c {
                 Check::Absent(t, k) => (*t, k, None),

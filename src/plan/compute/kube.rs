@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::plan::catalog::Window;
+
 use super::*;
 
 /// Why the Kubernetes step cannot go at some position.
@@ -12,9 +14,17 @@ enum Violation {
     KubeStep {
         talos: TalosVersion,
         nodes: Vec<String>,
+        /// The Kubernetes target of the step and the window `talos` supports.
+        kube: KubeVersion,
+        window: Window,
     },
     /// A Talos hop's target does not support the Kubernetes running at that point.
-    Hop { step: usize, kube: KubeVersion },
+    Hop {
+        step: usize,
+        kube: KubeVersion,
+        /// The window the hop's target Talos supports.
+        window: Window,
+    },
     /// A Talos minor without a support window in the catalog.
     UnknownMinor {
         minor: (u64, u64),
@@ -172,24 +182,27 @@ impl<'a> ClusterCtx<'a> {
         k_now: &KubeVersion,
         kstep: Option<KubeRollout>,
     ) -> Option<Vec<Step>> {
-        let positions: Vec<Option<usize>> = match &kstep {
-            None => vec![None],
-            Some(_) => (0..=talos.len()).rev().map(Some).collect(),
+        // The first position tried (Kubernetes last, or no Kubernetes step) is the one whose
+        // violations are reported when no position works.
+        let (first, rest): (Option<usize>, Vec<Option<usize>>) = match &kstep {
+            None => (None, Vec::new()),
+            Some(_) => (Some(talos.len()), (0..talos.len()).rev().map(Some).collect()),
         };
         let target = kstep.as_ref().map(|k| &k.to);
-        let mut first_failure = None;
-        for pos in positions {
-            let v = self.violations(&talos, k_now, target, pos);
-            if v.is_empty() {
-                let mut steps: Vec<Step> = talos.into_iter().map(Step::Talos).collect();
-                if let (Some(p), Some(k)) = (pos, kstep) {
-                    steps.insert(p, Step::Kubernetes(k));
-                }
-                return Some(steps);
+        let violations = self.violations(&talos, k_now, target, first);
+        let found = if violations.is_empty() {
+            Some(first)
+        } else {
+            rest.into_iter()
+                .find(|&pos| self.violations(&talos, k_now, target, pos).is_empty())
+        };
+        if let Some(pos) = found {
+            let mut steps: Vec<Step> = talos.into_iter().map(Step::Talos).collect();
+            if let (Some(p), Some(k)) = (pos, kstep) {
+                steps.insert(p, Step::Kubernetes(k));
             }
-            first_failure.get_or_insert(v);
+            return Some(steps);
         }
-        let violations = first_failure.expect("at least one position was tried");
         let tried_all = kstep.is_some() && !talos.is_empty();
         for v in violations {
             let d = self.violation_diag(&talos, k_now, target, v, tried_all);
@@ -199,14 +212,14 @@ impl<'a> ClusterCtx<'a> {
     }
 
     /// Simulate the steps with the Kubernetes step at `pos` (`None`: no Kubernetes step).
-    fn violations(
-        &self,
-        talos: &[TalosRollout],
+    fn violations<'s>(
+        &'s self,
+        talos: &'s [TalosRollout],
         k_now: &KubeVersion,
         target: Option<&KubeVersion>,
         pos: Option<usize>,
     ) -> Vec<Violation> {
-        let mut state: BTreeMap<&str, Option<TalosVersion>> = self
+        let mut state: BTreeMap<&'s str, Option<TalosVersion>> = self
             .obs
             .machines
             .values()
@@ -218,7 +231,8 @@ impl<'a> ClusterCtx<'a> {
             if pos == Some(i)
                 && let Some(kt) = target
             {
-                let mut unsupported: BTreeMap<TalosVersion, Vec<String>> = BTreeMap::new();
+                let mut unsupported: BTreeMap<TalosVersion, (Window, Vec<String>)> =
+                    BTreeMap::new();
                 let mut unknown = Vec::new();
                 for (node, v) in &state {
                     let Some(v) = v else {
@@ -234,7 +248,8 @@ impl<'a> ClusterCtx<'a> {
                         }
                         Some(w) if !w.contains(kt) => unsupported
                             .entry(v.clone())
-                            .or_default()
+                            .or_insert_with(|| (w, Vec::new()))
+                            .1
                             .push(node.to_string()),
                         Some(_) => {}
                     }
@@ -242,8 +257,13 @@ impl<'a> ClusterCtx<'a> {
                 if !unknown.is_empty() {
                     out.insert(Violation::UnknownNodes { nodes: unknown });
                 }
-                for (talos, nodes) in unsupported {
-                    out.insert(Violation::KubeStep { talos, nodes });
+                for (talos, (window, nodes)) in unsupported {
+                    out.insert(Violation::KubeStep {
+                        talos,
+                        nodes,
+                        kube: kt.clone(),
+                        window,
+                    });
                 }
                 k = kt.clone();
             }
@@ -259,19 +279,13 @@ impl<'a> ClusterCtx<'a> {
                     out.insert(Violation::Hop {
                         step: i,
                         kube: k.clone(),
+                        window: w,
                     });
                 }
                 Some(_) => {}
             }
             for m in step.waves.iter().flatten() {
-                state.insert(
-                    self.obs
-                        .machines
-                        .get_key_value(&m.node)
-                        .map(|(k, _)| k.as_str())
-                        .expect("wave machines are observed"),
-                    Some(step.to.clone()),
-                );
+                state.insert(m.node.as_str(), Some(step.to.clone()));
             }
         }
         out.into_iter().collect()
@@ -292,9 +306,12 @@ impl<'a> ClusterCtx<'a> {
             ""
         };
         match v {
-            Violation::KubeStep { talos: tv, nodes } => {
-                let kt = target.expect("only with a Kubernetes step");
-                let w = self.catalog.window(tv.minor_line()).expect("known window");
+            Violation::KubeStep {
+                talos: tv,
+                nodes,
+                kube: kt,
+                window: w,
+            } => {
                 Diagnostic::error(
                     codes::KUBERNETES_UNSUPPORTED,
                     kube_key.origin.clone(),
@@ -312,10 +329,13 @@ impl<'a> ClusterCtx<'a> {
                     kt.minor()
                 ))
             }
-            Violation::Hop { step, kube } => {
+            Violation::Hop {
+                step,
+                kube,
+                window: w,
+            } => {
                 let s = &talos[step];
                 let pool = &self.cluster.pools[&s.pool];
-                let w = self.catalog.window(s.to.minor_line()).expect("known window");
                 let hint = if &kube == k_now {
                     "roll Kubernetes into that range first (its own plan), or stop the pool at an earlier Talos minor"
                 } else {

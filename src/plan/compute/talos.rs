@@ -15,7 +15,8 @@ impl<'a> ClusterCtx<'a> {
         let target = &pool.talos_version.value;
         let want_schematic = pool.installer_image.schematic();
         let allow_downgrade = self.cluster.upgrade_policy.allow_downgrade;
-        let mut paths: Vec<(&'a Machine, Vec<TalosVersion>)> = Vec::new();
+        // Each member with the Talos it runs now and the versions it passes through.
+        let mut paths: Vec<(&'a Machine, TalosVersion, Vec<TalosVersion>)> = Vec::new();
         let mut downgrades = Vec::new();
         let mut dropped = Vec::new();
         let mut no_release: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
@@ -107,7 +108,7 @@ impl<'a> ClusterCtx<'a> {
                 errors = true;
                 continue;
             }
-            paths.push((machine, path));
+            paths.push((machine, running.clone(), path));
         }
         if !downgrades.is_empty() {
             let list: Vec<String> = downgrades
@@ -175,7 +176,7 @@ impl<'a> ClusterCtx<'a> {
         // Hop targets: farthest minor first, the target last.
         let mut targets: Vec<TalosVersion> = paths
             .iter()
-            .flat_map(|(_, p)| p.iter().cloned())
+            .flat_map(|(_, _, p)| p.iter().cloned())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -192,10 +193,10 @@ impl<'a> ClusterCtx<'a> {
                 to: to.clone(),
                 machines: paths
                     .iter()
-                    .filter_map(|(m, p)| {
+                    .filter_map(|(m, running, p)| {
                         let i = p.iter().position(|v| v == to)?;
                         let from = if i == 0 {
-                            m.talos_version.clone().expect("checked above")
+                            running.clone()
                         } else {
                             p[i - 1].clone()
                         };

@@ -537,7 +537,14 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 // The record is read before every mutating command; its decision is reused
                 // while its bytes are unchanged (one comparison instead of a parse of every
                 // machine of the cluster).
-                let mut gates = self.gates.lock().expect("gate cache lock");
+                #[allow(
+                    clippy::expect_used,
+                    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+                )]
+                let mut gates = self
+                    .gates
+                    .lock()
+                    .expect("gate cache lock poisoned by a panic in another thread");
                 match gates.get(&key) {
                     Some((seen, enabled)) if *seen == bytes => *enabled,
                     _ => {

@@ -114,7 +114,14 @@ pub(super) fn kube_step(
                 if let Err(flow) = window_gate(j, now) {
                     return flow;
                 }
-                let c = t.component.expect("patch tasks name a component");
+                let Some(c) = t.component else {
+                    return halt_flow(
+                        HaltCode::Inconsistent,
+                        format!("the image patch task for node `{name}` names no component"),
+                        nd,
+                        Some(CommandOp::SetImage),
+                    );
+                };
                 if Component::STATIC_PODS.contains(&c)
                     && let Err(flow) = control_plane_gate(j, si, ti, eyes, now, notes)
                 {
@@ -131,7 +138,14 @@ pub(super) fn kube_step(
                 }));
             }
             (KubeOp::Patch, TaskState::Applied) => {
-                let c = t.component.expect("patch tasks name a component");
+                let Some(c) = t.component else {
+                    return halt_flow(
+                        HaltCode::Inconsistent,
+                        format!("the image patch task for node `{name}` names no component"),
+                        nd,
+                        Some(CommandOp::SetImage),
+                    );
+                };
                 let since = t.since;
                 if since.is_none() {
                     // verification of a component found at the target starts now
