@@ -61,7 +61,8 @@ fn color_stdout() -> bool {
 fn from_server(args: &PlanArgs) -> miette::Result<u8> {
     use crate::api::pb;
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| miette::miette!("cannot start the runtime: {e}"))?;
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
     rt.block_on(async {
         let mut c = args.client.connect().await?;
         let r = c
@@ -131,7 +132,6 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
     let store = args.store.as_deref().map(open_store).transpose()?;
     let dyn_store: Option<&dyn Store> = store.as_ref().map(|s| s as &dyn Store);
     let desired = &loaded.desired;
-    let store_err = |e: &dyn std::error::Error| miette::miette!("{}", crate::error_chain(e));
     let refused = |diags: &[crate::desired::Diagnostic]| {
         for d in diags {
             eprintln!("{:?}", super::report::report(d, &loaded, &root));
@@ -159,13 +159,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                 .into_diagnostic()
                 .wrap_err_with(|| format!("cannot read the inventory file `{}`", file.display()))?;
             let inventory = crate::inventory::file::parse(&file.display().to_string(), &text)
-                .map_err(|e| {
-                    miette::miette!(
-                        help = "see `design/plan.md` for the inventory file format",
-                        "{}",
-                        crate::error_chain(&e)
-                    )
-                })?;
+                .map_err(|e| miette::Report::new(InventoryFileReport(e)))?;
             // A rehearsal plans like the daemon would (the store's applied settings and
             // running jobs), against the inventory given; stored only if that inventory is
             // the store's.
@@ -185,7 +179,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
     let outcome = match planned {
         Ok(p) => Ok(p),
         Err(ReplanError::Refused(diags)) => Err(refused(&diags)),
-        Err(e) => return Err(store_err(&e).wrap_err("cannot store the plan")),
+        Err(e) => return Err(miette::Report::from_err(e).wrap_err("cannot store the plan")),
     };
     let (plan, status) = match outcome {
         Ok(planned) => planned,
@@ -210,3 +204,10 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         exit::OK
     })
 }
+
+/// An inventory file that does not parse, shown with its cause chain and where the format is
+/// documented.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error(transparent)]
+#[diagnostic(help("see `design/plan.md` for the inventory file format"))]
+struct InventoryFileReport(crate::inventory::file::InventoryFileError);

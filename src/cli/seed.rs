@@ -57,7 +57,7 @@ pub struct SeedArgs {
 }
 
 /// Why seeding failed. Nothing is written unless the whole seed succeeds.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum SeedError {
     #[error(
         "cluster name `{name}` is not a DNS label (1-63 lowercase letters, digits and `-`, not starting or ending with `-`)"
@@ -70,6 +70,9 @@ pub enum SeedError {
     #[error(
         "cluster `{cluster}` is already seeded (generation {generation}); re-run with --force to refresh its observation and replace its credentials (rolloutsEnabled stays {rollouts})"
     )]
+    #[diagnostic(help(
+        "`--force` keeps rolloutsEnabled and moves the generation only if something changed"
+    ))]
     Exists {
         cluster: String,
         generation: u64,
@@ -477,14 +480,8 @@ pub fn run(args: SeedArgs) -> miette::Result<u8> {
     };
     let seeded = rt
         .block_on(seed(store.as_ref(), &req))
-        .map_err(|e| match &e {
-            SeedError::Exists { .. } => miette::miette!(
-                help = "`--force` keeps rolloutsEnabled and moves the generation only if something changed",
-                "{}",
-                crate::error_chain(&e)
-            ),
-            _ => miette::miette!("{}", crate::error_chain(&e)),
-        })?;
+        // The report keeps the cause chain (one line per cause) and `Exists`'s help.
+        .map_err(miette::Report::new)?;
     let c = &seeded.cluster;
     let cps = c
         .machines

@@ -26,7 +26,7 @@ pub trait PortFactory: Send + Sync + 'static {
     fn ports(
         &self,
         cluster: &str,
-    ) -> impl Future<Output = Result<(Self::Talos, Self::Kube), String>> + Send;
+    ) -> impl Future<Output = Result<(Self::Talos, Self::Kube), AdapterError>> + Send;
 }
 
 /// The real ports of a cluster, from `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`.
@@ -37,12 +37,9 @@ pub struct CredsPorts {
 impl PortFactory for CredsPorts {
     type Talos = TalosAdapter;
     type Kube = KubeAdapter;
-    async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), String> {
-        let talos = TalosAdapter::from_creds(&self.creds_dir, cluster)
-            .map_err(|e| crate::error_chain(&e))?;
-        let kube = KubeAdapter::from_creds(&self.creds_dir, cluster)
-            .await
-            .map_err(|e| crate::error_chain(&e))?;
+    async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), AdapterError> {
+        let talos = TalosAdapter::from_creds(&self.creds_dir, cluster)?;
+        let kube = KubeAdapter::from_creds(&self.creds_dir, cluster).await?;
         Ok((talos, kube))
     }
 }

@@ -202,8 +202,9 @@ pub async fn executor_loop<F: PortFactory>(
                                             map.insert(job.cluster.clone(), e.clone());
                                             Some(e)
                                         }
-                                        Err(msg) => {
-                                            tracing::warn!(cluster = %job.cluster, job = %job.id, error = %msg, "cannot reach the cluster; the job waits");
+                                        Err(e) => {
+                                            // The log line is the edge: the whole chain, flattened.
+                                            tracing::warn!(cluster = %job.cluster, job = %job.id, error = %crate::error_chain(&e), "cannot reach the cluster; the job waits");
                                             None
                                         }
                                     },
