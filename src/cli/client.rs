@@ -141,9 +141,10 @@ impl ClientArgs {
 fn connect_report(addr: &str, e: ConnectError) -> miette::Report {
     match e {
         ConnectError::Token => miette::miette!("the token contains characters that cannot be sent"),
-        ConnectError::Address { err, .. } => miette::miette!(
-            help = "use host:port, e.g. localhost:7600",
-            "invalid --addr `{addr}`: {err}"
+        ConnectError::Address { err, .. } => Hinted::report(
+            format!("invalid --addr `{addr}`"),
+            Some("use host:port, e.g. localhost:7600"),
+            err,
         ),
         ConnectError::InsecureNotLoopback { host } => miette::miette!(
             help = "pass --ca with the server's CA certificate instead",
@@ -153,18 +154,51 @@ fn connect_report(addr: &str, e: ConnectError) -> miette::Report {
             help = "pass --ca <state-dir>/tls/ca.crt (or set MEDEA_CA); for a local server, --insecure also works",
             "no CA certificate to verify the server at {addr} with"
         ),
-        ConnectError::ReadCa { path, err } => miette::miette!(
-            help = "check --ca / MEDEA_CA",
-            "cannot read CA certificate `{}`: {err}",
-            path.display()
+        ConnectError::ReadCa { path, err } => Hinted::report(
+            format!("cannot read CA certificate `{}`", path.display()),
+            Some("check --ca / MEDEA_CA"),
+            err,
         ),
-        ConnectError::Tls(err) => miette::miette!("TLS setup failed: {err}"),
-        ConnectError::Connect { err, .. } => connect_error(addr, &err),
+        ConnectError::Tls(err) => Hinted::report("TLS setup failed".to_string(), None, err),
+        ConnectError::Connect { err, .. } => connect_error(addr, err),
     }
 }
 
-fn connect_error(addr: &str, e: &tonic::transport::Error) -> miette::Report {
-    let chain = crate::error_chain(e);
+/// A CLI message with the error that caused it kept as its source (shown as its own link of
+/// the chain) and an optional hint.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct Hinted {
+    message: String,
+    help: Option<&'static str>,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl Hinted {
+    fn report(
+        message: String,
+        help: Option<&'static str>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> miette::Report {
+        miette::Report::new(Hinted {
+            message,
+            help,
+            source: source.into(),
+        })
+    }
+}
+
+impl miette::Diagnostic for Hinted {
+    fn help<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        self.help
+            .map(|h| Box::new(h) as Box<dyn std::fmt::Display + 'a>)
+    }
+}
+
+fn connect_error(addr: &str, e: tonic::transport::Error) -> miette::Report {
+    // The hint is chosen from the whole chain; the report keeps the chain as its source.
+    let chain = crate::error_chain(&e);
     let help = if chain.contains("UnknownIssuer")
         || chain.contains("certificate")
         || chain.contains("InvalidCertificate")
@@ -175,7 +209,7 @@ fn connect_error(addr: &str, e: &tonic::transport::Error) -> miette::Report {
     } else {
         "check the address, network and TLS settings"
     };
-    miette::miette!(help = help, "cannot reach medea at {addr}: {chain}")
+    Hinted::report(format!("cannot reach medea at {addr}"), Some(help), e)
 }
 
 /// Turn an RPC failure into an error that names the fix.

@@ -44,6 +44,33 @@ fn errors_show_their_cause_chain() {
     );
 }
 
+/// A failed connection keeps the transport error as the cause link under the CLI's own words,
+/// with the hint, instead of flattening the chain into one line.
+#[test]
+fn connection_errors_show_their_cause_chain() {
+    let out = medea()
+        .args(["get", "clusters", "--insecure", "--addr", "127.0.0.1:1"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let outer = lines
+        .iter()
+        .position(|l| l.contains("cannot reach medea at 127.0.0.1:1"))
+        .unwrap_or_else(|| panic!("no outer message: {err}"));
+    assert!(
+        !lines[outer].contains("refused"),
+        "the cause is flattened into the message: {err}"
+    );
+    assert!(
+        lines[outer + 1..].iter().any(|l| l.contains("refused")),
+        "the cause is not shown: {err}"
+    );
+    assert!(err.contains("medea serve"), "the hint is lost: {err}");
+}
+
 #[test]
 fn man_pages_are_generated_for_every_command() {
     let tmp = tempfile::tempdir().unwrap();
