@@ -51,7 +51,10 @@ impl crate::store::Store for MemStore {
 
     fn commit(&self, txn: crate::store::Txn) -> Result<(), crate::store::StoreError> {
         use crate::store::{Check, Op};
-        let mut data = self.data.lock().expect("mem store lock poisoned by a panic in another thread");
+        let mut data = self
+            .data
+            .lock()
+            .expect("mem store lock poisoned by a panic in another thread");
         for c in &txn.checks {
             let (t, k, want) = match c {
                 Check::Absent(t, k) => (*t, k, None),

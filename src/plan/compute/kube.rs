@@ -186,7 +186,10 @@ impl<'a> ClusterCtx<'a> {
         // violations are reported when no position works.
         let (first, rest): (Option<usize>, Vec<Option<usize>>) = match &kstep {
             None => (None, Vec::new()),
-            Some(_) => (Some(talos.len()), (0..talos.len()).rev().map(Some).collect()),
+            Some(_) => (
+                Some(talos.len()),
+                (0..talos.len()).rev().map(Some).collect(),
+            ),
         };
         let target = kstep.as_ref().map(|k| &k.to);
         let violations = self.violations(&talos, k_now, target, first);
