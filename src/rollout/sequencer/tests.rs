@@ -184,3 +184,73 @@ fn a_halt_keeps_its_text_in_reason_and_its_code_beside_it() {
         "upgrade_refused"
     );
 }
+
+/// A journaled image-patch task that names no component (a record this medea never writes)
+/// halts the job as inconsistent instead of panicking the executor.
+#[test]
+fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
+    let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+    let cp = NodeTarget {
+        node: "cp-1".into(),
+        address: "10.0.0.1".into(),
+    };
+    let mut ks = KubeStep::new(
+        KubeRollout {
+            from: kv("v1.34.1"),
+            to: kv("v1.35.0"),
+            control_plane: vec!["cp-1".into()],
+            workers: vec![],
+            health_timeout: Duration::from_secs(600),
+            supported_talos: None,
+        },
+        vec![cp.clone()],
+        vec![],
+    );
+    ks.since = Some(now);
+    ks.tasks = KubeTasks::Planned(vec![KubeTask {
+        op: KubeOp::Patch,
+        node: cp.clone(),
+        component: None,
+        image: "registry.k8s.io/kube-apiserver:v1.35.0".into(),
+        state: TaskState::Pending,
+        since: None,
+        attempt: 0,
+        config_version: None,
+    }]);
+    let plan = PlanId::from_digest([7; 32]);
+    let job = Job {
+        id: JobId::for_plan(&plan, "home"),
+        plan,
+        cluster: "home".into(),
+        created_at: now,
+        windows: vec![],
+        control_plane: vec![cp],
+        steps: vec![JobStep {
+            state: StepState::Running,
+            kind: StepKind::Kubernetes(ks),
+        }],
+        state: JobState::Running,
+        generation: 1,
+        snapshot: Some(SnapshotInfo {
+            path: "/var/lib/medea/snapshots/j.db".into(),
+            size: 1,
+            sha256: "00".into(),
+        }),
+        snapshot_attempts: 1,
+        in_flight: None,
+        journal_seq: 0,
+    };
+    let t = step(&job, &Observations::default(), now);
+    assert!(matches!(t.next, Next::Finished), "{:?}", t.next);
+    assert!(
+        matches!(
+            &t.job.state,
+            JobState::Halted { reason, node: Some(n), op: Some(CommandOp::SetImage), .. }
+                if reason.code() == HaltCode::Inconsistent
+                    && n == "cp-1"
+                    && reason.to_string().contains("names no component")
+        ),
+        "{:?}",
+        t.job.state
+    );
+}
