@@ -13,19 +13,20 @@ fn run(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-#[test]
-fn fleet_writes_a_repo_that_validates_and_plans() {
+/// `medea bench fleet` of `clusters` x `machines` into a temporary directory, then the
+/// documented rehearsal `medea plan --desired DIR/desired --observed DIR/inventory.json`:
+/// (what fleet printed, the plan process's output).
+fn fleet_then_plan(clusters: &str, machines: &str) -> (String, std::process::Output) {
     let dir = tempfile::tempdir().unwrap();
     let out = run(&[
         "fleet",
         "--clusters",
-        "3",
+        clusters,
         "--machines",
-        "12",
+        machines,
         "--out",
         dir.path().to_str().unwrap(),
     ]);
-    assert!(out.contains("wrote 3 clusters, 36 machines"), "{out}");
     let plan = medea()
         .arg("plan")
         .arg("--desired")
@@ -34,6 +35,13 @@ fn fleet_writes_a_repo_that_validates_and_plans() {
         .arg(dir.path().join("inventory.json"))
         .output()
         .unwrap();
+    (out, plan)
+}
+
+#[test]
+fn fleet_writes_a_repo_that_validates_and_plans() {
+    let (out, plan) = fleet_then_plan("3", "12");
+    assert!(out.contains("wrote 3 clusters, 36 machines"), "{out}");
     assert_eq!(
         plan.status.code(),
         Some(2),
@@ -47,25 +55,8 @@ fn fleet_writes_a_repo_that_validates_and_plans() {
 /// to refuse it ("budget breached: Nodes { nodes: 250001 }").
 #[test]
 fn a_fleet_of_ten_thousand_machines_plans_through_the_documented_command() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run(&[
-        "fleet",
-        "--clusters",
-        "100",
-        "--machines",
-        "100",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
+    let (out, plan) = fleet_then_plan("100", "100");
     assert!(out.contains("wrote 100 clusters, 10000 machines"), "{out}");
-    let plan = medea()
-        .arg("plan")
-        .arg("--desired")
-        .arg(dir.path().join("desired"))
-        .arg("--observed")
-        .arg(dir.path().join("inventory.json"))
-        .output()
-        .unwrap();
     let stderr = String::from_utf8_lossy(&plan.stderr);
     assert_eq!(plan.status.code(), Some(2), "{stderr}");
     let text = String::from_utf8(plan.stdout).unwrap();

@@ -2,18 +2,12 @@
 //! checkout, an approval marker committed, the rollout completed, the new versions observed;
 //! plus a wrong token, a missing CA and an invalid edit on the way.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub(crate) struct Kill(pub(crate) Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub(crate) use crate::fixtures::Kill;
 
 pub(crate) use crate::fixtures::git;
 
@@ -56,54 +50,15 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     // 1. The simulator, as its own process, on a quick clock.
-    let scenario = String::from_utf8(
-        crate::cli::medea()
-            .args(["sim", "--print-default-scenario"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    let scenario = scenario
+    let scenario = crate::fixtures::default_scenario()
         .replace("reboot: 2s", "reboot: 500ms")
         .replace("imagePull: 500ms", "imagePull: 50ms")
         .replace("podStart: 3s", "podStart: 300ms")
         .replace("podTermination: 1s", "podTermination: 100ms");
-    std::fs::write(d.join("scenario.yaml"), scenario).unwrap();
-    let mut sim = Kill(
-        crate::cli::medea()
-            .args(["sim", "--scenario"])
-            .arg(d.join("scenario.yaml"))
-            .arg("--out")
-            .arg(d.join("sim"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(sim.0.stdout.take().unwrap()).lines();
-    while let Some(Ok(l)) = lines.next() {
-        if l.starts_with("ready") {
-            break;
-        }
-    }
+    let sim = crate::fixtures::spawn_sim(d, &scenario);
     // 2. Seed the store from it (server stopped).
     let state = d.join("state");
-    let seed = crate::cli::medea()
-        .args(["seed", "--cluster", "home", "--talosconfig"])
-        .arg(d.join("sim/talosconfig"))
-        .arg("--kubeconfig")
-        .arg(d.join("sim/kubeconfig"))
-        .arg("--store")
-        .arg(state.join("store"))
-        .arg("--creds-dir")
-        .arg(state.join("creds"))
-        .output()
-        .unwrap();
-    assert!(
-        seed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&seed.stderr)
-    );
+    crate::fixtures::seed_home(d, &[]);
     // 3. A git checkout with the examples, committed.
     let repo = d.join("repo");
     std::fs::create_dir_all(repo.join("home")).unwrap();
@@ -115,24 +70,7 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "desired state"]);
     // Approvers.
-    let mut signers = String::new();
-    for who in ["alice", "bob"] {
-        assert!(
-            crate::fixtures::tool("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
-                .arg(d.join(who))
-                .status()
-                .unwrap()
-                .success()
-        );
-        signers.push_str(&format!(
-            "{who}@example.com {}\n",
-            std::fs::read_to_string(d.join(format!("{who}.pub")))
-                .unwrap()
-                .trim()
-        ));
-    }
-    std::fs::write(d.join("allowed_signers"), signers).unwrap();
+    crate::fixtures::approvers(d, &["alice", "bob"]);
     // 4. The daemon, with the executor gate on.
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");

@@ -97,3 +97,96 @@ pub fn git(dir: &Path, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A child process killed (and reaped) when dropped.
+pub(crate) struct Kill(pub(crate) std::process::Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The simulator's default scenario (`medea sim --print-default-scenario`), to edit.
+pub fn default_scenario() -> String {
+    let out = crate::cli::medea()
+        .args(["sim", "--print-default-scenario"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `medea sim` on `scenario` as a child process: the scenario in `dir/scenario.yaml`, the
+/// credentials in `dir/sim/`, its log in `dir/sim.log`. Returns once it printed `ready` (panics
+/// with its log if it exits first); the rest of its stdout is drained on a thread so it never
+/// blocks on a full pipe.
+pub(crate) fn spawn_sim(dir: &Path, scenario: &str) -> Kill {
+    use std::io::BufRead;
+    std::fs::write(dir.join("scenario.yaml"), scenario).unwrap();
+    let mut sim = Kill(
+        crate::cli::medea()
+            .args(["sim", "--scenario"])
+            .arg(dir.join("scenario.yaml"))
+            .arg("--out")
+            .arg(dir.join("sim"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(sim.0.stdout.take().unwrap()).lines();
+    let ready = lines
+        .by_ref()
+        .any(|l| l.is_ok_and(|l| l.starts_with("ready")));
+    assert!(
+        ready,
+        "the simulator exited: {}",
+        std::fs::read_to_string(dir.join("sim.log")).unwrap_or_default()
+    );
+    std::thread::spawn(move || for _ in lines {});
+    sim
+}
+
+/// `medea seed --cluster home` from the simulator's credentials in `dir/sim/` into
+/// `dir/state/{store,creds}`, with `envs` set; panics with its stderr if it fails.
+pub fn seed_home(dir: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    let state = dir.join("state");
+    let seed = crate::cli::medea()
+        .args(["seed", "--cluster", "home", "--talosconfig"])
+        .arg(dir.join("sim/talosconfig"))
+        .arg("--kubeconfig")
+        .arg(dir.join("sim/kubeconfig"))
+        .arg("--store")
+        .arg(state.join("store"))
+        .arg("--creds-dir")
+        .arg(state.join("creds"))
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        seed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&seed.stderr)
+    );
+    seed
+}
+
+/// An ed25519 key `dir/<who>` for each approver and `dir/allowed_signers` naming each as
+/// `<who>@example.com`.
+pub fn approvers(dir: &Path, who: &[&str]) {
+    let mut signers = String::new();
+    for who in who {
+        assert!(
+            tool("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
+                .arg(dir.join(who))
+                .status()
+                .unwrap()
+                .success()
+        );
+        let public = std::fs::read_to_string(dir.join(format!("{who}.pub"))).unwrap();
+        signers.push_str(&format!("{who}@example.com {}\n", public.trim()));
+    }
+    std::fs::write(dir.join("allowed_signers"), signers).unwrap();
+}

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,14 +38,7 @@ impl Run {
     fn start(talos: &str, faults: &str, webhook: Option<&str>) -> Run {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().to_path_buf();
-        let scenario = String::from_utf8(
-            crate::cli::medea()
-                .args(["sim", "--print-default-scenario"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
+        let scenario = crate::fixtures::default_scenario();
         assert!(scenario.contains("faults: []"), "{scenario}");
         let scenario = scenario
             .replace("reboot: 2s", "reboot: 300ms")
@@ -54,53 +47,11 @@ impl Run {
             .replace("podTermination: 1s", "podTermination: 50ms")
             .replace("talos: v1.12.11", &format!("talos: {talos}"))
             .replace("faults: []", &format!("faults: {faults}"));
-        std::fs::write(d.join("scenario.yaml"), scenario).unwrap();
-        let mut sim = Kill(
-            crate::cli::medea()
-                .args(["sim", "--scenario"])
-                .arg(d.join("scenario.yaml"))
-                .arg("--out")
-                .arg(d.join("sim"))
-                .stdout(Stdio::piped())
-                .stderr(std::fs::File::create(d.join("sim.log")).unwrap())
-                .spawn()
-                .unwrap(),
-        );
-        let mut lines = BufReader::new(sim.0.stdout.take().unwrap()).lines();
-        let mut ready = false;
-        for l in lines.by_ref() {
-            if l.unwrap().starts_with("ready") {
-                ready = true;
-                break;
-            }
-        }
-        assert!(
-            ready,
-            "the simulator exited: {}",
-            std::fs::read_to_string(d.join("sim.log")).unwrap_or_default()
-        );
-        // Keep draining its stdout so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let sim = crate::fixtures::spawn_sim(&d, &scenario);
 
         let state = d.join("state");
-        let seed = crate::cli::medea()
-            .args(["seed", "--cluster", "home", "--talosconfig"])
-            .arg(d.join("sim/talosconfig"))
-            .arg("--kubeconfig")
-            .arg(d.join("sim/kubeconfig"))
-            .arg("--store")
-            .arg(state.join("store"))
-            .arg("--creds-dir")
-            .arg(state.join("creds"))
-            .env("RUST_LOG", "debug,medea=trace")
-            .output()
-            .unwrap();
+        let seed = crate::fixtures::seed_home(&d, &[("RUST_LOG", "debug,medea=trace")]);
         std::fs::write(d.join("seed.log"), &seed.stderr).unwrap();
-        assert!(
-            seed.status.success(),
-            "{}",
-            String::from_utf8_lossy(&seed.stderr)
-        );
 
         let repo = d.join("repo");
         std::fs::create_dir_all(repo.join("home")).unwrap();
@@ -111,24 +62,7 @@ impl Run {
         git(&repo, &["init", "-q"]);
         git(&repo, &["add", "-A"]);
         git(&repo, &["commit", "-qm", "desired state"]);
-        let mut signers = String::new();
-        for who in ["alice", "bob"] {
-            assert!(
-                crate::fixtures::tool("ssh-keygen")
-                    .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
-                    .arg(d.join(who))
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-            signers.push_str(&format!(
-                "{who}@example.com {}\n",
-                std::fs::read_to_string(d.join(format!("{who}.pub")))
-                    .unwrap()
-                    .trim()
-            ));
-        }
-        std::fs::write(d.join("allowed_signers"), signers).unwrap();
+        crate::fixtures::approvers(&d, &["alice", "bob"]);
 
         let addr = format!("127.0.0.1:{}", free_port());
         let metrics = format!("127.0.0.1:{}", free_port());

@@ -27,78 +27,20 @@ impl Stack {
     fn start(reboot: &str) -> Stack {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let scenario = String::from_utf8(
-            crate::cli::medea()
-                .args(["sim", "--print-default-scenario"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap()
-        .replace("reboot: 2s", &format!("reboot: {reboot}"))
-        .replace("imagePull: 500ms", "imagePull: 50ms")
-        .replace("podStart: 3s", "podStart: 300ms")
-        .replace("podTermination: 1s", "podTermination: 100ms");
-        std::fs::write(d.join("scenario.yaml"), scenario).unwrap();
-        let mut sim = Kill(
-            crate::cli::medea()
-                .args(["sim", "--scenario"])
-                .arg(d.join("scenario.yaml"))
-                .arg("--out")
-                .arg(d.join("sim"))
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
-        {
-            use std::io::BufRead;
-            let mut lines = std::io::BufReader::new(sim.0.stdout.take().unwrap()).lines();
-            while let Some(Ok(l)) = lines.next() {
-                if l.starts_with("ready") {
-                    break;
-                }
-            }
-        }
+        let scenario = crate::fixtures::default_scenario()
+            .replace("reboot: 2s", &format!("reboot: {reboot}"))
+            .replace("imagePull: 500ms", "imagePull: 50ms")
+            .replace("podStart: 3s", "podStart: 300ms")
+            .replace("podTermination: 1s", "podTermination: 100ms");
+        let sim = crate::fixtures::spawn_sim(d, &scenario);
         let state = d.join("state");
-        let seed = crate::cli::medea()
-            .args(["seed", "--cluster", "home", "--talosconfig"])
-            .arg(d.join("sim/talosconfig"))
-            .arg("--kubeconfig")
-            .arg(d.join("sim/kubeconfig"))
-            .arg("--store")
-            .arg(state.join("store"))
-            .arg("--creds-dir")
-            .arg(state.join("creds"))
-            .output()
-            .unwrap();
-        assert!(
-            seed.status.success(),
-            "{}",
-            String::from_utf8_lossy(&seed.stderr)
-        );
+        crate::fixtures::seed_home(d, &[]);
         let desired = d.join("desired");
         crate::fixtures::copy_dir(
             &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home"),
             &desired.join("home"),
         );
-        let mut signers = String::new();
-        for who in ["alice", "bob"] {
-            assert!(
-                crate::fixtures::tool("ssh-keygen")
-                    .args(["-q", "-t", "ed25519", "-N", "", "-C", who, "-f"])
-                    .arg(d.join(who))
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-            signers.push_str(&format!(
-                "{who}@example.com {}\n",
-                std::fs::read_to_string(d.join(format!("{who}.pub")))
-                    .unwrap()
-                    .trim()
-            ));
-        }
-        std::fs::write(d.join("allowed_signers"), signers).unwrap();
+        crate::fixtures::approvers(d, &["alice", "bob"]);
         let addr = format!("127.0.0.1:{}", free_port());
         let ui = format!("127.0.0.1:{}", free_port());
         let token = "ui-test-token-0123456789abcdef".to_string();

@@ -497,6 +497,20 @@ fn load_job(ui: &Ui, job: &str) -> Result<Option<Job>, crate::store::StoreError>
     }
 }
 
+/// The job named in the path, or the page that says why there is none.
+fn job_or_page(ui: &Ui, s: &View, job: &str) -> Result<Job, Response> {
+    match load_job(ui, job) {
+        Ok(Some(j)) => Ok(j),
+        Ok(None) => Err(message(
+            StatusCode::NOT_FOUND,
+            "No such job",
+            &format!("There is no rollout job `{job}`."),
+            Some(s),
+        )),
+        Err(e) => Err(internal(s, "the job", crate::error_chain(&e))),
+    }
+}
+
 pub async fn rollout(
     State(ui): State<Ui>,
     Path(job): Path<String>,
@@ -505,17 +519,9 @@ pub async fn rollout(
     let Some(s) = ui.sessions.get(&headers) else {
         return to_login();
     };
-    let job = match load_job(&ui, &job) {
-        Ok(Some(j)) => j,
-        Ok(None) => {
-            return message(
-                StatusCode::NOT_FOUND,
-                "No such job",
-                &format!("There is no rollout job `{job}`."),
-                Some(&s),
-            );
-        }
-        Err(e) => return internal(&s, "the job", crate::error_chain(&e)),
+    let job = match job_or_page(&ui, &s, &job) {
+        Ok(j) => j,
+        Err(page) => return page,
     };
     let entries = match journal_tail(ui.shared.store.as_ref(), &job) {
         Ok(e) => e,
@@ -554,17 +560,9 @@ pub async fn halt_confirm(
     let Some(s) = ui.sessions.get(&headers) else {
         return to_login();
     };
-    let job = match load_job(&ui, &job) {
-        Ok(Some(j)) => j,
-        Ok(None) => {
-            return message(
-                StatusCode::NOT_FOUND,
-                "No such job",
-                &format!("There is no rollout job `{job}`."),
-                Some(&s),
-            );
-        }
-        Err(e) => return internal(&s, "the job", crate::error_chain(&e)),
+    let job = match job_or_page(&ui, &s, &job) {
+        Ok(j) => j,
+        Err(page) => return page,
     };
     if job.state.is_terminal() {
         return message(
