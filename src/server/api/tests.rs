@@ -1,0 +1,311 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::desired::Source;
+use crate::inventory::{Inventory, Machine, cluster_key};
+use crate::store::Store;
+use crate::version::{KubeVersion, TalosVersion};
+use pb::medea_server::Medea;
+
+fn machine(node: &str, role: MachineRole, talos: &str) -> Machine {
+    Machine {
+        node: node.into(),
+        id: format!("id-{node}"),
+        address: "127.0.0.1".into(),
+        role,
+        talos_version: Some(TalosVersion::parse(talos).unwrap()),
+        installer_image: None,
+        schematic: None,
+        kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+        ready: true,
+        cordoned: false,
+        reachable: true,
+        boot_id: Some("boot-1".into()),
+        labels: BTreeMap::new(),
+    }
+}
+
+fn cluster(name: &str, talos: &str) -> ObservedCluster {
+    let mut machines = BTreeMap::new();
+    machines.insert(
+        "cp-1".to_string(),
+        machine("cp-1", MachineRole::Controlplane, talos),
+    );
+    machines.insert(
+        "w-1".to_string(),
+        machine("w-1", MachineRole::Worker, talos),
+    );
+    ObservedCluster::new(name).observe(None, machines)
+}
+
+async fn rows(api: &MedeaApi, filter: &str) -> Vec<(String, String, String, String)> {
+    api.list_machines(Request::new(pb::ListMachinesRequest {
+        cluster: filter.into(),
+    }))
+    .await
+    .unwrap()
+    .into_inner()
+    .machines
+    .into_iter()
+    .map(|m| (m.cluster, m.node, m.pool, m.talos_version))
+    .collect()
+}
+
+fn row(c: &str, n: &str, p: &str, v: &str) -> (String, String, String, String) {
+    (c.into(), n.into(), p.into(), v.into())
+}
+
+/// A store whose next `n` commits that record an approval fail with a conflict (changing
+/// nothing), as when the plan moves underneath the transaction.
+struct ConflictingStore {
+    inner: crate::store::mem::MemStore,
+    conflicts: std::sync::atomic::AtomicU32,
+}
+
+impl Store for ConflictingStore {
+    fn get(
+        &self,
+        table: crate::store::Table,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(
+        &self,
+        table: crate::store::Table,
+        prefix: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>, crate::store::StoreError> {
+        self.inner.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), crate::store::StoreError> {
+        use std::sync::atomic::Ordering;
+        let approval = txn.ops.iter().any(|o| {
+            matches!(
+                o,
+                crate::store::Op::Put(crate::store::Table::Approvals, _, _)
+            )
+        });
+        if approval
+            && self
+                .conflicts
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(crate::store::StoreError::Conflict {
+                table: "plans",
+                key: "current".into(),
+            });
+        }
+        self.inner.commit(txn)
+    }
+}
+
+fn home() -> ObservedCluster {
+    let mut machines = BTreeMap::new();
+    for n in ["cp-1", "cp-2", "cp-3"] {
+        machines.insert(
+            n.to_string(),
+            machine(n, MachineRole::Controlplane, "v1.12.4"),
+        );
+    }
+    for n in ["w-1", "w-2", "w-3"] {
+        machines.insert(n.to_string(), machine(n, MachineRole::Worker, "v1.12.4"));
+    }
+    ObservedCluster::new("home").observe(Some(KubeVersion::parse("v1.34.1").unwrap()), machines)
+}
+
+struct Approving {
+    api: MedeaApi,
+    plan: crate::plan::PlanId,
+    keys: Vec<crate::approval::sign::SecretKey>,
+    _dir: tempfile::TempDir,
+}
+
+/// The examples planned against `home`, with `principals[i]` holding key `i`.
+fn approving(store: Arc<dyn Store>, principals: &[&str]) -> Approving {
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let source = Source::Dir(examples);
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<_> = principals
+        .iter()
+        .map(|_| crate::approval::sign::SecretKey::generate_ed25519().unwrap())
+        .collect();
+    let text: String = principals
+        .iter()
+        .zip(&keys)
+        .map(|(p, k)| format!("{p} {}\n", k.public_key().to_openssh().unwrap()))
+        .collect();
+    let path = dir.path().join("allowed_signers");
+    std::fs::write(&path, text).unwrap();
+    store
+        .commit(Txn::new().put_record(cluster_key("home"), &home()))
+        .unwrap();
+    let mut shared = Shared::new(store.clone(), source.clone(), false, "r1".into());
+    shared.trust = crate::server::trust::TrustRoot::open(Some(path), &source).unwrap();
+    shared.set_desired(crate::desired::load(&source).unwrap());
+    let shared = Arc::new(shared);
+    crate::server::reconcile::reconcile(&shared, &[], jiff::Timestamp::now()).unwrap();
+    let plan = crate::ops::replan::current(store.as_ref())
+        .unwrap()
+        .unwrap()
+        .id;
+    Approving {
+        api: MedeaApi { shared },
+        plan,
+        keys,
+        _dir: dir,
+    }
+}
+
+impl Approving {
+    async fn submit(&self, key: usize) -> Result<pb::SubmitApprovalResponse, Status> {
+        let signed = crate::approval::sign::sign_with_key(
+            &self.keys[key],
+            &self.plan,
+            ssh_key::HashAlg::Sha512,
+        )
+        .unwrap();
+        self.api
+            .submit_approval(Request::new(pb::SubmitApprovalRequest {
+                plan_id: self.plan.to_hex(),
+                signature: signed.armored,
+            }))
+            .await
+            .map(Response::into_inner)
+    }
+    fn records(&self) -> usize {
+        self.api
+            .shared
+            .store
+            .scan(
+                crate::store::Table::Approvals,
+                &format!("{}/", self.plan.to_hex()),
+            )
+            .unwrap()
+            .len()
+    }
+    async fn plan(&self) -> pb::Plan {
+        self.api
+            .get_plan(Request::new(pb::GetPlanRequest { id: String::new() }))
+            .await
+            .unwrap()
+            .into_inner()
+            .plan
+            .unwrap()
+    }
+}
+
+/// Issue 19: an API approval that meets a store conflict is verified again and recorded,
+/// never answered "approved" and lost.
+#[tokio::test]
+async fn an_api_approval_that_meets_a_store_conflict_is_retried_not_lost() {
+    let store = Arc::new(ConflictingStore {
+        inner: crate::store::mem::MemStore::new(),
+        conflicts: 2.into(),
+    });
+    let a = approving(store, &["alice@x"]);
+    let r = a.submit(0).await.unwrap();
+    assert!(r.outcome.starts_with("approved plan"), "{r:?}");
+    assert_eq!(a.records(), 1, "the approval is recorded");
+    assert_eq!((r.approvals, r.approvals_required), (1, 2));
+}
+
+/// Issue 19: SubmitApproval answers only for a verified signature: when no plan can be
+/// verified against (the desired state turned invalid), it is an error, not "recorded".
+#[tokio::test]
+async fn submit_approval_answers_only_after_verification() {
+    let a = approving(Arc::new(crate::store::mem::MemStore::new()), &["alice@x"]);
+    let broken = crate::desired::parse_snapshot(crate::desired::Snapshot {
+        files: vec![crate::desired::source::SourceFile {
+            path: "x.yaml".into(),
+            bytes: b"garbage: [\n".to_vec(),
+        }],
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    });
+    assert!(broken.has_errors());
+    a.api.shared.set_desired(broken);
+    let e = a.submit(0).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("not verified"), "{e:?}");
+    assert_eq!(a.records(), 0);
+}
+
+/// Issue 19: a plan's approvals are distinct verified people: one person with two keys
+/// (two lines for one principal) counts once, and the plan is not "approved" at 2 of 2.
+#[tokio::test]
+async fn plan_approvals_count_distinct_verified_people() {
+    let a = approving(
+        Arc::new(crate::store::mem::MemStore::new()),
+        &["alice@x", "alice@x", "bob@x"],
+    );
+    a.submit(0).await.unwrap();
+    let r = a.submit(1).await.unwrap();
+    assert_eq!((r.approvals, r.approvals_required), (1, 2), "{r:?}");
+    assert_eq!(a.records(), 2, "both keys' records are kept");
+    let p = a.plan().await;
+    assert_eq!(p.approvals.len(), 1, "{:?}", p.approvals);
+    assert_eq!(p.state, "pending");
+    let r = a.submit(2).await.unwrap();
+    assert_eq!((r.approvals, r.approvals_required), (2, 2), "{r:?}");
+    let p = a.plan().await;
+    assert_eq!(p.approvals.len(), 2, "{:?}", p.approvals);
+    assert_eq!(p.state, "approved");
+}
+
+#[tokio::test]
+async fn get_machines_follows_every_record_and_desired_change_despite_its_cache() {
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let source = Source::Dir(examples);
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let shared = Arc::new(Shared::new(
+        store.clone(),
+        source.clone(),
+        false,
+        "r1".into(),
+    ));
+    let api = MedeaApi {
+        shared: shared.clone(),
+    };
+    let inv = Inventory {
+        clusters: [
+            ("home".to_string(), cluster("home", "v1.12.4")),
+            ("lab".to_string(), cluster("lab", "v1.12.4")),
+        ]
+        .into(),
+    };
+    store.commit(inv.save_txn()).unwrap();
+    // no desired state yet: no pools
+    assert_eq!(
+        rows(&api, "").await,
+        [
+            row("home", "cp-1", "", "v1.12.4"),
+            row("home", "w-1", "", "v1.12.4"),
+            row("lab", "cp-1", "", "v1.12.4"),
+            row("lab", "w-1", "", "v1.12.4"),
+        ]
+    );
+    // the desired state arrives: the pools come from it
+    shared.set_desired(crate::desired::load(&source).unwrap());
+    assert_eq!(
+        rows(&api, "home").await[0],
+        row("home", "cp-1", "controlplane", "v1.12.4")
+    );
+    // a record changes: its rows follow, the other cluster's stay
+    store
+        .commit(Txn::new().put_record(cluster_key("lab"), &cluster("lab", "v1.13.9")))
+        .unwrap();
+    let all = rows(&api, "").await;
+    assert_eq!(all.len(), 4);
+    assert_eq!(all[0], row("home", "cp-1", "controlplane", "v1.12.4"));
+    assert_eq!(all[2].3, "v1.13.9");
+    assert_eq!(all[3].3, "v1.13.9");
+    // a record goes away: so do its rows
+    store
+        .commit(Txn::new().delete(crate::store::Table::Inventory, cluster_key("lab")))
+        .unwrap();
+    assert_eq!(rows(&api, "").await.len(), 2);
+    assert!(rows(&api, "lab").await.is_empty());
+    assert_eq!(shared.machine_rows.lock().unwrap().len(), 1);
+}
