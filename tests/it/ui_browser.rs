@@ -537,7 +537,12 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
             .click()
             .await
             .unwrap();
-        assert_eq!(path_of(c).await, format!("/rollouts/{job}/halt"));
+        // A click starts the navigation; WebDriver need not wait for it to finish.
+        let confirm = format!("/rollouts/{job}/halt");
+        until(c, "the confirmation page", Duration::from_secs(30), async |c| {
+            path_of(c).await == confirm
+        })
+        .await;
         assert_eq!(stack.job_state(), "running", "opening the confirmation halts nothing");
         c.find(Locator::Css("#reason"))
             .await
@@ -552,7 +557,12 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
             .click()
             .await
             .unwrap();
-        assert_eq!(path_of(c).await, format!("/rollouts/{job}"));
+        // The POST answers with a redirect back to the rollout page.
+        let back = format!("/rollouts/{job}");
+        until(c, "the redirect to the rollout page", Duration::from_secs(30), async |c| {
+            path_of(c).await == back
+        })
+        .await;
         until(c, "the job to show halted", Duration::from_secs(60), async |c| {
             live_text(c, "#job-state").await == "halted"
         })
