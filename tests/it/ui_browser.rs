@@ -312,6 +312,21 @@ async fn until(c: &Client, what: &str, limit: Duration, mut f: impl AsyncFnMut(&
     }
 }
 
+/// Click the element `css` and wait until the page it leads to is at `path`: a click starts
+/// the navigation, and WebDriver need not wait for it (or for a POST's redirect) to finish.
+async fn click_to(c: &Client, css: &str, path: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(c, path, Duration::from_secs(30), async |c| {
+        path_of(c).await == path
+    })
+    .await;
+}
+
 /// The grid's node activities, as the page shows them now (read in one script: the live
 /// updates replace the grid's elements at any moment).
 async fn activities(c: &Client) -> Vec<String> {
@@ -476,13 +491,7 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
         shot(c, "history").await;
 
         // Log out: the session is gone.
-        c.find(Locator::Css("header form button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        assert_eq!(path_of(c).await, "/login");
+        click_to(c, "header form button", "/login").await;
         c.goto(&format!("{}/", stack.ui)).await.unwrap();
         assert_eq!(path_of(c).await, "/login");
     })
@@ -531,18 +540,7 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         })
         .await;
         assert_eq!(live_text(c, "#job-state").await, "running");
-        c.find(Locator::Css("a.button.danger"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        // A click starts the navigation; WebDriver need not wait for it to finish.
-        let confirm = format!("/rollouts/{job}/halt");
-        until(c, "the confirmation page", Duration::from_secs(30), async |c| {
-            path_of(c).await == confirm
-        })
-        .await;
+        click_to(c, "a.button.danger", &format!("/rollouts/{job}/halt")).await;
         assert_eq!(stack.job_state(), "running", "opening the confirmation halts nothing");
         c.find(Locator::Css("#reason"))
             .await
@@ -551,18 +549,8 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
             .await
             .unwrap();
         shot(c, "halt-confirm").await;
-        c.find(Locator::Css("#confirm-halt"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
         // The POST answers with a redirect back to the rollout page.
-        let back = format!("/rollouts/{job}");
-        until(c, "the redirect to the rollout page", Duration::from_secs(30), async |c| {
-            path_of(c).await == back
-        })
-        .await;
+        click_to(c, "#confirm-halt", &format!("/rollouts/{job}")).await;
         until(c, "the job to show halted", Duration::from_secs(60), async |c| {
             live_text(c, "#job-state").await == "halted"
         })
