@@ -568,17 +568,20 @@ async fn a_metrics_server_with_an_emptydir_drains_with_the_default_policy() {
     assert_eq!(c.pod_deletes, 0, "evictions only");
 }
 
-/// A bare pod (no controller) is refused before any eviction, naming the pod and the field.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
+/// One control-plane node and two workers, the default workloads plus a bare pod (no
+/// controller) `namespace/name` on w-1, with an emptyDir volume when `empty_dir`.
+async fn sim_with_bare_pod(
+    dir: &std::path::Path,
+    namespace: &str,
+    name: &str,
+    empty_dir: bool,
+) -> Sim {
     use medea::sim::kube::scenario;
     let mut objects = scenario::default_scenario();
-    objects.push(
-        serde_json::to_value(scenario::bare_pod("default", "debug-shell", "w-1", false)).unwrap(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(
-        dir.path(),
+    objects
+        .push(serde_json::to_value(scenario::bare_pod(namespace, name, "w-1", empty_dir)).unwrap());
+    Sim::start(
+        dir,
         1,
         2,
         KubeSimConfig {
@@ -586,7 +589,14 @@ async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
             ..KubeSimConfig::default()
         },
     )
-    .await;
+    .await
+}
+
+/// A bare pod (no controller) is refused before any eviction, naming the pod and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_with_bare_pod(dir.path(), "default", "debug-shell", false).await;
     let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
     let run = run_for(&sim, dir.path(), steps).await;
     let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
@@ -607,23 +617,9 @@ async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
 /// goes on; a PDB is still never bypassed for the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_pods_leaves_matching_pods_on_the_node() {
-    use medea::sim::kube::scenario;
-    let mut objects = scenario::default_scenario();
     // `bare_pod` labels the pod `app: <name>`; with emptyDir, as local-storage agents have
-    objects.push(
-        serde_json::to_value(scenario::bare_pod("storage", "local-agent", "w-1", true)).unwrap(),
-    );
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(
-        dir.path(),
-        1,
-        2,
-        KubeSimConfig {
-            objects,
-            ..KubeSimConfig::default()
-        },
-    )
-    .await;
+    let sim = sim_with_bare_pod(dir.path(), "storage", "local-agent", true).await;
     let mut step = sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60));
     if let Step::Talos(t) = &mut step {
         t.drain.skip_pods = [("app".to_string(), "local-agent".to_string())].into();
