@@ -27,6 +27,19 @@ pub(crate) fn sign(key: &Path, message: &str, namespace: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// `medea approvals` offline: every marker's outcome for the desired dir, store and signers.
+fn approvals(desired: &Path, store: &Path, signers: &Path) -> std::process::Output {
+    crate::cli::medea()
+        .args(["approvals", "--desired"])
+        .arg(desired)
+        .arg("--store")
+        .arg(store)
+        .arg("--allowed-signers")
+        .arg(signers)
+        .output()
+        .unwrap()
+}
+
 pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
     assert!(
@@ -114,17 +127,7 @@ fn lists_each_marker_outcome_and_exits_by_quorum() {
         sign(&bob, &format!("{id}\n"), "git"),
     )
     .unwrap();
-    let run = || {
-        crate::cli::medea()
-            .args(["approvals", "--desired"])
-            .arg(&desired)
-            .arg("--store")
-            .arg(&store_dir)
-            .arg("--allowed-signers")
-            .arg(&signers)
-            .output()
-            .unwrap()
-    };
+    let run = || approvals(&desired, &store_dir, &signers);
     let out = run();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -276,17 +279,7 @@ fn lowering_any_approval_setting_needs_the_highest_bar_in_force() {
             sign(&alice, &format!("{id}\n"), "medea-approve"),
         )
         .unwrap();
-        let run = || {
-            crate::cli::medea()
-                .args(["approvals", "--desired"])
-                .arg(&desired)
-                .arg("--store")
-                .arg(&store_dir)
-                .arg("--allowed-signers")
-                .arg(&signers)
-                .output()
-                .unwrap()
-        };
+        let run = || approvals(&desired, &store_dir, &signers);
         let out = run();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
