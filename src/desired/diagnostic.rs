@@ -98,4 +98,5 @@ pub mod codes {
     pub const FILE: &str = "medea::desired::file";
     pub const SYMLINK: &str = "medea::desired::symlink";
     pub const LIMIT: &str = "medea::desired::limit";
+    pub const HEALTH: &str = "medea::desired::health";
 }

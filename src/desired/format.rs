@@ -89,6 +89,10 @@ pub struct ClusterSpec {
     /// Upgrade-path policy.
     #[serde(default)]
     pub upgrade_policy: Option<UpgradePolicySpec>,
+    /// Health gates every wave of every pool must pass (Prometheus queries, Alertmanager
+    /// alerts, workload readiness), with their sources, soak and failure limit.
+    #[serde(default)]
+    pub health: Option<HealthSpec>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -274,6 +278,163 @@ pub struct NodePoolSpec {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub after: Vec<Spanned<String>>,
+    /// Overrides of the cluster's health gates: each field set here replaces the cluster's.
+    #[serde(default)]
+    pub health: Option<PoolHealthSpec>,
+    /// What a failed health gate does to the wave that broke it: `halt` (default) stops the
+    /// job before another node is touched; `rollback` first rolls the wave's nodes back to
+    /// their previous Talos version (one at a time), then halts. Kubernetes steps never roll back.
+    #[serde(default)]
+    #[schemars(with = "Option<OnFailureSpec>")]
+    pub on_failure: Option<Spanned<OnFailureSpec>>,
+}
+
+/// What a failed health gate does to the wave that broke it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailureSpec {
+    /// Halt before touching another node.
+    Halt,
+    /// Roll the failing wave's nodes back (Talos `Rollback`), then halt.
+    Rollback,
+}
+
+/// Health gates of a cluster: where they are evaluated and what must hold.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthSpec {
+    /// The Prometheus server `query` gates ask (`/api/v1/query`).
+    #[serde(default)]
+    pub prometheus: Option<EndpointSpec>,
+    /// The Alertmanager `alerts` gates ask (`/api/v2/alerts`).
+    #[serde(default)]
+    pub alertmanager: Option<EndpointSpec>,
+    /// The gates; every one must pass.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<GateSpec>>")]
+    pub gates: Option<Spanned<Vec<GateSpec>>>,
+    /// After each wave, each pool and the job: every gate must pass continuously this long
+    /// (default `0s`: one passing evaluation).
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub soak: Option<Spanned<String>>,
+    /// How often gates are evaluated (default `30s`).
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub interval: Option<Spanned<String>>,
+    /// Consecutive failed evaluations before a gate fails (default 1).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub failure_limit: Option<Spanned<u32>>,
+}
+
+/// A NodePool's overrides of the cluster's health gates. The sources (`prometheus`,
+/// `alertmanager`) are the cluster's.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoolHealthSpec {
+    /// The pool's gates, replacing the cluster's (`[]`: no gates for this pool).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<GateSpec>>")]
+    pub gates: Option<Spanned<Vec<GateSpec>>>,
+    /// Replaces the cluster's `soak`.
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub soak: Option<Spanned<String>>,
+    /// Replaces the cluster's `interval`.
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub interval: Option<Spanned<String>>,
+    /// Replaces the cluster's `failureLimit`.
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub failure_limit: Option<Spanned<u32>>,
+}
+
+/// An HTTP(S) endpoint medea asks. File paths are read when a gate is evaluated; their
+/// contents are never logged nor recorded.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EndpointSpec {
+    /// `http://` or `https://` base URL, e.g. `https://prometheus.monitoring:9090` (no
+    /// credentials, query or fragment; a path prefix is kept).
+    #[schemars(with = "String")]
+    pub url: Spanned<String>,
+    /// Absolute path of a PEM file with the CA certificates that sign the server's
+    /// certificate (default: the system's roots).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub ca_file: Option<Spanned<String>>,
+    /// Absolute path of a file holding a bearer token, re-read at every evaluation.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub bearer_token_file: Option<Spanned<String>>,
+}
+
+/// One named gate with exactly one check: `query`, `alerts` or `workloads`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("oneOf" = [
+    { "required": ["query"] },
+    { "required": ["alerts"] },
+    { "required": ["workloads"] }
+]))]
+pub struct GateSpec {
+    /// Gate name, unique in its list (lowercase letters, digits and `-`).
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// A PromQL condition for an instant query: a comparison (`ceph_health_status == 0`,
+    /// `x < bool 1`) or a set operation (`and`, `or`, `unless`). A filter comparison passes
+    /// when it returns at least one sample; a `bool` comparison when it returns at least one
+    /// sample and every sample is 1.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub query: Option<Spanned<String>>,
+    /// Alertmanager alerts that must not fire.
+    #[serde(default)]
+    #[schemars(with = "Option<AlertsGateSpec>")]
+    pub alerts: Option<Spanned<AlertsGateSpec>>,
+    /// Workloads that must be fully updated and available.
+    #[serde(default)]
+    #[schemars(with = "Option<WorkloadsGateSpec>")]
+    pub workloads: Option<Spanned<WorkloadsGateSpec>>,
+}
+
+/// Passes when Alertmanager has no active, unsilenced, uninhibited alert matching every one
+/// of `matchers`, apart from those matching any of `ignore` and those about a node medea is
+/// rebooting right now.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AlertsGateSpec {
+    /// Alertmanager matchers, ANDed, each `name="value"`, `name!="value"`, `name=~"regex"`
+    /// or `name!~"regex"` (empty: every alert).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub matchers: Vec<Spanned<String>>,
+    /// Alerts matching any one of these matchers are not counted.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub ignore: Vec<Spanned<String>>,
+}
+
+/// Passes when every selected workload has its desired replicas updated and available.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WorkloadsGateSpec {
+    /// Namespaces whose workloads are checked.
+    #[schemars(with = "Vec<String>")]
+    pub namespaces: Vec<Spanned<String>>,
+    /// Kinds checked (default all three).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<WorkloadKindSpec>>")]
+    pub kinds: Option<Vec<Spanned<WorkloadKindSpec>>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
+pub enum WorkloadKindSpec {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, JsonSchema)]

@@ -13,6 +13,7 @@
 pub mod diagnostic;
 pub mod edit;
 pub mod format;
+pub mod health;
 pub mod model;
 pub mod parse;
 pub mod schema;

@@ -203,6 +203,8 @@ pub struct Cluster {
     pub approvals: ApprovalSettings,
     pub windows: Vec<MaintenanceWindow>,
     pub upgrade_policy: UpgradePolicy,
+    /// Health gates (`health:`); no gates when the block is absent.
+    pub health: super::health::HealthSettings,
     /// Pools by name.
     pub pools: BTreeMap<String, NodePool>,
     /// The YAML document as written (for plan diffs against the last applied version).
@@ -223,6 +225,9 @@ pub struct NodePool {
     pub installer_image: Sourced<InstallerImage>,
     /// Effective settings: pool overrides on top of the cluster defaults; control plane is 1.
     pub rollout: RolloutSettings,
+    /// Effective health gates: the pool's `health:` fields on top of the cluster's, and the
+    /// pool's `onFailure`.
+    pub health: super::health::HealthSettings,
     pub after: Vec<Sourced<String>>,
     pub document: String,
 }

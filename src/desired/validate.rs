@@ -446,6 +446,13 @@ pub fn validate(
                 ),
             );
         }
+        let health = super::health::pool_health(
+            &mut ctx.diags,
+            &doc,
+            &cluster.health,
+            spec.health.as_ref(),
+            spec.on_failure.as_ref(),
+        );
         let after: Vec<Sourced<String>> = spec
             .after
             .iter()
@@ -480,6 +487,7 @@ pub fn validate(
             talos_version,
             installer_image,
             rollout,
+            health,
             after,
             document: doc.text.to_string(),
         };
@@ -586,6 +594,7 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
         .as_ref()
         .map(|u| upgrade_policy(ctx, doc, u))
         .unwrap_or_default();
+    let health = super::health::cluster_health(&mut ctx.diags, doc, spec.health.as_ref());
     let (Some(kubernetes_version), true) = (version, name_ok) else {
         return None;
     };
@@ -596,6 +605,7 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
         approvals,
         windows,
         upgrade_policy,
+        health,
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })

@@ -44,6 +44,61 @@ pub struct HealthPolicy {
     pub on_failure: OnFailure,
 }
 
+impl HealthPolicy {
+    /// The policy a plan carries for validated settings; `None` when nothing is gated.
+    pub fn of(s: &crate::desired::health::HealthSettings) -> Option<HealthPolicy> {
+        use crate::desired::health as d;
+        if !s.is_gated() {
+            return None;
+        }
+        let endpoint = |e: &d::HealthEndpoint| Endpoint {
+            url: e.url.clone(),
+            ca_file: e.ca_file.clone(),
+            bearer_token_file: e.bearer_token_file.clone(),
+        };
+        Some(HealthPolicy {
+            sources: HealthSources {
+                prometheus: s.prometheus.as_ref().map(endpoint),
+                alertmanager: s.alertmanager.as_ref().map(endpoint),
+            },
+            gates: s
+                .gates
+                .iter()
+                .map(|g| Gate {
+                    name: g.name.clone(),
+                    check: match &g.check {
+                        d::HealthCheck::Query { query } => GateCheck::Query {
+                            query: query.clone(),
+                        },
+                        d::HealthCheck::Alerts { matchers, ignore } => GateCheck::Alerts {
+                            matchers: matchers.clone(),
+                            ignore: ignore.clone(),
+                        },
+                        d::HealthCheck::Workloads { namespaces, kinds } => GateCheck::Workloads {
+                            namespaces: namespaces.clone(),
+                            kinds: kinds
+                                .iter()
+                                .map(|k| match k {
+                                    d::WorkloadKind::Deployment => WorkloadKind::Deployment,
+                                    d::WorkloadKind::StatefulSet => WorkloadKind::StatefulSet,
+                                    d::WorkloadKind::DaemonSet => WorkloadKind::DaemonSet,
+                                })
+                                .collect(),
+                        },
+                    },
+                })
+                .collect(),
+            soak: s.soak,
+            interval: s.interval,
+            failure_limit: s.failure_limit,
+            on_failure: match s.on_failure {
+                d::OnFailure::Halt => OnFailure::Halt,
+                d::OnFailure::Rollback => OnFailure::Rollback,
+            },
+        })
+    }
+}
+
 /// One named gate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compute::RESOURCE_FIELD;
+use super::health::{GateCheck, HealthPolicy, OnFailure};
 use super::model::*;
 use crate::desired::model::format_duration;
 use crate::version::TalosVersion;
@@ -183,7 +184,63 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
         format_duration(t.drain_timeout),
         t.upgrade_attempts
     );
+    if let Some(h) = &t.health {
+        render_health(out, h, indent, true);
+    }
     render_waves(out, t, indent);
+}
+
+/// A health policy: its timing and failure policy on one line, then one line per gate.
+fn render_health(out: &mut String, h: &HealthPolicy, indent: &str, talos: bool) {
+    let failures = if h.failure_limit == 1 {
+        "fails on the first failed evaluation".to_string()
+    } else {
+        format!(
+            "fails after {} failed evaluations in a row",
+            h.failure_limit
+        )
+    };
+    let soak = if h.soak.is_zero() {
+        "no soak".to_string()
+    } else {
+        format!("soak {}", format_duration(h.soak))
+    };
+    let _ = writeln!(
+        out,
+        "{indent}health: {}, {soak}, every {}, {failures}",
+        plural(h.gates.len(), "gate", "gates"),
+        format_duration(h.interval),
+    );
+    let on_failure = match (talos, h.on_failure) {
+        (true, OnFailure::Halt) => "on failure: halt before the next node",
+        (true, OnFailure::Rollback) => {
+            "on failure: roll the failing wave back to its previous Talos (one node at a time), then halt"
+        }
+        (false, _) => "on failure: halt (Kubernetes steps never roll back)",
+    };
+    let _ = writeln!(out, "{indent}  {on_failure}");
+    for g in &h.gates {
+        let what = match &g.check {
+            GateCheck::Query { query } => format!("query `{query}`"),
+            GateCheck::Alerts { matchers, ignore } => {
+                let m = if matchers.is_empty() {
+                    "any alert".to_string()
+                } else {
+                    matchers.join(", ")
+                };
+                if ignore.is_empty() {
+                    format!("alerts {m}")
+                } else {
+                    format!("alerts {m}, ignoring {}", ignore.join(" or "))
+                }
+            }
+            GateCheck::Workloads { namespaces, kinds } => {
+                let k: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
+                format!("workloads {} in {}", k.join(", "), namespaces.join(", "))
+            }
+        };
+        let _ = writeln!(out, "{indent}  gate {}: {what}", g.name);
+    }
 }
 
 fn render_waves(out: &mut String, t: &TalosRollout, indent: &str) {
@@ -258,6 +315,10 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         ClusterStatus::RollingOut => format!("cluster {} (rollout running)", c.cluster),
     };
     let _ = writeln!(out, "{}", paint(o, Paint::Bold, &title));
+    if let Some(h) = &c.health {
+        let _ = writeln!(out, "  before the job starts and after it ends:");
+        render_health(out, h, "    ", false);
+    }
 
     // First version each node runs, per pool, for the pool summary line.
     let mut first_from: BTreeMap<&str, BTreeMap<&str, TalosVersion>> = BTreeMap::new();
@@ -334,6 +395,12 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
                     "      health timeout {}",
                     format_duration(k.health_timeout)
                 );
+                if c.health.is_some() {
+                    let _ = writeln!(
+                        out,
+                        "      gated by the cluster's health gates; Kubernetes steps never roll back"
+                    );
+                }
             }
         }
     }

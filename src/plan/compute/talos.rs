@@ -212,7 +212,7 @@ impl<'a> ClusterCtx<'a> {
                 return Vec::new();
             };
             steps.push(TalosRollout {
-                health: None,
+                health: crate::plan::health::HealthPolicy::of(&pool.health),
                 pool: pool.name.value.clone(),
                 role: role_of(pool.role),
                 hop: i as u32 + 1,
