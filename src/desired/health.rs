@@ -830,9 +830,14 @@ fn apply(
     if let Some(n) = failure_limit(diags, doc, c.failure_limit) {
         out.failure_limit = n;
     }
+    // Whether gates were written (valid or not: invalid ones are reported already).
+    let has_gates = match c.gates {
+        Some(g) => !g.value.is_empty(),
+        None => base.is_gated(),
+    };
     if let Some(soak) = c.soak
         && !out.soak.is_zero()
-        && !out.is_gated()
+        && !has_gates
     {
         err(
             diags,
@@ -842,7 +847,7 @@ fn apply(
             "the soak is how long every gate must keep passing: add gates, or remove `soak`",
         );
     }
-    if !out.soak.is_zero() && out.interval > out.soak && out.is_gated() {
+    if !out.soak.is_zero() && out.interval > out.soak && has_gates {
         let at = c.interval.as_ref().or(c.soak.as_ref());
         if let Some(at) = at {
             err(

@@ -23,6 +23,7 @@ mod fixtures;
 mod fuzz_smoke;
 #[cfg(feature = "etcd")]
 mod ha;
+mod health;
 mod k8s;
 mod kube_sim;
 mod ops;
