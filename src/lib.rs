@@ -11,6 +11,7 @@ pub mod cli;
 pub mod desired;
 pub mod duration;
 pub mod fuzz;
+pub mod health;
 pub mod image;
 pub mod inventory;
 pub mod k8s;

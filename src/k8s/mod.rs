@@ -36,6 +36,7 @@ mod client;
 pub(crate) mod drain;
 pub mod kubeconfig;
 pub mod selector;
+pub mod workloads;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -123,6 +123,26 @@ pub async fn paced(
     Ok((talos, kube))
 }
 
+/// The health probes of `cluster` for a plan's health sources (issue #23): Prometheus and
+/// Alertmanager as the plan names them, and the cluster's kube client from
+/// `<creds_dir>/<cluster>/kubeconfig` for workloads gates. The executor builds one per job
+/// from the approved plan's `HealthPolicy::sources`. Must run inside a tokio runtime.
+pub async fn health_probes(
+    creds_dir: &Path,
+    cluster: &str,
+    sources: crate::plan::health::HealthSources,
+) -> Result<crate::health::Probes, AdapterError> {
+    let dir = cluster_creds_dir(creds_dir, cluster)?;
+    let client = KubeClient::from_creds_dir(&dir, ClientOptions::default())
+        .await
+        .map_err(|err| AdapterError::Kube {
+            cluster: cluster.to_string(),
+            path: k8s::kubeconfig::path_in(&dir),
+            err: Box::new(err),
+        })?;
+    Ok(crate::health::Probes::new(sources).with_kube(std::sync::Arc::new(client)))
+}
+
 /// `<creds_dir>/<cluster>`, refusing cluster names that are not one plain path component.
 pub fn cluster_creds_dir(creds_dir: &Path, cluster: &str) -> Result<PathBuf, AdapterError> {
     let bad = |reason| AdapterError::ClusterName {

@@ -1,0 +1,253 @@
+//! A small HTTP(S) client for the health sources: one request, bounded in time and size,
+//! with an optional CA file and bearer token file read at the moment of the request (tokens
+//! rotate). Neither the token nor the files' contents are ever logged or put into an error.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+
+use crate::plan::health::Endpoint;
+
+/// Largest answer read from a source.
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// Why a request to a source failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot read the CA file `{path}`")]
+    CaFile {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("the CA file `{path}` holds no PEM certificate")]
+    CaEmpty { path: PathBuf },
+    #[error("the CA file `{path}` has a certificate rustls refuses")]
+    CaInvalid {
+        path: PathBuf,
+        #[source]
+        err: rustls::Error,
+    },
+    #[error("cannot read the bearer token file `{path}`")]
+    TokenFile {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("the bearer token file `{path}` is empty or not a valid header value")]
+    TokenInvalid { path: PathBuf },
+    #[error("no TLS root certificates on this machine (give `caFile`)")]
+    NativeRoots {
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("TLS setup failed")]
+    Tls {
+        #[source]
+        err: rustls::Error,
+    },
+    #[error("`{url}` is not a valid request URL")]
+    Url {
+        url: String,
+        #[source]
+        err: hyper::http::Error,
+    },
+    #[error("request to {url} failed")]
+    Request {
+        url: String,
+        #[source]
+        err: hyper_util::client::legacy::Error,
+    },
+    #[error("no answer from {url} within {}", crate::desired::model::format_duration(*after))]
+    Timeout { url: String, after: Duration },
+    #[error("reading the answer of {url} failed (or it is larger than {} MiB)", MAX_BODY / (1024 * 1024))]
+    Body {
+        url: String,
+        #[source]
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// An answer: status and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+
+async fn connector(endpoint: &Endpoint, timeout: Duration) -> Result<Connector, HttpError> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(timeout));
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = match &endpoint.ca_file {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let pem = tokio::fs::read(&path)
+                .await
+                .map_err(|err| HttpError::CaFile {
+                    path: path.clone(),
+                    err,
+                })?;
+            let mut roots = rustls::RootCertStore::empty();
+            use rustls::pki_types::pem::PemObject;
+            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem).flatten() {
+                roots.add(cert).map_err(|err| HttpError::CaInvalid {
+                    path: path.clone(),
+                    err,
+                })?;
+            }
+            if roots.is_empty() {
+                return Err(HttpError::CaEmpty { path });
+            }
+            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|err| HttpError::Tls { err })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            builder.with_tls_config(config)
+        }
+        None => builder
+            .with_native_roots()
+            .map_err(|err| HttpError::NativeRoots { err })?,
+    };
+    Ok(builder.https_or_http().enable_http1().wrap_connector(http))
+}
+
+async fn bearer(endpoint: &Endpoint) -> Result<Option<hyper::header::HeaderValue>, HttpError> {
+    let Some(path) = &endpoint.bearer_token_file else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    let raw = tokio::fs::read_to_string(&path)
+        .await
+        .map_err(|err| HttpError::TokenFile {
+            path: path.clone(),
+            err,
+        })?;
+    let token = raw.trim();
+    if token.is_empty() {
+        return Err(HttpError::TokenInvalid { path });
+    }
+    let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| HttpError::TokenInvalid { path })?;
+    value.set_sensitive(true);
+    Ok(Some(value))
+}
+
+/// Send one request to `endpoint.url` + `path_and_query`: a GET, or a form POST when `form`
+/// is given. The whole exchange (connect, TLS, answer, body) is bounded by `timeout`.
+pub async fn send(
+    endpoint: &Endpoint,
+    path_and_query: &str,
+    form: Option<String>,
+    timeout: Duration,
+) -> Result<Answer, HttpError> {
+    let url = format!("{}{path_and_query}", endpoint.url);
+    let work = async {
+        let connector = connector(endpoint, timeout).await?;
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build::<_, Full<Bytes>>(connector);
+        let mut req = match &form {
+            Some(_) => hyper::Request::post(url.as_str())
+                .header("content-type", "application/x-www-form-urlencoded"),
+            None => hyper::Request::get(url.as_str()),
+        }
+        .header("accept", "application/json")
+        .header("user-agent", concat!("medea/", env!("CARGO_PKG_VERSION")));
+        if let Some(token) = bearer(endpoint).await? {
+            req = req.header(hyper::header::AUTHORIZATION, token);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(form.clone().unwrap_or_default())))
+            .map_err(|err| HttpError::Url {
+                url: url.clone(),
+                err,
+            })?;
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|err| HttpError::Request {
+                url: url.clone(),
+                err,
+            })?;
+        let status = resp.status().as_u16();
+        let body = Limited::new(resp.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map_err(|err| HttpError::Body {
+                url: url.clone(),
+                err,
+            })?
+            .to_bytes();
+        Ok(Answer { status, body })
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(HttpError::Timeout {
+            url: url.clone(),
+            after: timeout,
+        }),
+    }
+}
+
+/// `application/x-www-form-urlencoded` / query-string encoding of one value.
+pub fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() * 3 / 2);
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// A short, one-line excerpt of an error body for a detail (at most 300 characters).
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let t = one_line.trim();
+    if t.chars().count() > 300 {
+        let cut: String = t.chars().take(300).collect();
+        format!("{cut}…")
+    } else {
+        t.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_encoding() {
+        assert_eq!(encode("up == 1"), "up%20%3D%3D%201");
+        assert_eq!(
+            encode(r#"severity="critical""#),
+            "severity%3D%22critical%22"
+        );
+        assert_eq!(encode("a~b.c_d-e"), "a~b.c_d-e");
+        assert_eq!(encode("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn excerpts_are_one_bounded_line() {
+        assert_eq!(excerpt(b"bad\ngateway\n"), "bad gateway");
+        let long = vec![b'x'; 1000];
+        assert_eq!(excerpt(&long).chars().count(), 301);
+    }
+}

@@ -1,0 +1,275 @@
+//! Health probes (issue #23): the edge that evaluates a plan's health gates against real
+//! sources — a Prometheus instant query ([`prometheus`]), Alertmanager's active alerts
+//! ([`alertmanager`]) and the cluster's workloads through its kube client ([`workloads`]) —
+//! implementing [`HealthProbe`] as [`Probes`].
+//!
+//! **Owns:** the HTTP exchange with the sources ([`http`]: hyper + rustls, bounded time and
+//! size, CA file and bearer token file read per request), the judgement of each answer (pure
+//! functions `judge` in each submodule), and `medea doctor`'s reachability checks
+//! ([`Probes::check_sources`]).
+//! **May depend on:** `desired` (the matcher and query grammars), `k8s`, `plan` (the gates),
+//! `rollout::ports` (the port).
+//!
+//! Architecture Invariant: an evaluation never returns an error and never passes by default:
+//! a source that cannot be asked, answers an error, or answers something unexpected gives
+//! [`GateVerdict::Fail`] with the cause chain in `detail`.
+//!
+//! Architecture Invariant: bearer tokens and the contents of CA/token files are never
+//! logged, recorded in an evaluation, or formatted into an error; errors name the file.
+
+pub mod alertmanager;
+pub mod http;
+pub mod prometheus;
+pub mod workloads;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::desired::health::{Matcher, QueryShape};
+use crate::k8s::KubeClient;
+use crate::plan::health::{Endpoint, Gate, GateCheck, HealthSources};
+use crate::rollout::ports::{GateContext, GateEvaluation, GateVerdict, HealthProbe};
+
+/// Most samples (series, alerts, workloads) an evaluation keeps as evidence.
+pub const MAX_SAMPLES: usize = 20;
+
+/// Default bound of one request to a source (connect, TLS, answer).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a gate could not be evaluated. Shown flattened in [`GateEvaluation::detail`].
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("the cluster has no {what} configured (`health.{field}` on the Cluster)")]
+    NoSource {
+        what: &'static str,
+        field: &'static str,
+    },
+    #[error(
+        "no Kubernetes client for this cluster: a workloads gate needs the cluster's kubeconfig"
+    )]
+    NoKube,
+    #[error("the gate's {what} does not parse (the desired state was validated by another medea?)")]
+    Invalid {
+        what: &'static str,
+        #[source]
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("cannot ask the source")]
+    Http {
+        #[source]
+        err: Box<http::HttpError>,
+    },
+    #[error("{url} answered HTTP {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("Prometheus answered HTTP {status} with error ({error_type}): {error}")]
+    Prometheus {
+        status: u16,
+        error_type: String,
+        error: String,
+    },
+    #[error("the answer of {url} is not the JSON the API documents")]
+    Json {
+        url: String,
+        #[source]
+        err: serde_json::Error,
+    },
+    #[error("the answer of {url} is unexpected: {what}")]
+    Shape { url: String, what: String },
+    #[error("cannot list workloads")]
+    Kube {
+        #[source]
+        err: Box<crate::k8s::K8sError>,
+    },
+}
+
+/// The health probes of one cluster: its sources (from the approved plan) and, for
+/// workloads gates, its kube client.
+pub struct Probes {
+    sources: HealthSources,
+    kube: Option<Arc<KubeClient>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Probes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probes")
+            .field("sources", &self.sources)
+            .field(
+                "kube",
+                &self.kube.as_ref().map(|k| k.cluster_url().to_string()),
+            )
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Probes {
+    /// Probes over `sources` without a kube client (workloads gates fail until
+    /// [`Self::with_kube`]).
+    pub fn new(sources: HealthSources) -> Probes {
+        Probes {
+            sources,
+            kube: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Use this cluster's kube client for workloads gates.
+    pub fn with_kube(mut self, kube: Arc<KubeClient>) -> Probes {
+        self.kube = Some(kube);
+        self
+    }
+
+    /// Bound each request by `timeout` instead of [`DEFAULT_TIMEOUT`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Probes {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn sources(&self) -> &HealthSources {
+        &self.sources
+    }
+
+    fn source<'a>(
+        e: &'a Option<Endpoint>,
+        what: &'static str,
+        field: &'static str,
+    ) -> Result<&'a Endpoint, ProbeError> {
+        e.as_ref().ok_or(ProbeError::NoSource { what, field })
+    }
+
+    async fn run(
+        &self,
+        gate: &Gate,
+        ctx: &GateContext,
+    ) -> Result<(GateVerdict, Vec<crate::rollout::ports::GateSample>, String), ProbeError> {
+        match &gate.check {
+            GateCheck::Query { query } => {
+                let shape = QueryShape::of(query).map_err(|err| ProbeError::Invalid {
+                    what: "query",
+                    err: Box::new(err),
+                })?;
+                let endpoint = Self::source(&self.sources.prometheus, "Prometheus", "prometheus")?;
+                let data = prometheus::query(endpoint, query, self.timeout).await?;
+                Ok(prometheus::judge(shape, &data))
+            }
+            GateCheck::Alerts { matchers, ignore } => {
+                let parse = |list: &[String]| -> Result<Vec<Matcher>, ProbeError> {
+                    list.iter()
+                        .map(|m| {
+                            Matcher::parse(m).map_err(|err| ProbeError::Invalid {
+                                what: "matcher",
+                                err: Box::new(err),
+                            })
+                        })
+                        .collect()
+                };
+                let (matchers, ignore) = (parse(matchers)?, parse(ignore)?);
+                let endpoint =
+                    Self::source(&self.sources.alertmanager, "Alertmanager", "alertmanager")?;
+                let alerts = alertmanager::alerts(endpoint, &matchers, self.timeout).await?;
+                Ok(alertmanager::judge(
+                    &alerts,
+                    &matchers,
+                    &ignore,
+                    &ctx.rebooting,
+                ))
+            }
+            GateCheck::Workloads { namespaces, kinds } => {
+                let kube = self.kube.as_ref().ok_or(ProbeError::NoKube)?;
+                let listed = match tokio::time::timeout(
+                    self.timeout * 3,
+                    workloads::list(kube, namespaces, kinds),
+                )
+                .await
+                {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Ok((
+                            GateVerdict::Fail,
+                            Vec::new(),
+                            format!(
+                                "listing workloads took longer than {}",
+                                crate::desired::model::format_duration(self.timeout * 3)
+                            ),
+                        ));
+                    }
+                };
+                Ok(workloads::judge(&listed))
+            }
+        }
+    }
+
+    /// `medea doctor`: ask every configured source a trivial question — Prometheus
+    /// `vector(1)` (one sample, value 1), Alertmanager `GET /api/v2/status`. One result per
+    /// source: `(name, url, Ok(summary) | Err(why))`.
+    pub async fn check_sources(&self) -> Vec<(&'static str, String, Result<String, ProbeError>)> {
+        let mut out = Vec::new();
+        if let Some(p) = &self.sources.prometheus {
+            let r = prometheus::query(p, "vector(1)", self.timeout)
+                .await
+                .and_then(|data| {
+                    let (v, _, detail) = prometheus::judge(QueryShape::Bool, &data);
+                    if v == GateVerdict::Pass {
+                        Ok("answers `vector(1)`".to_string())
+                    } else {
+                        Err(ProbeError::Shape {
+                            url: format!("{}/api/v1/query", p.url),
+                            what: format!("`vector(1)` did not return 1: {detail}"),
+                        })
+                    }
+                });
+            out.push(("prometheus", p.url.clone(), r));
+        }
+        if let Some(a) = &self.sources.alertmanager {
+            let r = async {
+                let answer = http::send(a, "/api/v2/status", None, self.timeout).await?;
+                let url = format!("{}/api/v2/status", a.url);
+                if answer.status != 200 {
+                    return Err(ProbeError::Status {
+                        url,
+                        status: answer.status,
+                        body: http::excerpt(&answer.body),
+                    });
+                }
+                let v: serde_json::Value =
+                    serde_json::from_slice(&answer.body).map_err(|err| ProbeError::Json {
+                        url: url.clone(),
+                        err,
+                    })?;
+                match v.pointer("/versionInfo/version").and_then(|x| x.as_str()) {
+                    Some(version) => Ok(format!("Alertmanager {version} answers")),
+                    None => Err(ProbeError::Shape {
+                        url,
+                        what: "no `versionInfo.version`".into(),
+                    }),
+                }
+            }
+            .await;
+            out.push(("alertmanager", a.url.clone(), r));
+        }
+        out
+    }
+}
+
+impl HealthProbe for Probes {
+    async fn evaluate(&self, gate: &Gate, ctx: &GateContext) -> GateEvaluation {
+        let (verdict, samples, detail) = match self.run(gate, ctx).await {
+            Ok(r) => r,
+            Err(e) => (GateVerdict::Fail, Vec::new(), crate::error_chain(&e)),
+        };
+        if verdict == GateVerdict::Fail {
+            tracing::info!(cluster = %ctx.cluster, gate = %gate.name, %detail, "health gate failed");
+        }
+        GateEvaluation {
+            gate: gate.name.clone(),
+            verdict,
+            samples,
+            detail,
+        }
+    }
+}
