@@ -24,6 +24,8 @@ mod fuzz_smoke;
 #[cfg(feature = "etcd")]
 mod ha;
 mod health;
+mod health_probes;
+pub mod health_servers;
 mod k8s;
 mod kube_sim;
 mod ops;
