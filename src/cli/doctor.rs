@@ -35,6 +35,10 @@ pub struct DoctorArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: Output,
+    /// Desired-state directory: also check that every Prometheus and Alertmanager its
+    /// Clusters' `health` blocks name answers (`vector(1)`, `/api/v2/status`).
+    #[arg(long, value_name = "DIR")]
+    pub desired: Option<PathBuf>,
 }
 
 /// The checklist for people.
@@ -108,11 +112,30 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
         },
         ..RefreshSettings::default()
     };
+    let mut health = std::collections::BTreeMap::new();
+    if let Some(dir) = &args.desired {
+        let loaded = crate::desired::load(&crate::desired::Source::Dir(dir.clone()))
+            .map_err(miette::Report::from_err)?;
+        let Some(desired) = loaded.valid() else {
+            return Err(miette::miette!(
+                "the desired state in `{}` has errors; `medea validate {}` shows them",
+                dir.display(),
+                dir.display()
+            ));
+        };
+        for (name, c) in &desired.clusters {
+            let sources = crate::plan::health::HealthSources::of(&c.health);
+            if !sources.is_empty() {
+                health.insert(name.clone(), sources);
+            }
+        }
+    }
     let report = rt
-        .block_on(diagnose(
+        .block_on(crate::ops::doctor::diagnose_with_health(
             &args.creds_dir,
             args.cluster.as_deref(),
             &settings,
+            &health,
         ))
         .map_err(miette::Report::from_err)?;
     match args.output {

@@ -44,6 +44,25 @@ pub struct HealthPolicy {
     pub on_failure: OnFailure,
 }
 
+impl HealthSources {
+    /// The sources a validated `health` block names (gated or not).
+    pub fn of(s: &crate::desired::health::HealthSettings) -> HealthSources {
+        let endpoint = |e: &crate::desired::health::HealthEndpoint| Endpoint {
+            url: e.url.clone(),
+            ca_file: e.ca_file.clone(),
+            bearer_token_file: e.bearer_token_file.clone(),
+        };
+        HealthSources {
+            prometheus: s.prometheus.as_ref().map(endpoint),
+            alertmanager: s.alertmanager.as_ref().map(endpoint),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.prometheus.is_none() && self.alertmanager.is_none()
+    }
+}
+
 impl HealthPolicy {
     /// The policy a plan carries for validated settings; `None` when nothing is gated.
     pub fn of(s: &crate::desired::health::HealthSettings) -> Option<HealthPolicy> {
@@ -51,16 +70,8 @@ impl HealthPolicy {
         if !s.is_gated() {
             return None;
         }
-        let endpoint = |e: &d::HealthEndpoint| Endpoint {
-            url: e.url.clone(),
-            ca_file: e.ca_file.clone(),
-            bearer_token_file: e.bearer_token_file.clone(),
-        };
         Some(HealthPolicy {
-            sources: HealthSources {
-                prometheus: s.prometheus.as_ref().map(endpoint),
-                alertmanager: s.alertmanager.as_ref().map(endpoint),
-            },
+            sources: HealthSources::of(s),
             gates: s
                 .gates
                 .iter()

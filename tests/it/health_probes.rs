@@ -456,3 +456,53 @@ async fn workloads_gate_on_the_simulator_names_the_unavailable_deployment() {
         e.detail
     );
 }
+
+/// `medea doctor --desired`: each Prometheus/Alertmanager a Cluster's `health` block names
+/// is asked a trivial question; an unreachable one fails doctor with the cause and the fix.
+#[tokio::test]
+async fn doctor_checks_the_health_sources_the_desired_state_names() {
+    use crate::sim_cluster::{env, flat, medea, quick_default};
+    let exporter = Exporter::start().await;
+    let Some(prom) = PrometheusServer::start(exporter.addr).await else {
+        return;
+    };
+    let e = env(quick_default()).await;
+    let creds = e.dir.path().join("creds");
+    e.sim.write_creds(&creds.join("home")).unwrap();
+    let desired = e.dir.path().join("desired");
+    std::fs::create_dir_all(&desired).unwrap();
+    let dead = free_port();
+    std::fs::write(
+        desired.join("cluster.yaml"),
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: home\nspec:\n  kubernetes:\n    version: v1.35.0\n  health:\n    prometheus: {{ url: \"{}\" }}\n    alertmanager: {{ url: \"http://127.0.0.1:{dead}\" }}\n",
+            prom.url
+        ),
+    )
+    .unwrap();
+    let out = medea(&[
+        "doctor",
+        "--creds-dir",
+        creds.to_str().unwrap(),
+        "--desired",
+        desired.to_str().unwrap(),
+    ])
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", flat(&out.stderr));
+    assert!(
+        text.contains(&format!("ok    prometheus "))
+            && text.contains(&format!("{}: answers `vector(1)`", prom.url)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("FAIL  alertmanager ")) && text.contains("Connection refused"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "home http://127.0.0.1:{dead}: make http://127.0.0.1:{dead} reachable from medea"
+        )),
+        "{text}"
+    );
+}

@@ -17,16 +17,21 @@
 //! - etcd: every control plane's `EtcdStatus` has no errors, and the member list has one
 //!   voting member per control-plane node.
 //!
+//! - health sources (with `--desired`): every Prometheus and Alertmanager a Cluster's `health`
+//!   block names answers a trivial question (`vector(1)`, `/api/v2/status`).
+//!
 //! **Owns:** the checks, their thresholds and the report types.
 //! **May depend on:** `k8s` and `talos` (the clients), `ops::refresh` (the credentials
 //! layout). **Used by:** `cli::doctor`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::k8s::AccessCheck;
 use crate::ops::refresh::{RefreshSettings, clusters_with_creds};
+use crate::plan::health::HealthSources;
 
 mod checks;
 mod cluster;
@@ -72,7 +77,7 @@ pub enum Status {
 #[serde(rename_all = "camelCase")]
 pub struct Check {
     /// `creds`, `talos-cert`, `kube-cert`, `kube-apiserver`, `rbac`, `clock`, `kube-nodes`,
-    /// `talos-api`, `etcd`, `etcd-members`.
+    /// `talos-api`, `etcd`, `etcd-members`, `prometheus`, `alertmanager`.
     pub check: &'static str,
     /// What was checked: a path, a node, a URL.
     pub target: String,
@@ -173,6 +178,37 @@ pub async fn diagnose(
     cluster: Option<&str>,
     settings: &RefreshSettings,
 ) -> Result<Report, DoctorError> {
+    diagnose_with_health(creds_dir, cluster, settings, &BTreeMap::new()).await
+}
+
+/// The `prometheus` and `alertmanager` checks of one cluster's health sources: each answers
+/// a trivial question within the probes' timeout.
+pub async fn health_source_checks(sources: &HealthSources) -> Vec<Check> {
+    let probes = crate::health::Probes::new(sources.clone());
+    probes
+        .check_sources()
+        .await
+        .into_iter()
+        .map(|(name, url, result)| match result {
+            Ok(summary) => Check::pass(name, url, summary),
+            Err(e) => Check::fail(
+                name,
+                url.clone(),
+                crate::error_chain(&e),
+                format!("make {url} reachable from medea (and its caFile/bearerTokenFile readable), or fix `health.{name}` in the Cluster"),
+            ),
+        })
+        .collect()
+}
+
+/// [`diagnose`], and for each cluster in `health` (cluster → its sources, from the desired
+/// state) the [`health_source_checks`].
+pub async fn diagnose_with_health(
+    creds_dir: &Path,
+    cluster: Option<&str>,
+    settings: &RefreshSettings,
+    health: &BTreeMap<String, HealthSources>,
+) -> Result<Report, DoctorError> {
     let names = match cluster {
         Some(c) => vec![c.to_string()],
         None => clusters_with_creds(creds_dir).map_err(|e| DoctorError::CredsDir(Box::new(e)))?,
@@ -184,7 +220,11 @@ pub async fn diagnose(
     }
     let mut clusters = Vec::new();
     for name in &names {
-        clusters.push(diagnose_cluster(creds_dir, name, settings).await);
+        let mut report = diagnose_cluster(creds_dir, name, settings).await;
+        if let Some(sources) = health.get(name) {
+            report.checks.extend(health_source_checks(sources).await);
+        }
+        clusters.push(report);
     }
     Ok(Report::new(clusters))
 }
