@@ -120,6 +120,18 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         EventState::Unknown { error } => ("unknown".into(), error.clone()),
         EventState::Progress { note } => ("progress".into(), note.clone()),
         EventState::Waiting { reason } => ("waiting".into(), reason.clone()),
+        EventState::GateEvaluated { point, evaluation } => (
+            "gate".into(),
+            format!(
+                "health gate `{}` {point}: {} ({})",
+                evaluation.gate,
+                match evaluation.verdict {
+                    crate::rollout::ports::GateVerdict::Pass => "pass",
+                    crate::rollout::ports::GateVerdict::Fail => "fail",
+                },
+                evaluation.detail
+            ),
+        ),
         EventState::Paused { gate } => ("paused".into(), format!("{gate:?}")),
         EventState::Halted { reason } => ("halted".into(), reason.to_string()),
         EventState::Succeeded => ("succeeded".into(), String::new()),

@@ -135,6 +135,35 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 )),
             }
         }
+        // Never made again: a second Rollback flips the A/B slot back. Taken as made once the
+        // node rebooted (or is on its way); until the timeout (then the job halts) we wait.
+        Action::Rollback {
+            node,
+            boot_id_before,
+            ..
+        } => match eyes.talos(node) {
+            Seen::Got(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => {
+                Resolution::Done {
+                    outcome: CommandOutcome::Done,
+                    rebooted: true,
+                }
+            }
+            Seen::Got(_) => Resolution::Pending(
+                PollWhy::Waiting,
+                format!(
+                    "`{}` has not rebooted since the journaled rollback; it is never requested twice",
+                    node.node
+                ),
+            ),
+            Seen::Missing => {
+                Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
+            }
+            Seen::Transient(m) => away(m),
+            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                HaltCode::ObservationFailed,
+                format!("cannot read node `{}`: {m}", node.node),
+            )),
+        },
         Action::Reboot {
             node,
             boot_id_before,
