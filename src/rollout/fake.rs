@@ -510,6 +510,10 @@ impl FakeCluster {
                 ready: !booting && n.stage == MachineStage::Running,
                 next_boot: if !n.reports_next_boot {
                     NextBoot::Unknown
+                } else if n.rollback_pending {
+                    n.previous
+                        .clone()
+                        .map_or(NextBoot::Unknown, NextBoot::Version)
                 } else {
                     match &n.staged {
                         Some(v) => NextBoot::Version(v.clone()),

@@ -1,0 +1,363 @@
+//! Health gates (issue #23) in the executor, against the in-memory fakes with paused tokio
+//! time: gates before the job and each wave, soaks after each wave, the failure limit, halts
+//! before the next wave, per-wave rollback through `MachineService.Rollback`, the evidence in
+//! the journal, and the crash harness over the new journal points.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use medea::plan::Step;
+use medea::plan::health::{Gate, GateCheck, HealthPolicy, HealthSources, OnFailure};
+use medea::rollout::RunOutcome;
+use medea::rollout::executor::EventState;
+use medea::rollout::fake::{FakeCluster, FakeGate, FakeProbe, MemStore};
+use medea::rollout::journal::Entry;
+use medea::rollout::sequencer::{GatePoint, HaltCode, JobState};
+use medea::store::Store;
+use medea::version::TalosVersion;
+
+use crate::rollout::{
+    CLUSTER, FROM, KUBE, TO, World, install, observed, plan, specs, t0, talos_step,
+};
+
+fn tv(s: &str) -> TalosVersion {
+    TalosVersion::parse(s).unwrap()
+}
+
+pub fn policy(gates: &[&str], soak: u64, interval: u64, limit: u32, on: OnFailure) -> HealthPolicy {
+    HealthPolicy {
+        sources: HealthSources::default(),
+        gates: gates
+            .iter()
+            .map(|g| Gate {
+                name: g.to_string(),
+                check: GateCheck::Query {
+                    query: format!("{g}_ok == 1"),
+                },
+            })
+            .collect(),
+        soak: Duration::from_secs(soak),
+        interval: Duration::from_secs(interval),
+        failure_limit: limit,
+        on_failure: on,
+    }
+}
+
+/// A world whose pool step (and, optionally, cluster) carry health policies.
+pub fn health_world(
+    fake: FakeCluster,
+    steps: impl FnOnce(&FakeCluster) -> Vec<Step>,
+    pool: Option<HealthPolicy>,
+    cluster: Option<HealthPolicy>,
+) -> World {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let obs = observed(&fake);
+    let mut steps = steps(&fake);
+    for s in &mut steps {
+        if let Step::Talos(t) = s {
+            t.health = pool.clone();
+        }
+    }
+    let mut p = plan(&obs, steps, 3);
+    p.clusters[0].health = cluster;
+    let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
+    World {
+        fake,
+        store,
+        job,
+        dir: tempfile::tempdir().unwrap(),
+    }
+}
+
+fn set_gate(fake: &FakeCluster, name: &str, g: FakeGate) {
+    fake.edit(|s| {
+        s.gates.insert(name.to_string(), g);
+    });
+}
+
+fn workers_in_waves(f: &FakeCluster) -> Vec<Step> {
+    vec![talos_step(f, "workers", &[&["w-1"], &["w-2"], &["w-3"]], TO, 1)]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_that_goes_bad_after_a_wave_halts_before_the_next_wave() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 3, FROM, KUBE)),
+        workers_in_waves,
+        Some(policy(&["ingress"], 60, 30, 2, OnFailure::Halt)),
+        None,
+    );
+    // the workload breaks once w-1 runs the target
+    set_gate(
+        &w.fake,
+        "ingress",
+        FakeGate {
+            fail_while: Some((vec!["w-1".into()], tv(TO))),
+            ..FakeGate::default()
+        },
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    let mut events = exec.subscribe();
+    let out = exec.run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, node, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::GateFailed, "{reason}");
+    assert!(node.is_none());
+    let f = reason.gate_failure().expect("a gate halt names its gate");
+    assert_eq!(f.gate, "ingress");
+    assert_eq!(f.point, GatePoint::AfterWave { step: 0, wave: 0 });
+    assert_eq!(f.failures, 2, "failureLimit consecutive failures");
+    assert_eq!(f.samples.len(), 1, "the last samples: {f:?}");
+    assert_eq!(f.samples[0].labels["node"], "w-1");
+    assert!(reason.message().contains("ingress"), "{reason}");
+    let s = w.state();
+    // no further Upgrade call: the next waves were never touched
+    assert_eq!(s.nodes["w-1"].counters.upgrade, 1);
+    assert_eq!(s.nodes["w-2"].counters.upgrade, 0, "{:#?}", s.log);
+    assert_eq!(s.nodes["w-3"].counters.upgrade, 0, "{:#?}", s.log);
+    assert!(
+        !s.log.iter().any(|l| l.contains("w-2") || l.contains("w-3")),
+        "{:#?}",
+        s.log
+    );
+    assert!(!s.nodes["w-1"].cordoned);
+    // the evidence: journaled, with the failures kept
+    let job = w.job();
+    assert!(matches!(job.state, JobState::Halted { .. }));
+    let fails = job
+        .gates
+        .evidence
+        .iter()
+        .filter(|r| r.evaluation.gate == "ingress" && r.evaluation.verdict == medea::rollout::ports::GateVerdict::Fail)
+        .count();
+    assert_eq!(fails, 2, "{:#?}", job.gates.evidence);
+    let journaled: Vec<_> = w
+        .journal()
+        .into_iter()
+        .filter_map(|e| match e.entry {
+            Entry::Gates { point, evaluations } => Some((point, evaluations)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        journaled
+            .iter()
+            .any(|(p, e)| *p == GatePoint::AfterWave { step: 0, wave: 0 }
+                && e[0].verdict == medea::rollout::ports::GateVerdict::Fail
+                && e[0].samples.len() == 1),
+        "{journaled:#?}"
+    );
+    // and the events carried each evaluation
+    let mut gate_events = 0;
+    while let Ok(e) = events.try_recv() {
+        if matches!(e.state, EventState::GateEvaluated { .. }) {
+            gate_events += 1;
+        }
+    }
+    assert!(gate_events >= 3, "before-wave pass + 2 soak failures: {gate_events}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_on_failure_rollback_the_wave_goes_back_one_node_at_a_time_then_halts() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 3, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1", "w-2"], &["w-3"]], TO, 2)],
+        Some(policy(&["ceph"], 120, 30, 1, OnFailure::Rollback)),
+        None,
+    );
+    set_gate(
+        &w.fake,
+        "ceph",
+        FakeGate {
+            fail_while: Some((vec!["w-1".into(), "w-2".into()], tv(TO))),
+            ..FakeGate::default()
+        },
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    let out = exec.run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::RolledBack, "{reason}");
+    let f = reason.gate_failure().unwrap();
+    assert_eq!(f.gate, "ceph");
+    assert_eq!(f.rolled_back, vec!["w-1".to_string(), "w-2".to_string()]);
+    assert!(reason.message().contains("rolled back"), "{reason}");
+    let s = w.state();
+    for n in ["w-1", "w-2"] {
+        let x = &s.nodes[n];
+        assert_eq!(x.version, tv(FROM), "{n} back on the old version\n{:#?}", s.log);
+        assert!(!x.cordoned, "{n} uncordoned");
+        assert!(!x.down());
+        assert_eq!(x.counters.upgrade, 1);
+        assert_eq!(x.counters.rollback, 1, "{n}: exactly one Rollback call");
+    }
+    assert_eq!(s.nodes["w-3"].counters.upgrade, 0, "the next wave untouched");
+    assert_eq!(s.nodes["w-3"].counters.cordon, 0);
+    // one node at a time: cordon → drain → rollback → uncordon, w-1 before w-2
+    let first_rollback = s.log.iter().position(|l| l == "rollback w-1").unwrap();
+    let second = s.log.iter().position(|l| l == "rollback w-2").unwrap();
+    let uncordon_1 = s
+        .log
+        .iter()
+        .rposition(|l| l == "uncordon w-1")
+        .unwrap();
+    let cordon_2 = s.log.iter().rposition(|l| l == "cordon w-2").unwrap();
+    assert!(
+        first_rollback < uncordon_1 && uncordon_1 < cordon_2 && cordon_2 < second,
+        "{:#?}",
+        s.log
+    );
+    let drain_1 = s.log.iter().rposition(|l| l == "drain w-1").unwrap();
+    assert!(drain_1 < first_rollback, "drained before the rollback");
+    // journaled like any step: the intent before the call
+    let j = w.journal();
+    let intent = j
+        .iter()
+        .position(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == medea::rollout::sequencer::CommandOp::Rollback && key.node.as_deref() == Some("w-1")))
+        .expect("rollback requested");
+    let result = j
+        .iter()
+        .position(|e| matches!(&e.entry, Entry::Result { key, .. } if key.op == medea::rollout::sequencer::CommandOp::Rollback && key.node.as_deref() == Some("w-1")))
+        .expect("rollback result");
+    assert!(intent < result);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_gate_keeps_the_job_from_starting() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        None,
+        Some(policy(&["no-critical-alerts"], 0, 10, 3, OnFailure::Halt)),
+    );
+    set_gate(
+        &w.fake,
+        "no-critical-alerts",
+        FakeGate {
+            fail: true,
+            ..FakeGate::default()
+        },
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    let out = exec.run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, step, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::GateFailed);
+    assert_eq!(
+        reason.gate_failure().unwrap().point,
+        GatePoint::BeforeJob,
+        "{reason}"
+    );
+    assert_eq!(*step, None);
+    let s = w.state();
+    assert!(s.log.is_empty(), "nothing touched: {:#?}", s.log);
+    assert_eq!(s.gate_log.len(), 3, "failureLimit evaluations: {:?}", s.gate_log);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_probe_every_gate_fails_and_nothing_is_touched() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 1, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)],
+        Some(policy(&["app"], 0, 5, 1, OnFailure::Rollback)),
+        None,
+    );
+    let out = w.executor().run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::GateFailed);
+    assert!(reason.message().contains("no health probe"), "{reason}");
+    assert!(w.state().log.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_soak_needs_every_gate_passing_continuously_and_a_flap_restarts_it() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 1, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)],
+        Some(policy(&["app", "db"], 90, 30, 3, OnFailure::Halt)),
+        Some(policy(&["alerts"], 0, 30, 1, OnFailure::Halt)),
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    // before the job: alerts; before wave 1: app, db; then the soak. "db" flaps once in the
+    // soak's second evaluation, which restarts its 90s.
+    set_gate(&w.fake, "db", FakeGate::default());
+    let fake = w.fake.clone();
+    let job = w.job.clone();
+    let task = tokio::spawn(async move { exec.run(&job).await });
+    // wait until the soak has begun (w-1 uncordoned), then make db fail its next evaluation
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if fake.state().log.iter().any(|l| l == "uncordon w-1") {
+            break;
+        }
+    }
+    set_gate(
+        &fake,
+        "db",
+        FakeGate {
+            fail_next: 1,
+            ..FakeGate::default()
+        },
+    );
+    let out = task.await.unwrap().unwrap();
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].version, tv(TO));
+    let db: Vec<&String> = s.gate_log.iter().filter(|l| l.starts_with("db ")).collect();
+    // before-wave pass; soak: pass at t, fail at t+30 (streak broken), then 90s of passes
+    // (t+60, t+90, t+120, t+150)
+    assert_eq!(
+        db,
+        vec![
+            "db pass", "db pass", "db fail", "db pass", "db pass", "db pass", "db pass"
+        ],
+        "{:?}",
+        s.gate_log
+    );
+    let job = w.job();
+    assert!(
+        job.gates
+            .passed
+            .contains(&GatePoint::AfterWave { step: 0, wave: 0 })
+            && job.gates.passed.contains(&GatePoint::BeforeJob)
+            && job.gates.passed.contains(&GatePoint::AfterJob),
+        "{:?}",
+        job.gates.passed
+    );
+    // bounded evidence: the latest of each gate plus the failure
+    assert!(job.gates.evidence.len() <= 4, "{:#?}", job.gates.evidence);
+    assert!(
+        job.gates
+            .evidence
+            .iter()
+            .any(|r| r.evaluation.gate == "db"
+                && r.evaluation.verdict == medea::rollout::ports::GateVerdict::Fail)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_cordoned_before_its_step_stays_cordoned() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        None,
+        None,
+    );
+    w.fake.edit(|s| s.nodes.get_mut("w-1").unwrap().cordoned = true);
+    let out = w.executor().run(&w.job).await.unwrap();
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].version, tv(TO));
+    assert!(s.nodes["w-1"].cordoned, "medea never uncordons what it did not cordon");
+    assert_eq!(s.nodes["w-1"].counters.uncordon, 0, "{:#?}", s.log);
+    assert!(!s.nodes["w-2"].cordoned);
+    assert_eq!(s.nodes["w-2"].counters.uncordon, 1);
+    let job = w.job();
+    assert!(matches!(job.state, JobState::Succeeded { .. }));
+    let _ = (CLUSTER, t0());
+}
