@@ -361,3 +361,129 @@ async fn a_node_cordoned_before_its_step_stays_cordoned() {
     assert!(matches!(job.state, JobState::Succeeded { .. }));
     let _ = (CLUSTER, t0());
 }
+
+// crash harness: a child medea killed at every journal point of a rollout whose gate fails
+// after the first wave and rolls it back (gate evaluations, rollback requested, rolled back)
+
+mod crash {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use medea::rollout::sequencer::CommandOp;
+    use medea::store::StoreExt;
+    use medea::store::fjall::FjallStore;
+
+    use super::*;
+    use crate::rollout::crash::scratch;
+
+    fn prepare(dir: &Path) {
+        let fake = FakeCluster::new(&specs(0, 3, FROM, KUBE));
+        fake.edit(|s| {
+            s.gates.insert(
+                "ceph".into(),
+                FakeGate {
+                    fail_while: Some((vec!["w-1".into(), "w-2".into()], tv(TO))),
+                    ..FakeGate::default()
+                },
+            );
+        });
+        fake.save(&dir.join("cluster.json")).unwrap();
+        let store = FjallStore::open(&dir.join("store")).unwrap();
+        let obs = observed(&fake);
+        let mut step = talos_step(&fake, "workers", &[&["w-1", "w-2"], &["w-3"]], TO, 2);
+        if let Step::Talos(t) = &mut step {
+            t.health = Some(policy(&["ceph"], 0, 1, 1, OnFailure::Rollback));
+        }
+        let mut p = plan(&obs, vec![step], 11);
+        p.clusters[0].health = Some(policy(&["alerts"], 0, 1, 1, OnFailure::Halt));
+        install(&store, &p, &obs, &[]).unwrap();
+    }
+
+    fn child(dir: &Path) -> Command {
+        let mut c = crate::cli::medea();
+        c.arg("__rollout-run")
+            .arg("--rollouts")
+            .arg("--store")
+            .arg(dir.join("store"))
+            .arg("--fake-state")
+            .arg(dir.join("cluster.json"))
+            .arg("--snapshots")
+            .arg(dir.join("snapshots"))
+            .env_remove("MEDEA_CRASH_AT")
+            .env_remove("MEDEA_CRASH_AFTER")
+            .env_remove("MEDEA_CRASH_BEFORE");
+        c
+    }
+
+    fn store(dir: &Path) -> PathBuf {
+        dir.join("store")
+    }
+
+    /// The wave is back on the old version, uncordoned, with exactly one Upgrade and one
+    /// Rollback per node; the next wave untouched; the job halted `rolled_back`.
+    fn check(dir: &Path, what: &str) {
+        let s = FakeCluster::persistent(&dir.join("cluster.json"))
+            .unwrap()
+            .state();
+        for n in ["w-1", "w-2"] {
+            let x = &s.nodes[n];
+            assert_eq!(x.version, tv(FROM), "{what}: {n} on the old version\n{:#?}", s.log);
+            assert!(!x.cordoned, "{what}: {n} left cordoned");
+            assert_eq!(x.counters.upgrade, 1, "{what}: {n} Upgrade calls\n{:#?}", s.log);
+            assert_eq!(x.counters.rollback, 1, "{what}: {n} Rollback calls\n{:#?}", s.log);
+        }
+        assert_eq!(s.nodes["w-3"].counters.upgrade, 0, "{what}: no further Upgrade");
+        assert_eq!(s.nodes["w-3"].counters.cordon, 0, "{what}");
+        let store = FjallStore::open(&store(dir)).unwrap();
+        let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
+        assert!(
+            matches!(&jobs[0].state, JobState::Halted { reason, .. } if reason.code() == HaltCode::RolledBack),
+            "{what}: {:?}",
+            jobs[0].state
+        );
+    }
+
+    fn harness(var: &str) -> u64 {
+        use std::os::unix::process::ExitStatusExt;
+        for n in 1u64.. {
+            let dir = scratch();
+            prepare(dir.path());
+            let first = child(dir.path()).env(var, n.to_string()).output().unwrap();
+            if first.status.signal() != Some(6) {
+                assert!(n > 1, "the rollout has journal points");
+                check(dir.path(), &format!("{var}={n} (never reached)"));
+                // the new journal points were among those crossed
+                let store = FjallStore::open(&store(dir.path())).unwrap();
+                let entries = store
+                    .scan_records::<medea::rollout::journal::JournalEntry>("")
+                    .unwrap();
+                let has = |f: &dyn Fn(&Entry) -> bool| entries.iter().any(|(_, e)| f(&e.entry));
+                assert!(has(&|e| matches!(e, Entry::Gates { .. })));
+                assert!(has(&|e| matches!(e, Entry::Intent { key, .. } if key.op == CommandOp::Rollback)));
+                assert!(has(&|e| matches!(e, Entry::Result { key, .. } if key.op == CommandOp::Rollback)));
+                return n - 1;
+            }
+            let again = child(dir.path()).output().unwrap();
+            assert_eq!(
+                again.status.signal(),
+                None,
+                "{var}={n}: the restarted child must not crash: {}",
+                String::from_utf8_lossy(&again.stderr)
+            );
+            check(dir.path(), &format!("{var}={n}"));
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn killed_after_every_journal_write_the_wave_is_rolled_back_exactly_once() {
+        let points = harness("MEDEA_CRASH_AT");
+        assert!(points > 20, "{points}");
+    }
+
+    #[test]
+    fn killed_before_every_journal_write_the_wave_is_rolled_back_exactly_once() {
+        let points = harness("MEDEA_CRASH_BEFORE");
+        assert!(points > 20, "{points}");
+    }
+}
