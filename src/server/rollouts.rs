@@ -98,7 +98,41 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         .iter()
         .filter(|n| n.state == "done" || n.state == "skipped")
         .count();
+    let (gate_point, soak_ends_at) = match &job.gates.current {
+        Some(run) if !job.state.is_terminal() => (
+            run.point.to_string(),
+            run.soak_ends().map(|t| t.to_string()).unwrap_or_default(),
+        ),
+        _ => (String::new(), String::new()),
+    };
+    let gates = job
+        .gates
+        .evidence
+        .iter()
+        .map(|r| pb::GateResult {
+            gate: r.evaluation.gate.clone(),
+            point: r.point.to_string(),
+            verdict: match r.evaluation.verdict {
+                crate::rollout::ports::GateVerdict::Pass => "pass".into(),
+                crate::rollout::ports::GateVerdict::Fail => "fail".into(),
+            },
+            detail: r.evaluation.detail.clone(),
+            at: r.at.to_string(),
+            samples: r
+                .evaluation
+                .samples
+                .iter()
+                .map(|s| pb::GateSample {
+                    labels: s.labels.clone().into_iter().collect(),
+                    value: s.value.clone(),
+                })
+                .collect(),
+        })
+        .collect();
     pb::Rollout {
+        gate_point,
+        soak_ends_at,
+        gates,
         job_id: job.id.to_string(),
         plan_id: job.plan.to_hex(),
         cluster: job.cluster.clone(),
@@ -286,6 +320,21 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
     tokio::spawn(async move {
         let mut started: BTreeMap<(String, String), std::time::Instant> = BTreeMap::new();
         while let Some(e) = next_event(&mut rx).await {
+            if let EventState::GateEvaluated { point, evaluation } = &e.state {
+                let pass = evaluation.verdict == crate::rollout::ports::GateVerdict::Pass;
+                crate::metrics::gate_evaluation(&e.cluster, &evaluation.gate, pass);
+                if !pass {
+                    shared.notifier.send(note(
+                        crate::webhook::EventKind::GateFailed,
+                        &e,
+                        format!(
+                            "medea: health gate `{}` failed {point} ({}, job {})",
+                            evaluation.gate, e.cluster, e.job
+                        ),
+                        Some(evaluation.detail.clone()),
+                    ));
+                }
+            }
             let op = e.op.map(|o| o.name()).unwrap_or("-");
             tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = ?e.state, "rollout step");
             if let (Some(node), Some(o)) = (&e.node, e.op) {

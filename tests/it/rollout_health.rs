@@ -148,6 +148,18 @@ async fn a_gate_that_goes_bad_after_a_wave_halts_before_the_next_wave() {
                 && e[0].samples.len() == 1),
         "{journaled:#?}"
     );
+    // `medea rollout status` shows the evidence and the halt code
+    let view = medea::server::rollouts::rollout_pb(&job);
+    assert_eq!(view.halt_code, "gate_failed");
+    assert!(view.gate_point.is_empty(), "nothing is being checked after the halt");
+    assert!(
+        view.gates.iter().any(|g| g.gate == "ingress"
+            && g.verdict == "fail"
+            && g.samples.len() == 1
+            && g.samples[0].labels["node"] == "w-1"),
+        "{:?}",
+        view.gates
+    );
     // and the events carried each evaluation
     let mut gate_events = 0;
     while let Ok(e) = events.try_recv() {
@@ -304,6 +316,10 @@ async fn the_soak_needs_every_gate_passing_continuously_and_a_flap_restarts_it()
             ..FakeGate::default()
         },
     );
+    // in the soak: status shows where and when it ends
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let view = medea::server::rollouts::rollout_pb(&w.job());
+    assert_eq!(view.gate_point, "soak after wave 1 of step 1", "{view:?}");
     let out = task.await.unwrap().unwrap();
     assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
     let s = w.state();
