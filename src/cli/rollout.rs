@@ -498,7 +498,7 @@ mod tests {
         let now: jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
         assert_eq!(
             soak_countdown("2026-12-03T12:04:10Z", now),
-            ", soak ends in 4m 10s (at 2026-12-03T12:04:10Z) if every gate keeps passing"
+            ", soak ends in 4m10s (at 2026-12-03T12:04:10Z) if every gate keeps passing"
         );
         assert_eq!(soak_countdown("", now), ", a gate is failing");
         let job = pb::Rollout {
