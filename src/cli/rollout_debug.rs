@@ -121,9 +121,8 @@ fn drive<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe + 'static
     cluster: Option<&str>,
 ) -> miette::Result<u8> {
     let store = FjallStore::open(&args.store).into_diagnostic()?;
-    let exec = Arc::new(
-        Executor::new(Arc::new(store), talos, kube, SystemClock, cfg).with_probe(probe),
-    );
+    let exec =
+        Arc::new(Executor::new(Arc::new(store), talos, kube, SystemClock, cfg).with_probe(probe));
     let results: Vec<(JobId, Result<RunOutcome, RolloutError>)> = rt
         .block_on(async {
             match cluster {

@@ -48,7 +48,10 @@ impl HealthProbe for FakeProbe {
             }
             if let Some((nodes, v)) = &rule.fail_while {
                 for n in nodes {
-                    if s.nodes.get(n).is_some_and(|x| &x.version == v && !x.rebooting) {
+                    if s.nodes
+                        .get(n)
+                        .is_some_and(|x| &x.version == v && !x.rebooting)
+                    {
                         samples.push(GateSample {
                             labels: [("node".to_string(), n.clone())].into(),
                             value: "0".into(),
@@ -71,7 +74,11 @@ impl HealthProbe for FakeProbe {
             s.gate_log.push(format!(
                 "{} {}",
                 gate.name,
-                if verdict == GateVerdict::Pass { "pass" } else { "fail" }
+                if verdict == GateVerdict::Pass {
+                    "pass"
+                } else {
+                    "fail"
+                }
             ));
             GateEvaluation {
                 gate: gate.name.clone(),

@@ -25,11 +25,11 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::ports::SnapshotInfo;
 use super::ports::GateEvaluation;
+use super::ports::SnapshotInfo;
 use super::sequencer::{
-    Action, CommandKey, GatePoint, GateProgress, CommandOutcome, Intent, Job, JobId, JobState, KubeTask, KubeTasks,
-    NodeProgress, StepKind, StepState, ts, ts_opt,
+    Action, CommandKey, CommandOutcome, GatePoint, GateProgress, Intent, Job, JobId, JobState,
+    KubeTask, KubeTasks, NodeProgress, StepKind, StepState, ts, ts_opt,
 };
 use crate::plan::PlanId;
 use crate::store::{Check, Record, StoreError, Table, Txn};

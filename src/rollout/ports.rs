@@ -518,7 +518,11 @@ pub trait HealthProbe: Send + Sync {
 pub struct NoProbe;
 
 impl HealthProbe for NoProbe {
-    async fn evaluate(&self, gate: &crate::plan::health::Gate, _ctx: &GateContext) -> GateEvaluation {
+    async fn evaluate(
+        &self,
+        gate: &crate::plan::health::Gate,
+        _ctx: &GateContext,
+    ) -> GateEvaluation {
         GateEvaluation {
             gate: gate.name.clone(),
             verdict: GateVerdict::Fail,

@@ -76,7 +76,13 @@ fn set_gate(fake: &FakeCluster, name: &str, g: FakeGate) {
 }
 
 fn workers_in_waves(f: &FakeCluster) -> Vec<Step> {
-    vec![talos_step(f, "workers", &[&["w-1"], &["w-2"], &["w-3"]], TO, 1)]
+    vec![talos_step(
+        f,
+        "workers",
+        &[&["w-1"], &["w-2"], &["w-3"]],
+        TO,
+        1,
+    )]
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,7 +135,10 @@ async fn a_gate_that_goes_bad_after_a_wave_halts_before_the_next_wave() {
         .gates
         .evidence
         .iter()
-        .filter(|r| r.evaluation.gate == "ingress" && r.evaluation.verdict == medea::rollout::ports::GateVerdict::Fail)
+        .filter(|r| {
+            r.evaluation.gate == "ingress"
+                && r.evaluation.verdict == medea::rollout::ports::GateVerdict::Fail
+        })
         .count();
     assert_eq!(fails, 2, "{:#?}", job.gates.evidence);
     let journaled: Vec<_> = w
@@ -151,7 +160,10 @@ async fn a_gate_that_goes_bad_after_a_wave_halts_before_the_next_wave() {
     // `medea rollout status` shows the evidence and the halt code
     let view = medea::server::rollouts::rollout_pb(&job);
     assert_eq!(view.halt_code, "gate_failed");
-    assert!(view.gate_point.is_empty(), "nothing is being checked after the halt");
+    assert!(
+        view.gate_point.is_empty(),
+        "nothing is being checked after the halt"
+    );
     assert!(
         view.gates.iter().any(|g| g.gate == "ingress"
             && g.verdict == "fail"
@@ -167,14 +179,25 @@ async fn a_gate_that_goes_bad_after_a_wave_halts_before_the_next_wave() {
             gate_events += 1;
         }
     }
-    assert!(gate_events >= 3, "before-wave pass + 2 soak failures: {gate_events}");
+    assert!(
+        gate_events >= 3,
+        "before-wave pass + 2 soak failures: {gate_events}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_on_failure_rollback_the_wave_goes_back_one_node_at_a_time_then_halts() {
     let w = health_world(
         FakeCluster::new(&specs(0, 3, FROM, KUBE)),
-        |f| vec![talos_step(f, "workers", &[&["w-1", "w-2"], &["w-3"]], TO, 2)],
+        |f| {
+            vec![talos_step(
+                f,
+                "workers",
+                &[&["w-1", "w-2"], &["w-3"]],
+                TO,
+                2,
+            )]
+        },
         Some(policy(&["ceph"], 120, 30, 1, OnFailure::Rollback)),
         None,
     );
@@ -199,22 +222,26 @@ async fn with_on_failure_rollback_the_wave_goes_back_one_node_at_a_time_then_hal
     let s = w.state();
     for n in ["w-1", "w-2"] {
         let x = &s.nodes[n];
-        assert_eq!(x.version, tv(FROM), "{n} back on the old version\n{:#?}", s.log);
+        assert_eq!(
+            x.version,
+            tv(FROM),
+            "{n} back on the old version\n{:#?}",
+            s.log
+        );
         assert!(!x.cordoned, "{n} uncordoned");
         assert!(!x.down());
         assert_eq!(x.counters.upgrade, 1);
         assert_eq!(x.counters.rollback, 1, "{n}: exactly one Rollback call");
     }
-    assert_eq!(s.nodes["w-3"].counters.upgrade, 0, "the next wave untouched");
+    assert_eq!(
+        s.nodes["w-3"].counters.upgrade, 0,
+        "the next wave untouched"
+    );
     assert_eq!(s.nodes["w-3"].counters.cordon, 0);
     // one node at a time: cordon → drain → rollback → uncordon, w-1 before w-2
     let first_rollback = s.log.iter().position(|l| l == "rollback w-1").unwrap();
     let second = s.log.iter().position(|l| l == "rollback w-2").unwrap();
-    let uncordon_1 = s
-        .log
-        .iter()
-        .rposition(|l| l == "uncordon w-1")
-        .unwrap();
+    let uncordon_1 = s.log.iter().rposition(|l| l == "uncordon w-1").unwrap();
     let cordon_2 = s.log.iter().rposition(|l| l == "cordon w-2").unwrap();
     assert!(
         first_rollback < uncordon_1 && uncordon_1 < cordon_2 && cordon_2 < second,
@@ -266,7 +293,12 @@ async fn a_failing_gate_keeps_the_job_from_starting() {
     assert_eq!(*step, None);
     let s = w.state();
     assert!(s.log.is_empty(), "nothing touched: {:#?}", s.log);
-    assert_eq!(s.gate_log.len(), 3, "failureLimit evaluations: {:?}", s.gate_log);
+    assert_eq!(
+        s.gate_log.len(),
+        3,
+        "failureLimit evaluations: {:?}",
+        s.gate_log
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -347,13 +379,8 @@ async fn the_soak_needs_every_gate_passing_continuously_and_a_flap_restarts_it()
     );
     // bounded evidence: the latest of each gate plus the failure
     assert!(job.gates.evidence.len() <= 4, "{:#?}", job.gates.evidence);
-    assert!(
-        job.gates
-            .evidence
-            .iter()
-            .any(|r| r.evaluation.gate == "db"
-                && r.evaluation.verdict == medea::rollout::ports::GateVerdict::Fail)
-    );
+    assert!(job.gates.evidence.iter().any(|r| r.evaluation.gate == "db"
+        && r.evaluation.verdict == medea::rollout::ports::GateVerdict::Fail));
 }
 
 #[tokio::test(start_paused = true)]
@@ -364,12 +391,16 @@ async fn a_node_cordoned_before_its_step_stays_cordoned() {
         None,
         None,
     );
-    w.fake.edit(|s| s.nodes.get_mut("w-1").unwrap().cordoned = true);
+    w.fake
+        .edit(|s| s.nodes.get_mut("w-1").unwrap().cordoned = true);
     let out = w.executor().run(&w.job).await.unwrap();
     assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
     let s = w.state();
     assert_eq!(s.nodes["w-1"].version, tv(TO));
-    assert!(s.nodes["w-1"].cordoned, "medea never uncordons what it did not cordon");
+    assert!(
+        s.nodes["w-1"].cordoned,
+        "medea never uncordons what it did not cordon"
+    );
     assert_eq!(s.nodes["w-1"].counters.uncordon, 0, "{:#?}", s.log);
     assert!(!s.nodes["w-2"].cordoned);
     assert_eq!(s.nodes["w-2"].counters.uncordon, 1);
@@ -443,12 +474,28 @@ mod crash {
             .state();
         for n in ["w-1", "w-2"] {
             let x = &s.nodes[n];
-            assert_eq!(x.version, tv(FROM), "{what}: {n} on the old version\n{:#?}", s.log);
+            assert_eq!(
+                x.version,
+                tv(FROM),
+                "{what}: {n} on the old version\n{:#?}",
+                s.log
+            );
             assert!(!x.cordoned, "{what}: {n} left cordoned");
-            assert_eq!(x.counters.upgrade, 1, "{what}: {n} Upgrade calls\n{:#?}", s.log);
-            assert_eq!(x.counters.rollback, 1, "{what}: {n} Rollback calls\n{:#?}", s.log);
+            assert_eq!(
+                x.counters.upgrade, 1,
+                "{what}: {n} Upgrade calls\n{:#?}",
+                s.log
+            );
+            assert_eq!(
+                x.counters.rollback, 1,
+                "{what}: {n} Rollback calls\n{:#?}",
+                s.log
+            );
         }
-        assert_eq!(s.nodes["w-3"].counters.upgrade, 0, "{what}: no further Upgrade");
+        assert_eq!(
+            s.nodes["w-3"].counters.upgrade, 0,
+            "{what}: no further Upgrade"
+        );
         assert_eq!(s.nodes["w-3"].counters.cordon, 0, "{what}");
         let store = FjallStore::open(&store(dir)).unwrap();
         let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
@@ -475,8 +522,12 @@ mod crash {
                     .unwrap();
                 let has = |f: &dyn Fn(&Entry) -> bool| entries.iter().any(|(_, e)| f(&e.entry));
                 assert!(has(&|e| matches!(e, Entry::Gates { .. })));
-                assert!(has(&|e| matches!(e, Entry::Intent { key, .. } if key.op == CommandOp::Rollback)));
-                assert!(has(&|e| matches!(e, Entry::Result { key, .. } if key.op == CommandOp::Rollback)));
+                assert!(has(
+                    &|e| matches!(e, Entry::Intent { key, .. } if key.op == CommandOp::Rollback)
+                ));
+                assert!(has(
+                    &|e| matches!(e, Entry::Result { key, .. } if key.op == CommandOp::Rollback)
+                ));
                 return n - 1;
             }
             let again = child(dir.path()).output().unwrap();
@@ -501,5 +552,154 @@ mod crash {
     fn killed_before_every_journal_write_the_wave_is_rolled_back_exactly_once() {
         let points = harness("MEDEA_CRASH_BEFORE");
         assert!(points > 20, "{points}");
+    }
+}
+
+// the simulator, through the real adapters: MachineService.Rollback and a rollback wave
+
+mod sim {
+    use medea::rollout::executor::ExecutorConfig;
+    use medea::rollout::ports::{
+        GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe, NextBoot, TalosPort,
+    };
+    use medea::rollout::{Executor, SystemClock};
+    use medea::sim::kube::KubeSimConfig;
+    use medea::sim::talos::{Method, SimTalos};
+
+    use super::*;
+    use crate::rollout_sim::{Sim, adapters, node};
+
+    /// Fails while any of `nodes` runs [`TO`] on the simulator (the workload breaks there).
+    struct BreaksOnTarget<'a> {
+        talos: &'a SimTalos,
+        nodes: Vec<&'static str>,
+    }
+
+    impl HealthProbe for BreaksOnTarget<'_> {
+        async fn evaluate(&self, gate: &Gate, _ctx: &GateContext) -> GateEvaluation {
+            let bad: Vec<GateSample> = self
+                .nodes
+                .iter()
+                .filter(|n| self.talos.node_state(n).unwrap().running == tv(TO))
+                .map(|n| GateSample {
+                    labels: [("node".to_string(), n.to_string())].into(),
+                    value: "0".into(),
+                })
+                .collect();
+            GateEvaluation {
+                gate: gate.name.clone(),
+                verdict: if bad.is_empty() {
+                    GateVerdict::Pass
+                } else {
+                    GateVerdict::Fail
+                },
+                detail: format!("{} node(s) broken", bad.len()),
+                samples: bad,
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_simulated_rollback_flips_the_boot_slot_and_a_second_call_flips_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+        let (talos, _) = adapters(&sim).await;
+        let w1 = node(&sim, "w-1");
+        // a fresh install has no previous slot
+        let e = talos.rollback(&w1).await.unwrap_err();
+        assert!(!e.is_transient(), "{e}");
+        assert!(
+            medea::error_chain(&e).contains("previous UKI not found"),
+            "{}",
+            medea::error_chain(&e)
+        );
+        let image = format!("factory.talos.dev/installer/abc:{TO}");
+        talos
+            .pull_image(&w1, &image, medea::rollout::ports::ImageNamespace::System)
+            .await
+            .unwrap();
+        talos
+            .upgrade(&w1, &image, medea::rollout::ports::UpgradeMethod::Lifecycle)
+            .await
+            .unwrap();
+        talos.reboot(&w1).await.unwrap();
+        let back = |want: &'static str| {
+            let talos = &talos;
+            let w1 = &w1;
+            async move {
+                for _ in 0..400 {
+                    if let Ok(n) = talos.node(w1).await
+                        && n.version == tv(want)
+                        && n.ready
+                    {
+                        return n;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("w-1 never came back on {want}");
+            }
+        };
+        let up = back(TO).await;
+        assert_eq!(up.next_boot, NextBoot::Same);
+        talos.rollback(&w1).await.unwrap();
+        let rolled = back(FROM).await;
+        assert_ne!(rolled.boot_id, up.boot_id, "it rebooted");
+        assert_eq!(
+            sim.talos.counters("w-1").unwrap().calls(Method::Rollback),
+            2,
+            "the refused call and this one reached the node"
+        );
+        // a second rollback flips back to the other slot: the upgraded version
+        talos.rollback(&w1).await.unwrap();
+        back(TO).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_the_simulator_a_failed_wave_is_rolled_back_and_the_next_wave_never_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Sim::start(dir.path(), 1, 3, KubeSimConfig::default()).await;
+        let mut step = sim.step("workers", &[&["w-1", "w-2"], &["w-3"]], 2, (60, 60));
+        if let Step::Talos(t) = &mut step {
+            t.health = Some(policy(&["app"], 0, 1, 1, OnFailure::Rollback));
+        }
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let obs = sim.observed();
+        let job = install(store.as_ref(), &plan(&obs, vec![step], 1), &obs, &[]).unwrap();
+        let (talos, kube) = adapters(&sim).await;
+        let mut cfg = ExecutorConfig::new(true, dir.path().join("snapshots"));
+        cfg.poll = Duration::from_millis(20);
+        cfg.backoff_min = Duration::from_millis(20);
+        cfg.backoff_max = Duration::from_millis(160);
+        cfg.max_sleep = Duration::from_secs(1);
+        let exec = Executor::new(store.clone(), talos, kube, SystemClock, cfg).with_probe(
+            BreaksOnTarget {
+                talos: &sim.talos,
+                nodes: vec!["w-1", "w-2"],
+            },
+        );
+        let out = tokio::time::timeout(Duration::from_secs(60), exec.run(&job))
+            .await
+            .expect("within a minute")
+            .unwrap();
+        let RunOutcome::Halted { reason, .. } = &out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(reason.code(), HaltCode::RolledBack, "{reason}");
+        for n in ["w-1", "w-2"] {
+            let s = sim.talos.node_state(n).unwrap();
+            assert_eq!(s.running, tv(FROM), "{n} back on the old version");
+            assert!(!sim.cordoned(n), "{n} uncordoned");
+            assert_eq!(sim.upgrades(n), 1, "{n}");
+            assert_eq!(
+                sim.talos.counters(n).unwrap().calls(Method::Rollback),
+                1,
+                "{n}: one Rollback"
+            );
+        }
+        // no further Upgrade call, by the simulator's counters
+        assert_eq!(sim.upgrades("w-3"), 0);
+        assert_eq!(sim.talos.counters("w-3").unwrap().mutating(), 0);
+        assert!(!sim.cordoned("w-3"));
+        let _ = CLUSTER;
     }
 }

@@ -501,9 +501,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         }
         if let Some(ask) = &needs.gates {
             let evals = futures::future::join_all(
-                ask.gates
-                    .iter()
-                    .map(|g| self.probe.evaluate(g, &ask.ctx)),
+                ask.gates.iter().map(|g| self.probe.evaluate(g, &ask.ctx)),
             )
             .await;
             obs.gates.insert(ask.point.clone(), evals);

@@ -141,8 +141,11 @@ impl fmt::Display for GateFailure {
                 if i > 0 {
                     f.write_str(", ")?;
                 }
-                let labels: Vec<String> =
-                    s.labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+                let labels: Vec<String> = s
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{v}\""))
+                    .collect();
                 write!(f, "{{{}}} {}", labels.join(","), s.value)?;
             }
             if self.samples.len() > 5 {
@@ -192,9 +195,11 @@ impl GateProgress {
     fn record(&mut self, rec: GateRecord) {
         let gate = rec.evaluation.gate.clone();
         // the previous latest of this gate goes, unless it is a kept failure
-        if let Some(i) = self.evidence.iter().rposition(|r| {
-            r.evaluation.gate == gate && r.evaluation.verdict == GateVerdict::Pass
-        }) {
+        if let Some(i) = self
+            .evidence
+            .iter()
+            .rposition(|r| r.evaluation.gate == gate && r.evaluation.verdict == GateVerdict::Pass)
+        {
             self.evidence.remove(i);
         }
         self.evidence.push(rec);
@@ -248,7 +253,8 @@ pub(super) fn step_policy(j: &Job, si: usize) -> Option<HealthPolicy> {
         Some(StepKind::Talos(t)) => t.rollout.health.clone(),
         _ => None,
     };
-    own.or_else(|| j.health.clone()).filter(|p| !p.gates.is_empty())
+    own.or_else(|| j.health.clone())
+        .filter(|p| !p.gates.is_empty())
 }
 
 /// The cluster's policy, when it has gates.
@@ -308,7 +314,10 @@ pub(super) fn gate_point(
         };
         return GateFlow::Flow(Flow::Wait(
             run.next_at,
-            format!("health gates {point}: next evaluation at {} ({left})", run.next_at),
+            format!(
+                "health gates {point}: next evaluation at {} ({left})",
+                run.next_at
+            ),
         ));
     }
     let ask = GateAsk {

@@ -14,7 +14,11 @@ pub struct HaltReason {
     message: String,
     /// The failed health gate, for the halts of [`HaltCode::GateFailed`] and
     /// [`HaltCode::RolledBack`]: the gate, where, and its last samples.
-    #[serde(default, rename = "gateFailure", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "gateFailure",
+        skip_serializing_if = "Option::is_none"
+    )]
     gate: Option<Box<GateFailure>>,
 }
 

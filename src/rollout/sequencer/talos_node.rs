@@ -27,8 +27,7 @@ pub(super) fn talos_step(
             let upgraded = members.clone().any(|n| n.phase == NodePhase::Done);
             let soaked = policy.is_none()
                 || !upgraded
-                || j.gates
-                    .passed(&GatePoint::AfterWave { step: si, wave: w });
+                || j.gates.passed(&GatePoint::AfterWave { step: si, wave: w });
             if !finished || !soaked {
                 current = Some((w, finished));
                 break;
