@@ -703,3 +703,405 @@ mod sim {
         let _ = CLUSTER;
     }
 }
+
+// Done when (issue #23), on the simulator with a real Prometheus and a real Alertmanager (the
+// Debian binaries, started here on loopback): a query gate that goes bad after the first wave
+// rolls that wave back and the next wave is never upgraded; a firing critical alert keeps a
+// job from starting. The probe is a minimal client of the two HTTP APIs (the production one is
+// `health-probes`' `src/health/`).
+
+mod real {
+    use std::net::SocketAddr;
+    use std::path::Path;
+
+    use http_body_util::BodyExt;
+    use medea::rollout::executor::ExecutorConfig;
+    use medea::rollout::ports::{
+        GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe,
+    };
+    use medea::rollout::{Executor, SystemClock};
+    use medea::sim::kube::KubeSimConfig;
+    use medea::sim::talos::{Method, SimTalos};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::rollout_sim::{Sim, adapters};
+
+    const PROMETHEUS: &str = "/usr/bin/prometheus";
+    const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// `/metrics`: `app_healthy{app="web"}` is 0 while w-1 or w-2 runs the target.
+    async fn exporter(talos: SimTalos) -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
+                let talos = talos.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let broken = ["w-1", "w-2"]
+                        .iter()
+                        .any(|n| talos.node_state(n).is_some_and(|x| x.running == tv(TO)));
+                    let body = format!(
+                        "# TYPE app_healthy gauge\napp_healthy{{app=\"web\"}} {}\n",
+                        if broken { 0 } else { 1 }
+                    );
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn get(url: &str) -> Result<(u16, serde_json::Value), String> {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
+        let resp = client
+            .get(url.parse().map_err(|e| format!("{e}"))?)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("{e}"))?
+            .to_bytes();
+        Ok((status, serde_json::from_slice(&body).unwrap_or_default()))
+    }
+
+    async fn wait_ready(url: &str) {
+        for _ in 0..300 {
+            if let Ok((200, _)) = get(url).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{url} never became ready");
+    }
+
+    fn spawn(cmd: &str, args: &[String]) -> tokio::process::Child {
+        tokio::process::Command::new(cmd)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd}: {e}"))
+    }
+
+    async fn prometheus(dir: &Path, target: SocketAddr) -> (tokio::process::Child, String) {
+        let port = free_port();
+        let cfg = dir.join("prom.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nscrape_configs:\n  - job_name: exporter\n    scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs: [ {{ targets: ['{target}'] }} ]\n"
+            ),
+        )
+        .unwrap();
+        let child = spawn(
+            PROMETHEUS,
+            &[
+                format!("--config.file={}", cfg.display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                format!("--storage.tsdb.path={}", dir.join("prom-data").display()),
+                "--log.level=warn".into(),
+            ],
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        wait_ready(&format!("{url}/-/ready")).await;
+        (child, url)
+    }
+
+    async fn alertmanager(dir: &Path) -> (tokio::process::Child, String) {
+        let port = free_port();
+        let cfg = dir.join("am.yml");
+        std::fs::write(
+            &cfg,
+            "route: { receiver: 'null' }\nreceivers: [ { name: 'null' } ]\n",
+        )
+        .unwrap();
+        let child = spawn(
+            ALERTMANAGER,
+            &[
+                format!("--config.file={}", cfg.display()),
+                format!("--storage.path={}", dir.join("am-data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--cluster.listen-address=".into(),
+            ],
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        wait_ready(&format!("{url}/-/ready")).await;
+        (child, url)
+    }
+
+    /// A minimal probe: a query gate passes when the instant query returns at least one
+    /// sample and every sample is non-zero; an alerts gate passes when Alertmanager has no
+    /// active, unsilenced, uninhibited alert matching its matchers. Unreachable: fail.
+    struct HttpProbe {
+        prometheus: String,
+        alertmanager: String,
+    }
+
+    fn enc(s: &str) -> String {
+        s.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+
+    impl HealthProbe for HttpProbe {
+        async fn evaluate(&self, gate: &Gate, _ctx: &GateContext) -> GateEvaluation {
+            let fail = |detail: String, samples| GateEvaluation {
+                gate: gate.name.clone(),
+                verdict: GateVerdict::Fail,
+                samples,
+                detail,
+            };
+            match &gate.check {
+                GateCheck::Query { query } => {
+                    let url = format!("{}/api/v1/query?query={}", self.prometheus, enc(query));
+                    let (status, v) = match get(&url).await {
+                        Ok(r) => r,
+                        Err(e) => return fail(format!("Prometheus unreachable: {e}"), vec![]),
+                    };
+                    let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
+                    let samples: Vec<GateSample> = result
+                        .iter()
+                        .map(|r| GateSample {
+                            labels: r["metric"]
+                                .as_object()
+                                .map(|m| {
+                                    m.iter()
+                                        .map(|(k, v)| {
+                                            (k.clone(), v.as_str().unwrap_or("").to_string())
+                                        })
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                            value: r["value"][1].as_str().unwrap_or("").to_string(),
+                        })
+                        .collect();
+                    if status != 200 {
+                        return fail(format!("Prometheus answered {status}"), samples);
+                    }
+                    if samples.is_empty() {
+                        return fail("the query returned no sample".into(), samples);
+                    }
+                    if samples
+                        .iter()
+                        .any(|s| s.value.parse::<f64>().map_or(true, |x| x == 0.0))
+                    {
+                        return fail("a sample is zero".into(), samples);
+                    }
+                    GateEvaluation {
+                        gate: gate.name.clone(),
+                        verdict: GateVerdict::Pass,
+                        detail: format!("{} sample(s), all non-zero", samples.len()),
+                        samples,
+                    }
+                }
+                GateCheck::Alerts { matchers, .. } => {
+                    let mut url = format!(
+                        "{}/api/v2/alerts?active=true&silenced=false&inhibited=false",
+                        self.alertmanager
+                    );
+                    for m in matchers {
+                        url.push_str(&format!("&filter={}", enc(m)));
+                    }
+                    let (status, v) = match get(&url).await {
+                        Ok(r) => r,
+                        Err(e) => return fail(format!("Alertmanager unreachable: {e}"), vec![]),
+                    };
+                    if status != 200 {
+                        return fail(format!("Alertmanager answered {status}"), vec![]);
+                    }
+                    let firing: Vec<GateSample> = v
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|a| GateSample {
+                            labels: a["labels"]
+                                .as_object()
+                                .map(|m| {
+                                    m.iter()
+                                        .map(|(k, v)| {
+                                            (k.clone(), v.as_str().unwrap_or("").to_string())
+                                        })
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                            value: "firing".into(),
+                        })
+                        .collect();
+                    if firing.is_empty() {
+                        GateEvaluation {
+                            gate: gate.name.clone(),
+                            verdict: GateVerdict::Pass,
+                            samples: vec![],
+                            detail: "no matching alert".into(),
+                        }
+                    } else {
+                        fail(format!("{} matching alert(s) firing", firing.len()), firing)
+                    }
+                }
+                GateCheck::Workloads { .. } => fail("not evaluated by this probe".into(), vec![]),
+            }
+        }
+    }
+
+    fn alerts_policy() -> HealthPolicy {
+        HealthPolicy {
+            sources: HealthSources::default(),
+            gates: vec![Gate {
+                name: "no-critical-alerts".into(),
+                check: GateCheck::Alerts {
+                    matchers: vec!["severity=\"critical\"".into()],
+                    ignore: vec![],
+                },
+            }],
+            soak: Duration::ZERO,
+            interval: Duration::from_secs(1),
+            failure_limit: 2,
+            on_failure: OnFailure::Halt,
+        }
+    }
+
+    fn config(dir: &Path) -> ExecutorConfig {
+        let mut cfg = ExecutorConfig::new(true, dir.join("snapshots"));
+        cfg.poll = Duration::from_millis(20);
+        cfg.backoff_min = Duration::from_millis(20);
+        cfg.backoff_max = Duration::from_millis(160);
+        cfg.max_sleep = Duration::from_secs(1);
+        cfg
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_real_prometheus_and_alertmanager_a_bad_wave_is_rolled_back_and_a_critical_alert_blocks_the_start()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Sim::start(dir.path(), 1, 3, KubeSimConfig::default()).await;
+        let target = exporter(sim.talos.clone()).await;
+        let (_prom, prom_url) = prometheus(dir.path(), target).await;
+        let (_am, am_url) = alertmanager(dir.path()).await;
+        let probe = || HttpProbe {
+            prometheus: prom_url.clone(),
+            alertmanager: am_url.clone(),
+        };
+        // the series exists once Prometheus has scraped the exporter
+        let mut scraped = false;
+        for _ in 0..100 {
+            let (_, v) = get(&format!("{prom_url}/api/v1/query?query=app_healthy"))
+                .await
+                .unwrap();
+            if v["data"]["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+            {
+                scraped = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(scraped, "Prometheus scraped the exporter");
+
+        // 1. a query gate goes bad after wave 1 (w-1, w-2): rolled back, w-3 never upgraded
+        let mut step = sim.step("workers", &[&["w-1", "w-2"], &["w-3"]], 2, (60, 60));
+        if let Step::Talos(t) = &mut step {
+            let mut p = policy(&["web"], 8, 1, 2, OnFailure::Rollback);
+            p.gates[0].check = GateCheck::Query {
+                query: "app_healthy == 1".into(),
+            };
+            t.health = Some(p);
+        }
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let obs = sim.observed();
+        let mut p = plan(&obs, vec![step], 1);
+        p.clusters[0].health = Some(alerts_policy());
+        let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
+        let (talos, kube) = adapters(&sim).await;
+        let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
+            .with_probe(probe());
+        let out = tokio::time::timeout(Duration::from_secs(90), exec.run(&job))
+            .await
+            .expect("within 90s")
+            .unwrap();
+        let RunOutcome::Halted { reason, .. } = &out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(reason.code(), HaltCode::RolledBack, "{reason}");
+        let f = reason.gate_failure().unwrap();
+        assert_eq!(f.gate, "web");
+        assert_eq!(
+            f.samples.len(),
+            0,
+            "a false comparison returns nothing: {f:?}"
+        );
+        for n in ["w-1", "w-2"] {
+            assert_eq!(sim.talos.node_state(n).unwrap().running, tv(FROM), "{n}");
+            assert!(!sim.cordoned(n), "{n} uncordoned");
+            assert_eq!(sim.talos.counters(n).unwrap().calls(Method::Rollback), 1);
+        }
+        assert_eq!(sim.upgrades("w-3"), 0, "no further Upgrade call");
+
+        // 2. a firing critical alert keeps the next job from starting
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<hyper::body::Bytes>>();
+        let req = hyper::Request::post(format!("{am_url}/api/v2/alerts"))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                r#"[{"labels":{"alertname":"CephDown","severity":"critical"}}]"#,
+            )))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let obs = sim.observed();
+        let mut p = plan(&obs, vec![sim.step("workers", &[&["w-3"]], 1, (60, 60))], 2);
+        p.clusters[0].health = Some(alerts_policy());
+        let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
+        let (talos, kube) = adapters(&sim).await;
+        let before = sim.talos.counters("w-3").unwrap().mutating();
+        let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
+            .with_probe(probe());
+        let out = tokio::time::timeout(Duration::from_secs(30), exec.run(&job))
+            .await
+            .expect("within 30s")
+            .unwrap();
+        let RunOutcome::Halted { reason, step, .. } = &out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(reason.code(), HaltCode::GateFailed, "{reason}");
+        assert_eq!(*step, None);
+        let f = reason.gate_failure().unwrap();
+        assert_eq!(f.point, GatePoint::BeforeJob);
+        assert_eq!(f.samples[0].labels["alertname"], "CephDown", "{f:?}");
+        assert_eq!(sim.talos.counters("w-3").unwrap().mutating(), before);
+        assert!(!sim.cordoned("w-3"));
+    }
+}
