@@ -66,7 +66,19 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
                         node: n.target.node.clone(),
                         pool: t.rollout.pool.clone(),
                         step: format!("{}", i + 1),
-                        state: phase_name(n.phase),
+                        state: match n.rollback {
+                            None => phase_name(n.phase),
+                            Some(crate::rollout::sequencer::RollbackPhase::Done) => {
+                                "rolled-back".into()
+                            }
+                            Some(p) => format!(
+                                "rolling-back:{}",
+                                serde_json::to_value(p)
+                                    .ok()
+                                    .and_then(|v| v.as_str().map(str::to_string))
+                                    .unwrap_or_default()
+                            ),
+                        },
                     });
                 }
             }

@@ -238,6 +238,21 @@ async fn with_on_failure_rollback_the_wave_goes_back_one_node_at_a_time_then_hal
         "the next wave untouched"
     );
     assert_eq!(s.nodes["w-3"].counters.cordon, 0);
+    let view = medea::server::rollouts::rollout_pb(&w.job());
+    assert_eq!(view.halt_code, "rolled_back");
+    let states: Vec<(&str, &str)> = view
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("w-1", "rolled-back"),
+            ("w-2", "rolled-back"),
+            ("w-3", "pending")
+        ]
+    );
     // one node at a time: cordon → drain → rollback → uncordon, w-1 before w-2
     let first_rollback = s.log.iter().position(|l| l == "rollback w-1").unwrap();
     let second = s.log.iter().position(|l| l == "rollback w-2").unwrap();
