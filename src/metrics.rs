@@ -37,6 +37,20 @@ pub struct CallLabels {
     pub method: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabels {
+    pub cluster: String,
+    pub gate: String,
+    /// `pass` or `fail`.
+    pub verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateNameLabels {
+    pub cluster: String,
+    pub gate: String,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub plans_computed: Counter,
@@ -47,6 +61,8 @@ pub struct Metrics {
     pub call_seconds: Family<CallLabels, Histogram>,
     pub call_errors: Family<CallLabels, Counter>,
     pub reload_seconds: Histogram,
+    pub gate_evaluations: Family<GateLabels, Counter>,
+    pub gate_failing: Family<GateNameLabels, Gauge>,
     pub leader: Gauge,
     pub allowed_signers_reload_failed: Gauge,
 }
@@ -107,6 +123,18 @@ impl Metrics {
             "Time to load, validate and plan a desired-state revision",
             reload_seconds.clone(),
         );
+        let gate_evaluations = Family::<GateLabels, Counter>::default();
+        registry.register(
+            "rollout_gate_evaluations",
+            "Health-gate evaluations of rollouts by verdict",
+            gate_evaluations.clone(),
+        );
+        let gate_failing = Family::<GateNameLabels, Gauge>::default();
+        registry.register(
+            "rollout_gate_failing",
+            "1 while a rollout's health gate failed its last evaluation",
+            gate_failing.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -130,6 +158,8 @@ impl Metrics {
             call_seconds,
             call_errors,
             reload_seconds,
+            gate_evaluations,
+            gate_failing,
             leader,
         }
     }
@@ -162,6 +192,24 @@ pub(crate) async fn timed<T, E>(
     let r = call.await;
     observe_call(api, method, start.elapsed(), r.is_ok());
     r
+}
+
+/// One health-gate evaluation of a rollout (issue #23).
+pub fn gate_evaluation(cluster: &str, gate: &str, pass: bool) {
+    let m = global();
+    m.gate_evaluations
+        .get_or_create(&GateLabels {
+            cluster: cluster.to_string(),
+            gate: gate.to_string(),
+            verdict: if pass { "pass" } else { "fail" }.to_string(),
+        })
+        .inc();
+    m.gate_failing
+        .get_or_create(&GateNameLabels {
+            cluster: cluster.to_string(),
+            gate: gate.to_string(),
+        })
+        .set(i64::from(!pass));
 }
 
 pub fn observe_call(api: &str, method: &str, d: Duration, ok: bool) {

@@ -25,6 +25,9 @@ pub enum EventKind {
     NodeDone,
     #[serde(rename = "rollout.halted")]
     RolloutHalted,
+    /// A health gate failed an evaluation (issue #23); `reason` says why.
+    #[serde(rename = "rollout.gate_failed")]
+    GateFailed,
     #[serde(rename = "rollout.succeeded")]
     RolloutSucceeded,
 }

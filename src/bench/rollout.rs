@@ -134,6 +134,11 @@ impl<T: TalosPort> TalosPort for Delayed<T> {
         self.went_down(&node.node);
         Ok(())
     }
+    async fn rollback(&self, node: &NodeTarget) -> Result<(), PortError> {
+        self.inner.rollback(node).await?;
+        self.went_down(&node.node);
+        Ok(())
+    }
     async fn component_images(&self, node: &NodeTarget) -> Result<ComponentImages, PortError> {
         self.inner.component_images(node).await
     }

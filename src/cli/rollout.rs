@@ -145,6 +145,13 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
             if !job.current_step.is_empty() {
                 s.push_str(&format!("{}\n", job.current_step));
             }
+            if !job.gate_point.is_empty() {
+                s.push_str(&format!(
+                    "health gates: checking {}{}\n",
+                    job.gate_point,
+                    soak_countdown(&job.soak_ends_at, jiff::Timestamp::now())
+                ));
+            }
             s.push_str(&output::table(
                 &["STEP", "POOL", "NODE", "STATE"],
                 &nodes
@@ -163,9 +170,63 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
                     })
                     .collect::<Vec<_>>(),
             ));
+            s.push_str(&gate_table(job));
             s
         }
     }
+}
+
+/// `, soak ends in 4m 10s (at …)`, or that a gate is failing, for the status line.
+fn soak_countdown(ends_at: &str, now: jiff::Timestamp) -> String {
+    match ends_at.parse::<jiff::Timestamp>() {
+        Ok(end) if end > now => {
+            let left = std::time::Duration::try_from(end.duration_since(now)).unwrap_or_default();
+            format!(
+                ", soak ends in {} (at {end}) if every gate keeps passing",
+                crate::duration::Duration::from(std::time::Duration::from_secs(left.as_secs()))
+            )
+        }
+        Ok(_) => ", soak complete at the next evaluation".into(),
+        Err(_) => ", a gate is failing".into(),
+    }
+}
+
+/// The gates' latest evaluations, as a table (none: empty).
+fn gate_table(job: &pb::Rollout) -> String {
+    if job.gates.is_empty() {
+        return String::new();
+    }
+    output::table(
+        &["GATE", "WHERE", "VERDICT", "AT", "DETAIL"],
+        &job.gates
+            .iter()
+            .map(|g| {
+                let samples = g
+                    .samples
+                    .iter()
+                    .take(3)
+                    .map(|s| {
+                        let mut l: Vec<String> =
+                            s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        l.sort();
+                        format!("{{{}}} {}", l.join(","), s.value)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                vec![
+                    g.gate.clone(),
+                    g.point.clone(),
+                    g.verdict.clone(),
+                    g.at.clone(),
+                    if samples.is_empty() {
+                        g.detail.clone()
+                    } else {
+                        format!("{} [{samples}]", g.detail)
+                    },
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Readable progress for a follower without a TTY (CI logs, `| tee`): one line per meaningful
@@ -425,5 +486,51 @@ pub(crate) async fn follow(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_the_soak_countdown_and_the_gates_evidence() {
+        let now: jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        assert_eq!(
+            soak_countdown("2026-12-03T12:04:10Z", now),
+            ", soak ends in 4m10s (at 2026-12-03T12:04:10Z) if every gate keeps passing"
+        );
+        assert_eq!(soak_countdown("", now), ", a gate is failing");
+        let job = pb::Rollout {
+            job_id: "abc-prod".into(),
+            plan_id: "abcdef0123456789".into(),
+            cluster: "prod".into(),
+            state: "running".into(),
+            gate_point: "soak after wave 1 of step 1".into(),
+            soak_ends_at: String::new(),
+            gates: vec![pb::GateResult {
+                gate: "ingress-errors".into(),
+                point: "soak after wave 1 of step 1".into(),
+                verdict: "fail".into(),
+                detail: "the query returned a 0 sample".into(),
+                at: "2026-12-03T11:59:30Z".into(),
+                samples: vec![pb::GateSample {
+                    labels: [("ingress".to_string(), "web".to_string())].into(),
+                    value: "0".into(),
+                }],
+            }],
+            ..Default::default()
+        };
+        let text = render_status(&job, None, Format::Table);
+        assert!(
+            text.contains("health gates: checking soak after wave 1 of step 1, a gate is failing"),
+            "{text}"
+        );
+        assert!(text.contains("ingress-errors"), "{text}");
+        assert!(text.contains("{ingress=web} 0"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render_status(&job, None, Format::Json)).unwrap();
+        assert_eq!(json["gates"][0]["verdict"], "fail", "{json}");
+        assert_eq!(json["gatePoint"], "soak after wave 1 of step 1", "{json}");
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::rollout::fake::FakeCluster;
-use crate::rollout::ports::{KubePort, TalosPort};
+use crate::rollout::ports::{HealthProbe, KubePort, TalosPort};
 use crate::rollout::{
     CrashPoints, Executor, ExecutorConfig, JobId, RolloutError, RunOutcome, SystemClock,
 };
@@ -90,34 +90,39 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
             let fake = FakeCluster::persistent(&path)
                 .into_diagnostic()
                 .wrap_err_with(|| format!("cannot load the fake cluster `{}`", path.display()))?;
-            drive(&rt, &args, cfg, fake.talos(), fake.kube(), None)
+            let probe = crate::rollout::fake::FakeProbe(fake.clone());
+            drive(&rt, &args, cfg, fake.talos(), fake.kube(), probe, None)
         }
         Target::Creds { dir, cluster } => {
             // the adapters are built (credentials read) before the store is touched
             let (talos, kube) = rt
                 .block_on(crate::ops::cluster_ports::paced(&dir, &cluster, tick))
                 .map_err(miette::Report::from_err)?;
-            drive(&rt, &args, cfg, talos, kube, Some(&cluster))
+            drive(
+                &rt,
+                &args,
+                cfg,
+                talos,
+                kube,
+                crate::rollout::ports::NoProbe,
+                Some(&cluster),
+            )
         }
     }
 }
 
-fn drive<T: TalosPort + 'static, K: KubePort + 'static>(
+fn drive<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe + 'static>(
     rt: &tokio::runtime::Runtime,
     args: &RolloutRunArgs,
     cfg: ExecutorConfig,
     talos: T,
     kube: K,
+    probe: H,
     cluster: Option<&str>,
 ) -> miette::Result<u8> {
     let store = FjallStore::open(&args.store).into_diagnostic()?;
-    let exec = Arc::new(Executor::new(
-        Arc::new(store),
-        talos,
-        kube,
-        SystemClock,
-        cfg,
-    ));
+    let exec =
+        Arc::new(Executor::new(Arc::new(store), talos, kube, SystemClock, cfg).with_probe(probe));
     let results: Vec<(JobId, Result<RunOutcome, RolloutError>)> = rt
         .block_on(async {
             match cluster {

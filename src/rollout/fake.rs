@@ -27,8 +27,68 @@ use super::ports::{
     ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError,
     SnapshotInfo, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
+use super::ports::{GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe};
 use super::sequencer::{image_version, split_image};
+use crate::plan::health::Gate;
 use crate::version::{KubeVersion, TalosVersion};
+
+/// A health probe over the fake cluster: each gate is evaluated by its [`FakeGate`] rule in
+/// [`FakeState::gates`] (persisted, so the crash harness's children agree).
+#[derive(Debug, Clone)]
+pub struct FakeProbe(pub FakeCluster);
+
+impl HealthProbe for FakeProbe {
+    async fn evaluate(&self, gate: &Gate, _ctx: &GateContext) -> GateEvaluation {
+        self.0.edit(|s| {
+            let rule = s.gates.get(&gate.name).cloned().unwrap_or_default();
+            let mut samples = Vec::new();
+            let mut why = None;
+            if rule.fail {
+                why = Some("the gate is set to fail".to_string());
+            }
+            if let Some((nodes, v)) = &rule.fail_while {
+                for n in nodes {
+                    if s.nodes
+                        .get(n)
+                        .is_some_and(|x| &x.version == v && !x.rebooting)
+                    {
+                        samples.push(GateSample {
+                            labels: [("node".to_string(), n.clone())].into(),
+                            value: "0".into(),
+                        });
+                        why.get_or_insert_with(|| format!("`{n}` runs {v}"));
+                    }
+                }
+            }
+            if why.is_none() && rule.fail_next > 0 {
+                if let Some(r) = s.gates.get_mut(&gate.name) {
+                    r.fail_next -= 1;
+                }
+                why = Some("flapping".into());
+            }
+            let verdict = if why.is_some() {
+                GateVerdict::Fail
+            } else {
+                GateVerdict::Pass
+            };
+            s.gate_log.push(format!(
+                "{} {}",
+                gate.name,
+                if verdict == GateVerdict::Pass {
+                    "pass"
+                } else {
+                    "fail"
+                }
+            ));
+            GateEvaluation {
+                gate: gate.name.clone(),
+                verdict,
+                samples,
+                detail: why.unwrap_or_else(|| "ok".into()),
+            }
+        })
+    }
+}
 
 /// A fault, as data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +129,8 @@ pub struct NodeCounters {
     pub upgrade: u32,
     pub reboot: u32,
     pub set_image: u32,
+    #[serde(default)]
+    pub rollback: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +167,13 @@ pub struct FakeNode {
     /// The `talos.dev/config-version` each mirror pod shows (absent = 1).
     #[serde(default)]
     pub pod_config_versions: BTreeMap<Component, u64>,
+    /// The other boot slot: the version the node ran before its last upgrade (A/B).
+    #[serde(default)]
+    pub previous: Option<TalosVersion>,
+    /// `Rollback` flipped the default slot: the next boot runs `previous` (a second call flips
+    /// it back, as Talos' bootloader does).
+    #[serde(default)]
+    pub rollback_pending: bool,
     pub counters: NodeCounters,
 }
 
@@ -131,6 +200,27 @@ pub struct FakeState {
     pub apiserver_away: u32,
     /// Every accepted mutating call, in order (`op node`).
     pub log: Vec<String>,
+    /// How [`FakeProbe`] evaluates each gate, by gate name (absent: it passes).
+    #[serde(default)]
+    pub gates: BTreeMap<String, FakeGate>,
+    /// Gate evaluations [`FakeProbe`] made, in order (`gate verdict`).
+    #[serde(default)]
+    pub gate_log: Vec<String>,
+}
+
+/// How [`FakeProbe`] evaluates a gate, from the fake cluster's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FakeGate {
+    /// Fails always (e.g. a critical alert firing).
+    #[serde(default)]
+    pub fail: bool,
+    /// Fails while any of these nodes runs `version` (a workload that breaks on it).
+    #[serde(default)]
+    pub fail_while: Option<(Vec<String>, TalosVersion)>,
+    /// Evaluations left that fail before the gate passes (a flapping signal).
+    #[serde(default)]
+    pub fail_next: u32,
 }
 
 /// A node to create.
@@ -240,6 +330,8 @@ impl FakeCluster {
                         booting: 0,
                         config_versions: BTreeMap::new(),
                         pod_config_versions: BTreeMap::new(),
+                        previous: None,
+                        rollback_pending: false,
                         counters: NodeCounters::default(),
                     },
                 )
@@ -255,6 +347,8 @@ impl FakeCluster {
                 manifest_applies: 0,
                 apiserver_away: 0,
                 log: Vec::new(),
+                gates: BTreeMap::new(),
+                gate_log: Vec::new(),
             })),
             file: None,
             observing: Arc::default(),
@@ -423,6 +517,10 @@ impl FakeCluster {
                 ready: !booting && n.stage == MachineStage::Running,
                 next_boot: if !n.reports_next_boot {
                     NextBoot::Unknown
+                } else if n.rollback_pending {
+                    n.previous
+                        .clone()
+                        .map_or(NextBoot::Unknown, NextBoot::Version)
                 } else {
                     match &n.staged {
                         Some(v) => NextBoot::Version(v.clone()),
@@ -513,6 +611,28 @@ impl FakeCluster {
             }
             n.counters.reboot += 1;
             s.log.push(format!("reboot {}", t.node));
+            go_down(s, &t.node);
+            Ok(())
+        })
+    }
+
+    /// `MachineService.Rollback`: flip the default slot, then reboot (no cordon, no drain).
+    pub fn talos_rollback(&self, t: &NodeTarget) -> Result<(), PortError> {
+        self.talos_call("rollback", &t.node, |s| {
+            let n = s.nodes.get_mut(&t.node).expect("checked");
+            if n.down() {
+                return Err(unavailable("rollback", &t.node, "connection refused"));
+            }
+            if n.previous.is_none() {
+                return Err(failed(
+                    "rollback",
+                    &t.node,
+                    "cannot rollback to \"\", label does not exist",
+                ));
+            }
+            n.counters.rollback += 1;
+            n.rollback_pending = !n.rollback_pending;
+            s.log.push(format!("rollback {}", t.node));
             go_down(s, &t.node);
             Ok(())
         })
@@ -774,10 +894,15 @@ fn go_down(s: &mut FakeState, name: &str) {
 fn boot(n: &mut FakeNode, name: &str, revert: bool) {
     n.boots += 1;
     n.boot_id = format!("{name}-boot-{}", n.boots);
-    if let Some(v) = n.staged.take()
+    if n.rollback_pending {
+        n.rollback_pending = false;
+        if let Some(prev) = n.previous.take() {
+            n.previous = Some(std::mem::replace(&mut n.version, prev));
+        }
+    } else if let Some(v) = n.staged.take()
         && !revert
     {
-        n.version = v;
+        n.previous = Some(std::mem::replace(&mut n.version, v));
     }
     n.stage = MachineStage::Running;
     n.rebooting = false;
@@ -866,6 +991,9 @@ impl TalosPort for FakeTalos {
     }
     async fn reboot(&self, node: &NodeTarget) -> Result<(), PortError> {
         self.0.talos_reboot(node)
+    }
+    async fn rollback(&self, node: &NodeTarget) -> Result<(), PortError> {
+        self.0.talos_rollback(node)
     }
     async fn component_images(&self, node: &NodeTarget) -> Result<ComponentImages, PortError> {
         self.0.talos_images(node)

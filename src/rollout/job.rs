@@ -149,6 +149,8 @@ pub fn create_jobs_txn(
             snapshot_attempts: 0,
             in_flight: None,
             journal_seq: 0,
+            health: cp.health.clone(),
+            gates: Default::default(),
         };
         let entry = JournalEntry {
             job: job.id.clone(),

@@ -25,10 +25,11 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::ports::GateEvaluation;
 use super::ports::SnapshotInfo;
 use super::sequencer::{
-    Action, CommandKey, CommandOutcome, Intent, Job, JobId, JobState, KubeTask, KubeTasks,
-    NodeProgress, StepKind, StepState, ts, ts_opt,
+    Action, CommandKey, CommandOutcome, GatePoint, GateProgress, Intent, Job, JobId, JobState,
+    KubeTask, KubeTasks, NodeProgress, StepKind, StepState, ts, ts_opt,
 };
 use crate::plan::PlanId;
 use crate::store::{Check, Record, StoreError, Table, Txn};
@@ -114,6 +115,11 @@ pub enum Entry {
     Progress,
     /// The job stopped on an operator's request.
     HaltRequested { by: String },
+    /// Health gates were evaluated at `point` (the evidence, as the probe returned it).
+    Gates {
+        point: GatePoint,
+        evaluations: Vec<GateEvaluation>,
+    },
 }
 
 impl Entry {
@@ -124,6 +130,7 @@ impl Entry {
             Entry::Result { .. } => "result",
             Entry::Progress => "progress",
             Entry::HaltRequested { .. } => "halt-requested",
+            Entry::Gates { .. } => "gates",
         }
     }
 }
@@ -185,6 +192,9 @@ pub struct JobDelta {
     pub in_flight: Option<Intent>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepDelta>,
+    /// The job's health-gate progress, when it changed (whole: it is bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates: Option<GateProgress>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,6 +242,7 @@ impl JobDelta {
             || prev.created_at != next.created_at
             || prev.windows != next.windows
             || prev.control_plane != next.control_plane
+            || prev.health != next.health
             || prev.steps.len() != next.steps.len()
         {
             return None;
@@ -300,6 +311,7 @@ impl JobDelta {
             snapshot_attempts: next.snapshot_attempts,
             in_flight: next.in_flight.clone(),
             steps,
+            gates: (prev.gates != next.gates).then(|| next.gates.clone()),
         })
     }
 
@@ -357,6 +369,9 @@ impl JobDelta {
         job.snapshot = self.snapshot.clone();
         job.snapshot_attempts = self.snapshot_attempts;
         job.in_flight = self.in_flight.clone();
+        if let Some(g) = &self.gates {
+            job.gates = g.clone();
+        }
         Ok(())
     }
 }
@@ -408,7 +423,7 @@ pub fn replay(
 pub fn needs_own_fsync(entry: &Entry, job: &Job) -> bool {
     match entry {
         Entry::Intent { .. } | Entry::HaltRequested { .. } | Entry::Created { .. } => true,
-        Entry::Result { .. } | Entry::Progress => job.state.is_terminal(),
+        Entry::Result { .. } | Entry::Progress | Entry::Gates { .. } => job.state.is_terminal(),
     }
 }
 

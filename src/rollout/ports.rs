@@ -369,6 +369,12 @@ pub trait TalosPort: Send + Sync {
     /// `MachineService.Reboot` (mode DEFAULT); returns once accepted.
     fn reboot(&self, node: &NodeTarget) -> impl Future<Output = Result<(), PortError>> + Send;
 
+    /// `MachineService.Rollback`: Talos makes the previous installation the default boot
+    /// entry and reboots gracefully (it neither cordons nor drains). Returns once accepted.
+    /// Not idempotent: a second call flips the A/B slot back, so the executor journals it
+    /// first and never makes it twice. No previous installation: [`PortError::Failed`].
+    fn rollback(&self, node: &NodeTarget) -> impl Future<Output = Result<(), PortError>> + Send;
+
     /// Component images named by the node's machine configuration.
     fn component_images(
         &self,
@@ -458,6 +464,9 @@ pub struct GateContext {
     /// Nodes medea is taking down or bringing back at this moment: alerts about them are
     /// expected and ignored by `alerts` gates.
     pub rebooting: Vec<String>,
+    /// Where the gate's policy says to evaluate it (the pool's or the cluster's sources).
+    #[serde(default)]
+    pub sources: crate::plan::health::HealthSources,
 }
 
 /// A gate's verdict.
@@ -501,6 +510,26 @@ pub trait HealthProbe: Send + Sync {
         gate: &crate::plan::health::Gate,
         ctx: &GateContext,
     ) -> impl Future<Output = GateEvaluation> + Send;
+}
+
+/// The probe of an executor given none: every gate fails ("no health source is configured
+/// in this medea"), so a plan with gates can never pass them unchecked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProbe;
+
+impl HealthProbe for NoProbe {
+    async fn evaluate(
+        &self,
+        gate: &crate::plan::health::Gate,
+        _ctx: &GateContext,
+    ) -> GateEvaluation {
+        GateEvaluation {
+            gate: gate.name.clone(),
+            verdict: GateVerdict::Fail,
+            samples: Vec::new(),
+            detail: "this medea has no health probe to evaluate the gate with".into(),
+        }
+    }
 }
 
 #[cfg(test)]

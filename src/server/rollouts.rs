@@ -66,7 +66,19 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
                         node: n.target.node.clone(),
                         pool: t.rollout.pool.clone(),
                         step: format!("{}", i + 1),
-                        state: phase_name(n.phase),
+                        state: match n.rollback {
+                            None => phase_name(n.phase),
+                            Some(crate::rollout::sequencer::RollbackPhase::Done) => {
+                                "rolled-back".into()
+                            }
+                            Some(p) => format!(
+                                "rolling-back:{}",
+                                serde_json::to_value(p)
+                                    .ok()
+                                    .and_then(|v| v.as_str().map(str::to_string))
+                                    .unwrap_or_default()
+                            ),
+                        },
                     });
                 }
             }
@@ -98,7 +110,41 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         .iter()
         .filter(|n| n.state == "done" || n.state == "skipped")
         .count();
+    let (gate_point, soak_ends_at) = match &job.gates.current {
+        Some(run) if !job.state.is_terminal() => (
+            run.point.to_string(),
+            run.soak_ends().map(|t| t.to_string()).unwrap_or_default(),
+        ),
+        _ => (String::new(), String::new()),
+    };
+    let gates = job
+        .gates
+        .evidence
+        .iter()
+        .map(|r| pb::GateResult {
+            gate: r.evaluation.gate.clone(),
+            point: r.point.to_string(),
+            verdict: match r.evaluation.verdict {
+                crate::rollout::ports::GateVerdict::Pass => "pass".into(),
+                crate::rollout::ports::GateVerdict::Fail => "fail".into(),
+            },
+            detail: r.evaluation.detail.clone(),
+            at: r.at.to_string(),
+            samples: r
+                .evaluation
+                .samples
+                .iter()
+                .map(|s| pb::GateSample {
+                    labels: s.labels.clone().into_iter().collect(),
+                    value: s.value.clone(),
+                })
+                .collect(),
+        })
+        .collect();
     pb::Rollout {
+        gate_point,
+        soak_ends_at,
+        gates,
         job_id: job.id.to_string(),
         plan_id: job.plan.to_hex(),
         cluster: job.cluster.clone(),
@@ -120,6 +166,18 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         EventState::Unknown { error } => ("unknown".into(), error.clone()),
         EventState::Progress { note } => ("progress".into(), note.clone()),
         EventState::Waiting { reason } => ("waiting".into(), reason.clone()),
+        EventState::GateEvaluated { point, evaluation } => (
+            "gate".into(),
+            format!(
+                "health gate `{}` {point}: {} ({})",
+                evaluation.gate,
+                match evaluation.verdict {
+                    crate::rollout::ports::GateVerdict::Pass => "pass",
+                    crate::rollout::ports::GateVerdict::Fail => "fail",
+                },
+                evaluation.detail
+            ),
+        ),
         EventState::Paused { gate } => ("paused".into(), format!("{gate:?}")),
         EventState::Halted { reason } => ("halted".into(), reason.to_string()),
         EventState::Succeeded => ("succeeded".into(), String::new()),
@@ -274,6 +332,21 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
     tokio::spawn(async move {
         let mut started: BTreeMap<(String, String), std::time::Instant> = BTreeMap::new();
         while let Some(e) = next_event(&mut rx).await {
+            if let EventState::GateEvaluated { point, evaluation } = &e.state {
+                let pass = evaluation.verdict == crate::rollout::ports::GateVerdict::Pass;
+                crate::metrics::gate_evaluation(&e.cluster, &evaluation.gate, pass);
+                if !pass {
+                    shared.notifier.send(note(
+                        crate::webhook::EventKind::GateFailed,
+                        &e,
+                        format!(
+                            "medea: health gate `{}` failed {point} ({}, job {})",
+                            evaluation.gate, e.cluster, e.job
+                        ),
+                        Some(evaluation.detail.clone()),
+                    ));
+                }
+            }
             let op = e.op.map(|o| o.name()).unwrap_or("-");
             tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = ?e.state, "rollout step");
             if let (Some(node), Some(o)) = (&e.node, e.op) {

@@ -81,6 +81,11 @@ pub trait TalosApi: Send + Sync {
         node: &NodeTarget,
     ) -> impl Future<Output = Result<RebootAck, TalosError>> + Send;
 
+    /// `MachineService.Rollback`: the previous installation becomes the default boot entry and
+    /// the node reboots (gracefully, without cordon or drain). Not idempotent (a second call
+    /// flips the A/B slot back); never retried once it may have reached the node.
+    fn rollback(&self, node: &NodeTarget) -> impl Future<Output = Result<(), TalosError>> + Send;
+
     /// `MachineService.Read` of `/proc/sys/kernel/random/boot_id`.
     fn boot_id(&self, node: &NodeTarget)
     -> impl Future<Output = Result<BootId, TalosError>> + Send;

@@ -227,6 +227,7 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
             node("cp-2", "pending"),
             node("w-1", "pending"),
         ],
+        ..Default::default()
     };
     let ev = |sec: u32, node: &str, op: &str, state: &str, message: &str, image: &str| {
         pb::RolloutEvent {

@@ -32,6 +32,7 @@ mod ops;
 mod output_snapshots;
 mod plan;
 mod rollout;
+mod rollout_health;
 mod rollout_sim;
 mod seed;
 mod server;

@@ -1831,6 +1831,7 @@ mod machine_props {
             CommandOp::Uncordon => "uncordon",
             CommandOp::SetImage => "apply-configuration",
             CommandOp::ApplyManifests => "server-side-apply",
+            CommandOp::Rollback => "rollback",
         }
     }
 
@@ -1869,6 +1870,9 @@ mod machine_props {
                 .talos_upgrade(node, image, *method)
                 .map(|()| CommandOutcome::Done),
             Action::Reboot { node, .. } => fake.talos_reboot(node).map(|()| CommandOutcome::Done),
+            Action::Rollback { node, .. } => {
+                fake.talos_rollback(node).map(|()| CommandOutcome::Done)
+            }
             Action::SetImage {
                 node,
                 component,

@@ -126,7 +126,7 @@ impl Sim {
         }
     }
 
-    fn observed(&self) -> ObservedCluster {
+    pub(crate) fn observed(&self) -> ObservedCluster {
         let machines = self
             .names
             .iter()
@@ -162,7 +162,13 @@ impl Sim {
     }
 
     /// A Talos pool step to [`TO`] over `waves` of node names.
-    fn step(&self, pool: &str, waves: &[&[&str]], max: u32, timeouts: (u64, u64)) -> Step {
+    pub(crate) fn step(
+        &self,
+        pool: &str,
+        waves: &[&[&str]],
+        max: u32,
+        timeouts: (u64, u64),
+    ) -> Step {
         let role = match self.talos.node_state(waves[0][0]).unwrap().role {
             medea::sim::talos::Role::Controlplane => MachineRole::Controlplane,
             medea::sim::talos::Role::Worker => MachineRole::Worker,

@@ -83,7 +83,8 @@ pub struct CrashPoints {
 impl CrashPoints {
     /// `MEDEA_CRASH_AT=N` (or `MEDEA_CRASH_AFTER=N`): abort right after commit N;
     /// `MEDEA_CRASH_BEFORE=N`: abort right before commit N (after the call it records). Instead
-    /// of N, an entry name: `intent:<op>:<node>`, `result:<op>:<node>` (`<op>` as in
+    /// of N, an entry name: `intent:<op>:<node>`, `result:<op>:<node>`, `gates:<point>` (a gate
+    /// evaluation, `<point>` as in `GatePoint::name`, e.g. `gates:after-wave:1:1`) (`<op>` as in
     /// `CommandOp::name`, e.g. `upgrade`, `reboot`, `drain`). `MEDEA_STOP_AT=<entry>`: SIGSTOP itself
     /// right after that entry's commit.
     pub fn from_env() -> CrashPoints {
@@ -117,6 +118,7 @@ pub fn entry_point(entry: &Entry) -> String {
             key.op.name(),
             key.node.as_deref().unwrap_or("-")
         ),
+        Entry::Gates { point, .. } => format!("{}:{}", entry.name(), point.name()),
         other => other.name().to_string(),
     }
 }

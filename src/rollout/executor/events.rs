@@ -74,6 +74,11 @@ pub enum EventState {
     Waiting {
         reason: String,
     },
+    /// A health gate was evaluated (issue #23).
+    GateEvaluated {
+        point: crate::rollout::sequencer::GatePoint,
+        evaluation: crate::rollout::ports::GateEvaluation,
+    },
     Paused {
         gate: Gate,
     },

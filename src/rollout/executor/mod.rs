@@ -18,10 +18,12 @@ use tokio::sync::broadcast;
 
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
-use super::ports::{KubePort, PortError, SnapshotInfo, TalosPort};
+use super::ports::{
+    GateEvaluation, HealthProbe, KubePort, NoProbe, PortError, SnapshotInfo, TalosPort,
+};
 use super::sequencer::{
-    self, Action, Command, CommandOp, CommandOutcome, HaltCode, HaltReason, Job, JobId, JobState,
-    Needs, Next, ObsError, Observations, PollWhy, Transition,
+    self, Action, Command, CommandOp, CommandOutcome, GatePoint, HaltCode, HaltReason, Job, JobId,
+    JobState, Needs, Next, ObsError, Observations, PollWhy, Transition,
 };
 use crate::error_chain;
 use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
@@ -32,11 +34,13 @@ mod events;
 pub use config::*;
 pub use events::*;
 
-pub struct Executor<T, K, C = SystemClock> {
+pub struct Executor<T, K, C = SystemClock, H = NoProbe> {
     store: Arc<dyn Store>,
     talos: T,
     kube: K,
     clock: C,
+    /// Evaluates the health gates (issue #23); [`NoProbe`] fails every gate.
+    probe: H,
     cfg: ExecutorConfig,
     fence: Arc<dyn CommitFence>,
     events: broadcast::Sender<RolloutEvent>,
@@ -68,26 +72,51 @@ fn store_err(job: &JobId) -> impl FnOnce(StoreError) -> RolloutError + '_ {
     }
 }
 
-impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
+impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C, NoProbe> {
+    /// An executor without a health probe: a job with health gates fails them (see
+    /// [`Executor::with_probe`]).
     pub fn new(
         store: Arc<dyn Store>,
         talos: T,
         kube: K,
         clock: C,
         cfg: ExecutorConfig,
-    ) -> Executor<T, K, C> {
+    ) -> Executor<T, K, C, NoProbe> {
         let (events, _) = broadcast::channel(1024);
         Executor {
             store,
             talos,
             kube,
             clock,
+            probe: NoProbe,
             cfg,
             fence: Arc::new(NoFence),
             events,
             commits: AtomicU64::new(0),
             gates: Default::default(),
         }
+    }
+}
+
+impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
+    /// The same executor evaluating health gates with `probe`.
+    pub fn with_probe<P: HealthProbe>(self, probe: P) -> Executor<T, K, C, P> {
+        Executor {
+            store: self.store,
+            talos: self.talos,
+            kube: self.kube,
+            clock: self.clock,
+            probe,
+            cfg: self.cfg,
+            fence: self.fence,
+            events: self.events,
+            commits: self.commits,
+            gates: self.gates,
+        }
+    }
+
+    pub fn probe(&self) -> &H {
+        &self.probe
     }
 
     pub fn with_fence(mut self, fence: Arc<dyn CommitFence>) -> Self {
@@ -133,6 +162,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         T: 'static,
         K: 'static,
         C: 'static,
+        H: 'static,
     {
         let mut set = tokio::task::JoinSet::new();
         for job in self.running_jobs()? {
@@ -198,7 +228,42 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                 continue;
             }
             let now = self.clock.now();
-            let t = self.decide(&job, now).await;
+            let (mut t, evaluated) = self.decide(&job, now).await;
+            if !evaluated.is_empty() {
+                // the evidence first, in its own entry (a crash point of its own)
+                for (point, evals) in &evaluated {
+                    for e in evals {
+                        self.emit(
+                            &job,
+                            None,
+                            EventState::GateEvaluated {
+                                point: point.clone(),
+                                evaluation: e.clone(),
+                            },
+                        );
+                    }
+                }
+                if t.changed(&job) {
+                    let (point, evaluations) = evaluated
+                        .into_iter()
+                        .reduce(|mut a, b| {
+                            a.0 = b.0;
+                            a.1.extend(b.1);
+                            a
+                        })
+                        .unwrap_or((GatePoint::BeforeJob, Vec::new()));
+                    let notes = std::mem::take(&mut t.notes);
+                    job = self.persist(
+                        &job,
+                        &t.job,
+                        Entry::Gates { point, evaluations },
+                        notes.clone(),
+                    )?;
+                    self.emit_notes(&job, &notes);
+                    self.emit_terminal(&job);
+                    t.job.journal_seq = job.journal_seq;
+                }
+            }
             match t.next.clone() {
                 Next::Finished => {
                     let changed = t.changed(&job);
@@ -366,8 +431,13 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
         Ok(next)
     }
 
-    /// Observe what the machine asks for, round after round, until it has all it wants.
-    async fn decide(&self, job: &Job, now: Timestamp) -> Transition {
+    /// Observe what the machine asks for, round after round, until it has all it wants. Also
+    /// returns the health-gate evaluations made for it, by point.
+    async fn decide(
+        &self,
+        job: &Job,
+        now: Timestamp,
+    ) -> (Transition, Vec<(GatePoint, Vec<GateEvaluation>)>) {
         let mut obs = Observations::default();
         let mut t = sequencer::step(job, &obs, now);
         for _ in 0..16 {
@@ -378,7 +448,7 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             obs.merge(more);
             t = sequencer::step(job, &obs, now);
         }
-        t
+        (t, obs.gates.into_iter().collect())
     }
 
     async fn observe(&self, job: &Job, needs: &Needs) -> Observations {
@@ -428,6 +498,13 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
                     .await
                     .map_err(obs_err),
             );
+        }
+        if let Some(ask) = &needs.gates {
+            let evals = futures::future::join_all(
+                ask.gates.iter().map(|g| self.probe.evaluate(g, &ask.ctx)),
+            )
+            .await;
+            obs.gates.insert(ask.point.clone(), evals);
         }
         if needs.snapshot {
             obs.snapshot = Some(
@@ -486,6 +563,11 @@ impl<T: TalosPort, K: KubePort, C: Clock> Executor<T, K, C> {
             Action::Reboot { node, .. } => {
                 self.talos.reboot(node).await.map(|()| CommandOutcome::Done)
             }
+            Action::Rollback { node, .. } => self
+                .talos
+                .rollback(node)
+                .await
+                .map(|()| CommandOutcome::Done),
             Action::Uncordon { node } => self
                 .kube
                 .uncordon(node)

@@ -16,6 +16,8 @@ pub enum CommandOp {
     Uncordon,
     SetImage,
     ApplyManifests,
+    /// `MachineService.Rollback` after a failed health gate (never made twice).
+    Rollback,
 }
 
 impl CommandOp {
@@ -30,6 +32,7 @@ impl CommandOp {
             CommandOp::Uncordon => "uncordon",
             CommandOp::SetImage => "set-image",
             CommandOp::ApplyManifests => "apply-manifests",
+            CommandOp::Rollback => "rollback",
         }
     }
 }
@@ -114,6 +117,16 @@ pub enum Action {
         #[serde(default)]
         legacy: bool,
     },
+    /// Roll the node back to its previous installation (`MachineService.Rollback`): it boots
+    /// `to` again. Journaled before the call; after a crash it is resolved by observing the
+    /// node, never made again (a second call would flip the A/B slot back).
+    Rollback {
+        node: NodeTarget,
+        /// The version the node must come back on (what it ran before the job).
+        to: crate::version::TalosVersion,
+        /// Boot id observed right before the call.
+        boot_id_before: String,
+    },
 }
 
 impl Action {
@@ -128,6 +141,7 @@ impl Action {
             Action::Uncordon { .. } => CommandOp::Uncordon,
             Action::SetImage { .. } => CommandOp::SetImage,
             Action::ApplyManifests { .. } => CommandOp::ApplyManifests,
+            Action::Rollback { .. } => CommandOp::Rollback,
         }
     }
 }

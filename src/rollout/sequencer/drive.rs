@@ -125,37 +125,111 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
     }
     loop {
         let Some(si) = current_step(j) else {
+            // the soak after the whole job
+            if let Some(p) = job_policy(j)
+                && !j.gates.passed(&GatePoint::AfterJob)
+            {
+                let flow = match gate_point(j, GatePoint::AfterJob, &p, p.soak, eyes, now, notes) {
+                    GateFlow::Passed => Flow::Done,
+                    GateFlow::Flow(f) => f,
+                    GateFlow::Failed(f, _) => gate_halt(f),
+                };
+                if let Some(next) = conclude(j, None, flow, now, notes) {
+                    return next;
+                }
+            }
             j.state = JobState::Succeeded { at: now };
             notes.push("job succeeded".into());
             return Next::Finished;
         };
+        // before the job touches anything: the cluster's gates
+        if si == 0
+            && j.steps[0].state == StepState::Pending
+            && let Some(p) = job_policy(j)
+            && !j.gates.passed(&GatePoint::BeforeJob)
+        {
+            let flow = match gate_point(
+                j,
+                GatePoint::BeforeJob,
+                &p,
+                Duration::ZERO,
+                eyes,
+                now,
+                notes,
+            ) {
+                GateFlow::Passed => Flow::Done,
+                GateFlow::Flow(f) => f,
+                GateFlow::Failed(f, _) => gate_halt(f),
+            };
+            if let Some(next) = conclude(j, None, flow, now, notes) {
+                return next;
+            }
+        }
         if j.steps[si].state == StepState::Pending {
             j.steps[si].state = StepState::Running;
             notes.push(format!("step {si} started"));
         }
-        let flow = match j.steps[si].kind.clone() {
+        let mut flow = match j.steps[si].kind.clone() {
             StepKind::Talos(_) => talos_step(j, si, eyes, now, notes),
             StepKind::Kubernetes(_) => kube_step(j, si, eyes, now, notes),
         };
+        // the soak after a Kubernetes step (a Talos step soaks after each of its waves)
+        if matches!(flow, Flow::Done)
+            && matches!(j.steps[si].kind, StepKind::Kubernetes(_))
+            && let Some(p) = step_policy(j, si)
+            && !j.gates.passed(&GatePoint::AfterStep { step: si })
+        {
+            flow = match gate_point(
+                j,
+                GatePoint::AfterStep { step: si },
+                &p,
+                p.soak,
+                eyes,
+                now,
+                notes,
+            ) {
+                GateFlow::Passed => Flow::Done,
+                GateFlow::Flow(f) => f,
+                GateFlow::Failed(f, _) => gate_halt(f),
+            };
+        }
         match flow {
             Flow::Done => {
                 j.steps[si].state = StepState::Done;
                 notes.push(format!("step {si} done"));
             }
-            Flow::Run(cmd) => return Next::Run(*cmd),
-            Flow::Poll(why, reason) => return Next::Poll { why, reason },
-            Flow::Wait(at, reason) => return Next::WaitUntil { at, reason },
-            Flow::Halt { reason, node, op } => {
-                notes.push(format!("halted: {reason}"));
-                j.state = JobState::Halted {
-                    reason,
-                    step: Some(si),
-                    node,
-                    op,
-                    at: now,
-                };
-                return Next::Finished;
+            other => {
+                if let Some(next) = conclude(j, Some(si), other, now, notes) {
+                    return next;
+                }
             }
+        }
+    }
+}
+
+/// The [`Next`] of a flow that is not [`Flow::Done`] (a halt is applied to the job here).
+fn conclude(
+    j: &mut Job,
+    si: Option<usize>,
+    flow: Flow,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Option<Next> {
+    match flow {
+        Flow::Done => None,
+        Flow::Run(cmd) => Some(Next::Run(*cmd)),
+        Flow::Poll(why, reason) => Some(Next::Poll { why, reason }),
+        Flow::Wait(at, reason) => Some(Next::WaitUntil { at, reason }),
+        Flow::Halt { reason, node, op } => {
+            notes.push(format!("halted: {reason}"));
+            j.state = JobState::Halted {
+                reason,
+                step: si,
+                node,
+                op,
+                at: now,
+            };
+            Some(Next::Finished)
         }
     }
 }

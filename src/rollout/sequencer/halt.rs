@@ -12,6 +12,14 @@ pub struct HaltReason {
     code: HaltCode,
     #[serde(rename = "reason")]
     message: String,
+    /// The failed health gate, for the halts of [`HaltCode::GateFailed`] and
+    /// [`HaltCode::RolledBack`]: the gate, where, and its last samples.
+    #[serde(
+        default,
+        rename = "gateFailure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    gate: Option<Box<GateFailure>>,
 }
 
 impl HaltReason {
@@ -19,7 +27,35 @@ impl HaltReason {
         HaltReason {
             code,
             message: message.into(),
+            gate: None,
         }
+    }
+
+    /// A halt for a failed health gate; the text names the gate and its last samples.
+    pub fn gate(code: HaltCode, failure: GateFailure) -> HaltReason {
+        HaltReason {
+            code,
+            message: failure.to_string(),
+            gate: Some(Box::new(failure)),
+        }
+    }
+
+    /// A halt caused by a gate failure, with its own text (a rollback that failed).
+    pub fn gate_message(
+        code: HaltCode,
+        message: impl Into<String>,
+        failure: GateFailure,
+    ) -> HaltReason {
+        HaltReason {
+            code,
+            message: message.into(),
+            gate: Some(Box::new(failure)),
+        }
+    }
+
+    /// The failed gate of a gate halt.
+    pub fn gate_failure(&self) -> Option<&GateFailure> {
+        self.gate.as_deref()
     }
 
     pub fn code(&self) -> HaltCode {
@@ -80,6 +116,14 @@ pub enum HaltCode {
     NoSnapshotNode,
     /// The job record contradicts itself (a bug; the job stops rather than guess).
     Inconsistent,
+    /// A health gate failed `failureLimit` consecutive evaluations (before the job, before a
+    /// wave, or during a soak); nothing further was touched.
+    GateFailed,
+    /// A health gate failed after a wave and the pool's `onFailure: rollback` rolled the
+    /// wave's nodes back to their previous version.
+    RolledBack,
+    /// Rolling a node back (after a failed gate) did not bring it back on its previous version.
+    RollbackFailed,
     /// Halted before halt codes were recorded.
     #[default]
     Unrecorded,
@@ -106,6 +150,9 @@ impl HaltCode {
             HaltCode::MaintenanceWindow => "maintenance_window",
             HaltCode::NoSnapshotNode => "no_snapshot_node",
             HaltCode::Inconsistent => "inconsistent",
+            HaltCode::GateFailed => "gate_failed",
+            HaltCode::RolledBack => "rolled_back",
+            HaltCode::RollbackFailed => "rollback_failed",
             HaltCode::Unrecorded => "unrecorded",
         }
     }

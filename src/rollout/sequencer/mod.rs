@@ -46,6 +46,7 @@ use crate::version::KubeVersion;
 
 pub mod command;
 mod drive;
+pub mod gates;
 mod halt;
 mod kube;
 mod kube_prechecks;
@@ -57,6 +58,7 @@ mod talos_node;
 
 pub use command::*;
 pub use drive::*;
+pub use gates::*;
 pub use halt::{HaltCode, HaltReason};
 pub use kube::*;
 use kube_prechecks::*;

@@ -77,6 +77,13 @@ pub struct Job {
     pub in_flight: Option<Intent>,
     /// Sequence number of the last journal entry of this job (maintained by the executor).
     pub journal_seq: u64,
+    /// The cluster's health policy from the plan (issue #23): gates before and after the job,
+    /// and for steps without a pool policy of their own. Immutable for the job's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::plan::health::HealthPolicy>,
+    /// Where the job is with its health gates, and the evidence they gave.
+    #[serde(default, skip_serializing_if = "GateProgress::is_empty")]
+    pub gates: GateProgress,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,6 +259,29 @@ pub struct NodeProgress {
     /// `rollout.upgradeAttempts`).
     #[serde(default)]
     pub upgrade_failures: u32,
+    /// The node was already cordoned when its step started: medea did not cordon it, so it
+    /// never uncordons it (it stays as the operator left it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub was_cordoned: bool,
+    /// Rolling the node back after a failed health gate (`onFailure: rollback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackPhase>,
+}
+
+/// Where a node is in its rollback (after its wave failed a health gate): cordon, drain,
+/// `MachineService.Rollback` (journaled before the call, never made twice), back on the
+/// previous version, uncordon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RollbackPhase {
+    Pending,
+    Cordoned,
+    Drained,
+    /// The Rollback call was accepted; the node reboots into its previous version.
+    Rebooting,
+    /// Back on the previous version, healthy and Ready; uncordon is next.
+    Back,
+    Done,
 }
 
 impl NodeProgress {
@@ -269,6 +299,8 @@ impl NodeProgress {
             blocked: None,
             last_error: None,
             upgrade_failures: 0,
+            was_cordoned: false,
+            rollback: None,
         }
     }
     pub fn node_target(&self) -> NodeTarget {
@@ -282,6 +314,13 @@ impl NodeProgress {
         self.since = Some(now);
         self.attempt = 0;
         self.not_before = None;
+    }
+    pub(super) fn enter_rollback(&mut self, phase: RollbackPhase, now: Timestamp) {
+        self.rollback = Some(phase);
+        self.since = Some(now);
+        self.attempt = 0;
+        self.not_before = None;
+        self.blocked = None;
     }
 }
 

@@ -28,6 +28,9 @@ pub struct Observations {
     pub config_versions: BTreeMap<(String, Component), Obs<Option<String>>>,
     /// The job's snapshot file, if it exists.
     pub snapshot: Option<Obs<Option<SnapshotInfo>>>,
+    /// The evaluations of the gates [`Needs::gates`] asked for (made now). A probe never
+    /// fails: a source it cannot ask gives a failed evaluation.
+    pub gates: BTreeMap<GatePoint, Vec<crate::rollout::ports::GateEvaluation>>,
 }
 
 impl Observations {
@@ -45,6 +48,7 @@ impl Observations {
         if other.snapshot.is_some() {
             self.snapshot = other.snapshot;
         }
+        self.gates.extend(other.gates);
     }
 }
 
@@ -60,6 +64,8 @@ pub struct Needs {
     pub static_pods: BTreeSet<(String, Component)>,
     pub config_versions: BTreeSet<(NodeTarget, Component)>,
     pub snapshot: bool,
+    /// Evaluate these health gates.
+    pub gates: Option<GateAsk>,
 }
 
 impl Needs {
@@ -143,6 +149,16 @@ impl<'a> Eyes<'a> {
                 .borrow_mut()
                 .config_versions
                 .insert((t.clone(), c));
+        }
+        s
+    }
+    pub(super) fn gates(
+        &self,
+        ask: GateAsk,
+    ) -> Option<&'a Vec<crate::rollout::ports::GateEvaluation>> {
+        let s = self.obs.gates.get(&ask.point);
+        if s.is_none() {
+            self.missing.borrow_mut().gates = Some(ask);
         }
         s
     }

@@ -102,22 +102,32 @@ pub(super) fn apply(
                 bump_attempt(j, key);
                 return;
             }
-            let code = if key.op == CommandOp::Upgrade {
-                HaltCode::UpgradeRefused
-            } else {
-                HaltCode::CommandFailed
+            let code = match key.op {
+                CommandOp::Upgrade => HaltCode::UpgradeRefused,
+                CommandOp::Rollback => HaltCode::RollbackFailed,
+                _ => HaltCode::CommandFailed,
             };
-            let reason = HaltReason::new(
-                code,
-                if bound > 1 {
-                    format!(
-                        "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
-                        key.op
-                    )
-                } else {
-                    format!("{} on `{who}` failed: {error}", key.op)
-                },
-            );
+            let message = if bound > 1 {
+                format!(
+                    "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
+                    key.op
+                )
+            } else {
+                format!("{} on `{who}` failed: {error}", key.op)
+            };
+            let reason = match &j.gates.failure {
+                // a command of a rollback: the gate failure that started it stays on record
+                Some(f) => HaltReason::gate_message(
+                    if code == HaltCode::CommandFailed {
+                        HaltCode::RollbackFailed
+                    } else {
+                        code
+                    },
+                    format!("{message} (rolling back after {f})"),
+                    f.clone(),
+                ),
+                None => HaltReason::new(code, message),
+            };
             notes.push(format!("halted: {reason}"));
             *j = halt(j, reason, now);
             j.in_flight = None;
@@ -155,6 +165,26 @@ pub(super) fn apply(
                 return;
             };
             let n = Arc::make_mut(n);
+            if n.rollback.is_some() {
+                let blocked = matches!(
+                    outcome,
+                    CommandOutcome::Drain {
+                        result: DrainOutcome::Blocked { .. }
+                    }
+                );
+                let next = match key.op {
+                    CommandOp::Cordon => Some(RollbackPhase::Cordoned),
+                    CommandOp::Drain if !blocked => Some(RollbackPhase::Drained),
+                    CommandOp::Rollback => Some(RollbackPhase::Rebooting),
+                    CommandOp::Uncordon => Some(RollbackPhase::Done),
+                    _ => None,
+                };
+                if let Some(p) = next {
+                    n.enter_rollback(p, now);
+                    notes.push(format!("{who}: {} done (rollback)", key.op));
+                    return;
+                }
+            }
             match (key.op, outcome) {
                 (CommandOp::Pull, _) => n.enter(NodePhase::Pulled, now),
                 (CommandOp::Cordon, _) => n.enter(NodePhase::Cordoned, now),

@@ -135,6 +135,45 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 )),
             }
         }
+        // A second Rollback flips the A/B slot back: it is made again only when the node
+        // proves the first left no trace (its next boot is still the running version).
+        // Otherwise it is taken as made once the node rebooted (or is on its way), waited for
+        // while the flipped slot is staged, and the job halts at the timeout.
+        Action::Rollback {
+            node,
+            boot_id_before,
+            to,
+        } => match eyes.talos(node) {
+            Seen::Got(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => {
+                Resolution::Done {
+                    outcome: CommandOutcome::Done,
+                    rebooted: true,
+                }
+            }
+            Seen::Got(t) if t.next_boot == NextBoot::Same => Resolution::Reissue,
+            Seen::Got(t) if t.next_boot == NextBoot::Version(to.clone()) => Resolution::Pending(
+                PollWhy::Waiting,
+                format!(
+                    "`{}` has {to} staged by the journaled rollback and has not rebooted yet",
+                    node.node
+                ),
+            ),
+            Seen::Got(_) => Resolution::Pending(
+                PollWhy::Waiting,
+                format!(
+                    "cannot tell whether the journaled rollback of `{}` was made (its next boot is unknown); it is never requested twice",
+                    node.node
+                ),
+            ),
+            Seen::Missing => {
+                Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
+            }
+            Seen::Transient(m) => away(m),
+            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
+                HaltCode::ObservationFailed,
+                format!("cannot read node `{}`: {m}", node.node),
+            )),
+        },
         Action::Reboot {
             node,
             boot_id_before,

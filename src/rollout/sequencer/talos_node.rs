@@ -2,6 +2,7 @@
 //! drain, upgrade, reboot, back and uncordon.
 
 use super::*;
+use crate::plan::health::OnFailure;
 
 pub(super) fn talos_step(
     j: &mut Job,
@@ -10,57 +11,97 @@ pub(super) fn talos_step(
     now: Timestamp,
     notes: &mut Vec<String>,
 ) -> Flow {
-    let StepKind::Talos(ts) = &j.steps[si].kind else {
-        unreachable!("talos_step on a Talos step")
-    };
-    let Some(wave) = ts
-        .nodes
-        .iter()
-        .filter(|n| !n.phase.finished())
-        .map(|n| n.wave)
-        .min()
-    else {
-        return Flow::Done;
-    };
-    let members: Vec<usize> = (0..ts.nodes.len())
-        .filter(|&i| ts.nodes[i].wave == wave && !ts.nodes[i].phase.finished())
-        .collect();
-    let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
-    let mut polls: Vec<(PollWhy, String)> = Vec::new();
-    let mut waits: Vec<(Timestamp, String)> = Vec::new();
-    for i in members {
-        match talos_node(j, si, i, eyes, now, notes) {
-            Flow::Run(cmd) => {
-                let phase = talos_of(j, si).nodes[i].phase;
-                runs.push((phase, i, cmd));
+    // a failed gate with `onFailure: rollback`: roll the wave back, then halt
+    if let Some(failure) = j.gates.failure.clone() {
+        return rollback_wave(j, si, failure, eyes, now, notes);
+    }
+    let policy = step_policy(j, si);
+    loop {
+        let ts = talos_of(j, si);
+        let waves = ts.nodes.iter().map(|n| n.wave + 1).max().unwrap_or(0);
+        // the first wave that is not finished, or not soaked
+        let mut current = None;
+        for w in 0..waves {
+            let members = ts.nodes.iter().filter(|n| n.wave == w);
+            let finished = members.clone().all(|n| n.phase.finished());
+            let upgraded = members.clone().any(|n| n.phase == NodePhase::Done);
+            let soaked = policy.is_none()
+                || !upgraded
+                || j.gates.passed(&GatePoint::AfterWave { step: si, wave: w });
+            if !finished || !soaked {
+                current = Some((w, finished));
+                break;
             }
-            Flow::Poll(w, r) => polls.push((w, r)),
-            Flow::Wait(at, r) => waits.push((at, r)),
-            h @ Flow::Halt { .. } => return h,
-            Flow::Done => {}
         }
+        let Some((wave, finished)) = current else {
+            return Flow::Done;
+        };
+        if finished {
+            // every node of the wave is done: the soak
+            let Some(p) = policy.as_ref() else {
+                unreachable!("a wave is unsoaked only under a policy")
+            };
+            let point = GatePoint::AfterWave { step: si, wave };
+            match gate_point(j, point, p, p.soak, eyes, now, notes) {
+                GateFlow::Passed => continue,
+                GateFlow::Flow(f) => return f,
+                GateFlow::Failed(f, OnFailure::Halt) => return gate_halt(f),
+                GateFlow::Failed(f, OnFailure::Rollback) => {
+                    return start_rollback(j, si, wave, f, eyes, now, notes);
+                }
+            }
+        }
+        let ts = talos_of(j, si);
+        let members: Vec<usize> = (0..ts.nodes.len())
+            .filter(|&i| ts.nodes[i].wave == wave && !ts.nodes[i].phase.finished())
+            .collect();
+        // before the wave starts: the pool's gates
+        if let Some(p) = policy.as_ref()
+            && members
+                .iter()
+                .all(|&i| ts.nodes[i].phase == NodePhase::Pending)
+            && !j.gates.passed(&GatePoint::BeforeWave { step: si, wave })
+        {
+            let point = GatePoint::BeforeWave { step: si, wave };
+            match gate_point(j, point, p, Duration::ZERO, eyes, now, notes) {
+                GateFlow::Passed => {}
+                GateFlow::Flow(f) => return f,
+                GateFlow::Failed(f, _) => return gate_halt(f),
+            }
+        }
+        let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
+        let mut polls: Vec<(PollWhy, String)> = Vec::new();
+        let mut waits: Vec<(Timestamp, String)> = Vec::new();
+        for i in members {
+            match talos_node(j, si, i, eyes, now, notes) {
+                Flow::Run(cmd) => {
+                    let phase = talos_of(j, si).nodes[i].phase;
+                    runs.push((phase, i, cmd));
+                }
+                Flow::Poll(w, r) => polls.push((w, r)),
+                Flow::Wait(at, r) => waits.push((at, r)),
+                h @ Flow::Halt { .. } => return h,
+                Flow::Done => {}
+            }
+        }
+        // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
+        // away together rather than one after another.
+        if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
+            return Flow::Run(cmd);
+        }
+        if let Some((w, r)) = polls
+            .iter()
+            .find(|(w, _)| *w == PollWhy::Unreachable)
+            .or(polls.first())
+            .cloned()
+        {
+            return Flow::Poll(w, r);
+        }
+        if let Some((at, r)) = waits.into_iter().min_by_key(|(at, _)| *at) {
+            return Flow::Wait(at, r);
+        }
+        // every node of the wave finished in this pass: soak it, then the next wave
     }
-    // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
-    // away together rather than one after another.
-    if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
-        return Flow::Run(cmd);
-    }
-    if let Some((w, r)) = polls
-        .iter()
-        .find(|(w, _)| *w == PollWhy::Unreachable)
-        .or(polls.first())
-        .cloned()
-    {
-        return Flow::Poll(w, r);
-    }
-    if let Some((at, r)) = waits.into_iter().min_by_key(|(at, _)| *at) {
-        return Flow::Wait(at, r);
-    }
-    // every node of the wave finished in this pass: look at the next wave
-    if talos_of(j, si).nodes.iter().all(|n| n.phase.finished()) {
-        return Flow::Done;
-    }
-    talos_step(j, si, eyes, now, notes)
 }
 
 pub(super) fn talos_of(j: &Job, si: usize) -> &TalosStep {
@@ -170,7 +211,9 @@ pub(super) fn talos_node(
                 let method = UpgradeMethod::for_version(&t.version);
                 let boot = t.boot_id.clone();
                 let kubelet = k.kubelet_version.clone();
+                let was_cordoned = k.unschedulable;
                 let n = node_mut(j, si, i);
+                n.was_cordoned = was_cordoned;
                 n.boot_id_before = Some(boot);
                 n.kubelet_before = kubelet;
                 n.method = Some(method);
@@ -444,12 +487,263 @@ pub(super) fn talos_node(
                 notes.push(format!("{name}: back on {to}, healthy and Ready"));
             }
             NodePhase::Back => {
+                if n.was_cordoned {
+                    // medea did not cordon it: it stays as the operator left it
+                    node_mut(j, si, i).enter(NodePhase::Done, now);
+                    notes.push(format!(
+                        "{name}: left cordoned (it was cordoned before medea started it)"
+                    ));
+                    return Flow::Done;
+                }
                 return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, CommandOp::Uncordon, n.attempt),
                     action: Action::Uncordon { node: name },
                 }));
             }
             NodePhase::Done | NodePhase::Skipped => return Flow::Done,
+        }
+    }
+}
+
+/// A gate failed after `wave` with `onFailure: rollback`: mark the wave's upgraded nodes for
+/// rollback and start with the first.
+fn start_rollback(
+    j: &mut Job,
+    si: usize,
+    wave: usize,
+    failure: GateFailure,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
+    let ts = talos_of(j, si);
+    let nodes: Vec<usize> = (0..ts.nodes.len())
+        .filter(|&i| ts.nodes[i].wave == wave && ts.nodes[i].phase == NodePhase::Done)
+        .collect();
+    if nodes.is_empty() {
+        return gate_halt(failure);
+    }
+    notes.push(format!(
+        "{failure}; rolling back wave {} of step {} (onFailure: rollback)",
+        wave + 1,
+        si + 1
+    ));
+    for i in nodes {
+        node_mut(j, si, i).enter_rollback(RollbackPhase::Pending, now);
+    }
+    j.gates.failure = Some(failure.clone());
+    rollback_wave(j, si, failure, eyes, now, notes)
+}
+
+/// The halt of a rollback that did not bring a node back on its previous version.
+pub(super) fn rollback_failed(j: &Job, node: &str, what: String, op: Option<CommandOp>) -> Flow {
+    let reason = match &j.gates.failure {
+        Some(f) => HaltReason::gate_message(
+            HaltCode::RollbackFailed,
+            format!("rollback of `{node}` failed: {what} (after {f})"),
+            f.clone(),
+        ),
+        None => HaltReason::new(
+            HaltCode::RollbackFailed,
+            format!("rollback of `{node}` failed: {what}"),
+        ),
+    };
+    Flow::Halt {
+        reason,
+        node: Some(node.to_string()),
+        op,
+    }
+}
+
+/// Roll the failed wave's nodes back one at a time (cordon → drain → `Rollback` → back on the
+/// previous version → uncordon), then halt with the gate failure.
+fn rollback_wave(
+    j: &mut Job,
+    si: usize,
+    failure: GateFailure,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
+    let ts = talos_of(j, si);
+    let Some(i) = ts
+        .nodes
+        .iter()
+        .position(|n| matches!(n.rollback, Some(p) if p != RollbackPhase::Done))
+    else {
+        let mut failure = failure;
+        failure.rolled_back = ts
+            .nodes
+            .iter()
+            .filter(|n| n.rollback == Some(RollbackPhase::Done))
+            .map(|n| n.target.node.clone())
+            .collect();
+        return gate_halt(failure);
+    };
+    loop {
+        let ts = talos_of(j, si);
+        let spec = &ts.rollout;
+        let n = &ts.nodes[i];
+        let name = n.target.node.clone();
+        let target = n.node_target();
+        let since = n.since.unwrap_or(now);
+        let health_deadline = add(since, spec.health_timeout);
+        let to = spec.to.clone();
+        let from = n.target.from.clone();
+        let nd = Some(name.as_str());
+        let Some(phase) = n.rollback else {
+            unreachable!("picked above")
+        };
+        match phase {
+            RollbackPhase::Pending => {
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Cordon, n.attempt),
+                    action: Action::Cordon { node: name },
+                }));
+            }
+            RollbackPhase::Cordoned => {
+                if let Some(nb) = n.not_before
+                    && nb > now
+                {
+                    return Flow::Wait(
+                        nb,
+                        format!(
+                            "{name}: drain before rollback blocked ({}), retrying",
+                            n.blocked.as_deref().unwrap_or("eviction refused")
+                        ),
+                    );
+                }
+                let left = add(since, spec.drain_timeout).duration_since(now);
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Drain, n.attempt),
+                    action: Action::Drain {
+                        node: name,
+                        timeout_secs: left.as_secs().max(1) as u64,
+                        policy: spec.drain.clone(),
+                    },
+                }));
+            }
+            RollbackPhase::Drained => {
+                let t = match need(
+                    eyes.talos(&target),
+                    &format!("node `{name}`"),
+                    health_deadline,
+                    now,
+                    nd,
+                ) {
+                    Ok(t) => t,
+                    Err(f) => return f,
+                };
+                if t.version != to {
+                    return rollback_failed(
+                        j,
+                        &name,
+                        format!("it runs {} before its rollback, expected {to}", t.version),
+                        Some(CommandOp::Rollback),
+                    );
+                }
+                let boot = t.boot_id.clone();
+                let cmd = Command {
+                    key: key(j, si, nd, CommandOp::Rollback, n.attempt),
+                    action: Action::Rollback {
+                        node: target,
+                        to: from,
+                        boot_id_before: boot.clone(),
+                    },
+                };
+                node_mut(j, si, i).boot_id_before = Some(boot);
+                return Flow::Run(Box::new(cmd));
+            }
+            RollbackPhase::Rebooting => {
+                let late = |what: String| {
+                    if now >= health_deadline {
+                        rollback_failed(
+                            j,
+                            &name,
+                            format!(
+                                "the node {what} within {}s of its rollback",
+                                spec.health_timeout.as_secs()
+                            ),
+                            Some(CommandOp::Rollback),
+                        )
+                    } else {
+                        Flow::Poll(PollWhy::Waiting, format!("{name}: rolling back: {what}"))
+                    }
+                };
+                let t = match eyes.talos(&target) {
+                    Seen::Got(t) => t,
+                    Seen::Missing => {
+                        return Flow::Poll(PollWhy::Waiting, format!("observing node `{name}`"));
+                    }
+                    Seen::Transient(m) => return late(format!("was not back ({m})")),
+                    Seen::Failed(m) => {
+                        return rollback_failed(
+                            j,
+                            &name,
+                            format!("reading the node failed: {m}"),
+                            Some(CommandOp::Rollback),
+                        );
+                    }
+                };
+                if Some(&t.boot_id) == n.boot_id_before.as_ref() {
+                    return late("had not rebooted".into());
+                }
+                if t.version != from {
+                    return rollback_failed(
+                        j,
+                        &name,
+                        format!(
+                            "it came back on {} instead of its previous version {from}",
+                            t.version
+                        ),
+                        Some(CommandOp::Rollback),
+                    );
+                }
+                if t.stage != MachineStage::Running || !t.ready {
+                    return late(format!("was {}, not running and ready", t.stage.name()));
+                }
+                if !t.unhealthy_services.is_empty() {
+                    return late(format!(
+                        "had unhealthy services: {}",
+                        t.unhealthy_services.join(", ")
+                    ));
+                }
+                match eyes.kube(&name) {
+                    Seen::Got(k) if k.ready => {}
+                    Seen::Got(_) => return late("was not Ready".into()),
+                    Seen::Missing => {
+                        return Flow::Poll(
+                            PollWhy::Waiting,
+                            format!("observing Kubernetes node `{name}`"),
+                        );
+                    }
+                    Seen::Transient(m) => return late(format!("had no Kubernetes API ({m})")),
+                    Seen::Failed(m) => {
+                        return rollback_failed(
+                            j,
+                            &name,
+                            format!("reading its Kubernetes node failed: {m}"),
+                            Some(CommandOp::Rollback),
+                        );
+                    }
+                }
+                node_mut(j, si, i).enter_rollback(RollbackPhase::Back, now);
+                notes.push(format!("{name}: rolled back, runs {from} again"));
+            }
+            RollbackPhase::Back => {
+                if n.was_cordoned {
+                    node_mut(j, si, i).enter_rollback(RollbackPhase::Done, now);
+                    notes.push(format!(
+                        "{name}: left cordoned (it was cordoned before medea started it)"
+                    ));
+                    return rollback_wave(j, si, failure, eyes, now, notes);
+                }
+                return Flow::Run(Box::new(Command {
+                    key: key(j, si, nd, CommandOp::Uncordon, n.attempt),
+                    action: Action::Uncordon { node: name },
+                }));
+            }
+            RollbackPhase::Done => unreachable!("picked a node not done"),
         }
     }
 }

@@ -239,6 +239,8 @@ fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
         snapshot_attempts: 1,
         in_flight: None,
         journal_seq: 0,
+        health: None,
+        gates: Default::default(),
     };
     let t = step(&job, &Observations::default(), now);
     assert!(matches!(t.next, Next::Finished), "{:?}", t.next);

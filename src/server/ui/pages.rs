@@ -448,6 +448,21 @@ pub fn timeline_entry(e: &JournalEntry) -> Markup {
         ),
         Entry::Progress => "progress".to_string(),
         Entry::HaltRequested { by } => format!("halt requested by {by}"),
+        Entry::Gates { point, evaluations } => format!(
+            "health gates {point}: {}",
+            evaluations
+                .iter()
+                .map(|e| format!(
+                    "{} {}",
+                    e.gate,
+                    match e.verdict {
+                        crate::rollout::ports::GateVerdict::Pass => "pass",
+                        crate::rollout::ports::GateVerdict::Fail => "fail",
+                    }
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     html! {
         li data-seq=(e.seq) {

@@ -332,6 +332,8 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         snapshot_attempts: 0,
         in_flight: None,
         journal_seq: last,
+        health: None,
+        gates: Default::default(),
     };
     let mut txn = Txn::new().put_record(job_key(&id), &job);
     for seq in 0..=last {

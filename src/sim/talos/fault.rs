@@ -31,6 +31,8 @@ pub enum Method {
     LegacyUpgrade,
     /// `MachineService.Reboot`
     Reboot,
+    /// `MachineService.Rollback`
+    Rollback,
     /// `MachineService.Read`
     Read,
     /// `MachineService.ApplyConfiguration`
@@ -48,7 +50,11 @@ impl Method {
     pub fn is_mutating(self) -> bool {
         matches!(
             self,
-            Method::Upgrade | Method::LegacyUpgrade | Method::Reboot | Method::ApplyConfiguration
+            Method::Upgrade
+                | Method::LegacyUpgrade
+                | Method::Reboot
+                | Method::Rollback
+                | Method::ApplyConfiguration
         )
     }
 
@@ -64,6 +70,7 @@ impl Method {
             Method::Upgrade => "/machine.LifecycleService/Upgrade",
             Method::LegacyUpgrade => "/machine.MachineService/Upgrade",
             Method::Reboot => "/machine.MachineService/Reboot",
+            Method::Rollback => "/machine.MachineService/Rollback",
             Method::Read => "/machine.MachineService/Read",
             Method::ApplyConfiguration => "/machine.MachineService/ApplyConfiguration",
             Method::CosiGet => "/cosi.resource.State/Get",

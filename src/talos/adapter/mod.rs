@@ -574,6 +574,13 @@ impl TalosPort for TalosAdapter {
             .map_err(|e| classify("MachineService.Reboot", &n.node, e))
     }
 
+    async fn rollback(&self, n: &NodeTarget) -> Result<(), PortError> {
+        let t = target(n)?;
+        timed(API, "Rollback", self.client.rollback(&t))
+            .await
+            .map_err(|e| classify("MachineService.Rollback", &n.node, e))
+    }
+
     async fn component_images(&self, n: &NodeTarget) -> Result<ComponentImages, PortError> {
         let t = target(n)?;
         let mc = timed(API, "MachineConfig", self.client.machine_config(&t))

@@ -493,6 +493,22 @@ impl TalosApi for TalosClient {
         })
     }
 
+    async fn rollback(&self, node: &NodeTarget) -> Result<(), TalosError> {
+        const OP: &str = "MachineService.Rollback";
+        let resp = self
+            .unary(
+                OP,
+                node,
+                CallKind::Mutating,
+                machine::RollbackRequest {},
+                |ch, r| async move { Self::machine(ch).rollback(r).await },
+            )
+            .await?;
+        let m = first(OP, node, resp.messages)?;
+        check_metadata(OP, node, &m.metadata)?;
+        Ok(())
+    }
+
     async fn boot_id(&self, node: &NodeTarget) -> Result<BootId, TalosError> {
         let bytes = self
             .read_file(node, "/proc/sys/kernel/random/boot_id")

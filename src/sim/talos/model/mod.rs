@@ -99,6 +99,10 @@ pub(crate) struct SimNode {
     pub loader_default: Option<String>,
     /// systemd-boot's `LoaderEntrySelected`: the UKI booted now.
     pub loader_selected: String,
+    /// The other boot slot (A/B): the version and UKI the node booted before its last switch
+    /// of version, what `MachineService.Rollback` makes the default again. `None` on a fresh
+    /// install.
+    pub previous: Option<(TalosVersion, String)>,
     /// `MachineStatus` says `booting`, not ready, until then (after a boot).
     pub ready_at: Option<tokio::time::Instant>,
     /// Calls routed to the node answer `UNAVAILABLE` until then (after a boot), as an apid
@@ -344,6 +348,7 @@ impl TalosSide {
                     bootloader: Bootloader::default(),
                     loader_default: Some(format!("Talos-{}.efi", spec.talos)),
                     loader_selected: format!("Talos-{}.efi", spec.talos),
+                    previous: None,
                     ready_at: None,
                     apid_at: None,
                     boot_id: hex_id(&[&spec.name, "boot", "0"]),
@@ -499,6 +504,35 @@ impl TalosSide {
         n.installed = Some(target);
     }
 
+    /// `MachineService.Rollback`'s bootloader part (siderolabs/talos
+    /// `internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go` `Rollback`, then
+    /// `…/bootloader/sdboot/sdboot.go` `revert` and `…/bootloader/grub/revert.go`): make the
+    /// other slot the default boot entry. A second call flips it back (the default returns to
+    /// the running slot). No other slot: the bootloader's error, returned raw (gRPC `Unknown`).
+    pub fn revert_boot_entry(&mut self, idx: usize) -> Result<(), Status> {
+        let n = &mut self.nodes[idx];
+        let Some((version, uki)) = n.previous.clone() else {
+            return Err(Status::unknown(if n.bootloader.sd_boot() {
+                "previous UKI not found".to_string()
+            } else {
+                "cannot rollback to \"\", label does not exist".to_string()
+            }));
+        };
+        if n.installed.as_ref() == Some(&version) {
+            // already flipped to the other slot: flip back to the running one
+            n.installed = None;
+            if n.loader_default.is_some() || n.bootloader.sd_boot() {
+                n.loader_default = Some(n.loader_selected.clone());
+            }
+        } else {
+            n.installed = Some(version);
+            if n.loader_default.is_some() || n.bootloader.sd_boot() {
+                n.loader_default = Some(uki);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `MachineStatus` says running and ready (a boot's settling time has passed).
     pub fn machine_ready(&self, idx: usize) -> bool {
         self.nodes[idx]
@@ -539,11 +573,13 @@ impl TalosSide {
         }
         match n.installed.take() {
             Some(target) if !n.boot_plan.old_version => {
+                let old = (n.running.clone(), n.loader_selected.clone());
                 n.running = target;
                 n.loader_selected = n
                     .loader_default
                     .clone()
                     .unwrap_or_else(|| format!("Talos-{}.efi", n.running));
+                n.previous = Some(old);
             }
             // the boot of the new entry failed: sd-boot fell back to the previous one, which
             // Talos makes the default again (`sdboot.go`, `Revert`)

@@ -273,6 +273,24 @@ impl MachineService for Api {
         }))
     }
 
+    /// Upstream: flip the boot default to the other slot, answer at once, then reboot
+    /// gracefully (no cordon, no drain); see `TalosSide::revert_boot_entry`.
+    async fn rollback(
+        &self,
+        req: Request<pb::RollbackRequest>,
+    ) -> Result<Response<pb::RollbackResponse>, Status> {
+        let idx = self.admit(&req, Method::Rollback)?;
+        let mut c = self.shared.lock();
+        c.revert_boot_entry(idx)?;
+        let ticket = c.begin_reboot(idx);
+        let timing = c.timing.reboot;
+        drop(c);
+        schedule_boot(&self.shared, ticket, timing);
+        Ok(Response::new(pb::RollbackResponse {
+            messages: vec![pb::Rollback { metadata: meta() }],
+        }))
+    }
+
     async fn upgrade(
         &self,
         req: Request<pb::UpgradeRequest>,

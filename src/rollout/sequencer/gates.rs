@@ -1,0 +1,424 @@
+//! Health gates (issue #23): where a job checks them ([`GatePoint`]), the soak state of the
+//! point being checked ([`GateRun`]), the bounded evidence it keeps ([`GateRecord`]) and the
+//! decision at one point ([`gate_point`]). Pure: the evaluations arrive as observations
+//! ([`Observations::gates`]) and time as `now`.
+//!
+//! At a point, every gate is evaluated every `interval`. A passing evaluation starts (or
+//! continues) the gate's passing streak; a failing one ends it and counts a consecutive
+//! failure. The point passes at the first evaluation where every gate has passed
+//! continuously for `soak` (zero outside the soaks: the first evaluation where all pass);
+//! it fails when any gate reaches `failureLimit` consecutive failures.
+
+use super::*;
+use crate::plan::health::{HealthPolicy, OnFailure};
+use crate::rollout::ports::{GateContext, GateEvaluation, GateSample, GateVerdict};
+
+/// Failed evaluations kept in a job's evidence beside the latest of each gate.
+pub const MAX_FAILED_RECORDS: usize = 16;
+
+/// Where the gates of a job are checked.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "at")]
+pub enum GatePoint {
+    /// Before the job touches anything (the cluster's gates, no soak).
+    BeforeJob,
+    /// Before a wave of a Talos step starts (the pool's gates, no soak).
+    BeforeWave { step: usize, wave: usize },
+    /// The soak after a wave (the pool's gates and soak); the last wave's is the pool's soak.
+    AfterWave { step: usize, wave: usize },
+    /// The soak after a Kubernetes step (the cluster's gates and soak).
+    AfterStep { step: usize },
+    /// The soak after the whole job (the cluster's gates and soak), before it succeeds.
+    AfterJob,
+}
+
+impl fmt::Display for GatePoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GatePoint::BeforeJob => f.write_str("before the job"),
+            GatePoint::BeforeWave { step, wave } => {
+                write!(f, "before wave {} of step {}", wave + 1, step + 1)
+            }
+            GatePoint::AfterWave { step, wave } => {
+                write!(f, "soak after wave {} of step {}", wave + 1, step + 1)
+            }
+            GatePoint::AfterStep { step } => write!(f, "soak after step {}", step + 1),
+            GatePoint::AfterJob => f.write_str("soak after the job"),
+        }
+    }
+}
+
+impl GatePoint {
+    /// A short machine name: `before-job`, `before-wave:<step>:<wave>`, `after-wave:…`,
+    /// `after-step:<step>`, `after-job` (1-based, for crash points and metrics).
+    pub fn name(&self) -> String {
+        match self {
+            GatePoint::BeforeJob => "before-job".into(),
+            GatePoint::BeforeWave { step, wave } => {
+                format!("before-wave:{}:{}", step + 1, wave + 1)
+            }
+            GatePoint::AfterWave { step, wave } => format!("after-wave:{}:{}", step + 1, wave + 1),
+            GatePoint::AfterStep { step } => format!("after-step:{}", step + 1),
+            GatePoint::AfterJob => "after-job".into(),
+        }
+    }
+}
+
+/// One gate's streak at the point being checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStreak {
+    pub gate: String,
+    /// Since when it has passed every evaluation (`None`: its last evaluation failed, or
+    /// none was made yet).
+    #[serde(with = "ts_opt")]
+    pub passing_since: Option<Timestamp>,
+    pub consecutive_failures: u32,
+}
+
+/// The point whose gates are being checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateRun {
+    pub point: GatePoint,
+    #[serde(with = "ts")]
+    pub started: Timestamp,
+    /// How long every gate must pass continuously here.
+    pub soak_secs: u64,
+    /// The next evaluation is due then.
+    #[serde(with = "ts")]
+    pub next_at: Timestamp,
+    pub streaks: Vec<GateStreak>,
+}
+
+impl GateRun {
+    /// When the soak ends if every gate keeps passing (`None`: some gate is failing now).
+    pub fn soak_ends(&self) -> Option<Timestamp> {
+        let mut latest = self.started;
+        for s in &self.streaks {
+            latest = latest.max(s.passing_since?);
+        }
+        Some(add(latest, Duration::from_secs(self.soak_secs)))
+    }
+}
+
+/// One evaluation kept as evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateRecord {
+    pub point: GatePoint,
+    #[serde(with = "ts")]
+    pub at: Timestamp,
+    #[serde(flatten)]
+    pub evaluation: GateEvaluation,
+}
+
+/// A failed gate: what the halt reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateFailure {
+    pub point: GatePoint,
+    pub gate: String,
+    /// Consecutive failed evaluations (the policy's `failureLimit`).
+    pub failures: u32,
+    pub detail: String,
+    pub samples: Vec<GateSample>,
+    /// Nodes rolled back to their previous version before the halt (`onFailure: rollback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rolled_back: Vec<String>,
+}
+
+impl fmt::Display for GateFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "health gate `{}` failed {} ({} consecutive failed evaluation(s)): {}",
+            self.gate, self.point, self.failures, self.detail
+        )?;
+        if !self.samples.is_empty() {
+            f.write_str("; last samples: ")?;
+            for (i, s) in self.samples.iter().take(5).enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                let labels: Vec<String> = s
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{v}\""))
+                    .collect();
+                write!(f, "{{{}}} {}", labels.join(","), s.value)?;
+            }
+            if self.samples.len() > 5 {
+                write!(f, " (+{} more)", self.samples.len() - 5)?;
+            }
+        }
+        if !self.rolled_back.is_empty() {
+            write!(
+                f,
+                "; rolled back to their previous version: {}",
+                self.rolled_back.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The gates of a job: points passed, the point being checked, evidence, and a failure whose
+/// rollback is under way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateProgress {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed: Vec<GatePoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<GateRun>,
+    /// The latest evaluation of each gate, and the last [`MAX_FAILED_RECORDS`] failed ones,
+    /// oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<GateRecord>,
+    /// A gate failed with `onFailure: rollback`: the wave's nodes are being rolled back; the
+    /// job halts with this once they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<GateFailure>,
+}
+
+impl GateProgress {
+    pub fn is_empty(&self) -> bool {
+        self == &GateProgress::default()
+    }
+    pub fn passed(&self, p: &GatePoint) -> bool {
+        self.passed.contains(p)
+    }
+
+    /// Keep `rec`: it replaces the gate's latest passing record; failed ones are kept up to
+    /// [`MAX_FAILED_RECORDS`].
+    fn record(&mut self, rec: GateRecord) {
+        let gate = rec.evaluation.gate.clone();
+        // the previous latest of this gate goes, unless it is a kept failure
+        if let Some(i) = self
+            .evidence
+            .iter()
+            .rposition(|r| r.evaluation.gate == gate && r.evaluation.verdict == GateVerdict::Pass)
+        {
+            self.evidence.remove(i);
+        }
+        self.evidence.push(rec);
+        let failed = self
+            .evidence
+            .iter()
+            .filter(|r| r.evaluation.verdict == GateVerdict::Fail)
+            .count();
+        if failed > MAX_FAILED_RECORDS {
+            // drop the oldest failure that is not some gate's latest evaluation
+            let latest: BTreeSet<usize> = {
+                let mut seen = BTreeSet::new();
+                let mut idx = BTreeSet::new();
+                for (i, r) in self.evidence.iter().enumerate().rev() {
+                    if seen.insert(r.evaluation.gate.clone()) {
+                        idx.insert(i);
+                    }
+                }
+                idx
+            };
+            if let Some(i) = self.evidence.iter().enumerate().position(|(i, r)| {
+                r.evaluation.verdict == GateVerdict::Fail && !latest.contains(&i)
+            }) {
+                self.evidence.remove(i);
+            }
+        }
+    }
+}
+
+/// What a job asks the probe to evaluate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateAsk {
+    pub point: GatePoint,
+    pub gates: Vec<crate::plan::health::Gate>,
+    pub ctx: GateContext,
+}
+
+/// The outcome of a gate point.
+pub(super) enum GateFlow {
+    /// Every gate passed (for the soak); go on.
+    Passed,
+    /// Wait, poll, or halt.
+    Flow(Flow),
+    /// A gate failed: the policy says what happens.
+    Failed(GateFailure, OnFailure),
+}
+
+/// The health policy that applies to step `si`: its pool's, else the cluster's.
+pub(super) fn step_policy(j: &Job, si: usize) -> Option<HealthPolicy> {
+    let own = match j.steps.get(si).map(|s| &s.kind) {
+        Some(StepKind::Talos(t)) => t.rollout.health.clone(),
+        _ => None,
+    };
+    own.or_else(|| j.health.clone())
+        .filter(|p| !p.gates.is_empty())
+}
+
+/// The cluster's policy, when it has gates.
+pub(super) fn job_policy(j: &Job) -> Option<HealthPolicy> {
+    j.health.clone().filter(|p| !p.gates.is_empty())
+}
+
+/// Check the gates of `policy` at `point` (soaking `soak`): start the run, wait for the next
+/// evaluation, ask for it, fold it in.
+pub(super) fn gate_point(
+    j: &mut Job,
+    point: GatePoint,
+    policy: &HealthPolicy,
+    soak: Duration,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> GateFlow {
+    if j.gates.current.as_ref().map(|r| &r.point) != Some(&point) {
+        j.gates.current = Some(GateRun {
+            point: point.clone(),
+            started: now,
+            soak_secs: soak.as_secs(),
+            next_at: now,
+            streaks: policy
+                .gates
+                .iter()
+                .map(|g| GateStreak {
+                    gate: g.name.clone(),
+                    passing_since: None,
+                    consecutive_failures: 0,
+                })
+                .collect(),
+        });
+        notes.push(format!(
+            "health gates: checking {point} ({} gate(s){})",
+            policy.gates.len(),
+            if soak.is_zero() {
+                String::new()
+            } else {
+                format!(", soak {}s", soak.as_secs())
+            }
+        ));
+    }
+    let Some(run) = j.gates.current.clone() else {
+        unreachable!("set above")
+    };
+    if now < run.next_at {
+        let left = match run.soak_ends() {
+            Some(end) if end > now => format!(
+                "{}s of the soak left",
+                Duration::try_from(end.duration_since(now))
+                    .unwrap_or_default()
+                    .as_secs()
+            ),
+            _ => "a gate is failing".into(),
+        };
+        return GateFlow::Flow(Flow::Wait(
+            run.next_at,
+            format!(
+                "health gates {point}: next evaluation at {} ({left})",
+                run.next_at
+            ),
+        ));
+    }
+    let ask = GateAsk {
+        point: point.clone(),
+        gates: policy.gates.clone(),
+        ctx: GateContext {
+            cluster: j.cluster.clone(),
+            rebooting: Vec::new(),
+            sources: policy.sources.clone(),
+        },
+    };
+    let Some(evals) = eyes.gates(ask) else {
+        return GateFlow::Flow(Flow::Poll(
+            PollWhy::Waiting,
+            format!("evaluating the health gates {point}"),
+        ));
+    };
+    let limit = policy.failure_limit.max(1);
+    let mut run = run;
+    let mut failure: Option<GateFailure> = None;
+    for (g, streak) in policy.gates.iter().zip(run.streaks.iter_mut()) {
+        let eval = evals
+            .iter()
+            .find(|e| e.gate == g.name)
+            .cloned()
+            .unwrap_or_else(|| GateEvaluation {
+                gate: g.name.clone(),
+                verdict: GateVerdict::Fail,
+                samples: Vec::new(),
+                detail: "the probe returned no evaluation for this gate".into(),
+            });
+        match eval.verdict {
+            GateVerdict::Pass => {
+                streak.passing_since.get_or_insert(now);
+                streak.consecutive_failures = 0;
+            }
+            GateVerdict::Fail => {
+                streak.passing_since = None;
+                streak.consecutive_failures += 1;
+                notes.push(format!(
+                    "health gate `{}` failed {point} ({} of {limit}): {}",
+                    g.name, streak.consecutive_failures, eval.detail
+                ));
+                if streak.consecutive_failures >= limit && failure.is_none() {
+                    failure = Some(GateFailure {
+                        point: point.clone(),
+                        gate: g.name.clone(),
+                        failures: streak.consecutive_failures,
+                        detail: eval.detail.clone(),
+                        samples: eval.samples.clone(),
+                        rolled_back: Vec::new(),
+                    });
+                }
+            }
+        }
+        j.gates.record(GateRecord {
+            point: point.clone(),
+            at: now,
+            evaluation: eval,
+        });
+    }
+    if let Some(f) = failure {
+        j.gates.current = None;
+        return GateFlow::Failed(f, policy.on_failure);
+    }
+    match run.soak_ends() {
+        Some(end) if end <= now => {
+            j.gates.current = None;
+            j.gates.passed.push(point.clone());
+            notes.push(format!("health gates passed {point}"));
+            GateFlow::Passed
+        }
+        end => {
+            run.next_at = add(now, policy.interval.max(Duration::from_secs(1)));
+            // never evaluate past the end of the soak needlessly late
+            if let Some(end) = end
+                && end > now
+                && end < run.next_at
+            {
+                run.next_at = end;
+            }
+            let at = run.next_at;
+            j.gates.current = Some(run);
+            GateFlow::Flow(Flow::Wait(
+                at,
+                format!("health gates {point}: soaking, next evaluation at {at}"),
+            ))
+        }
+    }
+}
+
+/// Halt for a gate failure (no rollback, or the rollback is over).
+pub(super) fn gate_halt(failure: GateFailure) -> Flow {
+    let code = if failure.rolled_back.is_empty() {
+        HaltCode::GateFailed
+    } else {
+        HaltCode::RolledBack
+    };
+    Flow::Halt {
+        reason: HaltReason::gate(code, failure),
+        node: None,
+        op: None,
+    }
+}
