@@ -98,4 +98,6 @@ pub mod codes {
     pub const FILE: &str = "medea::desired::file";
     pub const SYMLINK: &str = "medea::desired::symlink";
     pub const LIMIT: &str = "medea::desired::limit";
+    pub const PROMOTION: &str = "medea::desired::promotion";
+    pub const ACKNOWLEDGE: &str = "medea::desired::acknowledge";
 }
