@@ -253,6 +253,20 @@ pub fn reconcile(
             approved.push(a.clone());
         }
     }
+    // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
+    // approved. No approval is recorded or counted and nothing starts; every candidate is
+    // answered with why, naming the findings and how to acknowledge them.
+    if let Some(why) = crate::plan::preflight::refusal(&plan) {
+        for s in &mut state.submitted {
+            *s = (false, why.clone());
+        }
+        for (_, o) in &mut state.outcomes {
+            *o = format!("does not count: {why}");
+        }
+        approved.clear();
+        new_records.clear();
+        state.waiting = vec![why];
+    }
     let quorum = approval::evaluate(&plan.id, plan.approvals_required, approved);
     state.quorum = Some(quorum.clone());
 
