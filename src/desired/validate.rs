@@ -718,15 +718,16 @@ fn upgrade_policy(
             continue;
         }
         let group = r.group.as_ref().map_or(String::new(), |g| g.value.clone());
-        let key = (group.clone(), r.version.value.clone(), r.resource.value.clone());
+        let key = (
+            group.clone(),
+            r.version.value.clone(),
+            r.resource.value.clone(),
+        );
         if removed_apis.contains_key(&key) {
             ctx.err(Diagnostic::error(
                 codes::DUPLICATE,
                 doc.origin(&r.resource.referenced),
-                format!(
-                    "removed API {}/{} {} is listed twice",
-                    key.0, key.1, key.2
-                ),
+                format!("removed API {}/{} {} is listed twice", key.0, key.1, key.2),
             ));
             continue;
         }
@@ -798,15 +799,22 @@ fn promotion(
 }
 
 /// Promotion references name another declared cluster and never form a cycle.
-fn check_promotion(ctx: &mut Ctx, clusters: &BTreeMap<String, Cluster>, declared: &BTreeSet<String>) {
+fn check_promotion(
+    ctx: &mut Ctx,
+    clusters: &BTreeMap<String, Cluster>,
+    declared: &BTreeSet<String>,
+) {
     for (name, c) in clusters {
         let Some(p) = &c.promotion else { continue };
         if &p.after.value == name {
-            ctx.err(Diagnostic::error(
-                codes::PROMOTION,
-                p.after.origin.clone(),
-                format!("cluster `{name}` cannot be promoted after itself"),
-            ).with_help("name the cluster that must run a version first"));
+            ctx.err(
+                Diagnostic::error(
+                    codes::PROMOTION,
+                    p.after.origin.clone(),
+                    format!("cluster `{name}` cannot be promoted after itself"),
+                )
+                .with_help("name the cluster that must run a version first"),
+            );
             continue;
         }
         if !clusters.contains_key(&p.after.value) {

@@ -101,7 +101,11 @@ pub fn summary_line(plan: &Plan) -> String {
         return format!(
             "Plan {short}: {}. It cannot be approved: {} (see `preflight:` above); fix it and replan, or acknowledge it under `spec.preflight.acknowledge`",
             parts.join(", "),
-            plural(blocking, "blocking preflight finding", "blocking preflight findings")
+            plural(
+                blocking,
+                "blocking preflight finding",
+                "blocking preflight findings"
+            )
         );
     }
     format!(
@@ -216,7 +220,8 @@ pub fn text_in_state(plan: &Plan, o: Options, state: &str) -> String {
 }
 
 fn text_in(plan: &Plan, o: Options, state: Option<&str>) -> String {
-    let offer = state.and_then(state_sentence).is_none() && super::preflight::blocking(plan).is_empty();
+    let offer =
+        state.and_then(state_sentence).is_none() && super::preflight::blocking(plan).is_empty();
     let mut out = String::new();
     let observed: Vec<String> = plan
         .basis
@@ -387,7 +392,11 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
                 super::preflight::Severity::Blocking => "blocking",
                 super::preflight::Severity::Warning => "warning",
             };
-            let ack = if f.acknowledged { " (acknowledged)" } else { "" };
+            let ack = if f.acknowledged {
+                " (acknowledged)"
+            } else {
+                ""
+            };
             let p = match (f.severity, f.acknowledged) {
                 (super::preflight::Severity::Blocking, false) => Paint::Remove,
                 (super::preflight::Severity::Warning, false) => Paint::Change,
@@ -401,7 +410,11 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
             for e in &f.evidence {
                 let _ = writeln!(out, "      evidence: {e}");
             }
-            let _ = writeln!(out, "      {}", paint(o, Paint::Dim, &format!("help: {}", f.help)));
+            let _ = writeln!(
+                out,
+                "      {}",
+                paint(o, Paint::Dim, &format!("help: {}", f.help))
+            );
         }
     }
     for n in &c.notes {

@@ -226,12 +226,8 @@ pub fn compute_in(
         let Some(mut plan) = plan else { continue };
         // Preflight findings (issue #22): a pass over the cluster's finished section, with
         // its own explicit inputs.
-        let (findings, ack_notes) = crate::plan::preflight::check(
-            cluster,
-            obs,
-            &plan,
-            &preflight.for_cluster(cluster),
-        );
+        let (findings, ack_notes) =
+            crate::plan::preflight::check(cluster, obs, &plan, &preflight.for_cluster(cluster));
         plan.preflight = findings;
         plan.notes.extend(ack_notes);
         let in_force = policy(last_applied.approvals_in_force(name));

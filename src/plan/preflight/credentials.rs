@@ -19,11 +19,21 @@ pub const MIN_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
 fn slug(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect()
 }
 
-pub(super) fn check(p: &PreflightObservations, scope: &Scope, now: Option<Timestamp>) -> Vec<Finding> {
+pub(super) fn check(
+    p: &PreflightObservations,
+    scope: &Scope,
+    now: Option<Timestamp>,
+) -> Vec<Finding> {
     let window = scope.run.max(MIN_WINDOW);
     let mut out = Vec::new();
     for c in &p.credentials {
@@ -34,7 +44,10 @@ pub(super) fn check(p: &PreflightObservations, scope: &Scope, now: Option<Timest
                 checks::CREDENTIALS,
                 Severity::Warning,
                 format!("the expiry of the {} could not be read", c.credential),
-                vec![format!("notAfter {:?} is not an RFC 3339 time", c.not_after)],
+                vec![format!(
+                    "notAfter {:?} is not an RFC 3339 time",
+                    c.not_after
+                )],
                 "check the credential (`medea doctor`)",
             ));
             continue;

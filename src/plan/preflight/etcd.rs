@@ -48,7 +48,10 @@ pub(super) fn check(p: &PreflightObservations, scope: &Scope) -> Vec<Finding> {
             checks::ETCD,
             severe,
             format!("etcd member {} ({}) is unhealthy ({why})", m.name, m.id),
-            vec![format!("EtcdStatus of {} failed or reported errors", m.name)],
+            vec![format!(
+                "EtcdStatus of {} failed or reported errors",
+                m.name
+            )],
             "bring the member back to health (`talosctl etcd status`) before rolling the cluster",
         ));
     }

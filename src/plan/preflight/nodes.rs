@@ -6,7 +6,9 @@ use crate::inventory::ObservedCluster;
 pub(super) fn check(obs: &ObservedCluster, scope: &Scope) -> Vec<Finding> {
     let mut out = Vec::new();
     for node in &scope.nodes {
-        let Some(m) = obs.machines.get(node) else { continue };
+        let Some(m) = obs.machines.get(node) else {
+            continue;
+        };
         if !m.ready {
             out.push(Finding::new(
                 format!("node/not-ready/{node}"),

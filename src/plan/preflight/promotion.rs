@@ -71,8 +71,12 @@ fn one(
             id.clone(),
             checks::PROMOTION,
             Severity::Blocking,
-            format!("{what} {version} has not run on upstream cluster `{up}` after a successful rollout job (promotion soak {soak})"),
-            vec![format!("no successful rollout job of cluster `{up}` brought {what} {version}")],
+            format!(
+                "{what} {version} has not run on upstream cluster `{up}` after a successful rollout job (promotion soak {soak})"
+            ),
+            vec![format!(
+                "no successful rollout job of cluster `{up}` brought {what} {version}"
+            )],
             help,
         )),
         Some(proven) => {
@@ -120,7 +124,13 @@ pub(super) fn check(promo: &Promotion, plan: &ClusterPlan, inputs: &Inputs) -> V
     }
     let mut out = Vec::new();
     for v in talos {
-        out.extend(one(promo, "Talos", v.to_string(), ev.talos.get(&v).copied(), inputs.now));
+        out.extend(one(
+            promo,
+            "Talos",
+            v.to_string(),
+            ev.talos.get(&v).copied(),
+            inputs.now,
+        ));
     }
     for v in kube {
         out.extend(one(

@@ -92,7 +92,10 @@ pub(super) fn check(
         if IGNORED_MANAGERS.contains(&m.manager.as_str()) {
             continue;
         }
-        let (g, v) = m.api_version.rsplit_once('/').unwrap_or(("", &m.api_version));
+        let (g, v) = m
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &m.api_version));
         if lookup(table, g, v, &m.resource).is_none() {
             continue; // not a version the table knows to go away
         }
@@ -116,9 +119,12 @@ pub(super) fn check(
         .apiserver_metrics
         .iter()
         .filter_map(|m| {
-            m.error
-                .as_ref()
-                .map(|e| format!("partial view: apiserver {} did not answer /metrics: {e}", m.endpoint))
+            m.error.as_ref().map(|e| {
+                format!(
+                    "partial view: apiserver {} did not answer /metrics: {e}",
+                    m.endpoint
+                )
+            })
         })
         .collect();
     let answered = p.apiserver_metrics.iter().any(|m| m.error.is_none());
@@ -140,7 +146,10 @@ pub(super) fn check(
             format!("{av} {} ({r})", u.kind)
         };
         let lifecycle = match (u.deprecated, u.removed) {
-            (Some(d), Some(rm)) => format!("deprecated in v{}.{}, removed in v{}.{}", d.0, d.1, rm.0, rm.1),
+            (Some(d), Some(rm)) => format!(
+                "deprecated in v{}.{}, removed in v{}.{}",
+                d.0, d.1, rm.0, rm.1
+            ),
             (None, Some(rm)) => format!("removed in v{}.{}", rm.0, rm.1),
             (Some(d), None) => format!("deprecated in v{}.{}", d.0, d.1),
             (None, None) => "deprecated, no removal planned".to_string(),
@@ -154,18 +163,33 @@ pub(super) fn check(
             (
                 format!("removed-api/{av}/{r}"),
                 Severity::Blocking,
-                format!("{what} is still used and {target_text} no longer serves it ({lifecycle}; {instead})"),
-                format!("move every client and manifest to the replacement ({instead}) before upgrading Kubernetes to {target_text}; or acknowledge `removed-api/{av}/{r}` under spec.preflight.acknowledge"),
+                format!(
+                    "{what} is still used and {target_text} no longer serves it ({lifecycle}; {instead})"
+                ),
+                format!(
+                    "move every client and manifest to the replacement ({instead}) before upgrading Kubernetes to {target_text}; or acknowledge `removed-api/{av}/{r}` under spec.preflight.acknowledge"
+                ),
             )
         } else {
             (
                 format!("deprecated-api/{av}/{r}"),
                 Severity::Warning,
-                format!("{what} is still used and deprecated in {target_text} ({lifecycle}; {instead})"),
-                format!("move its clients to the replacement ({instead}) before a later upgrade removes it"),
+                format!(
+                    "{what} is still used and deprecated in {target_text} ({lifecycle}; {instead})"
+                ),
+                format!(
+                    "move its clients to the replacement ({instead}) before a later upgrade removes it"
+                ),
             )
         };
-        out.push(Finding::new(id, checks::REMOVED_API, severity, message, u.evidence, help));
+        out.push(Finding::new(
+            id,
+            checks::REMOVED_API,
+            severity,
+            message,
+            u.evidence,
+            help,
+        ));
     }
     if !answered {
         out.push(Finding::new(
