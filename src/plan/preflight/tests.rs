@@ -711,3 +711,62 @@ fn promotion_blocks_until_the_upstream_soaked_the_exact_version() {
         assert_ne!(pl.id, early.id);
     }
 }
+
+// ---------------------------------------------------------------- desired state
+
+fn diagnostics(files: &[(&str, String)]) -> Vec<crate::desired::Diagnostic> {
+    let snap = crate::desired::source::Snapshot {
+        files: files
+            .iter()
+            .map(|(p, text)| crate::desired::source::SourceFile {
+                path: p.to_string(),
+                bytes: text.as_bytes().to_vec(),
+            })
+            .collect(),
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    };
+    crate::desired::parse_snapshot(snap).diagnostics
+}
+
+#[test]
+fn promotion_and_acknowledgements_are_validated_with_positions() {
+    let promo = |after: &str| format!("  promotion:\n    after: {after}\n    soak: 24h\n");
+    // Itself.
+    let d = diagnostics(&[("a.yaml", cluster_doc("a", "v1.34.1", &promo("a")))]);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert_eq!(d[0].code, "medea::desired::promotion");
+    assert_eq!(d[0].message, "cluster `a` cannot be promoted after itself");
+    assert_eq!((d[0].origin.file.as_str(), d[0].origin.line), ("a.yaml", 9));
+    // Not defined.
+    let d = diagnostics(&[("a.yaml", cluster_doc("a", "v1.34.1", &promo("nope")))]);
+    assert_eq!(d[0].message, "cluster `a` is promoted after `nope`, which is not defined");
+    // A cycle.
+    let d = diagnostics(&[
+        ("a.yaml", cluster_doc("a", "v1.34.1", &promo("b"))),
+        ("b.yaml", cluster_doc("b", "v1.34.1", &promo("a"))),
+    ]);
+    assert!(
+        d.iter().any(|x| x.message == "`promotion.after` has a cycle: a → b → a"),
+        "{d:#?}"
+    );
+    // A bad soak, a duplicate and an empty acknowledgement, a bad removed API.
+    let extra = "  promotion:\n    after: b\n    soak: a day\n  preflight:\n    acknowledge: [x, x, \"\"]\n  upgradePolicy:\n    removedApis:\n      - {version: v1beta1, resource: widgets, kind: Widget, deprecatedIn: v1.33, removedIn: v1.32}\n";
+    let d = diagnostics(&[
+        ("a.yaml", cluster_doc("a", "v1.34.1", extra)),
+        ("b.yaml", cluster_doc("b", "v1.34.1", "")),
+    ]);
+    let msgs: Vec<&str> = d.iter().map(|x| x.message.as_str()).collect();
+    assert!(msgs.iter().any(|m| m.starts_with("invalid duration `a day`")), "{msgs:#?}");
+    assert!(msgs.contains(&"finding `x` is acknowledged twice"), "{msgs:#?}");
+    assert!(msgs.contains(&"an acknowledged finding id is empty"), "{msgs:#?}");
+    assert!(msgs.contains(&"deprecatedIn v1.33 is newer than removedIn v1.32"), "{msgs:#?}");
+    assert_eq!(d.len(), 4, "{d:#?}");
+    // And a valid chain is fine.
+    let d = diagnostics(&[
+        ("a.yaml", cluster_doc("a", "v1.34.1", &promo("b"))),
+        ("b.yaml", cluster_doc("b", "v1.34.1", "")),
+    ]);
+    assert!(d.is_empty(), "{d:#?}");
+}
