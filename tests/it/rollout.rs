@@ -857,15 +857,17 @@ fn job_creation_checks_the_gates_and_the_plan() {
     // a blocking preflight finding nobody acknowledged: never started, whatever the gates
     // (defense in depth: approval refuses such a plan first)
     let mut blocked = p.clone();
-    blocked.clusters[0].preflight.push(medea::plan::preflight::Finding {
-        id: "etcd/alarm/NOSPACE/1".into(),
-        check: "etcd".into(),
-        severity: medea::plan::preflight::Severity::Blocking,
-        message: "etcd alarm NOSPACE is active on member 1".into(),
-        evidence: vec![],
-        help: String::new(),
-        acknowledged: false,
-    });
+    blocked.clusters[0]
+        .preflight
+        .push(medea::plan::preflight::Finding {
+            id: "etcd/alarm/NOSPACE/1".into(),
+            check: "etcd".into(),
+            severity: medea::plan::preflight::Severity::Blocking,
+            message: "etcd alarm NOSPACE is active on member 1".into(),
+            evidence: vec![],
+            help: String::new(),
+            acknowledged: false,
+        });
     let e = create_jobs_txn(&blocked, &inputs(true, &obs, none), t0()).unwrap_err();
     assert!(matches!(e, RolloutError::BlockingFindings { .. }), "{e}");
     assert!(e.to_string().contains("[etcd/alarm/NOSPACE/1]"), "{e}");

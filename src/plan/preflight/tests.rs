@@ -741,14 +741,18 @@ fn promotion_and_acknowledgements_are_validated_with_positions() {
     assert_eq!((d[0].origin.file.as_str(), d[0].origin.line), ("a.yaml", 9));
     // Not defined.
     let d = diagnostics(&[("a.yaml", cluster_doc("a", "v1.34.1", &promo("nope")))]);
-    assert_eq!(d[0].message, "cluster `a` is promoted after `nope`, which is not defined");
+    assert_eq!(
+        d[0].message,
+        "cluster `a` is promoted after `nope`, which is not defined"
+    );
     // A cycle.
     let d = diagnostics(&[
         ("a.yaml", cluster_doc("a", "v1.34.1", &promo("b"))),
         ("b.yaml", cluster_doc("b", "v1.34.1", &promo("a"))),
     ]);
     assert!(
-        d.iter().any(|x| x.message == "`promotion.after` has a cycle: a → b → a"),
+        d.iter()
+            .any(|x| x.message == "`promotion.after` has a cycle: a → b → a"),
         "{d:#?}"
     );
     // A bad soak, a duplicate and an empty acknowledgement, a bad removed API.
@@ -758,10 +762,23 @@ fn promotion_and_acknowledgements_are_validated_with_positions() {
         ("b.yaml", cluster_doc("b", "v1.34.1", "")),
     ]);
     let msgs: Vec<&str> = d.iter().map(|x| x.message.as_str()).collect();
-    assert!(msgs.iter().any(|m| m.starts_with("invalid duration `a day`")), "{msgs:#?}");
-    assert!(msgs.contains(&"finding `x` is acknowledged twice"), "{msgs:#?}");
-    assert!(msgs.contains(&"an acknowledged finding id is empty"), "{msgs:#?}");
-    assert!(msgs.contains(&"deprecatedIn v1.33 is newer than removedIn v1.32"), "{msgs:#?}");
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("invalid duration `a day`")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.contains(&"finding `x` is acknowledged twice"),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.contains(&"an acknowledged finding id is empty"),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.contains(&"deprecatedIn v1.33 is newer than removedIn v1.32"),
+        "{msgs:#?}"
+    );
     assert_eq!(d.len(), 4, "{d:#?}");
     // And a valid chain is fine.
     let d = diagnostics(&[

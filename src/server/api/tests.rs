@@ -291,7 +291,11 @@ async fn a_plan_with_a_blocking_finding_refuses_approvals() {
     );
     let p = a.plan().await;
     assert_eq!(p.state, "blocked");
-    assert!(p.rendered.contains("blocking [etcd/alarm/CORRUPT/1]"), "{}", p.rendered);
+    assert!(
+        p.rendered.contains("blocking [etcd/alarm/CORRUPT/1]"),
+        "{}",
+        p.rendered
+    );
     let e = a.submit(0).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("[etcd/alarm/CORRUPT/1]"), "{e:?}");
