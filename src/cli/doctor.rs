@@ -32,9 +32,47 @@ pub struct DoctorArgs {
     /// Credentials directory: <DIR>/<cluster>/{talosconfig,kubeconfig} (what `medea seed` writes).
     #[arg(long, value_name = "DIR")]
     pub creds_dir: PathBuf,
+    /// Also show the preflight findings of the plan for this desired state against the
+    /// inventory file given with --observed (the same findings `medea plan --observed` shows).
+    #[arg(long, value_name = "DIR", requires = "observed")]
+    pub desired: Option<PathBuf>,
+    /// Inventory file (YAML or JSON, with `preflight:` blocks) the findings are computed from.
+    #[arg(long, value_name = "FILE", requires = "desired")]
+    pub observed: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: Output,
+}
+
+/// The preflight lines of the plan of `desired` against the inventory file `observed`.
+fn preflight_lines(
+    desired: &std::path::Path,
+    observed: &std::path::Path,
+) -> miette::Result<Vec<(String, Check)>> {
+    let loaded = super::desired::load(&crate::desired::Source::Dir(desired.to_path_buf()))?;
+    if loaded.has_errors() {
+        return Err(miette::miette!(
+            help = "run `medea validate` on it",
+            "the desired state at `{}` is not valid",
+            desired.display()
+        ));
+    }
+    let text = std::fs::read_to_string(observed)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot read the inventory file `{}`", observed.display()))?;
+    let inventory = crate::inventory::file::parse(&observed.display().to_string(), &text)
+        .map_err(miette::Report::from_err)?;
+    let plan = match crate::ops::replan::rehearse(None, &loaded.desired, &inventory) {
+        Ok(
+            crate::ops::replan::Rehearsed::NoStore(p) | crate::ops::replan::Rehearsed::Differs(p),
+        ) => p,
+        Ok(crate::ops::replan::Rehearsed::Replanned(r)) => r.plan,
+        Err(e) => {
+            return Err(miette::Report::from_err(e)
+                .wrap_err("the desired state cannot be planned against the inventory file"));
+        }
+    };
+    Ok(crate::ops::doctor::preflight_checks(&plan))
 }
 
 /// The checklist for people.
@@ -115,6 +153,10 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
             &settings,
         ))
         .map_err(miette::Report::from_err)?;
+    let report = match (&args.desired, &args.observed) {
+        (Some(d), Some(o)) => report.with_checks(preflight_lines(d, o)?),
+        _ => report,
+    };
     match args.output {
         Output::Text => print!("{}", render_text(&report)),
         Output::Json => print!("{}", super::output::json(&report)),

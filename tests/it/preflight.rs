@@ -346,4 +346,34 @@ fn medea_plan_observed_reads_a_preflight_block() {
             "removed-api/partial-view",
         ]
     );
+    // `medea doctor` shows the same findings (blocking ones fail, warnings warn).
+    let out = crate::cli::medea()
+        .args(["doctor", "--cluster", "home", "-o", "json", "--creds-dir"])
+        .arg(tmp.path().join("creds"))
+        .arg("--desired")
+        .arg(&examples)
+        .arg("--observed")
+        .arg(&inv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lines: Vec<(&str, &str)> = v["clusters"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "preflight")
+        .map(|c| (c["target"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    let want: Vec<(&str, &str)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, if i < 2 { "fail" } else { "warn" }))
+        .collect();
+    assert_eq!(lines, want);
 }
