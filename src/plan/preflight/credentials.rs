@@ -48,7 +48,7 @@ pub(super) fn check(
                     "notAfter {:?} is not an RFC 3339 time",
                     c.not_after
                 )],
-                "check the credential (`medea doctor`)",
+                "check the credential with `medea doctor --creds-dir <dir>`",
             ));
             continue;
         };

@@ -24,7 +24,7 @@ pub(super) fn check(p: &PreflightObservations, scope: &Scope) -> Vec<Finding> {
             severe,
             format!("no control-plane node answered about etcd: its health is unknown ({why})"),
             vec!["EtcdMemberList, EtcdStatus and EtcdAlarmList got no answer from any control-plane node".into()],
-            "check the Talos API of the control-plane nodes (`medea doctor`) and refresh",
+            "check the Talos API of the control-plane nodes with `medea doctor --creds-dir <dir>` and refresh",
         ));
         return out;
     };

@@ -167,7 +167,7 @@ pub fn check(
                 Severity::Warning,
                 "no preflight observations were gathered for this cluster: deprecated-API usage, PodDisruptionBudgets, etcd, node pressure and credential lifetimes were not checked",
                 vec!["the cluster's observation has no preflight block (observed by a medea before preflight checks, or an inventory file without `preflight:`)".into()],
-                "refresh the cluster (`medea seed`, or let the daemon refresh it); in an inventory file, add a `preflight:` block",
+                "let the daemon refresh the cluster, or seed it again (medea seed … --force); in an inventory file, add a `preflight:` block",
             ));
         } else {
             let table = cluster.upgrade_policy.api_table();
