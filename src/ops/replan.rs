@@ -273,4 +273,63 @@ mod tests {
         assert_eq!(after.clusters[0].status, ClusterStatus::Planned);
         assert_eq!(after.id, idle.id);
     }
+
+    #[test]
+    fn promotion_evidence_is_what_succeeded_jobs_of_upstream_clusters_brought() {
+        use crate::plan::tests::{cluster_doc, cp_pool, load, observed, one, three_cps};
+        use crate::rollout::{JobInputs, JobState, create_jobs_txn};
+        use crate::store::{Store, Txn};
+        let ts = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        let store = crate::store::mem::MemStore::new();
+        let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+        let c1 = observed("v1.34.1", 4, three_cps("v1.12.11")).clusters["c1"]
+            .with_rollouts_enabled(true);
+        store
+            .commit(Txn::new().put_record(crate::inventory::cluster_key("c1"), &c1))
+            .unwrap();
+        let plan = super::replan(&store, &d).unwrap().plan;
+        let none: &[crate::desired::window::MaintenanceWindow] = &[];
+        let inputs = JobInputs {
+            global_rollouts: true,
+            clusters: [("c1".to_string(), &c1)].into(),
+            windows: [("c1".to_string(), none)].into(),
+        };
+        let mut job = create_jobs_txn(&plan, &inputs, ts("2026-11-30T00:00:00Z"))
+            .unwrap()
+            .jobs
+            .remove(0);
+        let key = crate::rollout::journal::job_key(&job.id);
+        store
+            .commit(Txn::new().put_record(key.clone(), &job))
+            .unwrap();
+        // c2 rolls versions only after c1 proved them.
+        let promoted = load(&[
+            ("c1.yaml", cluster_doc("c1", "v1.34.1", "")),
+            (
+                "c2.yaml",
+                cluster_doc(
+                    "c2",
+                    "v1.34.1",
+                    "  promotion:\n    after: c1\n    soak: 1h\n",
+                ),
+            ),
+            ("pools.yaml", cp_pool("v1.13.9")),
+        ]);
+        // A running job proves nothing.
+        assert!(
+            super::promotion_evidence(&store, &promoted)
+                .unwrap()
+                .is_empty()
+        );
+        job.state = JobState::Succeeded {
+            at: ts("2026-12-01T00:00:00Z"),
+        };
+        store.commit(Txn::new().put_record(key, &job)).unwrap();
+        let ev = super::promotion_evidence(&store, &promoted).unwrap();
+        let talos = crate::version::TalosVersion::parse("v1.13.9").unwrap();
+        assert_eq!(ev["c1"].talos[&talos], ts("2026-12-01T00:00:00Z"));
+        assert!(ev["c1"].kubernetes.is_empty());
+        // Nobody is promoted after c1: its history is not even read.
+        assert!(super::promotion_evidence(&store, &d).unwrap().is_empty());
+    }
 }
