@@ -151,7 +151,7 @@ pub fn reconcile(
     let mut fresh: Option<crate::plan::Plan> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
-        match stored::replan(store, desired) {
+        match stored::replan_at(store, desired, now) {
             Ok(r) => {
                 if r.stored {
                     crate::metrics::global().plans_computed.inc();
