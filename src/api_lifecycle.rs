@@ -17,7 +17,8 @@
 pub type Minor = (u64, u64);
 
 /// One resource's group-version and its lifecycle.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ApiLifecycle {
     /// API group; `""` is the core group.
     pub group: String,

@@ -329,6 +329,11 @@ fn plan_to_sign(
             ),
         });
     }
+    if wanted.state == "blocked" {
+        return Err(ApproveError::Server {
+            message: blocked_message(&wanted.short_id, &wanted.json),
+        });
+    }
     if wanted.state == "consumed" {
         return Err(ApproveError::Server {
             message: format!(
@@ -338,6 +343,29 @@ fn plan_to_sign(
         });
     }
     Ok(plan)
+}
+
+/// Why a blocked plan cannot be signed: its blocking findings (from the plan's JSON form,
+/// `clusters[].preflight[]`), by id, and how to acknowledge them.
+fn blocked_message(short: &str, json: &str) -> String {
+    let doc: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let mut lines = Vec::new();
+    for c in doc["clusters"].as_array().into_iter().flatten() {
+        for f in c["preflight"].as_array().into_iter().flatten() {
+            if f["severity"] == "blocking" && f["acknowledged"] != true {
+                lines.push(format!(
+                    "\n  cluster {}: [{}] {}",
+                    c["cluster"].as_str().unwrap_or("?"),
+                    f["id"].as_str().unwrap_or("?"),
+                    f["message"].as_str().unwrap_or("")
+                ));
+            }
+        }
+    }
+    format!(
+        "plan {short} has blocking preflight findings and cannot be approved:{}\nfix the cause and replan, or accept a finding by listing its id under `spec.preflight.acknowledge` of the Cluster (a new desired revision, so a new plan to approve)",
+        lines.concat()
+    )
 }
 
 fn parse_full_id(input: &str) -> Result<PlanId, ApproveError> {

@@ -32,13 +32,48 @@ pub struct DoctorArgs {
     /// Credentials directory: <DIR>/<cluster>/{talosconfig,kubeconfig} (what `medea seed` writes).
     #[arg(long, value_name = "DIR")]
     pub creds_dir: PathBuf,
+    /// Desired-state directory: check that every Prometheus and Alertmanager its Clusters'
+    /// `health` blocks name answers (`vector(1)`, `/api/v2/status`); with --observed, also show
+    /// the preflight findings of its plan (the same findings `medea plan --observed` shows).
+    #[arg(long, value_name = "DIR")]
+    pub desired: Option<PathBuf>,
+    /// Inventory file (YAML or JSON, with `preflight:` blocks) the findings are computed from.
+    #[arg(long, value_name = "FILE", requires = "desired")]
+    pub observed: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: Output,
-    /// Desired-state directory: also check that every Prometheus and Alertmanager its
-    /// Clusters' `health` blocks name answers (`vector(1)`, `/api/v2/status`).
-    #[arg(long, value_name = "DIR")]
-    pub desired: Option<PathBuf>,
+}
+
+/// The preflight lines of the plan of `desired` against the inventory file `observed`.
+fn preflight_lines(
+    desired: &std::path::Path,
+    observed: &std::path::Path,
+) -> miette::Result<Vec<(String, Check)>> {
+    let loaded = super::desired::load(&crate::desired::Source::Dir(desired.to_path_buf()))?;
+    if loaded.has_errors() {
+        return Err(miette::miette!(
+            help = "run `medea validate` on it",
+            "the desired state at `{}` is not valid",
+            desired.display()
+        ));
+    }
+    let text = std::fs::read_to_string(observed)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot read the inventory file `{}`", observed.display()))?;
+    let inventory = crate::inventory::file::parse(&observed.display().to_string(), &text)
+        .map_err(miette::Report::from_err)?;
+    let plan = match crate::ops::replan::rehearse(None, &loaded.desired, &inventory) {
+        Ok(
+            crate::ops::replan::Rehearsed::NoStore(p) | crate::ops::replan::Rehearsed::Differs(p),
+        ) => p,
+        Ok(crate::ops::replan::Rehearsed::Replanned(r)) => r.plan,
+        Err(e) => {
+            return Err(miette::Report::from_err(e)
+                .wrap_err("the desired state cannot be planned against the inventory file"));
+        }
+    };
+    Ok(crate::ops::doctor::preflight_checks(&plan))
 }
 
 /// The checklist for people.
@@ -138,6 +173,10 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
             &health,
         ))
         .map_err(miette::Report::from_err)?;
+    let report = match (&args.desired, &args.observed) {
+        (Some(d), Some(o)) => report.with_checks(preflight_lines(d, o)?),
+        _ => report,
+    };
     match args.output {
         Output::Text => print!("{}", render_text(&report)),
         Output::Json => print!("{}", super::output::json(&report)),

@@ -99,4 +99,6 @@ pub mod codes {
     pub const SYMLINK: &str = "medea::desired::symlink";
     pub const LIMIT: &str = "medea::desired::limit";
     pub const HEALTH: &str = "medea::desired::health";
+    pub const PROMOTION: &str = "medea::desired::promotion";
+    pub const ACKNOWLEDGE: &str = "medea::desired::acknowledge";
 }

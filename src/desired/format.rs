@@ -93,6 +93,68 @@ pub struct ClusterSpec {
     /// alerts, workload readiness), with their sources, soak and failure limit.
     #[serde(default)]
     pub health: Option<HealthSpec>,
+    /// Preflight findings this cluster accepts (`medea plan` shows each finding's id).
+    #[serde(default)]
+    pub preflight: Option<PreflightSpec>,
+    /// Roll a Talos or Kubernetes version here only after another cluster has run it,
+    /// after a successful rollout job, for at least `soak`.
+    #[serde(default)]
+    pub promotion: Option<PromotionSpec>,
+}
+
+/// What the plan's preflight checks may find without blocking approval.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PreflightSpec {
+    /// Ids of blocking findings accepted for this cluster (e.g.
+    /// `removed-api/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas`). Acknowledged findings
+    /// still show in the plan, marked as such.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub acknowledge: Vec<Spanned<String>>,
+}
+
+/// Promotion between clusters (rollout sequencing): versions go here after `after` proved them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PromotionSpec {
+    /// The upstream Cluster (by name) that must have run a version first.
+    #[schemars(with = "String")]
+    pub after: Spanned<String>,
+    /// How long the upstream cluster must have run the version since its successful rollout
+    /// job ended (`24h`).
+    #[schemars(with = "DurationString")]
+    pub soak: Spanned<String>,
+}
+
+/// A Kubernetes API version that goes away, for the removed-API preflight check (CRDs, or
+/// built-in APIs this medea does not know yet).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RemovedApiSpec {
+    /// API group (`""` or omitted for the core group).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub group: Option<Spanned<String>>,
+    /// The version that goes away (`v1beta1`).
+    #[schemars(with = "String")]
+    pub version: Spanned<String>,
+    /// Resource, plural and lower case (`widgets`).
+    #[schemars(with = "String")]
+    pub resource: Spanned<String>,
+    /// Kind (`Widget`).
+    #[schemars(with = "String")]
+    pub kind: Spanned<String>,
+    /// First Kubernetes minor that deprecates it (`v1.29`).
+    #[schemars(with = "MinorString")]
+    pub deprecated_in: Spanned<String>,
+    /// First Kubernetes minor that no longer serves it (`v1.32`).
+    #[schemars(with = "MinorString")]
+    pub removed_in: Spanned<String>,
+    /// What to use instead, `group/version Kind` (`example.com/v1 Widget`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub replacement: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -210,6 +272,11 @@ pub struct UpgradePolicySpec {
     /// table; copy them from the Talos support matrix.
     #[serde(default)]
     pub kubernetes_support: Vec<KubernetesSupportSpec>,
+    /// API versions added to (or overriding) the built-in removal table the removed-API
+    /// preflight check reads; a row with the same group, version and resource replaces the
+    /// built-in one.
+    #[serde(default)]
+    pub removed_apis: Vec<RemovedApiSpec>,
 }
 
 /// The Kubernetes minors one Talos minor supports (both ends inclusive).

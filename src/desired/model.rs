@@ -192,6 +192,48 @@ pub struct UpgradePolicy {
     pub talos_releases: Vec<TalosVersion>,
     /// Support windows overriding the built-in ones, sorted by Talos minor.
     pub kubernetes_support: Vec<SupportOverride>,
+    /// Rows added to (or replacing) the built-in API removal table, sorted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_apis: Vec<crate::api_lifecycle::ApiLifecycle>,
+}
+
+impl UpgradePolicy {
+    /// The built-in API removal table with this policy's rows on top (a row with the same
+    /// group, version and resource replaces the built-in one), sorted.
+    pub fn api_table(&self) -> Vec<crate::api_lifecycle::ApiLifecycle> {
+        let mut table: Vec<_> = crate::api_lifecycle::builtin()
+            .into_iter()
+            .filter(|b| {
+                !self.removed_apis.iter().any(|r| {
+                    r.group == b.group && r.version == b.version && r.resource == b.resource
+                })
+            })
+            .collect();
+        table.extend(self.removed_apis.iter().cloned());
+        table.sort();
+        table
+    }
+}
+
+/// `spec.preflight` of a Cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PreflightSettings {
+    /// Finding ids accepted, as written (duplicates rejected).
+    pub acknowledge: Vec<Sourced<String>>,
+}
+
+impl PreflightSettings {
+    pub fn acknowledges(&self, id: &str) -> bool {
+        self.acknowledge.iter().any(|a| a.value == id)
+    }
+}
+
+/// `spec.promotion` of a Cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promotion {
+    /// The upstream cluster.
+    pub after: Sourced<String>,
+    pub soak: Duration,
 }
 
 /// A validated Cluster and its pools.
@@ -205,6 +247,10 @@ pub struct Cluster {
     pub upgrade_policy: UpgradePolicy,
     /// Health gates (`health:`); no gates when the block is absent.
     pub health: super::health::HealthSettings,
+    /// `spec.preflight`: acknowledged finding ids.
+    pub preflight: PreflightSettings,
+    /// `spec.promotion`: the upstream cluster and its soak.
+    pub promotion: Option<Promotion>,
     /// Pools by name.
     pub pools: BTreeMap<String, NodePool>,
     /// The YAML document as written (for plan diffs against the last applied version).

@@ -501,6 +501,7 @@ pub fn validate(
             .unwrap_or_default();
         check_order(&mut ctx, cluster, &declared);
     }
+    check_promotion(&mut ctx, &clusters, &declared_clusters);
     ctx.diags.sort_by(|a, b| {
         a.origin
             .cmp(&b.origin)
@@ -595,6 +596,8 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
         .map(|u| upgrade_policy(ctx, doc, u))
         .unwrap_or_default();
     let health = super::health::cluster_health(&mut ctx.diags, doc, spec.health.as_ref());
+    let preflight = preflight_settings(ctx, doc, spec.preflight.as_ref());
+    let promotion = promotion(ctx, doc, spec.promotion.as_ref());
     let (Some(kubernetes_version), true) = (version, name_ok) else {
         return None;
     };
@@ -606,6 +609,8 @@ fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Opti
         windows,
         upgrade_policy,
         health,
+        preflight,
+        promotion,
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })
@@ -690,10 +695,178 @@ fn upgrade_policy(
             },
         );
     }
+    let mut removed_apis: BTreeMap<(String, String, String), crate::api_lifecycle::ApiLifecycle> =
+        BTreeMap::new();
+    for r in &spec.removed_apis {
+        let mut line = |s: &Spanned<String>| match parse_minor_line(&s.value) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                ctx.err(Diagnostic::error(
+                    codes::VERSION,
+                    doc.origin(&s.referenced),
+                    e.to_string(),
+                ));
+                None
+            }
+        };
+        let (Some(deprecated), Some(removed)) = (line(&r.deprecated_in), line(&r.removed_in))
+        else {
+            continue;
+        };
+        if deprecated > removed {
+            ctx.err(
+                Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&r.deprecated_in.referenced),
+                    format!(
+                        "deprecatedIn {} is newer than removedIn {}",
+                        r.deprecated_in.value, r.removed_in.value
+                    ),
+                )
+                .with_help("an API is deprecated before (or when) it is removed"),
+            );
+            continue;
+        }
+        let group = r.group.as_ref().map_or(String::new(), |g| g.value.clone());
+        let key = (
+            group.clone(),
+            r.version.value.clone(),
+            r.resource.value.clone(),
+        );
+        if removed_apis.contains_key(&key) {
+            ctx.err(Diagnostic::error(
+                codes::DUPLICATE,
+                doc.origin(&r.resource.referenced),
+                format!("removed API {}/{} {} is listed twice", key.0, key.1, key.2),
+            ));
+            continue;
+        }
+        removed_apis.insert(
+            key,
+            crate::api_lifecycle::ApiLifecycle {
+                group,
+                version: r.version.value.clone(),
+                resource: r.resource.value.clone(),
+                kind: r.kind.value.clone(),
+                deprecated,
+                removed,
+                replacement: r.replacement.as_ref().map(|s| s.value.clone()),
+            },
+        );
+    }
     UpgradePolicy {
         allow_downgrade: spec.allow_downgrade,
         talos_releases: releases.into_iter().collect(),
         kubernetes_support: support.into_values().collect(),
+        removed_apis: removed_apis.into_values().collect(),
+    }
+}
+
+/// `spec.preflight`: acknowledged ids, each once.
+fn preflight_settings(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    spec: Option<&format::PreflightSpec>,
+) -> PreflightSettings {
+    let mut out = PreflightSettings::default();
+    for a in spec.map(|p| p.acknowledge.as_slice()).unwrap_or_default() {
+        if a.value.trim().is_empty() {
+            ctx.err(
+                Diagnostic::error(
+                    codes::ACKNOWLEDGE,
+                    doc.origin(&a.referenced),
+                    "an acknowledged finding id is empty",
+                )
+                .with_help("copy the finding's id from the plan's `preflight:` section"),
+            );
+            continue;
+        }
+        if out.acknowledges(&a.value) {
+            ctx.err(Diagnostic::error(
+                codes::DUPLICATE,
+                doc.origin(&a.referenced),
+                format!("finding `{}` is acknowledged twice", a.value),
+            ));
+            continue;
+        }
+        out.acknowledge.push(sourced(doc, a, a.value.clone()));
+    }
+    out
+}
+
+/// `spec.promotion` as written (the upstream cluster is checked once every cluster is known).
+fn promotion(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    spec: Option<&format::PromotionSpec>,
+) -> Option<Promotion> {
+    let p = spec?;
+    let soak = duration_field(ctx, doc, &Some(clone_spanned(&p.soak)))?;
+    Some(Promotion {
+        after: sourced(doc, &p.after, p.after.value.clone()),
+        soak,
+    })
+}
+
+/// Promotion references name another declared cluster and never form a cycle.
+fn check_promotion(
+    ctx: &mut Ctx,
+    clusters: &BTreeMap<String, Cluster>,
+    declared: &BTreeSet<String>,
+) {
+    for (name, c) in clusters {
+        let Some(p) = &c.promotion else { continue };
+        if &p.after.value == name {
+            ctx.err(
+                Diagnostic::error(
+                    codes::PROMOTION,
+                    p.after.origin.clone(),
+                    format!("cluster `{name}` cannot be promoted after itself"),
+                )
+                .with_help("name the cluster that must run a version first"),
+            );
+            continue;
+        }
+        if !clusters.contains_key(&p.after.value) {
+            if declared.contains(&p.after.value) {
+                continue; // invalid cluster, reported already
+            }
+            let known: Vec<&str> = clusters.keys().map(String::as_str).collect();
+            ctx.err(
+                Diagnostic::error(
+                    codes::PROMOTION,
+                    p.after.origin.clone(),
+                    format!(
+                        "cluster `{name}` is promoted after `{}`, which is not defined",
+                        p.after.value
+                    ),
+                )
+                .with_help(format!("defined clusters: {}", known.join(", "))),
+            );
+            continue;
+        }
+        // Walk upstream; coming back to `name` is a cycle (reported at each member's `after`).
+        let mut seen = vec![name.as_str()];
+        let mut at = p.after.value.as_str();
+        while let Some(up) = clusters.get(at).and_then(|c| c.promotion.as_ref()) {
+            seen.push(at);
+            if up.after.value == *name {
+                seen.push(name);
+                ctx.err(
+                    Diagnostic::error(
+                        codes::PROMOTION,
+                        p.after.origin.clone(),
+                        format!("`promotion.after` has a cycle: {}", seen.join(" → ")),
+                    )
+                    .with_help("one cluster of the chain must not wait for another"),
+                );
+                break;
+            }
+            if seen.contains(&up.after.value.as_str()) {
+                break; // a cycle not through `name`: reported at its own members
+            }
+            at = up.after.value.as_str();
+        }
     }
 }
 

@@ -147,13 +147,19 @@ impl Probes {
         gate: &Gate,
         ctx: &GateContext,
     ) -> Result<(GateVerdict, Vec<crate::rollout::ports::GateSample>, String), ProbeError> {
+        // The gate's own sources (the approved plan's) win; the probe's are the fallback.
+        let sources = if ctx.sources.is_empty() {
+            &self.sources
+        } else {
+            &ctx.sources
+        };
         match &gate.check {
             GateCheck::Query { query } => {
                 let shape = QueryShape::of(query).map_err(|err| ProbeError::Invalid {
                     what: "query",
                     err: Box::new(err),
                 })?;
-                let endpoint = Self::source(&self.sources.prometheus, "Prometheus", "prometheus")?;
+                let endpoint = Self::source(&sources.prometheus, "Prometheus", "prometheus")?;
                 let data = prometheus::query(endpoint, query, self.timeout).await?;
                 Ok(prometheus::judge(shape, &data))
             }
@@ -169,8 +175,7 @@ impl Probes {
                         .collect()
                 };
                 let (matchers, ignore) = (parse(matchers)?, parse(ignore)?);
-                let endpoint =
-                    Self::source(&self.sources.alertmanager, "Alertmanager", "alertmanager")?;
+                let endpoint = Self::source(&sources.alertmanager, "Alertmanager", "alertmanager")?;
                 let alerts = alertmanager::alerts(endpoint, &matchers, self.timeout).await?;
                 Ok(alertmanager::judge(
                     &alerts,

@@ -15,6 +15,16 @@
 //!         kubeletVersion: v1.34.1
 //!         # id (default: the node name), installerImage, schematic, bootId,
 //!         # ready (default true), cordoned (default false), reachable (default true), labels
+//!     preflight:             # optional: what the preflight checks read (inventory::preflight)
+//!       apiserverMetrics: [{endpoint: "https://10.0.1.11:6443", error: null}]
+//!       deprecatedApiRequests:
+//!         - {group: flowcontrol.apiserver.k8s.io, version: v1beta3, resource: flowschemas,
+//!            removedRelease: "1.32", source: "https://10.0.1.11:6443"}
+//!       podDisruptionBudgets: [{namespace: db, name: pg, disruptionsAllowed: 0,
+//!                               pods: [{name: pg-0, node: w-1}]}]
+//!       etcd: {members: [{id: "8e9e05c52164694d", name: cp-1, learner: false, healthy: true}]}
+//!       nodePressure: {w-1: [DiskPressure]}
+//!       credentials: [{credential: talosconfig client certificate, notAfter: "2027-01-01T00:00:00Z"}]
 //! ```
 
 use std::collections::BTreeMap;
@@ -76,6 +86,11 @@ pub struct ClusterEntry {
     pub generation: u64,
     #[serde(default)]
     pub machines: Vec<MachineEntry>,
+    /// What a refresh's preflight gathering saw (deprecated-API usage, PDBs, etcd, node
+    /// pressure, credential expiry), so a rehearsal shows the same findings. A file with the
+    /// block counts as gathered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<super::preflight::PreflightObservations>,
 }
 
 fn one() -> u64 {
@@ -176,7 +191,13 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
             }
         }
         let cluster = ObservedCluster {
-            preflight: Default::default(),
+            preflight: c
+                .preflight
+                .map(|mut p| {
+                    p.gathered = true;
+                    p
+                })
+                .unwrap_or_default(),
             name: c.name.clone(),
             kubernetes_version: c.kubernetes_version,
             rollouts_enabled: c.rollouts_enabled,
@@ -248,6 +269,7 @@ pub fn to_file(inv: &Inventory) -> InventoryFile {
                 kubernetes_version: c.kubernetes_version.clone(),
                 rollouts_enabled: c.rollouts_enabled,
                 generation: c.generation,
+                preflight: (!c.preflight.is_empty()).then(|| c.preflight.clone()),
                 machines: c
                     .machines
                     .values()

@@ -27,6 +27,17 @@ pub trait PortFactory: Send + Sync + 'static {
         &self,
         cluster: &str,
     ) -> impl Future<Output = Result<(Self::Talos, Self::Kube), AdapterError>> + Send;
+    /// The health probes of a cluster's executor. Prometheus and Alertmanager come from each
+    /// gate's context (the approved plan's sources); the default has no kube client, so
+    /// workloads gates fail (never pass) — factories with credentials give it one.
+    fn probe(
+        &self,
+        _cluster: &str,
+    ) -> impl Future<Output = Result<crate::health::Probes, AdapterError>> + Send {
+        std::future::ready(Ok(crate::health::Probes::new(
+            crate::plan::health::HealthSources::default(),
+        )))
+    }
 }
 
 /// The real ports of a cluster, from `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`.
@@ -41,6 +52,14 @@ impl PortFactory for CredsPorts {
         let talos = TalosAdapter::from_creds(&self.creds_dir, cluster)?;
         let kube = KubeAdapter::from_creds(&self.creds_dir, cluster).await?;
         Ok((talos, kube))
+    }
+    async fn probe(&self, cluster: &str) -> Result<crate::health::Probes, AdapterError> {
+        health_probes(
+            &self.creds_dir,
+            cluster,
+            crate::plan::health::HealthSources::default(),
+        )
+        .await
     }
 }
 

@@ -67,6 +67,58 @@ pub fn running_jobs(store: &dyn Store) -> Result<BTreeMap<String, String>, Store
         .collect())
 }
 
+/// What every successful rollout job of each cluster proved (`spec.promotion`'s evidence):
+/// the Talos and Kubernetes versions its steps brought, and the end of the first such job.
+pub fn promotion_evidence(
+    store: &dyn Store,
+    desired: &Desired,
+) -> Result<BTreeMap<String, crate::plan::preflight::PromotionEvidence>, StoreError> {
+    use crate::plan::preflight::PromotionEvidence;
+    use crate::rollout::JobState;
+    use crate::rollout::sequencer::StepKind;
+    let upstream: std::collections::BTreeSet<&str> = desired
+        .clusters
+        .values()
+        .filter_map(|c| c.promotion.as_ref().map(|p| p.after.value.as_str()))
+        .collect();
+    let mut out = BTreeMap::new();
+    if upstream.is_empty() {
+        return Ok(out);
+    }
+    for job in crate::ops::jobs::load_jobs(store)? {
+        if !upstream.contains(job.cluster.as_str()) {
+            continue;
+        }
+        let JobState::Succeeded { at } = &job.state else {
+            continue;
+        };
+        let mut talos = Vec::new();
+        let mut kube = Vec::new();
+        for s in &job.steps {
+            match &s.kind {
+                StepKind::Talos(t) => talos.push(t.rollout.to.clone()),
+                StepKind::Kubernetes(k) => kube.push(k.rollout.to.clone()),
+            }
+        }
+        out.entry(job.cluster.clone())
+            .or_insert_with(|| PromotionEvidence::new(job.cluster.clone()))
+            .record(*at, &talos, &kube);
+    }
+    Ok(out)
+}
+
+/// The preflight checks' inputs for planning `desired` now.
+pub fn preflight_context(
+    store: &dyn Store,
+    desired: &Desired,
+    now: jiff::Timestamp,
+) -> Result<crate::plan::preflight::Context, StoreError> {
+    Ok(crate::plan::preflight::Context {
+        now: Some(now),
+        promotion: promotion_evidence(store, desired)?,
+    })
+}
+
 /// What [`replan`] did.
 #[derive(Debug, Clone)]
 pub struct Replanned {
@@ -86,16 +138,27 @@ pub enum ReplanError {
 /// Compute the plan for `desired` against the store's inventory and applied state, and make
 /// it current unless it already is. The one planning path of the daemon and `medea plan`.
 pub fn replan(store: &dyn Store, desired: &Desired) -> Result<Replanned, ReplanError> {
+    replan_at(store, desired, jiff::Timestamp::now())
+}
+
+/// [`replan`] at time `now` (the preflight checks' clock).
+pub fn replan_at(
+    store: &dyn Store,
+    desired: &Desired,
+    now: jiff::Timestamp,
+) -> Result<Replanned, ReplanError> {
     let inventory = Inventory::load(store)?;
     let applied = load_applied(store)?;
     let running = running_jobs(store)?;
     let previous = current(store)?;
-    let mut plan = crate::plan::compute_with(
+    let ctx = preflight_context(store, desired, now)?;
+    let mut plan = crate::plan::compute_in(
         desired,
         &inventory,
         &applied,
         previous.map(|p| p.id),
         &running,
+        &ctx,
     )
     .map_err(ReplanError::Refused)?;
     if let Some(p) = previous
@@ -136,22 +199,37 @@ pub fn rehearse(
     desired: &Desired,
     inventory: &Inventory,
 ) -> Result<Rehearsed, ReplanError> {
-    let (applied, running, previous) = match store {
-        Some(s) => (load_applied(s)?, running_jobs(s)?, current(s)?),
-        None => Default::default(),
+    let now = jiff::Timestamp::now();
+    let (applied, running, previous, ctx) = match store {
+        Some(s) => (
+            load_applied(s)?,
+            running_jobs(s)?,
+            current(s)?,
+            preflight_context(s, desired, now)?,
+        ),
+        None => (
+            LastApplied::default(),
+            BTreeMap::new(),
+            None,
+            crate::plan::preflight::Context {
+                now: Some(now),
+                ..Default::default()
+            },
+        ),
     };
-    let plan = crate::plan::compute_with(
+    let plan = crate::plan::compute_in(
         desired,
         inventory,
         &applied,
         previous.map(|p| p.id),
         &running,
+        &ctx,
     )
     .map_err(ReplanError::Refused)?;
     match store {
         None => Ok(Rehearsed::NoStore(plan)),
         Some(s) if plan.is_stale(&current_basis(s, desired)?) => Ok(Rehearsed::Differs(plan)),
-        Some(s) => replan(s, desired).map(Rehearsed::Replanned),
+        Some(s) => replan_at(s, desired, now).map(Rehearsed::Replanned),
     }
 }
 
@@ -194,5 +272,64 @@ mod tests {
         let after = super::replan(&store, &d).unwrap().plan;
         assert_eq!(after.clusters[0].status, ClusterStatus::Planned);
         assert_eq!(after.id, idle.id);
+    }
+
+    #[test]
+    fn promotion_evidence_is_what_succeeded_jobs_of_upstream_clusters_brought() {
+        use crate::plan::tests::{cluster_doc, cp_pool, load, observed, one, three_cps};
+        use crate::rollout::{JobInputs, JobState, create_jobs_txn};
+        use crate::store::{Store, Txn};
+        let ts = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        let store = crate::store::mem::MemStore::new();
+        let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+        let c1 = observed("v1.34.1", 4, three_cps("v1.12.11")).clusters["c1"]
+            .with_rollouts_enabled(true);
+        store
+            .commit(Txn::new().put_record(crate::inventory::cluster_key("c1"), &c1))
+            .unwrap();
+        let plan = super::replan(&store, &d).unwrap().plan;
+        let none: &[crate::desired::window::MaintenanceWindow] = &[];
+        let inputs = JobInputs {
+            global_rollouts: true,
+            clusters: [("c1".to_string(), &c1)].into(),
+            windows: [("c1".to_string(), none)].into(),
+        };
+        let mut job = create_jobs_txn(&plan, &inputs, ts("2026-11-30T00:00:00Z"))
+            .unwrap()
+            .jobs
+            .remove(0);
+        let key = crate::rollout::journal::job_key(&job.id);
+        store
+            .commit(Txn::new().put_record(key.clone(), &job))
+            .unwrap();
+        // c2 rolls versions only after c1 proved them.
+        let promoted = load(&[
+            ("c1.yaml", cluster_doc("c1", "v1.34.1", "")),
+            (
+                "c2.yaml",
+                cluster_doc(
+                    "c2",
+                    "v1.34.1",
+                    "  promotion:\n    after: c1\n    soak: 1h\n",
+                ),
+            ),
+            ("pools.yaml", cp_pool("v1.13.9")),
+        ]);
+        // A running job proves nothing.
+        assert!(
+            super::promotion_evidence(&store, &promoted)
+                .unwrap()
+                .is_empty()
+        );
+        job.state = JobState::Succeeded {
+            at: ts("2026-12-01T00:00:00Z"),
+        };
+        store.commit(Txn::new().put_record(key, &job)).unwrap();
+        let ev = super::promotion_evidence(&store, &promoted).unwrap();
+        let talos = crate::version::TalosVersion::parse("v1.13.9").unwrap();
+        assert_eq!(ev["c1"].talos[&talos], ts("2026-12-01T00:00:00Z"));
+        assert!(ev["c1"].kubernetes.is_empty());
+        // Nobody is promoted after c1: its history is not even read.
+        assert!(super::promotion_evidence(&store, &d).unwrap().is_empty());
     }
 }

@@ -305,6 +305,7 @@ mod tests {
                 min_kubernetes: (1, 33),
                 max_kubernetes: (1, 38),
             }],
+            removed_apis: Vec::new(),
         };
         let c = Catalog::for_policy(&policy);
         assert_eq!(c.latest_stable((1, 12)), Some(&t("v1.12.12")));

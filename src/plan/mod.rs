@@ -27,7 +27,9 @@ pub mod render;
 pub mod stored;
 
 pub use applied::{AppliedResource, LastApplied, ResourceKey};
-pub use compute::{basis_from_generations, basis_of, basis_with, compute, compute_with};
+pub use compute::{
+    basis_from_generations, basis_of, basis_with, compute, compute_in, compute_with,
+};
 pub use id::{PlanId, PlanIdRef};
 pub use model::{
     Applies, Basis, ClusterPlan, ClusterStatus, DrainPolicy, KubeRollout, MachineTarget, Plan,

@@ -97,6 +97,18 @@ pub fn summary_line(plan: &Plan) -> String {
             "settings changes",
         ));
     }
+    let blocking = super::preflight::blocking(plan).len();
+    if blocking > 0 {
+        return format!(
+            "Plan {short}: {}. It cannot be approved: {} (see `preflight:` above); fix it and replan, or acknowledge it under `spec.preflight.acknowledge`",
+            parts.join(", "),
+            plural(
+                blocking,
+                "blocking preflight finding",
+                "blocking preflight findings"
+            )
+        );
+    }
     format!(
         "Plan {short}: {}. Approve with: medea approve {short}",
         parts.join(", ")
@@ -115,6 +127,9 @@ pub fn state_sentence(state: &str) -> Option<&'static str> {
         "halted" => "approved, and its rollout halted: see `medea rollout list`",
         "consumed" => "approved and consumed: nothing is left to approve",
         "superseded" => "superseded by a newer plan: nothing is left to approve here",
+        "blocked" => {
+            "blocked by preflight findings: it cannot be approved until they are fixed or acknowledged (`spec.preflight.acknowledge`)"
+        }
         _ => return None,
     })
 }
@@ -262,7 +277,8 @@ pub fn text_in_state(plan: &Plan, o: Options, state: &str) -> String {
 }
 
 fn text_in(plan: &Plan, o: Options, state: Option<&str>) -> String {
-    let offer = state.and_then(state_sentence).is_none();
+    let offer =
+        state.and_then(state_sentence).is_none() && super::preflight::blocking(plan).is_empty();
     let mut out = String::new();
     let observed: Vec<String> = plan
         .basis
@@ -436,6 +452,38 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
     if c.status == ClusterStatus::Planned && !c.has_changes() {
         let _ = writeln!(out, "  = no changes");
     }
+    if !c.preflight.is_empty() {
+        let _ = writeln!(out, "  preflight:");
+        for f in &c.preflight {
+            let sev = match f.severity {
+                super::preflight::Severity::Blocking => "blocking",
+                super::preflight::Severity::Warning => "warning",
+            };
+            let ack = if f.acknowledged {
+                " (acknowledged)"
+            } else {
+                ""
+            };
+            let p = match (f.severity, f.acknowledged) {
+                (super::preflight::Severity::Blocking, false) => Paint::Remove,
+                (super::preflight::Severity::Warning, false) => Paint::Change,
+                _ => Paint::Dim,
+            };
+            let _ = writeln!(
+                out,
+                "    {}",
+                paint(o, p, &format!("{sev} [{}]{ack}: {}", f.id, f.message))
+            );
+            for e in &f.evidence {
+                let _ = writeln!(out, "      evidence: {e}");
+            }
+            let _ = writeln!(
+                out,
+                "      {}",
+                paint(o, Paint::Dim, &format!("help: {}", f.help))
+            );
+        }
+    }
     for n in &c.notes {
         let _ = writeln!(out, "  {}", paint(o, Paint::Dim, &format!("note: {n}")));
     }
@@ -502,7 +550,9 @@ pub fn json_in_state(plan: &Plan, state: &str) -> String {
     reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
 )]
 fn json_in(plan: &Plan, state: Option<&str>) -> String {
-    let changes = plan.has_changes() && state.and_then(state_sentence).is_none();
+    let changes = plan.has_changes()
+        && state.and_then(state_sentence).is_none()
+        && super::preflight::blocking(plan).is_empty();
     let doc = JsonPlan {
         format: JSON_FORMAT,
         id: plan.id.to_hex(),

@@ -28,7 +28,7 @@ fn k(s: &str) -> KubeVersion {
     KubeVersion::parse(s).unwrap()
 }
 
-fn load(files: &[(&str, String)]) -> Desired {
+pub(crate) fn load(files: &[(&str, String)]) -> Desired {
     let snap = Snapshot {
         files: files
             .iter()
@@ -46,13 +46,13 @@ fn load(files: &[(&str, String)]) -> Desired {
     loaded.desired
 }
 
-fn cluster_doc(name: &str, kube: &str, extra: &str) -> String {
+pub(crate) fn cluster_doc(name: &str, kube: &str, extra: &str) -> String {
     format!(
         "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: {kube}\n{extra}"
     )
 }
 
-fn pool_doc(name: &str, role: &str, machines: &str, talos: &str, extra: &str) -> String {
+pub(crate) fn pool_doc(name: &str, role: &str, machines: &str, talos: &str, extra: &str) -> String {
     format!(
         "---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: c1\n  role: {role}\n  machines: [{machines}]\n  talos:\n    version: {talos}\n{extra}"
     )
@@ -85,13 +85,13 @@ fn machine(node: &str, role: MachineRole, talos: &str, kubelet: &str) -> Machine
 }
 
 /// A control-plane machine; its kubelet runs the cluster's Kubernetes (see [`observed`]).
-fn cp(node: &str, talos: &str) -> Machine {
+pub(crate) fn cp(node: &str, talos: &str) -> Machine {
     Machine {
         kubelet_version: None,
         ..machine(node, MachineRole::Controlplane, talos, "v1.34.1")
     }
 }
-fn w(node: &str, talos: &str) -> Machine {
+pub(crate) fn w(node: &str, talos: &str) -> Machine {
     Machine {
         kubelet_version: None,
         ..machine(node, MachineRole::Worker, talos, "v1.34.1")
@@ -685,11 +685,11 @@ fn an_unknown_kubernetes_version_is_not_planned() {
 
 // ---------------------------------------------------------------- waves
 
-fn workers(n: usize, talos: &str) -> Vec<Machine> {
+pub(crate) fn workers(n: usize, talos: &str) -> Vec<Machine> {
     (1..=n).map(|i| w(&format!("w-{i}"), talos)).collect()
 }
 
-fn worker_pool(n: usize, max: u32) -> String {
+pub(crate) fn worker_pool(n: usize, max: u32) -> String {
     let names: Vec<String> = (1..=n).map(|i| format!("w-{i}")).collect();
     pool_doc(
         "workers",

@@ -54,6 +54,10 @@ pub fn create_jobs_txn(
     inputs: &JobInputs<'_>,
     now: Timestamp,
 ) -> Result<Created, RolloutError> {
+    // Defense in depth: approval already refuses such a plan.
+    if let Some(refusal) = crate::plan::preflight::refusal(plan) {
+        return Err(RolloutError::BlockingFindings { refusal });
+    }
     if !inputs.global_rollouts {
         return Err(RolloutError::RolloutsOff);
     }

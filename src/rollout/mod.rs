@@ -49,6 +49,10 @@ use crate::store::StoreError;
 pub enum RolloutError {
     #[error("rollouts are off on this server: start it with `--rollouts` to let jobs run")]
     RolloutsOff,
+    /// The plan has blocking preflight findings nobody acknowledged (issue #22): it is never
+    /// started, whatever approvals it has.
+    #[error("{refusal}")]
+    BlockingFindings { refusal: String },
     #[error(
         "cluster `{cluster}` has rollouts disabled: enable them (`rolloutsEnabled`) before starting a job"
     )]

@@ -151,7 +151,7 @@ pub fn reconcile(
     let mut fresh: Option<crate::plan::Plan> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
-        match stored::replan(store, desired) {
+        match stored::replan_at(store, desired, now) {
             Ok(r) => {
                 if r.stored {
                     crate::metrics::global().plans_computed.inc();
@@ -252,6 +252,20 @@ pub fn reconcile(
             new_records.push(ApprovalRecord::new(a, &c.armored, now));
             approved.push(a.clone());
         }
+    }
+    // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
+    // approved. No approval is recorded or counted and nothing starts; every candidate is
+    // answered with why, naming the findings and how to acknowledge them.
+    if let Some(why) = crate::plan::preflight::refusal(&plan) {
+        for s in &mut state.submitted {
+            *s = (false, why.clone());
+        }
+        for (_, o) in &mut state.outcomes {
+            *o = format!("does not count: {why}");
+        }
+        approved.clear();
+        new_records.clear();
+        state.waiting = vec![why];
     }
     let quorum = approval::evaluate(&plan.id, plan.approvals_required, approved);
     state.quorum = Some(quorum.clone());

@@ -5,10 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use super::Shared;
 use crate::api::pb;
+use crate::health::Probes;
 use crate::rollout::executor::{
     EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
 };
-use crate::rollout::ports::{KubePort, TalosPort};
+use crate::rollout::ports::{HealthProbe, KubePort, TalosPort};
 use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
 use crate::store::StoreError;
 
@@ -216,7 +217,7 @@ pub async fn executor_loop<F: PortFactory>(
     let mut changes = shared.subscribe_changes();
     let rescan = rescan_interval(cfg.poll);
     let executors: Arc<
-        tokio::sync::Mutex<BTreeMap<String, Arc<Executor<F::Talos, F::Kube, SystemClock>>>>,
+        tokio::sync::Mutex<BTreeMap<String, Arc<Executor<F::Talos, F::Kube, SystemClock, Probes>>>>,
     > = Arc::default();
     loop {
         if shared.rollouts_gate && shared.leadership.is_leader() {
@@ -242,8 +243,8 @@ pub async fn executor_loop<F: PortFactory>(
                                 let mut map = executors.lock().await;
                                 match map.get(&job.cluster) {
                                     Some(e) => Some(e.clone()),
-                                    None => match factory.ports(&job.cluster).await {
-                                        Ok((t, k)) => {
+                                    None => match ports_and_probe(&*factory, &job.cluster).await {
+                                        Ok((t, k, probe)) => {
                                             let e = Arc::new(
                                                 Executor::new(
                                                     shared.store.clone(),
@@ -252,6 +253,7 @@ pub async fn executor_loop<F: PortFactory>(
                                                     SystemClock,
                                                     cfg.clone(),
                                                 )
+                                                .with_probe(probe)
                                                 .with_fence(Arc::new(LeaderFence(
                                                     shared.leadership.clone(),
                                                 ))),
@@ -293,6 +295,16 @@ pub async fn executor_loop<F: PortFactory>(
     }
 }
 
+/// A cluster's ports and health probes.
+async fn ports_and_probe<F: PortFactory>(
+    factory: &F,
+    cluster: &str,
+) -> Result<(F::Talos, F::Kube, Probes), crate::ops::cluster_ports::AdapterError> {
+    let (t, k) = factory.ports(cluster).await?;
+    let probe = factory.probe(cluster).await?;
+    Ok((t, k, probe))
+}
+
 /// How often the leader lists jobs without a local change: from the job poll interval, at
 /// least 1s and at most 10s.
 fn rescan_interval(poll: std::time::Duration) -> std::time::Duration {
@@ -323,9 +335,9 @@ fn job_counts(all: &[Job]) -> [(&'static str, i64); 3] {
 }
 
 /// Forward an executor's events to the server's broadcast (watch API), logs, metrics, webhooks.
-fn forward_events<T: TalosPort + 'static, K: KubePort + 'static>(
+fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>(
     shared: &Arc<Shared>,
-    exec: &Arc<Executor<T, K, SystemClock>>,
+    exec: &Arc<Executor<T, K, SystemClock, H>>,
 ) {
     let mut rx = exec.subscribe();
     let shared = shared.clone();

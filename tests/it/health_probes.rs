@@ -21,6 +21,7 @@ fn ctx(rebooting: &[&str]) -> GateContext {
     GateContext {
         cluster: "prod".into(),
         rebooting: rebooting.iter().map(|s| s.to_string()).collect(),
+        sources: HealthSources::default(),
     }
 }
 

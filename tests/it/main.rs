@@ -31,6 +31,7 @@ mod kube_sim;
 mod ops;
 mod output_snapshots;
 mod plan;
+mod preflight;
 mod rollout;
 mod rollout_health;
 mod rollout_sim;

@@ -854,6 +854,26 @@ fn job_creation_checks_the_gates_and_the_plan() {
     let e = create_jobs_txn(&p, &inputs(true, &moved, none), t0()).unwrap_err();
     assert!(matches!(e, RolloutError::StalePlan { .. }), "{e}");
     assert!(e.to_string().contains("medea plan"), "{e}");
+    // a blocking preflight finding nobody acknowledged: never started, whatever the gates
+    // (defense in depth: approval refuses such a plan first)
+    let mut blocked = p.clone();
+    blocked.clusters[0]
+        .preflight
+        .push(medea::plan::preflight::Finding {
+            id: "etcd/alarm/NOSPACE/1".into(),
+            check: "etcd".into(),
+            severity: medea::plan::preflight::Severity::Blocking,
+            message: "etcd alarm NOSPACE is active on member 1".into(),
+            evidence: vec![],
+            help: String::new(),
+            acknowledged: false,
+        });
+    let e = create_jobs_txn(&blocked, &inputs(true, &obs, none), t0()).unwrap_err();
+    assert!(matches!(e, RolloutError::BlockingFindings { .. }), "{e}");
+    assert!(e.to_string().contains("[etcd/alarm/NOSPACE/1]"), "{e}");
+    assert!(e.to_string().contains("spec.preflight.acknowledge"), "{e}");
+    blocked.clusters[0].preflight[0].acknowledged = true;
+    assert!(create_jobs_txn(&blocked, &inputs(true, &obs, none), t0()).is_ok());
 
     // not the current plan: the transaction refuses atomically
     store

@@ -77,7 +77,8 @@ pub enum Status {
 #[serde(rename_all = "camelCase")]
 pub struct Check {
     /// `creds`, `talos-cert`, `kube-cert`, `kube-apiserver`, `rbac`, `clock`, `kube-nodes`,
-    /// `talos-api`, `etcd`, `etcd-members`, `prometheus`, `alertmanager`.
+    /// `talos-api`, `etcd`, `etcd-members`, `prometheus`, `alertmanager`, `preflight` (a plan's
+    /// finding; target = its id).
     pub check: &'static str,
     /// What was checked: a path, a node, a URL.
     pub target: String,
@@ -170,6 +171,49 @@ pub enum DoctorError {
     NoClusters { path: PathBuf },
     #[error("cannot read the credentials directory")]
     CredsDir(#[source] Box<crate::ops::refresh::RefreshError>),
+}
+
+/// The preflight findings of `plan` (issue #22) as checklist lines, per cluster: a blocking
+/// finding nobody acknowledged fails, a warning warns, an acknowledged finding passes (marked).
+/// The same findings `medea plan` shows, since they come from the same plan.
+pub fn preflight_checks(plan: &crate::plan::Plan) -> Vec<(String, Check)> {
+    let mut out = Vec::new();
+    for c in &plan.clusters {
+        for f in &c.preflight {
+            let check = if f.acknowledged {
+                Check::pass(
+                    "preflight",
+                    f.id.clone(),
+                    format!("{} (acknowledged)", f.message),
+                )
+            } else if f.blocks() {
+                Check::fail("preflight", f.id.clone(), f.message.clone(), f.help.clone())
+            } else {
+                Check::warn("preflight", f.id.clone(), f.message.clone(), f.help.clone())
+            };
+            out.push((c.cluster.clone(), check));
+        }
+    }
+    out
+}
+
+impl Report {
+    /// Add `checks` to their clusters' lists (a cluster without credentials gets a list of its
+    /// own) and recompute `ok`.
+    pub fn with_checks(self, checks: Vec<(String, Check)>) -> Report {
+        let mut clusters = self.clusters;
+        for (cluster, check) in checks {
+            match clusters.iter_mut().find(|c| c.cluster == cluster) {
+                Some(c) => c.checks.push(check),
+                None => clusters.push(ClusterReport {
+                    cluster,
+                    creds_dir: String::new(),
+                    checks: vec![check],
+                }),
+            }
+        }
+        Report::new(clusters)
+    }
 }
 
 /// Check every cluster under `creds_dir` (or just `cluster`).

@@ -160,6 +160,26 @@ pub fn compute_with(
     parent: Option<PlanId>,
     running: &BTreeMap<String, String>,
 ) -> Result<Plan, Vec<Diagnostic>> {
+    compute_in(
+        desired,
+        observed,
+        last_applied,
+        parent,
+        running,
+        &crate::plan::preflight::Context::default(),
+    )
+}
+
+/// [`compute_with`] with the preflight checks' inputs (the time, upstream clusters' job
+/// history): what the daemon and `medea plan` call.
+pub fn compute_in(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    parent: Option<PlanId>,
+    running: &BTreeMap<String, String>,
+    preflight: &crate::plan::preflight::Context,
+) -> Result<Plan, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
     let mut applies = Applies::default();
@@ -205,6 +225,12 @@ pub fn compute_with(
         let plan = ctx.plan(last_applied);
         diags.append(&mut ctx.diags);
         let Some(mut plan) = plan else { continue };
+        // Preflight findings (issue #22): a pass over the cluster's finished section, with
+        // its own explicit inputs.
+        let (findings, ack_notes) =
+            crate::plan::preflight::check(cluster, obs, &plan, &preflight.for_cluster(cluster));
+        plan.preflight = findings;
+        plan.notes.extend(ack_notes);
         let in_force = policy(last_applied.approvals_in_force(name));
         let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
         if plan.has_changes() || change != BarChange::Keeps {

@@ -37,3 +37,229 @@ impl Finding {
         self.severity == Severity::Blocking && !self.acknowledged
     }
 }
+
+mod credentials;
+mod etcd;
+mod nodes;
+mod pdb;
+mod promotion;
+mod removed_api;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+
+pub use promotion::{PromotionEvidence, earliest_proceed};
+
+use crate::desired::model::Cluster;
+use crate::inventory::ObservedCluster;
+use crate::plan::model::{ClusterPlan, Step};
+
+/// The check names, as `Finding::check` carries them.
+pub mod checks {
+    pub const REMOVED_API: &str = "removed-api";
+    pub const PDB: &str = "pdb";
+    pub const ETCD: &str = "etcd";
+    pub const NODE: &str = "node";
+    pub const CREDENTIALS: &str = "credentials";
+    pub const PROMOTION: &str = "promotion";
+    pub const OBSERVATIONS: &str = "observations";
+}
+
+/// The inputs of one cluster's preflight checks beyond its desired state, its observation and
+/// its plan: explicit, so a memo of the cluster's plan section can key on them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inputs {
+    /// The time the plan is computed at (credential expiry, promotion soak). `None` when the
+    /// caller has no clock (offline computations in tests and benches): the time-dependent
+    /// checks then say they were not evaluated.
+    pub now: Option<Timestamp>,
+    /// The upstream cluster's job history when the Cluster has `spec.promotion`.
+    pub upstream: Option<PromotionEvidence>,
+}
+
+impl Finding {
+    fn new(
+        id: impl Into<String>,
+        check: &str,
+        severity: Severity,
+        message: impl Into<String>,
+        evidence: Vec<String>,
+        help: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            id: id.into(),
+            check: check.to_string(),
+            severity,
+            message: message.into(),
+            evidence,
+            help: help.into(),
+            acknowledged: false,
+        }
+    }
+}
+
+/// What the plan does that the checks weigh: the nodes it drains, every node it touches,
+/// whether it touches the control plane or Kubernetes, and its longest possible run.
+#[derive(Debug, Default)]
+pub(crate) struct Scope {
+    /// Nodes a Talos step drains, with that step's drain timeout.
+    pub drained: std::collections::BTreeMap<String, std::time::Duration>,
+    /// Every node any step touches.
+    pub nodes: BTreeSet<String>,
+    pub control_plane_or_kubernetes: bool,
+    /// Upper bound of the rollout's length: each Talos wave and each Kubernetes node, times its
+    /// health timeout.
+    pub run: std::time::Duration,
+    /// The Kubernetes minor upgrade `(from, to)`, if the plan has one.
+    pub kube_minor: Option<((u64, u64), (u64, u64))>,
+}
+
+impl Scope {
+    pub(crate) fn of(plan: &ClusterPlan) -> Scope {
+        let mut s = Scope::default();
+        for step in &plan.steps {
+            s.control_plane_or_kubernetes |= step.touches_control_plane();
+            match step {
+                Step::Talos(t) => {
+                    for wave in &t.waves {
+                        for m in wave {
+                            s.drained.insert(m.node.clone(), t.drain_timeout);
+                            s.nodes.insert(m.node.clone());
+                        }
+                        s.run += t.health_timeout + t.drain_timeout;
+                    }
+                }
+                Step::Kubernetes(k) => {
+                    for n in k.control_plane.iter().chain(&k.workers) {
+                        s.nodes.insert(n.clone());
+                        s.run += k.health_timeout;
+                    }
+                    if k.to.minor_line() > k.from.minor_line() {
+                        s.kube_minor = Some((k.from.minor_line(), k.to.minor_line()));
+                    }
+                }
+            }
+        }
+        s
+    }
+}
+
+/// The preflight findings of one cluster's plan, acknowledgements applied, sorted (blocking
+/// first, then by id); and the notes about acknowledgements that match no finding. A plan
+/// without steps has no findings: nothing would run.
+pub fn check(
+    cluster: &Cluster,
+    obs: &ObservedCluster,
+    plan: &ClusterPlan,
+    inputs: &Inputs,
+) -> (Vec<Finding>, Vec<String>) {
+    let mut found = Vec::new();
+    if !plan.steps.is_empty() {
+        let scope = Scope::of(plan);
+        let p = &obs.preflight;
+        if !p.gathered {
+            found.push(Finding::new(
+                "observations/not-gathered",
+                checks::OBSERVATIONS,
+                Severity::Warning,
+                "no preflight observations were gathered for this cluster: deprecated-API usage, PodDisruptionBudgets, etcd, node pressure and credential lifetimes were not checked",
+                vec!["the cluster's observation has no preflight block (observed by a medea before preflight checks, or an inventory file without `preflight:`)".into()],
+                "let the daemon refresh the cluster, or seed it again (medea seed … --force); in an inventory file, add a `preflight:` block",
+            ));
+        } else {
+            let table = cluster.upgrade_policy.api_table();
+            found.extend(removed_api::check(&table, p, &scope));
+            found.extend(pdb::check(p, &scope));
+            found.extend(etcd::check(p, &scope));
+        }
+        found.extend(nodes::check(obs, &scope));
+        if p.gathered {
+            found.extend(credentials::check(p, &scope, inputs.now));
+        }
+        if let Some(promo) = &cluster.promotion {
+            found.extend(promotion::check(promo, plan, inputs));
+        }
+    }
+    let mut notes = Vec::new();
+    for f in &mut found {
+        f.acknowledged = cluster.preflight.acknowledges(&f.id);
+    }
+    for a in &cluster.preflight.acknowledge {
+        if !found.iter().any(|f| f.id == a.value) {
+            notes.push(format!(
+                "spec.preflight.acknowledge lists `{}` ({}:{}), which matches no current finding: a stale acknowledgement; remove it",
+                a.value, a.origin.file, a.origin.line
+            ));
+        }
+    }
+    found.sort_by(|a, b| a.severity.cmp(&b.severity).then_with(|| a.id.cmp(&b.id)));
+    found.dedup_by(|a, b| a.id == b.id);
+    (found, notes)
+}
+
+/// The findings of a plan that keep it from being approved or started (blocking and not
+/// acknowledged), as `(cluster, finding)`.
+pub fn blocking(plan: &crate::plan::Plan) -> Vec<(&str, &Finding)> {
+    plan.clusters
+        .iter()
+        .flat_map(|c| {
+            c.preflight
+                .iter()
+                .filter(|f| f.blocks())
+                .map(move |f| (c.cluster.as_str(), f))
+        })
+        .collect()
+}
+
+/// Why a plan cannot be approved or started, one line per blocking finding, naming its id and
+/// how to acknowledge it; `None` when nothing blocks.
+pub fn refusal(plan: &crate::plan::Plan) -> Option<String> {
+    let b = blocking(plan);
+    if b.is_empty() {
+        return None;
+    }
+    let mut msg = format!(
+        "plan {} has {} blocking preflight finding{} and cannot be approved or started:",
+        plan.id.short(),
+        b.len(),
+        if b.len() == 1 { "" } else { "s" }
+    );
+    for (cluster, f) in &b {
+        msg.push_str(&format!("\n  cluster {cluster}: [{}] {}", f.id, f.message));
+    }
+    msg.push_str("\nfix the cause and replan, or accept a finding by listing its id under `spec.preflight.acknowledge` of the Cluster (a new desired revision, so a new plan to approve)");
+    Some(msg)
+}
+
+/// `std::time::Duration` in medea's duration grammar (`168h`, `10m`).
+pub(crate) fn dur(d: std::time::Duration) -> String {
+    crate::duration::Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .to_string()
+}
+
+/// The preflight inputs of a whole planning call: the time, and the job history of every
+/// cluster some Cluster is promoted after.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Context {
+    pub now: Option<Timestamp>,
+    /// Upstream cluster name → what its successful jobs proved.
+    pub promotion: std::collections::BTreeMap<String, PromotionEvidence>,
+}
+
+impl Context {
+    /// The explicit inputs of `cluster`'s checks.
+    pub fn for_cluster(&self, cluster: &Cluster) -> Inputs {
+        Inputs {
+            now: self.now,
+            upstream: cluster.promotion.as_ref().map(|p| {
+                self.promotion
+                    .get(&p.after.value)
+                    .cloned()
+                    .unwrap_or_else(|| PromotionEvidence::new(p.after.value.clone()))
+            }),
+        }
+    }
+}

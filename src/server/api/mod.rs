@@ -212,6 +212,8 @@ impl MedeaApi {
             "superseded"
         } else if !p.has_changes() {
             "no-changes"
+        } else if crate::plan::preflight::refusal(p).is_some() {
+            "blocked"
         } else if quorum.reached() {
             "approved"
         } else {

@@ -123,6 +123,11 @@ struct Approving {
 
 /// The examples planned against `home`, with `principals[i]` holding key `i`.
 fn approving(store: Arc<dyn Store>, principals: &[&str]) -> Approving {
+    approving_with(store, principals, home())
+}
+
+/// [`approving`] with `home` observed as given.
+fn approving_with(store: Arc<dyn Store>, principals: &[&str], home: ObservedCluster) -> Approving {
     let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
     let source = Source::Dir(examples);
     let dir = tempfile::tempdir().unwrap();
@@ -138,7 +143,7 @@ fn approving(store: Arc<dyn Store>, principals: &[&str]) -> Approving {
     let path = dir.path().join("allowed_signers");
     std::fs::write(&path, text).unwrap();
     store
-        .commit(Txn::new().put_record(cluster_key("home"), &home()))
+        .commit(Txn::new().put_record(cluster_key("home"), &home))
         .unwrap();
     let mut shared = Shared::new(store.clone(), source.clone(), false, "r1".into());
     shared.trust = crate::server::trust::TrustRoot::open(Some(path), &source).unwrap();
@@ -252,6 +257,53 @@ async fn plan_approvals_count_distinct_verified_people() {
     let p = a.plan().await;
     assert_eq!(p.approvals.len(), 2, "{:?}", p.approvals);
     assert_eq!(p.state, "approved");
+}
+
+/// Issue 22: a plan with a blocking preflight finding nobody acknowledged cannot be approved:
+/// the server refuses the signature (naming the finding and how to acknowledge it), records
+/// nothing, and the plan's state says it is blocked.
+#[tokio::test]
+async fn a_plan_with_a_blocking_finding_refuses_approvals() {
+    use crate::inventory::preflight::*;
+    let mut h = home();
+    h.preflight = PreflightObservations {
+        gathered: true,
+        apiserver_metrics: vec![],
+        etcd: Some(EtcdObservation {
+            members: vec![EtcdMemberObservation {
+                id: "1".into(),
+                name: "cp-1".into(),
+                learner: false,
+                healthy: true,
+            }],
+            alarms: vec![EtcdAlarmObservation {
+                member: "1".into(),
+                alarm: "CORRUPT".into(),
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let a = approving_with(
+        Arc::new(crate::store::mem::MemStore::new()),
+        &["alice@x", "bob@x"],
+        h,
+    );
+    let p = a.plan().await;
+    assert_eq!(p.state, "blocked");
+    assert!(
+        p.rendered.contains("blocking [etcd/alarm/CORRUPT/1]"),
+        "{}",
+        p.rendered
+    );
+    let e = a.submit(0).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("[etcd/alarm/CORRUPT/1]"), "{e:?}");
+    assert!(e.message().contains("spec.preflight.acknowledge"), "{e:?}");
+    assert_eq!(a.records(), 0, "nothing is recorded for a blocked plan");
+    let e = a.submit(1).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert_eq!(a.plan().await.approvals.len(), 0);
 }
 
 #[tokio::test]

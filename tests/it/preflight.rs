@@ -1,0 +1,379 @@
+//! Preflight findings (issue #22) end to end: the simulator, `medea seed`, an observation of
+//! an etcd alarm in the store, `medea serve --rollouts`. The blocking finding keeps the plan
+//! from being approved (neither `medea approve` nor a committed marker starts it); listing its
+//! id under `spec.preflight.acknowledge` makes a new plan, which is approved and runs to the
+//! end. Also `medea plan --observed FILE` with a `preflight:` block.
+
+use std::time::{Duration, Instant};
+
+use medea::inventory::ObservedCluster;
+use medea::inventory::preflight::*;
+use medea::store::fjall::FjallStore;
+use medea::store::{Store as _, StoreExt as _, Txn};
+
+use crate::e2e::{Kill, free_port, sign, wait};
+
+/// What a refresh would gather from a cluster whose etcd raised NOSPACE.
+fn alarm_observations() -> PreflightObservations {
+    PreflightObservations {
+        gathered: true,
+        apiserver_metrics: vec![MetricsSource {
+            endpoint: "https://cp-1:6443".into(),
+            error: None,
+        }],
+        etcd: Some(EtcdObservation {
+            members: ["cp-1", "cp-2", "cp-3"]
+                .iter()
+                .enumerate()
+                .map(|(i, n)| EtcdMemberObservation {
+                    id: format!("{:016x}", i + 1),
+                    name: n.to_string(),
+                    learner: false,
+                    healthy: true,
+                })
+                .collect(),
+            alarms: vec![EtcdAlarmObservation {
+                member: format!("{:016x}", 1),
+                alarm: "NOSPACE".into(),
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+const FINDING: &str = "etcd/alarm/NOSPACE/0000000000000001";
+
+#[test]
+fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let scenario = crate::fixtures::default_scenario()
+        .replace("reboot: 2s", "reboot: 500ms")
+        .replace("imagePull: 500ms", "imagePull: 50ms")
+        .replace("podStart: 3s", "podStart: 300ms")
+        .replace("podTermination: 1s", "podTermination: 100ms");
+    let sim = crate::fixtures::spawn_sim(d, &scenario);
+    let state = d.join("state");
+    crate::fixtures::seed_home(d, &[]);
+    // The observation a refresh records (the seeded inventory, with etcd's alarm).
+    {
+        let store = FjallStore::open(&state.join("store")).unwrap();
+        let key = medea::inventory::cluster_key("home");
+        let mut home: ObservedCluster = store.get_record(&key).unwrap().unwrap();
+        let machines = home.machines.clone();
+        home = home.observe_with(
+            home.kubernetes_version.clone(),
+            machines,
+            alarm_observations(),
+        );
+        store.commit(Txn::new().put_record(key, &home)).unwrap();
+    }
+    let desired = d.join("desired");
+    std::fs::create_dir_all(desired.join("home")).unwrap();
+    let ex = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home");
+    for f in ["cluster.yaml", "pools.yaml"] {
+        std::fs::copy(ex.join(f), desired.join("home").join(f)).unwrap();
+    }
+    crate::fixtures::approvers(d, &["alice", "bob"]);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let token = "preflight-token-0123456789";
+    let _serve = Kill(
+        crate::cli::medea()
+            .args(["serve", "--desired"])
+            .arg(&desired)
+            .args([
+                "--rollouts",
+                "--listen",
+                &addr,
+                "--token",
+                token,
+                "--debounce",
+                "200ms",
+                "--job-poll",
+                "200ms",
+                "--refresh-interval",
+                "2s",
+                "--state-dir",
+            ])
+            .arg(&state)
+            .arg("--allowed-signers")
+            .arg(d.join("allowed_signers"))
+            .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let cli = || {
+        let mut c = crate::cli::medea();
+        c.env("MEDEA_ADDR", &addr)
+            .env("MEDEA_TOKEN", token)
+            .env("MEDEA_CA", state.join("tls/ca.crt"));
+        c
+    };
+    wait("the server", Duration::from_secs(30), || {
+        cli()
+            .args(["get", "server"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    });
+    let out = cli()
+        .args(["cluster", "enable-rollouts", "home"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan_json = || -> serde_json::Value {
+        serde_json::from_slice(&cli().args(["plan", "-o", "json"]).output().unwrap().stdout)
+            .unwrap_or(serde_json::Value::Null)
+    };
+    wait("the blocked plan", Duration::from_secs(20), || {
+        plan_json()["state"] == "blocked"
+    });
+    let blocked = plan_json();
+    let (blocked_id, blocked_short) = (
+        blocked["id"].as_str().unwrap().to_string(),
+        blocked["shortId"].as_str().unwrap().to_string(),
+    );
+    let f = &blocked["clusters"][0]["preflight"][0];
+    assert_eq!(f["id"], FINDING, "{blocked}");
+    assert_eq!(f["severity"], "blocking");
+    assert_eq!(f["acknowledged"], false);
+    assert!(blocked["approveCommand"].is_null(), "{blocked}");
+    let out = cli().args(["plan"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "    blocking [{FINDING}]: etcd alarm NOSPACE is active"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("It cannot be approved"), "{text}");
+
+    // `medea approve` refuses before signing, naming the finding and the way out.
+    let out = cli()
+        .args(["approve", &blocked_short, "--key"])
+        .arg(d.join("alice"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("[{FINDING}]")), "{err}");
+    assert!(err.contains("spec.preflight.acknowledge"), "{err}");
+    assert!(!err.contains("signing plan"), "{err}");
+    // A marker signed outside medea does not count either.
+    std::fs::create_dir_all(desired.join("approvals")).unwrap();
+    std::fs::write(
+        desired.join(format!("approvals/{blocked_short}-alice.sig")),
+        sign(&d.join("alice"), &blocked_id),
+    )
+    .unwrap();
+
+    // Acknowledge it: a new desired revision, a new plan, approvable.
+    let cluster = desired.join("home/cluster.yaml");
+    let text = std::fs::read_to_string(&cluster).unwrap();
+    std::fs::write(
+        &cluster,
+        format!("{text}  preflight:\n    acknowledge:\n      - {FINDING}\n"),
+    )
+    .unwrap();
+    wait("the acknowledged plan", Duration::from_secs(20), || {
+        let p = plan_json();
+        p["id"] != blocked_id.as_str() && p["state"] == "pending"
+    });
+    let plan = plan_json();
+    let f = &plan["clusters"][0]["preflight"][0];
+    assert_eq!(f["id"], FINDING, "{plan}");
+    assert_eq!(f["acknowledged"], true, "{plan}");
+    let out = cli().args(["plan"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("[{FINDING}] (acknowledged)")),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let short = plan["shortId"].as_str().unwrap().to_string();
+    let out = cli()
+        .args(["approve", &short, "--key"])
+        .arg(d.join("alice"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Never applied: the default control-plane bar (2) is in force.
+    let out = cli()
+        .args(["approve", &short, "--key"])
+        .arg(d.join("bob"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("started rollout job"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut jobs = serde_json::Value::Null;
+    wait("the rollout to finish", Duration::from_secs(120), || {
+        assert!(
+            Instant::now() < deadline,
+            "the rollout did not finish: {}",
+            std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        );
+        let out = cli()
+            .args(["rollout", "list", "--cluster", "home", "-o", "json"])
+            .output()
+            .unwrap();
+        jobs = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert_ne!(jobs[0]["state"], "halted", "the rollout halted: {jobs}");
+        jobs[0]["state"] == "succeeded"
+    });
+    // The only job is the acknowledged plan's: the blocked one never started.
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+    assert!(
+        !jobs.to_string().contains(&blocked_short),
+        "the blocked plan started a job: {jobs}"
+    );
+    drop(sim);
+}
+
+#[test]
+fn medea_plan_observed_reads_a_preflight_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = tmp.path().join("inv.yaml");
+    std::fs::write(
+        &inv,
+        "clusters:
+  - name: home
+    kubernetesVersion: v1.34.1
+    machines:
+      - {node: cp-1, address: 10.0.1.11, role: controlplane, talosVersion: v1.12.4}
+      - {node: cp-2, address: 10.0.1.12, role: controlplane, talosVersion: v1.12.4}
+      - {node: cp-3, address: 10.0.1.13, role: controlplane, talosVersion: v1.12.4}
+      - {node: w-1, address: 10.0.1.21, role: worker, talosVersion: v1.12.4, cordoned: true}
+      - {node: w-2, address: 10.0.1.22, role: worker, talosVersion: v1.12.4}
+      - {node: w-3, address: 10.0.1.23, role: worker, talosVersion: v1.12.4}
+    preflight:
+      apiserverMetrics:
+        - {endpoint: \"https://10.0.1.11:6443\"}
+        - {endpoint: \"https://10.0.1.12:6443\", error: \"HTTP 403 Forbidden\"}
+      deprecatedApiRequests:
+        - {group: flowcontrol.apiserver.k8s.io, version: v1beta3, resource: flowschemas, removedRelease: \"1.32\", source: \"https://10.0.1.11:6443\"}
+      podDisruptionBudgets:
+        - {namespace: db, name: pg, disruptionsAllowed: 0, pods: [{name: pg-0, node: w-2}]}
+      etcd:
+        members:
+          - {id: \"1\", name: cp-1, learner: false, healthy: true}
+          - {id: \"2\", name: cp-2, learner: true, healthy: true}
+          - {id: \"3\", name: cp-3, learner: false, healthy: true}
+      nodePressure: {w-3: [MemoryPressure]}
+      credentials:
+        - {credential: kubeconfig client certificate, notAfter: \"2000-01-01T00:00:00Z\"}
+",
+    )
+    .unwrap();
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let out = crate::cli::medea()
+        .args(["plan", "--desired"])
+        .arg(&examples)
+        .arg("--observed")
+        .arg(&inv)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // home goes v1.34 → v1.35: flowschemas v1beta3 (removed in 1.32) is long gone by then.
+    for want in [
+        "    blocking [credentials/kubeconfig-client-certificate/expired]: the kubeconfig client certificate expired at 2000-01-01T00:00:00Z",
+        "    blocking [removed-api/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas]: ",
+        "      evidence: partial view: apiserver https://10.0.1.12:6443 did not answer /metrics: HTTP 403 Forbidden",
+        "    warning [removed-api/partial-view]: ",
+        "    warning [pdb/db/pg]: PodDisruptionBudget db/pg allows 0 disruptions and covers pods on nodes this plan drains (w-2): drain will wait up to drainTimeout (5m), then halt",
+        "    warning [etcd/learner/cp-2]: ",
+        "    warning [node/cordoned/w-1]: node w-1 is already cordoned: cordoned by someone else; medea will leave it cordoned",
+        "    warning [node/pressure/w-3/MemoryPressure]: node w-3 reports MemoryPressure",
+        "It cannot be approved: 2 blocking preflight findings",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    let out = crate::cli::medea()
+        .args(["plan", "-o", "json", "--desired"])
+        .arg(&examples)
+        .arg("--observed")
+        .arg(&inv)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let home = v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cluster"] == "home")
+        .unwrap();
+    let ids: Vec<&str> = home["preflight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "credentials/kubeconfig-client-certificate/expired",
+            "removed-api/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
+            "etcd/learner/cp-2",
+            "node/cordoned/w-1",
+            "node/pressure/w-3/MemoryPressure",
+            "pdb/db/pg",
+            "removed-api/partial-view",
+        ]
+    );
+    // `medea doctor` shows the same findings (blocking ones fail, warnings warn).
+    let out = crate::cli::medea()
+        .args(["doctor", "--cluster", "home", "-o", "json", "--creds-dir"])
+        .arg(tmp.path().join("creds"))
+        .arg("--desired")
+        .arg(&examples)
+        .arg("--observed")
+        .arg(&inv)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lines: Vec<(&str, &str)> = v["clusters"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "preflight")
+        .map(|c| (c["target"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    let want: Vec<(&str, &str)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, if i < 2 { "fail" } else { "warn" }))
+        .collect();
+    assert_eq!(lines, want);
+}
