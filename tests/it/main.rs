@@ -28,6 +28,7 @@ mod kube_sim;
 mod ops;
 mod output_snapshots;
 mod plan;
+mod preflight_observe;
 mod rollout;
 mod rollout_sim;
 mod seed;

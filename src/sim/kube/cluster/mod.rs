@@ -144,6 +144,9 @@ pub(crate) struct KubeSide {
     crash_looping: HashSet<(String, String)>,
     names: u64,
     seed: u64,
+    /// Deprecated-API memory: the `/metrics` gauge and who wrote which object with which
+    /// group-version (`sim::kube::deprecation`).
+    pub deprecation: super::deprecation::Deprecation,
 }
 
 #[allow(
@@ -255,6 +258,7 @@ impl KubeSide {
             crash_looping: HashSet::new(),
             names: 0,
             seed,
+            deprecation: Default::default(),
         }
     }
 
@@ -444,6 +448,32 @@ impl KubeSide {
                     .to_string(),
             })
             .collect()
+    }
+
+    /// Bring the deprecated-API memory up to date with the control plane (served minor; a
+    /// restarted or upgraded kube-apiserver starts with an empty gauge). Cheap when the node
+    /// source can tell that nothing changed.
+    pub fn observe_apiservers(&mut self) {
+        let fingerprint = self.source.fingerprint();
+        if !self.deprecation.stale(fingerprint) {
+            return;
+        }
+        let instances: Vec<(String, String, bool)> = self
+            .source
+            .nodes()
+            .into_iter()
+            .filter(|n| n.control_plane)
+            .map(|n| {
+                let image = n
+                    .static_pod_images
+                    .get("kube-apiserver")
+                    .cloned()
+                    .unwrap_or_default();
+                (n.name, image, n.up)
+            })
+            .collect();
+        let version = self.server_version();
+        self.deprecation.observe(fingerprint, instances, &version);
     }
 
     /// The first control-plane node's kube-apiserver version (for `/version`).
