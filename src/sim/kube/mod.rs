@@ -160,6 +160,9 @@ pub enum KubeFault {
     /// RBAC takes a permission away: matching requests get 403 `Forbidden` and
     /// `SelfSubjectAccessReview`s (`kubectl auth can-i`) answer `allowed: false`.
     Forbidden(Forbidden),
+    /// The node reports `condition` (`MemoryPressure`, `DiskPressure`, `PIDPressure`) as
+    /// `True`, with the kubelet's reason and message and the matching NoSchedule taint.
+    NodePressure { node: String, condition: String },
 }
 
 /// One permission the simulated user does not have: a verb on a resource.

@@ -65,6 +65,8 @@ struct NodeOverlay {
     ready_status: &'static str,
     ready_since: jiff::Timestamp,
     cordoned_since: Option<jiff::Timestamp>,
+    /// Pressure conditions a [`KubeFault::NodePressure`] holds `True`.
+    pressure: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,7 @@ pub(crate) enum Active {
     ApiUnavailableUntil(Instant),
     NodeNeverReady(String),
     Forbidden(super::Forbidden),
+    NodePressure { node: String, condition: String },
 }
 
 /// What a reconcile pass that changed nothing saw (see [`KubeSide::reconcile`]).
@@ -283,6 +286,7 @@ impl KubeSide {
             KubeFault::ApiUnavailable(Outage::For(d)) => Active::ApiUnavailableUntil(now + d),
             KubeFault::NodeNeverReady { node } => Active::NodeNeverReady(node),
             KubeFault::Forbidden(rule) => Active::Forbidden(rule),
+            KubeFault::NodePressure { node, condition } => Active::NodePressure { node, condition },
         });
     }
 
@@ -318,6 +322,16 @@ impl KubeSide {
         self.faults
             .iter()
             .any(|f| matches!(f, Active::NodeNeverReady(n) if n == node))
+    }
+
+    fn pressure_of(&self, node: &str) -> BTreeSet<String> {
+        self.faults
+            .iter()
+            .filter_map(|f| match f {
+                Active::NodePressure { node: n, condition } if n == node => Some(condition.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     fn pdb_never_allows(&self, ns: &str, name: &str) -> bool {
