@@ -244,3 +244,288 @@ async fn kubectl_apply_of_a_v1beta3_flowschema_records_the_version_in_managed_fi
         "{entries:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Gathering: real client actions on the simulator → medea's observation
+
+use medea::inventory::ObservedCluster;
+use medea::inventory::preflight::PreflightObservations;
+use medea::k8s::KubeClient;
+use medea::ops::preflight::CredentialFiles;
+use medea::ops::refresh;
+use medea::sim::kube::{Forbidden, KubeFault};
+use medea::sim::talos::{EtcdAlarmKind, EtcdAlarmSpec};
+use medea::talos::TalosClient;
+
+async fn observe(sim: &Sim) -> PreflightObservations {
+    let dir = sim.creds.join(CLUSTER);
+    let talosconfig = dir.join("talosconfig");
+    let kubeconfig = dir.join("kubeconfig");
+    let (talos, _) =
+        TalosClient::from_talosconfig(&talosconfig, None, crate::sim_cluster::fast_talos())
+            .unwrap();
+    let kube = KubeClient::from_kubeconfig(&kubeconfig, crate::sim_cluster::fast_kube())
+        .await
+        .unwrap();
+    let files = CredentialFiles {
+        talosconfig: &talosconfig,
+        kubeconfig: &kubeconfig,
+    };
+    refresh::observe_with_credentials(&talos, &kube, CLUSTER, Some(files))
+        .await
+        .unwrap()
+        .preflight
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deprecated_request_by_kubectl_reaches_the_observation_through_the_gauge_and_managed_fields()
+ {
+    let Some(bin) = crate::sim_cluster::require_kubectl() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let sim = sim_on(dir.path(), "v1.31.4").await;
+    let before = observe(&sim).await;
+    assert!(before.gathered);
+    assert!(before.deprecated_api_requests.is_empty(), "{before:?}");
+    // the apiserver's own APF objects carry no client's deprecated entries
+    assert!(
+        before.managed_fields.is_empty(),
+        "{:?}",
+        before.managed_fields
+    );
+    assert!(
+        before.gather_errors.is_empty(),
+        "{:?}",
+        before.gather_errors
+    );
+    // the control-plane node's :6443 is tried (and cannot be reached in the simulator), then
+    // the kubeconfig's endpoint answers
+    let node = before
+        .apiserver_metrics
+        .iter()
+        .find(|m| m.endpoint == "https://10.5.0.2:6443")
+        .unwrap_or_else(|| panic!("{:?}", before.apiserver_metrics));
+    assert!(node.error.is_some());
+    let server = format!("https://{}", sim.kube.addr());
+    assert!(
+        before
+            .apiserver_metrics
+            .iter()
+            .any(|m| m.endpoint == server && m.error.is_none()),
+        "{:?}",
+        before.apiserver_metrics
+    );
+    // observing again changes nothing (the generation would not move)
+    assert_eq!(observe(&sim).await, before);
+
+    let file = dir.path().join("fs.yaml");
+    std::fs::write(&file, V1BETA3_FLOWSCHEMA).unwrap();
+    let (ok, out, err) = kubectl(&bin, &sim, &home, &["apply", "-f", file.to_str().unwrap()]).await;
+    assert!(ok, "{out}{err}");
+    let after = observe(&sim).await;
+    let req = after
+        .deprecated_api_requests
+        .iter()
+        .find(|r| r.resource == "flowschemas")
+        .unwrap_or_else(|| panic!("{:?}", after.deprecated_api_requests));
+    assert_eq!(req.group, "flowcontrol.apiserver.k8s.io");
+    assert_eq!(req.version, "v1beta3");
+    assert_eq!(req.removed_release, "1.32");
+    assert_eq!(req.source, server);
+    assert_eq!(after.managed_fields.len(), 1, "{:?}", after.managed_fields);
+    let m = &after.managed_fields[0];
+    assert_eq!(m.name, "legacy-operator");
+    assert_eq!(m.resource, "flowschemas");
+    assert_eq!(m.kind, "FlowSchema");
+    assert_eq!(m.api_version, "flowcontrol.apiserver.k8s.io/v1beta3");
+    assert_eq!(m.manager, "kubectl-client-side-apply");
+    assert_eq!(m.operation, "Update");
+    let cluster = ObservedCluster::new(CLUSTER);
+    let seen = cluster.observe_with(None, Default::default(), before.clone());
+    assert_ne!(
+        seen.observe_with(None, Default::default(), after.clone())
+            .generation,
+        seen.generation,
+        "a new deprecated request moves the generation"
+    );
+    assert_eq!(
+        seen.observe_with(None, Default::default(), before)
+            .generation,
+        seen.generation
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_endpoint_that_refuses_is_an_outcome_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_on(dir.path(), "v1.31.4").await;
+    sim.kube
+        .inject(KubeFault::Forbidden(Forbidden::parse("get", "/metrics")));
+    let obs = observe(&sim).await;
+    let server = format!("https://{}", sim.kube.addr());
+    let refused = obs
+        .apiserver_metrics
+        .iter()
+        .find(|m| m.endpoint == server)
+        .unwrap_or_else(|| panic!("{:?}", obs.apiserver_metrics));
+    let error = refused.error.as_deref().unwrap();
+    assert!(
+        error.contains("403") || error.contains("orbidden"),
+        "{error}"
+    );
+    assert!(error.contains("/metrics"), "{error}");
+    assert!(obs.apiserver_metrics.iter().all(|m| m.error.is_some()));
+}
+
+const WEB: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx:1.27}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_patched_to_allow_nothing_is_observed_with_its_pods_and_nodes() {
+    let Some(bin) = crate::sim_cluster::require_kubectl() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let sim = sim_on(dir.path(), "v1.33.4").await;
+    let file = dir.path().join("web.yaml");
+    std::fs::write(&file, WEB).unwrap();
+    let (ok, out, err) = kubectl(&bin, &sim, &home, &["apply", "-f", file.to_str().unwrap()]).await;
+    assert!(ok, "{out}{err}");
+    let obs = observe(&sim).await;
+    let pdb = obs
+        .pod_disruption_budgets
+        .iter()
+        .find(|p| p.name == "web")
+        .unwrap_or_else(|| panic!("{:?}", obs.pod_disruption_budgets));
+    assert_eq!(pdb.namespace, "default");
+    assert_eq!(pdb.disruptions_allowed, 1);
+    assert_eq!(pdb.pods.len(), 2, "{pdb:?}");
+    assert!(pdb.pods.iter().all(|p| !p.node.is_empty()), "{pdb:?}");
+
+    let (ok, out, err) = kubectl(
+        &bin,
+        &sim,
+        &home,
+        &[
+            "patch",
+            "pdb",
+            "web",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"minAvailable":2}}"#,
+        ],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    let obs = observe(&sim).await;
+    let pdb = obs
+        .pod_disruption_budgets
+        .iter()
+        .find(|p| p.name == "web")
+        .unwrap();
+    assert_eq!(pdb.disruptions_allowed, 0, "{pdb:?}");
+    assert_eq!(pdb.pods.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_etcd_alarms_node_pressure_and_short_lived_credentials_are_observed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut scenario = Scenario::uniform(
+        3,
+        1,
+        TalosVersion::parse(FROM).unwrap(),
+        KubeVersion::parse("v1.33.4").unwrap(),
+    );
+    let cp = scenario.nodes[0].name.clone();
+    let worker = scenario.nodes[3].name.clone();
+    scenario.etcd_alarms.push(EtcdAlarmSpec {
+        node: cp.clone(),
+        alarm: EtcdAlarmKind::Nospace,
+    });
+    scenario.client_cert_valid_for = Some(std::time::Duration::from_secs(2 * 3600));
+    let sim = Sim::start_scenario(dir.path(), scenario, KubeSimConfig::default()).await;
+    sim.kube.inject(KubeFault::NodePressure {
+        node: worker.clone(),
+        condition: "DiskPressure".into(),
+    });
+    let obs = observe(&sim).await;
+
+    let etcd = obs.etcd.as_ref().expect("etcd observed");
+    assert_eq!(etcd.members.len(), 3, "{etcd:?}");
+    assert!(
+        etcd.members.iter().all(|m| m.healthy && !m.learner),
+        "{etcd:?}"
+    );
+    assert!(etcd.unreachable.is_empty(), "{etcd:?}");
+    assert_eq!(etcd.alarms.len(), 1, "{etcd:?}");
+    assert_eq!(etcd.alarms[0].alarm, "NOSPACE");
+    let member = etcd.members.iter().find(|m| m.name == cp).unwrap();
+    assert_eq!(etcd.alarms[0].member, member.id);
+
+    assert_eq!(
+        obs.node_pressure.get(&worker).map(Vec::as_slice),
+        Some(&["DiskPressure".to_string()][..]),
+        "{:?}",
+        obs.node_pressure
+    );
+    assert_eq!(obs.node_pressure.len(), 1);
+
+    let talos = obs
+        .credentials
+        .iter()
+        .find(|c| c.credential == "talosconfig client certificate")
+        .unwrap_or_else(|| panic!("{:?} {:?}", obs.credentials, obs.gather_errors));
+    let not_after: jiff::Timestamp = talos.not_after.parse().unwrap();
+    let left = not_after.as_second() - jiff::Timestamp::now().as_second();
+    assert!(
+        (3600..=2 * 3600).contains(&left),
+        "{left}s left, {}",
+        talos.not_after
+    );
+    // the simulator's kubeconfig authenticates with a token: no certificate expiry to read
+    assert!(
+        !obs.credentials
+            .iter()
+            .any(|c| c.credential.starts_with("kubeconfig")),
+        "{:?}",
+        obs.credentials
+    );
+
+    // disarmed: the next observation no longer shows it
+    sim.talos.set_etcd_alarm(&cp, None).unwrap();
+    sim.talos
+        .set_etcd_healthy(&scenario_second_cp(&sim), false)
+        .unwrap();
+    let obs = observe(&sim).await;
+    let etcd = obs.etcd.unwrap();
+    assert!(etcd.alarms.is_empty());
+    assert_eq!(
+        etcd.members.iter().filter(|m| !m.healthy).count(),
+        1,
+        "{etcd:?}"
+    );
+}
+
+fn scenario_second_cp(sim: &Sim) -> String {
+    sim.names[1].clone()
+}
