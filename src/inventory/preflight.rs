@@ -103,7 +103,9 @@ pub struct ObservedPdb {
     pub name: String,
     /// `status.disruptionsAllowed`.
     pub disruptions_allowed: i64,
-    /// Pods the PDB covers, with the node each runs on (sorted).
+    /// Pods the PDB covers, with the node each runs on (sorted). Gathered only while
+    /// `disruptions_allowed` is 0 (pod names churn with every workload rollout; a change here
+    /// makes earlier plans stale).
     pub pods: Vec<PdbPod>,
 }
 

@@ -61,7 +61,8 @@ pub struct PdbCoverage {
     pub name: String,
     /// `status.disruptionsAllowed` (0 when the status is missing).
     pub disruptions_allowed: i64,
-    /// `(pod, node)`; node empty when unscheduled. Sorted.
+    /// `(pod, node)`; node empty when unscheduled. Sorted. Empty while the budget allows a
+    /// disruption.
     pub pods: Vec<(String, String)>,
 }
 
@@ -244,14 +245,21 @@ impl KubeClient {
                     })
                     .collect();
                 covered.sort();
+                let disruptions_allowed = pdb
+                    .status
+                    .as_ref()
+                    .map(|s| i64::from(s.disruptions_allowed))
+                    .unwrap_or(0);
+                // pods are only needed (and only kept) while the budget allows nothing: pod
+                // names change with every rollout of a workload, and each change of an
+                // observation makes the plans computed before it stale
+                if disruptions_allowed > 0 {
+                    covered.clear();
+                }
                 PdbCoverage {
                     namespace: ns,
                     name: pdb.metadata.name.clone().unwrap_or_default(),
-                    disruptions_allowed: pdb
-                        .status
-                        .as_ref()
-                        .map(|s| i64::from(s.disruptions_allowed))
-                        .unwrap_or(0),
+                    disruptions_allowed,
                     pods: covered,
                 }
             })

@@ -418,8 +418,8 @@ async fn a_pdb_patched_to_allow_nothing_is_observed_with_its_pods_and_nodes() {
         .unwrap_or_else(|| panic!("{:?}", obs.pod_disruption_budgets));
     assert_eq!(pdb.namespace, "default");
     assert_eq!(pdb.disruptions_allowed, 1);
-    assert_eq!(pdb.pods.len(), 2, "{pdb:?}");
-    assert!(pdb.pods.iter().all(|p| !p.node.is_empty()), "{pdb:?}");
+    // pods are kept only while the budget allows nothing
+    assert!(pdb.pods.is_empty(), "{pdb:?}");
 
     let (ok, out, err) = kubectl(
         &bin,
@@ -444,7 +444,13 @@ async fn a_pdb_patched_to_allow_nothing_is_observed_with_its_pods_and_nodes() {
         .find(|p| p.name == "web")
         .unwrap();
     assert_eq!(pdb.disruptions_allowed, 0, "{pdb:?}");
-    assert_eq!(pdb.pods.len(), 2);
+    assert_eq!(pdb.pods.len(), 2, "{pdb:?}");
+    assert!(pdb.pods.iter().all(|p| !p.node.is_empty()), "{pdb:?}");
+    let nodes: Vec<&str> = pdb.pods.iter().map(|p| p.node.as_str()).collect();
+    assert!(
+        nodes.iter().all(|n| sim.names.iter().any(|s| s == n)),
+        "{nodes:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -584,4 +584,36 @@ mod tests {
             assert!(by_kind(&r.api_version(), r.kind).is_some());
         }
     }
+
+    #[test]
+    fn discovery_follows_the_served_minor() {
+        let fc = |m| group(FLOWCONTROL_GROUP, m).unwrap();
+        let versions = |m| {
+            fc(m)["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["version"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(versions((1, 31)), ["v1", "v1beta3"]);
+        assert_eq!(versions((1, 32)), ["v1"]);
+        assert_eq!(fc((1, 31))["preferredVersion"]["version"], "v1");
+        let list = resource_list(FLOWCONTROL_GROUP, "v1beta3", (1, 30));
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["flowschemas", "prioritylevelconfigurations"]);
+        let older = lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 31)).unwrap();
+        assert!(std::ptr::eq(storage_of(older), &FLOWSCHEMAS));
+        assert!(deprecation(older, (1, 31)).is_some());
+        assert!(
+            deprecation(older, (1, 28)).is_none(),
+            "deprecated from 1.29 on"
+        );
+        assert!(lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 32)).is_none());
+    }
 }

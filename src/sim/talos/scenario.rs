@@ -521,10 +521,11 @@ impl Scenario {
                             KUBE_VERBS.join(", ")
                         )));
                     }
-                    let path = resource.starts_with('/') && verb == "get";
+                    // the one non-resource URL whose RBAC the simulator models
+                    let path = resource == "/metrics" && verb == "get";
                     if resource.is_empty() || (resource.starts_with(['.', '/']) && !path) {
                         return Err(invalid(format!(
-                            "kube fault `forbidden`: resource `{resource}` must be like `nodes`, `pods/eviction` or `poddisruptionbudgets.policy`"
+                            "kube fault `forbidden`: resource `{resource}` must be like `nodes`, `pods/eviction` or `poddisruptionbudgets.policy` (or `/metrics` with verb `get`)"
                         )));
                     }
                 }
@@ -649,6 +650,41 @@ mod tests {
     }
 
     #[test]
+    fn preflight_knobs_parse_and_are_checked() {
+        let p = Path::new("s.yaml");
+        let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}, {name: w-1, address: 10.0.0.2, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]\n";
+        let s = Scenario::parse(
+            &format!(
+                "{nodes}etcdAlarms: [{{node: cp-1, alarm: NOSPACE}}]\nclientCertValidFor: 2h\nkubeFaults:\n  - nodePressure: {{ node: w-1, condition: MemoryPressure }}\n  - forbidden: {{ verb: get, resource: /metrics }}\n"
+            ),
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            s.etcd_alarms,
+            [EtcdAlarmSpec {
+                node: "cp-1".into(),
+                alarm: EtcdAlarmKind::Nospace
+            }]
+        );
+        assert_eq!(s.client_cert_valid_for, Some(Duration::from_secs(7200)));
+        assert_eq!(s.kube_faults.len(), 2);
+        let err = Scenario::parse(
+            &format!("{nodes}etcdAlarms: [{{node: w-1, alarm: CORRUPT}}]\n"),
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("not a control-plane node"), "{err}");
+        let err = Scenario::parse(
+            &format!("{nodes}etcdAlarms: [{{node: cp-1, alarm: FULL}}]\n"),
+            p,
+        )
+        .unwrap_err();
+        assert!(matches!(err, ScenarioError::Parse { .. }), "{err}");
+    }
+
+    #[test]
     fn kube_faults_parse_and_are_checked() {
         let p = Path::new("s.yaml");
         let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\n";
@@ -685,6 +721,18 @@ mod tests {
                 "is not one of",
             ),
             ("forbidden: { verb: get, resource: /x }", "must be like"),
+            (
+                "forbidden: { verb: list, resource: /metrics }",
+                "must be like",
+            ),
+            (
+                "nodePressure: { node: w-9, condition: DiskPressure }",
+                "not in `nodes`",
+            ),
+            (
+                "nodePressure: { node: cp-1, condition: Hungry }",
+                "is not one of",
+            ),
         ] {
             let err = Scenario::parse(&format!("{nodes}kubeFaults: [{{ {fault} }}]\n"), p)
                 .unwrap_err()
