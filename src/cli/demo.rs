@@ -110,6 +110,15 @@ async fn with_sim(
         .write_creds(&sim_out)
         .into_diagnostic()
         .wrap_err("demo: simulator creds")?;
+    // Let the simulated workloads come up first (pods start after `podStart`): seeding a
+    // cluster whose pods are still starting records PodDisruptionBudgets that allow nothing
+    // yet, and the next refresh would make the plan stale right after it is shown.
+    let settle = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sim.kube.pods().iter().any(|p| !p.ready && !p.terminating)
+        && tokio::time::Instant::now() < settle
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     // The store, seeded from the simulator (like `medea seed`).
     let store = crate::store::fjall::FjallStore::open(&dir.join("state/store"))
         .into_diagnostic()

@@ -243,17 +243,24 @@ pub async fn seed(store: &dyn Store, req: &SeedRequest) -> Result<Seeded, SeedEr
                 path: req.kubeconfig.clone(),
                 err: Box::new(err),
             })?;
-    let observation =
-        refresh::observe(&talos, &kube, name)
-            .await
-            .map_err(|err| SeedError::Discover {
-                cluster: name.to_string(),
-                err: Box::new(err),
-            })?;
+    let files = crate::ops::preflight::CredentialFiles {
+        talosconfig: &req.talosconfig,
+        kubeconfig: &req.kubeconfig,
+    };
+    let observation = refresh::observe_with_credentials(&talos, &kube, name, Some(files))
+        .await
+        .map_err(|err| SeedError::Discover {
+            cluster: name.to_string(),
+            err: Box::new(err),
+        })?;
     let base = previous
         .clone()
         .unwrap_or_else(|| ObservedCluster::new(name));
-    let cluster = base.observe(observation.kubernetes_version, observation.machines);
+    let cluster = base.observe_with(
+        observation.kubernetes_version,
+        observation.machines,
+        observation.preflight,
+    );
 
     let creds = ClusterCreds::new(&req.creds_dir, name);
     let write_err = |path: &Path| {

@@ -34,6 +34,13 @@ pub struct PreflightObservations {
     pub node_pressure: BTreeMap<String, Vec<String>>,
     /// Expiry of the credentials medea uses for this cluster.
     pub credentials: Vec<CredentialExpiry>,
+    /// Sources that could not be read, with why (one line each): `managedFields`,
+    /// `podDisruptionBudgets`, `credentials/talosconfig`, `credentials/kubeconfig`. The
+    /// matching field is then empty because it was not seen, not because there is nothing.
+    /// (`/metrics` and etcd failures are in [`Self::apiserver_metrics`] and
+    /// [`EtcdObservation::unreachable`].)
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gather_errors: BTreeMap<String, String>,
 }
 
 impl PreflightObservations {
@@ -96,7 +103,9 @@ pub struct ObservedPdb {
     pub name: String,
     /// `status.disruptionsAllowed`.
     pub disruptions_allowed: i64,
-    /// Pods the PDB covers, with the node each runs on (sorted).
+    /// Pods the PDB covers, with the node each runs on (sorted). Gathered only while
+    /// `disruptions_allowed` is 0 (pod names churn with every workload rollout; a change here
+    /// makes earlier plans stale).
     pub pods: Vec<PdbPod>,
 }
 

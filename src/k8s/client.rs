@@ -1,7 +1,7 @@
 //! [`KubeClient`]: the [`KubeApi`] adapter over kube-rs. Converts k8s-openapi objects into
 //! the domain types of this module and retries transient API failures with backoff.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::Path;
 use std::sync::Mutex;
@@ -17,12 +17,15 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use super::drain::{self, DrainOps, DrainPod, Eviction};
 use super::{
     AppliedObject, ApplyOptions, CONTROL_PLANE_LABEL, ClusterNode, ControlPlaneComponent,
-    DrainOptions, DrainReport, K8sError, KubeApi, Manifest, NodeAddress, NodeReadiness, PodRef,
-    StaticPodStatus, kubeconfig, selector, transient,
+    DrainOptions, DrainReport, K8sError, KubeApi, Manifest, NodeAddress, NodeReadiness,
+    ObjectWriters, PdbCoverage, PodRef, ServedResource, StaticPodStatus, kubeconfig, selector,
+    transient,
 };
 use crate::version::KubeVersion;
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Node conditions that signal resource pressure (kubelet `pkg/kubelet/nodestatus/setters.go`).
+const PRESSURE_CONDITIONS: &[&str] = &["DiskPressure", "MemoryPressure", "PIDPressure"];
 
 /// Retries of individual API calls (not drains, which have their own timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +55,9 @@ pub struct ClientOptions {
 /// The Kubernetes adapter for one cluster.
 pub struct KubeClient {
     pub(super) client: ::kube::Client,
+    /// What the client was built from: credentials and CA for other apiservers of the cluster
+    /// (each control-plane node's `/metrics`).
+    pub(super) config: ::kube::Config,
     cluster_url: String,
     options: ClientOptions,
     discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
@@ -111,12 +117,14 @@ impl KubeClient {
     ) -> Result<KubeClient, K8sError> {
         config.default_retry = false;
         let cluster_url = config.cluster_url.to_string();
-        let client = ::kube::Client::try_from(config).map_err(|err| K8sError::ClientBuild {
-            cluster_url: cluster_url.clone(),
-            err: Box::new(err),
-        })?;
+        let client =
+            ::kube::Client::try_from(config.clone()).map_err(|err| K8sError::ClientBuild {
+                cluster_url: cluster_url.clone(),
+                err: Box::new(err),
+            })?;
         Ok(KubeClient {
             client,
+            config,
             cluster_url,
             options,
             discovered: Mutex::new(HashMap::new()),
@@ -369,11 +377,16 @@ fn cluster_node(node: Node) -> ClusterNode {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let status = node.status.unwrap_or_default();
     let info = status.node_info.unwrap_or_default();
-    let ready = status
-        .conditions
-        .unwrap_or_default()
+    let conditions = status.conditions.unwrap_or_default();
+    let ready = conditions
         .iter()
         .any(|c| c.type_ == "Ready" && c.status == "True");
+    let mut pressure: Vec<String> = conditions
+        .iter()
+        .filter(|c| PRESSURE_CONDITIONS.contains(&c.type_.as_str()) && c.status == "True")
+        .map(|c| c.type_.clone())
+        .collect();
+    pressure.sort();
     let kubelet_version = match KubeVersion::parse(&info.kubelet_version) {
         Ok(v) => Some(v),
         Err(err) => {
@@ -394,6 +407,7 @@ fn cluster_node(node: Node) -> ClusterNode {
         control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
         labels,
         ready,
+        pressure,
         unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
         kubelet_version,
         kubelet_version_raw: info.kubelet_version,
@@ -574,6 +588,39 @@ impl DrainOps for KubeClient {
 }
 
 impl KubeApi for KubeClient {
+    fn server_url(&self) -> String {
+        self.cluster_url.trim_end_matches('/').to_string()
+    }
+
+    async fn apiserver_metrics(&self, server: Option<&str>) -> Result<String, K8sError> {
+        self.scrape_metrics(server).await
+    }
+
+    async fn preferred_versions(&self) -> Result<BTreeMap<String, String>, K8sError> {
+        KubeClient::preferred_versions(self).await
+    }
+
+    async fn served_resources(
+        &self,
+        group: &str,
+        version: &str,
+    ) -> Result<Vec<ServedResource>, K8sError> {
+        self.resources_of(group, version).await
+    }
+
+    async fn object_writers(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &ServedResource,
+    ) -> Result<Vec<ObjectWriters>, K8sError> {
+        self.writers_of(group, version, resource).await
+    }
+
+    async fn disruption_budgets(&self) -> Result<Vec<PdbCoverage>, K8sError> {
+        self.pdb_coverage().await
+    }
+
     async fn cordon(&self, node: &str) -> Result<(), K8sError> {
         self.set_unschedulable(node, true).await
     }

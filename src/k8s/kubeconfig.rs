@@ -70,6 +70,46 @@ pub async fn load_from_creds_dir(creds_dir: &Path) -> Result<::kube::Config, K8s
     load(&path_in(creds_dir)).await
 }
 
+/// The PEM client certificate of the kubeconfig's current user (`client-certificate-data`, or
+/// the `client-certificate` file relative to the kubeconfig), if it authenticates with one.
+pub fn client_certificate_pem(path: &Path) -> Result<Option<String>, K8sError> {
+    use base64::Engine as _;
+    let kc = read(path)?;
+    let user = kc
+        .current_context
+        .as_deref()
+        .and_then(|name| kc.contexts.iter().find(|c| c.name == name))
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.clone());
+    let Some(auth) = user
+        .and_then(|u| kc.auth_infos.iter().find(|a| a.name == u))
+        .and_then(|a| a.auth_info.as_ref())
+    else {
+        return Ok(None);
+    };
+    if let Some(data) = &auth.client_certificate_data {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|_| K8sError::KubeconfigParse {
+                path: path.to_path_buf(),
+                line: None,
+                column: None,
+            })?;
+        return Ok(Some(String::from_utf8_lossy(&bytes).into_owned()));
+    }
+    if let Some(file) = &auth.client_certificate {
+        let file = path
+            .parent()
+            .map_or_else(|| PathBuf::from(file), |dir| dir.join(file));
+        let text = std::fs::read_to_string(&file).map_err(|err| K8sError::KubeconfigRead {
+            path: file.clone(),
+            err,
+        })?;
+        return Ok(Some(text));
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,6 +35,7 @@ pub mod bootstrap;
 mod client;
 pub(crate) mod drain;
 pub mod kubeconfig;
+pub mod observe;
 pub mod selector;
 pub mod workloads;
 
@@ -47,6 +48,7 @@ use std::time::Duration;
 use crate::version::{KubeVersion, VersionError};
 
 pub use client::{AccessCheck, ClientOptions, KubeClient, RetryPolicy, ServerInfo};
+pub use observe::{DeprecatedSeries, FieldWriter, ObjectWriters, PdbCoverage, ServedResource};
 
 /// The label that marks a control-plane node (Talos and kubeadm set it).
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -70,6 +72,8 @@ pub struct ClusterNode {
     pub control_plane: bool,
     /// The `Ready` condition is `True`.
     pub ready: bool,
+    /// Pressure conditions that are `True` (`DiskPressure`, `MemoryPressure`, `PIDPressure`), sorted.
+    pub pressure: Vec<String>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
     /// `status.nodeInfo.kubeletVersion`, when it parses (see `kubelet_version_raw`).
@@ -478,6 +482,42 @@ pub trait KubeApi: Send + Sync {
         manifests: &[Manifest],
         options: &ApplyOptions,
     ) -> impl Future<Output = Result<Vec<AppliedObject>, K8sError>> + Send;
+
+    /// The kubeconfig's apiserver URL (`https://host:port`).
+    fn server_url(&self) -> String;
+
+    /// `GET /metrics` (Prometheus text) of the kube-apiserver at `server` (`https://host:port`,
+    /// same credentials and CA), or of the kubeconfig's server when `None`. One attempt.
+    fn apiserver_metrics(
+        &self,
+        server: Option<&str>,
+    ) -> impl Future<Output = Result<String, K8sError>> + Send;
+
+    /// Every served API group (not the core group) and its preferred version (`GET /apis`).
+    fn preferred_versions(
+        &self,
+    ) -> impl Future<Output = Result<BTreeMap<String, String>, K8sError>> + Send;
+
+    /// The resources of `group/version` (`GET /apis/<group>/<version>`), subresources left out.
+    fn served_resources(
+        &self,
+        group: &str,
+        version: &str,
+    ) -> impl Future<Output = Result<Vec<ServedResource>, K8sError>> + Send;
+
+    /// Every object of a resource with its `managedFields`, through a metadata-only list
+    /// (`PartialObjectMetadataList`), paged.
+    fn object_writers(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &ServedResource,
+    ) -> impl Future<Output = Result<Vec<ObjectWriters>, K8sError>> + Send;
+
+    /// Every PodDisruptionBudget with the pods it selects and their nodes (one list of PDBs,
+    /// one of pods), sorted.
+    fn disruption_budgets(&self)
+    -> impl Future<Output = Result<Vec<PdbCoverage>, K8sError>> + Send;
 }
 
 fn pdb_text(pdb: &Option<String>) -> String {
@@ -530,6 +570,8 @@ pub enum K8sError {
         #[source]
         err: Box<::kube::Error>,
     },
+    #[error("`{url}` is not a usable apiserver URL")]
+    ServerUrl { url: String },
     #[error("node `{node}` does not exist in the cluster (check the Kubernetes node name)")]
     NodeNotFound { node: String },
     #[error("node `{node}` reports kubelet version `{raw}`, which medea cannot parse")]

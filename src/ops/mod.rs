@@ -15,6 +15,7 @@
 pub mod cluster_ports;
 pub mod doctor;
 pub mod jobs;
+pub mod preflight;
 pub mod refresh;
 pub mod replan;
 pub mod report;

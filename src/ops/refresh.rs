@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 
+use super::preflight::CredentialFiles;
+use crate::inventory::preflight::PreflightObservations;
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::k8s::{
     ClientOptions, ClusterNode, ControlPlaneComponent, K8sError, KubeApi, KubeClient,
@@ -98,6 +100,8 @@ pub struct Observation {
     pub kubernetes_version: Option<KubeVersion>,
     /// Machines by node name.
     pub machines: BTreeMap<String, Machine>,
+    /// What the preflight checks read ([`super::preflight`]).
+    pub preflight: PreflightObservations,
 }
 
 /// Observe a cluster now. `cluster` names it in logs and errors.
@@ -105,6 +109,16 @@ pub async fn observe<T: TalosApi, K: KubeApi>(
     talos: &T,
     kube: &K,
     cluster: &str,
+) -> Result<Observation, RefreshError> {
+    observe_with_credentials(talos, kube, cluster, None).await
+}
+
+/// [`observe`], also reading the expiry of the client certificates in `credentials`.
+pub async fn observe_with_credentials<T: TalosApi, K: KubeApi>(
+    talos: &T,
+    kube: &K,
+    cluster: &str,
+    credentials: Option<CredentialFiles<'_>>,
 ) -> Result<Observation, RefreshError> {
     let nodes = kube.nodes().await.map_err(|err| RefreshError::ListNodes {
         cluster: cluster.to_string(),
@@ -132,12 +146,22 @@ pub async fn observe<T: TalosApi, K: KubeApi>(
             "no control-plane node shows a kube-apiserver version; the cluster's Kubernetes version is unknown"
         );
     }
+    let preflight = super::preflight::gather(
+        talos,
+        kube,
+        cluster,
+        &nodes,
+        kubernetes_version.as_ref(),
+        credentials,
+    )
+    .await;
     Ok(Observation {
         kubernetes_version,
         machines: observed
             .into_iter()
             .map(|(m, _)| (m.node.clone(), m))
             .collect(),
+        preflight,
     })
 }
 
@@ -149,7 +173,7 @@ pub async fn observe_cluster<T: TalosApi, K: KubeApi>(
     previous: &ObservedCluster,
 ) -> Result<ObservedCluster, RefreshError> {
     let o = observe(talos, kube, &previous.name).await?;
-    Ok(previous.observe(o.kubernetes_version, o.machines))
+    Ok(previous.observe_with(o.kubernetes_version, o.machines, o.preflight))
 }
 
 /// One machine: the Node's facts plus what its Talos API says, and (control planes) the
@@ -540,7 +564,13 @@ async fn observe_from_creds(
 ) -> (String, Result<Observation, RefreshError>) {
     let creds = ClusterCreds::new(creds_dir, name);
     let result = match creds.clients(name, settings).await {
-        Ok((talos, kube)) => observe(&talos, &kube, name).await,
+        Ok((talos, kube)) => {
+            let files = CredentialFiles {
+                talosconfig: &creds.talosconfig,
+                kubeconfig: &creds.kubeconfig,
+            };
+            observe_with_credentials(&talos, &kube, name, Some(files)).await
+        }
         Err(e) => Err(e),
     };
     (name.to_string(), result)
@@ -563,9 +593,11 @@ pub fn write_observations(
                 outcomes.push((name.clone(), Outcome::NotSeeded));
                 continue;
             };
-            let next = base
-                .cluster
-                .observe(o.kubernetes_version.clone(), o.machines.clone());
+            let next = base.cluster.observe_with(
+                o.kubernetes_version.clone(),
+                o.machines.clone(),
+                o.preflight.clone(),
+            );
             if next.generation == base.cluster.generation {
                 outcomes.push((
                     name.clone(),

@@ -137,6 +137,10 @@ pub fn kube_fault(spec: &KubeFaultSpec) -> KubeFault {
         KubeFaultSpec::Forbidden { verb, resource } => {
             KubeFault::Forbidden(Forbidden::parse(verb, resource))
         }
+        KubeFaultSpec::NodePressure { node, condition } => KubeFault::NodePressure {
+            node: node.clone(),
+            condition: condition.clone(),
+        },
     }
 }
 

@@ -165,6 +165,25 @@ impl SimPki {
         )
     }
 
+    /// [`Self::issue_client`] whose certificate stops being valid `valid_for` from now (a
+    /// short-lived credential, as an operator's `talosctl config new --crt-ttl` issues).
+    pub fn issue_client_valid_for(
+        &self,
+        roles: &[&str],
+        valid_for: std::time::Duration,
+    ) -> Result<CertAndKey, PkiError> {
+        let now = u64::try_from(jiff::Timestamp::now().as_second()).unwrap_or(0);
+        let not_after = now.saturating_add(valid_for.as_secs());
+        self.issue_until(
+            "client certificate",
+            &[],
+            roles,
+            "admin",
+            ExtendedKeyUsagePurpose::ClientAuth,
+            Some(not_after),
+        )
+    }
+
     fn issue(
         &self,
         what: &'static str,
@@ -172,6 +191,18 @@ impl SimPki {
         orgs: &[&str],
         cn: &str,
         eku: ExtendedKeyUsagePurpose,
+    ) -> Result<CertAndKey, PkiError> {
+        self.issue_until(what, sans, orgs, cn, eku, None)
+    }
+
+    fn issue_until(
+        &self,
+        what: &'static str,
+        sans: &[String],
+        orgs: &[&str],
+        cn: &str,
+        eku: ExtendedKeyUsagePurpose,
+        not_after_unix: Option<u64>,
     ) -> Result<CertAndKey, PkiError> {
         let key = KeyPair::generate_for(&PKCS_ED25519).map_err(rc(what))?;
         let mut p = CertificateParams::new(sans.to_vec()).map_err(rc(what))?;
@@ -183,7 +214,10 @@ impl SimPki {
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![eku];
         p.not_before = ymd!(self.not_before);
-        p.not_after = ymd!(self.not_before.saturating_add(jiff::Span::new().years(1)));
+        p.not_after = match not_after_unix {
+            Some(secs) => rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(secs),
+            None => ymd!(self.not_before.saturating_add(jiff::Span::new().years(1))),
+        };
         let cert = p.signed_by(&key, &self.issuer).map_err(rc(what))?;
         let standard = key.serialize_pem();
         Ok(CertAndKey {

@@ -36,6 +36,13 @@ pub trait TalosApi: Send + Sync {
         node: &NodeTarget,
     ) -> impl Future<Output = Result<EtcdMemberStatus, TalosError>> + Send;
 
+    /// `MachineService.EtcdAlarmList`: the active alarms (`NONE` entries left out). A worker
+    /// answers `Unimplemented` ("… is only available on control plane nodes").
+    fn etcd_alarms(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<Vec<EtcdAlarm>, TalosError>> + Send;
+
     /// `MachineService.EtcdSnapshot`, streamed to `dest` (which must not exist), fsynced, its
     /// etcd sha256 trailer verified; size and sha256 of the file are returned.
     fn etcd_snapshot(

@@ -196,6 +196,15 @@ pub struct EtcdMemberStatus {
     pub errors: Vec<String>,
 }
 
+/// One active etcd alarm, from `EtcdAlarmList` (etcd's alarms are cluster-wide; the member
+/// is the one that raised it).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct EtcdAlarm {
+    pub member_id: u64,
+    /// `NOSPACE`, `CORRUPT` (etcd's `AlarmType` names); an unknown number as `ALARM_<n>`.
+    pub alarm: String,
+}
+
 /// A saved, fsynced, checksummed etcd snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SnapshotInfo {

@@ -32,6 +32,7 @@ mod ops;
 mod output_snapshots;
 mod plan;
 mod preflight;
+mod preflight_observe;
 mod rollout;
 mod rollout_health;
 mod rollout_sim;

@@ -581,8 +581,14 @@ fn webhooks_announce_a_halted_rollout_in_order_after_a_retry() {
             .position(|x| *x == k)
             .unwrap_or_else(|| panic!("no `{k}` among {kinds:?}"))
     };
+    // the plan.ready of the plan that was approved: the refresh may have announced an earlier
+    // one first (the preflight observations move while the scenario's pods start)
+    let approved_plan = accepted
+        .iter()
+        .position(|b| b["event"] == "plan.ready" && b["plan"] == id.as_str())
+        .unwrap_or_else(|| panic!("no plan.ready for {id} among {kinds:?}"));
     let (plan, approval, start, halt) = (
-        first("plan.ready"),
+        approved_plan,
         first("approval.received"),
         first("rollout.started"),
         first("rollout.halted"),

@@ -543,6 +543,7 @@ async fn refresh_merges_into_a_record_written_concurrently() {
         Observation {
             kubernetes_version: base.kubernetes_version.clone(),
             machines,
+            preflight: base.preflight.clone(),
         },
     )]);
     let outcomes = refresh::write_observations(&racing, &observed).unwrap();

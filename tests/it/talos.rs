@@ -160,7 +160,22 @@ async fn etcd_members_and_status() {
     );
 
     let err = e.client.etcd_members(&node("w-1")).await.unwrap_err();
-    assert_eq!(err.code(), Some(Code::FailedPrecondition), "{err}");
+    // Talos' CheckControlplane: Unimplemented on a worker
+    assert_eq!(err.code(), Some(Code::Unimplemented), "{err}");
+    assert!(
+        err.to_string()
+            .contains("is only available on control plane nodes"),
+        "{err}"
+    );
+    let err = e.client.etcd_alarms(&node("w-1")).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::Unimplemented), "{err}");
+    assert!(
+        e.client
+            .etcd_alarms(&node("cp-1"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]

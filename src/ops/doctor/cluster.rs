@@ -335,7 +335,11 @@ async fn node_checks(
         }
         // A talosconfig `nodes` entry that turns out to be a worker.
         Err(e)
-            if t.control_plane.is_none() && e.code() == Some(tonic::Code::FailedPrecondition) =>
+            if t.control_plane.is_none()
+                && matches!(
+                    e.code(),
+                    Some(tonic::Code::Unimplemented | tonic::Code::FailedPrecondition)
+                ) =>
         {
             (checks, None)
         }

@@ -20,6 +20,7 @@
 mod api;
 mod apply;
 mod cluster;
+mod deprecation;
 #[doc(hidden)]
 pub mod fuzzing;
 mod kubeconfig;
@@ -159,6 +160,9 @@ pub enum KubeFault {
     /// RBAC takes a permission away: matching requests get 403 `Forbidden` and
     /// `SelfSubjectAccessReview`s (`kubectl auth can-i`) answer `allowed: false`.
     Forbidden(Forbidden),
+    /// The node reports `condition` (`MemoryPressure`, `DiskPressure`, `PIDPressure`) as
+    /// `True`, with the kubelet's reason and message and the matching NoSchedule taint.
+    NodePressure { node: String, condition: String },
 }
 
 /// One permission the simulated user does not have: a verb on a resource.
@@ -168,7 +172,7 @@ pub struct Forbidden {
     pub verb: String,
     /// API group, `""` for the core group.
     pub group: String,
-    /// Plural resource name, e.g. `pods`.
+    /// Plural resource name, e.g. `pods`; or a non-resource URL path, e.g. `/metrics`.
     pub resource: String,
     /// Subresource, e.g. `eviction`; `""` for the resource itself.
     pub subresource: String,
@@ -176,8 +180,16 @@ pub struct Forbidden {
 
 impl Forbidden {
     /// Parse kubectl's resource notation: `nodes`, `pods/eviction`,
-    /// `poddisruptionbudgets.policy`.
+    /// `poddisruptionbudgets.policy`; a path (`/metrics`) is a non-resource URL.
     pub fn parse(verb: &str, resource: &str) -> Forbidden {
+        if resource.starts_with('/') {
+            return Forbidden {
+                verb: verb.to_string(),
+                group: String::new(),
+                resource: resource.to_string(),
+                subresource: String::new(),
+            };
+        }
         let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
         let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
         Forbidden {
@@ -351,10 +363,79 @@ fn seed_objects(cluster: &mut KubeSide, objects: &[Value]) -> Result<(), KubeSim
             wall,
         );
     }
+    seed_apf_configuration(cluster, wall);
     for (index, obj) in objects.iter().enumerate() {
         seed_one(cluster, index, obj.clone())?;
     }
     Ok(())
+}
+
+/// The field manager of the kube-apiserver's API Priority and Fairness configuration
+/// (kubernetes `pkg/registry/flowcontrol/ensurer/strategy.go`, `fieldManager`).
+pub(crate) const APF_MANAGER: &str = "api-priority-and-fairness-config-producer-v1";
+
+/// The mandatory APF objects every kube-apiserver creates at start (`exempt`, `catch-all`;
+/// k8s.io/apiserver `pkg/apis/flowcontrol/bootstrap/default.go`), written through
+/// `flowcontrol.apiserver.k8s.io/v1` by [`APF_MANAGER`] and marked for auto-update: the
+/// managedFields entries a deprecated-API check must not mistake for a client's.
+fn seed_apf_configuration(cluster: &mut KubeSide, wall: jiff::Timestamp) {
+    let annotations = serde_json::json!({"apf.kubernetes.io/autoupdate-spec": "true"});
+    let rules = |groups: &[&str]| {
+        let subjects: Vec<Value> = groups
+            .iter()
+            .map(|g| serde_json::json!({"kind": "Group", "group": {"name": g}}))
+            .collect();
+        serde_json::json!([{
+            "subjects": subjects,
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        }])
+    };
+    let objects = [
+        (
+            &resources::PRIORITYLEVELS,
+            serde_json::json!({"metadata": {"name": "exempt", "annotations": annotations},
+                "spec": {"type": "Exempt", "exempt": {"nominalConcurrencyShares": 0, "lendablePercent": 0}}}),
+        ),
+        (
+            &resources::PRIORITYLEVELS,
+            serde_json::json!({"metadata": {"name": "catch-all", "annotations": annotations},
+                "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 5, "lendablePercent": 0, "limitResponse": {"type": "Reject"}}}}),
+        ),
+        (
+            &resources::FLOWSCHEMAS,
+            serde_json::json!({"metadata": {"name": "exempt", "annotations": annotations},
+                "spec": {"matchingPrecedence": 1, "priorityLevelConfiguration": {"name": "exempt"}, "rules": rules(&["system:masters"])}}),
+        ),
+        (
+            &resources::FLOWSCHEMAS,
+            serde_json::json!({"metadata": {"name": "catch-all", "annotations": annotations},
+                "spec": {"matchingPrecedence": 10000, "priorityLevelConfiguration": {"name": "catch-all"},
+                    "distinguisherMethod": {"type": "ByUser"},
+                    "rules": rules(&["system:unauthenticated", "system:authenticated"])}}),
+        ),
+    ];
+    let time = store::k8s_time(wall);
+    for (rt, mut obj) in objects {
+        obj["apiVersion"] = serde_json::json!(rt.api_version());
+        obj["kind"] = serde_json::json!(rt.kind);
+        let key = (rt.key(), String::new(), store::name_of(&obj).to_string());
+        let owners = cluster.owners.entry(key.clone()).or_default();
+        apply::record_update(None, &obj, owners, APF_MANAGER);
+        cluster
+            .updaters
+            .entry(key.clone())
+            .or_default()
+            .insert(APF_MANAGER.to_string());
+        cluster
+            .deprecation
+            .note_writer(&key, APF_MANAGER, &rt.api_version(), &time);
+        let owners = cluster.owners.get(&key).cloned().unwrap_or_default();
+        let updaters = cluster.updaters.get(&key).cloned().unwrap_or_default();
+        obj["metadata"]["managedFields"] =
+            api::managed_fields(cluster, rt, &key, &owners, &updaters, wall);
+        let _ = cluster.store.create(rt, obj, wall);
+    }
 }
 
 /// Create one object as a client would (any served kind except nodes).

@@ -44,7 +44,8 @@ fn add<T: JsonSchema>(g: &mut schemars::SchemaGenerator) {
 /// The k8s-openapi type of a served kind, registered with `g`.
 fn register(kind: &str, g: &mut schemars::SchemaGenerator) -> bool {
     use k8s_openapi::api::{
-        apps::v1 as apps, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac,
+        apps::v1 as apps, core::v1 as core, flowcontrol::v1 as flowcontrol, policy::v1 as policy,
+        rbac::v1 as rbac,
     };
     match kind {
         "Namespace" => add::<core::Namespace>(g),
@@ -63,6 +64,8 @@ fn register(kind: &str, g: &mut schemars::SchemaGenerator) -> bool {
         "ClusterRoleBinding" => add::<rbac::ClusterRoleBinding>(g),
         "Role" => add::<rbac::Role>(g),
         "RoleBinding" => add::<rbac::RoleBinding>(g),
+        "FlowSchema" => add::<flowcontrol::FlowSchema>(g),
+        "PriorityLevelConfiguration" => add::<flowcontrol::PriorityLevelConfiguration>(g),
         _ => return false,
     }
     true
@@ -73,6 +76,7 @@ fn schema_name(rt: &ResourceType) -> String {
     let group = match rt.group {
         "" => "core",
         "rbac.authorization.k8s.io" => "rbac",
+        resources::FLOWCONTROL_GROUP => "flowcontrol",
         g => g,
     };
     format!("io.k8s.api.{group}.{}.{}", rt.version, rt.kind)
@@ -215,8 +219,9 @@ fn paths_of(rt: &ResourceType, paths: &mut Map<String, Value>) {
 }
 
 fn build(group: &str, version: &str) -> Option<GvDoc> {
-    let served: Vec<&ResourceType> = resources::ALL
+    let served: Vec<&'static ResourceType> = resources::ALL
         .iter()
+        .chain(resources::OLDER_VERSIONS)
         .copied()
         .filter(|r| r.group == group && r.version == version)
         .collect();
@@ -233,6 +238,16 @@ fn build(group: &str, version: &str) -> Option<GvDoc> {
         return None;
     }
     let mut schemas = g.take_definitions(true);
+    // an older version is described with its stored version's schema (k8s-openapi only has
+    // the current types), under its own name
+    for rt in &kinds {
+        let stored = schema_name(resources::storage_of(rt));
+        if stored != schema_name(rt)
+            && let Some(s) = schemas.remove(&stored)
+        {
+            schemas.insert(schema_name(rt), s);
+        }
+    }
     for rt in kinds {
         if let Some(Value::Object(s)) = schemas.get_mut(&schema_name(rt)) {
             s.insert(
@@ -264,6 +279,7 @@ fn all() -> &'static BTreeMap<String, GvDoc> {
     DOCS.get_or_init(|| {
         let mut gvs: Vec<(&str, &str)> = resources::ALL
             .iter()
+            .chain(resources::OLDER_VERSIONS)
             .map(|r| (r.group, r.version))
             .collect();
         gvs.dedup();
@@ -276,9 +292,13 @@ fn all() -> &'static BTreeMap<String, GvDoc> {
 }
 
 /// `GET /openapi/v3`: where each group-version's document is.
-pub(crate) fn index() -> Value {
+pub(crate) fn index(minor: crate::api_lifecycle::Minor) -> Value {
+    let served: Vec<String> = resources::served(minor)
+        .map(|r| gv_key(r.group, r.version))
+        .collect();
     let paths: Map<String, Value> = all()
         .iter()
+        .filter(|(k, _)| served.contains(k))
         .map(|(k, d)| {
             (
                 k.clone(),
@@ -425,7 +445,7 @@ mod tests {
 
     #[test]
     fn the_index_points_at_each_group_version_with_a_hash() {
-        let idx = index();
+        let idx = index((1, 33));
         let url = idx["paths"]["apis/apps/v1"]["serverRelativeURL"]
             .as_str()
             .unwrap();

@@ -6,6 +6,8 @@
 
 use serde_json::{Value, json};
 
+use crate::api_lifecycle::{self, ApiLifecycle, Minor};
+
 /// Verbs every generically stored resource supports.
 const VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
@@ -266,6 +268,91 @@ pub(crate) static ROLEBINDINGS: ResourceType = generic(
     &[],
 );
 
+pub(crate) static FLOWSCHEMAS: ResourceType = generic(
+    FLOWCONTROL_GROUP,
+    "v1",
+    "FlowSchema",
+    "flowschemas",
+    "flowschema",
+    false,
+    &[],
+);
+pub(crate) static PRIORITYLEVELS: ResourceType = generic(
+    FLOWCONTROL_GROUP,
+    "v1",
+    "PriorityLevelConfiguration",
+    "prioritylevelconfigurations",
+    "prioritylevelconfiguration",
+    false,
+    &[],
+);
+
+/// The API Priority and Fairness group, the one whose deprecated beta versions a default
+/// kube-apiserver still served in 1.29–1.31 (see [`crate::api_lifecycle::served_by_default`]).
+pub(crate) const FLOWCONTROL_GROUP: &str = "flowcontrol.apiserver.k8s.io";
+
+/// Older group-versions of stored resource types: served (with the deprecation warning) on
+/// the minors whose default kube-apiserver serves them
+/// ([`crate::api_lifecycle::served_by_default`]), stored as their [`ALL`] type with the same
+/// group and plural (the apiserver converts between versions; these kinds' schemas only
+/// differ in fields the simulator does not interpret).
+pub(crate) static OLDER_VERSIONS: &[&ResourceType] = &[
+    &generic(
+        FLOWCONTROL_GROUP,
+        "v1beta1",
+        "FlowSchema",
+        "flowschemas",
+        "flowschema",
+        false,
+        &[],
+    ),
+    &generic(
+        FLOWCONTROL_GROUP,
+        "v1beta1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        false,
+        &[],
+    ),
+    &generic(
+        FLOWCONTROL_GROUP,
+        "v1beta2",
+        "FlowSchema",
+        "flowschemas",
+        "flowschema",
+        false,
+        &[],
+    ),
+    &generic(
+        FLOWCONTROL_GROUP,
+        "v1beta2",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        false,
+        &[],
+    ),
+    &generic(
+        FLOWCONTROL_GROUP,
+        "v1beta3",
+        "FlowSchema",
+        "flowschemas",
+        "flowschema",
+        false,
+        &[],
+    ),
+    &generic(
+        FLOWCONTROL_GROUP,
+        "v1beta3",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        false,
+        &[],
+    ),
+];
+
 /// Every served resource type, in discovery order.
 pub(crate) static ALL: &[&ResourceType] = &[
     &NAMESPACES,
@@ -284,12 +371,15 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &CLUSTERROLEBINDINGS,
     &ROLES,
     &ROLEBINDINGS,
+    &FLOWSCHEMAS,
+    &PRIORITYLEVELS,
 ];
 
 /// Groups other than the core group, each with its single (preferred) version.
 const GROUPS: &[(&str, &str)] = &[
     ("apps", "v1"),
     ("authorization.k8s.io", "v1"),
+    (FLOWCONTROL_GROUP, "v1"),
     ("policy", "v1"),
     ("rbac.authorization.k8s.io", "v1"),
 ];
@@ -297,26 +387,79 @@ const GROUPS: &[(&str, &str)] = &[
 /// The group of `SelfSubjectAccessReview`s (create-only, answered, never stored).
 pub(crate) const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
 
-/// The resource type served at `group/version/plural`, if any.
-pub(crate) fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
-    ALL.iter()
-        .copied()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+/// The resource type served at `group/version/plural` by a kube-apiserver of `minor`, if any.
+pub(crate) fn lookup(
+    group: &str,
+    version: &str,
+    plural: &str,
+    minor: Minor,
+) -> Option<&'static ResourceType> {
+    served(minor).find(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
-/// The resource type for an `apiVersion` + `kind` pair.
+/// The resource type for an `apiVersion` + `kind` pair (stored versions only).
 pub(crate) fn by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
     ALL.iter()
         .copied()
         .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
-/// Whether `group/version` is served at all.
-pub(crate) fn group_version_exists(group: &str, version: &str) -> bool {
+/// The stored type an older version of a resource converts to (itself for a stored type).
+pub(crate) fn storage_of(rt: &'static ResourceType) -> &'static ResourceType {
+    ALL.iter()
+        .copied()
+        .find(|r| r.group == rt.group && r.plural == rt.plural)
+        .unwrap_or(rt)
+}
+
+/// The lifecycle row of `rt` when a kube-apiserver of `minor` serves it deprecated (its
+/// requests then draw the deprecation warning and set `apiserver_requested_deprecated_apis`).
+pub(crate) fn deprecation(rt: &ResourceType, minor: Minor) -> Option<ApiLifecycle> {
+    api_lifecycle::served_by_default(minor)
+        .into_iter()
+        .find(|l| {
+            l.group == rt.group
+                && l.version == rt.version
+                && l.resource == rt.plural
+                && l.deprecated_in(minor)
+        })
+}
+
+/// Every resource type a kube-apiserver of `minor` serves: the stored types, plus the older
+/// versions its default configuration still serves.
+pub(crate) fn served(minor: Minor) -> impl Iterator<Item = &'static ResourceType> {
+    let older = api_lifecycle::served_by_default(minor);
+    ALL.iter()
+        .copied()
+        .chain(OLDER_VERSIONS.iter().copied().filter(move |r| {
+            older
+                .iter()
+                .any(|l| l.group == r.group && l.version == r.version && l.resource == r.plural)
+        }))
+}
+
+/// The versions of `group` served on `minor`, preferred (stored) first.
+fn versions_of(group: &str, minor: Minor) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in served(minor).filter(|r| r.group == group) {
+        if !out.contains(&r.version) {
+            out.push(r.version);
+        }
+    }
+    if let Some((_, v)) = GROUPS.iter().find(|(g, _)| *g == group)
+        && !out.contains(v)
+    {
+        out.insert(0, v);
+    }
+    out
+}
+
+/// Whether `group/version` is served at all by a kube-apiserver of `minor`.
+pub(crate) fn group_version_exists(group: &str, version: &str, minor: Minor) -> bool {
     if group.is_empty() {
         return version == "v1";
     }
-    GROUPS.iter().any(|(g, v)| *g == group && *v == version)
+    versions_of(group, minor).contains(&version)
 }
 
 /// `GET /api`: `APIVersions`.
@@ -330,25 +473,28 @@ pub(crate) fn core_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_doc(group: &str, version: &str) -> Value {
-    let gv = json!({ "groupVersion": format!("{group}/{version}"), "version": version });
+/// An `APIGroup`: every served version, the stored one preferred (as the apiserver lists a
+/// group's versions, preferred first).
+fn group_doc(group: &str, preferred: &str, minor: Minor) -> Value {
+    let gv = |v: &str| json!({ "groupVersion": format!("{group}/{v}"), "version": v });
+    let versions: Vec<Value> = versions_of(group, minor).into_iter().map(gv).collect();
     json!({
         "name": group,
-        "versions": [gv.clone()],
-        "preferredVersion": gv,
+        "versions": versions,
+        "preferredVersion": gv(preferred),
     })
 }
 
 /// `GET /apis`: `APIGroupList`.
-pub(crate) fn group_list() -> Value {
-    let groups: Vec<Value> = GROUPS.iter().map(|(g, v)| group_doc(g, v)).collect();
+pub(crate) fn group_list(minor: Minor) -> Value {
+    let groups: Vec<Value> = GROUPS.iter().map(|(g, v)| group_doc(g, v, minor)).collect();
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
 }
 
 /// `GET /apis/<group>`: `APIGroup`.
-pub(crate) fn group(name: &str) -> Option<Value> {
+pub(crate) fn group(name: &str, minor: Minor) -> Option<Value> {
     GROUPS.iter().find(|(g, _)| *g == name).map(|(g, v)| {
-        let mut doc = group_doc(g, v);
+        let mut doc = group_doc(g, v, minor);
         doc["kind"] = json!("APIGroup");
         doc["apiVersion"] = json!("v1");
         doc
@@ -356,12 +502,9 @@ pub(crate) fn group(name: &str) -> Option<Value> {
 }
 
 /// `GET /api/v1` or `/apis/<group>/<version>`: `APIResourceList`.
-pub(crate) fn resource_list(group: &str, version: &str) -> Value {
+pub(crate) fn resource_list(group: &str, version: &str, minor: Minor) -> Value {
     let mut resources = Vec::new();
-    for r in ALL
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in served(minor).filter(|r| r.group == group && r.version == version) {
         let mut entry = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -416,7 +559,7 @@ mod tests {
 
     #[test]
     fn core_resource_list_advertises_policy_v1_eviction() {
-        let list = resource_list("", "v1");
+        let list = resource_list("", "v1", (1, 33));
         let eviction = list["resources"]
             .as_array()
             .unwrap()
@@ -433,12 +576,44 @@ mod tests {
     fn every_group_of_a_resource_is_advertised() {
         for r in ALL {
             assert!(
-                group_version_exists(r.group, r.version),
+                group_version_exists(r.group, r.version, (1, 33)),
                 "{}",
                 r.qualified()
             );
-            assert!(lookup(r.group, r.version, r.plural).is_some());
+            assert!(lookup(r.group, r.version, r.plural, (1, 33)).is_some());
             assert!(by_kind(&r.api_version(), r.kind).is_some());
         }
+    }
+
+    #[test]
+    fn discovery_follows_the_served_minor() {
+        let fc = |m| group(FLOWCONTROL_GROUP, m).unwrap();
+        let versions = |m| {
+            fc(m)["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["version"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(versions((1, 31)), ["v1", "v1beta3"]);
+        assert_eq!(versions((1, 32)), ["v1"]);
+        assert_eq!(fc((1, 31))["preferredVersion"]["version"], "v1");
+        let list = resource_list(FLOWCONTROL_GROUP, "v1beta3", (1, 30));
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["flowschemas", "prioritylevelconfigurations"]);
+        let older = lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 31)).unwrap();
+        assert!(std::ptr::eq(storage_of(older), &FLOWSCHEMAS));
+        assert!(deprecation(older, (1, 31)).is_some());
+        assert!(
+            deprecation(older, (1, 28)).is_none(),
+            "deprecated from 1.29 on"
+        );
+        assert!(lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 32)).is_none());
     }
 }

@@ -177,6 +177,16 @@ impl ApiError {
         err
     }
 
+    /// A non-resource URL RBAC does not allow (`forbiddenMessage` in k8s.io/apiserver
+    /// `pkg/endpoints/handlers/responsewriters/errors.go`: `forbidden: User "…" cannot get path "/metrics"`).
+    pub fn forbidden_path(verb: &str, path: &str) -> ApiError {
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!("forbidden: User \"{SIM_USER}\" cannot {verb} path \"{path}\""),
+        )
+    }
+
     pub fn unauthorized() -> ApiError {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }

@@ -23,6 +23,8 @@ pub enum Method {
     EtcdStatus,
     /// `MachineService.EtcdSnapshot`
     EtcdSnapshot,
+    /// `MachineService.EtcdAlarmList`
+    EtcdAlarmList,
     /// `ImageService.Pull` and the deprecated `MachineService.ImagePull`
     ImagePull,
     /// `LifecycleService.Upgrade`
@@ -66,6 +68,7 @@ impl Method {
             Method::EtcdMemberList => "/machine.MachineService/EtcdMemberList",
             Method::EtcdStatus => "/machine.MachineService/EtcdStatus",
             Method::EtcdSnapshot => "/machine.MachineService/EtcdSnapshot",
+            Method::EtcdAlarmList => "/machine.MachineService/EtcdAlarmList",
             Method::ImagePull => "/machine.ImageService/Pull",
             Method::Upgrade => "/machine.LifecycleService/Upgrade",
             Method::LegacyUpgrade => "/machine.MachineService/Upgrade",

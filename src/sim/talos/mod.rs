@@ -30,7 +30,8 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 pub use fault::{Effect, FaultError, FaultPlan, Method, NodeCounters, Trigger};
 pub use model::{Bootloader, Power};
 pub use scenario::{
-    MachineConfigExtra, NodeSpec, RebootTiming, Role, Scenario, ScenarioError, Timing, WorkloadSpec,
+    EtcdAlarmKind, EtcdAlarmSpec, MachineConfigExtra, NodeSpec, RebootTiming, Role, Scenario,
+    ScenarioError, Timing, WorkloadSpec,
 };
 
 use self::fault::ArmedFault;
@@ -133,9 +134,20 @@ impl SimTalos {
         if !listen.ip().is_unspecified() {
             sans.push(listen.ip().to_string());
         }
-        let pki = SimPki::generate(&sans, today).map_err(SimError::Pki)?;
+        let mut pki = SimPki::generate(&sans, today).map_err(SimError::Pki)?;
+        if let Some(valid_for) = scenario.client_cert_valid_for {
+            pki.admin = pki
+                .issue_client_valid_for(&["os:admin"], valid_for)
+                .map_err(SimError::Pki)?;
+        }
 
-        let cluster = TalosSide::new(&scenario, pki.ca_pem(), now.as_second());
+        let mut cluster = TalosSide::new(&scenario, pki.ca_pem(), now.as_second());
+        for a in &scenario.etcd_alarms {
+            if let Some(n) = cluster.nodes.iter().find(|n| n.spec.name == a.node) {
+                let member = n.member_id;
+                cluster.etcd_alarms.insert((member, a.alarm));
+            }
+        }
         let shared = Arc::new(Shared {
             cluster: Mutex::new(cluster),
         });
@@ -314,6 +326,22 @@ impl SimTalos {
             seq: n.reboot_seq,
         };
         c.finish_boot(ticket);
+        Ok(())
+    }
+
+    /// Raise (`Some`) or disarm (`None`, every alarm of the member) an etcd alarm on the member
+    /// of control-plane `node`, as etcd does when its quota is exceeded (`NOSPACE`) or a
+    /// corruption check fails (`CORRUPT`). `EtcdAlarmList` reports it from every member.
+    pub fn set_etcd_alarm(&self, node: &str, alarm: Option<EtcdAlarmKind>) -> Result<(), SimError> {
+        let idx = self.index(node)?;
+        let mut c = self.shared.lock();
+        let member = c.nodes[idx].member_id;
+        match alarm {
+            Some(a) => {
+                c.etcd_alarms.insert((member, a));
+            }
+            None => c.etcd_alarms.retain(|(m, _)| *m != member),
+        }
         Ok(())
     }
 

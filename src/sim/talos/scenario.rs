@@ -247,8 +247,12 @@ pub enum KubeFaultSpec {
     /// The node reports `Ready=False` whatever the Talos side says.
     NodeNeverReady { node: String },
     /// The user of the kubeconfig may not do `verb` on `resource` (`nodes`, `pods/eviction`,
-    /// `poddisruptionbudgets.policy`): requests get 403, access reviews say no.
+    /// `poddisruptionbudgets.policy`; or a path such as `/metrics`): requests get 403, access
+    /// reviews say no.
     Forbidden { verb: String, resource: String },
+    /// The node reports a pressure condition (`MemoryPressure`, `DiskPressure`, `PIDPressure`)
+    /// as `True`, with the kubelet's reason and message and the matching taint.
+    NodePressure { node: String, condition: String },
 }
 
 /// How long an `apiUnavailable` fault lasts.
@@ -260,6 +264,9 @@ pub enum OutageSpec {
     /// Every request for this long from the start.
     For(#[serde(with = "duration_text")] Duration),
 }
+
+/// The node conditions a `nodePressure` kube fault may raise.
+pub const PRESSURE_CONDITIONS: &[&str] = &["MemoryPressure", "DiskPressure", "PIDPressure"];
 
 /// The verbs a `forbidden` kube fault may name (the apiserver's request verbs).
 pub const KUBE_VERBS: &[&str] = &[
@@ -293,6 +300,56 @@ pub struct Scenario {
     /// ([`NodeSpec::machine_config_extra`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_config_extra: Option<MachineConfigExtra>,
+    /// etcd alarms active from the start (`{node: cp-1, alarm: NOSPACE}`: the member of that
+    /// control-plane node raised it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd_alarms: Vec<EtcdAlarmSpec>,
+    /// How long the talosconfig's client certificate is valid from the start (default one
+    /// year, as Talos issues them): a short-lived credential.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "optional_duration_text"
+    )]
+    pub client_cert_valid_for: Option<Duration>,
+}
+
+/// An etcd alarm of a scenario.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdAlarmSpec {
+    /// The control-plane node whose member raised it.
+    pub node: String,
+    pub alarm: EtcdAlarmKind,
+}
+
+/// etcd's alarm types (`etcdserverpb.AlarmType`, Talos `EtcdMemberAlarm.AlarmType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum EtcdAlarmKind {
+    /// The database exceeded its space quota: etcd refuses writes.
+    Nospace = 1,
+    /// A corruption check found members that disagree.
+    Corrupt = 2,
+}
+
+mod optional_duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration_text::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        struct W(#[serde(with = "super::duration_text")] Duration);
+        Ok(Option::<W>::deserialize(d)?.map(|W(d)| d))
+    }
 }
 
 impl Scenario {
@@ -354,6 +411,8 @@ impl Scenario {
             workloads: Vec::new(),
             kube_faults: Vec::new(),
             machine_config_extra: None,
+            etcd_alarms: Vec::new(),
+            client_cert_valid_for: None,
         }
     }
 
@@ -434,6 +493,18 @@ impl Scenario {
                 )));
             }
         }
+        for a in &self.etcd_alarms {
+            if !self
+                .nodes
+                .iter()
+                .any(|n| n.name == a.node && n.role == Role::Controlplane)
+            {
+                return Err(invalid(format!(
+                    "etcd alarm names node `{}`, which is not a control-plane node in `nodes`",
+                    a.node
+                )));
+            }
+        }
         for f in &self.kube_faults {
             match f {
                 KubeFaultSpec::NodeNeverReady { node }
@@ -450,9 +521,24 @@ impl Scenario {
                             KUBE_VERBS.join(", ")
                         )));
                     }
-                    if resource.is_empty() || resource.starts_with(['.', '/']) {
+                    // the one non-resource URL whose RBAC the simulator models
+                    let path = resource == "/metrics" && verb == "get";
+                    if resource.is_empty() || (resource.starts_with(['.', '/']) && !path) {
                         return Err(invalid(format!(
-                            "kube fault `forbidden`: resource `{resource}` must be like `nodes`, `pods/eviction` or `poddisruptionbudgets.policy`"
+                            "kube fault `forbidden`: resource `{resource}` must be like `nodes`, `pods/eviction` or `poddisruptionbudgets.policy` (or `/metrics` with verb `get`)"
+                        )));
+                    }
+                }
+                KubeFaultSpec::NodePressure { node, condition } => {
+                    if !self.nodes.iter().any(|n| &n.name == node) {
+                        return Err(invalid(format!(
+                            "kube fault `nodePressure` names node `{node}`, which is not in `nodes`"
+                        )));
+                    }
+                    if !PRESSURE_CONDITIONS.contains(&condition.as_str()) {
+                        return Err(invalid(format!(
+                            "kube fault `nodePressure`: condition `{condition}` is not one of {}",
+                            PRESSURE_CONDITIONS.join(", ")
                         )));
                     }
                 }
@@ -564,6 +650,41 @@ mod tests {
     }
 
     #[test]
+    fn preflight_knobs_parse_and_are_checked() {
+        let p = Path::new("s.yaml");
+        let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}, {name: w-1, address: 10.0.0.2, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]\n";
+        let s = Scenario::parse(
+            &format!(
+                "{nodes}etcdAlarms: [{{node: cp-1, alarm: NOSPACE}}]\nclientCertValidFor: 2h\nkubeFaults:\n  - nodePressure: {{ node: w-1, condition: MemoryPressure }}\n  - forbidden: {{ verb: get, resource: /metrics }}\n"
+            ),
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            s.etcd_alarms,
+            [EtcdAlarmSpec {
+                node: "cp-1".into(),
+                alarm: EtcdAlarmKind::Nospace
+            }]
+        );
+        assert_eq!(s.client_cert_valid_for, Some(Duration::from_secs(7200)));
+        assert_eq!(s.kube_faults.len(), 2);
+        let err = Scenario::parse(
+            &format!("{nodes}etcdAlarms: [{{node: w-1, alarm: CORRUPT}}]\n"),
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("not a control-plane node"), "{err}");
+        let err = Scenario::parse(
+            &format!("{nodes}etcdAlarms: [{{node: cp-1, alarm: FULL}}]\n"),
+            p,
+        )
+        .unwrap_err();
+        assert!(matches!(err, ScenarioError::Parse { .. }), "{err}");
+    }
+
+    #[test]
     fn kube_faults_parse_and_are_checked() {
         let p = Path::new("s.yaml");
         let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\n";
@@ -600,6 +721,18 @@ mod tests {
                 "is not one of",
             ),
             ("forbidden: { verb: get, resource: /x }", "must be like"),
+            (
+                "forbidden: { verb: list, resource: /metrics }",
+                "must be like",
+            ),
+            (
+                "nodePressure: { node: w-9, condition: DiskPressure }",
+                "not in `nodes`",
+            ),
+            (
+                "nodePressure: { node: cp-1, condition: Hungry }",
+                "is not one of",
+            ),
         ] {
             let err = Scenario::parse(&format!("{nodes}kubeFaults: [{{ {fault} }}]\n"), p)
                 .unwrap_err()

@@ -347,6 +347,30 @@ impl TalosApi for TalosClient {
         })
     }
 
+    async fn etcd_alarms(&self, node: &NodeTarget) -> Result<Vec<EtcdAlarm>, TalosError> {
+        const OP: &str = "MachineService.EtcdAlarmList";
+        let resp = self
+            .unary(OP, node, CallKind::ReadOnly, (), |ch, r| async move {
+                Self::machine(ch).etcd_alarm_list(r).await
+            })
+            .await?;
+        let m = first(OP, node, resp.messages)?;
+        check_metadata(OP, node, &m.metadata)?;
+        let mut alarms: Vec<EtcdAlarm> = m
+            .member_alarms
+            .into_iter()
+            .filter(|a| a.alarm != 0)
+            .map(|a| EtcdAlarm {
+                member_id: a.member_id,
+                alarm: machine::etcd_member_alarm::AlarmType::try_from(a.alarm)
+                    .map(|t| t.as_str_name().to_string())
+                    .unwrap_or_else(|_| format!("ALARM_{}", a.alarm)),
+            })
+            .collect();
+        alarms.sort();
+        Ok(alarms)
+    }
+
     async fn etcd_snapshot(
         &self,
         node: &NodeTarget,

@@ -26,6 +26,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, success};
 use super::store::{EventType, name_of, ns_of};
 use super::table;
+use crate::api_lifecycle::Minor;
 
 /// Request bodies above this are refused (the real apiserver's limit is 3 MiB).
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -52,6 +53,8 @@ type Result<T> = std::result::Result<T, ApiError>;
 #[derive(Debug)]
 enum Route {
     Version,
+    /// `GET /metrics` (Prometheus text format).
+    Metrics,
     /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
     AccessReview,
     CoreVersions,
@@ -79,10 +82,11 @@ enum Route {
     },
 }
 
-fn route(path: &str) -> Result<Route> {
+fn route(path: &str, minor: Minor) -> Result<Route> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
+        ["metrics"] => return Ok(Route::Metrics),
         [
             "apis",
             resources::AUTHORIZATION_GROUP,
@@ -100,14 +104,15 @@ fn route(path: &str) -> Result<Route> {
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(ApiError::page_not_found()),
     };
-    if !resources::group_version_exists(group, version) {
+    if !resources::group_version_exists(group, version, minor) {
         return Err(ApiError::page_not_found());
     }
     let find = |plural: &str| {
-        resources::lookup(group, version, plural).ok_or_else(ApiError::page_not_found)
+        resources::lookup(group, version, plural, minor).ok_or_else(ApiError::page_not_found)
     };
-    let namespaced =
-        |plural: &str| resources::lookup(group, version, plural).is_some_and(|r| r.namespaced);
+    let namespaced = |plural: &str| {
+        resources::lookup(group, version, plural, minor).is_some_and(|r| r.namespaced)
+    };
     Ok(match rest {
         [] => Route::ResourceList(group.to_string(), version.to_string()),
         [plural] => Route::Collection {
@@ -267,9 +272,43 @@ async fn dispatch(
     q: &HashMap<String, String>,
     body: Bytes,
 ) -> Result<Response> {
+    let (response, older) = answer(shared, method, path, headers, q, body)?;
+    let Some(older) = older else {
+        return Ok(response);
+    };
+    let mut response = if true_param(q, "watch") {
+        response
+    } else {
+        convert_response(response, &older.stored, &older.addressed).await
+    };
+    if let Some(w) = older.warning {
+        add_warning(&mut response, &w);
+    }
+    Ok(response)
+}
+
+/// A request to an older version of a stored resource: the versions to convert between and
+/// the deprecation warning, if that minor deprecates it.
+struct OlderVersion {
+    addressed: String,
+    stored: String,
+    warning: Option<String>,
+}
+
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+)]
+fn answer(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: Bytes,
+) -> Result<(Response, Option<OlderVersion>)> {
     let now = Instant::now();
     let wall = jiff::Timestamp::now();
-    let route = route(path);
     let mut c = shared.cluster.lock().expect("cluster lock");
     c.counters.requests += 1;
     if c.take_unavailable(now) {
@@ -277,7 +316,82 @@ async fn dispatch(
         return Err(ApiError::unavailable());
     }
     c.reconcile(now, wall);
-    let route = route?;
+    c.observe_apiservers();
+    let minor = c.deprecation.minor();
+    let route = route(path, minor)?;
+    // An older version of a stored resource: served from the stored one (the apiserver
+    // converts), with its deprecation warning and gauge series when that minor deprecates it.
+    let addressed = match &route {
+        Route::Collection { rt, .. } | Route::Object { rt, .. } | Route::Subresource { rt, .. } => {
+            Some(*rt)
+        }
+        _ => None,
+    };
+    c.deprecation.request_version = addressed.map(|rt| rt.api_version());
+    let Some(older) = addressed.filter(|rt| !std::ptr::eq(*rt, resources::storage_of(rt))) else {
+        return serve(shared, c, route, method, path, headers, q, body, now, wall)
+            .map(|r| (r, None));
+    };
+    let stored = resources::storage_of(older);
+    let warning = resources::deprecation(older, minor);
+    if let Some(l) = &warning
+        && matches!(route, Route::Collection { .. } | Route::Object { .. })
+    {
+        c.deprecation.record((
+            l.group.clone(),
+            l.version.clone(),
+            l.resource.clone(),
+            String::new(),
+            l.removed_release(),
+        ));
+    }
+    let route = match route {
+        Route::Collection { ns, .. } => Route::Collection { rt: stored, ns },
+        Route::Object { ns, name, .. } => Route::Object {
+            rt: stored,
+            ns,
+            name,
+        },
+        Route::Subresource { ns, name, sub, .. } => Route::Subresource {
+            rt: stored,
+            ns,
+            name,
+            sub,
+        },
+        other => other,
+    };
+    let body = convert_body(&body, headers, &older.api_version(), &stored.api_version());
+    let response = match serve(shared, c, route, method, path, headers, q, body, now, wall) {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    Ok((
+        response,
+        Some(OlderVersion {
+            addressed: older.api_version(),
+            stored: stored.api_version(),
+            warning: warning.map(|l| l.warning()),
+        }),
+    ))
+}
+
+/// Answer a request routed to a stored resource type (or a non-resource path).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one request, passed through from dispatch"
+)]
+fn serve(
+    shared: &Arc<Shared>,
+    mut c: std::sync::MutexGuard<'_, KubeSide>,
+    route: Route,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: Bytes,
+    now: Instant,
+    wall: jiff::Timestamp,
+) -> Result<Response> {
     if let Some(r) = rbac_request(&route, method, q)
         && c.forbids(r.verb, r.rt.group, r.rt.plural, r.sub.unwrap_or(""))
     {
@@ -293,6 +407,22 @@ async fn dispatch(
         }
     };
     match route {
+        Route::Metrics => {
+            get_only(method)?;
+            if c.forbids("get", "", path, "") {
+                return Err(ApiError::forbidden_path("get", path));
+            }
+            let version = c.server_version();
+            Ok((
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                c.deprecation.metrics_text(&version),
+            )
+                .into_response())
+        }
         Route::Version => {
             get_only(method)?;
             let version = c.server_version();
@@ -348,7 +478,10 @@ async fn dispatch(
         }
         Route::OpenApiIndex => {
             get_only(method)?;
-            Ok(json_response(StatusCode::OK, &openapi::index()))
+            Ok(json_response(
+                StatusCode::OK,
+                &openapi::index(c.deprecation.minor()),
+            ))
         }
         Route::OpenApiDoc(key) => {
             get_only(method)?;
@@ -373,11 +506,14 @@ async fn dispatch(
         }
         Route::Groups => {
             get_only(method)?;
-            Ok(json_response(StatusCode::OK, &resources::group_list()))
+            Ok(json_response(
+                StatusCode::OK,
+                &resources::group_list(c.deprecation.minor()),
+            ))
         }
         Route::Group(g) => {
             get_only(method)?;
-            resources::group(&g)
+            resources::group(&g, c.deprecation.minor())
                 .map(|doc| json_response(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::page_not_found)
         }
@@ -385,7 +521,7 @@ async fn dispatch(
             get_only(method)?;
             Ok(json_response(
                 StatusCode::OK,
-                &resources::resource_list(&g, &v),
+                &resources::resource_list(&g, &v, c.deprecation.minor()),
             ))
         }
         Route::Collection { rt, ns } => match *method {
@@ -446,6 +582,63 @@ async fn dispatch(
             }
             Err(ApiError::page_not_found())
         }
+    }
+}
+
+/// A write body addressed to an older version, converted to the stored one (`apiVersion`;
+/// the flowcontrol betas' fields are the stored version's). Unparsable bodies pass unchanged
+/// for the handler to refuse.
+fn convert_body(body: &Bytes, headers: &HeaderMap, from: &str, to: &str) -> Bytes {
+    if body.is_empty() {
+        return body.clone();
+    }
+    let yaml = content_type(headers) == "application/apply-patch+yaml";
+    let Ok(mut v) = parse_body(body, yaml) else {
+        return body.clone();
+    };
+    if v.get("apiVersion").and_then(Value::as_str) == Some(from) {
+        v["apiVersion"] = json!(to);
+    }
+    // JSON is YAML, so an apply body stays an apply body
+    Bytes::from(v.to_string())
+}
+
+/// Relabel a JSON answer (object, list, or table of objects) from the stored version to the
+/// version the client asked for, as the apiserver's conversion on the way out does.
+async fn convert_response(response: Response, from: &str, to: &str) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("the response could not be converted").into_response();
+    };
+    let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let relabel = |o: &mut Value| {
+        if o.get("apiVersion").and_then(Value::as_str) == Some(from) {
+            o["apiVersion"] = json!(to);
+        }
+    };
+    relabel(&mut v);
+    if let Some(items) = v.get_mut("items").and_then(Value::as_array_mut) {
+        items.iter_mut().for_each(relabel);
+    }
+    if let Some(rows) = v.get_mut("rows").and_then(Value::as_array_mut) {
+        for row in rows {
+            if let Some(o) = row.get_mut("object") {
+                relabel(o);
+            }
+        }
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(v.to_string()))
+}
+
+/// Add a `Warning: 299 - "<text>"` header (k8s.io/apiserver `pkg/endpoints/filters/warning.go`,
+/// k8s.io/apimachinery `net.NewWarningHeader`: the text quoted with `"` and `\` escaped).
+fn add_warning(response: &mut Response, text: &str) {
+    let quoted = serde_json::to_string(text).unwrap_or_default();
+    if let Ok(v) = header::HeaderValue::from_str(&format!("299 - {quoted}")) {
+        response.headers_mut().append(header::WARNING, v);
     }
 }
 
@@ -517,6 +710,7 @@ use delete::{delete, evict};
 #[cfg(test)]
 use read::event_line;
 use read::{access_review, list, watch};
+pub(crate) use write::managed_fields;
 use write::{create, derived_refusal, patch, replace, update_manager};
 
 #[cfg(test)]

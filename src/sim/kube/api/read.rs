@@ -95,6 +95,29 @@ pub(super) fn list(
         metadata["continue"] = json!(token);
         metadata["remainingItemCount"] = json!(remaining);
     }
+    if wants_metadata_only(headers) {
+        // k8s.io/apiserver `pkg/endpoints/handlers/response.go`: objects reduced to their
+        // metadata (what `kubectl get` and medea use for metadata-only lists)
+        let items: Vec<Value> = items
+            .iter()
+            .map(|o| {
+                json!({
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o.get("metadata").cloned().unwrap_or(json!({})),
+                })
+            })
+            .collect();
+        return Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": metadata,
+                "items": items,
+            }),
+        ));
+    }
     Ok(json_response(
         StatusCode::OK,
         &json!({
@@ -248,4 +271,18 @@ pub(super) fn event_line(
         }
     }?;
     Some(json!({"type": kind.as_str(), "object": ev.object}))
+}
+
+/// Whether the client asked for a `PartialObjectMetadataList` first (`Accept:
+/// application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`).
+fn wants_metadata_only(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=PartialObjectMetadataList"))
+        })
 }

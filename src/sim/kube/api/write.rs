@@ -93,29 +93,40 @@ fn note_update(
         .entry(key.clone())
         .or_default()
         .insert(manager.to_string());
-    obj["metadata"]["managedFields"] = managed_fields(c, rt, &key, wall);
+    let time = super::super::store::k8s_time(wall);
+    c.deprecation
+        .note_writer(&key, manager, &rt.api_version(), &time);
+    let owners = c.owners.get(&key).cloned().unwrap_or_default();
+    let updaters = c.updaters.get(&key).cloned().unwrap_or_default();
+    obj["metadata"]["managedFields"] = managed_fields(c, rt, &key, &owners, &updaters, wall);
 }
 
-/// `metadata.managedFields` of an object from its owners.
-fn managed_fields(
+/// `metadata.managedFields` of an object from its owners: each entry with the group-version
+/// its manager wrote with and the time it last did (k8s.io/apimachinery
+/// `ManagedFieldsEntry`: "the version of this resource that this field set applies to").
+/// Unlike the apiserver, a manager that `Update`s through two versions keeps one entry (the
+/// last version), not one per version.
+pub(crate) fn managed_fields(
     c: &KubeSide,
     rt: &'static ResourceType,
     key: &crate::sim::kube::store::ObjKey,
+    owners: &std::collections::BTreeMap<String, Value>,
+    updaters: &std::collections::BTreeSet<String>,
     wall: jiff::Timestamp,
 ) -> Value {
-    let time = super::super::store::k8s_time(wall);
-    let updaters = c.updaters.get(key);
-    let entries: Vec<Value> = c
-        .owners
-        .get(key)
-        .into_iter()
-        .flatten()
+    let now = super::super::store::k8s_time(wall);
+    let entries: Vec<Value> = owners
+        .iter()
         .map(|(m, cfg)| {
-            let update = updaters.is_some_and(|u| u.contains(m));
+            let (api_version, time) = c
+                .deprecation
+                .writer(key, m)
+                .cloned()
+                .unwrap_or_else(|| (rt.api_version(), now.clone()));
             json!({
                 "manager": m,
-                "operation": if update { "Update" } else { "Apply" },
-                "apiVersion": rt.api_version(),
+                "operation": if updaters.contains(m) { "Update" } else { "Apply" },
+                "apiVersion": api_version,
                 "time": time,
                 "fieldsType": "FieldsV1",
                 "fieldsV1": apply::fields_v1(cfg),
@@ -389,26 +400,31 @@ pub(super) fn server_side_apply(
     let mut updaters = updaters.clone();
     updaters.remove(&manager);
     updaters.retain(|m| owners.contains_key(m));
-    let api_version = rt.api_version();
     let time = super::super::store::k8s_time(wall);
-    let managed: Vec<Value> = owners
-        .iter()
-        .map(|(m, cfg)| {
-            json!({
-                "manager": m,
-                "operation": if updaters.contains(m) { "Update" } else { "Apply" },
-                "apiVersion": api_version,
-                "time": time,
-                "fieldsType": "FieldsV1",
-                "fieldsV1": apply::fields_v1(cfg),
-            })
-        })
-        .collect();
-    next["metadata"]["managedFields"] = json!(managed);
+    // the applier's entry as of this request; kept only if the apply changes something
+    let previous = c.deprecation.writer(&key, &manager).cloned();
+    c.deprecation
+        .note_writer(&key, &manager, &rt.api_version(), &time);
+    next["metadata"]["managedFields"] = managed_fields(c, rt, &key, &owners, &updaters, wall);
+    let restore = |c: &mut KubeSide| match &previous {
+        Some((v, t)) => {
+            c.deprecation
+                .writers
+                .entry(key.clone())
+                .or_default()
+                .insert(manager.clone(), (v.clone(), t.clone()));
+        }
+        None => {
+            if let Some(w) = c.deprecation.writers.get_mut(&key) {
+                w.remove(&manager);
+            }
+        }
+    };
     if let Some(status) = live.as_ref().and_then(|l| l.get("status")) {
         next["status"] = status.clone();
     }
     if dry_run(q) {
+        restore(c);
         return Ok(json_response(StatusCode::OK, &next));
     }
     c.counters.applies += 1;
@@ -417,6 +433,7 @@ pub(super) fn server_side_apply(
     if let Some(live) = &live
         && strip_managed_time(live) == strip_managed_time(&next)
     {
+        restore(c);
         c.owners.insert(key.clone(), owners);
         c.updaters.insert(key, updaters);
         return Ok(json_response(StatusCode::OK, live));

@@ -65,6 +65,8 @@ struct NodeOverlay {
     ready_status: &'static str,
     ready_since: jiff::Timestamp,
     cordoned_since: Option<jiff::Timestamp>,
+    /// Pressure conditions a [`KubeFault::NodePressure`] holds `True`.
+    pressure: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,7 @@ pub(crate) enum Active {
     ApiUnavailableUntil(Instant),
     NodeNeverReady(String),
     Forbidden(super::Forbidden),
+    NodePressure { node: String, condition: String },
 }
 
 /// What a reconcile pass that changed nothing saw (see [`KubeSide::reconcile`]).
@@ -144,6 +147,9 @@ pub(crate) struct KubeSide {
     crash_looping: HashSet<(String, String)>,
     names: u64,
     seed: u64,
+    /// Deprecated-API memory: the `/metrics` gauge and who wrote which object with which
+    /// group-version (`sim::kube::deprecation`).
+    pub deprecation: super::deprecation::Deprecation,
 }
 
 #[allow(
@@ -255,6 +261,7 @@ impl KubeSide {
             crash_looping: HashSet::new(),
             names: 0,
             seed,
+            deprecation: Default::default(),
         }
     }
 
@@ -279,6 +286,7 @@ impl KubeSide {
             KubeFault::ApiUnavailable(Outage::For(d)) => Active::ApiUnavailableUntil(now + d),
             KubeFault::NodeNeverReady { node } => Active::NodeNeverReady(node),
             KubeFault::Forbidden(rule) => Active::Forbidden(rule),
+            KubeFault::NodePressure { node, condition } => Active::NodePressure { node, condition },
         });
     }
 
@@ -314,6 +322,16 @@ impl KubeSide {
         self.faults
             .iter()
             .any(|f| matches!(f, Active::NodeNeverReady(n) if n == node))
+    }
+
+    fn pressure_of(&self, node: &str) -> BTreeSet<String> {
+        self.faults
+            .iter()
+            .filter_map(|f| match f {
+                Active::NodePressure { node: n, condition } if n == node => Some(condition.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     fn pdb_never_allows(&self, ns: &str, name: &str) -> bool {
@@ -444,6 +462,32 @@ impl KubeSide {
                     .to_string(),
             })
             .collect()
+    }
+
+    /// Bring the deprecated-API memory up to date with the control plane (served minor; a
+    /// restarted or upgraded kube-apiserver starts with an empty gauge). Cheap when the node
+    /// source can tell that nothing changed.
+    pub fn observe_apiservers(&mut self) {
+        let fingerprint = self.source.fingerprint();
+        if !self.deprecation.stale(fingerprint) {
+            return;
+        }
+        let instances: Vec<(String, String, bool)> = self
+            .source
+            .nodes()
+            .into_iter()
+            .filter(|n| n.control_plane)
+            .map(|n| {
+                let image = n
+                    .static_pod_images
+                    .get("kube-apiserver")
+                    .cloned()
+                    .unwrap_or_default();
+                (n.name, image, n.up)
+            })
+            .collect();
+        let version = self.server_version();
+        self.deprecation.observe(fingerprint, instances, &version);
     }
 
     /// The first control-plane node's kube-apiserver version (for `/version`).

@@ -78,6 +78,21 @@ fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
         }),
         _ => {}
     }
+    // the node lifecycle controller taints nodes by condition (kubernetes
+    // `pkg/controller/nodelifecycle/node_lifecycle_controller.go`, `nodeConditionToTaintKeyStatusMap`)
+    for (condition, key) in [
+        ("MemoryPressure", "node.kubernetes.io/memory-pressure"),
+        ("DiskPressure", "node.kubernetes.io/disk-pressure"),
+        ("PIDPressure", "node.kubernetes.io/pid-pressure"),
+    ] {
+        if o.ready_status != "Unknown" && o.pressure.contains(condition) {
+            taints.push(Taint {
+                key: key.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            });
+        }
+    }
     taints.extend(o.taints.clone());
     let since = Time(o.ready_since);
     let (reason, message) = match o.ready_status {
@@ -88,16 +103,38 @@ fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
         ),
         _ => ("NodeStatusUnknown", "Kubelet stopped posting node status."),
     };
+    // the kubelet's reasons and messages when a condition is True (kubernetes
+    // `pkg/kubelet/nodestatus/setters.go`: MemoryPressureCondition, DiskPressureCondition,
+    // PIDPressureCondition)
+    let under = |kind: &str| o.ready_status != "Unknown" && o.pressure.contains(kind);
     let pressure = |kind: &str, reason: &str, message: &str| NodeCondition {
         type_: kind.into(),
         status: if o.ready_status == "Unknown" {
             "Unknown"
+        } else if under(kind) {
+            "True"
         } else {
             "False"
         }
         .into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
+        reason: Some(
+            match (under(kind), kind) {
+                (true, "MemoryPressure") => "KubeletHasInsufficientMemory",
+                (true, "DiskPressure") => "KubeletHasDiskPressure",
+                (true, _) => "KubeletHasInsufficientPID",
+                (false, _) => reason,
+            }
+            .into(),
+        ),
+        message: Some(
+            match (under(kind), kind) {
+                (true, "MemoryPressure") => "kubelet has insufficient memory available",
+                (true, "DiskPressure") => "kubelet has disk pressure",
+                (true, _) => "kubelet has insufficient PID available",
+                (false, _) => message,
+            }
+            .into(),
+        ),
         last_heartbeat_time: Some(since.clone()),
         last_transition_time: Some(since.clone()),
     };
@@ -199,6 +236,7 @@ impl KubeSide {
         }
         for f in &facts {
             let never_ready = self.never_ready(&f.name);
+            let pressure = self.pressure_of(&f.name);
             let overlay = self
                 .overlays
                 .entry(f.name.clone())
@@ -212,7 +250,9 @@ impl KubeSide {
                     ready_status: "",
                     ready_since: wall,
                     cordoned_since: None,
+                    pressure: BTreeSet::new(),
                 });
+            overlay.pressure = pressure;
             if f.up && !overlay.last_up {
                 overlay.boot += 1;
             }

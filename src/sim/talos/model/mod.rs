@@ -307,6 +307,8 @@ pub(crate) struct TalosSide {
     pub nodes_metadata_rejections: u64,
     /// Unix seconds the simulation started (COSI timestamps, service events).
     pub started_unix: i64,
+    /// Active etcd alarms (member id, alarm), cluster-wide as etcd keeps them.
+    pub etcd_alarms: std::collections::BTreeSet<(u64, crate::sim::talos::scenario::EtcdAlarmKind)>,
     actor_seq: u64,
     apply_generation: u64,
 }
@@ -379,6 +381,7 @@ impl TalosSide {
             faults: Vec::new(),
             nodes_metadata_rejections: 0,
             started_unix,
+            etcd_alarms: Default::default(),
             actor_seq: 0,
             apply_generation: 0,
         };

@@ -113,7 +113,7 @@ impl MachineService for Api {
     ) -> Result<Response<pb::EtcdMemberListResponse>, Status> {
         let idx = self.admit(&req, Method::EtcdMemberList)?;
         let c = self.shared.lock();
-        Self::require_control_plane(&c, idx)?;
+        Self::require_control_plane(&c, idx, "member list")?;
         let local = req.get_ref().query_local;
         let members = c
             .etcd_members()
@@ -136,13 +136,36 @@ impl MachineService for Api {
         }))
     }
 
+    async fn etcd_alarm_list(
+        &self,
+        req: Request<()>,
+    ) -> Result<Response<pb::EtcdAlarmListResponse>, Status> {
+        let idx = self.admit(&req, Method::EtcdAlarmList)?;
+        let c = self.shared.lock();
+        Self::require_control_plane(&c, idx, "etcd alarm list")?;
+        // etcd's alarm list is cluster-wide (raft-replicated): every member answers the same
+        Ok(Response::new(pb::EtcdAlarmListResponse {
+            messages: vec![pb::EtcdAlarm {
+                metadata: meta(),
+                member_alarms: c
+                    .etcd_alarms
+                    .iter()
+                    .map(|(member_id, alarm)| pb::EtcdMemberAlarm {
+                        member_id: *member_id,
+                        alarm: *alarm as i32,
+                    })
+                    .collect(),
+            }],
+        }))
+    }
+
     async fn etcd_status(
         &self,
         req: Request<()>,
     ) -> Result<Response<pb::EtcdStatusResponse>, Status> {
         let idx = self.admit(&req, Method::EtcdStatus)?;
         let c = self.shared.lock();
-        Self::require_control_plane(&c, idx)?;
+        Self::require_control_plane(&c, idx, "etcd status")?;
         let n = &c.nodes[idx];
         let errors = if n.etcd_healthy {
             vec![]
@@ -176,7 +199,7 @@ impl MachineService for Api {
     ) -> Result<Response<BoxStream<common::Data>>, Status> {
         let idx = self.admit(&req, Method::EtcdSnapshot)?;
         let mut c = self.shared.lock();
-        Self::require_control_plane(&c, idx)?;
+        Self::require_control_plane(&c, idx, "etcd snapshot")?;
         let brk = c.fire(idx, Occasion::Call(Method::EtcdSnapshot), |e| {
             matches!(e, Effect::SnapshotBreak { .. })
         });

@@ -87,13 +87,16 @@ impl Api {
         self.shared.lock().admit(req.metadata(), m)
     }
 
-    fn require_control_plane(c: &TalosSide, idx: usize) -> Result<(), Status> {
+    /// Talos' `machinehelper.CheckControlplane` (siderolabs/talos
+    /// `internal/app/internal/machinehelper/machinehelper.go`): `Unimplemented`,
+    /// `"<api> is only available on control plane nodes"` on a worker.
+    fn require_control_plane(c: &TalosSide, idx: usize, api: &str) -> Result<(), Status> {
         if c.nodes[idx].control_plane() {
             Ok(())
         } else {
-            Err(Status::failed_precondition(
-                "etcd is not available on worker nodes",
-            ))
+            Err(Status::unimplemented(format!(
+                "{api} is only available on control plane nodes"
+            )))
         }
     }
 }

@@ -1,0 +1,535 @@
+//! Gathering the preflight observations of a cluster (issue #22): what the planner's preflight
+//! checks read, collected by every observation of a live cluster (`medea seed`, the refresh
+//! loop, `medea doctor`).
+//!
+//! Sources, and what each costs per refresh (N control-plane nodes, R resources of the removal
+//! table still served, G their API groups):
+//! - the `apiserver_requested_deprecated_apis` gauge: `GET /metrics` of each control-plane
+//!   node's kube-apiserver (`https://<InternalIP>:6443`, the kubeconfig's credentials and CA),
+//!   N requests in parallel; only when none answers, the kubeconfig's endpoint (one more).
+//!   Every endpoint's outcome is recorded, so a 403 or an unreachable node is visible.
+//! - `metadata.managedFields`: `GET /apis` (1), each group's preferred version resource list
+//!   (G), one metadata-only list per resource (R, paged by 500). Never through a deprecated
+//!   version (that request would itself set the gauge).
+//! - PodDisruptionBudgets: one list of PDBs, one list of pods (skipped when there are no PDBs).
+//! - etcd through Talos: `EtcdStatus` and `EtcdAlarmList` of each control-plane node, one
+//!   `EtcdMemberList` (2N + 1 calls).
+//! - node pressure: from the Node list the refresh reads anyway (no request).
+//! - credential expiry: the talosconfig's and kubeconfig's client certificates (local files).
+//!
+//! Everything is sorted and carries no timestamps of its own, so a refresh that sees the same
+//! cluster produces the same observations and the generation does not move.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use crate::api_lifecycle::{self, ApiLifecycle, Minor};
+use crate::inventory::preflight::{
+    CredentialExpiry, DeprecatedApiRequest, EtcdAlarmObservation, EtcdMemberObservation,
+    EtcdObservation, ManagedFieldsUse, MetricsSource, ObservedPdb, PdbPod, PreflightObservations,
+};
+use crate::k8s::observe::deprecated_series;
+use crate::k8s::{ClusterNode, K8sError, KubeApi, ObjectWriters};
+use crate::talos::{NodeTarget, TalosApi, TalosConfig, TalosError};
+use crate::version::KubeVersion;
+
+/// The kube-apiserver's port on a control-plane node (Talos' default `cluster.apiServer` port).
+pub const APISERVER_PORT: u16 = 6443;
+
+/// Field managers whose managedFields entries are the control plane's own bookkeeping, not a
+/// client still using an old version: the apiserver's API Priority and Fairness configuration
+/// writer (kubernetes `pkg/registry/flowcontrol/ensurer/strategy.go`) keeps stale entries of
+/// versions it no longer writes on the objects it maintains.
+const NOISE_MANAGERS: &[&str] = &[
+    "api-priority-and-fairness-config-producer-v1",
+    "kube-apiserver",
+    "kube-controller-manager",
+];
+
+/// Keys of [`PreflightObservations::gather_errors`].
+pub const MANAGED_FIELDS: &str = "managedFields";
+pub const PDBS: &str = "podDisruptionBudgets";
+pub const TALOSCONFIG: &str = "credentials/talosconfig";
+pub const KUBECONFIG: &str = "credentials/kubeconfig";
+
+/// Where a cluster's credentials are (their client certificates' expiry is read from them).
+#[derive(Debug, Clone, Copy)]
+pub struct CredentialFiles<'a> {
+    pub talosconfig: &'a Path,
+    pub kubeconfig: &'a Path,
+}
+
+/// Gather everything, concurrently. `nodes` is the Node list the observation already read;
+/// `kubernetes` the cluster's (lowest) version, which decides which table rows are still
+/// served. Never fails: what could not be read is recorded as such.
+pub async fn gather<T: TalosApi, K: KubeApi>(
+    talos: &T,
+    kube: &K,
+    cluster: &str,
+    nodes: &[ClusterNode],
+    kubernetes: Option<&KubeVersion>,
+    credentials: Option<CredentialFiles<'_>>,
+) -> PreflightObservations {
+    let minor = kubernetes.map(KubeVersion::minor_line);
+    let ((requests, sources), managed, pdbs, etcd) = futures::join!(
+        deprecated_requests(kube, nodes),
+        managed_fields(kube, minor),
+        disruption_budgets(kube),
+        etcd(talos, nodes),
+    );
+    let mut obs = PreflightObservations {
+        gathered: true,
+        deprecated_api_requests: requests,
+        apiserver_metrics: sources,
+        etcd,
+        node_pressure: nodes
+            .iter()
+            .filter(|n| !n.pressure.is_empty())
+            .map(|n| (n.name.clone(), n.pressure.clone()))
+            .collect(),
+        ..PreflightObservations::default()
+    };
+    match managed {
+        Ok(m) => obs.managed_fields = m,
+        Err(e) => {
+            obs.gather_errors.insert(MANAGED_FIELDS.into(), e);
+        }
+    }
+    match pdbs {
+        Ok(p) => obs.pod_disruption_budgets = p,
+        Err(e) => {
+            obs.gather_errors.insert(PDBS.into(), e);
+        }
+    }
+    if let Some(files) = credentials {
+        credential_expiry(files, &mut obs);
+    }
+    for (source, error) in &obs.gather_errors {
+        tracing::warn!(
+            cluster,
+            source,
+            error,
+            "preflight observation could not be gathered"
+        );
+    }
+    obs
+}
+
+fn one_line(e: &dyn std::error::Error) -> String {
+    crate::error_chain(e).replace('\n', " ")
+}
+
+/// `https://<address>:6443`, brackets around an IPv6 address.
+pub fn apiserver_endpoint(address: &str) -> String {
+    if address.contains(':') {
+        format!("https://[{address}]:{APISERVER_PORT}")
+    } else {
+        format!("https://{address}:{APISERVER_PORT}")
+    }
+}
+
+async fn deprecated_requests<K: KubeApi>(
+    kube: &K,
+    nodes: &[ClusterNode],
+) -> (Vec<DeprecatedApiRequest>, Vec<MetricsSource>) {
+    let endpoints: BTreeSet<String> = nodes
+        .iter()
+        .filter(|n| n.control_plane)
+        .filter_map(|n| n.internal_ip())
+        .map(apiserver_endpoint)
+        .collect();
+    let scrapes: Vec<_> = endpoints
+        .iter()
+        .map(|e| async move { (e.clone(), kube.apiserver_metrics(Some(e)).await) })
+        .collect();
+    let mut answers = futures::future::join_all(scrapes).await;
+    let server = kube.server_url();
+    if answers.iter().all(|(_, r)| r.is_err()) && !endpoints.contains(&server) {
+        answers.push((server, kube.apiserver_metrics(None).await));
+    }
+    let mut requests = Vec::new();
+    let mut sources = Vec::new();
+    for (endpoint, result) in answers {
+        match result {
+            Ok(text) => {
+                requests.extend(deprecated_series(&text).into_iter().map(|s| {
+                    DeprecatedApiRequest {
+                        group: s.group,
+                        version: s.version,
+                        resource: s.resource,
+                        subresource: s.subresource,
+                        removed_release: s.removed_release,
+                        source: endpoint.clone(),
+                    }
+                }));
+                sources.push(MetricsSource {
+                    endpoint,
+                    error: None,
+                });
+            }
+            Err(e) => sources.push(MetricsSource {
+                endpoint,
+                error: Some(one_line(&e)),
+            }),
+        }
+    }
+    requests.sort();
+    sources.sort();
+    (requests, sources)
+}
+
+/// The table rows a cluster of `minor` still serves (all of them when the minor is unknown).
+fn live_rows(minor: Option<Minor>) -> Vec<ApiLifecycle> {
+    api_lifecycle::builtin()
+        .into_iter()
+        .filter(|r| minor.is_none_or(|m| r.served_in(m)))
+        .collect()
+}
+
+async fn managed_fields<K: KubeApi>(
+    kube: &K,
+    minor: Option<Minor>,
+) -> Result<Vec<ManagedFieldsUse>, String> {
+    let table = api_lifecycle::builtin();
+    let rows = live_rows(minor);
+    let preferred = kube.preferred_versions().await.map_err(|e| one_line(&e))?;
+    // group → resources of the table in it
+    let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for r in &rows {
+        wanted
+            .entry(r.group.as_str())
+            .or_default()
+            .insert(r.resource.as_str());
+    }
+    let mut out = Vec::new();
+    for (group, plurals) in wanted {
+        let Some(version) = preferred.get(group) else {
+            continue;
+        };
+        let served = kube
+            .served_resources(group, version)
+            .await
+            .map_err(|e| one_line(&e))?;
+        for res in served
+            .iter()
+            .filter(|r| r.listable && plurals.contains(r.plural.as_str()))
+        {
+            // listing a deprecated version would itself count as a deprecated request
+            if api_lifecycle::lookup(&table, group, version, &res.plural).is_some() {
+                continue;
+            }
+            let objects = kube
+                .object_writers(group, version, res)
+                .await
+                .map_err(|e| one_line(&e))?;
+            out.extend(uses_of(&table, group, &res.plural, &objects));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The managedFields entries of `objects` (of `group`/`plural`) written through a version of
+/// the table, without the control plane's own entries and status writers.
+pub fn uses_of(
+    table: &[ApiLifecycle],
+    group: &str,
+    plural: &str,
+    objects: &[ObjectWriters],
+) -> Vec<ManagedFieldsUse> {
+    let mut out = Vec::new();
+    for o in objects {
+        for w in &o.writers {
+            if !w.subresource.is_empty() || NOISE_MANAGERS.contains(&w.manager.as_str()) {
+                continue;
+            }
+            let (g, v) = w
+                .api_version
+                .rsplit_once('/')
+                .unwrap_or(("", &w.api_version));
+            if g != group {
+                continue;
+            }
+            let Some(row) = api_lifecycle::lookup(table, g, v, plural) else {
+                continue;
+            };
+            out.push(ManagedFieldsUse {
+                api_version: w.api_version.clone(),
+                resource: plural.to_string(),
+                kind: row.kind.clone(),
+                namespace: o.namespace.clone(),
+                name: o.name.clone(),
+                manager: w.manager.clone(),
+                operation: w.operation.clone(),
+            });
+        }
+    }
+    out
+}
+
+async fn disruption_budgets<K: KubeApi>(kube: &K) -> Result<Vec<ObservedPdb>, String> {
+    let pdbs = kube
+        .disruption_budgets()
+        .await
+        .map_err(|e: K8sError| one_line(&e))?;
+    Ok(pdbs
+        .into_iter()
+        .map(|p| ObservedPdb {
+            namespace: p.namespace,
+            name: p.name,
+            disruptions_allowed: p.disruptions_allowed,
+            pods: p
+                .pods
+                .into_iter()
+                .map(|(name, node)| PdbPod { name, node })
+                .collect(),
+        })
+        .collect())
+}
+
+/// What one control-plane node said about etcd.
+enum EtcdAnswer {
+    /// The node is not a control plane after all (`Unimplemented`).
+    NotControlPlane,
+    Failed(String),
+    Answered {
+        member_id: u64,
+        healthy: bool,
+        learner: bool,
+        alarms: Vec<crate::talos::EtcdAlarm>,
+    },
+}
+
+async fn etcd_of<T: TalosApi>(talos: &T, target: &NodeTarget) -> EtcdAnswer {
+    let not_cp = |e: &TalosError| e.code() == Some(tonic::Code::Unimplemented);
+    let (status, alarms) = futures::join!(talos.etcd_status(target), talos.etcd_alarms(target));
+    match (status, alarms) {
+        (Err(e), _) | (_, Err(e)) if not_cp(&e) => EtcdAnswer::NotControlPlane,
+        (Err(e), _) | (_, Err(e)) => EtcdAnswer::Failed(one_line(&e)),
+        (Ok(s), Ok(alarms)) => EtcdAnswer::Answered {
+            member_id: s.member_id,
+            healthy: s.errors.is_empty() && s.leader != 0,
+            learner: s.is_learner,
+            alarms,
+        },
+    }
+}
+
+async fn etcd<T: TalosApi>(talos: &T, nodes: &[ClusterNode]) -> Option<EtcdObservation> {
+    let cps: Vec<(&str, Result<NodeTarget, String>)> = nodes
+        .iter()
+        .filter(|n| n.control_plane)
+        .map(|n| {
+            let address = n.internal_ip().unwrap_or(&n.name);
+            (
+                n.name.as_str(),
+                NodeTarget::parse(address).map_err(|e| one_line(&e)),
+            )
+        })
+        .collect();
+    if cps.is_empty() {
+        return None;
+    }
+    let asks: Vec<_> = cps
+        .iter()
+        .map(|(name, target)| async move {
+            let answer = match target {
+                Ok(t) => etcd_of(talos, t).await,
+                Err(e) => EtcdAnswer::Failed(e.clone()),
+            };
+            (*name, target.as_ref().ok(), answer)
+        })
+        .collect();
+    let answers = futures::future::join_all(asks).await;
+    let mut obs = EtcdObservation::default();
+    let mut statuses: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
+    let mut alarms = BTreeSet::new();
+    let mut asked: Vec<&NodeTarget> = Vec::new();
+    for (name, target, answer) in &answers {
+        match answer {
+            EtcdAnswer::NotControlPlane => {}
+            EtcdAnswer::Failed(e) => {
+                obs.unreachable.insert((*name).to_string(), e.clone());
+            }
+            EtcdAnswer::Answered {
+                member_id,
+                healthy,
+                learner,
+                alarms: a,
+            } => {
+                statuses.insert(*member_id, (*healthy, *learner));
+                alarms.extend(a.iter().cloned());
+                if let Some(t) = target {
+                    asked.push(t);
+                }
+            }
+        }
+    }
+    // the member list, from the first node that answered (it is cluster-wide)
+    let mut members = None;
+    for t in asked {
+        match talos.etcd_members(t).await {
+            Ok(m) => {
+                members = Some(m);
+                break;
+            }
+            Err(e) => {
+                tracing::info!(node = %t, error = %one_line(&e), "EtcdMemberList failed; asking the next control plane");
+            }
+        }
+    }
+    obs.members = members
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let (healthy, learner) = statuses.get(&m.id).copied().unwrap_or((false, false));
+            EtcdMemberObservation {
+                id: format!("{:x}", m.id),
+                name: m.hostname,
+                learner: learner || m.is_learner,
+                healthy,
+            }
+        })
+        .collect();
+    obs.members.sort();
+    obs.alarms = alarms
+        .into_iter()
+        .map(|a| EtcdAlarmObservation {
+            member: format!("{:x}", a.member_id),
+            alarm: a.alarm,
+        })
+        .collect();
+    obs.alarms.sort();
+    if obs.members.is_empty() && obs.unreachable.is_empty() && obs.alarms.is_empty() {
+        // every "control plane" turned out not to be one
+        return None;
+    }
+    Some(obs)
+}
+
+/// `notAfter` of a PEM certificate, RFC 3339 UTC.
+fn not_after(pem: &str) -> Result<String, String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|e| format!("not a PEM certificate: {e}"))?;
+    let cert = pem
+        .parse_x509()
+        .map_err(|e| format!("not an X.509 certificate: {e}"))?;
+    let ts = jiff::Timestamp::from_second(cert.validity().not_after.timestamp())
+        .map_err(|e| format!("notAfter is out of range: {e}"))?;
+    Ok(ts.to_string())
+}
+
+fn credential_expiry(files: CredentialFiles<'_>, obs: &mut PreflightObservations) {
+    let talos = TalosConfig::load(files.talosconfig)
+        .and_then(|c| c.context(None))
+        .map_err(|e| one_line(&e))
+        .and_then(|ctx| not_after(&ctx.crt_pem));
+    match talos {
+        Ok(t) => obs.credentials.push(CredentialExpiry {
+            credential: "talosconfig client certificate".into(),
+            not_after: t,
+        }),
+        Err(e) => {
+            obs.gather_errors.insert(TALOSCONFIG.into(), e);
+        }
+    }
+    match crate::k8s::kubeconfig::client_certificate_pem(files.kubeconfig) {
+        Ok(Some(pem)) => match not_after(&pem) {
+            Ok(t) => obs.credentials.push(CredentialExpiry {
+                credential: "kubeconfig client certificate".into(),
+                not_after: t,
+            }),
+            Err(e) => {
+                obs.gather_errors.insert(KUBECONFIG.into(), e);
+            }
+        },
+        // a token or an exec plugin: its expiry cannot be read without using it
+        Ok(None) => {}
+        Err(e) => {
+            obs.gather_errors.insert(KUBECONFIG.into(), one_line(&e));
+        }
+    }
+    obs.credentials.sort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::FieldWriter;
+
+    fn writer(manager: &str, api_version: &str, sub: &str) -> FieldWriter {
+        FieldWriter {
+            manager: manager.into(),
+            operation: "Update".into(),
+            api_version: api_version.into(),
+            subresource: sub.into(),
+        }
+    }
+
+    #[test]
+    fn managed_fields_noise_is_filtered() {
+        let table = api_lifecycle::builtin();
+        let objects = vec![
+            ObjectWriters {
+                namespace: String::new(),
+                name: "legacy".into(),
+                annotations: BTreeMap::new(),
+                writers: vec![
+                    writer(
+                        "kubectl-client-side-apply",
+                        "flowcontrol.apiserver.k8s.io/v1beta3",
+                        "",
+                    ),
+                    writer("helm", "flowcontrol.apiserver.k8s.io/v1", ""),
+                    writer("kubectl", "flowcontrol.apiserver.k8s.io/v1beta3", "status"),
+                ],
+            },
+            ObjectWriters {
+                namespace: String::new(),
+                name: "catch-all".into(),
+                annotations: BTreeMap::from([(
+                    "apf.kubernetes.io/autoupdate-spec".into(),
+                    "true".into(),
+                )]),
+                writers: vec![writer(
+                    "api-priority-and-fairness-config-producer-v1",
+                    "flowcontrol.apiserver.k8s.io/v1beta2",
+                    "",
+                )],
+            },
+        ];
+        let uses = uses_of(
+            &table,
+            "flowcontrol.apiserver.k8s.io",
+            "flowschemas",
+            &objects,
+        );
+        assert_eq!(uses.len(), 1, "{uses:?}");
+        assert_eq!(uses[0].name, "legacy");
+        assert_eq!(uses[0].manager, "kubectl-client-side-apply");
+        assert_eq!(uses[0].kind, "FlowSchema");
+        assert_eq!(uses[0].api_version, "flowcontrol.apiserver.k8s.io/v1beta3");
+    }
+
+    #[test]
+    fn endpoints_bracket_ipv6() {
+        assert_eq!(apiserver_endpoint("10.5.0.2"), "https://10.5.0.2:6443");
+        assert_eq!(apiserver_endpoint("fd00::2"), "https://[fd00::2]:6443");
+    }
+
+    #[test]
+    fn only_rows_still_served_are_inspected() {
+        let rows = live_rows(Some((1, 31)));
+        assert!(rows.iter().all(|r| r.removed > (1, 31)));
+        assert!(
+            rows.iter()
+                .any(|r| r.version == "v1beta3" && r.resource == "flowschemas")
+        );
+        assert!(
+            !live_rows(Some((1, 32)))
+                .iter()
+                .any(|r| r.group == "flowcontrol.apiserver.k8s.io")
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! What the simulated kube-apiserver remembers about deprecated API use, as the real one does:
+//! the `apiserver_requested_deprecated_apis` gauge it exposes on `/metrics`, and the
+//! group-version each field manager wrote an object with (`metadata.managedFields[].apiVersion`).
+//!
+//! Upstream behaviour (see design/sim.md, "Deprecated APIs"):
+//! - the gauge is set to 1 for `{group,version,resource,subresource,removed_release}` on any
+//!   request to a deprecated version and never reset while the apiserver process lives
+//!   (k8s.io/apiserver `pkg/endpoints/metrics/metrics.go`, `deprecatedRequestGauge`,
+//!   `MonitorRequest`); a restart or upgrade of the kube-apiserver starts it empty;
+//! - a managedFields entry carries "the version of this resource that this field set applies
+//!   to", the one the writer used (k8s.io/apimachinery `pkg/apis/meta/v1/types.go`,
+//!   `ManagedFieldsEntry.APIVersion`), and its own `time`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::store::ObjKey;
+use crate::api_lifecycle::Minor;
+
+/// One series of `apiserver_requested_deprecated_apis`: group, version, resource,
+/// subresource, removed_release.
+pub(crate) type Series = (String, String, String, String, String);
+
+/// Per object, per field manager: the group-version it last wrote with and when.
+pub(crate) type WriterVersions = BTreeMap<String, (String, String)>;
+
+/// The deprecated-API memory of the simulated apiserver.
+#[derive(Debug, Default)]
+pub(crate) struct Deprecation {
+    /// The gauge's series, since the control plane's kube-apiserver last (re)started.
+    requested: BTreeSet<Series>,
+    /// The node-source fingerprint the cached facts below were derived from.
+    fingerprint: Option<u64>,
+    /// The kube-apiserver instances (node, image) last seen up; a change restarts the gauge.
+    instances: Vec<(String, String, bool)>,
+    /// The served minor, from the control plane's kube-apiserver version.
+    minor: Option<Minor>,
+    /// The group-version of the request being handled (set by the dispatcher), which a write
+    /// records for its field manager.
+    pub request_version: Option<String>,
+    /// Who wrote each object with which group-version.
+    pub writers: HashMap<ObjKey, WriterVersions>,
+}
+
+impl Deprecation {
+    /// Whether the cached minor and instances need to be derived again for `fingerprint`
+    /// (always when the node source cannot tell).
+    pub fn stale(&self, fingerprint: Option<u64>) -> bool {
+        self.minor.is_none() || fingerprint.is_none() || fingerprint != self.fingerprint
+    }
+
+    /// Take the current control plane: a kube-apiserver that changed image, or is down (it
+    /// restarts), loses the gauge, as a restarted process does.
+    pub fn observe(
+        &mut self,
+        fingerprint: Option<u64>,
+        instances: Vec<(String, String, bool)>,
+        version: &str,
+    ) {
+        if instances != self.instances || instances.iter().any(|(_, _, up)| !up) {
+            self.requested.clear();
+        }
+        self.instances = instances;
+        self.fingerprint = fingerprint;
+        self.minor = Some(parse_minor(version));
+    }
+
+    /// The minor the simulated apiserver serves.
+    pub fn minor(&self) -> Minor {
+        self.minor.unwrap_or((1, 33))
+    }
+
+    /// A request reached a deprecated version.
+    pub fn record(&mut self, series: Series) {
+        self.requested.insert(series);
+    }
+
+    /// Record that `manager` wrote the object at `key` now, with the request's group-version
+    /// (`fallback` when the dispatcher set none).
+    pub fn note_writer(&mut self, key: &ObjKey, manager: &str, fallback: &str, time: &str) {
+        let version = self
+            .request_version
+            .clone()
+            .unwrap_or_else(|| fallback.to_string());
+        self.writers
+            .entry(key.clone())
+            .or_default()
+            .insert(manager.to_string(), (version, time.to_string()));
+    }
+
+    /// The group-version and time `manager` last wrote `key` with, if recorded.
+    pub fn writer(&self, key: &ObjKey, manager: &str) -> Option<&(String, String)> {
+        self.writers.get(key)?.get(manager)
+    }
+
+    /// The `/metrics` exposition (Prometheus text format 0.0.4): the gauge, labels sorted by
+    /// name as client_golang writes them, plus `kubernetes_build_info`.
+    pub fn metrics_text(&self, version: &str) -> String {
+        let (major, minor) = parse_minor(version);
+        let mut out = String::new();
+        if !self.requested.is_empty() {
+            out.push_str(
+                "# HELP apiserver_requested_deprecated_apis [STABLE] Gauge of deprecated APIs that have been requested, broken out by API group, version, resource, subresource, and removed_release.\n\
+                 # TYPE apiserver_requested_deprecated_apis gauge\n",
+            );
+            for (group, version, resource, subresource, removed) in &self.requested {
+                out.push_str(&format!(
+                    "apiserver_requested_deprecated_apis{{group=\"{group}\",removed_release=\"{removed}\",resource=\"{resource}\",subresource=\"{subresource}\",version=\"{version}\"}} 1\n"
+                ));
+            }
+        }
+        out.push_str(
+            "# HELP kubernetes_build_info [ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.\n\
+             # TYPE kubernetes_build_info gauge\n",
+        );
+        out.push_str(&format!(
+            "kubernetes_build_info{{build_date=\"2025-01-01T00:00:00Z\",compiler=\"gc\",git_commit=\"0000000000000000000000000000000000000000\",git_tree_state=\"clean\",git_version=\"{version}\",go_version=\"go1.24.0\",major=\"{major}\",minor=\"{minor}\",platform=\"linux/amd64\"}} 1\n"
+        ));
+        out
+    }
+}
+
+/// `(1, 31)` from `v1.31.2`; `(1, 33)` when unparsable.
+pub(crate) fn parse_minor(version: &str) -> Minor {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next().and_then(|p| p.parse().ok());
+    let minor = parts.next().and_then(|p| {
+        p.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    });
+    match (major, minor) {
+        (Some(a), Some(b)) => (a, b),
+        _ => (1, 33),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gauge_survives_requests_and_resets_when_the_apiserver_restarts() {
+        let mut d = Deprecation::default();
+        let cp = vec![(
+            "cp-1".to_string(),
+            "kube-apiserver:v1.31.2".to_string(),
+            true,
+        )];
+        d.observe(Some(1), cp.clone(), "v1.31.2");
+        assert_eq!(d.minor(), (1, 31));
+        let s = (
+            "flowcontrol.apiserver.k8s.io".to_string(),
+            "v1beta3".to_string(),
+            "flowschemas".to_string(),
+            String::new(),
+            "1.32".to_string(),
+        );
+        d.record(s.clone());
+        d.observe(Some(2), cp.clone(), "v1.31.2");
+        let text = d.metrics_text("v1.31.2");
+        assert!(text.contains(
+            "apiserver_requested_deprecated_apis{group=\"flowcontrol.apiserver.k8s.io\",removed_release=\"1.32\",resource=\"flowschemas\",subresource=\"\",version=\"v1beta3\"} 1\n"
+        ));
+        // the node reboots: its kube-apiserver restarts with an empty gauge
+        let down = vec![(
+            "cp-1".to_string(),
+            "kube-apiserver:v1.31.2".to_string(),
+            false,
+        )];
+        d.observe(Some(3), down, "v1.31.2");
+        assert!(
+            !d.metrics_text("v1.31.2")
+                .contains("apiserver_requested_deprecated_apis")
+        );
+        d.record(s);
+        // an upgrade changes the image: a new process
+        let upgraded = vec![(
+            "cp-1".to_string(),
+            "kube-apiserver:v1.32.0".to_string(),
+            true,
+        )];
+        d.observe(Some(4), upgraded, "v1.32.0");
+        assert!(
+            !d.metrics_text("v1.32.0")
+                .contains("apiserver_requested_deprecated_apis")
+        );
+        assert_eq!(d.minor(), (1, 32));
+    }
+
+    #[test]
+    fn minors_parse_from_versions() {
+        assert_eq!(parse_minor("v1.29.0"), (1, 29));
+        assert_eq!(parse_minor("v1.30.1-rc.0"), (1, 30));
+        assert_eq!(parse_minor("garbage"), (1, 33));
+    }
+}
