@@ -14,7 +14,7 @@ use serde_saphyr::Spanned;
 pub const API_VERSION: &str = "medea/v1alpha1";
 
 /// The two-field header read first, to pick the concrete kind without losing positions.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Header {
     #[serde(rename = "apiVersion")]
     pub api_version: Option<Spanned<String>>,
@@ -23,25 +23,25 @@ pub struct Header {
 
 /// A lenient read of a document's identity, used when its strict read failed so that other
 /// documents referring to it do not report follow-on errors.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct Identity {
     pub kind: Option<String>,
     pub metadata: Option<IdentityMeta>,
     pub spec: Option<IdentitySpec>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct IdentityMeta {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct IdentitySpec {
     pub cluster: Option<String>,
 }
 
 /// Object metadata, as in Kubernetes.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Metadata {
     /// Name of the object: a DNS label (lowercase letters, digits and `-`, at most 63).
@@ -56,7 +56,7 @@ pub struct Metadata {
 }
 
 /// A Kubernetes cluster running on Talos Linux, and how medea may roll it.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "Cluster")]
 pub struct ClusterDoc {
@@ -70,7 +70,7 @@ pub struct ClusterDoc {
     pub spec: ClusterSpec,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub kubernetes: KubernetesSpec,
@@ -91,7 +91,7 @@ pub struct ClusterSpec {
     pub upgrade_policy: Option<UpgradePolicySpec>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSpec {
     /// Target Kubernetes version, e.g. `v1.34.1`.
@@ -100,7 +100,7 @@ pub struct KubernetesSpec {
 }
 
 /// Rollout parameters. On a Cluster they are defaults; on a NodePool, overrides.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RolloutSpec {
     /// How many machines of a pool may be away at once (control-plane pools: always 1).
@@ -126,7 +126,7 @@ pub struct RolloutSpec {
 /// How nodes are drained before their upgrade. On a Cluster these are defaults; on a NodePool,
 /// overrides. Evictions always go through the Eviction API: a PodDisruptionBudget is never
 /// bypassed, whatever is set here.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DrainSpec {
     /// Evict pods that use `emptyDir` volumes; their emptyDir data is lost (default `true`, as
@@ -159,7 +159,7 @@ pub struct DrainSpec {
 #[allow(dead_code)]
 pub struct DurationString(String);
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ApprovalsSpec {
     /// Distinct signers a plan needs (default 1).
@@ -174,7 +174,7 @@ pub struct ApprovalsSpec {
 }
 
 /// A recurring window in which rollouts may start nodes.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WindowSpec {
     /// Window start, a 5-field cron expression (`0 2 * * 6` = Saturdays 02:00).
@@ -189,7 +189,7 @@ pub struct WindowSpec {
     pub time_zone: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct UpgradePolicySpec {
     /// Allow plans that move Talos back to an older release (default false). Kubernetes is
@@ -209,7 +209,7 @@ pub struct UpgradePolicySpec {
 }
 
 /// The Kubernetes minors one Talos minor supports (both ends inclusive).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSupportSpec {
     /// A Talos minor line, e.g. `v1.15`.
@@ -233,7 +233,7 @@ pub struct KubernetesSupportSpec {
 pub struct MinorString(String);
 
 /// A set of machines of one cluster that share a role, a Talos version and rollout settings.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "NodePool")]
 pub struct NodePoolDoc {
@@ -247,7 +247,7 @@ pub struct NodePoolDoc {
     pub spec: NodePoolSpec,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodePoolSpec {
     /// Name of the Cluster this pool belongs to.
@@ -283,7 +283,7 @@ pub enum Role {
     Worker,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SelectorSpec {
     /// Every label must match exactly.
@@ -292,7 +292,7 @@ pub struct SelectorSpec {
     pub match_labels: BTreeMap<String, Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TalosSpec {
     /// Target Talos version, e.g. `v1.13.9`.

@@ -195,7 +195,7 @@ pub struct UpgradePolicy {
 }
 
 /// A validated Cluster and its pools.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     pub name: Sourced<String>,
     pub kubernetes_version: Sourced<KubeVersion>,
@@ -210,7 +210,7 @@ pub struct Cluster {
 }
 
 /// A validated NodePool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodePool {
     pub name: Sourced<String>,
     pub cluster: Sourced<String>,
@@ -240,7 +240,7 @@ impl NodePool {
 }
 
 /// The whole validated desired state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
     pub revision: Revision,
     pub clusters: BTreeMap<String, Cluster>,

@@ -86,16 +86,86 @@ pub enum ReplanError {
 /// Compute the plan for `desired` against the store's inventory and applied state, and make
 /// it current unless it already is. The one planning path of the daemon and `medea plan`.
 pub fn replan(store: &dyn Store, desired: &Desired) -> Result<Replanned, ReplanError> {
-    let inventory = Inventory::load(store)?;
+    replan_cached(store, desired, &mut ReplanCache::default())
+}
+
+/// The inventory kept decoded between planning passes: each cluster record is decoded again
+/// only when its stored bytes changed (a new observation moves the generation and so the
+/// bytes; the `rolloutsEnabled` gate changes the bytes alone).
+#[derive(Debug, Default)]
+pub struct InventoryCache {
+    /// Store key → digest of the record's bytes (keyed SipHash, the key random per process)
+    /// and the cluster's name in `inventory`.
+    records: BTreeMap<String, (u64, String)>,
+    inventory: Inventory,
+    hasher: std::hash::RandomState,
+    /// Records decoded by the last [`InventoryCache::load`].
+    pub decoded: usize,
+}
+
+impl InventoryCache {
+    /// The store's inventory, decoding only the records whose bytes changed since the last
+    /// call. Equal to [`Inventory::load`].
+    pub fn load(&mut self, store: &dyn Store) -> Result<&Inventory, StoreError> {
+        use std::hash::BuildHasher;
+        let rows = store.scan(
+            <crate::inventory::ObservedCluster as crate::store::record::Record>::TABLE,
+            "cluster/",
+        )?;
+        let mut records = BTreeMap::new();
+        let mut clusters = std::mem::take(&mut self.inventory.clusters);
+        let mut fresh = BTreeMap::new();
+        self.decoded = 0;
+        for (key, bytes) in rows {
+            let digest = self.hasher.hash_one(&bytes);
+            let kept = match self.records.remove(&key) {
+                Some((d, name)) if d == digest => clusters.remove(&name).map(|c| (name, c)),
+                _ => None,
+            };
+            let (name, cluster) = match kept {
+                Some(k) => k,
+                None => {
+                    self.decoded += 1;
+                    let c: crate::inventory::ObservedCluster =
+                        crate::store::record::decode(&key, &bytes)?;
+                    (c.name.clone(), c)
+                }
+            };
+            records.insert(key, (digest, name.clone()));
+            fresh.insert(name, cluster);
+        }
+        self.records = records;
+        self.inventory.clusters = fresh;
+        Ok(&self.inventory)
+    }
+}
+
+/// What the daemon keeps between planning passes: the decoded inventory and each cluster's
+/// plan section ([`crate::plan::compute::PlanMemo`]). Planning with it gives the plan
+/// planning without it gives, byte for byte.
+#[derive(Debug, Default)]
+pub struct ReplanCache {
+    pub inventory: InventoryCache,
+    pub memo: crate::plan::compute::PlanMemo,
+}
+
+/// [`replan`] reusing `cache`.
+pub fn replan_cached(
+    store: &dyn Store,
+    desired: &Desired,
+    cache: &mut ReplanCache,
+) -> Result<Replanned, ReplanError> {
     let applied = load_applied(store)?;
     let running = running_jobs(store)?;
     let previous = current(store)?;
-    let mut plan = crate::plan::compute_with(
+    let inventory = cache.inventory.load(store)?;
+    let mut plan = crate::plan::compute::compute_memo(
         desired,
-        &inventory,
+        inventory,
         &applied,
         previous.map(|p| p.id),
         &running,
+        &mut cache.memo,
     )
     .map_err(ReplanError::Refused)?;
     if let Some(p) = previous
