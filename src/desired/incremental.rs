@@ -276,3 +276,287 @@ fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, ParsedFile>) -> Loaded
         markers: snapshot.markers.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::desired::parse_snapshot;
+    use crate::desired::source::{Refused, RefusedReason, SourceFile};
+
+    /// One document of the generated repository.
+    #[derive(Debug, Clone)]
+    enum Doc {
+        Cluster {
+            name: String,
+            kube: String,
+            max_unavailable: u8,
+        },
+        Pool {
+            name: String,
+            cluster: String,
+            controlplane: bool,
+            talos: String,
+            machines: Vec<u8>,
+            after: Option<String>,
+        },
+    }
+
+    /// A repository: documents placed in files, some files broken, some refused entries.
+    #[derive(Debug, Clone)]
+    struct Repo {
+        /// (file number, document)
+        docs: Vec<(u8, Doc)>,
+        /// Files with garbage appended (a YAML syntax error, an unknown kind) or invalid UTF-8.
+        broken: BTreeMap<u8, u8>,
+        refused: bool,
+    }
+
+    const NAMES: [&str; 5] = ["alpha", "beta", "gamma", "Bad_Name", "delta"];
+    const KUBE: [&str; 4] = ["v1.34.1", "v1.33.0", "v1.35.0", "1.34"];
+    const TALOS: [&str; 4] = ["v1.12.4", "v1.11.5", "v1.13.0", "v1.x"];
+
+    fn render_doc(d: &Doc) -> String {
+        match d {
+            Doc::Cluster {
+                name,
+                kube,
+                max_unavailable,
+            } => format!(
+                "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: {kube}\n  rollout:\n    maxUnavailable: {max_unavailable}\n"
+            ),
+            Doc::Pool {
+                name,
+                cluster,
+                controlplane,
+                talos,
+                machines,
+                after,
+            } => {
+                let ms: Vec<String> = machines.iter().map(|m| format!("m-{m}")).collect();
+                let after = after
+                    .as_ref()
+                    .map(|a| format!("  after: [{a}]\n"))
+                    .unwrap_or_default();
+                format!(
+                    "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: {cluster}\n  role: {}\n  machines: [{}]\n  talos:\n    version: {talos}\n{after}",
+                    if *controlplane { "controlplane" } else { "worker" },
+                    ms.join(", ")
+                )
+            }
+        }
+    }
+
+    impl Repo {
+        fn snapshot(&self) -> Snapshot {
+            let mut files: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+            for (f, d) in &self.docs {
+                files.entry(*f).or_default().push(render_doc(d));
+            }
+            let files = files
+                .into_iter()
+                .map(|(f, docs)| {
+                    let mut bytes = docs.join("---\n").into_bytes();
+                    match self.broken.get(&f) {
+                        Some(0) => bytes.extend_from_slice(b"spec: [unclosed\n  : :\n"),
+                        Some(1) => bytes.extend_from_slice(b"\n---\nkind: Nothing\n"),
+                        Some(_) => bytes.extend_from_slice(&[0xff, 0xfe, b'\n']),
+                        None => {}
+                    }
+                    SourceFile {
+                        path: format!("dir{}/f{f}.yaml", f % 2),
+                        bytes,
+                    }
+                })
+                .collect();
+            Snapshot {
+                files,
+                markers: Vec::new(),
+                commit: None,
+                refused: if self.refused {
+                    vec![Refused {
+                        path: "link.yaml".into(),
+                        reason: RefusedReason::Symlink,
+                    }]
+                } else {
+                    Vec::new()
+                },
+            }
+        }
+    }
+
+    /// One edit of the repository; indices are taken modulo the current sizes.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        /// Change a value of a document (versions, maxUnavailable, machines).
+        Value(usize, u8),
+        /// Break a file's YAML (or its encoding), or repair it.
+        Break(u8, Option<u8>),
+        /// Add a document in a (possibly new) file.
+        Add(u8, Doc),
+        /// Remove every document of a file (the file is gone).
+        RemoveFile(u8),
+        /// Rename a pool (or a cluster) and nothing else.
+        Rename(usize, u8),
+        /// Move a document to another file.
+        Move(usize, u8),
+        Refused(bool),
+    }
+
+    fn doc_strategy() -> impl Strategy<Value = Doc> {
+        prop_oneof![
+            (0..5usize, 0..4usize, 0..4u8).prop_map(|(n, k, m)| Doc::Cluster {
+                name: NAMES[n].to_string(),
+                kube: KUBE[k].to_string(),
+                max_unavailable: m,
+            }),
+            (
+                0..5usize,
+                0..5usize,
+                any::<bool>(),
+                0..4usize,
+                proptest::collection::vec(0..6u8, 0..3),
+                proptest::option::of(0..5usize)
+            )
+                .prop_map(|(n, c, cp, t, ms, after)| Doc::Pool {
+                    name: format!("p{n}"),
+                    cluster: NAMES[c].to_string(),
+                    controlplane: cp,
+                    talos: TALOS[t].to_string(),
+                    machines: ms,
+                    after: after.map(|a| format!("p{a}")),
+                }),
+        ]
+    }
+
+    fn edit_strategy() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            3 => (any::<usize>(), any::<u8>()).prop_map(|(i, v)| Edit::Value(i, v)),
+            1 => (0..6u8, proptest::option::of(0..3u8)).prop_map(|(f, b)| Edit::Break(f, b)),
+            2 => (0..6u8, doc_strategy()).prop_map(|(f, d)| Edit::Add(f, d)),
+            1 => (0..6u8).prop_map(Edit::RemoveFile),
+            2 => (any::<usize>(), 0..5u8).prop_map(|(i, n)| Edit::Rename(i, n)),
+            2 => (any::<usize>(), 0..6u8).prop_map(|(i, f)| Edit::Move(i, f)),
+            1 => any::<bool>().prop_map(Edit::Refused),
+        ]
+    }
+
+    fn apply(repo: &mut Repo, edit: &Edit) {
+        let n = repo.docs.len();
+        match edit {
+            Edit::Value(i, v) if n > 0 => match &mut repo.docs[i % n].1 {
+                Doc::Cluster {
+                    kube,
+                    max_unavailable,
+                    ..
+                } => {
+                    if v % 2 == 0 {
+                        *kube = KUBE[*v as usize % KUBE.len()].to_string();
+                    } else {
+                        *max_unavailable = v % 4;
+                    }
+                }
+                Doc::Pool {
+                    talos, machines, ..
+                } => {
+                    if v % 2 == 0 {
+                        *talos = TALOS[*v as usize % TALOS.len()].to_string();
+                    } else {
+                        *machines = vec![v % 6];
+                    }
+                }
+            },
+            Edit::Break(f, b) => match b {
+                Some(b) => {
+                    repo.broken.insert(*f, *b);
+                }
+                None => {
+                    repo.broken.remove(f);
+                }
+            },
+            Edit::Add(f, d) => repo.docs.push((*f, d.clone())),
+            Edit::RemoveFile(f) => repo.docs.retain(|(g, _)| g != f),
+            Edit::Rename(i, to) if n > 0 => match &mut repo.docs[i % n].1 {
+                Doc::Cluster { name, .. } => *name = NAMES[*to as usize].to_string(),
+                Doc::Pool { name, .. } => *name = format!("p{to}"),
+            },
+            Edit::Move(i, f) if n > 0 => {
+                let (_, d) = repo.docs.remove(i % n);
+                repo.docs.push((*f, d));
+            }
+            Edit::Refused(r) => repo.refused = *r,
+            _ => {}
+        }
+    }
+
+    fn assert_same(inc: &Loaded, cold: &Loaded) {
+        assert_eq!(inc.diagnostics, cold.diagnostics);
+        assert_eq!(inc.desired, cold.desired);
+        assert_eq!(inc.desired.revision, cold.desired.revision);
+        assert_eq!(inc.sources, cold.sources);
+        assert_eq!(inc.markers, cold.markers);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn incremental_load_equals_cold_load(
+            docs in proptest::collection::vec((0..6u8, doc_strategy()), 0..8),
+            edits in proptest::collection::vec(edit_strategy(), 1..12),
+        ) {
+            let mut repo = Repo { docs, broken: BTreeMap::new(), refused: false };
+            let mut loader = Loader::new();
+            assert_same(&loader.load_snapshot(repo.snapshot()), &parse_snapshot(repo.snapshot()));
+            for edit in &edits {
+                let before: BTreeSet<(String, Vec<u8>)> = repo
+                    .snapshot()
+                    .files
+                    .into_iter()
+                    .map(|f| (f.path, f.bytes))
+                    .collect();
+                apply(&mut repo, edit);
+                let snap = repo.snapshot();
+                let changed = snap
+                    .files
+                    .iter()
+                    .filter(|f| !before.contains(&(f.path.clone(), f.bytes.clone())))
+                    .count();
+                let inc = loader.load_snapshot(snap.clone());
+                assert_same(&inc, &parse_snapshot(snap.clone()));
+                let stats = loader.last_stats();
+                prop_assert_eq!(stats.parsed, changed, "only changed files are parsed");
+                prop_assert_eq!(stats.reused, snap.files.len() - changed);
+            }
+        }
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_parsed_again_and_a_changed_one_is() {
+        let cluster = "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\nspec:\n  kubernetes:\n    version: v1.34.1\n";
+        let pool = |v: &str| format!("apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: cp\nspec:\n  cluster: c1\n  role: controlplane\n  machines: [a]\n  talos:\n    version: {v}\n");
+        let snap = |p: &str| Snapshot {
+            files: vec![
+                SourceFile { path: "c1.yaml".into(), bytes: cluster.as_bytes().to_vec() },
+                SourceFile { path: "pool.yaml".into(), bytes: p.as_bytes().to_vec() },
+            ],
+            markers: Vec::new(),
+            commit: None,
+            refused: Vec::new(),
+        };
+        let mut loader = Loader::new();
+        let first = loader.load_snapshot(snap(&pool("v1.12.4")));
+        assert!(!first.has_errors(), "{:#?}", first.diagnostics);
+        assert_eq!(loader.last_stats(), LoadStats { parsed: 2, reused: 0, dropped: 0 });
+        let second = loader.load_snapshot(snap(&pool("v1.x")));
+        assert_eq!(loader.last_stats(), LoadStats { parsed: 1, reused: 1, dropped: 0 });
+        assert!(second.has_errors(), "the changed file's new error is reported");
+        assert_ne!(first.desired.revision, second.desired.revision);
+        let third = loader.load_snapshot(snap(&pool("v1.12.4")));
+        assert_eq!(loader.last_stats(), LoadStats { parsed: 1, reused: 1, dropped: 0 });
+        assert_eq!(third.diagnostics, first.diagnostics);
+        assert_eq!(third.desired, first.desired);
+    }
+}
