@@ -34,6 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod kube;
 mod members;
+#[cfg(test)]
+mod memo_tests;
 mod notes;
 mod talos;
 
