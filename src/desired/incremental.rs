@@ -232,8 +232,12 @@ fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, ParsedFile>) -> Loaded
             format!("`{}`", r.path)
         };
         diagnostics.push(
-            Diagnostic::error(code, whole_file(&r.path, 1), format!("{what} {}", r.message()))
-                .with_help(r.help()),
+            Diagnostic::error(
+                code,
+                whole_file(&r.path, 1),
+                format!("{what} {}", r.message()),
+            )
+            .with_help(r.help()),
         );
     }
     let mut sources = BTreeMap::new();
@@ -343,7 +347,11 @@ mod tests {
                     .unwrap_or_default();
                 format!(
                     "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: {cluster}\n  role: {}\n  machines: [{}]\n  talos:\n    version: {talos}\n{after}",
-                    if *controlplane { "controlplane" } else { "worker" },
+                    if *controlplane {
+                        "controlplane"
+                    } else {
+                        "worker"
+                    },
                     ms.join(", ")
                 )
             }
@@ -536,11 +544,21 @@ mod tests {
     #[test]
     fn an_unchanged_file_is_not_parsed_again_and_a_changed_one_is() {
         let cluster = "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\nspec:\n  kubernetes:\n    version: v1.34.1\n";
-        let pool = |v: &str| format!("apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: cp\nspec:\n  cluster: c1\n  role: controlplane\n  machines: [a]\n  talos:\n    version: {v}\n");
+        let pool = |v: &str| {
+            format!(
+                "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: cp\nspec:\n  cluster: c1\n  role: controlplane\n  machines: [a]\n  talos:\n    version: {v}\n"
+            )
+        };
         let snap = |p: &str| Snapshot {
             files: vec![
-                SourceFile { path: "c1.yaml".into(), bytes: cluster.as_bytes().to_vec() },
-                SourceFile { path: "pool.yaml".into(), bytes: p.as_bytes().to_vec() },
+                SourceFile {
+                    path: "c1.yaml".into(),
+                    bytes: cluster.as_bytes().to_vec(),
+                },
+                SourceFile {
+                    path: "pool.yaml".into(),
+                    bytes: p.as_bytes().to_vec(),
+                },
             ],
             markers: Vec::new(),
             commit: None,
@@ -549,13 +567,37 @@ mod tests {
         let mut loader = Loader::new();
         let first = loader.load_snapshot(snap(&pool("v1.12.4")));
         assert!(!first.has_errors(), "{:#?}", first.diagnostics);
-        assert_eq!(loader.last_stats(), LoadStats { parsed: 2, reused: 0, dropped: 0 });
+        assert_eq!(
+            loader.last_stats(),
+            LoadStats {
+                parsed: 2,
+                reused: 0,
+                dropped: 0
+            }
+        );
         let second = loader.load_snapshot(snap(&pool("v1.x")));
-        assert_eq!(loader.last_stats(), LoadStats { parsed: 1, reused: 1, dropped: 0 });
-        assert!(second.has_errors(), "the changed file's new error is reported");
+        assert_eq!(
+            loader.last_stats(),
+            LoadStats {
+                parsed: 1,
+                reused: 1,
+                dropped: 0
+            }
+        );
+        assert!(
+            second.has_errors(),
+            "the changed file's new error is reported"
+        );
         assert_ne!(first.desired.revision, second.desired.revision);
         let third = loader.load_snapshot(snap(&pool("v1.12.4")));
-        assert_eq!(loader.last_stats(), LoadStats { parsed: 1, reused: 1, dropped: 0 });
+        assert_eq!(
+            loader.last_stats(),
+            LoadStats {
+                parsed: 1,
+                reused: 1,
+                dropped: 0
+            }
+        );
         assert_eq!(third.diagnostics, first.diagnostics);
         assert_eq!(third.desired, first.desired);
     }

@@ -240,9 +240,15 @@ mod tests {
         });
         store.commit(fleet.inventory.save_txn()).unwrap();
         let mut cache = super::InventoryCache::default();
-        assert_eq!(cache.load(&store).unwrap(), &Inventory::load(&store).unwrap());
+        assert_eq!(
+            cache.load(&store).unwrap(),
+            &Inventory::load(&store).unwrap()
+        );
         assert_eq!(cache.decoded, 3);
-        assert_eq!(cache.load(&store).unwrap(), &Inventory::load(&store).unwrap());
+        assert_eq!(
+            cache.load(&store).unwrap(),
+            &Inventory::load(&store).unwrap()
+        );
         assert_eq!(cache.decoded, 0, "nothing changed, nothing decoded");
         // A new observation of one cluster, the gate of another (same generation), one gone.
         let c0 = &fleet.inventory.clusters["c0000"];

@@ -214,7 +214,11 @@ pub enum ServeError {
 )]
 pub fn reload(shared: &Shared) {
     let started = std::time::Instant::now();
-    let loaded = shared.loader.lock().expect("loader lock").load(&shared.source);
+    let loaded = shared
+        .loader
+        .lock()
+        .expect("loader lock")
+        .load(&shared.source);
     match loaded {
         Ok(loaded) => {
             let errors = loaded.errors().count();

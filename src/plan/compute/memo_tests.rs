@@ -224,9 +224,21 @@ fn only_the_changed_cluster_is_planned_again() {
         compute_memo(&desired, &w.inventory, &w.applied, None, &w.running, memo).unwrap()
     };
     let first = run(&mut w, &mut memo);
-    assert_eq!(memo.last_stats(), MemoStats { planned: 5, reused: 0 });
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 5,
+            reused: 0
+        }
+    );
     let again = run(&mut w, &mut memo);
-    assert_eq!(memo.last_stats(), MemoStats { planned: 0, reused: 5 });
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 0,
+            reused: 5
+        }
+    );
     assert_eq!(again, first);
     // A desired change to one cluster.
     let to = if w.files["c0002/cluster.yaml"].contains("maxUnavailable: 3") {
@@ -236,16 +248,37 @@ fn only_the_changed_cluster_is_planned_again() {
     };
     apply_change(&mut w, &original, &Change::MaxUnavailable(2, to), None);
     let edited = run(&mut w, &mut memo);
-    assert_eq!(memo.last_stats(), MemoStats { planned: 1, reused: 4 });
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 1,
+            reused: 4
+        }
+    );
     assert_ne!(edited.id, first.id);
     // An observation of another.
     apply_change(&mut w, &original, &Change::Observe(4, 1, 0), None);
     let observed = run(&mut w, &mut memo);
-    assert_eq!(memo.last_stats(), MemoStats { planned: 1, reused: 4 });
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 1,
+            reused: 4
+        }
+    );
     assert_ne!(observed.id, first.id);
     // A job starting on a third.
     apply_change(&mut w, &original, &Change::Running(0, true), None);
     let busy = run(&mut w, &mut memo);
-    assert_eq!(memo.last_stats(), MemoStats { planned: 1, reused: 4 });
-    assert_eq!(busy.clusters[0].status, crate::plan::ClusterStatus::RollingOut);
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 1,
+            reused: 4
+        }
+    );
+    assert_eq!(
+        busy.clusters[0].status,
+        crate::plan::ClusterStatus::RollingOut
+    );
 }

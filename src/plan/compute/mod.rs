@@ -126,6 +126,8 @@ pub fn basis_from_generations(
 /// planned for it (no steps, no settings, its last-applied state untouched), and why.
 fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
     ClusterPlan {
+        preflight: Vec::new(),
+        health: None,
         cluster: cluster.to_string(),
         steps: Vec::new(),
         settings: Vec::new(),
@@ -292,7 +294,10 @@ pub fn compute_memo(
             }
             _ => {
                 stats.planned += 1;
-                (inputs.to_owned(), section(name, cluster, &inputs, last_applied))
+                (
+                    inputs.to_owned(),
+                    section(name, cluster, &inputs, last_applied),
+                )
             }
         };
         let sec = &entry.1;
@@ -337,6 +342,7 @@ pub fn compute_memo(
         clusters.insert(
             gone.clone(),
             ClusterPlan {
+                preflight: Vec::new(), health: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
                 settings,
@@ -405,6 +411,8 @@ fn section(
         .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
     let Some(obs) = obs else {
         out.plan = Some(ClusterPlan {
+            preflight: Vec::new(),
+            health: None,
             cluster: name.clone(),
             steps: Vec::new(),
             settings: Vec::new(),
@@ -445,10 +453,7 @@ fn section(
     let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
     if plan.has_changes() || change != BarChange::Keeps {
         let scope = PlanScope {
-            touches_control_plane_or_kubernetes: plan
-                .steps
-                .iter()
-                .any(Step::touches_control_plane),
+            touches_control_plane_or_kubernetes: plan.steps.iter().any(Step::touches_control_plane),
         };
         let needs = required_quorum(&in_force, change, scope);
         if change != BarChange::Keeps {
@@ -637,6 +642,8 @@ impl<'a> ClusterCtx<'a> {
             .collect();
         let notes = self.notes(&members, &steps);
         Some(ClusterPlan {
+            preflight: Vec::new(),
+            health: None,
             cluster: self.name().to_string(),
             steps,
             settings,
