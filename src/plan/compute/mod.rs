@@ -227,6 +227,10 @@ pub struct ClusterSection {
     bar: u32,
     put: Vec<AppliedResource>,
     delete: Vec<ResourceKey>,
+    /// The canonical JSON of `plan` and of each of `put`, as the plan id hashes them
+    /// ([`Plan::canonical_id`]), computed once per section.
+    plan_json: Vec<u8>,
+    put_json: Vec<Vec<u8>>,
 }
 
 /// Per-cluster plan sections of earlier plans, reused while their [`SectionInputs`] are equal.
@@ -366,6 +370,20 @@ pub fn compute_memo(
         diags.dedup();
         return Err(diags);
     }
+    // The canonical JSON of each put resource, in the order of `applies.put` (both sorted by
+    // the same stable sort).
+    let mut put_json: Vec<(String, &[u8])> = memo
+        .sections
+        .values()
+        .filter(|(_, sec)| sec.plan.is_some())
+        .flat_map(|(_, sec)| {
+            sec.put
+                .iter()
+                .zip(&sec.put_json)
+                .map(|(r, j)| (r.key.store_key(), j.as_slice()))
+        })
+        .collect();
+    put_json.sort_by(|a, b| a.0.cmp(&b.0));
     applies.put.sort_by_key(|r| r.key.store_key());
     applies.delete.sort_by_key(|k| k.store_key());
     applies.delete.dedup();
@@ -381,13 +399,41 @@ pub fn compute_memo(
     if plan.catalog.is_empty() {
         plan.catalog = crate::plan::catalog::CATALOG_VERSION.to_string();
     }
-    plan.id = plan.canonical_id();
+    let cluster_json = |c: &ClusterPlan| -> Option<&[u8]> {
+        memo.sections
+            .get(&c.cluster)
+            .map(|(_, sec)| sec.plan_json.as_slice())
+            .filter(|_| desired.clusters.contains_key(&c.cluster))
+    };
+    plan.id = canonical_id_from_parts(&plan, cluster_json, &put_json);
     Ok(plan)
 }
 
 /// One desired cluster's section of the plan: a pure function of its [`SectionInputs`] (it
 /// reads the last-applied state only through `inputs.applied`).
+#[allow(
+    clippy::expect_used,
+    reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+)]
 fn section(
+    name: &String,
+    cluster: &Cluster,
+    inputs: &InputsRef<'_>,
+    all_applied: &LastApplied,
+) -> ClusterSection {
+    let mut s = section_parts(name, cluster, inputs, all_applied);
+    if let Some(p) = &s.plan {
+        s.plan_json = serde_json::to_vec(p).expect("plans serialize");
+    }
+    s.put_json = s
+        .put
+        .iter()
+        .map(|r| serde_json::to_vec(r).expect("applied resources serialize"))
+        .collect();
+    s
+}
+
+fn section_parts(
     name: &String,
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
@@ -401,6 +447,8 @@ fn section(
         bar: 1,
         put: Vec::new(),
         delete: Vec::new(),
+        plan_json: Vec::new(),
+        put_json: Vec::new(),
     };
     if let Some(job) = inputs.running {
         out.plan = Some(rolling_out(name, job));
@@ -478,6 +526,76 @@ fn section(
     }
     out.plan = Some(plan);
     out
+}
+
+/// [`Plan::canonical_id`] from the sections' JSON computed once: the same bytes hashed (the
+/// compact JSON of a struct is its fields' JSON joined in declaration order), without
+/// serializing every cluster again. `cluster_json` gives a cluster's cached JSON (`None`:
+/// serialize it here); `put_json` is the JSON of `plan.applies.put`, in its order.
+#[allow(
+    clippy::expect_used,
+    reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+)]
+fn canonical_id_from_parts<'a>(
+    plan: &Plan,
+    cluster_json: impl Fn(&ClusterPlan) -> Option<&'a [u8]>,
+    put_json: &[(String, &[u8])],
+) -> PlanId {
+    use sha2::{Digest, Sha256};
+    let json = |v: &dyn erased::Json| v.to_json();
+    let mut h = Sha256::new();
+    h.update(br#"{"domain":"medea-plan/v1","catalog":"#);
+    h.update(json(&plan.catalog));
+    h.update(br#","basis":"#);
+    h.update(json(&plan.basis.identity()));
+    h.update(br#","clusters":["#);
+    for (i, c) in plan.clusters.iter().enumerate() {
+        if i > 0 {
+            h.update(b",");
+        }
+        match cluster_json(c) {
+            Some(bytes) if !bytes.is_empty() => h.update(bytes),
+            _ => h.update(json(c)),
+        }
+    }
+    h.update(br#"],"approvalsRequired":"#);
+    h.update(json(&plan.approvals_required));
+    h.update(br#","applies":{"put":["#);
+    if put_json.len() == plan.applies.put.len() {
+        for (i, (_, j)) in put_json.iter().enumerate() {
+            if i > 0 {
+                h.update(b",");
+            }
+            h.update(j);
+        }
+    } else {
+        for (i, r) in plan.applies.put.iter().enumerate() {
+            if i > 0 {
+                h.update(b",");
+            }
+            h.update(json(r));
+        }
+    }
+    h.update(br#"],"delete":"#);
+    h.update(json(&plan.applies.delete));
+    h.update(b"}}");
+    PlanId::from_digest(h.finalize().into())
+}
+
+mod erased {
+    /// Any serializable value's compact JSON.
+    pub trait Json {
+        fn to_json(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        #[allow(
+            clippy::expect_used,
+            reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+        )]
+        fn to_json(&self) -> Vec<u8> {
+            serde_json::to_vec(self).expect("plan parts serialize")
+        }
+    }
 }
 
 /// A cluster's approvals setting as the quorum rule sees it.
