@@ -24,9 +24,6 @@ pub struct IncrementalReport {
     pub load: Samples,
     /// `compute_memo` (one cluster planned again).
     pub plan: Samples,
-    /// Of `plan`: computing the plan id once more (the canonical JSON of the whole plan,
-    /// hashed), timed on its own after the round.
-    pub id: Samples,
     /// `render::text`.
     pub render: Samples,
     /// load + plan + render, incremental.

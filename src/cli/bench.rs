@@ -170,7 +170,6 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             );
             println!("  load + validate:    {}", i.load.summary_ms());
             println!("  plan (memo):        {}", i.plan.summary_ms());
-            println!("    of which plan id: {}", i.id.summary_ms());
             println!("  render::text:       {}", i.render.summary_ms());
             println!("  total:              {}", i.total.summary_ms());
             println!("  same work cold:     {}", i.cold.summary_ms());
