@@ -12,6 +12,7 @@
 
 pub mod fleet;
 pub mod host;
+pub mod incremental;
 pub mod pipeline;
 pub mod rollout;
 pub mod server;

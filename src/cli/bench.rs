@@ -161,6 +161,22 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 r.ratio(),
                 r.ratio_syntax()
             );
+            // One file changed, with the daemon's caches (a separate run over the same repo).
+            let i = crate::bench::incremental::run(&w.desired, &fleet.inventory, rounds)
+                .map_err(err)?;
+            println!(
+                "one file changed, incremental ({} file parsed, {} cluster planned):",
+                i.parsed, i.planned
+            );
+            println!("  load + validate:    {}", i.load.summary_ms());
+            println!("  plan (memo):        {}", i.plan.summary_ms());
+            println!("  render::text:       {}", i.render.summary_ms());
+            println!("  total:              {}", i.total.summary_ms());
+            println!("  same work cold:     {}", i.cold.summary_ms());
+            println!(
+                "  ratio incremental / cold (median of per-round ratios): {:.3}",
+                i.ratio()
+            );
             Ok(exit::OK)
         }
         Scenario::Server {

@@ -14,7 +14,7 @@ use serde_saphyr::Spanned;
 pub const API_VERSION: &str = "medea/v1alpha1";
 
 /// The two-field header read first, to pick the concrete kind without losing positions.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Header {
     #[serde(rename = "apiVersion")]
     pub api_version: Option<Spanned<String>>,
@@ -23,25 +23,25 @@ pub struct Header {
 
 /// A lenient read of a document's identity, used when its strict read failed so that other
 /// documents referring to it do not report follow-on errors.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct Identity {
     pub kind: Option<String>,
     pub metadata: Option<IdentityMeta>,
     pub spec: Option<IdentitySpec>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct IdentityMeta {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct IdentitySpec {
     pub cluster: Option<String>,
 }
 
 /// Object metadata, as in Kubernetes.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Metadata {
     /// Name of the object: a DNS label (lowercase letters, digits and `-`, at most 63).
@@ -56,7 +56,7 @@ pub struct Metadata {
 }
 
 /// A Kubernetes cluster running on Talos Linux, and how medea may roll it.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "Cluster")]
 pub struct ClusterDoc {
@@ -70,7 +70,7 @@ pub struct ClusterDoc {
     pub spec: ClusterSpec,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub kubernetes: KubernetesSpec,
@@ -103,7 +103,7 @@ pub struct ClusterSpec {
 }
 
 /// What the plan's preflight checks may find without blocking approval.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PreflightSpec {
     /// Ids of blocking findings accepted for this cluster (e.g.
@@ -115,7 +115,7 @@ pub struct PreflightSpec {
 }
 
 /// Promotion between clusters (rollout sequencing): versions go here after `after` proved them.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PromotionSpec {
     /// The upstream Cluster (by name) that must have run a version first.
@@ -129,7 +129,7 @@ pub struct PromotionSpec {
 
 /// A Kubernetes API version that goes away, for the removed-API preflight check (CRDs, or
 /// built-in APIs this medea does not know yet).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RemovedApiSpec {
     /// API group (`""` or omitted for the core group).
@@ -157,7 +157,7 @@ pub struct RemovedApiSpec {
     pub replacement: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSpec {
     /// Target Kubernetes version, e.g. `v1.34.1`.
@@ -166,7 +166,7 @@ pub struct KubernetesSpec {
 }
 
 /// Rollout parameters. On a Cluster they are defaults; on a NodePool, overrides.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RolloutSpec {
     /// How many machines of a pool may be away at once (control-plane pools: always 1).
@@ -192,7 +192,7 @@ pub struct RolloutSpec {
 /// How nodes are drained before their upgrade. On a Cluster these are defaults; on a NodePool,
 /// overrides. Evictions always go through the Eviction API: a PodDisruptionBudget is never
 /// bypassed, whatever is set here.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DrainSpec {
     /// Evict pods that use `emptyDir` volumes; their emptyDir data is lost (default `true`, as
@@ -225,7 +225,7 @@ pub struct DrainSpec {
 #[allow(dead_code)]
 pub struct DurationString(String);
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ApprovalsSpec {
     /// Distinct signers a plan needs (default 1).
@@ -240,7 +240,7 @@ pub struct ApprovalsSpec {
 }
 
 /// A recurring window in which rollouts may start nodes.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WindowSpec {
     /// Window start, a 5-field cron expression (`0 2 * * 6` = Saturdays 02:00).
@@ -255,7 +255,7 @@ pub struct WindowSpec {
     pub time_zone: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct UpgradePolicySpec {
     /// Allow plans that move Talos back to an older release (default false). Kubernetes is
@@ -280,7 +280,7 @@ pub struct UpgradePolicySpec {
 }
 
 /// The Kubernetes minors one Talos minor supports (both ends inclusive).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSupportSpec {
     /// A Talos minor line, e.g. `v1.15`.
@@ -304,7 +304,7 @@ pub struct KubernetesSupportSpec {
 pub struct MinorString(String);
 
 /// A set of machines of one cluster that share a role, a Talos version and rollout settings.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "NodePool")]
 pub struct NodePoolDoc {
@@ -318,7 +318,7 @@ pub struct NodePoolDoc {
     pub spec: NodePoolSpec,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodePoolSpec {
     /// Name of the Cluster this pool belongs to.
@@ -367,7 +367,7 @@ pub enum OnFailureSpec {
 }
 
 /// Health gates of a cluster: where they are evaluated and what must hold.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HealthSpec {
     /// The Prometheus server `query` gates ask (`/api/v1/query`).
@@ -397,7 +397,7 @@ pub struct HealthSpec {
 
 /// A NodePool's overrides of the cluster's health gates. The sources (`prometheus`,
 /// `alertmanager`) are the cluster's.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolHealthSpec {
     /// The pool's gates, replacing the cluster's (`[]`: no gates for this pool).
@@ -420,7 +420,7 @@ pub struct PoolHealthSpec {
 
 /// An HTTP(S) endpoint medea asks. File paths are read when a gate is evaluated; their
 /// contents are never logged nor recorded.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EndpointSpec {
     /// `http://` or `https://` base URL, e.g. `https://prometheus.monitoring:9090` (no
@@ -439,7 +439,7 @@ pub struct EndpointSpec {
 }
 
 /// One named gate with exactly one check: `query`, `alerts` or `workloads`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(extend("oneOf" = [
     { "required": ["query"] },
@@ -470,7 +470,7 @@ pub struct GateSpec {
 /// Passes when Alertmanager has no active, unsilenced, uninhibited alert matching every one
 /// of `matchers`, apart from those matching any of `ignore` and those about a node medea is
 /// rebooting right now.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AlertsGateSpec {
     /// Alertmanager matchers, ANDed, each `name="value"`, `name!="value"`, `name=~"regex"`
@@ -485,7 +485,7 @@ pub struct AlertsGateSpec {
 }
 
 /// Passes when every selected workload has its desired replicas updated and available.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadsGateSpec {
     /// Namespaces whose workloads are checked.
@@ -511,7 +511,7 @@ pub enum Role {
     Worker,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SelectorSpec {
     /// Every label must match exactly.
@@ -520,7 +520,7 @@ pub struct SelectorSpec {
     pub match_labels: BTreeMap<String, Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TalosSpec {
     /// Target Talos version, e.g. `v1.13.9`.

@@ -14,6 +14,7 @@ pub mod diagnostic;
 pub mod edit;
 pub mod format;
 pub mod health;
+pub mod incremental;
 pub mod model;
 pub mod parse;
 pub mod schema;
@@ -24,6 +25,7 @@ pub mod window;
 use std::collections::BTreeMap;
 
 pub use diagnostic::{Diagnostic, Severity};
+pub use incremental::Loader;
 pub use model::{Cluster, Desired, NodePool, Origin, Revision, Role, Sourced};
 pub use source::{MarkerFile, Refused, RefusedReason, Snapshot, Source, SourceError};
 
@@ -57,127 +59,8 @@ pub fn load(source: &Source) -> Result<Loaded, SourceError> {
     Ok(parse_snapshot(source::read(source)?))
 }
 
-/// Validate the files of a revision. Pure.
+/// Validate the files of a revision. Pure. A cold load: [`incremental::Loader`] with nothing
+/// cached.
 pub fn parse_snapshot(snapshot: Snapshot) -> Loaded {
-    let revision = source::revision_of(&snapshot);
-    let mut diagnostics = Vec::new();
-    let mut sources = BTreeMap::new();
-    for r in &snapshot.refused {
-        // Never any byte of the entry: the origin names the path only (no snippet).
-        let code = match r.reason {
-            source::RefusedReason::Symlink => diagnostic::codes::SYMLINK,
-            source::RefusedReason::NotARegularFile => diagnostic::codes::FILE,
-            _ => diagnostic::codes::LIMIT,
-        };
-        let what = if r.path.is_empty() {
-            "the desired state".to_string()
-        } else {
-            format!("`{}`", r.path)
-        };
-        diagnostics.push(
-            Diagnostic::error(
-                code,
-                Origin {
-                    file: r.path.clone(),
-                    line: 1,
-                    column: 1,
-                    offset: 0,
-                    len: 0,
-                },
-                format!("{what} {}", r.message()),
-            )
-            .with_help(r.help()),
-        );
-    }
-    for f in &snapshot.files {
-        if f.bytes.len() > parse::MAX_FILE_BYTES {
-            diagnostics.push(Diagnostic::error(
-                diagnostic::codes::FILE,
-                Origin {
-                    file: f.path.clone(),
-                    line: 1,
-                    column: 1,
-                    offset: 0,
-                    len: 0,
-                },
-                format!(
-                    "file is larger than {} MiB (limit MAX_FILE_BYTES)",
-                    parse::MAX_FILE_BYTES / (1024 * 1024)
-                ),
-            ));
-            continue;
-        }
-        match String::from_utf8(f.bytes.clone()) {
-            Ok(text) => {
-                sources.insert(f.path.clone(), text);
-            }
-            Err(e) => {
-                let at = e.utf8_error().valid_up_to();
-                let line = f.bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
-                diagnostics.push(
-                    Diagnostic::error(
-                        diagnostic::codes::FILE,
-                        Origin {
-                            file: f.path.clone(),
-                            line,
-                            column: 1,
-                            offset: 0,
-                            len: 0,
-                        },
-                        "file is not valid UTF-8",
-                    )
-                    .with_help("desired-state files are UTF-8 YAML"),
-                );
-            }
-        }
-    }
-    let mut docs = Vec::new();
-    let mut broken = Vec::new();
-    for (path, text) in &sources {
-        let split = parse::split_documents(path, text);
-        if split.len() > parse::MAX_DOCUMENTS_PER_FILE {
-            diagnostics.push(
-                Diagnostic::error(
-                    diagnostic::codes::LIMIT,
-                    Origin {
-                        file: path.clone(),
-                        line: 1,
-                        column: 1,
-                        offset: 0,
-                        len: 0,
-                    },
-                    format!(
-                        "file has {} YAML documents, more than {} (limit MAX_DOCUMENTS_PER_FILE); none of them was read",
-                        split.len(),
-                        parse::MAX_DOCUMENTS_PER_FILE
-                    ),
-                )
-                .with_help("split the file"),
-            );
-            continue;
-        }
-        for doc in split {
-            match parse::read_document(doc.clone()) {
-                Ok(raw) => docs.push(raw),
-                Err(d) => {
-                    diagnostics.push(d);
-                    // Only a broken document needs the lenient second read.
-                    broken.extend(parse::identify(&doc));
-                }
-            }
-        }
-    }
-    let (desired, semantic) = validate::validate(docs, &broken, revision);
-    diagnostics.extend(semantic);
-    diagnostics.sort_by(|a, b| {
-        a.origin
-            .cmp(&b.origin)
-            .then_with(|| a.message.cmp(&b.message))
-    });
-    Loaded {
-        desired,
-        diagnostics,
-        sources,
-        markers: snapshot.markers,
-    }
+    incremental::Loader::new().load_snapshot(snapshot)
 }

@@ -237,7 +237,7 @@ pub struct Promotion {
 }
 
 /// A validated Cluster and its pools.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     pub name: Sourced<String>,
     pub kubernetes_version: Sourced<KubeVersion>,
@@ -258,7 +258,7 @@ pub struct Cluster {
 }
 
 /// A validated NodePool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodePool {
     pub name: Sourced<String>,
     pub cluster: Sourced<String>,
@@ -291,7 +291,7 @@ impl NodePool {
 }
 
 /// The whole validated desired state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
     pub revision: Revision,
     pub clusters: BTreeMap<String, Cluster>,

@@ -147,18 +147,89 @@ pub fn replan_at(
     desired: &Desired,
     now: jiff::Timestamp,
 ) -> Result<Replanned, ReplanError> {
-    let inventory = Inventory::load(store)?;
+    replan_cached(store, desired, now, &mut ReplanCache::default())
+}
+
+/// The inventory kept decoded between planning passes: each cluster record is decoded again
+/// only when its stored bytes changed (a new observation moves the generation and so the
+/// bytes; the `rolloutsEnabled` gate changes the bytes alone).
+#[derive(Debug, Default)]
+pub struct InventoryCache {
+    /// Store key → digest of the record's bytes (keyed SipHash, the key random per process)
+    /// and the cluster's name in `inventory`.
+    records: BTreeMap<String, (u64, String)>,
+    inventory: Inventory,
+    hasher: std::hash::RandomState,
+    /// Records decoded by the last [`InventoryCache::load`].
+    pub decoded: usize,
+}
+
+impl InventoryCache {
+    /// The store's inventory, decoding only the records whose bytes changed since the last
+    /// call. Equal to [`Inventory::load`].
+    pub fn load(&mut self, store: &dyn Store) -> Result<&Inventory, StoreError> {
+        use std::hash::BuildHasher;
+        let rows = store.scan(
+            <crate::inventory::ObservedCluster as crate::store::record::Record>::TABLE,
+            "cluster/",
+        )?;
+        let mut records = BTreeMap::new();
+        let mut clusters = std::mem::take(&mut self.inventory.clusters);
+        let mut fresh = BTreeMap::new();
+        self.decoded = 0;
+        for (key, bytes) in rows {
+            let digest = self.hasher.hash_one(&bytes);
+            let kept = match self.records.remove(&key) {
+                Some((d, name)) if d == digest => clusters.remove(&name).map(|c| (name, c)),
+                _ => None,
+            };
+            let (name, cluster) = match kept {
+                Some(k) => k,
+                None => {
+                    self.decoded += 1;
+                    let c: crate::inventory::ObservedCluster =
+                        crate::store::record::decode(&key, &bytes)?;
+                    (c.name.clone(), c)
+                }
+            };
+            records.insert(key, (digest, name.clone()));
+            fresh.insert(name, cluster);
+        }
+        self.records = records;
+        self.inventory.clusters = fresh;
+        Ok(&self.inventory)
+    }
+}
+
+/// What the daemon keeps between planning passes: the decoded inventory and each cluster's
+/// plan section ([`crate::plan::compute::PlanMemo`]). Planning with it gives the plan
+/// planning without it gives, byte for byte.
+#[derive(Debug, Default)]
+pub struct ReplanCache {
+    pub inventory: InventoryCache,
+    pub memo: crate::plan::compute::PlanMemo,
+}
+
+/// [`replan`] reusing `cache`.
+pub fn replan_cached(
+    store: &dyn Store,
+    desired: &Desired,
+    now: jiff::Timestamp,
+    cache: &mut ReplanCache,
+) -> Result<Replanned, ReplanError> {
+    let ctx = preflight_context(store, desired, now)?;
     let applied = load_applied(store)?;
     let running = running_jobs(store)?;
     let previous = current(store)?;
-    let ctx = preflight_context(store, desired, now)?;
-    let mut plan = crate::plan::compute_in(
+    let inventory = cache.inventory.load(store)?;
+    let mut plan = crate::plan::compute::compute_memo(
         desired,
-        &inventory,
+        inventory,
         &applied,
         previous.map(|p| p.id),
         &running,
         &ctx,
+        &mut cache.memo,
     )
     .map_err(ReplanError::Refused)?;
     if let Some(p) = previous
@@ -235,6 +306,101 @@ pub fn rehearse(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_inventory_cache_decodes_only_changed_records_and_equals_a_full_load() {
+        use crate::bench::fleet::{FleetSpec, generate};
+        use crate::inventory::{Inventory, cluster_key};
+        use crate::store::{Store, Table, Txn};
+        let store = crate::store::mem::MemStore::new();
+        let fleet = generate(FleetSpec {
+            clusters: 3,
+            machines_per_cluster: 5,
+            seed: 1,
+        });
+        store.commit(fleet.inventory.save_txn()).unwrap();
+        let mut cache = super::InventoryCache::default();
+        assert_eq!(
+            cache.load(&store).unwrap(),
+            &Inventory::load(&store).unwrap()
+        );
+        assert_eq!(cache.decoded, 3);
+        assert_eq!(
+            cache.load(&store).unwrap(),
+            &Inventory::load(&store).unwrap()
+        );
+        assert_eq!(cache.decoded, 0, "nothing changed, nothing decoded");
+        // A new observation of one cluster, the gate of another (same generation), one gone.
+        let c0 = &fleet.inventory.clusters["c0000"];
+        let mut ms = c0.machines.clone();
+        ms.values_mut().next().unwrap().ready = false;
+        let c0 = c0.observe(c0.kubernetes_version.clone(), ms);
+        let c1 = fleet.inventory.clusters["c0001"].with_rollouts_enabled(true);
+        store
+            .commit(
+                Txn::new()
+                    .put_record(cluster_key("c0000"), &c0)
+                    .put_record(cluster_key("c0001"), &c1)
+                    .delete(Table::Inventory, cluster_key("c0002")),
+            )
+            .unwrap();
+        let full = Inventory::load(&store).unwrap();
+        assert_eq!(cache.load(&store).unwrap(), &full);
+        assert_eq!(cache.decoded, 2);
+        assert!(full.clusters["c0001"].rollouts_enabled);
+        assert!(!full.clusters.contains_key("c0002"));
+    }
+
+    #[test]
+    fn a_cached_replan_stores_the_plan_a_fresh_one_would() {
+        use crate::bench::fleet::{FleetSpec, generate};
+        use crate::desired::source::{Snapshot, SourceFile};
+        use crate::store::Store;
+        let fleet = generate(FleetSpec {
+            clusters: 3,
+            machines_per_cluster: 5,
+            seed: 2,
+        });
+        let load = |files: &std::collections::BTreeMap<String, String>| {
+            crate::desired::parse_snapshot(Snapshot {
+                files: files
+                    .iter()
+                    .map(|(p, t)| SourceFile {
+                        path: p.clone(),
+                        bytes: t.as_bytes().to_vec(),
+                    })
+                    .collect(),
+                markers: Vec::new(),
+                commit: None,
+                refused: Vec::new(),
+            })
+            .desired
+        };
+        let cached = crate::store::mem::MemStore::new();
+        let fresh = crate::store::mem::MemStore::new();
+        for s in [&cached, &fresh] {
+            s.commit(fleet.inventory.save_txn()).unwrap();
+        }
+        let mut cache = super::ReplanCache::default();
+        let mut files = fleet.files.clone();
+        for round in 0..3 {
+            let d = load(&files);
+            let a = super::replan_cached(&cached, &d, jiff::Timestamp::now(), &mut cache).unwrap();
+            let b = super::replan(&fresh, &d).unwrap();
+            assert_eq!(a.plan, b.plan, "round {round}");
+            assert_eq!(a.stored, b.stored);
+            assert_eq!(
+                super::current(&cached).unwrap().map(|c| c.id),
+                super::current(&fresh).unwrap().map(|c| c.id)
+            );
+            let text = files["c0001/cluster.yaml"].replace(
+                &format!("drainTimeout: {}m", 10 + round),
+                &format!("drainTimeout: {}m", 11 + round),
+            );
+            files.insert("c0001/cluster.yaml".into(), text);
+        }
+        assert_eq!(cache.memo.last_stats().reused, 2);
+    }
+
     #[test]
     fn replanning_while_a_job_runs_stores_a_rolling_out_plan_that_the_job_end_stales() {
         use crate::plan::ClusterStatus;

@@ -72,6 +72,12 @@ pub struct Shared {
     /// (`Txn::fenced(&fence)` or `FencedStore`; see design/ha.md).
     pub leadership: Leadership,
     desired: RwLock<Option<Arc<Loaded>>>,
+    /// The desired-state loader of [`reload`]: each file's parse, reused while its bytes are
+    /// unchanged (design/performance.md, "Incremental reload and planning").
+    loader: std::sync::Mutex<crate::desired::Loader>,
+    /// The reconcile pass's planning cache: the inventory kept decoded and each cluster's plan
+    /// section, reused while its inputs are unchanged.
+    pub replan_cache: std::sync::Mutex<crate::ops::replan::ReplanCache>,
     /// A counter bumped on every change worth re-planning or re-executing for; loops wait on
     /// it (a missed wake-up is impossible: `watch` keeps the latest value).
     changes: tokio::sync::watch::Sender<u64>,
@@ -108,6 +114,8 @@ impl Shared {
             leadership: Leadership::solo(replica.clone()),
             replica,
             desired: RwLock::new(None),
+            loader: Default::default(),
+            replan_cache: Default::default(),
             changes: tokio::sync::watch::channel(0).0,
             trust: trust::TrustRoot::none(),
             notifier: crate::webhook::Notifier::disabled(),
@@ -200,9 +208,18 @@ pub enum ServeError {
 
 /// Re-read the desired state and publish it. Invalid revisions change nothing but the
 /// diagnostics; the previous valid revision stays in force for planning.
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+)]
 pub fn reload(shared: &Shared) {
     let started = std::time::Instant::now();
-    match crate::desired::load(&shared.source) {
+    let loaded = shared
+        .loader
+        .lock()
+        .expect("loader lock")
+        .load(&shared.source);
+    match loaded {
         Ok(loaded) => {
             let errors = loaded.errors().count();
             crate::metrics::global()

@@ -151,7 +151,15 @@ pub fn reconcile(
     let mut fresh: Option<crate::plan::Plan> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
-        match stored::replan_at(store, desired, now) {
+        #[allow(
+            clippy::expect_used,
+            reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+        )]
+        let replanned = {
+            let mut cache = shared.replan_cache.lock().expect("replan cache lock");
+            stored::replan_cached(store, desired, now, &mut cache)
+        };
+        match replanned {
             Ok(r) => {
                 if r.stored {
                     crate::metrics::global().plans_computed.inc();

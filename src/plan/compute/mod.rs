@@ -34,6 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod kube;
 mod members;
+#[cfg(test)]
+mod memo_tests;
 mod notes;
 mod talos;
 
@@ -45,7 +47,6 @@ use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
 use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
 use crate::plan::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
 use crate::plan::catalog::{Catalog, PathError};
-use crate::plan::health::HealthPolicy;
 use crate::plan::id::PlanId;
 use crate::plan::model::*;
 use crate::version::{KubeVersion, TalosVersion};
@@ -180,90 +181,197 @@ pub fn compute_in(
     running: &BTreeMap<String, String>,
     preflight: &crate::plan::preflight::Context,
 ) -> Result<Plan, Vec<Diagnostic>> {
+    compute_memo(
+        desired,
+        observed,
+        last_applied,
+        parent,
+        running,
+        preflight,
+        &mut PlanMemo::default(),
+    )
+}
+
+/// Every input of one desired cluster's plan section ([`section`]): the section is a pure
+/// function of these, so a section computed from equal inputs is reused ([`PlanMemo`]).
+/// A planner change that makes a cluster's section read something more (another cluster's job
+/// history, a new observation) adds that input here as a field; the derived `PartialEq` then
+/// invalidates on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SectionInputs {
+    /// The validated Cluster and its pools (every field, source positions included).
+    pub cluster: Cluster,
+    /// The observed cluster record (compared whole, not only by generation).
+    pub observed: Option<ObservedCluster>,
+    /// The running rollout job, if any.
+    pub running: Option<String>,
+    /// The cluster's last-applied resources (the cluster and its pools, gone ones included).
+    pub applied: Vec<AppliedResource>,
+}
+
+/// The inputs as borrowed from a planning call, compared with a memoized [`SectionInputs`]
+/// without copying them.
+struct InputsRef<'a> {
+    cluster: &'a Cluster,
+    observed: Option<&'a ObservedCluster>,
+    running: Option<&'a String>,
+    applied: Vec<&'a AppliedResource>,
+}
+
+impl InputsRef<'_> {
+    fn matches(&self, m: &SectionInputs) -> bool {
+        *self.cluster == m.cluster
+            && self.observed == m.observed.as_ref()
+            && self.running == m.running.as_ref()
+            && self.applied.len() == m.applied.len()
+            && self.applied.iter().zip(&m.applied).all(|(a, b)| *a == b)
+    }
+    fn to_owned(&self) -> SectionInputs {
+        SectionInputs {
+            cluster: self.cluster.clone(),
+            observed: self.observed.cloned(),
+            running: self.running.cloned(),
+            applied: self.applied.iter().map(|a| (*a).clone()).collect(),
+        }
+    }
+}
+
+/// Everything one desired cluster contributes to a plan: its entry, its diagnostics, its
+/// approval bar, its catalog and what approval applies for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSection {
+    catalog: String,
+    /// `None` when the cluster cannot be planned (`diags` says why).
+    plan: Option<ClusterPlan>,
+    diags: Vec<Diagnostic>,
+    /// The approvals this cluster's changes need (1 when none).
+    bar: u32,
+    put: Vec<AppliedResource>,
+    delete: Vec<ResourceKey>,
+    /// The canonical JSON of `plan` and of each of `put`, as the plan id hashes them
+    /// ([`Plan::canonical_id`]), computed once per section.
+    plan_json: Vec<u8>,
+    put_json: Vec<Vec<u8>>,
+    /// The section before the preflight checks, when they apply (an observed cluster
+    /// without a running job): `plan` is this plus [`Self::preflight`].
+    base: Option<ClusterPlan>,
+    /// The findings and acknowledgement notes `plan` carries.
+    preflight: (Vec<crate::plan::preflight::Finding>, Vec<String>),
+}
+
+impl ClusterSection {
+    /// Make `plan` the base section with these findings and notes, and its JSON.
+    #[allow(
+        clippy::expect_used,
+        reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+    )]
+    fn finish(&mut self, found: (Vec<crate::plan::preflight::Finding>, Vec<String>)) {
+        let Some(base) = &self.base else { return };
+        let mut plan = base.clone();
+        plan.preflight = found.0.clone();
+        plan.notes.extend(found.1.iter().cloned());
+        self.plan_json = serde_json::to_vec(&plan).expect("plans serialize");
+        self.plan = Some(plan);
+        self.preflight = found;
+    }
+}
+
+/// Per-cluster plan sections of earlier plans, reused while their [`SectionInputs`] are equal.
+/// A plan computed with a memo is the plan computed without one (`compute_with`), byte for
+/// byte: a section is a pure function of its inputs, and the whole-plan parts (the basis,
+/// removed clusters, the bar, the id) are computed afresh every time.
+#[derive(Debug, Default)]
+pub struct PlanMemo {
+    sections: BTreeMap<String, (SectionInputs, ClusterSection)>,
+    last: MemoStats,
+}
+
+/// What the last planning call with a [`PlanMemo`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoStats {
+    /// Clusters planned afresh.
+    pub planned: usize,
+    /// Clusters whose previous section was reused.
+    pub reused: usize,
+}
+
+impl PlanMemo {
+    pub fn last_stats(&self) -> MemoStats {
+        self.last
+    }
+}
+
+/// [`compute_with`], reusing the sections of `memo` whose inputs are unchanged and leaving
+/// in it the sections of this plan.
+pub fn compute_memo(
+    desired: &Desired,
+    observed: &Inventory,
+    last_applied: &LastApplied,
+    parent: Option<PlanId>,
+    running: &BTreeMap<String, String>,
+    preflight: &crate::plan::preflight::Context,
+    memo: &mut PlanMemo,
+) -> Result<Plan, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
     let mut applies = Applies::default();
     let mut bar: u32 = 1;
     let mut catalogs = BTreeSet::new();
 
-    for (name, cluster) in &desired.clusters {
-        let catalog = Catalog::for_policy(&cluster.upgrade_policy);
-        catalogs.insert(catalog.version());
-        if let Some(job) = running.get(name) {
-            clusters.insert(name.clone(), rolling_out(name, job));
-            continue;
-        }
-        let obs = observed
-            .clusters
-            .get(name)
-            .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
-        let Some(obs) = obs else {
-            clusters.insert(
-                name.clone(),
-                ClusterPlan {
-                    preflight: Vec::new(), health: None,
-                    cluster: name.clone(),
-                    steps: Vec::new(),
-                    settings: Vec::new(),
-                    unchanged: Vec::new(),
-                    status: ClusterStatus::NotObserved,
-                    notes: vec![
-                        "not observed yet: run `medea seed` to observe it; nothing is planned for it"
-                            .into(),
-                    ],
-                    diffs: Vec::new(),
-                },
-            );
-            continue;
-        };
-        let mut ctx = ClusterCtx {
-            cluster,
-            obs,
-            catalog: &catalog,
-            diags: Vec::new(),
-        };
-        let plan = ctx.plan(last_applied);
-        diags.append(&mut ctx.diags);
-        let Some(mut plan) = plan else { continue };
-        // Preflight findings (issue #22): a pass over the cluster's finished section, with
-        // its own explicit inputs.
-        let (findings, ack_notes) =
-            crate::plan::preflight::check(cluster, obs, &plan, &preflight.for_cluster(cluster));
-        plan.preflight = findings;
-        plan.notes.extend(ack_notes);
-        let in_force = policy(last_applied.approvals_in_force(name));
-        let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
-        if plan.has_changes() || change != BarChange::Keeps {
-            let scope = PlanScope {
-                touches_control_plane_or_kubernetes: plan
-                    .steps
-                    .iter()
-                    .any(Step::touches_control_plane),
-            };
-            let needs = required_quorum(&in_force, change, scope);
-            if change != BarChange::Keeps {
-                plan.notes.push(format!(
-                    "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
-                    in_force.required, in_force.control_plane
-                ));
-            }
-            bar = bar.max(needs);
-        }
-        // Approval makes this revision of every resource of the cluster the last applied one.
-        applies.put.push(AppliedResource::of_cluster(cluster));
-        applies
-            .put
-            .extend(cluster.pools.values().map(AppliedResource::of_pool));
-        for res in last_applied.resources.values() {
-            if let ResourceKey::Pool { cluster: c, pool } = &res.key
-                && c == name
-                && !cluster.pools.contains_key(pool)
-            {
-                applies.delete.push(res.key.clone());
-            }
-        }
-        clusters.insert(name.clone(), plan);
+    // Each cluster's last-applied resources, in key order.
+    let mut applied_of: BTreeMap<&str, Vec<&AppliedResource>> = BTreeMap::new();
+    for res in last_applied.resources.values() {
+        applied_of
+            .entry(res.key.cluster_name())
+            .or_default()
+            .push(res);
     }
+    let mut stats = MemoStats::default();
+    let mut sections = BTreeMap::new();
+    for (name, cluster) in &desired.clusters {
+        let inputs = InputsRef {
+            cluster,
+            observed: observed.clusters.get(name),
+            running: running.get(name),
+            applied: applied_of.remove(name.as_str()).unwrap_or_default(),
+        };
+        let entry = match memo.sections.remove(name) {
+            Some((old, sec)) if inputs.matches(&old) => {
+                stats.reused += 1;
+                (old, sec)
+            }
+            _ => {
+                stats.planned += 1;
+                (
+                    inputs.to_owned(),
+                    section(name, cluster, &inputs, last_applied),
+                )
+            }
+        };
+        let mut entry = entry;
+        // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
+        // upstream clusters' job history): checked on every pass over the memoized base
+        // section, whose final JSON is rebuilt only when the findings change.
+        if let (Some(base), Some(obs)) = (&entry.1.base, inputs.observed) {
+            let found =
+                crate::plan::preflight::check(cluster, obs, base, &preflight.for_cluster(cluster));
+            if found != entry.1.preflight {
+                entry.1.finish(found);
+            }
+        }
+        let sec = &entry.1;
+        catalogs.insert(sec.catalog.clone());
+        diags.extend(sec.diags.iter().cloned());
+        bar = bar.max(sec.bar);
+        applies.put.extend(sec.put.iter().cloned());
+        applies.delete.extend(sec.delete.iter().cloned());
+        if let Some(plan) = &sec.plan {
+            clusters.insert(name.clone(), plan.clone());
+        }
+        sections.insert(name.clone(), entry);
+    }
+    memo.sections = sections;
+    memo.last = stats;
 
     // Clusters applied before and gone from the desired state.
     for gone in last_applied.cluster_names() {
@@ -317,6 +425,20 @@ pub fn compute_in(
         diags.dedup();
         return Err(diags);
     }
+    // The canonical JSON of each put resource, in the order of `applies.put` (both sorted by
+    // the same stable sort).
+    let mut put_json: Vec<(String, &[u8])> = memo
+        .sections
+        .values()
+        .filter(|(_, sec)| sec.plan.is_some())
+        .flat_map(|(_, sec)| {
+            sec.put
+                .iter()
+                .zip(&sec.put_json)
+                .map(|(r, j)| (r.key.store_key(), j.as_slice()))
+        })
+        .collect();
+    put_json.sort_by(|a, b| a.0.cmp(&b.0));
     applies.put.sort_by_key(|r| r.key.store_key());
     applies.delete.sort_by_key(|k| k.store_key());
     applies.delete.dedup();
@@ -332,8 +454,206 @@ pub fn compute_in(
     if plan.catalog.is_empty() {
         plan.catalog = crate::plan::catalog::CATALOG_VERSION.to_string();
     }
-    plan.id = plan.canonical_id();
+    let cluster_json = |c: &ClusterPlan| -> Option<&[u8]> {
+        memo.sections
+            .get(&c.cluster)
+            .map(|(_, sec)| sec.plan_json.as_slice())
+            .filter(|_| desired.clusters.contains_key(&c.cluster))
+    };
+    plan.id = canonical_id_from_parts(&plan, cluster_json, &put_json);
     Ok(plan)
+}
+
+/// One desired cluster's section of the plan: a pure function of its [`SectionInputs`] (it
+/// reads the last-applied state only through `inputs.applied`).
+#[allow(
+    clippy::expect_used,
+    reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+)]
+fn section(
+    name: &String,
+    cluster: &Cluster,
+    inputs: &InputsRef<'_>,
+    all_applied: &LastApplied,
+) -> ClusterSection {
+    let mut s = section_parts(name, cluster, inputs, all_applied);
+    if let Some(p) = &s.plan {
+        s.plan_json = serde_json::to_vec(p).expect("plans serialize");
+    }
+    s.put_json = s
+        .put
+        .iter()
+        .map(|r| serde_json::to_vec(r).expect("applied resources serialize"))
+        .collect();
+    s
+}
+
+fn section_parts(
+    name: &String,
+    cluster: &Cluster,
+    inputs: &InputsRef<'_>,
+    all_applied: &LastApplied,
+) -> ClusterSection {
+    let catalog = Catalog::for_policy(&cluster.upgrade_policy);
+    let mut out = ClusterSection {
+        catalog: catalog.version(),
+        plan: None,
+        diags: Vec::new(),
+        bar: 1,
+        put: Vec::new(),
+        delete: Vec::new(),
+        plan_json: Vec::new(),
+        put_json: Vec::new(),
+        base: None,
+        preflight: (Vec::new(), Vec::new()),
+    };
+    if let Some(job) = inputs.running {
+        out.plan = Some(rolling_out(name, job));
+        return out;
+    }
+    let obs = inputs
+        .observed
+        .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
+    let Some(obs) = obs else {
+        out.plan = Some(ClusterPlan {
+            preflight: Vec::new(),
+            health: None,
+            cluster: name.clone(),
+            steps: Vec::new(),
+            settings: Vec::new(),
+            unchanged: Vec::new(),
+            status: ClusterStatus::NotObserved,
+            notes: vec![
+                "not observed yet: run `medea seed` to observe it; nothing is planned for it"
+                    .into(),
+            ],
+            diffs: Vec::new(),
+        });
+        return out;
+    };
+    // Only this cluster's resources: the section depends on nothing else of the applied state.
+    let own;
+    let last_applied = if inputs.applied.len() == all_applied.resources.len() {
+        all_applied
+    } else {
+        own = LastApplied {
+            resources: inputs
+                .applied
+                .iter()
+                .map(|r| (r.key.store_key(), (*r).clone()))
+                .collect(),
+        };
+        &own
+    };
+    let mut ctx = ClusterCtx {
+        cluster,
+        obs,
+        catalog: &catalog,
+        diags: Vec::new(),
+    };
+    let plan = ctx.plan(last_applied);
+    out.diags = ctx.diags;
+    let Some(mut plan) = plan else { return out };
+    let in_force = policy(last_applied.approvals_in_force(name));
+    let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
+    if plan.has_changes() || change != BarChange::Keeps {
+        let scope = PlanScope {
+            touches_control_plane_or_kubernetes: plan.steps.iter().any(Step::touches_control_plane),
+        };
+        let needs = required_quorum(&in_force, change, scope);
+        if change != BarChange::Keeps {
+            plan.notes.push(format!(
+                "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
+                in_force.required, in_force.control_plane
+            ));
+        }
+        out.bar = out.bar.max(needs);
+    }
+    // Approval makes this revision of every resource of the cluster the last applied one.
+    out.put.push(AppliedResource::of_cluster(cluster));
+    out.put
+        .extend(cluster.pools.values().map(AppliedResource::of_pool));
+    for res in &inputs.applied {
+        if let ResourceKey::Pool { cluster: c, pool } = &res.key
+            && c == name
+            && !cluster.pools.contains_key(pool)
+        {
+            out.delete.push(res.key.clone());
+        }
+    }
+    out.base = Some(plan.clone());
+    out.plan = Some(plan);
+    out
+}
+
+/// [`Plan::canonical_id`] from the sections' JSON computed once: the same bytes hashed (the
+/// compact JSON of a struct is its fields' JSON joined in declaration order), without
+/// serializing every cluster again. `cluster_json` gives a cluster's cached JSON (`None`:
+/// serialize it here); `put_json` is the JSON of `plan.applies.put`, in its order.
+#[allow(
+    clippy::expect_used,
+    reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+)]
+fn canonical_id_from_parts<'a>(
+    plan: &Plan,
+    cluster_json: impl Fn(&ClusterPlan) -> Option<&'a [u8]>,
+    put_json: &[(String, &[u8])],
+) -> PlanId {
+    use sha2::{Digest, Sha256};
+    let json = |v: &dyn erased::Json| v.to_json();
+    let mut h = Sha256::new();
+    h.update(br#"{"domain":"medea-plan/v1","catalog":"#);
+    h.update(json(&plan.catalog));
+    h.update(br#","basis":"#);
+    h.update(json(&plan.basis.identity()));
+    h.update(br#","clusters":["#);
+    for (i, c) in plan.clusters.iter().enumerate() {
+        if i > 0 {
+            h.update(b",");
+        }
+        match cluster_json(c) {
+            Some(bytes) if !bytes.is_empty() => h.update(bytes),
+            _ => h.update(json(c)),
+        }
+    }
+    h.update(br#"],"approvalsRequired":"#);
+    h.update(json(&plan.approvals_required));
+    h.update(br#","applies":{"put":["#);
+    if put_json.len() == plan.applies.put.len() {
+        for (i, (_, j)) in put_json.iter().enumerate() {
+            if i > 0 {
+                h.update(b",");
+            }
+            h.update(j);
+        }
+    } else {
+        for (i, r) in plan.applies.put.iter().enumerate() {
+            if i > 0 {
+                h.update(b",");
+            }
+            h.update(json(r));
+        }
+    }
+    h.update(br#"],"delete":"#);
+    h.update(json(&plan.applies.delete));
+    h.update(b"}}");
+    PlanId::from_digest(h.finalize().into())
+}
+
+mod erased {
+    /// Any serializable value's compact JSON.
+    pub trait Json {
+        fn to_json(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        #[allow(
+            clippy::expect_used,
+            reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+        )]
+        fn to_json(&self) -> Vec<u8> {
+            serde_json::to_vec(self).expect("plan parts serialize")
+        }
+    }
 }
 
 /// A cluster's approvals setting as the quorum rule sees it.
@@ -497,13 +817,9 @@ impl<'a> ClusterCtx<'a> {
             .cloned()
             .collect();
         let notes = self.notes(&members, &steps);
-        // Gates run around a job: a cluster with nothing to roll carries none.
-        let health = (!steps.is_empty())
-            .then(|| HealthPolicy::of(&self.cluster.health))
-            .flatten();
         Some(ClusterPlan {
             preflight: Vec::new(),
-            health,
+            health: None,
             cluster: self.name().to_string(),
             steps,
             settings,

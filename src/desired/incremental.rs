@@ -1,0 +1,604 @@
+//! Incremental loading: re-parse only the files whose bytes changed. Pure (the reading stays
+//! in [`super::source`]).
+//!
+//! A revision is loaded in two stages:
+//!
+//! 1. **Per file** ([`parse_file`]): bytes → text (size and UTF-8 checks), documents, and each
+//!    document read strictly (or identified leniently when that fails). The result depends on
+//!    the file's path and bytes only, so it is kept in a [`Loader`] keyed by path and reused
+//!    while the file's bytes are unchanged. This stage is the cost of a load (YAML parsing).
+//! 2. **Whole revision** (`assemble`): the refused entries' diagnostics, then every file's
+//!    parsed documents in path order handed to [`super::validate::validate`], which runs every
+//!    cross-file rule (cluster references, duplicates, machines in two pools, `after:` order)
+//!    again over the cached documents. Those rules cost a few percent of a parse (measured in
+//!    design/performance.md), so they are not split further: re-running them all is what
+//!    makes an incremental load equal to a cold one by construction.
+//!
+//! A cold load ([`super::parse_snapshot`]) is the same code with an empty cache, so the two
+//! can differ only if a cached file result were reused for different bytes; the property test
+//! `incremental_load_equals_cold_load` (tests) checks that over random edit sequences.
+
+use std::collections::BTreeMap;
+
+use super::diagnostic::{self, Diagnostic};
+use super::format::{ClusterDoc, NodePoolDoc};
+use super::model::Origin;
+use super::parse::{self, Broken, DocText, RawDoc};
+use super::source::{self, Snapshot, SourceError};
+use super::{Loaded, validate};
+
+/// What one document of a file became in stage 1.
+#[derive(Debug, Clone)]
+enum DocOutcome {
+    Cluster(ClusterDoc),
+    NodePool(NodePoolDoc),
+    /// Not readable; its diagnostic is in the file's `doc_diags`; identified leniently when
+    /// possible (so references to it are not reported again).
+    Broken(Option<Broken>),
+}
+
+/// One document: where it sits in its file and what it became.
+#[derive(Debug, Clone)]
+struct ParsedDoc {
+    /// Byte offset and length of the document's text, 0-based line of its start.
+    offset: usize,
+    len: usize,
+    line: usize,
+    outcome: DocOutcome,
+}
+
+/// Stage 1's result for one file: a pure function of its path and bytes.
+#[derive(Debug, Clone)]
+pub struct ParsedFile {
+    /// The file's bytes as read (the cache key together with the path).
+    bytes: Vec<u8>,
+    /// Whether the bytes are the text of the file (within the size limit and UTF-8).
+    readable: bool,
+    /// Problems with the file itself (too large, not UTF-8).
+    file_diags: Vec<Diagnostic>,
+    /// Problems with its documents (too many, unreadable).
+    doc_diags: Vec<Diagnostic>,
+    docs: Vec<ParsedDoc>,
+}
+
+fn whole_file(path: &str, line: usize) -> Origin {
+    Origin {
+        file: path.to_string(),
+        line,
+        column: 1,
+        offset: 0,
+        len: 0,
+    }
+}
+
+/// Stage 1: read one file's documents.
+pub fn parse_file(path: &str, bytes: &[u8]) -> ParsedFile {
+    let mut out = ParsedFile {
+        bytes: bytes.to_vec(),
+        readable: false,
+        file_diags: Vec::new(),
+        doc_diags: Vec::new(),
+        docs: Vec::new(),
+    };
+    if bytes.len() > parse::MAX_FILE_BYTES {
+        out.file_diags.push(Diagnostic::error(
+            diagnostic::codes::FILE,
+            whole_file(path, 1),
+            format!(
+                "file is larger than {} MiB (limit MAX_FILE_BYTES)",
+                parse::MAX_FILE_BYTES / (1024 * 1024)
+            ),
+        ));
+        return out;
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let at = e.valid_up_to();
+            let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+            out.file_diags.push(
+                Diagnostic::error(
+                    diagnostic::codes::FILE,
+                    whole_file(path, line),
+                    "file is not valid UTF-8",
+                )
+                .with_help("desired-state files are UTF-8 YAML"),
+            );
+            return out;
+        }
+    };
+    let split = parse::split_documents(path, text);
+    if split.len() > parse::MAX_DOCUMENTS_PER_FILE {
+        out.doc_diags.push(
+            Diagnostic::error(
+                diagnostic::codes::LIMIT,
+                whole_file(path, 1),
+                format!(
+                    "file has {} YAML documents, more than {} (limit MAX_DOCUMENTS_PER_FILE); none of them was read",
+                    split.len(),
+                    parse::MAX_DOCUMENTS_PER_FILE
+                ),
+            )
+            .with_help("split the file"),
+        );
+    } else {
+        for doc in split {
+            let (offset, len, line) = (doc.offset, doc.text.len(), doc.line);
+            let outcome = match parse::read_document(doc.clone()) {
+                Ok(RawDoc::Cluster(c, _)) => DocOutcome::Cluster(c),
+                Ok(RawDoc::NodePool(p, _)) => DocOutcome::NodePool(p),
+                Err(d) => {
+                    out.doc_diags.push(d);
+                    // Only a broken document needs the lenient second read.
+                    DocOutcome::Broken(parse::identify(&doc))
+                }
+            };
+            out.docs.push(ParsedDoc {
+                offset,
+                len,
+                line,
+                outcome,
+            });
+        }
+    }
+    out.readable = true;
+    out
+}
+
+impl ParsedFile {
+    /// The file's text, when it is readable.
+    fn text(&self) -> Option<&str> {
+        if !self.readable {
+            return None;
+        }
+        std::str::from_utf8(&self.bytes).ok()
+    }
+}
+
+/// What the last [`Loader::load_snapshot`] did, for logs and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Files parsed (new or changed bytes).
+    pub parsed: usize,
+    /// Files whose previous parse was reused.
+    pub reused: usize,
+    /// Cached files dropped (gone from the revision).
+    pub dropped: usize,
+}
+
+/// Loads revision after revision, keeping each file's parse while its bytes are unchanged.
+#[derive(Debug, Default)]
+pub struct Loader {
+    files: BTreeMap<String, ParsedFile>,
+    last: LoadStats,
+}
+
+impl Loader {
+    pub fn new() -> Loader {
+        Loader::default()
+    }
+
+    /// Read and validate a revision, re-parsing only files whose bytes changed.
+    pub fn load(&mut self, source: &source::Source) -> Result<Loaded, SourceError> {
+        Ok(self.load_snapshot(source::read(source)?))
+    }
+
+    /// What the last load parsed and reused.
+    pub fn last_stats(&self) -> LoadStats {
+        self.last
+    }
+
+    /// Validate the files of a revision, reusing the parse of every file whose path and bytes
+    /// are those of the previous revision. Equal to [`super::parse_snapshot`] of the same
+    /// snapshot.
+    pub fn load_snapshot(&mut self, snapshot: Snapshot) -> Loaded {
+        let mut stats = LoadStats::default();
+        let mut next: BTreeMap<String, ParsedFile> = BTreeMap::new();
+        for f in &snapshot.files {
+            let parsed = match self.files.remove(&f.path) {
+                Some(old) if old.bytes == f.bytes => {
+                    stats.reused += 1;
+                    old
+                }
+                _ => {
+                    stats.parsed += 1;
+                    parse_file(&f.path, &f.bytes)
+                }
+            };
+            next.insert(f.path.clone(), parsed);
+        }
+        stats.dropped = self.files.len();
+        self.files = next;
+        self.last = stats;
+        assemble(&snapshot, &self.files)
+    }
+}
+
+/// Stage 2: the whole revision from its files' parses (in path order, as a cold load reads
+/// them), every cross-file rule run again.
+fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, ParsedFile>) -> Loaded {
+    let revision = source::revision_of(snapshot);
+    let mut diagnostics = Vec::new();
+    for r in &snapshot.refused {
+        // Never any byte of the entry: the origin names the path only (no snippet).
+        let code = match r.reason {
+            source::RefusedReason::Symlink => diagnostic::codes::SYMLINK,
+            source::RefusedReason::NotARegularFile => diagnostic::codes::FILE,
+            _ => diagnostic::codes::LIMIT,
+        };
+        let what = if r.path.is_empty() {
+            "the desired state".to_string()
+        } else {
+            format!("`{}`", r.path)
+        };
+        diagnostics.push(
+            Diagnostic::error(
+                code,
+                whole_file(&r.path, 1),
+                format!("{what} {}", r.message()),
+            )
+            .with_help(r.help()),
+        );
+    }
+    let mut sources = BTreeMap::new();
+    for (path, f) in files {
+        diagnostics.extend(f.file_diags.iter().cloned());
+        if let Some(text) = f.text() {
+            sources.insert(path.clone(), text.to_string());
+        }
+    }
+    let mut docs = Vec::new();
+    let mut broken = Vec::new();
+    for (path, f) in files {
+        let Some(text) = f.text() else { continue };
+        diagnostics.extend(f.doc_diags.iter().cloned());
+        for d in &f.docs {
+            let doc = DocText {
+                file: path,
+                text: &text[d.offset..d.offset + d.len],
+                offset: d.offset,
+                line: d.line,
+            };
+            match &d.outcome {
+                DocOutcome::Cluster(c) => docs.push(RawDoc::Cluster(c.clone(), doc)),
+                DocOutcome::NodePool(p) => docs.push(RawDoc::NodePool(p.clone(), doc)),
+                DocOutcome::Broken(b) => broken.extend(b.clone()),
+            }
+        }
+    }
+    let (desired, semantic) = validate::validate(docs, &broken, revision);
+    diagnostics.extend(semantic);
+    diagnostics.sort_by(|a, b| {
+        a.origin
+            .cmp(&b.origin)
+            .then_with(|| a.message.cmp(&b.message))
+    });
+    Loaded {
+        desired,
+        diagnostics,
+        sources,
+        markers: snapshot.markers.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::desired::parse_snapshot;
+    use crate::desired::source::{Refused, RefusedReason, SourceFile};
+
+    /// One document of the generated repository.
+    #[derive(Debug, Clone)]
+    enum Doc {
+        Cluster {
+            name: String,
+            kube: String,
+            max_unavailable: u8,
+        },
+        Pool {
+            name: String,
+            cluster: String,
+            controlplane: bool,
+            talos: String,
+            machines: Vec<u8>,
+            after: Option<String>,
+        },
+    }
+
+    /// A repository: documents placed in files, some files broken, some refused entries.
+    #[derive(Debug, Clone)]
+    struct Repo {
+        /// (file number, document)
+        docs: Vec<(u8, Doc)>,
+        /// Files with garbage appended (a YAML syntax error, an unknown kind) or invalid UTF-8.
+        broken: BTreeMap<u8, u8>,
+        refused: bool,
+    }
+
+    const NAMES: [&str; 5] = ["alpha", "beta", "gamma", "Bad_Name", "delta"];
+    const KUBE: [&str; 4] = ["v1.34.1", "v1.33.0", "v1.35.0", "1.34"];
+    const TALOS: [&str; 4] = ["v1.12.4", "v1.11.5", "v1.13.0", "v1.x"];
+
+    fn render_doc(d: &Doc) -> String {
+        match d {
+            Doc::Cluster {
+                name,
+                kube,
+                max_unavailable,
+            } => format!(
+                "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: {kube}\n  rollout:\n    maxUnavailable: {max_unavailable}\n"
+            ),
+            Doc::Pool {
+                name,
+                cluster,
+                controlplane,
+                talos,
+                machines,
+                after,
+            } => {
+                let ms: Vec<String> = machines.iter().map(|m| format!("m-{m}")).collect();
+                let after = after
+                    .as_ref()
+                    .map(|a| format!("  after: [{a}]\n"))
+                    .unwrap_or_default();
+                format!(
+                    "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: {cluster}\n  role: {}\n  machines: [{}]\n  talos:\n    version: {talos}\n{after}",
+                    if *controlplane {
+                        "controlplane"
+                    } else {
+                        "worker"
+                    },
+                    ms.join(", ")
+                )
+            }
+        }
+    }
+
+    impl Repo {
+        fn snapshot(&self) -> Snapshot {
+            let mut files: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+            for (f, d) in &self.docs {
+                files.entry(*f).or_default().push(render_doc(d));
+            }
+            let files = files
+                .into_iter()
+                .map(|(f, docs)| {
+                    let mut bytes = docs.join("---\n").into_bytes();
+                    match self.broken.get(&f) {
+                        Some(0) => bytes.extend_from_slice(b"spec: [unclosed\n  : :\n"),
+                        Some(1) => bytes.extend_from_slice(b"\n---\nkind: Nothing\n"),
+                        Some(_) => bytes.extend_from_slice(&[0xff, 0xfe, b'\n']),
+                        None => {}
+                    }
+                    SourceFile {
+                        path: format!("dir{}/f{f}.yaml", f % 2),
+                        bytes,
+                    }
+                })
+                .collect();
+            Snapshot {
+                files,
+                markers: Vec::new(),
+                commit: None,
+                refused: if self.refused {
+                    vec![Refused {
+                        path: "link.yaml".into(),
+                        reason: RefusedReason::Symlink,
+                    }]
+                } else {
+                    Vec::new()
+                },
+            }
+        }
+    }
+
+    /// One edit of the repository; indices are taken modulo the current sizes.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        /// Change a value of a document (versions, maxUnavailable, machines).
+        Value(usize, u8),
+        /// Break a file's YAML (or its encoding), or repair it.
+        Break(u8, Option<u8>),
+        /// Add a document in a (possibly new) file.
+        Add(u8, Doc),
+        /// Remove every document of a file (the file is gone).
+        RemoveFile(u8),
+        /// Rename a pool (or a cluster) and nothing else.
+        Rename(usize, u8),
+        /// Move a document to another file.
+        Move(usize, u8),
+        Refused(bool),
+    }
+
+    fn doc_strategy() -> impl Strategy<Value = Doc> {
+        prop_oneof![
+            (0..5usize, 0..4usize, 0..4u8).prop_map(|(n, k, m)| Doc::Cluster {
+                name: NAMES[n].to_string(),
+                kube: KUBE[k].to_string(),
+                max_unavailable: m,
+            }),
+            (
+                0..5usize,
+                0..5usize,
+                any::<bool>(),
+                0..4usize,
+                proptest::collection::vec(0..6u8, 0..3),
+                proptest::option::of(0..5usize)
+            )
+                .prop_map(|(n, c, cp, t, ms, after)| Doc::Pool {
+                    name: format!("p{n}"),
+                    cluster: NAMES[c].to_string(),
+                    controlplane: cp,
+                    talos: TALOS[t].to_string(),
+                    machines: ms,
+                    after: after.map(|a| format!("p{a}")),
+                }),
+        ]
+    }
+
+    fn edit_strategy() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            3 => (any::<usize>(), any::<u8>()).prop_map(|(i, v)| Edit::Value(i, v)),
+            1 => (0..6u8, proptest::option::of(0..3u8)).prop_map(|(f, b)| Edit::Break(f, b)),
+            2 => (0..6u8, doc_strategy()).prop_map(|(f, d)| Edit::Add(f, d)),
+            1 => (0..6u8).prop_map(Edit::RemoveFile),
+            2 => (any::<usize>(), 0..5u8).prop_map(|(i, n)| Edit::Rename(i, n)),
+            2 => (any::<usize>(), 0..6u8).prop_map(|(i, f)| Edit::Move(i, f)),
+            1 => any::<bool>().prop_map(Edit::Refused),
+        ]
+    }
+
+    fn apply(repo: &mut Repo, edit: &Edit) {
+        let n = repo.docs.len();
+        match edit {
+            Edit::Value(i, v) if n > 0 => match &mut repo.docs[i % n].1 {
+                Doc::Cluster {
+                    kube,
+                    max_unavailable,
+                    ..
+                } => {
+                    if v % 2 == 0 {
+                        *kube = KUBE[*v as usize % KUBE.len()].to_string();
+                    } else {
+                        *max_unavailable = v % 4;
+                    }
+                }
+                Doc::Pool {
+                    talos, machines, ..
+                } => {
+                    if v % 2 == 0 {
+                        *talos = TALOS[*v as usize % TALOS.len()].to_string();
+                    } else {
+                        *machines = vec![v % 6];
+                    }
+                }
+            },
+            Edit::Break(f, b) => match b {
+                Some(b) => {
+                    repo.broken.insert(*f, *b);
+                }
+                None => {
+                    repo.broken.remove(f);
+                }
+            },
+            Edit::Add(f, d) => repo.docs.push((*f, d.clone())),
+            Edit::RemoveFile(f) => repo.docs.retain(|(g, _)| g != f),
+            Edit::Rename(i, to) if n > 0 => match &mut repo.docs[i % n].1 {
+                Doc::Cluster { name, .. } => *name = NAMES[*to as usize].to_string(),
+                Doc::Pool { name, .. } => *name = format!("p{to}"),
+            },
+            Edit::Move(i, f) if n > 0 => {
+                let (_, d) = repo.docs.remove(i % n);
+                repo.docs.push((*f, d));
+            }
+            Edit::Refused(r) => repo.refused = *r,
+            _ => {}
+        }
+    }
+
+    fn assert_same(inc: &Loaded, cold: &Loaded) {
+        assert_eq!(inc.diagnostics, cold.diagnostics);
+        assert_eq!(inc.desired, cold.desired);
+        assert_eq!(inc.desired.revision, cold.desired.revision);
+        assert_eq!(inc.sources, cold.sources);
+        assert_eq!(inc.markers, cold.markers);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn incremental_load_equals_cold_load(
+            docs in proptest::collection::vec((0..6u8, doc_strategy()), 0..8),
+            edits in proptest::collection::vec(edit_strategy(), 1..12),
+        ) {
+            let mut repo = Repo { docs, broken: BTreeMap::new(), refused: false };
+            let mut loader = Loader::new();
+            assert_same(&loader.load_snapshot(repo.snapshot()), &parse_snapshot(repo.snapshot()));
+            for edit in &edits {
+                let before: BTreeSet<(String, Vec<u8>)> = repo
+                    .snapshot()
+                    .files
+                    .into_iter()
+                    .map(|f| (f.path, f.bytes))
+                    .collect();
+                apply(&mut repo, edit);
+                let snap = repo.snapshot();
+                let changed = snap
+                    .files
+                    .iter()
+                    .filter(|f| !before.contains(&(f.path.clone(), f.bytes.clone())))
+                    .count();
+                let inc = loader.load_snapshot(snap.clone());
+                assert_same(&inc, &parse_snapshot(snap.clone()));
+                let stats = loader.last_stats();
+                prop_assert_eq!(stats.parsed, changed, "only changed files are parsed");
+                prop_assert_eq!(stats.reused, snap.files.len() - changed);
+            }
+        }
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_parsed_again_and_a_changed_one_is() {
+        let cluster = "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\nspec:\n  kubernetes:\n    version: v1.34.1\n";
+        let pool = |v: &str| {
+            format!(
+                "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: cp\nspec:\n  cluster: c1\n  role: controlplane\n  machines: [a]\n  talos:\n    version: {v}\n"
+            )
+        };
+        let snap = |p: &str| Snapshot {
+            files: vec![
+                SourceFile {
+                    path: "c1.yaml".into(),
+                    bytes: cluster.as_bytes().to_vec(),
+                },
+                SourceFile {
+                    path: "pool.yaml".into(),
+                    bytes: p.as_bytes().to_vec(),
+                },
+            ],
+            markers: Vec::new(),
+            commit: None,
+            refused: Vec::new(),
+        };
+        let mut loader = Loader::new();
+        let first = loader.load_snapshot(snap(&pool("v1.12.4")));
+        assert!(!first.has_errors(), "{:#?}", first.diagnostics);
+        assert_eq!(
+            loader.last_stats(),
+            LoadStats {
+                parsed: 2,
+                reused: 0,
+                dropped: 0
+            }
+        );
+        let second = loader.load_snapshot(snap(&pool("v1.x")));
+        assert_eq!(
+            loader.last_stats(),
+            LoadStats {
+                parsed: 1,
+                reused: 1,
+                dropped: 0
+            }
+        );
+        assert!(
+            second.has_errors(),
+            "the changed file's new error is reported"
+        );
+        assert_ne!(first.desired.revision, second.desired.revision);
+        let third = loader.load_snapshot(snap(&pool("v1.12.4")));
+        assert_eq!(
+            loader.last_stats(),
+            LoadStats {
+                parsed: 1,
+                reused: 1,
+                dropped: 0
+            }
+        );
+        assert_eq!(third.diagnostics, first.diagnostics);
+        assert_eq!(third.desired, first.desired);
+    }
+}

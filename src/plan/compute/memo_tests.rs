@@ -1,0 +1,293 @@
+//! A plan computed with a [`PlanMemo`] is the plan computed without one: same result, same
+//! id, same rendered and stored bytes, over random sequences of changes to the desired state,
+//! the observations, the running jobs and the applied state.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::{MemoStats, PlanMemo, compute_memo, compute_with};
+use crate::bench::fleet::{FleetSpec, generate};
+use crate::desired::Loader;
+use crate::desired::source::{Snapshot, SourceFile};
+use crate::inventory::Inventory;
+use crate::plan::applied::LastApplied;
+use crate::plan::render;
+use crate::version::TalosVersion;
+
+struct World {
+    files: BTreeMap<String, String>,
+    inventory: Inventory,
+    applied: LastApplied,
+    running: BTreeMap<String, String>,
+    loader: Loader,
+}
+
+impl World {
+    fn new(clusters: usize) -> World {
+        let fleet = generate(FleetSpec {
+            clusters,
+            machines_per_cluster: 6,
+            seed: 7,
+        });
+        World {
+            files: fleet.files,
+            inventory: fleet.inventory,
+            applied: LastApplied::default(),
+            running: BTreeMap::new(),
+            loader: Loader::new(),
+        }
+    }
+    fn cluster(&self, i: usize) -> String {
+        format!("c{:04}", i)
+    }
+    fn desired(&mut self) -> crate::desired::Desired {
+        let snap = Snapshot {
+            files: self
+                .files
+                .iter()
+                .map(|(p, t)| SourceFile {
+                    path: p.clone(),
+                    bytes: t.as_bytes().to_vec(),
+                })
+                .collect(),
+            markers: Vec::new(),
+            commit: None,
+            refused: Vec::new(),
+        };
+        let loaded = self.loader.load_snapshot(snap);
+        assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+        loaded.desired
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Change {
+    /// Set the desired Talos version of a cluster's pools (some are downgrades: plan errors).
+    Talos(usize, usize),
+    /// Change a cluster's `maxUnavailable`.
+    MaxUnavailable(usize, u8),
+    /// Remove a cluster's files from the desired state, or put them back.
+    Desired(usize, bool),
+    /// A machine's observed state changes (a new generation).
+    Observe(usize, usize, u8),
+    /// A cluster's record disappears from the inventory.
+    Unobserve(usize),
+    /// A rollout job starts or ends.
+    Running(usize, bool),
+    /// The current plan is approved: its applies become the last-applied state.
+    Apply,
+}
+
+const TALOS: [&str; 4] = ["v1.13.9", "v1.13.2", "v1.12.4", "v1.10.0"];
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        (0..4usize, 0..4usize).prop_map(|(c, v)| Change::Talos(c, v)),
+        (0..4usize, 1..4u8).prop_map(|(c, m)| Change::MaxUnavailable(c, m)),
+        (0..4usize, any::<bool>()).prop_map(|(c, b)| Change::Desired(c, b)),
+        (0..4usize, 0..6usize, any::<u8>()).prop_map(|(c, m, v)| Change::Observe(c, m, v)),
+        (0..4usize).prop_map(Change::Unobserve),
+        (0..4usize, any::<bool>()).prop_map(|(c, b)| Change::Running(c, b)),
+        Just(Change::Apply),
+    ]
+}
+
+fn apply_change(w: &mut World, original: &World, c: &Change, last: Option<&crate::plan::Plan>) {
+    match c {
+        Change::Talos(i, v) => {
+            let key = format!("{}/pools.yaml", w.cluster(*i));
+            if let Some(text) = w.files.get_mut(&key) {
+                let mut out = String::new();
+                for line in text.split_inclusive('\n') {
+                    if line.starts_with("    version: ") {
+                        out.push_str(&format!("    version: {}\n", TALOS[*v]));
+                    } else {
+                        out.push_str(line);
+                    }
+                }
+                *text = out;
+            }
+        }
+        Change::MaxUnavailable(i, m) => {
+            let key = format!("{}/cluster.yaml", w.cluster(*i));
+            if let Some(text) = w.files.get_mut(&key) {
+                let mut out = String::new();
+                for line in text.split_inclusive('\n') {
+                    if line.starts_with("    maxUnavailable: ") {
+                        out.push_str(&format!("    maxUnavailable: {m}\n"));
+                    } else {
+                        out.push_str(line);
+                    }
+                }
+                *text = out;
+            }
+        }
+        Change::Desired(i, present) => {
+            let name = w.cluster(*i);
+            for f in ["cluster.yaml", "pools.yaml"] {
+                let key = format!("{name}/{f}");
+                if *present {
+                    if let Some(t) = original.files.get(&key) {
+                        w.files.insert(key, t.clone());
+                    }
+                } else {
+                    w.files.remove(&key);
+                }
+            }
+        }
+        Change::Observe(i, m, v) => {
+            let name = w.cluster(*i);
+            let base = original.inventory.clusters.get(&name).cloned();
+            let entry = w.inventory.clusters.entry(name).or_insert_with(|| {
+                base.clone()
+                    .unwrap_or_else(|| crate::inventory::ObservedCluster::new("gone"))
+            });
+            let mut machines = entry.machines.clone();
+            if let Some(machine) = machines.values_mut().nth(*m) {
+                match v % 3 {
+                    0 => machine.ready = !machine.ready,
+                    1 => {
+                        machine.talos_version =
+                            Some(TalosVersion::parse(TALOS[*v as usize % 3]).unwrap())
+                    }
+                    _ => machine.reachable = !machine.reachable,
+                }
+            }
+            *entry = entry.observe(entry.kubernetes_version.clone(), machines);
+        }
+        Change::Unobserve(i) => {
+            let name = w.cluster(*i);
+            w.inventory.clusters.remove(&name);
+        }
+        Change::Running(i, on) => {
+            let name = w.cluster(*i);
+            if *on {
+                w.running.insert(name.clone(), format!("job-{name}"));
+            } else {
+                w.running.remove(&name);
+            }
+        }
+        Change::Apply => {
+            if let Some(plan) = last {
+                for r in &plan.applies.put {
+                    w.applied.resources.insert(r.key.store_key(), r.clone());
+                }
+                for k in &plan.applies.delete {
+                    w.applied.resources.remove(&k.store_key());
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    #[test]
+    fn a_memoized_plan_equals_a_cold_plan(changes in proptest::collection::vec(change(), 1..14)) {
+        let original = World::new(4);
+        let mut w = World::new(4);
+        let mut memo = PlanMemo::default();
+        let mut last: Option<crate::plan::Plan> = None;
+        for c in std::iter::once(None).chain(changes.iter().map(Some)) {
+            if let Some(c) = c {
+                apply_change(&mut w, &original, c, last.as_ref());
+            }
+            let desired = w.desired();
+            let parent = last.as_ref().map(|p| p.id);
+            let cold = compute_with(&desired, &w.inventory, &w.applied, parent, &w.running);
+            let warm = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &crate::plan::preflight::Context::default(), &mut memo);
+            prop_assert_eq!(&warm, &cold);
+            let stats = memo.last_stats();
+            prop_assert_eq!(stats.planned + stats.reused, desired.clusters.len());
+            if let (Ok(warm), Ok(cold)) = (&warm, &cold) {
+                prop_assert_eq!(warm.id, cold.id);
+                prop_assert_eq!(warm.canonical_id(), cold.id);
+                let o = render::Options { color: false };
+                prop_assert_eq!(render::text(warm, o), render::text(cold, o));
+                prop_assert_eq!(serde_json::to_vec(warm).unwrap(), serde_json::to_vec(cold).unwrap());
+            }
+            if let Ok(p) = cold {
+                last = Some(p);
+            }
+        }
+    }
+}
+
+#[test]
+fn only_the_changed_cluster_is_planned_again() {
+    let original = World::new(5);
+    let mut w = World::new(5);
+    let mut memo = PlanMemo::default();
+    let run = |w: &mut World, memo: &mut PlanMemo| {
+        let desired = w.desired();
+        compute_memo(
+            &desired,
+            &w.inventory,
+            &w.applied,
+            None,
+            &w.running,
+            &crate::plan::preflight::Context::default(),
+            memo,
+        )
+        .unwrap()
+    };
+    let first = run(&mut w, &mut memo);
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 5,
+            reused: 0
+        }
+    );
+    let again = run(&mut w, &mut memo);
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 0,
+            reused: 5
+        }
+    );
+    assert_eq!(again, first);
+    // A desired change to one cluster.
+    let to = if w.files["c0002/cluster.yaml"].contains("maxUnavailable: 3") {
+        1
+    } else {
+        3
+    };
+    apply_change(&mut w, &original, &Change::MaxUnavailable(2, to), None);
+    let edited = run(&mut w, &mut memo);
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 1,
+            reused: 4
+        }
+    );
+    assert_ne!(edited.id, first.id);
+    // An observation of another.
+    apply_change(&mut w, &original, &Change::Observe(4, 1, 0), None);
+    let observed = run(&mut w, &mut memo);
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 1,
+            reused: 4
+        }
+    );
+    assert_ne!(observed.id, first.id);
+    // A job starting on a third.
+    apply_change(&mut w, &original, &Change::Running(0, true), None);
+    let busy = run(&mut w, &mut memo);
+    assert_eq!(
+        memo.last_stats(),
+        MemoStats {
+            planned: 1,
+            reused: 4
+        }
+    );
+    assert_eq!(
+        busy.clusters[0].status,
+        crate::plan::ClusterStatus::RollingOut
+    );
+}
