@@ -31,6 +31,7 @@ use crate::sim::node::{NodeFacts, NodeSource};
 
 mod controllers;
 mod disruption;
+mod incremental;
 mod kubelet;
 mod nodes;
 mod scheduler;
@@ -144,6 +145,11 @@ pub(crate) struct KubeSide {
     crash_looping: HashSet<(String, String)>,
     names: u64,
     seed: u64,
+    /// The dirty-set bookkeeping of the incremental pass (`incremental.rs`).
+    inc: incremental::State,
+    /// Re-derive everything on every pass (the reference the incremental pass is tested
+    /// against).
+    full_only: bool,
 }
 
 #[allow(
@@ -255,6 +261,8 @@ impl KubeSide {
             crash_looping: HashSet::new(),
             names: 0,
             seed,
+            inc: incremental::State::default(),
+            full_only: false,
         }
     }
 
@@ -375,26 +383,6 @@ impl KubeSide {
         };
     }
 
-    fn pass(&mut self, now: Instant, wall: jiff::Timestamp) {
-        self.take_unavailable_expiry(now);
-        self.remove_due(now);
-        self.sync_nodes(wall);
-        let nodes = self.node_views();
-        self.sync_mirror_pods(&nodes, now, wall);
-        self.daemonsets(&nodes, now, wall);
-        self.deployments(wall);
-        self.replicasets(now, wall);
-        self.schedule(&nodes, now, wall);
-        self.kubelet(&nodes, now, wall);
-        self.statuses(wall);
-        let live: BTreeSet<String> = self
-            .store
-            .list(&PODS, None)
-            .map(|p| uid_of(p).to_string())
-            .collect();
-        self.timers.retain(|uid, _| live.contains(uid));
-    }
-
     fn take_unavailable_expiry(&mut self, now: Instant) {
         self.faults.retain(|f| match f {
             Active::ApiUnavailableUntil(t) => *t > now,
@@ -459,5 +447,7 @@ impl KubeSide {
     }
 }
 
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(test)]
 mod tests;
