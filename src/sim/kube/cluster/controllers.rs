@@ -263,10 +263,18 @@ impl KubeSide {
         }
     }
 
-    /// The ReplicaSet controller; `indexed`: find each ReplicaSet's pods through the
-    /// incremental pass's index instead of scanning every pod.
-    pub(super) fn replicasets(&mut self, indexed: bool, now: Instant, wall: jiff::Timestamp) {
+    /// The ReplicaSet controller; `only`: just these ReplicaSets (by uid), their pods found
+    /// through the incremental pass's index instead of scanning every pod.
+    pub(super) fn replicasets(
+        &mut self,
+        only: Option<&HashSet<String>>,
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) {
         for rs_value in self.store.list_owned(&REPLICASETS, None) {
+            if only.is_some_and(|o| !o.contains(uid_of(&rs_value))) {
+                continue;
+            }
             let Some(rs) = from_value::<ReplicaSet>(&rs_value) else {
                 continue;
             };
@@ -275,7 +283,7 @@ impl KubeSide {
                 continue;
             };
             let want = spec.replicas.unwrap_or(1).max(0) as usize;
-            let owned = if indexed {
+            let owned = if only.is_some() {
                 self.inc.owned_pods(&self.store, uid_of(&rs_value))
             } else {
                 self.pods_owned_by(uid_of(&rs_value))

@@ -206,6 +206,8 @@ struct Marks {
     nodes: u64,
     mirror: u64,
     daemonsets: u64,
+    deployments: u64,
+    replicasets: u64,
     kubelet: u64,
     statuses: u64,
     timers: u64,
@@ -217,6 +219,8 @@ impl Marks {
             self.nodes,
             self.mirror,
             self.daemonsets,
+            self.deployments,
+            self.replicasets,
             self.kubelet,
             self.statuses,
             self.timers,
@@ -369,8 +373,10 @@ impl KubeSide {
         self.sync_mirror_pods(&nodes, now, wall);
         self.inc.marks.daemonsets = self.store.resource_version();
         self.daemonsets(&nodes, now, wall);
+        self.inc.marks.deployments = self.store.resource_version();
         self.deployments(wall);
-        self.replicasets(false, now, wall);
+        self.inc.marks.replicasets = self.store.resource_version();
+        self.replicasets(None, now, wall);
         self.schedule(&nodes, now, wall);
         self.inc.marks.kubelet = self.store.resource_version();
         self.kubelet(&nodes, now, wall);
@@ -412,9 +418,44 @@ impl KubeSide {
             self.store.resource_version(),
         );
         self.daemonsets_dirty(since, now, wall);
-        self.deployments(wall);
+        // the Deployment controller reads only Deployments and ReplicaSets
+        let since = std::mem::replace(
+            &mut self.inc.marks.deployments,
+            self.store.resource_version(),
+        );
+        if self.store.changes_since(since).is_none_or(|events| {
+            events
+                .iter()
+                .any(|e| e.res == DEPLOYMENTS.key() || e.res == REPLICASETS.key())
+        }) {
+            self.deployments(wall);
+        }
+        // the ReplicaSet controller, over the ReplicaSets that or whose pods changed
+        let since = std::mem::replace(
+            &mut self.inc.marks.replicasets,
+            self.store.resource_version(),
+        );
         self.catch_up();
-        self.replicasets(true, now, wall);
+        let dirty: HashSet<String> = match self.store.changes_since(since) {
+            Some(events) => {
+                let touched = Touched::of(&events);
+                let mut dirty = touched.uids;
+                dirty.extend(touched.owner_nodes.into_keys());
+                dirty
+            }
+            None => self
+                .store
+                .list(&REPLICASETS, None)
+                .map(|r| uid_of(r).to_string())
+                .collect(),
+        };
+        if self
+            .store
+            .list(&REPLICASETS, None)
+            .any(|r| dirty.contains(uid_of(r)))
+        {
+            self.replicasets(Some(&dirty), now, wall);
+        }
         self.catch_up();
         self.schedule_indexed(now, wall);
         let since = std::mem::replace(&mut self.inc.marks.kubelet, self.store.resource_version());
@@ -991,8 +1032,22 @@ impl KubeSide {
         for (rt, obj, status) in writes {
             self.put_status(rt, &obj, status, wall);
         }
-        self.deployment_statuses(wall);
-        // the PDBs, with this phase's own status writes counted as changes
+        // with this phase's own status writes counted as changes
+        let Some(events) = self.store.changes_since(since) else {
+            self.deployment_statuses(wall);
+            for pdb_value in self.store.list_owned(&PDBS, None) {
+                self.pdb_status(&pdb_value, wall);
+            }
+            self.inc.pdb_deps.clear();
+            return;
+        };
+        if events
+            .iter()
+            .any(|e| e.res == DEPLOYMENTS.key() || e.res == REPLICASETS.key())
+        {
+            // a Deployment's status reads only it and its ReplicaSets
+            self.deployment_statuses(wall);
+        }
         let events = self.store.changes_since(since).unwrap_or_default();
         let touched = Touched::of(&events);
         let pods: Vec<&Value> = events
