@@ -4,6 +4,7 @@
 //! `approval`, `rollout::sequencer`) are pure; adapters (`store`, `talos`, `k8s`) sit at the edge.
 
 pub mod api;
+pub mod api_lifecycle;
 pub mod approval;
 pub mod bench;
 pub mod build_info;

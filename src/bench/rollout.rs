@@ -235,6 +235,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
         MachineRole::Worker
     };
     Step::Talos(TalosRollout {
+        health: None,
         pool: pool.into(),
         role,
         hop: 1,
@@ -299,6 +300,8 @@ fn install(
             running: Default::default(),
         },
         clusters: vec![ClusterPlan {
+            preflight: Vec::new(),
+            health: None,
             cluster: CLUSTER.into(),
             steps,
             settings: vec![],

@@ -176,6 +176,7 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
             }
         }
         let cluster = ObservedCluster {
+            preflight: Default::default(),
             name: c.name.clone(),
             kubernetes_version: c.kubernetes_version,
             rollouts_enabled: c.rollouts_enabled,

@@ -9,6 +9,7 @@
 //! computed from, so any observed change makes them stale.
 
 pub mod file;
+pub mod preflight;
 
 use std::collections::BTreeMap;
 
@@ -72,6 +73,12 @@ pub struct ObservedCluster {
     pub generation: u64,
     /// Machines by node name.
     pub machines: BTreeMap<String, Machine>,
+    /// What the preflight checks read (deprecated APIs, PDBs, etcd, pressure, credentials).
+    #[serde(
+        default,
+        skip_serializing_if = "preflight::PreflightObservations::is_empty"
+    )]
+    pub preflight: preflight::PreflightObservations,
 }
 
 impl ObservedCluster {
@@ -82,17 +89,31 @@ impl ObservedCluster {
             rollouts_enabled: false,
             generation: 0,
             machines: BTreeMap::new(),
+            preflight: preflight::PreflightObservations::default(),
         }
     }
 
-    /// The cluster after a fresh observation: same generation when nothing changed, the next
-    /// one otherwise. `rollouts_enabled` is not observed and is kept.
+    /// The cluster after a fresh observation of versions and machines, keeping the preflight
+    /// observations: same generation when nothing changed, the next one otherwise.
+    /// `rollouts_enabled` is not observed and is kept.
     pub fn observe(
         &self,
         kubernetes_version: Option<KubeVersion>,
         machines: BTreeMap<String, Machine>,
     ) -> ObservedCluster {
-        let changed = self.kubernetes_version != kubernetes_version || self.machines != machines;
+        self.observe_with(kubernetes_version, machines, self.preflight.clone())
+    }
+
+    /// [`Self::observe`] with fresh preflight observations too.
+    pub fn observe_with(
+        &self,
+        kubernetes_version: Option<KubeVersion>,
+        machines: BTreeMap<String, Machine>,
+        preflight: preflight::PreflightObservations,
+    ) -> ObservedCluster {
+        let changed = self.kubernetes_version != kubernetes_version
+            || self.machines != machines
+            || self.preflight != preflight;
         ObservedCluster {
             name: self.name.clone(),
             kubernetes_version,
@@ -103,6 +124,7 @@ impl ObservedCluster {
                 self.generation
             },
             machines,
+            preflight,
         }
     }
 

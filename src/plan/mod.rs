@@ -19,8 +19,10 @@ pub mod applied;
 pub mod bar;
 pub mod catalog;
 pub mod compute;
+pub mod health;
 pub mod id;
 pub mod model;
+pub mod preflight;
 pub mod render;
 pub mod stored;
 

@@ -87,6 +87,9 @@ pub struct TalosRollout {
     pub drain: DrainPolicy,
     /// Machines in order, grouped into waves that may be away together.
     pub waves: Vec<Vec<MachineTarget>>,
+    /// The pool's effective health gates (issue #23); `None`: no gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::health::HealthPolicy>,
 }
 
 fn one_attempt() -> u32 {
@@ -251,6 +254,13 @@ pub struct ClusterPlan {
     /// YAML diffs of the resources this plan changes.
     #[serde(default)]
     pub diffs: Vec<ResourceDiff>,
+    /// Preflight findings (issue #22), in a stable order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preflight: Vec<super::preflight::Finding>,
+    /// The cluster's health gates (issue #23): before the job, after it, and for steps
+    /// without a pool of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::health::HealthPolicy>,
 }
 
 impl ClusterPlan {

@@ -450,6 +450,59 @@ pub trait KubePort: Send + Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
+/// One gate evaluation's context: what the probe may ignore right now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateContext {
+    pub cluster: String,
+    /// Nodes medea is taking down or bringing back at this moment: alerts about them are
+    /// expected and ignored by `alerts` gates.
+    pub rebooting: Vec<String>,
+}
+
+/// A gate's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateVerdict {
+    Pass,
+    /// The check ran and said no, or could not run (an unreachable source is a failure,
+    /// never a pass).
+    Fail,
+}
+
+/// One sample (or alert, or workload) a gate looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateSample {
+    /// The series' labels, the alert's labels, or `{kind, namespace, name}` of a workload.
+    pub labels: BTreeMap<String, String>,
+    /// The sample value, or a short state (`firing`, `2/3 available`).
+    pub value: String,
+}
+
+/// The result of evaluating one gate once. Journaled as evidence; holds no secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateEvaluation {
+    pub gate: String,
+    pub verdict: GateVerdict,
+    /// What the check saw (bounded by the probe: at most a few dozen).
+    pub samples: Vec<GateSample>,
+    /// Why it failed (one line, with the cause chain flattened for display), or a summary.
+    pub detail: String,
+}
+
+/// What medea needs to evaluate health gates (Prometheus, Alertmanager, workloads).
+/// `health::Probes` implements it at the edge; evaluation never returns an error: a source
+/// that cannot be asked gives [`GateVerdict::Fail`] with the reason in `detail`.
+pub trait HealthProbe: Send + Sync {
+    fn evaluate(
+        &self,
+        gate: &crate::plan::health::Gate,
+        ctx: &GateContext,
+    ) -> impl Future<Output = GateEvaluation> + Send;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,6 +97,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
         MachineRole::Worker
     };
     Step::Talos(TalosRollout {
+        health: None,
         pool: pool.into(),
         role,
         hop: 1,
@@ -167,6 +168,8 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
             running: Default::default(),
         },
         clusters: vec![ClusterPlan {
+            preflight: Vec::new(),
+            health: None,
             cluster: CLUSTER.into(),
             steps,
             settings: vec![],

@@ -168,6 +168,7 @@ impl Sim {
             medea::sim::talos::Role::Worker => MachineRole::Worker,
         };
         Step::Talos(TalosRollout {
+            health: None,
             pool: pool.into(),
             role,
             hop: 1,

@@ -124,6 +124,8 @@ pub fn basis_from_generations(
 /// planned for it (no steps, no settings, its last-applied state untouched), and why.
 fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
     ClusterPlan {
+        preflight: Vec::new(),
+        health: None,
         cluster: cluster.to_string(),
         steps: Vec::new(),
         settings: Vec::new(),
@@ -178,6 +180,7 @@ pub fn compute_with(
             clusters.insert(
                 name.clone(),
                 ClusterPlan {
+                    preflight: Vec::new(), health: None,
                     cluster: name.clone(),
                     steps: Vec::new(),
                     settings: Vec::new(),
@@ -263,6 +266,7 @@ pub fn compute_with(
         clusters.insert(
             gone.clone(),
             ClusterPlan {
+                preflight: Vec::new(), health: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
                 settings,
@@ -467,6 +471,8 @@ impl<'a> ClusterCtx<'a> {
             .collect();
         let notes = self.notes(&members, &steps);
         Some(ClusterPlan {
+            preflight: Vec::new(),
+            health: None,
             cluster: self.name().to_string(),
             steps,
             settings,

@@ -212,6 +212,7 @@ impl<'a> ClusterCtx<'a> {
                 return Vec::new();
             };
             steps.push(TalosRollout {
+                health: None,
                 pool: pool.name.value.clone(),
                 role: role_of(pool.role),
                 hop: i as u32 + 1,
