@@ -352,6 +352,25 @@ pub enum Backend {
     Fakes,
 }
 
+impl Backend {
+    /// Issue #25's target for the zero-delay run, per node: the engine alone, or through the
+    /// real adapters against the in-process simulator (which shares the CPUs).
+    pub fn per_node_target_ms(self) -> u32 {
+        match self {
+            Backend::Sim => 15,
+            Backend::Fakes => 5,
+        }
+    }
+
+    /// Issue #25's target for the fixed-delay run, wall time over the ideal.
+    pub fn ratio_target(self) -> f64 {
+        match self {
+            Backend::Sim => 1.10,
+            Backend::Fakes => 1.02,
+        }
+    }
+}
+
 impl std::fmt::Display for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

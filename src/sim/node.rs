@@ -47,4 +47,18 @@ pub trait NodeSource: Send + Sync + 'static {
     fn fingerprint(&self) -> Option<u64> {
         None
     }
+    /// Each node's name and a digest that changes whenever that node's [`NodeFacts`] would,
+    /// sorted by name, so that the kube side re-derives only the nodes that changed. The
+    /// default hashes [`Self::nodes`]; a source that can tell more cheaply overrides it.
+    fn node_fingerprints(&self) -> Vec<(String, u64)> {
+        use std::hash::{Hash, Hasher};
+        self.nodes()
+            .into_iter()
+            .map(|f| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                f.hash(&mut h);
+                (f.name, h.finish())
+            })
+            .collect()
+    }
 }

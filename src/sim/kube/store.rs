@@ -259,6 +259,27 @@ impl Store {
         Some(old)
     }
 
+    /// Every object (tests compare whole stores).
+    #[cfg(test)]
+    pub fn objects(&self) -> &BTreeMap<ObjKey, Value> {
+        &self.objects
+    }
+
+    /// Whether the events after `since` are all retained.
+    pub fn retains(&self, since: u64) -> bool {
+        since >= self.compacted
+    }
+
+    /// The retained events after `since`, oldest first; `None` when `since` is older than
+    /// the retained history (the simulated cluster then re-derives everything).
+    pub fn changes_since(&self, since: u64) -> Option<Vec<Arc<Event>>> {
+        if since < self.compacted {
+            return None;
+        }
+        let first = self.history.partition_point(|e| e.rv <= since);
+        Some(self.history.range(first..).cloned().collect())
+    }
+
     /// Subscribe to future events and collect the retained events after `since`.
     /// `None` when `since` is older than the retained history (the watch gets 410 Gone).
     pub fn watch_from(&self, since: u64) -> Option<WatchStart> {

@@ -464,4 +464,7 @@ impl NodeSource for SimTalos {
     fn fingerprint(&self) -> Option<u64> {
         Some(self.shared.lock().facts_fingerprint())
     }
+    fn node_fingerprints(&self) -> Vec<(String, u64)> {
+        self.shared.lock().node_fingerprints()
+    }
 }

@@ -18,13 +18,77 @@ use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PODS, REPLICASETS, Re
 use crate::sim::kube::store::{name_of, ns_of, uid_of};
 
 /// What the DaemonSet controller reads of one of its pods.
-struct DsPod {
-    ns: String,
-    name: String,
-    node: String,
-    terminating: bool,
+pub(super) struct DsPod {
+    pub ns: String,
+    pub name: String,
+    pub node: String,
+    pub terminating: bool,
     /// Labelled with the DaemonSet template's current hash.
-    current: bool,
+    pub current: bool,
+}
+
+impl DsPod {
+    pub fn of(p: &Value, hash: &str) -> DsPod {
+        DsPod {
+            ns: ns_of(p).to_string(),
+            name: name_of(p).to_string(),
+            node: node_name(p).to_string(),
+            terminating: is_terminating(p),
+            current: p
+                .pointer("/metadata/labels/controller-revision-hash")
+                .and_then(Value::as_str)
+                == Some(hash),
+        }
+    }
+}
+
+/// What the DaemonSet controller decides a DaemonSet's pods with.
+pub(super) struct DsCtx {
+    pub ns: String,
+    pub name: String,
+    pub uid: String,
+    pub hash: String,
+    pub generation: String,
+    pub owner: OwnerReference,
+    pub template: k8s_openapi::api::core::v1::PodTemplateSpec,
+    /// The template's tolerations plus the ones the controller adds.
+    pub tolerations: Vec<Toleration>,
+    pub selector: BTreeMap<String, String>,
+}
+
+impl DsCtx {
+    pub fn of(ds_value: &Value) -> Option<DsCtx> {
+        let ds = from_value::<DaemonSet>(ds_value)?;
+        let spec = ds.spec?;
+        let hash = short_hash(&to_value(&spec.template), 10);
+        let mut tolerations = spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        tolerations.extend(daemonset_tolerations());
+        let selector = spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_selector.clone())
+            .unwrap_or_default();
+        Some(DsCtx {
+            ns: ns_of(ds_value).to_string(),
+            name: name_of(ds_value).to_string(),
+            uid: uid_of(ds_value).to_string(),
+            hash,
+            generation: ds_value
+                .pointer("/metadata/generation")
+                .map(|g| g.to_string())
+                .unwrap_or_else(|| "1".into()),
+            owner: owner_ref(&DAEMONSETS, ds_value),
+            template: spec.template,
+            tolerations,
+            selector,
+        })
+    }
 }
 
 fn owner_ref(rt: &ResourceType, obj: &Value) -> OwnerReference {
@@ -59,41 +123,16 @@ pub(super) fn daemonset_tolerations() -> Vec<Toleration> {
 impl KubeSide {
     pub(super) fn daemonsets(&mut self, nodes: &[NodeView], now: Instant, wall: jiff::Timestamp) {
         for ds_value in self.store.list_owned(&DAEMONSETS, None) {
-            let Some(ds) = from_value::<DaemonSet>(&ds_value) else {
+            let Some(ctx) = DsCtx::of(&ds_value) else {
                 continue;
             };
-            let Some(spec) = ds.spec else { continue };
-            let ns = ns_of(&ds_value).to_string();
-            let name = name_of(&ds_value).to_string();
-            let hash = short_hash(&to_value(&spec.template), 10);
-            let owner = owner_ref(&DAEMONSETS, &ds_value);
-            let mut tolerations = spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|s| s.tolerations.clone())
-                .unwrap_or_default();
-            tolerations.extend(daemonset_tolerations());
-            let selector = spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_selector.clone())
-                .unwrap_or_default();
             // the DaemonSet's pods, as much of them as the decisions below read
             let uid = uid_of(&ds_value);
             let pods: Vec<DsPod> = self
                 .store
                 .list(&PODS, None)
                 .filter(|p| controller_of(p).is_some_and(|(_, _, u)| u == uid))
-                .map(|p| DsPod {
-                    ns: ns_of(p).to_string(),
-                    name: name_of(p).to_string(),
-                    node: node_name(p).to_string(),
-                    terminating: is_terminating(p),
-                    current: p.pointer("/metadata/labels/controller-revision-hash")
-                        == Some(&json!(hash)),
-                })
+                .map(|p| DsPod::of(p, &ctx.hash))
                 .collect();
             let mut by_node: HashMap<&str, Vec<&DsPod>> = HashMap::new();
             for p in pods.iter().filter(|p| !p.terminating) {
@@ -101,44 +140,57 @@ impl KubeSide {
             }
             for node in nodes {
                 let here = by_node.remove(node.name.as_str()).unwrap_or_default();
-                let stay = can_stay(&tolerations, node)
-                    && selector.iter().all(|(k, v)| node.labels.get(k) == Some(v));
-                let mut has_current = false;
-                for p in &here {
-                    if !stay || !p.current || has_current {
-                        self.terminate(&p.ns, &p.name, now, wall);
-                    } else {
-                        has_current = true;
-                    }
-                }
-                if !has_current && can_schedule(&tolerations, &selector, node) {
-                    let labels = [
-                        ("controller-revision-hash".to_string(), hash.clone()),
-                        (
-                            "pod-template-generation".to_string(),
-                            ds_value
-                                .pointer("/metadata/generation")
-                                .map(|g| g.to_string())
-                                .unwrap_or_else(|| "1".into()),
-                        ),
-                    ]
-                    .into();
-                    let new = NewPod {
-                        ns: &ns,
-                        base: &name,
-                        template: &spec.template,
-                        owner: owner.clone(),
-                        node: Some(&node.name),
-                        extra_labels: labels,
-                        extra_tolerations: daemonset_tolerations(),
-                    };
-                    self.create_pod(new, now, wall);
-                }
+                self.daemonset_node(&ctx, node, &here, now, wall);
             }
             let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
             for p in pods.iter().filter(|p| !present.contains(p.node.as_str())) {
                 self.terminate(&p.ns, &p.name, now, wall);
             }
+        }
+    }
+
+    /// The DaemonSet controller on one node: keep exactly one current pod where the
+    /// DaemonSet may run (`here`: its non-terminating pods on the node).
+    pub(super) fn daemonset_node(
+        &mut self,
+        ctx: &DsCtx,
+        node: &NodeView,
+        here: &[&DsPod],
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) {
+        let stay = can_stay(&ctx.tolerations, node)
+            && ctx
+                .selector
+                .iter()
+                .all(|(k, v)| node.labels.get(k) == Some(v));
+        let mut has_current = false;
+        for p in here {
+            if !stay || !p.current || has_current {
+                self.terminate(&p.ns, &p.name, now, wall);
+            } else {
+                has_current = true;
+            }
+        }
+        if !has_current && can_schedule(&ctx.tolerations, &ctx.selector, node) {
+            let labels = [
+                ("controller-revision-hash".to_string(), ctx.hash.clone()),
+                (
+                    "pod-template-generation".to_string(),
+                    ctx.generation.clone(),
+                ),
+            ]
+            .into();
+            let new = NewPod {
+                ns: &ctx.ns,
+                base: &ctx.name,
+                template: &ctx.template,
+                owner: ctx.owner.clone(),
+                node: Some(&node.name),
+                extra_labels: labels,
+                extra_tolerations: daemonset_tolerations(),
+            };
+            self.create_pod(new, now, wall);
         }
     }
 
@@ -211,8 +263,18 @@ impl KubeSide {
         }
     }
 
-    pub(super) fn replicasets(&mut self, now: Instant, wall: jiff::Timestamp) {
+    /// The ReplicaSet controller; `only`: just these ReplicaSets (by uid), their pods found
+    /// through the incremental pass's index instead of scanning every pod.
+    pub(super) fn replicasets(
+        &mut self,
+        only: Option<&HashSet<String>>,
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) {
         for rs_value in self.store.list_owned(&REPLICASETS, None) {
+            if only.is_some_and(|o| !o.contains(uid_of(&rs_value))) {
+                continue;
+            }
             let Some(rs) = from_value::<ReplicaSet>(&rs_value) else {
                 continue;
             };
@@ -221,8 +283,12 @@ impl KubeSide {
                 continue;
             };
             let want = spec.replicas.unwrap_or(1).max(0) as usize;
-            let active: Vec<Value> = self
-                .pods_owned_by(uid_of(&rs_value))
+            let owned = if only.is_some() {
+                self.inc.owned_pods(&self.store, uid_of(&rs_value))
+            } else {
+                self.pods_owned_by(uid_of(&rs_value))
+            };
+            let active: Vec<Value> = owned
                 .into_iter()
                 .filter(|p| !is_terminating(p) && !matches!(phase(p), "Succeeded" | "Failed"))
                 .collect();

@@ -190,6 +190,7 @@ impl KubeSide {
         let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
         let present: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         self.crash_looping.clear();
+        self.inc.forget_mirrors();
         for f in self.source.nodes() {
             if !present.contains(f.name.as_str()) {
                 continue;
@@ -200,58 +201,8 @@ impl KubeSide {
             for (component, image) in &f.static_pod_images {
                 let name = format!("{component}-{}", f.name);
                 wanted.insert(("kube-system".to_string(), name.clone()));
-                let key = (f.name.clone(), component.clone());
-                let existing = self.store.get(&PODS, "kube-system", &name).cloned();
-                let current_image = existing.as_ref().and_then(|p| {
-                    p.pointer("/spec/containers/0/image")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                });
-                let current_version = existing.as_ref().and_then(|p| {
-                    p.pointer("/metadata/annotations")
-                        .and_then(|a| a.get(CONFIG_VERSION_ANNOTATION))
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                });
-                // the config version the Talos side rendered the pod from; a source that does
-                // not say (kube-side tests) counts image changes instead
-                let counted = self
-                    .mirror_versions
-                    .get(&key)
-                    .map_or(1, |(img, v)| if img == image { *v } else { v + 1 });
-                let version = f
-                    .static_pod_config_versions
-                    .get(component)
-                    .cloned()
-                    .unwrap_or_else(|| counted.to_string());
-                if current_image.as_deref() == Some(image.as_str())
-                    && current_version.as_deref() == Some(version.as_str())
-                {
-                    continue;
-                }
-                // The static pod changed (or is new): the kubelet replaces the mirror pod.
-                if existing.is_some() {
-                    self.store.delete(&PODS, "kube-system", &name);
-                }
-                self.mirror_versions.insert(key, (image.clone(), counted));
-                let pod = mirror_pod(&f, component, image, &version, &name);
-                let mut value = to_value(&pod);
-                value["metadata"]["ownerReferences"] = json!([{
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "name": f.name,
-                    "uid": self.store.get(&NODES, "", &f.name).map(uid_of).unwrap_or(""),
-                    "controller": true,
-                }]);
-                if let Ok(created) = self.store.create(&PODS, value, wall) {
-                    self.timers.insert(
-                        uid_of(&created).to_string(),
-                        PodTimer {
-                            ready_at: Some(now + self.timing.start),
-                            remove_at: None,
-                        },
-                    );
-                }
+                self.inc.want_mirror(&f.name, &name);
+                self.sync_mirror_pod(&f, component, image, &name, now, wall);
             }
         }
         let stale: Vec<String> = self
@@ -265,6 +216,71 @@ impl KubeSide {
             .collect();
         for name in stale {
             self.store.delete(&PODS, "kube-system", &name);
+        }
+    }
+
+    /// Keep one static pod's mirror pod (`kube-system/name`) in step with the node's facts.
+    pub(super) fn sync_mirror_pod(
+        &mut self,
+        f: &NodeFacts,
+        component: &str,
+        image: &str,
+        name: &str,
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) {
+        let key = (f.name.clone(), component.to_string());
+        let existing = self.store.get(&PODS, "kube-system", name).cloned();
+        let current_image = existing.as_ref().and_then(|p| {
+            p.pointer("/spec/containers/0/image")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        let current_version = existing.as_ref().and_then(|p| {
+            p.pointer("/metadata/annotations")
+                .and_then(|a| a.get(CONFIG_VERSION_ANNOTATION))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        // the config version the Talos side rendered the pod from; a source that does
+        // not say (kube-side tests) counts image changes instead
+        let counted = self
+            .mirror_versions
+            .get(&key)
+            .map_or(1, |(img, v)| if img == image { *v } else { v + 1 });
+        let version = f
+            .static_pod_config_versions
+            .get(component)
+            .cloned()
+            .unwrap_or_else(|| counted.to_string());
+        if current_image.as_deref() == Some(image)
+            && current_version.as_deref() == Some(version.as_str())
+        {
+            return;
+        }
+        // The static pod changed (or is new): the kubelet replaces the mirror pod.
+        if existing.is_some() {
+            self.store.delete(&PODS, "kube-system", name);
+        }
+        self.mirror_versions
+            .insert(key, (image.to_string(), counted));
+        let pod = mirror_pod(f, component, image, &version, name);
+        let mut value = to_value(&pod);
+        value["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": f.name,
+            "uid": self.store.get(&NODES, "", &f.name).map(uid_of).unwrap_or(""),
+            "controller": true,
+        }]);
+        if let Ok(created) = self.store.create(&PODS, value, wall) {
+            self.timers.insert(
+                uid_of(&created).to_string(),
+                PodTimer {
+                    ready_at: Some(now + self.timing.start),
+                    remove_at: None,
+                },
+            );
         }
     }
 
@@ -365,48 +381,62 @@ impl KubeSide {
             nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         // Decide over the pods as they are, then write: each pod's decision reads only itself
         // and its own timer.
-        let mut gone: Vec<(String, String)> = Vec::new();
-        let mut started_uids: Vec<String> = Vec::new();
-        let mut updated: Vec<Value> = Vec::new();
+        let mut out = KubeletOut::default();
         for pod in self.store.list(&PODS, None) {
-            let node = node_name(pod);
-            if node.is_empty()
-                || is_terminating(pod)
-                || matches!(phase(pod), "Succeeded" | "Failed")
-            {
-                continue;
-            }
-            let Some(view) = by_name.get(node).copied() else {
-                // The node is gone: pod garbage collection.
-                gone.push((ns_of(pod).to_string(), name_of(pod).to_string()));
-                continue;
-            };
-            let timer = self.timers.get(uid_of(pod));
-            let started = phase(pod) == "Running"
-                || (view.ready && timer.is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
-            let crash = is_mirror(pod)
-                && pod
-                    .pointer("/metadata/labels/k8s-app")
-                    .and_then(Value::as_str)
-                    .is_some_and(|c| {
-                        self.crash_looping
-                            .contains(&(node.to_string(), c.to_string()))
-                    });
-            let ready = started && view.ready && !crash;
-            if started && timer.is_some() {
-                started_uids.push(uid_of(pod).to_string());
-            }
-            let was_running = phase(pod) == "Running";
-            let has_status = pod.pointer("/status/containerStatuses").is_some();
-            if has_status && was_running == started && pod_ready(pod) == ready {
-                continue;
-            }
-            let status = pod_status(pod, view, started, ready, crash, &k8s_time(wall));
-            let mut next = pod.clone();
-            next["status"] = to_value(&status);
-            updated.push(next);
+            let view = by_name.get(node_name(pod)).copied();
+            self.kubelet_pod(pod, view, now, wall, &mut out);
         }
-        for uid in started_uids {
+        self.kubelet_apply(out, wall);
+    }
+
+    /// The kubelet's decision for one pod (`view`: its node, if it exists).
+    pub(super) fn kubelet_pod(
+        &self,
+        pod: &Value,
+        view: Option<&NodeView>,
+        now: Instant,
+        wall: jiff::Timestamp,
+        out: &mut KubeletOut,
+    ) {
+        let node = node_name(pod);
+        if node.is_empty() || is_terminating(pod) || matches!(phase(pod), "Succeeded" | "Failed") {
+            return;
+        }
+        let Some(view) = view else {
+            // The node is gone: pod garbage collection.
+            out.gone
+                .push((ns_of(pod).to_string(), name_of(pod).to_string()));
+            return;
+        };
+        let timer = self.timers.get(uid_of(pod));
+        let started = phase(pod) == "Running"
+            || (view.ready && timer.is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
+        let crash = is_mirror(pod)
+            && pod
+                .pointer("/metadata/labels/k8s-app")
+                .and_then(Value::as_str)
+                .is_some_and(|c| {
+                    self.crash_looping
+                        .contains(&(node.to_string(), c.to_string()))
+                });
+        let ready = started && view.ready && !crash;
+        if started && timer.is_some() {
+            out.started.push(uid_of(pod).to_string());
+        }
+        let was_running = phase(pod) == "Running";
+        let has_status = pod.pointer("/status/containerStatuses").is_some();
+        if has_status && was_running == started && pod_ready(pod) == ready {
+            return;
+        }
+        let status = pod_status(pod, view, started, ready, crash, &k8s_time(wall));
+        let mut next = pod.clone();
+        next["status"] = to_value(&status);
+        out.updated.push(next);
+    }
+
+    /// Write the kubelet's decisions: started timers, garbage-collected pods, new statuses.
+    pub(super) fn kubelet_apply(&mut self, out: KubeletOut, wall: jiff::Timestamp) {
+        for uid in out.started {
             if let Some(t) = self.timers.get_mut(&uid) {
                 t.ready_at = None;
                 if t.remove_at.is_none() {
@@ -414,11 +444,19 @@ impl KubeSide {
                 }
             }
         }
-        for (ns, name) in gone {
+        for (ns, name) in out.gone {
             self.store.delete(&PODS, &ns, &name);
         }
-        for next in updated {
+        for next in out.updated {
             self.store.put(&PODS, next, wall);
         }
     }
+}
+
+/// What the kubelet decided over a set of pods, written by [`KubeSide::kubelet_apply`].
+#[derive(Default)]
+pub(super) struct KubeletOut {
+    gone: Vec<(String, String)>,
+    started: Vec<String>,
+    updated: Vec<Value>,
 }

@@ -31,6 +31,7 @@ use crate::sim::node::{NodeFacts, NodeSource};
 
 mod controllers;
 mod disruption;
+mod incremental;
 mod kubelet;
 mod nodes;
 mod scheduler;
@@ -150,6 +151,11 @@ pub(crate) struct KubeSide {
     /// Deprecated-API memory: the `/metrics` gauge and who wrote which object with which
     /// group-version (`sim::kube::deprecation`).
     pub deprecation: super::deprecation::Deprecation,
+    /// The dirty-set bookkeeping of the incremental pass (`incremental.rs`).
+    inc: incremental::State,
+    /// Re-derive everything on every pass (the reference the incremental pass is tested
+    /// against).
+    full_only: bool,
 }
 
 #[allow(
@@ -262,6 +268,8 @@ impl KubeSide {
             names: 0,
             seed,
             deprecation: Default::default(),
+            inc: incremental::State::default(),
+            full_only: false,
         }
     }
 
@@ -393,26 +401,6 @@ impl KubeSide {
         };
     }
 
-    fn pass(&mut self, now: Instant, wall: jiff::Timestamp) {
-        self.take_unavailable_expiry(now);
-        self.remove_due(now);
-        self.sync_nodes(wall);
-        let nodes = self.node_views();
-        self.sync_mirror_pods(&nodes, now, wall);
-        self.daemonsets(&nodes, now, wall);
-        self.deployments(wall);
-        self.replicasets(now, wall);
-        self.schedule(&nodes, now, wall);
-        self.kubelet(&nodes, now, wall);
-        self.statuses(wall);
-        let live: BTreeSet<String> = self
-            .store
-            .list(&PODS, None)
-            .map(|p| uid_of(p).to_string())
-            .collect();
-        self.timers.retain(|uid, _| live.contains(uid));
-    }
-
     fn take_unavailable_expiry(&mut self, now: Instant) {
         self.faults.retain(|f| match f {
             Active::ApiUnavailableUntil(t) => *t > now,
@@ -503,5 +491,7 @@ impl KubeSide {
     }
 }
 
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(test)]
 mod tests;

@@ -219,6 +219,29 @@ fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
     }
 }
 
+/// A stored Node as the scheduler and controllers see it; `None` when it is not a valid Node.
+pub(super) fn view_of(value: &Value) -> Option<NodeView> {
+    let n = from_value::<Node>(value)?;
+    let status = n.status.unwrap_or_default();
+    Some(NodeView {
+        name: n.metadata.name.unwrap_or_default(),
+        address: status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address)
+            .unwrap_or_default(),
+        labels: n.metadata.labels.unwrap_or_default(),
+        taints: n.spec.unwrap_or_default().taints.unwrap_or_default(),
+        ready: status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+    })
+}
+
 impl KubeSide {
     pub(super) fn sync_nodes(&mut self, wall: jiff::Timestamp) {
         let facts = self.source.nodes();
@@ -230,93 +253,81 @@ impl KubeSide {
             .filter(|n| !names.contains(n.as_str()))
             .collect::<Vec<_>>()
         {
-            self.store.delete(&NODES, "", &stale);
-            self.overlays.remove(&stale);
-            self.derived.remove(&stale);
+            self.drop_node(&stale);
         }
         for f in &facts {
-            let never_ready = self.never_ready(&f.name);
-            let pressure = self.pressure_of(&f.name);
-            let overlay = self
-                .overlays
-                .entry(f.name.clone())
-                .or_insert_with(|| NodeOverlay {
-                    unschedulable: false,
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    taints: Vec::new(),
-                    boot: 1,
-                    last_up: f.up,
-                    ready_status: "",
-                    ready_since: wall,
-                    cordoned_since: None,
-                    pressure: BTreeSet::new(),
-                });
-            overlay.pressure = pressure;
-            if f.up && !overlay.last_up {
-                overlay.boot += 1;
-            }
-            overlay.last_up = f.up;
-            let status = if !f.up {
-                "Unknown"
-            } else if never_ready {
-                "False"
-            } else {
-                "True"
-            };
-            if status != overlay.ready_status {
-                overlay.ready_status = status;
-                overlay.ready_since = wall;
-            }
-            let stored_rv = self
-                .store
-                .get(&NODES, "", &f.name)
-                .and_then(|n| n.pointer("/metadata/resourceVersion"))
-                .and_then(Value::as_str);
-            if let Some((facts, seen, rv)) = self.derived.get(&f.name)
-                && facts == f
-                && seen == overlay
-                && stored_rv == Some(rv.as_str())
-            {
-                continue;
-            }
-            let node = derive_node(f, overlay);
-            let stored = self.store.put(&NODES, to_value(&node), wall);
-            let rv = stored
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            self.derived
-                .insert(f.name.clone(), (f.clone(), overlay.clone(), rv));
+            self.sync_node(f, wall);
         }
     }
 
+    /// Remove a stored Node whose machine is gone from the Talos side.
+    pub(super) fn drop_node(&mut self, name: &str) {
+        self.store.delete(&NODES, "", name);
+        self.overlays.remove(name);
+        self.derived.remove(name);
+    }
+
+    /// Derive one Node from its facts and overlay; written only when its facts, overlay or
+    /// stored object changed since it was last derived.
+    pub(super) fn sync_node(&mut self, f: &NodeFacts, wall: jiff::Timestamp) {
+        let never_ready = self.never_ready(&f.name);
+        let pressure = self.pressure_of(&f.name);
+        let overlay = self
+            .overlays
+            .entry(f.name.clone())
+            .or_insert_with(|| NodeOverlay {
+                unschedulable: false,
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                taints: Vec::new(),
+                boot: 1,
+                last_up: f.up,
+                ready_status: "",
+                ready_since: wall,
+                cordoned_since: None,
+                pressure: BTreeSet::new(),
+            });
+        overlay.pressure = pressure;
+        if f.up && !overlay.last_up {
+            overlay.boot += 1;
+        }
+        overlay.last_up = f.up;
+        let status = if !f.up {
+            "Unknown"
+        } else if never_ready {
+            "False"
+        } else {
+            "True"
+        };
+        if status != overlay.ready_status {
+            overlay.ready_status = status;
+            overlay.ready_since = wall;
+        }
+        let stored_rv = self
+            .store
+            .get(&NODES, "", &f.name)
+            .and_then(|n| n.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str);
+        if let Some((facts, seen, rv)) = self.derived.get(&f.name)
+            && facts == f
+            && seen == overlay
+            && stored_rv == Some(rv.as_str())
+        {
+            return;
+        }
+        let node = derive_node(f, overlay);
+        let stored = self.store.put(&NODES, to_value(&node), wall);
+        let rv = stored
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        self.derived
+            .insert(f.name.clone(), (f.clone(), overlay.clone(), rv));
+    }
+
     pub(super) fn node_views(&self) -> Vec<NodeView> {
-        self.store
-            .list(&NODES, None)
-            .filter_map(from_value::<Node>)
-            .map(|n| {
-                let status = n.status.unwrap_or_default();
-                NodeView {
-                    name: n.metadata.name.unwrap_or_default(),
-                    address: status
-                        .addresses
-                        .unwrap_or_default()
-                        .into_iter()
-                        .find(|a| a.type_ == "InternalIP")
-                        .map(|a| a.address)
-                        .unwrap_or_default(),
-                    labels: n.metadata.labels.unwrap_or_default(),
-                    taints: n.spec.unwrap_or_default().taints.unwrap_or_default(),
-                    ready: status
-                        .conditions
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "True"),
-                }
-            })
-            .collect()
+        self.store.list(&NODES, None).filter_map(view_of).collect()
     }
 
     /// Apply a client's change to a node: only the kube-owned fields are taken.
@@ -369,7 +380,7 @@ impl KubeSide {
             .filter(|(k, v)| derived.get(k) != Some(v))
             .collect();
         overlay.annotations = node.metadata.annotations.unwrap_or_default();
-        self.sync_nodes(wall);
+        self.sync_nodes_after_patch(name, wall);
         Ok(self
             .store
             .get(&NODES, "", name)

@@ -95,6 +95,14 @@ impl KubeSide {
         for (rt, obj, status) in writes {
             self.put_status(rt, &obj, status, wall);
         }
+        self.deployment_statuses(wall);
+        for pdb_value in self.store.list_owned(&PDBS, None) {
+            self.pdb_status(&pdb_value, wall);
+        }
+    }
+
+    /// The Deployment controller's status: summed from its ReplicaSets' status.
+    pub(super) fn deployment_statuses(&mut self, wall: jiff::Timestamp) {
         let replicasets = self.store.list_owned(&REPLICASETS, None);
         for d_value in self.store.list_owned(&DEPLOYMENTS, None) {
             let Some(d) = from_value::<Deployment>(&d_value) else {
@@ -141,48 +149,54 @@ impl KubeSide {
             });
             self.put_status(&DEPLOYMENTS, &d_value, status, wall);
         }
-        for pdb_value in self.store.list_owned(&PDBS, None) {
-            let Some(pdb) = from_value::<PodDisruptionBudget>(&pdb_value) else {
-                continue;
-            };
-            let calc = self.pdb_calc(&pdb, ns_of(&pdb_value));
-            let allowed = calc.disruptions_allowed > 0;
-            let old_since = pdb_value
-                .pointer("/status/conditions/0")
-                .filter(|c| c["status"] == if allowed { "True" } else { "False" })
-                .and_then(|c| c["lastTransitionTime"].as_str())
-                .map(str::to_string);
-            let since = old_since.unwrap_or_else(|| k8s_time(wall));
-            let status = PodDisruptionBudgetStatus {
-                current_healthy: calc.current_healthy,
-                desired_healthy: calc.desired_healthy,
-                disruptions_allowed: calc.disruptions_allowed,
-                expected_pods: calc.expected,
+    }
+
+    /// The disruption controller's status of one PodDisruptionBudget.
+    #[allow(
+        clippy::expect_used,
+        reason = "k8s_time renders RFC 3339 with a Z offset, which k8s-openapi's Time always parses"
+    )]
+    pub(super) fn pdb_status(&mut self, pdb_value: &Value, wall: jiff::Timestamp) {
+        let Some(pdb) = from_value::<PodDisruptionBudget>(pdb_value) else {
+            return;
+        };
+        let calc = self.pdb_calc(&pdb, ns_of(pdb_value));
+        let allowed = calc.disruptions_allowed > 0;
+        let old_since = pdb_value
+            .pointer("/status/conditions/0")
+            .filter(|c| c["status"] == if allowed { "True" } else { "False" })
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .map(str::to_string);
+        let since = old_since.unwrap_or_else(|| k8s_time(wall));
+        let status = PodDisruptionBudgetStatus {
+            current_healthy: calc.current_healthy,
+            desired_healthy: calc.desired_healthy,
+            disruptions_allowed: calc.disruptions_allowed,
+            expected_pods: calc.expected,
+            observed_generation: pdb_value
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64),
+            conditions: Some(vec![Condition {
+                type_: "DisruptionAllowed".into(),
+                status: if allowed { "True" } else { "False" }.into(),
+                reason: if allowed {
+                    "SufficientPods"
+                } else {
+                    "InsufficientPods"
+                }
+                .into(),
+                message: String::new(),
                 observed_generation: pdb_value
                     .pointer("/metadata/generation")
                     .and_then(Value::as_i64),
-                conditions: Some(vec![Condition {
-                    type_: "DisruptionAllowed".into(),
-                    status: if allowed { "True" } else { "False" }.into(),
-                    reason: if allowed {
-                        "SufficientPods"
-                    } else {
-                        "InsufficientPods"
-                    }
-                    .into(),
-                    message: String::new(),
-                    observed_generation: pdb_value
-                        .pointer("/metadata/generation")
-                        .and_then(Value::as_i64),
-                    last_transition_time: Time(since.parse().expect("k8s_time output parses")),
-                }]),
-                disrupted_pods: None,
-            };
-            self.put_status(&PDBS, &pdb_value, to_value(&status), wall);
-        }
+                last_transition_time: Time(since.parse().expect("k8s_time output parses")),
+            }]),
+            disrupted_pods: None,
+        };
+        self.put_status(&PDBS, pdb_value, to_value(&status), wall);
     }
 
-    fn put_status(
+    pub(super) fn put_status(
         &mut self,
         rt: &'static ResourceType,
         obj: &Value,

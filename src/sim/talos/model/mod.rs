@@ -220,6 +220,31 @@ impl SimNode {
         }
     }
 
+    /// What [`Self::kube_facts`] derives from: power state, reboots started and boots finished
+    /// (the running version changes only at a boot), the config version (bumped by every
+    /// change of the machine config), the mirror pods' config versions and the crash-loop
+    /// faults.
+    #[allow(clippy::type_complexity, reason = "a tuple to hash, never named")]
+    fn facts_state(
+        &self,
+    ) -> (
+        Power,
+        u64,
+        u64,
+        u64,
+        &BTreeMap<String, u64>,
+        &BTreeMap<String, String>,
+    ) {
+        (
+            self.power,
+            self.reboot_seq,
+            self.counters.boots,
+            self.config_version,
+            &self.pod_config_versions,
+            &self.crashing,
+        )
+    }
+
     fn kube_facts(&self) -> NodeFacts {
         let facts = self.facts();
         NodeFacts {
@@ -660,16 +685,27 @@ impl TalosSide {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for n in &self.nodes {
-            (
-                n.power,
-                n.reboot_seq,
-                n.counters.boots,
-                n.config_version,
-                &n.pod_config_versions,
-            )
-                .hash(&mut h);
+            n.facts_state().hash(&mut h);
         }
         h.finish()
+    }
+
+    /// Each node's name and a digest of what its [`NodeFacts`] derive from (the per-node part
+    /// of [`Self::facts_fingerprint`]), sorted by name: the kube side re-derives only the
+    /// nodes whose digest changed.
+    pub fn node_fingerprints(&self) -> Vec<(String, u64)> {
+        use std::hash::{Hash, Hasher};
+        let mut out: Vec<(String, u64)> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                n.facts_state().hash(&mut h);
+                (n.spec.name.clone(), h.finish())
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// Service id → (state, healthy) for an up node.
