@@ -170,6 +170,17 @@ pub fn check(
                 "let the daemon refresh the cluster, or seed it again (medea seed … --force); in an inventory file, add a `preflight:` block",
             ));
         } else {
+            // What the refresh could not read leaves the checks that need it blind: say so.
+            for (what, err) in &p.gather_errors {
+                found.push(Finding::new(
+                    format!("observations/{what}"),
+                    checks::OBSERVATIONS,
+                    Severity::Warning,
+                    format!("medea could not read {what} of this cluster: the preflight checks that need it saw nothing"),
+                    vec![err.clone()],
+                    "check the credentials and RBAC medea uses for this cluster (README: \"What each observation reads\"), then let the daemon refresh it",
+                ));
+            }
             let table = cluster.upgrade_policy.api_table();
             found.extend(removed_api::check(&table, p, &scope));
             found.extend(pdb::check(p, &scope));

@@ -787,3 +787,29 @@ fn promotion_and_acknowledgements_are_validated_with_positions() {
     ]);
     assert!(d.is_empty(), "{d:#?}");
 }
+
+#[test]
+fn what_the_refresh_could_not_read_is_a_warning_naming_it() {
+    let d = one("v1.32.0", "", &[cp_pool("v1.13.9")]);
+    let mut p = gathered();
+    p.gather_errors.insert(
+        "podDisruptionBudgets".into(),
+        "listing poddisruptionbudgets: 403 Forbidden".into(),
+    );
+    let inv = with(observed("v1.31.4", 1, three_cps("v1.13.9")), p);
+    let pl = plan(&d, &inv, &ctx(NOW));
+    let f = finding(&pl, "observations/podDisruptionBudgets");
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(f.message.contains("podDisruptionBudgets"), "{}", f.message);
+    assert_eq!(f.evidence, ["listing poddisruptionbudgets: 403 Forbidden"]);
+    // Without the error, no such finding.
+    let inv = with(observed("v1.31.4", 1, three_cps("v1.13.9")), gathered());
+    let pl = plan(&d, &inv, &ctx(NOW));
+    assert!(
+        !ids(&pl)
+            .iter()
+            .any(|(id, _)| id.starts_with("observations/")),
+        "{:?}",
+        ids(&pl)
+    );
+}
