@@ -115,6 +115,38 @@ pub async fn gather<T: TalosApi, K: KubeApi>(
     obs
 }
 
+/// A stable, actionable class of a failed `/metrics` read (the daemon logs the whole chain).
+fn metrics_failure(chain: &str) -> &'static str {
+    let has = |needle: &str| chain.contains(needle);
+    if has("403") || has("Forbidden") {
+        "forbidden (HTTP 403): grant get on the nonResourceURL /metrics"
+    } else if has("401") || has("Unauthorized") {
+        "unauthorized (HTTP 401): the kubeconfig's credentials were refused"
+    } else if [
+        "certificate",
+        "Certificate",
+        "tls",
+        "TLS",
+        "timed out",
+        "Timeout",
+        "timeout",
+        "elapsed",
+        "Connect",
+        "connect",
+        "refused",
+        "unreachable",
+    ]
+    .iter()
+    .any(|n| has(n))
+    {
+        // One class: which of these a network gives (refused, blackholed, intercepted) varies
+        // by where medea runs, and the finding's text is part of the plan id.
+        "not reachable (connection, TLS or timeout; the daemon log has the cause)"
+    } else {
+        "the request failed (the daemon log has the cause)"
+    }
+}
+
 fn one_line(e: &dyn std::error::Error) -> String {
     crate::error_chain(e).replace('\n', " ")
 }
@@ -167,10 +199,16 @@ async fn deprecated_requests<K: KubeApi>(
                     error: None,
                 });
             }
-            Err(e) => sources.push(MetricsSource {
-                endpoint,
-                error: Some(one_line(&e)),
-            }),
+            Err(e) => {
+                // The full chain goes to the log; the observation keeps a stable class of
+                // failure, so a flapping error text does not move the generation (and make
+                // every plan stale) while the endpoint stays unreadable.
+                tracing::warn!(%endpoint, error = %one_line(&e), "apiserver /metrics could not be read");
+                sources.push(MetricsSource {
+                    error: Some(metrics_failure(&one_line(&e)).to_string()),
+                    endpoint,
+                })
+            }
         }
     }
     requests.sort();
@@ -456,6 +494,21 @@ fn credential_expiry(files: CredentialFiles<'_>, obs: &mut PreflightObservations
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_failures_are_stable_classes() {
+        assert!(
+            metrics_failure("get /metrics: ApiError: forbidden (403)").starts_with("forbidden")
+        );
+        for e in [
+            "client error (Connect): invalid peer certificate: UnknownIssuer",
+            "client error (Connect): tcp connect error: Connection refused",
+            "operation timed out",
+        ] {
+            assert!(metrics_failure(e).starts_with("not reachable"), "{e}");
+        }
+        assert!(metrics_failure("something else").contains("daemon log"));
+    }
     use crate::k8s::FieldWriter;
 
     fn writer(manager: &str, api_version: &str, sub: &str) -> FieldWriter {

@@ -47,6 +47,7 @@ use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
 use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
 use crate::plan::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
 use crate::plan::catalog::{Catalog, PathError};
+use crate::plan::health::HealthPolicy;
 use crate::plan::id::PlanId;
 use crate::plan::model::*;
 use crate::version::{KubeVersion, TalosVersion};
@@ -817,9 +818,13 @@ impl<'a> ClusterCtx<'a> {
             .cloned()
             .collect();
         let notes = self.notes(&members, &steps);
+        // Gates run around a job: a cluster with nothing to roll carries none.
+        let health = (!steps.is_empty())
+            .then(|| HealthPolicy::of(&self.cluster.health))
+            .flatten();
         Some(ClusterPlan {
             preflight: Vec::new(),
-            health: None,
+            health,
             cluster: self.name().to_string(),
             steps,
             settings,
