@@ -117,6 +117,28 @@ impl Stack {
         serde_json::from_slice(&out.stdout).unwrap_or_default()
     }
 
+    /// The id of the current plan once it holds across a refresh (2s): the simulated
+    /// workloads may still be starting when the store is seeded, and what the refresh then
+    /// observes (a PodDisruptionBudget that allows nothing yet) makes a new plan.
+    fn settled_plan_id(&self) -> String {
+        let id = || self.plan()["id"].as_str().map(str::to_string);
+        let mut last = None;
+        wait(
+            "a plan that holds across a refresh",
+            Duration::from_secs(60),
+            || {
+                let now = id();
+                if now.is_some() && now == last {
+                    return true;
+                }
+                last = now;
+                std::thread::sleep(Duration::from_secs(3));
+                false
+            },
+        );
+        last.expect("a plan id")
+    }
+
     /// `medea approve <id> --key <who>`, as an approver types it.
     fn approve(&self, id: &str, who: &str) {
         let out = self
@@ -371,12 +393,7 @@ async fn with_browser(stack: &Stack, body: impl AsyncFnOnce(&Client)) {
 async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid_finish() {
     crate::fixtures::require_tool("chromedriver");
     let stack = Stack::start("1s");
-    let mut plan = serde_json::Value::Null;
-    wait("a plan", Duration::from_secs(30), || {
-        plan = stack.plan();
-        plan["id"].is_string()
-    });
-    let id = plan["id"].as_str().unwrap().to_string();
+    let id = stack.settled_plan_id();
     with_browser(&stack, async |c: &Client| {
         // Not logged in: every page leads to the login form.
         c.goto(&format!("{}/plan", stack.ui)).await.unwrap();
@@ -503,12 +520,7 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
     crate::fixtures::require_tool("chromedriver");
     // Nodes take minutes to reboot: the job is still running when the halt comes.
     let stack = Stack::start("600s");
-    let mut plan = serde_json::Value::Null;
-    wait("a plan", Duration::from_secs(30), || {
-        plan = stack.plan();
-        plan["id"].is_string()
-    });
-    let id = plan["id"].as_str().unwrap().to_string();
+    let id = stack.settled_plan_id();
     stack.approve(&id, "alice");
     stack.approve(&id, "bob");
     let job = stack.job();
