@@ -12,7 +12,7 @@ pub fn desired_loader(data: &[u8]) {
     let snapshot = Snapshot {
         files: vec![SourceFile {
             path: "fuzz.yaml".into(),
-            bytes: data.to_vec(),
+            bytes: data.to_vec().into(),
         }],
         markers: vec![],
         commit: None,

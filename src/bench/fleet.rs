@@ -201,7 +201,7 @@ mod tests {
                 .iter()
                 .map(|(p, t)| crate::desired::source::SourceFile {
                     path: p.clone(),
-                    bytes: t.clone().into_bytes(),
+                    bytes: t.clone().into_bytes().into(),
                 })
                 .collect(),
             markers: vec![],
@@ -258,7 +258,7 @@ mod tests {
                     .iter()
                     .map(|(p, t)| crate::desired::source::SourceFile {
                         path: p.clone(),
-                        bytes: t.clone().into_bytes(),
+                        bytes: t.clone().into_bytes().into(),
                     })
                     .collect(),
                 markers: vec![],

@@ -127,7 +127,7 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
     for e in &edits {
         let text = files
             .entry(e.file.clone())
-            .or_insert_with(|| loaded.sources[&e.file].clone());
+            .or_insert_with(|| loaded.sources[&e.file].to_string());
         *text = edit::replace_scalar(text, &e.origin, &e.old, &e.new).into_diagnostic()?;
     }
     for (file, text) in &files {

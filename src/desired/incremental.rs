@@ -19,12 +19,14 @@
 //! `incremental_load_equals_cold_load` (tests) checks that over random edit sequences.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use super::diagnostic::{self, Diagnostic};
 use super::format::{ClusterDoc, NodePoolDoc};
 use super::model::Origin;
 use super::parse::{self, Broken, DocText, RawDoc};
-use super::source::{self, Snapshot, SourceError};
+use super::source::{self, Snapshot, SourceError, Stamp};
 use super::{Loaded, validate};
 
 /// What one document of a file became in stage 1.
@@ -50,10 +52,12 @@ struct ParsedDoc {
 /// Stage 1's result for one file: a pure function of its path and bytes.
 #[derive(Debug, Clone)]
 pub struct ParsedFile {
-    /// The file's bytes as read (the cache key together with the path).
-    bytes: Vec<u8>,
-    /// Whether the bytes are the text of the file (within the size limit and UTF-8).
-    readable: bool,
+    /// The file's bytes as read (the cache key together with the path). When the file is
+    /// readable, the same allocation as `text` (one copy of each file is held).
+    bytes: Arc<[u8]>,
+    /// The file's text, when the bytes are the text of the file (within the size limit and
+    /// UTF-8); shared with every [`Loaded::sources`] that shows it.
+    text: Option<Arc<str>>,
     /// Problems with the file itself (too large, not UTF-8).
     file_diags: Vec<Diagnostic>,
     /// Problems with its documents (too many, unreadable).
@@ -72,10 +76,10 @@ fn whole_file(path: &str, line: usize) -> Origin {
 }
 
 /// Stage 1: read one file's documents.
-pub fn parse_file(path: &str, bytes: &[u8]) -> ParsedFile {
+pub fn parse_file(path: &str, bytes: &Arc<[u8]>) -> ParsedFile {
     let mut out = ParsedFile {
-        bytes: bytes.to_vec(),
-        readable: false,
+        bytes: bytes.clone(),
+        text: None,
         file_diags: Vec::new(),
         doc_diags: Vec::new(),
         docs: Vec::new(),
@@ -141,17 +145,16 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> ParsedFile {
             });
         }
     }
-    out.readable = true;
+    let text: Arc<str> = Arc::from(text);
+    out.bytes = Arc::from(text.clone());
+    out.text = Some(text);
     out
 }
 
 impl ParsedFile {
     /// The file's text, when it is readable.
     fn text(&self) -> Option<&str> {
-        if !self.readable {
-            return None;
-        }
-        std::str::from_utf8(&self.bytes).ok()
+        self.text.as_deref()
     }
 }
 
@@ -164,12 +167,24 @@ pub struct LoadStats {
     pub reused: usize,
     /// Cached files dropped (gone from the revision).
     pub dropped: usize,
+    /// Files not even read: their stamp proved the cached bytes current (directory mode,
+    /// [`Loader::load`]); counted in `reused` too.
+    pub unread: usize,
 }
 
-/// Loads revision after revision, keeping each file's parse while its bytes are unchanged.
+/// One file in the loader's cache: its parse, and (directory mode) the stamp it had when its
+/// bytes were read and when that read's scan started.
+#[derive(Debug)]
+struct Cached {
+    parsed: ParsedFile,
+    read: Option<(Stamp, SystemTime)>,
+}
+
+/// Loads revision after revision, keeping each file's parse while its bytes are unchanged,
+/// and (directory mode) not reading a file whose stamp proves its bytes unchanged.
 #[derive(Debug, Default)]
 pub struct Loader {
-    files: BTreeMap<String, ParsedFile>,
+    files: BTreeMap<String, Cached>,
     last: LoadStats,
 }
 
@@ -178,9 +193,29 @@ impl Loader {
         Loader::default()
     }
 
-    /// Read and validate a revision, re-parsing only files whose bytes changed.
+    /// Read and validate a revision, re-reading only files whose stamp moved (or changed
+    /// too recently to trust it) and re-parsing only files whose bytes changed.
     pub fn load(&mut self, source: &source::Source) -> Result<Loaded, SourceError> {
-        Ok(self.load_snapshot(source::read(source)?))
+        self.load_at(source, SystemTime::now())
+    }
+
+    /// [`Loader::load`] with the scan's start time given: the racy rule
+    /// ([`Stamp::settled_before`]) compares the files' stamps with it.
+    pub fn load_at(
+        &mut self,
+        source: &source::Source,
+        scan: SystemTime,
+    ) -> Result<Loaded, SourceError> {
+        let files = &self.files;
+        let reuse = |path: &str, stamp: &Stamp| -> Option<Arc<[u8]>> {
+            let c = files.get(path)?;
+            let (was, read_at) = c.read.as_ref()?;
+            (was == stamp && stamp.settled_before(*read_at)).then(|| c.parsed.bytes.clone())
+        };
+        let stamped = source::read_with(source, &reuse)?;
+        let loaded = self.load_stamped(stamped.snapshot, &stamped.stamps, scan);
+        self.last.unread = stamped.unread;
+        Ok(loaded)
     }
 
     /// What the last load parsed and reused.
@@ -192,20 +227,42 @@ impl Loader {
     /// are those of the previous revision. Equal to [`super::parse_snapshot`] of the same
     /// snapshot.
     pub fn load_snapshot(&mut self, snapshot: Snapshot) -> Loaded {
+        self.load_stamped(snapshot, &BTreeMap::new(), SystemTime::UNIX_EPOCH)
+    }
+
+    /// [`Loader::load_snapshot`] remembering each file's stamp (when it has one) and the
+    /// start of the scan that read it.
+    fn load_stamped(
+        &mut self,
+        snapshot: Snapshot,
+        stamps: &BTreeMap<String, Stamp>,
+        scan: SystemTime,
+    ) -> Loaded {
         let mut stats = LoadStats::default();
-        let mut next: BTreeMap<String, ParsedFile> = BTreeMap::new();
+        let mut next: BTreeMap<String, Cached> = BTreeMap::new();
         for f in &snapshot.files {
-            let parsed = match self.files.remove(&f.path) {
-                Some(old) if old.bytes == f.bytes => {
+            let stamp = stamps.get(&f.path).copied();
+            let cached = match self.files.remove(&f.path) {
+                Some(old)
+                    if Arc::ptr_eq(&old.parsed.bytes, &f.bytes) || old.parsed.bytes == f.bytes =>
+                {
                     stats.reused += 1;
-                    old
+                    // Read again (same bytes): this scan read them. Reused unread: the stamp
+                    // was settled before an earlier scan, so before this one too.
+                    Cached {
+                        parsed: old.parsed,
+                        read: stamp.map(|s| (s, scan)),
+                    }
                 }
                 _ => {
                     stats.parsed += 1;
-                    parse_file(&f.path, &f.bytes)
+                    Cached {
+                        parsed: parse_file(&f.path, &f.bytes),
+                        read: stamp.map(|s| (s, scan)),
+                    }
                 }
             };
-            next.insert(f.path.clone(), parsed);
+            next.insert(f.path.clone(), cached);
         }
         stats.dropped = self.files.len();
         self.files = next;
@@ -216,7 +273,7 @@ impl Loader {
 
 /// Stage 2: the whole revision from its files' parses (in path order, as a cold load reads
 /// them), every cross-file rule run again.
-fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, ParsedFile>) -> Loaded {
+fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, Cached>) -> Loaded {
     let revision = source::revision_of(snapshot);
     let mut diagnostics = Vec::new();
     for r in &snapshot.refused {
@@ -242,14 +299,16 @@ fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, ParsedFile>) -> Loaded
     }
     let mut sources = BTreeMap::new();
     for (path, f) in files {
+        let f = &f.parsed;
         diagnostics.extend(f.file_diags.iter().cloned());
-        if let Some(text) = f.text() {
-            sources.insert(path.clone(), text.to_string());
+        if let Some(text) = &f.text {
+            sources.insert(path.clone(), text.clone());
         }
     }
     let mut docs = Vec::new();
     let mut broken = Vec::new();
     for (path, f) in files {
+        let f = &f.parsed;
         let Some(text) = f.text() else { continue };
         diagnostics.extend(f.doc_diags.iter().cloned());
         for d in &f.docs {
@@ -376,7 +435,7 @@ mod tests {
                     }
                     SourceFile {
                         path: format!("dir{}/f{f}.yaml", f % 2),
-                        bytes,
+                        bytes: bytes.into(),
                     }
                 })
                 .collect();
@@ -523,14 +582,14 @@ mod tests {
                     .snapshot()
                     .files
                     .into_iter()
-                    .map(|f| (f.path, f.bytes))
+                    .map(|f| (f.path, f.bytes.to_vec()))
                     .collect();
                 apply(&mut repo, edit);
                 let snap = repo.snapshot();
                 let changed = snap
                     .files
                     .iter()
-                    .filter(|f| !before.contains(&(f.path.clone(), f.bytes.clone())))
+                    .filter(|f| !before.contains(&(f.path.clone(), f.bytes.to_vec())))
                     .count();
                 let inc = loader.load_snapshot(snap.clone());
                 assert_same(&inc, &parse_snapshot(snap.clone()));
@@ -539,6 +598,141 @@ mod tests {
                 prop_assert_eq!(stats.reused, snap.files.len() - changed);
             }
         }
+    }
+
+    /// Write `snap` into `dir` as a directory read would find it: files whose bytes changed
+    /// since `prev` are written and given a new mtime of their own (`clock`, counting), files
+    /// gone are removed, a refused entry is a symlink. Returns the paths written.
+    fn write_snapshot(
+        dir: &std::path::Path,
+        prev: &BTreeMap<String, Vec<u8>>,
+        snap: &Snapshot,
+        clock: &mut u64,
+    ) -> BTreeSet<String> {
+        let now: BTreeMap<String, Vec<u8>> = snap
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), f.bytes.to_vec()))
+            .collect();
+        for path in prev.keys().filter(|p| !now.contains_key(*p)) {
+            std::fs::remove_file(dir.join(path)).unwrap();
+        }
+        let mut written = BTreeSet::new();
+        for (path, bytes) in &now {
+            if prev.get(path) == Some(bytes) {
+                continue;
+            }
+            let full = dir.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, bytes).unwrap();
+            *clock += 1;
+            let mtime = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + *clock);
+            std::fs::File::options()
+                .write(true)
+                .open(&full)
+                .unwrap()
+                .set_modified(mtime)
+                .unwrap();
+            written.insert(path.clone());
+        }
+        let link = dir.join("link.yaml");
+        let linked = link.symlink_metadata().is_ok();
+        if !snap.refused.is_empty() && !linked {
+            std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        } else if snap.refused.is_empty() && linked {
+            std::fs::remove_file(&link).unwrap();
+        }
+        written
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The same, through a real directory and the stamp check: a loader that skips reading
+        /// files whose stamp is unchanged equals a cold `desired::load` of the directory after
+        /// every edit, and reads exactly the files that were written. The scan time is put an
+        /// hour ahead so every stamp is settled (the racy rule is the unit test
+        /// `a_stamp_changed_within_the_margin_is_never_trusted`); every write gets an mtime of
+        /// its own, so a changed file's stamp always moves.
+        #[test]
+        fn a_loader_that_skips_unchanged_files_equals_a_cold_load(
+            docs in proptest::collection::vec((0..6u8, doc_strategy()), 0..8),
+            edits in proptest::collection::vec(edit_strategy(), 1..10),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let source = crate::desired::Source::Dir(dir.path().to_path_buf());
+            let later = SystemTime::now() + std::time::Duration::from_secs(3600);
+            let mut repo = Repo { docs, broken: BTreeMap::new(), refused: false };
+            let mut clock = 0;
+            let mut on_disk = BTreeMap::new();
+            let mut loader = Loader::new();
+            let mut snap = repo.snapshot();
+            write_snapshot(dir.path(), &on_disk, &snap, &mut clock);
+            assert_same(&loader.load_at(&source, later).unwrap(), &crate::desired::load(&source).unwrap());
+            for edit in &edits {
+                on_disk = snap.files.iter().map(|f| (f.path.clone(), f.bytes.to_vec())).collect();
+                apply(&mut repo, edit);
+                snap = repo.snapshot();
+                let written = write_snapshot(dir.path(), &on_disk, &snap, &mut clock);
+                let inc = loader.load_at(&source, later).unwrap();
+                assert_same(&inc, &crate::desired::load(&source).unwrap());
+                let stats = loader.last_stats();
+                prop_assert_eq!(stats.unread, snap.files.len() - written.len(), "exactly the written files are read");
+            }
+        }
+    }
+
+    #[test]
+    fn a_stamp_changed_within_the_margin_is_never_trusted() {
+        use crate::desired::source::RACY_MARGIN;
+        use std::time::Duration;
+        let at = |s: i64| Stamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: (s, 0),
+            ctime: (s, 0),
+        };
+        let scan = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let margin = RACY_MARGIN.as_secs() as i64;
+        assert!(at(1_000 - margin - 1).settled_before(scan));
+        // Changed at the scan's tick, or within the margin before it: racy.
+        assert!(!at(1_000).settled_before(scan));
+        assert!(!at(1_000 - margin).settled_before(scan));
+        assert!(!at(2_000).settled_before(scan));
+        // An old mtime (`touch -d`, `cp -p`) with a recent ctime is racy too.
+        let mut touched = at(10);
+        touched.ctime = (999, 999_999_999);
+        assert!(!touched.settled_before(scan));
+        touched.ctime = (1_000 - margin - 1, 999_999_999);
+        assert!(touched.settled_before(scan));
+    }
+
+    #[test]
+    fn an_edit_right_after_a_read_is_read_even_when_the_stamp_looks_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = crate::desired::Source::Dir(dir.path().to_path_buf());
+        let file = dir.path().join("c.yaml");
+        let doc = |m: u8| {
+            format!(
+                "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\nspec:\n  kubernetes:\n    version: v1.34.1\n  rollout:\n    maxUnavailable: {m}\n"
+            )
+        };
+        std::fs::write(&file, doc(1)).unwrap();
+        let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
+        let mut loader = Loader::new();
+        let first = loader.load(&source).unwrap();
+        // Same size, the mtime put back: within the same tick the ctime may not move either.
+        std::fs::write(&file, doc(2)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let second = loader.load(&source).unwrap();
+        assert_eq!(loader.last_stats().unread, 0, "a racy file is read again");
+        assert_ne!(first.desired, second.desired);
+        assert_same(&second, &crate::desired::load(&source).unwrap());
     }
 
     #[test]
@@ -553,11 +747,11 @@ mod tests {
             files: vec![
                 SourceFile {
                     path: "c1.yaml".into(),
-                    bytes: cluster.as_bytes().to_vec(),
+                    bytes: cluster.as_bytes().to_vec().into(),
                 },
                 SourceFile {
                     path: "pool.yaml".into(),
-                    bytes: p.as_bytes().to_vec(),
+                    bytes: p.as_bytes().to_vec().into(),
                 },
             ],
             markers: Vec::new(),
@@ -572,7 +766,8 @@ mod tests {
             LoadStats {
                 parsed: 2,
                 reused: 0,
-                dropped: 0
+                dropped: 0,
+                unread: 0,
             }
         );
         let second = loader.load_snapshot(snap(&pool("v1.x")));
@@ -581,7 +776,8 @@ mod tests {
             LoadStats {
                 parsed: 1,
                 reused: 1,
-                dropped: 0
+                dropped: 0,
+                unread: 0,
             }
         );
         assert!(
@@ -595,7 +791,8 @@ mod tests {
             LoadStats {
                 parsed: 1,
                 reused: 1,
-                dropped: 0
+                dropped: 0,
+                unread: 0,
             }
         );
         assert_eq!(third.diagnostics, first.diagnostics);

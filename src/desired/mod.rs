@@ -35,8 +35,8 @@ pub use source::{MarkerFile, Refused, RefusedReason, Snapshot, Source, SourceErr
 pub struct Loaded {
     pub desired: Desired,
     pub diagnostics: Vec<Diagnostic>,
-    /// File path → text, for diagnostics with snippets.
-    pub sources: BTreeMap<String, String>,
+    /// File path → text, for diagnostics with snippets (shared with the loader's cache).
+    pub sources: BTreeMap<String, std::sync::Arc<str>>,
     /// Approval marker candidates found in the revision.
     pub markers: Vec<MarkerFile>,
 }

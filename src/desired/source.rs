@@ -9,7 +9,10 @@
 //! opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files. Reading is bounded by
 //! [`limits`]; in git mode an object's size comes from its header before it is inflated.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -32,11 +35,75 @@ impl std::fmt::Display for Source {
     }
 }
 
-/// One file of a revision, path relative to the desired root with `/` separators.
+/// One file of a revision, path relative to the desired root with `/` separators. The bytes
+/// are shared (an `Arc`) with the loader's cache, never copied per revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceFile {
     pub path: String,
-    pub bytes: Vec<u8>,
+    pub bytes: Arc<[u8]>,
+}
+
+/// How long after its last change a file's stamp is trusted to tell its bytes
+/// ([`Stamp::settled_before`]). Far above the filesystems' timestamp granularity (the kernel's
+/// coarse clock ticks every few milliseconds; FAT keeps 2 s) and small next to human edits.
+pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+
+/// A file's identity and change stamp as the filesystem reports it: the "stat data" git's
+/// index keeps to tell an unchanged file without reading it (device, inode, size, mtime and
+/// ctime with their nanoseconds).
+///
+/// A write changes the mtime and ctime to the current time, a rename-over changes the inode,
+/// `touch -d` or `cp -p` set the mtime back but move the ctime (which nobody can set). Only a
+/// write within the same timestamp tick as the read can leave the stamp as it was: that is
+/// what [`Stamp::settled_before`] rules out ("racy" files are read again, as in git).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    /// Seconds and nanoseconds since the epoch.
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether bytes read during a scan that started at `scan` are still the file's bytes
+    /// while the file shows this same stamp: its last change (the later of mtime and ctime)
+    /// is older than the scan by more than [`RACY_MARGIN`], so any write after the read would
+    /// have moved the stamp. A file changed within the margin is "racy" and is read again.
+    pub fn settled_before(&self, scan: SystemTime) -> bool {
+        let ns = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let changed = ns(self.mtime).max(ns(self.ctime));
+        let Ok(scan) = scan.duration_since(SystemTime::UNIX_EPOCH) else {
+            return false;
+        };
+        let limit = scan.as_nanos() as i128 - RACY_MARGIN.as_nanos() as i128;
+        changed < limit
+    }
+}
+
+/// A file whose bytes a reader may use instead of reading it: given its path and its stamp
+/// now, the bytes read before when the stamp proves them current (see [`read_with`]).
+pub type Reuse<'a> = &'a dyn Fn(&str, &Stamp) -> Option<Arc<[u8]>>;
+
+/// What [`read_with`] read: the snapshot, the stamp of every resource file it holds (directory
+/// mode; empty in git mode), and how many files were reused unread.
+#[derive(Debug, Clone)]
+pub struct Stamped {
+    pub snapshot: Snapshot,
+    pub stamps: BTreeMap<String, Stamp>,
+    pub unread: usize,
 }
 
 /// A candidate approval marker (`approvals/**/*.sig`), verified by `approval`.
@@ -277,13 +344,25 @@ pub fn revision_of(snapshot: &Snapshot) -> Revision {
 
 /// Read a revision.
 pub fn read(source: &Source) -> Result<Snapshot, SourceError> {
+    Ok(read_with(source, &|_, _| None)?.snapshot)
+}
+
+/// Read a revision, taking a resource file's bytes from `reuse` instead of reading them
+/// when it has them for the file's stamp (directory mode; git mode reads every object). The
+/// snapshot is the one [`read`] gives, as long as `reuse` only returns bytes its stamp
+/// proves current.
+pub fn read_with(source: &Source, reuse: Reuse<'_>) -> Result<Stamped, SourceError> {
     match source {
-        Source::Dir(root) => read_dir(root),
-        Source::Git { path, reference } => read_git(path, reference),
+        Source::Dir(root) => read_dir(root, reuse),
+        Source::Git { path, reference } => Ok(Stamped {
+            snapshot: read_git(path, reference)?,
+            stamps: BTreeMap::new(),
+            unread: 0,
+        }),
     }
 }
 
-fn read_dir(root: &Path) -> Result<Snapshot, SourceError> {
+fn read_dir(root: &Path, reuse: Reuse<'_>) -> Result<Stamped, SourceError> {
     if !root.is_dir() {
         return Err(SourceError::NotADir {
             path: root.to_path_buf(),
@@ -291,6 +370,8 @@ fn read_dir(root: &Path) -> Result<Snapshot, SourceError> {
     }
     let mut files = Vec::new();
     let mut markers = Vec::new();
+    let mut stamps = BTreeMap::new();
+    let mut unread = 0;
     let mut budget = Budget::default();
     let mut stack = vec![root.to_path_buf()];
     'walk: while let Some(dir) = stack.pop() {
@@ -333,38 +414,66 @@ fn read_dir(root: &Path) -> Result<Snapshot, SourceError> {
                 budget.refuse(&rel, RefusedReason::NotARegularFile);
                 continue;
             }
-            let Some(bytes) = read_bounded(&path, &rel, &mut budget)? else {
+            let marker = is_marker_path(&rel);
+            // A resource file whose stamp (lstat: the entry itself, never a link's target)
+            // proves the bytes read before current is not opened: admitted as the read would
+            // admit it (its size then is the stamp's), the bytes taken from `reuse`.
+            if !marker
+                && let Ok(meta) = std::fs::symlink_metadata(&path)
+                && meta.is_file()
+            {
+                let stamp = Stamp::of(&meta);
+                if let Some(bytes) = reuse(&rel, &stamp) {
+                    if budget.admit(&rel, stamp.size) {
+                        budget.correct(stamp.size, bytes.len() as u64);
+                        stamps.insert(rel.clone(), stamp);
+                        files.push(SourceFile { path: rel, bytes });
+                        unread += 1;
+                    }
+                    continue;
+                }
+            }
+            let Some((bytes, stamp)) = read_bounded(&path, &rel, &mut budget)? else {
                 continue;
             };
-            if is_marker_path(&rel) {
+            if marker {
                 markers.push(MarkerFile {
                     path: rel,
                     contents: bytes,
                 });
             } else {
-                files.push(SourceFile { path: rel, bytes });
+                stamps.insert(rel.clone(), stamp);
+                files.push(SourceFile {
+                    path: rel,
+                    bytes: bytes.into(),
+                });
             }
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     markers.sort_by(|a, b| a.path.cmp(&b.path));
     budget.refused.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Snapshot {
-        files,
-        markers,
-        commit: None,
-        refused: budget.refused,
+    Ok(Stamped {
+        snapshot: Snapshot {
+            files,
+            markers,
+            commit: None,
+            refused: budget.refused,
+        },
+        stamps,
+        unread,
     })
 }
 
 /// Open without following a symlink and without blocking on a FIFO, check it is a regular file
-/// within the budget, and read at most [`limits::MAX_FILE_BYTES`] + 1 bytes. `None`: refused
-/// (recorded in `budget`).
+/// within the budget, and read at most [`limits::MAX_FILE_BYTES`] + 1 bytes, with the file's
+/// stamp taken before reading (a write during the read moves the stamp the next read sees).
+/// `None`: refused (recorded in `budget`).
 fn read_bounded(
     path: &Path,
     rel: &str,
     budget: &mut Budget,
-) -> Result<Option<Vec<u8>>, SourceError> {
+) -> Result<Option<(Vec<u8>, Stamp)>, SourceError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let read_err = |err| SourceError::Read {
@@ -398,7 +507,7 @@ fn read_bounded(
         .read_to_end(&mut buf)
         .map_err(read_err)?;
     budget.correct(meta.len(), buf.len() as u64);
-    Ok(Some(buf))
+    Ok(Some((buf, Stamp::of(&meta))))
 }
 
 fn rel_path(root: &Path, path: &Path) -> String {
@@ -480,7 +589,10 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
                 contents: bytes,
             });
         } else {
-            files.push(SourceFile { path: rel, bytes });
+            files.push(SourceFile {
+                path: rel,
+                bytes: bytes.into(),
+            });
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));

@@ -366,7 +366,7 @@ mod tests {
                     .iter()
                     .map(|(p, t)| SourceFile {
                         path: p.clone(),
-                        bytes: t.as_bytes().to_vec(),
+                        bytes: t.as_bytes().to_vec().into(),
                     })
                     .collect(),
                 markers: Vec::new(),

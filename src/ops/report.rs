@@ -57,7 +57,7 @@ pub fn report(diag: &Diagnostic, loaded: &Loaded, display_root: &str) -> Report 
     let text = loaded
         .sources
         .get(&diag.origin.file)
-        .cloned()
+        .map(|t| t.to_string())
         .unwrap_or_default();
     let name = if display_root.is_empty() || display_root == "." {
         diag.origin.file.clone()

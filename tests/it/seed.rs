@@ -76,7 +76,7 @@ fn load_yaml(name: &str, yaml: &str) -> medea::desired::Desired {
     let loaded = medea::desired::parse_snapshot(Snapshot {
         files: vec![SourceFile {
             path: name.into(),
-            bytes: yaml.as_bytes().to_vec(),
+            bytes: yaml.as_bytes().to_vec().into(),
         }],
         markers: vec![],
         commit: None,

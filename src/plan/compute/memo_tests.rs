@@ -48,7 +48,7 @@ impl World {
                 .iter()
                 .map(|(p, t)| SourceFile {
                     path: p.clone(),
-                    bytes: t.as_bytes().to_vec(),
+                    bytes: t.as_bytes().to_vec().into(),
                 })
                 .collect(),
             markers: Vec::new(),

@@ -720,7 +720,7 @@ fn diagnostics(files: &[(&str, String)]) -> Vec<crate::desired::Diagnostic> {
             .iter()
             .map(|(p, text)| crate::desired::source::SourceFile {
                 path: p.to_string(),
-                bytes: text.as_bytes().to_vec(),
+                bytes: text.as_bytes().to_vec().into(),
             })
             .collect(),
         markers: Vec::new(),

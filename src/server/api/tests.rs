@@ -223,7 +223,7 @@ async fn submit_approval_answers_only_after_verification() {
     let broken = crate::desired::parse_snapshot(crate::desired::Snapshot {
         files: vec![crate::desired::source::SourceFile {
             path: "x.yaml".into(),
-            bytes: b"garbage: [\n".to_vec(),
+            bytes: b"garbage: [\n".to_vec().into(),
         }],
         markers: Vec::new(),
         commit: None,
