@@ -278,8 +278,10 @@ pub fn validate(
         }
     }
 
-    // machine name → (cluster, pool, origin) of its first explicit listing
-    let mut machine_owner: BTreeMap<String, (String, String, Origin)> = BTreeMap::new();
+    // machine name → (cluster, pool) of its first explicit listing (an index into `owners`,
+    // one entry per pool: not two more strings per machine) and that listing's origin
+    let mut owners: Vec<(String, String)> = Vec::new();
+    let mut machine_owner: BTreeMap<String, (usize, Origin)> = BTreeMap::new();
     for PendingPool { raw, doc } in pools {
         check_header(&mut ctx, &doc, &raw.api_version);
         let name_ok = check_name(&mut ctx, &doc, &raw.metadata.name, "node pool");
@@ -369,7 +371,9 @@ pub fn validate(
         );
 
         let mut machines = Vec::new();
-        let mut seen = BTreeSet::new();
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let owner = owners.len();
+        owners.push((cluster_name.clone(), raw.metadata.name.value.clone()));
         for m in &spec.machines {
             let origin = doc.origin(&m.referenced);
             if !is_dns_subdomain(&m.value) {
@@ -383,7 +387,7 @@ pub fn validate(
                 );
                 continue;
             }
-            if !seen.insert(m.value.clone()) {
+            if !seen.insert(m.value.as_str()) {
                 ctx.err(Diagnostic::error(
                     codes::DUPLICATE,
                     origin,
@@ -391,7 +395,8 @@ pub fn validate(
                 ));
                 continue;
             }
-            if let Some((c, p, first)) = machine_owner.get(&m.value) {
+            if let Some((i, first)) = machine_owner.get(&m.value) {
+                let (c, p) = &owners[*i];
                 ctx.err(
                     Diagnostic::error(
                         codes::MACHINE_TWICE,
@@ -408,14 +413,7 @@ pub fn validate(
                 );
                 continue;
             }
-            machine_owner.insert(
-                m.value.clone(),
-                (
-                    cluster_name.clone(),
-                    raw.metadata.name.value.clone(),
-                    origin.clone(),
-                ),
-            );
+            machine_owner.insert(m.value.clone(), (owner, origin.clone()));
             machines.push(Sourced {
                 value: m.value.clone(),
                 origin,

@@ -31,6 +31,19 @@ pub fn all_plans(store: &dyn Store) -> Result<Vec<Plan>, StoreError> {
         .collect())
 }
 
+/// The ids of every stored plan, in key order, from their keys (`plan/<hex>`): no plan is
+/// decoded (a plan of 10,000 machines is megabytes of JSON, and every plan is kept).
+pub fn plan_ids(store: &dyn Store) -> Result<Vec<PlanId>, StoreError> {
+    Ok(store
+        .scan(crate::store::Table::Plans, "plan/")?
+        .into_iter()
+        .filter_map(|(k, _)| {
+            k.strip_prefix("plan/")
+                .and_then(|hex| PlanId::parse_full(hex).ok())
+        })
+        .collect())
+}
+
 /// The last-applied desired state (table `Desired`): what approved plans put there.
 pub fn load_applied(store: &dyn Store) -> Result<LastApplied, StoreError> {
     let mut rs = store.scan_records::<AppliedResource>("cluster/")?;
@@ -399,6 +412,13 @@ mod tests {
             files.insert("c0001/cluster.yaml".into(), text);
         }
         assert_eq!(cache.memo.last_stats().reused, 2);
+        let ids: Vec<_> = super::all_plans(&cached)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(ids.len(), 3, "one plan per round");
+        assert_eq!(super::plan_ids(&cached).unwrap(), ids);
     }
 
     #[test]

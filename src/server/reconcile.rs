@@ -98,10 +98,7 @@ pub fn load_signers(path: Option<&Path>) -> (AllowedSigners, Vec<String>) {
 
 /// Plans known to the store and plans already consumed, for verification context.
 fn known_and_consumed(store: &dyn Store) -> Result<(Vec<PlanId>, Vec<PlanId>), StoreError> {
-    let known: Vec<PlanId> = stored::all_plans(store)?
-        .into_iter()
-        .map(|p| p.id)
-        .collect();
+    let known: Vec<PlanId> = stored::plan_ids(store)?;
     let consumed = known
         .iter()
         .copied()

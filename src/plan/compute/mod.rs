@@ -189,7 +189,7 @@ pub fn compute_in(
         parent,
         running,
         preflight,
-        &mut PlanMemo::default(),
+        &mut PlanMemo::one_off(),
     )
 }
 
@@ -254,8 +254,11 @@ pub struct ClusterSection {
     plan_json: Vec<u8>,
     put_json: Vec<Vec<u8>>,
     /// The section before the preflight checks, when they apply (an observed cluster
-    /// without a running job): `plan` is this plus [`Self::preflight`].
+    /// without a running job): `plan` is this plus [`Self::preflight`]. Kept only by a memo
+    /// that keeps sections ([`PlanMemo::keeps`]); a one-off plan checks `plan` itself.
     base: Option<ClusterPlan>,
+    /// The preflight checks apply to this section (`base` or, in a one-off plan, `plan`).
+    checked: bool,
     /// The findings and acknowledgement notes `plan` carries.
     preflight: (Vec<crate::plan::preflight::Finding>, Vec<String>),
 }
@@ -267,8 +270,10 @@ impl ClusterSection {
         reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
     )]
     fn finish(&mut self, found: (Vec<crate::plan::preflight::Finding>, Vec<String>)) {
-        let Some(base) = &self.base else { return };
-        let mut plan = base.clone();
+        // A one-off plan has no base: its `plan` is still the base (finished at most once).
+        let Some(mut plan) = self.base.clone().or_else(|| self.plan.take()) else {
+            return;
+        };
         plan.preflight = found.0.clone();
         plan.notes.extend(found.1.iter().cloned());
         self.plan_json = serde_json::to_vec(&plan).expect("plans serialize");
@@ -281,10 +286,24 @@ impl ClusterSection {
 /// A plan computed with a memo is the plan computed without one (`compute_with`), byte for
 /// byte: a section is a pure function of its inputs, and the whole-plan parts (the basis,
 /// removed clusters, the bar, the id) are computed afresh every time.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PlanMemo {
-    sections: BTreeMap<String, (SectionInputs, ClusterSection)>,
+    /// Each section with its inputs (`None` in a one-off memo, which reuses nothing).
+    sections: BTreeMap<String, (Option<SectionInputs>, ClusterSection)>,
     last: MemoStats,
+    /// Whether sections are kept for the next call. A one-off memo (a cold plan) neither
+    /// copies the inputs nor clones the sections into the plan: it moves them.
+    keep: bool,
+}
+
+impl Default for PlanMemo {
+    fn default() -> PlanMemo {
+        PlanMemo {
+            sections: BTreeMap::new(),
+            last: MemoStats::default(),
+            keep: true,
+        }
+    }
 }
 
 /// What the last planning call with a [`PlanMemo`] did.
@@ -299,6 +318,18 @@ pub struct MemoStats {
 impl PlanMemo {
     pub fn last_stats(&self) -> MemoStats {
         self.last
+    }
+    /// A memo for one plan only (what [`compute_in`] uses): nothing is kept, so nothing is
+    /// copied for later.
+    fn one_off() -> PlanMemo {
+        PlanMemo {
+            keep: false,
+            ..PlanMemo::default()
+        }
+    }
+    /// Whether this memo keeps sections for the next call.
+    pub fn keeps(&self) -> bool {
+        self.keep
     }
 }
 
@@ -337,15 +368,15 @@ pub fn compute_memo(
             applied: applied_of.remove(name.as_str()).unwrap_or_default(),
         };
         let entry = match memo.sections.remove(name) {
-            Some((old, sec)) if inputs.matches(&old) => {
+            Some((Some(old), sec)) if inputs.matches(&old) => {
                 stats.reused += 1;
-                (old, sec)
+                (Some(old), sec)
             }
             _ => {
                 stats.planned += 1;
                 (
-                    inputs.to_owned(),
-                    section(name, cluster, &inputs, last_applied),
+                    memo.keep.then(|| inputs.to_owned()),
+                    section(name, cluster, &inputs, last_applied, memo.keep),
                 )
             }
         };
@@ -353,21 +384,31 @@ pub fn compute_memo(
         // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
         // upstream clusters' job history): checked on every pass over the memoized base
         // section, whose final JSON is rebuilt only when the findings change.
-        if let (Some(base), Some(obs)) = (&entry.1.base, inputs.observed) {
+        if entry.1.checked
+            && let Some(obs) = inputs.observed
+            && let Some(base) = entry.1.base.as_ref().or(entry.1.plan.as_ref())
+        {
             let found =
                 crate::plan::preflight::check(cluster, obs, base, &preflight.for_cluster(cluster));
             if found != entry.1.preflight {
                 entry.1.finish(found);
             }
         }
-        let sec = &entry.1;
+        let sec = &mut entry.1;
         catalogs.insert(sec.catalog.clone());
         diags.extend(sec.diags.iter().cloned());
         bar = bar.max(sec.bar);
         applies.put.extend(sec.put.iter().cloned());
         applies.delete.extend(sec.delete.iter().cloned());
-        if let Some(plan) = &sec.plan {
-            clusters.insert(name.clone(), plan.clone());
+        // A one-off memo gives its sections away; a kept one keeps them (the next plan
+        // reuses them) and the plan gets copies.
+        let plan = if memo.keep {
+            sec.plan.clone()
+        } else {
+            sec.plan.take()
+        };
+        if let Some(plan) = plan {
+            clusters.insert(name.clone(), plan);
         }
         sections.insert(name.clone(), entry);
     }
@@ -431,7 +472,7 @@ pub fn compute_memo(
     let mut put_json: Vec<(String, &[u8])> = memo
         .sections
         .values()
-        .filter(|(_, sec)| sec.plan.is_some())
+        .filter(|(_, sec)| !sec.plan_json.is_empty())
         .flat_map(|(_, sec)| {
             sec.put
                 .iter()
@@ -476,8 +517,9 @@ fn section(
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
     all_applied: &LastApplied,
+    keep: bool,
 ) -> ClusterSection {
-    let mut s = section_parts(name, cluster, inputs, all_applied);
+    let mut s = section_parts(name, cluster, inputs, all_applied, keep);
     if let Some(p) = &s.plan {
         s.plan_json = serde_json::to_vec(p).expect("plans serialize");
     }
@@ -494,6 +536,7 @@ fn section_parts(
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
     all_applied: &LastApplied,
+    keep: bool,
 ) -> ClusterSection {
     let catalog = Catalog::for_policy(&cluster.upgrade_policy);
     let mut out = ClusterSection {
@@ -506,6 +549,7 @@ fn section_parts(
         plan_json: Vec::new(),
         put_json: Vec::new(),
         base: None,
+        checked: false,
         preflight: (Vec::new(), Vec::new()),
     };
     if let Some(job) = inputs.running {
@@ -582,7 +626,10 @@ fn section_parts(
             out.delete.push(res.key.clone());
         }
     }
-    out.base = Some(plan.clone());
+    out.checked = true;
+    if keep {
+        out.base = Some(plan.clone());
+    }
     out.plan = Some(plan);
     out
 }
