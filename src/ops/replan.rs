@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::desired::Desired;
 use crate::inventory::Inventory;
-use crate::plan::stored::{CURRENT_KEY, CurrentPlan, plan_key, save_txn};
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan, plan_key};
 use crate::plan::{AppliedResource, Basis, LastApplied, Plan, PlanId};
 use crate::store::{Store, StoreError, StoreExt};
 
@@ -259,7 +259,12 @@ pub fn replan_cached(
     if plan.parent == Some(plan.id) {
         plan.parent = None; // a pointer to a plan record that is gone
     }
-    store.commit(save_txn(&plan, previous.as_ref()))?;
+    let json = cache.memo.plan_json(&plan);
+    store.commit(crate::plan::stored::save_txn_json(
+        &plan,
+        &json,
+        previous.as_ref(),
+    ))?;
     Ok(Replanned { plan, stored: true })
 }
 
@@ -405,6 +410,11 @@ mod tests {
                 super::current(&cached).unwrap().map(|c| c.id),
                 super::current(&fresh).unwrap().map(|c| c.id)
             );
+            // The record stitched from the sections' JSON is the one `encode` writes.
+            let key = crate::plan::stored::plan_key(&a.plan.id);
+            let stored = cached.get(crate::store::Table::Plans, &key).unwrap();
+            assert_eq!(stored, fresh.get(crate::store::Table::Plans, &key).unwrap());
+            assert_eq!(stored, Some(crate::store::record::encode(&a.plan)));
             let text = files["c0001/cluster.yaml"].replace(
                 &format!("drainTimeout: {}m", 10 + round),
                 &format!("drainTimeout: {}m", 11 + round),

@@ -51,6 +51,29 @@ pub fn save_txn(plan: &Plan, previous: Option<&CurrentPlan>) -> Txn {
         .put_record(CURRENT_KEY, &CurrentPlan { id: plan.id })
 }
 
+/// [`save_txn`] with the plan's JSON given (`serde_json::to_vec(plan)`, byte for byte; the
+/// daemon stitches it from the sections' JSON, `PlanMemo::plan_json`): the record written is
+/// [`encode`]`(plan)`.
+pub fn save_txn_json(plan: &Plan, json: &[u8], previous: Option<&CurrentPlan>) -> Txn {
+    let check = match previous {
+        Some(p) => Check::Equals(Table::Plans, CURRENT_KEY.into(), encode(p)),
+        None => Check::Absent(Table::Plans, CURRENT_KEY.into()),
+    };
+    // The envelope `encode` writes around the data: `{"kind":…,"schema":…,"data":…}`.
+    let mut value = Vec::with_capacity(json.len() + 48);
+    value.extend_from_slice(br#"{"kind":""#);
+    value.extend_from_slice(<Plan as Record>::KIND.as_bytes());
+    value.extend_from_slice(br#"","schema":"#);
+    value.extend_from_slice(<Plan as Record>::SCHEMA.to_string().as_bytes());
+    value.extend_from_slice(br#","data":"#);
+    value.extend_from_slice(json);
+    value.push(b'}');
+    Txn::new()
+        .check(check)
+        .put(Table::Plans, plan_key(&plan.id), value)
+        .put_record(CURRENT_KEY, &CurrentPlan { id: plan.id })
+}
+
 /// The writes that apply a plan's settings: every last-applied record the plan carries is
 /// put, every resource it removes is deleted (table `Desired`). Pure. The approval side adds
 /// these ops to the transaction that marks the plan approved, so the settings and the

@@ -206,6 +206,11 @@ proptest! {
                 let o = render::Options { color: false };
                 prop_assert_eq!(render::text(warm, o), render::text(cold, o));
                 prop_assert_eq!(serde_json::to_vec(warm).unwrap(), serde_json::to_vec(cold).unwrap());
+                // The stored record's JSON, stitched from the sections' JSON, is the plan's.
+                prop_assert_eq!(memo.plan_json(warm), serde_json::to_vec(cold).unwrap());
+                let mut reparented = warm.clone();
+                reparented.parent = None;
+                prop_assert_eq!(memo.plan_json(&reparented), serde_json::to_vec(&reparented).unwrap());
             }
             if let Ok(p) = cold {
                 last = Some(p);

@@ -294,6 +294,8 @@ pub struct PlanMemo {
     /// Whether sections are kept for the next call. A one-off memo (a cold plan) neither
     /// copies the inputs nor clones the sections into the plan: it moves them.
     keep: bool,
+    /// The id of the plan the last call computed (its sections are the ones kept).
+    last_id: Option<PlanId>,
 }
 
 impl Default for PlanMemo {
@@ -302,6 +304,7 @@ impl Default for PlanMemo {
             sections: BTreeMap::new(),
             last: MemoStats::default(),
             keep: true,
+            last_id: None,
         }
     }
 }
@@ -330,6 +333,54 @@ impl PlanMemo {
     /// Whether this memo keeps sections for the next call.
     pub fn keeps(&self) -> bool {
         self.keep
+    }
+
+    /// The JSON of `plan` (`serde_json::to_vec(plan)`, byte for byte), its clusters' JSON
+    /// taken from the sections serialized once when they were planned instead of serializing
+    /// every cluster again: for storing the plan. Only for the plan the last call computed
+    /// (checked by id, which hashes every cluster); any other plan is serialized whole.
+    #[allow(
+        clippy::expect_used,
+        reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
+    )]
+    pub fn plan_json(&self, plan: &Plan) -> Vec<u8> {
+        use erased::Json as _;
+        if self.last_id != Some(plan.id) {
+            return serde_json::to_vec(plan).expect("plans serialize");
+        }
+        let mut out = Vec::with_capacity(
+            self.sections
+                .values()
+                .map(|(_, s)| s.plan_json.len())
+                .sum::<usize>()
+                + 4096,
+        );
+        out.extend_from_slice(br#"{"id":"#);
+        out.extend(plan.id.to_json());
+        out.extend_from_slice(br#","parent":"#);
+        out.extend(plan.parent.to_json());
+        out.extend_from_slice(br#","basis":"#);
+        out.extend(plan.basis.to_json());
+        out.extend_from_slice(br#","clusters":["#);
+        for (i, c) in plan.clusters.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            match self.sections.get(&c.cluster) {
+                Some((_, sec)) if !sec.plan_json.is_empty() && sec.plan.as_ref() == Some(c) => {
+                    out.extend_from_slice(&sec.plan_json)
+                }
+                _ => out.extend(c.to_json()),
+            }
+        }
+        out.extend_from_slice(br#"],"approvalsRequired":"#);
+        out.extend(plan.approvals_required.to_json());
+        out.extend_from_slice(br#","catalog":"#);
+        out.extend(plan.catalog.to_json());
+        out.extend_from_slice(br#","applies":"#);
+        out.extend(plan.applies.to_json());
+        out.push(b'}');
+        out
     }
 }
 
@@ -503,6 +554,7 @@ pub fn compute_memo(
             .filter(|_| desired.clusters.contains_key(&c.cluster))
     };
     plan.id = canonical_id_from_parts(&plan, cluster_json, &put_json);
+    memo.last_id = memo.keep.then_some(plan.id);
     Ok(plan)
 }
 
