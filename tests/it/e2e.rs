@@ -70,15 +70,7 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
     );
 
     // 6. Approvals committed as marker files; rollouts enabled for the cluster.
-    let out = cli()
-        .args(["cluster", "enable-rollouts", "home"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    s.enable_rollouts();
     std::fs::create_dir_all(repo.join("approvals")).unwrap();
     for who in ["alice", "bob"] {
         std::fs::write(
