@@ -1398,11 +1398,15 @@ fn diagnostics_of(cluster_extra: &str, pool_extra: &str) -> Vec<Diagnostic> {
         files: vec![
             SourceFile {
                 path: "c1.yaml".into(),
-                bytes: cluster_doc("c1", "v1.34.1", cluster_extra).into_bytes().into(),
+                bytes: cluster_doc("c1", "v1.34.1", cluster_extra)
+                    .into_bytes()
+                    .into(),
             },
             SourceFile {
                 path: "pools.yaml".into(),
-                bytes: pool_doc("a", "worker", "w-1", "v1.13.9", pool_extra).into_bytes().into(),
+                bytes: pool_doc("a", "worker", "w-1", "v1.13.9", pool_extra)
+                    .into_bytes()
+                    .into(),
             },
         ],
         markers: Vec::new(),

@@ -562,7 +562,7 @@ fn directory_mode_reading_is_bounded() {
         msgs.iter().any(|m| m.contains("limit MAX_TOTAL_BYTES")),
         "{msgs:#?}"
     );
-    let read: usize = loaded.sources.values().map(String::len).sum();
+    let read: usize = loaded.sources.values().map(|t| t.len()).sum();
     assert!(read as u64 <= limits::MAX_TOTAL_BYTES);
     // File count.
     let t3 = tempfile::tempdir().unwrap();
