@@ -1,6 +1,7 @@
 //! File watching: debounced notify events become "re-read the desired state" hints.
 //!
-//! Events are only hints; the whole revision is re-read and re-validated on each. Directory
+//! Events are only hints; the whole revision is loaded and re-validated on each (the loader
+//! skips reading files whose stamp proves them unchanged, `desired::Loader`). Directory
 //! mode ignores `.git/**` and editor temp files; git mode watches the checkout's `.git`
 //! directory too, so a new commit (or a moved ref) triggers a reload even though the committed
 //! tree, not the work tree, is what gets read. Nothing polls: with no events, nothing runs.
