@@ -196,15 +196,23 @@ impl Loader {
     /// Read and validate a revision, re-reading only files whose stamp moved (or changed
     /// too recently to trust it) and re-parsing only files whose bytes changed.
     pub fn load(&mut self, source: &source::Source) -> Result<Loaded, SourceError> {
-        self.load_at(source, SystemTime::now())
+        self.load_scan(source, None)
     }
 
-    /// [`Loader::load`] with the scan's start time given: the racy rule
-    /// ([`Stamp::settled_before`]) compares the files' stamps with it.
+    /// [`Loader::load`] with the scan's start time given instead of the reader's clock: the
+    /// racy rule ([`Stamp::settled_before`]) compares the files' stamps with it (tests).
     pub fn load_at(
         &mut self,
         source: &source::Source,
         scan: SystemTime,
+    ) -> Result<Loaded, SourceError> {
+        self.load_scan(source, Some(scan))
+    }
+
+    fn load_scan(
+        &mut self,
+        source: &source::Source,
+        scan: Option<SystemTime>,
     ) -> Result<Loaded, SourceError> {
         let files = &self.files;
         let reuse = |path: &str, stamp: &Stamp| -> Option<Arc<[u8]>> {
@@ -213,6 +221,7 @@ impl Loader {
             (was == stamp && stamp.settled_before(*read_at)).then(|| c.parsed.bytes.clone())
         };
         let stamped = source::read_with(source, &reuse)?;
+        let scan = scan.unwrap_or(stamped.scan);
         let loaded = self.load_stamped(stamped.snapshot, &stamped.stamps, scan);
         self.last.unread = stamped.unread;
         Ok(loaded)

@@ -98,12 +98,14 @@ impl Stamp {
 pub type Reuse<'a> = &'a dyn Fn(&str, &Stamp) -> Option<Arc<[u8]>>;
 
 /// What [`read_with`] read: the snapshot, the stamp of every resource file it holds (directory
-/// mode; empty in git mode), and how many files were reused unread.
+/// mode; empty in git mode), how many files were reused unread, and when the scan started
+/// (what [`Stamp::settled_before`] compares the stamps with next time).
 #[derive(Debug, Clone)]
 pub struct Stamped {
     pub snapshot: Snapshot,
     pub stamps: BTreeMap<String, Stamp>,
     pub unread: usize,
+    pub scan: SystemTime,
 }
 
 /// A candidate approval marker (`approvals/**/*.sig`), verified by `approval`.
@@ -352,17 +354,20 @@ pub fn read(source: &Source) -> Result<Snapshot, SourceError> {
 /// snapshot is the one [`read`] gives, as long as `reuse` only returns bytes its stamp
 /// proves current.
 pub fn read_with(source: &Source, reuse: Reuse<'_>) -> Result<Stamped, SourceError> {
+    // Before the first stamp is taken: a write after this instant stamps a later time.
+    let scan = SystemTime::now();
     match source {
-        Source::Dir(root) => read_dir(root, reuse),
+        Source::Dir(root) => read_dir(root, reuse, scan),
         Source::Git { path, reference } => Ok(Stamped {
             snapshot: read_git(path, reference)?,
             stamps: BTreeMap::new(),
             unread: 0,
+            scan,
         }),
     }
 }
 
-fn read_dir(root: &Path, reuse: Reuse<'_>) -> Result<Stamped, SourceError> {
+fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, SourceError> {
     if !root.is_dir() {
         return Err(SourceError::NotADir {
             path: root.to_path_buf(),
@@ -462,6 +467,7 @@ fn read_dir(root: &Path, reuse: Reuse<'_>) -> Result<Stamped, SourceError> {
         },
         stamps,
         unread,
+        scan,
     })
 }
 
