@@ -132,7 +132,7 @@ mod find_index {
 
     fn key(k: u8) -> String {
         // a small key space shared by names and addresses, so collisions happen
-        if k % 2 == 0 {
+        if k.is_multiple_of(2) {
             format!("n{}", k % 6)
         } else {
             format!("10.5.0.{}", k % 6)
