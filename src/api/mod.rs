@@ -10,8 +10,10 @@
 //! values into [`pb`] messages, and no domain module imports this one.
 
 pub mod client;
+pub mod machines;
 
 pub mod pb {
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("medea.v1");
+    pub use super::machines::ListMachinesResponse;
 }
