@@ -1,7 +1,7 @@
 //! Benchmarks at fleet scale: a deterministic generator and the `medea bench` harness.
 //!
-//! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`server`],
-//! [`rollout`]), their statistics ([`stats`]) and the host description ([`host`]).
+//! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`process`],
+//! [`server`], [`rollout`]), their statistics ([`stats`]) and the host description ([`host`]).
 //! **May depend on:** the modules it measures (`desired`, `inventory`, `plan`, `rollout`,
 //! `store`, `server`, `sim`) and the API through [`crate::api::client`]; never `cli`.
 //! Nothing but `cli` (`medea bench`) depends on it.
@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod host;
 pub mod incremental;
 pub mod pipeline;
+pub mod process;
 pub mod rollout;
 pub mod server;
 pub mod stats;
@@ -42,6 +43,8 @@ pub enum BenchError {
     Store(#[source] Box<crate::store::StoreError>),
     #[error("the server under test misbehaved: {what}")]
     Server { what: String },
+    #[error("the process under test failed: {what}")]
+    Process { what: String },
     #[error("the rollout under test failed: {what}")]
     Rollout { what: String },
 }

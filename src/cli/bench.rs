@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use super::exit;
 use crate::bench::fleet::{self, FleetSpec};
 use crate::bench::host::Host;
-use crate::bench::{pipeline, rollout, server};
+use crate::bench::{pipeline, process, rollout, server};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -56,6 +56,17 @@ pub enum Scenario {
         /// Rounds (each: floor and pipeline side by side).
         #[arg(long, default_value_t = 15)]
         rounds: usize,
+    },
+    /// `medea plan` as a whole process against libyaml (PyYAML's CSafeLoader) parsing the same
+    /// files and the inventory, alternated round by round; and `medea plan`'s peak RSS.
+    PlanProcess {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Python 3 with PyYAML built against libyaml (Debian: python3-yaml).
+        #[arg(long, default_value = "python3")]
+        python: PathBuf,
     },
     /// A `medea serve` child holding the fleet: idle RSS/CPU, get machines, change → plan.
     Server {
@@ -181,6 +192,54 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 "  ratio incremental / cold (median of per-round ratios): {:.3}",
                 i.ratio()
             );
+            Ok(exit::OK)
+        }
+        Scenario::PlanProcess {
+            fleet: f,
+            rounds,
+            python,
+        } => {
+            let host = Host::detect();
+            let medea = std::env::current_exe()
+                .into_diagnostic()
+                .wrap_err("cannot find the medea binary")?;
+            let fleet = fleet::generate(f.spec());
+            let dir = tempdir()?;
+            let w = fleet::write_repo(&fleet, dir.path())
+                .into_diagnostic()
+                .wrap_err("cannot write the fleet")?;
+            let o = process::ProcessOptions {
+                medea,
+                python,
+                rounds,
+            };
+            let r = process::run(&o, &w.desired, &w.inventory).map_err(err)?;
+            println!("{host}");
+            println!(
+                "fleet: {} clusters x {} machines = {} machines, seed {}; libyaml parsed {} documents",
+                fleet.inventory.clusters.len(),
+                f.machines,
+                fleet.machines(),
+                f.seed,
+                r.documents
+            );
+            println!("medea plan (process):   {}", r.plan.summary_ms());
+            println!("libyaml (process):      {}", r.python.summary_ms());
+            println!("libyaml (parse only):   {}", r.parse.summary_ms());
+            println!(
+                "ratio medea plan / libyaml process (median of per-round ratios): {:.3} (target <= 0.5); against the parse alone: {:.3}",
+                r.ratio_process.median(),
+                r.ratio_parse.median()
+            );
+            match r.plan_peak_rss_kib {
+                Some(kib) => println!(
+                    "medea plan peak RSS: {:.1} MiB ({kib} KiB, GNU time)",
+                    kib as f64 / 1024.0
+                ),
+                None => {
+                    println!("medea plan peak RSS: not measured (/usr/bin/time is not GNU time)")
+                }
+            }
             Ok(exit::OK)
         }
         Scenario::Server {

@@ -88,6 +88,93 @@ fn plan_reports_the_floor_the_stages_and_the_ratio() {
     }
 }
 
+/// Python 3 with PyYAML built against libyaml (the reference of `bench plan-process`), or `None`
+/// after a "skipped" line; under `CI` (as `tests/run` sets it, and installs python3-yaml) a
+/// missing one fails.
+fn python_with_libyaml() -> Option<&'static str> {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import yaml; yaml.CSafeLoader"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some("python3");
+    }
+    let why = "this test needs python3 with PyYAML built against libyaml: \
+               `apt-get install python3-yaml`, or run the suite with `tests/run`";
+    assert!(
+        std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+        "{why} (CI is set, so this is a failure)"
+    );
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// `medea plan` as a process against libyaml over the same files: both ran, libyaml parsed the
+/// desired documents of both clusters and the inventory, and the report carries both ratios.
+#[test]
+fn plan_process_runs_medea_plan_and_libyaml_side_by_side() {
+    let Some(python) = python_with_libyaml() else {
+        return;
+    };
+    let out = run(&[
+        "plan-process",
+        "--clusters",
+        "2",
+        "--machines",
+        "8",
+        "--rounds",
+        "2",
+        "--python",
+        python,
+    ]);
+    for needle in [
+        "host: ",
+        "fleet: 2 clusters x 8 machines = 16 machines",
+        "medea plan (process):   median",
+        "(n=2)",
+        "libyaml (process):",
+        "libyaml (parse only):",
+        "ratio medea plan / libyaml process",
+        "medea plan peak RSS: ",
+    ] {
+        assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+    // Every desired document and the inventory went through libyaml: more than the 4 files.
+    let docs: usize = out
+        .split("libyaml parsed ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no document count in:\n{out}"));
+    assert!(docs > 4, "libyaml parsed only {docs} documents:\n{out}");
+}
+
+/// A reference interpreter that is not there is a clear error, not a number.
+#[test]
+fn plan_process_names_what_to_install_when_the_reference_is_missing() {
+    let out = medea()
+        .args([
+            "bench",
+            "plan-process",
+            "--clusters",
+            "1",
+            "--machines",
+            "4",
+            "--rounds",
+            "1",
+            "--python",
+            "/nonexistent/python3",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot start the libyaml reference (python3)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn rollout_rolls_every_node_once_and_reports_both_runs() {
     let out = run(&[

@@ -1,8 +1,12 @@
 //! Helpers shared by the integration tests: fixture trees on disk, and the external tools
 //! some tests drive (found on PATH, or a message naming the Debian package to install).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub mod serve;
 
 /// The Debian package that ships each external tool the tests use.
 fn package_of(bin: &str) -> &'static str {
@@ -191,4 +195,42 @@ pub fn approvers(dir: &Path, who: &[&str]) {
         signers.push_str(&format!("{who}@example.com {}\n", public.trim()));
     }
     std::fs::write(dir.join("allowed_signers"), signers).unwrap();
+}
+
+/// Poll `f` every 200 ms until it holds; panics naming `what` after `limit`.
+pub fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A loopback port free at the time of the call.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `ssh-keygen -Y sign -n medea-approve` of the plan id `id` with `key`: an approval marker's
+/// content.
+pub fn sign(key: &Path, id: &str) -> Vec<u8> {
+    let mut c = tool("ssh-keygen")
+        .args(["-Y", "sign", "-q", "-n", "medea-approve", "-f"])
+        .arg(key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{id}\n").as_bytes())
+        .unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success());
+    out.stdout
 }

@@ -19,14 +19,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-/// A free loopback port (bound then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use crate::fixtures::free_port;
 
 type Series = BTreeMap<(String, BTreeMap<String, String>), String>;
 

@@ -8,124 +8,52 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use super::e2e::{Kill, free_port, git, sign, wait};
+use crate::fixtures::serve::{Clock, Serve};
+use crate::fixtures::{git, sign, wait};
 
 const TOKEN: &str = "ops-e2e-bearer-7c41d9f0a2b8e6";
 /// The webhook URL's path stands for a Slack-style secret: it must never be logged.
 const HOOK_PATH: &str = "/services/T0/B0/hook-path-secret-93b1";
 
-/// A running simulator + seeded store + daemon.
+/// A running simulator + seeded store + daemon (`fixtures::serve`) on a git checkout, with the
+/// metrics listener, JSON logs at `debug,medea=trace` (seed and serve) and a quicker clock.
 struct Run {
-    _tmp: tempfile::TempDir,
-    d: PathBuf,
-    state: PathBuf,
-    repo: PathBuf,
-    addr: String,
+    s: Serve,
     metrics: String,
-    _sim: Kill,
-    _serve: Kill,
 }
 
 impl Run {
     /// `talos`: the nodes' Talos version; `faults`: the scenario's `faults:` value (YAML);
     /// `webhook`: a URL for `--webhook`.
     fn start(talos: &str, faults: &str, webhook: Option<&str>) -> Run {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = tmp.path().to_path_buf();
-        let scenario = crate::fixtures::default_scenario();
-        assert!(scenario.contains("faults: []"), "{scenario}");
-        let scenario = scenario
-            .replace("reboot: 2s", "reboot: 300ms")
-            .replace("imagePull: 500ms", "imagePull: 30ms")
-            .replace("podStart: 3s", "podStart: 200ms")
-            .replace("podTermination: 1s", "podTermination: 50ms")
-            .replace("talos: v1.12.11", &format!("talos: {talos}"))
-            .replace("faults: []", &format!("faults: {faults}"));
-        let sim = crate::fixtures::spawn_sim(&d, &scenario);
-
-        let state = d.join("state");
-        let seed = crate::fixtures::seed_home(&d, &[("RUST_LOG", "debug,medea=trace")]);
-        std::fs::write(d.join("seed.log"), &seed.stderr).unwrap();
-
-        let repo = d.join("repo");
-        std::fs::create_dir_all(repo.join("home")).unwrap();
-        let ex = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home");
-        for f in ["cluster.yaml", "pools.yaml"] {
-            std::fs::copy(ex.join(f), repo.join("home").join(f)).unwrap();
-        }
-        git(&repo, &["init", "-q"]);
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-qm", "desired state"]);
-        crate::fixtures::approvers(&d, &["alice", "bob"]);
-
-        let addr = format!("127.0.0.1:{}", free_port());
-        let metrics = format!("127.0.0.1:{}", free_port());
-        let mut serve = crate::cli::medea();
-        serve
-            .args(["serve", "--desired"])
-            .arg(&repo)
-            .args([
-                "--git-ref",
-                "main",
-                "--rollouts",
-                "--listen",
-                &addr,
-                "--token",
-                TOKEN,
-                "--metrics-listen",
-                &metrics,
-                "--log-format",
-                "json",
-                "--debounce",
-                "200ms",
-                "--job-poll",
-                "150ms",
-                "--refresh-interval",
-                "2s",
-                "--state-dir",
-            ])
-            .arg(&state)
-            .arg("--allowed-signers")
-            .arg(d.join("allowed_signers"))
+        let mut b = crate::fixtures::serve::serve()
+            .clock(Clock {
+                reboot: "300ms",
+                image_pull: "30ms",
+                pod_start: "200ms",
+                pod_termination: "50ms",
+            })
+            .talos(talos)
+            .faults(faults)
+            .git()
+            .metrics()
+            .json_logs()
             .env("RUST_LOG", "debug,medea=trace")
-            .env_remove("MEDEA_TOKEN")
-            .stderr(std::fs::File::create(d.join("serve.log")).unwrap());
+            .token(TOKEN)
+            .job_poll("150ms");
         if let Some(url) = webhook {
-            serve.args(["--webhook", url]);
+            b = b.webhook(url);
         }
-        let run = Run {
-            _tmp: tmp,
-            d,
-            state,
-            repo,
-            addr,
-            metrics,
-            _sim: sim,
-            _serve: Kill(serve.spawn().unwrap()),
-        };
-        wait("the server", Duration::from_secs(30), || {
-            run.cli()
-                .args(["get", "server"])
-                .output()
-                .unwrap()
-                .status
-                .success()
-        });
-        run
-    }
-
-    fn cli(&self) -> Command {
-        let mut c = crate::cli::medea();
-        c.env("MEDEA_ADDR", &self.addr)
-            .env("MEDEA_TOKEN", TOKEN)
-            .env("MEDEA_CA", self.state.join("tls/ca.crt"));
-        c
+        let s = b.start();
+        Run {
+            metrics: s.metrics.clone().expect("started with a metrics listener"),
+            s,
+        }
     }
 
     /// Wait for the server's plan, enable rollouts, commit alice's and bob's markers; returns
@@ -133,41 +61,24 @@ impl Run {
     fn approve(&self) -> String {
         let mut plan = serde_json::Value::Null;
         wait("the first plan", Duration::from_secs(20), || {
-            plan = serde_json::from_slice(
-                &self
-                    .cli()
-                    .args(["plan", "-o", "json"])
-                    .output()
-                    .unwrap()
-                    .stdout,
-            )
-            .unwrap_or_default();
+            plan = self.s.plan_json();
             plan["id"].is_string()
         });
         assert_eq!(plan["hasChanges"], true, "{plan}");
         let id = plan["id"].as_str().unwrap().to_string();
         let short = plan["shortId"].as_str().unwrap().to_string();
-        let out = self
-            .cli()
-            .args(["cluster", "enable-rollouts", "home"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::create_dir_all(self.repo.join("approvals")).unwrap();
+        self.s.enable_rollouts();
+        std::fs::create_dir_all(self.s.desired.join("approvals")).unwrap();
         for who in ["alice", "bob"] {
             std::fs::write(
-                self.repo.join(format!("approvals/{short}-{who}.sig")),
-                sign(&self.d.join(who), &id),
+                self.s.desired.join(format!("approvals/{short}-{who}.sig")),
+                sign(&self.s.key(who), &id),
             )
             .unwrap();
         }
-        git(&self.repo, &["add", "approvals"]);
+        git(&self.s.desired, &["add", "approvals"]);
         git(
-            &self.repo,
+            &self.s.desired,
             &["commit", "-qm", &format!("approve plan {short}")],
         );
         id
@@ -175,17 +86,11 @@ impl Run {
 
     /// The newest job of cluster `home`, if any.
     fn job(&self) -> serde_json::Value {
-        let out = self
-            .cli()
-            .args(["rollout", "list", "--cluster", "home", "-o", "json"])
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v[0].clone()
+        self.s.jobs()[0].clone()
     }
 
     fn serve_log(&self) -> String {
-        std::fs::read_to_string(self.d.join("serve.log")).unwrap()
+        self.s.serve_log()
     }
 
     fn dump(&self) -> String {
@@ -671,8 +576,8 @@ fn secrets(run: &Run) -> Vec<(String, String)> {
         }
     }
     let b64 = base64::engine::general_purpose::STANDARD;
-    let talosconfig = std::fs::read_to_string(run.d.join("sim/talosconfig")).unwrap();
-    let kubeconfig = std::fs::read_to_string(run.d.join("sim/kubeconfig")).unwrap();
+    let talosconfig = std::fs::read_to_string(run.s.dir.join("sim/talosconfig")).unwrap();
+    let kubeconfig = std::fs::read_to_string(run.s.dir.join("sim/kubeconfig")).unwrap();
     let mut embedded = Vec::new();
     for (file, text, fields) in [
         ("talosconfig", &talosconfig, &["ca:", "crt:", "key:"][..]),
@@ -718,11 +623,11 @@ fn secrets(run: &Run) -> Vec<(String, String)> {
         pem(
             &mut out,
             &format!("{who}'s ssh private key"),
-            &std::fs::read_to_string(run.d.join(who)).unwrap(),
+            &std::fs::read_to_string(run.s.dir.join(who)).unwrap(),
         );
     }
     // The server's generated TLS keys.
-    for e in std::fs::read_dir(run.state.join("tls")).unwrap() {
+    for e in std::fs::read_dir(run.s.state.join("tls")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "key") {
             pem(
@@ -740,7 +645,7 @@ fn assert_no_secret_logged(run: &Run) {
     assert!(secrets.len() > 10, "{secrets:?}");
     let mut logs: Vec<(PathBuf, String)> = Vec::new();
     for f in ["serve.log", "seed.log"] {
-        let p = run.d.join(f);
+        let p = run.s.dir.join(f);
         logs.push((p.clone(), std::fs::read_to_string(&p).unwrap()));
     }
     let serve = &logs[0].1;

@@ -6,89 +6,23 @@
 
 use std::time::{Duration, Instant};
 
-use crate::e2e::{Kill, free_port, sign, wait};
+use crate::fixtures::{sign, wait};
 
 /// The id of etcd's NOSPACE finding starts so (the member id follows).
 const FINDING: &str = "etcd/alarm/NOSPACE/";
 
 #[test]
 fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_runs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let scenario = crate::fixtures::default_scenario()
-        .replace("reboot: 2s", "reboot: 500ms")
-        .replace("imagePull: 500ms", "imagePull: 50ms")
-        .replace("podStart: 3s", "podStart: 300ms")
-        .replace("podTermination: 1s", "podTermination: 100ms")
+    let s = crate::fixtures::serve::serve()
         // etcd's NOSPACE alarm, raised by cp-1's member: seed and every refresh see it
         // through Talos's EtcdAlarmList.
-        + "etcdAlarms: [{node: cp-1, alarm: NOSPACE}]\n";
-    let sim = crate::fixtures::spawn_sim(d, &scenario);
-    let state = d.join("state");
-    crate::fixtures::seed_home(d, &[]);
-    let desired = d.join("desired");
-    std::fs::create_dir_all(desired.join("home")).unwrap();
-    let ex = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home");
-    for f in ["cluster.yaml", "pools.yaml"] {
-        std::fs::copy(ex.join(f), desired.join("home").join(f)).unwrap();
-    }
-    crate::fixtures::approvers(d, &["alice", "bob"]);
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let token = "preflight-token-0123456789";
-    let _serve = Kill(
-        crate::cli::medea()
-            .args(["serve", "--desired"])
-            .arg(&desired)
-            .args([
-                "--rollouts",
-                "--listen",
-                &addr,
-                "--token",
-                token,
-                "--debounce",
-                "200ms",
-                "--job-poll",
-                "200ms",
-                "--refresh-interval",
-                "2s",
-                "--state-dir",
-            ])
-            .arg(&state)
-            .arg("--allowed-signers")
-            .arg(d.join("allowed_signers"))
-            .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let cli = || {
-        let mut c = crate::cli::medea();
-        c.env("MEDEA_ADDR", &addr)
-            .env("MEDEA_TOKEN", token)
-            .env("MEDEA_CA", state.join("tls/ca.crt"));
-        c
-    };
-    wait("the server", Duration::from_secs(30), || {
-        cli()
-            .args(["get", "server"])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    });
-    let out = cli()
-        .args(["cluster", "enable-rollouts", "home"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let plan_json = || -> serde_json::Value {
-        serde_json::from_slice(&cli().args(["plan", "-o", "json"]).output().unwrap().stdout)
-            .unwrap_or(serde_json::Value::Null)
-    };
+        .scenario_tail("etcdAlarms: [{node: cp-1, alarm: NOSPACE}]\n")
+        .token("preflight-token-0123456789")
+        .enable_rollouts()
+        .start();
+    let (d, desired) = (s.dir.as_path(), s.desired.as_path());
+    let cli = || s.cli();
+    let plan_json = || s.plan_json();
     wait("the blocked plan", Duration::from_secs(20), || {
         plan_json()["state"] == "blocked"
     });
@@ -188,7 +122,7 @@ fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_run
         assert!(
             Instant::now() < deadline,
             "the rollout did not finish: {}",
-            std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+            s.serve_log()
         );
         let out = cli()
             .args(["rollout", "list", "--cluster", "home", "-o", "json"])
@@ -204,7 +138,6 @@ fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_run
         !jobs.to_string().contains(&blocked_short),
         "the blocked plan started a job: {jobs}"
     );
-    drop(sim);
 }
 
 #[test]

@@ -729,7 +729,6 @@ mod real {
     use std::net::SocketAddr;
     use std::path::Path;
 
-    use http_body_util::BodyExt;
     use medea::rollout::executor::ExecutorConfig;
     use medea::rollout::ports::{
         GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe,
@@ -740,18 +739,8 @@ mod real {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::health_servers::{AlertmanagerServer, PrometheusServer, http};
     use crate::rollout_sim::{Sim, adapters};
-
-    const PROMETHEUS: &str = "/usr/bin/prometheus";
-    const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
 
     /// `/metrics`: `app_healthy{app="web"}` is 0 while w-1 or w-2 runs the target.
     async fn exporter(talos: SimTalos) -> SocketAddr {
@@ -784,88 +773,10 @@ mod real {
         addr
     }
 
+    /// `GET url`: the status and the body as JSON (`null` when it is not JSON).
     async fn get(url: &str) -> Result<(u16, serde_json::Value), String> {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
-        let resp = client
-            .get(url.parse().map_err(|e| format!("{e}"))?)
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
-        let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{e}"))?
-            .to_bytes();
-        Ok((status, serde_json::from_slice(&body).unwrap_or_default()))
-    }
-
-    async fn wait_ready(url: &str) {
-        for _ in 0..300 {
-            if let Ok((200, _)) = get(url).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{url} never became ready");
-    }
-
-    fn spawn(cmd: &str, args: &[String]) -> tokio::process::Child {
-        tokio::process::Command::new(cmd)
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{cmd}: {e}"))
-    }
-
-    async fn prometheus(dir: &Path, target: SocketAddr) -> (tokio::process::Child, String) {
-        let port = free_port();
-        let cfg = dir.join("prom.yml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nscrape_configs:\n  - job_name: exporter\n    scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs: [ {{ targets: ['{target}'] }} ]\n"
-            ),
-        )
-        .unwrap();
-        let child = spawn(
-            PROMETHEUS,
-            &[
-                format!("--config.file={}", cfg.display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                format!("--storage.tsdb.path={}", dir.join("prom-data").display()),
-                "--log.level=warn".into(),
-            ],
-        );
-        let url = format!("http://127.0.0.1:{port}");
-        wait_ready(&format!("{url}/-/ready")).await;
-        (child, url)
-    }
-
-    async fn alertmanager(dir: &Path) -> (tokio::process::Child, String) {
-        let port = free_port();
-        let cfg = dir.join("am.yml");
-        std::fs::write(
-            &cfg,
-            "route: { receiver: 'null' }\nreceivers: [ { name: 'null' } ]\n",
-        )
-        .unwrap();
-        let child = spawn(
-            ALERTMANAGER,
-            &[
-                format!("--config.file={}", cfg.display()),
-                format!("--storage.path={}", dir.join("am-data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--cluster.listen-address=".into(),
-            ],
-        );
-        let url = format!("http://127.0.0.1:{port}");
-        wait_ready(&format!("{url}/-/ready")).await;
-        (child, url)
+        let (status, body) = http(url, "GET", None, None).await?;
+        Ok((status, serde_json::from_str(&body).unwrap_or_default()))
     }
 
     /// A minimal probe: a query gate passes when the instant query returns at least one
@@ -1021,28 +932,22 @@ mod real {
         let dir = tempfile::tempdir().unwrap();
         let sim = Sim::start(dir.path(), 1, 3, KubeSimConfig::default()).await;
         let target = exporter(sim.talos.clone()).await;
-        let (_prom, prom_url) = prometheus(dir.path(), target).await;
-        let (_am, am_url) = alertmanager(dir.path()).await;
+        // Both are required here (a missing one fails with the package to install).
+        crate::fixtures::require_tool("prometheus");
+        crate::fixtures::require_tool("prometheus-alertmanager");
+        let prom = PrometheusServer::start(target)
+            .await
+            .expect("prometheus is installed");
+        let am = AlertmanagerServer::start()
+            .await
+            .expect("prometheus-alertmanager is installed");
         let probe = || HttpProbe {
-            prometheus: prom_url.clone(),
-            alertmanager: am_url.clone(),
+            prometheus: prom.url.clone(),
+            alertmanager: am.url.clone(),
         };
-        // the series exists once Prometheus has scraped the exporter
-        let mut scraped = false;
-        for _ in 0..100 {
-            let (_, v) = get(&format!("{prom_url}/api/v1/query?query=app_healthy"))
-                .await
-                .unwrap();
-            if v["data"]["result"]
-                .as_array()
-                .is_some_and(|r| !r.is_empty())
-            {
-                scraped = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(scraped, "Prometheus scraped the exporter");
+        // the series exists once Prometheus has scraped the exporter (healthy: nothing runs
+        // the target yet)
+        prom.wait_for_value("app_healthy", "1").await;
 
         // 1. a query gate goes bad after wave 1 (w-1, w-2): rolled back, w-3 never upgraded
         let mut step = sim.step("workers", &[&["w-1", "w-2"], &["w-3"]], 2, (60, 60));
@@ -1084,17 +989,9 @@ mod real {
         assert_eq!(sim.upgrades("w-3"), 0, "no further Upgrade call");
 
         // 2. a firing critical alert keeps the next job from starting
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<http_body_util::Full<hyper::body::Bytes>>();
-        let req = hyper::Request::post(format!("{am_url}/api/v2/alerts"))
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(hyper::body::Bytes::from(
-                r#"[{"labels":{"alertname":"CephDown","severity":"critical"}}]"#,
-            )))
-            .unwrap();
-        let resp = client.request(req).await.unwrap();
-        assert_eq!(resp.status(), 200);
+        // (`fire` asserts Alertmanager accepted it with 200.)
+        am.fire(&[("alertname", "CephDown"), ("severity", "critical")])
+            .await;
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let obs = sim.observed();
         let mut p = plan(&obs, vec![sim.step("workers", &[&["w-3"]], 1, (60, 60))], 2);

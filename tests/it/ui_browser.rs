@@ -10,133 +10,54 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt as _;
 
-use crate::e2e::{Kill, free_port, wait};
+use crate::fixtures::serve::Serve;
+use crate::fixtures::{Kill, free_port, wait};
 
-/// The simulator, a seeded store and `medea serve --rollouts --ui-listen`, as processes.
+/// The simulator, a seeded store and `medea serve --rollouts --ui-listen`, as processes
+/// (`fixtures::serve`), rollouts enabled for `home`.
 struct Stack {
-    dir: tempfile::TempDir,
-    addr: String,
+    s: Serve,
     ui: String,
-    token: String,
-    _sim: Kill,
-    _serve: Kill,
 }
 
 impl Stack {
     /// `reboot`: how long a simulated node takes to reboot (slow keeps a job running).
-    fn start(reboot: &str) -> Stack {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let scenario = crate::fixtures::default_scenario()
-            .replace("reboot: 2s", &format!("reboot: {reboot}"))
-            .replace("imagePull: 500ms", "imagePull: 50ms")
-            .replace("podStart: 3s", "podStart: 300ms")
-            .replace("podTermination: 1s", "podTermination: 100ms");
-        let sim = crate::fixtures::spawn_sim(d, &scenario);
-        let state = d.join("state");
-        crate::fixtures::seed_home(d, &[]);
-        let desired = d.join("desired");
-        crate::fixtures::copy_dir(
-            &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home"),
-            &desired.join("home"),
-        );
-        crate::fixtures::approvers(d, &["alice", "bob"]);
-        let addr = format!("127.0.0.1:{}", free_port());
-        let ui = format!("127.0.0.1:{}", free_port());
-        let token = "ui-test-token-0123456789abcdef".to_string();
-        let serve = Kill(
-            crate::cli::medea()
-                .args(["serve", "--desired"])
-                .arg(&desired)
-                .args([
-                    "--rollouts",
-                    "--listen",
-                    &addr,
-                    "--ui-listen",
-                    &ui,
-                    "--token",
-                    &token,
-                    "--debounce",
-                    "200ms",
-                    "--job-poll",
-                    "200ms",
-                    "--refresh-interval",
-                    "2s",
-                    "--state-dir",
-                ])
-                .arg(&state)
-                .arg("--allowed-signers")
-                .arg(d.join("allowed_signers"))
-                .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
-                .spawn()
-                .unwrap(),
-        );
-        let s = Stack {
-            dir,
-            addr,
-            ui: format!("https://{ui}"),
-            token,
-            _sim: sim,
-            _serve: serve,
-        };
-        wait("the server", Duration::from_secs(60), || {
-            s.cli()
-                .args(["get", "server"])
-                .output()
-                .unwrap()
-                .status
-                .success()
-        });
-        let out = s
-            .cli()
-            .args(["cluster", "enable-rollouts", "home"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        s
+    fn start(reboot: &'static str) -> Stack {
+        let s = crate::fixtures::serve::serve()
+            .reboot(reboot)
+            .ui()
+            .token("ui-test-token-0123456789abcdef")
+            .server_wait(Duration::from_secs(60))
+            .enable_rollouts()
+            .start();
+        Stack {
+            ui: s.ui.clone().expect("started with --ui-listen"),
+            s,
+        }
     }
 
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
+    fn dir(&self) -> &Path {
+        &self.s.dir
+    }
+
+    fn token(&self) -> &str {
+        &self.s.token
     }
 
     fn cli(&self) -> Command {
-        let mut c = crate::cli::medea();
-        c.env("MEDEA_ADDR", &self.addr)
-            .env("MEDEA_TOKEN", &self.token)
-            .env("MEDEA_CA", self.state().join("tls/ca.crt"));
-        c
+        self.s.cli()
     }
 
-    fn plan(&self) -> serde_json::Value {
-        let out = self.cli().args(["plan", "-o", "json"]).output().unwrap();
-        serde_json::from_slice(&out.stdout).unwrap_or_default()
-    }
-
-    /// The id of the current plan once it holds across a refresh (2s): the simulated
-    /// workloads may still be starting when the store is seeded, and what the refresh then
-    /// observes (a PodDisruptionBudget that allows nothing yet) makes a new plan.
-    fn settled_plan_id(&self) -> String {
-        let id = || self.plan()["id"].as_str().map(str::to_string);
-        let mut last = None;
-        wait(
-            "a plan that holds across a refresh",
-            Duration::from_secs(60),
-            || {
-                let now = id();
-                if now.is_some() && now == last {
-                    return true;
-                }
-                last = now;
-                std::thread::sleep(Duration::from_secs(3));
-                false
-            },
-        );
-        last.expect("a plan id")
+    /// The id of the current plan. The fixture seeds only once the simulated pods are ready,
+    /// so the plan the server shows first is the one that holds: no refresh finds a
+    /// PodDisruptionBudget that allowed nothing at seeding and replans under the approvers.
+    fn plan_id(&self) -> String {
+        let mut id = None;
+        wait("the plan", Duration::from_secs(60), || {
+            id = self.s.plan_json()["id"].as_str().map(str::to_string);
+            id.is_some()
+        });
+        id.expect("a plan id")
     }
 
     /// `medea approve <id> --key <who>`, as an approver types it.
@@ -144,7 +65,7 @@ impl Stack {
         let out = self
             .cli()
             .args(["approve", id, "--key"])
-            .arg(self.dir.path().join(who))
+            .arg(self.s.key(who))
             .output()
             .unwrap();
         assert!(
@@ -158,30 +79,24 @@ impl Stack {
     fn job(&self) -> String {
         let mut job = String::new();
         wait("the job to be created", Duration::from_secs(30), || {
-            let out = self
-                .cli()
-                .args(["rollout", "list", "--cluster", "home", "-o", "json"])
-                .output()
-                .unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            job = v[0]["jobId"].as_str().unwrap_or_default().to_string();
+            job = self.s.jobs()[0]["jobId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             !job.is_empty()
         });
         job
     }
 
     fn job_state(&self) -> String {
-        let out = self
-            .cli()
-            .args(["rollout", "list", "--cluster", "home", "-o", "json"])
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v[0]["state"].as_str().unwrap_or_default().to_string()
+        self.s.jobs()[0]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+        self.s.serve_log()
     }
 
     /// base64(sha256(SubjectPublicKeyInfo)) of the served certificate, for Chromium's
@@ -189,7 +104,7 @@ impl Stack {
     fn spki_pin(&self) -> String {
         use base64::Engine as _;
         use sha2::Digest as _;
-        let pem = std::fs::read(self.state().join("tls/server.crt")).unwrap();
+        let pem = std::fs::read(self.s.state.join("tls/server.crt")).unwrap();
         let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
         let cert = pem.parse_x509().unwrap();
         base64::engine::general_purpose::STANDARD
@@ -239,7 +154,7 @@ impl Drop for Driver {
 
 async fn browser(stack: &Stack, driver: &Driver) -> Client {
     crate::fixtures::require_tool("chromium");
-    let profile = stack.dir.path().join("chromium-profile");
+    let profile = stack.dir().join("chromium-profile");
     let caps: serde_json::Map<String, serde_json::Value> =
         serde_json::from_value(serde_json::json!({
             "browserName": "chrome",
@@ -376,7 +291,7 @@ async fn live_text(c: &Client, css: &str) -> String {
 
 /// Run `body` with a browser; the WebDriver session is closed whatever happens.
 async fn with_browser(stack: &Stack, body: impl AsyncFnOnce(&Client)) {
-    let driver = Driver::start(stack.dir.path());
+    let driver = Driver::start(stack.dir());
     let c = browser(stack, &driver).await;
     let result = std::panic::AssertUnwindSafe(body(&c)).catch_unwind().await;
     let _ = c.close().await;
@@ -393,13 +308,13 @@ async fn with_browser(stack: &Stack, body: impl AsyncFnOnce(&Client)) {
 async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid_finish() {
     crate::fixtures::require_tool("chromedriver");
     let stack = Stack::start("1s");
-    let id = stack.settled_plan_id();
+    let id = stack.plan_id();
     with_browser(&stack, async |c: &Client| {
         // Not logged in: every page leads to the login form.
         c.goto(&format!("{}/plan", stack.ui)).await.unwrap();
         assert_eq!(path_of(c).await, "/login");
         shot(c, "login").await;
-        log_in(c, &stack, &stack.token).await;
+        log_in(c, &stack, stack.token()).await;
         assert_eq!(path_of(c).await, "/");
         assert_eq!(text_of(c, "h1").await, "Overview");
         assert!(
@@ -417,7 +332,7 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
             .await
             .unwrap();
         assert_eq!(js, serde_json::json!(["", 0, 0]));
-        assert!(!c.source().await.unwrap().contains(&stack.token));
+        assert!(!c.source().await.unwrap().contains(stack.token()));
         shot(c, "overview").await;
 
         // The plan page shows the id the CLI shows, and the approvals as they come.
@@ -520,7 +435,7 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
     crate::fixtures::require_tool("chromedriver");
     // Nodes take minutes to reboot: the job is still running when the halt comes.
     let stack = Stack::start("600s");
-    let id = stack.settled_plan_id();
+    let id = stack.plan_id();
     stack.approve(&id, "alice");
     stack.approve(&id, "bob");
     let job = stack.job();
@@ -545,7 +460,7 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         assert_eq!(status, serde_json::json!(401), "the event stream needs a session");
 
         // The right token, the running job, Halt, the confirmation, halted.
-        log_in(c, &stack, &stack.token).await;
+        log_in(c, &stack, stack.token()).await;
         c.goto(&format!("{}/rollouts/{job}", stack.ui)).await.unwrap();
         until(c, "a node to be under way", Duration::from_secs(120), async |c| {
             activities(c).await.iter().any(|a| a != "pending")

@@ -251,35 +251,9 @@ pub(super) fn talos_node(
                         format!("{name}: waiting, {away} node(s) already away"),
                     );
                 }
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Cordon, n.attempt),
-                    action: Action::Cordon { node: name },
-                }));
+                return cordon(j, si, i);
             }
-            NodePhase::Cordoned => {
-                let deadline = add(since, spec.drain_timeout);
-                if let Some(nb) = n.not_before
-                    && nb > now
-                {
-                    return Flow::Wait(
-                        nb,
-                        format!(
-                            "{name}: drain blocked ({}), retrying",
-                            n.blocked.as_deref().unwrap_or("eviction refused")
-                        ),
-                    );
-                }
-                let left = deadline.duration_since(now);
-                let timeout = left.as_secs().max(1) as u64;
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Drain, n.attempt),
-                    action: Action::Drain {
-                        node: name,
-                        timeout_secs: timeout,
-                        policy: spec.drain.clone(),
-                    },
-                }));
-            }
+            NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
             NodePhase::Drained => {
                 let t = match need(
                     eyes.talos(&target),
@@ -487,22 +461,84 @@ pub(super) fn talos_node(
                 notes.push(format!("{name}: back on {to}, healthy and Ready"));
             }
             NodePhase::Back => {
-                if n.was_cordoned {
-                    // medea did not cordon it: it stays as the operator left it
+                if left_cordoned(j, si, i, notes) {
                     node_mut(j, si, i).enter(NodePhase::Done, now);
-                    notes.push(format!(
-                        "{name}: left cordoned (it was cordoned before medea started it)"
-                    ));
                     return Flow::Done;
                 }
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Uncordon, n.attempt),
-                    action: Action::Uncordon { node: name },
-                }));
+                return uncordon(j, si, i);
             }
             NodePhase::Done | NodePhase::Skipped => return Flow::Done,
         }
     }
+}
+
+// ---- The node cycle both paths share -------------------------------------------------------
+//
+// An upgrade (`talos_node`) and a rollback (`rollback_wave`) take a node through the same cycle:
+// cordon → drain → the Talos call (Upgrade + Reboot, or Rollback) → back → uncordon. The
+// Kubernetes ends of it are the same commands under the same journal keys, so they are made
+// here once; the paths differ only in their phase enums and in the Talos call between.
+
+/// Cordon node `i` of step `si`.
+fn cordon(j: &Job, si: usize, i: usize) -> Flow {
+    let n = &talos_of(j, si).nodes[i];
+    let name = n.target.node.clone();
+    Flow::Run(Box::new(Command {
+        key: key(j, si, Some(&name), CommandOp::Cordon, n.attempt),
+        action: Action::Cordon { node: name },
+    }))
+}
+
+/// Drain node `i` of step `si` (cordoned at `since`) within what is left of the step's
+/// `drainTimeout`; while an earlier drain was refused, wait until its retry time. `what`
+/// names the drain in that wait ("drain", "drain before rollback").
+fn drain(j: &Job, si: usize, i: usize, now: Timestamp, what: &str) -> Flow {
+    let ts = talos_of(j, si);
+    let n = &ts.nodes[i];
+    let name = n.target.node.clone();
+    if let Some(nb) = n.not_before
+        && nb > now
+    {
+        return Flow::Wait(
+            nb,
+            format!(
+                "{name}: {what} blocked ({}), retrying",
+                n.blocked.as_deref().unwrap_or("eviction refused")
+            ),
+        );
+    }
+    let left = add(n.since.unwrap_or(now), ts.rollout.drain_timeout).duration_since(now);
+    Flow::Run(Box::new(Command {
+        key: key(j, si, Some(&name), CommandOp::Drain, n.attempt),
+        action: Action::Drain {
+            node: name,
+            timeout_secs: left.as_secs().max(1) as u64,
+            policy: ts.rollout.drain.clone(),
+        },
+    }))
+}
+
+/// Whether node `i` of step `si` was cordoned before medea started it: then it stays as the
+/// operator left it (no uncordon) and a note says so.
+fn left_cordoned(j: &Job, si: usize, i: usize, notes: &mut Vec<String>) -> bool {
+    let n = &talos_of(j, si).nodes[i];
+    if n.was_cordoned {
+        notes.push(format!(
+            "{}: left cordoned (it was cordoned before medea started it)",
+            n.target.node
+        ));
+    }
+    n.was_cordoned
+}
+
+/// Uncordon node `i` of step `si`.
+fn uncordon(j: &Job, si: usize, i: usize) -> Flow {
+    let n = &talos_of(j, si).nodes[i];
+    let name = n.target.node.clone();
+    Flow::Run(Box::new(Command {
+        key: key(j, si, Some(&name), CommandOp::Uncordon, n.attempt),
+        action: Action::Uncordon { node: name },
+    }))
 }
 
 /// A gate failed after `wave` with `onFailure: rollback`: mark the wave's upgraded nodes for
@@ -595,34 +631,8 @@ fn rollback_wave(
             unreachable!("picked above")
         };
         match phase {
-            RollbackPhase::Pending => {
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Cordon, n.attempt),
-                    action: Action::Cordon { node: name },
-                }));
-            }
-            RollbackPhase::Cordoned => {
-                if let Some(nb) = n.not_before
-                    && nb > now
-                {
-                    return Flow::Wait(
-                        nb,
-                        format!(
-                            "{name}: drain before rollback blocked ({}), retrying",
-                            n.blocked.as_deref().unwrap_or("eviction refused")
-                        ),
-                    );
-                }
-                let left = add(since, spec.drain_timeout).duration_since(now);
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Drain, n.attempt),
-                    action: Action::Drain {
-                        node: name,
-                        timeout_secs: left.as_secs().max(1) as u64,
-                        policy: spec.drain.clone(),
-                    },
-                }));
-            }
+            RollbackPhase::Pending => return cordon(j, si, i),
+            RollbackPhase::Cordoned => return drain(j, si, i, now, "drain before rollback"),
             RollbackPhase::Drained => {
                 let t = match need(
                     eyes.talos(&target),
@@ -731,17 +741,11 @@ fn rollback_wave(
                 notes.push(format!("{name}: rolled back, runs {from} again"));
             }
             RollbackPhase::Back => {
-                if n.was_cordoned {
+                if left_cordoned(j, si, i, notes) {
                     node_mut(j, si, i).enter_rollback(RollbackPhase::Done, now);
-                    notes.push(format!(
-                        "{name}: left cordoned (it was cordoned before medea started it)"
-                    ));
                     return rollback_wave(j, si, failure, eyes, now, notes);
                 }
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Uncordon, n.attempt),
-                    action: Action::Uncordon { node: name },
-                }));
+                return uncordon(j, si, i);
             }
             RollbackPhase::Done => unreachable!("picked a node not done"),
         }
