@@ -126,7 +126,9 @@ impl MedeaApi {
     )]
     pub fn machines_encoded(&self, filter: &str) -> Result<Vec<Arc<EncodedRows>>, Status> {
         let desired = self.shared.desired();
-        let revision = desired.as_ref().map(|d| d.desired.revision.content.as_str());
+        let revision = desired
+            .as_ref()
+            .map(|d| d.desired.revision.content.as_str());
         let raw = if filter.is_empty() {
             self.shared
                 .store
@@ -155,9 +157,8 @@ impl MedeaApi {
                 None => {
                     let c: ObservedCluster =
                         crate::store::record::decode(&key, &bytes).map_err(internal)?;
-                    let rows = Arc::new(EncodedRows::new(
-                        self.machine_rows(&c, desired.as_deref()),
-                    ));
+                    let rows =
+                        Arc::new(EncodedRows::new(self.machine_rows(&c, desired.as_deref())));
                     cache.insert(
                         key.clone(),
                         CachedRows {

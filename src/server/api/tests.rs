@@ -76,9 +76,9 @@ async fn rows(api: &MedeaApi, filter: &str) -> Vec<(String, String, String, Stri
         warm.machines().collect::<Vec<_>>()
     );
     warm.into_machines()
-    .into_iter()
-    .map(|m| (m.cluster, m.node, m.pool, m.talos_version))
-    .collect()
+        .into_iter()
+        .map(|m| (m.cluster, m.node, m.pool, m.talos_version))
+        .collect()
 }
 
 fn row(c: &str, n: &str, p: &str, v: &str) -> (String, String, String, String) {
