@@ -1,6 +1,7 @@
 //! Store selection for `medea serve` (and the hidden HA probe): a directory, or an etcd cluster
 //! for HA replicas, with the etcd TLS options, the replica id and the leader lease TTL.
 
+#[cfg(feature = "etcd")]
 use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::sync::Arc;

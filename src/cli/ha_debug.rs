@@ -12,6 +12,7 @@
 //! fenced: <why>                stopping after intent <n>   finished    ready
 //! ```
 
+#[cfg(feature = "etcd")]
 use miette::{IntoDiagnostic as _, WrapErr as _};
 use std::path::PathBuf;
 use std::time::Duration;

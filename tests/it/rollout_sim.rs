@@ -393,6 +393,24 @@ async fn the_adapters_reach_etcd_images_and_kubernetes_of_the_simulator() {
     let etcd = talos.etcd(&cps).await.unwrap();
     let cp2 = etcd.members.iter().find(|m| m.name == "cp-2").unwrap();
     assert!(!cp2.healthy && !cp2.errors.is_empty(), "{cp2:?}");
+    assert!(etcd.alarms.is_empty(), "{etcd:?}");
+    // An alarm raised on one member is reported cluster-wide, by name, and fails the etcd check
+    // the executor runs before every control-plane step.
+    sim.talos
+        .set_etcd_alarm(
+            "cp-3",
+            Some(medea::sim::talos::scenario::EtcdAlarmKind::Nospace),
+        )
+        .unwrap();
+    let etcd = talos.etcd(&cps).await.unwrap();
+    assert_eq!(etcd.alarms, vec!["cp-3: NOSPACE".to_string()]);
+    let verdict = medea::rollout::sequencer::etcd_verdict(&etcd).unwrap_err();
+    assert!(
+        verdict.contains("etcd alarms are active: cp-3: NOSPACE"),
+        "{verdict}"
+    );
+    sim.talos.set_etcd_alarm("cp-3", None).unwrap();
+    assert!(talos.etcd(&cps).await.unwrap().alarms.is_empty());
 
     let imgs = talos.component_images(&cps[0]).await.unwrap();
     let api = format!("registry.k8s.io/kube-apiserver:{KUBE}");

@@ -439,13 +439,13 @@ impl TalosPort for TalosAdapter {
             let t = target(cp)?;
             match timed(API, "EtcdMemberList", c.etcd_members(&t)).await {
                 Ok(m) => {
-                    listed = Some(m);
+                    listed = Some((m, t, cp.node.clone()));
                     break;
                 }
                 Err(e) => last = Some(classify("MachineService.EtcdMemberList", &cp.node, e)),
             }
         }
-        let Some(list) = listed else {
+        let Some((list, asked, asked_node)) = listed else {
             return Err(last.unwrap_or_else(|| {
                 PortError::failed(
                     "MachineService.EtcdMemberList",
@@ -454,6 +454,18 @@ impl TalosPort for TalosAdapter {
                 )
             }));
         };
+        // Alarms are cluster-wide in etcd: the member that answered the list reports them all.
+        // A failed read is an error (the etcd check fails), never "no alarms".
+        let raised = timed(API, "EtcdAlarmList", c.etcd_alarms(&asked))
+            .await
+            .map_err(|e| classify("MachineService.EtcdAlarmList", &asked_node, e))?;
+        let alarms = raised
+            .iter()
+            .map(|a| match list.iter().find(|m| m.id == a.member_id) {
+                Some(m) => format!("{}: {}", m.hostname, a.alarm),
+                None => format!("member {:x}: {}", a.member_id, a.alarm),
+            })
+            .collect();
         let mut members = Vec::new();
         for m in list {
             // a member is asked through its node: the known control plane of that name, else the
@@ -490,11 +502,7 @@ impl TalosPort for TalosAdapter {
                 errors,
             });
         }
-        // Alarms (`EtcdAlarmList`) are not offered by the Talos client yet: none reported.
-        Ok(EtcdHealth {
-            members,
-            alarms: Vec::new(),
-        })
+        Ok(EtcdHealth { members, alarms })
     }
 
     async fn etcd_snapshot(&self, n: &NodeTarget, dest: &Path) -> Result<SnapshotInfo, PortError> {
