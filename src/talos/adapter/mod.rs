@@ -48,6 +48,11 @@ const API: &str = "talos";
 #[derive(Debug)]
 pub struct TalosAdapter {
     client: TalosClient,
+    /// `client` without retries, for the executor's node and etcd observations: the sequencer
+    /// treats a transient failure as "poll again" within its own deadlines, so client retries
+    /// there only delayed every decision of a wave by the backoff (about 8 s by default) while
+    /// one of its nodes rebooted.
+    observer: TalosClient,
 }
 
 /// Why a machine configuration could not be read or patched. Never quotes the configuration:
@@ -87,7 +92,8 @@ fn at(line: Option<u64>, column: Option<u64>) -> String {
 
 impl TalosAdapter {
     pub fn new(client: TalosClient) -> TalosAdapter {
-        TalosAdapter { client }
+        let observer = client.without_retries();
+        TalosAdapter { client, observer }
     }
 
     pub fn client(&self) -> &TalosClient {
@@ -123,7 +129,7 @@ impl TalosAdapter {
         path: &str,
     ) -> Result<Option<Vec<u8>>, PortError> {
         let start = std::time::Instant::now();
-        let outcome = match self.client.read_file(t, path).await {
+        let outcome = match self.observer.read_file(t, path).await {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if file_absent(&e) || e.code() == Some(Code::PermissionDenied) => Ok(None),
             Err(e) => Err(classify("MachineService.Read", &n.node, e)),
@@ -392,7 +398,7 @@ fn integral_numbers(v: serde_json::Value) -> serde_json::Value {
 impl TalosPort for TalosAdapter {
     async fn node(&self, n: &NodeTarget) -> Result<TalosNode, PortError> {
         let t = target(n)?;
-        let c = &self.client;
+        let c = &self.observer;
         // Five independent reads, made at once: one round trip's wait instead of five (they
         // share the endpoint's HTTP/2 connection; apid proxies each on its own). Their errors
         // are taken in the order below, the order in which they used to run one by one.
@@ -437,7 +443,7 @@ impl TalosPort for TalosAdapter {
     }
 
     async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
-        let c = &self.client;
+        let c = &self.observer;
         let mut listed = None;
         let mut last = None;
         for cp in control_plane {
