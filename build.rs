@@ -19,6 +19,8 @@ struct ProtoSet {
     protos: &'static [&'static str],
     /// Extra attributes on generated types: (proto path prefix, attribute).
     type_attributes: &'static [(&'static str, &'static str)],
+    /// Proto types implemented by hand instead of generated: (proto path, Rust path).
+    extern_paths: &'static [(&'static str, &'static str)],
     /// Generate servers too (the simulator serves these APIs), or only clients.
     servers: bool,
     /// Compile only when this cargo feature is on (`None`: always).
@@ -47,6 +49,7 @@ const PROTO_SETS: &[ProtoSet] = &[
             "proto/talos/cosi/v1alpha1/state.proto",
         ],
         type_attributes: &[],
+        extern_paths: &[],
         servers: true,
         feature: None,
     },
@@ -59,6 +62,11 @@ const PROTO_SETS: &[ProtoSet] = &[
             ".medea.v1",
             "#[derive(serde::Serialize)] #[serde(rename_all = \"camelCase\")]",
         )],
+        // The server sends `get machines` rows it encoded once (src/api/machines.rs).
+        extern_paths: &[(
+            ".medea.v1.ListMachinesResponse",
+            "crate::api::machines::ListMachinesResponse",
+        )],
         servers: true,
         feature: None,
     },
@@ -69,6 +77,7 @@ const PROTO_SETS: &[ProtoSet] = &[
         includes: &["proto/etcd"],
         protos: &["proto/etcd/etcd/api/etcdserverpb/rpc.proto"],
         type_attributes: &[],
+        extern_paths: &[],
         servers: false,
         feature: Some("etcd"),
     },
@@ -94,6 +103,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.protoc_executable(&protoc);
         for (path, attr) in set.type_attributes {
             cfg.type_attribute(path, attr);
+        }
+        for (proto, rust) in set.extern_paths {
+            cfg.extern_path(*proto, *rust);
         }
         let protos: Vec<PathBuf> = set.protos.iter().map(PathBuf::from).collect();
         let mut includes: Vec<PathBuf> = set.includes.iter().map(PathBuf::from).collect();

@@ -25,6 +25,9 @@ pub struct ServerOptions {
     pub gets: usize,
     /// How long the server is watched while nothing changes.
     pub idle: Duration,
+    /// A command (split on whitespace) that `medea serve` runs under, such as a profiler
+    /// (`heaptrack -o FILE`). Its RSS and CPU figures are then the wrapper's, not the server's.
+    pub wrap: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -122,9 +125,18 @@ fn start(
     desired: &Path,
     state: &Path,
     debounce: Duration,
+    wrap: &[String],
 ) -> Result<(ServeChild, f64), BenchError> {
     let started = Instant::now();
-    let mut child = Command::new(exe)
+    let mut cmd = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = cmd
         .args(["serve", "--log-format", "json", "--listen", "127.0.0.1:0"])
         .arg("--desired")
         .arg(desired)
@@ -286,7 +298,7 @@ pub fn run(
             .save(&store)
             .map_err(|e| BenchError::Store(Box::new(e)))?;
     }
-    let (serve, startup_ms) = start(exe, desired, &state, o.debounce)?;
+    let (serve, startup_ms) = start(exe, desired, &state, o.debounce, &o.wrap)?;
     let pid = serve.child.id();
     let mut r = ServerReport {
         machines: inventory.clusters.values().map(|c| c.machines.len()).sum(),
@@ -375,7 +387,7 @@ fn get_machines(
                 .map_err(|s| rpc_err(s.to_string()))?
                 .into_inner();
             r.get_fresh.push(t.elapsed());
-            r.get_rows = resp.machines.len();
+            r.get_rows = resp.len();
             let t = Instant::now();
             let resp = warm
                 .list_machines(pb::ListMachinesRequest::default())

@@ -81,6 +81,10 @@ pub enum Scenario {
         /// How long to watch the idle server.
         #[arg(long, default_value = "10s", value_parser = crate::duration::parse_std)]
         idle: Duration,
+        /// Run `medea serve` under this command (split on whitespace), e.g. a profiler:
+        /// `--wrap "heaptrack -o /tmp/serve"`. RSS and CPU are then the wrapper's.
+        #[arg(long)]
+        wrap: Option<String>,
     },
     /// The rollout engine with a durable fjall journal, on the in-memory fakes (the engine
     /// alone) or on the simulator through the real adapters: overhead per node with zero
@@ -244,6 +248,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             changes,
             gets,
             idle,
+            wrap,
         } => {
             let host = Host::detect();
             let exe = std::env::current_exe()
@@ -259,6 +264,10 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 changes,
                 gets,
                 idle,
+                wrap: wrap
+                    .as_deref()
+                    .map(|w| w.split_whitespace().map(str::to_string).collect())
+                    .unwrap_or_default(),
             };
             let r = server::run(&exe, &w.desired, &fleet.inventory, dir.path(), &o).map_err(err)?;
             println!("{host}");

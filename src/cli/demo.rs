@@ -354,7 +354,7 @@ async fn drive(
             .await
             .map_err(rpc)?
             .into_inner()
-            .machines;
+            .into_machines();
         let done = m
             .iter()
             .all(|m| m.talos_version == "v1.13.9" && m.kubelet_version == "v1.35.0");

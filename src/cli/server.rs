@@ -364,10 +364,11 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     })
                     .await
                     .map_err(|s| rpc_error(&addr, s))?
-                    .into_inner();
+                    .into_inner()
+                    .into_machines();
                 render(
                     output,
-                    &r.machines,
+                    &r,
                     &[
                         "CLUSTER", "POOL", "NODE", "ROLE", "TALOS", "KUBELET", "READY", "CORDONED",
                         "ADDRESS",

@@ -40,6 +40,16 @@ pub trait NodeSource: Send + Sync + 'static {
     fn node(&self, name: &str) -> Option<NodeFacts> {
         self.nodes().into_iter().find(|n| n.name == name)
     }
+    /// The control-plane nodes, sorted by name: what the kube-apiserver's own version and
+    /// instances derive from. The default filters [`Self::nodes`]; a source that can derive
+    /// only these overrides it (the kube side asks after every change of the node facts, and
+    /// deriving every worker each time made a rollout O(nodes²)).
+    fn control_planes(&self) -> Vec<NodeFacts> {
+        self.nodes()
+            .into_iter()
+            .filter(|n| n.control_plane)
+            .collect()
+    }
     /// A cheap value that changes whenever [`Self::nodes`] would return something different
     /// (a digest of the state the facts derive from), so that the kube side can tell that
     /// nothing changed without deriving every node; `None` (the default) when the source

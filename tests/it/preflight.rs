@@ -1,8 +1,8 @@
 //! Preflight findings (issue #22) end to end: the simulator, `medea seed`, etcd's NOSPACE alarm
 //! raised in the simulator's scenario (seen through Talos's `EtcdAlarmList`), `medea serve --rollouts`. The blocking finding keeps the plan
 //! from being approved (neither `medea approve` nor a committed marker starts it); listing its
-//! id under `spec.preflight.acknowledge` makes a new plan, which is approved and runs to the
-//! end. Also `medea plan --observed FILE` with a `preflight:` block.
+//! id under `spec.preflight.acknowledge` makes a new plan, which is approved and starts; the
+//! executor's own etcd check still halts it before the first control plane. Also `medea plan --observed FILE` with a `preflight:` block.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,8 @@ use crate::fixtures::{sign, wait};
 const FINDING: &str = "etcd/alarm/NOSPACE/";
 
 #[test]
-fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_runs() {
+fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_the_executor_still_halts_on_it()
+ {
     let s = crate::fixtures::serve::serve()
         // etcd's NOSPACE alarm, raised by cp-1's member: seed and every refresh see it
         // through Talos's EtcdAlarmList.
@@ -67,8 +68,12 @@ fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_run
     .unwrap();
 
     // Acknowledge it: a new desired revision, a new plan, approvable.
+    // The same commit shortens healthTimeout, so the executor's own etcd rail (below) answers
+    // within the test instead of after 15 minutes.
     let cluster = desired.join("home/cluster.yaml");
     let text = std::fs::read_to_string(&cluster).unwrap();
+    assert!(text.contains("healthTimeout: 15m"), "{text}");
+    let text = text.replace("healthTimeout: 15m", "healthTimeout: 5s");
     std::fs::write(
         &cluster,
         format!("{text}  preflight:\n    acknowledge:\n      - {finding}\n"),
@@ -116,22 +121,39 @@ fn a_blocking_finding_keeps_the_plan_unapprovable_until_acknowledged_then_it_run
         String::from_utf8_lossy(&out.stdout)
     );
 
+    // An acknowledgement lets the plan be approved and started; it does not switch off the
+    // executor's rails. The alarm is still raised (on a real cluster NOSPACE refuses every
+    // write), so before taking the first control plane down the executor's etcd check (which
+    // reads `EtcdAlarmList`) waits out healthTimeout and halts, having upgraded no node.
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut jobs = serde_json::Value::Null;
-    wait("the rollout to finish", Duration::from_secs(120), || {
-        assert!(
-            Instant::now() < deadline,
-            "the rollout did not finish: {}",
-            s.serve_log()
-        );
-        let out = cli()
-            .args(["rollout", "list", "--cluster", "home", "-o", "json"])
-            .output()
-            .unwrap();
-        jobs = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        assert_ne!(jobs[0]["state"], "halted", "the rollout halted: {jobs}");
-        jobs[0]["state"] == "succeeded"
-    });
+    wait(
+        "the rollout to halt on the alarm",
+        Duration::from_secs(120),
+        || {
+            assert!(
+                Instant::now() < deadline,
+                "the rollout did not halt: {}",
+                s.serve_log()
+            );
+            let out = cli()
+                .args(["rollout", "list", "--cluster", "home", "-o", "json"])
+                .output()
+                .unwrap();
+            jobs = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            assert_ne!(
+                jobs[0]["state"], "succeeded",
+                "the rollout ran past the alarm: {jobs}"
+            );
+            jobs[0]["state"] == "halted"
+        },
+    );
+    let reason = jobs[0]["haltReason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("etcd alarms are active") && reason.contains("NOSPACE"),
+        "{jobs}"
+    );
+    assert_eq!(jobs[0]["nodesDone"], 0, "{jobs}");
     // The only job is the acknowledged plan's: the blocked one never started.
     assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
     assert!(

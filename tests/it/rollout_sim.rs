@@ -376,6 +376,60 @@ async fn the_talos_adapter_reads_the_next_boot_from_the_default_boot_entry() {
     }
 }
 
+/// The executor's observations make one attempt: a node that is away is reported transient at
+/// once (the sequencer polls again within its own deadlines) instead of after the client's
+/// backoff, which used to hold every decision of a wave while one of its nodes rebooted. A
+/// command still retries as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observing_a_node_that_is_away_makes_one_attempt() {
+    use medea::talos::TalosApi as _;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    sim.talos
+        .set_fault(FaultPlan {
+            node: "w-1".into(),
+            on: Trigger::Boot { nth: 1 },
+            effect: Effect::NeverReturn,
+        })
+        .unwrap();
+    let w1 = node(&sim, "w-1");
+    talos
+        .client()
+        .reboot(&medea::talos::NodeTarget::parse(&w1.address).unwrap())
+        .await
+        .unwrap();
+    let before = sim.talos.counters("w-1").unwrap();
+    let err = talos.node(&w1).await.unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    let after = sim.talos.counters("w-1").unwrap();
+    assert_eq!(
+        after.refused(Method::Version) - before.refused(Method::Version),
+        1,
+        "{after:?}"
+    );
+    // The etcd observation asks the control planes, which are up: unchanged.
+    let cps: Vec<NodeTarget> = ["cp-1", "cp-2", "cp-3"]
+        .iter()
+        .map(|n| node(&sim, n))
+        .collect();
+    assert_eq!(talos.etcd(&cps).await.unwrap().members.len(), 3);
+    // A read through the client itself (not an observation) still retries: 4 attempts in
+    // `quick_talos`.
+    let before = sim.talos.counters("w-1").unwrap();
+    talos
+        .client()
+        .version(&medea::talos::NodeTarget::parse(&w1.address).unwrap())
+        .await
+        .unwrap_err();
+    let after = sim.talos.counters("w-1").unwrap();
+    assert_eq!(
+        after.refused(Method::Version) - before.refused(Method::Version),
+        4,
+        "{after:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_adapters_reach_etcd_images_and_kubernetes_of_the_simulator() {
     use medea::rollout::ports::{Component, KubePort};
@@ -393,6 +447,24 @@ async fn the_adapters_reach_etcd_images_and_kubernetes_of_the_simulator() {
     let etcd = talos.etcd(&cps).await.unwrap();
     let cp2 = etcd.members.iter().find(|m| m.name == "cp-2").unwrap();
     assert!(!cp2.healthy && !cp2.errors.is_empty(), "{cp2:?}");
+    assert!(etcd.alarms.is_empty(), "{etcd:?}");
+    // An alarm raised on one member is reported cluster-wide, by name, and fails the etcd check
+    // the executor runs before every control-plane step.
+    sim.talos
+        .set_etcd_alarm(
+            "cp-3",
+            Some(medea::sim::talos::scenario::EtcdAlarmKind::Nospace),
+        )
+        .unwrap();
+    let etcd = talos.etcd(&cps).await.unwrap();
+    assert_eq!(etcd.alarms, vec!["cp-3: NOSPACE".to_string()]);
+    let verdict = medea::rollout::sequencer::etcd_verdict(&etcd).unwrap_err();
+    assert!(
+        verdict.contains("etcd alarms are active: cp-3: NOSPACE"),
+        "{verdict}"
+    );
+    sim.talos.set_etcd_alarm("cp-3", None).unwrap();
+    assert!(talos.etcd(&cps).await.unwrap().alarms.is_empty());
 
     let imgs = talos.component_images(&cps[0]).await.unwrap();
     let api = format!("registry.k8s.io/kube-apiserver:{KUBE}");

@@ -8,6 +8,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::Shared;
+use crate::api::machines::EncodedRows;
 use crate::inventory::{self, MachineRole, ObservedCluster};
 use crate::store::{StoreExt, Txn};
 
@@ -34,11 +35,11 @@ fn role_name(r: MachineRole) -> &'static str {
 }
 
 /// The `get machines` rows of one cluster record, as built from its stored bytes under one
-/// desired revision (the pools come from it).
+/// desired revision (the pools come from it), encoded once for the wire.
 pub struct CachedRows {
     raw: Vec<u8>,
     revision: Option<String>,
-    rows: Arc<Vec<pb::Machine>>,
+    rows: Arc<EncodedRows>,
 }
 
 /// [`CachedRows`] by cluster record key.
@@ -111,6 +112,71 @@ impl MedeaApi {
                 }
             })
             .collect()
+    }
+
+    /// Every cluster record's `get machines` rows (only `filter`'s when it is not empty), in
+    /// store key order, each encoded once and shared with the cache.
+    ///
+    /// The raw records are read on every call, not decoded: a cluster whose bytes (and the
+    /// desired revision its pools come from) are unchanged since the last call reuses its
+    /// encoded rows, so a warm call copies bytes and nothing else.
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    pub fn machines_encoded(&self, filter: &str) -> Result<Vec<Arc<EncodedRows>>, Status> {
+        let desired = self.shared.desired();
+        let revision = desired
+            .as_ref()
+            .map(|d| d.desired.revision.content.as_str());
+        let raw = if filter.is_empty() {
+            self.shared
+                .store
+                .scan(crate::store::Table::Inventory, "cluster/")
+                .map_err(internal)?
+        } else {
+            let key = inventory::cluster_key(filter);
+            self.shared
+                .store
+                .get(crate::store::Table::Inventory, &key)
+                .map_err(internal)?
+                .map(|bytes| (key, bytes))
+                .into_iter()
+                .collect()
+        };
+        let mut cache = self.shared.machine_rows.lock().expect("machine rows lock");
+        let mut out = Vec::with_capacity(raw.len());
+        let mut present = std::collections::HashSet::new();
+        for (key, bytes) in raw {
+            let hit = cache
+                .get(&key)
+                .filter(|c| c.raw == bytes && c.revision.as_deref() == revision)
+                .map(|c| c.rows.clone());
+            let rows = match hit {
+                Some(rows) => rows,
+                None => {
+                    let c: ObservedCluster =
+                        crate::store::record::decode(&key, &bytes).map_err(internal)?;
+                    let rows =
+                        Arc::new(EncodedRows::new(self.machine_rows(&c, desired.as_deref())));
+                    cache.insert(
+                        key.clone(),
+                        CachedRows {
+                            raw: bytes,
+                            revision: revision.map(str::to_string),
+                            rows: rows.clone(),
+                        },
+                    );
+                    rows
+                }
+            };
+            out.push(rows);
+            present.insert(key);
+        }
+        if filter.is_empty() {
+            cache.retain(|k, _| present.contains(k));
+        }
+        Ok(out)
     }
 
     fn cluster_pb(&self, name: &str, observed: Option<&ObservedCluster>) -> pb::Cluster {
@@ -369,51 +435,10 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::ListMachinesRequest>,
     ) -> Result<Response<pb::ListMachinesResponse>, Status> {
         let filter = req.into_inner().cluster;
-        let desired = self.shared.desired();
-        let revision = desired.as_ref().map(|d| d.desired.revision.content.clone());
-        // The raw records, not decoded: a cluster whose bytes (and the desired revision its
-        // pools come from) are unchanged since the last call reuses its rows.
-        let raw = self
-            .shared
-            .store
-            .scan(crate::store::Table::Inventory, "cluster/")
-            .map_err(internal)?;
-        let mut cache = self.shared.machine_rows.lock().expect("machine rows lock");
-        let mut machines = Vec::new();
-        let mut present = std::collections::HashSet::new();
-        for (key, bytes) in raw {
-            if !filter.is_empty() && key.strip_prefix("cluster/") != Some(filter.as_str()) {
-                continue;
-            }
-            let hit = cache
-                .get(&key)
-                .filter(|c| c.raw == bytes && c.revision == revision)
-                .map(|c| c.rows.clone());
-            let rows = match hit {
-                Some(rows) => rows,
-                None => {
-                    let c: ObservedCluster =
-                        crate::store::record::decode(&key, &bytes).map_err(internal)?;
-                    let rows = Arc::new(self.machine_rows(&c, desired.as_deref()));
-                    cache.insert(
-                        key.clone(),
-                        CachedRows {
-                            raw: bytes,
-                            revision: revision.clone(),
-                            rows: rows.clone(),
-                        },
-                    );
-                    rows
-                }
-            };
-            machines.extend(rows.iter().cloned());
-            present.insert(key);
-        }
-        if filter.is_empty() {
-            cache.retain(|k, _| present.contains(k));
-        }
-        drop(cache);
-        Ok(Response::new(pb::ListMachinesResponse { machines }))
+        let clusters = self.machines_encoded(&filter)?;
+        Ok(Response::new(pb::ListMachinesResponse::from_encoded(
+            clusters,
+        )))
     }
 
     async fn get_plan(

@@ -39,16 +39,46 @@ fn cluster(name: &str, talos: &str) -> ObservedCluster {
 }
 
 async fn rows(api: &MedeaApi, filter: &str) -> Vec<(String, String, String, String)> {
-    api.list_machines(Request::new(pb::ListMachinesRequest {
+    let warm = api
+        .list_machines(Request::new(pb::ListMachinesRequest {
+            cluster: filter.into(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    // The cached, pre-encoded answer is byte for byte what a server that never answered
+    // before sends (its own first call builds every row from the store), and a client
+    // decodes it to the same rows.
+    let cold_shared = Shared::new(
+        api.shared.store.clone(),
+        api.shared.source.clone(),
+        false,
+        "cold".into(),
+    );
+    if let Some(d) = api.shared.desired() {
+        cold_shared.set_desired((*d).clone());
+    }
+    let cold = MedeaApi {
+        shared: Arc::new(cold_shared),
+    }
+    .list_machines(Request::new(pb::ListMachinesRequest {
         cluster: filter.into(),
     }))
     .await
     .unwrap()
-    .into_inner()
-    .machines
-    .into_iter()
-    .map(|m| (m.cluster, m.node, m.pool, m.talos_version))
-    .collect()
+    .into_inner();
+    use prost::Message as _;
+    let wire = warm.encode_to_vec();
+    assert_eq!(wire, cold.encode_to_vec());
+    let decoded = pb::ListMachinesResponse::decode(wire.as_slice()).unwrap();
+    assert_eq!(
+        decoded.machines().collect::<Vec<_>>(),
+        warm.machines().collect::<Vec<_>>()
+    );
+    warm.into_machines()
+        .into_iter()
+        .map(|m| (m.cluster, m.node, m.pool, m.talos_version))
+        .collect()
 }
 
 fn row(c: &str, n: &str, p: &str, v: &str) -> (String, String, String, String) {
@@ -360,4 +390,23 @@ async fn get_machines_follows_every_record_and_desired_change_despite_its_cache(
     assert_eq!(rows(&api, "").await.len(), 2);
     assert!(rows(&api, "lab").await.is_empty());
     assert_eq!(shared.machine_rows.lock().unwrap().len(), 1);
+    // the cached rows are shared with the answer, not copied: two calls hand out one allocation
+    let a = api.machines_encoded("").unwrap();
+    let b = api.machines_encoded("").unwrap();
+    assert_eq!(a.len(), 1);
+    assert!(Arc::ptr_eq(&a[0], &b[0]));
+    // the gate alone changes a record's bytes: the rows are rebuilt (and still equal cold)
+    let mut gated = cluster("home", "v1.12.4");
+    gated.rollouts_enabled = !gated.rollouts_enabled;
+    store
+        .commit(Txn::new().put_record(cluster_key("home"), &gated))
+        .unwrap();
+    assert_eq!(rows(&api, "").await.len(), 2);
+    assert!(!Arc::ptr_eq(&api.machines_encoded("").unwrap()[0], &a[0]));
+    // the desired state goes away: the pools go with it
+    *shared.desired.write().unwrap() = None;
+    assert_eq!(
+        rows(&api, "home").await[0],
+        row("home", "cp-1", "", "v1.12.4")
+    );
 }

@@ -667,7 +667,7 @@ pub async fn history(
         }))
         .await
     {
-        Ok(r) => r.into_inner().machines,
+        Ok(r) => r.into_inner().into_machines(),
         Err(e) => return internal(&s, "the machines", e.message()),
     };
     let distinct = |f: &dyn Fn(&pb::Machine) -> Vec<String>| {

@@ -461,6 +461,9 @@ impl NodeSource for SimTalos {
     fn node(&self, name: &str) -> Option<NodeFacts> {
         self.shared.lock().node_facts(name)
     }
+    fn control_planes(&self) -> Vec<NodeFacts> {
+        self.shared.lock().control_plane_facts()
+    }
     fn fingerprint(&self) -> Option<u64> {
         Some(self.shared.lock().facts_fingerprint())
     }

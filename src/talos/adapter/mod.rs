@@ -48,6 +48,11 @@ const API: &str = "talos";
 #[derive(Debug)]
 pub struct TalosAdapter {
     client: TalosClient,
+    /// `client` without retries, for the executor's node and etcd observations: the sequencer
+    /// treats a transient failure as "poll again" within its own deadlines, so client retries
+    /// there only delayed every decision of a wave by the backoff (about 8 s by default) while
+    /// one of its nodes rebooted.
+    observer: TalosClient,
 }
 
 /// Why a machine configuration could not be read or patched. Never quotes the configuration:
@@ -87,7 +92,8 @@ fn at(line: Option<u64>, column: Option<u64>) -> String {
 
 impl TalosAdapter {
     pub fn new(client: TalosClient) -> TalosAdapter {
-        TalosAdapter { client }
+        let observer = client.without_retries();
+        TalosAdapter { client, observer }
     }
 
     pub fn client(&self) -> &TalosClient {
@@ -104,8 +110,9 @@ impl TalosAdapter {
         t: &talos::NodeTarget,
         n: &NodeTarget,
         running: &TalosVersion,
+        loader_default: Option<Vec<u8>>,
     ) -> Result<NextBoot, PortError> {
-        match self.read_efivar(t, n, LOADER_ENTRY_DEFAULT).await? {
+        match loader_default {
             Some(bytes) => Ok(next_boot_from_efivar(&bytes, running)),
             None => match self.read_efivar(t, n, LOADER_ENTRY_SELECTED).await? {
                 Some(bytes) => Ok(next_boot_from_efivar(&bytes, running)),
@@ -122,7 +129,7 @@ impl TalosAdapter {
         path: &str,
     ) -> Result<Option<Vec<u8>>, PortError> {
         let start = std::time::Instant::now();
-        let outcome = match self.client.read_file(t, path).await {
+        let outcome = match self.observer.read_file(t, path).await {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if file_absent(&e) || e.code() == Some(Code::PermissionDenied) => Ok(None),
             Err(e) => Err(classify("MachineService.Read", &n.node, e)),
@@ -391,22 +398,26 @@ fn integral_numbers(v: serde_json::Value) -> serde_json::Value {
 impl TalosPort for TalosAdapter {
     async fn node(&self, n: &NodeTarget) -> Result<TalosNode, PortError> {
         let t = target(n)?;
-        let c = &self.client;
-        let version = timed(API, "Version", c.version(&t))
-            .await
+        let c = &self.observer;
+        // Five independent reads, made at once: one round trip's wait instead of five (they
+        // share the endpoint's HTTP/2 connection; apid proxies each on its own). Their errors
+        // are taken in the order below, the order in which they used to run one by one.
+        let (version, boot_id, status, services, loader_default) = tokio::join!(
+            timed(API, "Version", c.version(&t)),
+            timed(API, "Read", c.boot_id(&t)),
+            timed(API, "MachineStatus", c.machine_status(&t)),
+            timed(API, "ServiceList", c.services(&t)),
+            self.read_efivar(&t, n, LOADER_ENTRY_DEFAULT),
+        );
+        let version = version
             .map_err(|e| classify("MachineService.Version", &n.node, e))?
             .tag;
-        let boot_id = timed(API, "Read", c.boot_id(&t))
-            .await
+        let boot_id = boot_id
             .map_err(|e| classify("MachineService.Read", &n.node, e))?
             .0;
-        let status = timed(API, "MachineStatus", c.machine_status(&t))
-            .await
-            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
-        let services = timed(API, "ServiceList", c.services(&t))
-            .await
-            .map_err(|e| classify("MachineService.ServiceList", &n.node, e))?;
-        let next_boot = self.next_boot(&t, n, &version).await?;
+        let status = status.map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+        let services = services.map_err(|e| classify("MachineService.ServiceList", &n.node, e))?;
+        let next_boot = self.next_boot(&t, n, &version, loader_default?).await?;
         let mut unhealthy_services: Vec<String> = services
             .iter()
             .filter(|s| service_problem(s))
@@ -432,20 +443,20 @@ impl TalosPort for TalosAdapter {
     }
 
     async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
-        let c = &self.client;
+        let c = &self.observer;
         let mut listed = None;
         let mut last = None;
         for cp in control_plane {
             let t = target(cp)?;
             match timed(API, "EtcdMemberList", c.etcd_members(&t)).await {
                 Ok(m) => {
-                    listed = Some(m);
+                    listed = Some((m, t, cp.node.clone()));
                     break;
                 }
                 Err(e) => last = Some(classify("MachineService.EtcdMemberList", &cp.node, e)),
             }
         }
-        let Some(list) = listed else {
+        let Some((list, asked, asked_node)) = listed else {
             return Err(last.unwrap_or_else(|| {
                 PortError::failed(
                     "MachineService.EtcdMemberList",
@@ -454,6 +465,18 @@ impl TalosPort for TalosAdapter {
                 )
             }));
         };
+        // Alarms are cluster-wide in etcd: the member that answered the list reports them all.
+        // A failed read is an error (the etcd check fails), never "no alarms".
+        let raised = timed(API, "EtcdAlarmList", c.etcd_alarms(&asked))
+            .await
+            .map_err(|e| classify("MachineService.EtcdAlarmList", &asked_node, e))?;
+        let alarms = raised
+            .iter()
+            .map(|a| match list.iter().find(|m| m.id == a.member_id) {
+                Some(m) => format!("{}: {}", m.hostname, a.alarm),
+                None => format!("member {:x}: {}", a.member_id, a.alarm),
+            })
+            .collect();
         let mut members = Vec::new();
         for m in list {
             // a member is asked through its node: the known control plane of that name, else the
@@ -490,11 +513,7 @@ impl TalosPort for TalosAdapter {
                 errors,
             });
         }
-        // Alarms (`EtcdAlarmList`) are not offered by the Talos client yet: none reported.
-        Ok(EtcdHealth {
-            members,
-            alarms: Vec::new(),
-        })
+        Ok(EtcdHealth { members, alarms })
     }
 
     async fn etcd_snapshot(&self, n: &NodeTarget, dest: &Path) -> Result<SnapshotInfo, PortError> {

@@ -58,6 +58,20 @@ impl TalosClient {
         })
     }
 
+    /// The same endpoints and connections (tonic channels are shared handles), without
+    /// retries: every call makes one attempt. For observations whose caller polls anyway, so
+    /// that a node that is away is reported at once instead of after the backoff.
+    pub fn without_retries(&self) -> TalosClient {
+        TalosClient {
+            channels: self.channels.clone(),
+            current: AtomicUsize::new(self.current.load(std::sync::atomic::Ordering::Relaxed)),
+            settings: ClientSettings {
+                retry: crate::talos::retry::RetryPolicy::none(),
+                ..self.settings
+            },
+        }
+    }
+
     /// Load a talosconfig file and build a client for `context` (or the current context).
     pub fn from_talosconfig(
         path: &Path,

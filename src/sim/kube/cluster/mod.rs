@@ -460,33 +460,40 @@ impl KubeSide {
         if !self.deprecation.stale(fingerprint) {
             return;
         }
-        let instances: Vec<(String, String, bool)> = self
-            .source
-            .nodes()
-            .into_iter()
-            .filter(|n| n.control_plane)
+        let control_planes = self.source.control_planes();
+        let instances: Vec<(String, String, bool)> = control_planes
+            .iter()
             .map(|n| {
                 let image = n
                     .static_pod_images
                     .get("kube-apiserver")
                     .cloned()
                     .unwrap_or_default();
-                (n.name, image, n.up)
+                (n.name.clone(), image, n.up)
             })
             .collect();
-        let version = self.server_version();
+        let version = self.version_of(&control_planes);
         self.deprecation.observe(fingerprint, instances, &version);
     }
 
     /// The first control-plane node's kube-apiserver version (for `/version`).
     pub fn server_version(&self) -> String {
-        let nodes = self.source.nodes();
-        nodes
+        self.version_of(&self.source.control_planes())
+    }
+
+    /// The kube-apiserver version of the first of `control_planes` that runs one, else the
+    /// first node's kubelet version.
+    fn version_of(&self, control_planes: &[crate::sim::node::NodeFacts]) -> String {
+        control_planes
             .iter()
-            .filter(|n| n.control_plane)
             .find_map(|n| n.static_pod_images.get("kube-apiserver"))
             .and_then(|img| crate::image::tag_of(img).map(str::to_string))
-            .or_else(|| nodes.first().map(|n| n.kubelet_version.clone()))
+            .or_else(|| {
+                self.source
+                    .nodes()
+                    .first()
+                    .map(|n| n.kubelet_version.clone())
+            })
             .unwrap_or_else(|| "v1.33.0".to_string())
     }
 }

@@ -336,6 +336,10 @@ pub(crate) struct TalosSide {
     pub etcd_alarms: std::collections::BTreeSet<(u64, crate::sim::talos::scenario::EtcdAlarmKind)>,
     actor_seq: u64,
     apply_generation: u64,
+    /// Name or address → position in `nodes` of the first node with it ([`Self::find`]);
+    /// names, addresses and the node list are fixed after [`Self::new`] (whatever changes
+    /// them calls [`Self::reindex`]).
+    index: std::collections::HashMap<String, usize>,
 }
 
 pub(crate) fn unavailable_node(node: &str) -> Status {
@@ -409,18 +413,38 @@ impl TalosSide {
             etcd_alarms: Default::default(),
             actor_seq: 0,
             apply_generation: 0,
+            index: Default::default(),
         };
+        c.reindex();
         for f in &scenario.faults {
             c.faults.push(ArmedFault::new(f.clone()));
         }
         c
     }
 
-    /// A node by name or address.
+    /// A node by name or address: the first node (in `nodes` order) with that name or
+    /// address. Every Talos RPC routes through this, so it is an index lookup, not a scan.
     pub fn find(&self, key: &str) -> Option<usize> {
+        let i = *self.index.get(key)?;
+        debug_assert_eq!(Some(i), self.find_linear(key), "stale node index");
+        Some(i)
+    }
+
+    /// [`Self::find`] by scanning every node (the reference the index must equal).
+    fn find_linear(&self, key: &str) -> Option<usize> {
         self.nodes
             .iter()
             .position(|n| n.spec.name == key || n.spec.address == key)
+    }
+
+    /// Rebuild [`Self::find`]'s index after the node list, a name or an address changed.
+    pub(crate) fn reindex(&mut self) {
+        self.index.clear();
+        for (i, n) in self.nodes.iter().enumerate() {
+            for key in [&n.spec.name, &n.spec.address] {
+                self.index.entry(key.clone()).or_insert(i);
+            }
+        }
     }
 
     /// The node answering requests without `node` metadata (the endpoint's own node: the first
@@ -668,6 +692,18 @@ impl TalosSide {
     /// Facts for the kube side.
     pub fn facts(&self) -> Vec<NodeFacts> {
         let mut out: Vec<NodeFacts> = self.nodes.iter().map(SimNode::kube_facts).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The control-plane nodes' facts for the kube side, sorted by name.
+    pub fn control_plane_facts(&self) -> Vec<NodeFacts> {
+        let mut out: Vec<NodeFacts> = self
+            .nodes
+            .iter()
+            .filter(|n| n.control_plane())
+            .map(SimNode::kube_facts)
+            .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }

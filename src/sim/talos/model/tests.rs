@@ -114,3 +114,82 @@ fn health_checks_stop_at_the_first_failure() {
     assert_eq!(r.len(), 1);
     assert!(r[0].1.as_ref().unwrap_err().contains("etcd"));
 }
+
+/// The node index answers what a scan by name or address answers (the first match in node
+/// order), also after renames, address changes, added and removed nodes, and for names that
+/// collide with other nodes' addresses.
+mod find_index {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Edit {
+        Rename(usize, u8),
+        Readdress(usize, u8),
+        Add(u8, u8),
+        Remove(usize),
+    }
+
+    fn key(k: u8) -> String {
+        // a small key space shared by names and addresses, so collisions happen
+        if k.is_multiple_of(2) {
+            format!("n{}", k % 6)
+        } else {
+            format!("10.5.0.{}", k % 6)
+        }
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            (any::<usize>(), any::<u8>()).prop_map(|(i, k)| Edit::Rename(i, k)),
+            (any::<usize>(), any::<u8>()).prop_map(|(i, k)| Edit::Readdress(i, k)),
+            (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Edit::Add(a, b)),
+            any::<usize>().prop_map(Edit::Remove),
+        ]
+    }
+
+    fn assert_index_equals_scan(c: &TalosSide) {
+        let mut keys: Vec<String> = (0..12).map(key).collect();
+        keys.push("absent".into());
+        for k in &keys {
+            assert_eq!(c.find(k), c.find_linear(k), "key {k}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_index_equals_a_scan_after_any_edits(edits in proptest::collection::vec(edit(), 0..24)) {
+            let mut c = cluster();
+            assert_index_equals_scan(&c);
+            for e in edits {
+                let len = c.nodes.len();
+                match e {
+                    Edit::Rename(i, k) if len > 0 => c.nodes[i % len].spec.name = key(k),
+                    Edit::Readdress(i, k) if len > 0 => c.nodes[i % len].spec.address = key(k),
+                    Edit::Add(a, b) => {
+                        let mut n = c.nodes[0].clone();
+                        n.spec.name = key(a);
+                        n.spec.address = key(b);
+                        c.nodes.push(n);
+                    }
+                    Edit::Remove(i) if len > 1 => {
+                        c.nodes.remove(i % len);
+                    }
+                    _ => {}
+                }
+                c.reindex();
+                assert_index_equals_scan(&c);
+            }
+        }
+    }
+
+    #[test]
+    fn a_scenario_cluster_finds_every_node_by_name_and_address() {
+        let c = cluster();
+        for (i, n) in c.nodes.iter().enumerate() {
+            assert_eq!(c.find(&n.spec.name), Some(i));
+            assert_eq!(c.find(&n.spec.address), Some(i));
+        }
+        assert_eq!(c.find("nope"), None);
+    }
+}
