@@ -464,11 +464,15 @@ impl pb::medea_server::Medea for MedeaApi {
         } else {
             let r = crate::plan::PlanIdRef::parse(&want)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            let all = crate::ops::replan::all_plans(store).map_err(internal)?;
-            let mut m: Vec<_> = all.into_iter().filter(|p| r.matches(&p.id)).collect();
+            // ids from the store keys; only the one that matches is decoded
+            let ids = crate::ops::replan::plan_ids(store).map_err(internal)?;
+            let mut m: Vec<_> = ids.into_iter().filter(|id| r.matches(id)).collect();
             match m.len() {
                 0 => return Err(Status::not_found(format!("no plan `{want}`"))),
-                1 => m.pop(),
+                1 => match m.pop() {
+                    Some(id) => crate::ops::replan::load_plan(store, &id).map_err(internal)?,
+                    None => None,
+                },
                 _ => {
                     return Err(Status::invalid_argument(format!(
                         "plan id `{want}` is ambiguous; type more characters"
@@ -522,11 +526,8 @@ impl pb::medea_server::Medea for MedeaApi {
         let current = crate::ops::replan::current(store.as_ref())
             .map_err(internal)?
             .map(|c| c.id);
-        let known: Vec<crate::plan::PlanId> = crate::ops::replan::all_plans(store.as_ref())
-            .map_err(internal)?
-            .into_iter()
-            .map(|p| p.id)
-            .collect();
+        let known: Vec<crate::plan::PlanId> =
+            crate::ops::replan::plan_ids(store.as_ref()).map_err(internal)?;
         let r = crate::plan::PlanIdRef::parse(&req.plan_id)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let plan = crate::approval::resolve_plan(&r, current.as_ref(), &known)
