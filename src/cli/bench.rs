@@ -124,6 +124,25 @@ fn tempdir() -> miette::Result<tempfile::TempDir> {
         .wrap_err("cannot create a temporary directory")
 }
 
+/// A generated fleet written to a fresh temporary directory (kept alive by the returned guard).
+fn fleet_on_disk(
+    f: &FleetArgs,
+) -> miette::Result<(fleet::Fleet, tempfile::TempDir, fleet::Written)> {
+    let fleet = fleet::generate(f.spec());
+    let dir = tempdir()?;
+    let w = fleet::write_repo(&fleet, dir.path())
+        .into_diagnostic()
+        .wrap_err("cannot write the fleet")?;
+    Ok((fleet, dir, w))
+}
+
+/// This very binary: the scenarios that measure a `medea` process run it.
+fn this_binary() -> miette::Result<PathBuf> {
+    std::env::current_exe()
+        .into_diagnostic()
+        .wrap_err("cannot find the medea binary")
+}
+
 fn err(e: crate::bench::BenchError) -> miette::Report {
     miette::Report::from_err(e)
 }
@@ -146,11 +165,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
         }
         Scenario::Plan { fleet: f, rounds } => {
             let host = Host::detect();
-            let fleet = fleet::generate(f.spec());
-            let dir = tempdir()?;
-            let w = fleet::write_repo(&fleet, dir.path())
-                .into_diagnostic()
-                .wrap_err("cannot write the fleet")?;
+            let (fleet, _dir, w) = fleet_on_disk(&f)?;
             let r = pipeline::run(&w.desired, &fleet.inventory, rounds).map_err(err)?;
             println!("{host}");
             println!(
@@ -200,14 +215,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             python,
         } => {
             let host = Host::detect();
-            let medea = std::env::current_exe()
-                .into_diagnostic()
-                .wrap_err("cannot find the medea binary")?;
-            let fleet = fleet::generate(f.spec());
-            let dir = tempdir()?;
-            let w = fleet::write_repo(&fleet, dir.path())
-                .into_diagnostic()
-                .wrap_err("cannot write the fleet")?;
+            let medea = this_binary()?;
+            let (fleet, _dir, w) = fleet_on_disk(&f)?;
             let o = process::ProcessOptions {
                 medea,
                 python,
@@ -251,14 +260,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             wrap,
         } => {
             let host = Host::detect();
-            let exe = std::env::current_exe()
-                .into_diagnostic()
-                .wrap_err("cannot find the medea binary")?;
-            let fleet = fleet::generate(f.spec());
-            let dir = tempdir()?;
-            let w = fleet::write_repo(&fleet, dir.path())
-                .into_diagnostic()
-                .wrap_err("cannot write the fleet")?;
+            let exe = this_binary()?;
+            let (fleet, dir, w) = fleet_on_disk(&f)?;
             let o = server::ServerOptions {
                 debounce,
                 changes,
