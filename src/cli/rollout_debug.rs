@@ -95,18 +95,22 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
         }
         Target::Creds { dir, cluster } => {
             // the adapters are built (credentials read) before the store is touched
-            let (talos, kube) = rt
-                .block_on(crate::ops::cluster_ports::paced(&dir, &cluster, tick))
+            let (talos, kube, probe) = rt
+                .block_on(async {
+                    let (talos, kube) =
+                        crate::ops::cluster_ports::paced(&dir, &cluster, tick).await?;
+                    // the same probes as `medea serve`: each gate uses the approved plan's
+                    // Prometheus/Alertmanager sources, workloads gates this cluster's kubeconfig
+                    let probe = crate::ops::cluster_ports::health_probes(
+                        &dir,
+                        &cluster,
+                        crate::plan::health::HealthSources::default(),
+                    )
+                    .await?;
+                    Ok::<_, crate::ops::cluster_ports::AdapterError>((talos, kube, probe))
+                })
                 .map_err(miette::Report::from_err)?;
-            drive(
-                &rt,
-                &args,
-                cfg,
-                talos,
-                kube,
-                crate::rollout::ports::NoProbe,
-                Some(&cluster),
-            )
+            drive(&rt, &args, cfg, talos, kube, probe, Some(&cluster))
         }
     }
 }

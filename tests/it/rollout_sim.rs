@@ -1468,3 +1468,76 @@ async fn a_kubernetes_upgrade_sends_each_machine_config_back_byte_identical_but_
         assert_eq!(new, expected, "{name}");
     }
 }
+
+/// `medea __rollout-run --creds-dir` evaluates health gates with the same probes as `medea
+/// serve` (it used `NoProbe`, which fails every gate): a workloads gate on the simulator's
+/// kube-system DaemonSets passes and the gated job runs to the end.
+#[test]
+fn the_debug_runner_evaluates_gates_with_real_probes() {
+    use medea::plan::health::{
+        Gate, GateCheck, HealthPolicy, HealthSources, OnFailure, WorkloadKind,
+    };
+    let dir = scratch();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sim = rt.block_on(Sim::start(dir.path(), 3, 1, KubeSimConfig::default()));
+    let store_dir = dir.path().join("store");
+    {
+        let store = FjallStore::open(&store_dir).unwrap();
+        let obs = sim.observed();
+        let mut p = plan(
+            &obs,
+            vec![sim.step("workers", &[&["w-1"]], 1, (600, 900))],
+            9,
+        );
+        p.clusters[0].health = Some(HealthPolicy {
+            sources: HealthSources::default(),
+            gates: vec![Gate {
+                name: "system-daemonsets".into(),
+                check: GateCheck::Workloads {
+                    namespaces: vec!["kube-system".into()],
+                    kinds: vec![WorkloadKind::DaemonSet],
+                },
+            }],
+            soak: Duration::ZERO,
+            interval: Duration::from_millis(200),
+            // a DaemonSet pod of the rebooted node takes a moment to be Ready again
+            failure_limit: 100,
+            on_failure: OnFailure::Halt,
+        });
+        install(&store, &p, &obs, &[]).unwrap();
+    }
+    let out = crate::cli::medea()
+        .arg("__rollout-run")
+        .arg("--rollouts")
+        .arg("--store")
+        .arg(&store_dir)
+        .arg("--creds-dir")
+        .arg(&sim.creds)
+        .arg("--cluster")
+        .arg(CLUSTER)
+        .arg("--snapshots")
+        .arg(dir.path().join("snapshots"))
+        .arg("--poll-ms")
+        .arg("10")
+        .env_remove("MEDEA_CRASH_AT")
+        .env_remove("MEDEA_CRASH_AFTER")
+        .env_remove("MEDEA_CRASH_BEFORE")
+        .output()
+        .unwrap();
+    let store = FjallStore::open(&store_dir).unwrap();
+    let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
+    assert!(
+        matches!(jobs[0].state, JobState::Succeeded { .. }),
+        "{}\n{}\n{:#?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        jobs[0].state
+    );
+    assert_eq!(sim.upgrades("w-1"), 1);
+    drop(store);
+    drop(sim);
+}
