@@ -43,14 +43,14 @@ use super::kubelet::KubeletOut;
 use super::nodes::view_of;
 use super::scheduler::can_schedule;
 use super::{
-    KubeSide, NodeView, PodTimer, condition, controller_of, from_value, is_mirror, is_terminating,
-    node_name, phase, pod_ready, to_value,
+    KubeSide, NodeView, controller_of, from_value, is_mirror, is_terminating, node_name, phase,
+    pod_ready,
 };
 use crate::k8s::selector::selects;
 use crate::sim::kube::resources::{
     DAEMONSETS, DEPLOYMENTS, NODES, PDBS, PODS, REPLICASETS, ResKey,
 };
-use crate::sim::kube::store::{Event, EventType, Store, k8s_time, name_of, ns_of, uid_of};
+use crate::sim::kube::store::{Event, EventType, Store, name_of, ns_of, uid_of};
 
 /// Each DaemonSet's template hash and generation.
 fn ds_decisions(store: &Store) -> HashMap<String, (String, String)> {
@@ -800,8 +800,8 @@ impl KubeSide {
         if pending.is_empty() {
             return;
         }
-        // per node: pods bound to it (not terminating), and how many of each controller
-        let mut load: HashMap<String, (usize, HashMap<String, usize>)> = HashMap::new();
+        // per node, filled lazily for the candidates: see `scheduler::Load`
+        let mut load = super::scheduler::Load::new();
         for pod in &pending {
             let tolerations: Vec<k8s_openapi::api::core::v1::Toleration> = pod
                 .pointer("/spec/tolerations")
@@ -839,52 +839,18 @@ impl KubeSide {
             }
             let choice = candidates
                 .into_iter()
-                .min_by_key(|n| {
-                    let (total, same) = load.get(&n.name).map_or((0, 0), |(total, by)| {
-                        (
-                            *total,
-                            owner.as_ref().and_then(|o| by.get(o)).copied().unwrap_or(0),
-                        )
-                    });
-                    (same, total, n.name.clone())
-                })
+                .min_by_key(|n| super::scheduler::spread_key(&load, owner.as_ref(), &n.name))
                 .map(|n| (n.name.clone(), n.address.clone()));
-            let mut next = pod.clone();
-            match choice {
-                Some((node, address)) => {
-                    let l = load.entry(node.clone()).or_default();
-                    l.0 += 1;
-                    if let Some(o) = &owner {
-                        *l.1.entry(o.clone()).or_default() += 1;
-                    }
-                    next["spec"]["nodeName"] = json!(node);
-                    next["status"]["hostIP"] = json!(address);
-                    next["status"]["conditions"] =
-                        json!([to_value(&condition("PodScheduled", true, &k8s_time(wall)))]);
-                    let stored = self.store.put(&PODS, next, wall);
-                    self.timers.insert(
-                        uid_of(&stored).to_string(),
-                        PodTimer {
-                            ready_at: Some(now + self.timing.start),
-                            remove_at: None,
-                        },
-                    );
-                }
-                None => {
-                    let already =
-                        pod.pointer("/status/conditions/0/reason") == Some(&json!("Unschedulable"));
-                    if !already {
-                        let mut c = condition("PodScheduled", false, &k8s_time(wall));
-                        c.reason = Some("Unschedulable".into());
-                        c.message = Some(format!(
-                            "0/{} nodes are available: no node is Ready, schedulable and free of untolerated taints.",
-                            self.inc.views.len()
-                        ));
-                        next["status"]["conditions"] = json!([to_value(&c)]);
-                        self.store.put(&PODS, next, wall);
-                    }
-                }
-            }
+            let nodes = self.inc.views.len();
+            self.place(
+                pod,
+                owner.as_ref(),
+                choice.as_ref().map(|(n, a)| (n.as_str(), a.as_str())),
+                &mut load,
+                nodes,
+                now,
+                wall,
+            );
         }
     }
 

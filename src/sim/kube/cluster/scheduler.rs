@@ -14,6 +14,78 @@ use super::{
 use crate::sim::kube::resources::PODS;
 use crate::sim::kube::store::{k8s_time, uid_of};
 
+/// Per node: the pods bound to it (not terminating), and how many of each controller (by uid).
+pub(super) type Load = HashMap<String, (usize, HashMap<String, usize>)>;
+
+/// The scheduler's preference among feasible nodes (smallest first): fewest pods of the same
+/// controller, then fewest pods, then the name.
+pub(super) fn spread_key(
+    load: &Load,
+    owner: Option<&String>,
+    node: &str,
+) -> (usize, usize, String) {
+    let (total, same) = load.get(node).map_or((0, 0), |(total, by)| {
+        (*total, owner.and_then(|o| by.get(o)).copied().unwrap_or(0))
+    });
+    (same, total, node.to_string())
+}
+
+impl KubeSide {
+    /// Bind `pod` to `choice` (node name, address) and count it in `load`, or, with no feasible
+    /// node among `nodes`, mark it Unschedulable (once). Both scheduler passes (the full one
+    /// and the dirty-set one) end here.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one scheduling decision and its context"
+    )]
+    pub(super) fn place(
+        &mut self,
+        pod: &Value,
+        owner: Option<&String>,
+        choice: Option<(&str, &str)>,
+        load: &mut Load,
+        nodes: usize,
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) {
+        let mut next = pod.clone();
+        match choice {
+            Some((node, address)) => {
+                let l = load.entry(node.to_string()).or_default();
+                l.0 += 1;
+                if let Some(o) = owner {
+                    *l.1.entry(o.clone()).or_default() += 1;
+                }
+                next["spec"]["nodeName"] = json!(node);
+                next["status"]["hostIP"] = json!(address);
+                next["status"]["conditions"] =
+                    json!([to_value(&condition("PodScheduled", true, &k8s_time(wall)))]);
+                let stored = self.store.put(&PODS, next, wall);
+                self.timers.insert(
+                    uid_of(&stored).to_string(),
+                    PodTimer {
+                        ready_at: Some(now + self.timing.start),
+                        remove_at: None,
+                    },
+                );
+            }
+            None => {
+                let already =
+                    pod.pointer("/status/conditions/0/reason") == Some(&json!("Unschedulable"));
+                if !already {
+                    let mut c = condition("PodScheduled", false, &k8s_time(wall));
+                    c.reason = Some("Unschedulable".into());
+                    c.message = Some(format!(
+                        "0/{nodes} nodes are available: no node is Ready, schedulable and free of untolerated taints."
+                    ));
+                    next["status"]["conditions"] = json!([to_value(&c)]);
+                    self.store.put(&PODS, next, wall);
+                }
+            }
+        }
+    }
+}
+
 pub(super) fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| {
         let effect_ok = t
@@ -78,8 +150,7 @@ impl KubeSide {
         if pending.is_empty() {
             return;
         }
-        // per node: pods bound to it (not terminating), and how many of each controller
-        let mut load: HashMap<String, (usize, HashMap<String, usize>)> = HashMap::new();
+        let mut load = Load::new();
         for p in self
             .store
             .list(&PODS, None)
@@ -101,51 +172,17 @@ impl KubeSide {
             let choice = nodes
                 .iter()
                 .filter(|n| can_schedule(&tolerations, &selector, n))
-                .min_by_key(|n| {
-                    let (total, same) = load.get(&n.name).map_or((0, 0), |(total, by)| {
-                        (
-                            *total,
-                            owner.as_ref().and_then(|o| by.get(o)).copied().unwrap_or(0),
-                        )
-                    });
-                    (same, total, n.name.clone())
-                });
-            let mut next = pod.clone();
-            match choice {
-                Some(node) => {
-                    let l = load.entry(node.name.clone()).or_default();
-                    l.0 += 1;
-                    if let Some(o) = &owner {
-                        *l.1.entry(o.clone()).or_default() += 1;
-                    }
-                    next["spec"]["nodeName"] = json!(node.name);
-                    next["status"]["hostIP"] = json!(node.address);
-                    next["status"]["conditions"] =
-                        json!([to_value(&condition("PodScheduled", true, &k8s_time(wall)))]);
-                    let stored = self.store.put(&PODS, next, wall);
-                    self.timers.insert(
-                        uid_of(&stored).to_string(),
-                        PodTimer {
-                            ready_at: Some(now + self.timing.start),
-                            remove_at: None,
-                        },
-                    );
-                }
-                None => {
-                    let already =
-                        pod.pointer("/status/conditions/0/reason") == Some(&json!("Unschedulable"));
-                    if !already {
-                        let mut c = condition("PodScheduled", false, &k8s_time(wall));
-                        c.reason = Some("Unschedulable".into());
-                        c.message = Some(format!(
-                            "0/{} nodes are available: no node is Ready, schedulable and free of untolerated taints.",
-                            nodes.len()
-                        ));
-                        next["status"]["conditions"] = json!([to_value(&c)]);
-                        self.store.put(&PODS, next, wall);
-                    }
-                }
-            }
+                .min_by_key(|n| spread_key(&load, owner.as_ref(), &n.name))
+                .map(|n| (n.name.as_str(), n.address.as_str()));
+            self.place(
+                pod,
+                owner.as_ref(),
+                choice,
+                &mut load,
+                nodes.len(),
+                now,
+                wall,
+            );
         }
     }
 }
