@@ -722,24 +722,23 @@ mod sim {
 // Done when (issue #23), on the simulator with a real Prometheus and a real Alertmanager (the
 // Debian binaries, started here on loopback): a query gate that goes bad after the first wave
 // rolls that wave back and the next wave is never upgraded; a firing critical alert keeps a
-// job from starting. The probe is a minimal client of the two HTTP APIs (the production one is
-// `health-probes`' `src/health/`).
+// job from starting. The gates are evaluated by medea's own probes (`health::Probes`, as in
+// `medea serve`), which find the servers in the plan.
 
 mod real {
     use std::net::SocketAddr;
     use std::path::Path;
 
+    use medea::health::Probes;
+    use medea::plan::health::Endpoint;
     use medea::rollout::executor::ExecutorConfig;
-    use medea::rollout::ports::{
-        GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe,
-    };
     use medea::rollout::{Executor, SystemClock};
     use medea::sim::kube::KubeSimConfig;
     use medea::sim::talos::{Method, SimTalos};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::health_servers::{AlertmanagerServer, PrometheusServer, http};
+    use crate::health_servers::{AlertmanagerServer, PrometheusServer};
     use crate::rollout_sim::{Sim, adapters};
 
     /// `/metrics`: `app_healthy{app="web"}` is 0 while w-1 or w-2 runs the target.
@@ -773,136 +772,22 @@ mod real {
         addr
     }
 
-    /// `GET url`: the status and the body as JSON (`null` when it is not JSON).
-    async fn get(url: &str) -> Result<(u16, serde_json::Value), String> {
-        let (status, body) = http(url, "GET", None, None).await?;
-        Ok((status, serde_json::from_str(&body).unwrap_or_default()))
-    }
-
-    /// A minimal probe: a query gate passes when the instant query returns at least one
-    /// sample and every sample is non-zero; an alerts gate passes when Alertmanager has no
-    /// active, unsilenced, uninhibited alert matching its matchers. Unreachable: fail.
-    struct HttpProbe {
-        prometheus: String,
-        alertmanager: String,
-    }
-
-    fn enc(s: &str) -> String {
-        s.bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect()
-    }
-
-    impl HealthProbe for HttpProbe {
-        async fn evaluate(&self, gate: &Gate, _ctx: &GateContext) -> GateEvaluation {
-            let fail = |detail: String, samples| GateEvaluation {
-                gate: gate.name.clone(),
-                verdict: GateVerdict::Fail,
-                samples,
-                detail,
-            };
-            match &gate.check {
-                GateCheck::Query { query } => {
-                    let url = format!("{}/api/v1/query?query={}", self.prometheus, enc(query));
-                    let (status, v) = match get(&url).await {
-                        Ok(r) => r,
-                        Err(e) => return fail(format!("Prometheus unreachable: {e}"), vec![]),
-                    };
-                    let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
-                    let samples: Vec<GateSample> = result
-                        .iter()
-                        .map(|r| GateSample {
-                            labels: r["metric"]
-                                .as_object()
-                                .map(|m| {
-                                    m.iter()
-                                        .map(|(k, v)| {
-                                            (k.clone(), v.as_str().unwrap_or("").to_string())
-                                        })
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                            value: r["value"][1].as_str().unwrap_or("").to_string(),
-                        })
-                        .collect();
-                    if status != 200 {
-                        return fail(format!("Prometheus answered {status}"), samples);
-                    }
-                    if samples.is_empty() {
-                        return fail("the query returned no sample".into(), samples);
-                    }
-                    if samples
-                        .iter()
-                        .any(|s| s.value.parse::<f64>().map_or(true, |x| x == 0.0))
-                    {
-                        return fail("a sample is zero".into(), samples);
-                    }
-                    GateEvaluation {
-                        gate: gate.name.clone(),
-                        verdict: GateVerdict::Pass,
-                        detail: format!("{} sample(s), all non-zero", samples.len()),
-                        samples,
-                    }
-                }
-                GateCheck::Alerts { matchers, .. } => {
-                    let mut url = format!(
-                        "{}/api/v2/alerts?active=true&silenced=false&inhibited=false",
-                        self.alertmanager
-                    );
-                    for m in matchers {
-                        url.push_str(&format!("&filter={}", enc(m)));
-                    }
-                    let (status, v) = match get(&url).await {
-                        Ok(r) => r,
-                        Err(e) => return fail(format!("Alertmanager unreachable: {e}"), vec![]),
-                    };
-                    if status != 200 {
-                        return fail(format!("Alertmanager answered {status}"), vec![]);
-                    }
-                    let firing: Vec<GateSample> = v
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|a| GateSample {
-                            labels: a["labels"]
-                                .as_object()
-                                .map(|m| {
-                                    m.iter()
-                                        .map(|(k, v)| {
-                                            (k.clone(), v.as_str().unwrap_or("").to_string())
-                                        })
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                            value: "firing".into(),
-                        })
-                        .collect();
-                    if firing.is_empty() {
-                        GateEvaluation {
-                            gate: gate.name.clone(),
-                            verdict: GateVerdict::Pass,
-                            samples: vec![],
-                            detail: "no matching alert".into(),
-                        }
-                    } else {
-                        fail(format!("{} matching alert(s) firing", firing.len()), firing)
-                    }
-                }
-                GateCheck::Workloads { .. } => fail("not evaluated by this probe".into(), vec![]),
-            }
+    /// Where medea's probes find the two servers: in the plan, as `medea serve` does.
+    fn sources(prom: &PrometheusServer, am: &AlertmanagerServer) -> HealthSources {
+        let at = |url: &str| Endpoint {
+            url: url.to_string(),
+            ca_file: None,
+            bearer_token_file: None,
+        };
+        HealthSources {
+            prometheus: Some(at(&prom.url)),
+            alertmanager: Some(at(&am.url)),
         }
     }
 
-    fn alerts_policy() -> HealthPolicy {
+    fn alerts_policy(sources: HealthSources) -> HealthPolicy {
         HealthPolicy {
-            sources: HealthSources::default(),
+            sources,
             gates: vec![Gate {
                 name: "no-critical-alerts".into(),
                 check: GateCheck::Alerts {
@@ -941,10 +826,9 @@ mod real {
         let am = AlertmanagerServer::start()
             .await
             .expect("prometheus-alertmanager is installed");
-        let probe = || HttpProbe {
-            prometheus: prom.url.clone(),
-            alertmanager: am.url.clone(),
-        };
+        // medea's own probes (`medea serve`'s), reading the sources from the plan
+        let probe = || Probes::new(HealthSources::default());
+        let sources = sources(&prom, &am);
         // the series exists once Prometheus has scraped the exporter (healthy: nothing runs
         // the target yet)
         prom.wait_for_value("app_healthy", "1").await;
@@ -953,6 +837,7 @@ mod real {
         let mut step = sim.step("workers", &[&["w-1", "w-2"], &["w-3"]], 2, (60, 60));
         if let Step::Talos(t) = &mut step {
             let mut p = policy(&["web"], 8, 1, 2, OnFailure::Rollback);
+            p.sources = sources.clone();
             p.gates[0].check = GateCheck::Query {
                 query: "app_healthy == 1".into(),
             };
@@ -961,7 +846,7 @@ mod real {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let obs = sim.observed();
         let mut p = plan(&obs, vec![step], 1);
-        p.clusters[0].health = Some(alerts_policy());
+        p.clusters[0].health = Some(alerts_policy(sources.clone()));
         let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
         let (talos, kube) = adapters(&sim).await;
         let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
@@ -995,7 +880,7 @@ mod real {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let obs = sim.observed();
         let mut p = plan(&obs, vec![sim.step("workers", &[&["w-3"]], 1, (60, 60))], 2);
-        p.clusters[0].health = Some(alerts_policy());
+        p.clusters[0].health = Some(alerts_policy(sources.clone()));
         let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
         let (talos, kube) = adapters(&sim).await;
         let before = sim.talos.counters("w-3").unwrap().mutating();
