@@ -19,8 +19,8 @@ use crate::plan::{self, LastApplied, render};
 /// Timings of every round, in milliseconds.
 #[derive(Debug, Clone, Default)]
 pub struct IncrementalReport {
-    /// `Loader::load` after one file changed (read every file, parse the changed one,
-    /// validate the whole revision).
+    /// `Loader::load` after one file changed (stat every file, read and parse the changed
+    /// one, validate again the clusters its documents can affect).
     pub load: Samples,
     /// `compute_memo` (one cluster planned again).
     pub plan: Samples,
@@ -30,8 +30,10 @@ pub struct IncrementalReport {
     pub total: Samples,
     /// The same from scratch: `desired::load` + `plan::compute` + `render::text`.
     pub cold: Samples,
-    /// Files parsed and clusters planned in the last incremental round.
+    /// Files parsed, cluster groups validated again and clusters planned in the last
+    /// incremental round.
     pub parsed: usize,
+    pub revalidated: usize,
     pub planned: usize,
 }
 
@@ -113,6 +115,7 @@ pub fn run(
                 r.render.push_value(ms(t2, t3));
                 r.total.push_value(ms(t0, t3));
                 r.parsed = loader.last_stats().parsed;
+                r.revalidated = loader.last_revalidated();
                 r.planned = memo.last_stats().planned;
             }
             Ok(p)

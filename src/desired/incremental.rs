@@ -178,6 +178,9 @@ pub struct LoadStats {
 struct Cached {
     parsed: ParsedFile,
     read: Option<(Stamp, SystemTime)>,
+    /// This parse's number (never reused by the loader): with a document's index, the
+    /// identity [`validate::DocId`] the validation memo is keyed by.
+    id: u64,
 }
 
 /// Loads revision after revision, keeping each file's parse while its bytes are unchanged,
@@ -186,11 +189,26 @@ struct Cached {
 pub struct Loader {
     files: BTreeMap<String, Cached>,
     last: LoadStats,
+    /// What stage 2 keeps between loads (each cluster's validated part, by its inputs).
+    memo: validate::Memo,
+    /// The number the next parse gets.
+    next_id: u64,
+    /// Most threads stage 1 uses (0: [`PARSE_THREADS`], bounded by the CPUs).
+    threads: usize,
 }
 
 impl Loader {
     pub fn new() -> Loader {
         Loader::default()
+    }
+
+    /// A loader that parses on at most `threads` threads (1: on the caller's thread only).
+    /// The result is the same for every value; only the wall time differs.
+    pub fn with_parse_threads(threads: usize) -> Loader {
+        Loader {
+            threads: threads.max(1),
+            ..Loader::default()
+        }
     }
 
     /// Read and validate a revision, re-reading only files whose stamp moved (or changed
@@ -249,40 +267,114 @@ impl Loader {
     ) -> Loaded {
         let mut stats = LoadStats::default();
         let mut next: BTreeMap<String, Cached> = BTreeMap::new();
+        // Files whose bytes are new or changed, parsed below (in parallel).
+        let mut fresh: Vec<&source::SourceFile> = Vec::new();
         for f in &snapshot.files {
             let stamp = stamps.get(&f.path).copied();
-            let cached = match self.files.remove(&f.path) {
+            match self.files.remove(&f.path) {
                 Some(old)
                     if Arc::ptr_eq(&old.parsed.bytes, &f.bytes) || old.parsed.bytes == f.bytes =>
                 {
                     stats.reused += 1;
                     // Read again (same bytes): this scan read them. Reused unread: the stamp
                     // was settled before an earlier scan, so before this one too.
-                    Cached {
-                        parsed: old.parsed,
-                        read: stamp.map(|s| (s, scan)),
-                    }
+                    next.insert(
+                        f.path.clone(),
+                        Cached {
+                            parsed: old.parsed,
+                            read: stamp.map(|s| (s, scan)),
+                            id: old.id,
+                        },
+                    );
                 }
-                _ => {
-                    stats.parsed += 1;
-                    Cached {
-                        parsed: parse_file(&f.path, &f.bytes),
-                        read: stamp.map(|s| (s, scan)),
-                    }
-                }
-            };
-            next.insert(f.path.clone(), cached);
+                _ => fresh.push(f),
+            }
+        }
+        stats.parsed = fresh.len();
+        for (f, parsed) in fresh.iter().zip(parse_all(&fresh, self.threads)) {
+            let stamp = stamps.get(&f.path).copied();
+            self.next_id += 1;
+            next.insert(
+                f.path.clone(),
+                Cached {
+                    parsed,
+                    read: stamp.map(|s| (s, scan)),
+                    id: self.next_id,
+                },
+            );
         }
         stats.dropped = self.files.len();
         self.files = next;
         self.last = stats;
-        assemble(&snapshot, &self.files)
+        assemble(&snapshot, &self.files, &mut self.memo)
+    }
+
+    /// Cluster groups validated again by the last load (the rest were reused unchanged).
+    pub fn last_revalidated(&self) -> usize {
+        self.memo.last_revalidated
     }
 }
 
+/// Stage 1 for several files, on up to `max` threads (0: [`PARSE_THREADS`]), never more than
+/// the CPUs; the results in the order of `files` (so everything after is the same as a parse
+/// on one thread).
+fn parse_all(files: &[&source::SourceFile], max: usize) -> Vec<ParsedFile> {
+    let max = if max == 0 { PARSE_THREADS } else { max };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(max);
+    let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
+    if threads < 2 || files.len() < 2 || bytes < PARALLEL_FROM_BYTES {
+        return files.iter().map(|f| parse_file(&f.path, &f.bytes)).collect();
+    }
+    // Contiguous chunks of about equal bytes, one per thread.
+    let per = bytes.div_ceil(threads);
+    let mut chunks: Vec<&[&source::SourceFile]> = Vec::new();
+    let (mut start, mut acc) = (0, 0);
+    for (i, f) in files.iter().enumerate() {
+        acc += f.bytes.len();
+        if acc >= per && chunks.len() + 1 < threads {
+            chunks.push(&files[start..=i]);
+            (start, acc) = (i + 1, 0);
+        }
+    }
+    chunks.push(&files[start..]);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|f| parse_file(&f.path, &f.bytes))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(parsed) => parsed,
+                // A panic in a parse is a bug: surface it as it would on one thread.
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
+/// Most threads stage 1 uses.
+pub const PARSE_THREADS: usize = 4;
+
+/// Below this many bytes to parse, one thread (starting threads costs more than it saves).
+const PARALLEL_FROM_BYTES: usize = 64 * 1024;
+
 /// Stage 2: the whole revision from its files' parses (in path order, as a cold load reads
 /// them), every cross-file rule run again.
-fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, Cached>) -> Loaded {
+fn assemble(
+    snapshot: &Snapshot,
+    files: &BTreeMap<String, Cached>,
+    memo: &mut validate::Memo,
+) -> Loaded {
     let revision = source::revision_of(snapshot);
     let mut diagnostics = Vec::new();
     for r in &snapshot.refused {
@@ -314,27 +406,39 @@ fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, Cached>) -> Loaded {
             sources.insert(path.clone(), text.clone());
         }
     }
-    let mut docs = Vec::new();
+    let mut inputs = Vec::new();
     let mut broken = Vec::new();
-    for (path, f) in files {
-        let f = &f.parsed;
+    for (path, c) in files {
+        let f = &c.parsed;
         let Some(text) = f.text() else { continue };
         diagnostics.extend(f.doc_diags.iter().cloned());
-        for d in &f.docs {
+        for (index, d) in f.docs.iter().enumerate() {
             let doc = DocText {
                 file: path,
                 text: &text[d.offset..d.offset + d.len],
                 offset: d.offset,
                 line: d.line,
             };
+            let id = validate::DocId {
+                file: c.id,
+                index: index as u32,
+            };
             match &d.outcome {
-                DocOutcome::Cluster(c) => docs.push(RawDoc::Cluster(c.clone(), doc)),
-                DocOutcome::NodePool(p) => docs.push(RawDoc::NodePool(p.clone(), doc)),
+                DocOutcome::Cluster(c) => inputs.push(validate::Input {
+                    id,
+                    doc,
+                    kind: validate::DocRef::Cluster(c),
+                }),
+                DocOutcome::NodePool(p) => inputs.push(validate::Input {
+                    id,
+                    doc,
+                    kind: validate::DocRef::NodePool(p),
+                }),
                 DocOutcome::Broken(b) => broken.extend(b.clone()),
             }
         }
     }
-    let (desired, semantic) = validate::validate(docs, &broken, revision);
+    let (desired, semantic) = validate::validate(&inputs, &broken, revision, memo);
     diagnostics.extend(semantic);
     diagnostics.sort_by(|a, b| {
         a.origin

@@ -294,7 +294,9 @@ impl NodePool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
     pub revision: Revision,
-    pub clusters: BTreeMap<String, Cluster>,
+    /// Clusters by name. Shared (`Arc`): the loader's memo, every later revision that left a
+    /// cluster unchanged and the plan side hold the same allocation.
+    pub clusters: BTreeMap<String, std::sync::Arc<Cluster>>,
 }
 
 /// An installer image repository, without tag or digest (`ghcr.io/siderolabs/installer`).
