@@ -911,4 +911,212 @@ mod tests {
         assert_eq!(third.diagnostics, first.diagnostics);
         assert_eq!(third.desired, first.desired);
     }
+
+    fn cluster_doc(name: &str, extra: &str) -> String {
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: v1.34.1\n{extra}"
+        )
+    }
+
+    fn pool_doc(name: &str, cluster: &str, machines: &[&str], after: &str) -> String {
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: {cluster}\n  role: worker\n  machines: [{}]\n  talos:\n    version: v1.12.4\n{after}",
+            machines.join(", ")
+        )
+    }
+
+    fn files(files: &[(&str, Vec<String>)]) -> Snapshot {
+        Snapshot {
+            files: files
+                .iter()
+                .map(|(path, docs)| SourceFile {
+                    path: path.to_string(),
+                    bytes: docs.join("---\n").into_bytes().into(),
+                })
+                .collect(),
+            markers: Vec::new(),
+            commit: None,
+            refused: Vec::new(),
+        }
+    }
+
+    /// Load `snap` incrementally, compare with a cold load, return the codes of its errors
+    /// and how many cluster groups were validated again.
+    fn step(loader: &mut Loader, snap: Snapshot) -> (Vec<&'static str>, usize) {
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        (
+            inc.diagnostics.iter().map(|d| d.code).collect(),
+            loader.last_revalidated(),
+        )
+    }
+
+    #[test]
+    fn a_machine_moving_between_files_and_clusters_is_validated_like_a_cold_load() {
+        let mut loader = Loader::new();
+        let a = cluster_doc("a", "");
+        let b = cluster_doc("b", "");
+        let clusters = ("clusters.yaml", vec![a.clone(), b.clone()]);
+        // m-1 in a/p1 only.
+        let (codes, n) = step(
+            &mut loader,
+            files(&[
+                clusters.clone(),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2"], "")]),
+            ]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        assert_eq!(n, 2, "a cold load validates every cluster");
+        // m-1 listed in b's pool too (another file, another cluster): only b is validated
+        // again; the error names the first listing in a.yaml.
+        let snap = files(&[
+            clusters.clone(),
+            ("a.yaml", vec![pool_doc("p1", "a", &["m-1"], "")]),
+            ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+        ]);
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        assert_eq!(loader.last_revalidated(), 1);
+        assert_eq!(inc.diagnostics.len(), 1);
+        let d = &inc.diagnostics[0];
+        assert_eq!(d.code, crate::desired::diagnostic::codes::MACHINE_TWICE);
+        assert_eq!(d.origin.file, "b.yaml");
+        assert!(
+            d.help.as_deref().is_some_and(|h| h.contains("a.yaml:8")),
+            "{:?}",
+            d.help
+        );
+        // Removed from a.yaml: a changes (its file), b changes (its conflict went away).
+        let (codes, n) = step(
+            &mut loader,
+            files(&[
+                clusters.clone(),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        assert_eq!(n, 2);
+        // Listed back in a.yaml, whose path sorts first: a.yaml's listing is now the first
+        // one, so b.yaml (unchanged bytes) gets the error again.
+        let (codes, n) = step(
+            &mut loader,
+            files(&[
+                clusters.clone(),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert_eq!(codes, vec![crate::desired::diagnostic::codes::MACHINE_TWICE]);
+        assert_eq!(n, 2);
+        // Cluster `b` becomes invalid: its pools claim nothing, so `a` loses its conflict
+        // (none left) while b's own error is reported.
+        let (codes, _) = step(
+            &mut loader,
+            files(&[
+                ("clusters.yaml", vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")]),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert_eq!(codes, vec![crate::desired::diagnostic::codes::VERSION]);
+        // Nothing changed: nothing validated again.
+        let (_, n) = step(
+            &mut loader,
+            files(&[
+                ("clusters.yaml", vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")]),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn duplicate_names_appearing_and_disappearing_are_validated_like_a_cold_load() {
+        use crate::desired::diagnostic::codes;
+        let mut loader = Loader::new();
+        let one = cluster_doc("c", "");
+        let other = cluster_doc("c", "  rollout:\n    maxUnavailable: 3\n");
+        let pools = (
+            "pools.yaml",
+            vec![pool_doc("p1", "c", &["m-1"], ""), pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")],
+        );
+        let (codes, _) = step(&mut loader, files(&[("a.yaml", vec![one.clone()]), pools.clone()]));
+        assert!(codes.is_empty(), "{codes:?}");
+        // A second Cluster `c` in another file: the first one (by path) still defines it.
+        let snap = files(&[("a.yaml", vec![one.clone()]), ("b.yaml", vec![other.clone()]), pools.clone()]);
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        assert_eq!(inc.diagnostics.len(), 1);
+        assert_eq!(inc.diagnostics[0].code, codes::DUPLICATE);
+        assert_eq!(inc.diagnostics[0].origin.file, "b.yaml");
+        assert_eq!(inc.desired.clusters["c"].rollout.max_unavailable, 1);
+        // The first one removed: the other defines `c` now, and every pool is validated
+        // against it (its rollout settings are the pools' base).
+        let snap = files(&[("b.yaml", vec![other.clone()]), pools.clone()]);
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        assert!(inc.diagnostics.is_empty(), "{:?}", inc.diagnostics);
+        assert_eq!(inc.desired.clusters["c"].pools["p2"].rollout.max_unavailable, 3);
+        // A duplicate pool appears in another file, then the original goes: `after: [p1]`
+        // keeps pointing at a pool of that name.
+        let dup = ("q.yaml", vec![pool_doc("p1", "c", &["m-9"], "")]);
+        let (codes, _) = step(
+            &mut loader,
+            files(&[("b.yaml", vec![other.clone()]), pools.clone(), dup.clone()]),
+        );
+        assert_eq!(codes, vec![codes::DUPLICATE]);
+        let (codes, _) = step(
+            &mut loader,
+            files(&[
+                ("b.yaml", vec![other.clone()]),
+                ("pools.yaml", vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")]),
+                dup.clone(),
+            ]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        // And goes too: `after: [p1]` now names no pool.
+        let (codes, _) = step(
+            &mut loader,
+            files(&[
+                ("b.yaml", vec![other.clone()]),
+                ("pools.yaml", vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")]),
+            ]),
+        );
+        assert_eq!(codes, vec![codes::MISSING_POOL]);
+    }
+
+    #[test]
+    fn one_changed_file_validates_only_the_clusters_it_can_affect() {
+        let mut loader = Loader::new();
+        let repo = |version: &str| {
+            let mut out = Vec::new();
+            for c in 0..5 {
+                let name = format!("c{c}");
+                let mut docs = vec![cluster_doc(&name, "")];
+                let m = format!("m-{c}");
+                docs.push(pool_doc("w", &name, &[m.as_str()], ""));
+                if c == 2 {
+                    docs[0] = docs[0].replace("v1.34.1", version);
+                }
+                out.push((format!("{name}.yaml"), docs));
+            }
+            let refs: Vec<(&str, Vec<String>)> =
+                out.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+            files(&refs)
+        };
+        assert_eq!(step(&mut loader, repo("v1.34.1")).1, 5);
+        assert_eq!(step(&mut loader, repo("v1.34.2")).1, 1);
+        assert_eq!(loader.last_stats().parsed, 1);
+        assert_eq!(step(&mut loader, repo("v1.34.2")).1, 0);
+        // A parallel cold load (every file parsed, on threads when there are CPUs) equals
+        // one on the calling thread.
+        let snap = repo("v1.34.2");
+        assert_same(
+            &Loader::with_parse_threads(4).load_snapshot(snap.clone()),
+            &Loader::with_parse_threads(1).load_snapshot(snap),
+        );
+    }
 }

@@ -258,8 +258,9 @@ struct Group {
 /// `desired::incremental::tests::incremental_load_equals_cold_load`).
 #[derive(Debug, Default)]
 pub struct Memo {
-    /// Cluster document → `cluster_from` (without pools) and its diagnostics.
-    clusters: HashMap<DocId, (Option<Cluster>, Vec<Diagnostic>)>,
+    /// Cluster document → whether it is a valid cluster, and its own diagnostics. (The
+    /// cluster itself is kept once, in its group.)
+    clusters: HashMap<DocId, (bool, Vec<Diagnostic>)>,
     /// Cluster name → its group.
     groups: HashMap<String, Group>,
     /// Groups validated again by the last call (the rest were reused).
@@ -315,36 +316,41 @@ pub fn validate(
 
     // Cluster documents, each validated alone (memoized by document), then the first valid
     // one of each name defines the cluster.
-    let mut cluster_memo: HashMap<DocId, (Option<Cluster>, Vec<Diagnostic>)> =
+    let mut cluster_memo: HashMap<DocId, (bool, Vec<Diagnostic>)> =
         HashMap::with_capacity(memo.clusters.len());
-    // name → the defining document
-    let mut winners: BTreeMap<&str, DocId> = BTreeMap::new();
-    for d in inputs {
+    // name → the defining document and its input index
+    let mut winners: BTreeMap<&str, (DocId, usize)> = BTreeMap::new();
+    // Clusters validated by this call (documents new to the memo), by input index.
+    let mut built: HashMap<usize, Cluster> = HashMap::new();
+    for (i, d) in inputs.iter().enumerate() {
         let DocRef::Cluster(c) = d.kind else { continue };
         let entry = memo.clusters.remove(&d.id).unwrap_or_else(|| {
             let mut own = Ctx { diags: Vec::new() };
             let cluster = cluster_from(&mut own, c, &d.doc);
-            (cluster, own.diags)
+            let valid = cluster.is_some();
+            if let Some(cluster) = cluster {
+                built.insert(i, cluster);
+            }
+            (valid, own.diags)
         });
         ctx.diags.extend(entry.1.iter().cloned());
-        if let Some(cluster) = &entry.0 {
+        if entry.0 {
             let name = c.metadata.name.value.as_str();
-            if let Some(first) = winners.get(name) {
-                let first = cluster_memo
-                    .get(first)
-                    .and_then(|(c, _)| c.as_ref())
-                    .map(|c| &c.name.origin);
-                let mut diag = Diagnostic::error(
-                    codes::DUPLICATE,
-                    cluster.name.origin.clone(),
-                    format!("cluster `{name}` is defined twice"),
+            if let Some((_, first)) = winners.get(name) {
+                let DocRef::Cluster(first_doc) = inputs[*first].kind else {
+                    continue;
+                };
+                let first = inputs[*first].doc.origin(&first_doc.metadata.name.referenced);
+                ctx.err(
+                    Diagnostic::error(
+                        codes::DUPLICATE,
+                        d.doc.origin(&c.metadata.name.referenced),
+                        format!("cluster `{name}` is defined twice"),
+                    )
+                    .with_help(format!("first defined at {}:{}", first.file, first.line)),
                 );
-                if let Some(first) = first {
-                    diag = diag.with_help(format!("first defined at {}:{}", first.file, first.line));
-                }
-                ctx.err(diag);
             } else {
-                winners.insert(name, d.id);
+                winners.insert(name, (d.id, i));
             }
         }
         cluster_memo.insert(d.id, entry);
@@ -397,7 +403,7 @@ pub fn validate(
     let mut revalidated = 0;
     let no_pools = Vec::new();
     let no_names = BTreeSet::new();
-    for (&name, id) in &winners {
+    for (&name, &(id, at)) in &winners {
         let pool_inputs = groups_in.get(name).unwrap_or(&no_pools);
         let declared = declared_pools.get(name).unwrap_or(&no_names);
         let mut conflicts = Vec::new();
@@ -411,21 +417,38 @@ pub fn validate(
                 }
             }
         }
-        let reuse = memo.groups.remove(name).filter(|g| {
-            g.key.cluster == *id
-                && g.key.pools.len() == pool_inputs.len()
-                && g.key.pools.iter().zip(pool_inputs).all(|(a, &i)| *a == inputs[i].id)
-                && g.key.declared.iter().map(String::as_str).eq(declared.iter().copied())
-                && g.key.conflicts == conflicts
-        });
-        let group = match reuse {
-            Some(g) => g,
-            None => {
+        let previous = memo.groups.remove(name);
+        let unchanged = |key: &GroupKey| {
+            key.cluster == id
+                && key.pools.len() == pool_inputs.len()
+                && key.pools.iter().zip(pool_inputs).all(|(a, &i)| *a == inputs[i].id)
+                && key.declared.iter().map(String::as_str).eq(declared.iter().copied())
+                && key.conflicts == conflicts
+        };
+        let group = match previous {
+            Some(g) if unchanged(&g.key) => g,
+            previous => {
                 revalidated += 1;
-                let Some(Some(base)) = cluster_memo.get(id).map(|(c, _)| c) else {
-                    continue;
+                // The cluster without pools: validated by this call, else the previous
+                // group's (same document), else validated again (diagnostics already kept).
+                let mut cluster = match (built.remove(&at), previous) {
+                    (Some(c), _) => c,
+                    (None, Some(p)) if p.key.cluster == id => {
+                        let mut c = Arc::unwrap_or_clone(p.cluster);
+                        c.pools.clear();
+                        c
+                    }
+                    _ => {
+                        let DocRef::Cluster(c) = inputs[at].kind else {
+                            continue;
+                        };
+                        let mut discard = Ctx { diags: Vec::new() };
+                        let Some(c) = cluster_from(&mut discard, c, &inputs[at].doc) else {
+                            continue;
+                        };
+                        c
+                    }
                 };
-                let mut cluster = base.clone();
                 let mut own = Ctx { diags: Vec::new() };
                 for &i in pool_inputs {
                     pool_into(&mut own, &mut cluster, inputs, i, &owner);
@@ -433,7 +456,7 @@ pub fn validate(
                 check_order(&mut own, &cluster, declared);
                 Group {
                     key: GroupKey {
-                        cluster: *id,
+                        cluster: id,
                         pools: pool_inputs.iter().map(|&i| inputs[i].id).collect(),
                         declared: declared.iter().map(|s| s.to_string()).collect(),
                         conflicts,
