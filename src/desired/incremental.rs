@@ -23,24 +23,29 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::diagnostic::{self, Diagnostic};
-use super::format::{ClusterDoc, NodePoolDoc};
 use super::model::Origin;
 use super::parse::{self, Broken, DocText, RawDoc};
 use super::source::{self, Snapshot, SourceError, Stamp};
 use super::{Loaded, validate};
 
 /// What one document of a file became in stage 1.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum DocOutcome {
-    Cluster(ClusterDoc),
-    NodePool(NodePoolDoc),
+    /// Read strictly: what every load's rules read of it, and the full reading while a load
+    /// needs it. The full reading is dropped after each load and read again from the file's
+    /// text by the next load that needs it (one cluster's documents after a change): the
+    /// summaries and the validated model are what a loader holds between loads.
+    Read {
+        summary: validate::Summary,
+        full: std::sync::OnceLock<validate::Full>,
+    },
     /// Not readable; its diagnostic is in the file's `doc_diags`; identified leniently when
     /// possible (so references to it are not reported again).
     Broken(Option<Broken>),
 }
 
 /// One document: where it sits in its file and what it became.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct ParsedDoc {
     /// Byte offset and length of the document's text, 0-based line of its start.
     offset: usize,
@@ -50,7 +55,7 @@ struct ParsedDoc {
 }
 
 /// Stage 1's result for one file: a pure function of its path and bytes.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ParsedFile {
     /// The file's bytes as read (the cache key together with the path). When the file is
     /// readable, the same allocation as `text` (one copy of each file is held).
@@ -128,9 +133,13 @@ pub fn parse_file(path: &str, bytes: &Arc<[u8]>) -> ParsedFile {
     } else {
         for doc in split {
             let (offset, len, line) = (doc.offset, doc.text.len(), doc.line);
+            let read = |full: validate::Full| DocOutcome::Read {
+                summary: validate::Summary::of(&full),
+                full: std::sync::OnceLock::from(full),
+            };
             let outcome = match parse::read_document(doc.clone()) {
-                Ok(RawDoc::Cluster(c, _)) => DocOutcome::Cluster(c),
-                Ok(RawDoc::NodePool(p, _)) => DocOutcome::NodePool(p),
+                Ok(RawDoc::Cluster(c, _)) => read(validate::Full::Cluster(c)),
+                Ok(RawDoc::NodePool(p, _)) => read(validate::Full::NodePool(p)),
                 Err(d) => {
                     out.doc_diags.push(d);
                     // Only a broken document needs the lenient second read.
@@ -306,7 +315,17 @@ impl Loader {
         stats.dropped = self.files.len();
         self.files = next;
         self.last = stats;
-        assemble(&snapshot, &self.files, &mut self.memo)
+        let loaded = assemble(&snapshot, &self.files, &mut self.memo);
+        // Between loads only the summaries are kept (the next load reads again the few
+        // documents it needs in full).
+        for c in self.files.values_mut() {
+            for d in &mut c.parsed.docs {
+                if let DocOutcome::Read { full, .. } = &mut d.outcome {
+                    full.take();
+                }
+            }
+        }
+        loaded
     }
 
     /// Cluster groups validated again by the last load (the rest were reused unchanged).
@@ -424,15 +443,11 @@ fn assemble(
                 index: index as u32,
             };
             match &d.outcome {
-                DocOutcome::Cluster(c) => inputs.push(validate::Input {
+                DocOutcome::Read { summary, full } => inputs.push(validate::Input {
                     id,
                     doc,
-                    kind: validate::DocRef::Cluster(c),
-                }),
-                DocOutcome::NodePool(p) => inputs.push(validate::Input {
-                    id,
-                    doc,
-                    kind: validate::DocRef::NodePool(p),
+                    summary,
+                    full,
                 }),
                 DocOutcome::Broken(b) => broken.extend(b.clone()),
             }

@@ -219,12 +219,73 @@ pub enum DocRef<'a> {
     NodePool(&'a format::NodePoolDoc),
 }
 
-/// One document handed to [`validate`]: its identity, its text and position, what it is.
+/// A document read strictly (owned): what the loader holds while a load runs.
+#[derive(Debug)]
+pub enum Full {
+    Cluster(format::ClusterDoc),
+    NodePool(format::NodePoolDoc),
+}
+
+/// What the whole-revision rules read of every document at every load: its names and, for a
+/// NodePool, its cluster and machines as written. Small, kept for every file between loads
+/// (the full document is not: it is read again from the file's text when a rule needs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Summary {
+    Cluster {
+        name: String,
+    },
+    NodePool {
+        name: String,
+        cluster: String,
+        machines: Vec<String>,
+    },
+}
+
+impl Summary {
+    pub fn of(full: &Full) -> Summary {
+        match full {
+            Full::Cluster(c) => Summary::Cluster {
+                name: c.metadata.name.value.clone(),
+            },
+            Full::NodePool(p) => Summary::NodePool {
+                name: p.metadata.name.value.clone(),
+                cluster: p.spec.cluster.value.clone(),
+                machines: p.spec.machines.iter().map(|m| m.value.clone()).collect(),
+            },
+        }
+    }
+}
+
+/// Read a document that was read strictly before (same text, so the same result).
+#[allow(
+    clippy::expect_used,
+    reason = "the text was read strictly by the same pure function before: reading it again cannot fail"
+)]
+pub fn reread(doc: &DocText<'_>) -> Full {
+    match super::parse::read_document(doc.clone()).expect("a document read before reads again") {
+        super::parse::RawDoc::Cluster(c, _) => Full::Cluster(c),
+        super::parse::RawDoc::NodePool(p, _) => Full::NodePool(p),
+    }
+}
+
+/// One document handed to [`validate`]: its identity, its text and position, its summary,
+/// and its full reading (kept from this load's parse, or read again from `doc` the first
+/// time a rule needs it).
 #[derive(Debug, Clone)]
 pub struct Input<'a> {
     pub id: DocId,
     pub doc: DocText<'a>,
-    pub kind: DocRef<'a>,
+    pub summary: &'a Summary,
+    pub full: &'a std::sync::OnceLock<Full>,
+}
+
+impl<'a> Input<'a> {
+    fn kind(&self) -> DocRef<'a> {
+        match self.full.get_or_init(|| reread(&self.doc)) {
+            Full::Cluster(c) => DocRef::Cluster(c),
+            Full::NodePool(p) => DocRef::NodePool(p),
+        }
+    }
 }
 
 /// What one cluster's part of the model depends on besides the documents' own contents:
@@ -301,15 +362,12 @@ pub fn validate(
         }
     }
     for d in inputs {
-        match d.kind {
-            DocRef::Cluster(c) => {
-                declared_clusters.insert(&c.metadata.name.value);
+        match d.summary {
+            Summary::Cluster { name } => {
+                declared_clusters.insert(name);
             }
-            DocRef::NodePool(p) => {
-                declared_pools
-                    .entry(&p.spec.cluster.value)
-                    .or_default()
-                    .insert(&p.metadata.name.value);
+            Summary::NodePool { name, cluster, .. } => {
+                declared_pools.entry(cluster).or_default().insert(name);
             }
         }
     }
@@ -323,8 +381,13 @@ pub fn validate(
     // Clusters validated by this call (documents new to the memo), by input index.
     let mut built: HashMap<usize, Cluster> = HashMap::new();
     for (i, d) in inputs.iter().enumerate() {
-        let DocRef::Cluster(c) = d.kind else { continue };
+        let Summary::Cluster { name } = d.summary else {
+            continue;
+        };
         let entry = memo.clusters.remove(&d.id).unwrap_or_else(|| {
+            let DocRef::Cluster(c) = d.kind() else {
+                return (false, Vec::new());
+            };
             let mut own = Ctx { diags: Vec::new() };
             let cluster = cluster_from(&mut own, c, &d.doc);
             let valid = cluster.is_some();
@@ -335,9 +398,11 @@ pub fn validate(
         });
         ctx.diags.extend(entry.1.iter().cloned());
         if entry.0 {
-            let name = c.metadata.name.value.as_str();
+            let name = name.as_str();
             if let Some((_, first)) = winners.get(name) {
-                let DocRef::Cluster(first_doc) = inputs[*first].kind else {
+                let (DocRef::Cluster(first_doc), DocRef::Cluster(c)) =
+                    (inputs[*first].kind(), d.kind())
+                else {
                     continue;
                 };
                 let first = inputs[*first].doc.origin(&first_doc.metadata.name.referenced);
@@ -361,17 +426,25 @@ pub fn validate(
     // machine → (input index of the pool that lists it first, index in its `machines`)
     let mut owner: HashMap<&str, (usize, u32)> = HashMap::new();
     for (i, d) in inputs.iter().enumerate() {
-        let DocRef::NodePool(p) = d.kind else { continue };
-        let cluster_name = p.spec.cluster.value.as_str();
+        let Summary::NodePool {
+            cluster, machines, ..
+        } = d.summary
+        else {
+            continue;
+        };
+        let cluster_name = cluster.as_str();
         if winners.contains_key(cluster_name) {
             groups_in.entry(cluster_name).or_default().push(i);
-            for (pos, m) in p.spec.machines.iter().enumerate() {
-                if is_dns_subdomain(&m.value) {
-                    owner.entry(m.value.as_str()).or_insert((i, pos as u32));
+            for (pos, m) in machines.iter().enumerate() {
+                if is_dns_subdomain(m) {
+                    owner.entry(m.as_str()).or_insert((i, pos as u32));
                 }
             }
             continue;
         }
+        let DocRef::NodePool(p) = d.kind() else {
+            continue;
+        };
         check_header(&mut ctx, &d.doc, &p.api_version);
         check_name(&mut ctx, &d.doc, &p.metadata.name, "node pool");
         if declared_clusters.contains(cluster_name) {
@@ -408,9 +481,11 @@ pub fn validate(
         let declared = declared_pools.get(name).unwrap_or(&no_names);
         let mut conflicts = Vec::new();
         for (k, &i) in pool_inputs.iter().enumerate() {
-            let DocRef::NodePool(p) = inputs[i].kind else { continue };
-            for (pos, m) in p.spec.machines.iter().enumerate() {
-                if let Some(&(j, jpos)) = owner.get(m.value.as_str())
+            let Summary::NodePool { machines, .. } = inputs[i].summary else {
+                continue;
+            };
+            for (pos, m) in machines.iter().enumerate() {
+                if let Some(&(j, jpos)) = owner.get(m.as_str())
                     && j != i
                 {
                     conflicts.push((k as u32, pos as u32, inputs[j].id, jpos));
@@ -439,7 +514,7 @@ pub fn validate(
                         c
                     }
                     _ => {
-                        let DocRef::Cluster(c) = inputs[at].kind else {
+                        let DocRef::Cluster(c) = inputs[at].kind() else {
                             continue;
                         };
                         let mut discard = Ctx { diags: Vec::new() };
@@ -496,7 +571,7 @@ fn pool_into(
     owner: &HashMap<&str, (usize, u32)>,
 ) {
     let doc = &inputs[i].doc;
-    let DocRef::NodePool(raw) = inputs[i].kind else {
+    let DocRef::NodePool(raw) = inputs[i].kind() else {
         return;
     };
     check_header(ctx, doc, &raw.api_version);
@@ -579,7 +654,7 @@ fn pool_into(
         }
         if let Some(&(j, jpos)) = owner.get(m.value.as_str())
             && (j, jpos) != (i, pos as u32)
-            && let DocRef::NodePool(first_pool) = inputs[j].kind
+            && let DocRef::NodePool(first_pool) = inputs[j].kind()
         {
             let first = inputs[j]
                 .doc
