@@ -6,17 +6,24 @@
 //! 1. **Per file** ([`parse_file`]): bytes → text (size and UTF-8 checks), documents, and each
 //!    document read strictly (or identified leniently when that fails). The result depends on
 //!    the file's path and bytes only, so it is kept in a [`Loader`] keyed by path and reused
-//!    while the file's bytes are unchanged. This stage is the cost of a load (YAML parsing).
+//!    while the file's bytes are unchanged; the files that need it are parsed on up to
+//!    [`PARSE_THREADS`] threads and the results put back in path order. Between loads a file
+//!    keeps, per document, a [`validate::Summary`] (names, a pool's cluster and machines), not
+//!    its full reading, which is read again from the file's text when stage 2 needs it.
 //! 2. **Whole revision** (`assemble`): the refused entries' diagnostics, then every file's
-//!    parsed documents in path order handed to [`super::validate::validate`], which runs every
-//!    cross-file rule (cluster references, duplicates, machines in two pools, `after:` order)
-//!    again over the cached documents. Those rules cost a few percent of a parse (measured in
-//!    design/performance.md), so they are not split further: re-running them all is what
-//!    makes an incremental load equal to a cold one by construction.
+//!    documents in path order handed, borrowed, to [`super::validate::validate`] with the
+//!    loader's [`validate::Memo`]: each Cluster document is validated alone once (keyed by
+//!    its [`validate::DocId`], the file's parse number and the document's index), each
+//!    cluster's pools together again only when that cluster's inputs moved — its defining
+//!    document, its pool documents, the pool names declared for it, and which pools list its
+//!    machines first — and the cheap whole-revision rules (duplicate and missing clusters,
+//!    the machine → first pool index, promotion) run over the summaries every time.
 //!
-//! A cold load ([`super::parse_snapshot`]) is the same code with an empty cache, so the two
-//! can differ only if a cached file result were reused for different bytes; the property test
-//! `incremental_load_equals_cold_load` (tests) checks that over random edit sequences.
+//! A cold load ([`super::parse_snapshot`]) is the same code with an empty cache and memo, so
+//! the two can differ only if a cached result were reused for different inputs; the property
+//! test `incremental_load_equals_cold_load` (tests) checks that over random edit sequences,
+//! and the tests below it the edge cases of the memo (a machine moving between files and
+//! clusters, duplicate names appearing and disappearing).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
