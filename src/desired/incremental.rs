@@ -145,8 +145,8 @@ pub fn parse_file(path: &str, bytes: &Arc<[u8]>) -> ParsedFile {
                 full: std::sync::OnceLock::from(full),
             };
             let outcome = match parse::read_document(doc.clone()) {
-                Ok(RawDoc::Cluster(c, _)) => read(validate::Full::Cluster(c)),
-                Ok(RawDoc::NodePool(p, _)) => read(validate::Full::NodePool(p)),
+                Ok(RawDoc::Cluster(c, _)) => read(validate::Full::Cluster(Box::new(c))),
+                Ok(RawDoc::NodePool(p, _)) => read(validate::Full::NodePool(Box::new(p))),
                 Err(d) => {
                     out.doc_diags.push(d);
                     // Only a broken document needs the lenient second read.
@@ -351,7 +351,10 @@ fn parse_all(files: &[&source::SourceFile], max: usize) -> Vec<ParsedFile> {
         .min(max);
     let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
     if threads < 2 || files.len() < 2 || bytes < PARALLEL_FROM_BYTES {
-        return files.iter().map(|f| parse_file(&f.path, &f.bytes)).collect();
+        return files
+            .iter()
+            .map(|f| parse_file(&f.path, &f.bytes))
+            .collect();
     }
     // Contiguous chunks of about equal bytes, one per thread.
     let per = bytes.div_ceil(threads);
@@ -1030,14 +1033,20 @@ mod tests {
                 ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
             ]),
         );
-        assert_eq!(codes, vec![crate::desired::diagnostic::codes::MACHINE_TWICE]);
+        assert_eq!(
+            codes,
+            vec![crate::desired::diagnostic::codes::MACHINE_TWICE]
+        );
         assert_eq!(n, 2);
         // Cluster `b` becomes invalid: its pools claim nothing, so `a` loses its conflict
         // (none left) while b's own error is reported.
         let (codes, _) = step(
             &mut loader,
             files(&[
-                ("clusters.yaml", vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")]),
+                (
+                    "clusters.yaml",
+                    vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")],
+                ),
                 ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
                 ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
             ]),
@@ -1047,7 +1056,10 @@ mod tests {
         let (_, n) = step(
             &mut loader,
             files(&[
-                ("clusters.yaml", vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")]),
+                (
+                    "clusters.yaml",
+                    vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")],
+                ),
                 ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
                 ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
             ]),
@@ -1063,12 +1075,22 @@ mod tests {
         let other = cluster_doc("c", "  rollout:\n    maxUnavailable: 3\n");
         let pools = (
             "pools.yaml",
-            vec![pool_doc("p1", "c", &["m-1"], ""), pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")],
+            vec![
+                pool_doc("p1", "c", &["m-1"], ""),
+                pool_doc("p2", "c", &["m-2"], "  after: [p1]\n"),
+            ],
         );
-        let (codes, _) = step(&mut loader, files(&[("a.yaml", vec![one.clone()]), pools.clone()]));
+        let (codes, _) = step(
+            &mut loader,
+            files(&[("a.yaml", vec![one.clone()]), pools.clone()]),
+        );
         assert!(codes.is_empty(), "{codes:?}");
         // A second Cluster `c` in another file: the first one (by path) still defines it.
-        let snap = files(&[("a.yaml", vec![one.clone()]), ("b.yaml", vec![other.clone()]), pools.clone()]);
+        let snap = files(&[
+            ("a.yaml", vec![one.clone()]),
+            ("b.yaml", vec![other.clone()]),
+            pools.clone(),
+        ]);
         let inc = loader.load_snapshot(snap.clone());
         assert_same(&inc, &parse_snapshot(snap));
         assert_eq!(inc.diagnostics.len(), 1);
@@ -1081,7 +1103,12 @@ mod tests {
         let inc = loader.load_snapshot(snap.clone());
         assert_same(&inc, &parse_snapshot(snap));
         assert!(inc.diagnostics.is_empty(), "{:?}", inc.diagnostics);
-        assert_eq!(inc.desired.clusters["c"].pools["p2"].rollout.max_unavailable, 3);
+        assert_eq!(
+            inc.desired.clusters["c"].pools["p2"]
+                .rollout
+                .max_unavailable,
+            3
+        );
         // A duplicate pool appears in another file, then the original goes: `after: [p1]`
         // keeps pointing at a pool of that name.
         let dup = ("q.yaml", vec![pool_doc("p1", "c", &["m-9"], "")]);
@@ -1094,7 +1121,10 @@ mod tests {
             &mut loader,
             files(&[
                 ("b.yaml", vec![other.clone()]),
-                ("pools.yaml", vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")]),
+                (
+                    "pools.yaml",
+                    vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")],
+                ),
                 dup.clone(),
             ]),
         );
@@ -1104,7 +1134,10 @@ mod tests {
             &mut loader,
             files(&[
                 ("b.yaml", vec![other.clone()]),
-                ("pools.yaml", vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")]),
+                (
+                    "pools.yaml",
+                    vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")],
+                ),
             ]),
         );
         assert_eq!(codes, vec![codes::MISSING_POOL]);
