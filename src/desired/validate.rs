@@ -754,7 +754,9 @@ fn pool_into(
         after,
         document: doc.text.to_string(),
     };
-    cluster.pools.insert(pool.name.value.clone(), pool);
+    cluster
+        .pools
+        .insert(pool.name.value.clone(), Arc::new(pool));
 }
 fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Option<Cluster> {
     check_header(ctx, doc, &c.api_version);
