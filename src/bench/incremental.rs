@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::BenchError;
 use super::stats::Samples;
-use crate::desired::{self, Loader, Source};
+use crate::desired::Source;
 use crate::inventory::Inventory;
 use crate::plan::compute::{PlanMemo, compute_memo};
 use crate::plan::{self, LastApplied, render};
@@ -82,7 +82,7 @@ pub fn run(
         .ok_or_else(|| invalid("the fleet has no cluster"))?;
     let file = root.join(first).join("cluster.yaml");
     let applied = LastApplied::default();
-    let mut loader = Loader::new();
+    let mut loader = crate::ops::desired_loader();
     let mut memo = PlanMemo::default();
     let mut r = IncrementalReport::default();
     let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
@@ -122,7 +122,8 @@ pub fn run(
         };
     let cold = |r: &mut IncrementalReport| -> Result<plan::Plan, BenchError> {
         let t0 = Instant::now();
-        let loaded = desired::load(&source).map_err(|e| BenchError::Desired(Box::new(e)))?;
+        let loaded =
+            crate::ops::load_desired(&source).map_err(|e| BenchError::Desired(Box::new(e)))?;
         let desired = loaded
             .valid()
             .ok_or_else(|| invalid("the edited desired state has errors"))?;

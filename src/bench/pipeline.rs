@@ -24,10 +24,10 @@ pub struct PipelineReport {
     pub floor: Samples,
     /// Read every file, parse every document with no tree at all (syntax only).
     pub syntax: Samples,
-    /// `desired::load` (read, parse on up to `desired::incremental::PARSE_THREADS` threads,
-    /// validate).
+    /// `ops::load_desired` (read, parse on up to `desired::incremental::PARSE_THREADS`
+    /// threads, validate): what `medea plan` and the daemon run.
     pub load: Samples,
-    /// The same load with every file parsed on one thread.
+    /// `desired::load`: the same load on the calling thread only.
     pub load_single: Samples,
     /// load + plan + render with the single-threaded load.
     pub total_single: Samples,
@@ -99,9 +99,9 @@ fn pipeline(root: &Path, inventory: &Inventory, single: bool) -> Result<Round, B
     let t0 = Instant::now();
     let source = Source::Dir(root.to_path_buf());
     let loaded = if single {
-        desired::Loader::with_parse_threads(1).load(&source)
-    } else {
         desired::load(&source)
+    } else {
+        crate::ops::load_desired(&source)
     }
     .map_err(|e| BenchError::Desired(Box::new(e)))?;
     let Some(desired) = loaded.valid() else {

@@ -209,8 +209,10 @@ pub struct Loader {
     memo: validate::Memo,
     /// The number the next parse gets.
     next_id: u64,
-    /// Most threads stage 1 uses (0: [`PARSE_THREADS`], bounded by the CPUs).
+    /// How many runs stage 1 splits its files into, and who runs them (none: the
+    /// caller's thread).
     threads: usize,
+    runner: Option<Runner>,
 }
 
 impl Loader {
@@ -218,11 +220,13 @@ impl Loader {
         Loader::default()
     }
 
-    /// A loader that parses on at most `threads` threads (1: on the caller's thread only).
-    /// The result is the same for every value; only the wall time differs.
-    pub fn with_parse_threads(threads: usize) -> Loader {
+    /// A loader that splits the files it parses into `threads` runs and hands them to
+    /// `runner` (which may run them at once). The result is the same as [`Loader::new`]'s
+    /// for every `threads`; only the wall time differs.
+    pub fn parallel(runner: Runner, threads: usize) -> Loader {
         Loader {
-            threads: threads.max(1),
+            threads,
+            runner: Some(runner),
             ..Loader::default()
         }
     }
@@ -307,7 +311,10 @@ impl Loader {
             }
         }
         stats.parsed = fresh.len();
-        for (f, parsed) in fresh.iter().zip(parse_all(&fresh, self.threads)) {
+        for (f, parsed) in fresh
+            .iter()
+            .zip(parse_all(&fresh, self.threads, self.runner))
+        {
             let stamp = stamps.get(&f.path).copied();
             self.next_id += 1;
             next.insert(
@@ -341,22 +348,31 @@ impl Loader {
     }
 }
 
-/// Stage 1 for several files, on up to `max` threads (0: [`PARSE_THREADS`]), never more than
-/// the CPUs; the results in the order of `files` (so everything after is the same as a parse
-/// on one thread).
-fn parse_all(files: &[&source::SourceFile], max: usize) -> Vec<ParsedFile> {
-    let max = if max == 0 { PARSE_THREADS } else { max };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(max);
+/// One job of stage 1: parse a contiguous run of files.
+pub type ParseJob<'a> = Box<dyn FnOnce() -> Vec<ParsedFile> + Send + 'a>;
+
+/// Runs stage 1's jobs, possibly at the same time, and returns their results in the order of
+/// the jobs. `desired` is pure and starts no thread: a caller that may use threads hands the
+/// loader one ([`Loader::parallel`]; `ops::desired_loader` uses `std::thread::scope`).
+pub type Runner = for<'a> fn(Vec<ParseJob<'a>>) -> Vec<Vec<ParsedFile>>;
+
+/// Stage 1 for several files: on the caller's thread, or split into `threads` runs of about
+/// equal bytes handed to `runner`; the results in the order of `files` either way (so
+/// everything after is the same as a parse on one thread).
+fn parse_all(
+    files: &[&source::SourceFile],
+    threads: usize,
+    runner: Option<Runner>,
+) -> Vec<ParsedFile> {
     let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
-    if threads < 2 || files.len() < 2 || bytes < PARALLEL_FROM_BYTES {
+    let Some(runner) =
+        runner.filter(|_| threads >= 2 && files.len() >= 2 && bytes >= PARALLEL_FROM_BYTES)
+    else {
         return files
             .iter()
             .map(|f| parse_file(&f.path, &f.bytes))
             .collect();
-    }
-    // Contiguous chunks of about equal bytes, one per thread.
+    };
     let per = bytes.div_ceil(threads);
     let mut chunks: Vec<&[&source::SourceFile]> = Vec::new();
     let (mut start, mut acc) = (0, 0);
@@ -368,30 +384,21 @@ fn parse_all(files: &[&source::SourceFile], max: usize) -> Vec<ParsedFile> {
         }
     }
     chunks.push(&files[start..]);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = chunks
-            .iter()
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|f| parse_file(&f.path, &f.bytes))
-                        .collect::<Vec<_>>()
-                })
+    let jobs: Vec<ParseJob<'_>> = chunks
+        .into_iter()
+        .map(|chunk| -> ParseJob<'_> {
+            Box::new(move || {
+                chunk
+                    .iter()
+                    .map(|f| parse_file(&f.path, &f.bytes))
+                    .collect()
             })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(parsed) => parsed,
-                // A panic in a parse is a bug: surface it as it would on one thread.
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
+        })
+        .collect();
+    runner(jobs).into_iter().flatten().collect()
 }
 
-/// Most threads stage 1 uses.
+/// Most runs a parallel loader should split stage 1 into (`ops::desired_loader`).
 pub const PARSE_THREADS: usize = 4;
 
 /// Below this many bytes to parse, one thread (starting threads costs more than it saves).
@@ -1166,12 +1173,28 @@ mod tests {
         assert_eq!(step(&mut loader, repo("v1.34.2")).1, 1);
         assert_eq!(loader.last_stats().parsed, 1);
         assert_eq!(step(&mut loader, repo("v1.34.2")).1, 0);
-        // A parallel cold load (every file parsed, on threads when there are CPUs) equals
-        // one on the calling thread.
-        let snap = repo("v1.34.2");
-        assert_same(
-            &Loader::with_parse_threads(4).load_snapshot(snap.clone()),
-            &Loader::with_parse_threads(1).load_snapshot(snap),
-        );
+        // A load split into runs (here run in reverse order, then put back) equals one on
+        // the calling thread.
+        fn reversed(jobs: Vec<ParseJob<'_>>) -> Vec<Vec<ParsedFile>> {
+            let mut out: Vec<_> = jobs.into_iter().rev().map(|j| j()).collect();
+            out.reverse();
+            out
+        }
+        let big = |v: &str| {
+            let mut snap = repo(v);
+            for f in &mut snap.files {
+                let mut bytes = f.bytes.to_vec();
+                bytes.extend(std::iter::repeat_n(b'#', PARALLEL_FROM_BYTES));
+                bytes.push(b'\n');
+                f.bytes = bytes.into();
+            }
+            snap
+        };
+        for threads in [2, 3, 7] {
+            assert_same(
+                &Loader::parallel(reversed, threads).load_snapshot(big("v1.34.2")),
+                &Loader::new().load_snapshot(big("v1.34.2")),
+            );
+        }
     }
 }
