@@ -18,6 +18,26 @@ pub fn load_plan(store: &dyn Store, id: &PlanId) -> Result<Option<Plan>, StoreEr
     store.get_record(&plan_key(id))
 }
 
+/// The `parent` of the stored plan `id`, reading only that field of the record (the rest is
+/// skipped, not decoded: a plan of 10,000 machines is megabytes of JSON).
+pub fn load_parent(store: &dyn Store, id: &PlanId) -> Result<Option<Option<PlanId>>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct ParentView {
+        #[serde(default)]
+        parent: Option<PlanId>,
+    }
+    let key = plan_key(id);
+    match store.get(<Plan as crate::store::Record>::TABLE, &key)? {
+        Some(bytes) => crate::store::record::decode_view_or::<Plan, ParentView>(
+            &key,
+            &bytes,
+            |p| ParentView { parent: p.parent },
+        )
+        .map(|v| Some(v.parent)),
+        None => Ok(None),
+    }
+}
+
 pub fn current(store: &dyn Store) -> Result<Option<CurrentPlan>, StoreError> {
     store.get_record(CURRENT_KEY)
 }
@@ -247,10 +267,11 @@ pub fn replan_cached(
     .map_err(ReplanError::Refused)?;
     if let Some(p) = previous
         && p.id == plan.id
-        && let Some(existing) = load_plan(store, &plan.id)?
+        && let Some(parent) = load_parent(store, &plan.id)?
     {
-        // Same inputs as the current plan: it is the current plan.
-        plan.parent = existing.parent;
+        // Same inputs as the current plan: it is the current plan (only its parent is
+        // read back; everything else is what was just computed, byte for byte).
+        plan.parent = parent;
         return Ok(Replanned {
             plan,
             stored: false,

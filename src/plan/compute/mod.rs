@@ -30,7 +30,9 @@
 //! step and its placement `kube`, the notes for people `notes`; this file drives them per
 //! cluster and holds order (4), settings (6), the approval bar and the plan's basis.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 mod kube;
 mod members;
@@ -242,8 +244,9 @@ impl InputsRef<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterSection {
     catalog: String,
-    /// `None` when the cluster cannot be planned (`diags` says why).
-    plan: Option<ClusterPlan>,
+    /// `None` when the cluster cannot be planned (`diags` says why). Shared with the plans
+    /// that carry it (`Plan::clusters`): a reused section is never copied.
+    plan: Option<Arc<ClusterPlan>>,
     diags: Vec<Diagnostic>,
     /// The approvals this cluster's changes need (1 when none).
     bar: u32,
@@ -253,13 +256,12 @@ pub struct ClusterSection {
     /// ([`Plan::canonical_id`]), computed once per section.
     plan_json: Vec<u8>,
     put_json: Vec<Vec<u8>>,
-    /// The section before the preflight checks, when they apply (an observed cluster
-    /// without a running job): `plan` is this plus [`Self::preflight`]. Kept only by a memo
-    /// that keeps sections ([`PlanMemo::keeps`]); a one-off plan checks `plan` itself.
-    base: Option<ClusterPlan>,
-    /// The preflight checks apply to this section (`base` or, in a one-off plan, `plan`).
+    /// The preflight checks apply to this section's base ([`Self::base`]).
     checked: bool,
-    /// The findings and acknowledgement notes `plan` carries.
+    /// The findings and acknowledgement notes `plan` carries: `plan` is its base (the
+    /// section before the preflight checks) with `preflight` set to the findings and the
+    /// notes appended. The base is not kept (it would be a second copy of every section):
+    /// it is `plan` with both undone.
     preflight: (Vec<crate::plan::preflight::Finding>, Vec<String>),
 }
 
@@ -270,15 +272,30 @@ impl ClusterSection {
         reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
     )]
     fn finish(&mut self, found: (Vec<crate::plan::preflight::Finding>, Vec<String>)) {
-        // A one-off plan has no base: its `plan` is still the base (finished at most once).
-        let Some(mut plan) = self.base.clone().or_else(|| self.plan.take()) else {
+        let Some(base) = self.base() else {
             return;
         };
+        let mut plan = base.into_owned();
         plan.preflight = found.0.clone();
         plan.notes.extend(found.1.iter().cloned());
         self.plan_json = serde_json::to_vec(&plan).expect("plans serialize");
-        self.plan = Some(plan);
+        self.plan = Some(Arc::new(plan));
         self.preflight = found;
+    }
+
+    /// The section before the preflight checks: `plan` itself while it carries no findings
+    /// and no notes of them (the usual case, no copy), else `plan` with them undone (the
+    /// base's `preflight` is always empty, and the notes were appended at its end).
+    fn base(&self) -> Option<Cow<'_, ClusterPlan>> {
+        let plan = self.plan.as_deref()?;
+        if self.preflight.0.is_empty() && self.preflight.1.is_empty() {
+            return Some(Cow::Borrowed(plan));
+        }
+        let mut base = plan.clone();
+        base.preflight = Vec::new();
+        base.notes
+            .truncate(base.notes.len().saturating_sub(self.preflight.1.len()));
+        Some(Cow::Owned(base))
     }
 }
 
@@ -367,7 +384,13 @@ impl PlanMemo {
                 out.push(b',');
             }
             match self.sections.get(&c.cluster) {
-                Some((_, sec)) if !sec.plan_json.is_empty() && sec.plan.as_ref() == Some(c) => {
+                Some((_, sec))
+                    if !sec.plan_json.is_empty()
+                        && sec
+                            .plan
+                            .as_ref()
+                            .is_some_and(|p| Arc::ptr_eq(p, c) || p == c) =>
+                {
                     out.extend_from_slice(&sec.plan_json)
                 }
                 _ => out.extend(c.to_json()),
@@ -396,7 +419,7 @@ pub fn compute_memo(
     memo: &mut PlanMemo,
 ) -> Result<Plan, Vec<Diagnostic>> {
     let mut diags = Vec::new();
-    let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
+    let mut clusters: BTreeMap<String, Arc<ClusterPlan>> = BTreeMap::new();
     let mut applies = Applies::default();
     let mut bar: u32 = 1;
     let mut catalogs = BTreeSet::new();
@@ -427,7 +450,7 @@ pub fn compute_memo(
                 stats.planned += 1;
                 (
                     memo.keep.then(|| inputs.to_owned()),
-                    section(name, cluster, &inputs, last_applied, memo.keep),
+                    section(name, cluster, &inputs, last_applied),
                 )
             }
         };
@@ -437,10 +460,10 @@ pub fn compute_memo(
         // section, whose final JSON is rebuilt only when the findings change.
         if entry.1.checked
             && let Some(obs) = inputs.observed
-            && let Some(base) = entry.1.base.as_ref().or(entry.1.plan.as_ref())
+            && let Some(base) = entry.1.base()
         {
             let found =
-                crate::plan::preflight::check(cluster, obs, base, &preflight.for_cluster(cluster));
+                crate::plan::preflight::check(cluster, obs, &base, &preflight.for_cluster(cluster));
             if found != entry.1.preflight {
                 entry.1.finish(found);
             }
@@ -452,7 +475,7 @@ pub fn compute_memo(
         applies.put.extend(sec.put.iter().cloned());
         applies.delete.extend(sec.delete.iter().cloned());
         // A one-off memo gives its sections away; a kept one keeps them (the next plan
-        // reuses them) and the plan gets copies.
+        // reuses them) and shares them with the plan.
         let plan = if memo.keep {
             sec.plan.clone()
         } else {
@@ -472,7 +495,7 @@ pub fn compute_memo(
             continue;
         }
         if let Some(job) = running.get(&gone) {
-            clusters.insert(gone.clone(), rolling_out(&gone, job));
+            clusters.insert(gone.clone(), Arc::new(rolling_out(&gone, job)));
             continue;
         }
         let mut settings = Vec::new();
@@ -493,7 +516,7 @@ pub fn compute_memo(
         ));
         clusters.insert(
             gone.clone(),
-            ClusterPlan {
+            Arc::new(ClusterPlan {
                 preflight: Vec::new(), health: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
@@ -505,7 +528,7 @@ pub fn compute_memo(
                         .into(),
                 ],
                 diffs,
-            },
+            }),
         );
     }
 
@@ -569,9 +592,8 @@ fn section(
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
     all_applied: &LastApplied,
-    keep: bool,
 ) -> ClusterSection {
-    let mut s = section_parts(name, cluster, inputs, all_applied, keep);
+    let mut s = section_parts(name, cluster, inputs, all_applied);
     if let Some(p) = &s.plan {
         s.plan_json = serde_json::to_vec(p).expect("plans serialize");
     }
@@ -588,7 +610,6 @@ fn section_parts(
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
     all_applied: &LastApplied,
-    keep: bool,
 ) -> ClusterSection {
     let catalog = Catalog::for_policy(&cluster.upgrade_policy);
     let mut out = ClusterSection {
@@ -600,19 +621,18 @@ fn section_parts(
         delete: Vec::new(),
         plan_json: Vec::new(),
         put_json: Vec::new(),
-        base: None,
         checked: false,
         preflight: (Vec::new(), Vec::new()),
     };
     if let Some(job) = inputs.running {
-        out.plan = Some(rolling_out(name, job));
+        out.plan = Some(Arc::new(rolling_out(name, job)));
         return out;
     }
     let obs = inputs
         .observed
         .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
     let Some(obs) = obs else {
-        out.plan = Some(ClusterPlan {
+        out.plan = Some(Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
             cluster: name.clone(),
@@ -625,7 +645,7 @@ fn section_parts(
                     .into(),
             ],
             diffs: Vec::new(),
-        });
+        }));
         return out;
     };
     // Only this cluster's resources: the section depends on nothing else of the applied state.
@@ -679,10 +699,7 @@ fn section_parts(
         }
     }
     out.checked = true;
-    if keep {
-        out.base = Some(plan.clone());
-    }
-    out.plan = Some(plan);
+    out.plan = Some(Arc::new(plan));
     out
 }
 
