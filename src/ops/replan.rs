@@ -188,11 +188,10 @@ pub fn replan_at(
 /// bytes; the `rolloutsEnabled` gate changes the bytes alone).
 #[derive(Debug, Default)]
 pub struct InventoryCache {
-    /// Store key → digest of the record's bytes (keyed SipHash, the key random per process)
-    /// and the cluster's name in `inventory`.
-    records: BTreeMap<String, (u64, String)>,
+    /// Store key → sha256 of the record's bytes (a digest nobody can make collide, so equal
+    /// digests are equal bytes) and the cluster's name in `inventory`.
+    records: BTreeMap<String, ([u8; 32], String)>,
     inventory: Inventory,
-    hasher: std::hash::RandomState,
     /// Records decoded by the last [`InventoryCache::load`].
     pub decoded: usize,
 }
@@ -201,7 +200,7 @@ impl InventoryCache {
     /// The store's inventory, decoding only the records whose bytes changed since the last
     /// call. Equal to [`Inventory::load`].
     pub fn load(&mut self, store: &dyn Store) -> Result<&Inventory, StoreError> {
-        use std::hash::BuildHasher;
+        use sha2::{Digest, Sha256};
         let rows = store.scan(
             <crate::inventory::ObservedCluster as crate::store::record::Record>::TABLE,
             "cluster/",
@@ -211,7 +210,7 @@ impl InventoryCache {
         let mut fresh = BTreeMap::new();
         self.decoded = 0;
         for (key, bytes) in rows {
-            let digest = self.hasher.hash_one(&bytes);
+            let digest: [u8; 32] = Sha256::digest(&bytes).into();
             let kept = match self.records.remove(&key) {
                 Some((d, name)) if d == digest => clusters.remove(&name).map(|c| (name, c)),
                 _ => None,
@@ -222,7 +221,7 @@ impl InventoryCache {
                     self.decoded += 1;
                     let c: crate::inventory::ObservedCluster =
                         crate::store::record::decode(&key, &bytes)?;
-                    (c.name.clone(), c)
+                    (c.name.clone(), std::sync::Arc::new(c))
                 }
             };
             records.insert(key, (digest, name.clone()));

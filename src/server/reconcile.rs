@@ -155,6 +155,8 @@ pub fn reconcile(
         )]
         let replanned = {
             let mut cache = shared.replan_cache.lock().expect("replan cache lock");
+            // The memo keeps this revision (held by `shared` anyway) instead of copies.
+            cache.memo.share_desired(loaded.clone());
             stored::replan_cached(store, desired, now, &mut cache)
         };
         match replanned {
@@ -378,7 +380,7 @@ fn start_txn(
     let clusters: BTreeMap<String, &crate::inventory::ObservedCluster> = inventory
         .clusters
         .iter()
-        .map(|(k, v)| (k.clone(), v))
+        .map(|(k, v)| (k.clone(), v.as_ref()))
         .collect();
     let windows: BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> = desired
         .clusters

@@ -200,38 +200,70 @@ pub fn compute_in(
 /// A planner change that makes a cluster's section read something more (another cluster's job
 /// history, a new observation) adds that input here as a field; the derived `PartialEq` then
 /// invalidates on it.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Nothing is copied that the memo can share: the observed record is the inventory's own
+/// (`Arc`), and the desired `Cluster` stays in the desired state the memo holds
+/// ([`PlanMemo::share_desired`]). Equal pointers are equal inputs; otherwise the values are
+/// compared whole, so a match is always exact.
+#[derive(Debug, Clone)]
 pub struct SectionInputs {
     /// The validated Cluster and its pools (every field, source positions included).
-    pub cluster: Cluster,
+    cluster: KeptCluster,
     /// The observed cluster record (compared whole, not only by generation).
-    pub observed: Option<ObservedCluster>,
+    observed: Option<Arc<ObservedCluster>>,
     /// The running rollout job, if any.
-    pub running: Option<String>,
+    running: Option<String>,
     /// The cluster's last-applied resources (the cluster and its pools, gone ones included).
-    pub applied: Vec<AppliedResource>,
+    applied: Vec<AppliedResource>,
+}
+
+/// Where a memoized section's desired `Cluster` is kept.
+#[derive(Debug, Clone)]
+enum KeptCluster {
+    /// In the desired state the memo holds ([`PlanMemo::desired`]), under the section's name.
+    Shared,
+    /// A copy: the planning call shared no desired state with the memo.
+    Copy(Box<Cluster>),
 }
 
 /// The inputs as borrowed from a planning call, compared with a memoized [`SectionInputs`]
 /// without copying them.
 struct InputsRef<'a> {
     cluster: &'a Cluster,
-    observed: Option<&'a ObservedCluster>,
+    observed: Option<&'a Arc<ObservedCluster>>,
     running: Option<&'a String>,
     applied: Vec<&'a AppliedResource>,
 }
 
 impl InputsRef<'_> {
-    fn matches(&self, m: &SectionInputs) -> bool {
-        *self.cluster == m.cluster
-            && self.observed == m.observed.as_ref()
+    /// Whether `m` holds these inputs. `shared` is the memo's desired state's Cluster of
+    /// this name, for inputs kept as [`KeptCluster::Shared`].
+    fn matches(&self, m: &SectionInputs, shared: Option<&Cluster>) -> bool {
+        let cluster = match &m.cluster {
+            KeptCluster::Copy(c) => **c == *self.cluster,
+            KeptCluster::Shared => {
+                shared.is_some_and(|c| std::ptr::eq(c, self.cluster) || *c == *self.cluster)
+            }
+        };
+        let observed = match (self.observed, &m.observed) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        cluster
+            && observed
             && self.running == m.running.as_ref()
             && self.applied.len() == m.applied.len()
             && self.applied.iter().zip(&m.applied).all(|(a, b)| *a == b)
     }
-    fn to_owned(&self) -> SectionInputs {
+    /// The inputs to keep; `shared`: the Cluster is in the desired state the memo keeps.
+    fn to_owned(&self, shared: bool) -> SectionInputs {
         SectionInputs {
-            cluster: self.cluster.clone(),
+            cluster: if shared {
+                KeptCluster::Shared
+            } else {
+                KeptCluster::Copy(Box::new(self.cluster.clone()))
+            },
             observed: self.observed.cloned(),
             running: self.running.cloned(),
             applied: self.applied.iter().map(|a| (*a).clone()).collect(),
@@ -313,6 +345,11 @@ pub struct PlanMemo {
     keep: bool,
     /// The id of the plan the last call computed (its sections are the ones kept).
     last_id: Option<PlanId>,
+    /// The desired state the kept sections' [`KeptCluster::Shared`] inputs are in (the one
+    /// the last call planned, when the caller shared it).
+    desired: Option<Arc<crate::desired::Loaded>>,
+    /// The desired state the next call plans, if the caller shares it ([`Self::share_desired`]).
+    next_desired: Option<Arc<crate::desired::Loaded>>,
 }
 
 impl Default for PlanMemo {
@@ -322,6 +359,8 @@ impl Default for PlanMemo {
             last: MemoStats::default(),
             keep: true,
             last_id: None,
+            desired: None,
+            next_desired: None,
         }
     }
 }
@@ -350,6 +389,14 @@ impl PlanMemo {
     /// Whether this memo keeps sections for the next call.
     pub fn keeps(&self) -> bool {
         self.keep
+    }
+
+    /// The next call plans `loaded`'s desired state (the `desired` it is given is
+    /// `loaded.valid()`): the memo then keeps `loaded` (an `Arc` the caller holds anyway)
+    /// instead of a copy of every cluster's desired `Cluster`, and compares a cluster whose
+    /// revision did not change by pointer. Ignored when the call plans another desired state.
+    pub fn share_desired(&mut self, loaded: Arc<crate::desired::Loaded>) {
+        self.next_desired = Some(loaded);
     }
 
     /// The JSON of `plan` (`serde_json::to_vec(plan)`, byte for byte), its clusters' JSON
@@ -434,6 +481,14 @@ pub fn compute_memo(
     }
     let mut stats = MemoStats::default();
     let mut sections = BTreeMap::new();
+    // The desired state the kept sections' shared inputs are in, and the one this call's
+    // kept inputs will be in (when the caller shared it and it is the one planned).
+    let previous = memo.desired.take();
+    let previous_desired = previous.as_ref().and_then(|l| l.valid());
+    let next = memo
+        .next_desired
+        .take()
+        .filter(|l| memo.keep && l.valid().is_some_and(|d| std::ptr::eq(d, desired)));
     for (name, cluster) in &desired.clusters {
         let inputs = InputsRef {
             cluster,
@@ -442,14 +497,32 @@ pub fn compute_memo(
             applied: applied_of.remove(name.as_str()).unwrap_or_default(),
         };
         let entry = match memo.sections.remove(name) {
-            Some((Some(old), sec)) if inputs.matches(&old) => {
+            Some((Some(old), sec))
+                if inputs.matches(&old, previous_desired.and_then(|d| d.clusters.get(name))) =>
+            {
                 stats.reused += 1;
+                // Kept again: a copied Cluster stays a copy; a shared one moves to `next`
+                // when there is one (it is equal, so it is in `next` under the same name).
+                let old = match (old.cluster, &next) {
+                    (KeptCluster::Shared, None) => SectionInputs {
+                        cluster: KeptCluster::Copy(Box::new(cluster.clone())),
+                        ..old
+                    },
+                    (KeptCluster::Copy(_), Some(_)) => SectionInputs {
+                        cluster: KeptCluster::Shared,
+                        ..old
+                    },
+                    (kept, _) => SectionInputs {
+                        cluster: kept,
+                        ..old
+                    },
+                };
                 (Some(old), sec)
             }
             _ => {
                 stats.planned += 1;
                 (
-                    memo.keep.then(|| inputs.to_owned()),
+                    memo.keep.then(|| inputs.to_owned(next.is_some())),
                     section(name, cluster, &inputs, last_applied),
                 )
             }
@@ -488,6 +561,8 @@ pub fn compute_memo(
     }
     memo.sections = sections;
     memo.last = stats;
+    memo.desired = next;
+    drop(previous);
 
     // Clusters applied before and gone from the desired state.
     for gone in last_applied.cluster_names() {
