@@ -350,6 +350,9 @@ pub struct PlanMemo {
     desired: Option<Arc<crate::desired::Loaded>>,
     /// The desired state the next call plans, if the caller shares it ([`Self::share_desired`]).
     next_desired: Option<Arc<crate::desired::Loaded>>,
+    /// Planning threads: `None` is one per core (up to [`MAX_THREADS`]) from
+    /// [`PARALLEL_FROM`] changed sections on ([`Self::set_threads`]).
+    threads: Option<usize>,
 }
 
 impl Default for PlanMemo {
@@ -361,6 +364,7 @@ impl Default for PlanMemo {
             last_id: None,
             desired: None,
             next_desired: None,
+            threads: None,
         }
     }
 }
@@ -397,6 +401,12 @@ impl PlanMemo {
     /// revision did not change by pointer. Ignored when the call plans another desired state.
     pub fn share_desired(&mut self, loaded: Arc<crate::desired::Loaded>) {
         self.next_desired = Some(loaded);
+    }
+
+    /// Plan with exactly `threads` threads whenever more than one section is to be planned
+    /// (1: on the calling thread only). The plan is the same whatever the count.
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = Some(threads.max(1));
     }
 
     /// The JSON of `plan` (`serde_json::to_vec(plan)`, byte for byte), its clusters' JSON
@@ -454,6 +464,60 @@ impl PlanMemo {
     }
 }
 
+/// Plan sections in parallel from this many changed sections on (below it, a thread costs
+/// more than it saves: one changed file is one or two sections).
+const PARALLEL_FROM: usize = 16;
+/// At most this many planning threads.
+const MAX_THREADS: usize = 8;
+
+/// One desired cluster of a planning call: its inputs and, when they are unchanged, its
+/// memoized section.
+struct Work<'a> {
+    name: &'a String,
+    cluster: &'a Cluster,
+    inputs: InputsRef<'a>,
+    kept: Option<(Option<SectionInputs>, ClusterSection)>,
+}
+
+impl Work<'_> {
+    /// The section (the kept one, or planned afresh) with its preflight findings, and the
+    /// inputs to keep for it (`keep`: the memo keeps sections; `shared`: the memo keeps the
+    /// desired state this call plans).
+    fn finish(
+        self,
+        last_applied: &LastApplied,
+        preflight: &crate::plan::preflight::Context,
+        keep: bool,
+        shared: bool,
+    ) -> (Option<SectionInputs>, ClusterSection) {
+        let mut entry = match self.kept {
+            Some(kept) => kept,
+            None => (
+                keep.then(|| self.inputs.to_owned(shared)),
+                section(self.name, self.cluster, &self.inputs, last_applied),
+            ),
+        };
+        // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
+        // upstream clusters' job history): checked on every pass over the memoized base
+        // section, whose final JSON is rebuilt only when the findings change.
+        if entry.1.checked
+            && let Some(obs) = self.inputs.observed
+            && let Some(base) = entry.1.base()
+        {
+            let found = crate::plan::preflight::check(
+                self.cluster,
+                obs,
+                &base,
+                &preflight.for_cluster(self.cluster),
+            );
+            if found != entry.1.preflight {
+                entry.1.finish(found);
+            }
+        }
+        entry
+    }
+}
+
 /// [`compute_with`], reusing the sections of `memo` whose inputs are unchanged and leaving
 /// in it the sections of this plan.
 pub fn compute_memo(
@@ -489,6 +553,8 @@ pub fn compute_memo(
         .next_desired
         .take()
         .filter(|l| memo.keep && l.valid().is_some_and(|d| std::ptr::eq(d, desired)));
+    // 1. Which sections are reused (inputs unchanged) and which are planned afresh.
+    let mut work = Vec::with_capacity(desired.clusters.len());
     for (name, cluster) in &desired.clusters {
         let inputs = InputsRef {
             cluster,
@@ -496,7 +562,7 @@ pub fn compute_memo(
             running: running.get(name),
             applied: applied_of.remove(name.as_str()).unwrap_or_default(),
         };
-        let entry = match memo.sections.remove(name) {
+        let kept = match memo.sections.remove(name) {
             Some((Some(old), sec))
                 if inputs.matches(&old, previous_desired.and_then(|d| d.clusters.get(name))) =>
             {
@@ -517,30 +583,77 @@ pub fn compute_memo(
                         ..old
                     },
                 };
-                (Some(old), sec)
+                Some((Some(old), sec))
             }
             _ => {
                 stats.planned += 1;
-                (
-                    memo.keep.then(|| inputs.to_owned(next.is_some())),
-                    section(name, cluster, &inputs, last_applied),
-                )
+                None
             }
         };
-        let mut entry = entry;
-        // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
-        // upstream clusters' job history): checked on every pass over the memoized base
-        // section, whose final JSON is rebuilt only when the findings change.
-        if entry.1.checked
-            && let Some(obs) = inputs.observed
-            && let Some(base) = entry.1.base()
-        {
-            let found =
-                crate::plan::preflight::check(cluster, obs, &base, &preflight.for_cluster(cluster));
-            if found != entry.1.preflight {
-                entry.1.finish(found);
-            }
+        work.push(Work {
+            name,
+            cluster,
+            inputs,
+            kept,
+        });
+    }
+    // 2. Plan the changed sections and run every section's preflight checks, on every core
+    //    when there are enough to plan (each is a pure function of its own inputs; the
+    //    results are put back in cluster order, so the plan is the same bytes).
+    let shared = next.is_some();
+    let finish = |w: Work<'_>| w.finish(last_applied, preflight, memo.keep, shared);
+    let threads = match memo.threads {
+        Some(n) if stats.planned > 1 => n,
+        Some(_) => 1,
+        None if stats.planned >= PARALLEL_FROM => {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
         }
+        None => 1,
+    };
+    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = if threads > 1 {
+        // Round-robin over the changed sections, so every thread gets a share of the work.
+        let mut lanes: Vec<Vec<(usize, Work<'_>)>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut next_lane = 0;
+        for (i, w) in work.into_iter().enumerate() {
+            let lane = if w.kept.is_none() {
+                next_lane = (next_lane + 1) % threads;
+                next_lane
+            } else {
+                i % threads
+            };
+            lanes[lane].push((i, w));
+        }
+        let mut out: Vec<Option<(Option<SectionInputs>, ClusterSection)>> =
+            (0..desired.clusters.len()).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = lanes
+                .into_iter()
+                .map(|lane| {
+                    let finish = &finish;
+                    scope.spawn(move || {
+                        lane.into_iter()
+                            .map(|(i, w)| (i, finish(w)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for h in handles {
+                match h.join() {
+                    Ok(done) => {
+                        for (i, e) in done {
+                            out[i] = Some(e);
+                        }
+                    }
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        });
+        out.into_iter().flatten().collect()
+    } else {
+        work.into_iter().map(finish).collect()
+    };
+    // 3. Merge, in cluster order.
+    for ((name, _), mut entry) in desired.clusters.iter().zip(finished) {
         let sec = &mut entry.1;
         catalogs.insert(sec.catalog.clone());
         diags.extend(sec.diags.iter().cloned());
