@@ -28,12 +28,12 @@ pub fn load_parent(store: &dyn Store, id: &PlanId) -> Result<Option<Option<PlanI
     }
     let key = plan_key(id);
     match store.get(<Plan as crate::store::Record>::TABLE, &key)? {
-        Some(bytes) => crate::store::record::decode_view_or::<Plan, ParentView>(
-            &key,
-            &bytes,
-            |p| ParentView { parent: p.parent },
-        )
-        .map(|v| Some(v.parent)),
+        Some(bytes) => {
+            crate::store::record::decode_view_or::<Plan, ParentView>(&key, &bytes, |p| ParentView {
+                parent: p.parent,
+            })
+            .map(|v| Some(v.parent))
+        }
         None => Ok(None),
     }
 }

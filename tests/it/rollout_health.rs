@@ -457,7 +457,8 @@ mod crash {
             t.health = Some(policy(&["ceph"], 0, 1, 1, OnFailure::Rollback));
         }
         let mut p = plan(&obs, vec![step], 11);
-        std::sync::Arc::make_mut(&mut p.clusters[0]).health = Some(policy(&["alerts"], 0, 1, 1, OnFailure::Halt));
+        std::sync::Arc::make_mut(&mut p.clusters[0]).health =
+            Some(policy(&["alerts"], 0, 1, 1, OnFailure::Halt));
         install(&store, &p, &obs, &[]).unwrap();
     }
 
