@@ -245,47 +245,6 @@ proptest! {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(6))]
-    /// Sections planned on several threads make the plan one thread makes, byte for byte,
-    /// cold and through a memo, over random changes (40 clusters: above the size where the
-    /// daemon goes parallel by itself).
-    #[test]
-    fn a_plan_made_on_several_threads_equals_one_made_on_one(
-        changes in proptest::collection::vec(change(), 1..5),
-        threads in 2..5usize,
-    ) {
-        let original = World::new(40);
-        let mut w = World::new(40);
-        let mut one = PlanMemo::default();
-        one.set_threads(1);
-        let mut many = PlanMemo::default();
-        many.set_threads(threads);
-        let mut last: Option<crate::plan::Plan> = None;
-        for c in std::iter::once(None).chain(changes.iter().map(Some)) {
-            if let Some(c) = c {
-                apply_change(&mut w, &original, c, last.as_ref());
-            }
-            let desired = w.desired();
-            let parent = last.as_ref().map(|p| p.id);
-            let ctx = crate::plan::preflight::Context::default();
-            let a = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &ctx, &mut one);
-            let b = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &ctx, &mut many);
-            prop_assert_eq!(&a, &b);
-            prop_assert_eq!(one.last_stats(), many.last_stats());
-            if let (Ok(a), Ok(b)) = (&a, &b) {
-                prop_assert_eq!(a.id, b.id);
-                prop_assert_eq!(b.canonical_id(), b.id);
-                prop_assert_eq!(one.plan_json(a), many.plan_json(b));
-                prop_assert_eq!(many.plan_json(b), serde_json::to_vec(a).unwrap());
-            }
-            if let Ok(p) = a {
-                last = Some(p);
-            }
-        }
-    }
-}
-
 #[test]
 fn only_the_changed_cluster_is_planned_again() {
     let original = World::new(5);

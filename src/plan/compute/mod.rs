@@ -350,9 +350,6 @@ pub struct PlanMemo {
     desired: Option<Arc<crate::desired::Loaded>>,
     /// The desired state the next call plans, if the caller shares it ([`Self::share_desired`]).
     next_desired: Option<Arc<crate::desired::Loaded>>,
-    /// Planning threads: `None` is one per core (up to [`MAX_THREADS`]) from
-    /// [`PARALLEL_FROM`] changed sections on ([`Self::set_threads`]).
-    threads: Option<usize>,
 }
 
 impl Default for PlanMemo {
@@ -364,7 +361,6 @@ impl Default for PlanMemo {
             last_id: None,
             desired: None,
             next_desired: None,
-            threads: None,
         }
     }
 }
@@ -401,12 +397,6 @@ impl PlanMemo {
     /// revision did not change by pointer. Ignored when the call plans another desired state.
     pub fn share_desired(&mut self, loaded: Arc<crate::desired::Loaded>) {
         self.next_desired = Some(loaded);
-    }
-
-    /// Plan with exactly `threads` threads whenever more than one section is to be planned
-    /// (1: on the calling thread only). The plan is the same whatever the count.
-    pub fn set_threads(&mut self, threads: usize) {
-        self.threads = Some(threads.max(1));
     }
 
     /// The JSON of `plan` (`serde_json::to_vec(plan)`, byte for byte), its clusters' JSON
@@ -463,12 +453,6 @@ impl PlanMemo {
         out
     }
 }
-
-/// Plan sections in parallel from this many changed sections on (below it, a thread costs
-/// more than it saves: one changed file is one or two sections).
-const PARALLEL_FROM: usize = 16;
-/// At most this many planning threads.
-const MAX_THREADS: usize = 8;
 
 /// One desired cluster of a planning call: its inputs and, when they are unchanged, its
 /// memoized section.
@@ -597,61 +581,13 @@ pub fn compute_memo(
             kept,
         });
     }
-    // 2. Plan the changed sections and run every section's preflight checks, on every core
-    //    when there are enough to plan (each is a pure function of its own inputs; the
-    //    results are put back in cluster order, so the plan is the same bytes).
+    // 2. Plan the changed sections and run every section's preflight checks (each is a
+    //    pure function of its own inputs).
     let shared = next.is_some();
-    let finish = |w: Work<'_>| w.finish(last_applied, preflight, memo.keep, shared);
-    let threads = match memo.threads {
-        Some(n) if stats.planned > 1 => n,
-        Some(_) => 1,
-        None if stats.planned >= PARALLEL_FROM => {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
-        }
-        None => 1,
-    };
-    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = if threads > 1 {
-        // Round-robin over the changed sections, so every thread gets a share of the work.
-        let mut lanes: Vec<Vec<(usize, Work<'_>)>> = (0..threads).map(|_| Vec::new()).collect();
-        let mut next_lane = 0;
-        for (i, w) in work.into_iter().enumerate() {
-            let lane = if w.kept.is_none() {
-                next_lane = (next_lane + 1) % threads;
-                next_lane
-            } else {
-                i % threads
-            };
-            lanes[lane].push((i, w));
-        }
-        let mut out: Vec<Option<(Option<SectionInputs>, ClusterSection)>> =
-            (0..desired.clusters.len()).map(|_| None).collect();
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = lanes
-                .into_iter()
-                .map(|lane| {
-                    let finish = &finish;
-                    scope.spawn(move || {
-                        lane.into_iter()
-                            .map(|(i, w)| (i, finish(w)))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            for h in handles {
-                match h.join() {
-                    Ok(done) => {
-                        for (i, e) in done {
-                            out[i] = Some(e);
-                        }
-                    }
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
-        });
-        out.into_iter().flatten().collect()
-    } else {
-        work.into_iter().map(finish).collect()
-    };
+    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = work
+        .into_iter()
+        .map(|w| w.finish(last_applied, preflight, memo.keep, shared))
+        .collect();
     // 3. Merge, in cluster order.
     for ((name, _), mut entry) in desired.clusters.iter().zip(finished) {
         let sec = &mut entry.1;
