@@ -140,7 +140,12 @@ pub fn generate(spec: FleetSpec) -> Fleet {
     }
     Fleet {
         files,
-        inventory: Inventory { clusters },
+        inventory: Inventory {
+            clusters: clusters
+                .into_iter()
+                .map(|(k, v)| (k, std::sync::Arc::new(v)))
+                .collect(),
+        },
     }
 }
 

@@ -304,7 +304,7 @@ fn install(
             applied: String::new(),
             running: Default::default(),
         },
-        clusters: vec![ClusterPlan {
+        clusters: vec![std::sync::Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
             cluster: CLUSTER.into(),
@@ -314,7 +314,7 @@ fn install(
             status: Default::default(),
             notes: vec![],
             diffs: vec![],
-        }],
+        })],
         approvals_required: 1,
         catalog: String::new(),
         applies: Default::default(),

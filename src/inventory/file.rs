@@ -211,7 +211,12 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
             });
         }
     }
-    Ok(Inventory { clusters })
+    Ok(Inventory {
+        clusters: clusters
+            .into_iter()
+            .map(|(k, v)| (k, std::sync::Arc::new(v)))
+            .collect(),
+    })
 }
 
 fn parse_yaml(

@@ -187,7 +187,9 @@ pub fn generations(
 /// Every observed cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
-    pub clusters: BTreeMap<String, ObservedCluster>,
+    /// Shared (`Arc`): the server's decoded inventory (`ops::replan::InventoryCache`) and the
+    /// planner's memo hold the same records.
+    pub clusters: BTreeMap<String, std::sync::Arc<ObservedCluster>>,
 }
 
 impl Inventory {
@@ -195,7 +197,7 @@ impl Inventory {
     pub fn save_txn(&self) -> crate::store::Txn {
         let mut txn = crate::store::Txn::new();
         for c in self.clusters.values() {
-            txn.push_record(cluster_key(&c.name), c);
+            txn.push_record(cluster_key(&c.name), c.as_ref());
         }
         txn
     }
@@ -210,7 +212,7 @@ impl Inventory {
         let clusters = store
             .scan_records::<ObservedCluster>("cluster/")?
             .into_iter()
-            .map(|(_, c)| (c.name.clone(), c))
+            .map(|(_, c)| (c.name.clone(), std::sync::Arc::new(c)))
             .collect();
         Ok(Inventory { clusters })
     }

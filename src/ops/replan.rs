@@ -18,6 +18,26 @@ pub fn load_plan(store: &dyn Store, id: &PlanId) -> Result<Option<Plan>, StoreEr
     store.get_record(&plan_key(id))
 }
 
+/// The `parent` of the stored plan `id`, reading only that field of the record (the rest is
+/// skipped, not decoded: a plan of 10,000 machines is megabytes of JSON).
+pub fn load_parent(store: &dyn Store, id: &PlanId) -> Result<Option<Option<PlanId>>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct ParentView {
+        #[serde(default)]
+        parent: Option<PlanId>,
+    }
+    let key = plan_key(id);
+    match store.get(<Plan as crate::store::Record>::TABLE, &key)? {
+        Some(bytes) => {
+            crate::store::record::decode_view_or::<Plan, ParentView>(&key, &bytes, |p| ParentView {
+                parent: p.parent,
+            })
+            .map(|v| Some(v.parent))
+        }
+        None => Ok(None),
+    }
+}
+
 pub fn current(store: &dyn Store) -> Result<Option<CurrentPlan>, StoreError> {
     store.get_record(CURRENT_KEY)
 }
@@ -168,11 +188,10 @@ pub fn replan_at(
 /// bytes; the `rolloutsEnabled` gate changes the bytes alone).
 #[derive(Debug, Default)]
 pub struct InventoryCache {
-    /// Store key → digest of the record's bytes (keyed SipHash, the key random per process)
-    /// and the cluster's name in `inventory`.
-    records: BTreeMap<String, (u64, String)>,
+    /// Store key → sha256 of the record's bytes (a digest nobody can make collide, so equal
+    /// digests are equal bytes) and the cluster's name in `inventory`.
+    records: BTreeMap<String, ([u8; 32], String)>,
     inventory: Inventory,
-    hasher: std::hash::RandomState,
     /// Records decoded by the last [`InventoryCache::load`].
     pub decoded: usize,
 }
@@ -181,7 +200,7 @@ impl InventoryCache {
     /// The store's inventory, decoding only the records whose bytes changed since the last
     /// call. Equal to [`Inventory::load`].
     pub fn load(&mut self, store: &dyn Store) -> Result<&Inventory, StoreError> {
-        use std::hash::BuildHasher;
+        use sha2::{Digest, Sha256};
         let rows = store.scan(
             <crate::inventory::ObservedCluster as crate::store::record::Record>::TABLE,
             "cluster/",
@@ -191,7 +210,7 @@ impl InventoryCache {
         let mut fresh = BTreeMap::new();
         self.decoded = 0;
         for (key, bytes) in rows {
-            let digest = self.hasher.hash_one(&bytes);
+            let digest: [u8; 32] = Sha256::digest(&bytes).into();
             let kept = match self.records.remove(&key) {
                 Some((d, name)) if d == digest => clusters.remove(&name).map(|c| (name, c)),
                 _ => None,
@@ -202,7 +221,7 @@ impl InventoryCache {
                     self.decoded += 1;
                     let c: crate::inventory::ObservedCluster =
                         crate::store::record::decode(&key, &bytes)?;
-                    (c.name.clone(), c)
+                    (c.name.clone(), std::sync::Arc::new(c))
                 }
             };
             records.insert(key, (digest, name.clone()));
@@ -247,10 +266,11 @@ pub fn replan_cached(
     .map_err(ReplanError::Refused)?;
     if let Some(p) = previous
         && p.id == plan.id
-        && let Some(existing) = load_plan(store, &plan.id)?
+        && let Some(parent) = load_parent(store, &plan.id)?
     {
-        // Same inputs as the current plan: it is the current plan.
-        plan.parent = existing.parent;
+        // Same inputs as the current plan: it is the current plan (only its parent is
+        // read back; everything else is what was just computed, byte for byte).
+        plan.parent = parent;
         return Ok(Replanned {
             plan,
             stored: false,

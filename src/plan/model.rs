@@ -286,8 +286,9 @@ pub struct Plan {
     /// The plan that was current before this one, if any.
     pub parent: Option<PlanId>,
     pub basis: Basis,
-    /// Clusters by name order.
-    pub clusters: Vec<ClusterPlan>,
+    /// Clusters by name order. Each section is shared (`Arc`) with the planner's memo and
+    /// every holder of this plan, so a reused section is never copied.
+    pub clusters: Vec<std::sync::Arc<ClusterPlan>>,
     /// Distinct signers needed: the highest requirement of any changed cluster, counting the
     /// settings in force before this plan when the plan changes them.
     pub approvals_required: u32,
@@ -301,7 +302,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn has_changes(&self) -> bool {
-        self.clusters.iter().any(ClusterPlan::has_changes)
+        self.clusters.iter().any(|c| c.has_changes())
     }
 
     /// sha256 over the canonical encoding of everything but `id` and `parent`.
@@ -320,7 +321,7 @@ impl Plan {
             domain: &'static str,
             catalog: &'a str,
             basis: &'a Basis,
-            clusters: &'a [ClusterPlan],
+            clusters: &'a [std::sync::Arc<ClusterPlan>],
             approvals_required: u32,
             applies: &'a Applies,
         }

@@ -526,7 +526,7 @@ struct JsonPlan<'a> {
     approvals_required: u32,
     has_changes: bool,
     summary: Summary,
-    clusters: &'a [ClusterPlan],
+    clusters: &'a [std::sync::Arc<ClusterPlan>],
     approve_command: Option<String>,
     sign_command: Option<String>,
     /// What became of the plan (from the server: `pending`, `approved`, `running`, `applied`,

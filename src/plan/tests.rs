@@ -111,7 +111,7 @@ pub(crate) fn observed(kube: &str, gen_: u64, machines: Vec<Machine>) -> Invento
         })
         .collect();
     Inventory {
-        clusters: [("c1".to_string(), c)].into(),
+        clusters: [("c1".to_string(), std::sync::Arc::new(c))].into(),
     }
 }
 
@@ -674,7 +674,7 @@ fn machines_nobody_can_see_are_not_planned() {
 fn an_unknown_kubernetes_version_is_not_planned() {
     let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
     let mut i = observed("v1.34.1", 1, three_cps("v1.13.9"));
-    i.clusters.get_mut("c1").unwrap().kubernetes_version = None;
+    std::sync::Arc::make_mut(i.clusters.get_mut("c1").unwrap()).kubernetes_version = None;
     let e = only(&plan_err(&d, &i), codes::UNOBSERVED);
     assert!(
         e.message
@@ -1152,7 +1152,7 @@ fn same_inputs_same_id_any_basis_change_makes_it_stale() {
 
     // Observed generation.
     let mut i2 = i.clone();
-    i2.clusters.get_mut("c1").unwrap().generation += 1;
+    std::sync::Arc::make_mut(i2.clusters.get_mut("c1").unwrap()).generation += 1;
     let c = plan_ok(&d, &i2);
     assert_ne!(c.id, a.id);
     assert!(a.is_stale(&c.basis));
@@ -1277,7 +1277,7 @@ proptest! {
 
         // Any change of the observed generation gives another id and makes this plan stale.
         let mut i2 = i.clone();
-        i2.clusters.get_mut("c1").unwrap().generation += 1;
+        std::sync::Arc::make_mut(i2.clusters.get_mut("c1").unwrap()).generation += 1;
         let c = compute(&d, &i2, &LastApplied::default(), None).unwrap();
         prop_assert_ne!(c.id, plan.id);
         prop_assert!(plan.is_stale(&c.basis));

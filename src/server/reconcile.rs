@@ -143,8 +143,9 @@ pub fn reconcile(
         return Ok(state);
     };
     let leader = shared.leadership.is_leader();
-    // The plan this pass just stored, if any: it is the current plan (the commit made it so),
-    // so it is not read back and decoded again.
+    // The plan this pass just computed, if any: it is the current plan (the commit made it
+    // so, or it already was: same id, its parent read back), so it is not read back and
+    // decoded again; its sections are shared with the planner's memo.
     let mut fresh: Option<crate::plan::Plan> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
@@ -154,6 +155,8 @@ pub fn reconcile(
         )]
         let replanned = {
             let mut cache = shared.replan_cache.lock().expect("replan cache lock");
+            // The memo keeps this revision (held by `shared` anyway) instead of copies.
+            cache.memo.share_desired(loaded.clone());
             stored::replan_cached(store, desired, now, &mut cache)
         };
         match replanned {
@@ -175,8 +178,8 @@ pub fn reconcile(
                             at: now.to_string(),
                         });
                     }
-                    fresh = Some(r.plan);
                 }
+                fresh = Some(r.plan);
             }
             Err(ReplanError::Refused(diags)) => {
                 for d in &diags {
@@ -377,7 +380,7 @@ fn start_txn(
     let clusters: BTreeMap<String, &crate::inventory::ObservedCluster> = inventory
         .clusters
         .iter()
-        .map(|(k, v)| (k.clone(), v))
+        .map(|(k, v)| (k.clone(), v.as_ref()))
         .collect();
     let windows: BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> = desired
         .clusters

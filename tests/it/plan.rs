@@ -187,6 +187,7 @@ fn exit_codes_are_0_no_changes_2_changes_1_error() {
     // Everything already at the examples' targets.
     let mut inv = fixture_inventory();
     for c in inv.clusters.values_mut() {
+        let c = std::sync::Arc::make_mut(c);
         c.kubernetes_version = Some(KubeVersion::parse("v1.35.0").unwrap());
         for m in c.machines.values_mut() {
             m.talos_version = Some(TalosVersion::parse("v1.13.9").unwrap());
@@ -277,7 +278,7 @@ fn observed_files_rehearse_without_storing() {
     let store = tmp.path().join("store");
     let mut inv = fixture_inventory();
     seed(&store, &inv);
-    inv.clusters.get_mut("home").unwrap().generation += 1;
+    std::sync::Arc::make_mut(inv.clusters.get_mut("home").unwrap()).generation += 1;
     let json = tmp.path().join("inv.json");
     std::fs::write(
         &json,
@@ -345,7 +346,7 @@ fn stored_plans_chain_and_go_stale() {
     let home = inv.clusters.get_mut("home").unwrap();
     let mut machines = home.machines.clone();
     machines.get_mut("w-1").unwrap().boot_id = Some("rebooted".into());
-    *home = home.observe(home.kubernetes_version.clone(), machines);
+    *home = std::sync::Arc::new(home.observe(home.kubernetes_version.clone(), machines));
     inv.save(&s).unwrap();
     assert!(p.is_stale(&stored::current_basis(&s, d).unwrap()));
     drop(s);

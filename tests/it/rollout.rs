@@ -167,7 +167,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
             applied: String::new(),
             running: Default::default(),
         },
-        clusters: vec![ClusterPlan {
+        clusters: vec![std::sync::Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
             cluster: CLUSTER.into(),
@@ -177,7 +177,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
             status: Default::default(),
             notes: vec![],
             diffs: vec![],
-        }],
+        })],
         approvals_required: 1,
         catalog: String::new(),
         applies: Default::default(),
@@ -986,7 +986,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
     // a blocking preflight finding nobody acknowledged: never started, whatever the gates
     // (defense in depth: approval refuses such a plan first)
     let mut blocked = p.clone();
-    blocked.clusters[0]
+    std::sync::Arc::make_mut(&mut blocked.clusters[0])
         .preflight
         .push(medea::plan::preflight::Finding {
             id: "etcd/alarm/NOSPACE/1".into(),
@@ -1001,7 +1001,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
     assert!(matches!(e, RolloutError::BlockingFindings { .. }), "{e}");
     assert!(e.to_string().contains("[etcd/alarm/NOSPACE/1]"), "{e}");
     assert!(e.to_string().contains("spec.preflight.acknowledge"), "{e}");
-    blocked.clusters[0].preflight[0].acknowledged = true;
+    std::sync::Arc::make_mut(&mut blocked.clusters[0]).preflight[0].acknowledged = true;
     assert!(create_jobs_txn(&blocked, &inputs(true, &obs, none), t0()).is_ok());
 
     // not the current plan: the transaction refuses atomically

@@ -59,7 +59,7 @@ pub fn health_world(
         }
     }
     let mut p = plan(&obs, steps, 3);
-    p.clusters[0].health = cluster;
+    std::sync::Arc::make_mut(&mut p.clusters[0]).health = cluster;
     let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
     World {
         fake,
@@ -457,7 +457,8 @@ mod crash {
             t.health = Some(policy(&["ceph"], 0, 1, 1, OnFailure::Rollback));
         }
         let mut p = plan(&obs, vec![step], 11);
-        p.clusters[0].health = Some(policy(&["alerts"], 0, 1, 1, OnFailure::Halt));
+        std::sync::Arc::make_mut(&mut p.clusters[0]).health =
+            Some(policy(&["alerts"], 0, 1, 1, OnFailure::Halt));
         install(&store, &p, &obs, &[]).unwrap();
     }
 
@@ -846,7 +847,7 @@ mod real {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let obs = sim.observed();
         let mut p = plan(&obs, vec![step], 1);
-        p.clusters[0].health = Some(alerts_policy(sources.clone()));
+        std::sync::Arc::make_mut(&mut p.clusters[0]).health = Some(alerts_policy(sources.clone()));
         let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
         let (talos, kube) = adapters(&sim).await;
         let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
@@ -880,7 +881,7 @@ mod real {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let obs = sim.observed();
         let mut p = plan(&obs, vec![sim.step("workers", &[&["w-3"]], 1, (60, 60))], 2);
-        p.clusters[0].health = Some(alerts_policy(sources.clone()));
+        std::sync::Arc::make_mut(&mut p.clusters[0]).health = Some(alerts_policy(sources.clone()));
         let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
         let (talos, kube) = adapters(&sim).await;
         let before = sim.talos.counters("w-3").unwrap().mutating();

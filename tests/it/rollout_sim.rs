@@ -1493,7 +1493,7 @@ fn the_debug_runner_evaluates_gates_with_real_probes() {
             vec![sim.step("workers", &[&["w-1"]], 1, (600, 900))],
             9,
         );
-        p.clusters[0].health = Some(HealthPolicy {
+        std::sync::Arc::make_mut(&mut p.clusters[0]).health = Some(HealthPolicy {
             sources: HealthSources::default(),
             gates: vec![Gate {
                 name: "system-daemonsets".into(),

@@ -42,6 +42,9 @@ impl World {
         format!("c{:04}", i)
     }
     fn desired(&mut self) -> crate::desired::Desired {
+        self.loaded().desired
+    }
+    fn loaded(&mut self) -> crate::desired::Loaded {
         let snap = Snapshot {
             files: self
                 .files
@@ -57,7 +60,7 @@ impl World {
         };
         let loaded = self.loader.load_snapshot(snap);
         assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
-        loaded.desired
+        loaded
     }
 }
 
@@ -140,8 +143,9 @@ fn apply_change(w: &mut World, original: &World, c: &Change, last: Option<&crate
             let name = w.cluster(*i);
             let base = original.inventory.clusters.get(&name).cloned();
             let entry = w.inventory.clusters.entry(name).or_insert_with(|| {
-                base.clone()
-                    .unwrap_or_else(|| crate::inventory::ObservedCluster::new("gone"))
+                base.clone().unwrap_or_else(|| {
+                    std::sync::Arc::new(crate::inventory::ObservedCluster::new("gone"))
+                })
             });
             let mut machines = entry.machines.clone();
             if let Some(machine) = machines.values_mut().nth(*m) {
@@ -154,7 +158,7 @@ fn apply_change(w: &mut World, original: &World, c: &Change, last: Option<&crate
                     _ => machine.reachable = !machine.reachable,
                 }
             }
-            *entry = entry.observe(entry.kubernetes_version.clone(), machines);
+            *entry = std::sync::Arc::new(entry.observe(entry.kubernetes_version.clone(), machines));
         }
         Change::Unobserve(i) => {
             let name = w.cluster(*i);
@@ -184,19 +188,41 @@ fn apply_change(w: &mut World, original: &World, c: &Change, last: Option<&crate
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
     #[test]
-    fn a_memoized_plan_equals_a_cold_plan(changes in proptest::collection::vec(change(), 1..14)) {
+    fn a_memoized_plan_equals_a_cold_plan(
+        changes in proptest::collection::vec((change(), any::<bool>()), 1..14),
+        share_first in any::<bool>(),
+    ) {
+        // Each step either shares its desired state with the memo (as the daemon does: the
+        // memo keeps the revision, not copies; an unchanged revision is the same `Arc`, so
+        // its clusters compare by pointer) or does not (the memo copies each Cluster), in
+        // any order.
         let original = World::new(4);
         let mut w = World::new(4);
         let mut memo = PlanMemo::default();
         let mut last: Option<crate::plan::Plan> = None;
-        for c in std::iter::once(None).chain(changes.iter().map(Some)) {
-            if let Some(c) = c {
-                apply_change(&mut w, &original, c, last.as_ref());
+        let mut loaded: Option<std::sync::Arc<crate::desired::Loaded>> = None;
+        let steps = std::iter::once((None, share_first))
+            .chain(changes.iter().map(|(c, s)| (Some(c), *s)));
+        for (c, share) in steps {
+            let desired_changed = match c {
+                Some(c) => {
+                    apply_change(&mut w, &original, c, last.as_ref());
+                    matches!(c, Change::Talos(..) | Change::MaxUnavailable(..) | Change::Desired(..))
+                }
+                None => true,
+            };
+            let l = match (&loaded, desired_changed) {
+                (Some(l), false) => l.clone(),
+                _ => std::sync::Arc::new(w.loaded()),
+            };
+            loaded = Some(l.clone());
+            if share {
+                memo.share_desired(l.clone());
             }
-            let desired = w.desired();
+            let desired = l.valid().unwrap();
             let parent = last.as_ref().map(|p| p.id);
-            let cold = compute_with(&desired, &w.inventory, &w.applied, parent, &w.running);
-            let warm = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &crate::plan::preflight::Context::default(), &mut memo);
+            let cold = compute_with(desired, &w.inventory, &w.applied, parent, &w.running);
+            let warm = compute_memo(desired, &w.inventory, &w.applied, parent, &w.running, &crate::plan::preflight::Context::default(), &mut memo);
             prop_assert_eq!(&warm, &cold);
             let stats = memo.last_stats();
             prop_assert_eq!(stats.planned + stats.reused, desired.clusters.len());

@@ -30,7 +30,9 @@
 //! step and its placement `kube`, the notes for people `notes`; this file drives them per
 //! cluster and holds order (4), settings (6), the approval bar and the plan's basis.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 mod kube;
 mod members;
@@ -198,38 +200,70 @@ pub fn compute_in(
 /// A planner change that makes a cluster's section read something more (another cluster's job
 /// history, a new observation) adds that input here as a field; the derived `PartialEq` then
 /// invalidates on it.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Nothing is copied that the memo can share: the observed record is the inventory's own
+/// (`Arc`), and the desired `Cluster` stays in the desired state the memo holds
+/// ([`PlanMemo::share_desired`]). Equal pointers are equal inputs; otherwise the values are
+/// compared whole, so a match is always exact.
+#[derive(Debug, Clone)]
 pub struct SectionInputs {
     /// The validated Cluster and its pools (every field, source positions included).
-    pub cluster: Cluster,
+    cluster: KeptCluster,
     /// The observed cluster record (compared whole, not only by generation).
-    pub observed: Option<ObservedCluster>,
+    observed: Option<Arc<ObservedCluster>>,
     /// The running rollout job, if any.
-    pub running: Option<String>,
+    running: Option<String>,
     /// The cluster's last-applied resources (the cluster and its pools, gone ones included).
-    pub applied: Vec<AppliedResource>,
+    applied: Vec<AppliedResource>,
+}
+
+/// Where a memoized section's desired `Cluster` is kept.
+#[derive(Debug, Clone)]
+enum KeptCluster {
+    /// In the desired state the memo holds ([`PlanMemo::desired`]), under the section's name.
+    Shared,
+    /// A copy: the planning call shared no desired state with the memo.
+    Copy(Box<Cluster>),
 }
 
 /// The inputs as borrowed from a planning call, compared with a memoized [`SectionInputs`]
 /// without copying them.
 struct InputsRef<'a> {
     cluster: &'a Cluster,
-    observed: Option<&'a ObservedCluster>,
+    observed: Option<&'a Arc<ObservedCluster>>,
     running: Option<&'a String>,
     applied: Vec<&'a AppliedResource>,
 }
 
 impl InputsRef<'_> {
-    fn matches(&self, m: &SectionInputs) -> bool {
-        *self.cluster == m.cluster
-            && self.observed == m.observed.as_ref()
+    /// Whether `m` holds these inputs. `shared` is the memo's desired state's Cluster of
+    /// this name, for inputs kept as [`KeptCluster::Shared`].
+    fn matches(&self, m: &SectionInputs, shared: Option<&Cluster>) -> bool {
+        let cluster = match &m.cluster {
+            KeptCluster::Copy(c) => **c == *self.cluster,
+            KeptCluster::Shared => {
+                shared.is_some_and(|c| std::ptr::eq(c, self.cluster) || *c == *self.cluster)
+            }
+        };
+        let observed = match (self.observed, &m.observed) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        cluster
+            && observed
             && self.running == m.running.as_ref()
             && self.applied.len() == m.applied.len()
             && self.applied.iter().zip(&m.applied).all(|(a, b)| *a == b)
     }
-    fn to_owned(&self) -> SectionInputs {
+    /// The inputs to keep; `shared`: the Cluster is in the desired state the memo keeps.
+    fn to_owned(&self, shared: bool) -> SectionInputs {
         SectionInputs {
-            cluster: self.cluster.clone(),
+            cluster: if shared {
+                KeptCluster::Shared
+            } else {
+                KeptCluster::Copy(Box::new(self.cluster.clone()))
+            },
             observed: self.observed.cloned(),
             running: self.running.cloned(),
             applied: self.applied.iter().map(|a| (*a).clone()).collect(),
@@ -242,8 +276,9 @@ impl InputsRef<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterSection {
     catalog: String,
-    /// `None` when the cluster cannot be planned (`diags` says why).
-    plan: Option<ClusterPlan>,
+    /// `None` when the cluster cannot be planned (`diags` says why). Shared with the plans
+    /// that carry it (`Plan::clusters`): a reused section is never copied.
+    plan: Option<Arc<ClusterPlan>>,
     diags: Vec<Diagnostic>,
     /// The approvals this cluster's changes need (1 when none).
     bar: u32,
@@ -253,13 +288,12 @@ pub struct ClusterSection {
     /// ([`Plan::canonical_id`]), computed once per section.
     plan_json: Vec<u8>,
     put_json: Vec<Vec<u8>>,
-    /// The section before the preflight checks, when they apply (an observed cluster
-    /// without a running job): `plan` is this plus [`Self::preflight`]. Kept only by a memo
-    /// that keeps sections ([`PlanMemo::keeps`]); a one-off plan checks `plan` itself.
-    base: Option<ClusterPlan>,
-    /// The preflight checks apply to this section (`base` or, in a one-off plan, `plan`).
+    /// The preflight checks apply to this section's base ([`Self::base`]).
     checked: bool,
-    /// The findings and acknowledgement notes `plan` carries.
+    /// The findings and acknowledgement notes `plan` carries: `plan` is its base (the
+    /// section before the preflight checks) with `preflight` set to the findings and the
+    /// notes appended. The base is not kept (it would be a second copy of every section):
+    /// it is `plan` with both undone.
     preflight: (Vec<crate::plan::preflight::Finding>, Vec<String>),
 }
 
@@ -270,15 +304,30 @@ impl ClusterSection {
         reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
     )]
     fn finish(&mut self, found: (Vec<crate::plan::preflight::Finding>, Vec<String>)) {
-        // A one-off plan has no base: its `plan` is still the base (finished at most once).
-        let Some(mut plan) = self.base.clone().or_else(|| self.plan.take()) else {
+        let Some(base) = self.base() else {
             return;
         };
+        let mut plan = base.into_owned();
         plan.preflight = found.0.clone();
         plan.notes.extend(found.1.iter().cloned());
         self.plan_json = serde_json::to_vec(&plan).expect("plans serialize");
-        self.plan = Some(plan);
+        self.plan = Some(Arc::new(plan));
         self.preflight = found;
+    }
+
+    /// The section before the preflight checks: `plan` itself while it carries no findings
+    /// and no notes of them (the usual case, no copy), else `plan` with them undone (the
+    /// base's `preflight` is always empty, and the notes were appended at its end).
+    fn base(&self) -> Option<Cow<'_, ClusterPlan>> {
+        let plan = self.plan.as_deref()?;
+        if self.preflight.0.is_empty() && self.preflight.1.is_empty() {
+            return Some(Cow::Borrowed(plan));
+        }
+        let mut base = plan.clone();
+        base.preflight = Vec::new();
+        base.notes
+            .truncate(base.notes.len().saturating_sub(self.preflight.1.len()));
+        Some(Cow::Owned(base))
     }
 }
 
@@ -296,6 +345,11 @@ pub struct PlanMemo {
     keep: bool,
     /// The id of the plan the last call computed (its sections are the ones kept).
     last_id: Option<PlanId>,
+    /// The desired state the kept sections' [`KeptCluster::Shared`] inputs are in (the one
+    /// the last call planned, when the caller shared it).
+    desired: Option<Arc<crate::desired::Loaded>>,
+    /// The desired state the next call plans, if the caller shares it ([`Self::share_desired`]).
+    next_desired: Option<Arc<crate::desired::Loaded>>,
 }
 
 impl Default for PlanMemo {
@@ -305,6 +359,8 @@ impl Default for PlanMemo {
             last: MemoStats::default(),
             keep: true,
             last_id: None,
+            desired: None,
+            next_desired: None,
         }
     }
 }
@@ -333,6 +389,14 @@ impl PlanMemo {
     /// Whether this memo keeps sections for the next call.
     pub fn keeps(&self) -> bool {
         self.keep
+    }
+
+    /// The next call plans `loaded`'s desired state (the `desired` it is given is
+    /// `loaded.valid()`): the memo then keeps `loaded` (an `Arc` the caller holds anyway)
+    /// instead of a copy of every cluster's desired `Cluster`, and compares a cluster whose
+    /// revision did not change by pointer. Ignored when the call plans another desired state.
+    pub fn share_desired(&mut self, loaded: Arc<crate::desired::Loaded>) {
+        self.next_desired = Some(loaded);
     }
 
     /// The JSON of `plan` (`serde_json::to_vec(plan)`, byte for byte), its clusters' JSON
@@ -367,7 +431,13 @@ impl PlanMemo {
                 out.push(b',');
             }
             match self.sections.get(&c.cluster) {
-                Some((_, sec)) if !sec.plan_json.is_empty() && sec.plan.as_ref() == Some(c) => {
+                Some((_, sec))
+                    if !sec.plan_json.is_empty()
+                        && sec
+                            .plan
+                            .as_ref()
+                            .is_some_and(|p| Arc::ptr_eq(p, c) || p == c) =>
+                {
                     out.extend_from_slice(&sec.plan_json)
                 }
                 _ => out.extend(c.to_json()),
@@ -384,6 +454,54 @@ impl PlanMemo {
     }
 }
 
+/// One desired cluster of a planning call: its inputs and, when they are unchanged, its
+/// memoized section.
+struct Work<'a> {
+    name: &'a String,
+    cluster: &'a Cluster,
+    inputs: InputsRef<'a>,
+    kept: Option<(Option<SectionInputs>, ClusterSection)>,
+}
+
+impl Work<'_> {
+    /// The section (the kept one, or planned afresh) with its preflight findings, and the
+    /// inputs to keep for it (`keep`: the memo keeps sections; `shared`: the memo keeps the
+    /// desired state this call plans).
+    fn finish(
+        self,
+        last_applied: &LastApplied,
+        preflight: &crate::plan::preflight::Context,
+        keep: bool,
+        shared: bool,
+    ) -> (Option<SectionInputs>, ClusterSection) {
+        let mut entry = match self.kept {
+            Some(kept) => kept,
+            None => (
+                keep.then(|| self.inputs.to_owned(shared)),
+                section(self.name, self.cluster, &self.inputs, last_applied),
+            ),
+        };
+        // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
+        // upstream clusters' job history): checked on every pass over the memoized base
+        // section, whose final JSON is rebuilt only when the findings change.
+        if entry.1.checked
+            && let Some(obs) = self.inputs.observed
+            && let Some(base) = entry.1.base()
+        {
+            let found = crate::plan::preflight::check(
+                self.cluster,
+                obs,
+                &base,
+                &preflight.for_cluster(self.cluster),
+            );
+            if found != entry.1.preflight {
+                entry.1.finish(found);
+            }
+        }
+        entry
+    }
+}
+
 /// [`compute_with`], reusing the sections of `memo` whose inputs are unchanged and leaving
 /// in it the sections of this plan.
 pub fn compute_memo(
@@ -396,7 +514,7 @@ pub fn compute_memo(
     memo: &mut PlanMemo,
 ) -> Result<Plan, Vec<Diagnostic>> {
     let mut diags = Vec::new();
-    let mut clusters: BTreeMap<String, ClusterPlan> = BTreeMap::new();
+    let mut clusters: BTreeMap<String, Arc<ClusterPlan>> = BTreeMap::new();
     let mut applies = Applies::default();
     let mut bar: u32 = 1;
     let mut catalogs = BTreeSet::new();
@@ -411,6 +529,16 @@ pub fn compute_memo(
     }
     let mut stats = MemoStats::default();
     let mut sections = BTreeMap::new();
+    // The desired state the kept sections' shared inputs are in, and the one this call's
+    // kept inputs will be in (when the caller shared it and it is the one planned).
+    let previous = memo.desired.take();
+    let previous_desired = previous.as_ref().and_then(|l| l.valid());
+    let next = memo
+        .next_desired
+        .take()
+        .filter(|l| memo.keep && l.valid().is_some_and(|d| std::ptr::eq(d, desired)));
+    // 1. Which sections are reused (inputs unchanged) and which are planned afresh.
+    let mut work = Vec::with_capacity(desired.clusters.len());
     for (name, cluster) in &desired.clusters {
         let inputs = InputsRef {
             cluster,
@@ -418,33 +546,55 @@ pub fn compute_memo(
             running: running.get(name),
             applied: applied_of.remove(name.as_str()).unwrap_or_default(),
         };
-        let entry = match memo.sections.remove(name) {
-            Some((Some(old), sec)) if inputs.matches(&old) => {
+        let kept = match memo.sections.remove(name) {
+            Some((Some(old), sec))
+                if inputs.matches(
+                    &old,
+                    previous_desired
+                        .and_then(|d| d.clusters.get(name))
+                        .map(|c| &**c),
+                ) =>
+            {
                 stats.reused += 1;
-                (Some(old), sec)
+                // Kept again: a copied Cluster stays a copy; a shared one moves to `next`
+                // when there is one (it is equal, so it is in `next` under the same name).
+                let old = match (old.cluster, &next) {
+                    (KeptCluster::Shared, None) => SectionInputs {
+                        cluster: KeptCluster::Copy(Box::new(Cluster::clone(cluster))),
+                        ..old
+                    },
+                    (KeptCluster::Copy(_), Some(_)) => SectionInputs {
+                        cluster: KeptCluster::Shared,
+                        ..old
+                    },
+                    (kept, _) => SectionInputs {
+                        cluster: kept,
+                        ..old
+                    },
+                };
+                Some((Some(old), sec))
             }
             _ => {
                 stats.planned += 1;
-                (
-                    memo.keep.then(|| inputs.to_owned()),
-                    section(name, cluster, &inputs, last_applied, memo.keep),
-                )
+                None
             }
         };
-        let mut entry = entry;
-        // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
-        // upstream clusters' job history): checked on every pass over the memoized base
-        // section, whose final JSON is rebuilt only when the findings change.
-        if entry.1.checked
-            && let Some(obs) = inputs.observed
-            && let Some(base) = entry.1.base.as_ref().or(entry.1.plan.as_ref())
-        {
-            let found =
-                crate::plan::preflight::check(cluster, obs, base, &preflight.for_cluster(cluster));
-            if found != entry.1.preflight {
-                entry.1.finish(found);
-            }
-        }
+        work.push(Work {
+            name,
+            cluster,
+            inputs,
+            kept,
+        });
+    }
+    // 2. Plan the changed sections and run every section's preflight checks (each is a
+    //    pure function of its own inputs).
+    let shared = next.is_some();
+    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = work
+        .into_iter()
+        .map(|w| w.finish(last_applied, preflight, memo.keep, shared))
+        .collect();
+    // 3. Merge, in cluster order.
+    for ((name, _), mut entry) in desired.clusters.iter().zip(finished) {
         let sec = &mut entry.1;
         catalogs.insert(sec.catalog.clone());
         diags.extend(sec.diags.iter().cloned());
@@ -452,7 +602,7 @@ pub fn compute_memo(
         applies.put.extend(sec.put.iter().cloned());
         applies.delete.extend(sec.delete.iter().cloned());
         // A one-off memo gives its sections away; a kept one keeps them (the next plan
-        // reuses them) and the plan gets copies.
+        // reuses them) and shares them with the plan.
         let plan = if memo.keep {
             sec.plan.clone()
         } else {
@@ -465,6 +615,8 @@ pub fn compute_memo(
     }
     memo.sections = sections;
     memo.last = stats;
+    memo.desired = next;
+    drop(previous);
 
     // Clusters applied before and gone from the desired state.
     for gone in last_applied.cluster_names() {
@@ -472,7 +624,7 @@ pub fn compute_memo(
             continue;
         }
         if let Some(job) = running.get(&gone) {
-            clusters.insert(gone.clone(), rolling_out(&gone, job));
+            clusters.insert(gone.clone(), Arc::new(rolling_out(&gone, job)));
             continue;
         }
         let mut settings = Vec::new();
@@ -493,7 +645,7 @@ pub fn compute_memo(
         ));
         clusters.insert(
             gone.clone(),
-            ClusterPlan {
+            Arc::new(ClusterPlan {
                 preflight: Vec::new(), health: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
@@ -505,7 +657,7 @@ pub fn compute_memo(
                         .into(),
                 ],
                 diffs,
-            },
+            }),
         );
     }
 
@@ -569,9 +721,8 @@ fn section(
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
     all_applied: &LastApplied,
-    keep: bool,
 ) -> ClusterSection {
-    let mut s = section_parts(name, cluster, inputs, all_applied, keep);
+    let mut s = section_parts(name, cluster, inputs, all_applied);
     if let Some(p) = &s.plan {
         s.plan_json = serde_json::to_vec(p).expect("plans serialize");
     }
@@ -588,7 +739,6 @@ fn section_parts(
     cluster: &Cluster,
     inputs: &InputsRef<'_>,
     all_applied: &LastApplied,
-    keep: bool,
 ) -> ClusterSection {
     let catalog = Catalog::for_policy(&cluster.upgrade_policy);
     let mut out = ClusterSection {
@@ -600,19 +750,18 @@ fn section_parts(
         delete: Vec::new(),
         plan_json: Vec::new(),
         put_json: Vec::new(),
-        base: None,
         checked: false,
         preflight: (Vec::new(), Vec::new()),
     };
     if let Some(job) = inputs.running {
-        out.plan = Some(rolling_out(name, job));
+        out.plan = Some(Arc::new(rolling_out(name, job)));
         return out;
     }
     let obs = inputs
         .observed
         .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
     let Some(obs) = obs else {
-        out.plan = Some(ClusterPlan {
+        out.plan = Some(Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
             cluster: name.clone(),
@@ -625,7 +774,7 @@ fn section_parts(
                     .into(),
             ],
             diffs: Vec::new(),
-        });
+        }));
         return out;
     };
     // Only this cluster's resources: the section depends on nothing else of the applied state.
@@ -679,10 +828,7 @@ fn section_parts(
         }
     }
     out.checked = true;
-    if keep {
-        out.base = Some(plan.clone());
-    }
-    out.plan = Some(plan);
+    out.plan = Some(Arc::new(plan));
     out
 }
 

@@ -50,7 +50,7 @@ fn gathered() -> PreflightObservations {
 }
 
 fn with(mut inv: Inventory, p: PreflightObservations) -> Inventory {
-    inv.clusters.get_mut("c1").unwrap().preflight = p;
+    std::sync::Arc::make_mut(inv.clusters.get_mut("c1").unwrap()).preflight = p;
     inv
 }
 

@@ -374,7 +374,7 @@ impl pb::medea_server::Medea for MedeaApi {
         }
         let clusters = names
             .iter()
-            .map(|n| self.cluster_pb(n, inv.clusters.get(n)))
+            .map(|n| self.cluster_pb(n, inv.clusters.get(n).map(|c| &**c)))
             .collect();
         Ok(Response::new(pb::ListClustersResponse { clusters }))
     }

@@ -352,8 +352,8 @@ async fn get_machines_follows_every_record_and_desired_change_despite_its_cache(
     };
     let inv = Inventory {
         clusters: [
-            ("home".to_string(), cluster("home", "v1.12.4")),
-            ("lab".to_string(), cluster("lab", "v1.12.4")),
+            ("home".to_string(), Arc::new(cluster("home", "v1.12.4"))),
+            ("lab".to_string(), Arc::new(cluster("lab", "v1.12.4"))),
         ]
         .into(),
     };
