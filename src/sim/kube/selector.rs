@@ -122,6 +122,8 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Match against a label map (the reference [`Self::matches_object`] must equal).
+    #[cfg(test)]
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|req| match req {
             LabelReq::Eq(k, v) => labels.get(k) == Some(v),

@@ -59,7 +59,8 @@ pub(in crate::sim::kube) fn select<'a>(
     Box::new(candidates.filter(move |o| labels.matches_object(o) && fields.matches(o)))
 }
 
-/// [`select`] by scanning every object of the type (the reference the index must equal).
+/// [`select`] by scanning every object of the type and matching labels on a copy of them (the
+/// reference the index and the in-place label match must equal).
 #[cfg(test)]
 pub(in crate::sim::kube) fn select_scan<'a>(
     store: &'a Store,
@@ -68,9 +69,9 @@ pub(in crate::sim::kube) fn select_scan<'a>(
     labels: &'a LabelSelector,
     fields: &'a FieldSelector,
 ) -> impl Iterator<Item = &'a Value> + 'a {
-    store
-        .list(rt, ns)
-        .filter(move |o| labels.matches_object(o) && fields.matches(o))
+    store.list(rt, ns).filter(move |o| {
+        labels.matches(&crate::sim::kube::selector::labels_of(o)) && fields.matches(o)
+    })
 }
 
 pub(super) fn list(
