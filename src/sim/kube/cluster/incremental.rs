@@ -285,6 +285,8 @@ pub(super) struct State {
     /// Incremental passes run, nodes they re-derived and pods the kubelet read (tests check
     /// that a change touches only what it dirties).
     pub incremental_passes: u64,
+    /// Reads of the node digests that listed only the changed nodes.
+    pub changed_prints: u64,
     pub nodes_derived: u64,
     pub pods_examined: u64,
 }
@@ -540,7 +542,10 @@ impl KubeSide {
         };
         self.inc.prints_at = generation;
         match changed {
-            Some(changed) => Prints::Changed(changed),
+            Some(changed) => {
+                self.inc.changed_prints += 1;
+                Prints::Changed(changed)
+            }
             None => Prints::All(self.source.node_fingerprints()),
         }
     }
