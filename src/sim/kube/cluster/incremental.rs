@@ -6,8 +6,9 @@
 //! ([`KubeSide::pass_incremental`]) runs the same controllers over a dirty set instead:
 //!
 //! - **nodes** whose Talos-side facts changed (the per-node digest
-//!   [`NodeSource::node_fingerprints`]), whose stored Node changed, or that were patched (a
-//!   cordon dirties one node);
+//!   [`NodeSource::node_fingerprints`]; only the changed nodes' digests, from
+//!   [`NodeSource::node_fingerprints_since`], when the source keeps them), whose stored Node
+//!   changed, or that were patched (a cordon dirties one node);
 //! - **pods** that changed (an eviction dirties one pod, and through its owner the
 //!   controller's status), pods on a dirty node (a node reboot dirties that node and its pods),
 //!   pods whose timer fell due;
@@ -29,6 +30,7 @@
 //! changes; a phase that wrote for it sees its own write as an event and processes it again.
 //!
 //! [`NodeSource::node_fingerprints`]: crate::sim::node::NodeSource::node_fingerprints
+//! [`NodeSource::node_fingerprints_since`]: crate::sim::node::NodeSource::node_fingerprints_since
 //! [`Store::changes_since`]: crate::sim::kube::store::Store::changes_since
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
