@@ -82,16 +82,22 @@ pub(crate) fn uid_of(obj: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// Everything but `metadata` and `status`: what `generation` tracks.
-fn spec_part(obj: &Value) -> Value {
-    match obj {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        other => other.clone(),
+/// Whether everything but `metadata` and `status` (what `generation` tracks) is the same in
+/// both, compared in place.
+fn same_spec(a: &Value, b: &Value) -> bool {
+    let tracked = |m: &'_ serde_json::Map<String, Value>| {
+        m.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+            .count()
+    };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            tracked(x) == tracked(y)
+                && x.iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+                    .all(|(k, v)| y.get(k) == Some(v))
+        }
+        _ => a == b,
     }
 }
 
@@ -278,7 +284,7 @@ impl Store {
         now: jiff::Timestamp,
     ) -> Value {
         let key = (rt.key(), ns_of(&obj).to_string(), name_of(&obj).to_string());
-        let Some(old) = self.objects.get(&key).cloned() else {
+        let Some(old) = self.objects.get(&key) else {
             return match self.create(rt, obj, now) {
                 Ok(v) | Err(v) => v,
             };
@@ -292,7 +298,7 @@ impl Store {
         }
         let old_gen = old.pointer("/metadata/generation").and_then(Value::as_i64);
         if let Some(g) = old_gen {
-            let bumped = if spec_part(&old) != spec_part(&obj) {
+            let bumped = if !same_spec(old, &obj) {
                 g + 1
             } else {
                 g
@@ -301,14 +307,14 @@ impl Store {
         } else if obj.get("spec").is_some() {
             obj["metadata"]["generation"] = json!(1);
         }
-        if obj == old {
-            return old;
+        if obj == *old {
+            return old.clone();
         }
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.reindex(&key, Some(&old), Some(&obj));
-        self.objects.insert(key, obj.clone());
-        self.emit(rt.key(), EventType::Modified, obj.clone(), Some(old));
+        let old = self.objects.insert(key.clone(), obj.clone());
+        self.reindex(&key, old.as_ref(), Some(&obj));
+        self.emit(rt.key(), EventType::Modified, obj.clone(), old);
         obj
     }
 
