@@ -369,10 +369,15 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
                     }
                     EventState::Done => {
                         if let Some(t) = started.remove(&key) {
+                            // a pull made ahead of the node's turn is its pull step
+                            let step = match o {
+                                crate::rollout::sequencer::CommandOp::PullAhead => "pull",
+                                o => o.name(),
+                            };
                             crate::metrics::observe_step(
                                 &e.cluster,
                                 e.pool.as_deref().unwrap_or(""),
-                                o.name(),
+                                step,
                                 t.elapsed(),
                             );
                         }

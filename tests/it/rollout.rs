@@ -804,6 +804,135 @@ async fn a_node_already_on_target_is_skipped() {
     assert_eq!(s.nodes["w-1"].counters.upgrade, 1);
 }
 
+/// The commands of `node`'s journal intents, in order.
+fn intent_ops(w: &World, node: &str) -> Vec<CommandOp> {
+    w.journal()
+        .into_iter()
+        .filter_map(|e| match e.entry {
+            Entry::Intent { key, .. } if key.node.as_deref() == Some(node) => Some(key.op),
+            _ => None,
+        })
+        .collect()
+}
+
+fn pulled_ahead(job: &Job, node: &str) -> Option<medea::rollout::sequencer::PullAhead> {
+    job.steps
+        .iter()
+        .find_map(|s| match &s.kind {
+            medea::rollout::sequencer::StepKind::Talos(t) => {
+                t.nodes.iter().find(|n| n.target.node == node)
+            }
+            _ => None,
+        })
+        .and_then(|n| n.pulled_ahead)
+}
+
+/// While a wave's nodes reboot, the next wave's nodes pull the image (once each: not again at
+/// their turn); their disruption still waits until the wave before is back in service.
+#[tokio::test(start_paused = true)]
+async fn the_next_wave_pulls_its_image_while_the_wave_reboots() {
+    use medea::rollout::sequencer::PullAhead;
+    let fake = FakeCluster::new(&specs(0, 4, FROM, KUBE));
+    fake.edit(|s| s.reboot_polls = 5);
+    let w = world(fake, |f| {
+        vec![talos_step(
+            f,
+            "workers",
+            &[&["w-1", "w-2"], &["w-3", "w-4"]],
+            TO,
+            2,
+        )]
+    });
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let s = w.state();
+    assert_rolled(&s, TO, 1);
+    let log = &s.log;
+    for n in ["w-1", "w-2", "w-3", "w-4"] {
+        assert_eq!(s.nodes[n].counters.pull, 1, "{n} pulled once: {log:#?}");
+    }
+    for n in ["w-3", "w-4"] {
+        let pull = position(log, &format!("pull {n}"));
+        assert!(
+            position(log, "reboot w-2") < pull && pull < position(log, "uncordon w-1"),
+            "{n} pulled while the first wave was away: {log:#?}"
+        );
+    }
+    assert!(
+        position(log, "uncordon w-2") < position(log, "cordon w-3"),
+        "the second wave is disrupted only after the first is back: {log:#?}"
+    );
+    use CommandOp::*;
+    assert_eq!(
+        intent_ops(&w, "w-1"),
+        [Pull, Cordon, Drain, Upgrade, Reboot, Uncordon]
+    );
+    assert_eq!(
+        intent_ops(&w, "w-3"),
+        [PullAhead, Cordon, Drain, Upgrade, Reboot, Uncordon]
+    );
+    let job = w.job();
+    assert_eq!(pulled_ahead(&job, "w-1"), None);
+    assert_eq!(pulled_ahead(&job, "w-3"), Some(PullAhead::Pulled));
+    assert_eq!(pulled_ahead(&job, "w-4"), Some(PullAhead::Pulled));
+}
+
+/// A pull ahead is best effort: its failure (here a lost reply) never halts the job, and the
+/// node pulls again at its turn.
+#[tokio::test(start_paused = true)]
+async fn a_pull_ahead_that_fails_never_halts_and_the_node_pulls_at_its_turn() {
+    use medea::rollout::sequencer::PullAhead;
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE)).with_fault(Fault::LostReply {
+        node: "w-2".into(),
+        op: "pull".into(),
+    });
+    fake.edit(|s| s.reboot_polls = 5);
+    let w = world(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    });
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let s = w.state();
+    assert_rolled(&s, TO, 1);
+    assert_eq!(s.nodes["w-2"].counters.pull, 2, "{:#?}", s.log);
+    use CommandOp::*;
+    assert_eq!(
+        intent_ops(&w, "w-2"),
+        [PullAhead, Pull, Cordon, Drain, Upgrade, Reboot, Uncordon]
+    );
+    assert_eq!(pulled_ahead(&w.job(), "w-2"), Some(PullAhead::Failed));
+    assert!(
+        w.journal().iter().any(|e| e
+            .notes
+            .iter()
+            .any(|n| n.contains("w-2: the pull ahead of its turn failed"))),
+        "the failure is on record"
+    );
+}
+
+/// A node already on the target is not pulled ahead either: it is never touched.
+#[tokio::test(start_paused = true)]
+async fn a_node_already_on_target_is_not_pulled_ahead() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    fake.edit(|s| s.reboot_polls = 5);
+    let w = world(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    });
+    w.fake
+        .edit(|s| s.nodes.get_mut("w-2").unwrap().version = tv(TO));
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let s = w.state();
+    assert_eq!(s.nodes["w-2"].counters, Default::default(), "w-2 untouched");
+    assert!(intent_ops(&w, "w-2").is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_node_on_an_unexpected_version_halts_the_job() {
     let w = world(FakeCluster::new(&specs(0, 2, FROM, KUBE)), |f| {
@@ -1105,17 +1234,23 @@ async fn maintenance_windows_gate_the_start_of_each_node() {
         w.executor().run(&w.job).await.unwrap(),
         RunOutcome::Succeeded
     );
-    let first_intent = |node: &str| {
+    let first_intent = |node: &str, ahead: bool| {
         w.journal()
             .into_iter()
-            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node)))
+            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node) && (key.op == CommandOp::PullAhead) == ahead))
             .unwrap()
             .at
     };
     let thursday: Timestamp = "2026-12-03T02:00:00Z".parse().unwrap();
     let friday: Timestamp = "2026-12-04T02:00:00Z".parse().unwrap();
-    let w1 = first_intent("w-1");
-    let w2 = first_intent("w-2");
+    let w1 = first_intent("w-1", false);
+    let w2 = first_intent("w-2", false);
+    // w-2's image was pulled while w-1 rebooted: inside Thursday's window as well
+    let w2_pull = first_intent("w-2", true);
+    assert!(
+        w2_pull >= thursday && w2_pull < thursday.checked_add(Duration::from_secs(60)).unwrap(),
+        "w-2 pulled ahead at {w2_pull}"
+    );
     assert!(
         w1 >= thursday && w1 < thursday.checked_add(Duration::from_secs(60)).unwrap(),
         "w-1 started at {w1}"
@@ -1843,7 +1978,7 @@ mod machine_props {
     fn fake_op(op: CommandOp) -> &'static str {
         match op {
             CommandOp::Snapshot => "etcd-snapshot",
-            CommandOp::Pull => "pull",
+            CommandOp::Pull | CommandOp::PullAhead => "pull",
             CommandOp::Cordon => "cordon",
             CommandOp::Drain => "drain",
             CommandOp::Upgrade => "upgrade",

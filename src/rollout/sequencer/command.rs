@@ -9,6 +9,9 @@ use super::*;
 pub enum CommandOp {
     Snapshot,
     Pull,
+    /// The pull of a node of the next wave, made while the current wave is away (best effort:
+    /// a failure never halts the job; the node then pulls at its turn).
+    PullAhead,
     Cordon,
     Drain,
     Upgrade,
@@ -25,6 +28,7 @@ impl CommandOp {
         match self {
             CommandOp::Snapshot => "etcd-snapshot",
             CommandOp::Pull => "pull",
+            CommandOp::PullAhead => "pull-ahead",
             CommandOp::Cordon => "cordon",
             CommandOp::Drain => "drain",
             CommandOp::Upgrade => "upgrade",

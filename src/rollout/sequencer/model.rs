@@ -263,9 +263,24 @@ pub struct NodeProgress {
     /// never uncordons it (it stays as the operator left it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub was_cordoned: bool,
+    /// The node's image pull made ahead of its turn, while the wave before it was away
+    /// (`None`: not made). A node pulled ahead skips its own pull.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled_ahead: Option<PullAhead>,
     /// Rolling the node back after a failed health gate (`onFailure: rollback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackPhase>,
+}
+
+/// How a node's pull ahead of its turn went. It never halts the job: a node whose pull ahead
+/// failed or was lost pulls at its turn, as every node did before pulls were made ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PullAhead {
+    /// The node has the image: its turn goes from its checks straight to the cordon.
+    Pulled,
+    /// The call failed or its outcome was lost: the node pulls at its turn.
+    Failed,
 }
 
 /// Where a node is in its rollback (after its wave failed a health gate): cordon, drain,
@@ -300,6 +315,7 @@ impl NodeProgress {
             last_error: None,
             upgrade_failures: 0,
             was_cordoned: false,
+            pulled_ahead: None,
             rollback: None,
         }
     }

@@ -68,6 +68,31 @@ pub(super) fn apply(
 ) {
     let key = &intent.key;
     let who = key.node.as_deref().unwrap_or("cluster");
+    if key.op == CommandOp::PullAhead {
+        // best effort, whatever came back: never retried in flight, never a halt
+        j.in_flight = None;
+        let result = match outcome {
+            CommandOutcome::Transient { error } | CommandOutcome::Failed { error } => {
+                notes.push(format!(
+                    "{who}: the pull ahead of its turn failed ({error}); it pulls at its turn"
+                ));
+                PullAhead::Failed
+            }
+            _ => {
+                notes.push(format!("{who}: image pulled ahead of its turn"));
+                PullAhead::Pulled
+            }
+        };
+        if let Some(StepKind::Talos(ts)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
+            && let Some(n) = ts
+                .nodes
+                .iter_mut()
+                .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+        {
+            Arc::make_mut(n).pulled_ahead = Some(result);
+        }
+        return;
+    }
     match outcome {
         CommandOutcome::Transient { error } => {
             if let Some(i) = j.in_flight.as_mut() {

@@ -89,6 +89,13 @@ pub(super) fn talos_step(
         if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
             return Flow::Run(cmd);
         }
+        // The wave waits (its nodes rebooting, a drain held by a PodDisruptionBudget): the
+        // next wave's pulls meanwhile, so that its nodes need not pull on their turn.
+        if (!polls.is_empty() || !waits.is_empty())
+            && let Some(f) = pull_ahead(j, si, wave, eyes, now)
+        {
+            return f;
+        }
         if let Some((w, r)) = polls
             .iter()
             .find(|(w, _)| *w == PollWhy::Unreachable)
@@ -102,6 +109,50 @@ pub(super) fn talos_step(
         }
         // every node of the wave finished in this pass: soak it, then the next wave
     }
+}
+
+/// While wave `wave` of step `si` waits, the pull of the next wave's first node whose image is
+/// not pulled yet ([`CommandOp::PullAhead`]), so that the image is on the node when its turn
+/// comes. A pull changes nothing the rollout's safety counts (the node keeps serving its
+/// workloads, as during the pull at its turn) and its failure never halts the job.
+///
+/// Only where that cannot surprise anyone:
+/// - worker steps: a control-plane step keeps its other nodes (and etcd's disks) quiet while one
+///   of them is away;
+/// - steps without health gates: with gates, nothing touches the next wave before the current
+///   one passed them;
+/// - nodes not started yet, inside the maintenance windows, observed on the version the plan
+///   expects (a node already on the target, or one that cannot be observed, is left alone); one
+///   pull ahead per node (a failed one is not repeated: the node pulls at its turn).
+fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> Option<Flow> {
+    let ts = talos_of(j, si);
+    if ts.control_plane() || step_policy(j, si).is_some() || window_gate(j, now).is_err() {
+        return None;
+    }
+    let candidates = ts.nodes.iter().filter(|n| {
+        n.wave == wave + 1 && n.phase == NodePhase::Pending && n.pulled_ahead.is_none()
+    });
+    let mut chosen = None;
+    for n in candidates {
+        match eyes.talos(&n.node_target()) {
+            Seen::Got(t) if t.version == n.target.from => {
+                chosen = Some(n);
+                break;
+            }
+            // observed at the next round of this decision
+            Seen::Missing => return None,
+            Seen::Got(_) | Seen::Transient(_) | Seen::Failed(_) => {}
+        }
+    }
+    let n = chosen?;
+    Some(Flow::Run(Box::new(Command {
+        key: key(j, si, Some(&n.target.node), CommandOp::PullAhead, n.attempt),
+        action: Action::Pull {
+            node: n.node_target(),
+            image: ts.rollout.image.clone(),
+            namespace: ImageNamespace::System,
+        },
+    })))
 }
 
 pub(super) fn talos_of(j: &Job, si: usize) -> &TalosStep {
@@ -233,6 +284,13 @@ pub(super) fn talos_node(
                         );
                     };
                     return Flow::Run(Box::new(snapshot_command(j, si, via)));
+                }
+                if n.pulled_ahead == Some(PullAhead::Pulled) {
+                    node_mut(j, si, i).enter(NodePhase::Pulled, now);
+                    notes.push(format!(
+                        "{name}: image pulled ahead of its turn, no pull needed"
+                    ));
+                    continue;
                 }
                 return Flow::Run(Box::new(Command {
                     key: key(j, si, nd, CommandOp::Pull, n.attempt),

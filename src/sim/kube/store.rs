@@ -298,11 +298,7 @@ impl Store {
         }
         let old_gen = old.pointer("/metadata/generation").and_then(Value::as_i64);
         if let Some(g) = old_gen {
-            let bumped = if !same_spec(old, &obj) {
-                g + 1
-            } else {
-                g
-            };
+            let bumped = if !same_spec(old, &obj) { g + 1 } else { g };
             obj["metadata"]["generation"] = json!(bumped);
         } else if obj.get("spec").is_some() {
             obj["metadata"]["generation"] = json!(1);

@@ -307,7 +307,8 @@ impl SimTalos {
     /// The machine config a node runs (YAML; it holds the cluster's secrets).
     pub fn machine_config(&self, node: &str) -> Option<Secret<Vec<u8>>> {
         let c = self.shared.lock();
-        c.find(node).map(|i| Secret::new(c.nodes()[i].config.clone()))
+        c.find(node)
+            .map(|i| Secret::new(c.nodes()[i].config.clone()))
     }
 
     /// Finish a reboot in progress (needed with `RebootTiming::Manual`; harmless otherwise).
@@ -378,7 +379,9 @@ impl SimTalos {
         healthy: bool,
     ) -> Result<(), SimError> {
         let idx = self.index(node)?;
-        self.shared.lock().node_mut(idx)
+        self.shared
+            .lock()
+            .node_mut(idx)
             .service_health
             .insert(service.to_string(), healthy);
         Ok(())

@@ -605,11 +605,10 @@ impl KubeSide {
         let resolved: Vec<(String, Option<u64>)> = candidates
             .into_iter()
             .map(|n| {
-                let print = names.get(n.as_str()).copied().or_else(|| {
-                    (!all)
-                        .then(|| self.inc.prints.get(&n).copied())
-                        .flatten()
-                });
+                let print = names
+                    .get(n.as_str())
+                    .copied()
+                    .or_else(|| (!all).then(|| self.inc.prints.get(&n).copied()).flatten());
                 (n, print)
             })
             .collect();
@@ -620,10 +619,7 @@ impl KubeSide {
             self.inc.prints.remove(gone);
             self.inc.facts_dirty.insert(gone.clone());
         }
-        for (name, print) in resolved
-            .iter()
-            .filter_map(|(n, p)| p.map(|p| (n, p)))
-        {
+        for (name, print) in resolved.iter().filter_map(|(n, p)| p.map(|p| (n, p))) {
             let Some(f) = self.source.node(name) else {
                 // not derived: read every digest next time, so that it is compared again
                 self.inc.prints_at = None;

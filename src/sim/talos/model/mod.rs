@@ -575,7 +575,12 @@ impl TalosSide {
         let node = &self.nodes()[idx];
         if node.power != Power::Up {
             let addr = node.spec.address.clone();
-            *self.node_mut(idx).counters.refused.entry(method).or_default() += 1;
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
             return Err(unavailable_node(&addr));
         }
         if node
@@ -585,7 +590,12 @@ impl TalosSide {
             // the node is back, but the endpoint's connection to it is still in its dial
             // backoff (grpc-go's default backoff capped at 15 s by apid)
             let addr = node.spec.address.clone();
-            *self.node_mut(idx).counters.refused.entry(method).or_default() += 1;
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
             return Err(unavailable_node(&addr));
         }
         if self
@@ -594,7 +604,12 @@ impl TalosSide {
             })
             .is_some()
         {
-            *self.node_mut(idx).counters.refused.entry(method).or_default() += 1;
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
             return Err(Status::unavailable(format!(
                 "connection error: desc = \"error reading server preface: EOF\" (injected for {})",
                 self.nodes()[idx].spec.name

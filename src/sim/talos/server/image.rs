@@ -37,8 +37,11 @@ impl ImageService for Api {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            // Headers go out at once; the layers "download" for `delay`.
-            tokio::time::sleep(delay).await;
+            // Headers go out at once; the layers "download" for `delay`. (A zero delay skips
+            // the timer: tokio rounds every sleep up to its 1 ms tick.)
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let layer = pb::ImageServicePullResponse {
                 response: Some(pb::image_service_pull_response::Response::PullProgress(
                     pb::ImageServicePullProgress {

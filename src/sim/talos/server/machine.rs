@@ -391,7 +391,9 @@ impl MachineService for Api {
         }
         let cri = r.namespace == common::ContainerdNamespace::NsCri as i32;
         let delay = pull_delay(&self.shared, idx, &image)?;
-        tokio::time::sleep(delay).await;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         self.shared.lock().node_mut(idx).pulled(&image, cri);
         Ok(Response::new(pb::ImagePullResponse {
             messages: vec![pb::ImagePull { metadata: meta() }],
