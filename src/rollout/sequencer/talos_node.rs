@@ -146,7 +146,13 @@ fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> O
     }
     let n = chosen?;
     Some(Flow::Run(Box::new(Command {
-        key: key(j, si, Some(&n.target.node), CommandOp::PullAhead, n.attempt),
+        key: key(
+            j,
+            si,
+            Some(&n.target.node),
+            CommandOp::PullAhead,
+            n.attempt,
+        ),
         action: Action::Pull {
             node: n.node_target(),
             image: ts.rollout.image.clone(),
