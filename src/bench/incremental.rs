@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::BenchError;
 use super::stats::Samples;
-use crate::desired::{self, Loader, Source};
+use crate::desired::Source;
 use crate::inventory::Inventory;
 use crate::plan::compute::{PlanMemo, compute_memo};
 use crate::plan::{self, LastApplied, render};
@@ -19,8 +19,8 @@ use crate::plan::{self, LastApplied, render};
 /// Timings of every round, in milliseconds.
 #[derive(Debug, Clone, Default)]
 pub struct IncrementalReport {
-    /// `Loader::load` after one file changed (read every file, parse the changed one,
-    /// validate the whole revision).
+    /// `Loader::load` after one file changed (stat every file, read and parse the changed
+    /// one, validate again the clusters its documents can affect).
     pub load: Samples,
     /// `compute_memo` (one cluster planned again).
     pub plan: Samples,
@@ -30,8 +30,10 @@ pub struct IncrementalReport {
     pub total: Samples,
     /// The same from scratch: `desired::load` + `plan::compute` + `render::text`.
     pub cold: Samples,
-    /// Files parsed and clusters planned in the last incremental round.
+    /// Files parsed, cluster groups validated again and clusters planned in the last
+    /// incremental round.
     pub parsed: usize,
+    pub revalidated: usize,
     pub planned: usize,
 }
 
@@ -80,7 +82,7 @@ pub fn run(
         .ok_or_else(|| invalid("the fleet has no cluster"))?;
     let file = root.join(first).join("cluster.yaml");
     let applied = LastApplied::default();
-    let mut loader = Loader::new();
+    let mut loader = crate::ops::desired_loader();
     let mut memo = PlanMemo::default();
     let mut r = IncrementalReport::default();
     let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
@@ -113,13 +115,15 @@ pub fn run(
                 r.render.push_value(ms(t2, t3));
                 r.total.push_value(ms(t0, t3));
                 r.parsed = loader.last_stats().parsed;
+                r.revalidated = loader.last_revalidated();
                 r.planned = memo.last_stats().planned;
             }
             Ok(p)
         };
     let cold = |r: &mut IncrementalReport| -> Result<plan::Plan, BenchError> {
         let t0 = Instant::now();
-        let loaded = desired::load(&source).map_err(|e| BenchError::Desired(Box::new(e)))?;
+        let loaded =
+            crate::ops::load_desired(&source).map_err(|e| BenchError::Desired(Box::new(e)))?;
         let desired = loaded
             .valid()
             .ok_or_else(|| invalid("the edited desired state has errors"))?;

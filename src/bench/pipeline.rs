@@ -24,8 +24,13 @@ pub struct PipelineReport {
     pub floor: Samples,
     /// Read every file, parse every document with no tree at all (syntax only).
     pub syntax: Samples,
-    /// `desired::load` (read, parse, validate).
+    /// `ops::load_desired` (read, parse on up to `desired::incremental::PARSE_THREADS`
+    /// threads, validate): what `medea plan` and the daemon run.
     pub load: Samples,
+    /// `desired::load`: the same load on the calling thread only.
+    pub load_single: Samples,
+    /// load + plan + render with the single-threaded load.
+    pub total_single: Samples,
     /// `plan::compute`.
     pub plan: Samples,
     /// `plan::render::text`.
@@ -45,6 +50,11 @@ impl PipelineReport {
     }
     pub fn ratio_syntax(&self) -> f64 {
         self.total.ratio_to(&self.syntax).median()
+    }
+    /// Median of the per-round ratios total / floor with the load on one thread (the floor is
+    /// single-threaded).
+    pub fn ratio_single(&self) -> f64 {
+        self.total_single.ratio_to(&self.floor).median()
     }
 }
 
@@ -84,10 +94,16 @@ struct Round {
     rendered: usize,
 }
 
-fn pipeline(root: &Path, inventory: &Inventory) -> Result<Round, BenchError> {
+/// One cold pipeline; `single`: parse on the calling thread only.
+fn pipeline(root: &Path, inventory: &Inventory, single: bool) -> Result<Round, BenchError> {
     let t0 = Instant::now();
-    let loaded = desired::load(&Source::Dir(root.to_path_buf()))
-        .map_err(|e| BenchError::Desired(Box::new(e)))?;
+    let source = Source::Dir(root.to_path_buf());
+    let loaded = if single {
+        desired::load(&source)
+    } else {
+        crate::ops::load_desired(&source)
+    }
+    .map_err(|e| BenchError::Desired(Box::new(e)))?;
     let Some(desired) = loaded.valid() else {
         return Err(BenchError::Invalid {
             what: format!(
@@ -147,7 +163,8 @@ pub fn run(
     // Warm-up: page cache, allocator, lazy statics.
     parse_floor(root, true)?;
     parse_floor(root, false)?;
-    pipeline(root, inventory)?;
+    pipeline(root, inventory, false)?;
+    pipeline(root, inventory, true)?;
     for i in 0..rounds {
         let floor = |r: &mut PipelineReport| -> Result<(), BenchError> {
             let t = Instant::now();
@@ -159,7 +176,10 @@ pub fn run(
             Ok(())
         };
         let full = |r: &mut PipelineReport| -> Result<(), BenchError> {
-            let round = pipeline(root, inventory)?;
+            let single = pipeline(root, inventory, true)?;
+            r.load_single.push_value(single.load);
+            r.total_single.push_value(single.total);
+            let round = pipeline(root, inventory, false)?;
             r.load.push_value(round.load);
             r.plan.push_value(round.plan);
             r.render.push_value(round.render);

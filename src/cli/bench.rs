@@ -182,6 +182,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             println!("parse floor (tree):   {}", r.floor.summary_ms());
             println!("parse floor (syntax): {}", r.syntax.summary_ms());
             println!("load + validate:      {}", r.load.summary_ms());
+            println!("  (parse on 1 thread: {})", r.load_single.summary_ms());
             println!("plan::compute:        {}", r.plan.summary_ms());
             println!("render::text:         {}", r.render.summary_ms());
             println!("total:                {}", r.total.summary_ms());
@@ -191,12 +192,17 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 r.ratio(),
                 r.ratio_syntax()
             );
+            println!(
+                "  with the load on 1 thread (total {}): {:.3}",
+                r.total_single.summary_ms(),
+                r.ratio_single()
+            );
             // One file changed, with the daemon's caches (a separate run over the same repo).
             let i = crate::bench::incremental::run(&w.desired, &fleet.inventory, rounds)
                 .map_err(err)?;
             println!(
-                "one file changed, incremental ({} file parsed, {} cluster planned):",
-                i.parsed, i.planned
+                "one file changed, incremental ({} file parsed, {} cluster validated again, {} cluster planned):",
+                i.parsed, i.revalidated, i.planned
             );
             println!("  load + validate:    {}", i.load.summary_ms());
             println!("  plan (memo):        {}", i.plan.summary_ms());

@@ -63,7 +63,7 @@ pub fn display_root(source: &Source) -> String {
 
 /// Load a revision; I/O errors become reports that name the fix.
 pub fn load(source: &Source) -> miette::Result<Loaded> {
-    desired::load(source)
+    crate::ops::load_desired(source)
         .map_err(|e| miette::Report::new_boxed(Box::new(e_to_diag(e))))
         .wrap_err_with(|| format!("cannot read the desired state from {source}"))
 }

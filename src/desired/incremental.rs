@@ -6,41 +6,53 @@
 //! 1. **Per file** ([`parse_file`]): bytes → text (size and UTF-8 checks), documents, and each
 //!    document read strictly (or identified leniently when that fails). The result depends on
 //!    the file's path and bytes only, so it is kept in a [`Loader`] keyed by path and reused
-//!    while the file's bytes are unchanged. This stage is the cost of a load (YAML parsing).
+//!    while the file's bytes are unchanged; the files that need it are parsed on up to
+//!    [`PARSE_THREADS`] threads and the results put back in path order. Between loads a file
+//!    keeps, per document, a [`validate::Summary`] (names, a pool's cluster and machines), not
+//!    its full reading, which is read again from the file's text when stage 2 needs it.
 //! 2. **Whole revision** (`assemble`): the refused entries' diagnostics, then every file's
-//!    parsed documents in path order handed to [`super::validate::validate`], which runs every
-//!    cross-file rule (cluster references, duplicates, machines in two pools, `after:` order)
-//!    again over the cached documents. Those rules cost a few percent of a parse (measured in
-//!    design/performance.md), so they are not split further: re-running them all is what
-//!    makes an incremental load equal to a cold one by construction.
+//!    documents in path order handed, borrowed, to [`super::validate::validate`] with the
+//!    loader's [`validate::Memo`]: each Cluster document is validated alone once (keyed by
+//!    its [`validate::DocId`], the file's parse number and the document's index), each
+//!    cluster's pools together again only when that cluster's inputs moved — its defining
+//!    document, its pool documents, the pool names declared for it, and which pools list its
+//!    machines first — and the cheap whole-revision rules (duplicate and missing clusters,
+//!    the machine → first pool index, promotion) run over the summaries every time.
 //!
-//! A cold load ([`super::parse_snapshot`]) is the same code with an empty cache, so the two
-//! can differ only if a cached file result were reused for different bytes; the property test
-//! `incremental_load_equals_cold_load` (tests) checks that over random edit sequences.
+//! A cold load ([`super::parse_snapshot`]) is the same code with an empty cache and memo, so
+//! the two can differ only if a cached result were reused for different inputs; the property
+//! test `incremental_load_equals_cold_load` (tests) checks that over random edit sequences,
+//! and the tests below it the edge cases of the memo (a machine moving between files and
+//! clusters, duplicate names appearing and disappearing).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::diagnostic::{self, Diagnostic};
-use super::format::{ClusterDoc, NodePoolDoc};
 use super::model::Origin;
 use super::parse::{self, Broken, DocText, RawDoc};
 use super::source::{self, Snapshot, SourceError, Stamp};
 use super::{Loaded, validate};
 
 /// What one document of a file became in stage 1.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum DocOutcome {
-    Cluster(ClusterDoc),
-    NodePool(NodePoolDoc),
+    /// Read strictly: what every load's rules read of it, and the full reading while a load
+    /// needs it. The full reading is dropped after each load and read again from the file's
+    /// text by the next load that needs it (one cluster's documents after a change): the
+    /// summaries and the validated model are what a loader holds between loads.
+    Read {
+        summary: validate::Summary,
+        full: std::sync::OnceLock<validate::Full>,
+    },
     /// Not readable; its diagnostic is in the file's `doc_diags`; identified leniently when
     /// possible (so references to it are not reported again).
     Broken(Option<Broken>),
 }
 
 /// One document: where it sits in its file and what it became.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct ParsedDoc {
     /// Byte offset and length of the document's text, 0-based line of its start.
     offset: usize,
@@ -50,7 +62,7 @@ struct ParsedDoc {
 }
 
 /// Stage 1's result for one file: a pure function of its path and bytes.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ParsedFile {
     /// The file's bytes as read (the cache key together with the path). When the file is
     /// readable, the same allocation as `text` (one copy of each file is held).
@@ -128,9 +140,13 @@ pub fn parse_file(path: &str, bytes: &Arc<[u8]>) -> ParsedFile {
     } else {
         for doc in split {
             let (offset, len, line) = (doc.offset, doc.text.len(), doc.line);
+            let read = |full: validate::Full| DocOutcome::Read {
+                summary: validate::Summary::of(&full),
+                full: std::sync::OnceLock::from(full),
+            };
             let outcome = match parse::read_document(doc.clone()) {
-                Ok(RawDoc::Cluster(c, _)) => DocOutcome::Cluster(c),
-                Ok(RawDoc::NodePool(p, _)) => DocOutcome::NodePool(p),
+                Ok(RawDoc::Cluster(c, _)) => read(validate::Full::Cluster(Box::new(c))),
+                Ok(RawDoc::NodePool(p, _)) => read(validate::Full::NodePool(Box::new(p))),
                 Err(d) => {
                     out.doc_diags.push(d);
                     // Only a broken document needs the lenient second read.
@@ -178,6 +194,9 @@ pub struct LoadStats {
 struct Cached {
     parsed: ParsedFile,
     read: Option<(Stamp, SystemTime)>,
+    /// This parse's number (never reused by the loader): with a document's index, the
+    /// identity [`validate::DocId`] the validation memo is keyed by.
+    id: u64,
 }
 
 /// Loads revision after revision, keeping each file's parse while its bytes are unchanged,
@@ -186,11 +205,30 @@ struct Cached {
 pub struct Loader {
     files: BTreeMap<String, Cached>,
     last: LoadStats,
+    /// What stage 2 keeps between loads (each cluster's validated part, by its inputs).
+    memo: validate::Memo,
+    /// The number the next parse gets.
+    next_id: u64,
+    /// How many runs stage 1 splits its files into, and who runs them (none: the
+    /// caller's thread).
+    threads: usize,
+    runner: Option<Runner>,
 }
 
 impl Loader {
     pub fn new() -> Loader {
         Loader::default()
+    }
+
+    /// A loader that splits the files it parses into `threads` runs and hands them to
+    /// `runner` (which may run them at once). The result is the same as [`Loader::new`]'s
+    /// for every `threads`; only the wall time differs.
+    pub fn parallel(runner: Runner, threads: usize) -> Loader {
+        Loader {
+            threads,
+            runner: Some(runner),
+            ..Loader::default()
+        }
     }
 
     /// Read and validate a revision, re-reading only files whose stamp moved (or changed
@@ -249,40 +287,130 @@ impl Loader {
     ) -> Loaded {
         let mut stats = LoadStats::default();
         let mut next: BTreeMap<String, Cached> = BTreeMap::new();
+        // Files whose bytes are new or changed, parsed below (in parallel).
+        let mut fresh: Vec<&source::SourceFile> = Vec::new();
         for f in &snapshot.files {
             let stamp = stamps.get(&f.path).copied();
-            let cached = match self.files.remove(&f.path) {
+            match self.files.remove(&f.path) {
                 Some(old)
                     if Arc::ptr_eq(&old.parsed.bytes, &f.bytes) || old.parsed.bytes == f.bytes =>
                 {
                     stats.reused += 1;
                     // Read again (same bytes): this scan read them. Reused unread: the stamp
                     // was settled before an earlier scan, so before this one too.
-                    Cached {
-                        parsed: old.parsed,
-                        read: stamp.map(|s| (s, scan)),
-                    }
+                    next.insert(
+                        f.path.clone(),
+                        Cached {
+                            parsed: old.parsed,
+                            read: stamp.map(|s| (s, scan)),
+                            id: old.id,
+                        },
+                    );
                 }
-                _ => {
-                    stats.parsed += 1;
-                    Cached {
-                        parsed: parse_file(&f.path, &f.bytes),
-                        read: stamp.map(|s| (s, scan)),
-                    }
-                }
-            };
-            next.insert(f.path.clone(), cached);
+                _ => fresh.push(f),
+            }
+        }
+        stats.parsed = fresh.len();
+        for (f, parsed) in fresh
+            .iter()
+            .zip(parse_all(&fresh, self.threads, self.runner))
+        {
+            let stamp = stamps.get(&f.path).copied();
+            self.next_id += 1;
+            next.insert(
+                f.path.clone(),
+                Cached {
+                    parsed,
+                    read: stamp.map(|s| (s, scan)),
+                    id: self.next_id,
+                },
+            );
         }
         stats.dropped = self.files.len();
         self.files = next;
         self.last = stats;
-        assemble(&snapshot, &self.files)
+        let loaded = assemble(&snapshot, &self.files, &mut self.memo);
+        // Between loads only the summaries are kept (the next load reads again the few
+        // documents it needs in full).
+        for c in self.files.values_mut() {
+            for d in &mut c.parsed.docs {
+                if let DocOutcome::Read { full, .. } = &mut d.outcome {
+                    full.take();
+                }
+            }
+        }
+        loaded
+    }
+
+    /// Cluster groups validated again by the last load (the rest were reused unchanged).
+    pub fn last_revalidated(&self) -> usize {
+        self.memo.last_revalidated
     }
 }
 
+/// One job of stage 1: parse a contiguous run of files.
+pub type ParseJob<'a> = Box<dyn FnOnce() -> Vec<ParsedFile> + Send + 'a>;
+
+/// Runs stage 1's jobs, possibly at the same time, and returns their results in the order of
+/// the jobs. `desired` is pure and starts no thread: a caller that may use threads hands the
+/// loader one ([`Loader::parallel`]; `ops::desired_loader` uses `std::thread::scope`).
+pub type Runner = for<'a> fn(Vec<ParseJob<'a>>) -> Vec<Vec<ParsedFile>>;
+
+/// Stage 1 for several files: on the caller's thread, or split into `threads` runs of about
+/// equal bytes handed to `runner`; the results in the order of `files` either way (so
+/// everything after is the same as a parse on one thread).
+fn parse_all(
+    files: &[&source::SourceFile],
+    threads: usize,
+    runner: Option<Runner>,
+) -> Vec<ParsedFile> {
+    let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
+    let Some(runner) =
+        runner.filter(|_| threads >= 2 && files.len() >= 2 && bytes >= PARALLEL_FROM_BYTES)
+    else {
+        return files
+            .iter()
+            .map(|f| parse_file(&f.path, &f.bytes))
+            .collect();
+    };
+    let per = bytes.div_ceil(threads);
+    let mut chunks: Vec<&[&source::SourceFile]> = Vec::new();
+    let (mut start, mut acc) = (0, 0);
+    for (i, f) in files.iter().enumerate() {
+        acc += f.bytes.len();
+        if acc >= per && chunks.len() + 1 < threads {
+            chunks.push(&files[start..=i]);
+            (start, acc) = (i + 1, 0);
+        }
+    }
+    chunks.push(&files[start..]);
+    let jobs: Vec<ParseJob<'_>> = chunks
+        .into_iter()
+        .map(|chunk| -> ParseJob<'_> {
+            Box::new(move || {
+                chunk
+                    .iter()
+                    .map(|f| parse_file(&f.path, &f.bytes))
+                    .collect()
+            })
+        })
+        .collect();
+    runner(jobs).into_iter().flatten().collect()
+}
+
+/// Most runs a parallel loader should split stage 1 into (`ops::desired_loader`).
+pub const PARSE_THREADS: usize = 4;
+
+/// Below this many bytes to parse, one thread (starting threads costs more than it saves).
+const PARALLEL_FROM_BYTES: usize = 64 * 1024;
+
 /// Stage 2: the whole revision from its files' parses (in path order, as a cold load reads
 /// them), every cross-file rule run again.
-fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, Cached>) -> Loaded {
+fn assemble(
+    snapshot: &Snapshot,
+    files: &BTreeMap<String, Cached>,
+    memo: &mut validate::Memo,
+) -> Loaded {
     let revision = source::revision_of(snapshot);
     let mut diagnostics = Vec::new();
     for r in &snapshot.refused {
@@ -314,27 +442,35 @@ fn assemble(snapshot: &Snapshot, files: &BTreeMap<String, Cached>) -> Loaded {
             sources.insert(path.clone(), text.clone());
         }
     }
-    let mut docs = Vec::new();
+    let mut inputs = Vec::new();
     let mut broken = Vec::new();
-    for (path, f) in files {
-        let f = &f.parsed;
+    for (path, c) in files {
+        let f = &c.parsed;
         let Some(text) = f.text() else { continue };
         diagnostics.extend(f.doc_diags.iter().cloned());
-        for d in &f.docs {
+        for (index, d) in f.docs.iter().enumerate() {
             let doc = DocText {
                 file: path,
                 text: &text[d.offset..d.offset + d.len],
                 offset: d.offset,
                 line: d.line,
             };
+            let id = validate::DocId {
+                file: c.id,
+                index: index as u32,
+            };
             match &d.outcome {
-                DocOutcome::Cluster(c) => docs.push(RawDoc::Cluster(c.clone(), doc)),
-                DocOutcome::NodePool(p) => docs.push(RawDoc::NodePool(p.clone(), doc)),
+                DocOutcome::Read { summary, full } => inputs.push(validate::Input {
+                    id,
+                    doc,
+                    summary,
+                    full,
+                }),
                 DocOutcome::Broken(b) => broken.extend(b.clone()),
             }
         }
     }
-    let (desired, semantic) = validate::validate(docs, &broken, revision);
+    let (desired, semantic) = validate::validate(&inputs, &broken, revision, memo);
     diagnostics.extend(semantic);
     diagnostics.sort_by(|a, b| {
         a.origin
@@ -806,5 +942,259 @@ mod tests {
         );
         assert_eq!(third.diagnostics, first.diagnostics);
         assert_eq!(third.desired, first.desired);
+    }
+
+    fn cluster_doc(name: &str, extra: &str) -> String {
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  kubernetes:\n    version: v1.34.1\n{extra}"
+        )
+    }
+
+    fn pool_doc(name: &str, cluster: &str, machines: &[&str], after: &str) -> String {
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n  cluster: {cluster}\n  role: worker\n  machines: [{}]\n  talos:\n    version: v1.12.4\n{after}",
+            machines.join(", ")
+        )
+    }
+
+    fn files(files: &[(&str, Vec<String>)]) -> Snapshot {
+        Snapshot {
+            files: files
+                .iter()
+                .map(|(path, docs)| SourceFile {
+                    path: path.to_string(),
+                    bytes: docs.join("---\n").into_bytes().into(),
+                })
+                .collect(),
+            markers: Vec::new(),
+            commit: None,
+            refused: Vec::new(),
+        }
+    }
+
+    /// Load `snap` incrementally, compare with a cold load, return the codes of its errors
+    /// and how many cluster groups were validated again.
+    fn step(loader: &mut Loader, snap: Snapshot) -> (Vec<&'static str>, usize) {
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        (
+            inc.diagnostics.iter().map(|d| d.code).collect(),
+            loader.last_revalidated(),
+        )
+    }
+
+    #[test]
+    fn a_machine_moving_between_files_and_clusters_is_validated_like_a_cold_load() {
+        let mut loader = Loader::new();
+        let a = cluster_doc("a", "");
+        let b = cluster_doc("b", "");
+        let clusters = ("clusters.yaml", vec![a.clone(), b.clone()]);
+        // m-1 in a/p1 only.
+        let (codes, n) = step(
+            &mut loader,
+            files(&[
+                clusters.clone(),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2"], "")]),
+            ]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        assert_eq!(n, 2, "a cold load validates every cluster");
+        // m-1 listed in b's pool too (another file, another cluster): only b is validated
+        // again; the error names the first listing in a.yaml.
+        let snap = files(&[
+            clusters.clone(),
+            ("a.yaml", vec![pool_doc("p1", "a", &["m-1"], "")]),
+            ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+        ]);
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        assert_eq!(loader.last_revalidated(), 1);
+        assert_eq!(inc.diagnostics.len(), 1);
+        let d = &inc.diagnostics[0];
+        assert_eq!(d.code, crate::desired::diagnostic::codes::MACHINE_TWICE);
+        assert_eq!(d.origin.file, "b.yaml");
+        assert!(
+            d.help.as_deref().is_some_and(|h| h.contains("a.yaml:8")),
+            "{:?}",
+            d.help
+        );
+        // Removed from a.yaml: a changes (its file), b changes (its conflict went away).
+        let (codes, n) = step(
+            &mut loader,
+            files(&[
+                clusters.clone(),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        assert_eq!(n, 2);
+        // Listed back in a.yaml, whose path sorts first: a.yaml's listing is now the first
+        // one, so b.yaml (unchanged bytes) gets the error again.
+        let (codes, n) = step(
+            &mut loader,
+            files(&[
+                clusters.clone(),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert_eq!(
+            codes,
+            vec![crate::desired::diagnostic::codes::MACHINE_TWICE]
+        );
+        assert_eq!(n, 2);
+        // Cluster `b` becomes invalid: its pools claim nothing, so `a` loses its conflict
+        // (none left) while b's own error is reported.
+        let (codes, _) = step(
+            &mut loader,
+            files(&[
+                (
+                    "clusters.yaml",
+                    vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")],
+                ),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert_eq!(codes, vec![crate::desired::diagnostic::codes::VERSION]);
+        // Nothing changed: nothing validated again.
+        let (_, n) = step(
+            &mut loader,
+            files(&[
+                (
+                    "clusters.yaml",
+                    vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")],
+                ),
+                ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ]),
+        );
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn duplicate_names_appearing_and_disappearing_are_validated_like_a_cold_load() {
+        use crate::desired::diagnostic::codes;
+        let mut loader = Loader::new();
+        let one = cluster_doc("c", "");
+        let other = cluster_doc("c", "  rollout:\n    maxUnavailable: 3\n");
+        let pools = (
+            "pools.yaml",
+            vec![
+                pool_doc("p1", "c", &["m-1"], ""),
+                pool_doc("p2", "c", &["m-2"], "  after: [p1]\n"),
+            ],
+        );
+        let (codes, _) = step(
+            &mut loader,
+            files(&[("a.yaml", vec![one.clone()]), pools.clone()]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        // A second Cluster `c` in another file: the first one (by path) still defines it.
+        let snap = files(&[
+            ("a.yaml", vec![one.clone()]),
+            ("b.yaml", vec![other.clone()]),
+            pools.clone(),
+        ]);
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        assert_eq!(inc.diagnostics.len(), 1);
+        assert_eq!(inc.diagnostics[0].code, codes::DUPLICATE);
+        assert_eq!(inc.diagnostics[0].origin.file, "b.yaml");
+        assert_eq!(inc.desired.clusters["c"].rollout.max_unavailable, 1);
+        // The first one removed: the other defines `c` now, and every pool is validated
+        // against it (its rollout settings are the pools' base).
+        let snap = files(&[("b.yaml", vec![other.clone()]), pools.clone()]);
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        assert!(inc.diagnostics.is_empty(), "{:?}", inc.diagnostics);
+        assert_eq!(
+            inc.desired.clusters["c"].pools["p2"]
+                .rollout
+                .max_unavailable,
+            3
+        );
+        // A duplicate pool appears in another file, then the original goes: `after: [p1]`
+        // keeps pointing at a pool of that name.
+        let dup = ("q.yaml", vec![pool_doc("p1", "c", &["m-9"], "")]);
+        let (codes, _) = step(
+            &mut loader,
+            files(&[("b.yaml", vec![other.clone()]), pools.clone(), dup.clone()]),
+        );
+        assert_eq!(codes, vec![codes::DUPLICATE]);
+        let (codes, _) = step(
+            &mut loader,
+            files(&[
+                ("b.yaml", vec![other.clone()]),
+                (
+                    "pools.yaml",
+                    vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")],
+                ),
+                dup.clone(),
+            ]),
+        );
+        assert!(codes.is_empty(), "{codes:?}");
+        // And goes too: `after: [p1]` now names no pool.
+        let (codes, _) = step(
+            &mut loader,
+            files(&[
+                ("b.yaml", vec![other.clone()]),
+                (
+                    "pools.yaml",
+                    vec![pool_doc("p2", "c", &["m-2"], "  after: [p1]\n")],
+                ),
+            ]),
+        );
+        assert_eq!(codes, vec![codes::MISSING_POOL]);
+    }
+
+    #[test]
+    fn one_changed_file_validates_only_the_clusters_it_can_affect() {
+        let mut loader = Loader::new();
+        let repo = |version: &str| {
+            let mut out = Vec::new();
+            for c in 0..5 {
+                let name = format!("c{c}");
+                let mut docs = vec![cluster_doc(&name, "")];
+                let m = format!("m-{c}");
+                docs.push(pool_doc("w", &name, &[m.as_str()], ""));
+                if c == 2 {
+                    docs[0] = docs[0].replace("v1.34.1", version);
+                }
+                out.push((format!("{name}.yaml"), docs));
+            }
+            let refs: Vec<(&str, Vec<String>)> =
+                out.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+            files(&refs)
+        };
+        assert_eq!(step(&mut loader, repo("v1.34.1")).1, 5);
+        assert_eq!(step(&mut loader, repo("v1.34.2")).1, 1);
+        assert_eq!(loader.last_stats().parsed, 1);
+        assert_eq!(step(&mut loader, repo("v1.34.2")).1, 0);
+        // A load split into runs (here run in reverse order, then put back) equals one on
+        // the calling thread.
+        fn reversed(jobs: Vec<ParseJob<'_>>) -> Vec<Vec<ParsedFile>> {
+            let mut out: Vec<_> = jobs.into_iter().rev().map(|j| j()).collect();
+            out.reverse();
+            out
+        }
+        let big = |v: &str| {
+            let mut snap = repo(v);
+            for f in &mut snap.files {
+                let mut bytes = f.bytes.to_vec();
+                bytes.extend(std::iter::repeat_n(b'#', PARALLEL_FROM_BYTES));
+                bytes.push(b'\n');
+                f.bytes = bytes.into();
+            }
+            snap
+        };
+        for threads in [2, 3, 7] {
+            assert_same(
+                &Loader::parallel(reversed, threads).load_snapshot(big("v1.34.2")),
+                &Loader::new().load_snapshot(big("v1.34.2")),
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Raw documents → the typed desired state, reporting every problem at once. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_saphyr::Spanned;
@@ -8,7 +9,7 @@ use serde_saphyr::Spanned;
 use super::diagnostic::{Diagnostic, codes};
 use super::format::{self, API_VERSION, DrainSpec, Role, RolloutSpec};
 use super::model::*;
-use super::parse::{Broken, DocText, RawDoc};
+use super::parse::{Broken, DocText};
 use super::window::MaintenanceWindow;
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -202,302 +203,357 @@ fn apply_rollout(
     out
 }
 
-struct PendingPool<'a> {
-    raw: format::NodePoolDoc,
-    doc: DocText<'a>,
+/// Identity of one parsed document: the parse of its file (a number the loader gives each
+/// parse, never reused) and the document's index in that file. Equal ids mean equal path,
+/// bytes and document, so everything validation derived from the document alone is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DocId {
+    pub file: u64,
+    pub index: u32,
 }
 
-/// Build the desired state from every document of a revision.
+/// A document read strictly, borrowed from the loader's cache.
+#[derive(Debug, Clone, Copy)]
+pub enum DocRef<'a> {
+    Cluster(&'a format::ClusterDoc),
+    NodePool(&'a format::NodePoolDoc),
+}
+
+/// A document read strictly (owned): what the loader holds while a load runs. Boxed: a
+/// `ClusterDoc` is about 2 KiB inline, and an empty slot for one is kept for every document.
+#[derive(Debug)]
+pub enum Full {
+    Cluster(Box<format::ClusterDoc>),
+    NodePool(Box<format::NodePoolDoc>),
+}
+
+/// What the whole-revision rules read of every document at every load: its names and, for a
+/// NodePool, its cluster and machines as written. Small, kept for every file between loads
+/// (the full document is not: it is read again from the file's text when a rule needs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Summary {
+    Cluster {
+        name: String,
+    },
+    NodePool {
+        name: String,
+        cluster: String,
+        machines: Vec<String>,
+    },
+}
+
+impl Summary {
+    pub fn of(full: &Full) -> Summary {
+        match full {
+            Full::Cluster(c) => Summary::Cluster {
+                name: c.metadata.name.value.clone(),
+            },
+            Full::NodePool(p) => Summary::NodePool {
+                name: p.metadata.name.value.clone(),
+                cluster: p.spec.cluster.value.clone(),
+                machines: p.spec.machines.iter().map(|m| m.value.clone()).collect(),
+            },
+        }
+    }
+}
+
+/// Read a document that was read strictly before (same text, so the same result).
+#[allow(
+    clippy::expect_used,
+    reason = "the text was read strictly by the same pure function before: reading it again cannot fail"
+)]
+pub fn reread(doc: &DocText<'_>) -> Full {
+    match super::parse::read_document(doc.clone()).expect("a document read before reads again") {
+        super::parse::RawDoc::Cluster(c, _) => Full::Cluster(Box::new(c)),
+        super::parse::RawDoc::NodePool(p, _) => Full::NodePool(Box::new(p)),
+    }
+}
+
+/// One document handed to [`validate`]: its identity, its text and position, its summary,
+/// and its full reading (kept from this load's parse, or read again from `doc` the first
+/// time a rule needs it).
+#[derive(Debug, Clone)]
+pub struct Input<'a> {
+    pub id: DocId,
+    pub doc: DocText<'a>,
+    pub summary: &'a Summary,
+    pub full: &'a std::sync::OnceLock<Full>,
+}
+
+impl<'a> Input<'a> {
+    fn kind(&self) -> DocRef<'a> {
+        match self.full.get_or_init(|| reread(&self.doc)) {
+            Full::Cluster(c) => DocRef::Cluster(c),
+            Full::NodePool(p) => DocRef::NodePool(p),
+        }
+    }
+}
+
+/// What one cluster's part of the model depends on besides the documents' own contents:
+/// compared with the previous load's to decide whether the group is validated again.
+#[derive(Debug, PartialEq, Eq)]
+struct GroupKey {
+    /// The Cluster document that defines the cluster (the first valid one).
+    cluster: DocId,
+    /// The cluster's NodePool documents, in load order.
+    pools: Vec<DocId>,
+    /// Every pool name declared for the cluster (valid, invalid or unreadable).
+    declared: Vec<String>,
+    /// Machines of the group listed first by another pool: (pool's place in `pools`,
+    /// machine's index in its `spec.machines`, the owning pool's document and index).
+    conflicts: Vec<(u32, u32, DocId, u32)>,
+}
+
+/// One cluster's validated part: the cluster with its pools and the diagnostics of its pools
+/// and `after:` order.
+#[derive(Debug)]
+struct Group {
+    key: GroupKey,
+    cluster: Arc<Cluster>,
+    diags: Vec<Diagnostic>,
+}
+
+/// What [`validate`] keeps from one load to the next: each Cluster document's own result and
+/// each cluster's validated group, keyed by what they depend on. A cold load is the same
+/// code with an empty memo; a memo entry is reused only when its inputs are identical, so
+/// the result never depends on the memo (property test
+/// `desired::incremental::tests::incremental_load_equals_cold_load`).
+#[derive(Debug, Default)]
+pub struct Memo {
+    /// Cluster document → whether it is a valid cluster, and its own diagnostics. (The
+    /// cluster itself is kept once, in its group.)
+    clusters: HashMap<DocId, (bool, Vec<Diagnostic>)>,
+    /// Cluster name → its group.
+    groups: HashMap<String, Group>,
+    /// Groups validated again by the last call (the rest were reused).
+    pub last_revalidated: usize,
+}
+
+/// Build the desired state from every document of a revision (in load order: files by path,
+/// documents in file order), reusing from `memo` every part whose inputs are unchanged.
 ///
 /// `broken` names documents that failed to parse (already reported); references to them are
 /// not reported again.
-#[allow(
-    clippy::expect_used,
-    reason = "DEFAULT_INSTALLER is a constant valid repository (the installer_images test parses it)"
-)]
+///
+/// Cross-file rules and what they read: a NodePool's cluster (the first valid Cluster
+/// document of that name), the names declared per cluster (`after:`), the first listing of
+/// each machine over every pool of a valid cluster (`machine in two pools`), and
+/// `promotion.after` over all clusters. Cluster documents are validated alone; each
+/// cluster's pools together (a group), again only when the group's [`GroupKey`] moved;
+/// duplicates, missing clusters and promotion run over the whole revision (cheap: names
+/// only, borrowed).
 pub fn validate(
-    docs: Vec<RawDoc<'_>>,
+    inputs: &[Input<'_>],
     broken: &[Broken],
     revision: Revision,
+    memo: &mut Memo,
 ) -> (Desired, Vec<Diagnostic>) {
     let mut ctx = Ctx { diags: Vec::new() };
-    let mut declared_clusters: BTreeSet<String> = BTreeSet::new();
+    let mut declared_clusters: BTreeSet<&str> = BTreeSet::new();
     // cluster → every pool name declared for it, valid or not
-    let mut declared_pools: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut declared_pools: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for b in broken {
         match b {
             Broken::Cluster { name } => {
-                declared_clusters.insert(name.clone());
+                declared_clusters.insert(name);
             }
             Broken::NodePool { name, cluster } => {
-                declared_pools
-                    .entry(cluster.clone())
-                    .or_default()
-                    .insert(name.clone());
+                declared_pools.entry(cluster).or_default().insert(name);
             }
         }
     }
-    for d in &docs {
-        match d {
-            RawDoc::Cluster(c, _) => {
-                declared_clusters.insert(c.metadata.name.value.clone());
+    for d in inputs {
+        match d.summary {
+            Summary::Cluster { name } => {
+                declared_clusters.insert(name);
             }
-            RawDoc::NodePool(p, _) => {
-                declared_pools
-                    .entry(p.spec.cluster.value.clone())
-                    .or_default()
-                    .insert(p.metadata.name.value.clone());
+            Summary::NodePool { name, cluster, .. } => {
+                declared_pools.entry(cluster).or_default().insert(name);
             }
-        }
-    }
-    let mut clusters: BTreeMap<String, Cluster> = BTreeMap::new();
-    let mut cluster_origin: BTreeMap<String, Origin> = BTreeMap::new();
-    let mut pools: Vec<PendingPool<'_>> = Vec::new();
-
-    for raw in docs {
-        match raw {
-            RawDoc::Cluster(c, doc) => {
-                if let Some(cluster) = cluster_from(&mut ctx, c, &doc) {
-                    let name = cluster.name.value.clone();
-                    if let Some(first) = cluster_origin.get(&name) {
-                        ctx.err(
-                            Diagnostic::error(
-                                codes::DUPLICATE,
-                                cluster.name.origin.clone(),
-                                format!("cluster `{name}` is defined twice"),
-                            )
-                            .with_help(format!("first defined at {}:{}", first.file, first.line)),
-                        );
-                        continue;
-                    }
-                    cluster_origin.insert(name.clone(), cluster.name.origin.clone());
-                    clusters.insert(name, cluster);
-                }
-            }
-            RawDoc::NodePool(p, doc) => pools.push(PendingPool { raw: p, doc }),
         }
     }
 
-    // machine name → (cluster, pool) of its first explicit listing (an index into `owners`,
-    // one entry per pool: not two more strings per machine) and that listing's origin
-    let mut owners: Vec<(String, String)> = Vec::new();
-    let mut machine_owner: BTreeMap<String, (usize, Origin)> = BTreeMap::new();
-    for PendingPool { raw, doc } in pools {
-        check_header(&mut ctx, &doc, &raw.api_version);
-        let name_ok = check_name(&mut ctx, &doc, &raw.metadata.name, "node pool");
-        let spec = raw.spec;
-        let cluster_name = spec.cluster.value.clone();
-        let Some(cluster) = clusters.get_mut(&cluster_name) else {
-            if declared_clusters.contains(&cluster_name) {
-                // The cluster exists but is invalid; its own diagnostics say why.
-                continue;
-            }
-            let known: Vec<&str> = declared_clusters.iter().map(String::as_str).collect();
-            let help = if known.is_empty() {
-                "no Cluster is defined in the desired state; add a `kind: Cluster` document"
-                    .to_string()
-            } else {
-                format!("defined clusters: {}", known.join(", "))
+    // Cluster documents, each validated alone (memoized by document), then the first valid
+    // one of each name defines the cluster.
+    let mut cluster_memo: HashMap<DocId, (bool, Vec<Diagnostic>)> =
+        HashMap::with_capacity(memo.clusters.len());
+    // name → the defining document and its input index
+    let mut winners: BTreeMap<&str, (DocId, usize)> = BTreeMap::new();
+    // Clusters validated by this call (documents new to the memo), by input index.
+    let mut built: HashMap<usize, Cluster> = HashMap::new();
+    for (i, d) in inputs.iter().enumerate() {
+        let Summary::Cluster { name } = d.summary else {
+            continue;
+        };
+        let entry = memo.clusters.remove(&d.id).unwrap_or_else(|| {
+            let DocRef::Cluster(c) = d.kind() else {
+                return (false, Vec::new());
             };
-            ctx.err(
-                Diagnostic::error(
-                    codes::MISSING_CLUSTER,
-                    doc.origin(&spec.cluster.referenced),
-                    format!(
-                        "node pool `{}` refers to cluster `{cluster_name}`, which is not defined",
-                        raw.metadata.name.value
-                    ),
-                )
-                .with_help(help),
-            );
-            continue;
-        };
-        let role = spec.role.value;
-        let talos_version = match TalosVersion::parse(&spec.talos.version.value) {
-            Ok(v) => Some(sourced(&doc, &spec.talos.version, v)),
-            Err(e) => {
-                ctx.err(Diagnostic::error(
-                    codes::VERSION,
-                    doc.origin(&spec.talos.version.referenced),
-                    e.to_string(),
-                ));
-                None
+            let mut own = Ctx { diags: Vec::new() };
+            let cluster = cluster_from(&mut own, c, &d.doc);
+            let valid = cluster.is_some();
+            if let Some(cluster) = cluster {
+                built.insert(i, cluster);
             }
-        };
-        let image = match &spec.talos.installer_image {
-            None => Some(Sourced {
-                value: InstallerImage::parse(DEFAULT_INSTALLER).expect("default installer parses"),
-                origin: doc.origin(&spec.talos.version.referenced),
-            }),
-            Some(img) => match InstallerImage::parse(&img.value) {
-                Ok(i) => Some(sourced(&doc, img, i)),
-                Err(e) => {
-                    ctx.err(Diagnostic::error(
-                        codes::IMAGE,
-                        doc.origin(&img.referenced),
-                        e.to_string(),
-                    ));
-                    None
-                }
-            },
-        };
-        // Control plane: at most one machine away, always.
-        let mut base = cluster.rollout.clone();
-        if role == Role::Controlplane {
-            base.max_unavailable = 1;
-            if let Some(m) = spec
-                .rollout
-                .as_ref()
-                .and_then(|r| r.max_unavailable.as_ref())
-                && m.value > 1
-            {
+            (valid, own.diags)
+        });
+        ctx.diags.extend(entry.1.iter().cloned());
+        if entry.0 {
+            let name = name.as_str();
+            if let Some((_, first)) = winners.get(name) {
+                let (DocRef::Cluster(first_doc), DocRef::Cluster(c)) =
+                    (inputs[*first].kind(), d.kind())
+                else {
+                    continue;
+                };
+                let first = inputs[*first]
+                    .doc
+                    .origin(&first_doc.metadata.name.referenced);
                 ctx.err(
                     Diagnostic::error(
-                        codes::CONTROL_PLANE_UNAVAILABLE,
-                        doc.origin(&m.referenced),
-                        format!("control-plane pool `{}` sets maxUnavailable: {}", raw.metadata.name.value, m.value),
+                        codes::DUPLICATE,
+                        d.doc.origin(&c.metadata.name.referenced),
+                        format!("cluster `{name}` is defined twice"),
                     )
-                    .with_label("control-plane pools roll one machine at a time")
-                    .with_help("remove the override or set it to 1: taking two control-plane nodes away risks etcd quorum"),
+                    .with_help(format!("first defined at {}:{}", first.file, first.line)),
                 );
+            } else {
+                winners.insert(name, (d.id, i));
             }
         }
-        let rollout = apply_rollout(
-            &mut ctx,
-            &doc,
-            &base,
-            spec.rollout.as_ref(),
-            spec.drain.as_ref(),
-        );
+        cluster_memo.insert(d.id, entry);
+    }
 
-        let mut machines = Vec::new();
-        let mut seen: BTreeSet<&str> = BTreeSet::new();
-        let owner = owners.len();
-        owners.push((cluster_name.clone(), raw.metadata.name.value.clone()));
-        for m in &spec.machines {
-            let origin = doc.origin(&m.referenced);
-            if !is_dns_subdomain(&m.value) {
-                ctx.err(
-                    Diagnostic::error(
-                        codes::NAME,
-                        origin,
-                        format!("machine `{}` is not a valid node name", m.value),
-                    )
-                    .with_help("machines are listed by Kubernetes node name (lowercase, DNS-1123)"),
-                );
-                continue;
-            }
-            if !seen.insert(m.value.as_str()) {
-                ctx.err(Diagnostic::error(
-                    codes::DUPLICATE,
-                    origin,
-                    format!("machine `{}` is listed twice in this pool", m.value),
-                ));
-                continue;
-            }
-            if let Some((i, first)) = machine_owner.get(&m.value) {
-                let (c, p) = &owners[*i];
-                ctx.err(
-                    Diagnostic::error(
-                        codes::MACHINE_TWICE,
-                        origin,
-                        format!(
-                            "machine `{}` is already in node pool `{p}` of cluster `{c}`",
-                            m.value
-                        ),
-                    )
-                    .with_help(format!(
-                        "a machine belongs to exactly one pool; first listed at {}:{}",
-                        first.file, first.line
-                    )),
-                );
-                continue;
-            }
-            machine_owner.insert(m.value.clone(), (owner, origin.clone()));
-            machines.push(Sourced {
-                value: m.value.clone(),
-                origin,
-            });
-        }
-        let selector: BTreeMap<String, String> = spec
-            .selector
-            .as_ref()
-            .map(|s| {
-                s.match_labels
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.value.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if spec.machines.is_empty() && selector.is_empty() {
-            ctx.err(
-                Diagnostic::error(
-                    codes::EMPTY_POOL,
-                    doc.origin(&raw.metadata.name.referenced),
-                    format!(
-                        "node pool `{}` selects no machines",
-                        raw.metadata.name.value
-                    ),
-                )
-                .with_help(
-                    "list node names under `spec.machines` or give `spec.selector.matchLabels`",
-                ),
-            );
-        }
-        let health = super::health::pool_health(
-            &mut ctx.diags,
-            &doc,
-            &cluster.health,
-            spec.health.as_ref(),
-            spec.on_failure.as_ref(),
-        );
-        let after: Vec<Sourced<String>> = spec
-            .after
-            .iter()
-            .map(|a| sourced(&doc, a, a.value.clone()))
-            .collect();
-        let name = sourced(&doc, &raw.metadata.name, raw.metadata.name.value.clone());
-        if cluster.pools.contains_key(&name.value) {
-            let first = &cluster.pools[&name.value].name.origin;
-            ctx.err(
-                Diagnostic::error(
-                    codes::DUPLICATE,
-                    name.origin.clone(),
-                    format!(
-                        "node pool `{}` is defined twice in cluster `{cluster_name}`",
-                        name.value
-                    ),
-                )
-                .with_help(format!("first defined at {}:{}", first.file, first.line)),
-            );
-            continue;
-        }
-        let (Some(talos_version), Some(installer_image), true) = (talos_version, image, name_ok)
+    // NodePool documents: grouped by their (valid) cluster; the others only checked alone.
+    let mut groups_in: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    // machine → (input index of the pool that lists it first, index in its `machines`)
+    let mut owner: HashMap<&str, (usize, u32)> = HashMap::new();
+    for (i, d) in inputs.iter().enumerate() {
+        let Summary::NodePool {
+            cluster, machines, ..
+        } = d.summary
         else {
             continue;
         };
-        let pool = NodePool {
-            cluster: sourced(&doc, &spec.cluster, cluster_name.clone()),
-            name,
-            role,
-            machines,
-            selector,
-            talos_version,
-            installer_image,
-            rollout,
-            health,
-            after,
-            document: doc.text.to_string(),
+        let cluster_name = cluster.as_str();
+        if winners.contains_key(cluster_name) {
+            groups_in.entry(cluster_name).or_default().push(i);
+            for (pos, m) in machines.iter().enumerate() {
+                if is_dns_subdomain(m) {
+                    owner.entry(m.as_str()).or_insert((i, pos as u32));
+                }
+            }
+            continue;
+        }
+        let DocRef::NodePool(p) = d.kind() else {
+            continue;
         };
-        cluster.pools.insert(pool.name.value.clone(), pool);
+        check_header(&mut ctx, &d.doc, &p.api_version);
+        check_name(&mut ctx, &d.doc, &p.metadata.name, "node pool");
+        if declared_clusters.contains(cluster_name) {
+            // The cluster exists but is invalid; its own diagnostics say why.
+            continue;
+        }
+        let known: Vec<&str> = declared_clusters.iter().copied().collect();
+        let help = if known.is_empty() {
+            "no Cluster is defined in the desired state; add a `kind: Cluster` document".to_string()
+        } else {
+            format!("defined clusters: {}", known.join(", "))
+        };
+        ctx.err(
+            Diagnostic::error(
+                codes::MISSING_CLUSTER,
+                d.doc.origin(&p.spec.cluster.referenced),
+                format!(
+                    "node pool `{}` refers to cluster `{cluster_name}`, which is not defined",
+                    p.metadata.name.value
+                ),
+            )
+            .with_help(help),
+        );
     }
 
-    for cluster in clusters.values() {
-        let declared = declared_pools
-            .get(&cluster.name.value)
-            .cloned()
-            .unwrap_or_default();
-        check_order(&mut ctx, cluster, &declared);
+    let mut groups: HashMap<String, Group> = HashMap::with_capacity(winners.len());
+    let mut clusters: BTreeMap<String, Arc<Cluster>> = BTreeMap::new();
+    let mut revalidated = 0;
+    let no_pools = Vec::new();
+    let no_names = BTreeSet::new();
+    for (&name, &(id, at)) in &winners {
+        let pool_inputs = groups_in.get(name).unwrap_or(&no_pools);
+        let declared = declared_pools.get(name).unwrap_or(&no_names);
+        let mut conflicts = Vec::new();
+        for (k, &i) in pool_inputs.iter().enumerate() {
+            let Summary::NodePool { machines, .. } = inputs[i].summary else {
+                continue;
+            };
+            for (pos, m) in machines.iter().enumerate() {
+                if let Some(&(j, jpos)) = owner.get(m.as_str())
+                    && j != i
+                {
+                    conflicts.push((k as u32, pos as u32, inputs[j].id, jpos));
+                }
+            }
+        }
+        let previous = memo.groups.remove(name);
+        let unchanged = |key: &GroupKey| {
+            key.cluster == id
+                && key.pools.len() == pool_inputs.len()
+                && key
+                    .pools
+                    .iter()
+                    .zip(pool_inputs)
+                    .all(|(a, &i)| *a == inputs[i].id)
+                && key
+                    .declared
+                    .iter()
+                    .map(String::as_str)
+                    .eq(declared.iter().copied())
+                && key.conflicts == conflicts
+        };
+        let group = match previous {
+            Some(g) if unchanged(&g.key) => g,
+            previous => {
+                revalidated += 1;
+                // The cluster without pools: validated by this call, else the previous
+                // group's (same document), else validated again (diagnostics already kept).
+                let mut cluster = match (built.remove(&at), previous) {
+                    (Some(c), _) => c,
+                    (None, Some(p)) if p.key.cluster == id => {
+                        let mut c = Arc::unwrap_or_clone(p.cluster);
+                        c.pools.clear();
+                        c
+                    }
+                    _ => {
+                        let DocRef::Cluster(c) = inputs[at].kind() else {
+                            continue;
+                        };
+                        let mut discard = Ctx { diags: Vec::new() };
+                        let Some(c) = cluster_from(&mut discard, c, &inputs[at].doc) else {
+                            continue;
+                        };
+                        c
+                    }
+                };
+                let mut own = Ctx { diags: Vec::new() };
+                for &i in pool_inputs {
+                    pool_into(&mut own, &mut cluster, inputs, i, &owner);
+                }
+                check_order(&mut own, &cluster, declared);
+                Group {
+                    key: GroupKey {
+                        cluster: id,
+                        pools: pool_inputs.iter().map(|&i| inputs[i].id).collect(),
+                        declared: declared.iter().map(|s| s.to_string()).collect(),
+                        conflicts,
+                    },
+                    cluster: Arc::new(cluster),
+                    diags: own.diags,
+                }
+            }
+        };
+        ctx.diags.extend(group.diags.iter().cloned());
+        clusters.insert(name.to_string(), group.cluster.clone());
+        groups.insert(name.to_string(), group);
     }
     check_promotion(&mut ctx, &clusters, &declared_clusters);
     ctx.diags.sort_by(|a, b| {
@@ -505,13 +561,207 @@ pub fn validate(
             .cmp(&b.origin)
             .then_with(|| a.message.cmp(&b.message))
     });
+    memo.clusters = cluster_memo;
+    memo.groups = groups;
+    memo.last_revalidated = revalidated;
     (Desired { revision, clusters }, ctx.diags)
 }
 
-fn cluster_from(ctx: &mut Ctx, c: format::ClusterDoc, doc: &DocText<'_>) -> Option<Cluster> {
+/// Validate the NodePool document `inputs[i]` into `cluster` (its valid cluster). `owner`
+/// maps every machine to the pool that lists it first.
+#[allow(
+    clippy::expect_used,
+    reason = "DEFAULT_INSTALLER is a constant valid repository (the installer_images test parses it)"
+)]
+fn pool_into(
+    ctx: &mut Ctx,
+    cluster: &mut Cluster,
+    inputs: &[Input<'_>],
+    i: usize,
+    owner: &HashMap<&str, (usize, u32)>,
+) {
+    let doc = &inputs[i].doc;
+    let DocRef::NodePool(raw) = inputs[i].kind() else {
+        return;
+    };
+    check_header(ctx, doc, &raw.api_version);
+    let name_ok = check_name(ctx, doc, &raw.metadata.name, "node pool");
+    let spec = &raw.spec;
+    let cluster_name = &spec.cluster.value;
+    let role = spec.role.value;
+    let talos_version = match TalosVersion::parse(&spec.talos.version.value) {
+        Ok(v) => Some(sourced(doc, &spec.talos.version, v)),
+        Err(e) => {
+            ctx.err(Diagnostic::error(
+                codes::VERSION,
+                doc.origin(&spec.talos.version.referenced),
+                e.to_string(),
+            ));
+            None
+        }
+    };
+    let image = match &spec.talos.installer_image {
+        None => Some(Sourced {
+            value: InstallerImage::parse(DEFAULT_INSTALLER).expect("default installer parses"),
+            origin: doc.origin(&spec.talos.version.referenced),
+        }),
+        Some(img) => match InstallerImage::parse(&img.value) {
+            Ok(i) => Some(sourced(doc, img, i)),
+            Err(e) => {
+                ctx.err(Diagnostic::error(
+                    codes::IMAGE,
+                    doc.origin(&img.referenced),
+                    e.to_string(),
+                ));
+                None
+            }
+        },
+    };
+    // Control plane: at most one machine away, always.
+    let mut base = cluster.rollout.clone();
+    if role == Role::Controlplane {
+        base.max_unavailable = 1;
+        if let Some(m) = spec
+            .rollout
+            .as_ref()
+            .and_then(|r| r.max_unavailable.as_ref())
+            && m.value > 1
+        {
+            ctx.err(
+                Diagnostic::error(
+                    codes::CONTROL_PLANE_UNAVAILABLE,
+                    doc.origin(&m.referenced),
+                    format!("control-plane pool `{}` sets maxUnavailable: {}", raw.metadata.name.value, m.value),
+                )
+                .with_label("control-plane pools roll one machine at a time")
+                .with_help("remove the override or set it to 1: taking two control-plane nodes away risks etcd quorum"),
+            );
+        }
+    }
+    let rollout = apply_rollout(ctx, doc, &base, spec.rollout.as_ref(), spec.drain.as_ref());
+
+    let mut machines = Vec::new();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for (pos, m) in spec.machines.iter().enumerate() {
+        if !is_dns_subdomain(&m.value) {
+            ctx.err(
+                Diagnostic::error(
+                    codes::NAME,
+                    doc.origin(&m.referenced),
+                    format!("machine `{}` is not a valid node name", m.value),
+                )
+                .with_help("machines are listed by Kubernetes node name (lowercase, DNS-1123)"),
+            );
+            continue;
+        }
+        if !seen.insert(m.value.as_str()) {
+            ctx.err(Diagnostic::error(
+                codes::DUPLICATE,
+                doc.origin(&m.referenced),
+                format!("machine `{}` is listed twice in this pool", m.value),
+            ));
+            continue;
+        }
+        if let Some(&(j, jpos)) = owner.get(m.value.as_str())
+            && (j, jpos) != (i, pos as u32)
+            && let DocRef::NodePool(first_pool) = inputs[j].kind()
+        {
+            let first = inputs[j]
+                .doc
+                .origin(&first_pool.spec.machines[jpos as usize].referenced);
+            ctx.err(
+                Diagnostic::error(
+                    codes::MACHINE_TWICE,
+                    doc.origin(&m.referenced),
+                    format!(
+                        "machine `{}` is already in node pool `{}` of cluster `{}`",
+                        m.value, first_pool.metadata.name.value, first_pool.spec.cluster.value
+                    ),
+                )
+                .with_help(format!(
+                    "a machine belongs to exactly one pool; first listed at {}:{}",
+                    first.file, first.line
+                )),
+            );
+            continue;
+        }
+        machines.push(sourced(doc, m, m.value.clone()));
+    }
+    let selector: BTreeMap<String, String> = spec
+        .selector
+        .as_ref()
+        .map(|s| {
+            s.match_labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if spec.machines.is_empty() && selector.is_empty() {
+        ctx.err(
+            Diagnostic::error(
+                codes::EMPTY_POOL,
+                doc.origin(&raw.metadata.name.referenced),
+                format!(
+                    "node pool `{}` selects no machines",
+                    raw.metadata.name.value
+                ),
+            )
+            .with_help("list node names under `spec.machines` or give `spec.selector.matchLabels`"),
+        );
+    }
+    let health = super::health::pool_health(
+        &mut ctx.diags,
+        doc,
+        &cluster.health,
+        spec.health.as_ref(),
+        spec.on_failure.as_ref(),
+    );
+    let after: Vec<Sourced<String>> = spec
+        .after
+        .iter()
+        .map(|a| sourced(doc, a, a.value.clone()))
+        .collect();
+    let name = sourced(doc, &raw.metadata.name, raw.metadata.name.value.clone());
+    if let Some(first) = cluster.pools.get(&name.value) {
+        let first = &first.name.origin;
+        ctx.err(
+            Diagnostic::error(
+                codes::DUPLICATE,
+                name.origin.clone(),
+                format!(
+                    "node pool `{}` is defined twice in cluster `{cluster_name}`",
+                    name.value
+                ),
+            )
+            .with_help(format!("first defined at {}:{}", first.file, first.line)),
+        );
+        return;
+    }
+    let (Some(talos_version), Some(installer_image), true) = (talos_version, image, name_ok) else {
+        return;
+    };
+    let pool = NodePool {
+        cluster: sourced(doc, &spec.cluster, cluster_name.clone()),
+        name,
+        role,
+        machines,
+        selector,
+        talos_version,
+        installer_image,
+        rollout,
+        health,
+        after,
+        document: doc.text.to_string(),
+    };
+    cluster
+        .pools
+        .insert(pool.name.value.clone(), Arc::new(pool));
+}
+fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Option<Cluster> {
     check_header(ctx, doc, &c.api_version);
     let name_ok = check_name(ctx, doc, &c.metadata.name, "cluster");
-    let spec = c.spec;
+    let spec = &c.spec;
     let version = match KubeVersion::parse(&spec.kubernetes.version.value) {
         Ok(v) => Some(sourced(doc, &spec.kubernetes.version, v)),
         Err(e) => {
@@ -809,8 +1059,8 @@ fn promotion(
 /// Promotion references name another declared cluster and never form a cycle.
 fn check_promotion(
     ctx: &mut Ctx,
-    clusters: &BTreeMap<String, Cluster>,
-    declared: &BTreeSet<String>,
+    clusters: &BTreeMap<String, Arc<Cluster>>,
+    declared: &BTreeSet<&str>,
 ) {
     for (name, c) in clusters {
         let Some(p) = &c.promotion else { continue };
@@ -826,7 +1076,7 @@ fn check_promotion(
             continue;
         }
         if !clusters.contains_key(&p.after.value) {
-            if declared.contains(&p.after.value) {
+            if declared.contains(p.after.value.as_str()) {
                 continue; // invalid cluster, reported already
             }
             let known: Vec<&str> = clusters.keys().map(String::as_str).collect();
@@ -873,7 +1123,7 @@ fn clone_spanned(s: &Spanned<String>) -> Spanned<String> {
 }
 
 /// `after:` references exist, are acyclic, and never put control plane after workers.
-fn check_order(ctx: &mut Ctx, cluster: &Cluster, declared: &BTreeSet<String>) {
+fn check_order(ctx: &mut Ctx, cluster: &Cluster, declared: &BTreeSet<&str>) {
     for pool in cluster.pools.values() {
         for a in &pool.after {
             if a.value == pool.name.value {
@@ -885,7 +1135,7 @@ fn check_order(ctx: &mut Ctx, cluster: &Cluster, declared: &BTreeSet<String>) {
                 continue;
             }
             match cluster.pools.get(&a.value) {
-                None if declared.contains(&a.value) => {} // invalid pool, reported already
+                None if declared.contains(a.value.as_str()) => {} // invalid pool, reported already
                 None => {
                     let known: Vec<&str> = cluster.pools.keys().map(String::as_str).collect();
                     ctx.err(

@@ -19,3 +19,43 @@ pub mod preflight;
 pub mod refresh;
 pub mod replan;
 pub mod report;
+
+/// The desired-state loader the CLI, the daemon and the benchmarks use: stage 1 (parsing)
+/// split over the CPUs (at most [`crate::desired::incremental::PARSE_THREADS`]) with
+/// `std::thread::scope`. `desired` itself starts no thread; its result is the same on one.
+pub fn desired_loader() -> crate::desired::Loader {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(crate::desired::incremental::PARSE_THREADS);
+    crate::desired::Loader::parallel(run_scoped, threads)
+}
+
+/// Read and validate a revision with [`desired_loader`] (`desired::load`, parsed in parallel).
+pub fn load_desired(
+    source: &crate::desired::Source,
+) -> Result<crate::desired::Loaded, crate::desired::SourceError> {
+    desired_loader().load(source)
+}
+
+/// Run every job on a thread of its own (the first on the caller's) and return the results
+/// in the jobs' order.
+fn run_scoped(
+    jobs: Vec<crate::desired::incremental::ParseJob<'_>>,
+) -> Vec<Vec<crate::desired::incremental::ParsedFile>> {
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Vec::new();
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
+        let mut out = vec![first()];
+        for h in handles {
+            match h.join() {
+                Ok(parsed) => out.push(parsed),
+                // A panic in a parse is a bug: surface it as it would on one thread.
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}

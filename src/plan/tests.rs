@@ -913,7 +913,7 @@ fn applied_of(d: &Desired) -> LastApplied {
     let mut rs = Vec::new();
     for c in d.clusters.values() {
         rs.push(AppliedResource::of_cluster(c));
-        rs.extend(c.pools.values().map(AppliedResource::of_pool));
+        rs.extend(c.pools.values().map(|p| AppliedResource::of_pool(p)));
     }
     LastApplied::from_resources(rs)
 }

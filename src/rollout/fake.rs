@@ -264,6 +264,8 @@ struct Observing {
     max: std::sync::atomic::AtomicUsize,
     /// Give the runtime one turn inside every observation, so that concurrent ones overlap.
     yielding: std::sync::atomic::AtomicBool,
+    /// Observations of each node made while it was drained and not upgraded yet.
+    drained: Mutex<BTreeMap<String, usize>>,
 }
 
 fn unavailable(op: &'static str, node: &str, why: &str) -> PortError {
@@ -283,6 +285,15 @@ impl FakeCluster {
     /// at once unless [`Self::yield_in_observations`] was called, so only then can they overlap.
     pub fn max_concurrent_observations(&self) -> usize {
         self.observing.max.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How often each node was observed while it was drained and waiting for its Upgrade call.
+    pub fn observations_while_drained(&self) -> BTreeMap<String, usize> {
+        self.observing
+            .drained
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// From now on, every Talos node observation gives the runtime one turn before it answers.
@@ -960,6 +971,21 @@ impl TalosPort for FakeTalos {
         }
         let r = self.0.talos_node(node);
         o.now.fetch_sub(1, SeqCst);
+        let drained = self
+            .0
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .nodes
+            .get(&node.node)
+            .is_some_and(|n| n.counters.drain > 0 && n.counters.upgrade == 0);
+        if drained {
+            *o.drained
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(node.node.clone())
+                .or_default() += 1;
+        }
         r
     }
     async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {

@@ -114,7 +114,7 @@ impl Shared {
             leadership: Leadership::solo(replica.clone()),
             replica,
             desired: RwLock::new(None),
-            loader: Default::default(),
+            loader: std::sync::Mutex::new(crate::ops::desired_loader()),
             replan_cache: Default::default(),
             changes: tokio::sync::watch::channel(0).0,
             trust: trust::TrustRoot::none(),

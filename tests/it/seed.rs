@@ -98,7 +98,7 @@ fn applied_from(desired: &medea::desired::Desired) -> LastApplied {
     let mut rs = Vec::new();
     for c in desired.clusters.values() {
         rs.push(AppliedResource::of_cluster(c));
-        rs.extend(c.pools.values().map(AppliedResource::of_pool));
+        rs.extend(c.pools.values().map(|p| AppliedResource::of_pool(p)));
     }
     LastApplied::from_resources(rs)
 }

@@ -669,7 +669,7 @@ fn section_parts(
     // Approval makes this revision of every resource of the cluster the last applied one.
     out.put.push(AppliedResource::of_cluster(cluster));
     out.put
-        .extend(cluster.pools.values().map(AppliedResource::of_pool));
+        .extend(cluster.pools.values().map(|p| AppliedResource::of_pool(p)));
     for res in &inputs.applied {
         if let ResourceKey::Pool { cluster: c, pool } = &res.key
             && c == name

@@ -216,6 +216,15 @@ impl NodePhase {
     pub fn finished(self) -> bool {
         matches!(self, NodePhase::Done | NodePhase::Skipped)
     }
+    /// Its next move is a check before a command of its own, and nothing medea did to it waits
+    /// for a verdict: not started, being checked, or drained and about to be upgraded. Such a
+    /// node is looked at when its turn in the wave comes, not in every decision.
+    pub fn checked_at_its_turn(self) -> bool {
+        matches!(
+            self,
+            NodePhase::Pending | NodePhase::Checking | NodePhase::Drained
+        )
+    }
     /// Cordoned or down: counts against `maxUnavailable`.
     pub fn away(self) -> bool {
         matches!(

@@ -72,6 +72,18 @@ impl Needs {
     pub fn is_empty(&self) -> bool {
         self == &Needs::default()
     }
+    /// How many observations are asked for.
+    pub fn count(&self) -> usize {
+        self.talos.len()
+            + self.kube.len()
+            + usize::from(self.etcd.is_some())
+            + self.images.len()
+            + self.args.len()
+            + self.static_pods.len()
+            + self.config_versions.len()
+            + usize::from(self.snapshot)
+            + usize::from(self.gates.is_some())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -72,8 +72,28 @@ pub(super) fn talos_step(
         let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
         let mut polls: Vec<(PollWhy, String)> = Vec::new();
         let mut waits: Vec<(Timestamp, String)> = Vec::new();
-        for i in members {
-            match talos_node(j, si, i, eyes, now, notes) {
+        // Members in lockstep order. Every member medea is waiting on (rebooting, between
+        // commands) is looked at in every decision: a failure there halts before anything else
+        // happens. A member whose next move is a check before a command of its own
+        // (`NodePhase::checked_at_its_turn`) is looked at only until a member has a command
+        // (it goes first: it is further behind) or such a member needs an observation: its
+        // checks are made, fresh, when its turn comes, and a wave of n nodes costs O(n) of
+        // these observations instead of O(n²).
+        let mut order = members;
+        order.sort_by_key(|&i| (talos_of(j, si).nodes[i].phase, i));
+        let mut turn_taken = false;
+        for i in order {
+            let at_turn = talos_of(j, si).nodes[i].phase.checked_at_its_turn();
+            if at_turn && turn_taken {
+                continue;
+            }
+            let asked = eyes.missing.borrow().count();
+            let flow = talos_node(j, si, i, eyes, now, notes);
+            // a command goes to the member furthest behind: no member after it can have one
+            if matches!(flow, Flow::Run(_)) || (at_turn && eyes.missing.borrow().count() > asked) {
+                turn_taken = true;
+            }
+            match flow {
                 Flow::Run(cmd) => {
                     let phase = talos_of(j, si).nodes[i].phase;
                     runs.push((phase, i, cmd));
@@ -146,13 +166,7 @@ fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> O
     }
     let n = chosen?;
     Some(Flow::Run(Box::new(Command {
-        key: key(
-            j,
-            si,
-            Some(&n.target.node),
-            CommandOp::PullAhead,
-            n.attempt,
-        ),
+        key: key(j, si, Some(&n.target.node), CommandOp::PullAhead, n.attempt),
         action: Action::Pull {
             node: n.node_target(),
             image: ts.rollout.image.clone(),
