@@ -71,4 +71,13 @@ pub trait NodeSource: Send + Sync + 'static {
             })
             .collect()
     }
+    /// [`Self::node_fingerprints`] of only the nodes whose digest changed since
+    /// [`Self::fingerprint`] returned `since`, sorted by name, so that a pass costs O(nodes
+    /// changed); `None` (the default) when the source cannot tell, or when the node list
+    /// itself changed since: the caller then reads [`Self::node_fingerprints`]. A node changed
+    /// after a later `fingerprint` call may be listed too.
+    fn node_fingerprints_since(&self, since: u64) -> Option<Vec<(String, u64)>> {
+        let _ = since;
+        None
+    }
 }

@@ -2,6 +2,7 @@
 //! `fieldSelector=spec.nodeName=w1`, with the apiserver's grammar and its per-resource
 //! whitelist of selectable fields.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -121,6 +122,8 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Match against a label map (the reference [`Self::matches_object`] must equal).
+    #[cfg(test)]
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|req| match req {
             LabelReq::Eq(k, v) => labels.get(k) == Some(v),
@@ -132,9 +135,23 @@ impl LabelSelector {
         })
     }
 
-    /// Match against the `metadata.labels` of a stored object.
+    /// Match against the `metadata.labels` of a stored object: the same answer as
+    /// `self.matches(&labels_of(obj))` (labels whose value is not a string are absent), read
+    /// in place instead of copying every label of every listed object.
     pub fn matches_object(&self, obj: &Value) -> bool {
-        self.matches(&labels_of(obj))
+        if self.0.is_empty() {
+            return true;
+        }
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        let get = |k: &str| labels.and_then(|m| m.get(k)).and_then(Value::as_str);
+        self.0.iter().all(|req| match req {
+            LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
+            LabelReq::NotEq(k, v) => get(k) != Some(v.as_str()),
+            LabelReq::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+            LabelReq::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
+            LabelReq::Exists(k) => get(k).is_some(),
+            LabelReq::NotExists(k) => get(k).is_none(),
+        })
     }
 }
 
@@ -150,9 +167,23 @@ pub(crate) fn labels_of(obj: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// A field's value as a field selector compares it: strings as they are, booleans and numbers
+/// as their JSON text, absent or `null` as `""`.
+pub(crate) fn field_text(v: Option<&Value>) -> Cow<'_, str> {
+    match v {
+        None | Some(Value::Null) => Cow::Borrowed(""),
+        Some(Value::String(s)) => Cow::Borrowed(s),
+        Some(Value::Bool(true)) => Cow::Borrowed("true"),
+        Some(Value::Bool(false)) => Cow::Borrowed("false"),
+        Some(other) => Cow::Owned(other.to_string()),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FieldReq {
     path: String,
+    /// `path` as a JSON pointer (`/spec/nodeName`).
+    pointer: String,
     value: String,
     negate: bool,
 }
@@ -208,6 +239,7 @@ impl FieldSelector {
             }
             reqs.push(FieldReq {
                 path: path.to_string(),
+                pointer: format!("/{}", path.replace('.', "/")),
                 value: value.to_string(),
                 negate,
             });
@@ -217,21 +249,25 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|req| {
-            let pointer = format!("/{}", req.path.replace('.', "/"));
-            let actual = match obj.pointer(&pointer) {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Bool(b)) => b.to_string(),
-                Some(other) => other.to_string(),
-            };
+            let actual = field_text(obj.pointer(&req.pointer));
             // An unset boolean reads as "false", as in the apiserver's field sets.
             let actual = if actual.is_empty() && req.path == "spec.unschedulable" {
-                "false".to_string()
+                Cow::Borrowed("false")
             } else {
                 actual
             };
             (actual == req.value) != req.negate
         })
+    }
+
+    /// The node a `spec.nodeName=X` requirement pins the selected pods to (`""`: unbound
+    /// pods): every object the selector matches has that `spec.nodeName`, so a list can start
+    /// from the store's pods-by-node index.
+    pub fn node_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|r| r.path == "spec.nodeName" && !r.negate)
+            .map(|r| r.value.as_str())
     }
 }
 

@@ -4,14 +4,22 @@
 //!
 //! Invariant: every change bumps the single cluster-wide resourceVersion exactly once and
 //! emits exactly one watch event; writing an identical object changes nothing.
+//!
+//! Pods are also indexed by `spec.nodeName` ([`Store::pods_on_node`]), updated in the same
+//! call as the object itself, so a `fieldSelector=spec.nodeName=…` list reads the pods of one
+//! node instead of every pod (the real apiserver's watch cache keeps the same index:
+//! kubernetes `pkg/registry/core/pod/storage/storage.go` registers `pod.NodeNameIndexFunc`
+//! from `pkg/registry/core/pod/strategy.go` as the cacher's `spec.nodeName` indexer).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::resources::{ResKey, ResourceType};
+use super::resources::{PODS, ResKey, ResourceType};
+use super::selector::field_text;
 
 /// `(resource, namespace or "", name)`.
 pub(crate) type ObjKey = (ResKey, String, String);
@@ -74,21 +82,35 @@ pub(crate) fn uid_of(obj: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// Everything but `metadata` and `status`: what `generation` tracks.
-fn spec_part(obj: &Value) -> Value {
-    match obj {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        other => other.clone(),
+/// Whether everything but `metadata` and `status` (what `generation` tracks) is the same in
+/// both, compared in place.
+fn same_spec(a: &Value, b: &Value) -> bool {
+    let tracked = |m: &'_ serde_json::Map<String, Value>| {
+        m.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+            .count()
+    };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            tracked(x) == tracked(y)
+                && x.iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+                    .all(|(k, v)| y.get(k) == Some(v))
+        }
+        _ => a == b,
     }
+}
+
+/// `spec.nodeName` of a pod as a field selector reads it (`""`: not bound).
+fn pod_node(pod: &Value) -> Cow<'_, str> {
+    field_text(pod.pointer("/spec/nodeName"))
 }
 
 pub(crate) struct Store {
     objects: BTreeMap<ObjKey, Value>,
+    /// `spec.nodeName` (`""` for unbound pods) → `(namespace, name)` of the pods stored with
+    /// it, in store order; exact against `objects` after every call.
+    pods_by_node: HashMap<String, BTreeSet<(String, String)>>,
     rv: u64,
     history: VecDeque<Arc<Event>>,
     /// Events up to and including this resourceVersion are no longer in `history`.
@@ -103,6 +125,7 @@ impl Store {
         let (events, _) = broadcast::channel(4096);
         Store {
             objects: BTreeMap::new(),
+            pods_by_node: HashMap::new(),
             rv: 1000,
             history: VecDeque::new(),
             compacted: 1000,
@@ -146,6 +169,50 @@ impl Store {
             .take_while(move |((k, _, _), _)| *k == key)
             .filter(move |((_, n, _), _)| ns.is_none_or(|ns| ns == n))
             .map(|(_, v)| v)
+    }
+
+    /// The pods whose `spec.nodeName` is `node` (`""`: unbound pods), optionally in one
+    /// namespace, in the order of [`Self::list`]: what `list(&PODS, ns)` filtered on the node
+    /// name yields, read from the index.
+    pub fn pods_on_node<'a>(
+        &'a self,
+        node: &str,
+        ns: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        let key = PODS.key();
+        self.pods_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(move |(n, _)| ns.is_none_or(|ns| ns == n))
+            .filter_map(move |(n, name)| self.objects.get(&(key, n.clone(), name.clone())))
+    }
+
+    /// Keep [`Self::pods_by_node`] in step with `objects` for the object at `key` changing
+    /// from `old` to `new`.
+    fn reindex(&mut self, key: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
+        if key.0 != PODS.key() {
+            return;
+        }
+        let (old_node, new_node) = (old.map(pod_node), new.map(pod_node));
+        if old_node == new_node {
+            return;
+        }
+        let pod = (key.1.clone(), key.2.clone());
+        if let Some(node) = old_node
+            && let Some(set) = self.pods_by_node.get_mut(node.as_ref())
+        {
+            set.remove(&pod);
+            if set.is_empty() {
+                self.pods_by_node.remove(node.as_ref());
+            }
+        }
+        if let Some(node) = new_node {
+            self.pods_by_node
+                .entry(node.into_owned())
+                .or_default()
+                .insert(pod);
+        }
     }
 
     /// Cloned objects of a type (for controllers that write while iterating).
@@ -201,6 +268,7 @@ impl Store {
         }
         obj["apiVersion"] = json!(rt.api_version());
         obj["kind"] = json!(rt.kind);
+        self.reindex(&key, None, Some(&obj));
         self.objects.insert(key, obj.clone());
         self.emit(rt.key(), EventType::Added, obj.clone(), None);
         Ok(obj)
@@ -216,7 +284,7 @@ impl Store {
         now: jiff::Timestamp,
     ) -> Value {
         let key = (rt.key(), ns_of(&obj).to_string(), name_of(&obj).to_string());
-        let Some(old) = self.objects.get(&key).cloned() else {
+        let Some(old) = self.objects.get(&key) else {
             return match self.create(rt, obj, now) {
                 Ok(v) | Err(v) => v,
             };
@@ -230,22 +298,19 @@ impl Store {
         }
         let old_gen = old.pointer("/metadata/generation").and_then(Value::as_i64);
         if let Some(g) = old_gen {
-            let bumped = if spec_part(&old) != spec_part(&obj) {
-                g + 1
-            } else {
-                g
-            };
+            let bumped = if !same_spec(old, &obj) { g + 1 } else { g };
             obj["metadata"]["generation"] = json!(bumped);
         } else if obj.get("spec").is_some() {
             obj["metadata"]["generation"] = json!(1);
         }
-        if obj == old {
-            return old;
+        if obj == *old {
+            return old.clone();
         }
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.objects.insert(key, obj.clone());
-        self.emit(rt.key(), EventType::Modified, obj.clone(), Some(old));
+        let old = self.objects.insert(key.clone(), obj.clone());
+        self.reindex(&key, old.as_ref(), Some(&obj));
+        self.emit(rt.key(), EventType::Modified, obj.clone(), old);
         obj
     }
 
@@ -253,6 +318,7 @@ impl Store {
     pub fn delete(&mut self, rt: &'static ResourceType, ns: &str, name: &str) -> Option<Value> {
         let key = (rt.key(), ns.to_string(), name.to_string());
         let mut old = self.objects.remove(&key)?;
+        self.reindex(&key, Some(&old), None);
         self.rv += 1;
         old["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         self.emit(rt.key(), EventType::Deleted, old.clone(), None);

@@ -143,7 +143,7 @@ impl SimTalos {
 
         let mut cluster = TalosSide::new(&scenario, pki.ca_pem(), now.as_second());
         for a in &scenario.etcd_alarms {
-            if let Some(n) = cluster.nodes.iter().find(|n| n.spec.name == a.node) {
+            if let Some(n) = cluster.nodes().iter().find(|n| n.spec.name == a.node) {
                 let member = n.member_id;
                 cluster.etcd_alarms.insert((member, a.alarm));
             }
@@ -230,7 +230,7 @@ impl SimTalos {
     fn known(&self) -> String {
         self.shared
             .lock()
-            .nodes
+            .nodes()
             .iter()
             .map(|n| n.spec.name.clone())
             .collect::<Vec<_>>()
@@ -268,7 +268,7 @@ impl SimTalos {
     /// Side-effect counters of a node (by name or address).
     pub fn counters(&self, node: &str) -> Option<NodeCounters> {
         let c = self.shared.lock();
-        c.find(node).map(|i| c.nodes[i].counters.clone())
+        c.find(node).map(|i| c.nodes()[i].counters.clone())
     }
 
     /// Requests refused because they carried the deprecated `nodes` metadata key.
@@ -279,7 +279,7 @@ impl SimTalos {
     /// A snapshot of a node's state.
     pub fn node_state(&self, node: &str) -> Option<NodeState> {
         let c = self.shared.lock();
-        let n = &c.nodes[c.find(node)?];
+        let n = &c.nodes()[c.find(node)?];
         let facts = n.facts();
         Some(NodeState {
             name: n.spec.name.clone(),
@@ -307,14 +307,15 @@ impl SimTalos {
     /// The machine config a node runs (YAML; it holds the cluster's secrets).
     pub fn machine_config(&self, node: &str) -> Option<Secret<Vec<u8>>> {
         let c = self.shared.lock();
-        c.find(node).map(|i| Secret::new(c.nodes[i].config.clone()))
+        c.find(node)
+            .map(|i| Secret::new(c.nodes()[i].config.clone()))
     }
 
     /// Finish a reboot in progress (needed with `RebootTiming::Manual`; harmless otherwise).
     pub fn complete_boot(&self, node: &str) -> Result<(), SimError> {
         let idx = self.index(node)?;
         let mut c = self.shared.lock();
-        let n = &c.nodes[idx];
+        let n = &c.nodes()[idx];
         if n.power != Power::Rebooting {
             return Err(SimError::NotRebooting {
                 node: node.to_string(),
@@ -335,7 +336,7 @@ impl SimTalos {
     pub fn set_etcd_alarm(&self, node: &str, alarm: Option<EtcdAlarmKind>) -> Result<(), SimError> {
         let idx = self.index(node)?;
         let mut c = self.shared.lock();
-        let member = c.nodes[idx].member_id;
+        let member = c.nodes()[idx].member_id;
         match alarm {
             Some(a) => {
                 c.etcd_alarms.insert((member, a));
@@ -348,7 +349,7 @@ impl SimTalos {
     /// Make a control plane's etcd member (un)healthy.
     pub fn set_etcd_healthy(&self, node: &str, healthy: bool) -> Result<(), SimError> {
         let idx = self.index(node)?;
-        self.shared.lock().nodes[idx].etcd_healthy = healthy;
+        self.shared.lock().node_mut(idx).etcd_healthy = healthy;
         Ok(())
     }
 
@@ -357,7 +358,7 @@ impl SimTalos {
     pub fn set_bootloader(&self, node: &str, bootloader: Bootloader) -> Result<(), SimError> {
         let idx = self.index(node)?;
         let mut c = self.shared.lock();
-        let n = &mut c.nodes[idx];
+        let n = c.node_mut(idx);
         n.bootloader = bootloader;
         match bootloader {
             // written from a disk image: no install has set `LoaderEntryDefault` yet
@@ -378,7 +379,9 @@ impl SimTalos {
         healthy: bool,
     ) -> Result<(), SimError> {
         let idx = self.index(node)?;
-        self.shared.lock().nodes[idx]
+        self.shared
+            .lock()
+            .node_mut(idx)
             .service_health
             .insert(service.to_string(), healthy);
         Ok(())
@@ -402,7 +405,7 @@ impl SimTalos {
         }
         let first_cp = {
             let c = self.shared.lock();
-            c.nodes
+            c.nodes()
                 .iter()
                 .find(|n| n.control_plane())
                 .map(|n| n.spec.address.clone())
@@ -469,5 +472,8 @@ impl NodeSource for SimTalos {
     }
     fn node_fingerprints(&self) -> Vec<(String, u64)> {
         self.shared.lock().node_fingerprints()
+    }
+    fn node_fingerprints_since(&self, since: u64) -> Option<Vec<(String, u64)>> {
+        self.shared.lock().node_fingerprints_since(since)
     }
 }

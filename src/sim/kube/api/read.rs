@@ -2,6 +2,7 @@
 //! start plus newline-delimited `WatchEvent` stream), and `SelfSubjectAccessReview` answers.
 
 use super::*;
+use crate::sim::kube::store::Store;
 
 /// Answer a `SelfSubjectAccessReview`: allowed unless a [`super::super::KubeFault::Forbidden`] fault
 /// takes the permission away. Non-resource requests are always allowed.
@@ -39,6 +40,40 @@ fn continue_key(obj: &Value) -> String {
     format!("{}/{}", ns_of(obj), name_of(obj))
 }
 
+/// The objects of `rt` (in `ns`) that both selectors match, in store order (namespace, name).
+/// A pod list pinned to one node by `spec.nodeName=X` reads that node's pods from the store's
+/// index (what the real apiserver's watch cache does with its `spec.nodeName` indexer); every
+/// requirement is still checked on each candidate, so the answer is the full scan's.
+pub(in crate::sim::kube) fn select<'a>(
+    store: &'a Store,
+    rt: &'static ResourceType,
+    ns: Option<&'a str>,
+    labels: &'a LabelSelector,
+    fields: &'a FieldSelector,
+) -> Box<dyn Iterator<Item = &'a Value> + 'a> {
+    let candidates: Box<dyn Iterator<Item = &'a Value> + 'a> =
+        match fields.node_name().filter(|_| rt.key() == PODS.key()) {
+            Some(node) => Box::new(store.pods_on_node(node, ns)),
+            None => Box::new(store.list(rt, ns)),
+        };
+    Box::new(candidates.filter(move |o| labels.matches_object(o) && fields.matches(o)))
+}
+
+/// [`select`] by scanning every object of the type and matching labels on a copy of them (the
+/// reference the index and the in-place label match must equal).
+#[cfg(test)]
+pub(in crate::sim::kube) fn select_scan<'a>(
+    store: &'a Store,
+    rt: &'static ResourceType,
+    ns: Option<&'a str>,
+    labels: &'a LabelSelector,
+    fields: &'a FieldSelector,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    store.list(rt, ns).filter(move |o| {
+        labels.matches(&crate::sim::kube::selector::labels_of(o)) && fields.matches(o)
+    })
+}
+
 pub(super) fn list(
     c: &KubeSide,
     rt: &'static ResourceType,
@@ -66,10 +101,7 @@ pub(super) fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let mut items: Vec<Value> = c
-        .store
-        .list(rt, ns)
-        .filter(|o| labels.matches_object(o) && fields.matches(o))
+    let mut items: Vec<Value> = select(&c.store, rt, ns, &labels, &fields)
         .filter(|o| after.as_ref().is_none_or(|a| continue_key(o) > *a))
         .cloned()
         .collect();
@@ -285,4 +317,181 @@ fn wants_metadata_only(headers: &HeaderMap) -> bool {
                 .next()
                 .is_some_and(|first| first.contains("as=PartialObjectMetadataList"))
         })
+}
+
+#[cfg(test)]
+mod index_tests {
+    //! The pods-by-node index against the full scan, after random pod creates, updates
+    //! (binds, rebinds, unbinds, label and phase changes) and deletes.
+
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::{select, select_scan};
+    use crate::sim::kube::resources::{CONFIGMAPS, PODS};
+    use crate::sim::kube::selector::{FieldSelector, LabelSelector};
+    use crate::sim::kube::store::Store;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Create, or replace when the pod exists (`Store::put`).
+        Put {
+            ns: usize,
+            name: usize,
+            node: usize,
+            app: usize,
+            running: bool,
+        },
+        Delete {
+            ns: usize,
+            name: usize,
+        },
+    }
+
+    const NAMESPACES: [&str; 2] = ["default", "kube-system"];
+    /// `spec.nodeName` as written: absent, empty, null, a number, or a node.
+    fn node_field(i: usize) -> Option<Value> {
+        match i {
+            0 => None,
+            1 => Some(json!("")),
+            2 => Some(Value::Null),
+            3 => Some(json!(7)),
+            n => Some(json!(format!("w{}", n - 3))),
+        }
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..2usize, 0..6usize, 0..7usize, 0..2usize, any::<bool>()).prop_map(
+                |(ns, name, node, app, running)| Op::Put { ns, name, node, app, running }
+            ),
+            1 => (0..2usize, 0..6usize).prop_map(|(ns, name)| Op::Delete { ns, name }),
+        ]
+    }
+
+    fn now() -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_700_000_000).expect("a valid timestamp")
+    }
+
+    fn apply(store: &mut Store, op: &Op) {
+        match op {
+            Op::Put {
+                ns,
+                name,
+                node,
+                app,
+                running,
+            } => {
+                let mut spec = json!({"containers": [{"name": "c", "image": "i"}]});
+                if let Some(n) = node_field(*node) {
+                    spec["nodeName"] = n;
+                }
+                let app = ["a", "b"][*app];
+                let pod = json!({
+                    "metadata": {
+                        "name": format!("p{name}"),
+                        "namespace": NAMESPACES[*ns],
+                        "labels": {"app": app},
+                    },
+                    "spec": spec,
+                    "status": {"phase": if *running { "Running" } else { "Pending" }},
+                });
+                store.put(&PODS, pod, now());
+            }
+            Op::Delete { ns, name } => {
+                store.delete(&PODS, NAMESPACES[*ns], &format!("p{name}"));
+            }
+        }
+    }
+
+    const FIELDS: [&str; 9] = [
+        "",
+        "spec.nodeName=w1",
+        "spec.nodeName==w2",
+        "spec.nodeName=",
+        "spec.nodeName=7",
+        "spec.nodeName=w3,status.phase=Running",
+        "spec.nodeName!=w1",
+        "spec.nodeName=w1,spec.nodeName=w2",
+        "status.phase!=Running,spec.nodeName=w2",
+    ];
+    const LABELS: [&str; 3] = ["", "app=a", "app in (a,b),app!=b"];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn an_index_served_list_equals_the_full_scan(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut store = Store::new(3);
+            // an object of another type with the same names, which a pod list never returns
+            store
+                .create(
+                    &CONFIGMAPS,
+                    json!({"metadata": {"name": "p0", "namespace": "default"}, "spec": {"nodeName": "w1"}}),
+                    now(),
+                )
+                .expect("a fresh store");
+            for op in &ops {
+                apply(&mut store, op);
+                for f in FIELDS {
+                    let fields = FieldSelector::parse(&PODS, f).expect("a valid field selector");
+                    for l in LABELS {
+                        let labels = LabelSelector::parse(l).expect("a valid label selector");
+                        for ns in [None, Some("default"), Some("kube-system"), Some("other")] {
+                            let indexed: Vec<&Value> =
+                                select(&store, &PODS, ns, &labels, &fields).collect();
+                            let scanned: Vec<&Value> =
+                                select_scan(&store, &PODS, ns, &labels, &fields).collect();
+                            prop_assert_eq!(indexed, scanned, "fields {:?} labels {:?} ns {:?}", f, l, ns);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_list_reads_only_that_nodes_pods() {
+        let mut store = Store::new(1);
+        for (i, node) in ["w1", "w2", "w1", ""].iter().enumerate() {
+            apply(
+                &mut store,
+                &Op::Put {
+                    ns: i % 2,
+                    name: i,
+                    node: match *node {
+                        "" => 0,
+                        n => n[1..].parse::<usize>().expect("wN") + 3,
+                    },
+                    app: 0,
+                    running: true,
+                },
+            );
+        }
+        let names = |store: &Store, node: &str| -> Vec<String> {
+            store
+                .pods_on_node(node, None)
+                .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        assert_eq!(names(&store, "w1"), ["p0", "p2"]);
+        assert_eq!(names(&store, "w2"), ["p1"]);
+        assert_eq!(names(&store, ""), ["p3"]);
+        assert!(names(&store, "w9").is_empty());
+        // a rebind moves the pod between nodes; a delete drops it
+        apply(
+            &mut store,
+            &Op::Put {
+                ns: 0,
+                name: 0,
+                node: 5,
+                app: 0,
+                running: true,
+            },
+        );
+        assert_eq!(names(&store, "w1"), ["p2"]);
+        assert_eq!(names(&store, "w2"), ["p0", "p1"]);
+        apply(&mut store, &Op::Delete { ns: 1, name: 1 });
+        assert_eq!(names(&store, "w2"), ["p0"]);
+    }
 }

@@ -6,8 +6,9 @@
 //! ([`KubeSide::pass_incremental`]) runs the same controllers over a dirty set instead:
 //!
 //! - **nodes** whose Talos-side facts changed (the per-node digest
-//!   [`NodeSource::node_fingerprints`]), whose stored Node changed, or that were patched (a
-//!   cordon dirties one node);
+//!   [`NodeSource::node_fingerprints`]; only the changed nodes' digests, from
+//!   [`NodeSource::node_fingerprints_since`], when the source keeps them), whose stored Node
+//!   changed, or that were patched (a cordon dirties one node);
 //! - **pods** that changed (an eviction dirties one pod, and through its owner the
 //!   controller's status), pods on a dirty node (a node reboot dirties that node and its pods),
 //!   pods whose timer fell due;
@@ -29,6 +30,7 @@
 //! changes; a phase that wrote for it sees its own write as an event and processes it again.
 //!
 //! [`NodeSource::node_fingerprints`]: crate::sim::node::NodeSource::node_fingerprints
+//! [`NodeSource::node_fingerprints_since`]: crate::sim::node::NodeSource::node_fingerprints_since
 //! [`Store::changes_since`]: crate::sim::kube::store::Store::changes_since
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -240,6 +242,15 @@ struct DsDesired {
     count: usize,
 }
 
+/// The node digests a pass compares with the ones the stored Nodes were derived from.
+enum Prints {
+    /// Every node's: the node list as the source has it now.
+    All(Vec<(String, u64)>),
+    /// Only the nodes changed since the digests were last read; every other node's digest
+    /// is the one in [`State::prints`], and the node list is unchanged.
+    Changed(Vec<(String, u64)>),
+}
+
 /// The bookkeeping of the incremental pass.
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -250,6 +261,11 @@ pub(super) struct State {
     marks: Marks,
     /// The node digests the stored Nodes were last derived from.
     prints: HashMap<String, u64>,
+    /// The node source's [`NodeSource::fingerprint`] read just before `prints` was last
+    /// brought up to date: the next pass asks only for the nodes changed since.
+    ///
+    /// [`NodeSource::fingerprint`]: crate::sim::node::NodeSource::fingerprint
+    prints_at: Option<u64>,
     /// Nodes derived since the mirror pods were last synced.
     facts_dirty: BTreeSet<String>,
     /// Nodes whose crash-looping components changed in this pass (the kubelet re-reads their
@@ -271,6 +287,8 @@ pub(super) struct State {
     /// Incremental passes run, nodes they re-derived and pods the kubelet read (tests check
     /// that a change touches only what it dirties).
     pub incremental_passes: u64,
+    /// Reads of the node digests that listed only the changed nodes.
+    pub changed_prints: u64,
     pub nodes_derived: u64,
     pub pods_examined: u64,
 }
@@ -364,6 +382,7 @@ impl KubeSide {
     pub(super) fn pass_full(&mut self, now: Instant, wall: jiff::Timestamp) {
         self.take_unavailable_expiry(now);
         self.remove_due(now);
+        let prints_at = self.source.fingerprint();
         let prints = self.source.node_fingerprints();
         self.inc.marks.nodes = self.store.resource_version();
         self.sync_nodes(wall);
@@ -393,6 +412,7 @@ impl KubeSide {
         let inc = &mut self.inc;
         inc.ready = true;
         inc.prints = prints.into_iter().collect();
+        inc.prints_at = prints_at;
         inc.facts_dirty.clear();
         inc.crash_dirty.clear();
         inc.views = nodes.into_iter().map(|v| (v.name.clone(), v)).collect();
@@ -407,7 +427,7 @@ impl KubeSide {
         self.take_unavailable_expiry(now);
         self.catch_up();
         self.remove_due_indexed(now);
-        let prints = self.source.node_fingerprints();
+        let prints = self.current_prints();
         let since = std::mem::replace(&mut self.inc.marks.nodes, self.store.resource_version());
         self.sync_nodes_dirty(&prints, None, since, wall);
         self.refresh_views();
@@ -507,32 +527,59 @@ impl KubeSide {
             self.sync_nodes(wall);
             return;
         }
-        let prints = self.source.node_fingerprints();
+        let prints = self.current_prints();
         self.sync_nodes_dirty(&prints, Some(name), self.inc.marks.nodes, wall);
+    }
+
+    /// The node digests to compare with the ones the stored Nodes were derived from: only
+    /// the nodes changed since they were last read when the source can tell
+    /// ([`NodeSource::node_fingerprints_since`]), else every node's.
+    ///
+    /// [`NodeSource::node_fingerprints_since`]: crate::sim::node::NodeSource::node_fingerprints_since
+    fn current_prints(&mut self) -> Prints {
+        let generation = self.source.fingerprint();
+        let changed = match (generation, self.inc.prints_at) {
+            (Some(_), Some(at)) => self.source.node_fingerprints_since(at),
+            _ => None,
+        };
+        self.inc.prints_at = generation;
+        match changed {
+            Some(changed) => {
+                self.inc.changed_prints += 1;
+                Prints::Changed(changed)
+            }
+            None => Prints::All(self.source.node_fingerprints()),
+        }
     }
 
     /// Derive the nodes whose digest changed, whose stored Node changed since `since`, and
     /// `extra`; remove the ones gone from the Talos side.
     fn sync_nodes_dirty(
         &mut self,
-        prints: &[(String, u64)],
+        prints: &Prints,
         extra: Option<&str>,
         since: u64,
         wall: jiff::Timestamp,
     ) {
-        let names: HashMap<&str, u64> = prints.iter().map(|(n, p)| (n.as_str(), *p)).collect();
-        let mut candidates: BTreeSet<String> = prints
+        let (listed, all) = match prints {
+            Prints::All(l) => (l, true),
+            Prints::Changed(l) => (l, false),
+        };
+        let names: HashMap<&str, u64> = listed.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+        let mut candidates: BTreeSet<String> = listed
             .iter()
             .filter(|(n, p)| self.inc.prints.get(n) != Some(p))
             .map(|(n, _)| n.clone())
             .collect();
-        candidates.extend(
-            self.inc
-                .prints
-                .keys()
-                .filter(|n| !names.contains_key(n.as_str()))
-                .cloned(),
-        );
+        if all {
+            candidates.extend(
+                self.inc
+                    .prints
+                    .keys()
+                    .filter(|n| !names.contains_key(n.as_str()))
+                    .cloned(),
+            );
+        }
         match self.store.changes_since(since) {
             Some(events) => candidates.extend(
                 events
@@ -547,24 +594,35 @@ impl KubeSide {
                         .map(|n| name_of(n).to_string()),
                 );
                 candidates.extend(names.keys().map(|n| n.to_string()));
+                if !all {
+                    candidates.extend(self.inc.prints.keys().cloned());
+                }
             }
         }
         candidates.extend(extra.map(str::to_string));
-        for gone in candidates
-            .iter()
-            .filter(|n| !names.contains_key(n.as_str()))
-        {
+        // each candidate's current digest: listed, or (when only changes are listed) the one
+        // it was derived from; none for a node the source no longer has
+        let resolved: Vec<(String, Option<u64>)> = candidates
+            .into_iter()
+            .map(|n| {
+                let print = names
+                    .get(n.as_str())
+                    .copied()
+                    .or_else(|| (!all).then(|| self.inc.prints.get(&n).copied()).flatten());
+                (n, print)
+            })
+            .collect();
+        for (gone, _) in resolved.iter().filter(|(_, p)| p.is_none()) {
             if self.store.get(&NODES, "", gone).is_some() {
                 self.drop_node(gone);
             }
             self.inc.prints.remove(gone);
             self.inc.facts_dirty.insert(gone.clone());
         }
-        for (name, print) in candidates
-            .iter()
-            .filter_map(|n| names.get(n.as_str()).map(|p| (n, *p)))
-        {
+        for (name, print) in resolved.iter().filter_map(|(n, p)| p.map(|p| (n, p))) {
             let Some(f) = self.source.node(name) else {
+                // not derived: read every digest next time, so that it is compared again
+                self.inc.prints_at = None;
                 continue;
             };
             self.sync_node(&f, wall);

@@ -11,11 +11,76 @@ use super::super::scenario;
 use super::*;
 
 /// A node source over a plain list (the default per-node digests hash each node's facts).
-struct Facts(Mutex<Vec<NodeFacts>>);
+/// When `tracked`, it also has a fingerprint and lists the nodes changed since one, as the
+/// Talos side does (`TalosSide::node_fingerprints_since`), by hashing every node on each
+/// read: the kube side then compares only changed nodes' digests.
+struct Facts(Mutex<Vec<NodeFacts>>, Option<Mutex<Tracker>>);
+
+/// The generations of a tracked [`Facts`].
+#[derive(Default)]
+struct Tracker {
+    generation: u64,
+    /// The node list changed at this generation.
+    rebuilt_at: u64,
+    /// name → (digest, generation it last changed at).
+    digests: BTreeMap<String, (u64, u64)>,
+}
+
+fn digest(f: &NodeFacts) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    f.hash(&mut h);
+    h.finish()
+}
+
+impl Facts {
+    /// Bring the tracker up to date with the list (`None` when untracked).
+    fn settle(&self) -> Option<std::sync::MutexGuard<'_, Tracker>> {
+        let mut t = self.1.as_ref()?.lock().unwrap();
+        let now: BTreeMap<String, u64> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|f| (f.name.clone(), digest(f)))
+            .collect();
+        if !now.keys().eq(t.digests.keys()) {
+            t.generation += 1;
+            let g = t.generation;
+            t.rebuilt_at = g;
+            t.digests = now.into_iter().map(|(n, d)| (n, (d, g))).collect();
+        } else {
+            for (n, d) in now {
+                if t.digests[&n].0 != d {
+                    t.generation += 1;
+                    let g = t.generation;
+                    t.digests.insert(n, (d, g));
+                }
+            }
+        }
+        Some(t)
+    }
+}
 
 impl NodeSource for Facts {
     fn nodes(&self) -> Vec<NodeFacts> {
         self.0.lock().unwrap().clone()
+    }
+    fn fingerprint(&self) -> Option<u64> {
+        self.settle().map(|t| t.generation)
+    }
+    fn node_fingerprints_since(&self, since: u64) -> Option<Vec<(String, u64)>> {
+        let t = self.settle()?;
+        if since < t.rebuilt_at || since > t.generation {
+            return None;
+        }
+        Some(
+            t.digests
+                .iter()
+                .filter(|(_, (_, at))| *at > since)
+                .map(|(n, (d, _))| (n.clone(), *d))
+                .collect(),
+        )
     }
 }
 
@@ -48,12 +113,19 @@ fn facts(name: &str, cp: bool) -> NodeFacts {
 }
 
 fn source(control_planes: usize, workers: usize) -> Arc<Facts> {
+    source_tracked(control_planes, workers, false)
+}
+
+fn source_tracked(control_planes: usize, workers: usize, tracked: bool) -> Arc<Facts> {
     let mut nodes: Vec<NodeFacts> = (1..=control_planes)
         .map(|i| facts(&format!("cp-{i}"), true))
         .chain((1..=workers).map(|i| facts(&format!("w-{i:03}"), false)))
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    Arc::new(Facts(Mutex::new(nodes)))
+    Arc::new(Facts(
+        Mutex::new(nodes),
+        tracked.then(|| Mutex::new(Tracker::default())),
+    ))
 }
 
 fn side(
@@ -266,9 +338,10 @@ proptest! {
     fn an_incremental_pass_derives_what_a_full_pass_derives(
         workers in 1usize..7,
         graceful in any::<bool>(),
+        tracked in any::<bool>(),
         changes in proptest::collection::vec(change(), 1..40),
     ) {
-        let src = source(2, workers);
+        let src = source_tracked(2, workers, tracked);
         let mut wall = jiff::Timestamp::from_second(1_800_000_000).unwrap();
         let termination = if graceful { Duration::from_secs(3) } else { Duration::ZERO };
         let mut full = side(src.clone(), termination, true, wall);
@@ -291,6 +364,7 @@ proptest! {
             );
         }
         prop_assert!(full.inc.incremental_passes == 0);
+        prop_assert!(!tracked || changes.len() < 4 || inc.inc.changed_prints > 0);
     }
 }
 
@@ -354,37 +428,45 @@ fn random_changes_run_mostly_incremental_passes() {
 
 #[test]
 fn a_cordon_derives_one_node_and_reads_only_that_nodes_pods() {
-    let src = source(3, 200);
-    let wall = jiff::Timestamp::from_second(1_800_000_000).unwrap();
-    let mut c = side(src.clone(), Duration::ZERO, false, wall);
-    let now = Instant::now();
-    c.reconcile(now, wall);
-    c.reconcile(now + Duration::from_secs(3), wall);
-    // a pass re-reads what the previous one wrote (every pod started): settle that first
-    c.reconcile(now + Duration::from_secs(3), wall);
-    let derived = c.inc.nodes_derived;
-    let examined = c.inc.pods_examined;
-    let mut node = c.store.get(&NODES, "", "w-100").unwrap().clone();
-    node["spec"]["unschedulable"] = json!(true);
-    c.patch_node("w-100", &node, wall).unwrap();
-    c.reconcile(now + Duration::from_secs(3), wall);
-    assert!(
-        c.inc.nodes_derived - derived <= 2,
-        "only the cordoned node (at the patch and at the pass): {}",
-        c.inc.nodes_derived - derived
-    );
-    let pods_here = c
-        .pods()
-        .iter()
-        .filter(|p| p.node.as_deref() == Some("w-100"))
-        .count();
-    assert!(pods_here >= 2, "kube-proxy and flannel run there");
-    assert!(
-        c.inc.pods_examined - examined <= pods_here as u64,
-        "the kubelet read {} pods, {} are on the node",
-        c.inc.pods_examined - examined,
-        pods_here
-    );
-    let ready = c.pods().iter().filter(|p| p.ready).count();
-    assert!(ready > 400, "{ready} ready pods: the cluster converged");
+    // with a source that can only hash every node, and with one that lists changed nodes
+    for tracked in [false, true] {
+        let src = source_tracked(3, 200, tracked);
+        let wall = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let mut c = side(src.clone(), Duration::ZERO, false, wall);
+        let now = Instant::now();
+        c.reconcile(now, wall);
+        c.reconcile(now + Duration::from_secs(3), wall);
+        // a pass re-reads what the previous one wrote (every pod started): settle that first
+        c.reconcile(now + Duration::from_secs(3), wall);
+        let derived = c.inc.nodes_derived;
+        let examined = c.inc.pods_examined;
+        let mut node = c.store.get(&NODES, "", "w-100").unwrap().clone();
+        node["spec"]["unschedulable"] = json!(true);
+        c.patch_node("w-100", &node, wall).unwrap();
+        c.reconcile(now + Duration::from_secs(3), wall);
+        assert!(
+            c.inc.nodes_derived - derived <= 2,
+            "only the cordoned node (at the patch and at the pass): {}",
+            c.inc.nodes_derived - derived
+        );
+        let pods_here = c
+            .pods()
+            .iter()
+            .filter(|p| p.node.as_deref() == Some("w-100"))
+            .count();
+        assert!(pods_here >= 2, "kube-proxy and flannel run there");
+        assert!(
+            c.inc.pods_examined - examined <= pods_here as u64,
+            "the kubelet read {} pods, {} are on the node",
+            c.inc.pods_examined - examined,
+            pods_here
+        );
+        let ready = c.pods().iter().filter(|p| p.ready).count();
+        assert!(ready > 400, "{ready} ready pods: the cluster converged");
+        assert_eq!(
+            c.inc.changed_prints > 0,
+            tracked,
+            "a tracked source's changed nodes are read, an untracked one's every node"
+        );
+    }
 }

@@ -326,7 +326,12 @@ pub(crate) struct RebootTicket {
 pub(crate) struct TalosSide {
     pub name: String,
     pub timing: Timing,
-    pub nodes: Vec<SimNode>,
+    /// The nodes; read through [`Self::nodes`], changed only through [`Self::node_mut`] (or
+    /// [`Self::nodes_mut`]), which keeps the per-node digests of [`Self::node_fingerprints`]
+    /// current.
+    machines: Vec<SimNode>,
+    /// The digest bookkeeping behind [`Self::facts_fingerprint`].
+    digests: Digests,
     pub faults: Vec<ArmedFault>,
     /// Requests that carried the deprecated `nodes` key (all refused).
     pub nodes_metadata_rejections: u64,
@@ -340,6 +345,37 @@ pub(crate) struct TalosSide {
     /// names, addresses and the node list are fixed after [`Self::new`] (whatever changes
     /// them calls [`Self::reindex`]).
     index: std::collections::HashMap<String, usize>,
+}
+
+/// Per-node digests of [`SimNode::facts_state`], kept current by [`TalosSide::node_mut`]: a
+/// changed node is re-hashed when the digests are next read, so reading them costs O(nodes
+/// changed) instead of hashing every node per request.
+#[derive(Debug, Default)]
+struct Digests {
+    /// Bumped whenever a node's digest changes (and by [`TalosSide::reindex`]).
+    generation: u64,
+    /// The generation [`TalosSide::reindex`] last ran at: which nodes exist, and their
+    /// names, may have changed then.
+    rebuilt_at: u64,
+    /// Per node (as `machines`): its digest and the generation it last changed at.
+    per_node: Vec<(u64, u64)>,
+    /// Nodes handed out by [`TalosSide::node_mut`] since the digests were last settled.
+    touched: Vec<usize>,
+    /// (generation, node) of every digest change after `log_from`, oldest first.
+    log: Vec<(u64, usize)>,
+    /// The changes up to this generation are no longer in `log`.
+    log_from: u64,
+}
+
+/// How many digest changes [`Digests::log`] keeps beyond one per node before it drops the older
+/// half (a reader that far behind reads every node again).
+const DIGEST_LOG_SLACK: usize = 4096;
+
+fn digest_of(n: &SimNode) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    n.facts_state().hash(&mut h);
+    h.finish()
 }
 
 pub(crate) fn unavailable_node(node: &str) -> Status {
@@ -406,7 +442,8 @@ impl TalosSide {
         let mut c = TalosSide {
             name: scenario.cluster_name.clone(),
             timing: scenario.timing,
-            nodes,
+            machines: nodes,
+            digests: Digests::default(),
             faults: Vec::new(),
             nodes_metadata_rejections: 0,
             started_unix,
@@ -422,6 +459,61 @@ impl TalosSide {
         c
     }
 
+    /// Every node, in scenario order.
+    pub fn nodes(&self) -> &[SimNode] {
+        &self.machines
+    }
+
+    /// Node `idx`, to change: the node's digest is re-checked when the digests are next read.
+    pub fn node_mut(&mut self, idx: usize) -> &mut SimNode {
+        self.digests.touched.push(idx);
+        &mut self.machines[idx]
+    }
+
+    /// Every node, to change (tests).
+    #[cfg(test)]
+    pub fn nodes_mut(&mut self) -> &mut Vec<SimNode> {
+        self.digests.touched.extend(0..self.machines.len());
+        &mut self.machines
+    }
+
+    /// Bring the digests of the nodes changed since the last call up to date.
+    fn settle(&mut self) {
+        let d = &mut self.digests;
+        if d.per_node.len() != self.machines.len() {
+            d.generation += 1;
+            d.rebuilt_at = d.generation;
+            d.per_node = self
+                .machines
+                .iter()
+                .map(|n| (digest_of(n), d.generation))
+                .collect();
+            d.touched.clear();
+            d.log.clear();
+            d.log_from = d.generation;
+        }
+        for idx in std::mem::take(&mut d.touched) {
+            let now = digest_of(&self.machines[idx]);
+            if d.per_node[idx].0 != now {
+                d.generation += 1;
+                d.per_node[idx] = (now, d.generation);
+                d.log.push((d.generation, idx));
+            }
+        }
+        if d.log.len() > self.machines.len() + DIGEST_LOG_SLACK {
+            let drop = d.log.len() / 2;
+            d.log_from = d.log[drop - 1].0;
+            d.log.drain(..drop);
+        }
+        debug_assert!(
+            self.machines
+                .iter()
+                .zip(&d.per_node)
+                .all(|(n, (digest, _))| digest_of(n) == *digest),
+            "a node changed without node_mut: its digest is stale"
+        );
+    }
+
     /// A node by name or address: the first node (in `nodes` order) with that name or
     /// address. Every Talos RPC routes through this, so it is an index lookup, not a scan.
     pub fn find(&self, key: &str) -> Option<usize> {
@@ -432,15 +524,17 @@ impl TalosSide {
 
     /// [`Self::find`] by scanning every node (the reference the index must equal).
     fn find_linear(&self, key: &str) -> Option<usize> {
-        self.nodes
+        self.nodes()
             .iter()
             .position(|n| n.spec.name == key || n.spec.address == key)
     }
 
     /// Rebuild [`Self::find`]'s index after the node list, a name or an address changed.
     pub(crate) fn reindex(&mut self) {
+        // which nodes exist may have changed: every digest is taken again
+        self.digests.per_node.clear();
         self.index.clear();
-        for (i, n) in self.nodes.iter().enumerate() {
+        for (i, n) in self.machines.iter().enumerate() {
             for key in [&n.spec.name, &n.spec.address] {
                 self.index.entry(key.clone()).or_insert(i);
             }
@@ -450,7 +544,7 @@ impl TalosSide {
     /// The node answering requests without `node` metadata (the endpoint's own node: the first
     /// control plane).
     fn endpoint_node(&self) -> usize {
-        self.nodes
+        self.nodes()
             .iter()
             .position(SimNode::control_plane)
             .unwrap_or(0)
@@ -478,10 +572,15 @@ impl TalosSide {
                 self.find(key).ok_or_else(|| unavailable_node(key))?
             }
         };
-        let node = &self.nodes[idx];
+        let node = &self.nodes()[idx];
         if node.power != Power::Up {
             let addr = node.spec.address.clone();
-            *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
             return Err(unavailable_node(&addr));
         }
         if node
@@ -491,7 +590,12 @@ impl TalosSide {
             // the node is back, but the endpoint's connection to it is still in its dial
             // backoff (grpc-go's default backoff capped at 15 s by apid)
             let addr = node.spec.address.clone();
-            *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
             return Err(unavailable_node(&addr));
         }
         if self
@@ -500,13 +604,18 @@ impl TalosSide {
             })
             .is_some()
         {
-            *self.nodes[idx].counters.refused.entry(method).or_default() += 1;
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
             return Err(Status::unavailable(format!(
                 "connection error: desc = \"error reading server preface: EOF\" (injected for {})",
-                self.nodes[idx].spec.name
+                self.nodes()[idx].spec.name
             )));
         }
-        *self.nodes[idx].counters.calls.entry(method).or_default() += 1;
+        *self.node_mut(idx).counters.calls.entry(method).or_default() += 1;
         Ok(idx)
     }
 
@@ -518,8 +627,8 @@ impl TalosSide {
         wants: impl Fn(&Effect) -> bool,
     ) -> Option<Effect> {
         let (name, addr) = (
-            self.nodes[idx].spec.name.clone(),
-            self.nodes[idx].spec.address.clone(),
+            self.nodes()[idx].spec.name.clone(),
+            self.nodes()[idx].spec.address.clone(),
         );
         let mut fired = None;
         for f in self
@@ -539,7 +648,7 @@ impl TalosSide {
     pub fn next_actor_id(&mut self, idx: usize) -> String {
         self.actor_seq += 1;
         hex_id(&[
-            &self.nodes[idx].spec.name,
+            &self.nodes()[idx].spec.name,
             "actor",
             &self.actor_seq.to_string(),
         ])
@@ -547,7 +656,7 @@ impl TalosSide {
 
     /// The installer wrote `target`'s UKI and made it the default boot entry (both RPCs).
     pub fn install_entry(&mut self, idx: usize, target: TalosVersion) {
-        let n = &mut self.nodes[idx];
+        let n = self.node_mut(idx);
         let current = n
             .loader_default
             .clone()
@@ -562,7 +671,7 @@ impl TalosSide {
     /// other slot the default boot entry. A second call flips it back (the default returns to
     /// the running slot). No other slot: the bootloader's error, returned raw (gRPC `Unknown`).
     pub fn revert_boot_entry(&mut self, idx: usize) -> Result<(), Status> {
-        let n = &mut self.nodes[idx];
+        let n = self.node_mut(idx);
         let Some((version, uki)) = n.previous.clone() else {
             return Err(Status::unknown(if n.bootloader.sd_boot() {
                 "previous UKI not found".to_string()
@@ -587,7 +696,7 @@ impl TalosSide {
 
     /// Whether `MachineStatus` says running and ready (a boot's settling time has passed).
     pub fn machine_ready(&self, idx: usize) -> bool {
-        self.nodes[idx]
+        self.nodes()[idx]
             .ready_at
             .is_none_or(|at| tokio::time::Instant::now() >= at)
     }
@@ -600,7 +709,7 @@ impl TalosSide {
         let old_version = self
             .fire(idx, Occasion::Boot, |e| matches!(e, Effect::BootOldVersion))
             .is_some();
-        let n = &mut self.nodes[idx];
+        let n = self.node_mut(idx);
         n.reboot_seq += 1;
         n.power = Power::Rebooting;
         n.boot_plan = BootPlan {
@@ -615,7 +724,8 @@ impl TalosSide {
 
     /// Finish the boot of `ticket` (no-op if another reboot superseded it or the node is up).
     pub fn finish_boot(&mut self, ticket: RebootTicket) {
-        let n = &mut self.nodes[ticket.node];
+        let timing = self.timing;
+        let n = self.node_mut(ticket.node);
         if n.reboot_seq != ticket.seq || n.power != Power::Rebooting {
             return;
         }
@@ -647,8 +757,8 @@ impl TalosSide {
             }
         }
         let now = tokio::time::Instant::now();
-        n.ready_at = Some(now + self.timing.machine_ready);
-        n.apid_at = Some(now + self.timing.apid_redial);
+        n.ready_at = Some(now + timing.machine_ready);
+        n.apid_at = Some(now + timing.apid_redial);
         if let Some(staged) = n.staged.take() {
             let old = n.facts();
             n.config = staged;
@@ -669,7 +779,7 @@ impl TalosSide {
     }
 
     pub fn start_try(&mut self, idx: usize, generation: u64, previous: Vec<u8>) {
-        self.nodes[idx].try_apply = Some(TryApply {
+        self.node_mut(idx).try_apply = Some(TryApply {
             generation,
             previous,
         });
@@ -677,7 +787,7 @@ impl TalosSide {
 
     /// Revert a TRY apply that was not superseded.
     pub fn revert_try(&mut self, idx: usize, generation: u64) {
-        let n = &mut self.nodes[idx];
+        let n = self.node_mut(idx);
         if let Some(t) = &n.try_apply
             && t.generation == generation
         {
@@ -691,7 +801,7 @@ impl TalosSide {
 
     /// Facts for the kube side.
     pub fn facts(&self) -> Vec<NodeFacts> {
-        let mut out: Vec<NodeFacts> = self.nodes.iter().map(SimNode::kube_facts).collect();
+        let mut out: Vec<NodeFacts> = self.nodes().iter().map(SimNode::kube_facts).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
@@ -699,7 +809,7 @@ impl TalosSide {
     /// The control-plane nodes' facts for the kube side, sorted by name.
     pub fn control_plane_facts(&self) -> Vec<NodeFacts> {
         let mut out: Vec<NodeFacts> = self
-            .nodes
+            .nodes()
             .iter()
             .filter(|n| n.control_plane())
             .map(SimNode::kube_facts)
@@ -710,43 +820,56 @@ impl TalosSide {
 
     /// One node's facts for the kube side (by name or address).
     pub fn node_facts(&self, name: &str) -> Option<NodeFacts> {
-        self.find(name).map(|i| self.nodes[i].kube_facts())
+        self.find(name).map(|i| self.nodes()[i].kube_facts())
     }
 
-    /// A digest of everything [`Self::facts`] derives from: each node's power state, its
-    /// reboots started and boots finished (the running version changes only at a boot) and
-    /// its config version (bumped by every change of the machine config). Names, addresses
-    /// and roles never change.
-    pub fn facts_fingerprint(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for n in &self.nodes {
-            n.facts_state().hash(&mut h);
-        }
-        h.finish()
+    /// A value that changes whenever [`Self::facts`] would: a generation bumped whenever a
+    /// node's digest of everything its facts derive from changes (its power state, reboots
+    /// started and boots finished, config version, mirror pods' config versions and
+    /// crash-loop faults; names, addresses and roles never change after [`Self::new`]).
+    /// O(nodes changed since the last call), not O(nodes).
+    pub fn facts_fingerprint(&mut self) -> u64 {
+        self.settle();
+        self.digests.generation
     }
 
     /// Each node's name and a digest of what its [`NodeFacts`] derive from (the per-node part
     /// of [`Self::facts_fingerprint`]), sorted by name: the kube side re-derives only the
     /// nodes whose digest changed.
-    pub fn node_fingerprints(&self) -> Vec<(String, u64)> {
-        use std::hash::{Hash, Hasher};
+    pub fn node_fingerprints(&mut self) -> Vec<(String, u64)> {
+        self.settle();
         let mut out: Vec<(String, u64)> = self
-            .nodes
+            .machines
             .iter()
-            .map(|n| {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                n.facts_state().hash(&mut h);
-                (n.spec.name.clone(), h.finish())
-            })
+            .zip(&self.digests.per_node)
+            .map(|(n, (digest, _))| (n.spec.name.clone(), *digest))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 
+    /// [`Self::node_fingerprints`] of only the nodes whose digest changed after generation
+    /// `since` of [`Self::facts_fingerprint`], sorted by name; `None` when the node list was
+    /// rebuilt since (the caller then reads every node).
+    pub fn node_fingerprints_since(&mut self, since: u64) -> Option<Vec<(String, u64)>> {
+        self.settle();
+        let d = &self.digests;
+        if since < d.rebuilt_at || since < d.log_from || since > d.generation {
+            return None;
+        }
+        let first = d.log.partition_point(|(g, _)| *g <= since);
+        let changed: BTreeSet<usize> = d.log[first..].iter().map(|(_, i)| *i).collect();
+        let mut out: Vec<(String, u64)> = changed
+            .into_iter()
+            .map(|i| (self.machines[i].spec.name.clone(), d.per_node[i].0))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(out)
+    }
+
     /// Service id → (state, healthy) for an up node.
     pub fn services(&self, idx: usize) -> Vec<(&'static str, bool)> {
-        let n = &self.nodes[idx];
+        let n = &self.nodes()[idx];
         let mut ids = vec!["apid", "containerd", "cri", "kubelet", "machined", "udevd"];
         if n.control_plane() {
             ids.extend(["etcd", "trustd"]);
@@ -762,12 +885,12 @@ impl TalosSide {
 
     /// Control-plane nodes' etcd members (the membership does not change while a node reboots).
     pub fn etcd_members(&self) -> Vec<&SimNode> {
-        self.nodes.iter().filter(|n| n.control_plane()).collect()
+        self.nodes().iter().filter(|n| n.control_plane()).collect()
     }
 
     /// The leader: the first up, healthy control plane.
     pub fn etcd_leader(&self) -> u64 {
-        self.nodes
+        self.nodes()
             .iter()
             .find(|n| n.control_plane() && n.power == Power::Up && n.etcd_healthy)
             .map(|n| n.member_id)
@@ -784,7 +907,7 @@ impl TalosSide {
         let pick = |keys: &[String], cp: bool| -> Result<Vec<&SimNode>, String> {
             if keys.is_empty() {
                 return Ok(self
-                    .nodes
+                    .nodes()
                     .iter()
                     .filter(|n| n.control_plane() == cp)
                     .collect());
@@ -792,7 +915,7 @@ impl TalosSide {
             keys.iter()
                 .map(|k| {
                     self.find(k)
-                        .map(|i| &self.nodes[i])
+                        .map(|i| &self.nodes()[i])
                         .ok_or_else(|| format!("node {k:?} is not part of the cluster"))
                 })
                 .collect()

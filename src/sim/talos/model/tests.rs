@@ -28,7 +28,7 @@ fn routes_by_name_or_address_and_defaults_to_the_endpoint_node() {
     assert_eq!(c.admit(&md(None), Method::Version).unwrap(), 0);
     let err = c.admit(&md(Some("nope")), Method::Version).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable);
-    assert_eq!(c.nodes[1].counters.calls(Method::Version), 1);
+    assert_eq!(c.nodes()[1].counters.calls(Method::Version), 1);
 }
 
 #[test]
@@ -56,18 +56,18 @@ fn refuses_fan_out_and_multi_valued_node() {
 #[test]
 fn reboot_boots_the_installed_entry_with_a_new_boot_id() {
     let mut c = cluster();
-    let before = c.nodes[0].boot_id.clone();
-    c.nodes[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
+    let before = c.nodes()[0].boot_id.clone();
+    c.nodes_mut()[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
     let t = c.begin_reboot(0);
-    assert_eq!(c.nodes[0].power, Power::Rebooting);
+    assert_eq!(c.nodes()[0].power, Power::Rebooting);
     assert!(c.admit(&md(Some("cp-1")), Method::Version).is_err());
-    assert_eq!(c.nodes[0].counters.refused(Method::Version), 1);
+    assert_eq!(c.nodes()[0].counters.refused(Method::Version), 1);
     c.finish_boot(t);
-    assert_eq!(c.nodes[0].power, Power::Up);
-    assert_eq!(c.nodes[0].running.to_string(), "v1.14.0");
-    assert_ne!(c.nodes[0].boot_id, before);
+    assert_eq!(c.nodes()[0].power, Power::Up);
+    assert_eq!(c.nodes()[0].running.to_string(), "v1.14.0");
+    assert_ne!(c.nodes()[0].boot_id, before);
     c.finish_boot(t);
-    assert_eq!(c.nodes[0].counters.boots, 1, "finishing twice is a no-op");
+    assert_eq!(c.nodes()[0].counters.boots, 1, "finishing twice is a no-op");
 }
 
 #[test]
@@ -83,14 +83,14 @@ fn boot_faults_revert_or_lose_the_node() {
         on: Trigger::boot(),
         effect: Effect::NeverReturn,
     }));
-    c.nodes[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
+    c.nodes_mut()[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
     let t = c.begin_reboot(0);
     c.finish_boot(t);
-    assert_eq!(c.nodes[0].running.to_string(), "v1.13.2");
-    assert_eq!(c.nodes[0].installed, None, "the failed entry is dropped");
+    assert_eq!(c.nodes()[0].running.to_string(), "v1.13.2");
+    assert_eq!(c.nodes()[0].installed, None, "the failed entry is dropped");
     let t = c.begin_reboot(2);
     c.finish_boot(t);
-    assert_eq!(c.nodes[2].power, Power::Gone);
+    assert_eq!(c.nodes()[2].power, Power::Gone);
     assert!(!c.facts().iter().find(|f| f.name == "w-1").unwrap().up);
 }
 
@@ -109,7 +109,7 @@ fn facts_follow_the_machine_config() {
 fn health_checks_stop_at_the_first_failure() {
     let mut c = cluster();
     assert!(c.health_checks(&[], &[]).iter().all(|(_, r)| r.is_ok()));
-    c.nodes[1].etcd_healthy = false;
+    c.nodes_mut()[1].etcd_healthy = false;
     let r = c.health_checks(&[], &[]);
     assert_eq!(r.len(), 1);
     assert!(r[0].1.as_ref().unwrap_err().contains("etcd"));
@@ -162,18 +162,18 @@ mod find_index {
             let mut c = cluster();
             assert_index_equals_scan(&c);
             for e in edits {
-                let len = c.nodes.len();
+                let len = c.nodes().len();
                 match e {
-                    Edit::Rename(i, k) if len > 0 => c.nodes[i % len].spec.name = key(k),
-                    Edit::Readdress(i, k) if len > 0 => c.nodes[i % len].spec.address = key(k),
+                    Edit::Rename(i, k) if len > 0 => c.nodes_mut()[i % len].spec.name = key(k),
+                    Edit::Readdress(i, k) if len > 0 => c.nodes_mut()[i % len].spec.address = key(k),
                     Edit::Add(a, b) => {
-                        let mut n = c.nodes[0].clone();
+                        let mut n = c.nodes()[0].clone();
                         n.spec.name = key(a);
                         n.spec.address = key(b);
-                        c.nodes.push(n);
+                        c.nodes_mut().push(n);
                     }
                     Edit::Remove(i) if len > 1 => {
-                        c.nodes.remove(i % len);
+                        c.nodes_mut().remove(i % len);
                     }
                     _ => {}
                 }
@@ -186,10 +186,152 @@ mod find_index {
     #[test]
     fn a_scenario_cluster_finds_every_node_by_name_and_address() {
         let c = cluster();
-        for (i, n) in c.nodes.iter().enumerate() {
+        for (i, n) in c.nodes().iter().enumerate() {
             assert_eq!(c.find(&n.spec.name), Some(i));
             assert_eq!(c.find(&n.spec.address), Some(i));
         }
         assert_eq!(c.find("nope"), None);
+    }
+}
+
+/// The per-node digests kept by [`TalosSide::node_mut`] against hashing every node: after any
+/// sequence of the model's own transitions and direct edits, the nodes listed as changed since
+/// a generation are every node whose digest differs from then, and the fingerprint moves
+/// whenever any node's facts would.
+mod digests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A routed RPC (counts a call; changes no facts).
+        Call(usize),
+        Reboot(usize),
+        Boot(usize),
+        Install(usize),
+        TryApply(usize),
+        RevertTry(usize),
+        Crash(usize, bool),
+        PodConfig(usize, u64),
+        /// Read the fingerprint and every digest, to compare later reads with.
+        Mark,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..3usize).prop_map(Step::Call),
+            (0..3usize).prop_map(Step::Reboot),
+            (0..3usize).prop_map(Step::Boot),
+            (0..3usize).prop_map(Step::Install),
+            (0..3usize).prop_map(Step::TryApply),
+            (0..3usize).prop_map(Step::RevertTry),
+            (0..3usize, any::<bool>()).prop_map(|(i, on)| Step::Crash(i, on)),
+            (0..3usize, 1..4u64).prop_map(|(i, v)| Step::PodConfig(i, v)),
+            Just(Step::Mark),
+        ]
+    }
+
+    /// Every node's digest by hashing each one (the reference).
+    fn hashed(c: &TalosSide) -> BTreeMap<String, u64> {
+        c.nodes()
+            .iter()
+            .map(|n| (n.spec.name.clone(), digest_of(n)))
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn changed_digests_equal_a_full_hash(steps in proptest::collection::vec(step(), 1..40)) {
+            let mut c = cluster();
+            let mut marks: Vec<(u64, BTreeMap<String, u64>)> = vec![(c.facts_fingerprint(), hashed(&c))];
+            let mut tickets: Vec<RebootTicket> = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Call(i) => {
+                        let name = c.nodes()[i].spec.name.clone();
+                        let _ = c.admit(&md(Some(&name)), Method::Version);
+                    }
+                    Step::Reboot(i) => tickets.push(c.begin_reboot(i)),
+                    Step::Boot(i) => {
+                        if let Some(pos) = tickets.iter().position(|t| t.node == i) {
+                            let t = tickets.remove(pos);
+                            c.finish_boot(t);
+                        }
+                    }
+                    Step::Install(i) => c.install_entry(i, TalosVersion::parse("v1.14.0").unwrap()),
+                    Step::TryApply(i) => {
+                        let g = c.next_apply_generation();
+                        let previous = c.nodes()[i].config.clone();
+                        c.start_try(i, g, previous);
+                        let n = c.node_mut(i);
+                        n.config.extend_from_slice(b"\n# edited\n");
+                        n.config_version += 1;
+                    }
+                    Step::RevertTry(i) => {
+                        if let Some(g) = c.nodes()[i].try_apply.as_ref().map(|t| t.generation) {
+                            c.revert_try(i, g);
+                        }
+                    }
+                    Step::Crash(i, on) => {
+                        let n = c.node_mut(i);
+                        if on {
+                            n.crashing.insert("kube-apiserver".into(), "img".into());
+                        } else {
+                            n.crashing.clear();
+                        }
+                    }
+                    Step::PodConfig(i, v) => {
+                        c.node_mut(i).pod_config_versions.insert("kube-apiserver".into(), v);
+                    }
+                    Step::Mark => {
+                        let g = c.facts_fingerprint();
+                        marks.push((g, hashed(&c)));
+                    }
+                }
+                let now = hashed(&c);
+                let fingerprint = c.facts_fingerprint();
+                prop_assert_eq!(
+                    c.node_fingerprints().into_iter().collect::<BTreeMap<_, _>>(),
+                    now.clone()
+                );
+                for (g, then) in &marks {
+                    let changed: BTreeMap<String, u64> = c
+                        .node_fingerprints_since(*g)
+                        .expect("the node list never changed")
+                        .into_iter()
+                        .collect();
+                    for (name, digest) in &now {
+                        if then.get(name) != Some(digest) {
+                            prop_assert_eq!(changed.get(name), Some(digest), "{} changed after {}", name, g);
+                            prop_assert_ne!(fingerprint, *g);
+                        }
+                    }
+                    for (name, digest) in &changed {
+                        prop_assert_eq!(now.get(name), Some(digest));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_rebuilt_node_list_answers_none_and_a_quiet_one_nothing() {
+        let mut c = cluster();
+        let g = c.facts_fingerprint();
+        assert_eq!(c.node_fingerprints_since(g), Some(Vec::new()));
+        let _ = c.admit(&md(Some("cp-2")), Method::Version);
+        assert_eq!(c.facts_fingerprint(), g, "a call changes no facts");
+        c.begin_reboot(1);
+        let after = c.facts_fingerprint();
+        assert_ne!(after, g);
+        let changed = c.node_fingerprints_since(g).unwrap();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].0, "cp-2");
+        c.reindex();
+        assert_eq!(c.node_fingerprints_since(after), None);
+        let rebuilt = c.facts_fingerprint();
+        assert_eq!(c.node_fingerprints_since(rebuilt), Some(Vec::new()));
     }
 }

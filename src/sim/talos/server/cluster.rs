@@ -26,12 +26,12 @@ impl ClusterService for Api {
             .unwrap_or_default();
         let (poll, discovered) = {
             let c = self.shared.lock();
-            if !c.nodes[idx].control_plane() {
+            if !c.nodes()[idx].control_plane() {
                 return Err(Status::failed_precondition(
                     "health check is only supported on control plane nodes",
                 ));
             }
-            let names: Vec<String> = c.nodes.iter().map(|n| n.spec.address.clone()).collect();
+            let names: Vec<String> = c.nodes().iter().map(|n| n.spec.address.clone()).collect();
             (c.timing.health_poll, names)
         };
         let (tx, rx) = tokio::sync::mpsc::channel(16);

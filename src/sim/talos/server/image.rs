@@ -21,7 +21,7 @@ impl ImageService for Api {
     ) -> Result<Response<BoxStream<pb::ImageServicePullResponse>>, Status> {
         let idx = self.admit(&req, Method::ImagePull)?;
         let r = req.into_inner();
-        if self.shared.lock().nodes[idx].running < v(1, 13) {
+        if self.shared.lock().nodes()[idx].running < v(1, 13) {
             return Err(Status::unimplemented(
                 "unknown service machine.ImageService",
             ));
@@ -61,7 +61,7 @@ impl ImageService for Api {
             if tx.send(Ok(layer)).await.is_err() {
                 return;
             }
-            shared.lock().nodes[idx].pulled(&r.image_ref, cri);
+            shared.lock().node_mut(idx).pulled(&r.image_ref, cri);
             let done = pb::ImageServicePullResponse {
                 response: Some(pb::image_service_pull_response::Response::Name(r.image_ref)),
             };

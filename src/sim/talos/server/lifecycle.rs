@@ -17,7 +17,7 @@ impl LifecycleService for Api {
         let idx = self.admit(&req, Method::Upgrade)?;
         let r = req.into_inner();
         let mut c = self.shared.lock();
-        let host = c.nodes[idx].running.clone();
+        let host = c.nodes()[idx].running.clone();
         if host < v(1, 13) {
             return Err(Status::unimplemented(
                 "unknown service machine.LifecycleService",
@@ -27,7 +27,7 @@ impl LifecycleService for Api {
         if image.is_empty() {
             return Err(Status::invalid_argument("source image name is required"));
         }
-        if !c.nodes[idx].images.contains(&image) {
+        if !c.nodes()[idx].images.contains(&image) {
             return Err(Status::not_found(format!(
                 "image {image:?} not found in the system containerd namespace: pull it first (ImageService.Pull)"
             )));

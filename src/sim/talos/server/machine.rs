@@ -43,7 +43,7 @@ impl MachineService for Api {
     async fn version(&self, req: Request<()>) -> Result<Response<pb::VersionResponse>, Status> {
         let idx = self.admit(&req, Method::Version)?;
         let c = self.shared.lock();
-        let n = &c.nodes[idx];
+        let n = &c.nodes()[idx];
         Ok(Response::new(pb::VersionResponse {
             messages: vec![pb::Version {
                 metadata: meta(),
@@ -118,7 +118,7 @@ impl MachineService for Api {
         let members = c
             .etcd_members()
             .into_iter()
-            .filter(|n| !local || n.spec.name == c.nodes[idx].spec.name)
+            .filter(|n| !local || n.spec.name == c.nodes()[idx].spec.name)
             .map(|n| pb::EtcdMember {
                 id: n.member_id,
                 hostname: n.spec.name.clone(),
@@ -166,7 +166,7 @@ impl MachineService for Api {
         let idx = self.admit(&req, Method::EtcdStatus)?;
         let c = self.shared.lock();
         Self::require_control_plane(&c, idx, "etcd status")?;
-        let n = &c.nodes[idx];
+        let n = &c.nodes()[idx];
         let errors = if n.etcd_healthy {
             vec![]
         } else {
@@ -203,7 +203,7 @@ impl MachineService for Api {
         let brk = c.fire(idx, Occasion::Call(Method::EtcdSnapshot), |e| {
             matches!(e, Effect::SnapshotBreak { .. })
         });
-        let n = &c.nodes[idx];
+        let n = &c.nodes()[idx];
         let seed = format!(
             "{}:{}:{}",
             n.spec.name,
@@ -250,7 +250,7 @@ impl MachineService for Api {
     ) -> Result<Response<BoxStream<common::Data>>, Status> {
         let idx = self.admit(&req, Method::Read)?;
         let c = self.shared.lock();
-        let n = &c.nodes[idx];
+        let n = &c.nodes()[idx];
         let sd_boot = n.bootloader.sd_boot();
         match req.get_ref().path.as_str() {
             "/proc/sys/kernel/random/boot_id" => Ok(stream_of(vec![Ok(common::Data {
@@ -342,14 +342,14 @@ impl MachineService for Api {
                     r.image
                 ))
             })?;
-        if !upgradeable(&c.nodes[idx].running, &target) {
+        if !upgradeable(&c.nodes()[idx].running, &target) {
             return Err(Status::failed_precondition(format!(
                 "upgrade from {} to {target} is not supported",
-                c.nodes[idx].running
+                c.nodes()[idx].running
             )));
         }
         // Without `force` (or `preserve`) a control plane checks etcd first (ValidateForUpgrade).
-        if c.nodes[idx].control_plane()
+        if c.nodes()[idx].control_plane()
             && !r.force
             && !r.preserve
             && let Some(bad) = c
@@ -362,7 +362,7 @@ impl MachineService for Api {
                 bad.spec.name
             )));
         }
-        c.nodes[idx].images.insert(r.image.clone());
+        c.node_mut(idx).images.insert(r.image.clone());
         c.install_entry(idx, target);
         let actor_id = c.next_actor_id(idx);
         let ticket = c.begin_reboot(idx);
@@ -394,7 +394,7 @@ impl MachineService for Api {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        self.shared.lock().nodes[idx].pulled(&image, cri);
+        self.shared.lock().node_mut(idx).pulled(&image, cri);
         Ok(Response::new(pb::ImagePullResponse {
             messages: vec![pb::ImagePull { metadata: meta() }],
         }))
@@ -456,9 +456,9 @@ fn apply(
     r: &pb::ApplyConfigurationRequest,
 ) -> Result<Applied, Status> {
     use pb::apply_configuration_request::Mode;
-    let modern = c.nodes[idx].running >= v(1, 14);
+    let modern = c.nodes()[idx].running >= v(1, 14);
     let new = machineconfig::facts(&r.data).map_err(|e| Status::invalid_argument(e.to_string()))?;
-    let old = c.nodes[idx].facts();
+    let old = c.nodes()[idx].facts();
     if let Some(old) = &old
         && old.machine_type != new.machine_type
     {
@@ -503,7 +503,7 @@ fn apply(
             after: After::Nothing,
         });
     }
-    let n = &mut c.nodes[idx];
+    let n = c.node_mut(idx);
     #[allow(deprecated)]
     let applied = match mode {
         Mode::NoReboot | Mode::Auto => {
@@ -560,8 +560,8 @@ fn apply(
     // The applied config is live: Talos re-renders each static pod whose image changed from a
     // new version of its config resource, and the kubelet restarts the pod from it (the mirror
     // pod's `talos.dev/config-version` follows) unless `staleConfigVersion` holds it back.
-    if c.nodes[idx].config == r.data {
-        let changed = c.nodes[idx].bump_component_configs(old.as_ref());
+    if c.nodes()[idx].config == r.data {
+        let changed = c.node_mut(idx).bump_component_configs(old.as_ref());
         for comp in changed {
             let fired = c.fire(
                 idx,
@@ -569,12 +569,12 @@ fn apply(
                 |e| matches!(e, Effect::StaleConfigVersion { component } if *component == comp),
             );
             if fired.is_none() {
-                c.nodes[idx].restart_static_pod(&comp);
+                c.node_mut(idx).restart_static_pod(&comp);
             }
         }
     }
     // `crashLoop`: a static pod whose image this apply changed crash-loops with its new image.
-    if c.nodes[idx].config == r.data
+    if c.nodes()[idx].config == r.data
         && let Some(old) = &old
     {
         let changed: Vec<(String, String)> = new
@@ -590,7 +590,7 @@ fn apply(
                 |e| matches!(e, Effect::CrashLoop { component } if *component == comp),
             );
             if fired.is_some() {
-                c.nodes[idx].crashing.insert(comp, img);
+                c.node_mut(idx).crashing.insert(comp, img);
             }
         }
     }

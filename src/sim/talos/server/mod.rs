@@ -91,7 +91,7 @@ impl Api {
     /// `internal/app/internal/machinehelper/machinehelper.go`): `Unimplemented`,
     /// `"<api> is only available on control plane nodes"` on a worker.
     fn require_control_plane(c: &TalosSide, idx: usize, api: &str) -> Result<(), Status> {
-        if c.nodes[idx].control_plane() {
+        if c.nodes()[idx].control_plane() {
             Ok(())
         } else {
             Err(Status::unimplemented(format!(

@@ -60,7 +60,7 @@ fn resources(
     rtype: &str,
 ) -> Option<Vec<cosi::Resource>> {
     use prost::Message as _;
-    let n = &c.nodes[idx];
+    let n = &c.nodes()[idx];
     let started = c.started_unix;
     let facts = n.facts();
     let out = match (namespace, rtype) {
