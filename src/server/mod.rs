@@ -525,10 +525,7 @@ pub async fn run_with_leadership(
         .tls_config(tls)
         .map_err(ServeError::Transport)?
         .add_service(svc)
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(nodelay_incoming(listener), shutdown)
         .await
         .map_err(ServeError::Transport);
     reloader.abort();
@@ -547,4 +544,36 @@ pub async fn run_with_leadership(
     // Hand over at once instead of letting the lease run out.
     leadership.resign().await;
     result
+}
+
+/// The API's accepted connections with Nagle's algorithm off. tonic sets `TCP_NODELAY` only on
+/// the listener it binds itself (`Server::tcp_nodelay`), not on an incoming stream it is
+/// given: without it, the last segment of a response (a `get machines` of 10,000 rows is
+/// ~1.5 MB) waits for the client's delayed ACK, about 40 ms on Linux, on some calls.
+fn nodelay_incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
+        accepted.inspect(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY on an API connection");
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every connection the API accepts has Nagle's algorithm off.
+    #[tokio::test]
+    async fn api_connections_are_accepted_with_nodelay() {
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = Box::pin(super::nodelay_incoming(listener));
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 }
