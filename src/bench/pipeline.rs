@@ -29,9 +29,11 @@ pub struct PipelineReport {
     pub load: Samples,
     /// `desired::load`: the same load on the calling thread only.
     pub load_single: Samples,
-    /// load + plan + render with the single-threaded load.
+    /// `plan::compute` on the calling thread only.
+    pub plan_single: Samples,
+    /// load + plan + render with the load and the plan on the calling thread only.
     pub total_single: Samples,
-    /// `plan::compute`.
+    /// Planning with `ops::cold_plan_memo` (the sections on every core, as `medea plan`).
     pub plan: Samples,
     /// `plan::render::text`.
     pub render: Samples,
@@ -94,7 +96,7 @@ struct Round {
     rendered: usize,
 }
 
-/// One cold pipeline; `single`: parse on the calling thread only.
+/// One cold pipeline; `single`: parse and plan on the calling thread only.
 fn pipeline(root: &Path, inventory: &Inventory, single: bool) -> Result<Round, BenchError> {
     let t0 = Instant::now();
     let source = Source::Dir(root.to_path_buf());
@@ -113,10 +115,21 @@ fn pipeline(root: &Path, inventory: &Inventory, single: bool) -> Result<Round, B
         });
     };
     let t1 = Instant::now();
-    let plan = plan::compute(desired, inventory, &LastApplied::default(), None).map_err(|d| {
-        BenchError::Invalid {
-            what: format!("the generated fleet cannot be planned: {} errors", d.len()),
-        }
+    let planned = if single {
+        plan::compute(desired, inventory, &LastApplied::default(), None)
+    } else {
+        plan::compute::compute_memo(
+            desired,
+            inventory,
+            &LastApplied::default(),
+            None,
+            &std::collections::BTreeMap::new(),
+            &plan::preflight::Context::default(),
+            &mut crate::ops::cold_plan_memo(),
+        )
+    };
+    let plan = planned.map_err(|d| BenchError::Invalid {
+        what: format!("the generated fleet cannot be planned: {} errors", d.len()),
     })?;
     let t2 = Instant::now();
     let text = render::text(&plan, render::Options { color: false });
@@ -178,6 +191,7 @@ pub fn run(
         let full = |r: &mut PipelineReport| -> Result<(), BenchError> {
             let single = pipeline(root, inventory, true)?;
             r.load_single.push_value(single.load);
+            r.plan_single.push_value(single.plan);
             r.total_single.push_value(single.total);
             let round = pipeline(root, inventory, false)?;
             r.load.push_value(round.load);

@@ -184,6 +184,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             println!("load + validate:      {}", r.load.summary_ms());
             println!("  (parse on 1 thread: {})", r.load_single.summary_ms());
             println!("plan::compute:        {}", r.plan.summary_ms());
+            println!("  (plan on 1 thread:  {})", r.plan_single.summary_ms());
             println!("render::text:         {}", r.render.summary_ms());
             println!("total:                {}", r.total.summary_ms());
             println!("(render::json:        {})", r.json.summary_ms());
@@ -193,7 +194,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 r.ratio_syntax()
             );
             println!(
-                "  with the load on 1 thread (total {}): {:.3}",
+                "  with the load and the plan on 1 thread (total {}): {:.3}",
                 r.total_single.summary_ms(),
                 r.ratio_single()
             );

@@ -37,6 +37,35 @@ pub fn load_desired(
     desired_loader().load(source)
 }
 
+/// Run every job on a thread of its own (the first on the caller's); return when all have
+/// run (a panic in one is resumed here). The [`crate::plan::compute::FanOut`] of the CLI, the
+/// daemon and the benches.
+pub fn fan_out(jobs: Vec<Box<dyn FnOnce() + Send + '_>>) {
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return;
+    };
+    std::thread::scope(|scope| {
+        for job in jobs {
+            scope.spawn(job);
+        }
+        first();
+    });
+}
+
+/// Lanes to plan in: one per core, at most [`crate::desired::incremental::PARSE_THREADS`].
+pub fn plan_lanes() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(crate::desired::incremental::PARSE_THREADS)
+}
+
+/// A one-off planning memo that plans on [`plan_lanes`] lanes ([`fan_out`]) when a plan has
+/// many sections to plan: what a cold plan (`medea plan`, the benches) uses.
+pub fn cold_plan_memo() -> crate::plan::compute::PlanMemo {
+    crate::plan::compute::PlanMemo::one_off().fan_out(fan_out, plan_lanes())
+}
+
 /// Run every job on a thread of its own (the first on the caller's) and return the results
 /// in the jobs' order.
 fn run_scoped(

@@ -236,10 +236,22 @@ impl InventoryCache {
 /// What the daemon keeps between planning passes: the decoded inventory and each cluster's
 /// plan section ([`crate::plan::compute::PlanMemo`]). Planning with it gives the plan
 /// planning without it gives, byte for byte.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReplanCache {
     pub inventory: InventoryCache,
     pub memo: crate::plan::compute::PlanMemo,
+}
+
+impl Default for ReplanCache {
+    /// A memo that plans many changed sections (the first plan, a catalog change) on every
+    /// core ([`super::fan_out`]).
+    fn default() -> ReplanCache {
+        ReplanCache {
+            inventory: InventoryCache::default(),
+            memo: crate::plan::compute::PlanMemo::default()
+                .fan_out(super::fan_out, super::plan_lanes()),
+        }
+    }
 }
 
 /// [`replan`] reusing `cache`.
@@ -326,13 +338,14 @@ pub fn rehearse(
             },
         ),
     };
-    let plan = crate::plan::compute_in(
+    let plan = crate::plan::compute::compute_memo(
         desired,
         inventory,
         &applied,
         previous.map(|p| p.id),
         &running,
         &ctx,
+        &mut super::cold_plan_memo(),
     )
     .map_err(ReplanError::Refused)?;
     match store {

@@ -245,6 +245,104 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+    /// Sections planned through the daemon's fan-out (`ops::fan_out`, one thread per lane)
+    /// make the plan the calling thread makes, byte for byte, cold and through a memo, over
+    /// random changes (40 clusters: above `PARALLEL_FROM`, so the first plan fans out).
+    #[test]
+    fn a_plan_made_in_several_lanes_equals_one_made_on_one_thread(
+        changes in proptest::collection::vec(change(), 1..5),
+        lanes in 2..5usize,
+    ) {
+        let original = World::new(40);
+        let mut w = World::new(40);
+        let mut one = PlanMemo::default();
+        let mut many = PlanMemo::default().fan_out(crate::ops::fan_out, lanes);
+        let mut last: Option<crate::plan::Plan> = None;
+        for c in std::iter::once(None).chain(changes.iter().map(Some)) {
+            if let Some(c) = c {
+                apply_change(&mut w, &original, c, last.as_ref());
+            }
+            let desired = w.desired();
+            let parent = last.as_ref().map(|p| p.id);
+            let ctx = crate::plan::preflight::Context::default();
+            let a = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &ctx, &mut one);
+            let b = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &ctx, &mut many);
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(one.last_stats(), many.last_stats());
+            if let (Ok(a), Ok(b)) = (&a, &b) {
+                prop_assert_eq!(a.id, b.id);
+                prop_assert_eq!(b.canonical_id(), b.id);
+                prop_assert_eq!(one.plan_json(a), many.plan_json(b));
+                prop_assert_eq!(many.plan_json(b), serde_json::to_vec(a).unwrap());
+            }
+            if let Ok(p) = a {
+                last = Some(p);
+            }
+        }
+    }
+}
+
+/// A cold plan fans out exactly when it has enough sections to plan, and every lane runs.
+#[test]
+fn a_cold_plan_of_many_clusters_is_planned_in_lanes() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static JOBS: AtomicUsize = AtomicUsize::new(0);
+    fn counting(jobs: Vec<Box<dyn FnOnce() + Send + '_>>) {
+        JOBS.fetch_add(jobs.len(), Ordering::SeqCst);
+        for j in jobs.into_iter().rev() {
+            j();
+        }
+    }
+    let mut w = World::new(40);
+    let desired = w.desired();
+    let ctx = crate::plan::preflight::Context::default();
+    let one = compute_memo(
+        &desired,
+        &w.inventory,
+        &w.applied,
+        None,
+        &w.running,
+        &ctx,
+        &mut PlanMemo::one_off(),
+    )
+    .unwrap();
+    let laned = compute_memo(
+        &desired,
+        &w.inventory,
+        &w.applied,
+        None,
+        &w.running,
+        &ctx,
+        &mut PlanMemo::one_off().fan_out(counting, 3),
+    )
+    .unwrap();
+    assert_eq!(
+        JOBS.load(Ordering::SeqCst),
+        3,
+        "three lanes handed to the fan-out"
+    );
+    assert_eq!(
+        serde_json::to_vec(&one).unwrap(),
+        serde_json::to_vec(&laned).unwrap()
+    );
+    // below PARALLEL_FROM sections to plan: on the calling thread
+    let mut small = World::new(3);
+    let d = small.desired();
+    compute_memo(
+        &d,
+        &small.inventory,
+        &small.applied,
+        None,
+        &small.running,
+        &ctx,
+        &mut PlanMemo::one_off().fan_out(counting, 3),
+    )
+    .unwrap();
+    assert_eq!(JOBS.load(Ordering::SeqCst), 3, "no fan-out for 3 sections");
+}
+
 #[test]
 fn only_the_changed_cluster_is_planned_again() {
     let original = World::new(5);

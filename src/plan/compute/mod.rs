@@ -350,7 +350,19 @@ pub struct PlanMemo {
     desired: Option<Arc<crate::desired::Loaded>>,
     /// The desired state the next call plans, if the caller shares it ([`Self::share_desired`]).
     next_desired: Option<Arc<crate::desired::Loaded>>,
+    /// Where the changed sections are planned when there are enough of them
+    /// ([`Self::fan_out`]); `None`: on the calling thread.
+    fan_out: Option<(FanOut, usize)>,
 }
+
+/// Runs every job, possibly each on a thread of its own, and returns when all have run (a
+/// panic in one is resumed). `src/plan` starts no thread itself: the caller passes one in
+/// (`ops::fan_out`).
+pub type FanOut = for<'a> fn(Vec<Box<dyn FnOnce() + Send + 'a>>);
+
+/// Sections are planned through the [`FanOut`] from this many changed sections on (below it,
+/// a thread costs more than it saves: one changed file is one or two sections).
+pub const PARALLEL_FROM: usize = 16;
 
 impl Default for PlanMemo {
     fn default() -> PlanMemo {
@@ -361,6 +373,7 @@ impl Default for PlanMemo {
             last_id: None,
             desired: None,
             next_desired: None,
+            fan_out: None,
         }
     }
 }
@@ -380,11 +393,19 @@ impl PlanMemo {
     }
     /// A memo for one plan only (what [`compute_in`] uses): nothing is kept, so nothing is
     /// copied for later.
-    fn one_off() -> PlanMemo {
+    pub fn one_off() -> PlanMemo {
         PlanMemo {
             keep: false,
             ..PlanMemo::default()
         }
+    }
+    /// Plan the changed sections in `lanes` lanes run by `fan_out` whenever there are at
+    /// least [`PARALLEL_FROM`] of them (with `lanes` ≤ 1, or fewer sections, on the calling
+    /// thread). The plan is the same bytes whatever the lanes: each section is a pure function
+    /// of its own inputs and the sections are merged in cluster order.
+    pub fn fan_out(mut self, fan_out: FanOut, lanes: usize) -> PlanMemo {
+        self.fan_out = Some((fan_out, lanes));
+        self
     }
     /// Whether this memo keeps sections for the next call.
     pub fn keeps(&self) -> bool {
@@ -589,10 +610,49 @@ pub fn compute_memo(
     // 2. Plan the changed sections and run every section's preflight checks (each is a
     //    pure function of its own inputs).
     let shared = next.is_some();
-    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = work
-        .into_iter()
-        .map(|w| w.finish(last_applied, preflight, memo.keep, shared))
-        .collect();
+    let keep = memo.keep;
+    let finish = |w: Work<'_>| w.finish(last_applied, preflight, keep, shared);
+    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = match memo.fan_out {
+        Some((fan_out, lanes)) if lanes > 1 && stats.planned >= PARALLEL_FROM => {
+            // Round-robin over the sections to plan, so every lane gets a share of the work;
+            // results go back to their cluster's slot.
+            let mut split: Vec<Vec<(usize, Work<'_>)>> = (0..lanes).map(|_| Vec::new()).collect();
+            let mut next_lane = 0;
+            for (i, w) in work.into_iter().enumerate() {
+                let lane = if w.kept.is_none() {
+                    next_lane = (next_lane + 1) % lanes;
+                    next_lane
+                } else {
+                    i % lanes
+                };
+                split[lane].push((i, w));
+            }
+            type Done = (Option<SectionInputs>, ClusterSection);
+            let slots: std::sync::Mutex<Vec<Option<Done>>> =
+                std::sync::Mutex::new((0..desired.clusters.len()).map(|_| None).collect());
+            let jobs: Vec<Box<dyn FnOnce() + Send + '_>> = split
+                .into_iter()
+                .map(|lane| {
+                    let (finish, slots) = (&finish, &slots);
+                    Box::new(move || {
+                        let done: Vec<(usize, Done)> =
+                            lane.into_iter().map(|(i, w)| (i, finish(w))).collect();
+                        let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
+                        for (i, d) in done {
+                            slots[i] = Some(d);
+                        }
+                    }) as Box<dyn FnOnce() + Send + '_>
+                })
+                .collect();
+            fan_out(jobs);
+            let slots = slots.into_inner().unwrap_or_else(|p| p.into_inner());
+            slots
+                .into_iter()
+                .map(|d| d.expect("a FanOut runs every job it is given before it returns"))
+                .collect()
+        }
+        _ => work.into_iter().map(finish).collect(),
+    };
     // 3. Merge, in cluster order.
     for ((name, _), mut entry) in desired.clusters.iter().zip(finished) {
         let sec = &mut entry.1;
