@@ -248,8 +248,7 @@ impl Default for ReplanCache {
     fn default() -> ReplanCache {
         ReplanCache {
             inventory: InventoryCache::default(),
-            memo: crate::plan::compute::PlanMemo::default()
-                .fan_out(super::fan_out, super::plan_lanes()),
+            memo: crate::plan::compute::PlanMemo::default().fan_out(super::fan_out, super::lanes()),
         }
     }
 }
