@@ -27,7 +27,7 @@ pub enum Output {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea talos version --talosconfig ./talosconfig --node 10.5.0.2\n  medea talos services -n 10.5.0.2,10.5.0.3\n  medea talos etcd-members -n 10.5.0.2 -o json\n  medea talos etcd-snapshot ./etcd.snapshot -n 10.5.0.2\n  medea talos health -n 10.5.0.2 --wait-timeout 2m"
+    after_help = "Examples:\n  medea talos version --talosconfig ./talosconfig --node 127.5.0.2\n  medea talos services -n 127.5.0.2,127.5.0.3\n  medea talos etcd-members -n 127.5.0.2 -o json\n  medea talos etcd-snapshot ./etcd.snapshot -n 127.5.0.2\n  medea talos health -n 127.5.0.2 --wait-timeout 2m"
 )]
 pub struct TalosArgs {
     /// talosconfig to use (default: $TALOSCONFIG, then $TALOS_HOME/config, then ~/.talos/config).
@@ -355,10 +355,10 @@ mod tests {
         let t = table(
             &["NODE", "SERVICE"],
             &[
-                vec!["10.5.0.2".into(), "apid".into()],
+                vec!["127.5.0.2".into(), "apid".into()],
                 vec!["cp-1".into(), "etcd".into()],
             ],
         );
-        assert_eq!(t, "NODE       SERVICE\n10.5.0.2   apid\ncp-1       etcd\n");
+        assert_eq!(t, "NODE       SERVICE\n127.5.0.2   apid\ncp-1       etcd\n");
     }
 }

@@ -592,6 +592,10 @@ impl KubeApi for KubeClient {
         self.cluster_url.trim_end_matches('/').to_string()
     }
 
+    async fn published_apiservers(&self) -> Result<Vec<(String, u16)>, K8sError> {
+        KubeClient::published_apiservers(self).await
+    }
+
     async fn apiserver_metrics(&self, server: Option<&str>) -> Result<String, K8sError> {
         self.scrape_metrics(server).await
     }

@@ -486,6 +486,12 @@ pub trait KubeApi: Send + Sync {
     /// The kubeconfig's apiserver URL (`https://host:port`).
     fn server_url(&self) -> String;
 
+    /// Every kube-apiserver's `(address, port)` as the cluster publishes them (the
+    /// `kubernetes` EndpointSlices of `default`, kept by the apiservers themselves), sorted.
+    fn published_apiservers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, u16)>, K8sError>> + Send;
+
     /// `GET /metrics` (Prometheus text) of the kube-apiserver at `server` (`https://host:port`,
     /// same credentials and CA), or of the kubeconfig's server when `None`. One attempt.
     fn apiserver_metrics(

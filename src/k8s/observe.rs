@@ -9,6 +9,7 @@ use std::time::Duration;
 use ::kube::api::{Api, DynamicObject, ListParams};
 use ::kube::core::{ApiResource, GroupVersionKind};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::client::{KubeClient, api_err};
@@ -90,6 +91,42 @@ impl KubeClient {
             cluster_url: server.to_string(),
             err: Box::new(err),
         })
+    }
+
+    /// Every kube-apiserver's `address:port` the `kubernetes` EndpointSlices of `default`
+    /// publish (kubernetes `pkg/controlplane/reconcilers/endpointsadapter.go`: the
+    /// apiservers' endpoint reconciler keeps one endpoint per live apiserver there, with its
+    /// advertise address and secure port), sorted.
+    pub(super) async fn published_apiservers(&self) -> Result<Vec<(String, u16)>, K8sError> {
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), "default");
+        let params = ListParams::default().labels("kubernetes.io/service-name=kubernetes");
+        let slices = self
+            .call(
+                "list the kubernetes EndpointSlices",
+                self.cluster_url(),
+                || api.list(&params),
+            )
+            .await?;
+        let mut out = Vec::new();
+        for slice in slices.items {
+            let Some(port) = slice
+                .ports
+                .as_ref()
+                .and_then(|ports| ports.iter().find_map(|p| p.port))
+                .and_then(|p| u16::try_from(p).ok())
+            else {
+                continue;
+            };
+            for endpoint in &slice.endpoints {
+                if endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                out.extend(endpoint.addresses.iter().map(|a| (a.clone(), port)));
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     pub(super) async fn scrape_metrics(&self, server: Option<&str>) -> Result<String, K8sError> {

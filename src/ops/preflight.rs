@@ -4,10 +4,14 @@
 //!
 //! Sources, and what each costs per refresh (N control-plane nodes, R resources of the removal
 //! table still served, G their API groups):
-//! - the `apiserver_requested_deprecated_apis` gauge: `GET /metrics` of each control-plane
-//!   node's kube-apiserver (`https://<InternalIP>:6443`, the kubeconfig's credentials and CA),
-//!   N requests in parallel; only when none answers, the kubeconfig's endpoint (one more).
-//!   Every endpoint's outcome is recorded, so a 403 or an unreachable node is visible.
+//! - the `apiserver_requested_deprecated_apis` gauge: `GET /metrics` of each kube-apiserver,
+//!   at the addresses and port the cluster publishes in the `kubernetes` EndpointSlice of
+//!   `default` (one list), plus every control-plane node's InternalIP at that port (an
+//!   apiserver that is down has left the slice, and must show as unreachable); when the slice
+//!   cannot be read, `https://<InternalIP>:6443` (Talos' default `localAPIServerPort`).
+//!   N requests in parallel, the kubeconfig's credentials and CA; only when none answers, the
+//!   kubeconfig's endpoint (one more). Every endpoint's outcome is recorded, so a 403 or an
+//!   unreachable node is visible.
 //! - `metadata.managedFields`: `GET /apis` (1), each group's preferred version resource list
 //!   (G), one metadata-only list per resource (R, paged by 500). Never through a deprecated
 //!   version (that request would itself set the gauge).
@@ -33,7 +37,8 @@ use crate::k8s::{ClusterNode, K8sError, KubeApi, ObjectWriters};
 use crate::talos::{NodeTarget, TalosApi, TalosConfig, TalosError};
 use crate::version::KubeVersion;
 
-/// The kube-apiserver's port on a control-plane node (Talos' default `cluster.apiServer` port).
+/// The kube-apiserver's port on a control-plane node when the cluster does not publish one
+/// (Talos' default `cluster.localAPIServerPort`).
 pub const APISERVER_PORT: u16 = 6443;
 
 /// Field managers whose managedFields entries are the control plane's own bookkeeping, not a
@@ -115,7 +120,10 @@ pub async fn gather<T: TalosApi, K: KubeApi>(
     obs
 }
 
-/// A stable, actionable class of a failed `/metrics` read (the daemon logs the whole chain).
+/// A stable, actionable class of a failed `/metrics` read. The whole chain goes to the log of
+/// the process that gathered the observation (the daemon's refresh, or `medea seed`), so the
+/// class names that log rather than "the daemon log": a plan made offline from a seeded
+/// store has no daemon.
 fn metrics_failure(chain: &str) -> &'static str {
     let has = |needle: &str| chain.contains(needle);
     if has("403") || has("Forbidden") {
@@ -141,9 +149,9 @@ fn metrics_failure(chain: &str) -> &'static str {
     {
         // One class: which of these a network gives (refused, blackholed, intercepted) varies
         // by where medea runs, and the finding's text is part of the plan id.
-        "not reachable (connection, TLS or timeout; the daemon log has the cause)"
+        "not reachable (connection, TLS or timeout; the cause is logged as `apiserver /metrics could not be read` by the command that refreshed the inventory: `medea serve` or `medea seed`)"
     } else {
-        "the request failed (the daemon log has the cause)"
+        "the request failed (the cause is logged as `apiserver /metrics could not be read` by the command that refreshed the inventory: `medea serve` or `medea seed`)"
     }
 }
 
@@ -153,23 +161,52 @@ fn one_line(e: &dyn std::error::Error) -> String {
 
 /// `https://<address>:6443`, brackets around an IPv6 address.
 pub fn apiserver_endpoint(address: &str) -> String {
+    apiserver_endpoint_at(address, APISERVER_PORT)
+}
+
+/// `https://<address>:<port>`, brackets around an IPv6 address.
+pub fn apiserver_endpoint_at(address: &str, port: u16) -> String {
     if address.contains(':') {
-        format!("https://[{address}]:{APISERVER_PORT}")
+        format!("https://[{address}]:{port}")
     } else {
-        format!("https://{address}:{APISERVER_PORT}")
+        format!("https://{address}:{port}")
     }
+}
+
+/// Where each kube-apiserver is: every address the cluster publishes with its port, and
+/// every control-plane node's InternalIP at the published port (6443 when nothing is
+/// published or the list cannot be read).
+pub fn apiserver_endpoints(
+    published: Option<&[(String, u16)]>,
+    nodes: &[ClusterNode],
+) -> BTreeSet<String> {
+    let published = published.unwrap_or_default();
+    let port = published.first().map(|(_, p)| *p).unwrap_or(APISERVER_PORT);
+    published
+        .iter()
+        .map(|(a, p)| apiserver_endpoint_at(a, *p))
+        .chain(
+            nodes
+                .iter()
+                .filter(|n| n.control_plane)
+                .filter_map(|n| n.internal_ip())
+                .map(|a| apiserver_endpoint_at(a, port)),
+        )
+        .collect()
 }
 
 async fn deprecated_requests<K: KubeApi>(
     kube: &K,
     nodes: &[ClusterNode],
 ) -> (Vec<DeprecatedApiRequest>, Vec<MetricsSource>) {
-    let endpoints: BTreeSet<String> = nodes
-        .iter()
-        .filter(|n| n.control_plane)
-        .filter_map(|n| n.internal_ip())
-        .map(apiserver_endpoint)
-        .collect();
+    let published = match kube.published_apiservers().await {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::debug!(error = %one_line(&e), "the kubernetes EndpointSlice could not be read; assuming port {APISERVER_PORT}");
+            None
+        }
+    };
+    let endpoints = apiserver_endpoints(published.as_deref(), nodes);
     let scrapes: Vec<_> = endpoints
         .iter()
         .map(|e| async move { (e.clone(), kube.apiserver_metrics(Some(e)).await) })
@@ -507,7 +544,59 @@ mod tests {
         ] {
             assert!(metrics_failure(e).starts_with("not reachable"), "{e}");
         }
-        assert!(metrics_failure("something else").contains("daemon log"));
+        // a plan made offline has no daemon: the class never sends the reader to its log
+        for e in ["something else", "connection refused", "403"] {
+            let class = metrics_failure(e);
+            assert!(!class.contains("daemon log"), "{class}");
+        }
+        assert!(metrics_failure("something else").contains("`medea serve` or `medea seed`"));
+    }
+
+    fn node(name: &str, address: &str, control_plane: bool) -> ClusterNode {
+        ClusterNode {
+            name: name.into(),
+            addresses: vec![crate::k8s::NodeAddress {
+                kind: "InternalIP".into(),
+                address: address.into(),
+            }],
+            labels: Default::default(),
+            control_plane,
+            ready: true,
+            pressure: Vec::new(),
+            unschedulable: false,
+            kubelet_version: None,
+            kubelet_version_raw: String::new(),
+            boot_id: String::new(),
+            machine_id: String::new(),
+            os_image: String::new(),
+        }
+    }
+
+    #[test]
+    fn apiservers_are_where_the_cluster_publishes_them_and_every_control_plane_is_asked() {
+        let nodes = [
+            node("cp-1", "127.5.0.2", true),
+            node("cp-2", "127.5.0.3", true),
+            node("w-1", "127.5.0.5", false),
+        ];
+        // cp-2's apiserver is down, so it left the slice: it is still asked, at the same port
+        let published = [("127.5.0.2".to_string(), 7443)];
+        let endpoints: Vec<String> = apiserver_endpoints(Some(&published), &nodes)
+            .into_iter()
+            .collect();
+        assert_eq!(
+            endpoints,
+            ["https://127.5.0.2:7443", "https://127.5.0.3:7443"]
+        );
+        // nothing published (or the list was refused): Talos' default port
+        let endpoints: Vec<String> = apiserver_endpoints(None, &nodes).into_iter().collect();
+        assert_eq!(
+            endpoints,
+            ["https://127.5.0.2:6443", "https://127.5.0.3:6443"]
+        );
+        // an apiserver advertising another address than its node's InternalIP is asked too
+        let published = [("fd00::2".to_string(), 6443)];
+        assert!(apiserver_endpoints(Some(&published), &nodes).contains("https://[fd00::2]:6443"));
     }
     use crate::k8s::FieldWriter;
 

@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn keys_use_the_talos_label_and_certs_chain() {
-        let pki = SimPki::generate(&["10.5.0.2".into()], jiff::civil::date(2026, 8, 21)).unwrap();
+        let pki = SimPki::generate(&["127.5.0.2".into()], jiff::civil::date(2026, 8, 21)).unwrap();
         assert!(
             pki.admin
                 .key_pem

@@ -137,6 +137,12 @@ fn medea_demo_approve_runs_the_rollout_to_completion() {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
+    assert_demo_finished(&out);
+}
+
+/// What `medea demo --approve` printed says the rollout finished: two signatures, the job
+/// succeeded, one readable line per event, and every machine on target, Ready and uncordoned.
+pub fn assert_demo_finished(out: &std::process::Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

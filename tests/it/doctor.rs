@@ -155,7 +155,7 @@ async fn doctor_reports_unhealthy_etcd_and_a_node_that_is_away() {
         etcd.fix
             .as_deref()
             .unwrap()
-            .contains("talosctl -n 10.5.0.3 service etcd")
+            .contains("talosctl -n 127.5.0.3 service etcd")
     );
     assert_eq!(find(&r, "etcd", "cp-1").status, Status::Pass);
     let w3 = find(&r, "talos-api", "w-3");
@@ -168,7 +168,10 @@ async fn doctor_reports_unhealthy_etcd_and_a_node_that_is_away() {
         .collect();
     assert_eq!(
         names,
-        [("etcd", "cp-2 (10.5.0.3)"), ("talos-api", "w-3 (10.5.0.7)")],
+        [
+            ("etcd", "cp-2 (127.5.0.3)"),
+            ("talos-api", "w-3 (127.5.0.7)")
+        ],
         "{r:#?}"
     );
     e.sim.shutdown().await;
@@ -199,8 +202,8 @@ async fn doctor_reports_an_unavailable_apiserver_and_still_checks_talos() {
     assert_eq!(find(&r, "clock", "https://").status, Status::Skip);
     assert_eq!(find(&r, "rbac", "https://").status, Status::Skip);
     // Without the Node list, the talosconfig's nodes are checked: cp-1, with its etcd.
-    assert_eq!(find(&r, "talos-api", "10.5.0.2").status, Status::Pass);
-    assert_eq!(find(&r, "etcd", "10.5.0.2").status, Status::Pass);
+    assert_eq!(find(&r, "talos-api", "127.5.0.2").status, Status::Pass);
+    assert_eq!(find(&r, "etcd", "127.5.0.2").status, Status::Pass);
     assert_eq!(failed(&r).len(), 1, "{r:#?}");
 
     let out = medea(&["doctor", "--creds-dir", dir.to_str().unwrap(), "-o", "json"]).await;
@@ -313,7 +316,7 @@ async fn doctor_warns_about_flags_the_next_kubernetes_minor_removes() {
     assert_eq!(w.status, Status::Warn, "{w:?}");
     assert!(
         w.detail
-            .contains("kubelet on `w-2 (10.5.0.6)`: flag `--pod-infra-container-image` (machine.kubelet.extraArgs)"),
+            .contains("kubelet on `w-2 (127.5.0.6)`: flag `--pod-infra-container-image` (machine.kubelet.extraArgs)"),
         "{w:?}"
     );
     assert!(w.fix.as_deref().unwrap().contains("1.35"), "{w:?}");

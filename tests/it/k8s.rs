@@ -48,7 +48,7 @@ fn images(version: &str) -> BTreeMap<String, String> {
 fn facts(name: &str, n: u8, control_plane: bool) -> NodeFacts {
     NodeFacts {
         name: name.into(),
-        address: format!("10.5.0.{n}"),
+        address: format!("127.5.0.{n}"),
         control_plane,
         up: true,
         talos_version: "v1.13.9".into(),

@@ -28,6 +28,7 @@ mod health_probes;
 pub mod health_servers;
 mod k8s;
 mod kube_sim;
+mod loopback;
 mod ops;
 mod output_snapshots;
 mod plan;

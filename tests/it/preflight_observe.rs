@@ -300,22 +300,17 @@ async fn a_deprecated_request_by_kubectl_reaches_the_observation_through_the_gau
         "{:?}",
         before.gather_errors
     );
-    // the control-plane node's :6443 is tried (and cannot be reached in the simulator), then
-    // the kubeconfig's endpoint answers
-    let node = before
-        .apiserver_metrics
-        .iter()
-        .find(|m| m.endpoint == "https://10.5.0.2:6443")
-        .unwrap_or_else(|| panic!("{:?}", before.apiserver_metrics));
-    assert!(node.error.is_some());
-    let server = format!("https://{}", sim.kube.addr());
-    assert!(
-        before
-            .apiserver_metrics
-            .iter()
-            .any(|m| m.endpoint == server && m.error.is_none()),
-        "{:?}",
-        before.apiserver_metrics
+    // the control-plane node's own apiserver, where the `kubernetes` EndpointSlice says it
+    // is (its address, the published port), answers; the kubeconfig's endpoint is then not
+    // asked (it is only the fallback when no apiserver answers)
+    let server = sim.kube.node_apiserver_url("cp-1").unwrap();
+    assert!(server.starts_with("https://127.5.0.2:"), "{server}");
+    assert_eq!(
+        before.apiserver_metrics,
+        [medea::inventory::preflight::MetricsSource {
+            endpoint: server.clone(),
+            error: None,
+        }]
     );
     // observing again changes nothing (the generation would not move)
     assert_eq!(observe(&sim).await, before);
@@ -534,4 +529,119 @@ async fn scenario_etcd_alarms_node_pressure_and_short_lived_credentials_are_obse
 
 fn scenario_second_cp(sim: &Sim) -> String {
     sim.names[1].clone()
+}
+
+/// Issue #38: every control-plane node's kube-apiserver is served at the node's own loopback
+/// address and the port the `kubernetes` EndpointSlice publishes; each counts only the
+/// requests it served (a request through one node's apiserver shows at that node only); an
+/// apiserver whose node is rebooting leaves the slice, refuses connections and is reported
+/// unreachable while the others still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_control_plane_apiserver_lives_on_its_loopback_address_and_counts_its_own_requests() {
+    let Some(bin) = crate::sim_cluster::require_kubectl() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let scenario = Scenario::uniform(
+        3,
+        1,
+        TalosVersion::parse(FROM).unwrap(),
+        KubeVersion::parse("v1.31.4").unwrap(),
+    );
+    // a reboot lasts until the test completes it
+    let sim = Sim::start_scenario_tuned(dir.path(), scenario, KubeSimConfig::default(), |t| {
+        t.reboot = medea::sim::talos::RebootTiming::Manual
+    })
+    .await;
+    let url = |n: &str| sim.kube.node_apiserver_url(n).unwrap();
+    let port = sim.kube.apiserver_port();
+    for (n, a) in [
+        ("cp-1", "127.5.0.2"),
+        ("cp-2", "127.5.0.3"),
+        ("cp-3", "127.5.0.4"),
+    ] {
+        assert_eq!(url(n), format!("https://{a}:{port}"));
+    }
+    assert!(sim.kube.node_apiserver_url("w-1").is_none());
+    let kube = KubeClient::from_kubeconfig(&kubeconfig(&sim), crate::sim_cluster::fast_kube())
+        .await
+        .unwrap();
+    use medea::k8s::KubeApi;
+    use medea::talos::TalosApi;
+    let published = kube.published_apiservers().await.unwrap();
+    assert_eq!(
+        published,
+        [
+            ("127.5.0.2".to_string(), port),
+            ("127.5.0.3".to_string(), port),
+            ("127.5.0.4".to_string(), port)
+        ]
+    );
+    // a deprecated list through cp-2's own apiserver (kubectl --server, the cluster's CA)
+    let (ok, out, err) = kubectl(
+        &bin,
+        &sim,
+        &home,
+        &[
+            "--server",
+            &url("cp-2"),
+            "get",
+            "flowschemas.v1beta3.flowcontrol.apiserver.k8s.io",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    let obs = observe(&sim).await;
+    let sources: Vec<&str> = obs
+        .deprecated_api_requests
+        .iter()
+        .filter(|r| r.resource == "flowschemas")
+        .map(|r| r.source.as_str())
+        .collect();
+    assert_eq!(sources, [url("cp-2").as_str()], "{obs:?}");
+    assert_eq!(
+        obs.apiserver_metrics.len(),
+        3,
+        "{:?}",
+        obs.apiserver_metrics
+    );
+    assert!(obs.apiserver_metrics.iter().all(|m| m.error.is_none()));
+
+    // cp-3 reboots: its apiserver leaves the slice and refuses; cp-3 is still asked, at the
+    // published port, and shows as unreachable
+    let (talos, _) = TalosClient::from_talosconfig(
+        &sim.creds.join(CLUSTER).join("talosconfig"),
+        None,
+        crate::sim_cluster::fast_talos(),
+    )
+    .unwrap();
+    talos
+        .reboot(&medea::talos::NodeTarget::parse("127.5.0.4").unwrap())
+        .await
+        .unwrap();
+    let published = kube.published_apiservers().await.unwrap();
+    assert_eq!(published.len(), 2, "{published:?}");
+    let obs = observe(&sim).await;
+    let cp3 = obs
+        .apiserver_metrics
+        .iter()
+        .find(|m| m.endpoint == url("cp-3"))
+        .unwrap_or_else(|| panic!("{:?}", obs.apiserver_metrics));
+    assert!(
+        cp3.error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("not reachable")),
+        "{cp3:?}"
+    );
+    assert!(
+        obs.apiserver_metrics
+            .iter()
+            .filter(|m| m.endpoint != url("cp-3"))
+            .all(|m| m.error.is_none()),
+        "{:?}",
+        obs.apiserver_metrics
+    );
+    sim.talos.complete_boot("cp-3").unwrap();
+    assert_eq!(kube.published_apiservers().await.unwrap().len(), 3);
 }

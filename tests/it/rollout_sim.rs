@@ -93,7 +93,7 @@ impl Sim {
     }
 
     /// [`Sim::start_scenario`], then `tune` the timing (after the reboot time is set).
-    async fn start_scenario_tuned(
+    pub(crate) async fn start_scenario_tuned(
         dir: &Path,
         mut scenario: Scenario,
         kube: KubeSimConfig,

@@ -155,7 +155,7 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
     let names: Vec<&str> = home.machines.keys().map(String::as_str).collect();
     assert_eq!(names, ["cp-1", "cp-2", "cp-3", "w-1", "w-2", "w-3"]);
     let cp1 = &home.machines["cp-1"];
-    assert_eq!(cp1.address, "10.5.0.2");
+    assert_eq!(cp1.address, "127.5.0.2");
     assert_eq!(cp1.role, medea::inventory::MachineRole::Controlplane);
     assert_eq!(
         cp1.installer_image.as_deref(),

@@ -258,7 +258,7 @@ async fn medea_sim_refuses_a_bad_workload_before_listening() {
     let scenario = dir.path().join("s.yaml");
     std::fs::write(
         &scenario,
-        "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1}]\nworkloads: [{name: web, replicas: 1, pdbMinAvailable: 2}]\n",
+        "nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1}]\nworkloads: [{name: web, replicas: 1, pdbMinAvailable: 2}]\n",
     )
     .unwrap();
     let out = medea(&[
@@ -285,13 +285,13 @@ async fn kube_nodes_follow_the_talos_side_through_a_reboot() {
     let talos = e.talos();
     let before = kube.nodes().await.unwrap();
     let w1 = before.iter().find(|n| n.name == "w-1").unwrap();
-    assert_eq!(w1.internal_ip(), Some("10.5.0.5"));
+    assert_eq!(w1.internal_ip(), Some("127.5.0.5"));
     assert!(!w1.control_plane && w1.ready && !w1.unschedulable);
     assert_eq!(w1.os_image, "Talos (v1.12.11)");
     assert!(before.iter().filter(|n| n.control_plane).count() == 3);
 
     talos
-        .reboot(&NodeTarget::parse("10.5.0.5").unwrap())
+        .reboot(&NodeTarget::parse("127.5.0.5").unwrap())
         .await
         .unwrap();
     assert_eq!(

@@ -110,7 +110,7 @@ async fn version_over_mtls_reports_the_running_tag() {
         "routed to cp-2 only"
     );
     // The `node` value may be the address, as talosctl uses it.
-    e.client.version(&node("10.5.0.3")).await.unwrap();
+    e.client.version(&node("127.5.0.3")).await.unwrap();
     assert_eq!(e.sim.counters("cp-2").unwrap().calls(Method::Version), 2);
 }
 
@@ -139,7 +139,7 @@ async fn etcd_members_and_status() {
     let members = e.client.etcd_members(&node("cp-1")).await.unwrap();
     let names: Vec<&str> = members.iter().map(|m| m.hostname.as_str()).collect();
     assert_eq!(names, ["cp-1", "cp-2", "cp-3"]);
-    assert_eq!(members[1].peer_urls, ["https://10.5.0.3:2380"]);
+    assert_eq!(members[1].peer_urls, ["https://127.5.0.3:2380"]);
     assert!(members.iter().all(|m| !m.is_learner));
 
     let status = e.client.etcd_status(&node("cp-2")).await.unwrap();
@@ -726,7 +726,7 @@ async fn image_pull_falls_back_to_the_legacy_rpc_before_1_13() {
 #[tokio::test]
 async fn scenario_faults_are_armed_at_start() {
     let text = String::from(
-        "timing: { reboot: manual }\nnodes:\n  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }\nfaults:\n  - node: cp-1\n    on: { call: { method: upgrade, nth: 1 } }\n    effect: { upgradeExit: { code: 2, message: \"no space left on device\" } }\n",
+        "timing: { reboot: manual }\nnodes:\n  - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }\nfaults:\n  - node: cp-1\n    on: { call: { method: upgrade, nth: 1 } }\n    effect: { upgradeExit: { code: 2, message: \"no space left on device\" } }\n",
     );
     let s = Scenario::parse(&text, Path::new("faults.yaml")).unwrap();
     let e = env_with(s, fast()).await;
@@ -1132,7 +1132,7 @@ async fn the_client_never_sends_nodes_metadata() {
     let mut raw = raw_machine(&e.sim).await;
     let mut req = tonic::Request::new(());
     req.metadata_mut()
-        .insert("nodes", "10.5.0.2".parse().unwrap());
+        .insert("nodes", "127.5.0.2".parse().unwrap());
     let err = raw.version(req).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("one-2-many"), "{}", err.message());
@@ -1233,7 +1233,7 @@ async fn talosconfig_parsing_and_errors() {
     assert!(key.starts_with("-----BEGIN ED25519 PRIVATE KEY-----"));
     let ctx = TalosConfig::parse(&text, p).unwrap().context(None).unwrap();
     assert_eq!(ctx.key.algorithm(), KeyAlgorithm::Ed25519);
-    assert_eq!(ctx.nodes, ["10.5.0.2"]);
+    assert_eq!(ctx.nodes, ["127.5.0.2"]);
     let dbg = format!("{ctx:?}");
     assert!(
         !dbg.contains("PRIVATE KEY") && !dbg.contains(&key_b64),
@@ -1508,7 +1508,7 @@ async fn cli_talos_commands_against_the_simulator() {
     let out = medea(&["talos", "version", "--talosconfig", cfg, "-o", "json"]).await;
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        json[0]["node"], "10.5.0.2",
+        json[0]["node"], "127.5.0.2",
         "default node from the talosconfig"
     );
     assert_eq!(json[0]["tag"], "v1.13.9");

@@ -198,7 +198,7 @@ pub(super) fn check(
             Severity::Blocking,
             format!("no apiserver's deprecated-API usage could be read before the Kubernetes upgrade to {target_text}: removed APIs still in use cannot be ruled out"),
             partial,
-            "give medea's kubeconfig `get` on the non-resource URL /metrics (or make each control-plane node's :6443 reachable) and refresh; or acknowledge `removed-api/unobserved`",
+            "give medea's kubeconfig `get` on the non-resource URL /metrics (or make each control-plane node's kube-apiserver port reachable from medea) and refresh; or acknowledge `removed-api/unobserved`",
         ));
     } else if !partial.is_empty() {
         out.push(Finding::new(
@@ -207,7 +207,7 @@ pub(super) fn check(
             Severity::Warning,
             format!("not every apiserver's deprecated-API usage could be read before the Kubernetes upgrade to {target_text}: the view is partial"),
             partial,
-            "each kube-apiserver counts only the requests it served: make every control-plane node's :6443 /metrics readable and refresh",
+            "each kube-apiserver counts only the requests it served: make every control-plane node's kube-apiserver /metrics readable from medea (its address and port are in the `kubernetes` EndpointSlice of `default`) and refresh",
         ));
     }
     out

@@ -7,6 +7,11 @@
 //!   request to a deprecated version and never reset while the apiserver process lives
 //!   (k8s.io/apiserver `pkg/endpoints/metrics/metrics.go`, `deprecatedRequestGauge`,
 //!   `MonitorRequest`); a restart or upgrade of the kube-apiserver starts it empty;
+//! - each kube-apiserver process has its own gauge: it counts only the requests *it* served
+//!   (the gauge is a process-local Prometheus registry). A request to a node's own
+//!   `https://<address>:<port>` is served by that node's apiserver; a request to the
+//!   control-plane endpoint (the kubeconfig's server, Talos' shared VIP) by the apiserver of
+//!   the node holding it, here the first control-plane node whose apiserver is up;
 //! - a managedFields entry carries "the version of this resource that this field set applies
 //!   to", the one the writer used (k8s.io/apimachinery `pkg/apis/meta/v1/types.go`,
 //!   `ManagedFieldsEntry.APIVersion`), and its own `time`.
@@ -26,8 +31,8 @@ pub(crate) type WriterVersions = BTreeMap<String, (String, String)>;
 /// The deprecated-API memory of the simulated apiserver.
 #[derive(Debug, Default)]
 pub(crate) struct Deprecation {
-    /// The gauge's series, since the control plane's kube-apiserver last (re)started.
-    requested: BTreeSet<Series>,
+    /// Each kube-apiserver's gauge (by node name), since that apiserver last (re)started.
+    requested: BTreeMap<String, BTreeSet<Series>>,
     /// The node-source fingerprint the cached facts below were derived from.
     fingerprint: Option<u64>,
     /// The kube-apiserver instances (node, image) last seen up; a change restarts the gauge.
@@ -56,9 +61,15 @@ impl Deprecation {
         instances: Vec<(String, String, bool)>,
         version: &str,
     ) {
-        if instances != self.instances || instances.iter().any(|(_, _, up)| !up) {
-            self.requested.clear();
+        for (node, image, up) in &instances {
+            let before = self.instances.iter().find(|(n, _, _)| n == node);
+            let same_process = before.is_some_and(|(_, i, was_up)| i == image && *was_up);
+            if !*up || !same_process {
+                self.requested.remove(node);
+            }
         }
+        self.requested
+            .retain(|node, _| instances.iter().any(|(n, _, _)| n == node));
         self.instances = instances;
         self.fingerprint = fingerprint;
         self.minor = Some(parse_minor(version));
@@ -69,9 +80,29 @@ impl Deprecation {
         self.minor.unwrap_or((1, 33))
     }
 
-    /// A request reached a deprecated version.
-    pub fn record(&mut self, series: Series) {
-        self.requested.insert(series);
+    /// The apiserver that serves requests to the control-plane endpoint: the first
+    /// control-plane node whose kube-apiserver is up (the holder of the shared VIP), else the
+    /// first one.
+    pub fn endpoint_holder(&self) -> Option<&str> {
+        self.instances
+            .iter()
+            .find(|(_, _, up)| *up)
+            .or(self.instances.first())
+            .map(|(n, _, _)| n.as_str())
+    }
+
+    /// The apiserver that served a request: the node's own (`served_by`) or the endpoint's.
+    pub fn serving<'a>(&'a self, served_by: Option<&'a str>) -> Option<&'a str> {
+        served_by.or_else(|| self.endpoint_holder())
+    }
+
+    /// A request served by the kube-apiserver of `node` reached a deprecated version.
+    pub fn record(&mut self, node: Option<&str>, series: Series) {
+        let Some(node) = node.or_else(|| self.endpoint_holder()) else {
+            return;
+        };
+        let node = node.to_string();
+        self.requested.entry(node).or_default().insert(series);
     }
 
     /// Record that `manager` wrote the object at `key` now, with the request's group-version
@@ -92,17 +123,23 @@ impl Deprecation {
         self.writers.get(key)?.get(manager)
     }
 
-    /// The `/metrics` exposition (Prometheus text format 0.0.4): the gauge, labels sorted by
-    /// name as client_golang writes them, plus `kubernetes_build_info`.
-    pub fn metrics_text(&self, version: &str) -> String {
+    /// The `/metrics` exposition (Prometheus text format 0.0.4) of the kube-apiserver of
+    /// `node` (the endpoint's when `None`): its gauge, labels sorted by name as client_golang
+    /// writes them, plus `kubernetes_build_info`.
+    pub fn metrics_text(&self, node: Option<&str>, version: &str) -> String {
         let (major, minor) = parse_minor(version);
         let mut out = String::new();
-        if !self.requested.is_empty() {
+        let empty = BTreeSet::new();
+        let requested = self
+            .serving(node)
+            .and_then(|n| self.requested.get(n))
+            .unwrap_or(&empty);
+        if !requested.is_empty() {
             out.push_str(
                 "# HELP apiserver_requested_deprecated_apis [STABLE] Gauge of deprecated APIs that have been requested, broken out by API group, version, resource, subresource, and removed_release.\n\
                  # TYPE apiserver_requested_deprecated_apis gauge\n",
             );
-            for (group, version, resource, subresource, removed) in &self.requested {
+            for (group, version, resource, subresource, removed) in requested {
                 out.push_str(&format!(
                     "apiserver_requested_deprecated_apis{{group=\"{group}\",removed_release=\"{removed}\",resource=\"{resource}\",subresource=\"{subresource}\",version=\"{version}\"}} 1\n"
                 ));
@@ -157,9 +194,9 @@ mod tests {
             String::new(),
             "1.32".to_string(),
         );
-        d.record(s.clone());
+        d.record(None, s.clone());
         d.observe(Some(2), cp.clone(), "v1.31.2");
-        let text = d.metrics_text("v1.31.2");
+        let text = d.metrics_text(None, "v1.31.2");
         assert!(text.contains(
             "apiserver_requested_deprecated_apis{group=\"flowcontrol.apiserver.k8s.io\",removed_release=\"1.32\",resource=\"flowschemas\",subresource=\"\",version=\"v1beta3\"} 1\n"
         ));
@@ -171,10 +208,10 @@ mod tests {
         )];
         d.observe(Some(3), down, "v1.31.2");
         assert!(
-            !d.metrics_text("v1.31.2")
+            !d.metrics_text(None, "v1.31.2")
                 .contains("apiserver_requested_deprecated_apis")
         );
-        d.record(s);
+        d.record(None, s);
         // an upgrade changes the image: a new process
         let upgraded = vec![(
             "cp-1".to_string(),
@@ -183,10 +220,64 @@ mod tests {
         )];
         d.observe(Some(4), upgraded, "v1.32.0");
         assert!(
-            !d.metrics_text("v1.32.0")
+            !d.metrics_text(None, "v1.32.0")
                 .contains("apiserver_requested_deprecated_apis")
         );
         assert_eq!(d.minor(), (1, 32));
+    }
+
+    #[test]
+    fn each_apiserver_counts_only_the_requests_it_served_and_restarts_alone() {
+        let mut d = Deprecation::default();
+        let image = "kube-apiserver:v1.31.2".to_string();
+        let cps = |up2: bool| {
+            vec![
+                ("cp-1".to_string(), image.clone(), true),
+                ("cp-2".to_string(), image.clone(), up2),
+                ("cp-3".to_string(), image.clone(), true),
+            ]
+        };
+        d.observe(Some(1), cps(true), "v1.31.2");
+        let s = |r: &str| {
+            (
+                "flowcontrol.apiserver.k8s.io".to_string(),
+                "v1beta3".to_string(),
+                r.to_string(),
+                String::new(),
+                "1.32".to_string(),
+            )
+        };
+        let series = "apiserver_requested_deprecated_apis{";
+        // through the endpoint: the holder's (cp-1) gauge only
+        d.record(None, s("flowschemas"));
+        d.record(Some("cp-2"), s("prioritylevelconfigurations"));
+        assert!(
+            d.metrics_text(None, "v1.31.2")
+                .contains("resource=\"flowschemas\"")
+        );
+        assert!(
+            d.metrics_text(Some("cp-1"), "v1.31.2")
+                .contains("resource=\"flowschemas\"")
+        );
+        assert!(!d.metrics_text(Some("cp-3"), "v1.31.2").contains(series));
+        let cp2 = d.metrics_text(Some("cp-2"), "v1.31.2");
+        assert!(cp2.contains("resource=\"prioritylevelconfigurations\""));
+        assert!(!cp2.contains("resource=\"flowschemas\""));
+        // cp-2 reboots: its gauge restarts, cp-1's does not
+        d.observe(Some(2), cps(false), "v1.31.2");
+        d.observe(Some(3), cps(true), "v1.31.2");
+        assert!(!d.metrics_text(Some("cp-2"), "v1.31.2").contains(series));
+        assert!(
+            d.metrics_text(Some("cp-1"), "v1.31.2")
+                .contains("resource=\"flowschemas\"")
+        );
+        // the endpoint moves to the first apiserver that is up
+        let cp1_down = vec![
+            ("cp-1".to_string(), image.clone(), false),
+            ("cp-2".to_string(), image.clone(), true),
+        ];
+        d.observe(Some(4), cp1_down, "v1.31.2");
+        assert_eq!(d.endpoint_holder(), Some("cp-2"));
     }
 
     #[test]

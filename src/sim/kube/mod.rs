@@ -33,7 +33,7 @@ mod status;
 mod store;
 mod table;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -266,6 +266,10 @@ pub(crate) struct Shared {
 /// A running simulated kube-apiserver and its control handle. Dropping it stops the server.
 pub struct KubeSim {
     addr: SocketAddr,
+    /// The port every control-plane node's own kube-apiserver listens on (0: none).
+    apiserver_port: u16,
+    /// The control-plane nodes with their own listener, by name.
+    control_planes: Vec<(String, IpAddr)>,
     ca_pem: String,
     shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
@@ -285,7 +289,13 @@ pub async fn start(
     config: KubeSimConfig,
     nodes: Arc<dyn NodeSource>,
 ) -> Result<KubeSim, KubeSimError> {
-    let pki = pki::generate()?;
+    let control_planes: Vec<(String, IpAddr)> = nodes
+        .control_planes()
+        .into_iter()
+        .filter_map(|n| Some((n.name, n.address.parse().ok()?)))
+        .collect();
+    let addresses: Vec<IpAddr> = control_planes.iter().map(|(_, ip)| *ip).collect();
+    let pki = pki::generate(&addresses)?;
     let token = BearerToken::generate()?;
     let listener = TcpListener::bind(config.bind)
         .await
@@ -297,6 +307,7 @@ pub async fn start(
         addr: config.bind,
         err,
     })?;
+    let (apiserver_port, node_listeners) = bind_node_apiservers(&control_planes).await?;
     let seed = u64::from_str_radix(&token.expose()[..16], 16).unwrap_or(1);
     let mut cluster = KubeSide::new(
         nodes,
@@ -306,6 +317,7 @@ pub async fn start(
         },
         seed,
     );
+    cluster.apiserver_port = apiserver_port;
     seed_objects(&mut cluster, &config.objects)?;
     let shared = Arc::new(Shared {
         cluster: Mutex::new(cluster),
@@ -318,36 +330,137 @@ pub async fn start(
         .fallback(api::handle)
         .with_state(shared.clone());
     let acceptor = tokio_rustls::TlsAcceptor::from(pki.tls.clone());
-    let serve = tokio::spawn(async move {
-        let mut connections = JoinSet::new();
-        loop {
-            let Ok((tcp, _peer)) = listener.accept().await else {
-                continue;
-            };
-            // as Go's net/http does: no Nagle delay on small responses
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let service = TowerToHyperService::new(router.clone());
-            connections.spawn(async move {
-                let Ok(Ok(tls)) =
-                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
-                else {
-                    return;
-                };
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
-                    .await;
-            });
-            while connections.try_join_next().is_some() {}
-        }
-    });
-    let ticker = tokio::spawn(tick(shared.clone()));
+    let mut tasks = vec![tokio::spawn(serve_listener(
+        listener,
+        acceptor.clone(),
+        router.clone().layer(axum::Extension(ServedBy(None))),
+        None,
+    ))];
+    for (node, listener) in node_listeners {
+        let router = router
+            .clone()
+            .layer(axum::Extension(ServedBy(Some(node.clone()))));
+        tasks.push(tokio::spawn(serve_listener(
+            listener,
+            acceptor.clone(),
+            router,
+            Some((shared.clone(), node)),
+        )));
+    }
+    tasks.push(tokio::spawn(tick(shared.clone())));
     Ok(KubeSim {
         addr,
+        apiserver_port,
+        control_planes,
         ca_pem: pki.ca_pem,
         shared,
-        tasks: vec![serve, ticker],
+        tasks,
     })
+}
+
+/// Which kube-apiserver a listener stands for: a control-plane node's own (by name), or the
+/// control-plane endpoint (`None`), whose requests the endpoint's holder serves.
+#[derive(Debug, Clone)]
+pub(crate) struct ServedBy(pub Option<String>);
+
+/// Bind every control-plane node's own kube-apiserver listener, `<address>:<port>` with one
+/// port for all of them, as a real control plane has (each apiserver's `--secure-port`; the
+/// `kubernetes` EndpointSlice carries a single port for every address). The port is a free
+/// one, so several simulators on one machine can share node addresses; a port another
+/// simulator holds on one of the addresses is given up and another tried.
+async fn bind_node_apiservers(
+    control_planes: &[(String, IpAddr)],
+) -> Result<(u16, Vec<(String, TcpListener)>), KubeSimError> {
+    let Some(((first_name, first_ip), rest)) = control_planes.split_first() else {
+        return Ok((0, Vec::new()));
+    };
+    let bind =
+        |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|err| (addr, err)) };
+    let mut last = None;
+    for _ in 0..64 {
+        let first = bind(SocketAddr::new(*first_ip, 0))
+            .await
+            .map_err(|(addr, err)| KubeSimError::Bind { addr, err })?;
+        let port = first
+            .local_addr()
+            .map_err(|err| KubeSimError::Bind {
+                addr: SocketAddr::new(*first_ip, 0),
+                err,
+            })?
+            .port();
+        let mut bound = vec![(first_name.clone(), first)];
+        let mut clash = None;
+        for (name, ip) in rest {
+            match bind(SocketAddr::new(*ip, port)).await {
+                Ok(l) => bound.push((name.clone(), l)),
+                Err((addr, err)) if err.kind() == std::io::ErrorKind::AddrInUse => {
+                    clash = Some((addr, err));
+                    break;
+                }
+                Err((addr, err)) => return Err(KubeSimError::Bind { addr, err }),
+            }
+        }
+        match clash {
+            None => return Ok((port, bound)),
+            Some(c) => last = Some(c),
+        }
+    }
+    let (addr, err) = last.unwrap_or_else(|| {
+        (
+            SocketAddr::new(*first_ip, 0),
+            std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        )
+    });
+    Err(KubeSimError::Bind { addr, err })
+}
+
+/// Accept TLS connections on `listener` and serve `router` on them. A node's own listener
+/// (`node` set) takes no connection while that node's kube-apiserver is down (the node is
+/// rebooting or upgrading): the connection is closed at once, as a port nobody listens on
+/// refuses it.
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
+)]
+async fn serve_listener(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: axum::Router,
+    node: Option<(Arc<Shared>, String)>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((tcp, _peer)) = listener.accept().await else {
+            // a passing accept error (EMFILE): back off instead of spinning
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        if let Some((shared, name)) = &node {
+            let up = {
+                let c = shared.cluster.lock().expect("cluster lock");
+                c.apiserver_up(name)
+            };
+            if !up {
+                drop(tcp);
+                continue;
+            }
+        }
+        // as Go's net/http does: no Nagle delay on small responses
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(router.clone());
+        connections.spawn(async move {
+            let Ok(Ok(tls)) =
+                tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+            else {
+                return;
+            };
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                .await;
+        });
+        while connections.try_join_next().is_some() {}
+    }
 }
 
 fn seed_objects(cluster: &mut KubeSide, objects: &[Value]) -> Result<(), KubeSimError> {
@@ -517,6 +630,20 @@ impl KubeSim {
     /// `https://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
+    }
+
+    /// The port every control-plane node's own kube-apiserver listens on, at the node's
+    /// address (what the `kubernetes` EndpointSlice of `default` publishes).
+    pub fn apiserver_port(&self) -> u16 {
+        self.apiserver_port
+    }
+
+    /// `https://<address>:<port>` of `node`'s own kube-apiserver, if it is a control plane.
+    pub fn node_apiserver_url(&self, node: &str) -> Option<String> {
+        self.control_planes
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, ip)| format!("https://{}", SocketAddr::new(*ip, self.apiserver_port)))
     }
 
     /// The CA certificate (PEM) that signed the serving certificate.

@@ -62,7 +62,10 @@ pub(crate) struct ServerPki {
     pub tls: Arc<rustls::ServerConfig>,
 }
 
-pub(crate) fn generate() -> Result<ServerPki, KubeSimError> {
+/// The CA and one serving certificate for the control-plane endpoint (`127.0.0.1`,
+/// `localhost`, the `kubernetes` service names) and every control-plane node's address in
+/// `node_addresses`, as a kube-apiserver's serving certificate names its advertise address.
+pub(crate) fn generate(node_addresses: &[std::net::IpAddr]) -> Result<ServerPki, KubeSimError> {
     let pki = |err| KubeSimError::Pki { err };
     let ca_key = KeyPair::generate().map_err(pki)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(pki)?;
@@ -81,15 +84,21 @@ pub(crate) fn generate() -> Result<ServerPki, KubeSimError> {
     let issuer = Issuer::new(ca_params, ca_key);
 
     let key = KeyPair::generate().map_err(pki)?;
-    let mut params = CertificateParams::new(vec![
+    let mut names = vec![
         "127.0.0.1".to_string(),
         "::1".to_string(),
         "localhost".to_string(),
         "kubernetes".to_string(),
         "kubernetes.default".to_string(),
         "kubernetes.default.svc".to_string(),
-    ])
-    .map_err(pki)?;
+    ];
+    names.extend(
+        node_addresses
+            .iter()
+            .map(ToString::to_string)
+            .filter(|a| a != "127.0.0.1"),
+    );
+    let mut params = CertificateParams::new(names).map_err(pki)?;
     params
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");

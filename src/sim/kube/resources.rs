@@ -222,6 +222,17 @@ pub(crate) static REPLICASETS: ResourceType = ResourceType {
         &["rs"],
     )
 };
+/// The `kubernetes` EndpointSlice of `default` is the only one the simulator writes (every
+/// live kube-apiserver's address and port, as the apiserver's endpoint reconciler does).
+pub(crate) static ENDPOINTSLICES: ResourceType = generic(
+    DISCOVERY_GROUP,
+    "v1",
+    "EndpointSlice",
+    "endpointslices",
+    "endpointslice",
+    true,
+    &[],
+);
 pub(crate) static PDBS: ResourceType = generic(
     "policy",
     "v1",
@@ -366,6 +377,7 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &DAEMONSETS,
     &STATEFULSETS,
     &REPLICASETS,
+    &ENDPOINTSLICES,
     &PDBS,
     &CLUSTERROLES,
     &CLUSTERROLEBINDINGS,
@@ -379,10 +391,14 @@ pub(crate) static ALL: &[&ResourceType] = &[
 const GROUPS: &[(&str, &str)] = &[
     ("apps", "v1"),
     ("authorization.k8s.io", "v1"),
+    (DISCOVERY_GROUP, "v1"),
     (FLOWCONTROL_GROUP, "v1"),
     ("policy", "v1"),
     ("rbac.authorization.k8s.io", "v1"),
 ];
+
+/// The group of EndpointSlices.
+pub(crate) const DISCOVERY_GROUP: &str = "discovery.k8s.io";
 
 /// The group of `SelfSubjectAccessReview`s (create-only, answered, never stored).
 pub(crate) const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";

@@ -261,9 +261,9 @@ mod tests {
         generate(&NodeConfigSpec {
             cluster_name: "sim",
             hostname: "cp-1",
-            address: "10.5.0.2",
+            address: "127.5.0.2",
             control_plane: cp,
-            endpoint: "10.5.0.2",
+            endpoint: "127.5.0.2",
             talos: &TalosVersion::parse("v1.13.9").unwrap(),
             kubernetes: &KubeVersion::parse("v1.34.1").unwrap(),
             ca_pem: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",

@@ -8,8 +8,8 @@
 //!   podStart: 3s         # kube side: how long a (re)scheduled pod takes to become Ready
 //!   podTermination: 1s   # kube side: how long an evicted pod stays Terminating
 //! nodes:
-//!   - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
-//!   - { name: w-1,  address: 10.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1 }
+//!   - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+//!   - { name: w-1,  address: 127.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1 }
 //! faults:
 //!   - node: cp-1
 //!     on: { call: { method: upgrade, nth: 1 } }
@@ -49,12 +49,12 @@ timing:
   machineReady: 2s
   apidRedial: 1s
 nodes:
-  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
-  - { name: cp-2, address: 10.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
-  - { name: cp-3, address: 10.5.0.4, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
-  - { name: w-1, address: 10.5.0.5, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
-  - { name: w-2, address: 10.5.0.6, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
-  - { name: w-3, address: 10.5.0.7, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: cp-2, address: 127.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: cp-3, address: 127.5.0.4, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: w-1, address: 127.5.0.5, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: w-2, address: 127.5.0.6, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
+  - { name: w-3, address: 127.5.0.7, role: worker, talos: v1.12.11, kubernetes: v1.34.1 }
 faults: []
 workloads:
   - { name: web, namespace: default, replicas: 3, pdbMinAvailable: 2 }
@@ -395,8 +395,8 @@ impl Scenario {
             };
             nodes.push(NodeSpec {
                 name,
-                // 10.5.0.2, 10.5.0.3, …: one /16, so fleets of thousands of nodes fit
-                address: format!("10.5.{}.{}", (i + 2) / 256, (i + 2) % 256),
+                // 127.5.0.2, 127.5.0.3, …: loopback, one /16, so fleets of thousands fit
+                address: format!("127.5.{}.{}", (i + 2) / 256, (i + 2) % 256),
                 role: if cp { Role::Controlplane } else { Role::Worker },
                 talos: talos.clone(),
                 kubernetes: kubernetes.clone(),
@@ -452,9 +452,19 @@ impl Scenario {
                     n.name
                 )));
             }
-            if n.address.parse::<std::net::IpAddr>().is_err() {
+            let Ok(ip) = n.address.parse::<std::net::IpAddr>() else {
                 return Err(invalid(format!(
                     "node `{}`: address `{}` is not an IP address",
+                    n.name, n.address
+                )));
+            };
+            if !is_simulator_address(ip) {
+                return Err(invalid(format!(
+                    "node `{}`: address `{}` is not on loopback. The simulator serves every \
+                     address it reports (each control plane's kube-apiserver, etcd and Talos \
+                     endpoints) on this machine, and medea dials the addresses a cluster \
+                     reports, so a node's address must be in 127.0.0.0/8 (for example \
+                     127.5.0.2); Linux answers the whole /8 on `lo`",
                     n.name, n.address
                 )));
             }
@@ -573,6 +583,16 @@ impl Scenario {
     }
 }
 
+/// Whether the simulator may give a node this address: IPv4 loopback (127.0.0.0/8), which
+/// this machine serves on `lo` and nothing off it can answer. Nothing the simulator reports
+/// can then make a client dial another host.
+pub fn is_simulator_address(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,15 +630,23 @@ mod tests {
         let cases = [
             ("nodes: []", "at least one control-plane"),
             (
-                "nodes: [{name: w-1, address: 10.0.0.1, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "nodes: [{name: w-1, address: 127.0.0.1, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]",
                 "controlplane",
+            ),
+            (
+                "nodes: [{name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "node `cp-1`: address `10.5.0.2` is not on loopback",
+            ),
+            (
+                "nodes: [{name: cp-1, address: \"::1\", role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "must be in 127.0.0.0/8",
             ),
             (
                 "nodes: [{name: cp-1, address: nope, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
                 "not an IP address",
             ),
             (
-                "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1},\n        {name: cp-1, address: 10.0.0.2, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+                "nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1},\n        {name: cp-1, address: 127.0.0.2, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
                 "used by two nodes",
             ),
         ];
@@ -627,13 +655,13 @@ mod tests {
             assert!(err.contains(want), "{yaml}: {err}");
         }
         let err = Scenario::parse(
-            "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: 1.13, kubernetes: v1.34.1}]",
+            "nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: 1.13, kubernetes: v1.34.1}]",
             p,
         )
         .unwrap_err();
         assert!(matches!(err, ScenarioError::Parse { .. }), "{err}");
         let err = Scenario::parse(
-            "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\nfaults: [{node: cp-9, on: {boot: {}}, effect: neverReturn}]",
+            "nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\nfaults: [{node: cp-9, on: {boot: {}}, effect: neverReturn}]",
             p,
         )
         .unwrap_err();
@@ -652,7 +680,7 @@ mod tests {
     #[test]
     fn preflight_knobs_parse_and_are_checked() {
         let p = Path::new("s.yaml");
-        let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}, {name: w-1, address: 10.0.0.2, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]\n";
+        let nodes = "nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}, {name: w-1, address: 127.0.0.2, role: worker, talos: v1.13.0, kubernetes: v1.34.1}]\n";
         let s = Scenario::parse(
             &format!(
                 "{nodes}etcdAlarms: [{{node: cp-1, alarm: NOSPACE}}]\nclientCertValidFor: 2h\nkubeFaults:\n  - nodePressure: {{ node: w-1, condition: MemoryPressure }}\n  - forbidden: {{ verb: get, resource: /metrics }}\n"
@@ -687,7 +715,7 @@ mod tests {
     #[test]
     fn kube_faults_parse_and_are_checked() {
         let p = Path::new("s.yaml");
-        let nodes = "nodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\n";
+        let nodes = "nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]\n";
         let s = Scenario::parse(
             &format!(
                 "{nodes}timing: {{ podStart: 1s }}\nkubeFaults:\n  - pdbNeverAllows: {{ namespace: default, pdb: web-pdb }}\n  - apiUnavailable: {{ requests: 3 }}\n  - apiUnavailable: {{ for: 30s }}\n  - nodeNeverReady: {{ node: cp-1 }}\n  - forbidden: {{ verb: create, resource: pods/eviction }}\n"
@@ -753,7 +781,7 @@ mod tests {
 
     #[test]
     fn machine_config_extras_are_kept_as_written() {
-        let text = "nodes:\n  - { name: cp-1, address: 10.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }\n  - name: w-1\n    address: 10.5.0.5\n    role: worker\n    talos: v1.13.9\n    kubernetes: v1.34.1\n    machineConfigExtra: { machine: \"sysctls: {a: on}\\n\" }\nmachineConfigExtra:\n  machine: |\n    files:\n      - path: /var/etc/a   # comment\n        permissions: 0644\n  cluster: |\n    allowSchedulingOnControlPlanes: off\n  documents: |\n    apiVersion: v1alpha1\n    kind: SideroLinkConfig\n    apiUrl: https://x/?jointoken=off\n";
+        let text = "nodes:\n  - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.13.9, kubernetes: v1.34.1 }\n  - name: w-1\n    address: 127.5.0.5\n    role: worker\n    talos: v1.13.9\n    kubernetes: v1.34.1\n    machineConfigExtra: { machine: \"sysctls: {a: on}\\n\" }\nmachineConfigExtra:\n  machine: |\n    files:\n      - path: /var/etc/a   # comment\n        permissions: 0644\n  cluster: |\n    allowSchedulingOnControlPlanes: off\n  documents: |\n    apiVersion: v1alpha1\n    kind: SideroLinkConfig\n    apiUrl: https://x/?jointoken=off\n";
         let s = Scenario::parse(text, Path::new("s.yaml")).unwrap();
         let cp = s.machine_config_extra(&s.nodes[0]).unwrap();
         assert!(cp.machine.as_deref().unwrap().contains("permissions: 0644"));
@@ -767,9 +795,9 @@ mod tests {
             super::super::machineconfig::generate(&super::super::machineconfig::NodeConfigSpec {
                 cluster_name: "c",
                 hostname: "cp-1",
-                address: "10.5.0.2",
+                address: "127.5.0.2",
                 control_plane: true,
-                endpoint: "10.5.0.2",
+                endpoint: "127.5.0.2",
                 talos: &s.nodes[0].talos,
                 kubernetes: &s.nodes[0].kubernetes,
                 ca_pem: "",
@@ -789,7 +817,7 @@ mod tests {
     #[test]
     fn manual_reboot_timing_parses() {
         let s = Scenario::parse(
-            "timing: { reboot: manual }\nnodes: [{name: cp-1, address: 10.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
+            "timing: { reboot: manual }\nnodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, talos: v1.13.0, kubernetes: v1.34.1}]",
             Path::new("s.yaml"),
         )
         .unwrap();

@@ -227,6 +227,11 @@ fn dry_run(q: &HashMap<String, String>) -> bool {
 )]
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
+    // which kube-apiserver process serves this connection: a node's own, or the endpoint's
+    let served_by = parts
+        .extensions
+        .get::<super::ServedBy>()
+        .and_then(|s| s.0.clone());
     let path = parts.uri.path().to_string();
     if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
         return (StatusCode::OK, "ok").into_response();
@@ -252,7 +257,14 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         .map(|Query(q)| q)
         .unwrap_or_default();
     tracing::debug!(method = %parts.method, path = %path, "sim kube-apiserver request");
-    let response = dispatch(&shared, &parts.method, &path, &parts.headers, &q, body).await;
+    let request = Incoming {
+        method: &parts.method,
+        path: &path,
+        headers: &parts.headers,
+        q: &q,
+        served_by: served_by.as_deref(),
+    };
+    let response = dispatch(&shared, &request, body).await;
     shared.wake.notify_one();
     match response {
         Ok(r) => r,
@@ -264,19 +276,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     clippy::expect_used,
     reason = "a poisoned cluster lock means a simulator thread panicked mid-update; serving its half-updated state would be worse than stopping"
 )]
-async fn dispatch(
-    shared: &Arc<Shared>,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    q: &HashMap<String, String>,
-    body: Bytes,
-) -> Result<Response> {
-    let (response, older) = answer(shared, method, path, headers, q, body)?;
+async fn dispatch(shared: &Arc<Shared>, request: &Incoming<'_>, body: Bytes) -> Result<Response> {
+    let (response, older) = answer(shared, request, body)?;
     let Some(older) = older else {
         return Ok(response);
     };
-    let mut response = if true_param(q, "watch") {
+    let mut response = if true_param(request.q, "watch") {
         response
     } else {
         convert_response(response, &older.stored, &older.addressed).await
@@ -285,6 +290,17 @@ async fn dispatch(
         add_warning(&mut response, &w);
     }
     Ok(response)
+}
+
+/// The parts of one request that every stage of answering it reads.
+struct Incoming<'a> {
+    method: &'a Method,
+    path: &'a str,
+    headers: &'a HeaderMap,
+    q: &'a HashMap<String, String>,
+    /// The control-plane node whose own kube-apiserver listener took the connection; `None`
+    /// for the control-plane endpoint (the kubeconfig's server).
+    served_by: Option<&'a str>,
 }
 
 /// A request to an older version of a stored resource: the versions to convert between and
@@ -301,12 +317,16 @@ struct OlderVersion {
 )]
 fn answer(
     shared: &Arc<Shared>,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    q: &HashMap<String, String>,
+    request: &Incoming<'_>,
     body: Bytes,
 ) -> Result<(Response, Option<OlderVersion>)> {
+    let Incoming {
+        method,
+        path,
+        headers,
+        q,
+        served_by,
+    } = *request;
     let now = Instant::now();
     let wall = jiff::Timestamp::now();
     let mut c = shared.cluster.lock().expect("cluster lock");
@@ -329,21 +349,23 @@ fn answer(
     };
     c.deprecation.request_version = addressed.map(|rt| rt.api_version());
     let Some(older) = addressed.filter(|rt| !std::ptr::eq(*rt, resources::storage_of(rt))) else {
-        return serve(shared, c, route, method, path, headers, q, body, now, wall)
-            .map(|r| (r, None));
+        return serve(shared, c, route, request, body, now, wall).map(|r| (r, None));
     };
     let stored = resources::storage_of(older);
     let warning = resources::deprecation(older, minor);
     if let Some(l) = &warning
         && matches!(route, Route::Collection { .. } | Route::Object { .. })
     {
-        c.deprecation.record((
-            l.group.clone(),
-            l.version.clone(),
-            l.resource.clone(),
-            String::new(),
-            l.removed_release(),
-        ));
+        c.deprecation.record(
+            served_by,
+            (
+                l.group.clone(),
+                l.version.clone(),
+                l.resource.clone(),
+                String::new(),
+                l.removed_release(),
+            ),
+        );
     }
     let route = match route {
         Route::Collection { ns, .. } => Route::Collection { rt: stored, ns },
@@ -361,7 +383,14 @@ fn answer(
         other => other,
     };
     let body = convert_body(&body, headers, &older.api_version(), &stored.api_version());
-    let response = match serve(shared, c, route, method, path, headers, q, body, now, wall) {
+    let request = Incoming {
+        method,
+        path,
+        headers,
+        q,
+        served_by,
+    };
+    let response = match serve(shared, c, route, &request, body, now, wall) {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
@@ -384,14 +413,18 @@ fn serve(
     shared: &Arc<Shared>,
     mut c: std::sync::MutexGuard<'_, KubeSide>,
     route: Route,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    q: &HashMap<String, String>,
+    request: &Incoming<'_>,
     body: Bytes,
     now: Instant,
     wall: jiff::Timestamp,
 ) -> Result<Response> {
+    let Incoming {
+        method,
+        path,
+        headers,
+        q,
+        served_by,
+    } = *request;
     if let Some(r) = rbac_request(&route, method, q)
         && c.forbids(r.verb, r.rt.group, r.rt.plural, r.sub.unwrap_or(""))
     {
@@ -412,20 +445,20 @@ fn serve(
             if c.forbids("get", "", path, "") {
                 return Err(ApiError::forbidden_path("get", path));
             }
-            let version = c.server_version();
+            let version = c.server_version_of(served_by);
             Ok((
                 StatusCode::OK,
                 [(
                     header::CONTENT_TYPE,
                     "text/plain; version=0.0.4; charset=utf-8",
                 )],
-                c.deprecation.metrics_text(&version),
+                c.deprecation.metrics_text(served_by, &version),
             )
                 .into_response())
         }
         Route::Version => {
             get_only(method)?;
-            let version = c.server_version();
+            let version = c.server_version_of(served_by);
             let (major, minor) = version
                 .trim_start_matches('v')
                 .split_once('.')

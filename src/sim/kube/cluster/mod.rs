@@ -151,6 +151,8 @@ pub(crate) struct KubeSide {
     /// Deprecated-API memory: the `/metrics` gauge and who wrote which object with which
     /// group-version (`sim::kube::deprecation`).
     pub deprecation: super::deprecation::Deprecation,
+    /// The port of every control-plane node's own kube-apiserver (0: none listens).
+    pub apiserver_port: u16,
     /// The dirty-set bookkeeping of the incremental pass (`incremental.rs`).
     inc: incremental::State,
     /// Re-derive everything on every pass (the reference the incremental pass is tested
@@ -268,6 +270,7 @@ impl KubeSide {
             names: 0,
             seed,
             deprecation: Default::default(),
+            apiserver_port: 0,
             inc: incremental::State::default(),
             full_only: false,
         }
@@ -474,11 +477,66 @@ impl KubeSide {
             .collect();
         let version = self.version_of(&control_planes);
         self.deprecation.observe(fingerprint, instances, &version);
+        self.publish_apiserver_endpoints(&control_planes, jiff::Timestamp::now());
     }
 
-    /// The first control-plane node's kube-apiserver version (for `/version`).
-    pub fn server_version(&self) -> String {
-        self.version_of(&self.source.control_planes())
+    /// Whether `node`'s own kube-apiserver is up (its listener takes connections).
+    pub fn apiserver_up(&self, node: &str) -> bool {
+        self.source
+            .control_planes()
+            .iter()
+            .any(|n| n.name == node && n.up)
+    }
+
+    /// Write the `kubernetes` EndpointSlice of `default` as the kube-apiserver's endpoint
+    /// reconciler does (kubernetes `pkg/controlplane/reconcilers/endpointsadapter.go`
+    /// `updateEndpointSlice`, lease reconciler `lease.go`): one endpoint per live apiserver
+    /// (its advertise address, here the node's address), `ready: true`, the label
+    /// `kubernetes.io/service-name: kubernetes`, and one port list for all of them (the
+    /// apiservers' common secure port). An apiserver that stopped (its node reboots) drops out.
+    fn publish_apiserver_endpoints(
+        &mut self,
+        control_planes: &[crate::sim::node::NodeFacts],
+        wall: jiff::Timestamp,
+    ) {
+        if self.apiserver_port == 0 {
+            return;
+        }
+        let mut live: Vec<(std::net::IpAddr, &str)> = control_planes
+            .iter()
+            .filter(|n| n.up)
+            .filter_map(|n| Some((n.address.parse().ok()?, n.address.as_str())))
+            .collect();
+        live.sort();
+        let endpoints: Vec<Value> = live
+            .iter()
+            .map(|(_, a)| serde_json::json!({"addresses": [a], "conditions": {"ready": true}}))
+            .collect();
+        let slice = serde_json::json!({
+            "metadata": {
+                "name": "kubernetes",
+                "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "kubernetes"},
+            },
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": [{"name": "https", "port": self.apiserver_port, "protocol": "TCP"}],
+        });
+        self.store
+            .put(&super::resources::ENDPOINTSLICES, slice, wall);
+    }
+
+    /// The version of the kube-apiserver that serves a request: `node`'s own, else the one
+    /// holding the control-plane endpoint (see [`super::deprecation`]).
+    pub fn server_version_of(&self, node: Option<&str>) -> String {
+        let control_planes = self.source.control_planes();
+        let serving = self.deprecation.serving(node);
+        let own = control_planes
+            .iter()
+            .filter(|n| Some(n.name.as_str()) == serving)
+            .find_map(|n| n.static_pod_images.get("kube-apiserver"))
+            .and_then(|img| crate::image::tag_of(img).map(str::to_string));
+        own.unwrap_or_else(|| self.version_of(&control_planes))
     }
 
     /// The kube-apiserver version of the first of `control_planes` that runs one, else the

@@ -24,7 +24,7 @@ fn md(node: Option<&str>) -> MetadataMap {
 fn routes_by_name_or_address_and_defaults_to_the_endpoint_node() {
     let mut c = cluster();
     assert_eq!(c.admit(&md(Some("cp-2")), Method::Version).unwrap(), 1);
-    assert_eq!(c.admit(&md(Some("10.5.0.4")), Method::Version).unwrap(), 2);
+    assert_eq!(c.admit(&md(Some("127.5.0.4")), Method::Version).unwrap(), 2);
     assert_eq!(c.admit(&md(None), Method::Version).unwrap(), 0);
     let err = c.admit(&md(Some("nope")), Method::Version).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable);
@@ -135,7 +135,7 @@ mod find_index {
         if k.is_multiple_of(2) {
             format!("n{}", k % 6)
         } else {
-            format!("10.5.0.{}", k % 6)
+            format!("127.5.0.{}", k % 6)
         }
     }
 
