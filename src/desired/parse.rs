@@ -32,8 +32,12 @@ impl DocText<'_> {
     /// The absolute origin of a location reported inside this document.
     pub fn origin(&self, loc: &Location) -> Origin {
         let span = loc.span();
-        let offset = span.byte_offset().map(|o| o as usize).unwrap_or(0);
-        let len = span.byte_len().map(|l| l as usize).unwrap_or(0);
+        // Syntax errors from the scanner carry line and column but no byte span: place them
+        // by line and column, not at the document's first byte.
+        let (offset, len) = match (span.byte_offset(), span.byte_len()) {
+            (Some(o), Some(l)) => (o as usize, l as usize),
+            _ => self.byte_at(loc.line() as usize, loc.column() as usize),
+        };
         Origin {
             file: self.file.to_string(),
             line: self.line + (loc.line().max(1) as usize),
@@ -42,6 +46,21 @@ impl DocText<'_> {
             len: len.min(self.text.len().saturating_sub(offset)),
         }
     }
+    /// The byte offset of 1-based `line` and `column` (in characters) inside this document,
+    /// and the byte length of the character there (0 at a line's end or past the text).
+    fn byte_at(&self, line: usize, column: usize) -> (usize, usize) {
+        let mut start = 0;
+        for l in self.text.split_inclusive('\n').take(line.saturating_sub(1)) {
+            start += l.len();
+        }
+        let rest = &self.text[start.min(self.text.len())..];
+        let this = rest.split('\n').next().unwrap_or("");
+        match this.char_indices().nth(column.saturating_sub(1)) {
+            Some((i, c)) => (start + i, c.len_utf8()),
+            None => (start + this.len(), 0),
+        }
+    }
+
     /// The origin of the document itself (its first line).
     pub fn start(&self) -> Origin {
         let first = self
@@ -296,5 +315,48 @@ mod tests {
         let e = read_document(d[0].clone()).unwrap_err();
         assert_eq!(e.message, "document has no `kind`");
         assert_eq!(e.origin.line, 2);
+    }
+
+    /// Issue #39: a syntax error is shown where the parser found it (line, column and the byte
+    /// the caret points at), not at the document's first byte. One case per error class.
+    #[test]
+    fn syntax_errors_are_located_where_the_parser_found_them() {
+        let head = "# comment\n---\napiVersion: medea/v1alpha1\nkind: Cluster\n";
+        let cases = [
+            // (what follows the header, message starts with, line, column, text at the caret)
+            ("metadata:\n  name: \"home\nspec: {}\n", "unclosed quote", 6, 9, "\""),
+            ("metadata: {name: home}\nspec:\n  x: [a, b\n  y: 1\n", "", 8, 4, ":"),
+            ("metadata: {name: home}\nspec:\n\tkubernetes: {}\n", "tabs disallowed", 7, 2, "k"),
+            ("metadata:\n  name: home\n   other: 1\n", "mapping values are not allowed", 7, 9, ":"),
+            ("metadata: {name: home}\nmetadata: {name: x}\n", "duplicate mapping key", 6, 1, "m"),
+        ];
+        for (body, starts, line, column, at) in cases {
+            let text = format!("{head}{body}");
+            let docs = split_documents("c.yaml", &text);
+            let e = read_document(docs[0].clone()).unwrap_err();
+            assert!(e.message.starts_with(starts), "{body:?}: {}", e.message);
+            assert_eq!(
+                (e.origin.line, e.origin.column),
+                (line, column),
+                "{body:?}: {}",
+                e.message
+            );
+            assert_eq!(
+                &text[e.origin.offset..e.origin.offset + at.len()],
+                at,
+                "{body:?}: {}",
+                e.message
+            );
+            assert!(e.origin.offset > 0, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn a_line_and_column_map_to_their_byte_even_after_multibyte_text() {
+        let docs = split_documents("f.yaml", "a: \"é\"\nbé: [1\n");
+        let d = &docs[0];
+        assert_eq!(d.byte_at(2, 2), (5 + 3 + 1, 2)); // `é` of `bé`
+        assert_eq!(d.byte_at(2, 99), (d.text.len() - 1, 0)); // past the line's end
+        assert_eq!(d.byte_at(9, 1).1, 0); // past the text
     }
 }
