@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compute::RESOURCE_FIELD;
-use super::health::{GateCheck, HealthPolicy, OnFailure};
+use super::health::{HealthPolicy, OnFailure};
 use super::model::*;
 use crate::desired::model::format_duration;
 use crate::version::TalosVersion;
@@ -234,27 +234,16 @@ fn render_health(out: &mut String, h: &HealthPolicy, indent: &str, talos: bool) 
         (false, _) => "on failure: halt (Kubernetes steps never roll back)",
     };
     let _ = writeln!(out, "{indent}  {on_failure}");
+    for (what, source) in [
+        ("prometheus", &h.sources.prometheus),
+        ("alertmanager", &h.sources.alertmanager),
+    ] {
+        if let Some(e) = source {
+            let _ = writeln!(out, "{indent}  source {what}: {}", e.summary());
+        }
+    }
     for g in &h.gates {
-        let what = match &g.check {
-            GateCheck::Query { query } => format!("query `{query}`"),
-            GateCheck::Alerts { matchers, ignore } => {
-                let m = if matchers.is_empty() {
-                    "any alert".to_string()
-                } else {
-                    matchers.join(", ")
-                };
-                if ignore.is_empty() {
-                    format!("alerts {m}")
-                } else {
-                    format!("alerts {m}, ignoring {}", ignore.join(" or "))
-                }
-            }
-            GateCheck::Workloads { namespaces, kinds } => {
-                let k: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
-                format!("workloads {} in {}", k.join(", "), namespaces.join(", "))
-            }
-        };
-        let _ = writeln!(out, "{indent}  gate {}: {what}", g.name);
+        let _ = writeln!(out, "{indent}  gate {}", g.summary());
     }
 }
 
