@@ -41,5 +41,6 @@ mod server;
 mod sim_cluster;
 mod store;
 mod talos;
+mod trust;
 mod ui_browser;
 mod upgrade;
