@@ -3,9 +3,11 @@
 //! it, and the approval bar in force comes from it.
 //!
 //! Store layout (table `Desired`): `cluster/<name>` and `pool/<cluster>/<pool>`, each an
-//! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`],
-//! inside the transaction that marks a plan approved, and read by
-//! the application layer (`ops`, its replan use case).
+//! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`]
+//! (resources of clusters without steps, inside the transaction that marks a plan approved) and
+//! by the transaction that records a job's success (`rollout::journal::advance_txn` puts the
+//! records [`super::stored::job_applies`] gave the job; issue #32), and read by the application
+//! layer (`ops`, its replan use case).
 
 use std::collections::BTreeMap;
 

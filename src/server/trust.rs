@@ -27,6 +27,37 @@ pub enum TrustRootError {
         "the allowed signers file `{path}` is inside the desired-state directory `{desired}`: whoever can commit could add themselves as a signer; keep it in the server's own configuration (e.g. /etc/medea/allowed_signers)"
     )]
     InsideDesired { path: PathBuf, desired: PathBuf },
+    #[error(
+        "the credentials directory `{path}` (--creds-dir) is inside the desired-state directory `{desired}`: whoever can commit could plant or name the credentials medea sends to health sources; keep it in the server's own state (e.g. /var/lib/medea/creds)"
+    )]
+    CredsInsideDesired { path: PathBuf, desired: PathBuf },
+}
+
+/// At startup (issue #32): the credentials directory, whose files health sources' credential
+/// names resolve to, must not be inside a directory a committer controls.
+pub fn check_creds_dir(creds_dir: &Path, source: &Source) -> Result<(), TrustRootError> {
+    // The directory may not exist yet (seeded later): judge its nearest existing ancestor.
+    let mut probe = creds_dir.to_path_buf();
+    let real = loop {
+        if let Ok(real) = probe.canonicalize() {
+            break Some(real);
+        }
+        if !probe.pop() {
+            break None;
+        }
+    };
+    let Some(real) = real else {
+        return Ok(());
+    };
+    for dir in committer_dirs(source) {
+        if real.starts_with(&dir) {
+            return Err(TrustRootError::CredsInsideDesired {
+                path: creds_dir.to_path_buf(),
+                desired: dir,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Read and parse `path`; any bad line is an error (never a partial trust root).
@@ -185,6 +216,24 @@ impl TrustRoot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32: credentials inside the desired tree (or its git work tree) are refused at
+    /// start, existing or not yet created; the server's own directory is fine.
+    #[test]
+    fn a_credentials_directory_inside_the_desired_tree_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let desired = tmp.path().join("desired");
+        std::fs::create_dir_all(&desired).unwrap();
+        let source = Source::Dir(desired.clone());
+        for inside in [desired.join("creds"), desired.join("a/b/creds")] {
+            let e = check_creds_dir(&inside, &source).unwrap_err();
+            assert!(
+                matches!(&e, TrustRootError::CredsInsideDesired { path, .. } if *path == inside),
+                "{e:?}"
+            );
+        }
+        assert!(check_creds_dir(&tmp.path().join("state/creds"), &source).is_ok());
+    }
 
     const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGXhJ2dFcxkUTiyW8xcwlW8u0Q2vvCfEpm+vfKBnR0CC";

@@ -645,3 +645,97 @@ async fn dev_zero_as_a_credential_is_refused_quickly() {
     .unwrap_err();
     assert!(e.to_string().contains("is not a regular file"), "{e}");
 }
+
+/// Approval recorded every document as applied even when the job halted before acting, so
+/// the next plan showed no diff at all. Now a cluster with steps gets its last-applied records
+/// from its job's success: a job halted by its first gate writes none of them, a job that
+/// succeeds writes them in the transaction that records its success.
+#[tokio::test(start_paused = true)]
+async fn only_a_successful_job_records_what_it_applied() {
+    use medea::plan::stored::{approval_writes, job_applies};
+    use medea::plan::{AppliedResource, LastApplied};
+    use medea::rollout::RunOutcome;
+    use medea::rollout::fake::{FakeCluster, FakeGate, FakeProbe, MemStore};
+    use medea::store::Store;
+
+    use crate::rollout::{
+        CLUSTER, FROM, KUBE, TO, World, install, observed, plan, specs, talos_step,
+    };
+    use crate::rollout_health::policy;
+
+    // The records a plan for this cluster would carry, from a real desired state.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("c.yaml"),
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: {CLUSTER}\nspec:\n  kubernetes:\n    version: {KUBE}\n---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: workers\nspec:\n  cluster: {CLUSTER}\n  role: worker\n  machines: [w-1]\n  talos:\n    version: {TO}\n"
+        ),
+    )
+    .unwrap();
+    let loaded = load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    let c = &loaded.valid().expect("valid").clusters[CLUSTER];
+    let records = vec![
+        AppliedResource::of_cluster(c),
+        AppliedResource::of_pool(&c.pools["workers"]),
+    ];
+
+    for gate_fails in [true, false] {
+        let fake = FakeCluster::new(&specs(0, 1, FROM, KUBE));
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let obs = observed(&fake);
+        let mut p = plan(
+            &obs,
+            vec![talos_step(&fake, "workers", &[&["w-1"]], TO, 1)],
+            7,
+        );
+        std::sync::Arc::make_mut(&mut p.clusters[0]).health = Some(policy(
+            &["app"],
+            0,
+            10,
+            1,
+            medea::plan::health::OnFailure::Halt,
+        ));
+        p.applies.put = records.clone();
+        // Approval writes nothing for a cluster with steps; its job carries the records.
+        assert!(approval_writes(&p).is_empty(), "{:?}", approval_writes(&p));
+        assert_eq!(job_applies(&p, CLUSTER), records);
+        let job = install(store.as_ref(), &p, &obs, &[]).unwrap();
+        let w = World {
+            fake,
+            store,
+            job,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        w.fake.edit(|s| {
+            s.gates.insert(
+                "app".to_string(),
+                FakeGate {
+                    fail: gate_fails,
+                    ..FakeGate::default()
+                },
+            );
+        });
+        let out = w
+            .executor()
+            .with_probe(FakeProbe(w.fake.clone()))
+            .run(&w.job)
+            .await
+            .unwrap();
+        let applied: LastApplied = medea::ops::replan::load_applied(w.store.as_ref()).unwrap();
+        if gate_fails {
+            assert!(matches!(out, RunOutcome::Halted { .. }), "{out:?}");
+            assert!(
+                applied.resources.is_empty(),
+                "a job halted before acting applied nothing: {:?}",
+                applied.resources.keys()
+            );
+        } else {
+            assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+            assert_eq!(
+                applied.resources.values().cloned().collect::<Vec<_>>(),
+                records,
+                "the job's success records what it applied"
+            );
+        }
+    }
+}
