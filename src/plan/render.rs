@@ -194,10 +194,11 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
     let _ = writeln!(out, "{indent}image {}", t.image);
     let _ = writeln!(
         out,
-        "{indent}drain {} timeout {}; upgrade attempts {}",
+        "{indent}drain {} timeout {}; upgrade attempts {}; health timeout {}",
         t.drain.summary(),
         format_duration(t.drain_timeout),
-        t.upgrade_attempts
+        t.upgrade_attempts,
+        format_duration(t.health_timeout)
     );
     if let Some(h) = &t.health {
         render_health(out, h, indent, true);
@@ -410,10 +411,12 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         }
     }
     if !c.settings.is_empty() {
-        let _ = writeln!(
-            out,
-            "  settings (written to the store on approval; they act on nothing):"
-        );
+        let when = if c.steps.is_empty() {
+            "written to the store on approval"
+        } else {
+            "written to the store when the job succeeds"
+        };
+        let _ = writeln!(out, "  settings ({when}):");
         for s in &c.settings {
             let (p, line) = if s.field == RESOURCE_FIELD && s.to == "created" {
                 (
