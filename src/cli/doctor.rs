@@ -173,15 +173,13 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
         .into_iter()
         .filter_map(|name| {
             let approved = applied.cluster_settings(&name)?.health.sources.clone();
-            (!approved.is_empty()).then(|| {
-                (
-                    name,
-                    SourcesToCheck {
-                        approved,
-                        desired: None,
-                    },
-                )
-            })
+            (!approved.is_empty()).then_some((
+                name,
+                SourcesToCheck {
+                    approved,
+                    desired: None,
+                },
+            ))
         })
         .collect();
     if let Some(dir) = &args.desired {
