@@ -2,8 +2,9 @@
 //!
 //! **Owns:** the one way medea writes a file that holds a secret or state nobody else may read:
 //! TLS keys, API tokens, the secrets file, etcd snapshots, generated talosconfig/kubeconfig and
-//! the store's directory.
-//! **May depend on:** nothing inside medea (a leaf module; `std::fs` and `tempfile`).
+//! the store's directory; and the one way medea reads a file that configuration names
+//! ([`read_bounded`]: no symbolic link, a regular file, a size cap).
+//! **May depend on:** nothing inside medea (a leaf module; `std::fs`, `tempfile` and `libc`'s open flags).
 //!
 //! Architecture Invariant: every private file is written by [`write_private`] (or, for a stream
 //! too large to hold in memory, opened by [`open_private`] and finished with [`sync_dir`]). The
@@ -174,6 +175,117 @@ pub fn is_private(path: &Path) -> std::io::Result<bool> {
     Ok(std::fs::metadata(path)?.permissions().mode() & 0o077 == 0)
 }
 
+/// Why a file named by configuration could not be read ([`read_bounded`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedReadError {
+    #[error("cannot open `{}`", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("`{}` is a symbolic link; medea does not follow links to files it reads for secrets", path.display())]
+    Symlink { path: PathBuf },
+    #[error("`{}` is not a regular file (it is {kind})", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("`{}` is larger than {max} bytes", path.display())]
+    TooLarge { path: PathBuf, max: u64 },
+    #[error("`{}` may be read by group or others (mode {mode:o}); make it 0600", path.display())]
+    Loose { path: PathBuf, mode: u32 },
+    #[error("cannot read `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+}
+
+/// Who may read a file [`read_bounded`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privacy {
+    /// A secret (a token): no group or other permission bits.
+    Private,
+    /// Not a secret (a CA bundle): any mode.
+    Any,
+}
+
+/// Read a file that configuration names (a credential's token or CA bundle): the last path
+/// component is opened with `O_NOFOLLOW` (a symbolic link is refused) and `O_NONBLOCK` (a
+/// FIFO cannot block the open), the opened file must be a regular file (`/dev/zero`, a FIFO
+/// or a directory is refused before a byte is read), and at most `max` bytes are read (a
+/// larger file is refused, even one that grows while it is read).
+pub fn read_bounded(path: &Path, max: u64, privacy: Privacy) -> Result<Vec<u8>, BoundedReadError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::FileTypeExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|err| {
+            if err.raw_os_error() == Some(libc::ELOOP) {
+                BoundedReadError::Symlink {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                BoundedReadError::Open {
+                    path: path.to_path_buf(),
+                    err,
+                }
+            }
+        })?;
+    let meta = file.metadata().map_err(|err| BoundedReadError::Read {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(BoundedReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if privacy == Privacy::Private && mode & 0o077 != 0 {
+        return Err(BoundedReadError::Loose {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    if meta.len() > max {
+        return Err(BoundedReadError::TooLarge {
+            path: path.to_path_buf(),
+            max,
+        });
+    }
+    let mut out = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|err| BoundedReadError::Read {
+            path: path.to_path_buf(),
+            err,
+        })?;
+    if out.len() as u64 > max {
+        return Err(BoundedReadError::TooLarge {
+            path: path.to_path_buf(),
+            max,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,5 +382,67 @@ mod tests {
         f.write_all(b"abc").unwrap();
         assert_eq!(mode(&p), 0o600);
         sync_dir(tmp.path()).unwrap();
+    }
+
+    #[test]
+    fn bounded_reads_refuse_links_devices_fifos_and_large_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ok = tmp.path().join("token");
+        write_private(&ok, b"s3cret\n", ExistingDir::Keep).unwrap();
+        assert_eq!(
+            read_bounded(&ok, 64, Privacy::Private).unwrap(),
+            b"s3cret\n"
+        );
+        // A symbolic link, even to a good file, is refused.
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&ok, &link).unwrap();
+        let e = read_bounded(&link, 64, Privacy::Private).unwrap_err();
+        assert!(matches!(e, BoundedReadError::Symlink { .. }), "{e:?}");
+        // A device is refused before any byte is read (no 64 KiB of zeros, no hang).
+        let started = std::time::Instant::now();
+        let e = read_bounded(Path::new("/dev/zero"), 65536, Privacy::Any).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BoundedReadError::NotRegular {
+                    kind: "a character device",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // A FIFO nobody writes does not block the open.
+        let fifo = tmp.path().join("fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let e = read_bounded(&fifo, 64, Privacy::Any).unwrap_err();
+        assert!(
+            matches!(e, BoundedReadError::NotRegular { kind: "a FIFO", .. }),
+            "{e:?}"
+        );
+        // A directory.
+        let e = read_bounded(tmp.path(), 64, Privacy::Any).unwrap_err();
+        assert!(matches!(e, BoundedReadError::NotRegular { .. }), "{e:?}");
+        // Too large.
+        let big = tmp.path().join("big");
+        write_private(&big, &[b'x'; 65], ExistingDir::Keep).unwrap();
+        let e = read_bounded(&big, 64, Privacy::Private).unwrap_err();
+        assert!(
+            matches!(e, BoundedReadError::TooLarge { max: 64, .. }),
+            "{e:?}"
+        );
+        // A secret others may read.
+        std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_bounded(&ok, 64, Privacy::Private).unwrap_err();
+        assert!(
+            matches!(e, BoundedReadError::Loose { mode: 0o644, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("make it 0600"), "{e}");
+        assert_eq!(read_bounded(&ok, 64, Privacy::Any).unwrap(), b"s3cret\n");
     }
 }

@@ -36,7 +36,11 @@ pub enum EventKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Notification {
     pub event: EventKind,
-    /// One human-readable line; Slack and compatible receivers display it.
+    /// One human-readable line; Slack and compatible receivers display it. Serialized with
+    /// `&`, `<` and `>` escaped as Slack requires ([`slack_escape`]), so text a committer
+    /// controls (a reason, a name) cannot become a mention or a link; the raw values are in the
+    /// structured fields.
+    #[serde(serialize_with = "serialize_slack_text")]
     pub text: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
@@ -53,6 +57,25 @@ pub struct Notification {
     pub halt_code: Option<String>,
     /// RFC 3339.
     pub at: String,
+}
+
+/// `text` as Slack's message formatting wants it: `&` → `&amp;`, `<` → `&lt;`, `>` → `&gt;`
+/// (<https://api.slack.com/reference/surfaces/formatting#escaping>). Nothing else is changed.
+pub fn slack_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn serialize_slack_text<S: serde::Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&slack_escape(text))
 }
 
 #[derive(Clone)]
@@ -187,6 +210,32 @@ mod tests {
             assert!(!r.contains("SECRET"), "{url} -> {r}");
             assert!(r.starts_with("https://hooks.example.com"), "{url} -> {r}");
         }
+    }
+
+    /// Issue 32: attacker text reached Slack unescaped (`<!channel>`, `<http://x|click>`).
+    #[test]
+    fn slack_text_is_escaped_and_structured_fields_stay_raw() {
+        let n = Notification {
+            event: EventKind::RolloutHalted,
+            text: "halted: <!channel> & <https://evil.example|click here>".into(),
+            cluster: Some("prod".into()),
+            plan: None,
+            job: None,
+            node: None,
+            reason: Some("<!channel> & <https://evil.example|click here>".into()),
+            halt_code: None,
+            at: "t".into(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&n).unwrap();
+        assert_eq!(
+            v["text"],
+            "halted: &lt;!channel&gt; &amp; &lt;https://evil.example|click here&gt;"
+        );
+        assert_eq!(
+            v["reason"],
+            "<!channel> & <https://evil.example|click here>"
+        );
+        assert_eq!(slack_escape("a → b"), "a → b");
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@ use super::exit;
 pub use crate::ops::doctor::{
     Check, ClusterReport, DoctorError, Report, Status, diagnose, diagnose_cluster,
 };
+use crate::ops::doctor::{ContactUnapproved, SourcesToCheck};
 use crate::ops::refresh::RefreshSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -23,7 +24,7 @@ pub enum Output {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea doctor --creds-dir /var/lib/medea/creds\n  medea doctor --cluster home --creds-dir ./state/creds -o json\n\nExit status: 0 every check passed (warnings allowed), 1 something to fix."
+    after_help = "Examples:\n  medea doctor --creds-dir /var/lib/medea/creds\n  medea doctor --creds-dir /var/lib/medea/creds --store /var/lib/medea/store --desired ./clusters\n  medea doctor --cluster home --creds-dir ./state/creds -o json\n\nExit status: 0 every check passed (warnings allowed), 1 something to fix."
 )]
 pub struct DoctorArgs {
     /// Check only this cluster (default: every <creds-dir>/<cluster>/ with both files).
@@ -32,11 +33,21 @@ pub struct DoctorArgs {
     /// Credentials directory: <DIR>/<cluster>/{talosconfig,kubeconfig} (what `medea seed` writes).
     #[arg(long, value_name = "DIR")]
     pub creds_dir: PathBuf,
-    /// Desired-state directory: check that every Prometheus and Alertmanager its Clusters'
-    /// `health` blocks name answers (`vector(1)`, `/api/v2/status`); with --observed, also show
-    /// the preflight findings of its plan (the same findings `medea plan --observed` shows).
+    /// Desired-state directory: list the Prometheus and Alertmanager sources its Clusters'
+    /// `health` blocks name that the last-applied state (--store) does not: they are not
+    /// contacted (see --contact-unapproved); with --observed, also show the preflight findings
+    /// of its plan (the same findings `medea plan --observed` shows).
     #[arg(long, value_name = "DIR")]
     pub desired: Option<PathBuf>,
+    /// The store of `medea serve` (stopped: it holds the store's lock): every health source of
+    /// its last-applied state answers a trivial question (`vector(1)`, `/api/v2/status`), asked
+    /// with the credential it names from <creds-dir>/<cluster>/health/<credential>/.
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Also ask the sources only the unapproved desired state names (--desired), without any
+    /// of medea's credentials.
+    #[arg(long, requires = "desired")]
+    pub contact_unapproved: bool,
     /// Inventory file (YAML or JSON, with `preflight:` blocks) the findings are computed from.
     #[arg(long, value_name = "FILE", requires = "desired")]
     pub observed: Option<PathBuf>,
@@ -147,7 +158,30 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
         },
         ..RefreshSettings::default()
     };
-    let mut health = std::collections::BTreeMap::new();
+    // Approved sources come from the last-applied state only; the desired state's are listed.
+    let applied = match &args.store {
+        Some(path) => {
+            let store = super::plan::open_store(path)?;
+            crate::ops::replan::load_applied(&store).map_err(|e| {
+                miette::Report::from_err(e).wrap_err("cannot read the last-applied state")
+            })?
+        }
+        None => crate::plan::LastApplied::default(),
+    };
+    let mut health: std::collections::BTreeMap<String, SourcesToCheck> = applied
+        .cluster_names()
+        .into_iter()
+        .filter_map(|name| {
+            let approved = applied.cluster_settings(&name)?.health.sources.clone();
+            (!approved.is_empty()).then_some((
+                name,
+                SourcesToCheck {
+                    approved,
+                    desired: None,
+                },
+            ))
+        })
+        .collect();
     if let Some(dir) = &args.desired {
         let loaded = crate::desired::load(&crate::desired::Source::Dir(dir.clone()))
             .map_err(miette::Report::from_err)?;
@@ -160,10 +194,12 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
         };
         for (name, c) in &desired.clusters {
             let sources = crate::plan::health::HealthSources::of(&c.health);
-            if !sources.is_empty() {
-                health.insert(name.clone(), sources);
-            }
+            let entry = health.entry(name.clone()).or_default();
+            entry.desired = Some(sources);
         }
+        health.retain(|_, s| {
+            !s.approved.is_empty() || s.desired.as_ref().is_some_and(|d| !d.is_empty())
+        });
     }
     let report = rt
         .block_on(crate::ops::doctor::diagnose_with_health(
@@ -171,6 +207,7 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
             args.cluster.as_deref(),
             &settings,
             &health,
+            ContactUnapproved(args.contact_unapproved),
         ))
         .map_err(miette::Report::from_err)?;
     let report = match (&args.desired, &args.observed) {

@@ -41,7 +41,8 @@ pub struct PlanArgs {
     pub client: super::client::ClientArgs,
 }
 
-fn open_store(path: &Path) -> miette::Result<FjallStore> {
+/// Open the fjall store at `path`, saying what to do when `medea serve` holds it.
+pub(crate) fn open_store(path: &Path) -> miette::Result<FjallStore> {
     FjallStore::open(path).map_err(|e| match e {
         StoreError::Locked { .. } => miette::miette!(
             help = "stop `medea serve` (it holds the store while it runs) and plan again, or ask the server for its plan",

@@ -418,8 +418,8 @@ pub struct PoolHealthSpec {
     pub failure_limit: Option<Spanned<u32>>,
 }
 
-/// An HTTP(S) endpoint medea asks. File paths are read when a gate is evaluated; their
-/// contents are never logged nor recorded.
+/// An HTTP(S) endpoint medea asks. Its credential is named, never a path: the server reads it
+/// from files it owns, `<creds-dir>/<cluster>/health/<credential>/{token,ca.pem}`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EndpointSpec {
@@ -427,14 +427,22 @@ pub struct EndpointSpec {
     /// credentials, query or fragment; a path prefix is kept).
     #[schemars(with = "String")]
     pub url: Spanned<String>,
-    /// Absolute path of a PEM file with the CA certificates that sign the server's
-    /// certificate (default: the system's roots).
+    /// Name of a credential the server holds for this source (a DNS label): a bearer token
+    /// (`token`) and/or the CA certificates that sign the source's certificate (`ca.pem`), in
+    /// `<creds-dir>/<cluster>/health/<credential>/` on the machine medea runs on. Only with an
+    /// `https://` URL. Without one, no token is sent and the system's roots are used.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
+    pub credential: Option<Spanned<String>>,
+    /// Removed (issue #32): a path chosen by the repository. Read only to say what to write
+    /// instead.
+    #[serde(default)]
+    #[schemars(skip)]
     pub ca_file: Option<Spanned<String>>,
-    /// Absolute path of a file holding a bearer token, re-read at every evaluation.
+    /// Removed (issue #32): a path chosen by the repository. Read only to say what to write
+    /// instead.
     #[serde(default)]
-    #[schemars(with = "Option<String>")]
+    #[schemars(skip)]
     pub bearer_token_file: Option<Spanned<String>>,
 }
 

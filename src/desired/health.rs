@@ -59,14 +59,15 @@ impl HealthSettings {
     }
 }
 
-/// Where a source is asked.
+/// Where a source is asked, and with which of the server's credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthEndpoint {
     /// Base URL without a trailing `/`.
     pub url: String,
-    pub ca_file: Option<String>,
-    pub bearer_token_file: Option<String>,
+    /// The name of a credential the server holds (`<creds-dir>/<cluster>/health/<name>/`);
+    /// never a path.
+    pub credential: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -444,54 +445,59 @@ fn endpoint(
             None
         }
     };
-    let mut files_ok = true;
-    for (field, f) in [
-        ("caFile", &spec.ca_file),
-        ("bearerTokenFile", &spec.bearer_token_file),
+    let mut ok = true;
+    for (field, f, instead) in [
+        ("caFile", &spec.ca_file, "`ca.pem`"),
+        ("bearerTokenFile", &spec.bearer_token_file, "`token`"),
     ] {
-        if let Some(f) = f
-            && !f.value.starts_with('/')
-        {
-            files_ok = false;
+        if let Some(f) = f {
+            ok = false;
             err(
                 diags,
                 doc,
                 &f.referenced,
                 format!(
-                    "`health.{what}.{field}` `{}` is not an absolute path",
-                    f.value
+                    "`health.{what}.{field}` is no longer accepted: the repository may not choose which file medea reads or sends"
                 ),
-                "medea reads it wherever it runs: give the absolute path (e.g. `/etc/medea/prometheus-ca.pem`)",
+                &format!(
+                    "write `credential: <name>` instead and put the file, as {instead}, in `<creds-dir>/<cluster>/health/<name>/` on the machine medea runs on (0600; see README, Security)"
+                ),
             );
         }
+    }
+    if let Some(c) = &spec.credential
+        && !super::validate::is_dns_label(&c.value)
+    {
+        ok = false;
+        err(
+            diags,
+            doc,
+            &c.referenced,
+            format!(
+                "`health.{what}.credential` `{}` is not a credential name",
+                c.value
+            ),
+            "a credential is named, never a path: lowercase letters, digits and `-` (at most 63 characters), e.g. `prometheus`",
+        );
     }
     let url = url?;
-    if url.starts_with("http://") {
-        if let Some(ca) = &spec.ca_file {
-            err(
-                diags,
-                doc,
-                &ca.referenced,
-                format!("`health.{what}.caFile` is set but the URL is plain http://"),
-                "use an https:// URL, or remove `caFile`",
-            );
-            files_ok = false;
-        }
-        if let Some(t) = &spec.bearer_token_file {
-            diags.push(
-                Diagnostic::warning(
-                    codes::HEALTH,
-                    doc.origin(&t.referenced),
-                    format!("`health.{what}.bearerTokenFile` sends the token over plain http://"),
-                )
-                .with_help("anyone on the path can read it: use an https:// URL"),
-            );
-        }
+    if url.starts_with("http://")
+        && let Some(c) = &spec.credential
+    {
+        ok = false;
+        err(
+            diags,
+            doc,
+            &c.referenced,
+            format!(
+                "`health.{what}.credential` is set but the URL is plain http://: the token would cross the network in clear"
+            ),
+            "use an https:// URL, or remove `credential`",
+        );
     }
-    files_ok.then(|| HealthEndpoint {
+    ok.then(|| HealthEndpoint {
         url,
-        ca_file: spec.ca_file.as_ref().map(|f| f.value.clone()),
-        bearer_token_file: spec.bearer_token_file.as_ref().map(|f| f.value.clone()),
+        credential: spec.credential.as_ref().map(|c| c.value.clone()),
     })
 }
 
@@ -513,7 +519,7 @@ fn check_url(input: &str) -> Result<String, &'static str> {
     }
     let authority = rest.split('/').next().unwrap_or("");
     if authority.contains('@') {
-        return Err("carries credentials (put a token in `bearerTokenFile`)");
+        return Err("carries credentials (name the server's credential with `credential`)");
     }
     if authority.is_empty() || authority.starts_with(':') {
         return Err("has no host");
@@ -914,8 +920,7 @@ pub fn cluster_health(
 fn placeholder() -> HealthEndpoint {
     HealthEndpoint {
         url: String::new(),
-        ca_file: None,
-        bearer_token_file: None,
+        credential: None,
     }
 }
 

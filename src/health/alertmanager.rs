@@ -38,6 +38,7 @@ pub struct AlertStatus {
 /// Active, unsilenced, uninhibited alerts matching `matchers` (all of them).
 pub async fn alerts(
     endpoint: &Endpoint,
+    credentials: &http::Credentials,
     matchers: &[Matcher],
     timeout: Duration,
 ) -> Result<Vec<Alert>, ProbeError> {
@@ -46,7 +47,7 @@ pub async fn alerts(
         path.push_str("&filter=");
         path.push_str(&http::encode(&m.to_filter()));
     }
-    let answer = http::send(endpoint, &path, None, timeout).await?;
+    let answer = http::send(endpoint, credentials, &path, None, timeout).await?;
     let url = format!("{}/api/v2/alerts", endpoint.url);
     if answer.status != 200 {
         return Err(ProbeError::Status {

@@ -1,6 +1,7 @@
 //! A small HTTP(S) client for the health sources: one request, bounded in time and size,
-//! with an optional CA file and bearer token file read at the moment of the request (tokens
-//! rotate). Neither the token nor the files' contents are ever logged or put into an error.
+//! with the source's credential (a bearer token and/or a CA bundle, [`Credentials`]) read at
+//! the moment of the request (tokens rotate). Neither the token nor the files' contents are
+//! ever logged or put into an error.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,29 +18,46 @@ pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// Why a request to a source failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("cannot read the CA file `{path}`")]
-    CaFile {
-        path: PathBuf,
+    #[error(
+        "the source names credential `{name}`, but medea has no credentials for it here (a source only the unapproved desired state names is asked without credentials)"
+    )]
+    NoCredentials { name: String },
+    #[error("`{name}` is not a credential name (a DNS label)")]
+    CredentialName { name: String },
+    #[error(
+        "credential `{name}` has neither `token` nor `ca.pem` in `{}`",
+        dir.display()
+    )]
+    CredentialMissing { name: String, dir: PathBuf },
+    #[error("cannot read credential `{name}`")]
+    CredentialFile {
+        name: String,
         #[source]
-        err: std::io::Error,
+        err: crate::private_file::BoundedReadError,
     },
-    #[error("the CA file `{path}` holds no PEM certificate")]
+    #[error("reading credential `{name}` failed")]
+    CredentialTask {
+        name: String,
+        #[source]
+        err: tokio::task::JoinError,
+    },
+    #[error(
+        "credential `{name}` holds a bearer token and {url} is plain http://: medea never sends a token in clear"
+    )]
+    TokenOverHttp { name: String, url: String },
+    #[error("the CA file `{}` holds no PEM certificate", path.display())]
     CaEmpty { path: PathBuf },
-    #[error("the CA file `{path}` has a certificate rustls refuses")]
+    #[error("the CA file `{}` has a certificate rustls refuses", path.display())]
     CaInvalid {
         path: PathBuf,
         #[source]
         err: rustls::Error,
     },
-    #[error("cannot read the bearer token file `{path}`")]
-    TokenFile {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-    #[error("the bearer token file `{path}` is empty or not a valid header value")]
+    #[error("the bearer token file `{}` is empty or not a valid header value", path.display())]
     TokenInvalid { path: PathBuf },
-    #[error("no TLS root certificates on this machine (give `caFile`)")]
+    #[error(
+        "no TLS root certificates on this machine (give the source a credential with `ca.pem`)"
+    )]
     NativeRoots {
         #[source]
         err: std::io::Error,
@@ -80,20 +98,123 @@ pub struct Answer {
 
 type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
-async fn connector(endpoint: &Endpoint, timeout: Duration) -> Result<Connector, HttpError> {
+/// Largest token or CA file medea reads for a credential.
+pub const MAX_CREDENTIAL_FILE: u64 = 64 * 1024;
+/// A credential's bearer token, in its directory.
+pub const TOKEN_FILE: &str = "token";
+/// A credential's CA bundle (PEM), in its directory.
+pub const CA_FILE: &str = "ca.pem";
+
+/// Where the server keeps the credentials health sources name, for one cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Credentials {
+    /// `<creds-dir>/<cluster>/health`: credential `<name>` is `<dir>/<name>/{token,ca.pem}`.
+    Dir(PathBuf),
+    /// None: a source that names a credential is refused, and no token is ever sent (what
+    /// `medea doctor` uses for sources the last-applied state does not name).
+    #[default]
+    None,
+}
+
+/// A credential's files, read.
+struct Material {
+    token: Option<hyper::header::HeaderValue>,
+    ca: Option<(PathBuf, Vec<u8>)>,
+}
+
+/// `path` read with [`crate::private_file::read_bounded`]; `None` when it does not exist.
+fn optional(
+    name: &str,
+    path: &std::path::Path,
+    privacy: crate::private_file::Privacy,
+) -> Result<Option<Vec<u8>>, HttpError> {
+    use crate::private_file::BoundedReadError;
+    match crate::private_file::read_bounded(path, MAX_CREDENTIAL_FILE, privacy) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(BoundedReadError::Open { err, .. }) if err.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(err) => Err(HttpError::CredentialFile {
+            name: name.to_string(),
+            err,
+        }),
+    }
+}
+
+impl Credentials {
+    /// The credential `endpoint` names, read now (off the async threads; the caller bounds
+    /// the time). No credential: nothing. A token is never paired with an `http://` URL.
+    async fn material(&self, endpoint: &Endpoint) -> Result<Material, HttpError> {
+        let Some(name) = &endpoint.credential else {
+            return Ok(Material {
+                token: None,
+                ca: None,
+            });
+        };
+        if !crate::desired::validate::is_dns_label(name) {
+            return Err(HttpError::CredentialName { name: name.clone() });
+        }
+        let Credentials::Dir(root) = self else {
+            return Err(HttpError::NoCredentials { name: name.clone() });
+        };
+        let dir = root.join(name);
+        let (n, d) = (name.clone(), dir.clone());
+        let (token, ca) = tokio::task::spawn_blocking(move || {
+            let token = optional(
+                &n,
+                &d.join(TOKEN_FILE),
+                crate::private_file::Privacy::Private,
+            )?;
+            let ca = optional(&n, &d.join(CA_FILE), crate::private_file::Privacy::Any)?;
+            Ok::<_, HttpError>((token, ca))
+        })
+        .await
+        .map_err(|err| HttpError::CredentialTask {
+            name: name.clone(),
+            err,
+        })??;
+        if token.is_none() && ca.is_none() {
+            return Err(HttpError::CredentialMissing {
+                name: name.clone(),
+                dir,
+            });
+        }
+        let token = match token {
+            None => None,
+            Some(raw) => {
+                let path = dir.join(TOKEN_FILE);
+                if endpoint.url.starts_with("http://") {
+                    return Err(HttpError::TokenOverHttp {
+                        name: name.clone(),
+                        url: endpoint.url.clone(),
+                    });
+                }
+                let text = std::str::from_utf8(&raw)
+                    .map_err(|_| HttpError::TokenInvalid { path: path.clone() })?;
+                let token = text.trim();
+                if token.is_empty() {
+                    return Err(HttpError::TokenInvalid { path });
+                }
+                let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| HttpError::TokenInvalid { path })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        Ok(Material {
+            token,
+            ca: ca.map(|bytes| (dir.join(CA_FILE), bytes)),
+        })
+    }
+}
+
+fn connector(ca: Option<(PathBuf, Vec<u8>)>, timeout: Duration) -> Result<Connector, HttpError> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(timeout));
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = match &endpoint.ca_file {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            let pem = tokio::fs::read(&path)
-                .await
-                .map_err(|err| HttpError::CaFile {
-                    path: path.clone(),
-                    err,
-                })?;
+    let builder = match ca {
+        Some((path, pem)) => {
             let mut roots = rustls::RootCertStore::empty();
             use rustls::pki_types::pem::PemObject;
             for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem).flatten() {
@@ -121,38 +242,20 @@ async fn connector(endpoint: &Endpoint, timeout: Duration) -> Result<Connector, 
     Ok(builder.https_or_http().enable_http1().wrap_connector(http))
 }
 
-async fn bearer(endpoint: &Endpoint) -> Result<Option<hyper::header::HeaderValue>, HttpError> {
-    let Some(path) = &endpoint.bearer_token_file else {
-        return Ok(None);
-    };
-    let path = PathBuf::from(path);
-    let raw = tokio::fs::read_to_string(&path)
-        .await
-        .map_err(|err| HttpError::TokenFile {
-            path: path.clone(),
-            err,
-        })?;
-    let token = raw.trim();
-    if token.is_empty() {
-        return Err(HttpError::TokenInvalid { path });
-    }
-    let mut value = hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| HttpError::TokenInvalid { path })?;
-    value.set_sensitive(true);
-    Ok(Some(value))
-}
-
 /// Send one request to `endpoint.url` + `path_and_query`: a GET, or a form POST when `form`
-/// is given. The whole exchange (connect, TLS, answer, body) is bounded by `timeout`.
+/// is given, with the credential the endpoint names from `credentials`. The whole exchange
+/// (reading the credential, connect, TLS, answer, body) is bounded by `timeout`.
 pub async fn send(
     endpoint: &Endpoint,
+    credentials: &Credentials,
     path_and_query: &str,
     form: Option<String>,
     timeout: Duration,
 ) -> Result<Answer, HttpError> {
     let url = format!("{}{path_and_query}", endpoint.url);
     let work = async {
-        let connector = connector(endpoint, timeout).await?;
+        let material = credentials.material(endpoint).await?;
+        let connector = connector(material.ca, timeout)?;
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build::<_, Full<Bytes>>(connector);
@@ -163,7 +266,7 @@ pub async fn send(
         }
         .header("accept", "application/json")
         .header("user-agent", concat!("medea/", env!("CARGO_PKG_VERSION")));
-        if let Some(token) = bearer(endpoint).await? {
+        if let Some(token) = material.token {
             req = req.header(hyper::header::AUTHORIZATION, token);
         }
         let req = req

@@ -4,7 +4,8 @@
 //! implementing [`HealthProbe`] as [`Probes`].
 //!
 //! **Owns:** the HTTP exchange with the sources ([`http`]: hyper + rustls, bounded time and
-//! size, CA file and bearer token file read per request), the judgement of each answer (pure
+//! size, the source's credential read per request from the server's own files,
+//! [`http::Credentials`]), the judgement of each answer (pure
 //! functions `judge` in each submodule), and `medea doctor`'s reachability checks
 //! ([`Probes::check_sources`]).
 //! **May depend on:** `desired` (the matcher and query grammars), `k8s`, `plan` (the gates),
@@ -16,6 +17,11 @@
 //!
 //! Architecture Invariant: bearer tokens and the contents of CA/token files are never
 //! logged, recorded in an evaluation, or formatted into an error; errors name the file.
+//!
+//! Architecture Invariant (issue #32): no path comes from the desired state. A source names a
+//! credential; the probe reads `<creds-dir>/<cluster>/health/<name>/{token,ca.pem}` (no
+//! symbolic link, regular files, at most 64 KiB, the token 0600) and never sends a token over
+//! plain `http://`. Probes without a credentials directory send no credential at all.
 
 pub mod alertmanager;
 pub mod http;
@@ -90,6 +96,7 @@ pub enum ProbeError {
 /// workloads gates, its kube client.
 pub struct Probes {
     sources: HealthSources,
+    credentials: http::Credentials,
     kube: Option<Arc<KubeClient>>,
     timeout: Duration,
 }
@@ -98,6 +105,7 @@ impl std::fmt::Debug for Probes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Probes")
             .field("sources", &self.sources)
+            .field("credentials", &self.credentials)
             .field(
                 "kube",
                 &self.kube.as_ref().map(|k| k.cluster_url().to_string()),
@@ -113,9 +121,18 @@ impl Probes {
     pub fn new(sources: HealthSources) -> Probes {
         Probes {
             sources,
+            credentials: http::Credentials::None,
             kube: None,
             timeout: DEFAULT_TIMEOUT,
         }
+    }
+
+    /// Resolve the credentials sources name from `credentials` (the server's
+    /// `<creds-dir>/<cluster>/health`). Without it, a source naming a credential fails and no
+    /// token is ever sent.
+    pub fn with_credentials(mut self, credentials: http::Credentials) -> Probes {
+        self.credentials = credentials;
+        self
     }
 
     /// Use this cluster's kube client for workloads gates.
@@ -160,7 +177,8 @@ impl Probes {
                     err: Box::new(err),
                 })?;
                 let endpoint = Self::source(&sources.prometheus, "Prometheus", "prometheus")?;
-                let data = prometheus::query(endpoint, query, self.timeout).await?;
+                let data =
+                    prometheus::query(endpoint, &self.credentials, query, self.timeout).await?;
                 Ok(prometheus::judge(shape, &data))
             }
             GateCheck::Alerts { matchers, ignore } => {
@@ -176,7 +194,9 @@ impl Probes {
                 };
                 let (matchers, ignore) = (parse(matchers)?, parse(ignore)?);
                 let endpoint = Self::source(&sources.alertmanager, "Alertmanager", "alertmanager")?;
-                let alerts = alertmanager::alerts(endpoint, &matchers, self.timeout).await?;
+                let alerts =
+                    alertmanager::alerts(endpoint, &self.credentials, &matchers, self.timeout)
+                        .await?;
                 Ok(alertmanager::judge(
                     &alerts,
                     &matchers,
@@ -215,7 +235,7 @@ impl Probes {
     pub async fn check_sources(&self) -> Vec<(&'static str, String, Result<String, ProbeError>)> {
         let mut out = Vec::new();
         if let Some(p) = &self.sources.prometheus {
-            let r = prometheus::query(p, "vector(1)", self.timeout)
+            let r = prometheus::query(p, &self.credentials, "vector(1)", self.timeout)
                 .await
                 .and_then(|data| {
                     let (v, _, detail) = prometheus::judge(QueryShape::Bool, &data);
@@ -232,7 +252,8 @@ impl Probes {
         }
         if let Some(a) = &self.sources.alertmanager {
             let r = async {
-                let answer = http::send(a, "/api/v2/status", None, self.timeout).await?;
+                let answer =
+                    http::send(a, &self.credentials, "/api/v2/status", None, self.timeout).await?;
                 let url = format!("{}/api/v2/status", a.url);
                 if answer.status != 200 {
                     return Err(ProbeError::Status {

@@ -51,12 +51,13 @@ struct VectorSample {
 /// Run one instant query; `timeout` bounds the request and is passed to Prometheus.
 pub async fn query(
     endpoint: &Endpoint,
+    credentials: &http::Credentials,
     promql: &str,
     timeout: Duration,
 ) -> Result<QueryData, ProbeError> {
     let secs = timeout.as_secs().max(1);
     let form = format!("query={}&timeout={secs}s", http::encode(promql));
-    let answer = http::send(endpoint, "/api/v1/query", Some(form), timeout)
+    let answer = http::send(endpoint, credentials, "/api/v1/query", Some(form), timeout)
         .await
         .map_err(|err| ProbeError::Http { err: Box::new(err) })?;
     let url = format!("{}/api/v1/query", endpoint.url);

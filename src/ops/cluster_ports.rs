@@ -143,7 +143,8 @@ pub async fn paced(
 }
 
 /// The health probes of `cluster` for a plan's health sources (issue #23): Prometheus and
-/// Alertmanager as the plan names them, and the cluster's kube client from
+/// Alertmanager as the plan names them, with the credentials they name resolved under
+/// `<creds_dir>/<cluster>/health/` ([`health_credentials`]), and the cluster's kube client from
 /// `<creds_dir>/<cluster>/kubeconfig` for workloads gates. The executor builds one per job
 /// from the approved plan's `HealthPolicy::sources`. Must run inside a tokio runtime.
 pub async fn health_probes(
@@ -159,7 +160,27 @@ pub async fn health_probes(
             path: k8s::kubeconfig::path_in(&dir),
             err: Box::new(err),
         })?;
-    Ok(crate::health::Probes::new(sources).with_kube(std::sync::Arc::new(client)))
+    Ok(crate::health::Probes::new(sources)
+        .with_credentials(crate::health::http::Credentials::Dir(
+            dir.join(HEALTH_CREDENTIALS_DIR),
+        ))
+        .with_kube(std::sync::Arc::new(client)))
+}
+
+/// The directory, inside a cluster's credentials directory, of the credentials its health
+/// sources name: `<creds-dir>/<cluster>/health/<credential>/{token,ca.pem}`.
+pub const HEALTH_CREDENTIALS_DIR: &str = "health";
+
+/// Where the credentials `cluster`'s health sources name are resolved:
+/// `<creds_dir>/<cluster>/health` (issue #32: the server's files, never a path from the desired
+/// state).
+pub fn health_credentials(
+    creds_dir: &Path,
+    cluster: &str,
+) -> Result<crate::health::http::Credentials, AdapterError> {
+    Ok(crate::health::http::Credentials::Dir(
+        cluster_creds_dir(creds_dir, cluster)?.join(HEALTH_CREDENTIALS_DIR),
+    ))
 }
 
 /// `<creds_dir>/<cluster>`, refusing cluster names that are not one plain path component.

@@ -3,9 +3,11 @@
 //! it, and the approval bar in force comes from it.
 //!
 //! Store layout (table `Desired`): `cluster/<name>` and `pool/<cluster>/<pool>`, each an
-//! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`],
-//! inside the transaction that marks a plan approved, and read by
-//! the application layer (`ops`, its replan use case).
+//! [`AppliedResource`] record. They are written only by [`super::stored::approval_writes`]
+//! (resources of clusters without steps, inside the transaction that marks a plan approved) and
+//! by the transaction that records a job's success (`rollout::journal::advance_txn` puts the
+//! records [`super::stored::job_applies`] gave the job; issue #32), and read by the application
+//! layer (`ops`, its replan use case).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,7 @@ use crate::desired::model::{
     ApprovalSettings, Cluster, MinorLine, NodePool, Role, RolloutSettings, format_duration,
 };
 use crate::inventory::MachineRole;
+use crate::plan::health::{Gate, HealthSources, OnFailure};
 use crate::store::{Record, Table};
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -123,6 +126,85 @@ pub struct SupportSummary {
     pub max_kubernetes: MinorLine,
 }
 
+/// Health settings as applied (issue #32): where health data and credentials go, the gates,
+/// their timing and the failure policy. Records written before it read as the defaults (no
+/// source, no gate), and the defaults are not written, so an unchanged store keeps its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSummary {
+    #[serde(default, skip_serializing_if = "HealthSources::is_empty")]
+    pub sources: HealthSources,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub soak: std::time::Duration,
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub interval: std::time::Duration,
+    pub failure_limit: u32,
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+impl Default for HealthSummary {
+    fn default() -> Self {
+        HealthSummary::of(&crate::desired::health::HealthSettings::default())
+    }
+}
+
+impl HealthSummary {
+    pub fn of(h: &crate::desired::health::HealthSettings) -> HealthSummary {
+        HealthSummary {
+            sources: HealthSources::of(h),
+            gates: crate::plan::health::gates_of(h),
+            soak: h.soak,
+            interval: h.interval,
+            failure_limit: h.failure_limit,
+            on_failure: crate::plan::health::on_failure_of(h),
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        *self == HealthSummary::default()
+    }
+
+    /// The gate fields, in display order (sources are the cluster's: see [`Self::source_fields`]).
+    fn gate_fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("health.gates", list(self.gates.iter().map(Gate::summary))),
+            ("health.soak", format_duration(self.soak)),
+            ("health.interval", format_duration(self.interval)),
+            ("health.failureLimit", self.failure_limit.to_string()),
+        ]
+    }
+
+    /// Where health data and credentials go.
+    fn source_fields(&self) -> Vec<(&'static str, String)> {
+        let show = |e: &Option<crate::plan::health::Endpoint>| {
+            e.as_ref().map_or_else(
+                || "none".to_string(),
+                crate::plan::health::Endpoint::summary,
+            )
+        };
+        vec![
+            ("health.prometheus", show(&self.sources.prometheus)),
+            ("health.alertmanager", show(&self.sources.alertmanager)),
+        ]
+    }
+}
+
+/// `spec.promotion` as applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionSummary {
+    pub after: String,
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub soak: std::time::Duration,
+}
+
+/// The settings fields naming where health data or credentials go: a change to any needs the
+/// highest approval bar in force (issue #32).
+pub const SOURCE_FIELDS: [&str; 2] = ["health.prometheus", "health.alertmanager"];
+
 /// A Cluster's settings as applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -136,6 +218,17 @@ pub struct ClusterSettings {
     pub allow_downgrade: bool,
     pub talos_releases: Vec<TalosVersion>,
     pub kubernetes_support: Vec<SupportSummary>,
+    /// `health:` (issue #32; absent in older records: the defaults).
+    #[serde(default, skip_serializing_if = "HealthSummary::is_default")]
+    pub health: HealthSummary,
+    /// `preflight.acknowledge`, as written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acknowledge: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<PromotionSummary>,
+    /// `upgradePolicy.removedApis`, one line per row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_apis: Vec<String>,
 }
 
 /// A NodePool's settings as applied.
@@ -150,6 +243,10 @@ pub struct PoolSettings {
     pub selector: BTreeMap<String, String>,
     pub after: Vec<String>,
     pub rollout: RolloutSummary,
+    /// The pool's effective gates, timing and `onFailure` (issue #32; sources are the
+    /// cluster's and not kept here). Absent in older records: the defaults.
+    #[serde(default, skip_serializing_if = "HealthSummary::is_default")]
+    pub health: HealthSummary,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,6 +309,37 @@ impl ClusterSettings {
                     max_kubernetes: s.max_kubernetes,
                 })
                 .collect(),
+            health: HealthSummary::of(&c.health),
+            acknowledge: c
+                .preflight
+                .acknowledge
+                .iter()
+                .map(|a| a.value.clone())
+                .collect(),
+            promotion: c.promotion.as_ref().map(|p| PromotionSummary {
+                after: p.after.value.clone(),
+                soak: p.soak,
+            }),
+            removed_apis: c
+                .upgrade_policy
+                .removed_apis
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} ({}): deprecated v{}.{}, removed v{}.{}{}",
+                        r.api_version(),
+                        r.resource,
+                        r.kind,
+                        r.deprecated.0,
+                        r.deprecated.1,
+                        r.removed.0,
+                        r.removed.1,
+                        r.replacement
+                            .as_ref()
+                            .map_or(String::new(), |x| format!(", use {x}"))
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -263,6 +391,23 @@ impl ClusterSettings {
                 )
             })),
         ));
+        out.push((
+            "upgradePolicy.removedApis",
+            list(self.removed_apis.iter().cloned()),
+        ));
+        out.extend(self.health.source_fields());
+        out.extend(self.health.gate_fields());
+        out.push((
+            "preflight.acknowledge",
+            list(self.acknowledge.iter().cloned()),
+        ));
+        out.push((
+            "promotion",
+            self.promotion.as_ref().map_or_else(
+                || "none".to_string(),
+                |p| format!("after {} for {}", p.after, format_duration(p.soak)),
+            ),
+        ));
         out
     }
 }
@@ -277,6 +422,10 @@ impl PoolSettings {
             selector: p.selector.clone(),
             after: p.after.iter().map(|a| a.value.clone()).collect(),
             rollout: (&p.rollout).into(),
+            health: HealthSummary {
+                sources: HealthSources::default(),
+                ..HealthSummary::of(&p.health)
+            },
         }
     }
 
@@ -296,8 +445,17 @@ impl PoolSettings {
                 list(self.selector.iter().map(|(k, v)| format!("{k}={v}"))),
             ),
             ("after", list(self.after.iter().cloned())),
+            ("talos.installerImage", self.installer_image.clone()),
         ];
         out.extend(rollout_fields(&self.rollout));
+        out.extend(self.health.gate_fields());
+        out.push((
+            "onFailure",
+            match self.health.on_failure {
+                OnFailure::Halt => "halt".to_string(),
+                OnFailure::Rollback => "rollback".to_string(),
+            },
+        ));
         out
     }
 }

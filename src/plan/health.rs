@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Where gates are evaluated. URLs and file paths are not secrets; the token file's
-/// contents are read only by the probe at the edge and never recorded.
+/// Where gates are evaluated. URLs and credential names are not secrets: the plan shows both,
+/// and the probe at the edge maps a credential name to the server's own files (never a path
+/// from the desired state); their contents are never recorded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthSources {
@@ -21,10 +22,21 @@ pub struct HealthSources {
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
     pub url: String,
+    /// The name of the server's credential sent to this source (`None`: no token, the
+    /// system's roots). Plans stored before issue #32 named files instead; those fields are
+    /// ignored when such a plan is read, so its gates are asked without credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bearer_token_file: Option<String>,
+    pub credential: Option<String>,
+}
+
+impl Endpoint {
+    /// `https://x:9090 (credential prom)` or `http://x:9090 (no credential)`, as plans show it.
+    pub fn summary(&self) -> String {
+        match &self.credential {
+            Some(c) => format!("{} (credential {c})", self.url),
+            None => format!("{} (no credential)", self.url),
+        }
+    }
 }
 
 /// The effective health policy of a cluster or a pool.
@@ -49,8 +61,7 @@ impl HealthSources {
     pub fn of(s: &crate::desired::health::HealthSettings) -> HealthSources {
         let endpoint = |e: &crate::desired::health::HealthEndpoint| Endpoint {
             url: e.url.clone(),
-            ca_file: e.ca_file.clone(),
-            bearer_token_file: e.bearer_token_file.clone(),
+            credential: e.credential.clone(),
         };
         HealthSources {
             prometheus: s.prometheus.as_ref().map(endpoint),
@@ -66,48 +77,57 @@ impl HealthSources {
 impl HealthPolicy {
     /// The policy a plan carries for validated settings; `None` when nothing is gated.
     pub fn of(s: &crate::desired::health::HealthSettings) -> Option<HealthPolicy> {
-        use crate::desired::health as d;
         if !s.is_gated() {
             return None;
         }
         Some(HealthPolicy {
             sources: HealthSources::of(s),
-            gates: s
-                .gates
-                .iter()
-                .map(|g| Gate {
-                    name: g.name.clone(),
-                    check: match &g.check {
-                        d::HealthCheck::Query { query } => GateCheck::Query {
-                            query: query.clone(),
-                        },
-                        d::HealthCheck::Alerts { matchers, ignore } => GateCheck::Alerts {
-                            matchers: matchers.clone(),
-                            ignore: ignore.clone(),
-                        },
-                        d::HealthCheck::Workloads { namespaces, kinds } => GateCheck::Workloads {
-                            namespaces: namespaces.clone(),
-                            kinds: kinds
-                                .iter()
-                                .map(|k| match k {
-                                    d::WorkloadKind::Deployment => WorkloadKind::Deployment,
-                                    d::WorkloadKind::StatefulSet => WorkloadKind::StatefulSet,
-                                    d::WorkloadKind::DaemonSet => WorkloadKind::DaemonSet,
-                                })
-                                .collect(),
-                        },
-                    },
-                })
-                .collect(),
+            gates: gates_of(s),
             soak: s.soak,
             interval: s.interval,
             failure_limit: s.failure_limit,
-            on_failure: match s.on_failure {
-                d::OnFailure::Halt => OnFailure::Halt,
-                d::OnFailure::Rollback => OnFailure::Rollback,
-            },
+            on_failure: on_failure_of(s),
         })
     }
+}
+
+/// The on-failure policy of validated settings.
+pub fn on_failure_of(s: &crate::desired::health::HealthSettings) -> OnFailure {
+    match s.on_failure {
+        crate::desired::health::OnFailure::Halt => OnFailure::Halt,
+        crate::desired::health::OnFailure::Rollback => OnFailure::Rollback,
+    }
+}
+
+/// The gates of validated settings, as a plan carries them.
+pub fn gates_of(s: &crate::desired::health::HealthSettings) -> Vec<Gate> {
+    use crate::desired::health as d;
+    s.gates
+        .iter()
+        .map(|g| Gate {
+            name: g.name.clone(),
+            check: match &g.check {
+                d::HealthCheck::Query { query } => GateCheck::Query {
+                    query: query.clone(),
+                },
+                d::HealthCheck::Alerts { matchers, ignore } => GateCheck::Alerts {
+                    matchers: matchers.clone(),
+                    ignore: ignore.clone(),
+                },
+                d::HealthCheck::Workloads { namespaces, kinds } => GateCheck::Workloads {
+                    namespaces: namespaces.clone(),
+                    kinds: kinds
+                        .iter()
+                        .map(|k| match k {
+                            d::WorkloadKind::Deployment => WorkloadKind::Deployment,
+                            d::WorkloadKind::StatefulSet => WorkloadKind::StatefulSet,
+                            d::WorkloadKind::DaemonSet => WorkloadKind::DaemonSet,
+                        })
+                        .collect(),
+                },
+            },
+        })
+        .collect()
 }
 
 /// One named gate.
@@ -133,6 +153,39 @@ pub enum GateCheck {
         namespaces: Vec<String>,
         kinds: Vec<WorkloadKind>,
     },
+}
+
+impl Gate {
+    /// `name: query `…``, as plans show a gate.
+    pub fn summary(&self) -> String {
+        format!("{}: {}", self.name, self.check.summary())
+    }
+}
+
+impl GateCheck {
+    /// What the gate checks, in one line: `query `up == 1``, `alerts severity="critical",
+    /// ignoring …`, `workloads Deployment in default`.
+    pub fn summary(&self) -> String {
+        match self {
+            GateCheck::Query { query } => format!("query `{query}`"),
+            GateCheck::Alerts { matchers, ignore } => {
+                let m = if matchers.is_empty() {
+                    "any alert".to_string()
+                } else {
+                    matchers.join(", ")
+                };
+                if ignore.is_empty() {
+                    format!("alerts {m}")
+                } else {
+                    format!("alerts {m}, ignoring {}", ignore.join(" or "))
+                }
+            }
+            GateCheck::Workloads { namespaces, kinds } => {
+                let k: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
+                format!("workloads {} in {}", k.join(", "), namespaces.join(", "))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compute::RESOURCE_FIELD;
-use super::health::{GateCheck, HealthPolicy, OnFailure};
+use super::health::{HealthPolicy, OnFailure};
 use super::model::*;
 use crate::desired::model::format_duration;
 use crate::version::TalosVersion;
@@ -194,10 +194,11 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
     let _ = writeln!(out, "{indent}image {}", t.image);
     let _ = writeln!(
         out,
-        "{indent}drain {} timeout {}; upgrade attempts {}",
+        "{indent}drain {} timeout {}; upgrade attempts {}; health timeout {}",
         t.drain.summary(),
         format_duration(t.drain_timeout),
-        t.upgrade_attempts
+        t.upgrade_attempts,
+        format_duration(t.health_timeout)
     );
     if let Some(h) = &t.health {
         render_health(out, h, indent, true);
@@ -234,27 +235,16 @@ fn render_health(out: &mut String, h: &HealthPolicy, indent: &str, talos: bool) 
         (false, _) => "on failure: halt (Kubernetes steps never roll back)",
     };
     let _ = writeln!(out, "{indent}  {on_failure}");
+    for (what, source) in [
+        ("prometheus", &h.sources.prometheus),
+        ("alertmanager", &h.sources.alertmanager),
+    ] {
+        if let Some(e) = source {
+            let _ = writeln!(out, "{indent}  source {what}: {}", e.summary());
+        }
+    }
     for g in &h.gates {
-        let what = match &g.check {
-            GateCheck::Query { query } => format!("query `{query}`"),
-            GateCheck::Alerts { matchers, ignore } => {
-                let m = if matchers.is_empty() {
-                    "any alert".to_string()
-                } else {
-                    matchers.join(", ")
-                };
-                if ignore.is_empty() {
-                    format!("alerts {m}")
-                } else {
-                    format!("alerts {m}, ignoring {}", ignore.join(" or "))
-                }
-            }
-            GateCheck::Workloads { namespaces, kinds } => {
-                let k: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
-                format!("workloads {} in {}", k.join(", "), namespaces.join(", "))
-            }
-        };
-        let _ = writeln!(out, "{indent}  gate {}: {what}", g.name);
+        let _ = writeln!(out, "{indent}  gate {}", g.summary());
     }
 }
 
@@ -421,10 +411,12 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         }
     }
     if !c.settings.is_empty() {
-        let _ = writeln!(
-            out,
-            "  settings (written to the store on approval; they act on nothing):"
-        );
+        let when = if c.steps.is_empty() {
+            "written to the store on approval"
+        } else {
+            "written to the store when the job succeeds"
+        };
+        let _ = writeln!(out, "  settings ({when}):");
         for s in &c.settings {
             let (p, line) = if s.field == RESOURCE_FIELD && s.to == "created" {
                 (

@@ -74,15 +74,26 @@ pub fn save_txn_json(plan: &Plan, json: &[u8], previous: Option<&CurrentPlan>) -
         .put_record(CURRENT_KEY, &CurrentPlan { id: plan.id })
 }
 
-/// The writes that apply a plan's settings: every last-applied record the plan carries is
-/// put, every resource it removes is deleted (table `Desired`). Pure. The approval side adds
-/// these ops to the transaction that marks the plan approved, so the settings and the
-/// approval land together or not at all.
+/// The writes that apply a plan's settings on approval: the last-applied record of every
+/// resource of a cluster without steps is put, every resource the plan removes is deleted
+/// (table `Desired`). Pure. The approval side adds these ops to the transaction that marks
+/// the plan approved, so the settings and the approval land together or not at all.
+///
+/// The records of a cluster with steps are not written here: its job carries them
+/// ([`job_applies`]) and writes them with its success (issue #32), so a job that halts before
+/// acting — or at all — leaves the next plan showing the same diff and settings changes.
 pub fn approval_writes(plan: &Plan) -> Vec<Op> {
+    let with_job: std::collections::BTreeSet<&str> = plan
+        .clusters
+        .iter()
+        .filter(|c| !c.steps.is_empty())
+        .map(|c| c.cluster.as_str())
+        .collect();
     let mut ops: Vec<Op> = plan
         .applies
         .put
         .iter()
+        .filter(|r| !with_job.contains(r.key.cluster_name()))
         .map(|r| Op::Put(Table::Desired, r.key.store_key(), encode(r)))
         .collect();
     ops.extend(
@@ -92,6 +103,24 @@ pub fn approval_writes(plan: &Plan) -> Vec<Op> {
             .map(|k| Op::Delete(Table::Desired, k.store_key())),
     );
     ops
+}
+
+/// The last-applied records the job of `cluster` writes when it succeeds: the plan's records
+/// of that cluster's resources, when the cluster has steps (else none: approval wrote them).
+pub fn job_applies(plan: &Plan, cluster: &str) -> Vec<super::applied::AppliedResource> {
+    let stepped = plan
+        .clusters
+        .iter()
+        .any(|c| c.cluster == cluster && !c.steps.is_empty());
+    if !stepped {
+        return Vec::new();
+    }
+    plan.applies
+        .put
+        .iter()
+        .filter(|r| r.key.cluster_name() == cluster)
+        .cloned()
+        .collect()
 }
 
 /// `txn` with [`approval_writes`] appended.

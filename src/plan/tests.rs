@@ -1068,11 +1068,18 @@ fn every_change_to_the_bar_needs_the_highest_bar_in_force() {
         p.approvals_required
     };
     let base = one("v1.34.1", &with(1, 2), &[cp_pool("v1.13.9")]);
-    // Unchanged bar, settings-only change: the ordinary bar.
+    // Unchanged bar, settings-only change of the cluster alone: the ordinary bar.
+    let downgrade = format!("{}  upgradePolicy:\n    allowDowngrade: true\n", with(1, 2));
+    assert_eq!(
+        needs(&base, &one("v1.34.1", &downgrade, &[cp_pool("v1.13.9")])),
+        1
+    );
+    // A cluster default that reaches a control-plane pool's effective settings (issue #32:
+    // settings of control-plane pools need the control-plane bar).
     let drain = format!("{}  rollout:\n    drainTimeout: 20m\n", with(1, 2));
     assert_eq!(
         needs(&base, &one("v1.34.1", &drain, &[cp_pool("v1.13.9")])),
-        1
+        2
     );
     // Lowering controlPlane alone (the reported hole: this needed 1).
     let p = compute(
@@ -1468,4 +1475,280 @@ fn talos_steps_stored_before_the_drain_policy_keep_what_was_approved() {
         old.upgrade_attempts, 1,
         "the first definitive failure halts, as it did"
     );
+}
+
+// ---------------------------------------------------------------- issue 32: signers see all
+
+/// Issue 32: a workers-only plan that also points the health source elsewhere showed neither
+/// the URL nor the credential, and needed the ordinary bar. Now where health data and
+/// credentials go is rendered, is a settings change, and needs the highest bar in force.
+#[test]
+fn moving_a_health_source_is_shown_and_needs_the_highest_bar_in_force() {
+    let i = observed("v1.34.1", 1, vec![w("w-1", "v1.12.4")]);
+    let health = |url: &str, credential: &str| {
+        format!(
+            "  approvals:\n    required: 1\n    controlPlane: 3\n  health:\n    prometheus: {{ url: \"{url}\"{credential} }}\n    gates:\n      - name: up\n        query: 'up == 1'\n"
+        )
+    };
+    let workers = |talos: &str| vec![pool_doc("w", "worker", "w-1", talos, "")];
+    let applied = one(
+        "v1.34.1",
+        &health("https://prom.monitoring:9090", ", credential: prom"),
+        &workers("v1.12.4"),
+    );
+    // The same bump without touching the source: the ordinary bar.
+    let p = compute(
+        &one(
+            "v1.34.1",
+            &health("https://prom.monitoring:9090", ", credential: prom"),
+            &workers("v1.13.9"),
+        ),
+        &i,
+        &applied_of(&applied),
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.approvals_required, 1);
+    assert!(
+        p.clusters[0].settings.is_empty(),
+        "{:?}",
+        p.clusters[0].settings
+    );
+    let text = render::text(&p, Default::default());
+    assert!(
+        text.contains("source prometheus: https://prom.monitoring:9090 (credential prom)"),
+        "{text}"
+    );
+
+    // The attack: the bump, plus the source pointed at the committer's listener.
+    for (url, credential, from, to) in [
+        (
+            "https://127.0.0.1:4444",
+            ", credential: prom",
+            "https://prom.monitoring:9090 (credential prom)",
+            "https://127.0.0.1:4444 (credential prom)",
+        ),
+        (
+            "https://prom.monitoring:9090",
+            ", credential: etcd",
+            "https://prom.monitoring:9090 (credential prom)",
+            "https://prom.monitoring:9090 (credential etcd)",
+        ),
+        (
+            "http://prom.monitoring:9090",
+            "",
+            "https://prom.monitoring:9090 (credential prom)",
+            "http://prom.monitoring:9090 (no credential)",
+        ),
+    ] {
+        let next = one("v1.34.1", &health(url, credential), &workers("v1.13.9"));
+        let p = compute(&next, &i, &applied_of(&applied), None).unwrap();
+        assert_eq!(p.approvals_required, 3, "{url}{credential}");
+        let c = &p.clusters[0];
+        assert!(
+            c.settings.iter().any(|s| s.resource == "cluster"
+                && s.field == "health.prometheus"
+                && s.from == from
+                && s.to == to),
+            "{:#?}",
+            c.settings
+        );
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n
+                    .contains("changes where health data and credentials go (health.prometheus)")),
+            "{:#?}",
+            c.notes
+        );
+        let text = render::text(&p, Default::default());
+        assert!(
+            text.contains(&format!("~ cluster health.prometheus: {from} → {to}")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("source prometheus: {to}")), "{text}");
+        assert!(text.contains("It needs 3 approvals"), "{text}");
+        // The JSON names the source and the credential, never a path.
+        let json = render::json(&p);
+        assert!(json.contains(url), "{json}");
+        assert!(!json.contains("File"), "{json}");
+    }
+
+    // A new cluster with sources: from the defaults in force (1, 2), the highest (2).
+    let fresh = one(
+        "v1.34.1",
+        &health("https://prom.monitoring:9090", ", credential: prom"),
+        &workers("v1.13.9"),
+    );
+    let p = compute(&fresh, &i, &LastApplied::default(), None).unwrap();
+    assert_eq!(
+        p.approvals_required, 2,
+        "the highest bar of the defaults in force"
+    );
+    assert!(
+        p.clusters[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("the new cluster's health sources")),
+        "{:#?}",
+        p.clusters[0].notes
+    );
+}
+
+/// Issue 32: gates, soak, failure policy, promotion, acknowledgements, removed-API rows, pool
+/// health overrides, `onFailure` and `installerImage` changed without a settings change.
+#[test]
+fn every_setting_that_acts_is_a_settings_change() {
+    let i = observed("v1.34.1", 1, vec![w("w-1", "v1.13.9")]);
+    // `c1` and the cluster it is promoted after.
+    let two = |cluster_extra: &str, pools: &[String]| {
+        load(&[
+            ("c1.yaml", cluster_doc("c1", "v1.34.1", cluster_extra)),
+            ("pools.yaml", pools.concat()),
+            ("staging.yaml", cluster_doc("staging", "v1.34.1", "")),
+        ])
+    };
+    let base_cluster = "  health:\n    prometheus: { url: \"https://prom:9090\" }\n    gates:\n      - name: up\n        query: 'up == 1'\n    soak: 5m\n    failureLimit: 2\n  preflight:\n    acknowledge: [a/b]\n  promotion:\n    after: staging\n    soak: 24h\n";
+    let base_pool = "  onFailure: rollback\n  health:\n    gates:\n      - name: ceph\n        query: 'ceph_health_status == 0'\n";
+    let applied = two(
+        base_cluster,
+        &[pool_doc("w", "worker", "w-1", "v1.13.9", base_pool)],
+    );
+    let changed = |cluster: &str, pool: &str| {
+        let next = two(cluster, &[pool_doc("w", "worker", "w-1", "v1.13.9", pool)]);
+        let p =
+            compute(&next, &i, &applied_of(&applied), None).unwrap_or_else(|e| panic!("{e:#?}"));
+        assert!(p.has_changes(), "a change to sign: {:#?}", p.clusters[0]);
+        p
+    };
+    let fields = |p: &Plan| -> Vec<(String, String)> {
+        p.clusters[0]
+            .settings
+            .iter()
+            .map(|s| (s.resource.clone(), s.field.clone()))
+            .collect()
+    };
+    let has = |p: &Plan, resource: &str, field: &str| {
+        assert!(
+            fields(p).contains(&(resource.to_string(), field.to_string())),
+            "no {resource} {field} in {:#?}",
+            fields(p)
+        );
+    };
+    // Unchanged: nothing to sign.
+    let p = compute(
+        &two(
+            base_cluster,
+            &[pool_doc("w", "worker", "w-1", "v1.13.9", base_pool)],
+        ),
+        &i,
+        &applied_of(&applied),
+        None,
+    )
+    .unwrap();
+    assert!(!p.has_changes(), "{:#?}", p.clusters[0].settings);
+
+    let p = changed(&base_cluster.replace("up == 1", "up == 0"), base_pool);
+    has(&p, "cluster", "health.gates");
+    let p = changed(&base_cluster.replace("soak: 5m", "soak: 1m"), base_pool);
+    has(&p, "cluster", "health.soak");
+    let p = changed(
+        &base_cluster.replace("failureLimit: 2", "failureLimit: 9"),
+        base_pool,
+    );
+    has(&p, "cluster", "health.failureLimit");
+    let p = changed(&base_cluster.replace("[a/b]", "[a/b, c/d]"), base_pool);
+    has(&p, "cluster", "preflight.acknowledge");
+    let p = changed(&base_cluster.replace("soak: 24h", "soak: 1h"), base_pool);
+    has(&p, "cluster", "promotion");
+    let removed = format!(
+        "{base_cluster}  upgradePolicy:\n    removedApis:\n      - {{ group: example.com, version: v1beta1, resource: widgets, kind: Widget, deprecatedIn: v1.29, removedIn: v1.32 }}\n"
+    );
+    let p = changed(&removed, base_pool);
+    has(&p, "cluster", "upgradePolicy.removedApis");
+    let p = changed(base_cluster, &base_pool.replace("rollback", "halt"));
+    has(&p, "pool w", "onFailure");
+    let p = changed(base_cluster, &base_pool.replace("== 0", "== 1"));
+    has(&p, "pool w", "health.gates");
+    let p = changed(base_cluster, &format!("{base_pool}    soak: 10m\n"));
+    has(&p, "pool w", "health.soak");
+    let image = base_pool.to_string();
+    let next = two(
+        base_cluster,
+        &[pool_doc("w", "worker", "w-1", "v1.13.9", &image).replace(
+            "    version: v1.13.9\n",
+            "    version: v1.13.9\n    installerImage: registry.example/talos/installer\n",
+        )],
+    );
+    let p = compute(&next, &i, &applied_of(&applied), None).unwrap();
+    has(&p, "pool w", "talos.installerImage");
+
+    // Removing every gate, or the promotion, says so in a note.
+    let ungated = base_cluster.replace(
+        "    gates:\n      - name: up\n        query: 'up == 1'\n    soak: 5m\n",
+        "",
+    );
+    let p = changed(&ungated, "  onFailure: halt\n  health:\n    gates: []\n");
+    let notes = &p.clusters[0].notes;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n == "this plan removes every health gate of the cluster: its rollouts will no longer wait for any gate"),
+        "{notes:#?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("every health gate of the pool w")),
+        "{notes:#?}"
+    );
+    let unpromoted = base_cluster.replace("  promotion:\n    after: staging\n    soak: 24h\n", "");
+    let p = changed(&unpromoted, base_pool);
+    assert!(
+        p.clusters[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("removes the promotion after cluster staging")),
+        "{:#?}",
+        p.clusters[0].notes
+    );
+
+    // A comment alone is no setting, but its diff is shown: signers see the text they sign.
+    let commented = format!("{base_cluster}  # a comment\n");
+    let next = two(
+        &commented,
+        &[pool_doc("w", "worker", "w-1", "v1.13.9", base_pool)],
+    );
+    let p = compute(&next, &i, &applied_of(&applied), None).unwrap();
+    assert!(
+        p.clusters[0]
+            .diffs
+            .iter()
+            .any(|d| d.resource == "cluster" && d.diff.contains("+  # a comment")),
+        "{:#?}",
+        p.clusters[0].diffs
+    );
+}
+
+/// Issue 32: settings of a control-plane pool act on control-plane nodes: the control-plane
+/// bar, even without a step.
+#[test]
+fn control_plane_pool_settings_need_the_control_plane_bar() {
+    let i = observed("v1.34.1", 1, three_cps("v1.13.9"));
+    let bar = "  approvals:\n    required: 1\n    controlPlane: 2\n";
+    let applied = one("v1.34.1", bar, &[cp_pool("v1.13.9")]);
+    let next = one(
+        "v1.34.1",
+        bar,
+        &[pool_doc(
+            "cp",
+            "controlplane",
+            "cp-1, cp-2, cp-3",
+            "v1.13.9",
+            "  rollout:\n    healthTimeout: 1m\n",
+        )],
+    );
+    let p = compute(&next, &i, &applied_of(&applied), None).unwrap();
+    assert!(p.clusters[0].steps.is_empty());
+    assert_eq!(p.approvals_required, 2);
 }

@@ -155,6 +155,7 @@ pub fn create_jobs_txn(
             journal_seq: 0,
             health: cp.health.clone(),
             gates: Default::default(),
+            applies: crate::plan::stored::job_applies(plan, name),
         };
         let entry = JournalEntry {
             job: job.id.clone(),

@@ -32,7 +32,8 @@ use super::sequencer::{
     KubeTask, KubeTasks, NodeProgress, StepKind, StepState, ts, ts_opt,
 };
 use crate::plan::PlanId;
-use crate::store::{Check, Record, StoreError, Table, Txn};
+use crate::store::record::encode;
+use crate::store::{Check, Op, Record, StoreError, Table, Txn};
 
 /// A full job record is written at least every this many journal entries, so reading a job
 /// replays at most this many deltas.
@@ -243,6 +244,7 @@ impl JobDelta {
             || prev.windows != next.windows
             || prev.control_plane != next.control_plane
             || prev.health != next.health
+            || prev.applies != next.applies
             || prev.steps.len() != next.steps.len()
         {
             return None;
@@ -462,6 +464,15 @@ pub fn advance_txn(
     }
     if job.state.is_terminal() {
         txn = txn.delete(Table::Jobs, active_key(&job.cluster));
+    }
+    // What the job applied becomes the last-applied state with its success, in the same
+    // transaction (issue #32); a halted job writes none of it.
+    if matches!(job.state, JobState::Succeeded { .. })
+        && !matches!(prev.state, JobState::Succeeded { .. })
+    {
+        for r in &job.applies {
+            txn.push(Op::Put(Table::Desired, r.key.store_key(), encode(r)));
+        }
     }
     if !needs_own_fsync(&e.entry, &job) {
         txn = txn.buffered();

@@ -383,6 +383,7 @@ pub async fn run_with_leadership(
 ) -> Result<(), ServeError> {
     // The trust root first: a server that cannot tell who may approve does not start.
     let trust = trust::TrustRoot::open(config.allowed_signers.clone(), &config.source)?;
+    trust::check_creds_dir(&config.creds_dir, &config.source)?;
     secrets::private_dir(&config.state_dir).map_err(|err| ServeError::StateDir {
         path: config.state_dir.clone(),
         err,

@@ -27,6 +27,37 @@ pub enum TrustRootError {
         "the allowed signers file `{path}` is inside the desired-state directory `{desired}`: whoever can commit could add themselves as a signer; keep it in the server's own configuration (e.g. /etc/medea/allowed_signers)"
     )]
     InsideDesired { path: PathBuf, desired: PathBuf },
+    #[error(
+        "the credentials directory `{path}` (--creds-dir) is inside the desired-state directory `{desired}`: whoever can commit could plant or name the credentials medea sends to health sources; keep it in the server's own state (e.g. /var/lib/medea/creds)"
+    )]
+    CredsInsideDesired { path: PathBuf, desired: PathBuf },
+}
+
+/// At startup (issue #32): the credentials directory, whose files health sources' credential
+/// names resolve to, must not be inside a directory a committer controls.
+pub fn check_creds_dir(creds_dir: &Path, source: &Source) -> Result<(), TrustRootError> {
+    // The directory may not exist yet (seeded later): judge its nearest existing ancestor.
+    let mut probe = creds_dir.to_path_buf();
+    let real = loop {
+        if let Ok(real) = probe.canonicalize() {
+            break Some(real);
+        }
+        if !probe.pop() {
+            break None;
+        }
+    };
+    let Some(real) = real else {
+        return Ok(());
+    };
+    for dir in committer_dirs(source) {
+        if real.starts_with(&dir) {
+            return Err(TrustRootError::CredsInsideDesired {
+                path: creds_dir.to_path_buf(),
+                desired: dir,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Read and parse `path`; any bad line is an error (never a partial trust root).
@@ -49,29 +80,37 @@ pub fn read(path: &Path) -> Result<AllowedSigners, TrustRootError> {
     Ok(signers)
 }
 
-/// The directories whose contents a committer controls: the desired root and, in git mode, the
-/// repository's work tree.
+/// The directories whose contents a committer controls: the desired root and the git work
+/// tree that encloses it (in git mode, and in directory mode too: a checkout served as a
+/// plain directory is still a repository a committer writes; issue #32).
 fn committer_dirs(source: &Source) -> Vec<PathBuf> {
+    let path = match source {
+        Source::Dir(p) => p,
+        Source::Git { path, .. } => path,
+    };
     let mut dirs = Vec::new();
-    match source {
-        Source::Dir(p) => dirs.extend(p.canonicalize().ok()),
-        Source::Git { path, .. } => {
-            let Ok(mut p) = path.canonicalize() else {
-                return dirs;
-            };
-            dirs.push(p.clone());
-            loop {
-                if p.join(".git").exists() {
-                    dirs.push(p);
-                    break;
-                }
-                if !p.pop() {
-                    break;
-                }
+    let Ok(mut p) = path.canonicalize() else {
+        return dirs;
+    };
+    dirs.push(p.clone());
+    loop {
+        if p.join(".git").exists() {
+            if dirs.last() != Some(&p) {
+                dirs.push(p);
             }
+            break;
+        }
+        if !p.pop() {
+            break;
         }
     }
     dirs
+}
+
+/// The committer-controlled directory `path` is inside, if any.
+fn inside(path: &Path, dirs: &[PathBuf]) -> Option<PathBuf> {
+    let real = path.canonicalize().ok()?;
+    dirs.iter().find(|d| real.starts_with(d)).cloned()
 }
 
 struct State {
@@ -81,6 +120,9 @@ struct State {
 
 pub struct TrustRoot {
     path: Option<PathBuf>,
+    /// The directories a committer controls, from the source at start: the file is checked
+    /// against them at start and on every reload.
+    committer: Vec<PathBuf>,
     state: RwLock<State>,
 }
 
@@ -89,6 +131,7 @@ impl TrustRoot {
     pub fn none() -> TrustRoot {
         TrustRoot {
             path: None,
+            committer: Vec::new(),
             state: RwLock::new(State {
                 signers: Arc::new(approval::allowed_signers::parse("").0),
                 problem: None,
@@ -104,15 +147,12 @@ impl TrustRoot {
             return Ok(TrustRoot::none());
         };
         let signers = read(&path)?;
-        if let Ok(real) = path.canonicalize() {
-            for dir in committer_dirs(source) {
-                if real.starts_with(&dir) {
-                    return Err(TrustRootError::InsideDesired {
-                        path: path.clone(),
-                        desired: dir,
-                    });
-                }
-            }
+        let committer = committer_dirs(source);
+        if let Some(dir) = inside(&path, &committer) {
+            return Err(TrustRootError::InsideDesired {
+                path: path.clone(),
+                desired: dir,
+            });
         }
         tracing::info!(path = %path.display(), signers = signers.entries().len(), "allowed signers loaded");
         crate::metrics::global()
@@ -120,6 +160,7 @@ impl TrustRoot {
             .set(0);
         Ok(TrustRoot {
             path: Some(path),
+            committer,
             state: RwLock::new(State {
                 signers: Arc::new(signers),
                 problem: None,
@@ -139,7 +180,15 @@ impl TrustRoot {
             return self.state.read().expect("trust root lock").signers.clone();
         };
         let mut state = self.state.write().expect("trust root lock");
-        match read(path) {
+        // Moved (or linked) into a committer's tree since start: refused like at start.
+        let checked = match inside(path, &self.committer) {
+            Some(dir) => Err(TrustRootError::InsideDesired {
+                path: path.clone(),
+                desired: dir,
+            }),
+            None => read(path),
+        };
+        match checked {
             Ok(signers) => {
                 if state.problem.take().is_some() {
                     tracing::info!(path = %path.display(), signers = signers.entries().len(), "allowed signers readable again; the new file is in force");
@@ -185,6 +234,64 @@ impl TrustRoot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32: in directory mode, a file inside the enclosing git work tree (outside the
+    /// desired subdirectory) is refused at start, and a reload that finds the file there keeps
+    /// the last good signers.
+    #[test]
+    fn directory_mode_refuses_signers_inside_the_enclosing_work_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        let desired = repo.join("clusters");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(&desired).unwrap();
+        let source = Source::Dir(desired.clone());
+        let in_tree = repo.join("allowed_signers");
+        std::fs::write(&in_tree, format!("alice@x {KEY}\n")).unwrap();
+        let e = TrustRoot::open(Some(in_tree.clone()), &source).err();
+        assert!(
+            matches!(&e, Some(TrustRootError::InsideDesired { desired, .. }) if *desired == repo.canonicalize().unwrap()),
+            "{e:?}"
+        );
+        // Outside at start, then replaced by a link into the work tree: the reload refuses it.
+        let outside = tmp.path().join("etc/allowed_signers");
+        std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+        std::fs::write(&outside, format!("alice@x {KEY}\n")).unwrap();
+        let root = TrustRoot::open(Some(outside.clone()), &source).unwrap();
+        assert_eq!(root.current().entries().len(), 1);
+        std::fs::write(&in_tree, format!("alice@x {KEY}\nmallory@x {KEY}\n")).unwrap();
+        std::fs::remove_file(&outside).unwrap();
+        std::os::unix::fs::symlink(&in_tree, &outside).unwrap();
+        assert_eq!(
+            root.current().entries().len(),
+            1,
+            "the last good file stays"
+        );
+        assert!(
+            root.problem()
+                .is_some_and(|p| p.contains("is inside the desired-state directory")),
+            "{:?}",
+            root.problem()
+        );
+    }
+
+    /// Issue 32: credentials inside the desired tree (or its git work tree) are refused at
+    /// start, existing or not yet created; the server's own directory is fine.
+    #[test]
+    fn a_credentials_directory_inside_the_desired_tree_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let desired = tmp.path().join("desired");
+        std::fs::create_dir_all(&desired).unwrap();
+        let source = Source::Dir(desired.clone());
+        for inside in [desired.join("creds"), desired.join("a/b/creds")] {
+            let e = check_creds_dir(&inside, &source).unwrap_err();
+            assert!(
+                matches!(&e, TrustRootError::CredsInsideDesired { path, .. } if *path == inside),
+                "{e:?}"
+            );
+        }
+        assert!(check_creds_dir(&tmp.path().join("state/creds"), &source).is_ok());
+    }
 
     const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGXhJ2dFcxkUTiyW8xcwlW8u0Q2vvCfEpm+vfKBnR0CC";

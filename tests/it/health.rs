@@ -36,7 +36,7 @@ fn pool(name: &str, machines: &str, extra: &str) -> String {
 
 const HEALTH: &str = r#"  health:
     prometheus: { url: "http://127.0.0.1:9090/" }
-    alertmanager: { url: "https://alertmanager.monitoring:9093", caFile: /etc/medea/am-ca.pem, bearerTokenFile: /etc/medea/am-token }
+    alertmanager: { url: "https://alertmanager.monitoring:9093", credential: alertmanager }
     gates:
       - name: ingress-errors
         query: 'sum(rate(nginx_ingress_controller_requests{status=~"5.."}[2m])) < 1'
@@ -99,9 +99,9 @@ fn the_issue_example_validates_and_pools_override_it() {
             .alertmanager
             .as_ref()
             .unwrap()
-            .bearer_token_file
+            .credential
             .as_deref(),
-        Some("/etc/medea/am-token"),
+        Some("alertmanager"),
         "the sources are the cluster's"
     );
     assert!(
@@ -125,7 +125,7 @@ fn health_errors_are_located() {
         "{CLUSTER}{}",
         r#"  health:
     prometheus: { url: "prometheus:9090", caFile: certs/ca.pem }
-    alertmanager: { url: "http://am:9093", bearerTokenFile: /etc/medea/token }
+    alertmanager: { url: "http://am:9093", bearerTokenFile: /etc/medea/token, credential: am }
     gates:
       - name: up
         query: 'up'
@@ -186,15 +186,34 @@ fn health_errors_are_located() {
         );
     };
     has(9, codes::HEALTH, "is not an http:// or https:// URL");
+    // Issue 32: a path to a secret is no longer accepted; the error says what to write.
     has(
         9,
         codes::HEALTH,
-        "`health.prometheus.caFile` `certs/ca.pem` is not an absolute path",
+        "`health.prometheus.caFile` is no longer accepted: the repository may not choose which file medea reads or sends",
     );
-    // A warning, not an error: the token goes over plain http.
-    assert!(loaded.diagnostics.iter().any(|x| x.origin.line == 10
-        && !x.is_error()
-        && x.message.contains("sends the token over plain http://")));
+    has(
+        10,
+        codes::HEALTH,
+        "`health.alertmanager.bearerTokenFile` is no longer accepted",
+    );
+    let help = loaded
+        .diagnostics
+        .iter()
+        .find(|x| x.message.contains("bearerTokenFile"))
+        .and_then(|x| x.help.clone())
+        .unwrap_or_default();
+    assert!(
+        help.contains("write `credential: <name>` instead")
+            && help.contains("as `token`, in `<creds-dir>/<cluster>/health/<name>/`"),
+        "{help}"
+    );
+    // An error, no longer a warning: a credential over plain http.
+    has(
+        10,
+        codes::HEALTH,
+        "`health.alertmanager.credential` is set but the URL is plain http://",
+    );
     has(
         13,
         codes::HEALTH,

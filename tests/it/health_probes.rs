@@ -104,24 +104,32 @@ async fn query_gates_follow_the_exporter_in_filter_and_bool_form() {
         e.detail
     );
 
-    // The bearer token file is read per evaluation and never shown; a missing one fails.
+    // A credential's token never goes over plain http:// (issue #32): the gate fails, saying
+    // so, and the token is never shown. (Over https, `trust::` shows it is sent.)
     let dir = tempfile::tempdir().unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, "s3cret-token\n").unwrap();
+    medea::private_file::write_private(
+        &dir.path().join("prom/token"),
+        b"s3cret-token\n",
+        medea::private_file::ExistingDir::Keep,
+    )
+    .unwrap();
     let with_token = prometheus_only(Endpoint {
-        bearer_token_file: Some(token.to_string_lossy().into_owned()),
+        credential: Some("prom".into()),
         ..prom.endpoint()
-    });
-    let e = with_token.evaluate(&filter, &ctx(&[])).await;
-    assert_eq!(e.verdict, GateVerdict::Pass, "{}", e.detail);
-    std::fs::remove_file(&token).unwrap();
+    })
+    .with_credentials(medea::health::http::Credentials::Dir(
+        dir.path().to_path_buf(),
+    ));
     let e = with_token.evaluate(&filter, &ctx(&[])).await;
     assert_eq!(e.verdict, GateVerdict::Fail);
     assert!(
-        e.detail.contains(&format!(
-            "cannot read the bearer token file `{}`",
-            token.display()
-        )),
+        e.detail
+            .contains("credential `prom` holds a bearer token and http://127.0.0.1:"),
+        "{}",
+        e.detail
+    );
+    assert!(
+        e.detail.contains("medea never sends a token in clear"),
         "{}",
         e.detail
     );
@@ -135,8 +143,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     let port = free_port();
     let probes = prometheus_only(Endpoint {
         url: format!("http://127.0.0.1:{port}"),
-        ca_file: None,
-        bearer_token_file: None,
+        credential: None,
     });
     let e = probes.evaluate(&gate, &ctx(&[])).await;
     assert_eq!(e.verdict, GateVerdict::Fail);
@@ -153,8 +160,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     let exporter = Exporter::start().await;
     let e = prometheus_only(Endpoint {
         url: format!("http://{}", exporter.addr),
-        ca_file: None,
-        bearer_token_file: None,
+        credential: None,
     })
     .evaluate(&gate, &ctx(&[]))
     .await;
@@ -172,8 +178,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     });
     let e = prometheus_only(Endpoint {
         url: format!("http://{addr}"),
-        ca_file: None,
-        bearer_token_file: None,
+        credential: None,
     })
     .with_timeout(Duration::from_millis(300))
     .evaluate(&gate, &ctx(&[]))
@@ -182,27 +187,33 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     assert_eq!(e.verdict, GateVerdict::Fail);
     assert!(e.detail.contains("no answer from"), "{}", e.detail);
 
-    // TLS with a CA file that does not exist.
+    // TLS with a credential whose CA is a link to /dev/zero: refused at once, never read.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("zero")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero/ca.pem")).unwrap();
+    let started = std::time::Instant::now();
     let e = prometheus_only(Endpoint {
         url: format!("https://127.0.0.1:{port}"),
-        ca_file: Some("/nonexistent/ca.pem".into()),
-        bearer_token_file: None,
+        credential: Some("zero".into()),
     })
+    .with_credentials(medea::health::http::Credentials::Dir(
+        dir.path().to_path_buf(),
+    ))
     .evaluate(&gate, &ctx(&[]))
     .await;
     assert_eq!(e.verdict, GateVerdict::Fail);
     assert!(
-        e.detail
-            .contains("cannot read the CA file `/nonexistent/ca.pem`"),
+        e.detail.contains("cannot read credential `zero`"),
         "{}",
         e.detail
     );
+    assert!(e.detail.contains("is a symbolic link"), "{}", e.detail);
+    assert!(started.elapsed() < Duration::from_secs(2));
 
     // TLS against a plain-HTTP server: the handshake fails, the gate fails.
     let e = prometheus_only(Endpoint {
         url: format!("https://{}", exporter.addr),
-        ca_file: None,
-        bearer_token_file: None,
+        credential: None,
     })
     .evaluate(&gate, &ctx(&[]))
     .await;
@@ -328,8 +339,7 @@ async fn an_unreachable_alertmanager_fails_the_gate() {
         prometheus: None,
         alertmanager: Some(Endpoint {
             url: format!("http://127.0.0.1:{port}"),
-            ca_file: None,
-            bearer_token_file: None,
+            credential: None,
         }),
     });
     let gate = Gate {
@@ -458,8 +468,9 @@ async fn workloads_gate_on_the_simulator_names_the_unavailable_deployment() {
     );
 }
 
-/// `medea doctor --desired`: each Prometheus/Alertmanager a Cluster's `health` block names
-/// is asked a trivial question; an unreachable one fails doctor with the cause and the fix.
+/// `medea doctor --store`: each Prometheus/Alertmanager the last-applied Cluster's `health`
+/// block names is asked a trivial question; an unreachable one fails doctor with the cause and
+/// the fix. (Sources only the desired state names are not asked: `trust::`.)
 #[tokio::test]
 async fn doctor_checks_the_health_sources_the_desired_state_names() {
     use crate::sim_cluster::{env, flat, medea, quick_default};
@@ -481,10 +492,23 @@ async fn doctor_checks_the_health_sources_the_desired_state_names() {
         ),
     )
     .unwrap();
+    // Applied: the last-applied state names both sources.
+    let store = e.dir.path().join("store");
+    {
+        use medea::store::{Store as _, Txn};
+        let loaded = medea::desired::load(&medea::desired::Source::Dir(desired.clone())).unwrap();
+        let r = medea::plan::AppliedResource::of_cluster(&loaded.valid().unwrap().clusters["home"]);
+        medea::store::fjall::FjallStore::open(&store)
+            .unwrap()
+            .commit(Txn::new().put_record(r.key.store_key(), &r))
+            .unwrap();
+    }
     let out = medea(&[
         "doctor",
         "--creds-dir",
         creds.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
         "--desired",
         desired.to_str().unwrap(),
     ])

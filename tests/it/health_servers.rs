@@ -248,8 +248,7 @@ impl PrometheusServer {
     pub fn endpoint(&self) -> medea::plan::health::Endpoint {
         medea::plan::health::Endpoint {
             url: self.url.clone(),
-            ca_file: None,
-            bearer_token_file: None,
+            credential: None,
         }
     }
 }
@@ -349,8 +348,7 @@ impl AlertmanagerServer {
     pub fn endpoint(&self) -> medea::plan::health::Endpoint {
         medea::plan::health::Endpoint {
             url: self.url.clone(),
-            ca_file: None,
-            bearer_token_file: None,
+            credential: None,
         }
     }
 }

@@ -42,5 +42,6 @@ mod server;
 mod sim_cluster;
 mod store;
 mod talos;
+mod trust;
 mod ui_browser;
 mod upgrade;

@@ -777,8 +777,7 @@ mod real {
     fn sources(prom: &PrometheusServer, am: &AlertmanagerServer) -> HealthSources {
         let at = |url: &str| Endpoint {
             url: url.to_string(),
-            ca_file: None,
-            bearer_token_file: None,
+            credential: None,
         };
         HealthSources {
             prometheus: Some(at(&prom.url)),

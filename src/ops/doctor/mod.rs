@@ -17,8 +17,12 @@
 //! - etcd: every control plane's `EtcdStatus` has no errors, and the member list has one
 //!   voting member per control-plane node.
 //!
-//! - health sources (with `--desired`): every Prometheus and Alertmanager a Cluster's `health`
-//!   block names answers a trivial question (`vector(1)`, `/api/v2/status`).
+//! - health sources: every Prometheus and Alertmanager the **last-applied** state names (read
+//!   from the store, `--store`) answers a trivial question (`vector(1)`, `/api/v2/status`),
+//!   asked with the credential it names. A source only the unapproved desired state
+//!   (`--desired`) names is listed (URL and credential name) but not contacted, unless the
+//!   operator passes `--contact-unapproved`; even then it is asked without any credential
+//!   (issue #32: a commit alone never makes medea send its secrets anywhere).
 //!
 //! **Owns:** the checks, their thresholds and the report types.
 //! **May depend on:** `k8s` and `talos` (the clients), `ops::refresh` (the credentials
@@ -222,36 +226,154 @@ pub async fn diagnose(
     cluster: Option<&str>,
     settings: &RefreshSettings,
 ) -> Result<Report, DoctorError> {
-    diagnose_with_health(creds_dir, cluster, settings, &BTreeMap::new()).await
+    diagnose_with_health(
+        creds_dir,
+        cluster,
+        settings,
+        &BTreeMap::new(),
+        ContactUnapproved(false),
+    )
+    .await
 }
 
-/// The `prometheus` and `alertmanager` checks of one cluster's health sources: each answers
-/// a trivial question within the probes' timeout.
-pub async fn health_source_checks(sources: &HealthSources) -> Vec<Check> {
-    let probes = crate::health::Probes::new(sources.clone());
-    probes
+/// One cluster's health sources as `medea doctor` sees them: those of the last-applied state
+/// (approved: asked with their credentials) and those the desired state names (`None`: no
+/// desired state given).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourcesToCheck {
+    pub approved: HealthSources,
+    pub desired: Option<HealthSources>,
+}
+
+/// Whether sources only the unapproved desired state names are asked (without credentials).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContactUnapproved(pub bool);
+
+/// The `prometheus` and `alertmanager` checks of one cluster's health sources: each approved
+/// source answers a trivial question within the probes' timeout, asked with the credential it
+/// names (resolved under `<creds_dir>/<cluster>/health/`); each source only the desired state
+/// names is skipped, or with [`ContactUnapproved`] asked without any credential.
+pub async fn health_source_checks(
+    creds_dir: &Path,
+    cluster: &str,
+    sources: &SourcesToCheck,
+    unapproved: ContactUnapproved,
+) -> Vec<Check> {
+    let mut out = Vec::new();
+    let credentials = match crate::ops::cluster_ports::health_credentials(creds_dir, cluster) {
+        Ok(c) => c,
+        Err(e) => {
+            out.push(Check::fail(
+                "health-sources",
+                cluster.to_string(),
+                crate::error_chain(&e),
+                "use the cluster's name as the inventory knows it",
+            ));
+            return out;
+        }
+    };
+    let approved = crate::health::Probes::new(sources.approved.clone())
+        .with_credentials(credentials)
         .check_sources()
-        .await
-        .into_iter()
-        .map(|(name, url, result)| match result {
+        .await;
+    for (name, url, result) in approved {
+        out.push(match result {
             Ok(summary) => Check::pass(name, url, summary),
             Err(e) => Check::fail(
                 name,
                 url.clone(),
                 crate::error_chain(&e),
-                format!("make {url} reachable from medea (and its caFile/bearerTokenFile readable), or fix `health.{name}` in the Cluster"),
+                format!("make {url} reachable from medea (and its credential's files under {}/{cluster}/health/ readable), or fix `health.{name}` in the Cluster", creds_dir.display()),
             ),
+        });
+    }
+    let Some(desired) = &sources.desired else {
+        return out;
+    };
+    let mut unapproved_sources = HealthSources::default();
+    for (slot, mine, applied) in [
+        (
+            &mut unapproved_sources.prometheus,
+            &desired.prometheus,
+            &sources.approved.prometheus,
+        ),
+        (
+            &mut unapproved_sources.alertmanager,
+            &desired.alertmanager,
+            &sources.approved.alertmanager,
+        ),
+    ] {
+        if let Some(e) = mine
+            && Some(e) != applied.as_ref()
+        {
+            *slot = Some(e.clone());
+        }
+    }
+    if !unapproved.0 {
+        for (name, e) in [
+            ("prometheus", &unapproved_sources.prometheus),
+            ("alertmanager", &unapproved_sources.alertmanager),
+        ] {
+            if let Some(e) = e {
+                out.push(Check::skip(
+                    name,
+                    e.summary(),
+                    "not contacted: only the unapproved desired state names this source (approve a plan that names it, or pass --contact-unapproved to ask it without medea's credentials)",
+                ));
+            }
+        }
+        return out;
+    }
+    // Asked as anyone on the network would: no credential of medea's is read or sent.
+    let strip = |e: &Option<crate::plan::health::Endpoint>| {
+        e.as_ref().map(|e| crate::plan::health::Endpoint {
+            url: e.url.clone(),
+            credential: None,
         })
-        .collect()
+    };
+    let bare = HealthSources {
+        prometheus: strip(&unapproved_sources.prometheus),
+        alertmanager: strip(&unapproved_sources.alertmanager),
+    };
+    let asked = crate::health::Probes::new(bare)
+        .with_credentials(crate::health::http::Credentials::None)
+        .check_sources()
+        .await;
+    for (name, url, result) in asked {
+        let shown = match name {
+            "prometheus" => unapproved_sources.prometheus.as_ref(),
+            _ => unapproved_sources.alertmanager.as_ref(),
+        }
+        .map_or(url.clone(), crate::plan::health::Endpoint::summary);
+        out.push(match result {
+            Ok(summary) => Check::warn(
+                name,
+                shown,
+                format!("{summary} (unapproved source, asked without credentials)"),
+                "approve a plan that names this source before medea uses it",
+            ),
+            Err(e) => Check::fail(
+                name,
+                shown,
+                format!(
+                    "{} (unapproved source, asked without credentials)",
+                    crate::error_chain(&e)
+                ),
+                format!("make {url} reachable from medea, or fix `health.{name}` in the Cluster"),
+            ),
+        });
+    }
+    out
 }
 
-/// [`diagnose`], and for each cluster in `health` (cluster → its sources, from the desired
-/// state) the [`health_source_checks`].
+/// [`diagnose`], and for each cluster in `health` (cluster → its approved and desired
+/// sources) the [`health_source_checks`].
 pub async fn diagnose_with_health(
     creds_dir: &Path,
     cluster: Option<&str>,
     settings: &RefreshSettings,
-    health: &BTreeMap<String, HealthSources>,
+    health: &BTreeMap<String, SourcesToCheck>,
+    unapproved: ContactUnapproved,
 ) -> Result<Report, DoctorError> {
     let names = match cluster {
         Some(c) => vec![c.to_string()],
@@ -266,7 +388,9 @@ pub async fn diagnose_with_health(
     for name in &names {
         let mut report = diagnose_cluster(creds_dir, name, settings).await;
         if let Some(sources) = health.get(name) {
-            report.checks.extend(health_source_checks(sources).await);
+            report
+                .checks
+                .extend(health_source_checks(creds_dir, name, sources, unapproved).await);
         }
         clusters.push(report);
     }

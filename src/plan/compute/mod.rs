@@ -867,14 +867,47 @@ fn section_parts(
     let in_force = policy(last_applied.approvals_in_force(name));
     let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
     if plan.has_changes() || change != BarChange::Keeps {
+        // Settings of a control-plane pool act on control-plane nodes: the control-plane bar.
+        let cp_settings = plan.settings.iter().any(|s| {
+            cluster.pools.values().any(|p| {
+                p.role == Role::Controlplane
+                    && s.resource == ResourceKey::pool(name, &p.name.value).label()
+            })
+        });
         let scope = PlanScope {
-            touches_control_plane_or_kubernetes: plan.steps.iter().any(Step::touches_control_plane),
+            touches_control_plane_or_kubernetes: cp_settings
+                || plan.steps.iter().any(Step::touches_control_plane),
         };
-        let needs = required_quorum(&in_force, change, scope);
+        let mut needs = required_quorum(&in_force, change, scope);
         if change != BarChange::Keeps {
             plan.notes.push(format!(
                 "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
                 in_force.required, in_force.control_plane
+            ));
+        }
+        // Where health data and credentials go (issue #32): as a change of `approvals`.
+        let moved: Vec<&str> = plan
+            .settings
+            .iter()
+            .filter(|s| {
+                s.resource == "cluster"
+                    && (crate::plan::applied::SOURCE_FIELDS.contains(&s.field.as_str())
+                        || (s.field == RESOURCE_FIELD
+                            && !crate::plan::health::HealthSources::of(&cluster.health).is_empty()))
+            })
+            .map(|s| s.field.as_str())
+            .collect();
+        if !moved.is_empty() {
+            needs = needs.max(in_force.highest());
+            plan.notes.push(format!(
+                "this plan changes where health data and credentials go ({}): it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
+                if moved.contains(&RESOURCE_FIELD) {
+                    "the new cluster's health sources".to_string()
+                } else {
+                    moved.join(", ")
+                },
+                in_force.required,
+                in_force.control_plane
             ));
         }
         out.bar = out.bar.max(needs);
@@ -983,6 +1016,30 @@ fn removed(key: &ResourceKey) -> SettingsChange {
     }
 }
 
+/// Notes for a resource that loses all its health gates or its promotion (issue #32): a
+/// quiet line in a settings list is easy to miss.
+fn removal_notes(notes: &mut Vec<String>, old: &AppliedResource, new: &AppliedResource) {
+    use crate::plan::applied::Settings;
+    let gates = |s: &Settings| match s {
+        Settings::Cluster(c) => c.health.gates.len(),
+        Settings::Pool(p) => p.health.gates.len(),
+    };
+    if gates(&old.settings) > 0 && gates(&new.settings) == 0 {
+        notes.push(format!(
+            "this plan removes every health gate of the {}: its rollouts will no longer wait for any gate",
+            new.key.label()
+        ));
+    }
+    if let (Settings::Cluster(o), Settings::Cluster(n)) = (&old.settings, &new.settings)
+        && let (Some(p), None) = (&o.promotion, &n.promotion)
+    {
+        notes.push(format!(
+            "this plan removes the promotion after cluster {}: versions no longer wait for it to run them first",
+            p.after
+        ));
+    }
+}
+
 fn diff_of(key: &ResourceKey, file: &str, old: &str, new: &str) -> Option<ResourceDiff> {
     if old == new {
         return None;
@@ -1077,6 +1134,7 @@ impl<'a> ClusterCtx<'a> {
             resources.push((AppliedResource::of_pool(p), stepped));
         }
         let mut changed_pools = BTreeSet::new();
+        let mut notes_extra = Vec::new();
         for (new, stepped) in &resources {
             let before = settings.len();
             match last_applied.get(&new.key) {
@@ -1100,14 +1158,17 @@ impl<'a> ClusterCtx<'a> {
                 }
             }
             let changed = *stepped || settings.len() > before;
-            if changed {
-                if let ResourceKey::Pool { pool, .. } = &new.key {
-                    changed_pools.insert(pool.clone());
-                }
-                let old = last_applied
-                    .get(&new.key)
-                    .map_or("", |o| o.document.as_str());
-                diffs.extend(diff_of(&new.key, &new.file, old, &new.document));
+            if changed && let ResourceKey::Pool { pool, .. } = &new.key {
+                changed_pools.insert(pool.clone());
+            }
+            // Every document whose text differs from the last-applied one shows its diff
+            // (issue #32): signers see all they sign, even a change medea has no field for.
+            let old = last_applied
+                .get(&new.key)
+                .map_or("", |o| o.document.as_str());
+            diffs.extend(diff_of(&new.key, &new.file, old, &new.document));
+            if let Some(o) = last_applied.get(&new.key) {
+                removal_notes(&mut notes_extra, o, new);
             }
         }
         for res in last_applied.resources.values() {
@@ -1126,7 +1187,8 @@ impl<'a> ClusterCtx<'a> {
             .filter(|p| !changed_pools.contains(*p))
             .cloned()
             .collect();
-        let notes = self.notes(&members, &steps);
+        let mut notes = self.notes(&members, &steps);
+        notes.extend(notes_extra);
         // Gates run around a job: a cluster with nothing to roll carries none.
         let health = (!steps.is_empty())
             .then(|| HealthPolicy::of(&self.cluster.health))

@@ -84,6 +84,11 @@ pub struct Job {
     /// Where the job is with its health gates, and the evidence they gave.
     #[serde(default, skip_serializing_if = "GateProgress::is_empty")]
     pub gates: GateProgress,
+    /// The last-applied records of the plan's resources of this cluster (issue #32): written
+    /// in the transaction that records the job's success, never before, so a job that halts
+    /// leaves the next plan showing the same diff. Immutable for the job's life.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applies: Vec<crate::plan::AppliedResource>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -241,6 +241,7 @@ fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
         journal_seq: 0,
         health: None,
         gates: Default::default(),
+        applies: Vec::new(),
     };
     let t = step(&job, &Observations::default(), now);
     assert!(matches!(t.next, Next::Finished), "{:?}", t.next);

@@ -334,6 +334,7 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         journal_seq: last,
         health: None,
         gates: Default::default(),
+        applies: Vec::new(),
     };
     let mut txn = Txn::new().put_record(job_key(&id), &job);
     for seq in 0..=last {
