@@ -95,6 +95,23 @@ async fn nap(delay: std::time::Duration, deadline: Instant) {
     tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
 }
 
+/// A 403 whose cause is `NamespaceTerminating` (k8s.io/api `core/v1` `NamespaceTerminatingCause`):
+/// an eviction in a namespace being deleted, which kubectl retries.
+fn namespace_terminating(e: &K8sError) -> bool {
+    match e {
+        K8sError::Api { err, .. } => match err.as_ref() {
+            ::kube::Error::Api(s) => {
+                s.code == 403
+                    && s.details.as_ref().is_some_and(|d| {
+                        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
+                    })
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Drain `node` (already cordoned by the caller).
 pub(crate) async fn run(
     ops: &impl DrainOps,
@@ -160,8 +177,8 @@ pub(crate) async fn run(
         });
     }
 
-    // 3. Evict in rounds; refused and transiently failed evictions are retried after a
-    //    backoff until the deadline. Never delete, never force.
+    // 3. Evict in rounds; refused evictions (429) are retried after a backoff until the
+    //    deadline, any other error fails at once. Never delete, never force.
     let mut evicted: Vec<DrainPod> = Vec::new();
     let mut refusals = 0u32;
     let mut pending = to_evict;
@@ -182,11 +199,22 @@ pub(crate) async fn run(
                     }
                     still.push(p);
                 }
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(node, pod = %p.pod, error = %e, "eviction failed; will retry");
+                // kubectl `pkg/drain/drain.go` `evictPods`: besides a 429 (above), only a 403
+                // with cause `NamespaceTerminating` is retried; any other error (a 500 for a pod
+                // under two PodDisruptionBudgets, a 5xx, a lost connection) fails the drain at
+                // once with the apiserver's message
+                Err(e) if namespace_terminating(&e) => {
+                    tracing::info!(node, pod = %p.pod, error = %e, "namespace terminating; will retry");
                     still.push(p);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    return Err(K8sError::EvictionFailed {
+                        node: node.to_string(),
+                        pod: p.pod,
+                        evicted: u32::try_from(evicted.len()).unwrap_or(u32::MAX),
+                        source: Box::new(e),
+                    });
+                }
             }
         }
         if still.is_empty() {
@@ -289,6 +317,8 @@ mod tests {
         flaky: Mutex<u32>,
         evicted_at: Mutex<BTreeMap<String, Instant>>,
         evict_calls: Mutex<u32>,
+        /// Every eviction answers this status (code, reason, message, cause reason).
+        evict_error: Option<(u16, &'static str, &'static str, &'static str)>,
     }
 
     impl Fake {
@@ -301,6 +331,7 @@ mod tests {
                 flaky: Mutex::new(0),
                 evicted_at: Mutex::new(BTreeMap::new()),
                 evict_calls: Mutex::new(0),
+                evict_error: None,
             }
         }
 
@@ -330,6 +361,26 @@ mod tests {
         async fn evict(&self, pod: &PodRef) -> Result<Eviction, K8sError> {
             *self.evict_calls.lock().unwrap() += 1;
             self.flake()?;
+            if let Some((code, reason, message, cause)) = self.evict_error {
+                let mut status = ::kube::core::Status::failure(message, reason).with_code(code);
+                status.details = Some(::kube::core::response::StatusDetails {
+                    name: pod.name.clone(),
+                    group: String::new(),
+                    kind: "pods".into(),
+                    uid: String::new(),
+                    causes: vec![::kube::core::response::StatusCause {
+                        reason: cause.into(),
+                        message: message.into(),
+                        field: String::new(),
+                    }],
+                    retry_after_seconds: 0,
+                });
+                return Err(K8sError::Api {
+                    op: "evict pod",
+                    target: pod.to_string(),
+                    err: Box::new(::kube::Error::Api(Box::new(status))),
+                });
+            }
             let blocked = self.guarded.contains(&pod.name.as_str())
                 && self.unblock_at.is_none_or(|t| Instant::now() < t);
             if blocked {
@@ -547,6 +598,56 @@ mod tests {
         let report = run(&fake, "w1", &options(60)).await.unwrap();
         assert_eq!(report.evicted, vec![pr("web-1")]);
         assert_eq!(report.pdb_refusals, 0);
+    }
+
+    /// kubectl retries only a 429 (and a namespace being deleted): the apiserver's permanent
+    /// 500 for a pod under two PodDisruptionBudgets (k8s `pkg/registry/core/pod/storage/
+    /// eviction.go`) fails the drain at once with its message, not at the drain timeout.
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_error_other_than_429_fails_at_once_with_the_apiservers_message() {
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.evict_error = Some((
+            500,
+            "InternalError",
+            "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            "",
+        ));
+        let start = Instant::now();
+        let err = run(&fake, "w1", &options(600)).await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::ZERO, "no retry, no wait");
+        assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
+        assert!(
+            matches!(&err, K8sError::EvictionFailed { pod, .. } if *pod == pr("web-1")),
+            "{err:?}"
+        );
+        assert!(!err.is_transient(), "the executor must not retry it either");
+        let chain = crate::error_chain(&err);
+        assert!(
+            chain.contains("This pod has more than one PodDisruptionBudget"),
+            "{chain}"
+        );
+        // a 503 is no different
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.evict_error = Some((503, "ServiceUnavailable", "unavailable", ""));
+        assert!(run(&fake, "w1", &options(600)).await.is_err());
+        assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_in_a_terminating_namespace_is_retried_until_the_timeout() {
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.evict_error = Some((
+            403,
+            "Forbidden",
+            "pods \"web-1\" is forbidden: unable to create new content in namespace default because it is being terminated",
+            "NamespaceTerminating",
+        ));
+        let start = Instant::now();
+        let err = run(&fake, "w1", &options(30)).await.unwrap_err();
+        assert!(matches!(err, K8sError::DrainBlocked { .. }), "{err:?}");
+        assert!(*fake.evict_calls.lock().unwrap() > 1);
+        assert_eq!(start.elapsed(), Duration::from_secs(30));
     }
 
     #[tokio::test(start_paused = true)]
