@@ -811,6 +811,28 @@ async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing(
     assert_eq!(sim.upgrades("w-2"), 0);
 }
 
+/// A system extension's service that was failing before the upgrade (`ext-<name>`, which
+/// `MachineStatus` readiness ignores) does not keep the node "not back" after its reboot: the
+/// services to wait for are compared with the states recorded before the upgrade (#33 item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_service_failing_before_the_upgrade_does_not_hold_the_node_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    sim.talos
+        .set_service_health("w-1", "ext-iscsi-tools", false)
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 10))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    assert_eq!(sim.upgrades("w-1"), 1);
+    let st = sim.talos.node_state("w-1").unwrap();
+    assert_eq!(st.running, tv(TO));
+}
+
 /// kubectl's drain retries an eviction only on a 429: the apiserver's 500 for a pod that two
 /// PodDisruptionBudgets select (k8s `pkg/registry/core/pod/storage/eviction.go`) never goes
 /// away by waiting, so the drain stops at once with its message instead of at the timeout

@@ -920,17 +920,33 @@ impl TalosSide {
     }
 
     /// Service id → (state, healthy) for an up node.
-    pub fn services(&self, idx: usize) -> Vec<(&'static str, bool)> {
+    ///
+    /// A system extension's service is listed too once a test gives it a health
+    /// ([`crate::sim::talos::SimTalos::set_service_health`] with an `ext-<name>` id: Talos names
+    /// extension services so, `internal/app/machined/pkg/system/services/extension.go` `ID`).
+    /// It does not count for `MachineStatus` readiness, which looks only at the node's own
+    /// services (`internal/app/machined/pkg/controllers/runtime/machine_status.go`).
+    pub fn services(&self, idx: usize) -> Vec<(String, bool)> {
         let n = &self.nodes()[idx];
-        let mut ids = vec!["apid", "containerd", "cri", "kubelet", "machined", "udevd"];
+        let mut ids: Vec<String> = ["apid", "containerd", "cri", "kubelet", "machined", "udevd"]
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         if n.control_plane() {
-            ids.extend(["etcd", "trustd"]);
+            ids.extend(["etcd".to_string(), "trustd".to_string()]);
         }
+        ids.extend(
+            n.service_health
+                .keys()
+                .filter(|id| id.starts_with("ext-"))
+                .cloned(),
+        );
         ids.sort_unstable();
         ids.into_iter()
             .map(|id| {
                 let default = if id == "etcd" { n.etcd_healthy } else { true };
-                (id, n.service_health.get(id).copied().unwrap_or(default))
+                let healthy = n.service_health.get(&id).copied().unwrap_or(default);
+                (id, healthy)
             })
             .collect()
     }

@@ -339,7 +339,7 @@ fn resources(
                     ResMeta {
                         namespace: "runtime",
                         rtype,
-                        id,
+                        id: &id,
                         version: 1,
                         owner: "",
                     },
