@@ -95,23 +95,6 @@ async fn nap(delay: std::time::Duration, deadline: Instant) {
     tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
 }
 
-/// A 403 whose cause is `NamespaceTerminating` (k8s.io/api `core/v1` `NamespaceTerminatingCause`):
-/// an eviction in a namespace being deleted, which kubectl retries.
-fn namespace_terminating(e: &K8sError) -> bool {
-    match e {
-        K8sError::Api { err, .. } => match err.as_ref() {
-            ::kube::Error::Api(s) => {
-                s.code == 403
-                    && s.details.as_ref().is_some_and(|d| {
-                        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
-                    })
-            }
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
 /// Drain `node` (already cordoned by the caller).
 pub(crate) async fn run(
     ops: &impl DrainOps,
@@ -199,14 +182,9 @@ pub(crate) async fn run(
                     }
                     still.push(p);
                 }
-                // kubectl `pkg/drain/drain.go` `evictPods`: besides a 429 (above), only a 403
-                // with cause `NamespaceTerminating` is retried; any other error (a 500 for a pod
-                // under two PodDisruptionBudgets, a 5xx, a lost connection) fails the drain at
-                // once with the apiserver's message
-                Err(e) if namespace_terminating(&e) => {
-                    tracing::info!(node, pod = %p.pod, error = %e, "namespace terminating; will retry");
-                    still.push(p);
-                }
+                // kubectl `pkg/drain/drain.go` `evictPods`: only a 429 (above) is retried; any
+                // other error (a 500 for a pod under two PodDisruptionBudgets, a 5xx, a lost
+                // connection) fails the drain at once with the apiserver's message
                 Err(e) => {
                     return Err(K8sError::EvictionFailed {
                         node: node.to_string(),
@@ -600,7 +578,7 @@ mod tests {
         assert_eq!(report.pdb_refusals, 0);
     }
 
-    /// kubectl retries only a 429 (and a namespace being deleted): the apiserver's permanent
+    /// kubectl retries only a 429: the apiserver's permanent
     /// 500 for a pod under two PodDisruptionBudgets (k8s `pkg/registry/core/pod/storage/
     /// eviction.go`) fails the drain at once with its message, not at the drain timeout.
     #[tokio::test(start_paused = true)]
@@ -632,22 +610,6 @@ mod tests {
         assert!(run(&fake, "w1", &options(600)).await.is_err());
         assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
         assert_eq!(start.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_eviction_in_a_terminating_namespace_is_retried_until_the_timeout() {
-        let mut fake = Fake::new(vec![pod("web-1")]);
-        fake.evict_error = Some((
-            403,
-            "Forbidden",
-            "pods \"web-1\" is forbidden: unable to create new content in namespace default because it is being terminated",
-            "NamespaceTerminating",
-        ));
-        let start = Instant::now();
-        let err = run(&fake, "w1", &options(30)).await.unwrap_err();
-        assert!(matches!(err, K8sError::DrainBlocked { .. }), "{err:?}");
-        assert!(*fake.evict_calls.lock().unwrap() > 1);
-        assert_eq!(start.elapsed(), Duration::from_secs(30));
     }
 
     #[tokio::test(start_paused = true)]

@@ -603,8 +603,8 @@ pub enum K8sError {
         evicted: u32,
         waited: Duration,
     },
-    /// An eviction answered with an error kubectl does not retry (anything but a 429 or a
-    /// namespace being deleted): the drain stops at once, nothing was deleted.
+    /// An eviction answered with an error kubectl does not retry (anything but a 429): the
+    /// drain stops at once, nothing was deleted.
     #[error(
         "drain of node `{node}` stopped: evicting pod `{pod}` failed ({evicted} pod(s) evicted before it; nothing was deleted)"
     )]
