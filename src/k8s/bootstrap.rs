@@ -11,8 +11,10 @@
 //!   objects are recorded in the inventory ConfigMap `kube-system/
 //!   talos-bootstrap-manifests-inventory` (cli-utils format: label
 //!   `cli-utils.sigs.k8s.io/inventory-id`, one data key `<namespace>_<name>_<group>_<Kind>`
-//!   per object); objects the inventory lists that the manifests no longer render are pruned
-//!   after everything applied (`calculatePruneObjects`), only if they carry this inventory's
+//!   per object, a `:` in an RBAC name written `__`: [`ObjRef::key`]; keys Talos'
+//!   `ManifestApplyController` wrote at bootstrap read back with [`ObjRef::parse`]); objects
+//!   the inventory lists that the manifests no longer render are pruned after everything
+//!   applied (`calculatePruneObjects`), only if they carry this inventory's
 //!   annotation (the default `MustMatch` policy); then Deployments and DaemonSets are waited
 //!   for (`ssacli.Wait`, fail-fast).
 //! - **legacy** (some node runs Talos < 1.13; `syncManifests`, go-kubernetes
@@ -40,6 +42,10 @@ pub const INVENTORY_NAME: &str = "talos-bootstrap-manifests-inventory";
 pub const INVENTORY_ANNOTATION: &str = "config.k8s.io/owning-inventory";
 /// The label of a cli-utils inventory ConfigMap.
 pub const INVENTORY_ID_LABEL: &str = "cli-utils.sigs.k8s.io/inventory-id";
+/// The API group of the kinds whose names may hold a `:` (cli-utils `RBACGroupKind`).
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+/// How cli-utils writes a `:` of an RBAC name in an inventory key (`colonTranscoded`).
+const COLON_TRANSCODED: &str = "__";
 
 /// How the manifests are synced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,20 +88,37 @@ impl ObjRef {
             kind: m.kind().to_string(),
         }
     }
-    /// The cli-utils key (`kube-system_coredns_apps_Deployment`).
+    /// The inventory key, as cli-utils `ObjMetadata.String()` writes it
+    /// (fluxcd/cli-utils `pkg/object/objmetadata.go`, which go-kubernetes `ssa` and Talos'
+    /// `ManifestApplyController` use): `<namespace>_<name>_<group>_<Kind>`
+    /// (`kube-system_coredns_apps_Deployment`), where the name of an RBAC object (`Role`,
+    /// `ClusterRole`, `RoleBinding`, `ClusterRoleBinding` of `rbac.authorization.k8s.io`) has
+    /// each `:` written as `__`, since a ConfigMap key may not hold a `:`
+    /// (`_system__coredns_rbac.authorization.k8s.io_ClusterRole`).
     pub fn key(&self) -> String {
-        format!(
-            "{}_{}_{}_{}",
-            self.namespace, self.name, self.group, self.kind
-        )
+        let rbac = self.group == RBAC_GROUP
+            && matches!(
+                self.kind.as_str(),
+                "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+            );
+        let name = if rbac {
+            self.name.replace(':', COLON_TRANSCODED)
+        } else {
+            self.name.clone()
+        };
+        format!("{}_{}_{}_{}", self.namespace, name, self.group, self.kind)
     }
-    /// Parse a cli-utils key (names and namespaces have no `_`; kinds none either).
+    /// Parse an inventory key as cli-utils `ParseObjMetadata` does: the namespace up to the
+    /// first `_`, the kind after the last one, the group after the one before it, and the
+    /// name in between with every `__` read back as `:`. `None` when a separator is missing
+    /// (upstream's "unable to parse stored object metadata").
     pub fn parse(key: &str) -> Option<ObjRef> {
-        let mut parts = key.splitn(4, '_');
-        let (ns, name, group, kind) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        (!name.is_empty() && !kind.is_empty()).then(|| ObjRef {
-            namespace: ns.to_string(),
-            name: name.to_string(),
+        let (namespace, rest) = key.split_once('_')?;
+        let (rest, kind) = rest.rsplit_once('_')?;
+        let (name, group) = rest.rsplit_once('_')?;
+        Some(ObjRef {
+            namespace: namespace.to_string(),
+            name: name.replace(COLON_TRANSCODED, ":"),
             group: group.to_string(),
             kind: kind.to_string(),
         })
@@ -328,12 +351,22 @@ impl KubeClient {
                 api.get_opt(INVENTORY_NAME)
             })
             .await?;
-        Ok(cm
-            .and_then(|c| c.data)
+        // like go-kubernetes `ssa` (`inventory/configmap` `NewInventory`), a key that does not
+        // parse fails the sync rather than being dropped from the inventory
+        cm.and_then(|c| c.data)
             .unwrap_or_default()
             .keys()
-            .filter_map(|k| ObjRef::parse(k))
-            .collect())
+            .map(|k| {
+                ObjRef::parse(k).ok_or_else(|| {
+                    sync_err(
+                        format!("ConfigMap {INVENTORY_NAMESPACE}/{INVENTORY_NAME}"),
+                        format!(
+                            "inventory key `{k}` is not `<namespace>_<name>_<group>_<Kind>` (cli-utils ParseObjMetadata)"
+                        ),
+                    )
+                })
+            })
+            .collect()
     }
 
     async fn write_inventory(&self, refs: &BTreeSet<ObjRef>) -> Result<(), K8sError> {
@@ -480,6 +513,88 @@ mod tests {
         );
         let err = prepare(&[foreign]).unwrap_err();
         assert!(err.to_string().contains("inventory `other`"), "{err}");
+    }
+
+    fn r(ns: &str, name: &str, group: &str, kind: &str) -> ObjRef {
+        ObjRef {
+            namespace: ns.into(),
+            name: name.into(),
+            group: group.into(),
+            kind: kind.into(),
+        }
+    }
+
+    #[test]
+    fn rbac_names_with_colons_get_cli_utils_keys_a_configmap_may_hold() {
+        let role = r("", "system:coredns", RBAC_GROUP, "ClusterRole");
+        assert_eq!(
+            role.key(),
+            "_system__coredns_rbac.authorization.k8s.io_ClusterRole"
+        );
+        assert_eq!(ObjRef::parse(&role.key()), Some(role));
+        let binding = r("", "system:talos-nodes", RBAC_GROUP, "ClusterRoleBinding");
+        assert_eq!(
+            binding.key(),
+            "_system__talos-nodes_rbac.authorization.k8s.io_ClusterRoleBinding"
+        );
+        // every key is a valid ConfigMap key (apimachinery `IsConfigMapKey`)
+        for k in [
+            binding.key(),
+            r("kube-system", "a:b", RBAC_GROUP, "Role").key(),
+        ] {
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')),
+                "{k}"
+            );
+        }
+        // only RBAC kinds are transcoded (cli-utils `RBACGroupKind`)
+        assert_eq!(
+            r("ns", "a:b", "example.com", "Widget").key(),
+            "ns_a:b_example.com_Widget"
+        );
+    }
+
+    #[test]
+    fn keys_parse_as_cli_utils_parse_obj_metadata() {
+        // namespace from the first `_`, kind and group from the last two, `__` in the name is `:`
+        for (key, want) in [
+            (
+                "_test-name_apps_ReplicaSet",
+                r("", "test-name", "apps", "ReplicaSet"),
+            ),
+            (
+                "test-namespace_test-name_apps_Deployment",
+                r("test-namespace", "test-name", "apps", "Deployment"),
+            ),
+            (
+                "test-namespace_kubeadm__nodes-kubeadm-config_rbac.authorization.k8s.io_Role",
+                r(
+                    "test-namespace",
+                    "kubeadm:nodes-kubeadm-config",
+                    RBAC_GROUP,
+                    "Role",
+                ),
+            ),
+            (
+                "test-namespace_system____leader-locking-kube-scheduler_rbac.authorization.k8s.io_Role",
+                r(
+                    "test-namespace",
+                    "system::leader-locking-kube-scheduler",
+                    RBAC_GROUP,
+                    "Role",
+                ),
+            ),
+            (
+                "kube-system_coredns__ConfigMap",
+                r("kube-system", "coredns", "", "ConfigMap"),
+            ),
+        ] {
+            assert_eq!(ObjRef::parse(key).as_ref(), Some(&want), "{key}");
+        }
+        for bad in ["", "nounderscore", "ns_nokind", "a_b"] {
+            assert_eq!(ObjRef::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

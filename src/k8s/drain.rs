@@ -160,8 +160,8 @@ pub(crate) async fn run(
         });
     }
 
-    // 3. Evict in rounds; refused and transiently failed evictions are retried after a
-    //    backoff until the deadline. Never delete, never force.
+    // 3. Evict in rounds; refused evictions (429) are retried after a backoff until the
+    //    deadline, any other error fails at once. Never delete, never force.
     let mut evicted: Vec<DrainPod> = Vec::new();
     let mut refusals = 0u32;
     let mut pending = to_evict;
@@ -182,11 +182,17 @@ pub(crate) async fn run(
                     }
                     still.push(p);
                 }
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(node, pod = %p.pod, error = %e, "eviction failed; will retry");
-                    still.push(p);
+                // kubectl `pkg/drain/drain.go` `evictPods`: only a 429 (above) is retried; any
+                // other error (a 500 for a pod under two PodDisruptionBudgets, a 5xx, a lost
+                // connection) fails the drain at once with the apiserver's message
+                Err(e) => {
+                    return Err(K8sError::EvictionFailed {
+                        node: node.to_string(),
+                        pod: p.pod,
+                        evicted: u32::try_from(evicted.len()).unwrap_or(u32::MAX),
+                        source: Box::new(e),
+                    });
                 }
-                Err(e) => return Err(e),
             }
         }
         if still.is_empty() {
@@ -289,6 +295,8 @@ mod tests {
         flaky: Mutex<u32>,
         evicted_at: Mutex<BTreeMap<String, Instant>>,
         evict_calls: Mutex<u32>,
+        /// Every eviction answers this status (code, reason, message, cause reason).
+        evict_error: Option<(u16, &'static str, &'static str, &'static str)>,
     }
 
     impl Fake {
@@ -301,6 +309,7 @@ mod tests {
                 flaky: Mutex::new(0),
                 evicted_at: Mutex::new(BTreeMap::new()),
                 evict_calls: Mutex::new(0),
+                evict_error: None,
             }
         }
 
@@ -330,6 +339,26 @@ mod tests {
         async fn evict(&self, pod: &PodRef) -> Result<Eviction, K8sError> {
             *self.evict_calls.lock().unwrap() += 1;
             self.flake()?;
+            if let Some((code, reason, message, cause)) = self.evict_error {
+                let mut status = ::kube::core::Status::failure(message, reason).with_code(code);
+                status.details = Some(::kube::core::response::StatusDetails {
+                    name: pod.name.clone(),
+                    group: String::new(),
+                    kind: "pods".into(),
+                    uid: String::new(),
+                    causes: vec![::kube::core::response::StatusCause {
+                        reason: cause.into(),
+                        message: message.into(),
+                        field: String::new(),
+                    }],
+                    retry_after_seconds: 0,
+                });
+                return Err(K8sError::Api {
+                    op: "evict pod",
+                    target: pod.to_string(),
+                    err: Box::new(::kube::Error::Api(Box::new(status))),
+                });
+            }
             let blocked = self.guarded.contains(&pod.name.as_str())
                 && self.unblock_at.is_none_or(|t| Instant::now() < t);
             if blocked {
@@ -547,6 +576,40 @@ mod tests {
         let report = run(&fake, "w1", &options(60)).await.unwrap();
         assert_eq!(report.evicted, vec![pr("web-1")]);
         assert_eq!(report.pdb_refusals, 0);
+    }
+
+    /// kubectl retries only a 429: the apiserver's permanent
+    /// 500 for a pod under two PodDisruptionBudgets (k8s `pkg/registry/core/pod/storage/
+    /// eviction.go`) fails the drain at once with its message, not at the drain timeout.
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_error_other_than_429_fails_at_once_with_the_apiservers_message() {
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.evict_error = Some((
+            500,
+            "InternalError",
+            "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            "",
+        ));
+        let start = Instant::now();
+        let err = run(&fake, "w1", &options(600)).await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::ZERO, "no retry, no wait");
+        assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
+        assert!(
+            matches!(&err, K8sError::EvictionFailed { pod, .. } if *pod == pr("web-1")),
+            "{err:?}"
+        );
+        assert!(!err.is_transient(), "the executor must not retry it either");
+        let chain = crate::error_chain(&err);
+        assert!(
+            chain.contains("This pod has more than one PodDisruptionBudget"),
+            "{chain}"
+        );
+        // a 503 is no different
+        let mut fake = Fake::new(vec![pod("web-1")]);
+        fake.evict_error = Some((503, "ServiceUnavailable", "unavailable", ""));
+        assert!(run(&fake, "w1", &options(600)).await.is_err());
+        assert_eq!(*fake.evict_calls.lock().unwrap(), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

@@ -609,6 +609,18 @@ pub enum K8sError {
         evicted: u32,
         waited: Duration,
     },
+    /// An eviction answered with an error kubectl does not retry (anything but a 429): the
+    /// drain stops at once, nothing was deleted.
+    #[error(
+        "drain of node `{node}` stopped: evicting pod `{pod}` failed ({evicted} pod(s) evicted before it; nothing was deleted)"
+    )]
+    EvictionFailed {
+        node: String,
+        pod: PodRef,
+        evicted: u32,
+        #[source]
+        source: Box<K8sError>,
+    },
     #[error(
         "drain of node `{node}` timed out after {waited:?} waiting for evicted pods to terminate: {}",
         pods_text(pods)

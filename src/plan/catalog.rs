@@ -2,17 +2,20 @@
 //! Talos minor supports. Built in and versioned ([`CATALOG_VERSION`]); a cluster's
 //! `upgradePolicy` can add releases and override support windows.
 //!
-//! Sources (checked 2026-08-21, the date of the reference snapshot of siderolabs/talos):
+//! Sources (checked 2026-12-04; siderolabs/talos snapshot of 2026-08-21 for the code, release
+//! notes and announcements since for the newer patches):
 //!
 //! - **Support windows** come from `pkg/machinery/compatibility/talos1XX/talos1XX.go` in
 //!   siderolabs/talos (`MinimumKubernetesVersion` / `MaximumKubernetesVersion`), which
 //!   `talosctl upgrade-k8s` enforces through `KubernetesVersion.SupportedWith`:
 //!   1.10: 1.28.0–1.33.99, 1.11: 1.29.0–1.34.99, 1.12: 1.30.0–1.35.99, 1.13: 1.31.0–1.36.99,
-//!   1.14: 1.32.0–1.37.99 (main branch, Talos 1.14 not yet released).
+//!   1.14: 1.32.0–1.37.99, 1.15: 1.33.0–1.38.99 (`talos115`, on main: Talos 1.15 is in
+//!   development; its host minimum is 1.13.0, `MinimumHostUpgradeVersion`).
 //! - **Latest patches** come from the release announcements and release PRs of siderolabs/talos:
 //!   v1.10.9 (release PR #12479, 2025-12-23), v1.11.6 (release PR #12428, 2025-12-16),
-//!   v1.12.11 (release PR #13957, 2026-08-05), v1.13.9 (discussion #14072, 2026-08-19),
-//!   v1.14.0-rc.1 (tag, 2026-08-14; a pre-release, so never a stop on a path).
+//!   v1.12.12 (2026-09-04; Kubernetes 1.35.8, etcd 3.6.14), v1.13.10 (2026-09-03),
+//!   v1.14.6 (2026-11-11; 1.14.4 of 2026-10-16 moved to Kubernetes v1.37.1 and etcd v3.7.2).
+//!   Kubernetes: 1.37 is GA (1.37.1 shipped by 2026-10-16), supported branches 1.37, 1.36, 1.35.
 //!
 //! medea's path rule is stricter than Talos' own (`MinimumHostUpgradeVersion` lets Talos 1.13
 //! install over 1.11): one minor per hop, through the newest stable patch of each minor.
@@ -24,7 +27,7 @@ use crate::version::{KubeVersion, TalosVersion};
 
 /// Version of the built-in tables; part of every plan id, so a medea with newer tables never
 /// approves a plan computed with older ones.
-pub const CATALOG_VERSION: &str = "2026-08-21.1";
+pub const CATALOG_VERSION: &str = "2026-12-04.1";
 
 /// Kubernetes minors a Talos minor supports (both ends inclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -57,10 +60,11 @@ const SUPPORT: &[(MinorLine, MinorLine, MinorLine)] = &[
     ((1, 12), (1, 30), (1, 35)),
     ((1, 13), (1, 31), (1, 36)),
     ((1, 14), (1, 32), (1, 37)),
+    ((1, 15), (1, 33), (1, 38)),
 ];
 
 /// The newest known release of each minor (pre-releases included; they are never stops).
-const RELEASES: &[&str] = &["v1.10.9", "v1.11.6", "v1.12.11", "v1.13.9", "v1.14.0-rc.1"];
+const RELEASES: &[&str] = &["v1.10.9", "v1.11.6", "v1.12.12", "v1.13.10", "v1.14.6"];
 
 /// Why no upgrade path exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +138,7 @@ impl Catalog {
         c
     }
 
-    /// `2026-08-21.1`, or `2026-08-21.1+overrides` when the desired state changed the tables.
+    /// `2026-12-04.1`, or `2026-12-04.1+overrides` when the desired state changed the tables.
     pub fn version(&self) -> String {
         if self.overridden {
             format!("{CATALOG_VERSION}+overrides")
@@ -219,11 +223,15 @@ mod tests {
         let c = Catalog::builtin();
         assert_eq!(
             c.talos_path(&t("v1.11.5"), &t("v1.13.9"), false).unwrap(),
-            [t("v1.12.11"), t("v1.13.9")]
+            [t("v1.12.12"), t("v1.13.9")]
         );
         assert_eq!(
             c.talos_path(&t("v1.10.2"), &t("v1.13.9"), false).unwrap(),
-            [t("v1.11.6"), t("v1.12.11"), t("v1.13.9")]
+            [t("v1.11.6"), t("v1.12.12"), t("v1.13.9")]
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.12.11"), &t("v1.14.6"), false).unwrap(),
+            [t("v1.13.10"), t("v1.14.6")]
         );
         // Within a minor, or to the next one: a single hop, even from an old patch.
         assert_eq!(
@@ -242,17 +250,35 @@ mod tests {
     }
 
     #[test]
-    fn prereleases_are_never_stops_but_may_be_targets() {
+    fn todays_releases_are_the_stops() {
         let c = Catalog::builtin();
-        assert_eq!(c.latest_stable((1, 14)), None);
+        assert_eq!(c.latest_stable((1, 12)), Some(&t("v1.12.12")));
+        assert_eq!(c.latest_stable((1, 13)), Some(&t("v1.13.10")));
+        assert_eq!(c.latest_stable((1, 14)), Some(&t("v1.14.6")));
+        assert_eq!(c.latest_stable((1, 15)), None);
+    }
+
+    #[test]
+    fn prereleases_are_never_stops_but_may_be_targets() {
+        let c = Catalog::for_policy(&UpgradePolicy {
+            allow_downgrade: false,
+            talos_releases: vec![t("v1.15.0-beta.0")],
+            kubernetes_support: Vec::new(),
+            removed_apis: Vec::new(),
+        });
+        assert_eq!(c.latest_stable((1, 15)), None);
         assert_eq!(
-            c.talos_path(&t("v1.13.9"), &t("v1.14.0-rc.1"), false)
+            c.talos_path(&t("v1.14.6"), &t("v1.15.0-beta.0"), false)
                 .unwrap(),
-            [t("v1.14.0-rc.1")]
+            [t("v1.15.0-beta.0")]
         );
         assert_eq!(
-            c.talos_path(&t("v1.13.9"), &t("v1.15.0"), false),
-            Err(PathError::NoRelease { minor: (1, 14) })
+            c.talos_path(&t("v1.14.6"), &t("v1.16.0"), false),
+            Err(PathError::NoRelease { minor: (1, 15) })
+        );
+        assert_eq!(
+            c.talos_path(&t("v1.13.9"), &t("v1.15.0"), false).unwrap(),
+            [t("v1.14.6"), t("v1.15.0")]
         );
     }
 
@@ -265,7 +291,7 @@ mod tests {
         );
         assert_eq!(
             c.talos_path(&t("v1.13.9"), &t("v1.11.2"), true).unwrap(),
-            [t("v1.12.11"), t("v1.11.2")]
+            [t("v1.12.12"), t("v1.11.2")]
         );
         assert_eq!(
             c.talos_path(&t("v1.13.9"), &t("v2.0.0"), false),
@@ -282,6 +308,7 @@ mod tests {
             ((1, 12), "v1.30.0", "v1.35.9", "v1.29.1", "v1.36.0"),
             ((1, 13), "v1.31.0", "v1.36.3", "v1.30.4", "v1.37.0"),
             ((1, 14), "v1.32.0", "v1.37.1", "v1.31.0", "v1.38.0"),
+            ((1, 15), "v1.33.0", "v1.38.2", "v1.32.9", "v1.39.0"),
         ];
         for (minor, lo, hi, below, above) in cases {
             let w = c.window(minor).unwrap();
@@ -291,7 +318,7 @@ mod tests {
                 "{minor:?}"
             );
         }
-        assert_eq!(c.window((1, 15)), None);
+        assert_eq!(c.window((1, 16)), None);
         assert_eq!(c.window((1, 9)), None);
     }
 
@@ -299,22 +326,22 @@ mod tests {
     fn policy_adds_releases_and_overrides_windows() {
         let policy = UpgradePolicy {
             allow_downgrade: false,
-            talos_releases: vec![t("v1.14.1"), t("v1.12.12")],
+            talos_releases: vec![t("v1.14.7"), t("v1.12.13")],
             kubernetes_support: vec![SupportOverride {
-                talos: (1, 15),
-                min_kubernetes: (1, 33),
-                max_kubernetes: (1, 38),
+                talos: (1, 16),
+                min_kubernetes: (1, 34),
+                max_kubernetes: (1, 39),
             }],
             removed_apis: Vec::new(),
         };
         let c = Catalog::for_policy(&policy);
-        assert_eq!(c.latest_stable((1, 12)), Some(&t("v1.12.12")));
-        assert_eq!(c.latest_stable((1, 14)), Some(&t("v1.14.1")));
+        assert_eq!(c.latest_stable((1, 12)), Some(&t("v1.12.13")));
+        assert_eq!(c.latest_stable((1, 14)), Some(&t("v1.14.7")));
         assert_eq!(
             c.talos_path(&t("v1.13.9"), &t("v1.15.0"), false).unwrap(),
-            [t("v1.14.1"), t("v1.15.0")]
+            [t("v1.14.7"), t("v1.15.0")]
         );
-        assert!(c.window((1, 15)).unwrap().contains(&k("v1.38.2")));
+        assert!(c.window((1, 16)).unwrap().contains(&k("v1.39.2")));
         assert_eq!(c.version(), format!("{CATALOG_VERSION}+overrides"));
         assert_eq!(Catalog::builtin().version(), CATALOG_VERSION);
     }

@@ -171,7 +171,7 @@ fn two_minors_become_two_hops_through_the_latest_patch() {
     assert_eq!(steps.len(), 2);
     assert_eq!(
         (steps[0].hop, steps[0].hops, &steps[0].to),
-        (1, 2, &t("v1.12.11"))
+        (1, 2, &t("v1.12.12"))
     );
     assert_eq!(
         (steps[1].hop, steps[1].hops, &steps[1].to),
@@ -189,7 +189,7 @@ fn two_minors_become_two_hops_through_the_latest_patch() {
             .waves
             .iter()
             .flatten()
-            .all(|m| m.from == t("v1.12.11"))
+            .all(|m| m.from == t("v1.12.12"))
     );
     assert_eq!(steps[1].image, "ghcr.io/siderolabs/installer:v1.13.9");
     let text = render::text(&p, Default::default());
@@ -198,7 +198,7 @@ fn two_minors_become_two_hops_through_the_latest_patch() {
         "{text}"
     );
     assert!(
-        text.contains("hop 1/2: v1.11.5 → v1.12.11 (3 machines, 3 waves of 1)"),
+        text.contains("hop 1/2: v1.11.5 → v1.12.12 (3 machines, 3 waves of 1)"),
         "{text}"
     );
 }
@@ -223,26 +223,26 @@ fn mixed_versions_join_the_hops_they_need() {
     assert_eq!(wave_nodes(steps[0]), [["a"]]);
     assert_eq!(wave_nodes(steps[1]), [["a"], ["b"]]);
     let froms: Vec<&TalosVersion> = steps[1].waves.iter().flatten().map(|m| &m.from).collect();
-    assert_eq!(froms, [&t("v1.12.11"), &t("v1.12.3")]);
+    assert_eq!(froms, [&t("v1.12.12"), &t("v1.12.3")]);
 }
 
 #[test]
 fn a_prerelease_target_is_one_hop_and_never_a_stop() {
-    let d = one("v1.34.1", "", &[cp_pool("v1.14.0-rc.1")]);
-    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.13.9")));
-    assert_eq!(talos_steps(&p)[0].to, t("v1.14.0-rc.1"));
-    // Through 1.14 to 1.15: no stable 1.14 to stop at.
+    let d = one("v1.34.1", "", &[cp_pool("v1.15.0-beta.0")]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.14.6")));
+    assert_eq!(talos_steps(&p)[0].to, t("v1.15.0-beta.0"));
+    // Through 1.15 to 1.16: no stable 1.15 to stop at.
     let d = one(
         "v1.34.1",
-        "  upgradePolicy:\n    kubernetesSupport:\n      - { talos: v1.15, minKubernetes: v1.33, maxKubernetes: v1.38 }\n",
-        &[cp_pool("v1.15.0")],
+        "  upgradePolicy:\n    kubernetesSupport:\n      - { talos: v1.16, minKubernetes: v1.34, maxKubernetes: v1.39 }\n",
+        &[cp_pool("v1.16.0")],
     );
     let e = only(
-        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.13.9"))),
+        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.14.6"))),
         codes::TALOS_PATH,
     );
     assert!(
-        e.message.starts_with("no stable Talos 1.14 release is known to stop at on the way from what `cp-1` (v1.13.9), `cp-2` (v1.13.9), `cp-3` (v1.13.9) run to v1.15.0"),
+        e.message.starts_with("no stable Talos 1.15 release is known to stop at on the way from what `cp-1` (v1.14.6), `cp-2` (v1.14.6), `cp-3` (v1.14.6) run to v1.16.0"),
         "{e}"
     );
     assert!(e.help.unwrap().contains("upgradePolicy.talosReleases"));
@@ -252,12 +252,12 @@ fn a_prerelease_target_is_one_hop_and_never_a_stop() {
 fn the_catalog_override_adds_releases_and_windows() {
     let d = one(
         "v1.34.1",
-        "  upgradePolicy:\n    talosReleases: [v1.14.2]\n    kubernetesSupport:\n      - { talos: v1.15, minKubernetes: v1.33, maxKubernetes: v1.38 }\n",
-        &[cp_pool("v1.15.0")],
+        "  upgradePolicy:\n    talosReleases: [v1.15.2]\n    kubernetesSupport:\n      - { talos: v1.16, minKubernetes: v1.34, maxKubernetes: v1.39 }\n",
+        &[cp_pool("v1.16.0")],
     );
-    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.13.9")));
+    let p = plan_ok(&d, &observed("v1.34.1", 1, three_cps("v1.14.6")));
     let tos: Vec<&TalosVersion> = talos_steps(&p).iter().map(|s| &s.to).collect();
-    assert_eq!(tos, [&t("v1.14.2"), &t("v1.15.0")]);
+    assert_eq!(tos, [&t("v1.15.2"), &t("v1.16.0")]);
     assert!(p.catalog.ends_with("+overrides"), "{}", p.catalog);
 }
 
@@ -279,7 +279,10 @@ fn the_kubernetes_step_carries_the_catalogs_support_rule_to_the_executor() {
     // Built in, Talos 1.12 supports up to Kubernetes 1.35 and 1.13 supports 1.36.
     let d = one("v1.36.1", "", &[cp_pool("v1.13.9")]);
     let k_step = kube_step(&plan_ok(&d, &observed("v1.35.0", 1, three_cps("v1.13.9"))));
-    assert_eq!(k_step.supported_talos, Some(vec![(1, 13), (1, 14)]));
+    assert_eq!(
+        k_step.supported_talos,
+        Some(vec![(1, 13), (1, 14), (1, 15)])
+    );
     assert!(k_step.talos_supports_target(&t("v1.13.9")));
     assert!(!k_step.talos_supports_target(&t("v1.12.11")));
     // Extended: Talos 1.12 runs Kubernetes 1.36 too.
@@ -291,13 +294,13 @@ fn the_kubernetes_step_carries_the_catalogs_support_rule_to_the_executor() {
     let k_step = kube_step(&plan_ok(&d, &observed("v1.35.0", 1, three_cps("v1.12.11"))));
     assert_eq!(
         k_step.supported_talos,
-        Some(vec![(1, 12), (1, 13), (1, 14)])
+        Some(vec![(1, 12), (1, 13), (1, 14), (1, 15)])
     );
     assert!(k_step.talos_supports_target(&t("v1.12.11")));
     let json = serde_json::to_value(&k_step).unwrap();
     assert_eq!(
         json["supportedTalos"],
-        serde_json::json!(["v1.12", "v1.13", "v1.14"])
+        serde_json::json!(["v1.12", "v1.13", "v1.14", "v1.15"])
     );
     let back: KubeRollout = serde_json::from_value(json).unwrap();
     assert_eq!(back, k_step);
@@ -307,16 +310,16 @@ fn the_kubernetes_step_carries_the_catalogs_support_rule_to_the_executor() {
 fn an_unknown_talos_minor_asks_for_a_support_window() {
     let d = one(
         "v1.34.1",
-        "  upgradePolicy:\n    talosReleases: [v1.14.2]\n",
-        &[cp_pool("v1.15.0")],
+        "  upgradePolicy:\n    talosReleases: [v1.15.2]\n",
+        &[cp_pool("v1.16.0")],
     );
     let e = only(
-        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.13.9"))),
+        &plan_err(&d, &observed("v1.34.1", 1, three_cps("v1.14.6"))),
         codes::CATALOG,
     );
     assert!(
         e.message
-            .contains("Talos 1.15 is not in medea's compatibility catalog"),
+            .contains("Talos 1.16 is not in medea's compatibility catalog"),
         "{e}"
     );
     assert!(e.help.unwrap().contains("kubernetesSupport"));

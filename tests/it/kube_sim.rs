@@ -490,17 +490,183 @@ async fn a_manifest_created_by_an_update_manager_is_taken_over_under_the_talos_f
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(
-        keys,
-        [
-            "kube-system_coredns__ConfigMap",
-            "kube-system_coredns__ServiceAccount",
-            "kube-system_kube-proxy_apps_DaemonSet",
-        ]
-    );
+    assert_eq!(keys, TALOS_INVENTORY_KEYS);
     assert_eq!(
         inv["metadata"]["labels"]["cli-utils.sigs.k8s.io/inventory-id"],
         INVENTORY_NAME
+    );
+}
+
+/// The inventory keys of Talos' default bootstrap manifests (Talos `ManifestController` with
+/// CoreDNS, flannel and kube-proxy on), as cli-utils `ObjMetadata.String()` writes them: a `:`
+/// in an RBAC name is `__`. Sorted, as a ConfigMap's `data` reads back.
+const TALOS_INVENTORY_KEYS: [&str; 21] = [
+    "_flannel_rbac.authorization.k8s.io_ClusterRole",
+    "_flannel_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "_kube-proxy_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "_system-bootstrap-approve-node-client-csr_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "_system-bootstrap-node-bootstrapper_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "_system-bootstrap-node-renewal_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "_system__coredns_rbac.authorization.k8s.io_ClusterRole",
+    "_system__coredns_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "_system__talos-nodes_rbac.authorization.k8s.io_ClusterRole",
+    "_system__talos-nodes_rbac.authorization.k8s.io_ClusterRoleBinding",
+    "kube-system_bootstrap-token-s1m0la__Secret",
+    "kube-system_coredns__ConfigMap",
+    "kube-system_coredns__ServiceAccount",
+    "kube-system_coredns_apps_Deployment",
+    "kube-system_flannel__ServiceAccount",
+    "kube-system_kube-dns__Service",
+    "kube-system_kube-flannel-cfg__ConfigMap",
+    "kube-system_kube-flannel_apps_DaemonSet",
+    "kube-system_kube-proxy__ServiceAccount",
+    "kube-system_kube-proxy_apps_DaemonSet",
+    "kube-system_kubeconfig-in-cluster__ConfigMap",
+];
+
+/// Issue #33 item 1: Talos' default manifests hold `ClusterRole`/`ClusterRoleBinding`
+/// `system:coredns` and `system:talos-nodes`. Written verbatim into the inventory ConfigMap,
+/// their keys hold a `:`, which the apiserver refuses (422, `IsConfigMapKey`): the last task
+/// of every Kubernetes step on Talos >= 1.13 failed. The keys Talos' `ManifestApplyController`
+/// wrote at bootstrap (cli-utils format) are read back, not pruned, and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_step_on_talos_1_13_keeps_talos_rbac_in_the_inventory_under_cli_utils_keys() {
+    use medea::k8s::bootstrap::{INVENTORY_ANNOTATION, INVENTORY_NAME};
+    let Some(bin) = crate::sim_cluster::require_kubectl() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let kubeconfig = sim.creds.join(crate::rollout::CLUSTER).join("kubeconfig");
+    // what Talos' ManifestApplyController left at bootstrap: the ClusterRole, annotated for
+    // the inventory, and the inventory listing it under its cli-utils key
+    let file = dir.path().join("bootstrap.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+  annotations:
+    {INVENTORY_ANNOTATION}: {INVENTORY_NAME}
+rules: []
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {INVENTORY_NAME}
+  namespace: kube-system
+data:
+  _system__coredns_rbac.authorization.k8s.io_ClusterRole: ""
+"#
+        ),
+    )
+    .unwrap();
+    let (ok, out) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &["create", "--validate=false", "-f", file.to_str().unwrap()],
+    )
+    .await;
+    assert!(ok, "{out}");
+    // the simulator refuses a key with a `:` as the apiserver does
+    let (ok, out) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &[
+            "patch",
+            "configmap",
+            INVENTORY_NAME,
+            "-n",
+            "kube-system",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"_system:coredns_rbac.authorization.k8s.io_ClusterRole":""}}"#,
+        ],
+    )
+    .await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("ConfigMap \"talos-bootstrap-manifests-inventory\" is invalid: data[_system:coredns_rbac.authorization.k8s.io_ClusterRole]: Invalid value: \"_system:coredns_rbac.authorization.k8s.io_ClusterRole\": a valid config key must consist of alphanumeric characters, '-', '_' or '.'"),
+        "{out}"
+    );
+
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    let (ok, inv) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &[
+            "get",
+            "configmap",
+            INVENTORY_NAME,
+            "-n",
+            "kube-system",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert!(ok, "{inv}");
+    let inv: serde_json::Value = serde_json::from_str(&inv).unwrap();
+    let keys: Vec<&str> = inv["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, TALOS_INVENTORY_KEYS);
+    // the RBAC objects are there, applied by the `talos` field manager, none pruned
+    for kind in ["clusterrole", "clusterrolebinding"] {
+        for name in ["system:coredns", "system:talos-nodes"] {
+            let (ok, obj) = crate::sim_cluster::kubectl(
+                &bin,
+                &kubeconfig,
+                dir.path(),
+                &["get", kind, name, "--show-managed-fields", "-o", "json"],
+            )
+            .await;
+            assert!(ok, "{kind} {name}: {obj}");
+            let obj: serde_json::Value = serde_json::from_str(&obj).unwrap();
+            assert_eq!(
+                obj["metadata"]["annotations"][INVENTORY_ANNOTATION], INVENTORY_NAME,
+                "{obj}"
+            );
+            assert!(
+                obj["metadata"]["managedFields"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["manager"] == "talos" && m["operation"] == "Apply"),
+                "{obj}"
+            );
+        }
+    }
+    let (ok, role) = crate::sim_cluster::kubectl(
+        &bin,
+        &kubeconfig,
+        dir.path(),
+        &["get", "clusterrole", "system:coredns", "-o", "json"],
+    )
+    .await;
+    assert!(ok, "{role}");
+    let role: serde_json::Value = serde_json::from_str(&role).unwrap();
+    assert_eq!(
+        role["rules"][1]["resources"][0], "endpointslices",
+        "Talos' rules applied over the bootstrap copy: {role}"
     );
 }
 
@@ -635,4 +801,69 @@ data:
     ])
     .await;
     assert!(ok, "foreign is kept: {out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// issue #33 item 2: Talos 1.14's `final-*` config resources
+
+/// From Talos 1.14 a static pod is rendered from `final-<component>`, and its
+/// `talos.dev/config-version` is that resource's version, which runs apart from the raw
+/// `<component>` resource's (talos#14258). Comparing with the raw one, the control-plane wait
+/// never matched and the step halted at the health timeout with a mixed control plane; talosctl
+/// reads the final resource first (PR #14269) and so does medea.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_talos_1_14_the_control_plane_wait_compares_with_the_final_config_resource() {
+    use medea::talos::{ClientSettings, NodeTarget, TalosClient};
+    async fn version_of(client: &TalosClient, id: &str) -> String {
+        client
+            .cosi_get(
+                &NodeTarget::parse("cp-1").unwrap(),
+                "controlplane",
+                "APIServerConfigs.kubernetes.talos.dev",
+                id,
+            )
+            .await
+            .unwrap()
+            .version
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start_from(dir.path(), 2, 1, KubeSimConfig::default(), "v1.14.0").await;
+    let talosconfig = sim
+        .talos
+        .write_talosconfig(&dir.path().join("talos"))
+        .unwrap();
+    let (client, _) =
+        TalosClient::from_talosconfig(&talosconfig, None, ClientSettings::default()).unwrap();
+    let raw = version_of(&client, "kube-apiserver").await;
+    let fin = version_of(&client, "final-kube-apiserver").await;
+    assert_ne!(raw, fin, "the simulator keeps the two counters apart");
+
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(10))],
+    )
+    .await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    let raw2 = version_of(&client, "kube-apiserver").await;
+    let fin2 = version_of(&client, "final-kube-apiserver").await;
+    assert_ne!(raw2, fin2, "still apart after the patch");
+    assert!(
+        fin2 != fin && raw2 != raw,
+        "both moved on: {raw}->{raw2}, {fin}->{fin2}"
+    );
+    for cp in ["cp-1", "cp-2"] {
+        let st = sim.talos.node_state(cp).unwrap();
+        for c in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            assert_eq!(st.static_pod_images[c], image(c, TARGET), "{cp} {c}");
+        }
+    }
 }

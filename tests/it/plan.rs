@@ -164,7 +164,7 @@ fn plan_of_the_examples_after_an_edit_matches_the_snapshot() {
     assert_eq!(v["parent"], first_plan.id.to_hex());
     assert_eq!(v["summary"]["settingsChanges"], 1);
     assert_eq!(v["clusters"][1]["steps"][0]["type"], "talos");
-    assert_eq!(v["clusters"][1]["steps"][0]["to"], "v1.12.11");
+    assert_eq!(v["clusters"][1]["steps"][0]["to"], "v1.12.12");
 
     // The documented example is the real output.
     for doc in [

@@ -811,6 +811,82 @@ async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing(
     assert_eq!(sim.upgrades("w-2"), 0);
 }
 
+/// A system extension's service that was failing before the upgrade (`ext-<name>`, which
+/// `MachineStatus` readiness ignores) does not keep the node "not back" after its reboot: the
+/// services to wait for are compared with the states recorded before the upgrade (#33 item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_service_failing_before_the_upgrade_does_not_hold_the_node_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    sim.talos
+        .set_service_health("w-1", "ext-iscsi-tools", false)
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 10))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    assert_eq!(sim.upgrades("w-1"), 1);
+    let st = sim.talos.node_state("w-1").unwrap();
+    assert_eq!(st.running, tv(TO));
+}
+
+/// kubectl's drain retries an eviction only on a 429: the apiserver's 500 for a pod that two
+/// PodDisruptionBudgets select (k8s `pkg/registry/core/pod/storage/eviction.go`) never goes
+/// away by waiting, so the drain stops at once with its message instead of at the timeout
+/// (#33 item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_under_two_pdbs_halts_the_drain_at_once_with_the_apiservers_message() {
+    use medea::sim::kube::scenario;
+    let objects = vec![
+        serde_json::to_value(scenario::deployment("default", "web", 6, "nginx:1.29")).unwrap(),
+        serde_json::to_value(scenario::pdb_min_available("default", "web-pdb", "web", 1)).unwrap(),
+        serde_json::to_value(scenario::pdb_min_available(
+            "default",
+            "web-pdb-2",
+            "web",
+            1,
+        ))
+        .unwrap(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    assert!(!sim.kube.pods_on("w-1").is_empty());
+    // a 300 s drain timeout
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (300, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let started = std::time::Instant::now();
+    let out = run.go().await;
+    let reason = halted(&out).to_string();
+    assert!(
+        reason.contains("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."),
+        "{reason}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "halted at once, not at the 300 s drain timeout: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        sim.kube.counters().pod_deletes,
+        0,
+        "medea never deletes a pod"
+    );
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_etcd_snapshot_touches_no_control_plane_node() {
     let dir = tempfile::tempdir().unwrap();

@@ -259,6 +259,11 @@ pub struct NodeProgress {
     pub boot_id_before: Option<String>,
     /// Kubelet version before the rollout (the node must come back with it).
     pub kubelet_before: Option<KubeVersion>,
+    /// The Talos services that were not Running+healthy when the node's checks passed (an
+    /// extension service that was failing already): they do not keep the node "not back"
+    /// after its reboot; a service that was healthy before still does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services_unhealthy_before: Vec<String>,
     pub method: Option<UpgradeMethod>,
     /// Do not retry the current command before this time (blocked drain).
     #[serde(with = "ts_opt")]
@@ -323,6 +328,7 @@ impl NodeProgress {
             attempt: 0,
             boot_id_before: None,
             kubelet_before: None,
+            services_unhealthy_before: Vec::new(),
             method: None,
             not_before: None,
             blocked: None,

@@ -283,10 +283,12 @@ pub(super) fn talos_node(
                 let boot = t.boot_id.clone();
                 let kubelet = k.kubelet_version.clone();
                 let was_cordoned = k.unschedulable;
+                let unhealthy_before = t.unhealthy_services.clone();
                 let n = node_mut(j, si, i);
                 n.was_cordoned = was_cordoned;
                 n.boot_id_before = Some(boot);
                 n.kubelet_before = kubelet;
+                n.services_unhealthy_before = unhealthy_before;
                 n.method = Some(method);
                 n.enter(NodePhase::Checked, now);
                 notes.push(format!(
@@ -494,11 +496,11 @@ pub(super) fn talos_node(
                         if t.ready { "ready" } else { "not ready" }
                     ));
                 }
-                if !t.unhealthy_services.is_empty() {
-                    return late(format!(
-                        "services not healthy yet: {}",
-                        t.unhealthy_services.join(", ")
-                    ));
+                // a service that was already failing before the upgrade (say an extension
+                // service) does not hold the node back; one that was healthy before does
+                let newly = newly_unhealthy(&t.unhealthy_services, &n.services_unhealthy_before);
+                if !newly.is_empty() {
+                    return late(format!("services not healthy yet: {}", newly.join(", ")));
                 }
                 let k = match eyes.kube(&name) {
                     Seen::Got(k) => k,
@@ -790,11 +792,9 @@ fn rollback_wave(
                 if t.stage != MachineStage::Running || !t.ready {
                     return late(format!("was {}, not running and ready", t.stage.name()));
                 }
-                if !t.unhealthy_services.is_empty() {
-                    return late(format!(
-                        "had unhealthy services: {}",
-                        t.unhealthy_services.join(", ")
-                    ));
+                let newly = newly_unhealthy(&t.unhealthy_services, &n.services_unhealthy_before);
+                if !newly.is_empty() {
+                    return late(format!("had unhealthy services: {}", newly.join(", ")));
                 }
                 match eyes.kube(&name) {
                     Seen::Got(k) if k.ready => {}
@@ -827,5 +827,27 @@ fn rollback_wave(
             }
             RollbackPhase::Done => unreachable!("picked a node not done"),
         }
+    }
+}
+
+/// The services unhealthy now that were not unhealthy before the node's upgrade.
+fn newly_unhealthy<'a>(now: &'a [String], before: &[String]) -> Vec<&'a str> {
+    now.iter()
+        .filter(|s| !before.contains(s))
+        .map(String::as_str)
+        .collect()
+}
+
+#[cfg(test)]
+mod newly_unhealthy_tests {
+    use super::newly_unhealthy;
+
+    #[test]
+    fn only_services_healthy_before_hold_a_node_back() {
+        let before = vec!["ext-iscsi-tools".to_string()];
+        let now = vec!["ext-iscsi-tools".to_string(), "kubelet".to_string()];
+        assert_eq!(newly_unhealthy(&now, &before), ["kubelet"]);
+        assert!(newly_unhealthy(&now[..1], &before).is_empty());
+        assert_eq!(newly_unhealthy(&now, &[]), ["ext-iscsi-tools", "kubelet"]);
     }
 }

@@ -66,8 +66,11 @@ fn talos_support_window() {
     assert!(rollout("v1.36.4", None).talos_supports_target(&tv("v1.13.9")));
     assert!(!rollout("v1.37.0", None).talos_supports_target(&tv("v1.13.9")));
     assert!(!rollout("v1.30.9", None).talos_supports_target(&tv("v1.13.9")));
+    // Talos 1.15 (in development) is catalogued: Kubernetes 1.33 to 1.38.
+    assert!(rollout("v1.38.0", None).talos_supports_target(&tv("v1.15.0")));
+    assert!(!rollout("v1.32.5", None).talos_supports_target(&tv("v1.15.0")));
     // A Talos minor the catalog does not know supports nothing (the planner refuses it too).
-    assert!(!rollout("v1.38.0", None).talos_supports_target(&tv("v1.15.0")));
+    assert!(!rollout("v1.39.0", None).talos_supports_target(&tv("v1.16.0")));
     assert!(!rollout("v1.38.0", None).talos_supports_target(&tv("v2.0.0")));
     // Recorded by the planner: exactly its list, which `upgradePolicy.kubernetesSupport`
     // may have extended beyond the built-in windows.

@@ -19,6 +19,24 @@ pub(crate) struct ApiError {
     pub details: Option<Box<StatusDetails>>,
 }
 
+/// One `field.Invalid` error: the field path (`data[key]`), the offending string value and
+/// the reason (k8s.io/apimachinery `pkg/util/validation/field/errors.go`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FieldError {
+    pub field: String,
+    pub value: String,
+    pub detail: String,
+}
+
+impl FieldError {
+    /// `ErrorBody` of an `Invalid` error with a string value: `Invalid value: "<value>": <detail>`
+    /// (the value Go-quoted, `%q`).
+    pub fn body(&self) -> String {
+        let quoted = serde_json::to_string(&self.value).unwrap_or_default();
+        format!("Invalid value: {quoted}: {}", self.detail)
+    }
+}
+
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -122,6 +140,53 @@ impl ApiError {
 
     pub fn invalid(rt: &ResourceType, name: &str, message: impl Into<String>) -> ApiError {
         ApiError::new(422, "Invalid", message).with_details(rt, name)
+    }
+
+    /// A 422 from the apiserver's validation of one object: `errors.NewInvalid`
+    /// (k8s.io/apimachinery `pkg/api/errors/errors.go`) over `field.Invalid` errors
+    /// (`pkg/util/validation/field/errors.go`): the message is `<Kind> "<name>" is invalid: `
+    /// and the one error, or the errors as `[a, b]` (`ToAggregate`, duplicates dropped);
+    /// `details.kind` is the kind (not the resource) and each error is a cause
+    /// `FieldValueInvalid` with its field path.
+    pub fn invalid_fields(rt: &ResourceType, name: &str, errors: &[FieldError]) -> ApiError {
+        let mut lines: Vec<String> = Vec::with_capacity(errors.len());
+        for e in errors {
+            let line = format!("{}: {}", e.field, e.body());
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+        let aggregate = match lines.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let kind = if rt.group.is_empty() {
+            rt.kind.to_string()
+        } else {
+            format!("{}.{}", rt.kind, rt.group)
+        };
+        let mut err = ApiError::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {aggregate}"),
+        );
+        err.details = Some(Box::new(StatusDetails {
+            name: Some(name.to_string()),
+            group: (!rt.group.is_empty()).then(|| rt.group.to_string()),
+            kind: Some(rt.kind.to_string()),
+            causes: Some(
+                errors
+                    .iter()
+                    .map(|e| StatusCause {
+                        reason: Some("FieldValueInvalid".into()),
+                        message: Some(e.body()),
+                        field: Some(e.field.clone()),
+                    })
+                    .collect(),
+            ),
+            ..StatusDetails::default()
+        }));
+        err
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> ApiError {

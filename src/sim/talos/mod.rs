@@ -13,6 +13,7 @@
 
 pub mod fault;
 pub mod machineconfig;
+pub(crate) mod manifests;
 pub(crate) mod model;
 pub mod scenario;
 pub(crate) mod server;

@@ -632,21 +632,31 @@ impl TalosPort for TalosAdapter {
             Component::Proxy | Component::Kubelet => return Ok(None),
         };
         let t = target(n)?;
-        match timed(
-            API,
-            "ComponentConfig",
-            self.client
-                .cosi_get(&t, "controlplane", rtype, component.name()),
-        )
-        .await
-        {
-            Ok(r) => Ok(Some(r.version)),
-            Err(TalosError::Rpc {
-                code: Code::NotFound,
-                ..
-            }) => Ok(None),
-            Err(e) => Err(classify("cosi.resource.State.Get", &n.node, e)),
+        // From Talos 1.14 the static pod is rendered from `final-<component>` (the raw config
+        // merged with defaults by a transform controller) and its `talos.dev/config-version`
+        // is that resource's version, which runs apart from the raw one's (talos#14258). Read
+        // the final resource first and fall back to the raw one where it does not exist, as
+        // talosctl does since siderolabs/talos PR #14269.
+        for id in [
+            format!("final-{}", component.name()),
+            component.name().to_string(),
+        ] {
+            match timed(
+                API,
+                "ComponentConfig",
+                self.client.cosi_get(&t, "controlplane", rtype, &id),
+            )
+            .await
+            {
+                Ok(r) => return Ok(Some(r.version)),
+                Err(TalosError::Rpc {
+                    code: Code::NotFound,
+                    ..
+                }) => continue,
+                Err(e) => return Err(classify("cosi.resource.State.Get", &n.node, e)),
+            }
         }
+        Ok(None)
     }
 
     async fn set_component_image(

@@ -737,6 +737,7 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 mod delete;
 mod protobuf;
 mod read;
+mod validate;
 mod write;
 
 use delete::{delete, evict};

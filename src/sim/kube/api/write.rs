@@ -215,6 +215,7 @@ pub(super) fn create(
     }
     check_identity(rt, &mut obj, ns, None)?;
     let warnings = check_fields(rt, &mut obj, q)?;
+    super::validate::validate(rt, &mut obj)?;
     if dry_run(q) {
         return Ok(with_warnings(
             json_response(StatusCode::CREATED, &obj),
@@ -256,6 +257,7 @@ pub(super) fn replace(
     let mut obj = parse_body(body, false)?;
     check_identity(rt, &mut obj, ns, Some(name))?;
     let warnings = check_fields(rt, &mut obj, q)?;
+    super::validate::validate(rt, &mut obj)?;
     let existing = c
         .store
         .get(rt, ns, name)
@@ -329,6 +331,7 @@ pub(super) fn patch(
         ));
     }
     let warnings = check_fields(rt, &mut next, q)?;
+    super::validate::validate(rt, &mut next)?;
     if dry_run(q) {
         return Ok(with_warnings(
             json_response(StatusCode::OK, &next),
@@ -397,6 +400,7 @@ pub(super) fn server_side_apply(
     let updaters = c.updaters.get(&key).unwrap_or(&no_updaters);
     let mut next = apply::apply(live.as_ref(), &config, &mut owners, &manager, force)
         .map_err(|conflicts| ApiError::apply_conflict(rt, name, &conflicts, updaters))?;
+    super::validate::validate(rt, &mut next)?;
     let mut updaters = updaters.clone();
     updaters.remove(&manager);
     updaters.retain(|m| owners.contains_key(m));

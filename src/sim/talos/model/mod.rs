@@ -139,6 +139,12 @@ pub(crate) struct SimNode {
     pub counters: NodeCounters,
 }
 
+/// How far the version of a `final-<component>` config resource runs ahead of the raw one on
+/// a simulated Talos >= 1.14 control plane ([`SimNode::final_config_version`]). Upstream the
+/// distance depends on the order in which the transform controllers' inputs arrived since boot;
+/// any non-zero value exercises a client that compares with the wrong resource.
+pub const FINAL_CONFIG_VERSION_LEAD: u64 = 2;
+
 impl SimNode {
     pub fn control_plane(&self) -> bool {
         self.spec.role == Role::Controlplane
@@ -178,12 +184,47 @@ impl SimNode {
             .unwrap_or(1)
     }
 
+    /// Whether the node renders its static pods from the `final-<component>` config resources
+    /// (Talos >= 1.14: `ControlPlaneStaticPodController` reads `FinalAPIServerConfigID` …, and
+    /// the pod's `talos.dev/config-version` is that resource's version;
+    /// siderolabs/talos `internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go`,
+    /// `internal/k8stemplates/{apiserver,controller-manager,scheduler}.go`).
+    pub fn renders_from_final(&self) -> bool {
+        self.running.minor_line() >= (1, 14)
+    }
+
+    /// The version of `component`'s `final-<component>` config resource (Talos >= 1.14). The
+    /// transform controllers that write it and the raw one
+    /// (`control_plane_final.go`, `control_plane.go`) each bump their own output's version only
+    /// when its spec changes (cosi-project/runtime `pkg/state/wrap.go` `UpdateWithConflicts`
+    /// skips an equal update), and the final one has inputs the raw one lacks (the
+    /// `KubernetesRoot` secrets), so the two counters run apart (talos#14258). The simulator
+    /// keeps the final one [`FINAL_CONFIG_VERSION_LEAD`] ahead and bumps both on every change
+    /// of the component's image.
+    pub fn final_config_version(&self, component: &str) -> u64 {
+        self.component_config_version(component) + FINAL_CONFIG_VERSION_LEAD
+    }
+
+    /// The version of the config resource the node renders `component`'s static pod from:
+    /// the final one on Talos >= 1.14, else the raw one.
+    fn rendered_config_version(&self, component: &str) -> u64 {
+        if self.renders_from_final() {
+            self.final_config_version(component)
+        } else {
+            self.component_config_version(component)
+        }
+    }
+
     /// The config version `component`'s mirror pod shows.
     pub fn pod_config_version(&self, component: &str) -> u64 {
         self.pod_config_versions
             .get(component)
             .copied()
-            .unwrap_or(1)
+            .unwrap_or(if self.renders_from_final() {
+                1 + FINAL_CONFIG_VERSION_LEAD
+            } else {
+                1
+            })
     }
 
     /// The machine config changed from `old`: bump the config resource version of each static
@@ -208,7 +249,7 @@ impl SimNode {
 
     /// The kubelet restarted `component`'s static pod from its current config resource.
     pub fn restart_static_pod(&mut self, component: &str) {
-        let v = self.component_config_version(component);
+        let v = self.rendered_config_version(component);
         self.pod_config_versions.insert(component.to_string(), v);
     }
 
@@ -766,6 +807,17 @@ impl TalosSide {
             n.config_replaced(old.as_ref());
         }
         n.try_apply = None;
+        // a boot into Talos >= 1.14 renders the static pods from the `final-*` resources
+        if n.renders_from_final() {
+            for c in n
+                .facts()
+                .map(|f| f.static_pod_images)
+                .unwrap_or_default()
+                .into_keys()
+            {
+                n.restart_static_pod(&c);
+            }
+        }
         n.counters.boots += 1;
         n.boot_id = hex_id(&[&n.spec.name, "boot", &n.reboot_seq.to_string()]);
         n.boot_plan = BootPlan::default();
@@ -868,17 +920,33 @@ impl TalosSide {
     }
 
     /// Service id → (state, healthy) for an up node.
-    pub fn services(&self, idx: usize) -> Vec<(&'static str, bool)> {
+    ///
+    /// A system extension's service is listed too once a test gives it a health
+    /// ([`crate::sim::talos::SimTalos::set_service_health`] with an `ext-<name>` id: Talos names
+    /// extension services so, `internal/app/machined/pkg/system/services/extension.go` `ID`).
+    /// It does not count for `MachineStatus` readiness, which looks only at the node's own
+    /// services (`internal/app/machined/pkg/controllers/runtime/machine_status.go`).
+    pub fn services(&self, idx: usize) -> Vec<(String, bool)> {
         let n = &self.nodes()[idx];
-        let mut ids = vec!["apid", "containerd", "cri", "kubelet", "machined", "udevd"];
+        let mut ids: Vec<String> = ["apid", "containerd", "cri", "kubelet", "machined", "udevd"]
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         if n.control_plane() {
-            ids.extend(["etcd", "trustd"]);
+            ids.extend(["etcd".to_string(), "trustd".to_string()]);
         }
+        ids.extend(
+            n.service_health
+                .keys()
+                .filter(|id| id.starts_with("ext-"))
+                .cloned(),
+        );
         ids.sort_unstable();
         ids.into_iter()
             .map(|id| {
                 let default = if id == "etcd" { n.etcd_healthy } else { true };
-                (id, n.service_health.get(id).copied().unwrap_or(default))
+                let healthy = n.service_health.get(&id).copied().unwrap_or(default);
+                (id, healthy)
             })
             .collect()
     }

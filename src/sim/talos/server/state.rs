@@ -192,18 +192,38 @@ fn resources(
                         }
                         .encode_to_vec(),
                     };
-                    vec![cosi_resource(
+                    // Talos >= 1.14 also has `final-<component>`, the raw config merged with
+                    // defaults by a transform controller, on a version counter of its own
+                    // (`control_plane_final.go`; `SimNode::final_config_version`)
+                    let final_id = format!("final-{component}");
+                    let mut out = vec![];
+                    if n.renders_from_final() {
+                        out.push(cosi_resource(
+                            ResMeta {
+                                namespace: "controlplane",
+                                rtype,
+                                id: &final_id,
+                                version: n.final_config_version(component),
+                                owner: final_owner(component),
+                            },
+                            started,
+                            proto.clone(),
+                            yaml(&serde_json::json!({ "image": image })),
+                        ));
+                    }
+                    out.push(cosi_resource(
                         ResMeta {
                             namespace: "controlplane",
                             rtype,
                             id: component,
                             version: n.component_config_version(component),
-                            owner: "k8s.ControlPlaneController",
+                            owner: raw_owner(component),
                         },
                         started,
                         proto,
                         yaml(&serde_json::json!({ "image": image })),
-                    )]
+                    ));
+                    out
                 }
                 _ => vec![],
             }
@@ -265,7 +285,8 @@ fn resources(
             )]
         }
         // The bootstrap manifests a control plane renders (what upgrade-k8s applies last):
-        // kube-proxy and CoreDNS, at the version of the node's kube-apiserver image.
+        // Talos' real set for the running version (`sim::talos::manifests`), kube-proxy at the
+        // version of the node's kube-apiserver image.
         ("controlplane", "Manifests.kubernetes.talos.dev") => {
             let Some(f) = facts.as_ref().filter(|f| f.machine_type != "worker") else {
                 return Some(vec![]);
@@ -276,37 +297,11 @@ fn resources(
                 .and_then(|i| i.rsplit(':').next())
                 .unwrap_or("v0.0.0")
                 .to_string();
-            let manifests = [
-                (
-                    "10-kube-proxy",
-                    serde_json::json!({
-                        "apiVersion": "apps/v1", "kind": "DaemonSet",
-                        "metadata": {"name": "kube-proxy", "namespace": "kube-system", "labels": {"k8s-app": "kube-proxy"}},
-                        "spec": {"selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
-                                 "template": {"metadata": {"labels": {"k8s-app": "kube-proxy"}},
-                                              "spec": {"containers": [{"name": "kube-proxy", "image": format!("registry.k8s.io/kube-proxy:{version}")}]}}}
-                    }),
-                ),
-                (
-                    "11-core-dns",
-                    serde_json::json!([{
-                        "apiVersion": "v1", "kind": "ServiceAccount",
-                        "metadata": {"name": "coredns", "namespace": "kube-system"}
-                    }, {
-                        "apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "coredns", "namespace": "kube-system"},
-                        "data": {"Corefile": ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    cache 30\n}\n"}
-                    }]),
-                ),
-            ];
+            let manifests = crate::sim::talos::manifests::render(&n.running, &version);
             manifests
                 .into_iter()
-                .map(|(id, obj)| {
+                .map(|(id, objs)| {
                     // one resource may carry several objects (`spec.items`)
-                    let objs = match obj {
-                        serde_json::Value::Array(v) => v,
-                        o => vec![o],
-                    };
                     let spec = k8s::ManifestSpec {
                         items: objs
                             .iter()
@@ -344,7 +339,7 @@ fn resources(
                     ResMeta {
                         namespace: "runtime",
                         rtype,
-                        id,
+                        id: &id,
                         version: 1,
                         owner: "",
                     },
@@ -357,6 +352,26 @@ fn resources(
         _ => return None,
     };
     Some(out)
+}
+
+/// The controller that writes a component's raw config resource (talos
+/// `internal/app/machined/pkg/controllers/k8s/control_plane.go`).
+fn raw_owner(component: &str) -> &'static str {
+    match component {
+        "kube-apiserver" => "k8s.ControlPlaneAPIServerController",
+        "kube-controller-manager" => "k8s.ControlPlaneControllerManagerController",
+        _ => "k8s.ControlPlaneSchedulerController",
+    }
+}
+
+/// The transform controller that writes a component's `final-*` config resource (talos
+/// `internal/app/machined/pkg/controllers/k8s/control_plane_final.go`).
+fn final_owner(component: &str) -> &'static str {
+    match component {
+        "kube-apiserver" => "k8s.ControlPlaneAPIServerFinalController",
+        "kube-controller-manager" => "k8s.ControlPlaneControllerManagerFinalController",
+        _ => "k8s.ControlPlaneSchedulerFinalController",
+    }
 }
 
 fn not_registered(namespace: &str, rtype: &str) -> Status {
