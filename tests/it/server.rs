@@ -119,6 +119,7 @@ pub fn start_in(
         webhooks: vec![],
         executor_poll: None,
         ui_listen: None,
+        ui_limits: Default::default(),
     };
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
