@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncBufReadExt as _;
 
 use super::Shared;
 use super::auth::TokenAuth;
@@ -309,6 +310,14 @@ async fn serve(
             // The protocol is the one ALPN chose: no sniffing of the first bytes, which would
             // wait with no timer for a peer that sends nothing.
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+            // A peer that sends nothing after the handshake is dropped after the header
+            // timeout whatever the protocol (hyper's HTTP/2 server waits for the client's
+            // preface with no timer of its own). The bytes read stay in the buffer.
+            let mut io = tokio::io::BufReader::new(tls);
+            match tokio::time::timeout(limits.header_timeout, io.fill_buf()).await {
+                Ok(Ok(first)) if !first.is_empty() => {}
+                _ => return,
+            }
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -326,7 +335,7 @@ async fn serve(
                 builder.http1_only()
             };
             let _ = builder
-                .serve_connection(TokioIo::new(tls), service)
+                .serve_connection(TokioIo::new(io), service)
                 .await;
         });
         while connections.try_join_next().is_some() {}
