@@ -1078,9 +1078,7 @@ fn dashboard_tls(ca: &std::path::Path, h2: bool) -> tokio_rustls::TlsConnector {
 }
 
 fn localhost() -> rustls::pki_types::ServerName<'static> {
-    rustls::pki_types::ServerName::IpAddress(
-        std::net::IpAddr::from([127, 0, 0, 1]).into(),
-    )
+    rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into())
 }
 
 /// More idle connections than the dashboard's caps: the ones over a cap (per peer, then in

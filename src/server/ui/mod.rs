@@ -334,9 +334,7 @@ async fn serve(
             } else {
                 builder.http1_only()
             };
-            let _ = builder
-                .serve_connection(TokioIo::new(io), service)
-                .await;
+            let _ = builder.serve_connection(TokioIo::new(io), service).await;
         });
         while connections.try_join_next().is_some() {}
     }

@@ -533,7 +533,11 @@ async fn the_event_stream_ends_when_its_session_logs_out() {
     let ui = ui_with(store.clone());
     let id = put_job(store.as_ref(), 2, JobState::Running);
     let cookie = login(&ui).await;
-    let r = send(&ui, get(&format!("/rollouts/{id}/events?after=2"), Some(&cookie))).await;
+    let r = send(
+        &ui,
+        get(&format!("/rollouts/{id}/events?after=2"), Some(&cookie)),
+    )
+    .await;
     assert_eq!(r.status(), StatusCode::OK);
     let mut body = r.into_body();
     // the stream is live: its first batch came and it waits on the executor
@@ -543,7 +547,11 @@ async fn the_event_stream_ends_when_its_session_logs_out() {
     let page = text(send(&ui, get("/", Some(&cookie))).await).await;
     let r = send(
         &ui,
-        post("/logout", Some(&cookie), &format!("csrf={}", csrf_of(&page))),
+        post(
+            "/logout",
+            Some(&cookie),
+            &format!("csrf={}", csrf_of(&page)),
+        ),
     )
     .await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
@@ -575,7 +583,11 @@ fn accept_backoff_doubles_to_a_ceiling_and_resets_on_success() {
     use std::time::Duration;
     let mut b = AcceptBackoff::new();
     let pauses: Vec<_> = (0..9).map(|_| b.failed()).collect();
-    let ms = |v: &[u64]| v.iter().map(|m| Duration::from_millis(*m)).collect::<Vec<_>>();
+    let ms = |v: &[u64]| {
+        v.iter()
+            .map(|m| Duration::from_millis(*m))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(pauses, ms(&[10, 20, 40, 80, 160, 320, 640, 1000, 1000]));
     b.succeeded();
     assert_eq!(b.failed(), Duration::from_millis(10));
