@@ -217,6 +217,7 @@ async fn with_sim(
         } else {
             None
         },
+        ui_limits: Default::default(),
     };
     let config_ui = config.ui_listen;
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();

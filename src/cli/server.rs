@@ -165,6 +165,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         webhooks: args.webhook.clone(),
         executor_poll: Some(args.job_poll),
         ui_listen: args.ui_listen,
+        ui_limits: Default::default(),
         replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);

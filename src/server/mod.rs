@@ -59,6 +59,8 @@ pub struct ServerConfig {
     pub executor_poll: Option<std::time::Duration>,
     /// Where the web dashboard is served (HTTPS, the API's certificate), if anywhere.
     pub ui_listen: Option<SocketAddr>,
+    /// The dashboard's connection caps and timeouts.
+    pub ui_limits: ui::Limits,
 }
 
 /// State shared by the API and the background loops.
@@ -496,6 +498,7 @@ pub async fn run_with_leadership(
                 a,
                 &identity,
                 ui::Ui::new(shared.clone(), config.token.clone()),
+                config.ui_limits.clone(),
             )
             .await?;
             tracing::info!(url = %format!("https://{at}/"), "web dashboard listening (TLS, the API's certificate; log in with the API token)");
@@ -551,17 +554,34 @@ pub async fn run_with_leadership(
 /// the listener it binds itself (`Server::tcp_nodelay`), not on an incoming stream it is
 /// given: without it, the last segment of a response (a `get machines` of 10,000 rows is
 /// ~1.5 MB) waits for the client's delayed ACK, about 40 ms on Linux, on some calls.
+///
+/// A failed `accept` (EMFILE when the process is out of file descriptors, ENFILE, ENOBUFS …)
+/// is logged and followed by a pause ([`ui::AcceptBackoff`]) rather than handed to tonic,
+/// which would retry at once and spin a core while the cause lasts.
 fn nodelay_incoming(
     listener: tokio::net::TcpListener,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        accepted.inspect(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY on an API connection");
+    futures::stream::unfold(
+        (listener, ui::AcceptBackoff::new()),
+        |(listener, mut backoff)| async move {
+            loop {
+                match listener.accept().await {
+                    Ok((tcp, _peer)) => {
+                        backoff.succeeded();
+                        if let Err(e) = tcp.set_nodelay(true) {
+                            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an API connection");
+                        }
+                        return Some((Ok(tcp), (listener, backoff)));
+                    }
+                    Err(e) => {
+                        let pause = backoff.failed();
+                        tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "API: accept failed; pausing");
+                        tokio::time::sleep(pause).await;
+                    }
+                }
             }
-        })
-    })
+        },
+    )
 }
 
 #[cfg(test)]

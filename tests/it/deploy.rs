@@ -18,6 +18,8 @@ fn systemd_unit_is_hardened() {
         "PrivateTmp=yes",
         "CapabilityBoundingSet=",
         "UMask=0077",
+        // the default soft limit of 1024 is too few (issue #32)
+        "LimitNOFILE=65536",
     ] {
         assert!(unit.lines().any(|l| l == line), "missing `{line}`");
     }

@@ -6,7 +6,7 @@
 //! read back from the store. After the entries comes a `grid` event (the page's live section,
 //! rendered as on the page) and, for each executor event that carries a note the journal does
 //! not (waits, drain refusals), a `note` event. The stream ends with `end` once the job has
-//! finished. Nothing runs between events: the handler sleeps on the broadcast receiver, which
+//! finished, and at once when the session that opened it ends (logout or expiry). Nothing runs between events: the handler sleeps on the broadcast receiver, which
 //! exists only while the page is open.
 
 use std::convert::Infallible;
@@ -55,9 +55,9 @@ pub async fn events(
     Query(q): Query<After>,
     headers: HeaderMap,
 ) -> Response {
-    if ui.sessions.get(&headers).is_none() {
+    let Some(session) = ui.sessions.get(&headers) else {
         return (StatusCode::UNAUTHORIZED, "log in first").into_response();
-    }
+    };
     let Some(job) = JobId::parse(&job) else {
         return (StatusCode::NOT_FOUND, "no such job").into_response();
     };
@@ -84,8 +84,11 @@ pub async fn events(
         first: true,
         done: false,
     };
+    // The stream ends with the session (logout, expiry): a stream must not outlive the
+    // credential that opened it.
     let stream = futures::stream::unfold(w, next_batch)
         .flat_map(futures::stream::iter)
+        .take_until(Box::pin(session.ended()))
         .map(Ok::<Event, Infallible>);
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(20)))

@@ -24,6 +24,9 @@ const MAX_SESSIONS: usize = 1024;
 struct Session {
     csrf: String,
     expires: Instant,
+    /// Never sent on: dropped when the session leaves the map (logout, expiry, eviction),
+    /// which is what [`View::ended`] waits for.
+    alive: tokio::sync::watch::Sender<()>,
 }
 
 /// What a handler knows about the caller's session.
@@ -31,6 +34,22 @@ struct Session {
 pub struct View {
     /// The token forms must echo back (never the session id).
     pub csrf: String,
+    expires: Instant,
+    alive: tokio::sync::watch::Receiver<()>,
+}
+
+impl View {
+    /// Resolves when the session ends: logout, eviction or expiry. A long-lived response (the
+    /// event stream) ends with it, so logging out cuts every stream the session opened.
+    pub async fn ended(mut self) {
+        let expiry = tokio::time::sleep_until(self.expires.into());
+        tokio::select! {
+            // Only an error can come: nothing is ever sent, the sender is dropped with the
+            // session.
+            _ = self.alive.changed() => {}
+            () = expiry => {}
+        }
+    }
 }
 
 impl View {
@@ -77,6 +96,7 @@ impl Sessions {
             Session {
                 csrf: random_hex(),
                 expires: now + SESSION_TTL,
+                alive: tokio::sync::watch::channel(()).0,
             },
         );
         id
@@ -98,6 +118,8 @@ impl Sessions {
         match map.get(&key) {
             Some(s) if s.expires > now => Some(View {
                 csrf: s.csrf.clone(),
+                expires: s.expires,
+                alive: s.alive.subscribe(),
             }),
             Some(_) => {
                 map.remove(&key);

@@ -524,3 +524,71 @@ fn the_generated_identity_serves_browsers_and_an_ed25519_one_is_refused() {
     assert!(matches!(e, UiError::Ed25519), "{e:?}");
     assert!(e.to_string().contains("--tls-cert"), "{e}");
 }
+
+/// A stream opened by a session ends when the session does: logging out cuts it, and the
+/// executor subscription goes with it (issue #32).
+#[tokio::test]
+async fn the_event_stream_ends_when_its_session_logs_out() {
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_job(store.as_ref(), 2, JobState::Running);
+    let cookie = login(&ui).await;
+    let r = send(
+        &ui,
+        get(&format!("/rollouts/{id}/events?after=2"), Some(&cookie)),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut body = r.into_body();
+    // the stream is live: its first batch came and it waits on the executor
+    let first = read_events(&mut body, |e| e == "grid").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(ui.shared.events.receiver_count(), 1);
+    let page = text(send(&ui, get("/", Some(&cookie))).await).await;
+    let r = send(
+        &ui,
+        post(
+            "/logout",
+            Some(&cookie),
+            &format!("csrf={}", csrf_of(&page)),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // the job still runs, yet the stream is over
+    let end = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            match body.frame().await {
+                None => return,
+                Some(Ok(_)) => continue, // a frame already queued
+                Some(Err(e)) => panic!("the stream failed instead of ending: {e}"),
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the event stream outlived its session");
+    // hyper drops a finished body; so does the test
+    drop(body);
+    assert_eq!(
+        ui.shared.events.receiver_count(),
+        0,
+        "the executor subscription ended with the stream"
+    );
+}
+
+/// A failed accept pauses, doubling up to a second, and a success starts over: a listener out
+/// of file descriptors neither spins nor stays slow once they are back (issue #32).
+#[test]
+fn accept_backoff_doubles_to_a_ceiling_and_resets_on_success() {
+    use std::time::Duration;
+    let mut b = AcceptBackoff::new();
+    let pauses: Vec<_> = (0..9).map(|_| b.failed()).collect();
+    let ms = |v: &[u64]| {
+        v.iter()
+            .map(|m| Duration::from_millis(*m))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pauses, ms(&[10, 20, 40, 80, 160, 320, 640, 1000, 1000]));
+    b.succeeded();
+    assert_eq!(b.failed(), Duration::from_millis(10));
+}
