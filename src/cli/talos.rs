@@ -359,6 +359,9 @@ mod tests {
                 vec!["cp-1".into(), "etcd".into()],
             ],
         );
-        assert_eq!(t, "NODE        SERVICE\n127.5.0.2   apid\ncp-1        etcd\n");
+        assert_eq!(
+            t,
+            "NODE        SERVICE\n127.5.0.2   apid\ncp-1        etcd\n"
+        );
     }
 }

@@ -324,11 +324,41 @@ mod tests {
         let head = "# comment\n---\napiVersion: medea/v1alpha1\nkind: Cluster\n";
         let cases = [
             // (what follows the header, message starts with, line, column, text at the caret)
-            ("metadata:\n  name: \"home\nspec: {}\n", "unclosed quote", 6, 9, "\""),
-            ("metadata: {name: home}\nspec:\n  x: [a, b\n  y: 1\n", "", 8, 4, ":"),
-            ("metadata: {name: home}\nspec:\n\tkubernetes: {}\n", "tabs disallowed", 7, 2, "k"),
-            ("metadata:\n  name: home\n   other: 1\n", "mapping values are not allowed", 7, 9, ":"),
-            ("metadata: {name: home}\nmetadata: {name: x}\n", "duplicate mapping key", 6, 1, "m"),
+            (
+                "metadata:\n  name: \"home\nspec: {}\n",
+                "unclosed quote",
+                6,
+                9,
+                "\"",
+            ),
+            (
+                "metadata: {name: home}\nspec:\n  x: [a, b\n  y: 1\n",
+                "",
+                8,
+                4,
+                ":",
+            ),
+            (
+                "metadata: {name: home}\nspec:\n\tkubernetes: {}\n",
+                "tabs disallowed",
+                7,
+                2,
+                "k",
+            ),
+            (
+                "metadata:\n  name: home\n   other: 1\n",
+                "mapping values are not allowed",
+                7,
+                9,
+                ":",
+            ),
+            (
+                "metadata: {name: home}\nmetadata: {name: x}\n",
+                "duplicate mapping key",
+                6,
+                1,
+                "m",
+            ),
         ];
         for (body, starts, line, column, at) in cases {
             let text = format!("{head}{body}");
