@@ -467,29 +467,8 @@ async fn a_manifest_created_by_an_update_manager_is_taken_over_under_the_talos_f
         "{kubectl}"
     );
     // the inventory lists every applied object
-    let (ok, inv) = crate::sim_cluster::kubectl(
-        &bin,
-        &kubeconfig,
-        dir.path(),
-        &[
-            "get",
-            "configmap",
-            INVENTORY_NAME,
-            "-n",
-            "kube-system",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    assert!(ok, "{inv}");
-    let inv: serde_json::Value = serde_json::from_str(&inv).unwrap();
-    let keys: Vec<&str> = inv["data"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let inv = inventory(&bin, &kubeconfig, dir.path()).await;
+    let keys = data_keys(&inv);
     assert_eq!(keys, TALOS_INVENTORY_KEYS);
     assert_eq!(
         inv["metadata"]["labels"]["cli-utils.sigs.k8s.io/inventory-id"],
@@ -605,29 +584,8 @@ data:
         matches!(out, medea::rollout::RunOutcome::Succeeded),
         "{out:?}"
     );
-    let (ok, inv) = crate::sim_cluster::kubectl(
-        &bin,
-        &kubeconfig,
-        dir.path(),
-        &[
-            "get",
-            "configmap",
-            INVENTORY_NAME,
-            "-n",
-            "kube-system",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    assert!(ok, "{inv}");
-    let inv: serde_json::Value = serde_json::from_str(&inv).unwrap();
-    let keys: Vec<&str> = inv["data"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let inv = inventory(&bin, &kubeconfig, dir.path()).await;
+    let keys = data_keys(&inv);
     assert_eq!(keys, TALOS_INVENTORY_KEYS);
     // the RBAC objects are there, applied by the `talos` field manager, none pruned
     for kind in ["clusterrole", "clusterrolebinding"] {
@@ -866,4 +824,39 @@ async fn on_talos_1_14_the_control_plane_wait_compares_with_the_final_config_res
             assert_eq!(st.static_pod_images[c], image(c, TARGET), "{cp} {c}");
         }
     }
+}
+
+/// The bootstrap-manifests inventory ConfigMap as real kubectl reads it (`-o json`).
+async fn inventory(
+    bin: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+) -> serde_json::Value {
+    let (ok, inv) = crate::sim_cluster::kubectl(
+        bin,
+        kubeconfig,
+        dir,
+        &[
+            "get",
+            "configmap",
+            medea::k8s::bootstrap::INVENTORY_NAME,
+            "-n",
+            "kube-system",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert!(ok, "{inv}");
+    serde_json::from_str(&inv).unwrap()
+}
+
+/// The keys of a ConfigMap's `data`, in the order the apiserver returns them.
+fn data_keys(obj: &serde_json::Value) -> Vec<&str> {
+    obj["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect()
 }
