@@ -4,11 +4,12 @@
 //!
 //! Sources, and what each costs per refresh (N control-plane nodes, R resources of the removal
 //! table still served, G their API groups):
-//! - the `apiserver_requested_deprecated_apis` gauge: `GET /metrics` of each kube-apiserver,
-//!   at the addresses and port the cluster publishes in the `kubernetes` EndpointSlice of
-//!   `default` (one list), plus every control-plane node's InternalIP at that port (an
-//!   apiserver that is down has left the slice, and must show as unreachable); when the slice
-//!   cannot be read, `https://<InternalIP>:6443` (Talos' default `localAPIServerPort`).
+//! - the `apiserver_requested_deprecated_apis` gauge: `GET /metrics` of each control-plane
+//!   node's kube-apiserver, at its InternalIP and the port the cluster publishes in the
+//!   `kubernetes` EndpointSlice of `default` (one list; an address there that is no
+//!   control-plane node's is never dialed, and an apiserver that is down has left the slice
+//!   and shows as unreachable); when the slice cannot be read, `https://<InternalIP>:6443`
+//!   (Talos' default `localAPIServerPort`).
 //!   N requests in parallel, the kubeconfig's credentials and CA; only when none answers, the
 //!   kubeconfig's endpoint (one more). Every endpoint's outcome is recorded, so a 403 or an
 //!   unreachable node is visible.
@@ -173,25 +174,35 @@ pub fn apiserver_endpoint_at(address: &str, port: u16) -> String {
     }
 }
 
-/// Where each kube-apiserver is: every address the cluster publishes with its port, and
-/// every control-plane node's InternalIP at the published port (6443 when nothing is
-/// published or the list cannot be read).
+/// Where each kube-apiserver is: every control-plane node's InternalIP, at the port the
+/// cluster publishes for it (6443 when nothing is published for the control plane or the list
+/// cannot be read).
+///
+/// Only control-plane nodes' addresses are dialed: the EndpointSlice is an object that
+/// others than the apiservers may be allowed to write, and medea sends its kubeconfig's
+/// credentials with every scrape, so a published address that is no control-plane node's is
+/// ignored; the slice contributes the port.
 pub fn apiserver_endpoints(
     published: Option<&[(String, u16)]>,
     nodes: &[ClusterNode],
 ) -> BTreeSet<String> {
     let published = published.unwrap_or_default();
-    let port = published.first().map(|(_, p)| *p).unwrap_or(APISERVER_PORT);
-    published
+    let control_planes: Vec<&str> = nodes
         .iter()
-        .map(|(a, p)| apiserver_endpoint_at(a, *p))
-        .chain(
-            nodes
-                .iter()
-                .filter(|n| n.control_plane)
-                .filter_map(|n| n.internal_ip())
-                .map(|a| apiserver_endpoint_at(a, port)),
-        )
+        .filter(|n| n.control_plane)
+        .filter_map(|n| n.internal_ip())
+        .collect();
+    let port = published
+        .iter()
+        .find(|(a, _)| control_planes.contains(&a.as_str()))
+        .map(|(_, p)| *p)
+        .unwrap_or(APISERVER_PORT);
+    control_planes
+        .iter()
+        .map(|a| {
+            let own = published.iter().find(|(p, _)| p == a).map(|(_, p)| *p);
+            apiserver_endpoint_at(a, own.unwrap_or(port))
+        })
         .collect()
 }
 
@@ -594,9 +605,17 @@ mod tests {
             endpoints,
             ["https://127.5.0.2:6443", "https://127.5.0.3:6443"]
         );
-        // an apiserver advertising another address than its node's InternalIP is asked too
-        let published = [("fd00::2".to_string(), 6443)];
-        assert!(apiserver_endpoints(Some(&published), &nodes).contains("https://[fd00::2]:6443"));
+        // an address that is no control-plane node's is never dialed (the slice can be written
+        // by others than the apiservers, and the scrape carries medea's credentials); a port
+        // published only for such an address is not taken either
+        let published = [("10.9.9.9".to_string(), 7443)];
+        let endpoints: Vec<String> = apiserver_endpoints(Some(&published), &nodes)
+            .into_iter()
+            .collect();
+        assert_eq!(
+            endpoints,
+            ["https://127.5.0.2:6443", "https://127.5.0.3:6443"]
+        );
     }
     use crate::k8s::FieldWriter;
 
