@@ -33,6 +33,21 @@ fn kube_step(sim: &Sim, to: &str, health_timeout: Duration) -> Step {
     })
 }
 
+/// Run the Kubernetes step to [`TARGET`] (30 s health timeout) on `sim`; it must succeed.
+async fn kube_step_succeeds(sim: &Sim, dir: &std::path::Path) {
+    let run = run_for(
+        sim,
+        dir,
+        vec![kube_step(sim, TARGET, Duration::from_secs(30))],
+    )
+    .await;
+    let out = run.go().await;
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+}
+
 fn applies(sim: &Sim, node: &str) -> u64 {
     sim.talos
         .counters(node)
@@ -51,17 +66,7 @@ fn image(component: &str, v: &str) -> String {
 async fn control_plane_images_are_pre_pulled_into_the_cri_namespace_before_any_patch() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 2, 1, KubeSimConfig::default()).await;
-    let run = run_for(
-        &sim,
-        dir.path(),
-        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
-    )
-    .await;
-    let out = run.go().await;
-    assert!(
-        matches!(out, medea::rollout::RunOutcome::Succeeded),
-        "{out:?}"
-    );
+    kube_step_succeeds(&sim, dir.path()).await;
     for cp in ["cp-1", "cp-2"] {
         let st = sim.talos.node_state(cp).unwrap();
         for c in [
@@ -403,17 +408,7 @@ async fn a_manifest_created_by_an_update_manager_is_taken_over_under_the_talos_f
         "{chain}"
     );
 
-    let run = run_for(
-        &sim,
-        dir.path(),
-        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
-    )
-    .await;
-    let out = run.go().await;
-    assert!(
-        matches!(out, medea::rollout::RunOutcome::Succeeded),
-        "{out:?}"
-    );
+    kube_step_succeeds(&sim, dir.path()).await;
     let (ok, json) = crate::sim_cluster::kubectl(
         &bin,
         &kubeconfig,
@@ -573,17 +568,7 @@ data:
         "{out}"
     );
 
-    let run = run_for(
-        &sim,
-        dir.path(),
-        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
-    )
-    .await;
-    let out = run.go().await;
-    assert!(
-        matches!(out, medea::rollout::RunOutcome::Succeeded),
-        "{out:?}"
-    );
+    kube_step_succeeds(&sim, dir.path()).await;
     let inv = inventory(&bin, &kubeconfig, dir.path()).await;
     let keys = data_keys(&inv);
     assert_eq!(keys, TALOS_INVENTORY_KEYS);
@@ -679,17 +664,7 @@ data:
     ])
     .await;
     assert!(ok, "{out}");
-    let run = run_for(
-        &sim,
-        dir.path(),
-        vec![kube_step(&sim, TARGET, Duration::from_secs(30))],
-    )
-    .await;
-    let out = run.go().await;
-    assert!(
-        matches!(out, medea::rollout::RunOutcome::Succeeded),
-        "{out:?}"
-    );
+    kube_step_succeeds(&sim, dir.path()).await;
     let (ok, out) = k(vec![
         "get".into(),
         "configmap".into(),

@@ -37,6 +37,20 @@ const PASSING: &str = r#"{"status":"success","data":{"resultType":"vector","resu
 /// The requests a listener received, each as text (headers and body).
 type Received = Arc<Mutex<Vec<String>>>;
 
+/// Whether `buf` holds a whole HTTP/1.1 request: its headers and `content-length` bytes of body.
+fn request_complete(buf: &[u8]) -> bool {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    buf.len() >= end + 4 + len
+}
+
 /// Read one HTTP/1.1 request (headers and a `content-length` body), answer [`PASSING`].
 fn exchange(stream: &mut (impl std::io::Read + std::io::Write)) -> String {
     let mut buf = Vec::new();
@@ -47,16 +61,8 @@ fn exchange(stream: &mut (impl std::io::Read + std::io::Write)) -> String {
             Ok(n) => n,
         };
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                break;
-            }
+        if request_complete(&buf) {
+            break;
         }
     }
     let answer = format!(
@@ -148,16 +154,8 @@ async fn tls_listener() -> (SocketAddr, String, Received) {
                         Ok(n) => n,
                     };
                     buf.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let len = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            break;
-                        }
+                    if request_complete(&buf) {
+                        break;
                     }
                 }
                 shared
