@@ -35,6 +35,12 @@ async fn send(ui: &Ui, req: Request<Body>) -> Response<Body> {
     router(ui.clone()).oneshot(req).await.unwrap()
 }
 
+/// `POST /logout` with the session's cookie and the CSRF token of `page`.
+async fn logout(ui: &Ui, cookie: &str, page: &str) -> Response<Body> {
+    let form = format!("csrf={}", csrf_of(page));
+    send(ui, post("/logout", Some(cookie), &form)).await
+}
+
 fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
     let mut b = Request::get(path);
     if let Some(c) = cookie {
@@ -176,15 +182,7 @@ async fn login_sets_a_strict_http_only_secure_expiring_cookie_and_logout_ends_it
     // logout needs the CSRF token
     let r = send(&ui, post("/logout", Some(&cookie), "csrf=nope")).await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    let r = send(
-        &ui,
-        post(
-            "/logout",
-            Some(&cookie),
-            &format!("csrf={}", csrf_of(&page)),
-        ),
-    )
-    .await;
+    let r = logout(&ui, &cookie, &page).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert!(
         r.headers()[header::SET_COOKIE]
@@ -545,15 +543,7 @@ async fn the_event_stream_ends_when_its_session_logs_out() {
     assert_eq!(first.len(), 1, "{first:?}");
     assert_eq!(ui.shared.events.receiver_count(), 1);
     let page = text(send(&ui, get("/", Some(&cookie))).await).await;
-    let r = send(
-        &ui,
-        post(
-            "/logout",
-            Some(&cookie),
-            &format!("csrf={}", csrf_of(&page)),
-        ),
-    )
-    .await;
+    let r = logout(&ui, &cookie, &page).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     // the job still runs, yet the stream is over
     let end = tokio::time::timeout(std::time::Duration::from_secs(10), async {
