@@ -321,11 +321,10 @@ fn answer(
     body: Bytes,
 ) -> Result<(Response, Option<OlderVersion>)> {
     let Incoming {
-        method,
         path,
         headers,
-        q,
         served_by,
+        ..
     } = *request;
     let now = Instant::now();
     let wall = jiff::Timestamp::now();
@@ -383,14 +382,7 @@ fn answer(
         other => other,
     };
     let body = convert_body(&body, headers, &older.api_version(), &stored.api_version());
-    let request = Incoming {
-        method,
-        path,
-        headers,
-        q,
-        served_by,
-    };
-    let response = match serve(shared, c, route, &request, body, now, wall) {
+    let response = match serve(shared, c, route, request, body, now, wall) {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
