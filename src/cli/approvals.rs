@@ -13,7 +13,7 @@ use crate::store::Store;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
+    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store \\\n    --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store \\\n    --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
 )]
 pub struct ApprovalsArgs {
     #[command(flatten)]
@@ -48,7 +48,7 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         .valid()
         .ok_or_else(|| miette::miette!("the desired state has errors (listed above)"))?;
     let Some(current) = stored::current(&store).into_diagnostic()? else {
-        println!("no current plan: run `medea plan` first");
+        outln!("no current plan: run `medea plan` first");
         return Ok(exit::ERROR);
     };
     let plan = stored::load_plan(&store, &current.id)
@@ -56,7 +56,7 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         .ok_or_else(|| miette::miette!("the current plan record is missing"))?;
     let basis = stored::current_basis(&store, desired).into_diagnostic()?;
     if plan.is_stale(&basis) {
-        println!(
+        outln!(
             "the stored plan {} is stale (the desired state or an observation changed): run `medea plan` and approve the new id",
             plan.id.short()
         );
@@ -89,23 +89,23 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         now: jiff::Timestamp::now(),
     };
     let mut approved = Vec::new();
-    println!(
+    outln!(
         "plan {} needs {} approval(s) from distinct people",
         plan.id.short(),
         plan.approvals_required
     );
     if loaded.markers.is_empty() {
-        println!("  no approval markers under approvals/");
+        outln!("  no approval markers under approvals/");
     }
     for c in crate::server::reconcile::marker_candidates(&loaded) {
         let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
-        println!("  {}: {outcome}", c.source);
+        outln!("  {}: {outcome}", c.source);
         if let Outcome::Approved(a) = outcome {
             approved.push(a);
         }
     }
     let status = approval::evaluate(&plan.id, plan.approvals_required, approved);
-    println!("{status}");
+    outln!("{status}");
     Ok(if status.reached() {
         exit::OK
     } else {

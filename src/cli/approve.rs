@@ -22,11 +22,17 @@ use crate::plan::{PlanId, PlanIdRef};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
-  medea approve 3f2a...c9 --key ~/.ssh/id_ed25519 --principal alice@example.com --write-marker --desired ./clusters\n  \
-  medea approve 3f2a...c9 --allowed-signers /etc/medea/allowed_signers --write-marker --desired .   # key from ssh-agent\n  \
-  medea approve 3f2a...c9 --key ~/.ssh/id_ed25519.pub --output -                                    # agent key, print signature\n\n\
+  medea approve 3f2a...c9 --key ~/.ssh/id_ed25519 \\\n    \
+  --principal alice@example.com --write-marker --desired ./clusters\n  \
+  # the ssh-agent's key, signer from allowed_signers:\n  \
+  medea approve 3f2a...c9 --allowed-signers /etc/medea/allowed_signers \\\n    \
+  --write-marker --desired .\n  \
+  # the agent's key for this public key; print the signature:\n  \
+  medea approve 3f2a...c9 --key ~/.ssh/id_ed25519.pub --output -\n\n\
 The same approval with plain OpenSSH:\n  \
-  echo <full-id> | ssh-keygen -Y sign -n medea-approve -f ~/.ssh/id_ed25519 > approvals/<short-id>-<you>.sig")]
+  echo <full-id> | \\\n    \
+  ssh-keygen -Y sign -n medea-approve -f ~/.ssh/id_ed25519 \\\n    \
+  > approvals/<short-id>-<you>.sig")]
 pub struct ApproveArgs {
     /// The full 64-hex plan id printed by `medea plan` (a short id needs a store to resolve).
     pub id: String,
@@ -278,21 +284,23 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
             .await
             .map_err(rpc)?
             .into_inner();
-        println!(
+        outln!(
             "{} ({} of {} approvals)",
-            r.outcome, r.approvals, r.approvals_required
+            r.outcome,
+            r.approvals,
+            r.approvals_required
         );
         for j in &r.started_jobs {
-            println!("started rollout job {j}: follow it with `medea rollout status -w`");
+            outln!("started rollout job {j}: follow it with `medea rollout status -w`");
         }
         for g in &r.closed_gates {
-            println!("waiting: {g}");
+            outln!("waiting: {g}");
         }
         if r.started_jobs.is_empty()
             && r.closed_gates.is_empty()
             && r.approvals < r.approvals_required
         {
-            println!(
+            outln!(
                 "waiting for {} more approval(s) from other people",
                 r.approvals_required - r.approvals
             );

@@ -46,6 +46,7 @@ pub enum Scenario {
     Fleet {
         #[command(flatten)]
         fleet: FleetArgs,
+        /// Directory to write the repo and the inventory into.
         #[arg(long)]
         out: PathBuf,
     },
@@ -62,6 +63,7 @@ pub enum Scenario {
     PlanProcess {
         #[command(flatten)]
         fleet: FleetArgs,
+        /// Rounds (each: medea and libyaml side by side).
         #[arg(long, default_value_t = 10)]
         rounds: usize,
         /// Python 3 with PyYAML built against libyaml (Debian: python3-yaml).
@@ -72,10 +74,13 @@ pub enum Scenario {
     Server {
         #[command(flatten)]
         fleet: FleetArgs,
+        /// The server's --debounce (subtracted from change → plan).
         #[arg(long, default_value = "500ms", value_parser = crate::duration::parse_std)]
         debounce: Duration,
+        /// Desired-state changes to time (change → plan).
         #[arg(long, default_value_t = 15)]
         changes: usize,
+        /// `get machines` calls to time.
         #[arg(long, default_value_t = 30)]
         gets: usize,
         /// How long to watch the idle server.
@@ -154,7 +159,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             let w = fleet::write_repo(&fleet, &out)
                 .into_diagnostic()
                 .wrap_err_with(|| format!("cannot write the fleet to {}", out.display()))?;
-            println!(
+            outln!(
                 "wrote {} clusters, {} machines: {} and {}",
                 fleet.inventory.clusters.len(),
                 fleet.machines(),
@@ -167,8 +172,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             let host = Host::detect();
             let (fleet, _dir, w) = fleet_on_disk(&f)?;
             let r = pipeline::run(&w.desired, &fleet.inventory, rounds).map_err(err)?;
-            println!("{host}");
-            println!(
+            outln!("{host}");
+            outln!(
                 "fleet: {} clusters x {} machines = {} machines, seed {}; {} files, {} KiB; plan: {} waves, {} KiB rendered",
                 r.clusters,
                 f.machines,
@@ -179,21 +184,21 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 r.waves,
                 r.rendered_bytes / 1024
             );
-            println!("parse floor (tree):   {}", r.floor.summary_ms());
-            println!("parse floor (syntax): {}", r.syntax.summary_ms());
-            println!("load + validate:      {}", r.load.summary_ms());
-            println!("  (parse on 1 thread: {})", r.load_single.summary_ms());
-            println!("plan::compute:        {}", r.plan.summary_ms());
-            println!("  (plan on 1 thread:  {})", r.plan_single.summary_ms());
-            println!("render::text:         {}", r.render.summary_ms());
-            println!("total:                {}", r.total.summary_ms());
-            println!("(render::json:        {})", r.json.summary_ms());
-            println!(
+            outln!("parse floor (tree):   {}", r.floor.summary_ms());
+            outln!("parse floor (syntax): {}", r.syntax.summary_ms());
+            outln!("load + validate:      {}", r.load.summary_ms());
+            outln!("  (parse on 1 thread: {})", r.load_single.summary_ms());
+            outln!("plan::compute:        {}", r.plan.summary_ms());
+            outln!("  (plan on 1 thread:  {})", r.plan_single.summary_ms());
+            outln!("render::text:         {}", r.render.summary_ms());
+            outln!("total:                {}", r.total.summary_ms());
+            outln!("(render::json:        {})", r.json.summary_ms());
+            outln!(
                 "ratio total / floor (median of per-round ratios): {:.3} (target <= 1.5); against the syntax-only floor: {:.3}",
                 r.ratio(),
                 r.ratio_syntax()
             );
-            println!(
+            outln!(
                 "  with the load and the plan on 1 thread (total {}): {:.3}",
                 r.total_single.summary_ms(),
                 r.ratio_single()
@@ -201,16 +206,18 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             // One file changed, with the daemon's caches (a separate run over the same repo).
             let i = crate::bench::incremental::run(&w.desired, &fleet.inventory, rounds)
                 .map_err(err)?;
-            println!(
+            outln!(
                 "one file changed, incremental ({} file parsed, {} cluster validated again, {} cluster planned):",
-                i.parsed, i.revalidated, i.planned
+                i.parsed,
+                i.revalidated,
+                i.planned
             );
-            println!("  load + validate:    {}", i.load.summary_ms());
-            println!("  plan (memo):        {}", i.plan.summary_ms());
-            println!("  render::text:       {}", i.render.summary_ms());
-            println!("  total:              {}", i.total.summary_ms());
-            println!("  same work cold:     {}", i.cold.summary_ms());
-            println!(
+            outln!("  load + validate:    {}", i.load.summary_ms());
+            outln!("  plan (memo):        {}", i.plan.summary_ms());
+            outln!("  render::text:       {}", i.render.summary_ms());
+            outln!("  total:              {}", i.total.summary_ms());
+            outln!("  same work cold:     {}", i.cold.summary_ms());
+            outln!(
                 "  ratio incremental / cold (median of per-round ratios): {:.3}",
                 i.ratio()
             );
@@ -230,8 +237,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 rounds,
             };
             let r = process::run(&o, &w.desired, &w.inventory).map_err(err)?;
-            println!("{host}");
-            println!(
+            outln!("{host}");
+            outln!(
                 "fleet: {} clusters x {} machines = {} machines, seed {}; libyaml parsed {} documents",
                 fleet.inventory.clusters.len(),
                 f.machines,
@@ -239,21 +246,21 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 f.seed,
                 r.documents
             );
-            println!("medea plan (process):   {}", r.plan.summary_ms());
-            println!("libyaml (process):      {}", r.python.summary_ms());
-            println!("libyaml (parse only):   {}", r.parse.summary_ms());
-            println!(
+            outln!("medea plan (process):   {}", r.plan.summary_ms());
+            outln!("libyaml (process):      {}", r.python.summary_ms());
+            outln!("libyaml (parse only):   {}", r.parse.summary_ms());
+            outln!(
                 "ratio medea plan / libyaml process (median of per-round ratios): {:.3} (target <= 0.5); against the parse alone: {:.3}",
                 r.ratio_process.median(),
                 r.ratio_parse.median()
             );
             match r.plan_peak_rss_kib {
-                Some(kib) => println!(
+                Some(kib) => outln!(
                     "medea plan peak RSS: {:.1} MiB ({kib} KiB, GNU time)",
                     kib as f64 / 1024.0
                 ),
                 None => {
-                    println!("medea plan peak RSS: not measured (/usr/bin/time is not GNU time)")
+                    outln!("medea plan peak RSS: not measured (/usr/bin/time is not GNU time)")
                 }
             }
             Ok(exit::OK)
@@ -280,13 +287,17 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                     .unwrap_or_default(),
             };
             let r = server::run(&exe, &w.desired, &fleet.inventory, dir.path(), &o).map_err(err)?;
-            println!("{host}");
-            println!(
+            outln!("{host}");
+            outln!(
                 "fleet: {} clusters x {} machines = {} machines, seed {}; server startup to API ready {:.0} ms",
-                f.clusters, f.machines, r.machines, f.seed, r.startup_ms
+                f.clusters,
+                f.machines,
+                r.machines,
+                f.seed,
+                r.startup_ms
             );
             let i = &r.idle;
-            println!(
+            outln!(
                 "idle: RSS {:.1} MiB (peak {:.1} MiB), {} threads; over {:.1} s: {} CPU ticks ({} per s), {} wake-ups",
                 i.rss_kib as f64 / 1024.0,
                 i.hwm_kib as f64 / 1024.0,
@@ -296,37 +307,37 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 i.clk_tck,
                 i.wakeups
             );
-            println!(
+            outln!(
                 "get machines ({} rows, {} KiB JSON):",
                 r.get_rows,
                 r.get_bytes / 1024
             );
-            println!(
+            outln!(
                 "  medea get machines -o json (process): {}",
                 r.get_cli.summary_ms()
             );
-            println!(
+            outln!(
                 "  RPC, fresh TLS connection:           {}",
                 r.get_fresh.summary_ms()
             );
-            println!(
+            outln!(
                 "  RPC, warm connection:                {}",
                 r.get_warm.summary_ms()
             );
-            println!("file change (debounce {:.0} ms):", r.debounce_ms);
-            println!(
+            outln!("file change (debounce {:.0} ms):", r.debounce_ms);
+            outln!(
                 "  -> desired state loaded: {}",
                 r.change_to_loaded.summary_ms()
             );
-            println!(
+            outln!(
                 "  -> new plan stored:      {}",
                 r.change_to_plan.summary_ms()
             );
-            println!(
+            outln!(
                 "  overhead over the debounce (median): {:.1} ms (target <= 20 ms)",
                 r.change_to_plan.median() - r.debounce_ms
             );
-            println!(
+            outln!(
                 "RSS after the change and get rounds: {:.1} MiB",
                 r.rss_after_kib as f64 / 1024.0
             );
@@ -342,7 +353,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             runs,
         } => {
             let host = Host::detect();
-            println!("{host}");
+            outln!("{host}");
             let mut per_node = crate::bench::stats::Samples::new();
             let mut last = None;
             for _ in 0..runs {
@@ -361,7 +372,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 last = Some(r);
             }
             if let Some(r) = &last {
-                println!(
+                outln!(
                     "engine overhead on the {on}: {} nodes (3 control planes + {} workers, maxUnavailable {}), {} waves, zero delays, durable fjall journal ({} commits per run), every node upgraded exactly once: {}",
                     r.nodes,
                     r.nodes.saturating_sub(3),
@@ -370,7 +381,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                     r.commits,
                     r.max_upgrades_per_node == 1 && r.upgrades as usize == r.nodes
                 );
-                println!(
+                outln!(
                     "  per node: median {:.2} ms, min {:.2}, max {:.2} (n={}); whole rollout median {:.0} ms (target <= {} ms per node)",
                     per_node.median(),
                     per_node.min(),
@@ -390,7 +401,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 last = Some(r);
             }
             if let Some(r) = &last {
-                println!(
+                outln!(
                     "fixed delays on the {on}: {} workers, maxUnavailable {}, {} waves, {} ms away per node after reboot, poll {} ms: ideal {:.0} ms",
                     r.nodes,
                     max_unavailable,
@@ -399,7 +410,7 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                     poll.as_millis(),
                     r.ideal_ms
                 );
-                println!(
+                outln!(
                     "  wall / ideal: median {:.4}, min {:.4}, max {:.4} (n={}); last wall {:.0} ms (target <= {:.2})",
                     ratio.median(),
                     ratio.min(),

@@ -69,7 +69,7 @@ pub fn run(args: DemoArgs) -> miette::Result<u8> {
     let code = rt.block_on(demo(&args, tmp.path()));
     if args.keep {
         let kept = tmp.keep();
-        println!("kept {}", kept.display());
+        outln!("kept {}", kept.display());
     }
     code
 }
@@ -87,7 +87,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> miette::Result<u8> {
         crate::sim::talos::scenario::Scenario::parse(&scenario_text, Path::new("<demo scenario>"))
             .into_diagnostic()
             .wrap_err("demo scenario")?;
-    println!(
+    outln!(
         "▶ starting the simulator: cluster home, 3 control-plane + 3 workers on Talos v1.12.11 / Kubernetes v1.34.1"
     );
     let sim = SimCluster::start(scenario, SimClusterConfig::default())
@@ -138,7 +138,7 @@ async fn with_sim(
     .await
     .into_diagnostic()
     .wrap_err("demo: seed")?;
-    println!(
+    outln!(
         "▶ seeded cluster home: {} machines observed",
         seeded.cluster.machines.len()
     );
@@ -234,18 +234,18 @@ async fn with_sim(
     let addr = bound_rx
         .await
         .map_err(|_| miette::miette!("demo: the server did not start"))?;
-    println!(
+    outln!(
         "▶ medea serve is listening on {addr} (TLS, token){}",
         if args.approve { ", --rollouts on" } else { "" }
     );
     if let Some(ui) = config_ui {
-        println!(
+        outln!(
             "▶ web dashboard: https://{ui}/  (trust {} or accept the certificate; log in with the token {})",
             dir.join("state/tls/ca.crt").display(),
             token.expose()
         );
         if args.approve && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-            println!("  press Enter to approve the plan and start the rollout");
+            outln!("  press Enter to approve the plan and start the rollout");
             let mut line = String::new();
             let _ = std::io::stdin().read_line(&mut line);
         }
@@ -259,7 +259,7 @@ async fn with_sim(
     };
     let result = drive(args, &client_args, &approvers, started).await;
     if let Some(ui) = config_ui {
-        println!("▶ the dashboard stays up at https://{ui}/ until Ctrl-C");
+        outln!("▶ the dashboard stays up at https://{ui}/ until Ctrl-C");
         let _ = tokio::signal::ctrl_c().await;
     }
     let _ = stop_tx.send(());
@@ -296,9 +296,9 @@ async fn drive(
         }
         return Err(miette::miette!("demo: the server computed no plan"));
     };
-    println!("\n{}", plan.rendered);
+    outln!("\n{}", plan.rendered);
     if !args.approve {
-        println!(
+        outln!(
             "This is what medea would do. Nothing acts until the plan is approved; run `medea demo --approve` to approve it and watch the rollout."
         );
         return Ok(exit::OK);
@@ -317,19 +317,22 @@ async fn drive(
             .await
             .map_err(rpc)?
             .into_inner();
-        println!(
+        outln!(
             "▶ {who} signed plan {}: {} ({} of {})",
-            plan.short_id, r.outcome, r.approvals, r.approvals_required
+            plan.short_id,
+            r.outcome,
+            r.approvals,
+            r.approvals_required
         );
         for g in &r.closed_gates {
-            println!("  waiting: {g}");
+            outln!("  waiting: {g}");
         }
         jobs.extend(r.started_jobs);
     }
     let Some(job) = jobs.first().cloned() else {
         return Err(miette::miette!("demo: the approved plan started no job"));
     };
-    println!("▶ rollout job {job} started\n");
+    outln!("▶ rollout job {job} started\n");
     // Wait for the job to show up, then follow it live.
     let rollout = loop {
         let r = c
@@ -364,8 +367,8 @@ async fn drive(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    println!();
-    print!(
+    outln!();
+    out!(
         "{}",
         super::output::table(
             &["NODE", "ROLE", "TALOS", "KUBELET", "READY", "CORDONED"],
@@ -382,7 +385,7 @@ async fn drive(
                 .collect::<Vec<_>>()
         )
     );
-    println!(
+    outln!(
         "\n▶ demo finished in {:.1}s",
         started.elapsed().as_secs_f64()
     );

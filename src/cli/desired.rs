@@ -115,7 +115,7 @@ pub fn validate(args: ValidateArgs) -> miette::Result<u8> {
         .values()
         .map(|c| c.pools.len())
         .sum();
-    println!(
+    outln!(
         "valid: {} cluster{}, {} node pool{} ({})",
         loaded.desired.clusters.len(),
         if loaded.desired.clusters.len() == 1 {
@@ -149,12 +149,12 @@ pub fn schema(args: SchemaArgs) -> miette::Result<u8> {
                 std::fs::write(&path, text)
                     .into_diagnostic()
                     .wrap_err_with(|| format!("cannot write {}", path.display()))?;
-                println!("wrote {}", path.display());
+                outln!("wrote {}", path.display());
             }
         }
         None => {
             for (name, text) in schemas {
-                println!("# {name}\n{text}");
+                outln!("# {name}\n{text}");
             }
         }
     }

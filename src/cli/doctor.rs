@@ -24,7 +24,7 @@ pub enum Output {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea doctor --creds-dir /var/lib/medea/creds\n  medea doctor --creds-dir /var/lib/medea/creds --store /var/lib/medea/store --desired ./clusters\n  medea doctor --cluster home --creds-dir ./state/creds -o json\n\nExit status: 0 every check passed (warnings allowed), 1 something to fix."
+    after_help = "Examples:\n  medea doctor --creds-dir /var/lib/medea/creds\n  medea doctor --creds-dir /var/lib/medea/creds --store /var/lib/medea/store \\\n    --desired ./clusters\n  medea doctor --cluster home --creds-dir ./state/creds -o json\n\nExit status: 0 every check passed (warnings allowed), 1 something to fix."
 )]
 pub struct DoctorArgs {
     /// Check only this cluster (default: every <creds-dir>/<cluster>/ with both files).
@@ -215,8 +215,8 @@ pub fn run(args: DoctorArgs) -> miette::Result<u8> {
         _ => report,
     };
     match args.output {
-        Output::Text => print!("{}", render_text(&report)),
-        Output::Json => print!("{}", super::output::json(&report)),
+        Output::Text => out!("{}", render_text(&report)),
+        Output::Json => out!("{}", super::output::json(&report)),
     }
     Ok(if report.ok { exit::OK } else { exit::ERROR })
 }

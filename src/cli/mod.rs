@@ -9,6 +9,21 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// `print!` for the CLI: a reader that went away (`medea schema | head -1`) ends the process
+/// quietly, as SIGPIPE ends a C tool, instead of std's panic with a backtrace. See
+/// [`stdout::write`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::stdout::write(format_args!($($arg)*)) };
+}
+
+/// `println!` for the CLI (see [`out!`]).
+macro_rules! outln {
+    () => { $crate::cli::stdout::write(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::stdout::write(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub mod stdout;
+
 pub mod approvals;
 pub mod approve;
 pub mod bench;
@@ -178,12 +193,14 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
             clap_mangen::generate_to(Cli::command(), &out)
                 .into_diagnostic()
                 .wrap_err_with(|| format!("cannot write man pages to {}", out.display()))?;
-            println!("wrote man pages to {}", out.display());
+            outln!("wrote man pages to {}", out.display());
             Ok(exit::OK)
         }
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "medea", &mut std::io::stdout());
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "medea", &mut text);
+            stdout::write_bytes(&text);
             Ok(exit::OK)
         }
         Command::Approve(args) => approve::run(args),
@@ -279,6 +296,59 @@ mod tests {
         tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
         tracing::warn!(target: "medea::k8s::client", "Kubernetes API call failed; retrying");
         tracing::error!(target: "medea::ops::refresh", "inventory refresh failed");
+    }
+
+    /// Every visible command, with its path (`medea get machines`).
+    fn commands() -> Vec<(String, clap::Command)> {
+        fn walk(path: String, cmd: &clap::Command, out: &mut Vec<(String, clap::Command)>) {
+            out.push((path.clone(), cmd.clone()));
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(format!("{path} {}", sub.get_name()), sub, out);
+            }
+        }
+        let mut out = Vec::new();
+        let mut cli = Cli::command();
+        cli.build();
+        walk("medea".into(), &cli, &mut out);
+        out
+    }
+
+    #[test]
+    fn every_option_and_argument_has_help() {
+        let mut missing = Vec::new();
+        for (path, cmd) in commands() {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let generated = matches!(arg.get_id().as_str(), "help" | "version");
+                if !generated && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "options without help: {missing:#?}");
+    }
+
+    /// Examples in `--help` are commands to copy: none is longer than an 80-column terminal,
+    /// where clap would wrap it mid-command (long ones continue with ` \`).
+    #[test]
+    fn help_examples_fit_an_80_column_terminal() {
+        let mut long = Vec::new();
+        for (path, cmd) in commands() {
+            for text in [cmd.get_after_help(), cmd.get_after_long_help()]
+                .into_iter()
+                .flatten()
+            {
+                for line in text.to_string().lines() {
+                    // Prose wraps at words; an indented line is a command to copy.
+                    if line.starts_with(' ') && line.chars().count() > 78 {
+                        long.push(format!("{path}: {line}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            long.is_empty(),
+            "help lines that wrap at 80 columns: {long:#?}"
+        );
     }
 
     #[test]

@@ -5,9 +5,14 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Format {
+    /// An aligned table.
     #[default]
     Table,
+    /// The table with more columns (kubectl's `-o wide`).
+    Wide,
+    /// JSON, pretty-printed.
     Json,
+    /// YAML.
     Yaml,
 }
 

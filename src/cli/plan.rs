@@ -87,12 +87,12 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             return Ok(exit::ERROR);
         }
         let Some(p) = r.plan else {
-            println!("the server has no plan yet");
+            outln!("the server has no plan yet");
             return Ok(exit::OK);
         };
         match args.output {
-            Output::Text => print!("{}", p.rendered),
-            Output::Json => print!("{}", p.json),
+            Output::Text => out!("{}", p.rendered),
+            Output::Json => out!("{}", p.json),
         }
         let approvals: Vec<String> = p.approvals.iter().map(|a| a.principal.clone()).collect();
         eprintln!(
@@ -187,7 +187,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         Err(code) => return Ok(code),
     };
     match args.output {
-        Output::Text => print!(
+        Output::Text => out!(
             "{}",
             render::text(
                 &plan,
@@ -196,7 +196,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                 }
             )
         ),
-        Output::Json => print!("{}", render::json(&plan)),
+        Output::Json => out!("{}", render::json(&plan)),
     }
     eprintln!("{status}");
     Ok(if plan.has_changes() {

@@ -25,23 +25,30 @@ pub enum RolloutAction {
         after_help = "Examples:\n  medea rollout list\n  medea rollout list --cluster prod -o json"
     )]
     List {
+        /// Only the jobs of this cluster; an unknown name is an error.
         #[arg(long)]
         cluster: Option<String>,
+        /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
     /// The newest job of a cluster, node by node; with -w, follow it live until it ends.
     #[command(
-        after_help = "Examples:\n  medea rollout status --cluster home\n  medea rollout status --cluster prod --pool workers -w\n\nWith -w the exit status is 0 when the job succeeds and 1 when it halts."
+        after_help = "Examples:\n  medea rollout status\n  medea rollout status --cluster prod --pool workers -w\n  medea rollout status 1a2b3c4d5e6f-prod\n\nWithout a job id: the newest job of --cluster, which may be left out when the server knows one cluster. With -w the exit status is 0 when the job succeeds and 1 when it halts."
     )]
     Status {
+        /// The job to show (`medea rollout list` lists them); default: the cluster's newest.
+        job: Option<String>,
+        /// The cluster whose newest job to show (default: the only cluster, when there is one).
         #[arg(long)]
-        cluster: String,
+        cluster: Option<String>,
+        /// Only the nodes of this node pool.
         #[arg(long)]
         pool: Option<String>,
         /// Follow the job until it succeeds or halts.
         #[arg(short = 'w', long)]
         watch: bool,
+        /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
         /// With -w and no TTY: one readable line per event (local time), or one JSON object
@@ -54,7 +61,9 @@ pub enum RolloutAction {
         after_help = "Examples:\n  medea rollout halt 1a2b3c4d5e6f-prod --reason 'latency spike on canary'"
     )]
     Halt {
+        /// The job to halt (`medea rollout list` lists them).
         job: String,
+        /// Why, recorded in the job's journal and shown by `rollout status`.
         #[arg(long)]
         reason: Option<String>,
     },
@@ -77,7 +86,7 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                 let text = match fmt {
                     Format::Json => output::json(&r.rollouts),
                     Format::Yaml => output::yaml(&r.rollouts),
-                    Format::Table => output::table(
+                    Format::Table | Format::Wide => output::table(
                         &["JOB", "CLUSTER", "PLAN", "STATE", "NODES", "CURRENT", "CREATED"],
                         &r.rollouts
                             .iter()
@@ -95,29 +104,61 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                             .collect::<Vec<_>>(),
                     ),
                 };
-                print!("{text}");
+                out!("{text}");
                 Ok(exit::OK)
             }
             RolloutAction::Halt { job, reason } => {
                 let r = c.halt_rollout(pb::HaltRolloutRequest { job_id: job.clone(), reason: reason.unwrap_or_default() }).await.map_err(rpc)?.into_inner();
                 let state = r.rollout.map(|r| r.state).unwrap_or_default();
-                println!("halt requested for {job} (state: {state}); it stops before its next mutating command");
+                outln!("halt requested for {job} (state: {state}); it stops before its next mutating command");
                 Ok(exit::OK)
             }
-            RolloutAction::Status { cluster, pool, watch, output: fmt, log_format } => {
-                let newest = |r: pb::ListRolloutsResponse| r.rollouts.into_iter().next();
-                let Some(job) = newest(c.list_rollouts(pb::ListRolloutsRequest { cluster: cluster.clone() }).await.map_err(rpc)?.into_inner()) else {
-                    println!("cluster {cluster} has no rollout jobs");
-                    return Ok(exit::OK);
+            RolloutAction::Status { job, cluster, pool, watch, output: fmt, log_format } => {
+                let cluster = match (&job, cluster) {
+                    (_, Some(c)) => c,
+                    // A job id names its cluster; every job is searched.
+                    (Some(_), None) => String::new(),
+                    (None, None) => {
+                        let clusters = c.list_clusters(pb::ListClustersRequest {}).await.map_err(rpc)?.into_inner().clusters;
+                        only_cluster(clusters.iter().map(|c| c.name.as_str()))?
+                    }
+                };
+                let jobs = c.list_rollouts(pb::ListRolloutsRequest { cluster: cluster.clone() }).await.map_err(rpc)?.into_inner().rollouts;
+                let job = match job {
+                    Some(id) => jobs.into_iter().find(|j| j.job_id == id).ok_or_else(|| {
+                        miette::miette!(help = "`medea rollout list` lists the jobs", "no rollout job `{id}`")
+                    })?,
+                    None => match jobs.into_iter().next() {
+                        Some(j) => j,
+                        None => {
+                            outln!("cluster {cluster} has no rollout jobs");
+                            return Ok(exit::OK);
+                        }
+                    },
                 };
                 if !watch {
-                    print!("{}", render_status(&job, pool.as_deref(), fmt));
+                    out!("{}", render_status(&job, pool.as_deref(), fmt));
                     return Ok(if job.state == "halted" { exit::ERROR } else { exit::OK });
                 }
                 follow(&mut c, &addr, job, pool.as_deref(), log_format).await
             }
         }
     })
+}
+
+/// The cluster to use when none was named: the only one the server knows, else an error that
+/// lists them.
+fn only_cluster<'a>(names: impl Iterator<Item = &'a str>) -> miette::Result<String> {
+    let names: Vec<&str> = names.collect();
+    match names.as_slice() {
+        [one] => Ok((*one).to_string()),
+        [] => Err(miette::miette!("the server knows no cluster yet")),
+        many => Err(miette::miette!(
+            help = format!("pass --cluster with one of: {}", many.join(", ")),
+            "the server knows {} clusters: say which",
+            many.len()
+        )),
+    }
 }
 
 fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
@@ -129,7 +170,7 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
     match fmt {
         Format::Json => output::json(job),
         Format::Yaml => output::yaml(job),
-        Format::Table => {
+        Format::Table | Format::Wide => {
             let mut s = format!(
                 "job {} (cluster {}, plan {}): {}{}\n",
                 job.job_id,
@@ -447,7 +488,7 @@ pub(crate) async fn follow(
             if let Some(b) = &bars {
                 let _ = b.clear();
             }
-            print!("{}", render_status(&current, pool, Format::Table));
+            out!("{}", render_status(&current, pool, Format::Table));
             return Ok(if current.state == "succeeded" {
                 exit::OK
             } else {
@@ -477,11 +518,11 @@ pub(crate) async fn follow(
         {
             match log_format {
                 super::LogFormat::Json => {
-                    println!("{}", serde_json::to_string(&e).expect("events serialize"))
+                    outln!("{}", serde_json::to_string(&e).expect("events serialize"))
                 }
                 super::LogFormat::Text => {
                     if let Some(line) = lines.line(&e, &current) {
-                        println!("{line}");
+                        outln!("{line}");
                     }
                 }
             }

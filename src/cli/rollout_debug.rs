@@ -148,14 +148,14 @@ fn drive<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe + 'static
     let mut all_ok = true;
     for (job, r) in results {
         match r {
-            Ok(RunOutcome::Succeeded) => println!("{job} succeeded"),
+            Ok(RunOutcome::Succeeded) => outln!("{job} succeeded"),
             Ok(other) => {
                 all_ok = false;
-                println!("{job} {other:?}");
+                outln!("{job} {other:?}");
             }
             Err(e) => {
                 all_ok = false;
-                println!("{job} error: {e}");
+                outln!("{job} error: {e}");
             }
         }
     }

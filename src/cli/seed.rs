@@ -27,7 +27,7 @@ use crate::version::{KubeVersion, TalosVersion};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea seed --cluster home --talosconfig ~/.talos/config --kubeconfig ~/.kube/config \\\n    --store /var/lib/medea/store --creds-dir /var/lib/medea/creds > clusters/home.yaml\n  medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig \\\n    --store ./state/store --creds-dir ./state/creds --force\n  medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig \\\n    --store etcd://10.0.0.5:2379/medea --creds-dir /var/lib/medea/creds\n\nThe desired-state YAML goes to stdout, everything else to stderr. Stop `medea serve` first (a store directory is locked while it runs; an etcd:// store is not)."
+    after_help = "Examples:\n  medea seed --cluster home --talosconfig ~/.talos/config \\\n    --kubeconfig ~/.kube/config --store /var/lib/medea/store \\\n    --creds-dir /var/lib/medea/creds > clusters/home.yaml\n  medea seed --cluster home --talosconfig ./sim/talosconfig \\\n    --kubeconfig ./sim/kubeconfig \\\n    --store ./state/store --creds-dir ./state/creds --force\n  medea seed --cluster home --talosconfig ./sim/talosconfig \\\n    --kubeconfig ./sim/kubeconfig \\\n    --store etcd://10.0.0.5:2379/medea --creds-dir /var/lib/medea/creds\n\nThe desired-state YAML goes to stdout, everything else to stderr. Stop `medea serve` first (a store directory is locked while it runs; an etcd:// store is not)."
 )]
 pub struct SeedArgs {
     /// The cluster's name in medea (a DNS label; the `metadata.name` of its Cluster).
@@ -533,7 +533,7 @@ pub fn run(args: SeedArgs) -> miette::Result<u8> {
     for w in &seeded.warnings {
         eprintln!("warning: {w}");
     }
-    print!("{}", seeded.desired_yaml);
+    out!("{}", seeded.desired_yaml);
     Ok(exit::OK)
 }
 

@@ -17,7 +17,7 @@ use crate::server::{self, ServerConfig};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea serve --desired ./clusters --token-file /etc/medea/token\n  medea serve --desired ./repo --git-ref main --rollouts --allowed-signers /etc/medea/allowed_signers"
+    after_help = "Examples:\n  medea serve --desired ./clusters --token-file /etc/medea/token\n  medea serve --desired ./repo --git-ref main --rollouts \\\n    --allowed-signers /etc/medea/allowed_signers"
 )]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -42,6 +42,7 @@ pub struct ServeArgs {
     /// PEM certificate for the API (default: generate a CA and certificate on first run).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (0600).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// API bearer token [env: MEDEA_TOKEN]. Prefer --token-file. A flag beats the
@@ -213,30 +214,59 @@ pub struct GetArgs {
 #[derive(Debug, Subcommand)]
 pub enum GetWhat {
     /// Clusters: observed and desired Kubernetes versions, gates, health.
+    #[command(visible_alias = "cluster")]
     Clusters {
+        /// Only this cluster; an unknown name is an error.
+        name: Option<String>,
+        /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
     /// Node pools: desired and running Talos versions.
+    #[command(visible_aliases = ["nodepool", "pools", "pool"])]
     Nodepools {
+        /// Only this node pool; an unknown name is an error.
+        name: Option<String>,
+        /// Only the node pools of this cluster.
         #[arg(long)]
         cluster: Option<String>,
+        /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
     /// This server: its replica id, which replica leads (HA), version and gates.
     #[command(visible_alias = "leader")]
     Server {
+        /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Machines: running versions, readiness, cordon state.
+    /// Machines: running versions, readiness, cordon state (-o wide adds the machine id).
+    #[command(visible_alias = "machine")]
     Machines {
+        /// Only this machine (its node name); an unknown name is an error.
+        name: Option<String>,
+        /// Only the machines of this cluster.
         #[arg(long)]
         cluster: Option<String>,
+        /// Only the machines of this node pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
+}
+
+/// `Err` when a NAME was asked for and nothing matched (kubectl's "not found").
+fn found<T>(items: Vec<T>, kind: &str, name: Option<&str>) -> miette::Result<Vec<T>> {
+    match name {
+        Some(n) if items.is_empty() => Err(miette::miette!(
+            help = format!("`medea get {kind}s` lists them"),
+            "no {kind} named `{n}`"
+        )),
+        _ => Ok(items),
+    }
 }
 
 pub fn get(args: GetArgs) -> miette::Result<u8> {
@@ -247,15 +277,23 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
         let mut c = args.client.connect().await?;
         let addr = args.client.addr.clone();
         let text = match args.what {
-            GetWhat::Clusters { output } => {
+            GetWhat::Clusters { name, output } => {
                 let r = c
                     .list_clusters(pb::ListClustersRequest {})
                     .await
                     .map_err(|s| rpc_error(&addr, s))?
                     .into_inner();
+                let clusters = found(
+                    r.clusters
+                        .into_iter()
+                        .filter(|x| name.as_ref().is_none_or(|n| &x.name == n))
+                        .collect(),
+                    "cluster",
+                    name.as_deref(),
+                )?;
                 render(
                     output,
-                    &r.clusters,
+                    &clusters,
                     &[
                         "NAME",
                         "KUBERNETES",
@@ -286,7 +324,11 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     },
                 )
             }
-            GetWhat::Nodepools { cluster, output } => {
+            GetWhat::Nodepools {
+                name,
+                cluster,
+                output,
+            } => {
                 let r = c
                     .list_node_pools(pb::ListNodePoolsRequest {
                         cluster: cluster.unwrap_or_default(),
@@ -294,9 +336,17 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     .await
                     .map_err(|s| rpc_error(&addr, s))?
                     .into_inner();
+                let pools = found(
+                    r.pools
+                        .into_iter()
+                        .filter(|p| name.as_ref().is_none_or(|n| &p.name == n))
+                        .collect(),
+                    "nodepool",
+                    name.as_deref(),
+                )?;
                 render(
                     output,
-                    &r.pools,
+                    &pools,
                     &[
                         "CLUSTER",
                         "POOL",
@@ -329,14 +379,16 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     .await
                     .map_err(|s| rpc_error(&addr, s))?
                     .into_inner();
-                if !r.allowed_signers_problem.is_empty() && output == Format::Table {
+                if !r.allowed_signers_problem.is_empty()
+                    && matches!(output, Format::Table | Format::Wide)
+                {
                     eprintln!(
                         "ERROR allowed signers: {} (the last good file stays in force)",
                         r.allowed_signers_problem
                     );
                 }
                 match output {
-                    Format::Table => output::table(
+                    Format::Table | Format::Wide => output::table(
                         &[
                             "REPLICA",
                             "LEADER",
@@ -358,7 +410,12 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     Format::Yaml => output::yaml(&r),
                 }
             }
-            GetWhat::Machines { cluster, output } => {
+            GetWhat::Machines {
+                name,
+                cluster,
+                pool,
+                output,
+            } => {
                 let r = c
                     .list_machines(pb::ListMachinesRequest {
                         cluster: cluster.unwrap_or_default(),
@@ -367,34 +424,54 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     .map_err(|s| rpc_error(&addr, s))?
                     .into_inner()
                     .into_machines();
-                render(
-                    output,
-                    &r,
-                    &[
-                        "CLUSTER", "POOL", "NODE", "ROLE", "TALOS", "KUBELET", "READY", "CORDONED",
-                        "ADDRESS",
-                    ],
-                    |m| {
-                        vec![
-                            m.cluster.clone(),
-                            or_dash(&m.pool),
-                            m.node.clone(),
-                            m.role.clone(),
-                            or_dash(&m.talos_version),
-                            or_dash(&m.kubelet_version),
-                            if !m.reachable {
-                                "unreachable".into()
-                            } else {
-                                output::yes_no(m.ready)
-                            },
-                            output::yes_no(m.cordoned),
-                            m.address.clone(),
-                        ]
-                    },
-                )
+                if let Some(p) = &pool
+                    && !r.iter().any(|m| &m.pool == p)
+                {
+                    return Err(miette::miette!(
+                        help = "`medea get nodepools` lists them",
+                        "no machine is in a node pool named `{p}`"
+                    ));
+                }
+                let machines = found(
+                    r.into_iter()
+                        .filter(|m| pool.as_ref().is_none_or(|p| &m.pool == p))
+                        .filter(|m| name.as_ref().is_none_or(|n| &m.node == n))
+                        .collect(),
+                    "machine",
+                    name.as_deref(),
+                )?;
+                let wide = output == Format::Wide;
+                let mut header = vec![
+                    "CLUSTER", "POOL", "NODE", "ROLE", "TALOS", "KUBELET", "READY", "CORDONED",
+                    "ADDRESS",
+                ];
+                if wide {
+                    header.push("ID");
+                }
+                render(output, &machines, &header, |m| {
+                    let mut row = vec![
+                        m.cluster.clone(),
+                        or_dash(&m.pool),
+                        m.node.clone(),
+                        m.role.clone(),
+                        or_dash(&m.talos_version),
+                        or_dash(&m.kubelet_version),
+                        if !m.reachable {
+                            "unreachable".into()
+                        } else {
+                            output::yes_no(m.ready)
+                        },
+                        output::yes_no(m.cordoned),
+                        m.address.clone(),
+                    ];
+                    if wide {
+                        row.push(or_dash(&m.id));
+                    }
+                    row
+                })
             }
         };
-        print!("{text}");
+        out!("{text}");
         Ok::<_, miette::Report>(())
     })?;
     Ok(exit::OK)
@@ -415,7 +492,9 @@ fn render<T: serde::Serialize>(
     row: impl Fn(&T) -> Vec<String>,
 ) -> String {
     match format {
-        Format::Table => output::table(header, &items.iter().map(row).collect::<Vec<_>>()),
+        Format::Table | Format::Wide => {
+            output::table(header, &items.iter().map(row).collect::<Vec<_>>())
+        }
         Format::Json => output::json(&items),
         Format::Yaml => output::yaml(&items),
     }
@@ -432,9 +511,15 @@ pub struct ClusterArgs {
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
     /// Allow approved plans of this cluster to run (the per-cluster gate).
-    EnableRollouts { cluster: String },
+    EnableRollouts {
+        /// The cluster.
+        cluster: String,
+    },
     /// Stop new rollout steps from starting on this cluster.
-    DisableRollouts { cluster: String },
+    DisableRollouts {
+        /// The cluster.
+        cluster: String,
+    },
 }
 
 pub fn cluster(args: ClusterArgs) -> miette::Result<u8> {
@@ -456,7 +541,7 @@ pub fn cluster(args: ClusterArgs) -> miette::Result<u8> {
             .map_err(|s| rpc_error(&args.client.addr, s))?
             .into_inner();
         let state = r.cluster.map(|c| c.rollouts_enabled).unwrap_or(enabled);
-        println!(
+        outln!(
             "cluster {cluster}: rollouts {}",
             if state { "enabled" } else { "disabled" }
         );

@@ -13,7 +13,7 @@ use crate::sim::talos::{Role, Scenario};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea sim --out ./sim\n  medea sim --scenario faults.yaml --out ./sim --listen 127.0.0.1:50000 --kube-listen 127.0.0.1:6443\n  medea sim --print-default-scenario > scenario.yaml\n\nThen: medea talos version --talosconfig ./sim/talosconfig\n      kubectl --kubeconfig ./sim/kubeconfig get nodes\n      medea seed --cluster home --talosconfig ./sim/talosconfig --kubeconfig ./sim/kubeconfig --store ./state/store --creds-dir ./state/creds"
+    after_help = "Examples:\n  medea sim --out ./sim\n  medea sim --scenario faults.yaml --out ./sim --listen 127.0.0.1:50000 \\\n    --kube-listen 127.0.0.1:6443\n  medea sim --print-default-scenario > scenario.yaml\n\nThen: medea talos version --talosconfig ./sim/talosconfig\n      kubectl --kubeconfig ./sim/kubeconfig get nodes\n      medea seed --cluster home --talosconfig ./sim/talosconfig \\\n        --kubeconfig ./sim/kubeconfig --store ./state/store \\\n        --creds-dir ./state/creds"
 )]
 pub struct SimArgs {
     /// Scenario file (YAML). Without it, the default cluster runs: `home`, 3 control planes
@@ -42,7 +42,7 @@ pub struct SimArgs {
 
 pub fn run(args: SimArgs) -> miette::Result<u8> {
     if args.print_default_scenario {
-        print!("{DEFAULT_SCENARIO}");
+        out!("{DEFAULT_SCENARIO}");
         return Ok(exit::OK);
     }
     let scenario = match &args.scenario {
@@ -80,14 +80,14 @@ pub fn run(args: SimArgs) -> miette::Result<u8> {
             .iter()
             .filter(|n| n.role == Role::Controlplane)
             .count();
-        println!(
+        outln!(
             "medea sim: cluster `{}`, {} nodes ({} control planes, {} workers)",
             scenario.cluster_name,
             scenario.nodes.len(),
             cps,
             scenario.nodes.len() - cps
         );
-        println!(
+        outln!(
             "talos api: {} (mTLS, route with --node)",
             sim.talos.endpoint()
         );
@@ -96,24 +96,31 @@ pub fn run(args: SimArgs) -> miette::Result<u8> {
                 Role::Controlplane => "controlplane",
                 Role::Worker => "worker",
             };
-            println!(
+            outln!(
                 "  node {:<8} {:<12} {:<12} talos {} kubernetes {}",
-                n.name, n.address, role, n.talos, n.kubernetes
+                n.name,
+                n.address,
+                role,
+                n.talos,
+                n.kubernetes
             );
         }
-        println!("kube-apiserver: {} (bearer token)", sim.kube.url());
+        outln!("kube-apiserver: {} (bearer token)", sim.kube.url());
         for w in &scenario.workloads {
             match w.pdb_min_available {
-                Some(min) => println!(
+                Some(min) => outln!(
                     "  workload {}/{} x{} (PodDisruptionBudget {}-pdb minAvailable {min})",
-                    w.namespace, w.name, w.replicas, w.name
+                    w.namespace,
+                    w.name,
+                    w.replicas,
+                    w.name
                 ),
-                None => println!("  workload {}/{} x{}", w.namespace, w.name, w.replicas),
+                None => outln!("  workload {}/{} x{}", w.namespace, w.name, w.replicas),
             }
         }
-        println!("talosconfig: {}", creds.talosconfig.display());
-        println!("kubeconfig: {}", creds.kubeconfig.display());
-        println!("ready; press Ctrl-C to stop");
+        outln!("talosconfig: {}", creds.talosconfig.display());
+        outln!("kubeconfig: {}", creds.kubeconfig.display());
+        outln!("ready; press Ctrl-C to stop");
         let stopped = tokio::signal::ctrl_c().await;
         sim.shutdown().await;
         stopped

@@ -133,7 +133,7 @@ fn one_node<'a>(nodes: &'a [NodeTarget], what: &str) -> miette::Result<&'a NodeT
 
 fn print_json<T: Serialize>(v: &T) -> miette::Result<()> {
     let s = serde_json::to_string_pretty(v).into_diagnostic()?;
-    println!("{s}");
+    outln!("{s}");
     Ok(())
 }
 
@@ -204,7 +204,7 @@ async fn dispatch(
                         if v.rbac { "RBAC" } else { "" }
                     ));
                 }
-                print!("{out}");
+                out!("{out}");
             }
         }
         TalosCommand::Services => {
@@ -242,7 +242,7 @@ async fn dispatch(
                         })
                     })
                     .collect();
-                print!(
+                out!(
                     "{}",
                     table(
                         &[
@@ -289,7 +289,7 @@ async fn dispatch(
                         })
                     })
                     .collect();
-                print!(
+                out!(
                     "{}",
                     table(
                         &[
@@ -311,9 +311,11 @@ async fn dispatch(
             if output == Output::Json {
                 print_json(&info)?;
             } else {
-                println!(
+                outln!(
                     "etcd snapshot saved to {:?} ({} bytes)\nsha256: {}",
-                    info.path, info.size, info.sha256
+                    info.path,
+                    info.size,
+                    info.sha256
                 );
             }
         }
@@ -332,7 +334,7 @@ async fn dispatch(
             let report = client
                 .health_check_with_progress(n, &spec, |line| {
                     if text {
-                        println!("{line}");
+                        outln!("{line}");
                         let _ = std::io::stdout().flush();
                     }
                 })

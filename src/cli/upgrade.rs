@@ -13,11 +13,12 @@ use crate::version::{KubeVersion, TalosVersion};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea upgrade --desired ./clusters --cluster prod --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster prod --pool canary --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster home --k8s v1.35.0"
+    after_help = "Examples:\n  medea upgrade --desired ./clusters --cluster prod --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster prod --pool canary \\\n    --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster home --k8s v1.35.0"
 )]
 pub struct UpgradeArgs {
     #[command(flatten)]
     pub desired: DesiredArgs,
+    /// The cluster whose desired state to change.
     #[arg(long)]
     pub cluster: String,
     /// Only this pool (default: every pool of the cluster). Only with --talos.
@@ -114,7 +115,7 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
         }
     }
     if edits.is_empty() {
-        println!("nothing to edit: the desired state already says that");
+        outln!("nothing to edit: the desired state already says that");
         return Ok(exit::OK);
     }
     // Apply edits file by file, from the end of the file backwards so offsets stay valid.
@@ -137,9 +138,13 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
             .wrap_err_with(|| format!("cannot write {}", path.display()))?;
     }
     for e in edits.iter().rev() {
-        println!(
+        outln!(
             "{}:{}:{}: {} → {}",
-            e.file, e.origin.line, e.origin.column, e.old, e.new
+            e.file,
+            e.origin.line,
+            e.origin.column,
+            e.old,
+            e.new
         );
     }
     let after = super::desired::load(&Source::Dir(root.clone()))?;
@@ -148,7 +153,7 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
         return Ok(exit::ERROR);
     }
     if matches!(source, Source::Git { .. }) {
-        println!(
+        outln!(
             "edited the work tree: commit it (`git commit -am \"upgrade {}\"`) — in git mode medea plans from commits only",
             args.cluster
         );
@@ -165,8 +170,8 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
         let applied = crate::ops::replan::load_applied(&store).into_diagnostic()?;
         return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
             Ok(p) => {
-                println!();
-                print!(
+                outln!();
+                out!(
                     "{}",
                     crate::plan::render::text(&p, crate::plan::render::Options { color: false })
                 );
@@ -208,8 +213,8 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
     });
     match shown {
         Some(p) => {
-            println!();
-            print!("{}", p.rendered);
+            outln!();
+            out!("{}", p.rendered);
             Ok(if p.has_changes {
                 exit::CHANGES
             } else {
@@ -217,7 +222,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
             })
         }
         None => {
-            println!(
+            outln!(
                 "review the resulting plan with `medea plan` (or `medea upgrade … --store PATH` to preview it offline)"
             );
             Ok(exit::OK)

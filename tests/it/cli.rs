@@ -343,3 +343,29 @@ fn duration_flags_share_one_grammar() {
         );
     }
 }
+
+/// `medea schema | head -1` and `medea completions bash | head -1`: a reader that goes away
+/// ends the command quietly with SIGPIPE's status, never a panic with a backtrace hint.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    for args in [
+        vec!["schema"],
+        vec!["completions", "bash"],
+        vec!["validate", "examples/"],
+    ] {
+        // The read end is closed before the command starts, so its first write fails.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = medea()
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("RUST_BACKTRACE"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
+    }
+}

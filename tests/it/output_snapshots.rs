@@ -266,6 +266,49 @@ fn get_clusters_nodepools_machines_and_server_text_and_json() {
     expectorate::assert_contents("tests/it/snapshots/get.txt", &all);
 }
 
+/// kubectl's habits on `medea get` and `rollout status`: one object by name (singular
+/// aliases), filters, `-o wide`; an unknown cluster, pool, machine or job is an error (exit 1)
+/// naming what is known, never an empty table with exit 0.
+#[test]
+fn get_by_name_filters_wide_and_unknown_names_are_errors() {
+    let s = crate::server::start(
+        root().join("examples"),
+        vec![crate::server::home_inventory()],
+    );
+    let n = Normalise::new()
+        .text(&s.addr.to_string(), "<addr>")
+        .path(s.state.path(), "<state>");
+    let mut all = String::new();
+    for (args, code) in [
+        (&["get", "machine", "cp-1"][..], 0),
+        (&["get", "machines", "--pool", "workers", "-o", "wide"], 0),
+        (&["get", "cluster", "home"], 0),
+        (&["get", "nodepool", "workers", "--cluster", "home"], 0),
+        (&["get", "machines", "--cluster", "nope"], 1),
+        (&["get", "nodepools", "--cluster", "nope"], 1),
+        (&["get", "machine", "nope"], 1),
+        (&["get", "machines", "--pool", "nope"], 1),
+        (&["get", "cluster", "nope"], 1),
+        (&["rollout", "list", "--cluster", "nope"], 1),
+        (&["rollout", "status", "--cluster", "nope"], 1),
+        (&["rollout", "status"], 1),
+        (&["rollout", "status", "0123456789ab-home"], 1),
+    ] {
+        let mut c = s.cli();
+        c.env("NO_COLOR", "1").args(args);
+        let out = run(c);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        all.push_str(&transcript(&format!("medea {}", args.join(" ")), &out, &n));
+        all.push('\n');
+    }
+    expectorate::assert_contents("tests/it/snapshots/get-names.txt", &all);
+}
+
 /// How far the one job of the fake `prod` cluster got.
 enum JobRun {
     /// Created, not yet started.
@@ -344,6 +387,8 @@ fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
             ],
             &["rollout", "status", "--cluster", "prod", "-o", "json"],
             &["rollout", "list"],
+            // The job by its id, with no --cluster.
+            &["rollout", "status", &job_id(&s)],
         ] {
             let mut c = s.cli();
             c.env("NO_COLOR", "1").args(args);
@@ -353,6 +398,17 @@ fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
         }
     }
     expectorate::assert_contents("tests/it/snapshots/rollout-status.txt", &all);
+}
+
+/// The id of the newest job the server lists.
+fn job_id(s: &crate::server::TestServer) -> String {
+    let out = run({
+        let mut c = s.cli();
+        c.args(["rollout", "list", "-o", "json"]);
+        c
+    });
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["jobId"].as_str().unwrap().to_string()
 }
 
 /// The `SHA256:…` fingerprint of the public key next to `key`, as `ssh-keygen -l` prints it.

@@ -124,6 +124,48 @@ impl MedeaApi {
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
+    /// `Ok` for an empty filter or a cluster the desired state or the inventory names;
+    /// otherwise `NotFound` naming the known clusters, so `medea get machines --cluster nope`
+    /// is an error rather than an empty table.
+    pub fn known_cluster(&self, filter: &str) -> Result<(), Status> {
+        if filter.is_empty() {
+            return Ok(());
+        }
+        if self
+            .shared
+            .desired()
+            .is_some_and(|d| d.desired.clusters.contains_key(filter))
+        {
+            return Ok(());
+        }
+        let key = inventory::cluster_key(filter);
+        if self
+            .shared
+            .store
+            .get(crate::store::Table::Inventory, &key)
+            .map_err(internal)?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let inv = inventory::Inventory::load(self.shared.store.as_ref()).map_err(internal)?;
+        let mut names: std::collections::BTreeSet<String> = inv.clusters.keys().cloned().collect();
+        if let Some(d) = self.shared.desired() {
+            names.extend(d.desired.clusters.keys().cloned());
+        }
+        let known = if names.is_empty() {
+            "no cluster is known yet".to_string()
+        } else {
+            format!(
+                "known: {}",
+                names.into_iter().collect::<Vec<_>>().join(", ")
+            )
+        };
+        Err(Status::not_found(format!(
+            "no cluster named `{filter}` ({known})"
+        )))
+    }
+
     pub fn machines_encoded(&self, filter: &str) -> Result<Vec<Arc<EncodedRows>>, Status> {
         let desired = self.shared.desired();
         let revision = desired
@@ -384,6 +426,7 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::ListNodePoolsRequest>,
     ) -> Result<Response<pb::ListNodePoolsResponse>, Status> {
         let filter = req.into_inner().cluster;
+        self.known_cluster(&filter)?;
         let inv = inventory::Inventory::load(self.shared.store.as_ref()).map_err(internal)?;
         let mut pools = Vec::new();
         if let Some(d) = self.shared.desired() {
@@ -435,6 +478,7 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::ListMachinesRequest>,
     ) -> Result<Response<pb::ListMachinesResponse>, Status> {
         let filter = req.into_inner().cluster;
+        self.known_cluster(&filter)?;
         let clusters = self.machines_encoded(&filter)?;
         Ok(Response::new(pb::ListMachinesResponse::from_encoded(
             clusters,
@@ -635,6 +679,7 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::ListRolloutsRequest>,
     ) -> Result<Response<pb::ListRolloutsResponse>, Status> {
         let cluster = req.into_inner().cluster;
+        self.known_cluster(&cluster)?;
         let rollouts = super::rollouts::jobs(&self.shared)
             .map_err(internal)?
             .iter()
@@ -649,6 +694,7 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::WatchRolloutRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let req = req.into_inner();
+        self.known_cluster(&req.cluster)?;
         let rx = self.shared.events.subscribe();
         let stream =
             tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |e| match e {
