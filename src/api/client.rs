@@ -73,7 +73,7 @@ pub enum ConnectError {
     },
 }
 
-pub(crate) fn host_of(addr: &str) -> &str {
+pub fn host_of(addr: &str) -> &str {
     let a = addr.trim_start_matches("https://");
     if let Some(rest) = a.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
@@ -81,7 +81,7 @@ pub(crate) fn host_of(addr: &str) -> &str {
     a.rsplit_once(':').map_or(a, |(h, _)| h)
 }
 
-pub(crate) fn is_loopback(host: &str) -> bool {
+pub fn is_loopback(host: &str) -> bool {
     host == "localhost"
         || host
             .parse::<std::net::IpAddr>()

@@ -247,7 +247,7 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| ApproveError::Server {
         message: format!("cannot start the runtime: {e}"),
     })?;
-    let addr = args.client.addr.clone();
+    let addr = args.client.addr();
     let server = |e: miette::Report| ApproveError::Server {
         message: format!("{e:?}"),
     };

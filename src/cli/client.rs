@@ -11,9 +11,9 @@ pub const DEFAULT_ADDR: &str = "localhost:7600";
 
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// Address of `medea serve`.
-    #[arg(long, env = "MEDEA_ADDR", default_value = DEFAULT_ADDR, global = true)]
-    pub addr: String,
+    /// Address of `medea serve` (default: the client context's, else localhost:7600).
+    #[arg(long, env = "MEDEA_ADDR", global = true)]
+    pub addr: Option<String>,
     /// API bearer token [env: MEDEA_TOKEN]. Prefer --token-file. A flag beats the
     /// environment; an empty token is refused.
     #[arg(long, global = true, conflicts_with = "token_file")]
@@ -28,6 +28,9 @@ pub struct ClientArgs {
     /// Skip server certificate verification. Only allowed for loopback addresses.
     #[arg(long, global = true)]
     pub insecure: bool,
+    /// The client context to use (`medea config get-contexts`) instead of the current one.
+    #[arg(long, env = "MEDEA_CONTEXT", global = true)]
+    pub context: Option<String>,
 }
 
 pub use crate::api::client::{BearerToken, Client};
@@ -86,10 +89,16 @@ pub fn token_source(
     }
 }
 
-/// Read a token file: trimmed, never empty.
+/// Read a token file: trimmed, never empty. A file that group or others may read works but
+/// is warned about on stderr (with the fix), like ssh does for keys.
 pub fn read_token_file(path: &std::path::Path) -> miette::Result<crate::secret::Secret<String>> {
     match std::fs::read_to_string(path) {
-        Ok(t) if !t.trim().is_empty() => Ok(crate::secret::Secret::new(t.trim().to_string())),
+        Ok(t) if !t.trim().is_empty() => {
+            if let Some(w) = loose_permissions(path) {
+                eprintln!("{w}");
+            }
+            Ok(crate::secret::Secret::new(t.trim().to_string()))
+        }
         Ok(_) => Err(miette::miette!(
             "token file `{}` is empty: an empty API token is refused",
             path.display()
@@ -100,6 +109,20 @@ pub fn read_token_file(path: &std::path::Path) -> miette::Result<crate::secret::
             path.display()
         )),
     }
+}
+
+/// The warning for a secret file that group or others may read, with the fix; `None` when its
+/// mode is private (or cannot be read).
+pub fn loose_permissions(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "warning: token file {} is readable by group or others (mode {mode:04o}): run chmod 600 {}",
+            path.display(),
+            path.display()
+        )
+    })
 }
 
 /// The client's token, from [`token_source`].
@@ -116,15 +139,80 @@ pub fn resolve_token(
 }
 
 impl ClientArgs {
+    /// The address to reach: `--addr`/`MEDEA_ADDR`, else the client context's, else
+    /// localhost:7600. (A context file that cannot be read is reported by [`Self::config`].)
+    pub fn addr(&self) -> String {
+        if let Some(a) = &self.addr {
+            return a.clone();
+        }
+        let env = |n: &str| std::env::var_os(n);
+        super::context::ClientConfigFile::load(&super::context::config_path(&env))
+            .ok()
+            .and_then(|f| f.chosen(self.context.as_deref()).ok().flatten().cloned())
+            .map_or_else(|| DEFAULT_ADDR.to_string(), |c| c.addr)
+    }
+
     /// The resolved connection settings: the token from [`resolve_token`] (an empty one is
-    /// refused before anything is sent).
+    /// refused before anything is sent); see [`Self::resolve`].
     pub fn config(&self) -> miette::Result<ClientConfig> {
+        self.resolve(&|name| std::env::var_os(name))
+    }
+
+    /// Flags and `MEDEA_*` variables first; what they leave open comes from the client context
+    /// (`--context`, else the current one); with no context, a loopback address uses the token
+    /// and CA that a local `medea serve` keeps in its state directory (`MEDEA_STATE_DIR`, else
+    /// the default one), when they exist. The local files are never sent elsewhere: they are
+    /// only used for a loopback address.
+    pub fn resolve(
+        &self,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> miette::Result<ClientConfig> {
+        let flag_token = resolve_token(self.token.clone(), self.token_file.clone(), env)?;
+        let complete =
+            self.addr.is_some() && flag_token.is_some() && (self.ca.is_some() || self.insecure);
+        let file = if complete && self.context.is_none() {
+            super::context::ClientConfigFile::default()
+        } else {
+            super::context::ClientConfigFile::load(&super::context::config_path(env))?
+        };
+        let context = file.chosen(self.context.as_deref())?;
+        let addr = self
+            .addr
+            .clone()
+            .or_else(|| context.map(|c| c.addr.clone()))
+            .unwrap_or_else(|| DEFAULT_ADDR.to_string());
+        let local = (context.is_none()
+            && crate::api::client::is_loopback(crate::api::client::host_of(&addr)))
+        .then(|| {
+            env("MEDEA_STATE_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(super::server::default_state_dir)
+        });
+        let token = match flag_token {
+            Some(t) => Some(t),
+            None => match context.and_then(|c| c.token_file.as_ref()) {
+                Some(f) => Some(read_token_file(f)?),
+                None => match local.as_ref().map(|d| d.join("token")) {
+                    Some(f) if f.exists() => Some(read_token_file(&f)?),
+                    _ => None,
+                },
+            },
+        };
+        let ca = self
+            .ca
+            .clone()
+            .or_else(|| context.and_then(|c| c.ca.clone()))
+            .or_else(|| {
+                local
+                    .as_ref()
+                    .map(|d| d.join("tls/ca.crt"))
+                    .filter(|f| f.exists())
+            });
         Ok(ClientConfig {
-            addr: self.addr.clone(),
-            token: resolve_token(self.token.clone(), self.token_file.clone(), &|name| {
-                std::env::var_os(name)
-            })?,
-            ca: self.ca.clone(),
+            addr,
+            token,
+            ca,
             insecure: self.insecure,
         })
     }
@@ -133,7 +221,7 @@ impl ClientArgs {
         let cfg = self.config()?;
         crate::api::client::connect(&cfg)
             .await
-            .map_err(|e| connect_report(&self.addr, e))
+            .map_err(|e| connect_report(&cfg.addr, e))
     }
 }
 

@@ -251,11 +251,12 @@ async fn with_sim(
         }
     }
     let client_args = super::client::ClientArgs {
-        addr: addr.to_string(),
+        addr: Some(addr.to_string()),
         token: Some(token.expose().clone()),
         token_file: None,
         ca: Some(dir.join("state/tls/ca.crt")),
         insecure: false,
+        context: None,
     };
     let result = drive(args, &client_args, &approvers, started).await;
     if let Some(ui) = config_ui {
@@ -282,7 +283,7 @@ async fn drive(
     approvers: &[(&str, crate::approval::sign::SecretKey)],
     started: std::time::Instant,
 ) -> miette::Result<u8> {
-    let addr = client_args.addr.clone();
+    let addr = client_args.addr();
     let rpc = |s| super::client::rpc_error(&addr, s);
     let mut c = client_args.connect().await?;
     let r = c

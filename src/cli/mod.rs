@@ -28,6 +28,7 @@ pub mod approvals;
 pub mod approve;
 pub mod bench;
 pub mod client;
+pub mod context;
 pub mod debug;
 pub mod demo;
 pub mod desired;
@@ -82,6 +83,8 @@ pub enum Command {
     Schema(desired::SchemaArgs),
     /// Run the daemon: watch the desired state, serve the API, run approved rollouts.
     Serve(server::ServeArgs),
+    /// Client contexts (like kubeconfig's): which server the client commands talk to.
+    Config(context::ConfigArgs),
     /// Show clusters, node pools or machines from a running server.
     #[command(
         after_help = "Examples:\n  medea get clusters\n  medea get machines --cluster prod -o json"
@@ -182,6 +185,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::HaProbe(args) => ha_debug::probe(args),
         Command::RolloutRun(args) => rollout_debug::rollout_run(args),
         Command::Serve(args) => server::serve(args),
+        Command::Config(args) => context::run(args),
         Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Get(args) => server::get(args),
         Command::Cluster(args) => server::cluster(args),

@@ -69,7 +69,7 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
         let r = c
             .get_plan(pb::GetPlanRequest { id: String::new() })
             .await
-            .map_err(|s| super::client::rpc_error(&args.client.addr, s))?
+            .map_err(|s| super::client::rpc_error(&args.client.addr(), s))?
             .into_inner();
         let errors = r
             .diagnostics

@@ -76,7 +76,7 @@ fn runtime() -> miette::Result<tokio::runtime::Runtime> {
 }
 
 pub fn run(args: RolloutArgs) -> miette::Result<u8> {
-    let addr = args.client.addr.clone();
+    let addr = args.client.addr();
     runtime()?.block_on(async move {
         let mut c = args.client.connect().await?;
         let rpc = |s| rpc_error(&addr, s);

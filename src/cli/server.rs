@@ -101,6 +101,10 @@ pub fn default_state_dir() -> PathBuf {
     home.join(".local/state/medea")
 }
 
+/// The server's API token: `--token`/`MEDEA_TOKEN` as given; otherwise the token file
+/// (`--token-file`/`MEDEA_TOKEN_FILE`, default `<state-dir>/token`), generated (0600) when it
+/// does not exist yet, like the TLS files. A token file group or others may read is warned
+/// about.
 fn load_token(
     chosen: Option<super::client::TokenSource>,
     state_dir: &std::path::Path,
@@ -108,12 +112,10 @@ fn load_token(
     use super::client::{TokenSource, read_token_file};
     let path = match chosen {
         Some(TokenSource::Value(t)) => return Ok(Secret::new(t)),
-        Some(TokenSource::File(p)) => return read_token_file(&p),
+        Some(TokenSource::File(p)) => p,
         None => state_dir.join("token"),
     };
-    match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => Ok(Secret::new(t.trim().to_string())),
-        Ok(_) => Err(miette::miette!("token file `{}` is empty", path.display())),
+    match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = crate::server::auth::generate_token();
             crate::server::secrets::write_private(&path, t.expose().as_bytes())
@@ -122,11 +124,7 @@ fn load_token(
             eprintln!("generated an API token in {} (0600)", path.display());
             Ok(t)
         }
-        Err(e) => Err(miette::miette!(
-            help = "create it, or omit --token-file to generate one",
-            "cannot read token file `{}`: {e}",
-            path.display()
-        )),
+        _ => read_token_file(&path),
     }
 }
 
@@ -275,7 +273,7 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
         .wrap_err("cannot start the runtime")?;
     rt.block_on(async move {
         let mut c = args.client.connect().await?;
-        let addr = args.client.addr.clone();
+        let addr = args.client.addr();
         let text = match args.what {
             GetWhat::Clusters { name, output } => {
                 let r = c
@@ -538,7 +536,7 @@ pub fn cluster(args: ClusterArgs) -> miette::Result<u8> {
                 enabled,
             })
             .await
-            .map_err(|s| rpc_error(&args.client.addr, s))?
+            .map_err(|s| rpc_error(&args.client.addr(), s))?
             .into_inner();
         let state = r.cluster.map(|c| c.rollouts_enabled).unwrap_or(enabled);
         outln!(

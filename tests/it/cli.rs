@@ -1,7 +1,12 @@
 use std::process::Command;
 
+/// The binary, never reading the client configuration of whoever runs the tests (a test that
+/// wants one sets `MEDEA_CONFIG` itself).
 pub fn medea() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_medea"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_medea"));
+    c.env("MEDEA_CONFIG", "/nonexistent/medea-tests/config.yaml")
+        .env_remove("MEDEA_CONTEXT");
+    c
 }
 
 #[test]
