@@ -2,7 +2,7 @@
 //! YAML in place, then show the plan. Nothing acts without an approval.
 
 use miette::{IntoDiagnostic as _, WrapErr as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -152,18 +152,67 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
         super::report::print_diagnostics(&after, &root.display().to_string());
         return Ok(exit::ERROR);
     }
+    let changed: Vec<&str> = files.keys().map(String::as_str).collect();
     if matches!(source, Source::Git { .. }) {
-        outln!(
-            "edited the work tree: commit it (`git commit -am \"upgrade {}\"`) — in git mode medea plans from commits only",
-            args.cluster
-        );
+        outln!("{}", commit_hint(&root, &changed, &args, None));
         return Ok(exit::OK);
     }
-    print_plan(&args, &after)
+    print_plan(&args, &after, &root, &changed)
 }
 
-/// The plan of the edited desired state: offline against `--store`, or the server's.
-fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Result<u8> {
+/// The work tree of the git repository `path` is in, if any.
+fn enclosing_work_tree(path: &Path) -> Option<PathBuf> {
+    let p = path.canonicalize().ok()?;
+    p.ancestors()
+        .find(|a| a.join(".git").exists())
+        .map(Path::to_path_buf)
+}
+
+/// What to run next when the edit only counts once committed: the exact commands.
+fn commit_hint(root: &Path, changed: &[&str], args: &UpgradeArgs, git_ref: Option<&str>) -> String {
+    let what = match (&args.talos, &args.k8s) {
+        (Some(v), _) => format!("Talos {v}"),
+        (None, Some(v)) => format!("Kubernetes {v}"),
+        (None, None) => "versions".to_string(),
+    };
+    let files = changed
+        .iter()
+        .map(|f| shell_quote(&root.join(f).display().to_string()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let work_tree = enclosing_work_tree(root).unwrap_or_else(|| root.to_path_buf());
+    let wt = shell_quote(&work_tree.display().to_string());
+    let server = match git_ref {
+        Some(r) => format!("the server plans commits of `{r}` only"),
+        None => "in git mode medea plans commits only".to_string(),
+    };
+    format!(
+        "edited the work tree; {server}: commit it (and push it where the server fetches)\n  git -C {wt} add {files} && git -C {wt} commit -m {}",
+        shell_quote(&format!("upgrade {} to {what}", args.cluster))
+    )
+}
+
+/// `s` as one POSIX shell word.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The plan of the edited desired state: offline against `--store`, or the server's. A server
+/// that follows a git ref, or reads another directory, never plans this edit: the user is told
+/// what to do at once instead of waiting for it.
+fn print_plan(
+    args: &UpgradeArgs,
+    after: &crate::desired::Loaded,
+    root: &Path,
+    changed: &[&str],
+) -> miette::Result<u8> {
     if let Some(path) = &args.store {
         let store = crate::store::fjall::FjallStore::open(path).into_diagnostic()?;
         let inventory = crate::inventory::Inventory::load(&store).into_diagnostic()?;
@@ -194,10 +243,35 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
     let rt = tokio::runtime::Runtime::new()
         .into_diagnostic()
         .wrap_err("cannot start the runtime")?;
+    enum Server {
+        Plan(Box<crate::api::pb::Plan>),
+        GitMode(String),
+        ReadsElsewhere(String),
+        NoAnswer,
+    }
     let shown = rt.block_on(async {
         let Ok(mut c) = args.client.connect().await else {
-            return None;
+            return Server::NoAnswer;
         };
+        if let Ok(info) = c
+            .server_info(crate::api::pb::ServerInfoRequest {})
+            .await
+            .map(|r| r.into_inner())
+        {
+            if !info.desired_git_ref.is_empty() {
+                return Server::GitMode(info.desired_git_ref);
+            }
+            let same = |a: &str| {
+                let a = Path::new(a);
+                a == root
+                    || a.canonicalize()
+                        .ok()
+                        .is_some_and(|a| root.canonicalize().ok().is_some_and(|r| a == r))
+            };
+            if !info.desired_path.is_empty() && !same(&info.desired_path) {
+                return Server::ReadsElsewhere(info.desired_path);
+            }
+        }
         for _ in 0..50 {
             if let Ok(r) = c
                 .get_plan(crate::api::pb::GetPlanRequest { id: String::new() })
@@ -205,14 +279,26 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
                 && let Some(p) = r.into_inner().plan
                 && p.desired_revision == want
             {
-                return Some(p);
+                return Server::Plan(Box::new(p));
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        None
+        Server::NoAnswer
     });
     match shown {
-        Some(p) => {
+        Server::GitMode(r) => {
+            outln!("{}", commit_hint(root, changed, args, Some(&r)));
+            Ok(exit::OK)
+        }
+        Server::ReadsElsewhere(p) => {
+            outln!(
+                "the server at {} reads its desired state from {p}, not {}: copy the edit there (or pass --store PATH to preview it offline)",
+                args.client.addr(),
+                root.display()
+            );
+            Ok(exit::OK)
+        }
+        Server::Plan(p) => {
             outln!();
             out!("{}", p.rendered);
             Ok(if p.has_changes {
@@ -221,7 +307,7 @@ fn print_plan(args: &UpgradeArgs, after: &crate::desired::Loaded) -> miette::Res
                 exit::OK
             })
         }
-        None => {
+        Server::NoAnswer => {
             outln!(
                 "review the resulting plan with `medea plan` (or `medea upgrade … --store PATH` to preview it offline)"
             );

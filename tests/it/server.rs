@@ -95,7 +95,29 @@ pub fn start_in(
     allowed_signers: Option<PathBuf>,
     rollouts: bool,
 ) -> TestServer {
-    start_full(state, desired, inventory, allowed_signers, rollouts, None)
+    start_full(
+        state,
+        Source::Dir(desired),
+        inventory,
+        allowed_signers,
+        rollouts,
+        None,
+    )
+}
+
+/// [`start`] over a git checkout: the server plans the commits of `reference`.
+pub fn start_git(repo: PathBuf, reference: &str) -> TestServer {
+    start_full(
+        tempfile::tempdir().unwrap(),
+        Source::Git {
+            path: repo,
+            reference: reference.to_string(),
+        },
+        vec![home_inventory()],
+        None,
+        false,
+        None,
+    )
 }
 
 /// [`start`] with the web dashboard on `ui` (a free loopback address) under `limits`.
@@ -107,7 +129,7 @@ pub fn start_with_ui(
 ) -> TestServer {
     start_full(
         tempfile::tempdir().unwrap(),
-        desired,
+        Source::Dir(desired),
         inventory,
         None,
         false,
@@ -117,7 +139,7 @@ pub fn start_with_ui(
 
 fn start_full(
     state: tempfile::TempDir,
-    desired: PathBuf,
+    source: Source,
     inventory: Vec<ObservedCluster>,
     allowed_signers: Option<PathBuf>,
     rollouts: bool,
@@ -132,7 +154,7 @@ fn start_full(
     let token = "t0ken-for-tests".to_string();
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
-        source: Source::Dir(desired),
+        source,
         state_dir: state.path().to_path_buf(),
         creds_dir: state.path().join("creds"),
         tls_cert: None,

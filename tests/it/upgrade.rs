@@ -187,3 +187,142 @@ fn prints_the_resulting_plan_offline_with_store() {
         "workers are already there: {text}"
     );
 }
+
+/// Run a git command in `dir`, asserting it succeeds.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A git repository holding the examples, committed on `main`.
+fn repo() -> tempfile::TempDir {
+    let tmp = examples_copy();
+    git(tmp.path(), &["init", "-q", "-b", "main"]);
+    git(tmp.path(), &["add", "."]);
+    git(tmp.path(), &["commit", "-qm", "clusters"]);
+    tmp
+}
+
+/// The last line `medea upgrade` printed, run as the user would paste it into a shell.
+fn run_printed_command(text: &str) {
+    let cmd = text.lines().last().unwrap().trim();
+    assert!(cmd.starts_with("git -C "), "{text}");
+    let out = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// In git mode medea plans commits only: `medea upgrade` says so and prints the exact commands
+/// that commit the edit, which work as printed; with a server that follows a ref, the same
+/// without waiting for a plan that would never come.
+#[test]
+fn in_git_mode_upgrade_prints_the_commit_command_that_works() {
+    let tmp = repo();
+    let out = crate::cli::medea()
+        .args([
+            "upgrade",
+            "--cluster",
+            "home",
+            "--talos",
+            "v1.13.10",
+            "--git-ref",
+            "main",
+            "--desired",
+        ])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("medea plans commits only"), "{text}");
+    run_printed_command(&text);
+    let log = git(tmp.path(), &["log", "--format=%s", "-1"]);
+    assert_eq!(log.trim(), "upgrade home to Talos v1.13.10");
+    assert!(
+        git(tmp.path(), &["status", "--porcelain"]).is_empty(),
+        "all committed"
+    );
+
+    // A server in git mode; the user edits its checkout without --git-ref.
+    let s = crate::server::start_git(tmp.path().to_path_buf(), "main");
+    let mut c = s.cli();
+    c.args([
+        "upgrade",
+        "--cluster",
+        "home",
+        "--talos",
+        "v1.13.9",
+        "--desired",
+    ])
+    .arg(tmp.path());
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("the server plans commits of `main` only"),
+        "{text}"
+    );
+    run_printed_command(&text);
+    assert!(
+        git(tmp.path(), &["status", "--porcelain"]).is_empty(),
+        "all committed"
+    );
+}
+
+/// A server that reads another directory never plans the edit: said at once, with the fix.
+#[test]
+fn upgrade_says_when_the_server_reads_another_directory() {
+    let tmp = examples_copy();
+    let s = crate::server::start(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        vec![crate::server::home_inventory()],
+    );
+    let mut c = s.cli();
+    c.args([
+        "upgrade",
+        "--cluster",
+        "home",
+        "--talos",
+        "v1.13.10",
+        "--desired",
+    ])
+    .arg(tmp.path());
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("reads its desired state from"), "{text}");
+    assert!(text.contains("not "), "{text}");
+}

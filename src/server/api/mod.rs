@@ -402,6 +402,15 @@ impl pb::medea_server::Medea for MedeaApi {
                 .map(|d| d.desired.revision.to_string())
                 .unwrap_or_default(),
             allowed_signers_problem: self.shared.trust.problem().unwrap_or_default(),
+            desired_path: match &self.shared.source {
+                crate::desired::Source::Dir(p) | crate::desired::Source::Git { path: p, .. } => {
+                    p.display().to_string()
+                }
+            },
+            desired_git_ref: match &self.shared.source {
+                crate::desired::Source::Git { reference, .. } => reference.clone(),
+                crate::desired::Source::Dir(_) => String::new(),
+            },
         }))
     }
 
