@@ -133,6 +133,9 @@ async fn with_sim(
             creds_dir: creds_dir.clone(),
             force: false,
             settings: crate::ops::refresh::RefreshSettings::default(),
+            approvals: crate::desired::model::ApprovalSettings::default(),
+            // The demo plans its own example files, not seed's output.
+            record_as_applied: false,
         },
     )
     .await

@@ -54,6 +54,14 @@ pub struct SeedArgs {
     /// credentials (rolloutsEnabled is kept).
     #[arg(long)]
     pub force: bool,
+    /// Signatures any plan of this cluster needs (written in the YAML, and in force from the
+    /// start when the cluster has no applied settings yet).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub approvals_required: u32,
+    /// Signatures a plan that touches control-plane nodes or Kubernetes needs (at least
+    /// --approvals-required). One person running a cluster alone: 1.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub approvals_control_plane: u32,
 }
 
 /// Why seeding failed. Nothing is written unless the whole seed succeeds.
@@ -129,6 +137,11 @@ pub struct SeedRequest {
     pub creds_dir: PathBuf,
     pub force: bool,
     pub settings: RefreshSettings,
+    /// The approval bar written in the YAML (and recorded as applied).
+    pub approvals: crate::desired::model::ApprovalSettings,
+    /// Record the printed YAML as the cluster's last-applied state where none is recorded
+    /// (`medea seed` does; the demo, whose desired state is its own example files, does not).
+    pub record_as_applied: bool,
 }
 
 /// What seeding did.
@@ -291,14 +304,28 @@ pub async fn seed(store: &dyn Store, req: &SeedRequest) -> Result<Seeded, SeedEr
         Some(raw) => Check::Equals(Table::Inventory, key.clone(), raw),
         None => Check::Absent(Table::Inventory, key.clone()),
     };
-    if let Err(err) = store.commit(Txn::new().check(check).put_record(key, &cluster)) {
+    let (desired_yaml, mut warnings) = desired_yaml(&cluster, &req.approvals);
+    let mut txn = Txn::new().check(check).put_record(key, &cluster);
+    let applied = if req.record_as_applied {
+        seeded_as_applied(store, name, &desired_yaml)?
+    } else {
+        Vec::new()
+    };
+    for r in applied {
+        // Only where nothing was applied yet (and still nothing is at commit): a re-seed never
+        // replaces settings an approved plan put in force, such as the approval bar.
+        let k = r.key.store_key();
+        txn = txn
+            .check(Check::Absent(Table::Desired, k.clone()))
+            .put_record(k, &r);
+    }
+    if let Err(err) = store.commit(txn) {
         remove_new();
         return Err(SeedError::Commit {
             cluster: name.to_string(),
             err,
         });
     }
-    let (desired_yaml, mut warnings) = desired_yaml(&cluster);
     for m in cluster.machines.values().filter(|m| !m.reachable) {
         warnings.insert(
             0,
@@ -315,6 +342,45 @@ pub async fn seed(store: &dyn Store, req: &SeedRequest) -> Result<Seeded, SeedEr
         desired_yaml,
         warnings,
     })
+}
+
+/// The Cluster and pools of the YAML seed prints, as last-applied records, for each resource
+/// the store has no last-applied record of yet: committing seed's output as it is then plans
+/// no change at all, and the first version bump diffs one line. The records name
+/// `<cluster>.yaml` as their file (seed's output goes to stdout; the name is only shown).
+fn seeded_as_applied(
+    store: &dyn Store,
+    cluster: &str,
+    yaml: &str,
+) -> Result<Vec<crate::plan::applied::AppliedResource>, SeedError> {
+    use crate::desired::source::{Snapshot, SourceFile};
+    use crate::plan::applied::AppliedResource;
+    let loaded = crate::desired::parse_snapshot(Snapshot {
+        files: vec![SourceFile {
+            path: format!("{cluster}.yaml"),
+            bytes: yaml.as_bytes().into(),
+        }],
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    });
+    let Some(c) = loaded.desired.clusters.get(cluster) else {
+        // seed's own YAML always parses (a unit test says so); nothing is recorded otherwise.
+        return Ok(Vec::new());
+    };
+    let mut out = vec![AppliedResource::of_cluster(c)];
+    out.extend(c.pools.values().map(|p| AppliedResource::of_pool(p)));
+    let mut fresh = Vec::new();
+    for r in out {
+        if store
+            .get(Table::Desired, &r.key.store_key())
+            .map_err(SeedError::Store)?
+            .is_none()
+        {
+            fresh.push(r);
+        }
+    }
+    Ok(fresh)
 }
 
 /// The installer image repository (no tag, no digest) of an observed installer image.
@@ -402,9 +468,27 @@ fn pools(c: &ObservedCluster, warnings: &mut Vec<String>) -> Vec<SeedPool> {
     out
 }
 
+/// The approval bar seed writes, explained.
+fn approvals_block(a: &crate::desired::model::ApprovalSettings) -> String {
+    format!(
+        "  # Signatures (`medea approve`) a plan needs before it acts: `required` for
+  # any change, `controlPlane` when it touches control-plane nodes or Kubernetes.
+  # Changing them needs the higher of the two in force. One person running a
+  # cluster alone seeds it with `--approvals-control-plane 1`.
+  approvals:
+    required: {}
+    controlPlane: {}
+",
+        a.required, a.control_plane
+    )
+}
+
 /// Desired-state YAML (a Cluster and its pools) that matches the observed cluster: committed
 /// as-is, its plan has no rollout steps. Pure. Returns the YAML and warnings.
-pub fn desired_yaml(c: &ObservedCluster) -> (String, Vec<String>) {
+pub fn desired_yaml(
+    c: &ObservedCluster,
+    approvals: &crate::desired::model::ApprovalSettings,
+) -> (String, Vec<String>) {
     let mut warnings = Vec::new();
     let kubernetes: Option<KubeVersion> = c.kubernetes_version.clone().or_else(|| {
         let lowest = c
@@ -421,7 +505,7 @@ pub fn desired_yaml(c: &ObservedCluster) -> (String, Vec<String>) {
     });
     let mut y = String::new();
     y.push_str(&format!(
-        "# Generated by `medea seed` from cluster `{}` as observed (generation {}).\n# Committed as-is it plans no rollout; change the versions to plan one.\n",
+        "# Generated by `medea seed` from cluster `{}` as observed (generation {}).\n# Committed as-is it plans no change (seed recorded it as applied); change a version to plan one.\n",
         c.name, c.generation
     ));
     y.push_str("apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n");
@@ -435,6 +519,8 @@ pub fn desired_yaml(c: &ObservedCluster) -> (String, Vec<String>) {
             y.push_str("    version: \"\" # unknown: set the version the cluster runs\n");
         }
     }
+    // The defaults, written out so that nobody wonders why a plan needs two signatures.
+    y.push_str(&approvals_block(approvals));
     for p in pools(c, &mut warnings) {
         y.push_str("---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n");
         y.push_str(&format!(
@@ -455,6 +541,14 @@ pub fn desired_yaml(c: &ObservedCluster) -> (String, Vec<String>) {
 }
 
 pub fn run(args: SeedArgs) -> miette::Result<u8> {
+    if args.approvals_control_plane < args.approvals_required {
+        return Err(miette::miette!(
+            help = "plans that touch control-plane nodes or Kubernetes need at least as many signers as any other plan",
+            "--approvals-control-plane ({}) is lower than --approvals-required ({})",
+            args.approvals_control_plane,
+            args.approvals_required
+        ));
+    }
     let store: std::sync::Arc<dyn Store> = match &args.store {
         crate::store::location::StoreLocation::Dir(path) => {
             super::ha::open_etcd_client(&args.store, &args.etcd)?;
@@ -484,6 +578,11 @@ pub fn run(args: SeedArgs) -> miette::Result<u8> {
         creds_dir: args.creds_dir,
         force: args.force,
         settings: RefreshSettings::default(),
+        approvals: crate::desired::model::ApprovalSettings {
+            required: args.approvals_required,
+            control_plane: args.approvals_control_plane,
+        },
+        record_as_applied: true,
     };
     let seeded = rt
         .block_on(seed(store.as_ref(), &req))
@@ -648,7 +747,7 @@ mod tests {
             warnings.iter().any(|w| w.contains("2 pools")),
             "{warnings:?}"
         );
-        let (yaml, _) = desired_yaml(&c);
+        let (yaml, _) = desired_yaml(&c, &Default::default());
         assert!(
             yaml.contains(&format!("    installerImage: {factory}\n")),
             "{yaml}"

@@ -51,6 +51,8 @@ fn request(e: &Env, p: &Paths, force: bool) -> SeedRequest {
         creds_dir: p.creds.clone(),
         force,
         settings: fast_refresh(),
+        approvals: Default::default(),
+        record_as_applied: true,
     }
 }
 
@@ -197,6 +199,32 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
     let again = plan::compute(&desired, &inventory, &applied_from(&desired), None).unwrap();
     assert!(!again.has_changes(), "{again:#?}");
 
+    // A clean start (#39): seed recorded what it printed as the last-applied state, so its
+    // output committed as-is plans nothing, and the first version bump diffs one line.
+    let recorded = medea::ops::replan::load_applied(&store).unwrap();
+    let as_is = plan::compute(&desired, &inventory, &recorded, None).unwrap();
+    assert!(!as_is.has_changes(), "{:#?}", as_is.clusters[0].settings);
+    let bumped_yaml = {
+        let at = yaml.find("name: workers").expect("the workers pool");
+        let (head, tail) = yaml.split_at(at);
+        format!("{head}{}", tail.replacen("v1.12.11", "v1.13.10", 1))
+    };
+    let bumped = load_yaml("home.yaml", &bumped_yaml);
+    let plan = plan::compute(&bumped, &inventory, &recorded, None).unwrap();
+    let diffs = &plan.clusters[0].diffs;
+    assert_eq!(diffs.len(), 1, "{diffs:#?}");
+    let changed: Vec<&str> = diffs[0]
+        .diff
+        .lines()
+        .filter(|l| {
+            (l.starts_with('+') || l.starts_with('-'))
+                && !l.starts_with("+++")
+                && !l.starts_with("---")
+        })
+        .collect();
+    assert_eq!(changed.len(), 2, "one line out, one in: {}", diffs[0].diff);
+    assert!(changed[1].contains("v1.13.10"), "{}", diffs[0].diff);
+
     // examples/home asks for Talos v1.13.9 and Kubernetes v1.35.0: the expected rollout.
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/home");
     let loaded = medea::desired::load(&Source::Dir(examples)).unwrap();
@@ -229,6 +257,58 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
             "talos workers 1 -> v1.13.9 (3 machines)",
             "kubernetes v1.34.1 -> v1.35.0",
         ]
+    );
+    e.sim.shutdown().await;
+}
+
+/// One person running a cluster alone (#39): the operator sets the bar at seed time; it is in
+/// force from the start, and a re-seed never changes a bar already in force.
+#[tokio::test]
+async fn seed_sets_the_approval_bar_in_force_and_a_reseed_never_lowers_it() {
+    let e = env(quick_default()).await;
+    let p = paths(&e);
+    let out = seed_cli(&e, &p, &["--approvals-control-plane", "1"]).await;
+    assert!(out.status.success(), "{}", flat(&out.stderr));
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        yaml.contains("  approvals:\n    required: 1\n    controlPlane: 1\n"),
+        "{yaml}"
+    );
+    let desired = load_yaml("home.yaml", &yaml);
+    let bar = |p: &Paths| {
+        let store = FjallStore::open(&p.store).unwrap();
+        medea::ops::replan::load_applied(&store)
+            .unwrap()
+            .approvals_in_force("home")
+    };
+    assert_eq!(bar(&p).control_plane, 1);
+    assert_eq!(
+        desired.clusters["home"].approvals.control_plane, 1,
+        "the YAML says what is in force"
+    );
+    // A re-seed with other values: the YAML shows them, the bar in force stays.
+    let out = seed_cli(&e, &p, &["--force", "--approvals-control-plane", "3"]).await;
+    assert!(out.status.success(), "{}", flat(&out.stderr));
+    assert_eq!(bar(&p).control_plane, 1);
+    // A control-plane bar below the ordinary one is refused before anything is written.
+    let other = paths(&e);
+    let out = seed_cli(
+        &e,
+        &other,
+        &[
+            "--approvals-required",
+            "2",
+            "--approvals-control-plane",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        flat(&out.stderr)
+            .contains("--approvals-control-plane (1) is lower than --approvals-required (2)"),
+        "{}",
+        flat(&out.stderr)
     );
     e.sim.shutdown().await;
 }
