@@ -80,7 +80,7 @@ pub fn summary_line(plan: &Plan) -> String {
     let s = summary(plan);
     let short = plan.id.short();
     if !plan.has_changes() {
-        return format!("Plan {short}: no changes. The observed clusters match the desired state.");
+        return no_changes_line(plan);
     }
     let mut parts = Vec::new();
     if s.rollouts > 0 {
@@ -113,6 +113,35 @@ pub fn summary_line(plan: &Plan) -> String {
         "Plan {short}: {}. Approve with: medea approve {short}",
         parts.join(", ")
     )
+}
+
+/// The closing line of a plan with nothing to do, saying why: every observed cluster matches,
+/// or a running job holds its cluster's planning until it ends, or a cluster is not observed
+/// yet (then nothing can be compared, so "they match" would be untrue).
+fn no_changes_line(plan: &Plan) -> String {
+    let short = plan.id.short();
+    let mut why = Vec::new();
+    for (cluster, job) in &plan.basis.running {
+        why.push(format!(
+            "job {job} is rolling out cluster {cluster}; what remains is planned when it ends (follow it: medea rollout status {job} -w)"
+        ));
+    }
+    let unobserved: Vec<&str> = plan
+        .clusters
+        .iter()
+        .filter(|c| c.status == ClusterStatus::NotObserved)
+        .map(|c| c.cluster.as_str())
+        .collect();
+    if !unobserved.is_empty() {
+        why.push(format!(
+            "not observed yet, so nothing is compared: {} (seed it with `medea seed`, or check the server's --creds-dir)",
+            unobserved.join(", ")
+        ));
+    }
+    if why.is_empty() {
+        return format!("Plan {short}: no changes. The observed clusters match the desired state.");
+    }
+    format!("Plan {short}: no changes to approve. {}.", why.join("; "))
 }
 
 /// What became of a plan once it left "pending", in a sentence (for `medea plan` against a

@@ -879,6 +879,10 @@ fn a_cluster_never_observed_says_so_and_plans_nothing() {
         "{text}"
     );
     assert!(text.contains("no changes"), "{text}");
+    // Nothing was compared: the closing line must not say the clusters match (#39).
+    let last = render::summary_line(&p);
+    assert!(!last.contains("match the desired state"), "{last}");
+    assert!(last.contains("not observed yet, so nothing is compared: c1"), "{last}");
 }
 
 #[test]
@@ -902,6 +906,13 @@ fn a_cluster_with_a_running_job_plans_nothing_until_it_ends() {
     let text = render::text(&busy, Default::default());
     assert!(text.contains("cluster c1 (rollout running)"), "{text}");
     assert!(text.contains("rollout job job-7 is running"), "{text}");
+    // The closing line says why there is nothing to approve, not "no changes … match" (#39).
+    let last = render::summary_line(&busy);
+    assert!(!last.contains("match the desired state"), "{last}");
+    assert!(
+        last.contains("job job-7 is rolling out cluster c1; what remains is planned when it ends (follow it: medea rollout status job-7 -w)"),
+        "{last}"
+    );
     // The job ending changes the basis: the busy plan is stale, and the idle one is current.
     assert_ne!(busy.id, idle.id);
     assert!(busy.is_stale(&basis_of(&d, &obs, &LastApplied::default())));
