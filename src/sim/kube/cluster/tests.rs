@@ -52,6 +52,7 @@ fn cluster(objects: Vec<Value>, start: Duration) -> (KubeSide, Arc<Nodes>) {
         Timing {
             start,
             termination: Duration::ZERO,
+            crd_establish: Duration::ZERO,
         },
         42,
     );
@@ -103,6 +104,7 @@ fn a_pass_that_changed_nothing_is_skipped_until_an_input_changes() {
         Timing {
             start,
             termination: Duration::ZERO,
+            crd_establish: Duration::ZERO,
         },
         42,
     );
@@ -219,6 +221,7 @@ fn evictions_respect_the_budget_until_replacements_are_ready() {
     c.set_timing(Timing {
         start: Duration::from_secs(5),
         termination: Duration::ZERO,
+        crd_establish: Duration::ZERO,
     });
     let web = web_pods(&c);
     c.evict("default", &web[0].name, t0, wall).unwrap();
