@@ -3,23 +3,29 @@
 //!
 //! - **server-side** (every node runs Talos >= 1.13; `syncManifestsSSA` over go-kubernetes
 //!   `kubernetes/ssa` and fluxcd `ssa`): every object gets the annotation
-//!   `config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory` (an object
+//!   `config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory` (a manifest
 //!   annotated for another inventory is refused, go-kubernetes `ssa/apply.go`
 //!   `prepareObjects`), is applied with field manager `talos` and forced ownership (fluxcd ssa
-//!   applies with `client.ForceOwnership`), in stages: CRDs and Namespaces, then `…Class`
-//!   kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest. The applied
-//!   objects are recorded in the inventory ConfigMap `kube-system/
-//!   talos-bootstrap-manifests-inventory` (cli-utils format: label
+//!   applies with `client.ForceOwnership`), in stages: CRDs, Namespaces and ClusterRoles, then
+//!   `…Class` kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest;
+//!   a stage's CRDs and Namespaces are waited for before the next stage (fluxcd
+//!   `ApplyAllStaged`) and a kind not served yet is retried ([`ManifestSyncOptions`]). A live
+//!   object must pass the [`InventoryPolicy`] (default `AdoptIfNoInventory`) before it is
+//!   changed or pruned. The applied objects are recorded in the inventory ConfigMap
+//!   `kube-system/talos-bootstrap-manifests-inventory` (cli-utils format: label
 //!   `cli-utils.sigs.k8s.io/inventory-id`, one data key `<namespace>_<name>_<group>_<Kind>`
 //!   per object, a `:` in an RBAC name written `__`: [`ObjRef::key`]; keys Talos'
 //!   `ManifestApplyController` wrote at bootstrap read back with [`ObjRef::parse`]); objects
 //!   the inventory lists that the manifests no longer render are pruned after everything
-//!   applied (`calculatePruneObjects`), only if they carry this inventory's
-//!   annotation (the default `MustMatch` policy); then Deployments and DaemonSets are waited
-//!   for (`ssacli.Wait`, fail-fast).
+//!   applied (`calculatePruneObjects`); then the objects created or configured are waited for
+//!   by kstatus' rules ([`super::kstatus`], `ssacli.Wait`, fail-fast).
 //! - **legacy** (some node runs Talos < 1.13; `syncManifests`, go-kubernetes
-//!   `kubernetes/manifests/sync.go`): per object GET, then create when missing or update
-//!   (PUT at the live resourceVersion); no inventory, no pruning; then the same wait.
+//!   `kubernetes/manifests/sync.go`): per object GET, then create when missing or, when a
+//!   dry-run update differs from the live object, update (PUT at the live resourceVersion),
+//!   retrying 409s and retryable errors; no inventory, no pruning; then every Deployment and
+//!   DaemonSet is waited for.
+//!
+//! [`ManifestSyncOptions`]: super::ManifestSyncOptions
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
