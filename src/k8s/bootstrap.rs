@@ -8,7 +8,7 @@
 //!   `prepareObjects`), is applied with field manager `talos` and forced ownership (fluxcd ssa
 //!   applies with `client.ForceOwnership`), in stages: CRDs, Namespaces and ClusterRoles, then
 //!   `…Class` kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest;
-//!   a stage's CRDs and Namespaces are waited for before the next stage (fluxcd
+//!   the first two stages are waited for (CRDs Established) before the next (fluxcd
 //!   `ApplyAllStaged`) and a kind not served yet is retried ([`ManifestSyncOptions`]). A live
 //!   object must pass the [`InventoryPolicy`] (default `AdoptIfNoInventory`) before it is
 //!   changed or pruned. The applied objects are recorded in the inventory ConfigMap
@@ -262,16 +262,6 @@ pub enum Action {
     Unchanged,
 }
 
-/// The kinds fluxcd ssa `ApplyAllStaged` applies first and waits for before the rest
-/// (`utils.IsClusterDefinition`: CRDs, Namespaces, ClusterRoles); of them only CRDs and
-/// Namespaces have a status to wait for.
-fn is_cluster_definition(m: &Manifest) -> bool {
-    matches!(
-        (m.api_version(), m.kind()),
-        (v, "CustomResourceDefinition") if v.starts_with("apiextensions.k8s.io/")
-    ) || (m.api_version() == "v1" && m.kind() == "Namespace")
-}
-
 /// Whether an error is worth retrying within the sync's retry window: go-kubernetes
 /// `IsRetryableError` (timeouts, internal errors, connection trouble) plus `409 Conflict` for
 /// the legacy sync (`manifests/sync.go`: `apierrors.IsConflict`).
@@ -519,10 +509,10 @@ impl KubeClient {
                 }
                 report.applied.push(ObjRef::of(m).describe());
             }
-            // like fluxcd ssa `ApplyAllStaged`: the stage's CRDs must be Established (and its
-            // Namespaces Active) before objects of their kinds, in their namespaces, are applied
-            let definitions: Vec<&Manifest> =
-                batch.iter().filter(|m| is_cluster_definition(m)).collect();
+            // like fluxcd ssa `ApplyAllStaged`: the definitions of the first stages (CRDs
+            // Established, Namespaces, ClusterRoles, `…Class` objects) must be current, by
+            // kstatus, before the objects that use them are applied
+            let definitions: Vec<&Manifest> = batch.iter().filter(|m| stage(m) <= 1).collect();
             if !definitions.is_empty() {
                 let o = &self.options.manifests;
                 self.wait_current(&definitions, o.retry_for).await?;
