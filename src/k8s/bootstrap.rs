@@ -3,23 +3,29 @@
 //!
 //! - **server-side** (every node runs Talos >= 1.13; `syncManifestsSSA` over go-kubernetes
 //!   `kubernetes/ssa` and fluxcd `ssa`): every object gets the annotation
-//!   `config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory` (an object
+//!   `config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory` (a manifest
 //!   annotated for another inventory is refused, go-kubernetes `ssa/apply.go`
 //!   `prepareObjects`), is applied with field manager `talos` and forced ownership (fluxcd ssa
-//!   applies with `client.ForceOwnership`), in stages: CRDs and Namespaces, then `…Class`
-//!   kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest. The applied
-//!   objects are recorded in the inventory ConfigMap `kube-system/
-//!   talos-bootstrap-manifests-inventory` (cli-utils format: label
+//!   applies with `client.ForceOwnership`), in stages: CRDs, Namespaces and ClusterRoles, then
+//!   `…Class` kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest;
+//!   the first two stages are waited for (CRDs Established) before the next (fluxcd
+//!   `ApplyAllStaged`) and a kind not served yet is retried ([`ManifestSyncOptions`]). A live
+//!   object must pass the [`InventoryPolicy`] (default `AdoptIfNoInventory`) before it is
+//!   changed or pruned. The applied objects are recorded in the inventory ConfigMap
+//!   `kube-system/talos-bootstrap-manifests-inventory` (cli-utils format: label
 //!   `cli-utils.sigs.k8s.io/inventory-id`, one data key `<namespace>_<name>_<group>_<Kind>`
 //!   per object, a `:` in an RBAC name written `__`: [`ObjRef::key`]; keys Talos'
 //!   `ManifestApplyController` wrote at bootstrap read back with [`ObjRef::parse`]); objects
 //!   the inventory lists that the manifests no longer render are pruned after everything
-//!   applied (`calculatePruneObjects`), only if they carry this inventory's
-//!   annotation (the default `MustMatch` policy); then Deployments and DaemonSets are waited
-//!   for (`ssacli.Wait`, fail-fast).
+//!   applied (`calculatePruneObjects`); then the objects created or configured are waited for
+//!   by kstatus' rules ([`super::kstatus`], `ssacli.Wait`, fail-fast).
 //! - **legacy** (some node runs Talos < 1.13; `syncManifests`, go-kubernetes
-//!   `kubernetes/manifests/sync.go`): per object GET, then create when missing or update
-//!   (PUT at the live resourceVersion); no inventory, no pruning; then the same wait.
+//!   `kubernetes/manifests/sync.go`): per object GET, then create when missing or, when a
+//!   dry-run update differs from the live object, update (PUT at the live resourceVersion),
+//!   retrying 409s and retryable errors; no inventory, no pruning; then every Deployment and
+//!   DaemonSet is waited for.
+//!
+//! [`ManifestSyncOptions`]: super::ManifestSyncOptions
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -132,11 +138,11 @@ impl ObjRef {
     }
 }
 
-/// The apply stage of an object: CRDs and Namespaces, `…Class` kinds, ConfigMaps and
-/// Secrets, everything else.
+/// The apply stage of an object: CRDs, Namespaces and ClusterRoles (fluxcd ssa
+/// `IsClusterDefinition`), `…Class` kinds, ConfigMaps and Secrets, everything else.
 pub fn stage(m: &Manifest) -> u8 {
     match m.kind() {
-        "CustomResourceDefinition" | "Namespace" => 0,
+        "CustomResourceDefinition" | "Namespace" | "ClusterRole" => 0,
         k if k.ends_with("Class") => 1,
         "ConfigMap" | "Secret" => 2,
         _ => 3,
@@ -207,6 +213,100 @@ fn sync_err(object: impl Into<String>, reason: impl Into<String>) -> K8sError {
     }
 }
 
+/// Which live objects the server-side sync may take over and prune: cli-utils'
+/// `inventory.Policy` as go-kubernetes `ssa/inventory_policy.go` checks it against a live
+/// object's `config.k8s.io/owning-inventory` annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InventoryPolicy {
+    /// Only objects annotated for this inventory (or new ones).
+    MustMatch,
+    /// Also objects annotated for no inventory; never another inventory's (talosctl's
+    /// default).
+    #[default]
+    AdoptIfNoInventory,
+    /// Any object.
+    AdoptAll,
+}
+
+impl InventoryPolicy {
+    /// `checkInventoryPolicy`: whether an object with owning-inventory annotation `owner`
+    /// may be changed or pruned; `Err` carries upstream's wording.
+    pub fn check(self, owner: Option<&str>) -> Result<(), String> {
+        let status = match owner {
+            Some(o) if o == INVENTORY_NAME => return Ok(()),
+            None => "Empty",
+            Some(_) => "NoMatch",
+        };
+        let allowed = match (status, self) {
+            ("Empty", InventoryPolicy::MustMatch) => false,
+            ("Empty", _) => true,
+            (_, InventoryPolicy::AdoptAll) => true,
+            _ => false,
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!(
+                "inventory policy prevented actuation (status: {status}, policy: {self:?}): annotated for {}",
+                owner.map_or("no inventory".to_string(), |o| format!("inventory `{o}`"))
+            ))
+        }
+    }
+}
+
+/// What applying one object did (fluxcd ssa `Action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Created,
+    Configured,
+    Unchanged,
+}
+
+/// Whether an error is worth retrying within the sync's retry window: go-kubernetes
+/// `IsRetryableError` (timeouts, internal errors, connection trouble) plus `409 Conflict` for
+/// the legacy sync (`manifests/sync.go`: `apierrors.IsConflict`).
+fn retryable(e: &K8sError, conflicts: bool) -> bool {
+    match e {
+        K8sError::Api { err, .. } => super::transient(err) || (conflicts && is_status(err, 409)),
+        _ => false,
+    }
+}
+
+/// The fields `manifests/sync.go` `getResourceDiff` drops before comparing the live object
+/// with the dry-run result: bookkeeping the apiserver writes, annotations of
+/// `kubernetes.io/`, a ServiceAccount's injected `secrets`.
+fn comparable(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "finalizers",
+            "selfLink",
+            "ownerReferences",
+        ] {
+            meta.remove(k);
+        }
+        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.retain(|k, _| !k.contains("kubernetes.io/"));
+            if a.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    if o["kind"] == "ServiceAccount"
+        && let Some(m) = o.as_object_mut()
+    {
+        m.remove("secrets");
+    }
+    o
+}
+
 impl KubeClient {
     async fn dynamic_api(&self, m: &Manifest) -> Result<Api<DynamicObject>, K8sError> {
         let (resource, caps) = self.resolve(m).await?;
@@ -217,6 +317,30 @@ impl KubeClient {
             },
             Scope::Cluster => Api::all_with(self.client.clone(), &resource),
         })
+    }
+
+    /// [`Self::dynamic_api`], retrying while the kind is not served (a CRD applied moments
+    /// ago is not Established yet, or another client is installing it) for the sync's retry
+    /// window, as go-kubernetes retries a staged apply.
+    async fn dynamic_api_retrying(&self, m: &Manifest) -> Result<Api<DynamicObject>, K8sError> {
+        let o = &self.options.manifests;
+        let deadline = tokio::time::Instant::now() + o.retry_for;
+        loop {
+            match self.dynamic_api(m).await {
+                Err(e @ K8sError::UnknownKind { .. }) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(K8sError::ManifestRetriesExhausted {
+                            object: m.describe(),
+                            waited: o.retry_for,
+                            source: Box::new(e),
+                        });
+                    }
+                    tracing::info!(object = %m.describe(), error = %crate::error_chain(&e), "kind not served yet; retrying");
+                    tokio::time::sleep(o.retry_interval).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn api_for_ref(&self, r: &ObjRef) -> Result<Option<Api<DynamicObject>>, K8sError> {
@@ -241,8 +365,110 @@ impl KubeClient {
         }))
     }
 
+    /// Server-side apply one object (fluxcd ssa `Apply`): the live object, if any, must pass
+    /// the inventory policy; the action is read from what the apiserver stored (a no-op apply
+    /// keeps the resourceVersion).
+    async fn apply_one(&self, api: &Api<DynamicObject>, m: &Manifest) -> Result<Action, K8sError> {
+        let live = self
+            .call("get", &m.describe(), || api.get_opt(m.name()))
+            .await?;
+        if let Some(live) = &live {
+            let owner = live
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(INVENTORY_ANNOTATION));
+            self.options
+                .manifests
+                .inventory_policy
+                .check(owner.map(String::as_str))
+                .map_err(|reason| sync_err(m.describe(), reason))?;
+        }
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.force = true;
+        let patch = Patch::Apply(m.value().clone());
+        let applied = self
+            .call("server-side apply", &m.describe(), || {
+                api.patch(m.name(), &params, &patch)
+            })
+            .await?;
+        Ok(match live {
+            None => Action::Created,
+            Some(l) if l.metadata.resource_version != applied.metadata.resource_version => {
+                Action::Configured
+            }
+            Some(_) => Action::Unchanged,
+        })
+    }
+
+    /// One object as go-kubernetes `manifests/sync.go` `updateManifest` syncs it: create it
+    /// when missing; otherwise update it at the live resourceVersion, but only when a dry-run
+    /// of that update differs from the live object.
+    async fn update_one(&self, api: &Api<DynamicObject>, m: &Manifest) -> Result<Action, K8sError> {
+        let live = self
+            .call("get", &m.describe(), || api.get_opt(m.name()))
+            .await?;
+        let mut obj: DynamicObject = serde_json::from_value(m.value().clone())
+            .map_err(|e| sync_err(m.describe(), e.to_string()))?;
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        let Some(live) = live else {
+            self.call("create", &m.describe(), || api.create(&pp, &obj))
+                .await?;
+            return Ok(Action::Created);
+        };
+        obj.metadata.resource_version = live.metadata.resource_version.clone();
+        let dry = PostParams {
+            dry_run: true,
+            ..pp.clone()
+        };
+        let preview = self
+            .call("update (dry run)", &m.describe(), || {
+                api.replace(m.name(), &dry, &obj)
+            })
+            .await?;
+        let as_json = |o: &DynamicObject| {
+            serde_json::to_value(o).map_err(|e| sync_err(m.describe(), e.to_string()))
+        };
+        if comparable(&as_json(&live)?) == comparable(&as_json(&preview)?) {
+            return Ok(Action::Unchanged);
+        }
+        self.call("update", &m.describe(), || api.replace(m.name(), &pp, &obj))
+            .await?;
+        Ok(Action::Configured)
+    }
+
+    /// [`Self::update_one`], retried on conflicts and retryable errors for the retry window
+    /// (`manifests/sync.go` `Sync`).
+    async fn update_one_retrying(
+        &self,
+        api: &Api<DynamicObject>,
+        m: &Manifest,
+    ) -> Result<Action, K8sError> {
+        let o = &self.options.manifests;
+        let deadline = tokio::time::Instant::now() + o.retry_for;
+        loop {
+            match self.update_one(api, m).await {
+                Err(e) if retryable(&e, true) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(K8sError::ManifestRetriesExhausted {
+                            object: m.describe(),
+                            waited: o.retry_for,
+                            source: Box::new(e),
+                        });
+                    }
+                    tracing::info!(object = %m.describe(), error = %crate::error_chain(&e), "manifest update failed; retrying");
+                    tokio::time::sleep(o.retry_interval).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Sync the bootstrap manifests as `upgrade-k8s` does (see the module docs); `wait`
-    /// bounds the wait for Deployments and DaemonSets to roll out.
+    /// bounds the wait for the applied objects to reconcile.
     pub async fn sync_bootstrap_manifests(
         &self,
         manifests: &[Manifest],
@@ -262,42 +488,35 @@ impl KubeClient {
             SyncMode::ServerSide => Some(self.read_inventory().await?),
             SyncMode::Legacy => None,
         };
-        for m in &objects {
-            let api = self.dynamic_api(m).await?;
-            match mode {
-                SyncMode::ServerSide => {
-                    let mut params = PatchParams::apply(FIELD_MANAGER);
-                    params.force = true;
-                    let patch = Patch::Apply(m.value().clone());
-                    self.call("server-side apply", &m.describe(), || {
-                        api.patch(m.name(), &params, &patch)
-                    })
-                    .await?;
+        let mut changed: Vec<&Manifest> = Vec::new();
+        let mut i = 0;
+        while i < objects.len() {
+            let this = stage(&objects[i]);
+            let end = objects[i..]
+                .iter()
+                .position(|m| stage(m) != this)
+                .map_or(objects.len(), |n| i + n);
+            let batch = &objects[i..end];
+            i = end;
+            for m in batch {
+                let api = self.dynamic_api_retrying(m).await?;
+                let action = match mode {
+                    SyncMode::ServerSide => self.apply_one(&api, m).await?,
+                    SyncMode::Legacy => self.update_one_retrying(&api, m).await?,
+                };
+                if action != Action::Unchanged {
+                    changed.push(m);
                 }
-                SyncMode::Legacy => {
-                    let live = self
-                        .call("get", &m.describe(), || api.get_opt(m.name()))
-                        .await?;
-                    let mut obj: DynamicObject = serde_json::from_value(m.value().clone())
-                        .map_err(|e| sync_err(m.describe(), e.to_string()))?;
-                    let pp = PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..PostParams::default()
-                    };
-                    match live {
-                        None => {
-                            self.call("create", &m.describe(), || api.create(&pp, &obj))
-                                .await?;
-                        }
-                        Some(live) => {
-                            obj.metadata.resource_version = live.metadata.resource_version;
-                            self.call("update", &m.describe(), || api.replace(m.name(), &pp, &obj))
-                                .await?;
-                        }
-                    }
-                }
+                report.applied.push(ObjRef::of(m).describe());
             }
-            report.applied.push(ObjRef::of(m).describe());
+            // like fluxcd ssa `ApplyAllStaged`: the definitions of the first stages (CRDs
+            // Established, Namespaces, ClusterRoles, `…Class` objects) must be current, by
+            // kstatus, before the objects that use them are applied
+            let definitions: Vec<&Manifest> = batch.iter().filter(|m| stage(m) <= 1).collect();
+            if !definitions.is_empty() {
+                let o = &self.options.manifests;
+                self.wait_current(&definitions, o.retry_for).await?;
+            }
         }
         if let Some(mut inv) = inventory {
             inv.extend(objects.iter().map(ObjRef::of));
@@ -319,15 +538,18 @@ impl KubeClient {
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(INVENTORY_ANNOTATION));
-                if owner.map(String::as_str) != Some(INVENTORY_NAME) {
-                    return Err(sync_err(
-                        r.describe(),
-                        format!(
-                            "listed in inventory `{INVENTORY_NAME}` but annotated for {}; not pruned",
-                            owner.map_or("no inventory".to_string(), |o| format!("`{o}`"))
-                        ),
-                    ));
-                }
+                self.options
+                    .manifests
+                    .inventory_policy
+                    .check(owner.map(String::as_str))
+                    .map_err(|reason| {
+                        sync_err(
+                            r.describe(),
+                            format!(
+                                "listed in inventory `{INVENTORY_NAME}` but not pruned: {reason}"
+                            ),
+                        )
+                    })?;
                 let dp = DeleteParams::background();
                 self.call("prune", &r.describe(), || api.delete(&r.name, &dp))
                     .await?;
@@ -335,9 +557,52 @@ impl KubeClient {
                 report.pruned.push(r.describe());
             }
             self.write_inventory(&inv).await?;
+            // talosctl waits only for what this sync created or changed (`syncManifestsSSA`:
+            // the change set's Created/Configured entries), by kstatus' rules
+            self.wait_current(&changed, wait).await?;
+        } else {
+            self.wait_rolled_out(&objects, wait).await?;
         }
-        self.wait_rolled_out(&objects, wait).await?;
         Ok(report)
+    }
+
+    /// Wait for `objects` to be Current by kstatus' rules, polling every
+    /// [`ManifestSyncOptions::poll_interval`](super::ManifestSyncOptions) up to `wait`; an
+    /// object that is Failed (a Deployment past its progress deadline) fails the wait at once
+    /// (fluxcd ssa `WaitForSet` with `FailFast`).
+    async fn wait_current(&self, objects: &[&Manifest], wait: Duration) -> Result<(), K8sError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let poll = self.options.manifests.poll_interval;
+        for m in objects {
+            let api = self.dynamic_api(m).await?;
+            loop {
+                let live = self
+                    .call("get", &m.describe(), || api.get_opt(m.name()))
+                    .await?;
+                let why = match live {
+                    None => "it does not exist".to_string(),
+                    Some(o) => {
+                        let v = serde_json::to_value(&o)
+                            .map_err(|e| sync_err(m.describe(), e.to_string()))?;
+                        match super::kstatus::status(&v) {
+                            super::kstatus::Status::Current => break,
+                            super::kstatus::Status::InProgress(why) => why,
+                            super::kstatus::Status::Failed(why) => {
+                                return Err(sync_err(m.describe(), format!("failed: {why}")));
+                            }
+                        }
+                    }
+                };
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(sync_err(
+                        m.describe(),
+                        format!("not reconciled after {:?}: {why}", wait),
+                    ));
+                }
+                tokio::time::sleep(poll.min(wait.max(Duration::from_millis(1)))).await;
+            }
+        }
+        Ok(())
     }
 
     fn inventory_api(&self) -> Api<ConfigMap> {

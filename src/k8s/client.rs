@@ -50,6 +50,38 @@ impl Default for RetryPolicy {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientOptions {
     pub retry: RetryPolicy,
+    /// The bootstrap manifests sync's retries and waits.
+    pub manifests: ManifestSyncOptions,
+}
+
+/// How the bootstrap manifests sync ([`KubeClient::sync_bootstrap_manifests`]) retries and
+/// polls. The defaults are `talosctl upgrade-k8s`'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestSyncOptions {
+    /// How long an object whose kind is not served yet, or (legacy sync) whose update
+    /// conflicts, is retried; also the bound of the wait for a stage's CRDs and Namespaces.
+    /// go-kubernetes retries for 3 minutes (`ssa/apply.go` `Apply`, `manifests/sync.go`
+    /// `Sync`: `retry.Constant(3*time.Minute, retry.WithUnits(10*time.Second))`).
+    pub retry_for: Duration,
+    /// Between those retries (go-kubernetes: 10 s).
+    pub retry_interval: Duration,
+    /// How often a wait polls the objects it waits for (fluxcd ssa `WaitInterval`, talosctl:
+    /// 2 s).
+    pub poll_interval: Duration,
+    /// Which live objects the server-side sync may take over and prune (talosctl
+    /// `--manifests-inventory-policy`, default `AdoptIfNoInventory`).
+    pub inventory_policy: super::bootstrap::InventoryPolicy,
+}
+
+impl Default for ManifestSyncOptions {
+    fn default() -> Self {
+        ManifestSyncOptions {
+            retry_for: Duration::from_secs(3 * 60),
+            retry_interval: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(2),
+            inventory_policy: super::bootstrap::InventoryPolicy::AdoptIfNoInventory,
+        }
+    }
 }
 
 /// The Kubernetes adapter for one cluster.
@@ -59,7 +91,7 @@ pub struct KubeClient {
     /// (each control-plane node's `/metrics`).
     pub(super) config: ::kube::Config,
     cluster_url: String,
-    options: ClientOptions,
+    pub(super) options: ClientOptions,
     discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
 }
 

@@ -34,6 +34,7 @@ pub mod adapter;
 pub mod bootstrap;
 mod client;
 pub(crate) mod drain;
+pub mod kstatus;
 pub mod kubeconfig;
 pub mod observe;
 pub mod selector;
@@ -47,7 +48,9 @@ use std::time::Duration;
 
 use crate::version::{KubeVersion, VersionError};
 
-pub use client::{AccessCheck, ClientOptions, KubeClient, RetryPolicy, ServerInfo};
+pub use client::{
+    AccessCheck, ClientOptions, KubeClient, ManifestSyncOptions, RetryPolicy, ServerInfo,
+};
 pub use observe::{DeprecatedSeries, FieldWriter, ObjectWriters, PdbCoverage, ServedResource};
 
 /// The label that marks a control-plane node (Talos and kubeadm set it).
@@ -655,6 +658,13 @@ pub enum K8sError {
     },
     #[error("bootstrap manifests sync: `{object}`: {reason}")]
     ManifestSync { object: String, reason: String },
+    #[error("bootstrap manifests sync: `{object}`: still failing after retrying for {waited:?}")]
+    ManifestRetriesExhausted {
+        object: String,
+        waited: Duration,
+        #[source]
+        source: Box<K8sError>,
+    },
 }
 
 fn location_text(line: Option<u64>, column: Option<u64>) -> String {

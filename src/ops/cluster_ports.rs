@@ -94,7 +94,8 @@ pub enum AdapterError {
 }
 
 /// Both adapters for `cluster` with their clients' retries and the drain's polling scaled to
-/// `tick` (retries from `tick` up to `8 × tick`, 4 attempts; drain polled every `tick`), for
+/// `tick` (retries from `tick` up to `8 × tick`, 4 attempts; drain polled every `tick`; the
+/// manifests sync retries every `tick` for `180 × tick` and polls every `tick`), for
 /// runs whose simulated waits are milliseconds (the crash harness, `medea bench rollout`).
 /// A zero tick gives the defaults the daemon uses. Must run inside a tokio runtime.
 pub async fn paced(
@@ -129,6 +130,12 @@ pub async fn paced(
                 attempts: 4,
                 min_delay: tick,
                 max_delay: tick * 8,
+            },
+            manifests: crate::k8s::ManifestSyncOptions {
+                retry_for: tick * 180,
+                retry_interval: tick,
+                poll_interval: tick,
+                ..crate::k8s::ManifestSyncOptions::default()
             },
         },
     )

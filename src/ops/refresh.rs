@@ -341,6 +341,7 @@ impl Default for RefreshSettings {
                     min_delay: Duration::from_millis(200),
                     max_delay: Duration::from_secs(1),
                 },
+                ..ClientOptions::default()
             },
         }
     }

@@ -445,9 +445,11 @@ pub trait KubePort: Send + Sync {
     ) -> impl Future<Output = Result<Option<StaticPod>, PortError>> + Send;
     /// Sync the bootstrap manifests as `upgrade-k8s` does: server-side apply under field
     /// manager `talos` with forced ownership, the inventory annotation and ConfigMap, staged
-    /// (CRDs/Namespaces, classes, ConfigMaps/Secrets, the rest), pruning, then wait up to
-    /// `wait` for Deployments and DaemonSets to roll out; `legacy` (a node runs Talos < 1.13):
-    /// GET then create or update, no inventory, no pruning (`k8s::bootstrap`).
+    /// (CRDs/Namespaces/ClusterRoles — waited for —, classes, ConfigMaps/Secrets, the rest),
+    /// pruning, then wait up to `wait` for the objects it created or changed to reconcile;
+    /// `legacy` (a node runs Talos < 1.13): GET then create or, when a dry-run differs,
+    /// update, retrying conflicts; no inventory, no pruning; then wait for Deployments and
+    /// DaemonSets (`k8s::bootstrap`).
     fn apply_manifests(
         &self,
         manifests: &[Manifest],

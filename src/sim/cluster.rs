@@ -163,6 +163,7 @@ impl SimCluster {
             pod_termination_delay: scenario.timing.pod_termination,
             refresh_interval: config.kube_refresh_interval,
             objects,
+            crd_establish_delay: KubeSimConfig::default().crd_establish_delay,
         };
         let kube = match kube::start(kube_config, Arc::new(talos.clone())).await {
             Ok(k) => k,

@@ -126,6 +126,7 @@ fn quick_retry() -> ClientOptions {
             min_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(40),
         },
+        ..ClientOptions::default()
     }
 }
 

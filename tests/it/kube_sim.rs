@@ -614,7 +614,7 @@ data:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn objects_the_manifests_no_longer_render_are_pruned_only_when_the_inventory_owns_them() {
+async fn objects_the_manifests_no_longer_render_are_pruned_unless_another_inventory_owns_them() {
     use medea::k8s::bootstrap::{INVENTORY_ANNOTATION, INVENTORY_NAME};
     let Some(bin) = crate::sim_cluster::require_kubectl() else {
         return;
@@ -630,7 +630,7 @@ async fn objects_the_manifests_no_longer_render_are_pruned_only_when_the_invento
         }
     };
     // an object an earlier sync applied (annotated, listed) that Talos no longer renders, and
-    // one the inventory lists but another tool owns (no annotation)
+    // one the inventory lists that carries no inventory's annotation
     let file = dir.path().join("objs.yaml");
     std::fs::write(
         &file,
@@ -646,12 +646,19 @@ metadata:
 apiVersion: v1
 kind: ConfigMap
 metadata:
+  name: unannotated
+  namespace: kube-system
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
   name: {INVENTORY_NAME}
   namespace: kube-system
   labels:
     cli-utils.sigs.k8s.io/inventory-id: {INVENTORY_NAME}
 data:
   kube-system_old-dns__ConfigMap: ""
+  kube-system_unannotated__ConfigMap: ""
 "#
         ),
     )
@@ -674,6 +681,19 @@ data:
     ])
     .await;
     assert!(!ok && out.contains("NotFound"), "old-dns is pruned: {out}");
+    // listed and annotated for no inventory: `AdoptIfNoInventory` prunes it too
+    let (ok, out) = k(vec![
+        "get".into(),
+        "configmap".into(),
+        "unannotated".into(),
+        "-n".into(),
+        "kube-system".into(),
+    ])
+    .await;
+    assert!(
+        !ok && out.contains("NotFound"),
+        "unannotated is pruned: {out}"
+    );
     let (ok, inv) = k(vec![
         "get".into(),
         "configmap".into(),
@@ -688,11 +708,14 @@ data:
     assert!(!inv.contains("old-dns"), "{inv}");
     assert!(inv.contains("kube-system_coredns__ConfigMap"), "{inv}");
 
-    // a listed object without this inventory's annotation is never deleted: the job halts
+    // a listed object annotated for another inventory is never deleted: the job halts
+    // (`AdoptIfNoInventory`, talosctl's default: go-kubernetes `checkInventoryPolicy`)
     let foreign = dir.path().join("foreign.yaml");
     std::fs::write(
         &foreign,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: foreign\n  namespace: kube-system\n",
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: foreign\n  namespace: kube-system\n  annotations:\n    {INVENTORY_ANNOTATION}: another-inventory\n"
+        ),
     )
     .unwrap();
     let (ok, out) = k(vec![
@@ -725,6 +748,10 @@ data:
     let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
     assert!(reason.contains("ConfigMap kube-system/foreign"), "{reason}");
     assert!(reason.contains("not pruned"), "{reason}");
+    assert!(
+        reason.contains("status: NoMatch, policy: AdoptIfNoInventory"),
+        "{reason}"
+    );
     let (ok, out) = k(vec![
         "get".into(),
         "configmap".into(),

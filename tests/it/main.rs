@@ -29,6 +29,7 @@ pub mod health_servers;
 mod k8s;
 mod kube_sim;
 mod loopback;
+mod manifests_sync;
 mod ops;
 mod output_snapshots;
 mod plan;

@@ -255,6 +255,7 @@ fn quick_kube() -> ClientOptions {
             min_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(80),
         },
+        ..ClientOptions::default()
     }
 }
 

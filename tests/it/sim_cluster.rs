@@ -61,6 +61,7 @@ pub(crate) fn fast_kube() -> ClientOptions {
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(5),
         },
+        ..ClientOptions::default()
     }
 }
 

@@ -69,6 +69,7 @@ fn shared() -> Arc<Shared> {
         Timing {
             start: Duration::ZERO,
             termination: Duration::ZERO,
+            crd_establish: Duration::ZERO,
         },
         42,
     );

@@ -112,6 +112,10 @@ pub struct KubeSimConfig {
     /// Objects the cluster starts with (Deployments, DaemonSets, PDBs, ConfigMaps, pods...),
     /// for example [`scenario::default_scenario`].
     pub objects: Vec<Value>,
+    /// Time a new CustomResourceDefinition takes to become Established (and its kinds to be
+    /// served): 5 s on an HA control plane upstream (apiextensions-apiserver
+    /// `customresource_handler.go`).
+    pub crd_establish_delay: Duration,
 }
 
 impl Default for KubeSimConfig {
@@ -123,6 +127,7 @@ impl Default for KubeSimConfig {
             pod_termination_delay: Duration::ZERO,
             refresh_interval: Duration::from_millis(200),
             objects: Vec::new(),
+            crd_establish_delay: Duration::from_secs(5),
         }
     }
 }
@@ -163,6 +168,15 @@ pub enum KubeFault {
     /// The node reports `condition` (`MemoryPressure`, `DiskPressure`, `PIDPressure`) as
     /// `True`, with the kubelet's reason and message and the matching NoSchedule taint.
     NodePressure { node: String, condition: String },
+    /// Another client writes the object `namespace/name` (of any resource) right after each
+    /// of the next `times` GETs of it: the writer's annotation `sim.medea.dev/concurrent-writer`
+    /// changes and the resourceVersion moves on, so an update at the resourceVersion just read
+    /// gets the apiserver's `409 Conflict` ("the object has been modified").
+    ConcurrentWriteAfterGet {
+        namespace: String,
+        name: String,
+        times: u32,
+    },
 }
 
 /// One permission the simulated user does not have: a verb on a resource.
@@ -314,6 +328,7 @@ pub async fn start(
         Timing {
             start: config.pod_start_delay,
             termination: config.pod_termination_delay,
+            crd_establish: config.crd_establish_delay,
         },
         seed,
     );
@@ -678,7 +693,13 @@ impl KubeSim {
     /// Change how long pods take to start and terminate from now on (e.g. start a test with
     /// instantly Ready pods, then make replacements slow to create PDB pressure).
     pub fn set_pod_delays(&self, start: Duration, termination: Duration) {
-        self.cluster().set_timing(Timing { start, termination });
+        let mut cluster = self.cluster();
+        let crd_establish = cluster.timing().crd_establish;
+        cluster.set_timing(Timing {
+            start,
+            termination,
+            crd_establish,
+        });
     }
 
     /// Remove every fault.
@@ -724,6 +745,16 @@ impl KubeSim {
         c.reconcile(Instant::now(), jiff::Timestamp::now());
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// The stored object of `api_version` `kind` (a custom kind once its CRD is Established)
+    /// at `namespace/name` (`""` for a cluster-scoped one), as the simulated controllers last
+    /// left it.
+    pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        let rt = resources::by_kind(api_version, kind)?;
+        c.store.get(rt, namespace, name).cloned()
     }
 
     /// Stop serving (also happens on drop).

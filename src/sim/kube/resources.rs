@@ -279,6 +279,19 @@ pub(crate) static ROLEBINDINGS: ResourceType = generic(
     &[],
 );
 
+/// CustomResourceDefinitions (apiextensions-apiserver): stored like any object; once one is
+/// Established ([`crate::sim::kube::cluster`]'s establishing controller) its kinds are served
+/// as [`custom`] types.
+pub(crate) static CRDS: ResourceType = generic(
+    APIEXTENSIONS_GROUP,
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    "customresourcedefinition",
+    false,
+    &["crd", "crds"],
+);
+
 pub(crate) static FLOWSCHEMAS: ResourceType = generic(
     FLOWCONTROL_GROUP,
     "v1",
@@ -385,10 +398,12 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &ROLEBINDINGS,
     &FLOWSCHEMAS,
     &PRIORITYLEVELS,
+    &CRDS,
 ];
 
 /// Groups other than the core group, each with its single (preferred) version.
 const GROUPS: &[(&str, &str)] = &[
+    (APIEXTENSIONS_GROUP, "v1"),
     ("apps", "v1"),
     ("authorization.k8s.io", "v1"),
     (DISCOVERY_GROUP, "v1"),
@@ -397,27 +412,95 @@ const GROUPS: &[(&str, &str)] = &[
     ("rbac.authorization.k8s.io", "v1"),
 ];
 
+/// The group of CustomResourceDefinitions.
+pub(crate) const APIEXTENSIONS_GROUP: &str = "apiextensions.k8s.io";
+
 /// The group of EndpointSlices.
 pub(crate) const DISCOVERY_GROUP: &str = "discovery.k8s.io";
 
 /// The group of `SelfSubjectAccessReview`s (create-only, answered, never stored).
 pub(crate) const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
 
-/// The resource type served at `group/version/plural` by a kube-apiserver of `minor`, if any.
+/// The resource type served at `group/version/plural` by a kube-apiserver of `minor` with the
+/// established custom types `custom`, if any.
 pub(crate) fn lookup(
     group: &str,
     version: &str,
     plural: &str,
     minor: Minor,
+    custom: &[&'static ResourceType],
 ) -> Option<&'static ResourceType> {
-    served(minor).find(|r| r.group == group && r.version == version && r.plural == plural)
+    served(minor)
+        .chain(custom.iter().copied())
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
-/// The resource type for an `apiVersion` + `kind` pair (stored versions only).
+/// The resource type for an `apiVersion` + `kind` pair (stored versions, and every custom
+/// type any CustomResourceDefinition of this process defined).
 pub(crate) fn by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
     ALL.iter()
         .copied()
+        .chain(interned())
         .find(|r| r.api_version() == api_version && r.kind == kind)
+}
+
+/// The identity of a custom type: what a CRD's `spec` says about one served version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CustomType {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+}
+
+static CUSTOM_TYPES: std::sync::Mutex<Vec<&'static ResourceType>> =
+    std::sync::Mutex::new(Vec::new());
+
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned registry lock means a thread panicked while pushing one entry"
+)]
+fn interned() -> Vec<&'static ResourceType> {
+    CUSTOM_TYPES.lock().expect("custom type registry").clone()
+}
+
+/// The `&'static` resource type of a custom type. Resource types are `'static` everywhere in
+/// the simulator (routing, store keys), so each distinct definition is leaked once and
+/// reused: the registry grows with the number of distinct CRD versions a process ever
+/// serves, not with requests.
+#[allow(
+    clippy::expect_used,
+    reason = "a poisoned registry lock means a thread panicked while pushing one entry"
+)]
+pub(crate) fn custom(t: &CustomType) -> &'static ResourceType {
+    let mut reg = CUSTOM_TYPES.lock().expect("custom type registry");
+    if let Some(found) = reg.iter().find(|r| {
+        r.group == t.group
+            && r.version == t.version
+            && r.kind == t.kind
+            && r.plural == t.plural
+            && r.singular == t.singular
+            && r.namespaced == t.namespaced
+    }) {
+        return found;
+    }
+    let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+    let rt: &'static ResourceType = Box::leak(Box::new(ResourceType {
+        group: leak(&t.group),
+        version: leak(&t.version),
+        kind: leak(&t.kind),
+        plural: leak(&t.plural),
+        singular: leak(&t.singular),
+        namespaced: t.namespaced,
+        short_names: &[],
+        categories: &[],
+        subresources: &[],
+        owner: Owner::Generic,
+    }));
+    reg.push(rt);
+    rt
 }
 
 /// The stored type an older version of a resource converts to (itself for a stored type).
@@ -455,9 +538,12 @@ pub(crate) fn served(minor: Minor) -> impl Iterator<Item = &'static ResourceType
 }
 
 /// The versions of `group` served on `minor`, preferred (stored) first.
-fn versions_of(group: &str, minor: Minor) -> Vec<&'static str> {
+fn versions_of(group: &str, minor: Minor, custom: &[&'static ResourceType]) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for r in served(minor).filter(|r| r.group == group) {
+    for r in served(minor)
+        .chain(custom.iter().copied())
+        .filter(|r| r.group == group)
+    {
         if !out.contains(&r.version) {
             out.push(r.version);
         }
@@ -471,11 +557,16 @@ fn versions_of(group: &str, minor: Minor) -> Vec<&'static str> {
 }
 
 /// Whether `group/version` is served at all by a kube-apiserver of `minor`.
-pub(crate) fn group_version_exists(group: &str, version: &str, minor: Minor) -> bool {
+pub(crate) fn group_version_exists(
+    group: &str,
+    version: &str,
+    minor: Minor,
+    custom: &[&'static ResourceType],
+) -> bool {
     if group.is_empty() {
         return version == "v1";
     }
-    versions_of(group, minor).contains(&version)
+    versions_of(group, minor, custom).contains(&version)
 }
 
 /// `GET /api`: `APIVersions`.
@@ -491,9 +582,17 @@ pub(crate) fn core_versions(server_address: &str) -> Value {
 
 /// An `APIGroup`: every served version, the stored one preferred (as the apiserver lists a
 /// group's versions, preferred first).
-fn group_doc(group: &str, preferred: &str, minor: Minor) -> Value {
+fn group_doc(
+    group: &str,
+    preferred: &str,
+    minor: Minor,
+    custom: &[&'static ResourceType],
+) -> Value {
     let gv = |v: &str| json!({ "groupVersion": format!("{group}/{v}"), "version": v });
-    let versions: Vec<Value> = versions_of(group, minor).into_iter().map(gv).collect();
+    let versions: Vec<Value> = versions_of(group, minor, custom)
+        .into_iter()
+        .map(gv)
+        .collect();
     json!({
         "name": group,
         "versions": versions,
@@ -501,26 +600,53 @@ fn group_doc(group: &str, preferred: &str, minor: Minor) -> Value {
     })
 }
 
+/// The groups served, each with its preferred version: the built-in ones, then those only
+/// custom types serve (the first served version of a CRD preferred, as apiextensions'
+/// discovery controller orders them by the CRD's version priority).
+fn groups(custom: &[&'static ResourceType]) -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = GROUPS.to_vec();
+    for r in custom {
+        if !out.iter().any(|(g, _)| *g == r.group) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
 /// `GET /apis`: `APIGroupList`.
-pub(crate) fn group_list(minor: Minor) -> Value {
-    let groups: Vec<Value> = GROUPS.iter().map(|(g, v)| group_doc(g, v, minor)).collect();
+pub(crate) fn group_list(minor: Minor, custom: &[&'static ResourceType]) -> Value {
+    let groups: Vec<Value> = groups(custom)
+        .iter()
+        .map(|(g, v)| group_doc(g, v, minor, custom))
+        .collect();
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
 }
 
 /// `GET /apis/<group>`: `APIGroup`.
-pub(crate) fn group(name: &str, minor: Minor) -> Option<Value> {
-    GROUPS.iter().find(|(g, _)| *g == name).map(|(g, v)| {
-        let mut doc = group_doc(g, v, minor);
-        doc["kind"] = json!("APIGroup");
-        doc["apiVersion"] = json!("v1");
-        doc
-    })
+pub(crate) fn group(name: &str, minor: Minor, custom: &[&'static ResourceType]) -> Option<Value> {
+    groups(custom)
+        .iter()
+        .find(|(g, _)| *g == name)
+        .map(|(g, v)| {
+            let mut doc = group_doc(g, v, minor, custom);
+            doc["kind"] = json!("APIGroup");
+            doc["apiVersion"] = json!("v1");
+            doc
+        })
 }
 
 /// `GET /api/v1` or `/apis/<group>/<version>`: `APIResourceList`.
-pub(crate) fn resource_list(group: &str, version: &str, minor: Minor) -> Value {
+pub(crate) fn resource_list(
+    group: &str,
+    version: &str,
+    minor: Minor,
+    custom: &[&'static ResourceType],
+) -> Value {
     let mut resources = Vec::new();
-    for r in served(minor).filter(|r| r.group == group && r.version == version) {
+    for r in served(minor)
+        .chain(custom.iter().copied())
+        .filter(|r| r.group == group && r.version == version)
+    {
         let mut entry = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -575,7 +701,7 @@ mod tests {
 
     #[test]
     fn core_resource_list_advertises_policy_v1_eviction() {
-        let list = resource_list("", "v1", (1, 33));
+        let list = resource_list("", "v1", (1, 33), &[]);
         let eviction = list["resources"]
             .as_array()
             .unwrap()
@@ -592,18 +718,18 @@ mod tests {
     fn every_group_of_a_resource_is_advertised() {
         for r in ALL {
             assert!(
-                group_version_exists(r.group, r.version, (1, 33)),
+                group_version_exists(r.group, r.version, (1, 33), &[]),
                 "{}",
                 r.qualified()
             );
-            assert!(lookup(r.group, r.version, r.plural, (1, 33)).is_some());
+            assert!(lookup(r.group, r.version, r.plural, (1, 33), &[]).is_some());
             assert!(by_kind(&r.api_version(), r.kind).is_some());
         }
     }
 
     #[test]
     fn discovery_follows_the_served_minor() {
-        let fc = |m| group(FLOWCONTROL_GROUP, m).unwrap();
+        let fc = |m| group(FLOWCONTROL_GROUP, m, &[]).unwrap();
         let versions = |m| {
             fc(m)["versions"]
                 .as_array()
@@ -615,7 +741,7 @@ mod tests {
         assert_eq!(versions((1, 31)), ["v1", "v1beta3"]);
         assert_eq!(versions((1, 32)), ["v1"]);
         assert_eq!(fc((1, 31))["preferredVersion"]["version"], "v1");
-        let list = resource_list(FLOWCONTROL_GROUP, "v1beta3", (1, 30));
+        let list = resource_list(FLOWCONTROL_GROUP, "v1beta3", (1, 30), &[]);
         let names: Vec<&str> = list["resources"]
             .as_array()
             .unwrap()
@@ -623,13 +749,13 @@ mod tests {
             .map(|r| r["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["flowschemas", "prioritylevelconfigurations"]);
-        let older = lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 31)).unwrap();
+        let older = lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 31), &[]).unwrap();
         assert!(std::ptr::eq(storage_of(older), &FLOWSCHEMAS));
         assert!(deprecation(older, (1, 31)).is_some());
         assert!(
             deprecation(older, (1, 28)).is_none(),
             "deprecated from 1.29 on"
         );
-        assert!(lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 32)).is_none());
+        assert!(lookup(FLOWCONTROL_GROUP, "v1beta3", "flowschemas", (1, 32), &[]).is_none());
     }
 }

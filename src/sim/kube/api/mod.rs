@@ -82,7 +82,7 @@ enum Route {
     },
 }
 
-fn route(path: &str, minor: Minor) -> Result<Route> {
+fn route(path: &str, minor: Minor, custom: &[&'static ResourceType]) -> Result<Route> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
@@ -104,14 +104,15 @@ fn route(path: &str, minor: Minor) -> Result<Route> {
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(ApiError::page_not_found()),
     };
-    if !resources::group_version_exists(group, version, minor) {
+    if !resources::group_version_exists(group, version, minor, custom) {
         return Err(ApiError::page_not_found());
     }
     let find = |plural: &str| {
-        resources::lookup(group, version, plural, minor).ok_or_else(ApiError::page_not_found)
+        resources::lookup(group, version, plural, minor, custom)
+            .ok_or_else(ApiError::page_not_found)
     };
     let namespaced = |plural: &str| {
-        resources::lookup(group, version, plural, minor).is_some_and(|r| r.namespaced)
+        resources::lookup(group, version, plural, minor, custom).is_some_and(|r| r.namespaced)
     };
     Ok(match rest {
         [] => Route::ResourceList(group.to_string(), version.to_string()),
@@ -337,7 +338,7 @@ fn answer(
     c.reconcile(now, wall);
     c.observe_apiservers();
     let minor = c.deprecation.minor();
-    let route = route(path, minor)?;
+    let route = route(path, minor, c.custom_types())?;
     // An older version of a stored resource: served from the stored one (the apiserver
     // converts), with its deprecation warning and gauge series when that minor deprecates it.
     let addressed = match &route {
@@ -533,12 +534,12 @@ fn serve(
             get_only(method)?;
             Ok(json_response(
                 StatusCode::OK,
-                &resources::group_list(c.deprecation.minor()),
+                &resources::group_list(c.deprecation.minor(), c.custom_types()),
             ))
         }
         Route::Group(g) => {
             get_only(method)?;
-            resources::group(&g, c.deprecation.minor())
+            resources::group(&g, c.deprecation.minor(), c.custom_types())
                 .map(|doc| json_response(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::page_not_found)
         }
@@ -546,7 +547,7 @@ fn serve(
             get_only(method)?;
             Ok(json_response(
                 StatusCode::OK,
-                &resources::resource_list(&g, &v, c.deprecation.minor()),
+                &resources::resource_list(&g, &v, c.deprecation.minor(), c.custom_types()),
             ))
         }
         Route::Collection { rt, ns } => match *method {
@@ -573,6 +574,7 @@ fn serve(
                         .get(rt, &ns, &name)
                         .cloned()
                         .ok_or_else(|| ApiError::not_found(rt, &name))?;
+                    c.after_get(rt, &ns, &name, wall);
                     if wants_table(headers) {
                         let rv = c.store.resource_version().to_string();
                         let include = q.get("includeObject").map_or("Metadata", String::as_str);

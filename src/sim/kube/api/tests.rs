@@ -3,43 +3,47 @@ use super::*;
 #[test]
 fn routes_follow_the_kubernetes_path_layout() {
     assert!(
-        matches!(route("/api/v1/nodes", (1, 33)), Ok(Route::Collection { rt, ns: None }) if rt.plural == "nodes")
+        matches!(route("/api/v1/nodes", (1, 33), &[]), Ok(Route::Collection { rt, ns: None }) if rt.plural == "nodes")
     );
     assert!(
-        matches!(route("/api/v1/nodes/w1", (1, 33)), Ok(Route::Object { name, .. }) if name == "w1")
+        matches!(route("/api/v1/nodes/w1", (1, 33), &[]), Ok(Route::Object { name, .. }) if name == "w1")
     );
     assert!(
-        matches!(route("/api/v1/namespaces/default/pods", (1, 33)), Ok(Route::Collection { ns: Some(ns), .. }) if ns == "default")
+        matches!(route("/api/v1/namespaces/default/pods", (1, 33), &[]), Ok(Route::Collection { ns: Some(ns), .. }) if ns == "default")
     );
     assert!(matches!(
-        route("/api/v1/namespaces/default/pods/web-1/eviction", (1, 33)),
+        route("/api/v1/namespaces/default/pods/web-1/eviction", (1, 33), &[]),
         Ok(Route::Subresource { sub, .. }) if sub == "eviction"
     ));
     assert!(
-        matches!(route("/api/v1/namespaces/kube-system", (1, 33)), Ok(Route::Object { rt, .. }) if rt.plural == "namespaces")
+        matches!(route("/api/v1/namespaces/kube-system", (1, 33), &[]), Ok(Route::Object { rt, .. }) if rt.plural == "namespaces")
     );
     assert!(
-        matches!(route("/apis/apps/v1/namespaces/x/daemonsets/y", (1, 33)), Ok(Route::Object { rt, .. }) if rt.plural == "daemonsets")
+        matches!(route("/apis/apps/v1/namespaces/x/daemonsets/y", (1, 33), &[]), Ok(Route::Object { rt, .. }) if rt.plural == "daemonsets")
     );
     assert!(
-        matches!(route("/apis/policy/v1", (1, 33)), Ok(Route::ResourceList(g, v)) if g == "policy" && v == "v1")
+        matches!(route("/apis/policy/v1", (1, 33), &[]), Ok(Route::ResourceList(g, v)) if g == "policy" && v == "v1")
     );
     // A namespaced resource has no cluster-scoped object path.
-    assert!(route("/api/v1/pods/web-1", (1, 33)).is_err());
-    assert!(route("/apis/batch/v1/jobs", (1, 33)).is_err());
+    assert!(route("/api/v1/pods/web-1", (1, 33), &[]).is_err());
+    assert!(route("/apis/batch/v1/jobs", (1, 33), &[]).is_err());
     // flowcontrol's deprecated beta is served on 1.31, gone on 1.32
     assert!(matches!(
-        route("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", (1, 31)),
+        route("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", (1, 31), &[]),
         Ok(Route::Collection { rt, .. }) if rt.version == "v1beta3"
     ));
     assert!(
         route(
             "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
-            (1, 32)
+            (1, 32),
+            &[]
         )
         .is_err()
     );
-    assert!(matches!(route("/metrics", (1, 33)), Ok(Route::Metrics)));
+    assert!(matches!(
+        route("/metrics", (1, 33), &[]),
+        Ok(Route::Metrics)
+    ));
 }
 
 #[test]

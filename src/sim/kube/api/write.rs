@@ -278,7 +278,26 @@ pub(super) fn replace(
         ));
     }
     if dry_run(q) {
-        return Ok(json_response(StatusCode::OK, &obj));
+        // what the update would store (registry `Update` with `dryRun=All` runs everything but
+        // the write): the identity and status of the live object, the body's spec and metadata
+        let mut preview = obj;
+        preview["apiVersion"] = json!(rt.api_version());
+        preview["kind"] = json!(rt.kind);
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "resourceVersion",
+            "generation",
+            "managedFields",
+        ] {
+            if let Some(v) = existing.pointer(&format!("/metadata/{field}")) {
+                preview["metadata"][field] = v.clone();
+            }
+        }
+        if let Some(status) = existing.get("status") {
+            preview["status"] = status.clone();
+        }
+        return Ok(json_response(StatusCode::OK, &preview));
     }
     c.counters.updates += 1;
     if rt.owner == Owner::Node {

@@ -139,6 +139,7 @@ fn side(
         Timing {
             start: Duration::from_secs(2),
             termination,
+            crd_establish: Duration::ZERO,
         },
         42,
     );

@@ -30,6 +30,7 @@ use super::{KubeCounters, KubeFault, Outage};
 use crate::sim::node::{NodeFacts, NodeSource};
 
 mod controllers;
+mod crds;
 mod disruption;
 mod incremental;
 mod kubelet;
@@ -52,6 +53,8 @@ const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub(crate) struct Timing {
     pub start: Duration,
     pub termination: Duration,
+    /// How long a new CustomResourceDefinition takes to become Established (see `crds`).
+    pub crd_establish: Duration,
 }
 
 /// What the kube side owns about a node (the rest comes from [`NodeFacts`]).
@@ -102,13 +105,27 @@ struct NewPod<'a> {
 /// An active fault.
 #[derive(Debug, Clone)]
 pub(crate) enum Active {
-    PdbNeverAllows { namespace: String, pdb: String },
+    PdbNeverAllows {
+        namespace: String,
+        pdb: String,
+    },
     ApiUnavailableRequests(u32),
     ApiUnavailableUntil(Instant),
     NodeNeverReady(String),
     Forbidden(super::Forbidden),
-    NodePressure { node: String, condition: String },
+    NodePressure {
+        node: String,
+        condition: String,
+    },
+    ConcurrentWriteAfterGet {
+        namespace: String,
+        name: String,
+        remaining: u32,
+    },
 }
+
+/// The annotation a [`KubeFault::ConcurrentWriteAfterGet`] writer changes.
+const CONCURRENT_WRITER_ANNOTATION: &str = "sim.medea.dev/concurrent-writer";
 
 /// What a reconcile pass that changed nothing saw (see [`KubeSide::reconcile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +175,10 @@ pub(crate) struct KubeSide {
     /// Re-derive everything on every pass (the reference the incremental pass is tested
     /// against).
     full_only: bool,
+    /// The kinds of the Established CustomResourceDefinitions (`crds`).
+    custom: Vec<&'static ResourceType>,
+    /// CRDs whose names were accepted, by name: when the establishing controller takes them.
+    crd_due: BTreeMap<String, Instant>,
 }
 
 #[allow(
@@ -273,7 +294,13 @@ impl KubeSide {
             apiserver_port: 0,
             inc: incremental::State::default(),
             full_only: false,
+            custom: Vec::new(),
+            crd_due: BTreeMap::new(),
         }
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing
     }
 
     pub fn set_timing(&mut self, timing: Timing) {
@@ -298,7 +325,53 @@ impl KubeSide {
             KubeFault::NodeNeverReady { node } => Active::NodeNeverReady(node),
             KubeFault::Forbidden(rule) => Active::Forbidden(rule),
             KubeFault::NodePressure { node, condition } => Active::NodePressure { node, condition },
+            KubeFault::ConcurrentWriteAfterGet {
+                namespace,
+                name,
+                times,
+            } => Active::ConcurrentWriteAfterGet {
+                namespace,
+                name,
+                remaining: times,
+            },
         });
+    }
+
+    /// A GET of `ns/name` was answered: a [`KubeFault::ConcurrentWriteAfterGet`] writer now
+    /// changes the object, as another client racing the reader would.
+    pub fn after_get(
+        &mut self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        wall: jiff::Timestamp,
+    ) {
+        let Some(remaining) = self.faults.iter_mut().find_map(|f| match f {
+            Active::ConcurrentWriteAfterGet {
+                namespace,
+                name: n,
+                remaining,
+            } if namespace == ns && n == name && *remaining > 0 => Some(remaining),
+            _ => None,
+        }) else {
+            return;
+        };
+        *remaining -= 1;
+        let Some(mut obj) = self.store.get(rt, ns, name).cloned() else {
+            return;
+        };
+        let writes = obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(CONCURRENT_WRITER_ANNOTATION))
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let meta = &mut obj["metadata"];
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = json!({});
+        }
+        meta["annotations"][CONCURRENT_WRITER_ANNOTATION] = json!((writes + 1).to_string());
+        self.store.put(rt, obj, wall);
     }
 
     /// Whether an RBAC fault forbids `verb` on `group`/`resource`[/`subresource`].
@@ -364,6 +437,7 @@ impl KubeSide {
             .values()
             .flat_map(|t| [t.ready_at, t.remove_at])
             .flatten()
+            .chain(self.crd_due.values().copied())
             .filter(|t| *t > now)
             .min()
     }
@@ -389,6 +463,7 @@ impl KubeSide {
         }
         let before = self.store.resource_version();
         self.counters.reconciles += 1;
+        self.establish_crds(now, wall);
         self.pass(now, wall);
         let resource_version = self.store.resource_version();
         self.settled = match fingerprint {

@@ -52,6 +52,7 @@ fn cluster(objects: Vec<Value>, start: Duration) -> (KubeSide, Arc<Nodes>) {
         Timing {
             start,
             termination: Duration::ZERO,
+            crd_establish: Duration::ZERO,
         },
         42,
     );
@@ -103,6 +104,7 @@ fn a_pass_that_changed_nothing_is_skipped_until_an_input_changes() {
         Timing {
             start,
             termination: Duration::ZERO,
+            crd_establish: Duration::ZERO,
         },
         42,
     );
@@ -219,6 +221,7 @@ fn evictions_respect_the_budget_until_replacements_are_ready() {
     c.set_timing(Timing {
         start: Duration::from_secs(5),
         termination: Duration::ZERO,
+        crd_establish: Duration::ZERO,
     });
     let web = web_pods(&c);
     c.evict("default", &web[0].name, t0, wall).unwrap();
@@ -383,4 +386,82 @@ fn a_new_daemonset_template_replaces_its_pods() {
     let status = &c.store.get(&DAEMONSETS, "kube-system", "agent").unwrap()["status"];
     assert_eq!(status["updatedNumberScheduled"], 3);
     assert_eq!(status["observedGeneration"], 2);
+}
+
+/// apiextensions: a CRD's names are accepted at once, it is Established only after the
+/// establishing delay, and only then do its kinds route and show in discovery.
+#[test]
+fn a_crd_serves_its_kind_only_once_established() {
+    let (mut c, _) = cluster(Vec::new(), Duration::ZERO);
+    c.set_timing(Timing {
+        start: Duration::ZERO,
+        termination: Duration::ZERO,
+        crd_establish: Duration::from_secs(5),
+    });
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.org"},
+        "spec": {"group": "example.org", "scope": "Cluster",
+            "names": {"kind": "Gadget", "plural": "gadgets"},
+            "versions": [{"name": "v1", "served": true, "storage": true},
+                         {"name": "v0", "served": false, "storage": false}]},
+    });
+    let wall = jiff::Timestamp::now();
+    c.store.create(&resources::CRDS, crd, wall).unwrap();
+    let t0 = Instant::now();
+    c.reconcile(t0, wall);
+    let status = |c: &KubeSide| {
+        c.store
+            .get(&resources::CRDS, "", "gadgets.example.org")
+            .unwrap()["status"]
+            .clone()
+    };
+    let conditions = |c: &KubeSide| -> Vec<(String, String)> {
+        status(c)["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                (
+                    x["type"].as_str().unwrap().to_string(),
+                    x["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(conditions(&c), [("NamesAccepted".into(), "True".into())]);
+    assert_eq!(status(&c)["acceptedNames"]["plural"], "gadgets");
+    assert!(c.custom_types().is_empty());
+    assert!(!resources::group_version_exists(
+        "example.org",
+        "v1",
+        (1, 34),
+        c.custom_types()
+    ));
+    assert_eq!(c.next_due(t0), Some(t0 + Duration::from_secs(5)));
+    c.reconcile(t0 + Duration::from_secs(4), wall);
+    assert!(c.custom_types().is_empty(), "not before the delay");
+    c.reconcile(t0 + Duration::from_secs(5), wall);
+    assert_eq!(
+        conditions(&c),
+        [
+            ("NamesAccepted".into(), "True".into()),
+            ("Established".into(), "True".into())
+        ]
+    );
+    let served = c.custom_types();
+    assert_eq!(served.len(), 1, "only the served version");
+    let rt = resources::lookup("example.org", "v1", "gadgets", (1, 34), served).unwrap();
+    assert!(!rt.namespaced);
+    assert_eq!(rt.singular, "gadget");
+    let list = resources::resource_list("example.org", "v1", (1, 34), served);
+    assert_eq!(list["resources"][0]["kind"], "Gadget");
+    assert!(
+        resources::group_list((1, 34), served)["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "example.org")
+    );
+    assert!(resources::lookup("example.org", "v0", "gadgets", (1, 34), served).is_none());
 }
