@@ -303,6 +303,7 @@ fn install(
             observed: [(CLUSTER.to_string(), obs.generation)].into(),
             applied: String::new(),
             running: Default::default(),
+            halted: Default::default(),
         },
         clusters: vec![std::sync::Arc::new(ClusterPlan {
             preflight: Vec::new(),

@@ -94,6 +94,20 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             Output::Text => out!("{}", p.rendered),
             Output::Json => out!("{}", p.json),
         }
+        for j in r.halted.iter().filter(|j| j.plan_id != p.id) {
+            eprintln!(
+                "job {} of cluster {} halted ({}): {}; {}",
+                j.job_id,
+                j.cluster,
+                j.halt_code,
+                j.halt_reason,
+                if p.has_changes {
+                    "this plan continues from what it left (nodes already on their target are not in it)"
+                } else {
+                    "nothing of it is left to do"
+                }
+            );
+        }
         let approvals: Vec<String> = p.approvals.iter().map(|a| a.principal.clone()).collect();
         eprintln!(
             "plan {} is {}{}; approvals {}/{}{}",

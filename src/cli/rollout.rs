@@ -110,7 +110,9 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
             RolloutAction::Halt { job, reason } => {
                 let r = c.halt_rollout(pb::HaltRolloutRequest { job_id: job.clone(), reason: reason.unwrap_or_default() }).await.map_err(rpc)?.into_inner();
                 let state = r.rollout.map(|r| r.state).unwrap_or_default();
-                outln!("halt requested for {job} (state: {state}); it stops before its next mutating command");
+                outln!("halt requested for {job} (state: {state}); it stops before its next mutating command and never continues by itself.");
+                outln!("Follow it to its stop: medea rollout status {job} -w");
+                outln!("Once it has stopped, the server plans what is left; approving that plan continues the rollout (medea plan).");
                 Ok(exit::OK)
             }
             RolloutAction::Status { job, cluster, pool, watch, output: fmt, log_format } => {
@@ -138,12 +140,49 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                 };
                 if !watch {
                     out!("{}", render_status(&job, pool.as_deref(), fmt));
+                    if job.state == "halted" && matches!(fmt, Format::Table | Format::Wide) {
+                        out!("{}", after_halt(&mut c, &job).await);
+                    }
                     return Ok(if job.state == "halted" { exit::ERROR } else { exit::OK });
                 }
                 follow(&mut c, &addr, job, pool.as_deref(), log_format).await
             }
         }
     })
+}
+
+/// What follows a halt, for a person reading the job's status: nothing resumes it by itself;
+/// the server's current plan carries what is left, and how many approvals it needs.
+async fn after_halt(c: &mut super::client::Client, job: &pb::Rollout) -> String {
+    let head = "next: a halted job never continues by itself";
+    let plan = match c.get_plan(pb::GetPlanRequest { id: String::new() }).await {
+        Ok(r) => r.into_inner().plan,
+        Err(_) => None,
+    };
+    let Some(p) = plan else {
+        return format!(
+            "{head}; `medea plan` shows what is left once the server has planned again.\n"
+        );
+    };
+    if p.id == job.plan_id {
+        return format!(
+            "{head}; the server has not planned again yet: `medea plan` shows what is left once it has.\n"
+        );
+    }
+    let summary = serde_json::from_str::<crate::plan::Plan>(&p.json)
+        .map(|plan| crate::plan::render::summary_line(&plan))
+        .unwrap_or_else(|_| format!("Plan {}", p.short_id));
+    if !p.has_changes {
+        return format!(
+            "{head}, and the server's current plan has nothing left to do:\n  {summary}\n"
+        );
+    }
+    format!(
+        "{head}. The server's current plan continues from what is left (nodes already on their target are not in it) and needs {} approval{} (has {}):\n  {summary}\n  read it first: medea plan\n",
+        p.approvals_required,
+        if p.approvals_required == 1 { "" } else { "s" },
+        p.approvals.len()
+    )
 }
 
 /// The cluster to use when none was named: the only one the server knows, else an error that
@@ -185,6 +224,16 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
             );
             if !job.current_step.is_empty() {
                 s.push_str(&format!("{}\n", job.current_step));
+            }
+            if !job.waiting_for.is_empty() {
+                s.push_str(&format!(
+                    "waiting: {}{}\n",
+                    job.waiting_for,
+                    job.waiting_since
+                        .parse::<jiff::Timestamp>()
+                        .map(|t| format!(" (since {})", t.strftime("%H:%M:%S UTC")))
+                        .unwrap_or_default()
+                ));
             }
             if !job.gate_point.is_empty() {
                 s.push_str(&format!(
@@ -368,8 +417,9 @@ fn describe(e: &pb::RolloutEvent, job: &pb::Rollout, upgraded: usize) -> Option<
         "unknown" => format!("{}: outcome unknown ({}); observing", e.step, e.message),
         "progress" => return progress(e, job, &cluster, step.as_deref(), upgraded),
         "waiting" => format!("waiting: {}", e.message),
-        "paused" => format!("paused: the {} gate is closed", e.message),
+        "paused" => format!("paused: {}", e.message),
         "halted" => format!("HALTED: {}", e.message),
+        "failed" => format!("failed: {}", e.message),
         "succeeded" => "rollout succeeded".to_string(),
         _ if e.message.is_empty() => e.state.clone(),
         _ => format!("{}: {}", e.state, e.message),
@@ -447,20 +497,47 @@ pub(crate) async fn follow(
     log_format: super::LogFormat,
 ) -> miette::Result<u8> {
     let tty = std::io::stdout().is_terminal();
+    // Events journaled before now are the replay: shown as lines even on a terminal.
+    let started = jiff::Timestamp::now();
     let mut events = c
         .watch_rollout(pb::WatchRolloutRequest {
             job_id: job.job_id.clone(),
             cluster: String::new(),
+            replay: true,
         })
         .await
         .map_err(|s| rpc_error(addr, s))?
         .into_inner();
+    let mut lines = EventLines::new(jiff::tz::TimeZone::system());
+    let shown = |e: &pb::RolloutEvent| pool.is_none_or(|p| e.pool.is_empty() || e.pool == p);
+    let print = |lines: &mut EventLines, e: &pb::RolloutEvent, job: &pb::Rollout| match log_format {
+        super::LogFormat::Json => Some(serde_json::to_string(e).expect("events serialize")),
+        super::LogFormat::Text => lines.line(e, job),
+    };
+    if job.state != "running" {
+        // A finished job: its journal, then its state (the stream ends after the replay).
+        while let Some(e) = events.message().await.map_err(|s| rpc_error(addr, s))? {
+            if shown(&e)
+                && let Some(l) = print(&mut lines, &e, &job)
+            {
+                outln!("{l}");
+            }
+        }
+        out!("{}", render_status(&job, pool, Format::Table));
+        if job.state == "halted" {
+            out!("{}", after_halt(c, &job).await);
+        }
+        return Ok(if job.state == "succeeded" {
+            exit::OK
+        } else {
+            exit::ERROR
+        });
+    }
     let bars = tty.then(indicatif::MultiProgress::new);
     let mut per_node: std::collections::BTreeMap<String, indicatif::ProgressBar> =
         Default::default();
     let style = indicatif::ProgressStyle::with_template("{prefix:>12} {spinner} {wide_msg}")
         .expect("static template");
-    let mut lines = EventLines::new(jiff::tz::TimeZone::system());
     let mut current = job;
     loop {
         // Draw the current state.
@@ -489,6 +566,9 @@ pub(crate) async fn follow(
                 let _ = b.clear();
             }
             out!("{}", render_status(&current, pool, Format::Table));
+            if current.state == "halted" {
+                out!("{}", after_halt(c, &current).await);
+            }
             return Ok(if current.state == "succeeded" {
                 exit::OK
             } else {
@@ -513,18 +593,16 @@ pub(crate) async fn follow(
         if let Some(j) = r.rollouts.into_iter().find(|j| j.job_id == current.job_id) {
             current = j;
         }
-        if let Some(e) =
-            event.filter(|e| !tty && pool.is_none_or(|p| e.pool.is_empty() || e.pool == p))
+        let replayed =
+            |e: &pb::RolloutEvent| e.at.parse::<jiff::Timestamp>().is_ok_and(|t| t < started);
+        if let Some(e) = event.filter(|e| (!tty || replayed(e)) && shown(e))
+            && let Some(l) = print(&mut lines, &e, &current)
         {
-            match log_format {
-                super::LogFormat::Json => {
-                    outln!("{}", serde_json::to_string(&e).expect("events serialize"))
+            match &bars {
+                Some(b) => {
+                    let _ = b.println(l);
                 }
-                super::LogFormat::Text => {
-                    if let Some(line) = lines.line(&e, &current) {
-                        outln!("{line}");
-                    }
-                }
+                None => outln!("{l}"),
             }
         }
     }

@@ -78,12 +78,39 @@ pub fn current_basis(store: &dyn Store, desired: &Desired) -> Result<Basis, Stor
     let generations = crate::inventory::generations(store)?;
     let applied = load_applied(store)?;
     let running = running_jobs(store)?;
-    Ok(crate::plan::basis_from_generations(
+    let mut basis = crate::plan::basis_from_generations(
         desired,
         |name| generations.get(name).copied(),
         &applied,
         &running,
-    ))
+    );
+    basis.halted = halted_jobs(store, desired)?;
+    Ok(basis)
+}
+
+/// The newest job of each cluster of `desired`, where it halted (cluster → job id): what a
+/// plan made now continues from ([`crate::plan::compute::after_halts`]).
+pub fn halted_jobs(
+    store: &dyn Store,
+    desired: &Desired,
+) -> Result<BTreeMap<String, String>, StoreError> {
+    let mut newest: BTreeMap<String, crate::rollout::Job> = BTreeMap::new();
+    for job in crate::ops::jobs::load_jobs(store)? {
+        if !desired.clusters.contains_key(&job.cluster) {
+            continue;
+        }
+        match newest.get(&job.cluster) {
+            Some(n) if (n.created_at, &n.id) >= (job.created_at, &job.id) => {}
+            _ => {
+                newest.insert(job.cluster.clone(), job);
+            }
+        }
+    }
+    Ok(newest
+        .into_iter()
+        .filter(|(_, j)| matches!(j.state, crate::rollout::JobState::Halted { .. }))
+        .map(|(c, j)| (c, j.id.to_string()))
+        .collect())
 }
 
 /// The running rollout job of each cluster that has one (cluster → job id), from the
@@ -264,8 +291,9 @@ pub fn replan_cached(
     let applied = load_applied(store)?;
     let running = running_jobs(store)?;
     let previous = current(store)?;
+    let halted = halted_jobs(store, desired)?;
     let inventory = cache.inventory.load(store)?;
-    let mut plan = crate::plan::compute::compute_memo(
+    let plan = crate::plan::compute::compute_memo(
         desired,
         inventory,
         &applied,
@@ -275,6 +303,7 @@ pub fn replan_cached(
         &mut cache.memo,
     )
     .map_err(ReplanError::Refused)?;
+    let mut plan = crate::plan::compute::after_halts(plan, &halted);
     if let Some(p) = previous
         && p.id == plan.id
         && let Some(parent) = load_parent(store, &plan.id)?
@@ -320,15 +349,17 @@ pub fn rehearse(
     inventory: &Inventory,
 ) -> Result<Rehearsed, ReplanError> {
     let now = jiff::Timestamp::now();
-    let (applied, running, previous, ctx) = match store {
+    let (applied, running, halted, previous, ctx) = match store {
         Some(s) => (
             load_applied(s)?,
             running_jobs(s)?,
+            halted_jobs(s, desired)?,
             current(s)?,
             preflight_context(s, desired, now)?,
         ),
         None => (
             LastApplied::default(),
+            BTreeMap::new(),
             BTreeMap::new(),
             None,
             crate::plan::preflight::Context {
@@ -347,6 +378,7 @@ pub fn rehearse(
         &mut super::cold_plan_memo(),
     )
     .map_err(ReplanError::Refused)?;
+    let plan = crate::plan::compute::after_halts(plan, &halted);
     match store {
         None => Ok(Rehearsed::NoStore(plan)),
         Some(s) if plan.is_stale(&current_basis(s, desired)?) => Ok(Rehearsed::Differs(plan)),

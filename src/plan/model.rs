@@ -36,6 +36,11 @@ pub struct Basis {
     /// job ends.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub running: BTreeMap<String, String>,
+    /// The newest rollout job of each cluster whose newest job halted (cluster → job id): the
+    /// plan that continues from what the job left is a plan of its own, with approvals of its
+    /// own, even when nothing else moved ([`crate::plan::compute::after_halts`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub halted: BTreeMap<String, String>,
 }
 
 impl Basis {

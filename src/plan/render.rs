@@ -319,6 +319,12 @@ fn text_in(plan: &Plan, o: Options, state: Option<&str>) -> String {
     if let Some(p) = &plan.parent {
         let _ = writeln!(out, "Replaces: plan {}", p.short());
     }
+    for (cluster, job) in &plan.basis.halted {
+        let _ = writeln!(
+            out,
+            "After:    job {job} halted (cluster {cluster}): this plan continues from what it left"
+        );
+    }
     for c in &plan.clusters {
         out.push('\n');
         render_cluster(&mut out, c, o);

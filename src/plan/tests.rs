@@ -882,7 +882,10 @@ fn a_cluster_never_observed_says_so_and_plans_nothing() {
     // Nothing was compared: the closing line must not say the clusters match (#39).
     let last = render::summary_line(&p);
     assert!(!last.contains("match the desired state"), "{last}");
-    assert!(last.contains("not observed yet, so nothing is compared: c1"), "{last}");
+    assert!(
+        last.contains("not observed yet, so nothing is compared: c1"),
+        "{last}"
+    );
 }
 
 #[test]
@@ -1765,4 +1768,45 @@ fn control_plane_pool_settings_need_the_control_plane_bar() {
     let p = compute(&next, &i, &applied_of(&applied), None).unwrap();
     assert!(p.clusters[0].steps.is_empty());
     assert_eq!(p.approvals_required, 2);
+}
+
+#[test]
+fn a_plan_after_a_halt_is_a_plan_of_its_own_and_says_which_job_it_continues() {
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let obs = observed("v1.34.1", 4, three_cps("v1.12.11"));
+    let before = plan_ok(&d, &obs);
+    // No halted job: the plan is unchanged (existing ids stay what they were).
+    assert_eq!(
+        super::compute::after_halts(before.clone(), &BTreeMap::new()),
+        before
+    );
+    let halted: BTreeMap<String, String> = [("c1".to_string(), "job-7".to_string())].into();
+    let after = super::compute::after_halts(before.clone(), &halted);
+    // Same steps, another id: the halted job's (consumed) plan is never the continuation.
+    assert_eq!(after.clusters, before.clusters);
+    assert_ne!(after.id, before.id);
+    assert_eq!(after.basis.halted, halted);
+    // Deterministic, and another halted job gives another plan.
+    assert_eq!(
+        super::compute::after_halts(before.clone(), &halted).id,
+        after.id
+    );
+    let later: BTreeMap<String, String> = [("c1".to_string(), "job-8".to_string())].into();
+    assert_ne!(
+        super::compute::after_halts(before.clone(), &later).id,
+        after.id
+    );
+    // A basis without the halt (what approval compares with) finds it stale, and one with it
+    // does not.
+    let mut basis = basis_of(&d, &obs, &LastApplied::default());
+    assert!(after.is_stale(&basis));
+    basis.halted = halted;
+    assert!(!after.is_stale(&basis));
+    let text = render::text(&after, Default::default());
+    assert!(
+        text.contains(
+            "After:    job job-7 halted (cluster c1): this plan continues from what it left"
+        ),
+        "{text}"
+    );
 }

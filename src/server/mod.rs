@@ -91,6 +91,8 @@ pub struct Shared {
     plan_state: RwLock<reconcile::PlanState>,
     /// Step events of every executor, for the watch API.
     pub events: tokio::sync::broadcast::Sender<crate::rollout::executor::RolloutEvent>,
+    /// What each running job of this replica's executors waits for (`rollout status`).
+    pub waits: rollouts::Waits,
     pub creds_dir: PathBuf,
     pub state_dir: PathBuf,
     /// Ask the inventory refresh to run now (after rollout steps); remembered if it is busy.
@@ -123,6 +125,7 @@ impl Shared {
             notifier: crate::webhook::Notifier::disabled(),
             plan_state: RwLock::new(reconcile::PlanState::default()),
             events: tokio::sync::broadcast::channel(4096).0,
+            waits: Default::default(),
             creds_dir: PathBuf::from("creds"),
             state_dir: PathBuf::from("."),
             refresh_kick: Arc::new(tokio::sync::Notify::new()),

@@ -164,7 +164,7 @@ pub fn reconcile(
                 if r.stored {
                     crate::metrics::global().plans_computed.inc();
                     tracing::info!(plan = %r.plan.id.short(), changes = r.plan.has_changes(), summary = %crate::plan::render::summary_line(&r.plan), "new plan");
-                    tracing::info!(plan = %r.plan.id.short(), "plan {}\n{}", r.plan.id.short(), crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
+                    tracing::debug!(plan = %r.plan.id.short(), "plan {}\n{}", r.plan.id.short(), crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
                     if r.plan.has_changes() {
                         shared.notifier.send(crate::webhook::Notification {
                             event: crate::webhook::EventKind::PlanReady,
@@ -335,7 +335,7 @@ pub fn reconcile(
             if start {
                 state.consumed = true;
                 state.applied = true;
-                tracing::info!(plan = %plan.id.short(), jobs = ?state.started, "plan reached quorum: settings applied, jobs created");
+                tracing::info!(plan = %plan.id.short(), jobs = %state.started.join(", "), "plan reached quorum: settings applied, jobs created");
             }
         }
         Err(StoreError::Conflict { .. }) => {

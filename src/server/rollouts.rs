@@ -9,8 +9,11 @@ use crate::health::Probes;
 use crate::rollout::executor::{
     EventState, Executor, ExecutorConfig, RolloutEvent, RunOutcome, SystemClock,
 };
+use crate::rollout::journal::{Entry, JournalEntry};
 use crate::rollout::ports::{HealthProbe, KubePort, TalosPort};
-use crate::rollout::sequencer::{Job, JobState, NodePhase, StepKind, StepState, TaskState};
+use crate::rollout::sequencer::{
+    CommandOutcome, Job, JobState, NodePhase, StepKind, StepState, TaskState,
+};
 use crate::store::StoreError;
 
 /// Where the executor gets a cluster's ports (the trait and the real factory are the
@@ -29,6 +32,61 @@ fn phase_name(p: NodePhase) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+/// What each running job waits for, as its executor last said (the `waiting` events carry it,
+/// the journal does not): kept from the events this replica's executors send, dropped when the
+/// job acts again or ends.
+#[derive(Default)]
+pub struct Waits(Mutex<BTreeMap<String, Wait>>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: String,
+    pub since: jiff::Timestamp,
+}
+
+impl Waits {
+    /// Take note of an event of a job.
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    pub fn observe(&self, e: &RolloutEvent, now: jiff::Timestamp) {
+        let mut map = self.0.lock().expect("waits");
+        let job = e.job.to_string();
+        let reason = match &e.state {
+            EventState::Waiting { reason } => reason.clone(),
+            EventState::Paused { gate } => format!("paused: {gate}"),
+            // Acting again, or ended: no longer waiting.
+            EventState::Intended { .. } | EventState::Halted { .. } | EventState::Succeeded => {
+                map.remove(&job);
+                return;
+            }
+            // Notes and gate evaluations come while it waits, too.
+            _ => return,
+        };
+        if map.get(&job).is_none_or(|w| w.reason != reason) {
+            map.insert(job, Wait { reason, since: now });
+        }
+    }
+
+    #[allow(clippy::expect_used, reason = "as in observe")]
+    pub fn get(&self, job: &str) -> Option<Wait> {
+        self.0.lock().expect("waits").get(job).cloned()
+    }
+}
+
+/// The API view of a job, with what it waits for when this replica knows.
+pub fn rollout_view(job: &Job, waits: &Waits) -> pb::Rollout {
+    let mut r = rollout_pb(job);
+    if !job.state.is_terminal()
+        && let Some(w) = waits.get(&r.job_id)
+    {
+        r.waiting_for = w.reason;
+        r.waiting_since = w.since.to_string();
+    }
+    r
 }
 
 /// The API view of a job.
@@ -157,32 +215,13 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         current_step,
         created_at: job.created_at.to_string(),
         nodes,
+        waiting_for: String::new(),
+        waiting_since: String::new(),
     }
 }
 
 pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
-    let (state, message) = match &e.state {
-        EventState::Intended { attempt } => ("intended".to_string(), format!("attempt {attempt}")),
-        EventState::Done => ("done".into(), String::new()),
-        EventState::Unknown { error } => ("unknown".into(), error.clone()),
-        EventState::Progress { note } => ("progress".into(), note.clone()),
-        EventState::Waiting { reason } => ("waiting".into(), reason.clone()),
-        EventState::GateEvaluated { point, evaluation } => (
-            "gate".into(),
-            format!(
-                "health gate `{}` {point}: {} ({})",
-                evaluation.gate,
-                match evaluation.verdict {
-                    crate::rollout::ports::GateVerdict::Pass => "pass",
-                    crate::rollout::ports::GateVerdict::Fail => "fail",
-                },
-                evaluation.detail
-            ),
-        ),
-        EventState::Paused { gate } => ("paused".into(), format!("{gate:?}")),
-        EventState::Halted { reason } => ("halted".into(), reason.to_string()),
-        EventState::Succeeded => ("succeeded".into(), String::new()),
-    };
+    let (state, message) = (e.state.name().to_string(), e.state.message());
     pb::RolloutEvent {
         job_id: e.job.to_string(),
         cluster: e.cluster.clone(),
@@ -200,6 +239,191 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
             _ => String::new(),
         },
     }
+}
+
+/// A job's journal told again as the events its executor sent, each at the time it was
+/// journaled (`rollout status -w` shows them before following, like `kubectl logs -f`). Notes
+/// go out where the executor sends them (before an intent, with a progress), so a replayed line
+/// reads like the live one; a finished job ends with its terminal event. What the job waits for
+/// is not journaled: [`Waits`] has it.
+pub fn journal_events(job: &Job, entries: &[JournalEntry]) -> Vec<pb::RolloutEvent> {
+    // The step of events without a command key: the one the journal was last in.
+    let current = std::cell::Cell::new(None::<usize>);
+    let event = |step: Option<usize>,
+                 node: Option<String>,
+                 op: Option<crate::rollout::sequencer::CommandOp>,
+                 image: Option<String>,
+                 state: EventState,
+                 at: jiff::Timestamp| {
+        if step.is_some() {
+            current.set(step);
+        }
+        let step = step.or(current.get());
+        let mut e = event_pb(&RolloutEvent {
+            job: job.id.clone(),
+            cluster: job.cluster.clone(),
+            step,
+            pool: step
+                .and_then(|s| job.steps.get(s))
+                .and_then(|s| s.pool())
+                .map(str::to_string),
+            node,
+            op,
+            state,
+            steps: job.steps.len(),
+            image,
+        });
+        e.at = at.to_string();
+        e
+    };
+    let notes = |e: &JournalEntry, out: &mut Vec<pb::RolloutEvent>| {
+        for n in &e.notes {
+            // `step <index> started` (0-based) moves the replay into that step.
+            if let Some(i) = n
+                .strip_prefix("step ")
+                .and_then(|r| r.strip_suffix(" started"))
+                .and_then(|i| i.parse::<usize>().ok())
+            {
+                current.set(Some(i));
+            }
+            out.push(event(
+                None,
+                None,
+                None,
+                None,
+                EventState::Progress { note: n.clone() },
+                e.at,
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        match &e.entry {
+            Entry::Created { plan } => out.push(event(
+                None,
+                None,
+                None,
+                None,
+                EventState::Progress {
+                    note: format!("job created from plan {}", plan.short()),
+                },
+                e.at,
+            )),
+            Entry::Intent { key, action } => {
+                notes(e, &mut out);
+                out.push(event(
+                    Some(key.step),
+                    key.node.clone(),
+                    Some(key.op),
+                    action.image().map(str::to_string),
+                    EventState::Intended {
+                        attempt: key.attempt,
+                    },
+                    e.at,
+                ));
+            }
+            Entry::Result { key, outcome } => {
+                let state = match outcome {
+                    CommandOutcome::Transient { error } => EventState::Unknown {
+                        error: error.clone(),
+                    },
+                    CommandOutcome::Failed { error } => {
+                        // The executor sends no event of its own for a definitive failure (the
+                        // retry or the halt follows); the journal has it.
+                        let mut ev = event(
+                            Some(key.step),
+                            key.node.clone(),
+                            Some(key.op),
+                            None,
+                            EventState::Done,
+                            e.at,
+                        );
+                        ev.state = "failed".into();
+                        ev.message = error.clone();
+                        out.push(ev);
+                        continue;
+                    }
+                    CommandOutcome::Drain {
+                        result: crate::rollout::ports::DrainOutcome::Blocked { pdb, pod },
+                    } => EventState::Waiting {
+                        reason: format!(
+                            "drain blocked: pod {pod} (PodDisruptionBudget {pdb}), retrying"
+                        ),
+                    },
+                    _ => EventState::Done,
+                };
+                out.push(event(
+                    Some(key.step),
+                    key.node.clone(),
+                    Some(key.op),
+                    None,
+                    state,
+                    e.at,
+                ));
+            }
+            Entry::Progress => notes(e, &mut out),
+            Entry::HaltRequested { by } => out.push(event(
+                None,
+                None,
+                None,
+                None,
+                EventState::Progress {
+                    note: format!("halt requested by {by}"),
+                },
+                e.at,
+            )),
+            Entry::Gates { point, evaluations } => {
+                for evaluation in evaluations {
+                    out.push(event(
+                        None,
+                        None,
+                        None,
+                        None,
+                        EventState::GateEvaluated {
+                            point: point.clone(),
+                            evaluation: evaluation.clone(),
+                        },
+                        e.at,
+                    ));
+                }
+            }
+        }
+    }
+    match &job.state {
+        JobState::Halted { reason, at, .. } => out.push(event(
+            None,
+            None,
+            None,
+            None,
+            EventState::Halted {
+                reason: reason.clone(),
+            },
+            *at,
+        )),
+        JobState::Succeeded { at } => {
+            out.push(event(None, None, None, None, EventState::Succeeded, *at))
+        }
+        JobState::Running => {}
+    }
+    out
+}
+
+/// A job and its journal, oldest entry first.
+pub fn job_and_journal(
+    shared: &Shared,
+    id: &crate::rollout::sequencer::JobId,
+) -> Result<Option<(Job, Vec<JournalEntry>)>, StoreError> {
+    use crate::store::StoreExt;
+    let Some(job) = crate::ops::jobs::load_job(shared.store.as_ref(), id)? else {
+        return Ok(None);
+    };
+    let entries = shared
+        .store
+        .scan_records::<JournalEntry>(&crate::rollout::journal::entries_prefix(id))?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    Ok(Some((job, entries)))
 }
 
 /// Runs every running job, one task per job, each with an executor for its cluster. Woken by
@@ -360,7 +584,8 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
                 }
             }
             let op = e.op.map(|o| o.name()).unwrap_or("-");
-            tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = ?e.state, "rollout step");
+            tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = e.state.name(), detail = %e.state.message(), "rollout step");
+            shared.waits.observe(&e, jiff::Timestamp::now());
             if let (Some(node), Some(o)) = (&e.node, e.op) {
                 let key = (node.clone(), o.name().to_string());
                 match &e.state {

@@ -339,6 +339,13 @@ fn metrics_move_while_a_simulated_rollout_runs() {
             }
             assert_eq!(f["cluster"], "home");
             assert_eq!(f["job"], job["jobId"]);
+            // The state by name, its text apart: no Rust Debug in the log (#39).
+            let state = f["state"].as_str().unwrap_or_default();
+            assert!(
+                !state.is_empty() && state.chars().all(|c| c.is_ascii_lowercase()),
+                "state {state:?} in {line}"
+            );
+            assert!(f["detail"].is_string(), "`detail` in {line}");
             if f["step"] == "upgrade" {
                 step_nodes.insert((
                     f["pool"].as_str().unwrap().to_string(),
@@ -684,4 +691,157 @@ fn the_openmetrics_parser_reads_labels_and_values() {
     assert_eq!(total(&s, "medea_x_total", &[("b", "two")]), 3.0);
     assert_eq!(total(&s, "medea_x_total", &[("b", "one")]), 0.0);
     assert_eq!(total(&s, "medea_y", &[]), 0.5);
+}
+
+/// #39 items 5 and 6, end to end: a job outside its maintenance window says what it waits for;
+/// following it replays its journal from its start before following; the halt's output names a
+/// command that runs as printed; a halted job's status and the next plan say what follows.
+#[test]
+fn a_waiting_job_says_why_following_it_starts_at_its_start_and_a_halt_says_what_follows() {
+    use std::process::Stdio;
+    // A window that opens half a day from now.
+    let hour = (jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .hour()
+        + 12)
+        % 24;
+    let s = crate::fixtures::serve::serve()
+        .desired_edit(
+            "home/cluster.yaml",
+            "spec:\n",
+            &format!(
+                "spec:\n  maintenanceWindows:\n    - {{ start: \"0 {hour} * * *\", duration: 1h, timeZone: UTC }}\n"
+            ),
+        )
+        .start();
+    let mut plan = serde_json::Value::Null;
+    wait("the first plan", Duration::from_secs(30), || {
+        plan = s.plan_json();
+        plan["hasChanges"] == true
+    });
+    let (id, short) = (
+        plan["id"].as_str().unwrap().to_string(),
+        plan["shortId"].as_str().unwrap().to_string(),
+    );
+    s.enable_rollouts();
+    std::fs::create_dir_all(s.desired.join("approvals")).unwrap();
+    for who in ["alice", "bob"] {
+        std::fs::write(
+            s.desired.join(format!("approvals/{short}-{who}.sig")),
+            sign(&s.key(who), &id),
+        )
+        .unwrap();
+    }
+    // What it waits for, in `rollout status` (the only cluster: no --cluster needed).
+    let mut status = String::new();
+    wait(
+        "the job to say it waits for its window",
+        Duration::from_secs(60),
+        || {
+            let out = s.cli().args(["rollout", "status"]).output().unwrap();
+            status = String::from_utf8_lossy(&out.stdout).into_owned();
+            status.contains("waiting: outside the maintenance windows; the next opens at")
+        },
+    );
+    assert!(status.contains("(since "), "{status}");
+    let job = s.jobs()[0]["jobId"].as_str().unwrap().to_string();
+
+    // Following it starts at its start: the journal's lines, then what it waits for.
+    let mut child = s
+        .cli()
+        .args(["rollout", "status", &job, "-w"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let waiting = line.contains("waiting: outside the maintenance windows");
+        lines.push(line);
+        if waiting {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        lines[0].contains(&format!("home  job created from plan {short}")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.last().unwrap().contains("waiting: outside"),
+        "{lines:#?}"
+    );
+
+    // The halt names the command that follows the job to its stop; it runs as printed.
+    let out = s
+        .cli()
+        .args(["rollout", "halt", &job, "--reason", "the window is too far"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let follow = said
+        .lines()
+        .find_map(|l| l.strip_prefix("Follow it to its stop: "))
+        .unwrap_or_else(|| panic!("no follow command in {said}"));
+    let args: Vec<&str> = follow.split_whitespace().collect();
+    assert_eq!(args[0], "medea", "{follow}");
+    let out = s.cli().args(&args[1..]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "a halted job: {text}");
+    assert!(
+        text.contains("HALTED: ") && text.contains("the window is too far"),
+        "{text}"
+    );
+    assert!(
+        text.contains("next: a halted job never continues by itself"),
+        "{text}"
+    );
+    // The next plan says which job halted and that it continues from what is left.
+    let mut stderr = String::new();
+    wait(
+        "the next plan to name the halted job",
+        Duration::from_secs(30),
+        || {
+            let out = s.cli().args(["plan"]).output().unwrap();
+            stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            stderr.contains(&format!(
+                "job {job} of cluster home halted (operator_request)"
+            ))
+        },
+    );
+    assert!(
+        stderr.contains("this plan continues from what it left"),
+        "{stderr}"
+    );
+    let out = s.cli().args(["rollout", "status", &job]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("The server's current plan continues from what is left")
+            && text.contains("needs 2 approvals (has 0)")
+            && text.contains("Approve with: medea approve"),
+        "{text}"
+    );
+    // The job halted before its first command, so nothing else moved: the continuation is a
+    // plan of its own all the same (not the consumed one), and approving it starts a new job.
+    let next = s.plan_json();
+    let (next_id, next_short) = (
+        next["id"].as_str().unwrap().to_string(),
+        next["shortId"].as_str().unwrap().to_string(),
+    );
+    assert_ne!(next_id, id, "{next}");
+    assert_eq!(next["basis"]["halted"]["home"], job.as_str(), "{next}");
+    for who in ["alice", "bob"] {
+        std::fs::write(
+            s.desired.join(format!("approvals/{next_short}-{who}.sig")),
+            sign(&s.key(who), &next_id),
+        )
+        .unwrap();
+    }
+    wait(
+        "the continuation to start a job",
+        Duration::from_secs(60),
+        || s.jobs()[0]["planId"] == next_id.as_str(),
+    );
 }

@@ -166,6 +166,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
             observed: [(CLUSTER.to_string(), observed.generation)].into(),
             applied: String::new(),
             running: Default::default(),
+            halted: Default::default(),
         },
         clusters: vec![std::sync::Arc::new(ClusterPlan {
             preflight: Vec::new(),

@@ -122,7 +122,35 @@ pub fn basis_from_generations(
             .filter(|(c, _)| names.contains(*c))
             .map(|(c, j)| (c.clone(), j.clone()))
             .collect(),
+        halted: BTreeMap::new(),
     }
+}
+
+/// `plan` made after the newest job of some clusters halted (cluster → job id, as
+/// `ops::replan::halted_jobs` reads them; the same map goes into the basis that approval
+/// compares with). A halt before the job's first command leaves the desired state, the
+/// observations and the applied settings as they were, so without this the next plan would be
+/// the halted job's own plan, consumed, which never starts again: the rollout could not be
+/// continued without an unrelated edit. The basis names the jobs and the id covers them
+/// (a digest of the id the plan would have had and the map), so the continuation is a plan of
+/// its own that needs approvals of its own. With no halted job the plan is unchanged.
+pub fn after_halts(mut plan: Plan, halted: &BTreeMap<String, String>) -> Plan {
+    if halted.is_empty() {
+        return plan;
+    }
+    use sha2::{Digest, Sha256};
+    plan.basis.halted = halted.clone();
+    let mut h = Sha256::new();
+    h.update(b"medea-plan-after-halt-v1\0");
+    h.update(plan.id.as_bytes());
+    for (cluster, job) in halted {
+        h.update(cluster.as_bytes());
+        h.update(b"\0");
+        h.update(job.as_bytes());
+        h.update(b"\0");
+    }
+    plan.id = PlanId::from_digest(h.finalize().into());
+    plan
 }
 
 /// What the plan of a cluster whose rollout job `job` is still running says: nothing is

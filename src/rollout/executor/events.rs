@@ -89,3 +89,42 @@ pub enum EventState {
     },
     Succeeded,
 }
+
+impl EventState {
+    /// The state's stable name on the watch API and in logs (`intended`, `waiting`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventState::Intended { .. } => "intended",
+            EventState::Done => "done",
+            EventState::Unknown { .. } => "unknown",
+            EventState::Progress { .. } => "progress",
+            EventState::Waiting { .. } => "waiting",
+            EventState::GateEvaluated { .. } => "gate",
+            EventState::Paused { .. } => "paused",
+            EventState::Halted { .. } => "halted",
+            EventState::Succeeded => "succeeded",
+        }
+    }
+
+    /// What the state says, in words ("" when its name says it all).
+    pub fn message(&self) -> String {
+        match self {
+            EventState::Intended { attempt } => format!("attempt {attempt}"),
+            EventState::Done | EventState::Succeeded => String::new(),
+            EventState::Unknown { error } => error.clone(),
+            EventState::Progress { note } => note.clone(),
+            EventState::Waiting { reason } => reason.clone(),
+            EventState::GateEvaluated { point, evaluation } => format!(
+                "health gate `{}` {point}: {} ({})",
+                evaluation.gate,
+                match evaluation.verdict {
+                    crate::rollout::ports::GateVerdict::Pass => "pass",
+                    crate::rollout::ports::GateVerdict::Fail => "fail",
+                },
+                evaluation.detail
+            ),
+            EventState::Paused { gate } => gate.to_string(),
+            EventState::Halted { reason } => reason.to_string(),
+        }
+    }
+}

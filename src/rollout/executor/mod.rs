@@ -763,12 +763,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             op: cmd.map(|c| c.key.op),
             state,
             steps: job.steps.len(),
-            image: cmd.and_then(|c| match &c.action {
-                Action::Pull { image, .. }
-                | Action::Upgrade { image, .. }
-                | Action::SetImage { image, .. } => Some(image.clone()),
-                _ => None,
-            }),
+            image: cmd.and_then(|c| c.action.image().map(str::to_string)),
         });
     }
 

@@ -134,6 +134,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// The image a pull, upgrade or image change is about.
+    pub fn image(&self) -> Option<&str> {
+        match self {
+            Action::Pull { image, .. }
+            | Action::Upgrade { image, .. }
+            | Action::SetImage { image, .. } => Some(image),
+            _ => None,
+        }
+    }
+}
+
+impl Action {
     pub fn op(&self) -> CommandOp {
         match self {
             Action::Snapshot { .. } => CommandOp::Snapshot,

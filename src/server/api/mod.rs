@@ -537,7 +537,23 @@ impl pb::medea_server::Medea for MedeaApi {
             Some(p) => Some(self.plan_pb(&p).map_err(internal)?),
             None => None,
         };
-        Ok(Response::new(pb::GetPlanResponse { plan, diagnostics }))
+        let mut halted = Vec::new();
+        if want.is_empty() {
+            // Jobs come newest first: the first of each cluster is its newest.
+            let mut seen = std::collections::BTreeSet::new();
+            for j in super::rollouts::jobs(&self.shared).map_err(internal)? {
+                if seen.insert(j.cluster.clone())
+                    && matches!(j.state, crate::rollout::sequencer::JobState::Halted { .. })
+                {
+                    halted.push(super::rollouts::rollout_pb(&j));
+                }
+            }
+        }
+        Ok(Response::new(pb::GetPlanResponse {
+            plan,
+            diagnostics,
+            halted,
+        }))
     }
 
     async fn list_plans(
@@ -693,7 +709,7 @@ impl pb::medea_server::Medea for MedeaApi {
             .map_err(internal)?
             .iter()
             .filter(|j| cluster.is_empty() || j.cluster == cluster)
-            .map(super::rollouts::rollout_pb)
+            .map(|j| super::rollouts::rollout_view(j, &self.shared.waits))
             .collect();
         Ok(Response::new(pb::ListRolloutsResponse { rollouts }))
     }
@@ -704,28 +720,56 @@ impl pb::medea_server::Medea for MedeaApi {
     ) -> Result<Response<EventStream>, Status> {
         let req = req.into_inner();
         self.known_cluster(&req.cluster)?;
+        // Subscribe before reading the journal, so nothing falls between the two (an event
+        // journaled meanwhile may come twice; the CLI drops a line that repeats its subject's).
         let rx = self.shared.events.subscribe();
-        let stream =
-            tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |e| match e {
-                Ok(e)
-                    if (req.job_id.is_empty() || e.job.to_string() == req.job_id)
-                        && (req.cluster.is_empty() || e.cluster == req.cluster) =>
-                {
-                    Some(Ok(super::rollouts::event_pb(&e)))
-                }
-                Ok(_) => None,
-                // A slow watcher missed events: say so rather than end the stream silently.
-                Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
-                    Some(Ok(pb::RolloutEvent {
-                        state: "lagged".into(),
-                        message: format!(
-                            "{n} events were dropped; run `medea rollout status` for the full state"
-                        ),
-                        ..Default::default()
-                    }))
-                }
-            });
-        Ok(Response::new(Box::pin(stream)))
+        let mut replay = Vec::new();
+        if req.replay && !req.job_id.is_empty() {
+            let id = crate::rollout::sequencer::JobId::parse(&req.job_id).ok_or_else(|| {
+                Status::invalid_argument(format!("`{}` is not a job id", req.job_id))
+            })?;
+            let (job, entries) = super::rollouts::job_and_journal(&self.shared, &id)
+                .map_err(internal)?
+                .ok_or_else(|| Status::not_found(format!("no rollout job `{}`", req.job_id)))?;
+            replay = super::rollouts::journal_events(&job, &entries);
+            if job.state.is_terminal() {
+                return Ok(Response::new(Box::pin(tokio_stream::iter(
+                    replay.into_iter().map(Ok),
+                ))));
+            }
+            if let Some(w) = self.shared.waits.get(&req.job_id) {
+                replay.push(pb::RolloutEvent {
+                    job_id: req.job_id.clone(),
+                    cluster: job.cluster.clone(),
+                    state: "waiting".into(),
+                    message: w.reason,
+                    at: w.since.to_string(),
+                    ..Default::default()
+                });
+            }
+        }
+        let live = tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |e| match e {
+            Ok(e)
+                if (req.job_id.is_empty() || e.job.to_string() == req.job_id)
+                    && (req.cluster.is_empty() || e.cluster == req.cluster) =>
+            {
+                Some(Ok(super::rollouts::event_pb(&e)))
+            }
+            Ok(_) => None,
+            // A slow watcher missed events: say so rather than end the stream silently.
+            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+                Some(Ok(pb::RolloutEvent {
+                    state: "lagged".into(),
+                    message: format!(
+                        "{n} events were dropped; run `medea rollout status` for the full state"
+                    ),
+                    ..Default::default()
+                }))
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::iter(replay.into_iter().map(Ok)).chain(live),
+        )))
     }
 
     async fn halt_rollout(
@@ -761,7 +805,9 @@ impl pb::medea_server::Medea for MedeaApi {
             .into_iter()
             .find(|j| j.id == id);
         Ok(Response::new(pb::HaltRolloutResponse {
-            rollout: job.as_ref().map(super::rollouts::rollout_pb),
+            rollout: job
+                .as_ref()
+                .map(|j| super::rollouts::rollout_view(j, &self.shared.waits)),
         }))
     }
 }
