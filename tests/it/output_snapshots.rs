@@ -550,3 +550,67 @@ fn demo_without_approve_prints_the_plan() {
         &transcript("medea demo", &out, &Normalise::new().text(&addr, "<addr>")),
     );
 }
+
+/// #39 item 2: a syntax error of each class, shown where the parser found it (file, line and
+/// column, the caret on the byte), and every broken file of a directory in one run.
+#[test]
+fn validate_shows_each_class_of_syntax_error_where_it_is() {
+    let head = "apiVersion: medea/v1alpha1\nkind: Cluster\n";
+    let cases = [
+        (
+            "unclosed-quote",
+            "metadata:\n  name: \"home\nspec:\n  kubernetes:\n    version: v1.35.0\n",
+        ),
+        (
+            "unclosed-flow-collection",
+            "metadata: {name: home\nspec:\n  kubernetes:\n    version: v1.35.0\n",
+        ),
+        (
+            "tab-indentation",
+            "metadata:\n\tname: home\nspec:\n  kubernetes:\n    version: v1.35.0\n",
+        ),
+        (
+            "bad-indentation",
+            "metadata:\n  name: home\n spec:\n  kubernetes:\n    version: v1.35.0\n",
+        ),
+        (
+            "duplicate-key",
+            "metadata:\n  name: home\nspec:\n  kubernetes:\n    version: v1.35.0\n  kubernetes:\n    version: v1.34.0\n",
+        ),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let mut all = String::new();
+    for (class, body) in cases {
+        let dir = tmp.path().join(class);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cluster.yaml"), format!("{head}{body}")).unwrap();
+        let out = run({
+            let mut c = medea();
+            c.args(["validate", class]).current_dir(tmp.path());
+            c
+        });
+        assert_eq!(out.status.code(), Some(1), "{class}");
+        all.push_str(&transcript(
+            &format!("medea validate {class}"),
+            &out,
+            &Normalise::new(),
+        ));
+        all.push('\n');
+    }
+    // All of them at once: one run reports every broken file.
+    let out = run({
+        let mut c = medea();
+        c.args(["validate", "."]).current_dir(tmp.path());
+        c
+    });
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    for (class, _) in cases {
+        assert!(
+            text.contains(&format!("{class}/cluster.yaml:")),
+            "{class} missing from one run: {text}"
+        );
+    }
+    assert!(text.contains("5 errors"), "{text}");
+    expectorate::assert_contents("tests/it/snapshots/validate-syntax.txt", &all);
+}
