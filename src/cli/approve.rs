@@ -35,6 +35,7 @@ The same approval with plain OpenSSH:\n  \
   > approvals/<short-id>-<you>.sig")]
 pub struct ApproveArgs {
     /// The full 64-hex plan id printed by `medea plan` (a short id needs a store to resolve).
+    #[arg(add = super::complete::pending_plans())]
     pub id: String,
     /// Private key to sign with (unencrypted OpenSSH format), or a public key (`.pub`) whose
     /// private half is in the ssh-agent. Without it, the ssh-agent's only key signs.

@@ -28,6 +28,7 @@ pub mod approvals;
 pub mod approve;
 pub mod bench;
 pub mod client;
+pub mod complete;
 pub mod context;
 pub mod debug;
 pub mod demo;
@@ -118,7 +119,7 @@ pub enum Command {
     HaProbe(ha_debug::ProbeArgs),
     /// Print shell completions.
     #[command(
-        after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\""
+        after_help = "Examples:\n  medea completions bash > /etc/bash_completion.d/medea\n  medea completions zsh > \"${fpath[1]}/_medea\"\n\nThese complete commands and flags. For the server's cluster, machine and job\nnames too, source the dynamic ones at shell start instead:\n  source <(COMPLETE=bash medea)"
     )]
     Completions {
         /// The shell to generate completions for.
@@ -165,6 +166,9 @@ pub fn main() -> ExitCode {
     install_report_hook();
     // Every TLS user in medea is on ring; make it the process default explicitly.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // `COMPLETE=bash medea …`: answer the shell's completion request (names from the server)
+    // and exit; otherwise nothing happens here.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command).complete();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),

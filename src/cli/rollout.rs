@@ -26,7 +26,7 @@ pub enum RolloutAction {
     )]
     List {
         /// Only the jobs of this cluster; an unknown name is an error.
-        #[arg(long)]
+        #[arg(long, add = super::complete::clusters())]
         cluster: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
@@ -38,12 +38,13 @@ pub enum RolloutAction {
     )]
     Status {
         /// The job to show (`medea rollout list` lists them); default: the cluster's newest.
+        #[arg(add = super::complete::jobs())]
         job: Option<String>,
         /// The cluster whose newest job to show (default: the only cluster, when there is one).
-        #[arg(long)]
+        #[arg(long, add = super::complete::clusters())]
         cluster: Option<String>,
         /// Only the nodes of this node pool.
-        #[arg(long)]
+        #[arg(long, add = super::complete::pools())]
         pool: Option<String>,
         /// Follow the job until it succeeds or halts.
         #[arg(short = 'w', long)]
@@ -62,6 +63,7 @@ pub enum RolloutAction {
     )]
     Halt {
         /// The job to halt (`medea rollout list` lists them).
+        #[arg(add = super::complete::jobs())]
         job: String,
         /// Why, recorded in the job's journal and shown by `rollout status`.
         #[arg(long)]

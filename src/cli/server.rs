@@ -215,6 +215,7 @@ pub enum GetWhat {
     #[command(visible_alias = "cluster")]
     Clusters {
         /// Only this cluster; an unknown name is an error.
+        #[arg(add = super::complete::clusters())]
         name: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
@@ -224,9 +225,10 @@ pub enum GetWhat {
     #[command(visible_aliases = ["nodepool", "pools", "pool"])]
     Nodepools {
         /// Only this node pool; an unknown name is an error.
+        #[arg(add = super::complete::pools())]
         name: Option<String>,
         /// Only the node pools of this cluster.
-        #[arg(long)]
+        #[arg(long, add = super::complete::clusters())]
         cluster: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
@@ -243,12 +245,13 @@ pub enum GetWhat {
     #[command(visible_alias = "machine")]
     Machines {
         /// Only this machine (its node name); an unknown name is an error.
+        #[arg(add = super::complete::machines())]
         name: Option<String>,
         /// Only the machines of this cluster.
-        #[arg(long)]
+        #[arg(long, add = super::complete::clusters())]
         cluster: Option<String>,
         /// Only the machines of this node pool.
-        #[arg(long)]
+        #[arg(long, add = super::complete::pools())]
         pool: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t)]
@@ -511,11 +514,13 @@ pub enum ClusterAction {
     /// Allow approved plans of this cluster to run (the per-cluster gate).
     EnableRollouts {
         /// The cluster.
+        #[arg(add = super::complete::clusters())]
         cluster: String,
     },
     /// Stop new rollout steps from starting on this cluster.
     DisableRollouts {
         /// The cluster.
+        #[arg(add = super::complete::clusters())]
         cluster: String,
     },
 }
