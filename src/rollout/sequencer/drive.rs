@@ -34,7 +34,26 @@ pub(super) fn add(t: Timestamp, d: Duration) -> Timestamp {
     t.checked_add(d).unwrap_or(Timestamp::MAX)
 }
 
-/// An observation that must be present to go on; otherwise the flow to return.
+/// The observation policy, once: what a decision does with an observation of `what` that is
+/// not a plain value. Missing: poll (it is observed at the next round). A transient error and
+/// a definitive failure: the flows the caller's rule gives ([`need`] is the common rule; a node
+/// coming back treats a transient error as "not back yet").
+pub(super) fn observed<'a, T>(
+    s: Seen<'a, T>,
+    what: &str,
+    transient: impl FnOnce(&str) -> Flow,
+    failed: impl FnOnce(&str) -> Flow,
+) -> Result<&'a T, Flow> {
+    match s {
+        Seen::Got(t) => Ok(t),
+        Seen::Missing => Err(Flow::Poll(PollWhy::Waiting, format!("observing {what}"))),
+        Seen::Transient(m) => Err(transient(m)),
+        Seen::Failed(m) => Err(failed(m)),
+    }
+}
+
+/// An observation that must be present to go on: unreachable is polled with backoff until
+/// `deadline`, then halts; a definitive failure halts at once.
 pub(super) fn need<'a, T>(
     s: Seen<'a, T>,
     what: &str,
@@ -42,26 +61,30 @@ pub(super) fn need<'a, T>(
     now: Timestamp,
     node: Option<&str>,
 ) -> Result<&'a T, Flow> {
-    match s {
-        Seen::Got(t) => Ok(t),
-        Seen::Missing => Err(Flow::Poll(PollWhy::Waiting, format!("observing {what}"))),
-        Seen::Transient(m) if now >= deadline => Err(halt_flow(
-            HaltCode::ObservationFailed,
-            format!("{what} stayed unreachable until the timeout ({m})"),
-            node,
-            None,
-        )),
-        Seen::Transient(m) => Err(Flow::Poll(
-            PollWhy::Unreachable,
-            format!("{what} unreachable ({m})"),
-        )),
-        Seen::Failed(m) => Err(halt_flow(
-            HaltCode::ObservationFailed,
-            format!("reading {what} failed: {m}"),
-            node,
-            None,
-        )),
-    }
+    observed(
+        s,
+        what,
+        |m| {
+            if now >= deadline {
+                halt_flow(
+                    HaltCode::ObservationFailed,
+                    format!("{what} stayed unreachable until the timeout ({m})"),
+                    node,
+                    None,
+                )
+            } else {
+                Flow::Poll(PollWhy::Unreachable, format!("{what} unreachable ({m})"))
+            }
+        },
+        |m| {
+            halt_flow(
+                HaltCode::ObservationFailed,
+                format!("reading {what} failed: {m}"),
+                node,
+                None,
+            )
+        },
+    )
 }
 
 pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> Next {

@@ -87,8 +87,6 @@ pub(super) fn kube_step(
         let t = &tasks[ti];
         let name = t.node.node.clone();
         let nd = Some(name.as_str());
-        let to = ks.rollout.to.clone();
-        let timeout = ks.rollout.health_timeout;
         match (t.op, t.state) {
             (KubeOp::Pull, _) => {
                 let c = t.component.unwrap_or(Component::Kubelet);
@@ -138,162 +136,150 @@ pub(super) fn kube_step(
                 }));
             }
             (KubeOp::Patch, TaskState::Applied) => {
-                let Some(c) = t.component else {
-                    return halt_flow(
-                        HaltCode::Inconsistent,
-                        format!("the image patch task for node `{name}` names no component"),
-                        nd,
-                        Some(CommandOp::SetImage),
-                    );
-                };
-                let since = t.since;
-                if since.is_none() {
-                    // verification of a component found at the target starts now
-                    kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
-                }
-                let t = &kube_of(j, si).tasks.list()[ti];
-                let deadline = add(since.unwrap_or(now), timeout);
-                let late = |what: String| {
-                    if now >= deadline {
-                        halt_flow(
-                            HaltCode::ComponentNotReady,
-                            format!("{c} on `{name}` {what} within {}s", timeout.as_secs()),
-                            nd,
-                            Some(CommandOp::SetImage),
-                        )
-                    } else {
-                        Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}"))
-                    }
-                };
-                let mut verified_at: Option<String> = None;
-                let ok = match c {
-                    Component::Kubelet => match eyes.kube(&name) {
-                        Seen::Got(k) => {
-                            if k.kubelet_version.as_ref() != Some(&to) {
-                                return late(format!(
-                                    "does not report {to} yet (reports {})",
-                                    k.kubelet_version
-                                        .as_ref()
-                                        .map(|v| v.to_string())
-                                        .unwrap_or_else(|| "none".into())
-                                ));
-                            }
-                            if !k.ready {
-                                return late("is not Ready".into());
-                            }
-                            true
-                        }
-                        Seen::Missing => {
-                            return Flow::Poll(PollWhy::Waiting, format!("observing `{name}`"));
-                        }
-                        Seen::Transient(m) => {
-                            return late(format!("Kubernetes API unreachable ({m})"));
-                        }
-                        Seen::Failed(m) => {
-                            return halt_flow(
-                                HaltCode::ObservationFailed,
-                                format!("reading Kubernetes node `{name}` failed: {m}"),
-                                nd,
-                                Some(CommandOp::SetImage),
-                            );
-                        }
-                    },
-                    Component::Proxy => true,
-                    _ => match eyes.static_pod(&name, c) {
-                        Seen::Got(Some(p)) => {
-                            if p.image != t.image {
-                                return late(format!("still runs {}", p.image));
-                            }
-                            // the config version the node's Talos rendered the component from
-                            // now, as `checkPodStatus` waits for it
-                            let wanted = match eyes.config_version(&t.node, c) {
-                                Seen::Got(v) => v.clone(),
-                                Seen::Missing => {
-                                    return Flow::Poll(
-                                        PollWhy::Waiting,
-                                        format!("observing the config version of {c} on `{name}`"),
-                                    );
-                                }
-                                Seen::Transient(m) => {
-                                    return late(format!(
-                                        "config version cannot be read from Talos ({m})"
-                                    ));
-                                }
-                                Seen::Failed(m) => {
-                                    return halt_flow(
-                                        HaltCode::ObservationFailed,
-                                        format!(
-                                            "reading the config version of {c} on `{name}` failed: {m}"
-                                        ),
-                                        nd,
-                                        Some(CommandOp::SetImage),
-                                    );
-                                }
-                            };
-                            if let (Some(w), Some(seen)) = (&wanted, &p.config_version)
-                                && w != seen
-                            {
-                                return late(format!(
-                                    "is not at config version {w} (its mirror pod shows {seen})"
-                                ));
-                            }
-                            if !p.ready {
-                                return late("is not Ready".into());
-                            }
-                            verified_at = match (&wanted, &p.config_version) {
-                                (Some(w), Some(_)) => Some(w.clone()),
-                                (_, None) => {
-                                    notes.push(format!(
-                                        "{c} on `{name}`: its mirror pod has no {ANNOTATION_CONFIG_VERSION} annotation; verified by image and Ready only"
-                                    ));
-                                    None
-                                }
-                                (None, Some(_)) => {
-                                    notes.push(format!(
-                                        "{c} on `{name}`: Talos publishes no config resource for it; verified by image and Ready only"
-                                    ));
-                                    None
-                                }
-                            };
-                            true
-                        }
-                        Seen::Got(None) => return late("has no static pod".into()),
-                        Seen::Missing => {
-                            return Flow::Poll(
-                                PollWhy::Waiting,
-                                format!("observing {c} on `{name}`"),
-                            );
-                        }
-                        Seen::Transient(m) => {
-                            return late(format!("Kubernetes API unreachable ({m})"));
-                        }
-                        Seen::Failed(m) => {
-                            return halt_flow(
-                                HaltCode::ObservationFailed,
-                                format!("reading {c} on `{name}` failed: {m}"),
-                                nd,
-                                Some(CommandOp::SetImage),
-                            );
-                        }
-                    },
-                };
-                if ok {
-                    let image = t.image.clone();
-                    let tm = &mut kube_mut(j, si).tasks.list_mut()[ti];
-                    tm.state = TaskState::Done;
-                    tm.since = Some(now);
-                    match &verified_at {
-                        Some(v) => {
-                            notes.push(format!("{c} on `{name}` runs {image} (config version {v})"))
-                        }
-                        None => notes.push(format!("{c} on `{name}` runs {image}")),
-                    }
-                    tm.config_version = verified_at;
+                if let Err(flow) = verify_patch(j, si, ti, eyes, now, notes) {
+                    return flow;
                 }
             }
             (KubeOp::Patch, TaskState::Done) => unreachable!("skipped above"),
         }
     }
+}
+
+/// An image patch made (`Applied`): the component runs the new image, at the config version
+/// Talos rendered it from now (`checkPodStatus`), and is Ready; then the task is done. Until
+/// the step's health timeout (from when verification started) a component on its way is
+/// polled; then, or on a definitive failure, the job halts.
+fn verify_patch(
+    j: &mut Job,
+    si: usize,
+    ti: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    let ks = kube_of(j, si);
+    let t = &ks.tasks.list()[ti];
+    let name = t.node.node.clone();
+    let nd = Some(name.as_str());
+    let to = ks.rollout.to.clone();
+    let timeout = ks.rollout.health_timeout;
+    let Some(c) = t.component else {
+        return Err(halt_flow(
+            HaltCode::Inconsistent,
+            format!("the image patch task for node `{name}` names no component"),
+            nd,
+            Some(CommandOp::SetImage),
+        ));
+    };
+    let since = t.since;
+    if since.is_none() {
+        // verification of a component found at the target starts now
+        kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
+    }
+    let t = &kube_of(j, si).tasks.list()[ti];
+    let deadline = add(since.unwrap_or(now), timeout);
+    let late = |what: String| {
+        if now >= deadline {
+            halt_flow(
+                HaltCode::ComponentNotReady,
+                format!("{c} on `{name}` {what} within {}s", timeout.as_secs()),
+                nd,
+                Some(CommandOp::SetImage),
+            )
+        } else {
+            Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}"))
+        }
+    };
+    let failed = |what: String, m: &str| {
+        halt_flow(
+            HaltCode::ObservationFailed,
+            format!("reading {what} failed: {m}"),
+            nd,
+            Some(CommandOp::SetImage),
+        )
+    };
+    let mut verified_at: Option<String> = None;
+    match c {
+        Component::Kubelet => {
+            let k = observed(
+                eyes.kube(&name),
+                &format!("`{name}`"),
+                |m| late(format!("Kubernetes API unreachable ({m})")),
+                |m| failed(format!("Kubernetes node `{name}`"), m),
+            )?;
+            if k.kubelet_version.as_ref() != Some(&to) {
+                return Err(late(format!(
+                    "does not report {to} yet (reports {})",
+                    k.kubelet_version
+                        .as_ref()
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|| "none".into())
+                )));
+            }
+            if !k.ready {
+                return Err(late("is not Ready".into()));
+            }
+        }
+        Component::Proxy => {}
+        _ => {
+            let Some(p) = observed(
+                eyes.static_pod(&name, c),
+                &format!("{c} on `{name}`"),
+                |m| late(format!("Kubernetes API unreachable ({m})")),
+                |m| failed(format!("{c} on `{name}`"), m),
+            )?
+            else {
+                return Err(late("has no static pod".into()));
+            };
+            if p.image != t.image {
+                return Err(late(format!("still runs {}", p.image)));
+            }
+            // the config version the node's Talos rendered the component from now, as
+            // `checkPodStatus` waits for it
+            let wanted = observed(
+                eyes.config_version(&t.node, c),
+                &format!("the config version of {c} on `{name}`"),
+                |m| late(format!("config version cannot be read from Talos ({m})")),
+                |m| failed(format!("the config version of {c} on `{name}`"), m),
+            )?
+            .clone();
+            if let (Some(w), Some(seen)) = (&wanted, &p.config_version)
+                && w != seen
+            {
+                return Err(late(format!(
+                    "is not at config version {w} (its mirror pod shows {seen})"
+                )));
+            }
+            if !p.ready {
+                return Err(late("is not Ready".into()));
+            }
+            verified_at = match (&wanted, &p.config_version) {
+                (Some(w), Some(_)) => Some(w.clone()),
+                (_, None) => {
+                    notes.push(format!(
+                        "{c} on `{name}`: its mirror pod has no {ANNOTATION_CONFIG_VERSION} annotation; verified by image and Ready only"
+                    ));
+                    None
+                }
+                (None, Some(_)) => {
+                    notes.push(format!(
+                        "{c} on `{name}`: Talos publishes no config resource for it; verified by image and Ready only"
+                    ));
+                    None
+                }
+            };
+        }
+    }
+    let image = t.image.clone();
+    let tm = &mut kube_mut(j, si).tasks.list_mut()[ti];
+    tm.state = TaskState::Done;
+    tm.since = Some(now);
+    match &verified_at {
+        Some(v) => notes.push(format!("{c} on `{name}` runs {image} (config version {v})")),
+        None => notes.push(format!("{c} on `{name}` runs {image}")),
+    }
+    tm.config_version = verified_at;
+    Ok(())
 }
 
 /// Before a control-plane component is patched, every control-plane static pod is Ready and

@@ -16,64 +16,83 @@ pub(super) enum Resolution {
     Halt(HaltReason),
 }
 
+/// The resolution's observation policy, once: the value, or what to do without it. Missing:
+/// poll (`observing …`); unreachable: poll with backoff (the outcome may still be seen);
+/// a definitive failure: halt (`cannot read …`).
+fn look<'a, T>(s: Seen<'a, T>, observing: &str, read: &str) -> Result<&'a T, Resolution> {
+    match s {
+        Seen::Got(t) => Ok(t),
+        Seen::Missing => Err(Resolution::Pending(
+            PollWhy::Waiting,
+            format!("observing {observing}"),
+        )),
+        Seen::Transient(m) => Err(Resolution::Pending(
+            PollWhy::Unreachable,
+            format!("cannot observe yet ({m})"),
+        )),
+        Seen::Failed(m) => Err(Resolution::Halt(HaltReason::new(
+            HaltCode::ObservationFailed,
+            format!("cannot read {read}: {m}"),
+        ))),
+    }
+}
+
 pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
     let _ = now;
     let done = Resolution::Done {
         outcome: CommandOutcome::Done,
         rebooted: false,
     };
-    let away =
-        |m: &str| Resolution::Pending(PollWhy::Unreachable, format!("cannot observe yet ({m})"));
+    let rebooted = Resolution::Done {
+        outcome: CommandOutcome::Done,
+        rebooted: true,
+    };
+    let node_of = |node: &NodeTarget| {
+        look(
+            eyes.talos(node),
+            &format!("`{}`", node.node),
+            &format!("node `{}`", node.node),
+        )
+    };
     match &intent.action {
         Action::Pull { .. } | Action::Drain { .. } | Action::ApplyManifests { .. } => {
             // idempotent: doing it again is the same as doing it once
             Resolution::Reissue
         }
-        Action::Snapshot { .. } => match eyes.snapshot() {
-            Seen::Got(Some(info)) => Resolution::Done {
-                outcome: CommandOutcome::Snapshot { info: info.clone() },
-                rebooted: false,
-            },
-            Seen::Got(None) => Resolution::Reissue,
-            Seen::Missing => {
-                Resolution::Pending(PollWhy::Waiting, "observing the snapshot file".into())
+        Action::Snapshot { .. } => {
+            match look(eyes.snapshot(), "the snapshot file", "the snapshot file") {
+                Ok(Some(info)) => Resolution::Done {
+                    outcome: CommandOutcome::Snapshot { info: info.clone() },
+                    rebooted: false,
+                },
+                Ok(None) => Resolution::Reissue,
+                Err(r) => r,
             }
-            Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
-                HaltCode::ObservationFailed,
-                format!("cannot read the snapshot file: {m}"),
-            )),
-        },
+        }
         Action::Cordon { node } | Action::Uncordon { node } => {
             let want = matches!(intent.action, Action::Cordon { .. });
-            match eyes.kube(node) {
-                Seen::Got(k) if k.unschedulable == want => done,
-                Seen::Got(_) => Resolution::Reissue,
-                Seen::Missing => {
-                    Resolution::Pending(PollWhy::Waiting, format!("observing `{node}`"))
-                }
-                Seen::Transient(m) => away(m),
-                Seen::Failed(m) => Resolution::Halt(HaltReason::new(
-                    HaltCode::ObservationFailed,
-                    format!("cannot read Kubernetes node `{node}`: {m}"),
-                )),
+            match look(
+                eyes.kube(node),
+                &format!("`{node}`"),
+                &format!("Kubernetes node `{node}`"),
+            ) {
+                Ok(k) if k.unschedulable == want => done,
+                Ok(_) => Resolution::Reissue,
+                Err(r) => r,
             }
         }
         Action::SetImage {
             node,
             component,
             image,
-        } => match eyes.images(node) {
-            Seen::Got(imgs) if imgs.get(component) == Some(image) => done,
-            Seen::Got(_) => Resolution::Reissue,
-            Seen::Missing => {
-                Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
-            }
-            Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
-                HaltCode::ObservationFailed,
-                format!("cannot read the machine config of `{}`: {m}", node.node),
-            )),
+        } => match look(
+            eyes.images(node),
+            &format!("`{}`", node.node),
+            &format!("the machine config of `{}`", node.node),
+        ) {
+            Ok(imgs) if imgs.get(component) == Some(image) => done,
+            Ok(_) => Resolution::Reissue,
+            Err(r) => r,
         },
         Action::Upgrade {
             node,
@@ -89,50 +108,39 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                     ));
                 }
             };
-            match eyes.talos(node) {
-                Seen::Got(t) => {
-                    if &t.boot_id != boot_id_before || t.version == to {
-                        // it rebooted since: the legacy upgrade ran (or a reboot happened); the
-                        // post-reboot checks decide whether it took
-                        Resolution::Done {
-                            outcome: CommandOutcome::Done,
-                            rebooted: true,
-                        }
-                    } else if t.next_boot == NextBoot::Version(to.clone()) {
-                        done
-                    } else if let NextBoot::Version(v) = &t.next_boot {
-                        Resolution::Halt(HaltReason::new(
-                            HaltCode::UnexpectedVersion,
-                            format!(
-                                "node `{}` has {v} staged for its next boot, not {to}",
-                                node.node
-                            ),
-                        ))
-                    } else if t.stage.in_transition() {
-                        Resolution::Pending(
-                            PollWhy::Waiting,
-                            format!("`{}` is {:?}", node.node, t.stage),
-                        )
-                    } else if t.next_boot == NextBoot::Same {
-                        Resolution::Reissue
-                    } else {
-                        Resolution::Halt(HaltReason::new(
-                            HaltCode::OutcomeUnknown,
-                            format!(
-                                "cannot tell whether the upgrade of `{}` ran (the node does not report its next boot); check the node and plan again",
-                                node.node
-                            ),
-                        ))
-                    }
-                }
-                Seen::Missing => {
-                    Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
-                }
-                Seen::Transient(m) => away(m),
-                Seen::Failed(m) => Resolution::Halt(HaltReason::new(
-                    HaltCode::ObservationFailed,
-                    format!("cannot read node `{}`: {m}", node.node),
-                )),
+            let t = match node_of(node) {
+                Ok(t) => t,
+                Err(r) => return r,
+            };
+            if &t.boot_id != boot_id_before || t.version == to {
+                // it rebooted since: the legacy upgrade ran (or a reboot happened); the
+                // post-reboot checks decide whether it took
+                rebooted
+            } else if t.next_boot == NextBoot::Version(to.clone()) {
+                done
+            } else if let NextBoot::Version(v) = &t.next_boot {
+                Resolution::Halt(HaltReason::new(
+                    HaltCode::UnexpectedVersion,
+                    format!(
+                        "node `{}` has {v} staged for its next boot, not {to}",
+                        node.node
+                    ),
+                ))
+            } else if t.stage.in_transition() {
+                Resolution::Pending(
+                    PollWhy::Waiting,
+                    format!("`{}` is {:?}", node.node, t.stage),
+                )
+            } else if t.next_boot == NextBoot::Same {
+                Resolution::Reissue
+            } else {
+                Resolution::Halt(HaltReason::new(
+                    HaltCode::OutcomeUnknown,
+                    format!(
+                        "cannot tell whether the upgrade of `{}` ran (the node does not report its next boot); check the node and plan again",
+                        node.node
+                    ),
+                ))
             }
         }
         // A second Rollback flips the A/B slot back: it is made again only when the node
@@ -143,51 +151,32 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
             node,
             boot_id_before,
             to,
-        } => match eyes.talos(node) {
-            Seen::Got(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => {
-                Resolution::Done {
-                    outcome: CommandOutcome::Done,
-                    rebooted: true,
-                }
-            }
-            Seen::Got(t) if t.next_boot == NextBoot::Same => Resolution::Reissue,
-            Seen::Got(t) if t.next_boot == NextBoot::Version(to.clone()) => Resolution::Pending(
+        } => match node_of(node) {
+            Ok(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => rebooted,
+            Ok(t) if t.next_boot == NextBoot::Same => Resolution::Reissue,
+            Ok(t) if t.next_boot == NextBoot::Version(to.clone()) => Resolution::Pending(
                 PollWhy::Waiting,
                 format!(
                     "`{}` has {to} staged by the journaled rollback and has not rebooted yet",
                     node.node
                 ),
             ),
-            Seen::Got(_) => Resolution::Pending(
+            Ok(_) => Resolution::Pending(
                 PollWhy::Waiting,
                 format!(
                     "cannot tell whether the journaled rollback of `{}` was made (its next boot is unknown); it is never requested twice",
                     node.node
                 ),
             ),
-            Seen::Missing => {
-                Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
-            }
-            Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
-                HaltCode::ObservationFailed,
-                format!("cannot read node `{}`: {m}", node.node),
-            )),
+            Err(r) => r,
         },
         Action::Reboot {
             node,
             boot_id_before,
-        } => match eyes.talos(node) {
-            Seen::Got(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => done,
-            Seen::Got(_) => Resolution::Reissue,
-            Seen::Missing => {
-                Resolution::Pending(PollWhy::Waiting, format!("observing `{}`", node.node))
-            }
-            Seen::Transient(m) => away(m),
-            Seen::Failed(m) => Resolution::Halt(HaltReason::new(
-                HaltCode::ObservationFailed,
-                format!("cannot read node `{}`: {m}", node.node),
-            )),
+        } => match node_of(node) {
+            Ok(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => done,
+            Ok(_) => Resolution::Reissue,
+            Err(r) => r,
         },
     }
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::plan::health::OnFailure;
+use crate::version::TalosVersion;
 
 pub(super) fn talos_step(
     j: &mut Job,
@@ -194,6 +195,49 @@ pub(super) fn talos_mut(j: &mut Job, si: usize) -> &mut TalosStep {
     }
 }
 
+/// What a node's decision knows of it, read once per round of [`talos_node`].
+struct NodeView {
+    name: String,
+    target: NodeTarget,
+    cp: bool,
+    /// `healthTimeout` from when the node entered its phase.
+    deadline: Timestamp,
+    health_timeout: Duration,
+    to: TalosVersion,
+    from: TalosVersion,
+}
+
+impl NodeView {
+    fn of(j: &Job, si: usize, i: usize, now: Timestamp) -> NodeView {
+        let ts = talos_of(j, si);
+        let n = &ts.nodes[i];
+        NodeView {
+            name: n.target.node.clone(),
+            target: n.node_target(),
+            cp: ts.control_plane(),
+            deadline: add(n.since.unwrap_or(now), ts.rollout.health_timeout),
+            health_timeout: ts.rollout.health_timeout,
+            to: ts.rollout.to.clone(),
+            from: n.target.from.clone(),
+        }
+    }
+    fn nd(&self) -> Option<&str> {
+        Some(self.name.as_str())
+    }
+    /// The node's Talos observation, which must be there to go on ([`need`]).
+    fn talos<'a>(&self, eyes: &Eyes<'a>, now: Timestamp) -> Result<&'a TalosNode, Flow> {
+        need(
+            eyes.talos(&self.target),
+            &format!("node `{}`", self.name),
+            self.deadline,
+            now,
+            self.nd(),
+        )
+    }
+}
+
+/// One node of a Talos step, phase by phase: each phase either moves the node on (the loop
+/// looks at it again) or says what the step waits for.
 pub(super) fn talos_node(
     j: &mut Job,
     si: usize,
@@ -203,342 +247,34 @@ pub(super) fn talos_node(
     notes: &mut Vec<String>,
 ) -> Flow {
     loop {
-        let ts = talos_of(j, si);
-        let spec = &ts.rollout;
-        let n = &ts.nodes[i];
-        let name = n.target.node.clone();
-        let target = n.node_target();
-        let cp = ts.control_plane();
-        let since = n.since.unwrap_or(now);
-        let health_deadline = add(since, spec.health_timeout);
-        let to = spec.to.clone();
-        let from = n.target.from.clone();
-        let nd = Some(name.as_str());
-        match n.phase {
-            NodePhase::Pending => {
-                if let Err(flow) = window_gate(j, now) {
-                    return flow;
-                }
-                node_mut(j, si, i).enter(NodePhase::Checking, now);
-                notes.push(format!("{name}: started"));
-            }
-            NodePhase::Checking => {
-                let t = match need(
-                    eyes.talos(&target),
-                    &format!("node `{name}`"),
-                    health_deadline,
-                    now,
-                    nd,
-                ) {
-                    Ok(t) => t,
-                    Err(f) => return f,
-                };
-                if t.version == to {
-                    node_mut(j, si, i).enter(NodePhase::Skipped, now);
-                    notes.push(format!("{name}: already runs {to}, skipped"));
-                    return Flow::Done;
-                }
-                if t.version != from {
-                    return halt_flow(
-                        HaltCode::UnexpectedVersion,
-                        format!(
-                            "node `{name}` runs {}, but the plan expected {from}: something else changed it; plan again",
-                            t.version
-                        ),
-                        nd,
-                        None,
-                    );
-                }
-                let k = match need(
-                    eyes.kube(&name),
-                    &format!("Kubernetes node `{name}`"),
-                    health_deadline,
-                    now,
-                    nd,
-                ) {
-                    Ok(k) => k,
-                    Err(f) => return f,
-                };
-                if cp {
-                    let via = j.control_plane.clone();
-                    let e = match need(eyes.etcd(&via), "etcd", health_deadline, now, nd) {
-                        Ok(e) => e,
-                        Err(f) => return f,
-                    };
-                    if let Err(why) = etcd_verdict(e) {
-                        if now >= health_deadline {
-                            return halt_flow(
-                                HaltCode::EtcdUnhealthy,
-                                format!(
-                                    "etcd did not become healthy before node `{name}` could start: {why}"
-                                ),
-                                nd,
-                                None,
-                            );
-                        }
-                        return Flow::Poll(PollWhy::Waiting, why);
-                    }
-                }
-                let method = UpgradeMethod::for_version(&t.version);
-                let boot = t.boot_id.clone();
-                let kubelet = k.kubelet_version.clone();
-                let was_cordoned = k.unschedulable;
-                let unhealthy_before = t.unhealthy_services.clone();
-                let n = node_mut(j, si, i);
-                n.was_cordoned = was_cordoned;
-                n.boot_id_before = Some(boot);
-                n.kubelet_before = kubelet;
-                n.services_unhealthy_before = unhealthy_before;
-                n.method = Some(method);
-                n.enter(NodePhase::Checked, now);
-                notes.push(format!(
-                    "{name}: checks passed (runs {from}, {method:?} upgrade)"
-                ));
-            }
-            NodePhase::Checked => {
-                if cp && j.snapshot.is_none() {
-                    let Some(via) = j.control_plane.first().cloned() else {
-                        return halt_flow(
-                            HaltCode::NoSnapshotNode,
-                            "no control-plane node is known to take the etcd snapshot from".into(),
-                            None,
-                            Some(CommandOp::Snapshot),
-                        );
-                    };
-                    return Flow::Run(Box::new(snapshot_command(j, si, via)));
-                }
-                if n.pulled_ahead == Some(PullAhead::Pulled) {
-                    node_mut(j, si, i).enter(NodePhase::Pulled, now);
-                    notes.push(format!(
-                        "{name}: image pulled ahead of its turn, no pull needed"
-                    ));
-                    continue;
-                }
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Pull, n.attempt),
-                    action: Action::Pull {
-                        node: target,
-                        image: spec.image.clone(),
-                        namespace: ImageNamespace::System,
-                    },
-                }));
-            }
+        let v = NodeView::of(j, si, i, now);
+        let moved = match talos_of(j, si).nodes[i].phase {
+            NodePhase::Pending => start(j, si, i, &v, now, notes),
+            NodePhase::Checking => check(j, si, i, &v, eyes, now, notes),
+            NodePhase::Checked => pull(j, si, i, &v, now, notes),
             NodePhase::Pulled => {
+                let ts = talos_of(j, si);
                 let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
                 if away >= ts.capacity() {
                     return Flow::Poll(
                         PollWhy::Waiting,
-                        format!("{name}: waiting, {away} node(s) already away"),
+                        format!("{}: waiting, {away} node(s) already away", v.name),
                     );
                 }
                 return cordon(j, si, i);
             }
             NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
-            NodePhase::Drained => {
-                let t = match need(
-                    eyes.talos(&target),
-                    &format!("node `{name}`"),
-                    health_deadline,
-                    now,
-                    nd,
-                ) {
-                    Ok(t) => t,
-                    Err(f) => return f,
-                };
-                if t.version != from {
-                    return halt_flow(
-                        HaltCode::UnexpectedVersion,
-                        format!(
-                            "node `{name}` runs {} before its upgrade, expected {from}",
-                            t.version
-                        ),
-                        nd,
-                        Some(CommandOp::Upgrade),
-                    );
-                }
-                if cp {
-                    let via = j.control_plane.clone();
-                    let e = match need(eyes.etcd(&via), "etcd", health_deadline, now, nd) {
-                        Ok(e) => e,
-                        Err(f) => return f,
-                    };
-                    if let Err(why) = etcd_verdict(e) {
-                        if now >= health_deadline {
-                            return halt_flow(
-                                HaltCode::EtcdUnhealthy,
-                                format!(
-                                    "etcd did not become healthy before upgrading `{name}`: {why}"
-                                ),
-                                nd,
-                                Some(CommandOp::Upgrade),
-                            );
-                        }
-                        return Flow::Poll(PollWhy::Waiting, why);
-                    }
-                }
-                // A call whose reply was lost and that the node shows no trace of is made
-                // again, but only within the health timeout from the drain (definitive failures
-                // are bounded by `upgradeAttempts` in `apply`); see design/rollout.md, "one
-                // Upgrade per node".
-                if n.attempt > 0 && now >= health_deadline {
-                    return halt_flow(
-                        HaltCode::UpgradeNotMade,
-                        format!(
-                            "upgrade of `{name}` to {to} could not be made within {}s ({} call(s) left no trace): {}",
-                            spec.health_timeout.as_secs(),
-                            n.attempt,
-                            n.last_error.as_deref().unwrap_or("no error was reported")
-                        ),
-                        nd,
-                        Some(CommandOp::Upgrade),
-                    );
-                }
-                let boot = t.boot_id.clone();
-                let method = n
-                    .method
-                    .unwrap_or_else(|| UpgradeMethod::for_version(&t.version));
-                let cmd = Command {
-                    key: key(j, si, nd, CommandOp::Upgrade, n.attempt),
-                    action: Action::Upgrade {
-                        node: target,
-                        image: spec.image.clone(),
-                        method,
-                        boot_id_before: boot.clone(),
-                    },
-                };
-                node_mut(j, si, i).boot_id_before = Some(boot);
-                return Flow::Run(Box::new(cmd));
-            }
-            NodePhase::Upgraded => {
-                let Some(boot) = n.boot_id_before.clone() else {
-                    return halt_flow(
-                        HaltCode::Inconsistent,
-                        format!("node `{name}` has no recorded boot id before its reboot"),
-                        nd,
-                        Some(CommandOp::Reboot),
-                    );
-                };
-                return Flow::Run(Box::new(Command {
-                    key: key(j, si, nd, CommandOp::Reboot, n.attempt),
-                    action: Action::Reboot {
-                        node: target,
-                        boot_id_before: boot,
-                    },
-                }));
-            }
+            NodePhase::Drained => upgrade(j, si, i, &v, eyes, now),
+            NodePhase::Upgraded => return reboot(j, si, i, &v),
             NodePhase::Rebooting => {
-                let what = format!("node `{name}` after its reboot");
-                let t = match eyes.talos(&target) {
-                    Seen::Got(t) => t,
-                    Seen::Missing => {
-                        return Flow::Poll(PollWhy::Waiting, format!("observing {what}"));
+                match verify_back(j, si, i, &v, Direction::Upgrade, eyes, now) {
+                    Ok(()) => {
+                        node_mut(j, si, i).enter(NodePhase::Back, now);
+                        notes.push(format!("{}: back on {}, healthy and Ready", v.name, v.to));
+                        Ok(())
                     }
-                    Seen::Transient(m) => {
-                        if now >= health_deadline {
-                            return halt_flow(
-                                HaltCode::NodeNotBack,
-                                format!(
-                                    "node `{name}` did not come back within {}s of its reboot ({m})",
-                                    spec.health_timeout.as_secs()
-                                ),
-                                nd,
-                                Some(CommandOp::Reboot),
-                            );
-                        }
-                        return Flow::Poll(PollWhy::Waiting, format!("{name}: rebooting ({m})"));
-                    }
-                    Seen::Failed(m) => {
-                        return halt_flow(
-                            HaltCode::ObservationFailed,
-                            format!("reading {what} failed: {m}"),
-                            nd,
-                            Some(CommandOp::Reboot),
-                        );
-                    }
-                };
-                let before = n.boot_id_before.as_deref().unwrap_or("");
-                let late = |what: String| {
-                    if now >= health_deadline {
-                        halt_flow(
-                            HaltCode::NodeNotBack,
-                            format!(
-                                "node `{name}` {what} within {}s of its reboot",
-                                spec.health_timeout.as_secs()
-                            ),
-                            nd,
-                            Some(CommandOp::Reboot),
-                        )
-                    } else {
-                        Flow::Poll(PollWhy::Waiting, format!("{name}: {what}"))
-                    }
-                };
-                if t.boot_id == before {
-                    return late("has not rebooted yet".into());
+                    Err(f) => Err(f),
                 }
-                if t.version != to {
-                    return halt_flow(
-                        HaltCode::NodeReverted,
-                        format!(
-                            "node reverted: `{name}` came back on {} instead of {to} (the boot fell back to the previous version)",
-                            t.version
-                        ),
-                        nd,
-                        Some(CommandOp::Reboot),
-                    );
-                }
-                // back = MachineStatus stage `running` *and* ready (talosctl upgrade --wait:
-                // `MachineReadyEventFn`), the boot id changed (above) and the target version
-                // runs (above); services and the Kubernetes node are checked as well
-                if t.stage != MachineStage::Running || !t.ready {
-                    return late(format!(
-                        "is {} and {}, not running and ready yet",
-                        t.stage.name(),
-                        if t.ready { "ready" } else { "not ready" }
-                    ));
-                }
-                // a service that was already failing before the upgrade (say an extension
-                // service) does not hold the node back; one that was healthy before does
-                let newly = newly_unhealthy(&t.unhealthy_services, &n.services_unhealthy_before);
-                if !newly.is_empty() {
-                    return late(format!("services not healthy yet: {}", newly.join(", ")));
-                }
-                let k = match eyes.kube(&name) {
-                    Seen::Got(k) => k,
-                    Seen::Missing => {
-                        return Flow::Poll(
-                            PollWhy::Waiting,
-                            format!("observing Kubernetes node `{name}`"),
-                        );
-                    }
-                    Seen::Transient(m) => {
-                        // the kube-apiserver may be away while a control-plane node reboots
-                        return late(format!("Kubernetes API unreachable ({m})"));
-                    }
-                    Seen::Failed(m) => {
-                        return halt_flow(
-                            HaltCode::ObservationFailed,
-                            format!("reading Kubernetes node `{name}` failed: {m}"),
-                            nd,
-                            Some(CommandOp::Reboot),
-                        );
-                    }
-                };
-                if !k.ready {
-                    return late("is not Ready".into());
-                }
-                if let Some(expected) = &n.kubelet_before
-                    && k.kubelet_version.as_ref() != Some(expected)
-                {
-                    return late(format!(
-                        "reports kubelet {}, expected {expected}",
-                        k.kubelet_version
-                            .as_ref()
-                            .map(|v| v.to_string())
-                            .unwrap_or_else(|| "none".into())
-                    ));
-                }
-                node_mut(j, si, i).enter(NodePhase::Back, now);
-                notes.push(format!("{name}: back on {to}, healthy and Ready"));
             }
             NodePhase::Back => {
                 if left_cordoned(j, si, i, notes) {
@@ -548,8 +284,396 @@ pub(super) fn talos_node(
                 return uncordon(j, si, i);
             }
             NodePhase::Done | NodePhase::Skipped => return Flow::Done,
+        };
+        if let Err(flow) = moved {
+            return flow;
         }
     }
+}
+
+/// `Pending`: the node starts when the maintenance windows allow.
+fn start(
+    j: &mut Job,
+    si: usize,
+    i: usize,
+    v: &NodeView,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    window_gate(j, now)?;
+    node_mut(j, si, i).enter(NodePhase::Checking, now);
+    notes.push(format!("{}: started", v.name));
+    Ok(())
+}
+
+/// `Checking`: the node runs the plan's `from` (or already the target: skipped), its
+/// Kubernetes node is there and, on the control plane, etcd is healthy; what the node was
+/// before is recorded for "back" to compare with.
+fn check(
+    j: &mut Job,
+    si: usize,
+    i: usize,
+    v: &NodeView,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    let (name, nd) = (&v.name, v.nd());
+    let t = v.talos(eyes, now)?;
+    if t.version == v.to {
+        node_mut(j, si, i).enter(NodePhase::Skipped, now);
+        notes.push(format!("{name}: already runs {}, skipped", v.to));
+        return Err(Flow::Done);
+    }
+    if t.version != v.from {
+        return Err(halt_flow(
+            HaltCode::UnexpectedVersion,
+            format!(
+                "node `{name}` runs {}, but the plan expected {}: something else changed it; plan again",
+                t.version, v.from
+            ),
+            nd,
+            None,
+        ));
+    }
+    let k = need(
+        eyes.kube(name),
+        &format!("Kubernetes node `{name}`"),
+        v.deadline,
+        now,
+        nd,
+    )?;
+    if v.cp {
+        etcd_healthy(j, v, eyes, now, &format!("node `{name}` could start"), None)?;
+    }
+    let method = UpgradeMethod::for_version(&t.version);
+    let n = node_mut(j, si, i);
+    n.was_cordoned = k.unschedulable;
+    n.boot_id_before = Some(t.boot_id.clone());
+    n.kubelet_before = k.kubelet_version.clone();
+    n.services_unhealthy_before = t.unhealthy_services.clone();
+    n.method = Some(method);
+    n.enter(NodePhase::Checked, now);
+    notes.push(format!(
+        "{name}: checks passed (runs {}, {method:?} upgrade)",
+        v.from
+    ));
+    Ok(())
+}
+
+/// On the control plane, etcd must be healthy before `before` (a poll until the health
+/// timeout, then a halt).
+fn etcd_healthy(
+    j: &Job,
+    v: &NodeView,
+    eyes: &Eyes,
+    now: Timestamp,
+    before: &str,
+    op: Option<CommandOp>,
+) -> Result<(), Flow> {
+    let via = j.control_plane.clone();
+    let e = need(eyes.etcd(&via), "etcd", v.deadline, now, v.nd())?;
+    match etcd_verdict(e) {
+        Ok(()) => Ok(()),
+        Err(why) if now >= v.deadline => Err(halt_flow(
+            HaltCode::EtcdUnhealthy,
+            format!("etcd did not become healthy before {before}: {why}"),
+            v.nd(),
+            op,
+        )),
+        Err(why) => Err(Flow::Poll(PollWhy::Waiting, why)),
+    }
+}
+
+/// `Checked`: the etcd snapshot first on the control plane, then the installer's pull (unless
+/// it was pulled ahead).
+fn pull(
+    j: &mut Job,
+    si: usize,
+    i: usize,
+    v: &NodeView,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    if v.cp && j.snapshot.is_none() {
+        let Some(via) = j.control_plane.first().cloned() else {
+            return Err(halt_flow(
+                HaltCode::NoSnapshotNode,
+                "no control-plane node is known to take the etcd snapshot from".into(),
+                None,
+                Some(CommandOp::Snapshot),
+            ));
+        };
+        return Err(Flow::Run(Box::new(snapshot_command(j, si, via))));
+    }
+    let ts = talos_of(j, si);
+    let n = &ts.nodes[i];
+    if n.pulled_ahead == Some(PullAhead::Pulled) {
+        node_mut(j, si, i).enter(NodePhase::Pulled, now);
+        notes.push(format!(
+            "{}: image pulled ahead of its turn, no pull needed",
+            v.name
+        ));
+        return Ok(());
+    }
+    Err(Flow::Run(Box::new(Command {
+        key: key(j, si, v.nd(), CommandOp::Pull, n.attempt),
+        action: Action::Pull {
+            node: v.target.clone(),
+            image: ts.rollout.image.clone(),
+            namespace: ImageNamespace::System,
+        },
+    })))
+}
+
+/// `Drained`: the upgrade call, once the node still runs `from` and (on the control plane)
+/// etcd is healthy; a call that left no trace is made again only within the health timeout.
+fn upgrade(
+    j: &mut Job,
+    si: usize,
+    i: usize,
+    v: &NodeView,
+    eyes: &Eyes,
+    now: Timestamp,
+) -> Result<(), Flow> {
+    let (name, nd) = (&v.name, v.nd());
+    let t = v.talos(eyes, now)?;
+    if t.version != v.from {
+        return Err(halt_flow(
+            HaltCode::UnexpectedVersion,
+            format!(
+                "node `{name}` runs {} before its upgrade, expected {}",
+                t.version, v.from
+            ),
+            nd,
+            Some(CommandOp::Upgrade),
+        ));
+    }
+    if v.cp {
+        etcd_healthy(
+            j,
+            v,
+            eyes,
+            now,
+            &format!("upgrading `{name}`"),
+            Some(CommandOp::Upgrade),
+        )?;
+    }
+    let ts = talos_of(j, si);
+    let n = &ts.nodes[i];
+    // A call whose reply was lost and that the node shows no trace of is made again, but only
+    // within the health timeout from the drain (definitive failures are bounded by
+    // `upgradeAttempts` in `apply`); see design/rollout.md, "one Upgrade per node".
+    if n.attempt > 0 && now >= v.deadline {
+        return Err(halt_flow(
+            HaltCode::UpgradeNotMade,
+            format!(
+                "upgrade of `{name}` to {} could not be made within {}s ({} call(s) left no trace): {}",
+                v.to,
+                v.health_timeout.as_secs(),
+                n.attempt,
+                n.last_error.as_deref().unwrap_or("no error was reported")
+            ),
+            nd,
+            Some(CommandOp::Upgrade),
+        ));
+    }
+    let boot = t.boot_id.clone();
+    let method = n
+        .method
+        .unwrap_or_else(|| UpgradeMethod::for_version(&t.version));
+    let cmd = Command {
+        key: key(j, si, nd, CommandOp::Upgrade, n.attempt),
+        action: Action::Upgrade {
+            node: v.target.clone(),
+            image: ts.rollout.image.clone(),
+            method,
+            boot_id_before: boot.clone(),
+        },
+    };
+    node_mut(j, si, i).boot_id_before = Some(boot);
+    Err(Flow::Run(Box::new(cmd)))
+}
+
+/// `Upgraded`: the reboot into the new installation.
+fn reboot(j: &Job, si: usize, i: usize, v: &NodeView) -> Flow {
+    let n = &talos_of(j, si).nodes[i];
+    let Some(boot) = n.boot_id_before.clone() else {
+        return halt_flow(
+            HaltCode::Inconsistent,
+            format!(
+                "node `{}` has no recorded boot id before its reboot",
+                v.name
+            ),
+            v.nd(),
+            Some(CommandOp::Reboot),
+        );
+    };
+    Flow::Run(Box::new(Command {
+        key: key(j, si, v.nd(), CommandOp::Reboot, n.attempt),
+        action: Action::Reboot {
+            node: v.target.clone(),
+            boot_id_before: boot,
+        },
+    }))
+}
+
+/// Which way a node's Talos call took it: forward by an upgrade and its reboot, or back by a
+/// rollback. The two come back through the same checks ([`verify_back`]); they differ in the
+/// version expected, the words, and what a node that is not back halts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Upgrade,
+    Rollback,
+}
+
+impl Direction {
+    /// The call the node comes back from, as the messages name it.
+    fn call(self) -> &'static str {
+        match self {
+            Direction::Upgrade => "reboot",
+            Direction::Rollback => "rollback",
+        }
+    }
+    /// What the node is doing while it is not back, for a poll.
+    fn doing(self) -> &'static str {
+        match self {
+            Direction::Upgrade => "rebooting",
+            Direction::Rollback => "rolling back",
+        }
+    }
+    /// The halt of a node that is not back (`code` for an upgrade; a rollback's failure halts
+    /// as [`rollback_failed`], with the gate failure that started it).
+    fn halt(self, j: &Job, name: &str, code: HaltCode, what: String) -> Flow {
+        match self {
+            Direction::Upgrade => halt_flow(code, what, Some(name), Some(CommandOp::Reboot)),
+            Direction::Rollback => rollback_failed(j, name, what, Some(CommandOp::Rollback)),
+        }
+    }
+}
+
+/// Is node `i` back from its Talos call? Back = the boot id moved, the expected version runs,
+/// MachineStatus stage `running` *and* ready (talosctl upgrade --wait: `MachineReadyEventFn`),
+/// no service unhealthy that was healthy before, the Kubernetes node Ready and, after an
+/// upgrade, reporting the kubelet it had. Until the health timeout a node on its way is polled
+/// (`late`); then, or on a definitive failure, the job halts.
+fn verify_back(
+    j: &Job,
+    si: usize,
+    i: usize,
+    v: &NodeView,
+    dir: Direction,
+    eyes: &Eyes,
+    now: Timestamp,
+) -> Result<(), Flow> {
+    let n = &talos_of(j, si).nodes[i];
+    let (name, secs, call) = (&v.name, v.health_timeout.as_secs(), dir.call());
+    let expect = match dir {
+        Direction::Upgrade => &v.to,
+        Direction::Rollback => &v.from,
+    };
+    // not back yet: polled until the health timeout, then the halt
+    let not_back = |halt: String, poll: String| {
+        if now >= v.deadline {
+            dir.halt(j, name, HaltCode::NodeNotBack, halt)
+        } else {
+            Flow::Poll(PollWhy::Waiting, poll)
+        }
+    };
+    let late = |what: String| {
+        not_back(
+            format!("node `{name}` {what} within {secs}s of its {call}"),
+            format!("{name}: {what}"),
+        )
+    };
+    let failed = |what: &str, m: &str| {
+        dir.halt(
+            j,
+            name,
+            HaltCode::ObservationFailed,
+            format!("reading {what} failed: {m}"),
+        )
+    };
+    let what = match dir {
+        Direction::Upgrade => format!("node `{name}` after its reboot"),
+        Direction::Rollback => format!("node `{name}`"),
+    };
+    let t = observed(
+        eyes.talos(&v.target),
+        &what,
+        |m| {
+            not_back(
+                format!("node `{name}` did not come back within {secs}s of its {call} ({m})"),
+                format!("{name}: {} ({m})", dir.doing()),
+            )
+        },
+        |m| failed(&what, m),
+    )?;
+    if n.boot_id_before.as_deref().unwrap_or("") == t.boot_id {
+        return Err(late("has not rebooted yet".into()));
+    }
+    if &t.version != expect {
+        return Err(match dir {
+            Direction::Upgrade => halt_flow(
+                HaltCode::NodeReverted,
+                format!(
+                    "node reverted: `{name}` came back on {} instead of {expect} (the boot fell back to the previous version)",
+                    t.version
+                ),
+                v.nd(),
+                Some(CommandOp::Reboot),
+            ),
+            Direction::Rollback => rollback_failed(
+                j,
+                name,
+                format!(
+                    "it came back on {} instead of its previous version {expect}",
+                    t.version
+                ),
+                Some(CommandOp::Rollback),
+            ),
+        });
+    }
+    if t.stage != MachineStage::Running || !t.ready {
+        return Err(late(format!(
+            "is {} and {}, not running and ready yet",
+            t.stage.name(),
+            if t.ready { "ready" } else { "not ready" }
+        )));
+    }
+    // a service that was already failing before the upgrade (say an extension service) does
+    // not hold the node back; one that was healthy before does
+    let newly = newly_unhealthy(&t.unhealthy_services, &n.services_unhealthy_before);
+    if !newly.is_empty() {
+        return Err(late(format!(
+            "services not healthy yet: {}",
+            newly.join(", ")
+        )));
+    }
+    let kube_what = format!("Kubernetes node `{name}`");
+    let k = observed(
+        eyes.kube(name),
+        &kube_what,
+        // the kube-apiserver may be away while a control-plane node reboots
+        |m| late(format!("Kubernetes API unreachable ({m})")),
+        |m| failed(&kube_what, m),
+    )?;
+    if !k.ready {
+        return Err(late("is not Ready".into()));
+    }
+    if dir == Direction::Upgrade
+        && let Some(expected) = &n.kubelet_before
+        && k.kubelet_version.as_ref() != Some(expected)
+    {
+        return Err(late(format!(
+            "reports kubelet {}, expected {expected}",
+            k.kubelet_version
+                .as_ref()
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "none".into())
+        )));
+    }
+    Ok(())
 }
 
 // ---- The node cycle both paths share -------------------------------------------------------
@@ -696,138 +820,71 @@ fn rollback_wave(
             .collect();
         return gate_halt(failure);
     };
-    loop {
-        let ts = talos_of(j, si);
-        let spec = &ts.rollout;
-        let n = &ts.nodes[i];
-        let name = n.target.node.clone();
-        let target = n.node_target();
-        let since = n.since.unwrap_or(now);
-        let health_deadline = add(since, spec.health_timeout);
-        let to = spec.to.clone();
-        let from = n.target.from.clone();
-        let nd = Some(name.as_str());
-        let Some(phase) = n.rollback else {
-            unreachable!("picked above")
-        };
-        match phase {
-            RollbackPhase::Pending => return cordon(j, si, i),
-            RollbackPhase::Cordoned => return drain(j, si, i, now, "drain before rollback"),
-            RollbackPhase::Drained => {
-                let t = match need(
-                    eyes.talos(&target),
-                    &format!("node `{name}`"),
-                    health_deadline,
-                    now,
-                    nd,
-                ) {
-                    Ok(t) => t,
-                    Err(f) => return f,
-                };
-                if t.version != to {
-                    return rollback_failed(
-                        j,
-                        &name,
-                        format!("it runs {} before its rollback, expected {to}", t.version),
-                        Some(CommandOp::Rollback),
-                    );
-                }
-                let boot = t.boot_id.clone();
-                let cmd = Command {
-                    key: key(j, si, nd, CommandOp::Rollback, n.attempt),
-                    action: Action::Rollback {
-                        node: target,
-                        to: from,
-                        boot_id_before: boot.clone(),
-                    },
-                };
-                node_mut(j, si, i).boot_id_before = Some(boot);
-                return Flow::Run(Box::new(cmd));
+    let v = NodeView::of(j, si, i, now);
+    let Some(phase) = talos_of(j, si).nodes[i].rollback else {
+        unreachable!("picked above")
+    };
+    match phase {
+        RollbackPhase::Pending => cordon(j, si, i),
+        RollbackPhase::Cordoned => drain(j, si, i, now, "drain before rollback"),
+        RollbackPhase::Drained => rollback_call(j, si, i, &v, eyes, now),
+        RollbackPhase::Rebooting => {
+            if let Err(f) = verify_back(j, si, i, &v, Direction::Rollback, eyes, now) {
+                return f;
             }
-            RollbackPhase::Rebooting => {
-                let late = |what: String| {
-                    if now >= health_deadline {
-                        rollback_failed(
-                            j,
-                            &name,
-                            format!(
-                                "the node {what} within {}s of its rollback",
-                                spec.health_timeout.as_secs()
-                            ),
-                            Some(CommandOp::Rollback),
-                        )
-                    } else {
-                        Flow::Poll(PollWhy::Waiting, format!("{name}: rolling back: {what}"))
-                    }
-                };
-                let t = match eyes.talos(&target) {
-                    Seen::Got(t) => t,
-                    Seen::Missing => {
-                        return Flow::Poll(PollWhy::Waiting, format!("observing node `{name}`"));
-                    }
-                    Seen::Transient(m) => return late(format!("was not back ({m})")),
-                    Seen::Failed(m) => {
-                        return rollback_failed(
-                            j,
-                            &name,
-                            format!("reading the node failed: {m}"),
-                            Some(CommandOp::Rollback),
-                        );
-                    }
-                };
-                if Some(&t.boot_id) == n.boot_id_before.as_ref() {
-                    return late("had not rebooted".into());
-                }
-                if t.version != from {
-                    return rollback_failed(
-                        j,
-                        &name,
-                        format!(
-                            "it came back on {} instead of its previous version {from}",
-                            t.version
-                        ),
-                        Some(CommandOp::Rollback),
-                    );
-                }
-                if t.stage != MachineStage::Running || !t.ready {
-                    return late(format!("was {}, not running and ready", t.stage.name()));
-                }
-                let newly = newly_unhealthy(&t.unhealthy_services, &n.services_unhealthy_before);
-                if !newly.is_empty() {
-                    return late(format!("had unhealthy services: {}", newly.join(", ")));
-                }
-                match eyes.kube(&name) {
-                    Seen::Got(k) if k.ready => {}
-                    Seen::Got(_) => return late("was not Ready".into()),
-                    Seen::Missing => {
-                        return Flow::Poll(
-                            PollWhy::Waiting,
-                            format!("observing Kubernetes node `{name}`"),
-                        );
-                    }
-                    Seen::Transient(m) => return late(format!("had no Kubernetes API ({m})")),
-                    Seen::Failed(m) => {
-                        return rollback_failed(
-                            j,
-                            &name,
-                            format!("reading its Kubernetes node failed: {m}"),
-                            Some(CommandOp::Rollback),
-                        );
-                    }
-                }
-                node_mut(j, si, i).enter_rollback(RollbackPhase::Back, now);
-                notes.push(format!("{name}: rolled back, runs {from} again"));
-            }
-            RollbackPhase::Back => {
-                if left_cordoned(j, si, i, notes) {
-                    node_mut(j, si, i).enter_rollback(RollbackPhase::Done, now);
-                    return rollback_wave(j, si, failure, eyes, now, notes);
-                }
-                return uncordon(j, si, i);
-            }
-            RollbackPhase::Done => unreachable!("picked a node not done"),
+            node_mut(j, si, i).enter_rollback(RollbackPhase::Back, now);
+            notes.push(format!("{}: rolled back, runs {} again", v.name, v.from));
+            rollback_wave(j, si, failure, eyes, now, notes)
         }
+        RollbackPhase::Back => {
+            if left_cordoned(j, si, i, notes) {
+                node_mut(j, si, i).enter_rollback(RollbackPhase::Done, now);
+                return rollback_wave(j, si, failure, eyes, now, notes);
+            }
+            uncordon(j, si, i)
+        }
+        RollbackPhase::Done => unreachable!("picked a node not done"),
     }
+}
+
+/// A rollback's `Drained`: the `Rollback` call, once the node still runs the version it was
+/// upgraded to.
+fn rollback_call(
+    j: &mut Job,
+    si: usize,
+    i: usize,
+    v: &NodeView,
+    eyes: &Eyes,
+    now: Timestamp,
+) -> Flow {
+    let (name, nd) = (&v.name, v.nd());
+    let t = match v.talos(eyes, now) {
+        Ok(t) => t,
+        Err(f) => return f,
+    };
+    if t.version != v.to {
+        return rollback_failed(
+            j,
+            name,
+            format!(
+                "it runs {} before its rollback, expected {}",
+                t.version, v.to
+            ),
+            Some(CommandOp::Rollback),
+        );
+    }
+    let n = &talos_of(j, si).nodes[i];
+    let boot = t.boot_id.clone();
+    let cmd = Command {
+        key: key(j, si, nd, CommandOp::Rollback, n.attempt),
+        action: Action::Rollback {
+            node: v.target.clone(),
+            to: v.from.clone(),
+            boot_id_before: boot.clone(),
+        },
+    };
+    node_mut(j, si, i).boot_id_before = Some(boot);
+    Flow::Run(Box::new(cmd))
 }
 
 /// The services unhealthy now that were not unhealthy before the node's upgrade.
