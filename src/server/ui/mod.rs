@@ -17,6 +17,7 @@
 //! Architecture Invariant: nothing runs for the dashboard while nobody watches: a rollout
 //! page's event stream subscribes to the executor's events only while it is open.
 
+mod charts;
 mod live;
 mod pages;
 mod session;
@@ -103,6 +104,7 @@ pub fn router(ui: Ui) -> Router {
         .route("/", get(pages::overview))
         .route("/plan", get(pages::plan))
         .route("/history", get(pages::history))
+        .route("/rollouts", get(pages::rollouts))
         .route("/rollouts/{job}", get(pages::rollout))
         .route("/rollouts/{job}/events", get(live::events))
         .route("/rollouts/{job}/halt", get(pages::halt_confirm).post(halt))
