@@ -186,7 +186,7 @@ pub fn node_state(n: &NodeProgress, job_halted: bool) -> &'static str {
 /// What a node is doing, from its phase: the command that comes next.
 pub fn activity(p: NodePhase) -> &'static str {
     match p {
-        NodePhase::Pending => "pending",
+        NodePhase::Pending => "waiting",
         NodePhase::Checking => "checks",
         NodePhase::Checked => "pull",
         NodePhase::Pulled => "cordon",
@@ -258,7 +258,7 @@ pub fn progress_bar(states: &[&str], label: &str) -> Markup {
         })
         .collect();
     html! {
-        svg.progress viewBox={ "0 0 " (WIDTH) " 22" } role="img" aria-label=(label) {
+        svg.progress width=(WIDTH) viewBox={ "0 0 " (WIDTH) " 22" } role="img" aria-label=(label) {
             title { (label) }
             rect.track x="0" y="3" width=(bar) height="16" rx="3" {}
             @for (s, n, x, w) in &segments {
@@ -317,8 +317,11 @@ pub fn node_grid(
         }
     }
     let height = rows.len() as i64 * (TILE_H + GAP);
+    // As wide as its widest row: a small pool keeps its size on a phone.
+    let cols = rows.iter().map(|(_, n)| n.len() as i64).max().unwrap_or(1);
+    let width = LABEL + cols * (TILE_W + GAP);
     html! {
-        svg.grid viewBox={ "0 0 " (WIDTH) " " (height) } role="img" aria-label={ "nodes of pool " (t.rollout.pool) " by wave" } data-pool=(t.rollout.pool) {
+        svg.grid width=(width) viewBox={ "0 0 " (width) " " (height) } role="img" aria-label={ "nodes of pool " (t.rollout.pool) " by wave" } data-pool=(t.rollout.pool) {
             @for (r, (wave, nodes)) in rows.iter().enumerate() {
                 @let y = r as i64 * (TILE_H + GAP);
                 @if let Some(w) = wave { text.wave x="0" y=(y + 25) { "wave " (w + 1) } }
@@ -393,21 +396,27 @@ pub fn task_matrix(k: &KubeStep, job: &Job) -> Markup {
             cols.push(&t.node.node);
         }
     }
-    let label = 220;
-    let cell = 18;
-    let width = WIDTH.max(label + cols.len() as i64 * cell);
-    let height = rows.len() as i64 * cell + 4;
+    let label = 200;
+    let cell = 20;
+    // Node names above their columns, slanted.
+    let head = 70;
+    let width = label + cols.len() as i64 * cell + 40;
+    let height = head + rows.len() as i64 * cell + 4;
     html! {
-        svg.tasks viewBox={ "0 0 " (width) " " (height) } role="img" aria-label="Kubernetes tasks by node" {
+        svg.tasks width=(width) viewBox={ "0 0 " (width) " " (height) } role="img" aria-label="Kubernetes tasks by node" {
+            @for (c, node) in cols.iter().enumerate() {
+                @let x = label + c as i64 * cell + 12;
+                text.wave x=(x) y=(head - 6) transform={ "rotate(-50 " (x) " " (head - 6) ")" } { (clip(node, 12)) }
+            }
             @for (r, row) in rows.iter().enumerate() {
-                text x="0" y=(r as i64 * cell + 13) { (row) }
+                text x="0" y=(head + r as i64 * cell + 13) { (row) }
             }
             @for t in tasks {
                 @let row = match t.component { Some(c) => format!("{} {}", op_name(t.op), c.name()), None => op_name(t.op).to_string() };
                 @let r = rows.iter().position(|x| *x == row).unwrap_or(0) as i64;
                 @let c = cols.iter().position(|x| *x == t.node.node).unwrap_or(0) as i64;
                 @let state = task_state(t.state, halted);
-                rect class={ "s-" (state) } data-state=(state) x=(label + c * cell) y=(r * cell) width=(cell - 3) height=(cell - 3) rx="2" {
+                rect class={ "s-" (state) } data-state=(state) x=(label + c * cell) y=(head + r * cell) width=(cell - 4) height=(cell - 4) rx="2" {
                     title { (t.node.node) ": " (row) ": " (state) }
                 }
             }
@@ -476,7 +485,7 @@ pub fn wave_timeline(job: &Job, timings: &Timings, now: Timestamp) -> Markup {
     let row_h = 22;
     let height = rows.len() as i64 * row_h + 26;
     html! {
-        svg.timeline viewBox={ "0 0 " (WIDTH) " " (height) } role="img" aria-label="waves over time" {
+        svg.timeline width=(WIDTH) viewBox={ "0 0 " (WIDTH) " " (height) } role="img" aria-label="waves over time" {
             @for (r, row) in rows.iter().enumerate() {
                 @let y = r as i64 * row_h;
                 g.wave data-state=(row.state) {

@@ -526,7 +526,7 @@ pub fn live_section(job: &Job, timings: &charts::Timings, now: Timestamp) -> Mar
                     StepKind::Talos(t) => {
                         @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
                         h3 { "Step " (i + 1) "/" (steps) ": pool " (t.rollout.pool) ", Talos " (from) " → " (t.rollout.to) " " span.badge.(sstate) { (sstate) } }
-                        @let states: Vec<&str> = t.nodes.iter().map(|n| charts::node_state(n, false)).collect();
+                        @let states: Vec<&str> = t.nodes.iter().map(|n| charts::node_state(n, halted)).collect();
                         @let back = states.iter().filter(|s| **s == "back").count();
                         (charts::progress_bar(&states, &format!("{back}/{} nodes back{}", t.nodes.len(), took.as_ref().map(|d| format!(" · {d}")).unwrap_or_default())))
                         (charts::node_grid(i, t, timings, job, ticking))

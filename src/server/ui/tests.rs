@@ -670,6 +670,9 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
         r#"data-node="w-1" data-state="back""#,
         r#"data-node="w-3" data-state="halted""#,
         "stopped at drain",
+        // the progress bar: two of three back, the third halted
+        r#"<rect class="s-back" data-state="back" x="0" y="3" width="466" height="16">"#,
+        r#"<rect class="s-halted" data-state="halted" x="466" y="3" width="233" height="16">"#,
         "2/3 nodes back",
         "workers wave 1: 1m30s",
         "<title>workers wave 2: 30s until the halt</title>",
