@@ -1,8 +1,8 @@
 //! The web dashboard (`medea serve --ui-listen ADDR`): plans, approvals and rollouts in a
 //! browser, over HTTPS with the API's certificate.
 //!
-//! **Owns:** the dashboard's routes, HTML pages, embedded assets, browser sessions and the
-//! server-sent event stream of a rollout page.
+//! **Owns:** the dashboard's routes, HTML pages and their SVG pictures of a rollout (`charts`),
+//! embedded assets, browser sessions and the server-sent event stream of a rollout page.
 //! **May depend on:** the rest of `server` (the API's views, the shared state, the token check),
 //! `rollout` (jobs and their journal), `plan`, `desired`, `store`.
 //!

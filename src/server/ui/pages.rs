@@ -931,6 +931,37 @@ mod tests {
         assert_eq!(line_class("cluster home"), "");
     }
 
+    #[test]
+    fn a_jobs_summary_says_where_it_is_or_why_it_halted() {
+        use super::charts::tests::{at, set, talos_job};
+        use crate::rollout::sequencer::{HaltCode, HaltReason, NodePhase};
+        use std::sync::Arc;
+        let mut job = talos_job();
+        job.steps[0].state = StepState::Running;
+        set(&mut job, 0, NodePhase::Done, 60);
+        set(&mut job, 1, NodePhase::Drained, 90);
+        if let StepKind::Talos(t) = &mut job.steps[0].kind {
+            Arc::make_mut(&mut t.nodes[1]).blocked =
+                Some("pod web-0 (PodDisruptionBudget web)".into());
+        }
+        assert_eq!(
+            job_summary(&job, at(125)),
+            "step 1/1: pool workers → Talos v1.13.9, 1/3 nodes back; w-2 draining 35s; \
+             w-2 drain blocked: pod web-0 (PodDisruptionBudget web)"
+        );
+        assert_eq!(done_of(&job), (1, 3));
+        job.state = JobState::Halted {
+            reason: HaltReason::new(HaltCode::DrainBlocked, "the drain of w-2 was refused"),
+            step: Some(0),
+            node: Some("w-2".into()),
+            op: None,
+            at: at(700),
+        };
+        assert_eq!(job_summary(&job, at(900)), "the drain of w-2 was refused");
+        job.state = JobState::Succeeded { at: at(125) };
+        assert_eq!(job_summary(&job, at(900)), "finished in 2m05s");
+    }
+
     #[tokio::test]
     async fn values_are_escaped() {
         let m = message(StatusCode::OK, "<b>", "<script>alert(1)</script>", None);

@@ -331,3 +331,91 @@ fn node_names_are_escaped_and_long_ones_clipped_with_the_whole_name_in_the_title
     );
     assert!(svg.contains("&lt;b&gt;a-very-long-n…</text>"), "{svg}");
 }
+
+#[test]
+fn kubernetes_tasks_are_a_matrix_of_task_kinds_by_node() {
+    use crate::rollout::ports::Component;
+    use crate::rollout::ports::NodeTarget;
+    use crate::rollout::sequencer::{KubeStep, KubeTask, KubeTasks};
+    let node = |n: &str| NodeTarget {
+        node: n.into(),
+        address: "10.0.0.1".into(),
+    };
+    let task = |op, n: &str, component, state| KubeTask {
+        op,
+        node: node(n),
+        component,
+        image: String::new(),
+        state,
+        since: None,
+        attempt: 0,
+        config_version: None,
+    };
+    let rollout: crate::plan::KubeRollout = serde_json::from_value(serde_json::json!({
+        "from": "v1.34.1", "to": "v1.35.0", "controlPlane": ["cp-1"], "workers": ["w-1"],
+        "healthTimeout": 600,
+    }))
+    .unwrap();
+    let mut k = KubeStep::new(rollout, vec![node("cp-1")], vec![node("w-1")]);
+    k.tasks = KubeTasks::Planned(vec![
+        task(
+            KubeOp::Patch,
+            "cp-1",
+            Some(Component::ApiServer),
+            TaskState::Done,
+        ),
+        task(
+            KubeOp::Patch,
+            "cp-1",
+            Some(Component::Kubelet),
+            TaskState::Applied,
+        ),
+        task(
+            KubeOp::Patch,
+            "w-1",
+            Some(Component::Kubelet),
+            TaskState::Pending,
+        ),
+        task(KubeOp::Manifests, "cp-1", None, TaskState::Pending),
+    ]);
+    let mut job = talos_job();
+    let svg = task_matrix(&k, &job).into_string();
+    assert_closed(&svg);
+    // three rows, two columns (named), one cell per task
+    for row in [
+        ">patch kube-apiserver<",
+        ">patch kubelet<",
+        ">manifests<",
+        ">cp-1<",
+        ">w-1<",
+    ] {
+        assert!(svg.contains(row), "{row}: {svg}");
+    }
+    assert_eq!(svg.matches("<rect ").count(), 4, "{svg}");
+    assert!(
+        svg.contains("<title>cp-1: patch kubelet: applied</title>"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("<title>w-1: patch kubelet: pending</title>"),
+        "{svg}"
+    );
+    // row "patch kubelet" (1), column w-1 (1): x = 200 + 20, y = 70 + 20
+    assert!(
+        svg.contains(r#"class="s-pending" data-state="pending" x="220" y="90""#),
+        "{svg}"
+    );
+    // a halt marks the task that was under way
+    job.state = JobState::Halted {
+        reason: HaltReason::new(HaltCode::ComponentNotReady, "kubelet not Ready"),
+        step: Some(0),
+        node: None,
+        op: None,
+        at: at(10),
+    };
+    let svg = task_matrix(&k, &job).into_string();
+    assert!(
+        svg.contains("<title>cp-1: patch kubelet: halted</title>"),
+        "{svg}"
+    );
+}
