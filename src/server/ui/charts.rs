@@ -19,8 +19,8 @@ use maud::{Markup, html};
 use super::pages::elapsed;
 use crate::rollout::journal::JournalEntry;
 use crate::rollout::sequencer::{
-    Job, JobState, KubeOp, KubeStep, NodePhase, NodeProgress, RollbackPhase, StepState, TalosStep,
-    TaskState,
+    GatePoint, Job, JobState, KubeOp, KubeStep, NodePhase, NodeProgress, RollbackPhase, StepState,
+    TalosStep, TaskState,
 };
 
 /// Width of every picture's view box; the stylesheet scales it to the page (`width: 100%`).
@@ -57,6 +57,9 @@ struct StepTimes {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Timings {
     steps: BTreeMap<usize, StepTimes>,
+    /// Soaks after a wave or a step, by gate point name (`after-wave:1:2`): from the start of
+    /// the point's gate run to the entry that records it passed.
+    soaks: BTreeMap<String, Span>,
     /// The sequence number of the last entry folded.
     pub last: Option<u64>,
 }
@@ -87,6 +90,25 @@ impl Timings {
         }
         self.last = Some(e.seq);
         let Some(delta) = &e.delta else { return };
+        if let Some(g) = &delta.gates {
+            if let Some(run) = &g.current
+                && run.soak_secs > 0
+                && matches!(
+                    run.point,
+                    GatePoint::AfterWave { .. } | GatePoint::AfterStep { .. }
+                )
+            {
+                self.soaks
+                    .entry(run.point.name())
+                    .or_default()
+                    .began(run.started);
+            }
+            for p in &g.passed {
+                if let Some(span) = self.soaks.get_mut(&p.name()) {
+                    span.finished(e.at);
+                }
+            }
+        }
         for d in &delta.steps {
             let step = self.steps.entry(d.index).or_default();
             if d.state != StepState::Pending {
@@ -145,6 +167,11 @@ impl Timings {
                 end: if done { s.end } else { None },
             })
             .collect()
+    }
+
+    /// The soak at a gate point (after a wave or a step), if it had one.
+    pub fn soak(&self, point: &GatePoint) -> Option<Span> {
+        self.soaks.get(&point.name()).copied()
     }
 
     /// A node's span, by its index in a Talos step.
@@ -428,6 +455,8 @@ pub fn task_matrix(k: &KubeStep, job: &Job) -> Markup {
 pub struct Row {
     pub label: String,
     pub span: Span,
+    /// The health gates' soak after it, when it had one.
+    pub soak: Option<Span>,
     /// The row's state class (`back` when finished, `halted`, the running colour, `waiting`).
     pub state: &'static str,
 }
@@ -450,6 +479,7 @@ pub fn timeline_rows(job: &Job, timings: &Timings) -> Vec<Row> {
                     rows.push(Row {
                         label: format!("{} wave {}", t.rollout.pool, w + 1),
                         state: state_of(&span),
+                        soak: timings.soak(&GatePoint::AfterWave { step: i, wave: w }),
                         span,
                     });
                 }
@@ -459,6 +489,7 @@ pub fn timeline_rows(job: &Job, timings: &Timings) -> Vec<Row> {
                 rows.push(Row {
                     label: format!("Kubernetes {}", k.rollout.to),
                     state: state_of(&span),
+                    soak: timings.soak(&GatePoint::AfterStep { step: i }),
                     span,
                 });
             }
@@ -479,7 +510,8 @@ pub fn wave_timeline(job: &Job, timings: &Timings, now: Timestamp) -> Markup {
     };
     let total = (t1.as_second() - t0.as_second()).max(1);
     let label = 200;
-    let chart = WIDTH - label - 90;
+    // Room on the right for the last bar's label (`1m30s + soak 5m00s`).
+    let chart = WIDTH - label - 150;
     let x_of =
         |t: Timestamp| label + chart * (t.as_second() - t0.as_second()).clamp(0, total) / total;
     let row_h = 22;
@@ -498,7 +530,20 @@ pub fn wave_timeline(job: &Job, timings: &Timings, now: Timestamp) -> Markup {
                         rect class={ "s-" (row.state) } x=(x) y=(y + 3) width=(w) height="15" rx="2" {
                             title { (row.label) ": " (d) @if row.span.end.is_none() { @if row.state == "halted" { " until the halt" } @else { " so far" } } }
                         }
-                        text.dur x=(x + w + 6) y=(y + 15) { (d) @if row.span.end.is_none() && row.state != "halted" { "…" } }
+                        // The soak after it: a lighter bar from the gate run's start.
+                        @let soak = row.soak.and_then(|k| k.start.map(|ks| (ks, k.end)));
+                        @let soak_end = soak.map(|(ks, ke)| (ks, ke.unwrap_or(t1)));
+                        @let right = soak_end.map_or(x + w, |(ks, ke)| x_of(ke).max(x_of(ks) + 3));
+                        @if let Some((ks, ke)) = soak_end {
+                            @let sx = x_of(ks).max(x + w);
+                            rect.soak x=(sx) y=(y + 6) width=((right - sx).max(3)) height="9" rx="2" {
+                                title { "soak after " (row.label) ": " (elapsed(ke.as_second() - ks.as_second())) @if soak.is_some_and(|(_, e)| e.is_none()) { " so far" } }
+                            }
+                        }
+                        text.dur x=(right + 6) y=(y + 15) {
+                            (d) @if row.span.end.is_none() && row.state != "halted" { "…" }
+                            @if let Some((ks, ke)) = soak_end { " + soak " (elapsed(ke.as_second() - ks.as_second())) }
+                        }
                     } @else {
                         text.dur x=(label) y=(y + 15) { "not started" }
                     }

@@ -219,8 +219,8 @@ fn the_timeline_of_a_finished_job_shows_each_waves_duration_on_the_jobs_time_axi
     // The axis runs from the creation to the end (270 s), not to `now`.
     assert!(svg.contains("+4m30s"), "{svg}");
     assert!(!svg.contains("so far"), "{svg}");
-    // wave 1 starts at 100/270 of the 710-unit chart: x = 200 + 262
-    assert!(svg.contains(r#"x="462" y="3" width="237""#), "{svg}");
+    // wave 1 runs 100–190 s of 270 on the 650-unit chart: x = 200 + 240 to 200 + 457
+    assert!(svg.contains(r#"x="440" y="3" width="217""#), "{svg}");
 }
 
 #[test]
@@ -418,4 +418,65 @@ fn kubernetes_tasks_are_a_matrix_of_task_kinds_by_node() {
         svg.contains("<title>cp-1: patch kubelet: halted</title>"),
         "{svg}"
     );
+}
+
+#[test]
+fn a_soak_after_a_wave_is_drawn_after_its_bar_with_its_duration() {
+    use crate::rollout::sequencer::{GatePoint, GateProgress, GateRun};
+    let soak_point = GatePoint::AfterWave { step: 0, wave: 0 };
+    let run = GateRun {
+        point: soak_point.clone(),
+        started: at(190),
+        soak_secs: 300,
+        next_at: at(220),
+        streaks: vec![],
+    };
+    let mut j = Journal::new(talos_job());
+    j.at(100, |job| {
+        job.steps[0].state = StepState::Running;
+        set(job, 0, NodePhase::Checking, 100);
+        set(job, 1, NodePhase::Checking, 100);
+    });
+    j.at(160, |job| set(job, 0, NodePhase::Done, 160));
+    j.at(190, |job| {
+        set(job, 1, NodePhase::Done, 190);
+        job.gates.current = Some(run.clone());
+    });
+    // soaking: the soak runs until now
+    let t = Timings::of(&j.entries);
+    assert_eq!(
+        t.soak(&soak_point),
+        Some(Span {
+            start: Some(at(190)),
+            end: None
+        })
+    );
+    let svg = wave_timeline(&j.job, &t, at(250)).into_string();
+    assert_closed(&svg);
+    assert!(svg.contains("1m30s + soak 1m00s"), "{svg}");
+    assert!(
+        svg.contains("soak after workers wave 1: 1m00s so far"),
+        "{svg}"
+    );
+    j.at(490, |job| {
+        job.gates = GateProgress {
+            passed: vec![soak_point.clone()],
+            ..GateProgress::default()
+        };
+    });
+    let t = Timings::of(&j.entries);
+    assert_eq!(
+        t.soak(&soak_point),
+        Some(Span {
+            start: Some(at(190)),
+            end: Some(at(490))
+        })
+    );
+    let svg = wave_timeline(&j.job, &t, at(600)).into_string();
+    assert!(svg.contains("1m30s + soak 5m00s"), "{svg}");
+    assert!(svg.contains(r#"class="soak""#), "{svg}");
+    // no soak, no soak bar
+    let plain = finished_journal();
+    let svg = wave_timeline(&plain.job, &Timings::of(&plain.entries), at(600)).into_string();
+    assert!(!svg.contains("soak"), "{svg}");
 }
