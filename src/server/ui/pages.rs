@@ -692,7 +692,7 @@ pub async fn rollout(
         }
         p #live-note .hint {}
         details.journal {
-            summary { "Journal (" (entries.len()) @if entries.len() == TIMELINE_ENTRIES { " newest" } " entries)" }
+            summary { "Journal" @if entries.len() == TIMELINE_ENTRIES { " (the newest " (TIMELINE_ENTRIES) " entries)" } }
             ol #timeline.timeline { @for e in &entries { (timeline_entry(e)) } }
         }
     };
