@@ -1,7 +1,8 @@
 //! The web dashboard in a real browser: Debian's headless Chromium (`chromium`), driven through
 //! WebDriver (`chromium-driver`) with fantoccini, against `medea serve --ui-listen` on the
-//! simulator, every piece a real process as in `e2e.rs`. A screenshot of every page goes to
-//! `target/ui-screenshots/` (the path is printed) so a reviewer can look.
+//! simulator, every piece a real process as in `e2e.rs`. Every page is looked at 1280 px wide:
+//! it must not scroll sideways, and a screenshot of it goes to `$MEDEA_UI_SCREENSHOTS`, else
+//! `target/tmp/ui-screenshots/` (the path is printed) so a reviewer can look.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -165,7 +166,7 @@ async fn browser(stack: &Stack, driver: &Driver) -> Client {
                     "--no-sandbox",
                     "--disable-gpu",
                     "--disable-dev-shm-usage",
-                    "--window-size=1100,1000",
+                    "--window-size=1280,1000",
                     format!("--user-data-dir={}", profile.display()),
                     format!("--ignore-certificate-errors-spki-list={}", stack.spki_pin()),
                 ],
@@ -179,16 +180,47 @@ async fn browser(stack: &Stack, driver: &Driver) -> Client {
         .expect("a WebDriver session with headless Chromium")
 }
 
+/// Where screenshots go: `$MEDEA_UI_SCREENSHOTS`, else the tests' temporary directory.
 fn shots_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("target/tmp has a parent")
-        .join("ui-screenshots");
+    let dir = std::env::var_os("MEDEA_UI_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
+/// What scrolls sideways: the page itself (`document.documentElement.scrollWidth` past its
+/// `clientWidth`) or any element with a horizontal scrollbar of its own (a `pre` or a table
+/// wider than the page); empty when nothing does.
+async fn sideways(c: &Client) -> Vec<String> {
+    let v = c
+        .execute(
+            r#"const out = [];
+            const d = document.documentElement;
+            if (d.scrollWidth > d.clientWidth) out.push(`page ${d.scrollWidth} > ${d.clientWidth}`);
+            for (const e of document.querySelectorAll("body *")) {
+              const x = getComputedStyle(e).overflowX;
+              if ((x === "auto" || x === "scroll") && e.scrollWidth > e.clientWidth + 1)
+                out.push(`${e.tagName.toLowerCase()}.${e.className} ${e.scrollWidth} > ${e.clientWidth}`);
+            }
+            return out;"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+/// Screenshot the page as it is; at the desktop width (1280 px) it must not scroll sideways.
 async fn shot(c: &Client, name: &str) {
+    let (width, _) = c.get_window_size().await.unwrap();
+    if width >= 1280 {
+        let wide = sideways(c).await;
+        assert!(
+            wide.is_empty(),
+            "{name}: scrolls sideways at {width} px: {wide:?}"
+        );
+    }
     let png = c.screenshot().await.unwrap();
     let path = shots_dir().join(format!("{name}.png"));
     std::fs::write(&path, png).unwrap();
@@ -264,12 +296,12 @@ async fn click_to(c: &Client, css: &str, path: &str) {
     .await;
 }
 
-/// The grid's node activities, as the page shows them now (read in one script: the live
-/// updates replace the grid's elements at any moment).
+/// The state of every node tile of the grids, as the page shows them now (read in one script:
+/// the live updates replace the grid's elements at any moment).
 async fn activities(c: &Client) -> Vec<String> {
     let v = c
         .execute(
-            "return Array.from(document.querySelectorAll('#live .node .act')).map(e => e.textContent)",
+            "return Array.from(document.querySelectorAll('#live svg.grid g.node')).map(e => e.getAttribute('data-state'))",
             vec![],
         )
         .await
@@ -371,16 +403,33 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
                 seen.extend(now.iter().cloned());
                 let state = live_text(c, "#job-state").await;
                 assert_ne!(state, "halted", "the job halted");
-                state == "succeeded" && now.iter().all(|a| a == "done" || a == "skipped")
+                state == "succeeded" && now.iter().all(|a| a == "back")
             },
         )
         .await;
         let marker = c.execute("return window.noReload", vec![]).await.unwrap();
         assert_eq!(marker, serde_json::json!(42), "the page was never reloaded");
         assert!(
-            seen.iter().any(|a| a != "done" && a != "skipped"),
+            seen.iter().any(|a| a != "back" && a != "waiting"),
             "the grid moved while watched: {seen:?}"
         );
+        // The pictures: a progress bar and a grid per Talos step, the waves on a timeline,
+        // every wave finished with its duration.
+        let count =
+            |css: &'static str| async move { c.find_all(Locator::Css(css)).await.unwrap().len() };
+        let steps = count("#live section.step").await;
+        assert!(steps >= 2, "a section per step");
+        assert_eq!(count("#live svg.progress").await, steps);
+        assert!(count("#live svg.grid").await >= 1);
+        let waves = count("#live svg.timeline g.wave").await;
+        assert!(waves >= 2, "a row per wave");
+        assert_eq!(
+            count(r#"#live svg.timeline g.wave[data-state="back"]"#).await,
+            waves,
+            "every wave finished"
+        );
+        let bars = live_text(c, "#live svg.timeline").await;
+        assert!(bars.contains("controlplane wave 1"), "{bars}");
         let entries_now = c
             .find_all(Locator::Css("#timeline li"))
             .await
@@ -389,6 +438,13 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
         assert!(entries_now > entries_at_start, "the timeline grew live");
         assert_eq!(stack.job_state(), "succeeded");
         shot(c, "rollout").await;
+        c.execute(
+            "document.querySelector('svg.timeline').scrollIntoView(); return null",
+            vec![],
+        )
+        .await
+        .unwrap();
+        shot(c, "rollout-waves").await;
         // Readable on a phone: nothing wider than the screen but the tables' own scroll.
         c.set_window_size(390, 844).await.unwrap();
         let overflow = c
@@ -404,7 +460,13 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
             "no sideways scrolling on a phone"
         );
         shot(c, "rollout-phone").await;
-        c.set_window_size(1100, 1000).await.unwrap();
+        c.set_window_size(1280, 1000).await.unwrap();
+
+        // Rollouts: the job, succeeded, fully done.
+        click_to(c, r#"header a[href="/rollouts"]"#, "/rollouts").await;
+        let row = text_of(c, &format!(r#"#rollouts tr[data-job="{job}"]"#)).await;
+        assert!(row.contains("succeeded"), "{row}");
+        shot(c, "rollouts").await;
 
         // History: the job's outcome, and the machines table filtered without JavaScript.
         c.goto(&format!("{}/history", stack.ui)).await.unwrap();
@@ -467,6 +529,13 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         })
         .await;
         assert_eq!(live_text(c, "#job-state").await, "running");
+        // The overview shows the running job and where it is.
+        c.goto(&format!("{}/", stack.ui)).await.unwrap();
+        let card = text_of(c, &format!(r#"#jobs div.job.running[data-job="{job}"]"#)).await;
+        assert!(card.contains("step 1/") && card.contains("nodes back"), "{card}");
+        shot(c, "overview-running").await;
+        c.goto(&format!("{}/rollouts/{job}", stack.ui)).await.unwrap();
+        shot(c, "rollout-running").await;
         click_to(c, "a.button.danger", &format!("/rollouts/{job}/halt")).await;
         assert_eq!(stack.job_state(), "running", "opening the confirmation halts nothing");
         c.find(Locator::Css("#reason"))
@@ -488,7 +557,22 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         let grid = live_text(c, "#live").await;
         assert!(!grid.contains("running"), "a halted job shows nothing running:\n{grid}");
         assert!(grid.contains("stopped at"), "the in-flight node says where it stopped:\n{grid}");
+        let halted = c
+            .find_all(Locator::Css(r#"#live svg.grid g.node[data-state="halted"]"#))
+            .await
+            .unwrap();
+        assert!(!halted.is_empty(), "the node in flight is drawn halted");
         shot(c, "rollout-halted").await;
+
+        // The overview says so at a glance, with the reason; so does the Rollouts page.
+        c.goto(&format!("{}/", stack.ui)).await.unwrap();
+        let card = text_of(c, &format!(r#"#jobs div.job.halted[data-job="{job}"]"#)).await;
+        assert!(card.contains("browser test: stop"), "{card}");
+        shot(c, "overview-halted").await;
+        c.goto(&format!("{}/rollouts", stack.ui)).await.unwrap();
+        let row = text_of(c, &format!(r#"#rollouts tr[data-job="{job}"]"#)).await;
+        assert!(row.contains("halted") && row.contains("browser test: stop"), "{row}");
+        shot(c, "rollouts-halted").await;
     })
     .await;
 }

@@ -20,7 +20,8 @@ use futures::StreamExt as _;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::Ui;
-use super::pages::{live_section, timeline_entry};
+use super::charts::Timings;
+use super::pages::{journal_tail, live_section, timeline_entry};
 use crate::ops::jobs::load_job;
 use crate::rollout::executor::{EventState, RolloutEvent};
 use crate::rollout::journal::{JournalEntry, entry_key};
@@ -47,6 +48,9 @@ struct Watch {
     last: u64,
     first: bool,
     done: bool,
+    /// The journal folded so far, for the pictures' wave timings (read whole on the first
+    /// batch, then each new entry is folded as it is sent).
+    timings: Option<Timings>,
 }
 
 pub async fn events(
@@ -83,6 +87,7 @@ pub async fn events(
         last: resume.or(q.after).unwrap_or(0),
         first: true,
         done: false,
+        timings: None,
     };
     // The stream ends with the session (logout, expiry): a stream must not outlive the
     // credential that opened it.
@@ -143,6 +148,25 @@ async fn next_batch(mut w: Watch) -> Option<(Vec<Event>, Watch)> {
             ));
         }
     };
+    // The timings need every entry: the whole journal on the first batch, or again when
+    // entries were skipped (more than the replay cap between two wake-ups).
+    let gap = match (&w.timings, entries.first()) {
+        (Some(t), Some(e)) => t.last.is_some_and(|last| e.seq > last + 1),
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    if gap && let Some(j) = &job {
+        match journal_tail(store.as_ref(), j) {
+            Ok((_, t)) => w.timings = Some(t),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "dashboard: cannot read a job's journal for its live view");
+            }
+        }
+    }
+    let timings = w.timings.get_or_insert_with(Timings::default);
+    for e in &entries {
+        timings.fold(e);
+    }
     let mut out = Vec::new();
     for e in &entries {
         out.push(
@@ -157,7 +181,7 @@ async fn next_batch(mut w: Watch) -> Option<(Vec<Event>, Watch)> {
         out.push(
             Event::default()
                 .event("grid")
-                .data(live_section(job, jiff::Timestamp::now()).into_string()),
+                .data(live_section(job, timings, jiff::Timestamp::now()).into_string()),
         );
     }
     for n in notes {

@@ -1,8 +1,8 @@
 //! The web dashboard (`medea serve --ui-listen ADDR`): plans, approvals and rollouts in a
 //! browser, over HTTPS with the API's certificate.
 //!
-//! **Owns:** the dashboard's routes, HTML pages, embedded assets, browser sessions and the
-//! server-sent event stream of a rollout page.
+//! **Owns:** the dashboard's routes, HTML pages and their SVG pictures of a rollout (`charts`),
+//! embedded assets, browser sessions and the server-sent event stream of a rollout page.
 //! **May depend on:** the rest of `server` (the API's views, the shared state, the token check),
 //! `rollout` (jobs and their journal), `plan`, `desired`, `store`.
 //!
@@ -17,6 +17,7 @@
 //! Architecture Invariant: nothing runs for the dashboard while nobody watches: a rollout
 //! page's event stream subscribes to the executor's events only while it is open.
 
+mod charts;
 mod live;
 mod pages;
 mod session;
@@ -103,6 +104,7 @@ pub fn router(ui: Ui) -> Router {
         .route("/", get(pages::overview))
         .route("/plan", get(pages::plan))
         .route("/history", get(pages::history))
+        .route("/rollouts", get(pages::rollouts))
         .route("/rollouts/{job}", get(pages::rollout))
         .route("/rollouts/{job}/events", get(live::events))
         .route("/rollouts/{job}/halt", get(pages::halt_confirm).post(halt))

@@ -1,8 +1,6 @@
 //! The dashboard's pages: server-rendered HTML (maud escapes every value), usable without
 //! JavaScript; `app.js` only adds the live updates of a rollout page and the copy buttons.
 
-use std::collections::BTreeMap;
-
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -11,14 +9,12 @@ use maud::{DOCTYPE, Markup, html};
 use tonic::Request;
 
 use super::session::View;
-use super::{Ui, to_login};
+use super::{Ui, charts, to_login};
 use crate::api::pb;
 use crate::api::pb::medea_server::Medea as _;
 use crate::plan::render::APPROVAL_NAMESPACE;
 use crate::rollout::journal::{Entry, JournalEntry};
-use crate::rollout::sequencer::{
-    Job, JobState, KubeTasks, NodePhase, StepKind, StepState, TaskState,
-};
+use crate::rollout::sequencer::{Job, JobState, KubeTasks, StepKind, StepState, TaskState};
 
 /// How many journal entries a rollout page shows (the newest).
 const TIMELINE_ENTRIES: usize = 200;
@@ -42,6 +38,7 @@ fn page(title: &str, session: Option<&View>, body: Markup) -> Markup {
                         nav {
                             a href="/" { "Overview" }
                             a href="/plan" { "Plan" }
+                            a href="/rollouts" { "Rollouts" }
                             a href="/history" { "History" }
                             form.inline method="post" action="/logout" {
                                 input type="hidden" name="csrf" value=(s.csrf);
@@ -173,8 +170,45 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
     let desired = ui.shared.desired();
     let now = Timestamp::now();
     let last_refresh = ui.shared.last_refresh();
+    // What a glance should catch: every running job, and each cluster's latest job when it
+    // halted (a halt stays until a newer job of the cluster replaces it).
+    let mut job_clusters: Vec<&str> = Vec::new();
+    for j in &jobs {
+        if !job_clusters.contains(&j.cluster.as_str()) {
+            job_clusters.push(&j.cluster);
+        }
+    }
+    let now_jobs: Vec<&Job> = job_clusters
+        .iter()
+        .filter_map(|c| {
+            let mine = || jobs.iter().filter(|j| j.cluster == *c);
+            mine().find(|j| !j.state.is_terminal()).or_else(|| {
+                mine()
+                    .next()
+                    .filter(|j| matches!(j.state, JobState::Halted { .. }))
+            })
+        })
+        .collect();
     let body = html! {
         h1 { "Overview" }
+        section #jobs.jobs {
+            @for j in &now_jobs {
+                @let (state, _) = job_state(j);
+                @let (done, total) = done_of(j);
+                div.job.(state) data-job=(j.id) {
+                    p {
+                        span.badge.(state) { (state) } " "
+                        a href={ "/rollouts/" (j.id) } { (j.id) } " · cluster " (j.cluster) " "
+                        (charts::mini_bar(done, total, state)) " " (done) "/" (total)
+                    }
+                    p.(if state == "halted" { "error" } else { "hint" }) { (job_summary(j, now)) }
+                    @if state == "halted" {
+                        p.hint { "The job stays halted: the next plan continues from what is left and needs new approvals (see " a href="/plan" { "Plan" } ")." }
+                    }
+                }
+            }
+            @if now_jobs.is_empty() { p.hint { "No rollout is running or halted. " a href="/rollouts" { "All rollouts" } } }
+        }
         dl.facts {
             dt { "medea" } dd { (info.version) " (" (info.git_sha) ")" }
             dt { "--rollouts" } dd { span.badge.(if info.rollouts_gate { "ok" } else { "off" }) { (if info.rollouts_gate { "on" } else { "off" }) } }
@@ -193,7 +227,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         }
         @for c in &clusters {
             @let dc = desired.as_ref().and_then(|d| d.desired.clusters.get(&c.name));
-            @let running = jobs.iter().find(|j| j.cluster == c.name && !j.state.is_terminal());
+            @let latest = jobs.iter().find(|j| j.cluster == c.name);
             @let notes = current.as_ref().and_then(|p| p.clusters.iter().find(|cp| cp.cluster == c.name)).map_or(0, |cp| cp.notes.len());
             section.cluster {
                 h2 { "cluster " (c.name) }
@@ -212,9 +246,9 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                         }
                     }
                     dt { "plan notes" } dd { (notes) }
-                    dt { "running job" } dd {
-                        @match running {
-                            Some(j) => { a href={ "/rollouts/" (j.id) } { (j.id) } }
+                    dt { "latest job" } dd {
+                        @match latest {
+                            Some(j) => { a href={ "/rollouts/" (j.id) } { (j.id) } " " span.badge.(job_state(j).0) { (job_state(j).0) } }
                             None => "none",
                         }
                     }
@@ -315,23 +349,6 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
 // ---------------------------------------------------------------------------------------------
 // Rollout
 
-/// What a node is doing, from its phase: the command that comes next.
-fn activity(p: NodePhase) -> &'static str {
-    match p {
-        NodePhase::Pending => "pending",
-        NodePhase::Checking => "checks",
-        NodePhase::Checked => "pull",
-        NodePhase::Pulled => "cordon",
-        NodePhase::Cordoned => "drain",
-        NodePhase::Drained => "upgrade",
-        NodePhase::Upgraded => "reboot",
-        NodePhase::Rebooting => "verify",
-        NodePhase::Back => "uncordon",
-        NodePhase::Done => "done",
-        NodePhase::Skipped => "skipped",
-    }
-}
-
 fn job_state(job: &Job) -> (&'static str, Option<&str>) {
     match &job.state {
         JobState::Running => ("running", None),
@@ -340,17 +357,151 @@ fn job_state(job: &Job) -> (&'static str, Option<&str>) {
     }
 }
 
-/// The part of a rollout page that live updates replace: state, halt reason, the grid.
-pub fn live_section(job: &Job, now: Timestamp) -> Markup {
+/// When a job ended, or `now` while it runs.
+fn end_of(job: &Job, now: Timestamp) -> Timestamp {
+    match &job.state {
+        JobState::Halted { at, .. } | JobState::Succeeded { at } => *at,
+        JobState::Running => now,
+    }
+}
+
+/// A job's nodes done and in all (Talos nodes, and Kubernetes tasks), for the compact bars.
+fn done_of(job: &Job) -> (usize, usize) {
+    let (mut done, mut total) = (0, 0);
+    for step in &job.steps {
+        match &step.kind {
+            StepKind::Talos(t) => {
+                total += t.nodes.len();
+                done += t.nodes.iter().filter(|n| n.phase.finished()).count();
+            }
+            StepKind::Kubernetes(k) => match &k.tasks {
+                KubeTasks::Planned(tasks) => {
+                    total += tasks.len();
+                    done += tasks.iter().filter(|t| t.state == TaskState::Done).count();
+                }
+                // Not planned yet: counts as one thing to do.
+                KubeTasks::Unchecked => {
+                    total += 1;
+                    done += usize::from(step.state == StepState::Done);
+                }
+            },
+        }
+    }
+    (done, total)
+}
+
+/// One line on where a job is: its halt reason, or its current step and the nodes under way.
+pub fn job_summary(job: &Job, now: Timestamp) -> String {
+    if let Some(r) = job_state(job).1 {
+        return r.to_string();
+    }
+    if let JobState::Succeeded { at } = &job.state {
+        return format!(
+            "finished in {}",
+            elapsed(at.as_second() - job.created_at.as_second())
+        );
+    }
+    let steps = job.steps.len();
+    let Some(i) = job.steps.iter().position(|s| s.state != StepState::Done) else {
+        return "all steps done; the last checks are under way".into();
+    };
+    let mut out = match &job.steps[i].kind {
+        StepKind::Talos(t) => {
+            let back = t.nodes.iter().filter(|n| n.phase.finished()).count();
+            let busy: Vec<String> = t
+                .nodes
+                .iter()
+                .filter(|n| !matches!(charts::node_state(n, false), "waiting" | "back"))
+                .map(|n| {
+                    format!(
+                        "{} {}{}",
+                        n.target.node,
+                        charts::node_state(n, false),
+                        n.since
+                            .map(|s| format!(" {}", elapsed(now.as_second() - s.as_second())))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            let mut s = format!(
+                "step {}/{steps}: pool {} → Talos {}, {back}/{} nodes back",
+                i + 1,
+                t.rollout.pool,
+                t.rollout.to,
+                t.nodes.len()
+            );
+            if !busy.is_empty() {
+                s.push_str(&format!("; {}", busy.join(", ")));
+            }
+            for n in &t.nodes {
+                if let Some(b) = &n.blocked {
+                    s.push_str(&format!("; {} drain blocked: {b}", n.target.node));
+                }
+            }
+            s
+        }
+        StepKind::Kubernetes(k) => {
+            let tasks = k.tasks.list();
+            let done = tasks.iter().filter(|t| t.state == TaskState::Done).count();
+            match &k.tasks {
+                KubeTasks::Unchecked => format!(
+                    "step {}/{steps}: Kubernetes → {}, pre-checks",
+                    i + 1,
+                    k.rollout.to
+                ),
+                KubeTasks::Planned(_) => format!(
+                    "step {}/{steps}: Kubernetes → {}, {done}/{} tasks done",
+                    i + 1,
+                    k.rollout.to,
+                    tasks.len()
+                ),
+            }
+        }
+    };
+    if let Some(run) = &job.gates.current {
+        match run.soak_ends() {
+            Some(t) if run.soak_secs > 0 => out.push_str(&format!(
+                "; health gates: {}, soak ends {}",
+                run.point,
+                hms(t)
+            )),
+            Some(_) => out.push_str(&format!("; health gates: {}", run.point)),
+            None => out.push_str(&format!("; health gates: {}, a gate is failing", run.point)),
+        }
+    }
+    out
+}
+
+/// The states the pictures use, with what each means (the legend).
+const LEGEND: [(&str, &str); 7] = [
+    ("waiting", "not started"),
+    ("preparing", "checks, image pull"),
+    ("draining", "cordoned, drained"),
+    ("rebooting", "upgrade, reboot, coming back"),
+    ("back", "on the target"),
+    ("halted", "stopped by the halt"),
+    ("rollback", "rolled back"),
+];
+
+fn legend() -> Markup {
+    html! {
+        ul.legend {
+            @for (s, what) in LEGEND {
+                li { svg.sw viewBox="0 0 10 10" aria-hidden="true" { rect class={ "s-" (s) } width="10" height="10" rx="2" {} } " " b { (s) } " " (what) }
+            }
+        }
+    }
+}
+
+/// The part of a rollout page that live updates replace: state, halt reason, a progress bar
+/// and a picture per step (nodes by wave, or the Kubernetes tasks by node), and the waves'
+/// timeline. `timings` is the job's journal folded ([`charts::Timings`]).
+pub fn live_section(job: &Job, timings: &charts::Timings, now: Timestamp) -> Markup {
     let (state, reason) = job_state(job);
     let steps = job.steps.len();
+    let end = end_of(job, now);
     // Elapsed times tick only while the job runs (a halted node's clock stopped with it).
-    let now = if job.state.is_terminal() {
-        None
-    } else {
-        Some(now)
-    };
-    let ticking = |t: Option<Timestamp>| now.map(|now| since(t, now)).unwrap_or_default();
+    let ticking = (!job.state.is_terminal()).then_some(now);
     // A halted job's step and in-flight nodes say so: they stopped, they are not running.
     let halted = matches!(job.state, JobState::Halted { .. });
     html! {
@@ -359,75 +510,55 @@ pub fn live_section(job: &Job, now: Timestamp) -> Markup {
             @if let JobState::Halted { node: Some(n), op, .. } = &job.state {
                 " on " (n) @if let Some(o) = op { " (" (o.name()) ")" }
             }
+            " · " (elapsed(end.as_second() - job.created_at.as_second())) @if !job.state.is_terminal() { " so far" }
         }
         @if let Some(r) = reason { p.error #halt-reason { "Halt reason: " (r) } }
+        @if !job.state.is_terminal() { p.hint #job-summary { (job_summary(job, now)) } }
         @if let Some(snap) = &job.snapshot {
             p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
         }
         @for (i, step) in job.steps.iter().enumerate() {
             @let sstate = match step.state { StepState::Pending => "pending", StepState::Running if halted => "halted", StepState::Running => "running", StepState::Done => "done" };
-            @match &step.kind {
-                StepKind::Talos(t) => {
-                    @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
-                    h3 { "Step " (i + 1) "/" (steps) ": pool " (t.rollout.pool) ", Talos " (from) " → " (t.rollout.to) " " span.badge.(sstate) { (sstate) } }
-                    @let waves = waves_of(t);
-                    table.grid {
-                        thead { tr { th { "wave" } th { "nodes" } } }
-                        tbody {
-                            @for (w, nodes) in &waves {
-                                tr {
-                                    th { (w + 1) }
-                                    td.nodes {
-                                        @for n in nodes {
-                                            @let act = activity(n.phase);
-                                            @let stopped = halted && !n.phase.finished() && n.phase != NodePhase::Pending;
-                                            div.node.(act).stopped[stopped] data-node=(n.target.node) title=(format!("phase {:?}", n.phase)) {
-                                                b { (n.target.node) } " "
-                                                span.act { @if stopped { "stopped at " } (act) }
-                                                @if !n.phase.finished() && n.phase != NodePhase::Pending { " " span.el { (ticking(n.since)) } }
-                                                @if let Some(b) = &n.blocked { br; small { "drain blocked: " (b) } }
-                                                @if let Some(e) = &n.last_error { br; small.error { (e) } }
-                                            }
-                                        }
-                                    }
+            @let span = timings.step(i);
+            @let took = span.start.map(|s| elapsed(span.end.unwrap_or(end).as_second() - s.as_second()));
+            section.step data-step=(i + 1) {
+                @match &step.kind {
+                    StepKind::Talos(t) => {
+                        @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
+                        h3 { "Step " (i + 1) "/" (steps) ": pool " (t.rollout.pool) ", Talos " (from) " → " (t.rollout.to) " " span.badge.(sstate) { (sstate) } }
+                        @let states: Vec<&str> = t.nodes.iter().map(|n| charts::node_state(n, halted)).collect();
+                        @let back = states.iter().filter(|s| **s == "back").count();
+                        (charts::progress_bar(&states, &format!("{back}/{} nodes back{}", t.nodes.len(), took.as_ref().map(|d| format!(" · {d}")).unwrap_or_default())))
+                        (charts::node_grid(i, t, timings, job, ticking))
+                        @let notes: Vec<_> = t.nodes.iter().filter(|n| n.blocked.is_some() || n.last_error.is_some()).collect();
+                        @if !notes.is_empty() {
+                            ul.nodenotes {
+                                @for n in notes {
+                                    @if let Some(b) = &n.blocked { li { b { (n.target.node) } " drain blocked: " (b) } }
+                                    @if let Some(e) = &n.last_error { li.error { b { (n.target.node) } " " (e) } }
                                 }
                             }
                         }
                     }
-                }
-                StepKind::Kubernetes(k) => {
-                    h3 { "Step " (i + 1) "/" (steps) ": Kubernetes " (k.rollout.from) " → " (k.rollout.to) " " span.badge.(sstate) { (sstate) } }
-                    @match &k.tasks {
-                        KubeTasks::Unchecked => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking(k.since)) } },
-                        KubeTasks::Planned(tasks) => table.grid {
-                            thead { tr { th { "node" } th { "task" } th { "state" } } }
-                            tbody {
-                                @for t in tasks {
-                                    @let st = match t.state { TaskState::Pending => "pending", TaskState::Applied => "applied", TaskState::Done => "done" };
-                                    tr {
-                                        td { (t.node.node) }
-                                        td { (format!("{:?}", t.op).to_lowercase()) @if let Some(c) = t.component { " " (c.name()) } }
-                                        td { div.node.(st) data-node=(t.node.node) { span.act { (st) } @if t.state != TaskState::Done && t.since.is_some() { " " span.el { (ticking(t.since)) } } } }
-                                    }
-                                }
+                    StepKind::Kubernetes(k) => {
+                        h3 { "Step " (i + 1) "/" (steps) ": Kubernetes " (k.rollout.from) " → " (k.rollout.to) " " span.badge.(sstate) { (sstate) } }
+                        @match &k.tasks {
+                            KubeTasks::Unchecked => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking.map(|now| since(k.since, now)).unwrap_or_default()) } },
+                            KubeTasks::Planned(tasks) => {
+                                @let states: Vec<&str> = tasks.iter().map(|t| charts::task_state(t.state, halted)).collect();
+                                @let done = states.iter().filter(|s| **s == "done").count();
+                                (charts::progress_bar(&states, &format!("{done}/{} tasks done{}", tasks.len(), took.as_ref().map(|d| format!(" · {d}")).unwrap_or_default())))
+                                (charts::task_matrix(k, job))
                             }
                         }
                     }
                 }
             }
         }
+        (legend())
+        h2 { "Waves" }
+        (charts::wave_timeline(job, timings, now))
     }
-}
-
-/// A Talos step's nodes by wave, in plan order.
-fn waves_of(
-    t: &crate::rollout::sequencer::TalosStep,
-) -> BTreeMap<usize, Vec<&crate::rollout::sequencer::NodeProgress>> {
-    let mut waves: BTreeMap<usize, Vec<_>> = BTreeMap::new();
-    for n in &t.nodes {
-        waves.entry(n.wave).or_default().push(n.as_ref());
-    }
-    waves
 }
 
 /// One timeline line of a journal entry.
@@ -490,19 +621,21 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
     }
 }
 
-/// The newest journal entries of a job (oldest first), at most [`TIMELINE_ENTRIES`].
+/// A job's journal read once: the newest entries (oldest first, at most [`TIMELINE_ENTRIES`])
+/// for the timeline, and every entry folded into the pictures' [`charts::Timings`].
 pub fn journal_tail(
     store: &dyn crate::store::Store,
     job: &Job,
-) -> Result<Vec<JournalEntry>, crate::store::StoreError> {
+) -> Result<(Vec<JournalEntry>, charts::Timings), crate::store::StoreError> {
     use crate::store::StoreExt;
     let all: Vec<JournalEntry> = store
         .scan_records::<JournalEntry>(&crate::rollout::journal::entries_prefix(&job.id))?
         .into_iter()
         .map(|(_, e)| e)
         .collect();
+    let timings = charts::Timings::of(&all);
     let skip = all.len().saturating_sub(TIMELINE_ENTRIES);
-    Ok(all.into_iter().skip(skip).collect())
+    Ok((all.into_iter().skip(skip).collect(), timings))
 }
 
 fn load_job(ui: &Ui, job: &str) -> Result<Option<Job>, crate::store::StoreError> {
@@ -538,7 +671,7 @@ pub async fn rollout(
         Ok(j) => j,
         Err(page) => return page,
     };
-    let entries = match journal_tail(ui.shared.store.as_ref(), &job) {
+    let (entries, timings) = match journal_tail(ui.shared.store.as_ref(), &job) {
         Ok(e) => e,
         Err(e) => return internal(&s, "the journal", crate::error_chain(&e)),
     };
@@ -555,11 +688,13 @@ pub async fn rollout(
             p { a.button.danger href={ "/rollouts/" (job.id) "/halt" } { "Halt rollout…" } }
         }
         section #live data-events={ "/rollouts/" (job.id) "/events?after=" (last) } {
-            (live_section(&job, now))
+            (live_section(&job, &timings, now))
         }
         p #live-note .hint {}
-        h2 { "Timeline" }
-        ol #timeline.timeline { @for e in &entries { (timeline_entry(e)) } }
+        details.journal {
+            summary { "Journal" @if entries.len() == TIMELINE_ENTRIES { " (the newest " (TIMELINE_ENTRIES) " entries)" } }
+            ol #timeline.timeline { @for e in &entries { (timeline_entry(e)) } }
+        }
     };
     respond(
         StatusCode::OK,
@@ -602,6 +737,47 @@ pub async fn halt_confirm(
         }
     };
     respond(StatusCode::OK, page("halt", Some(&s), body))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rollouts
+
+/// Every job, newest first: state, progress, where it is (or why it halted), start, duration.
+pub async fn rollouts(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    let jobs = match crate::server::rollouts::jobs(&ui.shared) {
+        Ok(j) => j,
+        Err(e) => return internal(&s, "the jobs", crate::error_chain(&e)),
+    };
+    let now = Timestamp::now();
+    let body = html! {
+        h1 { "Rollouts" }
+        @if jobs.is_empty() {
+            p { "No rollout jobs yet: a job starts when a plan has its approvals (see " a href="/plan" { "Plan" } ")." }
+        } @else {
+            table #rollouts.rollouts {
+                thead { tr { th { "job" } th { "cluster" } th { "state" } th { "progress" } th { "where it is" } th { "started" } th { "duration" } } }
+                tbody {
+                    @for j in &jobs {
+                        @let (state, _) = job_state(j);
+                        @let (done, total) = done_of(j);
+                        tr data-job=(j.id) {
+                            td { a href={ "/rollouts/" (j.id) } { (j.id) } }
+                            td { (j.cluster) }
+                            td { span.badge.(state) { (state) } }
+                            td.progress { (charts::mini_bar(done, total, state)) " " (done) "/" (total) }
+                            td.(if state == "halted" { "error" } else { "" }) { (job_summary(j, now)) }
+                            td { (ts(j.created_at)) }
+                            td { (elapsed(end_of(j, now).as_second() - j.created_at.as_second())) @if !j.state.is_terminal() { " so far" } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    respond(StatusCode::OK, page("rollouts", Some(&s), body))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -753,6 +929,37 @@ mod tests {
         assert_eq!(line_class("    +++ b/home/cluster.yaml (desired)"), "meta");
         assert_eq!(line_class("  ~ pool workers: talos"), "chg");
         assert_eq!(line_class("cluster home"), "");
+    }
+
+    #[test]
+    fn a_jobs_summary_says_where_it_is_or_why_it_halted() {
+        use super::charts::tests::{at, set, talos_job};
+        use crate::rollout::sequencer::{HaltCode, HaltReason, NodePhase};
+        use std::sync::Arc;
+        let mut job = talos_job();
+        job.steps[0].state = StepState::Running;
+        set(&mut job, 0, NodePhase::Done, 60);
+        set(&mut job, 1, NodePhase::Drained, 90);
+        if let StepKind::Talos(t) = &mut job.steps[0].kind {
+            Arc::make_mut(&mut t.nodes[1]).blocked =
+                Some("pod web-0 (PodDisruptionBudget web)".into());
+        }
+        assert_eq!(
+            job_summary(&job, at(125)),
+            "step 1/1: pool workers → Talos v1.13.9, 1/3 nodes back; w-2 draining 35s; \
+             w-2 drain blocked: pod web-0 (PodDisruptionBudget web)"
+        );
+        assert_eq!(done_of(&job), (1, 3));
+        job.state = JobState::Halted {
+            reason: HaltReason::new(HaltCode::DrainBlocked, "the drain of w-2 was refused"),
+            step: Some(0),
+            node: Some("w-2".into()),
+            op: None,
+            at: at(700),
+        };
+        assert_eq!(job_summary(&job, at(900)), "the drain of w-2 was refused");
+        job.state = JobState::Succeeded { at: at(125) };
+        assert_eq!(job_summary(&job, at(900)), "finished in 2m05s");
     }
 
     #[tokio::test]

@@ -208,6 +208,7 @@ async fn no_page_contains_the_token_and_none_has_inline_script_or_style() {
         "/history",
         "/history?ready=no&cluster=home",
         "/login",
+        "/rollouts",
     ] {
         let r = send(&ui, get(path, Some(&cookie))).await;
         assert!(
@@ -581,4 +582,127 @@ fn accept_backoff_doubles_to_a_ceiling_and_resets_on_success() {
     assert_eq!(pauses, ms(&[10, 20, 40, 80, 160, 320, 640, 1000, 1000]));
     b.succeeded();
     assert_eq!(b.failed(), Duration::from_millis(10));
+}
+
+/// A halted Talos job (pool `workers`, waves `[w-1, w-2]` and `[w-3]`: wave 1 done in 1m30s,
+/// w-3 draining when the halt came), stored with its journal.
+fn put_halted_talos_job(store: &dyn Store) -> JobId {
+    use super::charts::tests::{Journal, at, set, talos_job};
+    use crate::rollout::sequencer::{HaltCode, HaltReason, NodePhase, StepState};
+    let mut j = Journal::new(talos_job());
+    j.at(100, |job| {
+        job.steps[0].state = StepState::Running;
+        set(job, 0, NodePhase::Checking, 100);
+        set(job, 1, NodePhase::Checking, 100);
+    });
+    j.at(160, |job| set(job, 0, NodePhase::Done, 160));
+    j.at(190, |job| set(job, 1, NodePhase::Done, 190));
+    j.at(200, |job| set(job, 2, NodePhase::Cordoned, 200));
+    j.at(230, |job| {
+        job.state = JobState::Halted {
+            reason: HaltReason::new(HaltCode::OperatorRequest, "on call said <so>"),
+            step: Some(0),
+            node: Some("w-3".into()),
+            op: None,
+            at: at(230),
+        }
+    });
+    let mut txn = Txn::new().put_record(job_key(&j.job.id), &j.job);
+    for e in &j.entries {
+        txn = txn.put_record(entry_key(&j.job.id, e.seq), e);
+    }
+    store.commit(txn).unwrap();
+    j.job.id
+}
+
+#[tokio::test]
+async fn the_overview_shows_a_halted_job_with_its_reason_and_the_rollouts_page_lists_it() {
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let cookie = login(&ui).await;
+    // nothing yet: the overview says so and links the list
+    let page = text(send(&ui, get("/", Some(&cookie))).await).await;
+    assert!(page.contains("No rollout is running or halted"), "{page}");
+    assert!(
+        page.contains(r#"href="/rollouts""#),
+        "the nav has Rollouts: {page}"
+    );
+    let id = put_halted_talos_job(store.as_ref());
+    let page = text(send(&ui, get("/", Some(&cookie))).await).await;
+    let at = page.find(r#"id="jobs""#);
+    let card = &page[at.unwrap_or_else(|| panic!("the jobs section: {page}"))..];
+    let card = &card[..card.find("</section>").unwrap()];
+    assert!(
+        card.contains(&format!(r#"href="/rollouts/{id}""#)),
+        "{card}"
+    );
+    assert!(card.contains("halted"), "{card}");
+    assert!(
+        card.contains("on call said &lt;so&gt;"),
+        "the reason, escaped: {card}"
+    );
+    assert!(card.contains("needs new approvals"), "{card}");
+    // 2 of 3 nodes done
+    assert!(card.contains("2/3"), "{card}");
+    let list = send(&ui, get("/rollouts", Some(&cookie))).await;
+    assert_eq!(list.status(), StatusCode::OK);
+    let list = text(list).await;
+    let row = &list[list
+        .find(&format!(r#"<tr data-job="{id}""#))
+        .expect("a row for the job")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("on call said &lt;so&gt;"), "{row}");
+    assert!(row.contains(r#"class="mini""#), "{row}");
+    assert!(row.contains("3m50s"), "halted 230 s after creation: {row}");
+}
+
+#[tokio::test]
+async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_stream_redraws_them() {
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_halted_talos_job(store.as_ref());
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    for want in [
+        r#"<svg class="progress""#,
+        r#"<svg class="grid""#,
+        r#"<svg class="timeline""#,
+        r#"data-node="w-1" data-state="back""#,
+        r#"data-node="w-3" data-state="halted""#,
+        "stopped at drain",
+        // the progress bar: two of three back, the third halted
+        r#"<rect class="s-back" data-state="back" x="0" y="3" width="466" height="16">"#,
+        r#"<rect class="s-halted" data-state="halted" x="466" y="3" width="233" height="16">"#,
+        "2/3 nodes back",
+        "workers wave 1: 1m30s",
+        "<title>workers wave 2: 30s until the halt</title>",
+    ] {
+        assert!(page.contains(want), "{want}:\n{page}");
+    }
+    // no task table: the nodes are a picture
+    assert!(!page.contains("<table class=\"grid\""), "{page}");
+    // the live stream's grid has the same pictures, timed from the whole journal although
+    // it sends none of its entries
+    let last = 5;
+    let r = send(
+        &ui,
+        get(
+            &format!("/rollouts/{id}/events?after={last}"),
+            Some(&cookie),
+        ),
+    )
+    .await;
+    let mut body = r.into_body();
+    let events = read_events(&mut body, |e| e == "end").await;
+    let grid = events
+        .iter()
+        .find(|(e, _, _)| e == "grid")
+        .map(|(_, _, d)| d.clone())
+        .expect("a grid event");
+    assert!(events.iter().all(|(e, _, _)| e != "entry"), "{events:?}");
+    assert!(grid.contains("workers wave 1: 1m30s"), "{grid}");
+    assert!(
+        grid.contains(r#"data-node="w-3" data-state="halted""#),
+        "{grid}"
+    );
 }
