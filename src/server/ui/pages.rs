@@ -201,7 +201,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                         a href={ "/rollouts/" (j.id) } { (j.id) } " · cluster " (j.cluster) " "
                         (charts::mini_bar(done, total, state)) " " (done) "/" (total)
                     }
-                    p.(if state == "halted" { "error" } else { "hint" }) { (job_summary(j, now)) }
+                    p.(if state == "halted" { "error" } else { "hint" }) { (job_line(j, &ui.shared.waits, now)) }
                     @if state == "halted" {
                         p.hint { "The job stays halted: the next plan continues from what is left and needs new approvals (see " a href="/plan" { "Plan" } ")." }
                     }
@@ -391,6 +391,20 @@ fn done_of(job: &Job) -> (usize, usize) {
 }
 
 /// One line on where a job is: its halt reason, or its current step and the nodes under way.
+/// [`job_summary`] with what the job waits for, as its executor last said (`rollout status`'s
+/// `waiting:` line; only the replica running the job knows).
+pub fn job_line(job: &Job, waits: &crate::server::rollouts::Waits, now: Timestamp) -> String {
+    let summary = job_summary(job, now);
+    match waits.get(job.id.as_str()) {
+        Some(w) if !job.state.is_terminal() => format!(
+            "{summary}; waiting: {} (for {})",
+            w.reason,
+            elapsed(now.as_second() - w.since.as_second())
+        ),
+        _ => summary,
+    }
+}
+
 pub fn job_summary(job: &Job, now: Timestamp) -> String {
     if let Some(r) = job_state(job).1 {
         return r.to_string();
@@ -496,7 +510,12 @@ fn legend() -> Markup {
 /// The part of a rollout page that live updates replace: state, halt reason, a progress bar
 /// and a picture per step (nodes by wave, or the Kubernetes tasks by node), and the waves'
 /// timeline. `timings` is the job's journal folded ([`charts::Timings`]).
-pub fn live_section(job: &Job, timings: &charts::Timings, now: Timestamp) -> Markup {
+pub fn live_section(
+    job: &Job,
+    timings: &charts::Timings,
+    waits: &crate::server::rollouts::Waits,
+    now: Timestamp,
+) -> Markup {
     let (state, reason) = job_state(job);
     let steps = job.steps.len();
     let end = end_of(job, now);
@@ -513,7 +532,7 @@ pub fn live_section(job: &Job, timings: &charts::Timings, now: Timestamp) -> Mar
             " · " (elapsed(end.as_second() - job.created_at.as_second())) @if !job.state.is_terminal() { " so far" }
         }
         @if let Some(r) = reason { p.error #halt-reason { "Halt reason: " (r) } }
-        @if !job.state.is_terminal() { p.hint #job-summary { (job_summary(job, now)) } }
+        @if !job.state.is_terminal() { p.hint #job-summary { (job_line(job, waits, now)) } }
         @if let Some(snap) = &job.snapshot {
             p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
         }
@@ -688,7 +707,7 @@ pub async fn rollout(
             p { a.button.danger href={ "/rollouts/" (job.id) "/halt" } { "Halt rollout…" } }
         }
         section #live data-events={ "/rollouts/" (job.id) "/events?after=" (last) } {
-            (live_section(&job, &timings, now))
+            (live_section(&job, &timings, &ui.shared.waits, now))
         }
         p #live-note .hint {}
         details.journal {
@@ -768,7 +787,7 @@ pub async fn rollouts(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                             td { (j.cluster) }
                             td { span.badge.(state) { (state) } }
                             td.progress { (charts::mini_bar(done, total, state)) " " (done) "/" (total) }
-                            td.(if state == "halted" { "error" } else { "" }) { (job_summary(j, now)) }
+                            td.(if state == "halted" { "error" } else { "" }) { (job_line(j, &ui.shared.waits, now)) }
                             td { (ts(j.created_at)) }
                             td { (elapsed(end_of(j, now).as_second() - j.created_at.as_second())) @if !j.state.is_terminal() { " so far" } }
                         }
@@ -950,6 +969,37 @@ mod tests {
              w-2 drain blocked: pod web-0 (PodDisruptionBudget web)"
         );
         assert_eq!(done_of(&job), (1, 3));
+        // What the executor said it waits for comes after, with how long it has waited; an
+        // acting job (its next intent) drops it.
+        let waits = crate::server::rollouts::Waits::default();
+        let event = |state| crate::rollout::executor::RolloutEvent {
+            job: job.id.clone(),
+            cluster: job.cluster.clone(),
+            step: Some(0),
+            pool: None,
+            node: None,
+            op: None,
+            state,
+            steps: 1,
+            image: None,
+        };
+        use crate::rollout::executor::EventState;
+        waits.observe(
+            &event(EventState::Waiting {
+                reason: "outside the maintenance windows; the next opens at 2026-12-06T02:00:00Z"
+                    .into(),
+            }),
+            at(100),
+        );
+        assert!(
+            job_line(&job, &waits, at(125)).ends_with(
+                "; waiting: outside the maintenance windows; the next opens at 2026-12-06T02:00:00Z (for 25s)"
+            ),
+            "{}",
+            job_line(&job, &waits, at(125))
+        );
+        waits.observe(&event(EventState::Intended { attempt: 1 }), at(130));
+        assert_eq!(job_line(&job, &waits, at(131)), job_summary(&job, at(131)));
         job.state = JobState::Halted {
             reason: HaltReason::new(HaltCode::DrainBlocked, "the drain of w-2 was refused"),
             step: Some(0),
