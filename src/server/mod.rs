@@ -308,6 +308,10 @@ async fn refresh_loop(shared: Arc<Shared>, interval: std::time::Duration) {
 /// which glibc otherwise keeps resident: with 10,000 machines the idle server's anonymous
 /// memory went from 150 to 114 MB (design/performance.md, branch `heap`). A no-op with other
 /// allocators and C libraries.
+#[allow(
+    unsafe_code,
+    reason = "glibc's malloc_trim has no safe binding; the SAFETY comment says why the call is sound"
+)]
 fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
