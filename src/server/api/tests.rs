@@ -388,7 +388,14 @@ async fn get_machines_follows_every_record_and_desired_change_despite_its_cache(
         .commit(Txn::new().delete(crate::store::Table::Inventory, cluster_key("lab")))
         .unwrap();
     assert_eq!(rows(&api, "").await.len(), 2);
-    assert!(rows(&api, "lab").await.is_empty());
+    // and the cluster is unknown now: asking for it is an error, as kubectl's "not found"
+    let gone = api
+        .list_machines(Request::new(pb::ListMachinesRequest {
+            cluster: "lab".into(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone:?}");
     assert_eq!(shared.machine_rows.lock().unwrap().len(), 1);
     // the cached rows are shared with the answer, not copied: two calls hand out one allocation
     let a = api.machines_encoded("").unwrap();
