@@ -7,9 +7,8 @@ use clap::Args;
 
 use super::desired::{DesiredArgs, display_root};
 use super::exit;
-use crate::approval::{self, Outcome, VerifyContext};
+use crate::approval::{self, Outcome};
 use crate::ops::replan as stored;
-use crate::store::Store;
 
 #[derive(Debug, Args)]
 #[command(
@@ -62,32 +61,9 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         );
         return Ok(exit::ERROR);
     }
-    let known: Vec<_> = stored::all_plans(&store)
-        .into_diagnostic()?
-        .into_iter()
-        .map(|p| p.id)
-        .collect();
-    let consumed: Vec<_> = known
-        .iter()
-        .copied()
-        .filter(|id| {
-            store
-                .get(
-                    crate::store::Table::Plans,
-                    &crate::rollout::journal::consumed_key(id),
-                )
-                .ok()
-                .flatten()
-                .is_some()
-        })
-        .collect();
-    let ctx = VerifyContext {
-        signers: &signers,
-        current: &plan.id,
-        known: &known,
-        consumed: &consumed,
-        now: jiff::Timestamp::now(),
-    };
+    // The daemon's verification (`ops::approvals`): each marker against the current plan and
+    // the plans its file name names, from the store's keys alone.
+    let index = crate::ops::approvals::PlanIndex::load(&store).into_diagnostic()?;
     let mut approved = Vec::new();
     println!(
         "plan {} needs {} approval(s) from distinct people",
@@ -97,8 +73,19 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
     if loaded.markers.is_empty() {
         println!("  no approval markers under approvals/");
     }
-    for c in crate::server::reconcile::marker_candidates(&loaded) {
-        let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
+    let candidates = crate::server::reconcile::marker_candidates(&loaded);
+    let outcomes = crate::ops::approvals::verify_candidates(
+        &index,
+        crate::ops::approvals::Trust {
+            signers: &signers,
+            generation: 0,
+        },
+        &plan.id,
+        &candidates,
+        jiff::Timestamp::now(),
+        &mut Default::default(),
+    );
+    for (c, outcome) in candidates.iter().zip(outcomes) {
         println!("  {}: {outcome}", c.source);
         if let Outcome::Approved(a) = outcome {
             approved.push(a);

@@ -14,10 +14,10 @@ use jiff::Timestamp;
 use super::Shared;
 use crate::approval::{
     self, AllowedSigners, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus,
-    VerifyContext,
 };
 use crate::desired::{Desired, Loaded};
 use crate::inventory::Inventory;
+use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan, with_approval_writes};
 use crate::plan::{Plan, PlanId};
@@ -25,7 +25,7 @@ use crate::rollout::RolloutError;
 use crate::rollout::job::{JobInputs, create_jobs_txn};
 use crate::rollout::journal::consumed_key;
 use crate::store::record::encode;
-use crate::store::{Check, Record, Store, StoreError, StoreExt, Table, Txn};
+use crate::store::{Check, Record, StoreError, StoreExt, Table, Txn};
 
 impl Record for ApprovalRecord {
     const TABLE: Table = Table::Approvals;
@@ -94,23 +94,6 @@ pub fn load_signers(path: Option<&Path>) -> (AllowedSigners, Vec<String>) {
             )],
         ),
     }
-}
-
-/// Plans known to the store and plans already consumed, for verification context.
-fn known_and_consumed(store: &dyn Store) -> Result<(Vec<PlanId>, Vec<PlanId>), StoreError> {
-    let known: Vec<PlanId> = stored::plan_ids(store)?;
-    let consumed = known
-        .iter()
-        .copied()
-        .filter(|id| {
-            store
-                .get(Table::Plans, &consumed_key(id))
-                .ok()
-                .flatten()
-                .is_some()
-        })
-        .collect();
-    Ok((known, consumed))
 }
 
 /// Candidates of a revision: its marker files.
@@ -212,33 +195,55 @@ pub fn reconcile(
     }
     state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
 
-    // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`.
-    let signers = shared.trust.current();
-    let (known, consumed) = known_and_consumed(store)?;
-    let ctx = VerifyContext {
-        signers: &signers,
-        current: &plan.id,
-        known: &known,
-        consumed: &consumed,
-        now,
-    };
+    // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`; each
+    // against the current plan and the plans its marker's name names, the signature stage
+    // cached per (candidate, plan, signers generation) (`ops::approvals`).
+    let (signers, generation) = shared.trust.current_generation();
+    let index = approvals::PlanIndex::load(store)?;
     let recorded: Vec<(String, ApprovalRecord)> =
         store.scan_records::<ApprovalRecord>(&format!("{}/", plan.id.to_hex()))?;
+    let mut candidates: Vec<Candidate> = recorded
+        .iter()
+        .map(|(_, r)| Candidate {
+            source: r.source.clone(),
+            armored: r.signature.clone(),
+        })
+        .collect();
+    let markers_from = candidates.len();
+    candidates.extend(marker_candidates(&loaded));
+    let extra_from = candidates.len();
+    candidates.extend(extra.iter().cloned());
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    let outcomes = {
+        let mut cache = shared.approval_cache.lock().expect("approval cache lock");
+        let outcomes = approvals::verify_candidates(
+            &index,
+            approvals::Trust {
+                signers: &signers,
+                generation,
+            },
+            &plan.id,
+            &candidates,
+            now,
+            &mut cache,
+        );
+        tracing::debug!(plan = %plan.id.short(), candidates = cache.last.candidates, cached = cache.last.cached, signature_checks = cache.last.signature_checks, "approvals verified");
+        outcomes
+    };
     let mut approved = Vec::new();
     let mut new_records: Vec<ApprovalRecord> = Vec::new();
-    for (_, r) in &recorded {
-        let outcome = r.reverify(&ctx);
-        state.outcomes.push((r.source.clone(), outcome.to_string()));
-        if let Some(a) = outcome.approved() {
-            approved.push(a.clone());
+    for (i, (c, outcome)) in candidates.iter().zip(outcomes).enumerate() {
+        if i < markers_from {
+            state.outcomes.push((c.source.clone(), outcome.to_string()));
+            if let Some(a) = outcome.approved() {
+                approved.push(a.clone());
+            }
+            continue;
         }
-    }
-    let mut candidates = marker_candidates(&loaded);
-    let markers = candidates.len();
-    candidates.extend(extra.iter().cloned());
-    for (i, c) in candidates.iter().enumerate() {
-        let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
-        if i >= markers {
+        if i >= extra_from {
             state
                 .submitted
                 .push((outcome.approved().is_some(), outcome.to_string()));

@@ -115,6 +115,9 @@ fn inside(path: &Path, dirs: &[PathBuf]) -> Option<PathBuf> {
 
 struct State {
     signers: Arc<AllowedSigners>,
+    /// Bumped whenever a reload puts different signers in force: verification outcomes cached
+    /// under an older generation are not used again (`ops::approvals`).
+    generation: u64,
     problem: Option<String>,
 }
 
@@ -134,6 +137,7 @@ impl TrustRoot {
             committer: Vec::new(),
             state: RwLock::new(State {
                 signers: Arc::new(approval::allowed_signers::parse("").0),
+                generation: 0,
                 problem: None,
             }),
         }
@@ -163,6 +167,7 @@ impl TrustRoot {
             committer,
             state: RwLock::new(State {
                 signers: Arc::new(signers),
+                generation: 0,
                 problem: None,
             }),
         })
@@ -171,13 +176,20 @@ impl TrustRoot {
     /// Re-read the file and return the signers in force: the new file when it is good, else the
     /// last good one (the failure is logged at ERROR, counted in the metric and kept for
     /// [`Self::problem`]).
+    pub fn current(&self) -> Arc<AllowedSigners> {
+        self.current_generation().0
+    }
+
+    /// [`Self::current`] with its generation: a number that changes exactly when a reload put
+    /// different signers in force (re-reading an unchanged file keeps it).
     #[allow(
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
-    pub fn current(&self) -> Arc<AllowedSigners> {
+    pub fn current_generation(&self) -> (Arc<AllowedSigners>, u64) {
         let Some(path) = &self.path else {
-            return self.state.read().expect("trust root lock").signers.clone();
+            let state = self.state.read().expect("trust root lock");
+            return (state.signers.clone(), state.generation);
         };
         let mut state = self.state.write().expect("trust root lock");
         // Moved (or linked) into a committer's tree since start: refused like at start.
@@ -196,7 +208,10 @@ impl TrustRoot {
                 crate::metrics::global()
                     .allowed_signers_reload_failed
                     .set(0);
-                state.signers = Arc::new(signers);
+                if *state.signers != signers {
+                    state.signers = Arc::new(signers);
+                    state.generation += 1;
+                }
             }
             Err(e) => {
                 let text = crate::error_chain(&e);
@@ -209,7 +224,7 @@ impl TrustRoot {
                 state.problem = Some(text);
             }
         }
-        state.signers.clone()
+        (state.signers.clone(), state.generation)
     }
 
     /// The signers in force, without re-reading the file.

@@ -526,8 +526,12 @@ impl pb::medea_server::Medea for MedeaApi {
         let current = crate::ops::replan::current(store.as_ref())
             .map_err(internal)?
             .map(|c| c.id);
+        // Stored and executed plans, from the store's keys (an executed plan whose record
+        // was collected is still named as stale, not unknown).
         let known: Vec<crate::plan::PlanId> =
-            crate::ops::replan::plan_ids(store.as_ref()).map_err(internal)?;
+            crate::ops::approvals::PlanIndex::load(store.as_ref())
+                .map_err(internal)?
+                .known();
         let r = crate::plan::PlanIdRef::parse(&req.plan_id)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let plan = crate::approval::resolve_plan(&r, current.as_ref(), &known)
