@@ -135,8 +135,13 @@ pub mod limits {
     pub const MAX_FILES: usize = 2_000;
     /// Bytes of all resource and marker files of one revision.
     pub const MAX_TOTAL_BYTES: u64 = 32 * 1024 * 1024;
-    /// Directory entries (directory mode) or tree entries (git mode) looked at below the root.
+    /// Directory entries below the root (directory mode), or entries of every tree object
+    /// read (git mode: the trees on the way to the desired root too, hidden entries too).
     pub const MAX_ENTRIES: usize = 100_000;
+    /// Bytes of one git tree object (from its header, before it is inflated).
+    pub const MAX_TREE_BYTES: u64 = 8 * 1024 * 1024;
+    /// Bytes of all git tree objects read from one revision.
+    pub const MAX_TREE_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
     /// YAML documents in one file.
     pub const MAX_DOCUMENTS_PER_FILE: usize = crate::desired::parse::MAX_DOCUMENTS_PER_FILE;
 }
@@ -163,6 +168,10 @@ pub enum RefusedReason {
     TooManyBytes,
     /// More than [`limits::MAX_ENTRIES`] entries below the root: the walk stopped.
     TooManyEntries,
+    /// A git tree object larger than [`limits::MAX_TREE_BYTES`]: not inflated; the walk stopped.
+    TreeTooLarge,
+    /// More than [`limits::MAX_TREE_TOTAL_BYTES`] of git tree objects: the walk stopped.
+    TooManyTreeBytes,
 }
 
 impl Refused {
@@ -186,6 +195,14 @@ impl Refused {
             RefusedReason::TooManyEntries => format!(
                 "more than {} entries below the desired root (limit MAX_ENTRIES): the rest was not read",
                 limits::MAX_ENTRIES
+            ),
+            RefusedReason::TreeTooLarge => format!(
+                "git tree object larger than {} MiB (limit MAX_TREE_BYTES): it was not read, nor the rest of the tree",
+                limits::MAX_TREE_BYTES / (1024 * 1024)
+            ),
+            RefusedReason::TooManyTreeBytes => format!(
+                "more than {} MiB of git tree objects in all (limit MAX_TREE_TOTAL_BYTES): the rest was not read",
+                limits::MAX_TREE_TOTAL_BYTES / (1024 * 1024)
             ),
         }
     }
@@ -567,20 +584,13 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
         .peel_to_commit()
         .map_err(|e| git_err(Box::new(e)))?;
     let sha = commit.id.to_string();
-    let tree = commit.tree().map_err(|e| git_err(Box::new(e)))?;
-    let mut walk = BoundedWalk {
-        prefix: prefix.clone(),
-        path: gix::traverse::tree::Recorder::default(),
-        wanted: Vec::new(),
-        budget: Budget::default(),
-    };
-    tree.traverse()
-        .breadthfirst(&mut walk)
-        .map_err(|e| git_err(Box::new(e)))?;
-    let mut budget = walk.budget;
+    // The root tree's id only: no tree is inflated before its header passed the budget.
+    let root = commit.tree_id().map_err(|e| git_err(Box::new(e)))?.detach();
+    let mut budget = Budget::default();
+    let wanted = walk_git(&repo, root, &prefix, &mut budget).map_err(git_err)?;
     let mut files = Vec::new();
     let mut markers = Vec::new();
-    for (rel, oid) in walk.wanted {
+    for (rel, oid) in wanted {
         // The size from the object's header, before inflating it.
         let header = repo.find_header(oid).map_err(|e| git_err(Box::new(e)))?;
         if !budget.admit(&rel, header.size()) {
@@ -612,85 +622,70 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
     })
 }
 
-/// A tree walk that descends only into the desired root, counts entries against
-/// [`limits::MAX_ENTRIES`] (stopping there), refuses symlinks, and keeps only the wanted blobs'
-/// paths and ids (never the whole tree).
-struct BoundedWalk {
-    /// The desired root inside the repository, `""` or ending in `/`.
-    prefix: String,
-    /// Tracks the current path (its records stay empty).
-    path: gix::traverse::tree::Recorder,
-    wanted: Vec<(String, gix::ObjectId)>,
-    budget: Budget,
-}
-
-impl BoundedWalk {
-    /// The current entry's path relative to the desired root, if it is inside it.
-    fn rel(&self) -> Option<String> {
-        let full = self.path.path().to_string();
-        full.strip_prefix(&self.prefix).map(str::to_string)
-    }
-}
-
-impl gix::traverse::tree::Visit for BoundedWalk {
-    fn pop_back_tracked_path_and_set_current(&mut self) {
-        self.path.pop_back_tracked_path_and_set_current();
-    }
-    fn pop_front_tracked_path_and_set_current(&mut self) {
-        self.path.pop_front_tracked_path_and_set_current();
-    }
-    fn push_back_tracked_path_component(&mut self, component: &gix::bstr::BStr) {
-        self.path.push_back_tracked_path_component(component);
-    }
-    fn push_path_component(&mut self, component: &gix::bstr::BStr) {
-        self.path.push_path_component(component);
-    }
-    fn pop_path_component(&mut self) {
-        self.path.pop_path_component();
-    }
-    fn visit_tree(
-        &mut self,
-        _entry: &gix::objs::tree::EntryRef<'_>,
-    ) -> gix::traverse::tree::visit::Action {
-        use std::ops::ControlFlow;
-        let dir = format!("{}/", self.path.path());
-        // Above the root: descend only toward it. Inside: skip hidden directories.
-        let inside = match dir.strip_prefix(&self.prefix) {
-            Some("") => true,
-            Some(rel) => ordinary(rel.trim_end_matches('/')),
-            None => {
-                return ControlFlow::Continue(self.prefix.starts_with(&dir));
+/// Walk the committed tree from `root` breadth first, descending only toward the desired root
+/// (`prefix`, `""` or ending in `/`) and, inside it, into directories that are not hidden.
+/// Every tree object's size comes from its header and is checked against
+/// [`limits::MAX_TREE_BYTES`] and [`limits::MAX_TREE_TOTAL_BYTES`] before it is inflated;
+/// every entry of every tree read counts against [`limits::MAX_ENTRIES`] (hidden ones and
+/// those beside the way to the root too). Symlinks are refused; only the wanted blobs' paths
+/// (relative to the desired root) and ids are kept.
+fn walk_git(
+    repo: &gix::Repository,
+    root: gix::ObjectId,
+    prefix: &str,
+    budget: &mut Budget,
+) -> Result<Vec<(String, gix::ObjectId)>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut wanted = Vec::new();
+    let mut tree_bytes: u64 = 0;
+    // (the tree's path in the repository, `""` or ending in `/`; its id)
+    let mut queue = std::collections::VecDeque::from([(String::new(), root)]);
+    'walk: while let Some((dir, oid)) = queue.pop_front() {
+        let shown = dir
+            .strip_prefix(prefix)
+            .unwrap_or(&dir)
+            .trim_end_matches('/')
+            .to_string();
+        let size = repo.find_header(oid)?.size();
+        if size > limits::MAX_TREE_BYTES {
+            budget.refuse(&shown, RefusedReason::TreeTooLarge);
+            budget.exhausted = true;
+            break;
+        }
+        tree_bytes += size;
+        if tree_bytes > limits::MAX_TREE_TOTAL_BYTES {
+            budget.refuse(&shown, RefusedReason::TooManyTreeBytes);
+            budget.exhausted = true;
+            break;
+        }
+        let tree = repo.find_tree(oid)?;
+        for entry in tree.iter() {
+            let entry = entry?;
+            if !budget.entry() {
+                break 'walk;
             }
-        };
-        if !inside {
-            return ControlFlow::Continue(false);
+            let mode = entry.inner.mode;
+            let full = format!("{dir}{}", entry.inner.filename);
+            let Some(rel) = full.strip_prefix(prefix) else {
+                // Above the root: descend only toward it.
+                let below = format!("{full}/");
+                if mode.is_tree() && prefix.starts_with(&below) {
+                    queue.push_back((below, entry.inner.oid.to_owned()));
+                }
+                continue;
+            };
+            if !ordinary(rel) {
+                continue;
+            }
+            if mode.is_tree() {
+                queue.push_back((format!("{full}/"), entry.inner.oid.to_owned()));
+            } else if mode.is_link() {
+                budget.refuse(rel, RefusedReason::Symlink);
+            } else if (is_resource_path(rel) || is_marker_path(rel)) && mode.is_blob() {
+                wanted.push((rel.to_string(), entry.inner.oid.to_owned()));
+            }
         }
-        if !self.budget.entry() {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(true)
     }
-    fn visit_nontree(
-        &mut self,
-        entry: &gix::objs::tree::EntryRef<'_>,
-    ) -> gix::traverse::tree::visit::Action {
-        use std::ops::ControlFlow;
-        let Some(rel) = self.rel() else {
-            return ControlFlow::Continue(true);
-        };
-        if !ordinary(&rel) {
-            return ControlFlow::Continue(true);
-        }
-        if !self.budget.entry() {
-            return ControlFlow::Break(());
-        }
-        if entry.mode.is_link() {
-            self.budget.refuse(&rel, RefusedReason::Symlink);
-        } else if (is_resource_path(&rel) || is_marker_path(&rel)) && entry.mode.is_blob() {
-            self.wanted.push((rel, entry.oid.to_owned()));
-        }
-        ControlFlow::Continue(true)
-    }
+    Ok(wanted)
 }
 
 #[cfg(test)]
