@@ -5,8 +5,11 @@
 //! committed tree at a ref with gix; the work tree, the index and uncommitted edits are ignored.
 //!
 //! Nothing outside the desired tree is ever read: a symbolic link (file or directory, in the
-//! directory or committed as mode 120000) is a [`Refused`] entry, never followed; files are
-//! opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files. Reading is bounded by
+//! directory or committed as mode 120000) is a [`Refused`] entry, never followed. Directory
+//! mode walks with directory descriptors: every directory and file below the root is opened
+//! relative to its parent's descriptor (`openat`) with `O_NOFOLLOW` (directories with
+//! `O_DIRECTORY` too, files with `O_NONBLOCK`), so a component swapped for a symlink during
+//! the walk is refused, never followed; files must be regular files. Reading is bounded by
 //! [`limits`]; in git mode an object's size comes from its header before it is inflated.
 
 use std::collections::BTreeMap;
@@ -75,6 +78,21 @@ impl Stamp {
             size: meta.size(),
             mtime: (meta.mtime(), meta.mtime_nsec()),
             ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// The stamp of an `lstat` made relative to a directory descriptor.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "the kernel's stat field types differ between architectures"
+    )]
+    pub fn of_stat(st: &rustix::fs::Stat) -> Stamp {
+        Stamp {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
         }
     }
 
@@ -384,67 +402,131 @@ pub fn read_with(source: &Source, reuse: Reuse<'_>) -> Result<Stamped, SourceErr
     }
 }
 
+/// A directory listed but not yet opened: its parent's descriptor and its name there.
+struct Pending {
+    parent: Arc<rustix::fd::OwnedFd>,
+    name: std::ffi::CString,
+    path: PathBuf,
+}
+
 fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, SourceError> {
-    if !root.is_dir() {
-        return Err(SourceError::NotADir {
-            path: root.to_path_buf(),
-        });
-    }
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err: rustix::io::Errno| SourceError::Read {
+            path,
+            err: err.into(),
+        }
+    };
+    // The root as the operator named it (links the operator chose are fine); below it, every
+    // directory is opened relative to its parent's descriptor with O_NOFOLLOW | O_DIRECTORY,
+    // so a directory swapped for a symlink mid-walk is refused, never followed, and no path
+    // is resolved from the root again (issue #32).
+    let root_fd = match rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {
+            return Err(SourceError::NotADir {
+                path: root.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(io_err(root)(e)),
+    };
     let mut files = Vec::new();
     let mut markers = Vec::new();
     let mut stamps = BTreeMap::new();
     let mut unread = 0;
     let mut budget = Budget::default();
-    let mut stack = vec![root.to_path_buf()];
-    'walk: while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|err| SourceError::Read {
-            path: dir.clone(),
-            err,
-        })?;
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut next = Some((root_fd, root.to_path_buf()));
+    'walk: loop {
+        let (fd, dir) = match next.take() {
+            Some(d) => d,
+            None => {
+                let Some(p) = pending.pop() else {
+                    break;
+                };
+                match rustix::fs::openat(
+                    &*p.parent,
+                    p.name.as_c_str(),
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => (fd, p.path),
+                    // Replaced since it was listed: a symlink is refused; anything else
+                    // that is no longer a directory is left to the next reload.
+                    Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                        let link = rustix::fs::statat(
+                            &*p.parent,
+                            p.name.as_c_str(),
+                            AtFlags::SYMLINK_NOFOLLOW,
+                        )
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+                        if link {
+                            budget.refuse(&rel_path(root, &p.path), RefusedReason::Symlink);
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(io_err(&p.path)(e)),
+                }
+            }
+        };
+        let fd = Arc::new(fd);
+        let entries = Dir::read_from(&*fd).map_err(io_err(&dir))?;
         for entry in entries {
-            let entry = entry.map_err(|err| SourceError::Read {
-                path: dir.clone(),
-                err,
-            })?;
-            let path = entry.path();
+            let entry = entry.map_err(io_err(&dir))?;
             let name = entry.file_name();
-            if name.to_string_lossy().starts_with('.') {
+            let bytes = name.to_bytes();
+            if bytes.starts_with(b".") {
                 continue;
             }
             if !budget.entry() {
                 break 'walk;
             }
-            // The entry's own type (readdir/lstat): a symlink is never followed.
-            let ft = entry.file_type().map_err(|err| SourceError::Read {
-                path: path.clone(),
-                err,
-            })?;
+            let path = dir.join(std::ffi::OsStr::from_bytes(bytes));
+            // The entry's own type (getdents, or lstat relative to the directory when the
+            // filesystem does not say): a symlink is never followed.
+            let ft = match entry.file_type() {
+                FileType::Unknown => rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode))
+                    .map_err(io_err(&path))?,
+                ft => ft,
+            };
             let rel = rel_path(root, &path);
-            if ft.is_symlink() {
+            if ft == FileType::Symlink {
                 budget.refuse(&rel, RefusedReason::Symlink);
                 continue;
             }
-            if ft.is_dir() {
-                stack.push(path);
+            if ft == FileType::Directory {
+                pending.push(Pending {
+                    parent: fd.clone(),
+                    name: name.to_owned(),
+                    path,
+                });
                 continue;
             }
             let wanted = is_resource_path(&rel) || is_marker_path(&rel);
             if !wanted {
                 continue;
             }
-            if !ft.is_file() {
+            if ft != FileType::RegularFile {
                 budget.refuse(&rel, RefusedReason::NotARegularFile);
                 continue;
             }
             let marker = is_marker_path(&rel);
-            // A resource file whose stamp (lstat: the entry itself, never a link's target)
-            // proves the bytes read before current is not opened: admitted as the read would
-            // admit it (its size then is the stamp's), the bytes taken from `reuse`.
+            // A resource file whose stamp (lstat relative to its directory: the entry itself,
+            // never a link's target) proves the bytes read before current is not opened:
+            // admitted as the read would admit it (its size then is the stamp's), the bytes
+            // taken from `reuse`.
             if !marker
-                && let Ok(meta) = std::fs::symlink_metadata(&path)
-                && meta.is_file()
+                && let Ok(st) = rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
             {
-                let stamp = Stamp::of(&meta);
+                let stamp = Stamp::of_stat(&st);
                 if let Some(bytes) = reuse(&rel, &stamp) {
                     if budget.admit(&rel, stamp.size) {
                         budget.correct(stamp.size, bytes.len() as u64);
@@ -455,7 +537,7 @@ fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, 
                     continue;
                 }
             }
-            let Some((bytes, stamp)) = read_bounded(&path, &rel, &mut budget)? else {
+            let Some((bytes, stamp)) = read_bounded(&fd, name, &path, &rel, &mut budget)? else {
                 continue;
             };
             if marker {
@@ -488,34 +570,39 @@ fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, 
     })
 }
 
-/// Open without following a symlink and without blocking on a FIFO, check it is a regular file
-/// within the budget, and read at most [`limits::MAX_FILE_BYTES`] + 1 bytes, with the file's
-/// stamp taken before reading (a write during the read moves the stamp the next read sees).
-/// `None`: refused (recorded in `budget`).
+/// Open `name` in the directory `dir` without following a symlink and without blocking on a
+/// FIFO, check it is a regular file within the budget, and read at most
+/// [`limits::MAX_FILE_BYTES`] + 1 bytes, with the file's stamp taken before reading (a write
+/// during the read moves the stamp the next read sees). `None`: refused (recorded in
+/// `budget`).
 fn read_bounded(
+    dir: &rustix::fd::OwnedFd,
+    name: &std::ffi::CStr,
     path: &Path,
     rel: &str,
     budget: &mut Budget,
 ) -> Result<Option<(Vec<u8>, Stamp)>, SourceError> {
+    use rustix::fs::{Mode, OFlags};
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let read_err = |err| SourceError::Read {
         path: path.to_path_buf(),
         err,
     };
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
         // Replaced by a symlink since the directory was listed.
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        Err(rustix::io::Errno::LOOP) => {
             budget.refuse(rel, RefusedReason::Symlink);
             return Ok(None);
         }
-        Err(e) => return Err(read_err(e)),
+        Err(e) => return Err(read_err(e.into())),
     };
+    let f = std::fs::File::from(fd);
     let meta = f.metadata().map_err(read_err)?;
     if !meta.is_file() {
         budget.refuse(rel, RefusedReason::NotARegularFile);
@@ -691,6 +778,87 @@ fn walk_git(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32: the walk descends with directory descriptors. A directory swapped for a
+    /// symlink after it was listed (here: while its parent's files are read, through the
+    /// `reuse` hook the walk calls for each resource file) is refused, and nothing behind the
+    /// link is read. Before, the walk re-resolved the path from the root and followed the link.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_mid_walk_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("desired");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("a.yaml"), "a: 1\n").unwrap();
+        std::fs::write(root.join("sub/b.yaml"), "b: 1\n").unwrap();
+        std::fs::write(outside.join("secret.yaml"), "SECRET: 1\n").unwrap();
+        let swapped = std::cell::Cell::new(false);
+        let reuse = |rel: &str, _: &Stamp| -> Option<Arc<[u8]>> {
+            if rel == "a.yaml" && !swapped.replace(true) {
+                std::fs::rename(root.join("sub"), tmp.path().join("sub.moved")).unwrap();
+                std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+            }
+            None
+        };
+        let read = read_with(&Source::Dir(root.clone()), &reuse).unwrap();
+        assert!(
+            swapped.get(),
+            "the hook ran before the subdirectory was opened"
+        );
+        let paths: Vec<&str> = read
+            .snapshot
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(paths, ["a.yaml"]);
+        assert!(
+            read.snapshot
+                .files
+                .iter()
+                .all(|f| !String::from_utf8_lossy(&f.bytes).contains("SECRET"))
+        );
+        assert_eq!(
+            read.snapshot.refused,
+            [Refused {
+                path: "sub".into(),
+                reason: RefusedReason::Symlink
+            }]
+        );
+    }
+
+    /// A file swapped for a symlink after its directory was listed is refused too, and so is
+    /// a symlink listed as such; a directory reached by descriptor reads as before.
+    #[test]
+    fn symlinked_files_are_refused_and_subdirectories_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("d");
+        std::fs::create_dir_all(root.join("x/y")).unwrap();
+        std::fs::write(root.join("x/y/c.yaml"), "c: 1\n").unwrap();
+        std::fs::write(root.join("x/a.yaml"), "a: 1\n").unwrap();
+        std::fs::write(tmp.path().join("secret"), "SECRET\n").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("x/l.yaml")).unwrap();
+        let read = read_with(&Source::Dir(root.clone()), &|_, _| None).unwrap();
+        let paths: Vec<&str> = read
+            .snapshot
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(paths, ["x/a.yaml", "x/y/c.yaml"]);
+        assert_eq!(
+            read.snapshot.refused,
+            [Refused {
+                path: "x/l.yaml".into(),
+                reason: RefusedReason::Symlink
+            }]
+        );
+        assert!(matches!(
+            read_with(&Source::Dir(root.join("nope")), &|_, _| None),
+            Err(SourceError::NotADir { .. })
+        ));
+    }
 
     #[test]
     fn the_budget_stops_at_each_limit() {

@@ -223,8 +223,8 @@ pub fn verify_candidates(
 mod tests {
     use super::*;
     use crate::approval::allowed_signers;
+    use crate::store::Txn;
     use crate::store::mem::MemStore;
-    use crate::store::{StoreExt, Txn};
     use ssh_key::private::{Ed25519Keypair, KeypairData};
     use ssh_key::{HashAlg, LineEnding, PrivateKey};
 
