@@ -456,6 +456,77 @@ mod tests {
         assert_eq!(o[0].code(), "replayed", "{}", o[0]);
     }
 
+    /// Issue 32: collecting superseded plans never forgets an executed one. Plan 1 is executed,
+    /// then `PLAN_WINDOW` + 10 newer plans are saved with the collector's writes (what
+    /// `ops::replan` commits): plan 1's record goes, its `consumed/` key stays, so its old
+    /// marker stays `Replayed`, and when the same inputs give plan 1 again (a revert), the
+    /// marker still never counts: a consumed plan's approval never starts a job again.
+    #[test]
+    fn collected_plans_keep_their_consumed_ids() {
+        use crate::plan::stored::{PLAN_WINDOW, RECENT_PREFIX, collect_ops, plan_key};
+        let store = MemStore::new();
+        let save = |new: PlanId, previous: Option<PlanId>| {
+            let stored: Vec<PlanId> = PlanIndex::load(&store)
+                .unwrap()
+                .stored
+                .into_iter()
+                .collect();
+            let recent = store.scan_keys(Table::Plans, RECENT_PREFIX).unwrap();
+            let mut txn = Txn::new().put(Table::Plans, plan_key(&new), b"{}".to_vec());
+            for op in collect_ops(&new, previous.as_ref(), &stored, &recent) {
+                txn.push(op);
+            }
+            store.commit(txn).unwrap();
+        };
+        save(plan(1), None);
+        store
+            .commit(Txn::new().put_record(
+                crate::rollout::journal::consumed_key(&plan(1)),
+                &crate::rollout::journal::PlanConsumed {
+                    plan: plan(1),
+                    at: "2026-01-01T00:00:00Z".parse().unwrap(),
+                    jobs: vec![],
+                },
+            ))
+            .unwrap();
+        let newest = PLAN_WINDOW as u32 + 11;
+        for i in 2..=newest {
+            save(plan(i), Some(plan(i - 1)));
+        }
+        let index = PlanIndex::load(&store).unwrap();
+        assert!(
+            !index.stored.contains(&plan(1)),
+            "plan 1's record is collected"
+        );
+        assert!(index.stored.len() <= PLAN_WINDOW, "{}", index.stored.len());
+        assert_eq!(index.consumed, BTreeSet::from([plan(1)]));
+        assert!(
+            index.known().contains(&plan(1)),
+            "an executed plan stays known (the API names it stale, not unknown)"
+        );
+
+        let trusted = signers(&[1]);
+        let trust = Trust {
+            signers: &trusted,
+            generation: 0,
+        };
+        let now: Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+        let old = vec![marker(&plan(1), "p1", sign(1, &plan(1)))];
+        let mut cache = ApprovalCache::default();
+        let o = verify_candidates(&index, trust, &plan(newest), &old, now, &mut cache);
+        assert!(
+            matches!(&o[0], Outcome::Replayed { plan: p, .. } if *p == plan(1)),
+            "{}",
+            o[0]
+        );
+        // The same inputs again: plan 1 is current once more, and its approval is a replay.
+        save(plan(1), Some(plan(newest)));
+        let index = PlanIndex::load(&store).unwrap();
+        let o = verify_candidates(&index, trust, &plan(1), &old, now, &mut cache);
+        assert_eq!(o[0].code(), "replayed", "{}", o[0]);
+        assert!(o[0].approved().is_none());
+    }
+
     #[test]
     fn matching_finds_stored_and_executed_plans_by_prefix() {
         let store = store_with(5, 2);

@@ -410,3 +410,103 @@ async fn get_machines_follows_every_record_and_desired_change_despite_its_cache(
         row("home", "cp-1", "", "v1.12.4")
     );
 }
+
+/// Issue 32: what a reconcile pass verifies. Each marker is checked against the current plan
+/// and the plan its file name names, never every stored plan; the next pass with nothing
+/// changed verifies no signature (the cache); a reload that puts other signers in force
+/// verifies everything again, and re-reading an unchanged file does not.
+#[tokio::test]
+async fn a_reconcile_pass_verifies_markers_once_and_again_after_a_signers_reload() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x", "bob@x"]);
+    let shared = &a.api.shared;
+    // 40 stored plans besides the current one (a store from before plans were collected).
+    let stored: Vec<crate::plan::PlanId> = (0..40u8)
+        .map(|i| crate::plan::PlanId::from_digest([i; 32]))
+        .collect();
+    let mut txn = Txn::new();
+    for p in &stored {
+        txn = txn.put(
+            crate::store::Table::Plans,
+            crate::plan::stored::plan_key(p),
+            b"{}".to_vec(),
+        );
+    }
+    store.commit(txn).unwrap();
+    let sign = |key: usize, p: &crate::plan::PlanId| {
+        crate::approval::sign::sign_with_key(&a.keys[key], p, ssh_key::HashAlg::Sha512)
+            .unwrap()
+            .armored
+    };
+    let unknown = crate::plan::PlanId::from_digest([0xee; 32]);
+    let mut markers = Vec::new();
+    // 10 copies named after stored plans, signing none of them: current + named = 2 checks.
+    for (i, p) in stored.iter().take(10).enumerate() {
+        markers.push((
+            format!("approvals/{}-c{i}.sig", p.short()),
+            sign(1, &unknown),
+        ));
+    }
+    // 10 copies that name no plan: current only = 1 check.
+    for i in 0..10 {
+        markers.push((format!("approvals/copy-{i}.sig"), sign(1, &unknown)));
+    }
+    // alice's approval of the current plan: 1 check (it verifies over the first plan offered).
+    markers.push((
+        format!("approvals/{}-alice.sig", a.plan.short()),
+        sign(0, &a.plan),
+    ));
+    let expected = 10 * 2 + 10 + 1;
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut snapshot = crate::desired::source::read(&Source::Dir(examples)).unwrap();
+    snapshot.markers = markers
+        .into_iter()
+        .map(|(path, armored)| crate::desired::source::MarkerFile {
+            path,
+            contents: armored.into_bytes(),
+        })
+        .collect();
+    shared.set_desired(crate::desired::parse_snapshot(snapshot));
+    let pass = || {
+        let state =
+            crate::server::reconcile::reconcile(shared, &[], jiff::Timestamp::now()).unwrap();
+        assert_eq!(
+            state.plan.as_ref().map(|p| p.id),
+            Some(a.plan),
+            "the plan stays"
+        );
+        let approved = state
+            .outcomes
+            .iter()
+            .filter(|(_, o)| o.starts_with("approved"))
+            .count();
+        assert!(approved >= 1, "{:?}", state.outcomes);
+        shared.approval_cache.lock().unwrap().last
+    };
+    let first = pass();
+    assert_eq!(first.signature_checks, expected, "{first:?}");
+    // alice's marker is recorded now: the next passes see it twice (record and marker).
+    let second = pass();
+    assert_eq!(second.signature_checks, 0, "{second:?}");
+    assert_eq!(second.cached, second.candidates, "{second:?}");
+    // The same file written again: the same signers, the same generation, nothing verified.
+    let signers_path = a._dir.path().join("allowed_signers");
+    let text = std::fs::read_to_string(&signers_path).unwrap();
+    std::fs::write(&signers_path, &text).unwrap();
+    assert_eq!(pass().signature_checks, 0);
+    // carol added: another generation, every candidate verified again (the record and the
+    // marker of alice's approval are the same candidate: verified once).
+    let carol = crate::approval::sign::SecretKey::generate_ed25519().unwrap();
+    std::fs::write(
+        &signers_path,
+        format!(
+            "{text}carol@x {}\n",
+            carol.public_key().to_openssh().unwrap()
+        ),
+    )
+    .unwrap();
+    let reloaded = pass();
+    assert_eq!(reloaded.signature_checks, expected, "{reloaded:?}");
+    assert_eq!(reloaded.cached, 1, "{reloaded:?}");
+    assert_eq!(pass().signature_checks, 0);
+}
