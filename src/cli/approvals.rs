@@ -39,10 +39,9 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         ),
         other => miette::Report::from_err(other),
     })?;
-    let (signers, problems) = crate::server::reconcile::load_signers(Some(&args.allowed_signers));
-    for p in &problems {
-        eprintln!("warning: {p}");
-    }
+    // The daemon's reader and policy: a file `medea serve` refuses is refused here too.
+    let signers =
+        approval::allowed_signers::read(&args.allowed_signers).map_err(miette::Report::from_err)?;
     let desired = loaded
         .valid()
         .ok_or_else(|| miette::miette!("the desired state has errors (listed above)"))?;

@@ -7,14 +7,11 @@
 //! current and never consumed, so a stale or replayed plan can never start.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use jiff::Timestamp;
 
 use super::Shared;
-use crate::approval::{
-    self, AllowedSigners, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus,
-};
+use crate::approval::{self, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus};
 use crate::desired::{Desired, Loaded};
 use crate::inventory::Inventory;
 use crate::ops::approvals;
@@ -67,33 +64,6 @@ pub struct PlanState {
 pub enum ReconcileError {
     #[error("store error during reconcile")]
     Store(#[from] StoreError),
-}
-
-/// Load the server's allowed_signers; no file means nobody can approve.
-pub fn load_signers(path: Option<&Path>) -> (AllowedSigners, Vec<String>) {
-    let Some(path) = path else {
-        return (
-            approval::allowed_signers::parse("").0,
-            vec!["no --allowed-signers: nobody can approve plans".into()],
-        );
-    };
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let (signers, diags) = approval::allowed_signers::parse(&text);
-            let msgs = diags
-                .iter()
-                .map(|d| format!("{}:{}: {}", path.display(), d.line, d.message))
-                .collect();
-            (signers, msgs)
-        }
-        Err(e) => (
-            approval::allowed_signers::parse("").0,
-            vec![format!(
-                "cannot read allowed signers {}: {e}",
-                path.display()
-            )],
-        ),
-    }
 }
 
 /// Candidates of a revision: its marker files.

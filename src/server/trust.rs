@@ -15,14 +15,11 @@ use crate::desired::Source;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustRootError {
-    #[error("cannot read the allowed signers file `{path}` (--allowed-signers)")]
-    Read {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-    #[error("the allowed signers file `{path}` (--allowed-signers) has errors:\n{list}")]
-    Invalid { path: PathBuf, list: String },
+    /// Not readable or not a good file: the words of the one reader
+    /// ([`approval::allowed_signers::read`]), the same as `medea approve` and `medea approvals`
+    /// show for the same file.
+    #[error(transparent)]
+    Signers(#[from] approval::allowed_signers::SignersFileError),
     #[error(
         "the allowed signers file `{path}` is inside the desired-state directory `{desired}`: whoever can commit could add themselves as a signer; keep it in the server's own configuration (e.g. /etc/medea/allowed_signers)"
     )]
@@ -58,26 +55,6 @@ pub fn check_creds_dir(creds_dir: &Path, source: &Source) -> Result<(), TrustRoo
         }
     }
     Ok(())
-}
-
-/// Read and parse `path`; any bad line is an error (never a partial trust root).
-pub fn read(path: &Path) -> Result<AllowedSigners, TrustRootError> {
-    let text = std::fs::read_to_string(path).map_err(|err| TrustRootError::Read {
-        path: path.to_path_buf(),
-        err,
-    })?;
-    let (signers, diags) = approval::allowed_signers::parse(&text);
-    if !diags.is_empty() {
-        return Err(TrustRootError::Invalid {
-            path: path.to_path_buf(),
-            list: diags
-                .iter()
-                .map(|d| format!("  line {}: {}", d.line, d.message))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        });
-    }
-    Ok(signers)
 }
 
 /// The directories whose contents a committer controls: the desired root and the git work
@@ -150,7 +127,7 @@ impl TrustRoot {
             tracing::warn!("no --allowed-signers: nobody can approve plans");
             return Ok(TrustRoot::none());
         };
-        let signers = read(&path)?;
+        let signers = approval::allowed_signers::read(&path)?;
         let committer = committer_dirs(source);
         if let Some(dir) = inside(&path, &committer) {
             return Err(TrustRootError::InsideDesired {
@@ -198,7 +175,7 @@ impl TrustRoot {
                 path: path.clone(),
                 desired: dir,
             }),
-            None => read(path),
+            None => approval::allowed_signers::read(path).map_err(TrustRootError::from),
         };
         match checked {
             Ok(signers) => {
@@ -320,12 +297,16 @@ mod tests {
         let path = tmp.path().join("allowed_signers");
         assert!(matches!(
             TrustRoot::open(Some(path.clone()), &source),
-            Err(TrustRootError::Read { .. })
+            Err(TrustRootError::Signers(
+                approval::allowed_signers::SignersFileError::Resolve { .. }
+            ))
         ));
         std::fs::write(&path, "alice@x ssh-ed25519 not-base64!\n").unwrap();
         assert!(matches!(
             TrustRoot::open(Some(path.clone()), &source),
-            Err(TrustRootError::Invalid { .. })
+            Err(TrustRootError::Signers(
+                approval::allowed_signers::SignersFileError::Invalid { .. }
+            ))
         ));
         let inside = desired.join("allowed_signers");
         std::fs::write(&inside, format!("alice@x {KEY}\n")).unwrap();
