@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::desired::{DesiredArgs, display_root};
 use super::exit;
-use crate::approval::{self, Outcome};
+use crate::approval;
 use crate::ops::replan as stored;
 
 #[derive(Debug, Args)]
@@ -60,10 +60,16 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         );
         return Ok(exit::ERROR);
     }
-    // The daemon's verification (`ops::approvals`): each marker against the current plan and
-    // the plans its file name names, from the store's keys alone.
-    let index = crate::ops::approvals::PlanIndex::load(&store).into_diagnostic()?;
-    let mut approved = Vec::new();
+    // The daemon's approval status (`ops::approvals::status`): the recorded approvals and the
+    // markers, each against the current plan and the plans its file name names.
+    let status = crate::ops::approvals::offline_status(
+        &store,
+        &plan,
+        &loaded,
+        &signers,
+        jiff::Timestamp::now(),
+    )
+    .into_diagnostic()?;
     println!(
         "plan {} needs {} approval(s) from distinct people",
         plan.id.short(),
@@ -72,25 +78,27 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
     if loaded.markers.is_empty() {
         println!("  no approval markers under approvals/");
     }
-    let candidates = crate::server::reconcile::marker_candidates(&loaded);
-    let outcomes = crate::ops::approvals::verify_candidates(
-        &index,
-        crate::ops::approvals::Trust {
-            signers: &signers,
-            generation: 0,
-        },
-        &plan.id,
-        &candidates,
-        jiff::Timestamp::now(),
-        &mut Default::default(),
-    );
-    for (c, outcome) in candidates.iter().zip(outcomes) {
-        println!("  {}: {outcome}", c.source);
-        if let Outcome::Approved(a) = outcome {
-            approved.push(a);
+    use crate::ops::approvals::Origin;
+    for j in &status.judged {
+        match j.origin {
+            Origin::Marker => println!("  {}: {}", j.source, j.outcome),
+            // A recorded approval shows when no marker of this revision is its source (an
+            // API submission, or a marker since removed): it counts all the same.
+            Origin::Recorded
+                if !status
+                    .judged
+                    .iter()
+                    .any(|m| m.origin == Origin::Marker && m.source == j.source) =>
+            {
+                println!("  {} (recorded): {}", j.source, j.outcome)
+            }
+            _ => {}
         }
     }
-    let status = approval::evaluate(&plan.id, plan.approvals_required, approved);
+    if let Some(why) = &status.refusal {
+        println!("  nothing counts: {why}");
+    }
+    let status = status.quorum;
     println!("{status}");
     Ok(if status.reached() {
         exit::OK

@@ -12,6 +12,14 @@
 //!   `now`) is evaluated on every pass.
 //!
 //! The daemon's reconcile pass and `medea approvals` both verify through [`verify_candidates`].
+//!
+//! A plan's **approval status** is computed once, by [`status`] (issue #34): recorded approvals
+//! (verified again: a removed signer stops counting), the revision's markers and API
+//! submissions, judged in that order; a marker or submission whose key's approval is already
+//! recorded adds nothing; blocking preflight findings nobody acknowledged make nothing count;
+//! distinct people are counted against the plan's bar (`approval::evaluate`). The reconcile
+//! pass (`server::reconcile`), `medea approvals` ([`offline_status`]) and the API's plan view
+//! call it and only present the result.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -19,9 +27,11 @@ use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::approval::verify::{SignatureCheck, check_signature, judge};
-use crate::approval::{AllowedSigners, ApprovalSource, Candidate, Outcome};
-use crate::plan::PlanId;
-use crate::store::{Store, StoreError, Table};
+use crate::approval::{
+    AllowedSigners, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus,
+};
+use crate::plan::{Plan, PlanId};
+use crate::store::{Store, StoreError, StoreExt as _, Table};
 
 /// The plans the store knows, from its keys alone: stored plans (`plan/<hex>`, at most
 /// [`crate::plan::stored::PLAN_WINDOW`] + 1 once collected) and executed ones (`consumed/<hex>`,
@@ -217,6 +227,163 @@ pub fn verify_candidates(
     cache.entries = used;
     cache.last = stats;
     outcomes
+}
+
+/// Candidates of a revision: its marker files.
+pub fn marker_candidates(loaded: &crate::desired::Loaded) -> Vec<Candidate> {
+    loaded
+        .markers
+        .iter()
+        .map(|m| Candidate {
+            source: ApprovalSource::Marker {
+                path: m.path.clone(),
+            },
+            armored: String::from_utf8_lossy(&m.contents).into_owned(),
+        })
+        .collect()
+}
+
+/// Where a judged candidate came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// An approval recorded earlier (verified again).
+    Recorded,
+    /// A marker file of the revision.
+    Marker,
+    /// An API submission of this pass.
+    Submitted,
+}
+
+/// One candidate's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    pub origin: Origin,
+    pub source: ApprovalSource,
+    pub outcome: Outcome,
+    /// A marker or submission approving with a key whose approval of this plan is already
+    /// recorded: the record counts, this adds nothing.
+    pub already_recorded: bool,
+}
+
+/// A plan's approval status: what [`status`] concluded.
+#[derive(Debug, Clone)]
+pub struct ApprovalStatus {
+    /// Every candidate's verdict, in the order judged: recorded, markers, submissions.
+    pub judged: Vec<Judged>,
+    /// Why nothing counts: blocking preflight findings nobody acknowledged (issue #22).
+    pub refusal: Option<String>,
+    /// Approvals to record: markers and submissions that approve with a key not recorded yet
+    /// (one per key). Empty when refused.
+    pub new_records: Vec<ApprovalRecord>,
+    /// Distinct people against the plan's bar.
+    pub quorum: QuorumStatus,
+}
+
+/// The approval status of `plan`, the one place it is computed (see the module doc).
+/// `recorded` are the plan's approval records, `markers` and `submitted` the revision's marker
+/// candidates and this pass's API submissions; each is verified by [`verify_candidates`]
+/// (bounded, cached in `cache`), then counted.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the use case's inputs, each named; a struct would only rename them"
+)]
+pub fn status(
+    index: &PlanIndex,
+    trust: Trust<'_>,
+    plan: &Plan,
+    recorded: &[ApprovalRecord],
+    markers: &[Candidate],
+    submitted: &[Candidate],
+    now: Timestamp,
+    cache: &mut ApprovalCache,
+) -> ApprovalStatus {
+    let origins = std::iter::repeat_n(Origin::Recorded, recorded.len())
+        .chain(std::iter::repeat_n(Origin::Marker, markers.len()))
+        .chain(std::iter::repeat_n(Origin::Submitted, submitted.len()));
+    let candidates: Vec<Candidate> = recorded
+        .iter()
+        .map(|r| Candidate {
+            source: r.source.clone(),
+            armored: r.signature.clone(),
+        })
+        .chain(markers.iter().cloned())
+        .chain(submitted.iter().cloned())
+        .collect();
+    let outcomes = verify_candidates(index, trust, &plan.id, &candidates, now, cache);
+    let mut judged = Vec::with_capacity(candidates.len());
+    let mut approved = Vec::new();
+    let mut new_records: Vec<ApprovalRecord> = Vec::new();
+    for ((origin, c), outcome) in origins.zip(&candidates).zip(outcomes) {
+        let mut already_recorded = false;
+        if origin == Origin::Recorded {
+            if let Some(a) = outcome.approved() {
+                approved.push(a.clone());
+            }
+        } else {
+            already_recorded = recorded.iter().any(
+                |r| matches!(&outcome, Outcome::Approved(a) if a.fingerprint == r.fingerprint),
+            );
+            if let Outcome::Approved(a) = &outcome
+                && !already_recorded
+                && !new_records.iter().any(|r| r.fingerprint == a.fingerprint)
+            {
+                new_records.push(ApprovalRecord::new(a, &c.armored, now));
+                approved.push(a.clone());
+            }
+        }
+        judged.push(Judged {
+            origin,
+            source: c.source.clone(),
+            outcome,
+            already_recorded,
+        });
+    }
+    let refusal = crate::plan::preflight::refusal(plan);
+    if refusal.is_some() {
+        approved.clear();
+        new_records.clear();
+    }
+    ApprovalStatus {
+        judged,
+        refusal,
+        new_records,
+        quorum: crate::approval::evaluate(&plan.id, plan.approvals_required, approved),
+    }
+}
+
+/// The plan's recorded approvals (`<plan hex>/<fingerprint>` in the Approvals table).
+pub fn recorded(store: &dyn Store, plan: &PlanId) -> Result<Vec<ApprovalRecord>, StoreError> {
+    Ok(store
+        .scan_records::<ApprovalRecord>(&format!("{}/", plan.to_hex()))?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+}
+
+/// [`status`] as `medea approvals` computes it offline: the plan's recorded approvals and the
+/// revision's markers, with the daemon's index, no cache and no submissions.
+pub fn offline_status(
+    store: &dyn Store,
+    plan: &Plan,
+    loaded: &crate::desired::Loaded,
+    signers: &AllowedSigners,
+    now: Timestamp,
+) -> Result<ApprovalStatus, StoreError> {
+    let index = PlanIndex::load(store)?;
+    let recorded = recorded(store, &plan.id)?;
+    Ok(status(
+        &index,
+        Trust {
+            signers,
+            generation: 0,
+        },
+        plan,
+        &recorded,
+        &marker_candidates(loaded),
+        &[],
+        now,
+        &mut ApprovalCache::default(),
+    ))
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::Shared;
-use crate::approval::{self, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus};
-use crate::desired::{Desired, Loaded};
+use crate::approval::{ApprovalRecord, ApprovalSource, Candidate, QuorumStatus};
+use crate::desired::Desired;
 use crate::inventory::Inventory;
 use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
@@ -22,7 +22,7 @@ use crate::rollout::RolloutError;
 use crate::rollout::job::{JobInputs, create_jobs_txn};
 use crate::rollout::journal::consumed_key;
 use crate::store::record::encode;
-use crate::store::{Check, Record, StoreError, StoreExt, Table, Txn};
+use crate::store::{Check, Record, StoreError, Table, Txn};
 
 impl Record for ApprovalRecord {
     const TABLE: Table = Table::Approvals;
@@ -64,20 +64,6 @@ pub struct PlanState {
 pub enum ReconcileError {
     #[error("store error during reconcile")]
     Store(#[from] StoreError),
-}
-
-/// Candidates of a revision: its marker files.
-pub fn marker_candidates(loaded: &Loaded) -> Vec<Candidate> {
-    loaded
-        .markers
-        .iter()
-        .map(|m| Candidate {
-            source: ApprovalSource::Marker {
-                path: m.path.clone(),
-            },
-            armored: String::from_utf8_lossy(&m.contents).into_owned(),
-        })
-        .collect()
 }
 
 /// Verify `extra` candidates (an API submission) plus the revision's markers plus every
@@ -170,87 +156,65 @@ pub fn reconcile(
     // cached per (candidate, plan, signers generation) (`ops::approvals`).
     let (signers, generation) = shared.trust.current_generation();
     let index = approvals::PlanIndex::load(store)?;
-    let recorded: Vec<(String, ApprovalRecord)> =
-        store.scan_records::<ApprovalRecord>(&format!("{}/", plan.id.to_hex()))?;
-    let mut candidates: Vec<Candidate> = recorded
-        .iter()
-        .map(|(_, r)| Candidate {
-            source: r.source.clone(),
-            armored: r.signature.clone(),
-        })
-        .collect();
-    let markers_from = candidates.len();
-    candidates.extend(marker_candidates(&loaded));
-    let extra_from = candidates.len();
-    candidates.extend(extra.iter().cloned());
+    let recorded = approvals::recorded(store, &plan.id)?;
+    let markers = approvals::marker_candidates(&loaded);
     #[allow(
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
-    let outcomes = {
+    let status = {
         let mut cache = shared.approval_cache.lock().expect("approval cache lock");
-        let outcomes = approvals::verify_candidates(
+        let status = approvals::status(
             &index,
             approvals::Trust {
                 signers: &signers,
                 generation,
             },
-            &plan.id,
-            &candidates,
+            &plan,
+            &recorded,
+            &markers,
+            extra,
             now,
             &mut cache,
         );
         tracing::debug!(plan = %plan.id.short(), candidates = cache.last.candidates, cached = cache.last.cached, signature_checks = cache.last.signature_checks, "approvals verified");
-        outcomes
+        status
     };
-    let mut approved = Vec::new();
-    let mut new_records: Vec<ApprovalRecord> = Vec::new();
-    for (i, (c, outcome)) in candidates.iter().zip(outcomes).enumerate() {
-        if i < markers_from {
-            state.outcomes.push((c.source.clone(), outcome.to_string()));
-            if let Some(a) = outcome.approved() {
-                approved.push(a.clone());
+    // Present the verdicts: every recorded one, and each marker or submission whose key's
+    // approval is not recorded already; submissions answer in order.
+    for j in &status.judged {
+        if j.origin != approvals::Origin::Recorded {
+            if j.origin == approvals::Origin::Submitted {
+                state
+                    .submitted
+                    .push((j.outcome.approved().is_some(), j.outcome.to_string()));
             }
-            continue;
+            crate::metrics::approval_outcome(j.outcome.code());
+            if j.outcome.approved().is_none() {
+                tracing::info!(plan = %plan.id.short(), source = %j.source, outcome = %j.outcome, "approval candidate does not count");
+            }
+            if j.already_recorded {
+                continue;
+            }
         }
-        if i >= extra_from {
-            state
-                .submitted
-                .push((outcome.approved().is_some(), outcome.to_string()));
-        }
-        crate::metrics::approval_outcome(outcome.code());
-        if outcome.approved().is_none() {
-            tracing::info!(plan = %plan.id.short(), source = %c.source, outcome = %outcome, "approval candidate does not count");
-        }
-        let already = recorded.iter().any(
-            |(_, r)| matches!(&outcome, Outcome::Approved(a) if a.fingerprint == r.fingerprint),
-        );
-        if !already {
-            state.outcomes.push((c.source.clone(), outcome.to_string()));
-        }
-        if let Outcome::Approved(a) = &outcome
-            && !already
-            && !new_records.iter().any(|r| r.fingerprint == a.fingerprint)
-        {
-            new_records.push(ApprovalRecord::new(a, &c.armored, now));
-            approved.push(a.clone());
-        }
+        state
+            .outcomes
+            .push((j.source.clone(), j.outcome.to_string()));
     }
     // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
     // approved. No approval is recorded or counted and nothing starts; every candidate is
     // answered with why, naming the findings and how to acknowledge them.
-    if let Some(why) = crate::plan::preflight::refusal(&plan) {
+    if let Some(why) = &status.refusal {
         for s in &mut state.submitted {
             *s = (false, why.clone());
         }
         for (_, o) in &mut state.outcomes {
             *o = format!("does not count: {why}");
         }
-        approved.clear();
-        new_records.clear();
-        state.waiting = vec![why];
+        state.waiting = vec![why.clone()];
     }
-    let quorum = approval::evaluate(&plan.id, plan.approvals_required, approved);
+    let new_records = status.new_records;
+    let quorum = status.quorum;
     state.quorum = Some(quorum.clone());
 
     // 3. Record new approvals; at quorum, in the same transaction, apply and start.

@@ -213,6 +213,16 @@ impl TrustRoot {
         self.state.read().expect("trust root lock").signers.clone()
     }
 
+    /// [`Self::in_force`] with its generation (see [`Self::current_generation`]).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    pub fn in_force_generation(&self) -> (Arc<AllowedSigners>, u64) {
+        let state = self.state.read().expect("trust root lock");
+        (state.signers.clone(), state.generation)
+    }
+
     /// Why the file on disk is not the one in force, if it is not.
     #[allow(
         clippy::expect_used,

@@ -510,3 +510,91 @@ async fn a_reconcile_pass_verifies_markers_once_and_again_after_a_signers_reload
     assert_eq!(reloaded.cached, 1, "{reloaded:?}");
     assert_eq!(pass().signature_checks, 0);
 }
+
+/// Issue 34: one approval use case. For the same markers, API submissions and signers, the
+/// reconcile pass, `medea approvals` (`ops::approvals::offline_status`) and the API's plan view
+/// count the same people and reach the same verdict. Before, `medea approvals` counted the
+/// markers alone (bob's API approval did not exist for it) and the view used its own context.
+#[tokio::test]
+async fn reconcile_the_offline_command_and_the_plan_view_give_one_verdict() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x", "bob@x", "carol@x"]);
+    let shared = &a.api.shared;
+    let sign = |key: usize, p: &crate::plan::PlanId| {
+        crate::approval::sign::sign_with_key(&a.keys[key], p, ssh_key::HashAlg::Sha512)
+            .unwrap()
+            .armored
+    };
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut snapshot = crate::desired::source::read(&Source::Dir(examples)).unwrap();
+    // alice approves by marker; carol's marker is a copy over another plan.
+    let other = crate::plan::PlanId::from_digest([0xee; 32]);
+    snapshot.markers = vec![
+        crate::desired::source::MarkerFile {
+            path: format!("approvals/{}-alice.sig", a.plan.short()),
+            contents: sign(0, &a.plan).into_bytes(),
+        },
+        crate::desired::source::MarkerFile {
+            path: format!("approvals/{}-carol.sig", a.plan.short()),
+            contents: sign(2, &other).into_bytes(),
+        },
+    ];
+    shared.set_desired(crate::desired::parse_snapshot(snapshot));
+    // bob approves over the API (recorded by the pass that verifies it).
+    a.submit(1).await.unwrap();
+
+    let people = |q: &crate::approval::QuorumStatus| {
+        let mut p: Vec<String> = q.counted.iter().map(|a| a.principal.clone()).collect();
+        p.sort();
+        (p, q.reached())
+    };
+    let verdicts = || async {
+        let now = jiff::Timestamp::now();
+        let reconciled = crate::server::reconcile::reconcile(shared, &[], now)
+            .unwrap()
+            .quorum
+            .unwrap();
+        let plan = crate::ops::replan::load_plan(store.as_ref(), &a.plan)
+            .unwrap()
+            .unwrap();
+        let loaded = shared.desired().unwrap();
+        let offline = crate::ops::approvals::offline_status(
+            store.as_ref(),
+            &plan,
+            &loaded,
+            &shared.trust.in_force(),
+            now,
+        )
+        .unwrap()
+        .quorum;
+        let view = a.plan().await;
+        let mut view_people: Vec<String> =
+            view.approvals.iter().map(|x| x.principal.clone()).collect();
+        view_people.sort();
+        (
+            people(&reconciled),
+            people(&offline),
+            (view_people, view.state == "approved"),
+        )
+    };
+    let (r, o, v) = verdicts().await;
+    let both = (vec!["alice@x".to_string(), "bob@x".to_string()], true);
+    assert_eq!(r, both, "reconcile");
+    assert_eq!(o, both, "medea approvals");
+    assert_eq!(v, both, "the plan view");
+
+    // bob leaves the signers file: all three stop counting him at once.
+    let signers_path = a._dir.path().join("allowed_signers");
+    let text: String = std::fs::read_to_string(&signers_path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("bob@x"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&signers_path, text).unwrap();
+    let (r, o, v) = verdicts().await;
+    let alice = (vec!["alice@x".to_string()], false);
+    assert_eq!(r, alice, "reconcile");
+    assert_eq!(o, alice, "medea approvals");
+    assert_eq!(v, alice, "the plan view");
+}
