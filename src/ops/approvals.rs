@@ -19,7 +19,9 @@
 //! recorded adds nothing; blocking preflight findings nobody acknowledged make nothing count;
 //! distinct people are counted against the plan's bar (`approval::evaluate`). The reconcile
 //! pass (`server::reconcile`), `medea approvals` ([`offline_status`]) and the API's plan view
-//! call it and only present the result.
+//! call it and only present the result. A quorum becomes jobs in one place too: [`start_txn`]
+//! (settings applied, jobs created, the plan consumed), which the reconcile pass commits with
+//! the approval that reached quorum.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -384,6 +386,76 @@ pub fn offline_status(
         now,
         &mut ApprovalCache::default(),
     ))
+}
+
+/// The checks and writes that start `plan`: its settings, its jobs, its consumed marker.
+/// `Ok(None)` when there is nothing to start; `Err(gates)` when a gate keeps it waiting.
+///
+/// The one place a quorum becomes jobs (issue #34): the reconcile pass adds these to the
+/// transaction that records the approval reaching quorum.
+pub fn start_txn(
+    store: &dyn Store,
+    desired: &crate::desired::Desired,
+    plan: &Plan,
+    global_rollouts: bool,
+    now: Timestamp,
+) -> Result<Option<(crate::store::Txn, Vec<String>)>, Vec<String>> {
+    use crate::plan::stored::with_approval_writes;
+    use crate::rollout::journal::consumed_key;
+    use crate::rollout::{JobInputs, RolloutError, create_jobs_txn};
+    use crate::store::{Check, Txn};
+    let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
+    if !has_steps {
+        // Settings only: apply them and consume the plan.
+        let txn = with_approval_writes(
+            Txn::new()
+                .check(Check::Absent(Table::Plans, consumed_key(&plan.id)))
+                .put_record(
+                    consumed_key(&plan.id),
+                    &crate::rollout::journal::PlanConsumed {
+                        plan: plan.id,
+                        at: now,
+                        jobs: vec![],
+                    },
+                ),
+            plan,
+        );
+        return Ok(Some((txn, vec![])));
+    }
+    let inventory =
+        crate::inventory::Inventory::load(store).map_err(|e| vec![crate::error_chain(&e)])?;
+    let clusters: std::collections::BTreeMap<String, &crate::inventory::ObservedCluster> =
+        inventory
+            .clusters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_ref()))
+            .collect();
+    let windows: std::collections::BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> =
+        desired
+            .clusters
+            .iter()
+            .map(|(k, c)| (k.clone(), c.windows.as_slice()))
+            .collect();
+    let inputs = JobInputs {
+        global_rollouts,
+        clusters,
+        windows,
+    };
+    match create_jobs_txn(plan, &inputs, now) {
+        Ok(created) => {
+            let ids = created.jobs.iter().map(|j| j.id.to_string()).collect();
+            Ok(Some((with_approval_writes(created.txn, plan), ids)))
+        }
+        Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
+            let msg = e.to_string();
+            tracing::info!(plan = %plan.id.short(), gate = %msg, "plan approved, waiting for a gate");
+            Err(vec![msg])
+        }
+        Err(e) => {
+            tracing::warn!(plan = %plan.id.short(), error = %crate::error_chain(&e), "plan approved but cannot start");
+            Err(vec![e.to_string()])
+        }
+    }
 }
 
 #[cfg(test)]

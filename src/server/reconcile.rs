@@ -1,25 +1,21 @@
 //! The reconcile pass: after any change (desired revision, observation, approval, gate), plan;
 //! verify approvals of the current plan; when it reaches quorum, apply its settings and create
-//! its jobs — all in one store transaction.
+//! its jobs — all in one store transaction. The approval status and the start transaction are
+//! the use case's (`ops::approvals::status`, `ops::approvals::start_txn`); this pass gathers
+//! their inputs, commits, logs and notifies.
 //!
 //! Architecture Invariant: the transaction that records the approval reaching quorum is the
 //! one that creates the jobs and marks the plan consumed; it re-checks that the plan is still
 //! current and never consumed, so a stale or replayed plan can never start.
 
-use std::collections::BTreeMap;
-
 use jiff::Timestamp;
 
 use super::Shared;
 use crate::approval::{ApprovalRecord, ApprovalSource, Candidate, QuorumStatus};
-use crate::desired::Desired;
-use crate::inventory::Inventory;
 use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
-use crate::plan::stored::{CURRENT_KEY, CurrentPlan, with_approval_writes};
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
 use crate::plan::{Plan, PlanId};
-use crate::rollout::RolloutError;
-use crate::rollout::job::{JobInputs, create_jobs_txn};
 use crate::rollout::journal::consumed_key;
 use crate::store::record::encode;
 use crate::store::{Check, Record, StoreError, Table, Txn};
@@ -247,7 +243,7 @@ pub fn reconcile(
     }
     let mut start = false;
     if quorum.reached() && !state.consumed && plan.has_changes() {
-        match start_txn(shared, desired, &plan, now) {
+        match approvals::start_txn(store, desired, &plan, shared.rollouts_gate, now) {
             Ok(Some((ops, jobs))) => {
                 for c in ops.checks {
                     txn = txn.check(c);
@@ -286,64 +282,4 @@ pub fn reconcile(
     }
     state.plan = Some(plan);
     Ok(state)
-}
-
-/// The checks and writes that start `plan`: its settings, its jobs, its consumed marker.
-/// `Ok(None)` when there is nothing to start; `Err(gates)` when a gate keeps it waiting.
-fn start_txn(
-    shared: &Shared,
-    desired: &Desired,
-    plan: &Plan,
-    now: Timestamp,
-) -> Result<Option<(Txn, Vec<String>)>, Vec<String>> {
-    let store = shared.store.as_ref();
-    let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
-    if !has_steps {
-        // Settings only: apply them and consume the plan.
-        let txn = with_approval_writes(
-            Txn::new()
-                .check(Check::Absent(Table::Plans, consumed_key(&plan.id)))
-                .put_record(
-                    consumed_key(&plan.id),
-                    &crate::rollout::journal::PlanConsumed {
-                        plan: plan.id,
-                        at: now,
-                        jobs: vec![],
-                    },
-                ),
-            plan,
-        );
-        return Ok(Some((txn, vec![])));
-    }
-    let inventory = Inventory::load(store).map_err(|e| vec![crate::error_chain(&e)])?;
-    let clusters: BTreeMap<String, &crate::inventory::ObservedCluster> = inventory
-        .clusters
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_ref()))
-        .collect();
-    let windows: BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> = desired
-        .clusters
-        .iter()
-        .map(|(k, c)| (k.clone(), c.windows.as_slice()))
-        .collect();
-    let inputs = JobInputs {
-        global_rollouts: shared.rollouts_gate,
-        clusters,
-        windows,
-    };
-    match create_jobs_txn(plan, &inputs, now) {
-        Ok(created) => {
-            let ids = created.jobs.iter().map(|j| j.id.to_string()).collect();
-            Ok(Some((with_approval_writes(created.txn, plan), ids)))
-        }
-        Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
-            let msg = e.to_string();
-            tracing::info!(plan = %plan.id.short(), gate = %msg, "plan approved, waiting for a gate");
-            Err(vec![msg])
-        }
-        Err(e) => {
-            tracing::warn!(plan = %plan.id.short(), error = %crate::error_chain(&e), "plan approved but cannot start");
-            Err(vec![e.to_string()])
-        }
-    }
 }
