@@ -4,14 +4,16 @@
 //! `\n`, under the SSHSIG namespace [`NAMESPACE`]), the allowed_signers parser, the per-candidate
 //! verification outcomes, the quorum count (against the anti-self-lowering rule of
 //! [`crate::plan::bar`], re-exported from [`quorum`]), where an approval came from
-//! ([`source`]), the persisted [`ApprovalRecord`], and the signing adapter ([`sign`]).
-//! **May depend on:** `plan` (ids, the approval bar). Nothing here knows the store, the server
-//! or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`, never
+//! ([`source`]), the persisted [`ApprovalRecord`], the signing adapter ([`sign`]) and the one
+//! reader of the allowed_signers file ([`allowed_signers::read()`]).
+//! **May depend on:** `plan` (ids, the approval bar), `private_file` (the bounded read of the
+//! allowed_signers file). Nothing here knows the store, the server or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`, never
 //! `record`.
 //!
-//! Architecture Invariant: everything but [`sign`] is pure: no file, socket or clock access;
-//! the verification time comes in as an argument. `sign` is the adapter (key files, ssh-agent
-//! socket, marker files) and nothing else in the module calls it.
+//! Architecture Invariant: everything but [`sign`] and [`allowed_signers::read()`] is pure: no
+//! file, socket or clock access; the verification time comes in as an argument. `sign` is the
+//! adapter (key files, ssh-agent socket, marker files) and nothing else in the module calls
+//! it; `allowed_signers::read` reads the trust root for the server and the CLI alike.
 //! Architecture Invariant: the trust root (the allowed signers) is an argument supplied by the
 //! server from its own configuration, never read from the desired state; the quorum a plan
 //! needs is the one in force before it ([`quorum::required_quorum`]).
@@ -28,7 +30,7 @@ pub mod sign;
 pub mod source;
 pub mod verify;
 
-pub use allowed_signers::{AllowedSigners, SignerEntry, SignersDiagnostic};
+pub use allowed_signers::{AllowedSigners, SignerEntry, SignersDiagnostic, SignersFileError};
 pub use gate::{ClosedGate, Gates, WindowState, closed_gates, ensure_startable, resolve_plan};
 pub use quorum::{
     BarChange, ClusterQuorum, NotCounted, PlanScope, QuorumPolicy, QuorumStatus, evaluate,

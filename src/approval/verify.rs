@@ -317,73 +317,140 @@ fn sk_flags(sig: &SshSig) -> Option<u8> {
     }
 }
 
-/// Verify one armored signature as an approval of `ctx.current`.
-pub fn verify(armored: &str, source: ApprovalSource, ctx: &VerifyContext<'_>) -> Outcome {
+/// The signature stage of a verification: everything that depends only on the signature's
+/// bytes, the allowed signers and the plans offered — not on the time or on which plans were
+/// executed. It holds the expensive part (the signature checks), so the daemon keeps it per
+/// (candidate digest, current plan, signers generation) and only [`judge`]s it again on each
+/// pass (`ops::approvals`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureCheck {
+    /// Refused before any plan was tried: `Malformed`, `WrongNamespace`, `BadSignature` or
+    /// `UnknownKey`.
+    Refused(Outcome),
+    /// A good signature by an allowed key over `plan`, the first of the plans offered it
+    /// verifies over.
+    Signs {
+        plan: PlanId,
+        key: ssh_key::public::KeyData,
+        fingerprint: String,
+    },
+    /// A signature by an allowed key over none of the plans offered.
+    NoPlan { fingerprint: String },
+}
+
+/// Check `armored` (steps 1–5 of the module's order) against the plans `offered`, in order
+/// (the current plan first). Returns the check and how many signature verifications it made:
+/// at most one per plan offered, none when refused earlier.
+pub fn check_signature(
+    armored: &str,
+    signers: &AllowedSigners,
+    offered: &[PlanId],
+) -> (SignatureCheck, usize) {
     let sig = match parse_armored(armored) {
         Ok(s) => s,
-        Err(reason) => return Outcome::Malformed { reason },
+        Err(reason) => return (SignatureCheck::Refused(Outcome::Malformed { reason }), 0),
     };
     if sig.namespace() != NAMESPACE {
-        return Outcome::WrongNamespace {
-            found: sig.namespace().to_string(),
-        };
+        return (
+            SignatureCheck::Refused(Outcome::WrongNamespace {
+                found: sig.namespace().to_string(),
+            }),
+            0,
+        );
     }
     let key_data = sig.public_key();
     let fingerprint = key_data.fingerprint(HashAlg::Sha256).to_string();
     if !algorithm_fits(&key_data.algorithm(), &sig.algorithm()) {
-        return Outcome::BadSignature {
-            fingerprint,
-            reason: format!(
-                "a `{}` signature cannot come from a `{}` key",
-                sig.algorithm().as_str(),
-                key_data.algorithm().as_str()
-            ),
-        };
+        return (
+            SignatureCheck::Refused(Outcome::BadSignature {
+                fingerprint,
+                reason: format!(
+                    "a `{}` signature cannot come from a `{}` key",
+                    sig.algorithm().as_str(),
+                    key_data.algorithm().as_str()
+                ),
+            }),
+            0,
+        );
     }
     // A security-key signature carries the authenticator's flags (signed with it); without
     // user presence nobody touched the key, which `ssh-keygen -Y verify` refuses too.
     if let Some(flags) = sk_flags(&sig)
         && flags & SK_USER_PRESENCE == 0
     {
-        return Outcome::BadSignature {
-            fingerprint,
-            reason: "the security-key signature lacks the user-presence flag (the key was not touched); sign again and touch the key".into(),
-        };
+        return (
+            SignatureCheck::Refused(Outcome::BadSignature {
+                fingerprint,
+                reason: "the security-key signature lacks the user-presence flag (the key was not touched); sign again and touch the key".into(),
+            }),
+            0,
+        );
     }
-    let entries: Vec<&SignerEntry> = ctx.signers.entries_for_key(key_data).collect();
-    let Some(first) = entries.first() else {
-        return Outcome::UnknownKey { fingerprint };
+    let Some(first) = signers.entries_for_key(key_data).next() else {
+        return (
+            SignatureCheck::Refused(Outcome::UnknownKey { fingerprint }),
+            0,
+        );
     };
     let key = first.key();
+    let mut checks = 0;
+    for plan in offered {
+        checks += 1;
+        if key.verify(NAMESPACE, &plan.signed_message(), &sig).is_ok() {
+            return (
+                SignatureCheck::Signs {
+                    plan: *plan,
+                    key: key_data.clone(),
+                    fingerprint,
+                },
+                checks,
+            );
+        }
+    }
+    (SignatureCheck::NoPlan { fingerprint }, checks)
+}
 
-    let signs = |plan: &PlanId| key.verify(NAMESPACE, &plan.signed_message(), &sig).is_ok();
-    let signed = if signs(ctx.current) {
-        *ctx.current
-    } else if let Some(p) = ctx
-        .known
-        .iter()
-        .chain(ctx.consumed)
-        .find(|p| *p != ctx.current && signs(p))
-    {
-        *p
-    } else {
-        return Outcome::OtherPlan {
-            current: *ctx.current,
+/// The outcome of a [`SignatureCheck`] now (steps 5–7 of the module's order): against the
+/// current plan, whether the signed plan was executed (`consumed`), and the signer lines of
+/// the key at `now`. Cheap: no signature is verified here.
+pub fn judge(
+    check: &SignatureCheck,
+    source: ApprovalSource,
+    signers: &AllowedSigners,
+    current: &PlanId,
+    consumed: &dyn Fn(&PlanId) -> bool,
+    now: Timestamp,
+) -> Outcome {
+    let (signed, key_data, fingerprint) = match check {
+        SignatureCheck::Refused(o) => return o.clone(),
+        SignatureCheck::NoPlan { fingerprint } => {
+            return Outcome::OtherPlan {
+                current: *current,
+                fingerprint: fingerprint.clone(),
+            };
+        }
+        SignatureCheck::Signs {
+            plan,
+            key,
             fingerprint,
-        };
+        } => (*plan, key, fingerprint.clone()),
     };
-    if ctx.consumed.contains(&signed) {
+    if consumed(&signed) {
         return Outcome::Replayed {
             plan: signed,
             fingerprint,
         };
     }
-    if signed != *ctx.current {
+    if signed != *current {
         return Outcome::StalePlan {
             signed,
-            current: *ctx.current,
+            current: *current,
             fingerprint,
         };
+    }
+    let entries: Vec<&SignerEntry> = signers.entries_for_key(key_data).collect();
+    if entries.is_empty() {
+        return Outcome::UnknownKey { fingerprint };
     }
 
     // The signature is good. Which signer line (file order) lets it count?
@@ -398,7 +465,7 @@ pub fn verify(armored: &str, source: ApprovalSource, ctx: &VerifyContext<'_>) ->
                 namespaces: e.namespaces().unwrap_or_default().to_string(),
             })
         } else {
-            match e.validity_at(ctx.now) {
+            match e.validity_at(now) {
                 Validity::Expired { valid_before } => Some(Outcome::Expired {
                     principal: shown,
                     fingerprint: fingerprint.clone(),
@@ -436,6 +503,30 @@ pub fn verify(armored: &str, source: ApprovalSource, ctx: &VerifyContext<'_>) ->
         }
     }
     first_refusal.unwrap_or(Outcome::UnknownKey { fingerprint })
+}
+
+/// Verify one armored signature as an approval of `ctx.current`: [`check_signature`] over the
+/// current plan, then `ctx.known` and `ctx.consumed`, then [`judge`]. The daemon bounds what it
+/// offers (`ops::approvals`: the current plan and the plans a marker's file name names).
+pub fn verify(armored: &str, source: ApprovalSource, ctx: &VerifyContext<'_>) -> Outcome {
+    let offered: Vec<PlanId> = std::iter::once(*ctx.current)
+        .chain(
+            ctx.known
+                .iter()
+                .chain(ctx.consumed)
+                .filter(|p| *p != ctx.current)
+                .copied(),
+        )
+        .collect();
+    let (check, _) = check_signature(armored, ctx.signers, &offered);
+    judge(
+        &check,
+        source,
+        ctx.signers,
+        ctx.current,
+        &|p| ctx.consumed.contains(p),
+        ctx.now,
+    )
 }
 
 #[cfg(test)]

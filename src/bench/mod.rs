@@ -1,7 +1,8 @@
 //! Benchmarks at fleet scale: a deterministic generator and the `medea bench` harness.
 //!
 //! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`process`],
-//! [`server`], [`rollout`]), their statistics ([`stats`]) and the host description ([`host`]).
+//! [`server`], [`rollout`], [`approvals`]), their statistics ([`stats`]) and the host
+//! description ([`host`]).
 //! **May depend on:** the modules it measures (`desired`, `inventory`, `plan`, `rollout`,
 //! `store`, `server`, `sim`) and the API through [`crate::api::client`]; never `cli`.
 //! Nothing but `cli` (`medea bench`) depends on it.
@@ -10,6 +11,7 @@
 //! tests; every figure is a median of repeated runs, and every ratio compares runs taken side
 //! by side in the same process. `design/performance.md` records the results.
 
+pub mod approvals;
 pub mod fleet;
 pub mod host;
 pub mod incremental;

@@ -7,13 +7,12 @@ use clap::Args;
 
 use super::desired::{DesiredArgs, display_root};
 use super::exit;
-use crate::approval::{self, Outcome, VerifyContext};
+use crate::approval;
 use crate::ops::replan as stored;
-use crate::store::Store;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store \\\n    --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store \\\n    --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
+    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
 )]
 pub struct ApprovalsArgs {
     #[command(flatten)]
@@ -40,10 +39,9 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         ),
         other => miette::Report::from_err(other),
     })?;
-    let (signers, problems) = crate::server::reconcile::load_signers(Some(&args.allowed_signers));
-    for p in &problems {
-        eprintln!("warning: {p}");
-    }
+    // The daemon's reader and policy: a file `medea serve` refuses is refused here too.
+    let signers =
+        approval::allowed_signers::read(&args.allowed_signers).map_err(miette::Report::from_err)?;
     let desired = loaded
         .valid()
         .ok_or_else(|| miette::miette!("the desired state has errors (listed above)"))?;
@@ -62,33 +60,16 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
         );
         return Ok(exit::ERROR);
     }
-    let known: Vec<_> = stored::all_plans(&store)
-        .into_diagnostic()?
-        .into_iter()
-        .map(|p| p.id)
-        .collect();
-    let consumed: Vec<_> = known
-        .iter()
-        .copied()
-        .filter(|id| {
-            store
-                .get(
-                    crate::store::Table::Plans,
-                    &crate::rollout::journal::consumed_key(id),
-                )
-                .ok()
-                .flatten()
-                .is_some()
-        })
-        .collect();
-    let ctx = VerifyContext {
-        signers: &signers,
-        current: &plan.id,
-        known: &known,
-        consumed: &consumed,
-        now: jiff::Timestamp::now(),
-    };
-    let mut approved = Vec::new();
+    // The daemon's approval status (`ops::approvals::status`): the recorded approvals and the
+    // markers, each against the current plan and the plans its file name names.
+    let status = crate::ops::approvals::offline_status(
+        &store,
+        &plan,
+        &loaded,
+        &signers,
+        jiff::Timestamp::now(),
+    )
+    .into_diagnostic()?;
     outln!(
         "plan {} needs {} approval(s) from distinct people",
         plan.id.short(),
@@ -97,14 +78,27 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
     if loaded.markers.is_empty() {
         outln!("  no approval markers under approvals/");
     }
-    for c in crate::server::reconcile::marker_candidates(&loaded) {
-        let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
-        outln!("  {}: {outcome}", c.source);
-        if let Outcome::Approved(a) = outcome {
-            approved.push(a);
+    use crate::ops::approvals::Origin;
+    for j in &status.judged {
+        match j.origin {
+            Origin::Marker => outln!("  {}: {}", j.source, j.outcome),
+            // A recorded approval shows when no marker of this revision is its source (an
+            // API submission, or a marker since removed): it counts all the same.
+            Origin::Recorded
+                if !status
+                    .judged
+                    .iter()
+                    .any(|m| m.origin == Origin::Marker && m.source == j.source) =>
+            {
+                outln!("  {} (recorded): {}", j.source, j.outcome)
+            }
+            _ => {}
         }
     }
-    let status = approval::evaluate(&plan.id, plan.approvals_required, approved);
+    if let Some(why) = &status.refusal {
+        outln!("  nothing counts: {why}");
+    }
+    let status = status.quorum;
     outln!("{status}");
     Ok(if status.reached() {
         exit::OK

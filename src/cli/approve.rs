@@ -14,9 +14,7 @@ use miette::Diagnostic;
 use ssh_key::HashAlg;
 
 use crate::approval::sign::{self, Agent, KeyFile, SignError, SignedApproval};
-use crate::approval::{
-    AllowedSigners, ApprovalSource, NAMESPACE, Outcome, VerifyContext, allowed_signers, verify,
-};
+use crate::approval::{ApprovalSource, NAMESPACE, Outcome, VerifyContext, allowed_signers, verify};
 use crate::plan::id::PlanIdError;
 use crate::plan::{PlanId, PlanIdRef};
 
@@ -84,19 +82,14 @@ pub enum ApproveError {
         )
     )]
     ShortId { input: String },
-    #[error("failed to read allowed signers file `{path}`")]
-    #[diagnostic(code(medea::approve::allowed_signers))]
-    ReadSigners {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-    #[error("allowed signers file `{path}` has errors:\n{list}")]
+    /// The one reader's words (`approval::allowed_signers::read`), as `medea serve` and
+    /// `medea approvals` show them for the same file.
+    #[error(transparent)]
     #[diagnostic(
         code(medea::approve::allowed_signers),
         help("fix the lines listed; see `man ssh-keygen`, ALLOWED SIGNERS")
     )]
-    BadSigners { path: PathBuf, list: String },
+    Signers(#[from] allowed_signers::SignersFileError),
     #[error("the new signature would not count as an approval: {outcome}")]
     #[diagnostic(
         code(medea::approve::not_trusted),
@@ -157,7 +150,7 @@ fn approve(args: ApproveArgs) -> Result<u8, ApproveError> {
     }
     let plan = parse_full_id(&args.id)?;
     let signers = match &args.allowed_signers {
-        Some(path) => Some(load_signers(path)?),
+        Some(path) => Some(allowed_signers::read(path)?),
         None => None,
     };
     let hash = match args.hash {
@@ -382,28 +375,6 @@ fn parse_full_id(input: &str) -> Result<PlanId, ApproveError> {
     r.full().ok_or_else(|| ApproveError::ShortId {
         input: input.to_string(),
     })
-}
-
-fn load_signers(path: &std::path::Path) -> Result<AllowedSigners, ApproveError> {
-    let text = std::fs::read_to_string(path).map_err(|err| ApproveError::ReadSigners {
-        path: path.to_path_buf(),
-        err,
-    })?;
-    let (signers, diags) = allowed_signers::parse(&text);
-    if !diags.is_empty() {
-        return Err(ApproveError::BadSigners {
-            path: path.to_path_buf(),
-            list: diags
-                .iter()
-                .map(|d| match d.column {
-                    Some(c) => format!("  {}:{}:{c}: {}", path.display(), d.line, d.message),
-                    None => format!("  {}:{}: {}", path.display(), d.line, d.message),
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
-        });
-    }
-    Ok(signers)
 }
 
 fn sign_plan(

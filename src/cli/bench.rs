@@ -91,6 +91,21 @@ pub enum Scenario {
         #[arg(long)]
         wrap: Option<String>,
     },
+    /// One reconcile pass with many approval markers and many stored plans (issue #32): a
+    /// pass with an empty approval cache and one after a pass with the same markers.
+    Approvals {
+        /// Marker files in the desired state's approvals/ (none signs the current plan). The
+        /// default is the most a revision can hold beside the fleet's 2 resource files (a
+        /// revision holds at most 2,000 files).
+        #[arg(long, default_value_t = 1998)]
+        markers: usize,
+        /// Plan records in the store besides the current one.
+        #[arg(long, default_value_t = 5000)]
+        plans: usize,
+        /// Rounds (each: a cold and a warm pass).
+        #[arg(long, default_value_t = 9)]
+        rounds: usize,
+    },
     /// The rollout engine with a durable fjall journal, on the in-memory fakes (the engine
     /// alone) or on the simulator through the real adapters: overhead per node with zero
     /// delays, and wall time against the ideal with fixed per-node delays.
@@ -220,6 +235,39 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             outln!(
                 "  ratio incremental / cold (median of per-round ratios): {:.3}",
                 i.ratio()
+            );
+            Ok(exit::OK)
+        }
+        Scenario::Approvals {
+            markers,
+            plans,
+            rounds,
+        } => {
+            let host = Host::detect();
+            let dir = tempdir()?;
+            let r =
+                crate::bench::approvals::run(dir.path(), markers, plans, rounds).map_err(err)?;
+            println!("{host}");
+            println!(
+                "store: {} plan records ({} executed ids), {} markers none of which signs the current plan; outcomes: {}",
+                r.plans,
+                r.consumed,
+                r.markers,
+                r.outcomes
+                    .iter()
+                    .map(|(k, v)| format!("{v} {k}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            println!(
+                "reconcile pass, empty approval cache: {} ({} signature checks; target <= 1000 ms)",
+                r.cold.summary_ms(),
+                r.cold_checks
+            );
+            println!(
+                "reconcile pass, markers unchanged:    {} ({} signature checks; target <= 100 ms)",
+                r.warm.summary_ms(),
+                r.warm_checks
             );
             Ok(exit::OK)
         }

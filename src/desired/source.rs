@@ -5,8 +5,11 @@
 //! committed tree at a ref with gix; the work tree, the index and uncommitted edits are ignored.
 //!
 //! Nothing outside the desired tree is ever read: a symbolic link (file or directory, in the
-//! directory or committed as mode 120000) is a [`Refused`] entry, never followed; files are
-//! opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files. Reading is bounded by
+//! directory or committed as mode 120000) is a [`Refused`] entry, never followed. Directory
+//! mode walks with directory descriptors: every directory and file below the root is opened
+//! relative to its parent's descriptor (`openat`) with `O_NOFOLLOW` (directories with
+//! `O_DIRECTORY` too, files with `O_NONBLOCK`), so a component swapped for a symlink during
+//! the walk is refused, never followed; files must be regular files. Reading is bounded by
 //! [`limits`]; in git mode an object's size comes from its header before it is inflated.
 
 use std::collections::BTreeMap;
@@ -78,6 +81,21 @@ impl Stamp {
         }
     }
 
+    /// The stamp of an `lstat` made relative to a directory descriptor.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "the kernel's stat field types differ between architectures"
+    )]
+    pub fn of_stat(st: &rustix::fs::Stat) -> Stamp {
+        Stamp {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+        }
+    }
+
     /// Whether bytes read during a scan that started at `scan` are still the file's bytes
     /// while the file shows this same stamp: its last change (the later of mtime and ctime)
     /// is older than the scan by more than [`RACY_MARGIN`], so any write after the read would
@@ -135,8 +153,13 @@ pub mod limits {
     pub const MAX_FILES: usize = 2_000;
     /// Bytes of all resource and marker files of one revision.
     pub const MAX_TOTAL_BYTES: u64 = 32 * 1024 * 1024;
-    /// Directory entries (directory mode) or tree entries (git mode) looked at below the root.
+    /// Directory entries below the root (directory mode), or entries of every tree object
+    /// read (git mode: the trees on the way to the desired root too, hidden entries too).
     pub const MAX_ENTRIES: usize = 100_000;
+    /// Bytes of one git tree object (from its header, before it is inflated).
+    pub const MAX_TREE_BYTES: u64 = 8 * 1024 * 1024;
+    /// Bytes of all git tree objects read from one revision.
+    pub const MAX_TREE_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
     /// YAML documents in one file.
     pub const MAX_DOCUMENTS_PER_FILE: usize = crate::desired::parse::MAX_DOCUMENTS_PER_FILE;
 }
@@ -163,6 +186,10 @@ pub enum RefusedReason {
     TooManyBytes,
     /// More than [`limits::MAX_ENTRIES`] entries below the root: the walk stopped.
     TooManyEntries,
+    /// A git tree object larger than [`limits::MAX_TREE_BYTES`]: not inflated; the walk stopped.
+    TreeTooLarge,
+    /// More than [`limits::MAX_TREE_TOTAL_BYTES`] of git tree objects: the walk stopped.
+    TooManyTreeBytes,
 }
 
 impl Refused {
@@ -186,6 +213,14 @@ impl Refused {
             RefusedReason::TooManyEntries => format!(
                 "more than {} entries below the desired root (limit MAX_ENTRIES): the rest was not read",
                 limits::MAX_ENTRIES
+            ),
+            RefusedReason::TreeTooLarge => format!(
+                "git tree object larger than {} MiB (limit MAX_TREE_BYTES): it was not read, nor the rest of the tree",
+                limits::MAX_TREE_BYTES / (1024 * 1024)
+            ),
+            RefusedReason::TooManyTreeBytes => format!(
+                "more than {} MiB of git tree objects in all (limit MAX_TREE_TOTAL_BYTES): the rest was not read",
+                limits::MAX_TREE_TOTAL_BYTES / (1024 * 1024)
             ),
         }
     }
@@ -367,67 +402,131 @@ pub fn read_with(source: &Source, reuse: Reuse<'_>) -> Result<Stamped, SourceErr
     }
 }
 
+/// A directory listed but not yet opened: its parent's descriptor and its name there.
+struct Pending {
+    parent: Arc<rustix::fd::OwnedFd>,
+    name: std::ffi::CString,
+    path: PathBuf,
+}
+
 fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, SourceError> {
-    if !root.is_dir() {
-        return Err(SourceError::NotADir {
-            path: root.to_path_buf(),
-        });
-    }
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err: rustix::io::Errno| SourceError::Read {
+            path,
+            err: err.into(),
+        }
+    };
+    // The root as the operator named it (links the operator chose are fine); below it, every
+    // directory is opened relative to its parent's descriptor with O_NOFOLLOW | O_DIRECTORY,
+    // so a directory swapped for a symlink mid-walk is refused, never followed, and no path
+    // is resolved from the root again (issue #32).
+    let root_fd = match rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {
+            return Err(SourceError::NotADir {
+                path: root.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(io_err(root)(e)),
+    };
     let mut files = Vec::new();
     let mut markers = Vec::new();
     let mut stamps = BTreeMap::new();
     let mut unread = 0;
     let mut budget = Budget::default();
-    let mut stack = vec![root.to_path_buf()];
-    'walk: while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|err| SourceError::Read {
-            path: dir.clone(),
-            err,
-        })?;
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut next = Some((root_fd, root.to_path_buf()));
+    'walk: loop {
+        let (fd, dir) = match next.take() {
+            Some(d) => d,
+            None => {
+                let Some(p) = pending.pop() else {
+                    break;
+                };
+                match rustix::fs::openat(
+                    &*p.parent,
+                    p.name.as_c_str(),
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => (fd, p.path),
+                    // Replaced since it was listed: a symlink is refused; anything else
+                    // that is no longer a directory is left to the next reload.
+                    Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                        let link = rustix::fs::statat(
+                            &*p.parent,
+                            p.name.as_c_str(),
+                            AtFlags::SYMLINK_NOFOLLOW,
+                        )
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+                        if link {
+                            budget.refuse(&rel_path(root, &p.path), RefusedReason::Symlink);
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(io_err(&p.path)(e)),
+                }
+            }
+        };
+        let fd = Arc::new(fd);
+        let entries = Dir::read_from(&*fd).map_err(io_err(&dir))?;
         for entry in entries {
-            let entry = entry.map_err(|err| SourceError::Read {
-                path: dir.clone(),
-                err,
-            })?;
-            let path = entry.path();
+            let entry = entry.map_err(io_err(&dir))?;
             let name = entry.file_name();
-            if name.to_string_lossy().starts_with('.') {
+            let bytes = name.to_bytes();
+            if bytes.starts_with(b".") {
                 continue;
             }
             if !budget.entry() {
                 break 'walk;
             }
-            // The entry's own type (readdir/lstat): a symlink is never followed.
-            let ft = entry.file_type().map_err(|err| SourceError::Read {
-                path: path.clone(),
-                err,
-            })?;
+            let path = dir.join(std::ffi::OsStr::from_bytes(bytes));
+            // The entry's own type (getdents, or lstat relative to the directory when the
+            // filesystem does not say): a symlink is never followed.
+            let ft = match entry.file_type() {
+                FileType::Unknown => rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode))
+                    .map_err(io_err(&path))?,
+                ft => ft,
+            };
             let rel = rel_path(root, &path);
-            if ft.is_symlink() {
+            if ft == FileType::Symlink {
                 budget.refuse(&rel, RefusedReason::Symlink);
                 continue;
             }
-            if ft.is_dir() {
-                stack.push(path);
+            if ft == FileType::Directory {
+                pending.push(Pending {
+                    parent: fd.clone(),
+                    name: name.to_owned(),
+                    path,
+                });
                 continue;
             }
             let wanted = is_resource_path(&rel) || is_marker_path(&rel);
             if !wanted {
                 continue;
             }
-            if !ft.is_file() {
+            if ft != FileType::RegularFile {
                 budget.refuse(&rel, RefusedReason::NotARegularFile);
                 continue;
             }
             let marker = is_marker_path(&rel);
-            // A resource file whose stamp (lstat: the entry itself, never a link's target)
-            // proves the bytes read before current is not opened: admitted as the read would
-            // admit it (its size then is the stamp's), the bytes taken from `reuse`.
+            // A resource file whose stamp (lstat relative to its directory: the entry itself,
+            // never a link's target) proves the bytes read before current is not opened:
+            // admitted as the read would admit it (its size then is the stamp's), the bytes
+            // taken from `reuse`.
             if !marker
-                && let Ok(meta) = std::fs::symlink_metadata(&path)
-                && meta.is_file()
+                && let Ok(st) = rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
             {
-                let stamp = Stamp::of(&meta);
+                let stamp = Stamp::of_stat(&st);
                 if let Some(bytes) = reuse(&rel, &stamp) {
                     if budget.admit(&rel, stamp.size) {
                         budget.correct(stamp.size, bytes.len() as u64);
@@ -438,7 +537,7 @@ fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, 
                     continue;
                 }
             }
-            let Some((bytes, stamp)) = read_bounded(&path, &rel, &mut budget)? else {
+            let Some((bytes, stamp)) = read_bounded(&fd, name, &path, &rel, &mut budget)? else {
                 continue;
             };
             if marker {
@@ -471,34 +570,39 @@ fn read_dir(root: &Path, reuse: Reuse<'_>, scan: SystemTime) -> Result<Stamped, 
     })
 }
 
-/// Open without following a symlink and without blocking on a FIFO, check it is a regular file
-/// within the budget, and read at most [`limits::MAX_FILE_BYTES`] + 1 bytes, with the file's
-/// stamp taken before reading (a write during the read moves the stamp the next read sees).
-/// `None`: refused (recorded in `budget`).
+/// Open `name` in the directory `dir` without following a symlink and without blocking on a
+/// FIFO, check it is a regular file within the budget, and read at most
+/// [`limits::MAX_FILE_BYTES`] + 1 bytes, with the file's stamp taken before reading (a write
+/// during the read moves the stamp the next read sees). `None`: refused (recorded in
+/// `budget`).
 fn read_bounded(
+    dir: &rustix::fd::OwnedFd,
+    name: &std::ffi::CStr,
     path: &Path,
     rel: &str,
     budget: &mut Budget,
 ) -> Result<Option<(Vec<u8>, Stamp)>, SourceError> {
+    use rustix::fs::{Mode, OFlags};
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let read_err = |err| SourceError::Read {
         path: path.to_path_buf(),
         err,
     };
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
         // Replaced by a symlink since the directory was listed.
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        Err(rustix::io::Errno::LOOP) => {
             budget.refuse(rel, RefusedReason::Symlink);
             return Ok(None);
         }
-        Err(e) => return Err(read_err(e)),
+        Err(e) => return Err(read_err(e.into())),
     };
+    let f = std::fs::File::from(fd);
     let meta = f.metadata().map_err(read_err)?;
     if !meta.is_file() {
         budget.refuse(rel, RefusedReason::NotARegularFile);
@@ -567,20 +671,13 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
         .peel_to_commit()
         .map_err(|e| git_err(Box::new(e)))?;
     let sha = commit.id.to_string();
-    let tree = commit.tree().map_err(|e| git_err(Box::new(e)))?;
-    let mut walk = BoundedWalk {
-        prefix: prefix.clone(),
-        path: gix::traverse::tree::Recorder::default(),
-        wanted: Vec::new(),
-        budget: Budget::default(),
-    };
-    tree.traverse()
-        .breadthfirst(&mut walk)
-        .map_err(|e| git_err(Box::new(e)))?;
-    let mut budget = walk.budget;
+    // The root tree's id only: no tree is inflated before its header passed the budget.
+    let root = commit.tree_id().map_err(|e| git_err(Box::new(e)))?.detach();
+    let mut budget = Budget::default();
+    let wanted = walk_git(&repo, root, &prefix, &mut budget).map_err(git_err)?;
     let mut files = Vec::new();
     let mut markers = Vec::new();
-    for (rel, oid) in walk.wanted {
+    for (rel, oid) in wanted {
         // The size from the object's header, before inflating it.
         let header = repo.find_header(oid).map_err(|e| git_err(Box::new(e)))?;
         if !budget.admit(&rel, header.size()) {
@@ -612,90 +709,156 @@ fn read_git(path: &Path, reference: &str) -> Result<Snapshot, SourceError> {
     })
 }
 
-/// A tree walk that descends only into the desired root, counts entries against
-/// [`limits::MAX_ENTRIES`] (stopping there), refuses symlinks, and keeps only the wanted blobs'
-/// paths and ids (never the whole tree).
-struct BoundedWalk {
-    /// The desired root inside the repository, `""` or ending in `/`.
-    prefix: String,
-    /// Tracks the current path (its records stay empty).
-    path: gix::traverse::tree::Recorder,
-    wanted: Vec<(String, gix::ObjectId)>,
-    budget: Budget,
-}
-
-impl BoundedWalk {
-    /// The current entry's path relative to the desired root, if it is inside it.
-    fn rel(&self) -> Option<String> {
-        let full = self.path.path().to_string();
-        full.strip_prefix(&self.prefix).map(str::to_string)
-    }
-}
-
-impl gix::traverse::tree::Visit for BoundedWalk {
-    fn pop_back_tracked_path_and_set_current(&mut self) {
-        self.path.pop_back_tracked_path_and_set_current();
-    }
-    fn pop_front_tracked_path_and_set_current(&mut self) {
-        self.path.pop_front_tracked_path_and_set_current();
-    }
-    fn push_back_tracked_path_component(&mut self, component: &gix::bstr::BStr) {
-        self.path.push_back_tracked_path_component(component);
-    }
-    fn push_path_component(&mut self, component: &gix::bstr::BStr) {
-        self.path.push_path_component(component);
-    }
-    fn pop_path_component(&mut self) {
-        self.path.pop_path_component();
-    }
-    fn visit_tree(
-        &mut self,
-        _entry: &gix::objs::tree::EntryRef<'_>,
-    ) -> gix::traverse::tree::visit::Action {
-        use std::ops::ControlFlow;
-        let dir = format!("{}/", self.path.path());
-        // Above the root: descend only toward it. Inside: skip hidden directories.
-        let inside = match dir.strip_prefix(&self.prefix) {
-            Some("") => true,
-            Some(rel) => ordinary(rel.trim_end_matches('/')),
-            None => {
-                return ControlFlow::Continue(self.prefix.starts_with(&dir));
+/// Walk the committed tree from `root` breadth first, descending only toward the desired root
+/// (`prefix`, `""` or ending in `/`) and, inside it, into directories that are not hidden.
+/// Every tree object's size comes from its header and is checked against
+/// [`limits::MAX_TREE_BYTES`] and [`limits::MAX_TREE_TOTAL_BYTES`] before it is inflated;
+/// every entry of every tree read counts against [`limits::MAX_ENTRIES`] (hidden ones and
+/// those beside the way to the root too). Symlinks are refused; only the wanted blobs' paths
+/// (relative to the desired root) and ids are kept.
+fn walk_git(
+    repo: &gix::Repository,
+    root: gix::ObjectId,
+    prefix: &str,
+    budget: &mut Budget,
+) -> Result<Vec<(String, gix::ObjectId)>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut wanted = Vec::new();
+    let mut tree_bytes: u64 = 0;
+    // (the tree's path in the repository, `""` or ending in `/`; its id)
+    let mut queue = std::collections::VecDeque::from([(String::new(), root)]);
+    'walk: while let Some((dir, oid)) = queue.pop_front() {
+        let shown = dir
+            .strip_prefix(prefix)
+            .unwrap_or(&dir)
+            .trim_end_matches('/')
+            .to_string();
+        let size = repo.find_header(oid)?.size();
+        if size > limits::MAX_TREE_BYTES {
+            budget.refuse(&shown, RefusedReason::TreeTooLarge);
+            budget.exhausted = true;
+            break;
+        }
+        tree_bytes += size;
+        if tree_bytes > limits::MAX_TREE_TOTAL_BYTES {
+            budget.refuse(&shown, RefusedReason::TooManyTreeBytes);
+            budget.exhausted = true;
+            break;
+        }
+        let tree = repo.find_tree(oid)?;
+        for entry in tree.iter() {
+            let entry = entry?;
+            if !budget.entry() {
+                break 'walk;
             }
-        };
-        if !inside {
-            return ControlFlow::Continue(false);
+            let mode = entry.inner.mode;
+            let full = format!("{dir}{}", entry.inner.filename);
+            let Some(rel) = full.strip_prefix(prefix) else {
+                // Above the root: descend only toward it.
+                let below = format!("{full}/");
+                if mode.is_tree() && prefix.starts_with(&below) {
+                    queue.push_back((below, entry.inner.oid.to_owned()));
+                }
+                continue;
+            };
+            if !ordinary(rel) {
+                continue;
+            }
+            if mode.is_tree() {
+                queue.push_back((format!("{full}/"), entry.inner.oid.to_owned()));
+            } else if mode.is_link() {
+                budget.refuse(rel, RefusedReason::Symlink);
+            } else if (is_resource_path(rel) || is_marker_path(rel)) && mode.is_blob() {
+                wanted.push((rel.to_string(), entry.inner.oid.to_owned()));
+            }
         }
-        if !self.budget.entry() {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(true)
     }
-    fn visit_nontree(
-        &mut self,
-        entry: &gix::objs::tree::EntryRef<'_>,
-    ) -> gix::traverse::tree::visit::Action {
-        use std::ops::ControlFlow;
-        let Some(rel) = self.rel() else {
-            return ControlFlow::Continue(true);
-        };
-        if !ordinary(&rel) {
-            return ControlFlow::Continue(true);
-        }
-        if !self.budget.entry() {
-            return ControlFlow::Break(());
-        }
-        if entry.mode.is_link() {
-            self.budget.refuse(&rel, RefusedReason::Symlink);
-        } else if (is_resource_path(&rel) || is_marker_path(&rel)) && entry.mode.is_blob() {
-            self.wanted.push((rel, entry.oid.to_owned()));
-        }
-        ControlFlow::Continue(true)
-    }
+    Ok(wanted)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32: the walk descends with directory descriptors. A directory swapped for a
+    /// symlink after it was listed (here: while its parent's files are read, through the
+    /// `reuse` hook the walk calls for each resource file) is refused, and nothing behind the
+    /// link is read. Before, the walk re-resolved the path from the root and followed the link.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_mid_walk_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("desired");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("a.yaml"), "a: 1\n").unwrap();
+        std::fs::write(root.join("sub/b.yaml"), "b: 1\n").unwrap();
+        std::fs::write(outside.join("secret.yaml"), "SECRET: 1\n").unwrap();
+        let swapped = std::cell::Cell::new(false);
+        let reuse = |rel: &str, _: &Stamp| -> Option<Arc<[u8]>> {
+            if rel == "a.yaml" && !swapped.replace(true) {
+                std::fs::rename(root.join("sub"), tmp.path().join("sub.moved")).unwrap();
+                std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+            }
+            None
+        };
+        let read = read_with(&Source::Dir(root.clone()), &reuse).unwrap();
+        assert!(
+            swapped.get(),
+            "the hook ran before the subdirectory was opened"
+        );
+        let paths: Vec<&str> = read
+            .snapshot
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(paths, ["a.yaml"]);
+        assert!(
+            read.snapshot
+                .files
+                .iter()
+                .all(|f| !String::from_utf8_lossy(&f.bytes).contains("SECRET"))
+        );
+        assert_eq!(
+            read.snapshot.refused,
+            [Refused {
+                path: "sub".into(),
+                reason: RefusedReason::Symlink
+            }]
+        );
+    }
+
+    /// A file swapped for a symlink after its directory was listed is refused too, and so is
+    /// a symlink listed as such; a directory reached by descriptor reads as before.
+    #[test]
+    fn symlinked_files_are_refused_and_subdirectories_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("d");
+        std::fs::create_dir_all(root.join("x/y")).unwrap();
+        std::fs::write(root.join("x/y/c.yaml"), "c: 1\n").unwrap();
+        std::fs::write(root.join("x/a.yaml"), "a: 1\n").unwrap();
+        std::fs::write(tmp.path().join("secret"), "SECRET\n").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("x/l.yaml")).unwrap();
+        let read = read_with(&Source::Dir(root.clone()), &|_, _| None).unwrap();
+        let paths: Vec<&str> = read
+            .snapshot
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(paths, ["x/a.yaml", "x/y/c.yaml"]);
+        assert_eq!(
+            read.snapshot.refused,
+            [Refused {
+                path: "x/l.yaml".into(),
+                reason: RefusedReason::Symlink
+            }]
+        );
+        assert!(matches!(
+            read_with(&Source::Dir(root.join("nope")), &|_, _| None),
+            Err(SourceError::NotADir { .. })
+        ));
+    }
 
     #[test]
     fn the_budget_stops_at_each_limit() {

@@ -3,7 +3,8 @@
 //! **Owns:** the operations the daemon and the CLI share: replanning (desired state +
 //! observations + running jobs → a stored plan; [`replan`], with the plan and last-applied
 //! loaders), rendering desired-state diagnostics for the CLI and the API ([`report`]), loading
-//! jobs from the journal, observing a cluster through the Talos and Kubernetes clients, and
+//! jobs from the journal, verifying approvals with bounded work per pass ([`approvals`]),
+//! observing a cluster through the Talos and Kubernetes clients, and
 //! `medea doctor`'s checks.
 //! **May depend on:** the domain modules (`desired`, `plan`, `approval`, `rollout`), `store`,
 //! and the clients behind the domain's ports (`talos`, `k8s`).
@@ -12,6 +13,7 @@
 //! The domain stays pure because this layer does its I/O: it reads the store, calls the
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
 
+pub mod approvals;
 pub mod cluster_ports;
 pub mod doctor;
 pub mod jobs;

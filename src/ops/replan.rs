@@ -51,13 +51,14 @@ pub fn all_plans(store: &dyn Store) -> Result<Vec<Plan>, StoreError> {
         .collect())
 }
 
-/// The ids of every stored plan, in key order, from their keys (`plan/<hex>`): no plan is
-/// decoded (a plan of 10,000 machines is megabytes of JSON, and every plan is kept).
+/// The ids of every stored plan, in key order, from a key-only scan (`plan/<hex>`): no plan
+/// is read (a plan of 10,000 machines is megabytes of JSON). Superseded plans beyond
+/// [`crate::plan::stored::PLAN_WINDOW`] are collected when a new plan is stored.
 pub fn plan_ids(store: &dyn Store) -> Result<Vec<PlanId>, StoreError> {
     Ok(store
-        .scan(crate::store::Table::Plans, "plan/")?
+        .scan_keys(crate::store::Table::Plans, "plan/")?
         .into_iter()
-        .filter_map(|(k, _)| {
+        .filter_map(|k| {
             k.strip_prefix("plan/")
                 .and_then(|hex| PlanId::parse_full(hex).ok())
         })
@@ -320,11 +321,22 @@ pub fn replan_cached(
         plan.parent = None; // a pointer to a plan record that is gone
     }
     let json = cache.memo.plan_json(&plan);
-    store.commit(crate::plan::stored::save_txn_json(
-        &plan,
-        &json,
-        previous.as_ref(),
-    ))?;
+    let mut txn = crate::plan::stored::save_txn_json(&plan, &json, previous.as_ref());
+    // Superseded plans are collected with the save (keys only are read; the same checks
+    // guard both, so a concurrent planner makes both fail).
+    let recent = store.scan_keys(
+        crate::store::Table::Plans,
+        crate::plan::stored::RECENT_PREFIX,
+    )?;
+    for op in crate::plan::stored::collect_ops(
+        &plan.id,
+        previous.as_ref().map(|p| &p.id),
+        &plan_ids(store)?,
+        &recent,
+    ) {
+        txn.push(op);
+    }
+    store.commit(txn)?;
     Ok(Replanned { plan, stored: true })
 }
 

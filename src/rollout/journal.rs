@@ -55,8 +55,11 @@ pub fn entry_key(id: &JobId, seq: u64) -> String {
 pub fn entries_prefix(id: &JobId) -> String {
     format!("{id}/")
 }
+/// Prefix of the executed-plan markers (table `Plans`). They are never collected: an
+/// approval of an executed plan must stay `Replayed` forever.
+pub const CONSUMED_PREFIX: &str = "consumed/";
 pub fn consumed_key(plan: &PlanId) -> String {
-    format!("consumed/{}", plan.to_hex())
+    format!("{CONSUMED_PREFIX}{}", plan.to_hex())
 }
 
 impl Record for Job {

@@ -80,6 +80,9 @@ pub struct Shared {
     /// The reconcile pass's planning cache: the inventory kept decoded and each cluster's plan
     /// section, reused while its inputs are unchanged.
     pub replan_cache: std::sync::Mutex<crate::ops::replan::ReplanCache>,
+    /// The reconcile pass's approval checks: each candidate's signature stage, kept per
+    /// (candidate digest, current plan, signers generation) (`ops::approvals`).
+    pub approval_cache: std::sync::Mutex<crate::ops::approvals::ApprovalCache>,
     /// A counter bumped on every change worth re-planning or re-executing for; loops wait on
     /// it (a missed wake-up is impossible: `watch` keeps the latest value).
     changes: tokio::sync::watch::Sender<u64>,
@@ -120,6 +123,7 @@ impl Shared {
             desired: RwLock::new(None),
             loader: std::sync::Mutex::new(crate::ops::desired_loader()),
             replan_cache: Default::default(),
+            approval_cache: Default::default(),
             changes: tokio::sync::watch::channel(0).0,
             trust: trust::TrustRoot::none(),
             notifier: crate::webhook::Notifier::disabled(),

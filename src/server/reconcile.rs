@@ -1,31 +1,24 @@
 //! The reconcile pass: after any change (desired revision, observation, approval, gate), plan;
 //! verify approvals of the current plan; when it reaches quorum, apply its settings and create
-//! its jobs — all in one store transaction.
+//! its jobs — all in one store transaction. The approval status and the start transaction are
+//! the use case's (`ops::approvals::status`, `ops::approvals::start_txn`); this pass gathers
+//! their inputs, commits, logs and notifies.
 //!
 //! Architecture Invariant: the transaction that records the approval reaching quorum is the
 //! one that creates the jobs and marks the plan consumed; it re-checks that the plan is still
 //! current and never consumed, so a stale or replayed plan can never start.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-
 use jiff::Timestamp;
 
 use super::Shared;
-use crate::approval::{
-    self, AllowedSigners, ApprovalRecord, ApprovalSource, Candidate, Outcome, QuorumStatus,
-    VerifyContext,
-};
-use crate::desired::{Desired, Loaded};
-use crate::inventory::Inventory;
+use crate::approval::{ApprovalRecord, ApprovalSource, Candidate, QuorumStatus};
+use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
-use crate::plan::stored::{CURRENT_KEY, CurrentPlan, with_approval_writes};
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
 use crate::plan::{Plan, PlanId};
-use crate::rollout::RolloutError;
-use crate::rollout::job::{JobInputs, create_jobs_txn};
 use crate::rollout::journal::consumed_key;
 use crate::store::record::encode;
-use crate::store::{Check, Record, Store, StoreError, StoreExt, Table, Txn};
+use crate::store::{Check, Record, StoreError, Table, Txn};
 
 impl Record for ApprovalRecord {
     const TABLE: Table = Table::Approvals;
@@ -67,64 +60,6 @@ pub struct PlanState {
 pub enum ReconcileError {
     #[error("store error during reconcile")]
     Store(#[from] StoreError),
-}
-
-/// Load the server's allowed_signers; no file means nobody can approve.
-pub fn load_signers(path: Option<&Path>) -> (AllowedSigners, Vec<String>) {
-    let Some(path) = path else {
-        return (
-            approval::allowed_signers::parse("").0,
-            vec!["no --allowed-signers: nobody can approve plans".into()],
-        );
-    };
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let (signers, diags) = approval::allowed_signers::parse(&text);
-            let msgs = diags
-                .iter()
-                .map(|d| format!("{}:{}: {}", path.display(), d.line, d.message))
-                .collect();
-            (signers, msgs)
-        }
-        Err(e) => (
-            approval::allowed_signers::parse("").0,
-            vec![format!(
-                "cannot read allowed signers {}: {e}",
-                path.display()
-            )],
-        ),
-    }
-}
-
-/// Plans known to the store and plans already consumed, for verification context.
-fn known_and_consumed(store: &dyn Store) -> Result<(Vec<PlanId>, Vec<PlanId>), StoreError> {
-    let known: Vec<PlanId> = stored::plan_ids(store)?;
-    let consumed = known
-        .iter()
-        .copied()
-        .filter(|id| {
-            store
-                .get(Table::Plans, &consumed_key(id))
-                .ok()
-                .flatten()
-                .is_some()
-        })
-        .collect();
-    Ok((known, consumed))
-}
-
-/// Candidates of a revision: its marker files.
-pub fn marker_candidates(loaded: &Loaded) -> Vec<Candidate> {
-    loaded
-        .markers
-        .iter()
-        .map(|m| Candidate {
-            source: ApprovalSource::Marker {
-                path: m.path.clone(),
-            },
-            armored: String::from_utf8_lossy(&m.contents).into_owned(),
-        })
-        .collect()
 }
 
 /// Verify `extra` candidates (an API submission) plus the revision's markers plus every
@@ -212,70 +147,70 @@ pub fn reconcile(
     }
     state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
 
-    // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`.
-    let signers = shared.trust.current();
-    let (known, consumed) = known_and_consumed(store)?;
-    let ctx = VerifyContext {
-        signers: &signers,
-        current: &plan.id,
-        known: &known,
-        consumed: &consumed,
-        now,
-    };
-    let recorded: Vec<(String, ApprovalRecord)> =
-        store.scan_records::<ApprovalRecord>(&format!("{}/", plan.id.to_hex()))?;
-    let mut approved = Vec::new();
-    let mut new_records: Vec<ApprovalRecord> = Vec::new();
-    for (_, r) in &recorded {
-        let outcome = r.reverify(&ctx);
-        state.outcomes.push((r.source.clone(), outcome.to_string()));
-        if let Some(a) = outcome.approved() {
-            approved.push(a.clone());
-        }
-    }
-    let mut candidates = marker_candidates(&loaded);
-    let markers = candidates.len();
-    candidates.extend(extra.iter().cloned());
-    for (i, c) in candidates.iter().enumerate() {
-        let outcome = approval::verify(&c.armored, c.source.clone(), &ctx);
-        if i >= markers {
-            state
-                .submitted
-                .push((outcome.approved().is_some(), outcome.to_string()));
-        }
-        crate::metrics::approval_outcome(outcome.code());
-        if outcome.approved().is_none() {
-            tracing::info!(plan = %plan.id.short(), source = %c.source, outcome = %outcome, "approval candidate does not count");
-        }
-        let already = recorded.iter().any(
-            |(_, r)| matches!(&outcome, Outcome::Approved(a) if a.fingerprint == r.fingerprint),
+    // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`; each
+    // against the current plan and the plans its marker's name names, the signature stage
+    // cached per (candidate, plan, signers generation) (`ops::approvals`).
+    let (signers, generation) = shared.trust.current_generation();
+    let index = approvals::PlanIndex::load(store)?;
+    let recorded = approvals::recorded(store, &plan.id)?;
+    let markers = approvals::marker_candidates(&loaded);
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    let status = {
+        let mut cache = shared.approval_cache.lock().expect("approval cache lock");
+        let status = approvals::status(
+            &index,
+            approvals::Trust {
+                signers: &signers,
+                generation,
+            },
+            &plan,
+            &recorded,
+            &markers,
+            extra,
+            now,
+            &mut cache,
         );
-        if !already {
-            state.outcomes.push((c.source.clone(), outcome.to_string()));
+        tracing::debug!(plan = %plan.id.short(), candidates = cache.last.candidates, cached = cache.last.cached, signature_checks = cache.last.signature_checks, "approvals verified");
+        status
+    };
+    // Present the verdicts: every recorded one, and each marker or submission whose key's
+    // approval is not recorded already; submissions answer in order.
+    for j in &status.judged {
+        if j.origin != approvals::Origin::Recorded {
+            if j.origin == approvals::Origin::Submitted {
+                state
+                    .submitted
+                    .push((j.outcome.approved().is_some(), j.outcome.to_string()));
+            }
+            crate::metrics::approval_outcome(j.outcome.code());
+            if j.outcome.approved().is_none() {
+                tracing::info!(plan = %plan.id.short(), source = %j.source, outcome = %j.outcome, "approval candidate does not count");
+            }
+            if j.already_recorded {
+                continue;
+            }
         }
-        if let Outcome::Approved(a) = &outcome
-            && !already
-            && !new_records.iter().any(|r| r.fingerprint == a.fingerprint)
-        {
-            new_records.push(ApprovalRecord::new(a, &c.armored, now));
-            approved.push(a.clone());
-        }
+        state
+            .outcomes
+            .push((j.source.clone(), j.outcome.to_string()));
     }
     // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
     // approved. No approval is recorded or counted and nothing starts; every candidate is
     // answered with why, naming the findings and how to acknowledge them.
-    if let Some(why) = crate::plan::preflight::refusal(&plan) {
+    if let Some(why) = &status.refusal {
         for s in &mut state.submitted {
             *s = (false, why.clone());
         }
         for (_, o) in &mut state.outcomes {
             *o = format!("does not count: {why}");
         }
-        approved.clear();
-        new_records.clear();
-        state.waiting = vec![why];
+        state.waiting = vec![why.clone()];
     }
-    let quorum = approval::evaluate(&plan.id, plan.approvals_required, approved);
+    let new_records = status.new_records;
+    let quorum = status.quorum;
     state.quorum = Some(quorum.clone());
 
     // 3. Record new approvals; at quorum, in the same transaction, apply and start.
@@ -308,7 +243,7 @@ pub fn reconcile(
     }
     let mut start = false;
     if quorum.reached() && !state.consumed && plan.has_changes() {
-        match start_txn(shared, desired, &plan, now) {
+        match approvals::start_txn(store, desired, &plan, shared.rollouts_gate, now) {
             Ok(Some((ops, jobs))) => {
                 for c in ops.checks {
                     txn = txn.check(c);
@@ -347,64 +282,4 @@ pub fn reconcile(
     }
     state.plan = Some(plan);
     Ok(state)
-}
-
-/// The checks and writes that start `plan`: its settings, its jobs, its consumed marker.
-/// `Ok(None)` when there is nothing to start; `Err(gates)` when a gate keeps it waiting.
-fn start_txn(
-    shared: &Shared,
-    desired: &Desired,
-    plan: &Plan,
-    now: Timestamp,
-) -> Result<Option<(Txn, Vec<String>)>, Vec<String>> {
-    let store = shared.store.as_ref();
-    let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
-    if !has_steps {
-        // Settings only: apply them and consume the plan.
-        let txn = with_approval_writes(
-            Txn::new()
-                .check(Check::Absent(Table::Plans, consumed_key(&plan.id)))
-                .put_record(
-                    consumed_key(&plan.id),
-                    &crate::rollout::journal::PlanConsumed {
-                        plan: plan.id,
-                        at: now,
-                        jobs: vec![],
-                    },
-                ),
-            plan,
-        );
-        return Ok(Some((txn, vec![])));
-    }
-    let inventory = Inventory::load(store).map_err(|e| vec![crate::error_chain(&e)])?;
-    let clusters: BTreeMap<String, &crate::inventory::ObservedCluster> = inventory
-        .clusters
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_ref()))
-        .collect();
-    let windows: BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> = desired
-        .clusters
-        .iter()
-        .map(|(k, c)| (k.clone(), c.windows.as_slice()))
-        .collect();
-    let inputs = JobInputs {
-        global_rollouts: shared.rollouts_gate,
-        clusters,
-        windows,
-    };
-    match create_jobs_txn(plan, &inputs, now) {
-        Ok(created) => {
-            let ids = created.jobs.iter().map(|j| j.id.to_string()).collect();
-            Ok(Some((with_approval_writes(created.txn, plan), ids)))
-        }
-        Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
-            let msg = e.to_string();
-            tracing::info!(plan = %plan.id.short(), gate = %msg, "plan approved, waiting for a gate");
-            Err(vec![msg])
-        }
-        Err(e) => {
-            tracing::warn!(plan = %plan.id.short(), error = %crate::error_chain(&e), "plan approved but cannot start");
-            Err(vec![e.to_string()])
-        }
-    }
 }

@@ -15,14 +15,11 @@ use crate::desired::Source;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustRootError {
-    #[error("cannot read the allowed signers file `{path}` (--allowed-signers)")]
-    Read {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-    #[error("the allowed signers file `{path}` (--allowed-signers) has errors:\n{list}")]
-    Invalid { path: PathBuf, list: String },
+    /// Not readable or not a good file: the words of the one reader
+    /// ([`approval::allowed_signers::read`]), the same as `medea approve` and `medea approvals`
+    /// show for the same file.
+    #[error(transparent)]
+    Signers(#[from] approval::allowed_signers::SignersFileError),
     #[error(
         "the allowed signers file `{path}` is inside the desired-state directory `{desired}`: whoever can commit could add themselves as a signer; keep it in the server's own configuration (e.g. /etc/medea/allowed_signers)"
     )]
@@ -60,26 +57,6 @@ pub fn check_creds_dir(creds_dir: &Path, source: &Source) -> Result<(), TrustRoo
     Ok(())
 }
 
-/// Read and parse `path`; any bad line is an error (never a partial trust root).
-pub fn read(path: &Path) -> Result<AllowedSigners, TrustRootError> {
-    let text = std::fs::read_to_string(path).map_err(|err| TrustRootError::Read {
-        path: path.to_path_buf(),
-        err,
-    })?;
-    let (signers, diags) = approval::allowed_signers::parse(&text);
-    if !diags.is_empty() {
-        return Err(TrustRootError::Invalid {
-            path: path.to_path_buf(),
-            list: diags
-                .iter()
-                .map(|d| format!("  line {}: {}", d.line, d.message))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        });
-    }
-    Ok(signers)
-}
-
 /// The directories whose contents a committer controls: the desired root and the git work
 /// tree that encloses it (in git mode, and in directory mode too: a checkout served as a
 /// plain directory is still a repository a committer writes; issue #32).
@@ -115,6 +92,9 @@ fn inside(path: &Path, dirs: &[PathBuf]) -> Option<PathBuf> {
 
 struct State {
     signers: Arc<AllowedSigners>,
+    /// Bumped whenever a reload puts different signers in force: verification outcomes cached
+    /// under an older generation are not used again (`ops::approvals`).
+    generation: u64,
     problem: Option<String>,
 }
 
@@ -134,6 +114,7 @@ impl TrustRoot {
             committer: Vec::new(),
             state: RwLock::new(State {
                 signers: Arc::new(approval::allowed_signers::parse("").0),
+                generation: 0,
                 problem: None,
             }),
         }
@@ -146,7 +127,7 @@ impl TrustRoot {
             tracing::warn!("no --allowed-signers: nobody can approve plans");
             return Ok(TrustRoot::none());
         };
-        let signers = read(&path)?;
+        let signers = approval::allowed_signers::read(&path)?;
         let committer = committer_dirs(source);
         if let Some(dir) = inside(&path, &committer) {
             return Err(TrustRootError::InsideDesired {
@@ -163,6 +144,7 @@ impl TrustRoot {
             committer,
             state: RwLock::new(State {
                 signers: Arc::new(signers),
+                generation: 0,
                 problem: None,
             }),
         })
@@ -171,13 +153,20 @@ impl TrustRoot {
     /// Re-read the file and return the signers in force: the new file when it is good, else the
     /// last good one (the failure is logged at ERROR, counted in the metric and kept for
     /// [`Self::problem`]).
+    pub fn current(&self) -> Arc<AllowedSigners> {
+        self.current_generation().0
+    }
+
+    /// [`Self::current`] with its generation: a number that changes exactly when a reload put
+    /// different signers in force (re-reading an unchanged file keeps it).
     #[allow(
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
-    pub fn current(&self) -> Arc<AllowedSigners> {
+    pub fn current_generation(&self) -> (Arc<AllowedSigners>, u64) {
         let Some(path) = &self.path else {
-            return self.state.read().expect("trust root lock").signers.clone();
+            let state = self.state.read().expect("trust root lock");
+            return (state.signers.clone(), state.generation);
         };
         let mut state = self.state.write().expect("trust root lock");
         // Moved (or linked) into a committer's tree since start: refused like at start.
@@ -186,7 +175,7 @@ impl TrustRoot {
                 path: path.clone(),
                 desired: dir,
             }),
-            None => read(path),
+            None => approval::allowed_signers::read(path).map_err(TrustRootError::from),
         };
         match checked {
             Ok(signers) => {
@@ -196,7 +185,10 @@ impl TrustRoot {
                 crate::metrics::global()
                     .allowed_signers_reload_failed
                     .set(0);
-                state.signers = Arc::new(signers);
+                if *state.signers != signers {
+                    state.signers = Arc::new(signers);
+                    state.generation += 1;
+                }
             }
             Err(e) => {
                 let text = crate::error_chain(&e);
@@ -209,7 +201,7 @@ impl TrustRoot {
                 state.problem = Some(text);
             }
         }
-        state.signers.clone()
+        (state.signers.clone(), state.generation)
     }
 
     /// The signers in force, without re-reading the file.
@@ -219,6 +211,16 @@ impl TrustRoot {
     )]
     pub fn in_force(&self) -> Arc<AllowedSigners> {
         self.state.read().expect("trust root lock").signers.clone()
+    }
+
+    /// [`Self::in_force`] with its generation (see [`Self::current_generation`]).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    pub fn in_force_generation(&self) -> (Arc<AllowedSigners>, u64) {
+        let state = self.state.read().expect("trust root lock");
+        (state.signers.clone(), state.generation)
     }
 
     /// Why the file on disk is not the one in force, if it is not.
@@ -305,12 +307,16 @@ mod tests {
         let path = tmp.path().join("allowed_signers");
         assert!(matches!(
             TrustRoot::open(Some(path.clone()), &source),
-            Err(TrustRootError::Read { .. })
+            Err(TrustRootError::Signers(
+                approval::allowed_signers::SignersFileError::Resolve { .. }
+            ))
         ));
         std::fs::write(&path, "alice@x ssh-ed25519 not-base64!\n").unwrap();
         assert!(matches!(
             TrustRoot::open(Some(path.clone()), &source),
-            Err(TrustRootError::Invalid { .. })
+            Err(TrustRootError::Signers(
+                approval::allowed_signers::SignersFileError::Invalid { .. }
+            ))
         ));
         let inside = desired.join("allowed_signers");
         std::fs::write(&inside, format!("alice@x {KEY}\n")).unwrap();

@@ -131,6 +131,22 @@ impl Store for FjallStore {
         Ok(out)
     }
 
+    fn scan_keys(&self, table: Table, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let snap = self.db.read_tx();
+        let mut out = Vec::new();
+        for guard in snap.prefix(self.ks(table), prefix) {
+            // The key alone: the value is not copied out (nor read from a blob file when
+            // fjall keeps it separated).
+            let k = guard.key().map_err(backend("scan keys"))?;
+            let key = String::from_utf8(k.to_vec()).map_err(|e| StoreError::Backend {
+                op: "scan keys",
+                err: Box::new(e),
+            })?;
+            out.push(key);
+        }
+        Ok(out)
+    }
+
     fn commit(&self, txn: Txn) -> Result<(), StoreError> {
         let mode = match txn.durability {
             Durability::Durable => PersistMode::SyncAll,

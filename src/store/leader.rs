@@ -366,6 +366,9 @@ impl Store for FencedStore {
     fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.inner.scan(table, prefix)
     }
+    fn scan_keys(&self, table: Table, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.scan_keys(table, prefix)
+    }
     fn commit(&self, txn: Txn) -> Result<(), StoreError> {
         let check = self.leadership.check()?;
         self.inner.commit(txn.check(check))

@@ -49,6 +49,21 @@ impl crate::store::Store for MemStore {
             .collect())
     }
 
+    fn scan_keys(
+        &self,
+        table: crate::store::Table,
+        prefix: &str,
+    ) -> Result<Vec<String>, crate::store::StoreError> {
+        Ok(self
+            .data
+            .lock()
+            .expect("mem store lock poisoned by a panic in another thread")
+            .range((table, prefix.to_string())..)
+            .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
+            .map(|((_, k), _)| k.clone())
+            .collect())
+    }
+
     fn commit(&self, txn: crate::store::Txn) -> Result<(), crate::store::StoreError> {
         use crate::store::{Check, Op};
         let mut data = self

@@ -232,6 +232,17 @@ pub trait Store: Send + Sync {
     fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every key starting with `prefix`, in key order.
     fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+    /// Every key starting with `prefix`, in key order, without its value. The backends read
+    /// keys only (fjall: the key of each entry, values are not copied out; etcd: a
+    /// `keys_only` range), so listing plans costs their keys, not megabytes of plan JSON.
+    /// The default reads through [`Store::scan`] (wrappers and test stores).
+    fn scan_keys(&self, table: Table, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .scan(table, prefix)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
     /// Apply `txn` atomically; `Err(Conflict)` (and no change) when a check fails, `Err(Fenced)`
     /// (and no change) when a [`Check::Leader`] fails.
     fn commit(&self, txn: Txn) -> Result<(), StoreError>;

@@ -59,10 +59,10 @@ pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     )
 }
 
-#[test]
-fn lists_each_marker_outcome_and_exits_by_quorum() {
-    let tmp = tempfile::tempdir().unwrap();
-    let desired = tmp.path().join("desired");
+/// The `home` example planned offline into a fjall store under `tmp`: (desired dir, store
+/// dir, full plan id, short id).
+fn planned(tmp: &Path) -> (PathBuf, PathBuf, String, String) {
+    let desired = tmp.join("desired");
     for sub in ["home"] {
         std::fs::create_dir_all(desired.join(sub)).unwrap();
         for f in ["cluster.yaml", "pools.yaml"] {
@@ -76,7 +76,7 @@ fn lists_each_marker_outcome_and_exits_by_quorum() {
             .unwrap();
         }
     }
-    let store_dir = tmp.path().join("store");
+    let store_dir = tmp.join("store");
     {
         let s = FjallStore::open(&store_dir).unwrap();
         let c = crate::server::home_inventory();
@@ -97,11 +97,18 @@ fn lists_each_marker_outcome_and_exits_by_quorum() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (id, short) = (
+    (
+        desired,
+        store_dir,
         v["id"].as_str().unwrap().to_string(),
         v["shortId"].as_str().unwrap().to_string(),
-    );
+    )
+}
 
+#[test]
+fn lists_each_marker_outcome_and_exits_by_quorum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (desired, store_dir, id, short) = planned(tmp.path());
     let (alice, alice_pub) = keygen(tmp.path(), "alice");
     let (bob, bob_pub) = keygen(tmp.path(), "bob");
     let (eve, _) = keygen(tmp.path(), "eve");
@@ -302,5 +309,79 @@ fn lowering_any_approval_setting_needs_the_highest_bar_in_force() {
             assert_eq!(out.status.code(), Some(0), "{name}: {stdout}");
             assert!(stdout.contains("quorum reached"), "{name}: {stdout}");
         }
+    }
+}
+
+/// Issue 34: one reader of `allowed_signers`. A file with one bad line is refused by
+/// `medea approvals`, `medea approve --allowed-signers` and `medea serve` alike, in the same
+/// words (`path:line:col: message`). Before, `medea approvals` only warned and went on
+/// counting the good lines, a file the server refused to start with.
+#[test]
+fn every_command_refuses_a_signers_file_with_one_bad_line_in_the_same_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (desired, store_dir, id, short) = planned(tmp.path());
+    let (alice, alice_pub) = keygen(tmp.path(), "alice");
+    let (_, bob_pub) = keygen(tmp.path(), "bob");
+    let signers = tmp.path().join("allowed_signers");
+    std::fs::write(
+        &signers,
+        format!("alice@example.com {alice_pub}\nbob@example.com cert-authority {bob_pub}\n"),
+    )
+    .unwrap();
+    // alice's marker: with the good line alone it would count.
+    std::fs::create_dir_all(desired.join("approvals")).unwrap();
+    std::fs::write(
+        desired.join(format!("approvals/{short}-alice.sig")),
+        sign(&alice, &format!("{id}\n"), "medea-approve"),
+    )
+    .unwrap();
+    let want = crate::sim_cluster::flat(
+        format!(
+            "the allowed signers file `{p}` has errors (a trust root is used whole or not at all): \
+             {p}:2:17: `cert-authority` is not supported by medea: list each signer's own public \
+             key instead of a certificate authority",
+            p = signers.display()
+        )
+        .as_bytes(),
+    );
+
+    let offline = approvals(&desired, &store_dir, &signers);
+    let approve = crate::cli::medea()
+        .args(["approve", &id, "--key"])
+        .arg(&alice)
+        .arg("--allowed-signers")
+        .arg(&signers)
+        .args(["--output", "-"])
+        .env_remove("SSH_AUTH_SOCK")
+        .output()
+        .unwrap();
+    let serve = crate::cli::medea()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "t0ken-for-tests",
+            "--desired",
+        ])
+        .arg(&desired)
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .arg("--allowed-signers")
+        .arg(&signers)
+        .output()
+        .unwrap();
+    for (what, out) in [
+        ("medea approvals", &offline),
+        ("medea approve", &approve),
+        ("medea serve", &serve),
+    ] {
+        let err = crate::sim_cluster::flat(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains(&want), "{what}:\n{err}\nwant:\n{want}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("approved"),
+            "{what} counted a signer of the refused file"
+        );
     }
 }

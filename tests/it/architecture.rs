@@ -59,8 +59,15 @@ const PURE: &[(&str, &[&str])] = &[
     // `source.rs` reads the directory or git revision (its module doc says so).
     ("src/desired", &["src/desired/source.rs"]),
     ("src/plan", &[]),
-    // `sign.rs` is the signing adapter: key files, ssh-agent (see `src/approval/mod.rs`).
-    ("src/approval", &["src/approval/sign.rs"]),
+    // `sign.rs` is the signing adapter: key files, ssh-agent (see `src/approval/mod.rs`);
+    // `allowed_signers/read.rs` the one reader of the allowed_signers file (issue #34).
+    (
+        "src/approval",
+        &[
+            "src/approval/sign.rs",
+            "src/approval/allowed_signers/read.rs",
+        ],
+    ),
     // The rollout state machine and the journal's records, deltas and replay.
     ("src/rollout/sequencer", &[]),
     ("src/rollout/journal.rs", &[]),

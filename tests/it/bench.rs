@@ -260,3 +260,43 @@ fn server_measures_a_real_serve_process() {
         assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
     }
 }
+
+/// Issue 32: `medea bench approvals` seeds a store with stored and executed plans and a
+/// checkout with markers none of which signs the current plan, then times reconcile passes
+/// with an empty approval cache and with the cache of the pass before. The warm pass verifies
+/// no signature; the cold one at most two per marker (the current plan and the plan its file
+/// name names), never one per stored plan.
+#[test]
+fn approvals_times_a_cold_and_a_warm_reconcile_pass() {
+    let out = run(&[
+        "approvals",
+        "--markers",
+        "30",
+        "--plans",
+        "200",
+        "--rounds",
+        "2",
+    ]);
+    for needle in [
+        "host: ",
+        "store: 201 plan records (20 executed ids), 30 markers none of which signs the current plan",
+        "reconcile pass, empty approval cache: median",
+        "reconcile pass, markers unchanged:    median",
+        "(0 signature checks; target",
+    ] {
+        assert!(out.contains(needle), "missing `{needle}` in:\n{out}");
+    }
+    // 10 stale (own name: current + named), 10 copied (another plan's name: current +
+    // named), 10 naming no plan (current only).
+    assert!(
+        out.contains("(50 signature checks; target"),
+        "cold pass checks:\n{out}"
+    );
+    // The outcomes: the 20 copies sign none of the plans offered them; of the 10 under their
+    // own plan's name, the 7 of executed plans (ids 0, 3, … 18 of the first 20) are replays,
+    // the 3 others stale.
+    assert!(
+        out.contains("outcomes: 20 other-plan, 7 replayed, 3 stale-plan"),
+        "{out}"
+    );
+}

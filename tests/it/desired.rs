@@ -578,3 +578,100 @@ fn directory_mode_reading_is_bounded() {
         loaded.diagnostics
     );
 }
+
+/// `git` with `stdin` written to it; its stdout, trimmed.
+fn git_stdin(dir: &Path, args: &[&str], stdin: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = crate::fixtures::tool("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Commit, on `main`, the tree of HEAD with `extra` ls-tree lines added to its root.
+fn commit_root_with(repo: &Path, extra: &str) {
+    let mut lines = git_stdin(repo, &["ls-tree", "HEAD"], b"");
+    lines.push('\n');
+    lines.push_str(extra);
+    let tree = git_stdin(repo, &["mktree"], lines.as_bytes());
+    let commit = git_stdin(
+        repo,
+        &["commit-tree", &tree, "-p", "HEAD", "-m", "crafted"],
+        b"",
+    );
+    git(repo, &["update-ref", "refs/heads/main", &commit]);
+}
+
+/// Issue 32: git mode checks a tree object's size from its header before inflating it: a
+/// root tree of more than MAX_TREE_BYTES (one entry with a 9 MiB name, a few KiB packed) is a
+/// limit diagnostic, not 9 MiB inflated. Before, the tree was inflated and walked.
+#[test]
+fn git_mode_checks_a_tree_objects_size_before_inflating_it() {
+    use medea::desired::source::limits;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    git(repo, &["init", "-q"]);
+    write(repo, "clusters/c1.yaml", CLUSTER);
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "c1"]);
+    let blob = git_stdin(repo, &["hash-object", "-w", "--stdin"], b"x\n");
+    let name = "n".repeat(limits::MAX_TREE_BYTES as usize + 1024);
+    commit_root_with(repo, &format!("100644 blob {blob}\t{name}\n"));
+    let loaded = desired::load(&Source::Git {
+        path: repo.join("clusters"),
+        reference: "main".into(),
+    })
+    .unwrap();
+    let msgs = limit_messages(&loaded);
+    assert!(
+        msgs.iter().any(|m| m.contains("limit MAX_TREE_BYTES")),
+        "{msgs:#?}"
+    );
+    assert!(loaded.has_errors());
+}
+
+/// Issue 32: git mode counts every entry of every tree it reads against MAX_ENTRIES — hidden
+/// ones and those beside the way to the desired root too. Before, only entries inside the
+/// root that were not hidden counted, so a root tree of 100,001 hidden entries was walked in
+/// full without a diagnostic.
+#[test]
+fn git_mode_counts_every_visited_tree_entry() {
+    use medea::desired::source::limits;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    git(repo, &["init", "-q"]);
+    write(repo, "clusters/c1.yaml", CLUSTER);
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "c1"]);
+    let blob = git_stdin(repo, &["hash-object", "-w", "--stdin"], b"x\n");
+    let extra: String = (0..=limits::MAX_ENTRIES)
+        .map(|i| format!("100644 blob {blob}\t.h{i:06}\n"))
+        .collect();
+    commit_root_with(repo, &extra);
+    let loaded = desired::load(&Source::Git {
+        path: repo.join("clusters"),
+        reference: "main".into(),
+    })
+    .unwrap();
+    let msgs = limit_messages(&loaded);
+    assert!(
+        msgs.iter().any(|m| m.contains("limit MAX_ENTRIES")),
+        "{msgs:#?}"
+    );
+    assert!(loaded.has_errors());
+}

@@ -17,10 +17,18 @@
 //!
 //! Parsing is pure and total: [`parse`] never fails and never panics; it returns the signers from
 //! the good lines and one [`SignersDiagnostic`] (1-based line and column) per bad line, in the
-//! `(T, Vec<Error>)` manner. ssh-keygen skips bad lines as well; whether a file with diagnostics
-//! may be used as a trust root is the caller's decision (medea's server refuses it).
+//! `(T, Vec<Error>)` manner. ssh-keygen skips bad lines as well; medea does not: a trust root is
+//! used whole or not at all. [`parse_file`] is that policy (any diagnostic refuses the file,
+//! every one listed as `path:line:col: message`), and [`read()`] (the module's one reader, its
+//! only I/O) reads a file for it. `medea serve` (at start and on every reload), `medea approve
+//! --allowed-signers` and `medea approvals` all read the trust root through [`read()`], so they
+//! accept and refuse the same files with the same words (issue #34).
 
 use std::fmt;
+use std::path::Path;
+
+mod read;
+pub use read::{SignersFileError, read};
 
 use jiff::Timestamp;
 use ssh_key::{Algorithm, HashAlg, PublicKey, public::KeyData};
@@ -58,6 +66,36 @@ impl fmt::Display for SignersDiagnostic {
             Some(c) => write!(f, "line {}, column {}: {}", self.line, c, self.message),
             None => write!(f, "line {}: {}", self.line, self.message),
         }
+    }
+}
+
+impl SignersDiagnostic {
+    /// `path:line:col: message` (`path:line: message` without a column): the one way a
+    /// diagnostic of an allowed_signers file is shown, by every command.
+    pub fn located(&self, path: &Path) -> String {
+        match self.column {
+            Some(c) => format!("{}:{}:{c}: {}", path.display(), self.line, self.message),
+            None => format!("{}:{}: {}", path.display(), self.line, self.message),
+        }
+    }
+}
+
+/// The most bytes an allowed_signers file may have (a line is a few hundred bytes: room for
+/// thousands of signers); a larger file is refused before it is read whole.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The trust root from the text of the allowed_signers file at `path` (named in messages
+/// only): the signers when every line is good, else every bad line at once
+/// ([`SignersFileError::Invalid`]). Pure; [`read()`] reads the file for it.
+pub fn parse_file(path: &Path, text: &str) -> Result<AllowedSigners, SignersFileError> {
+    let (signers, diagnostics) = parse(text);
+    if diagnostics.is_empty() {
+        Ok(signers)
+    } else {
+        Err(SignersFileError::Invalid {
+            path: path.to_path_buf(),
+            diagnostics,
+        })
     }
 }
 

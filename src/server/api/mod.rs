@@ -273,26 +273,30 @@ impl MedeaApi {
     fn plan_pb(&self, p: &crate::plan::Plan) -> Result<pb::Plan, crate::store::StoreError> {
         use crate::store::StoreExt;
         let store = self.shared.store.as_ref();
-        let records: Vec<crate::approval::ApprovalRecord> = store
-            .scan_records(&format!("{}/", p.id.to_hex()))?
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect();
-        // What counts is distinct verified people: each record is verified again against the
-        // signers in force (a removed signer no longer counts) and one person counts once,
-        // whatever number of keys, markers or submissions they used (`approval::evaluate`).
-        let signers = self.shared.trust.in_force();
-        let ctx = crate::approval::VerifyContext {
-            signers: &signers,
-            current: &p.id,
-            known: &[],
-            consumed: &[],
-            now: jiff::Timestamp::now(),
-        };
-        let verified = records
-            .iter()
-            .filter_map(|r| r.reverify(&ctx).approved().cloned());
-        let quorum = crate::approval::evaluate(&p.id, p.approvals_required, verified);
+        let records = crate::ops::approvals::recorded(store, &p.id)?;
+        // What counts is distinct verified people (`ops::approvals::status`, the reconcile
+        // pass's computation): each record is verified again against the signers in force (a
+        // removed signer no longer counts) and one person counts once, whatever number of
+        // keys, markers or submissions they used. The view asks who approved this plan; its
+        // execution is its state below, so its own consumed id does not make the records
+        // replays here.
+        let (signers, generation) = self.shared.trust.in_force_generation();
+        let mut index = crate::ops::approvals::PlanIndex::load(store)?;
+        index.consumed.remove(&p.id);
+        let quorum = crate::ops::approvals::status(
+            &index,
+            crate::ops::approvals::Trust {
+                signers: &signers,
+                generation,
+            },
+            p,
+            &records,
+            &[],
+            &[],
+            jiff::Timestamp::now(),
+            &mut Default::default(),
+        )
+        .quorum;
         let approvals: Vec<&crate::approval::ApprovalRecord> = records
             .iter()
             .filter(|r| {
@@ -595,8 +599,12 @@ impl pb::medea_server::Medea for MedeaApi {
         let current = crate::ops::replan::current(store.as_ref())
             .map_err(internal)?
             .map(|c| c.id);
+        // Stored and executed plans, from the store's keys (an executed plan whose record
+        // was collected is still named as stale, not unknown).
         let known: Vec<crate::plan::PlanId> =
-            crate::ops::replan::plan_ids(store.as_ref()).map_err(internal)?;
+            crate::ops::approvals::PlanIndex::load(store.as_ref())
+                .map_err(internal)?
+                .known();
         let r = crate::plan::PlanIdRef::parse(&req.plan_id)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let plan = crate::approval::resolve_plan(&r, current.as_ref(), &known)

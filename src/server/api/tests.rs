@@ -417,3 +417,191 @@ async fn get_machines_follows_every_record_and_desired_change_despite_its_cache(
         row("home", "cp-1", "", "v1.12.4")
     );
 }
+
+/// Issue 32: what a reconcile pass verifies. Each marker is checked against the current plan
+/// and the plan its file name names, never every stored plan; the next pass with nothing
+/// changed verifies no signature (the cache); a reload that puts other signers in force
+/// verifies everything again, and re-reading an unchanged file does not.
+#[tokio::test]
+async fn a_reconcile_pass_verifies_markers_once_and_again_after_a_signers_reload() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x", "bob@x"]);
+    let shared = &a.api.shared;
+    // 40 stored plans besides the current one (a store from before plans were collected).
+    let stored: Vec<crate::plan::PlanId> = (0..40u8)
+        .map(|i| crate::plan::PlanId::from_digest([i; 32]))
+        .collect();
+    let mut txn = Txn::new();
+    for p in &stored {
+        txn = txn.put(
+            crate::store::Table::Plans,
+            crate::plan::stored::plan_key(p),
+            b"{}".to_vec(),
+        );
+    }
+    store.commit(txn).unwrap();
+    let sign = |key: usize, p: &crate::plan::PlanId| {
+        crate::approval::sign::sign_with_key(&a.keys[key], p, ssh_key::HashAlg::Sha512)
+            .unwrap()
+            .armored
+    };
+    let unknown = crate::plan::PlanId::from_digest([0xee; 32]);
+    let mut markers = Vec::new();
+    // 10 copies named after stored plans, signing none of them: current + named = 2 checks.
+    for (i, p) in stored.iter().take(10).enumerate() {
+        markers.push((
+            format!("approvals/{}-c{i}.sig", p.short()),
+            sign(1, &unknown),
+        ));
+    }
+    // 10 copies that name no plan: current only = 1 check.
+    for i in 0..10 {
+        markers.push((format!("approvals/copy-{i}.sig"), sign(1, &unknown)));
+    }
+    // alice's approval of the current plan: 1 check (it verifies over the first plan offered).
+    markers.push((
+        format!("approvals/{}-alice.sig", a.plan.short()),
+        sign(0, &a.plan),
+    ));
+    let expected = 10 * 2 + 10 + 1;
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut snapshot = crate::desired::source::read(&Source::Dir(examples)).unwrap();
+    snapshot.markers = markers
+        .into_iter()
+        .map(|(path, armored)| crate::desired::source::MarkerFile {
+            path,
+            contents: armored.into_bytes(),
+        })
+        .collect();
+    shared.set_desired(crate::desired::parse_snapshot(snapshot));
+    let pass = || {
+        let state =
+            crate::server::reconcile::reconcile(shared, &[], jiff::Timestamp::now()).unwrap();
+        assert_eq!(
+            state.plan.as_ref().map(|p| p.id),
+            Some(a.plan),
+            "the plan stays"
+        );
+        let approved = state
+            .outcomes
+            .iter()
+            .filter(|(_, o)| o.starts_with("approved"))
+            .count();
+        assert!(approved >= 1, "{:?}", state.outcomes);
+        shared.approval_cache.lock().unwrap().last
+    };
+    let first = pass();
+    assert_eq!(first.signature_checks, expected, "{first:?}");
+    // alice's marker is recorded now: the next passes see it twice (record and marker).
+    let second = pass();
+    assert_eq!(second.signature_checks, 0, "{second:?}");
+    assert_eq!(second.cached, second.candidates, "{second:?}");
+    // The same file written again: the same signers, the same generation, nothing verified.
+    let signers_path = a._dir.path().join("allowed_signers");
+    let text = std::fs::read_to_string(&signers_path).unwrap();
+    std::fs::write(&signers_path, &text).unwrap();
+    assert_eq!(pass().signature_checks, 0);
+    // carol added: another generation, every candidate verified again (the record and the
+    // marker of alice's approval are the same candidate: verified once).
+    let carol = crate::approval::sign::SecretKey::generate_ed25519().unwrap();
+    std::fs::write(
+        &signers_path,
+        format!(
+            "{text}carol@x {}\n",
+            carol.public_key().to_openssh().unwrap()
+        ),
+    )
+    .unwrap();
+    let reloaded = pass();
+    assert_eq!(reloaded.signature_checks, expected, "{reloaded:?}");
+    assert_eq!(reloaded.cached, 1, "{reloaded:?}");
+    assert_eq!(pass().signature_checks, 0);
+}
+
+/// Issue 34: one approval use case. For the same markers, API submissions and signers, the
+/// reconcile pass, `medea approvals` (`ops::approvals::offline_status`) and the API's plan view
+/// count the same people and reach the same verdict. Before, `medea approvals` counted the
+/// markers alone (bob's API approval did not exist for it) and the view used its own context.
+#[tokio::test]
+async fn reconcile_the_offline_command_and_the_plan_view_give_one_verdict() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x", "bob@x", "carol@x"]);
+    let shared = &a.api.shared;
+    let sign = |key: usize, p: &crate::plan::PlanId| {
+        crate::approval::sign::sign_with_key(&a.keys[key], p, ssh_key::HashAlg::Sha512)
+            .unwrap()
+            .armored
+    };
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut snapshot = crate::desired::source::read(&Source::Dir(examples)).unwrap();
+    // alice approves by marker; carol's marker is a copy over another plan.
+    let other = crate::plan::PlanId::from_digest([0xee; 32]);
+    snapshot.markers = vec![
+        crate::desired::source::MarkerFile {
+            path: format!("approvals/{}-alice.sig", a.plan.short()),
+            contents: sign(0, &a.plan).into_bytes(),
+        },
+        crate::desired::source::MarkerFile {
+            path: format!("approvals/{}-carol.sig", a.plan.short()),
+            contents: sign(2, &other).into_bytes(),
+        },
+    ];
+    shared.set_desired(crate::desired::parse_snapshot(snapshot));
+    // bob approves over the API (recorded by the pass that verifies it).
+    a.submit(1).await.unwrap();
+
+    let people = |q: &crate::approval::QuorumStatus| {
+        let mut p: Vec<String> = q.counted.iter().map(|a| a.principal.clone()).collect();
+        p.sort();
+        (p, q.reached())
+    };
+    let verdicts = || async {
+        let now = jiff::Timestamp::now();
+        let reconciled = crate::server::reconcile::reconcile(shared, &[], now)
+            .unwrap()
+            .quorum
+            .unwrap();
+        let plan = crate::ops::replan::load_plan(store.as_ref(), &a.plan)
+            .unwrap()
+            .unwrap();
+        let loaded = shared.desired().unwrap();
+        let offline = crate::ops::approvals::offline_status(
+            store.as_ref(),
+            &plan,
+            &loaded,
+            &shared.trust.in_force(),
+            now,
+        )
+        .unwrap()
+        .quorum;
+        let view = a.plan().await;
+        let mut view_people: Vec<String> =
+            view.approvals.iter().map(|x| x.principal.clone()).collect();
+        view_people.sort();
+        (
+            people(&reconciled),
+            people(&offline),
+            (view_people, view.state == "approved"),
+        )
+    };
+    let (r, o, v) = verdicts().await;
+    let both = (vec!["alice@x".to_string(), "bob@x".to_string()], true);
+    assert_eq!(r, both, "reconcile");
+    assert_eq!(o, both, "medea approvals");
+    assert_eq!(v, both, "the plan view");
+
+    // bob leaves the signers file: all three stop counting him at once.
+    let signers_path = a._dir.path().join("allowed_signers");
+    let text: String = std::fs::read_to_string(&signers_path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("bob@x"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&signers_path, text).unwrap();
+    let (r, o, v) = verdicts().await;
+    let alice = (vec!["alice@x".to_string()], false);
+    assert_eq!(r, alice, "reconcile");
+    assert_eq!(o, alice, "medea approvals");
+    assert_eq!(v, alice, "the plan view");
+}

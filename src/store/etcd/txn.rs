@@ -22,56 +22,15 @@ impl Store for EtcdStore {
     }
 
     fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let client = self.client.clone();
-        let table_prefix = self.table_prefix(table);
-        let start = format!("{table_prefix}{prefix}").into_bytes();
-        let end = prefix_end(&start);
-        let strip = table_prefix.len();
-        let timeout = self.timeout;
-        self.run("scan", async move {
-            let pages = async {
-                let mut out = Vec::new();
-                let mut from = start;
-                let mut revision = 0;
-                loop {
-                    // Every page from the first page's revision: one consistent snapshot.
-                    let req = api::RangeRequest {
-                        key: from.clone(),
-                        range_end: end.clone(),
-                        limit: PAGE,
-                        revision,
-                        ..Default::default()
-                    };
-                    let r = unary(&client, timeout, |c| {
-                        let req = req.clone();
-                        async move { c.kv().range(req).await }
-                    })
-                    .await?;
-                    if revision == 0 {
-                        revision = r.header.as_ref().map_or(0, |h| h.revision);
-                    }
-                    for kv in &r.kvs {
-                        let key = std::str::from_utf8(&kv.key[strip..]).map_err(|_| {
-                            EtcdError::NotUtf8 {
-                                key: String::from_utf8_lossy(&kv.key).into_owned(),
-                            }
-                        })?;
-                        out.push((key.to_string(), kv.value.clone()));
-                    }
-                    match r.kvs.last() {
-                        Some(last) if r.more => {
-                            from = last.key.clone();
-                            from.push(0);
-                        }
-                        _ => return Ok(out),
-                    }
-                }
-            };
-            match tokio::time::timeout(timeout, pages).await {
-                Ok(r) => r,
-                Err(_) => Err(EtcdError::Timeout { timeout }),
-            }
-        })
+        self.range_prefix("scan", table, prefix, false)
+    }
+
+    fn scan_keys(&self, table: Table, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .range_prefix("scan keys", table, prefix, true)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
     }
 
     fn commit(&self, txn: Txn) -> Result<(), StoreError> {
@@ -197,5 +156,69 @@ impl Store for EtcdStore {
         let (table, key) =
             first_data.map_or(("leader", String::new()), |(t, k)| (t.name(), k.clone()));
         Err(StoreError::Conflict { table, key })
+    }
+}
+
+impl EtcdStore {
+    /// Every key under `prefix` of `table`, paged from one revision; with `keys_only` etcd
+    /// sends no values (each value comes back empty).
+    fn range_prefix(
+        &self,
+        op: &'static str,
+        table: Table,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let client = self.client.clone();
+        let table_prefix = self.table_prefix(table);
+        let start = format!("{table_prefix}{prefix}").into_bytes();
+        let end = prefix_end(&start);
+        let strip = table_prefix.len();
+        let timeout = self.timeout;
+        self.run(op, async move {
+            let pages = async {
+                let mut out = Vec::new();
+                let mut from = start;
+                let mut revision = 0;
+                loop {
+                    // Every page from the first page's revision: one consistent snapshot.
+                    let req = api::RangeRequest {
+                        key: from.clone(),
+                        range_end: end.clone(),
+                        limit: PAGE,
+                        revision,
+                        keys_only,
+                        ..Default::default()
+                    };
+                    let r = unary(&client, timeout, |c| {
+                        let req = req.clone();
+                        async move { c.kv().range(req).await }
+                    })
+                    .await?;
+                    if revision == 0 {
+                        revision = r.header.as_ref().map_or(0, |h| h.revision);
+                    }
+                    for kv in &r.kvs {
+                        let key = std::str::from_utf8(&kv.key[strip..]).map_err(|_| {
+                            EtcdError::NotUtf8 {
+                                key: String::from_utf8_lossy(&kv.key).into_owned(),
+                            }
+                        })?;
+                        out.push((key.to_string(), kv.value.clone()));
+                    }
+                    match r.kvs.last() {
+                        Some(last) if r.more => {
+                            from = last.key.clone();
+                            from.push(0);
+                        }
+                        _ => return Ok(out),
+                    }
+                }
+            };
+            match tokio::time::timeout(timeout, pages).await {
+                Ok(r) => r,
+                Err(_) => Err(EtcdError::Timeout { timeout }),
+            }
+        })
     }
 }
