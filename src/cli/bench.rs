@@ -247,8 +247,8 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             let dir = tempdir()?;
             let r =
                 crate::bench::approvals::run(dir.path(), markers, plans, rounds).map_err(err)?;
-            println!("{host}");
-            println!(
+            outln!("{host}");
+            outln!(
                 "store: {} plan records ({} executed ids), {} markers none of which signs the current plan; outcomes: {}",
                 r.plans,
                 r.consumed,
@@ -259,12 +259,12 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            println!(
+            outln!(
                 "reconcile pass, empty approval cache: {} ({} signature checks; target <= 1000 ms)",
                 r.cold.summary_ms(),
                 r.cold_checks
             );
-            println!(
+            outln!(
                 "reconcile pass, markers unchanged:    {} ({} signature checks; target <= 100 ms)",
                 r.warm.summary_ms(),
                 r.warm_checks
