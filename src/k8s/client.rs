@@ -621,6 +621,16 @@ impl KubeApi for KubeClient {
         self.writers_of(group, version, resource).await
     }
 
+    async fn list_names(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+    ) -> Result<Option<crate::k8s::AlphaList>, K8sError> {
+        self.names_of(group, version, plural, kind).await
+    }
+
     async fn disruption_budgets(&self) -> Result<Vec<PdbCoverage>, K8sError> {
         self.pdb_coverage().await
     }
