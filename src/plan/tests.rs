@@ -1461,6 +1461,60 @@ fn both_drain_timeouts_or_a_bad_bound_or_an_empty_skip_selector_are_refused() {
 }
 
 #[test]
+fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
+    let skip = "  drain:\n    skipPods:\n      matchLabels:\n        app: local-path\n";
+    // pool a skips pods, w-1 starts on 1.12 (two hops: the first on the legacy RPC), w-2
+    // already runs 1.13; pool b skips nothing
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("a", "worker", "w-1, w-2", "v1.14.6", skip),
+            pool_doc("b", "worker", "w-3", "v1.14.6", ""),
+        ],
+    );
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![
+            w("w-1", "v1.12.11"),
+            w("w-2", "v1.13.2"),
+            w("w-3", "v1.12.11"),
+        ],
+    );
+    let p = plan_ok(&d, &inv);
+    let notes: Vec<&String> = p.clusters[0]
+        .notes
+        .iter()
+        .filter(|n| n.contains("skipPods"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "node pool `a`, hop 1/2 to v1.13.10: drain.skipPods (app=local-path) does not hold for machine `w-1`, which runs Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included"
+        ],
+        "{:#?}",
+        p.clusters[0].notes
+    );
+    // every machine already on 1.13: no note
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![
+            w("w-1", "v1.13.0"),
+            w("w-2", "v1.13.2"),
+            w("w-3", "v1.12.11"),
+        ],
+    );
+    let p = plan_ok(&d, &inv);
+    assert!(
+        p.clusters[0].notes.iter().all(|n| !n.contains("skipPods")),
+        "{:#?}",
+        p.clusters[0].notes
+    );
+}
+
+#[test]
 fn talos_steps_stored_before_the_drain_policy_keep_what_was_approved() {
     let p = plan_ok(&two_worker_pools("", ""), &two_workers());
     let t = talos_steps(&p)[0].clone();
