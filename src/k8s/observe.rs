@@ -405,7 +405,7 @@ pub fn process_start_time(text: &str) -> Option<i64> {
             clippy::cast_possible_truncation,
             reason = "a start time in seconds since 1970 is far inside i64; fractions are dropped"
         )]
-        (v.is_finite() && v > 0.0).then(|| v as i64)
+        (v.is_finite() && v > 0.0).then_some(v as i64)
     })
 }
 
