@@ -45,7 +45,7 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
     let good = std::fs::read_to_string(&pools).unwrap();
     std::fs::write(
         &pools,
-        good.replacen("version: v1.13.9", "version: v1.13", 1),
+        good.replacen("version: v1.14.6", "version: v1.14", 1),
     )
     .unwrap();
     git(repo, &["commit", "-qam", "typo"]);
@@ -106,11 +106,12 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
                 .join(" | ")
         );
     };
-    let deadline = Instant::now() + Duration::from_secs(90);
-    wait("the rollout to finish", Duration::from_secs(120), || {
+    // two Talos hops per node (v1.13.10, then v1.14.6) and the Kubernetes step
+    let deadline = Instant::now() + Duration::from_secs(180);
+    wait("the rollout to finish", Duration::from_secs(210), || {
         if Instant::now() > deadline {
             dump();
-            panic!("the rollout did not finish in 90s");
+            panic!("the rollout did not finish in 180s");
         }
         let out = cli()
             .args(["rollout", "list", "--cluster", "home", "-o", "json"])
@@ -134,8 +135,8 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
             v.as_array().is_some_and(|ms| {
                 ms.len() == 6
                     && ms.iter().all(|m| {
-                        m["talosVersion"] == "v1.13.9"
-                            && m["kubeletVersion"] == "v1.35.0"
+                        m["talosVersion"] == "v1.14.6"
+                            && m["kubeletVersion"] == "v1.35.8"
                             && m["cordoned"] == false
                     })
             })
@@ -145,8 +146,8 @@ fn from_an_edited_yaml_to_a_completed_rollout_with_real_processes() {
 
 /// Issue 33 item 10: from the default scenario (Talos v1.12.11, Kubernetes v1.34.1) to Talos
 /// v1.14.6 and Kubernetes v1.37.1 through the daemon. Kubernetes moves one minor per rollout,
-/// so three rollouts: both Talos hops (v1.13.10 on the legacy RPC, v1.14.6 on the lifecycle
-/// path) with Kubernetes v1.35.0, then v1.36.0, then v1.37.1 (the upgrade-k8s sequence on
+/// so three rollouts: `examples/home` as it is (both Talos hops, v1.13.10 on the legacy RPC
+/// and v1.14.6 on the lifecycle path, with Kubernetes v1.35.8), then v1.36.0, then v1.37.1 (the upgrade-k8s sequence on
 /// Talos 1.14). At the end every kubelet runs v1.37.1, the bootstrap manifests' inventory
 /// holds the CoreDNS RBAC objects under cli-utils keys, and each control plane's `final-*`
 /// config resources keep their own counters.
@@ -157,12 +158,11 @@ fn from_the_default_scenario_to_talos_1_14_6_and_kubernetes_1_37_1_through_every
     let pools = s.desired.join("home/pools.yaml");
     let cluster = s.desired.join("home/cluster.yaml");
     let text = std::fs::read_to_string(&pools).unwrap();
-    assert_eq!(text.matches("version: v1.13.9").count(), 2, "{text}");
-    std::fs::write(&pools, text.replace("version: v1.13.9", "version: v1.14.6")).unwrap();
+    assert_eq!(text.matches("version: v1.14.6").count(), 2, "{text}");
 
-    // what examples/home/cluster.yaml asks for
-    let mut written = "v1.35.0";
-    for (round, kube) in ["v1.35.0", "v1.36.0", "v1.37.1"].into_iter().enumerate() {
+    // what examples/home asks for (Talos v1.14.6, Kubernetes v1.35.8), then the next minors
+    let mut written = "v1.35.8";
+    for (round, kube) in ["v1.35.8", "v1.36.0", "v1.37.1"].into_iter().enumerate() {
         let text = std::fs::read_to_string(&cluster).unwrap();
         assert!(text.contains(&format!("version: {written}")), "{text}");
         std::fs::write(

@@ -197,7 +197,8 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
     let again = plan::compute(&desired, &inventory, &applied_from(&desired), None).unwrap();
     assert!(!again.has_changes(), "{again:#?}");
 
-    // examples/home asks for Talos v1.13.9 and Kubernetes v1.35.0: the expected rollout.
+    // examples/home asks for Talos v1.14.6 and Kubernetes v1.35.8: the expected rollout (two
+    // Talos hops per pool, through the newest 1.13).
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/home");
     let loaded = medea::desired::load(&Source::Dir(examples)).unwrap();
     assert!(!loaded.has_errors());
@@ -225,9 +226,11 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
     assert_eq!(
         steps,
         [
-            "talos controlplane 1 -> v1.13.9 (3 machines)",
-            "talos workers 1 -> v1.13.9 (3 machines)",
-            "kubernetes v1.34.1 -> v1.35.0",
+            "talos controlplane 1 -> v1.13.10 (3 machines)",
+            "talos controlplane 2 -> v1.14.6 (3 machines)",
+            "talos workers 1 -> v1.13.10 (3 machines)",
+            "talos workers 2 -> v1.14.6 (3 machines)",
+            "kubernetes v1.34.1 -> v1.35.8",
         ]
     );
     e.sim.shutdown().await;

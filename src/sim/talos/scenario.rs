@@ -35,9 +35,10 @@ use super::fault::{FaultError, FaultPlan, duration_text};
 use crate::version::{KubeVersion, TalosVersion};
 
 /// The cluster `medea sim` runs without `--scenario`: cluster `home` (the name and node names of
-/// `examples/home`), 3 control planes and 3 workers on an older Talos (v1.12.11, the newest 1.12,
-/// so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1 — `examples/home` asks for
-/// v1.13.9 / v1.35.0 — with a 3-replica workload guarded by a PDB (minAvailable 2). Reboots take
+/// `examples/home`), 3 control planes and 3 workers on an older Talos (v1.12.11, an older 1.12
+/// patch, so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1 — `examples/home`
+/// asks for v1.14.6 / v1.35.8, two Talos hops (v1.13.10 on the legacy RPC, v1.14.6 on the
+/// lifecycle path) and one Kubernetes minor — with a 3-replica workload guarded by a PDB (minAvailable 2). Reboots take
 /// 2 s, pulls 500 ms, pods 3 s to become Ready and 1 s to terminate.
 pub const DEFAULT_SCENARIO: &str = r#"# medea sim default scenario
 clusterName: home
