@@ -375,6 +375,7 @@ impl KubeClient {
 fn cluster_node(node: Node) -> ClusterNode {
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
     let status = node.status.unwrap_or_default();
     let info = status.node_info.unwrap_or_default();
     let conditions = status.conditions.unwrap_or_default();
@@ -406,6 +407,7 @@ fn cluster_node(node: Node) -> ClusterNode {
             .collect(),
         control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
         labels,
+        annotations,
         ready,
         pressure,
         unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),

@@ -70,6 +70,9 @@ pub struct ClusterNode {
     /// `status.addresses`, in the order the kubelet reports them.
     pub addresses: Vec<NodeAddress>,
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations` (Talos puts system extensions there whose versions are no valid
+    /// label value, and the Image Factory schematic: `extensions.talos.dev/schematic`).
+    pub annotations: BTreeMap<String, String>,
     /// Has the [`CONTROL_PLANE_LABEL`] label.
     pub control_plane: bool,
     /// The `Ready` condition is `True`.

@@ -618,6 +618,7 @@ mod tests {
                 address: address.into(),
             }],
             labels: Default::default(),
+            annotations: Default::default(),
             control_plane,
             ready: true,
             pressure: Vec::new(),

@@ -169,7 +169,7 @@ fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> O
         key: key(j, si, Some(&n.target.node), CommandOp::PullAhead, n.attempt),
         action: Action::Pull {
             node: n.node_target(),
-            image: ts.rollout.image.clone(),
+            image: ts.rollout.image_for(&n.target).to_string(),
             namespace: ImageNamespace::System,
         },
     })))
@@ -318,7 +318,7 @@ pub(super) fn talos_node(
                     key: key(j, si, nd, CommandOp::Pull, n.attempt),
                     action: Action::Pull {
                         node: target,
-                        image: spec.image.clone(),
+                        image: spec.image_for(&n.target).to_string(),
                         namespace: ImageNamespace::System,
                     },
                 }));
@@ -401,7 +401,7 @@ pub(super) fn talos_node(
                     key: key(j, si, nd, CommandOp::Upgrade, n.attempt),
                     action: Action::Upgrade {
                         node: target,
-                        image: spec.image.clone(),
+                        image: spec.image_for(&n.target).to_string(),
                         method,
                         boot_id_before: boot.clone(),
                     },

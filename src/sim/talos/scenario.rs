@@ -9,7 +9,8 @@
 //!   podTermination: 1s   # kube side: how long an evicted pod stays Terminating
 //! nodes:
 //!   - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
-//!   - { name: w-1,  address: 127.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1 }
+//!   - { name: w-1,  address: 127.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1,
+//!       platform: aws, extensions: { iscsi-tools: v0.1.6 } }   # optional: default metal, none
 //! faults:
 //!   - node: cp-1
 //!     on: { call: { method: upgrade, nth: 1 } }
@@ -111,6 +112,17 @@ pub struct NodeSpec {
     /// Extra text for this node's machine config (replaces the scenario's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_config_extra: Option<MachineConfigExtra>,
+    /// The platform `MachineService.Version` reports (`platform.name`); default `metal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// The Image Factory schematic id the node was installed from (published on its Node as
+    /// the annotation `extensions.talos.dev/schematic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schematic: Option<String>,
+    /// System extensions, name → version (published on its Node as
+    /// `extensions.talos.dev/<name>`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extensions: std::collections::BTreeMap<String, String>,
 }
 
 /// Text added to a node's generated machine config, kept byte for byte as written, so a
@@ -402,6 +414,9 @@ impl Scenario {
                 talos: talos.clone(),
                 kubernetes: kubernetes.clone(),
                 machine_config_extra: None,
+                platform: None,
+                schematic: None,
+                extensions: std::collections::BTreeMap::new(),
             });
         }
         Scenario {

@@ -309,6 +309,13 @@ impl SimNode {
                 })
                 .unwrap_or_default(),
             static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
+            extensions: {
+                let mut e = self.spec.extensions.clone();
+                if let Some(s) = &self.spec.schematic {
+                    e.insert("schematic".to_string(), s.clone());
+                }
+                e
+            },
         }
     }
 }

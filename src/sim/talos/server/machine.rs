@@ -56,7 +56,11 @@ impl MachineService for Api {
                     arch: "amd64".to_string(),
                 }),
                 platform: Some(pb::PlatformInfo {
-                    name: "metal".to_string(),
+                    name: n
+                        .spec
+                        .platform
+                        .clone()
+                        .unwrap_or_else(|| "metal".to_string()),
                     mode: "metal".to_string(),
                 }),
                 features: Some(pb::FeaturesInfo { rbac: true }),
