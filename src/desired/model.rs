@@ -368,6 +368,8 @@ impl InstallerImage {
 
 /// The schematic id in an image reference or repository (the last path segment when it is
 /// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.
+pub use crate::image::EMPTY_SCHEMATIC;
+
 pub fn schematic_of(image: &str) -> Option<&str> {
     crate::image::schematic_of(image)
 }

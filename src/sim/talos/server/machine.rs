@@ -367,7 +367,7 @@ impl MachineService for Api {
             )));
         }
         c.node_mut(idx).images.insert(r.image.clone());
-        c.install_entry(idx, target);
+        c.install_entry(idx, target, &r.image);
         let actor_id = c.next_actor_id(idx);
         let ticket = c.begin_reboot(idx);
         let timing = c.timing.reboot;
