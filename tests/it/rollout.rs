@@ -920,11 +920,7 @@ async fn a_machine_with_its_own_installer_is_pulled_and_upgraded_with_it() {
     ] {
         for op in ["pull", "upgrade"] {
             let want = format!("{op} {n} {image}");
-            assert!(
-                s.log.iter().any(|l| *l == want),
-                "{want} missing: {:#?}",
-                s.log
-            );
+            assert!(s.log.contains(&want), "{want} missing: {:#?}", s.log);
         }
         assert!(
             s.log
