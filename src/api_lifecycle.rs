@@ -390,6 +390,18 @@ const BUILTIN: &[Row] = &[
         (1, 40),
         Some("certificates.k8s.io/v1 ClusterTrustBundle"),
     ),
+    // `coordination/v1beta1` LeaseCandidate: `+k8s:prerelease-lifecycle-gen:introduced=1.33`,
+    // so prerelease-lifecycle-gen's defaults deprecate it three minors later and remove it
+    // three after that; off by default (KEP-3136), no GA version yet.
+    (
+        "coordination.k8s.io",
+        "v1beta1",
+        "leasecandidates",
+        "LeaseCandidate",
+        (1, 36),
+        (1, 39),
+        None,
+    ),
     (
         "certificates.k8s.io",
         "v1beta1",
@@ -399,6 +411,80 @@ const BUILTIN: &[Row] = &[
         (1, 40),
         Some("certificates.k8s.io/v1 PodCertificateRequest"),
     ),
+];
+
+/// An alpha resource a Kubernetes minor stops serving, whose remaining objects make
+/// `talosctl upgrade-k8s` refuse the upgrade into that minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedAlpha {
+    pub group: &'static str,
+    pub version: &'static str,
+    /// Plural, lower case.
+    pub resource: &'static str,
+    pub kind: &'static str,
+    /// Whether its objects live in namespaces.
+    pub namespaced: bool,
+    /// The first minor that no longer serves it.
+    pub removed: Minor,
+    /// The Kubernetes pull request that removed it.
+    pub pull: &'static str,
+}
+
+impl RemovedAlpha {
+    /// `clustercidrs.v1alpha1.networking.k8s.io`, as go-kubernetes names it
+    /// (`schema.ParseResourceArg`).
+    pub fn resource_arg(&self) -> String {
+        format!("{}.{}.{}", self.resource, self.version, self.group)
+    }
+
+    /// `networking.k8s.io/v1alpha1`.
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+}
+
+/// go-kubernetes `kubernetes/upgrade/checks.go` (`removedAPIResources` of each
+/// `"1.N->1.N+1"` step): alpha resources whose objects `upgrade-k8s` lists before moving the
+/// apiserver into `removed`, refusing the upgrade while any exist. Alpha versions are served
+/// only when `--runtime-config` enables them, so a cluster that never did answers 404 (no
+/// objects).
+pub const REMOVED_ALPHA: &[RemovedAlpha] = &[
+    RemovedAlpha {
+        group: "networking.k8s.io",
+        version: "v1alpha1",
+        resource: "clustercidrs",
+        kind: "ClusterCIDR",
+        namespaced: false,
+        removed: (1, 29),
+        pull: "kubernetes/kubernetes#121229",
+    },
+    RemovedAlpha {
+        group: "resource.k8s.io",
+        version: "v1alpha3",
+        resource: "podschedulingcontexts",
+        kind: "PodSchedulingContext",
+        namespaced: true,
+        removed: (1, 32),
+        pull: "kubernetes/kubernetes#128003",
+    },
+    RemovedAlpha {
+        group: "scheduling.k8s.io",
+        version: "v1alpha2",
+        resource: "workloads",
+        kind: "Workload",
+        namespaced: true,
+        removed: (1, 37),
+        pull: "kubernetes/kubernetes#138572",
+    },
+    RemovedAlpha {
+        group: "scheduling.k8s.io",
+        version: "v1alpha2",
+        resource: "podgroups",
+        kind: "PodGroup",
+        namespaced: true,
+        removed: (1, 37),
+        pull: "kubernetes/kubernetes#138572",
+    },
 ];
 
 /// The built-in table, in a stable order (group, version, resource).

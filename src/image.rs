@@ -199,6 +199,11 @@ pub fn kube_version_of_tag(tag: &str) -> Option<(KubeVersion, &str)> {
     KubeVersion::parse(tag).ok().map(|v| (v, ""))
 }
 
+/// The Image Factory schematic with no customization (no extensions, no extra kernel
+/// arguments): the id of an empty schematic document, the same for everyone.
+pub const EMPTY_SCHEMATIC: &str =
+    "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+
 /// The schematic id of a reference a node reported (`machine.install.image`), with the rule of
 /// [`ImageRef::schematic`] and, like [`tag_of`], without checking the rest.
 pub fn schematic_of(reference: &str) -> Option<&str> {

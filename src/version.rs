@@ -252,6 +252,20 @@ version_type!(
     /// A Talos Linux release, e.g. `v1.13.9`.
     TalosVersion
 );
+impl TalosVersion {
+    /// Whether a node running this version is upgraded through `LifecycleService.Upgrade`
+    /// (>= v1.13.0: the new boot entry only; the caller drains and reboots) rather than the
+    /// legacy `MachineService.Upgrade`, which drains the node itself, server-side, and reboots.
+    /// Pre-releases of 1.13.0 order below it and take the legacy RPC, which every 1.13 build
+    /// still serves. The one home of the rule: the Talos adapter picks its RPC by it
+    /// (`talos::UpgradeRpc::for_running`), the journal names its method by it
+    /// (`rollout::ports::UpgradeMethod::for_version`), and the planner notes by it that a
+    /// pool's `drain.skipPods` does not hold on the legacy path.
+    pub fn upgrades_through_lifecycle(&self) -> bool {
+        *self >= TalosVersion::new(1, 13, 0)
+    }
+}
+
 version_type!(
     /// A Kubernetes release, e.g. `v1.34.1`.
     KubeVersion

@@ -123,6 +123,8 @@ pub fn generate(spec: FleetSpec) -> Fleet {
                 ),
                 installer_image: Some(format!("ghcr.io/siderolabs/installer:{running_talos}")),
                 schematic: None,
+                platform: None,
+                extensions: BTreeMap::new(),
                 kubelet_version: Some(KubeVersion::parse("v1.35.0").expect("literal")),
                 ready: !(away && i >= 3),
                 cordoned: false,

@@ -214,6 +214,8 @@ fn observed(nodes: &[NodeFacts]) -> ObservedCluster {
                     talos_version: Some(n.version.clone()),
                     installer_image: None,
                     schematic: None,
+                    platform: None,
+                    extensions: std::collections::BTreeMap::new(),
                     kubelet_version: Some(n.kubelet.clone()),
                     ready: true,
                     cordoned: false,
@@ -261,6 +263,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
                         id: format!("id-{}", n.name),
                         address: n.address.clone(),
                         from: n.version.clone(),
+                        image: None,
                     })
                     .collect()
             })

@@ -365,7 +365,7 @@ async fn drive(
             .into_machines();
         let done = m
             .iter()
-            .all(|m| m.talos_version == "v1.13.9" && m.kubelet_version == "v1.35.0");
+            .all(|m| m.talos_version == "v1.14.6" && m.kubelet_version == "v1.35.8");
         if done || tokio::time::Instant::now() > deadline {
             break m;
         }

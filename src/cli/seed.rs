@@ -654,6 +654,8 @@ mod tests {
             talos_version: talos.map(|t| TalosVersion::parse(t).unwrap()),
             installer_image: installer.map(str::to_string),
             schematic: None,
+            platform: None,
+            extensions: BTreeMap::new(),
             kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
             ready: true,
             cordoned: false,

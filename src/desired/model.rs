@@ -269,7 +269,12 @@ pub struct NodePool {
     /// Machines selected by node labels (all must match); empty = none by label.
     pub selector: BTreeMap<String, String>,
     pub talos_version: Sourced<TalosVersion>,
+    /// `talos.installerImage`, or [`DEFAULT_INSTALLER`] when the pool names none.
     pub installer_image: Sourced<InstallerImage>,
+    /// Whether the pool names its installer. A pool that does not gets, for hops to Talos 1.14
+    /// and later (which no longer publish [`DEFAULT_INSTALLER`]), each node's own Image Factory
+    /// installer (`plan::compute`, `factory_installer`).
+    pub installer_named: bool,
     /// Effective settings: pool overrides on top of the cluster defaults; control plane is 1.
     pub rollout: RolloutSettings,
     /// Effective health gates: the pool's `health:` fields on top of the cluster's, and the
@@ -363,6 +368,8 @@ impl InstallerImage {
 
 /// The schematic id in an image reference or repository (the last path segment when it is
 /// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.
+pub use crate::image::EMPTY_SCHEMATIC;
+
 pub fn schematic_of(image: &str) -> Option<&str> {
     crate::image::schematic_of(image)
 }

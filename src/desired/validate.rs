@@ -749,6 +749,7 @@ fn pool_into(
         selector,
         talos_version,
         installer_image,
+        installer_named: spec.talos.installer_image.is_some(),
         rollout,
         health,
         after,

@@ -13,7 +13,8 @@
 //!         role: controlplane
 //!         talosVersion: v1.12.4   # absent = unknown (the node did not answer)
 //!         kubeletVersion: v1.34.1
-//!         # id (default: the node name), installerImage, schematic, bootId,
+//!         # id (default: the node name), installerImage, schematic, platform, extensions
+//!         # (name: version), bootId,
 //!         # ready (default true), cordoned (default false), reachable (default true), labels
 //!     preflight:             # optional: what the preflight checks read (inventory::preflight)
 //!       apiserverMetrics: [{endpoint: "https://10.0.1.11:6443", error: null}]
@@ -114,6 +115,10 @@ pub struct MachineEntry {
     pub installer_image: Option<String>,
     #[serde(default)]
     pub schematic: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extensions: BTreeMap<String, String>,
     #[serde(default)]
     pub kubelet_version: Option<KubeVersion>,
     #[serde(default = "yes")]
@@ -175,6 +180,8 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
                 talos_version: m.talos_version,
                 installer_image: m.installer_image,
                 schematic: m.schematic,
+                platform: m.platform,
+                extensions: m.extensions,
                 kubelet_version: m.kubelet_version,
                 ready: m.ready,
                 cordoned: m.cordoned,
@@ -286,6 +293,8 @@ pub fn to_file(inv: &Inventory) -> InventoryFile {
                         talos_version: m.talos_version.clone(),
                         installer_image: m.installer_image.clone(),
                         schematic: m.schematic.clone(),
+                        platform: m.platform.clone(),
+                        extensions: m.extensions.clone(),
                         kubelet_version: m.kubelet_version.clone(),
                         ready: m.ready,
                         cordoned: m.cordoned,

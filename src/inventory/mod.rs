@@ -42,6 +42,16 @@ pub struct Machine {
     pub installer_image: Option<String>,
     /// Image Factory schematic id, when the node runs one.
     pub schematic: Option<String>,
+    /// The Talos platform the node runs on (`metal`, `aws`, `nocloud`, …; `Version` →
+    /// `platform.name`), when its Talos API answered. Names its Image Factory installer
+    /// (`factory.talos.dev/<platform>-installer/<schematic>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// System extensions the node runs, name → version, as Talos publishes them on its Node
+    /// (`extensions.talos.dev/<name>` labels and annotations; the `schematic` entry is
+    /// [`Machine::schematic`], not an extension).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extensions: BTreeMap<String, String>,
     pub kubelet_version: Option<KubeVersion>,
     pub ready: bool,
     pub cordoned: bool,
@@ -231,6 +241,8 @@ mod tests {
             talos_version: Some(TalosVersion::parse("v1.12.4").unwrap()),
             installer_image: None,
             schematic: None,
+            platform: None,
+            extensions: BTreeMap::new(),
             kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
             ready: true,
             cordoned: false,

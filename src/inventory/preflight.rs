@@ -25,6 +25,11 @@ pub struct PreflightObservations {
     pub apiserver_metrics: Vec<MetricsSource>,
     /// Objects whose `metadata.managedFields[]` show a writer using a deprecated group-version.
     pub managed_fields: Vec<ManagedFieldsUse>,
+    /// Alpha resources a later minor removes that still have objects (go-kubernetes
+    /// `removedAPIResources`), one entry per resource with objects, sorted. Empty when the
+    /// resource is not served (404) or has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_alpha_objects: Vec<AlphaObjects>,
     /// PodDisruptionBudgets with the pods they cover (name, node).
     pub pod_disruption_budgets: Vec<ObservedPdb>,
     /// etcd as the control-plane nodes report it; `None` when no node answered.
@@ -75,6 +80,22 @@ pub struct MetricsSource {
     pub endpoint: String,
     /// `None` when it answered; else why not (HTTP status, connection error), one line.
     pub error: Option<String>,
+    /// `process_start_time_seconds` of the apiserver that answered (Unix seconds): its
+    /// deprecated-API gauge counts requests since then only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<i64>,
+}
+
+/// Objects of one alpha resource that the target minor no longer serves.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlphaObjects {
+    /// `clustercidrs.v1alpha1.networking.k8s.io`.
+    pub resource: String,
+    /// How many objects the list returned.
+    pub count: u64,
+    /// The first few (`namespace/name` or `name`), sorted.
+    pub examples: Vec<String>,
 }
 
 /// An object whose managedFields show a writer using a deprecated group-version.

@@ -407,6 +407,7 @@ impl KubeClient {
 fn cluster_node(node: Node) -> ClusterNode {
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
     let status = node.status.unwrap_or_default();
     let info = status.node_info.unwrap_or_default();
     let conditions = status.conditions.unwrap_or_default();
@@ -438,6 +439,7 @@ fn cluster_node(node: Node) -> ClusterNode {
             .collect(),
         control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
         labels,
+        annotations,
         ready,
         pressure,
         unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
@@ -651,6 +653,16 @@ impl KubeApi for KubeClient {
         resource: &ServedResource,
     ) -> Result<Vec<ObjectWriters>, K8sError> {
         self.writers_of(group, version, resource).await
+    }
+
+    async fn list_names(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+    ) -> Result<Option<crate::k8s::AlphaList>, K8sError> {
+        self.names_of(group, version, plural, kind).await
     }
 
     async fn disruption_budgets(&self) -> Result<Vec<PdbCoverage>, K8sError> {

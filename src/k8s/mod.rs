@@ -51,7 +51,9 @@ use crate::version::{KubeVersion, VersionError};
 pub use client::{
     AccessCheck, ClientOptions, KubeClient, ManifestSyncOptions, RetryPolicy, ServerInfo,
 };
-pub use observe::{DeprecatedSeries, FieldWriter, ObjectWriters, PdbCoverage, ServedResource};
+pub use observe::{
+    AlphaList, DeprecatedSeries, FieldWriter, ObjectWriters, PdbCoverage, ServedResource,
+};
 
 /// The label that marks a control-plane node (Talos and kubeadm set it).
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -71,6 +73,9 @@ pub struct ClusterNode {
     /// `status.addresses`, in the order the kubelet reports them.
     pub addresses: Vec<NodeAddress>,
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations` (Talos puts system extensions there whose versions are no valid
+    /// label value, and the Image Factory schematic: `extensions.talos.dev/schematic`).
+    pub annotations: BTreeMap<String, String>,
     /// Has the [`CONTROL_PLANE_LABEL`] label.
     pub control_plane: bool,
     /// The `Ready` condition is `True`.
@@ -522,6 +527,17 @@ pub trait KubeApi: Send + Sync {
         version: &str,
         resource: &ServedResource,
     ) -> impl Future<Output = Result<Vec<ObjectWriters>, K8sError>> + Send;
+
+    /// The objects of `group/version/plural` across all namespaces (`namespace/name` or
+    /// `name`, sorted), through a plain list as go-kubernetes' upgrade check does; `None` when
+    /// the apiserver does not serve the resource (404).
+    fn list_names(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+    ) -> impl Future<Output = Result<Option<AlphaList>, K8sError>> + Send;
 
     /// Every PodDisruptionBudget with the pods it selects and their nodes (one list of PDBs,
     /// one of pods), sorted.

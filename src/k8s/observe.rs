@@ -67,6 +67,9 @@ pub struct PdbCoverage {
     pub pods: Vec<(String, String)>,
 }
 
+/// The objects one list returned: `namespace/name` (or `name`), sorted.
+pub type AlphaList = Vec<String>;
+
 /// One series of `apiserver_requested_deprecated_apis` whose value is 1.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DeprecatedSeries {
@@ -240,6 +243,51 @@ impl KubeClient {
         Ok(out)
     }
 
+    pub(super) async fn names_of(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+    ) -> Result<Option<AlphaList>, K8sError> {
+        let ar =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let target = format!("{plural}.{version}.{group}");
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(PAGE);
+            if let Some(t) = &token {
+                params = params.continue_token(t);
+            }
+            let page = match self
+                .call("list objects", &target, || api.list(&params))
+                .await
+            {
+                Ok(p) => p,
+                Err(K8sError::Api { err, .. }) if super::client::is_status(&err, 404) => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+            for o in page.items {
+                let m = o.metadata;
+                let name = m.name.unwrap_or_default();
+                out.push(match m.namespace {
+                    Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+                    _ => name,
+                });
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        out.sort();
+        Ok(Some(out))
+    }
+
     pub(super) async fn pdb_coverage(&self) -> Result<Vec<PdbCoverage>, K8sError> {
         let pdb_api: Api<PodDisruptionBudget> = Api::all(self.client.clone());
         let pod_api: Api<Pod> = Api::all(self.client.clone());
@@ -340,6 +388,27 @@ pub fn deprecated_series(text: &str) -> Vec<DeprecatedSeries> {
     out
 }
 
+/// `process_start_time_seconds` in a Prometheus text exposition, as Unix seconds: when the
+/// process (here the kube-apiserver) started. client_golang's process collector writes it as
+/// a float without labels (`process_start_time_seconds 1.7331e+09`); `None` when absent or
+/// malformed.
+pub fn process_start_time(text: &str) -> Option<i64> {
+    const NAME: &str = "process_start_time_seconds";
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(NAME)?;
+        let rest = rest.strip_prefix("{}").unwrap_or(rest);
+        if !rest.starts_with(' ') {
+            return None;
+        }
+        let v: f64 = rest.split_whitespace().next()?.parse().ok()?;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "a start time in seconds since 1970 is far inside i64; fractions are dropped"
+        )]
+        (v.is_finite() && v > 0.0).then_some(v as i64)
+    })
+}
+
 /// `a="x",b="y"} rest` → the labels and `rest`.
 fn parse_labels(s: &str) -> Option<(BTreeMap<String, String>, &str)> {
     let mut labels = BTreeMap::new();
@@ -399,5 +468,20 @@ kubernetes_build_info{git_version=\"v1.31.2\"} 1\n";
         assert_eq!(s[0].resource, "flowschemas");
         assert_eq!(s[0].removed_release, "1.32");
         assert_eq!(s[1].resource, "a\"b");
+    }
+
+    #[test]
+    fn the_process_start_time_is_read_from_the_exposition() {
+        let text = "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n\
+# TYPE process_start_time_seconds gauge\n\
+process_start_time_seconds_total 4\n\
+process_start_time_seconds 1.73310544232e+09\n";
+        assert_eq!(process_start_time(text), Some(1_733_105_442));
+        assert_eq!(
+            process_start_time("process_start_time_seconds{} 12\n"),
+            Some(12)
+        );
+        assert_eq!(process_start_time("kubernetes_build_info 1\n"), None);
+        assert_eq!(process_start_time("process_start_time_seconds NaN\n"), None);
     }
 }

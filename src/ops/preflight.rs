@@ -30,10 +30,11 @@ use std::path::Path;
 
 use crate::api_lifecycle::{self, ApiLifecycle, Minor};
 use crate::inventory::preflight::{
-    CredentialExpiry, DeprecatedApiRequest, EtcdAlarmObservation, EtcdMemberObservation,
-    EtcdObservation, ManagedFieldsUse, MetricsSource, ObservedPdb, PdbPod, PreflightObservations,
+    AlphaObjects, CredentialExpiry, DeprecatedApiRequest, EtcdAlarmObservation,
+    EtcdMemberObservation, EtcdObservation, ManagedFieldsUse, MetricsSource, ObservedPdb, PdbPod,
+    PreflightObservations,
 };
-use crate::k8s::observe::deprecated_series;
+use crate::k8s::observe::{deprecated_series, process_start_time};
 use crate::k8s::{ClusterNode, K8sError, KubeApi, ObjectWriters};
 use crate::talos::{NodeTarget, TalosApi, TalosConfig, TalosError};
 use crate::version::KubeVersion;
@@ -55,6 +56,10 @@ const NOISE_MANAGERS: &[&str] = &[
 /// Keys of [`PreflightObservations::gather_errors`].
 pub const MANAGED_FIELDS: &str = "managedFields";
 pub const PDBS: &str = "podDisruptionBudgets";
+pub const REMOVED_ALPHA: &str = "removedAlphaObjects";
+
+/// How many object names of a removed alpha resource the observation keeps as examples.
+const ALPHA_EXAMPLES: usize = 5;
 pub const TALOSCONFIG: &str = "credentials/talosconfig";
 pub const KUBECONFIG: &str = "credentials/kubeconfig";
 
@@ -77,11 +82,12 @@ pub async fn gather<T: TalosApi, K: KubeApi>(
     credentials: Option<CredentialFiles<'_>>,
 ) -> PreflightObservations {
     let minor = kubernetes.map(KubeVersion::minor_line);
-    let ((requests, sources), managed, pdbs, etcd) = futures::join!(
+    let ((requests, sources), managed, pdbs, etcd, alpha) = futures::join!(
         deprecated_requests(kube, nodes),
         managed_fields(kube, minor),
         disruption_budgets(kube),
         etcd(talos, nodes),
+        removed_alpha_objects(kube, minor),
     );
     let mut obs = PreflightObservations {
         gathered: true,
@@ -99,6 +105,12 @@ pub async fn gather<T: TalosApi, K: KubeApi>(
         Ok(m) => obs.managed_fields = m,
         Err(e) => {
             obs.gather_errors.insert(MANAGED_FIELDS.into(), e);
+        }
+    }
+    match alpha {
+        Ok(a) => obs.removed_alpha_objects = a,
+        Err(e) => {
+            obs.gather_errors.insert(REMOVED_ALPHA.into(), e);
         }
     }
     match pdbs {
@@ -243,6 +255,7 @@ async fn deprecated_requests<K: KubeApi>(
                     }
                 }));
                 sources.push(MetricsSource {
+                    started: process_start_time(&text),
                     endpoint,
                     error: None,
                 });
@@ -255,6 +268,7 @@ async fn deprecated_requests<K: KubeApi>(
                 sources.push(MetricsSource {
                     error: Some(metrics_failure(&one_line(&e)).to_string()),
                     endpoint,
+                    started: None,
                 })
             }
         }
@@ -352,6 +366,39 @@ pub fn uses_of(
         }
     }
     out
+}
+
+/// Objects of the alpha resources a later minor removes (go-kubernetes
+/// `PopulateRemovedAPIResources`: a plain list of each, 404 meaning not served): only the
+/// resources a cluster of `minor` could still serve (all when the minor is unknown), one list
+/// each.
+async fn removed_alpha_objects<K: KubeApi>(
+    kube: &K,
+    minor: Option<Minor>,
+) -> Result<Vec<AlphaObjects>, String> {
+    let mut out = Vec::new();
+    for r in api_lifecycle::REMOVED_ALPHA
+        .iter()
+        .filter(|r| minor.is_none_or(|m| m < r.removed))
+    {
+        let Some(names) = kube
+            .list_names(r.group, r.version, r.resource, r.kind)
+            .await
+            .map_err(|e| one_line(&e))?
+        else {
+            continue;
+        };
+        if names.is_empty() {
+            continue;
+        }
+        out.push(AlphaObjects {
+            resource: r.resource_arg(),
+            count: u64::try_from(names.len()).unwrap_or(u64::MAX),
+            examples: names.into_iter().take(ALPHA_EXAMPLES).collect(),
+        });
+    }
+    out.sort();
+    Ok(out)
 }
 
 async fn disruption_budgets<K: KubeApi>(kube: &K) -> Result<Vec<ObservedPdb>, String> {
@@ -571,6 +618,7 @@ mod tests {
                 address: address.into(),
             }],
             labels: Default::default(),
+            annotations: Default::default(),
             control_plane,
             ready: true,
             pressure: Vec::new(),

@@ -202,6 +202,8 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
         talos_version: None,
         installer_image: None,
         schematic: None,
+        platform: None,
+        extensions: BTreeMap::new(),
         kubelet_version: node.kubelet_version.clone(),
         ready: node.ready,
         cordoned: node.unschedulable,
@@ -219,6 +221,7 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
     match talos.version(&target).await {
         Ok(v) => {
             machine.talos_version = Some(v.tag);
+            machine.platform = (!v.platform.is_empty()).then_some(v.platform);
             machine.reachable = true;
         }
         Err(err) => {
@@ -235,14 +238,19 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
             tracing::warn!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot read the node's boot id from Talos; using the Node's")
         }
     }
+    let (extensions, schematic) = node_extensions(node);
+    machine.extensions = extensions;
+    machine.schematic = schematic;
     match talos.machine_config(&target).await {
         Ok(config) => {
             machine.installer_image = install_image(config.yaml().expose());
-            machine.schematic = machine
-                .installer_image
-                .as_deref()
-                .and_then(crate::desired::model::schematic_of)
-                .map(str::to_string);
+            if machine.schematic.is_none() {
+                machine.schematic = machine
+                    .installer_image
+                    .as_deref()
+                    .and_then(crate::desired::model::schematic_of)
+                    .map(str::to_string);
+            }
         }
         Err(err) => {
             // Needs `os:admin`; a reader certificate cannot see it. Not fatal.
@@ -251,6 +259,27 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
     }
     let version = apiserver_version(talos, kube, cluster, node, Some(&target)).await;
     (machine, version)
+}
+
+/// The Node's `extensions.talos.dev/` prefix: Talos publishes each system extension of the node
+/// as `extensions.talos.dev/<name>: <version>`, a label when the version is a valid label value
+/// and an annotation otherwise, and the Image Factory schematic as the extension `schematic`
+/// (siderolabs/talos `internal/app/machined/pkg/controllers/k8s/node_label_spec.go` and
+/// `node_annotation_spec.go`, `extensionsToNodeKV`; `pkg/machinery/constants` `K8sExtensionPrefix`,
+/// `ImageFactorySchematicExtensionName`).
+pub const EXTENSION_PREFIX: &str = "extensions.talos.dev/";
+
+/// The node's system extensions (name → version) and its schematic, from its labels and
+/// annotations (annotations win on a clash, as neither should happen).
+pub fn node_extensions(node: &ClusterNode) -> (BTreeMap<String, String>, Option<String>) {
+    let mut extensions = BTreeMap::new();
+    for (k, v) in node.labels.iter().chain(node.annotations.iter()) {
+        if let Some(name) = k.strip_prefix(EXTENSION_PREFIX) {
+            extensions.insert(name.to_string(), v.clone());
+        }
+    }
+    let schematic = extensions.remove("schematic").filter(|s| !s.is_empty());
+    (extensions, schematic)
 }
 
 /// The kube-apiserver version a control-plane node runs: the image of its kube-apiserver static

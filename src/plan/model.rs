@@ -63,6 +63,11 @@ pub struct MachineTarget {
     pub address: String,
     /// The version the machine runs before this hop.
     pub from: TalosVersion,
+    /// This machine's installer image when it is not the step's [`TalosRollout::image`]: a pool
+    /// that names no installer gets each node's own Image Factory installer on hops to Talos
+    /// 1.14 and later, which differs between nodes of other platforms or schematics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// Talos OS rollout of one pool, one hop (one minor line) of its upgrade path.
@@ -95,6 +100,13 @@ pub struct TalosRollout {
     /// The pool's effective health gates (issue #23); `None`: no gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<super::health::HealthPolicy>,
+}
+
+impl TalosRollout {
+    /// The installer image `m` is upgraded with: its own when it has one, else the step's.
+    pub fn image_for<'a>(&'a self, m: &'a MachineTarget) -> &'a str {
+        m.image.as_deref().unwrap_or(&self.image)
+    }
 }
 
 fn one_attempt() -> u32 {

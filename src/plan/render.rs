@@ -220,7 +220,22 @@ fn machine_count(t: &TalosRollout) -> usize {
 
 /// A Talos hop's image, drain policy and upgrade bound, then its waves, at `indent`.
 fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
-    let _ = writeln!(out, "{indent}image {}", t.image);
+    // one line when every machine gets the step's image; else one per image, with its machines
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for m in t.waves.iter().flatten() {
+        let image = t.image_for(m);
+        match groups.iter_mut().find(|(i, _)| *i == image) {
+            Some((_, nodes)) => nodes.push(&m.node),
+            None => groups.push((image, vec![&m.node])),
+        }
+    }
+    if groups.len() <= 1 {
+        let _ = writeln!(out, "{indent}image {}", t.image);
+    } else {
+        for (image, nodes) in groups {
+            let _ = writeln!(out, "{indent}image {image}: {}", nodes.join(", "));
+        }
+    }
     let _ = writeln!(
         out,
         "{indent}drain {} timeout {}; upgrade attempts {}; health timeout {}",

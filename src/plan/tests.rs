@@ -75,6 +75,8 @@ fn machine(node: &str, role: MachineRole, talos: &str, kubelet: &str) -> Machine
         talos_version: Some(t(talos)),
         installer_image: Some(format!("ghcr.io/siderolabs/installer:{talos}")),
         schematic: None,
+        platform: Some("metal".into()),
+        extensions: BTreeMap::new(),
         kubelet_version: Some(k(kubelet)),
         ready: true,
         cordoned: false,
@@ -585,7 +587,12 @@ fn dropping_a_factory_schematic_is_refused() {
         e.message,
         "installer image `ghcr.io/siderolabs/installer` would drop Image Factory schematic ce4c980550dd that machine `a` runs"
     );
-    assert!(e.help.unwrap().contains(&format!("{FACTORY}/{SCHEMATIC}")));
+    // the node's platform names its factory installer
+    assert!(
+        e.help
+            .unwrap()
+            .contains(&format!("factory.talos.dev/metal-installer/{SCHEMATIC}")),
+    );
 
     // Keeping it is fine, and the empty schematic may be dropped (it carries nothing).
     let keep = format!("    installerImage: {FACTORY}/{SCHEMATIC}\n");
@@ -608,6 +615,178 @@ fn dropping_a_factory_schematic_is_refused() {
     assert_eq!(
         talos_steps(&plan_ok(&d, &observed("v1.34.1", 1, vec![m]))).len(),
         1
+    );
+}
+
+#[test]
+fn a_pool_without_an_installer_gets_each_nodes_factory_installer_from_talos_1_14() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a, b, c", "v1.14.6", "")],
+    );
+    let mut a = w("a", "v1.13.10");
+    a.schematic = Some(SCHEMATIC.into());
+    a.extensions = [("iscsi-tools".to_string(), "v0.1.6".to_string())].into();
+    let b = w("b", "v1.13.10");
+    let mut c = w("c", "v1.13.10");
+    c.platform = Some("aws".into());
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![a, b, c]));
+    let s = talos_steps(&p);
+    assert_eq!(s.len(), 1);
+    let images: Vec<(&str, &str)> = s[0]
+        .waves
+        .iter()
+        .flatten()
+        .map(|m| (m.node.as_str(), s[0].image_for(m)))
+        .collect();
+    let metal = |id: &str| format!("factory.talos.dev/metal-installer/{id}:v1.14.6");
+    assert_eq!(
+        images,
+        [
+            ("a", metal(SCHEMATIC).as_str()),
+            ("b", metal(EMPTY).as_str()),
+            (
+                "c",
+                format!("factory.talos.dev/aws-installer/{EMPTY}:v1.14.6").as_str()
+            ),
+        ]
+    );
+    assert_eq!(
+        s[0].image,
+        metal(SCHEMATIC),
+        "the first machine's is the step's"
+    );
+    let text = render::text(&p, Default::default());
+    for line in [
+        format!("      image {}: a\n", metal(SCHEMATIC)),
+        format!("      image {}: b\n", metal(EMPTY)),
+        format!("      image factory.talos.dev/aws-installer/{EMPTY}:v1.14.6: c\n"),
+    ] {
+        assert!(text.contains(&line), "{line}{text}");
+    }
+
+    // machines that share one installer: one line, no per-machine images
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "b, c", "v1.14.6", "")],
+    );
+    let p = plan_ok(
+        &d,
+        &observed("v1.34.1", 1, vec![w("b", "v1.13.10"), w("c", "v1.13.2")]),
+    );
+    let s = talos_steps(&p);
+    assert!(s[0].waves.iter().flatten().all(|m| m.image.is_none()));
+    assert!(
+        render::text(&p, Default::default()).contains(&format!("      image {}\n", metal(EMPTY)))
+    );
+
+    // below 1.14 the default installer still exists: a hop to 1.13 uses it
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "b", "v1.14.6", "")],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![w("b", "v1.12.11")]));
+    let images: Vec<&str> = talos_steps(&p).iter().map(|s| s.image.as_str()).collect();
+    assert_eq!(
+        images,
+        [
+            "ghcr.io/siderolabs/installer:v1.13.10",
+            metal(EMPTY).as_str()
+        ]
+    );
+
+    // a named installer is used as written
+    let named = format!("    installerImage: {FACTORY}/{SCHEMATIC}\n");
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "b", "v1.14.6", &named)],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![w("b", "v1.13.10")]));
+    assert_eq!(
+        talos_steps(&p)[0].image,
+        format!("{FACTORY}/{SCHEMATIC}:v1.14.6")
+    );
+}
+
+#[test]
+fn an_installer_without_the_nodes_extensions_is_refused_naming_them() {
+    let mut a = w("a", "v1.13.10");
+    a.schematic = Some(SCHEMATIC.into());
+    a.extensions = [
+        ("iscsi-tools".to_string(), "v0.1.6".to_string()),
+        ("util-linux-tools".to_string(), "2.40.2".to_string()),
+    ]
+    .into();
+    // a pool that names the schematic-less installer
+    let ghcr = "    installerImage: ghcr.io/siderolabs/installer\n";
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", ghcr)],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![a.clone()])),
+        codes::SCHEMATIC_DROPPED,
+    );
+    assert_eq!(
+        e.message,
+        "installer image `ghcr.io/siderolabs/installer` would drop Image Factory schematic ce4c980550dd that machine `a` runs, and with it its system extensions iscsi-tools v0.1.6, util-linux-tools 2.40.2"
+    );
+    // a pool without an installer whose path has a hop below 1.14 (the default installer)
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", "")],
+    );
+    let mut old = a.clone();
+    old.talos_version = Some(t("v1.12.11"));
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![old])),
+        codes::SCHEMATIC_DROPPED,
+    );
+    assert!(e.message.contains("iscsi-tools v0.1.6"), "{e:?}");
+    // extensions without a known schematic (a custom installer) are refused too
+    let mut custom = a.clone();
+    custom.schematic = None;
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", ghcr)],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![custom])),
+        codes::SCHEMATIC_DROPPED,
+    );
+    assert!(
+        e.message
+            == "installer image `ghcr.io/siderolabs/installer` would drop the system extensions that machine `a` runs: iscsi-tools v0.1.6, util-linux-tools 2.40.2",
+        "{e:?}"
+    );
+    // the pool without an installer keeps them from 1.14 on: planned
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", "")],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![a.clone()]));
+    assert_eq!(
+        talos_steps(&p)[0].image,
+        format!("factory.talos.dev/metal-installer/{SCHEMATIC}:v1.14.6")
+    );
+    // but not without the node's platform
+    let mut unknown = a;
+    unknown.platform = None;
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![unknown])),
+        codes::UNOBSERVED,
+    );
+    assert!(
+        e.message.contains("the platform of machine `a` is unknown"),
+        "{e:?}"
     );
 }
 
@@ -1472,6 +1651,60 @@ fn both_drain_timeouts_or_a_bad_bound_or_an_empty_skip_selector_are_refused() {
     let d = diagnostics_of("  drain:\n    skipPods:\n      matchLabels: {}\n", "");
     let e = only(&d, crate::desired::diagnostic::codes::INVALID_VALUE);
     assert!(e.message.contains("skipPods"), "{e:?}");
+}
+
+#[test]
+fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
+    let skip = "  drain:\n    skipPods:\n      matchLabels:\n        app: local-path\n";
+    // pool a skips pods, w-1 starts on 1.12 (two hops: the first on the legacy RPC), w-2
+    // already runs 1.13; pool b skips nothing
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("a", "worker", "w-1, w-2", "v1.14.6", skip),
+            pool_doc("b", "worker", "w-3", "v1.14.6", ""),
+        ],
+    );
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![
+            w("w-1", "v1.12.11"),
+            w("w-2", "v1.13.2"),
+            w("w-3", "v1.12.11"),
+        ],
+    );
+    let p = plan_ok(&d, &inv);
+    let notes: Vec<&String> = p.clusters[0]
+        .notes
+        .iter()
+        .filter(|n| n.contains("skipPods"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "node pool `a`, hop 1/2 to v1.13.10: drain.skipPods (app=local-path) does not hold for machine `w-1`, which runs Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included"
+        ],
+        "{:#?}",
+        p.clusters[0].notes
+    );
+    // every machine already on 1.13: no note
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![
+            w("w-1", "v1.13.0"),
+            w("w-2", "v1.13.2"),
+            w("w-3", "v1.12.11"),
+        ],
+    );
+    let p = plan_ok(&d, &inv);
+    assert!(
+        p.clusters[0].notes.iter().all(|n| !n.contains("skipPods")),
+        "{:#?}",
+        p.clusters[0].notes
+    );
 }
 
 #[test]

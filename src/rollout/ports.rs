@@ -40,10 +40,11 @@ pub enum UpgradeMethod {
 
 impl UpgradeMethod {
     /// The method for a node running `running`: `>= v1.13.0` the lifecycle path, older nodes
-    /// the legacy RPC. The same rule as `talos::UpgradeRpc::for_running` (a test pins that they
-    /// agree), so the adapter and the journal always name the same RPC.
+    /// the legacy RPC ([`TalosVersion::upgrades_through_lifecycle`], which
+    /// `talos::UpgradeRpc::for_running` calls too; a test pins that they agree), so the adapter
+    /// and the journal always name the same RPC.
     pub fn for_version(running: &TalosVersion) -> UpgradeMethod {
-        if *running >= TalosVersion::new(1, 13, 0) {
+        if running.upgrades_through_lifecycle() {
             UpgradeMethod::Lifecycle
         } else {
             UpgradeMethod::Legacy

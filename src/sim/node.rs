@@ -29,6 +29,9 @@ pub struct NodeFacts {
     pub static_pod_config_versions: BTreeMap<String, String>,
     /// Static pod components that crash-loop with their current image (never Ready).
     pub crash_looping: std::collections::BTreeSet<String>,
+    /// System extensions, name → version, and the Image Factory schematic as the extension
+    /// `schematic`: what Talos publishes on the Node under `extensions.talos.dev/`.
+    pub extensions: BTreeMap<String, String>,
 }
 
 /// Read access to the Talos side's node facts. Implemented by the Talos simulator; tests of the

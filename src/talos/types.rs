@@ -113,10 +113,11 @@ pub enum UpgradeRpc {
 }
 
 impl UpgradeRpc {
-    /// `>= v1.13.0` → lifecycle, else legacy. Pre-releases of 1.13.0 order below it and take the
-    /// legacy RPC, which every 1.13 build still serves.
+    /// `>= v1.13.0` → lifecycle, else legacy ([`TalosVersion::upgrades_through_lifecycle`]).
+    /// Pre-releases of 1.13.0 order below it and take the legacy RPC, which every 1.13 build
+    /// still serves.
     pub fn for_running(running: &TalosVersion) -> UpgradeRpc {
-        if *running >= TalosVersion::new(1, 13, 0) {
+        if running.upgrades_through_lifecycle() {
             UpgradeRpc::Lifecycle
         } else {
             UpgradeRpc::Legacy

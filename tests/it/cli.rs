@@ -179,7 +179,7 @@ pub fn assert_demo_finished(out: &std::process::Output) {
     assert!(
         timed
             .iter()
-            .any(|l| l.contains("upgraded to v1.13.9, Ready (")),
+            .any(|l| l.contains("upgraded to v1.14.6, Ready (")),
         "{stdout}"
     );
     for w in timed.windows(2) {
@@ -194,7 +194,7 @@ pub fn assert_demo_finished(out: &std::process::Output) {
     assert_eq!(table.len(), 6, "{stdout}");
     for row in table {
         assert!(
-            row.contains("v1.13.9") && row.contains("v1.35.0"),
+            row.contains("v1.14.6") && row.contains("v1.35.8"),
             "not on target: {row}"
         );
         assert!(

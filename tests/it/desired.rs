@@ -147,8 +147,8 @@ fn broken_example_reports_every_error_with_positions_and_exits_1() {
     );
     edit(
         "prod/pools.yaml",
-        "    version: v1.13.9",
-        "    version: v1.13",
+        "    version: v1.14.6",
+        "    version: v1.14",
     );
     edit(
         "home/pools.yaml",
@@ -166,7 +166,7 @@ fn broken_example_reports_every_error_with_positions_and_exits_1() {
     assert!(stderr.contains("unknown field `surge`"), "{stderr}");
     assert!(stderr.contains("home/cluster.yaml:21:5"), "{stderr}");
     assert!(
-        stderr.contains("version `v1.13` must have three numeric"),
+        stderr.contains("version `v1.14` must have three numeric"),
         "{stderr}"
     );
     assert!(stderr.contains("prod/pools.yaml:14:14"), "{stderr}");
@@ -174,7 +174,7 @@ fn broken_example_reports_every_error_with_positions_and_exits_1() {
         stderr.contains("refers to cluster `homelab`, which is not defined"),
         "{stderr}"
     );
-    assert!(stderr.contains("home/pools.yaml:27:12"), "{stderr}");
+    assert!(stderr.contains("home/pools.yaml:29:12"), "{stderr}");
     assert!(stderr.contains("3 errors, 0 warnings"), "{stderr}");
     expectorate::assert_contents("tests/it/snapshots/validate-broken.txt", &stderr);
 }

@@ -59,6 +59,7 @@ fn facts(name: &str, n: u8, control_plane: bool) -> NodeFacts {
             BTreeMap::new()
         },
         crash_looping: Default::default(),
+        extensions: Default::default(),
         static_pod_config_versions: Default::default(),
     }
 }

@@ -141,7 +141,8 @@ fn validate_of_a_directory_with_semantic_errors() {
 }
 
 /// The inventory of `examples/home` with every kind of plan note: a machine in no pool, a
-/// NotReady one, one whose kubelet is unknown; and a pool that selects nothing.
+/// NotReady one, one whose kubelet is unknown; a pool that selects nothing; and a pool whose
+/// `drain.skipPods` the legacy upgrade of its Talos < 1.13 machines ignores.
 fn notes_fixture(d: &Path) {
     std::fs::create_dir_all(d.join("desired/home")).unwrap();
     for f in ["cluster.yaml", "pools.yaml"] {
@@ -153,6 +154,11 @@ fn notes_fixture(d: &Path) {
     }
     let pools = d.join("desired/home/pools.yaml");
     let mut text = std::fs::read_to_string(&pools).unwrap();
+    let workers_rollout = "  rollout:\n    drainTimeout: 5m\n";
+    assert!(text.ends_with(workers_rollout), "{text}");
+    text.push_str(
+        "  drain:\n    skipPods:\n      matchLabels:\n        app.kubernetes.io/name: local-path-provisioner\n",
+    );
     text.push_str(
         "---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: gpu\nspec:\n  cluster: home\n  role: worker\n  selector:\n    matchLabels:\n      node.medea.dev/pool: gpu\n  talos:\n    version: v1.13.9\n",
     );

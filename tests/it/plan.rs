@@ -60,12 +60,12 @@ fn examples_before(dir: &Path) {
     copy_dir(&root().join("examples"), dir);
     edit(
         &dir.join("home/cluster.yaml"),
-        "version: v1.35.0",
+        "version: v1.35.8",
         "version: v1.34.1",
     );
     edit(
         &dir.join("home/pools.yaml"),
-        "version: v1.13.9",
+        "version: v1.14.6",
         "version: v1.12.4",
     );
     edit(
@@ -75,12 +75,12 @@ fn examples_before(dir: &Path) {
     );
     edit(
         &dir.join("prod/cluster.yaml"),
-        "version: v1.35.0",
+        "version: v1.35.8",
         "version: v1.34.2",
     );
     edit(
         &dir.join("prod/pools.yaml"),
-        "version: v1.13.9",
+        "version: v1.14.6",
         "version: v1.11.5",
     );
 }
@@ -188,10 +188,10 @@ fn exit_codes_are_0_no_changes_2_changes_1_error() {
     let mut inv = fixture_inventory();
     for c in inv.clusters.values_mut() {
         let c = std::sync::Arc::make_mut(c);
-        c.kubernetes_version = Some(KubeVersion::parse("v1.35.0").unwrap());
+        c.kubernetes_version = Some(KubeVersion::parse("v1.35.8").unwrap());
         for m in c.machines.values_mut() {
-            m.talos_version = Some(TalosVersion::parse("v1.13.9").unwrap());
-            m.kubelet_version = Some(KubeVersion::parse("v1.35.0").unwrap());
+            m.talos_version = Some(TalosVersion::parse("v1.14.6").unwrap());
+            m.kubelet_version = Some(KubeVersion::parse("v1.35.8").unwrap());
             m.ready = true;
         }
     }
@@ -209,7 +209,7 @@ fn exit_codes_are_0_no_changes_2_changes_1_error() {
     copy_dir(&root().join("examples"), &broken);
     edit(
         &broken.join("home/cluster.yaml"),
-        "version: v1.35.0",
+        "version: v1.35.8",
         "version: 1.35",
     );
     let o = medea(&["plan", path_str(&broken), "--store", path_str(&store)]);
@@ -225,7 +225,7 @@ fn exit_codes_are_0_no_changes_2_changes_1_error() {
     copy_dir(&root().join("examples"), &down);
     edit(
         &down.join("home/pools.yaml"),
-        "version: v1.13.9",
+        "version: v1.14.6",
         "version: v1.12.4",
     );
     let o = medea(&["plan", path_str(&down), "--store", path_str(&store)]);
@@ -271,7 +271,7 @@ fn observed_files_rehearse_without_storing() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("not stored (no --store)"));
     assert!(
-        stdout(&o).contains("~ pool controlplane: talos v1.11.5 → v1.13.9 (3 machines, 2 hops)")
+        stdout(&o).contains("~ pool controlplane: talos v1.11.5 → v1.14.6 (3 machines, 3 hops)")
     );
 
     // JSON inventory input, against a store with another basis: not stored either.
@@ -403,7 +403,7 @@ fn git_mode_plans_the_committed_tree() {
     // An uncommitted downgrade is ignored in git mode.
     edit(
         &repo.join("home/pools.yaml"),
-        "version: v1.13.9",
+        "version: v1.14.6",
         "version: v1.10.2",
     );
     let o = medea(&[

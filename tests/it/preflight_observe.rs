@@ -310,8 +310,10 @@ async fn a_deprecated_request_by_kubectl_reaches_the_observation_through_the_gau
         [medea::inventory::preflight::MetricsSource {
             endpoint: server.clone(),
             error: None,
+            started: before.apiserver_metrics[0].started,
         }]
     );
+    assert!(before.apiserver_metrics[0].started.is_some(), "{before:?}");
     // observing again changes nothing (the generation would not move)
     assert_eq!(observe(&sim).await, before);
 
@@ -644,4 +646,55 @@ async fn each_control_plane_apiserver_lives_on_its_loopback_address_and_counts_i
     );
     sim.talos.complete_boot("cp-3").unwrap();
     assert_eq!(kube.published_apiservers().await.unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_an_enabled_alpha_resource_and_the_apiserver_start_time_are_observed() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_on(dir.path(), "v1.36.3").await;
+    let before = observe(&sim).await;
+    assert!(before.removed_alpha_objects.is_empty(), "{before:?}");
+    assert!(
+        before.gather_errors.is_empty(),
+        "{:?}",
+        before.gather_errors
+    );
+    // the simulator's cluster has been running for a while: its apiserver too
+    let now = jiff::Timestamp::now().as_second();
+    let started = before.apiserver_metrics[0]
+        .started
+        .expect("process_start_time_seconds");
+    assert!(now - started > 24 * 3600, "started {started}, now {now}");
+
+    // scheduling.k8s.io/v1alpha2 turned on (--runtime-config) with objects; ClusterCIDRs
+    // left 1.29, so a 1.36 apiserver does not serve them even when asked to
+    sim.kube
+        .enable_alpha(
+            "workloads.v1alpha2.scheduling.k8s.io",
+            &[("batch", "train-2"), ("batch", "train-1")],
+        )
+        .unwrap();
+    sim.kube
+        .enable_alpha("podgroups.v1alpha2.scheduling.k8s.io", &[])
+        .unwrap();
+    sim.kube
+        .enable_alpha("clustercidrs.v1alpha1.networking.k8s.io", &[("", "pods")])
+        .unwrap();
+    assert!(
+        sim.kube
+            .enable_alpha("widgets.v1alpha1.example.com", &[])
+            .is_err()
+    );
+    sim.kube.set_apiserver_started("cp-1", now - 60);
+    let after = observe(&sim).await;
+    assert_eq!(
+        after.removed_alpha_objects,
+        [medea::inventory::preflight::AlphaObjects {
+            resource: "workloads.v1alpha2.scheduling.k8s.io".into(),
+            count: 2,
+            examples: vec!["batch/train-1".into(), "batch/train-2".into()],
+        }]
+    );
+    assert_eq!(after.apiserver_metrics[0].started, Some(now - 60));
+    assert!(after.gather_errors.is_empty(), "{:?}", after.gather_errors);
 }

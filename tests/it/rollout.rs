@@ -73,6 +73,8 @@ pub fn observed(fake: &FakeCluster) -> ObservedCluster {
                     talos_version: Some(n.version.clone()),
                     installer_image: None,
                     schematic: None,
+                    platform: None,
+                    extensions: BTreeMap::new(),
                     kubelet_version: Some(n.kubelet.clone()),
                     ready: true,
                     cordoned: false,
@@ -118,6 +120,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
                         id: format!("id-{n}"),
                         address: s.nodes[*n].address.clone(),
                         from: s.nodes[*n].version.clone(),
+                        image: None,
                     })
                     .collect()
             })
@@ -882,6 +885,54 @@ async fn the_next_wave_pulls_its_image_while_the_wave_reboots() {
     assert_eq!(pulled_ahead(&job, "w-1"), None);
     assert_eq!(pulled_ahead(&job, "w-3"), Some(PullAhead::Pulled));
     assert_eq!(pulled_ahead(&job, "w-4"), Some(PullAhead::Pulled));
+}
+
+/// A machine with its own installer (a pool without one, on Talos >= 1.14: each node's Image
+/// Factory installer) is pulled, pulled ahead and upgraded with that image, the others with
+/// the step's.
+#[tokio::test(start_paused = true)]
+async fn a_machine_with_its_own_installer_is_pulled_and_upgraded_with_it() {
+    let fake = FakeCluster::new(&specs(0, 4, FROM, KUBE));
+    fake.edit(|s| s.reboot_polls = 5);
+    let own = format!("factory.talos.dev/aws-installer/abc:{TO}");
+    let w = world(fake, |f| {
+        let mut step = talos_step(f, "workers", &[&["w-1", "w-2"], &["w-3", "w-4"]], TO, 2);
+        if let Step::Talos(t) = &mut step {
+            for m in t.waves.iter_mut().flatten() {
+                if m.node == "w-2" || m.node == "w-4" {
+                    m.image = Some(own.clone());
+                }
+            }
+        }
+        vec![step]
+    });
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let s = w.state();
+    assert_rolled(&s, TO, 1);
+    let step_image = format!("factory.talos.dev/installer/abc:{TO}");
+    for (n, image) in [
+        ("w-1", &step_image),
+        ("w-2", &own),
+        ("w-3", &step_image),
+        ("w-4", &own),
+    ] {
+        for op in ["pull", "upgrade"] {
+            let want = format!("{op} {n} {image}");
+            assert!(s.log.contains(&want), "{want} missing: {:#?}", s.log);
+        }
+        assert!(
+            s.log
+                .iter()
+                .filter(|l| l.starts_with(&format!("upgrade {n} "))
+                    || l.starts_with(&format!("pull {n} ")))
+                .all(|l| l.ends_with(image.as_str())),
+            "{n} only with {image}: {:#?}",
+            s.log
+        );
+    }
 }
 
 /// A pull ahead is best effort: its failure (here a lost reply) never halts the job, and the

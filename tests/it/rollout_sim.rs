@@ -146,6 +146,8 @@ impl Sim {
                         talos_version: Some(n.running.clone()),
                         installer_image: None,
                         schematic: None,
+                        platform: None,
+                        extensions: BTreeMap::new(),
                         kubelet_version: Some(KubeVersion::parse(KUBE).unwrap()),
                         ready: true,
                         cordoned: false,
@@ -197,6 +199,7 @@ impl Sim {
                                 id: format!("id-{n}"),
                                 address: s.address,
                                 from: s.running,
+                                image: None,
                             }
                         })
                         .collect()

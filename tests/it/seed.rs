@@ -225,7 +225,8 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
     assert_eq!(changed.len(), 2, "one line out, one in: {}", diffs[0].diff);
     assert!(changed[1].contains("v1.13.10"), "{}", diffs[0].diff);
 
-    // examples/home asks for Talos v1.13.9 and Kubernetes v1.35.0: the expected rollout.
+    // examples/home asks for Talos v1.14.6 and Kubernetes v1.35.8: the expected rollout (two
+    // Talos hops per pool, through the newest 1.13).
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/home");
     let loaded = medea::desired::load(&Source::Dir(examples)).unwrap();
     assert!(!loaded.has_errors());
@@ -253,9 +254,11 @@ async fn seed_records_the_cluster_copies_creds_and_prints_yaml_that_plans_no_rol
     assert_eq!(
         steps,
         [
-            "talos controlplane 1 -> v1.13.9 (3 machines)",
-            "talos workers 1 -> v1.13.9 (3 machines)",
-            "kubernetes v1.34.1 -> v1.35.0",
+            "talos controlplane 1 -> v1.13.10 (3 machines)",
+            "talos controlplane 2 -> v1.14.6 (3 machines)",
+            "talos workers 1 -> v1.13.10 (3 machines)",
+            "talos workers 2 -> v1.14.6 (3 machines)",
+            "kubernetes v1.34.1 -> v1.35.8",
         ]
     );
     e.sim.shutdown().await;
@@ -675,4 +678,110 @@ async fn the_refresh_loop_runs_on_start_and_when_kicked() {
     assert_eq!(record(store.as_ref()).generation, 2);
     task.abort();
     e.sim.shutdown().await;
+}
+
+/// A node's platform (`Version`), its schematic and its system extensions (the Node's
+/// `extensions.talos.dev/` labels and annotations, as Talos publishes them) are observed, and
+/// the plan resolves its Image Factory installer from them, or refuses an installer that
+/// would strip the extensions, naming them.
+#[tokio::test]
+async fn the_platform_schematic_and_extensions_of_a_node_are_observed_and_planned_with() {
+    const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    let mut scenario = quick_default();
+    for n in &mut scenario.nodes {
+        n.talos = tv("v1.13.10");
+        if n.name == "w-1" {
+            n.platform = Some("aws".into());
+            n.schematic = Some(SCHEMATIC.into());
+            n.extensions = [
+                ("iscsi-tools".to_string(), "v0.1.6".to_string()),
+                // not a valid label value: Talos writes it as an annotation
+                ("util-linux-tools".to_string(), "2.40.2+git".to_string()),
+            ]
+            .into();
+        }
+    }
+    let e = env(scenario).await;
+    let (_p, store) = seeded(&e).await;
+    let rec = record(&store);
+    let w1 = &rec.machines["w-1"];
+    assert_eq!(w1.platform.as_deref(), Some("aws"));
+    assert_eq!(w1.schematic.as_deref(), Some(SCHEMATIC));
+    assert_eq!(
+        w1.extensions,
+        BTreeMap::from([
+            ("iscsi-tools".to_string(), "v0.1.6".to_string()),
+            ("util-linux-tools".to_string(), "2.40.2+git".to_string()),
+        ])
+    );
+    let w2 = &rec.machines["w-2"];
+    assert_eq!(w2.platform.as_deref(), Some("metal"));
+    assert!(w2.extensions.is_empty() && w2.schematic.is_none(), "{w2:?}");
+    // the Node carries them as Talos writes them: a label, and an annotation
+    let node = {
+        use medea::k8s::KubeApi as _;
+        let nodes = e.kube().await.nodes().await.unwrap();
+        nodes.into_iter().find(|n| n.name == "w-1").unwrap()
+    };
+    assert_eq!(
+        node.labels
+            .get("extensions.talos.dev/iscsi-tools")
+            .map(String::as_str),
+        Some("v0.1.6")
+    );
+    assert_eq!(
+        node.annotations
+            .get("extensions.talos.dev/util-linux-tools")
+            .map(String::as_str),
+        Some("2.40.2+git")
+    );
+    assert_eq!(
+        node.annotations
+            .get("extensions.talos.dev/schematic")
+            .map(String::as_str),
+        Some(SCHEMATIC)
+    );
+
+    let pools = |installer: &str| {
+        format!(
+            "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: home\nspec:\n  kubernetes:\n    version: v1.34.1\n---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: cp\nspec:\n  cluster: home\n  role: controlplane\n  machines: [cp-1, cp-2, cp-3]\n  talos:\n    version: v1.13.10\n---\napiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: workers\nspec:\n  cluster: home\n  role: worker\n  machines: [w-1, w-2, w-3]\n  talos:\n    version: v1.14.6\n{installer}"
+        )
+    };
+    let inventory = Inventory {
+        clusters: [("home".to_string(), std::sync::Arc::new(rec.clone()))].into(),
+    };
+    // no installer named: each worker's own factory installer
+    let desired = load_yaml("home.yaml", &pools(""));
+    let p = plan::compute(&desired, &inventory, &applied_from(&desired), None).unwrap();
+    let Step::Talos(t) = &p.clusters[0].steps[0] else {
+        panic!("{:#?}", p.clusters[0].steps)
+    };
+    let images: BTreeMap<&str, &str> = t
+        .waves
+        .iter()
+        .flatten()
+        .map(|m| (m.node.as_str(), t.image_for(m)))
+        .collect();
+    assert_eq!(
+        images["w-1"],
+        format!("factory.talos.dev/aws-installer/{SCHEMATIC}:v1.14.6")
+    );
+    let empty = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+    for n in ["w-2", "w-3"] {
+        assert_eq!(
+            images[n],
+            format!("factory.talos.dev/metal-installer/{empty}:v1.14.6")
+        );
+    }
+    // an installer without them: refused, naming them
+    let desired = load_yaml(
+        "home.yaml",
+        &pools("    installerImage: ghcr.io/siderolabs/installer\n"),
+    );
+    let errs = plan::compute(&desired, &inventory, &applied_from(&desired), None).unwrap_err();
+    assert!(
+        errs.iter().any(|d| d.message
+            == "installer image `ghcr.io/siderolabs/installer` would drop Image Factory schematic ce4c980550dd that machine `w-1` runs, and with it its system extensions iscsi-tools v0.1.6, util-linux-tools 2.40.2+git"),
+        "{errs:#?}"
+    );
 }

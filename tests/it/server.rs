@@ -44,6 +44,8 @@ pub fn machine(node: &str, role: MachineRole, talos: &str) -> Machine {
         talos_version: Some(TalosVersion::parse(talos).unwrap()),
         installer_image: None,
         schematic: None,
+        platform: None,
+        extensions: BTreeMap::new(),
         kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
         ready: true,
         cordoned: false,
@@ -252,7 +254,7 @@ fn get_machines_clusters_and_pools_over_tls_with_token() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["name"], "home");
     assert_eq!(v[0]["kubernetesVersion"], "v1.34.1");
-    assert_eq!(v[0]["desiredKubernetesVersion"], "v1.35.0");
+    assert_eq!(v[0]["desiredKubernetesVersion"], "v1.35.8");
     assert_eq!(v[0]["rolloutsEnabled"], false);
     assert_eq!(v[1]["name"], "prod");
     assert_eq!(v[1]["observed"], false);
@@ -264,7 +266,7 @@ fn get_machines_clusters_and_pools_over_tls_with_token() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("desiredTalosVersion: v1.13.9"), "{text}");
+    assert!(text.contains("desiredTalosVersion: v1.14.6"), "{text}");
     assert!(text.contains("- v1.12.4"), "{text}");
 }
 
@@ -616,7 +618,7 @@ fn plan_is_served_and_approvals_from_api_and_marker_reach_quorum() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("~ pool controlplane: talos v1.12.4 → v1.13.9"),
+        text.contains("~ pool controlplane: talos v1.12.4 → v1.14.6"),
         "{text}"
     );
     let json = s.cli().args(["plan", "-o", "json"]).output().unwrap();
@@ -750,7 +752,7 @@ fn an_invalid_edit_changes_nothing_and_is_diagnosed_by_medea_plan() {
     let text =
         std::fs::read_to_string(&p)
             .unwrap()
-            .replacen("version: v1.13.9", "version: v1.13", 1);
+            .replacen("version: v1.14.6", "version: v1.14", 1);
     std::fs::write(&p, text).unwrap();
     wait_until("the invalid edit to be diagnosed", || {
         let out = s.cli().args(["plan"]).output().unwrap();
@@ -759,7 +761,7 @@ fn an_invalid_edit_changes_nothing_and_is_diagnosed_by_medea_plan() {
     let out = s.cli().args(["plan"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("version `v1.13` must have three numeric parts"),
+        err.contains("version `v1.14` must have three numeric parts"),
         "{err}"
     );
     assert!(err.contains("home/pools.yaml:17:14"), "{err}");
@@ -1095,8 +1097,8 @@ fn a_settings_only_plan_says_it_was_applied_and_the_next_plan_follows_at_once() 
     copy_dir(&examples().join("home"), &desired.join("home"));
     // The versions the cluster runs: only the settings (never applied) change.
     for (file, from, to) in [
-        ("home/pools.yaml", "v1.13.9", "v1.12.4"),
-        ("home/cluster.yaml", "v1.35.0", "v1.34.1"),
+        ("home/pools.yaml", "v1.14.6", "v1.12.4"),
+        ("home/cluster.yaml", "v1.35.8", "v1.34.1"),
     ] {
         let p = desired.join(file);
         let text = std::fs::read_to_string(&p).unwrap().replace(from, to);

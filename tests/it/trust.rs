@@ -515,7 +515,7 @@ fn a_committers_listener_gets_no_secret_from_doctor_or_an_approved_rollout() {
     let pools_file = desired.join("home/pools.yaml");
     let cluster = std::fs::read_to_string(&cluster_file).unwrap();
     let pools = std::fs::read_to_string(&pools_file).unwrap();
-    assert!(pools.contains("version: v1.13.9"), "{pools}");
+    assert!(pools.contains("version: v1.14.6"), "{pools}");
     let gate = "    gates:\n      - name: up\n        query: 'up == 1'\n";
     let attack = format!(
         "{cluster}  health:\n    prometheus: {{ url: \"{}\", bearerTokenFile: {} }}\n{gate}",

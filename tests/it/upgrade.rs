@@ -30,7 +30,7 @@ fn edits_only_the_version_scalars_of_one_pool() {
             "--pool",
             "canary",
             "--talos",
-            "v1.14.0",
+            "v1.15.0",
             "--desired",
         ])
         .arg(tmp.path())
@@ -43,7 +43,7 @@ fn edits_only_the_version_scalars_of_one_pool() {
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        said.starts_with("prod/pools.yaml:28:14: v1.13.9 → v1.14.0\n"),
+        said.starts_with("prod/pools.yaml:28:14: v1.14.6 → v1.15.0\n"),
         "{said}"
     );
     assert_eq!(
@@ -54,8 +54,8 @@ fn edits_only_the_version_scalars_of_one_pool() {
     let after = read(&tmp.path().join("prod/pools.yaml"));
     let expected = {
         let mut lines: Vec<&str> = before.split_inclusive('\n').collect();
-        assert_eq!(lines[27], "    version: v1.13.9\n");
-        lines[27] = "    version: v1.14.0\n";
+        assert_eq!(lines[27], "    version: v1.14.6\n");
+        lines[27] = "    version: v1.15.0\n";
         lines.concat()
     };
     assert_eq!(after, expected, "every other byte is kept");
@@ -66,14 +66,14 @@ fn edits_only_the_version_scalars_of_one_pool() {
             .talos_version
             .value
             .to_string(),
-        "v1.14.0"
+        "v1.15.0"
     );
     assert_eq!(
         loaded.desired.clusters["prod"].pools["workers"]
             .talos_version
             .value
             .to_string(),
-        "v1.13.9"
+        "v1.14.6"
     );
 }
 
@@ -175,11 +175,11 @@ fn prints_the_resulting_plan_offline_with_store() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains("home/pools.yaml:31:14: v1.13.9 → v1.12.4"),
+        text.contains("home/pools.yaml:33:14: v1.14.6 → v1.12.4"),
         "{text}"
     );
     assert!(
-        text.contains("~ pool controlplane: talos v1.12.4 → v1.13.9"),
+        text.contains("~ pool controlplane: talos v1.12.4 → v1.14.6"),
         "{text}"
     );
     assert!(

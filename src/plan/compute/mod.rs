@@ -72,8 +72,7 @@ pub mod codes {
 }
 
 /// The Image Factory schematic with no customization: dropping it loses nothing.
-pub const EMPTY_SCHEMATIC: &str =
-    "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+pub use crate::desired::model::EMPTY_SCHEMATIC;
 
 /// Settings-change field naming a whole resource (created or removed).
 pub const RESOURCE_FIELD: &str = "resource";

@@ -11,10 +11,10 @@ impl<'a> ClusterCtx<'a> {
         members: &BTreeMap<String, Vec<Member<'a>>>,
         steps: &[Step],
     ) -> Vec<String> {
-        let mut notes = Vec::new();
         // `rolloutsEnabled` is a gate, not part of what a plan does: it must not change the
-        // plan's id (an approved plan waits for the gate; `medea approve` names closed gates).
-        let _ = steps;
+        // plan's id (an approved plan waits for the gate; `medea approve` names closed gates),
+        // so no note speaks of it.
+        let mut notes = Vec::new();
         let managed: BTreeSet<&str> = members
             .values()
             .flatten()
@@ -67,8 +67,56 @@ impl<'a> ClusterCtx<'a> {
                 unknown_kubelet.join(", ")
             ));
         }
+        notes.extend(skip_pods_on_legacy_upgrades(steps));
         notes
     }
+}
+
+/// Machines whose hop starts on Talos < 1.13 in a pool that sets `drain.skipPods`: medea drains
+/// them first and keeps the selected pods, but the legacy `MachineService.Upgrade` it must call
+/// on such a node runs the node's own drain before installing (siderolabs/talos v1.12.11
+/// `internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go` `Upgrade`: phase `drain`,
+/// `CordonAndDrainNode`; `pkg/kubernetes/kubernetes.go` `Client.Drain` evicts every pod a
+/// controller other than a DaemonSet owns, mirror and bare pods aside), which knows no skip
+/// list. One note per pool hop that has such machines.
+fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for step in steps {
+        let Step::Talos(t) = step else {
+            continue;
+        };
+        if t.drain.skip_pods.is_empty() {
+            continue;
+        }
+        let mut legacy: Vec<String> = t
+            .waves
+            .iter()
+            .flatten()
+            .filter(|m| !m.from.upgrades_through_lifecycle())
+            .map(|m| m.node.clone())
+            .collect();
+        if legacy.is_empty() {
+            continue;
+        }
+        legacy.sort();
+        let selector: Vec<String> = t
+            .drain
+            .skip_pods
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        notes.push(format!(
+            "node pool `{}`, hop {}/{} to {}: drain.skipPods ({}) does not hold for {}, which run{} Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included",
+            t.pool,
+            t.hop,
+            t.hops,
+            t.to,
+            selector.join(","),
+            machines_text(&legacy),
+            if legacy.len() == 1 { "s" } else { "" },
+        ));
+    }
+    notes
 }
 
 pub(super) fn why_unavailable(m: &Machine) -> String {

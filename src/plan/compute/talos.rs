@@ -49,13 +49,6 @@ impl<'a> ClusterCtx<'a> {
             fn effective(s: Option<&str>) -> Option<&str> {
                 s.filter(|s| *s != EMPTY_SCHEMATIC)
             }
-            if let Some(s) = effective(running_schematic)
-                && want_schematic.is_none()
-            {
-                dropped.push((machine.node.clone(), s.to_string()));
-                errors = true;
-                continue;
-            }
             let reinstall = want_schematic.is_some()
                 && effective(running_schematic) != effective(want_schematic);
             let mut path = match self.catalog.talos_path(running, target, allow_downgrade) {
@@ -91,6 +84,38 @@ impl<'a> ClusterCtx<'a> {
             };
             if path.is_empty() && reinstall {
                 path.push(target.clone());
+            }
+            // An installer without a schematic strips the node's system extensions: refused,
+            // unless every hop of the path resolves the node's own factory installer (a pool
+            // that names none, hops to Talos >= 1.14).
+            let resolved_everywhere = !pool.installer_named && path.iter().all(factory_only);
+            if want_schematic.is_none()
+                && !resolved_everywhere
+                && !path.is_empty()
+                && (effective(running_schematic).is_some() || !machine.extensions.is_empty())
+            {
+                dropped.push((machine, effective(running_schematic).map(str::to_string)));
+                errors = true;
+                continue;
+            }
+            if !pool.installer_named && machine.platform.is_none() && path.iter().any(factory_only)
+            {
+                let origin = m.origin(pool);
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::UNOBSERVED,
+                        origin,
+                        format!(
+                            "node pool `{}` names no installer and Talos {} has no default one, but the platform of machine `{}` is unknown (its Talos API did not say at the last refresh)",
+                            pool.name.value,
+                            target,
+                            machine.node
+                        ),
+                    )
+                    .with_help("name the installer with `talos.installerImage: factory.talos.dev/<platform>-installer/<schematic>`, or bring the node back and refresh the inventory"),
+                );
+                errors = true;
+                continue;
             }
             if !path.is_empty() && !machine.reachable {
                 let origin = m.origin(pool);
@@ -153,21 +178,47 @@ impl<'a> ClusterCtx<'a> {
                 )),
             );
         }
-        for (node, schematic) in dropped {
+        for (machine, schematic) in dropped {
+            let node = &machine.node;
+            let names: Vec<String> = machine
+                .extensions
+                .iter()
+                .map(|(n, v)| format!("{n} {v}"))
+                .collect();
+            let plural = if names.len() == 1 { "" } else { "s" };
+            let image = &pool.installer_image.value;
+            let message = match (&schematic, names.is_empty()) {
+                (Some(s), true) => format!(
+                    "installer image `{image}` would drop Image Factory schematic {} that machine `{node}` runs",
+                    &s[..12.min(s.len())]
+                ),
+                (Some(s), false) => format!(
+                    "installer image `{image}` would drop Image Factory schematic {} that machine `{node}` runs, and with it its system extension{plural} {}",
+                    &s[..12.min(s.len())],
+                    names.join(", ")
+                ),
+                (None, _) => format!(
+                    "installer image `{image}` would drop the system extension{plural} that machine `{node}` runs: {}",
+                    names.join(", ")
+                ),
+            };
+            let help = match (&schematic, machine.platform.as_deref()) {
+                (Some(s), Some(platform)) => format!(
+                    "keep the machine's system extensions with `installerImage: factory.talos.dev/{platform}-installer/{s}`"
+                ),
+                (Some(s), None) => format!(
+                    "keep the machine's system extensions with `installerImage: factory.talos.dev/installer/{s}`"
+                ),
+                (None, _) => "name an installer that carries them (an Image Factory schematic with these extensions: `installerImage: factory.talos.dev/<platform>-installer/<schematic>`)".to_string(),
+            };
             self.diags.push(
                 Diagnostic::error(
                     codes::SCHEMATIC_DROPPED,
                     pool.installer_image.origin.clone(),
-                    format!(
-                        "installer image `{}` would drop Image Factory schematic {} that machine `{node}` runs",
-                        pool.installer_image.value,
-                        &schematic[..12.min(schematic.len())],
-                    ),
+                    message,
                 )
                 .with_label("no schematic in this image")
-                .with_help(format!(
-                    "keep the machine's system extensions with `installerImage: factory.talos.dev/installer/{schematic}`"
-                )),
+                .with_help(help),
             );
         }
         if errors {
@@ -208,9 +259,28 @@ impl<'a> ClusterCtx<'a> {
         let total = hops.len() as u32;
         let mut steps = Vec::new();
         for (i, hop) in hops.into_iter().enumerate() {
-            let Some(waves) = self.waves(pool, members, &hop) else {
+            let Some(mut waves) = self.waves(pool, members, &hop) else {
                 return Vec::new();
             };
+            let mut image = pool.installer_image.value.reference(&hop.to);
+            if !pool.installer_named && factory_only(&hop.to) {
+                // each machine's own factory installer; the first machine's is the step's
+                let of = |node: &str| {
+                    let m = &self.obs.machines[node];
+                    let schematic = m
+                        .schematic
+                        .as_deref()
+                        .or_else(|| m.installer_image.as_deref().and_then(schematic_of));
+                    factory_installer(m.platform.as_deref().unwrap_or(""), schematic, &hop.to)
+                };
+                if let Some(first) = waves.iter().flatten().next() {
+                    image = of(&first.node);
+                }
+                for m in waves.iter_mut().flatten() {
+                    let own = of(&m.node);
+                    m.image = (own != image).then_some(own);
+                }
+            }
             steps.push(TalosRollout {
                 health: crate::plan::health::HealthPolicy::of(&pool.health),
                 pool: pool.name.value.clone(),
@@ -218,7 +288,7 @@ impl<'a> ClusterCtx<'a> {
                 hop: i as u32 + 1,
                 hops: total,
                 to: hop.to.clone(),
-                image: pool.installer_image.value.reference(&hop.to),
+                image,
                 max_unavailable: pool.rollout.max_unavailable,
                 drain_timeout: pool.rollout.drain_timeout,
                 health_timeout: pool.rollout.health_timeout,
@@ -317,10 +387,32 @@ impl<'a> ClusterCtx<'a> {
                             id: m.id.clone(),
                             address: m.address.clone(),
                             from: from.clone(),
+                            image: None,
                         })
                         .collect()
                 })
                 .collect(),
         )
     }
+}
+
+/// Talos releases for which `ghcr.io/siderolabs/installer` is no longer published, so a pool
+/// that names no installer gets each node's Image Factory installer: 1.14 and later (Talos
+/// v1.14.0 release notes; the factory's installer path is
+/// `factory.talos.dev/<platform>-installer/<schematic>:<version>`).
+fn factory_only(v: &TalosVersion) -> bool {
+    v.minor_line() >= (1, 14)
+}
+
+/// A node's Image Factory installer: its platform (`metal`, `aws`, …) and its schematic (the
+/// one without customizations when it runs none), tagged with the version.
+pub(crate) fn factory_installer(
+    platform: &str,
+    schematic: Option<&str>,
+    to: &TalosVersion,
+) -> String {
+    let schematic = schematic
+        .filter(|s| !s.is_empty())
+        .unwrap_or(EMPTY_SCHEMATIC);
+    format!("factory.talos.dev/{platform}-installer/{schematic}:{to}")
 }

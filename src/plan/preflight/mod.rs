@@ -182,7 +182,7 @@ pub fn check(
                 ));
             }
             let table = cluster.upgrade_policy.api_table();
-            found.extend(removed_api::check(&table, p, &scope));
+            found.extend(removed_api::check(&table, p, &scope, inputs.now));
             found.extend(pdb::check(p, &scope));
             found.extend(etcd::check(p, &scope));
         }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::{Finding, Scope, Severity, checks};
-use crate::api_lifecycle::{ApiLifecycle, Minor, lookup};
+use crate::api_lifecycle::{ApiLifecycle, Minor, REMOVED_ALPHA, lookup};
 use crate::inventory::preflight::PreflightObservations;
 
 /// Managers whose managedFields entries are the apiserver's own bookkeeping, never a client
@@ -45,10 +45,16 @@ struct Usage {
     evidence: Vec<String>,
 }
 
+/// How long an apiserver must have been up for its deprecated-API gauge to count as evidence
+/// that nothing still calls a removed API: the gauge starts empty with the process, and a
+/// day covers daily jobs (CronJobs, backups, nightly CI) a shorter window would miss.
+pub const MIN_GAUGE_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 pub(super) fn check(
     table: &[ApiLifecycle],
     p: &PreflightObservations,
     scope: &Scope,
+    now: Option<jiff::Timestamp>,
 ) -> Vec<Finding> {
     let Some((_, target)) = scope.kube_minor else {
         return Vec::new();
@@ -191,6 +197,10 @@ pub(super) fn check(
             help,
         ));
     }
+    out.extend(removed_alpha(p, scope));
+    if let Some(now) = now {
+        out.extend(short_window(p, now, &target_text));
+    }
     if !answered {
         out.push(Finding::new(
             "removed-api/unobserved",
@@ -211,4 +221,98 @@ pub(super) fn check(
         ));
     }
     out
+}
+
+/// Objects of alpha resources the target minor removes: `talosctl upgrade-k8s` lists them
+/// before the apiserver moves (go-kubernetes `kubernetes/upgrade/checks.go`,
+/// `removedAPIResources`) and refuses while any exist; so does this check.
+fn removed_alpha(p: &PreflightObservations, scope: &Scope) -> Vec<Finding> {
+    let Some((from, to)) = scope.kube_minor else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for seen in &p.removed_alpha_objects {
+        let Some(r) = REMOVED_ALPHA
+            .iter()
+            .find(|r| r.resource_arg() == seen.resource)
+        else {
+            continue;
+        };
+        if !(from < r.removed && r.removed <= to) {
+            continue;
+        }
+        let av = r.api_version();
+        let removed = format!("v{}.{}", r.removed.0, r.removed.1);
+        let mut evidence: Vec<String> = seen
+            .examples
+            .iter()
+            .map(|o| format!("{} {o} ({av})", r.kind))
+            .collect();
+        if seen.count > u64::try_from(seen.examples.len()).unwrap_or(u64::MAX) {
+            evidence.push(format!(
+                "{} objects in all (a list of {})",
+                seen.count, seen.resource
+            ));
+        }
+        out.push(Finding::new(
+            format!("removed-api/{av}/{}", r.resource),
+            checks::REMOVED_API,
+            Severity::Blocking,
+            format!(
+                "{} object{} of the alpha resource {av} {} ({}) exist{} and {removed} no longer serves it ({}): `talosctl upgrade-k8s` refuses this upgrade while any exist",
+                seen.count,
+                if seen.count == 1 { "" } else { "s" },
+                r.kind,
+                r.resource,
+                if seen.count == 1 { "s" } else { "" },
+                r.pull
+            ),
+            evidence,
+            format!(
+                "delete them (`kubectl delete {} --all{}`) and turn the alpha API off before upgrading Kubernetes to {removed}; or acknowledge `removed-api/{av}/{}` under spec.preflight.acknowledge",
+                seen.resource,
+                if r.namespaced { " --all-namespaces" } else { "" },
+                r.resource
+            ),
+        ));
+    }
+    out
+}
+
+/// Apiservers up for less than [`MIN_GAUGE_WINDOW`]: their deprecated-API gauge starts empty
+/// with the process (k8s.io/apiserver `pkg/endpoints/metrics/metrics.go`), so its silence says
+/// little about clients that call rarely.
+fn short_window(p: &PreflightObservations, now: jiff::Timestamp, target: &str) -> Vec<Finding> {
+    let now = now.as_second();
+    let min = i64::try_from(MIN_GAUGE_WINDOW.as_secs()).unwrap_or(i64::MAX);
+    let young: Vec<String> = p
+        .apiserver_metrics
+        .iter()
+        .filter(|m| m.error.is_none())
+        .filter_map(|m| {
+            let started = m.started?;
+            let up = now.saturating_sub(started);
+            (up < min).then(|| {
+                format!(
+                    "apiserver {} has been up for {} (process_start_time_seconds {started}): its apiserver_requested_deprecated_apis gauge covers only that time",
+                    m.endpoint,
+                    super::dur(std::time::Duration::from_secs(u64::try_from(up.max(0)).unwrap_or(0)))
+                )
+            })
+        })
+        .collect();
+    if young.is_empty() {
+        return Vec::new();
+    }
+    vec![Finding::new(
+        "removed-api/short-gauge-window",
+        checks::REMOVED_API,
+        Severity::Warning,
+        format!(
+            "not every apiserver has been up for {} yet: a client that last called an API {target} removes before the apiserver (re)started is not counted, so an empty gauge is weak evidence",
+            super::dur(MIN_GAUGE_WINDOW)
+        ),
+        young,
+        "let the apiservers run for a day (covering daily jobs) and refresh before approving, or check the clients otherwise (audit logs, `kubectl get --raw /metrics` after their next run)",
+    )]
 }

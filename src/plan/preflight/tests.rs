@@ -31,6 +31,7 @@ fn gathered() -> PreflightObservations {
         apiserver_metrics: vec![MetricsSource {
             endpoint: "https://10.0.0.4:6443".into(),
             error: None,
+            started: None,
         }],
         etcd: Some(EtcdObservation {
             members: ["cp-1", "cp-2", "cp-3"]
@@ -173,6 +174,101 @@ fn usage_of_an_api_deprecated_but_still_served_by_the_target_warns() {
     assert!(refusal(&pl).is_none());
 }
 
+fn scheduling_alpha(count: u64) -> AlphaObjects {
+    AlphaObjects {
+        resource: "workloads.v1alpha2.scheduling.k8s.io".into(),
+        count,
+        examples: vec!["batch/train-1".into(), "batch/train-2".into()],
+    }
+}
+
+#[test]
+fn objects_of_an_alpha_resource_the_target_removes_block_like_upgrade_k8s() {
+    let d = one("v1.37.1", "", &[cp_pool("v1.14.6")]);
+    let mut p = gathered();
+    p.removed_alpha_objects.push(scheduling_alpha(3));
+    let inv = with(observed("v1.36.3", 1, three_cps("v1.14.6")), p.clone());
+    let pl = plan(&d, &inv, &ctx(NOW));
+    let f = finding(&pl, "removed-api/scheduling.k8s.io/v1alpha2/workloads");
+    assert_eq!(f.severity, Severity::Blocking);
+    assert!(f.blocks());
+    assert!(
+        f.message.starts_with(
+            "3 objects of the alpha resource scheduling.k8s.io/v1alpha2 Workload (workloads) exist and v1.37 no longer serves it (kubernetes/kubernetes#138572)"
+        ),
+        "{}",
+        f.message
+    );
+    assert_eq!(
+        f.evidence,
+        [
+            "Workload batch/train-1 (scheduling.k8s.io/v1alpha2)",
+            "Workload batch/train-2 (scheduling.k8s.io/v1alpha2)",
+            "3 objects in all (a list of workloads.v1alpha2.scheduling.k8s.io)"
+        ]
+    );
+    assert!(
+        f.help
+            .contains("kubectl delete workloads.v1alpha2.scheduling.k8s.io --all --all-namespaces"),
+        "{}",
+        f.help
+    );
+    // an upgrade that stays below the removal does not care (upgrade-k8s checks per step)
+    let d = one("v1.36.3", "", &[cp_pool("v1.14.6")]);
+    let inv = with(observed("v1.35.2", 1, three_cps("v1.14.6")), p);
+    let pl = plan(&d, &inv, &ctx(NOW));
+    assert!(
+        !ids(&pl).iter().any(|(id, _)| id.contains("workloads")),
+        "{:?}",
+        ids(&pl)
+    );
+}
+
+#[test]
+fn an_apiserver_up_for_less_than_a_day_makes_the_gauge_weak_evidence() {
+    let d = one("v1.37.1", "", &[cp_pool("v1.14.6")]);
+    let now = ts(NOW).as_second();
+    let mut p = gathered();
+    p.apiserver_metrics[0].started = Some(now - 3600);
+    p.apiserver_metrics.push(MetricsSource {
+        endpoint: "https://10.0.0.5:6443".into(),
+        error: None,
+        started: Some(now - 40 * 24 * 3600),
+    });
+    let inv = with(observed("v1.36.3", 1, three_cps("v1.14.6")), p.clone());
+    let pl = plan(&d, &inv, &ctx(NOW));
+    let f = finding(&pl, "removed-api/short-gauge-window");
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(f.message.contains("24h"), "{}", f.message);
+    assert_eq!(f.evidence.len(), 1, "{:?}", f.evidence);
+    assert!(
+        f.evidence[0].starts_with("apiserver https://10.0.0.4:6443 has been up for 1h"),
+        "{:?}",
+        f.evidence
+    );
+    // a day later both count
+    let later = ts("2026-12-04T12:00:01Z").to_string();
+    let pl = plan(&d, &inv, &ctx(&later));
+    assert!(
+        !ids(&pl)
+            .iter()
+            .any(|(id, _)| id == "removed-api/short-gauge-window"),
+        "{:?}",
+        ids(&pl)
+    );
+    // no Kubernetes minor upgrade: the gauge is not consulted
+    let d = one("v1.36.3", "", &[cp_pool("v1.14.6")]);
+    let inv = with(observed("v1.36.3", 1, three_cps("v1.14.6")), p);
+    let pl = plan(&d, &inv, &ctx(NOW));
+    assert!(
+        !ids(&pl)
+            .iter()
+            .any(|(id, _)| id == "removed-api/short-gauge-window"),
+        "{:?}",
+        ids(&pl)
+    );
+}
+
 #[test]
 fn no_kubernetes_minor_upgrade_means_no_api_check() {
     // Talos only: the apiserver keeps its minor.
@@ -232,6 +328,7 @@ fn an_unanswered_metrics_endpoint_makes_the_view_partial_and_none_answering_bloc
     p.apiserver_metrics.push(MetricsSource {
         endpoint: "https://10.0.0.5:6443".into(),
         error: Some("HTTP 403".into()),
+        started: None,
     });
     let inv = with(observed("v1.31.4", 1, three_cps("v1.13.9")), p.clone());
     let pl = plan(&d, &inv, &ctx(NOW));
@@ -256,6 +353,7 @@ fn an_unanswered_metrics_endpoint_makes_the_view_partial_and_none_answering_bloc
     p.apiserver_metrics = vec![MetricsSource {
         endpoint: "https://10.0.0.5:6443".into(),
         error: Some("connection refused".into()),
+        started: None,
     }];
     let inv = with(observed("v1.31.4", 1, three_cps("v1.13.9")), p);
     let pl = plan(&d, &inv, &ctx(NOW));

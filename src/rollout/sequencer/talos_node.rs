@@ -170,7 +170,7 @@ fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> O
         key: key(j, si, Some(&n.target.node), CommandOp::PullAhead, n.attempt),
         action: Action::Pull {
             node: n.node_target(),
-            image: ts.rollout.image.clone(),
+            image: ts.rollout.image_for(&n.target).to_string(),
             namespace: ImageNamespace::System,
         },
     })))
@@ -420,7 +420,7 @@ fn pull(
         key: key(j, si, v.nd(), CommandOp::Pull, n.attempt),
         action: Action::Pull {
             node: v.target.clone(),
-            image: ts.rollout.image.clone(),
+            image: ts.rollout.image_for(&n.target).to_string(),
             namespace: ImageNamespace::System,
         },
     })))
@@ -486,7 +486,7 @@ fn upgrade(
         key: key(j, si, nd, CommandOp::Upgrade, n.attempt),
         action: Action::Upgrade {
             node: v.target.clone(),
-            image: ts.rollout.image.clone(),
+            image: ts.rollout.image_for(&n.target).to_string(),
             method,
             boot_id_before: boot.clone(),
         },

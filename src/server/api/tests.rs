@@ -16,6 +16,8 @@ fn machine(node: &str, role: MachineRole, talos: &str) -> Machine {
         talos_version: Some(TalosVersion::parse(talos).unwrap()),
         installer_image: None,
         schematic: None,
+        platform: None,
+        extensions: BTreeMap::new(),
         kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
         ready: true,
         cordoned: false,

@@ -37,6 +37,9 @@ pub(crate) struct Deprecation {
     fingerprint: Option<u64>,
     /// The kube-apiserver instances (node, image) last seen up; a change restarts the gauge.
     instances: Vec<(String, String, bool)>,
+    /// When each kube-apiserver process started (Unix seconds), served as
+    /// `process_start_time_seconds` on its `/metrics`.
+    started: BTreeMap<String, i64>,
     /// The served minor, from the control plane's kube-apiserver version.
     minor: Option<Minor>,
     /// The group-version of the request being handled (set by the dispatcher), which a write
@@ -55,20 +58,33 @@ impl Deprecation {
 
     /// Take the current control plane: a kube-apiserver that changed image, or is down (it
     /// restarts), loses the gauge, as a restarted process does.
+    /// `now` (Unix seconds) is when a process that (re)starts here started; the apiservers
+    /// found up on the first observation have been running for [`BOOT_UPTIME`].
     pub fn observe(
         &mut self,
         fingerprint: Option<u64>,
         instances: Vec<(String, String, bool)>,
         version: &str,
+        now: i64,
     ) {
+        let first = self.minor.is_none();
         for (node, image, up) in &instances {
             let before = self.instances.iter().find(|(n, _, _)| n == node);
             let same_process = before.is_some_and(|(_, i, was_up)| i == image && *was_up);
             if !*up || !same_process {
                 self.requested.remove(node);
             }
+            if !*up {
+                self.started.remove(node);
+            } else if first {
+                self.started.insert(node.clone(), now - BOOT_UPTIME);
+            } else if !same_process {
+                self.started.insert(node.clone(), now);
+            }
         }
         self.requested
+            .retain(|node, _| instances.iter().any(|(n, _, _)| n == node));
+        self.started
             .retain(|node, _| instances.iter().any(|(n, _, _)| n == node));
         self.instances = instances;
         self.fingerprint = fingerprint;
@@ -89,6 +105,14 @@ impl Deprecation {
             .find(|(_, _, up)| *up)
             .or(self.instances.first())
             .map(|(n, _, _)| n.as_str())
+    }
+
+    /// Pretend the kube-apiserver of `node` started at `unix` seconds (a test knob: a
+    /// process restarted by something the simulator does not model).
+    pub fn set_started(&mut self, node: &str, unix: i64) {
+        if self.started.contains_key(node) {
+            self.started.insert(node.to_string(), unix);
+        }
     }
 
     /// The apiserver that served a request: the node's own (`served_by`) or the endpoint's.
@@ -145,6 +169,15 @@ impl Deprecation {
                 ));
             }
         }
+        if let Some(started) = self.serving(node).and_then(|n| self.started.get(n)) {
+            // client_golang's process collector (`collectors.NewProcessCollector`, registered
+            // by k8s.io/component-base `metrics/legacyregistry`)
+            out.push_str(
+                "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n\
+                 # TYPE process_start_time_seconds gauge\n",
+            );
+            out.push_str(&format!("process_start_time_seconds {started}e+00\n"));
+        }
         out.push_str(
             "# HELP kubernetes_build_info [ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.\n\
              # TYPE kubernetes_build_info gauge\n",
@@ -155,6 +188,10 @@ impl Deprecation {
         out
     }
 }
+
+/// How long the kube-apiservers of a freshly started simulator have been running: the
+/// scenario's cluster is an established one, so its gauge is a month's evidence.
+pub(crate) const BOOT_UPTIME: i64 = 30 * 24 * 3600;
 
 /// `(1, 31)` from `v1.31.2`; `(1, 33)` when unparsable.
 pub(crate) fn parse_minor(version: &str) -> Minor {
@@ -177,6 +214,8 @@ pub(crate) fn parse_minor(version: &str) -> Minor {
 mod tests {
     use super::*;
 
+    const T0: i64 = 1_790_000_000;
+
     #[test]
     fn the_gauge_survives_requests_and_resets_when_the_apiserver_restarts() {
         let mut d = Deprecation::default();
@@ -185,7 +224,7 @@ mod tests {
             "kube-apiserver:v1.31.2".to_string(),
             true,
         )];
-        d.observe(Some(1), cp.clone(), "v1.31.2");
+        d.observe(Some(1), cp.clone(), "v1.31.2", T0 + 100);
         assert_eq!(d.minor(), (1, 31));
         let s = (
             "flowcontrol.apiserver.k8s.io".to_string(),
@@ -195,7 +234,7 @@ mod tests {
             "1.32".to_string(),
         );
         d.record(None, s.clone());
-        d.observe(Some(2), cp.clone(), "v1.31.2");
+        d.observe(Some(2), cp.clone(), "v1.31.2", T0 + 200);
         let text = d.metrics_text(None, "v1.31.2");
         assert!(text.contains(
             "apiserver_requested_deprecated_apis{group=\"flowcontrol.apiserver.k8s.io\",removed_release=\"1.32\",resource=\"flowschemas\",subresource=\"\",version=\"v1beta3\"} 1\n"
@@ -206,7 +245,7 @@ mod tests {
             "kube-apiserver:v1.31.2".to_string(),
             false,
         )];
-        d.observe(Some(3), down, "v1.31.2");
+        d.observe(Some(3), down, "v1.31.2", T0 + 300);
         assert!(
             !d.metrics_text(None, "v1.31.2")
                 .contains("apiserver_requested_deprecated_apis")
@@ -218,12 +257,41 @@ mod tests {
             "kube-apiserver:v1.32.0".to_string(),
             true,
         )];
-        d.observe(Some(4), upgraded, "v1.32.0");
+        d.observe(Some(4), upgraded, "v1.32.0", T0 + 400);
         assert!(
             !d.metrics_text(None, "v1.32.0")
                 .contains("apiserver_requested_deprecated_apis")
         );
         assert_eq!(d.minor(), (1, 32));
+        // the first apiserver seen had been up for BOOT_UPTIME; the upgraded one started at
+        // its observation
+        assert!(
+            d.metrics_text(None, "v1.32.0")
+                .contains(&format!("\nprocess_start_time_seconds {}e+00\n", T0 + 400)),
+            "{}",
+            d.metrics_text(None, "v1.32.0")
+        );
+    }
+
+    #[test]
+    fn an_apiserver_found_running_has_been_up_for_the_boot_uptime() {
+        let mut d = Deprecation::default();
+        let cp = vec![(
+            "cp-1".to_string(),
+            "kube-apiserver:v1.36.3".to_string(),
+            true,
+        )];
+        d.observe(Some(1), cp.clone(), "v1.36.3", T0);
+        let text = d.metrics_text(None, "v1.36.3");
+        let started = crate::k8s::observe::process_start_time(&text);
+        assert_eq!(started, Some(T0 - BOOT_UPTIME), "{text}");
+        // the same process later: unchanged
+        d.observe(Some(2), cp, "v1.36.3", T0 + 50);
+        let text = d.metrics_text(None, "v1.36.3");
+        assert_eq!(crate::k8s::observe::process_start_time(&text), started);
+        d.set_started("cp-1", T0 + 7);
+        let text = d.metrics_text(Some("cp-1"), "v1.36.3");
+        assert_eq!(crate::k8s::observe::process_start_time(&text), Some(T0 + 7));
     }
 
     #[test]
@@ -237,7 +305,7 @@ mod tests {
                 ("cp-3".to_string(), image.clone(), true),
             ]
         };
-        d.observe(Some(1), cps(true), "v1.31.2");
+        d.observe(Some(1), cps(true), "v1.31.2", T0 + 100);
         let s = |r: &str| {
             (
                 "flowcontrol.apiserver.k8s.io".to_string(),
@@ -264,8 +332,8 @@ mod tests {
         assert!(cp2.contains("resource=\"prioritylevelconfigurations\""));
         assert!(!cp2.contains("resource=\"flowschemas\""));
         // cp-2 reboots: its gauge restarts, cp-1's does not
-        d.observe(Some(2), cps(false), "v1.31.2");
-        d.observe(Some(3), cps(true), "v1.31.2");
+        d.observe(Some(2), cps(false), "v1.31.2", T0 + 200);
+        d.observe(Some(3), cps(true), "v1.31.2", T0 + 300);
         assert!(!d.metrics_text(Some("cp-2"), "v1.31.2").contains(series));
         assert!(
             d.metrics_text(Some("cp-1"), "v1.31.2")
@@ -276,7 +344,7 @@ mod tests {
             ("cp-1".to_string(), image.clone(), false),
             ("cp-2".to_string(), image.clone(), true),
         ];
-        d.observe(Some(4), cp1_down, "v1.31.2");
+        d.observe(Some(4), cp1_down, "v1.31.2", T0 + 400);
         assert_eq!(d.endpoint_holder(), Some("cp-2"));
     }
 

@@ -71,6 +71,10 @@ pub enum KubeSimError {
         #[source]
         err: std::io::Error,
     },
+    #[error(
+        "`{resource}` is not an alpha resource the simulator knows to be removed (api_lifecycle::REMOVED_ALPHA)"
+    )]
+    UnknownAlpha { resource: String },
     #[error("failed to write the kubeconfig `{path}`")]
     WriteKubeconfig {
         path: PathBuf,
@@ -755,6 +759,42 @@ impl KubeSim {
         c.reconcile(Instant::now(), jiff::Timestamp::now());
         let rt = resources::by_kind(api_version, kind)?;
         c.store.get(rt, namespace, name).cloned()
+    }
+
+    /// Turn on an alpha resource that a later minor removes, as `--runtime-config` does, with
+    /// objects `(namespace, name)` (namespace empty for a cluster-scoped one): it is listed
+    /// while the served minor is below its removal. `resource` is go-kubernetes' name
+    /// (`podgroups.v1alpha2.scheduling.k8s.io`).
+    pub fn enable_alpha(
+        &self,
+        resource: &str,
+        objects: &[(&str, &str)],
+    ) -> Result<(), KubeSimError> {
+        if !crate::api_lifecycle::REMOVED_ALPHA
+            .iter()
+            .any(|r| r.resource_arg() == resource)
+        {
+            return Err(KubeSimError::UnknownAlpha {
+                resource: resource.to_string(),
+            });
+        }
+        self.cluster().alpha.insert(
+            resource.to_string(),
+            objects
+                .iter()
+                .map(|(ns, n)| (ns.to_string(), n.to_string()))
+                .collect(),
+        );
+        Ok(())
+    }
+
+    /// Pretend the kube-apiserver of control-plane node `node` (re)started at `unix` seconds
+    /// (its `/metrics` then reports that `process_start_time_seconds`); no effect on a node
+    /// whose apiserver is down.
+    pub fn set_apiserver_started(&self, node: &str, unix: i64) {
+        let mut c = self.cluster();
+        c.observe_apiservers();
+        c.deprecation.set_started(node, unix);
     }
 
     /// Stop serving (also happens on drop).

@@ -9,7 +9,8 @@
 //!   podTermination: 1s   # kube side: how long an evicted pod stays Terminating
 //! nodes:
 //!   - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
-//!   - { name: w-1,  address: 127.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1 }
+//!   - { name: w-1,  address: 127.5.0.5, role: worker,       talos: v1.12.11, kubernetes: v1.34.1,
+//!       platform: aws, extensions: { iscsi-tools: v0.1.6 } }   # optional: default metal, none
 //! faults:
 //!   - node: cp-1
 //!     on: { call: { method: upgrade, nth: 1 } }
@@ -35,9 +36,10 @@ use super::fault::{FaultError, FaultPlan, duration_text};
 use crate::version::{KubeVersion, TalosVersion};
 
 /// The cluster `medea sim` runs without `--scenario`: cluster `home` (the name and node names of
-/// `examples/home`), 3 control planes and 3 workers on an older Talos (v1.12.11, the newest 1.12,
-/// so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1 — `examples/home` asks for
-/// v1.13.9 / v1.35.0 — with a 3-replica workload guarded by a PDB (minAvailable 2). Reboots take
+/// `examples/home`), 3 control planes and 3 workers on an older Talos (v1.12.11, an older 1.12
+/// patch, so the first upgrade takes the legacy RPC) and Kubernetes v1.34.1 — `examples/home`
+/// asks for v1.14.6 / v1.35.8, two Talos hops (v1.13.10 on the legacy RPC, v1.14.6 on the
+/// lifecycle path) and one Kubernetes minor — with a 3-replica workload guarded by a PDB (minAvailable 2). Reboots take
 /// 2 s, pulls 500 ms, pods 3 s to become Ready and 1 s to terminate.
 pub const DEFAULT_SCENARIO: &str = r#"# medea sim default scenario
 clusterName: home
@@ -110,6 +112,17 @@ pub struct NodeSpec {
     /// Extra text for this node's machine config (replaces the scenario's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_config_extra: Option<MachineConfigExtra>,
+    /// The platform `MachineService.Version` reports (`platform.name`); default `metal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// The Image Factory schematic id the node was installed from (published on its Node as
+    /// the annotation `extensions.talos.dev/schematic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schematic: Option<String>,
+    /// System extensions, name → version (published on its Node as
+    /// `extensions.talos.dev/<name>`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extensions: std::collections::BTreeMap<String, String>,
 }
 
 /// Text added to a node's generated machine config, kept byte for byte as written, so a
@@ -401,6 +414,9 @@ impl Scenario {
                 talos: talos.clone(),
                 kubernetes: kubernetes.clone(),
                 machine_config_extra: None,
+                platform: None,
+                schematic: None,
+                extensions: std::collections::BTreeMap::new(),
             });
         }
         Scenario {

@@ -338,6 +338,9 @@ fn answer(
     c.reconcile(now, wall);
     c.observe_apiservers();
     let minor = c.deprecation.minor();
+    if let Some(listed) = alpha::answer(&c, request.method, path, minor) {
+        return listed.map(|r| (r, None));
+    }
     let route = route(path, minor, c.custom_types())?;
     // An older version of a stored resource: served from the stored one (the apiserver
     // converts), with its deprecation warning and gauge series when that minor deprecates it.
@@ -728,6 +731,7 @@ fn rbac_request<'a>(
 /// Kubernetes' protobuf media type (kubectl sends typed requests such as `auth can-i` in it).
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
+mod alpha;
 mod delete;
 mod protobuf;
 mod read;

@@ -108,6 +108,7 @@ fn facts(name: &str, cp: bool) -> NodeFacts {
             BTreeMap::new()
         },
         crash_looping: Default::default(),
+        extensions: Default::default(),
         static_pod_config_versions: Default::default(),
     }
 }

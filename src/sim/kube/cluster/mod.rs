@@ -168,6 +168,10 @@ pub(crate) struct KubeSide {
     /// Deprecated-API memory: the `/metrics` gauge and who wrote which object with which
     /// group-version (`sim::kube::deprecation`).
     pub deprecation: super::deprecation::Deprecation,
+    /// Alpha resources a later minor removes that a test turned on (`--runtime-config`),
+    /// by go-kubernetes name (`clustercidrs.v1alpha1.networking.k8s.io`), with their objects
+    /// `(namespace, name)` (`sim::kube::api::alpha`).
+    pub alpha: BTreeMap<String, Vec<(String, String)>>,
     /// The port of every control-plane node's own kube-apiserver (0: none listens).
     pub apiserver_port: u16,
     /// The dirty-set bookkeeping of the incremental pass (`incremental.rs`).
@@ -291,6 +295,7 @@ impl KubeSide {
             names: 0,
             seed,
             deprecation: Default::default(),
+            alpha: BTreeMap::new(),
             apiserver_port: 0,
             inc: incremental::State::default(),
             full_only: false,
@@ -551,8 +556,10 @@ impl KubeSide {
             })
             .collect();
         let version = self.version_of(&control_planes);
-        self.deprecation.observe(fingerprint, instances, &version);
-        self.publish_apiserver_endpoints(&control_planes, jiff::Timestamp::now());
+        let now = jiff::Timestamp::now();
+        self.deprecation
+            .observe(fingerprint, instances, &version, now.as_second());
+        self.publish_apiserver_endpoints(&control_planes, now);
     }
 
     /// Whether `node`'s own kube-apiserver is up (its listener takes connections).

@@ -39,10 +39,34 @@ fn derived_labels(f: &NodeFacts) -> BTreeMap<String, String> {
     labels
 }
 
+/// Whether `v` is a valid label value (k8s.io/apimachinery `pkg/util/validation`
+/// `IsValidLabelValue`: at most 63 characters, empty or alphanumeric at both ends, `-`, `_`,
+/// `.` inside).
+fn valid_label_value(v: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    v.is_empty()
+        || (v.len() <= 63
+            && v.starts_with(alnum)
+            && v.ends_with(alnum)
+            && v.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.')))
+}
+
 fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
     let mut labels = derived_labels(f);
     labels.extend(o.labels.clone());
     let mut annotations = o.annotations.clone();
+    // Talos publishes each system extension (and the schematic) as `extensions.talos.dev/<name>:
+    // <version>`: a label when the version is a valid label value, else an annotation
+    // (siderolabs/talos `internal/app/machined/pkg/controllers/k8s/node_label_spec.go`,
+    // `node_annotation_spec.go`, `extensionsToNodeKV`)
+    for (name, version) in &f.extensions {
+        let key = format!("extensions.talos.dev/{name}");
+        if valid_label_value(version) {
+            labels.insert(key, version.clone());
+        } else {
+            annotations.insert(key, version.clone());
+        }
+    }
     annotations.insert("node.alpha.kubernetes.io/ttl".into(), "0".into());
     let mut taints = Vec::new();
     if f.control_plane {

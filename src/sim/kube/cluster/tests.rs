@@ -36,6 +36,7 @@ fn node(name: &str, cp: bool) -> NodeFacts {
             BTreeMap::new()
         },
         crash_looping: Default::default(),
+        extensions: Default::default(),
         static_pod_config_versions: Default::default(),
     }
 }

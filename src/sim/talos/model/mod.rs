@@ -93,6 +93,10 @@ pub(crate) struct SimNode {
     pub running: TalosVersion,
     /// The boot entry an upgrade wrote; the default for the next boot.
     pub installed: Option<TalosVersion>,
+    /// The Image Factory schematic of the installer that wrote [`SimNode::installed`] (`None`:
+    /// an installer without one, or the schematic without customizations): the system
+    /// extensions the node boots with.
+    pub installed_schematic: Option<String>,
     pub bootloader: Bootloader,
     /// systemd-boot's `LoaderEntryDefault` (a UKI name), absent on a disk-image node until its
     /// first install.
@@ -309,6 +313,13 @@ impl SimNode {
                 })
                 .unwrap_or_default(),
             static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
+            extensions: {
+                let mut e = self.spec.extensions.clone();
+                if let Some(s) = &self.spec.schematic {
+                    e.insert("schematic".to_string(), s.clone());
+                }
+                e
+            },
         }
     }
 }
@@ -453,6 +464,7 @@ impl TalosSide {
                     spec: spec.clone(),
                     running: spec.talos.clone(),
                     installed: None,
+                    installed_schematic: None,
                     bootloader: Bootloader::default(),
                     loader_default: Some(format!("Talos-{}.efi", spec.talos)),
                     loader_selected: format!("Talos-{}.efi", spec.talos),
@@ -695,9 +707,17 @@ impl TalosSide {
         ])
     }
 
-    /// The installer wrote `target`'s UKI and made it the default boot entry (both RPCs).
-    pub fn install_entry(&mut self, idx: usize, target: TalosVersion) {
+    /// The installer `image` wrote `target`'s UKI and made it the default boot entry (both
+    /// RPCs). The entry carries the installer's schematic, so its system extensions: an
+    /// installer without the node's schematic strips them at the next boot (an Image Factory
+    /// installer image bakes the schematic's extensions into what it installs; the default
+    /// installer has none). The simulator knows no schematic's contents: a different
+    /// schematic boots without extensions.
+    pub fn install_entry(&mut self, idx: usize, target: TalosVersion, image: &str) {
         let n = self.node_mut(idx);
+        n.installed_schematic = crate::image::schematic_of(image)
+            .filter(|s| *s != crate::image::EMPTY_SCHEMATIC)
+            .map(str::to_string);
         let current = n
             .loader_default
             .clone()
@@ -778,6 +798,11 @@ impl TalosSide {
             Some(target) if !n.boot_plan.old_version => {
                 let old = (n.running.clone(), n.loader_selected.clone());
                 n.running = target;
+                let schematic = n.installed_schematic.take();
+                if schematic != n.spec.schematic {
+                    n.spec.extensions.clear();
+                    n.spec.schematic = schematic;
+                }
                 n.loader_selected = n
                     .loader_default
                     .clone()

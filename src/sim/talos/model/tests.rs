@@ -71,6 +71,49 @@ fn reboot_boots_the_installed_entry_with_a_new_boot_id() {
 }
 
 #[test]
+fn an_installer_without_the_nodes_schematic_boots_without_its_extensions() {
+    const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    let mut s = Scenario::uniform(
+        1,
+        2,
+        TalosVersion::parse("v1.13.2").unwrap(),
+        KubeVersion::parse("v1.34.1").unwrap(),
+    );
+    for n in &mut s.nodes {
+        n.schematic = Some(SCHEMATIC.into());
+        n.extensions = [("iscsi-tools".to_string(), "v0.1.6".to_string())].into();
+    }
+    let mut c = TalosSide::new(&s, "", 0);
+    let ext = |c: &TalosSide, name: &str| {
+        c.facts()
+            .into_iter()
+            .find(|f| f.name == name)
+            .unwrap()
+            .extensions
+    };
+    assert_eq!(ext(&c, "w-1")["iscsi-tools"], "v0.1.6");
+    assert_eq!(ext(&c, "w-1")["schematic"], SCHEMATIC);
+    let v = TalosVersion::parse("v1.14.0").unwrap();
+    // the node's own factory installer keeps them
+    c.install_entry(
+        1,
+        v.clone(),
+        &format!("factory.talos.dev/metal-installer/{SCHEMATIC}:v1.14.0"),
+    );
+    let t = c.begin_reboot(1);
+    c.finish_boot(t);
+    assert_eq!(c.nodes()[1].running, v);
+    assert_eq!(ext(&c, "w-1")["iscsi-tools"], "v0.1.6");
+    // the default installer has no schematic: the node comes back without them
+    c.install_entry(2, v.clone(), "ghcr.io/siderolabs/installer:v1.14.0");
+    let t = c.begin_reboot(2);
+    c.finish_boot(t);
+    assert_eq!(c.nodes()[2].running, v);
+    assert!(ext(&c, "w-2").is_empty(), "{:?}", ext(&c, "w-2"));
+    assert_eq!(c.nodes()[2].spec.schematic, None);
+}
+
+#[test]
 fn boot_faults_revert_or_lose_the_node() {
     let mut c = cluster();
     c.faults.push(ArmedFault::new(FaultPlan {
@@ -260,7 +303,11 @@ mod digests {
                             c.finish_boot(t);
                         }
                     }
-                    Step::Install(i) => c.install_entry(i, TalosVersion::parse("v1.14.0").unwrap()),
+                    Step::Install(i) => c.install_entry(
+                        i,
+                        TalosVersion::parse("v1.14.0").unwrap(),
+                        "ghcr.io/siderolabs/installer:v1.14.0",
+                    ),
                     Step::TryApply(i) => {
                         let g = c.next_apply_generation();
                         let previous = c.nodes()[i].config.clone();

@@ -74,7 +74,7 @@ impl LifecycleService for Api {
                 items.push(msg(format!("installing Talos {t} (current {host})")));
                 items.push(msg("boot entry updated; reboot to activate".to_string()));
                 items.push(exit(0));
-                c.install_entry(idx, t);
+                c.install_entry(idx, t, &image);
             }
         }
         Ok(stream_of(items))

@@ -56,7 +56,11 @@ impl MachineService for Api {
                     arch: "amd64".to_string(),
                 }),
                 platform: Some(pb::PlatformInfo {
-                    name: "metal".to_string(),
+                    name: n
+                        .spec
+                        .platform
+                        .clone()
+                        .unwrap_or_else(|| "metal".to_string()),
                     mode: "metal".to_string(),
                 }),
                 features: Some(pb::FeaturesInfo { rbac: true }),
@@ -363,7 +367,7 @@ impl MachineService for Api {
             )));
         }
         c.node_mut(idx).images.insert(r.image.clone());
-        c.install_entry(idx, target);
+        c.install_entry(idx, target, &r.image);
         let actor_id = c.next_actor_id(idx);
         let ticket = c.begin_reboot(idx);
         let timing = c.timing.reboot;
