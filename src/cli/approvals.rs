@@ -12,7 +12,7 @@ use crate::ops::replan as stored;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
+    after_help = "Examples:\n  medea approvals --desired ./clusters --store /var/lib/medea/store \\\n    --allowed-signers /etc/medea/allowed_signers\n  medea approvals --desired . --git-ref main --store /var/lib/medea/store \\\n    --allowed-signers allowed_signers\n\nExit status: 0 when the current plan has reached quorum, 1 otherwise."
 )]
 pub struct ApprovalsArgs {
     #[command(flatten)]
