@@ -242,6 +242,10 @@ pub struct Candidate {
     pub source: ApprovalSource,
     /// The armored signature (`-----BEGIN SSH SIGNATURE-----`).
     pub armored: String,
+    /// The plan the submitter says it signs (an API submission's plan id; a marker names its
+    /// plan in its file name instead). Tried after the current plan, so a signature over a
+    /// plan replaced a moment ago reads as stale, not as "another plan".
+    pub named: Option<crate::plan::PlanId>,
 }
 
 /// A candidate with its outcome, for per-file reports.

@@ -96,16 +96,23 @@ impl PlanIndex {
         out
     }
 
-    /// The plans a candidate is checked against, in order: the current plan, then the plans
-    /// its marker's file name names.
-    pub fn offered(&self, current: &PlanId, source: &ApprovalSource) -> Vec<PlanId> {
+    /// The plans a candidate is checked against, in order: the current plan, the plan an API
+    /// submission names (when known), then the plans its marker's file name names.
+    pub fn offered(&self, current: &PlanId, candidate: &Candidate) -> Vec<PlanId> {
         let mut out = vec![*current];
-        if let Some(prefix) = source.named_plan() {
-            out.extend(
-                self.matching(&prefix)
-                    .into_iter()
-                    .filter(|id| id != current),
-            );
+        if let Some(named) = candidate.named
+            && named != *current
+            && (self.stored.contains(&named) || self.consumed.contains(&named))
+        {
+            out.push(named);
+        }
+        if let Some(prefix) = candidate.source.named_plan() {
+            let fresh: Vec<PlanId> = self
+                .matching(&prefix)
+                .into_iter()
+                .filter(|id| !out.contains(id))
+                .collect();
+            out.extend(fresh);
         }
         out
     }
@@ -165,6 +172,13 @@ fn digest(c: &Candidate) -> [u8; 32] {
         }
         ApprovalSource::Api => h.update(b"api\0"),
     }
+    match &c.named {
+        Some(p) => {
+            h.update(b"named\0");
+            h.update(p.as_bytes());
+        }
+        None => h.update(b"unnamed\0"),
+    }
     h.update(c.armored.as_bytes());
     h.finalize().into()
 }
@@ -210,7 +224,7 @@ pub fn verify_candidates(
                 used.insert(key, hit.clone());
                 hit
             } else {
-                let offered = index.offered(current, &c.source);
+                let offered = index.offered(current, c);
                 let (check, n) = check_signature(&c.armored, trust.signers, &offered);
                 stats.signature_checks += n;
                 used.insert(key, check.clone());
@@ -241,6 +255,7 @@ pub fn marker_candidates(loaded: &crate::desired::Loaded) -> Vec<Candidate> {
                 path: m.path.clone(),
             },
             armored: String::from_utf8_lossy(&m.contents).into_owned(),
+            named: None,
         })
         .collect()
 }
@@ -307,6 +322,7 @@ pub fn status(
         .map(|r| Candidate {
             source: r.source.clone(),
             armored: r.signature.clone(),
+            named: None,
         })
         .chain(markers.iter().cloned())
         .chain(submitted.iter().cloned())
@@ -510,6 +526,7 @@ mod tests {
                 path: format!("approvals/{}-{who}.sig", name_plan.short()),
             },
             armored,
+            named: None,
         }
     }
     /// A store with `n` stored plans (`plan(1..=n)`), the first `consumed` of them executed.
@@ -567,6 +584,7 @@ mod tests {
                     path: format!("approvals/copy-{i}.sig"),
                 },
                 armored: sign(2, &unknown),
+                named: None,
             });
         }
         // An old approval of an executed plan, under its own name: Replayed.
@@ -693,6 +711,55 @@ mod tests {
         let o = verify_candidates(&index, trust, &current, &candidates, now, &mut cache);
         assert_eq!(cache.last.cached, 1);
         assert_eq!(o[0].code(), "replayed", "{}", o[0]);
+    }
+
+    /// An API submission names the plan it signs: when a refresh replaced that plan between
+    /// the operator's `medea plan` and `medea approve`, the answer is "stale, approve the
+    /// current plan" (what `medea approve` and the e2e test act on), not "another plan".
+    /// A named plan the store never held is not tried (nothing to be stale against).
+    #[test]
+    fn an_api_submission_over_the_plan_just_replaced_is_stale() {
+        let store = store_with(3, 0);
+        let trusted = signers(&[1]);
+        let trust = Trust {
+            signers: &trusted,
+            generation: 0,
+        };
+        let now: Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+        let index = PlanIndex::load(&store).unwrap();
+        let (old, current) = (plan(2), plan(3));
+        let submitted = |named: Option<PlanId>| Candidate {
+            source: ApprovalSource::Api,
+            armored: sign(1, &old),
+            named,
+        };
+        let mut cache = ApprovalCache::default();
+        let o = verify_candidates(
+            &index,
+            trust,
+            &current,
+            &[submitted(Some(old))],
+            now,
+            &mut cache,
+        );
+        assert!(
+            matches!(&o[0], Outcome::StalePlan { signed, current: c, .. } if *signed == old && *c == current),
+            "{}",
+            o[0]
+        );
+        assert_eq!(cache.last.signature_checks, 2);
+        // Without the name (or naming a plan never stored) only the current plan is tried.
+        for named in [None, Some(plan(9))] {
+            let o = verify_candidates(
+                &index,
+                trust,
+                &current,
+                &[submitted(named)],
+                now,
+                &mut cache,
+            );
+            assert_eq!(o[0].code(), "other-plan", "{}", o[0]);
+        }
     }
 
     /// Issue 32: collecting superseded plans never forgets an executed one. Plan 1 is executed,

@@ -612,6 +612,7 @@ impl pb::medea_server::Medea for MedeaApi {
         let candidate = crate::approval::Candidate {
             source: crate::approval::ApprovalSource::Api,
             armored: req.signature,
+            named: Some(plan),
         };
         // Verify (and record) the signature; a store conflict means nothing was written, so
         // the submission is verified again against whatever is current then.
