@@ -983,29 +983,35 @@ mod tests {
         )
     }
 
+    /// A machine is named per cluster (issue 39 item 11): `m-1` in cluster `a` and `m-1` in
+    /// cluster `b` are two machines; listed twice within one cluster (two pools, two files)
+    /// is the error, named at the second listing with the first one in its help.
     #[test]
-    fn a_machine_moving_between_files_and_clusters_is_validated_like_a_cold_load() {
+    fn a_machine_moving_between_files_and_pools_is_validated_like_a_cold_load() {
         let mut loader = Loader::new();
         let a = cluster_doc("a", "");
         let b = cluster_doc("b", "");
         let clusters = ("clusters.yaml", vec![a.clone(), b.clone()]);
-        // m-1 in a/p1 only.
+        let lab = ("lab.yaml", vec![pool_doc("p3", "b", &["m-1"], "")]);
+        // m-1 in a/p1 and in b/p3: the same name in two clusters is no conflict.
         let (codes, n) = step(
             &mut loader,
             files(&[
                 clusters.clone(),
                 ("a.yaml", vec![pool_doc("p1", "a", &["m-1"], "")]),
-                ("b.yaml", vec![pool_doc("p2", "b", &["m-2"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "a", &["m-2"], "")]),
+                lab.clone(),
             ]),
         );
         assert!(codes.is_empty(), "{codes:?}");
         assert_eq!(n, 2, "a cold load validates every cluster");
-        // m-1 listed in b's pool too (another file, another cluster): only b is validated
-        // again; the error names the first listing in a.yaml.
+        // m-1 listed in a's other pool too (another file, same cluster): only `a` is
+        // validated again; the error names the first listing in a.yaml.
         let snap = files(&[
             clusters.clone(),
             ("a.yaml", vec![pool_doc("p1", "a", &["m-1"], "")]),
-            ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+            ("b.yaml", vec![pool_doc("p2", "a", &["m-2", "m-1"], "")]),
+            lab.clone(),
         ]);
         let inc = loader.load_snapshot(snap.clone());
         assert_same(&inc, &parse_snapshot(snap));
@@ -1019,17 +1025,23 @@ mod tests {
             "{:?}",
             d.help
         );
-        // Removed from a.yaml: a changes (its file), b changes (its conflict went away).
+        assert!(
+            d.message.contains("of cluster `a`"),
+            "{}",
+            d.message
+        );
+        // Removed from a.yaml: `a` changes (its file and its conflict), `b` does not.
         let (codes, n) = step(
             &mut loader,
             files(&[
                 clusters.clone(),
                 ("a.yaml", vec![pool_doc("p1", "a", &["m-3"], "")]),
-                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "a", &["m-2", "m-1"], "")]),
+                lab.clone(),
             ]),
         );
         assert!(codes.is_empty(), "{codes:?}");
-        assert_eq!(n, 2);
+        assert_eq!(n, 1);
         // Listed back in a.yaml, whose path sorts first: a.yaml's listing is now the first
         // one, so b.yaml (unchanged bytes) gets the error again.
         let (codes, n) = step(
@@ -1037,16 +1049,17 @@ mod tests {
             files(&[
                 clusters.clone(),
                 ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
-                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "a", &["m-2", "m-1"], "")]),
+                lab.clone(),
             ]),
         );
         assert_eq!(
             codes,
             vec![crate::desired::diagnostic::codes::MACHINE_TWICE]
         );
-        assert_eq!(n, 2);
-        // Cluster `b` becomes invalid: its pools claim nothing, so `a` loses its conflict
-        // (none left) while b's own error is reported.
+        assert_eq!(n, 1);
+        // Cluster `b` becomes invalid: its own error is reported, `a` keeps its conflict
+        // (it never depended on `b`) and is not validated again.
         let b_invalid = || {
             files(&[
                 (
@@ -1054,11 +1067,21 @@ mod tests {
                     vec![a.clone(), cluster_doc("b", "").replace("v1.34.1", "1.34")],
                 ),
                 ("a.yaml", vec![pool_doc("p1", "a", &["m-3", "m-1"], "")]),
-                ("b.yaml", vec![pool_doc("p2", "b", &["m-2", "m-1"], "")]),
+                ("b.yaml", vec![pool_doc("p2", "a", &["m-2", "m-1"], "")]),
+                lab.clone(),
             ])
         };
-        let (codes, _) = step(&mut loader, b_invalid());
-        assert_eq!(codes, vec![crate::desired::diagnostic::codes::VERSION]);
+        let snap = b_invalid();
+        let inc = loader.load_snapshot(snap.clone());
+        assert_same(&inc, &parse_snapshot(snap));
+        let mut codes: Vec<&str> = inc.diagnostics.iter().map(|d| d.code).collect();
+        codes.sort();
+        let mut want = vec![
+            crate::desired::diagnostic::codes::MACHINE_TWICE,
+            crate::desired::diagnostic::codes::VERSION,
+        ];
+        want.sort();
+        assert_eq!(codes, want);
         // Nothing changed: nothing validated again.
         let (_, n) = step(&mut loader, b_invalid());
         assert_eq!(n, 0);

@@ -426,8 +426,10 @@ pub fn validate(
 
     // NodePool documents: grouped by their (valid) cluster; the others only checked alone.
     let mut groups_in: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    // machine → (input index of the pool that lists it first, index in its `machines`)
-    let mut owner: HashMap<&str, (usize, u32)> = HashMap::new();
+    // (cluster, machine) → (input index of the pool that lists it first, index in its
+    // `machines`). A machine is named per cluster: two clusters made from one template both
+    // have a `cp-1`, and those are two machines.
+    let mut owner: HashMap<(&str, &str), (usize, u32)> = HashMap::new();
     for (i, d) in inputs.iter().enumerate() {
         let Summary::NodePool {
             cluster, machines, ..
@@ -440,7 +442,9 @@ pub fn validate(
             groups_in.entry(cluster_name).or_default().push(i);
             for (pos, m) in machines.iter().enumerate() {
                 if is_dns_subdomain(m) {
-                    owner.entry(m.as_str()).or_insert((i, pos as u32));
+                    owner
+                        .entry((cluster_name, m.as_str()))
+                        .or_insert((i, pos as u32));
                 }
             }
             continue;
@@ -487,7 +491,7 @@ pub fn validate(
                 continue;
             };
             for (pos, m) in machines.iter().enumerate() {
-                if let Some(&(j, jpos)) = owner.get(m.as_str())
+                if let Some(&(j, jpos)) = owner.get(&(name, m.as_str()))
                     && j != i
                 {
                     conflicts.push((k as u32, pos as u32, inputs[j].id, jpos));
@@ -568,7 +572,7 @@ pub fn validate(
 }
 
 /// Validate the NodePool document `inputs[i]` into `cluster` (its valid cluster). `owner`
-/// maps every machine to the pool that lists it first.
+/// maps every (cluster, machine) to the pool that lists it first.
 #[allow(
     clippy::expect_used,
     reason = "DEFAULT_INSTALLER is a constant valid repository (the installer_images test parses it)"
@@ -578,7 +582,7 @@ fn pool_into(
     cluster: &mut Cluster,
     inputs: &[Input<'_>],
     i: usize,
-    owner: &HashMap<&str, (usize, u32)>,
+    owner: &HashMap<(&str, &str), (usize, u32)>,
 ) {
     let doc = &inputs[i].doc;
     let DocRef::NodePool(raw) = inputs[i].kind() else {
@@ -662,7 +666,7 @@ fn pool_into(
             ));
             continue;
         }
-        if let Some(&(j, jpos)) = owner.get(m.value.as_str())
+        if let Some(&(j, jpos)) = owner.get(&(cluster_name.as_str(), m.value.as_str()))
             && (j, jpos) != (i, pos as u32)
             && let DocRef::NodePool(first_pool) = inputs[j].kind()
         {

@@ -20,6 +20,7 @@ mod e2e;
 #[cfg(feature = "etcd")]
 mod etcd_harness;
 mod fixtures;
+mod fleet;
 mod fuzz_smoke;
 #[cfg(feature = "etcd")]
 mod ha;

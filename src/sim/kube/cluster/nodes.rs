@@ -170,7 +170,13 @@ fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
         ("pods".to_string(), quantity("110")),
     ]
     .into();
-    let machine = format!("{:x}", Sha256::digest(f.name.as_bytes()));
+    // A machine's id is its own, not its name's: Talos generates the machine id at install
+    // and the system UUID is the hardware's, so two clusters made from one template (both
+    // with a `cp-1`) have different ids. The node's address tells simulated machines apart.
+    let machine = format!(
+        "{:x}",
+        Sha256::digest(format!("{}\0{}", f.name, f.address).as_bytes())
+    );
     Node {
         metadata: ObjectMeta {
             name: Some(f.name.clone()),
