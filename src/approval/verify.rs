@@ -129,6 +129,33 @@ impl Outcome {
             _ => None,
         }
     }
+    /// The key that made the signature, when the signature could be read (SHA256 fingerprint).
+    pub fn fingerprint(&self) -> Option<&str> {
+        match self {
+            Outcome::Approved(a) => Some(&a.fingerprint),
+            Outcome::OtherPlan { fingerprint, .. }
+            | Outcome::StalePlan { fingerprint, .. }
+            | Outcome::Replayed { fingerprint, .. }
+            | Outcome::BadSignature { fingerprint, .. }
+            | Outcome::UnknownKey { fingerprint }
+            | Outcome::NamespaceNotAllowed { fingerprint, .. }
+            | Outcome::Expired { fingerprint, .. }
+            | Outcome::NotYetValid { fingerprint, .. }
+            | Outcome::PatternPrincipal { fingerprint, .. } => Some(fingerprint),
+            Outcome::WrongNamespace { .. } | Outcome::Malformed { .. } => None,
+        }
+    }
+    /// The signer line's principal(s) the outcome names, when it names one.
+    pub fn principal(&self) -> Option<&str> {
+        match self {
+            Outcome::Approved(a) => Some(&a.principal),
+            Outcome::NamespaceNotAllowed { principal, .. }
+            | Outcome::Expired { principal, .. }
+            | Outcome::NotYetValid { principal, .. } => Some(principal),
+            Outcome::PatternPrincipal { principals, .. } => Some(principals),
+            _ => None,
+        }
+    }
     /// A stable machine-readable code for the outcome (`medea approvals --json`, API).
     pub fn code(&self) -> &'static str {
         match self {

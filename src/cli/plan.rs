@@ -110,7 +110,7 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
         }
         let approvals: Vec<String> = p.approvals.iter().map(|a| a.principal.clone()).collect();
         eprintln!(
-            "plan {} is {}{}; approvals {}/{}{}",
+            "plan {} is {}{}; approvals {}/{}{}{}",
             p.short_id,
             p.state,
             if p.stale { " (stale)" } else { "" },
@@ -120,6 +120,10 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
                 String::new()
             } else {
                 format!(" ({})", approvals.join(", "))
+            },
+            match p.rejected.len() {
+                0 => String::new(),
+                n => format!("; {n} not counted (listed in the plan)"),
             }
         );
         Ok(if p.has_changes {

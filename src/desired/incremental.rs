@@ -1025,11 +1025,7 @@ mod tests {
             "{:?}",
             d.help
         );
-        assert!(
-            d.message.contains("of cluster `a`"),
-            "{}",
-            d.message
-        );
+        assert!(d.message.contains("of cluster `a`"), "{}", d.message);
         // Removed from a.yaml: `a` changes (its file and its conflict), `b` does not.
         let (codes, n) = step(
             &mut loader,

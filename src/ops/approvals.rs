@@ -369,6 +369,68 @@ pub fn status(
     }
 }
 
+impl ApprovalStatus {
+    /// What every plan view shows of this status (text, JSON `approvals.rejected[]`, the
+    /// dashboard): each candidate that counts, and each that does not with its source, key,
+    /// principal (from `signers` when the outcome names none) and reason. A candidate that
+    /// approves but cannot count because blocking findings refuse the plan is listed as not
+    /// counted, with that reason.
+    pub fn view(&self, signers: &AllowedSigners) -> crate::plan::render::ApprovalsView {
+        use crate::plan::render::{ApprovalsView, CandidateView};
+        let principal = |o: &Outcome| -> String {
+            if let Some(p) = o.principal() {
+                return p.to_string();
+            }
+            let Some(fp) = o.fingerprint() else {
+                return String::new();
+            };
+            signers
+                .entries()
+                .iter()
+                .filter(|e| e.fingerprint() == fp)
+                .map(|e| e.principals().to_string())
+                .next()
+                .unwrap_or_default()
+        };
+        let mut view = ApprovalsView::default();
+        for j in &self.judged {
+            let source = match &j.source {
+                ApprovalSource::Marker { path } => format!("marker:{path}"),
+                ApprovalSource::Api => "api".to_string(),
+            };
+            let mut line = CandidateView {
+                source,
+                fingerprint: j.outcome.fingerprint().unwrap_or_default().to_string(),
+                principal: principal(&j.outcome),
+                code: j.outcome.code().to_string(),
+                reason: String::new(),
+            };
+            match (&j.outcome, &self.refusal) {
+                (Outcome::Approved(_), None) => {
+                    // One line per key: a marker whose key's approval is recorded adds nothing.
+                    if !view
+                        .counted
+                        .iter()
+                        .any(|c| c.fingerprint == line.fingerprint)
+                    {
+                        view.counted.push(line);
+                    }
+                }
+                (Outcome::Approved(_), Some(why)) => {
+                    line.code = "blocked".to_string();
+                    line.reason = why.clone();
+                    view.rejected.push(line);
+                }
+                (other, _) => {
+                    line.reason = other.to_string();
+                    view.rejected.push(line);
+                }
+            }
+        }
+        view
+    }
+}
+
 /// The plan's recorded approvals (`<plan hex>/<fingerprint>` in the Approvals table).
 pub fn recorded(store: &dyn Store, plan: &PlanId) -> Result<Vec<ApprovalRecord>, StoreError> {
     Ok(store

@@ -351,11 +351,14 @@ fn text_in(plan: &Plan, o: Options, state: Option<&str>) -> String {
         paint(o, Paint::Bold, &summary_line_in(plan, state))
     );
     if plan.has_changes() && offer {
+        let (why, rule) = bar_rule(plan);
         let _ = writeln!(
             out,
-            "It needs {} from distinct signers. The full id, which approvals sign:",
-            plural(plan.approvals_required as usize, "approval", "approvals")
+            "It needs {} from distinct signers: {why},",
+            plural(plan.approvals_required as usize, "approval", "approvals"),
         );
+        let _ = writeln!(out, "so {rule} applies.");
+        let _ = writeln!(out, "The full id, which approvals sign:");
         let _ = writeln!(out, "  {}", plan.id.to_hex());
         let _ = writeln!(out, "To sign without the API:");
         let _ = writeln!(out, "  {}", sign_command(plan));
@@ -555,6 +558,84 @@ fn final_target(c: &ClusterPlan, pool: &str) -> Option<TalosVersion> {
     })
 }
 
+/// Why a plan needs the approvals it does, in words (issue #39: "Why 2 approvals?"). The bar
+/// itself is computed by the planner (`plan::bar`); this names the rule that set it, from
+/// what the plan shows: a change of the approvals setting or of where health data goes (the
+/// notes say so), control-plane nodes or Kubernetes touched, or workers only.
+pub fn bar_reason(plan: &Plan) -> String {
+    let (why, rule) = bar_rule(plan);
+    format!("{why} → {rule}")
+}
+
+/// [`bar_reason`] in its two parts: what the plan does, and the setting that applies.
+fn bar_rule(plan: &Plan) -> (String, &'static str) {
+    let changed = |c: &ClusterPlan| {
+        c.notes.iter().any(|n| {
+            n.starts_with("this plan changes the approvals setting")
+                || n.starts_with("this plan changes where health data")
+        })
+    };
+    let names = |pick: &dyn Fn(&ClusterPlan) -> bool| -> String {
+        plan.clusters
+            .iter()
+            .filter(|c| pick(c))
+            .map(|c| c.cluster.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let setting = names(&|c| changed(c));
+    if !setting.is_empty() {
+        return (
+            format!(
+                "it changes the approvals setting or where health data goes (cluster {setting})"
+            ),
+            "the highest bar in force, max(approvals.required, approvals.controlPlane)",
+        );
+    }
+    let cp = names(&|c| c.steps.iter().any(Step::touches_control_plane));
+    if !cp.is_empty() {
+        return (
+            format!("it touches control-plane nodes or Kubernetes (cluster {cp})"),
+            "approvals.controlPlane (default 2; one person alone sets `controlPlane: 1`)",
+        );
+    }
+    (
+        "it touches worker nodes or settings only".to_string(),
+        "approvals.required (default 1)",
+    )
+}
+
+/// The approvals part of a server plan view as text: who counted, and every candidate that
+/// did not, with its source, key, principal and reason. Empty when there is nothing to say.
+pub fn approvals_text(view: &ApprovalsView) -> String {
+    let mut out = String::new();
+    let who = |c: &CandidateView| {
+        let key = if c.fingerprint.is_empty() {
+            "unreadable signature".to_string()
+        } else {
+            format!("key {}", c.fingerprint)
+        };
+        if c.principal.is_empty() {
+            key
+        } else {
+            format!("{}, {key}", c.principal)
+        }
+    };
+    if !view.counted.is_empty() {
+        let _ = writeln!(out, "Approvals counted:");
+        for c in &view.counted {
+            let _ = writeln!(out, "  {} ({})", c.source, who(c));
+        }
+    }
+    if !view.rejected.is_empty() {
+        let _ = writeln!(out, "Not counted ({}):", view.rejected.len());
+        for c in &view.rejected {
+            let _ = writeln!(out, "  {} ({}): {}", c.source, who(c), c.reason);
+        }
+    }
+    out
+}
+
 /// The `-o json` document (see `design/plan.md` for the schema).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -566,6 +647,8 @@ struct JsonPlan<'a> {
     basis: &'a Basis,
     catalog: &'a str,
     approvals_required: u32,
+    /// Why the plan needs `approvalsRequired` ([`bar_reason`]).
+    approvals_reason: String,
     has_changes: bool,
     summary: Summary,
     clusters: &'a [std::sync::Arc<ClusterPlan>],
@@ -575,23 +658,58 @@ struct JsonPlan<'a> {
     /// `halted`, `consumed`, `superseded`); absent offline.
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<&'a str>,
+    /// Who approved and which candidates did not count, and why (from the server; absent
+    /// offline, where `medea approvals` answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<&'a ApprovalsView>,
+}
+
+/// One approval candidate as a plan view shows it: a signature that counts, or one that does
+/// not and why (issue #39: rejected markers were visible only in the daemon's log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateView {
+    /// `marker:<path>` or `api`.
+    pub source: String,
+    /// The signing key's SHA256 fingerprint; empty when the signature could not be read.
+    pub fingerprint: String,
+    /// The allowed-signers principal of the key; empty when the key is not listed.
+    pub principal: String,
+    /// The outcome's stable code (`unknown-key`, `stale-plan`, `wrong-namespace`, …).
+    pub code: String,
+    /// Why it does not count (empty for one that counts).
+    pub reason: String,
+}
+
+/// The approvals part of a plan view (server side): what counts and what does not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalsView {
+    pub counted: Vec<CandidateView>,
+    pub rejected: Vec<CandidateView>,
 }
 
 /// The plan as pretty JSON with a trailing newline, stable across runs.
 pub fn json(plan: &Plan) -> String {
-    json_in(plan, None)
+    json_in(plan, None, None)
 }
 
 /// [`json`] with the plan's `state`; past `pending` the approve and sign commands are null.
 pub fn json_in_state(plan: &Plan, state: &str) -> String {
-    json_in(plan, Some(state))
+    json_in(plan, Some(state), None)
+}
+
+/// [`json_in_state`] with the server's view of the plan's approvals (`approvals.counted[]`,
+/// `approvals.rejected[]`).
+pub fn json_with_approvals(plan: &Plan, state: &str, approvals: &ApprovalsView) -> String {
+    json_in(plan, Some(state), Some(approvals))
 }
 
 #[allow(
     clippy::expect_used,
     reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
 )]
-fn json_in(plan: &Plan, state: Option<&str>) -> String {
+fn json_in(plan: &Plan, state: Option<&str>, approvals: Option<&ApprovalsView>) -> String {
     let changes = plan.has_changes()
         && state.and_then(state_sentence).is_none()
         && super::preflight::blocking(plan).is_empty();
@@ -603,12 +721,14 @@ fn json_in(plan: &Plan, state: Option<&str>) -> String {
         basis: &plan.basis,
         catalog: &plan.catalog,
         approvals_required: plan.approvals_required,
+        approvals_reason: bar_reason(plan),
         has_changes: plan.has_changes(),
         summary: summary(plan),
         clusters: &plan.clusters,
         approve_command: changes.then(|| format!("medea approve {}", plan.id.short())),
         sign_command: changes.then(|| sign_command(plan)),
         state,
+        approvals,
     };
     let mut s = serde_json::to_string_pretty(&doc).expect("plans serialize");
     s.push('\n');

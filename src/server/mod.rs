@@ -83,6 +83,9 @@ pub struct Shared {
     /// The reconcile pass's approval checks: each candidate's signature stage, kept per
     /// (candidate digest, current plan, signers generation) (`ops::approvals`).
     pub approval_cache: std::sync::Mutex<crate::ops::approvals::ApprovalCache>,
+    /// The rejected approval candidates already logged at WARN (plan, source, key, code), so
+    /// an unchanged marker is not logged again on every pass.
+    pub warned_rejections: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// A counter bumped on every change worth re-planning or re-executing for; loops wait on
     /// it (a missed wake-up is impossible: `watch` keeps the latest value).
     changes: tokio::sync::watch::Sender<u64>,
@@ -124,6 +127,7 @@ impl Shared {
             loader: std::sync::Mutex::new(crate::ops::desired_loader()),
             replan_cache: Default::default(),
             approval_cache: Default::default(),
+            warned_rejections: Default::default(),
             changes: tokio::sync::watch::channel(0).0,
             trust: trust::TrustRoot::none(),
             notifier: crate::webhook::Notifier::disabled(),

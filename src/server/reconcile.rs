@@ -39,6 +39,8 @@ pub struct PlanState {
     pub diagnostics: Vec<crate::desired::Diagnostic>,
     /// Outcome per approval candidate (markers and recorded approvals).
     pub outcomes: Vec<(ApprovalSource, String)>,
+    /// What the plan views show of the approvals: who counts, what does not and why.
+    pub approvals: crate::plan::render::ApprovalsView,
     pub quorum: Option<QuorumStatus>,
     pub consumed: bool,
     /// Why an approved plan has not started (closed gates), for operators.
@@ -186,9 +188,6 @@ pub fn reconcile(
                     .push((j.outcome.approved().is_some(), j.outcome.to_string()));
             }
             crate::metrics::approval_outcome(j.outcome.code());
-            if j.outcome.approved().is_none() {
-                tracing::info!(plan = %plan.id.short(), source = %j.source, outcome = %j.outcome, "approval candidate does not count");
-            }
             if j.already_recorded {
                 continue;
             }
@@ -196,6 +195,37 @@ pub fn reconcile(
         state
             .outcomes
             .push((j.source.clone(), j.outcome.to_string()));
+    }
+    // What the plan views show; a candidate that does not count is logged at WARN once (not
+    // on every pass while its marker stays as it is).
+    state.approvals = status.view(&signers);
+    {
+        #[allow(
+            clippy::expect_used,
+            reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+        )]
+        let mut warned = shared
+            .warned_rejections
+            .lock()
+            .expect("warned rejections lock");
+        let key = |r: &crate::plan::render::CandidateView| {
+            format!(
+                "{}\0{}\0{}\0{}",
+                plan.id.short(),
+                r.source,
+                r.fingerprint,
+                r.code
+            )
+        };
+        let mut now_rejected = std::collections::BTreeSet::new();
+        for r in &state.approvals.rejected {
+            let k = key(r);
+            if !warned.contains(&k) {
+                tracing::warn!(plan = %plan.id.short(), source = %r.source, fingerprint = %r.fingerprint, principal = %r.principal, code = %r.code, reason = %r.reason, "approval does not count");
+            }
+            now_rejected.insert(k);
+        }
+        *warned = now_rejected;
     }
     // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
     // approved. No approval is recorded or counted and nothing starts; every candidate is

@@ -40,9 +40,8 @@ fn two_clusters_from_one_template_share_machine_names_and_both_roll() {
             "{cluster}: {ms:?}"
         );
         assert!(
-            ms.iter().all(|m| m["address"]
-                .as_str()
-                .is_some_and(|a| a.starts_with(prefix))),
+            ms.iter()
+                .all(|m| m["address"].as_str().is_some_and(|a| a.starts_with(prefix))),
             "{cluster}: {ms:?}"
         );
     }
@@ -73,7 +72,11 @@ fn two_clusters_from_one_template_share_machine_names_and_both_roll() {
         let mut ids = std::collections::BTreeSet::new();
         for cluster in plan["clusters"].as_array().unwrap() {
             let name = cluster["cluster"].as_str().unwrap();
-            let prefix = if name == "home" { "127.5.0." } else { "127.6.0." };
+            let prefix = if name == "home" {
+                "127.5.0."
+            } else {
+                "127.6.0."
+            };
             let mut nodes = Vec::new();
             for step in cluster["steps"].as_array().unwrap() {
                 for wave in step["waves"].as_array().into_iter().flatten() {
@@ -116,7 +119,11 @@ fn two_clusters_from_one_template_share_machine_names_and_both_roll() {
             }
         }
     }
-    assert!(!started.is_empty(), "no plan could be approved: {}", s.serve_log());
+    assert!(
+        !started.is_empty(),
+        "no plan could be approved: {}",
+        s.serve_log()
+    );
 
     // Both clusters' jobs run to the end, and every machine of each is on the target.
     wait("both rollouts to finish", Duration::from_secs(240), || {

@@ -19,6 +19,7 @@ mod doctor;
 mod e2e;
 #[cfg(feature = "etcd")]
 mod etcd_harness;
+mod first_day;
 mod fixtures;
 mod fleet;
 mod fuzz_smoke;

@@ -61,6 +61,26 @@ impl Stack {
         id.expect("a plan id")
     }
 
+    /// A marker for plan `id` signed by a key no allowed_signers line lists (`mallory`).
+    fn reject_marker(&self, id: &str) {
+        let key = self.dir().join("mallory");
+        assert!(
+            crate::fixtures::tool("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", "mallory", "-f"])
+                .arg(&key)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let dir = self.s.desired.join("approvals");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("{}-mallory.sig", &id[..12])),
+            crate::fixtures::sign(&key, id),
+        )
+        .unwrap();
+    }
+
     /// `medea approve <id> --key <who>`, as an approver types it.
     fn approve(&self, id: &str, who: &str) {
         let out = self
@@ -371,6 +391,31 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
         c.goto(&format!("{}/plan", stack.ui)).await.unwrap();
         assert_eq!(text_of(c, "#plan-id").await, id);
         assert!(text_of(c, "#approvals").await.starts_with("0 of 2"));
+        // Why 2, and a marker that does not count, with its reason (issue #39 item 1).
+        assert!(
+            text_of(c, "#approvals-reason")
+                .await
+                .contains("approvals.controlPlane"),
+        );
+        stack.reject_marker(&id);
+        until(
+            c,
+            "the rejected marker on the plan page",
+            Duration::from_secs(30),
+            async |c| {
+                c.refresh().await.unwrap();
+                match c.find(Locator::Css("#rejected")).await {
+                    Ok(e) => e
+                        .text()
+                        .await
+                        .is_ok_and(|t| t.contains("not in the allowed signers file")),
+                    Err(_) => false,
+                }
+            },
+        )
+        .await;
+        assert!(text_of(c, "#rejected").await.contains("-mallory.sig"));
+        shot(c, "plan-rejected").await;
         stack.approve(&id, "alice");
         c.refresh().await.unwrap();
         assert!(text_of(c, "#approvals").await.starts_with("1 of 2"));

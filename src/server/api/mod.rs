@@ -283,7 +283,7 @@ impl MedeaApi {
         let (signers, generation) = self.shared.trust.in_force_generation();
         let mut index = crate::ops::approvals::PlanIndex::load(store)?;
         index.consumed.remove(&p.id);
-        let quorum = crate::ops::approvals::status(
+        let status = crate::ops::approvals::status(
             &index,
             crate::ops::approvals::Trust {
                 signers: &signers,
@@ -295,8 +295,15 @@ impl MedeaApi {
             &[],
             jiff::Timestamp::now(),
             &mut Default::default(),
-        )
-        .quorum;
+        );
+        // The current plan's view comes from the last reconcile pass, which judged the
+        // revision's markers too; another plan's from its records.
+        let pass = self.shared.plan_state();
+        let view = match &pass.plan {
+            Some(q) if q.id == p.id => pass.approvals.clone(),
+            _ => status.view(&signers),
+        };
+        let quorum = status.quorum;
         let approvals: Vec<&crate::approval::ApprovalRecord> = records
             .iter()
             .filter(|r| {
@@ -355,13 +362,31 @@ impl MedeaApi {
                 })
                 .collect(),
             state: state.into(),
-            rendered: crate::plan::render::text_in_state(
-                p,
-                crate::plan::render::Options { color: false },
-                state,
-            ),
-            json: crate::plan::render::json_in_state(p, state),
+            rendered: {
+                let mut text = crate::plan::render::text_in_state(
+                    p,
+                    crate::plan::render::Options { color: false },
+                    state,
+                );
+                if state == "pending" {
+                    text.push_str(&crate::plan::render::approvals_text(&view));
+                }
+                text
+            },
+            json: crate::plan::render::json_with_approvals(p, state, &view),
             computed_at: String::new(),
+            rejected: view
+                .rejected
+                .iter()
+                .map(|r| pb::RejectedApproval {
+                    source: r.source.clone(),
+                    fingerprint: r.fingerprint.clone(),
+                    principal: r.principal.clone(),
+                    code: r.code.clone(),
+                    reason: r.reason.clone(),
+                })
+                .collect(),
+            approvals_reason: crate::plan::render::bar_reason(p),
         })
     }
 }

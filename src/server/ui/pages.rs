@@ -321,6 +321,7 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     dt { "id" } dd { code #plan-id { (p.id) } " " button.copy type="button" data-copy="plan-id" hidden { "copy" } }
                     dt { "state" } dd { span.badge.(p.state) { (p.state) } @if p.stale { " " span.badge.halted { "stale" } } }
                     dt { "approvals" } dd #approvals { (p.approvals.len()) " of " (p.approvals_required) " required" }
+                    dt { "why" } dd #approvals-reason { (p.approvals_reason) }
                 }
                 @if p.state == "pending" {
                     h2 { "Approve" }
@@ -336,6 +337,13 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     table {
                         thead { tr { th { "principal" } th { "key fingerprint" } th { "source" } th { "at" } } }
                         tbody { @for a in &p.approvals { tr { td { (a.principal) } td { code { (a.fingerprint) } } td { (a.source) } td { (a.at) } } } }
+                    }
+                }
+                @if !p.rejected.is_empty() {
+                    h2 { "Not counted" }
+                    table #rejected {
+                        thead { tr { th { "source" } th { "key fingerprint" } th { "principal" } th { "why" } } }
+                        tbody { @for r in &p.rejected { tr { td { (r.source) } td { code { (r.fingerprint) } } td { (r.principal) } td.reason { (r.reason) } } } }
                     }
                 }
                 h2 { "What it does" }
