@@ -155,7 +155,7 @@ pub fn upgrade(args: UpgradeArgs) -> miette::Result<u8> {
     let changed: Vec<&str> = files.keys().map(String::as_str).collect();
     if matches!(source, Source::Git { .. }) {
         outln!("{}", commit_hint(&root, &changed, &args, None));
-        return Ok(exit::OK);
+        return Ok(preview_or_note(&args, &after, &root));
     }
     print_plan(&args, &after, &root, &changed)
 }
@@ -192,6 +192,64 @@ fn commit_hint(root: &Path, changed: &[&str], args: &UpgradeArgs, git_ref: Optio
     )
 }
 
+/// [`preview_from_server`] after a commit hint: the hint is the answer (exit 0), the preview a
+/// help, so a server that cannot answer is a note on stderr, not a failure.
+fn preview_or_note(args: &UpgradeArgs, after: &crate::desired::Loaded, root: &Path) -> u8 {
+    if let Err(e) = preview_from_server(args, after, root) {
+        eprintln!("(no preview of the plan: {e})");
+    }
+    exit::OK
+}
+
+/// Ask the running server for the plan the edited tree would make (`PreviewPlan`: computed
+/// against its observations and applied state, never stored, never approvable) and print it.
+fn preview_from_server(
+    args: &UpgradeArgs,
+    after: &crate::desired::Loaded,
+    root: &Path,
+) -> miette::Result<u8> {
+    use crate::api::pb;
+    let files: Vec<pb::DesiredFile> = after
+        .sources
+        .iter()
+        .map(|(path, text)| pb::DesiredFile {
+            path: path.clone(),
+            content: text.as_bytes().to_vec(),
+        })
+        .collect();
+    let rt = tokio::runtime::Runtime::new()
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
+    let r = rt.block_on(async {
+        let mut c = args.client.connect().await?;
+        c.preview_plan(pb::PreviewPlanRequest { files })
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| super::client::rpc_error(&args.client.addr(), s))
+    })?;
+    if !r.diagnostics.is_empty() {
+        for d in &r.diagnostics {
+            eprintln!("{}", d.rendered);
+        }
+        eprintln!(
+            "the server cannot plan the edited desired state in {}",
+            root.display()
+        );
+        return Ok(exit::ERROR);
+    }
+    outln!();
+    outln!(
+        "Preview (computed by the server, not stored, not approvable) of plan {}:",
+        r.short_id
+    );
+    out!("{}", r.rendered);
+    Ok(if r.has_changes {
+        exit::CHANGES
+    } else {
+        exit::OK
+    })
+}
+
 /// `s` as one POSIX shell word.
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -214,7 +272,18 @@ fn print_plan(
     changed: &[&str],
 ) -> miette::Result<u8> {
     if let Some(path) = &args.store {
-        let store = crate::store::fjall::FjallStore::open(path).into_diagnostic()?;
+        let store = match crate::store::fjall::FjallStore::open(path) {
+            Ok(s) => s,
+            // The running server holds the store: it computes the preview instead.
+            Err(crate::store::StoreError::Locked { .. }) => {
+                eprintln!(
+                    "the store at {} is in use by the running server: asking it for the preview",
+                    path.display()
+                );
+                return preview_from_server(args, after, root);
+            }
+            Err(e) => return Err(e).into_diagnostic(),
+        };
         let inventory = crate::inventory::Inventory::load(&store).into_diagnostic()?;
         let applied = crate::ops::replan::load_applied(&store).into_diagnostic()?;
         return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
@@ -288,15 +357,15 @@ fn print_plan(
     match shown {
         Server::GitMode(r) => {
             outln!("{}", commit_hint(root, changed, args, Some(&r)));
-            Ok(exit::OK)
+            Ok(preview_or_note(args, after, root))
         }
         Server::ReadsElsewhere(p) => {
             outln!(
-                "the server at {} reads its desired state from {p}, not {}: copy the edit there (or pass --store PATH to preview it offline)",
+                "the server at {} reads its desired state from {p}, not {}: copy the edit there",
                 args.client.addr(),
                 root.display()
             );
-            Ok(exit::OK)
+            Ok(preview_or_note(args, after, root))
         }
         Server::Plan(p) => {
             outln!();

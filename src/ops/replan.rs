@@ -340,6 +340,31 @@ pub fn replan_cached(
     Ok(Replanned { plan, stored: true })
 }
 
+/// The plan `desired` would make now against the store's observations, applied settings,
+/// running and halted jobs and current plan (its parent), as [`replan`] computes it — never
+/// stored. What `PreviewPlan` answers: a preview of an edit the daemon does not plan (a work
+/// tree in git mode), without taking the store from the daemon.
+pub fn preview(store: &dyn Store, desired: &Desired) -> Result<Plan, ReplanError> {
+    let now = jiff::Timestamp::now();
+    let ctx = preflight_context(store, desired, now)?;
+    let applied = load_applied(store)?;
+    let running = running_jobs(store)?;
+    let previous = current(store)?;
+    let halted = halted_jobs(store, desired)?;
+    let inventory = Inventory::load(store)?;
+    let plan = crate::plan::compute::compute_memo(
+        desired,
+        &inventory,
+        &applied,
+        previous.map(|p| p.id),
+        &running,
+        &ctx,
+        &mut super::cold_plan_memo(),
+    )
+    .map_err(ReplanError::Refused)?;
+    Ok(crate::plan::compute::after_halts(plan, &halted))
+}
+
 /// What [`rehearse`] did with a plan against an inventory given by the caller.
 #[derive(Debug, Clone)]
 pub enum Rehearsed {

@@ -159,6 +159,9 @@ pub fn state_sentence(state: &str) -> Option<&'static str> {
         "blocked" => {
             "blocked by preflight findings: it cannot be approved until they are fixed or acknowledged (`spec.preflight.acknowledge`)"
         }
+        "preview" => {
+            "a preview of an edit the server does not plan yet: it cannot be approved; commit the edit (or write it where the server reads) and the server plans it"
+        }
         _ => return None,
     })
 }

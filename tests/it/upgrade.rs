@@ -216,8 +216,11 @@ fn repo() -> tempfile::TempDir {
 
 /// The last line `medea upgrade` printed, run as the user would paste it into a shell.
 fn run_printed_command(text: &str) {
-    let cmd = text.lines().last().unwrap().trim();
-    assert!(cmd.starts_with("git -C "), "{text}");
+    let cmd = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("git -C "))
+        .unwrap_or_else(|| panic!("no git command printed: {text}"));
     let out = std::process::Command::new("sh")
         .args(["-c", cmd])
         .env("GIT_AUTHOR_NAME", "t")
@@ -291,6 +294,25 @@ fn in_git_mode_upgrade_prints_the_commit_command_that_works() {
         text.contains("the server plans commits of `main` only"),
         "{text}"
     );
+    // … and the server previews the uncommitted edit (issue #39 item 10): computed against its
+    // observations, never stored (its current plan stays what it was).
+    assert!(
+        text.contains("Preview (computed by the server, not stored, not approvable) of plan"),
+        "{text}"
+    );
+    assert!(text.contains("v1.13.9"), "{text}");
+    assert!(text.contains("it cannot be approved"), "{text}");
+    let current = |c: &mut std::process::Command| -> serde_json::Value {
+        serde_json::from_slice(&c.args(["plan", "-o", "json"]).output().unwrap().stdout)
+            .unwrap_or_default()
+    };
+    let preview_id = text
+        .split("of plan ")
+        .nth(1)
+        .and_then(|t| t.split(':').next())
+        .unwrap()
+        .to_string();
+    assert_ne!(current(&mut s.cli())["shortId"], preview_id.as_str());
     run_printed_command(&text);
     assert!(
         git(tmp.path(), &["status", "--porcelain"]).is_empty(),
@@ -325,4 +347,57 @@ fn upgrade_says_when_the_server_reads_another_directory() {
     );
     assert!(text.contains("reads its desired state from"), "{text}");
     assert!(text.contains("not "), "{text}");
+    assert!(text.contains("Preview (computed by the server"), "{text}");
+}
+
+/// `--store PATH` while `medea serve` holds that store (issue #39 item 10): the preview is
+/// computed by the server through the API instead of failing on the lock; nothing is stored.
+#[test]
+fn upgrade_with_a_store_the_server_holds_previews_through_the_server() {
+    let tmp = examples_copy();
+    let s = crate::server::start(
+        tmp.path().to_path_buf(),
+        vec![crate::server::home_inventory()],
+    );
+    let before: serde_json::Value = serde_json::from_slice(
+        &s.cli()
+            .args(["plan", "-o", "json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap_or_default();
+    let edited = examples_copy();
+    let mut c = s.cli();
+    c.args([
+        "upgrade",
+        "--cluster",
+        "home",
+        "--talos",
+        "v1.13.10",
+        "--store",
+    ])
+    .arg(s.state.path().join("store"))
+    .arg("--desired")
+    .arg(edited.path());
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}{err}");
+    assert!(err.contains("in use by the running server"), "{err}");
+    assert!(
+        text.contains("Preview (computed by the server, not stored, not approvable)"),
+        "{text}"
+    );
+    assert!(text.contains("v1.13.10"), "{text}");
+    // The server's own plan is untouched (it plans its own directory, not the edited copy).
+    let after: serde_json::Value = serde_json::from_slice(
+        &s.cli()
+            .args(["plan", "-o", "json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap_or_default();
+    assert_eq!(before["id"], after["id"]);
 }

@@ -615,6 +615,93 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::ListPlansResponse { plans }))
     }
 
+    async fn preview_plan(
+        &self,
+        req: Request<pb::PreviewPlanRequest>,
+    ) -> Result<Response<pb::PreviewPlanResponse>, Status> {
+        use crate::desired::source::{SourceFile, is_marker_path, is_resource_path, limits};
+        let req = req.into_inner();
+        // The same bounds a revision read from disk has (the request itself is bounded by
+        // the gRPC message limit).
+        if req.files.len() > limits::MAX_FILES {
+            return Err(Status::invalid_argument(format!(
+                "{} files: a desired state holds at most {}",
+                req.files.len(),
+                limits::MAX_FILES
+            )));
+        }
+        let mut files = Vec::with_capacity(req.files.len());
+        for f in req.files {
+            if f.content.len() > limits::MAX_FILE_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "{}: {} bytes, over the {} a desired-state file may have",
+                    f.path,
+                    f.content.len(),
+                    limits::MAX_FILE_BYTES
+                )));
+            }
+            let clean = !f.path.is_empty()
+                && !f.path.starts_with('/')
+                && f.path
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != "..");
+            if !clean {
+                return Err(Status::invalid_argument(format!(
+                    "`{}` is not a relative path inside the desired state",
+                    f.path
+                )));
+            }
+            // Approval markers are not part of a preview: it can never be approved.
+            if is_marker_path(&f.path) || !is_resource_path(&f.path) {
+                continue;
+            }
+            files.push(SourceFile {
+                path: f.path,
+                bytes: f.content.into(),
+            });
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let shared = self.shared.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let loaded = crate::desired::parse_snapshot(crate::desired::source::Snapshot {
+                files,
+                markers: Vec::new(),
+                commit: None,
+                refused: Vec::new(),
+            });
+            let mut r = pb::PreviewPlanResponse::default();
+            if loaded.has_errors() {
+                r.diagnostics = loaded
+                    .diagnostics
+                    .iter()
+                    .map(|d| diag_pb(d, &loaded))
+                    .collect();
+                return Ok(r);
+            }
+            match crate::ops::replan::preview(shared.store.as_ref(), &loaded.desired) {
+                Ok(p) => {
+                    r.rendered = crate::plan::render::text_in_state(
+                        &p,
+                        crate::plan::render::Options { color: false },
+                        "preview",
+                    );
+                    r.json = crate::plan::render::json_in_state(&p, "preview");
+                    r.has_changes = p.has_changes();
+                    r.short_id = p.id.short();
+                }
+                Err(crate::ops::replan::ReplanError::Refused(diags)) => {
+                    r.diagnostics = diags.iter().map(|d| diag_pb(d, &loaded)).collect();
+                }
+                Err(crate::ops::replan::ReplanError::Store(e)) => return Err(e),
+            }
+            Ok(r)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+        Ok(Response::new(answer))
+    }
+
     async fn submit_approval(
         &self,
         req: Request<pb::SubmitApprovalRequest>,
