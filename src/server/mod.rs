@@ -103,6 +103,8 @@ pub struct Shared {
     pub state_dir: PathBuf,
     /// Ask the inventory refresh to run now (after rollout steps); remembered if it is busy.
     pub refresh_kick: Arc<tokio::sync::Notify>,
+    /// Replans held back after a job ends until a refresh that started after the end is done.
+    pub after_job: AfterJob,
     /// `get machines` rows per cluster record, reused while the record's bytes and the desired
     /// revision are unchanged.
     pub machine_rows: api::MachineRows,
@@ -137,6 +139,7 @@ impl Shared {
             creds_dir: PathBuf::from("creds"),
             state_dir: PathBuf::from("."),
             refresh_kick: Arc::new(tokio::sync::Notify::new()),
+            after_job: AfterJob::default(),
             machine_rows: Default::default(),
             last_refresh: RwLock::new(None),
         }
@@ -285,22 +288,62 @@ pub async fn run(
     run_with_leadership(config, store, leadership, bound, shutdown).await
 }
 
+/// The replan a job's end calls for, held back until an inventory refresh that **started
+/// after** the end has completed (issue #39). Replanning at once used the observation taken
+/// while the job's last node was still rebooting: a plan proposing to upgrade the node just
+/// upgraded, with its "plan ready" webhook, replaced a moment later. A job ending while a
+/// refresh is under way is released only by the next refresh (the job's end kicks one).
+#[derive(Debug, Default)]
+pub struct AfterJob {
+    ended: std::sync::atomic::AtomicU64,
+    released: std::sync::atomic::AtomicU64,
+}
+
+impl AfterJob {
+    /// A job ended: the next plan waits for a fresh observation.
+    pub fn job_ended(&self) {
+        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Before a refresh pass: the job ends it observes after (its ticket).
+    pub fn pass_starts(&self) -> u64 {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    /// After the refresh pass that started with `ticket`: whether a replan held back for an
+    /// ended job is due now (once per ticket).
+    pub fn pass_done(&self, ticket: u64) -> bool {
+        self.released
+            .fetch_max(ticket, std::sync::atomic::Ordering::SeqCst)
+            < ticket
+    }
+}
+
 /// Refresh the inventory on start, every `interval`, and when kicked; only the leader writes.
-/// A changed cluster bumps the change counter (its plans are stale; re-plan).
+/// A changed cluster bumps the change counter (its plans are stale; re-plan), and so does the
+/// first pass that started after a job ended ([`AfterJob`]).
 async fn refresh_loop(shared: Arc<Shared>, interval: std::time::Duration) {
     let settings = refresh::RefreshSettings::default();
     loop {
         if shared.leadership.is_leader() {
-            match refresh::refresh_all(shared.store.as_ref(), &shared.creds_dir, &settings).await {
+            let ticket = shared.after_job.pass_starts();
+            let changed = match refresh::refresh_all(
+                shared.store.as_ref(),
+                &shared.creds_dir,
+                &settings,
+            )
+            .await
+            {
                 Ok(report) => {
                     shared.set_last_refresh(jiff::Timestamp::now());
-                    if report.changed() {
-                        shared.bump();
-                    }
+                    report.changed()
                 }
                 Err(e) => {
-                    tracing::warn!(error = %crate::error_chain(&e), "inventory refresh failed; retrying at the next interval")
+                    // The plan then uses what is known: better than a plan held back forever.
+                    tracing::warn!(error = %crate::error_chain(&e), "inventory refresh failed; retrying at the next interval");
+                    false
                 }
+            };
+            if shared.after_job.pass_done(ticket) || changed {
+                shared.bump();
             }
         }
         tokio::select! {
@@ -601,6 +644,31 @@ fn nodelay_incoming(
 
 #[cfg(test)]
 mod tests {
+    /// Issue #39's phantom plan: a job that ends while a refresh is under way is not released
+    /// by that refresh (it may have observed the last node mid-reboot), only by the next one;
+    /// each end releases one replan, and passes with no job ended release nothing.
+    #[test]
+    fn a_replan_after_a_job_waits_for_a_refresh_that_started_after_the_end() {
+        let a = super::AfterJob::default();
+        let idle = a.pass_starts();
+        assert!(!a.pass_done(idle), "no job ended: nothing to release");
+        // A refresh starts, the job ends meanwhile, the refresh completes: held back.
+        let during = a.pass_starts();
+        a.job_ended();
+        assert!(!a.pass_done(during));
+        // The refresh the end kicked starts after it: released, once.
+        let next = a.pass_starts();
+        assert!(a.pass_done(next));
+        let again = a.pass_starts();
+        assert!(!a.pass_done(again));
+        // Two jobs (two clusters) ending before one pass: one replan covers both.
+        a.job_ended();
+        a.job_ended();
+        let both = a.pass_starts();
+        assert!(a.pass_done(both));
+        assert!(!a.pass_done(a.pass_starts()));
+    }
+
     /// Every connection the API accepts has Nagle's algorithm off.
     #[tokio::test]
     async fn api_connections_are_accepted_with_nodelay() {

@@ -724,9 +724,10 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
         reason: reason.map(|r| r.to_string()),
         at: jiff::Timestamp::now().to_string(),
     });
-    // The cluster changed under the job: observe it again.
+    // The cluster changed under the job: observe it again, and plan once that observation
+    // (started after this end) is in (`AfterJob`), never from the one taken mid-job.
+    shared.after_job.job_ended();
     shared.refresh_kick.notify_one();
-    shared.bump();
 }
 
 /// The executor's fence: every journal write carries this replica's leadership check.

@@ -138,6 +138,29 @@ fn two_clusters_from_one_template_share_machine_names_and_both_roll() {
             newest["state"] == "succeeded"
         })
     });
+    // No phantom plan (issue #39 item 8): once a job ended, no plan is made from the
+    // observation taken before its last node came back (which would propose upgrading a
+    // node just upgraded and fire a "plan ready" webhook). Every plan logged after the first
+    // job ended has no changes.
+    let mut log = String::new();
+    wait(
+        "the plan after the last job",
+        Duration::from_secs(60),
+        || {
+            log = s.serve_log();
+            let last_end = log.rfind("job finished").unwrap_or(0);
+            log[last_end..].contains("new plan")
+        },
+    );
+    let after_end: Vec<&str> = log
+        .lines()
+        .skip_while(|l| !l.contains("job finished"))
+        .filter(|l| l.contains("new plan"))
+        .collect();
+    assert!(
+        !after_end.is_empty() && after_end.iter().all(|l| l.contains("changes=false")),
+        "a plan with changes after a job ended: {after_end:#?}"
+    );
     wait(
         "the new versions in both inventories",
         Duration::from_secs(30),
