@@ -140,7 +140,7 @@ impl Notifier {
                         )
                         .await;
                     if let Err(e) = result {
-                        tracing::warn!(webhook = %redact_url(url), event = ?n.event, error = %e, "webhook delivery failed");
+                        tracing::warn!(webhook = %redact_url(url), event = %serde_json::to_value(n.event).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(), error = %e, "webhook delivery failed");
                     }
                 }
             }

@@ -459,7 +459,7 @@ pub async fn run_with_leadership(
             tracing::info!(ca = %ca.display(), "API TLS: generated a CA and a server certificate; clients trust it with --ca or MEDEA_CA");
         }
         (None, Some(cert)) if identity.generated => {
-            tracing::info!(cert = %cert.display(), key = ?config.tls_key.as_deref().map(|k| k.display().to_string()), "API TLS: generated a self-signed certificate and key at the given paths; clients trust it with --ca <cert> or MEDEA_CA");
+            tracing::info!(cert = %cert.display(), key = %config.tls_key.as_deref().map(|k| k.display().to_string()).unwrap_or_default(), "API TLS: generated a self-signed certificate and key at the given paths; clients trust it with --ca <cert> or MEDEA_CA");
         }
         (Some(ca), _) => {
             tracing::info!(ca = %ca.display(), "API TLS: clients trust the generated CA with --ca or MEDEA_CA");

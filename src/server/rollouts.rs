@@ -708,11 +708,18 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
             node.clone(),
         ),
         RunOutcome::Paused { gate } => {
-            tracing::info!(job = %job.id, gate = ?gate, "job paused on a closed gate; it continues when the gate opens");
+            tracing::info!(job = %job.id, gate = %gate, "job paused on a closed gate; it continues when the gate opens");
             return;
         }
     };
-    tracing::info!(job = %job.id, cluster = %job.cluster, outcome = ?outcome, "job finished");
+    match outcome {
+        RunOutcome::Halted { reason, step, node } => {
+            tracing::info!(job = %job.id, cluster = %job.cluster, outcome = "halted", halt_code = reason.code().as_str(), reason = %reason, step = step.map(|s| s + 1), node = node.as_deref().unwrap_or(""), "job finished")
+        }
+        _ => {
+            tracing::info!(job = %job.id, cluster = %job.cluster, outcome = "succeeded", "job finished")
+        }
+    }
     shared.notifier.send(crate::webhook::Notification {
         event: kind,
         text,

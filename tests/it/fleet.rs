@@ -161,6 +161,23 @@ fn two_clusters_from_one_template_share_machine_names_and_both_roll() {
         !after_end.is_empty() && after_end.iter().all(|l| l.contains("changes=false")),
         "a plan with changes after a job ended: {after_end:#?}"
     );
+    // Logs carry structured fields, never Rust Debug renderings (issue #39 item 8).
+    let debug: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            [
+                "Some(",
+                "None",
+                "Progress {",
+                "Halted {",
+                "outcome=Succeeded",
+                "RunOutcome",
+            ]
+            .iter()
+            .any(|d| l.contains(d))
+        })
+        .collect();
+    assert!(debug.is_empty(), "Debug renderings in the log: {debug:#?}");
     wait(
         "the new versions in both inventories",
         Duration::from_secs(30),
