@@ -614,7 +614,7 @@ pub fn approvals_text(view: &ApprovalsView) -> String {
     let mut out = String::new();
     let who = |c: &CandidateView| {
         let key = if c.fingerprint.is_empty() {
-            "unreadable signature".to_string()
+            "key not checked".to_string()
         } else {
             format!("key {}", c.fingerprint)
         };

@@ -135,6 +135,23 @@ fn markers_that_do_not_count_are_listed_in_every_plan_view_and_logged_once() {
         "{text}"
     );
     assert!(err.contains("; 2 not counted"), "{err}");
+    // The section as a user reads it, pinned (keys and ids vary per run).
+    let section: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("It needs"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let fp = |r: &serde_json::Value| r["fingerprint"].as_str().unwrap().to_string();
+    assert_eq!(
+        fp(&namespace),
+        "",
+        "the namespace is checked before the key"
+    );
+    let pinned = section
+        .replace(&id, "<plan id>")
+        .replace(&short, "<plan>")
+        .replace(&fp(&unknown), "SHA256:<mallory>");
+    expectorate::assert_contents("tests/it/snapshots/plan-not-counted.txt", &pinned);
 
     // Logged at WARN once each, though the daemon verifies the markers on every pass: a third
     // marker (a good one from alice) makes another pass, and another, and the two stay logged
