@@ -405,9 +405,38 @@ async fn reconcile_loop(shared: Arc<Shared>) {
             }
             Err(e) => tracing::error!(error = %e, "reconcile task panicked"),
         }
-        if changes.changed().await.is_err() {
-            return;
+        // A finding that ends at a known time (a promotion soak) ends the plan with it: plan
+        // again then, though nothing else changes (issue #36).
+        let expiry = shared
+            .plan_state()
+            .plan
+            .as_ref()
+            .and_then(crate::plan::preflight::next_expiry);
+        match expiry.map(until) {
+            Some(wait) => {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep(wait) => {
+                        tracing::debug!("a preflight finding of the current plan ended by itself; planning again");
+                    }
+                }
+            }
+            None => {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
         }
+    }
+}
+
+/// How long from now until `t`, and a little more, so the plan computed then is past it. A
+/// time already past waits a second: the pass then sees the finding gone, and a plan that
+/// cannot be computed again (invalid desired state) is not retried in a tight loop.
+fn until(t: jiff::Timestamp) -> std::time::Duration {
+    match std::time::Duration::try_from(t.duration_since(jiff::Timestamp::now())) {
+        Ok(left) => left + std::time::Duration::from_millis(50),
+        Err(_) => std::time::Duration::from_secs(1),
     }
 }
 

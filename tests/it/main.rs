@@ -35,6 +35,7 @@ mod manifests_sync;
 mod ops;
 mod output_snapshots;
 mod plan;
+mod plan_time;
 mod preflight;
 mod preflight_observe;
 mod rollout;

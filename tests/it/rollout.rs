@@ -1033,6 +1033,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
             evidence: vec![],
             help: String::new(),
             acknowledged: false,
+            until: None,
         });
     let e = create_jobs_txn(&blocked, &inputs(true, &obs, none), t0()).unwrap_err();
     assert!(matches!(e, RolloutError::BlockingFindings { .. }), "{e}");

@@ -29,9 +29,47 @@ pub struct Finding {
     pub help: String,
     /// Listed in the Cluster's `spec.preflight.acknowledge`.
     pub acknowledged: bool,
+    /// When the finding stops holding by itself, with no other change (a promotion soak's
+    /// end): the daemon computes the plan again at that time (issue #36).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_ts")]
+    pub until: Option<jiff::Timestamp>,
+}
+
+/// `Option<Timestamp>` as an RFC 3339 string (or absent).
+mod opt_ts {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(t: &Option<jiff::Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&t.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<jiff::Timestamp>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|s| s.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// The earliest time a finding of `plan` ends by itself ([`Finding::until`]): when the plan
+/// must be computed again though nothing else changed.
+pub fn next_expiry(plan: &super::Plan) -> Option<jiff::Timestamp> {
+    plan.clusters
+        .iter()
+        .flat_map(|c| c.preflight.iter())
+        .filter_map(|f| f.until)
+        .min()
 }
 
 impl Finding {
+    /// This finding ends by itself at `t`.
+    fn until(mut self, t: jiff::Timestamp) -> Finding {
+        self.until = Some(t);
+        self
+    }
+
     /// Blocking and not acknowledged: the plan cannot be approved.
     pub fn blocks(&self) -> bool {
         self.severity == Severity::Blocking && !self.acknowledged
@@ -97,6 +135,7 @@ impl Finding {
             evidence,
             help: help.into(),
             acknowledged: false,
+            until: None,
         }
     }
 }

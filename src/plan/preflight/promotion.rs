@@ -102,6 +102,7 @@ fn one(
                     )],
                     help,
                 )
+                .until(ready)
             })
         }
     }

@@ -773,6 +773,9 @@ fn promotion_blocks_until_the_upstream_soaked_the_exact_version() {
     let pl = plan(&d, &inv, &promotion_ctx("2026-12-03T10:00:00Z", &[]));
     let f = finding(&pl, id);
     assert_eq!(f.severity, Severity::Blocking);
+    // Nothing ends this one by itself: no time to plan again.
+    assert_eq!(f.until, None);
+    assert_eq!(crate::plan::preflight::next_expiry(&pl), None);
     assert!(
         f.message.contains("has not run on upstream cluster `c0`"),
         "{}",
@@ -794,6 +797,12 @@ fn promotion_blocks_until_the_upstream_soaked_the_exact_version() {
     assert_eq!(
         finding(&early, id).message,
         "Talos v1.13.9 is still soaking on upstream cluster `c0`: it may proceed from 2026-12-03T10:00:00Z"
+    );
+    // It ends by itself at that time: the plan says when to be computed again (issue #36).
+    assert_eq!(finding(&early, id).until, Some(ts("2026-12-03T10:00:00Z")));
+    assert_eq!(
+        crate::plan::preflight::next_expiry(&early),
+        Some(ts("2026-12-03T10:00:00Z"))
     );
     // Earlier still: the same finding, the same plan.
     let earlier = plan(&d, &inv, &promotion_ctx("2026-12-03T01:00:00Z", &ran));
