@@ -22,6 +22,78 @@ struct SimFleet {
 
 const APPROVERS: [&str; 2] = ["alice", "bob"];
 
+/// How long a wait on the rollout tolerates nothing moving: no line from the replica, no write
+/// to the job or its journal, no call reaching (or refused by) a simulated node, no request to
+/// the simulated kube-apiserver. A loaded machine makes the rollout slow, not still: a wait
+/// fails on a stall, not on a fixed wall-clock patience (issue #34 item 8).
+const STALL: Duration = Duration::from_secs(60);
+/// A wait that keeps moving without reaching its goal still ends: a six-node rollout that is
+/// still polling after this long is stuck in a loop, not slow.
+const CAP: Duration = Duration::from_secs(600);
+/// How often a wait reads the progress (a scan of the job and its journal in etcd).
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// What moves while a rollout makes progress; a wait compares two of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Progress {
+    /// The job record and its journal entries, and their total size.
+    journal: (usize, usize),
+    /// Calls that reached or were refused by a simulated node, and boots, over all nodes.
+    talos: u64,
+    /// Requests to the simulated kube-apiserver.
+    kube: u64,
+}
+
+/// A wait that passes while something moved within [`STALL`] and [`CAP`] has not passed.
+struct Watch {
+    started: Instant,
+    moved: Instant,
+    read: Instant,
+    last: Progress,
+}
+
+impl Watch {
+    fn new(fleet: &SimFleet) -> Watch {
+        let now = Instant::now();
+        Watch {
+            started: now,
+            moved: now,
+            read: now,
+            last: fleet.progress(),
+        }
+    }
+
+    /// `Err` saying what stalled once nothing moved for [`STALL`], or the wait passed
+    /// [`CAP`]; `printed` says whether the replica printed a line since the last check.
+    fn check(&mut self, fleet: &SimFleet, printed: bool) -> Result<(), String> {
+        let now = Instant::now();
+        if printed {
+            self.moved = now;
+        }
+        if now.duration_since(self.read) >= PROGRESS_EVERY {
+            self.read = now;
+            let p = fleet.progress();
+            if p != self.last {
+                self.last = p;
+                self.moved = now;
+            }
+        }
+        if now.duration_since(self.moved) > STALL {
+            return Err(format!(
+                "nothing moved for {STALL:?} (last progress {:?})",
+                self.last
+            ));
+        }
+        if now.duration_since(self.started) > CAP {
+            return Err(format!(
+                "still not done after {CAP:?} of progress (last progress {:?})",
+                self.last
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl SimFleet {
     fn start(etcd: &'static Etcd, label: &str) -> SimFleet {
         use crate::rollout::{CLUSTER, FROM, TO};
@@ -193,6 +265,23 @@ impl SimFleet {
         self.sim.names.iter().map(|n| self.sim.upgrades(n)).sum()
     }
 
+    /// What has moved so far (see [`Progress`]).
+    fn progress(&self) -> Progress {
+        let stored = self.job_and_journal();
+        let talos = self
+            .sim
+            .names
+            .iter()
+            .filter_map(|n| self.sim.talos.counters(n))
+            .map(|c| c.calls.values().sum::<u64>() + c.refused.values().sum::<u64>() + c.boots)
+            .sum();
+        Progress {
+            journal: (stored.len(), stored.iter().map(|(_, v)| v.len()).sum()),
+            talos,
+            kube: self.sim.kube.counters().requests,
+        }
+    }
+
     /// Plan (computed by the leader at `via`), enable rollouts, approve with a signed marker.
     fn approve_the_plan(&self, via: &ServeReplica) {
         let deadline = Instant::now() + PATIENCE;
@@ -238,10 +327,10 @@ impl SimFleet {
         }
     }
 
-    /// Wait for the job to succeed (any halt fails the test).
-    fn wait_succeeded(&self, within: Duration) {
+    /// Wait for the job to succeed (any halt fails the test), as long as the rollout moves.
+    fn wait_succeeded(&self) {
         use medea::rollout::sequencer::JobState;
-        let deadline = Instant::now() + within;
+        let mut watch = Watch::new(self);
         loop {
             if let Some(job) = self.job() {
                 match &job.state {
@@ -250,11 +339,12 @@ impl SimFleet {
                     JobState::Running => {}
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "the job did not succeed within {within:?}: {:?}",
-                self.job().map(|j| j.state)
-            );
+            if let Err(why) = watch.check(self, false) {
+                panic!(
+                    "the job did not succeed: {why}: {:?}",
+                    self.job().map(|j| j.state)
+                );
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -300,28 +390,54 @@ impl ServeReplica {
             .0
     }
 
-    /// Wait for the process to exit by itself; when it did (polled every 10ms). The patience
-    /// runs from the replica's last sign of progress (a line printed), so a loaded machine that
-    /// makes it slow does not fail the test while it is still working; `10 × within` in all
-    /// caps a replica that keeps printing without ever exiting.
-    fn wait_exit(&mut self, within: Duration) -> (Instant, std::process::ExitStatus) {
-        let cap = Instant::now() + within * 10;
-        let mut deadline = Instant::now() + within;
+    /// Wait for the process to exit by itself; when it did (polled every 10ms). The wait lasts
+    /// as long as something moves (a line printed, the journal, the simulator: [`Watch`]), so a
+    /// loaded machine that makes the replica slow does not fail the test while it is working.
+    fn wait_exit(&mut self, fleet: &SimFleet) -> (Instant, std::process::ExitStatus) {
+        let mut watch = Watch::new(fleet);
         loop {
             if let Some(st) = self.r.child.try_wait().unwrap() {
                 return (Instant::now(), st);
             }
+            let mut printed = false;
             while let Ok((_, line)) = self.r.lines.try_recv() {
                 self.r.seen.push(line);
-                deadline = Instant::now() + within;
+                printed = true;
             }
-            let now = Instant::now();
-            if now > deadline || now > cap {
+            if let Err(why) = watch.check(fleet, printed) {
                 self.r.drain();
                 panic!(
-                    "replica {} did not exit within {within:?} of its last line (or {:?} in all); it printed:\n{}",
+                    "replica {} did not exit: {why}; it printed:\n{}",
                     self.r.name,
-                    within * 10,
+                    self.r.seen.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The first line from now on that satisfies `pred`, and when it arrived; waits as long
+    /// as something moves ([`Watch`]).
+    fn wait_line(
+        &mut self,
+        fleet: &SimFleet,
+        what: &str,
+        pred: impl Fn(&str) -> bool,
+    ) -> (Instant, String) {
+        let mut watch = Watch::new(fleet);
+        loop {
+            let mut printed = false;
+            while let Ok((at, line)) = self.r.lines.try_recv() {
+                self.r.seen.push(line.clone());
+                if pred(&line) {
+                    return (at, line);
+                }
+                printed = true;
+            }
+            if let Err(why) = watch.check(fleet, printed) {
+                panic!(
+                    "replica {} did not print {what}: {why}; it printed:\n{}",
+                    self.r.name,
                     self.r.seen.join("\n")
                 );
             }
@@ -361,7 +477,7 @@ fn serve_failover(loss: LeaderLoss, label: &str) -> Duration {
     let lost_at = match loss {
         LeaderLoss::CrashAt(e) | LeaderLoss::CrashBefore(e) => {
             use std::os::unix::process::ExitStatusExt;
-            let (at, status) = a.wait_exit(PATIENCE);
+            let (at, status) = a.wait_exit(&fleet);
             a.r.drain();
             assert_eq!(
                 status.signal(),
@@ -379,9 +495,11 @@ fn serve_failover(loss: LeaderLoss, label: &str) -> Duration {
             at
         }
         LeaderLoss::Kill9AfterUpgrades(n) => {
-            let deadline = Instant::now() + PATIENCE;
+            let mut watch = Watch::new(&fleet);
             while fleet.total_upgrades() < n {
-                assert!(Instant::now() < deadline, "{label}: {n} upgrades");
+                if let Err(why) = watch.check(&fleet, false) {
+                    panic!("{label}: {n} upgrades: {why}");
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
             a.r.kill9()
@@ -402,7 +520,7 @@ fn serve_failover(loss: LeaderLoss, label: &str) -> Duration {
         took <= TTL + TAKEOVER_SLACK,
         "{label}: takeover after {took:?}"
     );
-    fleet.wait_succeeded(PATIENCE);
+    fleet.wait_succeeded();
     fleet.assert_rolled_out_exactly_once(label);
     took
 }
@@ -482,7 +600,7 @@ fn a_frozen_serve_leader_resumed_after_the_rollout_finished_neither_writes_nor_a
         l.contains("following") && l.contains("leader=a")
     });
     fleet.approve_the_plan(&a);
-    let (stopped_at, _) = a.r.wait_for("the stop point", PATIENCE, |l| {
+    let (stopped_at, _) = a.wait_line(&fleet, "the stop point", |l| {
         l.contains("stop point") && l.contains("(intent:upgrade:w-1)")
     });
     let pid = a.r.child.id();
@@ -503,7 +621,7 @@ fn a_frozen_serve_leader_resumed_after_the_rollout_finished_neither_writes_nor_a
         .saturating_duration_since(stopped_at);
     eprintln!("serve-sigstop: takeover {took:?} after the stop (lease TTL {TTL:?})");
     assert!(took <= TTL + TAKEOVER_SLACK, "takeover after {took:?}");
-    fleet.wait_succeeded(PATIENCE);
+    fleet.wait_succeeded();
     fleet.assert_rolled_out_exactly_once("sigstop, before SIGCONT");
     let (stored, counted) = (fleet.job_and_journal(), fleet.counters());
 
