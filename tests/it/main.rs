@@ -33,6 +33,7 @@ mod manifests_sync;
 mod ops;
 mod output_snapshots;
 mod plan;
+mod plan_scenarios;
 mod preflight;
 mod preflight_observe;
 mod rollout;
