@@ -3,7 +3,8 @@
 //! **Owns:** jobs born from approved plans ([`job::create_jobs_txn`]), the pure job/step state
 //! machine ([`sequencer`], with the typed halt reasons [`HaltReason`]/[`HaltCode`]), the
 //! journal's records, deltas and replay ([`journal`]), the executor ([`executor`]), the port
-//! traits it drives ([`ports`]) and in-memory fakes of them ([`fake`]).
+//! traits it drives ([`ports`]) and in-memory fakes of them (`fake`: test support, compiled
+//! only for tests and with the `fakes` feature, so a release binary carries no fake cluster).
 //! **May depend on:** `plan`, `inventory`, `desired::window`, `store`, `version`; its own ports.
 //! Never on `talos` or `k8s`: the port implementations over the real clients live at the edge
 //! (`talos::adapter`, `k8s::adapter`, built per cluster by `ops::cluster_ports`), and loading
@@ -27,6 +28,7 @@
 //! See `design/rollout.md`.
 
 pub mod executor;
+#[cfg(any(test, feature = "fakes"))]
 pub mod fake;
 pub mod job;
 pub mod journal;
