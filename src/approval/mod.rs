@@ -6,9 +6,10 @@
 //! [`crate::plan::bar`], re-exported from [`quorum`]), where an approval came from
 //! ([`source`]), the persisted [`ApprovalRecord`], the signing adapter ([`sign`]) and the one
 //! reader of the allowed_signers file ([`allowed_signers::read()`]).
-//! **May depend on:** `plan` (ids, the approval bar), `private_file` (the bounded read of the
-//! allowed_signers file). Nothing here knows the store, the server or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`, never
-//! `record`.
+//! **May depend on:** the `approval` row of design/architecture.md's code map (ids and the
+//! approval bar, the bounded read of the allowed_signers file). Nothing here knows the store,
+//! the server or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`,
+//! never `record`.
 //!
 //! Architecture Invariant: everything but [`sign`] and [`allowed_signers::read()`] is pure: no
 //! file, socket or clock access; the verification time comes in as an argument. `sign` is the

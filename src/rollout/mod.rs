@@ -5,10 +5,11 @@
 //! journal's records, deltas and replay ([`journal`]), the executor ([`executor`]), the port
 //! traits it drives ([`ports`]) and in-memory fakes of them (`fake`: test support, compiled
 //! only for tests and with the `fakes` feature, so a release binary carries no fake cluster).
-//! **May depend on:** `plan`, `inventory`, `desired::window`, `store`, `version`; its own ports.
-//! Never on `talos` or `k8s`: the port implementations over the real clients live at the edge
-//! (`talos::adapter`, `k8s::adapter`, built per cluster by `ops::cluster_ports`), and loading
-//! jobs for the daemon and the CLI is `ops::jobs`.
+//! **May depend on:** the `rollout` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`); its own ports. Never the Talos or Kubernetes
+//! clients: the port implementations over them live at the edge (the clients' adapters, built
+//! per cluster by the application layer), and loading jobs for the daemon and the CLI is the
+//! application layer's.
 //!
 //! Architecture Invariant: [`sequencer`] and [`journal`] are pure: no tokio, no filesystem, no
 //! network, no clock (`tests/it/architecture.rs` enforces it). Time and observations are
