@@ -5,6 +5,8 @@
 
 pub mod api;
 pub mod api_lifecycle;
+// Every public item of the approval domain is documented (issue #34 item 7).
+#[warn(missing_docs)]
 pub mod approval;
 pub mod bench;
 pub mod build_info;
