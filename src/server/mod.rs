@@ -366,7 +366,8 @@ async fn reconcile_loop(shared: Arc<Shared>) {
 /// Log leadership changes and wake the loops, so that a new leader resumes at once.
 async fn follow_leadership(shared: Arc<Shared>) {
     loop {
-        match shared.leadership.role() {
+        let role = shared.leadership.role();
+        match &role {
             Role::Leader { fence } => {
                 crate::metrics::global().leader.set(1);
                 tracing::info!(replica = %shared.replica, term = fence.term(), "leading")
@@ -381,7 +382,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
             }
         }
         shared.bump();
-        shared.leadership.changed().await;
+        // from the role just logged: a change in between is not missed
+        shared.leadership.changed_from(&role).await;
     }
 }
 
