@@ -23,6 +23,7 @@ pub mod ops;
 #[warn(missing_docs)]
 pub mod plan;
 pub mod private_file;
+#[warn(missing_docs)]
 pub mod rollout;
 pub mod secret;
 pub mod server;
