@@ -339,12 +339,13 @@ impl SimFleet {
                     JobState::Running => {}
                 }
             }
-            if let Err(why) = watch.check(self, false) {
-                panic!(
-                    "the job did not succeed: {why}: {:?}",
-                    self.job().map(|j| j.state)
-                );
-            }
+            let moving = watch.check(self, false);
+            assert!(
+                moving.is_ok(),
+                "the job did not succeed: {}: {:?}",
+                moving.unwrap_err(),
+                self.job().map(|j| j.state)
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -497,9 +498,12 @@ fn serve_failover(loss: LeaderLoss, label: &str) -> Duration {
         LeaderLoss::Kill9AfterUpgrades(n) => {
             let mut watch = Watch::new(&fleet);
             while fleet.total_upgrades() < n {
-                if let Err(why) = watch.check(&fleet, false) {
-                    panic!("{label}: {n} upgrades: {why}");
-                }
+                let moving = watch.check(&fleet, false);
+                assert!(
+                    moving.is_ok(),
+                    "{label}: {n} upgrades: {}",
+                    moving.unwrap_err()
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
             a.r.kill9()
