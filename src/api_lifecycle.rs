@@ -3,8 +3,9 @@
 //! kube-apiserver sends for a deprecated one.
 //!
 //! **Owns:** the built-in removal table and the deprecation warning text.
-//! **May depend on:** nothing (plain data; `plan` reads it for preflight findings, `ops` to
-//! know which objects to inspect, `sim` to serve exactly what a real apiserver serves).
+//! **May depend on:** the `api_lifecycle` row of design/architecture.md's code map: nothing
+//! (plain data; the planner reads it for preflight findings, the application layer to know
+//! which objects to inspect, the simulator to serve exactly what a real apiserver serves).
 //!
 //! Source: the `APILifecycleDeprecated/Removed/Replacement` functions of
 //! `k8s.io/api/<group>/<version>/zz_generated.prerelease-lifecycle.go` (kubernetes/api @ 10b39a3

@@ -4,7 +4,8 @@
 //! YAML (`drain.timeout`, `rollout.healthTimeout`, window `duration`), every CLI flag that takes a
 //! duration (`--leader-ttl`, `--refresh-interval`, `talos health --wait-timeout`, `bench …`) and the
 //! simulator's scenario files (`timing:`, fault delays).
-//! **May depend on:** nothing inside medea (a leaf module, like `version`).
+//! **May depend on:** the `duration` row of design/architecture.md's code map: nothing (a
+//! leaf).
 //!
 //! Architecture Invariant: a duration string is parsed once, at the edge, by [`Duration::parse`];
 //! everything after that works on the typed value (or the `std::time::Duration` it converts to).

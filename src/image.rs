@@ -3,7 +3,8 @@
 //! **Owns:** [`ImageRef`], the only way an image reference enters medea: installer images in
 //! desired-state YAML, `machine.install.image` and the component images read from a node's
 //! machine configuration or its static pods, the images medea asks Talos to pull and install.
-//! **May depend on:** `version` (a tag may name a release).
+//! **May depend on:** the `image` row of design/architecture.md's code map (a tag may name a
+//! release).
 //!
 //! Architecture Invariant: an image reference is parsed once, at the edge, by
 //! [`ImageRef::parse`]; inner code asks the typed value for its repository, tag or digest and

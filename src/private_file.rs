@@ -4,7 +4,8 @@
 //! TLS keys, API tokens, the secrets file, etcd snapshots, generated talosconfig/kubeconfig and
 //! the store's directory; and the one way medea reads a file that configuration names
 //! ([`read_bounded`]: no symbolic link, a regular file, a size cap).
-//! **May depend on:** nothing inside medea (a leaf module; `std::fs`, `tempfile` and `libc`'s open flags).
+//! **May depend on:** the `private_file` row of design/architecture.md's code map: nothing (a
+//! leaf; `std::fs`, `tempfile` and `libc`'s open flags).
 //!
 //! Architecture Invariant: every private file is written by [`write_private`] (or, for a stream
 //! too large to hold in memory, opened by [`open_private`] and finished with [`sync_dir`]). The

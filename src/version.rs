@@ -1,7 +1,7 @@
 //! Strictly parsed release versions shared by every context.
 //!
 //! **Owns:** [`TalosVersion`] and [`KubeVersion`], the only way a version enters medea.
-//! **May depend on:** nothing inside medea (a leaf module).
+//! **May depend on:** the `version` row of design/architecture.md's code map: nothing (a leaf).
 //!
 //! Architecture Invariant: a version string is parsed once, at the edge (YAML, Talos `Version`
 //! reply, Kubernetes `nodeInfo.kubeletVersion`); everything after that works on the typed value.

@@ -3,8 +3,8 @@
 //! **Owns:** the generated tonic/prost code of the API ([`pb`]), the one message written by hand
 //! so the server can send rows it encoded once ([`machines`]), and connecting a client to a
 //! running `medea serve` over TLS with a bearer token ([`client`]).
-//! **May depend on:** `secret` (the token type). Nothing else in medea: the server implements
-//! the service (`server::api`), the CLI, the benchmarks and the demo call it through
+//! **May depend on:** the `api` row of design/architecture.md's code map (the token type). The
+//! server implements the service; the CLI, the benchmarks and the demo call it through
 //! [`client`].
 //!
 //! Architecture Invariant: wire types stay at the API edge: the server converts its domain

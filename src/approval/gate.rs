@@ -103,18 +103,33 @@ pub struct Gates {
     pub window: Option<WindowState>,
 }
 
+/// Whether the maintenance window is open now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowState {
+    /// Open now.
     Open,
-    Closed { next_open: Option<Timestamp> },
+    /// Closed now.
+    Closed {
+        /// When it opens next, if it ever does.
+        next_open: Option<Timestamp>,
+    },
 }
 
 /// A gate that keeps an approved plan from starting. Display tells how to open it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClosedGate {
+    /// The daemon runs without `--rollouts`.
     GlobalRollouts,
-    ClusterDisabled { cluster: String },
-    Window { next_open: Option<Timestamp> },
+    /// A cluster of the plan has `rolloutsEnabled: false`.
+    ClusterDisabled {
+        /// The cluster's name.
+        cluster: String,
+    },
+    /// The maintenance window is closed.
+    Window {
+        /// When the window opens next, if it ever does.
+        next_open: Option<Timestamp>,
+    },
 }
 
 impl fmt::Display for ClosedGate {

@@ -6,9 +6,10 @@
 //! [`crate::plan::bar`], re-exported from [`quorum`]), where an approval came from
 //! ([`source`]), the persisted [`ApprovalRecord`], the signing adapter ([`sign`]) and the one
 //! reader of the allowed_signers file ([`allowed_signers::read()`]).
-//! **May depend on:** `plan` (ids, the approval bar), `private_file` (the bounded read of the
-//! allowed_signers file). Nothing here knows the store, the server or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`, never
-//! `record`.
+//! **May depend on:** the `approval` row of design/architecture.md's code map (ids and the
+//! approval bar, the bounded read of the allowed_signers file). Nothing here knows the store,
+//! the server or the CLI. Inside: `record` uses `verify` and `source`; `verify` uses `source`,
+//! never `record`.
 //!
 //! Architecture Invariant: everything but [`sign`] and [`allowed_signers::read()`] is pure: no
 //! file, socket or clock access; the verification time comes in as an argument. `sign` is the
@@ -50,24 +51,47 @@ pub const NAMESPACE: &str = "medea-approve";
 /// Errors of approving and starting plans (the pure gate checks).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApprovalError {
+    /// No plan has this id or prefix.
     #[error("{}", unknown_plan(.input, .current.as_ref()))]
     UnknownPlan {
+        /// The id or prefix as typed.
         input: String,
+        /// The current plan, if there is one.
         current: Option<PlanId>,
     },
+    /// The plan is not the current one.
     #[error(
         "plan {} is stale: the current plan is {}; review it with `medea plan` and approve that id",
         .plan.to_hex(), .current.to_hex()
     )]
-    StalePlan { plan: PlanId, current: PlanId },
+    StalePlan {
+        /// The plan the approval names.
+        plan: PlanId,
+        /// The current plan.
+        current: PlanId,
+    },
+    /// The prefix matches several plans.
     #[error("plan id `{input}` is ambiguous: it matches {}; type more characters", .matches.join(", "))]
-    AmbiguousPlan { input: String, matches: Vec<String> },
+    AmbiguousPlan {
+        /// The prefix as typed.
+        input: String,
+        /// The plan ids it matches.
+        matches: Vec<String>,
+    },
+    /// The plan was already executed (consumed).
     #[error("plan {} was already executed; an approval cannot start a plan twice", .plan.to_hex())]
-    Consumed { plan: PlanId },
+    Consumed {
+        /// The executed plan.
+        plan: PlanId,
+    },
+    /// Fewer distinct people approved than the bar requires.
     #[error("plan {} has {have} of {required} approvals from distinct people", .plan.to_hex())]
     QuorumNotReached {
+        /// The plan.
         plan: PlanId,
+        /// Approvals that count (one per person).
         have: u32,
+        /// Approvals the bar requires.
         required: u32,
     },
 }

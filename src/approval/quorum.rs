@@ -28,16 +28,29 @@ pub use crate::plan::bar::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotCounted {
     /// It approves another plan: an approval of plan A never counts for plan B.
-    OtherPlan { plan: PlanId, current: PlanId },
+    OtherPlan {
+        /// The plan it approves.
+        plan: PlanId,
+        /// The plan being counted.
+        current: PlanId,
+    },
     /// The same principal already counts.
-    SamePrincipal { principal: String },
+    SamePrincipal {
+        /// The principal that already counts.
+        principal: String,
+    },
     /// The same key already counts, for `counted`.
     SameKey {
+        /// `SHA256:...` of the key.
         fingerprint: String,
+        /// The principal the key already counts for.
         counted: String,
     },
     /// Linked to `counted` through aliases or keys of other approvals.
-    SamePerson { counted: String },
+    SamePerson {
+        /// The principal that already counts for that person.
+        counted: String,
+    },
 }
 
 impl fmt::Display for NotCounted {
@@ -71,16 +84,22 @@ impl fmt::Display for NotCounted {
 /// Where a plan stands: the approvals that count (one per person) and those that do not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuorumStatus {
+    /// The plan counted.
     pub plan: PlanId,
+    /// Approvals from distinct people the bar requires.
     pub required: u32,
+    /// The approvals that count, one per person.
     pub counted: Vec<VerifiedApproval>,
+    /// The verified approvals that do not count, and why.
     pub not_counted: Vec<(VerifiedApproval, NotCounted)>,
 }
 
 impl QuorumStatus {
+    /// Whether enough distinct people approved.
     pub fn reached(&self) -> bool {
         self.count() >= self.required
     }
+    /// How many approvals count.
     pub fn count(&self) -> u32 {
         u32::try_from(self.counted.len()).unwrap_or(u32::MAX)
     }

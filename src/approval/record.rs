@@ -16,9 +16,11 @@ use crate::plan::PlanId;
 pub struct ApprovalRecord {
     /// The full plan id (serialized as 64 hex characters).
     pub plan: PlanId,
+    /// The canonical principal (the first on the signer's allowed_signers line).
     pub principal: String,
     /// `SHA256:...` of the signing key.
     pub fingerprint: String,
+    /// Where the approval came from (a marker file or the API).
     pub source: ApprovalSource,
     /// When medea recorded the approval (RFC 3339, UTC).
     #[serde(with = "rfc3339")]

@@ -24,64 +24,116 @@ use ssh_key::{Algorithm, HashAlg, LineEnding, PrivateKey, PublicKey, Signature, 
 use super::NAMESPACE;
 use crate::plan::PlanId;
 
+/// Why signing an approval failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
+    /// The key file could not be read.
     #[error("failed to read key file `{path}`")]
     ReadKey {
+        /// The `--key` file.
         path: PathBuf,
+        /// What reading it failed with.
         #[source]
         err: io::Error,
     },
+    /// The file is not an OpenSSH key.
     #[error(
         "`{path}` is not an OpenSSH private or public key; medea reads keys in the format `ssh-keygen` writes (`-----BEGIN OPENSSH PRIVATE KEY-----`, or `ssh-ed25519 AAAA...` for a public key)"
     )]
-    NotAKey { path: PathBuf },
+    NotAKey {
+        /// The `--key` file.
+        path: PathBuf,
+    },
+    /// The private key is passphrase-protected.
     #[error(
         "key `{path}` is passphrase-protected; medea does not ask for passphrases: add it to your agent (`ssh-add {path}`) and approve without `--key`, or with `--key {path}.pub`"
     )]
-    EncryptedKey { path: PathBuf },
+    EncryptedKey {
+        /// The `--key` file.
+        path: PathBuf,
+    },
+    /// Signing with a private key failed.
     #[error("signing with key {fingerprint} failed")]
     Sign {
+        /// `SHA256:...` of the key.
         fingerprint: String,
+        /// What signing failed with.
         #[source]
         err: ssh_key::Error,
     },
+    /// `SSH_AUTH_SOCK` is not set.
     #[error(
         "no ssh-agent: `SSH_AUTH_SOCK` is not set; start one (`eval $(ssh-agent)`, `ssh-add KEY`) or pass `--key FILE`"
     )]
     NoAgent,
+    /// The agent's socket could not be used.
     #[error("failed to talk to the ssh-agent at `{socket}`")]
     AgentIo {
+        /// The agent's socket.
         socket: PathBuf,
+        /// What talking to it failed with.
         #[source]
         err: io::Error,
     },
+    /// The agent answered outside the protocol.
     #[error("the ssh-agent at `{socket}` sent an unexpected reply: {detail}")]
-    AgentProtocol { socket: PathBuf, detail: String },
+    AgentProtocol {
+        /// The agent's socket.
+        socket: PathBuf,
+        /// What was unexpected.
+        detail: String,
+    },
+    /// The agent refused to sign.
     #[error(
         "the ssh-agent refused to sign with key {fingerprint} (locked agent, or confirmation declined?)"
     )]
-    AgentRefused { fingerprint: String },
+    AgentRefused {
+        /// `SHA256:...` of the key.
+        fingerprint: String,
+    },
+    /// The agent holds no key medea can use.
     #[error("the ssh-agent at `{socket}` holds no usable keys; add one with `ssh-add KEY`")]
-    AgentEmpty { socket: PathBuf },
+    AgentEmpty {
+        /// The agent's socket.
+        socket: PathBuf,
+    },
+    /// The key named by `--key KEY.pub` is not in the agent.
     #[error(
         "key {fingerprint} is not in the ssh-agent; add it with `ssh-add` (the private key next to the .pub file)"
     )]
-    AgentKeyMissing { fingerprint: String },
+    AgentKeyMissing {
+        /// `SHA256:...` of the key asked for.
+        fingerprint: String,
+    },
+    /// The agent holds several keys and none was chosen.
     #[error("the ssh-agent holds several keys ({fingerprints}); choose one with `--key PATH.pub`")]
-    AgentAmbiguous { fingerprints: String },
+    AgentAmbiguous {
+        /// The candidates, comma-separated.
+        fingerprints: String,
+    },
+    /// The signature made does not verify (checked before it is used).
     #[error("the signature made with key {fingerprint} does not verify; refusing to use it")]
-    SelfCheck { fingerprint: String },
+    SelfCheck {
+        /// `SHA256:...` of the key.
+        fingerprint: String,
+    },
+    /// The marker file could not be written.
     #[error("failed to write approval marker `{path}`")]
     WriteMarker {
+        /// The marker's path.
         path: PathBuf,
+        /// What writing it failed with.
         #[source]
         err: io::Error,
     },
+    /// A marker with another signature is already there.
     #[error(
         "approval marker `{path}` already exists with a different signature; remove it first if you mean to replace it"
     )]
-    MarkerExists { path: PathBuf },
+    MarkerExists {
+        /// The marker's path.
+        path: PathBuf,
+    },
 }
 
 /// A private key. Debug shows only the fingerprint; there is no Display or Serialize.
@@ -103,6 +155,7 @@ impl SecretKey {
         PrivateKey::random(&mut ssh_key::rand_core::OsRng, ssh_key::Algorithm::Ed25519)
             .map(SecretKey)
     }
+    /// Its public half.
     pub fn public_key(&self) -> &PublicKey {
         self.0.public_key()
     }
@@ -111,7 +164,9 @@ impl SecretKey {
 /// What `--key FILE` holds: a private key to sign with, or a public key naming an agent key.
 #[derive(Debug)]
 pub enum KeyFile {
+    /// An unencrypted private key: medea signs with it.
     Private(Box<SecretKey>),
+    /// A public key: the ssh-agent signs with its private half.
     Public(PublicKey),
 }
 
@@ -218,9 +273,11 @@ fn pad_ecdsa_scalar(pem: &str) -> Option<String> {
 /// An approval signature, ready to write as a marker or submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedApproval {
+    /// The plan it approves.
     pub plan: PlanId,
     /// Armored SSHSIG (`-----BEGIN SSH SIGNATURE-----`, LF line endings, trailing newline).
     pub armored: String,
+    /// The signing key's public half.
     pub public_key: PublicKey,
     /// `SHA256:...`
     pub fingerprint: String,

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum ApprovalSource {
     /// A marker file, by its path relative to the desired-state root (`approvals/...sig`).
-    Marker { path: String },
+    Marker {
+        /// The marker's path relative to the desired-state root.
+        path: String,
+    },
     /// Submitted over the API (`medea approve` without `--write-marker`).
     Api,
 }

@@ -36,12 +36,14 @@ pub struct VerifyContext<'a> {
     pub known: &'a [PlanId],
     /// Plans that were already executed (a job was started from them).
     pub consumed: &'a [PlanId],
+    /// Validity windows of allowed_signers lines are checked at this time.
     pub now: Timestamp,
 }
 
 /// An approval that counts: a good signature over `plan` by a trusted, currently valid key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedApproval {
+    /// The plan the signature covers.
     pub plan: PlanId,
     /// The canonical principal: the first one on the signer's allowed_signers line.
     pub principal: String,
@@ -53,76 +55,106 @@ pub struct VerifiedApproval {
     pub key_type: String,
     /// The allowed_signers line that granted it.
     pub signers_line: usize,
+    /// Where the approval came from.
     pub source: ApprovalSource,
 }
 
 /// The outcome of verifying one candidate. Each variant has its own message (Display).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// A good signature over the current plan by a trusted, currently valid key.
     Approved(VerifiedApproval),
     /// The signature does not cover the current plan, nor any plan medea knows.
     OtherPlan {
+        /// The current plan.
         current: PlanId,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
     },
     /// The signature covers a plan that is no longer current.
     StalePlan {
+        /// The plan the signature covers.
         signed: PlanId,
+        /// The current plan.
         current: PlanId,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
     },
     /// The signature covers a plan that was already executed: an approval is used once.
     Replayed {
+        /// The executed plan the signature covers.
         plan: PlanId,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
     },
     /// The signature is structurally wrong for its key.
     BadSignature {
+        /// `SHA256:...` of the key the signature names.
         fingerprint: String,
+        /// Why it does not verify.
         reason: String,
     },
     /// Signed for another namespace (`git`, `file`, ...).
     WrongNamespace {
+        /// The namespace the signature was made for.
         found: String,
     },
     /// The key is not in the allowed signers file (never added, or removed).
     UnknownKey {
+        /// `SHA256:...` of the key the signature names.
         fingerprint: String,
     },
     /// The signer's line restricts `namespaces=` to a list without `medea-approve`.
     NamespaceNotAllowed {
+        /// The line's canonical principal.
         principal: String,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
+        /// The allowed_signers line.
         line: usize,
+        /// The line's `namespaces=` list.
         namespaces: String,
     },
     /// The signer's `valid-before` is in the past.
     Expired {
+        /// The line's canonical principal.
         principal: String,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
+        /// The allowed_signers line.
         line: usize,
+        /// The line's `valid-before`.
         valid_before: Timestamp,
     },
     /// The signer's `valid-after` is in the future.
     NotYetValid {
+        /// The line's canonical principal.
         principal: String,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
+        /// The allowed_signers line.
         line: usize,
+        /// The line's `valid-after`.
         valid_after: Timestamp,
     },
     /// The signer's line names principals by pattern, which cannot identify one person.
     PatternPrincipal {
+        /// The line's principals pattern list, as written.
         principals: String,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
+        /// The allowed_signers line.
         line: usize,
     },
     /// Not an SSH signature medea can read.
     Malformed {
+        /// Why it cannot be read.
         reason: String,
     },
 }
 
 impl Outcome {
+    /// The approval, when the outcome is [`Outcome::Approved`].
     pub fn approved(&self) -> Option<&VerifiedApproval> {
         match self {
             Outcome::Approved(a) => Some(a),
@@ -266,6 +298,7 @@ impl fmt::Display for Outcome {
 /// One signature offered as an approval, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
+    /// Where the signature came from.
     pub source: ApprovalSource,
     /// The armored signature (`-----BEGIN SSH SIGNATURE-----`).
     pub armored: String,
@@ -278,7 +311,9 @@ pub struct Candidate {
 /// A candidate with its outcome, for per-file reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
+    /// Where the signature came from.
     pub source: ApprovalSource,
+    /// What verifying it gave.
     pub outcome: Outcome,
 }
 
@@ -361,12 +396,18 @@ pub enum SignatureCheck {
     /// A good signature by an allowed key over `plan`, the first of the plans offered it
     /// verifies over.
     Signs {
+        /// The plan.
         plan: PlanId,
+        /// The signing key.
         key: ssh_key::public::KeyData,
+        /// `SHA256:...` of the signing key.
         fingerprint: String,
     },
     /// A signature by an allowed key over none of the plans offered.
-    NoPlan { fingerprint: String },
+    NoPlan {
+        /// `SHA256:...` of the signing key.
+        fingerprint: String,
+    },
 }
 
 /// Check `armored` (steps 1–5 of the module's order) against the plans `offered`, in order

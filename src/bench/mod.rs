@@ -3,9 +3,9 @@
 //! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`process`],
 //! [`server`], [`rollout`], [`approvals`]), their statistics ([`stats`]) and the host
 //! description ([`host`]).
-//! **May depend on:** the modules it measures (`desired`, `inventory`, `plan`, `rollout`,
-//! `store`, `server`, `sim`) and the API through [`crate::api::client`]; never `cli`.
-//! Nothing but `cli` (`medea bench`) depends on it.
+//! **May depend on:** the `bench` row of design/architecture.md's code map (the modules it
+//! measures, the API through its client only); nothing but the CLI (`medea bench`) depends on
+//! it.
 //!
 //! Architecture Invariant: targets are measured and reported, never asserted in timed unit
 //! tests; every figure is a median of repeated runs, and every ratio compares runs taken side

@@ -28,6 +28,7 @@ use crate::desired::Revision;
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
 use crate::plan::{Basis, ClusterPlan, MachineTarget, Plan, PlanId, Step, TalosRollout};
+#[cfg(feature = "fakes")]
 use crate::rollout::fake::{FakeCluster, FakeNodeSpec};
 use crate::rollout::ports::{
     Component, ComponentImages, EtcdHealth, ImageNamespace, Manifest, NodeTarget, PortError,
@@ -411,7 +412,14 @@ pub fn run(
         }
     })?;
     match backend {
+        #[cfg(feature = "fakes")]
         Backend::Fakes => run_fakes(&rt, dir, cfg, cps, workers, max, delay),
+        #[cfg(not(feature = "fakes"))]
+        Backend::Fakes => Err(BenchError::Rollout {
+            what: "`--backend fakes` needs a medea built with the `fakes` feature \
+                   (cargo build --release --features fakes); `--backend sim` runs in any build"
+                .to_string(),
+        }),
         Backend::Sim => rt.block_on(run_sim(dir, cfg, cps, workers, max, delay, poll)),
     }
 }
@@ -473,6 +481,7 @@ fn report(
     })
 }
 
+#[cfg(feature = "fakes")]
 fn run_fakes(
     rt: &tokio::runtime::Runtime,
     dir: &Path,

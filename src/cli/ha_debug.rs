@@ -187,17 +187,19 @@ mod imp {
         let mut last_seen: Option<Option<String>> = None;
         let mut go_pending = args.wait_for_go;
         loop {
-            let fence = match leadership.role() {
-                Role::Leader { fence } => fence,
+            let role = leadership.role();
+            let fence = match &role {
+                Role::Leader { fence } => fence.clone(),
                 Role::Follower { leader } => {
-                    if last_seen.as_ref() != Some(&leader) {
+                    if last_seen.as_ref() != Some(leader) {
                         say(format_args!(
                             "following {}",
                             leader.as_deref().unwrap_or("-")
                         ));
-                        last_seen = Some(leader);
+                        last_seen = Some(leader.clone());
                     }
-                    rt.block_on(leadership.changed());
+                    // from the role just printed: a change in between is not missed
+                    rt.block_on(leadership.changed_from(&role));
                     continue;
                 }
             };

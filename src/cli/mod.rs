@@ -1,7 +1,8 @@
 //! The `medea` command line: clap commands and output formatting only.
 //!
 //! **Owns:** argument parsing, exit codes, rendering of diagnostics (miette) and tables.
-//! **May depend on:** every other module; nothing depends on it.
+//! **May depend on:** the `cli` row of design/architecture.md's code map (the outermost edge);
+//! nothing depends on it.
 //! Architecture Invariant: no domain decision is made here; commands call into the modules.
 
 use miette::{IntoDiagnostic as _, WrapErr as _};

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+#[cfg(feature = "fakes")]
 use crate::rollout::fake::FakeCluster;
 use crate::rollout::ports::{HealthProbe, KubePort, TalosPort};
 use crate::rollout::{
@@ -86,6 +87,7 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
         .into_diagnostic()
         .wrap_err("cannot start the runtime")?;
     match target {
+        #[cfg(feature = "fakes")]
         Target::Fake(path) => {
             let fake = FakeCluster::persistent(&path)
                 .into_diagnostic()
@@ -93,6 +95,11 @@ pub fn rollout_run(args: RolloutRunArgs) -> miette::Result<u8> {
             let probe = crate::rollout::fake::FakeProbe(fake.clone());
             drive(&rt, &args, cfg, fake.talos(), fake.kube(), probe, None)
         }
+        #[cfg(not(feature = "fakes"))]
+        Target::Fake(path) => Err(miette::miette!(
+            "cannot load the fake cluster `{}`: --fake-state needs a medea built with the `fakes` feature (cargo build --features fakes)",
+            path.display()
+        )),
         Target::Creds { dir, cluster } => {
             // the adapters are built (credentials read) before the store is touched
             let (talos, kube, probe) = rt

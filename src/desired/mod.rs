@@ -3,7 +3,8 @@
 //! **Owns:** the `medea/v1alpha1` file format ([`format`], also the source of `schemas/`), the
 //! validated model ([`model`]), diagnostics with file:line:column ([`diagnostic`]), maintenance
 //! windows ([`window`]), and reading a revision ([`source`]).
-//! **May depend on:** `version` only.
+//! **May depend on:** the `desired` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`).
 //!
 //! Architecture Invariant: parsing and validation ([`parse_snapshot`]) are pure functions of the
 //! files' bytes; [`source`] is the only I/O in this module.

@@ -8,8 +8,9 @@
 //! [`http::Credentials`]), the judgement of each answer (pure
 //! functions `judge` in each submodule), and `medea doctor`'s reachability checks
 //! ([`Probes::check_sources`]).
-//! **May depend on:** `desired` (the matcher and query grammars), `k8s`, `plan` (the gates),
-//! `rollout::ports` (the port).
+//! **May depend on:** the `health` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`): the matcher and query grammars, the Kubernetes
+//! client, the gates, the port it implements.
 //!
 //! Architecture Invariant: an evaluation never returns an error and never passes by default:
 //! a source that cannot be asked, answers an error, or answers something unexpected gives

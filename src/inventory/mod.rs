@@ -2,8 +2,9 @@
 //!
 //! **Owns:** observed clusters, machines, versions and health; the per-cluster observed
 //! generation.
-//! **May depend on:** `version`, and the `store` traits (its records only). [`file`] reads the
-//! hand-written inventory files `medea plan --observed` rehearses with.
+//! **May depend on:** the `inventory` row of design/architecture.md's code map (of the store,
+//! its records only). [`file`] reads the hand-written inventory files `medea plan --observed`
+//! rehearses with.
 //! Architecture Invariant: the generation of a cluster changes exactly when something observed
 //! about it changes ([`ObservedCluster::observe`]); plans record the generations they were
 //! computed from, so any observed change makes them stale.

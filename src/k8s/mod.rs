@@ -4,8 +4,8 @@
 //! **Owns:** loading a cluster's kubeconfig, the [`KubeApi`] port the executor drives, the
 //! drain policy (what is evicted, skipped or refused; backoff; timeouts) and the conversion
 //! from k8s-openapi wire types into medea's domain types below.
-//! **May depend on:** `version` (kubelet versions), kube-rs and k8s-openapi (inside this
-//! module only).
+//! **May depend on:** the `k8s` row of design/architecture.md's code map (the one list, checked
+//! by `tests/it/architecture.rs`); kube-rs and k8s-openapi types stay inside this module.
 //!
 //! Architecture Invariant: drain **never deletes and never forces**. It only uses the
 //! policy/v1 Eviction subresource; a PodDisruptionBudget refusal (429) is retried with

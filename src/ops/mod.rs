@@ -6,8 +6,9 @@
 //! jobs from the journal, verifying approvals with bounded work per pass ([`approvals`]),
 //! observing a cluster through the Talos and Kubernetes clients, and
 //! `medea doctor`'s checks.
-//! **May depend on:** the domain modules (`desired`, `plan`, `approval`, `rollout`), `store`,
-//! and the clients behind the domain's ports (`talos`, `k8s`).
+//! **May depend on:** the `ops` row of design/architecture.md's code map (the one list, checked
+//! by `tests/it/architecture.rs`): the domain modules, the store and the clients behind the
+//! domain's ports.
 //! **Used by:** `server` and `cli`; never by the domain modules.
 //!
 //! The domain stays pure because this layer does its I/O: it reads the store, calls the

@@ -26,14 +26,26 @@ use crate::version::{KubeVersion, TalosVersion};
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum ResourceKey {
-    Cluster { name: String },
-    Pool { cluster: String, pool: String },
+    /// A Cluster document.
+    Cluster {
+        /// The cluster's name.
+        name: String,
+    },
+    /// A NodePool document.
+    Pool {
+        /// The cluster the pool belongs to.
+        cluster: String,
+        /// The pool's name.
+        pool: String,
+    },
 }
 
 impl ResourceKey {
+    /// The key of cluster `name`.
     pub fn cluster(name: &str) -> ResourceKey {
         ResourceKey::Cluster { name: name.into() }
     }
+    /// The key of pool `pool` of cluster `cluster`.
     pub fn pool(cluster: &str, pool: &str) -> ResourceKey {
         ResourceKey::Pool {
             cluster: cluster.into(),
@@ -47,6 +59,7 @@ impl ResourceKey {
             ResourceKey::Pool { cluster, pool } => format!("pool/{cluster}/{pool}"),
         }
     }
+    /// The cluster the resource belongs to (its own name for a Cluster).
     pub fn cluster_name(&self) -> &str {
         match self {
             ResourceKey::Cluster { name } => name,
@@ -66,8 +79,11 @@ impl ResourceKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSummary {
+    /// Machines of a pool away at once (`rollout.maxUnavailable`).
     pub max_unavailable: u32,
+    /// How long PodDisruptionBudgets may block a drain (`rollout.drainTimeout`).
     pub drain_timeout_secs: u64,
+    /// How long a node may take to come back healthy (`rollout.healthTimeout`).
     pub health_timeout_secs: u64,
     /// Records written before the field existed read as the default; the default is not
     /// written, so the applied basis of a store that never set it stays what it was.
@@ -110,19 +126,27 @@ impl From<&RolloutSettings> for RolloutSummary {
     }
 }
 
+/// A maintenance window as applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WindowSummary {
+    /// The cron expression of its start, as written.
     pub start: String,
+    /// How long it stays open, in seconds.
     pub duration_secs: u64,
+    /// The time zone the cron expression is read in.
     pub time_zone: String,
 }
 
+/// One row of `kubernetesSupport` as applied: a Talos minor's supported Kubernetes minors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SupportSummary {
+    /// The Talos minor.
     pub talos: MinorLine,
+    /// The oldest Kubernetes minor it supports.
     pub min_kubernetes: MinorLine,
+    /// The newest Kubernetes minor it supports.
     pub max_kubernetes: MinorLine,
 }
 
@@ -132,15 +156,21 @@ pub struct SupportSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthSummary {
+    /// Where health data comes from (Prometheus, Alertmanager).
     #[serde(default, skip_serializing_if = "HealthSources::is_empty")]
     pub sources: HealthSources,
+    /// The gates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<Gate>,
+    /// How long every gate passes continuously after a wave.
     #[serde(with = "crate::duration::serde_lenient")]
     pub soak: std::time::Duration,
+    /// How often gates are evaluated.
     #[serde(with = "crate::duration::serde_lenient")]
     pub interval: std::time::Duration,
+    /// Consecutive failed evaluations before a gate fails.
     pub failure_limit: u32,
+    /// What a failed gate does (halt, or roll the wave back).
     #[serde(default)]
     pub on_failure: OnFailure,
 }
@@ -152,6 +182,7 @@ impl Default for HealthSummary {
 }
 
 impl HealthSummary {
+    /// The summary of `h`, as a record keeps it.
     pub fn of(h: &crate::desired::health::HealthSettings) -> HealthSummary {
         HealthSummary {
             sources: HealthSources::of(h),
@@ -196,7 +227,9 @@ impl HealthSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionSummary {
+    /// The cluster this one is promoted after.
     pub after: String,
+    /// How long a version must have run there first.
     #[serde(with = "crate::duration::serde_lenient")]
     pub soak: std::time::Duration,
 }
@@ -211,12 +244,19 @@ pub const SOURCE_FIELDS: [&str; 2] = ["health.prometheus", "health.alertmanager"
 pub struct ClusterSettings {
     /// The target at the time (informational; versions are actions, not settings).
     pub kubernetes_version: KubeVersion,
+    /// The cluster's rollout parameters.
     pub rollout: RolloutSummary,
+    /// Approvals from distinct people every plan needs (`approvals.required`).
     pub approvals_required: u32,
+    /// Approvals a plan touching control planes or Kubernetes needs (`approvals.controlPlane`).
     pub approvals_control_plane: u32,
+    /// `maintenanceWindows`.
     pub maintenance_windows: Vec<WindowSummary>,
+    /// `rollout.allowDowngrade`.
     pub allow_downgrade: bool,
+    /// `talosReleases`: extra releases the upgrade path may stop at.
     pub talos_releases: Vec<TalosVersion>,
+    /// `kubernetesSupport`: catalog overrides.
     pub kubernetes_support: Vec<SupportSummary>,
     /// `health:` (issue #32; absent in older records: the defaults).
     #[serde(default, skip_serializing_if = "HealthSummary::is_default")]
@@ -224,6 +264,7 @@ pub struct ClusterSettings {
     /// `preflight.acknowledge`, as written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acknowledge: Vec<String>,
+    /// `spec.promotion`, if set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotion: Option<PromotionSummary>,
     /// `upgradePolicy.removedApis`, one line per row.
@@ -235,13 +276,19 @@ pub struct ClusterSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolSettings {
+    /// The pool's role.
     pub role: MachineRole,
     /// The target at the time (informational; versions are actions, not settings).
     pub talos_version: TalosVersion,
+    /// The installer image, as written.
     pub installer_image: String,
+    /// Machines named explicitly.
     pub machines: Vec<String>,
+    /// Machines picked by label.
     pub selector: BTreeMap<String, String>,
+    /// Pools of the cluster this pool rolls after.
     pub after: Vec<String>,
+    /// The pool's effective rollout parameters.
     pub rollout: RolloutSummary,
     /// The pool's effective gates, timing and `onFailure` (issue #32; sources are the
     /// cluster's and not kept here). Absent in older records: the defaults.
@@ -249,10 +296,13 @@ pub struct PoolSettings {
     pub health: HealthSummary,
 }
 
+/// The settings of one resource, by kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum Settings {
+    /// A Cluster's.
     Cluster(ClusterSettings),
+    /// A NodePool's.
     Pool(PoolSettings),
 }
 
@@ -260,11 +310,13 @@ pub enum Settings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedResource {
+    /// Which resource.
     pub key: ResourceKey,
     /// File of the document, relative to the desired root.
     pub file: String,
     /// The YAML document as written.
     pub document: String,
+    /// Its settings.
     pub settings: Settings,
 }
 
@@ -274,6 +326,7 @@ impl Record for AppliedResource {
     const SCHEMA: u32 = 1;
 }
 
+/// The inventory's machine role of a desired pool role.
 pub fn role_of(r: Role) -> MachineRole {
     match r {
         Role::Controlplane => MachineRole::Controlplane,
@@ -282,6 +335,7 @@ pub fn role_of(r: Role) -> MachineRole {
 }
 
 impl ClusterSettings {
+    /// The settings of `c`, as a record keeps them.
     pub fn of(c: &Cluster) -> ClusterSettings {
         ClusterSettings {
             kubernetes_version: c.kubernetes_version.value.clone(),
@@ -343,6 +397,7 @@ impl ClusterSettings {
         }
     }
 
+    /// The approval bar these settings set.
     pub fn approvals(&self) -> ApprovalSettings {
         ApprovalSettings {
             required: self.approvals_required,
@@ -413,6 +468,7 @@ impl ClusterSettings {
 }
 
 impl PoolSettings {
+    /// The settings of `p`, as a record keeps them.
     pub fn of(p: &NodePool) -> PoolSettings {
         PoolSettings {
             role: role_of(p.role),
@@ -498,6 +554,7 @@ fn list(items: impl Iterator<Item = String>) -> String {
 }
 
 impl AppliedResource {
+    /// The record of Cluster `c`.
     pub fn of_cluster(c: &Cluster) -> AppliedResource {
         AppliedResource {
             key: ResourceKey::cluster(&c.name.value),
@@ -506,6 +563,7 @@ impl AppliedResource {
             settings: Settings::Cluster(ClusterSettings::of(c)),
         }
     }
+    /// The record of NodePool `p`.
     pub fn of_pool(p: &NodePool) -> AppliedResource {
         AppliedResource {
             key: ResourceKey::pool(&p.cluster.value, &p.name.value),
@@ -514,6 +572,7 @@ impl AppliedResource {
             settings: Settings::Pool(PoolSettings::of(p)),
         }
     }
+    /// Every setting as (field path, value), for diffs.
     pub fn fields(&self) -> Vec<(&'static str, String)> {
         match &self.settings {
             Settings::Cluster(c) => c.fields(),
@@ -525,18 +584,22 @@ impl AppliedResource {
 /// Every resource as last applied, by store key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastApplied {
+    /// By store key ([`ResourceKey::store_key`]).
     pub resources: BTreeMap<String, AppliedResource>,
 }
 
 impl LastApplied {
+    /// Keyed by their store keys.
     pub fn from_resources(rs: impl IntoIterator<Item = AppliedResource>) -> LastApplied {
         LastApplied {
             resources: rs.into_iter().map(|r| (r.key.store_key(), r)).collect(),
         }
     }
+    /// The resource `key`, if it was applied.
     pub fn get(&self, key: &ResourceKey) -> Option<&AppliedResource> {
         self.resources.get(&key.store_key())
     }
+    /// The settings of cluster `name`, if it was applied.
     pub fn cluster_settings(&self, name: &str) -> Option<&ClusterSettings> {
         match &self.get(&ResourceKey::cluster(name))?.settings {
             Settings::Cluster(c) => Some(c),

@@ -16,7 +16,9 @@
 /// for plans that touch control-plane nodes or Kubernetes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuorumPolicy {
+    /// Approvals from distinct people every plan needs.
     pub required: u32,
+    /// Approvals a plan touching control-plane nodes or Kubernetes needs.
     pub control_plane: u32,
 }
 
@@ -56,6 +58,7 @@ impl Default for QuorumPolicy {
 /// What a plan touches, as far as quorum is concerned (the planner fills this in).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlanScope {
+    /// Whether the plan upgrades a control-plane node or Kubernetes.
     pub touches_control_plane_or_kubernetes: bool,
 }
 
@@ -93,12 +96,14 @@ impl QuorumPolicy {
 /// One cluster's part in a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterQuorum {
+    /// The cluster's name.
     pub cluster: String,
     /// The policy in force before this plan (from the store, never from the plan's YAML; the
     /// defaults for a cluster never applied).
     pub in_force: QuorumPolicy,
     /// What the plan does to the approvals setting.
     pub change: BarChange,
+    /// What the plan does in the cluster.
     pub scope: PlanScope,
 }
 

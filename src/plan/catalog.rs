@@ -32,11 +32,14 @@ pub const CATALOG_VERSION: &str = "2026-12-04.1";
 /// Kubernetes minors a Talos minor supports (both ends inclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Window {
+    /// The oldest supported Kubernetes minor.
     pub min: MinorLine,
+    /// The newest supported Kubernetes minor.
     pub max: MinorLine,
 }
 
 impl Window {
+    /// Whether `k`'s minor is in the window.
     pub fn contains(&self, k: &KubeVersion) -> bool {
         let line = k.minor_line();
         self.min <= line && line <= self.max
@@ -74,7 +77,10 @@ pub enum PathError {
     /// The path crosses a major version; the catalog only orders minors of one major.
     Major,
     /// An intermediate minor has no known stable release to stop at.
-    NoRelease { minor: MinorLine },
+    NoRelease {
+        /// The minor without a release.
+        minor: MinorLine,
+    },
 }
 
 /// A catalog: the built-in tables plus a cluster's overrides.
@@ -86,6 +92,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The catalog built into this medea ([`CATALOG_VERSION`]).
     #[allow(
         clippy::expect_used,
         reason = "the built-in release table is constant and a unit test parses every entry"
@@ -156,6 +163,7 @@ impl Catalog {
             .find(|v| v.semver().pre().is_none())
     }
 
+    /// The Kubernetes minors Talos minor `talos` supports, if the catalog knows it.
     pub fn window(&self, talos: MinorLine) -> Option<Window> {
         self.support.get(&talos).copied()
     }

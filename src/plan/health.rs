@@ -12,15 +12,19 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthSources {
+    /// The Prometheus to query, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<Endpoint>,
+    /// The Alertmanager to ask, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alertmanager: Option<Endpoint>,
 }
 
+/// A health source: its URL, and the name of the credential the server resolves for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
+    /// The base URL.
     pub url: String,
     /// The name of the server's credential sent to this source (`None`: no token, the
     /// system's roots). Plans stored before issue #32 named files instead; those fields are
@@ -43,7 +47,9 @@ impl Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthPolicy {
+    /// Where health data comes from.
     pub sources: HealthSources,
+    /// The gates.
     pub gates: Vec<Gate>,
     /// After each wave (and pool, and the job): every gate passes continuously this long.
     #[serde(with = "crate::duration::serde_lenient")]
@@ -53,6 +59,7 @@ pub struct HealthPolicy {
     pub interval: Duration,
     /// Consecutive failed evaluations before a gate fails.
     pub failure_limit: u32,
+    /// What a failed gate does.
     pub on_failure: OnFailure,
 }
 
@@ -69,6 +76,7 @@ impl HealthSources {
         }
     }
 
+    /// Whether no source is set.
     pub fn is_empty(&self) -> bool {
         self.prometheus.is_none() && self.alertmanager.is_none()
     }
@@ -134,23 +142,33 @@ pub fn gates_of(s: &crate::desired::health::HealthSettings) -> Vec<Gate> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Gate {
+    /// The gate's name, as written.
     pub name: String,
+    /// What it checks.
     pub check: GateCheck,
 }
 
+/// What a gate checks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum GateCheck {
     /// A PromQL instant query (`/api/v1/query`).
-    Query { query: String },
+    Query {
+        /// The PromQL expression.
+        query: String,
+    },
     /// Alertmanager `/api/v2/alerts` (active, not silenced or inhibited).
     Alerts {
+        /// Alert matchers: an alert matching them fails the gate.
         matchers: Vec<String>,
+        /// Matchers of alerts that never fail it.
         ignore: Vec<String>,
     },
     /// Deployments/StatefulSets/DaemonSets updated and available.
     Workloads {
+        /// The namespaces watched (empty: all).
         namespaces: Vec<String>,
+        /// The workload kinds watched.
         kinds: Vec<WorkloadKind>,
     },
 }
@@ -188,10 +206,14 @@ impl GateCheck {
     }
 }
 
+/// A kind of workload a `workloads` gate watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum WorkloadKind {
+    /// `apps/v1` Deployment.
     Deployment,
+    /// `apps/v1` StatefulSet.
     StatefulSet,
+    /// `apps/v1` DaemonSet.
     DaemonSet,
 }
 

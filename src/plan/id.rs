@@ -10,20 +10,31 @@ pub struct PlanId([u8; 32]);
 /// Length of the short id shown to operators.
 pub const SHORT_LEN: usize = 12;
 
+/// Why text is not a plan id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanIdError {
+    /// Not lowercase hex.
     #[error("plan id `{input}` is not lowercase hex")]
-    NotHex { input: String },
+    NotHex {
+        /// The text as given.
+        input: String,
+    },
+    /// Neither the full id nor a prefix of at least [`SHORT_LEN`] characters.
     #[error(
         "plan id `{input}` must be the full 64-hex id or a prefix of at least {SHORT_LEN} characters"
     )]
-    Length { input: String },
+    Length {
+        /// The text as given.
+        input: String,
+    },
 }
 
 impl PlanId {
+    /// The id of a plan whose SHA-256 digest is `bytes`.
     pub fn from_digest(bytes: [u8; 32]) -> PlanId {
         PlanId(bytes)
     }
+    /// The digest.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
@@ -77,6 +88,7 @@ impl<'de> serde::Deserialize<'de> for PlanId {
 pub struct PlanIdRef(String);
 
 impl PlanIdRef {
+    /// Lowercase hex: the full id or a prefix of at least [`SHORT_LEN`] characters.
     pub fn parse(input: &str) -> Result<PlanIdRef, PlanIdError> {
         let s = input.trim();
         if !s
@@ -94,6 +106,7 @@ impl PlanIdRef {
         }
         Ok(PlanIdRef(s.to_string()))
     }
+    /// Whether `id` starts with this prefix.
     pub fn matches(&self, id: &PlanId) -> bool {
         id.to_hex().starts_with(&self.0)
     }
@@ -106,6 +119,7 @@ impl PlanIdRef {
         hex::decode_to_slice(&self.0, &mut b).ok()?;
         Some(PlanId(b))
     }
+    /// The hex as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }

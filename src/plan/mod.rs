@@ -7,8 +7,9 @@
 //! rendering ([`render`]), and the plan's store records with the transactions that save and
 //! apply a plan ([`stored`]; values only — reading and committing is
 //! the application layer's, in `ops`).
-//! **May depend on:** `desired`, `inventory`, `version`, and `store` for its record and
-//! transaction types only (no store is ever read or written here).
+//! **May depend on:** the `plan` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`); of the store only its record and transaction types
+//! (no store is ever read or written here).
 //! Architecture Invariant: planning is a pure function of its inputs (no I/O, no clock); the
 //! same inputs give the same plan id and a byte-identical rendering.
 //! Architecture Invariant: a plan's id covers its basis (desired revision, observed generation

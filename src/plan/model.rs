@@ -58,8 +58,11 @@ impl Basis {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineTarget {
+    /// The Kubernetes node name.
     pub node: String,
+    /// The machine id (the inventory's).
     pub id: String,
+    /// The address its Talos API answers on.
     pub address: String,
     /// The version the machine runs before this hop.
     pub from: TalosVersion,
@@ -74,17 +77,24 @@ pub struct MachineTarget {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TalosRollout {
+    /// The pool's name.
     pub pool: String,
+    /// The pool's role.
     pub role: MachineRole,
     /// 1-based hop number and total hops of this pool's path.
     pub hop: u32,
+    /// Total hops of this pool's path.
     pub hops: u32,
+    /// The version this hop installs.
     pub to: TalosVersion,
     /// Installer image reference with tag, e.g. `factory.talos.dev/installer/<id>:v1.13.9`.
     pub image: String,
+    /// Machines away at once.
     pub max_unavailable: u32,
+    /// How long PodDisruptionBudgets may block a drain.
     #[serde(with = "secs")]
     pub drain_timeout: Duration,
+    /// How long a node may take to come back healthy after its reboot.
     #[serde(with = "secs")]
     pub health_timeout: Duration,
     /// Upgrade calls per node before the job halts (`rollout.upgradeAttempts`). Plans made
@@ -169,12 +179,15 @@ impl From<&crate::desired::model::DrainSettings> for DrainPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeRollout {
+    /// The version the cluster runs.
     pub from: KubeVersion,
+    /// The version it moves to (one minor at most).
     pub to: KubeVersion,
     /// Control-plane node names, in order (one at a time).
     pub control_plane: Vec<String>,
     /// Worker node names, in order (kubelet upgrades).
     pub workers: Vec<String>,
+    /// How long a node may take to come back healthy.
     #[serde(with = "secs")]
     pub health_timeout: Duration,
     /// The Talos minors that support `to`, from the cluster's compatibility catalog (built-in
@@ -202,11 +215,14 @@ impl KubeRollout {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum Step {
+    /// A Talos hop of one pool.
     Talos(TalosRollout),
+    /// A Kubernetes upgrade of the cluster.
     Kubernetes(KubeRollout),
 }
 
 impl Step {
+    /// Whether the step upgrades a control-plane node or Kubernetes.
     pub fn touches_control_plane(&self) -> bool {
         match self {
             Step::Talos(t) => t.role == MachineRole::Controlplane,
@@ -223,7 +239,9 @@ pub struct SettingsChange {
     pub resource: String,
     /// Dotted field path, e.g. `rollout.drainTimeout`.
     pub field: String,
+    /// The value last applied.
     pub from: String,
+    /// The value the plan applies.
     pub to: String,
 }
 
@@ -248,6 +266,7 @@ pub enum ClusterStatus {
 pub struct ResourceDiff {
     /// `cluster` or `pool <name>`.
     pub resource: String,
+    /// The document's file, relative to the desired root.
     pub file: String,
     /// Unified diff text (`---`/`+++` header, `@@` hunks).
     pub diff: String,
@@ -257,12 +276,15 @@ pub struct ResourceDiff {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPlan {
+    /// The cluster's name.
     pub cluster: String,
     /// In execution order.
     pub steps: Vec<Step>,
+    /// Settings that change, field by field.
     pub settings: Vec<SettingsChange>,
     /// Pools with nothing to do.
     pub unchanged: Vec<String>,
+    /// Whether the cluster can be planned, and why not.
     #[serde(default)]
     pub status: ClusterStatus,
     /// Facts the operator should read (unmanaged machines, gates off, ...), in a stable order.
@@ -281,6 +303,7 @@ pub struct ClusterPlan {
 }
 
 impl ClusterPlan {
+    /// Whether the cluster has a step or a settings change.
     pub fn has_changes(&self) -> bool {
         !self.steps.is_empty() || !self.settings.is_empty()
     }
@@ -290,7 +313,9 @@ impl ClusterPlan {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Applies {
+    /// Resources to record as applied.
     pub put: Vec<AppliedResource>,
+    /// Resources to forget (removed from the desired state).
     pub delete: Vec<ResourceKey>,
 }
 
@@ -302,6 +327,7 @@ pub struct Plan {
     pub id: PlanId,
     /// The plan that was current before this one, if any.
     pub parent: Option<PlanId>,
+    /// What it was computed from: it is stale once this changes.
     pub basis: Basis,
     /// Clusters by name order. Each section is shared (`Arc`) with the planner's memo and
     /// every holder of this plan, so a reused section is never copied.
@@ -318,6 +344,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether any cluster has a step or a settings change.
     pub fn has_changes(&self) -> bool {
         self.clusters.iter().any(|c| c.has_changes())
     }

@@ -20,6 +20,7 @@ pub const APPROVAL_NAMESPACE: &str = "medea-approve";
 /// Version of the `-o json` document (`"format"` field).
 pub const JSON_FORMAT: &str = "medea.plan/v1";
 
+/// How a plan is rendered as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Options {
     /// ANSI colours.
@@ -59,9 +60,11 @@ pub struct Summary {
     pub rollouts: usize,
     /// Distinct machines any step touches.
     pub machines: usize,
+    /// Settings changes, field by field.
     pub settings_changes: usize,
 }
 
+/// The counts of `plan`'s closing summary line.
 pub fn summary(plan: &Plan) -> Summary {
     Summary {
         rollouts: plan.clusters.iter().map(|c| c.steps.len()).sum(),
@@ -688,7 +691,9 @@ pub struct CandidateView {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalsView {
+    /// One line per key that counts.
     pub counted: Vec<CandidateView>,
+    /// Every candidate that does not count, with why.
     pub rejected: Vec<CandidateView>,
 }
 

@@ -22,6 +22,7 @@ impl Record for Plan {
 /// Which plan is current: the newest one computed from the store's own basis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CurrentPlan {
+    /// The current plan's id.
     pub id: PlanId,
 }
 
@@ -31,6 +32,7 @@ impl Record for CurrentPlan {
     const SCHEMA: u32 = 1;
 }
 
+/// The key of the [`CurrentPlan`] record.
 pub const CURRENT_KEY: &str = "current";
 
 /// `plan/<full-hex>`.
@@ -51,6 +53,7 @@ pub const MAX_COLLECT_PER_SAVE: usize = 96;
 /// in the order they were stored (its value is empty).
 pub const RECENT_PREFIX: &str = "recent/";
 
+/// The order-index key of the plan stored `seq`-th.
 pub fn recent_key(seq: u64, id: &PlanId) -> String {
     format!("{RECENT_PREFIX}{seq:020}/{}", id.to_hex())
 }

@@ -95,61 +95,114 @@ impl HealthProbe for FakeProbe {
 #[serde(rename_all = "camelCase", tag = "fault")]
 pub enum Fault {
     /// After its next reboot the node never comes back.
-    NeverReturns { node: String },
+    NeverReturns {
+        /// The node.
+        node: String,
+    },
     /// The node reboots into its old version (the bootloader fell back), with a new boot id.
-    SilentRevert { node: String },
+    SilentRevert {
+        /// The node.
+        node: String,
+    },
     /// The installer exits non-zero.
-    UpgradeExitCode { node: String, code: i32 },
+    UpgradeExitCode {
+        /// The node.
+        node: String,
+        /// The installer's exit code.
+        code: i32,
+    },
     /// A PodDisruptionBudget refuses every eviction on the node.
-    PdbBlocks { node: String, pdb: String },
+    PdbBlocks {
+        /// The node.
+        node: String,
+        /// The PodDisruptionBudget's name.
+        pdb: String,
+    },
     /// `EtcdSnapshot` fails.
     SnapshotFails,
     /// The next `calls` Talos API calls (any node) fail with UNAVAILABLE before reaching it.
-    TalosUnavailable { calls: u32 },
+    TalosUnavailable {
+        /// How many calls fail.
+        calls: u32,
+    },
     /// The kube-apiserver is unreachable while a control-plane node is down, and for the next
     /// `calls` Kubernetes calls after it is back (static pods restarting).
-    ApiserverAwayDuringControlPlaneReboot { calls: u32 },
+    ApiserverAwayDuringControlPlaneReboot {
+        /// Kubernetes calls after the node is back that still fail.
+        calls: u32,
+    },
     /// The call `op` on `node` takes effect, then the reply is lost (UNAVAILABLE), once.
-    LostReply { node: String, op: String },
+    LostReply {
+        /// The node.
+        node: String,
+        /// The call (`upgrade`, `reboot`, `cordon`, ...).
+        op: String,
+    },
     /// Every Upgrade call to `node` is answered UNAVAILABLE before it reaches the node (no
     /// trace is left): a transport that never lets the call through.
-    UpgradeNeverArrives { node: String },
+    UpgradeNeverArrives {
+        /// The node.
+        node: String,
+    },
     /// The kubelet on `node` keeps `component`'s mirror pod at the config version it had
     /// (image and Ready move on; `talos.dev/config-version` does not).
-    StaleConfigVersion { node: String, component: Component },
+    StaleConfigVersion {
+        /// The node.
+        node: String,
+        /// The static-pod component.
+        component: Component,
+    },
 }
 
 /// Calls a node accepted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeCounters {
+    /// Image pulls.
     pub pull: u32,
+    /// Cordons.
     pub cordon: u32,
+    /// Uncordons.
     pub uncordon: u32,
+    /// Drains.
     pub drain: u32,
+    /// Upgrade calls.
     pub upgrade: u32,
+    /// Reboot calls.
     pub reboot: u32,
+    /// Static-pod image changes.
     pub set_image: u32,
+    /// Rollback calls.
     #[serde(default)]
     pub rollback: u32,
 }
 
+/// A fake node's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FakeNode {
+    /// The address its Talos API answers on.
     pub address: String,
+    /// Whether it is a control-plane node.
     pub control_plane: bool,
+    /// The Talos version it runs.
     pub version: TalosVersion,
+    /// Boots so far.
     pub boots: u32,
+    /// Changes at every boot.
     pub boot_id: String,
     /// Installed but not booted.
     pub staged: Option<TalosVersion>,
+    /// What `MachineStatus` reports.
     pub stage: MachineStage,
     /// Down: rebooting, unreachable and NotReady until a Talos observation finds it back.
     pub rebooting: bool,
     /// Talos observations that still find it down; `u32::MAX` = never back.
     pub down_polls: u32,
+    /// Whether the node is cordoned.
     pub cordoned: bool,
+    /// The kubelet's version.
     pub kubelet: KubeVersion,
+    /// The image of each static-pod component.
     pub images: ComponentImages,
     /// `extraArgs` of its components (the Kubernetes upgrade checks read them).
     #[serde(default)]
@@ -174,26 +227,33 @@ pub struct FakeNode {
     /// it back, as Talos' bootloader does).
     #[serde(default)]
     pub rollback_pending: bool,
+    /// The calls it accepted.
     pub counters: NodeCounters,
 }
 
 impl FakeNode {
+    /// Whether it is down (rebooting and not back yet).
     pub fn down(&self) -> bool {
         self.rebooting
     }
 }
 
+/// The whole fake cluster: nodes, faults, timing and counters (persisted as JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FakeState {
+    /// The nodes, by name.
     pub nodes: BTreeMap<String, FakeNode>,
+    /// Faults still armed.
     pub faults: Vec<Fault>,
     /// Talos observations a rebooting node stays away.
     pub reboot_polls: u32,
     /// Talos observations a node that came back stays `Booting` (not ready) before `Running`.
     #[serde(default)]
     pub booting_polls: u32,
+    /// etcd snapshots taken.
     pub snapshots: u32,
+    /// Manifest syncs applied.
     pub manifest_applies: u32,
     /// Kubernetes calls left that find the apiserver away (see the fault).
     #[serde(default)]
@@ -226,14 +286,20 @@ pub struct FakeGate {
 /// A node to create.
 #[derive(Debug, Clone)]
 pub struct FakeNodeSpec {
+    /// The node name.
     pub name: String,
+    /// Its address.
     pub address: String,
+    /// Whether it is a control-plane node.
     pub control_plane: bool,
+    /// The Talos version it runs.
     pub talos: TalosVersion,
+    /// The kubelet's version.
     pub kube: KubeVersion,
 }
 
 impl FakeNodeSpec {
+    /// A node at a generated address.
     pub fn new(name: &str, control_plane: bool, talos: &str, kube: &str) -> FakeNodeSpec {
         FakeNodeSpec {
             name: name.to_string(),
@@ -303,6 +369,7 @@ impl FakeCluster {
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// A cluster of `specs`, in memory.
     pub fn new(specs: &[FakeNodeSpec]) -> FakeCluster {
         let nodes = specs
             .iter()
@@ -384,9 +451,11 @@ impl FakeCluster {
         write_state(path, &state)
     }
 
+    /// Its Talos port.
     pub fn talos(&self) -> FakeTalos {
         FakeTalos(self.clone())
     }
+    /// Its Kubernetes port.
     pub fn kube(&self) -> FakeKube {
         FakeKube(self.clone())
     }
@@ -396,6 +465,7 @@ impl FakeCluster {
         self.inner.lock().expect("fake lock").clone()
     }
 
+    /// The cluster with `f` armed.
     pub fn with_fault(self, f: Fault) -> FakeCluster {
         self.edit(|s| s.faults.push(f));
         self
@@ -409,6 +479,7 @@ impl FakeCluster {
         r
     }
 
+    /// How the ports address `node`.
     pub fn node_target(&self, node: &str) -> NodeTarget {
         let s = self.state();
         NodeTarget {
@@ -496,6 +567,7 @@ impl FakeCluster {
 
     // -- the Talos side, synchronous
 
+    /// The Talos port's node observation.
     pub fn talos_node(&self, t: &NodeTarget) -> Result<TalosNode, PortError> {
         self.talos_call("version", &t.node, |s| {
             let revert = s.faults.contains(&Fault::SilentRevert {
@@ -543,6 +615,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's etcd health.
     pub fn talos_etcd(&self, via: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
         let first = via.first().map(|v| v.node.clone()).unwrap_or_default();
         self.talos_call("etcd-status", &first, |s| {
@@ -564,6 +637,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's image pull.
     pub fn talos_pull(&self, t: &NodeTarget, image: &str) -> Result<(), PortError> {
         self.talos_call("pull", &t.node, |s| {
             let n = s.nodes.get_mut(&t.node).expect("checked");
@@ -576,6 +650,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's upgrade.
     pub fn talos_upgrade(
         &self,
         t: &NodeTarget,
@@ -614,6 +689,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's reboot.
     pub fn talos_reboot(&self, t: &NodeTarget) -> Result<(), PortError> {
         self.talos_call("reboot", &t.node, |s| {
             let n = s.nodes.get_mut(&t.node).expect("checked");
@@ -649,6 +725,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's component `extraArgs`.
     pub fn talos_args(&self, t: &NodeTarget) -> Result<ComponentArgs, PortError> {
         self.talos_call("get-machineconfig", &t.node, |s| {
             let n = &s.nodes[&t.node];
@@ -663,6 +740,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's static-pod images.
     pub fn talos_images(&self, t: &NodeTarget) -> Result<ComponentImages, PortError> {
         self.talos_call("get-machineconfig", &t.node, |s| {
             let n = &s.nodes[&t.node];
@@ -677,6 +755,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's config version of a component.
     pub fn talos_config_version(
         &self,
         t: &NodeTarget,
@@ -700,6 +779,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's image change of a component.
     pub fn talos_set_image(
         &self,
         t: &NodeTarget,
@@ -740,6 +820,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's etcd snapshot.
     pub fn talos_snapshot(&self, t: &NodeTarget) -> Result<Vec<u8>, PortError> {
         self.talos_call("etcd-snapshot", &t.node, |s| {
             if s.faults.contains(&Fault::SnapshotFails) {
@@ -763,6 +844,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Talos port's bootstrap manifests.
     pub fn talos_manifests(&self, t: &NodeTarget) -> Result<Vec<Manifest>, PortError> {
         self.talos_call("get-manifests", &t.node, |s| {
             let kube = s.nodes[&t.node].kubelet.clone();
@@ -777,6 +859,7 @@ impl FakeCluster {
 
     // -- the Kubernetes side, synchronous
 
+    /// The Kubernetes port's node observation.
     pub fn kube_node(&self, node: &str) -> Result<KubeNode, PortError> {
         self.kube_call("get-node", node, |s| {
             let n = &s.nodes[node];
@@ -788,6 +871,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Kubernetes port's cordon (`on`) and uncordon.
     pub fn kube_cordon(&self, node: &str, on: bool) -> Result<(), PortError> {
         let op = if on { "cordon" } else { "uncordon" };
         self.kube_call(op, node, |s| {
@@ -830,6 +914,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Kubernetes port's mirror-pod observation.
     pub fn kube_static_pod(
         &self,
         node: &str,
@@ -854,6 +939,7 @@ impl FakeCluster {
         })
     }
 
+    /// The Kubernetes port's manifest sync (`legacy`: the pre-1.13 way).
     pub fn kube_apply(&self, manifests: &[Manifest], legacy: bool) -> Result<(), PortError> {
         self.kube_call("server-side-apply", "", |s| {
             s.manifest_applies += 1;

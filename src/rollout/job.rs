@@ -36,7 +36,9 @@ pub struct JobInputs<'a> {
 /// The jobs of a plan and the transaction that creates them.
 #[derive(Debug, Clone)]
 pub struct Created {
+    /// The transaction that creates the jobs and consumes the plan.
     pub txn: Txn,
+    /// The jobs, one per cluster with steps.
     pub jobs: Vec<Job>,
 }
 

@@ -39,15 +39,19 @@ use crate::store::{Check, Op, Record, StoreError, Table, Txn};
 /// replays at most this many deltas.
 pub const CHECKPOINT_EVERY: u64 = 64;
 
+/// The key of job `id`'s record.
 pub fn job_key(id: &JobId) -> String {
     format!("job/{id}")
 }
+/// The key of the marker of `cluster`'s running job.
 pub fn active_key(cluster: &str) -> String {
     format!("active/{cluster}")
 }
+/// The key of the halt request of job `id`.
 pub fn halt_key(id: &JobId) -> String {
     format!("halt/{id}")
 }
+/// The key of journal entry `seq` of job `id`.
 pub fn entry_key(id: &JobId, seq: u64) -> String {
     format!("{id}/{seq:010}")
 }
@@ -58,6 +62,7 @@ pub fn entries_prefix(id: &JobId) -> String {
 /// Prefix of the executed-plan markers (table `Plans`). They are never collected: an
 /// approval of an executed plan must stay `Replayed` forever.
 pub const CONSUMED_PREFIX: &str = "consumed/";
+/// The key of the marker of executed plan `plan`.
 pub fn consumed_key(plan: &PlanId) -> String {
     format!("{CONSUMED_PREFIX}{}", plan.to_hex())
 }
@@ -81,12 +86,16 @@ impl Record for Job {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JournalEntry {
+    /// The job.
     pub job: JobId,
+    /// The entry's place in the job's journal (0: the creation).
     pub seq: u64,
+    /// When it was written.
     #[serde(with = "ts")]
     pub at: Timestamp,
     /// The job generation this entry moved the job to.
     pub generation: u64,
+    /// What happened.
     pub entry: Entry,
     /// What changed with it (human readable).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -103,30 +112,47 @@ impl Record for JournalEntry {
     const SCHEMA: u32 = 1;
 }
 
+/// What one journal entry records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum Entry {
     /// The job was born from an approved plan.
-    Created { plan: PlanId },
+    Created {
+        /// The plan.
+        plan: PlanId,
+    },
     /// A command is about to be made (written and fsync'd before the call).
-    Intent { key: CommandKey, action: Action },
+    Intent {
+        /// The command's idempotency key.
+        key: CommandKey,
+        /// What the command does.
+        action: Action,
+    },
     /// The outcome of a command.
     Result {
+        /// The command's idempotency key.
         key: CommandKey,
+        /// Its outcome.
         outcome: CommandOutcome,
     },
     /// Progress from observations alone (checks passed, node back, step done, resolution).
     Progress,
     /// The job stopped on an operator's request.
-    HaltRequested { by: String },
+    HaltRequested {
+        /// Who asked.
+        by: String,
+    },
     /// Health gates were evaluated at `point` (the evidence, as the probe returned it).
     Gates {
+        /// Where in the job.
         point: GatePoint,
+        /// Each gate's verdict and evidence.
         evaluations: Vec<GateEvaluation>,
     },
 }
 
 impl Entry {
+    /// The entry's kind, for journal points (`intent`, `result`, ...).
     pub fn name(&self) -> &'static str {
         match self {
             Entry::Created { .. } => "created",
@@ -142,6 +168,7 @@ impl Entry {
 /// Marks the cluster's running job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActiveJob {
+    /// The job.
     pub job: JobId,
 }
 
@@ -154,9 +181,13 @@ impl Record for ActiveJob {
 /// An operator's request to stop a job before its next mutating command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HaltRequest {
+    /// The job to halt.
     pub job: JobId,
+    /// Who asked.
     pub by: String,
+    /// Why, if they said.
     pub reason: Option<String>,
+    /// When.
     #[serde(with = "ts")]
     pub at: Timestamp,
 }
@@ -170,8 +201,11 @@ impl Record for HaltRequest {
 /// A plan that started jobs: it can never start again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanConsumed {
+    /// The executed plan.
     pub plan: PlanId,
+    /// The jobs started from it.
     pub jobs: Vec<JobId>,
+    /// When.
     #[serde(with = "ts")]
     pub at: Timestamp,
 }
@@ -189,11 +223,17 @@ impl Record for PlanConsumed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobDelta {
+    /// The job's state.
     pub state: JobState,
+    /// The job's generation after the entry.
     pub generation: u64,
+    /// The etcd snapshot taken, once there is one.
     pub snapshot: Option<SnapshotInfo>,
+    /// Snapshot attempts so far.
     pub snapshot_attempts: u32,
+    /// The command journaled and not resolved yet.
     pub in_flight: Option<Intent>,
+    /// The steps that changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepDelta>,
     /// The job's health-gate progress, when it changed (whole: it is bounded).
@@ -201,10 +241,13 @@ pub struct JobDelta {
     pub gates: Option<GateProgress>,
 }
 
+/// What changed in one step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepDelta {
+    /// The step's index in the job.
     pub index: usize,
+    /// Its state.
     pub state: StepState,
     /// Talos step: the nodes that changed, by index in the step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -214,24 +257,31 @@ pub struct StepDelta {
     pub kube: Option<KubeDelta>,
 }
 
+/// What changed in a Kubernetes step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeDelta {
+    /// When the step started.
     #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
+    /// Its tasks.
     pub tasks: TasksDelta,
 }
 
+/// What changed in a Kubernetes step's tasks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum TasksDelta {
+    /// Nothing.
     Unchanged,
     /// The task list was built (or replaced) whole.
     Set {
+        /// The whole list.
         tasks: KubeTasks,
     },
     /// These tasks changed, by index.
     Changed {
+        /// The changed tasks with their indexes.
         tasks: Vec<(usize, KubeTask)>,
     },
 }

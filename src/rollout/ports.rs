@@ -23,7 +23,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// (used as the single-valued `node` metadata target).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NodeTarget {
+    /// The Kubernetes node name.
     pub node: String,
+    /// The address its Talos API answers on.
     pub address: String,
 }
 
@@ -56,13 +58,21 @@ impl UpgradeMethod {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MachineStage {
+    /// Booting.
     Booting,
+    /// Running.
     Running,
+    /// Rebooting.
     Rebooting,
+    /// Shutting down.
     ShuttingDown,
+    /// Upgrading.
     Upgrading,
+    /// Installing.
     Installing,
+    /// In maintenance mode.
     Maintenance,
+    /// Any other stage.
     Other,
 }
 
@@ -114,12 +124,14 @@ pub struct TalosNode {
     pub version: TalosVersion,
     /// `/proc/sys/kernel/random/boot_id`.
     pub boot_id: String,
+    /// What `MachineStatus` reports.
     pub stage: MachineStage,
     /// `MachineStatus.status.ready`: every condition of the node's readiness is met (time
     /// synced, network, services, static pods; `machine_status.go`). "Back" after a reboot is
     /// `stage == Running && ready`, as `talosctl upgrade --wait` decides.
     #[serde(default)]
     pub ready: bool,
+    /// What the node boots next (the bootloader's default entry).
     pub next_boot: NextBoot,
     /// Services that are not Running+healthy (`ServiceList`), by id; empty when all are.
     pub unhealthy_services: Vec<String>,
@@ -130,6 +142,7 @@ pub struct TalosNode {
 pub struct EtcdMember {
     /// Member hostname (the node name on Talos).
     pub name: String,
+    /// Whether the member is a learner.
     pub learner: bool,
     /// Answered `EtcdStatus` with no errors.
     pub healthy: bool,
@@ -140,6 +153,7 @@ pub struct EtcdMember {
 /// The etcd cluster of a Kubernetes cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdHealth {
+    /// The members.
     pub members: Vec<EtcdMember>,
     /// Active alarms (`NOSPACE`, `CORRUPT`), as `member: alarm`.
     pub alarms: Vec<String>,
@@ -175,10 +189,15 @@ pub enum DrainOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Component {
+    /// kube-apiserver.
     ApiServer,
+    /// kube-controller-manager.
     ControllerManager,
+    /// kube-scheduler.
     Scheduler,
+    /// kube-proxy.
     Proxy,
+    /// The kubelet.
     Kubelet,
 }
 
@@ -233,7 +252,9 @@ pub type ComponentImages = BTreeMap<Component, String>;
 /// A static pod as the kube-apiserver shows it (mirror pod of the node).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StaticPod {
+    /// Its image.
     pub image: String,
+    /// Whether it is Ready.
     pub ready: bool,
     /// The mirror pod's `talos.dev/config-version` annotation: the version of the component's
     /// config resource (`APIServerConfigs.kubernetes.talos.dev`, …) the static pod was rendered
@@ -265,7 +286,9 @@ pub struct Manifest(pub serde_json::Value);
 /// A saved etcd snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotInfo {
+    /// Where it was saved.
     pub path: PathBuf,
+    /// Its size in bytes.
     pub size: u64,
     /// sha256 of the whole file, computed by medea, lowercase hex.
     pub sha256: String,
@@ -284,8 +307,11 @@ pub enum PortError {
     /// have taken effect; the executor observes before it calls again.
     #[error("{op} on `{target}` is temporarily unavailable")]
     Transient {
+        /// The call.
         op: &'static str,
+        /// The node or object it was made to.
         target: String,
+        /// What it failed with.
         #[source]
         source: BoxError,
     },
@@ -293,14 +319,18 @@ pub enum PortError {
     /// `FailedPrecondition`, `PermissionDenied`, an unparseable reply). The job halts.
     #[error("{op} on `{target}` failed")]
     Failed {
+        /// The call.
         op: &'static str,
+        /// The node or object it was made to.
         target: String,
+        /// What it failed with.
         #[source]
         source: BoxError,
     },
 }
 
 impl PortError {
+    /// A transient error of `op` on `target`.
     pub fn transient(
         op: &'static str,
         target: impl Into<String>,
@@ -312,6 +342,7 @@ impl PortError {
             source: source.into(),
         }
     }
+    /// A definitive failure of `op` on `target`.
     pub fn failed(
         op: &'static str,
         target: impl Into<String>,
@@ -323,6 +354,7 @@ impl PortError {
             source: source.into(),
         }
     }
+    /// Whether the call may not have run (re-observe before acting again).
     pub fn is_transient(&self) -> bool {
         matches!(self, PortError::Transient { .. })
     }
@@ -463,6 +495,7 @@ pub trait KubePort: Send + Sync {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateContext {
+    /// The cluster.
     pub cluster: String,
     /// Nodes medea is taking down or bringing back at this moment: alerts about them are
     /// expected and ignored by `alerts` gates.
@@ -476,6 +509,7 @@ pub struct GateContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GateVerdict {
+    /// The gate passes.
     Pass,
     /// The check ran and said no, or could not run (an unreachable source is a failure,
     /// never a pass).
@@ -496,7 +530,9 @@ pub struct GateSample {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateEvaluation {
+    /// The gate's name.
     pub gate: String,
+    /// Its verdict.
     pub verdict: GateVerdict,
     /// What the check saw (bounded by the probe: at most a few dozen).
     pub samples: Vec<GateSample>,
@@ -508,6 +544,7 @@ pub struct GateEvaluation {
 /// `health::Probes` implements it at the edge; evaluation never returns an error: a source
 /// that cannot be asked gives [`GateVerdict::Fail`] with the reason in `detail`.
 pub trait HealthProbe: Send + Sync {
+    /// Evaluates `gate` once in `ctx`.
     fn evaluate(
         &self,
         gate: &crate::plan::health::Gate,

@@ -29,9 +29,13 @@ pub type ComponentArgs = BTreeMap<Component, BTreeMap<String, String>>;
 /// What a target minor removed.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Removals {
+    /// kube-apiserver flags.
     pub api_server_flags: &'static [&'static str],
+    /// kube-controller-manager flags.
     pub controller_manager_flags: &'static [&'static str],
+    /// kube-scheduler flags.
     pub scheduler_flags: &'static [&'static str],
+    /// kubelet flags.
     pub kubelet_flags: &'static [&'static str],
     /// Admission plugins (`--enable-admission-plugins` of kube-apiserver).
     pub admission_plugins: &'static [&'static str],
@@ -250,16 +254,22 @@ pub fn removed_in(minor: u64) -> Removals {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RemovedKind {
+    /// A command-line flag.
     Flag,
+    /// A feature gate.
     FeatureGate,
+    /// An admission plugin.
     AdmissionPlugin,
 }
 
 /// One removed setting a node's machine configuration still sets.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RemovedSetting {
+    /// The node whose configuration sets it.
     pub node: String,
+    /// The component.
     pub component: Component,
+    /// Which kind of setting.
     pub kind: RemovedKind,
     /// The flag (without `--`), feature gate or admission plugin.
     pub name: String,

@@ -4,11 +4,10 @@
 //! **Owns:** the reconcile loop, the gRPC API service ([`api`]; the generated code is
 //! [`crate::api::pb`]) and its job/event conversions ([`rollouts`]), authentication and TLS,
 //! wiring of adapters.
-//! **May depend on:** `ops` (replanning, the inventory refresh, diagnostics rendering), the
-//! domain modules, `store`, `api`, `metrics`, `webhook`, `secret`, `build_info` (the exact
-//! list is the `server` row of design/architecture.md); the Talos and Kubernetes clients only
-//! through `ops` and the rollout adapters. Never `cli`,
-//! `bench`, `sim` or `fuzz`. Inside: `api` uses `rollouts`, never the other way.
+//! **May depend on:** the `server` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`); the Talos and Kubernetes clients only through the
+//! application layer and the rollout adapters. Inside: the API service uses the rollouts
+//! module, never the other way.
 //! Architecture Invariant: invalid desired state never changes anything: a revision with
 //! errors only replaces the diagnostics that `medea plan` shows.
 //! Architecture Invariant: every RPC requires the bearer token; no RPC returns credentials.
@@ -443,7 +442,8 @@ fn until(t: jiff::Timestamp) -> std::time::Duration {
 /// Log leadership changes and wake the loops, so that a new leader resumes at once.
 async fn follow_leadership(shared: Arc<Shared>) {
     loop {
-        match shared.leadership.role() {
+        let role = shared.leadership.role();
+        match &role {
             Role::Leader { fence } => {
                 crate::metrics::global().leader.set(1);
                 tracing::info!(replica = %shared.replica, term = fence.term(), "leading")
@@ -458,7 +458,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
             }
         }
         shared.bump();
-        shared.leadership.changed().await;
+        // from the role just logged: a change in between is not missed
+        shared.leadership.changed_from(&role).await;
     }
 }
 

@@ -220,13 +220,27 @@ impl Leadership {
         }
     }
 
-    /// Resolves at the next change of [`Leadership::role`] (including a lease running out).
+    /// Resolves at the next change of [`Leadership::role`] (including a lease running out)
+    /// after this call. A caller that read [`Leadership::role`] before and waits for it to
+    /// change uses [`Leadership::changed_from`]: a change between the two would be missed here.
     /// Never resolves once the campaign has ended for good.
     pub async fn changed(&self) {
+        self.changed_from(&self.role()).await;
+    }
+
+    /// Resolves as soon as [`Leadership::role`] differs from `seen` (at once if it already
+    /// does), including a lease running out. Never resolves once the campaign has ended for
+    /// good with the role still `seen`.
+    pub async fn changed_from(&self, seen: &Role) {
         let mut rx = self.rx.clone();
-        let before = rx.borrow_and_update().effective(Instant::now());
         loop {
-            let until = rx.borrow().valid_until;
+            let until = {
+                let state = rx.borrow_and_update();
+                if state.effective(Instant::now()) != *seen {
+                    return;
+                }
+                state.valid_until
+            };
             let expiry = async {
                 match until {
                     Some(u) => tokio::time::sleep_until(tokio::time::Instant::from_std(u)).await,
@@ -235,14 +249,11 @@ impl Leadership {
             };
             tokio::select! {
                 r = rx.changed() => {
-                    if r.is_err() && rx.borrow().effective(Instant::now()) == before {
+                    if r.is_err() && rx.borrow().effective(Instant::now()) == *seen {
                         std::future::pending::<()>().await;
                     }
                 }
                 _ = expiry => {}
-            }
-            if rx.borrow_and_update().effective(Instant::now()) != before {
-                return;
             }
         }
     }
@@ -250,17 +261,22 @@ impl Leadership {
     /// Resolves with the fence as soon as this replica leads.
     pub async fn leading(&self) -> Fence {
         loop {
-            if let Some(f) = self.fence() {
-                return f;
+            let role = self.role();
+            if let Role::Leader { fence } = &role {
+                return fence.clone();
             }
-            self.changed().await;
+            self.changed_from(&role).await;
         }
     }
 
     /// Resolves when `fence`'s term is over for this replica (deposed, expired or resigned).
     pub async fn lost(&self, fence: &Fence) {
-        while self.ensure(fence).is_ok() {
-            self.changed().await;
+        loop {
+            let role = self.role();
+            if !matches!(&role, Role::Leader { fence: f } if f == fence) {
+                return;
+            }
+            self.changed_from(&role).await;
         }
     }
 
@@ -425,6 +441,27 @@ mod tests {
         c.extend(Instant::now() + Duration::from_secs(60));
         assert!(!l.is_leader());
         assert!(l.ensure(&fence).is_err());
+    }
+
+    /// A change between reading the role and starting to wait is not lost: the follower that
+    /// printed "following -" learns the leader (the `ha::replicas` flake: `b` never printed
+    /// "following a" when `a` won between `role()` and `changed()`).
+    #[tokio::test]
+    async fn a_change_before_the_wait_starts_is_not_missed() {
+        let (l, c) = Leadership::campaign("b", None);
+        let seen = l.role();
+        assert_eq!(seen, Role::Follower { leader: None }, "no leader known yet");
+        c.follow(Some("a".to_string()));
+        tokio::time::timeout(Duration::from_secs(10), l.changed_from(&seen))
+            .await
+            .expect("changed_from resolves at once: the role already differs from what was seen");
+        let fence = Fence::new("b", 4);
+        let seen = l.role();
+        c.lead(fence.clone(), Instant::now() + Duration::from_secs(60));
+        tokio::time::timeout(Duration::from_secs(10), l.changed_from(&seen))
+            .await
+            .expect("and again when it becomes the leader");
+        assert_eq!(l.fence(), Some(fence));
     }
 
     #[tokio::test]

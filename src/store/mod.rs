@@ -5,8 +5,8 @@
 //! in-memory backend for tests ([`mem`], same check semantics as fjall), the etcd
 //! backend for HA replicas (`etcd`, behind the `etcd` cargo feature), where a store lives
 //! ([`location`]), and leadership with fencing ([`leader`]).
-//! **May depend on:** nothing in medea but the record types it persists (each record type
-//! implements [`Record`] next to its definition).
+//! **May depend on:** the `store` row of design/architecture.md's code map; each record type
+//! implements [`Record`] next to its definition, so the store names none of them.
 //!
 //! Architecture Invariant: every multi-key change is one [`Txn`], applied all-or-nothing; a
 //! [`Durability::Durable`] commit is on disk (fsync) before `commit` returns, which is what the

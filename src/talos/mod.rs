@@ -3,8 +3,9 @@
 //!
 //! **Owns:** the talosconfig format ([`config`]), the generated code of `proto/talos`
 //! ([`proto`]), [`TalosClient`] and the [`TalosApi`] trait with its domain types ([`types`]).
-//! **May depend on:** `version` only (plus tonic/prost/rustls). Nothing in here knows about
-//! plans or rollouts; the rollout executor drives nodes through [`TalosApi`].
+//! **May depend on:** the `talos` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`), plus tonic/prost/rustls. Nothing in here plans or
+//! sequences rollouts: the executor drives nodes through the port that `adapter` implements.
 //!
 //! Architecture Invariants:
 //! - Every request names exactly one target in the single-valued `node` metadata key; the

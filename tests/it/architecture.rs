@@ -282,6 +282,8 @@ struct FileFacts {
     refs: Vec<Reference>,
     test_mods: Vec<String>,
     has_code: bool,
+    /// The file's `//!` header, line by line (number, text after `//!`).
+    header: Vec<(usize, String)>,
 }
 
 struct Collector {
@@ -586,6 +588,12 @@ fn check(tree: &Tree<'_>) -> Vec<Violation> {
             })
             .collect();
         c.visit_file(&ast);
+        c.facts.header = text
+            .lines()
+            .enumerate()
+            .take_while(|(_, l)| l.starts_with("//!"))
+            .map(|(i, l)| (i + 1, l.trim_start_matches("//!").trim().to_string()))
+            .collect();
         parsed.insert(r, (module, c.facts));
     }
     let mut test_files = BTreeSet::new();
@@ -731,9 +739,94 @@ fn check(tree: &Tree<'_>) -> Vec<Violation> {
             }
         }
     }
+    // 4. Module headers keep no second copy of the map.
+    for (r, module, facts) in &prod {
+        let Some(from) = module.first() else {
+            continue;
+        };
+        let Some(row) = table.get(from) else {
+            continue;
+        };
+        let Some((line, says)) = may_depend_on(&facts.header) else {
+            continue;
+        };
+        // the other top-level modules the paragraph names, as paths after `crate::`
+        let named: Vec<Vec<String>> = backticked(&says)
+            .iter()
+            .map(|b| {
+                b.trim_start_matches("crate::")
+                    .split("::")
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|segs| &segs[0] != from && table.contains_key(&segs[0]))
+            .collect();
+        if module.len() == 1 {
+            if !says.contains(tree.doc_name) || !named.is_empty() {
+                out.push(Violation {
+                    file: (*r).clone(),
+                    line,
+                    import: "May depend on".into(),
+                    rule: format!(
+                        "a top-level module's header points at the `{from}` row of {}'s code map instead of listing modules (a second copy drifts){}",
+                        tree.doc_name,
+                        if named.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "; it names {}",
+                                named
+                                    .iter()
+                                    .map(|s| format!("`{}`", s.join("::")))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        }
+                    ),
+                });
+            }
+        } else {
+            for segs in named {
+                if !row.allows(&segs) {
+                    out.push(Violation {
+                        file: (*r).clone(),
+                        line,
+                        import: segs.join("::"),
+                        rule: format!(
+                            "the header says `{}` may depend on `{}`, but {}:{} does not allow it for `{from}`",
+                            module.join("::"),
+                            segs.join("::"),
+                            tree.doc_name,
+                            row.line
+                        ),
+                    });
+                }
+            }
+        }
+    }
     out.sort();
     out.dedup();
     out
+}
+
+/// The header's `**May depend on:**` paragraph: its line and its text up to the next bold
+/// label (`**Used by:**`), blank line or `Architecture Invariant`.
+fn may_depend_on(header: &[(usize, String)]) -> Option<(usize, String)> {
+    const MARK: &str = "**May depend on:**";
+    let start = header.iter().position(|(_, l)| l.contains(MARK))?;
+    let (line, first) = &header[start];
+    let mut says = first[first.find(MARK)? + MARK.len()..].to_string();
+    for (_, l) in &header[start + 1..] {
+        if l.is_empty() || l.starts_with("**") || l.starts_with("Architecture Invariant") {
+            break;
+        }
+        says.push(' ');
+        says.push_str(l);
+    }
+    if let Some(end) = says.find("**") {
+        says.truncate(end);
+    }
+    Some((*line, says))
 }
 
 /// What pure code may name of `crate::store`: a record type declares its encoding (the
@@ -850,6 +943,12 @@ fn the_checker_finds_every_planted_violation_and_nothing_else() {
             "neither src/ghost.rs nor src/ghost/mod.rs exists",
         ),
         // after a `#[cfg(test)] mod` and after a `"http://…"` literal: still checked
+        // a submodule's header names a module its top-level row does not allow (`base` it does)
+        (
+            "src/domain/header.rs:1",
+            "edge::e",
+            "the header says `domain::header` may depend on `edge::e`, but architecture.md:8",
+        ),
         ("src/domain/io.rs:0", "src/domain/io.rs", "does not exist"),
         ("src/domain/mod.rs:15", "std::fs::read", "no `std::fs`"),
         (
@@ -893,6 +992,12 @@ fn the_checker_finds_every_planted_violation_and_nothing_else() {
         ),
         ("src/empty:0", "empty", "has no code"),
         ("src/missing.rs:0", "src/missing.rs", "does not exist"),
+        // a top-level header that copies the map (`base.rs` points at it: no finding)
+        (
+            "src/store.rs:1",
+            "May depend on",
+            "points at the `store` row of architecture.md's code map instead of listing modules (a second copy drifts); it names `base`",
+        ),
         ("src/unlisted:0", "unlisted", "no row"),
     ];
     let got: Vec<(String, &str)> = found

@@ -36,6 +36,7 @@ mod ops;
 mod output_snapshots;
 mod plan;
 mod plan_time;
+mod plan_scenarios;
 mod preflight;
 mod preflight_observe;
 mod rollout;

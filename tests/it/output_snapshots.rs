@@ -31,15 +31,15 @@ fn root() -> PathBuf {
 /// The substitutions applied to an output before it is compared: each `(actual, placeholder)`
 /// names one run-specific value. Nothing is removed, only renamed.
 #[derive(Default)]
-struct Normalise(Vec<(String, String)>);
+pub(crate) struct Normalise(Vec<(String, String)>);
 
 impl Normalise {
     /// The checkout itself is `<repo>` (the server names its desired directory).
-    fn new() -> Normalise {
+    pub(crate) fn new() -> Normalise {
         Normalise::default().path(&root(), "<repo>")
     }
     /// A temporary directory (its canonical spelling too) is `placeholder`.
-    fn path(mut self, p: &Path, placeholder: &str) -> Normalise {
+    pub(crate) fn path(mut self, p: &Path, placeholder: &str) -> Normalise {
         if let Ok(c) = p.canonicalize() {
             self.0
                 .push((c.to_string_lossy().into_owned(), placeholder.into()));
@@ -65,7 +65,7 @@ impl Normalise {
 }
 
 /// A command run as a user sees it: the command line, the exit status, stdout and stderr.
-fn transcript(shown: &str, out: &Output, n: &Normalise) -> String {
+pub(crate) fn transcript(shown: &str, out: &Output, n: &Normalise) -> String {
     n.apply(&format!(
         "$ {shown}\nexit status: {}\n--- stdout\n{}--- stderr\n{}",
         out.status
@@ -76,7 +76,7 @@ fn transcript(shown: &str, out: &Output, n: &Normalise) -> String {
     ))
 }
 
-fn medea() -> Command {
+pub(crate) fn medea() -> Command {
     let mut c = crate::cli::medea();
     c.env("NO_COLOR", "1")
         .env_remove("MEDEA_STORE")
@@ -85,7 +85,7 @@ fn medea() -> Command {
     c
 }
 
-fn run(mut c: Command) -> Output {
+pub(crate) fn run(mut c: Command) -> Output {
     c.output().expect("the medea binary runs")
 }
 

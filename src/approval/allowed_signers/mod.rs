@@ -57,6 +57,7 @@ pub struct SignersDiagnostic {
     pub line: usize,
     /// 1-based column (in characters) of the offending token, when known.
     pub column: Option<usize>,
+    /// What is wrong with the line.
     pub message: String,
 }
 
@@ -119,9 +120,11 @@ pub fn parse(text: &str) -> (AllowedSigners, Vec<SignersDiagnostic>) {
 }
 
 impl AllowedSigners {
+    /// The entries, in file order.
     pub fn entries(&self) -> &[SignerEntry] {
         &self.entries
     }
+    /// Whether the file has no entry (nobody can approve).
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -168,9 +171,11 @@ impl SignerEntry {
             Some(list) => match_pattern_list(namespace, list) == PatternMatch::Positive,
         }
     }
+    /// The `valid-after` bound, if the line has one.
     pub fn valid_after(&self) -> Option<Timestamp> {
         self.valid_after
     }
+    /// The `valid-before` bound, if the line has one.
     pub fn valid_before(&self) -> Option<Timestamp> {
         self.valid_before
     }
@@ -190,6 +195,7 @@ impl SignerEntry {
         }
         Validity::Valid
     }
+    /// The signer's public key.
     pub fn key(&self) -> &PublicKey {
         &self.key
     }
@@ -202,9 +208,18 @@ impl SignerEntry {
 /// Where a timestamp falls in an entry's validity window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Validity {
+    /// Inside the window (or the line sets no bounds).
     Valid,
-    NotYetValid { valid_after: Timestamp },
-    Expired { valid_before: Timestamp },
+    /// Before the line's `valid-after`.
+    NotYetValid {
+        /// The line's `valid-after`.
+        valid_after: Timestamp,
+    },
+    /// After the line's `valid-before`.
+    Expired {
+        /// The line's `valid-before`.
+        valid_before: Timestamp,
+    },
 }
 
 /// Canonical allowed_signers line (times written as `YYYYMMDDHHMMSSZ`).

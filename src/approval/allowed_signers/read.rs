@@ -8,27 +8,42 @@ use super::{AllowedSigners, MAX_FILE_BYTES, SignersDiagnostic, parse_file};
 /// Why an allowed_signers file cannot be the trust root.
 #[derive(Debug, thiserror::Error)]
 pub enum SignersFileError {
+    /// The path could not be resolved (it or a link it follows is missing or unreadable).
     #[error("cannot read the allowed signers file `{}`", path.display())]
     Resolve {
+        /// The file as configured.
         path: PathBuf,
+        /// What resolving it failed with.
         #[source]
         err: std::io::Error,
     },
+    /// The file could not be read within its bounds (not a regular file, too large, I/O).
     #[error("cannot read the allowed signers file `{}`", path.display())]
     Read {
+        /// The file as configured.
         path: PathBuf,
+        /// What the bounded read failed with.
         #[source]
         err: crate::private_file::BoundedReadError,
     },
+    /// The file is not UTF-8 text.
     #[error("the allowed signers file `{}` is not UTF-8 text (at byte {at})", path.display())]
-    NotUtf8 { path: PathBuf, at: usize },
+    NotUtf8 {
+        /// The file as configured.
+        path: PathBuf,
+        /// The byte offset of the first invalid UTF-8 sequence.
+        at: usize,
+    },
+    /// At least one line is invalid: the file is refused whole.
     #[error(
         "the allowed signers file `{}` has errors (a trust root is used whole or not at all):\n{}",
         path.display(),
         diagnostics.iter().map(|d| format!("  {}", d.located(path))).collect::<Vec<_>>().join("\n")
     )]
     Invalid {
+        /// The file as configured.
         path: PathBuf,
+        /// Every bad line, with its line and column.
         diagnostics: Vec<SignersDiagnostic>,
     },
 }

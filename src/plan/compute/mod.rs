@@ -56,18 +56,31 @@ use crate::version::{KubeVersion, TalosVersion};
 
 /// Diagnostic codes of plan errors (rendered like desired-state diagnostics).
 pub mod codes {
+    /// A Talos version older than what the machines run, without `allowDowngrade`.
     pub const DOWNGRADE: &str = "medea::plan::downgrade";
+    /// No upgrade path between the running and the target Talos version.
     pub const TALOS_PATH: &str = "medea::plan::talos-path";
+    /// A Kubernetes target more than one minor ahead.
     pub const KUBERNETES_SKEW: &str = "medea::plan::kubernetes-skew";
+    /// A Kubernetes target older than what the cluster runs.
     pub const KUBERNETES_DOWNGRADE: &str = "medea::plan::kubernetes-downgrade";
+    /// A Kubernetes target the Talos the machines will run does not support.
     pub const KUBERNETES_UNSUPPORTED: &str = "medea::plan::kubernetes-unsupported";
+    /// A Talos minor the compatibility catalog does not know.
     pub const CATALOG: &str = "medea::plan::catalog";
+    /// Kubelets further behind the control plane than Kubernetes allows.
     pub const KUBELET_SKEW: &str = "medea::plan::kubelet-skew";
+    /// A pool names a machine the inventory does not have.
     pub const UNKNOWN_MACHINE: &str = "medea::plan::unknown-machine";
+    /// A machine picked by two pools.
     pub const MACHINE_TWICE: &str = "medea::plan::machine-in-two-pools";
+    /// A machine whose observed role is not its pool's.
     pub const ROLE_MISMATCH: &str = "medea::plan::role-mismatch";
+    /// An installer without a schematic would strip the node's system extensions.
     pub const SCHEMATIC_DROPPED: &str = "medea::plan::schematic-dropped";
+    /// More machines unavailable already than may be away at once: the upgrade cannot start.
     pub const UNAVAILABLE: &str = "medea::plan::unavailable";
+    /// A fact the plan needs was not observed (a version, a platform).
     pub const UNOBSERVED: &str = "medea::plan::unobserved";
 }
 
@@ -415,6 +428,7 @@ pub struct MemoStats {
 }
 
 impl PlanMemo {
+    /// What the last planning call reused and planned afresh.
     pub fn last_stats(&self) -> MemoStats {
         self.last
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 pub enum Severity {
     /// The plan cannot be approved unless the Cluster acknowledges the finding's id.
     Blocking,
+    /// Shown; the plan can be approved.
     Warning,
 }
 
@@ -21,7 +22,9 @@ pub struct Finding {
     pub id: String,
     /// Which check found it (`removed-api`, `pdb`, `etcd`, `node`, `credentials`, `promotion`).
     pub check: String,
+    /// Blocking or a warning.
     pub severity: Severity,
+    /// What was found, for a person.
     pub message: String,
     /// What was seen, and where (one line each).
     pub evidence: Vec<String>,
@@ -97,12 +100,19 @@ use crate::plan::model::{ClusterPlan, Step};
 
 /// The check names, as `Finding::check` carries them.
 pub mod checks {
+    /// An API the target Kubernetes removes is still used.
     pub const REMOVED_API: &str = "removed-api";
+    /// A PodDisruptionBudget that would block a drain.
     pub const PDB: &str = "pdb";
+    /// etcd's health (alarms, members).
     pub const ETCD: &str = "etcd";
+    /// A node under pressure or not ready.
     pub const NODE: &str = "node";
+    /// Credentials that expire soon.
     pub const CREDENTIALS: &str = "credentials";
+    /// A version the upstream cluster has not run long enough.
     pub const PROMOTION: &str = "promotion";
+    /// Observations that were not gathered.
     pub const OBSERVATIONS: &str = "observations";
 }
 
@@ -294,6 +304,7 @@ pub(crate) fn dur(d: std::time::Duration) -> String {
 /// cluster some Cluster is promoted after.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Context {
+    /// The time findings are judged at (credential lifetimes, promotion soak); `None`: unknown.
     pub now: Option<Timestamp>,
     /// Upstream cluster name → what its successful jobs proved.
     pub promotion: std::collections::BTreeMap<String, PromotionEvidence>,

@@ -21,11 +21,14 @@ use crate::version::{KubeVersion, TalosVersion};
 pub struct PromotionEvidence {
     /// The cluster's name.
     pub cluster: String,
+    /// Each Talos version a successful job brought, and when the first such job ended.
     pub talos: BTreeMap<TalosVersion, Timestamp>,
+    /// Each Kubernetes version a successful job brought, and when the first such job ended.
     pub kubernetes: BTreeMap<KubeVersion, Timestamp>,
 }
 
 impl PromotionEvidence {
+    /// Evidence of `cluster`, empty.
     pub fn new(cluster: impl Into<String>) -> PromotionEvidence {
         PromotionEvidence {
             cluster: cluster.into(),

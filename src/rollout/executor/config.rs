@@ -5,6 +5,7 @@ use super::*;
 
 /// Wall-clock time for the executor (the machine gets it as an argument).
 pub trait Clock: Send + Sync {
+    /// Now.
     fn now(&self) -> Timestamp;
 }
 
@@ -27,6 +28,7 @@ pub struct TokioClock {
 }
 
 impl TokioClock {
+    /// A clock that reads `base` now and moves with tokio's (paused) time.
     pub fn starting_at(base: Timestamp) -> TokioClock {
         TokioClock {
             base,
@@ -45,6 +47,7 @@ impl Clock for TokioClock {
 
 /// Extra preconditions on every executor transaction (the HA leader lease).
 pub trait CommitFence: Send + Sync {
+    /// The preconditions added to every transaction.
     fn checks(&self) -> Vec<Check>;
     /// Called right before each mutating call, with the checks its intent was journaled
     /// under: do they still hold here and now? A replica whose term ended (lease expired,
@@ -70,10 +73,13 @@ impl CommitFence for NoFence {
 /// store commit of this executor (1-based), or of the first commit of a named journal entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CrashPoints {
+    /// Abort right before the N-th commit.
     pub before: Option<u64>,
+    /// Abort right after the N-th commit.
     pub after: Option<u64>,
     /// The first commit of this entry ([`entry_point`], e.g. `intent:upgrade:cp-2`).
     pub before_entry: Option<String>,
+    /// The first commit of this entry: abort right after it.
     pub after_entry: Option<String>,
     /// Freeze the process (SIGSTOP to itself) right after the first commit of this entry, as a
     /// VM stall would: the HA tests resume it with SIGCONT after a failover.
@@ -123,6 +129,7 @@ pub fn entry_point(entry: &Entry) -> String {
     }
 }
 
+/// How the executor runs: the global switch, where snapshots go, its timing, crash points.
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
     /// The server's global `--rollouts` switch.
@@ -133,13 +140,16 @@ pub struct ExecutorConfig {
     pub poll: Duration,
     /// Backoff after transient failures: from `backoff_min`, doubling, capped at `backoff_max`.
     pub backoff_min: Duration,
+    /// The cap of the backoff.
     pub backoff_max: Duration,
     /// Longest single sleep, so halt requests are noticed while waiting for a window.
     pub max_sleep: Duration,
+    /// The crash harness's abort points (none outside tests).
     pub crash: CrashPoints,
 }
 
 impl ExecutorConfig {
+    /// The defaults, with the global switch `rollouts` and snapshots under `snapshot_dir`.
     pub fn new(rollouts: bool, snapshot_dir: PathBuf) -> ExecutorConfig {
         ExecutorConfig {
             rollouts,

@@ -7,8 +7,13 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "gate")]
 pub enum Gate {
+    /// The server runs without `--rollouts`.
     GlobalRollouts,
-    ClusterDisabled { cluster: String },
+    /// The cluster has `rolloutsEnabled: false`.
+    ClusterDisabled {
+        /// The cluster's name.
+        cluster: String,
+    },
 }
 
 impl std::fmt::Display for Gate {
@@ -25,14 +30,20 @@ impl std::fmt::Display for Gate {
 /// How a [`Executor::run`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
+    /// Every step ran to its end.
     Succeeded,
+    /// The job halted and will not continue.
     Halted {
+        /// Why.
         reason: HaltReason,
+        /// The plan step it halted in, if any.
         step: Option<usize>,
+        /// The node it halted at, if any.
         node: Option<String>,
     },
     /// A gate is closed: the job is still running and continues when it opens (run it again).
     Paused {
+        /// The closed gate.
         gate: Gate,
     },
 }
@@ -41,13 +52,19 @@ pub enum RunOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutEvent {
+    /// The job.
     pub job: JobId,
+    /// The job's cluster.
     pub cluster: String,
     /// Index of the plan step.
     pub step: Option<usize>,
+    /// The pool of the step, for a Talos step.
     pub pool: Option<String>,
+    /// The node, when the event is about one.
     pub node: Option<String>,
+    /// The command, when the event is about one.
     pub op: Option<CommandOp>,
+    /// What happened.
     pub state: EventState,
     /// How many steps the job has (for "step 1/3").
     pub steps: usize,
@@ -55,38 +72,51 @@ pub struct RolloutEvent {
     pub image: Option<String>,
 }
 
+/// What a [`RolloutEvent`] reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "state")]
 pub enum EventState {
     /// Journaled, about to be called.
     Intended {
+        /// 1-based attempt of the command.
         attempt: u32,
     },
+    /// The call succeeded.
     Done,
     /// The call came back transient; its effect will be observed.
     Unknown {
+        /// The error, for a person.
         error: String,
     },
     /// Something advanced on observations alone.
     Progress {
+        /// What advanced.
         note: String,
     },
+    /// Waiting for something to happen (a node to come back, a drain, a window).
     Waiting {
+        /// What it waits for.
         reason: String,
     },
     /// A health gate was evaluated (issue #23).
     GateEvaluated {
+        /// Where in the job the gate was evaluated.
         point: crate::rollout::sequencer::GatePoint,
+        /// The verdict and its evidence.
         evaluation: crate::rollout::ports::GateEvaluation,
     },
+    /// A gate is closed: the job waits for it to open.
     Paused {
+        /// The closed gate.
         gate: Gate,
     },
+    /// The job halted.
     Halted {
         /// Serialized as `reason` (the text) and `code` (the stable halt code).
         #[serde(flatten)]
         reason: HaltReason,
     },
+    /// The job succeeded.
     Succeeded,
 }
 

@@ -34,6 +34,7 @@ mod events;
 pub use config::*;
 pub use events::*;
 
+/// Runs jobs against the Talos (`T`) and Kubernetes (`K`) ports: journal the intent, act, journal the outcome.
 pub struct Executor<T, K, C = SystemClock, H = NoProbe> {
     store: Arc<dyn Store>,
     talos: T,
@@ -115,10 +116,12 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         }
     }
 
+    /// The health probe gates are evaluated with.
     pub fn probe(&self) -> &H {
         &self.probe
     }
 
+    /// Adds `fence`'s preconditions to every commit (the HA leader lease).
     pub fn with_fence(mut self, fence: Arc<dyn CommitFence>) -> Self {
         self.fence = fence;
         self
@@ -129,9 +132,11 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         self.events.subscribe()
     }
 
+    /// The Talos port.
     pub fn talos(&self) -> &T {
         &self.talos
     }
+    /// The Kubernetes port.
     pub fn kube(&self) -> &K {
         &self.kube
     }

@@ -7,23 +7,33 @@ use super::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CommandOp {
+    /// Save an etcd snapshot.
     Snapshot,
+    /// Pull the installer image.
     Pull,
     /// The pull of a node of the next wave, made while the current wave is away (best effort:
     /// a failure never halts the job; the node then pulls at its turn).
     PullAhead,
+    /// Cordon the node.
     Cordon,
+    /// Drain the node.
     Drain,
+    /// Install the new version.
     Upgrade,
+    /// Reboot the node.
     Reboot,
+    /// Uncordon the node.
     Uncordon,
+    /// Set a static-pod component's image.
     SetImage,
+    /// Sync the bootstrap manifests.
     ApplyManifests,
     /// `MachineService.Rollback` after a failed health gate (never made twice).
     Rollback,
 }
 
 impl CommandOp {
+    /// The name journal points and events use (`upgrade`, `pull-ahead`, ...).
     pub fn name(self) -> &'static str {
         match self {
             CommandOp::Snapshot => "etcd-snapshot",
@@ -50,9 +60,13 @@ impl fmt::Display for CommandOp {
 /// The idempotency key of a command: (job, step, node, op, attempt).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct CommandKey {
+    /// The job.
     pub job: JobId,
+    /// The step's index in the job.
     pub step: usize,
+    /// The node, for a per-node command.
     pub node: Option<String>,
+    /// The command.
     pub op: CommandOp,
     /// 1 for the first call, +1 for each re-issue.
     pub attempt: u32,
@@ -78,44 +92,69 @@ impl fmt::Display for CommandKey {
 pub enum Action {
     /// Save an etcd snapshot through `via` into the job's snapshot file.
     Snapshot {
+        /// The node whose etcd is snapshotted.
         via: NodeTarget,
     },
+    /// Pull an image into the node's CRI namespace.
     Pull {
+        /// The node.
         node: NodeTarget,
+        /// The image.
         image: String,
+        /// The CRI namespace (the installer's, or the static pods').
         namespace: ImageNamespace,
     },
+    /// Cordon the node.
     Cordon {
+        /// The node name.
         node: String,
     },
+    /// Drain the node by evictions.
     Drain {
+        /// The node name.
         node: String,
+        /// How long PodDisruptionBudgets may block it.
         timeout_secs: u64,
         /// Which pods are evicted. Journals written before the field existed read as
         /// [`DrainPolicy::legacy`], what those drains did.
         #[serde(default = "DrainPolicy::legacy")]
         policy: DrainPolicy,
     },
+    /// Install `image` on the node.
     Upgrade {
+        /// The node.
         node: NodeTarget,
+        /// The installer image.
         image: String,
+        /// The RPC (the lifecycle service, or the legacy one that reboots by itself).
         method: UpgradeMethod,
         /// Boot id observed right before the call.
         boot_id_before: String,
     },
+    /// Reboot the node.
     Reboot {
+        /// The node.
         node: NodeTarget,
+        /// Its boot id before the call: a new one proves the reboot.
         boot_id_before: String,
     },
+    /// Uncordon the node.
     Uncordon {
+        /// The node name.
         node: String,
     },
+    /// Set a static-pod component's image in the node's machine config.
     SetImage {
+        /// The node.
         node: NodeTarget,
+        /// The component.
         component: Component,
+        /// The image.
         image: String,
     },
+    /// Sync the bootstrap manifests through `via`.
     ApplyManifests {
+        /// The control-plane node the sync goes through.
         via: NodeTarget,
         /// A node runs Talos < 1.13: the legacy sync (no server-side apply, no inventory).
         #[serde(default)]
@@ -125,6 +164,7 @@ pub enum Action {
     /// `to` again. Journaled before the call; after a crash it is resolved by observing the
     /// node, never made again (a second call would flip the A/B slot back).
     Rollback {
+        /// The node.
         node: NodeTarget,
         /// The version the node must come back on (what it ran before the job).
         to: crate::version::TalosVersion,
@@ -146,6 +186,7 @@ impl Action {
 }
 
 impl Action {
+    /// The command's kind.
     pub fn op(&self) -> CommandOp {
         match self {
             Action::Snapshot { .. } => CommandOp::Snapshot,
@@ -162,9 +203,12 @@ impl Action {
     }
 }
 
+/// A command to make: its idempotency key and what it does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command {
+    /// The idempotency key.
     pub key: CommandKey,
+    /// What it does.
     pub action: Action,
 }
 
@@ -172,8 +216,11 @@ pub struct Command {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Intent {
+    /// The idempotency key.
     pub key: CommandKey,
+    /// What it does.
     pub action: Action,
+    /// When it was journaled.
     #[serde(with = "ts")]
     pub issued_at: Timestamp,
     /// Set when the call came back transient: its effect is unknown until observed.
@@ -184,19 +231,26 @@ pub struct Intent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "outcome")]
 pub enum CommandOutcome {
+    /// The call succeeded.
     Done,
+    /// The snapshot was saved.
     Snapshot {
+        /// Where, and its size.
         info: SnapshotInfo,
     },
+    /// The drain ended.
     Drain {
+        /// How.
         result: DrainOutcome,
     },
     /// The call may or may not have taken effect (UNAVAILABLE, connection lost).
     Transient {
+        /// The error, for a person.
         error: String,
     },
     /// The call failed definitely: the job halts.
     Failed {
+        /// The error, for a person.
         error: String,
     },
 }

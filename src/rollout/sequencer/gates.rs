@@ -23,11 +23,24 @@ pub enum GatePoint {
     /// Before the job touches anything (the cluster's gates, no soak).
     BeforeJob,
     /// Before a wave of a Talos step starts (the pool's gates, no soak).
-    BeforeWave { step: usize, wave: usize },
+    BeforeWave {
+        /// The Talos step.
+        step: usize,
+        /// The wave (0-based).
+        wave: usize,
+    },
     /// The soak after a wave (the pool's gates and soak); the last wave's is the pool's soak.
-    AfterWave { step: usize, wave: usize },
+    AfterWave {
+        /// The Talos step.
+        step: usize,
+        /// The wave (0-based).
+        wave: usize,
+    },
     /// The soak after a Kubernetes step (the cluster's gates and soak).
-    AfterStep { step: usize },
+    AfterStep {
+        /// The Kubernetes step.
+        step: usize,
+    },
     /// The soak after the whole job (the cluster's gates and soak), before it succeeds.
     AfterJob,
 }
@@ -68,11 +81,13 @@ impl GatePoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateStreak {
+    /// The gate's name.
     pub gate: String,
     /// Since when it has passed every evaluation (`None`: its last evaluation failed, or
     /// none was made yet).
     #[serde(with = "ts_opt")]
     pub passing_since: Option<Timestamp>,
+    /// Failed evaluations in a row.
     pub consecutive_failures: u32,
 }
 
@@ -80,7 +95,9 @@ pub struct GateStreak {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateRun {
+    /// The point.
     pub point: GatePoint,
+    /// When checking it began.
     #[serde(with = "ts")]
     pub started: Timestamp,
     /// How long every gate must pass continuously here.
@@ -88,6 +105,7 @@ pub struct GateRun {
     /// The next evaluation is due then.
     #[serde(with = "ts")]
     pub next_at: Timestamp,
+    /// Each gate's streak.
     pub streaks: Vec<GateStreak>,
 }
 
@@ -106,9 +124,12 @@ impl GateRun {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateRecord {
+    /// Where it was evaluated.
     pub point: GatePoint,
+    /// When.
     #[serde(with = "ts")]
     pub at: Timestamp,
+    /// The verdict and its evidence.
     #[serde(flatten)]
     pub evaluation: GateEvaluation,
 }
@@ -117,11 +138,15 @@ pub struct GateRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateFailure {
+    /// Where it failed.
     pub point: GatePoint,
+    /// The gate's name.
     pub gate: String,
     /// Consecutive failed evaluations (the policy's `failureLimit`).
     pub failures: u32,
+    /// Why, as the probe said.
     pub detail: String,
+    /// The samples of the last evaluation.
     pub samples: Vec<GateSample>,
     /// Nodes rolled back to their previous version before the halt (`onFailure: rollback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -168,8 +193,10 @@ impl fmt::Display for GateFailure {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateProgress {
+    /// Points whose gates passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed: Vec<GatePoint>,
+    /// The point being checked, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<GateRun>,
     /// The latest evaluation of each gate, and the last [`MAX_FAILED_RECORDS`] failed ones,
@@ -183,9 +210,11 @@ pub struct GateProgress {
 }
 
 impl GateProgress {
+    /// Whether no gate was ever checked.
     pub fn is_empty(&self) -> bool {
         self == &GateProgress::default()
     }
+    /// Whether the gates of `p` passed.
     pub fn passed(&self, p: &GatePoint) -> bool {
         self.passed.contains(p)
     }
@@ -232,8 +261,11 @@ impl GateProgress {
 /// What a job asks the probe to evaluate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateAsk {
+    /// Where.
     pub point: GatePoint,
+    /// The gates to evaluate.
     pub gates: Vec<crate::plan::health::Gate>,
+    /// What the probe may ignore right now.
     pub ctx: GateContext,
 }
 

@@ -23,6 +23,7 @@ pub struct HaltReason {
 }
 
 impl HaltReason {
+    /// A halt reason with its code and its message.
     pub fn new(code: HaltCode, message: impl Into<String>) -> HaltReason {
         HaltReason {
             code,
@@ -58,6 +59,7 @@ impl HaltReason {
         self.gate.as_deref()
     }
 
+    /// The code.
     pub fn code(&self) -> HaltCode {
         self.code
     }

@@ -87,9 +87,19 @@ pub enum Next {
     /// Check the gates, journal the intent ([`intend`]), call, [`complete`].
     Run(Command),
     /// Observe again after a while.
-    Poll { why: PollWhy, reason: String },
+    Poll {
+        /// What it waits for, as a kind.
+        why: PollWhy,
+        /// What it waits for, for a person.
+        reason: String,
+    },
     /// Nothing may start before `at` (maintenance window).
-    WaitUntil { at: Timestamp, reason: String },
+    WaitUntil {
+        /// When the window opens.
+        at: Timestamp,
+        /// Why, for a person.
+        reason: String,
+    },
     /// The job is terminal.
     Finished,
 }
@@ -99,6 +109,7 @@ pub enum Next {
 pub struct Transition {
     /// The new job; its generation moved iff anything changed.
     pub job: Job,
+    /// What the executor does next.
     pub next: Next,
     /// What changed, for the journal and the events.
     pub notes: Vec<String>,
@@ -108,6 +119,7 @@ pub struct Transition {
 }
 
 impl Transition {
+    /// Whether the transition changed the job (its generation moved).
     pub fn changed(&self, before: &Job) -> bool {
         self.job.generation != before.generation
     }

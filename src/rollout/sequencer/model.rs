@@ -9,6 +9,7 @@ use super::*;
 pub struct JobId(String);
 
 impl JobId {
+    /// The job of `plan` in `cluster` (one job per cluster of a plan).
     pub fn for_plan(plan: &PlanId, cluster: &str) -> JobId {
         JobId(format!("{}-{cluster}", plan.short()))
     }
@@ -20,6 +21,7 @@ impl JobId {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         ok.then(|| JobId(input.to_string()))
     }
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -35,12 +37,16 @@ impl fmt::Display for JobId {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WindowSpec {
+    /// The cron expression of its start.
     pub start: String,
+    /// How long it stays open, in seconds.
     pub duration_secs: u64,
+    /// The time zone the cron expression is read in.
     pub time_zone: String,
 }
 
 impl WindowSpec {
+    /// The spec of `w`, as a job keeps it.
     pub fn of(w: &MaintenanceWindow) -> WindowSpec {
         WindowSpec {
             start: w.start().to_string(),
@@ -54,9 +60,13 @@ impl WindowSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
+    /// The job's id.
     pub id: JobId,
+    /// The approved plan it was born from.
     pub plan: PlanId,
+    /// The cluster it runs in.
     pub cluster: String,
+    /// When it was created.
     #[serde(with = "ts")]
     pub created_at: Timestamp,
     /// Node starts are gated on these (none = always open).
@@ -64,7 +74,9 @@ pub struct Job {
     /// The cluster's control-plane machines at creation: etcd checks and the snapshot go
     /// through them.
     pub control_plane: Vec<NodeTarget>,
+    /// The plan's steps for the cluster, with their progress.
     pub steps: Vec<JobStep>,
+    /// Running, halted or succeeded.
     pub state: JobState,
     /// Bumped on every change of the job (omicron-style generation).
     pub generation: u64,
@@ -91,9 +103,11 @@ pub struct Job {
     pub applies: Vec<crate::plan::AppliedResource>,
 }
 
+/// Where a job stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "state")]
 pub enum JobState {
+    /// Still running (or paused at a gate).
     Running,
     /// Stopped for good: continuing needs a new plan and a new approval.
     Halted {
@@ -102,42 +116,58 @@ pub enum JobState {
         reason: HaltReason,
         /// Index of the step that was running.
         step: Option<usize>,
+        /// The node it halted at, if any.
         node: Option<String>,
+        /// The command it halted at, if any.
         op: Option<CommandOp>,
+        /// When.
         #[serde(with = "ts")]
         at: Timestamp,
     },
+    /// Every step ran to its end.
     Succeeded {
+        /// When.
         #[serde(with = "ts")]
         at: Timestamp,
     },
 }
 
 impl JobState {
+    /// Whether the job has ended (halted or succeeded).
     pub fn is_terminal(&self) -> bool {
         !matches!(self, JobState::Running)
     }
 }
 
+/// Where a step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StepState {
+    /// Not started.
     Pending,
+    /// Started.
     Running,
+    /// Finished.
     Done,
 }
 
+/// One step of a job and its progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStep {
+    /// Where it stands.
     pub state: StepState,
+    /// What it does.
     pub kind: StepKind,
 }
 
+/// What a step does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum StepKind {
+    /// A Talos hop of one pool.
     Talos(TalosStep),
+    /// A Kubernetes upgrade.
     Kubernetes(KubeStep),
 }
 
@@ -165,6 +195,7 @@ pub struct TalosStep {
 }
 
 impl TalosStep {
+    /// The step of `rollout`, every node pending.
     pub fn new(rollout: TalosRollout) -> TalosStep {
         let nodes = rollout
             .waves
@@ -203,8 +234,11 @@ pub enum NodePhase {
     Checking,
     /// Checks passed; the pre-pull is next.
     Checked,
+    /// Image pulled; cordon is next.
     Pulled,
+    /// Cordoned; the drain is next.
     Cordoned,
+    /// Drained; the upgrade is next.
     Drained,
     /// Installed (lifecycle path), not rebooted yet.
     Upgraded,
@@ -212,12 +246,14 @@ pub enum NodePhase {
     Rebooting,
     /// Back on the target, healthy and Ready; uncordon is next.
     Back,
+    /// Uncordoned: the node is done.
     Done,
     /// Already ran the target when its turn came.
     Skipped,
 }
 
 impl NodePhase {
+    /// Whether the node has nothing left to do.
     pub fn finished(self) -> bool {
         matches!(self, NodePhase::Done | NodePhase::Skipped)
     }
@@ -243,12 +279,15 @@ impl NodePhase {
     }
 }
 
+/// One node's progress in a Talos step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeProgress {
     /// Immutable for the job's life; shared like [`TalosStep::rollout`].
     pub target: Arc<MachineTarget>,
+    /// The wave it belongs to (0-based).
     pub wave: usize,
+    /// Where it stands.
     pub phase: NodePhase,
     /// When the current phase began (timeouts count from here).
     #[serde(with = "ts_opt")]
@@ -264,6 +303,7 @@ pub struct NodeProgress {
     /// after its reboot; a service that was healthy before still does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services_unhealthy_before: Vec<String>,
+    /// The upgrade RPC journaled for it, once chosen.
     pub method: Option<UpgradeMethod>,
     /// Do not retry the current command before this time (blocked drain).
     #[serde(with = "ts_opt")]
@@ -308,13 +348,17 @@ pub enum PullAhead {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RollbackPhase {
+    /// Not started.
     Pending,
+    /// Cordoned; the drain is next.
     Cordoned,
+    /// Drained; the rollback call is next.
     Drained,
     /// The Rollback call was accepted; the node reboots into its previous version.
     Rebooting,
     /// Back on the previous version, healthy and Ready; uncordon is next.
     Back,
+    /// Uncordoned: the node is back where it was.
     Done,
 }
 
@@ -339,6 +383,7 @@ impl NodeProgress {
             rollback: None,
         }
     }
+    /// How the ports address the node.
     pub fn node_target(&self) -> NodeTarget {
         NodeTarget {
             node: self.target.node.clone(),
@@ -364,8 +409,11 @@ impl NodeProgress {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeStep {
+    /// The plan's rollout.
     pub rollout: KubeRollout,
+    /// Control-plane nodes, patched one at a time.
     pub control_plane: Vec<NodeTarget>,
+    /// Worker nodes (their kubelets).
     pub workers: Vec<NodeTarget>,
     /// When the pre-checks began.
     #[serde(with = "ts_opt")]
@@ -399,6 +447,7 @@ impl KubeTasks {
         }
     }
 
+    /// The tasks, mutable.
     pub fn list_mut(&mut self) -> &mut [KubeTask] {
         match self {
             KubeTasks::Unchecked => &mut [],
@@ -423,6 +472,7 @@ impl From<KubeTasks> for Option<Vec<KubeTask>> {
 }
 
 impl KubeStep {
+    /// The step of `rollout` over these nodes, tasks not built yet.
     pub fn new(
         rollout: KubeRollout,
         control_plane: Vec<NodeTarget>,
@@ -442,6 +492,7 @@ impl KubeStep {
     }
 }
 
+/// What a Kubernetes task does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KubeOp {
@@ -453,26 +504,36 @@ pub enum KubeOp {
     Manifests,
 }
 
+/// Where a Kubernetes task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TaskState {
+    /// Not started.
     Pending,
     /// Patched; waiting for the component to run the new image.
     Applied,
+    /// Finished.
     Done,
 }
 
+/// One task of a Kubernetes step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeTask {
+    /// What it does.
     pub op: KubeOp,
+    /// The node it acts on.
     pub node: NodeTarget,
+    /// The component, for a pull or a patch.
     pub component: Option<Component>,
     /// Target image (empty for manifests).
     pub image: String,
+    /// Where it stands.
     pub state: TaskState,
+    /// When its current state began.
     #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
+    /// 1-based attempt of its current command.
     pub attempt: u32,
     /// The component config version (`talos.dev/config-version`) its mirror pod was verified
     /// at; `None` before, for other tasks, and when the pod carried no such annotation.

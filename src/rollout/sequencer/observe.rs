@@ -8,20 +8,27 @@ use super::*;
 pub struct ObsError {
     /// Worth waiting out (node rebooting, API away).
     pub transient: bool,
+    /// What went wrong.
     pub message: String,
 }
 
+/// An observation, or why it could not be made.
 pub type Obs<T> = Result<T, ObsError>;
 
 /// Fresh observations, keyed like [`Needs`].
 #[derive(Debug, Clone, Default)]
 pub struct Observations {
+    /// Talos nodes, by node name.
     pub talos: BTreeMap<String, Obs<TalosNode>>,
+    /// Kubernetes nodes, by name.
     pub kube: BTreeMap<String, Obs<KubeNode>>,
+    /// etcd's health, if asked.
     pub etcd: Option<Obs<EtcdHealth>>,
+    /// Static-pod images, by node.
     pub images: BTreeMap<String, Obs<ComponentImages>>,
     /// Component flags from the machine configuration, by node.
     pub args: BTreeMap<String, Obs<ComponentArgs>>,
+    /// Mirror pods, by node and component (`None`: no such pod).
     pub static_pods: BTreeMap<(String, Component), Obs<Option<StaticPod>>>,
     /// The version of a static-pod component's config resource on a node (`None`: the node
     /// publishes none).
@@ -55,20 +62,28 @@ impl Observations {
 /// What a decision needs observed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Needs {
+    /// Talos nodes.
     pub talos: BTreeSet<NodeTarget>,
+    /// Kubernetes nodes, by name.
     pub kube: BTreeSet<String>,
     /// etcd health, asked through these control-plane nodes.
     pub etcd: Option<Vec<NodeTarget>>,
+    /// Static-pod images of these nodes.
     pub images: BTreeSet<NodeTarget>,
+    /// Component flags of these nodes.
     pub args: BTreeSet<NodeTarget>,
+    /// Mirror pods, by node and component.
     pub static_pods: BTreeSet<(String, Component)>,
+    /// Config versions, by node and component.
     pub config_versions: BTreeSet<(NodeTarget, Component)>,
+    /// Whether the job's snapshot file is to be looked at.
     pub snapshot: bool,
     /// Evaluate these health gates.
     pub gates: Option<GateAsk>,
 }
 
 impl Needs {
+    /// Whether nothing is needed.
     pub fn is_empty(&self) -> bool {
         self == &Needs::default()
     }

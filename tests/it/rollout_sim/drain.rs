@@ -1,0 +1,208 @@
+//! The drain policy (issue 20, item 1): emptyDir data, bare pods, `skipPods`, PDBs that never
+//! allow or overlap.
+
+use super::*;
+
+/// The default scenario runs a metrics-server-like Deployment (emptyDir at `/tmp`) on a
+/// worker; the plan's default drain policy (`deleteEmptyDirData: true`, as talosctl) drains it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_server_with_an_emptydir_drains_with_the_default_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects: medea::sim::kube::scenario::default_scenario(),
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    let mut host = None;
+    for _ in 0..500 {
+        host = sim
+            .kube
+            .pods()
+            .into_iter()
+            .find(|p| p.name.starts_with("metrics-server-") && p.ready)
+            .and_then(|p| p.node);
+        if host.is_some() {
+            break;
+        }
+        // the simulator's controllers create and schedule pods in the background
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let host = host.expect("the metrics-server pod is scheduled and ready");
+    assert!(
+        host.starts_with("w-"),
+        "metrics-server runs on a worker: {host}"
+    );
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert_eq!(sim.upgrades("w-2"), 1);
+    let c = sim.kube.counters();
+    assert!(c.evictions > 0, "{c:?}");
+    assert_eq!(c.pod_deletes, 0, "evictions only");
+}
+
+/// One control-plane node and two workers, the default workloads plus a bare pod (no
+/// controller) `namespace/name` on w-1, with an emptyDir volume when `empty_dir`.
+async fn sim_with_bare_pod(
+    dir: &std::path::Path,
+    namespace: &str,
+    name: &str,
+    empty_dir: bool,
+) -> Sim {
+    use medea::sim::kube::scenario;
+    let mut objects = scenario::default_scenario();
+    objects
+        .push(serde_json::to_value(scenario::bare_pod(namespace, name, "w-1", empty_dir)).unwrap());
+    Sim::start(
+        dir,
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await
+}
+
+/// A bare pod (no controller) is refused before any eviction, naming the pod and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_pod_is_refused_naming_the_pod_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_with_bare_pod(dir.path(), "default", "debug-shell", false).await;
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted_with(&run.go().await, HaltCode::CommandFailed);
+    assert!(reason.contains("default/debug-shell"), "{reason}");
+    assert!(reason.contains("drain.evictUnmanagedPods"), "{reason}");
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+    assert!(
+        sim.kube
+            .pods_on("w-1")
+            .iter()
+            .any(|p| p.name == "debug-shell"),
+        "the bare pod is left alone"
+    );
+}
+
+/// `drain.skipPods` leaves matching pods on the node (a local-storage agent) and the drain
+/// goes on; a PDB is still never bypassed for the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_pods_leaves_matching_pods_on_the_node() {
+    // `bare_pod` labels the pod `app: <name>`; with emptyDir, as local-storage agents have
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_with_bare_pod(dir.path(), "storage", "local-agent", true).await;
+    let mut step = sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60));
+    if let Step::Talos(t) = &mut step {
+        t.drain.skip_pods = [("app".to_string(), "local-agent".to_string())].into();
+    }
+    let run = run_for(&sim, dir.path(), vec![step]).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(
+        sim.kube.pods().iter().any(|p| p.name == "local-agent"),
+        "the skipped pod was not evicted"
+    );
+    assert_eq!(sim.kube.counters().pod_deletes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing() {
+    use medea::sim::kube::scenario;
+    let objects = vec![
+        serde_json::to_value(scenario::deployment("default", "web", 6, "nginx:1.29")).unwrap(),
+        serde_json::to_value(scenario::pdb_min_available("default", "web-pdb", "web", 6)).unwrap(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    assert!(
+        !sim.kube.pods_on("w-1").is_empty(),
+        "the workload has pods on w-1"
+    );
+    sim.kube.inject(KubeFault::PdbNeverAllows {
+        namespace: "default".into(),
+        pdb: "web-pdb".into(),
+    });
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (2, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let reason = halted_with(&run.go().await, HaltCode::DrainBlocked);
+    assert!(reason.contains("drain of `w-1` timed out"), "{reason}");
+    assert!(reason.contains("default/web-pdb"), "{reason}");
+    let c = sim.kube.counters();
+    assert_eq!(c.pod_deletes, 0, "medea never deletes a pod");
+    assert!(c.evictions_blocked > 0, "{c:?}");
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+}
+
+/// kubectl's drain retries an eviction only on a 429: the apiserver's 500 for a pod that two
+/// PodDisruptionBudgets select (k8s `pkg/registry/core/pod/storage/eviction.go`) never goes
+/// away by waiting, so the drain stops at once with its message instead of at the timeout
+/// (#33 item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_under_two_pdbs_halts_the_drain_at_once_with_the_apiservers_message() {
+    use medea::sim::kube::scenario;
+    let objects = vec![
+        serde_json::to_value(scenario::deployment("default", "web", 6, "nginx:1.29")).unwrap(),
+        serde_json::to_value(scenario::pdb_min_available("default", "web-pdb", "web", 1)).unwrap(),
+        serde_json::to_value(scenario::pdb_min_available(
+            "default",
+            "web-pdb-2",
+            "web",
+            1,
+        ))
+        .unwrap(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
+    assert!(!sim.kube.pods_on("w-1").is_empty());
+    // a 300 s drain timeout
+    let steps = vec![sim.step("workers", &[&["w-1"], &["w-2"]], 1, (300, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let started = std::time::Instant::now();
+    let out = run.go().await;
+    let reason = halted(&out).to_string();
+    assert!(
+        reason.contains("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."),
+        "{reason}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "halted at once, not at the 300 s drain timeout: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        sim.kube.counters().pod_deletes,
+        0,
+        "medea never deletes a pod"
+    );
+    assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
+    assert_eq!(sim.upgrades("w-2"), 0);
+}
