@@ -598,10 +598,15 @@ fn bar_rule(plan: &Plan) -> (String, &'static str) {
             "the highest bar in force, max(approvals.required, approvals.controlPlane)",
         );
     }
-    let cp = names(&|c| c.steps.iter().any(Step::touches_control_plane));
+    let cp = names(&|c| {
+        c.steps.iter().any(Step::touches_control_plane)
+            || c.notes
+                .iter()
+                .any(|n| n == super::compute::CP_SETTINGS_NOTE)
+    });
     if !cp.is_empty() {
         return (
-            format!("it touches control-plane nodes or Kubernetes (cluster {cp})"),
+            format!("it touches control-plane nodes, their settings or Kubernetes (cluster {cp})"),
             "approvals.controlPlane (default 2; one person alone sets `controlPlane: 1`)",
         );
     }

@@ -915,10 +915,14 @@ fn section_parts(
                     && s.resource == ResourceKey::pool(name, &p.name.value).label()
             })
         });
+        let cp_steps = plan.steps.iter().any(Step::touches_control_plane);
         let scope = PlanScope {
-            touches_control_plane_or_kubernetes: cp_settings
-                || plan.steps.iter().any(Step::touches_control_plane),
+            touches_control_plane_or_kubernetes: cp_settings || cp_steps,
         };
+        if cp_settings && !cp_steps {
+            // Said, so that the bar's reason (`render::bar_reason`) names the rule that set it.
+            plan.notes.push(CP_SETTINGS_NOTE.to_string());
+        }
         let mut needs = required_quorum(&in_force, change, scope);
         if change != BarChange::Keeps {
             plan.notes.push(format!(
@@ -1041,6 +1045,10 @@ mod erased {
 }
 
 /// A cluster's approvals setting as the quorum rule sees it.
+/// The note of a plan whose control-plane bar comes from settings of a control-plane pool
+/// (no control-plane step).
+pub const CP_SETTINGS_NOTE: &str = "settings of a control-plane pool act on control-plane nodes: the control-plane approval bar applies";
+
 fn policy(a: ApprovalSettings) -> QuorumPolicy {
     QuorumPolicy {
         required: a.required,
