@@ -18,23 +18,7 @@ pub(super) fn talos_step(
     }
     let policy = step_policy(j, si);
     loop {
-        let ts = talos_of(j, si);
-        let waves = ts.nodes.iter().map(|n| n.wave + 1).max().unwrap_or(0);
-        // the first wave that is not finished, or not soaked
-        let mut current = None;
-        for w in 0..waves {
-            let members = ts.nodes.iter().filter(|n| n.wave == w);
-            let finished = members.clone().all(|n| n.phase.finished());
-            let upgraded = members.clone().any(|n| n.phase == NodePhase::Done);
-            let soaked = policy.is_none()
-                || !upgraded
-                || j.gates.passed(&GatePoint::AfterWave { step: si, wave: w });
-            if !finished || !soaked {
-                current = Some((w, finished));
-                break;
-            }
-        }
-        let Some((wave, finished)) = current else {
+        let Some((wave, finished)) = current_wave(j, si, policy.is_some()) else {
             return Flow::Done;
         };
         if finished {
@@ -64,72 +48,104 @@ pub(super) fn talos_step(
             && !j.gates.passed(&GatePoint::BeforeWave { step: si, wave })
         {
             let point = GatePoint::BeforeWave { step: si, wave };
-            match gate_point(j, point, p, Duration::ZERO, eyes, now, notes) {
-                GateFlow::Passed => {}
-                GateFlow::Flow(f) => return f,
-                GateFlow::Failed(f, _) => return gate_halt(f),
-            }
-        }
-        let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
-        let mut polls: Vec<(PollWhy, String)> = Vec::new();
-        let mut waits: Vec<(Timestamp, String)> = Vec::new();
-        // Members in lockstep order. Every member medea is waiting on (rebooting, between
-        // commands) is looked at in every decision: a failure there halts before anything else
-        // happens. A member whose next move is a check before a command of its own
-        // (`NodePhase::checked_at_its_turn`) is looked at only until a member has a command
-        // (it goes first: it is further behind) or such a member needs an observation: its
-        // checks are made, fresh, when its turn comes, and a wave of n nodes costs O(n) of
-        // these observations instead of O(n²).
-        let mut order = members;
-        order.sort_by_key(|&i| (talos_of(j, si).nodes[i].phase, i));
-        let mut turn_taken = false;
-        for i in order {
-            let at_turn = talos_of(j, si).nodes[i].phase.checked_at_its_turn();
-            if at_turn && turn_taken {
-                continue;
-            }
-            let asked = eyes.missing.borrow().count();
-            let flow = talos_node(j, si, i, eyes, now, notes);
-            // a command goes to the member furthest behind: no member after it can have one
-            if matches!(flow, Flow::Run(_)) || (at_turn && eyes.missing.borrow().count() > asked) {
-                turn_taken = true;
-            }
-            match flow {
-                Flow::Run(cmd) => {
-                    let phase = talos_of(j, si).nodes[i].phase;
-                    runs.push((phase, i, cmd));
-                }
-                Flow::Poll(w, r) => polls.push((w, r)),
-                Flow::Wait(at, r) => waits.push((at, r)),
-                h @ Flow::Halt { .. } => return h,
+            match gate_point(j, point, p, Duration::ZERO, eyes, now, notes).or_halt() {
                 Flow::Done => {}
+                f => return f,
             }
         }
-        // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
-        // away together rather than one after another.
-        if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
-            return Flow::Run(cmd);
-        }
-        // The wave waits (its nodes rebooting, a drain held by a PodDisruptionBudget): the
-        // next wave's pulls meanwhile, so that its nodes need not pull on their turn.
-        if (!polls.is_empty() || !waits.is_empty())
-            && let Some(f) = pull_ahead(j, si, wave, eyes, now)
-        {
+        if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
             return f;
-        }
-        if let Some((w, r)) = polls
-            .iter()
-            .find(|(w, _)| *w == PollWhy::Unreachable)
-            .or(polls.first())
-            .cloned()
-        {
-            return Flow::Poll(w, r);
-        }
-        if let Some((at, r)) = waits.into_iter().min_by_key(|(at, _)| *at) {
-            return Flow::Wait(at, r);
         }
         // every node of the wave finished in this pass: soak it, then the next wave
     }
+}
+
+/// The first wave of step `si` that is not finished, or (`gated`: under a health policy) not
+/// soaked after a node of it was upgraded; with whether all its nodes finished.
+fn current_wave(j: &Job, si: usize, gated: bool) -> Option<(usize, bool)> {
+    let ts = talos_of(j, si);
+    let waves = ts.nodes.iter().map(|n| n.wave + 1).max().unwrap_or(0);
+    (0..waves).find_map(|w| {
+        let members = ts.nodes.iter().filter(|n| n.wave == w);
+        let finished = members.clone().all(|n| n.phase.finished());
+        let upgraded = members.clone().any(|n| n.phase == NodePhase::Done);
+        let soaked =
+            !gated || !upgraded || j.gates.passed(&GatePoint::AfterWave { step: si, wave: w });
+        (!finished || !soaked).then_some((w, finished))
+    })
+}
+
+/// One pass over the unfinished `members` of `wave`: the command of the node furthest behind,
+/// else (while the wave waits) a pull ahead for the next wave, else a poll or a wait; a halt
+/// at once. `None`: every member finished in this pass.
+fn wave_turn(
+    j: &mut Job,
+    si: usize,
+    wave: usize,
+    members: Vec<usize>,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Option<Flow> {
+    let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
+    let mut polls: Vec<(PollWhy, String)> = Vec::new();
+    let mut waits: Vec<(Timestamp, String)> = Vec::new();
+    // Members in lockstep order. Every member medea is waiting on (rebooting, between
+    // commands) is looked at in every decision: a failure there halts before anything else
+    // happens. A member whose next move is a check before a command of its own
+    // (`NodePhase::checked_at_its_turn`) is looked at only until a member has a command
+    // (it goes first: it is further behind) or such a member needs an observation: its
+    // checks are made, fresh, when its turn comes, and a wave of n nodes costs O(n) of
+    // these observations instead of O(n²).
+    let mut order = members;
+    order.sort_by_key(|&i| (talos_of(j, si).nodes[i].phase, i));
+    let mut turn_taken = false;
+    for i in order {
+        let at_turn = talos_of(j, si).nodes[i].phase.checked_at_its_turn();
+        if at_turn && turn_taken {
+            continue;
+        }
+        let asked = eyes.missing.borrow().count();
+        let flow = talos_node(j, si, i, eyes, now, notes);
+        // a command goes to the member furthest behind: no member after it can have one
+        if matches!(flow, Flow::Run(_)) || (at_turn && eyes.missing.borrow().count() > asked) {
+            turn_taken = true;
+        }
+        match flow {
+            Flow::Run(cmd) => {
+                let phase = talos_of(j, si).nodes[i].phase;
+                runs.push((phase, i, cmd));
+            }
+            Flow::Poll(w, r) => polls.push((w, r)),
+            Flow::Wait(at, r) => waits.push((at, r)),
+            h @ Flow::Halt { .. } => return Some(h),
+            Flow::Done => {}
+        }
+    }
+    // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
+    // away together rather than one after another.
+    if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
+        return Some(Flow::Run(cmd));
+    }
+    // The wave waits (its nodes rebooting, a drain held by a PodDisruptionBudget): the
+    // next wave's pulls meanwhile, so that its nodes need not pull on their turn.
+    if (!polls.is_empty() || !waits.is_empty())
+        && let Some(f) = pull_ahead(j, si, wave, eyes, now)
+    {
+        return Some(f);
+    }
+    if let Some((w, r)) = polls
+        .iter()
+        .find(|(w, _)| *w == PollWhy::Unreachable)
+        .or(polls.first())
+        .cloned()
+    {
+        return Some(Flow::Poll(w, r));
+    }
+    waits
+        .into_iter()
+        .min_by_key(|(at, _)| *at)
+        .map(|(at, r)| Flow::Wait(at, r))
 }
 
 /// While wave `wave` of step `si` waits, the pull of the next wave's first node whose image is
@@ -373,16 +389,21 @@ fn etcd_healthy(
 ) -> Result<(), Flow> {
     let via = j.control_plane.clone();
     let e = need(eyes.etcd(&via), "etcd", v.deadline, now, v.nd())?;
-    match etcd_verdict(e) {
-        Ok(()) => Ok(()),
-        Err(why) if now >= v.deadline => Err(halt_flow(
-            HaltCode::EtcdUnhealthy,
-            format!("etcd did not become healthy before {before}: {why}"),
-            v.nd(),
-            op,
-        )),
-        Err(why) => Err(Flow::Poll(PollWhy::Waiting, why)),
-    }
+    etcd_verdict(e).map_err(|why| {
+        late(
+            now,
+            v.deadline,
+            || Flow::Poll(PollWhy::Waiting, why.clone()),
+            || {
+                halt_flow(
+                    HaltCode::EtcdUnhealthy,
+                    format!("etcd did not become healthy before {before}: {why}"),
+                    v.nd(),
+                    op,
+                )
+            },
+        )
+    })
 }
 
 /// `Checked`: the etcd snapshot first on the control plane, then the installer's pull (unless
@@ -542,6 +563,26 @@ impl Direction {
             Direction::Rollback => "rolling back",
         }
     }
+    /// The halt of a node that came back on `got` instead of the `expect`ed version: an
+    /// upgrade reverted (the boot fell back), a rollback failed.
+    fn wrong_version(self, j: &Job, name: &str, got: &TalosVersion, expect: &TalosVersion) -> Flow {
+        match self {
+            Direction::Upgrade => halt_flow(
+                HaltCode::NodeReverted,
+                format!(
+                    "node reverted: `{name}` came back on {got} instead of {expect} (the boot fell back to the previous version)"
+                ),
+                Some(name),
+                Some(CommandOp::Reboot),
+            ),
+            Direction::Rollback => rollback_failed(
+                j,
+                name,
+                format!("it came back on {got} instead of its previous version {expect}"),
+                Some(CommandOp::Rollback),
+            ),
+        }
+    }
     /// The halt of a node that is not back (`code` for an upgrade; a rollback's failure halts
     /// as [`rollback_failed`], with the gate failure that started it).
     fn halt(self, j: &Job, name: &str, code: HaltCode, what: String) -> Flow {
@@ -574,11 +615,12 @@ fn verify_back(
     };
     // not back yet: polled until the health timeout, then the halt
     let not_back = |halt: String, poll: String| {
-        if now >= v.deadline {
-            dir.halt(j, name, HaltCode::NodeNotBack, halt)
-        } else {
-            Flow::Poll(PollWhy::Waiting, poll)
-        }
+        late(
+            now,
+            v.deadline,
+            || Flow::Poll(PollWhy::Waiting, poll),
+            || dir.halt(j, name, HaltCode::NodeNotBack, halt),
+        )
     };
     let late = |what: String| {
         not_back(
@@ -591,7 +633,7 @@ fn verify_back(
             j,
             name,
             HaltCode::ObservationFailed,
-            format!("reading {what} failed: {m}"),
+            reading_failed(what, m),
         )
     };
     let what = match dir {
@@ -613,26 +655,7 @@ fn verify_back(
         return Err(late("has not rebooted yet".into()));
     }
     if &t.version != expect {
-        return Err(match dir {
-            Direction::Upgrade => halt_flow(
-                HaltCode::NodeReverted,
-                format!(
-                    "node reverted: `{name}` came back on {} instead of {expect} (the boot fell back to the previous version)",
-                    t.version
-                ),
-                v.nd(),
-                Some(CommandOp::Reboot),
-            ),
-            Direction::Rollback => rollback_failed(
-                j,
-                name,
-                format!(
-                    "it came back on {} instead of its previous version {expect}",
-                    t.version
-                ),
-                Some(CommandOp::Rollback),
-            ),
-        });
+        return Err(dir.wrong_version(j, name, &t.version, expect));
     }
     if t.stage != MachineStage::Running || !t.ready {
         return Err(late(format!(
