@@ -213,6 +213,10 @@ pub(super) fn talos_mut(j: &mut Job, si: usize) -> &mut TalosStep {
 
 /// What a node's decision knows of it, read once per round of [`talos_node`].
 struct NodeView {
+    /// Node `i` of Talos step `si`, decided at `now`.
+    si: usize,
+    i: usize,
+    now: Timestamp,
     name: String,
     target: NodeTarget,
     cp: bool,
@@ -228,6 +232,9 @@ impl NodeView {
         let ts = talos_of(j, si);
         let n = &ts.nodes[i];
         NodeView {
+            si,
+            i,
+            now,
             name: n.target.node.clone(),
             target: n.node_target(),
             cp: ts.control_plane(),
@@ -240,13 +247,17 @@ impl NodeView {
     fn nd(&self) -> Option<&str> {
         Some(self.name.as_str())
     }
+    /// The halt of a node that does not run the version the plan expects of it.
+    fn unexpected(&self, what: String, op: Option<CommandOp>) -> Flow {
+        halt_flow(HaltCode::UnexpectedVersion, what, self.nd(), op)
+    }
     /// The node's Talos observation, which must be there to go on ([`need`]).
-    fn talos<'a>(&self, eyes: &Eyes<'a>, now: Timestamp) -> Result<&'a TalosNode, Flow> {
+    fn talos<'a>(&self, eyes: &Eyes<'a>) -> Result<&'a TalosNode, Flow> {
         need(
             eyes.talos(&self.target),
             &format!("node `{}`", self.name),
             self.deadline,
-            now,
+            self.now,
             self.nd(),
         )
     }
@@ -265,9 +276,9 @@ pub(super) fn talos_node(
     loop {
         let v = NodeView::of(j, si, i, now);
         let moved = match talos_of(j, si).nodes[i].phase {
-            NodePhase::Pending => start(j, si, i, &v, now, notes),
-            NodePhase::Checking => check(j, si, i, &v, eyes, now, notes),
-            NodePhase::Checked => pull(j, si, i, &v, now, notes),
+            NodePhase::Pending => start(j, &v, notes),
+            NodePhase::Checking => check(j, &v, eyes, notes),
+            NodePhase::Checked => pull(j, &v, notes),
             NodePhase::Pulled => {
                 let ts = talos_of(j, si);
                 let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
@@ -280,18 +291,16 @@ pub(super) fn talos_node(
                 return cordon(j, si, i);
             }
             NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
-            NodePhase::Drained => upgrade(j, si, i, &v, eyes, now),
-            NodePhase::Upgraded => return reboot(j, si, i, &v),
-            NodePhase::Rebooting => {
-                match verify_back(j, si, i, &v, Direction::Upgrade, eyes, now) {
-                    Ok(()) => {
-                        node_mut(j, si, i).enter(NodePhase::Back, now);
-                        notes.push(format!("{}: back on {}, healthy and Ready", v.name, v.to));
-                        Ok(())
-                    }
-                    Err(f) => Err(f),
+            NodePhase::Drained => upgrade(j, &v, eyes),
+            NodePhase::Upgraded => return reboot(j, &v),
+            NodePhase::Rebooting => match verify_back(j, &v, Direction::Upgrade, eyes) {
+                Ok(()) => {
+                    node_mut(j, si, i).enter(NodePhase::Back, now);
+                    notes.push(format!("{}: back on {}, healthy and Ready", v.name, v.to));
+                    Ok(())
                 }
-            }
+                Err(f) => Err(f),
+            },
             NodePhase::Back => {
                 if left_cordoned(j, si, i, notes) {
                     node_mut(j, si, i).enter(NodePhase::Done, now);
@@ -308,14 +317,8 @@ pub(super) fn talos_node(
 }
 
 /// `Pending`: the node starts when the maintenance windows allow.
-fn start(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    now: Timestamp,
-    notes: &mut Vec<String>,
-) -> Result<(), Flow> {
+fn start(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     window_gate(j, now)?;
     node_mut(j, si, i).enter(NodePhase::Checking, now);
     notes.push(format!("{}: started", v.name));
@@ -325,30 +328,21 @@ fn start(
 /// `Checking`: the node runs the plan's `from` (or already the target: skipped), its
 /// Kubernetes node is there and, on the control plane, etcd is healthy; what the node was
 /// before is recorded for "back" to compare with.
-fn check(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    eyes: &Eyes,
-    now: Timestamp,
-    notes: &mut Vec<String>,
-) -> Result<(), Flow> {
+fn check(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
-    let t = v.talos(eyes, now)?;
+    let t = v.talos(eyes)?;
     if t.version == v.to {
         node_mut(j, si, i).enter(NodePhase::Skipped, now);
         notes.push(format!("{name}: already runs {}, skipped", v.to));
         return Err(Flow::Done);
     }
     if t.version != v.from {
-        return Err(halt_flow(
-            HaltCode::UnexpectedVersion,
+        return Err(v.unexpected(
             format!(
                 "node `{name}` runs {}, but the plan expected {}: something else changed it; plan again",
                 t.version, v.from
             ),
-            nd,
             None,
         ));
     }
@@ -360,7 +354,7 @@ fn check(
         nd,
     )?;
     if v.cp {
-        etcd_healthy(j, v, eyes, now, &format!("node `{name}` could start"), None)?;
+        etcd_healthy(j, v, eyes, &format!("node `{name}` could start"), None)?;
     }
     let method = UpgradeMethod::for_version(&t.version);
     let n = node_mut(j, si, i);
@@ -383,10 +377,10 @@ fn etcd_healthy(
     j: &Job,
     v: &NodeView,
     eyes: &Eyes,
-    now: Timestamp,
     before: &str,
     op: Option<CommandOp>,
 ) -> Result<(), Flow> {
+    let now = v.now;
     let via = j.control_plane.clone();
     let e = need(eyes.etcd(&via), "etcd", v.deadline, now, v.nd())?;
     etcd_verdict(e).map_err(|why| {
@@ -408,14 +402,8 @@ fn etcd_healthy(
 
 /// `Checked`: the etcd snapshot first on the control plane, then the installer's pull (unless
 /// it was pulled ahead).
-fn pull(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    now: Timestamp,
-    notes: &mut Vec<String>,
-) -> Result<(), Flow> {
+fn pull(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     if v.cp && j.snapshot.is_none() {
         let Some(via) = j.control_plane.first().cloned() else {
             return Err(halt_flow(
@@ -449,24 +437,16 @@ fn pull(
 
 /// `Drained`: the upgrade call, once the node still runs `from` and (on the control plane)
 /// etcd is healthy; a call that left no trace is made again only within the health timeout.
-fn upgrade(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    eyes: &Eyes,
-    now: Timestamp,
-) -> Result<(), Flow> {
+fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
-    let t = v.talos(eyes, now)?;
+    let t = v.talos(eyes)?;
     if t.version != v.from {
-        return Err(halt_flow(
-            HaltCode::UnexpectedVersion,
+        return Err(v.unexpected(
             format!(
                 "node `{name}` runs {} before its upgrade, expected {}",
                 t.version, v.from
             ),
-            nd,
             Some(CommandOp::Upgrade),
         ));
     }
@@ -475,7 +455,6 @@ fn upgrade(
             j,
             v,
             eyes,
-            now,
             &format!("upgrading `{name}`"),
             Some(CommandOp::Upgrade),
         )?;
@@ -517,7 +496,8 @@ fn upgrade(
 }
 
 /// `Upgraded`: the reboot into the new installation.
-fn reboot(j: &Job, si: usize, i: usize, v: &NodeView) -> Flow {
+fn reboot(j: &Job, v: &NodeView) -> Flow {
+    let (si, i) = (v.si, v.i);
     let n = &talos_of(j, si).nodes[i];
     let Some(boot) = n.boot_id_before.clone() else {
         return halt_flow(
@@ -598,16 +578,9 @@ impl Direction {
 /// no service unhealthy that was healthy before, the Kubernetes node Ready and, after an
 /// upgrade, reporting the kubelet it had. Until the health timeout a node on its way is polled
 /// (`late`); then, or on a definitive failure, the job halts.
-fn verify_back(
-    j: &Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    dir: Direction,
-    eyes: &Eyes,
-    now: Timestamp,
-) -> Result<(), Flow> {
-    let n = &talos_of(j, si).nodes[i];
+fn verify_back(j: &Job, v: &NodeView, dir: Direction, eyes: &Eyes) -> Result<(), Flow> {
+    let now = v.now;
+    let n = &talos_of(j, v.si).nodes[v.i];
     let (name, secs, call) = (&v.name, v.health_timeout.as_secs(), dir.call());
     let expect = match dir {
         Direction::Upgrade => &v.to,
@@ -708,11 +681,22 @@ fn verify_back(
 
 /// Cordon node `i` of step `si`.
 fn cordon(j: &Job, si: usize, i: usize) -> Flow {
+    kube_node_command(j, si, i, CommandOp::Cordon, |node| Action::Cordon { node })
+}
+
+/// The Kubernetes command `op` (`action` of the node's name) on node `i` of step `si`.
+fn kube_node_command(
+    j: &Job,
+    si: usize,
+    i: usize,
+    op: CommandOp,
+    action: impl FnOnce(String) -> Action,
+) -> Flow {
     let n = &talos_of(j, si).nodes[i];
     let name = n.target.node.clone();
     Flow::Run(Box::new(Command {
-        key: key(j, si, Some(&name), CommandOp::Cordon, n.attempt),
-        action: Action::Cordon { node: name },
+        key: key(j, si, Some(&name), op, n.attempt),
+        action: action(name),
     }))
 }
 
@@ -760,12 +744,9 @@ fn left_cordoned(j: &Job, si: usize, i: usize, notes: &mut Vec<String>) -> bool 
 
 /// Uncordon node `i` of step `si`.
 fn uncordon(j: &Job, si: usize, i: usize) -> Flow {
-    let n = &talos_of(j, si).nodes[i];
-    let name = n.target.node.clone();
-    Flow::Run(Box::new(Command {
-        key: key(j, si, Some(&name), CommandOp::Uncordon, n.attempt),
-        action: Action::Uncordon { node: name },
-    }))
+    kube_node_command(j, si, i, CommandOp::Uncordon, |node| Action::Uncordon {
+        node,
+    })
 }
 
 /// A gate failed after `wave` with `onFailure: rollback`: mark the wave's upgraded nodes for
@@ -850,9 +831,9 @@ fn rollback_wave(
     match phase {
         RollbackPhase::Pending => cordon(j, si, i),
         RollbackPhase::Cordoned => drain(j, si, i, now, "drain before rollback"),
-        RollbackPhase::Drained => rollback_call(j, si, i, &v, eyes, now),
+        RollbackPhase::Drained => rollback_call(j, &v, eyes),
         RollbackPhase::Rebooting => {
-            if let Err(f) = verify_back(j, si, i, &v, Direction::Rollback, eyes, now) {
+            if let Err(f) = verify_back(j, &v, Direction::Rollback, eyes) {
                 return f;
             }
             node_mut(j, si, i).enter_rollback(RollbackPhase::Back, now);
@@ -872,16 +853,10 @@ fn rollback_wave(
 
 /// A rollback's `Drained`: the `Rollback` call, once the node still runs the version it was
 /// upgraded to.
-fn rollback_call(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    eyes: &Eyes,
-    now: Timestamp,
-) -> Flow {
+fn rollback_call(j: &mut Job, v: &NodeView, eyes: &Eyes) -> Flow {
+    let (si, i) = (v.si, v.i);
     let (name, nd) = (&v.name, v.nd());
-    let t = match v.talos(eyes, now) {
+    let t = match v.talos(eyes) {
         Ok(t) => t,
         Err(f) => return f,
     };
