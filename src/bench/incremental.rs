@@ -13,7 +13,7 @@ use super::BenchError;
 use super::stats::Samples;
 use crate::desired::Source;
 use crate::inventory::Inventory;
-use crate::plan::compute::{PlanMemo, compute_memo};
+use crate::plan::compute::{PlanInputs, PlanMemo, compute_memo};
 use crate::plan::{self, LastApplied, render};
 
 /// Timings of every round, in milliseconds.
@@ -96,16 +96,8 @@ pub fn run(
                 .valid()
                 .ok_or_else(|| invalid("the edited desired state has errors"))?;
             let t1 = Instant::now();
-            let p = compute_memo(
-                desired,
-                inventory,
-                &applied,
-                None,
-                &Default::default(),
-                &crate::plan::preflight::Context::default(),
-                &mut memo,
-            )
-            .map_err(|_| invalid("the edited fleet cannot be planned"))?;
+            let p = compute_memo(&PlanInputs::new(desired, inventory, &applied), &mut memo)
+                .map_err(|_| invalid("the edited fleet cannot be planned"))?;
             let t2 = Instant::now();
             std::hint::black_box(render::text(&p, render::Options { color: false }));
             let t3 = Instant::now();

@@ -118,13 +118,8 @@ fn pipeline(root: &Path, inventory: &Inventory, single: bool) -> Result<Round, B
     let planned = if single {
         plan::compute(desired, inventory, &LastApplied::default(), None)
     } else {
-        plan::compute::compute_memo(
-            desired,
-            inventory,
-            &LastApplied::default(),
-            None,
-            &std::collections::BTreeMap::new(),
-            &plan::preflight::Context::default(),
+        plan::compute_memo(
+            &plan::PlanInputs::new(desired, inventory, &LastApplied::default()),
             &mut crate::ops::cold_plan_memo(),
         )
     };

@@ -3,7 +3,7 @@
 //!
 //! The one planning path of the daemon (`server::reconcile`) and of offline `medea plan`; the
 //! loaders here are the only place plans, the last-applied state and the running-job markers
-//! are read for planning. The planning itself is [`crate::plan::compute_with`] (pure); this
+//! are read for planning. The planning itself is [`crate::plan::compute_memo`] (pure); this
 //! module does the store I/O around it.
 
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::desired::Desired;
 use crate::inventory::Inventory;
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan, plan_key};
-use crate::plan::{AppliedResource, Basis, LastApplied, Plan, PlanId};
+use crate::plan::{AppliedResource, Basis, LastApplied, Plan, PlanId, PlanInputs};
 use crate::store::{Store, StoreError, StoreExt};
 
 pub fn load_plan(store: &dyn Store, id: &PlanId) -> Result<Option<Plan>, StoreError> {
@@ -294,16 +294,13 @@ pub fn replan_cached(
     let previous = current(store)?;
     let halted = halted_jobs(store, desired)?;
     let inventory = cache.inventory.load(store)?;
-    let plan = crate::plan::compute::compute_memo(
-        desired,
-        inventory,
-        &applied,
-        previous.map(|p| p.id),
-        &running,
-        &ctx,
-        &mut cache.memo,
-    )
-    .map_err(ReplanError::Refused)?;
+    let inputs = PlanInputs {
+        parent: previous.map(|p| p.id),
+        running: &running,
+        preflight: &ctx,
+        ..PlanInputs::new(desired, inventory, &applied)
+    };
+    let plan = crate::plan::compute_memo(&inputs, &mut cache.memo).map_err(ReplanError::Refused)?;
     let mut plan = crate::plan::compute::after_halts(plan, &halted);
     if let Some(p) = previous
         && p.id == plan.id
@@ -352,16 +349,14 @@ pub fn preview(store: &dyn Store, desired: &Desired) -> Result<Plan, ReplanError
     let previous = current(store)?;
     let halted = halted_jobs(store, desired)?;
     let inventory = Inventory::load(store)?;
-    let plan = crate::plan::compute::compute_memo(
-        desired,
-        &inventory,
-        &applied,
-        previous.map(|p| p.id),
-        &running,
-        &ctx,
-        &mut super::cold_plan_memo(),
-    )
-    .map_err(ReplanError::Refused)?;
+    let inputs = PlanInputs {
+        parent: previous.map(|p| p.id),
+        running: &running,
+        preflight: &ctx,
+        ..PlanInputs::new(desired, &inventory, &applied)
+    };
+    let plan = crate::plan::compute_memo(&inputs, &mut super::cold_plan_memo())
+        .map_err(ReplanError::Refused)?;
     Ok(crate::plan::compute::after_halts(plan, &halted))
 }
 
@@ -405,16 +400,14 @@ pub fn rehearse(
             },
         ),
     };
-    let plan = crate::plan::compute::compute_memo(
-        desired,
-        inventory,
-        &applied,
-        previous.map(|p| p.id),
-        &running,
-        &ctx,
-        &mut super::cold_plan_memo(),
-    )
-    .map_err(ReplanError::Refused)?;
+    let inputs = PlanInputs {
+        parent: previous.map(|p| p.id),
+        running: &running,
+        preflight: &ctx,
+        ..PlanInputs::new(desired, inventory, &applied)
+    };
+    let plan = crate::plan::compute_memo(&inputs, &mut super::cold_plan_memo())
+        .map_err(ReplanError::Refused)?;
     let plan = crate::plan::compute::after_halts(plan, &halted);
     match store {
         None => Ok(Rehearsed::NoStore(plan)),

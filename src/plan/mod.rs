@@ -29,7 +29,7 @@ pub mod stored;
 
 pub use applied::{AppliedResource, LastApplied, ResourceKey};
 pub use compute::{
-    basis_from_generations, basis_of, basis_with, compute, compute_in, compute_with,
+    PlanInputs, basis_from_generations, basis_of, basis_with, compute, compute_memo,
 };
 pub use id::{PlanId, PlanIdRef};
 pub use model::{

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::applied::{AppliedResource, LastApplied, ResourceKey};
-use super::compute::{RESOURCE_FIELD, codes, pool_order};
+use super::compute::{PlanMemo, RESOURCE_FIELD, codes, pool_order};
 use super::model::*;
 use super::render;
 use super::stored::approval_writes;
-use super::{basis_of, compute};
+use super::{PlanInputs, basis_of, compute, compute_memo};
 use crate::desired::source::{Snapshot, SourceFile};
 use crate::desired::{Desired, Diagnostic, parse_snapshot};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
@@ -1074,8 +1074,12 @@ fn a_cluster_with_a_running_job_plans_nothing_until_it_ends() {
     let idle = plan_ok(&d, &obs);
     assert!(idle.has_changes(), "there is work to do");
     let running: BTreeMap<String, String> = [("c1".to_string(), "job-7".to_string())].into();
-    let busy =
-        super::compute::compute_with(&d, &obs, &LastApplied::default(), None, &running).unwrap();
+    let applied = LastApplied::default();
+    let busy_inputs = PlanInputs {
+        running: &running,
+        ..PlanInputs::new(&d, &obs, &applied)
+    };
+    let busy = compute_memo(&busy_inputs, &mut PlanMemo::one_off()).unwrap();
     let c = &busy.clusters[0];
     assert_eq!(c.status, ClusterStatus::RollingOut);
     assert!(c.steps.is_empty() && c.settings.is_empty() && c.diffs.is_empty());
@@ -1101,7 +1105,11 @@ fn a_cluster_with_a_running_job_plans_nothing_until_it_ends() {
     assert!(!idle.is_stale(&basis_of(&d, &obs, &LastApplied::default())));
     // A job of a cluster the desired state does not name is not part of the basis.
     let other: BTreeMap<String, String> = [("else".to_string(), "j".to_string())].into();
-    let p = super::compute::compute_with(&d, &obs, &LastApplied::default(), None, &other).unwrap();
+    let other_inputs = PlanInputs {
+        running: &other,
+        ..PlanInputs::new(&d, &obs, &applied)
+    };
+    let p = compute_memo(&other_inputs, &mut PlanMemo::one_off()).unwrap();
     assert_eq!(p.id, idle.id);
 }
 

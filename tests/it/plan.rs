@@ -479,7 +479,12 @@ fn every_command_a_plan_suggests_parses() {
     let running: std::collections::BTreeMap<String, String> =
         [("home".to_string(), "0123456789ab-home".to_string())].into();
     let idle = plan::compute(d, &inv, &LastApplied::default(), None).unwrap();
-    let busy = plan::compute_with(d, &inv, &LastApplied::default(), None, &running).unwrap();
+    let applied = LastApplied::default();
+    let busy_inputs = plan::PlanInputs {
+        running: &running,
+        ..plan::PlanInputs::new(d, &inv, &applied)
+    };
+    let busy = plan::compute_memo(&busy_inputs, &mut plan::compute::PlanMemo::one_off()).unwrap();
     let mut commands = Vec::new();
     for p in [&idle, &busy] {
         let text = plan::render::text(p, Default::default());

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::{MemoStats, PlanMemo, compute_memo, compute_with};
+use super::{MemoStats, PlanInputs, PlanMemo, compute_memo};
 use crate::bench::fleet::{FleetSpec, generate};
 use crate::desired::Loader;
 use crate::desired::source::{Snapshot, SourceFile};
@@ -36,6 +36,18 @@ impl World {
             applied: LastApplied::default(),
             running: BTreeMap::new(),
             loader: Loader::new(),
+        }
+    }
+    /// The inputs of planning `desired` against this world after the plan `parent`.
+    fn inputs<'a>(
+        &'a self,
+        desired: &'a crate::desired::Desired,
+        parent: Option<crate::plan::PlanId>,
+    ) -> PlanInputs<'a> {
+        PlanInputs {
+            parent,
+            running: &self.running,
+            ..PlanInputs::new(desired, &self.inventory, &self.applied)
         }
     }
     fn cluster(&self, i: usize) -> String {
@@ -221,8 +233,8 @@ proptest! {
             }
             let desired = l.valid().unwrap();
             let parent = last.as_ref().map(|p| p.id);
-            let cold = compute_with(desired, &w.inventory, &w.applied, parent, &w.running);
-            let warm = compute_memo(desired, &w.inventory, &w.applied, parent, &w.running, &crate::plan::preflight::Context::default(), &mut memo);
+            let cold = compute_memo(&w.inputs(desired, parent), &mut PlanMemo::one_off());
+            let warm = compute_memo(&w.inputs(desired, parent), &mut memo);
             prop_assert_eq!(&warm, &cold);
             let stats = memo.last_stats();
             prop_assert_eq!(stats.planned + stats.reused, desired.clusters.len());
@@ -266,9 +278,8 @@ proptest! {
             }
             let desired = w.desired();
             let parent = last.as_ref().map(|p| p.id);
-            let ctx = crate::plan::preflight::Context::default();
-            let a = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &ctx, &mut one);
-            let b = compute_memo(&desired, &w.inventory, &w.applied, parent, &w.running, &ctx, &mut many);
+            let a = compute_memo(&w.inputs(&desired, parent), &mut one);
+            let b = compute_memo(&w.inputs(&desired, parent), &mut many);
             prop_assert_eq!(&a, &b);
             prop_assert_eq!(one.last_stats(), many.last_stats());
             if let (Ok(a), Ok(b)) = (&a, &b) {
@@ -297,24 +308,9 @@ fn a_cold_plan_of_many_clusters_is_planned_in_lanes() {
     }
     let mut w = World::new(40);
     let desired = w.desired();
-    let ctx = crate::plan::preflight::Context::default();
-    let one = compute_memo(
-        &desired,
-        &w.inventory,
-        &w.applied,
-        None,
-        &w.running,
-        &ctx,
-        &mut PlanMemo::one_off(),
-    )
-    .unwrap();
+    let one = compute_memo(&w.inputs(&desired, None), &mut PlanMemo::one_off()).unwrap();
     let laned = compute_memo(
-        &desired,
-        &w.inventory,
-        &w.applied,
-        None,
-        &w.running,
-        &ctx,
+        &w.inputs(&desired, None),
         &mut PlanMemo::one_off().fan_out(counting, 3),
     )
     .unwrap();
@@ -331,12 +327,7 @@ fn a_cold_plan_of_many_clusters_is_planned_in_lanes() {
     let mut small = World::new(3);
     let d = small.desired();
     compute_memo(
-        &d,
-        &small.inventory,
-        &small.applied,
-        None,
-        &small.running,
-        &ctx,
+        &small.inputs(&d, None),
         &mut PlanMemo::one_off().fan_out(counting, 3),
     )
     .unwrap();
@@ -350,16 +341,7 @@ fn only_the_changed_cluster_is_planned_again() {
     let mut memo = PlanMemo::default();
     let run = |w: &mut World, memo: &mut PlanMemo| {
         let desired = w.desired();
-        compute_memo(
-            &desired,
-            &w.inventory,
-            &w.applied,
-            None,
-            &w.running,
-            &crate::plan::preflight::Context::default(),
-            memo,
-        )
-        .unwrap()
+        compute_memo(&w.inputs(&desired, None), memo).unwrap()
     };
     let first = run(&mut w, &mut memo);
     assert_eq!(
@@ -419,4 +401,112 @@ fn only_the_changed_cluster_is_planned_again() {
         busy.clusters[0].status,
         crate::plan::ClusterStatus::RollingOut
     );
+}
+
+/// Every input a section receives is in the memo's key: the key of some inputs holds them, and
+/// changing any one field of them (a value a section could read) makes the key miss, whether
+/// the memo copied the desired `Cluster` or shares the desired state. A field added to
+/// [`Inputs`] must be changed here too (the pattern below names every field, so it does not
+/// compile until it is), so a section can never read an input the memo's key lacks.
+#[test]
+fn every_input_is_in_the_key() {
+    use super::memo::{Inputs, SectionInputs};
+    let original = World::new(2);
+    let mut w = World::new(2);
+    let name = w.cluster(0);
+    let other = w.cluster(1);
+    // an applied state, so that the inputs hold some applied resources
+    let desired = w.desired();
+    let first = compute_memo(&w.inputs(&desired, None), &mut PlanMemo::one_off()).unwrap();
+    apply_change(&mut w, &original, &Change::Apply, Some(&first));
+    // the same cluster with one desired field changed, and its observation one generation on
+    let to = if w.files["c0000/cluster.yaml"].contains("maxUnavailable: 3") {
+        1
+    } else {
+        3
+    };
+    let mut edited = World::new(2);
+    apply_change(&mut edited, &original, &Change::MaxUnavailable(0, to), None);
+    let edited = edited.desired();
+    let mut moved = (*w.inventory.clusters[&name]).clone();
+    moved.generation += 1;
+    let moved = std::sync::Arc::new(moved);
+    let job = "job-1".to_string();
+    let applied: Vec<_> = w
+        .applied
+        .resources
+        .values()
+        .filter(|r| r.key.cluster_name() == name)
+        .collect();
+    assert!(!applied.is_empty(), "the cluster has applied resources");
+    let base: SectionInputs<'_> = Inputs {
+        name: &name,
+        cluster: &desired.clusters[&name],
+        observed: w.inventory.clusters.get(&name),
+        running: None,
+        applied,
+    };
+    let Inputs {
+        name: _,
+        cluster: _,
+        observed: _,
+        running: _,
+        applied: _,
+    } = &base;
+    let changed: Vec<(&str, SectionInputs<'_>)> = vec![
+        (
+            "name",
+            Inputs {
+                name: &other,
+                ..base.clone()
+            },
+        ),
+        (
+            "cluster",
+            Inputs {
+                cluster: &edited.clusters[&name],
+                ..base.clone()
+            },
+        ),
+        (
+            "observed (gone)",
+            Inputs {
+                observed: None,
+                ..base.clone()
+            },
+        ),
+        (
+            "observed (a new generation)",
+            Inputs {
+                observed: Some(&moved),
+                ..base.clone()
+            },
+        ),
+        (
+            "running",
+            Inputs {
+                running: Some(&job),
+                ..base.clone()
+            },
+        ),
+        (
+            "applied (one fewer)",
+            Inputs {
+                applied: base.applied[1..].to_vec(),
+                ..base.clone()
+            },
+        ),
+    ];
+    for shared in [false, true] {
+        let key = base.key(shared);
+        // a shared key's Cluster is the one in the desired state the memo holds
+        let kept = shared.then_some(base.cluster);
+        assert!(base.is_kept_in(&key, kept), "shared {shared}: its own key");
+        for (field, inputs) in &changed {
+            assert!(
+                !inputs.is_kept_in(&key, kept),
+                "shared {shared}: a change of {field} is missed by the key"
+            );
+        }
+    }
 }

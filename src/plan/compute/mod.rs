@@ -28,18 +28,23 @@
 //!
 //! Files by stage: membership `members`, paths, hops and waves `talos`, the Kubernetes
 //! step and its placement `kube`, the notes for people `notes`; this file drives them per
-//! cluster and holds order (4), settings (6), the approval bar and the plan's basis.
+//! cluster (a cluster's section is a function of its [`memo::SectionInputs`] alone) and holds
+//! order (4), settings (6), the approval bar and the plan's basis. When a section is planned
+//! again and when it is reused is `memo`'s, apart from the rules.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 mod kube;
 mod members;
+mod memo;
 #[cfg(test)]
 mod memo_tests;
 mod notes;
 mod talos;
+
+use memo::{ClusterSection, SectionInputs};
+pub use memo::{FanOut, MemoStats, PARALLEL_FROM, PlanMemo};
 
 use notes::{machines_text, role_text, why_unavailable};
 
@@ -183,552 +188,121 @@ fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
     }
 }
 
-/// Compute the plan. `desired` must be valid (no error diagnostics). On error, every problem
-/// found is returned, each pointing at the YAML key it is about.
+/// Everything a plan is computed from. [`PlanInputs::new`] gives a cold plan's inputs (no
+/// parent, no running job, no preflight context); set the other fields as the call needs.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInputs<'a> {
+    /// The desired state; it must be valid (no error diagnostics).
+    pub desired: &'a Desired,
+    /// The observed inventory.
+    pub observed: &'a Inventory,
+    /// The settings in force (the last-applied records).
+    pub last_applied: &'a LastApplied,
+    /// The plan this one follows, if any.
+    pub parent: Option<PlanId>,
+    /// The clusters with a running rollout job (cluster → job id): those get a
+    /// [`ClusterStatus::RollingOut`] entry and nothing else, so a plan approved while a job
+    /// runs can never start a second one or apply settings under it.
+    pub running: &'a BTreeMap<String, String>,
+    /// The preflight checks' inputs (the time, upstream clusters' job history): what the
+    /// daemon and `medea plan` pass.
+    pub preflight: &'a crate::plan::preflight::Context,
+}
+
+/// No running job.
+static NO_JOBS: BTreeMap<String, String> = BTreeMap::new();
+
+/// No preflight context (no time, no upstream job history).
+static NO_PREFLIGHT: crate::plan::preflight::Context = crate::plan::preflight::Context {
+    now: None,
+    promotion: BTreeMap::new(),
+};
+
+impl<'a> PlanInputs<'a> {
+    /// A cold plan's inputs: no parent, no running job, no preflight context.
+    pub fn new(
+        desired: &'a Desired,
+        observed: &'a Inventory,
+        last_applied: &'a LastApplied,
+    ) -> PlanInputs<'a> {
+        PlanInputs {
+            desired,
+            observed,
+            last_applied,
+            parent: None,
+            running: &NO_JOBS,
+            preflight: &NO_PREFLIGHT,
+        }
+    }
+}
+
+/// Compute the plan of a cold start: no running job, no preflight context ([`compute_memo`]
+/// with [`PlanInputs::new`] and a one-off memo). `desired` must be valid (no error
+/// diagnostics). On error, every problem found is returned, each pointing at the YAML key it
+/// is about.
 pub fn compute(
     desired: &Desired,
     observed: &Inventory,
     last_applied: &LastApplied,
     parent: Option<PlanId>,
 ) -> Result<Plan, Vec<Diagnostic>> {
-    compute_with(desired, observed, last_applied, parent, &BTreeMap::new())
-}
-
-/// [`compute`] knowing which clusters have a running rollout job (cluster → job id): those
-/// get a [`ClusterStatus::RollingOut`] entry and nothing else, so a plan approved while a job
-/// runs can never start a second one or apply settings under it.
-pub fn compute_with(
-    desired: &Desired,
-    observed: &Inventory,
-    last_applied: &LastApplied,
-    parent: Option<PlanId>,
-    running: &BTreeMap<String, String>,
-) -> Result<Plan, Vec<Diagnostic>> {
-    compute_in(
-        desired,
-        observed,
-        last_applied,
+    let inputs = PlanInputs {
         parent,
-        running,
-        &crate::plan::preflight::Context::default(),
-    )
+        ..PlanInputs::new(desired, observed, last_applied)
+    };
+    compute_memo(&inputs, &mut PlanMemo::one_off())
 }
 
-/// [`compute_with`] with the preflight checks' inputs (the time, upstream clusters' job
-/// history): what the daemon and `medea plan` call.
-pub fn compute_in(
-    desired: &Desired,
-    observed: &Inventory,
-    last_applied: &LastApplied,
-    parent: Option<PlanId>,
-    running: &BTreeMap<String, String>,
-    preflight: &crate::plan::preflight::Context,
-) -> Result<Plan, Vec<Diagnostic>> {
-    compute_memo(
-        desired,
-        observed,
-        last_applied,
-        parent,
-        running,
-        preflight,
-        &mut PlanMemo::one_off(),
-    )
-}
-
-/// Every input of one desired cluster's plan section ([`section`]): the section is a pure
-/// function of these, so a section computed from equal inputs is reused ([`PlanMemo`]).
-/// A planner change that makes a cluster's section read something more (another cluster's job
-/// history, a new observation) adds that input here as a field; the derived `PartialEq` then
-/// invalidates on it.
-///
-/// Nothing is copied that the memo can share: the observed record is the inventory's own
-/// (`Arc`), and the desired `Cluster` stays in the desired state the memo holds
-/// ([`PlanMemo::share_desired`]). Equal pointers are equal inputs; otherwise the values are
-/// compared whole, so a match is always exact.
-#[derive(Debug, Clone)]
-pub struct SectionInputs {
-    /// The validated Cluster and its pools (every field, source positions included).
-    cluster: KeptCluster,
-    /// The observed cluster record (compared whole, not only by generation).
-    observed: Option<Arc<ObservedCluster>>,
-    /// The running rollout job, if any.
-    running: Option<String>,
-    /// The cluster's last-applied resources (the cluster and its pools, gone ones included).
-    applied: Vec<AppliedResource>,
-}
-
-/// Where a memoized section's desired `Cluster` is kept.
-#[derive(Debug, Clone)]
-enum KeptCluster {
-    /// In the desired state the memo holds ([`PlanMemo::desired`]), under the section's name.
-    Shared,
-    /// A copy: the planning call shared no desired state with the memo.
-    Copy(Box<Cluster>),
-}
-
-/// The inputs as borrowed from a planning call, compared with a memoized [`SectionInputs`]
-/// without copying them.
-struct InputsRef<'a> {
-    cluster: &'a Cluster,
-    observed: Option<&'a Arc<ObservedCluster>>,
-    running: Option<&'a String>,
-    applied: Vec<&'a AppliedResource>,
-}
-
-impl InputsRef<'_> {
-    /// Whether `m` holds these inputs. `shared` is the memo's desired state's Cluster of
-    /// this name, for inputs kept as [`KeptCluster::Shared`].
-    fn matches(&self, m: &SectionInputs, shared: Option<&Cluster>) -> bool {
-        let cluster = match &m.cluster {
-            KeptCluster::Copy(c) => **c == *self.cluster,
-            KeptCluster::Shared => {
-                shared.is_some_and(|c| std::ptr::eq(c, self.cluster) || *c == *self.cluster)
-            }
-        };
-        let observed = match (self.observed, &m.observed) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-            _ => false,
-        };
-        cluster
-            && observed
-            && self.running == m.running.as_ref()
-            && self.applied.len() == m.applied.len()
-            && self.applied.iter().zip(&m.applied).all(|(a, b)| *a == b)
-    }
-    /// The inputs to keep; `shared`: the Cluster is in the desired state the memo keeps.
-    fn to_owned(&self, shared: bool) -> SectionInputs {
-        SectionInputs {
-            cluster: if shared {
-                KeptCluster::Shared
-            } else {
-                KeptCluster::Copy(Box::new(self.cluster.clone()))
-            },
-            observed: self.observed.cloned(),
-            running: self.running.cloned(),
-            applied: self.applied.iter().map(|a| (*a).clone()).collect(),
-        }
-    }
-}
-
-/// Everything one desired cluster contributes to a plan: its entry, its diagnostics, its
-/// approval bar, its catalog and what approval applies for it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusterSection {
-    catalog: String,
-    /// `None` when the cluster cannot be planned (`diags` says why). Shared with the plans
-    /// that carry it (`Plan::clusters`): a reused section is never copied.
-    plan: Option<Arc<ClusterPlan>>,
-    diags: Vec<Diagnostic>,
-    /// The approvals this cluster's changes need (1 when none).
-    bar: u32,
-    put: Vec<AppliedResource>,
-    delete: Vec<ResourceKey>,
-    /// The canonical JSON of `plan` and of each of `put`, as the plan id hashes them
-    /// ([`Plan::canonical_id`]), computed once per section.
-    plan_json: Vec<u8>,
-    put_json: Vec<Vec<u8>>,
-    /// The preflight checks apply to this section's base ([`Self::base`]).
-    checked: bool,
-    /// The findings and acknowledgement notes `plan` carries: `plan` is its base (the
-    /// section before the preflight checks) with `preflight` set to the findings and the
-    /// notes appended. The base is not kept (it would be a second copy of every section):
-    /// it is `plan` with both undone.
-    preflight: (Vec<crate::plan::preflight::Finding>, Vec<String>),
-}
-
-impl ClusterSection {
-    /// Make `plan` the base section with these findings and notes, and its JSON.
-    #[allow(
-        clippy::expect_used,
-        reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
-    )]
-    fn finish(&mut self, found: (Vec<crate::plan::preflight::Finding>, Vec<String>)) {
-        let Some(base) = self.base() else {
-            return;
-        };
-        let mut plan = base.into_owned();
-        plan.preflight = found.0.clone();
-        plan.notes.extend(found.1.iter().cloned());
-        self.plan_json = serde_json::to_vec(&plan).expect("plans serialize");
-        self.plan = Some(Arc::new(plan));
-        self.preflight = found;
-    }
-
-    /// The section before the preflight checks: `plan` itself while it carries no findings
-    /// and no notes of them (the usual case, no copy), else `plan` with them undone (the
-    /// base's `preflight` is always empty, and the notes were appended at its end).
-    fn base(&self) -> Option<Cow<'_, ClusterPlan>> {
-        let plan = self.plan.as_deref()?;
-        if self.preflight.0.is_empty() && self.preflight.1.is_empty() {
-            return Some(Cow::Borrowed(plan));
-        }
-        let mut base = plan.clone();
-        base.preflight = Vec::new();
-        base.notes
-            .truncate(base.notes.len().saturating_sub(self.preflight.1.len()));
-        Some(Cow::Owned(base))
-    }
-}
-
-/// Per-cluster plan sections of earlier plans, reused while their [`SectionInputs`] are equal.
-/// A plan computed with a memo is the plan computed without one (`compute_with`), byte for
-/// byte: a section is a pure function of its inputs, and the whole-plan parts (the basis,
-/// removed clusters, the bar, the id) are computed afresh every time.
-#[derive(Debug)]
-pub struct PlanMemo {
-    /// Each section with its inputs (`None` in a one-off memo, which reuses nothing).
-    sections: BTreeMap<String, (Option<SectionInputs>, ClusterSection)>,
-    last: MemoStats,
-    /// Whether sections are kept for the next call. A one-off memo (a cold plan) neither
-    /// copies the inputs nor clones the sections into the plan: it moves them.
-    keep: bool,
-    /// The id of the plan the last call computed (its sections are the ones kept).
-    last_id: Option<PlanId>,
-    /// The desired state the kept sections' [`KeptCluster::Shared`] inputs are in (the one
-    /// the last call planned, when the caller shared it).
-    desired: Option<Arc<crate::desired::Loaded>>,
-    /// The desired state the next call plans, if the caller shares it ([`Self::share_desired`]).
-    next_desired: Option<Arc<crate::desired::Loaded>>,
-    /// Where the changed sections are planned when there are enough of them
-    /// ([`Self::fan_out`]); `None`: on the calling thread.
-    fan_out: Option<(FanOut, usize)>,
-}
-
-/// Runs every job, possibly each on a thread of its own, and returns when all have run (a
-/// panic in one is resumed). `src/plan` starts no thread itself: the caller passes one in
-/// (`ops::fan_out`).
-pub type FanOut = for<'a> fn(Vec<Box<dyn FnOnce() + Send + 'a>>);
-
-/// Sections are planned through the [`FanOut`] from this many changed sections on (below it,
-/// a thread costs more than it saves: one changed file is one or two sections).
-pub const PARALLEL_FROM: usize = 16;
-
-impl Default for PlanMemo {
-    fn default() -> PlanMemo {
-        PlanMemo {
-            sections: BTreeMap::new(),
-            last: MemoStats::default(),
-            keep: true,
-            last_id: None,
-            desired: None,
-            next_desired: None,
-            fan_out: None,
-        }
-    }
-}
-
-/// What the last planning call with a [`PlanMemo`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoStats {
-    /// Clusters planned afresh.
-    pub planned: usize,
-    /// Clusters whose previous section was reused.
-    pub reused: usize,
-}
-
-impl PlanMemo {
-    /// What the last planning call reused and planned afresh.
-    pub fn last_stats(&self) -> MemoStats {
-        self.last
-    }
-    /// A memo for one plan only (what [`compute_in`] uses): nothing is kept, so nothing is
-    /// copied for later.
-    pub fn one_off() -> PlanMemo {
-        PlanMemo {
-            keep: false,
-            ..PlanMemo::default()
-        }
-    }
-    /// Plan the changed sections in `lanes` lanes run by `fan_out` whenever there are at
-    /// least [`PARALLEL_FROM`] of them (with `lanes` ≤ 1, or fewer sections, on the calling
-    /// thread). The plan is the same bytes whatever the lanes: each section is a pure function
-    /// of its own inputs and the sections are merged in cluster order.
-    pub fn fan_out(mut self, fan_out: FanOut, lanes: usize) -> PlanMemo {
-        self.fan_out = Some((fan_out, lanes));
-        self
-    }
-    /// Whether this memo keeps sections for the next call.
-    pub fn keeps(&self) -> bool {
-        self.keep
-    }
-
-    /// The next call plans `loaded`'s desired state (the `desired` it is given is
-    /// `loaded.valid()`): the memo then keeps `loaded` (an `Arc` the caller holds anyway)
-    /// instead of a copy of every cluster's desired `Cluster`, and compares a cluster whose
-    /// revision did not change by pointer. Ignored when the call plans another desired state.
-    pub fn share_desired(&mut self, loaded: Arc<crate::desired::Loaded>) {
-        self.next_desired = Some(loaded);
-    }
-
-    /// The JSON of `plan` (`serde_json::to_vec(plan)`, byte for byte), its clusters' JSON
-    /// taken from the sections serialized once when they were planned instead of serializing
-    /// every cluster again: for storing the plan. Only for the plan the last call computed
-    /// (checked by id, which hashes every cluster); any other plan is serialized whole.
-    #[allow(
-        clippy::expect_used,
-        reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
-    )]
-    pub fn plan_json(&self, plan: &Plan) -> Vec<u8> {
-        use erased::Json as _;
-        if self.last_id != Some(plan.id) {
-            return serde_json::to_vec(plan).expect("plans serialize");
-        }
-        let mut out = Vec::with_capacity(
-            self.sections
-                .values()
-                .map(|(_, s)| s.plan_json.len())
-                .sum::<usize>()
-                + 4096,
-        );
-        out.extend_from_slice(br#"{"id":"#);
-        out.extend(plan.id.to_json());
-        out.extend_from_slice(br#","parent":"#);
-        out.extend(plan.parent.to_json());
-        out.extend_from_slice(br#","basis":"#);
-        out.extend(plan.basis.to_json());
-        out.extend_from_slice(br#","clusters":["#);
-        for (i, c) in plan.clusters.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            match self.sections.get(&c.cluster) {
-                Some((_, sec))
-                    if !sec.plan_json.is_empty()
-                        && sec
-                            .plan
-                            .as_ref()
-                            .is_some_and(|p| Arc::ptr_eq(p, c) || p == c) =>
-                {
-                    out.extend_from_slice(&sec.plan_json)
-                }
-                _ => out.extend(c.to_json()),
-            }
-        }
-        out.extend_from_slice(br#"],"approvalsRequired":"#);
-        out.extend(plan.approvals_required.to_json());
-        out.extend_from_slice(br#","catalog":"#);
-        out.extend(plan.catalog.to_json());
-        out.extend_from_slice(br#","applies":"#);
-        out.extend(plan.applies.to_json());
-        out.push(b'}');
-        out
-    }
-}
-
-/// One desired cluster of a planning call: its inputs and, when they are unchanged, its
-/// memoized section.
-struct Work<'a> {
-    name: &'a String,
-    cluster: &'a Cluster,
-    inputs: InputsRef<'a>,
-    kept: Option<(Option<SectionInputs>, ClusterSection)>,
-}
-
-impl Work<'_> {
-    /// The section (the kept one, or planned afresh) with its preflight findings, and the
-    /// inputs to keep for it (`keep`: the memo keeps sections; `shared`: the memo keeps the
-    /// desired state this call plans).
-    fn finish(
-        self,
-        last_applied: &LastApplied,
-        preflight: &crate::plan::preflight::Context,
-        keep: bool,
-        shared: bool,
-    ) -> (Option<SectionInputs>, ClusterSection) {
-        let mut entry = match self.kept {
-            Some(kept) => kept,
-            None => (
-                keep.then(|| self.inputs.to_owned(shared)),
-                section(self.name, self.cluster, &self.inputs, last_applied),
-            ),
-        };
-        // Preflight findings (issue #22) depend on inputs outside the memo key (the time,
-        // upstream clusters' job history): checked on every pass over the memoized base
-        // section, whose final JSON is rebuilt only when the findings change.
-        if entry.1.checked
-            && let Some(obs) = self.inputs.observed
-            && let Some(base) = entry.1.base()
-        {
-            let found = crate::plan::preflight::check(
-                self.cluster,
-                obs,
-                &base,
-                &preflight.for_cluster(self.cluster),
-            );
-            if found != entry.1.preflight {
-                entry.1.finish(found);
-            }
-        }
-        entry
-    }
-}
-
-/// [`compute_with`], reusing the sections of `memo` whose inputs are unchanged and leaving
-/// in it the sections of this plan.
-pub fn compute_memo(
-    desired: &Desired,
-    observed: &Inventory,
-    last_applied: &LastApplied,
-    parent: Option<PlanId>,
-    running: &BTreeMap<String, String>,
-    preflight: &crate::plan::preflight::Context,
-    memo: &mut PlanMemo,
-) -> Result<Plan, Vec<Diagnostic>> {
+/// Compute the plan from `inputs`, reusing the sections of `memo` whose inputs are unchanged
+/// and leaving in it the sections of this plan (a one-off memo, [`PlanMemo::one_off`],
+/// reuses and keeps nothing). The plan is the same, byte for byte, whatever the memo holds.
+/// On error, every problem found is returned, each pointing at the YAML key it is about.
+pub fn compute_memo(inputs: &PlanInputs<'_>, memo: &mut PlanMemo) -> Result<Plan, Vec<Diagnostic>> {
+    let mut clusters: BTreeMap<String, Arc<ClusterPlan>> = memo
+        .plan_sections(inputs)
+        .into_iter()
+        .filter_map(|(name, plan)| plan.map(|p| (name, p)))
+        .collect();
     let mut diags = Vec::new();
-    let mut clusters: BTreeMap<String, Arc<ClusterPlan>> = BTreeMap::new();
     let mut applies = Applies::default();
     let mut bar: u32 = 1;
     let mut catalogs = BTreeSet::new();
-
-    // Each cluster's last-applied resources, in key order.
-    let mut applied_of: BTreeMap<&str, Vec<&AppliedResource>> = BTreeMap::new();
-    for res in last_applied.resources.values() {
-        applied_of
-            .entry(res.key.cluster_name())
-            .or_default()
-            .push(res);
-    }
-    let mut stats = MemoStats::default();
-    let mut sections = BTreeMap::new();
-    // The desired state the kept sections' shared inputs are in, and the one this call's
-    // kept inputs will be in (when the caller shared it and it is the one planned).
-    let previous = memo.desired.take();
-    let previous_desired = previous.as_ref().and_then(|l| l.valid());
-    let next = memo
-        .next_desired
-        .take()
-        .filter(|l| memo.keep && l.valid().is_some_and(|d| std::ptr::eq(d, desired)));
-    // 1. Which sections are reused (inputs unchanged) and which are planned afresh.
-    let mut work = Vec::with_capacity(desired.clusters.len());
-    for (name, cluster) in &desired.clusters {
-        let inputs = InputsRef {
-            cluster,
-            observed: observed.clusters.get(name),
-            running: running.get(name),
-            applied: applied_of.remove(name.as_str()).unwrap_or_default(),
-        };
-        let kept = match memo.sections.remove(name) {
-            Some((Some(old), sec))
-                if inputs.matches(
-                    &old,
-                    previous_desired
-                        .and_then(|d| d.clusters.get(name))
-                        .map(|c| &**c),
-                ) =>
-            {
-                stats.reused += 1;
-                // Kept again: a copied Cluster stays a copy; a shared one moves to `next`
-                // when there is one (it is equal, so it is in `next` under the same name).
-                let old = match (old.cluster, &next) {
-                    (KeptCluster::Shared, None) => SectionInputs {
-                        cluster: KeptCluster::Copy(Box::new(Cluster::clone(cluster))),
-                        ..old
-                    },
-                    (KeptCluster::Copy(_), Some(_)) => SectionInputs {
-                        cluster: KeptCluster::Shared,
-                        ..old
-                    },
-                    (kept, _) => SectionInputs {
-                        cluster: kept,
-                        ..old
-                    },
-                };
-                Some((Some(old), sec))
-            }
-            _ => {
-                stats.planned += 1;
-                None
-            }
-        };
-        work.push(Work {
-            name,
-            cluster,
-            inputs,
-            kept,
-        });
-    }
-    // 2. Plan the changed sections and run every section's preflight checks (each is a
-    //    pure function of its own inputs).
-    let shared = next.is_some();
-    let keep = memo.keep;
-    let finish = |w: Work<'_>| w.finish(last_applied, preflight, keep, shared);
-    let finished: Vec<(Option<SectionInputs>, ClusterSection)> = match memo.fan_out {
-        Some((fan_out, lanes)) if lanes > 1 && stats.planned >= PARALLEL_FROM => {
-            // Round-robin over the sections to plan, so every lane gets a share of the work;
-            // results go back to their cluster's slot.
-            let mut split: Vec<Vec<(usize, Work<'_>)>> = (0..lanes).map(|_| Vec::new()).collect();
-            let mut next_lane = 0;
-            for (i, w) in work.into_iter().enumerate() {
-                let lane = if w.kept.is_none() {
-                    next_lane = (next_lane + 1) % lanes;
-                    next_lane
-                } else {
-                    i % lanes
-                };
-                split[lane].push((i, w));
-            }
-            type Done = (Option<SectionInputs>, ClusterSection);
-            let slots: std::sync::Mutex<Vec<Option<Done>>> =
-                std::sync::Mutex::new((0..desired.clusters.len()).map(|_| None).collect());
-            let jobs: Vec<Box<dyn FnOnce() + Send + '_>> = split
-                .into_iter()
-                .map(|lane| {
-                    let (finish, slots) = (&finish, &slots);
-                    Box::new(move || {
-                        let done: Vec<(usize, Done)> =
-                            lane.into_iter().map(|(i, w)| (i, finish(w))).collect();
-                        let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
-                        for (i, d) in done {
-                            slots[i] = Some(d);
-                        }
-                    }) as Box<dyn FnOnce() + Send + '_>
-                })
-                .collect();
-            fan_out(jobs);
-            let slots = slots.into_inner().unwrap_or_else(|p| p.into_inner());
-            #[allow(
-                clippy::expect_used,
-                reason = "a FanOut that returns with a job not run breaks its contract; a plan missing a section must never be stored"
-            )]
-            slots
-                .into_iter()
-                .map(|d| d.expect("a FanOut runs every job it is given before it returns"))
-                .collect()
-        }
-        _ => work.into_iter().map(finish).collect(),
-    };
-    // 3. Merge, in cluster order.
-    for ((name, _), mut entry) in desired.clusters.iter().zip(finished) {
-        let sec = &mut entry.1;
+    for sec in memo.sections() {
         catalogs.insert(sec.catalog.clone());
         diags.extend(sec.diags.iter().cloned());
         bar = bar.max(sec.bar);
         applies.put.extend(sec.put.iter().cloned());
         applies.delete.extend(sec.delete.iter().cloned());
-        // A one-off memo gives its sections away; a kept one keeps them (the next plan
-        // reuses them) and shares them with the plan.
-        let plan = if memo.keep {
-            sec.plan.clone()
-        } else {
-            sec.plan.take()
-        };
-        if let Some(plan) = plan {
-            clusters.insert(name.clone(), plan);
-        }
-        sections.insert(name.clone(), entry);
     }
-    memo.sections = sections;
-    memo.last = stats;
-    memo.desired = next;
-    drop(previous);
+    bar = bar.max(removed_clusters(inputs, &mut clusters, &mut applies));
+    if !diags.is_empty() {
+        diags.sort_by(|a, b| {
+            a.origin
+                .cmp(&b.origin)
+                .then_with(|| a.message.cmp(&b.message))
+        });
+        diags.dedup();
+        return Err(diags);
+    }
+    let catalog = catalogs.into_iter().collect::<Vec<_>>().join(",");
+    Ok(assemble(inputs, memo, clusters, applies, bar, catalog))
+}
 
-    // Clusters applied before and gone from the desired state.
+/// The clusters applied before and gone from the desired state: each a
+/// [`ClusterStatus::Removed`] entry whose resources approval deletes (or, while its job
+/// runs, a [`ClusterStatus::RollingOut`] one). The bar removing them needs.
+fn removed_clusters(
+    inputs: &PlanInputs<'_>,
+    clusters: &mut BTreeMap<String, Arc<ClusterPlan>>,
+    applies: &mut Applies,
+) -> u32 {
+    let (desired, last_applied) = (inputs.desired, inputs.last_applied);
+    let mut bar = 1;
     for gone in last_applied.cluster_names() {
         if desired.clusters.contains_key(&gone) {
             continue;
         }
-        if let Some(job) = running.get(&gone) {
+        if let Some(job) = inputs.running.get(&gone) {
             clusters.insert(gone.clone(), Arc::new(rolling_out(&gone, job)));
             continue;
         }
@@ -765,23 +339,26 @@ pub fn compute_memo(
             }),
         );
     }
+    bar
+}
 
-    if !diags.is_empty() {
-        diags.sort_by(|a, b| {
-            a.origin
-                .cmp(&b.origin)
-                .then_with(|| a.message.cmp(&b.message))
-        });
-        diags.dedup();
-        return Err(diags);
-    }
+/// The plan of `clusters`, `applies` (sorted here), `bar` and `catalog`, with its basis and
+/// id (hashed from the sections' JSON the memo computed once).
+fn assemble(
+    inputs: &PlanInputs<'_>,
+    memo: &mut PlanMemo,
+    clusters: BTreeMap<String, Arc<ClusterPlan>>,
+    mut applies: Applies,
+    bar: u32,
+    catalog: String,
+) -> Plan {
+    let desired = inputs.desired;
     // The canonical JSON of each put resource, in the order of `applies.put` (both sorted by
     // the same stable sort).
     let mut put_json: Vec<(String, &[u8])> = memo
-        .sections
-        .values()
-        .filter(|(_, sec)| !sec.plan_json.is_empty())
-        .flat_map(|(_, sec)| {
+        .sections()
+        .filter(|sec| !sec.plan_json.is_empty())
+        .flat_map(|sec| {
             sec.put
                 .iter()
                 .zip(&sec.put_json)
@@ -794,40 +371,39 @@ pub fn compute_memo(
     applies.delete.dedup();
     let mut plan = Plan {
         id: PlanId::from_digest([0; 32]),
-        parent,
-        basis: basis_with(desired, observed, last_applied, running),
+        parent: inputs.parent,
+        basis: basis_with(
+            desired,
+            inputs.observed,
+            inputs.last_applied,
+            inputs.running,
+        ),
         clusters: clusters.into_values().collect(),
         approvals_required: bar,
-        catalog: catalogs.into_iter().collect::<Vec<_>>().join(","),
+        catalog,
         applies,
     };
     if plan.catalog.is_empty() {
         plan.catalog = crate::plan::catalog::CATALOG_VERSION.to_string();
     }
     let cluster_json = |c: &ClusterPlan| -> Option<&[u8]> {
-        memo.sections
-            .get(&c.cluster)
-            .map(|(_, sec)| sec.plan_json.as_slice())
+        memo.section(&c.cluster)
+            .map(|sec| sec.plan_json.as_slice())
             .filter(|_| desired.clusters.contains_key(&c.cluster))
     };
     plan.id = canonical_id_from_parts(&plan, cluster_json, &put_json);
-    memo.last_id = memo.keep.then_some(plan.id);
-    Ok(plan)
+    memo.computed(plan.id);
+    plan
 }
 
-/// One desired cluster's section of the plan: a pure function of its [`SectionInputs`] (it
-/// reads the last-applied state only through `inputs.applied`).
+/// One desired cluster's section of the plan: a function of its [`SectionInputs`] alone (it
+/// receives nothing else, so the memo's key holds all it reads), with its JSON.
 #[allow(
     clippy::expect_used,
     reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
 )]
-fn section(
-    name: &String,
-    cluster: &Cluster,
-    inputs: &InputsRef<'_>,
-    all_applied: &LastApplied,
-) -> ClusterSection {
-    let mut s = section_parts(name, cluster, inputs, all_applied);
+fn section(inputs: &SectionInputs<'_>) -> ClusterSection {
+    let mut s = section_parts(inputs);
     if let Some(p) = &s.plan {
         s.plan_json = serde_json::to_vec(p).expect("plans serialize");
     }
@@ -839,12 +415,10 @@ fn section(
     s
 }
 
-fn section_parts(
-    name: &String,
-    cluster: &Cluster,
-    inputs: &InputsRef<'_>,
-    all_applied: &LastApplied,
-) -> ClusterSection {
+/// The rules of one desired cluster's section: its plan (or why there is none), diagnostics,
+/// approval bar, and what approval applies.
+fn section_parts(inputs: &SectionInputs<'_>) -> ClusterSection {
+    let (name, cluster) = (inputs.name, inputs.cluster);
     let catalog = Catalog::for_policy(&cluster.upgrade_policy);
     let mut out = ClusterSection {
         catalog: catalog.version(),
@@ -883,19 +457,14 @@ fn section_parts(
         return out;
     };
     // Only this cluster's resources: the section depends on nothing else of the applied state.
-    let own;
-    let last_applied = if inputs.applied.len() == all_applied.resources.len() {
-        all_applied
-    } else {
-        own = LastApplied {
-            resources: inputs
-                .applied
-                .iter()
-                .map(|r| (r.key.store_key(), (*r).clone()))
-                .collect(),
-        };
-        &own
+    let last_applied = LastApplied {
+        resources: inputs
+            .applied
+            .iter()
+            .map(|r| (r.key.store_key(), (*r).clone()))
+            .collect(),
     };
+    let last_applied = &last_applied;
     let mut ctx = ClusterCtx {
         cluster,
         obs,
@@ -908,54 +477,9 @@ fn section_parts(
     let in_force = policy(last_applied.approvals_in_force(name));
     let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
     if plan.has_changes() || change != BarChange::Keeps {
-        // Settings of a control-plane pool act on control-plane nodes: the control-plane bar.
-        let cp_settings = plan.settings.iter().any(|s| {
-            cluster.pools.values().any(|p| {
-                p.role == Role::Controlplane
-                    && s.resource == ResourceKey::pool(name, &p.name.value).label()
-            })
-        });
-        let cp_steps = plan.steps.iter().any(Step::touches_control_plane);
-        let scope = PlanScope {
-            touches_control_plane_or_kubernetes: cp_settings || cp_steps,
-        };
-        if cp_settings && !cp_steps {
-            // Said, so that the bar's reason (`render::bar_reason`) names the rule that set it.
-            plan.notes.push(CP_SETTINGS_NOTE.to_string());
-        }
-        let mut needs = required_quorum(&in_force, change, scope);
-        if change != BarChange::Keeps {
-            plan.notes.push(format!(
-                "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
-                in_force.required, in_force.control_plane
-            ));
-        }
-        // Where health data and credentials go (issue #32): as a change of `approvals`.
-        let moved: Vec<&str> = plan
-            .settings
-            .iter()
-            .filter(|s| {
-                s.resource == "cluster"
-                    && (crate::plan::applied::SOURCE_FIELDS.contains(&s.field.as_str())
-                        || (s.field == RESOURCE_FIELD
-                            && !crate::plan::health::HealthSources::of(&cluster.health).is_empty()))
-            })
-            .map(|s| s.field.as_str())
-            .collect();
-        if !moved.is_empty() {
-            needs = needs.max(in_force.highest());
-            plan.notes.push(format!(
-                "this plan changes where health data and credentials go ({}): it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
-                if moved.contains(&RESOURCE_FIELD) {
-                    "the new cluster's health sources".to_string()
-                } else {
-                    moved.join(", ")
-                },
-                in_force.required,
-                in_force.control_plane
-            ));
-        }
-        out.bar = out.bar.max(needs);
+        out.bar = out
+            .bar
+            .max(approval_bar(name, cluster, &mut plan, in_force, change));
     }
     // Approval makes this revision of every resource of the cluster the last applied one.
     out.put.push(AppliedResource::of_cluster(cluster));
@@ -972,6 +496,66 @@ fn section_parts(
     out.checked = true;
     out.plan = Some(Arc::new(plan));
     out
+}
+
+/// The approvals a cluster's changes need: the bar of its scope (a control-plane or
+/// Kubernetes change needs the control-plane bar), the highest in force when the plan changes
+/// the approvals setting or where health data and credentials go; notes say why.
+fn approval_bar(
+    name: &str,
+    cluster: &Cluster,
+    plan: &mut ClusterPlan,
+    in_force: QuorumPolicy,
+    change: BarChange,
+) -> u32 {
+    // Settings of a control-plane pool act on control-plane nodes: the control-plane bar.
+    let cp_settings = plan.settings.iter().any(|s| {
+        cluster.pools.values().any(|p| {
+            p.role == Role::Controlplane
+                && s.resource == ResourceKey::pool(name, &p.name.value).label()
+        })
+    });
+    let cp_steps = plan.steps.iter().any(Step::touches_control_plane);
+    let scope = PlanScope {
+        touches_control_plane_or_kubernetes: cp_settings || cp_steps,
+    };
+    if cp_settings && !cp_steps {
+        // Said, so that the bar's reason (`render::bar_reason`) names the rule that set it.
+        plan.notes.push(CP_SETTINGS_NOTE.to_string());
+    }
+    let mut needs = required_quorum(&in_force, change, scope);
+    if change != BarChange::Keeps {
+        plan.notes.push(format!(
+            "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
+            in_force.required, in_force.control_plane
+        ));
+    }
+    // Where health data and credentials go (issue #32): as a change of `approvals`.
+    let moved: Vec<&str> = plan
+        .settings
+        .iter()
+        .filter(|s| {
+            s.resource == "cluster"
+                && (crate::plan::applied::SOURCE_FIELDS.contains(&s.field.as_str())
+                    || (s.field == RESOURCE_FIELD
+                        && !crate::plan::health::HealthSources::of(&cluster.health).is_empty()))
+        })
+        .map(|s| s.field.as_str())
+        .collect();
+    if !moved.is_empty() {
+        needs = needs.max(in_force.highest());
+        plan.notes.push(format!(
+            "this plan changes where health data and credentials go ({}): it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
+            if moved.contains(&RESOURCE_FIELD) {
+                "the new cluster's health sources".to_string()
+            } else {
+                moved.join(", ")
+            },
+            in_force.required,
+            in_force.control_plane
+        ));
+    }
+    needs
 }
 
 /// [`Plan::canonical_id`] from the sections' JSON computed once: the same bytes hashed (the

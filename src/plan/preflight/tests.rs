@@ -8,10 +8,11 @@ use jiff::Timestamp;
 use super::*;
 use crate::inventory::preflight::*;
 use crate::inventory::{Inventory, Machine};
+use crate::plan::compute::PlanMemo;
 use crate::plan::tests::{
     cluster_doc, cp, cp_pool, load, observed, one, three_cps, w, worker_pool, workers,
 };
-use crate::plan::{LastApplied, Plan, compute_in};
+use crate::plan::{LastApplied, Plan, PlanInputs, compute_memo};
 
 fn ts(s: &str) -> Timestamp {
     s.parse().unwrap()
@@ -56,15 +57,12 @@ fn with(mut inv: Inventory, p: PreflightObservations) -> Inventory {
 }
 
 fn plan(d: &crate::desired::Desired, inv: &Inventory, c: &Context) -> Plan {
-    compute_in(
-        d,
-        inv,
-        &LastApplied::default(),
-        None,
-        &Default::default(),
-        c,
-    )
-    .unwrap_or_else(|e| panic!("{e:#?}"))
+    let applied = LastApplied::default();
+    let inputs = PlanInputs {
+        preflight: c,
+        ..PlanInputs::new(d, inv, &applied)
+    };
+    compute_memo(&inputs, &mut PlanMemo::one_off()).unwrap_or_else(|e| panic!("{e:#?}"))
 }
 
 fn c1(p: &Plan) -> &crate::plan::ClusterPlan {

@@ -34,117 +34,14 @@ pub(super) fn add(t: Timestamp, d: Duration) -> Timestamp {
     t.checked_add(d).unwrap_or(Timestamp::MAX)
 }
 
-/// The observation policy, once: what a decision does with an observation of `what` that is
-/// not a plain value. Missing: poll (it is observed at the next round). A transient error and
-/// a definitive failure: the flows the caller's rule gives ([`need`] is the common rule; a node
-/// coming back treats a transient error as "not back yet").
-pub(super) fn observed<'a, T>(
-    s: Seen<'a, T>,
-    what: &str,
-    transient: impl FnOnce(&str) -> Flow,
-    failed: impl FnOnce(&str) -> Flow,
-) -> Result<&'a T, Flow> {
-    match s {
-        Seen::Got(t) => Ok(t),
-        Seen::Missing => Err(Flow::Poll(PollWhy::Waiting, format!("observing {what}"))),
-        Seen::Transient(m) => Err(transient(m)),
-        Seen::Failed(m) => Err(failed(m)),
-    }
-}
-
-/// An observation that must be present to go on: unreachable is polled with backoff until
-/// `deadline`, then halts; a definitive failure halts at once.
-pub(super) fn need<'a, T>(
-    s: Seen<'a, T>,
-    what: &str,
-    deadline: Timestamp,
-    now: Timestamp,
-    node: Option<&str>,
-) -> Result<&'a T, Flow> {
-    observed(
-        s,
-        what,
-        |m| {
-            if now >= deadline {
-                halt_flow(
-                    HaltCode::ObservationFailed,
-                    format!("{what} stayed unreachable until the timeout ({m})"),
-                    node,
-                    None,
-                )
-            } else {
-                Flow::Poll(PollWhy::Unreachable, format!("{what} unreachable ({m})"))
-            }
-        },
-        |m| {
-            halt_flow(
-                HaltCode::ObservationFailed,
-                format!("reading {what} failed: {m}"),
-                node,
-                None,
-            )
-        },
-    )
-}
-
 pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> Next {
     if j.state.is_terminal() {
         return Next::Finished;
     }
-    if let Some(intent) = j.in_flight.clone() {
-        match resolve(j, &intent, eyes, now) {
-            Resolution::Done { outcome, rebooted } => {
-                notes.push(format!(
-                    "{}: resolved by observation: it took effect",
-                    intent.key
-                ));
-                apply(j, &intent, &outcome, rebooted, now, notes);
-                if j.state.is_terminal() {
-                    return Next::Finished;
-                }
-            }
-            Resolution::Reissue => {
-                notes.push(format!(
-                    "{}: resolved by observation: no effect, issuing it again",
-                    intent.key
-                ));
-                j.in_flight = None;
-                if intent.key.op == CommandOp::Upgrade {
-                    record_upgrade_error(
-                        j,
-                        &intent.key,
-                        intent
-                            .last_error
-                            .clone()
-                            .unwrap_or_else(|| "its outcome was lost".into()),
-                        false,
-                    );
-                }
-                bump_attempt(j, &intent.key);
-            }
-            Resolution::Pending(why, reason) => {
-                let deadline = add(intent.issued_at, step_timeout(j, intent.key.step));
-                if now >= deadline {
-                    let reason = HaltReason::new(
-                        HaltCode::OutcomeUnknown,
-                        format!(
-                            "could not determine the outcome of {} on {} before the timeout: {reason}",
-                            intent.key.op,
-                            intent.key.node.as_deref().unwrap_or("the cluster")
-                        ),
-                    );
-                    notes.push(reason.to_string());
-                    *j = halt(j, reason, now);
-                    return Next::Finished;
-                }
-                return Next::Poll { why, reason };
-            }
-            Resolution::Halt(reason) => {
-                notes.push(reason.to_string());
-                *j = halt(j, reason, now);
-                return Next::Finished;
-            }
-        }
+    if let Some(intent) = j.in_flight.clone()
+        && let Some(next) = settle(j, &intent, eyes, now, notes)
+    {
+        return next;
     }
     loop {
         let Some(si) = current_step(j) else {
@@ -152,12 +49,8 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
             if let Some(p) = job_policy(j)
                 && !j.gates.passed(&GatePoint::AfterJob)
             {
-                let flow = match gate_point(j, GatePoint::AfterJob, &p, p.soak, eyes, now, notes) {
-                    GateFlow::Passed => Flow::Done,
-                    GateFlow::Flow(f) => f,
-                    GateFlow::Failed(f, _) => gate_halt(f),
-                };
-                if let Some(next) = conclude(j, None, flow, now, notes) {
+                let flow = gate_point(j, GatePoint::AfterJob, &p, p.soak, eyes, now, notes);
+                if let Some(next) = conclude(j, None, flow.or_halt(), now, notes) {
                     return next;
                 }
             }
@@ -171,7 +64,7 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
             && let Some(p) = job_policy(j)
             && !j.gates.passed(&GatePoint::BeforeJob)
         {
-            let flow = match gate_point(
+            let flow = gate_point(
                 j,
                 GatePoint::BeforeJob,
                 &p,
@@ -179,12 +72,8 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
                 eyes,
                 now,
                 notes,
-            ) {
-                GateFlow::Passed => Flow::Done,
-                GateFlow::Flow(f) => f,
-                GateFlow::Failed(f, _) => gate_halt(f),
-            };
-            if let Some(next) = conclude(j, None, flow, now, notes) {
+            );
+            if let Some(next) = conclude(j, None, flow.or_halt(), now, notes) {
                 return next;
             }
         }
@@ -192,31 +81,7 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
             j.steps[si].state = StepState::Running;
             notes.push(format!("step {si} started"));
         }
-        let mut flow = match j.steps[si].kind.clone() {
-            StepKind::Talos(_) => talos_step(j, si, eyes, now, notes),
-            StepKind::Kubernetes(_) => kube_step(j, si, eyes, now, notes),
-        };
-        // the soak after a Kubernetes step (a Talos step soaks after each of its waves)
-        if matches!(flow, Flow::Done)
-            && matches!(j.steps[si].kind, StepKind::Kubernetes(_))
-            && let Some(p) = step_policy(j, si)
-            && !j.gates.passed(&GatePoint::AfterStep { step: si })
-        {
-            flow = match gate_point(
-                j,
-                GatePoint::AfterStep { step: si },
-                &p,
-                p.soak,
-                eyes,
-                now,
-                notes,
-            ) {
-                GateFlow::Passed => Flow::Done,
-                GateFlow::Flow(f) => f,
-                GateFlow::Failed(f, _) => gate_halt(f),
-            };
-        }
-        match flow {
+        match run_step(j, si, eyes, now, notes) {
             Flow::Done => {
                 j.steps[si].state = StepState::Done;
                 notes.push(format!("step {si} done"));
@@ -228,6 +93,89 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
             }
         }
     }
+}
+
+/// The command journaled without an outcome, resolved by observation ([`resolve`]): applied,
+/// issued again, waited for until the step's timeout, or the halt. `None`: go on deciding.
+fn settle(
+    j: &mut Job,
+    intent: &Intent,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Option<Next> {
+    match resolve(j, intent, eyes, now) {
+        Resolution::Done { outcome, rebooted } => {
+            notes.push(format!(
+                "{}: resolved by observation: it took effect",
+                intent.key
+            ));
+            apply(j, intent, &outcome, rebooted, now, notes);
+            j.state.is_terminal().then_some(Next::Finished)
+        }
+        Resolution::Reissue => {
+            notes.push(format!(
+                "{}: resolved by observation: no effect, issuing it again",
+                intent.key
+            ));
+            j.in_flight = None;
+            if intent.key.op == CommandOp::Upgrade {
+                record_upgrade_error(
+                    j,
+                    &intent.key,
+                    intent
+                        .last_error
+                        .clone()
+                        .unwrap_or_else(|| "its outcome was lost".into()),
+                    false,
+                );
+            }
+            bump_attempt(j, &intent.key);
+            None
+        }
+        Resolution::Pending(why, reason) => {
+            let deadline = add(intent.issued_at, step_timeout(j, intent.key.step));
+            let unknown = format!(
+                "could not determine the outcome of {} on {} before the timeout: {reason}",
+                intent.key.op,
+                intent.key.node.as_deref().unwrap_or("the cluster")
+            );
+            Some(late(
+                now,
+                deadline,
+                || Next::Poll { why, reason },
+                || {
+                    let reason = HaltReason::new(HaltCode::OutcomeUnknown, unknown);
+                    notes.push(reason.to_string());
+                    *j = halt(j, reason, now);
+                    Next::Finished
+                },
+            ))
+        }
+        Resolution::Halt(reason) => {
+            notes.push(reason.to_string());
+            *j = halt(j, reason, now);
+            Some(Next::Finished)
+        }
+    }
+}
+
+/// Step `si` itself, then (a Kubernetes step) the soak after it; a Talos step soaks after
+/// each of its waves.
+fn run_step(j: &mut Job, si: usize, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> Flow {
+    let flow = match j.steps[si].kind {
+        StepKind::Talos(_) => talos_step(j, si, eyes, now, notes),
+        StepKind::Kubernetes(_) => kube_step(j, si, eyes, now, notes),
+    };
+    if matches!(flow, Flow::Done)
+        && matches!(j.steps[si].kind, StepKind::Kubernetes(_))
+        && let Some(p) = step_policy(j, si)
+        && !j.gates.passed(&GatePoint::AfterStep { step: si })
+    {
+        let point = GatePoint::AfterStep { step: si };
+        return gate_point(j, point, &p, p.soak, eyes, now, notes).or_halt();
+    }
+    flow
 }
 
 /// The [`Next`] of a flow that is not [`Flow::Done`] (a halt is applied to the job here).

@@ -279,6 +279,18 @@ pub(super) enum GateFlow {
     Failed(GateFailure, OnFailure),
 }
 
+impl GateFlow {
+    /// The flow of a gate point where a failed gate halts (no rollback there): passed is
+    /// [`Flow::Done`].
+    pub(super) fn or_halt(self) -> Flow {
+        match self {
+            GateFlow::Passed => Flow::Done,
+            GateFlow::Flow(f) => f,
+            GateFlow::Failed(f, _) => gate_halt(f),
+        }
+    }
+}
+
 /// The health policy that applies to step `si`: its pool's, else the cluster's.
 pub(super) fn step_policy(j: &Job, si: usize) -> Option<HealthPolicy> {
     let own = match j.steps.get(si).map(|s| &s.kind) {
@@ -306,51 +318,13 @@ pub(super) fn gate_point(
     notes: &mut Vec<String>,
 ) -> GateFlow {
     if j.gates.current.as_ref().map(|r| &r.point) != Some(&point) {
-        j.gates.current = Some(GateRun {
-            point: point.clone(),
-            started: now,
-            soak_secs: soak.as_secs(),
-            next_at: now,
-            streaks: policy
-                .gates
-                .iter()
-                .map(|g| GateStreak {
-                    gate: g.name.clone(),
-                    passing_since: None,
-                    consecutive_failures: 0,
-                })
-                .collect(),
-        });
-        notes.push(format!(
-            "health gates: checking {point} ({} gate(s){})",
-            policy.gates.len(),
-            if soak.is_zero() {
-                String::new()
-            } else {
-                format!(", soak {}s", soak.as_secs())
-            }
-        ));
+        j.gates.current = Some(start_run(&point, policy, soak, now, notes));
     }
-    let Some(run) = j.gates.current.clone() else {
+    let Some(mut run) = j.gates.current.clone() else {
         unreachable!("set above")
     };
     if now < run.next_at {
-        let left = match run.soak_ends() {
-            Some(end) if end > now => format!(
-                "{}s of the soak left",
-                Duration::try_from(end.duration_since(now))
-                    .unwrap_or_default()
-                    .as_secs()
-            ),
-            _ => "a gate is failing".into(),
-        };
-        return GateFlow::Flow(Flow::Wait(
-            run.next_at,
-            format!(
-                "health gates {point}: next evaluation at {} ({left})",
-                run.next_at
-            ),
-        ));
+        return GateFlow::Flow(next_evaluation(&run, &point, now));
     }
     let ask = GateAsk {
         point: point.clone(),
@@ -367,8 +341,103 @@ pub(super) fn gate_point(
             format!("evaluating the health gates {point}"),
         ));
     };
+    if let Some(f) = fold(j, &mut run, &point, policy, evals, now, notes) {
+        j.gates.current = None;
+        return GateFlow::Failed(f, policy.on_failure);
+    }
+    match run.soak_ends() {
+        Some(end) if end <= now => {
+            j.gates.current = None;
+            j.gates.passed.push(point.clone());
+            notes.push(format!("health gates passed {point}"));
+            GateFlow::Passed
+        }
+        end => {
+            run.next_at = add(now, policy.interval.max(Duration::from_secs(1)));
+            // never evaluate past the end of the soak needlessly late
+            if let Some(end) = end
+                && end > now
+                && end < run.next_at
+            {
+                run.next_at = end;
+            }
+            let at = run.next_at;
+            j.gates.current = Some(run);
+            GateFlow::Flow(Flow::Wait(
+                at,
+                format!("health gates {point}: soaking, next evaluation at {at}"),
+            ))
+        }
+    }
+}
+
+/// A new run of the gates at `point`: every streak empty, the first evaluation now.
+fn start_run(
+    point: &GatePoint,
+    policy: &HealthPolicy,
+    soak: Duration,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> GateRun {
+    notes.push(format!(
+        "health gates: checking {point} ({} gate(s){})",
+        policy.gates.len(),
+        if soak.is_zero() {
+            String::new()
+        } else {
+            format!(", soak {}s", soak.as_secs())
+        }
+    ));
+    GateRun {
+        point: point.clone(),
+        started: now,
+        soak_secs: soak.as_secs(),
+        next_at: now,
+        streaks: policy
+            .gates
+            .iter()
+            .map(|g| GateStreak {
+                gate: g.name.clone(),
+                passing_since: None,
+                consecutive_failures: 0,
+            })
+            .collect(),
+    }
+}
+
+/// The wait until `run`'s next evaluation, saying what is left.
+fn next_evaluation(run: &GateRun, point: &GatePoint, now: Timestamp) -> Flow {
+    let left = match run.soak_ends() {
+        Some(end) if end > now => format!(
+            "{}s of the soak left",
+            Duration::try_from(end.duration_since(now))
+                .unwrap_or_default()
+                .as_secs()
+        ),
+        _ => "a gate is failing".into(),
+    };
+    Flow::Wait(
+        run.next_at,
+        format!(
+            "health gates {point}: next evaluation at {} ({left})",
+            run.next_at
+        ),
+    )
+}
+
+/// Fold the evaluations `evals` into `run`'s streaks and the job's evidence (a gate without
+/// one failed: the probe returned none); the first gate that reached the policy's failure
+/// limit, if any.
+fn fold(
+    j: &mut Job,
+    run: &mut GateRun,
+    point: &GatePoint,
+    policy: &HealthPolicy,
+    evals: &[GateEvaluation],
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Option<GateFailure> {
     let limit = policy.failure_limit.max(1);
-    let mut run = run;
     let mut failure: Option<GateFailure> = None;
     for (g, streak) in policy.gates.iter().zip(run.streaks.iter_mut()) {
         let eval = evals
@@ -411,34 +480,7 @@ pub(super) fn gate_point(
             evaluation: eval,
         });
     }
-    if let Some(f) = failure {
-        j.gates.current = None;
-        return GateFlow::Failed(f, policy.on_failure);
-    }
-    match run.soak_ends() {
-        Some(end) if end <= now => {
-            j.gates.current = None;
-            j.gates.passed.push(point.clone());
-            notes.push(format!("health gates passed {point}"));
-            GateFlow::Passed
-        }
-        end => {
-            run.next_at = add(now, policy.interval.max(Duration::from_secs(1)));
-            // never evaluate past the end of the soak needlessly late
-            if let Some(end) = end
-                && end > now
-                && end < run.next_at
-            {
-                run.next_at = end;
-            }
-            let at = run.next_at;
-            j.gates.current = Some(run);
-            GateFlow::Flow(Flow::Wait(
-                at,
-                format!("health gates {point}: soaking, next evaluation at {at}"),
-            ))
-        }
-    }
+    failure
 }
 
 /// Halt for a gate failure (no rollback, or the rollback is over).

@@ -113,12 +113,7 @@ pub(super) fn kube_step(
                     return flow;
                 }
                 let Some(c) = t.component else {
-                    return halt_flow(
-                        HaltCode::Inconsistent,
-                        format!("the image patch task for node `{name}` names no component"),
-                        nd,
-                        Some(CommandOp::SetImage),
-                    );
+                    return no_component(&name);
                 };
                 if Component::STATIC_PODS.contains(&c)
                     && let Err(flow) = control_plane_gate(j, si, ti, eyes, now, notes)
@@ -145,6 +140,16 @@ pub(super) fn kube_step(
     }
 }
 
+/// The halt of an image patch task that names no component (a job record medea did not write).
+fn no_component(name: &str) -> Flow {
+    halt_flow(
+        HaltCode::Inconsistent,
+        format!("the image patch task for node `{name}` names no component"),
+        Some(name),
+        Some(CommandOp::SetImage),
+    )
+}
+
 /// An image patch made (`Applied`): the component runs the new image, at the config version
 /// Talos rendered it from now (`checkPodStatus`), and is Ready; then the task is done. Until
 /// the step's health timeout (from when verification started) a component on its way is
@@ -159,118 +164,30 @@ fn verify_patch(
 ) -> Result<(), Flow> {
     let ks = kube_of(j, si);
     let t = &ks.tasks.list()[ti];
-    let name = t.node.node.clone();
-    let nd = Some(name.as_str());
-    let to = ks.rollout.to.clone();
-    let timeout = ks.rollout.health_timeout;
     let Some(c) = t.component else {
-        return Err(halt_flow(
-            HaltCode::Inconsistent,
-            format!("the image patch task for node `{name}` names no component"),
-            nd,
-            Some(CommandOp::SetImage),
-        ));
+        return Err(no_component(&t.node.node));
     };
     let since = t.since;
     if since.is_none() {
         // verification of a component found at the target starts now
         kube_mut(j, si).tasks.list_mut()[ti].since = Some(now);
     }
-    let t = &kube_of(j, si).tasks.list()[ti];
-    let deadline = add(since.unwrap_or(now), timeout);
-    let late = |what: String| {
-        if now >= deadline {
-            halt_flow(
-                HaltCode::ComponentNotReady,
-                format!("{c} on `{name}` {what} within {}s", timeout.as_secs()),
-                nd,
-                Some(CommandOp::SetImage),
-            )
-        } else {
-            Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}"))
-        }
+    let ks = kube_of(j, si);
+    let t = &ks.tasks.list()[ti];
+    let check = PatchCheck {
+        c,
+        name: &t.node.node,
+        to: &ks.rollout.to,
+        timeout: ks.rollout.health_timeout,
+        deadline: add(since.unwrap_or(now), ks.rollout.health_timeout),
+        now,
     };
-    let failed = |what: String, m: &str| {
-        halt_flow(
-            HaltCode::ObservationFailed,
-            format!("reading {what} failed: {m}"),
-            nd,
-            Some(CommandOp::SetImage),
-        )
+    let verified_at = match c {
+        Component::Kubelet => check.kubelet(eyes).map(|()| None)?,
+        Component::Proxy => None,
+        _ => check.static_pod(t, eyes, notes)?,
     };
-    let mut verified_at: Option<String> = None;
-    match c {
-        Component::Kubelet => {
-            let k = observed(
-                eyes.kube(&name),
-                &format!("`{name}`"),
-                |m| late(format!("Kubernetes API unreachable ({m})")),
-                |m| failed(format!("Kubernetes node `{name}`"), m),
-            )?;
-            if k.kubelet_version.as_ref() != Some(&to) {
-                return Err(late(format!(
-                    "does not report {to} yet (reports {})",
-                    k.kubelet_version
-                        .as_ref()
-                        .map(|v| v.to_string())
-                        .unwrap_or_else(|| "none".into())
-                )));
-            }
-            if !k.ready {
-                return Err(late("is not Ready".into()));
-            }
-        }
-        Component::Proxy => {}
-        _ => {
-            let Some(p) = observed(
-                eyes.static_pod(&name, c),
-                &format!("{c} on `{name}`"),
-                |m| late(format!("Kubernetes API unreachable ({m})")),
-                |m| failed(format!("{c} on `{name}`"), m),
-            )?
-            else {
-                return Err(late("has no static pod".into()));
-            };
-            if p.image != t.image {
-                return Err(late(format!("still runs {}", p.image)));
-            }
-            // the config version the node's Talos rendered the component from now, as
-            // `checkPodStatus` waits for it
-            let wanted = observed(
-                eyes.config_version(&t.node, c),
-                &format!("the config version of {c} on `{name}`"),
-                |m| late(format!("config version cannot be read from Talos ({m})")),
-                |m| failed(format!("the config version of {c} on `{name}`"), m),
-            )?
-            .clone();
-            if let (Some(w), Some(seen)) = (&wanted, &p.config_version)
-                && w != seen
-            {
-                return Err(late(format!(
-                    "is not at config version {w} (its mirror pod shows {seen})"
-                )));
-            }
-            if !p.ready {
-                return Err(late("is not Ready".into()));
-            }
-            verified_at = match (&wanted, &p.config_version) {
-                (Some(w), Some(_)) => Some(w.clone()),
-                (_, None) => {
-                    notes.push(format!(
-                        "{c} on `{name}`: its mirror pod has no {ANNOTATION_CONFIG_VERSION} annotation; verified by image and Ready only"
-                    ));
-                    None
-                }
-                (None, Some(_)) => {
-                    notes.push(format!(
-                        "{c} on `{name}`: Talos publishes no config resource for it; verified by image and Ready only"
-                    ));
-                    None
-                }
-            };
-        }
-    }
-    let image = t.image.clone();
+    let (name, image) = (t.node.node.clone(), t.image.clone());
     let tm = &mut kube_mut(j, si).tasks.list_mut()[ti];
     tm.state = TaskState::Done;
     tm.since = Some(now);
@@ -280,6 +197,121 @@ fn verify_patch(
     }
     tm.config_version = verified_at;
     Ok(())
+}
+
+/// The verification of component `c` on node `name` after its image patch.
+struct PatchCheck<'t> {
+    c: Component,
+    name: &'t str,
+    to: &'t KubeVersion,
+    timeout: Duration,
+    /// The health timeout, from when verification started.
+    deadline: Timestamp,
+    now: Timestamp,
+}
+
+impl PatchCheck<'_> {
+    /// Not there yet: polled until the deadline ([`late`]), then the halt.
+    fn late(&self, what: String) -> Flow {
+        let (c, name) = (self.c, self.name);
+        late(
+            self.now,
+            self.deadline,
+            || Flow::Poll(PollWhy::Waiting, format!("{c} on `{name}`: {what}")),
+            || {
+                halt_flow(
+                    HaltCode::ComponentNotReady,
+                    format!("{c} on `{name}` {what} within {}s", self.timeout.as_secs()),
+                    Some(name),
+                    Some(CommandOp::SetImage),
+                )
+            },
+        )
+    }
+
+    /// An observation of `what` the check reads: the API away is late, a failure halts.
+    fn read<'a, T>(&self, s: Seen<'a, T>, observing: &str, what: &str) -> Result<&'a T, Flow> {
+        observed(
+            s,
+            observing,
+            |m| self.late(format!("Kubernetes API unreachable ({m})")),
+            |m| read_failed(what, m, Some(self.name), Some(CommandOp::SetImage)),
+        )
+    }
+
+    /// The kubelet reports the target version and its node is Ready.
+    fn kubelet(&self, eyes: &Eyes) -> Result<(), Flow> {
+        let (name, to) = (self.name, self.to);
+        let k = self.read(
+            eyes.kube(name),
+            &format!("`{name}`"),
+            &format!("Kubernetes node `{name}`"),
+        )?;
+        if k.kubelet_version.as_ref() != Some(to) {
+            return Err(self.late(format!(
+                "does not report {to} yet (reports {})",
+                k.kubelet_version
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "none".into())
+            )));
+        }
+        if !k.ready {
+            return Err(self.late("is not Ready".into()));
+        }
+        Ok(())
+    }
+
+    /// The static pod runs task `t`'s image, at the config version the node's Talos rendered
+    /// it from now (as `checkPodStatus` waits for it), and is Ready. The config version it was
+    /// verified at, when both sides name one.
+    fn static_pod(
+        &self,
+        t: &KubeTask,
+        eyes: &Eyes,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<String>, Flow> {
+        let (c, name) = (self.c, self.name);
+        let what = format!("{c} on `{name}`");
+        let Some(p) = self.read(eyes.static_pod(name, c), &what, &what)? else {
+            return Err(self.late("has no static pod".into()));
+        };
+        if p.image != t.image {
+            return Err(self.late(format!("still runs {}", p.image)));
+        }
+        let cv = format!("the config version of {c} on `{name}`");
+        let wanted = observed(
+            eyes.config_version(&t.node, c),
+            &cv,
+            |m| self.late(format!("config version cannot be read from Talos ({m})")),
+            |m| read_failed(&cv, m, Some(name), Some(CommandOp::SetImage)),
+        )?;
+        if let (Some(w), Some(seen)) = (wanted, &p.config_version)
+            && w != seen
+        {
+            return Err(self.late(format!(
+                "is not at config version {w} (its mirror pod shows {seen})"
+            )));
+        }
+        if !p.ready {
+            return Err(self.late("is not Ready".into()));
+        }
+        Ok(match (wanted, &p.config_version) {
+            (Some(w), Some(_)) => Some(w.clone()),
+            (_, None) => {
+                notes.push(format!(
+                    "{c} on `{name}`: its mirror pod has no {ANNOTATION_CONFIG_VERSION} annotation; verified by image and Ready only"
+                ));
+                None
+            }
+            (None, Some(_)) => {
+                notes.push(format!(
+                    "{c} on `{name}`: Talos publishes no config resource for it; verified by image and Ready only"
+                ));
+                None
+            }
+        })
+    }
 }
 
 /// Before a control-plane component is patched, every control-plane static pod is Ready and
@@ -298,43 +330,42 @@ pub(super) fn control_plane_gate(
     let t = &ks.tasks.list()[ti];
     let (name, c) = (t.node.node.clone(), t.component);
     let timeout = ks.rollout.health_timeout;
-    let mut missing = false;
-    let mut bad: Vec<String> = Vec::new();
+    let mut check = HealthCheck::default();
     for n in &ks.control_plane {
-        match eyes.talos(n) {
-            Seen::Got(tn) => {
-                if tn.unhealthy_services.iter().any(|s| s == "kubelet") {
-                    bad.push(format!(
-                        "the kubelet service on `{}` is not healthy",
-                        n.node
-                    ));
-                }
-            }
-            Seen::Missing => missing = true,
-            Seen::Transient(m) | Seen::Failed(m) => {
-                bad.push(format!("node `{}` unreachable ({m})", n.node));
-            }
+        let node = &n.node;
+        if let Some(tn) = check.read(eyes.talos(n), |m| {
+            format!("node `{node}` unreachable ({m})")
+        }) && tn.unhealthy_services.iter().any(|s| s == "kubelet")
+        {
+            check
+                .bad
+                .push(format!("the kubelet service on `{node}` is not healthy"));
         }
         for sp in Component::STATIC_PODS {
-            match eyes.static_pod(&n.node, sp) {
-                Seen::Got(Some(p)) if p.ready => {}
-                Seen::Got(Some(p)) => {
-                    bad.push(format!("{sp} on `{}` ({}) is not Ready", n.node, p.image));
+            let pod = check.read(eyes.static_pod(node, sp), |m| {
+                format!("{sp} on `{node}` cannot be read ({m})")
+            });
+            match pod {
+                Some(Some(p)) if p.ready => {}
+                Some(Some(p)) => {
+                    check
+                        .bad
+                        .push(format!("{sp} on `{node}` ({}) is not Ready", p.image));
                 }
-                Seen::Got(None) => bad.push(format!("{sp} on `{}` has no static pod", n.node)),
-                Seen::Missing => missing = true,
-                Seen::Transient(m) | Seen::Failed(m) => {
-                    bad.push(format!("{sp} on `{}` cannot be read ({m})", n.node));
-                }
+                Some(None) => check
+                    .bad
+                    .push(format!("{sp} on `{node}` has no static pod")),
+                None => {}
             }
         }
     }
-    if missing {
+    if check.missing {
         return Err(Flow::Poll(
             PollWhy::Waiting,
             "observing the control plane's health".into(),
         ));
     }
+    let bad = check.bad;
     if bad.is_empty() {
         return Ok(());
     }
@@ -350,20 +381,26 @@ pub(super) fn control_plane_gate(
             now
         }
     };
-    if now >= add(since, timeout) {
-        return Err(halt_flow(
-            HaltCode::ControlPlaneUnhealthy,
-            format!(
-                "control plane unhealthy before patching {what} on `{name}` (waited {}s): {}",
-                timeout.as_secs(),
-                bad.join("; ")
-            ),
-            Some(&name),
-            Some(CommandOp::SetImage),
-        ));
-    }
-    Err(Flow::Poll(
-        PollWhy::Waiting,
-        format!("control plane unhealthy: {}", bad.join("; ")),
+    Err(late(
+        now,
+        add(since, timeout),
+        || {
+            Flow::Poll(
+                PollWhy::Waiting,
+                format!("control plane unhealthy: {}", bad.join("; ")),
+            )
+        },
+        || {
+            halt_flow(
+                HaltCode::ControlPlaneUnhealthy,
+                format!(
+                    "control plane unhealthy before patching {what} on `{name}` (waited {}s): {}",
+                    timeout.as_secs(),
+                    bad.join("; ")
+                ),
+                Some(&name),
+                Some(CommandOp::SetImage),
+            )
+        },
     ))
 }

@@ -12,73 +12,100 @@ pub(super) fn kube_prechecks(
 ) -> Result<(Vec<KubeTask>, String, bool), Flow> {
     let ks = kube_of(j, si);
     let to = ks.rollout.to.clone();
-    let deadline = add(ks.since.unwrap_or(now), ks.rollout.health_timeout);
-    let cps: BTreeSet<&str> = ks.control_plane.iter().map(|n| n.node.as_str()).collect();
-    // ask for everything first, so one round observes it all
-    let mut pending: Option<Flow> = None;
-    let mut talos = BTreeMap::new();
-    let mut kube = BTreeMap::new();
-    let mut images = BTreeMap::new();
-    let mut args = BTreeMap::new();
-    for n in ks.all_nodes() {
-        let nd = Some(n.node.as_str());
-        let r1 = need(
-            eyes.talos(n),
-            &format!("node `{}`", n.node),
-            deadline,
-            now,
-            nd,
-        );
-        let r2 = need(
-            eyes.kube(&n.node),
-            &format!("Kubernetes node `{}`", n.node),
-            deadline,
-            now,
-            nd,
-        );
-        let r3 = need(
-            eyes.images(n),
-            &format!("machine config of `{}`", n.node),
-            deadline,
-            now,
-            nd,
-        );
-        let r4 = need(
-            eyes.args(n),
-            &format!("component flags in the machine config of `{}`", n.node),
-            deadline,
-            now,
-            nd,
-        );
-        for r in [
-            r1.map(|t| {
-                talos.insert(n.node.clone(), t);
-            }),
-            r2.map(|k| {
-                kube.insert(n.node.clone(), k);
-            }),
-            r3.map(|i| {
-                images.insert(n.node.clone(), i);
-            }),
-            r4.map(|a| {
-                args.insert(n.node.clone(), a);
-            }),
-        ] {
-            if let Err(f) = r {
-                match (&pending, &f) {
-                    (_, Flow::Halt { .. }) => return Err(f),
-                    (None, _) => pending = Some(f),
-                    _ => {}
-                }
+    let seen = NodesSeen::observe(ks, eyes, now)?;
+    talos_supports_target(ks, &seen, &to)?;
+    let (lowest, lowest_what) = lowest_running(ks, &seen, &to)?;
+    no_removed_settings(ks, &seen, &to)?;
+    let tasks = task_list(ks, &seen, &to);
+    // the manifests sync: server-side apply when every node runs Talos >= 1.13
+    // (`SupportsSSAManifestSync` of the lowest version, talos_managed.go)
+    let legacy = seen
+        .talos
+        .values()
+        .any(|t| UpgradeMethod::for_version(&t.version) == UpgradeMethod::Legacy);
+    Ok((
+        tasks,
+        format!(
+            "Kubernetes pre-checks passed: lowest running {lowest} ({lowest_what}), target {to}"
+        ),
+        legacy,
+    ))
+}
+
+/// What the pre-checks read of every node of the step, by node name.
+struct NodesSeen<'a> {
+    talos: BTreeMap<String, &'a TalosNode>,
+    kube: BTreeMap<String, &'a KubeNode>,
+    images: BTreeMap<String, &'a ComponentImages>,
+    args: BTreeMap<String, &'a ComponentArgs>,
+    /// The control-plane nodes' names.
+    cps: BTreeSet<String>,
+}
+
+impl<'a> NodesSeen<'a> {
+    /// Every node's Talos node, Kubernetes node, images and component flags, asked for all
+    /// at once so that one round observes them all ([`AskAll`]; each must be there: [`need`]
+    /// within the step's health timeout).
+    fn observe(ks: &KubeStep, eyes: &Eyes<'a>, now: Timestamp) -> Result<NodesSeen<'a>, Flow> {
+        let deadline = add(ks.since.unwrap_or(now), ks.rollout.health_timeout);
+        let mut seen = NodesSeen {
+            talos: BTreeMap::new(),
+            kube: BTreeMap::new(),
+            images: BTreeMap::new(),
+            args: BTreeMap::new(),
+            cps: ks.control_plane.iter().map(|n| n.node.clone()).collect(),
+        };
+        let mut round = AskAll::default();
+        for n in ks.all_nodes() {
+            let (name, nd) = (&n.node, Some(n.node.as_str()));
+            let talos = need(eyes.talos(n), &format!("node `{name}`"), deadline, now, nd);
+            let kube = need(
+                eyes.kube(name),
+                &format!("Kubernetes node `{name}`"),
+                deadline,
+                now,
+                nd,
+            );
+            let images = need(
+                eyes.images(n),
+                &format!("machine config of `{name}`"),
+                deadline,
+                now,
+                nd,
+            );
+            let args = need(
+                eyes.args(n),
+                &format!("component flags in the machine config of `{name}`"),
+                deadline,
+                now,
+                nd,
+            );
+            if let Some(t) = round.take(talos)? {
+                seen.talos.insert(name.clone(), t);
+            }
+            if let Some(k) = round.take(kube)? {
+                seen.kube.insert(name.clone(), k);
+            }
+            if let Some(i) = round.take(images)? {
+                seen.images.insert(name.clone(), i);
+            }
+            if let Some(a) = round.take(args)? {
+                seen.args.insert(name.clone(), a);
             }
         }
+        round.done()?;
+        Ok(seen)
     }
-    if let Some(f) = pending {
-        return Err(f);
+
+    fn is_cp(&self, node: &str) -> bool {
+        self.cps.contains(node)
     }
-    // Talos support window
+}
+
+/// The Talos support window: every node's Talos supports the target Kubernetes.
+fn talos_supports_target(ks: &KubeStep, seen: &NodesSeen, to: &KubeVersion) -> Result<(), Flow> {
     for n in ks.all_nodes() {
-        let t = talos[&n.node];
+        let t = seen.talos[&n.node];
         if !ks.rollout.talos_supports_target(&t.version) {
             return Err(halt_flow(
                 HaltCode::PrecheckFailed,
@@ -91,15 +118,24 @@ pub(super) fn kube_prechecks(
             ));
         }
     }
-    // lowest running version: control-plane component images and every kubelet
+    Ok(())
+}
+
+/// The lowest running version (control-plane component images and every kubelet) and what
+/// runs it; the target is neither older nor more than one minor ahead.
+fn lowest_running(
+    ks: &KubeStep,
+    seen: &NodesSeen,
+    to: &KubeVersion,
+) -> Result<(KubeVersion, String), Flow> {
     let mut running: Vec<(KubeVersion, String)> = Vec::new();
     for n in ks.all_nodes() {
-        if let Some(v) = &kube[&n.node].kubelet_version {
+        if let Some(v) = &seen.kube[&n.node].kubelet_version {
             running.push((v.clone(), format!("kubelet on `{}`", n.node)));
         }
-        if cps.contains(n.node.as_str()) {
+        if seen.is_cp(&n.node) {
             for c in Component::STATIC_PODS {
-                if let Some((v, _)) = images[&n.node].get(&c).and_then(|i| image_version(i)) {
+                if let Some((v, _)) = seen.images[&n.node].get(&c).and_then(|i| image_version(i)) {
                     running.push((v, format!("{c} on `{}`", n.node)));
                 }
             }
@@ -113,7 +149,7 @@ pub(super) fn kube_prechecks(
             None,
         ));
     };
-    if lowest > to {
+    if &lowest > to {
         return Err(halt_flow(
             HaltCode::PrecheckFailed,
             format!("pre-check failed: {lowest_what} runs {lowest}, newer than the target {to}"),
@@ -131,30 +167,39 @@ pub(super) fn kube_prechecks(
             None,
         ));
     }
-    // flags, feature gates and admission plugins the target removed (go-kubernetes
-    // `upgrade/checks.go`, run by upgrade-k8s before it pre-pulls or patches anything)
+    Ok((lowest, lowest_what))
+}
+
+/// No flag, feature gate or admission plugin the target removed is still set (go-kubernetes
+/// `upgrade/checks.go`, run by upgrade-k8s before it pre-pulls or patches anything).
+fn no_removed_settings(ks: &KubeStep, seen: &NodesSeen, to: &KubeVersion) -> Result<(), Flow> {
     let mut found: Vec<RemovedSetting> = Vec::new();
     for n in ks.all_nodes() {
-        let mut a: ComponentArgs = args[&n.node].clone();
-        if !cps.contains(n.node.as_str()) {
+        let mut a: ComponentArgs = seen.args[&n.node].clone();
+        if !seen.is_cp(&n.node) {
             // workers run no control-plane components
             a.retain(|c, _| *c == Component::Kubelet);
         }
-        found.extend(removed_settings(&n.node, &a, &to));
+        found.extend(removed_settings(&n.node, &a, to));
     }
-    if !found.is_empty() {
-        let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
-        return Err(halt_flow(
-            HaltCode::PrecheckFailed,
-            format!(
-                "pre-check failed: Kubernetes {to} removed settings the machine configuration still sets; remove them first: {}",
-                list.join("; ")
-            ),
-            found.first().map(|f| f.node.as_str()),
-            None,
-        ));
+    if found.is_empty() {
+        return Ok(());
     }
-    // the task list, in upgrade-k8s order
+    let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
+    Err(halt_flow(
+        HaltCode::PrecheckFailed,
+        format!(
+            "pre-check failed: Kubernetes {to} removed settings the machine configuration still sets; remove them first: {}",
+            list.join("; ")
+        ),
+        found.first().map(|f| f.node.as_str()),
+        None,
+    ))
+}
+
+/// The task list, in upgrade-k8s order: pulls (control-plane components, then every
+/// kubelet), the patches component by component, kube-proxy, the kubelets, the manifests.
+fn task_list(ks: &KubeStep, seen: &NodesSeen, to: &KubeVersion) -> Vec<KubeTask> {
     let mut tasks = Vec::new();
     // A component already at the target is never trusted: its task starts `Applied`, so the
     // static pod (Ready, with the target image and the node's current config version for it) or the kubelet (version, Ready) is verified
@@ -176,8 +221,8 @@ pub(super) fn kube_prechecks(
         config_version: None,
     };
     let target = |n: &NodeTarget, c: Component| {
-        let cur = images[&n.node].get(&c).map(String::as_str);
-        let t = target_image(c, cur, &to);
+        let cur = seen.images[&n.node].get(&c).map(String::as_str);
+        let t = target_image(c, cur, to);
         let done = cur == Some(t.as_str());
         (t, done)
     };
@@ -212,16 +257,5 @@ pub(super) fn kube_prechecks(
     if let Some(first) = ks.control_plane.first() {
         tasks.push(task(KubeOp::Manifests, first, None, String::new(), false));
     }
-    // the manifests sync: server-side apply when every node runs Talos >= 1.13
-    // (`SupportsSSAManifestSync` of the lowest version, talos_managed.go)
-    let legacy = talos
-        .values()
-        .any(|t| UpgradeMethod::for_version(&t.version) == UpgradeMethod::Legacy);
-    Ok((
-        tasks,
-        format!(
-            "Kubernetes pre-checks passed: lowest running {lowest} ({lowest_what}), target {to}"
-        ),
-        legacy,
-    ))
+    tasks
 }

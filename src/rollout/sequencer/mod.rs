@@ -7,7 +7,7 @@
 //! ([`observe`]), halt reasons ([`HaltReason`], [`HaltCode`]) and the decisions: driving a job
 //! (`drive`), the Talos step per node (`talos_node`), the Kubernetes step (`kube`,
 //! `kube_prechecks`), resolving a journaled command without an outcome (`resolve`) and applying
-//! an outcome (`outcome`).
+//! an outcome (`outcome`), with the observation policy they all read through (`policy`).
 //! **May depend on:** `plan`, `inventory`, `desired::window`, `version`, `rollout::ports` (its
 //! types only) and `rollout::removed`.
 //!
@@ -53,6 +53,7 @@ mod kube_prechecks;
 pub mod model;
 pub mod observe;
 mod outcome;
+mod policy;
 mod resolve;
 mod talos_node;
 
@@ -65,6 +66,7 @@ use kube_prechecks::*;
 pub use model::*;
 pub use observe::*;
 use outcome::*;
+use policy::*;
 use resolve::*;
 use talos_node::*;
 

@@ -58,6 +58,9 @@ pub(super) fn current_task_mut(k: &mut KubeStep) -> Option<&mut KubeTask> {
         .find(|t| t.state != TaskState::Done)
 }
 
+/// Apply `outcome` of the command of `intent` to the job: a transient one is observed later,
+/// a failure is retried within its bound or halts, a success moves the node, task or
+/// snapshot on (`rebooted`: resolution saw the node reboot already).
 pub(super) fn apply(
     j: &mut Job,
     intent: &Intent,
@@ -67,31 +70,8 @@ pub(super) fn apply(
     notes: &mut Vec<String>,
 ) {
     let key = &intent.key;
-    let who = key.node.as_deref().unwrap_or("cluster");
     if key.op == CommandOp::PullAhead {
-        // best effort, whatever came back: never retried in flight, never a halt
-        j.in_flight = None;
-        let result = match outcome {
-            CommandOutcome::Transient { error } | CommandOutcome::Failed { error } => {
-                notes.push(format!(
-                    "{who}: the pull ahead of its turn failed ({error}); it pulls at its turn"
-                ));
-                PullAhead::Failed
-            }
-            _ => {
-                notes.push(format!("{who}: image pulled ahead of its turn"));
-                PullAhead::Pulled
-            }
-        };
-        if let Some(StepKind::Talos(ts)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
-            && let Some(n) = ts
-                .nodes
-                .iter_mut()
-                .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
-        {
-            Arc::make_mut(n).pulled_ahead = Some(result);
-        }
-        return;
+        return pulled_ahead(j, key, outcome, notes);
     }
     match outcome {
         CommandOutcome::Transient { error } => {
@@ -101,63 +81,7 @@ pub(super) fn apply(
             notes.push(format!("{key}: outcome unknown ({error}); will observe"));
             return;
         }
-        CommandOutcome::Failed { error } => {
-            // A definitive Upgrade failure (the node ran it and said it failed) may be tried
-            // again, within the pool's bound; nothing is in flight once it answered.
-            let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
-                Some(StepKind::Talos(t)) if key.op == CommandOp::Upgrade => {
-                    let failures = t
-                        .nodes
-                        .iter()
-                        .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
-                        .map(|n| n.upgrade_failures)
-                        .unwrap_or(0);
-                    (t.rollout.upgrade_attempts.max(1), failures + 1)
-                }
-                _ => (1, 1),
-            };
-            if key.op == CommandOp::Upgrade {
-                record_upgrade_error(j, key, error.clone(), true);
-            }
-            if failures < bound {
-                notes.push(format!(
-                    "{key}: the node answered failure {failures} of {bound} ({error}); trying again"
-                ));
-                j.in_flight = None;
-                bump_attempt(j, key);
-                return;
-            }
-            let code = match key.op {
-                CommandOp::Upgrade => HaltCode::UpgradeRefused,
-                CommandOp::Rollback => HaltCode::RollbackFailed,
-                _ => HaltCode::CommandFailed,
-            };
-            let message = if bound > 1 {
-                format!(
-                    "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
-                    key.op
-                )
-            } else {
-                format!("{} on `{who}` failed: {error}", key.op)
-            };
-            let reason = match &j.gates.failure {
-                // a command of a rollback: the gate failure that started it stays on record
-                Some(f) => HaltReason::gate_message(
-                    if code == HaltCode::CommandFailed {
-                        HaltCode::RollbackFailed
-                    } else {
-                        code
-                    },
-                    format!("{message} (rolling back after {f})"),
-                    f.clone(),
-                ),
-                None => HaltReason::new(code, message),
-            };
-            notes.push(format!("halted: {reason}"));
-            *j = halt(j, reason, now);
-            j.in_flight = None;
-            return;
-        }
+        CommandOutcome::Failed { error } => return failed(j, key, error, now, notes),
         _ => {}
     }
     j.in_flight = None;
@@ -181,112 +105,228 @@ pub(super) fn apply(
     };
     match &mut step.kind {
         StepKind::Talos(ts) => {
-            let drain_timeout = ts.rollout.drain_timeout;
-            let Some(n) = ts
-                .nodes
-                .iter_mut()
-                .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
-            else {
-                return;
-            };
-            let n = Arc::make_mut(n);
-            if n.rollback.is_some() {
-                let blocked = matches!(
-                    outcome,
-                    CommandOutcome::Drain {
-                        result: DrainOutcome::Blocked { .. }
-                    }
-                );
-                let next = match key.op {
-                    CommandOp::Cordon => Some(RollbackPhase::Cordoned),
-                    CommandOp::Drain if !blocked => Some(RollbackPhase::Drained),
-                    CommandOp::Rollback => Some(RollbackPhase::Rebooting),
-                    CommandOp::Uncordon => Some(RollbackPhase::Done),
-                    _ => None,
+            if let Err(reason) = talos_done(ts, intent, outcome, rebooted, now, notes) {
+                notes.push(format!("halted: {reason}"));
+                j.state = JobState::Halted {
+                    reason,
+                    step: Some(key.step),
+                    node: key.node.clone(),
+                    op: Some(key.op),
+                    at: now,
                 };
-                if let Some(p) = next {
-                    n.enter_rollback(p, now);
-                    notes.push(format!("{who}: {} done (rollback)", key.op));
-                    return;
-                }
             }
-            match (key.op, outcome) {
-                (CommandOp::Pull, _) => n.enter(NodePhase::Pulled, now),
-                (CommandOp::Cordon, _) => n.enter(NodePhase::Cordoned, now),
-                (
-                    CommandOp::Drain,
-                    CommandOutcome::Drain {
-                        result: DrainOutcome::Blocked { pdb, pod },
-                    },
-                ) => {
-                    let deadline = add(n.since.unwrap_or(now), drain_timeout);
-                    let why = format!("eviction of `{pod}` refused by PodDisruptionBudget `{pdb}`");
-                    if now >= deadline {
-                        let reason = HaltReason::new(
-                            HaltCode::DrainBlocked,
-                            format!(
-                                "drain of `{who}` timed out after {}s: {why}; medea never forces evictions",
-                                drain_timeout.as_secs()
-                            ),
-                        );
-                        notes.push(format!("halted: {reason}"));
-                        j.state = JobState::Halted {
-                            reason,
-                            step: Some(key.step),
-                            node: key.node.clone(),
-                            op: Some(CommandOp::Drain),
-                            at: now,
-                        };
-                        return;
-                    }
-                    n.attempt += 1;
-                    n.blocked = Some(why.clone());
-                    n.not_before = Some(add(now, DRAIN_RETRY).min(deadline));
-                    notes.push(format!("{who}: drain blocked: {why}"));
-                    return;
-                }
-                (CommandOp::Drain, _) => n.enter(NodePhase::Drained, now),
-                (CommandOp::Upgrade, _) => {
-                    let legacy = matches!(
-                        intent.action,
-                        Action::Upgrade {
-                            method: UpgradeMethod::Legacy,
-                            ..
-                        }
-                    );
-                    if rebooted || legacy {
-                        n.enter(NodePhase::Rebooting, now);
-                    } else {
-                        n.enter(NodePhase::Upgraded, now);
-                    }
-                }
-                (CommandOp::Reboot, _) => n.enter(NodePhase::Rebooting, now),
-                (CommandOp::Uncordon, _) => n.enter(NodePhase::Done, now),
-                _ => {}
-            }
-            notes.push(format!("{who}: {} done", key.op));
         }
-        StepKind::Kubernetes(k) => {
-            let Some(t) = current_task_mut(k) else {
-                return;
-            };
-            match (key.op, t.op) {
-                (CommandOp::Pull, KubeOp::Pull)
-                | (CommandOp::ApplyManifests, KubeOp::Manifests) => {
-                    t.state = TaskState::Done;
-                }
-                (CommandOp::SetImage, KubeOp::Patch) => {
-                    t.state = if t.component == Some(Component::Proxy) {
-                        TaskState::Done
-                    } else {
-                        TaskState::Applied
-                    };
-                }
-                _ => return,
-            }
-            t.since = Some(now);
-            t.attempt = 0;
-            notes.push(format!("{who}: {} done", key.op));
+        StepKind::Kubernetes(k) => kube_done(k, key, now, notes),
+    }
+}
+
+/// A pull ahead of its turn: best effort, whatever came back: never retried in flight, never
+/// a halt.
+fn pulled_ahead(j: &mut Job, key: &CommandKey, outcome: &CommandOutcome, notes: &mut Vec<String>) {
+    let who = key.node.as_deref().unwrap_or("cluster");
+    j.in_flight = None;
+    let result = match outcome {
+        CommandOutcome::Transient { error } | CommandOutcome::Failed { error } => {
+            notes.push(format!(
+                "{who}: the pull ahead of its turn failed ({error}); it pulls at its turn"
+            ));
+            PullAhead::Failed
+        }
+        _ => {
+            notes.push(format!("{who}: image pulled ahead of its turn"));
+            PullAhead::Pulled
+        }
+    };
+    if let Some(StepKind::Talos(ts)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
+        && let Some(n) = ts
+            .nodes
+            .iter_mut()
+            .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+    {
+        Arc::make_mut(n).pulled_ahead = Some(result);
+    }
+}
+
+/// The node answered the command with a failure. A definitive Upgrade failure (the node ran
+/// it and said it failed) may be tried again, within the pool's bound; anything else halts.
+/// Nothing is in flight once it answered.
+fn failed(j: &mut Job, key: &CommandKey, error: &str, now: Timestamp, notes: &mut Vec<String>) {
+    let who = key.node.as_deref().unwrap_or("cluster");
+    let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
+        Some(StepKind::Talos(t)) if key.op == CommandOp::Upgrade => {
+            let failures = t
+                .nodes
+                .iter()
+                .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+                .map(|n| n.upgrade_failures)
+                .unwrap_or(0);
+            (t.rollout.upgrade_attempts.max(1), failures + 1)
+        }
+        _ => (1, 1),
+    };
+    if key.op == CommandOp::Upgrade {
+        record_upgrade_error(j, key, error.to_string(), true);
+    }
+    if failures < bound {
+        notes.push(format!(
+            "{key}: the node answered failure {failures} of {bound} ({error}); trying again"
+        ));
+        j.in_flight = None;
+        bump_attempt(j, key);
+        return;
+    }
+    let code = match key.op {
+        CommandOp::Upgrade => HaltCode::UpgradeRefused,
+        CommandOp::Rollback => HaltCode::RollbackFailed,
+        _ => HaltCode::CommandFailed,
+    };
+    let message = if bound > 1 {
+        format!(
+            "{} on `{who}` failed {bound} times (rollout.upgradeAttempts); the last: {error}",
+            key.op
+        )
+    } else {
+        format!("{} on `{who}` failed: {error}", key.op)
+    };
+    let reason = match &j.gates.failure {
+        // a command of a rollback: the gate failure that started it stays on record
+        Some(f) => HaltReason::gate_message(
+            if code == HaltCode::CommandFailed {
+                HaltCode::RollbackFailed
+            } else {
+                code
+            },
+            format!("{message} (rolling back after {f})"),
+            f.clone(),
+        ),
+        None => HaltReason::new(code, message),
+    };
+    notes.push(format!("halted: {reason}"));
+    *j = halt(j, reason, now);
+    j.in_flight = None;
+}
+
+/// A Talos step's command took effect: its node enters the next phase (of its rollback, when
+/// it is rolling back). A drain refused past the drain timeout is the halt returned.
+fn talos_done(
+    ts: &mut TalosStep,
+    intent: &Intent,
+    outcome: &CommandOutcome,
+    rebooted: bool,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), HaltReason> {
+    let key = &intent.key;
+    let who = key.node.as_deref().unwrap_or("cluster");
+    let drain_timeout = ts.rollout.drain_timeout;
+    let Some(n) = ts
+        .nodes
+        .iter_mut()
+        .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+    else {
+        return Ok(());
+    };
+    let n = Arc::make_mut(n);
+    let blocked = match outcome {
+        CommandOutcome::Drain {
+            result: DrainOutcome::Blocked { pdb, pod },
+        } => Some(format!(
+            "eviction of `{pod}` refused by PodDisruptionBudget `{pdb}`"
+        )),
+        _ => None,
+    };
+    if n.rollback.is_some() {
+        let next = match key.op {
+            CommandOp::Cordon => Some(RollbackPhase::Cordoned),
+            CommandOp::Drain if blocked.is_none() => Some(RollbackPhase::Drained),
+            CommandOp::Rollback => Some(RollbackPhase::Rebooting),
+            CommandOp::Uncordon => Some(RollbackPhase::Done),
+            _ => None,
+        };
+        if let Some(p) = next {
+            n.enter_rollback(p, now);
+            notes.push(format!("{who}: {} done (rollback)", key.op));
+            return Ok(());
         }
     }
+    match (key.op, blocked) {
+        (CommandOp::Pull, _) => n.enter(NodePhase::Pulled, now),
+        (CommandOp::Cordon, _) => n.enter(NodePhase::Cordoned, now),
+        (CommandOp::Drain, Some(why)) => {
+            return drain_blocked(n, who, why, drain_timeout, now, notes);
+        }
+        (CommandOp::Drain, None) => n.enter(NodePhase::Drained, now),
+        (CommandOp::Upgrade, _) => {
+            let legacy = matches!(
+                intent.action,
+                Action::Upgrade {
+                    method: UpgradeMethod::Legacy,
+                    ..
+                }
+            );
+            if rebooted || legacy {
+                n.enter(NodePhase::Rebooting, now);
+            } else {
+                n.enter(NodePhase::Upgraded, now);
+            }
+        }
+        (CommandOp::Reboot, _) => n.enter(NodePhase::Rebooting, now),
+        (CommandOp::Uncordon, _) => n.enter(NodePhase::Done, now),
+        _ => {}
+    }
+    notes.push(format!("{who}: {} done", key.op));
+    Ok(())
+}
+
+/// A drain a PodDisruptionBudget refused (`why`): tried again after [`DRAIN_RETRY`] within the
+/// drain timeout (from when the node was cordoned); past it, the halt. medea never forces an
+/// eviction.
+fn drain_blocked(
+    n: &mut NodeProgress,
+    who: &str,
+    why: String,
+    drain_timeout: Duration,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<(), HaltReason> {
+    let deadline = add(n.since.unwrap_or(now), drain_timeout);
+    if now >= deadline {
+        return Err(HaltReason::new(
+            HaltCode::DrainBlocked,
+            format!(
+                "drain of `{who}` timed out after {}s: {why}; medea never forces evictions",
+                drain_timeout.as_secs()
+            ),
+        ));
+    }
+    n.attempt += 1;
+    n.blocked = Some(why.clone());
+    n.not_before = Some(add(now, DRAIN_RETRY).min(deadline));
+    notes.push(format!("{who}: drain blocked: {why}"));
+    Ok(())
+}
+
+/// A Kubernetes step's command took effect: its task is done (a control-plane component or
+/// kubelet patch is `Applied`: verified next).
+fn kube_done(k: &mut KubeStep, key: &CommandKey, now: Timestamp, notes: &mut Vec<String>) {
+    let who = key.node.as_deref().unwrap_or("cluster");
+    let Some(t) = current_task_mut(k) else {
+        return;
+    };
+    match (key.op, t.op) {
+        (CommandOp::Pull, KubeOp::Pull) | (CommandOp::ApplyManifests, KubeOp::Manifests) => {
+            t.state = TaskState::Done;
+        }
+        (CommandOp::SetImage, KubeOp::Patch) => {
+            t.state = if t.component == Some(Component::Proxy) {
+                TaskState::Done
+            } else {
+                TaskState::Applied
+            };
+        }
+        _ => return,
+    }
+    t.since = Some(now);
+    t.attempt = 0;
+    notes.push(format!("{who}: {} done", key.op));
 }

@@ -2,6 +2,7 @@
 //! observing the node, never by repeating it blindly.
 
 use super::*;
+use crate::version::TalosVersion;
 
 pub(super) enum Resolution {
     /// The command took effect (`rebooted`: the node already rebooted since).
@@ -20,40 +21,40 @@ pub(super) enum Resolution {
 /// poll (`observing …`); unreachable: poll with backoff (the outcome may still be seen);
 /// a definitive failure: halt (`cannot read …`).
 fn look<'a, T>(s: Seen<'a, T>, observing: &str, read: &str) -> Result<&'a T, Resolution> {
-    match s {
-        Seen::Got(t) => Ok(t),
-        Seen::Missing => Err(Resolution::Pending(
-            PollWhy::Waiting,
-            format!("observing {observing}"),
-        )),
-        Seen::Transient(m) => Err(Resolution::Pending(
-            PollWhy::Unreachable,
-            format!("cannot observe yet ({m})"),
-        )),
-        Seen::Failed(m) => Err(Resolution::Halt(HaltReason::new(
-            HaltCode::ObservationFailed,
-            format!("cannot read {read}: {m}"),
-        ))),
-    }
+    s.decide(
+        || Resolution::Pending(PollWhy::Waiting, format!("observing {observing}")),
+        |m| Resolution::Pending(PollWhy::Unreachable, format!("cannot observe yet ({m})")),
+        |m| {
+            Resolution::Halt(HaltReason::new(
+                HaltCode::ObservationFailed,
+                format!("cannot read {read}: {m}"),
+            ))
+        },
+    )
 }
+
+/// The node of a Talos command, as resolution reads it.
+fn node_of<'a>(eyes: &Eyes<'a>, node: &NodeTarget) -> Result<&'a TalosNode, Resolution> {
+    look(
+        eyes.talos(node),
+        &format!("`{}`", node.node),
+        &format!("node `{}`", node.node),
+    )
+}
+
+const DONE: Resolution = Resolution::Done {
+    outcome: CommandOutcome::Done,
+    rebooted: false,
+};
+
+/// Taken as done, the node having rebooted since.
+const REBOOTED: Resolution = Resolution::Done {
+    outcome: CommandOutcome::Done,
+    rebooted: true,
+};
 
 pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
     let _ = now;
-    let done = Resolution::Done {
-        outcome: CommandOutcome::Done,
-        rebooted: false,
-    };
-    let rebooted = Resolution::Done {
-        outcome: CommandOutcome::Done,
-        rebooted: true,
-    };
-    let node_of = |node: &NodeTarget| {
-        look(
-            eyes.talos(node),
-            &format!("`{}`", node.node),
-            &format!("node `{}`", node.node),
-        )
-    };
     match &intent.action {
         Action::Pull { .. } | Action::Drain { .. } | Action::ApplyManifests { .. } => {
             // idempotent: doing it again is the same as doing it once
@@ -76,7 +77,7 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 &format!("`{node}`"),
                 &format!("Kubernetes node `{node}`"),
             ) {
-                Ok(k) if k.unschedulable == want => done,
+                Ok(k) if k.unschedulable == want => DONE,
                 Ok(_) => Resolution::Reissue,
                 Err(r) => r,
             }
@@ -90,7 +91,7 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
             &format!("`{}`", node.node),
             &format!("the machine config of `{}`", node.node),
         ) {
-            Ok(imgs) if imgs.get(component) == Some(image) => done,
+            Ok(imgs) if imgs.get(component) == Some(image) => DONE,
             Ok(_) => Resolution::Reissue,
             Err(r) => r,
         },
@@ -98,85 +99,84 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
             node,
             boot_id_before,
             ..
-        } => {
-            let to = match j.steps.get(intent.key.step).map(|s| &s.kind) {
-                Some(StepKind::Talos(t)) => t.rollout.to.clone(),
-                _ => {
-                    return Resolution::Halt(HaltReason::new(
-                        HaltCode::Inconsistent,
-                        "an upgrade intent outside a Talos step",
-                    ));
-                }
-            };
-            let t = match node_of(node) {
-                Ok(t) => t,
-                Err(r) => return r,
-            };
-            if &t.boot_id != boot_id_before || t.version == to {
-                // it rebooted since: the legacy upgrade ran (or a reboot happened); the
-                // post-reboot checks decide whether it took
-                rebooted
-            } else if t.next_boot == NextBoot::Version(to.clone()) {
-                done
-            } else if let NextBoot::Version(v) = &t.next_boot {
-                Resolution::Halt(HaltReason::new(
-                    HaltCode::UnexpectedVersion,
-                    format!(
-                        "node `{}` has {v} staged for its next boot, not {to}",
-                        node.node
-                    ),
-                ))
-            } else if t.stage.in_transition() {
-                Resolution::Pending(
-                    PollWhy::Waiting,
-                    format!("`{}` is {:?}", node.node, t.stage),
-                )
-            } else if t.next_boot == NextBoot::Same {
-                Resolution::Reissue
-            } else {
-                Resolution::Halt(HaltReason::new(
-                    HaltCode::OutcomeUnknown,
-                    format!(
-                        "cannot tell whether the upgrade of `{}` ran (the node does not report its next boot); check the node and plan again",
-                        node.node
-                    ),
-                ))
-            }
-        }
-        // A second Rollback flips the A/B slot back: it is made again only when the node
-        // proves the first left no trace (its next boot is still the running version).
-        // Otherwise it is taken as made once the node rebooted (or is on its way), waited for
-        // while the flipped slot is staged, and the job halts at the timeout.
+        } => match j.steps.get(intent.key.step).map(|s| &s.kind) {
+            Some(StepKind::Talos(t)) => match node_of(eyes, node) {
+                Ok(seen) => upgrade(&node.node, seen, boot_id_before, &t.rollout.to),
+                Err(r) => r,
+            },
+            _ => Resolution::Halt(HaltReason::new(
+                HaltCode::Inconsistent,
+                "an upgrade intent outside a Talos step",
+            )),
+        },
         Action::Rollback {
             node,
             boot_id_before,
             to,
-        } => match node_of(node) {
-            Ok(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => rebooted,
-            Ok(t) if t.next_boot == NextBoot::Same => Resolution::Reissue,
-            Ok(t) if t.next_boot == NextBoot::Version(to.clone()) => Resolution::Pending(
-                PollWhy::Waiting,
-                format!(
-                    "`{}` has {to} staged by the journaled rollback and has not rebooted yet",
-                    node.node
-                ),
-            ),
-            Ok(_) => Resolution::Pending(
-                PollWhy::Waiting,
-                format!(
-                    "cannot tell whether the journaled rollback of `{}` was made (its next boot is unknown); it is never requested twice",
-                    node.node
-                ),
-            ),
+        } => match node_of(eyes, node) {
+            Ok(seen) => rollback(&node.node, seen, boot_id_before, to),
             Err(r) => r,
         },
         Action::Reboot {
             node,
             boot_id_before,
-        } => match node_of(node) {
-            Ok(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => done,
+        } => match node_of(eyes, node) {
+            Ok(t) if &t.boot_id != boot_id_before || t.stage.in_transition() => DONE,
             Ok(_) => Resolution::Reissue,
             Err(r) => r,
         },
+    }
+}
+
+/// An Upgrade to `to` of node `name` (seen as `t`), journaled at boot `boot_id_before`. It is
+/// issued again only when the node proves the first call left no trace (nothing staged, same
+/// boot).
+fn upgrade(name: &str, t: &TalosNode, boot_id_before: &str, to: &TalosVersion) -> Resolution {
+    if t.boot_id != boot_id_before || &t.version == to {
+        // it rebooted since: the legacy upgrade ran (or a reboot happened); the
+        // post-reboot checks decide whether it took
+        REBOOTED
+    } else if t.next_boot == NextBoot::Version(to.clone()) {
+        DONE
+    } else if let NextBoot::Version(v) = &t.next_boot {
+        Resolution::Halt(HaltReason::new(
+            HaltCode::UnexpectedVersion,
+            format!("node `{name}` has {v} staged for its next boot, not {to}"),
+        ))
+    } else if t.stage.in_transition() {
+        Resolution::Pending(PollWhy::Waiting, format!("`{name}` is {:?}", t.stage))
+    } else if t.next_boot == NextBoot::Same {
+        Resolution::Reissue
+    } else {
+        Resolution::Halt(HaltReason::new(
+            HaltCode::OutcomeUnknown,
+            format!(
+                "cannot tell whether the upgrade of `{name}` ran (the node does not report its next boot); check the node and plan again"
+            ),
+        ))
+    }
+}
+
+/// A second Rollback flips the A/B slot back: it is made again only when the node proves the
+/// first left no trace (its next boot is still the running version). Otherwise it is taken as
+/// made once the node rebooted (or is on its way), waited for while the flipped slot is
+/// staged, and the job halts at the timeout.
+fn rollback(name: &str, t: &TalosNode, boot_id_before: &str, to: &TalosVersion) -> Resolution {
+    if t.boot_id != boot_id_before || t.stage.in_transition() {
+        REBOOTED
+    } else if t.next_boot == NextBoot::Same {
+        Resolution::Reissue
+    } else if t.next_boot == NextBoot::Version(to.clone()) {
+        Resolution::Pending(
+            PollWhy::Waiting,
+            format!("`{name}` has {to} staged by the journaled rollback and has not rebooted yet"),
+        )
+    } else {
+        Resolution::Pending(
+            PollWhy::Waiting,
+            format!(
+                "cannot tell whether the journaled rollback of `{name}` was made (its next boot is unknown); it is never requested twice"
+            ),
+        )
     }
 }

@@ -18,23 +18,7 @@ pub(super) fn talos_step(
     }
     let policy = step_policy(j, si);
     loop {
-        let ts = talos_of(j, si);
-        let waves = ts.nodes.iter().map(|n| n.wave + 1).max().unwrap_or(0);
-        // the first wave that is not finished, or not soaked
-        let mut current = None;
-        for w in 0..waves {
-            let members = ts.nodes.iter().filter(|n| n.wave == w);
-            let finished = members.clone().all(|n| n.phase.finished());
-            let upgraded = members.clone().any(|n| n.phase == NodePhase::Done);
-            let soaked = policy.is_none()
-                || !upgraded
-                || j.gates.passed(&GatePoint::AfterWave { step: si, wave: w });
-            if !finished || !soaked {
-                current = Some((w, finished));
-                break;
-            }
-        }
-        let Some((wave, finished)) = current else {
+        let Some((wave, finished)) = current_wave(j, si, policy.is_some()) else {
             return Flow::Done;
         };
         if finished {
@@ -64,72 +48,104 @@ pub(super) fn talos_step(
             && !j.gates.passed(&GatePoint::BeforeWave { step: si, wave })
         {
             let point = GatePoint::BeforeWave { step: si, wave };
-            match gate_point(j, point, p, Duration::ZERO, eyes, now, notes) {
-                GateFlow::Passed => {}
-                GateFlow::Flow(f) => return f,
-                GateFlow::Failed(f, _) => return gate_halt(f),
-            }
-        }
-        let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
-        let mut polls: Vec<(PollWhy, String)> = Vec::new();
-        let mut waits: Vec<(Timestamp, String)> = Vec::new();
-        // Members in lockstep order. Every member medea is waiting on (rebooting, between
-        // commands) is looked at in every decision: a failure there halts before anything else
-        // happens. A member whose next move is a check before a command of its own
-        // (`NodePhase::checked_at_its_turn`) is looked at only until a member has a command
-        // (it goes first: it is further behind) or such a member needs an observation: its
-        // checks are made, fresh, when its turn comes, and a wave of n nodes costs O(n) of
-        // these observations instead of O(n²).
-        let mut order = members;
-        order.sort_by_key(|&i| (talos_of(j, si).nodes[i].phase, i));
-        let mut turn_taken = false;
-        for i in order {
-            let at_turn = talos_of(j, si).nodes[i].phase.checked_at_its_turn();
-            if at_turn && turn_taken {
-                continue;
-            }
-            let asked = eyes.missing.borrow().count();
-            let flow = talos_node(j, si, i, eyes, now, notes);
-            // a command goes to the member furthest behind: no member after it can have one
-            if matches!(flow, Flow::Run(_)) || (at_turn && eyes.missing.borrow().count() > asked) {
-                turn_taken = true;
-            }
-            match flow {
-                Flow::Run(cmd) => {
-                    let phase = talos_of(j, si).nodes[i].phase;
-                    runs.push((phase, i, cmd));
-                }
-                Flow::Poll(w, r) => polls.push((w, r)),
-                Flow::Wait(at, r) => waits.push((at, r)),
-                h @ Flow::Halt { .. } => return h,
+            match gate_point(j, point, p, Duration::ZERO, eyes, now, notes).or_halt() {
                 Flow::Done => {}
+                f => return f,
             }
         }
-        // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
-        // away together rather than one after another.
-        if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
-            return Flow::Run(cmd);
-        }
-        // The wave waits (its nodes rebooting, a drain held by a PodDisruptionBudget): the
-        // next wave's pulls meanwhile, so that its nodes need not pull on their turn.
-        if (!polls.is_empty() || !waits.is_empty())
-            && let Some(f) = pull_ahead(j, si, wave, eyes, now)
-        {
+        if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
             return f;
-        }
-        if let Some((w, r)) = polls
-            .iter()
-            .find(|(w, _)| *w == PollWhy::Unreachable)
-            .or(polls.first())
-            .cloned()
-        {
-            return Flow::Poll(w, r);
-        }
-        if let Some((at, r)) = waits.into_iter().min_by_key(|(at, _)| *at) {
-            return Flow::Wait(at, r);
         }
         // every node of the wave finished in this pass: soak it, then the next wave
     }
+}
+
+/// The first wave of step `si` that is not finished, or (`gated`: under a health policy) not
+/// soaked after a node of it was upgraded; with whether all its nodes finished.
+fn current_wave(j: &Job, si: usize, gated: bool) -> Option<(usize, bool)> {
+    let ts = talos_of(j, si);
+    let waves = ts.nodes.iter().map(|n| n.wave + 1).max().unwrap_or(0);
+    (0..waves).find_map(|w| {
+        let members = ts.nodes.iter().filter(|n| n.wave == w);
+        let finished = members.clone().all(|n| n.phase.finished());
+        let upgraded = members.clone().any(|n| n.phase == NodePhase::Done);
+        let soaked =
+            !gated || !upgraded || j.gates.passed(&GatePoint::AfterWave { step: si, wave: w });
+        (!finished || !soaked).then_some((w, finished))
+    })
+}
+
+/// One pass over the unfinished `members` of `wave`: the command of the node furthest behind,
+/// else (while the wave waits) a pull ahead for the next wave, else a poll or a wait; a halt
+/// at once. `None`: every member finished in this pass.
+fn wave_turn(
+    j: &mut Job,
+    si: usize,
+    wave: usize,
+    members: Vec<usize>,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Option<Flow> {
+    let mut runs: Vec<(NodePhase, usize, Box<Command>)> = Vec::new();
+    let mut polls: Vec<(PollWhy, String)> = Vec::new();
+    let mut waits: Vec<(Timestamp, String)> = Vec::new();
+    // Members in lockstep order. Every member medea is waiting on (rebooting, between
+    // commands) is looked at in every decision: a failure there halts before anything else
+    // happens. A member whose next move is a check before a command of its own
+    // (`NodePhase::checked_at_its_turn`) is looked at only until a member has a command
+    // (it goes first: it is further behind) or such a member needs an observation: its
+    // checks are made, fresh, when its turn comes, and a wave of n nodes costs O(n) of
+    // these observations instead of O(n²).
+    let mut order = members;
+    order.sort_by_key(|&i| (talos_of(j, si).nodes[i].phase, i));
+    let mut turn_taken = false;
+    for i in order {
+        let at_turn = talos_of(j, si).nodes[i].phase.checked_at_its_turn();
+        if at_turn && turn_taken {
+            continue;
+        }
+        let asked = eyes.missing.borrow().count();
+        let flow = talos_node(j, si, i, eyes, now, notes);
+        // a command goes to the member furthest behind: no member after it can have one
+        if matches!(flow, Flow::Run(_)) || (at_turn && eyes.missing.borrow().count() > asked) {
+            turn_taken = true;
+        }
+        match flow {
+            Flow::Run(cmd) => {
+                let phase = talos_of(j, si).nodes[i].phase;
+                runs.push((phase, i, cmd));
+            }
+            Flow::Poll(w, r) => polls.push((w, r)),
+            Flow::Wait(at, r) => waits.push((at, r)),
+            h @ Flow::Halt { .. } => return Some(h),
+            Flow::Done => {}
+        }
+    }
+    // Lockstep inside a wave: the node furthest behind goes first, so the wave's nodes are
+    // away together rather than one after another.
+    if let Some((_, _, cmd)) = runs.into_iter().min_by_key(|(p, i, _)| (*p, *i)) {
+        return Some(Flow::Run(cmd));
+    }
+    // The wave waits (its nodes rebooting, a drain held by a PodDisruptionBudget): the
+    // next wave's pulls meanwhile, so that its nodes need not pull on their turn.
+    if (!polls.is_empty() || !waits.is_empty())
+        && let Some(f) = pull_ahead(j, si, wave, eyes, now)
+    {
+        return Some(f);
+    }
+    if let Some((w, r)) = polls
+        .iter()
+        .find(|(w, _)| *w == PollWhy::Unreachable)
+        .or(polls.first())
+        .cloned()
+    {
+        return Some(Flow::Poll(w, r));
+    }
+    waits
+        .into_iter()
+        .min_by_key(|(at, _)| *at)
+        .map(|(at, r)| Flow::Wait(at, r))
 }
 
 /// While wave `wave` of step `si` waits, the pull of the next wave's first node whose image is
@@ -197,6 +213,10 @@ pub(super) fn talos_mut(j: &mut Job, si: usize) -> &mut TalosStep {
 
 /// What a node's decision knows of it, read once per round of [`talos_node`].
 struct NodeView {
+    /// Node `i` of Talos step `si`, decided at `now`.
+    si: usize,
+    i: usize,
+    now: Timestamp,
     name: String,
     target: NodeTarget,
     cp: bool,
@@ -212,6 +232,9 @@ impl NodeView {
         let ts = talos_of(j, si);
         let n = &ts.nodes[i];
         NodeView {
+            si,
+            i,
+            now,
             name: n.target.node.clone(),
             target: n.node_target(),
             cp: ts.control_plane(),
@@ -224,13 +247,17 @@ impl NodeView {
     fn nd(&self) -> Option<&str> {
         Some(self.name.as_str())
     }
+    /// The halt of a node that does not run the version the plan expects of it.
+    fn unexpected(&self, what: String, op: Option<CommandOp>) -> Flow {
+        halt_flow(HaltCode::UnexpectedVersion, what, self.nd(), op)
+    }
     /// The node's Talos observation, which must be there to go on ([`need`]).
-    fn talos<'a>(&self, eyes: &Eyes<'a>, now: Timestamp) -> Result<&'a TalosNode, Flow> {
+    fn talos<'a>(&self, eyes: &Eyes<'a>) -> Result<&'a TalosNode, Flow> {
         need(
             eyes.talos(&self.target),
             &format!("node `{}`", self.name),
             self.deadline,
-            now,
+            self.now,
             self.nd(),
         )
     }
@@ -249,9 +276,9 @@ pub(super) fn talos_node(
     loop {
         let v = NodeView::of(j, si, i, now);
         let moved = match talos_of(j, si).nodes[i].phase {
-            NodePhase::Pending => start(j, si, i, &v, now, notes),
-            NodePhase::Checking => check(j, si, i, &v, eyes, now, notes),
-            NodePhase::Checked => pull(j, si, i, &v, now, notes),
+            NodePhase::Pending => start(j, &v, notes),
+            NodePhase::Checking => check(j, &v, eyes, notes),
+            NodePhase::Checked => pull(j, &v, notes),
             NodePhase::Pulled => {
                 let ts = talos_of(j, si);
                 let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
@@ -264,18 +291,16 @@ pub(super) fn talos_node(
                 return cordon(j, si, i);
             }
             NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
-            NodePhase::Drained => upgrade(j, si, i, &v, eyes, now),
-            NodePhase::Upgraded => return reboot(j, si, i, &v),
-            NodePhase::Rebooting => {
-                match verify_back(j, si, i, &v, Direction::Upgrade, eyes, now) {
-                    Ok(()) => {
-                        node_mut(j, si, i).enter(NodePhase::Back, now);
-                        notes.push(format!("{}: back on {}, healthy and Ready", v.name, v.to));
-                        Ok(())
-                    }
-                    Err(f) => Err(f),
+            NodePhase::Drained => upgrade(j, &v, eyes),
+            NodePhase::Upgraded => return reboot(j, &v),
+            NodePhase::Rebooting => match verify_back(j, &v, Direction::Upgrade, eyes) {
+                Ok(()) => {
+                    node_mut(j, si, i).enter(NodePhase::Back, now);
+                    notes.push(format!("{}: back on {}, healthy and Ready", v.name, v.to));
+                    Ok(())
                 }
-            }
+                Err(f) => Err(f),
+            },
             NodePhase::Back => {
                 if left_cordoned(j, si, i, notes) {
                     node_mut(j, si, i).enter(NodePhase::Done, now);
@@ -292,14 +317,8 @@ pub(super) fn talos_node(
 }
 
 /// `Pending`: the node starts when the maintenance windows allow.
-fn start(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    now: Timestamp,
-    notes: &mut Vec<String>,
-) -> Result<(), Flow> {
+fn start(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     window_gate(j, now)?;
     node_mut(j, si, i).enter(NodePhase::Checking, now);
     notes.push(format!("{}: started", v.name));
@@ -309,30 +328,21 @@ fn start(
 /// `Checking`: the node runs the plan's `from` (or already the target: skipped), its
 /// Kubernetes node is there and, on the control plane, etcd is healthy; what the node was
 /// before is recorded for "back" to compare with.
-fn check(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    eyes: &Eyes,
-    now: Timestamp,
-    notes: &mut Vec<String>,
-) -> Result<(), Flow> {
+fn check(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
-    let t = v.talos(eyes, now)?;
+    let t = v.talos(eyes)?;
     if t.version == v.to {
         node_mut(j, si, i).enter(NodePhase::Skipped, now);
         notes.push(format!("{name}: already runs {}, skipped", v.to));
         return Err(Flow::Done);
     }
     if t.version != v.from {
-        return Err(halt_flow(
-            HaltCode::UnexpectedVersion,
+        return Err(v.unexpected(
             format!(
                 "node `{name}` runs {}, but the plan expected {}: something else changed it; plan again",
                 t.version, v.from
             ),
-            nd,
             None,
         ));
     }
@@ -344,7 +354,7 @@ fn check(
         nd,
     )?;
     if v.cp {
-        etcd_healthy(j, v, eyes, now, &format!("node `{name}` could start"), None)?;
+        etcd_healthy(j, v, eyes, &format!("node `{name}` could start"), None)?;
     }
     let method = UpgradeMethod::for_version(&t.version);
     let n = node_mut(j, si, i);
@@ -367,34 +377,33 @@ fn etcd_healthy(
     j: &Job,
     v: &NodeView,
     eyes: &Eyes,
-    now: Timestamp,
     before: &str,
     op: Option<CommandOp>,
 ) -> Result<(), Flow> {
+    let now = v.now;
     let via = j.control_plane.clone();
     let e = need(eyes.etcd(&via), "etcd", v.deadline, now, v.nd())?;
-    match etcd_verdict(e) {
-        Ok(()) => Ok(()),
-        Err(why) if now >= v.deadline => Err(halt_flow(
-            HaltCode::EtcdUnhealthy,
-            format!("etcd did not become healthy before {before}: {why}"),
-            v.nd(),
-            op,
-        )),
-        Err(why) => Err(Flow::Poll(PollWhy::Waiting, why)),
-    }
+    etcd_verdict(e).map_err(|why| {
+        late(
+            now,
+            v.deadline,
+            || Flow::Poll(PollWhy::Waiting, why.clone()),
+            || {
+                halt_flow(
+                    HaltCode::EtcdUnhealthy,
+                    format!("etcd did not become healthy before {before}: {why}"),
+                    v.nd(),
+                    op,
+                )
+            },
+        )
+    })
 }
 
 /// `Checked`: the etcd snapshot first on the control plane, then the installer's pull (unless
 /// it was pulled ahead).
-fn pull(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    now: Timestamp,
-    notes: &mut Vec<String>,
-) -> Result<(), Flow> {
+fn pull(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     if v.cp && j.snapshot.is_none() {
         let Some(via) = j.control_plane.first().cloned() else {
             return Err(halt_flow(
@@ -428,24 +437,16 @@ fn pull(
 
 /// `Drained`: the upgrade call, once the node still runs `from` and (on the control plane)
 /// etcd is healthy; a call that left no trace is made again only within the health timeout.
-fn upgrade(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    eyes: &Eyes,
-    now: Timestamp,
-) -> Result<(), Flow> {
+fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
-    let t = v.talos(eyes, now)?;
+    let t = v.talos(eyes)?;
     if t.version != v.from {
-        return Err(halt_flow(
-            HaltCode::UnexpectedVersion,
+        return Err(v.unexpected(
             format!(
                 "node `{name}` runs {} before its upgrade, expected {}",
                 t.version, v.from
             ),
-            nd,
             Some(CommandOp::Upgrade),
         ));
     }
@@ -454,7 +455,6 @@ fn upgrade(
             j,
             v,
             eyes,
-            now,
             &format!("upgrading `{name}`"),
             Some(CommandOp::Upgrade),
         )?;
@@ -496,7 +496,8 @@ fn upgrade(
 }
 
 /// `Upgraded`: the reboot into the new installation.
-fn reboot(j: &Job, si: usize, i: usize, v: &NodeView) -> Flow {
+fn reboot(j: &Job, v: &NodeView) -> Flow {
+    let (si, i) = (v.si, v.i);
     let n = &talos_of(j, si).nodes[i];
     let Some(boot) = n.boot_id_before.clone() else {
         return halt_flow(
@@ -542,6 +543,26 @@ impl Direction {
             Direction::Rollback => "rolling back",
         }
     }
+    /// The halt of a node that came back on `got` instead of the `expect`ed version: an
+    /// upgrade reverted (the boot fell back), a rollback failed.
+    fn wrong_version(self, j: &Job, name: &str, got: &TalosVersion, expect: &TalosVersion) -> Flow {
+        match self {
+            Direction::Upgrade => halt_flow(
+                HaltCode::NodeReverted,
+                format!(
+                    "node reverted: `{name}` came back on {got} instead of {expect} (the boot fell back to the previous version)"
+                ),
+                Some(name),
+                Some(CommandOp::Reboot),
+            ),
+            Direction::Rollback => rollback_failed(
+                j,
+                name,
+                format!("it came back on {got} instead of its previous version {expect}"),
+                Some(CommandOp::Rollback),
+            ),
+        }
+    }
     /// The halt of a node that is not back (`code` for an upgrade; a rollback's failure halts
     /// as [`rollback_failed`], with the gate failure that started it).
     fn halt(self, j: &Job, name: &str, code: HaltCode, what: String) -> Flow {
@@ -557,16 +578,9 @@ impl Direction {
 /// no service unhealthy that was healthy before, the Kubernetes node Ready and, after an
 /// upgrade, reporting the kubelet it had. Until the health timeout a node on its way is polled
 /// (`late`); then, or on a definitive failure, the job halts.
-fn verify_back(
-    j: &Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    dir: Direction,
-    eyes: &Eyes,
-    now: Timestamp,
-) -> Result<(), Flow> {
-    let n = &talos_of(j, si).nodes[i];
+fn verify_back(j: &Job, v: &NodeView, dir: Direction, eyes: &Eyes) -> Result<(), Flow> {
+    let now = v.now;
+    let n = &talos_of(j, v.si).nodes[v.i];
     let (name, secs, call) = (&v.name, v.health_timeout.as_secs(), dir.call());
     let expect = match dir {
         Direction::Upgrade => &v.to,
@@ -574,11 +588,12 @@ fn verify_back(
     };
     // not back yet: polled until the health timeout, then the halt
     let not_back = |halt: String, poll: String| {
-        if now >= v.deadline {
-            dir.halt(j, name, HaltCode::NodeNotBack, halt)
-        } else {
-            Flow::Poll(PollWhy::Waiting, poll)
-        }
+        late(
+            now,
+            v.deadline,
+            || Flow::Poll(PollWhy::Waiting, poll),
+            || dir.halt(j, name, HaltCode::NodeNotBack, halt),
+        )
     };
     let late = |what: String| {
         not_back(
@@ -591,7 +606,7 @@ fn verify_back(
             j,
             name,
             HaltCode::ObservationFailed,
-            format!("reading {what} failed: {m}"),
+            reading_failed(what, m),
         )
     };
     let what = match dir {
@@ -613,26 +628,7 @@ fn verify_back(
         return Err(late("has not rebooted yet".into()));
     }
     if &t.version != expect {
-        return Err(match dir {
-            Direction::Upgrade => halt_flow(
-                HaltCode::NodeReverted,
-                format!(
-                    "node reverted: `{name}` came back on {} instead of {expect} (the boot fell back to the previous version)",
-                    t.version
-                ),
-                v.nd(),
-                Some(CommandOp::Reboot),
-            ),
-            Direction::Rollback => rollback_failed(
-                j,
-                name,
-                format!(
-                    "it came back on {} instead of its previous version {expect}",
-                    t.version
-                ),
-                Some(CommandOp::Rollback),
-            ),
-        });
+        return Err(dir.wrong_version(j, name, &t.version, expect));
     }
     if t.stage != MachineStage::Running || !t.ready {
         return Err(late(format!(
@@ -685,11 +681,22 @@ fn verify_back(
 
 /// Cordon node `i` of step `si`.
 fn cordon(j: &Job, si: usize, i: usize) -> Flow {
+    kube_node_command(j, si, i, CommandOp::Cordon, |node| Action::Cordon { node })
+}
+
+/// The Kubernetes command `op` (`action` of the node's name) on node `i` of step `si`.
+fn kube_node_command(
+    j: &Job,
+    si: usize,
+    i: usize,
+    op: CommandOp,
+    action: impl FnOnce(String) -> Action,
+) -> Flow {
     let n = &talos_of(j, si).nodes[i];
     let name = n.target.node.clone();
     Flow::Run(Box::new(Command {
-        key: key(j, si, Some(&name), CommandOp::Cordon, n.attempt),
-        action: Action::Cordon { node: name },
+        key: key(j, si, Some(&name), op, n.attempt),
+        action: action(name),
     }))
 }
 
@@ -737,12 +744,9 @@ fn left_cordoned(j: &Job, si: usize, i: usize, notes: &mut Vec<String>) -> bool 
 
 /// Uncordon node `i` of step `si`.
 fn uncordon(j: &Job, si: usize, i: usize) -> Flow {
-    let n = &talos_of(j, si).nodes[i];
-    let name = n.target.node.clone();
-    Flow::Run(Box::new(Command {
-        key: key(j, si, Some(&name), CommandOp::Uncordon, n.attempt),
-        action: Action::Uncordon { node: name },
-    }))
+    kube_node_command(j, si, i, CommandOp::Uncordon, |node| Action::Uncordon {
+        node,
+    })
 }
 
 /// A gate failed after `wave` with `onFailure: rollback`: mark the wave's upgraded nodes for
@@ -827,9 +831,9 @@ fn rollback_wave(
     match phase {
         RollbackPhase::Pending => cordon(j, si, i),
         RollbackPhase::Cordoned => drain(j, si, i, now, "drain before rollback"),
-        RollbackPhase::Drained => rollback_call(j, si, i, &v, eyes, now),
+        RollbackPhase::Drained => rollback_call(j, &v, eyes),
         RollbackPhase::Rebooting => {
-            if let Err(f) = verify_back(j, si, i, &v, Direction::Rollback, eyes, now) {
+            if let Err(f) = verify_back(j, &v, Direction::Rollback, eyes) {
                 return f;
             }
             node_mut(j, si, i).enter_rollback(RollbackPhase::Back, now);
@@ -849,16 +853,10 @@ fn rollback_wave(
 
 /// A rollback's `Drained`: the `Rollback` call, once the node still runs the version it was
 /// upgraded to.
-fn rollback_call(
-    j: &mut Job,
-    si: usize,
-    i: usize,
-    v: &NodeView,
-    eyes: &Eyes,
-    now: Timestamp,
-) -> Flow {
+fn rollback_call(j: &mut Job, v: &NodeView, eyes: &Eyes) -> Flow {
+    let (si, i) = (v.si, v.i);
     let (name, nd) = (&v.name, v.nd());
-    let t = match v.talos(eyes, now) {
+    let t = match v.talos(eyes) {
         Ok(t) => t,
         Err(f) => return f,
     };
