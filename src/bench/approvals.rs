@@ -147,7 +147,7 @@ pub fn run(
         Ok(())
     };
     let pass = |shared: &crate::server::Shared| -> Result<
-        crate::server::reconcile::PlanState,
+        crate::server::reconcile::PassResult,
         BenchError,
     > {
         crate::server::reconcile::reconcile(shared, &[], jiff::Timestamp::now()).map_err(|e| {

@@ -33,7 +33,7 @@ pub fn approval_key(plan: &PlanId, fingerprint: &str) -> String {
 
 /// Everything a reconcile pass concluded about the current plan.
 #[derive(Debug, Clone, Default)]
-pub struct PlanState {
+pub struct PassResult {
     pub plan: Option<Plan>,
     /// Planning errors of the current desired revision (validation errors live on `Loaded`).
     pub diagnostics: Vec<crate::desired::Diagnostic>,
@@ -68,9 +68,9 @@ pub fn reconcile(
     shared: &Shared,
     extra: &[Candidate],
     now: Timestamp,
-) -> Result<PlanState, ReconcileError> {
+) -> Result<PassResult, ReconcileError> {
     let store = shared.store.as_ref();
-    let mut state = PlanState::default();
+    let mut state = PassResult::default();
     let Some(loaded) = shared.desired() else {
         return Ok(state);
     };

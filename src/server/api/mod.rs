@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use crate::api::machines::EncodedRows;
 use crate::inventory::{self, MachineRole, ObservedCluster};
+use crate::plan::PlanState;
 use crate::store::{StoreExt, Txn};
 
 /// The generated API code lives in [`crate::api::pb`]; this path keeps working.
@@ -321,15 +322,15 @@ impl MedeaApi {
         let state = if let Some(c) = &consumed {
             consumed_state(store, c)?
         } else if current != Some(p.id) {
-            "superseded"
+            PlanState::Superseded
         } else if !p.has_changes() {
-            "no-changes"
+            PlanState::NoChanges
         } else if crate::plan::preflight::refusal(p).is_some() {
-            "blocked"
+            PlanState::Blocked
         } else if quorum.reached() {
-            "approved"
+            PlanState::Approved
         } else {
-            "pending"
+            PlanState::Pending
         };
         Ok(pb::Plan {
             id: p.id.to_hex(),
@@ -354,7 +355,7 @@ impl MedeaApi {
                     at: a.at.to_string(),
                 })
                 .collect(),
-            state: state.into(),
+            state: state.to_string(),
             rendered: crate::plan::render::text_in_state(
                 p,
                 crate::plan::render::Options { color: false },
@@ -371,15 +372,15 @@ impl MedeaApi {
 fn consumed_state(
     store: &dyn crate::store::Store,
     c: &crate::rollout::journal::PlanConsumed,
-) -> Result<&'static str, crate::store::StoreError> {
+) -> Result<PlanState, crate::store::StoreError> {
     use crate::rollout::sequencer::JobState;
-    let mut state = "applied";
+    let mut state = PlanState::Applied;
     for id in &c.jobs {
         match crate::ops::jobs::load_job(store, id)?.map(|j| j.state) {
-            Some(JobState::Running) => return Ok("running"),
-            Some(JobState::Halted { .. }) => state = "halted",
+            Some(JobState::Running) => return Ok(PlanState::Running),
+            Some(JobState::Halted { .. }) => state = PlanState::Halted,
             Some(JobState::Succeeded { .. }) => {}
-            None => state = "consumed",
+            None => state = PlanState::Consumed,
         }
     }
     Ok(state)
@@ -509,7 +510,7 @@ impl pb::medea_server::Medea for MedeaApi {
             for d in &loaded.diagnostics {
                 diagnostics.push(diag_pb(d, &loaded));
             }
-            for d in &self.shared.plan_state().diagnostics {
+            for d in &self.shared.last_pass().diagnostics {
                 diagnostics.push(diag_pb(d, &loaded));
             }
         }
@@ -637,7 +638,7 @@ impl pb::medea_server::Medea for MedeaApi {
             }
             break state;
         };
-        self.shared.set_plan_state(state.clone());
+        self.shared.set_last_pass(state.clone());
         // Answer only for a verified signature.
         let Some((counts, outcome)) = state.submitted.first().cloned() else {
             return Err(Status::failed_precondition(format!(
