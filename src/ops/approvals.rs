@@ -372,7 +372,7 @@ pub fn status(
 /// The plan's recorded approvals (`<plan hex>/<fingerprint>` in the Approvals table).
 pub fn recorded(store: &dyn Store, plan: &PlanId) -> Result<Vec<ApprovalRecord>, StoreError> {
     Ok(store
-        .scan_records::<ApprovalRecord>(&format!("{}/", plan.to_hex()))?
+        .scan_records::<ApprovalRecord>(&crate::approval::record::approvals_prefix(plan))?
         .into_iter()
         .map(|(_, r)| r)
         .collect())

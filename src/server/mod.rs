@@ -33,8 +33,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::desired::{Loaded, Source};
-use crate::store::{Leadership, Role, Store};
 use crate::secret::Secret;
+use crate::store::{Leadership, Role, Store};
 
 /// Everything `medea serve` was started with.
 #[derive(Debug, Clone)]

@@ -11,25 +11,15 @@
 use jiff::Timestamp;
 
 use super::Shared;
-use crate::approval::{ApprovalRecord, ApprovalSource, Candidate, QuorumStatus};
+use crate::approval::record::approval_key;
+use crate::approval::{ApprovalSource, Candidate, QuorumStatus};
 use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
+use crate::plan::Plan;
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
-use crate::plan::{Plan, PlanId};
 use crate::rollout::journal::consumed_key;
 use crate::store::record::encode;
-use crate::store::{Check, Record, StoreError, Table, Txn};
-
-impl Record for ApprovalRecord {
-    const TABLE: Table = Table::Approvals;
-    const KIND: &'static str = "approval";
-    const SCHEMA: u32 = 1;
-}
-
-/// `<plan hex>/<key fingerprint>`: one approval per key per plan.
-pub fn approval_key(plan: &PlanId, fingerprint: &str) -> String {
-    format!("{}/{fingerprint}", plan.to_hex())
-}
+use crate::store::{Check, StoreError, Table, Txn};
 
 /// Everything a reconcile pass concluded about the current plan.
 #[derive(Debug, Clone, Default)]

@@ -121,7 +121,7 @@ pub(super) fn kube_prechecks(
             None,
         ));
     }
-    if lowest.major() != to.major() || to.minor() > lowest.minor() + 1 {
+    if !to.within_one_minor_of(&lowest) {
         return Err(halt_flow(
             HaltCode::PrecheckFailed,
             format!(
