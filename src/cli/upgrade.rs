@@ -214,7 +214,7 @@ fn print_plan(
     changed: &[&str],
 ) -> miette::Result<u8> {
     if let Some(path) = &args.store {
-        let store = crate::store::fjall::FjallStore::open(path).into_diagnostic()?;
+        let store = super::store::open_dir(path, "run it again, or drop --store")?;
         let inventory = crate::inventory::Inventory::load(&store).into_diagnostic()?;
         let applied = crate::ops::replan::load_applied(&store).into_diagnostic()?;
         return match crate::plan::compute(&after.desired, &inventory, &applied, None) {
