@@ -29,7 +29,9 @@ mod tests {
     fn a_held_store_is_refused_in_one_message_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let _held = FjallStore::open(dir.path()).unwrap();
-        let err = open_dir(dir.path(), "plan again").err().expect("refused");
+        let Err(err) = open_dir(dir.path(), "plan again") else {
+            panic!("a store another process holds was opened");
+        };
         assert_eq!(
             err.to_string(),
             format!(
