@@ -35,8 +35,8 @@ pub use compute::{
 pub use id::{PlanId, PlanIdRef};
 pub use lifecycle::PlanState;
 pub use model::{
-    Applies, Basis, ClusterPlan, ClusterStatus, DrainPolicy, KubeRollout, MachineTarget, Plan,
-    ResourceDiff, SettingsChange, Step, TalosRollout,
+    Applies, Basis, ClusterPlan, ClusterStatus, KubeRollout, MachineTarget, Plan, ResourceDiff,
+    SettingsChange, Step, TalosRollout,
 };
 
 #[cfg(test)]

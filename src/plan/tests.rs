@@ -11,6 +11,7 @@ use super::model::*;
 use super::render;
 use super::stored::approval_writes;
 use super::{basis_of, compute};
+use crate::desired::model::DrainPolicy;
 use crate::desired::source::{Snapshot, SourceFile};
 use crate::desired::{Desired, Diagnostic, parse_snapshot};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
