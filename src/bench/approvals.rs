@@ -180,7 +180,7 @@ pub fn run(
         if (n as usize) < consumed {
             txn = txn.put(
                 Table::Plans,
-                crate::rollout::journal::consumed_key(&id(n)),
+                crate::plan::stored::consumed_key(&id(n)),
                 b"{}".to_vec(),
             );
         }

@@ -60,7 +60,7 @@ impl PlanIndex {
             stored: ids(store.scan_keys(Table::Plans, "plan/")?, "plan/"),
             consumed: ids(
                 store.scan_keys(Table::Plans, "consumed/")?,
-                crate::rollout::journal::CONSUMED_PREFIX,
+                crate::plan::stored::CONSUMED_PREFIX,
             ),
         })
     }
@@ -417,7 +417,7 @@ pub fn start_txn(
     now: Timestamp,
 ) -> Result<Option<(crate::store::Txn, Vec<String>)>, Vec<String>> {
     use crate::plan::stored::with_approval_writes;
-    use crate::rollout::journal::consumed_key;
+    use crate::plan::stored::consumed_key;
     use crate::rollout::{JobInputs, RolloutError, create_jobs_txn};
     use crate::store::{Check, Txn};
     let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
@@ -541,7 +541,7 @@ mod tests {
             );
             if i <= consumed {
                 txn = txn.put_record(
-                    crate::rollout::journal::consumed_key(&plan(i)),
+                    crate::plan::stored::consumed_key(&plan(i)),
                     &crate::rollout::journal::PlanConsumed {
                         plan: plan(i),
                         at: "2026-01-01T00:00:00Z".parse().unwrap(),
@@ -699,7 +699,7 @@ mod tests {
         assert!(o[0].approved().is_some());
         store
             .commit(Txn::new().put_record(
-                crate::rollout::journal::consumed_key(&current),
+                crate::plan::stored::consumed_key(&current),
                 &crate::rollout::journal::PlanConsumed {
                     plan: current,
                     at: now,
@@ -787,7 +787,7 @@ mod tests {
         save(plan(1), None);
         store
             .commit(Txn::new().put_record(
-                crate::rollout::journal::consumed_key(&plan(1)),
+                crate::plan::stored::consumed_key(&plan(1)),
                 &crate::rollout::journal::PlanConsumed {
                     plan: plan(1),
                     at: "2026-01-01T00:00:00Z".parse().unwrap(),

@@ -16,8 +16,7 @@ use crate::approval::{ApprovalSource, Candidate, QuorumStatus};
 use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
 use crate::plan::Plan;
-use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
-use crate::rollout::journal::consumed_key;
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan, consumed_key};
 use crate::store::record::encode;
 use crate::store::{Check, StoreError, Table, Txn};
 

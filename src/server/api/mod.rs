@@ -308,7 +308,7 @@ impl MedeaApi {
             })
             .collect();
         let consumed: Option<crate::rollout::journal::PlanConsumed> =
-            store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
+            store.get_record(&crate::plan::stored::consumed_key(&p.id))?;
         let current = crate::ops::replan::current(store)?.map(|c| c.id);
         let stale = match self
             .shared
