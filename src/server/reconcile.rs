@@ -2,7 +2,10 @@
 //! verify approvals of the current plan; when it reaches quorum, apply its settings and create
 //! its jobs — all in one store transaction. The approval status and the start transaction are
 //! the use case's (`ops::approvals::status`, `ops::approvals::start_txn`); this pass gathers
-//! their inputs, commits, logs and notifies.
+//! their inputs, commits, logs and notifies. It reads the last-applied state, the running jobs
+//! and the jobs once (`ops::replan::PassReads`, from the replan or, on a follower, read once):
+//! the plan's basis is judged and its start built from those reads, and the start
+//! transaction's conditions, not a second read, catch whatever moved since.
 //!
 //! Architecture Invariant: the transaction that records the approval reaching quorum is the
 //! one that creates the jobs and marks the plan consumed; it re-checks that the plan is still
@@ -69,8 +72,10 @@ pub fn reconcile(
     let leader = shared.leadership.is_leader();
     // The plan this pass just computed, if any: it is the current plan (the commit made it
     // so, or it already was: same id, its parent read back), so it is not read back and
-    // decoded again; its sections are shared with the planner's memo.
-    let mut fresh: Option<crate::plan::Plan> = None;
+    // decoded again; its sections are shared with the planner's memo. With it come the
+    // store reads it was computed from (applied state, running jobs, every job, inventory),
+    // which the pass does not read again.
+    let mut fresh: Option<stored::Replanned> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
         #[allow(
@@ -103,7 +108,7 @@ pub fn reconcile(
                         });
                     }
                 }
-                fresh = Some(r.plan);
+                fresh = Some(r);
             }
             Err(ReplanError::Refused(diags)) => {
                 for d in &diags {
@@ -116,8 +121,11 @@ pub fn reconcile(
             Err(ReplanError::Store(e)) => return Err(e.into()),
         }
     }
-    let plan = match fresh {
-        Some(plan) => plan,
+    // The plan and what the pass read once (issue #34): a fresh plan's basis is its reads'
+    // by construction; a follower reads the store once and judges the leader's plan by it.
+    // Whatever moves after these reads, the start transaction's conditions catch.
+    let (plan, reads, inventory) = match fresh {
+        Some(r) => (r.plan, r.reads, r.inventory),
         None => {
             let Some(CurrentPlan { id }) = stored::current(store)? else {
                 return Ok(state);
@@ -125,15 +133,16 @@ pub fn reconcile(
             let Some(plan) = stored::load_plan(store, &id)? else {
                 return Ok(state);
             };
-            plan
+            let reads = stored::PassReads::load(store)?;
+            if plan.is_stale(&reads.basis(store, desired)?) {
+                // A follower (or a race): the leader will replan.
+                state.plan = Some(plan);
+                return Ok(state);
+            }
+            let inventory = crate::inventory::Inventory::load(store)?;
+            (plan, reads, inventory)
         }
     };
-    let current_basis = stored::current_basis(store, desired)?;
-    if plan.is_stale(&current_basis) {
-        // A follower (or a race): the leader will replan.
-        state.plan = Some(plan);
-        return Ok(state);
-    }
     state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
 
     // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`; each
@@ -232,7 +241,16 @@ pub fn reconcile(
     }
     let mut start = false;
     if quorum.reached() && !state.consumed && plan.has_changes() {
-        match approvals::start_txn(store, desired, &plan, shared.rollouts_gate, now) {
+        match approvals::start_txn(
+            desired,
+            &plan,
+            approvals::StartBasis {
+                reads: &reads,
+                inventory: &inventory,
+            },
+            shared.rollouts_gate,
+            now,
+        ) {
             Ok(Some((ops, jobs))) => {
                 for c in ops.checks {
                     txn = txn.check(c);
