@@ -91,22 +91,7 @@ pub fn reconcile(
         match replanned {
             Ok(r) => {
                 if r.stored {
-                    crate::metrics::global().plans_computed.inc();
-                    tracing::info!(plan = %r.plan.id.short(), changes = r.plan.has_changes(), summary = %crate::plan::render::summary_line(&r.plan), "new plan");
-                    tracing::debug!(plan = %r.plan.id.short(), "plan {}\n{}", r.plan.id.short(), crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
-                    if r.plan.has_changes() {
-                        shared.notifier.send(crate::webhook::Notification {
-                            event: crate::webhook::EventKind::PlanReady,
-                            text: format!("medea: {}", crate::plan::render::summary_line(&r.plan)),
-                            cluster: None,
-                            plan: Some(r.plan.id.to_hex()),
-                            job: None,
-                            node: None,
-                            reason: None,
-                            halt_code: None,
-                            at: now.to_string(),
-                        });
-                    }
+                    announce_new_plan(shared, &r.plan, now);
                 }
                 fresh = Some(r);
             }
@@ -174,39 +159,7 @@ pub fn reconcile(
         tracing::debug!(plan = %plan.id.short(), candidates = cache.last.candidates, cached = cache.last.cached, signature_checks = cache.last.signature_checks, "approvals verified");
         status
     };
-    // Present the verdicts: every recorded one, and each marker or submission whose key's
-    // approval is not recorded already; submissions answer in order.
-    for j in &status.judged {
-        if j.origin != approvals::Origin::Recorded {
-            if j.origin == approvals::Origin::Submitted {
-                state
-                    .submitted
-                    .push((j.outcome.approved().is_some(), j.outcome.to_string()));
-            }
-            crate::metrics::approval_outcome(j.outcome.code());
-            if j.outcome.approved().is_none() {
-                tracing::info!(plan = %plan.id.short(), source = %j.source, outcome = %j.outcome, "approval candidate does not count");
-            }
-            if j.already_recorded {
-                continue;
-            }
-        }
-        state
-            .outcomes
-            .push((j.source.clone(), j.outcome.to_string()));
-    }
-    // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
-    // approved. No approval is recorded or counted and nothing starts; every candidate is
-    // answered with why, naming the findings and how to acknowledge them.
-    if let Some(why) = &status.refusal {
-        for s in &mut state.submitted {
-            *s = (false, why.clone());
-        }
-        for (_, o) in &mut state.outcomes {
-            *o = format!("does not count: {why}");
-        }
-        state.waiting = vec![why.clone()];
-    }
+    present_verdicts(&mut state, &plan, &status);
     let new_records = status.new_records;
     let quorum = status.quorum;
     state.quorum = Some(quorum.clone());
@@ -220,24 +173,7 @@ pub fn reconcile(
     let mut txn = Txn::new().check(pointer);
     for r in &new_records {
         txn = txn.put_record(approval_key(&r.plan, &r.fingerprint), r);
-        tracing::info!(plan = %plan.id.short(), principal = %r.principal, fingerprint = %r.fingerprint, source = %r.source, "approval recorded");
-        shared.notifier.send(crate::webhook::Notification {
-            event: crate::webhook::EventKind::ApprovalReceived,
-            text: format!(
-                "medea: plan {} approved by {} ({}/{})",
-                plan.id.short(),
-                r.principal,
-                quorum.count(),
-                quorum.required
-            ),
-            cluster: None,
-            plan: Some(plan.id.to_hex()),
-            job: None,
-            node: None,
-            reason: None,
-            halt_code: None,
-            at: now.to_string(),
-        });
+        announce_approval(shared, &plan, r, &quorum, now);
     }
     let mut start = false;
     if quorum.reached() && !state.consumed && plan.has_changes() {
@@ -289,4 +225,90 @@ pub fn reconcile(
     }
     state.plan = Some(plan);
     Ok(state)
+}
+
+/// A new plan became current: count it, log it (its text at debug), and tell the webhooks
+/// when it has changes.
+fn announce_new_plan(shared: &Shared, plan: &Plan, now: Timestamp) {
+    crate::metrics::global().plans_computed.inc();
+    tracing::info!(plan = %plan.id.short(), changes = plan.has_changes(), summary = %crate::plan::render::summary_line(plan), "new plan");
+    tracing::debug!(plan = %plan.id.short(), "plan {}\n{}", plan.id.short(), crate::plan::render::text(plan, crate::plan::render::Options { color: false }));
+    if plan.has_changes() {
+        shared.notifier.send(crate::webhook::Notification {
+            event: crate::webhook::EventKind::PlanReady,
+            text: format!("medea: {}", crate::plan::render::summary_line(plan)),
+            cluster: None,
+            plan: Some(plan.id.to_hex()),
+            job: None,
+            node: None,
+            reason: None,
+            halt_code: None,
+            at: now.to_string(),
+        });
+    }
+}
+
+/// Present the verdicts of [`approvals::status`] in the pass's result: every recorded one,
+/// and each marker or submission whose key's approval is not recorded already; submissions
+/// answer in order. Blocking preflight findings nobody acknowledged (issue #22) make the plan
+/// unapprovable: no approval is recorded or counted and nothing starts; every candidate is
+/// answered with why, naming the findings and how to acknowledge them.
+fn present_verdicts(state: &mut PassResult, plan: &Plan, status: &approvals::ApprovalStatus) {
+    for j in &status.judged {
+        if j.origin != approvals::Origin::Recorded {
+            if j.origin == approvals::Origin::Submitted {
+                state
+                    .submitted
+                    .push((j.outcome.approved().is_some(), j.outcome.to_string()));
+            }
+            crate::metrics::approval_outcome(j.outcome.code());
+            if j.outcome.approved().is_none() {
+                tracing::info!(plan = %plan.id.short(), source = %j.source, outcome = %j.outcome, "approval candidate does not count");
+            }
+            if j.already_recorded {
+                continue;
+            }
+        }
+        state
+            .outcomes
+            .push((j.source.clone(), j.outcome.to_string()));
+    }
+    if let Some(why) = &status.refusal {
+        for s in &mut state.submitted {
+            *s = (false, why.clone());
+        }
+        for (_, o) in &mut state.outcomes {
+            *o = format!("does not count: {why}");
+        }
+        state.waiting = vec![why.clone()];
+    }
+}
+
+/// A new approval is recorded (in the pass's transaction): log it and tell the webhooks, with
+/// the count against the bar.
+fn announce_approval(
+    shared: &Shared,
+    plan: &Plan,
+    r: &crate::approval::ApprovalRecord,
+    quorum: &QuorumStatus,
+    now: Timestamp,
+) {
+    tracing::info!(plan = %plan.id.short(), principal = %r.principal, fingerprint = %r.fingerprint, source = %r.source, "approval recorded");
+    shared.notifier.send(crate::webhook::Notification {
+        event: crate::webhook::EventKind::ApprovalReceived,
+        text: format!(
+            "medea: plan {} approved by {} ({}/{})",
+            plan.id.short(),
+            r.principal,
+            quorum.count(),
+            quorum.required
+        ),
+        cluster: None,
+        plan: Some(plan.id.to_hex()),
+        job: None,
+        node: None,
+        reason: None,
+        halt_code: None,
+        at: now.to_string(),
+    });
 }
