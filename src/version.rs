@@ -270,6 +270,22 @@ version_type!(
     /// A Kubernetes release, e.g. `v1.34.1`.
     KubeVersion
 );
+impl KubeVersion {
+    /// The first release of the next minor, `v1.(N+1).0` for `v1.N.x`.
+    pub fn next_minor(&self) -> KubeVersion {
+        KubeVersion::new(self.major(), self.minor() + 1, 0)
+    }
+
+    /// Whether a cluster on `from` may move to `self` in one step: Kubernetes moves one
+    /// minor at a time (kube-apiserver's version skew policy; `talosctl upgrade-k8s` refuses
+    /// more), so `self` is on `from`'s major and at most one minor past it. Whether `self` is
+    /// older than `from` is not this rule's question. The one home of the rule: the planner's
+    /// skew refusal (`plan::compute::kube`) and the executor's pre-check
+    /// (`rollout::sequencer::kube_prechecks`) ask it.
+    pub fn within_one_minor_of(&self, from: &KubeVersion) -> bool {
+        self.major() == from.major() && self.minor() <= from.minor() + 1
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -284,6 +300,20 @@ mod tests {
         assert_eq!(rc.to_string(), "v1.14.0-rc.1");
         assert!(rc < TalosVersion::parse("v1.14.0").unwrap());
         assert!(rc > TalosVersion::parse("v1.13.9").unwrap());
+    }
+
+    #[test]
+    fn kubernetes_moves_one_minor_at_a_time() {
+        let v = |s: &str| KubeVersion::parse(s).unwrap();
+        assert_eq!(v("v1.34.7").next_minor(), v("v1.35.0"));
+        assert!(v("v1.35.0").within_one_minor_of(&v("v1.34.7")));
+        assert!(v("v1.35.9").within_one_minor_of(&v("v1.34.1")));
+        assert!(v("v1.34.9").within_one_minor_of(&v("v1.34.1")));
+        assert!(!v("v1.36.0").within_one_minor_of(&v("v1.34.1")));
+        assert!(!v("v2.0.0").within_one_minor_of(&v("v1.34.1")));
+        assert!(!v("v2.35.0").within_one_minor_of(&v("v1.34.1")));
+        // Older is not this rule's question (the callers refuse a downgrade first).
+        assert!(v("v1.30.0").within_one_minor_of(&v("v1.34.1")));
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! A record keeps the armored signature itself, so that whenever quorum is evaluated the
 //! approval is verified again against the allowed signers in force *then*: removing a signer
 //! (revocation) or an expired key takes effect on approvals recorded earlier.
+//!
+//! The record declares its encoding here, where it is defined (`store::Record`, table
+//! `Approvals`, key [`approval_key`]); reading and committing it is `ops::approvals` and the
+//! reconcile pass.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -10,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use super::source::ApprovalSource;
 use super::verify::{Outcome, VerifiedApproval, VerifyContext, verify};
 use crate::plan::PlanId;
+use crate::store::{Record, Table};
 
 /// One recorded approval: who approved which plan, with which key, from where, when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +52,22 @@ impl ApprovalRecord {
     pub fn reverify(&self, ctx: &VerifyContext<'_>) -> Outcome {
         verify(&self.signature, self.source.clone(), ctx)
     }
+}
+
+impl Record for ApprovalRecord {
+    const TABLE: Table = Table::Approvals;
+    const KIND: &'static str = "approval";
+    const SCHEMA: u32 = 1;
+}
+
+/// `<plan hex>/<key fingerprint>`: one approval per key per plan.
+pub fn approval_key(plan: &PlanId, fingerprint: &str) -> String {
+    format!("{}{fingerprint}", approvals_prefix(plan))
+}
+
+/// `<plan hex>/`: the keys of every approval of `plan`.
+pub fn approvals_prefix(plan: &PlanId) -> String {
+    format!("{}/", plan.to_hex())
 }
 
 mod rfc3339 {

@@ -147,7 +147,7 @@ pub fn run(
         Ok(())
     };
     let pass = |shared: &crate::server::Shared| -> Result<
-        crate::server::reconcile::PlanState,
+        crate::server::reconcile::PassResult,
         BenchError,
     > {
         crate::server::reconcile::reconcile(shared, &[], jiff::Timestamp::now()).map_err(|e| {
@@ -180,7 +180,7 @@ pub fn run(
         if (n as usize) < consumed {
             txn = txn.put(
                 Table::Plans,
-                crate::rollout::journal::consumed_key(&id(n)),
+                crate::plan::stored::consumed_key(&id(n)),
                 b"{}".to_vec(),
             );
         }

@@ -254,7 +254,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
         drain_timeout: Duration::from_secs(600),
         health_timeout: Duration::from_secs(900),
         upgrade_attempts: crate::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
-        drain: crate::plan::DrainPolicy::from(&crate::desired::model::DrainSettings::default()),
+        drain: crate::desired::model::DrainPolicy::default(),
         waves: nodes
             .chunks(max as usize)
             .map(|w| {

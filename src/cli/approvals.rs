@@ -31,14 +31,10 @@ pub fn run(args: ApprovalsArgs) -> miette::Result<u8> {
     if super::report::print_diagnostics(&loaded, &display_root(&source)) > 0 {
         return Ok(exit::ERROR);
     }
-    let store = crate::store::fjall::FjallStore::open(&args.store).map_err(|e| match e {
-        crate::store::StoreError::Locked { .. } => miette::miette!(
-            help = "stop `medea serve`, or ask it: `medea plan` shows the approvals it recorded",
-            "the store at `{}` is locked by another medea process",
-            args.store.display()
-        ),
-        other => miette::Report::from_err(other),
-    })?;
+    let store = super::store::open_dir(
+        &args.store,
+        "count again, or ask it: `medea plan` shows the approvals it recorded",
+    )?;
     // The daemon's reader and policy: a file `medea serve` refuses is refused here too.
     let signers =
         approval::allowed_signers::read(&args.allowed_signers).map_err(miette::Report::from_err)?;

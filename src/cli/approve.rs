@@ -16,7 +16,7 @@ use ssh_key::HashAlg;
 use crate::approval::sign::{self, Agent, KeyFile, SignError, SignedApproval};
 use crate::approval::{ApprovalSource, NAMESPACE, Outcome, VerifyContext, allowed_signers, verify};
 use crate::plan::id::PlanIdError;
-use crate::plan::{PlanId, PlanIdRef};
+use crate::plan::{PlanId, PlanIdRef, PlanState};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
@@ -331,20 +331,18 @@ fn plan_to_sign(
             ),
         });
     }
-    if wanted.state == "blocked" {
-        return Err(ApproveError::Server {
+    match PlanState::from_wire(&wanted.state) {
+        Some(PlanState::Blocked) => Err(ApproveError::Server {
             message: blocked_message(&wanted.short_id, &wanted.json),
-        });
-    }
-    if wanted.state == "consumed" {
-        return Err(ApproveError::Server {
+        }),
+        Some(PlanState::Consumed) => Err(ApproveError::Server {
             message: format!(
                 "plan {} was already executed; an approval cannot start a plan twice",
                 wanted.short_id
             ),
-        });
+        }),
+        _ => Ok(plan),
     }
-    Ok(plan)
 }
 
 /// Why a blocked plan cannot be signed: its blocking findings (from the plan's JSON form,

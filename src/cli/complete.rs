@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap_complete::engine::{ArgValueCompleter, CompletionCandidate};
 
 use crate::api::pb;
+use crate::plan::PlanState;
 
 /// How long a completion may wait for the server.
 pub const PATIENCE: Duration = Duration::from_millis(1500);
@@ -153,7 +154,9 @@ pub fn pending_plans() -> ArgValueCompleter {
                     r.into_inner()
                         .plans
                         .into_iter()
-                        .filter(|p| p.state == "pending" && !p.stale)
+                        .filter(|p| {
+                            PlanState::from_wire(&p.state) == Some(PlanState::Pending) && !p.stale
+                        })
                         .map(|p| {
                             (
                                 p.id,

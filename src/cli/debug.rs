@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::store::fjall::FjallStore;
 use crate::store::{Store, Table, Txn};
 
 #[derive(Debug, Args)]
@@ -25,7 +24,7 @@ pub struct TortureArgs {
 /// durable commit, print `committed <g>`. A parent kills this process at arbitrary points and
 /// checks that every key holds the same generation, at least the last one printed.
 pub fn store_torture(args: TortureArgs) -> miette::Result<u8> {
-    let store = FjallStore::open(&args.store).into_diagnostic()?;
+    let store = super::store::open_dir(&args.store, "run it again")?;
     let start: u64 = match store.get(Table::Meta, "torture/gen").into_diagnostic()? {
         Some(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
         None => 0,

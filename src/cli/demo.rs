@@ -120,8 +120,7 @@ async fn with_sim(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     // The store, seeded from the simulator (like `medea seed`).
-    let store = crate::store::fjall::FjallStore::open(&dir.join("state/store"))
-        .into_diagnostic()
+    let store = super::store::open_dir(&dir.join("state/store"), "run the demo again")
         .wrap_err("demo: store")?;
     let creds_dir = dir.join("state/creds");
     let seeded = super::seed::seed(

@@ -132,8 +132,7 @@ pub fn open_store(location: &StoreLocation, ha: &HaArgs) -> miette::Result<Opene
     match location {
         StoreLocation::Dir(path) => {
             refuse_etcd_flags(path, &ha.etcd)?;
-            let store =
-                crate::store::fjall::FjallStore::open(path).map_err(miette::Report::from_err)?;
+            let store = super::store::open_dir(path, "start this one again")?;
             Ok(Opened {
                 store: Arc::new(store),
                 leadership: Leadership::solo(replica),

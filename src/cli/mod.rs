@@ -45,6 +45,7 @@ pub mod rollout_debug;
 pub mod seed;
 pub mod server;
 pub mod sim;
+pub mod store;
 pub mod talos;
 pub mod upgrade;
 

@@ -10,8 +10,8 @@ use super::desired::{DesiredArgs, display_root};
 use super::exit;
 use crate::ops::replan::{self as ops_replan, Rehearsed, ReplanError, Replanned};
 use crate::plan::render;
+use crate::store::Store;
 use crate::store::fjall::FjallStore;
-use crate::store::{Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -41,16 +41,9 @@ pub struct PlanArgs {
     pub client: super::client::ClientArgs,
 }
 
-/// Open the fjall store at `path`, saying what to do when `medea serve` holds it.
+/// Open the fjall store at `path` for `medea plan` (and `medea doctor`).
 pub(crate) fn open_store(path: &Path) -> miette::Result<FjallStore> {
-    FjallStore::open(path).map_err(|e| match e {
-        StoreError::Locked { .. } => miette::miette!(
-            help = "stop `medea serve` (it holds the store while it runs) and plan again, or ask the server for its plan",
-            "the store at `{}` is locked by another medea process",
-            path.display()
-        ),
-        other => miette::Report::msg(crate::error_chain(&other)),
-    })
+    super::store::open_dir(path, "plan again, or ask the server for its plan")
 }
 
 fn color_stdout() -> bool {

@@ -16,7 +16,6 @@ use crate::rollout::ports::{HealthProbe, KubePort, TalosPort};
 use crate::rollout::{
     CrashPoints, Executor, ExecutorConfig, JobId, RolloutError, RunOutcome, SystemClock,
 };
-use crate::store::fjall::FjallStore;
 
 #[derive(Debug, Args)]
 pub struct RolloutRunArgs {
@@ -131,7 +130,7 @@ fn drive<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe + 'static
     probe: H,
     cluster: Option<&str>,
 ) -> miette::Result<u8> {
-    let store = FjallStore::open(&args.store).into_diagnostic()?;
+    let store = super::store::open_dir(&args.store, "run it again")?;
     let exec =
         Arc::new(Executor::new(Arc::new(store), talos, kube, SystemClock, cfg).with_probe(probe));
     let results: Vec<(JobId, Result<RunOutcome, RolloutError>)> = rt

@@ -20,7 +20,6 @@ use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::k8s::{ClientOptions, K8sError, KubeClient};
 use crate::ops::refresh::{self, ClusterCreds, RefreshError, RefreshSettings};
 use crate::server::secrets::{private_dir, write_private};
-use crate::store::fjall::FjallStore;
 use crate::store::{Check, Store, StoreError, Table, Txn, record};
 use crate::talos::{TalosClient, TalosError};
 use crate::version::{KubeVersion, TalosVersion};
@@ -71,8 +70,6 @@ pub enum SeedError {
         "cluster name `{name}` is not a DNS label (1-63 lowercase letters, digits and `-`, not starting or ending with `-`)"
     )]
     BadName { name: String },
-    #[error("the store at `{path}` is locked by another medea process")]
-    Locked { path: PathBuf },
     #[error("cannot open the store")]
     Store(#[source] StoreError),
     #[error(
@@ -160,14 +157,6 @@ pub struct Seeded {
 }
 
 use crate::desired::validate::is_dns_label;
-
-/// Open the store for an offline command, naming the lock holder when it is locked.
-pub fn open_store(path: &Path) -> Result<FjallStore, SeedError> {
-    FjallStore::open(path).map_err(|e| match e {
-        StoreError::Locked { path } => SeedError::Locked { path },
-        other => SeedError::Store(other),
-    })
-}
 
 /// The kubeconfig fields that point at other files (which a copy would leave behind).
 fn kubeconfig_file_refs(path: &Path) -> Result<Vec<&'static str>, SeedError> {
@@ -552,14 +541,7 @@ pub fn run(args: SeedArgs) -> miette::Result<u8> {
     let store: std::sync::Arc<dyn Store> = match &args.store {
         crate::store::location::StoreLocation::Dir(path) => {
             super::ha::open_etcd_client(&args.store, &args.etcd)?;
-            std::sync::Arc::new(open_store(path).map_err(|e| match e {
-                SeedError::Locked { .. } => miette::miette!(
-                    help = "stop `medea serve` (it holds the store while it runs) and seed again",
-                    "{}",
-                    crate::error_chain(&e)
-                ),
-                other => miette::Report::from_err(other),
-            })?)
+            std::sync::Arc::new(super::store::open_dir(path, "seed again")?)
         }
         crate::store::location::StoreLocation::Etcd(_) => {
             super::ha::open_etcd_client(&args.store, &args.etcd)?

@@ -12,7 +12,7 @@ use super::desired::DesiredArgs;
 use super::exit;
 use super::output::{self, Format};
 use crate::api::pb;
-use crate::server::secrets::Secret;
+use crate::secret::Secret;
 use crate::server::{self, ServerConfig};
 
 #[derive(Debug, Args)]

@@ -366,56 +366,112 @@ pub enum OnFailureSpec {
     Rollback,
 }
 
-/// Health gates of a cluster: where they are evaluated and what must hold.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct HealthSpec {
-    /// The Prometheus server `query` gates ask (`/api/v1/query`).
-    #[serde(default)]
-    pub prometheus: Option<EndpointSpec>,
-    /// The Alertmanager `alerts` gates ask (`/api/v2/alerts`).
-    #[serde(default)]
-    pub alertmanager: Option<EndpointSpec>,
-    /// The gates; every one must pass.
-    #[serde(default)]
-    #[schemars(with = "Option<Vec<GateSpec>>")]
-    pub gates: Option<Spanned<Vec<GateSpec>>>,
-    /// After each wave, each pool and the job: every gate must pass continuously this long
-    /// (default `0s`: one passing evaluation).
-    #[serde(default)]
-    #[schemars(with = "Option<DurationString>")]
-    pub soak: Option<Spanned<String>>,
-    /// How often gates are evaluated (default `30s`).
-    #[serde(default)]
-    #[schemars(with = "Option<DurationString>")]
-    pub interval: Option<Spanned<String>>,
-    /// Consecutive failed evaluations before a gate fails (default 1).
-    #[serde(default)]
-    #[schemars(with = "Option<u32>", range(min = 1))]
-    pub failure_limit: Option<Spanned<u32>>,
+/// The fields a Cluster's `health:` sets and a NodePool's `health:` overrides (`gates`,
+/// `soak`, `interval`, `failureLimit`), declared once: [`HealthSpec`] and [`PoolHealthSpec`]
+/// are these plus what only a cluster has (its sources). Each struct writes its own doc lines
+/// for them (they become the JSON Schemas' descriptions, which say different things for a
+/// cluster and an override); the types, defaults and schema constraints are the macro's.
+macro_rules! health_spec {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$fmeta:meta])* pub $field:ident: $ty:ty,)*
+        }
+        gates: $(#[$gates:meta])*;
+        soak: $(#[$soak:meta])*;
+        interval: $(#[$interval:meta])*;
+        failure_limit: $(#[$limit:meta])*;
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+            $(#[$gates])*
+            #[serde(default)]
+            #[schemars(with = "Option<Vec<GateSpec>>")]
+            pub gates: Option<Spanned<Vec<GateSpec>>>,
+            $(#[$soak])*
+            #[serde(default)]
+            #[schemars(with = "Option<DurationString>")]
+            pub soak: Option<Spanned<String>>,
+            $(#[$interval])*
+            #[serde(default)]
+            #[schemars(with = "Option<DurationString>")]
+            pub interval: Option<Spanned<String>>,
+            $(#[$limit])*
+            #[serde(default)]
+            #[schemars(with = "Option<u32>", range(min = 1))]
+            pub failure_limit: Option<Spanned<u32>>,
+        }
+
+        impl $name {
+            /// The fields a cluster sets and a pool overrides, for validation.
+            pub fn gate_fields(&self) -> GateFields<'_> {
+                GateFields {
+                    gates: &self.gates,
+                    soak: &self.soak,
+                    interval: &self.interval,
+                    failure_limit: &self.failure_limit,
+                }
+            }
+        }
+    };
 }
 
-/// A NodePool's overrides of the cluster's health gates. The sources (`prometheus`,
-/// `alertmanager`) are the cluster's.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PoolHealthSpec {
-    /// The pool's gates, replacing the cluster's (`[]`: no gates for this pool).
-    #[serde(default)]
-    #[schemars(with = "Option<Vec<GateSpec>>")]
-    pub gates: Option<Spanned<Vec<GateSpec>>>,
-    /// Replaces the cluster's `soak`.
-    #[serde(default)]
-    #[schemars(with = "Option<DurationString>")]
-    pub soak: Option<Spanned<String>>,
-    /// Replaces the cluster's `interval`.
-    #[serde(default)]
-    #[schemars(with = "Option<DurationString>")]
-    pub interval: Option<Spanned<String>>,
-    /// Replaces the cluster's `failureLimit`.
-    #[serde(default)]
-    #[schemars(with = "Option<u32>", range(min = 1))]
-    pub failure_limit: Option<Spanned<u32>>,
+/// The fields of a `health:` block a Cluster sets and a NodePool overrides, borrowed with
+/// their spans for diagnostics.
+#[derive(Debug, Clone, Copy)]
+pub struct GateFields<'s> {
+    pub gates: &'s Option<Spanned<Vec<GateSpec>>>,
+    pub soak: &'s Option<Spanned<String>>,
+    pub interval: &'s Option<Spanned<String>>,
+    pub failure_limit: &'s Option<Spanned<u32>>,
+}
+
+health_spec! {
+    /// Health gates of a cluster: where they are evaluated and what must hold.
+    #[derive(Debug, Clone, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct HealthSpec {
+        /// The Prometheus server `query` gates ask (`/api/v1/query`).
+        #[serde(default)]
+        pub prometheus: Option<EndpointSpec>,
+        /// The Alertmanager `alerts` gates ask (`/api/v2/alerts`).
+        #[serde(default)]
+        pub alertmanager: Option<EndpointSpec>,
+    }
+    gates:
+        /// The gates; every one must pass.
+        ;
+    soak:
+        /// After each wave, each pool and the job: every gate must pass continuously this long
+        /// (default `0s`: one passing evaluation).
+        ;
+    interval:
+        /// How often gates are evaluated (default `30s`).
+        ;
+    failure_limit:
+        /// Consecutive failed evaluations before a gate fails (default 1).
+        ;
+}
+
+health_spec! {
+    /// A NodePool's overrides of the cluster's health gates. The sources (`prometheus`,
+    /// `alertmanager`) are the cluster's.
+    #[derive(Debug, Clone, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct PoolHealthSpec {}
+    gates:
+        /// The pool's gates, replacing the cluster's (`[]`: no gates for this pool).
+        ;
+    soak:
+        /// Replaces the cluster's `soak`.
+        ;
+    interval:
+        /// Replaces the cluster's `interval`.
+        ;
+    failure_limit:
+        /// Replaces the cluster's `failureLimit`.
+        ;
 }
 
 /// An HTTP(S) endpoint medea asks. Its credential is named, never a path: the server reads it

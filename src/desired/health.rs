@@ -13,7 +13,7 @@ use serde_saphyr::Spanned;
 
 use super::diagnostic::{Diagnostic, codes};
 use super::format::{
-    AlertsGateSpec, EndpointSpec, GateSpec, HealthSpec, OnFailureSpec, PoolHealthSpec,
+    AlertsGateSpec, EndpointSpec, GateFields, GateSpec, HealthSpec, OnFailureSpec, PoolHealthSpec,
     WorkloadKindSpec, WorkloadsGateSpec,
 };
 use super::parse::DocText;
@@ -807,20 +807,12 @@ fn failure_limit(
     Some(f.value)
 }
 
-/// The fields a Cluster or a NodePool may set, as spans for diagnostics.
-struct Common<'s> {
-    gates: &'s Option<Spanned<Vec<GateSpec>>>,
-    soak: &'s Option<Spanned<String>>,
-    interval: &'s Option<Spanned<String>>,
-    failure_limit: &'s Option<Spanned<u32>>,
-}
-
 /// Apply the fields a block sets on top of `base`; checks soak against gates and interval.
 fn apply(
     diags: &mut Vec<Diagnostic>,
     doc: &DocText<'_>,
     base: &HealthSettings,
-    c: Common<'_>,
+    c: GateFields<'_>,
 ) -> HealthSettings {
     let mut out = base.clone();
     let sources = (out.prometheus.is_some(), out.alertmanager.is_some());
@@ -901,17 +893,7 @@ pub fn cluster_health(
     if spec.alertmanager.is_some() && probe.alertmanager.is_none() {
         probe.alertmanager = Some(placeholder());
     }
-    let mut out = apply(
-        diags,
-        doc,
-        &probe,
-        Common {
-            gates: &spec.gates,
-            soak: &spec.soak,
-            interval: &spec.interval,
-            failure_limit: &spec.failure_limit,
-        },
-    );
+    let mut out = apply(diags, doc, &probe, spec.gate_fields());
     out.prometheus = base.prometheus;
     out.alertmanager = base.alertmanager;
     out
@@ -935,17 +917,7 @@ pub fn pool_health(
 ) -> HealthSettings {
     let mut out = match spec {
         None => cluster.clone(),
-        Some(spec) => apply(
-            diags,
-            doc,
-            cluster,
-            Common {
-                gates: &spec.gates,
-                soak: &spec.soak,
-                interval: &spec.interval,
-                failure_limit: &spec.failure_limit,
-            },
-        ),
+        Some(spec) => apply(diags, doc, cluster, spec.gate_fields()),
     };
     out.on_failure = match on_failure.map(|o| o.value) {
         None | Some(OnFailureSpec::Halt) => OnFailure::Halt,

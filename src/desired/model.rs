@@ -83,7 +83,7 @@ pub struct RolloutSettings {
     /// Upgrade calls per node before the job halts (`rollout.upgradeAttempts`).
     pub upgrade_attempts: u32,
     /// The drain policy (`drain:`; its timeout is [`Self::drain_timeout`]).
-    pub drain: DrainSettings,
+    pub drain: DrainPolicy,
 }
 
 /// Default of `rollout.upgradeAttempts`.
@@ -98,31 +98,68 @@ impl Default for RolloutSettings {
             drain_timeout: Duration::from_secs(10 * 60),
             health_timeout: Duration::from_secs(15 * 60),
             upgrade_attempts: DEFAULT_UPGRADE_ATTEMPTS,
-            drain: DrainSettings::default(),
+            drain: DrainPolicy::default(),
         }
     }
 }
 
-/// Which pods a drain evicts, after defaults and overrides. A PodDisruptionBudget is never
-/// bypassed: evictions only, never a delete.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The drain policy: which pods a drain evicts, after the Cluster's defaults and the
+/// NodePool's overrides (`drain:`). A PodDisruptionBudget is never bypassed: evictions only,
+/// never a delete, never forced.
+///
+/// One type from the desired state to the adapter (issue #34): validation builds it, the plan
+/// carries it per Talos hop (`plan::TalosRollout::drain`) and in the last-applied summary,
+/// the journal records it in the drain command, and the Kubernetes adapter drains by it
+/// (`k8s::DrainOptions::policy`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DrainSettings {
-    /// Evict pods with `emptyDir` volumes (talosctl's default).
+pub struct DrainPolicy {
+    /// Evict pods with `emptyDir` volumes (`drain.deleteEmptyDirData`; talosctl's default).
     pub delete_empty_dir_data: bool,
-    /// Evict pods without a controller.
+    /// Evict pods no controller recreates (`drain.evictUnmanagedPods`).
     pub evict_unmanaged_pods: bool,
-    /// Pods with all these labels stay on the node.
+    /// Pods with all these labels stay on the node (`drain.skipPods.matchLabels`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub skip_pods: BTreeMap<String, String>,
 }
 
-impl Default for DrainSettings {
+impl Default for DrainPolicy {
+    /// What `drain:` means when nothing is written: evict `emptyDir` pods, refuse bare ones.
     fn default() -> Self {
-        DrainSettings {
+        DrainPolicy {
             delete_empty_dir_data: true,
             evict_unmanaged_pods: false,
             skip_pods: BTreeMap::new(),
         }
+    }
+}
+
+impl DrainPolicy {
+    /// What every drain did before the policy could be set: refuse emptyDir and bare pods
+    /// (what a stored plan or journal written before the policy existed reads as).
+    pub fn legacy() -> DrainPolicy {
+        DrainPolicy {
+            delete_empty_dir_data: false,
+            evict_unmanaged_pods: false,
+            skip_pods: BTreeMap::new(),
+        }
+    }
+
+    /// `deleteEmptyDirData=true evictUnmanagedPods=false skipPods=app=x`, as the plan shows it.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "deleteEmptyDirData={} evictUnmanagedPods={}",
+            self.delete_empty_dir_data, self.evict_unmanaged_pods
+        );
+        if !self.skip_pods.is_empty() {
+            let sel: Vec<String> = self
+                .skip_pods
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            s.push_str(&format!(" skipPods={}", sel.join(",")));
+        }
+        s
     }
 }
 

@@ -7,12 +7,9 @@
 
 use std::time::Duration;
 
-use crate::k8s::{
-    self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient, LocalStoragePolicy,
-    UnmanagedPolicy,
-};
+use crate::desired::model::DrainPolicy;
+use crate::k8s::{self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient};
 use crate::metrics::timed;
-use crate::plan::DrainPolicy;
 use crate::rollout::ports::{
     Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod,
 };
@@ -98,17 +95,7 @@ impl KubePort for KubeAdapter {
     ) -> Result<DrainOutcome, PortError> {
         let options = DrainOptions {
             timeout,
-            local_storage: if policy.delete_empty_dir_data {
-                LocalStoragePolicy::Evict
-            } else {
-                LocalStoragePolicy::Refuse
-            },
-            unmanaged: if policy.evict_unmanaged_pods {
-                UnmanagedPolicy::Evict
-            } else {
-                UnmanagedPolicy::Refuse
-            },
-            skip_pods: policy.skip_pods.clone(),
+            policy: policy.clone(),
             ..self.drain.clone()
         };
         match timed(API, "Drain", self.client.drain(node, &options)).await {

@@ -9,9 +9,7 @@ use std::future::Future;
 use backon::BackoffBuilder;
 use tokio::time::Instant;
 
-use super::{
-    DrainOptions, DrainReport, K8sError, LocalStoragePolicy, PodRef, SkipReason, UnmanagedPolicy,
-};
+use super::{DrainOptions, DrainReport, K8sError, PodRef, SkipReason};
 
 /// A pod on the node being drained, as the drain policy needs to see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,8 +126,9 @@ pub(crate) async fn run(
             skipped.push((p.pod, SkipReason::Mirror));
         } else if p.daemonset {
             skipped.push((p.pod, SkipReason::DaemonSet));
-        } else if !options.skip_pods.is_empty()
+        } else if !options.policy.skip_pods.is_empty()
             && options
+                .policy
                 .skip_pods
                 .iter()
                 .all(|(k, v)| p.labels.get(k) == Some(v))
@@ -138,10 +137,10 @@ pub(crate) async fn run(
         } else if p.terminating {
             waiting.push(p);
         } else {
-            if !p.finished && p.empty_dir && options.local_storage == LocalStoragePolicy::Refuse {
+            if !p.finished && p.empty_dir && !options.policy.delete_empty_dir_data {
                 local.push(p.pod.clone());
             }
-            if !p.finished && !p.controlled && options.unmanaged == UnmanagedPolicy::Refuse {
+            if !p.finished && !p.controlled && !options.policy.evict_unmanaged_pods {
                 unmanaged.push(p.pod.clone());
             }
             to_evict.push(p);
@@ -263,6 +262,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::desired::model::DrainPolicy;
 
     fn pr(name: &str) -> PodRef {
         PodRef {
@@ -483,7 +483,10 @@ mod tests {
         ]
         .into();
         let opts = DrainOptions {
-            skip_pods: skip,
+            policy: DrainPolicy {
+                skip_pods: skip,
+                ..DrainPolicy::legacy()
+            },
             ..options(10)
         };
         let fake = Fake::new(vec![agent.clone(), pod("web-1")]);
@@ -524,7 +527,10 @@ mod tests {
         );
 
         let opt_in = DrainOptions {
-            local_storage: LocalStoragePolicy::Evict,
+            policy: DrainPolicy {
+                delete_empty_dir_data: true,
+                ..DrainPolicy::legacy()
+            },
             ..options(10)
         };
         let report = run(&fake, "w1", &opt_in).await.unwrap();

@@ -21,10 +21,10 @@
 //! Drain policy (see `design/k8s.md`):
 //! - mirror (static) pods and DaemonSet-owned pods are skipped, like
 //!   `kubectl drain --ignore-daemonsets`;
-//! - pods with `emptyDir` volumes are refused unless [`LocalStoragePolicy::Evict`] (the
-//!   pool's opt-in, kubectl's `--delete-emptydir-data`); the refusal names every such pod and
-//!   happens before any eviction;
-//! - pods without a controller are refused unless [`UnmanagedPolicy::Evict`] (they would not
+//! - pods with `emptyDir` volumes are refused unless the policy's `delete_empty_dir_data`
+//!   ([`DrainOptions::policy`]: the pool's opt-in, kubectl's `--delete-emptydir-data`); the
+//!   refusal names every such pod and happens before any eviction;
+//! - pods without a controller are refused unless its `evict_unmanaged_pods` (they would not
 //!   come back); same up-front refusal;
 //! - completed pods (Succeeded/Failed) are evicted like the others (the apiserver lets them
 //!   go regardless of PDBs);
@@ -46,6 +46,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::desired::model::DrainPolicy;
 use crate::version::{KubeVersion, VersionError};
 
 pub use client::{
@@ -118,36 +119,16 @@ impl fmt::Display for PodRef {
     }
 }
 
-/// What to do with pods that use node-local storage (`emptyDir` volumes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum LocalStoragePolicy {
-    /// Refuse the drain, naming the pods (default).
-    #[default]
-    Refuse,
-    /// Evict them; their emptyDir data is lost (kubectl `--delete-emptydir-data`).
-    Evict,
-}
-
-/// What to do with pods that no controller will recreate.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum UnmanagedPolicy {
-    /// Refuse the drain, naming the pods (default).
-    #[default]
-    Refuse,
-    /// Evict them (they are gone for good).
-    Evict,
-}
-
 /// How a drain behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainOptions {
     /// The whole drain (evicting and waiting for pods to go) must finish within this.
     pub timeout: Duration,
-    pub local_storage: LocalStoragePolicy,
-    pub unmanaged: UnmanagedPolicy,
-    /// Pods carrying all these labels are left on the node (not evicted, not waited for):
-    /// `drain.skipPods.matchLabels`. Empty: none.
-    pub skip_pods: BTreeMap<String, String>,
+    /// Which pods the drain evicts, refuses or leaves (the pool's `drain:`, the one type from
+    /// the desired state to here): `emptyDir` pods unless `delete_empty_dir_data`, bare pods
+    /// unless `evict_unmanaged_pods`; pods carrying all `skip_pods` labels stay on the node
+    /// (not evicted, not waited for). Default: [`DrainPolicy::legacy`], refuse both, skip none.
+    pub policy: DrainPolicy,
     /// First wait after a refused (429) or failed eviction round; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
@@ -159,9 +140,7 @@ impl Default for DrainOptions {
     fn default() -> Self {
         DrainOptions {
             timeout: Duration::from_secs(600),
-            local_storage: LocalStoragePolicy::Refuse,
-            unmanaged: UnmanagedPolicy::Refuse,
-            skip_pods: BTreeMap::new(),
+            policy: DrainPolicy::legacy(),
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),

@@ -60,7 +60,7 @@ impl PlanIndex {
             stored: ids(store.scan_keys(Table::Plans, "plan/")?, "plan/"),
             consumed: ids(
                 store.scan_keys(Table::Plans, "consumed/")?,
-                crate::rollout::journal::CONSUMED_PREFIX,
+                crate::plan::stored::CONSUMED_PREFIX,
             ),
         })
     }
@@ -434,7 +434,7 @@ impl ApprovalStatus {
 /// The plan's recorded approvals (`<plan hex>/<fingerprint>` in the Approvals table).
 pub fn recorded(store: &dyn Store, plan: &PlanId) -> Result<Vec<ApprovalRecord>, StoreError> {
     Ok(store
-        .scan_records::<ApprovalRecord>(&format!("{}/", plan.to_hex()))?
+        .scan_records::<ApprovalRecord>(&crate::approval::record::approvals_prefix(plan))?
         .into_iter()
         .map(|(_, r)| r)
         .collect())
@@ -466,27 +466,49 @@ pub fn offline_status(
     ))
 }
 
+/// What a start is judged against: what the reconcile pass read once (issue #34), never read
+/// again here. The start transaction's conditions make sure it still holds at commit.
+#[derive(Debug, Clone, Copy)]
+pub struct StartBasis<'a> {
+    /// The applied state, running jobs and jobs the plan's basis came from.
+    pub reads: &'a crate::ops::replan::PassReads,
+    /// The observed clusters the gates are read from (and whose records job creation
+    /// checks are unchanged).
+    pub inventory: &'a crate::inventory::Inventory,
+}
+
 /// The checks and writes that start `plan`: its settings, its jobs, its consumed marker.
 /// `Ok(None)` when there is nothing to start; `Err(gates)` when a gate keeps it waiting.
 ///
 /// The one place a quorum becomes jobs (issue #34): the reconcile pass adds these to the
-/// transaction that records the approval reaching quorum.
+/// transaction that records the approval reaching quorum. It reads no store: the transaction
+/// checks its basis instead — the consumed marker absent, the last-applied resources it writes
+/// as `basis.reads` saw them ([`crate::ops::replan::PassReads::start_checks`]) and, for each
+/// cluster with steps, the observed record as `basis.inventory` holds it and no running job
+/// (`rollout::create_jobs_txn`); with the reconcile pass's current-plan pointer, a basis that
+/// moved since the pass read it makes the commit a conflict that writes nothing.
 pub fn start_txn(
-    store: &dyn Store,
     desired: &crate::desired::Desired,
     plan: &Plan,
+    basis: StartBasis<'_>,
     global_rollouts: bool,
     now: Timestamp,
 ) -> Result<Option<(crate::store::Txn, Vec<String>)>, Vec<String>> {
+    use crate::plan::stored::consumed_key;
     use crate::plan::stored::with_approval_writes;
-    use crate::rollout::journal::consumed_key;
     use crate::rollout::{JobInputs, RolloutError, create_jobs_txn};
     use crate::store::{Check, Txn};
+    let basis_checks = |mut txn: Txn| {
+        for c in basis.reads.start_checks(plan) {
+            txn = txn.check(c);
+        }
+        txn
+    };
     let has_steps = plan.clusters.iter().any(|c| !c.steps.is_empty());
     if !has_steps {
         // Settings only: apply them and consume the plan.
         let txn = with_approval_writes(
-            Txn::new()
+            basis_checks(Txn::new())
                 .check(Check::Absent(Table::Plans, consumed_key(&plan.id)))
                 .put_record(
                     consumed_key(&plan.id),
@@ -500,14 +522,12 @@ pub fn start_txn(
         );
         return Ok(Some((txn, vec![])));
     }
-    let inventory =
-        crate::inventory::Inventory::load(store).map_err(|e| vec![crate::error_chain(&e)])?;
-    let clusters: std::collections::BTreeMap<String, &crate::inventory::ObservedCluster> =
-        inventory
-            .clusters
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_ref()))
-            .collect();
+    let clusters: std::collections::BTreeMap<String, &crate::inventory::ObservedCluster> = basis
+        .inventory
+        .clusters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_ref()))
+        .collect();
     let windows: std::collections::BTreeMap<String, &[crate::desired::window::MaintenanceWindow]> =
         desired
             .clusters
@@ -522,7 +542,10 @@ pub fn start_txn(
     match create_jobs_txn(plan, &inputs, now) {
         Ok(created) => {
             let ids = created.jobs.iter().map(|j| j.id.to_string()).collect();
-            Ok(Some((with_approval_writes(created.txn, plan), ids)))
+            Ok(Some((
+                with_approval_writes(basis_checks(created.txn), plan),
+                ids,
+            )))
         }
         Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
             let msg = e.to_string();
@@ -603,7 +626,7 @@ mod tests {
             );
             if i <= consumed {
                 txn = txn.put_record(
-                    crate::rollout::journal::consumed_key(&plan(i)),
+                    crate::plan::stored::consumed_key(&plan(i)),
                     &crate::rollout::journal::PlanConsumed {
                         plan: plan(i),
                         at: "2026-01-01T00:00:00Z".parse().unwrap(),
@@ -761,7 +784,7 @@ mod tests {
         assert!(o[0].approved().is_some());
         store
             .commit(Txn::new().put_record(
-                crate::rollout::journal::consumed_key(&current),
+                crate::plan::stored::consumed_key(&current),
                 &crate::rollout::journal::PlanConsumed {
                     plan: current,
                     at: now,
@@ -849,7 +872,7 @@ mod tests {
         save(plan(1), None);
         store
             .commit(Txn::new().put_record(
-                crate::rollout::journal::consumed_key(&plan(1)),
+                crate::plan::stored::consumed_key(&plan(1)),
                 &crate::rollout::journal::PlanConsumed {
                     plan: plan(1),
                     at: "2026-01-01T00:00:00Z".parse().unwrap(),
@@ -906,5 +929,59 @@ mod tests {
         let none = crate::plan::PlanIdRef::parse("ffffffffffff").unwrap();
         assert!(index.matching(&none).is_empty());
         assert_eq!(index.known().len(), 5);
+    }
+
+    /// Issue #34: the start transaction reads no store; it checks its basis. A settings-only
+    /// plan started from a pass that saw no applied state refuses (a conflict, nothing
+    /// written) when a last-applied resource it writes appeared since; from the state as read
+    /// it commits.
+    #[test]
+    fn the_start_transaction_checks_the_basis_the_pass_read() {
+        use crate::plan::tests::{observed, one, worker_pool, workers};
+        let d = one("v1.34.1", "", &[worker_pool(3, 1)]);
+        let inventory = observed("v1.34.1", 1, workers(3, "v1.13.9"));
+        let p = crate::plan::compute(&d, &inventory, &Default::default(), None).unwrap();
+        assert!(p.has_changes() && p.clusters.iter().all(|c| c.steps.is_empty()));
+        let reads = crate::ops::replan::PassReads::default();
+        let start = || {
+            start_txn(
+                &d,
+                &p,
+                StartBasis {
+                    reads: &reads,
+                    inventory: &inventory,
+                },
+                false,
+                Timestamp::now(),
+            )
+            .unwrap()
+            .unwrap()
+        };
+        let (txn, jobs) = start();
+        assert!(jobs.is_empty());
+        for r in &p.applies.put {
+            assert!(
+                txn.checks.contains(&crate::store::Check::Absent(
+                    Table::Desired,
+                    r.key.store_key()
+                )),
+                "{:?}",
+                txn.checks
+            );
+        }
+        // A resource it writes appeared after the pass read the applied state.
+        let store = MemStore::new();
+        let first = &p.applies.put[0];
+        store
+            .commit(Txn::new().put_record(first.key.store_key(), first))
+            .unwrap();
+        let err = store.commit(start().0).unwrap_err();
+        assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+        let consumed = crate::plan::stored::consumed_key(&p.id);
+        assert!(store.get(Table::Plans, &consumed).unwrap().is_none());
+        // From the state as read, it commits and consumes the plan.
+        let store = MemStore::new();
+        store.commit(start().0).unwrap();
+        assert!(store.get(Table::Plans, &consumed).unwrap().is_some());
     }
 }

@@ -76,17 +76,73 @@ pub fn load_applied(store: &dyn Store) -> Result<LastApplied, StoreError> {
 
 /// The basis a plan computed now would have: what approval compares a plan's basis with.
 pub fn current_basis(store: &dyn Store, desired: &Desired) -> Result<Basis, StoreError> {
-    let generations = crate::inventory::generations(store)?;
-    let applied = load_applied(store)?;
-    let running = running_jobs(store)?;
-    let mut basis = crate::plan::basis_from_generations(
-        desired,
-        |name| generations.get(name).copied(),
-        &applied,
-        &running,
-    );
-    basis.halted = halted_jobs(store, desired)?;
-    Ok(basis)
+    PassReads::load(store)?.basis(store, desired)
+}
+
+/// What a reconcile pass reads from the store once (issue #34) to plan and to judge its plan's
+/// basis: the last-applied state, the running jobs (the `Jobs/active/<cluster>` markers) and
+/// every job (the halted ones, the promotion evidence). [`replan_cached`] plans from it and
+/// hands it back in [`Replanned::reads`]; the pass starts a quorum's jobs from it
+/// (`ops::approvals::start_txn`), and the start transaction's store conditions — not a second
+/// read — make sure it still holds when the jobs are created.
+#[derive(Debug, Clone, Default)]
+pub struct PassReads {
+    pub applied: LastApplied,
+    /// cluster → its running job's id.
+    pub running: BTreeMap<String, String>,
+    /// Every job, replayed to its current state.
+    pub jobs: Vec<crate::rollout::Job>,
+}
+
+impl PassReads {
+    /// Read the last-applied state, the running-job markers and every job.
+    pub fn load(store: &dyn Store) -> Result<PassReads, StoreError> {
+        Ok(PassReads {
+            applied: load_applied(store)?,
+            running: running_jobs(store)?,
+            jobs: crate::ops::jobs::load_jobs(store)?,
+        })
+    }
+
+    /// The newest job of each cluster of `desired`, where it halted ([`halted_jobs`]).
+    pub fn halted(&self, desired: &Desired) -> BTreeMap<String, String> {
+        halted_of(&self.jobs, desired)
+    }
+
+    /// The basis a plan computed now from these reads would have, with the store's observed
+    /// generations.
+    pub fn basis(&self, store: &dyn Store, desired: &Desired) -> Result<Basis, StoreError> {
+        let generations = crate::inventory::generations(store)?;
+        let mut basis = crate::plan::basis_from_generations(
+            desired,
+            |name| generations.get(name).copied(),
+            &self.applied,
+            &self.running,
+        );
+        basis.halted = self.halted(desired);
+        Ok(basis)
+    }
+
+    /// The store conditions under which what starting `plan` writes to the last-applied
+    /// state (`plan::stored::approval_writes`) still lands on the state this pass read: each
+    /// resource it puts or deletes holds the bytes read (or is still absent). With the current-plan pointer, the consumed marker and the
+    /// job creation's own checks (each cluster's observed record as read, no running job),
+    /// they make the start transaction fail with a conflict, writing nothing, when its basis
+    /// moved since the pass read it.
+    pub fn start_checks(&self, plan: &Plan) -> Vec<crate::store::Check> {
+        use crate::store::{Check, Op, Table, record::encode};
+        crate::plan::stored::approval_writes(plan)
+            .into_iter()
+            .filter_map(|op| match op {
+                Op::Put(Table::Desired, key, _) | Op::Delete(Table::Desired, key) => Some(key),
+                _ => None,
+            })
+            .map(|key| match self.applied.resources.get(&key) {
+                Some(r) => Check::Equals(Table::Desired, key, encode(r)),
+                None => Check::Absent(Table::Desired, key),
+            })
+            .collect()
+    }
 }
 
 /// The newest job of each cluster of `desired`, where it halted (cluster → job id): what a
@@ -95,8 +151,13 @@ pub fn halted_jobs(
     store: &dyn Store,
     desired: &Desired,
 ) -> Result<BTreeMap<String, String>, StoreError> {
-    let mut newest: BTreeMap<String, crate::rollout::Job> = BTreeMap::new();
-    for job in crate::ops::jobs::load_jobs(store)? {
+    Ok(halted_of(&crate::ops::jobs::load_jobs(store)?, desired))
+}
+
+/// [`halted_jobs`] of jobs already read.
+fn halted_of(jobs: &[crate::rollout::Job], desired: &Desired) -> BTreeMap<String, String> {
+    let mut newest: BTreeMap<String, &crate::rollout::Job> = BTreeMap::new();
+    for job in jobs {
         if !desired.clusters.contains_key(&job.cluster) {
             continue;
         }
@@ -107,11 +168,11 @@ pub fn halted_jobs(
             }
         }
     }
-    Ok(newest
+    newest
         .into_iter()
         .filter(|(_, j)| matches!(j.state, crate::rollout::JobState::Halted { .. }))
         .map(|(c, j)| (c, j.id.to_string()))
-        .collect())
+        .collect()
 }
 
 /// The running rollout job of each cluster that has one (cluster → job id), from the
@@ -134,6 +195,20 @@ pub fn promotion_evidence(
     store: &dyn Store,
     desired: &Desired,
 ) -> Result<BTreeMap<String, crate::plan::preflight::PromotionEvidence>, StoreError> {
+    if !desired.clusters.values().any(|c| c.promotion.is_some()) {
+        return Ok(BTreeMap::new());
+    }
+    Ok(promotion_evidence_of(
+        &crate::ops::jobs::load_jobs(store)?,
+        desired,
+    ))
+}
+
+/// [`promotion_evidence`] of jobs already read.
+fn promotion_evidence_of(
+    jobs: &[crate::rollout::Job],
+    desired: &Desired,
+) -> BTreeMap<String, crate::plan::preflight::PromotionEvidence> {
     use crate::plan::preflight::PromotionEvidence;
     use crate::rollout::JobState;
     use crate::rollout::sequencer::StepKind;
@@ -144,9 +219,9 @@ pub fn promotion_evidence(
         .collect();
     let mut out = BTreeMap::new();
     if upstream.is_empty() {
-        return Ok(out);
+        return out;
     }
-    for job in crate::ops::jobs::load_jobs(store)? {
+    for job in jobs {
         if !upstream.contains(job.cluster.as_str()) {
             continue;
         }
@@ -165,7 +240,7 @@ pub fn promotion_evidence(
             .or_insert_with(|| PromotionEvidence::new(job.cluster.clone()))
             .record(*at, &talos, &kube);
     }
-    Ok(out)
+    out
 }
 
 /// The preflight checks' inputs for planning `desired` now.
@@ -186,6 +261,11 @@ pub struct Replanned {
     pub plan: Plan,
     /// `true` when the plan is new and became current; `false` when it already was current.
     pub stored: bool,
+    /// What the plan was computed from: its basis is these reads' (and the inventory's), so
+    /// the caller judges and starts it without reading them again.
+    pub reads: PassReads,
+    /// The inventory the plan was computed from (the start transaction's gates and checks).
+    pub inventory: Inventory,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -288,17 +368,19 @@ pub fn replan_cached(
     now: jiff::Timestamp,
     cache: &mut ReplanCache,
 ) -> Result<Replanned, ReplanError> {
-    let ctx = preflight_context(store, desired, now)?;
-    let applied = load_applied(store)?;
-    let running = running_jobs(store)?;
+    let reads = PassReads::load(store)?;
+    let ctx = crate::plan::preflight::Context {
+        now: Some(now),
+        promotion: promotion_evidence_of(&reads.jobs, desired),
+    };
     let previous = current(store)?;
-    let halted = halted_jobs(store, desired)?;
-    let inventory = cache.inventory.load(store)?;
+    let halted = reads.halted(desired);
+    let inventory = cache.inventory.load(store)?.clone();
     let inputs = PlanInputs {
         parent: previous.map(|p| p.id),
-        running: &running,
+        running: &reads.running,
         preflight: &ctx,
-        ..PlanInputs::new(desired, inventory, &applied)
+        ..PlanInputs::new(desired, &inventory, &reads.applied)
     };
     let plan = crate::plan::compute_memo(&inputs, &mut cache.memo).map_err(ReplanError::Refused)?;
     let mut plan = crate::plan::compute::after_halts(plan, &halted);
@@ -312,6 +394,8 @@ pub fn replan_cached(
         return Ok(Replanned {
             plan,
             stored: false,
+            reads,
+            inventory,
         });
     }
     if plan.parent == Some(plan.id) {
@@ -334,7 +418,12 @@ pub fn replan_cached(
         txn.push(op);
     }
     store.commit(txn)?;
-    Ok(Replanned { plan, stored: true })
+    Ok(Replanned {
+        plan,
+        stored: true,
+        reads,
+        inventory,
+    })
 }
 
 /// The plan `desired` would make now against the store's observations, applied settings,

@@ -95,7 +95,7 @@ pub struct RolloutSummary {
     /// Records written before the drain policy existed read as the default policy (not
     /// written when default, like `upgrade_attempts`).
     #[serde(default = "default_drain", skip_serializing_if = "is_default_drain")]
-    pub drain: crate::plan::DrainPolicy,
+    pub drain: crate::desired::model::DrainPolicy,
 }
 
 fn default_upgrade_attempts() -> u32 {
@@ -106,11 +106,11 @@ fn is_default_upgrade_attempts(n: &u32) -> bool {
     *n == default_upgrade_attempts()
 }
 
-fn default_drain() -> crate::plan::DrainPolicy {
-    crate::plan::DrainPolicy::from(&crate::desired::model::DrainSettings::default())
+fn default_drain() -> crate::desired::model::DrainPolicy {
+    crate::desired::model::DrainPolicy::default()
 }
 
-fn is_default_drain(d: &crate::plan::DrainPolicy) -> bool {
+fn is_default_drain(d: &crate::desired::model::DrainPolicy) -> bool {
     *d == default_drain()
 }
 
@@ -121,7 +121,7 @@ impl From<&RolloutSettings> for RolloutSummary {
             drain_timeout_secs: r.drain_timeout.as_secs(),
             health_timeout_secs: r.health_timeout.as_secs(),
             upgrade_attempts: r.upgrade_attempts,
-            drain: crate::plan::DrainPolicy::from(&r.drain),
+            drain: r.drain.clone(),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Planning: what would change, as an immutable plan bound to its basis.
 //!
 //! **Owns:** plan ids, the plan model (the contract with approval and rollout), plan
-//! computation ([`compute()`]), the approval bar a plan needs ([`bar`]: the anti-self-lowering
-//! rule; `approval` counts against it), the upgrade-path and version-skew rules with their
+//! computation ([`compute()`]), a plan's lifecycle state ([`PlanState`], [`lifecycle`]), the
+//! approval bar a plan needs ([`bar`]: the anti-self-lowering rule; `approval` counts
+//! against it), the upgrade-path and version-skew rules with their
 //! compatibility catalog ([`catalog`]), the last-applied desired state ([`applied`]), plan
 //! rendering ([`render`]), and the plan's store records with the transactions that save and
 //! apply a plan ([`stored`]; values only — reading and committing is
@@ -22,6 +23,7 @@ pub mod catalog;
 pub mod compute;
 pub mod health;
 pub mod id;
+pub mod lifecycle;
 pub mod model;
 pub mod preflight;
 pub mod render;
@@ -32,9 +34,10 @@ pub use compute::{
     PlanInputs, basis_from_generations, basis_of, basis_with, compute, compute_memo,
 };
 pub use id::{PlanId, PlanIdRef};
+pub use lifecycle::PlanState;
 pub use model::{
-    Applies, Basis, ClusterPlan, ClusterStatus, DrainPolicy, KubeRollout, MachineTarget, Plan,
-    ResourceDiff, SettingsChange, Step, TalosRollout,
+    Applies, Basis, ClusterPlan, ClusterStatus, KubeRollout, MachineTarget, Plan, ResourceDiff,
+    SettingsChange, Step, TalosRollout,
 };
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use super::applied::{AppliedResource, ResourceKey};
 use super::catalog::Catalog;
 use super::id::PlanId;
 use crate::desired::Revision;
-use crate::desired::model::MinorLine;
+use crate::desired::model::{DrainPolicy, MinorLine};
 use crate::inventory::MachineRole;
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -121,58 +121,6 @@ impl TalosRollout {
 
 fn one_attempt() -> u32 {
     1
-}
-
-/// The effective drain policy of a pool (`drain:` of the Cluster, overridden by the NodePool).
-/// A PodDisruptionBudget is never bypassed: evictions only, never a delete, never forced.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DrainPolicy {
-    /// Evict pods with `emptyDir` volumes (`drain.deleteEmptyDirData`).
-    pub delete_empty_dir_data: bool,
-    /// Evict pods no controller recreates (`drain.evictUnmanagedPods`).
-    pub evict_unmanaged_pods: bool,
-    /// Pods with all these labels stay (`drain.skipPods.matchLabels`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub skip_pods: BTreeMap<String, String>,
-}
-
-impl DrainPolicy {
-    /// What every drain did before the policy could be set: refuse emptyDir and bare pods.
-    pub fn legacy() -> DrainPolicy {
-        DrainPolicy {
-            delete_empty_dir_data: false,
-            evict_unmanaged_pods: false,
-            skip_pods: BTreeMap::new(),
-        }
-    }
-
-    /// `deleteEmptyDirData=true evictUnmanagedPods=false skipPods=app=x`, as the plan shows it.
-    pub fn summary(&self) -> String {
-        let mut s = format!(
-            "deleteEmptyDirData={} evictUnmanagedPods={}",
-            self.delete_empty_dir_data, self.evict_unmanaged_pods
-        );
-        if !self.skip_pods.is_empty() {
-            let sel: Vec<String> = self
-                .skip_pods
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            s.push_str(&format!(" skipPods={}", sel.join(",")));
-        }
-        s
-    }
-}
-
-impl From<&crate::desired::model::DrainSettings> for DrainPolicy {
-    fn from(d: &crate::desired::model::DrainSettings) -> Self {
-        DrainPolicy {
-            delete_empty_dir_data: d.delete_empty_dir_data,
-            evict_unmanaged_pods: d.evict_unmanaged_pods,
-            skip_pods: d.skip_pods.clone(),
-        }
-    }
 }
 
 /// Kubernetes rollout of a whole cluster (the upgrade-k8s sequence).

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::compute::RESOURCE_FIELD;
 use super::health::{HealthPolicy, OnFailure};
+use super::lifecycle::PlanState;
 use super::model::*;
 use crate::desired::model::format_duration;
 use crate::version::TalosVersion;
@@ -80,6 +81,12 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 /// The closing line: `Plan 1a2b3c4d5e6f: 2 rollouts (7 machines), 1 settings change. Approve
 /// with: medea approve 1a2b3c4d5e6f`.
 pub fn summary_line(plan: &Plan) -> String {
+    summary_line_in(plan, None)
+}
+
+/// [`summary_line`] for a plan in `state`: once it left "pending" (approved, applied, running,
+/// consumed …), it says so instead of offering the approve command.
+fn summary_line_in(plan: &Plan, state: Option<PlanState>) -> String {
     let s = summary(plan);
     let short = plan.id.short();
     if !plan.has_changes() {
@@ -100,11 +107,12 @@ pub fn summary_line(plan: &Plan) -> String {
             "settings changes",
         ));
     }
+    let mut line = format!("Plan {short}: {}", parts.join(", "));
     let blocking = super::preflight::blocking(plan).len();
     if blocking > 0 {
-        return format!(
-            "Plan {short}: {}. It cannot be approved: {} (see `preflight:` above); fix it and replan, or acknowledge it under `spec.preflight.acknowledge`",
-            parts.join(", "),
+        let _ = write!(
+            line,
+            ". It cannot be approved: {} (see `preflight:` above); fix it and replan, or acknowledge it under `spec.preflight.acknowledge`",
             plural(
                 blocking,
                 "blocking preflight finding",
@@ -112,10 +120,16 @@ pub fn summary_line(plan: &Plan) -> String {
             )
         );
     }
-    format!(
-        "Plan {short}: {}. Approve with: medea approve {short}",
-        parts.join(", ")
-    )
+    match state.and_then(PlanState::sentence) {
+        Some(sentence) => {
+            let _ = write!(line, ". This plan is {sentence}.");
+        }
+        None if blocking == 0 => {
+            let _ = write!(line, ". Approve with: medea approve {short}");
+        }
+        None => {}
+    }
+    line
 }
 
 /// The closing line of a plan with nothing to do, saying why: every observed cluster matches,
@@ -145,43 +159,6 @@ fn no_changes_line(plan: &Plan) -> String {
         return format!("Plan {short}: no changes. The observed clusters match the desired state.");
     }
     format!("Plan {short}: no changes to approve. {}.", why.join("; "))
-}
-
-/// What became of a plan once it left "pending", in a sentence (for `medea plan` against a
-/// server); `None` while it still waits for approvals.
-pub fn state_sentence(state: &str) -> Option<&'static str> {
-    Some(match state {
-        "approved" => {
-            "approved: it starts when the rollout gates open (`medea get server`, `medea cluster enable-rollouts`)"
-        }
-        "running" => "approved and running: follow it with `medea rollout status -w`",
-        "applied" => "approved and applied: nothing is left to approve",
-        "halted" => "approved, and its rollout halted: see `medea rollout list`",
-        "consumed" => "approved and consumed: nothing is left to approve",
-        "superseded" => "superseded by a newer plan: nothing is left to approve here",
-        "blocked" => {
-            "blocked by preflight findings: it cannot be approved until they are fixed or acknowledged (`spec.preflight.acknowledge`)"
-        }
-        "preview" => {
-            "a preview of an edit the server does not plan yet: it cannot be approved; commit the edit (or write it where the server reads) and the server plans it"
-        }
-        _ => return None,
-    })
-}
-
-/// [`summary_line`] for a plan in `state`: once approved, applied, running or consumed, it says
-/// so instead of offering the approve command.
-fn summary_line_in(plan: &Plan, state: Option<&str>) -> String {
-    let line = summary_line(plan);
-    match state.and_then(state_sentence) {
-        Some(sentence) if plan.has_changes() => {
-            let head = line
-                .split_once(". Approve with:")
-                .map_or(line.as_str(), |(h, _)| h);
-            format!("{head}. This plan is {sentence}.")
-        }
-        _ => line,
-    }
 }
 
 /// The shell command that signs a plan without the API.
@@ -310,15 +287,15 @@ pub fn text(plan: &Plan, o: Options) -> String {
     text_in(plan, o, None)
 }
 
-/// [`text`] for a plan in `state` (`pending`, `approved`, `running`, `applied`, `halted`,
-/// `consumed`, `superseded`): past `pending` it offers neither the approve nor the sign command.
-pub fn text_in_state(plan: &Plan, o: Options, state: &str) -> String {
+/// [`text`] for a plan in `state`: past `pending` it offers neither the approve nor the sign
+/// command.
+pub fn text_in_state(plan: &Plan, o: Options, state: PlanState) -> String {
     text_in(plan, o, Some(state))
 }
 
-fn text_in(plan: &Plan, o: Options, state: Option<&str>) -> String {
+fn text_in(plan: &Plan, o: Options, state: Option<PlanState>) -> String {
     let offer =
-        state.and_then(state_sentence).is_none() && super::preflight::blocking(plan).is_empty();
+        state.is_none_or(PlanState::offers_approval) && super::preflight::blocking(plan).is_empty();
     let mut out = String::new();
     let observed: Vec<String> = plan
         .basis
@@ -665,10 +642,9 @@ struct JsonPlan<'a> {
     clusters: &'a [std::sync::Arc<ClusterPlan>],
     approve_command: Option<String>,
     sign_command: Option<String>,
-    /// What became of the plan (from the server: `pending`, `approved`, `running`, `applied`,
-    /// `halted`, `consumed`, `superseded`); absent offline.
+    /// What became of the plan (from the server, its wire string); absent offline.
     #[serde(skip_serializing_if = "Option::is_none")]
-    state: Option<&'a str>,
+    state: Option<PlanState>,
     /// Who approved and which candidates did not count, and why (from the server; absent
     /// offline, where `medea approvals` answers).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -708,13 +684,13 @@ pub fn json(plan: &Plan) -> String {
 }
 
 /// [`json`] with the plan's `state`; past `pending` the approve and sign commands are null.
-pub fn json_in_state(plan: &Plan, state: &str) -> String {
+pub fn json_in_state(plan: &Plan, state: PlanState) -> String {
     json_in(plan, Some(state), None)
 }
 
 /// [`json_in_state`] with the server's view of the plan's approvals (`approvals.counted[]`,
 /// `approvals.rejected[]`).
-pub fn json_with_approvals(plan: &Plan, state: &str, approvals: &ApprovalsView) -> String {
+pub fn json_with_approvals(plan: &Plan, state: PlanState, approvals: &ApprovalsView) -> String {
     json_in(plan, Some(state), Some(approvals))
 }
 
@@ -722,9 +698,9 @@ pub fn json_with_approvals(plan: &Plan, state: &str, approvals: &ApprovalsView) 
     clippy::expect_used,
     reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail"
 )]
-fn json_in(plan: &Plan, state: Option<&str>, approvals: Option<&ApprovalsView>) -> String {
+fn json_in(plan: &Plan, state: Option<PlanState>, approvals: Option<&ApprovalsView>) -> String {
     let changes = plan.has_changes()
-        && state.and_then(state_sentence).is_none()
+        && state.is_none_or(PlanState::offers_approval)
         && super::preflight::blocking(plan).is_empty();
     let doc = JsonPlan {
         format: JSON_FORMAT,

@@ -1,7 +1,9 @@
 //! Plans as store records: their keys and the transactions that save or apply them.
 //!
 //! Layout (table `Plans`): `plan/<full-hex>` holds a [`Plan`]; `current` holds the
-//! [`CurrentPlan`] pointer. Table `Desired` holds the last-applied resources
+//! [`CurrentPlan`] pointer; `recent/…` orders stored plans for collection; `consumed/<full-hex>`
+//! ([`consumed_key`]) marks an executed plan (the record, `rollout::journal::PlanConsumed`,
+//! names its jobs, so it is declared with them). Table `Desired` holds the last-applied resources
 //! ([`super::applied`]). Everything here is pure: record declarations and functions that
 //! build transaction values. Reading the store and committing is the application layer's
 //! job (the application layer's replan use case, in `ops`).
@@ -34,6 +36,16 @@ impl Record for CurrentPlan {
 
 /// The key of the [`CurrentPlan`] record.
 pub const CURRENT_KEY: &str = "current";
+
+/// Prefix of the executed-plan markers (`rollout::journal::PlanConsumed`, written by the
+/// transaction that creates a plan's jobs or applies its settings). They are never collected:
+/// an approval of an executed plan must stay `Replayed` forever.
+pub const CONSUMED_PREFIX: &str = "consumed/";
+
+/// `consumed/<full-hex>`: the marker that `plan` was executed.
+pub fn consumed_key(plan: &PlanId) -> String {
+    format!("{CONSUMED_PREFIX}{}", plan.to_hex())
+}
 
 /// `plan/<full-hex>`.
 pub fn plan_key(id: &PlanId) -> String {

@@ -11,6 +11,7 @@ use super::model::*;
 use super::render;
 use super::stored::approval_writes;
 use super::{PlanInputs, basis_of, compute, compute_memo};
+use crate::desired::model::DrainPolicy;
 use crate::desired::source::{Snapshot, SourceFile};
 use crate::desired::{Desired, Diagnostic, parse_snapshot};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
@@ -1399,6 +1400,79 @@ fn the_summary_line_names_the_id_and_the_approve_command() {
     let colored = render::text(&p, render::Options { color: true });
     assert!(colored.contains("\x1b[33m~ pool workers"), "{colored}");
     assert!(!render::text(&p, Default::default()).contains('\x1b'));
+}
+
+/// Issue #34: a plan's state is a `PlanState`; past `pending` the closing line says what
+/// became of the plan (`PlanState::sentence`) and neither the text nor the JSON offers the
+/// approve or sign command. A blocked plan keeps its "cannot be approved" line and says so.
+#[test]
+fn past_pending_a_rendered_plan_says_its_state_and_offers_no_approval() {
+    use crate::plan::PlanState;
+    use crate::plan::preflight::{Finding, Severity};
+    let d = one("v1.34.1", "", &[worker_pool(6, 2)]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, workers(6, "v1.12.4")));
+    let short = p.id.short();
+    let head = format!("Plan {short}: 1 rollout (6 machines), 2 settings changes");
+    let o = render::Options::default();
+    for state in PlanState::ALL {
+        let text = render::text_in_state(&p, o, state);
+        let json: serde_json::Value =
+            serde_json::from_str(&render::json_in_state(&p, state)).unwrap();
+        assert_eq!(json["state"], state.as_str());
+        match state.sentence() {
+            None => {
+                assert!(
+                    text.contains(&format!("{head}. Approve with: medea approve {short}\n")),
+                    "{state}: {text}"
+                );
+                assert!(text.contains("To sign without the API:"), "{state}: {text}");
+                assert_eq!(json["approveCommand"], format!("medea approve {short}"));
+                assert!(json["signCommand"].is_string(), "{state}: {json}");
+            }
+            Some(sentence) => {
+                assert!(
+                    text.contains(&format!("{head}. This plan is {sentence}.\n")),
+                    "{state}: {text}"
+                );
+                assert!(!text.contains("Approve with:"), "{state}: {text}");
+                assert!(
+                    !text.contains("To sign without the API:"),
+                    "{state}: {text}"
+                );
+                assert!(json["approveCommand"].is_null(), "{state}: {json}");
+                assert!(json["signCommand"].is_null(), "{state}: {json}");
+            }
+        }
+    }
+    assert!(!render::json(&p).contains("\"state\""));
+
+    let mut blocked = p.clone();
+    std::sync::Arc::make_mut(&mut blocked.clusters[0])
+        .preflight
+        .push(Finding {
+            id: "etcd/alarm/CORRUPT/1".into(),
+            check: "etcd".into(),
+            severity: Severity::Blocking,
+            message: "etcd member 1 has alarm CORRUPT".into(),
+            evidence: vec![],
+            help: String::new(),
+            acknowledged: false,
+        });
+    let cannot = format!(
+        "{head}. It cannot be approved: 1 blocking preflight finding (see `preflight:` above); fix it and replan, or acknowledge it under `spec.preflight.acknowledge`"
+    );
+    assert_eq!(render::summary_line(&blocked), cannot);
+    let text = render::text_in_state(&blocked, o, PlanState::Blocked);
+    assert!(
+        text.contains(&format!(
+            "{cannot}. This plan is {}.\n",
+            PlanState::Blocked.sentence().unwrap()
+        )),
+        "{text}"
+    );
+    let text = render::text_in_state(&blocked, o, PlanState::Pending);
+    assert!(text.contains(&format!("{cannot}\n")), "{text}");
+    assert!(!text.contains("To sign without the API:"), "{text}");
 }
 
 // ---------------------------------------------------------------- properties

@@ -1147,7 +1147,7 @@ impl KubePort for FakeKube {
         &self,
         node: &str,
         timeout: Duration,
-        _policy: &crate::plan::DrainPolicy,
+        _policy: &crate::desired::model::DrainPolicy,
     ) -> Result<DrainOutcome, PortError> {
         let r = self.0.kube_drain(node)?;
         if matches!(r, DrainOutcome::Blocked { .. }) {

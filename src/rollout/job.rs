@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::RolloutError;
 use super::journal::{
-    ActiveJob, Entry, JournalEntry, PlanConsumed, active_key, consumed_key, entry_key, job_key,
+    ActiveJob, Entry, JournalEntry, PlanConsumed, active_key, entry_key, job_key,
 };
 use super::ports::NodeTarget;
 use super::sequencer::{
@@ -16,7 +16,7 @@ use super::sequencer::{
 };
 use crate::desired::window::MaintenanceWindow;
 use crate::inventory::{MachineRole, ObservedCluster, cluster_key};
-use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan, consumed_key};
 use crate::plan::{Plan, Step};
 use crate::store::record::encode;
 use crate::store::{Check, Table, Txn};

@@ -59,13 +59,6 @@ pub fn entry_key(id: &JobId, seq: u64) -> String {
 pub fn entries_prefix(id: &JobId) -> String {
     format!("{id}/")
 }
-/// Prefix of the executed-plan markers (table `Plans`). They are never collected: an
-/// approval of an executed plan must stay `Replayed` forever.
-pub const CONSUMED_PREFIX: &str = "consumed/";
-/// The key of the marker of executed plan `plan`.
-pub fn consumed_key(plan: &PlanId) -> String {
-    format!("{CONSUMED_PREFIX}{}", plan.to_hex())
-}
 
 impl Record for Job {
     const TABLE: Table = Table::Jobs;
@@ -198,7 +191,9 @@ impl Record for HaltRequest {
     const SCHEMA: u32 = 1;
 }
 
-/// A plan that started jobs: it can never start again.
+/// A plan that started jobs: it can never start again. Kept in the `Plans` table under
+/// [`crate::plan::stored::consumed_key`] (the table's key layout is `plan::stored`'s); the
+/// record is declared here, where it is defined, because it names the jobs it created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanConsumed {
     /// The executed plan.

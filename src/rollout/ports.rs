@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::DrainPolicy;
+use crate::desired::model::DrainPolicy;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Boxed error source carried by a [`PortError`].

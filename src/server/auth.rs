@@ -3,7 +3,7 @@
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
-use super::secrets::Secret;
+use crate::secret::Secret;
 
 /// Checks `authorization: Bearer <token>` on every request.
 #[derive(Clone)]

@@ -32,8 +32,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::desired::{Loaded, Source};
+use crate::secret::Secret;
 use crate::store::{Leadership, Role, Store};
-use secrets::Secret;
 
 /// Everything `medea serve` was started with.
 #[derive(Debug, Clone)]
@@ -93,7 +93,7 @@ pub struct Shared {
     pub trust: trust::TrustRoot,
     pub notifier: crate::webhook::Notifier,
     /// What the last reconcile pass concluded about the current plan.
-    plan_state: RwLock<reconcile::PlanState>,
+    last_pass: RwLock<reconcile::PassResult>,
     /// Step events of every executor, for the watch API.
     pub events: tokio::sync::broadcast::Sender<crate::rollout::executor::RolloutEvent>,
     /// What each running job of this replica's executors waits for (`rollout status`).
@@ -132,7 +132,7 @@ impl Shared {
             changes: tokio::sync::watch::channel(0).0,
             trust: trust::TrustRoot::none(),
             notifier: crate::webhook::Notifier::disabled(),
-            plan_state: RwLock::new(reconcile::PlanState::default()),
+            last_pass: RwLock::new(reconcile::PassResult::default()),
             events: tokio::sync::broadcast::channel(4096).0,
             waits: Default::default(),
             creds_dir: PathBuf::from("creds"),
@@ -154,15 +154,15 @@ impl Shared {
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
-    pub fn plan_state(&self) -> reconcile::PlanState {
-        self.plan_state.read().expect("plan state lock").clone()
+    pub fn last_pass(&self) -> reconcile::PassResult {
+        self.last_pass.read().expect("last pass lock").clone()
     }
     #[allow(
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
-    pub fn set_plan_state(&self, s: reconcile::PlanState) {
-        *self.plan_state.write().expect("plan state lock") = s;
+    pub fn set_last_pass(&self, s: reconcile::PassResult) {
+        *self.last_pass.write().expect("last pass lock") = s;
     }
     /// The last loaded desired revision (valid or not).
     #[allow(
@@ -392,7 +392,7 @@ async fn reconcile_loop(shared: Arc<Shared>) {
             Ok(Ok(state)) => {
                 // Applied settings or new jobs change the basis: replan at once.
                 let started = !state.started.is_empty() || state.applied;
-                shared.set_plan_state(state);
+                shared.set_last_pass(state);
                 if started {
                     shared.bump();
                 }
@@ -407,7 +407,7 @@ async fn reconcile_loop(shared: Arc<Shared>) {
         // A finding that ends at a known time (a promotion soak) ends the plan with it: plan
         // again then, though nothing else changes (issue #36).
         let expiry = shared
-            .plan_state()
+            .last_pass()
             .plan
             .as_ref()
             .and_then(crate::plan::preflight::next_expiry);
@@ -511,7 +511,7 @@ pub async fn run_with_leadership(
     reload(&shared);
     // The first pass runs before the API answers, so the plan is there for the first caller.
     match reconcile::reconcile(&shared, &[], jiff::Timestamp::now()) {
-        Ok(state) => shared.set_plan_state(state),
+        Ok(state) => shared.set_last_pass(state),
         Err(e) => tracing::warn!(error = %crate::error_chain(&e), "initial reconcile failed"),
     }
     // The first load and plan of a large fleet leave tens of MiB freed inside the heap.

@@ -2,7 +2,10 @@
 //! verify approvals of the current plan; when it reaches quorum, apply its settings and create
 //! its jobs — all in one store transaction. The approval status and the start transaction are
 //! the use case's (`ops::approvals::status`, `ops::approvals::start_txn`); this pass gathers
-//! their inputs, commits, logs and notifies.
+//! their inputs, commits, logs and notifies. It reads the last-applied state, the running jobs
+//! and the jobs once (`ops::replan::PassReads`, from the replan or, on a follower, read once):
+//! the plan's basis is judged and its start built from those reads, and the start
+//! transaction's conditions, not a second read, catch whatever moved since.
 //!
 //! Architecture Invariant: the transaction that records the approval reaching quorum is the
 //! one that creates the jobs and marks the plan consumed; it re-checks that the plan is still
@@ -11,29 +14,18 @@
 use jiff::Timestamp;
 
 use super::Shared;
-use crate::approval::{ApprovalRecord, ApprovalSource, Candidate, QuorumStatus};
+use crate::approval::record::approval_key;
+use crate::approval::{ApprovalSource, Candidate, QuorumStatus};
 use crate::ops::approvals;
 use crate::ops::replan::{self as stored, ReplanError};
-use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
-use crate::plan::{Plan, PlanId};
-use crate::rollout::journal::consumed_key;
+use crate::plan::Plan;
+use crate::plan::stored::{CURRENT_KEY, CurrentPlan, consumed_key};
 use crate::store::record::encode;
-use crate::store::{Check, Record, StoreError, Table, Txn};
-
-impl Record for ApprovalRecord {
-    const TABLE: Table = Table::Approvals;
-    const KIND: &'static str = "approval";
-    const SCHEMA: u32 = 1;
-}
-
-/// `<plan hex>/<key fingerprint>`: one approval per key per plan.
-pub fn approval_key(plan: &PlanId, fingerprint: &str) -> String {
-    format!("{}/{fingerprint}", plan.to_hex())
-}
+use crate::store::{Check, StoreError, Table, Txn};
 
 /// Everything a reconcile pass concluded about the current plan.
 #[derive(Debug, Clone, Default)]
-pub struct PlanState {
+pub struct PassResult {
     pub plan: Option<Plan>,
     /// Planning errors of the current desired revision (validation errors live on `Loaded`).
     pub diagnostics: Vec<crate::desired::Diagnostic>,
@@ -70,9 +62,9 @@ pub fn reconcile(
     shared: &Shared,
     extra: &[Candidate],
     now: Timestamp,
-) -> Result<PlanState, ReconcileError> {
+) -> Result<PassResult, ReconcileError> {
     let store = shared.store.as_ref();
-    let mut state = PlanState::default();
+    let mut state = PassResult::default();
     let Some(loaded) = shared.desired() else {
         return Ok(state);
     };
@@ -82,8 +74,10 @@ pub fn reconcile(
     let leader = shared.leadership.is_leader();
     // The plan this pass just computed, if any: it is the current plan (the commit made it
     // so, or it already was: same id, its parent read back), so it is not read back and
-    // decoded again; its sections are shared with the planner's memo.
-    let mut fresh: Option<crate::plan::Plan> = None;
+    // decoded again; its sections are shared with the planner's memo. With it come the
+    // store reads it was computed from (applied state, running jobs, every job, inventory),
+    // which the pass does not read again.
+    let mut fresh: Option<stored::Replanned> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
         #[allow(
@@ -99,24 +93,9 @@ pub fn reconcile(
         match replanned {
             Ok(r) => {
                 if r.stored {
-                    crate::metrics::global().plans_computed.inc();
-                    tracing::info!(plan = %r.plan.id.short(), changes = r.plan.has_changes(), summary = %crate::plan::render::summary_line(&r.plan), "new plan");
-                    tracing::debug!(plan = %r.plan.id.short(), "plan {}\n{}", r.plan.id.short(), crate::plan::render::text(&r.plan, crate::plan::render::Options { color: false }));
-                    if r.plan.has_changes() {
-                        shared.notifier.send(crate::webhook::Notification {
-                            event: crate::webhook::EventKind::PlanReady,
-                            text: format!("medea: {}", crate::plan::render::summary_line(&r.plan)),
-                            cluster: None,
-                            plan: Some(r.plan.id.to_hex()),
-                            job: None,
-                            node: None,
-                            reason: None,
-                            halt_code: None,
-                            at: now.to_string(),
-                        });
-                    }
+                    announce_new_plan(shared, &r.plan, now);
                 }
-                fresh = Some(r.plan);
+                fresh = Some(r);
             }
             Err(ReplanError::Refused(diags)) => {
                 for d in &diags {
@@ -129,8 +108,11 @@ pub fn reconcile(
             Err(ReplanError::Store(e)) => return Err(e.into()),
         }
     }
-    let plan = match fresh {
-        Some(plan) => plan,
+    // The plan and what the pass read once (issue #34): a fresh plan's basis is its reads'
+    // by construction; a follower reads the store once and judges the leader's plan by it.
+    // Whatever moves after these reads, the start transaction's conditions catch.
+    let (plan, reads, inventory) = match fresh {
+        Some(r) => (r.plan, r.reads, r.inventory),
         None => {
             let Some(CurrentPlan { id }) = stored::current(store)? else {
                 return Ok(state);
@@ -138,15 +120,16 @@ pub fn reconcile(
             let Some(plan) = stored::load_plan(store, &id)? else {
                 return Ok(state);
             };
-            plan
+            let reads = stored::PassReads::load(store)?;
+            if plan.is_stale(&reads.basis(store, desired)?) {
+                // A follower (or a race): the leader will replan.
+                state.plan = Some(plan);
+                return Ok(state);
+            }
+            let inventory = crate::inventory::Inventory::load(store)?;
+            (plan, reads, inventory)
         }
     };
-    let current_basis = stored::current_basis(store, desired)?;
-    if plan.is_stale(&current_basis) {
-        // A follower (or a race): the leader will replan.
-        state.plan = Some(plan);
-        return Ok(state);
-    }
     state.consumed = store.get(Table::Plans, &consumed_key(&plan.id))?.is_some();
 
     // 2. Verify approvals: recorded ones again (revocation), markers, and `extra`; each
@@ -178,24 +161,7 @@ pub fn reconcile(
         tracing::debug!(plan = %plan.id.short(), candidates = cache.last.candidates, cached = cache.last.cached, signature_checks = cache.last.signature_checks, "approvals verified");
         status
     };
-    // Present the verdicts: every recorded one, and each marker or submission whose key's
-    // approval is not recorded already; submissions answer in order.
-    for j in &status.judged {
-        if j.origin != approvals::Origin::Recorded {
-            if j.origin == approvals::Origin::Submitted {
-                state
-                    .submitted
-                    .push((j.outcome.approved().is_some(), j.outcome.to_string()));
-            }
-            crate::metrics::approval_outcome(j.outcome.code());
-            if j.already_recorded {
-                continue;
-            }
-        }
-        state
-            .outcomes
-            .push((j.source.clone(), j.outcome.to_string()));
-    }
+    present_verdicts(&mut state, &plan, &status);
     // What the plan views show; a candidate that does not count is logged at WARN once (not
     // on every pass while its marker stays as it is).
     state.approvals = status.view(&signers);
@@ -227,18 +193,6 @@ pub fn reconcile(
         }
         *warned = now_rejected;
     }
-    // Blocking preflight findings nobody acknowledged (issue #22): the plan cannot be
-    // approved. No approval is recorded or counted and nothing starts; every candidate is
-    // answered with why, naming the findings and how to acknowledge them.
-    if let Some(why) = &status.refusal {
-        for s in &mut state.submitted {
-            *s = (false, why.clone());
-        }
-        for (_, o) in &mut state.outcomes {
-            *o = format!("does not count: {why}");
-        }
-        state.waiting = vec![why.clone()];
-    }
     let new_records = status.new_records;
     let quorum = status.quorum;
     state.quorum = Some(quorum.clone());
@@ -252,28 +206,20 @@ pub fn reconcile(
     let mut txn = Txn::new().check(pointer);
     for r in &new_records {
         txn = txn.put_record(approval_key(&r.plan, &r.fingerprint), r);
-        tracing::info!(plan = %plan.id.short(), principal = %r.principal, fingerprint = %r.fingerprint, source = %r.source, "approval recorded");
-        shared.notifier.send(crate::webhook::Notification {
-            event: crate::webhook::EventKind::ApprovalReceived,
-            text: format!(
-                "medea: plan {} approved by {} ({}/{})",
-                plan.id.short(),
-                r.principal,
-                quorum.count(),
-                quorum.required
-            ),
-            cluster: None,
-            plan: Some(plan.id.to_hex()),
-            job: None,
-            node: None,
-            reason: None,
-            halt_code: None,
-            at: now.to_string(),
-        });
+        announce_approval(shared, &plan, r, &quorum, now);
     }
     let mut start = false;
     if quorum.reached() && !state.consumed && plan.has_changes() {
-        match approvals::start_txn(store, desired, &plan, shared.rollouts_gate, now) {
+        match approvals::start_txn(
+            desired,
+            &plan,
+            approvals::StartBasis {
+                reads: &reads,
+                inventory: &inventory,
+            },
+            shared.rollouts_gate,
+            now,
+        ) {
             Ok(Some((ops, jobs))) => {
                 for c in ops.checks {
                     txn = txn.check(c);
@@ -312,4 +258,87 @@ pub fn reconcile(
     }
     state.plan = Some(plan);
     Ok(state)
+}
+
+/// A new plan became current: count it, log it (its text at debug), and tell the webhooks
+/// when it has changes.
+fn announce_new_plan(shared: &Shared, plan: &Plan, now: Timestamp) {
+    crate::metrics::global().plans_computed.inc();
+    tracing::info!(plan = %plan.id.short(), changes = plan.has_changes(), summary = %crate::plan::render::summary_line(plan), "new plan");
+    tracing::debug!(plan = %plan.id.short(), "plan {}\n{}", plan.id.short(), crate::plan::render::text(plan, crate::plan::render::Options { color: false }));
+    if plan.has_changes() {
+        shared.notifier.send(crate::webhook::Notification {
+            event: crate::webhook::EventKind::PlanReady,
+            text: format!("medea: {}", crate::plan::render::summary_line(plan)),
+            cluster: None,
+            plan: Some(plan.id.to_hex()),
+            job: None,
+            node: None,
+            reason: None,
+            halt_code: None,
+            at: now.to_string(),
+        });
+    }
+}
+
+/// Present the verdicts of [`approvals::status`] in the pass's result: every recorded one,
+/// and each marker or submission whose key's approval is not recorded already; submissions
+/// answer in order. Blocking preflight findings nobody acknowledged (issue #22) make the plan
+/// unapprovable: no approval is recorded or counted and nothing starts; every candidate is
+/// answered with why, naming the findings and how to acknowledge them.
+fn present_verdicts(state: &mut PassResult, _plan: &Plan, status: &approvals::ApprovalStatus) {
+    for j in &status.judged {
+        if j.origin != approvals::Origin::Recorded {
+            if j.origin == approvals::Origin::Submitted {
+                state
+                    .submitted
+                    .push((j.outcome.approved().is_some(), j.outcome.to_string()));
+            }
+            crate::metrics::approval_outcome(j.outcome.code());
+            if j.already_recorded {
+                continue;
+            }
+        }
+        state
+            .outcomes
+            .push((j.source.clone(), j.outcome.to_string()));
+    }
+    if let Some(why) = &status.refusal {
+        for s in &mut state.submitted {
+            *s = (false, why.clone());
+        }
+        for (_, o) in &mut state.outcomes {
+            *o = format!("does not count: {why}");
+        }
+        state.waiting = vec![why.clone()];
+    }
+}
+
+/// A new approval is recorded (in the pass's transaction): log it and tell the webhooks, with
+/// the count against the bar.
+fn announce_approval(
+    shared: &Shared,
+    plan: &Plan,
+    r: &crate::approval::ApprovalRecord,
+    quorum: &QuorumStatus,
+    now: Timestamp,
+) {
+    tracing::info!(plan = %plan.id.short(), principal = %r.principal, fingerprint = %r.fingerprint, source = %r.source, "approval recorded");
+    shared.notifier.send(crate::webhook::Notification {
+        event: crate::webhook::EventKind::ApprovalReceived,
+        text: format!(
+            "medea: plan {} approved by {} ({}/{})",
+            plan.id.short(),
+            r.principal,
+            quorum.count(),
+            quorum.required
+        ),
+        cluster: None,
+        plan: Some(plan.id.to_hex()),
+        job: None,
+        node: None,
+        reason: None,
+        halt_code: None,
+        at: now.to_string(),
+    });
 }

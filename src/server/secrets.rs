@@ -1,10 +1,9 @@
-//! Private files: 0600 files inside 0700 directories (and [`Secret`], from `crate::secret`).
+//! Private files: 0600 files inside 0700 directories. (Key material in memory is
+//! `crate::secret::Secret`, reachable by that one path.)
 
 use std::path::Path;
 
 use crate::private_file::ExistingDir;
-
-pub use crate::secret::Secret;
 
 /// Create `dir` (and parents) and make it 0700 (an existing directory is tightened).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {

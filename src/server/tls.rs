@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
 
-use super::secrets::{Secret, write_private};
+use super::secrets::write_private;
+use crate::secret::Secret;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

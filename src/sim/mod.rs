@@ -10,4 +10,5 @@ pub mod cluster;
 pub mod kube;
 pub mod node;
 pub mod pki;
+pub mod reference;
 pub mod talos;

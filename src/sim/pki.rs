@@ -15,7 +15,7 @@ use rcgen::{
 };
 
 use crate::private_file::{ExistingDir, PrivateFileError};
-use crate::talos::Secret;
+use crate::secret::Secret;
 
 /// Why PKI material could not be made or written.
 #[derive(Debug, thiserror::Error)]

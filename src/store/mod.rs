@@ -150,7 +150,7 @@ impl Txn {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the store at `{path}` is in use by another medea process")]
+    #[error("the store at `{path}` is locked by another medea process")]
     Locked { path: PathBuf },
     #[error(
         "the store at `{path}` was written by a newer medea (store format {found}, this medea reads up to {supported})"

@@ -30,7 +30,7 @@ use serde::Deserialize;
 /// The Talos API port, used when an endpoint has none.
 pub const DEFAULT_PORT: u16 = 50000;
 
-pub use crate::secret::Secret;
+use crate::secret::Secret;
 
 /// Why a talosconfig could not be used.
 #[derive(Debug, thiserror::Error)]

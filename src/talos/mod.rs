@@ -34,7 +34,7 @@ use std::time::Duration;
 
 pub use api::TalosApi;
 pub use client::{ClientSettings, TalosClient};
-pub use config::{Endpoint, Secret, TalosConfig, TalosConfigError, TalosContext};
+pub use config::{Endpoint, TalosConfig, TalosConfigError, TalosContext};
 pub use retry::RetryPolicy;
 pub use types::*;
 

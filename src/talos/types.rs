@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::TalosError;
-use super::config::Secret;
+use crate::secret::Secret;
 use crate::version::TalosVersion;
 
 /// Target of a request: the value of the single-valued `node` gRPC metadata key (an address or

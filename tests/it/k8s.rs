@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use medea::desired::model::DrainPolicy;
 use medea::k8s::{
     ApplyOptions, ClientOptions, ControlPlaneComponent, DrainOptions, K8sError, KubeApi,
-    KubeClient, LocalStoragePolicy, Manifest, PodRef, RetryPolicy, SkipReason, check_control_plane,
+    KubeClient, Manifest, PodRef, RetryPolicy, SkipReason, check_control_plane,
 };
 use medea::sim::kube::{KubeFault, KubeSim, KubeSimConfig, Outage, scenario};
 use medea::sim::node::{NodeFacts, NodeSource};
@@ -368,7 +369,10 @@ async fn local_storage_and_unmanaged_pods_refuse_the_drain_until_allowed() {
         "refused before evicting anything"
     );
     let opt_in = DrainOptions {
-        local_storage: LocalStoragePolicy::Evict,
+        policy: DrainPolicy {
+            delete_empty_dir_data: true,
+            ..DrainPolicy::legacy()
+        },
         ..quick_drain(2_000)
     };
     let err = c.drain("w-2", &opt_in).await.unwrap_err();
@@ -377,7 +381,10 @@ async fn local_storage_and_unmanaged_pods_refuse_the_drain_until_allowed() {
         "{err:?}"
     );
     let all_in = DrainOptions {
-        unmanaged: medea::k8s::UnmanagedPolicy::Evict,
+        policy: DrainPolicy {
+            evict_unmanaged_pods: true,
+            ..opt_in.policy.clone()
+        },
         ..opt_in
     };
     let report = c.drain("w-2", &all_in).await.unwrap();

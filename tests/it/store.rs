@@ -397,7 +397,7 @@ fn a_second_open_is_refused_while_the_first_is_live() {
     let first = FjallStore::open(dir.path()).unwrap();
     let err = FjallStore::open(dir.path()).unwrap_err();
     assert!(matches!(err, StoreError::Locked { .. }), "{err}");
-    assert!(err.to_string().contains("in use by another medea process"));
+    assert!(err.to_string().contains("locked by another medea process"));
     drop(first);
     FjallStore::open(dir.path()).unwrap();
 }
@@ -413,7 +413,7 @@ fn a_second_process_cannot_open_the_store() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("in use by another medea process"), "{err}");
+    assert!(err.contains("locked by another medea process"), "{err}");
 }
 
 #[test]

@@ -393,7 +393,7 @@ async fn kube_upgrade_check(
     let (running, _) = images
         .get(&Component::Kubelet)
         .and_then(|i| image_version(i))?;
-    let next = crate::version::KubeVersion::new(running.major(), running.minor() + 1, 0);
+    let next = running.next_minor();
     if control_plane == Some(false) {
         args.retain(|c, _| *c == Component::Kubelet);
     }

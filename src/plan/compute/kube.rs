@@ -68,8 +68,9 @@ impl<'a> ClusterCtx<'a> {
                 )),
             );
             ok = false;
-        } else if target.major() != now.major() || target.minor() > now.minor() + 1 {
-            let next = format!("v{}.{}", now.major(), now.minor() + 1);
+        } else if !target.within_one_minor_of(&now) {
+            let next = now.next_minor();
+            let next = format!("v{}.{}", next.major(), next.minor());
             self.diags.push(
                 Diagnostic::error(
                     codes::KUBERNETES_SKEW,

@@ -293,7 +293,7 @@ impl<'a> ClusterCtx<'a> {
                 drain_timeout: pool.rollout.drain_timeout,
                 health_timeout: pool.rollout.health_timeout,
                 upgrade_attempts: pool.rollout.upgrade_attempts,
-                drain: DrainPolicy::from(&pool.rollout.drain),
+                drain: pool.rollout.drain.clone(),
                 waves,
             });
         }

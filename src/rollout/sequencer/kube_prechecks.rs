@@ -157,7 +157,7 @@ fn lowest_running(
             None,
         ));
     }
-    if lowest.major() != to.major() || to.minor() > lowest.minor() + 1 {
+    if !to.within_one_minor_of(&lowest) {
         return Err(halt_flow(
             HaltCode::PrecheckFailed,
             format!(

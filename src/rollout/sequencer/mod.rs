@@ -39,9 +39,10 @@ use super::ports::{
     TalosNode, UpgradeMethod,
 };
 use super::removed::{RemovedSetting, removed_settings};
+use crate::desired::model::DrainPolicy;
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;
-use crate::plan::{DrainPolicy, KubeRollout, MachineTarget, PlanId, TalosRollout};
+use crate::plan::{KubeRollout, MachineTarget, PlanId, TalosRollout};
 use crate::version::KubeVersion;
 
 pub mod command;

@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use crate::api::machines::EncodedRows;
 use crate::inventory::{self, MachineRole, ObservedCluster};
+use crate::plan::PlanState;
 use crate::store::{StoreExt, Txn};
 
 /// The generated API code lives in [`crate::api::pb`]; this path keeps working.
@@ -298,7 +299,7 @@ impl MedeaApi {
         );
         // The current plan's view comes from the last reconcile pass, which judged the
         // revision's markers too; another plan's from its records.
-        let pass = self.shared.plan_state();
+        let pass = self.shared.last_pass();
         let view = match &pass.plan {
             Some(q) if q.id == p.id => pass.approvals.clone(),
             _ => status.view(&signers),
@@ -314,7 +315,7 @@ impl MedeaApi {
             })
             .collect();
         let consumed: Option<crate::rollout::journal::PlanConsumed> =
-            store.get_record(&crate::rollout::journal::consumed_key(&p.id))?;
+            store.get_record(&crate::plan::stored::consumed_key(&p.id))?;
         let current = crate::ops::replan::current(store)?.map(|c| c.id);
         let stale = match self
             .shared
@@ -328,15 +329,15 @@ impl MedeaApi {
         let state = if let Some(c) = &consumed {
             consumed_state(store, c)?
         } else if current != Some(p.id) {
-            "superseded"
+            PlanState::Superseded
         } else if !p.has_changes() {
-            "no-changes"
+            PlanState::NoChanges
         } else if crate::plan::preflight::refusal(p).is_some() {
-            "blocked"
+            PlanState::Blocked
         } else if quorum.reached() {
-            "approved"
+            PlanState::Approved
         } else {
-            "pending"
+            PlanState::Pending
         };
         Ok(pb::Plan {
             id: p.id.to_hex(),
@@ -361,14 +362,14 @@ impl MedeaApi {
                     at: a.at.to_string(),
                 })
                 .collect(),
-            state: state.into(),
+            state: state.to_string(),
             rendered: {
                 let mut text = crate::plan::render::text_in_state(
                     p,
                     crate::plan::render::Options { color: false },
                     state,
                 );
-                if state == "pending" {
+                if state == crate::plan::PlanState::Pending {
                     text.push_str(&crate::plan::render::approvals_text(&view));
                 }
                 text
@@ -396,15 +397,15 @@ impl MedeaApi {
 fn consumed_state(
     store: &dyn crate::store::Store,
     c: &crate::rollout::journal::PlanConsumed,
-) -> Result<&'static str, crate::store::StoreError> {
+) -> Result<PlanState, crate::store::StoreError> {
     use crate::rollout::sequencer::JobState;
-    let mut state = "applied";
+    let mut state = PlanState::Applied;
     for id in &c.jobs {
         match crate::ops::jobs::load_job(store, id)?.map(|j| j.state) {
-            Some(JobState::Running) => return Ok("running"),
-            Some(JobState::Halted { .. }) => state = "halted",
+            Some(JobState::Running) => return Ok(PlanState::Running),
+            Some(JobState::Halted { .. }) => state = PlanState::Halted,
             Some(JobState::Succeeded { .. }) => {}
-            None => state = "consumed",
+            None => state = PlanState::Consumed,
         }
     }
     Ok(state)
@@ -534,7 +535,7 @@ impl pb::medea_server::Medea for MedeaApi {
             for d in &loaded.diagnostics {
                 diagnostics.push(diag_pb(d, &loaded));
             }
-            for d in &self.shared.plan_state().diagnostics {
+            for d in &self.shared.last_pass().diagnostics {
                 diagnostics.push(diag_pb(d, &loaded));
             }
         }
@@ -683,9 +684,10 @@ impl pb::medea_server::Medea for MedeaApi {
                     r.rendered = crate::plan::render::text_in_state(
                         &p,
                         crate::plan::render::Options { color: false },
-                        "preview",
+                        crate::plan::PlanState::Preview,
                     );
-                    r.json = crate::plan::render::json_in_state(&p, "preview");
+                    r.json =
+                        crate::plan::render::json_in_state(&p, crate::plan::PlanState::Preview);
                     r.has_changes = p.has_changes();
                     r.short_id = p.id.short();
                 }
@@ -749,7 +751,7 @@ impl pb::medea_server::Medea for MedeaApi {
             }
             break state;
         };
-        self.shared.set_plan_state(state.clone());
+        self.shared.set_last_pass(state.clone());
         // Answer only for a verified signature.
         let Some((counts, outcome)) = state.submitted.first().cloned() else {
             return Err(Status::failed_precondition(format!(

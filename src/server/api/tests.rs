@@ -88,10 +88,29 @@ fn row(c: &str, n: &str, p: &str, v: &str) -> (String, String, String, String) {
 }
 
 /// A store whose next `n` commits that record an approval fail with a conflict (changing
-/// nothing), as when the plan moves underneath the transaction.
+/// nothing), as when the plan moves underneath the transaction; it counts the scans made, by
+/// table and prefix.
 struct ConflictingStore {
     inner: crate::store::mem::MemStore,
     conflicts: std::sync::atomic::AtomicU32,
+    scans: std::sync::Mutex<BTreeMap<(&'static str, String), usize>>,
+}
+
+impl ConflictingStore {
+    fn new(conflicts: u32) -> ConflictingStore {
+        ConflictingStore {
+            inner: crate::store::mem::MemStore::new(),
+            conflicts: conflicts.into(),
+            scans: Default::default(),
+        }
+    }
+    fn scans(&self, table: crate::store::Table, prefix: &str) -> usize {
+        let key = (table.name(), prefix.to_string());
+        self.scans.lock().unwrap().get(&key).copied().unwrap_or(0)
+    }
+    fn reset_scans(&self) {
+        self.scans.lock().unwrap().clear();
+    }
 }
 
 impl Store for ConflictingStore {
@@ -107,6 +126,12 @@ impl Store for ConflictingStore {
         table: crate::store::Table,
         prefix: &str,
     ) -> Result<Vec<(String, Vec<u8>)>, crate::store::StoreError> {
+        *self
+            .scans
+            .lock()
+            .unwrap()
+            .entry((table.name(), prefix.to_string()))
+            .or_default() += 1;
         self.inner.scan(table, prefix)
     }
     fn commit(&self, txn: Txn) -> Result<(), crate::store::StoreError> {
@@ -130,6 +155,48 @@ impl Store for ConflictingStore {
         }
         self.inner.commit(txn)
     }
+}
+
+/// Issue #34: a reconcile pass reads the last-applied state, the running-job markers and the
+/// jobs once, whether it stores a new plan or finds the current one unchanged; judging the
+/// plan's basis and starting it reuse those reads.
+#[tokio::test]
+async fn a_reconcile_pass_reads_the_applied_state_and_the_jobs_once() {
+    use crate::store::Table;
+    let counting = Arc::new(ConflictingStore::new(0));
+    let store: Arc<dyn Store> = counting.clone();
+    let a = approving(store.clone(), &["alice@x", "bob@x"]);
+    let shared = &a.api.shared;
+    let once = |what: &str| {
+        for (table, prefix) in [
+            (Table::Desired, "cluster/"),
+            (Table::Desired, "pool/"),
+            (Table::Jobs, "active/"),
+            (Table::Jobs, "job/"),
+        ] {
+            assert_eq!(
+                counting.scans(table, prefix),
+                1,
+                "{what}: scans of {} `{prefix}`",
+                table.name()
+            );
+        }
+    };
+    // The current plan, unchanged.
+    counting.reset_scans();
+    let state = crate::server::reconcile::reconcile(shared, &[], jiff::Timestamp::now()).unwrap();
+    assert_eq!(state.plan.as_ref().map(|p| p.id), Some(a.plan));
+    once("an unchanged plan");
+    // A new observation: a new plan is computed and stored.
+    let mut newer = home();
+    newer.generation += 1;
+    store
+        .commit(Txn::new().put_record(cluster_key("home"), &newer))
+        .unwrap();
+    counting.reset_scans();
+    let state = crate::server::reconcile::reconcile(shared, &[], jiff::Timestamp::now()).unwrap();
+    assert_ne!(state.plan.as_ref().map(|p| p.id), Some(a.plan));
+    once("a new plan");
 }
 
 fn home() -> ObservedCluster {
@@ -236,10 +303,7 @@ impl Approving {
 /// never answered "approved" and lost.
 #[tokio::test]
 async fn an_api_approval_that_meets_a_store_conflict_is_retried_not_lost() {
-    let store = Arc::new(ConflictingStore {
-        inner: crate::store::mem::MemStore::new(),
-        conflicts: 2.into(),
-    });
+    let store = Arc::new(ConflictingStore::new(2));
     let a = approving(store, &["alice@x"]);
     let r = a.submit(0).await.unwrap();
     assert!(r.outcome.starts_with("approved plan"), "{r:?}");

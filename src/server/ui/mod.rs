@@ -37,8 +37,8 @@ use tokio::io::AsyncBufReadExt as _;
 
 use super::Shared;
 use super::auth::TokenAuth;
-use super::secrets::Secret;
 use super::tls::ServerIdentity;
+use crate::secret::Secret;
 pub use session::{SESSION_COOKIE, SESSION_TTL};
 
 /// The Content-Security-Policy of every response: nothing inline, nothing from elsewhere, no

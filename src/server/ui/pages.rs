@@ -12,6 +12,7 @@ use super::session::View;
 use super::{Ui, charts, to_login};
 use crate::api::pb;
 use crate::api::pb::medea_server::Medea as _;
+use crate::plan::PlanState;
 use crate::plan::render::APPROVAL_NAMESPACE;
 use crate::rollout::journal::{Entry, JournalEntry};
 use crate::rollout::sequencer::{Job, JobState, KubeTasks, StepKind, StepState, TaskState};
@@ -323,7 +324,7 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     dt { "approvals" } dd #approvals { (p.approvals.len()) " of " (p.approvals_required) " required" }
                     dt { "why" } dd #approvals-reason { (p.approvals_reason) }
                 }
-                @if p.state == "pending" {
+                @if PlanState::from_wire(&p.state) == Some(PlanState::Pending) {
                     h2 { "Approve" }
                     p { "Over the API, with your key:" }
                     pre.cmd { code #approve-cmd { "medea approve " (p.id) " --key ~/.ssh/id_ed25519" } }

@@ -1,6 +1,9 @@
 //! The string selectors of list and watch requests: `labelSelector=app=web,tier in (a,b)` and
 //! `fieldSelector=spec.nodeName=w1`, with the apiserver's grammar and its per-resource
-//! whitelist of selectable fields.
+//! whitelist of selectable fields; and the structured `LabelSelector` of a
+//! PodDisruptionBudget, converted as apimachinery's `LabelSelectorAsSelector` does
+//! ([`selects`]). The simulator's own: medea's client matches selectors in `k8s::selector`,
+//! and a mistake there must not be copied into the simulator that tests it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -122,8 +125,43 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// A structured selector (`metav1.LabelSelector`, as a PodDisruptionBudget carries it) as
+    /// apimachinery's `LabelSelectorAsSelector` (`pkg/apis/meta/v1/helpers.go`) converts it:
+    /// a missing selector is `labels.Nothing()` (`None` here); an empty one selects
+    /// everything; `matchLabels` become `=` requirements and `matchExpressions` `in`,
+    /// `notin`, exists and `!`, ANDed. A requirement `labels.NewRequirement` refuses (an
+    /// unknown operator, `In`/`NotIn` without values, `Exists`/`DoesNotExist` with values, an
+    /// invalid key or value) makes the conversion fail: `None`, which every caller (the
+    /// disruption controller, the eviction subresource) treats as selecting nothing.
+    pub fn from_structured(
+        selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    ) -> Option<LabelSelector> {
+        let selector = selector?;
+        let mut reqs = Vec::new();
+        for (k, v) in selector.match_labels.iter().flatten() {
+            if !valid_key(k) || !valid_value(v) {
+                return None;
+            }
+            reqs.push(LabelReq::Eq(k.clone(), v.clone()));
+        }
+        for expr in selector.match_expressions.iter().flatten() {
+            let values = expr.values.clone().unwrap_or_default();
+            if !valid_key(&expr.key) || !values.iter().all(|v| valid_value(v)) {
+                return None;
+            }
+            let key = expr.key.clone();
+            reqs.push(match expr.operator.as_str() {
+                "In" if !values.is_empty() => LabelReq::In(key, values),
+                "NotIn" if !values.is_empty() => LabelReq::NotIn(key, values),
+                "Exists" if values.is_empty() => LabelReq::Exists(key),
+                "DoesNotExist" if values.is_empty() => LabelReq::NotExists(key),
+                _ => return None,
+            });
+        }
+        Some(LabelSelector(reqs))
+    }
+
     /// Match against a label map (the reference [`Self::matches_object`] must equal).
-    #[cfg(test)]
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|req| match req {
             LabelReq::Eq(k, v) => labels.get(k) == Some(v),
@@ -153,6 +191,16 @@ impl LabelSelector {
             LabelReq::NotExists(k) => get(k).is_none(),
         })
     }
+}
+
+/// Whether the structured `selector` selects an object with `labels`: converted as
+/// [`LabelSelector::from_structured`] (a missing or invalid selector selects nothing, an
+/// empty one everything), then matched.
+pub(crate) fn selects(
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    LabelSelector::from_structured(selector).is_some_and(|s| s.matches(labels))
 }
 
 /// `metadata.labels` of a JSON object.
@@ -282,6 +330,79 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// apimachinery `LabelSelectorAsSelector`: nil selects nothing, `{}` everything,
+    /// `matchLabels` and `matchExpressions` ANDed, and a requirement `NewRequirement` refuses
+    /// makes the whole selector select nothing.
+    #[test]
+    fn structured_selectors_convert_as_label_selector_as_selector() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            LabelSelector as Structured, LabelSelectorRequirement as Req,
+        };
+        let req = |key: &str, op: &str, values: Option<&[&str]>| Req {
+            key: key.into(),
+            operator: op.into(),
+            values: values.map(|v| v.iter().map(|s| s.to_string()).collect()),
+        };
+        let web = labels(&[("app", "web"), ("tier", "edge")]);
+        assert!(!selects(None, &web));
+        assert!(selects(Some(&Structured::default()), &web));
+        assert!(selects(Some(&Structured::default()), &labels(&[])));
+        let sel = Structured {
+            match_labels: Some([("app".to_string(), "web".to_string())].into()),
+            match_expressions: Some(vec![
+                req("tier", "In", Some(&["front", "edge"])),
+                req("canary", "DoesNotExist", None),
+                req("zone", "NotIn", Some(&["b"])),
+            ]),
+        };
+        assert!(selects(Some(&sel), &web));
+        assert!(!selects(
+            Some(&sel),
+            &labels(&[("app", "web"), ("tier", "back")])
+        ));
+        assert!(!selects(
+            Some(&sel),
+            &labels(&[("app", "web"), ("tier", "edge"), ("canary", "1")])
+        ));
+        assert!(!selects(
+            Some(&sel),
+            &labels(&[("app", "web"), ("tier", "edge"), ("zone", "b")])
+        ));
+        assert!(!selects(Some(&sel), &labels(&[("tier", "edge")])));
+        let exists = Structured {
+            match_expressions: Some(vec![req("app", "Exists", Some(&[]))]),
+            ..Default::default()
+        };
+        assert!(selects(Some(&exists), &web));
+        assert!(!selects(Some(&exists), &labels(&[("tier", "edge")])));
+        // Refused by NewRequirement or the operator switch: nothing is selected.
+        for bad in [
+            req("app", "Gt", Some(&["1"])),
+            req("app", "In", Some(&[])),
+            req("app", "NotIn", None),
+            req("app", "Exists", Some(&["web"])),
+            req("app", "DoesNotExist", Some(&["web"])),
+            req("", "Exists", None),
+            req("app", "In", Some(&["not valid"])),
+        ] {
+            let sel = Structured {
+                match_expressions: Some(vec![bad.clone()]),
+                ..Default::default()
+            };
+            assert!(
+                LabelSelector::from_structured(Some(&sel)).is_none(),
+                "{bad:?}"
+            );
+            assert!(!selects(Some(&sel), &web), "{bad:?}");
+            assert!(!selects(Some(&sel), &labels(&[])), "{bad:?}");
+        }
+        let bad_value = Structured {
+            match_labels: Some([("app".to_string(), "a b".to_string())].into()),
+            ..Default::default()
+        };
+        assert!(!selects(Some(&bad_value), &labels(&[("app", "a b")])));
     }
 
     #[test]

@@ -120,7 +120,7 @@ pub fn needs_reboot(old: &ConfigFacts, new: &ConfigFacts) -> bool {
 
 /// The version in an image tag (`ghcr.io/siderolabs/kubelet:v1.34.1` → `v1.34.1`), if any.
 pub fn tag_version(image: &str) -> Option<String> {
-    crate::talos::types::image_tag(image).map(str::to_string)
+    crate::sim::reference::tag_of(image).map(str::to_string)
 }
 
 /// Inputs of a generated node config.

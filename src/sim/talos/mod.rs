@@ -38,9 +38,9 @@ pub use scenario::{
 use self::fault::ArmedFault;
 use self::model::{RebootTicket, TalosSide};
 use self::server::{Api, Shared};
+use crate::secret::Secret;
 use crate::sim::node::{NodeFacts, NodeSource};
 use crate::sim::pki::{PkiError, SimPki, write_secret_file};
-use crate::talos::Secret;
 use crate::talos::client::with_limits;
 use crate::talos::proto::cluster::cluster_service_server::ClusterServiceServer;
 use crate::talos::proto::cosi::resource::state_server::StateServer;

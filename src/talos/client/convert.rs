@@ -86,8 +86,8 @@ pub(super) fn cosi_resource(r: cosi::Resource) -> CosiResource {
         id: md.id,
         version: md.version,
         phase: md.phase,
-        proto_spec: crate::talos::Secret::new(spec.proto_spec),
-        yaml_spec: crate::talos::Secret::new(spec.yaml_spec),
+        proto_spec: crate::secret::Secret::new(spec.proto_spec),
+        yaml_spec: crate::secret::Secret::new(spec.yaml_spec),
     }
 }
 

@@ -135,7 +135,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
         drain_timeout: Duration::from_secs(600),
         health_timeout: Duration::from_secs(900),
         upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
-        drain: medea::plan::DrainPolicy::from(&medea::desired::model::DrainSettings::default()),
+        drain: medea::desired::model::DrainPolicy::default(),
         waves: waves
             .iter()
             .map(|w| {

@@ -198,7 +198,7 @@ impl Sim {
             drain_timeout: Duration::from_secs(timeouts.0),
             health_timeout: Duration::from_secs(timeouts.1),
             upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
-            drain: medea::plan::DrainPolicy::from(&medea::desired::model::DrainSettings::default()),
+            drain: medea::desired::model::DrainPolicy::default(),
             waves: waves
                 .iter()
                 .map(|w| {

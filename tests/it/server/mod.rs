@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use medea::desired::Source;
 use medea::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
-use medea::server::secrets::Secret;
+use medea::secret::Secret;
 use medea::server::{ServerConfig, run};
 use medea::store::fjall::FjallStore;
 use medea::store::{Store, Txn};

@@ -9,8 +9,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{KubeSide, controller_of, from_value, is_terminating, phase, pod_ready};
-use crate::k8s::selector::selects;
 use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS};
+use crate::sim::kube::selector::{LabelSelector, selects};
 use crate::sim::kube::status::ApiError;
 
 /// The numbers a PodDisruptionBudget decides with (the disruption controller's status).
@@ -37,14 +37,14 @@ impl KubeSide {
     /// The disruption controller's arithmetic for one PDB.
     pub fn pdb_calc(&self, pdb: &PodDisruptionBudget, ns: &str) -> PdbCalc {
         let spec = pdb.spec.clone().unwrap_or_default();
+        let selector = LabelSelector::from_structured(spec.selector.as_ref());
         let pods: Vec<Value> = self
             .store
             .list(&PODS, Some(ns))
             .filter(|p| {
-                selects(
-                    spec.selector.as_ref(),
-                    &crate::sim::kube::selector::labels_of(p),
-                )
+                selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(&crate::sim::kube::selector::labels_of(p)))
             })
             .cloned()
             .collect();

@@ -48,10 +48,10 @@ use super::{
     KubeSide, NodeView, controller_of, from_value, is_mirror, is_terminating, node_name, phase,
     pod_ready,
 };
-use crate::k8s::selector::selects;
 use crate::sim::kube::resources::{
     DAEMONSETS, DEPLOYMENTS, NODES, PDBS, PODS, REPLICASETS, ResKey,
 };
+use crate::sim::kube::selector::LabelSelector;
 use crate::sim::kube::store::{Event, EventType, Store, name_of, ns_of, uid_of};
 
 /// Each DaemonSet's template hash and generation.
@@ -1099,15 +1099,17 @@ impl KubeSide {
                             })
                         })
                         || {
-                            let selector = from_value::<PodDisruptionBudget>(&pdb_value)
-                                .and_then(|p| p.spec)
-                                .and_then(|s| s.selector);
-                            pods.iter().any(|p| {
-                                ns_of(p) == ns
-                                    && selects(
-                                        selector.as_ref(),
-                                        &crate::sim::kube::selector::labels_of(p),
-                                    )
+                            let selector = LabelSelector::from_structured(
+                                from_value::<PodDisruptionBudget>(&pdb_value)
+                                    .and_then(|p| p.spec)
+                                    .and_then(|s| s.selector)
+                                    .as_ref(),
+                            );
+                            selector.is_some_and(|s| {
+                                pods.iter().any(|p| {
+                                    ns_of(p) == ns
+                                        && s.matches(&crate::sim::kube::selector::labels_of(p))
+                                })
                             })
                         }
                 }
@@ -1128,15 +1130,18 @@ impl KubeSide {
     /// and, for a ReplicaSet, the Deployment that owns it.
     fn pdb_controllers(&self, pdb_value: &Value) -> BTreeSet<(String, String)> {
         let ns = ns_of(pdb_value);
-        let selector = from_value::<PodDisruptionBudget>(pdb_value)
-            .and_then(|p| p.spec)
-            .and_then(|s| s.selector);
+        let selector = LabelSelector::from_structured(
+            from_value::<PodDisruptionBudget>(pdb_value)
+                .and_then(|p| p.spec)
+                .and_then(|s| s.selector)
+                .as_ref(),
+        );
         let mut deps = BTreeSet::new();
-        for p in self
-            .store
-            .list(&PODS, Some(ns))
-            .filter(|p| selects(selector.as_ref(), &crate::sim::kube::selector::labels_of(p)))
-        {
+        for p in self.store.list(&PODS, Some(ns)).filter(|p| {
+            selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&crate::sim::kube::selector::labels_of(p)))
+        }) {
             if let Some((kind, name, _)) = controller_of(p) {
                 if kind == "ReplicaSet"
                     && let Some(rs) = self.store.get(&REPLICASETS, ns, &name)

@@ -617,7 +617,7 @@ impl KubeSide {
             .iter()
             .filter(|n| Some(n.name.as_str()) == serving)
             .find_map(|n| n.static_pod_images.get("kube-apiserver"))
-            .and_then(|img| crate::image::tag_of(img).map(str::to_string));
+            .and_then(|img| crate::sim::reference::tag_of(img).map(str::to_string));
         own.unwrap_or_else(|| self.version_of(&control_planes))
     }
 
@@ -627,7 +627,7 @@ impl KubeSide {
         control_planes
             .iter()
             .find_map(|n| n.static_pod_images.get("kube-apiserver"))
-            .and_then(|img| crate::image::tag_of(img).map(str::to_string))
+            .and_then(|img| crate::sim::reference::tag_of(img).map(str::to_string))
             .or_else(|| {
                 self.source
                     .nodes()

@@ -56,7 +56,7 @@ impl LifecycleService for Api {
             return Ok(stream_of(items));
         }
         let target =
-            crate::talos::types::image_tag(&image).and_then(|t| TalosVersion::parse(t).ok());
+            crate::sim::reference::tag_of(&image).and_then(|t| TalosVersion::parse(t).ok());
         match target {
             None => {
                 items.push(msg(format!(

@@ -338,7 +338,7 @@ impl MachineService for Api {
                 "failed to run installer: {message}"
             )));
         }
-        let target = crate::talos::types::image_tag(&r.image)
+        let target = crate::sim::reference::tag_of(&r.image)
             .and_then(|t| TalosVersion::parse(t).ok())
             .ok_or_else(|| {
                 Status::invalid_argument(format!(
