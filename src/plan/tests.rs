@@ -1457,6 +1457,7 @@ fn past_pending_a_rendered_plan_says_its_state_and_offers_no_approval() {
             evidence: vec![],
             help: String::new(),
             acknowledged: false,
+            until: None,
         });
     let cannot = format!(
         "{head}. It cannot be approved: 1 blocking preflight finding (see `preflight:` above); fix it and replan, or acknowledge it under `spec.preflight.acknowledge`"
