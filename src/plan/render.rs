@@ -554,8 +554,8 @@ pub fn bar_reason(plan: &Plan) -> String {
 fn bar_rule(plan: &Plan) -> (String, &'static str) {
     let changed = |c: &ClusterPlan| {
         c.notes.iter().any(|n| {
-            n.starts_with("this plan changes the approvals setting")
-                || n.starts_with("this plan changes where health data")
+            n.starts_with(super::compute::APPROVALS_CHANGE_NOTE)
+                || n.starts_with(super::compute::SOURCES_CHANGE_NOTE)
         })
     };
     let names = |pick: &dyn Fn(&ClusterPlan) -> bool| -> String {

@@ -526,7 +526,7 @@ fn approval_bar(
     let mut needs = required_quorum(&in_force, change, scope);
     if change != BarChange::Keeps {
         plan.notes.push(format!(
-            "this plan changes the approvals setting: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
+            "{APPROVALS_CHANGE_NOTE}: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
             in_force.required, in_force.control_plane
         ));
     }
@@ -545,7 +545,7 @@ fn approval_bar(
     if !moved.is_empty() {
         needs = needs.max(in_force.highest());
         plan.notes.push(format!(
-            "this plan changes where health data and credentials go ({}): it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
+            "{SOURCES_CHANGE_NOTE} ({}): it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
             if moved.contains(&RESOURCE_FIELD) {
                 "the new cluster's health sources".to_string()
             } else {
@@ -629,6 +629,12 @@ mod erased {
 }
 
 /// A cluster's approvals setting as the quorum rule sees it.
+/// How the note of a plan that changes a cluster's approvals setting begins (the highest bar
+/// in force applies; `render::bar_reason` names it).
+pub const APPROVALS_CHANGE_NOTE: &str = "this plan changes the approvals setting";
+/// How the note of a plan that moves where health data and credentials go begins.
+pub const SOURCES_CHANGE_NOTE: &str = "this plan changes where health data and credentials go";
+
 /// The note of a plan whose control-plane bar comes from settings of a control-plane pool
 /// (no control-plane step).
 pub const CP_SETTINGS_NOTE: &str = "settings of a control-plane pool act on control-plane nodes: the control-plane approval bar applies";
