@@ -11,7 +11,25 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry};
+
+/// The prefix of every family's name.
+const PREFIX: &str = "medea";
+
+/// The registry and the name and type of every family registered in it (prometheus-client
+/// prints no `# TYPE` line for a family without samples, and has no iterator).
+struct Registering {
+    registry: Registry,
+    families: Vec<(String, MetricType)>,
+}
+
+impl Registering {
+    fn register<M: Metric + TypedMetric>(&mut self, name: &str, help: &str, metric: M) {
+        self.families.push((format!("{PREFIX}_{name}"), M::TYPE));
+        self.registry.register(name, help, metric);
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -51,8 +69,49 @@ pub struct GateNameLabels {
     pub gate: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub cluster: String,
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HaltLabels {
+    pub cluster: String,
+    /// The halt reason's stable code (`drain_timeout`, `gate_failed`, …).
+    pub code: String,
+}
+
+/// Per-cluster rollout state, set from the store's jobs on every rescan (`set_rollouts`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RolloutGauges {
+    /// Running jobs: cluster → start (Unix seconds).
+    pub started: Vec<(String, i64)>,
+    /// Running jobs' machine upgrades (one per machine and Talos hop): (cluster, pool) → (done, total).
+    pub nodes: Vec<((String, String), (i64, i64))>,
+    /// Each cluster whose newest job halted (1) or not (0).
+    pub halted: Vec<(String, i64)>,
+}
+
 pub struct Metrics {
     pub registry: Registry,
+    /// Every family's full name and type, whether or not it has samples yet.
+    pub families: Vec<(String, MetricType)>,
+    pub job_started: Family<ClusterLabels, Gauge>,
+    pub job_nodes_done: Family<PoolLabels, Gauge>,
+    pub job_nodes_total: Family<PoolLabels, Gauge>,
+    pub cluster_halted: Family<ClusterLabels, Gauge>,
+    pub halts: Family<HaltLabels, Counter>,
+    pub plan_has_changes: Gauge,
+    pub plan_approvals_missing: Gauge,
+    pub reconcile_seconds: Histogram,
+    pub refresh_failures: Counter,
+    pub last_refresh: Gauge,
     pub plans_computed: Counter,
     pub validation_failures: Counter,
     pub approvals: Family<OutcomeLabels, Counter>,
@@ -74,7 +133,10 @@ fn seconds_histogram() -> Histogram {
 
 impl Metrics {
     fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("medea");
+        let mut registry = Registering {
+            registry: Registry::with_prefix(PREFIX),
+            families: Vec::new(),
+        };
         let plans_computed = Counter::default();
         registry.register(
             "plans_computed",
@@ -147,8 +209,79 @@ impl Metrics {
             "1 while the allowed signers file cannot be reloaded (the last good file stays in force)",
             allowed_signers_reload_failed.clone(),
         );
+        let job_started = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "rollout_job_started_timestamp_seconds",
+            "Start of each cluster's running rollout job (Unix seconds); absent when none runs",
+            job_started.clone(),
+        );
+        let job_nodes_done = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "rollout_job_nodes_done",
+            "Machine upgrades (a machine in one Talos hop) of the running job that are done, per pool",
+            job_nodes_done.clone(),
+        );
+        let job_nodes_total = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "rollout_job_nodes",
+            "Machine upgrades (a machine in one Talos hop) of the running job, per pool",
+            job_nodes_total.clone(),
+        );
+        let cluster_halted = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "rollout_cluster_halted",
+            "1 while a cluster's newest rollout job is halted (it never continues by itself)",
+            cluster_halted.clone(),
+        );
+        let halts = Family::<HaltLabels, Counter>::default();
+        registry.register(
+            "rollout_halts",
+            "Rollout jobs that halted, by cluster and reason code",
+            halts.clone(),
+        );
+        let plan_has_changes = Gauge::default();
+        registry.register(
+            "plan_has_changes",
+            "1 while the current plan has changes (something waits for approval or runs)",
+            plan_has_changes.clone(),
+        );
+        let plan_approvals_missing = Gauge::default();
+        registry.register(
+            "plan_approvals_missing",
+            "Approvals the current plan still needs (0 when approved or nothing to approve)",
+            plan_approvals_missing.clone(),
+        );
+        let reconcile_seconds = seconds_histogram();
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time of one reconcile pass (plan, approvals, job start)",
+            reconcile_seconds.clone(),
+        );
+        let refresh_failures = Counter::default();
+        registry.register(
+            "inventory_refresh_failures",
+            "Inventory refresh passes that failed",
+            refresh_failures.clone(),
+        );
+        let last_refresh = Gauge::default();
+        registry.register(
+            "inventory_last_refresh_timestamp_seconds",
+            "End of the last successful inventory refresh (Unix seconds)",
+            last_refresh.clone(),
+        );
         Metrics {
-            registry,
+            registry: registry.registry,
+            families: registry.families,
+            job_started,
+            job_nodes_done,
+            job_nodes_total,
+            cluster_halted,
+            halts,
+            plan_has_changes,
+            plan_approvals_missing,
+            reconcile_seconds,
+            refresh_failures,
+            last_refresh,
             allowed_signers_reload_failed,
             plans_computed,
             validation_failures,
@@ -242,6 +375,82 @@ pub fn set_jobs(state: &str, n: i64) {
             state: state.into(),
         })
         .set(n);
+}
+
+/// The per-cluster rollout gauges, replaced as a whole (a cluster whose job ended loses its
+/// series).
+pub fn set_rollouts(g: &RolloutGauges) {
+    let m = global();
+    m.job_started.clear();
+    m.job_nodes_done.clear();
+    m.job_nodes_total.clear();
+    for (cluster, at) in &g.started {
+        m.job_started
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.clone(),
+            })
+            .set(*at);
+    }
+    for ((cluster, pool), (done, total)) in &g.nodes {
+        let l = PoolLabels {
+            cluster: cluster.clone(),
+            pool: pool.clone(),
+        };
+        m.job_nodes_done.get_or_create(&l).set(*done);
+        m.job_nodes_total.get_or_create(&l).set(*total);
+    }
+    for (cluster, halted) in &g.halted {
+        m.cluster_halted
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.clone(),
+            })
+            .set(*halted);
+    }
+}
+
+/// A rollout job halted.
+pub fn halted(cluster: &str, code: &str) {
+    global()
+        .halts
+        .get_or_create(&HaltLabels {
+            cluster: cluster.into(),
+            code: code.into(),
+        })
+        .inc();
+}
+
+/// The current plan after a reconcile pass of `d`.
+pub fn plan_pass(d: Duration, has_changes: bool, approvals_missing: u32) {
+    let m = global();
+    m.reconcile_seconds.observe(d.as_secs_f64());
+    m.plan_has_changes.set(i64::from(has_changes));
+    m.plan_approvals_missing.set(i64::from(approvals_missing));
+}
+
+/// An inventory refresh pass ended (`ok`: without error) at `now`.
+pub fn refresh_pass(ok: bool, now: jiff::Timestamp) {
+    let m = global();
+    if ok {
+        m.last_refresh.set(now.as_second());
+    } else {
+        m.refresh_failures.inc();
+    }
+}
+
+/// The name of every sample medea can export: each family with the suffixes its type gives
+/// (`_total` for counters, `_bucket`/`_sum`/`_count` for histograms, `_created` for both).
+/// What deploy/'s dashboard and alert rules may name.
+pub fn sample_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for (name, kind) in &global().families {
+        let suffixes: &[&str] = match kind {
+            MetricType::Counter => &["_total", "_created"],
+            MetricType::Histogram => &["_bucket", "_sum", "_count", "_created"],
+            _ => &[""],
+        };
+        names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+    }
+    names
 }
 
 /// The OpenMetrics exposition of every metric.

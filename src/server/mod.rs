@@ -332,10 +332,13 @@ async fn refresh_loop(shared: Arc<Shared>, interval: std::time::Duration) {
             .await
             {
                 Ok(report) => {
-                    shared.set_last_refresh(jiff::Timestamp::now());
+                    let now = jiff::Timestamp::now();
+                    shared.set_last_refresh(now);
+                    crate::metrics::refresh_pass(true, now);
                     report.changed()
                 }
                 Err(e) => {
+                    crate::metrics::refresh_pass(false, jiff::Timestamp::now());
                     // The plan then uses what is known: better than a plan held back forever.
                     tracing::warn!(error = %crate::error_chain(&e), "inventory refresh failed; retrying at the next interval");
                     false
@@ -384,12 +387,14 @@ async fn reconcile_loop(shared: Arc<Shared>) {
     let mut changes = shared.subscribe_changes();
     loop {
         let s = shared.clone();
+        let began = std::time::Instant::now();
         let result = tokio::task::spawn_blocking(move || {
             reconcile::reconcile(&s, &[], jiff::Timestamp::now())
         })
         .await;
         match result {
             Ok(Ok(state)) => {
+                state.record_metrics(began.elapsed());
                 // Applied settings or new jobs change the basis: replan at once.
                 let started = !state.started.is_empty() || state.applied;
                 shared.set_last_pass(state);

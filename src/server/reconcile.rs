@@ -50,6 +50,19 @@ pub struct PassResult {
     pub applied: bool,
 }
 
+impl PassResult {
+    /// The pass's duration and the current plan's state as metrics (what deploy/'s
+    /// dashboard shows and its alert rules read).
+    pub fn record_metrics(&self, took: std::time::Duration) {
+        let has_changes = self.plan.as_ref().is_some_and(Plan::has_changes) && !self.consumed;
+        let missing = match &self.quorum {
+            Some(q) if has_changes => q.required.saturating_sub(q.count()),
+            _ => 0,
+        };
+        crate::metrics::plan_pass(took, has_changes, missing);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error("store error during reconcile")]

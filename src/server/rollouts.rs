@@ -543,6 +543,51 @@ fn set_job_gauges(all: &[Job]) {
     for (name, n) in job_counts(all) {
         crate::metrics::set_jobs(name, n);
     }
+    crate::metrics::set_rollouts(&rollout_gauges(all));
+}
+
+/// Per cluster: the running job's start and machines done per pool, and whether the newest
+/// job halted (what deploy/'s dashboard and alert rules read).
+fn rollout_gauges(all: &[Job]) -> crate::metrics::RolloutGauges {
+    use crate::rollout::sequencer::StepKind;
+    let mut g = crate::metrics::RolloutGauges::default();
+    let mut newest: BTreeMap<&str, &Job> = BTreeMap::new();
+    for j in all {
+        let e = newest.entry(j.cluster.as_str()).or_insert(j);
+        if j.created_at > e.created_at {
+            *e = j;
+        }
+        if j.state != JobState::Running {
+            continue;
+        }
+        g.started
+            .push((j.cluster.clone(), j.created_at.as_second()));
+        let mut pools: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for step in &j.steps {
+            if let StepKind::Talos(t) = &step.kind {
+                let e = pools.entry(t.rollout.pool.clone()).or_default();
+                for n in &t.nodes {
+                    e.1 += 1;
+                    e.0 += i64::from(n.phase.finished());
+                }
+            }
+        }
+        g.nodes.extend(
+            pools
+                .into_iter()
+                .map(|(pool, c)| ((j.cluster.clone(), pool), c)),
+        );
+    }
+    g.halted = newest
+        .into_iter()
+        .map(|(c, j)| {
+            (
+                c.to_string(),
+                i64::from(matches!(j.state, JobState::Halted { .. })),
+            )
+        })
+        .collect();
+    g
 }
 
 fn job_counts(all: &[Job]) -> [(&'static str, i64); 3] {
@@ -714,6 +759,7 @@ fn report(shared: &Shared, job: &Job, outcome: &RunOutcome) {
     };
     match outcome {
         RunOutcome::Halted { reason, step, node } => {
+            crate::metrics::halted(&job.cluster, reason.code().as_str());
             tracing::info!(job = %job.id, cluster = %job.cluster, outcome = "halted", halt_code = reason.code().as_str(), reason = %reason, step = step.map(|s| s + 1), node = node.as_deref().unwrap_or(""), "job finished")
         }
         _ => {

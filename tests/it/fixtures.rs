@@ -17,7 +17,7 @@ fn package_of(bin: &str) -> &'static str {
         "git" => "git",
         "chromium" => "chromium",
         "chromedriver" => "chromium-driver",
-        "prometheus" => "prometheus",
+        "prometheus" | "promtool" => "prometheus",
         "prometheus-alertmanager" => "prometheus-alertmanager",
         other => panic!("no Debian package known for the test tool `{other}`"),
     }

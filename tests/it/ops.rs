@@ -186,11 +186,30 @@ fn metrics_move_while_a_simulated_rollout_runs() {
     assert!(total(&before, "medea_plans_computed_total", &[]) >= 1.0);
     assert_eq!(total(&before, "medea_leader", &[]), 1.0);
     assert!(total(&before, "medea_desired_reload_duration_seconds_count", &[]) >= 1.0);
+    // The plan waits for its approvals (a control-plane change: two people).
+    assert_eq!(total(&before, "medea_plan_has_changes", &[]), 1.0);
+    assert_eq!(total(&before, "medea_plan_approvals_missing", &[]), 2.0);
+    assert!(total(&before, "medea_reconcile_duration_seconds_count", &[]) >= 1.0);
+    assert_eq!(total(&before, "medea_rollout_cluster_halted", &[]), 0.0);
+    wait(
+        "an inventory refresh to be recorded",
+        Duration::from_secs(60),
+        || {
+            total(
+                &scrape(&run.metrics),
+                "medea_inventory_last_refresh_timestamp_seconds",
+                &[],
+            ) > 1.7e9
+        },
+    );
     let id = run.approve();
 
     // Scrape while the job runs, until it succeeded.
     let mut running_counts = Vec::new();
     let mut running_gauge_seen = false;
+    // Per pool: the machines of the running job and the most seen done.
+    let mut nodes_seen: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut started_seen = false;
     // examples/home: two Talos hops per node (v1.13.10, v1.14.6), then Kubernetes
     let deadline = Instant::now() + Duration::from_secs(150);
     loop {
@@ -208,6 +227,20 @@ fn metrics_move_while_a_simulated_rollout_runs() {
                 running_counts.push(count);
                 running_gauge_seen |=
                     total(&samples, "medea_rollout_jobs", &[("state", "running")]) == 1.0;
+                started_seen |= total(
+                    &samples,
+                    "medea_rollout_job_started_timestamp_seconds",
+                    &[("cluster", "home")],
+                ) > 1.7e9;
+                for pool in ["controlplane", "workers"] {
+                    let with = [("cluster", "home"), ("pool", pool)];
+                    let all = total(&samples, "medea_rollout_job_nodes", &with);
+                    let done = total(&samples, "medea_rollout_job_nodes_done", &with);
+                    assert!(done <= all, "{pool}: {done} of {all}");
+                    let e = nodes_seen.entry(pool.to_string()).or_default();
+                    e.0 = e.0.max(all);
+                    e.1 = e.1.max(done);
+                }
             }
         }
         assert!(
@@ -233,6 +266,16 @@ fn metrics_move_while_a_simulated_rollout_runs() {
         running_gauge_seen,
         "medea_rollout_jobs{{state=\"running\"}} was 1 while the job ran"
     );
+    assert!(
+        started_seen,
+        "medea_rollout_job_started_timestamp_seconds{{cluster=\"home\"}} while the job ran"
+    );
+    // Two Talos hops: each lists the pool's three machines, so six machine upgrades a pool.
+    for pool in ["controlplane", "workers"] {
+        let (all, done) = nodes_seen.get(pool).copied().unwrap_or_default();
+        assert_eq!(all, 6.0, "{pool}: {nodes_seen:?}");
+        assert!(done >= 1.0, "{pool}: machines done moved: {nodes_seen:?}");
+    }
     let job = run.job();
     assert_eq!(job["planId"], id.as_str(), "{job}");
 
@@ -299,6 +342,31 @@ fn metrics_move_while_a_simulated_rollout_runs() {
     );
     assert!(total(&end, "medea_plans_computed_total", &[]) >= 1.0);
     assert!(total(&end, "medea_approvals_total", &[("outcome", "approved")]) >= 2.0);
+    // No running job: its series are gone; the cluster did not halt.
+    for name in [
+        "medea_rollout_job_started_timestamp_seconds",
+        "medea_rollout_job_nodes",
+    ] {
+        assert!(
+            !end.iter().any(|s| s.name == name),
+            "{name} after the job: {:?}",
+            end.iter().filter(|s| s.name == name).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        total(&end, "medea_rollout_cluster_halted", &[("cluster", "home")]),
+        0.0
+    );
+    assert_eq!(total(&end, "medea_rollout_halts_total", &[]), 0.0);
+    wait(
+        "the plan after the job to have no changes",
+        Duration::from_secs(60),
+        || {
+            let now = scrape(&run.metrics);
+            total(&now, "medea_plan_has_changes", &[]) == 0.0
+                && total(&now, "medea_plan_approvals_missing", &[]) == 0.0
+        },
+    );
     for (api, method) in [
         ("talos", "LegacyUpgrade"),
         ("talos", "Version"),
@@ -458,6 +526,27 @@ fn webhooks_announce_a_halted_rollout_in_order_after_a_retry() {
         assert_ne!(job["state"], "succeeded", "{job}");
         job["state"] == "halted"
     });
+    // The halt in the metrics the alert rules read (deploy/prometheus/medea-rules.yml).
+    wait("the halt in /metrics", Duration::from_secs(20), || {
+        let m = scrape(&run.metrics);
+        total(&m, "medea_rollout_cluster_halted", &[("cluster", "home")]) == 1.0
+            && total(&m, "medea_rollout_halts_total", &[("cluster", "home")]) == 1.0
+    });
+    let m = scrape(&run.metrics);
+    let halts: Vec<&Sample> = m
+        .iter()
+        .filter(|s| s.name == "medea_rollout_halts_total" && s.value > 0.0)
+        .collect();
+    assert_eq!(halts.len(), 1, "{halts:?}");
+    assert!(
+        !halts[0].labels["code"].is_empty(),
+        "the halt's code is a label: {halts:?}"
+    );
+    assert!(
+        !m.iter()
+            .any(|s| s.name == "medea_rollout_job_started_timestamp_seconds"),
+        "a halted job is not running"
+    );
     let halted = |d: &Delivery| d.answered == 200 && d.body["event"] == "rollout.halted";
     wait("the halted notification", Duration::from_secs(20), || {
         got.lock().unwrap().iter().any(halted)
