@@ -586,6 +586,30 @@ mod tests {
         );
     }
 
+    /// Issue #33 item 8: the beta `LeaseCandidate` (introduced 1.33, off by default) is in the
+    /// table with prerelease-lifecycle-gen's defaults, so a 1.39 target is refused while a
+    /// cluster still has its objects, and the warning says what the apiserver says.
+    #[test]
+    fn lease_candidate_v1beta1_is_deprecated_in_1_36_and_gone_in_1_39() {
+        let t = builtin();
+        let lc = lookup(&t, "coordination.k8s.io", "v1beta1", "leasecandidates")
+            .expect("coordination.k8s.io/v1beta1 leasecandidates is in the table");
+        assert_eq!(lc.kind, "LeaseCandidate");
+        assert!(!lc.deprecated_in((1, 35)) && lc.deprecated_in((1, 36)));
+        assert!(lc.served_in((1, 38)) && !lc.served_in((1, 39)));
+        assert_eq!(lc.removed_release(), "1.39");
+        assert_eq!(
+            lc.warning(),
+            "coordination.k8s.io/v1beta1 LeaseCandidate is deprecated in v1.36+, unavailable in v1.39+"
+        );
+        // Beta after KEP-3136: not served unless `--runtime-config` enables it.
+        assert!(
+            !served_by_default((1, 36))
+                .iter()
+                .any(|r| r.resource == "leasecandidates")
+        );
+    }
+
     #[test]
     fn every_row_is_deprecated_before_it_is_removed_and_unique() {
         let t = builtin();
