@@ -11,6 +11,7 @@ pub mod approval;
 pub mod bench;
 pub mod build_info;
 pub mod cli;
+#[warn(missing_docs)]
 pub mod desired;
 pub mod duration;
 pub mod fuzz;

@@ -3,14 +3,19 @@
 
 use super::model::Origin;
 
+/// Why an in-place edit of a desired-state file was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
     #[error(
         "the value at {file}:{line}:{column} is not where the loader saw it; re-run after saving the file"
     )]
+    /// The file changed since it was loaded: the value is no longer at the recorded position.
     Moved {
+        /// Path of the file, relative to the desired-state root.
         file: String,
+        /// 1-based line the value was loaded from.
         line: usize,
+        /// 1-based column the value was loaded from.
         column: usize,
     },
 }

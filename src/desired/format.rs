@@ -11,13 +11,16 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+/// The only `apiVersion` medea reads in desired-state documents.
 pub const API_VERSION: &str = "medea/v1alpha1";
 
 /// The two-field header read first, to pick the concrete kind without losing positions.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Header {
+    /// The document's `apiVersion`, if present.
     #[serde(rename = "apiVersion")]
     pub api_version: Option<Spanned<String>>,
+    /// The document's `kind` (`Cluster` or `NodePool`), if present.
     pub kind: Option<Spanned<String>>,
 }
 
@@ -25,18 +28,25 @@ pub struct Header {
 /// documents referring to it do not report follow-on errors.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Identity {
+    /// The document's `kind`, if readable.
     pub kind: Option<String>,
+    /// The document's `metadata`, if readable.
     pub metadata: Option<IdentityMeta>,
+    /// The document's `spec`, if readable.
     pub spec: Option<IdentitySpec>,
 }
 
+/// The `metadata` part of a lenient identity read.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct IdentityMeta {
+    /// `metadata.name`, if readable.
     pub name: Option<String>,
 }
 
+/// The `spec` part of a lenient identity read.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct IdentitySpec {
+    /// `spec.cluster` of a NodePool, if readable.
     pub cluster: Option<String>,
 }
 
@@ -66,13 +76,17 @@ pub struct ClusterDoc {
     /// Always `Cluster`.
     #[schemars(with = "String")]
     pub kind: Spanned<String>,
+    /// The cluster's name and free-form labels.
     pub metadata: Metadata,
+    /// What the cluster should run and how medea may roll it.
     pub spec: ClusterSpec,
 }
 
+/// The `spec` of a Cluster: target Kubernetes version, rollout defaults, approvals, windows.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
+    /// The Kubernetes version the cluster should run (required).
     pub kubernetes: KubernetesSpec,
     /// Rollout defaults for every pool of this cluster.
     #[serde(default)]
@@ -157,6 +171,7 @@ pub struct RemovedApiSpec {
     pub replacement: Option<Spanned<String>>,
 }
 
+/// The `kubernetes:` block of a Cluster.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesSpec {
@@ -225,6 +240,7 @@ pub struct DrainSpec {
 #[allow(dead_code)]
 pub struct DurationString(String);
 
+/// How many distinct signers must approve a plan before medea executes it.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ApprovalsSpec {
@@ -255,6 +271,7 @@ pub struct WindowSpec {
     pub time_zone: Option<Spanned<String>>,
 }
 
+/// Which version moves a plan may contain (downgrades, versions unknown to the catalog).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct UpgradePolicySpec {
@@ -314,10 +331,13 @@ pub struct NodePoolDoc {
     /// Always `NodePool`.
     #[schemars(with = "String")]
     pub kind: Spanned<String>,
+    /// The pool's name and free-form labels.
     pub metadata: Metadata,
+    /// Which machines form the pool and what they should run.
     pub spec: NodePoolSpec,
 }
 
+/// The `spec` of a NodePool: its cluster, role, machines, Talos version and overrides.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodePoolSpec {
@@ -334,6 +354,7 @@ pub struct NodePoolSpec {
     /// Machines by node label; combined with `machines` (union).
     #[serde(default)]
     pub selector: Option<SelectorSpec>,
+    /// The Talos version and installer image the pool's machines should run (required).
     pub talos: TalosSpec,
     /// Overrides of the cluster's rollout defaults.
     #[serde(default)]
@@ -421,9 +442,13 @@ macro_rules! health_spec {
 /// their spans for diagnostics.
 #[derive(Debug, Clone, Copy)]
 pub struct GateFields<'s> {
+    /// `gates`, as written (none: inherited or default).
     pub gates: &'s Option<Spanned<Vec<GateSpec>>>,
+    /// `soak`, as written (none: inherited or default).
     pub soak: &'s Option<Spanned<String>>,
+    /// `interval`, as written (none: inherited or default).
     pub interval: &'s Option<Spanned<String>>,
+    /// `failureLimit`, as written (none: inherited or default).
     pub failure_limit: &'s Option<Spanned<u32>>,
 }
 
@@ -561,20 +586,28 @@ pub struct WorkloadsGateSpec {
     pub kinds: Option<Vec<Spanned<WorkloadKindSpec>>>,
 }
 
+/// A kind of Kubernetes workload a `workloads` gate checks for readiness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
 pub enum WorkloadKindSpec {
+    /// `apps/v1` Deployments: all desired replicas updated and available.
     Deployment,
+    /// `apps/v1` StatefulSets: all desired replicas updated and ready.
     StatefulSet,
+    /// `apps/v1` DaemonSets: every scheduled pod updated and available.
     DaemonSet,
 }
 
+/// What a node pool's machines are in the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Control-plane nodes (etcd, kube-apiserver); rolled one at a time and with stricter approval.
     Controlplane,
+    /// Worker nodes.
     Worker,
 }
 
+/// Machines chosen by their Kubernetes node labels.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SelectorSpec {
@@ -584,6 +617,7 @@ pub struct SelectorSpec {
     pub match_labels: BTreeMap<String, Spanned<String>>,
 }
 
+/// The `talos:` block of a NodePool.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TalosSpec {

@@ -27,14 +27,21 @@ pub const DEFAULT_FAILURE_LIMIT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthSettings {
+    /// Prometheus source of `query` gates (none: such gates are refused).
     pub prometheus: Option<HealthEndpoint>,
+    /// Alertmanager source of `alerts` gates (none: such gates are refused).
     pub alertmanager: Option<HealthEndpoint>,
+    /// The checks that must all pass; empty: nothing is gated.
     pub gates: Vec<HealthGate>,
+    /// How long the gates must keep passing after the step (default 0).
     #[serde(with = "duration_text")]
     pub soak: Duration,
+    /// How often the gates are evaluated (default 30s).
     #[serde(with = "duration_text")]
     pub interval: Duration,
+    /// Consecutive failed evaluations that fail the gate (default 1).
     pub failure_limit: u32,
+    /// What a failed gate does to the wave that broke it (default: halt).
     pub on_failure: OnFailure,
 }
 
@@ -70,41 +77,60 @@ pub struct HealthEndpoint {
     pub credential: Option<String>,
 }
 
+/// One named health check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthGate {
+    /// The gate's name, unique in its block; shown in plans and halt reasons.
     pub name: String,
+    /// What the gate checks.
     pub check: HealthCheck,
 }
 
+/// What a health gate checks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum HealthCheck {
+    /// A PromQL condition on the Prometheus source.
     Query {
+        /// The PromQL expression; passes iff it returns samples (and every `bool` sample is 1).
         query: String,
     },
+    /// No firing alert on the Alertmanager source matches.
     Alerts {
+        /// Alertmanager label matchers selecting the alerts that fail the gate (all must match).
         matchers: Vec<String>,
+        /// Matchers of alerts that never fail the gate, even when selected.
         ignore: Vec<String>,
     },
+    /// Workloads in the cluster are ready.
     Workloads {
+        /// Namespaces checked; empty: all.
         namespaces: Vec<String>,
+        /// Workload kinds checked.
         kinds: Vec<WorkloadKind>,
     },
 }
 
+/// A kind of Kubernetes workload a `workloads` gate checks for readiness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum WorkloadKind {
+    /// `apps/v1` Deployments.
     Deployment,
+    /// `apps/v1` StatefulSets.
     StatefulSet,
+    /// `apps/v1` DaemonSets.
     DaemonSet,
 }
 
+/// What a failed health gate does to the rollout (`onFailure`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum OnFailure {
+    /// Halt the job before touching another node (default).
     #[default]
     Halt,
+    /// Roll the failing wave's nodes back to their previous Talos version, then halt.
     Rollback,
 }
 
@@ -121,13 +147,18 @@ mod duration_text {
 /// A label matcher's operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MatchOp {
+    /// `=`: the label equals the value.
     Equal,
+    /// `!=`: the label differs from the value.
     NotEqual,
+    /// `=~`: the label matches the anchored regex.
     Regex,
+    /// `!~`: the label does not match the anchored regex.
     NotRegex,
 }
 
 impl MatchOp {
+    /// The operator as written in a matcher, e.g. `=~`.
     pub fn as_str(self) -> &'static str {
         match self {
             MatchOp::Equal => "=",
@@ -143,8 +174,11 @@ impl MatchOp {
 /// matches as the empty string.
 #[derive(Debug, Clone)]
 pub struct Matcher {
+    /// The label name.
     pub name: String,
+    /// How the label is compared.
     pub op: MatchOp,
+    /// The value (unquoted) or regex compared against.
     pub value: String,
     regex: Option<regex::Regex>,
 }
@@ -155,19 +189,35 @@ pub enum MatcherError {
     #[error(
         "`{input}` is not a label matcher: write `name=\"value\"` (operators `=`, `!=`, `=~`, `!~`)"
     )]
-    Syntax { input: String },
+    /// The text is not `name<op>"value"`.
+    Syntax {
+        /// The matcher as written.
+        input: String,
+    },
+    /// The value is not double-quoted.
     #[error("matcher `{input}`: the value must be double-quoted, e.g. `{name}{op}\"{value}\"`")]
     Unquoted {
+        /// The matcher as written.
         input: String,
+        /// The label name found.
         name: String,
+        /// The operator found.
         op: &'static str,
+        /// The value found, to suggest the quoted form.
         value: String,
     },
+    /// The quoted value has a bad escape or no closing quote.
     #[error("matcher `{input}`: the quoted value is malformed (escape `\"` and `\\` with `\\`)")]
-    Quoting { input: String },
+    Quoting {
+        /// The matcher as written.
+        input: String,
+    },
+    /// The `=~`/`!~` value is not a valid regular expression.
     #[error("matcher `{input}`: the regular expression does not compile")]
     Regex {
+        /// The matcher as written.
         input: String,
+        /// The regex compiler's error.
         #[source]
         err: Box<regex::Error>,
     },
@@ -307,12 +357,24 @@ pub enum QueryShape {
 /// Why a query cannot be a gate.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
+    /// PromQL syntax error.
     #[error("the query does not parse: {message}")]
-    Parse { message: String },
+    Parse {
+        /// The PromQL parser's message.
+        message: String,
+    },
+    /// The top-level expression can never fail (e.g. a bare number).
     #[error("the query is not a condition: its top-level expression is {what}")]
-    NotACondition { what: &'static str },
+    NotACondition {
+        /// What the top-level expression is, e.g. `a number literal`.
+        what: &'static str,
+    },
+    /// The expression does not return an instant vector (e.g. a range vector or a string).
     #[error("the query returns a {kind}, not an instant vector")]
-    NotAVector { kind: &'static str },
+    NotAVector {
+        /// The type it returns, e.g. `range vector`.
+        kind: &'static str,
+    },
 }
 
 impl QueryShape {

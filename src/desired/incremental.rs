@@ -216,6 +216,7 @@ pub struct Loader {
 }
 
 impl Loader {
+    /// An empty loader: no cache, stage 1 on the caller's thread.
     pub fn new() -> Loader {
         Loader::default()
     }

@@ -34,7 +34,9 @@ pub use source::{MarkerFile, Refused, RefusedReason, Snapshot, Source, SourceErr
 /// rendering them.
 #[derive(Debug, Clone)]
 pub struct Loaded {
+    /// The model as far as it could be built (check `has_errors` before using it).
     pub desired: Desired,
+    /// Every problem found, errors and warnings, in file order.
     pub diagnostics: Vec<Diagnostic>,
     /// File path → text, for diagnostics with snippets (shared with the loader's cache).
     pub sources: BTreeMap<String, std::sync::Arc<str>>,
@@ -43,6 +45,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// Whether any diagnostic is an error (the revision must not be planned).
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
@@ -50,6 +53,7 @@ impl Loaded {
     pub fn valid(&self) -> Option<&Desired> {
         (!self.has_errors()).then_some(&self.desired)
     }
+    /// Only the diagnostics that are errors.
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
     }

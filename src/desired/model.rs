@@ -15,19 +15,24 @@ use crate::version::{KubeVersion, TalosVersion};
 /// Where a value came from: file (relative to the desired root) and span.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Origin {
+    /// Path of the file, relative to the desired-state root.
     pub file: String,
     /// 1-based line and column.
     pub line: usize,
+    /// 1-based column.
     pub column: usize,
     /// Byte span inside the file.
     pub offset: usize,
+    /// Length of the span in bytes.
     pub len: usize,
 }
 
 /// A value and where it was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sourced<T> {
+    /// The value, after parsing and defaults.
     pub value: T,
+    /// Where the value was written (for a default: where its enclosing object was).
     pub origin: Origin,
 }
 
@@ -52,6 +57,7 @@ pub struct Revision {
 }
 
 impl Revision {
+    /// The first 12 characters of the content hash, for display.
     pub fn short(&self) -> &str {
         &self.content[..12.min(self.content.len())]
     }
@@ -75,9 +81,12 @@ impl fmt::Display for Revision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSettings {
+    /// Nodes of the pool that may be down at once (`rollout.maxUnavailable`; control plane: 1).
     pub max_unavailable: u32,
+    /// How long a node may take to drain before the step fails (`rollout.drainTimeout`).
     #[serde(with = "duration_text")]
     pub drain_timeout: Duration,
+    /// How long a node may take to become healthy after its upgrade (`rollout.healthTimeout`).
     #[serde(with = "duration_text")]
     pub health_timeout: Duration,
     /// Upgrade calls per node before the job halts (`rollout.upgradeAttempts`).
@@ -189,6 +198,7 @@ pub type MinorLine = (u64, u64);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{input}` is not a minor line: write `vMAJOR.MINOR`, e.g. `v1.15`")]
 pub struct MinorLineError {
+    /// The minor line as written.
     pub input: String,
 }
 
@@ -215,11 +225,15 @@ pub fn parse_minor_line(input: &str) -> Result<MinorLine, MinorLineError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SupportOverride {
+    /// The Talos minor line this row is for, e.g. `v1.11`.
     pub talos: MinorLine,
+    /// The oldest Kubernetes minor this Talos minor supports.
     pub min_kubernetes: MinorLine,
+    /// The newest Kubernetes minor this Talos minor supports.
     pub max_kubernetes: MinorLine,
 }
 
+/// `spec.upgradePolicy` of a Cluster, after defaults: which version moves plans may contain.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradePolicy {
@@ -260,6 +274,7 @@ pub struct PreflightSettings {
 }
 
 impl PreflightSettings {
+    /// Whether the finding `id` is acknowledged in `spec.preflight.acknowledge`.
     pub fn acknowledges(&self, id: &str) -> bool {
         self.acknowledge.iter().any(|a| a.value == id)
     }
@@ -270,17 +285,24 @@ impl PreflightSettings {
 pub struct Promotion {
     /// The upstream cluster.
     pub after: Sourced<String>,
+    /// How long the upstream cluster must have run its target before this one is planned.
     pub soak: Duration,
 }
 
 /// A validated Cluster and its pools.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
+    /// `metadata.name`.
     pub name: Sourced<String>,
+    /// `spec.kubernetes.version`: the Kubernetes version the cluster should run.
     pub kubernetes_version: Sourced<KubeVersion>,
+    /// Effective rollout defaults for the cluster's pools.
     pub rollout: RolloutSettings,
+    /// How many signers a plan needs (`spec.approvals`, after defaults).
     pub approvals: ApprovalSettings,
+    /// Maintenance windows (`spec.windows`); a rollout step starts only inside one. Empty: any time.
     pub windows: Vec<MaintenanceWindow>,
+    /// `spec.upgradePolicy`, after defaults.
     pub upgrade_policy: UpgradePolicy,
     /// Health gates (`health:`); no gates when the block is absent.
     pub health: super::health::HealthSettings,
@@ -298,13 +320,17 @@ pub struct Cluster {
 /// A validated NodePool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodePool {
+    /// `metadata.name`.
     pub name: Sourced<String>,
+    /// `spec.cluster`: the cluster this pool belongs to.
     pub cluster: Sourced<String>,
+    /// `spec.role`: control plane or worker.
     pub role: Role,
     /// Machines named explicitly (Kubernetes node names).
     pub machines: Vec<Sourced<String>>,
     /// Machines selected by node labels (all must match); empty = none by label.
     pub selector: BTreeMap<String, String>,
+    /// `spec.talos.version`: the Talos version the pool's machines should run.
     pub talos_version: Sourced<TalosVersion>,
     /// `talos.installerImage`, or [`DEFAULT_INSTALLER`] when the pool names none.
     pub installer_image: Sourced<InstallerImage>,
@@ -317,7 +343,9 @@ pub struct NodePool {
     /// Effective health gates: the pool's `health:` fields on top of the cluster's, and the
     /// pool's `onFailure`.
     pub health: super::health::HealthSettings,
+    /// Pools of the same cluster this pool is rolled after (`spec.after`).
     pub after: Vec<Sourced<String>>,
+    /// The YAML document as written (for plan diffs against the last applied version).
     pub document: String,
 }
 
@@ -336,6 +364,7 @@ impl NodePool {
 /// The whole validated desired state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
+    /// Which files and commit this state was loaded from.
     pub revision: Revision,
     /// Clusters by name. Shared (`Arc`): the loader's memo, every later revision that left a
     /// cluster unchanged and the plan side hold the same allocation.
@@ -347,27 +376,43 @@ pub struct Desired {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InstallerImage(ImageRef);
 
+/// The installer repository a pool gets when it names none.
 pub const DEFAULT_INSTALLER: &str = "ghcr.io/siderolabs/installer";
 
+/// Why `talos.installerImage` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
     #[error(
         "installer image `{input}` must be a repository without a tag: the tag is the Talos version (write `{repo}`)"
     )]
-    Tagged { input: String, repo: String },
+    /// The image carries a tag; medea adds the Talos version as the tag itself.
+    Tagged {
+        /// The value as written.
+        input: String,
+        /// The same repository without the tag, to write instead.
+        repo: String,
+    },
+    /// The image carries a digest, which would pin one version.
     #[error("installer image `{input}` must not carry a digest: the tag is the Talos version")]
-    Digest { input: String },
+    Digest {
+        /// The value as written.
+        input: String,
+    },
     #[error(
         "installer image `{input}` is not a valid image repository (lowercase letters, digits, `.`, `_`, `-` and `/`)"
     )]
+    /// The text is not an image repository.
     Invalid {
+        /// The value as written.
         input: String,
+        /// What is wrong with it.
         #[source]
         err: crate::image::ImageRefError,
     },
 }
 
 impl InstallerImage {
+    /// Read `talos.installerImage`: a repository without tag or digest.
     pub fn parse(input: &str) -> Result<InstallerImage, ImageError> {
         if input.contains('@') {
             return Err(ImageError::Digest {
@@ -387,6 +432,7 @@ impl InstallerImage {
         Ok(InstallerImage(image))
     }
 
+    /// The repository, e.g. `ghcr.io/siderolabs/installer`.
     pub fn repository(&self) -> String {
         self.0.repository()
     }
@@ -403,10 +449,10 @@ impl InstallerImage {
     }
 }
 
-/// The schematic id in an image reference or repository (the last path segment when it is
-/// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.
 pub use crate::image::EMPTY_SCHEMATIC;
 
+/// The schematic id in an image reference or repository (the last path segment when it is
+/// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.
 pub fn schematic_of(image: &str) -> Option<&str> {
     crate::image::schematic_of(image)
 }

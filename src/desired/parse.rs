@@ -21,10 +21,13 @@ pub const MAX_DOCUMENTS_PER_FILE: usize = 1_000;
 /// One document of one file.
 #[derive(Debug, Clone)]
 pub struct DocText<'a> {
+    /// Path of the file, relative to the desired-state root.
     pub file: &'a str,
+    /// The document's text alone, without the `---` separators.
     pub text: &'a str,
-    /// Byte offset and 0-based line of the document start inside the file.
+    /// Byte offset of the document start inside the file.
     pub offset: usize,
+    /// 0-based line of the document start inside the file.
     pub line: usize,
 }
 
@@ -134,7 +137,9 @@ pub fn split_documents<'a>(file: &'a str, text: &'a str) -> Vec<DocText<'a>> {
 /// A successfully read document of a known kind.
 #[derive(Debug)]
 pub enum RawDoc<'a> {
+    /// A `kind: Cluster` document and its text.
     Cluster(ClusterDoc, DocText<'a>),
+    /// A `kind: NodePool` document and its text.
     NodePool(NodePoolDoc, DocText<'a>),
 }
 
@@ -181,8 +186,18 @@ fn strict<T: DeserializeOwned>(doc: &DocText<'_>) -> Result<T, Diagnostic> {
 /// A document that could not be read strictly, as far as it can be identified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Broken {
-    Cluster { name: String },
-    NodePool { name: String, cluster: String },
+    /// A `kind: Cluster` document.
+    Cluster {
+        /// Its `metadata.name`.
+        name: String,
+    },
+    /// A `kind: NodePool` document.
+    NodePool {
+        /// Its `metadata.name`.
+        name: String,
+        /// The cluster it names in `spec.cluster`.
+        cluster: String,
+    },
 }
 
 /// Identify a document leniently (kind, name, cluster), ignoring every other field.

@@ -25,8 +25,15 @@ use super::parse::MAX_FILE_BYTES;
 /// Where the desired state comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
+    /// A directory on disk, read as it is now.
     Dir(PathBuf),
-    Git { path: PathBuf, reference: String },
+    /// A ref of a git repository, read from its committed tree (the work tree is ignored).
+    Git {
+        /// A path inside the repository: the desired root.
+        path: PathBuf,
+        /// The ref to read (branch, tag or sha).
+        reference: String,
+    },
 }
 
 impl std::fmt::Display for Source {
@@ -42,7 +49,9 @@ impl std::fmt::Display for Source {
 /// are shared (an `Arc`) with the loader's cache, never copied per revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceFile {
+    /// Path relative to the desired root, `/` separators.
     pub path: String,
+    /// The file's bytes, shared with the loader's cache.
     pub bytes: Arc<[u8]>,
 }
 
@@ -61,15 +70,20 @@ pub const RACY_MARGIN: Duration = Duration::from_secs(2);
 /// what [`Stamp::settled_before`] rules out ("racy" files are read again, as in git).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
+    /// Device id of the filesystem holding the file.
     pub dev: u64,
+    /// Inode number.
     pub ino: u64,
+    /// Size in bytes.
     pub size: u64,
     /// Seconds and nanoseconds since the epoch.
     pub mtime: (i64, i64),
+    /// Status-change time: seconds and nanoseconds since the epoch.
     pub ctime: (i64, i64),
 }
 
 impl Stamp {
+    /// The stamp of a file from its metadata.
     pub fn of(meta: &std::fs::Metadata) -> Stamp {
         use std::os::unix::fs::MetadataExt;
         Stamp {
@@ -120,24 +134,33 @@ pub type Reuse<'a> = &'a dyn Fn(&str, &Stamp) -> Option<Arc<[u8]>>;
 /// (what [`Stamp::settled_before`] compares the stamps with next time).
 #[derive(Debug, Clone)]
 pub struct Stamped {
+    /// The files read, and reused from the previous scan.
     pub snapshot: Snapshot,
+    /// Stamp of every resource file, by relative path (empty in git mode).
     pub stamps: BTreeMap<String, Stamp>,
+    /// How many files were reused from the previous scan without being read.
     pub unread: usize,
+    /// When this scan started.
     pub scan: SystemTime,
 }
 
 /// A candidate approval marker (`approvals/**/*.sig`), verified by `approval`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkerFile {
+    /// Path relative to the desired root, `/` separators.
     pub path: String,
+    /// The marker's bytes (an SSH signature), at most `MAX_FILE_BYTES`.
     pub contents: Vec<u8>,
 }
 
 /// Everything read from one revision, before parsing.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// The resource files (`*.yaml`, `*.yml` outside `approvals/`).
     pub files: Vec<SourceFile>,
+    /// The approval marker candidates (`approvals/**/*.sig`).
     pub markers: Vec<MarkerFile>,
+    /// The git commit sha, in git mode.
     pub commit: Option<String>,
     /// Entries not read (a symlink, a limit exceeded): each becomes an error diagnostic, so a
     /// revision with one never yields a plan.
@@ -169,9 +192,11 @@ pub mod limits {
 pub struct Refused {
     /// Relative path (`/` separators); empty for the whole tree.
     pub path: String,
+    /// Why it was not read.
     pub reason: RefusedReason,
 }
 
+/// Why an entry of the desired-state tree was not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusedReason {
     /// A symbolic link: never followed.
@@ -224,6 +249,7 @@ impl Refused {
             ),
         }
     }
+    /// How to fix the refusal, one sentence for the diagnostic's help.
     pub fn help(&self) -> &'static str {
         match self.reason {
             RefusedReason::Symlink => "commit the file itself, not a link to it",
@@ -296,33 +322,52 @@ impl Budget {
     }
 }
 
+/// Why the desired state could not be read at all (nothing is planned).
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The directory does not exist or is not a directory.
     #[error("desired-state directory `{path}` does not exist or is not a directory")]
-    NotADir { path: PathBuf },
+    NotADir {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A file or directory could not be read.
     #[error("failed to read `{path}`")]
     Read {
+        /// The path that failed.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         err: std::io::Error,
     },
+    /// The path is not inside a git repository.
     #[error("`{path}` is not inside a git repository")]
     NotARepo {
+        /// The path given.
         path: PathBuf,
+        /// Why git could not open it.
         #[source]
         err: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The git ref does not resolve to a commit.
     #[error("git ref `{reference}` not found in `{path}`")]
     RefNotFound {
+        /// The repository path.
         path: PathBuf,
+        /// The ref as given (branch, tag or sha).
         reference: String,
+        /// Why it did not resolve.
         #[source]
         err: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The commit's tree could not be read.
     #[error("failed to read the git tree of `{reference}` in `{path}`")]
     Git {
+        /// The repository path.
         path: PathBuf,
+        /// The ref as given.
         reference: String,
+        /// Why the tree could not be read.
         #[source]
         err: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -334,6 +379,7 @@ fn ordinary(rel: &str) -> bool {
         .all(|seg| !seg.is_empty() && !seg.starts_with('.'))
 }
 
+/// Whether a relative path is a resource file: `*.yaml`/`*.yml`, not hidden, not under `approvals/`.
 pub fn is_resource_path(rel: &str) -> bool {
     let hidden = !ordinary(rel);
     !hidden && !rel.starts_with("approvals/") && (rel.ends_with(".yaml") || rel.ends_with(".yml"))
@@ -360,6 +406,7 @@ pub fn content_hash(files: &[SourceFile]) -> String {
     hex::encode(h.finalize())
 }
 
+/// The revision of a snapshot: content hash (refused entries included) and commit.
 pub fn revision_of(snapshot: &Snapshot) -> Revision {
     let mut content = content_hash(&snapshot.files);
     if !snapshot.refused.is_empty() {

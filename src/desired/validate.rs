@@ -208,14 +208,18 @@ fn apply_rollout(
 /// bytes and document, so everything validation derived from the document alone is the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DocId {
+    /// The loader's number for the parse of the document's file.
     pub file: u64,
+    /// 0-based index of the document in its file.
     pub index: u32,
 }
 
 /// A document read strictly, borrowed from the loader's cache.
 #[derive(Debug, Clone, Copy)]
 pub enum DocRef<'a> {
+    /// A `kind: Cluster` document.
     Cluster(&'a format::ClusterDoc),
+    /// A `kind: NodePool` document.
     NodePool(&'a format::NodePoolDoc),
 }
 
@@ -223,7 +227,9 @@ pub enum DocRef<'a> {
 /// `ClusterDoc` is about 2 KiB inline, and an empty slot for one is kept for every document.
 #[derive(Debug)]
 pub enum Full {
+    /// A `kind: Cluster` document.
     Cluster(Box<format::ClusterDoc>),
+    /// A `kind: NodePool` document.
     NodePool(Box<format::NodePoolDoc>),
 }
 
@@ -232,17 +238,24 @@ pub enum Full {
 /// (the full document is not: it is read again from the file's text when a rule needs it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Summary {
+    /// A `kind: Cluster` document.
     Cluster {
+        /// `metadata.name`.
         name: String,
     },
+    /// A `kind: NodePool` document.
     NodePool {
+        /// `metadata.name`.
         name: String,
+        /// `spec.cluster`.
         cluster: String,
+        /// `spec.machines`, as written.
         machines: Vec<String>,
     },
 }
 
 impl Summary {
+    /// The summary of a fully read document.
     pub fn of(full: &Full) -> Summary {
         match full {
             Full::Cluster(c) => Summary::Cluster {
@@ -274,9 +287,13 @@ pub fn reread(doc: &DocText<'_>) -> Full {
 /// time a rule needs it).
 #[derive(Debug, Clone)]
 pub struct Input<'a> {
+    /// The document's identity.
     pub id: DocId,
+    /// Its text and position in its file.
     pub doc: DocText<'a>,
+    /// Its names, cluster and machines.
     pub summary: &'a Summary,
+    /// Its full strict reading, filled the first time a rule needs it.
     pub full: &'a std::sync::OnceLock<Full>,
 }
 

@@ -11,18 +11,31 @@ use jiff::tz::TimeZone;
 /// Longest window accepted: a week (a longer window is "always").
 pub const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Why a maintenance window (`start`, `duration`, `timeZone`) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WindowError {
+    /// The `start` is not a valid 5-field cron expression.
     #[error(
         "window start `{input}` is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. `0 2 * * 6`): {reason}"
     )]
-    Cron { input: String, reason: String },
+    Cron {
+        /// The `start` value as written.
+        input: String,
+        /// What the cron parser objected to.
+        reason: String,
+    },
+    /// The `timeZone` is not a known IANA zone name.
     #[error("unknown time zone `{input}`: use an IANA name such as `Europe/Berlin` or `UTC`")]
-    TimeZone { input: String },
+    TimeZone {
+        /// The `timeZone` value as written.
+        input: String,
+    },
+    /// The duration is under one minute or over seven days.
     #[error("window duration must be between 1m and 7 days")]
     Duration,
 }
 
+/// A recurring maintenance window: a 5-field cron start, a duration, in an IANA time zone.
 #[derive(Debug, Clone)]
 pub struct MaintenanceWindow {
     cron: croner::Cron,
@@ -41,6 +54,8 @@ impl PartialEq for MaintenanceWindow {
 }
 
 impl MaintenanceWindow {
+    /// Check and build a window; the cron expression must have exactly 5 fields and the
+    /// duration lie between 1 minute and 7 days.
     pub fn new(
         start: &str,
         duration: Duration,
@@ -75,12 +90,15 @@ impl MaintenanceWindow {
         })
     }
 
+    /// The cron start as written in the YAML, e.g. `0 2 * * 6`.
     pub fn start(&self) -> &str {
         &self.start_text
     }
+    /// How long each occurrence stays open.
     pub fn duration(&self) -> Duration {
         self.duration
     }
+    /// The IANA time zone name the cron start is read in, e.g. `Europe/Berlin`.
     pub fn time_zone(&self) -> &str {
         &self.zone_name
     }
