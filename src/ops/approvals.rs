@@ -549,7 +549,7 @@ pub fn start_txn(
         }
         Err(e @ (RolloutError::RolloutsOff | RolloutError::ClusterDisabled { .. })) => {
             let msg = e.to_string();
-            tracing::info!(plan = %plan.id.short(), gate = %msg, "plan approved, waiting for a gate");
+            tracing::debug!(plan = %plan.id.short(), gate = %msg, "plan approved, waiting for a gate");
             Err(vec![msg])
         }
         Err(e) => {

@@ -164,6 +164,16 @@ impl Shared {
     pub fn set_last_pass(&self, s: reconcile::PassResult) {
         *self.last_pass.write().expect("last pass lock") = s;
     }
+    /// Whether the last pass already said that `plan` waits for exactly these gates (so the
+    /// reconcile pass logs a waiting plan once, not on every pass).
+    #[allow(
+        clippy::expect_used,
+        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
+    )]
+    pub fn last_pass_waited_for(&self, plan: &crate::plan::PlanId, waiting: &[String]) -> bool {
+        let last = self.last_pass.read().expect("last pass lock");
+        last.plan.as_ref().is_some_and(|p| &p.id == plan) && last.waiting == waiting
+    }
     /// The last loaded desired revision (valid or not).
     #[allow(
         clippy::expect_used,

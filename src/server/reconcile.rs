@@ -244,7 +244,13 @@ pub fn reconcile(
                 start = true;
             }
             Ok(None) => {}
-            Err(waiting) => state.waiting = waiting,
+            Err(waiting) => {
+                // Logged when what the plan waits for changes, not on every pass.
+                if !shared.last_pass_waited_for(&plan.id, &waiting) {
+                    tracing::info!(plan = %plan.id.short(), gates = %waiting.join("; "), "plan approved, waiting for a gate");
+                }
+                state.waiting = waiting
+            }
         }
     }
     if new_records.is_empty() && !start {

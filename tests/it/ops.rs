@@ -68,6 +68,12 @@ impl Run {
         let id = plan["id"].as_str().unwrap().to_string();
         let short = plan["shortId"].as_str().unwrap().to_string();
         self.s.enable_rollouts();
+        self.commit_markers(&id, &short);
+        id
+    }
+
+    /// Commit alice's and bob's markers for plan `id` (short id `short`).
+    fn commit_markers(&self, id: &str, short: &str) {
         std::fs::create_dir_all(self.s.desired.join("approvals")).unwrap();
         for who in ["alice", "bob"] {
             std::fs::write(
@@ -81,7 +87,6 @@ impl Run {
             &self.s.desired,
             &["commit", "-qm", &format!("approve plan {short}")],
         );
-        id
     }
 
     /// The newest job of cluster `home`, if any.
@@ -771,6 +776,61 @@ fn assert_no_secret_logged(run: &Run) {
             );
         }
     }
+}
+
+/// An approved plan whose cluster has rollouts off is said to wait at INFO once, not on every
+/// reconcile pass (each inventory refresh starts one).
+#[test]
+fn an_approved_plan_waiting_for_a_gate_is_logged_once_not_on_every_pass() {
+    let run = Run::start("v1.12.11", "[]", None);
+    let mut plan = serde_json::Value::Null;
+    wait("the first plan", Duration::from_secs(20), || {
+        plan = run.s.plan_json();
+        plan["id"].is_string()
+    });
+    run.commit_markers(
+        plan["id"].as_str().unwrap(),
+        plan["shortId"].as_str().unwrap(),
+    );
+    let waiting = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("plan approved, waiting for a gate") && l.contains("\"INFO\""))
+            .count()
+    };
+    wait(
+        "the plan to wait for its gate",
+        Duration::from_secs(60),
+        || waiting(&run.serve_log()) >= 1,
+    );
+    // a pass runs on every change: three new commits that leave the plan as it is
+    let passes = |m: &[Sample]| total(m, "medea_reconcile_duration_seconds_count", &[]);
+    for k in 0..3 {
+        let before = passes(&scrape(&run.metrics));
+        git(
+            &run.s.desired,
+            &[
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                &format!("unrelated {k}"),
+            ],
+        );
+        wait("a reconcile pass", Duration::from_secs(120), || {
+            passes(&scrape(&run.metrics)) > before
+        });
+    }
+    assert_eq!(
+        run.s.plan_json()["id"],
+        plan["id"],
+        "the commits change nothing"
+    );
+    assert_eq!(waiting(&run.serve_log()), 1, "{}", run.dump());
+    assert_eq!(
+        run.s.jobs(),
+        serde_json::json!([]),
+        "rollouts are off: no job"
+    );
 }
 
 #[test]

@@ -622,7 +622,7 @@ async fn each_control_plane_apiserver_lives_on_its_loopback_address_and_counts_i
         .reboot(&medea::talos::NodeTarget::parse("127.5.0.4").unwrap())
         .await
         .unwrap();
-    let published = kube.published_apiservers().await.unwrap();
+    let published = published_count(&kube, 2).await;
     assert_eq!(published.len(), 2, "{published:?}");
     let obs = observe(&sim).await;
     let cp3 = obs
@@ -645,7 +645,24 @@ async fn each_control_plane_apiserver_lives_on_its_loopback_address_and_counts_i
         obs.apiserver_metrics
     );
     sim.talos.complete_boot("cp-3").unwrap();
-    assert_eq!(kube.published_apiservers().await.unwrap().len(), 3);
+    // the node is back once its machine is ready (the simulator's timing), not at the boot
+    assert_eq!(published_count(&kube, 3).await.len(), 3);
+}
+
+/// The apiservers the `kubernetes` EndpointSlice publishes, polled until there are `want` of
+/// them: a rebooted node rejoins when its machine is ready, after the simulator's timing, so
+/// the test waits on that progress rather than reading once. Gives up after a generous bound
+/// and returns what it saw last.
+async fn published_count(kube: &KubeClient, want: usize) -> Vec<(String, u16)> {
+    use medea::k8s::KubeApi;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let published = kube.published_apiservers().await.unwrap();
+        if published.len() == want || tokio::time::Instant::now() >= deadline {
+            return published;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
