@@ -27,6 +27,10 @@ pub struct NodeFacts {
     /// Static pod component → the `talos.dev/config-version` its mirror pod carries (the
     /// version of the component's config resource it was rendered from).
     pub static_pod_config_versions: BTreeMap<String, String>,
+    /// Static pod component → the `talos.dev/config-file-version` its mirror pod carries (the
+    /// version of the node's `ConfigStatus` for static pods; the kube-apiserver only). A
+    /// change restarts the pod, as any change of a static pod's manifest does.
+    pub static_pod_config_file_versions: BTreeMap<String, String>,
     /// Static pod components that crash-loop with their current image (never Ready).
     pub crash_looping: std::collections::BTreeSet<String>,
     /// System extensions, name → version, and the Image Factory schematic as the extension

@@ -62,6 +62,7 @@ fn facts(name: &str, n: u8, control_plane: bool) -> NodeFacts {
         crash_looping: Default::default(),
         extensions: Default::default(),
         static_pod_config_versions: Default::default(),
+        static_pod_config_file_versions: Default::default(),
     }
 }
 

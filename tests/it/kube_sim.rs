@@ -828,6 +828,227 @@ async fn on_talos_1_14_the_control_plane_wait_compares_with_the_final_config_res
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// talos#14152: on Talos < 1.14.0 a change of the scheduler's config also restarts the node's
+// kube-apiserver
+
+/// Move `node`'s kube-scheduler to image tag `tag` through `ApplyConfiguration` (NO_REBOOT),
+/// as `talosctl patch mc` does: a scheduler-only config change.
+async fn set_scheduler_image(sim: &Sim, node: &str, tag: &str) {
+    use medea::talos::{ApplyOptions, ClientSettings, MachineConfig, TalosApi, TalosClient};
+    let talosconfig = sim.creds.join(crate::rollout::CLUSTER).join("talosconfig");
+    let (client, _) =
+        TalosClient::from_talosconfig(&talosconfig, None, ClientSettings::default()).unwrap();
+    let yaml = String::from_utf8(sim.talos.machine_config(node).unwrap().expose().clone()).unwrap();
+    let from = format!("image: {}", image("kube-scheduler", KUBE));
+    assert!(yaml.contains(&from), "{yaml}");
+    let patched = yaml.replacen(
+        &from,
+        &format!("image: {}", image("kube-scheduler", tag)),
+        1,
+    );
+    let addr = sim.talos.node_state(node).unwrap().address;
+    client
+        .apply_configuration(
+            &medea::talos::NodeTarget::parse(&addr).unwrap(),
+            &MachineConfig::from_yaml(patched.into_bytes()),
+            ApplyOptions::no_reboot(),
+        )
+        .await
+        .unwrap();
+}
+
+/// The uid and `talos.dev/config-file-version` of `component`'s mirror pod on `node`.
+fn mirror_pod(sim: &Sim, component: &str, node: &str) -> (String, Option<String>) {
+    sim.kube.pods(); // converge with the Talos side first
+    let pod = sim
+        .kube
+        .get("v1", "Pod", "kube-system", &format!("{component}-{node}"))
+        .unwrap();
+    (
+        pod["metadata"]["uid"].as_str().unwrap().to_string(),
+        pod["metadata"]["annotations"]["talos.dev/config-file-version"]
+            .as_str()
+            .map(str::to_string),
+    )
+}
+
+/// A scheduler-only config change on cp-1 of a cluster on Talos `talos`: whether cp-1's
+/// kube-apiserver mirror pod was replaced, and its config-file-version before and after.
+async fn scheduler_change_restarts_apiserver(
+    talos: &str,
+) -> (bool, Option<String>, Option<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start_from(dir.path(), 2, 0, KubeSimConfig::default(), talos).await;
+    let (api_uid, file_before) = mirror_pod(&sim, "kube-apiserver", "cp-1");
+    let (sched_uid, _) = mirror_pod(&sim, "kube-scheduler", "cp-1");
+    let (other_uid, _) = mirror_pod(&sim, "kube-apiserver", "cp-2");
+    set_scheduler_image(&sim, "cp-1", TARGET).await;
+    let (api_uid2, file_after) = mirror_pod(&sim, "kube-apiserver", "cp-1");
+    let (sched_uid2, _) = mirror_pod(&sim, "kube-scheduler", "cp-1");
+    assert_ne!(sched_uid, sched_uid2, "the scheduler itself restarts");
+    assert_eq!(
+        other_uid,
+        mirror_pod(&sim, "kube-apiserver", "cp-2").0,
+        "another node's kube-apiserver is not touched"
+    );
+    (api_uid != api_uid2, file_before, file_after)
+}
+
+/// Talos v1.13.9 concatenates the scheduler config's version into the kube-apiserver pod's
+/// `talos.dev/config-file-version` (`render_config_static_pods.go`): a scheduler-only change
+/// restarts the same node's kube-apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_talos_1_13_a_scheduler_config_change_restarts_the_nodes_kube_apiserver() {
+    let (restarted, before, after) = scheduler_change_restarts_apiserver("v1.13.9").await;
+    assert!(restarted, "{before:?} -> {after:?}");
+    assert_eq!(before.as_deref(), Some("1111"));
+    assert_eq!(after.as_deref(), Some("1112"));
+}
+
+/// Stable Talos 1.14 (v1.14.0 and later, talos PR #14177) leaves the scheduler out of the
+/// kube-apiserver's config-file-version: the kube-apiserver keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_stable_talos_1_14_a_scheduler_config_change_leaves_the_kube_apiserver_running() {
+    let (restarted, before, after) = scheduler_change_restarts_apiserver("v1.14.6").await;
+    assert!(!restarted, "{before:?} -> {after:?}");
+    assert_eq!(before.as_deref(), Some("111"));
+    assert_eq!(after, before);
+}
+
+/// Samples of the control plane while a step runs: which control planes' kube-apiserver
+/// mirror pod is missing or not Ready, and how many `ApplyConfiguration` calls each node has
+/// taken.
+type Sample = (
+    std::collections::BTreeSet<String>,
+    std::collections::BTreeMap<String, u64>,
+);
+
+/// Sample the simulator until `stop` is set.
+fn sample_control_plane(
+    sim: &Sim,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Sample>> {
+    let (kube, talos, names) = (sim.kube.clone(), sim.talos.clone(), sim.names.clone());
+    tokio::spawn(async move {
+        let mut out = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let pods = kube.pods();
+            let down = names
+                .iter()
+                .filter(|n| n.starts_with("cp-"))
+                .filter(|n| {
+                    !pods
+                        .iter()
+                        .any(|p| p.name == format!("kube-apiserver-{n}") && p.ready)
+                })
+                .cloned()
+                .collect();
+            let applies = names
+                .iter()
+                .map(|n| {
+                    let calls = talos.counters(n).unwrap().calls(Method::ApplyConfiguration);
+                    (n.clone(), calls)
+                })
+                .collect();
+            out.push((down, applies));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        out
+    })
+}
+
+/// Each time a node took a config while another control plane's kube-apiserver was down
+/// (down in the samples before and after, and that node took no config in between, so it was
+/// down the whole time): `(patched, down)`.
+fn patched_while_an_apiserver_was_down(samples: &[Sample]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for w in samples.windows(2) {
+        let ((down_a, applies_a), (down_b, applies_b)) = (&w[0], &w[1]);
+        for (y, n) in applies_b {
+            if *n <= applies_a[y] {
+                continue;
+            }
+            for x in down_a.intersection(down_b) {
+                if x != y && applies_a[x] == applies_b[x] {
+                    found.push((y.clone(), x.clone()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// How many times each control plane's kube-apiserver went down in the samples.
+fn apiserver_restarts(samples: &[Sample], node: &str) -> usize {
+    let mut n = 0;
+    let mut was_down = false;
+    for (down, _) in samples {
+        let d = down.contains(node);
+        if d && !was_down {
+            n += 1;
+        }
+        was_down = d;
+    }
+    n
+}
+
+/// On Talos 1.13 (talos#14152) the scheduler's patch restarts the same node's kube-apiserver,
+/// which comes back later than the scheduler. The step waits for it before it touches the
+/// next node, also after the last control plane's scheduler (the next task there is a
+/// kube-proxy or kubelet patch, which the control-plane gate does not guard): no node takes a
+/// config while another's kube-apiserver is down, and the step does not halt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_talos_1_13_the_step_waits_for_the_kube_apiserver_the_scheduler_patch_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start_from(dir.path(), 3, 1, KubeSimConfig::default(), "v1.13.9").await;
+    sim.kube
+        .set_pod_delays(Duration::from_millis(200), Duration::ZERO);
+    sim.kube
+        .inject(medea::sim::kube::KubeFault::SlowStaticPodStart {
+            component: "kube-apiserver".into(),
+            extra: Duration::from_millis(1500),
+        });
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_control_plane(&sim, stop.clone());
+    let run = run_for(
+        &sim,
+        dir.path(),
+        vec![kube_step(&sim, TARGET, Duration::from_secs(60))],
+    )
+    .await;
+    let out = run.go().await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let samples = sampler.await.unwrap();
+    assert!(
+        matches!(out, medea::rollout::RunOutcome::Succeeded),
+        "{out:?}"
+    );
+    assert_eq!(
+        patched_while_an_apiserver_was_down(&samples),
+        Vec::<(String, String)>::new(),
+        "(node patched, control plane whose kube-apiserver was down)"
+    );
+    for cp in ["cp-1", "cp-2", "cp-3"] {
+        assert!(
+            apiserver_restarts(&samples, cp) >= 2,
+            "{cp}: its kube-apiserver restarted for its own patch and again for the scheduler's"
+        );
+        assert_eq!(
+            mirror_pod(&sim, "kube-apiserver", cp).1.as_deref(),
+            Some("1122"),
+            "{cp}: rendered after the authorization (kube-apiserver image) and the scheduler's \
+             configs moved to version 2"
+        );
+    }
+    // the step ended with every control plane back
+    assert!(
+        sim.kube.pods().iter().filter(|p| p.mirror).all(|p| p.ready),
+        "{:?}",
+        sim.kube.pods()
+    );
+}
+
 /// The bootstrap-manifests inventory ConfigMap as real kubectl reads it (`-o json`).
 async fn inventory(
     bin: &std::path::Path,

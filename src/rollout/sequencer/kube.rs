@@ -185,7 +185,11 @@ fn verify_patch(
     let verified_at = match c {
         Component::Kubelet => check.kubelet(eyes).map(|()| None)?,
         Component::Proxy => None,
-        _ => check.static_pod(t, eyes, notes)?,
+        _ => {
+            let v = check.static_pod(t, eyes, notes)?;
+            check.node_control_plane(eyes)?;
+            v
+        }
     };
     let (name, image) = (t.node.node.clone(), t.image.clone());
     let tm = &mut kube_mut(j, si).tasks.list_mut()[ti];
@@ -311,6 +315,42 @@ impl PatchCheck<'_> {
                 None
             }
         })
+    }
+}
+
+impl PatchCheck<'_> {
+    /// Every other control-plane static pod of the node is Ready too: a patch can restart more
+    /// than the component patched (on Talos < 1.14.0 a change of the scheduler's config also
+    /// restarts the node's kube-apiserver, talos#14152), and the next task may be on another
+    /// node (or a kubelet, which the control-plane gate does not guard), so the step moves on
+    /// only when the whole node's control plane is back. Polled until the deadline, then the
+    /// halt names what is not Ready; a pod that cannot be read counts as not Ready.
+    fn node_control_plane(&self, eyes: &Eyes) -> Result<(), Flow> {
+        let (c, name) = (self.c, self.name);
+        let mut check = HealthCheck::default();
+        for sp in Component::STATIC_PODS.into_iter().filter(|sp| *sp != c) {
+            match check.read(eyes.static_pod(name, sp), |m| {
+                format!("{sp} cannot be read ({m})")
+            }) {
+                Some(Some(p)) if p.ready => {}
+                Some(Some(p)) => check.bad.push(format!("{sp} ({}) is not Ready", p.image)),
+                Some(None) => check.bad.push(format!("{sp} has no static pod")),
+                None => {}
+            }
+        }
+        if check.missing {
+            return Err(Flow::Poll(
+                PollWhy::Waiting,
+                format!("observing the control plane of `{name}`"),
+            ));
+        }
+        if check.bad.is_empty() {
+            return Ok(());
+        }
+        Err(self.late(format!(
+            "is Ready, but not the rest of its node's control plane: {}",
+            check.bad.join("; ")
+        )))
     }
 }
 

@@ -51,6 +51,7 @@ fn node(name: &str, cp: bool) -> NodeFacts {
         crash_looping: Default::default(),
         extensions: Default::default(),
         static_pod_config_versions: Default::default(),
+        static_pod_config_file_versions: Default::default(),
     }
 }
 

@@ -181,6 +181,11 @@ pub enum KubeFault {
         name: String,
         times: u32,
     },
+    /// Every new pod of the static pod `component` (`kube-apiserver`, …) needs `extra` on top
+    /// of the pod start delay to become Ready, as a kube-apiserver that must reach etcd and
+    /// pass its startup probe (Talos 1.14 `k8stemplates/apiserver.go`: `initialDelaySeconds:
+    /// 10`) comes back later than a kube-scheduler restarted with it.
+    SlowStaticPodStart { component: String, extra: Duration },
 }
 
 /// One permission the simulated user does not have: a verb on a resource.

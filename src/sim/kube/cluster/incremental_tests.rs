@@ -110,6 +110,7 @@ fn facts(name: &str, cp: bool) -> NodeFacts {
         crash_looping: Default::default(),
         extensions: Default::default(),
         static_pod_config_versions: Default::default(),
+        static_pod_config_file_versions: Default::default(),
     }
 }
 

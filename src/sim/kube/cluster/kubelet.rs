@@ -1,7 +1,7 @@
 //! The kubelet's pod side: mirror pods of the static control-plane pods, pod creation and
 //! termination, and the pod lifecycle (Pending → Running → Ready, termination grace) over time.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod,
@@ -13,14 +13,28 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::{
-    CONFIG_VERSION_ANNOTATION, KubeSide, MIRROR_ANNOTATION, NewPod, NodeView, PodTimer, condition,
-    controller_of, is_mirror, is_terminating, node_name, phase, pod_ready, to_value,
+    Active, CONFIG_FILE_VERSION_ANNOTATION, CONFIG_VERSION_ANNOTATION, KubeSide, MIRROR_ANNOTATION,
+    NewPod, NodeView, PodTimer, condition, controller_of, is_mirror, is_terminating, node_name,
+    phase, pod_ready, to_value,
 };
 use crate::sim::kube::resources::{NODES, PODS};
 use crate::sim::kube::store::{k8s_time, name_of, ns_of, uid_of};
 use crate::sim::node::NodeFacts;
 
 fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: &str, name: &str) -> Pod {
+    let mut annotations: BTreeMap<String, String> = [
+        (
+            "kubernetes.io/config.source".to_string(),
+            "file".to_string(),
+        ),
+        (CONFIG_VERSION_ANNOTATION.to_string(), version.to_string()),
+        // the sim never rotates the cluster secrets
+        ("talos.dev/secrets-version".to_string(), "1".to_string()),
+    ]
+    .into();
+    if let Some(v) = f.static_pod_config_file_versions.get(component) {
+        annotations.insert(CONFIG_FILE_VERSION_ANNOTATION.to_string(), v.clone());
+    }
     let hash = format!(
         "{:x}",
         Sha256::digest(format!("{}/{component}/{image}", f.name).as_bytes())
@@ -37,20 +51,11 @@ fn mirror_pod(f: &NodeFacts, component: &str, image: &str, version: &str, name: 
                 ]
                 .into(),
             ),
-            annotations: Some(
-                [
-                    ("kubernetes.io/config.hash".to_string(), hash.clone()),
-                    (MIRROR_ANNOTATION.to_string(), hash),
-                    (
-                        "kubernetes.io/config.source".to_string(),
-                        "file".to_string(),
-                    ),
-                    (CONFIG_VERSION_ANNOTATION.to_string(), version.to_string()),
-                    // the sim never rotates the cluster secrets
-                    ("talos.dev/secrets-version".to_string(), "1".to_string()),
-                ]
-                .into(),
-            ),
+            annotations: Some({
+                annotations.insert("kubernetes.io/config.hash".to_string(), hash.clone());
+                annotations.insert(MIRROR_ANNOTATION.to_string(), hash);
+                annotations
+            }),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
@@ -236,12 +241,16 @@ impl KubeSide {
                 .and_then(Value::as_str)
                 .map(str::to_string)
         });
-        let current_version = existing.as_ref().and_then(|p| {
-            p.pointer("/metadata/annotations")
-                .and_then(|a| a.get(CONFIG_VERSION_ANNOTATION))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
+        let annotation = |key: &str| {
+            existing.as_ref().and_then(|p| {
+                p.pointer("/metadata/annotations")
+                    .and_then(|a| a.get(key))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+        };
+        let current_version = annotation(CONFIG_VERSION_ANNOTATION);
+        let current_file_version = annotation(CONFIG_FILE_VERSION_ANNOTATION);
         // the config version the Talos side rendered the pod from; a source that does
         // not say (kube-side tests) counts image changes instead
         let counted = self
@@ -255,10 +264,14 @@ impl KubeSide {
             .unwrap_or_else(|| counted.to_string());
         if current_image.as_deref() == Some(image)
             && current_version.as_deref() == Some(version.as_str())
+            && current_file_version.as_ref() == f.static_pod_config_file_versions.get(component)
         {
             return;
         }
-        // The static pod changed (or is new): the kubelet replaces the mirror pod.
+        // The static pod changed (or is new): the kubelet replaces the mirror pod. Any change
+        // of the manifest counts, an annotation too: the kubelet derives a static pod's UID
+        // from a hash of the whole pod object (kubernetes `pkg/kubelet/config/common.go`,
+        // `applyDefaults`), so a new annotation value is a new pod.
         if existing.is_some() {
             self.store.delete(&PODS, "kube-system", name);
         }
@@ -273,11 +286,24 @@ impl KubeSide {
             "uid": self.store.get(&NODES, "", &f.name).map(uid_of).unwrap_or(""),
             "controller": true,
         }]);
+        // a `SlowStaticPodStart` fault delays this component's new pods further
+        let extra = self
+            .faults
+            .iter()
+            .filter_map(|f| match f {
+                Active::SlowStaticPodStart {
+                    component: c,
+                    extra,
+                } if c == component => Some(*extra),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_default();
         if let Ok(created) = self.store.create(&PODS, value, wall) {
             self.timers.insert(
                 uid_of(&created).to_string(),
                 PodTimer {
-                    ready_at: Some(now + self.timing.start),
+                    ready_at: Some(now + self.timing.start + extra),
                     remove_at: None,
                 },
             );

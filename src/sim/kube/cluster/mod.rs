@@ -42,6 +42,8 @@ mod statuses;
 pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Talos' `AnnotationStaticPodConfigVersion` (siderolabs/talos `pkg/machinery/constants`).
 const CONFIG_VERSION_ANNOTATION: &str = "talos.dev/config-version";
+/// Talos' `AnnotationStaticPodConfigFileVersion`, on the kube-apiserver's pod only.
+const CONFIG_FILE_VERSION_ANNOTATION: &str = "talos.dev/config-file-version";
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 const TAINT_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
 const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
@@ -121,6 +123,10 @@ pub(crate) enum Active {
         namespace: String,
         name: String,
         remaining: u32,
+    },
+    SlowStaticPodStart {
+        component: String,
+        extra: Duration,
     },
 }
 
@@ -339,6 +345,9 @@ impl KubeSide {
                 name,
                 remaining: times,
             },
+            KubeFault::SlowStaticPodStart { component, extra } => {
+                Active::SlowStaticPodStart { component, extra }
+            }
         });
     }
 

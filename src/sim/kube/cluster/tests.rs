@@ -38,6 +38,7 @@ fn node(name: &str, cp: bool) -> NodeFacts {
         crash_looping: Default::default(),
         extensions: Default::default(),
         static_pod_config_versions: Default::default(),
+        static_pod_config_file_versions: Default::default(),
     }
 }
 
@@ -465,4 +466,46 @@ fn a_crd_serves_its_kind_only_once_established() {
             .any(|g| g["name"] == "example.org")
     );
     assert!(resources::lookup("example.org", "v0", "gadgets", (1, 34), served).is_none());
+}
+
+/// A new `talos.dev/config-file-version` is a new static pod manifest: the kubelet replaces the
+/// mirror pod (new uid, the annotation it carries), which is not Ready until it has started.
+#[test]
+fn a_new_config_file_version_replaces_the_mirror_pod() {
+    let (mut c, nodes) = cluster(vec![], Duration::from_secs(5));
+    let set = |v: &str| {
+        nodes.0.lock().unwrap()[0].static_pod_config_file_versions =
+            [("kube-apiserver".to_string(), v.to_string())].into();
+    };
+    let apiserver = |c: &KubeSide| {
+        c.store
+            .get(&PODS, "kube-system", "kube-apiserver-cp-1")
+            .cloned()
+            .unwrap()
+    };
+    set("1111");
+    let t0 = Instant::now();
+    let wall = jiff::Timestamp::now();
+    c.reconcile(t0, wall);
+    c.reconcile(t0 + Duration::from_secs(6), wall);
+    let before = apiserver(&c);
+    assert_eq!(
+        before["metadata"]["annotations"]["talos.dev/config-file-version"],
+        "1111"
+    );
+    assert!(pod_ready(&before));
+    // the same facts: the pod stays
+    c.reconcile(t0 + Duration::from_secs(7), wall);
+    assert_eq!(uid_of(&apiserver(&c)), uid_of(&before));
+    set("1112");
+    c.reconcile(t0 + Duration::from_secs(8), wall);
+    let after = apiserver(&c);
+    assert_ne!(uid_of(&after), uid_of(&before));
+    assert_eq!(
+        after["metadata"]["annotations"]["talos.dev/config-file-version"],
+        "1112"
+    );
+    assert!(!pod_ready(&after), "starting");
+    c.reconcile(t0 + Duration::from_secs(14), wall);
+    assert!(pod_ready(&apiserver(&c)));
 }

@@ -209,6 +209,35 @@ impl SimNode {
         self.component_config_version(component) + FINAL_CONFIG_VERSION_LEAD
     }
 
+    /// Whether a change of the scheduler's config also re-renders the kube-apiserver's static
+    /// pod (talos#14152): before Talos v1.14.0, `RenderConfigsStaticPodController` concatenates
+    /// the `SchedulerConfig` version into `ConfigStatus.Version`, which
+    /// `ControlPlaneStaticPodController` writes into the kube-apiserver pod's
+    /// `talos.dev/config-file-version` annotation (siderolabs/talos
+    /// `internal/app/machined/pkg/controllers/k8s/render_config_static_pods.go` and
+    /// `control_plane_static_pod.go` at v1.12.11, v1.13.9, v1.14.0-rc.1). PR #14177 (commit
+    /// c027a947f, between v1.14.0-rc.2 and v1.14.0) left the scheduler out. Whether 1.12.12 and
+    /// 1.13.10 got the fix could not be verified: the simulator assumes they did not.
+    pub fn apiserver_follows_scheduler_config(&self) -> bool {
+        self.running < TalosVersion::new(1, 14, 0)
+    }
+
+    /// The version of the node's `ConfigStatuses.kubernetes.talos.dev/static-pods` resource:
+    /// the versions of the admission and audit config resources (never changed by the
+    /// simulator, so `1` each), of the authorization config (whose spec carries the
+    /// kube-apiserver's image, `ControlPlaneAuthorizationController` in `control_plane.go`, so
+    /// it moves with the kube-apiserver's config version) and, on the Talos versions of
+    /// [`Self::apiserver_follows_scheduler_config`], the scheduler's config version (the final
+    /// one on 1.14 pre-releases, which read `FinalSchedulerConfigID`), concatenated as upstream
+    /// does. The optional authentication config (1.14) is absent in the simulator.
+    pub fn config_status_version(&self) -> String {
+        let mut v = format!("11{}", self.component_config_version("kube-apiserver"));
+        if self.apiserver_follows_scheduler_config() {
+            v.push_str(&self.rendered_config_version("kube-scheduler").to_string());
+        }
+        v
+    }
+
     /// The version of the config resource the node renders `component`'s static pod from:
     /// the final one on Talos >= 1.14, else the raw one.
     fn rendered_config_version(&self, component: &str) -> u64 {
@@ -267,8 +296,9 @@ impl SimNode {
 
     /// What [`Self::kube_facts`] derives from: power state, reboots started and boots finished
     /// (the running version changes only at a boot), the config version (bumped by every
-    /// change of the machine config), the mirror pods' config versions and the crash-loop
-    /// faults.
+    /// change of the machine config), the mirror pods' config versions, the config resources'
+    /// versions (the kube-apiserver's `config-file-version` follows the scheduler's) and the
+    /// crash-loop faults.
     #[allow(clippy::type_complexity, reason = "a tuple to hash, never named")]
     fn facts_state(
         &self,
@@ -278,6 +308,7 @@ impl SimNode {
         u64,
         u64,
         &BTreeMap<String, u64>,
+        &BTreeMap<String, u64>,
         &BTreeMap<String, String>,
     ) {
         (
@@ -286,6 +317,7 @@ impl SimNode {
             self.counters.boots,
             self.config_version,
             &self.pod_config_versions,
+            &self.component_config_versions,
             &self.crashing,
         )
     }
@@ -310,6 +342,15 @@ impl SimNode {
                         .keys()
                         .map(|c| (c.clone(), self.pod_config_version(c).to_string()))
                         .collect()
+                })
+                .unwrap_or_default(),
+            // the kube-apiserver pod's `talos.dev/config-file-version` is the `ConfigStatus`
+            // version Talos rendered it with (`control_plane_static_pod.go`)
+            static_pod_config_file_versions: facts
+                .as_ref()
+                .filter(|f| f.static_pod_images.contains_key("kube-apiserver"))
+                .map(|_| {
+                    BTreeMap::from([("kube-apiserver".to_string(), self.config_status_version())])
                 })
                 .unwrap_or_default(),
             static_pod_images: facts.map(|f| f.static_pod_images).unwrap_or_default(),
