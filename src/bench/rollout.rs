@@ -337,6 +337,7 @@ fn install(
         global_rollouts: true,
         clusters: [(CLUSTER.to_string(), &obs)].into(),
         windows: [(CLUSTER.to_string(), no_windows)].into(),
+        exclusions: Default::default(),
     };
     let created =
         create_jobs_txn(&plan, &inputs, Timestamp::now()).map_err(|e| BenchError::Rollout {

@@ -290,6 +290,7 @@ impl JobDelta {
             || prev.cluster != next.cluster
             || prev.created_at != next.created_at
             || prev.windows != next.windows
+            || prev.exclusions != next.exclusions
             || prev.control_plane != next.control_plane
             || prev.health != next.health
             || prev.applies != next.applies

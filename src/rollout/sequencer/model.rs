@@ -71,6 +71,10 @@ pub struct Job {
     pub created_at: Timestamp,
     /// Node starts are gated on these (none = always open).
     pub windows: Vec<WindowSpec>,
+    /// No node starts a change one of these holds (`spec.maintenance.exclusions` at
+    /// creation; issue #36). Absent in older records: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusions: Vec<crate::desired::exclusion::Exclusion>,
     /// The cluster's control-plane machines at creation: etcd checks and the snapshot go
     /// through them.
     pub control_plane: Vec<NodeTarget>,

@@ -323,6 +323,7 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         cluster: "home".into(),
         created_at: at,
         windows: vec![],
+        exclusions: vec![],
         control_plane: vec![],
         steps: vec![],
         state,

@@ -220,6 +220,17 @@ pub fn install(
     observed: &ObservedCluster,
     windows: &[MaintenanceWindow],
 ) -> Result<JobId, RolloutError> {
+    install_with(store, plan, observed, windows, &[])
+}
+
+/// [`install`] with maintenance exclusions.
+pub fn install_with(
+    store: &dyn Store,
+    plan: &Plan,
+    observed: &ObservedCluster,
+    windows: &[MaintenanceWindow],
+    exclusions: &[medea::desired::exclusion::Exclusion],
+) -> Result<JobId, RolloutError> {
     store
         .commit(
             Txn::new()
@@ -231,6 +242,7 @@ pub fn install(
         global_rollouts: true,
         clusters: [(CLUSTER.to_string(), observed)].into(),
         windows: [(CLUSTER.to_string(), windows)].into(),
+        exclusions: [(CLUSTER.to_string(), exclusions)].into(),
     };
     let created = create_jobs_txn(plan, &inputs, t0())?;
     store.commit(created.txn).unwrap();
@@ -254,9 +266,20 @@ pub fn world_in(
     steps: impl FnOnce(&FakeCluster) -> Vec<Step>,
     windows: &[MaintenanceWindow],
 ) -> World {
+    world_with(fake, store, steps, windows, &[])
+}
+
+/// [`world_in`] with maintenance exclusions.
+pub fn world_with(
+    fake: FakeCluster,
+    store: Arc<dyn Store>,
+    steps: impl FnOnce(&FakeCluster) -> Vec<Step>,
+    windows: &[MaintenanceWindow],
+    exclusions: &[medea::desired::exclusion::Exclusion],
+) -> World {
     let obs = observed(&fake);
     let p = plan(&obs, steps(&fake), 1);
-    let job = install(store.as_ref(), &p, &obs, windows).unwrap();
+    let job = install_with(store.as_ref(), &p, &obs, windows, exclusions).unwrap();
     World {
         fake,
         store,
