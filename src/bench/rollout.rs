@@ -323,6 +323,7 @@ fn install(
         approvals_required: 1,
         catalog: String::new(),
         applies: Default::default(),
+        estimates: Vec::new(),
     };
     let store = Arc::new(FjallStore::open(&dir.join("store")).map_err(store_err)?);
     store

@@ -384,6 +384,7 @@ pub fn replan_cached(
     };
     let plan = crate::plan::compute_memo(&inputs, &mut cache.memo).map_err(ReplanError::Refused)?;
     let mut plan = crate::plan::compute::after_halts(plan, &halted);
+    plan.estimates = crate::ops::estimate::estimates(store, &reads.jobs, desired, &plan, now)?;
     if let Some(p) = previous
         && p.id == plan.id
         && let Some(parent) = load_parent(store, &plan.id)?
@@ -446,7 +447,10 @@ pub fn preview(store: &dyn Store, desired: &Desired) -> Result<Plan, ReplanError
     };
     let plan = crate::plan::compute_memo(&inputs, &mut super::cold_plan_memo())
         .map_err(ReplanError::Refused)?;
-    Ok(crate::plan::compute::after_halts(plan, &halted))
+    let mut plan = crate::plan::compute::after_halts(plan, &halted);
+    let jobs = crate::ops::jobs::load_jobs(store)?;
+    plan.estimates = crate::ops::estimate::estimates(store, &jobs, desired, &plan, now)?;
+    Ok(plan)
 }
 
 /// What [`rehearse`] did with a plan against an inventory given by the caller.
@@ -497,7 +501,20 @@ pub fn rehearse(
     };
     let plan = crate::plan::compute_memo(&inputs, &mut super::cold_plan_memo())
         .map_err(ReplanError::Refused)?;
-    let plan = crate::plan::compute::after_halts(plan, &halted);
+    let mut plan = crate::plan::compute::after_halts(plan, &halted);
+    plan.estimates = match store {
+        Some(s) => {
+            let jobs = crate::ops::jobs::load_jobs(s)?;
+            crate::ops::estimate::estimates(s, &jobs, desired, &plan, now)?
+        }
+        None => crate::ops::estimate::estimates(
+            &crate::store::mem::MemStore::new(),
+            &[],
+            desired,
+            &plan,
+            now,
+        )?,
+    };
     match store {
         None => Ok(Rehearsed::NoStore(plan)),
         Some(s) if plan.is_stale(&current_basis(s, desired)?) => Ok(Rehearsed::Differs(plan)),

@@ -17,6 +17,7 @@
 //!   `rollout_sim` and `rollout_health`.
 
 pub mod crash;
+mod estimate;
 mod faults;
 mod fencing;
 mod gates;
@@ -210,6 +211,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
         approvals_required: 1,
         catalog: String::new(),
         applies: Default::default(),
+        estimates: Vec::new(),
     }
 }
 
