@@ -98,6 +98,26 @@ impl Bounds {
             pessimistic_secs: self.pessimistic_secs.saturating_mul(n),
         }
     }
+    /// Whether a job `elapsed` long is past the pessimistic bound (the overdue event, the
+    /// status line and the metric's alert all use this one rule).
+    pub fn overdue(self, elapsed: Duration) -> bool {
+        elapsed.as_secs() > self.pessimistic_secs
+    }
+    /// The status line comparing `elapsed` with these bounds: `elapsed 12m00s, predicted
+    /// median 10m00s, pessimistic 15m00s` and, past the bound, `: past the pessimistic bound`.
+    pub fn progress(self, elapsed: Duration) -> String {
+        format!(
+            "elapsed {}, predicted median {}, pessimistic {}{}",
+            human(elapsed.as_secs()),
+            human(self.median_secs),
+            human(self.pessimistic_secs),
+            if self.overdue(elapsed) {
+                ": past the pessimistic bound"
+            } else {
+                ""
+            }
+        )
+    }
     const ZERO: Bounds = Bounds {
         median_secs: 0,
         pessimistic_secs: 0,

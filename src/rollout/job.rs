@@ -156,6 +156,11 @@ pub fn create_jobs_txn(
                 .get(name)
                 .map(|e| e.to_vec())
                 .unwrap_or_default(),
+            predicted: plan
+                .estimates
+                .iter()
+                .find(|e| &e.cluster == name)
+                .map(|e| e.total),
             control_plane,
             steps,
             state: JobState::Running,

@@ -291,6 +291,7 @@ impl JobDelta {
             || prev.created_at != next.created_at
             || prev.windows != next.windows
             || prev.exclusions != next.exclusions
+            || prev.predicted != next.predicted
             || prev.control_plane != next.control_plane
             || prev.health != next.health
             || prev.applies != next.applies

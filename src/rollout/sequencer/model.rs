@@ -75,6 +75,10 @@ pub struct Job {
     /// creation; issue #36). Absent in older records: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclusions: Vec<crate::desired::exclusion::Exclusion>,
+    /// The plan's predicted duration of this job (issue #36: advice, from the cluster's
+    /// history at planning time); status, metrics and the overdue event compare with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<crate::plan::estimate::Bounds>,
     /// The cluster's control-plane machines at creation: etcd checks and the snapshot go
     /// through them.
     pub control_plane: Vec<NodeTarget>,

@@ -126,3 +126,26 @@ async fn plans_with_different_histories_have_the_same_id() {
     );
     assert_eq!(a.canonical_id(), b.canonical_id());
 }
+
+/// The job keeps its plan's prediction for the cluster: status, dashboard, metric and the
+/// overdue event compare with it.
+#[test]
+fn the_job_keeps_the_plans_prediction() {
+    let f = fake();
+    let obs = observed(&f);
+    let mut p = plan(&obs, steps(&f), 3);
+    let e = estimate(
+        &p.clusters[0],
+        &History::default(),
+        &DEFAULTS,
+        &[],
+        &[],
+        None,
+    );
+    let total = e.total;
+    p.estimates = vec![e];
+    let store = MemStore::new();
+    let id = install(&store, &p, &obs, &[]).unwrap();
+    let job = medea::ops::jobs::load_job(&store, &id).unwrap().unwrap();
+    assert_eq!(job.predicted, Some(total));
+}

@@ -31,6 +31,7 @@ pub(in crate::server::ui) fn talos_job() -> Job {
         created_at: at(0),
         windows: vec![],
         exclusions: vec![],
+        predicted: None,
         control_plane: vec![],
         steps: vec![JobStep {
             state: StepState::Pending,
