@@ -348,6 +348,8 @@ impl InventoryCache {
 pub struct ReplanCache {
     pub inventory: InventoryCache,
     pub memo: crate::plan::compute::PlanMemo,
+    /// Samples of finished jobs for the duration estimate (issue #36): each journal read once.
+    pub samples: crate::ops::estimate::SamplesCache,
 }
 
 impl Default for ReplanCache {
@@ -357,6 +359,7 @@ impl Default for ReplanCache {
         ReplanCache {
             inventory: InventoryCache::default(),
             memo: crate::plan::compute::PlanMemo::default().fan_out(super::fan_out, super::lanes()),
+            samples: Default::default(),
         }
     }
 }
@@ -384,7 +387,14 @@ pub fn replan_cached(
     };
     let plan = crate::plan::compute_memo(&inputs, &mut cache.memo).map_err(ReplanError::Refused)?;
     let mut plan = crate::plan::compute::after_halts(plan, &halted);
-    plan.estimates = crate::ops::estimate::estimates(store, &reads.jobs, desired, &plan, now)?;
+    plan.estimates = crate::ops::estimate::estimates_cached(
+        store,
+        &reads.jobs,
+        desired,
+        &plan,
+        now,
+        &mut cache.samples,
+    )?;
     if let Some(p) = previous
         && p.id == plan.id
         && let Some(parent) = load_parent(store, &plan.id)?
