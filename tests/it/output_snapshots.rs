@@ -364,6 +364,8 @@ fn job_state_dir(how: JobRun) -> tempfile::TempDir {
 #[test]
 fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
     let mut all = String::new();
+    // A finished job's end is the run's (issue #36 added it to the status).
+    let ended = regex::Regex::new(r#""endedAt": "[^"]+""#).unwrap();
     for (what, how) in [
         ("a job created and not yet started", JobRun::NotStarted),
         ("a job that succeeded", JobRun::ToTheEnd(None)),
@@ -382,8 +384,6 @@ fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
             .text(&s.addr.to_string(), "<addr>")
             .path(s.state.path(), "<state>");
         all.push_str(&format!("# {what}\n"));
-        // A finished job's end is the run's (issue #36 added it to the status).
-        let ended = regex::Regex::new(r#""endedAt": "[^"]+""#).unwrap();
         for args in [
             &["rollout", "status", "--cluster", "prod"][..],
             &[
