@@ -149,3 +149,29 @@ fn the_job_keeps_the_plans_prediction() {
     let job = medea::ops::jobs::load_job(&store, &id).unwrap().unwrap();
     assert_eq!(job.predicted, Some(total));
 }
+
+/// The daemon reads a finished job's journal once: the samples come from the cache after the
+/// first read (here, from a store that no longer has the journal at all).
+#[tokio::test(start_paused = true)]
+async fn a_finished_jobs_journal_is_read_once() {
+    use medea::ops::estimate::{SamplesCache, history};
+    let w = world(fake(), steps);
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let jobs = [w.job()];
+    let mut cache = SamplesCache::new();
+    let first = history(w.store.as_ref(), &jobs, CLUSTER, &mut cache).unwrap();
+    assert_eq!(first.jobs.len(), 1);
+    assert_eq!(first.jobs[0].worker_node.len(), 4);
+    assert!(cache.contains_key(&w.job));
+    let elsewhere = MemStore::new();
+    let again = history(&elsewhere, &jobs, CLUSTER, &mut cache).unwrap();
+    assert_eq!(again, first, "from the cache");
+    let cold = history(&elsewhere, &jobs, CLUSTER, &mut SamplesCache::new()).unwrap();
+    assert!(
+        cold.jobs[0].worker_node.is_empty(),
+        "no journal, no cache: no samples"
+    );
+}
