@@ -405,6 +405,13 @@ fn render_estimate(out: &mut String, e: &super::estimate::Estimate) {
                 out,
                 "    with the windows and exclusions: no end in sight (no window ahead, or too many waits)"
             );
+        } else if c.windows_pessimistic == 0 {
+            // No window: only exclusions shape the calendar.
+            let _ = writeln!(
+                out,
+                "    with the exclusions, if started now: expected end {} (pessimistic {})",
+                c.finish, c.finish_pessimistic
+            );
         } else {
             let _ = writeln!(
                 out,
