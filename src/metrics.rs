@@ -69,6 +69,13 @@ pub struct GateNameLabels {
     pub gate: String,
 }
 
+/// `{cluster, bound}` of the predicted job duration (bound: `median` or `pessimistic`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BoundLabels {
+    pub cluster: String,
+    pub bound: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {
     pub cluster: String,
@@ -103,6 +110,8 @@ pub struct Metrics {
     /// Every family's full name and type, whether or not it has samples yet.
     pub families: Vec<(String, MetricType)>,
     pub job_started: Family<ClusterLabels, Gauge>,
+    /// The running job's predicted duration (issue #36), per bound.
+    pub job_predicted: Family<BoundLabels, Gauge>,
     pub job_nodes_done: Family<PoolLabels, Gauge>,
     pub job_nodes_total: Family<PoolLabels, Gauge>,
     pub cluster_halted: Family<ClusterLabels, Gauge>,
@@ -215,6 +224,12 @@ impl Metrics {
             "Start of each cluster's running rollout job (Unix seconds); absent when none runs",
             job_started.clone(),
         );
+        let job_predicted = Family::<BoundLabels, Gauge>::default();
+        registry.register(
+            "rollout_job_predicted_seconds",
+            "Predicted duration of each cluster's running rollout job (bound: median or pessimistic; advice from the plan); absent when none runs or the plan predicted none",
+            job_predicted.clone(),
+        );
         let job_nodes_done = Family::<PoolLabels, Gauge>::default();
         registry.register(
             "rollout_job_nodes_done",
@@ -273,6 +288,7 @@ impl Metrics {
             registry: registry.registry,
             families: registry.families,
             job_started,
+            job_predicted,
             job_nodes_done,
             job_nodes_total,
             cluster_halted,
@@ -408,6 +424,23 @@ pub fn set_rollouts(g: &RolloutGauges) {
     }
 }
 
+/// The running jobs' predicted durations, replaced as a whole: (cluster, median seconds,
+/// pessimistic seconds).
+pub fn set_job_predicted(jobs: &[(String, u64, u64)]) {
+    let m = global();
+    m.job_predicted.clear();
+    for (cluster, median, pessimistic) in jobs {
+        for (bound, v) in [("median", median), ("pessimistic", pessimistic)] {
+            m.job_predicted
+                .get_or_create(&BoundLabels {
+                    cluster: cluster.clone(),
+                    bound: bound.into(),
+                })
+                .set(i64::try_from(*v).unwrap_or(i64::MAX));
+        }
+    }
+}
+
 /// A rollout job halted.
 pub fn halted(cluster: &str, code: &str) {
     global()
@@ -491,6 +524,7 @@ mod tests {
     fn families_render() {
         observe_step("home", "workers", "upgrade", Duration::from_millis(20));
         observe_call("talos", "Version", Duration::from_millis(3), false);
+        set_job_predicted(&[("home".into(), 600, 900)]);
         approval_outcome("approved");
         let text = render();
         assert!(text.contains("medea_rollout_step_duration_seconds_count{cluster=\"home\",pool=\"workers\",step=\"upgrade\"}"), "{text}");
@@ -500,6 +534,12 @@ mod tests {
         );
         assert!(
             text.contains("medea_approvals_total{outcome=\"approved\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "medea_rollout_job_predicted_seconds{cluster=\"home\",bound=\"pessimistic\"} 900"
+            ),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));

@@ -30,6 +30,9 @@ pub enum EventKind {
     GateFailed,
     #[serde(rename = "rollout.succeeded")]
     RolloutSucceeded,
+    /// A running job passed the pessimistic bound of its predicted duration (issue #36).
+    #[serde(rename = "rollout.overdue")]
+    RolloutOverdue,
 }
 
 /// The JSON body of a notification.

@@ -323,6 +323,7 @@ fn install(
         approvals_required: 1,
         catalog: String::new(),
         applies: Default::default(),
+        estimates: Vec::new(),
     };
     let store = Arc::new(FjallStore::open(&dir.join("store")).map_err(store_err)?);
     store
@@ -337,6 +338,7 @@ fn install(
         global_rollouts: true,
         clusters: [(CLUSTER.to_string(), &obs)].into(),
         windows: [(CLUSTER.to_string(), no_windows)].into(),
+        exclusions: Default::default(),
     };
     let created =
         create_jobs_txn(&plan, &inputs, Timestamp::now()).map_err(|e| BenchError::Rollout {

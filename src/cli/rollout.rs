@@ -237,6 +237,9 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
                         .unwrap_or_default()
                 ));
             }
+            if let Some(line) = duration_line(job, jiff::Timestamp::now()) {
+                s.push_str(&line);
+            }
             if !job.gate_point.is_empty() {
                 s.push_str(&format!(
                     "health gates: checking {}{}\n",
@@ -266,6 +269,22 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
             s
         }
     }
+}
+
+/// `duration: elapsed …, predicted median …, pessimistic …` when the plan predicted the job's
+/// duration (issue #36): elapsed from its creation to its end, or to `now` while it runs.
+fn duration_line(job: &pb::Rollout, now: jiff::Timestamp) -> Option<String> {
+    if job.predicted_pessimistic_seconds == 0 {
+        return None;
+    }
+    let bounds = crate::plan::estimate::Bounds {
+        median_secs: job.predicted_median_seconds,
+        pessimistic_secs: job.predicted_pessimistic_seconds,
+    };
+    let start: jiff::Timestamp = job.created_at.parse().ok()?;
+    let end = job.ended_at.parse::<jiff::Timestamp>().unwrap_or(now);
+    let elapsed = std::time::Duration::try_from(end.duration_since(start)).unwrap_or_default();
+    Some(format!("duration: {}\n", bounds.progress(elapsed)))
 }
 
 /// `, soak ends in 4m 10s (at …)`, or that a gate is failing, for the status line.
@@ -653,5 +672,29 @@ mod tests {
             serde_json::from_str(&render_status(&job, None, Format::Json)).unwrap();
         assert_eq!(json["gates"][0]["verdict"], "fail", "{json}");
         assert_eq!(json["gatePoint"], "soak after wave 1 of step 1", "{json}");
+    }
+
+    /// Issue #36: the status compares elapsed with the plan's prediction and says when the job
+    /// is past its pessimistic bound.
+    #[test]
+    fn status_compares_elapsed_with_the_prediction() {
+        let now: jiff::Timestamp = "2026-12-03T12:20:00Z".parse().unwrap();
+        let mut job = pb::Rollout {
+            created_at: "2026-12-03T12:00:00Z".into(),
+            predicted_median_seconds: 600,
+            predicted_pessimistic_seconds: 900,
+            ..Default::default()
+        };
+        assert_eq!(
+            duration_line(&job, now).unwrap(),
+            "duration: elapsed 20m00s, predicted median 10m00s, pessimistic 15m00s: past the pessimistic bound\n"
+        );
+        job.ended_at = "2026-12-03T12:12:00Z".into();
+        assert_eq!(
+            duration_line(&job, now).unwrap(),
+            "duration: elapsed 12m00s, predicted median 10m00s, pessimistic 15m00s\n"
+        );
+        job.predicted_pessimistic_seconds = 0;
+        assert_eq!(duration_line(&job, now), None, "no prediction, no line");
     }
 }

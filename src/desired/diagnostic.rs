@@ -120,6 +120,8 @@ pub mod codes {
     pub const IMAGE: &str = "medea::desired::installer-image";
     /// A maintenance window's cron start, duration or time zone is invalid.
     pub const WINDOW: &str = "medea::desired::window";
+    /// A maintenance exclusion's name, times, time zone or scope is invalid.
+    pub const EXCLUSION: &str = "medea::desired::exclusion";
     /// An approval count is below 1 or the control-plane count is below `required`.
     pub const APPROVALS: &str = "medea::desired::approvals";
     /// The node pools' `after:` order is invalid (itself, a cycle, control plane after workers).

@@ -100,6 +100,10 @@ pub struct ClusterSpec {
     /// When rollouts may start a node. Without windows, any time.
     #[serde(default)]
     pub maintenance_windows: Vec<WindowSpec>,
+    /// Maintenance exclusions: spans of time in which version changes of a scope do not
+    /// start, even inside a window.
+    #[serde(default)]
+    pub maintenance: Option<MaintenanceSpec>,
     /// Upgrade-path policy.
     #[serde(default)]
     pub upgrade_policy: Option<UpgradePolicySpec>,
@@ -266,6 +270,41 @@ pub struct WindowSpec {
     #[schemars(with = "DurationString")]
     pub duration: Spanned<String>,
     /// IANA time zone of `start` (`Europe/Berlin`; default `UTC`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub time_zone: Option<Spanned<String>>,
+}
+
+/// `spec.maintenance`: exclusions on top of the maintenance windows.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// Spans of time in which no node starts a change the exclusion's scope covers (a running
+    /// node step finishes). GKE's scopes: `noUpgrades`, `noMinorUpgrades`.
+    #[serde(default)]
+    pub exclusions: Vec<ExclusionSpec>,
+}
+
+/// One maintenance exclusion (`spec.maintenance.exclusions[]`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExclusionSpec {
+    /// A name unique in the cluster (`year-end-freeze`); plans and waits name it.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// When it begins: RFC 3339 (`2026-12-20T00:00:00Z`) or a local date-time
+    /// (`2026-12-20T00:00`) read in `timeZone`.
+    #[schemars(with = "String")]
+    pub from: Spanned<String>,
+    /// When it ends (exclusive), written like `from`; must be after `from`.
+    #[schemars(with = "String")]
+    pub to: Spanned<String>,
+    /// What it holds: `noUpgrades` (every change; the default) or `noMinorUpgrades` (changes
+    /// of minor line; patches still start).
+    #[serde(default)]
+    #[schemars(with = "Option<crate::desired::exclusion::ExclusionScope>")]
+    pub scope: Option<Spanned<String>>,
+    /// IANA time zone of local `from`/`to` values (`Europe/Berlin`; default `UTC`).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub time_zone: Option<Spanned<String>>,

@@ -2,7 +2,7 @@
 //!
 //! **Owns:** the `medea/v1alpha1` file format ([`format`], also the source of `schemas/`), the
 //! validated model ([`model`]), diagnostics with file:line:column ([`diagnostic`]), maintenance
-//! windows ([`window`]), and reading a revision ([`source`]).
+//! windows ([`window`]) and exclusions ([`exclusion`]), and reading a revision ([`source`]).
 //! **May depend on:** the `desired` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`).
 //!
@@ -13,6 +13,7 @@
 
 pub mod diagnostic;
 pub mod edit;
+pub mod exclusion;
 pub mod format;
 pub mod health;
 pub mod incremental;

@@ -302,6 +302,9 @@ pub struct Cluster {
     pub approvals: ApprovalSettings,
     /// Maintenance windows (`spec.windows`); a rollout step starts only inside one. Empty: any time.
     pub windows: Vec<MaintenanceWindow>,
+    /// Maintenance exclusions (`spec.maintenance.exclusions`), in file order: no node starts
+    /// a change an exclusion in force covers.
+    pub exclusions: Vec<super::exclusion::Exclusion>,
     /// `spec.upgradePolicy`, after defaults.
     pub upgrade_policy: UpgradePolicy,
     /// Health gates (`health:`); no gates when the block is absent.

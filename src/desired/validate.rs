@@ -860,6 +860,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
             }
         }
     }
+    let exclusions = exclusions(ctx, doc, spec.maintenance.as_ref());
     let upgrade_policy = spec
         .upgrade_policy
         .as_ref()
@@ -877,6 +878,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
         rollout,
         approvals,
         windows,
+        exclusions,
         upgrade_policy,
         health,
         preflight,
@@ -884,6 +886,113 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })
+}
+
+/// `spec.maintenance.exclusions`: unique names, RFC 3339 or local times (read in the entry's
+/// `timeZone`), `from` before `to`, a known scope. Every problem is reported; an entry with
+/// any is left out.
+fn exclusions(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    spec: Option<&format::MaintenanceSpec>,
+) -> Vec<super::exclusion::Exclusion> {
+    use super::exclusion::{Exclusion, ExclusionScope, parse_time, time_zone};
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    for e in spec.map(|m| m.exclusions.as_slice()).unwrap_or_default() {
+        let ok = std::cell::Cell::new(true);
+        let fail = |ctx: &mut Ctx, at: &Spanned<String>, msg: String, help: &str| {
+            ok.set(false);
+            ctx.err(
+                Diagnostic::error(codes::EXCLUSION, doc.origin(&at.referenced), msg)
+                    .with_help(help.to_string()),
+            );
+        };
+        if !is_dns_label(&e.name.value) {
+            fail(
+                ctx,
+                &e.name,
+                format!("exclusion name `{}` is not a valid name", e.name.value),
+                "use lowercase letters, digits and `-` (at most 63 characters, no leading or trailing `-`)",
+            );
+        } else if !names.insert(e.name.value.as_str()) {
+            fail(
+                ctx,
+                &e.name,
+                format!(
+                    "exclusion `{}` is defined twice in this cluster",
+                    e.name.value
+                ),
+                "give each exclusion its own name: plans and waits name them",
+            );
+        }
+        let zone_name = e.time_zone.as_ref().map_or("UTC", |z| z.value.as_str());
+        let zone = match time_zone(zone_name) {
+            Ok(z) => Some(z),
+            Err(err) => {
+                let at = e.time_zone.as_ref().unwrap_or(&e.name);
+                fail(
+                    ctx,
+                    at,
+                    err.to_string(),
+                    "the zone local `from`/`to` times are read in",
+                );
+                None
+            }
+        };
+        let time = |ctx: &mut Ctx, at: &Spanned<String>| {
+            let zone = zone.as_ref()?;
+            match parse_time(&at.value, zone) {
+                Ok(t) => Some(t),
+                Err(err) => {
+                    fail(
+                        ctx,
+                        at,
+                        err.to_string(),
+                        "an exclusion holds changes from `from` (inclusive) to `to` (exclusive)",
+                    );
+                    None
+                }
+            }
+        };
+        let from = time(ctx, &e.from);
+        let to = time(ctx, &e.to);
+        let scope = match &e.scope {
+            None => Some(ExclusionScope::NoUpgrades),
+            Some(s) => match ExclusionScope::parse(&s.value) {
+                Some(sc) => Some(sc),
+                None => {
+                    fail(
+                        ctx,
+                        s,
+                        format!("unknown exclusion scope `{}`", s.value),
+                        "use `noUpgrades` (no change starts) or `noMinorUpgrades` (patches still start)",
+                    );
+                    None
+                }
+            },
+        };
+        let (Some(from), Some(to)) = (from, to) else {
+            continue;
+        };
+        // The order is checked whatever the scope: every problem at once.
+        match Exclusion::new(
+            e.name.value.clone(),
+            from,
+            to,
+            scope.unwrap_or(ExclusionScope::NoUpgrades),
+        ) {
+            Ok(x) if ok.get() && scope.is_some() => out.push(x),
+            Ok(_) => {}
+            Err(err) => fail(
+                ctx,
+                &e.to,
+                err.to_string(),
+                "`to` must be later than `from`",
+            ),
+        }
+    }
+    out
 }
 
 /// The catalog override: extra Talos releases and Kubernetes support windows.

@@ -534,10 +534,17 @@ pub fn start_txn(
             .iter()
             .map(|(k, c)| (k.clone(), c.windows.as_slice()))
             .collect();
+    let exclusions: std::collections::BTreeMap<String, &[crate::desired::exclusion::Exclusion]> =
+        desired
+            .clusters
+            .iter()
+            .map(|(k, c)| (k.clone(), c.exclusions.as_slice()))
+            .collect();
     let inputs = JobInputs {
         global_rollouts,
         clusters,
         windows,
+        exclusions,
     };
     match create_jobs_txn(plan, &inputs, now) {
         Ok(created) => {

@@ -17,6 +17,7 @@
 pub mod approvals;
 pub mod cluster_ports;
 pub mod doctor;
+pub mod estimate;
 pub mod jobs;
 pub mod preflight;
 pub mod refresh;

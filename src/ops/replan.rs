@@ -348,6 +348,8 @@ impl InventoryCache {
 pub struct ReplanCache {
     pub inventory: InventoryCache,
     pub memo: crate::plan::compute::PlanMemo,
+    /// Samples of finished jobs for the duration estimate (issue #36): each journal read once.
+    pub samples: crate::ops::estimate::SamplesCache,
 }
 
 impl Default for ReplanCache {
@@ -357,6 +359,7 @@ impl Default for ReplanCache {
         ReplanCache {
             inventory: InventoryCache::default(),
             memo: crate::plan::compute::PlanMemo::default().fan_out(super::fan_out, super::lanes()),
+            samples: Default::default(),
         }
     }
 }
@@ -384,6 +387,14 @@ pub fn replan_cached(
     };
     let plan = crate::plan::compute_memo(&inputs, &mut cache.memo).map_err(ReplanError::Refused)?;
     let mut plan = crate::plan::compute::after_halts(plan, &halted);
+    plan.estimates = crate::ops::estimate::estimates_cached(
+        store,
+        &reads.jobs,
+        desired,
+        &plan,
+        now,
+        &mut cache.samples,
+    )?;
     if let Some(p) = previous
         && p.id == plan.id
         && let Some(parent) = load_parent(store, &plan.id)?
@@ -446,7 +457,10 @@ pub fn preview(store: &dyn Store, desired: &Desired) -> Result<Plan, ReplanError
     };
     let plan = crate::plan::compute_memo(&inputs, &mut super::cold_plan_memo())
         .map_err(ReplanError::Refused)?;
-    Ok(crate::plan::compute::after_halts(plan, &halted))
+    let mut plan = crate::plan::compute::after_halts(plan, &halted);
+    let jobs = crate::ops::jobs::load_jobs(store)?;
+    plan.estimates = crate::ops::estimate::estimates(store, &jobs, desired, &plan, now)?;
+    Ok(plan)
 }
 
 /// What [`rehearse`] did with a plan against an inventory given by the caller.
@@ -497,7 +511,20 @@ pub fn rehearse(
     };
     let plan = crate::plan::compute_memo(&inputs, &mut super::cold_plan_memo())
         .map_err(ReplanError::Refused)?;
-    let plan = crate::plan::compute::after_halts(plan, &halted);
+    let mut plan = crate::plan::compute::after_halts(plan, &halted);
+    plan.estimates = match store {
+        Some(s) => {
+            let jobs = crate::ops::jobs::load_jobs(s)?;
+            crate::ops::estimate::estimates(s, &jobs, desired, &plan, now)?
+        }
+        None => crate::ops::estimate::estimates(
+            &crate::store::mem::MemStore::new(),
+            &[],
+            desired,
+            &plan,
+            now,
+        )?,
+    };
     match store {
         None => Ok(Rehearsed::NoStore(plan)),
         Some(s) if plan.is_stale(&current_basis(s, desired)?) => Ok(Rehearsed::Differs(plan)),
@@ -672,6 +699,7 @@ mod tests {
             global_rollouts: true,
             clusters: [("c1".to_string(), &c1)].into(),
             windows: [("c1".to_string(), none)].into(),
+            exclusions: Default::default(),
         };
         let mut job = create_jobs_txn(&plan, &inputs, ts("2026-11-30T00:00:00Z"))
             .unwrap()

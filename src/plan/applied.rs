@@ -252,6 +252,10 @@ pub struct ClusterSettings {
     pub approvals_control_plane: u32,
     /// `maintenanceWindows`.
     pub maintenance_windows: Vec<WindowSummary>,
+    /// `maintenance.exclusions` (issue #36; absent in older records and when empty, so the
+    /// applied digest of a store without exclusions is unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusions: Vec<crate::desired::exclusion::Exclusion>,
     /// `rollout.allowDowngrade`.
     pub allow_downgrade: bool,
     /// `talosReleases`: extra releases the upgrade path may stop at.
@@ -351,6 +355,7 @@ impl ClusterSettings {
                     time_zone: w.time_zone().to_string(),
                 })
                 .collect(),
+            exclusions: c.exclusions.clone(),
             allow_downgrade: c.upgrade_policy.allow_downgrade,
             talos_releases: c.upgrade_policy.talos_releases.clone(),
             kubernetes_support: c
@@ -423,6 +428,10 @@ impl ClusterSettings {
                     w.time_zone
                 )
             })),
+        ));
+        out.push((
+            "maintenance.exclusions",
+            list(self.exclusions.iter().map(|e| e.summary())),
         ));
         out.push((
             "upgradePolicy.allowDowngrade",

@@ -21,6 +21,7 @@ pub mod applied;
 pub mod bar;
 pub mod catalog;
 pub mod compute;
+pub mod estimate;
 pub mod health;
 pub mod id;
 pub mod lifecycle;

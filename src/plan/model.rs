@@ -289,6 +289,11 @@ pub struct Plan {
     /// The last-applied records approval writes.
     #[serde(default)]
     pub applies: Applies,
+    /// Predicted durations per cluster with steps (issue #36): advice from the cluster's job
+    /// history, **not** part of the id ([`Plan::canonical_id`] leaves it out), set by the
+    /// application layer after the plan is computed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub estimates: Vec<super::estimate::Estimate>,
 }
 
 impl Plan {

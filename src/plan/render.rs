@@ -326,6 +326,9 @@ fn text_in(plan: &Plan, o: Options, state: Option<PlanState>) -> String {
     for c in &plan.clusters {
         out.push('\n');
         render_cluster(&mut out, c, o);
+        if let Some(e) = plan.estimates.iter().find(|e| e.cluster == c.cluster) {
+            render_estimate(&mut out, e);
+        }
     }
     out.push('\n');
     let _ = writeln!(
@@ -347,6 +350,80 @@ fn text_in(plan: &Plan, o: Options, state: Option<PlanState>) -> String {
         let _ = writeln!(out, "  {}", sign_command(plan));
     }
     out
+}
+
+/// The predicted duration of a cluster's job (issue #36): advice, labelled as such.
+fn render_estimate(out: &mut String, e: &super::estimate::Estimate) {
+    use super::estimate::{Source, human};
+    let from = match e.history_jobs {
+        0 => "no job of this cluster recorded yet: documented defaults".to_string(),
+        1 => "from the last job of this cluster".to_string(),
+        n => format!("from the last {n} jobs of this cluster"),
+    };
+    let _ = writeln!(
+        out,
+        "  predicted duration ({from}; advice, not part of the plan id):"
+    );
+    let row = |out: &mut String, what: String, p: &super::estimate::PoolEstimate, unit: &str| {
+        let _ = writeln!(
+            out,
+            "    {what}: {} {unit}{}, median {}, pessimistic {}{}",
+            p.waves,
+            if p.waves == 1 { "" } else { "s" },
+            human(p.bounds.median_secs),
+            human(p.bounds.pessimistic_secs),
+            if p.source == Source::Default {
+                " (default)"
+            } else {
+                ""
+            }
+        );
+    };
+    for p in &e.pools {
+        row(out, format!("pool {}", p.pool), p, "wave");
+    }
+    if let Some(k) = &e.kubernetes {
+        row(out, "kubernetes".into(), k, "node");
+    }
+    let _ = writeln!(
+        out,
+        "    job: median {}, pessimistic {}",
+        human(e.total.median_secs),
+        human(e.total.pessimistic_secs)
+    );
+    if !e.phases.is_empty() {
+        let phases: Vec<String> = e
+            .phases
+            .iter()
+            .map(|(k, v)| format!("{k} {}", human(*v)))
+            .collect();
+        let _ = writeln!(out, "    per node (median): {}", phases.join(", "));
+    }
+    if let Some(c) = &e.calendar {
+        if c.unbounded {
+            let _ = writeln!(
+                out,
+                "    with the windows and exclusions: no end in sight (no window ahead, or too many waits)"
+            );
+        } else if c.windows_pessimistic == 0 {
+            // No window: only exclusions shape the calendar.
+            let _ = writeln!(
+                out,
+                "    with the exclusions, if started now: expected end {} (pessimistic {})",
+                c.finish, c.finish_pessimistic
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "    with the windows and exclusions, if started now: {} window opening{} ({} pessimistic), expected end {} (pessimistic {})",
+                c.windows,
+                if c.windows == 1 { "" } else { "s" },
+                c.windows_pessimistic,
+                c.finish,
+                c.finish_pessimistic
+            );
+        }
+    }
 }
 
 fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
@@ -649,6 +726,9 @@ struct JsonPlan<'a> {
     /// offline, where `medea approvals` answers).
     #[serde(skip_serializing_if = "Option::is_none")]
     approvals: Option<&'a ApprovalsView>,
+    /// Predicted durations (advice, not part of the id).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    estimates: &'a [super::estimate::Estimate],
 }
 
 /// One approval candidate as a plan view shows it: a signature that counts, or one that does
@@ -718,6 +798,7 @@ fn json_in(plan: &Plan, state: Option<PlanState>, approvals: Option<&ApprovalsVi
         sign_command: changes.then(|| sign_command(plan)),
         state,
         approvals,
+        estimates: &plan.estimates,
     };
     let mut s = serde_json::to_string_pretty(&doc).expect("plans serialize");
     s.push('\n');

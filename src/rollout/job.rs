@@ -14,6 +14,7 @@ use super::ports::NodeTarget;
 use super::sequencer::{
     Job, JobId, JobState, JobStep, KubeStep, StepKind, StepState, TalosStep, WindowSpec,
 };
+use crate::desired::exclusion::Exclusion;
 use crate::desired::window::MaintenanceWindow;
 use crate::inventory::{MachineRole, ObservedCluster, cluster_key};
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan, consumed_key};
@@ -31,6 +32,9 @@ pub struct JobInputs<'a> {
     pub clusters: BTreeMap<String, &'a ObservedCluster>,
     /// The maintenance windows of each cluster (from its desired state), by name.
     pub windows: BTreeMap<String, &'a [MaintenanceWindow]>,
+    /// The maintenance exclusions of each cluster (from its desired state), by name; a
+    /// cluster without an entry has none.
+    pub exclusions: BTreeMap<String, &'a [Exclusion]>,
 }
 
 /// The jobs of a plan and the transaction that creates them.
@@ -147,6 +151,16 @@ pub fn create_jobs_txn(
             cluster: name.clone(),
             created_at: now,
             windows,
+            exclusions: inputs
+                .exclusions
+                .get(name)
+                .map(|e| e.to_vec())
+                .unwrap_or_default(),
+            predicted: plan
+                .estimates
+                .iter()
+                .find(|e| &e.cluster == name)
+                .map(|e| e.total),
             control_plane,
             steps,
             state: JobState::Running,

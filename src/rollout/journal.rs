@@ -290,6 +290,8 @@ impl JobDelta {
             || prev.cluster != next.cluster
             || prev.created_at != next.created_at
             || prev.windows != next.windows
+            || prev.exclusions != next.exclusions
+            || prev.predicted != next.predicted
             || prev.control_plane != next.control_plane
             || prev.health != next.health
             || prev.applies != next.applies

@@ -31,6 +31,7 @@
 pub mod executor;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fake;
+pub mod history;
 pub mod job;
 pub mod journal;
 pub mod ports;

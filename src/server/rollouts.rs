@@ -217,6 +217,12 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         nodes,
         waiting_for: String::new(),
         waiting_since: String::new(),
+        predicted_median_seconds: job.predicted.map_or(0, |p| p.median_secs),
+        predicted_pessimistic_seconds: job.predicted.map_or(0, |p| p.pessimistic_secs),
+        ended_at: match &job.state {
+            JobState::Succeeded { at } | JobState::Halted { at, .. } => at.to_string(),
+            JobState::Running => String::new(),
+        },
     }
 }
 
@@ -496,7 +502,19 @@ pub async fn executor_loop<F: PortFactory>(
                             };
                             if let Some(exec) = exec {
                                 notify_start(&shared, &job);
-                                match exec.run(&job.id).await {
+                                let run = exec.run(&job.id);
+                                tokio::pin!(run);
+                                let result = match overdue_in(&job, jiff::Timestamp::now()) {
+                                    Some(wait) => tokio::select! {
+                                        r = &mut run => r,
+                                        _ = tokio::time::sleep(wait) => {
+                                            notify_overdue(&shared, &job);
+                                            (&mut run).await
+                                        }
+                                    },
+                                    None => run.await,
+                                };
+                                match result {
                                     Ok(outcome) => report(&shared, &job, &outcome),
                                     Err(e) => {
                                         tracing::warn!(job = %job.id, error = %crate::error_chain(&e), "job stopped")
@@ -544,6 +562,15 @@ fn set_job_gauges(all: &[Job]) {
         crate::metrics::set_jobs(name, n);
     }
     crate::metrics::set_rollouts(&rollout_gauges(all));
+    crate::metrics::set_job_predicted(
+        &all.iter()
+            .filter(|j| j.state == JobState::Running)
+            .filter_map(|j| {
+                j.predicted
+                    .map(|p| (j.cluster.clone(), p.median_secs, p.pessimistic_secs))
+            })
+            .collect::<Vec<_>>(),
+    );
 }
 
 /// Per cluster: the running job's start and machines done per pool, and whether the newest
@@ -709,6 +736,50 @@ fn note(
     }
 }
 
+/// How long until `job` passes the pessimistic bound of its predicted duration (from its
+/// creation), if the plan predicted one; `Some(0)` when it already has.
+fn overdue_in(job: &Job, now: jiff::Timestamp) -> Option<std::time::Duration> {
+    overdue_after(job.created_at, job.predicted?, now)
+}
+
+fn overdue_after(
+    created_at: jiff::Timestamp,
+    p: crate::plan::estimate::Bounds,
+    now: jiff::Timestamp,
+) -> Option<std::time::Duration> {
+    let elapsed = std::time::Duration::try_from(now.duration_since(created_at)).unwrap_or_default();
+    Some(if p.overdue(elapsed) {
+        std::time::Duration::ZERO
+    } else {
+        std::time::Duration::from_secs(p.pessimistic_secs + 1).saturating_sub(elapsed)
+    })
+}
+
+/// The job runs past the pessimistic bound of its predicted duration (issue #36): a webhook
+/// event and a log line (the status says so too: `duration: … past the pessimistic bound`).
+fn notify_overdue(shared: &Shared, job: &Job) {
+    let Some(p) = job.predicted else { return };
+    let text = format!(
+        "medea: rollout {} of cluster {} runs past its predicted duration (pessimistic {}; median {})",
+        job.id,
+        job.cluster,
+        crate::plan::estimate::human(p.pessimistic_secs),
+        crate::plan::estimate::human(p.median_secs)
+    );
+    tracing::warn!(job = %job.id, cluster = %job.cluster, pessimistic_secs = p.pessimistic_secs, "rollout past its predicted duration");
+    shared.notifier.send(crate::webhook::Notification {
+        event: crate::webhook::EventKind::RolloutOverdue,
+        text,
+        cluster: Some(job.cluster.clone()),
+        plan: Some(job.plan.to_hex()),
+        job: Some(job.id.to_string()),
+        node: None,
+        reason: None,
+        halt_code: None,
+        at: jiff::Timestamp::now().to_string(),
+    });
+}
+
 fn notify_start(shared: &Shared, job: &Job) {
     shared.notifier.send(crate::webhook::Notification {
         event: crate::webhook::EventKind::RolloutStarted,
@@ -820,5 +891,23 @@ mod forward_tests {
         assert_eq!(super::next_event(&mut rx).await, Some(4));
         drop(tx);
         assert_eq!(super::next_event(&mut rx).await, None);
+    }
+
+    /// Issue #36: the overdue event fires one second past the pessimistic bound, counted from
+    /// the job's creation; at once for a job already past it.
+    #[test]
+    fn overdue_counts_from_the_jobs_creation_to_its_pessimistic_bound() {
+        use std::time::Duration;
+        let t0: jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        let at = |s: i64| t0.checked_add(jiff::SignedDuration::from_secs(s)).unwrap();
+        let p = crate::plan::estimate::Bounds {
+            median_secs: 600,
+            pessimistic_secs: 900,
+        };
+        assert_eq!(
+            super::overdue_after(t0, p, at(100)),
+            Some(Duration::from_secs(801))
+        );
+        assert_eq!(super::overdue_after(t0, p, at(901)), Some(Duration::ZERO));
     }
 }

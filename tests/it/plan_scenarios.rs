@@ -18,7 +18,7 @@ use std::path::Path;
 use crate::output_snapshots::{Normalise, medea, run, transcript};
 
 /// Every script in `tests/it/scenarios/`, by name; each has a test below.
-const SCENARIOS: [&str; 3] = ["multi-hop", "settings-only", "skew-refusal"];
+const SCENARIOS: [&str; 4] = ["exclusions", "multi-hop", "settings-only", "skew-refusal"];
 
 /// Runs the script `name` and returns its transcript.
 fn play(name: &str) -> String {
@@ -102,6 +102,14 @@ fn skew_refusal() {
 #[test]
 fn settings_only() {
     scenario("settings-only");
+}
+
+/// Maintenance exclusions (issue #36): the plan lists what each one holds (`noMinorUpgrades`
+/// lets a patch through, holds a minor hop), one in force blocks approval until its end, and
+/// bad exclusions are refused with located errors.
+#[test]
+fn exclusions() {
+    scenario("exclusions");
 }
 
 /// The scripts on disk and [`SCENARIOS`] are the same set (a script without a test never runs).

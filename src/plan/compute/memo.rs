@@ -312,6 +312,10 @@ impl PlanMemo {
         out.extend(plan.catalog.to_json());
         out.extend_from_slice(br#","applies":"#);
         out.extend(plan.applies.to_json());
+        if !plan.estimates.is_empty() {
+            out.extend_from_slice(br#","estimates":"#);
+            out.extend(serde_json::to_vec(&plan.estimates).expect("estimates serialize"));
+        }
         out.push(b'}');
         out
     }

@@ -382,6 +382,7 @@ fn assemble(
         approvals_required: bar,
         catalog,
         applies,
+        estimates: Vec::new(),
     };
     if plan.catalog.is_empty() {
         plan.catalog = crate::plan::catalog::CATALOG_VERSION.to_string();

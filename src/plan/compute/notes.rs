@@ -68,6 +68,14 @@ impl<'a> ClusterCtx<'a> {
             ));
         }
         notes.extend(skip_pods_on_legacy_upgrades(steps));
+        if !steps.is_empty() {
+            notes.extend(
+                self.cluster
+                    .exclusions
+                    .iter()
+                    .map(|e| crate::plan::preflight::exclusion::note(e, steps)),
+            );
+        }
         notes
     }
 }

@@ -81,6 +81,7 @@ impl Finding {
 
 mod credentials;
 mod etcd;
+pub mod exclusion;
 mod nodes;
 mod pdb;
 mod promotion;
@@ -114,6 +115,8 @@ pub mod checks {
     pub const PROMOTION: &str = "promotion";
     /// Observations that were not gathered.
     pub const OBSERVATIONS: &str = "observations";
+    /// A maintenance exclusion holds changes of the plan.
+    pub const EXCLUSION: &str = "exclusion";
 }
 
 /// The inputs of one cluster's preflight checks beyond its desired state, its observation and
@@ -242,6 +245,12 @@ pub fn check(
         if let Some(promo) = &cluster.promotion {
             found.extend(promotion::check(promo, plan, inputs));
         }
+        found.extend(exclusion::check(
+            &cluster.exclusions,
+            plan,
+            &scope,
+            inputs.now,
+        ));
     }
     let mut notes = Vec::new();
     for f in &mut found {

@@ -918,3 +918,77 @@ fn what_the_refresh_could_not_read_is_a_warning_naming_it() {
         ids(&pl)
     );
 }
+
+fn excluded(scope: &str) -> crate::desired::Desired {
+    let block = format!(
+        "  maintenance:\n    exclusions:\n      - name: freeze\n        from: \"2026-12-01T00:00:00Z\"\n        to: \"2026-12-10T00:00:00Z\"\n        scope: {scope}\n"
+    );
+    load(&[
+        ("c1.yaml", cluster_doc("c1", "v1.34.1", &block)),
+        ("pools.yaml", cp_pool("v1.13.9")),
+    ])
+}
+
+fn exclusion_findings(p: &Plan) -> Vec<&Finding> {
+    c1(p)
+        .preflight
+        .iter()
+        .filter(|f| f.check == checks::EXCLUSION)
+        .collect()
+}
+
+/// Issue #36 item 2: an exclusion in force that holds a change of the plan blocks it until the
+/// exclusion ends (`until`: the daemon plans again then); one about to begin warns until its
+/// start; `noMinorUpgrades` lets a patch plan through, `noUpgrades` does not.
+#[test]
+fn an_exclusion_in_force_blocks_until_it_ends_and_its_scope_decides_what_it_holds() {
+    let minor = with(observed("v1.34.1", 1, three_cps("v1.12.11")), gathered());
+    let d = excluded("noMinorUpgrades");
+    let pl = plan(&d, &minor, &ctx("2026-12-03T00:00:00Z"));
+    let f = finding(&pl, "exclusion/freeze");
+    assert_eq!(f.severity, Severity::Blocking);
+    assert_eq!(f.until, Some(ts("2026-12-10T00:00:00Z")));
+    assert_eq!(
+        crate::plan::preflight::next_expiry(&pl),
+        Some(ts("2026-12-10T00:00:00Z"))
+    );
+    assert!(f.evidence[1].contains("(minor)"), "{:?}", f.evidence);
+    // The plan notes what the exclusion holds, whatever the time.
+    assert!(
+        c1(&pl)
+            .notes
+            .iter()
+            .any(|n| n.starts_with("maintenance exclusion `freeze`") && n.contains("(minor)")),
+        "{:?}",
+        c1(&pl).notes
+    );
+    // At its end: nothing blocks.
+    let after = plan(&d, &minor, &ctx("2026-12-10T00:00:00Z"));
+    assert!(exclusion_findings(&after).is_empty());
+    // An hour before it begins, inside the rollout's longest run: a warning until it begins.
+    let before = plan(&d, &minor, &ctx("2026-11-30T23:00:00Z"));
+    let w = finding(&before, "exclusion/freeze");
+    assert_eq!(w.severity, Severity::Warning);
+    assert_eq!(w.until, Some(ts("2026-12-01T00:00:00Z")));
+    // A week before: nothing.
+    let early = plan(&d, &minor, &ctx("2026-11-23T00:00:00Z"));
+    assert!(exclusion_findings(&early).is_empty());
+
+    // A patch plan: noMinorUpgrades lets it through, noUpgrades holds it.
+    let patch = with(observed("v1.34.1", 1, three_cps("v1.13.2")), gathered());
+    let pl = plan(&d, &patch, &ctx("2026-12-03T00:00:00Z"));
+    assert!(
+        exclusion_findings(&pl).is_empty(),
+        "{:?}",
+        c1(&pl).preflight
+    );
+    let held = plan(
+        &excluded("noUpgrades"),
+        &patch,
+        &ctx("2026-12-03T00:00:00Z"),
+    );
+    assert_eq!(
+        finding(&held, "exclusion/freeze").severity,
+        Severity::Blocking
+    );
+}

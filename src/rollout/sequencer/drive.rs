@@ -249,6 +249,26 @@ pub(super) fn window_gate(j: &Job, now: Timestamp) -> Result<(), Flow> {
     }
 }
 
+/// Whether a node may start a change of size `change` now; otherwise the flow to return: wait
+/// until no maintenance exclusion of the job holds it (following exclusions that overlap or
+/// touch). A node already started finishes its step: exclusions, like windows, gate starts.
+pub(super) fn exclusion_gate(j: &Job, change: Change, now: Timestamp) -> Result<(), Flow> {
+    let Some(e) = holding(&j.exclusions, change, now) else {
+        return Ok(());
+    };
+    let at = free_from(&j.exclusions, change, now);
+    Err(Flow::Wait(
+        at,
+        format!(
+            "inside maintenance exclusion `{}` ({}, until {}), which holds {} changes; the next may start at {at}",
+            e.name,
+            e.scope,
+            e.to,
+            change.as_str()
+        ),
+    ))
+}
+
 pub(super) fn key(
     j: &Job,
     si: usize,

@@ -112,6 +112,10 @@ pub(super) fn kube_step(
                 if let Err(flow) = window_gate(j, now) {
                     return flow;
                 }
+                let r = &kube_of(j, si).rollout;
+                if let Err(flow) = exclusion_gate(j, Change::kubernetes(&r.from, &r.to), now) {
+                    return flow;
+                }
                 let Some(c) = t.component else {
                     return no_component(&name);
                 };

@@ -39,6 +39,7 @@ use super::ports::{
     TalosNode, UpgradeMethod,
 };
 use super::removed::{RemovedSetting, removed_settings};
+use crate::desired::exclusion::{Change, free_from, holding};
 use crate::desired::model::DrainPolicy;
 use crate::desired::window::{MaintenanceWindow, open_at};
 use crate::inventory::MachineRole;

@@ -71,6 +71,14 @@ pub struct Job {
     pub created_at: Timestamp,
     /// Node starts are gated on these (none = always open).
     pub windows: Vec<WindowSpec>,
+    /// No node starts a change one of these holds (`spec.maintenance.exclusions` at
+    /// creation; issue #36). Absent in older records: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusions: Vec<crate::desired::exclusion::Exclusion>,
+    /// The plan's predicted duration of this job (issue #36: advice, from the cluster's
+    /// history at planning time); status, metrics and the overdue event compare with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<crate::plan::estimate::Bounds>,
     /// The cluster's control-plane machines at creation: etcd checks and the snapshot go
     /// through them.
     pub control_plane: Vec<NodeTarget>,

@@ -158,7 +158,7 @@ fn wave_turn(
 ///   of them is away;
 /// - steps without health gates: with gates, nothing touches the next wave before the current
 ///   one passed them;
-/// - nodes not started yet, inside the maintenance windows, observed on the version the plan
+/// - nodes not started yet, inside the maintenance windows and held by no exclusion, observed on the version the plan
 ///   expects (a node already on the target, or one that cannot be observed, is left alone); one
 ///   pull ahead per node (a failed one is not repeated: the node pulls at its turn).
 fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> Option<Flow> {
@@ -167,7 +167,10 @@ fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> O
         return None;
     }
     let candidates = ts.nodes.iter().filter(|n| {
-        n.wave == wave + 1 && n.phase == NodePhase::Pending && n.pulled_ahead.is_none()
+        n.wave == wave + 1
+            && n.phase == NodePhase::Pending
+            && n.pulled_ahead.is_none()
+            && exclusion_gate(j, Change::talos(&n.target.from, &ts.rollout.to), now).is_ok()
     });
     let mut chosen = None;
     for n in candidates {
@@ -316,10 +319,11 @@ pub(super) fn talos_node(
     }
 }
 
-/// `Pending`: the node starts when the maintenance windows allow.
+/// `Pending`: the node starts when the maintenance windows and exclusions allow.
 fn start(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> {
     let (si, i, now) = (v.si, v.i, v.now);
     window_gate(j, now)?;
+    exclusion_gate(j, Change::talos(&v.from, &v.to), now)?;
     node_mut(j, si, i).enter(NodePhase::Checking, now);
     notes.push(format!("{}: started", v.name));
     Ok(())

@@ -227,6 +227,8 @@ fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
         cluster: "home".into(),
         created_at: now,
         windows: vec![],
+        exclusions: vec![],
+        predicted: None,
         control_plane: vec![cp],
         steps: vec![JobStep {
             state: StepState::Running,

@@ -312,6 +312,22 @@ async fn halt_needs_the_sessions_csrf_token_and_a_same_site_request() {
     assert_eq!(r.status(), StatusCode::OK);
 }
 
+/// Issue #36: the job page compares the elapsed time with the plan's prediction; a job that
+/// ran past the pessimistic bound says so.
+#[tokio::test]
+async fn the_job_page_compares_elapsed_with_the_prediction() {
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let at = jiff::Timestamp::from_second(1_800_000_000 + 1200).unwrap();
+    let id = put_job(store.as_ref(), 2, JobState::Succeeded { at });
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(
+        page.contains("duration: elapsed 20m00s, predicted median 10m00s, pessimistic 15m00s: past the pessimistic bound"),
+        "{page}"
+    );
+}
+
 /// A job whose checkpoint already includes journal entries `0..=last` (no deltas to replay).
 fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
     let plan = crate::plan::PlanId::parse_full(&"ab".repeat(32)).unwrap();
@@ -323,6 +339,11 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         cluster: "home".into(),
         created_at: at,
         windows: vec![],
+        exclusions: vec![],
+        predicted: Some(crate::plan::estimate::Bounds {
+            median_secs: 600,
+            pessimistic_secs: 900,
+        }),
         control_plane: vec![],
         steps: vec![],
         state,

@@ -19,6 +19,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
             global_rollouts: global,
             clusters: [(CLUSTER.to_string(), c)].into(),
             windows: [(CLUSTER.to_string(), none)].into(),
+            exclusions: Default::default(),
         }
     }
     // global gate off
@@ -313,6 +314,55 @@ async fn maintenance_windows_gate_the_start_of_each_node() {
         "w-2 started at {w2}: the window had closed"
     );
     assert_rolled(&w.state(), TO, 1);
+}
+
+/// Issue #36: a `noMinorUpgrades` exclusion in force lets a patch hop start at once and holds
+/// a minor hop until the exclusion ends; the held node then starts by itself (the executor
+/// waits until the end, no replan, no poke).
+#[tokio::test(start_paused = true)]
+async fn a_maintenance_exclusion_holds_a_minor_hop_until_it_ends_and_lets_a_patch_through() {
+    use medea::desired::exclusion::{Exclusion, ExclusionScope};
+    const MINOR: &str = "v1.14.1";
+    let end = t0().checked_add(Duration::from_secs(2 * 3600)).unwrap();
+    let freeze = Exclusion::new(
+        "freeze",
+        t0().checked_sub(Duration::from_secs(3600)).unwrap(),
+        end,
+        ExclusionScope::NoMinorUpgrades,
+    )
+    .unwrap();
+    let w = world_with(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        Arc::new(MemStore::new()),
+        |f| {
+            vec![
+                talos_step(f, "patch", &[&["w-1"]], TO, 1),
+                talos_step(f, "minor", &[&["w-2"]], MINOR, 1),
+            ]
+        },
+        &[],
+        &[freeze],
+    );
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded
+    );
+    let first_intent = |node: &str| {
+        w.journal()
+            .into_iter()
+            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node)))
+            .unwrap()
+            .at
+    };
+    let (w1, w2) = (first_intent("w-1"), first_intent("w-2"));
+    assert!(w1 < end, "the patch hop started inside the exclusion: {w1}");
+    assert!(
+        w2 >= end && w2 < end.checked_add(Duration::from_secs(60)).unwrap(),
+        "the minor hop started when the exclusion ended ({end}), not before and not long after: {w2}"
+    );
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].version.to_string(), TO);
+    assert_eq!(s.nodes["w-2"].version.to_string(), MINOR);
 }
 
 #[tokio::test(start_paused = true)]

@@ -225,6 +225,7 @@ fn run(
         global_rollouts: true,
         clusters: [(CLUSTER.to_string(), &obs)].into(),
         windows: [(CLUSTER.to_string(), none)].into(),
+        exclusions: Default::default(),
     };
     let mut job = create_jobs_txn(&p, &inputs, t0()).unwrap().jobs.remove(0);
     let mut now = t0();

@@ -17,6 +17,7 @@
 //!   `rollout_sim` and `rollout_health`.
 
 pub mod crash;
+mod estimate;
 mod faults;
 mod fencing;
 mod gates;
@@ -210,6 +211,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
         approvals_required: 1,
         catalog: String::new(),
         applies: Default::default(),
+        estimates: Vec::new(),
     }
 }
 
@@ -219,6 +221,17 @@ pub fn install(
     plan: &Plan,
     observed: &ObservedCluster,
     windows: &[MaintenanceWindow],
+) -> Result<JobId, RolloutError> {
+    install_with(store, plan, observed, windows, &[])
+}
+
+/// [`install`] with maintenance exclusions.
+pub fn install_with(
+    store: &dyn Store,
+    plan: &Plan,
+    observed: &ObservedCluster,
+    windows: &[MaintenanceWindow],
+    exclusions: &[medea::desired::exclusion::Exclusion],
 ) -> Result<JobId, RolloutError> {
     store
         .commit(
@@ -231,6 +244,7 @@ pub fn install(
         global_rollouts: true,
         clusters: [(CLUSTER.to_string(), observed)].into(),
         windows: [(CLUSTER.to_string(), windows)].into(),
+        exclusions: [(CLUSTER.to_string(), exclusions)].into(),
     };
     let created = create_jobs_txn(plan, &inputs, t0())?;
     store.commit(created.txn).unwrap();
@@ -254,9 +268,20 @@ pub fn world_in(
     steps: impl FnOnce(&FakeCluster) -> Vec<Step>,
     windows: &[MaintenanceWindow],
 ) -> World {
+    world_with(fake, store, steps, windows, &[])
+}
+
+/// [`world_in`] with maintenance exclusions.
+pub fn world_with(
+    fake: FakeCluster,
+    store: Arc<dyn Store>,
+    steps: impl FnOnce(&FakeCluster) -> Vec<Step>,
+    windows: &[MaintenanceWindow],
+    exclusions: &[medea::desired::exclusion::Exclusion],
+) -> World {
     let obs = observed(&fake);
     let p = plan(&obs, steps(&fake), 1);
-    let job = install(store.as_ref(), &p, &obs, windows).unwrap();
+    let job = install_with(store.as_ref(), &p, &obs, windows, exclusions).unwrap();
     World {
         fake,
         store,

@@ -30,6 +30,8 @@ pub(in crate::server::ui) fn talos_job() -> Job {
         cluster: "home".into(),
         created_at: at(0),
         windows: vec![],
+        exclusions: vec![],
+        predicted: None,
         control_plane: vec![],
         steps: vec![JobStep {
             state: StepState::Pending,
