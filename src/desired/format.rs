@@ -233,6 +233,16 @@ pub struct DrainSpec {
     #[serde(default)]
     #[schemars(with = "Option<DurationString>")]
     pub timeout: Option<Spanned<String>>,
+    /// After the drain and before the reboot, wait until no `VolumeAttachment` names the node,
+    /// so a CSI volume is free for the node its pod moves to (default `true`; as tuppr's
+    /// `waitForVolumeDetach`, but a timeout halts the rollout instead of rebooting anyway).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub wait_for_volume_detach: Option<Spanned<bool>>,
+    /// How long that wait may take before the rollout halts, naming the attachments (`5m`).
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub volume_detach_timeout: Option<Spanned<String>>,
 }
 
 /// A duration such as `90s`, `10m` or `1h30m`.

@@ -130,7 +130,16 @@ pub struct DrainPolicy {
     /// Pods with all these labels stay on the node (`drain.skipPods.matchLabels`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub skip_pods: BTreeMap<String, String>,
+    /// After the drain and before the reboot, wait this many seconds at most until no
+    /// `VolumeAttachment` names the node, then halt naming those left
+    /// (`drain.volumeDetachTimeout`); `None`: no wait (`drain.waitForVolumeDetach: false`).
+    /// Plans and journals written before the wait existed read as `None`: what was approved.
+    #[serde(default)]
+    pub volume_detach_timeout_secs: Option<u64>,
 }
+
+/// Default of `drain.volumeDetachTimeout`.
+pub const DEFAULT_VOLUME_DETACH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 impl Default for DrainPolicy {
     /// What `drain:` means when nothing is written: evict `emptyDir` pods, refuse bare ones.
@@ -139,6 +148,7 @@ impl Default for DrainPolicy {
             delete_empty_dir_data: true,
             evict_unmanaged_pods: false,
             skip_pods: BTreeMap::new(),
+            volume_detach_timeout_secs: Some(DEFAULT_VOLUME_DETACH_TIMEOUT.as_secs()),
         }
     }
 }
@@ -151,7 +161,13 @@ impl DrainPolicy {
             delete_empty_dir_data: false,
             evict_unmanaged_pods: false,
             skip_pods: BTreeMap::new(),
+            volume_detach_timeout_secs: None,
         }
+    }
+
+    /// How long the wait for the node's volumes to detach may take; `None`: no wait.
+    pub fn volume_detach_timeout(&self) -> Option<Duration> {
+        self.volume_detach_timeout_secs.map(Duration::from_secs)
     }
 
     /// `deleteEmptyDirData=true evictUnmanagedPods=false skipPods=app=x`, as the plan shows it.
@@ -167,6 +183,10 @@ impl DrainPolicy {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             s.push_str(&format!(" skipPods={}", sel.join(",")));
+        }
+        match self.volume_detach_timeout() {
+            Some(d) => s.push_str(&format!(" volumeDetachTimeout={}", format_duration(d))),
+            None => s.push_str(" waitForVolumeDetach=false"),
         }
         s
     }

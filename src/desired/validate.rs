@@ -150,6 +150,55 @@ fn apply_drain(
             out.drain_timeout = d;
         }
     }
+    apply_volume_detach(ctx, doc, out, spec);
+}
+
+/// `drain.waitForVolumeDetach` and `drain.volumeDetachTimeout` on top of `out`: a timeout
+/// given while the wait is off is refused (it would say something that does not happen).
+fn apply_volume_detach(
+    ctx: &mut Ctx,
+    doc: &DocText<'_>,
+    out: &mut RolloutSettings,
+    spec: &DrainSpec,
+) {
+    let timeout = duration_field(ctx, doc, &spec.volume_detach_timeout);
+    match &spec.wait_for_volume_detach {
+        Some(b) if !b.value => {
+            if let Some(t) = &spec.volume_detach_timeout {
+                ctx.err(
+                    Diagnostic::error(
+                        codes::INVALID_VALUE,
+                        doc.origin(&t.referenced),
+                        "`drain.volumeDetachTimeout` is set but `drain.waitForVolumeDetach` is false",
+                    )
+                    .with_help("remove `volumeDetachTimeout`, or set `waitForVolumeDetach: true`"),
+                );
+            }
+            out.drain.volume_detach_timeout_secs = None;
+        }
+        Some(_) => {
+            // turned on here (a pool over a cluster that turned it off): its own timeout, else
+            // the default
+            let t = timeout.unwrap_or(crate::desired::model::DEFAULT_VOLUME_DETACH_TIMEOUT);
+            out.drain.volume_detach_timeout_secs = Some(t.as_secs());
+        }
+        None => {
+            if let (Some(t), Some(f)) = (timeout, &spec.volume_detach_timeout) {
+                if out.drain.volume_detach_timeout_secs.is_none() {
+                    ctx.err(
+                        Diagnostic::error(
+                            codes::INVALID_VALUE,
+                            doc.origin(&f.referenced),
+                            "`drain.volumeDetachTimeout` is set but the cluster turned the wait off (`drain.waitForVolumeDetach: false`)",
+                        )
+                        .with_help("set `waitForVolumeDetach: true` next to it"),
+                    );
+                } else {
+                    out.drain.volume_detach_timeout_secs = Some(t.as_secs());
+                }
+            }
+        }
+    }
 }
 
 /// Apply a rollout spec on top of `base`. Returns the result and the explicit maxUnavailable.

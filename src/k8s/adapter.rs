@@ -11,7 +11,7 @@ use crate::desired::model::DrainPolicy;
 use crate::k8s::{self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient};
 use crate::metrics::timed;
 use crate::rollout::ports::{
-    Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod,
+    Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod, VolumeAttachment,
 };
 
 const API: &str = "kubernetes";
@@ -107,6 +107,23 @@ impl KubePort for KubeAdapter {
             // evicted pods that never went away, pods the policy refuses: halt, naming them
             Err(e) => Err(classify("drain", node, e)),
         }
+    }
+
+    async fn volume_attachments(&self, node: &str) -> Result<Vec<VolumeAttachment>, PortError> {
+        let list = timed(
+            API,
+            "ListVolumeAttachments",
+            self.client.volume_attachments(node),
+        )
+        .await
+        .map_err(|e| classify("list volumeattachments", node, e))?;
+        Ok(list
+            .into_iter()
+            .map(|(name, persistent_volume)| VolumeAttachment {
+                name,
+                persistent_volume,
+            })
+            .collect())
     }
 
     async fn static_pod(&self, node: &str, c: Component) -> Result<Option<StaticPod>, PortError> {

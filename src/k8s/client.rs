@@ -13,6 +13,7 @@ use ::kube::discovery::{ApiCapabilities, Scope};
 use backon::Retryable;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 use super::drain::{self, DrainOps, DrainPod, Eviction};
 use super::{
@@ -193,6 +194,34 @@ impl KubeClient {
 
     fn node_api(&self) -> Api<Node> {
         Api::all(self.client.clone())
+    }
+
+    /// The `storage.k8s.io/v1` `VolumeAttachment`s whose `spec.nodeName` is `node`, as
+    /// (name, `spec.source.persistentVolumeName`), sorted by name. Listed cluster-wide and
+    /// filtered here: the apiserver offers no field selector on `spec.nodeName` (tuppr's
+    /// `WaitForVolumeDetach` lists them the same way). Needs `list volumeattachments`.
+    pub async fn volume_attachments(
+        &self,
+        node: &str,
+    ) -> Result<Vec<(String, Option<String>)>, K8sError> {
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let params = ListParams::default();
+        let list = self
+            .call("list volumeattachments", node, || api.list(&params))
+            .await?;
+        let mut out: Vec<(String, Option<String>)> = list
+            .items
+            .into_iter()
+            .filter(|va| va.spec.node_name == node)
+            .map(|va| {
+                (
+                    va.metadata.name.unwrap_or_default(),
+                    va.spec.source.persistent_volume_name,
+                )
+            })
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     async fn node(&self, name: &str) -> Result<Node, K8sError> {

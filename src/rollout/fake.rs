@@ -266,6 +266,9 @@ pub struct FakeState {
     /// Gate evaluations [`FakeProbe`] made, in order (`gate verdict`).
     #[serde(default)]
     pub gate_log: Vec<String>,
+    /// `VolumeAttachment`s naming each node (absent: none), as a test sets them.
+    #[serde(default)]
+    pub volume_attachments: BTreeMap<String, Vec<crate::rollout::ports::VolumeAttachment>>,
 }
 
 /// How [`FakeProbe`] evaluates a gate, from the fake cluster's state.
@@ -427,6 +430,7 @@ impl FakeCluster {
                 log: Vec::new(),
                 gates: BTreeMap::new(),
                 gate_log: Vec::new(),
+                volume_attachments: BTreeMap::new(),
             })),
             file: None,
             observing: Arc::default(),
@@ -914,6 +918,16 @@ impl FakeCluster {
         })
     }
 
+    /// The Kubernetes port's `VolumeAttachment` observation.
+    pub fn kube_volume_attachments(
+        &self,
+        node: &str,
+    ) -> Result<Vec<crate::rollout::ports::VolumeAttachment>, PortError> {
+        self.kube_call("list-volumeattachments", node, |s| {
+            Ok(s.volume_attachments.get(node).cloned().unwrap_or_default())
+        })
+    }
+
     /// The Kubernetes port's mirror-pod observation.
     pub fn kube_static_pod(
         &self,
@@ -1155,6 +1169,12 @@ impl KubePort for FakeKube {
             tokio::time::sleep(timeout).await;
         }
         Ok(r)
+    }
+    async fn volume_attachments(
+        &self,
+        node: &str,
+    ) -> Result<Vec<crate::rollout::ports::VolumeAttachment>, PortError> {
+        self.0.kube_volume_attachments(node)
     }
     async fn static_pod(
         &self,

@@ -185,6 +185,27 @@ pub enum DrainOutcome {
     },
 }
 
+/// A `storage.k8s.io/v1` `VolumeAttachment` that names a node (`spec.nodeName`): a volume
+/// the attach/detach controller has attached to it, or not detached from it yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeAttachment {
+    /// The object's name (`csi-<sha256>` for CSI attachments).
+    pub name: String,
+    /// `spec.source.persistentVolumeName`, when the source is a PersistentVolume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume: Option<String>,
+}
+
+impl std::fmt::Display for VolumeAttachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.persistent_volume {
+            Some(pv) => write!(f, "{} (PersistentVolume {pv})", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
 /// A Kubernetes component managed through the Talos machine configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -469,6 +490,12 @@ pub trait KubePort: Send + Sync {
         timeout: Duration,
         policy: &DrainPolicy,
     ) -> impl Future<Output = Result<DrainOutcome, PortError>> + Send;
+    /// The `VolumeAttachment`s whose `spec.nodeName` is `node`, sorted by name (listed
+    /// cluster-wide: the apiserver offers no field selector on `spec.nodeName`).
+    fn volume_attachments(
+        &self,
+        node: &str,
+    ) -> impl Future<Output = Result<Vec<VolumeAttachment>, PortError>> + Send;
     /// The node's mirror pod of a control-plane component (`kube-system`, `k8s-app=<name>`,
     /// on that node), if present.
     fn static_pod(

@@ -504,6 +504,12 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     .map_err(obs_err),
             );
         }
+        for node in &needs.volumes {
+            obs.volumes.insert(
+                node.clone(),
+                self.kube.volume_attachments(node).await.map_err(obs_err),
+            );
+        }
         if let Some(ask) = &needs.gates {
             let evals = futures::future::join_all(
                 ask.gates.iter().map(|g| self.probe.evaluate(g, &ask.ctx)),

@@ -91,6 +91,9 @@ pub enum HaltCode {
     CommandFailed,
     /// A PodDisruptionBudget still refused an eviction at the drain timeout.
     DrainBlocked,
+    /// `VolumeAttachment`s still named the drained node at `drain.volumeDetachTimeout`: it
+    /// was not rebooted (a reboot would leave their volumes attached to it).
+    VolumesAttached,
     /// The node came back on the previous version (the boot fell back).
     NodeReverted,
     /// A node runs (or has staged) a version the plan did not expect.
@@ -140,6 +143,7 @@ impl HaltCode {
             HaltCode::UpgradeNotMade => "upgrade_not_made",
             HaltCode::CommandFailed => "command_failed",
             HaltCode::DrainBlocked => "drain_blocked",
+            HaltCode::VolumesAttached => "volumes_attached",
             HaltCode::NodeReverted => "node_reverted",
             HaltCode::UnexpectedVersion => "unexpected_version",
             HaltCode::NodeNotBack => "node_not_back",

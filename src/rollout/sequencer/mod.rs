@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use super::ports::{
     ANNOTATION_CONFIG_VERSION, Component, ComponentArgs, ComponentImages, DrainOutcome, EtcdHealth,
     ImageNamespace, KubeNode, MachineStage, NextBoot, NodeTarget, SnapshotInfo, StaticPod,
-    TalosNode, UpgradeMethod,
+    TalosNode, UpgradeMethod, VolumeAttachment,
 };
 use super::removed::{RemovedSetting, removed_settings};
 use crate::desired::exclusion::{Change, free_from, holding};

@@ -246,8 +246,11 @@ pub enum NodePhase {
     Pulled,
     /// Cordoned; the drain is next.
     Cordoned,
-    /// Drained; the upgrade is next.
+    /// Drained; the wait for its volumes to detach is next (`drain.volumeDetachTimeout`).
     Drained,
+    /// No `VolumeAttachment` names the node any more (or the pool does not wait for it); the
+    /// upgrade is next.
+    Detached,
     /// Installed (lifecycle path), not rebooted yet.
     Upgraded,
     /// Rebooted (or legacy upgrade accepted); waiting for the node to come back right.
@@ -266,12 +269,13 @@ impl NodePhase {
         matches!(self, NodePhase::Done | NodePhase::Skipped)
     }
     /// Its next move is a check before a command of its own, and nothing medea did to it waits
-    /// for a verdict: not started, being checked, or drained and about to be upgraded. Such a
-    /// node is looked at when its turn in the wave comes, not in every decision.
+    /// for a verdict: not started, being checked, drained and waiting for its volumes to
+    /// detach, or about to be upgraded. Such a node is looked at when its turn in the wave
+    /// comes, not in every decision.
     pub fn checked_at_its_turn(self) -> bool {
         matches!(
             self,
-            NodePhase::Pending | NodePhase::Checking | NodePhase::Drained
+            NodePhase::Pending | NodePhase::Checking | NodePhase::Drained | NodePhase::Detached
         )
     }
     /// Cordoned or down: counts against `maxUnavailable`.
@@ -280,6 +284,7 @@ impl NodePhase {
             self,
             NodePhase::Cordoned
                 | NodePhase::Drained
+                | NodePhase::Detached
                 | NodePhase::Upgraded
                 | NodePhase::Rebooting
                 | NodePhase::Back

@@ -35,6 +35,8 @@ pub struct Observations {
     pub config_versions: BTreeMap<(String, Component), Obs<Option<String>>>,
     /// The job's snapshot file, if it exists.
     pub snapshot: Option<Obs<Option<SnapshotInfo>>>,
+    /// The `VolumeAttachment`s that name a node, by node name.
+    pub volumes: BTreeMap<String, Obs<Vec<VolumeAttachment>>>,
     /// The evaluations of the gates [`Needs::gates`] asked for (made now). A probe never
     /// fails: a source it cannot ask gives a failed evaluation.
     pub gates: BTreeMap<GatePoint, Vec<crate::rollout::ports::GateEvaluation>>,
@@ -56,6 +58,7 @@ impl Observations {
             self.snapshot = other.snapshot;
         }
         self.gates.extend(other.gates);
+        self.volumes.extend(other.volumes);
     }
 }
 
@@ -80,6 +83,8 @@ pub struct Needs {
     pub snapshot: bool,
     /// Evaluate these health gates.
     pub gates: Option<GateAsk>,
+    /// The `VolumeAttachment`s of these nodes, by node name.
+    pub volumes: BTreeSet<String>,
 }
 
 impl Needs {
@@ -98,6 +103,7 @@ impl Needs {
             + self.config_versions.len()
             + usize::from(self.snapshot)
             + usize::from(self.gates.is_some())
+            + self.volumes.len()
     }
 }
 
@@ -176,6 +182,13 @@ impl<'a> Eyes<'a> {
                 .borrow_mut()
                 .config_versions
                 .insert((t.clone(), c));
+        }
+        s
+    }
+    pub(super) fn volumes(&self, node: &str) -> Seen<'a, Vec<VolumeAttachment>> {
+        let s = seen(self.obs.volumes.get(node));
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().volumes.insert(node.to_string());
         }
         s
     }

@@ -294,7 +294,8 @@ pub(super) fn talos_node(
                 return cordon(j, si, i);
             }
             NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
-            NodePhase::Drained => upgrade(j, &v, eyes),
+            NodePhase::Drained => volumes_detached(j, &v, eyes, notes),
+            NodePhase::Detached => upgrade(j, &v, eyes),
             NodePhase::Upgraded => return reboot(j, &v),
             NodePhase::Rebooting => match verify_back(j, &v, Direction::Upgrade, eyes) {
                 Ok(()) => {
@@ -439,7 +440,72 @@ fn pull(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> 
     })))
 }
 
-/// `Drained`: the upgrade call, once the node still runs `from` and (on the control plane)
+/// `Drained`: under `drain.volumeDetachTimeout`, wait until no `VolumeAttachment` names the
+/// node, so that no volume stays attached to a node that reboots (tuppr's
+/// `waitForVolumeDetach`): polled until the timeout from the drain's end, then a halt naming
+/// the attachments left. The phase and its start are journaled, so a restart resumes the wait
+/// with the same deadline. Without the wait (`waitForVolumeDetach: false`, plans made before
+/// it existed) the node goes straight on.
+fn volumes_detached(
+    j: &mut Job,
+    v: &NodeView,
+    eyes: &Eyes,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
+    let (si, i, now) = (v.si, v.i, v.now);
+    let (name, nd) = (&v.name, v.nd());
+    let ts = talos_of(j, si);
+    let Some(timeout) = ts.rollout.drain.volume_detach_timeout() else {
+        node_mut(j, si, i).enter(NodePhase::Detached, now);
+        return Ok(());
+    };
+    let since = ts.nodes[i].since.unwrap_or(now);
+    let deadline = add(since, timeout);
+    let attached = need(
+        eyes.volumes(name),
+        &format!("the VolumeAttachments of node `{name}`"),
+        deadline,
+        now,
+        nd,
+    )?;
+    if attached.is_empty() {
+        node_mut(j, si, i).enter(NodePhase::Detached, now);
+        notes.push(format!("{name}: no volume attached any more"));
+        return Ok(());
+    }
+    let list = attached
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(late(
+        now,
+        deadline,
+        || {
+            Flow::Poll(
+                PollWhy::Waiting,
+                format!(
+                    "{name}: waiting for {} volume(s) to detach: {list}",
+                    attached.len()
+                ),
+            )
+        },
+        || {
+            halt_flow(
+                HaltCode::VolumesAttached,
+                format!(
+                    "volumes still attached to `{name}` {}s after its drain \
+                     (drain.volumeDetachTimeout); it was not rebooted: {list}",
+                    timeout.as_secs()
+                ),
+                nd,
+                None,
+            )
+        },
+    ))
+}
+
+/// `Detached`: the upgrade call, once the node still runs `from` and (on the control plane)
 /// etcd is healthy; a call that left no trace is made again only within the health timeout.
 fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes) -> Result<(), Flow> {
     let (si, i, now) = (v.si, v.i, v.now);

@@ -199,7 +199,7 @@ pub fn node_state(n: &NodeProgress, job_halted: bool) -> &'static str {
     let state = match n.phase {
         NodePhase::Pending => "waiting",
         NodePhase::Checking | NodePhase::Checked | NodePhase::Pulled => "preparing",
-        NodePhase::Cordoned | NodePhase::Drained => "draining",
+        NodePhase::Cordoned | NodePhase::Drained | NodePhase::Detached => "draining",
         NodePhase::Upgraded | NodePhase::Rebooting => "rebooting",
         NodePhase::Back | NodePhase::Done | NodePhase::Skipped => "back",
     };
@@ -218,7 +218,8 @@ pub fn activity(p: NodePhase) -> &'static str {
         NodePhase::Checked => "pull",
         NodePhase::Pulled => "cordon",
         NodePhase::Cordoned => "drain",
-        NodePhase::Drained => "upgrade",
+        NodePhase::Drained => "volume detach",
+        NodePhase::Detached => "upgrade",
         NodePhase::Upgraded => "reboot",
         NodePhase::Rebooting => "verify",
         NodePhase::Back => "uncordon",

@@ -316,3 +316,69 @@ async fn a_node_that_cannot_report_its_next_boot_halts_instead_of_upgrading_twic
     );
     assert_eq!(w.state().nodes["w-1"].counters.upgrade, 1);
 }
+
+fn attachment(name: &str, pv: &str) -> medea::rollout::ports::VolumeAttachment {
+    medea::rollout::ports::VolumeAttachment {
+        name: name.into(),
+        persistent_volume: Some(pv.into()),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_volume_still_attached_after_the_drain_halts_at_the_detach_timeout_naming_it() {
+    let fake = FakeCluster::new(&specs(0, 2, FROM, KUBE));
+    fake.edit(|s| {
+        s.volume_attachments
+            .insert("w-1".into(), vec![attachment("csi-0a1b", "pvc-data-0")]);
+    });
+    let start = tokio::time::Instant::now();
+    let (w, out) = run_with(fake, |f| {
+        vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)]
+    })
+    .await;
+    halted_at(&out, "w-1", HaltCode::VolumesAttached, "not rebooted");
+    assert!(
+        matches!(&out, RunOutcome::Halted { reason, .. } if reason.message().contains("csi-0a1b (PersistentVolume pvc-data-0)")),
+        "{out:?}"
+    );
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(300) && elapsed < Duration::from_secs(400),
+        "halted at the 5m default: {elapsed:?}"
+    );
+    let s = w.state();
+    assert!(s.nodes["w-1"].counters.drain >= 1);
+    assert_eq!(s.nodes["w-1"].counters.upgrade, 0, "never upgraded");
+    assert_eq!(s.nodes["w-1"].counters.reboot, 0, "never rebooted");
+    // the next wave may have pulled its image ahead while w-1 waited; nothing more
+    let w2 = &s.nodes["w-2"].counters;
+    assert_eq!((w2.cordon, w2.drain, w2.upgrade, w2.reboot), (0, 0, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_upgrade_waits_until_the_nodes_volumes_are_detached() {
+    let fake = FakeCluster::new(&specs(0, 1, FROM, KUBE));
+    fake.edit(|s| {
+        s.volume_attachments
+            .insert("w-1".into(), vec![attachment("csi-0a1b", "pvc-data-0")]);
+    });
+    // the attach/detach controller detaches a minute later
+    let detacher = fake.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        detacher.edit(|s| s.volume_attachments.clear());
+    });
+    let start = tokio::time::Instant::now();
+    let (w, out) = run_with(fake, |f| vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)]).await;
+    assert_eq!(out, RunOutcome::Succeeded);
+    assert!(start.elapsed() >= Duration::from_secs(60));
+    let s = w.state();
+    let drain = s.log.iter().position(|l| l == "drain w-1");
+    let upgrade = s.log.iter().position(|l| l.starts_with("upgrade w-1"));
+    assert!(
+        matches!((drain, upgrade), (Some(d), Some(u)) if d < u),
+        "{:#?}",
+        s.log
+    );
+    assert_eq!(s.nodes["w-1"].counters.upgrade, 1);
+}
