@@ -137,6 +137,7 @@ fn drains_journaled_before_the_policy_existed_keep_what_they_did() {
             delete_empty_dir_data: true,
             evict_unmanaged_pods: false,
             skip_pods: [("app".to_string(), "local-path".to_string())].into(),
+            volume_detach_timeout_secs: Some(300),
         },
     };
     let back: Action = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();

@@ -278,6 +278,18 @@ pub(crate) static ROLEBINDINGS: ResourceType = generic(
     true,
     &[],
 );
+/// `storage.k8s.io/v1` VolumeAttachments, cluster-scoped, as every kube-apiserver serves
+/// them (`pkg/apis/storage`); the simulator has no CSI driver and no attach/detach controller,
+/// so only a client creates them (as a cluster without CSI has none).
+pub(crate) static VOLUMEATTACHMENTS: ResourceType = generic(
+    STORAGE_GROUP,
+    "v1",
+    "VolumeAttachment",
+    "volumeattachments",
+    "volumeattachment",
+    false,
+    &[],
+);
 
 /// CustomResourceDefinitions (apiextensions-apiserver): stored like any object; once one is
 /// Established ([`crate::sim::kube::cluster`]'s establishing controller) its kinds are served
@@ -399,6 +411,7 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &FLOWSCHEMAS,
     &PRIORITYLEVELS,
     &CRDS,
+    &VOLUMEATTACHMENTS,
 ];
 
 /// Groups other than the core group, each with its single (preferred) version.
@@ -410,10 +423,14 @@ const GROUPS: &[(&str, &str)] = &[
     (FLOWCONTROL_GROUP, "v1"),
     ("policy", "v1"),
     ("rbac.authorization.k8s.io", "v1"),
+    (STORAGE_GROUP, "v1"),
 ];
 
 /// The group of CustomResourceDefinitions.
 pub(crate) const APIEXTENSIONS_GROUP: &str = "apiextensions.k8s.io";
+
+/// The group of VolumeAttachments.
+pub(crate) const STORAGE_GROUP: &str = "storage.k8s.io";
 
 /// The group of EndpointSlices.
 pub(crate) const DISCOVERY_GROUP: &str = "discovery.k8s.io";
