@@ -206,3 +206,63 @@ async fn a_pod_under_two_pdbs_halts_the_drain_at_once_with_the_apiservers_messag
     assert_eq!(sim.upgrades("w-1"), 0, "no upgrade on an undrained node");
     assert_eq!(sim.upgrades("w-2"), 0);
 }
+
+/// Issue #35 item 3 on the simulator: a VolumeAttachment naming w-1 (as the attach/detach
+/// controller leaves one for a CSI volume) holds the upgrade after the drain, through the real
+/// `storage.k8s.io/v1` list, until a client deletes it; then the node upgrades once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_attachment_on_the_simulator_holds_the_upgrade_until_it_is_deleted() {
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    sim.kube
+        .create(serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "VolumeAttachment",
+            "metadata": {"name": "csi-0a1b2c"},
+            "spec": {
+                "attacher": "rbd.csi.ceph.com",
+                "nodeName": "w-1",
+                "source": {"persistentVolumeName": "pvc-data-0"}
+            }
+        }))
+        .unwrap();
+    let steps = vec![sim.step("workers", &[&["w-1"]], 1, (60, 60))];
+    let run = run_for(&sim, dir.path(), steps).await;
+    let mut events = run.exec.subscribe();
+    let kube = sim.kube.clone();
+    let talos = sim.talos.clone();
+    let kubeconfig = sim.creds.join(CLUSTER).join("kubeconfig");
+    let detacher = tokio::spawn(async move {
+        loop {
+            let ev: RolloutEvent = events.recv().await.unwrap();
+            if ev.node.as_deref() == Some("w-1")
+                && ev.op == Some(CommandOp::Drain)
+                && matches!(ev.state, EventState::Done)
+            {
+                break;
+            }
+        }
+        // the executor polls the attachments: let it ask a few more times, then check it
+        // has not upgraded the node meanwhile
+        let asked = kube.counters().requests;
+        while kube.counters().requests < asked + 5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let upgrades = talos.counters("w-1").unwrap().upgrades();
+        let api: kube::Api<VolumeAttachment> = kube::Api::all(
+            kube::Client::try_from(medea::k8s::kubeconfig::load(&kubeconfig).await.unwrap())
+                .unwrap(),
+        );
+        api.delete("csi-0a1b2c", &Default::default()).await.unwrap();
+        upgrades
+    });
+    let out = run.go().await;
+    assert_eq!(out, RunOutcome::Succeeded);
+    assert_eq!(
+        detacher.await.unwrap(),
+        0,
+        "no upgrade while the volume was attached"
+    );
+    assert_eq!(sim.upgrades("w-1"), 1);
+}
