@@ -1665,7 +1665,7 @@ fn the_drain_policy_defaults_like_talosctl_and_pools_override_the_cluster() {
     // the plan shows the effective policy, and its id covers it
     let text = render::text(&p2, Default::default());
     assert!(
-        text.contains("drain deleteEmptyDirData=false evictUnmanagedPods=true skipPods=app=local-path timeout 7m; upgrade attempts 1"),
+        text.contains("drain deleteEmptyDirData=false evictUnmanagedPods=true skipPods=app=local-path volumeDetachTimeout=5m timeout 7m; upgrade attempts 1"),
         "{text}"
     );
     assert_ne!(p.id, p2.id);
