@@ -48,6 +48,10 @@ fn observe(fake: &FakeCluster, needs: &Needs, snap: &Option<SnapshotInfo>) -> Ob
             fake.talos_config_version(t, *c).map_err(obs_err),
         );
     }
+    for n in &needs.volumes {
+        o.volumes
+            .insert(n.clone(), fake.kube_volume_attachments(n).map_err(obs_err));
+    }
     if needs.snapshot {
         o.snapshot = Some(Ok(snap.clone()));
     }
