@@ -185,6 +185,7 @@ fn ctx() -> GateContext {
 fn up_gate() -> Gate {
     Gate {
         name: "up".into(),
+        dry_run: false,
         check: GateCheck::Query {
             query: "up == 1".into(),
         },
