@@ -59,7 +59,7 @@ pub struct CallLabels {
 pub struct GateLabels {
     pub cluster: String,
     pub gate: String,
-    /// `pass` or `fail`.
+    /// `pass`, `fail` or `inconclusive` (issue #35).
     pub verdict: String,
 }
 
@@ -203,7 +203,7 @@ impl Metrics {
         let gate_failing = Family::<GateNameLabels, Gauge>::default();
         registry.register(
             "rollout_gate_failing",
-            "1 while a rollout's health gate failed its last evaluation",
+            "1 while a rollout's health gate did not pass its last evaluation (failed or inconclusive)",
             gate_failing.clone(),
         );
         let leader = Gauge::default();
@@ -343,14 +343,16 @@ pub(crate) async fn timed<T, E>(
     r
 }
 
-/// One health-gate evaluation of a rollout (issue #23).
-pub fn gate_evaluation(cluster: &str, gate: &str, pass: bool) {
+/// One health-gate evaluation of a rollout (issue #23): `verdict` is `pass`, `fail` or
+/// `inconclusive` (issue #35); the failing gauge is 1 for anything but a pass.
+pub fn gate_evaluation(cluster: &str, gate: &str, verdict: &str) {
     let m = global();
+    let pass = verdict == "pass";
     m.gate_evaluations
         .get_or_create(&GateLabels {
             cluster: cluster.to_string(),
             gate: gate.to_string(),
-            verdict: if pass { "pass" } else { "fail" }.to_string(),
+            verdict: verdict.to_string(),
         })
         .inc();
     m.gate_failing

@@ -28,6 +28,10 @@ pub enum EventKind {
     /// A health gate failed an evaluation (issue #23); `reason` says why.
     #[serde(rename = "rollout.gate_failed")]
     GateFailed,
+    /// A health gate could not be evaluated: source unreachable, query error, no value
+    /// (issue #35); `reason` says why.
+    #[serde(rename = "rollout.gate_inconclusive")]
+    GateInconclusive,
     #[serde(rename = "rollout.succeeded")]
     RolloutSucceeded,
     /// A running job passed the pessimistic bound of its predicted duration (issue #36).

@@ -327,7 +327,11 @@ fn gate_table(job: &pb::Rollout) -> String {
                 vec![
                     g.gate.clone(),
                     g.point.clone(),
-                    g.verdict.clone(),
+                    if g.dry_run {
+                        format!("{} (dry run)", g.verdict)
+                    } else {
+                        g.verdict.clone()
+                    },
                     g.at.clone(),
                     if samples.is_empty() {
                         g.detail.clone()
@@ -648,17 +652,29 @@ mod tests {
             state: "running".into(),
             gate_point: "soak after wave 1 of step 1".into(),
             soak_ends_at: String::new(),
-            gates: vec![pb::GateResult {
-                gate: "ingress-errors".into(),
-                point: "soak after wave 1 of step 1".into(),
-                verdict: "fail".into(),
-                detail: "the query returned a 0 sample".into(),
-                at: "2026-12-03T11:59:30Z".into(),
-                samples: vec![pb::GateSample {
-                    labels: [("ingress".to_string(), "web".to_string())].into(),
-                    value: "0".into(),
-                }],
-            }],
+            gates: vec![
+                pb::GateResult {
+                    gate: "ingress-errors".into(),
+                    point: "soak after wave 1 of step 1".into(),
+                    verdict: "fail".into(),
+                    detail: "the query returned a 0 sample".into(),
+                    at: "2026-12-03T11:59:30Z".into(),
+                    samples: vec![pb::GateSample {
+                        labels: [("ingress".to_string(), "web".to_string())].into(),
+                        value: "0".into(),
+                    }],
+                    dry_run: false,
+                },
+                pb::GateResult {
+                    gate: "new-latency".into(),
+                    point: "soak after wave 1 of step 1".into(),
+                    verdict: "inconclusive".into(),
+                    detail: "cannot ask the source".into(),
+                    at: "2026-12-03T11:59:30Z".into(),
+                    samples: Vec::new(),
+                    dry_run: true,
+                },
+            ],
             ..Default::default()
         };
         let text = render_status(&job, None, Format::Table);
@@ -668,9 +684,12 @@ mod tests {
         );
         assert!(text.contains("ingress-errors"), "{text}");
         assert!(text.contains("{ingress=web} 0"), "{text}");
+        assert!(text.contains("inconclusive (dry run)"), "{text}");
         let json: serde_json::Value =
             serde_json::from_str(&render_status(&job, None, Format::Json)).unwrap();
         assert_eq!(json["gates"][0]["verdict"], "fail", "{json}");
+        assert_eq!(json["gates"][1]["verdict"], "inconclusive", "{json}");
+        assert_eq!(json["gates"][1]["dryRun"], true, "{json}");
         assert_eq!(json["gatePoint"], "soak after wave 1 of step 1", "{json}");
     }
 

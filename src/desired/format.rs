@@ -437,7 +437,7 @@ pub enum OnFailureSpec {
 }
 
 /// The fields a Cluster's `health:` sets and a NodePool's `health:` overrides (`gates`,
-/// `soak`, `interval`, `failureLimit`), declared once: [`HealthSpec`] and [`PoolHealthSpec`]
+/// `soak`, `interval`, `failureLimit`, `inconclusiveLimit`), declared once: [`HealthSpec`] and [`PoolHealthSpec`]
 /// are these plus what only a cluster has (its sources). Each struct writes its own doc lines
 /// for them (they become the JSON Schemas' descriptions, which say different things for a
 /// cluster and an override); the types, defaults and schema constraints are the macro's.
@@ -451,6 +451,7 @@ macro_rules! health_spec {
         soak: $(#[$soak:meta])*;
         interval: $(#[$interval:meta])*;
         failure_limit: $(#[$limit:meta])*;
+        inconclusive_limit: $(#[$ilimit:meta])*;
     ) => {
         $(#[$meta])*
         pub struct $name {
@@ -471,6 +472,10 @@ macro_rules! health_spec {
             #[serde(default)]
             #[schemars(with = "Option<u32>", range(min = 1))]
             pub failure_limit: Option<Spanned<u32>>,
+            $(#[$ilimit])*
+            #[serde(default)]
+            #[schemars(with = "Option<u32>", range(min = 1))]
+            pub inconclusive_limit: Option<Spanned<u32>>,
         }
 
         impl $name {
@@ -481,6 +486,7 @@ macro_rules! health_spec {
                     soak: &self.soak,
                     interval: &self.interval,
                     failure_limit: &self.failure_limit,
+                    inconclusive_limit: &self.inconclusive_limit,
                 }
             }
         }
@@ -499,6 +505,8 @@ pub struct GateFields<'s> {
     pub interval: &'s Option<Spanned<String>>,
     /// `failureLimit`, as written (none: inherited or default).
     pub failure_limit: &'s Option<Spanned<u32>>,
+    /// `inconclusiveLimit`, as written (none: inherited or default).
+    pub inconclusive_limit: &'s Option<Spanned<u32>>,
 }
 
 health_spec! {
@@ -524,7 +532,14 @@ health_spec! {
         /// How often gates are evaluated (default `30s`).
         ;
     failure_limit:
-        /// Consecutive failed evaluations before a gate fails (default 1).
+        /// Consecutive failed evaluations before a gate fails (default 1). A failed evaluation
+        /// is one whose check ran and said no.
+        ;
+    inconclusive_limit:
+        /// Inconclusive evaluations of a gate since it last passed before the job halts with
+        /// `gate_inconclusive` (default 1, as `failureLimit`). An evaluation is inconclusive
+        /// when the source is unreachable, answers an error or times out, or the query returns
+        /// no value where one is needed; it is never a pass.
         ;
 }
 
@@ -545,6 +560,9 @@ health_spec! {
         ;
     failure_limit:
         /// Replaces the cluster's `failureLimit`.
+        ;
+    inconclusive_limit:
+        /// Replaces the cluster's `inconclusiveLimit`.
         ;
 }
 
@@ -603,6 +621,11 @@ pub struct GateSpec {
     #[serde(default)]
     #[schemars(with = "Option<WorkloadsGateSpec>")]
     pub workloads: Option<Spanned<WorkloadsGateSpec>>,
+    /// Try the gate in shadow (default `false`): it is evaluated, journaled, shown and
+    /// notified (webhooks, metrics) like any other, but never blocks or halts the rollout.
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub dry_run: Option<Spanned<bool>>,
 }
 
 /// Passes when Alertmanager has no active, unsilenced, uninhibited alert matching every one

@@ -22,6 +22,11 @@ use super::parse::DocText;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 /// Default of `health.failureLimit`.
 pub const DEFAULT_FAILURE_LIMIT: u32 = 1;
+/// Default of `health.inconclusiveLimit` (issue #35): the same as `failureLimit`'s, so that a
+/// gate that cannot be evaluated halts exactly as it did when an unreachable source counted
+/// as a failure. Upgrading medea never makes a rollout more tolerant of not knowing; a flaky
+/// source is ridden out by raising it.
+pub const DEFAULT_INCONCLUSIVE_LIMIT: u32 = DEFAULT_FAILURE_LIMIT;
 
 /// A cluster's or pool's effective health settings. No gates: nothing is gated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,6 +46,9 @@ pub struct HealthSettings {
     pub interval: Duration,
     /// Consecutive failed evaluations that fail the gate (default 1).
     pub failure_limit: u32,
+    /// Inconclusive evaluations (since the gate last passed) that halt the job with
+    /// `gate_inconclusive` (default 1).
+    pub inconclusive_limit: u32,
     /// What a failed gate does to the wave that broke it (default: halt).
     pub on_failure: OnFailure,
 }
@@ -54,6 +62,7 @@ impl Default for HealthSettings {
             soak: Duration::ZERO,
             interval: DEFAULT_INTERVAL,
             failure_limit: DEFAULT_FAILURE_LIMIT,
+            inconclusive_limit: DEFAULT_INCONCLUSIVE_LIMIT,
             on_failure: OnFailure::Halt,
         }
     }
@@ -85,6 +94,8 @@ pub struct HealthGate {
     pub name: String,
     /// What the gate checks.
     pub check: HealthCheck,
+    /// Evaluated and reported, never blocking (`dryRun: true`).
+    pub dry_run: bool,
 }
 
 /// What a health gate checks.
@@ -676,6 +687,7 @@ fn gates(
             out.push(HealthGate {
                 name: name.clone(),
                 check,
+                dry_run: g.dry_run.as_ref().is_some_and(|d| d.value),
             });
         }
     }
@@ -869,6 +881,25 @@ fn failure_limit(
     Some(f.value)
 }
 
+fn inconclusive_limit(
+    diags: &mut Vec<Diagnostic>,
+    doc: &DocText<'_>,
+    f: &Option<Spanned<u32>>,
+) -> Option<u32> {
+    let f = f.as_ref()?;
+    if f.value == 0 {
+        err(
+            diags,
+            doc,
+            &f.referenced,
+            "`health.inconclusiveLimit` must be at least 1".to_string(),
+            "it counts the evaluations that could not tell (source unreachable, query error, no sample) before the job halts; 1 halts on the first",
+        );
+        return None;
+    }
+    Some(f.value)
+}
+
 /// Apply the fields a block sets on top of `base`; checks soak against gates and interval.
 fn apply(
     diags: &mut Vec<Diagnostic>,
@@ -889,6 +920,9 @@ fn apply(
     }
     if let Some(n) = failure_limit(diags, doc, c.failure_limit) {
         out.failure_limit = n;
+    }
+    if let Some(n) = inconclusive_limit(diags, doc, c.inconclusive_limit) {
+        out.inconclusive_limit = n;
     }
     // Whether gates were written (valid or not: invalid ones are reported already).
     let has_gates = match c.gates {

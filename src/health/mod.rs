@@ -13,8 +13,10 @@
 //! client, the gates, the port it implements.
 //!
 //! Architecture Invariant: an evaluation never returns an error and never passes by default:
-//! a source that cannot be asked, answers an error, or answers something unexpected gives
-//! [`GateVerdict::Fail`] with the cause chain in `detail`.
+//! a source that cannot be asked, answers an error, times out, or answers something
+//! unexpected gives [`GateVerdict::Inconclusive`] (issue #35: "we could not tell", counted
+//! against `inconclusiveLimit`) with the cause chain in `detail`; [`GateVerdict::Fail`] is kept
+//! for a check that ran and said no.
 //!
 //! Architecture Invariant: bearer tokens and the contents of CA/token files are never
 //! logged, recorded in an evaluation, or formatted into an error; errors name the file.
@@ -216,7 +218,7 @@ impl Probes {
                     Ok(r) => r?,
                     Err(_) => {
                         return Ok((
-                            GateVerdict::Fail,
+                            GateVerdict::Inconclusive,
                             Vec::new(),
                             format!(
                                 "listing workloads took longer than {}",
@@ -287,16 +289,28 @@ impl HealthProbe for Probes {
     async fn evaluate(&self, gate: &Gate, ctx: &GateContext) -> GateEvaluation {
         let (verdict, samples, detail) = match self.run(gate, ctx).await {
             Ok(r) => r,
-            Err(e) => (GateVerdict::Fail, Vec::new(), crate::error_chain(&e)),
+            // the check did not run: we could not tell (never a pass)
+            Err(e) => (
+                GateVerdict::Inconclusive,
+                Vec::new(),
+                crate::error_chain(&e),
+            ),
         };
-        if verdict == GateVerdict::Fail {
-            tracing::info!(cluster = %ctx.cluster, gate = %gate.name, %detail, "health gate failed");
+        match verdict {
+            GateVerdict::Pass => {}
+            GateVerdict::Fail => {
+                tracing::info!(cluster = %ctx.cluster, gate = %gate.name, dry_run = gate.dry_run, %detail, "health gate failed");
+            }
+            GateVerdict::Inconclusive => {
+                tracing::info!(cluster = %ctx.cluster, gate = %gate.name, dry_run = gate.dry_run, %detail, "health gate inconclusive");
+            }
         }
         GateEvaluation {
             gate: gate.name.clone(),
             verdict,
             samples,
             detail,
+            dry_run: gate.dry_run,
         }
     }
 }

@@ -5,9 +5,12 @@
 //! comparison or a set operation ([`QueryShape`], checked when the desired state is loaded).
 //! A filter (comparison without `bool`, `and`/`or`/`unless`) passes iff the result has at
 //! least one sample — PromQL filters keep the left-hand value, so a healthy
-//! `ceph_health_status == 0` returns a 0-valued sample; a `bool` comparison passes iff it has
-//! at least one sample and every sample is 1. A NaN sample fails either way; a scalar, string
-//! or range-vector result fails.
+//! `ceph_health_status == 0` returns a 0-valued sample, and an empty result is its "no": it
+//! fails. A `bool` comparison passes iff it has at least one sample and every sample is 1; a
+//! sample of another value fails it. Inconclusive (issue #35, "we could not tell"): a `bool`
+//! comparison with no sample (a `bool` comparison answers for every series it compares, so an
+//! empty result means the series are absent: a value was needed and there was none), a NaN
+//! sample when no other sample fails, and a scalar, string, range-vector or malformed result.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -111,7 +114,7 @@ fn label_text(labels: &BTreeMap<String, String>) -> String {
 pub fn judge(shape: QueryShape, data: &QueryData) -> (GateVerdict, Vec<GateSample>, String) {
     if data.result_type != "vector" {
         return (
-            GateVerdict::Fail,
+            GateVerdict::Inconclusive,
             Vec::new(),
             format!(
                 "the query returned a {}, not an instant vector: a gate needs a condition such as `x == 0`",
@@ -124,7 +127,7 @@ pub fn judge(shape: QueryShape, data: &QueryData) -> (GateVerdict, Vec<GateSampl
         Ok(s) => s,
         Err(e) => {
             return (
-                GateVerdict::Fail,
+                GateVerdict::Inconclusive,
                 Vec::new(),
                 format!("the vector result is malformed: {e}"),
             );
@@ -158,14 +161,29 @@ pub fn judge(shape: QueryShape, data: &QueryData) -> (GateVerdict, Vec<GateSampl
         String::new()
     };
     if total == 0 {
-        return (
-            GateVerdict::Fail,
-            kept,
-            "the query returned no sample: the condition does not hold (or its series are absent)"
-                .to_string(),
-        );
+        return match shape {
+            QueryShape::Filter => (
+                GateVerdict::Fail,
+                kept,
+                "the query returned no sample: the condition does not hold (or its series are absent)"
+                    .to_string(),
+            ),
+            QueryShape::Bool => (
+                GateVerdict::Inconclusive,
+                kept,
+                "the query returned no sample: the series it compares are absent, so there is no value to judge"
+                    .to_string(),
+            ),
+        };
     }
-    if let Some(first) = bad.first() {
+    // a real value that fails decides; NaN alone is no value
+    let decided = bad.iter().find(|i| !values[**i].is_nan()).or(bad.first());
+    if let Some(first) = decided {
+        let verdict = if values[*first].is_nan() {
+            GateVerdict::Inconclusive
+        } else {
+            GateVerdict::Fail
+        };
         let s = &samples[*first];
         let why = if values[*first].is_nan() {
             "is NaN"
@@ -173,7 +191,7 @@ pub fn judge(shape: QueryShape, data: &QueryData) -> (GateVerdict, Vec<GateSampl
             "is not 1"
         };
         return (
-            GateVerdict::Fail,
+            verdict,
             kept,
             format!(
                 "{} of {total} samples fail: {} {why} (value {}){more}",
@@ -231,10 +249,10 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].value, "0");
         let (v, _, d) = judge(QueryShape::Filter, &vector(&[]));
-        assert_eq!(v, GateVerdict::Fail);
+        assert_eq!(v, GateVerdict::Fail, "an empty filter is its `no`");
         assert!(d.contains("no sample"), "{d}");
         let (v, s, d) = judge(QueryShape::Filter, &vector(&[("a", "3"), ("b", "NaN")]));
-        assert_eq!(v, GateVerdict::Fail);
+        assert_eq!(v, GateVerdict::Inconclusive, "NaN is no value: {d}");
         assert!(d.contains(r#"x{instance="b"} is NaN"#), "{d}");
         assert_eq!(s[0].labels["instance"], "b", "failing samples first");
     }
@@ -248,18 +266,26 @@ mod tests {
         assert_eq!(v, GateVerdict::Fail);
         assert!(d.starts_with("1 of 2 samples fail"), "{d}");
         assert_eq!(s[0].value, "0");
-        assert_eq!(judge(QueryShape::Bool, &vector(&[])).0, GateVerdict::Fail);
+        let (v, _, d) = judge(QueryShape::Bool, &vector(&[]));
+        assert_eq!(v, GateVerdict::Inconclusive, "no series: no value to judge");
+        assert!(d.contains("absent"), "{d}");
+        // a real bad value decides over a NaN beside it
+        let (v, _, d) = judge(QueryShape::Bool, &vector(&[("a", "NaN"), ("b", "0")]));
+        assert_eq!(v, GateVerdict::Fail, "{d}");
+        assert!(d.contains(r#"x{instance="b"} is not 1"#), "{d}");
+        let (v, _, d) = judge(QueryShape::Bool, &vector(&[("a", "NaN"), ("b", "1")]));
+        assert_eq!(v, GateVerdict::Inconclusive, "{d}");
     }
 
     #[test]
-    fn other_result_types_fail_and_samples_are_bounded() {
+    fn other_result_types_are_inconclusive_and_samples_are_bounded() {
         for t in ["scalar", "string", "matrix"] {
             let d = QueryData {
                 result_type: t.into(),
                 result: json!([1.0, "1"]),
             };
             let (v, _, detail) = judge(QueryShape::Filter, &d);
-            assert_eq!(v, GateVerdict::Fail);
+            assert_eq!(v, GateVerdict::Inconclusive);
             assert!(detail.contains(t), "{detail}");
         }
         let many: Vec<(String, &str)> = (0..50).map(|i| (format!("i{i}"), "1")).collect();

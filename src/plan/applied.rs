@@ -170,6 +170,13 @@ pub struct HealthSummary {
     pub interval: std::time::Duration,
     /// Consecutive failed evaluations before a gate fails.
     pub failure_limit: u32,
+    /// Inconclusive evaluations before a gate halts the job (issue #35); not written when it
+    /// is the default, so records made before it keep their digest.
+    #[serde(
+        default = "crate::plan::health::default_inconclusive_limit",
+        skip_serializing_if = "crate::plan::health::is_default_inconclusive_limit"
+    )]
+    pub inconclusive_limit: u32,
     /// What a failed gate does (halt, or roll the wave back).
     #[serde(default)]
     pub on_failure: OnFailure,
@@ -190,6 +197,7 @@ impl HealthSummary {
             soak: h.soak,
             interval: h.interval,
             failure_limit: h.failure_limit,
+            inconclusive_limit: h.inconclusive_limit,
             on_failure: crate::plan::health::on_failure_of(h),
         }
     }
@@ -205,6 +213,10 @@ impl HealthSummary {
             ("health.soak", format_duration(self.soak)),
             ("health.interval", format_duration(self.interval)),
             ("health.failureLimit", self.failure_limit.to_string()),
+            (
+                "health.inconclusiveLimit",
+                self.inconclusive_limit.to_string(),
+            ),
         ]
     }
 

@@ -59,8 +59,26 @@ pub struct HealthPolicy {
     pub interval: Duration,
     /// Consecutive failed evaluations before a gate fails.
     pub failure_limit: u32,
+    /// Inconclusive evaluations since the gate last passed before it halts the job
+    /// (`gate_inconclusive`). Not written when it is the default, so plans made before it
+    /// existed keep their ids; plans that omit it read as the default.
+    #[serde(
+        default = "default_inconclusive_limit",
+        skip_serializing_if = "is_default_inconclusive_limit"
+    )]
+    pub inconclusive_limit: u32,
     /// What a failed gate does.
     pub on_failure: OnFailure,
+}
+
+/// The default of `inconclusiveLimit` (what plans without the field mean).
+pub fn default_inconclusive_limit() -> u32 {
+    crate::desired::health::DEFAULT_INCONCLUSIVE_LIMIT
+}
+
+/// Whether `n` is the default `inconclusiveLimit` (then it is not serialized).
+pub fn is_default_inconclusive_limit(n: &u32) -> bool {
+    *n == default_inconclusive_limit()
 }
 
 impl HealthSources {
@@ -94,6 +112,7 @@ impl HealthPolicy {
             soak: s.soak,
             interval: s.interval,
             failure_limit: s.failure_limit,
+            inconclusive_limit: s.inconclusive_limit,
             on_failure: on_failure_of(s),
         })
     }
@@ -114,6 +133,7 @@ pub fn gates_of(s: &crate::desired::health::HealthSettings) -> Vec<Gate> {
         .iter()
         .map(|g| Gate {
             name: g.name.clone(),
+            dry_run: g.dry_run,
             check: match &g.check {
                 d::HealthCheck::Query { query } => GateCheck::Query {
                     query: query.clone(),
@@ -146,6 +166,10 @@ pub struct Gate {
     pub name: String,
     /// What it checks.
     pub check: GateCheck,
+    /// `dryRun: true`: evaluated, journaled, shown and notified, but it never blocks or halts
+    /// a job (a gate tried in shadow). Not written when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// What a gate checks.
@@ -176,7 +200,16 @@ pub enum GateCheck {
 impl Gate {
     /// `name: query `…``, as plans show a gate.
     pub fn summary(&self) -> String {
-        format!("{}: {}", self.name, self.check.summary())
+        format!(
+            "{}: {}{}",
+            self.name,
+            self.check.summary(),
+            if self.dry_run {
+                " (dry run: never blocks)"
+            } else {
+                ""
+            }
+        )
     }
 }
 

@@ -243,6 +243,14 @@ fn render_health(out: &mut String, h: &HealthPolicy, indent: &str, talos: bool) 
             h.failure_limit
         )
     };
+    let failures = if h.inconclusive_limit == 1 {
+        format!("{failures}, halts on the first inconclusive one")
+    } else {
+        format!(
+            "{failures}, halts after {} inconclusive evaluations",
+            h.inconclusive_limit
+        )
+    };
     let soak = if h.soak.is_zero() {
         "no soak".to_string()
     } else {

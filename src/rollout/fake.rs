@@ -43,6 +43,19 @@ impl HealthProbe for FakeProbe {
             let rule = s.gates.get(&gate.name).cloned().unwrap_or_default();
             let mut samples = Vec::new();
             let mut why = None;
+            if rule.inconclusive_next > 0 {
+                if let Some(r) = s.gates.get_mut(&gate.name) {
+                    r.inconclusive_next -= 1;
+                }
+                s.gate_log.push(format!("{} inconclusive", gate.name));
+                return GateEvaluation {
+                    gate: gate.name.clone(),
+                    verdict: GateVerdict::Inconclusive,
+                    samples,
+                    detail: "the source is unreachable".into(),
+                    dry_run: gate.dry_run,
+                };
+            }
             if rule.fail {
                 why = Some("the gate is set to fail".to_string());
             }
@@ -85,6 +98,7 @@ impl HealthProbe for FakeProbe {
                 verdict,
                 samples,
                 detail: why.unwrap_or_else(|| "ok".into()),
+                dry_run: gate.dry_run,
             }
         })
     }
@@ -284,6 +298,10 @@ pub struct FakeGate {
     /// Evaluations left that fail before the gate passes (a flapping signal).
     #[serde(default)]
     pub fail_next: u32,
+    /// Evaluations left that cannot tell (an unreachable source) before the rules above
+    /// decide (issue #35).
+    #[serde(default)]
+    pub inconclusive_next: u32,
 }
 
 /// A node to create.

@@ -532,15 +532,36 @@ pub struct GateContext {
     pub sources: crate::plan::health::HealthSources,
 }
 
-/// A gate's verdict.
+/// A gate's verdict (issue #35): the check said yes, said no, or could not tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GateVerdict {
     /// The gate passes.
     Pass,
-    /// The check ran and said no, or could not run (an unreachable source is a failure,
-    /// never a pass).
+    /// The check ran and said no: the metric is bad, an alert fires, a workload is not
+    /// available. Counted against `failureLimit`.
     Fail,
+    /// The check could not tell: the source is unreachable or answered an error, the query
+    /// timed out, or it returned no value where one was needed. Never a pass; counted against
+    /// `inconclusiveLimit`.
+    Inconclusive,
+}
+
+impl GateVerdict {
+    /// The stable wire form: `pass`, `fail` or `inconclusive` (status, metrics, webhooks).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateVerdict::Pass => "pass",
+            GateVerdict::Fail => "fail",
+            GateVerdict::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+impl std::fmt::Display for GateVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One sample (or alert, or workload) a gate looked at.
@@ -565,11 +586,25 @@ pub struct GateEvaluation {
     pub samples: Vec<GateSample>,
     /// Why it failed (one line, with the cause chain flattened for display), or a summary.
     pub detail: String,
+    /// The gate is `dryRun: true`: evaluated, journaled, shown and notified, never blocking.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl GateEvaluation {
+    /// The verdict as people read it: `fail`, or `fail (dry run)` for a dry-run gate.
+    pub fn verdict_text(&self) -> String {
+        if self.dry_run {
+            format!("{} (dry run)", self.verdict)
+        } else {
+            self.verdict.to_string()
+        }
+    }
 }
 
 /// What medea needs to evaluate health gates (Prometheus, Alertmanager, workloads).
 /// `health::Probes` implements it at the edge; evaluation never returns an error: a source
-/// that cannot be asked gives [`GateVerdict::Fail`] with the reason in `detail`.
+/// that cannot be asked gives [`GateVerdict::Inconclusive`] with the reason in `detail`.
 pub trait HealthProbe: Send + Sync {
     /// Evaluates `gate` once in `ctx`.
     fn evaluate(
@@ -579,8 +614,8 @@ pub trait HealthProbe: Send + Sync {
     ) -> impl Future<Output = GateEvaluation> + Send;
 }
 
-/// The probe of an executor given none: every gate fails ("no health source is configured
-/// in this medea"), so a plan with gates can never pass them unchecked.
+/// The probe of an executor given none: every gate is inconclusive ("this medea has no
+/// health probe"), so a plan with gates can never pass them unchecked.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoProbe;
 
@@ -592,9 +627,10 @@ impl HealthProbe for NoProbe {
     ) -> GateEvaluation {
         GateEvaluation {
             gate: gate.name.clone(),
-            verdict: GateVerdict::Fail,
+            verdict: GateVerdict::Inconclusive,
             samples: Vec::new(),
             detail: "this medea has no health probe to evaluate the gate with".into(),
+            dry_run: gate.dry_run,
         }
     }
 }

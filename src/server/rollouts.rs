@@ -183,10 +183,8 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         .map(|r| pb::GateResult {
             gate: r.evaluation.gate.clone(),
             point: r.point.to_string(),
-            verdict: match r.evaluation.verdict {
-                crate::rollout::ports::GateVerdict::Pass => "pass".into(),
-                crate::rollout::ports::GateVerdict::Fail => "fail".into(),
-            },
+            verdict: r.evaluation.verdict.as_str().into(),
+            dry_run: r.evaluation.dry_run,
             detail: r.evaluation.detail.clone(),
             at: r.at.to_string(),
             samples: r
@@ -641,15 +639,34 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
         let mut started: BTreeMap<(String, String), std::time::Instant> = BTreeMap::new();
         while let Some(e) = next_event(&mut rx).await {
             if let EventState::GateEvaluated { point, evaluation } = &e.state {
-                let pass = evaluation.verdict == crate::rollout::ports::GateVerdict::Pass;
-                crate::metrics::gate_evaluation(&e.cluster, &evaluation.gate, pass);
-                if !pass {
+                use crate::rollout::ports::GateVerdict;
+                crate::metrics::gate_evaluation(
+                    &e.cluster,
+                    &evaluation.gate,
+                    evaluation.verdict.as_str(),
+                );
+                let kind = match evaluation.verdict {
+                    GateVerdict::Pass => None,
+                    GateVerdict::Fail => Some((crate::webhook::EventKind::GateFailed, "failed")),
+                    GateVerdict::Inconclusive => Some((
+                        crate::webhook::EventKind::GateInconclusive,
+                        "could not be evaluated",
+                    )),
+                };
+                if let Some((kind, what)) = kind {
                     shared.notifier.send(note(
-                        crate::webhook::EventKind::GateFailed,
+                        kind,
                         &e,
                         format!(
-                            "medea: health gate `{}` failed {point} ({}, job {})",
-                            evaluation.gate, e.cluster, e.job
+                            "medea: health gate `{}`{} {what} {point} ({}, job {})",
+                            evaluation.gate,
+                            if evaluation.dry_run {
+                                " (dry run: not blocking)"
+                            } else {
+                                ""
+                            },
+                            e.cluster,
+                            e.job
                         ),
                         Some(evaluation.detail.clone()),
                     ));

@@ -146,6 +146,7 @@ fn health_errors_are_located() {
     interval: 10m
     soak: 5m
     failureLimit: 0
+    inconclusiveLimit: 0
 "#
     );
     write(d, "c.yaml", &cluster);
@@ -238,6 +239,11 @@ fn health_errors_are_located() {
         30,
         codes::HEALTH,
         "`health.failureLimit` must be at least 1",
+    );
+    has(
+        31,
+        codes::HEALTH,
+        "`health.inconclusiveLimit` must be at least 1",
     );
     // The pool: soak without gates; an onFailure that is not halt or rollback.
     assert!(got.iter().any(|(f, _, _, c, m)| f == "p.yaml"

@@ -13,6 +13,7 @@ use crate::health_servers::{AlertmanagerServer, Exporter, PrometheusServer, free
 fn query(name: &str, q: &str) -> Gate {
     Gate {
         name: name.into(),
+        dry_run: false,
         check: GateCheck::Query { query: q.into() },
     }
 }
@@ -59,6 +60,12 @@ async fn query_gates_follow_the_exporter_in_filter_and_bool_form() {
     let e = probes.evaluate(&absent, &ctx(&[])).await;
     assert_eq!(e.verdict, GateVerdict::Fail);
     assert!(e.detail.contains("returned no sample"), "{}", e.detail);
+    // The `bool` form of an absent series has no value to judge: inconclusive (issue #35).
+    let e = probes
+        .evaluate(&query("absent-bool", "no_such_metric == bool 0"), &ctx(&[]))
+        .await;
+    assert_eq!(e.verdict, GateVerdict::Inconclusive, "{}", e.detail);
+    assert!(e.detail.contains("absent"), "{}", e.detail);
 
     // Ceph goes unhealthy: the filter returns nothing, the bool form a 0.
     exporter.set("ceph_health_status", &[("cluster", "ceph")], "1");
@@ -77,7 +84,7 @@ async fn query_gates_follow_the_exporter_in_filter_and_bool_form() {
     let e = probes.evaluate(&filter, &ctx(&[])).await;
     assert_eq!(e.verdict, GateVerdict::Pass, "{}", e.detail);
 
-    // A NaN sample fails even a filter that keeps it.
+    // A NaN sample is no value: inconclusive even in a filter that keeps it (issue #35).
     exporter.set("ingress_error_rate", &[], "NaN");
     prom.wait_for_value("ingress_error_rate", "NaN").await;
     let e = probes
@@ -86,17 +93,17 @@ async fn query_gates_follow_the_exporter_in_filter_and_bool_form() {
             &ctx(&[]),
         )
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(e.detail.contains("is NaN"), "{}", e.detail);
 
-    // A query Prometheus refuses (many-to-many matching) is a failure with its error.
+    // A query Prometheus refuses (many-to-many matching) is inconclusive, with its error.
     exporter.set("dup", &[("a", "1")], "1");
     exporter.set("dup", &[("a", "2")], "1");
     prom.wait_for_value("dup", "1").await;
     let e = probes
         .evaluate(&query("refused", "dup == on() group_left dup"), &ctx(&[]))
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail
             .contains("Prometheus answered HTTP 422 with error (execution)"),
@@ -121,7 +128,7 @@ async fn query_gates_follow_the_exporter_in_filter_and_bool_form() {
         dir.path().to_path_buf(),
     ));
     let e = with_token.evaluate(&filter, &ctx(&[])).await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail
             .contains("credential `prom` holds a bearer token and http://127.0.0.1:"),
@@ -137,7 +144,7 @@ async fn query_gates_follow_the_exporter_in_filter_and_bool_form() {
 }
 
 #[tokio::test]
-async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cause() {
+async fn an_unreachable_or_broken_prometheus_is_an_inconclusive_evaluation_with_its_cause() {
     let gate = query("q", "up == 1");
     // Nothing listens.
     let port = free_port();
@@ -146,7 +153,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
         credential: None,
     });
     let e = probes.evaluate(&gate, &ctx(&[])).await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.starts_with(&format!(
             "cannot ask the source: request to http://127.0.0.1:{port}/api/v1/query failed: "
@@ -164,7 +171,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     })
     .evaluate(&gate, &ctx(&[]))
     .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(e.detail.contains("answered HTTP 404"), "{}", e.detail);
 
     // A server that accepts and never answers: bounded by the probe's timeout.
@@ -184,7 +191,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     .evaluate(&gate, &ctx(&[]))
     .await;
     hold.abort();
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(e.detail.contains("no answer from"), "{}", e.detail);
 
     // TLS with a credential whose CA is a link to /dev/zero: refused at once, never read.
@@ -201,7 +208,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     ))
     .evaluate(&gate, &ctx(&[]))
     .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.contains("cannot read credential `zero`"),
         "{}",
@@ -217,7 +224,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     })
     .evaluate(&gate, &ctx(&[]))
     .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.starts_with("cannot ask the source"),
         "{}",
@@ -228,7 +235,7 @@ async fn an_unreachable_or_broken_prometheus_is_a_failed_evaluation_with_its_cau
     let e = Probes::new(HealthSources::default())
         .evaluate(&gate, &ctx(&[]))
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.contains("no Prometheus configured"),
         "{}",
@@ -247,6 +254,7 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
     });
     let gate = Gate {
         name: "no-critical-alerts".into(),
+        dry_run: false,
         check: GateCheck::Alerts {
             matchers: vec![r#"severity="critical""#.into()],
             ignore: vec![r#"alertname=~"KubeNodeUnreachable|Watchdog""#.into()],
@@ -305,6 +313,7 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
     // Regex matchers are anchored, server- and client-side alike.
     let regex_gate = Gate {
         name: "disk".into(),
+        dry_run: false,
         check: GateCheck::Alerts {
             matchers: vec![r#"alertname=~"Disk""#.into()],
             ignore: vec![],
@@ -314,6 +323,7 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
     assert_eq!(e.verdict, GateVerdict::Pass, "{}", e.detail);
     let regex_gate = Gate {
         name: "disk".into(),
+        dry_run: false,
         check: GateCheck::Alerts {
             matchers: vec![r#"alertname=~"Disk.*""#.into()],
             ignore: vec![],
@@ -333,7 +343,7 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
 }
 
 #[tokio::test]
-async fn an_unreachable_alertmanager_fails_the_gate() {
+async fn an_unreachable_alertmanager_is_inconclusive() {
     let port = free_port();
     let probes = Probes::new(HealthSources {
         prometheus: None,
@@ -344,13 +354,14 @@ async fn an_unreachable_alertmanager_fails_the_gate() {
     });
     let gate = Gate {
         name: "alerts".into(),
+        dry_run: false,
         check: GateCheck::Alerts {
             matchers: vec![],
             ignore: vec![],
         },
     };
     let e = probes.evaluate(&gate, &ctx(&[])).await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(e.detail.contains("Connection refused"), "{}", e.detail);
     let checks = probes.check_sources().await;
     assert!(checks[0].2.is_err(), "{:?}", checks[0].2);
@@ -423,6 +434,7 @@ async fn workloads_gate_on_the_simulator_names_the_unavailable_deployment() {
     let probes = Probes::new(HealthSources::default()).with_kube(std::sync::Arc::new(client));
     let gate = Gate {
         name: "workloads".into(),
+        dry_run: false,
         check: GateCheck::Workloads {
             namespaces: vec!["default".into()],
             kinds: vec![WorkloadKind::Deployment, WorkloadKind::DaemonSet],
@@ -460,7 +472,7 @@ async fn workloads_gate_on_the_simulator_names_the_unavailable_deployment() {
     let e = Probes::new(HealthSources::default())
         .evaluate(&gate, &ctx(&[]))
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.contains("needs the cluster's kubeconfig"),
         "{}",

@@ -31,6 +31,7 @@ pub fn policy(gates: &[&str], soak: u64, interval: u64, limit: u32, on: OnFailur
             .iter()
             .map(|g| Gate {
                 name: g.to_string(),
+                dry_run: false,
                 check: GateCheck::Query {
                     query: format!("{g}_ok == 1"),
                 },
@@ -39,6 +40,7 @@ pub fn policy(gates: &[&str], soak: u64, interval: u64, limit: u32, on: OnFailur
         soak: Duration::from_secs(soak),
         interval: Duration::from_secs(interval),
         failure_limit: limit,
+        inconclusive_limit: 1,
         on_failure: on,
     }
 }
@@ -317,7 +319,7 @@ async fn a_failing_gate_keeps_the_job_from_starting() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn without_a_probe_every_gate_fails_and_nothing_is_touched() {
+async fn without_a_probe_every_gate_is_inconclusive_and_nothing_is_touched() {
     let w = health_world(
         FakeCluster::new(&specs(0, 1, FROM, KUBE)),
         |f| vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)],
@@ -328,9 +330,151 @@ async fn without_a_probe_every_gate_fails_and_nothing_is_touched() {
     let RunOutcome::Halted { reason, .. } = &out else {
         panic!("{out:?}")
     };
-    assert_eq!(reason.code(), HaltCode::GateFailed);
+    // we could not tell: its own halt code, and no rollback despite `onFailure: rollback`
+    assert_eq!(reason.code(), HaltCode::GateInconclusive);
     assert!(reason.message().contains("no health probe"), "{reason}");
+    assert!(reason.gate_failure().unwrap().inconclusive);
     assert!(w.state().log.is_empty());
+}
+
+/// Issue #35: an unreachable source is inconclusive, counted against `inconclusiveLimit`
+/// (not `failureLimit`), and halts with `gate_inconclusive` after exactly that many.
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_source_halts_with_gate_inconclusive_after_the_limit() {
+    let mut p = policy(&["app"], 0, 10, 1, OnFailure::Rollback);
+    p.inconclusive_limit = 3;
+    let w = health_world(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        None,
+        Some(p),
+    );
+    set_gate(
+        &w.fake,
+        "app",
+        FakeGate {
+            inconclusive_next: 100,
+            ..FakeGate::default()
+        },
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    let out = exec.run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::GateInconclusive, "{reason}");
+    assert_eq!(reason.code().as_str(), "gate_inconclusive");
+    let f = reason.gate_failure().unwrap();
+    assert!(f.inconclusive);
+    assert_eq!(f.failures, 3, "inconclusiveLimit evaluations");
+    assert!(
+        reason.message().contains("could not be evaluated"),
+        "{reason}"
+    );
+    let s = w.state();
+    assert_eq!(s.gate_log, vec!["app inconclusive"; 3]);
+    assert!(s.log.is_empty(), "nothing touched: {:#?}", s.log);
+}
+
+/// Issue #35: inconclusive evaluations do not count as failures, a pass clears both counts,
+/// and a gate that then fails for real halts with `gate_failed` after `failureLimit`.
+#[tokio::test(start_paused = true)]
+async fn a_bad_metric_still_fails_as_a_failure_not_as_inconclusive() {
+    let mut p = policy(&["app"], 0, 10, 2, OnFailure::Halt);
+    p.inconclusive_limit = 2;
+    let w = health_world(
+        FakeCluster::new(&specs(0, 1, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"]], TO, 1)],
+        None,
+        Some(p),
+    );
+    set_gate(
+        &w.fake,
+        "app",
+        FakeGate {
+            inconclusive_next: 1,
+            fail: true,
+            ..FakeGate::default()
+        },
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    let out = exec.run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::GateFailed, "{reason}");
+    let f = reason.gate_failure().unwrap();
+    assert!(!f.inconclusive);
+    assert_eq!(f.failures, 2);
+    assert_eq!(
+        w.state().gate_log,
+        vec!["app inconclusive", "app fail", "app fail"]
+    );
+}
+
+/// Issue #35: a `dryRun` gate that fails every evaluation never blocks: the job succeeds, and
+/// its failures are journaled and emitted as gate events marked dry run.
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_gate_that_fails_never_blocks_and_its_outcome_is_journaled() {
+    let mut p = policy(&["app", "shadow"], 0, 10, 1, OnFailure::Halt);
+    p.gates[1].dry_run = true;
+    let w = health_world(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        Some(p.clone()),
+        Some(p),
+    );
+    set_gate(
+        &w.fake,
+        "shadow",
+        FakeGate {
+            fail: true,
+            ..FakeGate::default()
+        },
+    );
+    let exec = w.executor().with_probe(FakeProbe(w.fake.clone()));
+    let mut events = exec.subscribe();
+    let out = exec.run(&w.job).await.unwrap();
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].counters.upgrade, 1);
+    assert_eq!(s.nodes["w-2"].counters.upgrade, 1);
+    assert!(
+        s.gate_log.iter().any(|l| l == "shadow fail"),
+        "{:?}",
+        s.gate_log
+    );
+    // journaled as evidence, marked dry run
+    let journaled: Vec<_> = w
+        .journal()
+        .iter()
+        .filter_map(|e| match &e.entry {
+            Entry::Gates { evaluations, .. } => Some(evaluations.clone()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|e| e.gate == "shadow")
+        .collect();
+    assert!(!journaled.is_empty());
+    assert!(
+        journaled
+            .iter()
+            .all(|e| e.dry_run && e.verdict == medea::rollout::ports::GateVerdict::Fail)
+    );
+    // shown: the gate events say so
+    let mut shown = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let EventState::GateEvaluated { evaluation, .. } = &e.state
+            && evaluation.gate == "shadow"
+        {
+            shown.push(e.state.message());
+        }
+    }
+    assert!(!shown.is_empty());
+    assert!(
+        shown.iter().all(|m| m.contains("fail (dry run)")),
+        "{shown:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -611,6 +755,7 @@ mod sim {
                 },
                 detail: format!("{} node(s) broken", bad.len()),
                 samples: bad,
+                dry_run: gate.dry_run,
             }
         }
     }
@@ -790,6 +935,7 @@ mod real {
             sources,
             gates: vec![Gate {
                 name: "no-critical-alerts".into(),
+                dry_run: false,
                 check: GateCheck::Alerts {
                     matchers: vec!["severity=\"critical\"".into()],
                     ignore: vec![],
@@ -798,6 +944,7 @@ mod real {
             soak: Duration::ZERO,
             interval: Duration::from_secs(1),
             failure_limit: 2,
+            inconclusive_limit: 1,
             on_failure: OnFailure::Halt,
         }
     }

@@ -185,6 +185,7 @@ fn ctx() -> GateContext {
 fn up_gate() -> Gate {
     Gate {
         name: "up".into(),
+        dry_run: false,
         check: GateCheck::Query {
             query: "up == 1".into(),
         },
@@ -248,7 +249,7 @@ async fn credentials_come_from_the_servers_files_and_tokens_only_go_over_https()
     let e = probes(Some("prom"), Credentials::None)
         .evaluate(&up_gate(), &ctx())
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.contains(
             "the source names credential `prom`, but medea has no credentials for it here"
@@ -260,7 +261,7 @@ async fn credentials_come_from_the_servers_files_and_tokens_only_go_over_https()
     let e = probes(Some("../prom"), Credentials::Dir(dir.to_path_buf()))
         .evaluate(&up_gate(), &ctx())
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.contains("is not a credential name"),
         "{}",
@@ -318,7 +319,7 @@ async fn credentials_come_from_the_servers_files_and_tokens_only_go_over_https()
         .with_credentials(Credentials::Dir(dir.to_path_buf()))
         .evaluate(&up_gate(), &ctx())
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(
         e.detail.contains("medea never sends a token in clear"),
         "{}",
@@ -631,7 +632,7 @@ async fn dev_zero_as_a_credential_is_refused_quickly() {
         .with_credentials(Credentials::Dir(creds.path().to_path_buf()))
         .evaluate(&up_gate(), &ctx())
         .await;
-    assert_eq!(e.verdict, GateVerdict::Fail);
+    assert_eq!(e.verdict, GateVerdict::Inconclusive);
     assert!(e.detail.contains("is a symbolic link"), "{}", e.detail);
     assert!(started.elapsed() < Duration::from_secs(1));
     // And directly, without a link: a character device is not a regular file.

@@ -147,10 +147,7 @@ impl EventState {
             EventState::GateEvaluated { point, evaluation } => format!(
                 "health gate `{}` {point}: {} ({})",
                 evaluation.gate,
-                match evaluation.verdict {
-                    crate::rollout::ports::GateVerdict::Pass => "pass",
-                    crate::rollout::ports::GateVerdict::Fail => "fail",
-                },
+                evaluation.verdict_text(),
                 evaluation.detail
             ),
             EventState::Paused { gate } => gate.to_string(),

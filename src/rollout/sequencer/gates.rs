@@ -3,11 +3,17 @@
 //! decision at one point ([`gate_point`]). Pure: the evaluations arrive as observations
 //! ([`Observations::gates`]) and time as `now`.
 //!
-//! At a point, every gate is evaluated every `interval`. A passing evaluation starts (or
-//! continues) the gate's passing streak; a failing one ends it and counts a consecutive
-//! failure. The point passes at the first evaluation where every gate has passed
-//! continuously for `soak` (zero outside the soaks: the first evaluation where all pass);
-//! it fails when any gate reaches `failureLimit` consecutive failures.
+//! At a point, every gate is evaluated every `interval`. An evaluation passes, fails (the
+//! check said no) or is inconclusive (it could not tell: the source unreachable, an error, no
+//! value; issue #35). A passing evaluation starts (or continues) the gate's passing streak and
+//! clears its counts; a failing one ends the streak and counts a failure, an inconclusive one
+//! ends the streak and counts an inconclusive evaluation (neither clears the other's count:
+//! only a pass does). The point passes at the first evaluation where every blocking gate has
+//! passed continuously for `soak` (zero outside the soaks: the first evaluation where all
+//! pass); it fails when a blocking gate reaches `failureLimit` failures (with the policy's
+//! `onFailure`) or `inconclusiveLimit` inconclusive evaluations (a halt, never a rollback: the
+//! job halts with `gate_inconclusive`). A `dryRun` gate is evaluated, counted and recorded
+//! like the others but never holds the point, fails it or halts the job.
 
 use super::*;
 use crate::plan::health::{HealthPolicy, OnFailure};
@@ -87,8 +93,18 @@ pub struct GateStreak {
     /// none was made yet).
     #[serde(with = "ts_opt")]
     pub passing_since: Option<Timestamp>,
-    /// Failed evaluations in a row.
+    /// Failed evaluations since the gate last passed.
     pub consecutive_failures: u32,
+    /// Inconclusive evaluations since the gate last passed (issue #35).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inconclusive: u32,
+    /// A `dryRun` gate: its streak never holds the soak.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The point whose gates are being checked.
@@ -110,10 +126,11 @@ pub struct GateRun {
 }
 
 impl GateRun {
-    /// When the soak ends if every gate keeps passing (`None`: some gate is failing now).
+    /// When the soak ends if every blocking gate keeps passing (`None`: some blocking gate is
+    /// failing or inconclusive now). `dryRun` gates never hold it.
     pub fn soak_ends(&self) -> Option<Timestamp> {
         let mut latest = self.started;
-        for s in &self.streaks {
+        for s in self.streaks.iter().filter(|s| !s.dry_run) {
             latest = latest.max(s.passing_since?);
         }
         Some(add(latest, Duration::from_secs(self.soak_secs)))
@@ -142,8 +159,13 @@ pub struct GateFailure {
     pub point: GatePoint,
     /// The gate's name.
     pub gate: String,
-    /// Consecutive failed evaluations (the policy's `failureLimit`).
+    /// Failed evaluations since the gate last passed (the policy's `failureLimit`), or, when
+    /// [`Self::inconclusive`], inconclusive ones (its `inconclusiveLimit`).
     pub failures: u32,
+    /// The gate could not be evaluated `inconclusiveLimit` times (issue #35): the job halts
+    /// with `gate_inconclusive`, never rolls back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inconclusive: bool,
     /// Why, as the probe said.
     pub detail: String,
     /// The samples of the last evaluation.
@@ -155,11 +177,19 @@ pub struct GateFailure {
 
 impl fmt::Display for GateFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "health gate `{}` failed {} ({} consecutive failed evaluation(s)): {}",
-            self.gate, self.point, self.failures, self.detail
-        )?;
+        if self.inconclusive {
+            write!(
+                f,
+                "health gate `{}` could not be evaluated {} ({} inconclusive evaluation(s) since it last passed): {}",
+                self.gate, self.point, self.failures, self.detail
+            )?;
+        } else {
+            write!(
+                f,
+                "health gate `{}` failed {} ({} consecutive failed evaluation(s)): {}",
+                self.gate, self.point, self.failures, self.detail
+            )?;
+        }
         if !self.samples.is_empty() {
             f.write_str("; last samples: ")?;
             for (i, s) in self.samples.iter().take(5).enumerate() {
@@ -199,8 +229,8 @@ pub struct GateProgress {
     /// The point being checked, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<GateRun>,
-    /// The latest evaluation of each gate, and the last [`MAX_FAILED_RECORDS`] failed ones,
-    /// oldest first.
+    /// The latest evaluation of each gate, and the last [`MAX_FAILED_RECORDS`] failed or
+    /// inconclusive ones, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<GateRecord>,
     /// A gate failed with `onFailure: rollback`: the wave's nodes are being rolled back; the
@@ -219,8 +249,8 @@ impl GateProgress {
         self.passed.contains(p)
     }
 
-    /// Keep `rec`: it replaces the gate's latest passing record; failed ones are kept up to
-    /// [`MAX_FAILED_RECORDS`].
+    /// Keep `rec`: it replaces the gate's latest passing record; failed and inconclusive ones
+    /// are kept up to [`MAX_FAILED_RECORDS`].
     fn record(&mut self, rec: GateRecord) {
         let gate = rec.evaluation.gate.clone();
         // the previous latest of this gate goes, unless it is a kept failure
@@ -235,7 +265,7 @@ impl GateProgress {
         let failed = self
             .evidence
             .iter()
-            .filter(|r| r.evaluation.verdict == GateVerdict::Fail)
+            .filter(|r| r.evaluation.verdict != GateVerdict::Pass)
             .count();
         if failed > MAX_FAILED_RECORDS {
             // drop the oldest failure that is not some gate's latest evaluation
@@ -250,7 +280,7 @@ impl GateProgress {
                 idx
             };
             if let Some(i) = self.evidence.iter().enumerate().position(|(i, r)| {
-                r.evaluation.verdict == GateVerdict::Fail && !latest.contains(&i)
+                r.evaluation.verdict != GateVerdict::Pass && !latest.contains(&i)
             }) {
                 self.evidence.remove(i);
             }
@@ -275,7 +305,7 @@ pub(super) enum GateFlow {
     Passed,
     /// Wait, poll, or halt.
     Flow(Flow),
-    /// A gate failed: the policy says what happens.
+    /// A gate failed: the policy says what happens (always a halt for an inconclusive gate).
     Failed(GateFailure, OnFailure),
 }
 
@@ -343,7 +373,13 @@ pub(super) fn gate_point(
     };
     if let Some(f) = fold(j, &mut run, &point, policy, evals, now, notes) {
         j.gates.current = None;
-        return GateFlow::Failed(f, policy.on_failure);
+        // not knowing is no reason to undo a wave: an inconclusive gate halts
+        let on = if f.inconclusive {
+            OnFailure::Halt
+        } else {
+            policy.on_failure
+        };
+        return GateFlow::Failed(f, on);
     }
     match run.soak_ends() {
         Some(end) if end <= now => {
@@ -400,6 +436,8 @@ fn start_run(
                 gate: g.name.clone(),
                 passing_since: None,
                 consecutive_failures: 0,
+                inconclusive: 0,
+                dry_run: g.dry_run,
             })
             .collect(),
     }
@@ -414,7 +452,7 @@ fn next_evaluation(run: &GateRun, point: &GatePoint, now: Timestamp) -> Flow {
                 .unwrap_or_default()
                 .as_secs()
         ),
-        _ => "a gate is failing".into(),
+        _ => "a gate is failing or inconclusive".into(),
     };
     Flow::Wait(
         run.next_at,
@@ -426,8 +464,9 @@ fn next_evaluation(run: &GateRun, point: &GatePoint, now: Timestamp) -> Flow {
 }
 
 /// Fold the evaluations `evals` into `run`'s streaks and the job's evidence (a gate without
-/// one failed: the probe returned none); the first gate that reached the policy's failure
-/// limit, if any.
+/// one is inconclusive: the probe returned none); the first blocking gate that reached the
+/// policy's failure or inconclusive limit, if any. `dryRun` gates are counted and recorded,
+/// never returned.
 fn fold(
     j: &mut Job,
     run: &mut GateRun,
@@ -438,41 +477,64 @@ fn fold(
     notes: &mut Vec<String>,
 ) -> Option<GateFailure> {
     let limit = policy.failure_limit.max(1);
+    let inconclusive_limit = policy.inconclusive_limit.max(1);
     let mut failure: Option<GateFailure> = None;
     for (g, streak) in policy.gates.iter().zip(run.streaks.iter_mut()) {
-        let eval = evals
+        let mut eval = evals
             .iter()
             .find(|e| e.gate == g.name)
             .cloned()
             .unwrap_or_else(|| GateEvaluation {
                 gate: g.name.clone(),
-                verdict: GateVerdict::Fail,
+                verdict: GateVerdict::Inconclusive,
                 samples: Vec::new(),
                 detail: "the probe returned no evaluation for this gate".into(),
+                dry_run: g.dry_run,
             });
-        match eval.verdict {
+        // the approved plan says whether the gate blocks, whatever the probe set
+        eval.dry_run = g.dry_run;
+        streak.dry_run = g.dry_run;
+        let shadow = if g.dry_run { " (dry run)" } else { "" };
+        let reached = match eval.verdict {
             GateVerdict::Pass => {
                 streak.passing_since.get_or_insert(now);
                 streak.consecutive_failures = 0;
+                streak.inconclusive = 0;
+                None
             }
             GateVerdict::Fail => {
                 streak.passing_since = None;
                 streak.consecutive_failures += 1;
                 notes.push(format!(
-                    "health gate `{}` failed {point} ({} of {limit}): {}",
+                    "health gate `{}`{shadow} failed {point} ({} of {limit}): {}",
                     g.name, streak.consecutive_failures, eval.detail
                 ));
-                if streak.consecutive_failures >= limit && failure.is_none() {
-                    failure = Some(GateFailure {
-                        point: point.clone(),
-                        gate: g.name.clone(),
-                        failures: streak.consecutive_failures,
-                        detail: eval.detail.clone(),
-                        samples: eval.samples.clone(),
-                        rolled_back: Vec::new(),
-                    });
-                }
+                (streak.consecutive_failures >= limit)
+                    .then_some((streak.consecutive_failures, false))
             }
+            GateVerdict::Inconclusive => {
+                streak.passing_since = None;
+                streak.inconclusive += 1;
+                notes.push(format!(
+                    "health gate `{}`{shadow} was inconclusive {point} ({} of {inconclusive_limit}): {}",
+                    g.name, streak.inconclusive, eval.detail
+                ));
+                (streak.inconclusive >= inconclusive_limit).then_some((streak.inconclusive, true))
+            }
+        };
+        if let Some((count, inconclusive)) = reached
+            && !g.dry_run
+            && failure.is_none()
+        {
+            failure = Some(GateFailure {
+                point: point.clone(),
+                gate: g.name.clone(),
+                failures: count,
+                inconclusive,
+                detail: eval.detail.clone(),
+                samples: eval.samples.clone(),
+                rolled_back: Vec::new(),
+            });
         }
         j.gates.record(GateRecord {
             point: point.clone(),
@@ -485,7 +547,9 @@ fn fold(
 
 /// Halt for a gate failure (no rollback, or the rollback is over).
 pub(super) fn gate_halt(failure: GateFailure) -> Flow {
-    let code = if failure.rolled_back.is_empty() {
+    let code = if failure.inconclusive {
+        HaltCode::GateInconclusive
+    } else if failure.rolled_back.is_empty() {
         HaltCode::GateFailed
     } else {
         HaltCode::RolledBack

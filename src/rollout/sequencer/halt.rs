@@ -12,8 +12,8 @@ pub struct HaltReason {
     code: HaltCode,
     #[serde(rename = "reason")]
     message: String,
-    /// The failed health gate, for the halts of [`HaltCode::GateFailed`] and
-    /// [`HaltCode::RolledBack`]: the gate, where, and its last samples.
+    /// The failed health gate, for the halts of [`HaltCode::GateFailed`],
+    /// [`HaltCode::GateInconclusive`] and [`HaltCode::RolledBack`]: the gate, where, and its last samples.
     #[serde(
         default,
         rename = "gateFailure",
@@ -124,6 +124,10 @@ pub enum HaltCode {
     /// A health gate failed `failureLimit` consecutive evaluations (before the job, before a
     /// wave, or during a soak); nothing further was touched.
     GateFailed,
+    /// A health gate could not be evaluated `inconclusiveLimit` times since it last passed
+    /// (source unreachable, query error or timeout, no value; issue #35): medea could not
+    /// tell whether the cluster is healthy, so it touched nothing further. Never a rollback.
+    GateInconclusive,
     /// A health gate failed after a wave and the pool's `onFailure: rollback` rolled the
     /// wave's nodes back to their previous version.
     RolledBack,
@@ -157,6 +161,7 @@ impl HaltCode {
             HaltCode::NoSnapshotNode => "no_snapshot_node",
             HaltCode::Inconsistent => "inconsistent",
             HaltCode::GateFailed => "gate_failed",
+            HaltCode::GateInconclusive => "gate_inconclusive",
             HaltCode::RolledBack => "rolled_back",
             HaltCode::RollbackFailed => "rollback_failed",
             HaltCode::Unrecorded => "unrecorded",

@@ -615,14 +615,7 @@ pub fn timeline_entry(e: &JournalEntry) -> Markup {
             "health gates {point}: {}",
             evaluations
                 .iter()
-                .map(|e| format!(
-                    "{} {}",
-                    e.gate,
-                    match e.verdict {
-                        crate::rollout::ports::GateVerdict::Pass => "pass",
-                        crate::rollout::ports::GateVerdict::Fail => "fail",
-                    }
-                ))
+                .map(|e| format!("{} {}", e.gate, e.verdict_text()))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

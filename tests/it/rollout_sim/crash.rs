@@ -367,6 +367,7 @@ fn the_debug_runner_evaluates_gates_with_real_probes() {
             sources: HealthSources::default(),
             gates: vec![Gate {
                 name: "system-daemonsets".into(),
+                dry_run: false,
                 check: GateCheck::Workloads {
                     namespaces: vec!["kube-system".into()],
                     kinds: vec![WorkloadKind::DaemonSet],
@@ -376,6 +377,7 @@ fn the_debug_runner_evaluates_gates_with_real_probes() {
             interval: Duration::from_millis(200),
             // a DaemonSet pod of the rebooted node takes a moment to be Ready again
             failure_limit: 100,
+            inconclusive_limit: 1,
             on_failure: OnFailure::Halt,
         });
         install(&store, &p, &obs, &[]).unwrap();
