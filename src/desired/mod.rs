@@ -2,7 +2,7 @@
 //!
 //! **Owns:** the `medea/v1alpha1` file format ([`format`], also the source of `schemas/`), the
 //! validated model ([`model`]), diagnostics with file:line:column ([`diagnostic`]), maintenance
-//! windows ([`window`]), and reading a revision ([`source`]).
+//! windows ([`window`]), scheduled backups ([`backup`]), and reading a revision ([`source`]).
 //! **May depend on:** the `desired` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`).
 //!
@@ -11,6 +11,7 @@
 //! Architecture Invariant: every problem of a revision is reported at once, and a revision with
 //! any error is never planned or stored ([`Loaded::valid`] returns `None`).
 
+pub mod backup;
 pub mod diagnostic;
 pub mod edit;
 pub mod format;
