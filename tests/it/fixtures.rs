@@ -19,6 +19,7 @@ fn package_of(bin: &str) -> &'static str {
         "chromedriver" => "chromium-driver",
         "prometheus" | "promtool" => "prometheus",
         "prometheus-alertmanager" => "prometheus-alertmanager",
+        "age" => "age",
         other => panic!("no Debian package known for the test tool `{other}`"),
     }
 }

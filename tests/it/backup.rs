@@ -1,0 +1,303 @@
+//! Scheduled etcd backups (issue #37) on the simulator: the Talos side over gRPC/mTLS through
+//! the real adapter, the local destination on disk, the journal in a store.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use medea::desired::backup::{BackupSchedule, BackupSettings, Due, Recipient, Retention};
+use medea::ops::backup::{self, BackupError, BackupRequest, Destination, LocalDir};
+use medea::rollout::fake::MemStore;
+use medea::rollout::ports::NodeTarget;
+use medea::sim::kube::KubeSimConfig;
+use medea::sim::talos::{Effect, Method, Trigger};
+use medea::store::{Op, Store, StoreError, Table, Txn};
+
+use crate::rollout_sim::{Sim, adapters, fault, node};
+
+fn ts(s: &str) -> jiff::Timestamp {
+    s.parse().unwrap()
+}
+
+/// Settings for `recipients`, daily at 03:00 UTC.
+fn settings(recipients: &[&age::x25519::Identity]) -> BackupSettings {
+    BackupSettings {
+        schedule: BackupSchedule::new("0 3 * * *", "UTC").unwrap(),
+        retention: Retention::default(),
+        destination: backup::LOCAL.into(),
+        recipients: recipients
+            .iter()
+            .map(|i| Recipient::parse(&i.to_public().to_string()).unwrap())
+            .collect(),
+    }
+}
+
+fn control_plane(sim: &Sim) -> Vec<NodeTarget> {
+    ["cp-1", "cp-2", "cp-3"]
+        .iter()
+        .map(|n| node(sim, n))
+        .collect()
+}
+
+fn decrypt(bytes: &[u8], id: &age::x25519::Identity) -> Vec<u8> {
+    use std::io::Read as _;
+    let d = age::Decryptor::new(bytes).unwrap();
+    let mut r = d
+        .decrypt(std::iter::once(id as &dyn age::Identity))
+        .unwrap();
+    let mut out = Vec::new();
+    r.read_to_end(&mut out).unwrap();
+    out
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Every entry of a directory, hidden ones included.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_sim_snapshot_is_encrypted_checked_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let bob = age::x25519::Identity::generate();
+    let s = settings(&[&alice, &bob]);
+    let state = dir.path().join("state");
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let now = ts("2026-12-05T10:00:00Z");
+    let Due::Now { slot } = backup::due(&store, "prod", &s, now).unwrap() else {
+        panic!("a first backup is due at once")
+    };
+    assert_eq!(slot, ts("2026-12-05T03:00:00Z"));
+
+    let rec = backup::take(
+        &store,
+        None,
+        &talos,
+        dest.clone(),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &control_plane(&sim),
+            now,
+            slot: Some(slot),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(rec.file, "prod-20261205T100000Z.db.age");
+    assert_eq!(rec.member, "cp-1");
+    assert_eq!(rec.slot, Some(slot));
+    assert_eq!(rec.trigger, backup::Trigger::Scheduled);
+    assert_eq!(rec.recipients.len(), 2);
+    assert_eq!(sim.snapshots(), 1, "one EtcdSnapshot call");
+
+    // On disk: only the encrypted file, 0600 in a 0700 directory.
+    let root = state.join("backups/prod");
+    assert_eq!(entries(&root), vec![rec.file.clone()]);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&root), 0o700);
+    assert_eq!(mode(&root.join(&rec.file)), 0o600);
+    let enc = std::fs::read(root.join(&rec.file)).unwrap();
+    assert!(enc.starts_with(b"age-encryption.org/v1\n"), "an age file");
+    assert_eq!(enc.len() as u64, rec.size);
+    assert_eq!(sha256(&enc), rec.sha256);
+
+    // Either recipient decrypts it to the simulator's snapshot: etcd's trailer intact.
+    for id in [&alice, &bob] {
+        let plain = decrypt(&enc, id);
+        assert_eq!(plain.len() as u64, rec.snapshot_size);
+        assert_eq!(sha256(&plain), rec.snapshot_sha256);
+        let (body, trailer) = plain.split_at(plain.len() - 32);
+        assert_eq!(hex::encode(trailer), sha256(body), "etcd's sha256 trailer");
+        assert!(
+            body.starts_with(b"cp-1:"),
+            "the simulated member's database"
+        );
+    }
+    // A key that is not a recipient does not.
+    let eve = age::x25519::Identity::generate();
+    let d = age::Decryptor::new(&enc[..]).unwrap();
+    assert!(
+        d.decrypt(std::iter::once(&eve as &dyn age::Identity))
+            .is_err()
+    );
+
+    // The stock `age` tool decrypts it as the README says (`age -d -i key`).
+    if let Some(age_bin) = crate::fixtures::tool_or_skip("age") {
+        use age::secrecy::ExposeSecret as _;
+        let key = dir.path().join("key.txt");
+        std::fs::write(&key, format!("{}\n", alice.to_string().expose_secret())).unwrap();
+        let out = std::process::Command::new(age_bin)
+            .args(["-d", "-i"])
+            .arg(&key)
+            .arg(root.join(&rec.file))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(sha256(&out.stdout), rec.snapshot_sha256);
+    }
+
+    // Recorded, and the slot taken: nothing more is due until tomorrow's slot.
+    let listed = backup::list(&store, "prod").unwrap();
+    assert_eq!(listed, vec![rec.clone()]);
+    assert_eq!(
+        backup::due(&store, "prod", &s, ts("2026-12-05T23:00:00Z")).unwrap(),
+        Due::Later {
+            next: Some(ts("2026-12-06T03:00:00Z"))
+        }
+    );
+    // No intent is left behind.
+    assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_truncated_snapshot_is_never_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    // Every member's stream breaks after 5000 bytes: a truncated snapshot.
+    for cp in ["cp-1", "cp-2", "cp-3"] {
+        sim.talos
+            .set_fault(fault(
+                cp,
+                Trigger::call(Method::EtcdSnapshot),
+                Effect::SnapshotBreak { after_bytes: 5000 },
+            ))
+            .unwrap();
+    }
+    let (talos, _kube) = adapters(&sim).await;
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let err = backup::take(
+        &store,
+        None,
+        &talos,
+        dest.clone(),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &control_plane(&sim),
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: Some(ts("2026-12-05T03:00:00Z")),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Snapshot { member, .. } if member == "cp-3"),
+        "each member tried, the last one's failure reported: {err:?}"
+    );
+    let chain = medea::error_chain(&err);
+    // Talos ends a broken stream with an error (`failed to read etcd snapshot: unexpected
+    // EOF`); a stream that ended cleanly but short fails etcd's trailer check instead
+    // (`talos::snapshot::TrailerCheck`). Either way nothing below is kept.
+    assert!(chain.contains("unexpected EOF"), "{chain}");
+    assert_eq!(sim.snapshots(), 3);
+    // Nothing recorded, nothing left on disk (no part file either), no intent.
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+    assert!(entries(&state.join("backups/prod")).is_empty());
+    assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+    assert!(dest.list().unwrap().is_empty());
+}
+
+/// A store that fails the transaction recording a backup, as a crash right after the file was
+/// written would: the intent is durable, the record is not.
+struct CrashBeforeRecord(MemStore);
+
+impl Store for CrashBeforeRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.0.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        if txn
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
+        {
+            return Err(StoreError::Backend {
+                op: "commit",
+                err: "the process died here".into(),
+            });
+        }
+        self.0.commit(txn)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    let store = CrashBeforeRecord(MemStore::new());
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let err = backup::take(
+        &store,
+        None,
+        &talos,
+        dest.clone(),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &[node(&sim, "cp-1")],
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: Some(ts("2026-12-05T03:00:00Z")),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, BackupError::Store { .. }), "{err:?}");
+    // The file was written; no record counts it.
+    let root = state.join("backups/prod");
+    assert_eq!(entries(&root), vec!["prod-20261205T100000Z.db.age"]);
+    let inner = &store.0;
+    assert!(backup::list(inner, "prod").unwrap().is_empty());
+    // A file medea never wrote sits beside it.
+    std::fs::write(root.join("operator-copy.db.age"), b"not ours").unwrap();
+
+    // The restarted leader recovers first.
+    let rec = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
+    assert_eq!(rec.orphans_removed, vec!["prod-20261205T100000Z.db.age"]);
+    assert_eq!(rec.foreign, vec!["operator-copy.db.age"]);
+    assert_eq!(
+        entries(&root),
+        vec!["operator-copy.db.age"],
+        "the foreign file is left alone"
+    );
+    assert!(inner.scan(Table::Backups, "intent/").unwrap().is_empty());
+    // The slot was taken with the intent: the schedule does not run it a second time.
+    assert!(matches!(
+        backup::due(inner, "prod", &s, ts("2026-12-05T11:00:00Z")).unwrap(),
+        Due::Later { .. }
+    ));
+    // Recovering again finds nothing new.
+    let again = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
+    assert!(again.orphans_removed.is_empty());
+    assert_eq!(again.foreign, vec!["operator-copy.db.age"]);
+}
