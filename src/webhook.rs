@@ -30,6 +30,12 @@ pub enum EventKind {
     GateFailed,
     #[serde(rename = "rollout.succeeded")]
     RolloutSucceeded,
+    /// A scheduled or manual etcd backup was taken and recorded (issue #37).
+    #[serde(rename = "backup.taken")]
+    BackupTaken,
+    /// An etcd backup failed; nothing was recorded (issue #37). `reason` says why.
+    #[serde(rename = "backup.failed")]
+    BackupFailed,
 }
 
 /// The JSON body of a notification.

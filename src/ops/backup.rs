@@ -760,6 +760,216 @@ pub fn list(store: &dyn Store, cluster: &str) -> Result<Vec<BackupRecord>, Backu
     Ok(v)
 }
 
+/// Apply `retention` to the recorded backups of `cluster`: a backup goes when it is not among
+/// the `keep` newest or is older than `maxAge` at `now`; the newest backup never goes (every
+/// recorded backup was checked before it was recorded, so the newest is the newest verified
+/// one). Each deletion is journaled: a [`DeletionIntent`] before the file is removed, the
+/// record and the intent deleted after ([`recover`] finishes one a crash interrupted).
+/// Returns the files removed, oldest first.
+///
+/// Rollout jobs keep their pre-upgrade snapshots elsewhere (`<state-dir>/snapshots/`), never
+/// in a backup destination, so pruning cannot remove a snapshot a job references.
+pub fn prune(
+    store: &dyn Store,
+    fence: Option<&Fence>,
+    cluster: &str,
+    retention: &crate::desired::backup::Retention,
+    dest: &dyn Destination,
+    now: Timestamp,
+) -> Result<Vec<String>, BackupError> {
+    let all = list(store, cluster)?;
+    let keep = usize::try_from(retention.keep.max(1)).unwrap_or(usize::MAX);
+    let newest = all.len().saturating_sub(1);
+    let mut removed = Vec::new();
+    for (i, r) in all.iter().enumerate() {
+        if r.destination != dest.name() || i == newest {
+            continue;
+        }
+        let beyond_keep = all.len() - i > keep;
+        let too_old = retention.max_age.is_some_and(|max| {
+            std::time::Duration::try_from(now.duration_since(r.taken_at)).is_ok_and(|age| age > max)
+        });
+        if !(beyond_keep || too_old) {
+            continue;
+        }
+        let reason = if beyond_keep {
+            format!("not among the {keep} newest")
+        } else {
+            "older than retention.maxAge".to_string()
+        };
+        let intent = DeletionIntent {
+            cluster: cluster.to_string(),
+            file: r.file.clone(),
+            destination: r.destination.clone(),
+            reason,
+        };
+        store
+            .commit(fenced(
+                Txn::new().put_record(deletion_key(cluster, &r.file), &intent),
+                fence,
+            ))
+            .map_err(store_err(cluster))?;
+        dest.delete(&r.file)
+            .map_err(|err| BackupError::Destination {
+                cluster: cluster.to_string(),
+                destination: dest.name().to_string(),
+                err,
+            })?;
+        store
+            .commit(fenced(
+                Txn::new()
+                    .delete(Table::Backups, record_key(cluster, &r.file))
+                    .delete(Table::Backups, deletion_key(cluster, &r.file)),
+                fence,
+            ))
+            .map_err(store_err(cluster))?;
+        tracing::info!(cluster, file = %r.file, reason = %intent.reason, "backup: pruned");
+        removed.push(r.file.clone());
+    }
+    Ok(removed)
+}
+
+/// What one [`pass`] did, per cluster.
+#[derive(Debug, Default)]
+pub struct PassReport {
+    /// Backups taken and recorded.
+    pub taken: Vec<BackupRecord>,
+    /// Clusters whose due backup failed, with the error.
+    pub failed: Vec<(String, BackupError)>,
+    /// What recovery found, per cluster it ran for.
+    pub recovered: Vec<(String, Recovery)>,
+    /// Files pruned, per cluster.
+    pub pruned: Vec<(String, Vec<String>)>,
+    /// The earliest next slot of any cluster (when to look again).
+    pub next: Option<Timestamp>,
+}
+
+/// One pass of the backup schedule over every cluster whose **applied** settings turn backups
+/// on: recover a cluster's journal once per leadership term (`recovered` remembers which), then
+/// take the backup that is due at `now`, if any, and apply retention. The caller runs it only
+/// while it leads and passes its fence, so a deposed leader's writes are refused by the store.
+/// `talos_for` builds a cluster's Talos port (the server: from its credentials directory).
+pub async fn pass<T, F>(
+    store: &dyn Store,
+    fence: Option<&Fence>,
+    state_dir: &Path,
+    talos_for: F,
+    now: Timestamp,
+    recovered: &mut std::collections::BTreeSet<String>,
+) -> Result<PassReport, BackupError>
+where
+    T: TalosPort,
+    F: Fn(&str) -> Result<T, crate::ops::cluster_ports::AdapterError>,
+{
+    let mut report = PassReport::default();
+    let applied = crate::ops::replan::load_applied(store).map_err(store_err("*"))?;
+    for name in applied.cluster_names() {
+        let Some(summary) = applied
+            .cluster_settings(&name)
+            .and_then(|c| c.backup.as_ref())
+        else {
+            continue;
+        };
+        let settings = match summary.settings() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: the applied settings are refused; no backup");
+                continue;
+            }
+        };
+        let dest: std::sync::Arc<dyn Destination> =
+            match destination(state_dir, &name, &settings.destination) {
+                Ok(d) => std::sync::Arc::from(d),
+                Err(e) => {
+                    report.failed.push((name.clone(), e));
+                    continue;
+                }
+            };
+        if !recovered.contains(&name) {
+            let r = recover(store, fence, &name, dest.as_ref())?;
+            for f in &r.orphans_removed {
+                tracing::warn!(cluster = %name, file = %f, "backup: removed an orphan a crash left between write and record (never counted as a backup)");
+            }
+            for f in &r.foreign {
+                tracing::warn!(cluster = %name, file = %f, "backup: a file medea has no record of is in the destination; left alone");
+            }
+            recovered.insert(name.clone());
+            report.recovered.push((name.clone(), r));
+        }
+        let slot = match due(store, &name, &settings, now)? {
+            Due::Now { slot } => slot,
+            Due::Later { next } => {
+                report.next = earliest(report.next, next);
+                continue;
+            }
+        };
+        report.next = earliest(report.next, settings.schedule.next_after(now));
+        let control_plane = control_plane_of(store, &name)?;
+        let talos = match talos_for(&name) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: no Talos credentials");
+                report.failed.push((
+                    name.clone(),
+                    BackupError::Destination {
+                        cluster: name.clone(),
+                        destination: settings.destination.clone(),
+                        err: std::io::Error::other(crate::error_chain(&e)),
+                    },
+                ));
+                continue;
+            }
+        };
+        let req = BackupRequest {
+            cluster: &name,
+            settings: &settings,
+            control_plane: &control_plane,
+            now,
+            slot: Some(slot),
+        };
+        match take(store, fence, &talos, dest.clone(), req).await {
+            Ok(rec) => {
+                tracing::info!(cluster = %name, file = %rec.file, member = %rec.member, size = rec.size, "backup: taken");
+                report.taken.push(rec);
+                let pruned = prune(store, fence, &name, &settings.retention, dest.as_ref(), now)?;
+                report.pruned.push((name.clone(), pruned));
+            }
+            Err(e @ BackupError::Store { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: failed; the next slot tries again");
+                report.failed.push((name.clone(), e));
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The control-plane members of `cluster` as the inventory knows them, by node name.
+fn control_plane_of(store: &dyn Store, cluster: &str) -> Result<Vec<NodeTarget>, BackupError> {
+    let observed = store
+        .get_record::<crate::inventory::ObservedCluster>(&crate::inventory::cluster_key(cluster))
+        .map_err(store_err(cluster))?;
+    Ok(observed
+        .map(|o| {
+            o.machines
+                .values()
+                .filter(|m| m.role == crate::inventory::MachineRole::Controlplane)
+                .map(|m| NodeTarget {
+                    node: m.node.clone(),
+                    address: m.address.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -301,3 +301,307 @@ async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
     assert!(again.orphans_removed.is_empty());
     assert_eq!(again.foreign, vec!["operator-copy.db.age"]);
 }
+
+// ------------------------------------------------------------------ the schedule (ops::backup::pass)
+
+/// Put `spec.backup` (the YAML under `backup:`) as the applied settings of cluster `prod`, and
+/// the simulator's machines as its inventory: what an approved plan and a refresh leave.
+fn apply(store: &dyn Store, sim: &Sim, backup_yaml: &str) {
+    let doc = format!(
+        "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: prod\nspec:\n  kubernetes:\n    version: v1.34.1\n  backup:\n{backup_yaml}"
+    );
+    let loaded = medea::desired::parse_snapshot(medea::desired::Snapshot {
+        files: vec![medea::desired::source::SourceFile {
+            path: "prod.yaml".into(),
+            bytes: doc.as_bytes().to_vec().into(),
+        }],
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    });
+    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+    let c = &loaded.desired.clusters["prod"];
+    let r = medea::plan::applied::AppliedResource::of_cluster(c);
+    let obs = sim.observed();
+    store
+        .commit(
+            Txn::new()
+                .put_record(r.key.store_key(), &r)
+                .put_record(medea::inventory::cluster_key("prod"), &obs),
+        )
+        .unwrap();
+}
+
+fn key_yaml(ids: &[&age::x25519::Identity]) -> String {
+    ids.iter()
+        .map(|i| format!("      - {}\n", i.to_public()))
+        .collect()
+}
+
+async fn run_pass(
+    store: &dyn Store,
+    fence: Option<&medea::store::Fence>,
+    sim: &Sim,
+    state: &Path,
+    now: &str,
+    recovered: &mut std::collections::BTreeSet<String>,
+) -> Result<backup::PassReport, BackupError> {
+    let creds = sim.creds.clone();
+    backup::pass(
+        store,
+        fence,
+        state,
+        |cluster| medea::talos::adapter::TalosAdapter::from_creds(&creds, cluster),
+        ts(now),
+        recovered,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_schedule_missed_slots_run_once_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let db = dir.path().join("store");
+    {
+        let store = medea::store::fjall::FjallStore::open(&db).unwrap();
+        apply(
+            &store,
+            &sim,
+            &format!(
+                "    schedule: '0 3 * * *'\n    recipients:\n{}",
+                key_yaml(&[&alice])
+            ),
+        );
+        let mut recovered = Default::default();
+        let r = run_pass(
+            &store,
+            None,
+            &sim,
+            &state,
+            "2026-12-05T10:00:00Z",
+            &mut recovered,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.taken.len(), 1, "{r:?}");
+        assert_eq!(r.taken[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+        assert_eq!(r.next, Some(ts("2026-12-06T03:00:00Z")));
+        // Later the same day: nothing due.
+        let r = run_pass(
+            &store,
+            None,
+            &sim,
+            &state,
+            "2026-12-05T23:59:00Z",
+            &mut recovered,
+        )
+        .await
+        .unwrap();
+        assert!(r.taken.is_empty(), "{r:?}");
+        assert_eq!(sim.snapshots(), 1);
+    }
+    // The server was down for three slots (6th, 7th and 8th at 03:00); it restarts on the 8th.
+    let store = medea::store::fjall::FjallStore::open(&db).unwrap();
+    let mut recovered = Default::default();
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-08T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.taken.len(),
+        1,
+        "one backup stands for the missed slots: {r:?}"
+    );
+    assert_eq!(r.taken[0].slot, Some(ts("2026-12-08T03:00:00Z")));
+    assert_eq!(r.recovered.len(), 1, "the journal is recovered first");
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-08T10:00:01Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "never twice: {r:?}");
+    assert_eq!(sim.snapshots(), 2);
+    let files: Vec<String> = backup::list(&store, "prod")
+        .unwrap()
+        .into_iter()
+        .map(|b| b.file)
+        .collect();
+    assert_eq!(
+        files,
+        vec![
+            "prod-20261205T100000Z.db.age",
+            "prod-20261208T100000Z.db.age"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_schedule_a_deposed_leader_takes_no_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let store = MemStore::new();
+    apply(
+        &store,
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    // A replica whose term has ended: its first journal write is refused, before any call.
+    let stale = medea::store::Fence::new("replica-a", 7);
+    let mut recovered = Default::default();
+    let err = run_pass(
+        &store,
+        Some(&stale),
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 0, "no snapshot asked for");
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+    // The leader takes the slot, exactly once.
+    let mut recovered = Default::default();
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.taken.len(), 1);
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty());
+    assert_eq!(sim.snapshots(), 1);
+    assert_eq!(backup::list(&store, "prod").unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_retention_keeps_the_newest_and_journals_each_deletion() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let root = state.join("backups/prod");
+    let store = MemStore::new();
+    let settings = |retention: &str| {
+        format!(
+            "    schedule: '0 3 * * *'\n    retention: {retention}\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        )
+    };
+    apply(&store, &sim, &settings("{ keep: 2 }"));
+    let mut recovered = Default::default();
+    for day in 1..=4 {
+        let r = run_pass(
+            &store,
+            None,
+            &sim,
+            &state,
+            &format!("2026-12-0{day}T10:00:00Z"),
+            &mut recovered,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.taken.len(), 1, "day {day}: {r:?}");
+    }
+    let names = |store: &MemStore| -> Vec<String> {
+        backup::list(store, "prod")
+            .unwrap()
+            .into_iter()
+            .map(|b| b.file)
+            .collect()
+    };
+    let want = vec![
+        "prod-20261203T100000Z.db.age".to_string(),
+        "prod-20261204T100000Z.db.age".to_string(),
+    ];
+    assert_eq!(names(&store), want, "the 2 newest are kept");
+    assert_eq!(entries(&root), want, "and only they are on disk");
+    assert!(store.scan(Table::Backups, "deleting/").unwrap().is_empty());
+
+    // maxAge: older ones go even within `keep`, but never the newest.
+    apply(&store, &sim, &settings("{ keep: 10, maxAge: 36h }"));
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.pruned,
+        vec![(
+            "prod".to_string(),
+            vec!["prod-20261203T100000Z.db.age".to_string()]
+        )]
+    );
+    let dest = LocalDir::new(&state, "prod");
+    let far = ts("2027-06-01T00:00:00Z");
+    let retention = Retention {
+        keep: 1,
+        max_age: Some(std::time::Duration::from_secs(1)),
+    };
+    let gone = backup::prune(&store, None, "prod", &retention, &dest, far).unwrap();
+    assert_eq!(gone, vec!["prod-20261204T100000Z.db.age"]);
+    assert_eq!(
+        names(&store),
+        vec!["prod-20261205T100000Z.db.age"],
+        "the newest stays"
+    );
+    assert_eq!(entries(&root), vec!["prod-20261205T100000Z.db.age"]);
+
+    // A deletion a crash interrupted (intent written, file maybe gone) is finished on recovery.
+    let journal = Txn::new().put_record(
+        "deleting/prod/prod-20261205T100000Z.db.age",
+        &backup::DeletionIntent {
+            cluster: "prod".into(),
+            file: "prod-20261205T100000Z.db.age".into(),
+            destination: "local".into(),
+            reason: "test".into(),
+        },
+    );
+    store.commit(journal).unwrap();
+    let rec = backup::recover(&store, None, "prod", &dest).unwrap();
+    assert_eq!(rec.deletions_finished, vec!["prod-20261205T100000Z.db.age"]);
+    assert!(names(&store).is_empty());
+    assert!(entries(&root).is_empty());
+}
