@@ -491,7 +491,18 @@ pub async fn take<T: TalosPort>(
         destination: dest.name().to_string(),
         started_at: req.now,
     };
-    let mut txn = Txn::new().put_record(intent_key(cluster, &file), &intent);
+    // A second backup of the same cluster in the same second (a manual one beside a scheduled
+    // one) would write the same file: the second is refused here, before anything is written.
+    let mut txn = Txn::new()
+        .check(crate::store::Check::Absent(
+            Table::Backups,
+            intent_key(cluster, &file),
+        ))
+        .check(crate::store::Check::Absent(
+            Table::Backups,
+            record_key(cluster, &file),
+        ))
+        .put_record(intent_key(cluster, &file), &intent);
     if let Some(slot) = req.slot {
         txn = txn.put_record(schedule_key(cluster), &ScheduleMark { last_slot: slot });
     }
@@ -942,6 +953,205 @@ where
         }
     }
     Ok(report)
+}
+
+/// Why `medea backup now` cannot take a backup of a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum NowError {
+    /// The cluster's applied settings have no `spec.backup`.
+    #[error("backups are off for cluster `{cluster}`: its applied settings have no `spec.backup`")]
+    Off {
+        /// The cluster.
+        cluster: String,
+    },
+    /// The applied settings no longer check out.
+    #[error("the applied backup settings of cluster `{cluster}` are refused")]
+    Settings {
+        /// The cluster.
+        cluster: String,
+        /// Why.
+        #[source]
+        err: crate::desired::backup::SummaryError,
+    },
+    /// Taking it failed.
+    #[error(transparent)]
+    Backup(#[from] BackupError),
+}
+
+/// Take a backup of `cluster` now (`medea backup now`): its applied settings, no schedule slot
+/// (the schedule is not moved), then retention.
+pub async fn take_now<T: TalosPort>(
+    store: &dyn Store,
+    fence: Option<&Fence>,
+    state_dir: &Path,
+    talos: &T,
+    cluster: &str,
+    now: Timestamp,
+) -> Result<BackupRecord, NowError> {
+    let applied = crate::ops::replan::load_applied(store).map_err(store_err(cluster))?;
+    let summary = applied
+        .cluster_settings(cluster)
+        .and_then(|c| c.backup.as_ref())
+        .ok_or_else(|| NowError::Off {
+            cluster: cluster.to_string(),
+        })?;
+    let settings = summary.settings().map_err(|err| NowError::Settings {
+        cluster: cluster.to_string(),
+        err,
+    })?;
+    let dest: std::sync::Arc<dyn Destination> =
+        std::sync::Arc::from(destination(state_dir, cluster, &settings.destination)?);
+    let control_plane = control_plane_of(store, cluster)?;
+    let req = BackupRequest {
+        cluster,
+        settings: &settings,
+        control_plane: &control_plane,
+        now,
+        slot: None,
+    };
+    let rec = take(store, fence, talos, dest.clone(), req).await?;
+    prune(
+        store,
+        fence,
+        cluster,
+        &settings.retention,
+        dest.as_ref(),
+        now,
+    )?;
+    Ok(rec)
+}
+
+/// What [`verify`] checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Size and sha256 of the encrypted file, equal to the record's.
+    pub size: u64,
+    /// sha256 of the encrypted file.
+    pub sha256: String,
+    /// With an identity: the decrypted etcd snapshot's size, its trailer checked and its
+    /// sha256 equal to the record's.
+    pub snapshot: Option<(u64, String)>,
+}
+
+/// Why a backup file did not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Reading the file failed.
+    #[error("cannot read the backup file")]
+    Read(#[source] std::io::Error),
+    /// A size or checksum differs from the record.
+    #[error(
+        "the backup's {what} is {found}, the record says {expected}: the file is not the backup medea recorded (or it was damaged)"
+    )]
+    Mismatch {
+        /// Which value.
+        what: &'static str,
+        /// The record's.
+        expected: String,
+        /// The file's.
+        found: String,
+    },
+    /// The identity cannot decrypt it.
+    #[error(
+        "the backup cannot be decrypted with this identity (is its public key one of the recipients?)"
+    )]
+    Decrypt(#[source] age::DecryptError),
+    /// Decrypted, but not a complete etcd snapshot.
+    #[error("the decrypted snapshot is not a complete etcd snapshot")]
+    Snapshot(#[source] crate::talos::snapshot::TrailerError),
+}
+
+/// Hashes and counts what is read through it.
+struct HashingReader<R> {
+    inner: R,
+    hash: Sha256,
+    size: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+}
+
+/// Verify a backup file against its record, streaming (`medea backup verify`, on the
+/// operator's machine): its size and sha256; with `identity` (the operator's age key, never
+/// the server's), also decrypt it, check etcd's sha256 trailer and compare the snapshot's size
+/// and sha256 with the record's.
+pub fn verify(
+    file: impl std::io::Read,
+    record: &BackupRecord,
+    identity: Option<&age::x25519::Identity>,
+) -> Result<Verified, VerifyError> {
+    use std::io::Read as _;
+    let mut reader = HashingReader {
+        inner: std::io::BufReader::with_capacity(256 * 1024, file),
+        hash: Sha256::new(),
+        size: 0,
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    let snapshot = match identity {
+        Some(id) => {
+            let decryptor = age::Decryptor::new(&mut reader).map_err(VerifyError::Decrypt)?;
+            let mut plain = decryptor
+                .decrypt(std::iter::once(id as &dyn age::Identity))
+                .map_err(VerifyError::Decrypt)?;
+            let mut check = crate::talos::snapshot::TrailerCheck::default();
+            loop {
+                let n = plain.read(&mut buf).map_err(VerifyError::Read)?;
+                if n == 0 {
+                    break;
+                }
+                check.update(&buf[..n]);
+            }
+            drop(plain);
+            Some(check.finish().map_err(VerifyError::Snapshot)?)
+        }
+        None => None,
+    };
+    // Whatever the decryption left unread (nothing, for an intact file) still counts.
+    loop {
+        let n = reader.read(&mut buf).map_err(VerifyError::Read)?;
+        if n == 0 {
+            break;
+        }
+    }
+    let (size, sha256) = (reader.size, hex::encode(reader.hash.finalize()));
+    let mismatch = |what, expected: String, found: String| VerifyError::Mismatch {
+        what,
+        expected,
+        found,
+    };
+    if size != record.size {
+        return Err(mismatch("size", record.size.to_string(), size.to_string()));
+    }
+    if sha256 != record.sha256 {
+        return Err(mismatch("sha256", record.sha256.clone(), sha256));
+    }
+    if let Some((snap_size, snap_sha)) = &snapshot {
+        if *snap_size != record.snapshot_size {
+            return Err(mismatch(
+                "snapshot size",
+                record.snapshot_size.to_string(),
+                snap_size.to_string(),
+            ));
+        }
+        if *snap_sha != record.snapshot_sha256 {
+            return Err(mismatch(
+                "snapshot sha256",
+                record.snapshot_sha256.clone(),
+                snap_sha.clone(),
+            ));
+        }
+    }
+    Ok(Verified {
+        size,
+        sha256,
+        snapshot,
+    })
 }
 
 fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {

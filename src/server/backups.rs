@@ -16,13 +16,16 @@ use super::Shared;
 use crate::ops::backup;
 use crate::ops::cluster_ports::TalosAdapter;
 
-/// The longest wait between two passes: settings applied meanwhile are picked up by then.
+/// The longest wait between two passes (settings applied meanwhile also wake the task).
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Run the schedule until the task is aborted.
 pub async fn backup_loop(shared: Arc<Shared>) {
     let mut recovered = BTreeSet::new();
     let mut term = None;
+    // Applied settings change with a reconcile pass, which bumps the change counter: look
+    // again then rather than at the next minute.
+    let mut changes = shared.subscribe_changes();
     loop {
         let role = shared.leadership.role();
         let mut wait = MAX_WAIT;
@@ -61,6 +64,7 @@ pub async fn backup_loop(shared: Arc<Shared>) {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shared.leadership.changed_from(&role) => {}
+            changed = changes.changed() => if changed.is_err() { return },
         }
     }
 }
@@ -104,5 +108,79 @@ fn report_pass(shared: &Shared, report: &backup::PassReport, took: Duration) {
             halt_code: None,
             at: at.clone(),
         });
+    }
+}
+
+/// The API's view of a backup record.
+pub fn backup_view(r: &backup::BackupRecord) -> crate::api::pb::Backup {
+    crate::api::pb::Backup {
+        cluster: r.cluster.clone(),
+        file: r.file.clone(),
+        taken_at: r.taken_at.to_string(),
+        slot: r.slot.map(|s| s.to_string()).unwrap_or_default(),
+        trigger: match r.trigger {
+            backup::Trigger::Scheduled => "scheduled".into(),
+            backup::Trigger::Manual => "manual".into(),
+        },
+        member: r.member.clone(),
+        snapshot_size: r.snapshot_size,
+        snapshot_sha256: r.snapshot_sha256.clone(),
+        size: r.size,
+        sha256: r.sha256.clone(),
+        destination: r.destination.clone(),
+        recipients: r.recipients.clone(),
+    }
+}
+
+/// `BackupNow`: a backup of `cluster` by hand, on the leader only, reported like a scheduled one.
+pub async fn backup_now(
+    shared: &Shared,
+    cluster: &str,
+) -> Result<backup::BackupRecord, tonic::Status> {
+    let Some(fence) = shared.leadership.fence() else {
+        return Err(tonic::Status::failed_precondition(format!(
+            "this replica does not lead; ask the leader ({})",
+            shared
+                .leadership
+                .leader_replica()
+                .unwrap_or_else(|| "none right now".into())
+        )));
+    };
+    let talos = TalosAdapter::from_creds(&shared.creds_dir, cluster)
+        .map_err(|e| tonic::Status::failed_precondition(crate::error_chain(&e)))?;
+    let started = std::time::Instant::now();
+    let result = backup::take_now(
+        shared.store.as_ref(),
+        Some(&fence),
+        &shared.state_dir,
+        &talos,
+        cluster,
+        jiff::Timestamp::now(),
+    )
+    .await;
+    match result {
+        Ok(rec) => {
+            let report = backup::PassReport {
+                taken: vec![rec.clone()],
+                ..Default::default()
+            };
+            report_pass(shared, &report, started.elapsed());
+            Ok(rec)
+        }
+        Err(backup::NowError::Backup(e)) => {
+            let status = match &e {
+                backup::BackupError::Store { err, .. } if err.is_leadership_lost() => {
+                    tonic::Status::failed_precondition(crate::error_chain(&e))
+                }
+                _ => tonic::Status::unavailable(crate::error_chain(&e)),
+            };
+            let report = backup::PassReport {
+                failed: vec![(cluster.to_string(), e)],
+                ..Default::default()
+            };
+            report_pass(shared, &report, started.elapsed());
+            Err(status)
+        }
+        Err(e) => Err(tonic::Status::failed_precondition(crate::error_chain(&e))),
     }
 }
