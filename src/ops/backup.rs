@@ -102,6 +102,13 @@ pub struct BackupIntent {
     /// When it began.
     #[serde(with = "crate::rollout::sequencer::ts")]
     pub started_at: Timestamp,
+    /// The schedule slot it takes (`None`: by hand).
+    #[serde(default, with = "crate::rollout::sequencer::ts_opt")]
+    pub slot: Option<Timestamp>,
+    /// The slot taken before it: if this backup is never recorded (a crash, a failover), the
+    /// schedule goes back to it, so the slot is taken again, once, by the next leader.
+    #[serde(default, with = "crate::rollout::sequencer::ts_opt")]
+    pub previous_slot: Option<Timestamp>,
 }
 
 impl Record for BackupIntent {
@@ -212,6 +219,15 @@ pub enum BackupError {
         cluster: String,
         /// The name.
         destination: String,
+    },
+    /// The cluster's Talos credentials could not be used.
+    #[error("cannot reach the Talos API of cluster `{cluster}` for a backup")]
+    Ports {
+        /// The cluster.
+        cluster: String,
+        /// Why.
+        #[source]
+        err: Box<crate::ops::cluster_ports::AdapterError>,
     },
     /// Encrypting failed.
     #[error("encrypting the backup of cluster `{cluster}` failed")]
@@ -485,11 +501,25 @@ pub async fn take<T: TalosPort>(
 ) -> Result<BackupRecord, BackupError> {
     let cluster = req.cluster;
     let file = file_name(cluster, req.now);
+    let mark_key = schedule_key(cluster);
+    let mark = store
+        .get(Table::Backups, &mark_key)
+        .map_err(store_err(cluster))?;
+    let previous_slot = match &mark {
+        Some(bytes) => Some(
+            crate::store::record::decode::<ScheduleMark>(&mark_key, bytes)
+                .map_err(store_err(cluster))?
+                .last_slot,
+        ),
+        None => None,
+    };
     let intent = BackupIntent {
         cluster: cluster.to_string(),
         file: file.clone(),
         destination: dest.name().to_string(),
         started_at: req.now,
+        slot: req.slot,
+        previous_slot,
     };
     // A second backup of the same cluster in the same second (a manual one beside a scheduled
     // one) would write the same file: the second is refused here, before anything is written.
@@ -504,7 +534,14 @@ pub async fn take<T: TalosPort>(
         ))
         .put_record(intent_key(cluster, &file), &intent);
     if let Some(slot) = req.slot {
-        txn = txn.put_record(schedule_key(cluster), &ScheduleMark { last_slot: slot });
+        // Compare-and-swap on the mark: of two passes that read the same last slot, one takes
+        // the new slot and the other is refused.
+        txn = txn
+            .check(match mark {
+                Some(bytes) => crate::store::Check::Equals(Table::Backups, mark_key.clone(), bytes),
+                None => crate::store::Check::Absent(Table::Backups, mark_key.clone()),
+            })
+            .put_record(mark_key, &ScheduleMark { last_slot: slot });
     }
     store
         .commit(fenced(txn, fence))
@@ -690,6 +727,8 @@ async fn stream_one<T: TalosPort>(
 pub struct Recovery {
     /// Files a crash left between write and record, now removed (never counted as backups).
     pub orphans_removed: Vec<String>,
+    /// Schedule slots whose backup was never recorded, given back to be taken again once.
+    pub slots_given_back: Vec<Timestamp>,
     /// Begun deletions finished.
     pub deletions_finished: Vec<String>,
     /// Files in the destination medea has no record or intent of: reported, left alone.
@@ -698,8 +737,9 @@ pub struct Recovery {
 
 /// After a restart or a failover, before the new leader's first backup of `cluster`: finish
 /// what a crash interrupted. An intent without a record names an orphan (or nothing, when the
-/// crash came before the file was begun): its file is removed, then the intent. A begun
-/// deletion is finished.
+/// crash came before the file was begun): its file is removed, then the intent, and the
+/// schedule slot it took is given back (the next pass takes it once more). A begun deletion is
+/// finished.
 pub fn recover(
     store: &dyn Store,
     fence: Option<&Fence>,
@@ -727,8 +767,33 @@ pub fn recover(
             dest.delete(&intent.file).map_err(derr)?;
             out.orphans_removed.push(intent.file.clone());
         }
+        let mut txn = Txn::new().delete(Table::Backups, key);
+        // The slot this unrecorded backup took is given back (once: the mark must still be
+        // that slot), so the next pass takes it again instead of leaving it without a backup.
+        let mark_key = schedule_key(cluster);
+        if !recorded
+            && let Some(slot) = intent.slot
+            && let Some(bytes) = store
+                .get(Table::Backups, &mark_key)
+                .map_err(store_err(cluster))?
+            && crate::store::record::decode::<ScheduleMark>(&mark_key, &bytes)
+                .map_err(store_err(cluster))?
+                .last_slot
+                == slot
+        {
+            txn = txn.check(crate::store::Check::Equals(
+                Table::Backups,
+                mark_key.clone(),
+                bytes,
+            ));
+            txn = match intent.previous_slot {
+                Some(prev) => txn.put_record(mark_key, &ScheduleMark { last_slot: prev }),
+                None => txn.delete(Table::Backups, mark_key),
+            };
+            out.slots_given_back.push(slot);
+        }
         store
-            .commit(fenced(Txn::new().delete(Table::Backups, key), fence))
+            .commit(fenced(txn, fence))
             .map_err(store_err(cluster))?;
     }
     let deletions = store
@@ -922,10 +987,9 @@ where
                 tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: no Talos credentials");
                 report.failed.push((
                     name.clone(),
-                    BackupError::Destination {
+                    BackupError::Ports {
                         cluster: name.clone(),
-                        destination: settings.destination.clone(),
-                        err: std::io::Error::other(crate::error_chain(&e)),
+                        err: Box::new(e),
                     },
                 ));
                 continue;

@@ -16,6 +16,10 @@ use super::Shared;
 use crate::ops::backup;
 use crate::ops::cluster_ports::TalosAdapter;
 
+/// One backup operation of this process at a time: a pass's recovery must not take a manual
+/// backup's file, still being written, for an orphan.
+static RUNNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The longest wait between two passes (settings applied meanwhile also wake the task).
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
@@ -38,6 +42,7 @@ pub async fn backup_loop(shared: Arc<Shared>) {
             let now = jiff::Timestamp::now();
             let creds = shared.creds_dir.clone();
             let started = std::time::Instant::now();
+            let running = RUNNING.lock().await;
             let result = backup::pass(
                 shared.store.as_ref(),
                 Some(&fence),
@@ -47,6 +52,7 @@ pub async fn backup_loop(shared: Arc<Shared>) {
                 &mut recovered,
             )
             .await;
+            drop(running);
             match result {
                 Ok(report) => {
                     report_pass(&shared, &report, started.elapsed());
@@ -148,6 +154,7 @@ pub async fn backup_now(
     };
     let talos = TalosAdapter::from_creds(&shared.creds_dir, cluster)
         .map_err(|e| tonic::Status::failed_precondition(crate::error_chain(&e)))?;
+    let running = RUNNING.lock().await;
     let started = std::time::Instant::now();
     let result = backup::take_now(
         shared.store.as_ref(),
@@ -158,6 +165,7 @@ pub async fn backup_now(
         jiff::Timestamp::now(),
     )
     .await;
+    drop(running);
     match result {
         Ok(rec) => {
             let report = backup::PassReport {

@@ -291,14 +291,18 @@ async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
         "the foreign file is left alone"
     );
     assert!(inner.scan(Table::Backups, "intent/").unwrap().is_empty());
-    // The slot was taken with the intent: the schedule does not run it a second time.
-    assert!(matches!(
+    // The slot's backup was never recorded: the slot is given back, to be taken once more.
+    assert_eq!(rec.slots_given_back, vec![ts("2026-12-05T03:00:00Z")]);
+    assert_eq!(
         backup::due(inner, "prod", &s, ts("2026-12-05T11:00:00Z")).unwrap(),
-        Due::Later { .. }
-    ));
+        Due::Now {
+            slot: ts("2026-12-05T03:00:00Z")
+        }
+    );
     // Recovering again finds nothing new.
     let again = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
     assert!(again.orphans_removed.is_empty());
+    assert!(again.slots_given_back.is_empty());
     assert_eq!(again.foreign, vec!["operator-copy.db.age"]);
 }
 
@@ -856,4 +860,107 @@ fn backup_daemon_takes_the_scheduled_backup_once_its_settings_are_approved() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+}
+
+/// The store as a deposed leader sees it: its term ended while it streamed, so the fenced
+/// transaction recording the backup is refused (what etcd answers to a stale fence).
+struct DeposedAtRecord(Arc<MemStore>);
+
+impl Store for DeposedAtRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.0.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        if txn
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
+        {
+            return Err(StoreError::Fenced {
+                replica: "replica-a".into(),
+                term: 7,
+            });
+        }
+        self.0.commit(txn)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let shared = Arc::new(MemStore::new());
+    apply(
+        shared.as_ref(),
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    // Replica a takes the slot, streams, writes the file, and loses its term before recording.
+    let a = DeposedAtRecord(shared.clone());
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &a,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    assert!(backup::list(shared.as_ref(), "prod").unwrap().is_empty());
+    // Replica b leads now: it recovers (a's file is an orphan, a's slot given back), then takes
+    // the slot once.
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        shared.as_ref(),
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:05Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"]
+    );
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    assert_eq!(r.taken[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    let r = run_pass(
+        shared.as_ref(),
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(shared.as_ref(), "prod").unwrap();
+    assert_eq!(
+        all.len(),
+        1,
+        "exactly one backup recorded for the slot: {all:?}"
+    );
+    assert_eq!(
+        entries(&state.join("backups/prod")),
+        vec![all[0].file.clone()]
+    );
+    assert_eq!(sim.snapshots(), 2);
 }
