@@ -588,6 +588,11 @@ pub async fn take<T: TalosPort>(
                     .map_err(store_err(cluster))?;
                 return Ok(record);
             }
+            // Another member would meet the same destination: stop here.
+            Err(e @ (BackupError::Destination { .. } | BackupError::Encrypt { .. })) => {
+                forget_intent(store, fence, cluster, &file)?;
+                return Err(e);
+            }
             Err(e) => {
                 tracing::warn!(cluster, member = %member.node, error = %crate::error_chain(&e), "backup: snapshot failed");
                 last_err = Some(e);
@@ -658,7 +663,10 @@ async fn stream_one<T: TalosPort>(
         };
         let mut enc = match encryptor.wrap_output(hashing) {
             Ok(e) => e,
-            Err(e) => return Err(e),
+            Err(e) => {
+                let _ = writer_dest.delete(&writer_file);
+                return Err(e);
+            }
         };
         while let Some(chunk) = rx.blocking_recv() {
             if let Err(e) = enc.write_all(&chunk) {
@@ -709,8 +717,10 @@ async fn stream_one<T: TalosPort>(
                 Err(e) => e,
             }
         }
+        // The destination failed (the stream then fails too: its consumer is gone): report the
+        // destination, not the member.
+        (_, Ok(Err(e))) => cluster_err(e),
         (Err(err), _) => snapshot_err(err),
-        (Ok(_), Ok(Err(e))) => cluster_err(e),
         (Ok(_), Err(e)) => e,
     };
     // Whatever failed, nothing of this backup stays in the destination.

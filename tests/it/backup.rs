@@ -221,6 +221,46 @@ async fn backup_truncated_snapshot_is_never_recorded() {
     assert!(dest.list().unwrap().is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_destination_failure_is_reported_as_such_and_nothing_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    // The cluster's backup directory cannot be created: a file is in its place.
+    std::fs::create_dir_all(state.join("backups")).unwrap();
+    std::fs::write(state.join("backups/prod"), b"in the way").unwrap();
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let err = backup::take(
+        &store,
+        None,
+        &talos,
+        dest,
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &control_plane(&sim),
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: Some(ts("2026-12-05T03:00:00Z")),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Destination { destination, .. } if destination == "local"),
+        "{err:?}"
+    );
+    assert!(
+        sim.snapshots() <= 1,
+        "no other member is asked: the destination is the problem"
+    );
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+    assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+}
+
 /// A store that fails the transaction recording a backup, as a crash right after the file was
 /// written would: the intent is durable, the record is not.
 struct CrashBeforeRecord(MemStore);
