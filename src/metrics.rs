@@ -134,6 +134,7 @@ pub struct BackupMetrics {
     pub seconds: Family<ClusterLabels, Histogram>,
     pub size: Family<ClusterLabels, Gauge>,
     pub failures: Family<ClusterLabels, Counter>,
+    pub interval: Family<ClusterLabels, Gauge>,
 }
 
 impl BackupMetrics {
@@ -162,7 +163,14 @@ impl BackupMetrics {
             "Scheduled or manual etcd backups that failed (nothing was recorded)",
             failures.clone(),
         );
+        let interval = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "backup_interval_seconds",
+            "The period of a cluster's backup schedule now (from its latest slot to the next)",
+            interval.clone(),
+        );
         BackupMetrics {
+            interval,
             last_success,
             seconds,
             size,
@@ -182,6 +190,26 @@ pub fn backup_taken(cluster: &str, taken_at: i64, size: u64, took: Duration) {
         .get_or_create(&l)
         .set(i64::try_from(size).unwrap_or(i64::MAX));
     b.seconds.get_or_create(&l).observe(took.as_secs_f64());
+}
+
+/// The state of `cluster`'s backups after a schedule pass (from the store, so it survives a
+/// restart and a failover): its schedule's period and its newest backup.
+pub fn backup_status(cluster: &str, interval_secs: Option<u64>, newest: Option<(i64, u64)>) {
+    let l = ClusterLabels {
+        cluster: cluster.into(),
+    };
+    let b = &global().backup;
+    if let Some(i) = interval_secs {
+        b.interval
+            .get_or_create(&l)
+            .set(i64::try_from(i).unwrap_or(i64::MAX));
+    }
+    if let Some((at, size)) = newest {
+        b.last_success.get_or_create(&l).set(at);
+        b.size
+            .get_or_create(&l)
+            .set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
 }
 
 /// A backup of `cluster` failed.

@@ -928,6 +928,19 @@ pub struct PassReport {
     pub pruned: Vec<(String, Vec<String>)>,
     /// The earliest next slot of any cluster (when to look again).
     pub next: Option<Timestamp>,
+    /// Every cluster with backups on, after the pass: what the metrics show.
+    pub status: Vec<ClusterStatus>,
+}
+
+/// A cluster's backups as the metrics and the alert rule see them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The cluster.
+    pub cluster: String,
+    /// The schedule's current period: from its latest slot to the next (seconds).
+    pub interval_secs: Option<u64>,
+    /// The newest recorded backup: when it was taken and its size.
+    pub newest: Option<(Timestamp, u64)>,
 }
 
 /// One pass of the backup schedule over every cluster whose **applied** settings turn backups
@@ -948,6 +961,7 @@ where
     F: Fn(&str) -> Result<T, crate::ops::cluster_ports::AdapterError>,
 {
     let mut report = PassReport::default();
+    let mut enabled = Vec::new();
     let applied = crate::ops::replan::load_applied(store).map_err(store_err("*"))?;
     for name in applied.cluster_names() {
         let Some(summary) = applied
@@ -963,6 +977,7 @@ where
                 continue;
             }
         };
+        enabled.push((name.clone(), settings.schedule.clone()));
         let dest: std::sync::Arc<dyn Destination> =
             match destination(state_dir, &name, &settings.destination) {
                 Ok(d) => std::sync::Arc::from(d),
@@ -1025,6 +1040,18 @@ where
                 report.failed.push((name.clone(), e));
             }
         }
+    }
+    for (cluster, schedule) in enabled {
+        let latest = schedule.latest_at_or_before(now).unwrap_or(now);
+        let interval_secs = schedule
+            .next_after(latest)
+            .and_then(|next| u64::try_from(next.duration_since(latest).as_secs()).ok());
+        let newest = list(store, &cluster)?.last().map(|r| (r.taken_at, r.size));
+        report.status.push(ClusterStatus {
+            cluster,
+            interval_secs,
+            newest,
+        });
     }
     Ok(report)
 }

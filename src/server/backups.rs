@@ -83,6 +83,13 @@ fn until(t: jiff::Timestamp) -> Duration {
 
 fn report_pass(shared: &Shared, report: &backup::PassReport, took: Duration) {
     let at = jiff::Timestamp::now().to_string();
+    for s in &report.status {
+        crate::metrics::backup_status(
+            &s.cluster,
+            s.interval_secs,
+            s.newest.map(|(t, size)| (t.as_second(), size)),
+        );
+    }
     for rec in &report.taken {
         crate::metrics::backup_taken(&rec.cluster, rec.taken_at.as_second(), rec.size, took);
         shared.notifier.send(crate::webhook::Notification {

@@ -433,6 +433,15 @@ async fn backup_schedule_missed_slots_run_once_after_restart() {
         assert_eq!(r.taken.len(), 1, "{r:?}");
         assert_eq!(r.taken[0].slot, Some(ts("2026-12-05T03:00:00Z")));
         assert_eq!(r.next, Some(ts("2026-12-06T03:00:00Z")));
+        // What the metrics (and the overdue alert) read: a day's period, the newest backup.
+        assert_eq!(
+            r.status,
+            vec![backup::ClusterStatus {
+                cluster: "prod".into(),
+                interval_secs: Some(86_400),
+                newest: Some((ts("2026-12-05T10:00:00Z"), r.taken[0].size)),
+            }]
+        );
         // Later the same day: nothing due.
         let r = run_pass(
             &store,

@@ -204,6 +204,10 @@ fn the_alert_rules_pass_promtool_and_each_alert_has_a_unit_test_that_fires_it() 
             "failing refreshes",
             "medea_inventory_last_refresh_timestamp_seconds",
         ),
+        (
+            "no backup within twice the schedule (issue #37)",
+            "medea_backup_interval_seconds",
+        ),
     ] {
         assert!(
             alerts.iter().any(|(_, e)| e.contains(needle)),
