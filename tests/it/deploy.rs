@@ -177,6 +177,10 @@ fn the_dashboard_and_the_alert_rules_name_only_metrics_medea_exports() {
             "reconcile duration",
             "medea_reconcile_duration_seconds_bucket",
         ),
+        (
+            "the newest backup per cluster (issue #37)",
+            "medea_backup_last_success_timestamp_seconds",
+        ),
     ] {
         assert!(
             all.contains(metric),
