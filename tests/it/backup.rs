@@ -1013,3 +1013,175 @@ async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
     );
     assert_eq!(sim.snapshots(), 2);
 }
+
+// ------------------------------------------------------------------ failover on a real etcd
+
+/// Replica a's view of the store: when a's pass records its backup, its term ends first —
+/// a resigns and b wins the election — so the real etcd refuses a's fenced record write.
+struct FailoverAtRecord {
+    inner: Arc<medea::store::etcd::EtcdStore>,
+    a: medea::store::Leadership,
+    b_store: Arc<medea::store::etcd::EtcdStore>,
+    b: std::sync::Mutex<Option<(medea::store::Leadership, medea::store::Fence)>>,
+}
+
+impl Store for FailoverAtRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.inner.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        let records = txn
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")));
+        if records && self.b.lock().unwrap().is_none() {
+            let won = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async {
+                        self.a.resign().await;
+                        let b = self
+                            .b_store
+                            .campaign("b", std::time::Duration::from_secs(3));
+                        let fence =
+                            tokio::time::timeout(std::time::Duration::from_secs(60), b.leading())
+                                .await
+                                .expect("b leads within a minute");
+                        (b, fence)
+                    })
+                })
+                .join()
+                .unwrap()
+            });
+            *self.b.lock().unwrap() = Some(won);
+        }
+        self.inner.commit(txn)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
+    let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
+        return;
+    };
+    let prefix = crate::etcd_harness::unique_prefix("backup-failover");
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let sa = Arc::new(etcd.store(&prefix));
+    let sb = Arc::new(etcd.store(&prefix));
+    apply(
+        sa.as_ref(),
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    let a = sa.campaign("a", std::time::Duration::from_secs(3));
+    let fa = tokio::time::timeout(std::time::Duration::from_secs(60), a.leading())
+        .await
+        .expect("a leads");
+    let view = FailoverAtRecord {
+        inner: sa.clone(),
+        a,
+        b_store: sb.clone(),
+        b: std::sync::Mutex::new(None),
+    };
+    // a takes the slot, streams and writes the file; its term ends before the record.
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &view,
+        Some(&fa),
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "etcd refused a's record: {err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    let (_b, fb) = view.b.lock().unwrap().take().expect("b won the election");
+    // a, late, runs its schedule again with its old fence: the slot is taken (its intent
+    // says so), so it does nothing, and asks for no snapshot.
+    let r = run_pass(
+        sa.as_ref(),
+        Some(&fa),
+        &sim,
+        &state,
+        "2026-12-05T10:00:01Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    assert_eq!(sim.snapshots(), 1);
+    // And a manual backup by a is refused by etcd before any snapshot.
+    let err = backup::take(
+        sa.as_ref(),
+        Some(&fa),
+        &adapters(&sim).await.0,
+        Arc::new(LocalDir::new(&state, "prod")),
+        BackupRequest {
+            cluster: "prod",
+            settings: &settings(&[&alice]),
+            control_plane: &control_plane(&sim),
+            now: ts("2026-12-05T10:00:01Z"),
+            slot: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    // b, the new leader: recovers (a's orphan removed, its slot given back), takes it once.
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &state,
+        "2026-12-05T10:00:02Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"]
+    );
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &state,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(sb.as_ref(), "prod").unwrap();
+    assert_eq!(all.len(), 1, "exactly one backup recorded: {all:?}");
+    assert_eq!(all[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    assert_eq!(
+        entries(&state.join("backups/prod")),
+        vec![all[0].file.clone()]
+    );
+    assert_eq!(sim.snapshots(), 2);
+}
