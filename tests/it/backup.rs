@@ -875,6 +875,21 @@ fn backup_daemon_takes_the_scheduled_backup_once_its_settings_are_approved() {
     );
     assert!(said.contains("match the record"), "{said}");
     assert!(said.contains("a complete etcd snapshot"), "{said}");
+    // A key file others may read is refused, and named: it holds the key to every Secret.
+    let loose = s.dir.join("loose-key.txt");
+    std::fs::copy(&key, &loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = s
+        .cli()
+        .args(["backup", "verify"])
+        .arg(&copy)
+        .arg("-i")
+        .arg(&loose)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("make it 0600"), "{err}");
     // A damaged copy does not verify.
     let mut bad = enc.clone();
     bad[enc.len() / 2] ^= 0xff;
