@@ -59,7 +59,7 @@ pub enum BackupAction {
     /// Size and sha256 of the file; with --identity, it is also decrypted here and the etcd
     /// snapshot inside checked (etcd's sha256 trailer, size and sha256 as recorded).
     #[command(
-        after_help = "Examples:\n  medea backup verify ./prod-20261205T030000Z.db.age\n  medea backup verify ./prod-20261205T030000Z.db.age --identity key.txt\n\nThe record is found by the file's name. The identity (an age key file, 0600)\nis read here and never sent to the server."
+        after_help = "Examples:\n  medea backup verify ./prod-20261205T030000Z.db.age\n  medea backup verify ./prod-20261205T030000Z.db.age --identity key.txt\n  medea backup verify ./prod-20261205T030000Z.db.age -i key.txt --restore\n\nThe record is found by the file's name. The identity (an age key file, 0600)\nis read here and never sent to the server."
     )]
     Verify {
         /// The backup file (a copy on this machine).
@@ -67,6 +67,10 @@ pub enum BackupAction {
         /// An age identity file (`age-keygen -o key.txt`), one of the recipients.
         #[arg(long, short = 'i')]
         identity: Option<PathBuf>,
+        /// Also restore the snapshot into a throwaway etcd on loopback (needs `etcd` and
+        /// `etcdctl` on PATH and --identity) and count its keys.
+        #[arg(long, requires = "identity")]
+        restore: bool,
     },
 }
 
@@ -225,13 +229,18 @@ pub fn run(args: BackupArgs) -> miette::Result<u8> {
                 out!("{}", show(&b));
                 Ok(exit::OK)
             }
-            BackupAction::Verify { file, identity: id } => {
+            BackupAction::Verify {
+                file,
+                identity: id,
+                restore,
+            } => {
                 let name = file
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .ok_or_else(|| miette::miette!("`{}` names no file", file.display()))?;
                 let b = find(&mut c, &addr, &name).await?;
                 let record = record_of(&b)?;
+                let identity_path = id.clone();
                 let id = id.as_deref().map(identity).transpose()?;
                 let f = std::fs::File::open(&file)
                     .into_diagnostic()
@@ -251,6 +260,13 @@ pub fn run(args: BackupArgs) -> miette::Result<u8> {
                         "decrypted: a complete etcd snapshot (sha256 trailer checked), size {size}, sha256 {sha}, as recorded"
                     ),
                     None => outln!("not decrypted (pass --identity to check the snapshot inside)"),
+                }
+                if restore && let Some(id_path) = identity_path {
+                    let id = identity(&id_path)?;
+                    let keys = tokio::task::spawn_blocking(move || restore_and_count(&file, &id, ""))
+                        .await
+                        .into_diagnostic()??;
+                    outln!("restored into a throwaway etcd: it opens and holds {keys} keys");
                 }
                 Ok(exit::OK)
             }
@@ -280,4 +296,154 @@ async fn find(
                 "no recorded backup `{file}`"
             )
         })
+}
+
+/// How long the throwaway etcd may take to answer.
+const RESTORE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Decrypt the backup `file` with `id` into a private temporary directory, restore it with
+/// `etcdctl snapshot restore` (which checks etcd's sha256 trailer itself), start a throwaway
+/// `etcd` on loopback ports on the restored data, and count the keys under `prefix` (`""`: every
+/// key). Everything is removed afterwards; the plaintext never leaves the 0700 directory.
+pub fn restore_and_count(
+    file: &std::path::Path,
+    id: &age::x25519::Identity,
+    prefix: &str,
+) -> miette::Result<u64> {
+    use std::io::Write as _;
+    let tmp = tempfile::Builder::new()
+        .prefix("medea-restore-")
+        .tempdir()
+        .into_diagnostic()
+        .wrap_err("cannot create a temporary directory")?;
+    let snap = tmp.path().join("snapshot.db");
+    {
+        let enc = std::fs::File::open(file)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot open `{}`", file.display()))?;
+        let decryptor = age::Decryptor::new(std::io::BufReader::new(enc))
+            .map_err(|e| miette::Report::from_err(e).wrap_err("not an age file"))?;
+        let mut plain = decryptor
+            .decrypt(std::iter::once(id as &dyn age::Identity))
+            .map_err(|e| miette::Report::from_err(e).wrap_err("cannot decrypt the backup"))?;
+        let mut out = crate::private_file::open_private(&snap)
+            .into_diagnostic()
+            .wrap_err("cannot write the decrypted snapshot")?;
+        std::io::copy(&mut plain, &mut out)
+            .into_diagnostic()
+            .wrap_err("cannot decrypt the backup")?;
+        out.flush().into_diagnostic()?;
+    }
+    let port = || -> miette::Result<u16> {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .into_diagnostic()
+            .wrap_err("no free loopback port")
+    };
+    let (client, peer) = (port()?, port()?);
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let data = tmp.path().join("data");
+    let run = |cmd: &mut std::process::Command, what: &str| -> miette::Result<String> {
+        let out = cmd
+            .env("ETCDCTL_API", "3")
+            .output()
+            .into_diagnostic()
+            .wrap_err_with(|| {
+                format!("cannot run {what} (is it installed? Debian: etcd-client)")
+            })?;
+        if !out.status.success() {
+            return Err(miette::miette!(
+                "{what} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(
+        std::process::Command::new("etcdctl")
+            .args(["snapshot", "restore"])
+            .arg(&snap)
+            .arg("--data-dir")
+            .arg(&data)
+            .args([
+                "--name",
+                "verify",
+                "--initial-cluster",
+                &format!("verify={peer_url}"),
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ]),
+        "etcdctl snapshot restore",
+    )?;
+    let mut etcd = std::process::Command::new("etcd")
+        .args(["--name", "verify", "--data-dir"])
+        .arg(&data)
+        .args([
+            "--listen-client-urls",
+            &client_url,
+            "--advertise-client-urls",
+            &client_url,
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+            "--initial-cluster",
+            &format!("verify={peer_url}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .into_diagnostic()
+        .wrap_err("cannot start etcd (is it installed? Debian: etcd-server)")?;
+    // Wait until it answers (a fresh etcd on a loaded machine takes a moment), then count once.
+    let deadline = std::time::Instant::now() + RESTORE_PATIENCE;
+    let health = loop {
+        match run(
+            std::process::Command::new("etcdctl").args([
+                "--endpoints",
+                &client_url,
+                "--command-timeout=2s",
+                "endpoint",
+                "health",
+            ]),
+            "etcdctl endpoint health",
+        ) {
+            Ok(_) => break Ok(()),
+            Err(e)
+                if std::time::Instant::now() > deadline
+                    || etcd.try_wait().ok().flatten().is_some() =>
+            {
+                break Err(e.wrap_err("the throwaway etcd did not come up on the restored data"));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    // `count` of a range is the total even with `--limit 1` (etcd's RangeResponse), and
+    // `--count-only` is not in every etcdctl.
+    let counted = health.and_then(|()| {
+        let mut cmd = std::process::Command::new("etcdctl");
+        cmd.args(["--endpoints", &client_url, "--command-timeout=10s", "get"]);
+        if prefix.is_empty() {
+            cmd.args(["", "--from-key"]);
+        } else {
+            cmd.args([prefix, "--prefix"]);
+        }
+        cmd.args(["--keys-only", "--limit=1", "-w", "json"]);
+        count_of(&run(&mut cmd, "etcdctl get")?)
+    });
+    let _ = etcd.kill();
+    let _ = etcd.wait();
+    counted
+}
+
+/// The `count` of `etcdctl get -w json` (absent when zero).
+fn count_of(json: &str) -> miette::Result<u64> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .into_diagnostic()
+        .wrap_err("etcdctl answered something that is not JSON")?;
+    Ok(v.get("count")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0))
 }

@@ -1200,3 +1200,74 @@ async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
     );
     assert_eq!(sim.snapshots(), 2);
 }
+
+// ------------------------------------------------------------------ restoring into a real etcd
+
+/// Encrypt `plain` to `id` as a backup file at `path`.
+fn encrypt_to(path: &Path, plain: &[u8], id: &age::x25519::Identity) {
+    use std::io::Write as _;
+    let r = id.to_public();
+    let enc = age::Encryptor::with_recipients(std::iter::once(&r as &dyn age::Recipient)).unwrap();
+    let mut out = Vec::new();
+    let mut w = enc.wrap_output(&mut out).unwrap();
+    w.write_all(plain).unwrap();
+    w.finish().unwrap();
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn backup_verify_restores_a_real_etcd_snapshot_into_a_throwaway_etcd_and_counts_its_keys() {
+    let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
+        return;
+    };
+    let Some(etcdctl) = crate::fixtures::tool_or_skip("etcdctl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = crate::etcd_harness::unique_prefix("backup-restore");
+    let endpoint = format!("http://{}", etcd.endpoint);
+    let ctl = |args: &[&str]| {
+        let out = std::process::Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoint])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for k in ["a", "b", "c"] {
+        ctl(&["put", &format!("{prefix}/{k}"), "value"]);
+    }
+    let snap = dir.path().join("snap.db");
+    ctl(&["snapshot", "save", snap.to_str().unwrap()]);
+    let plain = std::fs::read(&snap).unwrap();
+    let (body, trailer) = plain.split_at(plain.len() - 32);
+    assert_eq!(
+        hex::encode(trailer),
+        sha256(body),
+        "a real snapshot has etcd's trailer"
+    );
+    let alice = age::x25519::Identity::generate();
+    let file = dir.path().join("prod-20261205T030000Z.db.age");
+    encrypt_to(&file, &plain, &alice);
+
+    let keys = medea::cli::backup::restore_and_count(&file, &alice, &prefix).unwrap();
+    assert_eq!(keys, 3);
+
+    // A snapshot whose database was altered is refused by etcd's own restore (its trailer).
+    let mut bad = plain.clone();
+    bad[100] ^= 0xff;
+    encrypt_to(&file, &bad, &alice);
+    let err = medea::cli::backup::restore_and_count(&file, &alice, &prefix).unwrap_err();
+    assert!(
+        format!("{err:?}").contains("snapshot restore failed"),
+        "{err:?}"
+    );
+    // Another key cannot even decrypt it.
+    let eve = age::x25519::Identity::generate();
+    assert!(medea::cli::backup::restore_and_count(&file, &eve, &prefix).is_err());
+}

@@ -14,6 +14,7 @@ fn package_of(bin: &str) -> &'static str {
         "ssh-keygen" | "ssh-agent" | "ssh-add" => "openssh-client",
         "kubectl" => "kubernetes-client",
         "etcd" => "etcd-server",
+        "etcdctl" => "etcd-client",
         "git" => "git",
         "chromium" => "chromium",
         "chromedriver" => "chromium-driver",
