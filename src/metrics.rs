@@ -133,6 +133,103 @@ pub struct Metrics {
     pub gate_failing: Family<GateNameLabels, Gauge>,
     pub leader: Gauge,
     pub allowed_signers_reload_failed: Gauge,
+    /// Scheduled etcd backups (issue #37).
+    pub backup: BackupMetrics,
+}
+
+/// The scheduled etcd backups' families (issue #37), per cluster.
+pub struct BackupMetrics {
+    pub last_success: Family<ClusterLabels, Gauge>,
+    pub seconds: Family<ClusterLabels, Histogram>,
+    pub size: Family<ClusterLabels, Gauge>,
+    pub failures: Family<ClusterLabels, Counter>,
+    pub interval: Family<ClusterLabels, Gauge>,
+}
+
+impl BackupMetrics {
+    fn register(registry: &mut Registering) -> BackupMetrics {
+        let last_success = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the newest recorded etcd backup of a cluster was taken (Unix seconds)",
+            last_success.clone(),
+        );
+        let seconds = Family::<ClusterLabels, Histogram>::new_with_constructor(seconds_histogram);
+        registry.register(
+            "backup_duration_seconds",
+            "Time to stream, check, encrypt and write one etcd backup",
+            seconds.clone(),
+        );
+        let size = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "backup_size_bytes",
+            "Size of the newest recorded (encrypted) etcd backup of a cluster",
+            size.clone(),
+        );
+        let failures = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "backup_failures",
+            "Scheduled or manual etcd backups that failed (nothing was recorded)",
+            failures.clone(),
+        );
+        let interval = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "backup_interval_seconds",
+            "The period of a cluster's backup schedule now (from its latest slot to the next)",
+            interval.clone(),
+        );
+        BackupMetrics {
+            interval,
+            last_success,
+            seconds,
+            size,
+            failures,
+        }
+    }
+}
+
+/// A backup of `cluster` taken at `taken_at` (Unix seconds), `size` bytes, in `took`.
+pub fn backup_taken(cluster: &str, taken_at: i64, size: u64, took: Duration) {
+    let l = ClusterLabels {
+        cluster: cluster.into(),
+    };
+    let b = &global().backup;
+    b.last_success.get_or_create(&l).set(taken_at);
+    b.size
+        .get_or_create(&l)
+        .set(i64::try_from(size).unwrap_or(i64::MAX));
+    b.seconds.get_or_create(&l).observe(took.as_secs_f64());
+}
+
+/// The state of `cluster`'s backups after a schedule pass (from the store, so it survives a
+/// restart and a failover): its schedule's period and its newest backup.
+pub fn backup_status(cluster: &str, interval_secs: Option<u64>, newest: Option<(i64, u64)>) {
+    let l = ClusterLabels {
+        cluster: cluster.into(),
+    };
+    let b = &global().backup;
+    if let Some(i) = interval_secs {
+        b.interval
+            .get_or_create(&l)
+            .set(i64::try_from(i).unwrap_or(i64::MAX));
+    }
+    if let Some((at, size)) = newest {
+        b.last_success.get_or_create(&l).set(at);
+        b.size
+            .get_or_create(&l)
+            .set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
+}
+
+/// A backup of `cluster` failed.
+pub fn backup_failed(cluster: &str) {
+    global()
+        .backup
+        .failures
+        .get_or_create(&ClusterLabels {
+            cluster: cluster.into(),
+        })
+        .inc();
 }
 
 fn seconds_histogram() -> Histogram {
@@ -284,7 +381,9 @@ impl Metrics {
             "End of the last successful inventory refresh (Unix seconds)",
             last_refresh.clone(),
         );
+        let backup = BackupMetrics::register(&mut registry);
         Metrics {
+            backup,
             registry: registry.registry,
             families: registry.families,
             job_started,

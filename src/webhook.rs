@@ -37,6 +37,12 @@ pub enum EventKind {
     /// A running job passed the pessimistic bound of its predicted duration (issue #36).
     #[serde(rename = "rollout.overdue")]
     RolloutOverdue,
+    /// A scheduled or manual etcd backup was taken and recorded (issue #37).
+    #[serde(rename = "backup.taken")]
+    BackupTaken,
+    /// An etcd backup failed; nothing was recorded (issue #37). `reason` says why.
+    #[serde(rename = "backup.failed")]
+    BackupFailed,
 }
 
 /// The JSON body of a notification.

@@ -32,7 +32,7 @@ use crate::plan::{Basis, ClusterPlan, MachineTarget, Plan, PlanId, Step, TalosRo
 use crate::rollout::fake::{FakeCluster, FakeNodeSpec};
 use crate::rollout::ports::{
     Component, ComponentImages, EtcdHealth, ImageNamespace, Manifest, NodeTarget, PortError,
-    SnapshotInfo, TalosNode, TalosPort, UpgradeMethod,
+    SnapshotInfo, SnapshotStreamed, TalosNode, TalosPort, UpgradeMethod,
 };
 use crate::rollout::{
     Executor, ExecutorConfig, JobInputs, RunOutcome, SystemClock, create_jobs_txn,
@@ -109,6 +109,13 @@ impl<T: TalosPort> TalosPort for Delayed<T> {
         dest: &Path,
     ) -> Result<SnapshotInfo, PortError> {
         self.inner.etcd_snapshot(node, dest).await
+    }
+    async fn etcd_snapshot_stream(
+        &self,
+        node: &NodeTarget,
+        chunks: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<SnapshotStreamed, PortError> {
+        self.inner.etcd_snapshot_stream(node, chunks).await
     }
     async fn pull_image(
         &self,

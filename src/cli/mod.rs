@@ -27,6 +27,7 @@ pub mod stdout;
 
 pub mod approvals;
 pub mod approve;
+pub mod backup;
 pub mod bench;
 pub mod client;
 pub mod complete;
@@ -98,6 +99,11 @@ pub enum Command {
         after_help = "Examples:\n  medea rollout status --cluster home -w\n  medea rollout list\n  medea rollout halt <job>"
     )]
     Rollout(rollout::RolloutArgs),
+    /// Scheduled etcd backups: list, show, take one now, verify a copy.
+    #[command(
+        after_help = "Examples:\n  medea backup list --cluster prod\n  medea backup now --cluster prod\n  medea backup verify ./prod-20261205T030000Z.db.age -i key.txt"
+    )]
+    Backup(backup::BackupArgs),
     /// Per-cluster rollout gate.
     #[command(
         after_help = "Examples:\n  medea cluster enable-rollouts prod\n  medea cluster disable-rollouts prod"
@@ -196,6 +202,7 @@ pub fn run(cli: Cli) -> miette::Result<u8> {
         Command::Get(args) => server::get(args),
         Command::Cluster(args) => server::cluster(args),
         Command::Rollout(args) => rollout::run(args),
+        Command::Backup(args) => backup::run(args),
         Command::Man { out } => {
             std::fs::create_dir_all(&out)
                 .into_diagnostic()

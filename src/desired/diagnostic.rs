@@ -140,4 +140,6 @@ pub mod codes {
     pub const PROMOTION: &str = "medea::desired::promotion";
     /// An acknowledged finding id is empty or invalid.
     pub const ACKNOWLEDGE: &str = "medea::desired::acknowledge";
+    /// A bad `spec.backup` value (schedule, time zone, retention, destination, recipient).
+    pub const BACKUP: &str = "medea::desired::backup";
 }

@@ -118,6 +118,50 @@ pub struct ClusterSpec {
     /// after a successful rollout job, for at least `soak`.
     #[serde(default)]
     pub promotion: Option<PromotionSpec>,
+    /// Scheduled etcd backups, encrypted to `recipients` (issue #37). Absent: no backups.
+    #[serde(default)]
+    pub backup: Option<BackupSpec>,
+}
+
+/// Scheduled etcd backups of a Cluster: when, how many are kept, where, encrypted to whom.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// When a backup is taken: a 5-field cron expression (`0 3 * * *` = daily at 03:00).
+    #[schemars(with = "String")]
+    pub schedule: Spanned<String>,
+    /// IANA time zone of `schedule` (`Europe/Berlin`; default `UTC`), as for
+    /// `maintenanceWindows`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub time_zone: Option<Spanned<String>>,
+    /// Which backups are kept (default: the newest 7, no age limit).
+    #[serde(default)]
+    pub retention: Option<RetentionSpec>,
+    /// The name of a destination the medea server owns (default `local`:
+    /// `<state-dir>/backups/<cluster>/`). A name, never a path.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub destination: Option<Spanned<String>>,
+    /// age public keys (`age1…`, as `age-keygen` prints them) every backup is encrypted to.
+    /// At least one; the private keys stay off the medea host.
+    #[schemars(with = "Vec<String>")]
+    pub recipients: Vec<Spanned<String>>,
+}
+
+/// How many backups are kept, and for how long.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// The newest `keep` backups are kept (1 to 1000; default 7).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>")]
+    pub keep: Option<Spanned<u32>>,
+    /// Older backups are deleted (`720h` = 30 days); default: no age limit. The newest
+    /// verified backup is never deleted.
+    #[serde(default)]
+    #[schemars(with = "Option<DurationString>")]
+    pub max_age: Option<Spanned<String>>,
 }
 
 /// What the plan's preflight checks may find without blocking approval.

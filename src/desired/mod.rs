@@ -2,7 +2,8 @@
 //!
 //! **Owns:** the `medea/v1alpha1` file format ([`format`], also the source of `schemas/`), the
 //! validated model ([`model`]), diagnostics with file:line:column ([`diagnostic`]), maintenance
-//! windows ([`window`]) and exclusions ([`exclusion`]), and reading a revision ([`source`]).
+//! windows ([`window`]) and exclusions ([`exclusion`]), scheduled backups ([`backup`]), and
+//! reading a revision ([`source`]).
 //! **May depend on:** the `desired` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`).
 //!
@@ -11,6 +12,7 @@
 //! Architecture Invariant: every problem of a revision is reported at once, and a revision with
 //! any error is never planned or stored ([`Loaded::valid`] returns `None`).
 
+pub mod backup;
 pub mod diagnostic;
 pub mod edit;
 pub mod exclusion;

@@ -333,6 +333,8 @@ pub struct Cluster {
     pub preflight: PreflightSettings,
     /// `spec.promotion`: the upstream cluster and its soak.
     pub promotion: Option<Promotion>,
+    /// `spec.backup`: scheduled etcd backups; `None`: off.
+    pub backup: Option<super::backup::BackupSettings>,
     /// Pools by name. Each pool is its own allocation (`Arc`): a B-tree node has room for
     /// eleven entries, so a map of whole pools held ~9 KiB per cluster, most of it empty.
     pub pools: BTreeMap<String, std::sync::Arc<NodePool>>,

@@ -918,6 +918,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
     let health = super::health::cluster_health(&mut ctx.diags, doc, spec.health.as_ref());
     let preflight = preflight_settings(ctx, doc, spec.preflight.as_ref());
     let promotion = promotion(ctx, doc, spec.promotion.as_ref());
+    let backup = super::backup::backup_settings(&mut ctx.diags, doc, spec.backup.as_ref());
     let (Some(kubernetes_version), true) = (version, name_ok) else {
         return None;
     };
@@ -932,6 +933,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
         health,
         preflight,
         promotion,
+        backup,
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })

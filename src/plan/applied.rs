@@ -247,8 +247,117 @@ pub struct PromotionSummary {
 }
 
 /// The settings fields naming where health data or credentials go: a change to any needs the
-/// highest approval bar in force (issue #32).
-pub const SOURCE_FIELDS: [&str; 2] = ["health.prometheus", "health.alertmanager"];
+/// highest approval bar in force (issue #32). A backup holds every Secret of its cluster, so
+/// where backups go and who can decrypt them count too (issue #37).
+pub const SOURCE_FIELDS: [&str; 4] = [
+    "health.prometheus",
+    "health.alertmanager",
+    "backup.destination",
+    "backup.recipients",
+];
+
+/// `spec.backup` as applied (issue #37): what the server's backup task runs. It runs the
+/// applied (signed) settings, never an unapproved revision's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSummary {
+    /// The 5-field cron expression, as written.
+    pub schedule: String,
+    /// The IANA zone it is read in.
+    pub time_zone: String,
+    /// How many of the newest backups are kept.
+    pub keep: u32,
+    /// Older backups are deleted (seconds); `None`: no age limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_secs: Option<u64>,
+    /// The destination's name.
+    pub destination: String,
+    /// The age recipients (`age1…`).
+    pub recipients: Vec<String>,
+}
+
+impl BackupSummary {
+    /// The summary of validated settings.
+    pub fn of(b: &crate::desired::backup::BackupSettings) -> BackupSummary {
+        BackupSummary {
+            schedule: b.schedule.expression().to_string(),
+            time_zone: b.schedule.time_zone().to_string(),
+            keep: b.retention.keep,
+            max_age_secs: b.retention.max_age.map(|d| d.as_secs()),
+            destination: b.destination.clone(),
+            recipients: b
+                .recipients
+                .iter()
+                .map(|r| r.as_str().to_string())
+                .collect(),
+        }
+    }
+
+    /// The settings again, checked as the loader checks them (a record written by another
+    /// medea version may hold what this one refuses).
+    pub fn settings(
+        &self,
+    ) -> Result<crate::desired::backup::BackupSettings, crate::desired::backup::SummaryError> {
+        use crate::desired::backup::{
+            BackupSchedule, BackupSettings, Recipient, Retention, SummaryError,
+        };
+        let schedule =
+            BackupSchedule::new(&self.schedule, &self.time_zone).map_err(SummaryError::Schedule)?;
+        let recipients = self
+            .recipients
+            .iter()
+            .map(|r| {
+                Recipient::parse(r).map_err(|reason| SummaryError::Recipient {
+                    recipient: r.clone(),
+                    reason,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if recipients.is_empty() {
+            return Err(SummaryError::NoRecipient);
+        }
+        Ok(BackupSettings {
+            schedule,
+            retention: Retention {
+                keep: self.keep.max(1),
+                max_age: self.max_age_secs.map(std::time::Duration::from_secs),
+            },
+            destination: self.destination.clone(),
+            recipients,
+        })
+    }
+
+    /// The plan's fields of `backup` (`None`: off).
+    fn fields(b: Option<&BackupSummary>) -> Vec<(&'static str, String)> {
+        let Some(b) = b else {
+            return vec![
+                ("backup.schedule", "off".to_string()),
+                ("backup.retention", "none".to_string()),
+                ("backup.destination", "none".to_string()),
+                ("backup.recipients", "[]".to_string()),
+            ];
+        };
+        vec![
+            (
+                "backup.schedule",
+                format!("{} ({})", b.schedule, b.time_zone),
+            ),
+            (
+                "backup.retention",
+                match b.max_age_secs {
+                    Some(s) => format!(
+                        "keep {}, maxAge {}",
+                        b.keep,
+                        format_duration(std::time::Duration::from_secs(s))
+                    ),
+                    None => format!("keep {}", b.keep),
+                },
+            ),
+            ("backup.destination", b.destination.clone()),
+            ("backup.recipients", list(b.recipients.iter().cloned())),
+        ]
+    }
+}
 
 /// A Cluster's settings as applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,6 +395,9 @@ pub struct ClusterSettings {
     /// `upgradePolicy.removedApis`, one line per row.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_apis: Vec<String>,
+    /// `spec.backup`, if set (issue #37; absent in older records: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSummary>,
 }
 
 /// A NodePool's settings as applied.
@@ -411,6 +523,7 @@ impl ClusterSettings {
                     )
                 })
                 .collect(),
+            backup: c.backup.as_ref().map(BackupSummary::of),
         }
     }
 
@@ -484,6 +597,7 @@ impl ClusterSettings {
                 |p| format!("after {} for {}", p.after, format_duration(p.soak)),
             ),
         ));
+        out.extend(BackupSummary::fields(self.backup.as_ref()));
         out
     }
 }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::ports::{
     Component, ComponentArgs, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember,
     ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError,
-    SnapshotInfo, StaticPod, TalosNode, TalosPort, UpgradeMethod,
+    SnapshotInfo, SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
 use super::ports::{GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe};
 use super::sequencer::{image_version, split_image};
@@ -1116,6 +1116,23 @@ impl TalosPort for FakeTalos {
     ) -> Result<SnapshotInfo, PortError> {
         let bytes = self.0.talos_snapshot(node)?;
         save_snapshot(dest, &bytes).map_err(|e| PortError::failed("etcd-snapshot", &node.node, e))
+    }
+    async fn etcd_snapshot_stream(
+        &self,
+        node: &NodeTarget,
+        chunks: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<SnapshotStreamed, PortError> {
+        use sha2::{Digest, Sha256};
+        // etcd's layout: the database, then the sha256 of the database.
+        let mut bytes = self.0.talos_snapshot(node)?;
+        let trailer = Sha256::digest(&bytes);
+        bytes.extend_from_slice(&trailer);
+        let (size, sha256) = (bytes.len() as u64, hex::encode(Sha256::digest(&bytes)));
+        chunks
+            .send(bytes)
+            .await
+            .map_err(|_| failed("etcd-snapshot", &node.node, "the consumer stopped"))?;
+        Ok(SnapshotStreamed { size, sha256 })
     }
     async fn pull_image(
         &self,

@@ -315,6 +315,15 @@ pub struct SnapshotInfo {
     pub sha256: String,
 }
 
+/// An etcd snapshot streamed to a consumer, its trailer verified (issue #37).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotStreamed {
+    /// Bytes streamed.
+    pub size: u64,
+    /// sha256 of the whole stream, computed by medea, lowercase hex.
+    pub sha256: String,
+}
+
 /// A plain message used as an error source where no richer error exists.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -401,6 +410,16 @@ pub trait TalosPort: Send + Sync {
         node: &NodeTarget,
         dest: &Path,
     ) -> impl Future<Output = Result<SnapshotInfo, PortError>> + Send;
+
+    /// `EtcdSnapshot` from `node`, streamed chunk by chunk into `chunks` and never written to
+    /// disk here (a scheduled backup encrypts it first, issue #37). After the last chunk,
+    /// etcd's sha256 trailer is verified as for [`Self::etcd_snapshot`]: a truncated or
+    /// corrupt stream is an error, and the consumer must then discard what it received.
+    fn etcd_snapshot_stream(
+        &self,
+        node: &NodeTarget,
+        chunks: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> impl Future<Output = Result<SnapshotStreamed, PortError>> + Send;
 
     /// `ImageService.Pull` (legacy `ImagePull` on old nodes); idempotent.
     fn pull_image(

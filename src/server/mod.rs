@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backups;
 pub mod notify;
 pub mod reconcile;
 /// The inventory refresh moved to the application layer ([`crate::ops::refresh`]); this
@@ -533,6 +534,7 @@ pub async fn run_with_leadership(
     release_free_memory();
     let reconciler = tokio::spawn(reconcile_loop(shared.clone()));
     let refresher = tokio::spawn(refresh_loop(shared.clone(), config.refresh_interval));
+    let backups = tokio::spawn(backups::backup_loop(shared.clone()));
     let executor = if config.rollouts {
         let mut cfg =
             crate::rollout::executor::ExecutorConfig::new(true, config.state_dir.join("snapshots"));
@@ -638,6 +640,7 @@ pub async fn run_with_leadership(
     reloader.abort();
     reconciler.abort();
     refresher.abort();
+    backups.abort();
     if let Some(e) = executor {
         e.abort();
     }

@@ -49,10 +49,12 @@ pub enum Table {
     Jobs,
     /// The rollout journal: intents and results, per job.
     Journal,
+    /// Scheduled etcd backups: records, intents, the last slot taken (issue #37).
+    Backups,
 }
 
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Meta,
         Table::Desired,
         Table::Inventory,
@@ -60,6 +62,7 @@ impl Table {
         Table::Approvals,
         Table::Jobs,
         Table::Journal,
+        Table::Backups,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -70,6 +73,7 @@ impl Table {
             Table::Approvals => "approvals",
             Table::Jobs => "jobs",
             Table::Journal => "journal",
+            Table::Backups => "backups",
         }
     }
 }

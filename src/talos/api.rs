@@ -51,6 +51,17 @@ pub trait TalosApi: Send + Sync {
         dest: &Path,
     ) -> impl Future<Output = Result<SnapshotInfo, TalosError>> + Send;
 
+    /// `MachineService.EtcdSnapshot`, each chunk sent to `chunks` as it arrives (nothing is
+    /// written to disk here: a scheduled backup encrypts the stream before it touches one).
+    /// Once the stream ends, etcd's sha256 trailer is verified; a truncated or corrupt stream
+    /// is [`TalosError::SnapshotCorrupt`], and a receiver gone is [`TalosError::SnapshotIo`].
+    /// Returns the size and sha256 of the whole stream.
+    fn etcd_snapshot_stream(
+        &self,
+        node: &NodeTarget,
+        chunks: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> impl Future<Output = Result<StreamedSnapshot, TalosError>> + Send;
+
     /// `ImageService.Pull` into the system containerd namespace (`{CRI, NS_SYSTEM}`, as
     /// `talosctl upgrade`), falling back to the deprecated `MachineService.ImagePull` on nodes
     /// without ImageService (Talos < 1.13).

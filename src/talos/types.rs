@@ -215,6 +215,15 @@ pub struct SnapshotInfo {
     pub sha256: String,
 }
 
+/// An etcd snapshot streamed to a consumer and checked (issue #37).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StreamedSnapshot {
+    /// Bytes streamed.
+    pub size: u64,
+    /// Hex sha256 of the whole stream (etcd's own sha256 trailer included).
+    pub sha256: String,
+}
+
 /// The containerd namespace an image is pulled into (`common.ContainerdNamespace`, driver CRI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -177,6 +177,10 @@ fn the_dashboard_and_the_alert_rules_name_only_metrics_medea_exports() {
             "reconcile duration",
             "medea_reconcile_duration_seconds_bucket",
         ),
+        (
+            "the newest backup per cluster (issue #37)",
+            "medea_backup_last_success_timestamp_seconds",
+        ),
     ] {
         assert!(
             all.contains(metric),
@@ -203,6 +207,10 @@ fn the_alert_rules_pass_promtool_and_each_alert_has_a_unit_test_that_fires_it() 
         (
             "failing refreshes",
             "medea_inventory_last_refresh_timestamp_seconds",
+        ),
+        (
+            "no backup within twice the schedule (issue #37)",
+            "medea_backup_interval_seconds",
         ),
     ] {
         assert!(

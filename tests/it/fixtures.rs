@@ -14,11 +14,13 @@ fn package_of(bin: &str) -> &'static str {
         "ssh-keygen" | "ssh-agent" | "ssh-add" => "openssh-client",
         "kubectl" => "kubernetes-client",
         "etcd" => "etcd-server",
+        "etcdctl" => "etcd-client",
         "git" => "git",
         "chromium" => "chromium",
         "chromedriver" => "chromium-driver",
         "prometheus" | "promtool" => "prometheus",
         "prometheus-alertmanager" => "prometheus-alertmanager",
+        "age" => "age",
         other => panic!("no Debian package known for the test tool `{other}`"),
     }
 }

@@ -11,6 +11,7 @@
 mod approval;
 mod approvals_cli;
 mod architecture;
+mod backup;
 mod bench;
 mod cli;
 mod deploy;

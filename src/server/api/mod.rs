@@ -837,6 +837,46 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::ListRolloutsResponse { rollouts }))
     }
 
+    async fn list_backups(
+        &self,
+        req: Request<pb::ListBackupsRequest>,
+    ) -> Result<Response<pb::ListBackupsResponse>, Status> {
+        let cluster = req.into_inner().cluster;
+        self.known_cluster(&cluster)?;
+        let store = self.shared.store.as_ref();
+        let clusters: Vec<String> = if cluster.is_empty() {
+            crate::ops::replan::load_applied(store)
+                .map_err(internal)?
+                .cluster_names()
+                .into_iter()
+                .collect()
+        } else {
+            vec![cluster]
+        };
+        let mut backups = Vec::new();
+        for c in clusters {
+            for r in crate::ops::backup::list(store, &c).map_err(internal)? {
+                backups.push(super::backups::backup_view(&r));
+            }
+        }
+        Ok(Response::new(pb::ListBackupsResponse { backups }))
+    }
+
+    async fn backup_now(
+        &self,
+        req: Request<pb::BackupNowRequest>,
+    ) -> Result<Response<pb::BackupNowResponse>, Status> {
+        let cluster = req.into_inner().cluster;
+        if cluster.is_empty() {
+            return Err(Status::invalid_argument("name the cluster to back up"));
+        }
+        self.known_cluster(&cluster)?;
+        let rec = super::backups::backup_now(&self.shared, &cluster).await?;
+        Ok(Response::new(pb::BackupNowResponse {
+            backup: Some(super::backups::backup_view(&rec)),
+        }))
+    }
+
     async fn watch_rollout(
         &self,
         req: Request<pb::WatchRolloutRequest>,

@@ -230,6 +230,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
             @let dc = desired.as_ref().and_then(|d| d.desired.clusters.get(&c.name));
             @let latest = jobs.iter().find(|j| j.cluster == c.name);
             @let notes = current.as_ref().and_then(|p| p.clusters.iter().find(|cp| cp.cluster == c.name)).map_or(0, |cp| cp.notes.len());
+            @let newest_backup = crate::ops::backup::list(store, &c.name).ok().and_then(|mut v| v.pop());
             section.cluster {
                 h2 { "cluster " (c.name) }
                 dl.facts {
@@ -251,6 +252,12 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                         @match latest {
                             Some(j) => { a href={ "/rollouts/" (j.id) } { (j.id) } " " span.badge.(job_state(j).0) { (job_state(j).0) } }
                             None => "none",
+                        }
+                    }
+                    dt { "newest backup" } dd {
+                        @match &newest_backup {
+                            Some(b) => { code { (b.file) } " · taken " (ts(b.taken_at)) " (" (since(Some(b.taken_at), now)) " ago) from " (b.member) }
+                            None => "none (spec.backup turns scheduled etcd backups on)",
                         }
                     }
                 }

@@ -727,3 +727,54 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
         "{grid}"
     );
 }
+
+/// Issue 37: each cluster's card names its newest recorded etcd backup.
+#[tokio::test]
+async fn the_overview_names_each_clusters_newest_backup() {
+    use crate::ops::backup::{BackupRecord, Trigger, record_key};
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let observed = crate::inventory::ObservedCluster::new("prod");
+    store
+        .commit(Txn::new().put_record(crate::inventory::cluster_key("prod"), &observed))
+        .unwrap();
+    let ui = ui_with(store.clone());
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get("/", Some(&cookie))).await).await;
+    assert!(page.contains("newest backup"), "{page}");
+    assert!(page.contains("none (spec.backup turns"), "{page}");
+    let record = |file: &str, at: &str| BackupRecord {
+        cluster: "prod".into(),
+        file: file.into(),
+        taken_at: at.parse().unwrap(),
+        slot: None,
+        trigger: Trigger::Manual,
+        member: "cp-<1>".into(),
+        snapshot_size: 1056,
+        snapshot_sha256: "ab".into(),
+        size: 1300,
+        sha256: "cd".into(),
+        destination: "local".into(),
+        recipients: vec![],
+    };
+    let (old, new) = (
+        record("prod-20261204T030000Z.db.age", "2026-12-04T03:00:00Z"),
+        record("prod-20261205T030000Z.db.age", "2026-12-05T03:00:00Z"),
+    );
+    store
+        .commit(
+            Txn::new()
+                .put_record(record_key("prod", &old.file), &old)
+                .put_record(record_key("prod", &new.file), &new),
+        )
+        .unwrap();
+    let page = text(send(&ui, get("/", Some(&cookie))).await).await;
+    assert!(
+        page.contains("<code>prod-20261205T030000Z.db.age</code> · taken 2026-12-05 03:00:00 UTC"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("prod-20261204T030000Z"),
+        "only the newest: {page}"
+    );
+    assert!(page.contains("from cp-&lt;1&gt;"), "escaped: {page}");
+}

@@ -17,8 +17,8 @@ use crate::error_chain;
 use crate::metrics::timed;
 use crate::rollout::ports::{
     Component, ComponentArgs, ComponentImages, Detail, EtcdHealth, EtcdMember, ImageNamespace,
-    MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo, TalosNode, TalosPort,
-    UpgradeMethod,
+    MachineStage, Manifest, NextBoot, NodeTarget, PortError, SnapshotInfo, SnapshotStreamed,
+    TalosNode, TalosPort, UpgradeMethod,
 };
 use crate::talos::{
     self, ApplyOptions, ImageRef, MachineConfig, PullNamespace, TalosApi, TalosClient, TalosError,
@@ -525,6 +525,25 @@ impl TalosPort for TalosAdapter {
             path: info.path,
             size: info.size,
             sha256: info.sha256,
+        })
+    }
+
+    async fn etcd_snapshot_stream(
+        &self,
+        n: &NodeTarget,
+        chunks: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<SnapshotStreamed, PortError> {
+        let t = target(n)?;
+        let s = timed(
+            API,
+            "EtcdSnapshot",
+            self.client.etcd_snapshot_stream(&t, chunks),
+        )
+        .await
+        .map_err(|e| classify("MachineService.EtcdSnapshot", &n.node, e))?;
+        Ok(SnapshotStreamed {
+            size: s.size,
+            sha256: s.sha256,
         })
     }
 

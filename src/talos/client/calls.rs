@@ -416,6 +416,44 @@ impl TalosApi for TalosClient {
         writer.finish(node.as_str()).await
     }
 
+    async fn etcd_snapshot_stream(
+        &self,
+        node: &NodeTarget,
+        chunks: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<StreamedSnapshot, TalosError> {
+        const OP: &str = "MachineService.EtcdSnapshot";
+        let mut stream = self
+            .open_stream(
+                OP,
+                node,
+                CallKind::ReadOnly,
+                machine::EtcdSnapshotRequest {},
+                |ch, r| async move { Self::machine(ch).etcd_snapshot(r).await },
+            )
+            .await?;
+        let mut check = crate::talos::snapshot::TrailerCheck::default();
+        while let Some(m) = self.next(OP, node, CallKind::ReadOnly, &mut stream).await? {
+            check_metadata(OP, node, &m.metadata)?;
+            check.update(&m.bytes);
+            if chunks.send(m.bytes).await.is_err() {
+                return Err(TalosError::SnapshotIo {
+                    path: std::path::PathBuf::from("<backup stream>"),
+                    err: std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "the consumer of the snapshot stream stopped",
+                    ),
+                });
+            }
+        }
+        let (size, sha256) = check
+            .finish()
+            .map_err(|reason| TalosError::SnapshotCorrupt {
+                node: node.as_str().to_string(),
+                reason,
+            })?;
+        Ok(StreamedSnapshot { size, sha256 })
+    }
+
     async fn pull_image_into(
         &self,
         node: &NodeTarget,

@@ -1,0 +1,449 @@
+//! `medea backup list|show|now|verify`: the scheduled etcd backups of a running server
+//! (issue #37). `verify` runs on the operator's machine: it reads a copy of the backup file and,
+//! given the operator's age identity, decrypts it there (the key never goes to the server).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use miette::{IntoDiagnostic as _, WrapErr as _};
+
+use super::client::{ClientArgs, rpc_error};
+use super::exit;
+use super::output::{self, Format};
+use crate::api::pb;
+use crate::ops::backup::{BackupRecord, Trigger};
+
+/// Largest identity file read.
+const MAX_IDENTITY: u64 = 64 * 1024;
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    #[command(subcommand)]
+    pub action: BackupAction,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupAction {
+    /// The recorded backups, oldest first.
+    #[command(
+        after_help = "Examples:\n  medea backup list\n  medea backup list --cluster prod -o json"
+    )]
+    List {
+        /// Only the backups of this cluster.
+        #[arg(long, add = super::complete::clusters())]
+        cluster: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// One backup's record: member, sizes, checksums, recipients.
+    #[command(after_help = "Examples:\n  medea backup show prod-20261205T030000Z.db.age")]
+    Show {
+        /// The backup's file name (`medea backup list` lists them).
+        file: String,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Take a backup of a cluster now (its applied `spec.backup` settings).
+    #[command(after_help = "Examples:\n  medea backup now --cluster prod")]
+    Now {
+        /// The cluster to back up.
+        #[arg(long, add = super::complete::clusters())]
+        cluster: String,
+    },
+    /// Check a copy of a backup file against its record.
+    ///
+    /// Size and sha256 of the file; with --identity, it is also decrypted here and the etcd
+    /// snapshot inside checked (etcd's sha256 trailer, size and sha256 as recorded).
+    #[command(
+        after_help = "Examples:\n  medea backup verify ./prod-20261205T030000Z.db.age\n  medea backup verify ./prod-20261205T030000Z.db.age --identity key.txt\n  medea backup verify ./prod-20261205T030000Z.db.age -i key.txt --restore\n\nThe record is found by the file's name. The identity (an age key file, 0600)\nis read here and never sent to the server."
+    )]
+    Verify {
+        /// The backup file (a copy on this machine).
+        file: PathBuf,
+        /// An age identity file (`age-keygen -o key.txt`), one of the recipients.
+        #[arg(long, short = 'i')]
+        identity: Option<PathBuf>,
+        /// Also restore the snapshot into a throwaway etcd on loopback (needs `etcd` and
+        /// `etcdctl` on PATH and --identity) and count its keys.
+        #[arg(long, requires = "identity")]
+        restore: bool,
+    },
+}
+
+fn runtime() -> miette::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Runtime::new()
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")
+}
+
+fn table(backups: &[pb::Backup]) -> String {
+    output::table(
+        &[
+            "CLUSTER",
+            "FILE",
+            "TAKEN",
+            "TRIGGER",
+            "MEMBER",
+            "SIZE",
+            "DESTINATION",
+        ],
+        &backups
+            .iter()
+            .map(|b| {
+                vec![
+                    b.cluster.clone(),
+                    b.file.clone(),
+                    b.taken_at.clone(),
+                    b.trigger.clone(),
+                    b.member.clone(),
+                    b.size.to_string(),
+                    b.destination.clone(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn show(b: &pb::Backup) -> String {
+    let mut s = String::new();
+    let mut line = |k: &str, v: &str| {
+        s.push_str(&format!("{k:<16} {v}\n"));
+    };
+    line("cluster", &b.cluster);
+    line("file", &b.file);
+    line("taken", &b.taken_at);
+    line("trigger", &b.trigger);
+    if !b.slot.is_empty() {
+        line("slot", &b.slot);
+    }
+    line("member", &b.member);
+    line("destination", &b.destination);
+    line("size", &b.size.to_string());
+    line("sha256", &b.sha256);
+    line("snapshot size", &b.snapshot_size.to_string());
+    line("snapshot sha256", &b.snapshot_sha256);
+    for r in &b.recipients {
+        line("recipient", r);
+    }
+    s
+}
+
+fn record_of(b: &pb::Backup) -> miette::Result<BackupRecord> {
+    let ts = |s: &str| -> miette::Result<jiff::Timestamp> {
+        s.parse()
+            .into_diagnostic()
+            .wrap_err_with(|| format!("the server sent a malformed time `{s}`"))
+    };
+    Ok(BackupRecord {
+        cluster: b.cluster.clone(),
+        file: b.file.clone(),
+        taken_at: ts(&b.taken_at)?,
+        slot: if b.slot.is_empty() {
+            None
+        } else {
+            Some(ts(&b.slot)?)
+        },
+        trigger: if b.trigger == "manual" {
+            Trigger::Manual
+        } else {
+            Trigger::Scheduled
+        },
+        member: b.member.clone(),
+        snapshot_size: b.snapshot_size,
+        snapshot_sha256: b.snapshot_sha256.clone(),
+        size: b.size,
+        sha256: b.sha256.clone(),
+        destination: b.destination.clone(),
+        recipients: b.recipients.clone(),
+    })
+}
+
+/// The operator's age identity from `path` (bounded read, 0600 required: it is a secret).
+fn identity(path: &std::path::Path) -> miette::Result<age::x25519::Identity> {
+    use std::str::FromStr as _;
+    let bytes = crate::private_file::read_bounded(
+        path,
+        MAX_IDENTITY,
+        crate::private_file::Privacy::Private,
+    )
+    .map_err(|e| miette::Report::from_err(e).wrap_err("cannot read the age identity"))?;
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("AGE-SECRET-KEY-"))
+        .and_then(|l| age::x25519::Identity::from_str(l).ok())
+        .ok_or_else(|| {
+            miette::miette!(
+                help = "`age-keygen -o key.txt` writes one; passphrase-protected and plugin identities are not read",
+                "`{}` holds no age X25519 identity (a line `AGE-SECRET-KEY-1…`)",
+                path.display()
+            )
+        })
+}
+
+pub fn run(args: BackupArgs) -> miette::Result<u8> {
+    let addr = args.client.addr();
+    runtime()?.block_on(async move {
+        let mut c = args.client.connect().await?;
+        let rpc = |s| rpc_error(&addr, s);
+        match args.action {
+            BackupAction::List { cluster, output: fmt } => {
+                let r = c
+                    .list_backups(pb::ListBackupsRequest {
+                        cluster: cluster.unwrap_or_default(),
+                    })
+                    .await
+                    .map_err(rpc)?
+                    .into_inner();
+                let text = match fmt {
+                    Format::Json => output::json(&r.backups),
+                    Format::Yaml => output::yaml(&r.backups),
+                    Format::Table | Format::Wide => table(&r.backups),
+                };
+                out!("{text}");
+                Ok(exit::OK)
+            }
+            BackupAction::Show { file, output: fmt } => {
+                let b = find(&mut c, &addr, &file).await?;
+                let text = match fmt {
+                    Format::Json => output::json(&b),
+                    Format::Yaml => output::yaml(&b),
+                    Format::Table | Format::Wide => show(&b),
+                };
+                out!("{text}");
+                Ok(exit::OK)
+            }
+            BackupAction::Now { cluster } => {
+                let r = c
+                    .backup_now(pb::BackupNowRequest { cluster })
+                    .await
+                    .map_err(rpc)?
+                    .into_inner();
+                let b = r
+                    .backup
+                    .ok_or_else(|| miette::miette!("the server answered without the backup"))?;
+                out!("{}", show(&b));
+                Ok(exit::OK)
+            }
+            BackupAction::Verify {
+                file,
+                identity: id,
+                restore,
+            } => {
+                let name = file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .ok_or_else(|| miette::miette!("`{}` names no file", file.display()))?;
+                let b = find(&mut c, &addr, &name).await?;
+                let record = record_of(&b)?;
+                let identity_path = id.clone();
+                let id = id.as_deref().map(identity).transpose()?;
+                let f = std::fs::File::open(&file)
+                    .into_diagnostic()
+                    .wrap_err_with(|| format!("cannot open `{}`", file.display()))?;
+                let verified = tokio::task::spawn_blocking(move || {
+                    crate::ops::backup::verify(f, &record, id.as_ref())
+                })
+                .await
+                .into_diagnostic()?
+                .map_err(|e| miette::Report::from_err(e).wrap_err(format!("{name} did not verify")))?;
+                outln!(
+                    "{name}: size {} and sha256 {} match the record",
+                    verified.size, verified.sha256
+                );
+                match verified.snapshot {
+                    Some((size, sha)) => outln!(
+                        "decrypted: a complete etcd snapshot (sha256 trailer checked), size {size}, sha256 {sha}, as recorded"
+                    ),
+                    None => outln!("not decrypted (pass --identity to check the snapshot inside)"),
+                }
+                if restore && let Some(id_path) = identity_path {
+                    let id = identity(&id_path)?;
+                    let keys = tokio::task::spawn_blocking(move || restore_and_count(&file, &id, ""))
+                        .await
+                        .into_diagnostic()??;
+                    outln!("restored into a throwaway etcd: it opens and holds {keys} keys");
+                }
+                Ok(exit::OK)
+            }
+        }
+    })
+}
+
+/// The record of backup `file`, searched in every cluster.
+async fn find(
+    c: &mut crate::api::client::Client,
+    addr: &str,
+    file: &str,
+) -> miette::Result<pb::Backup> {
+    let r = c
+        .list_backups(pb::ListBackupsRequest {
+            cluster: String::new(),
+        })
+        .await
+        .map_err(|s| rpc_error(addr, s))?
+        .into_inner();
+    r.backups
+        .into_iter()
+        .find(|b| b.file == file)
+        .ok_or_else(|| {
+            miette::miette!(
+                help = "`medea backup list` lists the recorded backups",
+                "no recorded backup `{file}`"
+            )
+        })
+}
+
+/// How long the throwaway etcd may take to answer.
+const RESTORE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Decrypt the backup `file` with `id` into a private temporary directory, restore it with
+/// `etcdctl snapshot restore` (which checks etcd's sha256 trailer itself), start a throwaway
+/// `etcd` on loopback ports on the restored data, and count the keys under `prefix` (`""`: every
+/// key). Everything is removed afterwards; the plaintext never leaves the 0700 directory.
+pub fn restore_and_count(
+    file: &std::path::Path,
+    id: &age::x25519::Identity,
+    prefix: &str,
+) -> miette::Result<u64> {
+    use std::io::Write as _;
+    let tmp = tempfile::Builder::new()
+        .prefix("medea-restore-")
+        .tempdir()
+        .into_diagnostic()
+        .wrap_err("cannot create a temporary directory")?;
+    let snap = tmp.path().join("snapshot.db");
+    {
+        let enc = std::fs::File::open(file)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot open `{}`", file.display()))?;
+        let decryptor = age::Decryptor::new(std::io::BufReader::new(enc))
+            .map_err(|e| miette::Report::from_err(e).wrap_err("not an age file"))?;
+        let mut plain = decryptor
+            .decrypt(std::iter::once(id as &dyn age::Identity))
+            .map_err(|e| miette::Report::from_err(e).wrap_err("cannot decrypt the backup"))?;
+        let mut out = crate::private_file::open_private(&snap)
+            .into_diagnostic()
+            .wrap_err("cannot write the decrypted snapshot")?;
+        std::io::copy(&mut plain, &mut out)
+            .into_diagnostic()
+            .wrap_err("cannot decrypt the backup")?;
+        out.flush().into_diagnostic()?;
+    }
+    let port = || -> miette::Result<u16> {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .into_diagnostic()
+            .wrap_err("no free loopback port")
+    };
+    let (client, peer) = (port()?, port()?);
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let data = tmp.path().join("data");
+    let run = |cmd: &mut std::process::Command, what: &str| -> miette::Result<String> {
+        let out = cmd
+            .env("ETCDCTL_API", "3")
+            .output()
+            .into_diagnostic()
+            .wrap_err_with(|| {
+                format!("cannot run {what} (is it installed? Debian: etcd-client)")
+            })?;
+        if !out.status.success() {
+            return Err(miette::miette!(
+                "{what} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(
+        std::process::Command::new("etcdctl")
+            .args(["snapshot", "restore"])
+            .arg(&snap)
+            .arg("--data-dir")
+            .arg(&data)
+            .args([
+                "--name",
+                "verify",
+                "--initial-cluster",
+                &format!("verify={peer_url}"),
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ]),
+        "etcdctl snapshot restore",
+    )?;
+    let mut etcd = std::process::Command::new("etcd")
+        .args(["--name", "verify", "--data-dir"])
+        .arg(&data)
+        .args([
+            "--listen-client-urls",
+            &client_url,
+            "--advertise-client-urls",
+            &client_url,
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+            "--initial-cluster",
+            &format!("verify={peer_url}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .into_diagnostic()
+        .wrap_err("cannot start etcd (is it installed? Debian: etcd-server)")?;
+    // Wait until it answers (a fresh etcd on a loaded machine takes a moment), then count once.
+    let deadline = std::time::Instant::now() + RESTORE_PATIENCE;
+    let health = loop {
+        match run(
+            std::process::Command::new("etcdctl").args([
+                "--endpoints",
+                &client_url,
+                "--command-timeout=2s",
+                "endpoint",
+                "health",
+            ]),
+            "etcdctl endpoint health",
+        ) {
+            Ok(_) => break Ok(()),
+            Err(e)
+                if std::time::Instant::now() > deadline
+                    || etcd.try_wait().ok().flatten().is_some() =>
+            {
+                break Err(e.wrap_err("the throwaway etcd did not come up on the restored data"));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    // `count` of a range is the total even with `--limit 1` (etcd's RangeResponse), and
+    // `--count-only` is not in every etcdctl.
+    let counted = health.and_then(|()| {
+        let mut cmd = std::process::Command::new("etcdctl");
+        cmd.args(["--endpoints", &client_url, "--command-timeout=10s", "get"]);
+        if prefix.is_empty() {
+            cmd.args(["", "--from-key"]);
+        } else {
+            cmd.args([prefix, "--prefix"]);
+        }
+        cmd.args(["--keys-only", "--limit=1", "-w", "json"]);
+        count_of(&run(&mut cmd, "etcdctl get")?)
+    });
+    let _ = etcd.kill();
+    let _ = etcd.wait();
+    counted
+}
+
+/// The `count` of `etcdctl get -w json` (absent when zero).
+fn count_of(json: &str) -> miette::Result<u64> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .into_diagnostic()
+        .wrap_err("etcdctl answered something that is not JSON")?;
+    Ok(v.get("count")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0))
+}

@@ -1,0 +1,1273 @@
+//! Scheduled etcd backups (issue #37) on the simulator: the Talos side over gRPC/mTLS through
+//! the real adapter, the local destination on disk, the journal in a store.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use medea::desired::backup::{BackupSchedule, BackupSettings, Due, Recipient, Retention};
+use medea::ops::backup::{self, BackupError, BackupRequest, Destination, LocalDir};
+use medea::rollout::fake::MemStore;
+use medea::rollout::ports::NodeTarget;
+use medea::sim::kube::KubeSimConfig;
+use medea::sim::talos::{Effect, Method, Trigger};
+use medea::store::{Op, Store, StoreError, Table, Txn};
+
+use crate::rollout_sim::{Sim, adapters, fault, node};
+
+fn ts(s: &str) -> jiff::Timestamp {
+    s.parse().unwrap()
+}
+
+/// Settings for `recipients`, daily at 03:00 UTC.
+fn settings(recipients: &[&age::x25519::Identity]) -> BackupSettings {
+    BackupSettings {
+        schedule: BackupSchedule::new("0 3 * * *", "UTC").unwrap(),
+        retention: Retention::default(),
+        destination: backup::LOCAL.into(),
+        recipients: recipients
+            .iter()
+            .map(|i| Recipient::parse(&i.to_public().to_string()).unwrap())
+            .collect(),
+    }
+}
+
+fn control_plane(sim: &Sim) -> Vec<NodeTarget> {
+    ["cp-1", "cp-2", "cp-3"]
+        .iter()
+        .map(|n| node(sim, n))
+        .collect()
+}
+
+fn decrypt(bytes: &[u8], id: &age::x25519::Identity) -> Vec<u8> {
+    use std::io::Read as _;
+    let d = age::Decryptor::new(bytes).unwrap();
+    let mut r = d
+        .decrypt(std::iter::once(id as &dyn age::Identity))
+        .unwrap();
+    let mut out = Vec::new();
+    r.read_to_end(&mut out).unwrap();
+    out
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Every entry of a directory, hidden ones included.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_sim_snapshot_is_encrypted_checked_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let bob = age::x25519::Identity::generate();
+    let s = settings(&[&alice, &bob]);
+    let state = dir.path().join("state");
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let now = ts("2026-12-05T10:00:00Z");
+    let Due::Now { slot } = backup::due(&store, "prod", &s, now).unwrap() else {
+        panic!("a first backup is due at once")
+    };
+    assert_eq!(slot, ts("2026-12-05T03:00:00Z"));
+
+    let rec = backup::take(
+        &store,
+        None,
+        &talos,
+        dest.clone(),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &control_plane(&sim),
+            now,
+            slot: Some(slot),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(rec.file, "prod-20261205T100000Z.db.age");
+    assert_eq!(rec.member, "cp-1");
+    assert_eq!(rec.slot, Some(slot));
+    assert_eq!(rec.trigger, backup::Trigger::Scheduled);
+    assert_eq!(rec.recipients.len(), 2);
+    assert_eq!(sim.snapshots(), 1, "one EtcdSnapshot call");
+
+    // On disk: only the encrypted file, 0600 in a 0700 directory.
+    let root = state.join("backups/prod");
+    assert_eq!(entries(&root), vec![rec.file.clone()]);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&root), 0o700);
+    assert_eq!(mode(&root.join(&rec.file)), 0o600);
+    let enc = std::fs::read(root.join(&rec.file)).unwrap();
+    assert!(enc.starts_with(b"age-encryption.org/v1\n"), "an age file");
+    assert_eq!(enc.len() as u64, rec.size);
+    assert_eq!(sha256(&enc), rec.sha256);
+
+    // Either recipient decrypts it to the simulator's snapshot: etcd's trailer intact.
+    for id in [&alice, &bob] {
+        let plain = decrypt(&enc, id);
+        assert_eq!(plain.len() as u64, rec.snapshot_size);
+        assert_eq!(sha256(&plain), rec.snapshot_sha256);
+        let (body, trailer) = plain.split_at(plain.len() - 32);
+        assert_eq!(hex::encode(trailer), sha256(body), "etcd's sha256 trailer");
+        assert!(
+            body.starts_with(b"cp-1:"),
+            "the simulated member's database"
+        );
+    }
+    // A key that is not a recipient does not.
+    let eve = age::x25519::Identity::generate();
+    let d = age::Decryptor::new(&enc[..]).unwrap();
+    assert!(
+        d.decrypt(std::iter::once(&eve as &dyn age::Identity))
+            .is_err()
+    );
+
+    // The stock `age` tool decrypts it as the README says (`age -d -i key`).
+    if let Some(age_bin) = crate::fixtures::tool_or_skip("age") {
+        use age::secrecy::ExposeSecret as _;
+        let key = dir.path().join("key.txt");
+        std::fs::write(&key, format!("{}\n", alice.to_string().expose_secret())).unwrap();
+        let out = std::process::Command::new(age_bin)
+            .args(["-d", "-i"])
+            .arg(&key)
+            .arg(root.join(&rec.file))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(sha256(&out.stdout), rec.snapshot_sha256);
+    }
+
+    // Recorded, and the slot taken: nothing more is due until tomorrow's slot.
+    let listed = backup::list(&store, "prod").unwrap();
+    assert_eq!(listed, vec![rec.clone()]);
+    assert_eq!(
+        backup::due(&store, "prod", &s, ts("2026-12-05T23:00:00Z")).unwrap(),
+        Due::Later {
+            next: Some(ts("2026-12-06T03:00:00Z"))
+        }
+    );
+    // No intent is left behind.
+    assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_truncated_snapshot_is_never_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    // Every member's stream breaks after 5000 bytes: a truncated snapshot.
+    for cp in ["cp-1", "cp-2", "cp-3"] {
+        sim.talos
+            .set_fault(fault(
+                cp,
+                Trigger::call(Method::EtcdSnapshot),
+                Effect::SnapshotBreak { after_bytes: 5000 },
+            ))
+            .unwrap();
+    }
+    let (talos, _kube) = adapters(&sim).await;
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let err = backup::take(
+        &store,
+        None,
+        &talos,
+        dest.clone(),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &control_plane(&sim),
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: Some(ts("2026-12-05T03:00:00Z")),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Snapshot { member, .. } if member == "cp-3"),
+        "each member tried, the last one's failure reported: {err:?}"
+    );
+    let chain = medea::error_chain(&err);
+    // Talos ends a broken stream with an error (`failed to read etcd snapshot: unexpected
+    // EOF`); a stream that ended cleanly but short fails etcd's trailer check instead
+    // (`talos::snapshot::TrailerCheck`). Either way nothing below is kept.
+    assert!(chain.contains("unexpected EOF"), "{chain}");
+    assert_eq!(sim.snapshots(), 3);
+    // Nothing recorded, nothing left on disk (no part file either), no intent.
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+    assert!(entries(&state.join("backups/prod")).is_empty());
+    assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+    assert!(dest.list().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_destination_failure_is_reported_as_such_and_nothing_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    // The cluster's backup directory cannot be created: a file is in its place.
+    std::fs::create_dir_all(state.join("backups")).unwrap();
+    std::fs::write(state.join("backups/prod"), b"in the way").unwrap();
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let err = backup::take(
+        &store,
+        None,
+        &talos,
+        dest,
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &control_plane(&sim),
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: Some(ts("2026-12-05T03:00:00Z")),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Destination { destination, .. } if destination == "local"),
+        "{err:?}"
+    );
+    assert!(
+        sim.snapshots() <= 1,
+        "no other member is asked: the destination is the problem"
+    );
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+    assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+}
+
+/// A store that fails the transaction recording a backup, as a crash right after the file was
+/// written would: the intent is durable, the record is not.
+struct CrashBeforeRecord(MemStore);
+
+impl Store for CrashBeforeRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.0.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        if txn
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
+        {
+            return Err(StoreError::Backend {
+                op: "commit",
+                err: "the process died here".into(),
+            });
+        }
+        self.0.commit(txn)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let (talos, _kube) = adapters(&sim).await;
+    let store = CrashBeforeRecord(MemStore::new());
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    let dest = Arc::new(LocalDir::new(&state, "prod"));
+    let err = backup::take(
+        &store,
+        None,
+        &talos,
+        dest.clone(),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &[node(&sim, "cp-1")],
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: Some(ts("2026-12-05T03:00:00Z")),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, BackupError::Store { .. }), "{err:?}");
+    // The file was written; no record counts it.
+    let root = state.join("backups/prod");
+    assert_eq!(entries(&root), vec!["prod-20261205T100000Z.db.age"]);
+    let inner = &store.0;
+    assert!(backup::list(inner, "prod").unwrap().is_empty());
+    // A file medea never wrote sits beside it.
+    std::fs::write(root.join("operator-copy.db.age"), b"not ours").unwrap();
+
+    // The restarted leader recovers first.
+    let rec = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
+    assert_eq!(rec.orphans_removed, vec!["prod-20261205T100000Z.db.age"]);
+    assert_eq!(rec.foreign, vec!["operator-copy.db.age"]);
+    assert_eq!(
+        entries(&root),
+        vec!["operator-copy.db.age"],
+        "the foreign file is left alone"
+    );
+    assert!(inner.scan(Table::Backups, "intent/").unwrap().is_empty());
+    // The slot's backup was never recorded: the slot is given back, to be taken once more.
+    assert_eq!(rec.slots_given_back, vec![ts("2026-12-05T03:00:00Z")]);
+    assert_eq!(
+        backup::due(inner, "prod", &s, ts("2026-12-05T11:00:00Z")).unwrap(),
+        Due::Now {
+            slot: ts("2026-12-05T03:00:00Z")
+        }
+    );
+    // Recovering again finds nothing new.
+    let again = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
+    assert!(again.orphans_removed.is_empty());
+    assert!(again.slots_given_back.is_empty());
+    assert_eq!(again.foreign, vec!["operator-copy.db.age"]);
+}
+
+// ------------------------------------------------------------------ the schedule (ops::backup::pass)
+
+/// Put `spec.backup` (the YAML under `backup:`) as the applied settings of cluster `prod`, and
+/// the simulator's machines as its inventory: what an approved plan and a refresh leave.
+fn apply(store: &dyn Store, sim: &Sim, backup_yaml: &str) {
+    let doc = format!(
+        "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: prod\nspec:\n  kubernetes:\n    version: v1.34.1\n  backup:\n{backup_yaml}"
+    );
+    let loaded = medea::desired::parse_snapshot(medea::desired::Snapshot {
+        files: vec![medea::desired::source::SourceFile {
+            path: "prod.yaml".into(),
+            bytes: doc.as_bytes().to_vec().into(),
+        }],
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    });
+    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+    let c = &loaded.desired.clusters["prod"];
+    let r = medea::plan::applied::AppliedResource::of_cluster(c);
+    let obs = sim.observed();
+    store
+        .commit(
+            Txn::new()
+                .put_record(r.key.store_key(), &r)
+                .put_record(medea::inventory::cluster_key("prod"), &obs),
+        )
+        .unwrap();
+}
+
+fn key_yaml(ids: &[&age::x25519::Identity]) -> String {
+    ids.iter()
+        .map(|i| format!("      - {}\n", i.to_public()))
+        .collect()
+}
+
+async fn run_pass(
+    store: &dyn Store,
+    fence: Option<&medea::store::Fence>,
+    sim: &Sim,
+    state: &Path,
+    now: &str,
+    recovered: &mut std::collections::BTreeSet<String>,
+) -> Result<backup::PassReport, BackupError> {
+    let creds = sim.creds.clone();
+    backup::pass(
+        store,
+        fence,
+        state,
+        |cluster| medea::talos::adapter::TalosAdapter::from_creds(&creds, cluster),
+        ts(now),
+        recovered,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_schedule_missed_slots_run_once_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 1, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let db = dir.path().join("store");
+    {
+        let store = medea::store::fjall::FjallStore::open(&db).unwrap();
+        apply(
+            &store,
+            &sim,
+            &format!(
+                "    schedule: '0 3 * * *'\n    recipients:\n{}",
+                key_yaml(&[&alice])
+            ),
+        );
+        let mut recovered = Default::default();
+        let r = run_pass(
+            &store,
+            None,
+            &sim,
+            &state,
+            "2026-12-05T10:00:00Z",
+            &mut recovered,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.taken.len(), 1, "{r:?}");
+        assert_eq!(r.taken[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+        assert_eq!(r.next, Some(ts("2026-12-06T03:00:00Z")));
+        // What the metrics (and the overdue alert) read: a day's period, the newest backup.
+        assert_eq!(
+            r.status,
+            vec![backup::ClusterStatus {
+                cluster: "prod".into(),
+                interval_secs: Some(86_400),
+                newest: Some((ts("2026-12-05T10:00:00Z"), r.taken[0].size)),
+            }]
+        );
+        // Later the same day: nothing due.
+        let r = run_pass(
+            &store,
+            None,
+            &sim,
+            &state,
+            "2026-12-05T23:59:00Z",
+            &mut recovered,
+        )
+        .await
+        .unwrap();
+        assert!(r.taken.is_empty(), "{r:?}");
+        assert_eq!(sim.snapshots(), 1);
+    }
+    // The server was down for three slots (6th, 7th and 8th at 03:00); it restarts on the 8th.
+    let store = medea::store::fjall::FjallStore::open(&db).unwrap();
+    let mut recovered = Default::default();
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-08T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.taken.len(),
+        1,
+        "one backup stands for the missed slots: {r:?}"
+    );
+    assert_eq!(r.taken[0].slot, Some(ts("2026-12-08T03:00:00Z")));
+    assert_eq!(r.recovered.len(), 1, "the journal is recovered first");
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-08T10:00:01Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "never twice: {r:?}");
+    assert_eq!(sim.snapshots(), 2);
+    let files: Vec<String> = backup::list(&store, "prod")
+        .unwrap()
+        .into_iter()
+        .map(|b| b.file)
+        .collect();
+    assert_eq!(
+        files,
+        vec![
+            "prod-20261205T100000Z.db.age",
+            "prod-20261208T100000Z.db.age"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_schedule_a_deposed_leader_takes_no_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let store = MemStore::new();
+    apply(
+        &store,
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    // A replica whose term has ended: its first journal write is refused, before any call.
+    let stale = medea::store::Fence::new("replica-a", 7);
+    let mut recovered = Default::default();
+    let err = run_pass(
+        &store,
+        Some(&stale),
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 0, "no snapshot asked for");
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+    // The leader takes the slot, exactly once.
+    let mut recovered = Default::default();
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.taken.len(), 1);
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty());
+    assert_eq!(sim.snapshots(), 1);
+    assert_eq!(backup::list(&store, "prod").unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_retention_keeps_the_newest_and_journals_each_deletion() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let root = state.join("backups/prod");
+    let store = MemStore::new();
+    let settings = |retention: &str| {
+        format!(
+            "    schedule: '0 3 * * *'\n    retention: {retention}\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        )
+    };
+    apply(&store, &sim, &settings("{ keep: 2 }"));
+    let mut recovered = Default::default();
+    for day in 1..=4 {
+        let r = run_pass(
+            &store,
+            None,
+            &sim,
+            &state,
+            &format!("2026-12-0{day}T10:00:00Z"),
+            &mut recovered,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.taken.len(), 1, "day {day}: {r:?}");
+    }
+    let names = |store: &MemStore| -> Vec<String> {
+        backup::list(store, "prod")
+            .unwrap()
+            .into_iter()
+            .map(|b| b.file)
+            .collect()
+    };
+    let want = vec![
+        "prod-20261203T100000Z.db.age".to_string(),
+        "prod-20261204T100000Z.db.age".to_string(),
+    ];
+    assert_eq!(names(&store), want, "the 2 newest are kept");
+    assert_eq!(entries(&root), want, "and only they are on disk");
+    assert!(store.scan(Table::Backups, "deleting/").unwrap().is_empty());
+
+    // maxAge: older ones go even within `keep`, but never the newest.
+    apply(&store, &sim, &settings("{ keep: 10, maxAge: 36h }"));
+    let r = run_pass(
+        &store,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.pruned,
+        vec![(
+            "prod".to_string(),
+            vec!["prod-20261203T100000Z.db.age".to_string()]
+        )]
+    );
+    let dest = LocalDir::new(&state, "prod");
+    let far = ts("2027-06-01T00:00:00Z");
+    let retention = Retention {
+        keep: 1,
+        max_age: Some(std::time::Duration::from_secs(1)),
+    };
+    let gone = backup::prune(&store, None, "prod", &retention, &dest, far).unwrap();
+    assert_eq!(gone, vec!["prod-20261204T100000Z.db.age"]);
+    assert_eq!(
+        names(&store),
+        vec!["prod-20261205T100000Z.db.age"],
+        "the newest stays"
+    );
+    assert_eq!(entries(&root), vec!["prod-20261205T100000Z.db.age"]);
+
+    // A deletion a crash interrupted (intent written, file maybe gone) is finished on recovery.
+    let journal = Txn::new().put_record(
+        "deleting/prod/prod-20261205T100000Z.db.age",
+        &backup::DeletionIntent {
+            cluster: "prod".into(),
+            file: "prod-20261205T100000Z.db.age".into(),
+            destination: "local".into(),
+            reason: "test".into(),
+        },
+    );
+    store.commit(journal).unwrap();
+    let rec = backup::recover(&store, None, "prod", &dest).unwrap();
+    assert_eq!(rec.deletions_finished, vec!["prod-20261205T100000Z.db.age"]);
+    assert!(names(&store).is_empty());
+    assert!(entries(&root).is_empty());
+}
+
+// ------------------------------------------------------------------ operating it (API, verify)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_api_now_list_and_verify_with_the_operators_key() {
+    use medea::api::pb;
+    use medea::api::pb::medea_server::Medea as _;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    apply(
+        store.as_ref(),
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    let mut shared = medea::server::Shared::new(
+        store.clone(),
+        medea::desired::Source::Dir(dir.path().join("desired")),
+        false,
+        "replica-a".into(),
+    );
+    shared.creds_dir = sim.creds.clone();
+    shared.state_dir = dir.path().join("state");
+    let api = medea::server::api::MedeaApi {
+        shared: Arc::new(shared),
+    };
+    let b = api
+        .backup_now(tonic::Request::new(pb::BackupNowRequest {
+            cluster: "prod".into(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .backup
+        .unwrap();
+    assert_eq!(b.trigger, "manual");
+    assert_eq!(b.slot, "", "a manual backup takes no schedule slot");
+    assert_eq!(b.recipients, vec![alice.to_public().to_string()]);
+    let listed = api
+        .list_backups(tonic::Request::new(pb::ListBackupsRequest {
+            cluster: String::new(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .backups;
+    assert_eq!(listed, vec![b.clone()]);
+    // The schedule was not moved: its first slot is still due.
+    let s = settings(&[&alice]);
+    assert!(matches!(
+        backup::due(store.as_ref(), "prod", &s, jiff::Timestamp::now()).unwrap(),
+        Due::Now { .. }
+    ));
+
+    // Verify a copy, as the operator would on their machine.
+    let rec = backup::list(store.as_ref(), "prod").unwrap().remove(0);
+    let path = dir.path().join("state/backups/prod").join(&b.file);
+    let bytes = std::fs::read(&path).unwrap();
+    let v = backup::verify(&bytes[..], &rec, None).unwrap();
+    assert_eq!(
+        (v.size, v.sha256.clone(), v.snapshot),
+        (rec.size, rec.sha256.clone(), None)
+    );
+    let v = backup::verify(&bytes[..], &rec, Some(&alice)).unwrap();
+    assert_eq!(
+        v.snapshot,
+        Some((rec.snapshot_size, rec.snapshot_sha256.clone()))
+    );
+    // Another key cannot decrypt it; a flipped byte or a cut file does not verify.
+    let eve = age::x25519::Identity::generate();
+    assert!(matches!(
+        backup::verify(&bytes[..], &rec, Some(&eve)),
+        Err(backup::VerifyError::Decrypt(_))
+    ));
+    let mut flipped = bytes.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    assert!(matches!(
+        backup::verify(&flipped[..], &rec, None),
+        Err(backup::VerifyError::Mismatch { what: "sha256", .. })
+    ));
+    assert!(backup::verify(&flipped[..], &rec, Some(&alice)).is_err());
+    assert!(matches!(
+        backup::verify(&bytes[..bytes.len() - 100], &rec, None),
+        Err(backup::VerifyError::Mismatch { what: "size", .. })
+    ));
+
+    // A cluster without `spec.backup` is refused with the reason, and nothing is taken.
+    store
+        .commit(Txn::new().delete(Table::Desired, "cluster/prod"))
+        .unwrap();
+    let err = api
+        .backup_now(tonic::Request::new(pb::BackupNowRequest {
+            cluster: "prod".into(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        err.message().contains("backups are off"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(sim.snapshots(), 1);
+}
+
+// ------------------------------------------------------------------ end to end: the daemon
+
+/// The daemon with `spec.backup` in the examples (the simulator already runs the desired
+/// versions, so the plan only changes settings): once alice and bob approve it, the leader's
+/// schedule takes a backup on its own; `medea backup list|show|verify|now` work against it.
+#[test]
+fn backup_daemon_takes_the_scheduled_backup_once_its_settings_are_approved() {
+    use age::secrecy::ExposeSecret as _;
+    use std::time::Duration;
+    let alice_age = age::x25519::Identity::generate();
+    let block = format!(
+        "spec:\n  backup:\n    schedule: '0 3 * * *'\n    retention: {{ keep: 5 }}\n    recipients: [{}]\n",
+        alice_age.to_public()
+    );
+    let s = crate::fixtures::serve::serve()
+        .talos("v1.14.6")
+        .kubernetes("v1.35.8")
+        .desired_edit("home/cluster.yaml", "spec:\n", &block)
+        .start();
+    let mut plan = serde_json::Value::Null;
+    crate::fixtures::wait(
+        "the plan with the backup settings",
+        Duration::from_secs(60),
+        || {
+            plan = s.plan_json();
+            plan.to_string().contains("backup.recipients")
+        },
+    );
+    let (id, short) = (
+        plan["id"].as_str().unwrap().to_string(),
+        plan["shortId"].as_str().unwrap().to_string(),
+    );
+    // Nothing is backed up before the settings are approved.
+    let out = s
+        .cli()
+        .args(["backup", "list", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    std::fs::create_dir_all(s.desired.join("approvals")).unwrap();
+    for who in ["alice", "bob"] {
+        std::fs::write(
+            s.desired.join(format!("approvals/{short}-{who}.sig")),
+            crate::fixtures::sign(&s.key(who), &id),
+        )
+        .unwrap();
+    }
+    let mut listed = serde_json::Value::Null;
+    crate::fixtures::wait("the scheduled backup", Duration::from_secs(90), || {
+        let out = s
+            .cli()
+            .args(["backup", "list", "--cluster", "home", "-o", "json"])
+            .output()
+            .unwrap();
+        listed = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        listed.as_array().is_some_and(|a| !a.is_empty())
+    });
+    let b = &listed[0];
+    assert_eq!(b["trigger"], "scheduled", "{listed}");
+    let file = b["file"].as_str().unwrap().to_string();
+    let path = s.state.join("backups/home").join(&file);
+    let enc = std::fs::read(&path).unwrap();
+    let plain = decrypt(&enc, &alice_age);
+    assert_eq!(sha256(&plain), b["snapshotSha256"].as_str().unwrap(), "{b}");
+
+    // `show` and `verify` (with the operator's key, on "their machine").
+    let out = s.cli().args(["backup", "show", &file]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.contains(&format!(
+            "sha256           {}",
+            b["sha256"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    let key = s.dir.join("age-key.txt");
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key)
+            .unwrap();
+        use std::io::Write as _;
+        writeln!(f, "{}", alice_age.to_string().expose_secret()).unwrap();
+    }
+    let copy = s.dir.join(&file);
+    std::fs::copy(&path, &copy).unwrap();
+    let out = s
+        .cli()
+        .args(["backup", "verify"])
+        .arg(&copy)
+        .arg("--identity")
+        .arg(&key)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("match the record"), "{said}");
+    assert!(said.contains("a complete etcd snapshot"), "{said}");
+    // A key file others may read is refused, and named: it holds the key to every Secret.
+    let loose = s.dir.join("loose-key.txt");
+    std::fs::copy(&key, &loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = s
+        .cli()
+        .args(["backup", "verify"])
+        .arg(&copy)
+        .arg("-i")
+        .arg(&loose)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("make it 0600"), "{err}");
+    // A damaged copy does not verify.
+    let mut bad = enc.clone();
+    bad[enc.len() / 2] ^= 0xff;
+    std::fs::write(&copy, &bad).unwrap();
+    let out = s
+        .cli()
+        .args(["backup", "verify"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("did not verify"), "{err}");
+
+    // `now`: one more, by hand. File names are per second, so one asked for in the scheduled
+    // backup's second is refused (nothing written); asking again in the next one succeeds.
+    let mut said = String::new();
+    crate::fixtures::wait("a manual backup", Duration::from_secs(10), || {
+        let out = s
+            .cli()
+            .args(["backup", "now", "--cluster", "home"])
+            .output()
+            .unwrap();
+        said = String::from_utf8_lossy(&out.stdout).into_owned();
+        out.status.success()
+    });
+    assert!(said.contains("trigger          manual"), "{said}");
+    let out = s
+        .cli()
+        .args(["backup", "list", "--cluster", "home", "-o", "json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+}
+
+/// The store as a deposed leader sees it: its term ended while it streamed, so the fenced
+/// transaction recording the backup is refused (what etcd answers to a stale fence).
+struct DeposedAtRecord(Arc<MemStore>);
+
+impl Store for DeposedAtRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.0.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        if txn
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
+        {
+            return Err(StoreError::Fenced {
+                replica: "replica-a".into(),
+                term: 7,
+            });
+        }
+        self.0.commit(txn)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let shared = Arc::new(MemStore::new());
+    apply(
+        shared.as_ref(),
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    // Replica a takes the slot, streams, writes the file, and loses its term before recording.
+    let a = DeposedAtRecord(shared.clone());
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &a,
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    assert!(backup::list(shared.as_ref(), "prod").unwrap().is_empty());
+    // Replica b leads now: it recovers (a's file is an orphan, a's slot given back), then takes
+    // the slot once.
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        shared.as_ref(),
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:00:05Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"]
+    );
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    assert_eq!(r.taken[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    let r = run_pass(
+        shared.as_ref(),
+        None,
+        &sim,
+        &state,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(shared.as_ref(), "prod").unwrap();
+    assert_eq!(
+        all.len(),
+        1,
+        "exactly one backup recorded for the slot: {all:?}"
+    );
+    assert_eq!(
+        entries(&state.join("backups/prod")),
+        vec![all[0].file.clone()]
+    );
+    assert_eq!(sim.snapshots(), 2);
+}
+
+// ------------------------------------------------------------------ failover on a real etcd
+
+/// Replica a's view of the store: when a's pass records its backup, its term ends first —
+/// a resigns and b wins the election — so the real etcd refuses a's fenced record write.
+struct FailoverAtRecord {
+    inner: Arc<medea::store::etcd::EtcdStore>,
+    a: medea::store::Leadership,
+    b_store: Arc<medea::store::etcd::EtcdStore>,
+    b: std::sync::Mutex<Option<(medea::store::Leadership, medea::store::Fence)>>,
+}
+
+impl Store for FailoverAtRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.inner.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        let records = txn
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")));
+        if records && self.b.lock().unwrap().is_none() {
+            let won = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async {
+                        self.a.resign().await;
+                        let b = self
+                            .b_store
+                            .campaign("b", std::time::Duration::from_secs(3));
+                        let fence =
+                            tokio::time::timeout(std::time::Duration::from_secs(60), b.leading())
+                                .await
+                                .expect("b leads within a minute");
+                        (b, fence)
+                    })
+                })
+                .join()
+                .unwrap()
+            });
+            *self.b.lock().unwrap() = Some(won);
+        }
+        self.inner.commit(txn)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
+    let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
+        return;
+    };
+    let prefix = crate::etcd_harness::unique_prefix("backup-failover");
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let state = dir.path().join("state");
+    let sa = Arc::new(etcd.store(&prefix));
+    let sb = Arc::new(etcd.store(&prefix));
+    apply(
+        sa.as_ref(),
+        &sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    recipients:\n{}",
+            key_yaml(&[&alice])
+        ),
+    );
+    let a = sa.campaign("a", std::time::Duration::from_secs(3));
+    let fa = tokio::time::timeout(std::time::Duration::from_secs(60), a.leading())
+        .await
+        .expect("a leads");
+    let view = FailoverAtRecord {
+        inner: sa.clone(),
+        a,
+        b_store: sb.clone(),
+        b: std::sync::Mutex::new(None),
+    };
+    // a takes the slot, streams and writes the file; its term ends before the record.
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &view,
+        Some(&fa),
+        &sim,
+        &state,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "etcd refused a's record: {err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    let (_b, fb) = view.b.lock().unwrap().take().expect("b won the election");
+    // a, late, runs its schedule again with its old fence: the slot is taken (its intent
+    // says so), so it does nothing, and asks for no snapshot.
+    let r = run_pass(
+        sa.as_ref(),
+        Some(&fa),
+        &sim,
+        &state,
+        "2026-12-05T10:00:01Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    assert_eq!(sim.snapshots(), 1);
+    // And a manual backup by a is refused by etcd before any snapshot.
+    let err = backup::take(
+        sa.as_ref(),
+        Some(&fa),
+        &adapters(&sim).await.0,
+        Arc::new(LocalDir::new(&state, "prod")),
+        BackupRequest {
+            cluster: "prod",
+            settings: &settings(&[&alice]),
+            control_plane: &control_plane(&sim),
+            now: ts("2026-12-05T10:00:01Z"),
+            slot: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    // b, the new leader: recovers (a's orphan removed, its slot given back), takes it once.
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &state,
+        "2026-12-05T10:00:02Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"]
+    );
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &state,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(sb.as_ref(), "prod").unwrap();
+    assert_eq!(all.len(), 1, "exactly one backup recorded: {all:?}");
+    assert_eq!(all[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    assert_eq!(
+        entries(&state.join("backups/prod")),
+        vec![all[0].file.clone()]
+    );
+    assert_eq!(sim.snapshots(), 2);
+}
+
+// ------------------------------------------------------------------ restoring into a real etcd
+
+/// Encrypt `plain` to `id` as a backup file at `path`.
+fn encrypt_to(path: &Path, plain: &[u8], id: &age::x25519::Identity) {
+    use std::io::Write as _;
+    let r = id.to_public();
+    let enc = age::Encryptor::with_recipients(std::iter::once(&r as &dyn age::Recipient)).unwrap();
+    let mut out = Vec::new();
+    let mut w = enc.wrap_output(&mut out).unwrap();
+    w.write_all(plain).unwrap();
+    w.finish().unwrap();
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn backup_verify_restores_a_real_etcd_snapshot_into_a_throwaway_etcd_and_counts_its_keys() {
+    let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
+        return;
+    };
+    let Some(etcdctl) = crate::fixtures::tool_or_skip("etcdctl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = crate::etcd_harness::unique_prefix("backup-restore");
+    let endpoint = format!("http://{}", etcd.endpoint);
+    let ctl = |args: &[&str]| {
+        let out = std::process::Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoint])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for k in ["a", "b", "c"] {
+        ctl(&["put", &format!("{prefix}/{k}"), "value"]);
+    }
+    let snap = dir.path().join("snap.db");
+    ctl(&["snapshot", "save", snap.to_str().unwrap()]);
+    let plain = std::fs::read(&snap).unwrap();
+    let (body, trailer) = plain.split_at(plain.len() - 32);
+    assert_eq!(
+        hex::encode(trailer),
+        sha256(body),
+        "a real snapshot has etcd's trailer"
+    );
+    let alice = age::x25519::Identity::generate();
+    let file = dir.path().join("prod-20261205T030000Z.db.age");
+    encrypt_to(&file, &plain, &alice);
+
+    let keys = medea::cli::backup::restore_and_count(&file, &alice, &prefix).unwrap();
+    assert_eq!(keys, 3);
+
+    // A snapshot whose database was altered is refused by etcd's own restore (its trailer).
+    let mut bad = plain.clone();
+    bad[100] ^= 0xff;
+    encrypt_to(&file, &bad, &alice);
+    let err = medea::cli::backup::restore_and_count(&file, &alice, &prefix).unwrap_err();
+    assert!(
+        format!("{err:?}").contains("snapshot restore failed"),
+        "{err:?}"
+    );
+    // Another key cannot even decrypt it.
+    let eve = age::x25519::Identity::generate();
+    assert!(medea::cli::backup::restore_and_count(&file, &eve, &prefix).is_err());
+}
