@@ -210,9 +210,22 @@ pub enum BackupError {
         #[source]
         err: std::io::Error,
     },
+    /// The destination's settings on the server do not check out.
+    #[error(
+        "the server's settings of backup destination `{destination}` of cluster `{cluster}` are refused"
+    )]
+    DestinationConfig {
+        /// The cluster.
+        cluster: String,
+        /// The destination's name.
+        destination: String,
+        /// Why.
+        #[source]
+        err: Box<crate::ops::backup_s3::S3ConfigError>,
+    },
     /// The destination name is not one this server has.
     #[error(
-        "cluster `{cluster}` names backup destination `{destination}`, which this server does not have (it has `local`)"
+        "cluster `{cluster}` names backup destination `{destination}`, which this server does not have: it has `local`, and an S3-compatible one for each `<creds-dir>/{cluster}/backup-destinations/<name>/destination.yaml`"
     )]
     UnknownDestination {
         /// The cluster.
@@ -406,18 +419,64 @@ impl Destination for LocalDir {
     }
 }
 
-/// The destination `name` of `cluster`, as this server maps names (only `local` today).
+/// Where this server keeps what its destinations need: the local destination's files, and the
+/// settings and credentials of its other destinations.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    /// `--state-dir`: the `local` destination is `<state-dir>/backups/<cluster>/`.
+    pub state_dir: PathBuf,
+    /// `--creds-dir`: destination `<name>` of a cluster is set up by
+    /// `<creds-dir>/<cluster>/backup-destinations/<name>/` (see [`crate::ops::backup_s3`]).
+    /// `None`: only `local`.
+    pub creds_dir: Option<PathBuf>,
+}
+
+impl Dirs {
+    /// Only the `local` destination, under `state_dir`.
+    pub fn local(state_dir: &Path) -> Dirs {
+        Dirs {
+            state_dir: state_dir.to_path_buf(),
+            creds_dir: None,
+        }
+    }
+}
+
+/// The destination `name` of `cluster`, as this server maps names: `local` is
+/// `<state-dir>/backups/<cluster>/`; another name is the S3-compatible destination set up in
+/// `<creds-dir>/<cluster>/backup-destinations/<name>/` (files the server owns, never the
+/// repository).
 pub fn destination(
-    state_dir: &Path,
+    dirs: &Dirs,
     cluster: &str,
     name: &str,
 ) -> Result<Box<dyn Destination>, BackupError> {
-    match name {
-        LOCAL => Ok(Box::new(LocalDir::new(state_dir, cluster))),
-        other => Err(BackupError::UnknownDestination {
-            cluster: cluster.to_string(),
-            destination: other.to_string(),
-        }),
+    if name == LOCAL {
+        return Ok(Box::new(LocalDir::new(&dirs.state_dir, cluster)));
+    }
+    let unknown = || BackupError::UnknownDestination {
+        cluster: cluster.to_string(),
+        destination: name.to_string(),
+    };
+    let Some(creds) = &dirs.creds_dir else {
+        return Err(unknown());
+    };
+    if !crate::desired::validate::is_dns_label(name)
+        || !crate::desired::validate::is_dns_label(cluster)
+    {
+        return Err(unknown());
+    }
+    let dir = crate::ops::backup_s3::destination_dir(creds, cluster, name);
+    let config_err = |err| BackupError::DestinationConfig {
+        cluster: cluster.to_string(),
+        destination: name.to_string(),
+        err: Box::new(err),
+    };
+    match crate::ops::backup_s3::S3Config::load(&dir).map_err(config_err)? {
+        None => Err(unknown()),
+        Some((config, credentials)) => Ok(Box::new(
+            crate::ops::backup_s3::S3::new(name, cluster, config, credentials)
+                .map_err(config_err)?,
+        )),
     }
 }
 
@@ -951,7 +1010,7 @@ pub struct ClusterStatus {
 pub async fn pass<T, F>(
     store: &dyn Store,
     fence: Option<&Fence>,
-    state_dir: &Path,
+    dirs: &Dirs,
     talos_for: F,
     now: Timestamp,
     recovered: &mut std::collections::BTreeSet<String>,
@@ -979,7 +1038,7 @@ where
         };
         enabled.push((name.clone(), settings.schedule.clone()));
         let dest: std::sync::Arc<dyn Destination> =
-            match destination(state_dir, &name, &settings.destination) {
+            match destination(dirs, &name, &settings.destination) {
                 Ok(d) => std::sync::Arc::from(d),
                 Err(e) => {
                     report.failed.push((name.clone(), e));
@@ -1084,7 +1143,7 @@ pub enum NowError {
 pub async fn take_now<T: TalosPort>(
     store: &dyn Store,
     fence: Option<&Fence>,
-    state_dir: &Path,
+    dirs: &Dirs,
     talos: &T,
     cluster: &str,
     now: Timestamp,
@@ -1101,7 +1160,7 @@ pub async fn take_now<T: TalosPort>(
         err,
     })?;
     let dest: std::sync::Arc<dyn Destination> =
-        std::sync::Arc::from(destination(state_dir, cluster, &settings.destination)?);
+        std::sync::Arc::from(destination(dirs, cluster, &settings.destination)?);
     let control_plane = control_plane_of(store, cluster)?;
     let req = BackupRequest {
         cluster,
