@@ -469,7 +469,10 @@ impl S3Destination {
             .timeout_connect(Some(Duration::from_secs(10)))
             // No byte for a minute (a part is sent or read in well under that on a live link).
             .timeout_recv_response(Some(Duration::from_secs(60)))
-            .timeout_recv_body(Some(Duration::from_secs(600)))
+            // A whole part sent, or a whole object read back, within an hour: a stalled
+            // connection fails the backup instead of holding the schedule forever.
+            .timeout_send_body(Some(Duration::from_secs(3600)))
+            .timeout_recv_body(Some(Duration::from_secs(3600)))
             .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
             .user_agent(concat!("medea/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -535,7 +538,7 @@ impl S3Destination {
                 req = req.header(k.as_str(), v.as_str());
             }
             let result = req
-                .body(body.map(<[u8]>::to_vec).unwrap_or_default())
+                .body(body.unwrap_or_default())
                 .map_err(|e| S3RequestError::Answer {
                     op,
                     target: self.target(key),
