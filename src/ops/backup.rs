@@ -504,6 +504,18 @@ impl<W: Write> Write for Hashing<W> {
     }
 }
 
+/// Run `f`, which calls a destination (blocking: file I/O, or S3 requests retried with
+/// backoff), without holding up the async runtime: on a multi-threaded runtime the worker hands
+/// its other tasks over first (`block_in_place`); elsewhere `f` just runs.
+fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 /// What one backup run is asked to do.
 pub struct BackupRequest<'a> {
     /// The cluster.
@@ -1046,7 +1058,17 @@ where
                 }
             };
         if !recovered.contains(&name) {
-            let r = recover(store, fence, &name, dest.as_ref())?;
+            // A destination that cannot be read (an unreachable S3 server) fails this
+            // cluster's pass, not every cluster's: recovery runs again on the next pass.
+            let r = match off_the_workers(|| recover(store, fence, &name, dest.as_ref())) {
+                Ok(r) => r,
+                Err(e @ BackupError::Store { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: recovering the journal failed; no backup until it succeeds");
+                    report.failed.push((name.clone(), e));
+                    continue;
+                }
+            };
             for f in &r.orphans_removed {
                 tracing::warn!(cluster = %name, file = %f, "backup: removed an orphan a crash left between write and record (never counted as a backup)");
             }
@@ -1090,8 +1112,16 @@ where
             Ok(rec) => {
                 tracing::info!(cluster = %name, file = %rec.file, member = %rec.member, size = rec.size, "backup: taken");
                 report.taken.push(rec);
-                let pruned = prune(store, fence, &name, &settings.retention, dest.as_ref(), now)?;
-                report.pruned.push((name.clone(), pruned));
+                match off_the_workers(|| {
+                    prune(store, fence, &name, &settings.retention, dest.as_ref(), now)
+                }) {
+                    Ok(pruned) => report.pruned.push((name.clone(), pruned)),
+                    Err(e @ BackupError::Store { .. }) => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: retention failed; the next pass tries again");
+                        report.failed.push((name.clone(), e));
+                    }
+                }
             }
             Err(e @ BackupError::Store { .. }) => return Err(e),
             Err(e) => {
@@ -1170,14 +1200,16 @@ pub async fn take_now<T: TalosPort>(
         slot: None,
     };
     let rec = take(store, fence, talos, dest.clone(), req).await?;
-    prune(
-        store,
-        fence,
-        cluster,
-        &settings.retention,
-        dest.as_ref(),
-        now,
-    )?;
+    off_the_workers(|| {
+        prune(
+            store,
+            fence,
+            cluster,
+            &settings.retention,
+            dest.as_ref(),
+            now,
+        )
+    })?;
     Ok(rec)
 }
 

@@ -843,3 +843,54 @@ async fn backup_s3_crash_between_upload_and_record_leaves_no_backup_and_the_orph
     let again = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
     assert!(again.orphans_removed.is_empty());
 }
+
+/// A scheduled pass whose destination cannot be reached fails that cluster's backup (reported,
+/// so the metric and the webhook follow), not the whole pass: recovery, which must come first,
+/// is tried again on the next pass, and no snapshot is asked for meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_s3_unreachable_destination_fails_its_cluster_not_the_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let store = MemStore::new();
+    apply(&store, &sim, &alice, "");
+    let port = crate::fixtures::free_port();
+    write_destination(
+        &sim.creds,
+        "offsite",
+        &format!("http://127.0.0.1:{port}"),
+        1,
+    );
+    let dirs = backup::Dirs {
+        state_dir: dir.path().join("state"),
+        creds_dir: Some(sim.creds.clone()),
+    };
+    let mut recovered = Default::default();
+    let creds = sim.creds.clone();
+    let r = backup::pass(
+        &store,
+        None,
+        &dirs,
+        |cluster| medea::talos::adapter::TalosAdapter::from_creds(&creds, cluster),
+        ts("2026-12-05T10:00:00Z"),
+        &mut recovered,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty());
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    let (cluster, err) = &r.failed[0];
+    assert_eq!(cluster, "prod");
+    assert!(
+        matches!(err, BackupError::Destination { destination, .. } if destination == "offsite"),
+        "{err:?}"
+    );
+    assert!(
+        medea::error_chain(err).contains("ListObjectsV2"),
+        "{}",
+        medea::error_chain(err)
+    );
+    assert!(recovered.is_empty(), "recovery is tried again next pass");
+    assert_eq!(sim.snapshots(), 0, "no snapshot before recovery succeeded");
+    assert!(backup::list(&store, "prod").unwrap().is_empty());
+}
