@@ -139,7 +139,8 @@ pub struct BackupSpec {
     #[serde(default)]
     pub retention: Option<RetentionSpec>,
     /// The name of a destination the medea server owns (default `local`:
-    /// `<state-dir>/backups/<cluster>/`). A name, never a path.
+    /// `<state-dir>/backups/<cluster>/`; another name: the S3-compatible storage set up in
+    /// `<creds-dir>/<cluster>/backup-destinations/<name>/` on the server). A name, never a path.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub destination: Option<Spanned<String>>,

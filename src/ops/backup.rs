@@ -210,9 +210,22 @@ pub enum BackupError {
         #[source]
         err: std::io::Error,
     },
+    /// The destination's settings on the server do not check out.
+    #[error(
+        "the server's settings of backup destination `{destination}` of cluster `{cluster}` are refused"
+    )]
+    DestinationConfig {
+        /// The cluster.
+        cluster: String,
+        /// The destination's name.
+        destination: String,
+        /// Why.
+        #[source]
+        err: Box<crate::ops::backup_s3::S3ConfigError>,
+    },
     /// The destination name is not one this server has.
     #[error(
-        "cluster `{cluster}` names backup destination `{destination}`, which this server does not have (it has `local`)"
+        "cluster `{cluster}` names backup destination `{destination}`, which this server does not have: it has `local`, and an S3-compatible one for each `<creds-dir>/{cluster}/backup-destinations/<name>/destination.yaml`"
     )]
     UnknownDestination {
         /// The cluster.
@@ -406,18 +419,64 @@ impl Destination for LocalDir {
     }
 }
 
-/// The destination `name` of `cluster`, as this server maps names (only `local` today).
+/// Where this server keeps what its destinations need: the local destination's files, and the
+/// settings and credentials of its other destinations.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    /// `--state-dir`: the `local` destination is `<state-dir>/backups/<cluster>/`.
+    pub state_dir: PathBuf,
+    /// `--creds-dir`: destination `<name>` of a cluster is set up by
+    /// `<creds-dir>/<cluster>/backup-destinations/<name>/` (see [`crate::ops::backup_s3`]).
+    /// `None`: only `local`.
+    pub creds_dir: Option<PathBuf>,
+}
+
+impl Dirs {
+    /// Only the `local` destination, under `state_dir`.
+    pub fn local(state_dir: &Path) -> Dirs {
+        Dirs {
+            state_dir: state_dir.to_path_buf(),
+            creds_dir: None,
+        }
+    }
+}
+
+/// The destination `name` of `cluster`, as this server maps names: `local` is
+/// `<state-dir>/backups/<cluster>/`; another name is the S3-compatible destination set up in
+/// `<creds-dir>/<cluster>/backup-destinations/<name>/` (files the server owns, never the
+/// repository).
 pub fn destination(
-    state_dir: &Path,
+    dirs: &Dirs,
     cluster: &str,
     name: &str,
 ) -> Result<Box<dyn Destination>, BackupError> {
-    match name {
-        LOCAL => Ok(Box::new(LocalDir::new(state_dir, cluster))),
-        other => Err(BackupError::UnknownDestination {
-            cluster: cluster.to_string(),
-            destination: other.to_string(),
-        }),
+    if name == LOCAL {
+        return Ok(Box::new(LocalDir::new(&dirs.state_dir, cluster)));
+    }
+    let unknown = || BackupError::UnknownDestination {
+        cluster: cluster.to_string(),
+        destination: name.to_string(),
+    };
+    let Some(creds) = &dirs.creds_dir else {
+        return Err(unknown());
+    };
+    if !crate::desired::validate::is_dns_label(name)
+        || !crate::desired::validate::is_dns_label(cluster)
+    {
+        return Err(unknown());
+    }
+    let dir = crate::ops::backup_s3::destination_dir(creds, cluster, name);
+    let config_err = |err| BackupError::DestinationConfig {
+        cluster: cluster.to_string(),
+        destination: name.to_string(),
+        err: Box::new(err),
+    };
+    match crate::ops::backup_s3::S3Config::load(&dir).map_err(config_err)? {
+        None => Err(unknown()),
+        Some((config, credentials)) => Ok(Box::new(
+            crate::ops::backup_s3::S3::new(name, cluster, config, credentials)
+                .map_err(config_err)?,
+        )),
     }
 }
 
@@ -442,6 +501,18 @@ impl<W: Write> Write for Hashing<W> {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// Run `f`, which calls a destination (blocking: file I/O, or S3 requests retried with
+/// backoff), without holding up the async runtime: on a multi-threaded runtime the worker hands
+/// its other tasks over first (`block_in_place`); elsewhere `f` just runs.
+fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -951,7 +1022,7 @@ pub struct ClusterStatus {
 pub async fn pass<T, F>(
     store: &dyn Store,
     fence: Option<&Fence>,
-    state_dir: &Path,
+    dirs: &Dirs,
     talos_for: F,
     now: Timestamp,
     recovered: &mut std::collections::BTreeSet<String>,
@@ -979,7 +1050,7 @@ where
         };
         enabled.push((name.clone(), settings.schedule.clone()));
         let dest: std::sync::Arc<dyn Destination> =
-            match destination(state_dir, &name, &settings.destination) {
+            match destination(dirs, &name, &settings.destination) {
                 Ok(d) => std::sync::Arc::from(d),
                 Err(e) => {
                     report.failed.push((name.clone(), e));
@@ -987,7 +1058,17 @@ where
                 }
             };
         if !recovered.contains(&name) {
-            let r = recover(store, fence, &name, dest.as_ref())?;
+            // A destination that cannot be read (an unreachable S3 server) fails this
+            // cluster's pass, not every cluster's: recovery runs again on the next pass.
+            let r = match off_the_workers(|| recover(store, fence, &name, dest.as_ref())) {
+                Ok(r) => r,
+                Err(e @ BackupError::Store { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: recovering the journal failed; no backup until it succeeds");
+                    report.failed.push((name.clone(), e));
+                    continue;
+                }
+            };
             for f in &r.orphans_removed {
                 tracing::warn!(cluster = %name, file = %f, "backup: removed an orphan a crash left between write and record (never counted as a backup)");
             }
@@ -1031,8 +1112,16 @@ where
             Ok(rec) => {
                 tracing::info!(cluster = %name, file = %rec.file, member = %rec.member, size = rec.size, "backup: taken");
                 report.taken.push(rec);
-                let pruned = prune(store, fence, &name, &settings.retention, dest.as_ref(), now)?;
-                report.pruned.push((name.clone(), pruned));
+                match off_the_workers(|| {
+                    prune(store, fence, &name, &settings.retention, dest.as_ref(), now)
+                }) {
+                    Ok(pruned) => report.pruned.push((name.clone(), pruned)),
+                    Err(e @ BackupError::Store { .. }) => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: retention failed; the next pass tries again");
+                        report.failed.push((name.clone(), e));
+                    }
+                }
             }
             Err(e @ BackupError::Store { .. }) => return Err(e),
             Err(e) => {
@@ -1084,7 +1173,7 @@ pub enum NowError {
 pub async fn take_now<T: TalosPort>(
     store: &dyn Store,
     fence: Option<&Fence>,
-    state_dir: &Path,
+    dirs: &Dirs,
     talos: &T,
     cluster: &str,
     now: Timestamp,
@@ -1101,7 +1190,7 @@ pub async fn take_now<T: TalosPort>(
         err,
     })?;
     let dest: std::sync::Arc<dyn Destination> =
-        std::sync::Arc::from(destination(state_dir, cluster, &settings.destination)?);
+        std::sync::Arc::from(destination(dirs, cluster, &settings.destination)?);
     let control_plane = control_plane_of(store, cluster)?;
     let req = BackupRequest {
         cluster,
@@ -1111,14 +1200,16 @@ pub async fn take_now<T: TalosPort>(
         slot: None,
     };
     let rec = take(store, fence, talos, dest.clone(), req).await?;
-    prune(
-        store,
-        fence,
-        cluster,
-        &settings.retention,
-        dest.as_ref(),
-        now,
-    )?;
+    off_the_workers(|| {
+        prune(
+            store,
+            fence,
+            cluster,
+            &settings.retention,
+            dest.as_ref(),
+            now,
+        )
+    })?;
     Ok(rec)
 }
 

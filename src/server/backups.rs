@@ -46,7 +46,7 @@ pub async fn backup_loop(shared: Arc<Shared>) {
             let result = backup::pass(
                 shared.store.as_ref(),
                 Some(&fence),
-                &shared.state_dir,
+                &dirs(&shared),
                 |cluster| TalosAdapter::from_creds(&creds, cluster),
                 now,
                 &mut recovered,
@@ -72,6 +72,15 @@ pub async fn backup_loop(shared: Arc<Shared>) {
             _ = shared.leadership.changed_from(&role) => {}
             changed = changes.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+/// The server's places for backup destinations: `local` under the state directory, the others
+/// set up under the credentials directory.
+fn dirs(shared: &Shared) -> backup::Dirs {
+    backup::Dirs {
+        state_dir: shared.state_dir.clone(),
+        creds_dir: Some(shared.creds_dir.clone()),
     }
 }
 
@@ -166,7 +175,7 @@ pub async fn backup_now(
     let result = backup::take_now(
         shared.store.as_ref(),
         Some(&fence),
-        &shared.state_dir,
+        &dirs(shared),
         &talos,
         cluster,
         jiff::Timestamp::now(),

@@ -263,7 +263,7 @@ async fn backup_destination_failure_is_reported_as_such_and_nothing_is_recorded(
 
 /// A store that fails the transaction recording a backup, as a crash right after the file was
 /// written would: the intent is durable, the record is not.
-struct CrashBeforeRecord(MemStore);
+pub(crate) struct CrashBeforeRecord(pub(crate) MemStore);
 
 impl Store for CrashBeforeRecord {
     fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -394,7 +394,7 @@ async fn run_pass(
     backup::pass(
         store,
         fence,
-        state,
+        &backup::Dirs::local(state),
         |cluster| medea::talos::adapter::TalosAdapter::from_creds(&creds, cluster),
         ts(now),
         recovered,

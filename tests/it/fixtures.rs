@@ -25,6 +25,9 @@ fn package_of(bin: &str) -> &'static str {
     }
 }
 
+/// How `tests/run` installs `s3s-fs` (keep the two in step).
+pub const S3S_FS_INSTALL: &str = "cargo install --locked s3s-fs@0.14.1 --features binary";
+
 /// `bin` on PATH (or in /usr/bin).
 pub fn find_tool(bin: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
@@ -37,6 +40,14 @@ pub fn find_tool(bin: &str) -> Option<PathBuf> {
 }
 
 fn missing(bin: &str) -> String {
+    if bin == "s3s-fs" {
+        // Not a Debian package: the S3 server of the s3s project, from crates.io.
+        return format!(
+            "this test needs the real `s3s-fs` (an S3-compatible server), which is not on PATH: \
+             install it with `{S3S_FS_INSTALL}`, or run the suite with `tests/run`, which \
+             installs every tool the tests need"
+        );
+    }
     let pkg = package_of(bin);
     format!(
         "this test needs the real `{bin}`, which is not on PATH: install it with \

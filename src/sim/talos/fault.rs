@@ -178,6 +178,12 @@ pub enum Effect {
         #[serde(rename = "afterBytes")]
         after_bytes: u64,
     },
+    /// `EtcdSnapshot`: the member's database is `dbBytes` long (default 64 KiB; at most
+    /// 256 MiB), as a busier cluster's is: a snapshot larger than an upload part.
+    LargeSnapshot {
+        #[serde(rename = "dbBytes")]
+        db_bytes: u64,
+    },
     /// Image pulls answer only after `delay` (`"30s"`, `"250ms"`).
     SlowPull {
         #[serde(with = "duration_text")]
@@ -291,6 +297,17 @@ impl FaultPlan {
                         "snapshotBreak",
                         "a call trigger on `etcdSnapshot`",
                     ));
+                }
+            }
+            Effect::LargeSnapshot { db_bytes } => {
+                if !call_of(&[Method::EtcdSnapshot]) {
+                    return Err(mismatch(
+                        "largeSnapshot",
+                        "a call trigger on `etcdSnapshot`",
+                    ));
+                }
+                if *db_bytes == 0 || *db_bytes > 256 * 1024 * 1024 {
+                    return Err(mismatch("largeSnapshot", "`dbBytes` in 1..=268435456"));
                 }
             }
             Effect::SlowPull { .. } => {

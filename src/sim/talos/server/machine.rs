@@ -207,6 +207,14 @@ impl MachineService for Api {
         let brk = c.fire(idx, Occasion::Call(Method::EtcdSnapshot), |e| {
             matches!(e, Effect::SnapshotBreak { .. })
         });
+        let size = match c.fire(idx, Occasion::Call(Method::EtcdSnapshot), |e| {
+            matches!(e, Effect::LargeSnapshot { .. })
+        }) {
+            Some(Effect::LargeSnapshot { db_bytes }) => {
+                usize::try_from(db_bytes).unwrap_or(SNAPSHOT_DB_SIZE)
+            }
+            _ => SNAPSHOT_DB_SIZE,
+        };
         let n = &c.nodes()[idx];
         let seed = format!(
             "{}:{}:{}",
@@ -214,12 +222,12 @@ impl MachineService for Api {
             n.config_version,
             n.counters.calls(Method::EtcdSnapshot)
         );
-        let mut db = Vec::with_capacity(SNAPSHOT_DB_SIZE);
-        while db.len() < SNAPSHOT_DB_SIZE {
+        let mut db = Vec::with_capacity(size);
+        while db.len() < size {
             db.extend_from_slice(seed.as_bytes());
             db.push(b'\n');
         }
-        db.truncate(SNAPSHOT_DB_SIZE);
+        db.truncate(size);
         let snap = with_trailer(db);
         let limit = match brk {
             Some(Effect::SnapshotBreak { after_bytes }) => {
