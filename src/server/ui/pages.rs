@@ -633,6 +633,7 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
         CommandOutcome::Failed { error } => format!("failed: {error}"),
         CommandOutcome::Transient { error } => format!("unknown outcome: {error}"),
         CommandOutcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
+        CommandOutcome::Silenced { id } => format!("silence {id}"),
         CommandOutcome::Drain { result } => match result {
             crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
             crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {
