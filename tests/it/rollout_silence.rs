@@ -293,3 +293,130 @@ async fn a_refused_silence_halts_before_the_cordon_or_with_proceed_goes_on_unsil
         }
     }
 }
+
+/// The crash harness over a silenced node: a child `medea __rollout-run --creds-dir …`
+/// (medea's own probes, as `medea serve`'s) killed after (`MEDEA_CRASH_AT`) or before
+/// (`MEDEA_CRASH_BEFORE`) journal write `n`, then restarted. After the kill, Alertmanager holds
+/// at most one live silence of the node, ending within its lease (and the drain's timeout,
+/// which a renewal before the drain covers); after the restart the node is upgraded once and
+/// uncordoned, and the job made exactly one silence, expired.
+fn crash_harness(var: &str) -> u64 {
+    use std::os::unix::process::ExitStatusExt;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    crate::fixtures::require_tool("prometheus-alertmanager");
+    let am = rt
+        .block_on(AlertmanagerServer::start())
+        .expect("prometheus-alertmanager is installed");
+    let drain = Duration::from_secs(5);
+    let bound = LEASE + drain + Duration::from_secs(5);
+    for n in 1u64.. {
+        let dir = crate::rollout::crash::scratch();
+        let sim = rt.block_on(Sim::start(dir.path(), 1, 1, KubeSimConfig::default()));
+        let mut step = sim.step("workers", &[&["w-1"]], 1, (drain.as_secs(), 60));
+        if let Step::Talos(t) = &mut step {
+            t.silence = Some(silence_policy(&am.url, SilenceOnError::Halt));
+        }
+        let store = medea::store::fjall::FjallStore::open(&dir.path().join("store")).unwrap();
+        let obs = sim.observed();
+        let salt = u8::try_from(n).expect("fewer than 256 journal points");
+        let job = install(&store, &plan(&obs, vec![step], salt), &obs, &[])
+            .unwrap()
+            .to_string();
+        drop(store);
+        let child = || {
+            let mut c = crate::cli::medea();
+            c.arg("__rollout-run")
+                .arg("--rollouts")
+                .arg("--store")
+                .arg(dir.path().join("store"))
+                .arg("--creds-dir")
+                .arg(&sim.creds)
+                .arg("--cluster")
+                .arg(crate::rollout::CLUSTER)
+                .arg("--snapshots")
+                .arg(dir.path().join("snapshots"))
+                .arg("--poll-ms")
+                .arg("10")
+                .env_remove("MEDEA_CRASH_AT")
+                .env_remove("MEDEA_CRASH_AFTER")
+                .env_remove("MEDEA_CRASH_BEFORE");
+            c
+        };
+        let first = child().env(var, n.to_string()).output().unwrap();
+        let what = format!("{var}={n}");
+        if first.status.success() {
+            assert!(n > 1, "the rollout has journal points");
+            // the silence's own journal points were among those crossed
+            use medea::rollout::journal::{Entry, JournalEntry};
+            use medea::rollout::sequencer::CommandOp;
+            use medea::store::StoreExt;
+            let store = medea::store::fjall::FjallStore::open(&dir.path().join("store")).unwrap();
+            let entries = store.scan_records::<JournalEntry>("").unwrap();
+            for op in [CommandOp::Silence, CommandOp::Unsilence] {
+                assert!(
+                    entries.iter().any(
+                        |(_, e)| matches!(&e.entry, Entry::Intent { key, .. } if key.op == op)
+                    ),
+                    "{op} journaled"
+                );
+                assert!(
+                    entries.iter().any(
+                        |(_, e)| matches!(&e.entry, Entry::Result { key, .. } if key.op == op)
+                    ),
+                    "{op} journaled"
+                );
+            }
+            eprintln!("{var}: {} journal points", n - 1);
+            return n - 1;
+        }
+        assert_eq!(
+            first.status.signal(),
+            Some(6),
+            "{what}: the child must die by abort: {}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+        let now = jiff::Timestamp::now();
+        let live: Vec<Value> = rt
+            .block_on(medea_silences(&am.url, &job))
+            .into_iter()
+            .filter(|s| state(s) != "expired")
+            .collect();
+        assert!(live.len() <= 1, "{what}: {live:#?}");
+        for s in &live {
+            assert!(
+                ends_at(s) <= now + jiff::SignedDuration::try_from(bound).unwrap(),
+                "{what}: a silence longer than its lease: {s:#}"
+            );
+        }
+        let again = child().output().unwrap();
+        assert!(
+            again.status.success(),
+            "{what}: the restarted child failed: {}\n{}",
+            String::from_utf8_lossy(&again.stdout),
+            String::from_utf8_lossy(&again.stderr)
+        );
+        assert_eq!(sim.upgrades("w-1"), 1, "{what}");
+        assert!(!sim.cordoned("w-1"), "{what}");
+        let ours = rt.block_on(medea_silences(&am.url, &job));
+        assert_eq!(ours.len(), 1, "{what}: one silence, never two: {ours:#?}");
+        assert_eq!(state(&ours[0]), "expired", "{what}: {:#}", ours[0]);
+        drop(sim);
+    }
+    unreachable!()
+}
+
+#[test]
+fn killed_after_every_journal_write_a_node_has_one_silence_within_its_lease() {
+    let points = crash_harness("MEDEA_CRASH_AT");
+    assert!(points >= 10, "{points}");
+}
+
+#[test]
+fn killed_before_every_journal_write_a_node_has_one_silence_within_its_lease() {
+    let points = crash_harness("MEDEA_CRASH_BEFORE");
+    assert!(points >= 10, "{points}");
+}
