@@ -284,3 +284,233 @@ pub(super) fn silence_outcome(
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::health::Endpoint;
+    use crate::version::TalosVersion;
+
+    const LEASE: Duration = Duration::from_secs(300);
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn job(on_error: SilenceOnError) -> Job {
+        let v = |s| TalosVersion::parse(s).unwrap();
+        let rollout = TalosRollout {
+            pool: "workers".into(),
+            role: crate::inventory::MachineRole::Worker,
+            hop: 1,
+            hops: 1,
+            to: v("v1.13.9"),
+            image: "factory.talos.dev/installer/x:v1.13.9".into(),
+            max_unavailable: 1,
+            drain_timeout: Duration::from_secs(600),
+            health_timeout: Duration::from_secs(900),
+            upgrade_attempts: 1,
+            drain: DrainPolicy::default(),
+            waves: vec![vec![MachineTarget {
+                node: "w.1".into(),
+                id: "id-w1".into(),
+                address: "10.0.0.21".into(),
+                from: v("v1.12.4"),
+                image: None,
+            }]],
+            health: None,
+            silence: Some(SilencePolicy {
+                alertmanager: Endpoint {
+                    url: "http://127.0.0.1:9093".into(),
+                    credential: None,
+                },
+                matchers: vec![r#"alertname="NodeDown""#.into()],
+                node_label: "instance".into(),
+                lease: LEASE,
+                max_duration: Duration::from_secs(3600),
+                on_error,
+            }),
+        };
+        let plan = PlanId::from_digest([9; 32]);
+        Job {
+            id: JobId::for_plan(&plan, "home"),
+            plan,
+            cluster: "home".into(),
+            created_at: t("2026-12-06T00:00:00Z"),
+            windows: vec![],
+            control_plane: vec![],
+            steps: vec![JobStep {
+                state: StepState::Running,
+                kind: StepKind::Talos(TalosStep::new(rollout)),
+            }],
+            state: JobState::Running,
+            generation: 1,
+            snapshot: None,
+            snapshot_attempts: 0,
+            in_flight: None,
+            journal_seq: 0,
+            health: None,
+            gates: Default::default(),
+            applies: Vec::new(),
+        }
+    }
+
+    fn run(f: Option<Flow>) -> Command {
+        match f {
+            Some(Flow::Run(c)) => *c,
+            _ => panic!("expected a command"),
+        }
+    }
+
+    fn answer(j: &mut Job, cmd: &Command, outcome: CommandOutcome, now: Timestamp) {
+        let intent = Intent {
+            key: cmd.key.clone(),
+            action: cmd.action.clone(),
+            issued_at: now,
+            last_error: None,
+        };
+        silence_outcome(j, &intent, &outcome, now, &mut Vec::new());
+    }
+
+    #[test]
+    fn a_lease_is_made_renewed_at_half_capped_and_expired_once_done() {
+        let mut j = job(SilenceOnError::Halt);
+        let t0 = t("2026-12-06T01:00:00Z");
+        let cmd = run(silence_before_cordon(&j, 0, 0, t0));
+        let Action::Silence {
+            id,
+            matchers,
+            ends_at,
+            comment,
+            marker,
+            ..
+        } = &cmd.action
+        else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(*id, None);
+        assert_eq!(*ends_at, add(t0, LEASE));
+        assert_eq!(matchers.len(), 2);
+        assert_eq!(matchers[1].name, "instance");
+        assert_eq!(matchers[1].value, r"w\.1(:[0-9]+)?");
+        assert!(comment.contains("w.1") && comment.contains("medea") && comment.ends_with(marker));
+        answer(
+            &mut j,
+            &cmd,
+            CommandOutcome::Silenced { id: "s1".into() },
+            t0,
+        );
+        assert!(silence_before_cordon(&j, 0, 0, t0).is_none(), "made once");
+
+        // away (drained): no renewal while more than half a lease is left
+        node_mut(&mut j, 0, 0).enter(NodePhase::Drained, t0);
+        assert!(silence_renewal(&j, 0, 0, add(t0, LEASE / 2 - Duration::from_secs(1))).is_none());
+        let t1 = add(t0, LEASE / 2);
+        let cmd = run(silence_renewal(&j, 0, 0, t1));
+        assert!(
+            matches!(&cmd.action, Action::Silence { id: Some(id), ends_at, .. } if id == "s1" && *ends_at == add(t1, LEASE)),
+            "{cmd:?}"
+        );
+        answer(
+            &mut j,
+            &cmd,
+            CommandOutcome::Silenced { id: "s1".into() },
+            t1,
+        );
+
+        // before a drain the lease covers the drain's timeout too
+        node_mut(&mut j, 0, 0).enter(NodePhase::Cordoned, t1);
+        let cmd = run(silence_renewal(&j, 0, 0, t1));
+        assert!(
+            matches!(&cmd.action, Action::Silence { ends_at, .. } if *ends_at == add(t1, LEASE + Duration::from_secs(600))),
+            "{cmd:?}"
+        );
+
+        // never past maxDuration from the start: the last renewal stops there, then none
+        node_mut(&mut j, 0, 0).enter(NodePhase::Rebooting, t1);
+        let late = add(t0, Duration::from_secs(3600 - 200));
+        let cmd = run(silence_renewal(&j, 0, 0, late));
+        let cap = add(t0, Duration::from_secs(3600));
+        assert!(
+            matches!(&cmd.action, Action::Silence { ends_at, .. } if *ends_at == cap),
+            "{cmd:?}"
+        );
+        answer(
+            &mut j,
+            &cmd,
+            CommandOutcome::Silenced { id: "s2".into() },
+            late,
+        );
+        assert!(silence_renewal(&j, 0, 0, add(late, Duration::from_secs(100))).is_none());
+        assert!(
+            silence_renewal(&j, 0, 0, cap).is_none(),
+            "a stuck node pages again"
+        );
+
+        // a failed renewal keeps the lease and waits before trying again
+        let mut k = job(SilenceOnError::Halt);
+        node_mut(&mut k, 0, 0).silence = Some(NodeSilence::Active {
+            id: "s9".into(),
+            since: t0,
+            ends_at: add(t0, LEASE),
+            renewals: 0,
+            retry_at: None,
+        });
+        node_mut(&mut k, 0, 0).enter(NodePhase::Rebooting, t0);
+        let cmd = run(silence_renewal(&k, 0, 0, t1));
+        answer(
+            &mut k,
+            &cmd,
+            CommandOutcome::Transient {
+                error: "connection refused".into(),
+            },
+            t1,
+        );
+        assert!(k.state == JobState::Running, "a renewal never halts");
+        assert!(silence_renewal(&k, 0, 0, t1).is_none());
+        assert!(silence_renewal(&k, 0, 0, add(t1, SILENCE_RENEW_RETRY)).is_some());
+
+        // done: the silence (now s2, as Alertmanager answered) expires, once
+        node_mut(&mut j, 0, 0).enter(NodePhase::Done, late);
+        let cmd = run(unsilence_finished(&j, 0));
+        assert!(
+            matches!(&cmd.action, Action::Unsilence { id, .. } if id == "s2"),
+            "{cmd:?}"
+        );
+        answer(&mut j, &cmd, CommandOutcome::Done, late);
+        assert!(unsilence_finished(&j, 0).is_none());
+        assert!(matches!(
+            &talos_of(&j, 0).nodes[0].silence,
+            Some(NodeSilence::Ended { id: Some(id), .. }) if id == "s2"
+        ));
+    }
+
+    #[test]
+    fn a_refused_silence_halts_or_with_proceed_goes_on_unsilenced() {
+        let t0 = t("2026-12-06T01:00:00Z");
+        for on_error in [SilenceOnError::Halt, SilenceOnError::Proceed] {
+            let mut j = job(on_error);
+            let cmd = run(silence_before_cordon(&j, 0, 0, t0));
+            answer(
+                &mut j,
+                &cmd,
+                CommandOutcome::Failed {
+                    error: "HTTP 400".into(),
+                },
+                t0,
+            );
+            match on_error {
+                SilenceOnError::Halt => assert!(
+                    matches!(&j.state, JobState::Halted { reason, op: Some(CommandOp::Silence), .. } if reason.code() == HaltCode::SilenceRefused),
+                    "{:?}",
+                    j.state
+                ),
+                SilenceOnError::Proceed => {
+                    assert_eq!(j.state, JobState::Running);
+                    assert!(silence_before_cordon(&j, 0, 0, t0).is_none(), "asked once");
+                    assert!(unsilence_finished(&j, 0).is_none());
+                }
+            }
+        }
+    }
+}
