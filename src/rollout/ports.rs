@@ -531,6 +531,18 @@ impl GateVerdict {
     }
 }
 
+impl GateVerdict {
+    /// The verdict of its wire form (`pass`, `fail`, `inconclusive`).
+    pub fn parse(s: &str) -> Option<GateVerdict> {
+        match s {
+            "pass" => Some(GateVerdict::Pass),
+            "fail" => Some(GateVerdict::Fail),
+            "inconclusive" => Some(GateVerdict::Inconclusive),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for GateVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

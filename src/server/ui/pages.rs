@@ -489,7 +489,11 @@ pub fn job_summary(job: &Job, now: Timestamp) -> String {
                 hms(t)
             )),
             Some(_) => out.push_str(&format!("; health gates: {}", run.point)),
-            None => out.push_str(&format!("; health gates: {}, a gate is failing", run.point)),
+            None => out.push_str(&format!(
+                "; health gates: {}{}",
+                run.point,
+                crate::rollout::sequencer::holding_run(&job.gates)
+            )),
         }
     }
     out
