@@ -6,8 +6,10 @@
 //! **Owns:** the HTTP exchange with the sources ([`http`]: hyper + rustls, bounded time and
 //! size, the source's credential read per request from the server's own files,
 //! [`http::Credentials`]), the judgement of each answer (pure
-//! functions `judge` in each submodule), and `medea doctor`'s reachability checks
-//! ([`Probes::check_sources`]).
+//! functions `judge` in each submodule), `medea doctor`'s reachability checks
+//! ([`Probes::check_sources`]), and the Alertmanager silences a rollout keeps over a node
+//! while it is away (issue #35; [`alertmanager::silence`], [`alertmanager::expire`]: a lost
+//! create is found again by its marker, never made twice).
 //! **May depend on:** the `health` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`): the matcher and query grammars, the Kubernetes
 //! client, the gates, the port it implements.
