@@ -114,7 +114,7 @@ pub struct TalosRollout {
     /// #35); `None`: nothing is silenced. Not written when absent, so plans without one keep
     /// their ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub silence: Option<super::health::SilencePolicy>,
+    pub silence: Option<Box<super::health::SilencePolicy>>,
 }
 
 impl TalosRollout {

@@ -141,7 +141,7 @@ async fn a_node_is_silenced_while_away_and_an_alert_outside_the_silence_still_ha
     let mut step = sim.step("workers", &[&["w-1"], &["w-2"]], 1, (30, 120));
     if let Step::Talos(t) = &mut step {
         t.health = Some(alerts_gate(&am.url));
-        t.silence = Some(silence_policy(&am.url, SilenceOnError::Halt));
+        t.silence = Some(Box::new(silence_policy(&am.url, SilenceOnError::Halt)));
     }
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let obs = sim.observed();
@@ -262,7 +262,7 @@ async fn a_refused_silence_halts_before_the_cordon_or_with_proceed_goes_on_unsil
     for (salt, on_error) in [(31, SilenceOnError::Halt), (32, SilenceOnError::Proceed)] {
         let mut step = sim.step("workers", &[&["w-1"]], 1, (30, 60));
         if let Step::Talos(t) = &mut step {
-            t.silence = Some(silence_policy(&nowhere, on_error));
+            t.silence = Some(Box::new(silence_policy(&nowhere, on_error)));
         }
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let obs = sim.observed();
@@ -318,7 +318,7 @@ fn crash_harness(var: &str) -> u64 {
         let sim = rt.block_on(Sim::start(dir.path(), 1, 1, KubeSimConfig::default()));
         let mut step = sim.step("workers", &[&["w-1"]], 1, (drain.as_secs(), 60));
         if let Step::Talos(t) = &mut step {
-            t.silence = Some(silence_policy(&am.url, SilenceOnError::Halt));
+            t.silence = Some(Box::new(silence_policy(&am.url, SilenceOnError::Halt)));
         }
         let store = medea::store::fjall::FjallStore::open(&dir.path().join("store")).unwrap();
         let obs = sim.observed();

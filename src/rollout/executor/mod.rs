@@ -599,7 +599,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             } => self
                 .probe
                 .silence(&SilenceRequest {
-                    alertmanager: alertmanager.clone(),
+                    alertmanager: alertmanager.as_ref().clone(),
                     id: id.clone(),
                     matchers: matchers.clone(),
                     ends_at: *ends_at,

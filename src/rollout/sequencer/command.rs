@@ -183,8 +183,8 @@ pub enum Action {
     Silence {
         /// The node.
         node: String,
-        /// The Alertmanager.
-        alertmanager: crate::plan::health::Endpoint,
+        /// The Alertmanager (boxed: the largest command stays small).
+        alertmanager: Box<crate::plan::health::Endpoint>,
         /// The silence renewed; `None` at creation.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,

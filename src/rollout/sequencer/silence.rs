@@ -16,7 +16,7 @@ use crate::plan::health::{SilenceOnError, SilencePolicy};
 pub const SILENCE_RENEW_RETRY: Duration = Duration::from_secs(15);
 
 fn policy(j: &Job, si: usize) -> Option<&SilencePolicy> {
-    talos_of(j, si).rollout.silence.as_ref()
+    talos_of(j, si).rollout.silence.as_deref()
 }
 
 /// The marker of node `node`'s silence in step `si` of job `j` (in its comment).
@@ -76,7 +76,7 @@ fn silence_command(
         key: key(j, si, Some(&node), CommandOp::Silence, attempt),
         action: Action::Silence {
             node: node.clone(),
-            alertmanager: p.alertmanager.clone(),
+            alertmanager: Box::new(p.alertmanager.clone()),
             id,
             matchers,
             ends_at,
@@ -319,7 +319,7 @@ mod tests {
                 image: None,
             }]],
             health: None,
-            silence: Some(SilencePolicy {
+            silence: Some(Box::new(SilencePolicy {
                 alertmanager: Endpoint {
                     url: "http://127.0.0.1:9093".into(),
                     credential: None,
@@ -329,7 +329,7 @@ mod tests {
                 lease: LEASE,
                 max_duration: Duration::from_secs(3600),
                 on_error,
-            }),
+            })),
         };
         let plan = PlanId::from_digest([9; 32]);
         Job {
