@@ -251,6 +251,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
     };
     Step::Talos(TalosRollout {
         health: None,
+        silence: None,
         pool: pool.into(),
         role,
         hop: 1,

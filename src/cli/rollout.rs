@@ -244,7 +244,7 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
                 s.push_str(&format!(
                     "health gates: checking {}{}\n",
                     job.gate_point,
-                    soak_countdown(&job.soak_ends_at, jiff::Timestamp::now())
+                    soak_countdown(job, jiff::Timestamp::now())
                 ));
             }
             s.push_str(&output::table(
@@ -287,9 +287,10 @@ fn duration_line(job: &pb::Rollout, now: jiff::Timestamp) -> Option<String> {
     Some(format!("duration: {}\n", bounds.progress(elapsed)))
 }
 
-/// `, soak ends in 4m 10s (at …)`, or that a gate is failing, for the status line.
-fn soak_countdown(ends_at: &str, now: jiff::Timestamp) -> String {
-    match ends_at.parse::<jiff::Timestamp>() {
+/// `, soak ends in 4m 10s (at …)`, or which gate holds it and its verdict
+/// ([`crate::rollout::sequencer::holding_phrase`]), for the status line.
+fn soak_countdown(job: &pb::Rollout, now: jiff::Timestamp) -> String {
+    match job.soak_ends_at.parse::<jiff::Timestamp>() {
         Ok(end) if end > now => {
             let left = std::time::Duration::try_from(end.duration_since(now)).unwrap_or_default();
             format!(
@@ -298,7 +299,15 @@ fn soak_countdown(ends_at: &str, now: jiff::Timestamp) -> String {
             )
         }
         Ok(_) => ", soak complete at the next evaluation".into(),
-        Err(_) => ", a gate is failing".into(),
+        Err(_) => crate::rollout::sequencer::holding_phrase(
+            job.gates
+                .iter()
+                .filter(|g| g.point == job.gate_point)
+                .filter_map(|g| {
+                    crate::rollout::ports::GateVerdict::parse(&g.verdict)
+                        .map(|v| (g.gate.as_str(), v, g.dry_run))
+                }),
+        ),
     }
 }
 
@@ -640,12 +649,15 @@ mod tests {
     #[test]
     fn status_shows_the_soak_countdown_and_the_gates_evidence() {
         let now: jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        let counting = pb::Rollout {
+            soak_ends_at: "2026-12-03T12:04:10Z".into(),
+            ..Default::default()
+        };
         assert_eq!(
-            soak_countdown("2026-12-03T12:04:10Z", now),
+            soak_countdown(&counting, now),
             ", soak ends in 4m10s (at 2026-12-03T12:04:10Z) if every gate keeps passing"
         );
-        assert_eq!(soak_countdown("", now), ", a gate is failing");
-        let job = pb::Rollout {
+        let mut job = pb::Rollout {
             job_id: "abc-prod".into(),
             plan_id: "abcdef0123456789".into(),
             cluster: "prod".into(),
@@ -679,9 +691,18 @@ mod tests {
         };
         let text = render_status(&job, None, Format::Table);
         assert!(
-            text.contains("health gates: checking soak after wave 1 of step 1, a gate is failing"),
+            text.contains(
+                "health gates: checking soak after wave 1 of step 1, gate `ingress-errors` is failing"
+            ),
             "{text}"
         );
+        // the verdict, not "failing", when the gate could not tell (the dry-run one never holds)
+        job.gates[0].verdict = "inconclusive".into();
+        assert_eq!(
+            soak_countdown(&job, now),
+            ", gate `ingress-errors` is inconclusive (medea could not tell)"
+        );
+        job.gates[0].verdict = "fail".into();
         assert!(text.contains("ingress-errors"), "{text}");
         assert!(text.contains("{ingress=web} 0"), "{text}");
         assert!(text.contains("inconclusive (dry run)"), "{text}");

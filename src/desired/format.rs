@@ -565,6 +565,12 @@ health_spec! {
         /// The Alertmanager `alerts` gates ask (`/api/v2/alerts`).
         #[serde(default)]
         pub alertmanager: Option<EndpointSpec>,
+        /// Silence, in `alertmanager`, the alerts a node's own Talos step is expected to cause
+        /// (issue #35): a short silence (a lease) created before the node is cordoned,
+        /// renewed while its step runs and expired once it is back and uncordoned.
+        #[serde(default)]
+        #[schemars(with = "Option<SilenceSpec>")]
+        pub silence: Option<Spanned<SilenceSpec>>,
     }
     gates:
         /// The gates; every one must pass.
@@ -609,6 +615,51 @@ health_spec! {
     inconclusive_limit:
         /// Replaces the cluster's `inconclusiveLimit`.
         ;
+}
+
+/// The silences medea creates in the cluster's Alertmanager while a node is drained and
+/// rebooted. Each silences the alerts matching every one of `matchers` *and* naming the node
+/// by `nodeLabel`; it is a lease: it lapses by itself `lease` after medea last renewed it, and
+/// is never renewed past `maxDuration` from its start.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SilenceSpec {
+    /// Alertmanager matchers, ANDed, each `name="value"`, `name!="value"`, `name=~"regex"` or
+    /// `name!~"regex"`, selecting the alerts a node's reboot is expected to fire (at least
+    /// one; e.g. `alertname=~"KubeNodeNotReady|KubeNodeUnreachable|TargetDown"`).
+    #[schemars(with = "Vec<String>")]
+    pub matchers: Vec<Spanned<String>>,
+    /// The alert label that names the node: `instance` matches the node's name with or
+    /// without a `:port` (`w-1`, `w-1:9100`); any other label (`node`, `nodename`,
+    /// `kubernetes_node`) must equal the Kubernetes node's name.
+    #[schemars(with = "String")]
+    pub node_label: Spanned<String>,
+    /// How long a silence lasts past its last renewal (default `5m`, at least `1m`): what a
+    /// crashed medea leaves behind at most.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub lease: Option<Spanned<String>>,
+    /// A node's silence is never renewed past this long after it was created (default
+    /// `1h`): a stuck rollout pages again.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub max_duration: Option<Spanned<String>>,
+    /// What a node does when Alertmanager refuses its silence before the cordon: `halt`
+    /// (default: nothing is cordoned, the job halts with `silence_refused`) or `proceed`
+    /// (the node goes on unsilenced, and its alerts page).
+    #[serde(default)]
+    #[schemars(with = "Option<SilenceOnErrorSpec>")]
+    pub on_error: Option<Spanned<SilenceOnErrorSpec>>,
+}
+
+/// What a node does when its silence cannot be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SilenceOnErrorSpec {
+    /// Halt before the cordon.
+    Halt,
+    /// Go on without a silence.
+    Proceed,
 }
 
 /// An HTTP(S) endpoint medea asks. Its credential is named, never a path: the server reads it

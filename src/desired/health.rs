@@ -14,7 +14,7 @@ use serde_saphyr::Spanned;
 use super::diagnostic::{Diagnostic, codes};
 use super::format::{
     AlertsGateSpec, EndpointSpec, GateFields, GateSpec, HealthSpec, OnFailureSpec, PoolHealthSpec,
-    WorkloadKindSpec, WorkloadsGateSpec,
+    SilenceOnErrorSpec, SilenceSpec, WorkloadKindSpec, WorkloadsGateSpec,
 };
 use super::parse::DocText;
 
@@ -51,6 +51,45 @@ pub struct HealthSettings {
     pub inconclusive_limit: u32,
     /// What a failed gate does to the wave that broke it (default: halt).
     pub on_failure: OnFailure,
+    /// The silences of a node's expected alerts (the Cluster's `health.silence`; pools
+    /// inherit it). `None`: medea silences nothing.
+    pub silence: Option<SilenceSettings>,
+}
+
+/// Default of `health.silence.lease`.
+pub const DEFAULT_SILENCE_LEASE: Duration = Duration::from_secs(5 * 60);
+/// Shortest `health.silence.lease`: a renewal must fit in half of it.
+pub const MIN_SILENCE_LEASE: Duration = Duration::from_secs(60);
+/// Default of `health.silence.maxDuration`.
+pub const DEFAULT_SILENCE_MAX: Duration = Duration::from_secs(60 * 60);
+
+/// A validated `health.silence` (issue #35 item 1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SilenceSettings {
+    /// The matchers of the alerts a node's step is expected to cause (as written, trimmed).
+    pub matchers: Vec<String>,
+    /// The label naming the node (`instance`, `node`, ...).
+    pub node_label: String,
+    /// How long a silence lasts past its last renewal.
+    #[serde(with = "duration_text")]
+    pub lease: Duration,
+    /// A silence is never renewed past this long after its creation.
+    #[serde(with = "duration_text")]
+    pub max_duration: Duration,
+    /// What a node does when its silence is refused.
+    pub on_error: SilenceOnError,
+}
+
+/// What a node does when Alertmanager refuses its silence before the cordon.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SilenceOnError {
+    /// Halt the job before the node is cordoned (default).
+    #[default]
+    Halt,
+    /// Go on without a silence: the node's alerts page.
+    Proceed,
 }
 
 impl Default for HealthSettings {
@@ -64,6 +103,7 @@ impl Default for HealthSettings {
             failure_limit: DEFAULT_FAILURE_LIMIT,
             inconclusive_limit: DEFAULT_INCONCLUSIVE_LIMIT,
             on_failure: OnFailure::Halt,
+            silence: None,
         }
     }
 }
@@ -992,7 +1032,141 @@ pub fn cluster_health(
     let mut out = apply(diags, doc, &probe, spec.gate_fields());
     out.prometheus = base.prometheus;
     out.alertmanager = base.alertmanager;
+    out.silence = spec
+        .silence
+        .as_ref()
+        .and_then(|s| silence(diags, doc, s, probe.alertmanager.is_some()));
     out
+}
+
+/// Whether `s` is a Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
+fn is_label_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// A Cluster's `health.silence`.
+fn silence(
+    diags: &mut Vec<Diagnostic>,
+    doc: &DocText<'_>,
+    spec: &Spanned<SilenceSpec>,
+    alertmanager: bool,
+) -> Option<SilenceSettings> {
+    let s = &spec.value;
+    let mut ok = true;
+    if !alertmanager {
+        ok = false;
+        err(
+            diags,
+            doc,
+            &spec.referenced,
+            "`health.silence` needs an Alertmanager, and the cluster has none".to_string(),
+            "set `health.alertmanager.url` on the Cluster: the silences are created there",
+        );
+    }
+    let label = s.node_label.value.trim();
+    if !is_label_name(label) {
+        ok = false;
+        err(
+            diags,
+            doc,
+            &s.node_label.referenced,
+            format!("`health.silence.nodeLabel` `{label}` is not a label name"),
+            "name the alert label that holds the node, e.g. `instance` or `node`",
+        );
+    }
+    if s.matchers.is_empty() {
+        ok = false;
+        err(
+            diags,
+            doc,
+            &spec.referenced,
+            "`health.silence.matchers` is empty: the silence would cover every alert about the node"
+                .to_string(),
+            "list the alerts a reboot is expected to fire, e.g. `alertname=~\"KubeNodeNotReady|TargetDown\"`",
+        );
+    }
+    for m in &s.matchers {
+        match Matcher::parse(&m.value) {
+            Ok(parsed) if parsed.name == label => {
+                ok = false;
+                err(
+                    diags,
+                    doc,
+                    &m.referenced,
+                    format!("`health.silence.matchers` matches on `{label}`, the node label"),
+                    "medea adds the node's matcher itself; remove this one",
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ok = false;
+                err(
+                    diags,
+                    doc,
+                    &m.referenced,
+                    format!("`health.silence.matchers`: {}", crate::error_chain(&e)),
+                    "matchers are Alertmanager's: `alertname=\"KubeNodeNotReady\"`, `severity=~\"warning|critical\"`",
+                );
+            }
+        }
+    }
+    let lease = duration(diags, doc, &s.lease, false);
+    let max = duration(diags, doc, &s.max_duration, false);
+    if s.lease.is_some() && lease.is_none() || s.max_duration.is_some() && max.is_none() {
+        ok = false;
+    }
+    let lease = lease.unwrap_or(DEFAULT_SILENCE_LEASE);
+    let max = max.unwrap_or(DEFAULT_SILENCE_MAX);
+    if lease < MIN_SILENCE_LEASE {
+        ok = false;
+        let at = s.lease.as_ref().map_or(spec.referenced, |l| l.referenced);
+        err(
+            diags,
+            doc,
+            &at,
+            format!(
+                "`health.silence.lease` is {}, shorter than {}",
+                super::model::format_duration(lease),
+                super::model::format_duration(MIN_SILENCE_LEASE)
+            ),
+            "medea renews a silence when half its lease is left; give it at least a minute",
+        );
+    }
+    if max < lease {
+        ok = false;
+        let at = s
+            .max_duration
+            .as_ref()
+            .or(s.lease.as_ref())
+            .map_or(spec.referenced, |l| l.referenced);
+        err(
+            diags,
+            doc,
+            &at,
+            format!(
+                "`health.silence.maxDuration` ({}) is shorter than its lease ({})",
+                super::model::format_duration(max),
+                super::model::format_duration(lease)
+            ),
+            "maxDuration caps how long a node's silence is renewed; make it at least the lease",
+        );
+    }
+    ok.then(|| SilenceSettings {
+        matchers: s
+            .matchers
+            .iter()
+            .map(|m| m.value.trim().to_string())
+            .collect(),
+        node_label: label.to_string(),
+        lease,
+        max_duration: max,
+        on_error: match s.on_error.as_ref().map(|o| o.value) {
+            None | Some(SilenceOnErrorSpec::Halt) => SilenceOnError::Halt,
+            Some(SilenceOnErrorSpec::Proceed) => SilenceOnError::Proceed,
+        },
+    })
 }
 
 fn placeholder() -> HealthEndpoint {

@@ -12,7 +12,9 @@ use super::http;
 use super::{MAX_SAMPLES, ProbeError};
 use crate::desired::health::Matcher;
 use crate::plan::health::Endpoint;
-use crate::rollout::ports::{GateSample, GateVerdict};
+use crate::rollout::ports::{
+    GateSample, GateVerdict, SILENCE_CREATED_BY, SilenceRequest, Silenced,
+};
 
 /// The labels an alert may name its node by: `node`, `kubernetes_node`, `nodename`, and the
 /// host part of `instance` (`host:port`, `[v6]:port`).
@@ -57,6 +59,215 @@ pub async fn alerts(
         });
     }
     serde_json::from_slice(&answer.body).map_err(|err| ProbeError::Json { url, err })
+}
+
+// ---------------------------------------------------------------------------------------
+// Silences (issue #35 item 1), Alertmanager's API v2 (api/v2/openapi.yaml): `GET
+// /api/v2/silences`, `GET /api/v2/silence/{silenceID}`, `POST /api/v2/silences` (a body with
+// `id` updates that silence: in place when its matchers and `startsAt` are unchanged,
+// silence/silence.go `canUpdate`; otherwise Alertmanager expires it and answers a new id),
+// `DELETE /api/v2/silence/{silenceID}`.
+
+/// One silence of `GET /api/v2/silences` (the fields medea reads).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Silence {
+    pub id: String,
+    #[serde(default)]
+    pub created_by: String,
+    #[serde(default)]
+    pub comment: String,
+    #[serde(default)]
+    pub starts_at: String,
+    #[serde(default)]
+    pub ends_at: String,
+    #[serde(default)]
+    pub status: Option<AlertStatus>,
+}
+
+impl Silence {
+    fn expired(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| s.state == "expired")
+    }
+}
+
+/// Why a silence call failed, and whether it may have run.
+#[derive(Debug)]
+pub struct SilenceError {
+    /// The call may have taken effect, or is worth trying again (no answer, HTTP 5xx).
+    pub transient: bool,
+    pub err: ProbeError,
+}
+
+fn classify(err: ProbeError) -> SilenceError {
+    let transient = match &err {
+        ProbeError::Http { err } => matches!(
+            **err,
+            http::HttpError::Request { .. }
+                | http::HttpError::Timeout { .. }
+                | http::HttpError::Body { .. }
+        ),
+        ProbeError::Status { status, .. } => *status >= 500 || *status == 429,
+        _ => false,
+    };
+    SilenceError { transient, err }
+}
+
+fn rfc3339(t: jiff::Timestamp) -> String {
+    format!("{:.0}", t)
+}
+
+async fn silences(
+    endpoint: &Endpoint,
+    credentials: &http::Credentials,
+    timeout: Duration,
+) -> Result<Vec<Silence>, ProbeError> {
+    let answer = http::send(endpoint, credentials, "/api/v2/silences", None, timeout).await?;
+    let url = format!("{}/api/v2/silences", endpoint.url);
+    if answer.status != 200 {
+        return Err(ProbeError::Status {
+            url,
+            status: answer.status,
+            body: http::excerpt(&answer.body),
+        });
+    }
+    serde_json::from_slice(&answer.body).map_err(|err| ProbeError::Json { url, err })
+}
+
+async fn silence_by_id(
+    endpoint: &Endpoint,
+    credentials: &http::Credentials,
+    id: &str,
+    timeout: Duration,
+) -> Result<Option<Silence>, ProbeError> {
+    let path = format!("/api/v2/silence/{}", http::encode(id));
+    let answer = http::send(endpoint, credentials, &path, None, timeout).await?;
+    let url = format!("{}{path}", endpoint.url);
+    match answer.status {
+        200 => serde_json::from_slice(&answer.body)
+            .map(Some)
+            .map_err(|err| ProbeError::Json { url, err }),
+        404 => Ok(None),
+        status => Err(ProbeError::Status {
+            url,
+            status,
+            body: http::excerpt(&answer.body),
+        }),
+    }
+}
+
+async fn post_silence(
+    endpoint: &Endpoint,
+    credentials: &http::Credentials,
+    body: serde_json::Value,
+    timeout: Duration,
+) -> Result<String, ProbeError> {
+    let answer = http::exchange(
+        endpoint,
+        credentials,
+        http::Request::Post {
+            content_type: "application/json",
+            body: body.to_string(),
+        },
+        "/api/v2/silences",
+        timeout,
+    )
+    .await?;
+    let url = format!("{}/api/v2/silences", endpoint.url);
+    if answer.status != 200 {
+        return Err(ProbeError::Status {
+            url,
+            status: answer.status,
+            body: http::excerpt(&answer.body),
+        });
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Posted {
+        #[serde(rename = "silenceID")]
+        silence_id: String,
+    }
+    serde_json::from_slice::<Posted>(&answer.body)
+        .map(|p| p.silence_id)
+        .map_err(|err| ProbeError::Json { url, err })
+}
+
+/// Create or renew the silence of `req`: the silence `req.id`, else the active `createdBy:
+/// medea` silence whose comment holds `req.marker` (a create whose reply was lost), renewed
+/// to `req.ends_at` with its own `startsAt`; a new one when there is neither (or it expired).
+pub async fn silence(
+    credentials: &http::Credentials,
+    req: &SilenceRequest,
+    now: jiff::Timestamp,
+    timeout: Duration,
+) -> Result<Silenced, SilenceError> {
+    let endpoint = &req.alertmanager;
+    let existing = match &req.id {
+        Some(id) => silence_by_id(endpoint, credentials, id, timeout)
+            .await
+            .map_err(classify)?,
+        None => silences(endpoint, credentials, timeout)
+            .await
+            .map_err(classify)?
+            .into_iter()
+            .find(|s| {
+                s.created_by == SILENCE_CREATED_BY
+                    && s.comment.contains(&req.marker)
+                    && !s.expired()
+            }),
+    };
+    let mut body = serde_json::json!({
+        "matchers": req.matchers,
+        "endsAt": rfc3339(req.ends_at),
+        "createdBy": SILENCE_CREATED_BY,
+        "comment": req.comment,
+    });
+    match existing.filter(|s| !s.expired()) {
+        Some(s) => {
+            body["id"] = serde_json::Value::String(s.id.clone());
+            body["startsAt"] = serde_json::Value::String(s.starts_at.clone());
+            let id = post_silence(endpoint, credentials, body, timeout)
+                .await
+                .map_err(classify)?;
+            Ok(Silenced { id, created: false })
+        }
+        None => {
+            body["startsAt"] = serde_json::Value::String(rfc3339(now));
+            let id = post_silence(endpoint, credentials, body, timeout)
+                .await
+                .map_err(classify)?;
+            Ok(Silenced { id, created: true })
+        }
+    }
+}
+
+/// Expire silence `id` now. Gone (404) or already expired: done.
+pub async fn expire(
+    endpoint: &Endpoint,
+    credentials: &http::Credentials,
+    id: &str,
+    timeout: Duration,
+) -> Result<(), SilenceError> {
+    let path = format!("/api/v2/silence/{}", http::encode(id));
+    let answer = http::exchange(endpoint, credentials, http::Request::Delete, &path, timeout)
+        .await
+        .map_err(|err| classify(ProbeError::Http { err: Box::new(err) }))?;
+    match answer.status {
+        200 | 404 => Ok(()),
+        status => {
+            // Alertmanager before 0.26 answers 500 "already expired" to a second DELETE
+            if let Ok(Some(s)) = silence_by_id(endpoint, credentials, id, timeout).await
+                && s.expired()
+            {
+                return Ok(());
+            }
+            Err(classify(ProbeError::Status {
+                url: format!("{}{path}", endpoint.url),
+                status,
+                body: http::excerpt(&answer.body),
+            }))
+        }
+    }
 }
 
 fn host_of(instance: &str) -> &str {

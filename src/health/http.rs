@@ -252,6 +252,39 @@ pub async fn send(
     form: Option<String>,
     timeout: Duration,
 ) -> Result<Answer, HttpError> {
+    let request = match form {
+        Some(f) => Request::Post {
+            content_type: "application/x-www-form-urlencoded",
+            body: f,
+        },
+        None => Request::Get,
+    };
+    exchange(endpoint, credentials, request, path_and_query, timeout).await
+}
+
+/// The method (and body) of one request to a source.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// `GET`.
+    Get,
+    /// `POST` of `body`, typed `content_type`.
+    Post {
+        content_type: &'static str,
+        body: String,
+    },
+    /// `DELETE`.
+    Delete,
+}
+
+/// One request to `endpoint.url` + `path_and_query`, as [`send`] (same credential, bounds and
+/// errors) with any [`Request`].
+pub async fn exchange(
+    endpoint: &Endpoint,
+    credentials: &Credentials,
+    request: Request,
+    path_and_query: &str,
+    timeout: Duration,
+) -> Result<Answer, HttpError> {
     let url = format!("{}{path_and_query}", endpoint.url);
     let work = async {
         let material = credentials.material(endpoint).await?;
@@ -259,18 +292,22 @@ pub async fn send(
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build::<_, Full<Bytes>>(connector);
-        let mut req = match &form {
-            Some(_) => hyper::Request::post(url.as_str())
-                .header("content-type", "application/x-www-form-urlencoded"),
-            None => hyper::Request::get(url.as_str()),
-        }
-        .header("accept", "application/json")
-        .header("user-agent", concat!("medea/", env!("CARGO_PKG_VERSION")));
+        let (builder, body) = match &request {
+            Request::Get => (hyper::Request::get(url.as_str()), String::new()),
+            Request::Post { content_type, body } => (
+                hyper::Request::post(url.as_str()).header("content-type", *content_type),
+                body.clone(),
+            ),
+            Request::Delete => (hyper::Request::delete(url.as_str()), String::new()),
+        };
+        let mut req = builder
+            .header("accept", "application/json")
+            .header("user-agent", concat!("medea/", env!("CARGO_PKG_VERSION")));
         if let Some(token) = material.token {
             req = req.header(hyper::header::AUTHORIZATION, token);
         }
         let req = req
-            .body(Full::new(Bytes::from(form.clone().unwrap_or_default())))
+            .body(Full::new(Bytes::from(body)))
             .map_err(|err| HttpError::Url {
                 url: url.clone(),
                 err,

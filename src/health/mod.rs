@@ -6,8 +6,10 @@
 //! **Owns:** the HTTP exchange with the sources ([`http`]: hyper + rustls, bounded time and
 //! size, the source's credential read per request from the server's own files,
 //! [`http::Credentials`]), the judgement of each answer (pure
-//! functions `judge` in each submodule), and `medea doctor`'s reachability checks
-//! ([`Probes::check_sources`]).
+//! functions `judge` in each submodule), `medea doctor`'s reachability checks
+//! ([`Probes::check_sources`]), and the Alertmanager silences a rollout keeps over a node
+//! while it is away (issue #35; [`alertmanager::silence`], [`alertmanager::expire`]: a lost
+//! create is found again by its marker, never made twice).
 //! **May depend on:** the `health` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`): the matcher and query grammars, the Kubernetes
 //! client, the gates, the port it implements.
@@ -37,7 +39,9 @@ use std::time::Duration;
 use crate::desired::health::{Matcher, QueryShape};
 use crate::k8s::KubeClient;
 use crate::plan::health::{Endpoint, Gate, GateCheck, HealthSources};
-use crate::rollout::ports::{GateContext, GateEvaluation, GateVerdict, HealthProbe};
+use crate::rollout::ports::{
+    GateContext, GateEvaluation, GateVerdict, HealthProbe, PortError, SilenceRequest, Silenced,
+};
 
 /// Most samples (series, alerts, workloads) an evaluation keeps as evidence.
 pub const MAX_SAMPLES: usize = 20;
@@ -285,7 +289,29 @@ impl Probes {
     }
 }
 
+fn port_error(op: &'static str, target: &str, e: alertmanager::SilenceError) -> PortError {
+    if e.transient {
+        PortError::transient(op, target, e.err)
+    } else {
+        PortError::failed(op, target, e.err)
+    }
+}
+
 impl HealthProbe for Probes {
+    async fn silence(&self, req: &SilenceRequest) -> Result<Silenced, PortError> {
+        let r = alertmanager::silence(&self.credentials, req, jiff::Timestamp::now(), self.timeout)
+            .await
+            .map_err(|e| port_error("silence", &req.alertmanager.url, e))?;
+        tracing::info!(alertmanager = %req.alertmanager.url, silence = %r.id, created = r.created, ends_at = %req.ends_at, "silence set");
+        Ok(r)
+    }
+
+    async fn expire_silence(&self, alertmanager: &Endpoint, id: &str) -> Result<(), PortError> {
+        alertmanager::expire(alertmanager, &self.credentials, id, self.timeout)
+            .await
+            .map_err(|e| port_error("expire silence", &alertmanager.url, e))
+    }
+
     async fn evaluate(&self, gate: &Gate, ctx: &GateContext) -> GateEvaluation {
         let (verdict, samples, detail) = match self.run(gate, ctx).await {
             Ok(r) => r,

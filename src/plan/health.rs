@@ -261,3 +261,137 @@ pub enum OnFailure {
     /// Talos steps only: Kubernetes steps never roll back.
     Rollback,
 }
+
+/// The silences a Talos step makes in the cluster's Alertmanager while each node is drained
+/// and rebooted (issue #35 item 1), as approved. Part of the plan (and its id): signers see
+/// what will be silenced, for how long at most, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SilencePolicy {
+    /// The Alertmanager the silences are created in (the cluster's `health.alertmanager`).
+    pub alertmanager: Endpoint,
+    /// Matchers of the alerts a node's step is expected to cause (Alertmanager syntax).
+    pub matchers: Vec<String>,
+    /// The alert label naming the node.
+    pub node_label: String,
+    /// How long a silence lasts past its last renewal.
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub lease: Duration,
+    /// A silence is never renewed past this long after its creation.
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub max_duration: Duration,
+    /// What a node does when Alertmanager refuses its silence before the cordon.
+    pub on_error: SilenceOnError,
+}
+
+/// What a node does when its silence cannot be created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SilenceOnError {
+    /// Halt before the cordon (`silence_refused`).
+    #[default]
+    Halt,
+    /// Go on unsilenced.
+    Proceed,
+}
+
+/// One matcher of a silence, as Alertmanager's `POST /api/v2/silences` takes it
+/// (`matchers[]`: `name`, `value`, `isRegex`, `isEqual`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SilenceMatcher {
+    /// The label.
+    pub name: String,
+    /// The value, or the regex (Alertmanager anchors it).
+    pub value: String,
+    /// `=~` / `!~`.
+    pub is_regex: bool,
+    /// `=` / `=~` (false: `!=` / `!~`).
+    pub is_equal: bool,
+}
+
+/// `s` with RE2's metacharacters escaped (a node name's `.`; `-` is left as is, which
+/// Alertmanager's Go regexps and ours read alike outside a class).
+fn escape_regex(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl SilencePolicy {
+    /// The policy a plan carries for a validated `health` block; `None` without a silence
+    /// (or without an Alertmanager, which validation refuses).
+    pub fn of(s: &crate::desired::health::HealthSettings) -> Option<SilencePolicy> {
+        let silence = s.silence.as_ref()?;
+        let am = s.alertmanager.as_ref()?;
+        Some(SilencePolicy {
+            alertmanager: Endpoint {
+                url: am.url.clone(),
+                credential: am.credential.clone(),
+            },
+            matchers: silence.matchers.clone(),
+            node_label: silence.node_label.clone(),
+            lease: silence.lease,
+            max_duration: silence.max_duration,
+            on_error: match silence.on_error {
+                crate::desired::health::SilenceOnError::Halt => SilenceOnError::Halt,
+                crate::desired::health::SilenceOnError::Proceed => SilenceOnError::Proceed,
+            },
+        })
+    }
+
+    /// The matchers of node `node`'s silence: the policy's, then the node's own —
+    /// `instance=~"<node>(:[0-9]+)?"` for `instance` (a target's `host:port`), else
+    /// `<label>="<node>"`. Matchers that do not parse (a plan validated by another medea) are
+    /// skipped and named in the error.
+    pub fn matchers_for(&self, node: &str) -> Result<Vec<SilenceMatcher>, String> {
+        use crate::desired::health::{MatchOp, Matcher};
+        let mut out = Vec::with_capacity(self.matchers.len() + 1);
+        for m in &self.matchers {
+            let parsed = Matcher::parse(m)
+                .map_err(|e| format!("silence matcher `{m}`: {}", crate::error_chain(&e)))?;
+            out.push(SilenceMatcher {
+                name: parsed.name,
+                value: parsed.value,
+                is_regex: matches!(parsed.op, MatchOp::Regex | MatchOp::NotRegex),
+                is_equal: matches!(parsed.op, MatchOp::Equal | MatchOp::Regex),
+            });
+        }
+        out.push(if self.node_label == "instance" {
+            SilenceMatcher {
+                name: self.node_label.clone(),
+                value: format!("{}(:[0-9]+)?", escape_regex(node)),
+                is_regex: true,
+                is_equal: true,
+            }
+        } else {
+            SilenceMatcher {
+                name: self.node_label.clone(),
+                value: node.to_string(),
+                is_regex: false,
+                is_equal: true,
+            }
+        });
+        Ok(out)
+    }
+
+    /// One line, as plans show it.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} for the node by `{}` (lease {}, at most {}, if refused: {})",
+            self.matchers.join(", "),
+            self.node_label,
+            crate::desired::model::format_duration(self.lease),
+            crate::desired::model::format_duration(self.max_duration),
+            match self.on_error {
+                SilenceOnError::Halt => "halt",
+                SilenceOnError::Proceed => "proceed unsilenced",
+            }
+        )
+    }
+}

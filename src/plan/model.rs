@@ -110,6 +110,11 @@ pub struct TalosRollout {
     /// The pool's effective health gates (issue #23); `None`: no gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<super::health::HealthPolicy>,
+    /// The silences of each node's expected alerts while it is drained and rebooted (issue
+    /// #35); `None`: nothing is silenced. Not written when absent, so plans without one keep
+    /// their ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence: Option<Box<super::health::SilencePolicy>>,
 }
 
 impl TalosRollout {

@@ -230,6 +230,14 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
     if let Some(h) = &t.health {
         render_health(out, h, indent, true);
     }
+    if let Some(s) = &t.silence {
+        let _ = writeln!(out, "{indent}silence: {}", s.summary());
+        let _ = writeln!(
+            out,
+            "{indent}  in {}, created before each cordon, renewed while the node is away, expired once it is back",
+            s.alertmanager.summary()
+        );
+    }
     render_waves(out, t, indent);
 }
 

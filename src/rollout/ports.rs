@@ -577,6 +577,18 @@ impl GateVerdict {
     }
 }
 
+impl GateVerdict {
+    /// The verdict of its wire form (`pass`, `fail`, `inconclusive`).
+    pub fn parse(s: &str) -> Option<GateVerdict> {
+        match s {
+            "pass" => Some(GateVerdict::Pass),
+            "fail" => Some(GateVerdict::Fail),
+            "inconclusive" => Some(GateVerdict::Inconclusive),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for GateVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -631,6 +643,71 @@ pub trait HealthProbe: Send + Sync {
         gate: &crate::plan::health::Gate,
         ctx: &GateContext,
     ) -> impl Future<Output = GateEvaluation> + Send;
+
+    /// Create or renew a silence in the request's Alertmanager (`POST /api/v2/silences`);
+    /// its id. A probe without an Alertmanager client refuses (definitively).
+    fn silence(
+        &self,
+        req: &SilenceRequest,
+    ) -> impl Future<Output = Result<Silenced, PortError>> + Send {
+        let target = req.alertmanager.url.clone();
+        async move {
+            Err(PortError::failed(
+                "silence",
+                target,
+                "this medea has no Alertmanager client to silence with",
+            ))
+        }
+    }
+
+    /// Expire silence `id` now (`DELETE /api/v2/silence/{id}`); one that is already expired
+    /// or gone is not an error.
+    fn expire_silence(
+        &self,
+        alertmanager: &crate::plan::health::Endpoint,
+        id: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send {
+        let target = format!("{} silence {id}", alertmanager.url);
+        async move {
+            Err(PortError::failed(
+                "expire silence",
+                target,
+                "this medea has no Alertmanager client to expire silences with",
+            ))
+        }
+    }
+}
+
+/// Who medea's silences say created them (`createdBy`).
+pub const SILENCE_CREATED_BY: &str = "medea";
+
+/// A silence of a node's expected alerts to create or renew (issue #35 item 1), as the
+/// executor hands it to [`HealthProbe::silence`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SilenceRequest {
+    /// The Alertmanager, and the credential to ask it with.
+    pub alertmanager: crate::plan::health::Endpoint,
+    /// The silence to renew (`None`: this node's, found by `marker`, or a new one).
+    pub id: Option<String>,
+    /// Its matchers (the policy's and the node's).
+    pub matchers: Vec<crate::plan::health::SilenceMatcher>,
+    /// When it ends.
+    pub ends_at: jiff::Timestamp,
+    /// Its comment (names the job, the node and medea; ends with `marker`).
+    pub comment: String,
+    /// Unique to the job's node step: a silence whose creation reply was lost is found by it
+    /// (an active `createdBy: medea` silence whose comment holds it) and renewed, never
+    /// created a second time.
+    pub marker: String,
+}
+
+/// What a silence call answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Silenced {
+    /// The silence's id (Alertmanager gives a new one when it cannot update in place).
+    pub id: String,
+    /// `true` when the silence was created by this call (not an existing one renewed).
+    pub created: bool,
 }
 
 /// The probe of an executor given none: every gate is inconclusive ("this medea has no

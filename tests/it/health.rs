@@ -49,6 +49,10 @@ const HEALTH: &str = r#"  health:
     soak: 5m
     interval: 30s
     failureLimit: 2
+    silence:
+      matchers: ['alertname=~"KubeNodeNotReady|KubeNodeUnreachable|TargetDown"']
+      nodeLabel: instance
+      lease: 3m
 "#;
 
 fn load(dir: &Path) -> desired::Loaded {
@@ -269,6 +273,69 @@ fn health_errors_are_located() {
     )
     .replace(&d.to_string_lossy().into_owned(), "<dir>");
     expectorate::assert_contents("tests/it/snapshots/validate-health-errors.txt", &text);
+}
+
+/// `health.silence` (issue #35): each mistake located, with what to write instead.
+#[test]
+fn silence_settings_are_checked_and_located() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write(
+        d,
+        "c.yaml",
+        &format!(
+            "{CLUSTER}  health:\n    silence:\n      matchers: ['instance=\"x\"', 'severity=warning']\n      nodeLabel: 'not a label'\n      lease: 30s\n      maxDuration: 10s\n"
+        ),
+    );
+    write(d, "p.yaml", &pool("p1", "w-1", ""));
+    let loaded = load(d);
+    let msgs: Vec<(usize, &str)> = loaded
+        .errors()
+        .map(|x| (x.origin.line, x.message.as_str()))
+        .collect();
+    let has = |line: usize, needle: &str| {
+        assert!(
+            msgs.iter().any(|(l, m)| *l == line && m.contains(needle)),
+            "no {needle:?} at line {line} in {msgs:#?}"
+        );
+    };
+    has(10, "`health.silence` needs an Alertmanager");
+    has(10, "`health.silence.matchers`: matcher `severity=warning`");
+    has(11, "nodeLabel` `not a label` is not a label name");
+    has(12, "`health.silence.lease` is 30s, shorter than 1m");
+    has(
+        13,
+        "`health.silence.maxDuration` (10s) is shorter than its lease",
+    );
+    assert!(loaded.valid().is_none());
+
+    // the node's own label among the matchers: medea adds that one itself
+    write(
+        d,
+        "c.yaml",
+        &format!(
+            "{CLUSTER}  health:\n    alertmanager: {{ url: \"http://127.0.0.1:9093\" }}\n    silence:\n      matchers: ['node=\"w-1\"']\n      nodeLabel: node\n"
+        ),
+    );
+    let loaded = load(d);
+    let msgs: Vec<&str> = loaded.errors().map(|x| x.message.as_str()).collect();
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    assert!(
+        msgs[0].contains("matches on `node`, the node label"),
+        "{msgs:#?}"
+    );
+
+    // valid: the defaults fill in
+    write(
+        d,
+        "c.yaml",
+        &format!(
+            "{CLUSTER}  health:\n    alertmanager: {{ url: \"http://127.0.0.1:9093\" }}\n    silence:\n      matchers: ['alertname=\"NodeDown\"']\n      nodeLabel: node\n"
+        ),
+    );
+    let loaded = load(d);
+    let errors: Vec<&str> = loaded.errors().map(|x| x.message.as_str()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
 }
 
 #[test]

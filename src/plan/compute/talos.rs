@@ -283,6 +283,7 @@ impl<'a> ClusterCtx<'a> {
             }
             steps.push(TalosRollout {
                 health: crate::plan::health::HealthPolicy::of(&pool.health),
+                silence: crate::plan::health::SilencePolicy::of(&pool.health).map(Box::new),
                 pool: pool.name.value.clone(),
                 role: role_of(pool.role),
                 hop: i as u32 + 1,

@@ -19,7 +19,8 @@ use tokio::sync::broadcast;
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
 use super::ports::{
-    GateEvaluation, HealthProbe, KubePort, NoProbe, PortError, SnapshotInfo, TalosPort,
+    GateEvaluation, HealthProbe, KubePort, NoProbe, PortError, SilenceRequest, SnapshotInfo,
+    TalosPort,
 };
 use super::sequencer::{
     self, Action, Command, CommandOp, CommandOutcome, GatePoint, HaltCode, HaltReason, Job, JobId,
@@ -591,6 +592,33 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             } => self
                 .talos
                 .set_component_image(node, *component, image)
+                .await
+                .map(|()| CommandOutcome::Done),
+            Action::Silence {
+                alertmanager,
+                id,
+                matchers,
+                ends_at,
+                comment,
+                marker,
+                ..
+            } => self
+                .probe
+                .silence(&SilenceRequest {
+                    alertmanager: alertmanager.as_ref().clone(),
+                    id: id.clone(),
+                    matchers: matchers.clone(),
+                    ends_at: *ends_at,
+                    comment: comment.clone(),
+                    marker: marker.clone(),
+                })
+                .await
+                .map(|s| CommandOutcome::Silenced { id: s.id }),
+            Action::Unsilence {
+                alertmanager, id, ..
+            } => self
+                .probe
+                .expire_silence(alertmanager, id)
                 .await
                 .map(|()| CommandOutcome::Done),
             Action::ApplyManifests { via, legacy } => {

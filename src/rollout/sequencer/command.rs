@@ -30,6 +30,10 @@ pub enum CommandOp {
     ApplyManifests,
     /// `MachineService.Rollback` after a failed health gate (never made twice).
     Rollback,
+    /// Create or renew the silence of a node's expected alerts (issue #35).
+    Silence,
+    /// Expire a node's silence once it is back and uncordoned.
+    Unsilence,
 }
 
 impl CommandOp {
@@ -47,6 +51,8 @@ impl CommandOp {
             CommandOp::SetImage => "set-image",
             CommandOp::ApplyManifests => "apply-manifests",
             CommandOp::Rollback => "rollback",
+            CommandOp::Silence => "silence",
+            CommandOp::Unsilence => "unsilence",
         }
     }
 }
@@ -171,6 +177,36 @@ pub enum Action {
         /// Boot id observed right before the call.
         boot_id_before: String,
     },
+    /// Create (`id: None`) or renew a silence of the node's expected alerts in Alertmanager
+    /// (issue #35). Journaled before the call: a silence whose reply was lost is found again
+    /// by `marker` and renewed, never created twice.
+    Silence {
+        /// The node.
+        node: String,
+        /// The Alertmanager (boxed: the largest command stays small).
+        alertmanager: Box<crate::plan::health::Endpoint>,
+        /// The silence renewed; `None` at creation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Its matchers (the policy's and the node's).
+        matchers: Vec<crate::plan::health::SilenceMatcher>,
+        /// When it lapses unless renewed.
+        #[serde(with = "ts")]
+        ends_at: Timestamp,
+        /// Its comment.
+        comment: String,
+        /// The job's node step, as the comment carries it.
+        marker: String,
+    },
+    /// Expire the node's silence (it is back and uncordoned).
+    Unsilence {
+        /// The node.
+        node: String,
+        /// The Alertmanager.
+        alertmanager: crate::plan::health::Endpoint,
+        /// The silence.
+        id: String,
+    },
 }
 
 impl Action {
@@ -199,6 +235,8 @@ impl Action {
             Action::SetImage { .. } => CommandOp::SetImage,
             Action::ApplyManifests { .. } => CommandOp::ApplyManifests,
             Action::Rollback { .. } => CommandOp::Rollback,
+            Action::Silence { .. } => CommandOp::Silence,
+            Action::Unsilence { .. } => CommandOp::Unsilence,
         }
     }
 }
@@ -242,6 +280,11 @@ pub enum CommandOutcome {
     Drain {
         /// How.
         result: DrainOutcome,
+    },
+    /// Alertmanager created or renewed the node's silence.
+    Silenced {
+        /// The silence's id.
+        id: String,
     },
     /// The call may or may not have taken effect (UNAVAILABLE, connection lost).
     Transient {

@@ -407,6 +407,57 @@ pub(super) fn gate_point(
     }
 }
 
+/// What holds a soak, for the status line (the CLI and the dashboard say it alike): the
+/// blocking gates whose latest verdict at the point is not a pass — `, gate `ceph` is
+/// failing`, `, gate `prom-up` is inconclusive (medea could not tell)`, `, gates `a` (fail),
+/// `b` (inconclusive)` — or, when none is known, `, a gate has not passed yet`. `evidence` is
+/// the point's evaluations, oldest first, as (gate, verdict, dry run); the latest of each gate
+/// counts and dry-run gates never hold a soak.
+pub fn holding_phrase<'a>(
+    evidence: impl DoubleEndedIterator<Item = (&'a str, GateVerdict, bool)>,
+) -> String {
+    let mut latest: Vec<(&str, GateVerdict)> = Vec::new();
+    for (gate, verdict, dry_run) in evidence.rev() {
+        if !dry_run && !latest.iter().any(|(g, _)| *g == gate) {
+            latest.push((gate, verdict));
+        }
+    }
+    latest.reverse();
+    latest.retain(|(_, v)| *v != GateVerdict::Pass);
+    match latest.as_slice() {
+        [] => ", a gate has not passed yet".into(),
+        [(g, GateVerdict::Inconclusive)] => {
+            format!(", gate `{g}` is inconclusive (medea could not tell)")
+        }
+        [(g, _)] => format!(", gate `{g}` is failing"),
+        many => format!(
+            ", gates {}",
+            many.iter()
+                .map(|(g, v)| format!("`{g}` ({v})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// [`holding_phrase`] of `progress`'s current run, from its evidence.
+pub fn holding_run(progress: &GateProgress) -> String {
+    let point = progress.current.as_ref().map(|r| &r.point);
+    holding_phrase(
+        progress
+            .evidence
+            .iter()
+            .filter(|r| Some(&r.point) == point)
+            .map(|r| {
+                (
+                    r.evaluation.gate.as_str(),
+                    r.evaluation.verdict,
+                    r.evaluation.dry_run,
+                )
+            }),
+    )
+}
+
 /// A new run of the gates at `point`: every streak empty, the first evaluation now.
 fn start_run(
     point: &GatePoint,

@@ -133,6 +133,9 @@ pub enum HaltCode {
     RolledBack,
     /// Rolling a node back (after a failed gate) did not bring it back on its previous version.
     RollbackFailed,
+    /// Alertmanager refused (or did not answer) the silence of a node's expected alerts, and
+    /// `health.silence.onError` is `halt`: the node was not cordoned (issue #35).
+    SilenceRefused,
     /// Halted before halt codes were recorded.
     #[default]
     Unrecorded,
@@ -164,6 +167,7 @@ impl HaltCode {
             HaltCode::GateInconclusive => "gate_inconclusive",
             HaltCode::RolledBack => "rolled_back",
             HaltCode::RollbackFailed => "rollback_failed",
+            HaltCode::SilenceRefused => "silence_refused",
             HaltCode::Unrecorded => "unrecorded",
         }
     }

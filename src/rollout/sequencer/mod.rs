@@ -57,6 +57,7 @@ pub mod observe;
 mod outcome;
 mod policy;
 mod resolve;
+mod silence;
 mod talos_node;
 
 pub use command::*;
@@ -70,6 +71,8 @@ pub use observe::*;
 use outcome::*;
 use policy::*;
 use resolve::*;
+use silence::*;
+pub use silence::{SILENCE_RENEW_RETRY, silence_marker};
 use talos_node::*;
 
 /// How long a drain that came back blocked waits before it is tried again (within the drain

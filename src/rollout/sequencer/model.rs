@@ -342,6 +342,41 @@ pub struct NodeProgress {
     /// Rolling the node back after a failed health gate (`onFailure: rollback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackPhase>,
+    /// The silence of the node's expected alerts (issue #35), once its step asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence: Option<NodeSilence>,
+}
+
+/// A node's silence (issue #35 item 1): a lease in Alertmanager, created before the cordon,
+/// renewed while the node is away, expired once it is back and uncordoned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum NodeSilence {
+    /// Alertmanager holds it until `ends_at` unless medea renews it.
+    Active {
+        /// Its id.
+        id: String,
+        /// When medea first asked for it (`maxDuration` counts from here).
+        #[serde(with = "ts")]
+        since: Timestamp,
+        /// When it lapses unless renewed.
+        #[serde(with = "ts")]
+        ends_at: Timestamp,
+        /// Renewals made so far (the silence command's attempt number).
+        #[serde(default)]
+        renewals: u32,
+        /// A renewal failed: not tried again before this time.
+        #[serde(default, with = "ts_opt", skip_serializing_if = "Option::is_none")]
+        retry_at: Option<Timestamp>,
+    },
+    /// Over: expired by medea, left to lapse, or never made (`proceed` after a refusal).
+    Ended {
+        /// The silence, when there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// How it ended, for a person.
+        how: String,
+    },
 }
 
 /// How a node's pull ahead of its turn went. It never halts the job: a node whose pull ahead
@@ -394,6 +429,7 @@ impl NodeProgress {
             was_cordoned: false,
             pulled_ahead: None,
             rollback: None,
+            silence: None,
         }
     }
     /// How the ports address the node.

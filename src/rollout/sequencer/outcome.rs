@@ -3,6 +3,10 @@
 use super::*;
 
 pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
+    if matches!(key.op, CommandOp::Silence | CommandOp::Unsilence) {
+        // counted by the node's silence (its renewals), not the phase's command
+        return;
+    }
     if key.op == CommandOp::Snapshot {
         j.snapshot_attempts += 1;
         return;
@@ -72,6 +76,9 @@ pub(super) fn apply(
     let key = &intent.key;
     if key.op == CommandOp::PullAhead {
         return pulled_ahead(j, key, outcome, notes);
+    }
+    if matches!(key.op, CommandOp::Silence | CommandOp::Unsilence) {
+        return silence_outcome(j, intent, outcome, now, notes);
     }
     match outcome {
         CommandOutcome::Transient { error } => {

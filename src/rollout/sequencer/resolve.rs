@@ -56,6 +56,11 @@ const REBOOTED: Resolution = Resolution::Done {
 pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
     let _ = now;
     match &intent.action {
+        Action::Silence { .. } | Action::Unsilence { .. } => {
+            // a silence whose reply was lost is found by its marker and renewed (never made
+            // twice); expiring one that is already expired is not an error
+            Resolution::Reissue
+        }
         Action::Pull { .. } | Action::Drain { .. } | Action::ApplyManifests { .. } => {
             // idempotent: doing it again is the same as doing it once
             Resolution::Reissue

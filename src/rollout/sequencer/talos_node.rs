@@ -18,6 +18,11 @@ pub(super) fn talos_step(
     }
     let policy = step_policy(j, si);
     loop {
+        // a node back and uncordoned: its silence expires before anything else (the soak
+        // after its wave sees its alerts again)
+        if let Some(f) = unsilence_finished(j, si) {
+            return f;
+        }
         let Some((wave, finished)) = current_wave(j, si, policy.is_some()) else {
             return Flow::Done;
         };
@@ -278,6 +283,12 @@ pub(super) fn talos_node(
 ) -> Flow {
     loop {
         let v = NodeView::of(j, si, i, now);
+        // while the node is away: its silence renewed before it lapses
+        if !talos_of(j, si).nodes[i].phase.finished()
+            && let Some(f) = silence_renewal(j, si, i, now)
+        {
+            return f;
+        }
         let moved = match talos_of(j, si).nodes[i].phase {
             NodePhase::Pending => start(j, &v, notes),
             NodePhase::Checking => check(j, &v, eyes, notes),
@@ -290,6 +301,10 @@ pub(super) fn talos_node(
                         PollWhy::Waiting,
                         format!("{}: waiting, {away} node(s) already away", v.name),
                     );
+                }
+                // its expected alerts silenced before the cordon (issue #35)
+                if let Some(f) = silence_before_cordon(j, si, i, now) {
+                    return f;
                 }
                 return cordon(j, si, i);
             }

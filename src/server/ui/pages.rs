@@ -496,7 +496,11 @@ pub fn job_summary(job: &Job, now: Timestamp) -> String {
                 hms(t)
             )),
             Some(_) => out.push_str(&format!("; health gates: {}", run.point)),
-            None => out.push_str(&format!("; health gates: {}, a gate is failing", run.point)),
+            None => out.push_str(&format!(
+                "; health gates: {}{}",
+                run.point,
+                crate::rollout::sequencer::holding_run(&job.gates)
+            )),
         }
     }
     out
@@ -644,6 +648,7 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
         CommandOutcome::Failed { error } => format!("failed: {error}"),
         CommandOutcome::Transient { error } => format!("unknown outcome: {error}"),
         CommandOutcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
+        CommandOutcome::Silenced { id } => format!("silence {id}"),
         CommandOutcome::Drain { result } => match result {
             crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
             crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {

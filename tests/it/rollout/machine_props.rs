@@ -70,6 +70,8 @@ fn fake_op(op: CommandOp) -> &'static str {
         CommandOp::SetImage => "apply-configuration",
         CommandOp::ApplyManifests => "server-side-apply",
         CommandOp::Rollback => "rollback",
+        CommandOp::Silence => "silence",
+        CommandOp::Unsilence => "unsilence",
     }
 }
 
@@ -114,6 +116,10 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
             .talos_manifests(via)
             .and_then(|m| fake.kube_apply(&m, *legacy))
             .map(|()| CommandOutcome::Done),
+        // the property model's plans silence nothing
+        Action::Silence { .. } | Action::Unsilence { .. } => {
+            panic!("a plan without a silence policy made {cmd:?}")
+        }
     };
     match r {
         Ok(o) => o,

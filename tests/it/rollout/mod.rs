@@ -126,6 +126,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
     };
     Step::Talos(TalosRollout {
         health: None,
+        silence: None,
         pool: pool.into(),
         role,
         hop: 1,

@@ -188,6 +188,7 @@ impl Sim {
         };
         Step::Talos(TalosRollout {
             health: None,
+            silence: None,
             pool: pool.into(),
             role,
             hop: 1,
