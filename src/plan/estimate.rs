@@ -477,6 +477,7 @@ mod tests {
                 .map(|w| w.iter().map(|n| target(n, from)).collect())
                 .collect(),
             health: None,
+            silence: None,
         })
     }
 

@@ -338,6 +338,8 @@ mod tests {
             cluster: "home".into(),
             created_at: t("2026-12-06T00:00:00Z"),
             windows: vec![],
+            exclusions: vec![],
+            predicted: None,
             control_plane: vec![],
             steps: vec![JobStep {
                 state: StepState::Running,
