@@ -89,6 +89,7 @@ fn table(backups: &[pb::Backup]) -> String {
             "TRIGGER",
             "MEMBER",
             "SIZE",
+            "REVISION",
             "DESTINATION",
         ],
         &backups
@@ -101,6 +102,8 @@ fn table(backups: &[pb::Backup]) -> String {
                     b.trigger.clone(),
                     b.member.clone(),
                     b.size.to_string(),
+                    b.revision
+                        .map_or_else(|| "-".to_string(), |r| r.to_string()),
                     b.destination.clone(),
                 ]
             })
@@ -126,6 +129,11 @@ fn show(b: &pb::Backup) -> String {
     line("sha256", &b.sha256);
     line("snapshot size", &b.snapshot_size.to_string());
     line("snapshot sha256", &b.snapshot_sha256);
+    line(
+        "etcd revision",
+        &b.revision
+            .map_or_else(|| "unknown".to_string(), |r| r.to_string()),
+    );
     for r in &b.recipients {
         line("recipient", r);
     }
@@ -155,6 +163,7 @@ fn record_of(b: &pb::Backup) -> miette::Result<BackupRecord> {
         member: b.member.clone(),
         snapshot_size: b.snapshot_size,
         snapshot_sha256: b.snapshot_sha256.clone(),
+        revision: b.revision,
         size: b.size,
         sha256: b.sha256.clone(),
         destination: b.destination.clone(),

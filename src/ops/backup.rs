@@ -73,6 +73,11 @@ pub struct BackupRecord {
     pub snapshot_size: u64,
     /// sha256 of the etcd snapshot (plaintext), lowercase hex.
     pub snapshot_sha256: String,
+    /// The etcd revision of the snapshot, read from its bbolt database as `etcdutl snapshot
+    /// status` does (`ops::backup_revision`). `None`: it could not be read (the backup is still
+    /// a backup: its integrity checks passed; the reason is logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
     /// Size of the encrypted file.
     pub size: u64,
     /// sha256 of the encrypted file, lowercase hex: what `verify` checks without a key.
@@ -641,6 +646,7 @@ pub async fn take<T: TalosPort>(
                     member: member.node.clone(),
                     snapshot_size: written.snapshot_size,
                     snapshot_sha256: written.snapshot_sha256,
+                    revision: written.revision,
                     size: written.size,
                     sha256: written.sha256,
                     destination: dest.name().to_string(),
@@ -693,6 +699,7 @@ fn forget_intent(
 struct Written {
     snapshot_size: u64,
     snapshot_sha256: String,
+    revision: Option<i64>,
     size: u64,
     sha256: String,
 }
@@ -739,7 +746,10 @@ async fn stream_one<T: TalosPort>(
                 return Err(e);
             }
         };
+        // The revision is read from the plaintext as it passes, before encryption.
+        let mut revision = crate::ops::backup_revision::RevisionReader::default();
         while let Some(chunk) = rx.blocking_recv() {
+            revision.update(&chunk);
             if let Err(e) = enc.write_all(&chunk) {
                 // Dropping the encryptor drops the writer; remove the part file.
                 let _ = writer_dest.delete(&writer_file);
@@ -753,7 +763,7 @@ async fn stream_one<T: TalosPort>(
                 return Err(e);
             }
         };
-        Ok(hashing)
+        Ok((hashing, revision))
     });
     let streamed = talos.etcd_snapshot_stream(member, tx).await;
     let written = consumer
@@ -765,7 +775,7 @@ async fn stream_one<T: TalosPort>(
         err: Box::new(err),
     };
     let failure = match (streamed, written) {
-        (Ok(s), Ok(Ok(mut h))) => {
+        (Ok(s), Ok(Ok((mut h, revision)))) => {
             let flushed = h.flush();
             let (size, sha256) = (h.size, hex::encode(h.hash.finalize()));
             let object = h.inner;
@@ -778,9 +788,17 @@ async fn stream_one<T: TalosPort>(
             .and_then(|r| r.map_err(cluster_err));
             match done {
                 Ok(()) => {
+                    let revision = match revision.finish() {
+                        Ok(rev) => Some(rev),
+                        Err(e) => {
+                            tracing::warn!(cluster, member = %member.node, error = %e, "backup: the snapshot's etcd revision cannot be read; recorded without it");
+                            None
+                        }
+                    };
                     return Ok(Written {
                         snapshot_size: s.size,
                         snapshot_sha256: s.sha256,
+                        revision,
                         size,
                         sha256,
                     });

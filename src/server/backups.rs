@@ -147,6 +147,7 @@ pub fn backup_view(r: &backup::BackupRecord) -> crate::api::pb::Backup {
         member: r.member.clone(),
         snapshot_size: r.snapshot_size,
         snapshot_sha256: r.snapshot_sha256.clone(),
+        revision: r.revision,
         size: r.size,
         sha256: r.sha256.clone(),
         destination: r.destination.clone(),

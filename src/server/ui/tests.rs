@@ -751,6 +751,7 @@ async fn the_overview_names_each_clusters_newest_backup() {
         member: "cp-<1>".into(),
         snapshot_size: 1056,
         snapshot_sha256: "ab".into(),
+        revision: Some(17),
         size: 1300,
         sha256: "cd".into(),
         destination: "local".into(),
