@@ -456,3 +456,37 @@ fn count_of(json: &str) -> miette::Result<u64> {
         .and_then(serde_json::Value::as_u64)
         .unwrap_or(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(revision: Option<i64>) -> pb::Backup {
+        pb::Backup {
+            cluster: "prod".into(),
+            file: "prod-20261205T030000Z.db.age".into(),
+            taken_at: "2026-12-05T03:00:00Z".into(),
+            trigger: "scheduled".into(),
+            member: "cp-1".into(),
+            size: 1300,
+            destination: "local".into(),
+            revision,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn list_and_show_name_the_etcd_revision_or_that_it_is_unknown() {
+        let t = table(&[backup(Some(4242)), backup(None)]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("REVISION"), "{t}");
+        assert!(lines[1].contains(" 4242 "), "{t}");
+        assert!(lines[2].contains(" - "), "{t}");
+        assert!(show(&backup(Some(4242))).contains("etcd revision    4242\n"));
+        assert!(show(&backup(None)).contains("etcd revision    unknown\n"));
+        assert_eq!(
+            record_of(&backup(Some(7))).map(|r| r.revision).ok(),
+            Some(Some(7))
+        );
+    }
+}
