@@ -180,7 +180,7 @@ impl RevisionReader {
             let pgid = start / ps;
             let page = self.slice(start, end - start);
             let summary = if pgid < 2 {
-                match parse_meta(&page[PAGE_HEADER..PAGE_HEADER + META_LEN]) {
+                match parse_meta(page.get(PAGE_HEADER..).unwrap_or(&[])) {
                     Ok(m) => {
                         self.metas.push(m);
                         continue;
@@ -396,7 +396,8 @@ fn parse_meta(m: &[u8]) -> Result<Meta, String> {
 
 /// Summarize one page (its header and its overflow included).
 fn summarize(page: &[u8]) -> Summary {
-    let flags = u16::from_le_bytes([page[8], page[9]]);
+    let byte = |i: usize| page.get(i).copied().unwrap_or(0);
+    let flags = u16::from_le_bytes([byte(8), byte(9)]);
     if flags & BRANCH != 0 {
         branch(page).map_or_else(Summary::Bad, Summary::Branch)
     } else if flags & LEAF != 0 {
