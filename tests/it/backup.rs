@@ -1310,6 +1310,11 @@ fn backup_revision_of_a_real_etcd_snapshot_is_what_etcdctl_snapshot_status_repor
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         last_put = v["header"]["revision"].as_i64().unwrap();
     }
+    // Values larger than a page: leaf pages with overflow pages.
+    let large = "w".repeat(12_000);
+    for i in 0..5 {
+        ctl(&["put", &format!("{prefix}/large/{i}"), &large]);
+    }
     ctl(&["del", &format!("{prefix}/0")]);
     let snap = dir.path().join("snap.db");
     ctl(&["snapshot", "save", snap.to_str().unwrap()]);
