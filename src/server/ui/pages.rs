@@ -256,7 +256,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     }
                     dt { "newest backup" } dd {
                         @match &newest_backup {
-                            Some(b) => { code { (b.file) } " · taken " (ts(b.taken_at)) " (" (since(Some(b.taken_at), now)) " ago) from " (b.member) }
+                            Some(b) => { code { (b.file) } " · taken " (ts(b.taken_at)) " (" (since(Some(b.taken_at), now)) " ago) from " (b.member) @if let Some(rev) = b.revision { " · etcd revision " (rev) } }
                             None => "none (spec.backup turns scheduled etcd backups on)",
                         }
                     }

@@ -778,4 +778,5 @@ async fn the_overview_names_each_clusters_newest_backup() {
         "only the newest: {page}"
     );
     assert!(page.contains("from cp-&lt;1&gt;"), "escaped: {page}");
+    assert!(page.contains(" · etcd revision 17"), "{page}");
 }
