@@ -264,29 +264,44 @@ async fn backup_destination_failure_is_reported_as_such_and_nothing_is_recorded(
     assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
 }
 
-/// A store that fails the transaction recording a backup, as a crash right after the file was
-/// written would: the intent is durable, the record is not.
-pub(crate) struct CrashBeforeRecord(pub(crate) MemStore);
+/// Whether `txn` writes a backup's record (`backup/…` in the backups table).
+pub(crate) fn records_a_backup(txn: &Txn) -> bool {
+    txn.ops
+        .iter()
+        .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
+}
 
-impl Store for CrashBeforeRecord {
+/// A store that refuses the transaction recording a backup with `refusal`'s error; everything
+/// else goes to the inner store.
+pub(crate) struct RefusesRecord {
+    pub(crate) inner: Arc<MemStore>,
+    refusal: fn() -> StoreError,
+}
+
+impl Store for RefusesRecord {
     fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.get(table, key)
+        self.inner.get(table, key)
     }
     fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.0.scan(table, prefix)
+        self.inner.scan(table, prefix)
     }
     fn commit(&self, txn: Txn) -> Result<(), StoreError> {
-        if txn
-            .ops
-            .iter()
-            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
-        {
-            return Err(StoreError::Backend {
-                op: "commit",
-                err: "the process died here".into(),
-            });
+        if records_a_backup(&txn) {
+            return Err((self.refusal)());
         }
-        self.0.commit(txn)
+        self.inner.commit(txn)
+    }
+}
+
+/// A store that fails the transaction recording a backup, as a crash right after the file was
+/// written would: the intent is durable, the record is not.
+pub(crate) fn crash_before_record() -> RefusesRecord {
+    RefusesRecord {
+        inner: Arc::new(MemStore::new()),
+        refusal: || StoreError::Backend {
+            op: "commit",
+            err: "the process died here".into(),
+        },
     }
 }
 
@@ -295,7 +310,7 @@ async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
     let (talos, _kube) = adapters(&sim).await;
-    let store = CrashBeforeRecord(MemStore::new());
+    let store = crash_before_record();
     let alice = age::x25519::Identity::generate();
     let s = settings(&[&alice]);
     let state = dir.path().join("state");
@@ -319,7 +334,7 @@ async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
     // The file was written; no record counts it.
     let root = state.join("backups/prod");
     assert_eq!(entries(&root), vec!["prod-20261205T100000Z.db.age"]);
-    let inner = &store.0;
+    let inner: &MemStore = &store.inner;
     assert!(backup::list(inner, "prod").unwrap().is_empty());
     // A file medea never wrote sits beside it.
     std::fs::write(root.join("operator-copy.db.age"), b"not ours").unwrap();
@@ -931,27 +946,13 @@ fn backup_daemon_takes_the_scheduled_backup_once_its_settings_are_approved() {
 
 /// The store as a deposed leader sees it: its term ended while it streamed, so the fenced
 /// transaction recording the backup is refused (what etcd answers to a stale fence).
-struct DeposedAtRecord(Arc<MemStore>);
-
-impl Store for DeposedAtRecord {
-    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.get(table, key)
-    }
-    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.0.scan(table, prefix)
-    }
-    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
-        if txn
-            .ops
-            .iter()
-            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
-        {
-            return Err(StoreError::Fenced {
-                replica: "replica-a".into(),
-                term: 7,
-            });
-        }
-        self.0.commit(txn)
+fn deposed_at_record(shared: Arc<MemStore>) -> RefusesRecord {
+    RefusesRecord {
+        inner: shared,
+        refusal: || StoreError::Fenced {
+            replica: "replica-a".into(),
+            term: 7,
+        },
     }
 }
 
@@ -971,7 +972,7 @@ async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
         ),
     );
     // Replica a takes the slot, streams, writes the file, and loses its term before recording.
-    let a = DeposedAtRecord(shared.clone());
+    let a = deposed_at_record(shared.clone());
     let mut recovered_a = Default::default();
     let err = run_pass(
         &a,
@@ -1051,11 +1052,7 @@ impl Store for FailoverAtRecord {
         self.inner.scan(table, prefix)
     }
     fn commit(&self, txn: Txn) -> Result<(), StoreError> {
-        let records = txn
-            .ops
-            .iter()
-            .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")));
-        if records && self.b.lock().unwrap().is_none() {
+        if records_a_backup(&txn) && self.b.lock().unwrap().is_none() {
             let won = std::thread::scope(|s| {
                 s.spawn(|| {
                     let rt = tokio::runtime::Builder::new_current_thread()

@@ -19,7 +19,7 @@ use medea::sim::talos::{Effect, Method, Trigger};
 use medea::store::{Op, Store, StoreError, Table, Txn};
 use rusty_s3::S3Action as _;
 
-use crate::backup::CrashBeforeRecord;
+use crate::backup::crash_before_record;
 use crate::rollout_sim::{Sim, adapters, node};
 
 const ACCESS: &str = "medea-test-access";
@@ -800,7 +800,7 @@ async fn backup_s3_crash_between_upload_and_record_leaves_no_backup_and_the_orph
     };
     let sim = Sim::start(dir.path(), 1, 0, KubeSimConfig::default()).await;
     let alice = age::x25519::Identity::generate();
-    let store = CrashBeforeRecord(MemStore::new());
+    let store = crash_before_record();
     let (cfg, creds) = config(&s3.endpoint(), 3);
     let dest: Arc<dyn Destination> = Arc::new(S3::new("offsite", "prod", cfg, creds).unwrap());
     let s = settings(&alice, "offsite");
@@ -817,7 +817,7 @@ async fn backup_s3_crash_between_upload_and_record_leaves_no_backup_and_the_orph
         vec![format!("medea/prod/{file}")],
         "uploaded"
     );
-    let inner = &store.0;
+    let inner: &MemStore = &store.inner;
     assert!(
         backup::list(inner, "prod").unwrap().is_empty(),
         "not counted"
