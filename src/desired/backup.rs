@@ -155,21 +155,15 @@ pub enum Due {
 impl BackupSchedule {
     /// Check and build a schedule: exactly 5 cron fields, a known IANA zone.
     pub fn new(expr: &str, zone: &str) -> Result<BackupSchedule, ScheduleError> {
-        let fields = expr.split_whitespace().count();
-        if fields != 5 {
-            return Err(ScheduleError::Cron {
+        use super::window::{CronInZoneError, cron_in_zone};
+        let (cron, tz) = cron_in_zone(expr, zone).map_err(|e| match e {
+            CronInZoneError::Cron(reason) => ScheduleError::Cron {
                 input: expr.to_string(),
-                reason: format!("found {fields} fields"),
-            });
-        }
-        let cron: croner::Cron =
-            expr.parse()
-                .map_err(|e: croner::errors::CronError| ScheduleError::Cron {
-                    input: expr.to_string(),
-                    reason: e.to_string(),
-                })?;
-        let tz = TimeZone::get(zone).map_err(|_| ScheduleError::TimeZone {
-            input: zone.to_string(),
+                reason,
+            },
+            CronInZoneError::TimeZone => ScheduleError::TimeZone {
+                input: zone.to_string(),
+            },
         })?;
         Ok(BackupSchedule {
             cron,

@@ -53,6 +53,31 @@ impl PartialEq for MaintenanceWindow {
     }
 }
 
+/// What is wrong with a cron expression read in a time zone; the caller names the field.
+pub(crate) enum CronInZoneError {
+    /// Not 5 fields, or refused by the cron parser (the reason).
+    Cron(String),
+    /// Not a known IANA zone name.
+    TimeZone,
+}
+
+/// A 5-field cron expression (minute hour day-of-month month day-of-week) read in an IANA time
+/// zone: the one rule maintenance windows and backup schedules (`desired::backup`) follow.
+pub(crate) fn cron_in_zone(
+    expr: &str,
+    zone: &str,
+) -> Result<(croner::Cron, TimeZone), CronInZoneError> {
+    let fields = expr.split_whitespace().count();
+    if fields != 5 {
+        return Err(CronInZoneError::Cron(format!("found {fields} fields")));
+    }
+    let cron: croner::Cron = expr
+        .parse()
+        .map_err(|e: croner::errors::CronError| CronInZoneError::Cron(e.to_string()))?;
+    let tz = TimeZone::get(zone).map_err(|_| CronInZoneError::TimeZone)?;
+    Ok((cron, tz))
+}
+
 impl MaintenanceWindow {
     /// Check and build a window; the cron expression must have exactly 5 fields and the
     /// duration lie between 1 minute and 7 days.
@@ -61,22 +86,14 @@ impl MaintenanceWindow {
         duration: Duration,
         zone: &str,
     ) -> Result<MaintenanceWindow, WindowError> {
-        let fields = start.split_whitespace().count();
-        if fields != 5 {
-            return Err(WindowError::Cron {
+        let (cron, tz) = cron_in_zone(start, zone).map_err(|e| match e {
+            CronInZoneError::Cron(reason) => WindowError::Cron {
                 input: start.to_string(),
-                reason: format!("found {fields} fields"),
-            });
-        }
-        let cron: croner::Cron =
-            start
-                .parse()
-                .map_err(|e: croner::errors::CronError| WindowError::Cron {
-                    input: start.to_string(),
-                    reason: e.to_string(),
-                })?;
-        let tz = TimeZone::get(zone).map_err(|_| WindowError::TimeZone {
-            input: zone.to_string(),
+                reason,
+            },
+            CronInZoneError::TimeZone => WindowError::TimeZone {
+                input: zone.to_string(),
+            },
         })?;
         if duration < Duration::from_secs(60) || duration > MAX_WINDOW {
             return Err(WindowError::Duration);
