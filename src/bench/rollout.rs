@@ -26,10 +26,12 @@ use jiff::Timestamp;
 use super::BenchError;
 use crate::desired::Revision;
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
+use crate::plan::estimate::{DEFAULTS, Estimate, HISTORY_JOBS, History, JobSamples, estimate};
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
 use crate::plan::{Basis, ClusterPlan, MachineTarget, Plan, PlanId, Step, TalosRollout};
 #[cfg(feature = "fakes")]
 use crate::rollout::fake::{FakeCluster, FakeNodeSpec};
+use crate::rollout::journal::{JournalEntry, entries_prefix};
 use crate::rollout::ports::{
     Component, ComponentImages, EtcdHealth, ImageNamespace, Manifest, NodeTarget, PortError,
     SnapshotInfo, SnapshotStreamed, TalosNode, TalosPort, UpgradeMethod,
@@ -40,7 +42,7 @@ use crate::rollout::{
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::sim::talos::{RebootTiming, Role as SimRole, Scenario};
 use crate::store::fjall::FjallStore;
-use crate::store::{Store, Txn};
+use crate::store::{Store, StoreExt, Txn};
 use crate::version::{KubeVersion, TalosVersion};
 
 const FROM: &str = "v1.13.2";
@@ -186,6 +188,11 @@ pub struct RolloutReport {
     pub ideal_ms: f64,
     pub upgrades: u64,
     pub max_upgrades_per_node: u64,
+    /// The job's timings as its journal recorded them (what a plan's prediction is built
+    /// from: `rollout::history`).
+    pub samples: JobSamples,
+    /// The plan the job ran.
+    pub plan: Option<Arc<ClusterPlan>>,
 }
 
 impl RolloutReport {
@@ -282,11 +289,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
 
 /// A fresh fjall store in `dir` holding the cluster and one job rolling all of `nodes`
 /// (control planes one at a time, workers `max` at a time).
-fn install(
-    dir: &Path,
-    nodes: &[NodeFacts],
-    max: u32,
-) -> Result<(Arc<FjallStore>, crate::rollout::JobId, usize), BenchError> {
+fn install(dir: &Path, nodes: &[NodeFacts], max: u32) -> Result<Installed, BenchError> {
     let obs = observed(nodes);
     let cp: Vec<&NodeFacts> = nodes.iter().filter(|n| n.control_plane).collect();
     let w: Vec<&NodeFacts> = nodes.iter().filter(|n| !n.control_plane).collect();
@@ -317,7 +320,7 @@ fn install(
             running: Default::default(),
             halted: Default::default(),
         },
-        clusters: vec![std::sync::Arc::new(ClusterPlan {
+        clusters: vec![Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
             cluster: CLUSTER.into(),
@@ -354,7 +357,37 @@ fn install(
         })?;
     store.commit(created.txn).map_err(store_err)?;
     let job = created.jobs[0].id.clone();
-    Ok((store, job, waves))
+    let cluster_plan = plan.clusters[0].clone();
+    Ok(Installed {
+        store,
+        job,
+        waves,
+        plan: cluster_plan,
+    })
+}
+
+/// What [`install`] set up.
+struct Installed {
+    store: Arc<FjallStore>,
+    job: crate::rollout::JobId,
+    waves: usize,
+    plan: Arc<ClusterPlan>,
+}
+
+/// The samples of finished job `id`, read back from its journal.
+fn samples_of(store: &dyn Store, id: &crate::rollout::JobId) -> Result<JobSamples, BenchError> {
+    let job = crate::ops::jobs::load_job(store, id)
+        .map_err(store_err)?
+        .ok_or_else(|| BenchError::Rollout {
+            what: format!("job {id} is not in the store"),
+        })?;
+    let entries: Vec<JournalEntry> = store
+        .scan_records::<JournalEntry>(&entries_prefix(id))
+        .map_err(store_err)?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    Ok(crate::rollout::history::samples(&job, &entries))
 }
 
 /// Where the rollout runs.
@@ -488,6 +521,8 @@ fn report(
         ideal_ms: waves as f64 * delay.as_secs_f64() * 1e3,
         upgrades,
         max_upgrades_per_node: max_upgrades,
+        samples: JobSamples::default(),
+        plan: None,
     })
 }
 
@@ -528,10 +563,15 @@ fn run_fakes(
             })
             .collect()
     };
-    let (store, job, waves) = install(dir, &facts, max)?;
+    let Installed {
+        store,
+        job,
+        waves,
+        plan,
+    } = install(dir, &facts, max)?;
     let store_dyn: Arc<dyn Store> = store;
     let exec = Executor::new(
-        store_dyn,
+        store_dyn.clone(),
         Delayed::new(fake.talos(), delay),
         fake.kube(),
         SystemClock,
@@ -539,6 +579,7 @@ fn run_fakes(
     );
     let wall = rt.block_on(timed_run(&exec, &job))?;
     let s = fake.state();
+    let samples = samples_of(store_dyn.as_ref(), &job)?;
     report(
         s.nodes.iter().map(|(name, n)| {
             (
@@ -552,6 +593,11 @@ fn run_fakes(
         delay,
         exec.commits(),
     )
+    .map(|r| RolloutReport {
+        samples,
+        plan: Some(plan),
+        ..r
+    })
 }
 
 #[allow(
@@ -607,7 +653,12 @@ async fn run_sim(
             boot_id: n.boot_id,
         });
     }
-    let (store, job, waves) = install(dir, &facts, max)?;
+    let Installed {
+        store,
+        job,
+        waves,
+        plan,
+    } = install(dir, &facts, max)?;
     let (talos, kube) =
         crate::ops::cluster_ports::paced(&creds, CLUSTER, poll.max(Duration::from_millis(1)))
             .await
@@ -615,7 +666,7 @@ async fn run_sim(
                 what: crate::error_chain(&e),
             })?;
     let store_dyn: Arc<dyn Store> = store;
-    let exec = Executor::new(store_dyn, talos, kube, SystemClock, cfg);
+    let exec = Executor::new(store_dyn.clone(), talos, kube, SystemClock, cfg);
     let wall = timed_run(&exec, &job).await;
     let mut nodes = Vec::with_capacity(names.len());
     for name in &names {
@@ -624,5 +675,74 @@ async fn run_sim(
         nodes.push((name.clone(), running, upgrades));
     }
     sim.shutdown().await;
-    report(nodes.into_iter(), waves, wall?, delay, exec.commits())
+    let wall = wall?;
+    let samples = samples_of(store_dyn.as_ref(), &job)?;
+    report(nodes.into_iter(), waves, wall, delay, exec.commits()).map(|r| RolloutReport {
+        samples,
+        plan: Some(plan),
+        ..r
+    })
+}
+
+/// One rollout of the prediction benchmark: what the plan predicted from the journals of the
+/// runs before it, and how long it took.
+#[derive(Debug, Clone)]
+pub struct PredictionRow {
+    /// The prediction for the whole job (median and pessimistic bound, whole seconds).
+    pub predicted: Estimate,
+    /// The job's wall time, in milliseconds.
+    pub actual_ms: f64,
+}
+
+impl PredictionRow {
+    /// The median prediction's error relative to the actual wall time: positive when the
+    /// prediction was too long.
+    pub fn error(&self) -> f64 {
+        (self.predicted.total.median_secs as f64 * 1e3 - self.actual_ms) / self.actual_ms
+    }
+    /// Whether the actual wall time stayed within the pessimistic bound.
+    pub fn within_pessimistic(&self) -> bool {
+        self.actual_ms <= self.predicted.total.pessimistic_secs as f64 * 1e3
+    }
+}
+
+/// Issue #36 item 6: how close a plan's predicted duration comes to the rollout it predicts.
+/// `runs + 1` identical rollouts of `workers` workers on the simulator with fixed per-node
+/// delays, one after another; before each run after the first, the plan's prediction is
+/// computed exactly as the daemon computes it (`plan::estimate` from the samples
+/// `rollout::history` reads back from the journals of the runs before it, at most
+/// [`HISTORY_JOBS`]), then compared with the run's wall time.
+pub fn prediction(
+    dir: &Path,
+    workers: usize,
+    max: u32,
+    delay: Duration,
+    poll: Duration,
+    runs: usize,
+) -> Result<Vec<PredictionRow>, BenchError> {
+    let mut history = History::default();
+    let mut rows = Vec::with_capacity(runs);
+    for k in 0..=runs {
+        let r = run(
+            &dir.join(format!("run-{k}")),
+            Backend::Sim,
+            0,
+            workers,
+            max,
+            delay,
+            poll,
+        )?;
+        let plan = r.plan.clone().ok_or_else(|| BenchError::Rollout {
+            what: "the run reported no plan".into(),
+        })?;
+        if k > 0 {
+            rows.push(PredictionRow {
+                predicted: estimate(&plan, &history, &DEFAULTS, &[], &[], None),
+                actual_ms: r.wall_ms,
+            });
+        }
+        history.jobs.insert(0, r.samples);
+        history.jobs.truncate(HISTORY_JOBS);
+    }
+    Ok(rows)
 }

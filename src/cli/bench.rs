@@ -134,6 +134,26 @@ pub enum Scenario {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// Issue #36: a plan's predicted duration against the rollout it predicts, on the
+    /// simulator with fixed per-node delays; each run is predicted from the journals of the
+    /// runs before it, as the daemon predicts a plan.
+    Predict {
+        /// Workers rolled (one worker pool).
+        #[arg(long, default_value_t = 100)]
+        workers: usize,
+        /// How long each node is away after its reboot.
+        #[arg(long, default_value = "5s", value_parser = crate::duration::parse_std)]
+        delay: Duration,
+        /// maxUnavailable of the pool.
+        #[arg(long, default_value_t = 10)]
+        max_unavailable: u32,
+        /// Executor poll interval.
+        #[arg(long, default_value = "5ms", value_parser = crate::duration::parse_std)]
+        poll: Duration,
+        /// Predicted runs (after one run that only seeds the history).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 fn tempdir() -> miette::Result<tempfile::TempDir> {
@@ -388,6 +408,49 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             outln!(
                 "RSS after the change and get rounds: {:.1} MiB",
                 r.rss_after_kib as f64 / 1024.0
+            );
+            Ok(exit::OK)
+        }
+        Scenario::Predict {
+            workers,
+            delay,
+            max_unavailable,
+            poll,
+            runs,
+        } => {
+            let host = Host::detect();
+            outln!("{host}");
+            let dir = tempdir()?;
+            let rows = rollout::prediction(dir.path(), workers, max_unavailable, delay, poll, runs)
+                .map_err(err)?;
+            outln!(
+                "predicted against actual on the simulator: {workers} workers, maxUnavailable {max_unavailable}, {} ms away per node after reboot, poll {} ms; each run predicted from the journals of the runs before it (one seeding run first)",
+                delay.as_millis(),
+                poll.as_millis()
+            );
+            let mut errors = crate::bench::stats::Samples::new();
+            for (i, r) in rows.iter().enumerate() {
+                outln!(
+                    "  run {}: predicted median {} s, pessimistic {} s (history of {} job(s)); actual {:.1} s; error {:+.1} %{}",
+                    i + 1,
+                    r.predicted.total.median_secs,
+                    r.predicted.total.pessimistic_secs,
+                    r.predicted.history_jobs,
+                    r.actual_ms / 1e3,
+                    r.error() * 100.0,
+                    if r.within_pessimistic() {
+                        ""
+                    } else {
+                        "; PAST the pessimistic bound"
+                    }
+                );
+                errors.push_value(r.error().abs() * 100.0);
+            }
+            outln!(
+                "  |error|: median {:.1} %, max {:.1} % (n={}; target <= 15 %)",
+                errors.median(),
+                errors.max(),
+                errors.len()
             );
             Ok(exit::OK)
         }

@@ -300,3 +300,26 @@ fn approvals_times_a_cold_and_a_warm_reconcile_pass() {
         "{out}"
     );
 }
+
+#[test]
+fn predict_compares_each_run_with_the_prediction_its_history_gives() {
+    let out = run(&[
+        "predict",
+        "--workers",
+        "3",
+        "--max-unavailable",
+        "2",
+        "--delay",
+        "1s",
+        "--runs",
+        "1",
+    ]);
+    assert!(
+        out.contains("predicted against actual on the simulator: 3 workers, maxUnavailable 2"),
+        "{out}"
+    );
+    // the one predicted run is predicted from the journal of the seeding run, not defaults
+    assert!(out.contains("run 1: predicted median"), "{out}");
+    assert!(out.contains("(history of 1 job(s))"), "{out}");
+    assert!(out.contains("|error|: median"), "{out}");
+}
