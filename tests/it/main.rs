@@ -12,6 +12,7 @@ mod approval;
 mod approvals_cli;
 mod architecture;
 mod backup;
+mod backup_fixture;
 mod backup_s3;
 mod bench;
 mod cli;

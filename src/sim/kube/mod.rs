@@ -392,7 +392,9 @@ struct StoredKeyspace(std::sync::Weak<Shared>);
 impl KeyspaceSource for StoredKeyspace {
     fn keyspace(&self) -> Option<Keyspace> {
         let shared = self.0.upgrade()?;
-        let c = shared.cluster.lock().ok()?;
+        let mut c = shared.cluster.lock().ok()?;
+        // Converge first, as every request does: the Nodes the kubelets registered are stored.
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
         Some(c.store.etcd_keyspace())
     }
 }
@@ -781,10 +783,12 @@ impl KubeSim {
         c.store.get(rt, namespace, name).cloned()
     }
 
-    /// What this apiserver has stored, as the control plane's etcd holds it: what the Talos
-    /// side's `EtcdSnapshot` serves (tests compare the two).
+    /// Converge now, then what this apiserver has stored, as the control plane's etcd holds
+    /// it: what the Talos side's `EtcdSnapshot` serves (tests compare the two).
     pub fn keyspace(&self) -> Keyspace {
-        self.cluster().store.etcd_keyspace()
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        c.store.etcd_keyspace()
     }
 
     /// Turn on an alpha resource that a later minor removes, as `--runtime-config` does, with
