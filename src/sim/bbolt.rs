@@ -335,7 +335,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert!(db.len() > 100 * 1000 && db.len() % PAGE_SIZE == 0);
+        assert!(db.len() > 100 * 1000 && db.len().is_multiple_of(PAGE_SIZE));
     }
 
     #[test]

@@ -31,11 +31,11 @@ pub(crate) fn etcdctl_json(etcdctl: &Path, endpoint: Option<&str>, args: &[&str]
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Every key of a running etcd: `(header revision, [(key, create, mod, version, value)])`.
-pub(crate) fn all_keys(
-    etcdctl: &Path,
-    endpoint: &str,
-) -> (i64, Vec<(String, i64, i64, i64, Vec<u8>)>) {
+/// One key as etcd serves it: `(key, create_revision, mod_revision, version, value)`.
+pub(crate) type Kv = (String, i64, i64, i64, Vec<u8>);
+
+/// Every key of a running etcd and the revision its answer carries.
+pub(crate) fn all_keys(etcdctl: &Path, endpoint: &str) -> (i64, Vec<Kv>) {
     let v = etcdctl_json(etcdctl, Some(endpoint), &["get", "", "--from-key"]);
     let revision = v["header"]["revision"].as_i64().unwrap();
     let kvs = v["kvs"]
@@ -125,7 +125,7 @@ async fn sim_etcd_snapshot_is_a_database_the_real_etcd_restores_and_serves() {
     };
     let (revision, kvs) = all_keys(&etcdctl, &etcd.endpoint);
     assert_eq!(revision, ks.revision, "etcd's revision is the apiserver's");
-    let mut want: Vec<(String, i64, i64, i64, Vec<u8>)> = ks
+    let mut want: Vec<Kv> = ks
         .keys
         .iter()
         .map(|k| {

@@ -481,4 +481,72 @@ mod tests {
         let v = s.put(&DEPLOYMENTS, scaled, now());
         assert_eq!(v["metadata"]["generation"], 2);
     }
+
+    #[test]
+    fn the_etcd_keyspace_keeps_each_keys_revisions_as_etcd_would() {
+        use super::super::resources::{NODES, SERVICES};
+        let mut s = Store::new(3);
+        let cm = json!({"metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}});
+        s.create(&CONFIGMAPS, cm.clone(), now()).unwrap();
+        let created = s.resource_version();
+        s.create(&NODES, json!({"metadata": {"name": "cp-1"}}), now())
+            .unwrap();
+        s.create(
+            &SERVICES,
+            json!({"metadata": {"name": "kubernetes", "namespace": "default"}}),
+            now(),
+        )
+        .unwrap();
+        let mut changed = cm.clone();
+        changed["data"]["k"] = json!("w");
+        s.put(&CONFIGMAPS, changed.clone(), now());
+        changed["data"]["k"] = json!("x");
+        s.put(&CONFIGMAPS, changed, now());
+        let modified = s.resource_version();
+        s.create(
+            &CONFIGMAPS,
+            json!({"metadata": {"name": "gone", "namespace": "default"}}),
+            now(),
+        )
+        .unwrap();
+        s.delete(&CONFIGMAPS, "default", "gone");
+        let ks = s.etcd_keyspace();
+        assert_eq!(
+            ks.revision as u64,
+            s.resource_version(),
+            "the delete counts"
+        );
+        let keys: Vec<(&str, i64, i64, i64)> = ks
+            .keys
+            .iter()
+            .map(|k| (k.key.as_str(), k.create_revision, k.mod_revision, k.version))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                (
+                    "/registry/configmaps/default/a",
+                    created as i64,
+                    modified as i64,
+                    3
+                ),
+                (
+                    "/registry/minions/cp-1",
+                    created as i64 + 1,
+                    created as i64 + 1,
+                    1
+                ),
+                (
+                    "/registry/services/specs/default/kubernetes",
+                    created as i64 + 2,
+                    created as i64 + 2,
+                    1
+                ),
+            ]
+        );
+        let stored: Value = serde_json::from_slice(&ks.keys[0].value).unwrap();
+        assert_eq!(stored["data"]["k"], "x");
+        assert!(stored["metadata"].get("resourceVersion").is_none());
+        assert!(stored["metadata"].get("uid").is_some());
+    }
 }
