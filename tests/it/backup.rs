@@ -14,7 +14,7 @@ use medea::sim::talos::{Effect, Method, Trigger};
 use medea::store::{Store, StoreError, Table, Txn};
 
 use crate::backup_fixture::{
-    apply, crash_before_record, decrypt, key_yaml, records_a_backup,
+    FailoverAtRecord, apply, crash_before_record, decrypt, key_yaml,
     restores_at_the_recorded_revision, sha256, ts,
 };
 use crate::rollout_sim::{Sim, adapters, fault, node};
@@ -969,51 +969,6 @@ async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
 
 // ------------------------------------------------------------------ failover on a real etcd
 
-/// Replica a's view of the store: when a's pass records its backup, its term ends first —
-/// a resigns and b wins the election — so the real etcd refuses a's fenced record write.
-struct FailoverAtRecord {
-    inner: Arc<medea::store::etcd::EtcdStore>,
-    a: medea::store::Leadership,
-    b_store: Arc<medea::store::etcd::EtcdStore>,
-    b: std::sync::Mutex<Option<(medea::store::Leadership, medea::store::Fence)>>,
-}
-
-impl Store for FailoverAtRecord {
-    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(table, key)
-    }
-    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.inner.scan(table, prefix)
-    }
-    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
-        if records_a_backup(&txn) && self.b.lock().unwrap().is_none() {
-            let won = std::thread::scope(|s| {
-                s.spawn(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        self.a.resign().await;
-                        let b = self
-                            .b_store
-                            .campaign("b", std::time::Duration::from_secs(3));
-                        let fence =
-                            tokio::time::timeout(std::time::Duration::from_secs(60), b.leading())
-                                .await
-                                .expect("b leads within a minute");
-                        (b, fence)
-                    })
-                })
-                .join()
-                .unwrap()
-            });
-            *self.b.lock().unwrap() = Some(won);
-        }
-        self.inner.commit(txn)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
     let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
@@ -1038,12 +993,7 @@ async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
     let fa = tokio::time::timeout(std::time::Duration::from_secs(60), a.leading())
         .await
         .expect("a leads");
-    let view = FailoverAtRecord {
-        inner: sa.clone(),
-        a,
-        b_store: sb.clone(),
-        b: std::sync::Mutex::new(None),
-    };
+    let view = FailoverAtRecord::new(sa.clone(), a, sb.clone());
     // a takes the slot, streams and writes the file; its term ends before the record.
     let mut recovered_a = Default::default();
     let err = run_pass(
@@ -1061,7 +1011,7 @@ async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
         "etcd refused a's record: {err:?}"
     );
     assert_eq!(sim.snapshots(), 1);
-    let (_b, fb) = view.b.lock().unwrap().take().expect("b won the election");
+    let (_b, fb) = view.b_won();
     // a, late, runs its schedule again with its old fence: the slot is taken (its intent
     // says so), so it does nothing, and asks for no snapshot.
     let r = run_pass(

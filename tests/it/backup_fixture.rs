@@ -214,3 +214,70 @@ pub(crate) fn deposed_at_record(shared: Arc<MemStore>) -> RefusesRecord {
         },
     }
 }
+
+/// Replica a's view of the store: when a's pass records its backup, its term ends first —
+/// a resigns and b wins the election — so the real etcd refuses a's fenced record write.
+pub(crate) struct FailoverAtRecord {
+    inner: Arc<medea::store::etcd::EtcdStore>,
+    a: medea::store::Leadership,
+    b_store: Arc<medea::store::etcd::EtcdStore>,
+    b: std::sync::Mutex<Option<(medea::store::Leadership, medea::store::Fence)>>,
+}
+
+impl Store for FailoverAtRecord {
+    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.inner.scan(table, prefix)
+    }
+    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
+        if records_a_backup(&txn) && self.b.lock().unwrap().is_none() {
+            let won = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async {
+                        self.a.resign().await;
+                        let b = self
+                            .b_store
+                            .campaign("b", std::time::Duration::from_secs(3));
+                        let fence =
+                            tokio::time::timeout(std::time::Duration::from_secs(60), b.leading())
+                                .await
+                                .expect("b leads within a minute");
+                        (b, fence)
+                    })
+                })
+                .join()
+                .unwrap()
+            });
+            *self.b.lock().unwrap() = Some(won);
+        }
+        self.inner.commit(txn)
+    }
+}
+
+impl FailoverAtRecord {
+    /// Replica a's view: `inner` is a's store client, `a` its leadership; `b_store` the store
+    /// client replica b campaigns with.
+    pub(crate) fn new(
+        inner: Arc<medea::store::etcd::EtcdStore>,
+        a: medea::store::Leadership,
+        b_store: Arc<medea::store::etcd::EtcdStore>,
+    ) -> FailoverAtRecord {
+        FailoverAtRecord {
+            inner,
+            a,
+            b_store,
+            b: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Replica b's leadership and fence, once it won the election.
+    pub(crate) fn b_won(&self) -> (medea::store::Leadership, medea::store::Fence) {
+        self.b.lock().unwrap().take().expect("b won the election")
+    }
+}

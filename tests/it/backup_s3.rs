@@ -876,6 +876,113 @@ async fn backup_s3_failover_mid_scheduled_backup_records_exactly_one_and_leaves_
     assert_eq!(sim.snapshots(), 2);
 }
 
+/// The same failover on a real etcd store with real leader election, to S3: replica a's
+/// fenced record is refused by etcd after b won; a, late, does nothing more; b recovers (a's
+/// object deleted from the bucket and reported) and takes the slot once. One backup, one object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_s3_failover_on_a_real_etcd_records_exactly_one_and_leaves_no_uncounted_object() {
+    let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(s3) = S3Server::start(dir.path()) else {
+        return;
+    };
+    let prefix = crate::etcd_harness::unique_prefix("backup-s3-failover");
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let sa = Arc::new(etcd.store(&prefix));
+    let sb = Arc::new(etcd.store(&prefix));
+    apply(sa.as_ref(), &sim, &alice, "");
+    write_destination(&sim.creds, "offsite", &s3.endpoint(), 3);
+    let dirs = backup::Dirs {
+        state_dir: dir.path().join("state"),
+        creds_dir: Some(sim.creds.clone()),
+    };
+    let keys =
+        |prefix: &str| -> Vec<String> { s3.objects(prefix).into_iter().map(|(k, _)| k).collect() };
+    let a = sa.campaign("a", Duration::from_secs(3));
+    let fa = tokio::time::timeout(Duration::from_secs(60), a.leading())
+        .await
+        .expect("a leads");
+    let view = crate::backup_fixture::FailoverAtRecord::new(sa.clone(), a, sb.clone());
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &view,
+        Some(&fa),
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "etcd refused a's record: {err:?}"
+    );
+    assert_eq!(
+        keys(""),
+        vec!["medea/prod/prod-20261205T100000Z.db.age".to_string()],
+        "a's object, never recorded"
+    );
+    let (_b, fb) = view.b_won();
+    let r = run_pass(
+        sa.as_ref(),
+        Some(&fa),
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:01Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    assert_eq!(
+        sim.snapshots(),
+        1,
+        "the deposed leader asks for no snapshot"
+    );
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:02Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"]
+    );
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &dirs,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(sb.as_ref(), "prod").unwrap();
+    assert_eq!(all.len(), 1, "exactly one backup recorded: {all:?}");
+    assert_eq!(all[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    let objects = s3.objects("");
+    assert_eq!(
+        keys(""),
+        vec![format!("medea/prod/{}", all[0].file)],
+        "the bucket holds the recorded backup and nothing uncounted"
+    );
+    assert_eq!(sha256(&objects[0].1), all[0].sha256);
+    assert_eq!(sim.snapshots(), 2);
+}
+
 /// A scheduled pass whose destination cannot be reached fails that cluster's backup (reported,
 /// so the metric and the webhook follow), not the whole pass: recovery, which must come first,
 /// is tried again on the next pass, and no snapshot is asked for meanwhile.
