@@ -11,7 +11,7 @@ use medea::rollout::fake::MemStore;
 use medea::rollout::ports::NodeTarget;
 use medea::sim::kube::KubeSimConfig;
 use medea::sim::talos::{Effect, Method, Trigger};
-use medea::store::{Store, StoreError, Table, Txn};
+use medea::store::{Store, Table, Txn};
 
 use crate::backup_fixture::{
     FailoverAtRecord, apply, crash_before_record, decrypt, key_yaml,
