@@ -160,6 +160,44 @@ async fn backup_sim_snapshot_is_encrypted_checked_and_recorded() {
     assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
 }
 
+/// A snapshot whose database medea cannot read (here the in-memory fake's, which is not a bbolt
+/// file; the simulator's is, since it serves etcd's) is still a backup: the stream completed
+/// and its checks passed, so it is recorded, without a revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_snapshot_whose_revision_cannot_be_read_is_recorded_without_one() {
+    use medea::rollout::fake::{FakeCluster, FakeNodeSpec, FakeTalos};
+    let spec = FakeNodeSpec::new("cp-1", true, "v1.13.9", "v1.34.1");
+    let cp = NodeTarget {
+        node: spec.name.clone(),
+        address: spec.address.clone(),
+    };
+    let talos = FakeTalos(FakeCluster::new(&[spec]));
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    let rec = backup::take(
+        &store,
+        None,
+        &talos,
+        Arc::new(LocalDir::new(&state, "prod")),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &[cp],
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(rec.revision, None);
+    assert_eq!(backup::list(&store, "prod").unwrap(), vec![rec.clone()]);
+    let enc = std::fs::read(state.join("backups/prod").join(&rec.file)).unwrap();
+    assert_eq!(sha256(&decrypt(&enc, &alice)), rec.snapshot_sha256);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_truncated_snapshot_is_never_recorded() {
     let dir = tempfile::tempdir().unwrap();
