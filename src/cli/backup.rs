@@ -272,10 +272,31 @@ pub fn run(args: BackupArgs) -> miette::Result<u8> {
                 }
                 if restore && let Some(id_path) = identity_path {
                     let id = identity(&id_path)?;
-                    let keys = tokio::task::spawn_blocking(move || restore_and_count(&file, &id, ""))
-                        .await
-                        .into_diagnostic()??;
-                    outln!("restored into a throwaway etcd: it opens and holds {keys} keys");
+                    let restored =
+                        tokio::task::spawn_blocking(move || restore_and_count(&file, &id, ""))
+                            .await
+                            .into_diagnostic()??;
+                    match b.revision {
+                        // The restored etcd's revision is the snapshot's newest key's, or the
+                        // compaction's when that is later: never older than the recorded one.
+                        Some(recorded) if restored.revision < recorded => {
+                            return Err(miette::miette!(
+                                help = "the file is not the snapshot that was recorded; take a new backup",
+                                "{name} did not verify: the restored etcd is at revision {}, before the recorded revision {recorded}",
+                                restored.revision
+                            ));
+                        }
+                        Some(recorded) => outln!(
+                            "restored into a throwaway etcd: it opens, holds {} keys and is at revision {} (the snapshot's newest key: {recorded}, as recorded)",
+                            restored.keys,
+                            restored.revision
+                        ),
+                        None => outln!(
+                            "restored into a throwaway etcd: it opens, holds {} keys and is at revision {}",
+                            restored.keys,
+                            restored.revision
+                        ),
+                    }
                 }
                 Ok(exit::OK)
             }
@@ -313,12 +334,13 @@ const RESTORE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60)
 /// Decrypt the backup `file` with `id` into a private temporary directory, restore it with
 /// `etcdctl snapshot restore` (which checks etcd's sha256 trailer itself), start a throwaway
 /// `etcd` on loopback ports on the restored data, and count the keys under `prefix` (`""`: every
-/// key). Everything is removed afterwards; the plaintext never leaves the 0700 directory.
+/// key) and read its revision, in one range request. Everything is removed afterwards; the
+/// plaintext never leaves the 0700 directory.
 pub fn restore_and_count(
     file: &std::path::Path,
     id: &age::x25519::Identity,
     prefix: &str,
-) -> miette::Result<u64> {
+) -> miette::Result<Restored> {
     use std::io::Write as _;
     let tmp = tempfile::Builder::new()
         .prefix("medea-restore-")
@@ -447,14 +469,30 @@ pub fn restore_and_count(
     counted
 }
 
-/// The `count` of `etcdctl get -w json` (absent when zero).
-fn count_of(json: &str) -> miette::Result<u64> {
+/// What a throwaway etcd restored from a backup holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Keys under the prefix asked for.
+    pub keys: u64,
+    /// The restored etcd's revision (the header of its answer).
+    pub revision: i64,
+}
+
+/// The `count` (absent when zero) and the header's `revision` of `etcdctl get -w json`.
+fn count_of(json: &str) -> miette::Result<Restored> {
     let v: serde_json::Value = serde_json::from_str(json)
         .into_diagnostic()
         .wrap_err("etcdctl answered something that is not JSON")?;
-    Ok(v.get("count")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0))
+    Ok(Restored {
+        keys: v
+            .get("count")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0),
+        revision: v
+            .pointer("/header/revision")
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or(0),
+    })
 }
 
 #[cfg(test)]

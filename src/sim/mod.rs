@@ -6,7 +6,9 @@
 //! Architecture Invariant: the simulator speaks the real protocols on real sockets; test knobs
 //! live on a separate control surface (Rust handles and scenario files), never in the wire API.
 
+pub mod bbolt;
 pub mod cluster;
+pub mod etcd;
 pub mod kube;
 pub mod node;
 pub mod pki;

@@ -3,8 +3,11 @@
 //! The Talos simulator owns each node's truth (running version, boot state, machine config); the
 //! simulated kube-apiserver derives what Kubernetes shows (Node Ready, kubelet version, static
 //! pods) from it through [`NodeSource`], the way a real kubelet reports what Talos booted.
+//! The other way, the kube side's stored objects are what the control plane's etcd holds
+//! ([`KeyspaceSource`]): the Talos side's `EtcdSnapshot` serves them as etcd's database.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Facts about one simulated node, as the Talos side knows them right now.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -36,6 +39,37 @@ pub struct NodeFacts {
     /// System extensions, name → version, and the Image Factory schematic as the extension
     /// `schematic`: what Talos publishes on the Node under `extensions.talos.dev/`.
     pub extensions: BTreeMap<String, String>,
+}
+
+/// One key of etcd's keyspace, as the kube-apiserver wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdKey {
+    /// `/registry/<resource prefix>/[<namespace>/]<name>`.
+    pub key: String,
+    /// The stored object (JSON here; a default kube-apiserver stores protobuf).
+    pub value: Vec<u8>,
+    /// The revision that created the key.
+    pub create_revision: i64,
+    /// The revision of its last change (the object's `resourceVersion`).
+    pub mod_revision: i64,
+    /// Changes since it was created (1 at creation).
+    pub version: i64,
+}
+
+/// The kube-apiserver's data as etcd holds it after a compaction at [`Keyspace::revision`]:
+/// every live key once, at its newest revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keyspace {
+    /// etcd's current revision: that of the last write (the apiserver's newest
+    /// `resourceVersion`), a deletion included.
+    pub revision: i64,
+    pub keys: Vec<EtcdKey>,
+}
+
+/// Read access to what the kube side stored, for the Talos side's etcd snapshots.
+pub trait KeyspaceSource: Send + Sync + 'static {
+    /// The keyspace now; `None` once the kube side is gone.
+    fn keyspace(&self) -> Option<Keyspace>;
 }
 
 /// Read access to the Talos side's node facts. Implemented by the Talos simulator; tests of the
@@ -86,5 +120,11 @@ pub trait NodeSource: Send + Sync + 'static {
     fn node_fingerprints_since(&self, since: u64) -> Option<Vec<(String, u64)>> {
         let _ = since;
         None
+    }
+    /// Called once by the kube side when it starts on this source: from then on its stored
+    /// objects are the etcd keyspace the source's control plane serves. The default ignores it
+    /// (a source with no etcd).
+    fn attach_keyspace(&self, keyspace: Arc<dyn KeyspaceSource>) {
+        let _ = keyspace;
     }
 }

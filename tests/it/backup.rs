@@ -5,31 +5,23 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use medea::desired::backup::{BackupSchedule, BackupSettings, Due, Recipient, Retention};
+use medea::desired::backup::{Due, Retention};
 use medea::ops::backup::{self, BackupError, BackupRequest, Destination, LocalDir};
 use medea::rollout::fake::MemStore;
 use medea::rollout::ports::NodeTarget;
 use medea::sim::kube::KubeSimConfig;
 use medea::sim::talos::{Effect, Method, Trigger};
-use medea::store::{Op, Store, StoreError, Table, Txn};
+use medea::store::{Store, Table, Txn};
 
+use crate::backup_fixture::{
+    FailoverAtRecord, apply, crash_before_record, decrypt, key_yaml,
+    restores_at_the_recorded_revision, sha256, ts,
+};
 use crate::rollout_sim::{Sim, adapters, fault, node};
 
-fn ts(s: &str) -> jiff::Timestamp {
-    s.parse().unwrap()
-}
-
-/// Settings for `recipients`, daily at 03:00 UTC.
-fn settings(recipients: &[&age::x25519::Identity]) -> BackupSettings {
-    BackupSettings {
-        schedule: BackupSchedule::new("0 3 * * *", "UTC").unwrap(),
-        retention: Retention::default(),
-        destination: backup::LOCAL.into(),
-        recipients: recipients
-            .iter()
-            .map(|i| Recipient::parse(&i.to_public().to_string()).unwrap())
-            .collect(),
-    }
+/// Settings for `recipients`, daily at 03:00 UTC, to the local destination.
+fn settings(recipients: &[&age::x25519::Identity]) -> medea::desired::backup::BackupSettings {
+    crate::backup_fixture::settings(recipients, backup::LOCAL)
 }
 
 fn control_plane(sim: &Sim) -> Vec<NodeTarget> {
@@ -37,22 +29,6 @@ fn control_plane(sim: &Sim) -> Vec<NodeTarget> {
         .iter()
         .map(|n| node(sim, n))
         .collect()
-}
-
-fn decrypt(bytes: &[u8], id: &age::x25519::Identity) -> Vec<u8> {
-    use std::io::Read as _;
-    let d = age::Decryptor::new(bytes).unwrap();
-    let mut r = d
-        .decrypt(std::iter::once(id as &dyn age::Identity))
-        .unwrap();
-    let mut out = Vec::new();
-    r.read_to_end(&mut out).unwrap();
-    out
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// Every entry of a directory, hidden ones included.
@@ -105,9 +81,15 @@ async fn backup_sim_snapshot_is_encrypted_checked_and_recorded() {
     assert_eq!(rec.trigger, backup::Trigger::Scheduled);
     assert_eq!(rec.recipients.len(), 2);
     assert_eq!(sim.snapshots(), 1, "one EtcdSnapshot call");
-    // The simulator's snapshot is a byte pattern with etcd's trailer, not a bbolt database: its
-    // revision cannot be read, and the checked snapshot is still recorded, without one.
-    assert_eq!(rec.revision, None);
+    // The simulator's snapshot is etcd's database holding the simulated kube-apiserver's
+    // objects: its revision is read and recorded (the newest object's; the store starts at 1000).
+    let revision = rec
+        .revision
+        .expect("the revision of the simulator's etcd database");
+    assert!(
+        revision > 1000 && revision <= sim.kube.keyspace().revision,
+        "{revision}"
+    );
 
     // On disk: only the encrypted file, 0600 in a 0700 directory.
     let root = state.join("backups/prod");
@@ -127,10 +109,16 @@ async fn backup_sim_snapshot_is_encrypted_checked_and_recorded() {
         assert_eq!(sha256(&plain), rec.snapshot_sha256);
         let (body, trailer) = plain.split_at(plain.len() - 32);
         assert_eq!(hex::encode(trailer), sha256(body), "etcd's sha256 trailer");
-        assert!(
-            body.starts_with(b"cp-1:"),
-            "the simulated member's database"
+        assert_eq!(
+            body[16..20],
+            0xED0C_DAEDu32.to_le_bytes(),
+            "the member's bbolt database"
         );
+    }
+    // The operator restores it with etcd's own tools: the recorded revision, the cluster's keys.
+    let plain = decrypt(&enc, &alice);
+    if let Some(keys) = restores_at_the_recorded_revision(dir.path(), &plain, revision) {
+        assert!(keys >= 4, "at least the four Nodes: {keys}");
     }
     // A key that is not a recipient does not.
     let eve = age::x25519::Identity::generate();
@@ -170,6 +158,44 @@ async fn backup_sim_snapshot_is_encrypted_checked_and_recorded() {
     );
     // No intent is left behind.
     assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
+}
+
+/// A snapshot whose database medea cannot read (here the in-memory fake's, which is not a bbolt
+/// file; the simulator's is, since it serves etcd's) is still a backup: the stream completed
+/// and its checks passed, so it is recorded, without a revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_snapshot_whose_revision_cannot_be_read_is_recorded_without_one() {
+    use medea::rollout::fake::{FakeCluster, FakeNodeSpec, FakeTalos};
+    let spec = FakeNodeSpec::new("cp-1", true, "v1.13.9", "v1.34.1");
+    let cp = NodeTarget {
+        node: spec.name.clone(),
+        address: spec.address.clone(),
+    };
+    let talos = FakeTalos(FakeCluster::new(&[spec]));
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemStore::new();
+    let alice = age::x25519::Identity::generate();
+    let s = settings(&[&alice]);
+    let state = dir.path().join("state");
+    let rec = backup::take(
+        &store,
+        None,
+        &talos,
+        Arc::new(LocalDir::new(&state, "prod")),
+        BackupRequest {
+            cluster: "prod",
+            settings: &s,
+            control_plane: &[cp],
+            now: ts("2026-12-05T10:00:00Z"),
+            slot: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(rec.revision, None);
+    assert_eq!(backup::list(&store, "prod").unwrap(), vec![rec.clone()]);
+    let enc = std::fs::read(state.join("backups/prod").join(&rec.file)).unwrap();
+    assert_eq!(sha256(&decrypt(&enc, &alice)), rec.snapshot_sha256);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,47 +290,6 @@ async fn backup_destination_failure_is_reported_as_such_and_nothing_is_recorded(
     assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
 }
 
-/// Whether `txn` writes a backup's record (`backup/…` in the backups table).
-pub(crate) fn records_a_backup(txn: &Txn) -> bool {
-    txn.ops
-        .iter()
-        .any(|op| matches!(op, Op::Put(Table::Backups, k, _) if k.starts_with("backup/")))
-}
-
-/// A store that refuses the transaction recording a backup with `refusal`'s error; everything
-/// else goes to the inner store.
-pub(crate) struct RefusesRecord {
-    pub(crate) inner: Arc<MemStore>,
-    refusal: fn() -> StoreError,
-}
-
-impl Store for RefusesRecord {
-    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(table, key)
-    }
-    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.inner.scan(table, prefix)
-    }
-    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
-        if records_a_backup(&txn) {
-            return Err((self.refusal)());
-        }
-        self.inner.commit(txn)
-    }
-}
-
-/// A store that fails the transaction recording a backup, as a crash right after the file was
-/// written would: the intent is durable, the record is not.
-pub(crate) fn crash_before_record() -> RefusesRecord {
-    RefusesRecord {
-        inner: Arc::new(MemStore::new()),
-        refusal: || StoreError::Backend {
-            op: "commit",
-            err: "the process died here".into(),
-        },
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
     let dir = tempfile::tempdir().unwrap();
@@ -366,40 +351,6 @@ async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
 
 // ------------------------------------------------------------------ the schedule (ops::backup::pass)
 
-/// Put `spec.backup` (the YAML under `backup:`) as the applied settings of cluster `prod`, and
-/// the simulator's machines as its inventory: what an approved plan and a refresh leave.
-fn apply(store: &dyn Store, sim: &Sim, backup_yaml: &str) {
-    let doc = format!(
-        "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: prod\nspec:\n  kubernetes:\n    version: v1.34.1\n  backup:\n{backup_yaml}"
-    );
-    let loaded = medea::desired::parse_snapshot(medea::desired::Snapshot {
-        files: vec![medea::desired::source::SourceFile {
-            path: "prod.yaml".into(),
-            bytes: doc.as_bytes().to_vec().into(),
-        }],
-        markers: Vec::new(),
-        commit: None,
-        refused: Vec::new(),
-    });
-    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
-    let c = &loaded.desired.clusters["prod"];
-    let r = medea::plan::applied::AppliedResource::of_cluster(c);
-    let obs = sim.observed();
-    store
-        .commit(
-            Txn::new()
-                .put_record(r.key.store_key(), &r)
-                .put_record(medea::inventory::cluster_key("prod"), &obs),
-        )
-        .unwrap();
-}
-
-fn key_yaml(ids: &[&age::x25519::Identity]) -> String {
-    ids.iter()
-        .map(|i| format!("      - {}\n", i.to_public()))
-        .collect()
-}
-
 async fn run_pass(
     store: &dyn Store,
     fence: Option<&medea::store::Fence>,
@@ -408,13 +359,12 @@ async fn run_pass(
     now: &str,
     recovered: &mut std::collections::BTreeSet<String>,
 ) -> Result<backup::PassReport, BackupError> {
-    let creds = sim.creds.clone();
-    backup::pass(
+    crate::backup_fixture::run_pass(
         store,
         fence,
+        sim,
         &backup::Dirs::local(state),
-        |cluster| medea::talos::adapter::TalosAdapter::from_creds(&creds, cluster),
-        ts(now),
+        now,
         recovered,
     )
     .await
@@ -695,17 +645,7 @@ async fn backup_api_now_list_and_verify_with_the_operators_key() {
             key_yaml(&[&alice])
         ),
     );
-    let mut shared = medea::server::Shared::new(
-        store.clone(),
-        medea::desired::Source::Dir(dir.path().join("desired")),
-        false,
-        "replica-a".into(),
-    );
-    shared.creds_dir = sim.creds.clone();
-    shared.state_dir = dir.path().join("state");
-    let api = medea::server::api::MedeaApi {
-        shared: Arc::new(shared),
-    };
+    let api = crate::backup_fixture::api(store.clone(), &sim, dir.path(), None);
     let b = api
         .backup_now(tonic::Request::new(pb::BackupNowRequest {
             cluster: "prod".into(),
@@ -893,6 +833,50 @@ fn backup_daemon_takes_the_scheduled_backup_once_its_settings_are_approved() {
     );
     assert!(said.contains("match the record"), "{said}");
     assert!(said.contains("a complete etcd snapshot"), "{said}");
+    // The operator's restore, step by step as design/backup.md says: `age -d`, then etcd's
+    // `etcdctl snapshot restore` and an etcd on the result, at the recorded revision.
+    let revision = b["revision"]
+        .as_i64()
+        .or_else(|| b["revision"].as_str().and_then(|r| r.parse().ok()))
+        .unwrap_or_else(|| panic!("a recorded revision: {b}"));
+    if let Some(age_bin) = crate::fixtures::tool_or_skip("age") {
+        let snap = s.dir.join("restored.snapshot");
+        let out = std::process::Command::new(age_bin)
+            .args(["-d", "-i"])
+            .arg(&key)
+            .arg("-o")
+            .arg(&snap)
+            .arg(&copy)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let plain = std::fs::read(&snap).unwrap();
+        assert_eq!(sha256(&plain), b["snapshotSha256"].as_str().unwrap());
+        restores_at_the_recorded_revision(&s.dir, &plain, revision);
+    }
+    // `verify --restore` does the same on the operator's machine.
+    if crate::fixtures::tool_or_skip("etcd").is_some() {
+        let out = s
+            .cli()
+            .args(["backup", "verify", "--restore", "-i"])
+            .arg(&key)
+            .arg(&copy)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("restored into a throwaway etcd: it opens, holds")
+                && said.contains(&format!(
+                    "(the snapshot's newest key: {revision}, as recorded)"
+                )),
+            "{said}"
+        );
+    }
     // A key file others may read is refused, and named: it holds the key to every Secret.
     let loose = s.dir.join("loose-key.txt");
     std::fs::copy(&key, &loose).unwrap();
@@ -944,18 +928,6 @@ fn backup_daemon_takes_the_scheduled_backup_once_its_settings_are_approved() {
     assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
 }
 
-/// The store as a deposed leader sees it: its term ended while it streamed, so the fenced
-/// transaction recording the backup is refused (what etcd answers to a stale fence).
-fn deposed_at_record(shared: Arc<MemStore>) -> RefusesRecord {
-    RefusesRecord {
-        inner: shared,
-        refusal: || StoreError::Fenced {
-            replica: "replica-a".into(),
-            term: 7,
-        },
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -972,7 +944,7 @@ async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
         ),
     );
     // Replica a takes the slot, streams, writes the file, and loses its term before recording.
-    let a = deposed_at_record(shared.clone());
+    let a = crate::backup_fixture::deposed_at_record(shared.clone());
     let mut recovered_a = Default::default();
     let err = run_pass(
         &a,
@@ -1035,51 +1007,6 @@ async fn backup_schedule_a_failover_mid_backup_records_exactly_one() {
 
 // ------------------------------------------------------------------ failover on a real etcd
 
-/// Replica a's view of the store: when a's pass records its backup, its term ends first —
-/// a resigns and b wins the election — so the real etcd refuses a's fenced record write.
-struct FailoverAtRecord {
-    inner: Arc<medea::store::etcd::EtcdStore>,
-    a: medea::store::Leadership,
-    b_store: Arc<medea::store::etcd::EtcdStore>,
-    b: std::sync::Mutex<Option<(medea::store::Leadership, medea::store::Fence)>>,
-}
-
-impl Store for FailoverAtRecord {
-    fn get(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(table, key)
-    }
-    fn scan(&self, table: Table, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.inner.scan(table, prefix)
-    }
-    fn commit(&self, txn: Txn) -> Result<(), StoreError> {
-        if records_a_backup(&txn) && self.b.lock().unwrap().is_none() {
-            let won = std::thread::scope(|s| {
-                s.spawn(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        self.a.resign().await;
-                        let b = self
-                            .b_store
-                            .campaign("b", std::time::Duration::from_secs(3));
-                        let fence =
-                            tokio::time::timeout(std::time::Duration::from_secs(60), b.leading())
-                                .await
-                                .expect("b leads within a minute");
-                        (b, fence)
-                    })
-                })
-                .join()
-                .unwrap()
-            });
-            *self.b.lock().unwrap() = Some(won);
-        }
-        self.inner.commit(txn)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
     let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
@@ -1104,12 +1031,7 @@ async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
     let fa = tokio::time::timeout(std::time::Duration::from_secs(60), a.leading())
         .await
         .expect("a leads");
-    let view = FailoverAtRecord {
-        inner: sa.clone(),
-        a,
-        b_store: sb.clone(),
-        b: std::sync::Mutex::new(None),
-    };
+    let view = FailoverAtRecord::new(sa.clone(), a, sb.clone());
     // a takes the slot, streams and writes the file; its term ends before the record.
     let mut recovered_a = Default::default();
     let err = run_pass(
@@ -1127,7 +1049,7 @@ async fn backup_failover_on_a_real_etcd_records_exactly_one_backup() {
         "etcd refused a's record: {err:?}"
     );
     assert_eq!(sim.snapshots(), 1);
-    let (_b, fb) = view.b.lock().unwrap().take().expect("b won the election");
+    let (_b, fb) = view.b_won();
     // a, late, runs its schedule again with its old fence: the slot is taken (its intent
     // says so), so it does nothing, and asks for no snapshot.
     let r = run_pass(
@@ -1255,8 +1177,12 @@ fn backup_verify_restores_a_real_etcd_snapshot_into_a_throwaway_etcd_and_counts_
     let file = dir.path().join("prod-20261205T030000Z.db.age");
     encrypt_to(&file, &plain, &alice);
 
-    let keys = medea::cli::backup::restore_and_count(&file, &alice, &prefix).unwrap();
-    assert_eq!(keys, 3);
+    let restored = medea::cli::backup::restore_and_count(&file, &alice, &prefix).unwrap();
+    assert_eq!(restored.keys, 3);
+    assert!(
+        restored.revision >= 4,
+        "three puts after etcd's first revision: {restored:?}"
+    );
 
     // A snapshot whose database was altered is refused by etcd's own restore (its trailer).
     let mut bad = plain.clone();

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use medea::desired::backup::{BackupSchedule, BackupSettings, Recipient, Retention};
+use medea::desired::backup::BackupSettings;
 use medea::ops::backup::{self, BackupError, BackupRequest, Destination};
 use medea::ops::backup_s3::{S3, S3Config, S3Credentials};
 use medea::rollout::fake::MemStore;
@@ -19,7 +19,10 @@ use medea::sim::talos::{Effect, Method, Trigger};
 use medea::store::{Op, Store, StoreError, Table, Txn};
 use rusty_s3::S3Action as _;
 
-use crate::backup::crash_before_record;
+use crate::backup_fixture::{
+    api, crash_before_record, decrypt, restores_at_the_recorded_revision, run_pass, settings,
+    sha256, ts,
+};
 use crate::rollout_sim::{Sim, adapters, node};
 
 const ACCESS: &str = "medea-test-access";
@@ -27,25 +30,6 @@ const SECRET: &str = "medea-test-secret-0123456789";
 const BUCKET: &str = "backups";
 /// S3's smallest part.
 const PART: usize = 5 * 1024 * 1024;
-
-fn ts(s: &str) -> jiff::Timestamp {
-    s.parse().unwrap()
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
-}
-
-fn decrypt(bytes: &[u8], id: &age::x25519::Identity) -> Vec<u8> {
-    let d = age::Decryptor::new(bytes).unwrap();
-    let mut r = d
-        .decrypt(std::iter::once(id as &dyn age::Identity))
-        .unwrap();
-    let mut out = Vec::new();
-    r.read_to_end(&mut out).unwrap();
-    out
-}
 
 /// A real `s3s-fs` on a loopback port, over a directory; killed on drop.
 struct S3Server {
@@ -304,40 +288,17 @@ fn write_destination(creds: &Path, name: &str, endpoint: &str, attempts: u32) {
     std::fs::set_permissions(&cred, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
-fn settings(alice: &age::x25519::Identity, destination: &str) -> BackupSettings {
-    BackupSettings {
-        schedule: BackupSchedule::new("0 3 * * *", "UTC").unwrap(),
-        retention: Retention::default(),
-        destination: destination.into(),
-        recipients: vec![Recipient::parse(&alice.to_public().to_string()).unwrap()],
-    }
-}
-
-/// Applied settings for `prod` with backups to `destination` (as a signed plan leaves them).
+/// Applied settings for `prod` with backups to `offsite` for `alice` (as a signed plan leaves
+/// them), `extra` more lines under `backup:`.
 fn apply(store: &dyn Store, sim: &Sim, alice: &age::x25519::Identity, extra: &str) {
-    let doc = format!(
-        "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata:\n  name: prod\nspec:\n  kubernetes:\n    version: v1.34.1\n  backup:\n    schedule: '0 3 * * *'\n    destination: offsite\n{extra}    recipients:\n      - {}\n",
-        alice.to_public()
+    crate::backup_fixture::apply(
+        store,
+        sim,
+        &format!(
+            "    schedule: '0 3 * * *'\n    destination: offsite\n{extra}    recipients:\n{}",
+            crate::backup_fixture::key_yaml(&[alice])
+        ),
     );
-    let loaded = medea::desired::parse_snapshot(medea::desired::Snapshot {
-        files: vec![medea::desired::source::SourceFile {
-            path: "prod.yaml".into(),
-            bytes: doc.as_bytes().to_vec().into(),
-        }],
-        markers: Vec::new(),
-        commit: None,
-        refused: Vec::new(),
-    });
-    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
-    let c = &loaded.desired.clusters["prod"];
-    let r = medea::plan::applied::AppliedResource::of_cluster(c);
-    store
-        .commit(
-            Txn::new()
-                .put_record(r.key.store_key(), &r)
-                .put_record(medea::inventory::cluster_key("prod"), &sim.observed()),
-        )
-        .unwrap();
 }
 
 /// A webhook receiver answering 200: the JSON bodies it got.
@@ -372,36 +333,6 @@ fn receiver() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
         }
     });
     (url, got)
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn api(
-    store: Arc<dyn Store>,
-    sim: &Sim,
-    dir: &Path,
-    hook: Option<String>,
-) -> medea::server::api::MedeaApi {
-    let mut shared = medea::server::Shared::new(
-        store,
-        medea::desired::Source::Dir(dir.join("desired")),
-        false,
-        "replica-a".into(),
-    );
-    shared.creds_dir = sim.creds.clone();
-    shared.state_dir = dir.join("state");
-    if let Some(url) = hook {
-        shared.notifier = medea::webhook::Notifier::start(vec![url]);
-    }
-    medea::server::api::MedeaApi {
-        shared: Arc::new(shared),
-    }
 }
 
 // ------------------------------------------------------------------ the tests
@@ -447,6 +378,10 @@ async fn backup_s3_now_lands_in_the_bucket_encrypted_recorded_and_verified() {
     assert_eq!(sha256(enc), rec.sha256);
     let plain = decrypt(enc, &alice);
     assert_eq!(sha256(&plain), rec.snapshot_sha256);
+    // Restored with etcd's own tools, as design/backup.md's "Restoring from S3" goes: the
+    // recorded revision, the cluster's keys.
+    let revision = rec.revision.expect("the recorded etcd revision");
+    restores_at_the_recorded_revision(dir.path(), &plain, revision);
     // Nothing on the local disk.
     assert!(!dir.path().join("state/backups/prod").exists());
     // The destination lists and reads it back through the same port the local one has, and
@@ -560,7 +495,7 @@ async fn backup_s3_multipart_upload_when_the_snapshot_is_larger_than_a_part() {
     let (mut cfg, creds) = config(&format!("http://127.0.0.1:{}", proxy.port), 3);
     cfg.part_size = PART;
     let dest: Arc<dyn Destination> = Arc::new(S3::new("offsite", "prod", cfg, creds).unwrap());
-    let s = settings(&alice, "offsite");
+    let s = settings(&[&alice], "offsite");
     let rec = take_to(&sim, &store, dest, &s, "2026-12-05T10:00:00Z")
         .await
         .unwrap();
@@ -613,7 +548,7 @@ async fn backup_s3_a_server_that_refuses_then_recovers_is_retried() {
     let store = MemStore::new();
     let (cfg, creds) = config(&format!("http://127.0.0.1:{}", proxy.port), 4);
     let dest: Arc<dyn Destination> = Arc::new(S3::new("offsite", "prod", cfg, creds).unwrap());
-    let s = settings(&alice, "offsite");
+    let s = settings(&[&alice], "offsite");
     let rec = take_to(&sim, &store, dest, &s, "2026-12-05T10:00:00Z")
         .await
         .unwrap();
@@ -685,7 +620,7 @@ async fn backup_s3_unreachable_server_fails_records_nothing_and_alerts() {
     assert!(backup::list(store.as_ref(), "prod").unwrap().is_empty());
     assert!(store.scan(Table::Backups, "intent/").unwrap().is_empty());
     assert!(failures() >= before + 1.0);
-    wait_for("the backup.failed webhook", || {
+    crate::fixtures::wait("the backup.failed webhook", Duration::from_secs(60), || {
         got.lock()
             .unwrap()
             .iter()
@@ -803,7 +738,7 @@ async fn backup_s3_crash_between_upload_and_record_leaves_no_backup_and_the_orph
     let store = crash_before_record();
     let (cfg, creds) = config(&s3.endpoint(), 3);
     let dest: Arc<dyn Destination> = Arc::new(S3::new("offsite", "prod", cfg, creds).unwrap());
-    let s = settings(&alice, "offsite");
+    let s = settings(&[&alice], "offsite");
     let err = take_to(&sim, &store, dest.clone(), &s, "2026-12-05T10:00:00Z")
         .await
         .unwrap_err();
@@ -842,6 +777,210 @@ async fn backup_s3_crash_between_upload_and_record_leaves_no_backup_and_the_orph
     assert!(inner.scan(Table::Backups, "intent/").unwrap().is_empty());
     let again = backup::recover(inner, None, "prod", dest.as_ref()).unwrap();
     assert!(again.orphans_removed.is_empty());
+}
+
+/// A failover in the middle of a scheduled backup to S3: replica a uploads (and verifies) the
+/// object, then loses its term before recording it; replica b, leading now, recovers first (a's
+/// object is an orphan: deleted from the bucket and reported, the slot given back) and takes
+/// the slot once. Exactly one backup is recorded, and the bucket holds exactly its object:
+/// nothing uncounted is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_s3_failover_mid_scheduled_backup_records_exactly_one_and_leaves_no_uncounted_object()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(s3) = S3Server::start(dir.path()) else {
+        return;
+    };
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let shared = Arc::new(MemStore::new());
+    apply(shared.as_ref(), &sim, &alice, "");
+    write_destination(&sim.creds, "offsite", &s3.endpoint(), 3);
+    // Both replicas read the same bucket through their own credentials directory (the same
+    // files here).
+    let dirs = backup::Dirs {
+        state_dir: dir.path().join("state"),
+        creds_dir: Some(sim.creds.clone()),
+    };
+    let keys =
+        |prefix: &str| -> Vec<String> { s3.objects(prefix).into_iter().map(|(k, _)| k).collect() };
+    let a = crate::backup_fixture::deposed_at_record(shared.clone());
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &a,
+        None,
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "{err:?}"
+    );
+    assert_eq!(sim.snapshots(), 1);
+    assert_eq!(
+        keys(""),
+        vec!["medea/prod/prod-20261205T100000Z.db.age".to_string()],
+        "a's object, uploaded and verified, never recorded"
+    );
+    assert!(backup::list(shared.as_ref(), "prod").unwrap().is_empty());
+
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        shared.as_ref(),
+        None,
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:05Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"],
+        "the orphan is reported"
+    );
+    assert!(r.recovered[0].1.foreign.is_empty(), "{r:?}");
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    assert_eq!(r.taken[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    let r = run_pass(
+        shared.as_ref(),
+        None,
+        &sim,
+        &dirs,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(shared.as_ref(), "prod").unwrap();
+    assert_eq!(all.len(), 1, "exactly one backup recorded: {all:?}");
+    assert_eq!(all[0].destination, "offsite");
+    let objects = s3.objects("");
+    assert_eq!(
+        keys(""),
+        vec![format!("medea/prod/{}", all[0].file)],
+        "the bucket holds the recorded backup and nothing uncounted"
+    );
+    assert_eq!(sha256(&objects[0].1), all[0].sha256);
+    assert!(shared.scan(Table::Backups, "intent/").unwrap().is_empty());
+    assert!(
+        !dir.path().join("state/backups/prod").exists(),
+        "nothing on the local disk"
+    );
+    assert_eq!(sim.snapshots(), 2);
+}
+
+/// The same failover on a real etcd store with real leader election, to S3: replica a's
+/// fenced record is refused by etcd after b won; a, late, does nothing more; b recovers (a's
+/// object deleted from the bucket and reported) and takes the slot once. One backup, one object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_s3_failover_on_a_real_etcd_records_exactly_one_and_leaves_no_uncounted_object() {
+    let Some(etcd) = crate::etcd_harness::Etcd::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(s3) = S3Server::start(dir.path()) else {
+        return;
+    };
+    let prefix = crate::etcd_harness::unique_prefix("backup-s3-failover");
+    let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
+    let alice = age::x25519::Identity::generate();
+    let sa = Arc::new(etcd.store(&prefix));
+    let sb = Arc::new(etcd.store(&prefix));
+    apply(sa.as_ref(), &sim, &alice, "");
+    write_destination(&sim.creds, "offsite", &s3.endpoint(), 3);
+    let dirs = backup::Dirs {
+        state_dir: dir.path().join("state"),
+        creds_dir: Some(sim.creds.clone()),
+    };
+    let keys =
+        |prefix: &str| -> Vec<String> { s3.objects(prefix).into_iter().map(|(k, _)| k).collect() };
+    let a = sa.campaign("a", Duration::from_secs(3));
+    let fa = tokio::time::timeout(Duration::from_secs(60), a.leading())
+        .await
+        .expect("a leads");
+    let view = crate::backup_fixture::FailoverAtRecord::new(sa.clone(), a, sb.clone());
+    let mut recovered_a = Default::default();
+    let err = run_pass(
+        &view,
+        Some(&fa),
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:00Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, BackupError::Store { err, .. } if err.is_leadership_lost()),
+        "etcd refused a's record: {err:?}"
+    );
+    assert_eq!(
+        keys(""),
+        vec!["medea/prod/prod-20261205T100000Z.db.age".to_string()],
+        "a's object, never recorded"
+    );
+    let (_b, fb) = view.b_won();
+    let r = run_pass(
+        sa.as_ref(),
+        Some(&fa),
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:01Z",
+        &mut recovered_a,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    assert_eq!(
+        sim.snapshots(),
+        1,
+        "the deposed leader asks for no snapshot"
+    );
+    let mut recovered_b = Default::default();
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &dirs,
+        "2026-12-05T10:00:02Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.recovered[0].1.orphans_removed,
+        vec!["prod-20261205T100000Z.db.age"]
+    );
+    assert_eq!(r.taken.len(), 1, "{r:?}");
+    let r = run_pass(
+        sb.as_ref(),
+        Some(&fb),
+        &sim,
+        &dirs,
+        "2026-12-05T10:30:00Z",
+        &mut recovered_b,
+    )
+    .await
+    .unwrap();
+    assert!(r.taken.is_empty(), "{r:?}");
+    let all = backup::list(sb.as_ref(), "prod").unwrap();
+    assert_eq!(all.len(), 1, "exactly one backup recorded: {all:?}");
+    assert_eq!(all[0].slot, Some(ts("2026-12-05T03:00:00Z")));
+    let objects = s3.objects("");
+    assert_eq!(
+        keys(""),
+        vec![format!("medea/prod/{}", all[0].file)],
+        "the bucket holds the recorded backup and nothing uncounted"
+    );
+    assert_eq!(sha256(&objects[0].1), all[0].sha256);
+    assert_eq!(sim.snapshots(), 2);
 }
 
 /// A scheduled pass whose destination cannot be reached fails that cluster's backup (reported,

@@ -104,6 +104,25 @@ impl Etcd {
         Some(Etcd::start_with(&bin, Some(tls)))
     }
 
+    /// A fresh etcd on the data of `snapshot` (an etcd snapshot file), restored first with
+    /// `etcdctl snapshot restore` as an operator would; `None` (after saying so) when etcd or
+    /// etcdctl is missing outside CI. Panics with etcdctl's message when the restore fails.
+    pub fn restored(snapshot: &Path) -> Option<Etcd> {
+        let bin = etcd_binary()?;
+        let etcdctl = crate::fixtures::tool_or_skip("etcdctl")?;
+        let mut last_log = Vec::new();
+        for _ in 0..5 {
+            match Etcd::try_start_on(&bin, None, Some((&etcdctl, snapshot))) {
+                Ok(e) => return Some(e),
+                Err(log) => last_log = log,
+            }
+        }
+        panic!(
+            "etcd did not start on the restored data:\n{}",
+            last_log.join("\n")
+        );
+    }
+
     /// One etcd shared by every test of this process; tests keep apart by key prefix
     /// ([`unique_prefix`]).
     pub fn shared() -> Option<&'static Etcd> {
@@ -124,11 +143,41 @@ impl Etcd {
     }
 
     fn try_start(bin: &Path, tls: Option<&TlsFiles>) -> Result<Etcd, Vec<String>> {
+        Etcd::try_start_on(bin, tls, None)
+    }
+
+    /// Start etcd on a new data dir, or on one restored from `restore`'s snapshot with its
+    /// etcdctl.
+    fn try_start_on(
+        bin: &Path,
+        tls: Option<&TlsFiles>,
+        restore: Option<(&Path, &Path)>,
+    ) -> Result<Etcd, Vec<String>> {
         let data = tempfile::tempdir().unwrap();
         let (client, peer) = (free_port(), free_port());
         let scheme = if tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
+        if let Some((etcdctl, snapshot)) = restore {
+            let out = Command::new(etcdctl)
+                .env("ETCDCTL_API", "3")
+                .args(["snapshot", "restore"])
+                .arg(snapshot)
+                .arg("--data-dir")
+                .arg(data.path().join("etcd"))
+                .args(["--name", "t", "--initial-cluster"])
+                .arg(format!("t={peer_url}"))
+                .arg("--initial-advertise-peer-urls")
+                .arg(&peer_url)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "etcdctl snapshot restore: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let mut args: Vec<String> = ["--name", "t", "--logger", "zap", "--log-outputs", "stderr"]
             .map(String::from)
             .to_vec();

@@ -46,7 +46,7 @@ use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::sim::node::NodeSource;
+use crate::sim::node::{Keyspace, KeyspaceSource, NodeSource};
 use cluster::{KubeSide, Timing};
 
 pub use kubeconfig::write_kubeconfig;
@@ -332,6 +332,7 @@ pub async fn start(
     })?;
     let (apiserver_port, node_listeners) = bind_node_apiservers(&control_planes).await?;
     let seed = u64::from_str_radix(&token.expose()[..16], 16).unwrap_or(1);
+    let source = nodes.clone();
     let mut cluster = KubeSide::new(
         nodes,
         Timing {
@@ -350,6 +351,8 @@ pub async fn start(
         wake: Notify::new(),
         refresh: config.refresh_interval,
     });
+    // What this apiserver stores is what the control plane's etcd holds.
+    source.attach_keyspace(Arc::new(StoredKeyspace(Arc::downgrade(&shared))));
     let router = axum::Router::new()
         .fallback(api::handle)
         .with_state(shared.clone());
@@ -380,6 +383,20 @@ pub async fn start(
         shared,
         tasks,
     })
+}
+
+/// The store of a running kube side as etcd's keyspace ([`KeyspaceSource`]); it holds the
+/// kube side weakly, so a Talos side that outlives it (or keeps it) leaks nothing.
+struct StoredKeyspace(std::sync::Weak<Shared>);
+
+impl KeyspaceSource for StoredKeyspace {
+    fn keyspace(&self) -> Option<Keyspace> {
+        let shared = self.0.upgrade()?;
+        let mut c = shared.cluster.lock().ok()?;
+        // Converge first, as every request does: the Nodes the kubelets registered are stored.
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        Some(c.store.etcd_keyspace())
+    }
 }
 
 /// Which kube-apiserver a listener stands for: a control-plane node's own (by name), or the
@@ -764,6 +781,14 @@ impl KubeSim {
         c.reconcile(Instant::now(), jiff::Timestamp::now());
         let rt = resources::by_kind(api_version, kind)?;
         c.store.get(rt, namespace, name).cloned()
+    }
+
+    /// Converge now, then what this apiserver has stored, as the control plane's etcd holds
+    /// it: what the Talos side's `EtcdSnapshot` serves (tests compare the two).
+    pub fn keyspace(&self) -> Keyspace {
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        c.store.etcd_keyspace()
     }
 
     /// Turn on an alpha resource that a later minor removes, as `--runtime-config` does, with

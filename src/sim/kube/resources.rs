@@ -414,6 +414,26 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &VOLUMEATTACHMENTS,
 ];
 
+/// The etcd key prefix (under `/registry/`) of a stored resource: the kube-apiserver's
+/// `SpecialDefaultResourcePrefixes` (kubernetes `pkg/kubeapiserver/
+/// default_storage_factory_builder.go`: nodes are `minions`, services `services/specs` …), else
+/// the resource's plural (the storage factory's default, `DefaultStorageFactory.ResourcePrefix`).
+/// The apiextensions-apiserver stores CustomResourceDefinitions and custom resources under
+/// `<group>/<plural>` (`SimpleRestOptionsFactory`, `CRDRESTOptionsGetter`: `resource.Group +
+/// "/" + resource.Resource`).
+pub(crate) fn etcd_prefix(key: ResKey) -> String {
+    let built_in = ALL.iter().any(|rt| rt.key() == key);
+    match (key.group, key.plural) {
+        ("", "replicationcontrollers") => "controllers".into(),
+        ("", "endpoints") => "services/endpoints".into(),
+        ("", "nodes") => "minions".into(),
+        ("", "services") => "services/specs".into(),
+        ("extensions" | "networking.k8s.io", "ingresses") => "ingress".into(),
+        (group, plural) if built_in && group != APIEXTENSIONS_GROUP => plural.into(),
+        (group, plural) => format!("{group}/{plural}"),
+    }
+}
+
 /// Groups other than the core group, each with its single (preferred) version.
 const GROUPS: &[(&str, &str)] = &[
     (APIEXTENSIONS_GROUP, "v1"),

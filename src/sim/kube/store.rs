@@ -108,6 +108,9 @@ fn pod_node(pod: &Value) -> Cow<'_, str> {
 
 pub(crate) struct Store {
     objects: BTreeMap<ObjKey, Value>,
+    /// etcd's bookkeeping of each stored object's key: `(create_revision, version)`, exact
+    /// against `objects` after every call (for [`Store::etcd_keyspace`]).
+    etcd: HashMap<ObjKey, (u64, u64)>,
     /// `spec.nodeName` (`""` for unbound pods) → `(namespace, name)` of the pods stored with
     /// it, in store order; exact against `objects` after every call.
     pods_by_node: HashMap<String, BTreeSet<(String, String)>>,
@@ -125,6 +128,7 @@ impl Store {
         let (events, _) = broadcast::channel(4096);
         Store {
             objects: BTreeMap::new(),
+            etcd: HashMap::new(),
             pods_by_node: HashMap::new(),
             rv: 1000,
             history: VecDeque::new(),
@@ -269,6 +273,7 @@ impl Store {
         obj["apiVersion"] = json!(rt.api_version());
         obj["kind"] = json!(rt.kind);
         self.reindex(&key, None, Some(&obj));
+        self.etcd.insert(key.clone(), (self.rv, 1));
         self.objects.insert(key, obj.clone());
         self.emit(rt.key(), EventType::Added, obj.clone(), None);
         Ok(obj)
@@ -308,6 +313,11 @@ impl Store {
         }
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let rv = self.rv;
+        self.etcd
+            .entry(key.clone())
+            .and_modify(|(_, version)| *version += 1)
+            .or_insert((rv, 1));
         let old = self.objects.insert(key.clone(), obj.clone());
         self.reindex(&key, old.as_ref(), Some(&obj));
         self.emit(rt.key(), EventType::Modified, obj.clone(), old);
@@ -318,11 +328,54 @@ impl Store {
     pub fn delete(&mut self, rt: &'static ResourceType, ns: &str, name: &str) -> Option<Value> {
         let key = (rt.key(), ns.to_string(), name.to_string());
         let mut old = self.objects.remove(&key)?;
+        self.etcd.remove(&key);
         self.reindex(&key, Some(&old), None);
         self.rv += 1;
         old["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         self.emit(rt.key(), EventType::Deleted, old.clone(), None);
         Some(old)
+    }
+
+    /// The stored objects as the kube-apiserver keeps them in etcd, after a compaction at the
+    /// current revision: each under `/registry/<prefix>/[<namespace>/]<name>`
+    /// ([`super::resources::etcd_prefix`]), stored without its `resourceVersion` (the apiserver
+    /// clears it before writing: k8s.io/apiserver `storage/etcd3/store.go` calls the versioner's
+    /// `PrepareObjectForStorage`; it is the key's `mod_revision`).
+    pub fn etcd_keyspace(&self) -> crate::sim::node::Keyspace {
+        let keys = self
+            .objects
+            .iter()
+            .map(|(k, obj)| {
+                let (res, ns, name) = k;
+                let prefix = super::resources::etcd_prefix(*res);
+                let key = if ns.is_empty() {
+                    format!("/registry/{prefix}/{name}")
+                } else {
+                    format!("/registry/{prefix}/{ns}/{name}")
+                };
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(self.rv);
+                let (create, version) = self.etcd.get(k).copied().unwrap_or((rv, 1));
+                let mut stored = obj.clone();
+                if let Some(meta) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.remove("resourceVersion");
+                }
+                crate::sim::node::EtcdKey {
+                    key,
+                    value: serde_json::to_vec(&stored).unwrap_or_default(),
+                    create_revision: i64::try_from(create).unwrap_or(i64::MAX),
+                    mod_revision: i64::try_from(rv).unwrap_or(i64::MAX),
+                    version: i64::try_from(version).unwrap_or(i64::MAX),
+                }
+            })
+            .collect();
+        crate::sim::node::Keyspace {
+            revision: i64::try_from(self.rv).unwrap_or(i64::MAX),
+            keys,
+        }
     }
 
     /// Every object (tests compare whole stores).
@@ -427,5 +480,73 @@ mod tests {
         scaled["spec"]["replicas"] = json!(2);
         let v = s.put(&DEPLOYMENTS, scaled, now());
         assert_eq!(v["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn the_etcd_keyspace_keeps_each_keys_revisions_as_etcd_would() {
+        use super::super::resources::{NODES, SERVICES};
+        let mut s = Store::new(3);
+        let cm = json!({"metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}});
+        s.create(&CONFIGMAPS, cm.clone(), now()).unwrap();
+        let created = s.resource_version();
+        s.create(&NODES, json!({"metadata": {"name": "cp-1"}}), now())
+            .unwrap();
+        s.create(
+            &SERVICES,
+            json!({"metadata": {"name": "kubernetes", "namespace": "default"}}),
+            now(),
+        )
+        .unwrap();
+        let mut changed = cm.clone();
+        changed["data"]["k"] = json!("w");
+        s.put(&CONFIGMAPS, changed.clone(), now());
+        changed["data"]["k"] = json!("x");
+        s.put(&CONFIGMAPS, changed, now());
+        let modified = s.resource_version();
+        s.create(
+            &CONFIGMAPS,
+            json!({"metadata": {"name": "gone", "namespace": "default"}}),
+            now(),
+        )
+        .unwrap();
+        s.delete(&CONFIGMAPS, "default", "gone");
+        let ks = s.etcd_keyspace();
+        assert_eq!(
+            ks.revision as u64,
+            s.resource_version(),
+            "the delete counts"
+        );
+        let keys: Vec<(&str, i64, i64, i64)> = ks
+            .keys
+            .iter()
+            .map(|k| (k.key.as_str(), k.create_revision, k.mod_revision, k.version))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                (
+                    "/registry/configmaps/default/a",
+                    created as i64,
+                    modified as i64,
+                    3
+                ),
+                (
+                    "/registry/minions/cp-1",
+                    created as i64 + 1,
+                    created as i64 + 1,
+                    1
+                ),
+                (
+                    "/registry/services/specs/default/kubernetes",
+                    created as i64 + 2,
+                    created as i64 + 2,
+                    1
+                ),
+            ]
+        );
+        let stored: Value = serde_json::from_slice(&ks.keys[0].value).unwrap();
+        assert_eq!(stored["data"]["k"], "x");
+        assert!(stored["metadata"].get("resourceVersion").is_none());
+        assert!(stored["metadata"].get("uid").is_some());
     }
 }

@@ -151,6 +151,7 @@ impl SimTalos {
         }
         let shared = Arc::new(Shared {
             cluster: Mutex::new(cluster),
+            keyspace: Mutex::new(None),
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -476,5 +477,12 @@ impl NodeSource for SimTalos {
     }
     fn node_fingerprints_since(&self, since: u64) -> Option<Vec<(String, u64)>> {
         self.shared.lock().node_fingerprints_since(since)
+    }
+    fn attach_keyspace(&self, keyspace: Arc<dyn crate::sim::node::KeyspaceSource>) {
+        *self
+            .shared
+            .keyspace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(keyspace);
     }
 }

@@ -173,3 +173,28 @@ async fn etcd_snapshot_is_streamed_fsynced_and_checksummed() {
     assert!(matches!(err, TalosError::SnapshotExists { .. }), "{err}");
     assert_eq!(std::fs::read(&dest).unwrap(), bytes);
 }
+
+/// The snapshot is a database etcd opens, even with no kube-apiserver writing to it: a new
+/// etcd's (no keys, revision 0), padded to the member's database size. (With the kube side,
+/// `sim_etcd::` checks the keys.)
+#[tokio::test]
+async fn etcd_snapshot_without_a_kube_side_is_an_empty_etcd_database() {
+    let Some(etcdctl) = crate::fixtures::tool_or_skip("etcdctl") else {
+        return;
+    };
+    let e = env("v1.13.9").await;
+    let dest = e.dir.path().join("etcd.snapshot");
+    let info = e.client.etcd_snapshot(&node("cp-1"), &dest).await.unwrap();
+    assert_eq!(info.size, 64 * 1024 + 32, "the default database size");
+    let status = crate::sim_etcd::etcdctl_json(
+        &etcdctl,
+        None,
+        &["snapshot", "status", dest.to_str().unwrap()],
+    );
+    assert_eq!(status["revision"].as_i64(), Some(0), "{status}");
+    let Some(etcd) = crate::etcd_harness::Etcd::restored(&dest) else {
+        return;
+    };
+    let (_, kvs) = crate::sim_etcd::all_keys(&etcdctl, &etcd.endpoint);
+    assert!(kvs.is_empty(), "{kvs:?}");
+}

@@ -8,9 +8,10 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::{Api, meta, pull_delay, schedule_boot, stream_of, ts, upgradeable, v};
+use crate::sim::etcd;
 use crate::sim::talos::fault::{Effect, Method, Occasion};
 use crate::sim::talos::machineconfig;
-use crate::sim::talos::model::{Power, RebootTicket, TalosSide};
+use crate::sim::talos::model::{Power, RebootTicket, SimNode, TalosSide};
 use crate::talos::proto::common;
 use crate::talos::proto::machine::{self as pb, machine_service_server::MachineService};
 use crate::talos::snapshot::with_trailer;
@@ -35,7 +36,16 @@ fn efivar(attributes: u32, value: &str) -> Vec<u8> {
     out
 }
 
+/// A member's database size unless a `largeSnapshot` fault says otherwise (free pages pad a
+/// smaller keyspace to it; a larger one is as large as it needs).
 const SNAPSHOT_DB_SIZE: usize = 64 * 1024;
+/// The simulated cluster's raft term: one election, at bootstrap.
+const RAFT_TERM: u64 = 2;
+
+/// The raft index a member applied last: it moves with each config change and boot.
+fn raft_index(n: &SimNode) -> u64 {
+    1000 + n.config_version + n.counters.boots * 100
+}
 const SNAPSHOT_CHUNK: usize = 16 * 1024;
 
 #[tonic::async_trait]
@@ -176,7 +186,7 @@ impl MachineService for Api {
         } else {
             vec!["etcdserver: request timed out".to_string()]
         };
-        let raft = 1000 + n.config_version + n.counters.boots * 100;
+        let raft = raft_index(n);
         Ok(Response::new(pb::EtcdStatusResponse {
             messages: vec![pb::EtcdStatus {
                 metadata: meta(),
@@ -188,7 +198,7 @@ impl MachineService for Api {
                     db_size_in_use: (SNAPSHOT_DB_SIZE / 2) as i64,
                     leader: c.etcd_leader(),
                     raft_index: raft,
-                    raft_term: 2,
+                    raft_term: RAFT_TERM,
                     raft_applied_index: raft,
                     errors,
                     is_learner: false,
@@ -202,6 +212,9 @@ impl MachineService for Api {
         req: Request<pb::EtcdSnapshotRequest>,
     ) -> Result<Response<BoxStream<common::Data>>, Status> {
         let idx = self.admit(&req, Method::EtcdSnapshot)?;
+        // What etcd holds: read before the Talos side is locked (the kube side reads the Talos
+        // side under its own lock).
+        let keyspace = self.shared.keyspace();
         let mut c = self.shared.lock();
         Self::require_control_plane(&c, idx, "etcd snapshot")?;
         let brk = c.fire(idx, Occasion::Call(Method::EtcdSnapshot), |e| {
@@ -215,19 +228,29 @@ impl MachineService for Api {
             }
             _ => SNAPSHOT_DB_SIZE,
         };
-        let n = &c.nodes()[idx];
-        let seed = format!(
-            "{}:{}:{}",
-            n.spec.name,
-            n.config_version,
-            n.counters.calls(Method::EtcdSnapshot)
-        );
-        let mut db = Vec::with_capacity(size);
-        while db.len() < size {
-            db.extend_from_slice(seed.as_bytes());
-            db.push(b'\n');
-        }
-        db.truncate(size);
+        let members: Vec<etcd::Member> = c
+            .etcd_members()
+            .into_iter()
+            .map(|m| etcd::Member {
+                id: m.member_id,
+                name: m.spec.name.clone(),
+                address: m.spec.address.clone(),
+            })
+            .collect();
+        let consistent_index = raft_index(&c.nodes()[idx]);
+        drop(c);
+        // The member's bbolt database (etcd's `Maintenance.Snapshot` streams `Tx.WriteTo`),
+        // padded with free pages to the member's database size, then etcd's sha256 trailer.
+        let db = etcd::database(
+            &etcd::MemberDb {
+                keyspace: &keyspace,
+                members: &members,
+                consistent_index,
+                term: RAFT_TERM,
+            },
+            size,
+        )
+        .map_err(|e| Status::internal(format!("failed to snapshot the etcd database: {e}")))?;
         let snap = with_trailer(db);
         let limit = match brk {
             Some(Effect::SnapshotBreak { after_bytes }) => {

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 use super::fault::{Effect, Method, Occasion};
 use super::model::{RebootTicket, TalosSide};
 use super::scenario::RebootTiming;
+use crate::sim::node::{Keyspace, KeyspaceSource};
 use crate::talos::proto::common;
 use crate::version::TalosVersion;
 
@@ -29,12 +30,27 @@ mod state;
 /// State shared by every service of one simulator.
 pub(crate) struct Shared {
     pub cluster: Mutex<TalosSide>,
+    /// What the control plane's etcd holds: the kube side's store, once it started on this
+    /// simulator ([`crate::sim::node::NodeSource::attach_keyspace`]). Read without holding
+    /// `cluster` (the kube side reads the Talos side under its own lock).
+    pub keyspace: Mutex<Option<Arc<dyn KeyspaceSource>>>,
 }
 
 impl Shared {
     pub fn lock(&self) -> MutexGuard<'_, TalosSide> {
         // A panicking handler must not wedge the simulator for the other tests' requests.
         self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The keyspace etcd holds now: the kube side's, or an empty one (a new etcd's) when no kube
+    /// side runs on this simulator. Never called with `cluster` locked.
+    pub fn keyspace(&self) -> Keyspace {
+        let source = self
+            .keyspace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        source.and_then(|s| s.keyspace()).unwrap_or_default()
     }
 }
 
