@@ -39,6 +39,13 @@ pub struct JobSamples {
     pub controlplane_node: Vec<Duration>,
     /// Per worker Talos node, measured the same way.
     pub worker_node: Vec<Duration>,
+    /// Per control-plane Talos wave: from its first cordon to the next wave's first cordon
+    /// (the last wave: to its last uncordon), less the step's gate soak. It holds what node
+    /// samples miss: a wave lasts as long as its slowest node, and the executor's own time
+    /// between waves.
+    pub controlplane_wave: Vec<Duration>,
+    /// Per worker Talos wave, measured the same way.
+    pub worker_wave: Vec<Duration>,
     /// Per node of a Kubernetes step: the step's span divided by its nodes.
     pub kubernetes_node: Vec<Duration>,
     /// Per node phase (`pull`, `drain`, `install`, `reboot`), for the plan's detail line:
@@ -86,18 +93,6 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    fn add(self, other: Bounds) -> Bounds {
-        Bounds {
-            median_secs: self.median_secs.saturating_add(other.median_secs),
-            pessimistic_secs: self.pessimistic_secs.saturating_add(other.pessimistic_secs),
-        }
-    }
-    fn times(self, n: u64) -> Bounds {
-        Bounds {
-            median_secs: self.median_secs.saturating_mul(n),
-            pessimistic_secs: self.pessimistic_secs.saturating_mul(n),
-        }
-    }
     /// Whether a job `elapsed` long is past the pessimistic bound (the overdue event, the
     /// status line and the metric's alert all use this one rule).
     pub fn overdue(self, elapsed: Duration) -> bool {
@@ -118,10 +113,6 @@ impl Bounds {
             }
         )
     }
-    const ZERO: Bounds = Bounds {
-        median_secs: 0,
-        pessimistic_secs: 0,
-    };
 }
 
 /// Where a kind's node time came from.
@@ -205,37 +196,82 @@ fn median(v: &[Duration]) -> Option<Duration> {
 /// Node-time bounds of samples: the median, and the largest sample plus a quarter (at least
 /// the median plus a half); `None` without samples.
 pub fn bounds_of(samples: &[Duration]) -> Option<Bounds> {
+    span_of(samples).map(Span::bounds)
+}
+
+/// [`bounds_of`] before rounding: sums and products of spans round once, at the end, so a
+/// pool of many short waves does not gather a rounding error per wave.
+fn span_of(samples: &[Duration]) -> Option<Span> {
     let m = median(samples)?;
     let max = samples.iter().max().copied().unwrap_or(m);
     let pess = (max + max / 4).max(m + m / 2);
-    Some(Bounds {
-        median_secs: m.as_secs().max(1),
-        pessimistic_secs: pess.as_secs().max(1),
+    Some(Span {
+        median: m.max(Duration::from_secs(1)),
+        pessimistic: pess.max(Duration::from_secs(1)),
     })
 }
 
-/// Default bounds: the default, and twice it.
-fn default_bounds(d: Duration) -> Bounds {
-    Bounds {
-        median_secs: d.as_secs(),
-        pessimistic_secs: d.as_secs() * 2,
+/// A duration, two ways, before rounding to [`Bounds`]' whole seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    median: Duration,
+    pessimistic: Duration,
+}
+
+impl Span {
+    const ZERO: Span = Span {
+        median: Duration::ZERO,
+        pessimistic: Duration::ZERO,
+    };
+    fn add(self, other: Span) -> Span {
+        Span {
+            median: self.median.saturating_add(other.median),
+            pessimistic: self.pessimistic.saturating_add(other.pessimistic),
+        }
+    }
+    fn times(self, n: u32) -> Span {
+        Span {
+            median: self.median.saturating_mul(n),
+            pessimistic: self.pessimistic.saturating_mul(n),
+        }
+    }
+    fn bounds(self) -> Bounds {
+        Bounds {
+            median_secs: nearest_secs(self.median),
+            pessimistic_secs: nearest_secs(self.pessimistic),
+        }
     }
 }
 
-fn kind(
-    history: &History,
-    pick: fn(&JobSamples) -> &Vec<Duration>,
-    d: Duration,
-) -> (Bounds, Source) {
+/// `d` in whole seconds, rounded to the nearest: a node that takes 6.9 s counts 7, not 6
+/// (truncating made every prediction of short steps run short by up to a second a wave).
+fn nearest_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_millis() >= 500)
+}
+
+/// Default bounds: the default, and twice it.
+fn default_span(d: Duration) -> Span {
+    Span {
+        median: d,
+        pessimistic: d.saturating_mul(2),
+    }
+}
+
+fn kind(history: &History, pick: fn(&JobSamples) -> &Vec<Duration>, d: Duration) -> (Span, Source) {
+    match waves(history, pick) {
+        Some(found) => found,
+        None => (default_span(d), Source::Default),
+    }
+}
+
+/// The span of one kind of samples from history alone; `None` without samples.
+fn waves(history: &History, pick: fn(&JobSamples) -> &Vec<Duration>) -> Option<(Span, Source)> {
     let all: Vec<Duration> = history
         .jobs
         .iter()
         .flat_map(|j| pick(j).iter().copied())
         .collect();
-    match bounds_of(&all) {
-        Some(b) => (b, Source::History),
-        None => (default_bounds(d), Source::Default),
-    }
+    span_of(&all).map(|b| (b, Source::History))
 }
 
 /// One unit of work in time order: a wave or a Kubernetes node, its change (for exclusions)
@@ -261,27 +297,31 @@ pub fn estimate(
         defaults.controlplane_node,
     );
     let worker = kind(history, |j| &j.worker_node, defaults.worker_node);
+    // a wave is predicted from past waves where there are some, else from past nodes
+    let cp_wave = waves(history, |j| &j.controlplane_wave);
+    let worker_wave = waves(history, |j| &j.worker_wave);
     let kube = kind(history, |j| &j.kubernetes_node, defaults.kubernetes_node);
-    let mut pools: Vec<PoolEstimate> = Vec::new();
+    // (pool, waves, span, source) in plan order; rounded once into `PoolEstimate`s below
+    let mut pool_spans: Vec<(String, u32, Span, Source)> = Vec::new();
     let mut kubernetes = None;
     let mut units = Vec::new();
     for step in &plan.steps {
         match step {
             Step::Talos(t) => {
                 let (node, source) = if t.role == MachineRole::Controlplane {
-                    cp
+                    cp_wave.unwrap_or(cp)
                 } else {
-                    worker
+                    worker_wave.unwrap_or(worker)
                 };
                 let soak = t
                     .health
                     .as_ref()
                     .or(plan.health.as_ref())
                     .filter(|h| !h.gates.is_empty())
-                    .map_or(0, |h| h.soak.as_secs());
-                let wave = node.add(Bounds {
-                    median_secs: soak,
-                    pessimistic_secs: soak,
+                    .map_or(Duration::ZERO, |h| h.soak);
+                let wave = node.add(Span {
+                    median: soak,
+                    pessimistic: soak,
                 });
                 for w in &t.waves {
                     let change = w
@@ -291,46 +331,53 @@ pub fn estimate(
                         .unwrap_or(Change::Patch);
                     units.push(Unit {
                         change,
-                        bounds: wave,
+                        bounds: wave.bounds(),
                     });
                 }
-                let n = t.waves.len() as u64;
-                match pools.iter_mut().find(|p| p.pool == t.pool) {
+                let n = u32::try_from(t.waves.len()).unwrap_or(u32::MAX);
+                match pool_spans.iter_mut().find(|p| p.0 == t.pool) {
                     Some(p) => {
-                        p.waves += n as u32;
-                        p.bounds = p.bounds.add(wave.times(n));
+                        p.1 = p.1.saturating_add(n);
+                        p.2 = p.2.add(wave.times(n));
                     }
-                    None => pools.push(PoolEstimate {
-                        pool: t.pool.clone(),
-                        waves: n as u32,
-                        bounds: wave.times(n),
-                        source,
-                    }),
+                    None => pool_spans.push((t.pool.clone(), n, wave.times(n), source)),
                 }
             }
             Step::Kubernetes(k) => {
                 let (node, source) = kube;
-                let n = (k.control_plane.len() + k.workers.len()) as u64;
+                let n = u32::try_from(k.control_plane.len() + k.workers.len()).unwrap_or(u32::MAX);
                 let change = Change::kubernetes(&k.from, &k.to);
                 for _ in 0..n {
                     units.push(Unit {
                         change,
-                        bounds: node,
+                        bounds: node.bounds(),
                     });
                 }
-                kubernetes = Some(PoolEstimate {
-                    pool: "kubernetes".into(),
-                    waves: n as u32,
-                    bounds: node.times(n),
-                    source,
-                });
+                kubernetes = Some((n, node.times(n), source));
             }
         }
     }
-    let total = pools
+    let total = pool_spans
         .iter()
-        .chain(kubernetes.as_ref())
-        .fold(Bounds::ZERO, |a, p| a.add(p.bounds));
+        .map(|p| p.2)
+        .chain(kubernetes.map(|k| k.1))
+        .fold(Span::ZERO, Span::add)
+        .bounds();
+    let pools: Vec<PoolEstimate> = pool_spans
+        .into_iter()
+        .map(|(pool, waves, span, source)| PoolEstimate {
+            pool,
+            waves,
+            bounds: span.bounds(),
+            source,
+        })
+        .collect();
+    let kubernetes = kubernetes.map(|(waves, span, source)| PoolEstimate {
+        pool: "kubernetes".into(),
+        waves,
+        bounds: span.bounds(),
+        source,
+    });
     let mut phases = std::collections::BTreeMap::new();
     let mut names: Vec<&String> = history.jobs.iter().flat_map(|j| j.phases.keys()).collect();
     names.sort();
@@ -515,6 +562,12 @@ mod tests {
         let b = bounds_of(&secs(&[100, 100, 100])).unwrap();
         assert_eq!(b.pessimistic_secs, 150);
         assert_eq!(bounds_of(&[]), None);
+        // sub-second parts round to the nearest second, never down
+        let b = bounds_of(&[Duration::from_millis(6_900), Duration::from_millis(6_400)]).unwrap();
+        assert_eq!(b.median_secs, 7);
+        let b = bounds_of(&[Duration::from_millis(6_400)]).unwrap();
+        assert_eq!(b.median_secs, 6);
+        assert_eq!(b.pessimistic_secs, 10, "6.4 s plus a half is 9.6 s");
     }
 
     #[test]
@@ -592,6 +645,23 @@ mod tests {
             "no control-plane samples"
         );
         assert_eq!(e.history_jobs, 1);
+
+        // wave samples, where the history has them, replace node samples for the pool
+        let h = History {
+            jobs: vec![JobSamples {
+                worker_node: secs(&[60, 70, 80]),
+                worker_wave: secs(&[90, 100]),
+                ..Default::default()
+            }],
+        };
+        let e = estimate(&p, &h, &DEFAULTS, &[], &[], None);
+        assert_eq!(e.pools[0].source, Source::History);
+        assert_eq!(e.pools[0].bounds.median_secs, 4 * 100);
+        assert_eq!(
+            e.pools[1].source,
+            Source::Default,
+            "still no control-plane samples"
+        );
     }
 
     #[test]

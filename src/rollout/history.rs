@@ -7,8 +7,11 @@
 //! uncordon; a node medea did not uncordon (cordoned before the job) or that was skipped gives
 //! no sample. Phases: pull (intent → result), drain (cordon intent → drain result), install
 //! (upgrade intent → result), reboot (reboot intent, or the legacy upgrade's result, → uncordon
-//! intent). Per Kubernetes node: the step's span (first intent to its last entry) divided by
-//! its nodes.
+//! intent). Per Talos wave: from its first cordon intent to the next wave's first cordon
+//! intent (the last wave: to its last uncordon result), less the step's gate soak, when every
+//! node of the wave was cordoned and uncordoned by the job; it holds the slowest node and the
+//! executor's time between waves, which node samples miss. Per Kubernetes node: the step's
+//! span (first intent to its last entry) divided by its nodes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -60,6 +63,42 @@ pub fn samples(job: &Job, entries: &[JournalEntry]) -> JobSamples {
     for (si, step) in job.steps.iter().enumerate() {
         match &step.kind {
             StepKind::Talos(t) => {
+                // wave → (first cordon intent, last uncordon result, every node done)
+                let mut waves: BTreeMap<usize, (Option<Timestamp>, Option<Timestamp>, bool)> =
+                    BTreeMap::new();
+                for n in &t.nodes {
+                    let node = Some(n.target.node.as_str());
+                    let cordon = intents.get(&(si, node, CommandOp::Cordon)).copied();
+                    let uncordon = results.get(&(si, node, CommandOp::Uncordon)).copied();
+                    let w = waves.entry(n.wave).or_insert((None, None, true));
+                    w.0 = match (w.0, cordon) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    w.1 = w.1.max(uncordon);
+                    w.2 &= cordon.is_some() && uncordon.is_some();
+                }
+                let soak = t
+                    .rollout
+                    .health
+                    .as_ref()
+                    .or(job.health.as_ref())
+                    .filter(|h| !h.gates.is_empty())
+                    .map_or(Duration::ZERO, |h| h.soak);
+                let starts: Vec<Option<Timestamp>> = waves.values().map(|v| v.0).collect();
+                for (i, (start, end, complete)) in waves.values().enumerate() {
+                    let next = starts.get(i + 1).copied().flatten();
+                    let until = next.or(*end);
+                    if let (true, Some(s), Some(e)) = (*complete, start, until)
+                        && let Some(d) = span(*s, e)
+                    {
+                        let sample = d.saturating_sub(soak);
+                        match t.rollout.role {
+                            MachineRole::Controlplane => out.controlplane_wave.push(sample),
+                            MachineRole::Worker => out.worker_wave.push(sample),
+                        }
+                    }
+                }
                 for n in &t.nodes {
                     let node = Some(n.target.node.as_str());
                     let at = |op| intents.get(&(si, node, op)).copied();

@@ -45,6 +45,9 @@ async fn the_prediction_from_one_job_is_within_tolerance_of_the_next_jobs_durati
     assert_eq!(samples.controlplane_node.len(), 3, "{samples:?}");
     assert_eq!(samples.worker_node.len(), 4, "{samples:?}");
     assert_eq!(samples.kubernetes_node.len(), 1, "{samples:?}");
+    // one sample per wave: three control-plane waves of one node, two worker waves of two
+    assert_eq!(samples.controlplane_wave.len(), 3, "{samples:?}");
+    assert_eq!(samples.worker_wave.len(), 2, "{samples:?}");
     for phase in ["drain", "install", "reboot"] {
         assert!(samples.phases.contains_key(phase), "{phase}: {samples:?}");
     }
