@@ -616,12 +616,15 @@ spec:
     c.apply(&changed, &forced).await.unwrap();
     assert_eq!(cms.get("medea-test").await.unwrap().data.unwrap()["a"], "2");
 
-    // A kind the cluster does not serve is named.
-    let job =
-        Manifest::parse_yaml("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n").unwrap();
-    let err = c.apply(&job, &opts).await.unwrap_err();
+    // A kind the cluster does not serve is named (the simulator serves batch/v1 Jobs since
+    // issue #35; it serves no networking.k8s.io kind).
+    let ingress = Manifest::parse_yaml(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: j, namespace: default}\n",
+    )
+    .unwrap();
+    let err = c.apply(&ingress, &opts).await.unwrap_err();
     assert!(
-        matches!(&err, K8sError::UnknownKind { kind, .. } if kind == "Job"),
+        matches!(&err, K8sError::UnknownKind { kind, .. } if kind == "Ingress"),
         "{err:?}"
     );
 }

@@ -50,6 +50,7 @@ mod seed;
 mod server;
 mod sim_cluster;
 mod sim_etcd;
+mod sim_jobs;
 mod store;
 mod talos;
 mod trust;

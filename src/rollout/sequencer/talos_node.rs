@@ -467,11 +467,25 @@ fn volumes_detached(
     eyes: &Eyes,
     notes: &mut Vec<String>,
 ) -> Result<(), Flow> {
+    no_volume_attached(j, v, eyes, notes)?;
+    node_mut(j, v.si, v.i).enter(NodePhase::Detached, v.now);
+    Ok(())
+}
+
+/// The wait of [`volumes_detached`], shared with a rollback's drained node (a `Rollback` call
+/// reboots the node too): `Ok` once no `VolumeAttachment` names the node (or the wait is off),
+/// else a poll until `drain.volumeDetachTimeout` from the start of the node's current
+/// (drained) phase, then the `volumes_attached` halt naming the attachments.
+fn no_volume_attached(
+    j: &Job,
+    v: &NodeView,
+    eyes: &Eyes,
+    notes: &mut Vec<String>,
+) -> Result<(), Flow> {
     let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
     let ts = talos_of(j, si);
     let Some(timeout) = ts.rollout.drain.volume_detach_timeout() else {
-        node_mut(j, si, i).enter(NodePhase::Detached, now);
         return Ok(());
     };
     let since = ts.nodes[i].since.unwrap_or(now);
@@ -484,7 +498,6 @@ fn volumes_detached(
         nd,
     )?;
     if attached.is_empty() {
-        node_mut(j, si, i).enter(NodePhase::Detached, now);
         notes.push(format!("{name}: no volume attached any more"));
         return Ok(());
     }
@@ -916,7 +929,13 @@ fn rollback_wave(
     match phase {
         RollbackPhase::Pending => cordon(j, si, i),
         RollbackPhase::Cordoned => drain(j, si, i, now, "drain before rollback"),
-        RollbackPhase::Drained => rollback_call(j, &v, eyes),
+        RollbackPhase::Drained => {
+            // like an upgrade, a rollback reboots the node: its volumes detach first
+            if let Err(f) = no_volume_attached(j, &v, eyes, notes) {
+                return f;
+            }
+            rollback_call(j, &v, eyes)
+        }
         RollbackPhase::Rebooting => {
             if let Err(f) = verify_back(j, &v, Direction::Rollback, eyes) {
                 return f;

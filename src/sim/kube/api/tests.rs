@@ -26,7 +26,16 @@ fn routes_follow_the_kubernetes_path_layout() {
     );
     // A namespaced resource has no cluster-scoped object path.
     assert!(route("/api/v1/pods/web-1", (1, 33), &[]).is_err());
-    assert!(route("/apis/batch/v1/jobs", (1, 33), &[]).is_err());
+    // a group the simulator does not serve (batch/v1 is served since issue #35)
+    assert!(route("/apis/networking.k8s.io/v1/ingresses", (1, 33), &[]).is_err());
+    assert!(matches!(
+        route("/apis/batch/v1/namespaces/default/jobs/j", (1, 33), &[]),
+        Ok(Route::Object { rt, .. }) if rt.kind == "Job"
+    ));
+    assert!(matches!(
+        route("/api/v1/namespaces/default/pods/p/log", (1, 33), &[]),
+        Ok(Route::Subresource { sub, .. }) if sub == "log"
+    ));
     // flowcontrol's deprecated beta is served on 1.31, gone on 1.32
     assert!(matches!(
         route("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", (1, 31), &[]),
