@@ -252,6 +252,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
     Step::Talos(TalosRollout {
         health: None,
         silence: None,
+        hooks: None,
         pool: pool.into(),
         role,
         hop: 1,
@@ -320,6 +321,7 @@ fn install(
         clusters: vec![std::sync::Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
+            hooks: None,
             cluster: CLUSTER.into(),
             steps,
             settings: vec![],

@@ -478,6 +478,7 @@ mod tests {
                 .collect(),
             health: None,
             silence: None,
+            hooks: None,
         })
     }
 
@@ -492,6 +493,7 @@ mod tests {
             diffs: vec![],
             preflight: vec![],
             health: None,
+            hooks: None,
         }
     }
 
