@@ -34,6 +34,7 @@ pub mod adapter;
 pub mod bootstrap;
 mod client;
 pub(crate) mod drain;
+pub mod hook_job;
 pub mod kstatus;
 pub mod kubeconfig;
 pub mod observe;
@@ -576,6 +577,12 @@ pub enum K8sError {
     },
     #[error("`{url}` is not a usable apiserver URL")]
     ServerUrl { url: String },
+    #[error("the hook's Job `{job}` is not a valid batch/v1 Job (its podSpec?)")]
+    HookJobSpec {
+        job: String,
+        #[source]
+        err: serde_json::Error,
+    },
     #[error("node `{node}` does not exist in the cluster (check the Kubernetes node name)")]
     NodeNotFound { node: String },
     #[error("node `{node}` reports kubelet version `{raw}`, which medea cannot parse")]

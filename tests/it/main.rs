@@ -43,6 +43,7 @@ mod preflight;
 mod preflight_observe;
 mod rollout;
 mod rollout_health;
+mod rollout_hooks;
 mod rollout_silence;
 mod rollout_sim;
 mod seed;
