@@ -488,10 +488,11 @@ fn crash_harness(var: &str) -> u64 {
         };
         let read_job = || {
             let store = medea::store::fjall::FjallStore::open(&dir.path().join("store")).unwrap();
-            let j: medea::rollout::sequencer::Job = store
+            let mut j: medea::rollout::sequencer::Job = store
                 .get_record(&medea::rollout::journal::job_key(&job))
                 .unwrap()
                 .unwrap();
+            medea::rollout::journal::replay(&mut j, |key| store.get_record(key)).unwrap();
             j
         };
         let first = child().env(var, n.to_string()).output().unwrap();
@@ -577,7 +578,9 @@ fn crash_harness(var: &str) -> u64 {
             _ => {
                 assert!(
                     again.status.success(),
-                    "{what}: the restarted child failed: {}",
+                    "{what}: the restarted child failed: {:?} {}{}",
+                    j.state,
+                    String::from_utf8_lossy(&again.stdout),
                     String::from_utf8_lossy(&again.stderr)
                 );
                 assert!(
