@@ -86,7 +86,7 @@ pub struct Hook {
 
 /// What a hook does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
 pub enum HookAction {
     /// `POST` of a JSON event to `url`; a 2xx answer is success, anything else is retried
     /// with backoff until the timeout.

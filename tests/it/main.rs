@@ -30,6 +30,7 @@ mod ha;
 mod health;
 mod health_probes;
 pub mod health_servers;
+mod hooks;
 mod k8s;
 mod kube_sim;
 mod loopback;
