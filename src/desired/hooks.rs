@@ -86,7 +86,11 @@ pub struct Hook {
 
 /// What a hook does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "kind"
+)]
 pub enum HookAction {
     /// `POST` of a JSON event to `url`; a 2xx answer is success, anything else is retried
     /// with backoff until the timeout.
@@ -474,11 +478,8 @@ fn job_action(
                                 "name each container with a DNS label, e.g. `ceph`",
                             );
                         }
-                        if !c
-                            .get("image")
-                            .and_then(|n| n.as_str())
-                            .is_some_and(|i| !i.trim().is_empty())
-                        {
+                        let image = c.get("image").and_then(|n| n.as_str()).unwrap_or("");
+                        if image.trim().is_empty() {
                             bad(
                                 format!("container {} has no `image`", i + 1),
                                 "give each container the image it runs, e.g. `docker.io/rook/ceph:v1.15.5`",
