@@ -294,10 +294,21 @@ pub(super) fn hook_outcome(
         r.done = Some(format!("{}{exit}", report.detail));
         return;
     }
-    let after = if *point == HookPoint::AfterNode {
-        "; the node is back and was uncordoned before the hook ran: it stays so"
-    } else {
-        ""
+    let found_cordoned = match j.steps.get(intent.key.step).map(|s| &s.kind) {
+        Some(StepKind::Talos(ts)) => ts
+            .nodes
+            .iter()
+            .any(|n| Some(&n.target.node) == node.as_ref() && n.was_cordoned),
+        _ => false,
+    };
+    let after = match point {
+        HookPoint::AfterNode if found_cordoned => {
+            "; the node is back and stays cordoned, as it was found before the job"
+        }
+        HookPoint::AfterNode => {
+            "; the node is back and was uncordoned before the hook ran: it stays uncordoned"
+        }
+        _ => "",
     };
     let reason = HaltReason::new(
         HaltCode::HookFailed,
@@ -311,4 +322,260 @@ pub(super) fn hook_outcome(
         op: Some(CommandOp::Hook),
         at: now,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::hooks::HookAction;
+    use crate::version::TalosVersion;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn hook(name: &str, idempotent: bool) -> Hook {
+        Hook {
+            name: name.into(),
+            timeout: Duration::from_secs(60),
+            idempotent,
+            action: HookAction::Http {
+                url: "https://hooks.example/medea".into(),
+                credential: None,
+            },
+        }
+    }
+
+    fn job() -> Job {
+        let v = |s| TalosVersion::parse(s).unwrap();
+        let target = |n: &str| MachineTarget {
+            node: n.into(),
+            id: format!("id-{n}"),
+            address: "10.0.0.21".into(),
+            from: v("v1.12.4"),
+            image: None,
+        };
+        let rollout = TalosRollout {
+            pool: "storage".into(),
+            role: crate::inventory::MachineRole::Worker,
+            hop: 1,
+            hops: 1,
+            to: v("v1.13.9"),
+            image: "factory.talos.dev/installer/x:v1.13.9".into(),
+            max_unavailable: 1,
+            drain_timeout: Duration::from_secs(600),
+            health_timeout: Duration::from_secs(900),
+            upgrade_attempts: 1,
+            drain: DrainPolicy::default(),
+            waves: vec![vec![target("s-1")], vec![target("s-2")]],
+            health: None,
+            silence: None,
+            hooks: Some(Box::new(Hooks {
+                before_node: vec![hook("noout", false), hook("notify", true)],
+                after_node: vec![hook("unset-noout", true)],
+                after_wave: vec![hook("wave-done", true)],
+                ..Hooks::default()
+            })),
+        };
+        let plan = PlanId::from_digest([7; 32]);
+        Job {
+            id: JobId::for_plan(&plan, "home"),
+            plan,
+            cluster: "home".into(),
+            created_at: t("2026-12-06T00:00:00Z"),
+            windows: vec![],
+            exclusions: vec![],
+            predicted: None,
+            control_plane: vec![],
+            steps: vec![JobStep {
+                state: StepState::Running,
+                kind: StepKind::Talos(TalosStep::new(rollout)),
+            }],
+            state: JobState::Running,
+            generation: 1,
+            snapshot: None,
+            snapshot_attempts: 0,
+            in_flight: None,
+            journal_seq: 0,
+            health: None,
+            gates: Default::default(),
+            applies: Vec::new(),
+            hooks: Some(Arc::new(Hooks {
+                before_job: vec![hook("announce", false)],
+                ..Hooks::default()
+            })),
+            hook_runs: Default::default(),
+        }
+    }
+
+    fn run(f: Option<Flow>) -> Command {
+        match f {
+            Some(Flow::Run(c)) => *c,
+            _ => panic!("expected a command"),
+        }
+    }
+
+    fn intent(cmd: &Command) -> Intent {
+        Intent {
+            key: cmd.key.clone(),
+            action: cmd.action.clone(),
+            issued_at: t("2026-12-06T00:01:00Z"),
+            last_error: None,
+        }
+    }
+
+    fn report(succeeded: bool) -> CommandOutcome {
+        CommandOutcome::Hook {
+            report: HookReport {
+                succeeded,
+                detail: if succeeded { "HTTP 204" } else { "HTTP 503" }.into(),
+                exit_code: None,
+                log_tail: Some("flags noout\n".into()),
+            },
+        }
+    }
+
+    fn answer(j: &mut Job, cmd: &Command, outcome: CommandOutcome) -> Vec<String> {
+        let mut notes = Vec::new();
+        j.in_flight = Some(intent(cmd));
+        hook_outcome(
+            j,
+            &intent(cmd),
+            &outcome,
+            t("2026-12-06T00:02:00Z"),
+            &mut notes,
+        );
+        notes
+    }
+
+    #[test]
+    fn a_points_hooks_run_in_order_each_once() {
+        let mut j = job();
+        let a = run(before_node_hook(&mut j, 0, 0));
+        let Action::Hook {
+            site,
+            run_id,
+            node,
+            wave,
+            pool,
+            ..
+        } = &a.action
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!(site, "0/beforeNode/s-1/noout");
+        assert_eq!(run_id, &hook_run_id(&j.id, site));
+        assert!(
+            run_id.starts_with("medea-hook-") && run_id.len() == 27,
+            "{run_id}"
+        );
+        assert_eq!(
+            (node.as_deref(), *wave, pool.as_deref()),
+            (Some("s-1"), Some(1), Some("storage"))
+        );
+        assert_eq!((a.key.op, a.key.attempt), (CommandOp::Hook, 1));
+        // asked again before it ran: the same command, the same attempt
+        assert_eq!(run(before_node_hook(&mut j, 0, 0)), a);
+        let notes = answer(&mut j, &a, report(true));
+        assert!(
+            notes.iter().any(|n| n.contains("log tail:\nflags noout")),
+            "{notes:?}"
+        );
+        assert!(j.hook_runs["0/beforeNode/s-1/noout"].done.is_some());
+        let b = run(before_node_hook(&mut j, 0, 0));
+        assert!(matches!(&b.action, Action::Hook { hook, .. } if hook.name == "notify"));
+        answer(&mut j, &b, report(true));
+        assert!(before_node_hook(&mut j, 0, 0).is_none(), "both ran");
+        // the next node has hooks of its own
+        assert!(before_node_hook(&mut j, 0, 1).is_some());
+        // the job's hooks
+        let c = run(job_hook(&mut j, HookPoint::BeforeJob));
+        assert!(
+            matches!(&c.action, Action::Hook { site, .. } if site == "job/beforeJob/job/announce")
+        );
+        assert!(job_hook(&mut j, HookPoint::AfterJob).is_none());
+    }
+
+    #[test]
+    fn after_a_node_is_done_its_hooks_then_the_waves() {
+        let mut j = job();
+        assert!(after_hooks(&mut j, 0).is_none(), "nothing done yet");
+        node_mut(&mut j, 0, 0).phase = NodePhase::Done;
+        let a = run(after_hooks(&mut j, 0));
+        assert!(
+            matches!(&a.action, Action::Hook { site, .. } if site == "0/afterNode/s-1/unset-noout")
+        );
+        answer(&mut j, &a, report(true));
+        let w = run(after_hooks(&mut j, 0));
+        assert!(
+            matches!(&w.action, Action::Hook { site, wave: Some(1), .. } if site == "0/afterWave/wave-1/wave-done")
+        );
+        answer(&mut j, &w, report(true));
+        assert!(after_hooks(&mut j, 0).is_none(), "wave 2 has not finished");
+    }
+
+    #[test]
+    fn a_lost_result_reruns_only_an_idempotent_hook() {
+        let mut j = job();
+        let a = run(before_node_hook(&mut j, 0, 0));
+        // `noout` is not idempotent
+        let Resolution::Halt(reason) = hook_resolution(&intent(&a)) else {
+            panic!("a non-idempotent hook is never run twice")
+        };
+        assert_eq!(reason.code(), HaltCode::HookInterrupted);
+        let text = reason.to_string();
+        assert!(
+            text.contains("`noout`") && text.contains("beforeNode") && text.contains("`s-1`"),
+            "{text}"
+        );
+        answer(&mut j, &a, report(true));
+        // `notify` is: issued again as attempt 2
+        let b = run(before_node_hook(&mut j, 0, 0));
+        assert!(matches!(hook_resolution(&intent(&b)), Resolution::Reissue));
+        hook_attempted(&mut j);
+        let again = run(before_node_hook(&mut j, 0, 0));
+        assert_eq!(again.key.attempt, 2);
+        assert_eq!(again.action, b.action, "the same hook, the same run id");
+        assert_eq!(j.hook_runs["0/beforeNode/s-1/notify"].attempts, 2);
+    }
+
+    #[test]
+    fn a_failed_hook_halts_naming_it_and_its_point() {
+        let mut j = job();
+        node_mut(&mut j, 0, 0).phase = NodePhase::Done;
+        let a = run(after_hooks(&mut j, 0));
+        answer(&mut j, &a, report(false));
+        let JobState::Halted {
+            reason, node, op, ..
+        } = &j.state
+        else {
+            panic!("{:?}", j.state)
+        };
+        assert_eq!(reason.code(), HaltCode::HookFailed);
+        assert_eq!((node.as_deref(), *op), (Some("s-1"), Some(CommandOp::Hook)));
+        let text = reason.to_string();
+        for part in [
+            "`unset-noout`",
+            "afterNode",
+            "HTTP 503",
+            "uncordoned",
+            "stays",
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        assert!(j.in_flight.is_none());
+        // a transport failure the executor reports is a failure too
+        let mut j = job();
+        let b = run(before_node_hook(&mut j, 0, 0));
+        answer(
+            &mut j,
+            &b,
+            CommandOutcome::Failed {
+                error: "no client".into(),
+            },
+        );
+        assert!(
+            matches!(&j.state, JobState::Halted { reason, .. } if reason.code() == HaltCode::HookFailed)
+        );
+    }
 }
