@@ -609,3 +609,57 @@ fn killed_before_every_journal_write_a_hook_never_runs_twice_unless_idempotent()
     let points = crash_harness("MEDEA_CRASH_BEFORE");
     assert!(points >= 10, "{points}");
 }
+
+/// A Job hook through the real Kubernetes adapter against the simulator's kube-apiserver. The
+/// simulator serves no `batch/v1` Jobs yet, so the hook cannot run: the job halts
+/// `hook_failed` before the node is cordoned, naming the hook and the apiserver's answer.
+// FIXME(#35): once the simulator runs Jobs (branch sim35), assert a Job hook that completes
+// (exit 0, its log tail journaled) and one that fails (halts with its log tail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_hook_the_cluster_cannot_run_halts_before_the_cordon() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let mut step = sim.step("workers", &[&["w-1"]], 1, (30, 60));
+    if let Step::Talos(s) = &mut step {
+        s.hooks = Some(Box::new(Hooks {
+            before_node: vec![Hook {
+                name: "ceph-noout".into(),
+                timeout: Duration::from_secs(20),
+                idempotent: true,
+                action: HookAction::Job {
+                    namespace: "default".into(),
+                    pod_spec: serde_json::json!({
+                        "containers": [{"name": "ceph", "image": "rook/ceph:v1.17.5", "command": ["ceph", "osd", "set", "noout"]}]
+                    }),
+                },
+            }],
+            ..Hooks::default()
+        }));
+    }
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let obs = sim.observed();
+    let job = install(store.as_ref(), &plan(&obs, vec![step], 43), &obs, &[]).unwrap();
+    let (talos, kube) = adapters(&sim).await;
+    let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
+        .with_probe(Probes::new(HealthSources::default()));
+    let out = tokio::time::timeout(Duration::from_secs(60), exec.run(&job))
+        .await
+        .expect("the job ends within its timeouts")
+        .unwrap();
+    let RunOutcome::Halted { reason, node, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::HookFailed, "{reason}");
+    assert_eq!(node.as_deref(), Some("w-1"));
+    let text = reason.to_string();
+    assert!(
+        text.contains("`ceph-noout`") && text.contains("beforeNode"),
+        "{text}"
+    );
+    assert!(
+        text.contains("create job"),
+        "the apiserver's refusal is named: {text}"
+    );
+    assert!(!sim.cordoned("w-1"), "nothing was cordoned");
+    assert_eq!(sim.upgrades("w-1"), 0);
+}
