@@ -9,7 +9,9 @@
 //! functions `judge` in each submodule), `medea doctor`'s reachability checks
 //! ([`Probes::check_sources`]), and the Alertmanager silences a rollout keeps over a node
 //! while it is away (issue #35; [`alertmanager::silence`], [`alertmanager::expire`]: a lost
-//! create is found again by its marker, never made twice).
+//! create is found again by its marker, never made twice), and blocking HTTP hooks through the
+//! same client ([`hook`]: a `POST` retried until the hook's timeout, the credential from
+//! `<creds-dir>/<cluster>/hooks/<name>/`).
 //! **May depend on:** the `health` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`): the matcher and query grammars, the Kubernetes
 //! client, the gates, the port it implements.

@@ -3,7 +3,9 @@
 //!
 //! **Owns:** loading a cluster's kubeconfig, the [`KubeApi`] port the executor drives, the
 //! drain policy (what is evicted, skipped or refused; backoff; timeouts) and the conversion
-//! from k8s-openapi wire types into medea's domain types below.
+//! from k8s-openapi wire types into medea's domain types below, and running a blocking hook's
+//! Kubernetes Job to its end ([`hook_job`], issue #35: created once under a stable name, waited
+//! for, its exit code and bounded log tail read).
 //! **May depend on:** the `k8s` row of design/architecture.md's code map (the one list, checked
 //! by `tests/it/architecture.rs`); kube-rs and k8s-openapi types stay inside this module.
 //!

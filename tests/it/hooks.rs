@@ -166,7 +166,7 @@ fn hook_errors_are_located() {
     has("c.yaml", 45, codes::HOOKS, "container 1 has no `image`");
     has(
         "c.yaml",
-        44,
+        45,
         codes::HOOKS,
         "container 1 sets `MEDEA_NODE`, which medea sets",
     );
