@@ -141,6 +141,18 @@ pub fn kube_fault(spec: &KubeFaultSpec) -> KubeFault {
             node: node.clone(),
             condition: condition.clone(),
         },
+        KubeFaultSpec::JobPodExit {
+            namespace,
+            job_prefix,
+            exit_code,
+        } => KubeFault::JobPodExit {
+            namespace: namespace.clone(),
+            job_prefix: job_prefix.clone(),
+            exit_code: *exit_code,
+        },
+        KubeFaultSpec::DetachNeverCompletes { node } => {
+            KubeFault::DetachNeverCompletes { node: node.clone() }
+        }
     }
 }
 
@@ -164,6 +176,7 @@ impl SimCluster {
             refresh_interval: config.kube_refresh_interval,
             objects,
             crd_establish_delay: KubeSimConfig::default().crd_establish_delay,
+            volume_detach_delay: scenario.timing.volume_detach,
         };
         let kube = match kube::start(kube_config, Arc::new(talos.clone())).await {
             Ok(k) => k,

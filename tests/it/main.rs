@@ -50,6 +50,7 @@ mod rollout_sim;
 mod seed;
 mod server;
 mod sim_cluster;
+mod sim_jobs;
 mod store;
 mod talos;
 mod trust;

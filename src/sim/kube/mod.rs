@@ -19,6 +19,7 @@
 
 mod api;
 mod apply;
+mod batch;
 mod cluster;
 mod deprecation;
 #[doc(hidden)]
@@ -50,6 +51,12 @@ use crate::sim::node::NodeSource;
 use cluster::{KubeSide, Timing};
 
 pub use kubeconfig::write_kubeconfig;
+
+/// The name the CSI attacher gives the VolumeAttachment of volume `handle` of `driver` on
+/// `node` (kubernetes `pkg/volume/csi/csi_attacher.go` `getAttachmentName`).
+pub fn volume_attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    cluster::attachment_name(handle, driver, node)
+}
 pub use pki::BearerToken;
 
 /// Errors of the simulated kube-apiserver's control surface.
@@ -120,6 +127,9 @@ pub struct KubeSimConfig {
     /// served): 5 s on an HA control plane upstream (apiextensions-apiserver
     /// `customresource_handler.go`).
     pub crd_establish_delay: Duration,
+    /// Time a CSI volume takes to detach once no pod on its node uses it: its VolumeAttachment
+    /// stays, marked deleted, this long (the external-attacher's `ControllerUnpublishVolume`).
+    pub volume_detach_delay: Duration,
 }
 
 impl Default for KubeSimConfig {
@@ -132,6 +142,7 @@ impl Default for KubeSimConfig {
             refresh_interval: Duration::from_millis(200),
             objects: Vec::new(),
             crd_establish_delay: Duration::from_secs(5),
+            volume_detach_delay: Duration::from_secs(2),
         }
     }
 }
@@ -186,6 +197,17 @@ pub enum KubeFault {
     /// pass its startup probe (Talos 1.14 `k8stemplates/apiserver.go`: `initialDelaySeconds:
     /// 10`) comes back later than a kube-scheduler restarted with it.
     SlowStaticPodStart { component: String, extra: Duration },
+    /// The containers of every pod of a Job in `namespace` whose name starts with
+    /// `job_prefix` exit with `exit_code` (a failing hook Job), unless the pod carries the
+    /// test-only annotation `sim.medea.dev/exit-code`.
+    JobPodExit {
+        namespace: String,
+        job_prefix: String,
+        exit_code: i32,
+    },
+    /// The VolumeAttachments of `node` never finish detaching (the CSI driver's
+    /// `ControllerUnpublishVolume` hangs): each stays, marked deleted, while the fault holds.
+    DetachNeverCompletes { node: String },
 }
 
 /// One permission the simulated user does not have: a verb on a resource.
@@ -342,6 +364,7 @@ pub async fn start(
         seed,
     );
     cluster.apiserver_port = apiserver_port;
+    cluster.detach_delay = config.volume_detach_delay;
     seed_objects(&mut cluster, &config.objects)?;
     let shared = Arc::new(Shared {
         cluster: Mutex::new(cluster),
@@ -709,6 +732,12 @@ impl KubeSim {
             termination,
             crd_establish,
         });
+    }
+
+    /// Change how long a CSI volume takes to detach from now on.
+    pub fn set_volume_detach_delay(&self, delay: Duration) {
+        self.cluster().detach_delay = delay;
+        self.shared.wake.notify_one();
     }
 
     /// Remove every fault.

@@ -44,8 +44,8 @@ fn add<T: JsonSchema>(g: &mut schemars::SchemaGenerator) {
 /// The k8s-openapi type of a served kind, registered with `g`.
 fn register(kind: &str, g: &mut schemars::SchemaGenerator) -> bool {
     use k8s_openapi::api::{
-        apps::v1 as apps, core::v1 as core, flowcontrol::v1 as flowcontrol, policy::v1 as policy,
-        rbac::v1 as rbac,
+        apps::v1 as apps, batch::v1 as batch, core::v1 as core, flowcontrol::v1 as flowcontrol,
+        policy::v1 as policy, rbac::v1 as rbac,
     };
     match kind {
         "Namespace" => add::<core::Namespace>(g),
@@ -60,6 +60,9 @@ fn register(kind: &str, g: &mut schemars::SchemaGenerator) -> bool {
         "StatefulSet" => add::<apps::StatefulSet>(g),
         "ReplicaSet" => add::<apps::ReplicaSet>(g),
         "PodDisruptionBudget" => add::<policy::PodDisruptionBudget>(g),
+        "Job" => add::<batch::Job>(g),
+        "PersistentVolume" => add::<core::PersistentVolume>(g),
+        "PersistentVolumeClaim" => add::<core::PersistentVolumeClaim>(g),
         "ClusterRole" => add::<rbac::ClusterRole>(g),
         "ClusterRoleBinding" => add::<rbac::ClusterRoleBinding>(g),
         "Role" => add::<rbac::Role>(g),

@@ -141,13 +141,24 @@ pub(crate) static PODS: ResourceType = ResourceType {
     namespaced: true,
     short_names: &["po"],
     categories: &["all"],
-    subresources: &[Subresource {
-        name: "eviction",
-        group: "policy",
-        version: "v1",
-        kind: "Eviction",
-        verbs: &["create"],
-    }],
+    subresources: &[
+        Subresource {
+            name: "eviction",
+            group: "policy",
+            version: "v1",
+            kind: "Eviction",
+            verbs: &["create"],
+        },
+        // a container's log (`GET …/pods/<name>/log`, text); no group or version of its own,
+        // as the apiserver lists it (kubernetes `pkg/registry/core/pod/rest/log.go`)
+        Subresource {
+            name: "log",
+            group: "",
+            version: "",
+            kind: "Pod",
+            verbs: &["get"],
+        },
+    ],
     owner: Owner::Generic,
 };
 pub(crate) static CONFIGMAPS: ResourceType = generic(
@@ -222,6 +233,32 @@ pub(crate) static REPLICASETS: ResourceType = ResourceType {
         &["rs"],
     )
 };
+/// `batch/v1` Jobs, run by the simulated Job controller (`cluster/jobs.rs`); the apiserver's
+/// defaults and generated selector come from `sim::kube::batch`.
+pub(crate) static JOBS: ResourceType = ResourceType {
+    categories: &["all"],
+    ..generic(BATCH_GROUP, "v1", "Job", "jobs", "job", true, &[])
+};
+/// PersistentVolumes (cluster-scoped) and PersistentVolumeClaims: stored as written, read by
+/// the attach/detach controller (`cluster/volumes.rs`) to find a pod's CSI volumes.
+pub(crate) static PERSISTENTVOLUMES: ResourceType = generic(
+    "",
+    "v1",
+    "PersistentVolume",
+    "persistentvolumes",
+    "persistentvolume",
+    false,
+    &["pv"],
+);
+pub(crate) static PERSISTENTVOLUMECLAIMS: ResourceType = generic(
+    "",
+    "v1",
+    "PersistentVolumeClaim",
+    "persistentvolumeclaims",
+    "persistentvolumeclaim",
+    true,
+    &["pvc"],
+);
 /// The `kubernetes` EndpointSlice of `default` is the only one the simulator writes (every
 /// live kube-apiserver's address and port, as the apiserver's endpoint reconciler does).
 pub(crate) static ENDPOINTSLICES: ResourceType = generic(
@@ -279,8 +316,8 @@ pub(crate) static ROLEBINDINGS: ResourceType = generic(
     &[],
 );
 /// `storage.k8s.io/v1` VolumeAttachments, cluster-scoped, as every kube-apiserver serves
-/// them (`pkg/apis/storage`); the simulator has no CSI driver and no attach/detach controller,
-/// so only a client creates them (as a cluster without CSI has none).
+/// them (`pkg/apis/storage`); the simulated attach/detach controller (`cluster/volumes.rs`)
+/// creates one for each CSI volume a pod on a node uses, and a client may create its own.
 pub(crate) static VOLUMEATTACHMENTS: ResourceType = generic(
     STORAGE_GROUP,
     "v1",
@@ -412,6 +449,9 @@ pub(crate) static ALL: &[&ResourceType] = &[
     &PRIORITYLEVELS,
     &CRDS,
     &VOLUMEATTACHMENTS,
+    &JOBS,
+    &PERSISTENTVOLUMES,
+    &PERSISTENTVOLUMECLAIMS,
 ];
 
 /// Groups other than the core group, each with its single (preferred) version.
@@ -419,6 +459,7 @@ const GROUPS: &[(&str, &str)] = &[
     (APIEXTENSIONS_GROUP, "v1"),
     ("apps", "v1"),
     ("authorization.k8s.io", "v1"),
+    (BATCH_GROUP, "v1"),
     (DISCOVERY_GROUP, "v1"),
     (FLOWCONTROL_GROUP, "v1"),
     ("policy", "v1"),
@@ -428,6 +469,9 @@ const GROUPS: &[(&str, &str)] = &[
 
 /// The group of CustomResourceDefinitions.
 pub(crate) const APIEXTENSIONS_GROUP: &str = "apiextensions.k8s.io";
+
+/// The group of Jobs.
+pub(crate) const BATCH_GROUP: &str = "batch";
 
 /// The group of VolumeAttachments.
 pub(crate) const STORAGE_GROUP: &str = "storage.k8s.io";
@@ -679,15 +723,18 @@ pub(crate) fn resource_list(
         }
         resources.push(entry);
         for sub in r.subresources {
-            resources.push(json!({
+            let mut entry = json!({
                 "name": format!("{}/{}", r.plural, sub.name),
                 "singularName": "",
                 "namespaced": r.namespaced,
-                "group": sub.group,
-                "version": sub.version,
                 "kind": sub.kind,
                 "verbs": sub.verbs,
-            }));
+            });
+            if !sub.group.is_empty() || !sub.version.is_empty() {
+                entry["group"] = json!(sub.group);
+                entry["version"] = json!(sub.version);
+            }
+            resources.push(entry);
         }
     }
     if group == AUTHORIZATION_GROUP && version == "v1" {

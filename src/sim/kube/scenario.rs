@@ -274,3 +274,64 @@ pub fn default_scenario() -> Vec<Value> {
     objects.extend(workload("default", "web", 3, Some(2)));
     objects
 }
+
+/// A workload with a CSI volume (what a database on Ceph RBD looks like): a PersistentVolume
+/// `pv-<name>` of `driver` with `handle` (`ReadWriteOnce`), a PersistentVolumeClaim `<name>`
+/// bound to it, and a one-replica Deployment `<name>` pinned to `node`
+/// (`kubernetes.io/hostname`) that mounts the claim. Once its pod is on `node`, the simulated
+/// attach/detach controller keeps a VolumeAttachment
+/// ([`super::volume_attachment_name`]`(handle, driver, node)`) there.
+pub fn csi_workload(ns: &str, name: &str, node: &str, driver: &str, handle: &str) -> Vec<Value> {
+    let pv = format!("pv-{name}");
+    let mut d = deployment(ns, name, 1, "docker.io/library/postgres:17");
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.node_selector =
+            Some([("kubernetes.io/hostname".to_string(), node.to_string())].into());
+        spec.volumes = Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(
+                k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                    claim_name: name.to_string(),
+                    read_only: None,
+                },
+            ),
+            ..Volume::default()
+        }]);
+        for c in &mut spec.containers {
+            c.volume_mounts = Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: "/var/lib/postgresql/data".into(),
+                ..VolumeMount::default()
+            }]);
+        }
+    }
+    vec![
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Delete",
+                "storageClassName": "ceph-block",
+                "csi": {"driver": driver, "volumeHandle": handle, "fsType": "ext4"},
+                "claimRef": {"kind": "PersistentVolumeClaim", "namespace": ns, "name": name},
+            },
+            "status": {"phase": "Bound"},
+        }),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "10Gi"}},
+                "storageClassName": "ceph-block",
+                "volumeName": pv,
+            },
+            "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "10Gi"}},
+        }),
+        json(&d),
+    ]
+}

@@ -189,6 +189,51 @@ impl ApiError {
         err
     }
 
+    /// A 422 whose causes carry their own reason and message (`field.NotSupported`,
+    /// `field.Required`, …): `(field, reason, message)` each; kubectl prints
+    /// `The <Kind> "<name>" is invalid: <field>: <message>` from the causes.
+    pub fn invalid_causes(
+        rt: &ResourceType,
+        name: &str,
+        causes: &[(&str, &'static str, &str)],
+    ) -> ApiError {
+        let lines: Vec<String> = causes
+            .iter()
+            .map(|(field, _, message)| format!("{field}: {message}"))
+            .collect();
+        let aggregate = match lines.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let kind = if rt.group.is_empty() {
+            rt.kind.to_string()
+        } else {
+            format!("{}.{}", rt.kind, rt.group)
+        };
+        let mut err = ApiError::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {aggregate}"),
+        );
+        err.details = Some(Box::new(StatusDetails {
+            name: Some(name.to_string()),
+            group: (!rt.group.is_empty()).then(|| rt.group.to_string()),
+            kind: Some(rt.kind.to_string()),
+            causes: Some(
+                causes
+                    .iter()
+                    .map(|(field, reason, message)| StatusCause {
+                        reason: Some((*reason).to_string()),
+                        message: Some((*message).to_string()),
+                        field: Some((*field).to_string()),
+                    })
+                    .collect(),
+            ),
+            ..StatusDetails::default()
+        }));
+        err
+    }
+
     pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
         ApiError::new(405, "MethodNotAllowed", message)
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::resources::{PODS, ResKey, ResourceType};
+use super::resources::{JOBS, PODS, ResKey, ResourceType};
 use super::selector::field_text;
 
 /// `(resource, namespace or "", name)`.
@@ -268,6 +268,10 @@ impl Store {
         }
         obj["apiVersion"] = json!(rt.api_version());
         obj["kind"] = json!(rt.kind);
+        if rt.key() == JOBS.key() {
+            // what the Job strategy does once the object has its uid (generated selector)
+            super::batch::prepare_for_create(&mut obj);
+        }
         self.reindex(&key, None, Some(&obj));
         self.objects.insert(key, obj.clone());
         self.emit(rt.key(), EventType::Added, obj.clone(), None);

@@ -212,6 +212,11 @@ pub struct Timing {
     /// `internal/app/apid/pkg/backend/apid.go`).
     #[serde(default, with = "duration_text")]
     pub apid_redial: Duration,
+    /// Kube side: how long a CSI volume takes to detach once no pod on its node uses it (its
+    /// VolumeAttachment stays, marked deleted, meanwhile). Default 2 s: unlike the other
+    /// delays not zero, as no CSI driver detaches at once.
+    #[serde(default = "volume_detach", with = "duration_text")]
+    pub volume_detach: Duration,
 }
 
 fn zero_reboot() -> RebootTiming {
@@ -219,6 +224,9 @@ fn zero_reboot() -> RebootTiming {
 }
 fn health_poll() -> Duration {
     Duration::from_millis(50)
+}
+fn volume_detach() -> Duration {
+    Duration::from_secs(2)
 }
 
 impl Default for Timing {
@@ -231,6 +239,7 @@ impl Default for Timing {
             pod_termination: Duration::ZERO,
             machine_ready: Duration::ZERO,
             apid_redial: Duration::ZERO,
+            volume_detach: volume_detach(),
         }
     }
 }
@@ -266,6 +275,19 @@ pub enum KubeFaultSpec {
     /// The node reports a pressure condition (`MemoryPressure`, `DiskPressure`, `PIDPressure`)
     /// as `True`, with the kubelet's reason and message and the matching taint.
     NodePressure { node: String, condition: String },
+    /// The containers of every pod of a Job in `namespace` whose name starts with `jobPrefix`
+    /// exit with `exitCode` (1–255): a Job (a blocking hook) that fails.
+    #[serde(rename_all = "camelCase")]
+    JobPodExit {
+        #[serde(default = "default_ns")]
+        namespace: String,
+        job_prefix: String,
+        exit_code: i32,
+    },
+    /// The VolumeAttachments of `node` never finish detaching: the CSI driver's
+    /// `ControllerUnpublishVolume` never returns, so each stays (deletionTimestamp set) until
+    /// the fault is cleared.
+    DetachNeverCompletes { node: String },
 }
 
 /// How long an `apiUnavailable` fault lasts.
@@ -567,6 +589,18 @@ impl Scenario {
                             PRESSURE_CONDITIONS.join(", ")
                         )));
                     }
+                }
+                KubeFaultSpec::JobPodExit { exit_code, .. } if !(1..=255).contains(exit_code) => {
+                    return Err(invalid(format!(
+                        "kube fault `jobPodExit`: exitCode {exit_code} is not a failing exit code (1-255)"
+                    )));
+                }
+                KubeFaultSpec::DetachNeverCompletes { node }
+                    if !self.nodes.iter().any(|n| &n.name == node) =>
+                {
+                    return Err(invalid(format!(
+                        "kube fault `detachNeverCompletes` names node `{node}`, which is not in `nodes`"
+                    )));
                 }
                 _ => {}
             }

@@ -23,6 +23,7 @@ mod drain;
 mod faults;
 mod machine_config;
 mod observations;
+mod volumes;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,13 +1,56 @@
 //! The removing verbs: delete (with preconditions and dry-run) and eviction (PDB-checked).
 
 use super::*;
+use crate::sim::kube::cluster::Propagation;
+use crate::sim::kube::resources::JOBS;
 
+/// The propagation policy of a `DELETE`: `?propagationPolicy=`, else the body's
+/// `DeleteOptions.propagationPolicy` (what kubectl and kube-rs send), else the legacy
+/// `orphanDependents`; `None` when the request leaves it to the resource's default.
+fn propagation(q: &HashMap<String, String>, body: &Bytes) -> Result<Option<Propagation>> {
+    let options: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        parse_body(body, false)?
+    };
+    let named = q
+        .get("propagationPolicy")
+        .map(String::as_str)
+        .or_else(|| options.get("propagationPolicy").and_then(Value::as_str));
+    if let Some(p) = named {
+        return Propagation::parse(p).map(Some).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\"",
+                json!(p)
+            ))
+        });
+    }
+    let orphan = q
+        .get("orphanDependents")
+        .map(|v| v == "true")
+        .or_else(|| options.get("orphanDependents").and_then(Value::as_bool));
+    Ok(orphan.map(|o| {
+        if o {
+            Propagation::Orphan
+        } else {
+            Propagation::Background
+        }
+    }))
+}
+
+/// `DeleteOptionWarnings` of the Job storage (kubernetes `pkg/registry/batch/job/storage/storage.go`):
+/// a `DELETE` of a batch/v1 Job that leaves the propagation policy to the default orphans the
+/// Job's pods, and says so.
+const JOB_ORPHAN_WARNING: &str = "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning";
+
+#[allow(clippy::too_many_arguments, reason = "the parts of one request")]
 pub(super) fn delete(
     c: &mut KubeSide,
     rt: &'static ResourceType,
     ns: &str,
     name: &str,
     q: &HashMap<String, String>,
+    body: &Bytes,
     now: Instant,
     wall: jiff::Timestamp,
 ) -> Result<Response> {
@@ -22,7 +65,20 @@ pub(super) fn delete(
     if dry_run(q) {
         return Ok(json_response(StatusCode::OK, &existing));
     }
+    let policy = propagation(q, body)?;
     c.counters.deletes += 1;
+    if std::ptr::eq(rt, &JOBS) {
+        // batch/v1's default garbage-collection policy orphans the pods
+        // (`jobStrategy.DefaultGarbageCollectionPolicy`)
+        let gone = c
+            .delete_job(ns, name, policy.unwrap_or(Propagation::Orphan), now, wall)
+            .unwrap_or(existing);
+        let mut response = json_response(StatusCode::OK, &gone);
+        if policy.is_none() {
+            add_warning(&mut response, JOB_ORPHAN_WARNING);
+        }
+        return Ok(response);
+    }
     if std::ptr::eq(rt, &PODS) {
         c.counters.pod_deletes += 1;
         let pod = c.terminate(ns, name, now, wall).unwrap_or(existing);

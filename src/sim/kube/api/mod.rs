@@ -593,7 +593,7 @@ fn serve(
                     let m = update_manager(q, headers);
                     replace(&mut c, rt, &ns, &name, q, &body, &m, wall)
                 }
-                Method::DELETE => delete(&mut c, rt, &ns, &name, q, now, wall),
+                Method::DELETE => delete(&mut c, rt, &ns, &name, q, &body, now, wall),
                 _ => Err(ApiError::method_not_allowed(format!(
                     "the server does not allow this method ({method}) on {}",
                     rt.qualified()
@@ -609,6 +609,10 @@ fn serve(
                     ));
                 }
                 return evict(&mut c, &ns, &name, &body, now, wall);
+            }
+            if rt.plural == "pods" && sub == "log" {
+                get_only(method)?;
+                return pod_log(&c, &ns, &name, q);
             }
             Err(ApiError::page_not_found())
         }
@@ -741,7 +745,7 @@ mod write;
 use delete::{delete, evict};
 #[cfg(test)]
 use read::event_line;
-use read::{access_review, list, watch};
+use read::{access_review, list, pod_log, watch};
 pub(crate) use write::managed_fields;
 use write::{create, derived_refusal, patch, replace, update_manager};
 

@@ -36,6 +36,118 @@ pub(super) fn access_review(c: &KubeSide, mut review: Value) -> Value {
     review
 }
 
+/// `GET …/pods/<name>/log`: what the simulated container printed, as text. The simulator's
+/// containers print who they are, their command and the value of each environment variable
+/// the pod spec sets with a literal `value` (what a hook Job passes, `NODE=…`), and, once
+/// ended, their exit. `container` picks one of several containers (required then, as the
+/// kubelet's log handler asks: "a container name must be specified"); `tailLines` keeps the
+/// last lines; `follow` answers what there is and ends the stream (the simulator does not
+/// keep it open while a container runs). A container that has not started answers 400
+/// "is waiting to start" (kubernetes `pkg/kubelet/kubelet_pods.go` `validateContainerLogStatus`).
+pub(super) fn pod_log(
+    c: &KubeSide,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response> {
+    let pod = c
+        .store
+        .get(&PODS, ns, name)
+        .ok_or_else(|| ApiError::not_found(&PODS, name))?;
+    let containers: Vec<&Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default();
+    let names: Vec<&str> = containers
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let container = match q.get("container").filter(|c| !c.is_empty()) {
+        Some(wanted) => containers
+            .iter()
+            .find(|c| c["name"] == json!(wanted))
+            .copied()
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("container {wanted} is not valid for pod {name}"))
+            })?,
+        None => match containers.as_slice() {
+            [one] => one,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "a container name must be specified for pod {name}, choose one of: [{}]",
+                    names.join(" ")
+                )));
+            }
+        },
+    };
+    let cname = container["name"].as_str().unwrap_or("");
+    let status = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|s| s["name"] == json!(cname)));
+    let state = status.and_then(|s| s.get("state"));
+    let running = state.and_then(|s| s.get("running"));
+    let terminated = state.and_then(|s| s.get("terminated"));
+    if running.is_none() && terminated.is_none() {
+        let why = state
+            .and_then(|s| s.pointer("/waiting/reason"))
+            .and_then(Value::as_str)
+            .unwrap_or("ContainerCreating");
+        return Err(ApiError::bad_request(format!(
+            "container \"{cname}\" in pod \"{name}\" is waiting to start: {why}"
+        )));
+    }
+    let words = |key: &str| -> Vec<String> {
+        container
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut lines = vec![format!(
+        "sim: container {cname} ({}) of pod {ns}/{name} started on node {}",
+        container["image"].as_str().unwrap_or(""),
+        pod.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    )];
+    let command: Vec<String> = words("command").into_iter().chain(words("args")).collect();
+    if !command.is_empty() {
+        lines.push(format!("sim: running {}", command.join(" ")));
+    }
+    for env in container
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let (Some(k), Some(v)) = (env["name"].as_str(), env["value"].as_str()) {
+            lines.push(format!("{k}={v}"));
+        }
+    }
+    if let Some(t) = terminated {
+        lines.push(format!(
+            "sim: exited with code {}",
+            t["exitCode"].as_i64().unwrap_or(0)
+        ));
+    }
+    if let Some(n) = q.get("tailLines").and_then(|n| n.parse::<usize>().ok()) {
+        let skip = lines.len().saturating_sub(n);
+        lines.drain(..skip);
+    }
+    let mut text = lines.join("\n");
+    if !lines.is_empty() {
+        text.push('\n');
+    }
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], text).into_response())
+}
+
 fn continue_key(obj: &Value) -> String {
     format!("{}/{}", ns_of(obj), name_of(obj))
 }

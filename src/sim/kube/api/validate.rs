@@ -14,7 +14,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use super::Result;
-use crate::sim::kube::resources::{CONFIGMAPS, ResourceType, SECRETS};
+use crate::sim::kube::resources::{CONFIGMAPS, JOBS, ResourceType, SECRETS};
 use crate::sim::kube::status::{ApiError, FieldError};
 use crate::sim::kube::store::name_of;
 
@@ -106,6 +106,20 @@ pub(super) fn validate(rt: &ResourceType, obj: &mut Value) -> Result<()> {
             "binaryData",
             obj.get("binaryData").and_then(Value::as_object),
         );
+    }
+    if std::ptr::eq(rt, &JOBS) {
+        crate::sim::kube::batch::defaults(obj);
+        let problems = crate::sim::kube::batch::validate(obj);
+        if !problems.is_empty() {
+            return Err(ApiError::invalid_causes(
+                rt,
+                name_of(obj),
+                &problems
+                    .iter()
+                    .map(|p| (p.field.as_str(), p.reason, p.message.as_str()))
+                    .collect::<Vec<_>>(),
+            ));
+        }
     }
     if errors.is_empty() {
         return Ok(());

@@ -396,9 +396,12 @@ impl KubeSide {
         self.deployments(wall);
         self.inc.marks.replicasets = self.store.resource_version();
         self.replicasets(None, now, wall);
+        self.jobs(now, wall);
         self.schedule(&nodes, now, wall);
         self.inc.marks.kubelet = self.store.resource_version();
         self.kubelet(&nodes, now, wall);
+        self.jobs(now, wall);
+        self.volumes(now, wall);
         self.inc.marks.statuses = self.store.resource_version();
         self.statuses(wall);
         self.inc.marks.timers = self.store.resource_version();
@@ -408,6 +411,7 @@ impl KubeSide {
             .map(|p| uid_of(p).to_string())
             .collect();
         self.timers.retain(|uid, _| live.contains(uid));
+        self.runs.retain(|uid, _| live.contains(uid));
         // the incremental pass's bookkeeping, from scratch
         let inc = &mut self.inc;
         inc.ready = true;
@@ -476,10 +480,13 @@ impl KubeSide {
         {
             self.replicasets(Some(&dirty), now, wall);
         }
+        self.jobs(now, wall);
         self.catch_up();
         self.schedule_indexed(now, wall);
         let since = std::mem::replace(&mut self.inc.marks.kubelet, self.store.resource_version());
         self.kubelet_dirty(since, now, wall);
+        self.jobs(now, wall);
+        self.volumes(now, wall);
         let since = std::mem::replace(&mut self.inc.marks.statuses, self.store.resource_version());
         self.statuses_dirty(since, wall);
         let since = std::mem::replace(&mut self.inc.marks.timers, self.store.resource_version());
@@ -490,6 +497,7 @@ impl KubeSide {
                     .filter(|e| e.res == PODS.key() && e.kind == EventType::Deleted)
                 {
                     self.timers.remove(uid_of(&e.object));
+                    self.runs.remove(uid_of(&e.object));
                 }
             }
             None => {
@@ -499,6 +507,7 @@ impl KubeSide {
                     .map(|p| uid_of(p).to_string())
                     .collect();
                 self.timers.retain(|uid, _| live.contains(uid));
+                self.runs.retain(|uid, _| live.contains(uid));
             }
         }
     }
@@ -829,7 +838,7 @@ impl KubeSide {
             if self
                 .store
                 .get(&PODS, &ns, &name)
-                .is_some_and(|p| due.contains(uid_of(p)))
+                .is_some_and(|p| due.contains(uid_of(p)) && !super::jobs::has_finalizers(p))
             {
                 self.store.delete(&PODS, &ns, &name);
             }
@@ -938,6 +947,14 @@ impl KubeSide {
         }
         for (uid, t) in &self.timers {
             if t.ready_at.is_some_and(|r| r <= now)
+                && let Some(k) = self.inc.index.uids.get(uid)
+            {
+                keys.insert(k.clone());
+            }
+        }
+        // run-to-completion containers that exit now
+        for (uid, end) in &self.runs {
+            if *end <= now
                 && let Some(k) = self.inc.index.uids.get(uid)
             {
                 keys.insert(k.clone());

@@ -2,6 +2,7 @@
 //! termination, and the pod lifecycle (Pending → Running → Ready, termination grace) over time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod,
@@ -17,6 +18,7 @@ use super::{
     NewPod, NodeView, PodTimer, condition, controller_of, is_mirror, is_terminating, node_name,
     phase, pod_ready, to_value,
 };
+use crate::sim::kube::batch::{EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION};
 use crate::sim::kube::resources::{NODES, PODS};
 use crate::sim::kube::store::{k8s_time, name_of, ns_of, uid_of};
 use crate::sim::node::NodeFacts;
@@ -372,7 +374,8 @@ impl KubeSide {
             return Some(pod);
         }
         let uid = uid_of(&pod).to_string();
-        if self.timing.termination.is_zero() {
+        // a pod with finalizers stays (deleted, terminating) until they are removed
+        if self.timing.termination.is_zero() && !super::jobs::has_finalizers(&pod) {
             self.timers.remove(&uid);
             let mut gone = self.store.delete(&PODS, ns, name)?;
             gone["metadata"]["deletionTimestamp"] = json!(k8s_time(wall));
@@ -437,6 +440,12 @@ impl KubeSide {
         let timer = self.timers.get(uid_of(pod));
         let started = phase(pod) == "Running"
             || (view.ready && timer.is_none_or(|t| t.ready_at.is_none_or(|r| r <= now)));
+        if started && self.run_to_completion(pod, view, now, wall, out) {
+            if timer.is_some() {
+                out.started.push(uid_of(pod).to_string());
+            }
+            return;
+        }
         let crash = is_mirror(pod)
             && pod
                 .pointer("/metadata/labels/k8s-app")
@@ -460,8 +469,167 @@ impl KubeSide {
         out.updated.push(next);
     }
 
+    /// The kubelet's decision for a started container that runs to completion (a pod with
+    /// `restartPolicy: Never` or `OnFailure`, a Job's): it exits `run-seconds` after it started
+    /// (the test-only annotation [`RUN_SECONDS_ANNOTATION`], default at once) with its exit
+    /// code ([`KubeSide::exit_code`]). Exit 0, or any exit under `Never`, ends the pod
+    /// (`Succeeded` / `Failed`, containers `terminated`); a failed exit under `OnFailure`
+    /// restarts the container in place (`restartCount` + 1) after the kubelet's crash back-off
+    /// (10 s doubling, at most 300 s: kubernetes `pkg/kubelet/kubelet.go` `backOffPeriod`,
+    /// `MaxContainerBackOff`). Returns whether it decided (else the pod is a running one).
+    fn run_to_completion(
+        &self,
+        pod: &Value,
+        view: &NodeView,
+        now: Instant,
+        wall: jiff::Timestamp,
+        out: &mut KubeletOut,
+    ) -> bool {
+        let restart = pod
+            .pointer("/spec/restartPolicy")
+            .and_then(Value::as_str)
+            .unwrap_or("Always");
+        if is_mirror(pod) || !matches!(restart, "Never" | "OnFailure") {
+            return false;
+        }
+        let uid = uid_of(pod).to_string();
+        let run = run_time(pod);
+        let end = self.runs.get(&uid).copied().unwrap_or(now + run);
+        let time = k8s_time(wall);
+        let mut base = if pod.pointer("/status/containerStatuses").is_some() {
+            pod.get("status").cloned().unwrap_or_default()
+        } else {
+            to_value(&pod_status(pod, view, true, false, false, &time))
+        };
+        if end > now {
+            // running until it exits
+            if !self.runs.contains_key(&uid) {
+                out.runs.push((uid, end));
+            }
+            if phase(pod) == "Running" && pod.pointer("/status/containerStatuses").is_some() {
+                return true;
+            }
+            let mut next = pod.clone();
+            next["status"] = base;
+            out.updated.push(next);
+            return true;
+        }
+        let code = self.exit_code(pod);
+        let started_at = |c: &Value| {
+            c.pointer("/state/running/startedAt")
+                .cloned()
+                .unwrap_or_else(|| json!(time))
+        };
+        let mut next = pod.clone();
+        if code != 0 && restart == "OnFailure" {
+            let mut restarts = 0;
+            if let Some(cs) = base
+                .get_mut("containerStatuses")
+                .and_then(Value::as_array_mut)
+            {
+                for c in cs.iter_mut() {
+                    let n = c["restartCount"].as_i64().unwrap_or(0) + 1;
+                    restarts = restarts.max(n);
+                    c["lastState"] = json!({"terminated": {
+                        "exitCode": code, "reason": "Error",
+                        "startedAt": started_at(c), "finishedAt": time,
+                    }});
+                    c["restartCount"] = json!(n);
+                    c["state"] = json!({"running": {"startedAt": time}});
+                }
+            }
+            let back_off = Duration::from_secs(10)
+                .saturating_mul(1 << (restarts - 1).clamp(0, 5))
+                .min(Duration::from_secs(300));
+            out.runs.push((uid, now + back_off + run));
+            next["status"] = base;
+            out.updated.push(next);
+            return true;
+        }
+        let (phase, reason) = if code == 0 {
+            ("Succeeded", "PodCompleted")
+        } else {
+            ("Failed", "PodFailed")
+        };
+        base["phase"] = json!(phase);
+        if let Some(conds) = base.get_mut("conditions").and_then(Value::as_array_mut) {
+            for c in conds.iter_mut() {
+                match c["type"].as_str() {
+                    Some("Ready" | "ContainersReady") => {
+                        c["status"] = json!("False");
+                        c["reason"] = json!(reason);
+                        c["lastTransitionTime"] = json!(time);
+                    }
+                    Some("Initialized") => c["reason"] = json!("PodCompleted"),
+                    Some("PodReadyToStartContainers") => {
+                        c["status"] = json!("False");
+                        c["lastTransitionTime"] = json!(time);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(cs) = base
+            .get_mut("containerStatuses")
+            .and_then(Value::as_array_mut)
+        {
+            for c in cs.iter_mut() {
+                let terminated = json!({"terminated": {
+                    "exitCode": code,
+                    "reason": if code == 0 { "Completed" } else { "Error" },
+                    "startedAt": started_at(c),
+                    "finishedAt": time,
+                    "containerID": c["containerID"],
+                }});
+                c["state"] = terminated;
+                c["ready"] = json!(false);
+                c["started"] = json!(false);
+            }
+        }
+        out.runs_done.push(uid);
+        next["status"] = base;
+        out.updated.push(next);
+        true
+    }
+
+    /// The exit code of a run-to-completion pod's containers: the test-only annotation
+    /// [`EXIT_CODE_ANNOTATION`], else a [`Active::JobPodExit`] fault naming its Job, else 0.
+    fn exit_code(&self, pod: &Value) -> i64 {
+        if let Some(code) = pod
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(EXIT_CODE_ANNOTATION))
+            .and_then(Value::as_str)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+        {
+            return code;
+        }
+        let job = controller_of(pod).filter(|(kind, _, _)| kind == "Job");
+        self.faults
+            .iter()
+            .find_map(|f| match (f, &job) {
+                (
+                    Active::JobPodExit {
+                        namespace,
+                        job_prefix,
+                        exit_code,
+                    },
+                    Some((_, name, _)),
+                ) if namespace == ns_of(pod) && name.starts_with(job_prefix.as_str()) => {
+                    Some(i64::from(*exit_code))
+                }
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+
     /// Write the kubelet's decisions: started timers, garbage-collected pods, new statuses.
     pub(super) fn kubelet_apply(&mut self, out: KubeletOut, wall: jiff::Timestamp) {
+        for (uid, end) in out.runs {
+            self.runs.insert(uid, end);
+        }
+        for uid in out.runs_done {
+            self.runs.remove(&uid);
+        }
         for uid in out.started {
             if let Some(t) = self.timers.get_mut(&uid) {
                 t.ready_at = None;
@@ -485,4 +653,17 @@ pub(super) struct KubeletOut {
     gone: Vec<(String, String)>,
     started: Vec<String>,
     updated: Vec<Value>,
+    /// Run-to-completion containers that started (or restarted): when they exit.
+    runs: Vec<(String, Instant)>,
+    /// Run-to-completion pods that ended.
+    runs_done: Vec<String>,
+}
+
+/// How long a run-to-completion container runs ([`RUN_SECONDS_ANNOTATION`], default 0).
+fn run_time(pod: &Value) -> Duration {
+    pod.pointer("/metadata/annotations")
+        .and_then(|a| a.get(RUN_SECONDS_ANNOTATION))
+        .and_then(Value::as_str)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs)
 }

@@ -33,10 +33,15 @@ mod controllers;
 mod crds;
 mod disruption;
 mod incremental;
+mod jobs;
 mod kubelet;
+
+pub(crate) use jobs::Propagation;
+pub(crate) use volumes::attachment_name;
 mod nodes;
 mod scheduler;
 mod statuses;
+mod volumes;
 
 /// The annotation that marks a mirror pod (the API view of a static pod).
 pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -128,6 +133,12 @@ pub(crate) enum Active {
         component: String,
         extra: Duration,
     },
+    JobPodExit {
+        namespace: String,
+        job_prefix: String,
+        exit_code: i32,
+    },
+    DetachNeverCompletes(String),
 }
 
 /// The annotation a [`KubeFault::ConcurrentWriteAfterGet`] writer changes.
@@ -152,6 +163,14 @@ pub(crate) struct KubeSide {
     /// whose facts, overlay and stored object are unchanged is not derived again.
     derived: HashMap<String, (NodeFacts, NodeOverlay, String)>,
     timers: HashMap<String, PodTimer>,
+    /// Run-to-completion containers (Job pods) by pod uid: when they exit (`kubelet.rs`).
+    runs: HashMap<String, Instant>,
+    /// Jobs with `activeDeadlineSeconds`, by uid: when the deadline passes (`jobs.rs`).
+    job_deadlines: HashMap<String, Instant>,
+    /// VolumeAttachments being detached, by name: when the detach completes (`volumes.rs`).
+    detaching: HashMap<String, Instant>,
+    /// How long a CSI detach takes (the external-attacher's `ControllerUnpublishVolume`).
+    pub detach_delay: Duration,
     mirror_versions: BTreeMap<(String, String), (String, u64)>,
     faults: Vec<Active>,
     pub counters: KubeCounters,
@@ -290,6 +309,10 @@ impl KubeSide {
             overlays: BTreeMap::new(),
             derived: HashMap::new(),
             timers: HashMap::new(),
+            runs: HashMap::new(),
+            job_deadlines: HashMap::new(),
+            detaching: HashMap::new(),
+            detach_delay: Duration::from_secs(2),
             mirror_versions: BTreeMap::new(),
             faults: Vec::new(),
             counters: KubeCounters::default(),
@@ -348,6 +371,16 @@ impl KubeSide {
             KubeFault::SlowStaticPodStart { component, extra } => {
                 Active::SlowStaticPodStart { component, extra }
             }
+            KubeFault::JobPodExit {
+                namespace,
+                job_prefix,
+                exit_code,
+            } => Active::JobPodExit {
+                namespace,
+                job_prefix,
+                exit_code,
+            },
+            KubeFault::DetachNeverCompletes { node } => Active::DetachNeverCompletes(node),
         });
     }
 
@@ -452,6 +485,9 @@ impl KubeSide {
             .flat_map(|t| [t.ready_at, t.remove_at])
             .flatten()
             .chain(self.crd_due.values().copied())
+            .chain(self.runs.values().copied())
+            .chain(self.job_deadlines.values().copied())
+            .chain(self.detaching.values().copied())
             .filter(|t| *t > now)
             .min()
     }
@@ -513,7 +549,7 @@ impl KubeSide {
         }
         let pods = self.store.list_owned(&PODS, None);
         for pod in pods {
-            if due.iter().any(|u| u == uid_of(&pod)) {
+            if due.iter().any(|u| u == uid_of(&pod)) && !jobs::has_finalizers(&pod) {
                 self.store.delete(&PODS, ns_of(&pod), name_of(&pod));
             }
         }
