@@ -8,6 +8,9 @@
 //!   credential's token arrives as a bearer header over https and is in no journal entry;
 //! - a hook that never answers 2xx is retried until its timeout, then halts `hook_failed`
 //!   naming it and its point; after an `afterNode` hook the node is left uncordoned;
+//! - Job hooks run as `batch/v1` Jobs on the simulator's Job controller, with medea's
+//!   environment; a Job whose pod exits non-zero halts with its exit code and log tail
+//!   journaled;
 //! - the crash harness: killed before or after every journal write and restarted, a hook that
 //!   is not idempotent never runs twice (the job halts `hook_interrupted` when its result was
 //!   lost), an idempotent one runs once more.
@@ -610,35 +613,137 @@ fn killed_before_every_journal_write_a_hook_never_runs_twice_unless_idempotent()
     assert!(points >= 10, "{points}");
 }
 
-/// A Job hook through the real Kubernetes adapter against the simulator's kube-apiserver. The
-/// simulator serves no `batch/v1` Jobs yet, so the hook cannot run: the job halts
-/// `hook_failed` before the node is cordoned, naming the hook and the apiserver's answer.
-// FIXME(#35): once the simulator runs Jobs (branch sim35), assert a Job hook that completes
-// (exit 0, its log tail journaled) and one that fails (halts with its log tail).
+fn job_hook(name: &str) -> Hook {
+    Hook {
+        name: name.into(),
+        timeout: Duration::from_secs(30),
+        idempotent: false,
+        action: HookAction::Job {
+            namespace: "default".into(),
+            pod_spec: serde_json::json!({
+                "containers": [{
+                    "name": "ceph",
+                    "image": "docker.io/rook/ceph:v1.17.5",
+                    "command": ["ceph", "osd", "set", "noout"],
+                    "env": [{"name": "CEPH_ARGS", "value": "--id admin"}],
+                }]
+            }),
+        },
+    }
+}
+
+/// The hook results of a journal: (hook name, report).
+fn hook_results(j: &[JournalEntry]) -> Vec<(String, medea::rollout::sequencer::HookReport)> {
+    let mut names = std::collections::BTreeMap::new();
+    let mut out = Vec::new();
+    for e in j {
+        match &e.entry {
+            Entry::Intent {
+                key,
+                action: Action::Hook { hook, .. },
+            } => {
+                names.insert(key.clone(), hook.name.clone());
+            }
+            Entry::Result {
+                key,
+                outcome: medea::rollout::sequencer::CommandOutcome::Hook { report },
+            } => out.push((names[key].clone(), report.clone())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Job hooks on the simulator's Job controller (kubernetes `job_controller.go`, as `sim35`
+/// models it): `beforeNode` and `afterNode` Jobs run to `Complete` around the node, in the
+/// cluster, with medea's environment; their exit code and log tail are journaled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_hook_the_cluster_cannot_run_halts_before_the_cordon() {
+async fn job_hooks_run_as_kubernetes_jobs_around_each_node() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
     let mut step = sim.step("workers", &[&["w-1"]], 1, (30, 60));
     if let Step::Talos(s) = &mut step {
         s.hooks = Some(Box::new(Hooks {
-            before_node: vec![Hook {
-                name: "ceph-noout".into(),
-                timeout: Duration::from_secs(20),
-                idempotent: true,
-                action: HookAction::Job {
-                    namespace: "default".into(),
-                    pod_spec: serde_json::json!({
-                        "containers": [{"name": "ceph", "image": "rook/ceph:v1.17.5", "command": ["ceph", "osd", "set", "noout"]}]
-                    }),
-                },
-            }],
+            before_node: vec![job_hook("ceph-noout")],
+            after_node: vec![job_hook("ceph-unset-noout")],
             ..Hooks::default()
         }));
     }
     let store: Arc<dyn Store> = Arc::new(MemStore::new());
     let obs = sim.observed();
-    let job = install(store.as_ref(), &plan(&obs, vec![step], 43), &obs, &[]).unwrap();
+    let job = install(store.as_ref(), &plan(&obs, vec![step], 44), &obs, &[]).unwrap();
+    let (talos, kube) = adapters(&sim).await;
+    let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
+        .with_probe(Probes::new(HealthSources::default()));
+    let out = tokio::time::timeout(Duration::from_secs(120), exec.run(&job))
+        .await
+        .expect("the job ends within its timeouts")
+        .unwrap();
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    let j = journal(store.as_ref());
+    let results = hook_results(&j);
+    assert_eq!(
+        results.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["ceph-noout", "ceph-unset-noout"]
+    );
+    for ((name, r), point) in results.iter().zip(["beforeNode", "afterNode"]) {
+        assert!(r.succeeded, "{name}: {r:?}");
+        assert_eq!(r.exit_code, Some(0), "{name}: {r:?}");
+        assert!(r.detail.contains("complete"), "{name}: {r:?}");
+        let log = r.log_tail.as_deref().unwrap_or_default();
+        for env in [
+            "MEDEA_NODE=w-1".to_string(),
+            format!("MEDEA_HOOK_POINT={point}"),
+            format!("MEDEA_JOB_ID={job}"),
+            "CEPH_ARGS=--id admin".to_string(),
+        ] {
+            assert!(log.contains(&env), "{name}: {env} in {log}");
+        }
+    }
+    assert!(
+        position(&j, false, CommandOp::Hook, "w-1", Some("ceph-noout"))
+            < position(&j, false, CommandOp::Cordon, "w-1", None)
+    );
+    assert!(
+        position(&j, true, CommandOp::Uncordon, "w-1", None)
+            < position(&j, false, CommandOp::Hook, "w-1", Some("ceph-unset-noout"))
+    );
+    // the log tail is in the journal's notes, for `rollout status` and the dashboard
+    assert!(
+        j.iter()
+            .flat_map(|e| &e.notes)
+            .any(|n| n.contains("`ceph-noout`")
+                && n.contains("log tail")
+                && n.contains("MEDEA_NODE=w-1")),
+        "{:#?}",
+        j.iter().flat_map(|e| &e.notes).collect::<Vec<_>>()
+    );
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(!sim.cordoned("w-1"));
+}
+
+/// A Job hook whose pod exits 3 (the simulator's `JobPodExit` fault on the hook's Job name)
+/// fails its Job (`backoffLimit: 0`): the job halts `hook_failed` before the cordon, naming
+/// the hook, its point and the exit code, with the pod's log tail journaled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_hook_halts_with_its_log_tail_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let mut step = sim.step("workers", &[&["w-1"]], 1, (30, 60));
+    if let Step::Talos(s) = &mut step {
+        s.hooks = Some(Box::new(Hooks {
+            before_node: vec![job_hook("ceph-noout")],
+            ..Hooks::default()
+        }));
+    }
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let obs = sim.observed();
+    let job = install(store.as_ref(), &plan(&obs, vec![step], 45), &obs, &[]).unwrap();
+    sim.kube.inject(medea::sim::kube::KubeFault::JobPodExit {
+        namespace: "default".into(),
+        job_prefix: medea::rollout::sequencer::hook_run_id(&job, "0/beforeNode/w-1/ceph-noout"),
+        exit_code: 3,
+    });
     let (talos, kube) = adapters(&sim).await;
     let exec = Executor::new(store.clone(), talos, kube, SystemClock, config(dir.path()))
         .with_probe(Probes::new(HealthSources::default()));
@@ -652,13 +757,20 @@ async fn a_job_hook_the_cluster_cannot_run_halts_before_the_cordon() {
     assert_eq!(reason.code(), HaltCode::HookFailed, "{reason}");
     assert_eq!(node.as_deref(), Some("w-1"));
     let text = reason.to_string();
+    for part in ["`ceph-noout`", "beforeNode", "exit code 3", "failed"] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+    let j = journal(store.as_ref());
+    let results = hook_results(&j);
+    assert_eq!(results.len(), 1);
+    let r = &results[0].1;
+    assert_eq!((r.succeeded, r.exit_code), (false, Some(3)), "{r:?}");
     assert!(
-        text.contains("`ceph-noout`") && text.contains("beforeNode"),
-        "{text}"
-    );
-    assert!(
-        text.contains("create job"),
-        "the apiserver's refusal is named: {text}"
+        r.log_tail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("exited with code 3"),
+        "{r:?}"
     );
     assert!(!sim.cordoned("w-1"), "nothing was cordoned");
     assert_eq!(sim.upgrades("w-1"), 0);
