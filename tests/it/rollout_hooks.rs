@@ -775,3 +775,69 @@ async fn a_failing_job_hook_halts_with_its_log_tail_journaled() {
     assert!(!sim.cordoned("w-1"), "nothing was cordoned");
     assert_eq!(sim.upgrades("w-1"), 0);
 }
+
+/// An attempt made again (an idempotent Job hook after a restart) finds the Job the first
+/// attempt created, by its name, and reports it: the cluster holds one Job and one pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_hook_run_again_finds_the_same_job() {
+    use k8s_openapi::api::batch::v1::Job as KubeJob;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams};
+    use medea::rollout::ports::{HookRequest, KubePort as _};
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let (_, kube) = adapters(&sim).await;
+    let req = HookRequest {
+        cluster: crate::rollout::CLUSTER.into(),
+        job: "abc123-prod".into(),
+        run_id: "medea-hook-00112233aabbccdd".into(),
+        point: medea::desired::hooks::HookPoint::AfterNode,
+        pool: Some("workers".into()),
+        node: Some("w-1".into()),
+        wave: Some(1),
+        attempt: 1,
+        hook: Hook {
+            idempotent: true,
+            ..job_hook("ceph-unset-noout")
+        },
+    };
+    let first = kube.run_job_hook(&req).await;
+    assert!(first.succeeded, "{first:?}");
+    let again = kube
+        .run_job_hook(&HookRequest {
+            attempt: 2,
+            ..req.clone()
+        })
+        .await;
+    assert!(again.succeeded, "{again:?}");
+    assert_eq!(again.exit_code, Some(0));
+    let kubeconfig = sim.creds.join(crate::rollout::CLUSTER).join("kubeconfig");
+    let client =
+        kube::Client::try_from(medea::k8s::kubeconfig::load(&kubeconfig).await.unwrap()).unwrap();
+    let jobs: Api<KubeJob> = Api::namespaced(client.clone(), "default");
+    let listed = jobs
+        .list(&ListParams::default().labels("medea.dev/hook=ceph-unset-noout"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1, "one Job, never two");
+    let j = &listed.items[0];
+    assert_eq!(
+        j.metadata.name.as_deref(),
+        Some("medea-hook-00112233aabbccdd")
+    );
+    let labels = j.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("medea.dev/job").map(String::as_str),
+        Some("abc123-prod")
+    );
+    assert_eq!(
+        labels.get("medea.dev/hook-point").map(String::as_str),
+        Some("afterNode")
+    );
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let listed = pods
+        .list(&ListParams::default().labels("job-name=medea-hook-00112233aabbccdd"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1, "one pod: the Job ran once");
+}
