@@ -259,6 +259,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
     Step::Talos(TalosRollout {
         health: None,
         silence: None,
+        hooks: None,
         pool: pool.into(),
         role,
         hop: 1,
@@ -323,6 +324,7 @@ fn install(dir: &Path, nodes: &[NodeFacts], max: u32) -> Result<Installed, Bench
         clusters: vec![Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
+            hooks: None,
             cluster: CLUSTER.into(),
             steps,
             settings: vec![],

@@ -142,4 +142,6 @@ pub mod codes {
     pub const ACKNOWLEDGE: &str = "medea::desired::acknowledge";
     /// A bad `spec.backup` value (schedule, time zone, retention, destination, recipient).
     pub const BACKUP: &str = "medea::desired::backup";
+    /// A bad `hooks:` entry (name, timeout, kind, URL, credential, Job template).
+    pub const HOOKS: &str = "medea::desired::hooks";
 }

@@ -121,6 +121,106 @@ pub struct ClusterSpec {
     /// Scheduled etcd backups, encrypted to `recipients` (issue #37). Absent: no backups.
     #[serde(default)]
     pub backup: Option<BackupSpec>,
+    /// Blocking hooks before and after the whole job (issue #35): an HTTP call or a
+    /// Kubernetes Job each; a failing hook halts the job.
+    #[serde(default)]
+    pub hooks: Option<ClusterHooksSpec>,
+}
+
+/// The job-wide hooks of a Cluster.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterHooksSpec {
+    /// Run before the job touches anything (after the cluster's gates before the job).
+    #[serde(default)]
+    pub before_job: Vec<HookSpec>,
+    /// Run after the job's last step, before its soak.
+    #[serde(default)]
+    pub after_job: Vec<HookSpec>,
+}
+
+/// The node and wave hooks of a NodePool.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoolHooksSpec {
+    /// Run before each wave's first node starts (after the wave's gates).
+    #[serde(default)]
+    pub before_wave: Vec<HookSpec>,
+    /// Run before each node is cordoned (after its checks and image pull).
+    #[serde(default)]
+    pub before_node: Vec<HookSpec>,
+    /// Run after each node is back and uncordoned. A failure halts the job and leaves the
+    /// node uncordoned.
+    #[serde(default)]
+    pub after_node: Vec<HookSpec>,
+    /// Run after every node of a wave is done, before the wave's soak.
+    #[serde(default)]
+    pub after_wave: Vec<HookSpec>,
+}
+
+/// One blocking hook: exactly one of `http` or `job`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("oneOf" = [
+    { "required": ["http"] },
+    { "required": ["job"] }
+]))]
+pub struct HookSpec {
+    /// Hook name, unique among the hooks of its point (lowercase letters, digits and `-`).
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// How long the hook may take, retries included (`5m`, at most `24h`); past it the job
+    /// halts (`hook_failed`).
+    #[schemars(with = "DurationString")]
+    pub timeout: Spanned<String>,
+    /// Whether running the hook twice is harmless (default `false`). Only an idempotent hook
+    /// is run again when medea stopped while it ran; otherwise the job halts
+    /// (`hook_interrupted`) and a person decides.
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub idempotent: Option<Spanned<bool>>,
+    /// `POST` a JSON event (job id, cluster, pool, node, point, attempt) to a URL; a 2xx answer
+    /// lets the rollout go on, anything else is retried with backoff until `timeout`.
+    #[serde(default)]
+    #[schemars(with = "Option<HttpHookSpec>")]
+    pub http: Option<Spanned<HttpHookSpec>>,
+    /// Run a Kubernetes Job in the target cluster and wait for it to complete.
+    #[serde(default)]
+    #[schemars(with = "Option<JobHookSpec>")]
+    pub job: Option<Spanned<JobHookSpec>>,
+}
+
+/// An HTTP hook's target. Its credential is named, never a path: the server reads it from
+/// files it owns, `<creds-dir>/<cluster>/hooks/<credential>/{token,ca.pem}`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpHookSpec {
+    /// `http://` or `https://` URL the event is posted to (no credentials, query or fragment).
+    #[schemars(with = "String")]
+    pub url: Spanned<String>,
+    /// Name of a credential the server holds for this hook (a DNS label): a bearer token
+    /// (`token`) and/or the CA certificates of the receiver (`ca.pem`), in
+    /// `<creds-dir>/<cluster>/hooks/<credential>/`. Only with an `https://` URL.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub credential: Option<Spanned<String>>,
+}
+
+/// A Kubernetes Job hook: medea creates a `batch/v1` Job from this pod spec (adding
+/// `restartPolicy: Never`, the environment `MEDEA_NODE`, `MEDEA_JOB_ID`, `MEDEA_HOOK_POINT`
+/// and labels naming the job and the hook), waits for it to complete within the hook's
+/// timeout, and journals the tail of its pod's log and its exit code.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JobHookSpec {
+    /// The namespace the Job is created in (default `default`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub namespace: Option<Spanned<String>>,
+    /// The Job's pod spec (`containers` with `name` and `image`, `serviceAccountName`,
+    /// `volumes`, ...), as in a Kubernetes Job's `spec.template.spec`.
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
+    pub pod_spec: Spanned<serde_json::Value>,
 }
 
 /// Scheduled etcd backups of a Cluster: when, how many are kept, where, encrypted to whom.
@@ -469,6 +569,10 @@ pub struct NodePoolSpec {
     #[serde(default)]
     #[schemars(with = "Option<OnFailureSpec>")]
     pub on_failure: Option<Spanned<OnFailureSpec>>,
+    /// Blocking hooks around each node and each wave of the pool (issue #35): an HTTP call or
+    /// a Kubernetes Job each; a failing hook halts the job.
+    #[serde(default)]
+    pub hooks: Option<PoolHooksSpec>,
 }
 
 /// What a failed health gate does to the wave that broke it.

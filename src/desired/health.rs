@@ -616,7 +616,7 @@ fn endpoint(
 
 /// A base URL: `http` or `https`, a host, no credentials, query or fragment. Returns it
 /// without a trailing `/`.
-fn check_url(input: &str) -> Result<String, &'static str> {
+pub(super) fn check_url(input: &str) -> Result<String, &'static str> {
     let rest = if let Some(r) = input.strip_prefix("https://") {
         r
     } else if let Some(r) = input.strip_prefix("http://") {

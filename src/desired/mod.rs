@@ -2,7 +2,8 @@
 //!
 //! **Owns:** the `medea/v1alpha1` file format ([`format`], also the source of `schemas/`), the
 //! validated model ([`model`]), diagnostics with file:line:column ([`diagnostic`]), maintenance
-//! windows ([`window`]) and exclusions ([`exclusion`]), scheduled backups ([`backup`]), and
+//! windows ([`window`]) and exclusions ([`exclusion`]), scheduled backups ([`backup`]), blocking
+//! hooks ([`hooks`]), and
 //! reading a revision ([`source`]).
 //! **May depend on:** the `desired` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`).
@@ -18,6 +19,7 @@ pub mod edit;
 pub mod exclusion;
 pub mod format;
 pub mod health;
+pub mod hooks;
 pub mod incremental;
 pub mod model;
 pub mod parse;

@@ -335,6 +335,8 @@ pub struct Cluster {
     pub promotion: Option<Promotion>,
     /// `spec.backup`: scheduled etcd backups; `None`: off.
     pub backup: Option<super::backup::BackupSettings>,
+    /// `spec.hooks`: blocking hooks before and after each job (issue #35); empty: none.
+    pub hooks: super::hooks::Hooks,
     /// Pools by name. Each pool is its own allocation (`Arc`): a B-tree node has room for
     /// eleven entries, so a map of whole pools held ~9 KiB per cluster, most of it empty.
     pub pools: BTreeMap<String, std::sync::Arc<NodePool>>,
@@ -370,6 +372,8 @@ pub struct NodePool {
     pub health: super::health::HealthSettings,
     /// Pools of the same cluster this pool is rolled after (`spec.after`).
     pub after: Vec<Sourced<String>>,
+    /// `spec.hooks`: blocking hooks around each node and wave (issue #35); empty: none.
+    pub hooks: super::hooks::Hooks,
     /// The YAML document as written (for plan diffs against the last applied version).
     pub document: String,
 }

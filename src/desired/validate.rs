@@ -787,6 +787,7 @@ fn pool_into(
         spec.health.as_ref(),
         spec.on_failure.as_ref(),
     );
+    let hooks = super::hooks::pool_hooks(&mut ctx.diags, doc, spec.hooks.as_ref());
     let after: Vec<Sourced<String>> = spec
         .after
         .iter()
@@ -823,6 +824,7 @@ fn pool_into(
         rollout,
         health,
         after,
+        hooks,
         document: doc.text.to_string(),
     };
     cluster
@@ -919,6 +921,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
     let preflight = preflight_settings(ctx, doc, spec.preflight.as_ref());
     let promotion = promotion(ctx, doc, spec.promotion.as_ref());
     let backup = super::backup::backup_settings(&mut ctx.diags, doc, spec.backup.as_ref());
+    let hooks = super::hooks::cluster_hooks(&mut ctx.diags, doc, spec.hooks.as_ref());
     let (Some(kubernetes_version), true) = (version, name_ok) else {
         return None;
     };
@@ -934,6 +937,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
         preflight,
         promotion,
         backup,
+        hooks,
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })

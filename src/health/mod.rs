@@ -9,7 +9,9 @@
 //! functions `judge` in each submodule), `medea doctor`'s reachability checks
 //! ([`Probes::check_sources`]), and the Alertmanager silences a rollout keeps over a node
 //! while it is away (issue #35; [`alertmanager::silence`], [`alertmanager::expire`]: a lost
-//! create is found again by its marker, never made twice).
+//! create is found again by its marker, never made twice), and blocking HTTP hooks through the
+//! same client ([`hook`]: a `POST` retried until the hook's timeout, the credential from
+//! `<creds-dir>/<cluster>/hooks/<name>/`).
 //! **May depend on:** the `health` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`): the matcher and query grammars, the Kubernetes
 //! client, the gates, the port it implements.
@@ -29,6 +31,7 @@
 //! plain `http://`. Probes without a credentials directory send no credential at all.
 
 pub mod alertmanager;
+pub mod hook;
 pub mod http;
 pub mod prometheus;
 pub mod workloads;
@@ -104,6 +107,8 @@ pub enum ProbeError {
 pub struct Probes {
     sources: HealthSources,
     credentials: http::Credentials,
+    /// Where the credentials HTTP hooks name are read (`<creds-dir>/<cluster>/hooks`).
+    hook_credentials: http::Credentials,
     kube: Option<Arc<KubeClient>>,
     timeout: Duration,
 }
@@ -113,6 +118,7 @@ impl std::fmt::Debug for Probes {
         f.debug_struct("Probes")
             .field("sources", &self.sources)
             .field("credentials", &self.credentials)
+            .field("hook_credentials", &self.hook_credentials)
             .field(
                 "kube",
                 &self.kube.as_ref().map(|k| k.cluster_url().to_string()),
@@ -129,6 +135,7 @@ impl Probes {
         Probes {
             sources,
             credentials: http::Credentials::None,
+            hook_credentials: http::Credentials::None,
             kube: None,
             timeout: DEFAULT_TIMEOUT,
         }
@@ -139,6 +146,14 @@ impl Probes {
     /// token is ever sent.
     pub fn with_credentials(mut self, credentials: http::Credentials) -> Probes {
         self.credentials = credentials;
+        self
+    }
+
+    /// Resolve the credentials HTTP hooks name from `credentials` (the server's
+    /// `<creds-dir>/<cluster>/hooks`; issue #35). Without it, a hook naming a credential fails
+    /// and no token is ever sent.
+    pub fn with_hook_credentials(mut self, credentials: http::Credentials) -> Probes {
+        self.hook_credentials = credentials;
         self
     }
 
@@ -298,6 +313,13 @@ fn port_error(op: &'static str, target: &str, e: alertmanager::SilenceError) -> 
 }
 
 impl HealthProbe for Probes {
+    async fn run_http_hook(
+        &self,
+        req: &crate::rollout::ports::HookRequest,
+    ) -> crate::rollout::ports::HookReport {
+        hook::call(&self.hook_credentials, req, self.timeout).await
+    }
+
     async fn silence(&self, req: &SilenceRequest) -> Result<Silenced, PortError> {
         let r = alertmanager::silence(&self.credentials, req, jiff::Timestamp::now(), self.timeout)
             .await

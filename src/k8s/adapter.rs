@@ -7,11 +7,13 @@
 
 use std::time::Duration;
 
+use crate::desired::hooks::HookAction;
 use crate::desired::model::DrainPolicy;
 use crate::k8s::{self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient};
 use crate::metrics::timed;
 use crate::rollout::ports::{
-    Component, DrainOutcome, KubeNode, KubePort, Manifest, PortError, StaticPod, VolumeAttachment,
+    Component, DrainOutcome, HookReport, HookRequest, KubeNode, KubePort, Manifest, PortError,
+    StaticPod, VolumeAttachment,
 };
 
 const API: &str = "kubernetes";
@@ -64,6 +66,41 @@ impl KubeAdapter {
 }
 
 impl KubePort for KubeAdapter {
+    async fn run_job_hook(&self, req: &HookRequest) -> HookReport {
+        let HookAction::Job {
+            namespace,
+            pod_spec,
+        } = &req.hook.action
+        else {
+            return HookReport::failed("not a Job hook");
+        };
+        let h = k8s::hook_job::HookJob {
+            name: &req.run_id,
+            namespace,
+            pod_spec,
+            job: &req.job,
+            hook: &req.hook.name,
+            point: req.point.as_str(),
+            node: req.node.as_deref().unwrap_or(""),
+            timeout: req.hook.timeout,
+        };
+        match timed(
+            API,
+            "RunHookJob",
+            self.client.run_hook_job(&h, self.drain.poll_interval),
+        )
+        .await
+        {
+            Ok(r) => HookReport {
+                succeeded: r.succeeded,
+                detail: r.detail,
+                exit_code: r.exit_code,
+                log_tail: r.log_tail,
+            },
+            Err(e) => HookReport::failed(crate::error_chain(&e)),
+        }
+    }
+
     async fn node(&self, node: &str) -> Result<KubeNode, PortError> {
         let r = timed(API, "GetNode", self.client.node_readiness(node))
             .await

@@ -3,7 +3,9 @@
 //!
 //! **Owns:** loading a cluster's kubeconfig, the [`KubeApi`] port the executor drives, the
 //! drain policy (what is evicted, skipped or refused; backoff; timeouts) and the conversion
-//! from k8s-openapi wire types into medea's domain types below.
+//! from k8s-openapi wire types into medea's domain types below, and running a blocking hook's
+//! Kubernetes Job to its end ([`hook_job`], issue #35: created once under a stable name, waited
+//! for, its exit code and bounded log tail read).
 //! **May depend on:** the `k8s` row of design/architecture.md's code map (the one list, checked
 //! by `tests/it/architecture.rs`); kube-rs and k8s-openapi types stay inside this module.
 //!
@@ -34,6 +36,7 @@ pub mod adapter;
 pub mod bootstrap;
 mod client;
 pub(crate) mod drain;
+pub mod hook_job;
 pub mod kstatus;
 pub mod kubeconfig;
 pub mod observe;
@@ -576,6 +579,12 @@ pub enum K8sError {
     },
     #[error("`{url}` is not a usable apiserver URL")]
     ServerUrl { url: String },
+    #[error("the hook's Job `{job}` is not a valid batch/v1 Job (its podSpec?)")]
+    HookJobSpec {
+        job: String,
+        #[source]
+        err: serde_json::Error,
+    },
     #[error("node `{node}` does not exist in the cluster (check the Kubernetes node name)")]
     NodeNotFound { node: String },
     #[error("node `{node}` reports kubelet version `{raw}`, which medea cannot parse")]

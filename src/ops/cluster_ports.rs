@@ -171,12 +171,19 @@ pub async fn health_probes(
         .with_credentials(crate::health::http::Credentials::Dir(
             dir.join(HEALTH_CREDENTIALS_DIR),
         ))
+        .with_hook_credentials(crate::health::http::Credentials::Dir(
+            dir.join(HOOK_CREDENTIALS_DIR),
+        ))
         .with_kube(std::sync::Arc::new(client)))
 }
 
 /// The directory, inside a cluster's credentials directory, of the credentials its health
 /// sources name: `<creds-dir>/<cluster>/health/<credential>/{token,ca.pem}`.
 pub const HEALTH_CREDENTIALS_DIR: &str = "health";
+
+/// The directory, inside a cluster's credentials directory, of the credentials its HTTP hooks
+/// name (issue #35): `<creds-dir>/<cluster>/hooks/<credential>/{token,ca.pem}`.
+pub const HOOK_CREDENTIALS_DIR: &str = "hooks";
 
 /// Where the credentials `cluster`'s health sources name are resolved:
 /// `<creds_dir>/<cluster>/health` (issue #32: the server's files, never a path from the desired

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::desired::hooks::{HookPoint, Hooks};
 use crate::desired::model::{
     ApprovalSettings, Cluster, MinorLine, NodePool, Role, RolloutSettings, format_duration,
 };
@@ -398,6 +399,10 @@ pub struct ClusterSettings {
     /// `spec.backup`, if set (issue #37; absent in older records: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSummary>,
+    /// `spec.hooks` (issue #35; absent in older records and when empty: none, so the
+    /// applied digest of a store without hooks is unchanged).
+    #[serde(default, skip_serializing_if = "Hooks::is_empty")]
+    pub hooks: Hooks,
 }
 
 /// A NodePool's settings as applied.
@@ -422,6 +427,9 @@ pub struct PoolSettings {
     /// cluster's and not kept here). Absent in older records: the defaults.
     #[serde(default, skip_serializing_if = "HealthSummary::is_default")]
     pub health: HealthSummary,
+    /// `spec.hooks` (issue #35; absent in older records and when empty: none).
+    #[serde(default, skip_serializing_if = "Hooks::is_empty")]
+    pub hooks: Hooks,
 }
 
 /// The settings of one resource, by kind.
@@ -524,6 +532,7 @@ impl ClusterSettings {
                 })
                 .collect(),
             backup: c.backup.as_ref().map(BackupSummary::of),
+            hooks: c.hooks.clone(),
         }
     }
 
@@ -598,6 +607,10 @@ impl ClusterSettings {
             ),
         ));
         out.extend(BackupSummary::fields(self.backup.as_ref()));
+        out.extend(hook_fields(
+            &self.hooks,
+            &[HookPoint::BeforeJob, HookPoint::AfterJob],
+        ));
         out
     }
 }
@@ -617,6 +630,7 @@ impl PoolSettings {
                 sources: HealthSources::default(),
                 ..HealthSummary::of(&p.health)
             },
+            hooks: p.hooks.clone(),
         }
     }
 
@@ -647,7 +661,48 @@ impl PoolSettings {
                 OnFailure::Rollback => "rollback".to_string(),
             },
         ));
+        out.extend(hook_fields(
+            &self.hooks,
+            &[
+                HookPoint::BeforeWave,
+                HookPoint::BeforeNode,
+                HookPoint::AfterNode,
+                HookPoint::AfterWave,
+            ],
+        ));
         out
+    }
+}
+
+/// The plan's fields of `hooks` at `points` (`hooks.beforeNode`), each hook as
+/// [`crate::desired::hooks::Hook::summary`] says it followed by the first 12 hex digits of
+/// the sha256 of all it does: a change of a Job's command or environment, which the summary
+/// does not show, is a settings change too (the resource's diff shows the text).
+fn hook_fields(hooks: &Hooks, points: &[HookPoint]) -> Vec<(&'static str, String)> {
+    points
+        .iter()
+        .map(|p| {
+            (
+                hook_field(*p),
+                list(hooks.at(*p).iter().map(|h| {
+                    let json = serde_json::to_vec(h).unwrap_or_default();
+                    let digest = hex::encode(Sha256::digest(&json));
+                    format!("{} #{}", h.summary(), &digest[..12])
+                })),
+            )
+        })
+        .collect()
+}
+
+/// The dotted field of the hooks of `point`.
+pub fn hook_field(point: HookPoint) -> &'static str {
+    match point {
+        HookPoint::BeforeJob => "hooks.beforeJob",
+        HookPoint::BeforeWave => "hooks.beforeWave",
+        HookPoint::BeforeNode => "hooks.beforeNode",
+        HookPoint::AfterNode => "hooks.afterNode",
+        HookPoint::AfterWave => "hooks.afterWave",
+        HookPoint::AfterJob => "hooks.afterJob",
     }
 }
 

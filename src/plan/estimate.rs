@@ -525,6 +525,7 @@ mod tests {
                 .collect(),
             health: None,
             silence: None,
+            hooks: None,
         })
     }
 
@@ -539,6 +540,7 @@ mod tests {
             diffs: vec![],
             preflight: vec![],
             health: None,
+            hooks: None,
         }
     }
 

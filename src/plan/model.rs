@@ -115,6 +115,10 @@ pub struct TalosRollout {
     /// their ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence: Option<Box<super::health::SilencePolicy>>,
+    /// The pool's blocking hooks around each node and wave (issue #35); `None`: none. Not
+    /// written when absent, so plans without hooks keep their ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<Box<crate::desired::hooks::Hooks>>,
 }
 
 impl TalosRollout {
@@ -253,6 +257,10 @@ pub struct ClusterPlan {
     /// without a pool of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<super::health::HealthPolicy>,
+    /// The cluster's blocking hooks before and after the job (issue #35), when it has steps;
+    /// `None`: none (not written, so plans without hooks keep their ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::desired::hooks::Hooks>,
 }
 
 impl ClusterPlan {

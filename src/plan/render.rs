@@ -238,6 +238,11 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
             s.alertmanager.summary()
         );
     }
+    if let Some(h) = &t.hooks {
+        for line in h.lines() {
+            let _ = writeln!(out, "{indent}hook {line}");
+        }
+    }
     render_waves(out, t, indent);
 }
 
@@ -454,6 +459,11 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         let _ = writeln!(out, "  before the job starts and after it ends:");
         render_health(out, h, "    ", false);
     }
+    if let Some(h) = &c.hooks {
+        for line in h.lines() {
+            let _ = writeln!(out, "  hook {line}");
+        }
+    }
 
     // First version each node runs, per pool, for the pool summary line.
     let mut first_from: BTreeMap<&str, BTreeMap<&str, TalosVersion>> = BTreeMap::new();
@@ -665,6 +675,17 @@ fn bar_rule(plan: &Plan) -> (String, &'static str) {
             format!(
                 "it changes the approvals setting or where health data goes (cluster {setting})"
             ),
+            "the highest bar in force, max(approvals.required, approvals.controlPlane)",
+        );
+    }
+    let hooks = names(&|c| {
+        c.notes
+            .iter()
+            .any(|n| n.starts_with(super::compute::HOOKS_CHANGE_NOTE))
+    });
+    if !hooks.is_empty() {
+        return (
+            format!("it changes blocking hooks, which run actions of their own (cluster {hooks})"),
             "the highest bar in force, max(approvals.required, approvals.controlPlane)",
         );
     }

@@ -2303,3 +2303,95 @@ fn bad_backup_settings_are_located() {
         "{msgs:#?}"
     );
 }
+
+#[test]
+fn hooks_are_in_the_plan_and_a_change_to_them_needs_the_highest_bar_in_force() {
+    let i = observed("v1.34.1", 1, vec![w("w-1", "v1.12.4")]);
+    let cluster = |url: &str| {
+        format!(
+            "  approvals:\n    required: 1\n    controlPlane: 3\n  hooks:\n    beforeJob:\n      - name: announce\n        timeout: 1m\n        http: {{ url: \"{url}\", credential: ops }}\n"
+        )
+    };
+    let pool_hooks = |cmd: &str| {
+        format!(
+            "  hooks:\n    beforeNode:\n      - name: noout\n        timeout: 5m\n        job:\n          namespace: rook-ceph\n          podSpec:\n            containers:\n              - name: ceph\n                image: rook/ceph:v1.15.5\n                command: [ceph, osd, set, {cmd}]\n"
+        )
+    };
+    let workers =
+        |talos: &str, cmd: &str| vec![pool_doc("w", "worker", "w-1", talos, &pool_hooks(cmd))];
+    let applied = one(
+        "v1.34.1",
+        &cluster("https://hooks.example/medea"),
+        &workers("v1.12.4", "noout"),
+    );
+    // the same hooks, a version bump: the ordinary bar; the plan shows the hooks
+    let p = compute(
+        &one(
+            "v1.34.1",
+            &cluster("https://hooks.example/medea"),
+            &workers("v1.13.9", "noout"),
+        ),
+        &i,
+        &applied_of(&applied),
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.approvals_required, 1);
+    assert!(
+        p.clusters[0].settings.is_empty(),
+        "{:?}",
+        p.clusters[0].settings
+    );
+    let text = render::text(&p, Default::default());
+    for line in [
+        "  hook beforeJob: announce (http POST https://hooks.example/medea, credential ops; timeout 1m)",
+        "hook beforeNode: noout (job in namespace rook-ceph, image rook/ceph:v1.15.5; timeout 5m)",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(
+        json["clusters"][0]["hooks"]["beforeJob"][0]["name"],
+        "announce"
+    );
+    assert_eq!(
+        json["clusters"][0]["steps"][0]["hooks"]["beforeNode"][0]["action"]["podSpec"]["containers"]
+            [0]["command"][3],
+        "noout"
+    );
+    // a change of a Job's command (not in its summary) or of an HTTP hook's URL: a settings
+    // change, the highest bar in force, and the plan id moves
+    for (c, cmd, field) in [
+        ("https://hooks.example/medea", "unset", "hooks.beforeNode"),
+        ("https://127.0.0.1:4444", "noout", "hooks.beforeJob"),
+    ] {
+        let next = one("v1.34.1", &cluster(c), &workers("v1.13.9", cmd));
+        let q = compute(&next, &i, &applied_of(&applied), None).unwrap();
+        assert_eq!(q.approvals_required, 3, "{field}");
+        assert_ne!(q.id, p.id);
+        let s = &q.clusters[0].settings;
+        assert!(s.iter().any(|s| s.field == field), "{field}: {s:#?}");
+        assert!(
+            q.clusters[0]
+                .notes
+                .iter()
+                .any(|n| n.starts_with(crate::plan::compute::HOOKS_CHANGE_NOTE)),
+            "{:#?}",
+            q.clusters[0].notes
+        );
+        assert!(
+            render::bar_reason(&q).contains("blocking hooks"),
+            "{}",
+            render::bar_reason(&q)
+        );
+    }
+    // a plan without hooks keeps its JSON free of them (ids of older plans unchanged)
+    let plain = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "w-1", "v1.13.9", "")],
+    );
+    let q = compute(&plain, &i, &applied_of(&plain), None).unwrap();
+    let json = serde_json::to_string(&q).unwrap();
+    assert!(!json.contains("hooks"), "{json}");
+}

@@ -172,6 +172,8 @@ pub fn create_jobs_txn(
             health: cp.health.clone(),
             gates: Default::default(),
             applies: crate::plan::stored::job_applies(plan, name),
+            hooks: cp.hooks.clone().map(std::sync::Arc::new),
+            hook_runs: Default::default(),
         };
         let entry = JournalEntry {
             job: job.id.clone(),

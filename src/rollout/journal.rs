@@ -22,14 +22,16 @@
 //! writer per sequence number, which is the compare-and-swap the whole-job rewrite used to give,
 //! at O(1) bytes per commit instead of O(job).
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::ports::GateEvaluation;
 use super::ports::SnapshotInfo;
 use super::sequencer::{
-    Action, CommandKey, CommandOutcome, GatePoint, GateProgress, Intent, Job, JobId, JobState,
-    KubeTask, KubeTasks, NodeProgress, StepKind, StepState, ts, ts_opt,
+    Action, CommandKey, CommandOutcome, GatePoint, GateProgress, HookRun, Intent, Job, JobId,
+    JobState, KubeTask, KubeTasks, NodeProgress, StepKind, StepState, ts, ts_opt,
 };
 use crate::plan::PlanId;
 use crate::store::record::encode;
@@ -234,6 +236,9 @@ pub struct JobDelta {
     /// The job's health-gate progress, when it changed (whole: it is bounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gates: Option<GateProgress>,
+    /// The job's hook records that changed (issue #35), by site (each written whole).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hook_runs: BTreeMap<String, HookRun>,
 }
 
 /// What changed in one step.
@@ -295,7 +300,10 @@ impl JobDelta {
             || prev.control_plane != next.control_plane
             || prev.health != next.health
             || prev.applies != next.applies
+            || prev.hooks != next.hooks
             || prev.steps.len() != next.steps.len()
+            // records are added and changed, never removed
+            || prev.hook_runs.keys().any(|k| !next.hook_runs.contains_key(k))
         {
             return None;
         }
@@ -364,6 +372,12 @@ impl JobDelta {
             in_flight: next.in_flight.clone(),
             steps,
             gates: (prev.gates != next.gates).then(|| next.gates.clone()),
+            hook_runs: next
+                .hook_runs
+                .iter()
+                .filter(|(k, r)| prev.hook_runs.get(*k) != Some(*r))
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect(),
         })
     }
 
@@ -423,6 +437,9 @@ impl JobDelta {
         job.in_flight = self.in_flight.clone();
         if let Some(g) = &self.gates {
             job.gates = g.clone();
+        }
+        for (site, run) in &self.hook_runs {
+            job.hook_runs.insert(site.clone(), run.clone());
         }
         Ok(())
     }

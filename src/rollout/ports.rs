@@ -535,6 +535,71 @@ pub trait KubePort: Send + Sync {
         legacy: bool,
         wait: Duration,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// Run a Job hook to its end (issue #35): create the `batch/v1` Job named `req.run_id`
+    /// (or find the one a previous attempt created), wait for it to complete within the
+    /// hook's timeout, and report its exit code and the tail of its pod's log. A port without
+    /// a Kubernetes client reports a failure.
+    fn run_job_hook(&self, req: &HookRequest) -> impl Future<Output = HookReport> + Send {
+        let _ = req;
+        async move { HookReport::failed("this medea has no Kubernetes client to run Job hooks with") }
+    }
+}
+
+/// A blocking hook to run (issue #35), as the executor hands it to
+/// [`HealthProbe::run_http_hook`] or [`KubePort::run_job_hook`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRequest {
+    /// The cluster.
+    pub cluster: String,
+    /// The rollout job.
+    pub job: String,
+    /// Stable for the hook's site in the job: the Kubernetes Job's name, the event's `runId`.
+    pub run_id: String,
+    /// Where it runs.
+    pub point: crate::desired::hooks::HookPoint,
+    /// The pool (node and wave hooks).
+    pub pool: Option<String>,
+    /// The node (node hooks).
+    pub node: Option<String>,
+    /// The wave, 1-based (node and wave hooks).
+    pub wave: Option<usize>,
+    /// 1, or 2 for an idempotent hook run again after medea stopped while it ran.
+    pub attempt: u32,
+    /// The hook, as approved.
+    pub hook: crate::desired::hooks::Hook,
+}
+
+impl HookRequest {
+    /// The JSON event an HTTP hook posts: `jobId`, `cluster`, `pool`, `node`, `wave`,
+    /// `point`, `hook`, `attempt`, `runId` (absent fields are `null`).
+    pub fn event(&self) -> serde_json::Value {
+        serde_json::json!({
+            "jobId": self.job,
+            "cluster": self.cluster,
+            "pool": self.pool,
+            "node": self.node,
+            "wave": self.wave,
+            "point": self.point.as_str(),
+            "hook": self.hook.name,
+            "attempt": self.attempt,
+            "runId": self.run_id,
+        })
+    }
+}
+
+pub use super::sequencer::HookReport;
+
+impl HookReport {
+    /// A hook that could not run at all.
+    pub fn failed(detail: impl Into<String>) -> HookReport {
+        HookReport {
+            succeeded: false,
+            detail: detail.into(),
+            exit_code: None,
+            log_tail: None,
+        }
+    }
 }
 
 /// One gate evaluation's context: what the probe may ignore right now.
@@ -658,6 +723,14 @@ pub trait HealthProbe: Send + Sync {
                 "this medea has no Alertmanager client to silence with",
             ))
         }
+    }
+
+    /// Run an HTTP hook to its end (issue #35): `POST` its event to the hook's URL with the
+    /// credential it names, retried with backoff until a 2xx answer or the hook's timeout. A
+    /// probe without an HTTP client reports a failure.
+    fn run_http_hook(&self, req: &HookRequest) -> impl Future<Output = HookReport> + Send {
+        let _ = req;
+        async move { HookReport::failed("this medea has no HTTP client to run hooks with") }
     }
 
     /// Expire silence `id` now (`DELETE /api/v2/silence/{id}`); one that is already expired

@@ -176,6 +176,7 @@ fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
     ClusterPlan {
         preflight: Vec::new(),
         health: None,
+        hooks: None,
         cluster: cluster.to_string(),
         steps: Vec::new(),
         settings: Vec::new(),
@@ -325,7 +326,7 @@ fn removed_clusters(
         clusters.insert(
             gone.clone(),
             Arc::new(ClusterPlan {
-                preflight: Vec::new(), health: None,
+                preflight: Vec::new(), health: None, hooks: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
                 settings,
@@ -444,6 +445,7 @@ fn section_parts(inputs: &SectionInputs<'_>) -> ClusterSection {
         out.plan = Some(Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
+            hooks: None,
             cluster: name.clone(),
             steps: Vec::new(),
             settings: Vec::new(),
@@ -556,6 +558,35 @@ fn approval_bar(
             in_force.control_plane
         ));
     }
+    // Blocking hooks (issue #35) run actions of their own: a Job in the cluster, a call that
+    // carries the server's credential. Adding, changing or removing one: as a change of
+    // `approvals`.
+    let has_hooks = |resource: &str| {
+        if resource == "cluster" {
+            return !cluster.hooks.is_empty();
+        }
+        cluster.pools.values().any(|p| {
+            ResourceKey::pool(name, &p.name.value).label() == resource && !p.hooks.is_empty()
+        })
+    };
+    let hooked: Vec<String> = plan
+        .settings
+        .iter()
+        .filter(|s| {
+            s.field.starts_with("hooks.")
+                || (s.field == RESOURCE_FIELD && s.to == "created" && has_hooks(&s.resource))
+        })
+        .map(|s| format!("{} {}", s.resource, s.field))
+        .collect();
+    if !hooked.is_empty() {
+        needs = needs.max(in_force.highest());
+        plan.notes.push(format!(
+            "{HOOKS_CHANGE_NOTE} ({}): hooks run actions of their own (a Job in the cluster, a call carrying the server's credential), so it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
+            hooked.join(", "),
+            in_force.required,
+            in_force.control_plane
+        ));
+    }
     needs
 }
 
@@ -635,6 +666,8 @@ mod erased {
 pub const APPROVALS_CHANGE_NOTE: &str = "this plan changes the approvals setting";
 /// How the note of a plan that moves where health data and credentials go begins.
 pub const SOURCES_CHANGE_NOTE: &str = "this plan changes where health data and credentials go";
+/// How the note of a plan that adds, changes or removes blocking hooks begins (issue #35).
+pub const HOOKS_CHANGE_NOTE: &str = "this plan changes blocking hooks";
 
 /// The note of a plan whose control-plane bar comes from settings of a control-plane pool
 /// (no control-plane step).
@@ -833,9 +866,16 @@ impl<'a> ClusterCtx<'a> {
         let health = (!steps.is_empty())
             .then(|| HealthPolicy::of(&self.cluster.health))
             .flatten();
+        // Hooks too: a cluster with nothing to roll runs none.
+        let hooks = if steps.is_empty() {
+            None
+        } else {
+            self.cluster.hooks.clone().non_empty()
+        };
         Some(ClusterPlan {
             preflight: Vec::new(),
             health,
+            hooks,
             cluster: self.name().to_string(),
             steps,
             settings,

@@ -284,6 +284,7 @@ impl<'a> ClusterCtx<'a> {
             steps.push(TalosRollout {
                 health: crate::plan::health::HealthPolicy::of(&pool.health),
                 silence: crate::plan::health::SilencePolicy::of(&pool.health).map(Box::new),
+                hooks: pool.hooks.clone().non_empty().map(Box::new),
                 pool: pool.name.value.clone(),
                 role: role_of(pool.role),
                 hop: i as u32 + 1,

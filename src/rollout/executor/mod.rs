@@ -19,8 +19,8 @@ use tokio::sync::broadcast;
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
 use super::ports::{
-    GateEvaluation, HealthProbe, KubePort, NoProbe, PortError, SilenceRequest, SnapshotInfo,
-    TalosPort,
+    GateEvaluation, HealthProbe, HookRequest, KubePort, NoProbe, PortError, SilenceRequest,
+    SnapshotInfo, TalosPort,
 };
 use super::sequencer::{
     self, Action, Command, CommandOp, CommandOutcome, GatePoint, HaltCode, HaltReason, Job, JobId,
@@ -621,6 +621,36 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 .expire_silence(alertmanager, id)
                 .await
                 .map(|()| CommandOutcome::Done),
+            Action::Hook {
+                point,
+                run_id,
+                pool,
+                node,
+                wave,
+                hook,
+                ..
+            } => {
+                let req = HookRequest {
+                    cluster: job.cluster.clone(),
+                    job: job.id.to_string(),
+                    run_id: run_id.clone(),
+                    point: *point,
+                    pool: pool.clone(),
+                    node: node.clone(),
+                    wave: *wave,
+                    attempt: cmd.key.attempt,
+                    hook: hook.as_ref().clone(),
+                };
+                let report = match &hook.action {
+                    crate::desired::hooks::HookAction::Http { .. } => {
+                        self.probe.run_http_hook(&req).await
+                    }
+                    crate::desired::hooks::HookAction::Job { .. } => {
+                        self.kube.run_job_hook(&req).await
+                    }
+                };
+                Ok(CommandOutcome::Hook { report })
+            }
             Action::ApplyManifests { via, legacy } => {
                 match self.talos.bootstrap_manifests(via).await {
                     Ok(m) => self

@@ -34,6 +34,8 @@ pub enum CommandOp {
     Silence,
     /// Expire a node's silence once it is back and uncordoned.
     Unsilence,
+    /// Run a blocking hook (issue #35): an HTTP call or a Kubernetes Job, to its end.
+    Hook,
 }
 
 impl CommandOp {
@@ -53,6 +55,7 @@ impl CommandOp {
             CommandOp::Rollback => "rollback",
             CommandOp::Silence => "silence",
             CommandOp::Unsilence => "unsilence",
+            CommandOp::Hook => "hook",
         }
     }
 }
@@ -207,6 +210,30 @@ pub enum Action {
         /// The silence.
         id: String,
     },
+    /// Run a blocking hook to its end (issue #35). Journaled before the call: an intent
+    /// without a result is run again only when the hook is idempotent, else the job halts
+    /// (`hook_interrupted`).
+    Hook {
+        /// Where it runs.
+        point: crate::desired::hooks::HookPoint,
+        /// Its place in the job (`<step>/<point>/<scope>/<name>`), the key of its record in
+        /// [`Job::hook_runs`].
+        site: String,
+        /// Stable for the site across attempts and restarts (`medea-hook-<hex>`): the
+        /// Kubernetes Job's name, and the HTTP event's `runId`.
+        run_id: String,
+        /// The pool, for node and wave hooks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+        /// The node, for node hooks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+        /// The wave (1-based), for wave and node hooks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wave: Option<usize>,
+        /// The hook, as approved.
+        hook: Box<crate::desired::hooks::Hook>,
+    },
 }
 
 impl Action {
@@ -237,6 +264,7 @@ impl Action {
             Action::Rollback { .. } => CommandOp::Rollback,
             Action::Silence { .. } => CommandOp::Silence,
             Action::Unsilence { .. } => CommandOp::Unsilence,
+            Action::Hook { .. } => CommandOp::Hook,
         }
     }
 }
@@ -265,6 +293,22 @@ pub struct Intent {
     pub last_error: Option<String>,
 }
 
+/// How a hook ran (issue #35), as journaled and shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookReport {
+    /// Whether it succeeded (a 2xx answer; a Job `Complete`).
+    pub succeeded: bool,
+    /// What happened, for a person (the last answer or error; the Job's condition).
+    pub detail: String,
+    /// A Job hook: its container's exit code, when the pod ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// A Job hook: the tail of its pod's log (bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+}
+
 /// The outcome of one command, as recorded in the journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "outcome")]
@@ -285,6 +329,11 @@ pub enum CommandOutcome {
     Silenced {
         /// The silence's id.
         id: String,
+    },
+    /// A hook ran to its end (issue #35): succeeded, or failed within its timeout.
+    Hook {
+        /// How it went.
+        report: HookReport,
     },
     /// The call may or may not have taken effect (UNAVAILABLE, connection lost).
     Transient {

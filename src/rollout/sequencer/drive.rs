@@ -45,6 +45,12 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
     }
     loop {
         let Some(si) = current_step(j) else {
+            // the cluster's afterJob hooks (issue #35)
+            if let Some(f) = job_hook(j, crate::desired::hooks::HookPoint::AfterJob)
+                && let Some(next) = conclude(j, None, f, now, notes)
+            {
+                return next;
+            }
             // the soak after the whole job
             if let Some(p) = job_policy(j)
                 && !j.gates.passed(&GatePoint::AfterJob)
@@ -76,6 +82,14 @@ pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<St
             if let Some(next) = conclude(j, None, flow.or_halt(), now, notes) {
                 return next;
             }
+        }
+        // then its beforeJob hooks (issue #35)
+        if si == 0
+            && j.steps[0].state == StepState::Pending
+            && let Some(f) = job_hook(j, crate::desired::hooks::HookPoint::BeforeJob)
+            && let Some(next) = conclude(j, None, f, now, notes)
+        {
+            return next;
         }
         if j.steps[si].state == StepState::Pending {
             j.steps[si].state = StepState::Running;

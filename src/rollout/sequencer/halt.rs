@@ -136,6 +136,12 @@ pub enum HaltCode {
     /// Alertmanager refused (or did not answer) the silence of a node's expected alerts, and
     /// `health.silence.onError` is `halt`: the node was not cordoned (issue #35).
     SilenceRefused,
+    /// A blocking hook failed: an HTTP hook got no 2xx answer within its timeout, a Job hook
+    /// failed or did not complete within it (issue #35). The halt names the hook and point.
+    HookFailed,
+    /// medea stopped while a hook that is not `idempotent` ran, so whether it ran is unknown;
+    /// it is never run twice, so the job halts and a person decides (issue #35).
+    HookInterrupted,
     /// Halted before halt codes were recorded.
     #[default]
     Unrecorded,
@@ -168,6 +174,8 @@ impl HaltCode {
             HaltCode::RolledBack => "rolled_back",
             HaltCode::RollbackFailed => "rollback_failed",
             HaltCode::SilenceRefused => "silence_refused",
+            HaltCode::HookFailed => "hook_failed",
+            HaltCode::HookInterrupted => "hook_interrupted",
             HaltCode::Unrecorded => "unrecorded",
         }
     }

@@ -5,7 +5,8 @@
 //!
 //! **Owns:** the job record ([`model`]), commands and outcomes ([`command`]), what is observed
 //! ([`observe`]), halt reasons ([`HaltReason`], [`HaltCode`]) and the decisions: driving a job
-//! (`drive`), the Talos step per node (`talos_node`), the Kubernetes step (`kube`,
+//! (`drive`), the Talos step per node (`talos_node`), blocking hooks (`hooks`), the
+//! Kubernetes step (`kube`,
 //! `kube_prechecks`), resolving a journaled command without an outcome (`resolve`) and applying
 //! an outcome (`outcome`), with the observation policy they all read through (`policy`).
 //! **May depend on:** `plan`, `inventory`, `desired::window`, `version`, `rollout::ports` (its
@@ -50,6 +51,7 @@ pub mod command;
 mod drive;
 pub mod gates;
 mod halt;
+mod hooks;
 mod kube;
 mod kube_prechecks;
 pub mod model;
@@ -64,6 +66,8 @@ pub use command::*;
 pub use drive::*;
 pub use gates::*;
 pub use halt::{HaltCode, HaltReason};
+use hooks::*;
+pub use hooks::{HOOK_NOTE_LOG, hook_run_id};
 pub use kube::*;
 use kube_prechecks::*;
 pub use model::*;

@@ -109,6 +109,26 @@ pub struct Job {
     /// leaves the next plan showing the same diff. Immutable for the job's life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applies: Vec<crate::plan::AppliedResource>,
+    /// The cluster's blocking hooks before and after the job, from the plan (issue #35).
+    /// Immutable for the job's life; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<Arc<crate::desired::hooks::Hooks>>,
+    /// Every hook the job has scheduled, by site (`<step>/<point>/<scope>/<name>`): its
+    /// attempts and, once it succeeded, how. A hook whose site has no record never ran.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hook_runs: BTreeMap<String, HookRun>,
+}
+
+/// A hook's record in a job (issue #35).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRun {
+    /// Attempts issued: 1, or 2 for an idempotent hook run again after medea stopped while
+    /// it ran.
+    pub attempts: u32,
+    /// Once it succeeded: how, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<String>,
 }
 
 /// Where a job stands.

@@ -11,6 +11,10 @@ pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
         j.snapshot_attempts += 1;
         return;
     }
+    if key.op == CommandOp::Hook {
+        // counted by the hook's record
+        return hook_attempted(j);
+    }
     let Some(node) = key.node.as_deref() else {
         if let Some(StepKind::Kubernetes(k)) = j.steps.get_mut(key.step).map(|s| &mut s.kind)
             && let Some(t) = k
@@ -79,6 +83,9 @@ pub(super) fn apply(
     }
     if matches!(key.op, CommandOp::Silence | CommandOp::Unsilence) {
         return silence_outcome(j, intent, outcome, now, notes);
+    }
+    if key.op == CommandOp::Hook {
+        return hook_outcome(j, intent, outcome, now, notes);
     }
     match outcome {
         CommandOutcome::Transient { error } => {

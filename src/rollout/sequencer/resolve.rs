@@ -56,6 +56,8 @@ const REBOOTED: Resolution = Resolution::Done {
 pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
     let _ = now;
     match &intent.action {
+        // a hook whose result was lost runs again only when it is idempotent (issue #35)
+        Action::Hook { .. } => hook_resolution(intent),
         Action::Silence { .. } | Action::Unsilence { .. } => {
             // a silence whose reply was lost is found by its marker and renewed (never made
             // twice); expiring one that is already expired is not an error

@@ -330,6 +330,7 @@ mod tests {
                 max_duration: Duration::from_secs(3600),
                 on_error,
             })),
+            hooks: None,
         };
         let plan = PlanId::from_digest([9; 32]);
         Job {
@@ -354,6 +355,8 @@ mod tests {
             health: None,
             gates: Default::default(),
             applies: Vec::new(),
+            hooks: None,
+            hook_runs: Default::default(),
         }
     }
 

@@ -23,6 +23,10 @@ pub(super) fn talos_step(
         if let Some(f) = unsilence_finished(j, si) {
             return f;
         }
+        // then the hooks after each node back and each wave done (issue #35)
+        if let Some(f) = after_hooks(j, si) {
+            return f;
+        }
         let Some((wave, finished)) = current_wave(j, si, policy.is_some()) else {
             return Flow::Done;
         };
@@ -57,6 +61,15 @@ pub(super) fn talos_step(
                 Flow::Done => {}
                 f => return f,
             }
+        }
+        // before the wave starts: the pool's beforeWave hooks (issue #35)
+        let ts = talos_of(j, si);
+        if members
+            .iter()
+            .all(|&i| ts.nodes[i].phase == NodePhase::Pending)
+            && let Some(f) = before_wave_hook(j, si, wave)
+        {
+            return f;
         }
         if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
             return f;
@@ -302,7 +315,11 @@ pub(super) fn talos_node(
                         format!("{}: waiting, {away} node(s) already away", v.name),
                     );
                 }
-                // its expected alerts silenced before the cordon (issue #35)
+                // the pool's beforeNode hooks, then its expected alerts silenced, before
+                // the cordon (issue #35)
+                if let Some(f) = before_node_hook(j, si, i) {
+                    return f;
+                }
                 if let Some(f) = silence_before_cordon(j, si, i, now) {
                     return f;
                 }

@@ -248,6 +248,8 @@ fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
         health: None,
         gates: Default::default(),
         applies: Vec::new(),
+        hooks: None,
+        hook_runs: Default::default(),
     };
     let t = step(&job, &Observations::default(), now);
     assert!(matches!(t.next, Next::Finished), "{:?}", t.next);

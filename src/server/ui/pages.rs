@@ -649,6 +649,18 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
         CommandOutcome::Transient { error } => format!("unknown outcome: {error}"),
         CommandOutcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
         CommandOutcome::Silenced { id } => format!("silence {id}"),
+        CommandOutcome::Hook { report } => format!(
+            "hook {}{}: {}",
+            if report.succeeded {
+                "succeeded"
+            } else {
+                "failed"
+            },
+            report
+                .exit_code
+                .map_or_else(String::new, |c| format!(" (exit code {c})")),
+            report.detail
+        ),
         CommandOutcome::Drain { result } => match result {
             crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
             crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {

@@ -355,6 +355,8 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         health: None,
         gates: Default::default(),
         applies: Vec::new(),
+        hooks: None,
+        hook_runs: Default::default(),
     };
     let mut txn = Txn::new().put_record(job_key(&id), &job);
     for seq in 0..=last {

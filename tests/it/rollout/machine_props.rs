@@ -72,6 +72,7 @@ fn fake_op(op: CommandOp) -> &'static str {
         CommandOp::Rollback => "rollback",
         CommandOp::Silence => "silence",
         CommandOp::Unsilence => "unsilence",
+        CommandOp::Hook => "hook",
     }
 }
 
@@ -120,6 +121,8 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
         Action::Silence { .. } | Action::Unsilence { .. } => {
             panic!("a plan without a silence policy made {cmd:?}")
         }
+        // nor do they have hooks
+        Action::Hook { .. } => panic!("a plan without hooks made {cmd:?}"),
     };
     match r {
         Ok(o) => o,

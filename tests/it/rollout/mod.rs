@@ -127,6 +127,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
     Step::Talos(TalosRollout {
         health: None,
         silence: None,
+        hooks: None,
         pool: pool.into(),
         role,
         hop: 1,
@@ -201,6 +202,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
         clusters: vec![std::sync::Arc::new(ClusterPlan {
             preflight: Vec::new(),
             health: None,
+            hooks: None,
             cluster: CLUSTER.into(),
             steps,
             settings: vec![],

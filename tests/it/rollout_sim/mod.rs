@@ -190,6 +190,7 @@ impl Sim {
         Step::Talos(TalosRollout {
             health: None,
             silence: None,
+            hooks: None,
             pool: pool.into(),
             role,
             hop: 1,

@@ -46,6 +46,8 @@ pub(in crate::server::ui) fn talos_job() -> Job {
         health: None,
         gates: Default::default(),
         applies: Vec::new(),
+        hooks: None,
+        hook_runs: Default::default(),
     }
 }
 
