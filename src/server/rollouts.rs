@@ -672,6 +672,20 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
                     ));
                 }
             }
+            if let EventState::RebootedExternally { boots, .. } = &e.state {
+                tracing::warn!(job = %e.job, cluster = %e.cluster, node = e.node.as_deref().unwrap_or("-"), boots = %boots, "a staged node rebooted outside medea");
+                shared.notifier.send(note(
+                    crate::webhook::EventKind::NodeRebootedExternally,
+                    &e,
+                    format!(
+                        "medea: staged node {} rebooted outside medea and booted {boots} ({}, job {}); medea verifies it and does not upgrade it again",
+                        e.node.as_deref().unwrap_or("-"),
+                        e.cluster,
+                        e.job
+                    ),
+                    None,
+                ));
+            }
             let op = e.op.map(|o| o.name()).unwrap_or("-");
             tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = e.state.name(), detail = %e.state.message(), "rollout step");
             shared.waits.observe(&e, jiff::Timestamp::now());

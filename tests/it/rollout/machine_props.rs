@@ -72,6 +72,7 @@ fn fake_op(op: CommandOp) -> &'static str {
         CommandOp::Rollback => "rollback",
         CommandOp::Silence => "silence",
         CommandOp::Unsilence => "unsilence",
+        CommandOp::Stage => "upgrade",
     }
 }
 
@@ -120,6 +121,8 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
         Action::Silence { .. } | Action::Unsilence { .. } => {
             panic!("a plan without a silence policy made {cmd:?}")
         }
+        // nor do they stage
+        Action::Stage { .. } => panic!("a plan without `rollout.stage: ahead` made {cmd:?}"),
     };
     match r {
         Ok(o) => o,

@@ -187,6 +187,7 @@ impl Sim {
             medea::sim::talos::Role::Worker => MachineRole::Worker,
         };
         Step::Talos(TalosRollout {
+            stage: None,
             health: None,
             silence: None,
             pool: pool.into(),
