@@ -126,6 +126,21 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
                         pool: t.rollout.pool.clone(),
                         step: format!("{}", i + 1),
                         state: match n.rollback {
+                            // installed ahead, not rebooted yet: what its next boot does
+                            None if n.staging.as_ref().is_some_and(|s| s.staged())
+                                && !matches!(
+                                    n.phase,
+                                    crate::rollout::sequencer::NodePhase::Rebooting
+                                        | crate::rollout::sequencer::NodePhase::Back
+                                        | crate::rollout::sequencer::NodePhase::Done
+                                ) =>
+                            {
+                                format!(
+                                    "{}, staged: any reboot boots {}",
+                                    phase_name(n.phase),
+                                    t.rollout.to
+                                )
+                            }
                             None => phase_name(n.phase),
                             Some(crate::rollout::sequencer::RollbackPhase::Done) => {
                                 "rolled-back".into()

@@ -227,8 +227,8 @@ async fn a_staged_node_rebooted_outside_medea_is_recorded_verified_and_not_upgra
     assert_eq!(seen, [(Some("w-2".to_string()), TO.to_string())]);
 }
 
-/// A staged node rebooted by someone else that does not come back halts the job naming it,
-/// within the health timeout.
+/// A staged node rebooted by someone else that does not come back healthy halts the job naming
+/// it, at the health timeout from when medea saw it, before the window (nothing else touched).
 #[tokio::test(start_paused = true)]
 async fn a_staged_node_rebooted_outside_medea_that_does_not_come_back_halts_naming_it() {
     let w = world_in(
@@ -243,8 +243,8 @@ async fn a_staged_node_rebooted_outside_medea_that_does_not_come_back_halts_nami
         &[window()],
     );
     let run = run_until(&w, all_staged).await;
-    w.fake
-        .edit(|s| s.faults.push(Fault::NeverReturns { node: "w-2".into() }));
+    // it boots (a new boot id) but never gets running and ready
+    w.fake.edit(|s| s.booting_polls = u32::MAX);
     w.fake.reboot_externally("w-2");
     let RunOutcome::Halted { reason, node, .. } = run.await.unwrap() else {
         panic!("{:#?}", w.job())
@@ -263,6 +263,10 @@ async fn a_staged_node_rebooted_outside_medea_that_does_not_come_back_halts_nami
         "nothing else was touched"
     );
     assert!(!s.nodes["w-1"].cordoned);
+    let JobState::Halted { at, .. } = w.job().state else {
+        panic!()
+    };
+    assert!(at < thursday(), "halted at {at}");
     // the halted job names the staged node that has not rebooted yet
     assert_eq!(staged_not_rebooted(&w.job()), [("w-1".to_string(), tv(TO))]);
 }
