@@ -23,7 +23,7 @@ fn window_opens() -> jiff::Timestamp {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_staged_pool_installs_before_the_window_and_an_external_reboot_is_recorded() {
     let dir = scratch();
-    let sim = Sim::start(dir.path(), 0, 3, KubeSimConfig::default()).await;
+    let sim = Sim::start(dir.path(), 1, 3, KubeSimConfig::default()).await;
     let mut step = sim.step("workers", &[&["w-1"], &["w-2"], &["w-3"]], 1, (600, 900));
     if let Step::Talos(t) = &mut step {
         t.stage = Some(medea::plan::StageAhead { parallelism: 2 });
