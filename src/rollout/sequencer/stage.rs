@@ -495,9 +495,10 @@ pub(super) fn resolve_stage(
                 ));
             }
         };
-        let result = if t.boot_id != s.boot_id_before || &t.version == to {
-            StageResult::Installed
-        } else if t.next_boot == NextBoot::Version(to.clone()) {
+        let result = if t.boot_id != s.boot_id_before
+            || &t.version == to
+            || t.next_boot == NextBoot::Version(to.clone())
+        {
             StageResult::Installed
         } else if t.stage.in_transition() {
             pending.get_or_insert((PollWhy::Waiting, format!("`{name}` is {:?}", t.stage)));
