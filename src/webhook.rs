@@ -32,6 +32,10 @@ pub enum EventKind {
     /// (issue #35); `reason` says why.
     #[serde(rename = "rollout.gate_inconclusive")]
     GateInconclusive,
+    /// A node installed ahead (`rollout.stage: ahead`) rebooted outside medea's step and so
+    /// booted the target (issue #36).
+    #[serde(rename = "rollout.node_rebooted_externally")]
+    NodeRebootedExternally,
     #[serde(rename = "rollout.succeeded")]
     RolloutSucceeded,
     /// A running job passed the pessimistic bound of its predicted duration (issue #36).

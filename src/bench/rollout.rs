@@ -257,6 +257,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
         MachineRole::Worker
     };
     Step::Talos(TalosRollout {
+        stage: None,
         health: None,
         silence: None,
         hooks: None,

@@ -266,9 +266,32 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
                     .collect::<Vec<_>>(),
             ));
             s.push_str(&gate_table(job));
+            s.push_str(&staged_lines(&nodes));
             s
         }
     }
+}
+
+/// The nodes installed ahead (`rollout.stage: ahead`) that have not rebooted into the target:
+/// what their next boot does, planned or not (issue #36). The server marks them in their state
+/// (`…, staged: any reboot boots v1.13.9`).
+fn staged_lines(nodes: &[&pb::NodeProgress]) -> String {
+    let staged: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| {
+            n.state
+                .split_once(", staged: any reboot boots ")
+                .map(|(_, v)| format!("  {}: its next boot, planned or not, boots {v}\n", n.node))
+        })
+        .collect();
+    if staged.is_empty() {
+        return String::new();
+    }
+    format!(
+        "installed ahead, not rebooted yet ({}; to undo one before it reboots: talosctl rollback):\n{}",
+        staged.len(),
+        staged.concat()
+    )
 }
 
 /// `duration: elapsed …, predicted median …, pessimistic …` when the plan predicted the job's
@@ -736,5 +759,41 @@ mod tests {
         );
         job.predicted_pessimistic_seconds = 0;
         assert_eq!(duration_line(&job, now), None, "no prediction, no line");
+    }
+
+    /// Issue #36: a (halted) job's status lists its nodes installed ahead and not rebooted, and
+    /// what their next boot does.
+    #[test]
+    fn status_lists_staged_nodes_and_what_their_next_boot_does() {
+        let node = |name: &str, state: &str| pb::NodeProgress {
+            node: name.into(),
+            pool: "workers".into(),
+            step: "1".into(),
+            state: state.into(),
+        };
+        let job = pb::Rollout {
+            job_id: "abc-prod".into(),
+            state: "halted".into(),
+            halt_reason: "staged node `w-2` was rebooted outside medea: …".into(),
+            nodes: vec![
+                node("w-1", "pending, staged: any reboot boots v1.13.9"),
+                node("w-2", "pending"),
+                node("w-3", "done"),
+            ],
+            ..Default::default()
+        };
+        let out = render_status(&job, None, Format::Table);
+        assert!(
+            out.contains(
+                "installed ahead, not rebooted yet (1; to undo one before it reboots: talosctl rollback):\n  w-1: its next boot, planned or not, boots v1.13.9\n"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("w-2: its next boot"), "{out}");
+        let plain = pb::Rollout {
+            nodes: vec![node("w-2", "pending")],
+            ..Default::default()
+        };
+        assert!(!render_status(&plain, None, Format::Table).contains("installed ahead"));
     }
 }

@@ -351,6 +351,29 @@ pub struct RolloutSpec {
     #[serde(default)]
     #[schemars(with = "Option<u32>", range(min = 1, max = 5))]
     pub upgrade_attempts: Option<Spanned<u32>>,
+    /// When the new Talos is installed: `inWindow` (default) pulls, installs and reboots each
+    /// node inside the maintenance windows; `ahead` pulls and installs it without a reboot
+    /// (Talos 1.13 and later) on every node of the pool as soon as the job reaches the pool,
+    /// windows or not, and only cordons, drains and reboots inside them. ANY reboot of a
+    /// staged node, planned or not, boots the new version.
+    #[serde(default)]
+    #[schemars(with = "Option<StageSpec>")]
+    pub stage: Option<Spanned<StageSpec>>,
+    /// How many nodes of the pool install ahead at once with `stage: ahead` (default 2, at
+    /// most 10; control-plane pools install one at a time whatever this says).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 10))]
+    pub stage_parallelism: Option<Spanned<u32>>,
+}
+
+/// When a pool's nodes install the new Talos (`rollout.stage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum StageSpec {
+    /// Install without reboot ahead of the windows; reboot inside them.
+    Ahead,
+    /// Pull, install and reboot inside the windows (the default).
+    InWindow,
 }
 
 /// How nodes are drained before their upgrade. On a Cluster these are defaults; on a NodePool,

@@ -93,7 +93,28 @@ pub struct RolloutSettings {
     pub upgrade_attempts: u32,
     /// The drain policy (`drain:`; its timeout is [`Self::drain_timeout`]).
     pub drain: DrainPolicy,
+    /// When the new Talos is installed (`rollout.stage`).
+    pub stage: Stage,
+    /// Nodes installing ahead at once (`rollout.stageParallelism`).
+    pub stage_parallelism: u32,
 }
+
+/// When a pool's nodes install the new Talos (`rollout.stage`, issue #36).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Stage {
+    /// Pull, install and reboot inside the maintenance windows.
+    #[default]
+    InWindow,
+    /// Pull and install without reboot (Talos >= 1.13) as soon as the job reaches the pool,
+    /// windows or not; cordon, drain and reboot inside the windows.
+    Ahead,
+}
+
+/// Default of `rollout.stageParallelism`.
+pub const DEFAULT_STAGE_PARALLELISM: u32 = 2;
+/// Largest `rollout.stageParallelism` accepted.
+pub const MAX_STAGE_PARALLELISM: u32 = 10;
 
 /// Default of `rollout.upgradeAttempts`.
 pub const DEFAULT_UPGRADE_ATTEMPTS: u32 = 2;
@@ -108,6 +129,8 @@ impl Default for RolloutSettings {
             health_timeout: Duration::from_secs(15 * 60),
             upgrade_attempts: DEFAULT_UPGRADE_ATTEMPTS,
             drain: DrainPolicy::default(),
+            stage: Stage::InWindow,
+            stage_parallelism: DEFAULT_STAGE_PARALLELISM,
         }
     }
 }

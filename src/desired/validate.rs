@@ -229,6 +229,29 @@ fn apply_rollout(
             out.upgrade_attempts = n.value;
         }
     }
+    if let Some(st) = &spec.stage {
+        out.stage = match st.value {
+            format::StageSpec::Ahead => Stage::Ahead,
+            format::StageSpec::InWindow => Stage::InWindow,
+        };
+    }
+    if let Some(n) = &spec.stage_parallelism {
+        if n.value == 0 || n.value > MAX_STAGE_PARALLELISM {
+            ctx.err(
+                Diagnostic::error(
+                    codes::INVALID_VALUE,
+                    doc.origin(&n.referenced),
+                    format!(
+                        "stageParallelism must be between 1 and {MAX_STAGE_PARALLELISM}, not {}",
+                        n.value
+                    ),
+                )
+                .with_help("it is how many nodes install ahead at once; each install loads the node's disk and network"),
+            );
+        } else {
+            out.stage_parallelism = n.value;
+        }
+    }
     if let Some(m) = &spec.max_unavailable {
         if m.value == 0 {
             ctx.err(

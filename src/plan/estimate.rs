@@ -508,6 +508,7 @@ mod tests {
 
     fn talos(pool: &str, role: MachineRole, from: &str, to: &str, waves: &[&[&str]]) -> Step {
         Step::Talos(TalosRollout {
+            stage: None,
             pool: pool.into(),
             role,
             hop: 1,

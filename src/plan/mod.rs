@@ -38,7 +38,7 @@ pub use id::{PlanId, PlanIdRef};
 pub use lifecycle::PlanState;
 pub use model::{
     Applies, Basis, ClusterPlan, ClusterStatus, KubeRollout, MachineTarget, Plan, ResourceDiff,
-    SettingsChange, Step, TalosRollout,
+    SettingsChange, StageAhead, Step, TalosRollout,
 };
 
 #[cfg(test)]

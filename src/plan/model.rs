@@ -119,12 +119,43 @@ pub struct TalosRollout {
     /// written when absent, so plans without hooks keep their ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<Box<crate::desired::hooks::Hooks>>,
+    /// `rollout.stage: ahead` (issue #36): the hop's nodes that can (Talos >= 1.13) install
+    /// without a reboot as soon as the job reaches the step, windows or not; `None`: every node
+    /// installs in the window. Not written when absent, so plans without it keep their ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<StageAhead>,
+}
+
+/// How a hop stages its installs ahead of the maintenance windows (`rollout.stage: ahead`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageAhead {
+    /// Nodes installing at once (`rollout.stageParallelism`; control-plane steps: 1).
+    pub parallelism: u32,
 }
 
 impl TalosRollout {
     /// The installer image `m` is upgraded with: its own when it has one, else the step's.
     pub fn image_for<'a>(&'a self, m: &'a MachineTarget) -> &'a str {
         m.image.as_deref().unwrap_or(&self.image)
+    }
+
+    /// Whether `m` installs ahead of the windows: the step stages (`rollout.stage: ahead`) and
+    /// `m` runs a Talos that installs without rebooting (>= 1.13, the lifecycle path). The
+    /// others of a staging step install in the window as before. (A node whose bootloader
+    /// cannot report its next boot is found only when the job observes it: it too installs in
+    /// the window.)
+    pub fn stages(&self, m: &MachineTarget) -> bool {
+        self.stage.is_some() && m.from.upgrades_through_lifecycle()
+    }
+
+    /// How many nodes install ahead at once: the plan's parallelism, 1 on the control plane.
+    pub fn stage_parallelism(&self) -> usize {
+        match &self.stage {
+            None => 0,
+            Some(_) if self.role == crate::inventory::MachineRole::Controlplane => 1,
+            Some(s) => s.parallelism.max(1) as usize,
+        }
     }
 }
 

@@ -227,6 +227,7 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
         t.upgrade_attempts,
         format_duration(t.health_timeout)
     );
+    render_stage(out, t, indent);
     if let Some(h) = &t.health {
         render_health(out, h, indent, true);
     }
@@ -244,6 +245,46 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
         }
     }
     render_waves(out, t, indent);
+}
+
+/// `rollout.stage: ahead` (issue #36): which nodes install ahead and which in the window, and
+/// the warning a signer must not miss.
+fn render_stage(out: &mut String, t: &TalosRollout, indent: &str) {
+    if t.stage.is_none() {
+        return;
+    }
+    let (staged, in_window): (Vec<&MachineTarget>, Vec<&MachineTarget>) =
+        t.waves.iter().flatten().partition(|m| t.stages(m));
+    let names = |ms: &[&MachineTarget]| {
+        ms.iter()
+            .map(|m| m.node.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !staged.is_empty() {
+        let _ = writeln!(
+            out,
+            "{indent}stage ahead: {} installed without reboot as soon as the job reaches this step, windows or not ({} at a time); cordon, drain and reboot stay inside the windows",
+            names(&staged),
+            t.stage_parallelism()
+        );
+        let _ = writeln!(
+            out,
+            "{indent}  WARNING: any reboot of a staged node, planned or not (an operator, a power loss, a kernel panic), boots {}",
+            t.to
+        );
+        let _ = writeln!(
+            out,
+            "{indent}  a node whose bootloader cannot report its next boot (GRUB) is not staged: it upgrades in the window as before"
+        );
+    }
+    if !in_window.is_empty() {
+        let _ = writeln!(
+            out,
+            "{indent}not staged (Talos < 1.13 installs only by rebooting): {} upgrade in the window as before",
+            names(&in_window)
+        );
+    }
 }
 
 /// A health policy: its timing and failure policy on one line, then one line per gate.

@@ -2395,3 +2395,76 @@ fn hooks_are_in_the_plan_and_a_change_to_them_needs_the_highest_bar_in_force() {
     let json = serde_json::to_string(&q).unwrap();
     assert!(!json.contains("hooks"), "{json}");
 }
+
+/// Issue #36: `rollout.stage: ahead` puts the pool's staging in the plan (and its id), names
+/// the staged nodes with the warning a signer cannot miss, and names the nodes below Talos 1.13
+/// that upgrade in the window as before.
+#[test]
+fn a_staged_pool_names_its_nodes_warns_of_any_reboot_and_changes_the_plan_id() {
+    let p = plan_ok(&two_worker_pools("", ""), &two_workers());
+    let staged = "  rollout:\n    stage: ahead\n    stageParallelism: 3\n";
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![
+            w("w-1", "v1.13.2"),
+            w("w-2", "v1.13.2"),
+            w("w-3", "v1.12.9"),
+        ],
+    );
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("a", "worker", "w-1", "v1.13.9", ""),
+            pool_doc("b", "worker", "w-2, w-3", "v1.13.9", staged),
+        ],
+    );
+    let p2 = plan_ok(&d, &inv);
+    let b = talos_steps(&p2)
+        .into_iter()
+        .find(|t| t.pool == "b")
+        .cloned()
+        .expect("pool b has a step");
+    assert_eq!(b.stage, Some(crate::plan::StageAhead { parallelism: 3 }));
+    let a = talos_steps(&p2)
+        .into_iter()
+        .find(|t| t.pool == "a")
+        .cloned()
+        .expect("pool a has a step");
+    assert_eq!(a.stage, None, "inWindow is the default");
+    let text = render::text(&p2, Default::default());
+    for want in [
+        "stage ahead: w-2 installed without reboot as soon as the job reaches this step, windows or not (3 at a time)",
+        "WARNING: any reboot of a staged node, planned or not (an operator, a power loss, a kernel panic), boots v1.13.9",
+        "not staged (Talos < 1.13 installs only by rebooting): w-3 upgrade in the window as before",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+    // the same pools without staging: another plan id
+    let p3 = plan_ok(&two_worker_pools("", staged), &two_workers());
+    assert_ne!(p.id, p3.id, "staging alone changes the plan id");
+    assert!(!render::text(&p, Default::default()).contains("WARNING"));
+}
+
+#[test]
+fn a_bad_stage_or_stage_parallelism_is_refused_where_it_is_written() {
+    let d = diagnostics_of("", "  rollout:\n    stageParallelism: 0\n");
+    let e = only(&d, crate::desired::diagnostic::codes::INVALID_VALUE);
+    assert!(
+        e.message
+            .contains("stageParallelism must be between 1 and 10, not 0"),
+        "{e:?}"
+    );
+    assert_eq!(e.origin.file, "pools.yaml");
+    let d = diagnostics_of("  rollout:\n    stageParallelism: 11\n", "");
+    let e = only(&d, crate::desired::diagnostic::codes::INVALID_VALUE);
+    assert_eq!(e.origin.file, "c1.yaml");
+    let d = diagnostics_of("", "  rollout:\n    stage: sometimes\n");
+    let e = d.iter().find(|d| d.is_error()).expect("an error");
+    assert_eq!(e.origin.file, "pools.yaml", "{e:?}");
+    assert!(
+        e.message.contains("sometimes") || e.message.contains("ahead"),
+        "{e:?}"
+    );
+}

@@ -711,6 +711,16 @@ impl FakeCluster {
         })
     }
 
+    /// A reboot nobody asked medea for (an operator's `talosctl reboot`, a power loss): the
+    /// node goes down and boots whatever it has staged, like any reboot. Counted in no
+    /// counter of medea's calls.
+    pub fn reboot_externally(&self, node: &str) {
+        self.edit(|s| {
+            s.log.push(format!("external-reboot {node}"));
+            go_down(s, node);
+        });
+    }
+
     /// The Talos port's reboot.
     pub fn talos_reboot(&self, t: &NodeTarget) -> Result<(), PortError> {
         self.talos_call("reboot", &t.node, |s| {

@@ -126,6 +126,21 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
                         pool: t.rollout.pool.clone(),
                         step: format!("{}", i + 1),
                         state: match n.rollback {
+                            // installed ahead, not rebooted yet: what its next boot does
+                            None if n.staging.as_ref().is_some_and(|s| s.staged())
+                                && !matches!(
+                                    n.phase,
+                                    crate::rollout::sequencer::NodePhase::Rebooting
+                                        | crate::rollout::sequencer::NodePhase::Back
+                                        | crate::rollout::sequencer::NodePhase::Done
+                                ) =>
+                            {
+                                format!(
+                                    "{}, staged: any reboot boots {}",
+                                    phase_name(n.phase),
+                                    t.rollout.to
+                                )
+                            }
                             None => phase_name(n.phase),
                             Some(crate::rollout::sequencer::RollbackPhase::Done) => {
                                 "rolled-back".into()
@@ -671,6 +686,20 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
                         Some(evaluation.detail.clone()),
                     ));
                 }
+            }
+            if let EventState::RebootedExternally { boots, .. } = &e.state {
+                tracing::warn!(job = %e.job, cluster = %e.cluster, node = e.node.as_deref().unwrap_or("-"), boots = %boots, "a staged node rebooted outside medea");
+                shared.notifier.send(note(
+                    crate::webhook::EventKind::NodeRebootedExternally,
+                    &e,
+                    format!(
+                        "medea: staged node {} rebooted outside medea and booted {boots} ({}, job {}); medea verifies it and does not upgrade it again",
+                        e.node.as_deref().unwrap_or("-"),
+                        e.cluster,
+                        e.job
+                    ),
+                    None,
+                ));
             }
             let op = e.op.map(|o| o.name()).unwrap_or("-");
             tracing::info!(job = %e.job, cluster = %e.cluster, pool = e.pool.as_deref().unwrap_or("-"), node = e.node.as_deref().unwrap_or("-"), step = op, state = e.state.name(), detail = %e.state.message(), "rollout step");

@@ -297,6 +297,11 @@ impl<'a> ClusterCtx<'a> {
                 upgrade_attempts: pool.rollout.upgrade_attempts,
                 drain: pool.rollout.drain.clone(),
                 waves,
+                stage: (pool.rollout.stage == crate::desired::model::Stage::Ahead).then_some(
+                    crate::plan::StageAhead {
+                        parallelism: pool.rollout.stage_parallelism,
+                    },
+                ),
             });
         }
         steps

@@ -110,6 +110,14 @@ pub enum EventState {
         /// The closed gate.
         gate: Gate,
     },
+    /// A node installed ahead (`rollout.stage: ahead`) was seen rebooted outside medea's step
+    /// (a new boot id): it boots the target; medea verifies it and never upgrades it again.
+    RebootedExternally {
+        /// When medea saw it.
+        at: Timestamp,
+        /// The version its reboot boots.
+        boots: String,
+    },
     /// The job halted.
     Halted {
         /// Serialized as `reason` (the text) and `code` (the stable halt code).
@@ -131,6 +139,7 @@ impl EventState {
             EventState::Waiting { .. } => "waiting",
             EventState::GateEvaluated { .. } => "gate",
             EventState::Paused { .. } => "paused",
+            EventState::RebootedExternally { .. } => "rebooted-externally",
             EventState::Halted { .. } => "halted",
             EventState::Succeeded => "succeeded",
         }
@@ -151,6 +160,9 @@ impl EventState {
                 evaluation.detail
             ),
             EventState::Paused { gate } => gate.to_string(),
+            EventState::RebootedExternally { at, boots } => format!(
+                "rebooted outside medea after its install ahead (seen at {at}): it boots {boots}; verified, never upgraded again"
+            ),
             EventState::Halted { reason } => reason.to_string(),
         }
     }

@@ -19,12 +19,12 @@ use tokio::sync::broadcast;
 use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
 use super::ports::{
-    GateEvaluation, HealthProbe, HookRequest, KubePort, NoProbe, PortError, SilenceRequest,
-    SnapshotInfo, TalosPort,
+    GateEvaluation, HealthProbe, HookRequest, ImageNamespace, KubePort, NoProbe, PortError,
+    SilenceRequest, SnapshotInfo, TalosPort, UpgradeMethod,
 };
 use super::sequencer::{
     self, Action, Command, CommandOp, CommandOutcome, GatePoint, HaltCode, HaltReason, Job, JobId,
-    JobState, Needs, Next, ObsError, Observations, PollWhy, Transition,
+    JobState, Needs, Next, ObsError, Observations, PollWhy, StageResult, Transition,
 };
 use crate::error_chain;
 use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
@@ -651,6 +651,33 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 };
                 Ok(CommandOutcome::Hook { report })
             }
+            Action::Stage { nodes } => {
+                // the batch's nodes at once: each pulls its installer, then installs it without
+                // a reboot; one node's failure never stops another's call
+                let results = futures::future::join_all(nodes.iter().map(|s| async move {
+                    let r = async {
+                        self.talos
+                            .pull_image(&s.node, &s.image, ImageNamespace::System)
+                            .await?;
+                        self.talos
+                            .upgrade(&s.node, &s.image, UpgradeMethod::Lifecycle)
+                            .await
+                    }
+                    .await;
+                    let result = match r {
+                        Ok(()) => StageResult::Installed,
+                        Err(e) if e.is_transient() => StageResult::Transient {
+                            error: error_chain(&e),
+                        },
+                        Err(e) => StageResult::Failed {
+                            error: error_chain(&e),
+                        },
+                    };
+                    (s.node.node.clone(), result)
+                }))
+                .await;
+                Ok(CommandOutcome::Staged { results })
+            }
             Action::ApplyManifests { via, legacy } => {
                 match self.talos.bootstrap_manifests(via).await {
                     Ok(m) => self
@@ -743,7 +770,43 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         let point = entry_point(&entry);
         let (txn, job) = journal::advance_txn(prev, next, entry, notes, self.clock.now());
         let checks = self.commit(&job.id, txn, &point)?;
+        self.emit_external_reboots(prev, &job);
         Ok((job, checks))
+    }
+
+    /// A staged node that `next` records as rebooted outside medea and `prev` did not: its event
+    /// (the server sends the `rollout.node_rebooted_externally` webhook for it).
+    fn emit_external_reboots(&self, prev: &Job, next: &Job) {
+        use sequencer::{Staging, StepKind};
+        for (si, (a, b)) in prev.steps.iter().zip(&next.steps).enumerate() {
+            let (StepKind::Talos(a), StepKind::Talos(b)) = (&a.kind, &b.kind) else {
+                continue;
+            };
+            for (na, nb) in a.nodes.iter().zip(&b.nodes) {
+                if Arc::ptr_eq(na, nb) {
+                    continue;
+                }
+                let was = matches!(na.staging, Some(Staging::RebootedExternally { .. }));
+                if let Some(Staging::RebootedExternally { at, .. }) = &nb.staging
+                    && !was
+                {
+                    let _ = self.events.send(RolloutEvent {
+                        job: next.id.clone(),
+                        cluster: next.cluster.clone(),
+                        step: Some(si),
+                        pool: Some(b.rollout.pool.clone()),
+                        node: Some(nb.target.node.clone()),
+                        op: None,
+                        state: EventState::RebootedExternally {
+                            at: *at,
+                            boots: b.rollout.to.to_string(),
+                        },
+                        steps: next.steps.len(),
+                        image: None,
+                    });
+                }
+            }
+        }
     }
 
     /// The one place executor transactions are committed: fencing checks are added here (and

@@ -36,6 +36,9 @@ pub enum CommandOp {
     Unsilence,
     /// Run a blocking hook (issue #35): an HTTP call or a Kubernetes Job, to its end.
     Hook,
+    /// Pull and install without reboot on a batch of nodes ahead of the windows
+    /// (`rollout.stage: ahead`, issue #36).
+    Stage,
 }
 
 impl CommandOp {
@@ -56,6 +59,7 @@ impl CommandOp {
             CommandOp::Silence => "silence",
             CommandOp::Unsilence => "unsilence",
             CommandOp::Hook => "hook",
+            CommandOp::Stage => "stage",
         }
     }
 }
@@ -201,6 +205,14 @@ pub enum Action {
         /// The job's node step, as the comment carries it.
         marker: String,
     },
+    /// Pull the installer and install it without reboot (`LifecycleService.Upgrade`) on each
+    /// node of the batch, the nodes at once (`rollout.stage: ahead`). Journaled before the
+    /// calls; after a crash each node is resolved by observing its next boot, never by
+    /// installing again on a guess.
+    Stage {
+        /// The nodes, at most the step's stage parallelism.
+        nodes: Vec<StageNode>,
+    },
     /// Expire the node's silence (it is back and uncordoned).
     Unsilence {
         /// The node.
@@ -265,8 +277,41 @@ impl Action {
             Action::Silence { .. } => CommandOp::Silence,
             Action::Unsilence { .. } => CommandOp::Unsilence,
             Action::Hook { .. } => CommandOp::Hook,
+            Action::Stage { .. } => CommandOp::Stage,
         }
     }
+}
+
+/// One node of a [`Action::Stage`] batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageNode {
+    /// The node.
+    pub node: NodeTarget,
+    /// Its installer image.
+    pub image: String,
+    /// Its boot id right before the call.
+    pub boot_id_before: String,
+}
+
+/// How one node of a [`Action::Stage`] batch came out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "result")]
+pub enum StageResult {
+    /// The pull and the install came back done.
+    Installed,
+    /// Resolved by observation: the call left no trace (nothing staged, same boot).
+    NoEffect,
+    /// The call may or may not have installed (transport lost): observed before anything else.
+    Transient {
+        /// The error, for a person.
+        error: String,
+    },
+    /// The node answered with a failure (installer exit code, refused image).
+    Failed {
+        /// The error, for a person.
+        error: String,
+    },
 }
 
 /// A command to make: its idempotency key and what it does.
@@ -334,6 +379,11 @@ pub enum CommandOutcome {
     Hook {
         /// How it went.
         report: HookReport,
+    },
+    /// How each node of an install-ahead batch came out.
+    Staged {
+        /// Per node, in the batch's order.
+        results: Vec<(String, StageResult)>,
     },
     /// The call may or may not have taken effect (UNAVAILABLE, connection lost).
     Transient {

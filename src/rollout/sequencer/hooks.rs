@@ -376,6 +376,7 @@ mod tests {
                 after_wave: vec![hook("wave-done", true)],
                 ..Hooks::default()
             })),
+            stage: None,
         };
         let plan = PlanId::from_digest([7; 32]);
         Job {

@@ -60,6 +60,7 @@ mod outcome;
 mod policy;
 mod resolve;
 mod silence;
+mod stage;
 mod talos_node;
 
 pub use command::*;
@@ -77,6 +78,8 @@ use policy::*;
 use resolve::*;
 use silence::*;
 pub use silence::{SILENCE_RENEW_RETRY, silence_marker};
+use stage::*;
+pub use stage::{next_boot_text, staged_not_rebooted};
 use talos_node::*;
 
 /// How long a drain that came back blocked waits before it is tried again (within the drain

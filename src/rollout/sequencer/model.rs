@@ -220,6 +220,14 @@ pub struct TalosStep {
     /// Shared per node and copied on write ([`Arc::make_mut`]): a transition copies only the
     /// nodes it changes, and comparing two jobs skips the nodes they share.
     pub nodes: Vec<Arc<NodeProgress>>,
+    /// Install-ahead batches settled so far (`rollout.stage: ahead`): the next batch's key
+    /// attempt is this + 1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stage_batches: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl TalosStep {
@@ -237,6 +245,7 @@ impl TalosStep {
         TalosStep {
             rollout: Arc::new(rollout),
             nodes,
+            stage_batches: 0,
         }
     }
     pub(super) fn control_plane(&self) -> bool {
@@ -365,6 +374,52 @@ pub struct NodeProgress {
     /// The silence of the node's expected alerts (issue #35), once its step asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence: Option<NodeSilence>,
+    /// Its install ahead of the windows (`rollout.stage: ahead`, issue #36), once decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging: Option<Staging>,
+}
+
+/// Where a node is with its install ahead of the maintenance windows (`rollout.stage: ahead`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum Staging {
+    /// The install call came back done; that the node's next boot is the target is not
+    /// verified yet.
+    Installed {
+        /// The node's boot id when it was installed.
+        boot_id: String,
+    },
+    /// Installed and verified: the node's default boot entry is the target. It still runs
+    /// its old version; ANY reboot, medea's or not, boots the target.
+    Staged {
+        /// The boot id it was staged in: another one means it rebooted.
+        boot_id: String,
+        /// When it was verified.
+        #[serde(with = "ts")]
+        at: Timestamp,
+    },
+    /// Seen rebooted outside medea's step after its staging (a new boot id): verified on the
+    /// target and healthy within the health timeout from `at`, then done without another
+    /// install; otherwise the job halts naming it.
+    RebootedExternally {
+        /// The boot id it was staged in.
+        staged_boot_id: String,
+        /// When medea saw it.
+        #[serde(with = "ts")]
+        at: Timestamp,
+    },
+    /// Not installed ahead: it installs in the window as before (`why`).
+    InWindow {
+        /// Why, for a person.
+        why: String,
+    },
+}
+
+impl Staging {
+    /// Whether the node holds the target as its next boot and has not rebooted into it.
+    pub fn staged(&self) -> bool {
+        matches!(self, Staging::Staged { .. } | Staging::Installed { .. })
+    }
 }
 
 /// A node's silence (issue #35 item 1): a lease in Alertmanager, created before the cordon,
@@ -450,6 +505,7 @@ impl NodeProgress {
             pulled_ahead: None,
             rollback: None,
             silence: None,
+            staging: None,
         }
     }
     /// How the ports address the node.

@@ -87,6 +87,9 @@ pub(super) fn apply(
     if key.op == CommandOp::Hook {
         return hook_outcome(j, intent, outcome, now, notes);
     }
+    if key.op == CommandOp::Stage {
+        return staged_outcome(j, intent, outcome, now, notes);
+    }
     match outcome {
         CommandOutcome::Transient { error } => {
             if let Some(i) = j.in_flight.as_mut() {

@@ -63,6 +63,7 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
             // twice); expiring one that is already expired is not an error
             Resolution::Reissue
         }
+        Action::Stage { nodes } => resolve_stage(j, intent, nodes, eyes),
         Action::Pull { .. } | Action::Drain { .. } | Action::ApplyManifests { .. } => {
             // idempotent: doing it again is the same as doing it once
             Resolution::Reissue

@@ -300,6 +300,7 @@ mod tests {
     fn job(on_error: SilenceOnError) -> Job {
         let v = |s| TalosVersion::parse(s).unwrap();
         let rollout = TalosRollout {
+            stage: None,
             pool: "workers".into(),
             role: crate::inventory::MachineRole::Worker,
             hop: 1,

@@ -16,6 +16,10 @@ pub(super) fn talos_step(
     if let Some(failure) = j.gates.failure.clone() {
         return rollback_wave(j, si, failure, eyes, now, notes);
     }
+    // `rollout.stage: ahead`: the installs ahead of the windows come first
+    if let Some(f) = stage_ahead(j, si, eyes, now, notes) {
+        return f;
+    }
     let policy = step_policy(j, si);
     loop {
         // a node back and uncordoned: its silence expires before anything else (the soak
@@ -72,6 +76,12 @@ pub(super) fn talos_step(
             return f;
         }
         if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
+            // waiting for a window: staged nodes are watched for reboots meanwhile
+            if let Flow::Wait(..) = f
+                && let Some(w) = watch_staged(j, si, eyes, now, notes)
+            {
+                return w;
+            }
             return f;
         }
         // every node of the wave finished in this pass: soak it, then the next wave
@@ -233,23 +243,23 @@ pub(super) fn talos_mut(j: &mut Job, si: usize) -> &mut TalosStep {
 }
 
 /// What a node's decision knows of it, read once per round of [`talos_node`].
-struct NodeView {
+pub(super) struct NodeView {
     /// Node `i` of Talos step `si`, decided at `now`.
-    si: usize,
-    i: usize,
-    now: Timestamp,
-    name: String,
-    target: NodeTarget,
-    cp: bool,
+    pub(super) si: usize,
+    pub(super) i: usize,
+    pub(super) now: Timestamp,
+    pub(super) name: String,
+    pub(super) target: NodeTarget,
+    pub(super) cp: bool,
     /// `healthTimeout` from when the node entered its phase.
-    deadline: Timestamp,
-    health_timeout: Duration,
-    to: TalosVersion,
-    from: TalosVersion,
+    pub(super) deadline: Timestamp,
+    pub(super) health_timeout: Duration,
+    pub(super) to: TalosVersion,
+    pub(super) from: TalosVersion,
 }
 
 impl NodeView {
-    fn of(j: &Job, si: usize, i: usize, now: Timestamp) -> NodeView {
+    pub(super) fn of(j: &Job, si: usize, i: usize, now: Timestamp) -> NodeView {
         let ts = talos_of(j, si);
         let n = &ts.nodes[i];
         NodeView {
@@ -265,11 +275,11 @@ impl NodeView {
             from: n.target.from.clone(),
         }
     }
-    fn nd(&self) -> Option<&str> {
+    pub(super) fn nd(&self) -> Option<&str> {
         Some(self.name.as_str())
     }
     /// The halt of a node that does not run the version the plan expects of it.
-    fn unexpected(&self, what: String, op: Option<CommandOp>) -> Flow {
+    pub(super) fn unexpected(&self, what: String, op: Option<CommandOp>) -> Flow {
         halt_flow(HaltCode::UnexpectedVersion, what, self.nd(), op)
     }
     /// The node's Talos observation, which must be there to go on ([`need`]).
@@ -302,6 +312,13 @@ pub(super) fn talos_node(
         {
             return f;
         }
+        let n = &talos_of(j, si).nodes[i];
+        if n.phase == NodePhase::Pending
+            && matches!(n.staging, Some(Staging::RebootedExternally { .. }))
+        {
+            // a staged node rebooted outside medea: verified, never upgraded again
+            return verify_external(j, si, i, eyes, now, notes);
+        }
         let moved = match talos_of(j, si).nodes[i].phase {
             NodePhase::Pending => start(j, &v, notes),
             NodePhase::Checking => check(j, &v, eyes, notes),
@@ -327,7 +344,7 @@ pub(super) fn talos_node(
             }
             NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
             NodePhase::Drained => volumes_detached(j, &v, eyes, notes),
-            NodePhase::Detached => upgrade(j, &v, eyes),
+            NodePhase::Detached => upgrade(j, &v, eyes, notes),
             NodePhase::Upgraded => return reboot(j, &v),
             NodePhase::Rebooting => match verify_back(j, &v, Direction::Upgrade, eyes) {
                 Ok(()) => {
@@ -369,6 +386,9 @@ fn check(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> Res
     let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
     let t = v.talos(eyes)?;
+    if noticed_at_turn(j, si, i, t, now, notes) {
+        return Ok(());
+    }
     if t.version == v.to {
         node_mut(j, si, i).enter(NodePhase::Skipped, now);
         notes.push(format!("{name}: already runs {}, skipped", v.to));
@@ -410,7 +430,7 @@ fn check(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> Res
 
 /// On the control plane, etcd must be healthy before `before` (a poll until the health
 /// timeout, then a halt).
-fn etcd_healthy(
+pub(super) fn etcd_healthy(
     j: &Job,
     v: &NodeView,
     eyes: &Eyes,
@@ -454,6 +474,11 @@ fn pull(j: &mut Job, v: &NodeView, notes: &mut Vec<String>) -> Result<(), Flow> 
     }
     let ts = talos_of(j, si);
     let n = &ts.nodes[i];
+    if n.staging.as_ref().is_some_and(Staging::staged) {
+        node_mut(j, si, i).enter(NodePhase::Pulled, now);
+        notes.push(format!("{}: installed ahead, no pull needed", v.name));
+        return Ok(());
+    }
     if n.pulled_ahead == Some(PullAhead::Pulled) {
         node_mut(j, si, i).enter(NodePhase::Pulled, now);
         notes.push(format!(
@@ -552,10 +577,14 @@ fn no_volume_attached(
 
 /// `Detached`: the upgrade call, once the node still runs `from` and (on the control plane)
 /// etcd is healthy; a call that left no trace is made again only within the health timeout.
-fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes) -> Result<(), Flow> {
+fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> Result<(), Flow> {
     let (si, i, now) = (v.si, v.i, v.now);
     let (name, nd) = (&v.name, v.nd());
     let t = v.talos(eyes)?;
+    // installed ahead (`rollout.stage: ahead`): no second install, the reboot is next
+    if let Some(done) = staged_install(j, v, t, eyes, notes) {
+        return done;
+    }
     if t.version != v.from {
         return Err(v.unexpected(
             format!(
@@ -638,7 +667,7 @@ fn reboot(j: &Job, v: &NodeView) -> Flow {
 /// rollback. The two come back through the same checks ([`verify_back`]); they differ in the
 /// version expected, the words, and what a node that is not back halts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
+pub(super) enum Direction {
     Upgrade,
     Rollback,
 }
@@ -693,7 +722,7 @@ impl Direction {
 /// no service unhealthy that was healthy before, the Kubernetes node Ready and, after an
 /// upgrade, reporting the kubelet it had. Until the health timeout a node on its way is polled
 /// (`late`); then, or on a definitive failure, the job halts.
-fn verify_back(j: &Job, v: &NodeView, dir: Direction, eyes: &Eyes) -> Result<(), Flow> {
+pub(super) fn verify_back(j: &Job, v: &NodeView, dir: Direction, eyes: &Eyes) -> Result<(), Flow> {
     let now = v.now;
     let n = &talos_of(j, v.si).nodes[v.i];
     let (name, secs, call) = (&v.name, v.health_timeout.as_secs(), dir.call());

@@ -661,6 +661,19 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
                 .map_or_else(String::new, |c| format!(" (exit code {c})")),
             report.detail
         ),
+        CommandOutcome::Staged { results } => results
+            .iter()
+            .map(|(node, r)| {
+                use crate::rollout::sequencer::StageResult;
+                match r {
+                    StageResult::Installed => format!("{node}: installed"),
+                    StageResult::NoEffect => format!("{node}: no effect"),
+                    StageResult::Transient { error } => format!("{node}: unknown ({error})"),
+                    StageResult::Failed { error } => format!("{node}: failed ({error})"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
         CommandOutcome::Drain { result } => match result {
             crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
             crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {

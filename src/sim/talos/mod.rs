@@ -332,6 +332,24 @@ impl SimTalos {
         Ok(())
     }
 
+    /// Reboot `node` as someone other than medea would (an operator's `talosctl reboot`, a
+    /// power loss, a kernel panic): no API call is counted; the node boots its default boot
+    /// entry like after any reboot, so a node whose install (`LifecycleService.Upgrade`) was
+    /// not followed by a reboot comes back on the installed version (upstream: the installer
+    /// makes the new entry the default, `internal/app/lifecycle/lifecycle.go` and
+    /// `internal/app/machined/pkg/runtime/v1alpha1/bootloader/sdboot/sdboot.go`). It is back
+    /// after the scenario's reboot time (with `RebootTiming::Manual`, after
+    /// [`Self::complete_boot`]).
+    pub fn reboot_externally(&self, node: &str) -> Result<(), SimError> {
+        let idx = self.index(node)?;
+        let mut c = self.shared.lock();
+        let ticket = c.begin_reboot(idx);
+        let timing = c.timing.reboot;
+        drop(c);
+        server::schedule_boot(&self.shared, ticket, timing);
+        Ok(())
+    }
+
     /// Raise (`Some`) or disarm (`None`, every alarm of the member) an etcd alarm on the member
     /// of control-plane `node`, as etcd does when its quota is exceeded (`NOSPACE`) or a
     /// corruption check fails (`CORRUPT`). `EtcdAlarmList` reports it from every member.

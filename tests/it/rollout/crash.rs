@@ -91,6 +91,49 @@ impl CrashWorld for FakeWorld {
     }
 }
 
+/// [`FakeWorld`] with both pools staged ahead (`rollout.stage: ahead`, issue #36): the installs
+/// are `stage` batches, and no `upgrade` command is ever made.
+pub struct StagedFakeWorld(FakeWorld);
+
+impl CrashWorld for StagedFakeWorld {
+    fn prepare(dir: &Path) -> StagedFakeWorld {
+        let fake = FakeCluster::new(&specs(3, 3, FROM, KUBE));
+        fake.save(&dir.join("cluster.json")).unwrap();
+        let store = FjallStore::open(&dir.join("store")).unwrap();
+        let obs = observed(&fake);
+        let p = plan(&obs, staged_mixed_steps(&fake), 9);
+        install(&store, &p, &obs, &[]).unwrap();
+        drop(store);
+        StagedFakeWorld(FakeWorld {
+            dir: dir.to_path_buf(),
+        })
+    }
+    fn child(&self) -> Command {
+        self.0.child()
+    }
+    fn summary(&self) -> Summary {
+        // every install went through a staged batch
+        let store = FjallStore::open(&self.store()).unwrap();
+        let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
+        let ops: Vec<CommandOp> = store
+            .scan_records::<JournalEntry>(&entries_prefix(&jobs[0].id))
+            .unwrap()
+            .into_iter()
+            .filter_map(|(_, e)| match e.entry {
+                Entry::Intent { key, .. } => Some(key.op),
+                _ => None,
+            })
+            .collect();
+        drop(store);
+        assert!(ops.contains(&CommandOp::Stage), "{ops:?}");
+        assert!(!ops.contains(&CommandOp::Upgrade), "{ops:?}");
+        self.0.summary()
+    }
+    fn store(&self) -> PathBuf {
+        self.0.store()
+    }
+}
+
 /// Scratch space on tmpfs when there is one (the harness fsyncs a lot).
 pub fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
@@ -171,6 +214,24 @@ fn killed_after_every_journal_write_the_rollout_completes_exactly_once() {
 fn killed_before_every_journal_write_the_rollout_completes_exactly_once() {
     let points = harness::<FakeWorld>("MEDEA_CRASH_BEFORE");
     assert!(points > 50, "{points}");
+}
+
+/// Issue #36: the staged 3 + 3 rollout killed after every journal write (staging intents and
+/// results included): exactly one install (staged, never in the window) and one reboot per
+/// node, whatever the crash.
+#[test]
+fn killed_after_every_journal_write_the_staged_rollout_completes_exactly_once() {
+    let points = harness::<StagedFakeWorld>("MEDEA_CRASH_AT");
+    assert!(points > 40, "{points}");
+}
+
+/// Issue #36: killed right before each journal write, i.e. after the calls a result records
+/// (a staged batch installed, its result never journaled): resolved by observation, never
+/// installed twice.
+#[test]
+fn killed_before_every_journal_write_the_staged_rollout_completes_exactly_once() {
+    let points = harness::<StagedFakeWorld>("MEDEA_CRASH_BEFORE");
+    assert!(points > 40, "{points}");
 }
 
 #[test]

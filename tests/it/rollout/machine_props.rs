@@ -73,6 +73,7 @@ fn fake_op(op: CommandOp) -> &'static str {
         CommandOp::Silence => "silence",
         CommandOp::Unsilence => "unsilence",
         CommandOp::Hook => "hook",
+        CommandOp::Stage => "upgrade",
     }
 }
 
@@ -123,6 +124,8 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
         }
         // nor do they have hooks
         Action::Hook { .. } => panic!("a plan without hooks made {cmd:?}"),
+        // nor do they stage
+        Action::Stage { .. } => panic!("a plan without `rollout.stage: ahead` made {cmd:?}"),
     };
     match r {
         Ok(o) => o,

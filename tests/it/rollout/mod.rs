@@ -6,6 +6,7 @@
 //!
 //! - [`journal`]: the journal format (commit sizes, fsyncs, checkpoints);
 //! - [`sequences`]: the order of a Talos rollout (waves, multi-hop, legacy nodes, pull-ahead);
+//! - [`stage`]: installs ahead of the windows (`rollout.stage: ahead`, issue #36);
 //! - [`gates`]: job creation, the global and per-cluster switches, halt requests, windows;
 //! - [`faults`]: the fault matrix over the fakes;
 //! - [`kubernetes`]: the Kubernetes rollout;
@@ -27,6 +28,7 @@ mod machine_props;
 mod observation;
 mod resume;
 mod sequences;
+mod stage;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -125,6 +127,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
         MachineRole::Worker
     };
     Step::Talos(TalosRollout {
+        stage: None,
         health: None,
         silence: None,
         hooks: None,
@@ -154,6 +157,25 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
             })
             .collect(),
     })
+}
+
+/// `step` with `rollout.stage: ahead` at `parallelism` (issue #36).
+pub fn staged(step: Step, parallelism: u32) -> Step {
+    match step {
+        Step::Talos(mut t) => {
+            t.stage = Some(medea::plan::StageAhead { parallelism });
+            Step::Talos(t)
+        }
+        other => other,
+    }
+}
+
+/// The standard mixed rollout with both pools staged ahead.
+pub fn staged_mixed_steps(fake: &FakeCluster) -> Vec<Step> {
+    mixed_steps(fake)
+        .into_iter()
+        .map(|s| staged(s, 2))
+        .collect()
 }
 
 pub fn kube_step(cps: &[&str], workers: &[&str], from: &str, to: &str) -> Step {
