@@ -93,6 +93,14 @@ pub struct RolloutSettings {
     pub upgrade_attempts: u32,
     /// The drain policy (`drain:`; its timeout is [`Self::drain_timeout`]).
     pub drain: DrainPolicy,
+    /// Taint the next wave's nodes `PreferNoSchedule` before each wave (`rollout.taintNextWave`,
+    /// default on). Not written when on, so summaries from before the setting compare equal.
+    #[serde(skip_serializing_if = "is_on")]
+    pub taint_next_wave: bool,
+}
+
+fn is_on(b: &bool) -> bool {
+    *b
 }
 
 /// Default of `rollout.upgradeAttempts`.
@@ -108,6 +116,7 @@ impl Default for RolloutSettings {
             health_timeout: Duration::from_secs(15 * 60),
             upgrade_attempts: DEFAULT_UPGRADE_ATTEMPTS,
             drain: DrainPolicy::default(),
+            taint_next_wave: true,
         }
     }
 }

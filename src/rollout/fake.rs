@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ports::{
     Component, ComponentArgs, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember,
-    ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError,
-    SnapshotInfo, SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
+    ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTaint, NodeTarget,
+    PortError, SnapshotInfo, SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
 use super::ports::{GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe};
 use super::sequencer::{image_version, split_image};
@@ -188,6 +188,12 @@ pub struct NodeCounters {
     /// Rollback calls.
     #[serde(default)]
     pub rollback: u32,
+    /// Taint calls.
+    #[serde(default)]
+    pub taint: u32,
+    /// Untaint calls.
+    #[serde(default)]
+    pub untaint: u32,
 }
 
 /// A fake node's state.
@@ -214,6 +220,12 @@ pub struct FakeNode {
     pub down_polls: u32,
     /// Whether the node is cordoned.
     pub cordoned: bool,
+    /// Its Node's taints.
+    #[serde(default)]
+    pub taints: Vec<NodeTaint>,
+    /// NotReady in Kubernetes while its Talos side is fine (a kubelet someone else broke).
+    #[serde(default)]
+    pub not_ready: bool,
     /// The kubelet's version.
     pub kubelet: KubeVersion,
     /// The image of each static-pod component.
@@ -249,6 +261,16 @@ impl FakeNode {
     /// Whether it is down (rebooting and not back yet).
     pub fn down(&self) -> bool {
         self.rebooting
+    }
+
+    /// Its Node, as the Kubernetes port reports it.
+    pub fn kube_node(&self) -> KubeNode {
+        KubeNode {
+            ready: !self.down() && !self.not_ready,
+            kubelet_version: Some(self.kubelet.clone()),
+            unschedulable: self.cordoned,
+            taints: self.taints.clone(),
+        }
     }
 }
 
@@ -422,6 +444,8 @@ impl FakeCluster {
                         rebooting: false,
                         down_polls: 0,
                         cordoned: false,
+                        taints: Vec::new(),
+                        not_ready: false,
                         kubelet: s.kube.clone(),
                         images,
                         args: ComponentArgs::new(),
@@ -885,11 +909,41 @@ impl FakeCluster {
     pub fn kube_node(&self, node: &str) -> Result<KubeNode, PortError> {
         self.kube_call("get-node", node, |s| {
             let n = &s.nodes[node];
-            Ok(KubeNode {
-                ready: !n.down(),
-                kubelet_version: Some(n.kubelet.clone()),
-                unschedulable: n.cordoned,
-            })
+            Ok(n.kube_node())
+        })
+    }
+
+    /// The Kubernetes port's list of every Node.
+    pub fn kube_nodes(&self) -> Result<BTreeMap<String, KubeNode>, PortError> {
+        self.kube_call("list-nodes", "", |s| {
+            Ok(s.nodes
+                .iter()
+                .map(|(name, n)| (name.clone(), n.kube_node()))
+                .collect())
+        })
+    }
+
+    /// The Kubernetes port's taint (`add`) and untaint: only a taint with the key and effect
+    /// absent is added; only the exact taint is removed.
+    pub fn kube_taint(&self, node: &str, taint: &NodeTaint, add: bool) -> Result<(), PortError> {
+        let op = if add { "taint" } else { "untaint" };
+        self.kube_call(op, node, |s| {
+            let n = s.nodes.get_mut(node).expect("checked");
+            if add {
+                n.counters.taint += 1;
+                if !n
+                    .taints
+                    .iter()
+                    .any(|t| t.key == taint.key && t.effect == taint.effect)
+                {
+                    n.taints.push(taint.clone());
+                }
+            } else {
+                n.counters.untaint += 1;
+                n.taints.retain(|t| t != taint);
+            }
+            s.log.push(format!("{op} {node}"));
+            Ok(())
         })
     }
 
@@ -1191,6 +1245,15 @@ impl KubePort for FakeKube {
     }
     async fn uncordon(&self, node: &str) -> Result<(), PortError> {
         self.0.kube_cordon(node, false)
+    }
+    async fn nodes(&self) -> Result<BTreeMap<String, KubeNode>, PortError> {
+        self.0.kube_nodes()
+    }
+    async fn taint(&self, node: &str, taint: &NodeTaint) -> Result<(), PortError> {
+        self.0.kube_taint(node, taint, true)
+    }
+    async fn untaint(&self, node: &str, taint: &NodeTaint) -> Result<(), PortError> {
+        self.0.kube_taint(node, taint, false)
     }
     async fn drain(
         &self,

@@ -34,6 +34,10 @@ pub enum CommandOp {
     Silence,
     /// Expire a node's silence once it is back and uncordoned.
     Unsilence,
+    /// Put medea's pacing taint on a node of the next wave (issue #35).
+    Taint,
+    /// Remove medea's pacing taint from a node (done, or the job over).
+    Untaint,
 }
 
 impl CommandOp {
@@ -53,6 +57,8 @@ impl CommandOp {
             CommandOp::Rollback => "rollback",
             CommandOp::Silence => "silence",
             CommandOp::Unsilence => "unsilence",
+            CommandOp::Taint => "taint",
+            CommandOp::Untaint => "untaint",
         }
     }
 }
@@ -198,6 +204,22 @@ pub enum Action {
         /// The job's node step, as the comment carries it.
         marker: String,
     },
+    /// Put `taint` on the node unless a taint with its key and effect is there already (issue
+    /// #35, pacing). Idempotent: after a crash it is resolved by observing the node.
+    Taint {
+        /// The node name.
+        node: String,
+        /// medea's pacing taint (value: the job's id).
+        taint: NodeTaint,
+    },
+    /// Remove exactly `taint` (key, value and effect) from the node; any other taint stays.
+    /// Idempotent.
+    Untaint {
+        /// The node name.
+        node: String,
+        /// medea's pacing taint (value: the job's id).
+        taint: NodeTaint,
+    },
     /// Expire the node's silence (it is back and uncordoned).
     Unsilence {
         /// The node.
@@ -237,6 +259,8 @@ impl Action {
             Action::Rollback { .. } => CommandOp::Rollback,
             Action::Silence { .. } => CommandOp::Silence,
             Action::Unsilence { .. } => CommandOp::Unsilence,
+            Action::Taint { .. } => CommandOp::Taint,
+            Action::Untaint { .. } => CommandOp::Untaint,
         }
     }
 }

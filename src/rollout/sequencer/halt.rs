@@ -136,6 +136,10 @@ pub enum HaltCode {
     /// Alertmanager refused (or did not answer) the silence of a node's expected alerts, and
     /// `health.silence.onError` is `halt`: the node was not cordoned (issue #35).
     SilenceRefused,
+    /// No node of a wave could start: the pool's nodes already unavailable (NotReady, or
+    /// cordoned by someone else) used up `maxUnavailable` (the control plane's one) and stayed
+    /// so for the pool's `healthTimeout` (issue #35, pacing). Nothing of the wave was touched.
+    PoolUnavailable,
     /// Halted before halt codes were recorded.
     #[default]
     Unrecorded,
@@ -168,6 +172,7 @@ impl HaltCode {
             HaltCode::RolledBack => "rolled_back",
             HaltCode::RollbackFailed => "rollback_failed",
             HaltCode::SilenceRefused => "silence_refused",
+            HaltCode::PoolUnavailable => "pool_unavailable",
             HaltCode::Unrecorded => "unrecorded",
         }
     }

@@ -23,6 +23,10 @@ pub(super) fn talos_step(
         if let Some(f) = unsilence_finished(j, si) {
             return f;
         }
+        // a node done: medea's pacing taint comes off it (issue #35)
+        if let Some(f) = untaint_finished(j, si) {
+            return f;
+        }
         let Some((wave, finished)) = current_wave(j, si, policy.is_some()) else {
             return Flow::Done;
         };
@@ -57,6 +61,18 @@ pub(super) fn talos_step(
                 Flow::Done => {}
                 f => return f,
             }
+        }
+        // pacing (issue #35): the wave's budget counts the pool's nodes already away, and
+        // the next wave's nodes are tainted before anything of this one is evicted
+        if members
+            .iter()
+            .all(|&i| talos_of(j, si).nodes[i].phase == NodePhase::Pending)
+            && let Err(f) = wave_budget(j, si, wave, eyes, now, notes)
+        {
+            return f;
+        }
+        if let Some(f) = taint_next_wave(j, si, wave) {
+            return f;
         }
         if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
             return f;
@@ -296,7 +312,8 @@ pub(super) fn talos_node(
             NodePhase::Pulled => {
                 let ts = talos_of(j, si);
                 let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
-                if away >= ts.capacity() {
+                // the wave's budget: maxUnavailable less the pool's nodes already away
+                if away >= slots(ts, ts.nodes[i].wave) {
                     return Flow::Poll(
                         PollWhy::Waiting,
                         format!("{}: waiting, {away} node(s) already away", v.name),

@@ -200,6 +200,7 @@ impl Sim {
             health_timeout: Duration::from_secs(timeouts.1),
             upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
             drain: medea::desired::model::DrainPolicy::default(),
+            taint_next_wave: true,
             waves: waves
                 .iter()
                 .map(|w| {
