@@ -15,7 +15,7 @@
 //!
 //! This file holds the simulator world and the helpers the subjects (and `kube_sim`,
 //! `rollout_health`, `ha`) share; each subject is a module: [`observations`], [`faults`],
-//! [`drain`], [`coming_back`], [`crash`] and [`machine_config`].
+//! [`drain`], [`coming_back`], [`crash`], [`machine_config`] and [`pacing`].
 
 mod coming_back;
 mod crash;
@@ -23,6 +23,7 @@ mod drain;
 mod faults;
 mod machine_config;
 mod observations;
+mod pacing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -75,6 +75,18 @@ impl KubeSide {
                 if let Some(o) = owner {
                     *l.1.entry(o.clone()).or_default() += 1;
                 }
+                self.record(crate::sim::kube::ClusterRecord::Bound {
+                    pod: format!(
+                        "{}/{}",
+                        pod.pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                        pod.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                    ),
+                    node: node.to_string(),
+                });
                 next["spec"]["nodeName"] = json!(node);
                 next["status"]["hostIP"] = json!(address);
                 next["status"]["conditions"] =
