@@ -188,12 +188,6 @@ pub struct NodeCounters {
     /// Rollback calls.
     #[serde(default)]
     pub rollback: u32,
-    /// Taint calls.
-    #[serde(default)]
-    pub taint: u32,
-    /// Untaint calls.
-    #[serde(default)]
-    pub untaint: u32,
 }
 
 /// A fake node's state.
@@ -223,6 +217,9 @@ pub struct FakeNode {
     /// Its Node's taints.
     #[serde(default)]
     pub taints: Vec<NodeTaint>,
+    /// Taint and untaint calls it accepted (apart from [`NodeCounters`]: pacing, issue #35).
+    #[serde(default)]
+    pub taint_calls: (u32, u32),
     /// NotReady in Kubernetes while its Talos side is fine (a kubelet someone else broke).
     #[serde(default)]
     pub not_ready: bool,
@@ -294,8 +291,12 @@ pub struct FakeState {
     /// Kubernetes calls left that find the apiserver away (see the fault).
     #[serde(default)]
     pub apiserver_away: u32,
-    /// Every accepted mutating call, in order (`op node`).
+    /// Every accepted mutating call, in order (`op node`), but the pacing taints'.
     pub log: Vec<String>,
+    /// Every accepted taint and untaint (issue #35, pacing), in order (`op node`): kept apart
+    /// from [`FakeState::log`], whose order the lifecycle tests read.
+    #[serde(default)]
+    pub pacing_log: Vec<String>,
     /// How [`FakeProbe`] evaluates each gate, by gate name (absent: it passes).
     #[serde(default)]
     pub gates: BTreeMap<String, FakeGate>,
@@ -445,6 +446,7 @@ impl FakeCluster {
                         down_polls: 0,
                         cordoned: false,
                         taints: Vec::new(),
+                        taint_calls: (0, 0),
                         not_ready: false,
                         kubelet: s.kube.clone(),
                         images,
@@ -470,6 +472,7 @@ impl FakeCluster {
                 manifest_applies: 0,
                 apiserver_away: 0,
                 log: Vec::new(),
+                pacing_log: Vec::new(),
                 gates: BTreeMap::new(),
                 gate_log: Vec::new(),
                 volume_attachments: BTreeMap::new(),
@@ -930,7 +933,7 @@ impl FakeCluster {
         self.kube_call(op, node, |s| {
             let n = s.nodes.get_mut(node).expect("checked");
             if add {
-                n.counters.taint += 1;
+                n.taint_calls.0 += 1;
                 if !n
                     .taints
                     .iter()
@@ -939,10 +942,10 @@ impl FakeCluster {
                     n.taints.push(taint.clone());
                 }
             } else {
-                n.counters.untaint += 1;
+                n.taint_calls.1 += 1;
                 n.taints.retain(|t| t != taint);
             }
-            s.log.push(format!("{op} {node}"));
+            s.pacing_log.push(format!("{op} {node}"));
             Ok(())
         })
     }

@@ -9,7 +9,7 @@
 //!   every decision, and halts ([`HaltCode::PoolUnavailable`]) once the pool's `healthTimeout`
 //!   has passed since the wave first counted. Omni does the same per machine set: its quota is
 //!   the update strategy's parallelism less the machines that are not ready.
-//! - **Taints.** While wave `w` runs, each node of wave `w + 1` gets
+//! - **Taints.** While wave `w` of a worker step runs, each node of wave `w + 1` gets
 //!   [`PACING_TAINT_KEY`]`=<job id>:PreferNoSchedule` (`rollout.taintNextWave`, default on),
 //!   so the pods evicted now prefer the nodes that are not drained next; the taint is removed
 //!   once its node is done (after its uncordon, or skipped), and every taint left is removed
@@ -63,7 +63,9 @@ fn taint_command(j: &Job, si: usize, node: &str, op: CommandOp) -> Flow {
 /// yet (and has not started), when the pool taints its next wave.
 pub(super) fn taint_next_wave(j: &Job, si: usize, wave: usize) -> Option<Flow> {
     let ts = talos_of(j, si);
-    if !ts.rollout.taint_next_wave {
+    // a control-plane step taints nothing: its nodes carry the control-plane NoSchedule taint
+    // already, and nothing of it may change before the job's etcd snapshot
+    if !ts.rollout.taint_next_wave || ts.control_plane() {
         return None;
     }
     let n = ts.nodes.iter().find(|n| {

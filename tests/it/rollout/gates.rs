@@ -229,6 +229,9 @@ async fn a_halt_request_stops_before_the_next_mutating_command_and_for_good() {
     );
     let log = w.state().log;
     assert_eq!(log.last().unwrap(), "drain w-1", "{log:#?}");
+    // the pacing taint of the next wave's w-2 (issue #35) was removed once the job halted
+    assert_eq!(w.state().pacing_log, ["taint w-2", "untaint w-2"]);
+    assert!(w.state().nodes["w-2"].taints.is_empty());
     assert_eq!(w.state().nodes["w-1"].counters.upgrade, 0);
     let job = w.job();
     assert!(matches!(&job.state, JobState::Halted { step: Some(0), .. }));
