@@ -59,8 +59,9 @@ fn taint_command(j: &Job, si: usize, node: &str, op: CommandOp) -> Flow {
     }))
 }
 
-/// While `wave` of step `si` runs: the taint of the first node of the next wave that has none
-/// yet (and has not started), when the pool taints its next wave.
+/// Before a node of `wave` of step `si` is cordoned (it started: inside the maintenance
+/// windows and exclusions): the taint of the first node of the next wave that has none yet
+/// (and has not started), when the pool taints its next wave.
 pub(super) fn taint_next_wave(j: &Job, si: usize, wave: usize) -> Option<Flow> {
     let ts = talos_of(j, si);
     // a control-plane step taints nothing: its nodes carry the control-plane NoSchedule taint
@@ -397,6 +398,17 @@ mod tests {
         }
     }
 
+    /// [`job`] with wave 1's nodes checked and pulled: their cordon is next.
+    fn at_cordon(max: u32, taint: bool) -> Job {
+        let mut j = job(max, taint);
+        let now = t("2026-12-06T00:30:00Z");
+        j.steps[0].state = StepState::Running;
+        for i in [0, 1] {
+            node_mut(&mut j, 0, i).enter(NodePhase::Pulled, now);
+        }
+        j
+    }
+
     fn kube(ready: bool, cordoned: bool, taints: Vec<NodeTaint>) -> KubeNode {
         KubeNode {
             ready,
@@ -439,12 +451,14 @@ mod tests {
     }
 
     #[test]
-    fn the_next_wave_is_tainted_before_anything_of_the_first_is_touched() {
+    fn the_next_wave_is_tainted_before_the_first_cordon() {
         let now = t("2026-12-06T01:00:00Z");
-        let mut j = job(2, true);
-        // the budget first asks for the cluster's Nodes
-        let first = step(&j, &Observations::default(), now);
+        // before a wave starts, its budget asks for the cluster's Nodes; nothing is tainted
+        // before a node of it started (inside its windows)
+        let first = step(&job(2, true), &Observations::default(), now);
         assert!(first.missing.nodes, "{:?}", first.missing);
+        assert!(!matches!(first.next, Next::Run(_)), "{:?}", first.next);
+        let mut j = at_cordon(2, true);
         for want in ["w3", "w4"] {
             let tr = step(&j, &nodes(&[]), now);
             let cmd = command(&tr.next).clone();
@@ -458,28 +472,25 @@ mod tests {
             j = answer(&tr.job, &cmd, CommandOutcome::Done, now);
             assert_eq!(pacing_of(&j, want), Some(PacingTaint::Placed));
         }
-        // then the first wave starts (its checks ask for the Talos nodes); w5, two waves
-        // ahead, is not tainted yet, and nothing of wave 1 was touched before
+        // then the first cordon of wave 1; w5, two waves ahead, is not tainted yet
         let tr = step(&j, &nodes(&[]), now);
         assert!(
-            !matches!(&tr.next, Next::Run(c) if c.key.op == CommandOp::Taint),
+            matches!(&tr.next, Next::Run(c) if c.key.op == CommandOp::Cordon && c.key.node.as_deref() == Some("w1")),
             "{:?}",
             tr.next
         );
         assert_eq!(pacing_of(&tr.job, "w5"), None);
-        assert!(!tr.missing.talos.is_empty(), "{:?}", tr.missing);
     }
 
     #[test]
     fn a_pool_that_does_not_taint_its_next_wave_taints_nothing() {
         let now = t("2026-12-06T01:00:00Z");
-        let j = job(2, false);
+        let j = at_cordon(2, false);
         let tr = step(&j, &nodes(&[]), now);
-        assert!(!matches!(tr.next, Next::Run(_)), "{:?}", tr.next);
         assert!(
-            !tr.missing.talos.is_empty(),
-            "wave 1 starts: {:?}",
-            tr.missing
+            matches!(&tr.next, Next::Run(c) if c.key.op == CommandOp::Cordon),
+            "{:?}",
+            tr.next
         );
     }
 
@@ -510,7 +521,7 @@ mod tests {
     #[test]
     fn a_lost_taint_call_is_resolved_by_the_nodes_taints() {
         let now = t("2026-12-06T01:00:00Z");
-        let j = job(2, true);
+        let j = at_cordon(2, true);
         let tr = step(&j, &nodes(&[]), now);
         let cmd = command(&tr.next).clone();
         // journaled, then the process died before the outcome
@@ -537,7 +548,7 @@ mod tests {
     #[test]
     fn a_job_that_is_over_removes_every_taint_it_may_have_left() {
         let now = t("2026-12-06T01:00:00Z");
-        let j = job(2, true);
+        let j = at_cordon(2, true);
         let tr = step(&j, &nodes(&[]), now);
         let cmd = command(&tr.next).clone();
         let mut j = answer(&tr.job, &cmd, CommandOutcome::Done, now); // w3 placed

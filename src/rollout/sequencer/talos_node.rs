@@ -62,16 +62,13 @@ pub(super) fn talos_step(
                 f => return f,
             }
         }
-        // pacing (issue #35): the wave's budget counts the pool's nodes already away, and
-        // the next wave's nodes are tainted before anything of this one is evicted
+        // pacing (issue #35): the wave's budget counts the pool's nodes already away (the
+        // next wave's taints come before its first cordon, `talos_node`)
         if members
             .iter()
             .all(|&i| talos_of(j, si).nodes[i].phase == NodePhase::Pending)
             && let Err(f) = wave_budget(j, si, wave, eyes, now, notes)
         {
-            return f;
-        }
-        if let Some(f) = taint_next_wave(j, si, wave) {
             return f;
         }
         if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
@@ -318,6 +315,11 @@ pub(super) fn talos_node(
                         PollWhy::Waiting,
                         format!("{}: waiting, {away} node(s) already away", v.name),
                     );
+                }
+                // before the wave's first cordon, the next wave's pacing taints (issue #35):
+                // inside the window the node started in, before anything is evicted
+                if let Some(f) = taint_next_wave(j, si, talos_of(j, si).nodes[i].wave) {
+                    return f;
                 }
                 // its expected alerts silenced before the cordon (issue #35)
                 if let Some(f) = silence_before_cordon(j, si, i, now) {

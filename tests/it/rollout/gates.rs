@@ -294,7 +294,8 @@ async fn maintenance_windows_gate_the_start_of_each_node() {
     let first_intent = |node: &str, ahead: bool| {
         w.journal()
             .into_iter()
-            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node) && (key.op == CommandOp::PullAhead) == ahead))
+            // its own lifecycle's intents (the pacing taint it gets as the next wave aside)
+            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node) && (key.op == CommandOp::PullAhead) == ahead && !matches!(key.op, CommandOp::Taint | CommandOp::Untaint)))
             .unwrap()
             .at
     };
@@ -315,6 +316,17 @@ async fn maintenance_windows_gate_the_start_of_each_node() {
     assert!(
         w2 >= friday && w2 < friday.checked_add(Duration::from_secs(60)).unwrap(),
         "w-2 started at {w2}: the window had closed"
+    );
+    // w-2's pacing taint came with w-1's turn, inside Thursday's window too
+    let taint = w
+        .journal()
+        .into_iter()
+        .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some("w-2") && key.op == CommandOp::Taint))
+        .unwrap()
+        .at;
+    assert!(
+        taint >= thursday && taint < thursday.checked_add(Duration::from_secs(60)).unwrap(),
+        "w-2 tainted at {taint}"
     );
     assert_rolled(&w.state(), TO, 1);
 }
