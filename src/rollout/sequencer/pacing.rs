@@ -37,7 +37,7 @@ pub fn pacing_taint(j: &Job) -> NodeTaint {
 /// Whether `taints` hold job `j`'s pacing taint (key, value and effect).
 pub(super) fn carries(j: &Job, taints: &[NodeTaint]) -> bool {
     let mine = pacing_taint(j);
-    taints.iter().any(|t| *t == mine)
+    taints.contains(&mine)
 }
 
 fn taint_command(j: &Job, si: usize, node: &str, op: CommandOp) -> Flow {
