@@ -272,6 +272,7 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
         health_timeout: Duration::from_secs(900),
         upgrade_attempts: crate::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
         drain: crate::desired::model::DrainPolicy::default(),
+        taint_next_wave: true,
         waves: nodes
             .chunks(max as usize)
             .map(|w| {

@@ -351,6 +351,12 @@ pub struct RolloutSpec {
     #[serde(default)]
     #[schemars(with = "Option<u32>", range(min = 1, max = 5))]
     pub upgrade_attempts: Option<Spanned<u32>>,
+    /// Before each wave starts, taint the next wave's nodes `PreferNoSchedule`
+    /// (`medea.dev/upgrade-pending=<job id>`) so that pods evicted now avoid the nodes drained
+    /// next; each taint is removed once its node is done, or when the job ends (default `true`).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub taint_next_wave: Option<Spanned<bool>>,
     /// When the new Talos is installed: `inWindow` (default) pulls, installs and reboots each
     /// node inside the maintenance windows; `ahead` pulls and installs it without a reboot
     /// (Talos 1.13 and later) on every node of the pool as soon as the job reaches the pool,

@@ -97,6 +97,14 @@ pub struct RolloutSettings {
     pub stage: Stage,
     /// Nodes installing ahead at once (`rollout.stageParallelism`).
     pub stage_parallelism: u32,
+    /// Taint the next wave's nodes `PreferNoSchedule` before each wave (`rollout.taintNextWave`,
+    /// default on). Not written when on, so summaries from before the setting compare equal.
+    #[serde(skip_serializing_if = "is_on")]
+    pub taint_next_wave: bool,
+}
+
+fn is_on(b: &bool) -> bool {
+    *b
 }
 
 /// When a pool's nodes install the new Talos (`rollout.stage`, issue #36).
@@ -131,6 +139,7 @@ impl Default for RolloutSettings {
             drain: DrainPolicy::default(),
             stage: Stage::InWindow,
             stage_parallelism: DEFAULT_STAGE_PARALLELISM,
+            taint_next_wave: true,
         }
     }
 }

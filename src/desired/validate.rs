@@ -212,6 +212,9 @@ fn apply_rollout(
     let mut out = base.clone();
     apply_drain(ctx, doc, &mut out, spec, drain);
     let Some(spec) = spec else { return out };
+    if let Some(b) = &spec.taint_next_wave {
+        out.taint_next_wave = b.value;
+    }
     if let Some(n) = &spec.upgrade_attempts {
         if n.value == 0 || n.value > MAX_UPGRADE_ATTEMPTS {
             ctx.err(

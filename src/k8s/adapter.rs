@@ -5,6 +5,7 @@
 //! [`DrainOutcome::Blocked`], which the machine turns into a halt once the pool's drain timeout
 //! has passed.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::desired::hooks::HookAction;
@@ -12,8 +13,8 @@ use crate::desired::model::DrainPolicy;
 use crate::k8s::{self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient};
 use crate::metrics::timed;
 use crate::rollout::ports::{
-    Component, DrainOutcome, HookReport, HookRequest, KubeNode, KubePort, Manifest, PortError,
-    StaticPod, VolumeAttachment,
+    Component, DrainOutcome, HookReport, HookRequest, KubeNode, KubePort, Manifest, NodeTaint,
+    PortError, StaticPod, VolumeAttachment,
 };
 
 const API: &str = "kubernetes";
@@ -41,6 +42,22 @@ fn component(c: Component) -> Option<ControlPlaneComponent> {
         Component::ControllerManager => Some(ControlPlaneComponent::ControllerManager),
         Component::Scheduler => Some(ControlPlaneComponent::Scheduler),
         Component::Proxy | Component::Kubelet => None,
+    }
+}
+
+fn port_taint(t: k8s::NodeTaintSpec) -> NodeTaint {
+    NodeTaint {
+        key: t.key,
+        value: t.value,
+        effect: t.effect,
+    }
+}
+
+fn spec(t: &NodeTaint) -> k8s::NodeTaintSpec {
+    k8s::NodeTaintSpec {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect.clone(),
     }
 }
 
@@ -109,7 +126,48 @@ impl KubePort for KubeAdapter {
             ready: r.ready,
             kubelet_version: Some(r.kubelet_version),
             unschedulable: r.unschedulable,
+            taints: r.taints.into_iter().map(port_taint).collect(),
         })
+    }
+
+    async fn nodes(&self) -> Result<BTreeMap<String, KubeNode>, PortError> {
+        let list = timed(API, "ListNodes", KubeApi::nodes(&self.client))
+            .await
+            .map_err(|e| classify("list nodes", "the cluster", e))?;
+        Ok(list
+            .into_iter()
+            .map(|n| {
+                (
+                    n.name,
+                    KubeNode {
+                        ready: n.ready,
+                        kubelet_version: n.kubelet_version,
+                        unschedulable: n.unschedulable,
+                        taints: n.taints.into_iter().map(port_taint).collect(),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn taint(&self, node: &str, taint: &NodeTaint) -> Result<(), PortError> {
+        timed(
+            API,
+            "Taint",
+            self.client.set_taint(node, &spec(taint), true),
+        )
+        .await
+        .map_err(|e| classify("taint", node, e))
+    }
+
+    async fn untaint(&self, node: &str, taint: &NodeTaint) -> Result<(), PortError> {
+        timed(
+            API,
+            "Untaint",
+            self.client.set_taint(node, &spec(taint), false),
+        )
+        .await
+        .map_err(|e| classify("untaint", node, e))
     }
 
     async fn cordon(&self, node: &str) -> Result<(), PortError> {

@@ -19,8 +19,8 @@ use super::drain::{self, DrainOps, DrainPod, Eviction};
 use super::{
     AppliedObject, ApplyOptions, CONTROL_PLANE_LABEL, ClusterNode, ControlPlaneComponent,
     DrainOptions, DrainReport, K8sError, KubeApi, Manifest, NodeAddress, NodeReadiness,
-    ObjectWriters, PdbCoverage, PodRef, ServedResource, StaticPodStatus, kubeconfig, selector,
-    transient,
+    NodeTaintSpec, ObjectWriters, PdbCoverage, PodRef, ServedResource, StaticPodStatus, kubeconfig,
+    selector, transient,
 };
 use crate::version::KubeVersion;
 
@@ -258,6 +258,85 @@ impl KubeClient {
         }
     }
 
+    /// Add `taint` to `node` (`add`) or remove it (`!add`), touching no other taint: a taint
+    /// with the same key and effect is never added twice nor changed (whatever its value), and
+    /// only the taint with `taint`'s key, value and effect is removed. The new list is written
+    /// with a merge patch that carries the node's `resourceVersion`, so a concurrent writer
+    /// (the node lifecycle controller, an operator's `kubectl taint`) makes it a conflict
+    /// (HTTP 409) that is read again and retried, never a lost update.
+    pub async fn set_taint(
+        &self,
+        node: &str,
+        taint: &NodeTaintSpec,
+        add: bool,
+    ) -> Result<(), K8sError> {
+        let api = self.node_api();
+        let op = if add { "taint node" } else { "untaint node" };
+        let mut conflicts = 0;
+        loop {
+            let current = self.node(node).await?;
+            let rv = current
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            let mut taints = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            let before = taints.len();
+            if add {
+                if taints
+                    .iter()
+                    .any(|t| t.key == taint.key && t.effect == taint.effect)
+                {
+                    return Ok(());
+                }
+                taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: taint.key.clone(),
+                    value: Some(taint.value.clone()).filter(|v| !v.is_empty()),
+                    effect: taint.effect.clone(),
+                    time_added: None,
+                });
+            } else {
+                taints.retain(|t| {
+                    !(t.key == taint.key
+                        && t.effect == taint.effect
+                        && t.value.as_deref().unwrap_or("") == taint.value)
+                });
+                if taints.len() == before {
+                    return Ok(());
+                }
+            }
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"taints": taints},
+            });
+            let params = PatchParams::default();
+            let result = self
+                .call(op, node, || {
+                    let (api, params, patch) = (&api, &params, &patch);
+                    async move { api.patch(node, params, &Patch::Merge(patch)).await }
+                })
+                .await;
+            match result {
+                Ok(_) => return Ok(()),
+                Err(K8sError::Api { err, .. })
+                    if is_status(&err, 409) && conflicts < TAINT_CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                }
+                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
+                    return Err(K8sError::NodeNotFound {
+                        node: node.to_string(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     #[allow(
         clippy::expect_used,
         reason = "a poisoned discovery-cache lock means a thread panicked while inserting; the cache may be half-written"
@@ -434,6 +513,7 @@ impl KubeClient {
 }
 
 fn cluster_node(node: Node) -> ClusterNode {
+    let taints = taints_of(&node);
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let annotations = node.metadata.annotations.clone().unwrap_or_default();
@@ -471,6 +551,7 @@ fn cluster_node(node: Node) -> ClusterNode {
         annotations,
         ready,
         pressure,
+        taints,
         unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
         kubelet_version,
         kubelet_version_raw: info.kubelet_version,
@@ -482,6 +563,7 @@ fn cluster_node(node: Node) -> ClusterNode {
 }
 
 fn readiness(name: &str, node: Node) -> Result<NodeReadiness, K8sError> {
+    let taints = taints_of(&node);
     let status = node.status.unwrap_or_default();
     let raw = status
         .node_info
@@ -514,10 +596,31 @@ fn readiness(name: &str, node: Node) -> Result<NodeReadiness, K8sError> {
     Ok(NodeReadiness {
         ready,
         kubelet_version,
+        taints,
         unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
         not_ready_reason,
     })
 }
+
+/// A node's `spec.taints`.
+fn taints_of(node: &Node) -> Vec<NodeTaintSpec> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|ts| {
+            ts.iter()
+                .map(|t| NodeTaintSpec {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: t.effect.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many times a taint change is tried again after the node changed under it (HTTP 409).
+const TAINT_CONFLICT_RETRIES: usize = 5;
 
 fn pod_ref(pod: &Pod) -> PodRef {
     PodRef {

@@ -88,6 +88,8 @@ pub struct ClusterNode {
     pub pressure: Vec<String>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
+    /// `spec.taints`, in the node's order.
+    pub taints: Vec<NodeTaintSpec>,
     /// `status.nodeInfo.kubeletVersion`, when it parses (see `kubelet_version_raw`).
     pub kubelet_version: Option<KubeVersion>,
     pub kubelet_version_raw: String,
@@ -184,6 +186,18 @@ pub struct NodeReadiness {
     pub unschedulable: bool,
     /// The Ready condition's reason and message when not ready, for operators.
     pub not_ready_reason: Option<String>,
+    /// `spec.taints`, in the node's order.
+    pub taints: Vec<NodeTaintSpec>,
+}
+
+/// One of a Node's `spec.taints`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTaintSpec {
+    pub key: String,
+    /// Empty when the taint has none.
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
 }
 
 /// The control-plane components Talos runs as static pods.

@@ -623,6 +623,7 @@ mod tests {
             ready: true,
             pressure: Vec::new(),
             unschedulable: false,
+            taints: Vec::new(),
             kubelet_version: None,
             kubelet_version_raw: String::new(),
             boot_id: String::new(),

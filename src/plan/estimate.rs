@@ -520,6 +520,7 @@ mod tests {
             health_timeout: Duration::from_secs(900),
             upgrade_attempts: 2,
             drain: Default::default(),
+            taint_next_wave: true,
             waves: waves
                 .iter()
                 .map(|w| w.iter().map(|n| target(n, from)).collect())

@@ -115,6 +115,11 @@ pub struct TalosRollout {
     /// their ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence: Option<Box<super::health::SilencePolicy>>,
+    /// Before each wave starts, taint the next wave's nodes `PreferNoSchedule` so pods evicted
+    /// now avoid them (`rollout.taintNextWave`, issue #35). Written only when off, so plans
+    /// made before the setting existed keep their ids (and read as on).
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub taint_next_wave: bool,
     /// The pool's blocking hooks around each node and wave (issue #35); `None`: none. Not
     /// written when absent, so plans without hooks keep their ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +166,14 @@ impl TalosRollout {
 
 fn one_attempt() -> u32 {
     1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 /// Kubernetes rollout of a whole cluster (the upgrade-k8s sequence).

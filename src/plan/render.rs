@@ -221,11 +221,18 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
     }
     let _ = writeln!(
         out,
-        "{indent}drain {} timeout {}; upgrade attempts {}; health timeout {}",
+        "{indent}drain {} timeout {}; upgrade attempts {}; health timeout {}{}",
         t.drain.summary(),
         format_duration(t.drain_timeout),
         t.upgrade_attempts,
-        format_duration(t.health_timeout)
+        format_duration(t.health_timeout),
+        // the default (the next wave tainted PreferNoSchedule) is in every plan's README;
+        // shown only when off, so plans made before the setting render as they did
+        if t.taint_next_wave {
+            ""
+        } else {
+            "; next wave not tainted (rollout.taintNextWave: false)"
+        }
     );
     render_stage(out, t, indent);
     if let Some(h) = &t.health {

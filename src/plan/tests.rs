@@ -1679,6 +1679,51 @@ fn the_drain_policy_defaults_like_talosctl_and_pools_override_the_cluster() {
     );
 }
 
+/// `rollout.taintNextWave` (issue #35): on by default and then absent from the plan's JSON
+/// (plans made before it keep their ids); off per pool or cluster-wide, shown and in the id.
+#[test]
+fn taint_next_wave_is_on_by_default_and_off_is_shown_and_changes_the_id() {
+    let p = plan_ok(&two_worker_pools("", ""), &two_workers());
+    assert!(talos_steps(&p).iter().all(|t| t.taint_next_wave));
+    let json = serde_json::to_string(&p).unwrap();
+    assert!(!json.contains("taintNextWave"), "{json}");
+    let text = render::text(&p, Default::default());
+    assert!(!text.contains("not tainted"), "{text}");
+
+    let off = plan_ok(
+        &two_worker_pools("", "  rollout:\n    taintNextWave: false\n"),
+        &two_workers(),
+    );
+    let steps = talos_steps(&off);
+    let by_pool = |pool: &str| {
+        steps
+            .iter()
+            .find(|t| t.pool == pool)
+            .unwrap()
+            .taint_next_wave
+    };
+    assert!(by_pool("a"), "the other pool keeps the default");
+    assert!(!by_pool("b"));
+    assert!(
+        serde_json::to_string(&off)
+            .unwrap()
+            .contains("\"taintNextWave\":false")
+    );
+    let text = render::text(&off, Default::default());
+    assert_eq!(
+        text.matches("next wave not tainted (rollout.taintNextWave: false)")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert_ne!(p.id, off.id);
+    let cluster_off = plan_ok(
+        &two_worker_pools("  rollout:\n    taintNextWave: false\n", ""),
+        &two_workers(),
+    );
+    assert!(talos_steps(&cluster_off).iter().all(|t| !t.taint_next_wave));
+}
+
 fn diagnostics_of(cluster_extra: &str, pool_extra: &str) -> Vec<Diagnostic> {
     let snap = Snapshot {
         files: vec![

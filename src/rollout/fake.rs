@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ports::{
     Component, ComponentArgs, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember,
-    ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTarget, PortError,
-    SnapshotInfo, SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
+    ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTaint, NodeTarget,
+    PortError, SnapshotInfo, SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
 use super::ports::{GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe};
 use super::sequencer::{image_version, split_image};
@@ -214,6 +214,15 @@ pub struct FakeNode {
     pub down_polls: u32,
     /// Whether the node is cordoned.
     pub cordoned: bool,
+    /// Its Node's taints.
+    #[serde(default)]
+    pub taints: Vec<NodeTaint>,
+    /// Taint and untaint calls it accepted (apart from [`NodeCounters`]: pacing, issue #35).
+    #[serde(default)]
+    pub taint_calls: (u32, u32),
+    /// NotReady in Kubernetes while its Talos side is fine (a kubelet someone else broke).
+    #[serde(default)]
+    pub not_ready: bool,
     /// The kubelet's version.
     pub kubelet: KubeVersion,
     /// The image of each static-pod component.
@@ -250,6 +259,16 @@ impl FakeNode {
     pub fn down(&self) -> bool {
         self.rebooting
     }
+
+    /// Its Node, as the Kubernetes port reports it.
+    pub fn kube_node(&self) -> KubeNode {
+        KubeNode {
+            ready: !self.down() && !self.not_ready,
+            kubelet_version: Some(self.kubelet.clone()),
+            unschedulable: self.cordoned,
+            taints: self.taints.clone(),
+        }
+    }
 }
 
 /// The whole fake cluster: nodes, faults, timing and counters (persisted as JSON).
@@ -272,8 +291,12 @@ pub struct FakeState {
     /// Kubernetes calls left that find the apiserver away (see the fault).
     #[serde(default)]
     pub apiserver_away: u32,
-    /// Every accepted mutating call, in order (`op node`).
+    /// Every accepted mutating call, in order (`op node`), but the pacing taints'.
     pub log: Vec<String>,
+    /// Every accepted taint and untaint (issue #35, pacing), in order (`op node`): kept apart
+    /// from [`FakeState::log`], whose order the lifecycle tests read.
+    #[serde(default)]
+    pub pacing_log: Vec<String>,
     /// How [`FakeProbe`] evaluates each gate, by gate name (absent: it passes).
     #[serde(default)]
     pub gates: BTreeMap<String, FakeGate>,
@@ -422,6 +445,9 @@ impl FakeCluster {
                         rebooting: false,
                         down_polls: 0,
                         cordoned: false,
+                        taints: Vec::new(),
+                        taint_calls: (0, 0),
+                        not_ready: false,
                         kubelet: s.kube.clone(),
                         images,
                         args: ComponentArgs::new(),
@@ -446,6 +472,7 @@ impl FakeCluster {
                 manifest_applies: 0,
                 apiserver_away: 0,
                 log: Vec::new(),
+                pacing_log: Vec::new(),
                 gates: BTreeMap::new(),
                 gate_log: Vec::new(),
                 volume_attachments: BTreeMap::new(),
@@ -895,11 +922,41 @@ impl FakeCluster {
     pub fn kube_node(&self, node: &str) -> Result<KubeNode, PortError> {
         self.kube_call("get-node", node, |s| {
             let n = &s.nodes[node];
-            Ok(KubeNode {
-                ready: !n.down(),
-                kubelet_version: Some(n.kubelet.clone()),
-                unschedulable: n.cordoned,
-            })
+            Ok(n.kube_node())
+        })
+    }
+
+    /// The Kubernetes port's list of every Node.
+    pub fn kube_nodes(&self) -> Result<BTreeMap<String, KubeNode>, PortError> {
+        self.kube_call("list-nodes", "", |s| {
+            Ok(s.nodes
+                .iter()
+                .map(|(name, n)| (name.clone(), n.kube_node()))
+                .collect())
+        })
+    }
+
+    /// The Kubernetes port's taint (`add`) and untaint: only a taint with the key and effect
+    /// absent is added; only the exact taint is removed.
+    pub fn kube_taint(&self, node: &str, taint: &NodeTaint, add: bool) -> Result<(), PortError> {
+        let op = if add { "taint" } else { "untaint" };
+        self.kube_call(op, node, |s| {
+            let n = s.nodes.get_mut(node).expect("checked");
+            if add {
+                n.taint_calls.0 += 1;
+                if !n
+                    .taints
+                    .iter()
+                    .any(|t| t.key == taint.key && t.effect == taint.effect)
+                {
+                    n.taints.push(taint.clone());
+                }
+            } else {
+                n.taint_calls.1 += 1;
+                n.taints.retain(|t| t != taint);
+            }
+            s.pacing_log.push(format!("{op} {node}"));
+            Ok(())
         })
     }
 
@@ -1201,6 +1258,15 @@ impl KubePort for FakeKube {
     }
     async fn uncordon(&self, node: &str) -> Result<(), PortError> {
         self.0.kube_cordon(node, false)
+    }
+    async fn nodes(&self) -> Result<BTreeMap<String, KubeNode>, PortError> {
+        self.0.kube_nodes()
+    }
+    async fn taint(&self, node: &str, taint: &NodeTaint) -> Result<(), PortError> {
+        self.0.kube_taint(node, taint, true)
+    }
+    async fn untaint(&self, node: &str, taint: &NodeTaint) -> Result<(), PortError> {
+        self.0.kube_taint(node, taint, false)
     }
     async fn drain(
         &self,

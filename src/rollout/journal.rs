@@ -255,6 +255,9 @@ pub struct StepDelta {
     /// Kubernetes step: its progress, when it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube: Option<KubeDelta>,
+    /// Talos step: the budget of its current wave, when it changed (issue #35, pacing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::rollout::sequencer::WaveBudget>,
 }
 
 /// What changed in a Kubernetes step.
@@ -314,11 +317,16 @@ impl JobDelta {
                 state: b.state,
                 nodes: Vec::new(),
                 kube: None,
+                budget: None,
             };
             match (&a.kind, &b.kind) {
                 (StepKind::Talos(x), StepKind::Talos(y)) => {
                     if x.rollout != y.rollout || x.nodes.len() != y.nodes.len() {
                         return None;
+                    }
+                    if x.budget != y.budget {
+                        // a budget is only ever counted (again), never cleared
+                        d.budget = Some(y.budget.clone()?);
                     }
                     d.nodes = x
                         .nodes
@@ -360,7 +368,7 @@ impl JobDelta {
                 }
                 _ => return None,
             }
-            if a.state != b.state || !d.nodes.is_empty() || d.kube.is_some() {
+            if a.state != b.state || !d.nodes.is_empty() || d.kube.is_some() || d.budget.is_some() {
                 steps.push(d);
             }
         }
@@ -395,6 +403,9 @@ impl JobDelta {
                     if d.kube.is_some() {
                         return Err(format!("step {} is a Talos step", d.index));
                     }
+                    if let Some(b) = &d.budget {
+                        t.budget = Some(b.clone());
+                    }
                     for (i, n) in &d.nodes {
                         let slot = t.nodes.get_mut(*i).ok_or_else(|| {
                             format!("the delta names node {i} of step {} it lacks", d.index)
@@ -403,7 +414,7 @@ impl JobDelta {
                     }
                 }
                 StepKind::Kubernetes(k) => {
-                    if !d.nodes.is_empty() {
+                    if !d.nodes.is_empty() || d.budget.is_some() {
                         return Err(format!("step {} is a Kubernetes step", d.index));
                     }
                     if let Some(kd) = &d.kube {

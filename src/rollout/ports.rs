@@ -168,7 +168,31 @@ pub struct KubeNode {
     pub kubelet_version: Option<KubeVersion>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
+    /// `spec.taints` (every one, medea's pacing taint among them when it is there).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<NodeTaint>,
 }
+
+/// One taint of a Node (`spec.taints[]`): key, value and effect (`NoSchedule`,
+/// `PreferNoSchedule`, `NoExecute`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeTaint {
+    /// The taint's key.
+    pub key: String,
+    /// Its value (empty when none).
+    #[serde(default)]
+    pub value: String,
+    /// Its effect.
+    pub effect: String,
+}
+
+/// The key of the taint medea puts on the nodes of the next wave (issue #35, pacing): pods
+/// evicted from the current wave prefer other nodes. Its value is the job's id, so medea only
+/// ever removes the taint a job of its own put there.
+pub const PACING_TAINT_KEY: &str = "medea.dev/upgrade-pending";
+
+/// The effect of the pacing taint: a preference of the scheduler, never a refusal.
+pub const PACING_TAINT_EFFECT: &str = "PreferNoSchedule";
 
 /// The result of a drain that did not fail outright.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -492,12 +516,30 @@ pub trait TalosPort: Send + Sync {
 
 /// What medea needs from the kube-apiserver.
 pub trait KubePort: Send + Sync {
-    /// Readiness, kubelet version and cordon state of a Node.
+    /// Readiness, kubelet version, cordon state and taints of a Node.
     fn node(&self, node: &str) -> impl Future<Output = Result<KubeNode, PortError>> + Send;
+    /// Every Node of the cluster, by name (one list call): what the budget of a wave counts
+    /// before the wave starts.
+    fn nodes(&self) -> impl Future<Output = Result<BTreeMap<String, KubeNode>, PortError>> + Send;
     /// Set `spec.unschedulable=true`; idempotent.
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Set `spec.unschedulable=false`; idempotent.
     fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Add `taint` to the node unless a taint with its key and effect is there already (then
+    /// nothing changes, whatever its value: a taint someone else put is never changed).
+    /// Idempotent; never touches another taint.
+    fn taint(
+        &self,
+        node: &str,
+        taint: &NodeTaint,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Remove the node's taint with `taint`'s key, value and effect, if it is there; any other
+    /// taint (the same key with another value included) stays. Idempotent.
+    fn untaint(
+        &self,
+        node: &str,
+        taint: &NodeTaint,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Evict every evictable pod of the node through the Eviction API, retrying PDB refusals
     /// (HTTP 429) until `timeout`, then wait for them to be gone. Never deletes, never forces.
     /// `policy` says which pods are evicted: emptyDir pods, bare pods, and pods it skips; a pod

@@ -467,8 +467,13 @@ pub async fn executor_loop<F: PortFactory>(
             match jobs(&shared) {
                 Ok(all) => {
                     set_job_gauges(&all);
-                    let active: Vec<Job> =
-                        all.into_iter().filter(|j| !j.state.is_terminal()).collect();
+                    // a job that is over but left pacing taints runs again to remove them
+                    let active: Vec<Job> = all
+                        .into_iter()
+                        .filter(|j| {
+                            !j.state.is_terminal() || crate::rollout::sequencer::cleanup_pending(j)
+                        })
+                        .collect();
                     for job in active {
                         let id = job.id.to_string();
                         if !running.lock().expect("running set").insert(id.clone()) {
@@ -513,7 +518,14 @@ pub async fn executor_loop<F: PortFactory>(
                                     },
                                 }
                             };
-                            if let Some(exec) = exec {
+                            if let Some(exec) = &exec
+                                && job.state.is_terminal()
+                            {
+                                // only its pacing taints to remove: no start, no second report
+                                if let Err(e) = exec.run(&job.id).await {
+                                    tracing::warn!(job = %job.id, error = %crate::error_chain(&e), "removing the job's pacing taints stopped");
+                                }
+                            } else if let Some(exec) = exec {
                                 notify_start(&shared, &job);
                                 let run = exec.run(&job.id);
                                 tokio::pin!(run);

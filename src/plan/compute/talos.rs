@@ -296,6 +296,7 @@ impl<'a> ClusterCtx<'a> {
                 health_timeout: pool.rollout.health_timeout,
                 upgrade_attempts: pool.rollout.upgrade_attempts,
                 drain: pool.rollout.drain.clone(),
+                taint_next_wave: pool.rollout.taint_next_wave,
                 waves,
                 stage: (pool.rollout.stage == crate::desired::model::Stage::Ahead).then_some(
                     crate::plan::StageAhead {

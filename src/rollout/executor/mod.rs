@@ -147,7 +147,8 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         self.commits.load(Ordering::SeqCst)
     }
 
-    /// Jobs that are not terminal, by id.
+    /// Jobs that are not terminal, and terminal jobs that still have pacing taints to remove,
+    /// by id.
     pub fn running_jobs(&self) -> Result<Vec<Job>, RolloutError> {
         let jobs = read_jobs(self.store.as_ref()).map_err(|err| RolloutError::Store {
             job: "*".into(),
@@ -155,7 +156,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         })?;
         Ok(jobs
             .into_iter()
-            .filter(|j| !j.state.is_terminal())
+            .filter(|j| !j.state.is_terminal() || sequencer::cleanup_pending(j))
             .collect())
     }
 
@@ -204,18 +205,21 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         let mut transient: u32 = 0;
         let mut last_wait: Option<String> = None;
         loop {
+            // a job that is over still removes the pacing taints it left (issue #35): the
+            // sequencer gives their removals, under the same gates as any mutating call
+            let cleanup = sequencer::cleanup_pending(&job);
             match &job.state {
-                JobState::Succeeded { .. } => return Ok(RunOutcome::Succeeded),
+                JobState::Succeeded { .. } if !cleanup => return Ok(RunOutcome::Succeeded),
                 JobState::Halted {
                     reason, step, node, ..
-                } => {
+                } if !cleanup => {
                     return Ok(RunOutcome::Halted {
                         reason: reason.clone(),
                         step: *step,
                         node: node.clone(),
                     });
                 }
-                JobState::Running => {}
+                _ => {}
             }
             if !self.cfg.rollouts {
                 self.emit(
@@ -229,7 +233,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     gate: Gate::GlobalRollouts,
                 });
             }
-            if let Some(h) = self.halt_request(&job)? {
+            if !cleanup && let Some(h) = self.halt_request(&job)? {
                 job = self.honour_halt(&job, h)?;
                 continue;
             }
@@ -286,7 +290,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                         self.emit(&job, Some(&cmd), EventState::Paused { gate: gate.clone() });
                         return Ok(RunOutcome::Paused { gate });
                     }
-                    if let Some(h) = self.halt_request(&job)? {
+                    if !cleanup && let Some(h) = self.halt_request(&job)? {
                         job = self.progress(&job, t)?;
                         job = self.honour_halt(&job, h)?;
                         continue;
@@ -396,6 +400,8 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             CommandOutcome::Transient { error } => EventState::Unknown {
                 error: error.clone(),
             },
+            // a job already over (removing its pacing taints) does not halt again
+            _ if intended.state.is_terminal() => EventState::Done,
             _ => match &job.state {
                 JobState::Halted { reason, .. } => EventState::Halted {
                     reason: reason.clone(),
@@ -505,6 +511,9 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     .map_err(obs_err),
             );
         }
+        if needs.nodes {
+            obs.nodes = Some(self.kube.nodes().await.map_err(obs_err));
+        }
         for node in &needs.volumes {
             obs.volumes.insert(
                 node.clone(),
@@ -583,6 +592,16 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             Action::Uncordon { node } => self
                 .kube
                 .uncordon(node)
+                .await
+                .map(|()| CommandOutcome::Done),
+            Action::Taint { node, taint } => self
+                .kube
+                .taint(node, taint)
+                .await
+                .map(|()| CommandOutcome::Done),
+            Action::Untaint { node, taint } => self
+                .kube
+                .untaint(node, taint)
                 .await
                 .map(|()| CommandOutcome::Done),
             Action::SetImage {

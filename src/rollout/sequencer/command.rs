@@ -39,6 +39,10 @@ pub enum CommandOp {
     /// Pull and install without reboot on a batch of nodes ahead of the windows
     /// (`rollout.stage: ahead`, issue #36).
     Stage,
+    /// Put medea's pacing taint on a node of the next wave (issue #35).
+    Taint,
+    /// Remove medea's pacing taint from a node (done, or the job over).
+    Untaint,
 }
 
 impl CommandOp {
@@ -60,6 +64,8 @@ impl CommandOp {
             CommandOp::Unsilence => "unsilence",
             CommandOp::Hook => "hook",
             CommandOp::Stage => "stage",
+            CommandOp::Taint => "taint",
+            CommandOp::Untaint => "untaint",
         }
     }
 }
@@ -213,6 +219,22 @@ pub enum Action {
         /// The nodes, at most the step's stage parallelism.
         nodes: Vec<StageNode>,
     },
+    /// Put `taint` on the node unless a taint with its key and effect is there already (issue
+    /// #35, pacing). Idempotent: after a crash it is resolved by observing the node.
+    Taint {
+        /// The node name.
+        node: String,
+        /// medea's pacing taint (value: the job's id).
+        taint: NodeTaint,
+    },
+    /// Remove exactly `taint` (key, value and effect) from the node; any other taint stays.
+    /// Idempotent.
+    Untaint {
+        /// The node name.
+        node: String,
+        /// medea's pacing taint (value: the job's id).
+        taint: NodeTaint,
+    },
     /// Expire the node's silence (it is back and uncordoned).
     Unsilence {
         /// The node.
@@ -276,6 +298,8 @@ impl Action {
             Action::Rollback { .. } => CommandOp::Rollback,
             Action::Silence { .. } => CommandOp::Silence,
             Action::Unsilence { .. } => CommandOp::Unsilence,
+            Action::Taint { .. } => CommandOp::Taint,
+            Action::Untaint { .. } => CommandOp::Untaint,
             Action::Hook { .. } => CommandOp::Hook,
             Action::Stage { .. } => CommandOp::Stage,
         }

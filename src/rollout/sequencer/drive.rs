@@ -36,7 +36,8 @@ pub(super) fn add(t: Timestamp, d: Duration) -> Timestamp {
 
 pub(super) fn drive(j: &mut Job, eyes: &Eyes, now: Timestamp, notes: &mut Vec<String>) -> Next {
     if j.state.is_terminal() {
-        return Next::Finished;
+        // its pacing taints are removed once it is over (issue #35)
+        return cleanup(j);
     }
     if let Some(intent) = j.in_flight.clone()
         && let Some(next) = settle(j, &intent, eyes, now, notes)

@@ -142,6 +142,10 @@ pub enum HaltCode {
     /// medea stopped while a hook that is not `idempotent` ran, so whether it ran is unknown;
     /// it is never run twice, so the job halts and a person decides (issue #35).
     HookInterrupted,
+    /// No node of a wave could start: the pool's nodes already unavailable (NotReady, or
+    /// cordoned by someone else) used up `maxUnavailable` (the control plane's one) and stayed
+    /// so for the pool's `healthTimeout` (issue #35, pacing). Nothing of the wave was touched.
+    PoolUnavailable,
     /// Halted before halt codes were recorded.
     #[default]
     Unrecorded,
@@ -176,6 +180,7 @@ impl HaltCode {
             HaltCode::SilenceRefused => "silence_refused",
             HaltCode::HookFailed => "hook_failed",
             HaltCode::HookInterrupted => "hook_interrupted",
+            HaltCode::PoolUnavailable => "pool_unavailable",
             HaltCode::Unrecorded => "unrecorded",
         }
     }

@@ -377,6 +377,7 @@ mod tests {
                 ..Hooks::default()
             })),
             stage: None,
+            taint_next_wave: true,
         };
         let plan = PlanId::from_digest([7; 32]);
         Job {

@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ports::{
     ANNOTATION_CONFIG_VERSION, Component, ComponentArgs, ComponentImages, DrainOutcome, EtcdHealth,
-    ImageNamespace, KubeNode, MachineStage, NextBoot, NodeTarget, SnapshotInfo, StaticPod,
-    TalosNode, UpgradeMethod, VolumeAttachment,
+    ImageNamespace, KubeNode, MachineStage, NextBoot, NodeTaint, NodeTarget, SnapshotInfo,
+    StaticPod, TalosNode, UpgradeMethod, VolumeAttachment,
 };
 use super::removed::{RemovedSetting, removed_settings};
 use crate::desired::exclusion::{Change, free_from, holding};
@@ -57,6 +57,7 @@ mod kube_prechecks;
 pub mod model;
 pub mod observe;
 mod outcome;
+mod pacing;
 mod policy;
 mod resolve;
 mod silence;
@@ -74,6 +75,8 @@ use kube_prechecks::*;
 pub use model::*;
 pub use observe::*;
 use outcome::*;
+use pacing::*;
+pub use pacing::{cleanup_pending, pacing_taint};
 use policy::*;
 use resolve::*;
 use silence::*;
@@ -186,7 +189,11 @@ pub fn complete(
     let mut j = job.clone();
     let mut notes = Vec::new();
     match j.in_flight.clone() {
-        Some(intent) if &intent.key == key && !j.state.is_terminal() => {
+        // a terminal job still removes its pacing taints (`pacing::cleanup`)
+        Some(intent)
+            if &intent.key == key
+                && (!j.state.is_terminal() || intent.key.op == CommandOp::Untaint) =>
+        {
             apply(&mut j, &intent, outcome, false, now, &mut notes);
         }
         _ => notes.push(format!("ignored an outcome for {key}: not in flight")),

@@ -220,6 +220,11 @@ pub struct TalosStep {
     /// Shared per node and copied on write ([`Arc::make_mut`]): a transition copies only the
     /// nodes it changes, and comparing two jobs skips the nodes they share.
     pub nodes: Vec<Arc<NodeProgress>>,
+    /// The budget of the wave that started last (issue #35, pacing): `maxUnavailable` less the
+    /// nodes of the pool already unavailable when it was about to start. Absent in older
+    /// records (their waves used the whole `maxUnavailable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<WaveBudget>,
     /// Install-ahead batches settled so far (`rollout.stage: ahead`): the next batch's key
     /// attempt is this + 1.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -228,6 +233,25 @@ pub struct TalosStep {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// The budget of one wave (issue #35, pacing): how many of its nodes may be away at once,
+/// once the nodes of the pool that are already unavailable (NotReady, or cordoned by someone
+/// else) are counted against `maxUnavailable` (the control plane's one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveBudget {
+    /// The wave (0-based).
+    pub wave: usize,
+    /// Nodes of the wave that may be away at once.
+    pub slots: usize,
+    /// The nodes counted as already unavailable, with why (`w-3 (NotReady)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<String>,
+    /// When the wave's budget was first counted (a wave with no slot left waits from here,
+    /// for the pool's `healthTimeout`, then the job halts).
+    #[serde(with = "ts")]
+    pub since: Timestamp,
 }
 
 impl TalosStep {
@@ -246,6 +270,7 @@ impl TalosStep {
             rollout: Arc::new(rollout),
             nodes,
             stage_batches: 0,
+            budget: None,
         }
     }
     pub(super) fn control_plane(&self) -> bool {
@@ -374,9 +399,34 @@ pub struct NodeProgress {
     /// The silence of the node's expected alerts (issue #35), once its step asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence: Option<NodeSilence>,
+    /// medea's pacing taint on the node (issue #35), once the node was in the next wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<PacingTaint>,
     /// Its install ahead of the windows (`rollout.stage: ahead`, issue #36), once decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging: Option<Staging>,
+}
+
+/// medea's pacing taint on a node (issue #35): `medea.dev/upgrade-pending=<job id>:
+/// PreferNoSchedule`, put before the wave before the node's starts, removed once the node is
+/// done or the job ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum PacingTaint {
+    /// The apiserver took it: it must be removed before the job is over.
+    Placed,
+    /// Removed (or found gone).
+    Removed,
+    /// The apiserver refused it: the node went on untainted.
+    NotPlaced {
+        /// The refusal.
+        error: String,
+    },
+    /// Removing it failed definitely: it stays on the node until someone removes it.
+    Left {
+        /// The refusal.
+        error: String,
+    },
 }
 
 /// Where a node is with its install ahead of the maintenance windows (`rollout.stage: ahead`).
@@ -506,6 +556,7 @@ impl NodeProgress {
             rollback: None,
             silence: None,
             staging: None,
+            pacing: None,
         }
     }
     /// How the ports address the node.

@@ -37,6 +37,8 @@ pub struct Observations {
     pub snapshot: Option<Obs<Option<SnapshotInfo>>>,
     /// The `VolumeAttachment`s that name a node, by node name.
     pub volumes: BTreeMap<String, Obs<Vec<VolumeAttachment>>>,
+    /// Every Node of the cluster, by name (one list), if asked.
+    pub nodes: Option<Obs<BTreeMap<String, KubeNode>>>,
     /// The evaluations of the gates [`Needs::gates`] asked for (made now). A probe never
     /// fails: a source it cannot ask gives a failed evaluation.
     pub gates: BTreeMap<GatePoint, Vec<crate::rollout::ports::GateEvaluation>>,
@@ -59,6 +61,9 @@ impl Observations {
         }
         self.gates.extend(other.gates);
         self.volumes.extend(other.volumes);
+        if other.nodes.is_some() {
+            self.nodes = other.nodes;
+        }
     }
 }
 
@@ -85,6 +90,8 @@ pub struct Needs {
     pub gates: Option<GateAsk>,
     /// The `VolumeAttachment`s of these nodes, by node name.
     pub volumes: BTreeSet<String>,
+    /// Every Node of the cluster (one list).
+    pub nodes: bool,
 }
 
 impl Needs {
@@ -104,6 +111,7 @@ impl Needs {
             + usize::from(self.snapshot)
             + usize::from(self.gates.is_some())
             + self.volumes.len()
+            + usize::from(self.nodes)
     }
 }
 
@@ -189,6 +197,13 @@ impl<'a> Eyes<'a> {
         let s = seen(self.obs.volumes.get(node));
         if matches!(s, Seen::Missing) {
             self.missing.borrow_mut().volumes.insert(node.to_string());
+        }
+        s
+    }
+    pub(super) fn nodes(&self) -> Seen<'a, BTreeMap<String, KubeNode>> {
+        let s = seen(self.obs.nodes.as_ref());
+        if matches!(s, Seen::Missing) {
+            self.missing.borrow_mut().nodes = true;
         }
         s
     }

@@ -3,8 +3,12 @@
 use super::*;
 
 pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
-    if matches!(key.op, CommandOp::Silence | CommandOp::Unsilence) {
-        // counted by the node's silence (its renewals), not the phase's command
+    if matches!(
+        key.op,
+        CommandOp::Silence | CommandOp::Unsilence | CommandOp::Taint | CommandOp::Untaint
+    ) {
+        // counted by the node's silence (its renewals), not the phase's command; a taint
+        // call is idempotent and keeps its key
         return;
     }
     if key.op == CommandOp::Snapshot {
@@ -89,6 +93,9 @@ pub(super) fn apply(
     }
     if key.op == CommandOp::Stage {
         return staged_outcome(j, intent, outcome, now, notes);
+    }
+    if matches!(key.op, CommandOp::Taint | CommandOp::Untaint) {
+        return pacing_outcome(j, intent, outcome, notes);
     }
     match outcome {
         CommandOutcome::Transient { error } => {

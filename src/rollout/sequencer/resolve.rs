@@ -78,6 +78,19 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> 
                 Err(r) => r,
             }
         }
+        Action::Taint { node, .. } | Action::Untaint { node, .. } => {
+            // idempotent both ways: taken as done when the node shows it, else made again
+            let add = matches!(intent.action, Action::Taint { .. });
+            match look(
+                eyes.kube(node),
+                &format!("`{node}`"),
+                &format!("Kubernetes node `{node}`"),
+            ) {
+                Ok(k) if carries(j, &k.taints) == add => DONE,
+                Ok(_) => Resolution::Reissue,
+                Err(r) => r,
+            }
+        }
         Action::Cordon { node } | Action::Uncordon { node } => {
             let want = matches!(intent.action, Action::Cordon { .. });
             match look(

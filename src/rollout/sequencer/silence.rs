@@ -312,6 +312,7 @@ mod tests {
             health_timeout: Duration::from_secs(900),
             upgrade_attempts: 1,
             drain: DrainPolicy::default(),
+            taint_next_wave: true,
             waves: vec![vec![MachineTarget {
                 node: "w.1".into(),
                 id: "id-w1".into(),

@@ -27,6 +27,10 @@ pub(super) fn talos_step(
         if let Some(f) = unsilence_finished(j, si) {
             return f;
         }
+        // a node done: medea's pacing taint comes off it (issue #35)
+        if let Some(f) = untaint_finished(j, si) {
+            return f;
+        }
         // then the hooks after each node back and each wave done (issue #35)
         if let Some(f) = after_hooks(j, si) {
             return f;
@@ -65,6 +69,15 @@ pub(super) fn talos_step(
                 Flow::Done => {}
                 f => return f,
             }
+        }
+        // pacing (issue #35): the wave's budget counts the pool's nodes already away (the
+        // next wave's taints come before its first cordon, `talos_node`)
+        if members
+            .iter()
+            .all(|&i| talos_of(j, si).nodes[i].phase == NodePhase::Pending)
+            && let Err(f) = wave_budget(j, si, wave, eyes, now, notes)
+        {
+            return f;
         }
         // before the wave starts: the pool's beforeWave hooks (issue #35)
         let ts = talos_of(j, si);
@@ -326,17 +339,23 @@ pub(super) fn talos_node(
             NodePhase::Pulled => {
                 let ts = talos_of(j, si);
                 let away = ts.nodes.iter().filter(|n| n.phase.away()).count();
-                if away >= ts.capacity() {
+                // the wave's budget: maxUnavailable less the pool's nodes already away
+                if away >= slots(ts, ts.nodes[i].wave) {
                     return Flow::Poll(
                         PollWhy::Waiting,
                         format!("{}: waiting, {away} node(s) already away", v.name),
                     );
                 }
-                // the pool's beforeNode hooks, then its expected alerts silenced, before
-                // the cordon (issue #35)
+                // before the wave's first cordon, the next wave's pacing taints (issue #35):
+                // inside the window the node started in, before anything is evicted
+                if let Some(f) = taint_next_wave(j, si, talos_of(j, si).nodes[i].wave) {
+                    return f;
+                }
+                // the pool's beforeNode hooks, before the cordon (issue #35)
                 if let Some(f) = before_node_hook(j, si, i) {
                     return f;
                 }
+                // its expected alerts silenced before the cordon (issue #35)
                 if let Some(f) = silence_before_cordon(j, si, i, now) {
                     return f;
                 }

@@ -283,6 +283,22 @@ pub struct KubeCounters {
     pub reconciles: u64,
 }
 
+/// One thing the simulated cluster recorded ([`KubeSim::history`]), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterRecord {
+    /// A Node became unschedulable.
+    Cordoned(String),
+    /// A Node became schedulable again.
+    Uncordoned(String),
+    /// The scheduler bound a pod (`namespace/name`) to a node.
+    Bound {
+        /// The pod.
+        pod: String,
+        /// The node.
+        node: String,
+    },
+}
+
 /// A pod as the control handle reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimPod {
@@ -781,6 +797,33 @@ impl KubeSim {
             .into_iter()
             .filter(|p| p.node.as_deref() == Some(node))
             .collect()
+    }
+
+    /// The latest cordons, uncordons and pod bindings, in order (a test's record).
+    pub fn history(&self) -> Vec<ClusterRecord> {
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        c.history.iter().cloned().collect()
+    }
+
+    /// The node's taints (`key=value:effect`), if it exists.
+    pub fn taints(&self, node: &str) -> Option<Vec<String>> {
+        let mut c = self.cluster();
+        c.reconcile(Instant::now(), jiff::Timestamp::now());
+        let n = c.store.get(&resources::NODES, "", node)?;
+        Some(
+            n.pointer("/spec/taints")
+                .and_then(Value::as_array)
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+                            format!("{}={}:{}", s("key"), s("value"), s("effect"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        )
     }
 
     /// Whether the node is cordoned (`spec.unschedulable`), if it exists.

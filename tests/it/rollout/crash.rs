@@ -15,6 +15,8 @@ pub struct Summary {
     pub snapshots: u32,
     /// Accepted mutating calls, for failure messages.
     pub log: Vec<String>,
+    /// Nodes that still carry medea's pacing taint (`medea.dev/upgrade-pending`, issue #35).
+    pub tainted: Vec<String>,
 }
 
 /// A cluster that survives the child's death, and how to run the child against it.
@@ -83,6 +85,16 @@ impl CrashWorld for FakeWorld {
                 })
                 .collect(),
             snapshots: s.snapshots,
+            tainted: s
+                .nodes
+                .iter()
+                .filter(|(_, n)| {
+                    n.taints
+                        .iter()
+                        .any(|t| t.key == medea::rollout::ports::PACING_TAINT_KEY)
+                })
+                .map(|(k, _)| k.clone())
+                .collect(),
             log: s.log,
         }
     }
@@ -191,6 +203,12 @@ pub fn check<W: CrashWorld>(w: &W, what: &str) {
         assert_eq!(*reboots, 1, "{what}: {name} Reboot calls\n{:#?}", s.log);
     }
     assert_eq!(s.snapshots, 1, "{what}: one snapshot");
+    assert!(
+        s.tainted.is_empty(),
+        "{what}: pacing taints left on {:?}\n{:#?}",
+        s.tainted,
+        s.log
+    );
     let store = FjallStore::open(&w.store()).unwrap();
     let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
     assert_eq!(jobs.len(), 1);

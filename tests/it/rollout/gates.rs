@@ -229,6 +229,9 @@ async fn a_halt_request_stops_before_the_next_mutating_command_and_for_good() {
     );
     let log = w.state().log;
     assert_eq!(log.last().unwrap(), "drain w-1", "{log:#?}");
+    // the pacing taint of the next wave's w-2 (issue #35) was removed once the job halted
+    assert_eq!(w.state().pacing_log, ["taint w-2", "untaint w-2"]);
+    assert!(w.state().nodes["w-2"].taints.is_empty());
     assert_eq!(w.state().nodes["w-1"].counters.upgrade, 0);
     let job = w.job();
     assert!(matches!(&job.state, JobState::Halted { step: Some(0), .. }));
@@ -291,7 +294,8 @@ async fn maintenance_windows_gate_the_start_of_each_node() {
     let first_intent = |node: &str, ahead: bool| {
         w.journal()
             .into_iter()
-            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node) && (key.op == CommandOp::PullAhead) == ahead))
+            // its own lifecycle's intents (the pacing taint it gets as the next wave aside)
+            .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some(node) && (key.op == CommandOp::PullAhead) == ahead && !matches!(key.op, CommandOp::Taint | CommandOp::Untaint)))
             .unwrap()
             .at
     };
@@ -312,6 +316,17 @@ async fn maintenance_windows_gate_the_start_of_each_node() {
     assert!(
         w2 >= friday && w2 < friday.checked_add(Duration::from_secs(60)).unwrap(),
         "w-2 started at {w2}: the window had closed"
+    );
+    // w-2's pacing taint came with w-1's turn, inside Thursday's window too
+    let taint = w
+        .journal()
+        .into_iter()
+        .find(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.node.as_deref() == Some("w-2") && key.op == CommandOp::Taint))
+        .unwrap()
+        .at;
+    assert!(
+        taint >= thursday && taint < thursday.checked_add(Duration::from_secs(60)).unwrap(),
+        "w-2 tainted at {taint}"
     );
     assert_rolled(&w.state(), TO, 1);
 }

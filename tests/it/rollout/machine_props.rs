@@ -52,6 +52,9 @@ fn observe(fake: &FakeCluster, needs: &Needs, snap: &Option<SnapshotInfo>) -> Ob
         o.volumes
             .insert(n.clone(), fake.kube_volume_attachments(n).map_err(obs_err));
     }
+    if needs.nodes {
+        o.nodes = Some(fake.kube_nodes().map_err(obs_err));
+    }
     if needs.snapshot {
         o.snapshot = Some(Ok(snap.clone()));
     }
@@ -74,6 +77,8 @@ fn fake_op(op: CommandOp) -> &'static str {
         CommandOp::Unsilence => "unsilence",
         CommandOp::Hook => "hook",
         CommandOp::Stage => "upgrade",
+        CommandOp::Taint => "taint",
+        CommandOp::Untaint => "untaint",
     }
 }
 
@@ -119,6 +124,12 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
             .and_then(|m| fake.kube_apply(&m, *legacy))
             .map(|()| CommandOutcome::Done),
         // the property model's plans silence nothing
+        Action::Taint { node, taint } => fake
+            .kube_taint(node, taint, true)
+            .map(|()| CommandOutcome::Done),
+        Action::Untaint { node, taint } => fake
+            .kube_taint(node, taint, false)
+            .map(|()| CommandOutcome::Done),
         Action::Silence { .. } | Action::Unsilence { .. } => {
             panic!("a plan without a silence policy made {cmd:?}")
         }

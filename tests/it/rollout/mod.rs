@@ -142,6 +142,7 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
         health_timeout: Duration::from_secs(900),
         upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
         drain: medea::desired::model::DrainPolicy::default(),
+        taint_next_wave: true,
         waves: waves
             .iter()
             .map(|w| {

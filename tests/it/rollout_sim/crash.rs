@@ -105,6 +105,17 @@ impl CrashWorld for SimWorld {
         Summary {
             nodes,
             snapshots: self.sim.snapshots() as u32,
+            tainted: self
+                .sim
+                .names
+                .iter()
+                .filter(|n| {
+                    self.sim.kube.taints(n).unwrap().iter().any(|t| {
+                        t.starts_with(&format!("{}=", medea::rollout::ports::PACING_TAINT_KEY))
+                    })
+                })
+                .cloned()
+                .collect(),
             log,
         }
     }

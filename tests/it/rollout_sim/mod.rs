@@ -15,7 +15,7 @@
 //!
 //! This file holds the simulator world and the helpers the subjects (and `kube_sim`,
 //! `rollout_health`, `ha`) share; each subject is a module: [`observations`], [`faults`],
-//! [`drain`], [`coming_back`], [`crash`], [`machine_config`] and [`stage`].
+//! [`drain`], [`coming_back`], [`crash`], [`machine_config`], [`stage`] and [`pacing`].
 
 mod coming_back;
 mod crash;
@@ -23,6 +23,7 @@ mod drain;
 mod faults;
 mod machine_config;
 mod observations;
+mod pacing;
 mod stage;
 mod volumes;
 
@@ -204,6 +205,7 @@ impl Sim {
             health_timeout: Duration::from_secs(timeouts.1),
             upgrade_attempts: medea::desired::model::DEFAULT_UPGRADE_ATTEMPTS,
             drain: medea::desired::model::DrainPolicy::default(),
+            taint_next_wave: true,
             waves: waves
                 .iter()
                 .map(|w| {

@@ -342,6 +342,25 @@ pub(super) fn patch(
         .get(rt, ns, name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(rt, name))?;
+    // a patch that names a resourceVersion is a conditional update (apiserver
+    // `registry/generic/registry/store.go` `Update`: a non-zero resourceVersion that differs
+    // from the stored one is a 409 Conflict), how a client changes a list such as a Node's
+    // taints without losing a concurrent writer's change
+    if let Some(rv) = patch
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|rv| !rv.is_empty())
+        && Some(rv)
+            != existing
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+    {
+        return Err(ApiError::conflict(
+            rt,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
     let mut next = existing.clone();
     apply::merge_patch(&mut next, &patch);
     if name_of(&next) != name || ns_of(&next) != ns {

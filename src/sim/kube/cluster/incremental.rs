@@ -906,7 +906,9 @@ impl KubeSide {
             }
             let choice = candidates
                 .into_iter()
-                .min_by_key(|n| super::scheduler::spread_key(&load, owner.as_ref(), &n.name))
+                .min_by_key(|n| {
+                    super::scheduler::spread_key(&load, owner.as_ref(), &tolerations, n)
+                })
                 .map(|n| (n.name.clone(), n.address.clone()));
             let nodes = self.inc.views.len();
             self.place(

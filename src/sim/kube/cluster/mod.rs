@@ -208,7 +208,14 @@ pub(crate) struct KubeSide {
     custom: Vec<&'static ResourceType>,
     /// CRDs whose names were accepted, by name: when the establishing controller takes them.
     crd_due: BTreeMap<String, Instant>,
+    /// The latest cordons, uncordons and bindings, in order (a test's record of what
+    /// happened, e.g. where evicted pods landed while which node was cordoned); the oldest
+    /// go beyond [`HISTORY_CAP`].
+    pub history: std::collections::VecDeque<super::ClusterRecord>,
 }
+
+/// How many [`KubeSide::history`] records are kept.
+pub(crate) const HISTORY_CAP: usize = 20_000;
 
 #[allow(
     clippy::expect_used,
@@ -330,7 +337,16 @@ impl KubeSide {
             full_only: false,
             custom: Vec::new(),
             crd_due: BTreeMap::new(),
+            history: Default::default(),
         }
+    }
+
+    /// Remember `r` in [`KubeSide::history`].
+    pub(crate) fn record(&mut self, r: super::ClusterRecord) {
+        if self.history.len() >= HISTORY_CAP {
+            self.history.pop_front();
+        }
+        self.history.push_back(r);
     }
 
     pub fn timing(&self) -> Timing {

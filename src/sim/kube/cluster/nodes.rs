@@ -383,6 +383,7 @@ impl KubeSide {
         if !unschedulable {
             overlay.cordoned_since = None;
         }
+        let flipped = overlay.unschedulable != unschedulable;
         overlay.unschedulable = unschedulable;
         overlay.taints = spec
             .taints
@@ -410,6 +411,13 @@ impl KubeSide {
             .filter(|(k, v)| derived.get(k) != Some(v))
             .collect();
         overlay.annotations = node.metadata.annotations.unwrap_or_default();
+        if flipped {
+            self.record(if unschedulable {
+                super::super::ClusterRecord::Cordoned(name.to_string())
+            } else {
+                super::super::ClusterRecord::Uncordoned(name.to_string())
+            });
+        }
         self.sync_nodes_after_patch(name, wall);
         Ok(self
             .store

@@ -1,5 +1,7 @@
-//! The scheduler: binds pending pods to nodes whose taints they tolerate and whose labels match
-//! their nodeSelector, spreading them over the least-loaded nodes.
+//! The scheduler: binds pending pods to nodes whose `NoSchedule`/`NoExecute` taints they
+//! tolerate and whose labels match their nodeSelector, preferring nodes with fewer
+//! `PreferNoSchedule` taints they do not tolerate, then spreading them over the least-loaded
+//! nodes (design/sim.md cites upstream's TaintToleration plugin).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,17 +19,34 @@ use crate::sim::kube::store::{k8s_time, uid_of};
 /// Per node: the pods bound to it (not terminating), and how many of each controller (by uid).
 pub(super) type Load = HashMap<String, (usize, HashMap<String, usize>)>;
 
-/// The scheduler's preference among feasible nodes (smallest first): fewest pods of the same
-/// controller, then fewest pods, then the name.
+/// The scheduler's preference among feasible nodes (smallest first): fewest `PreferNoSchedule`
+/// taints the pod does not tolerate (upstream's TaintToleration score plugin, which never
+/// excludes such a node: with no other node feasible the pod still lands on it), then fewest
+/// pods of the same controller, then fewest pods, then the name.
 pub(super) fn spread_key(
     load: &Load,
     owner: Option<&String>,
-    node: &str,
-) -> (usize, usize, String) {
-    let (total, same) = load.get(node).map_or((0, 0), |(total, by)| {
+    tolerations: &[Toleration],
+    node: &NodeView,
+) -> (usize, usize, usize, String) {
+    let (total, same) = load.get(&node.name).map_or((0, 0), |(total, by)| {
         (*total, owner.and_then(|o| by.get(o)).copied().unwrap_or(0))
     });
-    (same, total, node.to_string())
+    (
+        intolerable_preferences(tolerations, node),
+        same,
+        total,
+        node.name.clone(),
+    )
+}
+
+/// How many of the node's `PreferNoSchedule` taints the pod does not tolerate (upstream
+/// `countIntolerableTaintsPreferNoSchedule`: only tolerations with that effect, or none, count).
+pub(super) fn intolerable_preferences(tolerations: &[Toleration], node: &NodeView) -> usize {
+    node.taints
+        .iter()
+        .filter(|t| t.effect == "PreferNoSchedule" && !tolerates(tolerations, t))
+        .count()
 }
 
 impl KubeSide {
@@ -56,6 +75,18 @@ impl KubeSide {
                 if let Some(o) = owner {
                     *l.1.entry(o.clone()).or_default() += 1;
                 }
+                self.record(crate::sim::kube::ClusterRecord::Bound {
+                    pod: format!(
+                        "{}/{}",
+                        pod.pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                        pod.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                    ),
+                    node: node.to_string(),
+                });
                 next["spec"]["nodeName"] = json!(node);
                 next["status"]["hostIP"] = json!(address);
                 next["status"]["conditions"] =
@@ -172,7 +203,7 @@ impl KubeSide {
             let choice = nodes
                 .iter()
                 .filter(|n| can_schedule(&tolerations, &selector, n))
-                .min_by_key(|n| spread_key(&load, owner.as_ref(), &n.name))
+                .min_by_key(|n| spread_key(&load, owner.as_ref(), &tolerations, n))
                 .map(|n| (n.name.as_str(), n.address.as_str()));
             self.place(
                 pod,
