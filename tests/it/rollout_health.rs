@@ -544,9 +544,12 @@ async fn the_soak_needs_every_gate_passing_continuously_and_a_flap_restarts_it()
 
 #[tokio::test(start_paused = true)]
 async fn a_node_cordoned_before_its_step_stays_cordoned() {
+    // maxUnavailable 2: w-1, left cordoned after its own wave, is a node "cordoned by someone
+    // else" that takes one slot of wave 2's budget (issue #35 item 4); with a budget of 1 the
+    // job would wait for it and halt `pool_unavailable` instead
     let w = health_world(
         FakeCluster::new(&specs(0, 2, FROM, KUBE)),
-        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 2)],
         None,
         None,
     );
@@ -566,6 +569,32 @@ async fn a_node_cordoned_before_its_step_stays_cordoned() {
     let job = w.job();
     assert!(matches!(job.state, JobState::Succeeded { .. }));
     let _ = (CLUSTER, t0());
+}
+
+/// The same node left cordoned by its operator, with a budget of one: it is a node of the pool
+/// cordoned by someone else, so wave 2 has no slot, waits, and halts `pool_unavailable` naming
+/// it, having touched nothing of wave 2 (issue #35 item 4).
+#[tokio::test(start_paused = true)]
+async fn a_node_left_cordoned_by_its_operator_takes_the_next_waves_only_slot() {
+    let w = health_world(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        |f| vec![talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1)],
+        None,
+        None,
+    );
+    w.fake
+        .edit(|s| s.nodes.get_mut("w-1").unwrap().cordoned = true);
+    let out = w.executor().run(&w.job).await.unwrap();
+    let RunOutcome::Halted { reason, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason.code(), HaltCode::PoolUnavailable, "{reason}");
+    assert!(reason.to_string().contains("w-1 cordoned"), "{reason}");
+    let s = w.state();
+    assert_eq!(s.nodes["w-1"].version, tv(TO));
+    assert!(s.nodes["w-1"].cordoned);
+    assert_eq!(s.nodes["w-2"].version, tv(FROM), "wave 2 untouched");
+    assert_eq!(s.nodes["w-2"].counters.cordon, 0, "{:#?}", s.log);
 }
 
 // crash harness: a child medea killed at every journal point of a rollout whose gate fails
