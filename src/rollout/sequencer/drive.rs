@@ -119,7 +119,7 @@ fn settle(
     now: Timestamp,
     notes: &mut Vec<String>,
 ) -> Option<Next> {
-    match resolve(j, intent, eyes, now) {
+    match resolve(j, intent, eyes) {
         Resolution::Done { outcome, rebooted } => {
             notes.push(format!(
                 "{}: resolved by observation: it took effect",

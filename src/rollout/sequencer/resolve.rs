@@ -53,8 +53,7 @@ const REBOOTED: Resolution = Resolution::Done {
     rebooted: true,
 };
 
-pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes, now: Timestamp) -> Resolution {
-    let _ = now;
+pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes) -> Resolution {
     match &intent.action {
         // a hook whose result was lost runs again only when it is idempotent (issue #35)
         Action::Hook { .. } => hook_resolution(intent),
