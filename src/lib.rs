@@ -25,6 +25,7 @@ pub mod ops;
 pub mod plan;
 pub mod private_file;
 #[warn(missing_docs)]
+pub mod rehearsal;
 pub mod rollout;
 pub mod secret;
 pub mod server;

@@ -9,6 +9,7 @@
 //! about it changes ([`ObservedCluster::observe`]); plans record the generations they were
 //! computed from, so any observed change makes them stale.
 
+pub mod census;
 pub mod file;
 pub mod preflight;
 
