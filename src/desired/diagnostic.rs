@@ -144,4 +144,7 @@ pub mod codes {
     pub const BACKUP: &str = "medea::desired::backup";
     /// A bad `hooks:` entry (name, timeout, kind, URL, credential, Job template).
     pub const HOOKS: &str = "medea::desired::hooks";
+    /// A setting that does nothing where it is written (a warning: `stageParallelism`
+    /// without `stage: ahead`).
+    pub const NO_EFFECT: &str = "medea::desired::no-effect";
 }

@@ -635,6 +635,7 @@ pub fn validate(
                     pool_into(&mut own, &mut cluster, inputs, i, &owner);
                 }
                 check_order(&mut own, &cluster, declared);
+                check_stage_parallelism(&mut own, &cluster, inputs, at, pool_inputs);
                 Group {
                     key: GroupKey {
                         cluster: id,
@@ -1335,6 +1336,90 @@ fn clone_spanned(s: &Spanned<String>) -> Spanned<String> {
 }
 
 /// `after:` references exist, are acyclic, and never put control plane after workers.
+/// `rollout.stageParallelism` only bounds installs ahead (`stage: ahead`): written where
+/// nothing stages, it has no effect, and a warning says so where it is written. A pool's is
+/// without effect when the pool does not stage; the cluster's when no pool of it stages with
+/// the cluster's value (a pool that stages and sets its own does not use it).
+fn check_stage_parallelism(
+    ctx: &mut Ctx,
+    cluster: &Cluster,
+    inputs: &[Input<'_>],
+    at: usize,
+    pool_inputs: &[usize],
+) {
+    let help = "set `rollout.stage: ahead` here (or on the cluster), or remove `stageParallelism`";
+    fn set_here(spec: Option<&RolloutSpec>) -> Option<&Spanned<u32>> {
+        spec.and_then(|r| r.stage_parallelism.as_ref())
+            .filter(|n| (1..=MAX_STAGE_PARALLELISM).contains(&n.value))
+    }
+    let mut cluster_value_used = false;
+    for &i in pool_inputs {
+        let DocRef::NodePool(p) = inputs[i].kind() else {
+            continue;
+        };
+        // a pool that did not validate has its own diagnostics
+        let Some(pool) = cluster.pools.get(&p.metadata.name.value) else {
+            continue;
+        };
+        let own = set_here(p.spec.rollout.as_ref());
+        let stages = pool.rollout.stage == Stage::Ahead;
+        let cp = pool.role == Role::Controlplane;
+        if stages && !cp && own.is_none() {
+            cluster_value_used = true;
+        }
+        if let Some(n) = own
+            && stages
+            && cp
+        {
+            ctx.err(
+                Diagnostic::warning(
+                    codes::NO_EFFECT,
+                    inputs[i].doc.origin(&n.referenced),
+                    format!(
+                        "`stageParallelism` has no effect: control-plane pool `{}` installs ahead one node at a time, after the etcd snapshot",
+                        p.metadata.name.value
+                    ),
+                )
+                .with_help("remove `stageParallelism` from the control-plane pool"),
+            );
+        }
+        if let Some(n) = own
+            && !stages
+        {
+            ctx.err(
+                Diagnostic::warning(
+                    codes::NO_EFFECT,
+                    inputs[i].doc.origin(&n.referenced),
+                    format!(
+                        "`stageParallelism` has no effect: pool `{}` does not stage (its `rollout.stage` is `inWindow`), so nothing installs ahead",
+                        p.metadata.name.value
+                    ),
+                )
+                .with_help(help),
+            );
+        }
+    }
+    let DocRef::Cluster(c) = inputs[at].kind() else {
+        return;
+    };
+    if let Some(n) = set_here(c.spec.rollout.as_ref())
+        && cluster.rollout.stage != Stage::Ahead
+        && !cluster_value_used
+    {
+        ctx.err(
+            Diagnostic::warning(
+                codes::NO_EFFECT,
+                inputs[at].doc.origin(&n.referenced),
+                format!(
+                    "`stageParallelism` has no effect: cluster `{}` does not stage (its `rollout.stage` is `inWindow`) and no pool of it stages with this value",
+                    c.metadata.name.value
+                ),
+            )
+            .with_help(help),
+        );
+    }
+}
+
 fn check_order(ctx: &mut Ctx, cluster: &Cluster, declared: &BTreeSet<&str>) {
     for pool in cluster.pools.values() {
         for a in &pool.after {

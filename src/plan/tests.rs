@@ -2492,6 +2492,122 @@ fn a_staged_pool_names_its_nodes_warns_of_any_reboot_and_changes_the_plan_id() {
     assert!(!render::text(&p, Default::default()).contains("WARNING"));
 }
 
+/// The diagnostics of cluster `c1` (with `cluster_extra`) and the pool documents `pools`.
+fn diagnostics_of_pools(cluster_extra: &str, pools: &[String]) -> Vec<Diagnostic> {
+    let snap = Snapshot {
+        files: vec![
+            SourceFile {
+                path: "c1.yaml".into(),
+                bytes: cluster_doc("c1", "v1.34.1", cluster_extra)
+                    .into_bytes()
+                    .into(),
+            },
+            SourceFile {
+                path: "pools.yaml".into(),
+                bytes: pools.concat().into_bytes().into(),
+            },
+        ],
+        markers: Vec::new(),
+        commit: None,
+        refused: Vec::new(),
+    };
+    parse_snapshot(snap).diagnostics
+}
+
+/// The text of the line a diagnostic points at.
+fn line_at(text: &str, d: &Diagnostic) -> String {
+    text.lines()
+        .nth(d.origin.line - 1)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Issue #36: `stageParallelism` where nothing stages is a warning at the field, saying it has
+/// no effect; where it bounds an install ahead, nothing is said.
+#[test]
+fn stage_parallelism_without_stage_ahead_is_a_warning_where_it_is_written() {
+    use crate::desired::diagnostic::codes::NO_EFFECT;
+    // a pool's, without `stage: ahead` on it or its cluster
+    let pool_extra = "  rollout:\n    stageParallelism: 3\n";
+    let d = diagnostics_of("", pool_extra);
+    let e = only(&d, NO_EFFECT);
+    assert!(!e.is_error(), "a warning, not an error: {e:?}");
+    assert_eq!(e.origin.file, "pools.yaml");
+    assert!(
+        e.message
+            .contains("`stageParallelism` has no effect: pool `a` does not stage"),
+        "{e:?}"
+    );
+    let text = pool_doc("a", "worker", "w-1", "v1.13.9", pool_extra);
+    assert!(line_at(&text, &e).contains("stageParallelism: 3"), "{e:?}");
+    // a cluster's, when no pool stages with it
+    let cluster_extra = "  rollout:\n    stageParallelism: 4\n";
+    let d = diagnostics_of(cluster_extra, "");
+    let e = only(&d, NO_EFFECT);
+    assert_eq!(e.origin.file, "c1.yaml");
+    assert!(e.message.contains("cluster `c1` does not stage"), "{e:?}");
+    let text = cluster_doc("c1", "v1.34.1", cluster_extra);
+    assert!(line_at(&text, &e).contains("stageParallelism: 4"), "{e:?}");
+    // in effect: no warning
+    for (c, p) in [
+        (
+            "",
+            "  rollout:\n    stage: ahead\n    stageParallelism: 3\n",
+        ),
+        (
+            "  rollout:\n    stage: ahead\n",
+            "  rollout:\n    stageParallelism: 3\n",
+        ),
+        (
+            "  rollout:\n    stageParallelism: 4\n",
+            "  rollout:\n    stage: ahead\n",
+        ),
+        (
+            "  rollout:\n    stage: ahead\n    stageParallelism: 4\n",
+            "",
+        ),
+    ] {
+        let d = diagnostics_of(c, p);
+        assert!(
+            d.iter().all(|d| d.code != NO_EFFECT),
+            "cluster {c:?}, pool {p:?}: {d:#?}"
+        );
+    }
+    // a pool that stages with its own value leaves the cluster's unused
+    let d = diagnostics_of(
+        "  rollout:\n    stageParallelism: 4\n",
+        "  rollout:\n    stage: ahead\n    stageParallelism: 3\n",
+    );
+    assert_eq!(only(&d, NO_EFFECT).origin.file, "c1.yaml");
+    // a pool that turns staging off under a staging cluster: its value is unused
+    let d = diagnostics_of(
+        "  rollout:\n    stage: ahead\n",
+        "  rollout:\n    stage: inWindow\n    stageParallelism: 3\n",
+    );
+    assert_eq!(only(&d, NO_EFFECT).origin.file, "pools.yaml");
+    // a control-plane pool installs ahead one node at a time whatever it says
+    let cp = pool_doc(
+        "cp",
+        "controlplane",
+        "cp-1",
+        "v1.13.9",
+        "  rollout:\n    stage: ahead\n    stageParallelism: 3\n",
+    );
+    let d = diagnostics_of_pools("", &[cp]);
+    let e = only(&d, NO_EFFECT);
+    assert!(e.message.contains("one node at a time"), "{e:?}");
+    // and does not use the cluster's value either
+    let cp = pool_doc(
+        "cp",
+        "controlplane",
+        "cp-1",
+        "v1.13.9",
+        "  rollout:\n    stage: ahead\n",
+    );
+    let d = diagnostics_of_pools("  rollout:\n    stageParallelism: 4\n", &[cp]);
+    assert_eq!(only(&d, NO_EFFECT).origin.file, "c1.yaml");
+}
+
 #[test]
 fn a_bad_stage_or_stage_parallelism_is_refused_where_it_is_written() {
     let d = diagnostics_of("", "  rollout:\n    stageParallelism: 0\n");
