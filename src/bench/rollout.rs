@@ -15,6 +15,11 @@
 //!   reboot (the simulator's reboot timing; on the fakes a [`Delayed`] Talos port answers
 //!   UNAVAILABLE until then), nodes of a wave are away together, and the ideal is
 //!   `waves × delay`.
+//!
+//! And, for issue #36 item 6, [`window`]: the window time (first cordon → last uncordon, read
+//! from the job's journal) of a pool that stages its installs ahead (`rollout.stage: ahead`)
+//! against the same pool upgraded inside the window, on the simulator with fixed pull,
+//! install and reboot delays.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -28,7 +33,9 @@ use crate::desired::Revision;
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::plan::estimate::{DEFAULTS, Estimate, HISTORY_JOBS, History, JobSamples, estimate};
 use crate::plan::stored::{CURRENT_KEY, CurrentPlan};
-use crate::plan::{Basis, ClusterPlan, MachineTarget, Plan, PlanId, Step, TalosRollout};
+use crate::plan::{
+    Basis, ClusterPlan, MachineTarget, Plan, PlanId, StageAhead, Step, TalosRollout,
+};
 #[cfg(feature = "fakes")]
 use crate::rollout::fake::{FakeCluster, FakeNodeSpec};
 use crate::rollout::journal::{JournalEntry, entries_prefix};
@@ -193,6 +200,15 @@ pub struct RolloutReport {
     pub samples: JobSamples,
     /// The plan the job ran.
     pub plan: Option<Arc<ClusterPlan>>,
+    /// The job's window time as its journal recorded it: first cordon intent to last
+    /// uncordon result (`rollout::history::window`).
+    pub window: Option<Duration>,
+    /// The job's installs ahead of the window, first `stage` intent to last `stage` result
+    /// (`rollout::history::staging`); `None` when it staged nothing.
+    pub staging: Option<Duration>,
+    /// Boots per node, fewest and most (the simulator's counters; zero on the fakes, which
+    /// do not count them).
+    pub boots_per_node: (u64, u64),
 }
 
 impl RolloutReport {
@@ -250,14 +266,14 @@ fn observed(nodes: &[NodeFacts]) -> ObservedCluster {
     clippy::expect_used,
     reason = "a constant version literal that parses (unit tests build the same values)"
 )]
-fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
+fn step(pool: &str, nodes: &[&NodeFacts], max: u32, stage: Option<StageAhead>) -> Step {
     let role = if nodes[0].control_plane {
         MachineRole::Controlplane
     } else {
         MachineRole::Worker
     };
     Step::Talos(TalosRollout {
-        stage: None,
+        stage,
         health: None,
         silence: None,
         hooks: None,
@@ -291,17 +307,22 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32) -> Step {
 }
 
 /// A fresh fjall store in `dir` holding the cluster and one job rolling all of `nodes`
-/// (control planes one at a time, workers `max` at a time).
-fn install(dir: &Path, nodes: &[NodeFacts], max: u32) -> Result<Installed, BenchError> {
+/// (control planes one at a time, workers `max` at a time; both staging ahead with `stage`).
+fn install(
+    dir: &Path,
+    nodes: &[NodeFacts],
+    max: u32,
+    stage: Option<StageAhead>,
+) -> Result<Installed, BenchError> {
     let obs = observed(nodes);
     let cp: Vec<&NodeFacts> = nodes.iter().filter(|n| n.control_plane).collect();
     let w: Vec<&NodeFacts> = nodes.iter().filter(|n| !n.control_plane).collect();
     let mut steps = Vec::new();
     if !cp.is_empty() {
-        steps.push(step("controlplane", &cp, 1));
+        steps.push(step("controlplane", &cp, 1, stage.clone()));
     }
     if !w.is_empty() {
-        steps.push(step("workers", &w, max));
+        steps.push(step("workers", &w, max, stage));
     }
     let waves = steps
         .iter()
@@ -378,8 +399,15 @@ struct Installed {
     plan: Arc<ClusterPlan>,
 }
 
-/// The samples of finished job `id`, read back from its journal.
-fn samples_of(store: &dyn Store, id: &crate::rollout::JobId) -> Result<JobSamples, BenchError> {
+/// What finished job `id`'s journal says: its samples, window time and staging time.
+struct JournalFacts {
+    samples: JobSamples,
+    window: Option<Duration>,
+    staging: Option<Duration>,
+}
+
+/// [`JournalFacts`] of finished job `id`, read back from its journal.
+fn journal_of(store: &dyn Store, id: &crate::rollout::JobId) -> Result<JournalFacts, BenchError> {
     let job = crate::ops::jobs::load_job(store, id)
         .map_err(store_err)?
         .ok_or_else(|| BenchError::Rollout {
@@ -391,7 +419,11 @@ fn samples_of(store: &dyn Store, id: &crate::rollout::JobId) -> Result<JobSample
         .into_iter()
         .map(|(_, e)| e)
         .collect();
-    Ok(crate::rollout::history::samples(&job, &entries))
+    Ok(JournalFacts {
+        samples: crate::rollout::history::samples(&job, &entries),
+        window: crate::rollout::history::window(&entries),
+        staging: crate::rollout::history::staging(&entries),
+    })
 }
 
 /// Where the rollout runs.
@@ -467,7 +499,21 @@ pub fn run(
                    (cargo build --release --features fakes); `--backend sim` runs in any build"
                 .to_string(),
         }),
-        Backend::Sim => rt.block_on(run_sim(dir, cfg, cps, workers, max, delay, poll)),
+        Backend::Sim => rt.block_on(run_sim(
+            dir,
+            cfg,
+            cps,
+            workers,
+            max,
+            SimJob {
+                delays: SimDelays {
+                    reboot: delay,
+                    ..SimDelays::default()
+                },
+                stage: None,
+            },
+            poll,
+        )),
     }
 }
 
@@ -527,6 +573,9 @@ fn report(
         max_upgrades_per_node: max_upgrades,
         samples: JobSamples::default(),
         plan: None,
+        window: None,
+        staging: None,
+        boots_per_node: (0, 0),
     })
 }
 
@@ -572,7 +621,7 @@ fn run_fakes(
         job,
         waves,
         plan,
-    } = install(dir, &facts, max)?;
+    } = install(dir, &facts, max, None)?;
     let store_dyn: Arc<dyn Store> = store;
     let exec = Executor::new(
         store_dyn.clone(),
@@ -583,7 +632,7 @@ fn run_fakes(
     );
     let wall = rt.block_on(timed_run(&exec, &job))?;
     let s = fake.state();
-    let samples = samples_of(store_dyn.as_ref(), &job)?;
+    let journal = journal_of(store_dyn.as_ref(), &job)?;
     report(
         s.nodes.iter().map(|(name, n)| {
             (
@@ -598,10 +647,30 @@ fn run_fakes(
         exec.commits(),
     )
     .map(|r| RolloutReport {
-        samples,
+        samples: journal.samples,
+        window: journal.window,
+        staging: journal.staging,
         plan: Some(plan),
         ..r
     })
+}
+
+/// The simulator's fixed per-node delays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimDelays {
+    /// An image pull (`timing.imagePull`).
+    pub pull: Duration,
+    /// A `LifecycleService.Upgrade`'s install (`timing.install`).
+    pub install: Duration,
+    /// How long a node is away after its reboot (`timing.reboot`).
+    pub reboot: Duration,
+}
+
+/// What a simulator run varies besides its size: the delays, and whether the pool stages.
+#[derive(Debug, Clone, Default)]
+struct SimJob {
+    delays: SimDelays,
+    stage: Option<StageAhead>,
 }
 
 #[allow(
@@ -614,7 +683,7 @@ async fn run_sim(
     cps: usize,
     workers: usize,
     max: u32,
-    delay: Duration,
+    SimJob { delays, stage }: SimJob,
     poll: Duration,
 ) -> Result<RolloutReport, BenchError> {
     let version = TalosVersion::parse(FROM).expect("literal");
@@ -622,7 +691,9 @@ async fn run_sim(
     // The simulator needs a control plane; a workers-only run leaves it out of the job.
     let mut scenario = Scenario::uniform(cps.max(1), workers, version, kube.clone());
     scenario.cluster_name = CLUSTER.into();
-    scenario.timing.reboot = RebootTiming::After(delay);
+    scenario.timing.reboot = RebootTiming::After(delays.reboot);
+    scenario.timing.image_pull = delays.pull;
+    scenario.timing.install = delays.install;
     let sim_err = |e: crate::sim::cluster::SimClusterError| BenchError::Rollout {
         what: format!("the simulator: {}", crate::error_chain(&e)),
     };
@@ -662,7 +733,7 @@ async fn run_sim(
         job,
         waves,
         plan,
-    } = install(dir, &facts, max)?;
+    } = install(dir, &facts, max, stage)?;
     let (talos, kube) =
         crate::ops::cluster_ports::paced(&creds, CLUSTER, poll.max(Duration::from_millis(1)))
             .await
@@ -673,18 +744,27 @@ async fn run_sim(
     let exec = Executor::new(store_dyn.clone(), talos, kube, SystemClock, cfg);
     let wall = timed_run(&exec, &job).await;
     let mut nodes = Vec::with_capacity(names.len());
+    let mut boots = (u64::MAX, 0);
     for name in &names {
         let running = state(name)?.running.to_string();
-        let upgrades = sim.talos.counters(name).map_or(0, |c| c.upgrades());
+        let counters = sim.talos.counters(name);
+        let upgrades = counters.as_ref().map_or(0, |c| c.upgrades());
+        let booted = counters.as_ref().map_or(0, |c| c.boots);
+        boots = (boots.0.min(booted), boots.1.max(booted));
         nodes.push((name.clone(), running, upgrades));
     }
     sim.shutdown().await;
     let wall = wall?;
-    let samples = samples_of(store_dyn.as_ref(), &job)?;
-    report(nodes.into_iter(), waves, wall, delay, exec.commits()).map(|r| RolloutReport {
-        samples,
-        plan: Some(plan),
-        ..r
+    let journal = journal_of(store_dyn.as_ref(), &job)?;
+    report(nodes.into_iter(), waves, wall, delays.reboot, exec.commits()).map(|r| {
+        RolloutReport {
+            samples: journal.samples,
+            window: journal.window,
+            staging: journal.staging,
+            boots_per_node: if names.is_empty() { (0, 0) } else { boots },
+            plan: Some(plan),
+            ..r
+        }
     })
 }
 
@@ -749,4 +829,174 @@ pub fn prediction(
         history.jobs.truncate(HISTORY_JOBS);
     }
     Ok(rows)
+}
+
+/// One rollout of the window benchmark, as its journal and the simulator recorded it.
+#[derive(Debug, Clone)]
+pub struct WindowRun {
+    /// First cordon intent to last uncordon result.
+    pub window: Duration,
+    /// First `stage` intent to last `stage` result; `None` for the unstaged job.
+    pub staging: Option<Duration>,
+    /// The whole job's wall time, in milliseconds.
+    pub wall_ms: f64,
+}
+
+/// Issue #36 item 6: the same pool's window time unstaged and staged, run after run.
+#[derive(Debug, Clone)]
+pub struct WindowReport {
+    /// Workers rolled (one pool).
+    pub workers: usize,
+    /// Waves of the pool.
+    pub waves: usize,
+    /// The unstaged runs, in the order they ran (each right before its staged twin).
+    pub unstaged: Vec<WindowRun>,
+    /// The staged runs.
+    pub staged: Vec<WindowRun>,
+}
+
+impl WindowReport {
+    fn windows(runs: &[WindowRun]) -> super::stats::Samples {
+        let mut s = super::stats::Samples::new();
+        for r in runs {
+            s.push(r.window);
+        }
+        s
+    }
+    /// The unstaged window times, in milliseconds.
+    pub fn unstaged_ms(&self) -> super::stats::Samples {
+        Self::windows(&self.unstaged)
+    }
+    /// The staged window times, in milliseconds.
+    pub fn staged_ms(&self) -> super::stats::Samples {
+        Self::windows(&self.staged)
+    }
+    /// The staged runs' installs ahead of the window, in milliseconds.
+    pub fn staging_ms(&self) -> super::stats::Samples {
+        let mut s = super::stats::Samples::new();
+        for d in self.staged.iter().filter_map(|r| r.staging) {
+            s.push(d);
+        }
+        s
+    }
+    /// Median staged window over median unstaged window (below 1: staging saves window time).
+    pub fn ratio(&self) -> f64 {
+        self.staged_ms().median() / self.unstaged_ms().median()
+    }
+    /// The median of each round's staged window over its unstaged twin's.
+    pub fn ratio_per_round(&self) -> super::stats::Samples {
+        let mut s = super::stats::Samples::new();
+        for (u, st) in self.unstaged.iter().zip(&self.staged) {
+            s.push_value(st.window.as_secs_f64() / u.window.as_secs_f64());
+        }
+        s
+    }
+}
+
+/// Issue #36 item 6: a staged pool's window time against the unstaged one. `runs` rounds;
+/// each rolls `workers` workers (`max` at a time) on a fresh simulator with fixed `delays`,
+/// first unstaged (each node pulls, installs and reboots inside the window), then with
+/// `rollout.stage: ahead` and `parallelism` (pull + install of every node before the first
+/// cordon, so the window holds the reboots alone). Both jobs are the plan/job machinery's own
+/// (`create_jobs_txn` from a plan whose TalosRollout carries the stage setting, the executor
+/// through the real adapters, no maintenance windows: staging starts as soon as the job reaches
+/// the step). Each run must succeed with every node on the target, installed once and booted
+/// once; the window time is read from its journal.
+pub fn window(
+    dir: &Path,
+    workers: usize,
+    max: u32,
+    delays: SimDelays,
+    parallelism: u32,
+    poll: Duration,
+    runs: usize,
+) -> Result<WindowReport, BenchError> {
+    if workers == 0 || max == 0 || parallelism == 0 {
+        return Err(BenchError::Invalid {
+            what: "the window benchmark needs at least one worker, a maxUnavailable and a stage parallelism of at least 1".into(),
+        });
+    }
+    let mut out = WindowReport {
+        workers,
+        waves: workers.div_ceil(max as usize),
+        unstaged: Vec::with_capacity(runs),
+        staged: Vec::with_capacity(runs),
+    };
+    for k in 0..runs {
+        for staged in [false, true] {
+            let stage = staged.then_some(StageAhead { parallelism });
+            let name = if staged { "staged" } else { "unstaged" };
+            let run = window_run(
+                &dir.join(format!("run-{k}-{name}")),
+                workers,
+                max,
+                delays,
+                stage,
+                poll,
+            )?;
+            if staged {
+                out.staged.push(run);
+            } else {
+                out.unstaged.push(run);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One job of the window benchmark on a fresh simulator, checked.
+fn window_run(
+    dir: &Path,
+    workers: usize,
+    max: u32,
+    delays: SimDelays,
+    stage: Option<StageAhead>,
+    poll: Duration,
+) -> Result<WindowRun, BenchError> {
+    let staged = stage.is_some();
+    let mut cfg = ExecutorConfig::new(true, dir.join("snapshots"));
+    cfg.poll = poll;
+    cfg.backoff_min = poll;
+    cfg.backoff_max = poll.max(Duration::from_millis(1));
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(2);
+    let rt = super::runtime(b)?;
+    let r = rt.block_on(run_sim(
+        dir,
+        cfg,
+        0,
+        workers,
+        max,
+        SimJob { delays, stage },
+        poll,
+    ))?;
+    let failed = |what: String| BenchError::Rollout {
+        what: format!("the {} job: {what}", if staged { "staged" } else { "unstaged" }),
+    };
+    if r.upgrades != r.nodes as u64 || r.max_upgrades_per_node != 1 {
+        return Err(failed(format!(
+            "{} installs on {} nodes, at most {} on one (one each expected)",
+            r.upgrades, r.nodes, r.max_upgrades_per_node
+        )));
+    }
+    if r.boots_per_node != (1, 1) {
+        return Err(failed(format!(
+            "boots per node between {} and {} (one each expected)",
+            r.boots_per_node.0, r.boots_per_node.1
+        )));
+    }
+    let window = r
+        .window
+        .ok_or_else(|| failed("its journal holds no cordon or no uncordon".into()))?;
+    if staged != r.staging.is_some() {
+        return Err(failed(format!(
+            "its journal {} stage command",
+            if staged { "holds no" } else { "holds a" }
+        )));
+    }
+    Ok(WindowRun {
+        window,
+        staging: r.staging,
+        wall_ms: r.wall_ms,
+    })
 }

@@ -154,6 +154,36 @@ pub enum Scenario {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// Issue #36: a pool's window time (first cordon to last uncordon, from the job's journal)
+    /// staged (`rollout.stage: ahead`: pull + install before the first cordon) against
+    /// unstaged (pull, install and reboot inside the window), side by side on the simulator
+    /// with fixed pull, install and reboot delays.
+    Window {
+        /// Workers rolled (one worker pool).
+        #[arg(long, default_value_t = 20)]
+        workers: usize,
+        /// maxUnavailable of the pool.
+        #[arg(long, default_value_t = 5)]
+        max_unavailable: u32,
+        /// How long each image pull takes (the simulator's `timing.imagePull`).
+        #[arg(long, default_value = "2s", value_parser = crate::duration::parse_std)]
+        pull: Duration,
+        /// How long each install takes (the simulator's `timing.install`).
+        #[arg(long, default_value = "3s", value_parser = crate::duration::parse_std)]
+        install: Duration,
+        /// How long each node is away after its reboot (the simulator's `timing.reboot`).
+        #[arg(long, default_value = "5s", value_parser = crate::duration::parse_std)]
+        reboot: Duration,
+        /// `rollout.stageParallelism` of the staged pool (nodes installing at once).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10))]
+        stage_parallelism: u32,
+        /// Executor poll interval.
+        #[arg(long, default_value = "5ms", value_parser = crate::duration::parse_std)]
+        poll: Duration,
+        /// Rounds (each: an unstaged and a staged job, side by side).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 fn tempdir() -> miette::Result<tempfile::TempDir> {
@@ -181,6 +211,17 @@ fn this_binary() -> miette::Result<PathBuf> {
     std::env::current_exe()
         .into_diagnostic()
         .wrap_err("cannot find the medea binary")
+}
+
+/// Millisecond samples of long runs, in seconds.
+fn seconds(s: &crate::bench::stats::Samples) -> String {
+    format!(
+        "median {:.2} s, min {:.2} s, max {:.2} s (n={})",
+        s.median() / 1e3,
+        s.min() / 1e3,
+        s.max() / 1e3,
+        s.len()
+    )
 }
 
 fn err(e: crate::bench::BenchError) -> miette::Report {
@@ -451,6 +492,63 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 errors.median(),
                 errors.max(),
                 errors.len()
+            );
+            Ok(exit::OK)
+        }
+        Scenario::Window {
+            workers,
+            max_unavailable,
+            pull,
+            install,
+            reboot,
+            stage_parallelism,
+            poll,
+            runs,
+        } => {
+            let host = Host::detect();
+            outln!("{host}");
+            let dir = tempdir()?;
+            let delays = rollout::SimDelays {
+                pull,
+                install,
+                reboot,
+            };
+            let r = rollout::window(
+                dir.path(),
+                workers,
+                max_unavailable,
+                delays,
+                stage_parallelism,
+                poll,
+                runs,
+            )
+            .map_err(err)?;
+            outln!(
+                "window time (first cordon -> last uncordon, from the job's journal) on the simulator via the real adapters: {workers} workers, maxUnavailable {max_unavailable}, {} waves; pull {} ms, install {} ms, reboot {} ms per node; poll {} ms; every job succeeded with every node on the target, installed once and booted once",
+                r.waves,
+                pull.as_millis(),
+                install.as_millis(),
+                reboot.as_millis(),
+                poll.as_millis()
+            );
+            outln!(
+                "  unstaged (pull, install, reboot in the window): {}",
+                seconds(&r.unstaged_ms())
+            );
+            outln!(
+                "  staged (stageParallelism {stage_parallelism}, reboot only in the window): {}",
+                seconds(&r.staged_ms())
+            );
+            outln!(
+                "  staging ahead, outside the window: {}",
+                seconds(&r.staging_ms())
+            );
+            outln!(
+                "  staged / unstaged: {:.3} (medians; per round: median {:.3}, n={}); window time saved: {:.1} %",
+                r.ratio(),
+                r.ratio_per_round().median(),
+                r.ratio_per_round().len(),
+                (1.0 - r.ratio()) * 100.0
             );
             Ok(exit::OK)
         }

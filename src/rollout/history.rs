@@ -12,6 +12,10 @@
 //! node of the wave was cordoned and uncordoned by the job; it holds the slowest node and the
 //! executor's time between waves, which node samples miss. Per Kubernetes node: the step's
 //! span (first intent to its last entry) divided by its nodes.
+//!
+//! A job's window time ([`window`]: its first cordon intent to its last uncordon result, the
+//! time nodes were taken out of service) and its staging time ([`staging`]: installs ahead of
+//! the windows, issue #36 item 1) are read from the same journal (`medea bench window`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -141,4 +145,106 @@ pub fn samples(job: &Job, entries: &[JournalEntry]) -> JobSamples {
         }
     }
     out
+}
+
+/// The span from the earliest intent of `first` to the latest result of `last` among
+/// `entries` (any order, any step): `None` without both, or when the result precedes the
+/// intent.
+fn op_span(entries: &[JournalEntry], first: CommandOp, last: CommandOp) -> Option<Duration> {
+    let start = entries
+        .iter()
+        .filter(|e| matches!(&e.entry, Entry::Intent { key, .. } if key.op == first))
+        .map(|e| e.at)
+        .min()?;
+    let end = entries
+        .iter()
+        .filter(|e| matches!(&e.entry, Entry::Result { key, .. } if key.op == last))
+        .map(|e| e.at)
+        .max()?;
+    span(start, end)
+}
+
+/// The job's window time: from its first cordon intent to its last uncordon result, the time
+/// during which medea had nodes out of service (what a maintenance window must hold). `None`
+/// when the journal holds no cordon or no uncordon.
+pub fn window(entries: &[JournalEntry]) -> Option<Duration> {
+    op_span(entries, CommandOp::Cordon, CommandOp::Uncordon)
+}
+
+/// The job's staging time: from its first `stage` intent to its last `stage` result (pulls and
+/// installs ahead of the windows, `rollout.stage: ahead`). `None` when nothing was staged.
+pub fn staging(entries: &[JournalEntry]) -> Option<Duration> {
+    op_span(entries, CommandOp::Stage, CommandOp::Stage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::JobId;
+    use crate::rollout::sequencer::{Action, CommandKey, CommandOutcome};
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn entry(seq: u64, secs: i64, node: &str, op: CommandOp, intent: bool) -> JournalEntry {
+        let job = JobId::parse("job-1").unwrap();
+        let key = CommandKey {
+            job: job.clone(),
+            step: 0,
+            node: Some(node.into()),
+            op,
+            attempt: 1,
+        };
+        let target = node.to_string();
+        let entry = if intent {
+            Entry::Intent {
+                key,
+                action: match op {
+                    CommandOp::Cordon => Action::Cordon { node: target },
+                    _ => Action::Uncordon { node: target },
+                },
+            }
+        } else {
+            Entry::Result {
+                key,
+                outcome: CommandOutcome::Done,
+            }
+        };
+        JournalEntry {
+            job,
+            seq,
+            at: at(secs),
+            generation: seq,
+            entry,
+            notes: Vec::new(),
+            delta: None,
+        }
+    }
+
+    #[test]
+    fn the_window_runs_from_the_first_cordon_intent_to_the_last_uncordon_result() {
+        // out of order, as a store scan may return them; w-2's uncordon intent (at 40) and
+        // w-1's cordon result (at 11) bound nothing
+        let entries = vec![
+            entry(5, 40, "w-2", CommandOp::Uncordon, true),
+            entry(6, 45, "w-2", CommandOp::Uncordon, false),
+            entry(1, 10, "w-1", CommandOp::Cordon, true),
+            entry(2, 11, "w-1", CommandOp::Cordon, false),
+            entry(3, 20, "w-1", CommandOp::Uncordon, true),
+            entry(4, 21, "w-1", CommandOp::Uncordon, false),
+            entry(7, 30, "w-2", CommandOp::Cordon, true),
+        ];
+        assert_eq!(window(&entries), Some(Duration::from_secs(35)));
+        assert_eq!(staging(&entries), None, "nothing was staged");
+    }
+
+    #[test]
+    fn no_window_without_both_a_cordon_and_an_uncordon() {
+        let cordoned = vec![entry(1, 10, "w-1", CommandOp::Cordon, true)];
+        assert_eq!(window(&cordoned), None);
+        let uncordoned = vec![entry(1, 10, "w-1", CommandOp::Uncordon, false)];
+        assert_eq!(window(&uncordoned), None);
+        assert_eq!(window(&[]), None);
+    }
 }

@@ -193,6 +193,12 @@ pub struct Timing {
     pub reboot: RebootTiming,
     #[serde(default, with = "duration_text")]
     pub image_pull: Duration,
+    /// How long `LifecycleService.Upgrade` (Talos >= 1.13) runs the installer before it
+    /// writes the boot entry and answers its exit code: upstream's install writes the UKI to
+    /// the ESP and updates the bootloader while the call streams its output
+    /// (`internal/app/lifecycle/lifecycle.go`).
+    #[serde(default, with = "duration_text")]
+    pub install: Duration,
     /// Interval between re-checks of a failing server-side health check.
     #[serde(default = "health_poll", with = "duration_text")]
     pub health_poll: Duration,
@@ -234,6 +240,7 @@ impl Default for Timing {
         Timing {
             reboot: zero_reboot(),
             image_pull: Duration::ZERO,
+            install: Duration::ZERO,
             health_poll: health_poll(),
             pod_start: Duration::ZERO,
             pod_termination: Duration::ZERO,

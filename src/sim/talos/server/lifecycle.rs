@@ -1,10 +1,13 @@
-//! `machine.LifecycleService`: the Talos 1.13+ Upgrade (installer pre-flight, streamed progress).
+//! `machine.LifecycleService`: the Talos 1.13+ Upgrade (installer pre-flight, streamed progress;
+//! the install itself takes the scenario's `timing.install`).
 
+use futures::StreamExt as _;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::{Api, stream_of, upgradeable, v};
 use crate::sim::talos::fault::{Effect, Method, Occasion};
+use crate::sim::talos::model::Power;
 use crate::talos::proto::machine::{self as pb, lifecycle_service_server::LifecycleService};
 use crate::version::TalosVersion;
 
@@ -32,19 +35,6 @@ impl LifecycleService for Api {
                 "image {image:?} not found in the system containerd namespace: pull it first (ImageService.Pull)"
             )));
         }
-        let progress = |p| Ok(pb::LifecycleServiceUpgradeResponse { progress: Some(p) });
-        let msg = |m: String| {
-            progress(pb::LifecycleServiceInstallProgress {
-                response: Some(pb::lifecycle_service_install_progress::Response::Message(m)),
-            })
-        };
-        let exit = |code| {
-            progress(pb::LifecycleServiceInstallProgress {
-                response: Some(pb::lifecycle_service_install_progress::Response::ExitCode(
-                    code,
-                )),
-            })
-        };
         let mut items = vec![msg(format!("running installer {image}"))];
         if let Some(Effect::UpgradeExit { code, message }) =
             c.fire(idx, Occasion::Call(Method::Upgrade), |e| {
@@ -72,11 +62,63 @@ impl LifecycleService for Api {
             }
             Some(t) => {
                 items.push(msg(format!("installing Talos {t} (current {host})")));
-                items.push(msg("boot entry updated; reboot to activate".to_string()));
-                items.push(exit(0));
-                c.install_entry(idx, t, &image);
+                let install = c.timing.install;
+                if install.is_zero() {
+                    c.install_entry(idx, t, &image);
+                    items.push(msg("boot entry updated; reboot to activate".to_string()));
+                    items.push(exit(0));
+                    return Ok(stream_of(items));
+                }
+                // The installer runs while the stream stays open (upstream streams its output
+                // as it goes): the first lines now, the boot entry and the exit code once
+                // `timing.install` has passed. A node that went down meanwhile breaks the
+                // stream as its connection would, and nothing is installed.
+                let boot_id = c.nodes()[idx].boot_id.clone();
+                drop(c);
+                let shared = self.shared.clone();
+                let rest = futures::stream::once(async move {
+                    tokio::time::sleep(install).await;
+                    let mut c = shared.lock();
+                    let n = &c.nodes()[idx];
+                    if n.power != Power::Up || n.boot_id != boot_id {
+                        return vec![Err(Status::unavailable(
+                            "connection reset: the node went down during the install",
+                        ))];
+                    }
+                    c.install_entry(idx, t, &image);
+                    vec![
+                        msg("boot entry updated; reboot to activate".to_string()),
+                        exit(0),
+                    ]
+                })
+                .flat_map(futures::stream::iter);
+                return Ok(Response::new(Box::pin(
+                    futures::stream::iter(items).chain(rest),
+                )));
             }
         }
         Ok(stream_of(items))
     }
+}
+
+type Item = Result<pb::LifecycleServiceUpgradeResponse, Status>;
+
+fn progress(p: pb::LifecycleServiceInstallProgress) -> Item {
+    Ok(pb::LifecycleServiceUpgradeResponse { progress: Some(p) })
+}
+
+/// An installer output line.
+fn msg(m: String) -> Item {
+    progress(pb::LifecycleServiceInstallProgress {
+        response: Some(pb::lifecycle_service_install_progress::Response::Message(m)),
+    })
+}
+
+/// The installer's exit code, the stream's last message.
+fn exit(code: i32) -> Item {
+    progress(pb::LifecycleServiceInstallProgress {
+        response: Some(pb::lifecycle_service_install_progress::Response::ExitCode(
+            code,
+        )),
+    })
 }
