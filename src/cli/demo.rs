@@ -210,6 +210,7 @@ async fn with_sim(
         allowed_signers: Some(allowed),
         debounce: Duration::from_millis(200),
         refresh_interval: Duration::from_secs(30),
+        census_interval: crate::ops::refresh::DEFAULT_CENSUS_INTERVAL,
         replica: "demo".into(),
         metrics_listen: None,
         webhooks: vec![],

@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// How often the inventory is refreshed from Talos and Kubernetes.
     #[arg(long, default_value = "60s", value_parser = crate::duration::parse_std)]
     pub refresh_interval: Duration,
+    /// The least time between two workload censuses of a cluster (every pod, PDB, DaemonSet
+    /// and VolumeAttachment, for `medea plan --rehearse`), gathered by the refresh.
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_std)]
+    pub census_interval: Duration,
 }
 
 pub fn default_state_dir() -> PathBuf {
@@ -160,6 +164,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         allowed_signers: args.allowed_signers.clone(),
         debounce: args.debounce,
         refresh_interval: args.refresh_interval,
+        census_interval: args.census_interval,
         metrics_listen: args.metrics_listen,
         webhooks: args.webhook.clone(),
         executor_poll: Some(args.job_poll),

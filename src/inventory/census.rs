@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::{Record, Table};
+
 /// The most pods a census keeps; the rest are counted in [`Census::truncated`].
 pub const MAX_PODS: usize = 20_000;
 /// The most labels kept per pod (in key order).
@@ -54,6 +56,14 @@ pub struct Census {
     /// empty because it was not seen, not because there is nothing.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub gather_errors: BTreeMap<String, String>,
+}
+
+/// Stored in the inventory table under [`census_key`], its own record: writing it never
+/// touches the cluster record (nor its generation).
+impl Record for Census {
+    const TABLE: Table = Table::Inventory;
+    const KIND: &'static str = "census";
+    const SCHEMA: u32 = 1;
 }
 
 impl Census {
@@ -130,6 +140,7 @@ pub struct CensusPdb {
     pub disruptions_allowed: i64,
     /// `status.expectedPods`.
     pub expected_pods: i64,
-    /// The names of the pods it selects (its namespace), at most [`MAX_PDB_PODS`], sorted.
+    /// The names of the pods it selects (its namespace), at most [`MAX_PDB_PODS`], sorted;
+    /// empty when the pods could not be listed (`pods` in [`Census::gather_errors`]).
     pub pods: Vec<String>,
 }

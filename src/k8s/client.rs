@@ -801,6 +801,10 @@ impl KubeApi for KubeClient {
         self.pdb_coverage().await
     }
 
+    async fn workloads(&self, page_size: u32) -> super::census::WorkloadLists {
+        self.census_lists(page_size).await
+    }
+
     async fn cordon(&self, node: &str) -> Result<(), K8sError> {
         self.set_unschedulable(node, true).await
     }

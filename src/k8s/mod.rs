@@ -34,6 +34,7 @@
 
 pub mod adapter;
 pub mod bootstrap;
+pub mod census;
 mod client;
 pub(crate) mod drain;
 pub mod hook_job;
@@ -539,6 +540,12 @@ pub trait KubeApi: Send + Sync {
     /// one of pods), sorted.
     fn disruption_budgets(&self)
     -> impl Future<Output = Result<Vec<PdbCoverage>, K8sError>> + Send;
+
+    /// What the workload census reads (issue #36 item 4): every pod, PodDisruptionBudget (with
+    /// its member pods), DaemonSet and VolumeAttachment across all namespaces, each list paged
+    /// `page_size` objects at a time. Never fails as a whole: each source carries its own
+    /// result, so one the credentials may not list does not lose the others.
+    fn workloads(&self, page_size: u32) -> impl Future<Output = census::WorkloadLists> + Send;
 }
 
 fn pdb_text(pdb: &Option<String>) -> String {

@@ -18,6 +18,7 @@ pub mod approvals;
 pub mod backup;
 pub mod backup_revision;
 pub mod backup_s3;
+pub mod census;
 pub mod cluster_ports;
 pub mod doctor;
 pub mod estimate;

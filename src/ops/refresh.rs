@@ -27,6 +27,13 @@
 //! write (e.g. `medea cluster enable-rollouts`) fails the check; the observation is then merged
 //! into the new record and written again. The generation moves only when something observed
 //! changed ([`ObservedCluster::observe`]), and `rolloutsEnabled` is never touched.
+//!
+//! **Workload census.** A cluster observed by [`refresh_all`] / [`refresh_cluster`] also has its
+//! workload census gathered ([`super::census`]) when the one stored under
+//! [`census_key`] is older than [`RefreshSettings::census_interval`] (or missing), and stored
+//! there in its own transaction: the cluster record and its generation are never touched, so
+//! pods that come and go never make a plan stale. A cluster whose observation failed keeps its
+//! stored census; a census with unreadable sources is stored with its `gatherErrors`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,13 +43,14 @@ use std::time::Duration;
 use futures::StreamExt as _;
 
 use super::preflight::CredentialFiles;
+use crate::inventory::census::{Census, census_key};
 use crate::inventory::preflight::PreflightObservations;
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::k8s::{
     ClientOptions, ClusterNode, ControlPlaneComponent, K8sError, KubeApi, KubeClient,
     kubeconfig::KUBECONFIG_FILE,
 };
-use crate::store::{Check, Store, StoreError, Table, Txn, record};
+use crate::store::{Check, Record as _, Store, StoreError, Table, Txn, record};
 use crate::talos::{ClientSettings, NodeTarget, RetryPolicy, TalosApi, TalosClient, TalosError};
 use crate::version::KubeVersion;
 
@@ -349,7 +357,16 @@ fn install_image(yaml: &[u8]) -> Option<String> {
 pub struct RefreshSettings {
     pub talos: ClientSettings,
     pub kube: ClientOptions,
+    /// The least time between two workload censuses of a cluster ([`DEFAULT_CENSUS_INTERVAL`];
+    /// `medea serve --census-interval`). Zero gathers one on every refresh.
+    pub census_interval: Duration,
 }
+
+/// How often a cluster's workload census is gathered by default: a census lists every pod of
+/// the cluster (a paged list of every pod, and the PDBs, DaemonSets and VolumeAttachments),
+/// far more than the refresh itself reads, and a rehearsal needs the workloads' shape, not
+/// this minute's pod names.
+pub const DEFAULT_CENSUS_INTERVAL: Duration = Duration::from_secs(10 * 60);
 
 impl Default for RefreshSettings {
     fn default() -> Self {
@@ -372,6 +389,7 @@ impl Default for RefreshSettings {
                 },
                 ..ClientOptions::default()
             },
+            census_interval: DEFAULT_CENSUS_INTERVAL,
         }
     }
 }
@@ -553,13 +571,19 @@ async fn refresh_clusters(
             report.insert(name.clone(), Outcome::NotSeeded);
         }
     }
-    let pending: Vec<_> = seeded
-        .iter()
-        .map(|name| observe_from_creds(creds_dir, name, settings))
-        .collect();
+    let now = jiff::Timestamp::now();
+    let mut pending = Vec::new();
+    for name in &seeded {
+        let census = census_due(store, name, now, settings.census_interval)?;
+        pending.push(observe_from_creds(creds_dir, name, settings, census));
+    }
     let observations = futures::future::join_all(pending).await;
     let mut observed = BTreeMap::new();
-    for (name, result) in observations {
+    let mut censuses = BTreeMap::new();
+    for (name, result, census) in observations {
+        if let Some(census) = census {
+            censuses.insert(name.clone(), census);
+        }
         match result {
             Ok(o) => {
                 observed.insert(name, o);
@@ -578,6 +602,9 @@ async fn refresh_clusters(
     for (name, outcome) in write_observations(store, &observed)? {
         report.insert(name, outcome);
     }
+    for (name, census) in &censuses {
+        write_census(store, name, census);
+    }
     Ok(RefreshReport {
         clusters: report
             .into_iter()
@@ -586,24 +613,72 @@ async fn refresh_clusters(
     })
 }
 
-/// Observe one cluster with the clients its credentials directory describes.
+/// Observe one cluster with the clients its credentials directory describes, and gather its
+/// workload census when `census` (it is due) and the observation succeeded.
 async fn observe_from_creds(
     creds_dir: &Path,
     name: &str,
     settings: &RefreshSettings,
-) -> (String, Result<Observation, RefreshError>) {
+    census: bool,
+) -> (String, Result<Observation, RefreshError>, Option<Census>) {
     let creds = ClusterCreds::new(creds_dir, name);
-    let result = match creds.clients(name, settings).await {
+    let (result, census) = match creds.clients(name, settings).await {
         Ok((talos, kube)) => {
             let files = CredentialFiles {
                 talosconfig: &creds.talosconfig,
                 kubeconfig: &creds.kubeconfig,
             };
-            observe_with_credentials(&talos, &kube, name, Some(files)).await
+            let result = observe_with_credentials(&talos, &kube, name, Some(files)).await;
+            let census = if census && result.is_ok() {
+                Some(super::census::gather(&kube, jiff::Timestamp::now()).await)
+            } else {
+                None
+            };
+            (result, census)
         }
-        Err(e) => Err(e),
+        Err(e) => (Err(e), None),
     };
-    (name.to_string(), result)
+    (name.to_string(), result, census)
+}
+
+/// Whether the census stored for `cluster` is missing, unreadable, from the future (the
+/// clock moved back) or at least `interval` old at `now`.
+pub fn census_due(
+    store: &dyn Store,
+    cluster: &str,
+    now: jiff::Timestamp,
+    interval: Duration,
+) -> Result<bool, RefreshError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        gathered_at: String,
+    }
+    let Some(raw) = store
+        .get(Census::TABLE, &census_key(cluster))
+        .map_err(RefreshError::Store)?
+    else {
+        return Ok(true);
+    };
+    let Some(head) = record::decode_view::<Census, Head>(&raw) else {
+        return Ok(true);
+    };
+    let Ok(at) = head.gathered_at.parse::<jiff::Timestamp>() else {
+        return Ok(true);
+    };
+    let age = now.duration_since(at);
+    Ok(age.is_negative() || age.unsigned_abs() >= interval)
+}
+
+/// Store a cluster's census under [`census_key`], in its own transaction. A failure is logged:
+/// the census is advice for rehearsals, and the next refresh gathers it again.
+fn write_census(store: &dyn Store, cluster: &str, census: &Census) {
+    if !census.gather_errors.is_empty() {
+        tracing::warn!(cluster, unread = ?census.gather_errors.keys().collect::<Vec<_>>(), "workload census is partial: some sources could not be read (see its gatherErrors)");
+    }
+    if let Err(e) = store.commit(Txn::new().put_record(census_key(cluster), census)) {
+        tracing::warn!(cluster, error = %crate::error_chain(&e), "cannot store the workload census; gathered again at the next refresh");
+    }
 }
 
 /// Merge each observation into its cluster's current record and write the changed ones in one

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     pub allowed_signers: Option<PathBuf>,
     pub debounce: Duration,
     pub refresh_interval: Duration,
+    /// The least time between two workload censuses of a cluster (default 10 min;
+    /// [`crate::ops::refresh::RefreshSettings::census_interval`]).
+    pub census_interval: Duration,
     pub replica: String,
     /// Where `/metrics` is served, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
@@ -330,8 +333,15 @@ impl AfterJob {
 /// Refresh the inventory on start, every `interval`, and when kicked; only the leader writes.
 /// A changed cluster bumps the change counter (its plans are stale; re-plan), and so does the
 /// first pass that started after a job ended ([`AfterJob`]).
-async fn refresh_loop(shared: Arc<Shared>, interval: std::time::Duration) {
-    let settings = refresh::RefreshSettings::default();
+async fn refresh_loop(
+    shared: Arc<Shared>,
+    interval: std::time::Duration,
+    census_interval: std::time::Duration,
+) {
+    let settings = refresh::RefreshSettings {
+        census_interval,
+        ..refresh::RefreshSettings::default()
+    };
     loop {
         if shared.leadership.is_leader() {
             let ticket = shared.after_job.pass_starts();
@@ -533,7 +543,11 @@ pub async fn run_with_leadership(
     // The first load and plan of a large fleet leave tens of MiB freed inside the heap.
     release_free_memory();
     let reconciler = tokio::spawn(reconcile_loop(shared.clone()));
-    let refresher = tokio::spawn(refresh_loop(shared.clone(), config.refresh_interval));
+    let refresher = tokio::spawn(refresh_loop(
+        shared.clone(),
+        config.refresh_interval,
+        config.census_interval,
+    ));
     let backups = tokio::spawn(backups::backup_loop(shared.clone()));
     let executor = if config.rollouts {
         let mut cfg =

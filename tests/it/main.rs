@@ -15,6 +15,7 @@ mod backup;
 mod backup_fixture;
 mod backup_s3;
 mod bench;
+mod census;
 mod cli;
 mod deploy;
 mod desired;

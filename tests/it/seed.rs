@@ -513,6 +513,74 @@ async fn refresh_moves_the_generation_exactly_when_something_changes() {
     e.sim.shutdown().await;
 }
 
+fn census(store: &dyn Store) -> Option<medea::inventory::census::Census> {
+    store
+        .get_record::<medea::inventory::census::Census>(&medea::inventory::census::census_key(
+            "home",
+        ))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn refresh_stores_the_census_beside_the_record_and_pods_never_move_the_generation() {
+    let e = env(quick_default()).await;
+    let (p, store) = seeded(&e).await;
+    assert!(census(&store).is_none(), "seed gathers no census");
+    let mut settings = fast_refresh();
+    settings.census_interval = std::time::Duration::ZERO;
+
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Unchanged { generation: 1 });
+    let first = census(&store).expect("the refresh stored a census");
+    assert!(first.gather_errors.is_empty(), "{:?}", first.gather_errors);
+    assert_eq!(first.pods.len(), e.sim.kube.pods().len());
+    assert_eq!(first.pdbs.len(), 1);
+
+    // a pod comes: the census sees it, the cluster's generation does not move
+    let pod = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "w-2", "containers": [{"name": "c", "image": "registry.example/x:1"}]},
+        })
+    };
+    e.sim.kube.create(pod("extra")).unwrap();
+    let r = refresh_all(&store, &p.creds, &settings).await.unwrap();
+    assert_eq!(outcome(&r, "home"), Outcome::Unchanged { generation: 1 });
+    let second = census(&store).unwrap();
+    let extra = second
+        .pods
+        .iter()
+        .find(|p| p.name == "extra")
+        .expect("the new pod is in the stored census");
+    assert_eq!((extra.node.as_str(), extra.owner.as_ref()), ("w-2", None));
+    assert_eq!(record(&store).generation, 1);
+
+    // within the interval the stored census is kept as it is
+    settings.census_interval = std::time::Duration::from_secs(3600);
+    e.sim.kube.create(pod("later")).unwrap();
+    let r = refresh_cluster(&store, &p.creds, "home", &settings)
+        .await
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Unchanged { generation: 1 });
+    let third = census(&store).unwrap();
+    assert_eq!(third, second, "not gathered again before the interval");
+    assert!(!third.pods.iter().any(|p| p.name == "later"));
+    assert!(
+        refresh::census_due(
+            &store,
+            "home",
+            third.gathered_at.parse::<jiff::Timestamp>().unwrap()
+                + jiff::SignedDuration::from_secs(3600),
+            settings.census_interval,
+        )
+        .unwrap(),
+        "due once the interval has passed"
+    );
+    e.sim.shutdown().await;
+}
+
 #[tokio::test]
 async fn refresh_marks_unreachable_nodes_and_a_dead_apiserver_changes_nothing() {
     let e = env(quick_default()).await;

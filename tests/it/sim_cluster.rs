@@ -69,6 +69,7 @@ pub(crate) fn fast_refresh() -> RefreshSettings {
     RefreshSettings {
         talos: fast_talos(),
         kube: fast_kube(),
+        ..RefreshSettings::default()
     }
 }
 

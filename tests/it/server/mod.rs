@@ -178,6 +178,7 @@ fn start_full(
         allowed_signers,
         debounce: Duration::from_millis(100),
         refresh_interval: Duration::from_secs(3600),
+        census_interval: medea::ops::refresh::DEFAULT_CENSUS_INTERVAL,
         replica: "test".into(),
         metrics_listen: None,
         webhooks: vec![],

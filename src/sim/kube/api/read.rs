@@ -214,7 +214,16 @@ pub(super) fn list(
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
     let mut items: Vec<Value> = select(&c.store, rt, ns, &labels, &fields)
-        .filter(|o| after.as_ref().is_none_or(|a| continue_key(o) > *a))
+        // the token names the last object returned (`namespace/name`; a namespace holds no
+        // `/`): resume after it in the store's (namespace, name) order. Comparing the joined
+        // strings instead skipped a namespace that sorts after another it starts with
+        // (`app` then `app-staging`: `app-staging/x` < `app/y` as strings).
+        .filter(|o| {
+            after.as_ref().is_none_or(|a| {
+                let (a_ns, a_name) = a.split_once('/').unwrap_or(("", a.as_str()));
+                (ns_of(o), name_of(o)) > (a_ns, a_name)
+            })
+        })
         .cloned()
         .collect();
     let mut continue_token = None;
