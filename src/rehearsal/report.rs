@@ -14,6 +14,7 @@ pub fn rehearsal_key(plan: &str, cluster: &str) -> String {
 pub struct Rehearsal {
     /// The plan's full id.
     pub plan: String,
+    /// The cluster rehearsed.
     pub cluster: String,
     /// When the rehearsal ran (RFC 3339 UTC).
     pub ran_at: String,
@@ -43,6 +44,7 @@ pub struct RehearsedWave {
     pub step: String,
     /// 1-based wave number within the step.
     pub wave: usize,
+    /// The wave's nodes, in the plan's order.
     pub nodes: Vec<String>,
     /// Predicted start, seconds after the job starts (real time).
     pub start_secs: u64,
@@ -55,25 +57,35 @@ pub struct RehearsedWave {
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum Outcome {
     /// Every step finished; `total_secs` is the predicted real duration.
-    Completed { total_secs: u64 },
+    Completed {
+        /// The predicted real duration of the whole job, in seconds.
+        total_secs: u64,
+    },
     /// The job halted on the twin, as the real one is predicted to.
     Halted {
         /// The halt code (`drain_failed`, `pool_unavailable`, …).
         code: String,
+        /// The node it halted at, when the halt names one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
+        /// The halt's reason, as the job records it.
         reason: String,
+        /// When it halted, in real seconds after the job started.
         after_secs: u64,
     },
     /// The twin could not run the plan (it could not start, or the run did not end within
     /// its bound); the reason says why. Never read as a pass.
-    NotRun { reason: String },
+    NotRun {
+        /// Why it did not run, one line.
+        reason: String,
+    },
 }
 
 /// Something that would block or slow the real run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Blocker {
+    /// What kind of blocker it is.
     pub kind: BlockerKind,
     /// The node it was met at, when it is about one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
