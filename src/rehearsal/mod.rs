@@ -5,9 +5,9 @@
 //! **Owns:** the twin (a simulator scenario built from an [`ObservedCluster`] and its
 //! [`Census`]), the compression of a plan's durations, and the [`report::Rehearsal`] a run
 //! produces.
-//! **May depend on:** inventory (observed clusters and censuses), plan, sim (scenario types),
-//! rollout (journal entries, halt codes). Starting the twin and driving the executor is the
-//! edge's job (`ops::rehearse`).
+//! **May depend on:** the `rehearsal` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`). Starting the twin and driving the executor is the
+//! edge's job.
 //! Architecture Invariant: a rehearsal never changes a plan or its id; its report is stored
 //! beside the plan and shown to signers as advice. The twin never dials anything but
 //! loopback: it listens on 127.0.0.1 and its nodes have loopback addresses, whatever the
