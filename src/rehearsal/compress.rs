@@ -21,7 +21,9 @@ use crate::plan::{ClusterPlan, Step};
 /// The compressed plan and what it left out (one line each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compressed {
+    /// The plan the twin's job runs.
     pub plan: ClusterPlan,
+    /// What the compression left out, one line each.
     pub limits: Vec<String>,
 }
 

@@ -116,11 +116,17 @@ use crate::rollout::{HaltCode, Job, JobState};
 /// What a report says beside what the run produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportMeta {
+    /// The plan's full id.
     pub plan: String,
+    /// The cluster.
     pub cluster: String,
+    /// When the rehearsal ran (RFC 3339 UTC).
     pub ran_at: String,
+    /// When the census was gathered; empty: none.
     pub census_gathered_at: String,
+    /// The compression factor.
     pub compression: u32,
+    /// Where the per-node timings came from.
     pub timings: String,
     /// What the twin could not model, one line each (the twin's and the compression's).
     pub limits: Vec<String>,

@@ -62,7 +62,9 @@ pub struct TwinTiming {
 /// (`SimClusterConfig::extra_objects`, with the platform off).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Twin {
+    /// Nodes (loopback addresses) and timing.
     pub scenario: Scenario,
+    /// The kube objects (`SimClusterConfig::extra_objects`).
     pub objects: Vec<Value>,
     /// The twin's address of each node (node name → loopback address).
     pub addresses: BTreeMap<String, String>,
