@@ -16,4 +16,6 @@
 //! [`ObservedCluster`]: crate::inventory::ObservedCluster
 //! [`Census`]: crate::inventory::census::Census
 
+pub mod compress;
 pub mod report;
+pub mod twin;

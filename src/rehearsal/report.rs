@@ -111,3 +111,247 @@ pub enum BlockerKind {
     /// Any other halt of the twin's run.
     Halt,
 }
+
+// ---------------------------------------------------------------------------------------
+// Building a report from the twin's run (pure: the job and its journal come in)
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::rollout::journal::{Entry, JournalEntry};
+use crate::rollout::ports::DrainOutcome;
+use crate::rollout::sequencer::{CommandOp, CommandOutcome, StepKind};
+use crate::rollout::{HaltCode, Job, JobState};
+
+/// What a report says beside what the run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportMeta {
+    /// The plan's full id.
+    pub plan: String,
+    /// The cluster.
+    pub cluster: String,
+    /// When the rehearsal ran (RFC 3339 UTC).
+    pub ran_at: String,
+    /// When the census was gathered; empty: none.
+    pub census_gathered_at: String,
+    /// The compression factor.
+    pub compression: u32,
+    /// Where the per-node timings came from.
+    pub timings: String,
+    /// What the twin could not model, one line each (the twin's and the compression's).
+    pub limits: Vec<String>,
+    /// The longest of the cluster's maintenance windows; `None`: no windows (any time).
+    pub longest_window: Option<Duration>,
+    /// Why the run did not end, when it did not (the job is still running).
+    pub not_ended: Option<String>,
+}
+
+/// Twin time from `a` to `b`, scaled back to real whole seconds (`factor` times longer).
+fn real_secs(a: Timestamp, b: Timestamp, factor: u32) -> u64 {
+    let twin = Duration::try_from(b.duration_since(a)).unwrap_or(Duration::ZERO);
+    let real = twin.as_secs_f64() * f64::from(factor.max(1));
+    real.round() as u64
+}
+
+/// The label of a step as the plan shows it.
+fn step_label(kind: &StepKind) -> String {
+    match kind {
+        StepKind::Talos(t) if t.rollout.hops > 1 => format!(
+            "talos {} (hop {}/{})",
+            t.rollout.pool, t.rollout.hop, t.rollout.hops
+        ),
+        StepKind::Talos(t) => format!("talos {}", t.rollout.pool),
+        StepKind::Kubernetes(_) => "kubernetes".to_string(),
+    }
+}
+
+/// The text of a drain refusal the Kubernetes adapter halts with (`k8s::K8sError`'s
+/// `DrainLocalStorage` and `DrainUnmanaged`).
+const LOCAL_STORAGE_TEXT: &str = "use emptyDir (node-local) storage";
+const UNMANAGED_TEXT: &str = "have no controller and would not come back";
+const REMOVED_TEXT: &str = "removed settings";
+
+/// The rehearsal of `job` (the twin's job, in its final state) from its journal `entries`.
+pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal {
+    let factor = meta.compression.max(1);
+    let start = entries
+        .iter()
+        .find(|e| matches!(e.entry, Entry::Created { .. }))
+        .map_or(job.created_at, |e| e.at);
+    // (step, node, op) → first intent, last result; per step its first and last entry.
+    let mut intents: BTreeMap<(usize, &str, CommandOp), Timestamp> = BTreeMap::new();
+    let mut results: BTreeMap<(usize, &str, CommandOp), Timestamp> = BTreeMap::new();
+    let mut step_span: BTreeMap<usize, (Timestamp, Timestamp)> = BTreeMap::new();
+    // The last drain of each node a PodDisruptionBudget refused: (pdb, pod).
+    let mut refused: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    for e in entries {
+        let (key, is_intent) = match &e.entry {
+            Entry::Intent { key, .. } => (key, true),
+            Entry::Result { key, outcome } => {
+                if let (
+                    Some(node),
+                    CommandOutcome::Drain {
+                        result: DrainOutcome::Blocked { pdb, pod },
+                    },
+                ) = (key.node.as_deref(), outcome)
+                {
+                    refused.insert(node, (pdb.as_str(), pod.as_str()));
+                }
+                (key, false)
+            }
+            _ => continue,
+        };
+        let node = key.node.as_deref().unwrap_or("");
+        let k = (key.step, node, key.op);
+        if is_intent {
+            let t = intents.entry(k).or_insert(e.at);
+            *t = (*t).min(e.at);
+        } else {
+            let t = results.entry(k).or_insert(e.at);
+            *t = (*t).max(e.at);
+        }
+        let s = step_span.entry(key.step).or_insert((e.at, e.at));
+        s.0 = s.0.min(e.at);
+        s.1 = s.1.max(e.at);
+    }
+    let mut waves = Vec::new();
+    // Per node, its predicted time (real seconds): first command to its uncordon.
+    let mut node_secs: Vec<(String, u64)> = Vec::new();
+    for (si, step) in job.steps.iter().enumerate() {
+        let label = step_label(&step.kind);
+        match &step.kind {
+            StepKind::Talos(t) => {
+                let mut by_wave: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+                for n in &t.nodes {
+                    by_wave.entry(n.wave).or_default().push(&n.target.node);
+                }
+                for (w, nodes) in by_wave {
+                    let first = |node: &str| {
+                        [CommandOp::Pull, CommandOp::Cordon, CommandOp::Upgrade]
+                            .iter()
+                            .filter_map(|op| intents.get(&(si, node, *op)).copied())
+                            .min()
+                    };
+                    let done = |node: &str| results.get(&(si, node, CommandOp::Uncordon)).copied();
+                    let Some(begin) = nodes.iter().filter_map(|n| first(n)).min() else {
+                        continue; // never started
+                    };
+                    let all_done = nodes.iter().all(|n| done(n).is_some());
+                    let end = nodes.iter().filter_map(|n| done(n)).max();
+                    for n in &nodes {
+                        if let (Some(a), Some(b)) = (first(n), done(n)) {
+                            node_secs.push((n.to_string(), real_secs(a, b, factor)));
+                        }
+                    }
+                    waves.push(RehearsedWave {
+                        step: label.clone(),
+                        wave: w + 1,
+                        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                        start_secs: real_secs(start, begin, factor),
+                        duration_secs: end
+                            .filter(|_| all_done)
+                            .map(|e| real_secs(begin, e, factor)),
+                    });
+                }
+            }
+            StepKind::Kubernetes(k) => {
+                let Some((a, b)) = step_span.get(&si).copied() else {
+                    continue;
+                };
+                waves.push(RehearsedWave {
+                    step: label,
+                    wave: 1,
+                    nodes: k
+                        .control_plane
+                        .iter()
+                        .chain(&k.workers)
+                        .map(|n| n.node.clone())
+                        .collect(),
+                    start_secs: real_secs(start, a, factor),
+                    duration_secs: (step.state == crate::rollout::sequencer::StepState::Done)
+                        .then(|| real_secs(a, b, factor)),
+                });
+            }
+        }
+    }
+    let mut blockers = Vec::new();
+    let outcome = match &job.state {
+        JobState::Succeeded { at } => Outcome::Completed {
+            total_secs: real_secs(start, *at, factor),
+        },
+        JobState::Halted {
+            reason, node, at, ..
+        } => {
+            blockers.push(halt_blocker(reason.code(), reason.message(), node, &refused));
+            Outcome::Halted {
+                code: reason.code().as_str().to_string(),
+                node: node.clone(),
+                reason: reason.message().to_string(),
+                after_secs: real_secs(start, *at, factor),
+            }
+        }
+        JobState::Running => Outcome::NotRun {
+            reason: meta
+                .not_ended
+                .clone()
+                .unwrap_or_else(|| "the run on the twin did not end".to_string()),
+        },
+    };
+    if let Some(window) = meta.longest_window {
+        for (node, secs) in &node_secs {
+            if *secs > window.as_secs() {
+                blockers.push(Blocker {
+                    kind: BlockerKind::WindowTooShort,
+                    node: Some(node.clone()),
+                    detail: format!(
+                        "node {node} is predicted to take {secs}s, longer than the longest maintenance window ({}s)",
+                        window.as_secs()
+                    ),
+                });
+            }
+        }
+    }
+    Rehearsal {
+        plan: meta.plan,
+        cluster: meta.cluster,
+        ran_at: meta.ran_at,
+        census_gathered_at: meta.census_gathered_at,
+        compression: factor,
+        timings: meta.timings,
+        waves,
+        outcome,
+        blockers,
+        limits: meta.limits,
+    }
+}
+
+/// The blocker a halt stands for.
+fn halt_blocker(
+    code: HaltCode,
+    message: &str,
+    node: &Option<String>,
+    refused: &BTreeMap<&str, (&str, &str)>,
+) -> Blocker {
+    let at = node.as_deref().and_then(|n| refused.get(n));
+    let (kind, detail) = match (code, at) {
+        (HaltCode::DrainBlocked, Some((pdb, pod))) => (
+            BlockerKind::Pdb,
+            format!(
+                "PodDisruptionBudget {pdb} allows no disruption: the eviction of {pod} was refused until the drain timed out"
+            ),
+        ),
+        _ if message.contains(LOCAL_STORAGE_TEXT) => (BlockerKind::LocalStorage, message.to_string()),
+        _ if message.contains(UNMANAGED_TEXT) => (BlockerKind::UnmanagedPod, message.to_string()),
+        (HaltCode::PrecheckFailed, _) if message.contains(REMOVED_TEXT) => {
+            (BlockerKind::RemovedFlag, message.to_string())
+        }
+        _ => (BlockerKind::Halt, format!("{}: {message}", code.as_str())),
+    };
+    Blocker {
+        kind,
+        node: node.clone(),
+        detail,
+    }
+}

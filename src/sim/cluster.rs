@@ -59,6 +59,10 @@ pub struct SimClusterConfig {
     /// Objects created on the kube side in addition to the scenario's (the platform
     /// DaemonSets/CoreDNS and one Deployment + PDB per `workloads` entry).
     pub extra_objects: Vec<Value>,
+    /// Whether the kube side runs the platform ([`kube::scenario::platform`]: kube-proxy,
+    /// flannel, CoreDNS, metrics-server). Default on; a rehearsal's twin turns it off, as its
+    /// `extra_objects` already hold the observed cluster's own system pods.
+    pub platform: bool,
 }
 
 impl Default for SimClusterConfig {
@@ -68,6 +72,7 @@ impl Default for SimClusterConfig {
             kube_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             kube_refresh_interval: KubeSimConfig::default().refresh_interval,
             extra_objects: Vec::new(),
+            platform: true,
         }
     }
 }
@@ -165,6 +170,10 @@ impl SimCluster {
         config: SimClusterConfig,
     ) -> Result<SimCluster, SimClusterError> {
         let mut objects = scenario_objects(&scenario)?;
+        if !config.platform {
+            let platform = kube::scenario::platform();
+            objects.retain(|o| !platform.contains(o));
+        }
         objects.extend(config.extra_objects);
         let talos = SimTalos::start(scenario.clone(), config.talos_listen)
             .await

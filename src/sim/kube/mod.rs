@@ -563,6 +563,41 @@ fn seed_objects(cluster: &mut KubeSide, objects: &[Value]) -> Result<(), KubeSim
     Ok(())
 }
 
+/// Seeded objects may name an owner seeded before them without its `uid` (which the store
+/// assigns at creation): the seeder fills in that owner's `uid`, as a restore of etcd holds
+/// both with their references intact. An owner named without a `uid` that was not seeded
+/// before is refused. (The API itself never resolves a reference: a request names the uid.)
+fn resolve_owner_uids(cluster: &KubeSide, obj: &mut Value) -> Result<(), String> {
+    let ns = store::ns_of(obj).to_string();
+    let Some(refs) = obj
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    else {
+        return Ok(());
+    };
+    for r in refs {
+        let has_uid = r
+            .get("uid")
+            .and_then(Value::as_str)
+            .is_some_and(|u| !u.is_empty());
+        if has_uid {
+            continue;
+        }
+        let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let (api_version, kind, name) = (text("apiVersion"), text("kind"), text("name"));
+        let uid = resources::by_kind(&api_version, &kind)
+            .and_then(|rt| cluster.store.get(rt, if rt.namespaced { &ns } else { "" }, &name))
+            .map(|owner| store::uid_of(owner).to_string())
+            .ok_or_else(|| {
+                format!(
+                    "ownerReference to {kind} `{name}` has no uid and no such object was seeded before it"
+                )
+            })?;
+        r["uid"] = Value::String(uid);
+    }
+    Ok(())
+}
+
 /// The field manager of the kube-apiserver's API Priority and Fairness configuration
 /// (kubernetes `pkg/registry/flowcontrol/ensurer/strategy.go`, `fieldManager`).
 pub(crate) const APF_MANAGER: &str = "api-priority-and-fairness-config-producer-v1";
@@ -666,6 +701,7 @@ fn seed_one(cluster: &mut KubeSide, index: usize, mut obj: Value) -> Result<(), 
     if rt.namespaced && store::ns_of(&obj).is_empty() {
         obj["metadata"]["namespace"] = serde_json::json!("default");
     }
+    resolve_owner_uids(cluster, &mut obj).map_err(|reason| err(&reason))?;
     cluster
         .store
         .create(rt, obj, jiff::Timestamp::now())
