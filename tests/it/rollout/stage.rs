@@ -65,8 +65,8 @@ async fn a_staged_pool_installs_outside_the_window_and_only_reboots_inside_it() 
     }
     assert!(
         !all.iter()
-            .any(|i| matches!(i.1, CommandOp::Upgrade | CommandOp::Pull)),
-        "no install and no pull in the window: {all:#?}"
+            .any(|i| matches!(i.1, CommandOp::Upgrade | CommandOp::Pull | CommandOp::PullAhead)),
+        "no install and no pull (not even ahead of a wave: the image is installed) in the window: {all:#?}"
     );
     for (at, op, node, _) in &all {
         if matches!(
@@ -330,5 +330,10 @@ async fn a_staged_pool_two_minors_behind_stages_each_hop_after_the_hop_before_it
             "{n}: installs {installs:?}, reboots {reboots:?}"
         );
     }
+    // every hop stages its nodes before their waves: no pull ahead of a wave is ever needed
+    assert!(
+        !all.iter().any(|i| i.1 == CommandOp::PullAhead),
+        "a pull ahead of a node already installed: {all:#?}"
+    );
     assert!(staged_not_rebooted(&w.job()).is_empty());
 }

@@ -126,7 +126,7 @@ async fn a_staged_pool_installs_before_the_window_and_an_external_reboot_is_reco
         if let Entry::Intent { key, .. } = &e.entry {
             match key.op {
                 CommandOp::Stage => assert!(e.at < window_opens(), "staged at {}", e.at),
-                CommandOp::Upgrade | CommandOp::Pull => {
+                CommandOp::Upgrade | CommandOp::Pull | CommandOp::PullAhead => {
                     panic!("an install or pull in the window: {key}")
                 }
                 CommandOp::Cordon | CommandOp::Reboot => {
@@ -214,7 +214,7 @@ async fn a_staged_control_plane_snapshots_first_and_installs_one_node_at_a_time_
     for (_, e, key) in &intents {
         match key.op {
             CommandOp::Stage => assert!(e.at < window_opens(), "{key} at {}", e.at),
-            CommandOp::Upgrade | CommandOp::Pull => {
+            CommandOp::Upgrade | CommandOp::Pull | CommandOp::PullAhead => {
                 panic!("an install or pull in the window: {key}")
             }
             CommandOp::Cordon | CommandOp::Reboot => {
