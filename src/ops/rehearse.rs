@@ -457,7 +457,7 @@ async fn settle(
         let pods = sim.kube.pods();
         let unready: Vec<String> = pods
             .iter()
-            .filter(|p| !p.terminating && !p.ready && p.node.is_some())
+            .filter(|p| !p.terminating && !p.mirror && !p.ready && p.node.is_some())
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .collect();
         let uncounted: Vec<String> = pdbs
