@@ -17,5 +17,6 @@
 //! [`Census`]: crate::inventory::census::Census
 
 pub mod compress;
+pub mod render;
 pub mod report;
 pub mod twin;
