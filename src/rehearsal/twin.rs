@@ -1,10 +1,11 @@
 //! The twin: a simulator scenario and kube objects built from an observed cluster and its
 //! census (pure). The twin has the observed nodes (names, roles, Talos and kubelet versions,
 //! platforms, schematics, extensions) on **loopback addresses only**, and the census's pods on
-//! the same nodes with the same owner kinds, labels and emptyDir volumes, its DaemonSets and
-//! its PodDisruptionBudgets over the same member pods with the same `minAvailable` /
-//! `maxUnavailable`, so the simulator's disruption controller computes the same
-//! `disruptionsAllowed`.
+//! the same nodes with the same owner kinds, labels and volumes (as many emptyDir, hostPath,
+//! persistentVolumeClaim and inline CSI volumes as the census counted; their sources are the
+//! twin's own), its DaemonSets and its PodDisruptionBudgets over the same member pods with the
+//! same `minAvailable` / `maxUnavailable`, so the simulator's disruption controller computes
+//! the same `disruptionsAllowed`.
 //!
 //! How each census pod becomes a twin object (design/rehearsal.md, "The twin"):
 //! - owned by a **ReplicaSet**: a ReplicaSet of the same name (replicas: its census pods,
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::inventory::census::{Census, CensusPod};
+use crate::inventory::census::{Census, CensusPod, VolumeKinds};
 use crate::inventory::{MachineRole, ObservedCluster};
 use crate::sim::talos::{NodeSpec, RebootTiming, Role, Scenario, Timing};
 
@@ -42,6 +43,11 @@ pub const OWNER_LABEL: &str = "twin.medea.dev/owner";
 pub const PDB_LABEL_PREFIX: &str = "twin.medea.dev/pdb-";
 /// The image every twin container runs (nothing is pulled: the simulator runs no images).
 const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// Where the twin's `hostPath` volumes point (never a path of the real cluster: the census
+/// keeps no volume source).
+pub const TWIN_HOST_PATH: &str = "/var/lib/medea-twin";
+/// The driver the twin's inline `csi` volumes name.
+pub const TWIN_CSI_DRIVER: &str = "twin.medea.dev";
 /// The namespaces every simulated kube-apiserver has from the start.
 const BUILTIN_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -158,7 +164,8 @@ pub fn build(observed: &ObservedCluster, census: Option<&Census>, timing: TwinTi
 /// (machines the twin left out are dropped). What the twin's job is created from.
 pub fn observed_twin(observed: &ObservedCluster, twin: &Twin) -> ObservedCluster {
     let mut out = observed.clone();
-    out.machines.retain(|name, _| twin.addresses.contains_key(name));
+    out.machines
+        .retain(|name, _| twin.addresses.contains_key(name));
     for (name, m) in out.machines.iter_mut() {
         if let Some(a) = twin.addresses.get(name) {
             m.address = a.clone();
@@ -238,7 +245,13 @@ fn workload_objects(
     if !elsewhere.is_empty() {
         let nodes: Vec<String> = elsewhere
             .into_iter()
-            .map(|n| if n.is_empty() { "(unscheduled)".into() } else { n })
+            .map(|n| {
+                if n.is_empty() {
+                    "(unscheduled)".into()
+                } else {
+                    n
+                }
+            })
             .collect();
         limits.push(format!(
             "pods on nodes the twin does not have are left out: {}",
@@ -298,8 +311,10 @@ fn workload_objects(
         // The labels all its pods share (a replacement carries these), PDB labels included.
         let mut template_labels = common_labels(pods, &pdb_labels);
         template_labels.insert(OWNER_LABEL.to_string(), owner_value.clone());
-        let on_control_plane = pods.iter().any(|p| control_planes.contains(p.node.as_str()));
-        let template = template_of(&template_labels, on_control_plane);
+        let on_control_plane = pods
+            .iter()
+            .any(|p| control_planes.contains(p.node.as_str()));
+        let template = template_of(&template_labels, &common_volumes(pods), on_control_plane);
         let selector = json!({"matchLabels": {OWNER_LABEL: owner_value}});
         match kind.as_str() {
             "ReplicaSet" => objects.push(json!({
@@ -334,7 +349,7 @@ fn workload_objects(
         labels.remove("pod-template-generation");
         let owner_value = format!("ds{d}");
         labels.insert(OWNER_LABEL.to_string(), owner_value.clone());
-        let mut template = template_of(&labels, false);
+        let mut template = template_of(&labels, &common_volumes(&pods), false);
         template["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
         objects.push(json!({
             "apiVersion": "apps/v1",
@@ -385,12 +400,6 @@ fn workload_objects(
             }
             _ => Value::Null,
         };
-        let empty_dirs: Vec<Value> = (0..p.volumes.empty_dir)
-            .map(|i| json!({"name": format!("scratch-{i}"), "emptyDir": {}}))
-            .collect();
-        let mounts: Vec<Value> = (0..p.volumes.empty_dir)
-            .map(|i| json!({"name": format!("scratch-{i}"), "mountPath": format!("/scratch-{i}")}))
-            .collect();
         let mut pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -403,10 +412,7 @@ fn workload_objects(
         if !owner_refs.is_null() {
             pod["metadata"]["ownerReferences"] = owner_refs;
         }
-        if !empty_dirs.is_empty() {
-            pod["spec"]["volumes"] = json!(empty_dirs);
-            pod["spec"]["containers"][0]["volumeMounts"] = json!(mounts);
-        }
+        with_volumes(&mut pod["spec"], &p.volumes);
         objects.push(pod);
     }
     // The budgets, over exactly their census members.
@@ -464,13 +470,73 @@ fn common_labels(
     common
 }
 
-/// A pod template with `labels`; `control_plane`: it tolerates the control-plane taint (its
-/// census pods ran there).
-fn template_of(labels: &BTreeMap<String, String>, control_plane: bool) -> Value {
+/// The volumes every one of `pods` has: per kind, the fewest any of them mounts.
+fn common_volumes(pods: &[&CensusPod]) -> VolumeKinds {
+    let fewest =
+        |count: fn(&VolumeKinds) -> u32| pods.iter().map(|p| count(&p.volumes)).min().unwrap_or(0);
+    VolumeKinds {
+        empty_dir: fewest(|v| v.empty_dir),
+        host_path: fewest(|v| v.host_path),
+        persistent_volume_claim: fewest(|v| v.persistent_volume_claim),
+        csi: fewest(|v| v.csi),
+    }
+}
+
+/// Give a pod spec (its first container) as many volumes of each kind as `volumes` counts.
+/// Only the kind is the census's: the sources are the twin's own and name nothing of the
+/// real cluster (the census keeps none). A `hostPath` is a directory under
+/// [`TWIN_HOST_PATH`], a `persistentVolumeClaim` names a claim the twin does not create (the
+/// simulator starts a pod without waiting for its volumes, and attaches nothing for a claim
+/// it does not have), an inline `csi` volume names the twin's own driver.
+fn with_volumes(spec: &mut Value, volumes: &VolumeKinds) {
+    let mut list = Vec::new();
+    for i in 0..volumes.empty_dir {
+        list.push(json!({"name": format!("scratch-{i}"), "emptyDir": {}}));
+    }
+    for i in 0..volumes.host_path {
+        list.push(json!({
+            "name": format!("host-{i}"),
+            "hostPath": {"path": format!("{TWIN_HOST_PATH}/host-{i}"), "type": "DirectoryOrCreate"},
+        }));
+    }
+    for i in 0..volumes.persistent_volume_claim {
+        list.push(json!({
+            "name": format!("claim-{i}"),
+            "persistentVolumeClaim": {"claimName": format!("twin-claim-{i}")},
+        }));
+    }
+    for i in 0..volumes.csi {
+        list.push(json!({
+            "name": format!("csi-{i}"),
+            "csi": {"driver": TWIN_CSI_DRIVER},
+        }));
+    }
+    if list.is_empty() {
+        return;
+    }
+    let mounts: Vec<Value> = list
+        .iter()
+        .map(|v| {
+            let name = v["name"].as_str().unwrap_or_default();
+            json!({"name": name, "mountPath": format!("/{name}")})
+        })
+        .collect();
+    spec["volumes"] = json!(list);
+    spec["containers"][0]["volumeMounts"] = json!(mounts);
+}
+
+/// A pod template with `labels` and `volumes`; `control_plane`: it tolerates the
+/// control-plane taint (its census pods ran there).
+fn template_of(
+    labels: &BTreeMap<String, String>,
+    volumes: &VolumeKinds,
+    control_plane: bool,
+) -> Value {
     let mut t = json!({
         "metadata": {"labels": labels},
         "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
     });
+    with_volumes(&mut t["spec"], volumes);
     if control_plane {
         t["spec"]["tolerations"] = json!([{
             "key": "node-role.kubernetes.io/control-plane",
