@@ -267,7 +267,8 @@ impl World {
                         );
                         p.labels
                             .insert("controller-revision-hash".into(), "6b8d7f9c4".into());
-                        p.labels.insert("pod-template-generation".into(), "1".into());
+                        p.labels
+                            .insert("pod-template-generation".into(), "1".into());
                         pods.push(p);
                     }
                 }
@@ -316,7 +317,9 @@ impl World {
                 });
             }
         }
-        pods.sort_by(|a, b| (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name)));
+        pods.sort_by(|a, b| {
+            (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
+        });
         pdbs.sort();
         daemonsets.sort();
         Census {
@@ -351,7 +354,14 @@ fn budget_status(b: Budget, kind: Kind, n: i64) -> (i64, i64) {
         (Budget::MaxPct(p), Some(s)) => (s, (s - pct_up(p, s)).max(0)),
     };
     let allowed = n - desired;
-    (if expected <= 0 || allowed <= 0 { 0 } else { allowed }, expected)
+    (
+        if expected <= 0 || allowed <= 0 {
+            0
+        } else {
+            allowed
+        },
+        expected,
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -535,7 +545,13 @@ fn settled(sim: &SimCluster, twin: &Twin) -> bool {
                             && p["metadata"]["labels"].get(&key).is_some()
                     })
                     .count();
-                status_i64(&pdb, "currentHealthy") == Some(members as i64)
+                // A budget the disruption controller could not sync keeps its status but
+                // for a `SyncFailed` condition.
+                let sync_failed = pdb
+                    .as_ref()
+                    .and_then(|p| p.pointer("/status/conditions/0/reason"))
+                    .is_some_and(|r| r == "SyncFailed");
+                sync_failed || status_i64(&pdb, "currentHealthy") == Some(members as i64)
             }
             _ => true,
         }
@@ -623,7 +639,9 @@ fn the_twin_built_from_a_census_round_trips_the_observed_cluster() {
             }
             // The only limit: an evicted StatefulSet pod is not recreated (no controller).
             prop_assert!(
-                twin.limits.iter().all(|l| l.contains("no StatefulSet controller")),
+                twin.limits
+                    .iter()
+                    .all(|l| l.contains("no StatefulSet controller")),
                 "{:?}",
                 twin.limits
             );
