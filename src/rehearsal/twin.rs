@@ -546,3 +546,398 @@ fn template_of(
     }
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Machine;
+    use crate::inventory::census::{CensusPdb, Owner};
+    use crate::version::{KubeVersion, TalosVersion};
+
+    const QUICK: TwinTiming = TwinTiming {
+        reboot: Duration::from_secs(1),
+        image_pull: Duration::ZERO,
+        pod_start: Duration::ZERO,
+        pod_termination: Duration::ZERO,
+    };
+
+    fn machine(node: &str, role: MachineRole, address: &str, talos: Option<&str>) -> Machine {
+        Machine {
+            node: node.into(),
+            id: format!("id-{node}"),
+            address: address.into(),
+            role,
+            talos_version: talos.map(|t| TalosVersion::parse(t).unwrap()),
+            installer_image: None,
+            schematic: None,
+            platform: Some("metal".into()),
+            extensions: BTreeMap::new(),
+            kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+            ready: true,
+            cordoned: false,
+            reachable: true,
+            boot_id: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// cp-1 (v1.12.11), w-1 and w-2 (v1.13.0) at public and private addresses, and w-9, whose
+    /// Talos version was not observed.
+    fn observed() -> ObservedCluster {
+        let machines = [
+            machine(
+                "cp-1",
+                MachineRole::Controlplane,
+                "203.0.113.10",
+                Some("v1.12.11"),
+            ),
+            machine("w-1", MachineRole::Worker, "10.0.0.11", Some("v1.13.0")),
+            machine("w-2", MachineRole::Worker, "2001:db8::12", Some("v1.13.0")),
+            machine("w-9", MachineRole::Worker, "fd00::9", None),
+        ]
+        .into_iter()
+        .map(|m| (m.node.clone(), m))
+        .collect();
+        ObservedCluster::new("home").observe(Some(KubeVersion::parse("v1.34.1").unwrap()), machines)
+    }
+
+    fn pod(node: &str, ns: &str, name: &str, owner: Option<(&str, &str)>) -> CensusPod {
+        CensusPod {
+            node: node.into(),
+            namespace: ns.into(),
+            name: name.into(),
+            owner: owner.map(|(kind, name)| Owner {
+                kind: kind.into(),
+                name: name.into(),
+            }),
+            mirror: false,
+            phase: "Running".into(),
+            labels: BTreeMap::from([("app".to_string(), name.to_string())]),
+            volumes: VolumeKinds::default(),
+        }
+    }
+
+    fn census() -> Census {
+        let mut web_a = pod("w-1", "shop", "web-a", Some(("ReplicaSet", "web-5d8f")));
+        let mut web_b = pod("w-2", "shop", "web-b", Some(("ReplicaSet", "web-5d8f")));
+        for p in [&mut web_a, &mut web_b] {
+            p.labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        }
+        web_b.labels.insert("zone".into(), "b".into());
+        let mut scratch = pod("w-2", "default", "scratch", None);
+        scratch.volumes = VolumeKinds {
+            empty_dir: 2,
+            host_path: 1,
+            persistent_volume_claim: 1,
+            csi: 1,
+        };
+        let mut mirror = pod("cp-1", "kube-system", "kube-apiserver-cp-1", None);
+        mirror.mirror = true;
+        let mut done = pod("w-1", "default", "migrate", Some(("Job", "migrate")));
+        done.phase = "Succeeded".into();
+        let mut pods = vec![
+            web_a,
+            web_b,
+            pod("w-1", "shop", "db-0", Some(("StatefulSet", "db"))),
+            scratch,
+            mirror,
+            done,
+            pod("w-9", "default", "elsewhere", None),
+            pod("", "default", "pending", None),
+        ];
+        for node in ["cp-1", "w-1", "w-2"] {
+            let mut p = pod(
+                node,
+                "kube-system",
+                &format!("proxy-{node}"),
+                Some(("DaemonSet", "proxy")),
+            );
+            p.labels = BTreeMap::from([
+                ("app".to_string(), "proxy".to_string()),
+                ("controller-revision-hash".to_string(), "abc".to_string()),
+            ]);
+            pods.push(p);
+        }
+        Census {
+            gathered_at: "2026-12-06T00:00:00Z".into(),
+            pods,
+            pdbs: vec![
+                CensusPdb {
+                    namespace: "shop".into(),
+                    name: "web".into(),
+                    min_available: Some("1".into()),
+                    max_unavailable: None,
+                    disruptions_allowed: 1,
+                    expected_pods: 2,
+                    pods: vec!["web-a".into(), "web-b".into()],
+                },
+                CensusPdb {
+                    namespace: "shop".into(),
+                    name: "db".into(),
+                    min_available: None,
+                    max_unavailable: Some("50%".into()),
+                    disruptions_allowed: 0,
+                    expected_pods: 1,
+                    pods: vec!["db-0".into()],
+                },
+            ],
+            daemonsets: vec!["kube-system/proxy".into()],
+            ..Census::default()
+        }
+    }
+
+    fn objects_of<'a>(twin: &'a Twin, kind: &str) -> Vec<&'a Value> {
+        twin.objects.iter().filter(|o| o["kind"] == kind).collect()
+    }
+
+    fn named<'a>(twin: &'a Twin, kind: &str, name: &str) -> &'a Value {
+        objects_of(twin, kind)
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {:#?}", twin.objects))
+    }
+
+    #[test]
+    fn the_twin_has_the_observed_nodes_on_loopback_addresses_only() {
+        let o = observed();
+        let twin = build(&o, Some(&census()), QUICK);
+        let nodes: Vec<(&str, Role, String, String)> = twin
+            .scenario
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.as_str(),
+                    n.role,
+                    n.talos.to_string(),
+                    n.kubernetes.to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                (
+                    "cp-1",
+                    Role::Controlplane,
+                    "v1.12.11".into(),
+                    "v1.34.1".into()
+                ),
+                ("w-1", Role::Worker, "v1.13.0".into(), "v1.34.1".into()),
+                ("w-2", Role::Worker, "v1.13.0".into(), "v1.34.1".into()),
+            ]
+        );
+        assert_eq!(twin.scenario.cluster_name, "home");
+        for n in &twin.scenario.nodes {
+            let ip: std::net::IpAddr = n.address.parse().unwrap();
+            assert!(ip.is_loopback(), "{} at {}", n.name, n.address);
+            assert_ne!(n.address, o.machines[&n.name].address);
+            assert_eq!(twin.addresses.get(&n.name), Some(&n.address));
+        }
+        assert!(
+            twin.limits
+                .iter()
+                .any(|l| l == "node w-9 is left out: its Talos version was not observed"),
+            "{:?}",
+            twin.limits
+        );
+        let run = observed_twin(&o, &twin);
+        assert_eq!(
+            run.machines.keys().collect::<Vec<_>>(),
+            ["cp-1", "w-1", "w-2"]
+        );
+        for m in run.machines.values() {
+            assert_eq!(Some(&m.address), twin.addresses.get(&m.node));
+        }
+        assert_eq!(twin_address(0), "127.77.0.2");
+        assert_eq!(twin_address(254), "127.77.1.0");
+    }
+
+    #[test]
+    fn census_pods_become_twin_pods_on_their_nodes_with_their_owners_labels_and_volumes() {
+        let twin = build(&observed(), Some(&census()), QUICK);
+        let mut pods: Vec<(&str, &str, &str)> = objects_of(&twin, "Pod")
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["namespace"].as_str().unwrap(),
+                    p["metadata"]["name"].as_str().unwrap(),
+                    p["spec"]["nodeName"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        pods.sort();
+        assert_eq!(
+            pods,
+            [
+                ("default", "scratch", "w-2"),
+                ("shop", "db-0", "w-1"),
+                ("shop", "web-a", "w-1"),
+                ("shop", "web-b", "w-2"),
+            ],
+            "no mirror, finished, DaemonSet or unplaceable pod"
+        );
+        // owners
+        let web_b = named(&twin, "Pod", "web-b");
+        let owner = &web_b["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (&owner["kind"], &owner["name"]),
+            (&json!("ReplicaSet"), &json!("web-5d8f"))
+        );
+        assert_eq!(owner["controller"], true);
+        assert_eq!(
+            named(&twin, "Pod", "db-0")["metadata"]["ownerReferences"][0]["kind"],
+            "StatefulSet"
+        );
+        let bare = named(&twin, "Pod", "scratch");
+        assert!(bare["metadata"].get("ownerReferences").is_none(), "{bare}");
+        // labels: the census's, plus the twin's own
+        let labels = &web_b["metadata"]["labels"];
+        assert_eq!(
+            (&labels["app"], &labels["zone"]),
+            (&json!("web"), &json!("b"))
+        );
+        // volumes: as many of each kind, with sources of the twin's own
+        let volumes = bare["spec"]["volumes"].as_array().unwrap();
+        let count = |kind: &str| volumes.iter().filter(|v| v.get(kind).is_some()).count();
+        assert_eq!(
+            (
+                count("emptyDir"),
+                count("hostPath"),
+                count("persistentVolumeClaim"),
+                count("csi")
+            ),
+            (2, 1, 1, 1)
+        );
+        for v in volumes {
+            if let Some(path) = v.pointer("/hostPath/path").and_then(Value::as_str) {
+                assert!(path.starts_with(TWIN_HOST_PATH), "{path}");
+            }
+        }
+        assert_eq!(
+            bare["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            5
+        );
+        // controllers
+        let rs = named(&twin, "ReplicaSet", "web-5d8f");
+        assert_eq!(rs["spec"]["replicas"], 2);
+        assert_eq!(
+            rs["spec"]["template"]["metadata"]["labels"]["app"], "web",
+            "the labels its pods share"
+        );
+        assert!(
+            rs["spec"]["template"]["metadata"]["labels"]
+                .get("zone")
+                .is_none()
+        );
+        assert_eq!(named(&twin, "StatefulSet", "db")["spec"]["replicas"], 1);
+        let ds = named(&twin, "DaemonSet", "proxy");
+        assert_eq!(ds["metadata"]["namespace"], "kube-system");
+        assert_eq!(
+            ds["spec"]["template"]["spec"]["tolerations"],
+            json!([{"operator": "Exists"}])
+        );
+        let ds_labels = &ds["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(ds_labels["app"], "proxy");
+        assert!(
+            ds_labels.get("controller-revision-hash").is_none(),
+            "the DaemonSet controller stamps its own"
+        );
+        // namespaces: only those the apiserver does not start with
+        let namespaces: Vec<&str> = objects_of(&twin, "Namespace")
+            .iter()
+            .map(|n| n["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(namespaces, ["shop"]);
+        assert!(
+            twin.limits
+                .iter()
+                .any(|l| l.contains("w-9") && l.contains("(unscheduled)")),
+            "{:?}",
+            twin.limits
+        );
+        assert!(
+            twin.limits
+                .iter()
+                .any(|l| l.contains("owned by a StatefulSet")),
+            "{:?}",
+            twin.limits
+        );
+    }
+
+    #[test]
+    fn each_budget_selects_exactly_its_census_members_with_the_same_spec() {
+        let c = census();
+        let twin = build(&observed(), Some(&c), QUICK);
+        for budget in &c.pdbs {
+            let pdb = named(&twin, "PodDisruptionBudget", &budget.name);
+            assert_eq!(pdb["metadata"]["namespace"], budget.namespace.as_str());
+            let selector = pdb["spec"]["selector"]["matchLabels"].as_object().unwrap();
+            assert_eq!(selector.len(), 1, "{pdb}");
+            let (key, value) = selector.iter().next().unwrap();
+            assert!(key.starts_with(PDB_LABEL_PREFIX), "{key}");
+            let mut members: Vec<String> = objects_of(&twin, "Pod")
+                .iter()
+                .filter(|p| {
+                    p["metadata"]["namespace"] == budget.namespace.as_str()
+                        && p["metadata"]["labels"].get(key) == Some(value)
+                })
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                .collect();
+            members.sort();
+            assert_eq!(members, budget.pods, "{}", budget.name);
+        }
+        let web = named(&twin, "PodDisruptionBudget", "web");
+        assert_eq!(web["spec"]["minAvailable"], 1, "an int stays an int");
+        assert!(web["spec"].get("maxUnavailable").is_none());
+        let db = named(&twin, "PodDisruptionBudget", "db");
+        assert_eq!(db["spec"]["maxUnavailable"], "50%");
+        assert!(db["spec"].get("minAvailable").is_none());
+        // a ReplicaSet all of whose pods are members carries the label into its replacements
+        let rs = named(&twin, "ReplicaSet", "web-5d8f");
+        let key = web["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .next()
+            .unwrap();
+        assert_eq!(rs["spec"]["template"]["metadata"]["labels"][key], "member");
+    }
+
+    #[test]
+    fn without_a_census_the_twin_has_its_nodes_only_and_says_so() {
+        let twin = build(&observed(), None, QUICK);
+        assert_eq!(twin.scenario.nodes.len(), 3);
+        assert!(twin.objects.is_empty());
+        assert!(
+            twin.limits.iter().any(|l| l.starts_with("no census")),
+            "{:?}",
+            twin.limits
+        );
+    }
+
+    #[test]
+    fn a_cut_or_partial_census_and_csi_attachments_are_said_in_the_limits() {
+        let mut c = census();
+        c.truncated = vec!["pods: 23112 seen, 20000 kept".into()];
+        c.gather_errors
+            .insert("podDisruptionBudgets".into(), "403 forbidden".into());
+        c.attachments
+            .insert("w-1".into(), vec!["pv-a".into(), "pv-b".into()]);
+        let twin = build(&observed(), Some(&c), QUICK);
+        for expected in [
+            "the census was cut: pods: 23112 seen, 20000 kept",
+            "the census could not read podDisruptionBudgets (403 forbidden): the twin has none",
+            "2 CSI volume attachment(s) are not modelled: the twin's drains wait for no volume to detach",
+        ] {
+            assert!(
+                twin.limits.iter().any(|l| l == expected),
+                "{expected}: {:?}",
+                twin.limits
+            );
+        }
+    }
+}
