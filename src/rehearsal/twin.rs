@@ -7,7 +7,7 @@
 //! same `minAvailable` / `maxUnavailable`, so the simulator's disruption controller computes
 //! the same `disruptionsAllowed`.
 //!
-//! How each census pod becomes a twin object (design/rehearsal.md, "The twin"):
+//! How each census pod becomes a twin object (design/sim.md, "The twin"):
 //! - owned by a **ReplicaSet**: a ReplicaSet of the same name (replicas: its census pods,
 //!   selector: a twin label) and the pods themselves, bound to their census node
 //!   (`spec.nodeName`) and naming the ReplicaSet as their controller. The simulator's
