@@ -558,7 +558,8 @@ fn settled(sim: &SimCluster, twin: &Twin) -> bool {
     })
 }
 
-/// Build the twin of `world`, start it, let it settle, gather its census and observe it.
+/// Build the twin of `observed` with `census`, start it on loopback, wait until its controllers
+/// have caught up, gather its census and observe its nodes as the refresh does.
 async fn round_trip(observed: &ObservedCluster, census: &Census) -> (Twin, Back) {
     let twin = twin::build(observed, Some(census), QUICK);
     let sim = SimCluster::start(
