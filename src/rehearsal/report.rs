@@ -369,8 +369,8 @@ mod tests {
     use crate::desired::model::DrainPolicy;
     use crate::inventory::MachineRole;
     use crate::plan::{MachineTarget, PlanId, TalosRollout};
-    use crate::rollout::{HaltReason, JobId};
     use crate::rollout::sequencer::{Action, CommandKey, JobStep, StepState, TalosStep};
+    use crate::rollout::{HaltReason, JobId};
     use crate::version::TalosVersion;
 
     const FACTOR: u32 = 60;
