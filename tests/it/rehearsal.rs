@@ -475,5 +475,56 @@ async fn medea_plan_rehearse_prints_the_report_after_the_plan_and_stores_it() {
     assert_eq!(one["report"]["cluster"], CLUSTER);
     assert_eq!(one["report"]["outcome"]["kind"], "completed");
     assert_eq!(one["report"]["waves"].as_array().map(Vec::len), Some(3));
+
+    // Planned against another inventory: rehearsed, not stored, and it says so.
+    let mut inventory = String::from("clusters:\n  - name: home\n    kubernetesVersion: v1.34.1\n    generation: 99\n    rolloutsEnabled: true\n    machines:\n");
+    for (i, (node, role)) in [
+        ("cp-1", "controlplane"),
+        ("cp-2", "controlplane"),
+        ("cp-3", "controlplane"),
+        ("w-1", "worker"),
+        ("w-2", "worker"),
+        ("w-3", "worker"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        inventory.push_str(&format!(
+            "      - {{node: {node}, address: 127.5.0.{}, role: {role}, talosVersion: {FROM}, kubeletVersion: v1.34.1}}\n",
+            i + 2
+        ));
+    }
+    let file = w.e.dir.path().join("inventory.yaml");
+    std::fs::write(&file, inventory).unwrap();
+    let out = plan_cli(
+        &dir,
+        &w.store_path,
+        &[
+            "--observed",
+            file.to_str().unwrap(),
+            "--rehearse",
+            "--rehearse-compression",
+            "120",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("not stored: the observed inventory given differs"), "{stderr}");
+    assert!(stdout.contains("outcome: completed"), "{stdout}");
+    assert!(
+        stdout.contains("report not stored: the plan is not stored"),
+        "{stdout}"
+    );
+    let store = FjallStore::open(&w.store_path).unwrap();
+    let rehearsals = store.scan_keys(Table::Plans, "rehearsal/").unwrap();
+    assert_eq!(
+        rehearsals,
+        [format!("rehearsal/{}/{CLUSTER}", id.to_hex())],
+        "only the stored plan's report"
+    );
+    if std::env::var_os("REHEARSAL_SHOW").is_some() {
+        eprintln!("{stdout}");
+    }
     w.e.sim.shutdown().await;
 }
