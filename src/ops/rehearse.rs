@@ -31,8 +31,7 @@ use crate::rehearsal::report::{Outcome, Rehearsal, ReportMeta, rehearsal_key};
 use crate::rehearsal::{compress, twin};
 use crate::rollout::journal::{JournalEntry, entries_prefix};
 use crate::rollout::{
-    Executor, ExecutorConfig, JobId, JobInputs, JobState, RunOutcome, SystemClock,
-    create_jobs_txn,
+    Executor, ExecutorConfig, JobId, JobInputs, JobState, RunOutcome, SystemClock, create_jobs_txn,
 };
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::store::fjall::FjallStore;
@@ -134,9 +133,7 @@ pub fn stall_bound(plan: &ClusterPlan, timing: &twin::TwinTiming, factor: u32) -
         match step {
             Step::Talos(t) => {
                 let detach = Duration::from_secs(t.drain.volume_detach_timeout_secs.unwrap_or(0));
-                longest = longest
-                    .max(t.drain_timeout + detach)
-                    .max(t.health_timeout);
+                longest = longest.max(t.drain_timeout + detach).max(t.health_timeout);
                 if let Some(h) = &t.hooks {
                     longest = longest.max(longest_hook(h));
                 }
@@ -259,14 +256,9 @@ pub async fn rehearse(input: Input<'_>, settings: &Settings) -> Rehearsal {
     .await;
     sim.shutdown().await;
     let report = match run {
-        Ok((job, entries, not_ended)) => crate::rehearsal::report::build(
-            ReportMeta {
-                not_ended,
-                ..meta
-            },
-            &job,
-            &entries,
-        ),
+        Ok((job, entries, not_ended)) => {
+            crate::rehearsal::report::build(ReportMeta { not_ended, ..meta }, &job, &entries)
+        }
         Err(reason) => not_run(meta, reason),
     };
     // `dir` (the twin's credentials, its store, its snapshots) is removed here.
@@ -289,10 +281,20 @@ async fn run_on_twin(
 ) -> Result<(crate::rollout::Job, Vec<JournalEntry>, Option<String>), String> {
     let cluster = plan.cluster.as_str();
     let creds = dir.join("creds");
-    crate::private_file::private_dir(&creds, crate::private_file::ExistingDir::Tighten)
-        .map_err(|e| format!("cannot create the twin's credentials directory: {}", crate::error_chain(&e)))?;
-    sim.write_creds(&creds.join(cluster))
-        .map_err(|e| format!("cannot write the twin's credentials: {}", crate::error_chain(&e)))?;
+    crate::private_file::private_dir(&creds, crate::private_file::ExistingDir::Tighten).map_err(
+        |e| {
+            format!(
+                "cannot create the twin's credentials directory: {}",
+                crate::error_chain(&e)
+            )
+        },
+    )?;
+    sim.write_creds(&creds.join(cluster)).map_err(|e| {
+        format!(
+            "cannot write the twin's credentials: {}",
+            crate::error_chain(&e)
+        )
+    })?;
     settle(sim, built, bound, settings.poll).await?;
     let store = Arc::new(
         FjallStore::open(&dir.join("store"))
@@ -354,7 +356,14 @@ async fn run_on_twin(
             }
         }
     };
-    let watched = stalled(store.as_ref(), &job, bound, tick, max_entries, settings.stall_factor);
+    let watched = stalled(
+        store.as_ref(),
+        &job,
+        bound,
+        tick,
+        max_entries,
+        settings.stall_factor,
+    );
     let not_ended = tokio::select! {
         r = ran => r,
         why = watched => Some(why),
@@ -408,10 +417,7 @@ async fn stalled(
         let seen = match store.scan_keys(<JournalEntry as Record>::TABLE, &prefix) {
             Ok(keys) => keys.len(),
             Err(e) => {
-                return format!(
-                    "cannot read the twin's journal: {}",
-                    crate::error_chain(&e)
-                );
+                return format!("cannot read the twin's journal: {}", crate::error_chain(&e));
             }
         };
         if seen > max_entries {
@@ -467,9 +473,8 @@ async fn settle(
                     .kube
                     .get("policy/v1", "PodDisruptionBudget", ns, name)
                     .and_then(|p| p.get("status").cloned());
-                let n = |s: &Option<serde_json::Value>, f: &str| {
-                    s.as_ref().and_then(|s| s[f].as_i64())
-                };
+                let n =
+                    |s: &Option<serde_json::Value>, f: &str| s.as_ref().and_then(|s| s[f].as_i64());
                 n(&status, "expectedPods").is_none()
                     || n(&status, "currentHealthy") != n(&status, "expectedPods")
             })
