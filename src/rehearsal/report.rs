@@ -292,12 +292,7 @@ pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal
         JobState::Halted {
             reason, node, at, ..
         } => {
-            blockers.push(halt_blocker(
-                reason.code(),
-                reason.message(),
-                node,
-                &refused,
-            ));
+            blockers.push(halt_blocker(reason.code(), reason.message(), node, &refused));
             Outcome::Halted {
                 code: reason.code().as_str().to_string(),
                 node: node.clone(),
@@ -355,9 +350,7 @@ fn halt_blocker(
                 "PodDisruptionBudget {pdb} allows no disruption: the eviction of {pod} was refused until the drain timed out"
             ),
         ),
-        _ if message.contains(LOCAL_STORAGE_TEXT) => {
-            (BlockerKind::LocalStorage, message.to_string())
-        }
+        _ if message.contains(LOCAL_STORAGE_TEXT) => (BlockerKind::LocalStorage, message.to_string()),
         _ if message.contains(UNMANAGED_TEXT) => (BlockerKind::UnmanagedPod, message.to_string()),
         (HaltCode::PrecheckFailed, _) if message.contains(REMOVED_TEXT) => {
             (BlockerKind::RemovedFlag, message.to_string())

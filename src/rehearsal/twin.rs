@@ -158,8 +158,7 @@ pub fn build(observed: &ObservedCluster, census: Option<&Census>, timing: TwinTi
 /// (machines the twin left out are dropped). What the twin's job is created from.
 pub fn observed_twin(observed: &ObservedCluster, twin: &Twin) -> ObservedCluster {
     let mut out = observed.clone();
-    out.machines
-        .retain(|name, _| twin.addresses.contains_key(name));
+    out.machines.retain(|name, _| twin.addresses.contains_key(name));
     for (name, m) in out.machines.iter_mut() {
         if let Some(a) = twin.addresses.get(name) {
             m.address = a.clone();
@@ -239,13 +238,7 @@ fn workload_objects(
     if !elsewhere.is_empty() {
         let nodes: Vec<String> = elsewhere
             .into_iter()
-            .map(|n| {
-                if n.is_empty() {
-                    "(unscheduled)".into()
-                } else {
-                    n
-                }
-            })
+            .map(|n| if n.is_empty() { "(unscheduled)".into() } else { n })
             .collect();
         limits.push(format!(
             "pods on nodes the twin does not have are left out: {}",
@@ -305,9 +298,7 @@ fn workload_objects(
         // The labels all its pods share (a replacement carries these), PDB labels included.
         let mut template_labels = common_labels(pods, &pdb_labels);
         template_labels.insert(OWNER_LABEL.to_string(), owner_value.clone());
-        let on_control_plane = pods
-            .iter()
-            .any(|p| control_planes.contains(p.node.as_str()));
+        let on_control_plane = pods.iter().any(|p| control_planes.contains(p.node.as_str()));
         let template = template_of(&template_labels, on_control_plane);
         let selector = json!({"matchLabels": {OWNER_LABEL: owner_value}});
         match kind.as_str() {

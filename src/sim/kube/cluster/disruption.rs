@@ -9,7 +9,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{KubeSide, controller_of, from_value, is_terminating, phase, pod_ready};
-use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS};
+use crate::sim::kube::resources::{
+    DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS,
+};
 use crate::sim::kube::selector::{LabelSelector, selects};
 use crate::sim::kube::status::ApiError;
 
@@ -118,11 +120,14 @@ impl KubeSide {
             // The disruption controller's `getPodStatefulSet`: the StatefulSet's
             // `spec.replicas` (the simulator runs no StatefulSet controller; a pod naming one
             // that does not exist counts as one, as before).
-            "StatefulSet" => self.store.get(&STATEFULSETS, ns, name).map_or(1, |s| {
-                s.pointer("/spec/replicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(1) as i32
-            }),
+            "StatefulSet" => self
+                .store
+                .get(&STATEFULSETS, ns, name)
+                .map_or(1, |s| {
+                    s.pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1) as i32
+                }),
             _ => 1,
         }
     }
