@@ -596,6 +596,40 @@ pub fn load_report(
     store.get_record(&rehearsal_key(&plan.to_hex(), cluster))
 }
 
+/// The most operations a plan save may carry with its collected rehearsals (etcd refuses
+/// transactions of more than 128 by default).
+pub const MAX_SAVE_OPS: usize = 120;
+
+/// The deletes of stored rehearsals whose plan is not among `live` (it was collected, or
+/// never stored), at most `budget` of them: what a plan save collects beside the plans it
+/// collects (`ops::replan`). Reports left over converge away over the next saves.
+pub fn orphan_deletes(
+    rehearsal_keys: &[String],
+    live: &std::collections::BTreeSet<PlanId>,
+    budget: usize,
+) -> Vec<crate::store::Op> {
+    rehearsal_keys
+        .iter()
+        .filter(|k| {
+            let plan = k
+                .strip_prefix(REHEARSAL_PREFIX)
+                .and_then(|rest| rest.split_once('/'))
+                .and_then(|(hex, _)| PlanId::parse_full(hex).ok());
+            plan.is_none_or(|id| !live.contains(&id))
+        })
+        .take(budget)
+        .map(|k| crate::store::Op::Delete(<Rehearsal as Record>::TABLE, k.clone()))
+        .collect()
+}
+
+/// The prefix of every stored rehearsal's key ([`rehearsal_key`]).
+pub const REHEARSAL_PREFIX: &str = "rehearsal/";
+
+/// The keys of every stored rehearsal.
+pub fn report_keys(store: &dyn Store) -> Result<Vec<String>, StoreError> {
+    store.scan_keys(<Rehearsal as Record>::TABLE, REHEARSAL_PREFIX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,5 +685,47 @@ mod tests {
         };
         store_report(&store, &again).unwrap();
         assert_eq!(load_report(&store, &a, "prod").unwrap(), Some(again));
+        assert!(
+            report_keys(&store)
+                .unwrap()
+                .iter()
+                .all(|k| k.starts_with(REHEARSAL_PREFIX)),
+            "the prefix is rehearsal_key's"
+        );
+    }
+
+    #[test]
+    fn reports_of_plans_no_longer_stored_are_collected_within_the_budget() {
+        let store = MemStore::new();
+        let live = PlanId::from_digest([1; 32]);
+        let gone = PlanId::from_digest([2; 32]);
+        for (plan, cluster) in [(live, "prod"), (gone, "prod"), (gone, "staging")] {
+            store_report(&store, &report(&plan, cluster)).unwrap();
+        }
+        let keys = report_keys(&store).unwrap();
+        assert_eq!(keys.len(), 3);
+        let deletes = |budget| {
+            orphan_deletes(&keys, &[live].into(), budget)
+                .into_iter()
+                .map(|op| match op {
+                    crate::store::Op::Delete(crate::store::Table::Plans, k) => k,
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            deletes(10),
+            [
+                rehearsal_key(&gone.to_hex(), "prod"),
+                rehearsal_key(&gone.to_hex(), "staging")
+            ]
+        );
+        assert_eq!(deletes(1).len(), 1, "bounded");
+        assert!(deletes(0).is_empty());
+        assert_eq!(
+            orphan_deletes(&keys, &[live, gone].into(), 10),
+            Vec::new(),
+            "every plan still stored"
+        );
     }
 }
