@@ -47,6 +47,8 @@ pub struct Settings {
     /// The run is stopped when the journal has not moved for this many times the longest
     /// compressed wait of the plan ([`stall_bound`]).
     pub stall_factor: u32,
+    /// A bound of no progress to use instead of [`stall_bound`]'s (`None`: computed).
+    pub stall_bound: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -55,6 +57,7 @@ impl Default for Settings {
             compression: 60,
             poll: Duration::from_millis(20),
             stall_factor: 4,
+            stall_bound: None,
         }
     }
 }
@@ -208,7 +211,9 @@ pub async fn rehearse(input: Input<'_>, settings: &Settings) -> Rehearsal {
         longest_window: input.windows.iter().map(MaintenanceWindow::duration).max(),
         not_ended: None,
     };
-    let bound = stall_bound(&compressed.plan, &timing, settings.stall_factor);
+    let bound = settings
+        .stall_bound
+        .unwrap_or_else(|| stall_bound(&compressed.plan, &timing, settings.stall_factor));
     let dir = match tempfile::Builder::new()
         .prefix("medea-rehearsal-")
         .tempdir()
@@ -356,14 +361,14 @@ async fn run_on_twin(
             }
         }
     };
-    let watched = stalled(
-        store.as_ref(),
-        &job,
-        bound,
-        tick,
-        max_entries,
-        settings.stall_factor,
-    );
+    let bound_is = match settings.stall_bound {
+        Some(_) => "the bound set".to_string(),
+        None => format!(
+            "{}× the plan's longest compressed wait",
+            settings.stall_factor.max(1)
+        ),
+    };
+    let watched = stalled(store.as_ref(), &job, bound, tick, max_entries, &bound_is);
     let not_ended = tokio::select! {
         r = ran => r,
         why = watched => Some(why),
@@ -407,7 +412,7 @@ async fn stalled(
     bound: Duration,
     tick: Duration,
     max_entries: usize,
-    factor: u32,
+    bound_is: &str,
 ) -> String {
     let prefix = entries_prefix(id);
     let mut last: Option<usize> = None;
@@ -430,7 +435,7 @@ async fn stalled(
             since = tokio::time::Instant::now();
         } else if since.elapsed() >= bound {
             return format!(
-                "the run on the twin did not end: its journal did not move for {} ms ({factor}× the plan's longest compressed wait)",
+                "the run on the twin did not end: its journal did not move for {} ms ({bound_is})",
                 bound.as_millis(),
             );
         }

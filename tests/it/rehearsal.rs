@@ -578,3 +578,40 @@ async fn medea_plan_rehearse_prints_the_report_after_the_plan_and_stores_it() {
     }
     w.e.sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_journal_stops_moving_within_its_bound_is_not_run_never_a_pass() {
+    let w = world(vec![], &["web-pdb"]).await;
+    let store = FjallStore::open(&w.store_path).unwrap();
+    let desired = load_desired(&w.yaml);
+    let replanned = medea::ops::replan::replan(&store, &desired).unwrap();
+    // 10×: a twin node's pull takes 6 s of no journal entry, longer than the bound of no
+    // progress given here (the computed one is longer than any wait of the plan).
+    let settings = Settings {
+        compression: 10,
+        stall_bound: Some(Duration::from_millis(1500)),
+        ..Settings::default()
+    };
+    let reports = rehearse::rehearse_plan(
+        Some(&store),
+        &replanned.plan,
+        &replanned.inventory,
+        &desired,
+        &settings,
+    )
+    .await
+    .unwrap();
+    let r = &reports[0];
+    let Outcome::NotRun { reason } = &r.outcome else {
+        panic!("not a pass: {r:#?}");
+    };
+    assert!(
+        reason.contains("did not end") && reason.contains("did not move for 1500 ms"),
+        "{reason}"
+    );
+    assert!(
+        r.waves.iter().all(|w| w.duration_secs.is_none()),
+        "no wave finished: {r:#?}"
+    );
+    w.e.sim.shutdown().await;
+}
