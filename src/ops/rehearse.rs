@@ -31,8 +31,7 @@ use crate::rehearsal::report::{Outcome, Rehearsal, ReportMeta, rehearsal_key};
 use crate::rehearsal::{compress, twin};
 use crate::rollout::journal::{JournalEntry, entries_prefix};
 use crate::rollout::{
-    Executor, ExecutorConfig, JobId, JobInputs, JobState, RunOutcome, SystemClock,
-    create_jobs_txn,
+    Executor, ExecutorConfig, JobId, JobInputs, JobState, RunOutcome, SystemClock, create_jobs_txn,
 };
 use crate::sim::cluster::{SimCluster, SimClusterConfig};
 use crate::store::fjall::FjallStore;
@@ -48,6 +47,8 @@ pub struct Settings {
     /// The run is stopped when the journal has not moved for this many times the longest
     /// compressed wait of the plan ([`stall_bound`]).
     pub stall_factor: u32,
+    /// A bound of no progress to use instead of [`stall_bound`]'s (`None`: computed).
+    pub stall_bound: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -56,6 +57,7 @@ impl Default for Settings {
             compression: 60,
             poll: Duration::from_millis(20),
             stall_factor: 4,
+            stall_bound: None,
         }
     }
 }
@@ -134,9 +136,7 @@ pub fn stall_bound(plan: &ClusterPlan, timing: &twin::TwinTiming, factor: u32) -
         match step {
             Step::Talos(t) => {
                 let detach = Duration::from_secs(t.drain.volume_detach_timeout_secs.unwrap_or(0));
-                longest = longest
-                    .max(t.drain_timeout + detach)
-                    .max(t.health_timeout);
+                longest = longest.max(t.drain_timeout + detach).max(t.health_timeout);
                 if let Some(h) = &t.hooks {
                     longest = longest.max(longest_hook(h));
                 }
@@ -211,7 +211,9 @@ pub async fn rehearse(input: Input<'_>, settings: &Settings) -> Rehearsal {
         longest_window: input.windows.iter().map(MaintenanceWindow::duration).max(),
         not_ended: None,
     };
-    let bound = stall_bound(&compressed.plan, &timing, settings.stall_factor);
+    let bound = settings
+        .stall_bound
+        .unwrap_or_else(|| stall_bound(&compressed.plan, &timing, settings.stall_factor));
     let dir = match tempfile::Builder::new()
         .prefix("medea-rehearsal-")
         .tempdir()
@@ -259,14 +261,9 @@ pub async fn rehearse(input: Input<'_>, settings: &Settings) -> Rehearsal {
     .await;
     sim.shutdown().await;
     let report = match run {
-        Ok((job, entries, not_ended)) => crate::rehearsal::report::build(
-            ReportMeta {
-                not_ended,
-                ..meta
-            },
-            &job,
-            &entries,
-        ),
+        Ok((job, entries, not_ended)) => {
+            crate::rehearsal::report::build(ReportMeta { not_ended, ..meta }, &job, &entries)
+        }
         Err(reason) => not_run(meta, reason),
     };
     // `dir` (the twin's credentials, its store, its snapshots) is removed here.
@@ -289,10 +286,20 @@ async fn run_on_twin(
 ) -> Result<(crate::rollout::Job, Vec<JournalEntry>, Option<String>), String> {
     let cluster = plan.cluster.as_str();
     let creds = dir.join("creds");
-    crate::private_file::private_dir(&creds, crate::private_file::ExistingDir::Tighten)
-        .map_err(|e| format!("cannot create the twin's credentials directory: {}", crate::error_chain(&e)))?;
-    sim.write_creds(&creds.join(cluster))
-        .map_err(|e| format!("cannot write the twin's credentials: {}", crate::error_chain(&e)))?;
+    crate::private_file::private_dir(&creds, crate::private_file::ExistingDir::Tighten).map_err(
+        |e| {
+            format!(
+                "cannot create the twin's credentials directory: {}",
+                crate::error_chain(&e)
+            )
+        },
+    )?;
+    sim.write_creds(&creds.join(cluster)).map_err(|e| {
+        format!(
+            "cannot write the twin's credentials: {}",
+            crate::error_chain(&e)
+        )
+    })?;
     settle(sim, built, bound, settings.poll).await?;
     let store = Arc::new(
         FjallStore::open(&dir.join("store"))
@@ -354,7 +361,14 @@ async fn run_on_twin(
             }
         }
     };
-    let watched = stalled(store.as_ref(), &job, bound, tick, max_entries, settings.stall_factor);
+    let bound_is = match settings.stall_bound {
+        Some(_) => "the bound set".to_string(),
+        None => format!(
+            "{}× the plan's longest compressed wait",
+            settings.stall_factor.max(1)
+        ),
+    };
+    let watched = stalled(store.as_ref(), &job, bound, tick, max_entries, &bound_is);
     let not_ended = tokio::select! {
         r = ran => r,
         why = watched => Some(why),
@@ -398,7 +412,7 @@ async fn stalled(
     bound: Duration,
     tick: Duration,
     max_entries: usize,
-    factor: u32,
+    bound_is: &str,
 ) -> String {
     let prefix = entries_prefix(id);
     let mut last: Option<usize> = None;
@@ -408,10 +422,7 @@ async fn stalled(
         let seen = match store.scan_keys(<JournalEntry as Record>::TABLE, &prefix) {
             Ok(keys) => keys.len(),
             Err(e) => {
-                return format!(
-                    "cannot read the twin's journal: {}",
-                    crate::error_chain(&e)
-                );
+                return format!("cannot read the twin's journal: {}", crate::error_chain(&e));
             }
         };
         if seen > max_entries {
@@ -424,7 +435,7 @@ async fn stalled(
             since = tokio::time::Instant::now();
         } else if since.elapsed() >= bound {
             return format!(
-                "the run on the twin did not end: its journal did not move for {} ms ({factor}× the plan's longest compressed wait)",
+                "the run on the twin did not end: its journal did not move for {} ms ({bound_is})",
                 bound.as_millis(),
             );
         }
@@ -467,9 +478,8 @@ async fn settle(
                     .kube
                     .get("policy/v1", "PodDisruptionBudget", ns, name)
                     .and_then(|p| p.get("status").cloned());
-                let n = |s: &Option<serde_json::Value>, f: &str| {
-                    s.as_ref().and_then(|s| s[f].as_i64())
-                };
+                let n =
+                    |s: &Option<serde_json::Value>, f: &str| s.as_ref().and_then(|s| s[f].as_i64());
                 n(&status, "expectedPods").is_none()
                     || n(&status, "currentHealthy") != n(&status, "expectedPods")
             })
@@ -591,6 +601,40 @@ pub fn load_report(
     store.get_record(&rehearsal_key(&plan.to_hex(), cluster))
 }
 
+/// The most operations a plan save may carry with its collected rehearsals (etcd refuses
+/// transactions of more than 128 by default).
+pub const MAX_SAVE_OPS: usize = 120;
+
+/// The deletes of stored rehearsals whose plan is not among `live` (it was collected, or
+/// never stored), at most `budget` of them: what a plan save collects beside the plans it
+/// collects (`ops::replan`). Reports left over converge away over the next saves.
+pub fn orphan_deletes(
+    rehearsal_keys: &[String],
+    live: &std::collections::BTreeSet<PlanId>,
+    budget: usize,
+) -> Vec<crate::store::Op> {
+    rehearsal_keys
+        .iter()
+        .filter(|k| {
+            let plan = k
+                .strip_prefix(REHEARSAL_PREFIX)
+                .and_then(|rest| rest.split_once('/'))
+                .and_then(|(hex, _)| PlanId::parse_full(hex).ok());
+            plan.is_none_or(|id| !live.contains(&id))
+        })
+        .take(budget)
+        .map(|k| crate::store::Op::Delete(<Rehearsal as Record>::TABLE, k.clone()))
+        .collect()
+}
+
+/// The prefix of every stored rehearsal's key ([`rehearsal_key`]).
+pub const REHEARSAL_PREFIX: &str = "rehearsal/";
+
+/// The keys of every stored rehearsal.
+pub fn report_keys(store: &dyn Store) -> Result<Vec<String>, StoreError> {
+    store.scan_keys(<Rehearsal as Record>::TABLE, REHEARSAL_PREFIX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,5 +690,47 @@ mod tests {
         };
         store_report(&store, &again).unwrap();
         assert_eq!(load_report(&store, &a, "prod").unwrap(), Some(again));
+        assert!(
+            report_keys(&store)
+                .unwrap()
+                .iter()
+                .all(|k| k.starts_with(REHEARSAL_PREFIX)),
+            "the prefix is rehearsal_key's"
+        );
+    }
+
+    #[test]
+    fn reports_of_plans_no_longer_stored_are_collected_within_the_budget() {
+        let store = MemStore::new();
+        let live = PlanId::from_digest([1; 32]);
+        let gone = PlanId::from_digest([2; 32]);
+        for (plan, cluster) in [(live, "prod"), (gone, "prod"), (gone, "staging")] {
+            store_report(&store, &report(&plan, cluster)).unwrap();
+        }
+        let keys = report_keys(&store).unwrap();
+        assert_eq!(keys.len(), 3);
+        let deletes = |budget| {
+            orphan_deletes(&keys, &[live].into(), budget)
+                .into_iter()
+                .map(|op| match op {
+                    crate::store::Op::Delete(crate::store::Table::Plans, k) => k,
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            deletes(10),
+            [
+                rehearsal_key(&gone.to_hex(), "prod"),
+                rehearsal_key(&gone.to_hex(), "staging")
+            ]
+        );
+        assert_eq!(deletes(1).len(), 1, "bounded");
+        assert!(deletes(0).is_empty());
+        assert_eq!(
+            orphan_deletes(&keys, &[live, gone].into(), 10),
+            Vec::new(),
+            "every plan still stored"
+        );
     }
 }

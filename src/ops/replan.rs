@@ -420,11 +420,30 @@ pub fn replan_cached(
         crate::store::Table::Plans,
         crate::plan::stored::RECENT_PREFIX,
     )?;
+    let stored_ids = plan_ids(store)?;
+    let mut live: std::collections::BTreeSet<PlanId> = stored_ids.iter().copied().collect();
+    live.insert(plan.id);
     for op in crate::plan::stored::collect_ops(
         &plan.id,
         previous.as_ref().map(|p| &p.id),
-        &plan_ids(store)?,
+        &stored_ids,
         &recent,
+    ) {
+        if let crate::store::Op::Delete(crate::store::Table::Plans, key) = &op
+            && let Some(id) = key
+                .strip_prefix("plan/")
+                .and_then(|hex| PlanId::parse_full(hex).ok())
+        {
+            live.remove(&id);
+        }
+        txn.push(op);
+    }
+    // Rehearsal reports of plans no longer stored go with them (design/rehearsal.md).
+    let budget = crate::ops::rehearse::MAX_SAVE_OPS.saturating_sub(txn.ops.len());
+    for op in crate::ops::rehearse::orphan_deletes(
+        &crate::ops::rehearse::report_keys(store)?,
+        &live,
+        budget,
     ) {
         txn.push(op);
     }
@@ -639,6 +658,51 @@ mod tests {
             .collect();
         assert_eq!(ids.len(), 3, "one plan per round");
         assert_eq!(super::plan_ids(&cached).unwrap(), ids);
+    }
+
+    /// A plan save collects the rehearsal reports of plans no longer stored and keeps those
+    /// of stored plans (design/rehearsal.md, "Storage").
+    #[test]
+    fn a_plan_save_collects_the_reports_of_plans_no_longer_stored() {
+        use crate::plan::PlanId;
+        use crate::plan::tests::{cp_pool, observed, one, three_cps};
+        use crate::rehearsal::report::{Outcome, Rehearsal};
+        use crate::store::Store as _;
+        let store = crate::store::mem::MemStore::new();
+        store
+            .commit(observed("v1.34.1", 4, three_cps("v1.12.11")).save_txn())
+            .unwrap();
+        let first = super::replan(&store, &one("v1.34.1", "", &[cp_pool("v1.13.9")]))
+            .unwrap()
+            .plan;
+        let report = |plan: &PlanId| Rehearsal {
+            plan: plan.to_hex(),
+            cluster: "c1".into(),
+            ran_at: String::new(),
+            census_gathered_at: String::new(),
+            compression: 60,
+            timings: "defaults".into(),
+            waves: vec![],
+            outcome: Outcome::Completed { total_secs: 1 },
+            blockers: vec![],
+            limits: vec![],
+        };
+        let never_stored = PlanId::from_digest([9; 32]);
+        crate::ops::rehearse::store_report(&store, &report(&first.id)).unwrap();
+        crate::ops::rehearse::store_report(&store, &report(&never_stored)).unwrap();
+        let second = super::replan(&store, &one("v1.34.1", "", &[cp_pool("v1.13.10")])).unwrap();
+        assert!(second.stored);
+        assert_ne!(second.plan.id, first.id);
+        assert!(
+            crate::ops::rehearse::load_report(&store, &first.id, "c1")
+                .unwrap()
+                .is_some(),
+            "the first plan is still stored (in the window), and so is its report"
+        );
+        assert_eq!(
+            crate::ops::rehearse::load_report(&store, &never_stored, "c1").unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub fn secs(s: u64) -> String {
 
 fn kind(k: BlockerKind) -> &'static str {
     match k {
-        BlockerKind::Pdb => "PodDisruptionBudget",
+        BlockerKind::Pdb => "pdb",
         BlockerKind::UnmanagedPod => "unmanaged pod",
         BlockerKind::LocalStorage => "local storage",
         BlockerKind::RemovedFlag => "removed flag",
@@ -155,12 +155,34 @@ mod tests {
                 detail: "PodDisruptionBudget shop/db allows no disruption".into(),
             }],
         ));
-        assert!(t.contains("plan 0123456789ab on a twin of cluster prod (advice, not part of the plan id)"), "{t}");
-        assert!(t.contains("outcome: HALTED (drain_blocked at node w-3) after 1h06m40s: drain timed out"), "{t}");
-        assert!(t.contains("talos workers wave 1: +5s 1h02m05s [w-1, w-2]"), "{t}");
-        assert!(t.contains("talos workers wave 2: +1h02m10s did not finish [w-3]"), "{t}");
-        assert!(t.contains("- PodDisruptionBudget at node w-3: PodDisruptionBudget shop/db allows no disruption"), "{t}");
-        assert!(t.contains("no census (nodes only)") && t.contains("    - no census\n"), "{t}");
+        assert!(
+            t.contains(
+                "plan 0123456789ab on a twin of cluster prod (advice, not part of the plan id)"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "outcome: HALTED (drain_blocked at node w-3) after 1h06m40s: drain timed out"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("talos workers wave 1: +5s 1h02m05s [w-1, w-2]"),
+            "{t}"
+        );
+        assert!(
+            t.contains("talos workers wave 2: +1h02m10s did not finish [w-3]"),
+            "{t}"
+        );
+        assert!(
+            t.contains("- pdb at node w-3: PodDisruptionBudget shop/db allows no disruption"),
+            "{t}"
+        );
+        assert!(
+            t.contains("no census (nodes only)") && t.contains("    - no census\n"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -171,7 +193,10 @@ mod tests {
             },
             vec![],
         ));
-        assert!(t.contains("outcome: NOT RUN (not a pass): the twin could not start"), "{t}");
+        assert!(
+            t.contains("outcome: NOT RUN (not a pass): the twin could not start"),
+            "{t}"
+        );
         assert!(!t.contains("completed"), "{t}");
     }
 }

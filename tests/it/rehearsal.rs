@@ -23,7 +23,9 @@ use medea::plan::stored::{CURRENT_KEY, plan_key};
 use medea::plan::{Plan, Step};
 use medea::rehearsal::report::{BlockerKind, Outcome, Rehearsal};
 use medea::rollout::sequencer::HaltCode;
-use medea::rollout::{Executor, ExecutorConfig, JobInputs, RunOutcome, SystemClock, create_jobs_txn};
+use medea::rollout::{
+    Executor, ExecutorConfig, JobInputs, RunOutcome, SystemClock, create_jobs_txn,
+};
 use medea::sim::talos::scenario::WorkloadSpec;
 use medea::sim::talos::{RebootTiming, Scenario, Timing};
 use medea::store::fjall::FjallStore;
@@ -161,7 +163,11 @@ async fn world(extra: Vec<WorkloadSpec>, pdbs: &[&str]) -> World {
             .unwrap();
         // The census, stored where the refresh stores it.
         let census = medea::ops::census::gather(&e.kube().await, jiff::Timestamp::now()).await;
-        assert!(census.gather_errors.is_empty(), "{:?}", census.gather_errors);
+        assert!(
+            census.gather_errors.is_empty(),
+            "{:?}",
+            census.gather_errors
+        );
         store
             .commit(Txn::new().put_record(census_key(CLUSTER), &census))
             .unwrap();
@@ -286,7 +292,10 @@ async fn the_rehearsal_predicts_the_pdb_block_the_real_run_then_hits_at_the_same
     };
     assert_eq!(reason.code(), HaltCode::DrainBlocked, "{out:?}");
     let real = node.clone().expect("the halt names its node");
-    assert_eq!(predicted, real, "the rehearsal named the node the real run halted at");
+    assert_eq!(
+        predicted, real,
+        "the rehearsal named the node the real run halted at"
+    );
     assert_eq!(real, x, "the node holding the budget's pod");
     w.e.sim.shutdown().await;
 }
@@ -302,15 +311,10 @@ async fn a_rehearsal_without_blockers_completes_wave_by_wave_and_never_touches_t
     let current = store.get(Table::Plans, CURRENT_KEY).unwrap();
     assert!(plan_bytes.is_some() && current.is_some());
 
-    let reports = rehearse::rehearse_plan(
-        Some(&store),
-        &plan,
-        &replanned.inventory,
-        &desired,
-        &fast(),
-    )
-    .await
-    .unwrap();
+    let reports =
+        rehearse::rehearse_plan(Some(&store), &plan, &replanned.inventory, &desired, &fast())
+            .await
+            .unwrap();
     assert_eq!(reports.len(), 1);
     let r = &reports[0];
     assert!(
@@ -319,20 +323,30 @@ async fn a_rehearsal_without_blockers_completes_wave_by_wave_and_never_touches_t
     );
     assert!(r.blockers.is_empty(), "{r:#?}");
     let waves: Vec<Vec<String>> = r.waves.iter().map(|w| w.nodes.clone()).collect();
-    assert_eq!(waves, plan_waves(&plan), "a timeline entry per wave of the plan");
+    assert_eq!(
+        waves,
+        plan_waves(&plan),
+        "a timeline entry per wave of the plan"
+    );
     assert!(
-        r.waves.iter().all(|w| w.step == "talos workers" && w.duration_secs.is_some()),
+        r.waves
+            .iter()
+            .all(|w| w.step == "talos workers" && w.duration_secs.is_some()),
         "{r:#?}"
     );
     assert!(
-        r.waves.windows(2).all(|p| p[0].start_secs <= p[1].start_secs),
+        r.waves
+            .windows(2)
+            .all(|p| p[0].start_secs <= p[1].start_secs),
         "in order: {r:#?}"
     );
     assert_eq!(r.plan, plan.id.to_hex());
 
     rehearse::store_report(&store, r).unwrap();
     assert_eq!(
-        rehearse::load_report(&store, &plan.id, CLUSTER).unwrap().as_ref(),
+        rehearse::load_report(&store, &plan.id, CLUSTER)
+            .unwrap()
+            .as_ref(),
         Some(r)
     );
     assert_eq!(
@@ -382,10 +396,15 @@ async fn a_twin_that_cannot_start_is_not_run_never_a_pass() {
         panic!("not a pass: {r:#?}");
     };
     assert!(reason.contains("the twin could not start"), "{reason}");
-    assert!(reason.contains("controlplane"), "the cause is kept: {reason}");
+    assert!(
+        reason.contains("controlplane"),
+        "the cause is kept: {reason}"
+    );
     assert!(r.waves.is_empty() && r.blockers.is_empty(), "{r:#?}");
     assert!(
-        r.limits.iter().any(|l| l.contains("cp-1") && l.contains("left out")),
+        r.limits
+            .iter()
+            .any(|l| l.contains("cp-1") && l.contains("left out")),
         "{:?}",
         r.limits
     );
@@ -428,11 +447,16 @@ async fn medea_plan_rehearse_prints_the_report_after_the_plan_and_stores_it() {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(2), "changes: {stdout}\n{stderr}");
-    let plan_at = stdout.find("talos v1.12.11 → v1.12.12").unwrap_or_else(|| panic!("{stdout}"));
+    let plan_at = stdout
+        .find("talos v1.12.11 → v1.12.12")
+        .unwrap_or_else(|| panic!("{stdout}"));
     let rehearsal_at = stdout
         .find("rehearsal of plan ")
         .unwrap_or_else(|| panic!("{stdout}"));
-    assert!(plan_at < rehearsal_at, "the report follows the plan: {stdout}");
+    assert!(
+        plan_at < rehearsal_at,
+        "the report follows the plan: {stdout}"
+    );
     for want in [
         "on a twin of cluster home (advice, not part of the plan id)",
         "outcome: completed: predicted ",
@@ -452,7 +476,10 @@ async fn medea_plan_rehearse_prints_the_report_after_the_plan_and_stores_it() {
         let stored = rehearse::load_report(&store, &current.id, CLUSTER)
             .unwrap()
             .expect("the report is stored");
-        assert!(matches!(stored.outcome, Outcome::Completed { .. }), "{stored:#?}");
+        assert!(
+            matches!(stored.outcome, Outcome::Completed { .. }),
+            "{stored:#?}"
+        );
         current.id
     };
 
@@ -465,7 +492,12 @@ async fn medea_plan_rehearse_prints_the_report_after_the_plan_and_stores_it() {
         &w.store_path,
         &["-o", "json", "--rehearse", "--rehearse-compression", "120"],
     );
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     assert_eq!(doc["plan"], plain, "the plan's JSON as without --rehearse");
@@ -475,5 +507,111 @@ async fn medea_plan_rehearse_prints_the_report_after_the_plan_and_stores_it() {
     assert_eq!(one["report"]["cluster"], CLUSTER);
     assert_eq!(one["report"]["outcome"]["kind"], "completed");
     assert_eq!(one["report"]["waves"].as_array().map(Vec::len), Some(3));
+
+    // Planned against another inventory: rehearsed, not stored, and it says so.
+    let mut inventory = String::from(
+        "clusters:\n  - name: home\n    kubernetesVersion: v1.34.1\n    generation: 99\n    rolloutsEnabled: true\n    machines:\n",
+    );
+    for (i, (node, role)) in [
+        ("cp-1", "controlplane"),
+        ("cp-2", "controlplane"),
+        ("cp-3", "controlplane"),
+        ("w-1", "worker"),
+        ("w-2", "worker"),
+        ("w-3", "worker"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        inventory.push_str(&format!(
+            "      - {{node: {node}, address: 127.5.0.{}, role: {role}, talosVersion: {FROM}, kubeletVersion: v1.34.1}}\n",
+            i + 2
+        ));
+    }
+    let file = w.e.dir.path().join("inventory.yaml");
+    std::fs::write(&file, inventory).unwrap();
+    let out = plan_cli(
+        &dir,
+        &w.store_path,
+        &[
+            "--observed",
+            file.to_str().unwrap(),
+            "--rehearse",
+            "--rehearse-compression",
+            "120",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("not stored: the observed inventory given differs"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("outcome: completed"), "{stdout}");
+    assert!(
+        stdout.contains("report not stored: the plan is not stored"),
+        "{stdout}"
+    );
+    let store = FjallStore::open(&w.store_path).unwrap();
+    let rehearsals = store.scan_keys(Table::Plans, "rehearsal/").unwrap();
+    assert_eq!(
+        rehearsals,
+        [format!("rehearsal/{}/{CLUSTER}", id.to_hex())],
+        "only the stored plan's report"
+    );
+    // Without the desired state and a store it would ask the server: refused, saying why.
+    let out = crate::cli::medea()
+        .args(["plan", "--rehearse"])
+        .env_remove("MEDEA_STORE")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--rehearse runs the plan on a twin in this process"),
+        "{stderr}"
+    );
+    if std::env::var_os("REHEARSAL_SHOW").is_some() {
+        eprintln!("{stdout}");
+    }
+    w.e.sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_journal_stops_moving_within_its_bound_is_not_run_never_a_pass() {
+    let w = world(vec![], &["web-pdb"]).await;
+    let store = FjallStore::open(&w.store_path).unwrap();
+    let desired = load_desired(&w.yaml);
+    let replanned = medea::ops::replan::replan(&store, &desired).unwrap();
+    // 10×: a twin node's pull takes 6 s of no journal entry, longer than the bound of no
+    // progress given here (the computed one is longer than any wait of the plan).
+    let settings = Settings {
+        compression: 10,
+        stall_bound: Some(Duration::from_millis(1500)),
+        ..Settings::default()
+    };
+    let reports = rehearse::rehearse_plan(
+        Some(&store),
+        &replanned.plan,
+        &replanned.inventory,
+        &desired,
+        &settings,
+    )
+    .await
+    .unwrap();
+    let r = &reports[0];
+    let Outcome::NotRun { reason } = &r.outcome else {
+        panic!("not a pass: {r:#?}");
+    };
+    assert!(
+        reason.contains("did not end") && reason.contains("did not move for 1500 ms"),
+        "{reason}"
+    );
+    assert!(
+        r.waves.iter().all(|w| w.duration_secs.is_none()),
+        "no wave finished: {r:#?}"
+    );
     w.e.sim.shutdown().await;
 }
