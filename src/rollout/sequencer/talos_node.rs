@@ -16,7 +16,8 @@ pub(super) fn talos_step(
     if let Some(failure) = j.gates.failure.clone() {
         return rollback_wave(j, si, failure, eyes, now, notes);
     }
-    // `rollout.stage: ahead`: the installs ahead of the windows come first
+    // `rollout.stage: ahead`: the installs ahead of the windows come first, and staged nodes
+    // that have not started are watched for a reboot by someone else (every decision)
     if let Some(f) = stage_ahead(j, si, eyes, now, notes) {
         return f;
     }
@@ -88,13 +89,9 @@ pub(super) fn talos_step(
         {
             return f;
         }
+        // (staged nodes not started yet were watched for reboots at the top, by `stage_ahead`,
+        // in this and every decision: waiting for a window or inside one)
         if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
-            // waiting for a window: staged nodes are watched for reboots meanwhile
-            if let Flow::Wait(..) = f
-                && let Some(w) = watch_staged(j, si, eyes, now, notes)
-            {
-                return w;
-            }
             return f;
         }
         // every node of the wave finished in this pass: soak it, then the next wave
