@@ -1,8 +1,10 @@
 //! Decisions around the maintenance windows, driven through [`step`] as the executor drives it
 //! (observe what a round asks for, decide again at the same instant), the clock a value: the
-//! watch over staged nodes inside a window (issue #36).
+//! watch over staged nodes inside a window (issue #36) and the `beforeWave` hooks of a wave
+//! that may not start yet (issue #35).
 
 use super::*;
+use crate::desired::exclusion::{Exclusion, ExclusionScope};
 use crate::desired::hooks::{Hook, HookAction, Hooks};
 use crate::plan::StageAhead;
 use crate::version::TalosVersion;
@@ -338,4 +340,134 @@ fn a_command_without_an_outcome_that_cannot_be_resolved_yet_holds_the_watch() {
         node(&tr.job, "w2").staging
     );
     assert_eq!(node(&tr.job, "w2").phase, NodePhase::Done);
+}
+
+fn hook(name: &str) -> Hook {
+    Hook {
+        name: name.into(),
+        timeout: Duration::from_secs(60),
+        idempotent: false,
+        action: HookAction::Http {
+            url: "https://hooks.example/medea".into(),
+            credential: None,
+        },
+    }
+}
+
+fn before_wave(name: &str) -> Hooks {
+    Hooks {
+        before_wave: vec![hook(name)],
+        ..Hooks::default()
+    }
+}
+
+/// Issue #35: outside the maintenance windows a wave fires no `beforeWave` hook (and counts
+/// no budget): the decision waits for the window. Inside it the hook runs first, then the
+/// wave's first node moves.
+#[test]
+fn before_wave_hooks_wait_for_the_window_then_run_before_the_first_node() {
+    let world = World::new(false);
+    let j = job(false, Some(before_wave("noout")));
+    let (tr, asked) = decide(&j, &world, t(OUTSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, reason } if *at == t(OPENS) && reason.contains("outside the maintenance windows")),
+        "{:?}",
+        tr.next
+    );
+    assert!(tr.job.hook_runs.is_empty(), "{:?}", tr.job.hook_runs);
+    assert!(!asked.nodes, "no budget counted outside the window");
+    assert!(talos_of(&tr.job, 0).budget.is_none());
+
+    let now = t(INSIDE);
+    let (tr, _) = decide(&tr.job, &world, now);
+    let h = command(&tr.next);
+    assert!(
+        matches!(&h.action, Action::Hook { site, .. } if site == "0/beforeWave/wave-1/noout"),
+        "{h:?}"
+    );
+    assert_eq!(node(&tr.job, "w1").phase, NodePhase::Pending);
+    let report = CommandOutcome::Hook {
+        report: HookReport {
+            succeeded: true,
+            detail: "HTTP 204".into(),
+            exit_code: None,
+            log_tail: None,
+        },
+    };
+    let j = answer(&tr.job, h, report, now);
+    let (tr, _) = decide(&j, &world, later(now, 5));
+    let pull = command(&tr.next);
+    assert!(
+        matches!(&pull.action, Action::Pull { node, .. } if node.node == "w1"),
+        "{pull:?}"
+    );
+}
+
+/// Issue #35, with exclusions: a wave every member of which a maintenance exclusion holds
+/// fires no `beforeWave` hook either; it waits until the exclusion ends (inside a window).
+#[test]
+fn before_wave_hooks_wait_for_an_exclusion_holding_the_whole_wave() {
+    let world = World::new(false);
+    let mut j = job(false, Some(before_wave("noout")));
+    let until = t("2026-12-06T02:30:00Z");
+    j.exclusions = vec![
+        Exclusion::new(
+            "freeze",
+            t("2026-12-01T00:00:00Z"),
+            until,
+            ExclusionScope::NoUpgrades,
+        )
+        .unwrap(),
+    ];
+    let (tr, _) = decide(&j, &world, t(INSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, reason } if *at == until && reason.contains("`freeze`")),
+        "{:?}",
+        tr.next
+    );
+    assert!(tr.job.hook_runs.is_empty(), "{:?}", tr.job.hook_runs);
+    let (tr, _) = decide(&tr.job, &world, until);
+    assert!(
+        matches!(&command(&tr.next).action, Action::Hook { site, .. } if site == "0/beforeWave/wave-1/noout"),
+        "{:?}",
+        tr.next
+    );
+}
+
+/// Issue #35: a wave's budget is counted only once it may start. Outside the window, with the
+/// next wave's `w2` NotReady (a budget of 0 for `w1`'s wave), the job waits for the window
+/// however long that is; it used to count the budget at once and halt `pool_unavailable` after
+/// the pool's health timeout, before the window opened.
+#[test]
+fn a_wave_without_budget_outside_the_window_waits_for_the_window_not_the_health_timeout() {
+    let mut world = World::new(false);
+    world.kube.get_mut("w2").unwrap().ready = false;
+    let j = job(false, None);
+    let (tr, asked) = decide(&j, &world, t(OUTSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, .. } if *at == t(OPENS)),
+        "{:?}",
+        tr.next
+    );
+    assert!(!asked.nodes);
+    // past the pool's health timeout (15m), still before the window
+    let (tr, _) = decide(&tr.job, &world, later(t(OUTSIDE), 3600));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, .. } if *at == t(OPENS)),
+        "{:?}",
+        tr.next
+    );
+    assert!(
+        matches!(tr.job.state, JobState::Running),
+        "{:?}",
+        tr.job.state
+    );
+    // in the window the budget is counted: 0 slots, w2 named
+    let (tr, asked) = decide(&tr.job, &world, t(INSIDE));
+    assert!(asked.nodes);
+    assert!(
+        matches!(&tr.next, Next::Poll { reason, .. } if reason.contains("w2")),
+        "{:?}",
+        tr.next
+    );
 }
