@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::desired::hooks::{HookPoint, Hooks};
 use crate::desired::model::{
-    ApprovalSettings, Cluster, MinorLine, NodePool, Role, RolloutSettings, format_duration,
+    ApprovalSettings, Cluster, MinorLine, NodePool, Role, RolloutSettings, Stage, format_duration,
 };
 use crate::inventory::MachineRole;
 use crate::plan::health::{Gate, HealthSources, OnFailure};
@@ -97,6 +97,30 @@ pub struct RolloutSummary {
     /// written when default, like `upgrade_attempts`).
     #[serde(default = "default_drain", skip_serializing_if = "is_default_drain")]
     pub drain: crate::desired::model::DrainPolicy,
+    /// `rollout.stage` (issue #36): when the pool installs the new Talos. Records written
+    /// before the field existed read as `inWindow`, which is not written, so their bytes and
+    /// the applied digest stay what they were.
+    #[serde(default, skip_serializing_if = "is_in_window")]
+    pub stage: Stage,
+    /// `rollout.stageParallelism` (issue #36): nodes installing ahead at once. Records written
+    /// before the field existed read as the default, which is not written.
+    #[serde(
+        default = "default_stage_parallelism",
+        skip_serializing_if = "is_default_stage_parallelism"
+    )]
+    pub stage_parallelism: u32,
+}
+
+fn is_in_window(s: &Stage) -> bool {
+    *s == Stage::InWindow
+}
+
+fn default_stage_parallelism() -> u32 {
+    crate::desired::model::DEFAULT_STAGE_PARALLELISM
+}
+
+fn is_default_stage_parallelism(n: &u32) -> bool {
+    *n == default_stage_parallelism()
 }
 
 fn default_upgrade_attempts() -> u32 {
@@ -123,6 +147,8 @@ impl From<&RolloutSettings> for RolloutSummary {
             health_timeout_secs: r.health_timeout.as_secs(),
             upgrade_attempts: r.upgrade_attempts,
             drain: r.drain.clone(),
+            stage: r.stage,
+            stage_parallelism: r.stage_parallelism,
         }
     }
 }
@@ -719,6 +745,14 @@ fn rollout_fields(r: &RolloutSummary) -> Vec<(&'static str, String)> {
             format_duration(Duration::from_secs(r.health_timeout_secs)),
         ),
         ("rollout.upgradeAttempts", r.upgrade_attempts.to_string()),
+        (
+            "rollout.stage",
+            match r.stage {
+                Stage::InWindow => "inWindow".to_string(),
+                Stage::Ahead => "ahead".to_string(),
+            },
+        ),
+        ("rollout.stageParallelism", r.stage_parallelism.to_string()),
         (
             "drain.deleteEmptyDirData",
             r.drain.delete_empty_dir_data.to_string(),

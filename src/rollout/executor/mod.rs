@@ -298,8 +298,18 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     last_wait = None;
                     let outcome;
                     (job, outcome) = self.run_command(&job, t, cmd).await?;
+                    // a staged batch with a node whose call was lost (a transport error, an
+                    // install already in progress) backs off too: its resolution may issue
+                    // the node again at once, and without the pause that loops as fast as the
+                    // journal can write (issue #36)
+                    let staged_transient = matches!(&outcome, CommandOutcome::Staged { results }
+                        if results.iter().any(|(_, r)| matches!(r, StageResult::Transient { .. })));
                     match outcome {
                         CommandOutcome::Transient { .. } => {
+                            transient += 1;
+                            self.sleep(self.backoff(transient)).await;
+                        }
+                        _ if staged_transient => {
                             transient += 1;
                             self.sleep(self.backoff(transient)).await;
                         }

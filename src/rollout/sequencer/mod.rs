@@ -270,3 +270,5 @@ pub(crate) mod ts_opt {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_tests;

@@ -5,8 +5,8 @@
 //! A node is *staged* once medea has seen its default boot entry name the target. Inside a
 //! window a staged node is cordoned, drained and rebooted as before, without a second install.
 //!
-//! A staged node rebooted by anyone else boots the target: medea notices the new boot id
-//! (while staging, while the step waits for a window, or at the node's turn), records it,
+//! A staged node rebooted by anyone else boots the target: medea notices the new boot id (in
+//! every decision of the step until the node starts, windows or not; then at its turn), records it,
 //! verifies the node like one of its own reboots (target version, running and ready, services,
 //! Kubernetes Ready) within the health timeout, and marks it done without installing again;
 //! a node that does not come back right halts the job, naming it.
@@ -238,10 +238,11 @@ pub(super) fn stage_ahead(
 }
 
 /// Staged nodes that have not started their window cycle: one seen rebooted (a new boot id) is
-/// recorded and verified ([`verify_external`]). Called while the step stages and while it
-/// waits outside the windows; inside a window the node's own turn notices it
-/// ([`noticed_at_turn`]).
-pub(super) fn watch_staged(
+/// recorded and verified ([`verify_external`]). Called by [`stage_ahead`] at the top of every
+/// decision of the step — while it stages, while it waits outside the windows and inside a
+/// window alike — so each costs a Talos read per such node. A node that has started is looked
+/// at by its own phases instead ([`noticed_at_turn`] at its checks, [`staged_install`]).
+fn watch_staged(
     j: &mut Job,
     si: usize,
     eyes: &Eyes,

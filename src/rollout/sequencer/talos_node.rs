@@ -16,7 +16,8 @@ pub(super) fn talos_step(
     if let Some(failure) = j.gates.failure.clone() {
         return rollback_wave(j, si, failure, eyes, now, notes);
     }
-    // `rollout.stage: ahead`: the installs ahead of the windows come first
+    // `rollout.stage: ahead`: the installs ahead of the windows come first, and staged nodes
+    // that have not started are watched for a reboot by someone else (every decision)
     if let Some(f) = stage_ahead(j, si, eyes, now, notes) {
         return f;
     }
@@ -57,6 +58,17 @@ pub(super) fn talos_step(
         let members: Vec<usize> = (0..ts.nodes.len())
             .filter(|&i| ts.nodes[i].wave == wave && !ts.nodes[i].phase.finished())
             .collect();
+        // before the wave starts: it may start at all (a window is open, an exclusion does not
+        // hold every member), else nothing is done for it (issue #35: no gate evaluated, no
+        // budget counted, no beforeWave hook fired hours before its nodes can move)
+        if members
+            .iter()
+            .all(|&i| ts.nodes[i].phase == NodePhase::Pending)
+            && let Err(f) = wave_may_start(j, si, &members, now)
+        {
+            return f;
+        }
+        let ts = talos_of(j, si);
         // before the wave starts: the pool's gates
         if let Some(p) = policy.as_ref()
             && members
@@ -88,16 +100,40 @@ pub(super) fn talos_step(
         {
             return f;
         }
+        // (staged nodes not started yet were watched for reboots at the top, by `stage_ahead`,
+        // in this and every decision: waiting for a window or inside one)
         if let Some(f) = wave_turn(j, si, wave, members, eyes, now, notes) {
-            // waiting for a window: staged nodes are watched for reboots meanwhile
-            if let Flow::Wait(..) = f
-                && let Some(w) = watch_staged(j, si, eyes, now, notes)
-            {
-                return w;
-            }
             return f;
         }
         // every node of the wave finished in this pass: soak it, then the next wave
+    }
+}
+
+/// Whether a wave whose members (`members`, every one pending) have not started may start
+/// now: a maintenance window is open and a maintenance exclusion does not hold every one of
+/// them; otherwise the flow to return (the wait until the window opens or the earliest member
+/// is free, or the window's halt). Each member passes the same gates again when it starts
+/// ([`start`]); this one keeps the wave's gates, budget and `beforeWave` hooks from running
+/// for a wave none of whose nodes may move.
+fn wave_may_start(j: &Job, si: usize, members: &[usize], now: Timestamp) -> Result<(), Flow> {
+    window_gate(j, now)?;
+    let ts = talos_of(j, si);
+    let mut earliest: Option<(Timestamp, String)> = None;
+    for &i in members {
+        let n = &ts.nodes[i];
+        match exclusion_gate(j, Change::talos(&n.target.from, &ts.rollout.to), now) {
+            Ok(()) => return Ok(()),
+            Err(Flow::Wait(at, r)) => {
+                if earliest.as_ref().is_none_or(|(e, _)| at < *e) {
+                    earliest = Some((at, r));
+                }
+            }
+            Err(f) => return Err(f),
+        }
+    }
+    match earliest {
+        Some((at, r)) => Err(Flow::Wait(at, r)),
+        None => Ok(()),
     }
 }
 

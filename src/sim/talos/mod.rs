@@ -102,6 +102,9 @@ pub struct NodeState {
     pub cri_images: Vec<String>,
     /// Every completed pull in order: (image, into the CRI namespace).
     pub pulls: Vec<(String, bool)>,
+    /// A `LifecycleService` install is running in the current boot (its one-at-a-time lock
+    /// is held).
+    pub installing: bool,
 }
 
 /// A running Talos simulator and its control surface. Cheap to clone; all clones drive the same
@@ -303,6 +306,7 @@ impl SimTalos {
             pulled_images: n.images.iter().cloned().collect(),
             cri_images: n.cri_images.iter().cloned().collect(),
             pulls: n.pulls.clone(),
+            installing: n.installing.as_ref() == Some(&n.boot_id),
         })
     }
 

@@ -337,3 +337,62 @@ async fn a_staged_pool_two_minors_behind_stages_each_hop_after_the_hop_before_it
     );
     assert!(staged_not_rebooted(&w.job()).is_empty());
 }
+
+/// A staged batch whose install call never reaches a node (a transport error; an install
+/// already in progress on the node answers as one, `talos::adapter::upgrade_in_progress`) is
+/// resolved by observation and issued again, but only after the executor's backoff, as any
+/// lost call: it was issued again at once, in a loop as fast as the journal could write. Once
+/// the call gets through, each node is installed exactly once. (Real time on two workers: the
+/// loop this guards against never lets paused time advance.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_install_that_never_arrives_is_issued_again_after_a_backoff_not_at_once() {
+    let w = world_in(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE))
+            .with_fault(Fault::UpgradeNeverArrives { node: "w-1".into() }),
+        Arc::new(MemStore::new()),
+        |f| {
+            vec![staged(
+                talos_step(f, "workers", &[&["w-1"], &["w-2"]], TO, 1),
+                2,
+            )]
+        },
+        &[],
+    );
+    let mut cfg = w.config();
+    cfg.poll = Duration::from_millis(10);
+    cfg.backoff_min = Duration::from_millis(300);
+    cfg.backoff_max = Duration::from_millis(300);
+    let exec = w.executor_with(cfg);
+    let id = w.job.clone();
+    let run = tokio::spawn(async move { exec.run(&id).await.unwrap() });
+    let stage_intents = |w: &World| -> Vec<Timestamp> {
+        intents(w)
+            .into_iter()
+            .filter(|i| i.1 == CommandOp::Stage)
+            .map(|i| i.0)
+            .collect()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..2000 {
+        seen = stage_intents(&w);
+        if seen.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen.len() >= 3, "issued again: {seen:?}");
+    for pair in seen.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap >= jiff::SignedDuration::from_millis(300),
+            "issued again after {gap}: {seen:?}"
+        );
+    }
+    w.fake.edit(|s| s.faults.clear());
+    assert_eq!(run.await.unwrap(), RunOutcome::Succeeded);
+    let s = w.state();
+    for n in ["w-1", "w-2"] {
+        assert_eq!(s.nodes[n].counters.upgrade, 1, "{n}: installed once");
+        assert_eq!(s.nodes[n].counters.reboot, 1, "{n}");
+    }
+}

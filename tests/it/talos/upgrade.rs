@@ -110,6 +110,69 @@ async fn the_simulator_refuses_the_wrong_rpc_for_the_version() {
     assert_eq!(e.sim.node_state("cp-1").unwrap().installed, None);
 }
 
+/// As upstream's lifecycle service (siderolabs/talos `internal/app/lifecycle/lifecycle.go`,
+/// `container.go`): while an install runs the node still runs its version, `MachineStatus`
+/// says running and its next boot is unchanged; a second `Upgrade` is refused
+/// (`FailedPrecondition`, "another installation/upgrade is already in progress"); and the
+/// install outlives a caller that went away (the installer is waited for on a detached
+/// context), writing the boot entry when it ends. Then the lock is free again.
+#[tokio::test]
+async fn a_lifecycle_install_in_progress_refuses_a_second_and_outlives_its_caller() {
+    let mut s = scenario("v1.13.2");
+    s.timing.install = Duration::from_millis(1500);
+    let e = env_with(s, fast()).await;
+    let n = node("w-1");
+    e.client
+        .pull_image(&n, &installer("v1.13.9"))
+        .await
+        .unwrap();
+    let (caller, _) = TalosClient::from_talosconfig(&e.talosconfig, None, fast()).unwrap();
+    let first = {
+        let n = n.clone();
+        tokio::spawn(async move { caller.lifecycle_upgrade(&n, &installer("v1.13.9")).await })
+    };
+    while !e.sim.node_state("w-1").unwrap().installing {
+        tokio::task::yield_now().await;
+    }
+    // the caller goes away mid-install (a crash, a lost connection)
+    first.abort();
+    let _ = first.await;
+    let state = e.sim.node_state("w-1").unwrap();
+    assert_eq!((state.running, state.installed), (tv("v1.13.2"), None));
+    let status = e.client.machine_status(&n).await.unwrap();
+    assert_eq!(status.stage, MachineStage::Running, "{status:?}");
+    let err = e
+        .client
+        .lifecycle_upgrade(&n, &installer("v1.13.9"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(Code::FailedPrecondition), "{err}");
+    assert!(
+        err.to_string()
+            .contains("another installation/upgrade is already in progress"),
+        "{err}"
+    );
+    // the abandoned install ends and writes the boot entry
+    while e.sim.node_state("w-1").unwrap().installing {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let state = e.sim.node_state("w-1").unwrap();
+    assert_eq!(state.installed, Some(tv("v1.13.9")));
+    assert_eq!(state.running, tv("v1.13.2"), "no reboot");
+    assert_eq!(e.sim.counters("w-1").unwrap().calls(Method::Upgrade), 2);
+    // the lock is free again: another call is taken (and runs its own install)
+    let output = e
+        .client
+        .lifecycle_upgrade(&n, &installer("v1.13.9"))
+        .await
+        .unwrap();
+    assert!(
+        output.iter().any(|l| l.contains("boot entry updated")),
+        "{output:?}"
+    );
+    assert!(!e.sim.node_state("w-1").unwrap().installing);
+}
+
 #[tokio::test]
 async fn an_unsupported_upgrade_path_exits_non_zero() {
     let e = env("v1.13.9").await;

@@ -103,6 +103,10 @@ pub(crate) struct SimNode {
     pub loader_default: Option<String>,
     /// systemd-boot's `LoaderEntrySelected`: the UKI booted now.
     pub loader_selected: String,
+    /// The boot in which a `LifecycleService` install is running (upstream's one-at-a-time
+    /// lock, `s.lock.TryLock()` in `internal/app/lifecycle/lifecycle.go`): a second install or
+    /// upgrade in that boot is refused. The lock lives in machined, so a reboot drops it.
+    pub installing: Option<String>,
     /// The other boot slot (A/B): the version and UKI the node booted before its last switch
     /// of version, what `MachineService.Rollback` makes the default again. `None` on a fresh
     /// install.
@@ -509,6 +513,7 @@ impl TalosSide {
                     bootloader: Bootloader::default(),
                     loader_default: Some(format!("Talos-{}.efi", spec.talos)),
                     loader_selected: format!("Talos-{}.efi", spec.talos),
+                    installing: None,
                     previous: None,
                     ready_at: None,
                     apid_at: None,

@@ -1,7 +1,15 @@
 //! `machine.LifecycleService`: the Talos 1.13+ Upgrade (installer pre-flight, streamed progress;
 //! the install itself takes the scenario's `timing.install`).
+//!
+//! As upstream (siderolabs/talos `internal/app/lifecycle/lifecycle.go`, `container.go`): one
+//! install or upgrade at a time per node (`TryLock`, else `FailedPrecondition` "another
+//! installation/upgrade is already in progress"), and the installer is waited for on a
+//! detached context, so a caller that goes away (a crash, a lost connection) does not stop it:
+//! the boot entry is written when the install ends all the same. Meanwhile the node runs its
+//! version, `MachineStatus` stays `running` (the lifecycle service changes no machine stage)
+//! and its next boot is unchanged.
 
-use futures::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
@@ -24,6 +32,13 @@ impl LifecycleService for Api {
         if host < v(1, 13) {
             return Err(Status::unimplemented(
                 "unknown service machine.LifecycleService",
+            ));
+        }
+        // upstream takes its lock before anything else
+        let boot_id = c.nodes()[idx].boot_id.clone();
+        if c.nodes()[idx].installing.as_ref() == Some(&boot_id) {
+            return Err(Status::failed_precondition(
+                "another installation/upgrade is already in progress",
             ));
         }
         let image = r.source.map(|s| s.image_name).unwrap_or_default();
@@ -69,32 +84,49 @@ impl LifecycleService for Api {
                     items.push(exit(0));
                     return Ok(stream_of(items));
                 }
-                // The installer runs while the stream stays open (upstream streams its output
-                // as it goes): the first lines now, the boot entry and the exit code once
-                // `timing.install` has passed. A node that went down meanwhile breaks the
-                // stream as its connection would, and nothing is installed.
-                let boot_id = c.nodes()[idx].boot_id.clone();
+                // The installer runs on its own (upstream waits for it on a detached
+                // context) holding the node's lock, while the stream streams its output: the
+                // first lines now, the boot entry and the exit code once `timing.install` has
+                // passed, whether the caller is still there or not. A node that went down
+                // meanwhile breaks the stream as its connection would, and nothing is
+                // installed (the lock went with the boot).
+                c.node_mut(idx).installing = Some(boot_id.clone());
                 drop(c);
+                let (tx, rx) = tokio::sync::mpsc::channel(items.len() + 2);
+                for item in items {
+                    // capacity for every line: cannot be full
+                    let _ = tx.try_send(item);
+                }
                 let shared = self.shared.clone();
-                let rest = futures::stream::once(async move {
+                tokio::spawn(async move {
                     tokio::time::sleep(install).await;
-                    let mut c = shared.lock();
-                    let n = &c.nodes()[idx];
-                    if n.power != Power::Up || n.boot_id != boot_id {
-                        return vec![Err(Status::unavailable(
-                            "connection reset: the node went down during the install",
-                        ))];
+                    let rest = {
+                        let mut c = shared.lock();
+                        let n = c.node_mut(idx);
+                        let same_boot = n.power == Power::Up && n.boot_id == boot_id;
+                        if n.installing.as_ref() == Some(&boot_id) {
+                            n.installing = None;
+                        }
+                        if same_boot {
+                            c.install_entry(idx, t, &image);
+                            vec![
+                                msg("boot entry updated; reboot to activate".to_string()),
+                                exit(0),
+                            ]
+                        } else {
+                            vec![Err(Status::unavailable(
+                                "connection reset: the node went down during the install",
+                            ))]
+                        }
+                    };
+                    for item in rest {
+                        // the caller may be gone: the install is done all the same
+                        if tx.send(item).await.is_err() {
+                            break;
+                        }
                     }
-                    c.install_entry(idx, t, &image);
-                    vec![
-                        msg("boot entry updated; reboot to activate".to_string()),
-                        exit(0),
-                    ]
-                })
-                .flat_map(futures::stream::iter);
-                return Ok(Response::new(Box::pin(
-                    futures::stream::iter(items).chain(rest),
-                )));
+                });
+                return Ok(Response::new(Box::pin(ReceiverStream::new(rx))));
             }
         }
         Ok(stream_of(items))
