@@ -84,7 +84,13 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             return Ok(exit::OK);
         };
         match args.output {
-            Output::Text => out!("{}", p.rendered),
+            Output::Text => {
+                out!("{}", p.rendered);
+                // Each cluster's stored rehearsal after the plan (advice; issue #36).
+                for r in &p.rehearsals {
+                    out!("\n{}", r.rendered);
+                }
+            }
             Output::Json => out!("{}", p.json),
         }
         for j in r.halted.iter().filter(|j| j.plan_id != p.id) {

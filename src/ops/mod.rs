@@ -25,6 +25,7 @@ pub mod estimate;
 pub mod jobs;
 pub mod preflight;
 pub mod refresh;
+pub mod rehearse_store;
 pub mod replan;
 pub mod report;
 

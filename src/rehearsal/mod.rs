@@ -18,4 +18,5 @@
 
 pub mod compress;
 pub mod report;
+pub mod show;
 pub mod twin;

@@ -8,6 +8,14 @@ pub fn rehearsal_key(plan: &str, cluster: &str) -> String {
     format!("rehearsal/{plan}/{cluster}")
 }
 
+/// Stored in the plans table under [`rehearsal_key`], its own record beside the plan's:
+/// writing it never touches the plan record (nor its id).
+impl crate::store::Record for Rehearsal {
+    const TABLE: crate::store::Table = crate::store::Table::Plans;
+    const KIND: &'static str = "rehearsal";
+    const SCHEMA: u32 = 1;
+}
+
 /// One rehearsal of one cluster's part of a plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -388,7 +388,89 @@ impl MedeaApi {
                 })
                 .collect(),
             approvals_reason: crate::plan::render::bar_reason(p),
+            // GetPlan adds them (`rehearsals_pb`); ListPlans lists plans without them.
+            rehearsals: Vec::new(),
         })
+    }
+}
+
+/// The stored rehearsal of each cluster of `plan` that has one, in the plan's cluster order
+/// (issue #36 item 4): advice beside the plan, read from its own records, never from the plan.
+fn rehearsals_pb(
+    store: &dyn crate::store::Store,
+    plan: &crate::plan::Plan,
+) -> Result<Vec<pb::Rehearsal>, crate::store::StoreError> {
+    let mut out = Vec::new();
+    for c in &plan.clusters {
+        if let Some(r) = crate::ops::rehearse_store::load_report(store, &plan.id, &c.cluster)? {
+            out.push(rehearsal_pb(&r));
+        }
+    }
+    Ok(out)
+}
+
+/// The API's view of one stored rehearsal report.
+pub fn rehearsal_pb(r: &crate::rehearsal::report::Rehearsal) -> pb::Rehearsal {
+    use crate::rehearsal::report::Outcome;
+    use crate::rehearsal::show;
+    let outcome = match &r.outcome {
+        Outcome::Completed { total_secs } => pb::RehearsalOutcome {
+            total_seconds: *total_secs,
+            ..Default::default()
+        },
+        Outcome::Halted {
+            code,
+            node,
+            reason,
+            after_secs,
+        } => pb::RehearsalOutcome {
+            code: code.clone(),
+            node: node.clone().unwrap_or_default(),
+            reason: reason.clone(),
+            after_seconds: *after_secs,
+            ..Default::default()
+        },
+        Outcome::NotRun { reason } => pb::RehearsalOutcome {
+            reason: reason.clone(),
+            ..Default::default()
+        },
+    };
+    pb::Rehearsal {
+        cluster: r.cluster.clone(),
+        plan_id: r.plan.clone(),
+        ran_at: r.ran_at.clone(),
+        census_gathered_at: r.census_gathered_at.clone(),
+        compression: r.compression,
+        timings: r.timings.clone(),
+        waves: r
+            .waves
+            .iter()
+            .map(|w| pb::RehearsedWave {
+                step: w.step.clone(),
+                wave: u32::try_from(w.wave).unwrap_or(u32::MAX),
+                nodes: w.nodes.clone(),
+                start_seconds: w.start_secs,
+                duration_seconds: w.duration_secs,
+            })
+            .collect(),
+        outcome: Some(pb::RehearsalOutcome {
+            kind: show::outcome_kind(&r.outcome).into(),
+            summary: show::outcome_line(&r.outcome),
+            ..outcome
+        }),
+        blockers: r
+            .blockers
+            .iter()
+            .map(|b| pb::RehearsalBlocker {
+                kind: show::blocker_kind(b.kind).into(),
+                node: b.node.clone().unwrap_or_default(),
+                detail: b.detail.clone(),
+            })
+            .collect(),
+        limits: r.limits.clone(),
+        rendered: show::text(r),
+        json: show::json(r),
+        advice: show::ADVICE.into(),
     }
 }
 
@@ -564,7 +646,11 @@ impl pb::medea_server::Medea for MedeaApi {
             }
         };
         let plan = match plan {
-            Some(p) => Some(self.plan_pb(&p).map_err(internal)?),
+            Some(p) => {
+                let mut view = self.plan_pb(&p).map_err(internal)?;
+                view.rehearsals = rehearsals_pb(store, &p).map_err(internal)?;
+                Some(view)
+            }
             None => None,
         };
         let mut halted = Vec::new();

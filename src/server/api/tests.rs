@@ -671,3 +671,122 @@ async fn reconcile_the_offline_command_and_the_plan_view_give_one_verdict() {
     assert_eq!(o, alice, "medea approvals");
     assert_eq!(v, alice, "the plan view");
 }
+
+/// A rehearsal of `plan` for `cluster` that halted on a PodDisruptionBudget at `w-2`.
+fn pdb_rehearsal(plan: &crate::plan::PlanId, cluster: &str) -> crate::rehearsal::report::Rehearsal {
+    use crate::rehearsal::report::{Blocker, BlockerKind, Outcome, Rehearsal, RehearsedWave};
+    Rehearsal {
+        plan: plan.to_hex(),
+        cluster: cluster.into(),
+        ran_at: "2026-12-06T10:00:00Z".into(),
+        census_gathered_at: "2026-12-06T09:58:00Z".into(),
+        compression: 60,
+        timings: "defaults".into(),
+        waves: vec![RehearsedWave {
+            step: "talos workers".into(),
+            wave: 1,
+            nodes: vec!["w-1".into(), "w-2".into()],
+            start_secs: 300,
+            duration_secs: None,
+        }],
+        outcome: Outcome::Halted {
+            code: "drain_blocked".into(),
+            node: Some("w-2".into()),
+            reason: "drain of w-2 timed out".into(),
+            after_secs: 1200,
+        },
+        blockers: vec![Blocker {
+            kind: BlockerKind::Pdb,
+            node: Some("w-2".into()),
+            detail: "PodDisruptionBudget shop/db allows no disruption".into(),
+        }],
+        limits: vec!["census truncated at 5000 pods".into()],
+    }
+}
+
+/// Issue 36 item 4: the plan view carries each cluster's stored rehearsal, marked as advice;
+/// a plan without one has none, a report of another plan is not shown, and storing one
+/// changes neither the plan nor its id.
+#[tokio::test]
+async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_none() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x"]);
+    let before = a.plan().await;
+    assert!(before.rehearsals.is_empty(), "{:?}", before.rehearsals);
+
+    // A report of another plan (an older one) is not this plan's.
+    let other = crate::plan::PlanId::from_digest([0xee; 32]);
+    crate::ops::rehearse_store::store_report(store.as_ref(), &pdb_rehearsal(&other, "home"))
+        .unwrap();
+    assert!(a.plan().await.rehearsals.is_empty());
+
+    let report = pdb_rehearsal(&a.plan, "home");
+    crate::ops::rehearse_store::store_report(store.as_ref(), &report).unwrap();
+    let view = a.plan().await;
+    assert_eq!(view.id, a.plan.to_hex(), "the plan id is unchanged");
+    assert_eq!(
+        crate::ops::replan::current(store.as_ref())
+            .unwrap()
+            .map(|c| c.id),
+        Some(a.plan),
+        "the current plan is unchanged"
+    );
+    assert_eq!(
+        (&view.rendered, &view.json),
+        (&before.rendered, &before.json),
+        "the plan itself reads as before"
+    );
+    assert_eq!(view.rehearsals.len(), 1, "{:?}", view.rehearsals);
+    let r = &view.rehearsals[0];
+    assert_eq!((r.cluster.as_str(), r.plan_id.as_str()), ("home", report.plan.as_str()));
+    assert_eq!(r.advice, "advice, not part of the plan id");
+    assert_eq!(
+        (r.ran_at.as_str(), r.census_gathered_at.as_str(), r.compression, r.timings.as_str()),
+        ("2026-12-06T10:00:00Z", "2026-12-06T09:58:00Z", 60, "defaults")
+    );
+    let o = r.outcome.as_ref().unwrap();
+    assert_eq!(
+        (o.kind.as_str(), o.code.as_str(), o.node.as_str(), o.after_seconds),
+        ("halted", "drain_blocked", "w-2", 1200)
+    );
+    assert_eq!(
+        o.summary,
+        "halted at w-2 after 20m00s (drain_blocked): drain of w-2 timed out"
+    );
+    assert_eq!(r.blockers.len(), 1);
+    assert_eq!(
+        (r.blockers[0].kind.as_str(), r.blockers[0].node.as_str()),
+        ("pdb", "w-2")
+    );
+    assert_eq!(r.waves.len(), 1);
+    assert_eq!(
+        (r.waves[0].wave, r.waves[0].start_seconds, r.waves[0].duration_seconds),
+        (1, 300, None)
+    );
+    assert_eq!(r.waves[0].nodes, ["w-1", "w-2"]);
+    assert_eq!(r.limits, ["census truncated at 5000 pods"]);
+    assert!(r.rendered.starts_with("rehearsal of cluster home (advice, not part of the plan id)\n"), "{}", r.rendered);
+    assert!(r.rendered.contains("PodDisruptionBudget on node w-2"), "{}", r.rendered);
+    let json: crate::rehearsal::report::Rehearsal = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(json, report);
+
+    // The same plan by id carries it too; the list of plans stays light.
+    let by_id = a
+        .api
+        .get_plan(Request::new(pb::GetPlanRequest {
+            id: a.plan.short(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .plan
+        .unwrap();
+    assert_eq!(by_id.rehearsals, view.rehearsals);
+    let listed = a
+        .api
+        .list_plans(Request::new(pb::ListPlansRequest { limit: 0 }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.plans.iter().all(|p| p.rehearsals.is_empty()));
+}

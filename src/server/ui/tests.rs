@@ -782,3 +782,109 @@ async fn the_overview_names_each_clusters_newest_backup() {
     assert!(page.contains("from cp-&lt;1&gt;"), "escaped: {page}");
     assert!(page.contains(" · etcd revision 17"), "{page}");
 }
+
+/// The examples planned against an observed `home` (three control-plane nodes, three
+/// workers): the current plan's id.
+fn planned(ui: &Ui) -> crate::plan::PlanId {
+    use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
+    use crate::version::{KubeVersion, TalosVersion};
+    let machine = |node: &str, role| Machine {
+        node: node.into(),
+        id: format!("id-{node}"),
+        address: "127.0.0.1".into(),
+        role,
+        talos_version: Some(TalosVersion::parse("v1.12.4").unwrap()),
+        installer_image: None,
+        schematic: None,
+        platform: None,
+        extensions: Default::default(),
+        kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+        ready: true,
+        cordoned: false,
+        reachable: true,
+        boot_id: Some("boot-1".into()),
+        labels: Default::default(),
+    };
+    let mut machines = std::collections::BTreeMap::new();
+    for n in ["cp-1", "cp-2", "cp-3"] {
+        machines.insert(n.to_string(), machine(n, MachineRole::Controlplane));
+    }
+    for n in ["w-1", "w-2", "w-3"] {
+        machines.insert(n.to_string(), machine(n, MachineRole::Worker));
+    }
+    let home = ObservedCluster::new("home")
+        .observe(Some(KubeVersion::parse("v1.34.1").unwrap()), machines);
+    let store = ui.shared.store.as_ref();
+    store
+        .commit(Txn::new().put_record(cluster_key("home"), &home))
+        .unwrap();
+    ui.shared
+        .set_desired(crate::desired::load(&ui.shared.source).unwrap());
+    crate::server::reconcile::reconcile(&ui.shared, &[], jiff::Timestamp::now()).unwrap();
+    crate::ops::replan::current(store).unwrap().unwrap().id
+}
+
+/// Issue 36 item 4: the plan page shows a stored rehearsal's outcome, its PDB blocker with the
+/// node, the timeline and the limits, says it is advice, and escapes what the report says.
+#[tokio::test]
+async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() {
+    use crate::rehearsal::report::{Blocker, BlockerKind, Outcome, Rehearsal, RehearsedWave};
+    let ui = ui();
+    let plan = planned(&ui);
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+    assert!(page.contains(&plan.to_hex()), "{page}");
+    assert!(!page.contains("Rehearsal on a twin"), "no report, no section: {page}");
+
+    let report = Rehearsal {
+        plan: plan.to_hex(),
+        cluster: "home".into(),
+        ran_at: "2026-12-06T10:00:00Z".into(),
+        census_gathered_at: "2026-12-06T09:58:00Z".into(),
+        compression: 60,
+        timings: "history of 2 jobs".into(),
+        waves: vec![RehearsedWave {
+            step: "talos workers".into(),
+            wave: 2,
+            nodes: vec!["w-3".into()],
+            start_secs: 190,
+            duration_secs: None,
+        }],
+        outcome: Outcome::Halted {
+            code: "drain_blocked".into(),
+            node: Some("w-3".into()),
+            reason: "drain of w-3 timed out".into(),
+            after_secs: 790,
+        },
+        blockers: vec![Blocker {
+            kind: BlockerKind::Pdb,
+            node: Some("w-3".into()),
+            detail: "PodDisruptionBudget shop/<script>db</script> allows no disruption".into(),
+        }],
+        limits: vec!["census truncated at 5000 pods & more".into()],
+    };
+    crate::ops::rehearse_store::store_report(ui.shared.store.as_ref(), &report).unwrap();
+    let r = send(&ui, get("/plan", Some(&cookie))).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let page = text(r).await;
+    let at = page.find("Rehearsal on a twin").expect("the rehearsal section");
+    let section = &page[at..];
+    for want in [
+        "advice, not part of the plan id",
+        r#"<section class="rehearsal" data-cluster="home">"#,
+        r#"<span class="badge halted">halted</span>"#,
+        "halted at w-3 after 13m10s (drain_blocked): drain of w-3 timed out",
+        "2026-12-06T10:00:00Z",
+        "gathered 2026-12-06T09:58:00Z",
+        "compressed 60×; timings: history of 2 jobs",
+        // the blocker with its node, escaped
+        "<tr><td class=\"bad\">pdb</td><td>w-3</td><td>PodDisruptionBudget shop/&lt;script&gt;db&lt;/script&gt; allows no disruption</td></tr>",
+        // the timeline
+        "<td>talos workers</td><td>2</td><td>w-3</td><td>+3m10s</td><td>did not finish</td>",
+        "census truncated at 5000 pods &amp; more",
+    ] {
+        assert!(section.contains(want), "{want}\n{section}");
+    }
+    assert!(!page.contains("<script>db"), "the report's text is escaped");
+    assert!(!page.contains("<script>"), "no inline script");
+}
