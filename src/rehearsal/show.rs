@@ -58,10 +58,7 @@ pub fn outcome_line(o: &Outcome) -> String {
                 .as_deref()
                 .map(|n| format!(" at {n}"))
                 .unwrap_or_default();
-            format!(
-                "halted{at} after {} ({code}): {reason}",
-                human(*after_secs)
-            )
+            format!("halted{at} after {} ({code}): {reason}", human(*after_secs))
         }
         Outcome::NotRun { reason } => format!("not run: {reason}"),
     }

@@ -738,15 +738,33 @@ async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_non
     );
     assert_eq!(view.rehearsals.len(), 1, "{:?}", view.rehearsals);
     let r = &view.rehearsals[0];
-    assert_eq!((r.cluster.as_str(), r.plan_id.as_str()), ("home", report.plan.as_str()));
+    assert_eq!(
+        (r.cluster.as_str(), r.plan_id.as_str()),
+        ("home", report.plan.as_str())
+    );
     assert_eq!(r.advice, "advice, not part of the plan id");
     assert_eq!(
-        (r.ran_at.as_str(), r.census_gathered_at.as_str(), r.compression, r.timings.as_str()),
-        ("2026-12-06T10:00:00Z", "2026-12-06T09:58:00Z", 60, "defaults")
+        (
+            r.ran_at.as_str(),
+            r.census_gathered_at.as_str(),
+            r.compression,
+            r.timings.as_str()
+        ),
+        (
+            "2026-12-06T10:00:00Z",
+            "2026-12-06T09:58:00Z",
+            60,
+            "defaults"
+        )
     );
     let o = r.outcome.as_ref().unwrap();
     assert_eq!(
-        (o.kind.as_str(), o.code.as_str(), o.node.as_str(), o.after_seconds),
+        (
+            o.kind.as_str(),
+            o.code.as_str(),
+            o.node.as_str(),
+            o.after_seconds
+        ),
         ("halted", "drain_blocked", "w-2", 1200)
     );
     assert_eq!(
@@ -760,22 +778,33 @@ async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_non
     );
     assert_eq!(r.waves.len(), 1);
     assert_eq!(
-        (r.waves[0].wave, r.waves[0].start_seconds, r.waves[0].duration_seconds),
+        (
+            r.waves[0].wave,
+            r.waves[0].start_seconds,
+            r.waves[0].duration_seconds
+        ),
         (1, 300, None)
     );
     assert_eq!(r.waves[0].nodes, ["w-1", "w-2"]);
     assert_eq!(r.limits, ["census truncated at 5000 pods"]);
-    assert!(r.rendered.starts_with("rehearsal of cluster home (advice, not part of the plan id)\n"), "{}", r.rendered);
-    assert!(r.rendered.contains("PodDisruptionBudget on node w-2"), "{}", r.rendered);
+    assert!(
+        r.rendered
+            .starts_with("rehearsal of cluster home (advice, not part of the plan id)\n"),
+        "{}",
+        r.rendered
+    );
+    assert!(
+        r.rendered.contains("PodDisruptionBudget on node w-2"),
+        "{}",
+        r.rendered
+    );
     let json: crate::rehearsal::report::Rehearsal = serde_json::from_str(&r.json).unwrap();
     assert_eq!(json, report);
 
     // The same plan by id carries it too; the list of plans stays light.
     let by_id = a
         .api
-        .get_plan(Request::new(pb::GetPlanRequest {
-            id: a.plan.short(),
-        }))
+        .get_plan(Request::new(pb::GetPlanRequest { id: a.plan.short() }))
         .await
         .unwrap()
         .into_inner()

@@ -834,7 +834,10 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
     let cookie = login(&ui).await;
     let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
     assert!(page.contains(&plan.to_hex()), "{page}");
-    assert!(!page.contains("Rehearsal on a twin"), "no report, no section: {page}");
+    assert!(
+        !page.contains("Rehearsal on a twin"),
+        "no report, no section: {page}"
+    );
 
     let report = Rehearsal {
         plan: plan.to_hex(),
@@ -867,7 +870,9 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
     let r = send(&ui, get("/plan", Some(&cookie))).await;
     assert_eq!(r.status(), StatusCode::OK);
     let page = text(r).await;
-    let at = page.find("Rehearsal on a twin").expect("the rehearsal section");
+    let at = page
+        .find("Rehearsal on a twin")
+        .expect("the rehearsal section");
     let section = &page[at..];
     for want in [
         "advice, not part of the plan id",
