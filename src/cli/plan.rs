@@ -84,13 +84,7 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             return Ok(exit::OK);
         };
         match args.output {
-            Output::Text => {
-                out!("{}", p.rendered);
-                // Each cluster's stored rehearsal after the plan (advice; issue #36).
-                for r in &p.rehearsals {
-                    out!("\n{}", r.rendered);
-                }
-            }
+            Output::Text => out!("{}", text_with_rehearsals(&p)),
             Output::Json => out!("{}", p.json),
         }
         for j in r.halted.iter().filter(|j| j.plan_id != p.id) {
@@ -131,6 +125,17 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             exit::OK
         })
     })
+}
+
+/// The server's plan as text, then each cluster's stored rehearsal (advice, never part of the
+/// plan id; issue #36 item 4), a blank line before each.
+fn text_with_rehearsals(p: &crate::api::pb::Plan) -> String {
+    let mut text = p.rendered.clone();
+    for r in &p.rehearsals {
+        text.push('\n');
+        text.push_str(&r.rendered);
+    }
+    text
 }
 
 pub fn plan(args: PlanArgs) -> miette::Result<u8> {
@@ -229,3 +234,55 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
 #[error(transparent)]
 #[diagnostic(help("see `design/plan.md` for the inventory file format"))]
 struct InventoryFileReport(crate::inventory::file::InventoryFileError);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::pb;
+    use crate::rehearsal::report::{Blocker, BlockerKind, Outcome, Rehearsal};
+
+    #[test]
+    fn the_servers_plan_prints_each_stored_rehearsal_after_the_plan() {
+        let plan = pb::Plan {
+            rendered: "Plan abc: 1 to upgrade\n  ~ w-2 v1.12.4 → v1.13.0\n".into(),
+            ..Default::default()
+        };
+        assert_eq!(text_with_rehearsals(&plan), plan.rendered, "no report");
+        let report = Rehearsal {
+            plan: "ab".repeat(32),
+            cluster: "home".into(),
+            ran_at: "2026-12-06T10:00:00Z".into(),
+            census_gathered_at: String::new(),
+            compression: 60,
+            timings: "defaults".into(),
+            waves: Vec::new(),
+            outcome: Outcome::Halted {
+                code: "drain_blocked".into(),
+                node: Some("w-2".into()),
+                reason: "drain of w-2 timed out".into(),
+                after_secs: 600,
+            },
+            blockers: vec![Blocker {
+                kind: BlockerKind::Pdb,
+                node: Some("w-2".into()),
+                detail: "PodDisruptionBudget shop/db allows no disruption".into(),
+            }],
+            limits: Vec::new(),
+        };
+        let with = pb::Plan {
+            rehearsals: vec![crate::server::api::rehearsal_pb(&report)],
+            ..plan.clone()
+        };
+        let text = text_with_rehearsals(&with);
+        let (head, tail) = text.split_at(plan.rendered.len());
+        assert_eq!(head, plan.rendered, "the plan first, unchanged");
+        assert_eq!(
+            tail,
+            "\nrehearsal of cluster home (advice, not part of the plan id)\n  \
+             ran 2026-12-06T10:00:00Z on no workload census (nodes only); time compressed 60x; timings: defaults\n  \
+             outcome: halted at w-2 after 10m00s (drain_blocked): drain of w-2 timed out\n  \
+             blockers:\n    \
+             - PodDisruptionBudget on node w-2: PodDisruptionBudget shop/db allows no disruption\n"
+        );
+    }
+}
