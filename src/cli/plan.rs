@@ -36,6 +36,16 @@ pub struct PlanArgs {
     /// Output format: text for people, json for programs (schema in design/plan.md).
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: Output,
+    /// After planning, rehearse each cluster's part of the plan on a simulated twin of the
+    /// cluster (its nodes and the workload census the refresh stored) and print what it found
+    /// after the plan; with --store, the report is stored beside the plan. Advice: never part
+    /// of the plan id (design/rehearsal.md).
+    #[arg(long)]
+    pub rehearse: bool,
+    /// How much faster than real time the twin runs (with --rehearse).
+    #[arg(long, value_name = "FACTOR", default_value_t = 60, requires = "rehearse",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rehearse_compression: u32,
     /// Without --store (or --observed), the plan comes from this server.
     #[command(flatten)]
     pub client: super::client::ClientArgs,
@@ -173,7 +183,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         } else {
             format!("plan {} is already the current plan", r.plan.id.short())
         };
-        (r.plan, status)
+        (r.plan, status, r.inventory)
     };
     let planned = match (&args.observed, dyn_store) {
         (None, Some(s)) => ops_replan::replan(s, desired).map(stored_status),
@@ -187,8 +197,8 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
             // running jobs), against the inventory given; stored only if that inventory is
             // the store's.
             ops_replan::rehearse(store, desired, &inventory).map(|r| match r {
-                Rehearsed::NoStore(p) => (p, "not stored (no --store): a rehearsal".to_string()),
-                Rehearsed::Differs(p) => (p, "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string()),
+                Rehearsed::NoStore(p) => (p, "not stored (no --store): a rehearsal".to_string(), inventory.clone()),
+                Rehearsed::Differs(p) => (p, "not stored: the observed inventory given differs from the store's, so this plan could never be approved (a rehearsal)".to_string(), inventory.clone()),
                 Rehearsed::Replanned(r) => stored_status(r),
             })
         }
@@ -204,12 +214,23 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         Err(ReplanError::Refused(diags)) => Err(refused(&diags)),
         Err(e) => return Err(miette::Report::from_err(e).wrap_err("cannot store the plan")),
     };
-    let (plan, status) = match outcome {
+    let (plan, status, inventory) = match outcome {
         Ok(planned) => planned,
         Err(code) => return Ok(code),
     };
-    match args.output {
-        Output::Text => out!(
+    let rehearsals = if args.rehearse {
+        Some(rehearse(
+            dyn_store,
+            &plan,
+            &inventory,
+            desired,
+            args.rehearse_compression,
+        )?)
+    } else {
+        None
+    };
+    match (args.output, &rehearsals) {
+        (Output::Text, _) => out!(
             "{}",
             render::text(
                 &plan,
@@ -218,7 +239,19 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
                 }
             )
         ),
-        Output::Json => out!("{}", render::json(&plan)),
+        (Output::Json, None) => out!("{}", render::json(&plan)),
+        (Output::Json, Some(r)) => out!("{}", rehearsed_json(&plan, r)?),
+    }
+    if let (Output::Text, Some(r)) = (args.output, &rehearsals) {
+        for one in r {
+            outln!();
+            out!("{}", crate::rehearsal::render::text(&one.report));
+            outln!("  {}", one.stored_line());
+        }
+        if r.is_empty() {
+            outln!();
+            outln!("rehearsal: the plan changes no cluster; nothing to rehearse");
+        }
     }
     eprintln!("{status}");
     Ok(if plan.has_changes() {
@@ -226,6 +259,96 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// One cluster's rehearsal and whether it was stored beside the plan.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RehearsalOut {
+    report: crate::rehearsal::report::Rehearsal,
+    /// Stored under `rehearsal/<plan>/<cluster>` beside the plan.
+    stored: bool,
+    /// Why it was not stored, when it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_stored: Option<String>,
+}
+
+impl RehearsalOut {
+    fn stored_line(&self) -> String {
+        match &self.not_stored {
+            None => format!(
+                "report stored beside the plan (rehearsal/{}/{})",
+                self.report.plan, self.report.cluster
+            ),
+            Some(why) => format!("report not stored: {why}"),
+        }
+    }
+}
+
+/// Rehearse every cluster of `plan` with changes (`ops::rehearse`) and store each report
+/// beside the plan when the plan is stored.
+fn rehearse(
+    store: Option<&dyn Store>,
+    plan: &crate::plan::Plan,
+    inventory: &crate::inventory::Inventory,
+    desired: &crate::desired::Desired,
+    compression: u32,
+) -> miette::Result<Vec<RehearsalOut>> {
+    use crate::ops::rehearse as ops_rehearse;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .into_diagnostic()
+        .wrap_err("cannot start the runtime")?;
+    let settings = ops_rehearse::Settings {
+        compression,
+        ..ops_rehearse::Settings::default()
+    };
+    let reports = rt
+        .block_on(ops_rehearse::rehearse_plan(
+            store, plan, inventory, desired, &settings,
+        ))
+        .map_err(|e| miette::Report::from_err(e).wrap_err("cannot rehearse the plan"))?;
+    let stored = match store {
+        Some(s) => ops_rehearse::plan_is_stored(s, &plan.id)
+            .map_err(|e| miette::Report::from_err(e).wrap_err("cannot read the store"))?,
+        None => false,
+    };
+    let mut out = Vec::with_capacity(reports.len());
+    for report in reports {
+        let not_stored = match store {
+            Some(s) if stored => {
+                ops_rehearse::store_report(s, &report).map_err(|e| {
+                    miette::Report::from_err(e).wrap_err("cannot store the rehearsal")
+                })?;
+                None
+            }
+            Some(_) => Some(
+                "the plan is not stored (it was planned against another inventory)".to_string(),
+            ),
+            None => Some("no --store".to_string()),
+        };
+        out.push(RehearsalOut {
+            stored: not_stored.is_none(),
+            report,
+            not_stored,
+        });
+    }
+    Ok(out)
+}
+
+/// `-o json --rehearse`: one document, `{"plan": <the plan's JSON, unchanged>, "rehearsals":
+/// [{"report": …, "stored": …}]}` (design/rehearsal.md, "Output").
+fn rehearsed_json(plan: &crate::plan::Plan, r: &[RehearsalOut]) -> miette::Result<String> {
+    let rehearsals = serde_json::to_string_pretty(r)
+        .into_diagnostic()
+        .wrap_err("cannot encode the rehearsals")?;
+    let plan_json = render::json(plan);
+    Ok(format!(
+        "{{\n\"plan\": {},\n\"rehearsals\": {rehearsals}\n}}\n",
+        plan_json.trim_end()
+    ))
 }
 
 /// An inventory file that does not parse, shown with its cause chain and where the format is
@@ -278,11 +401,9 @@ mod tests {
         assert_eq!(head, plan.rendered, "the plan first, unchanged");
         assert_eq!(
             tail,
-            "\nrehearsal of cluster home (advice, not part of the plan id)\n  \
-             ran 2026-12-06T10:00:00Z on no workload census (nodes only); time compressed 60x; timings: defaults\n  \
-             outcome: halted at w-2 after 10m00s (drain_blocked): drain of w-2 timed out\n  \
-             blockers:\n    \
-             - PodDisruptionBudget on node w-2: PodDisruptionBudget shop/db allows no disruption\n"
+            format!("\n{}", crate::rehearsal::render::text(&report)),
+            "then the report as `medea plan --rehearse` prints it"
         );
+        assert!(tail.contains("PodDisruptionBudget at node w-2"), "{tail}");
     }
 }

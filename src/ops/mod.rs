@@ -25,7 +25,7 @@ pub mod estimate;
 pub mod jobs;
 pub mod preflight;
 pub mod refresh;
-pub mod rehearse_store;
+pub mod rehearse;
 pub mod replan;
 pub mod report;
 

@@ -17,6 +17,7 @@
 //! [`Census`]: crate::inventory::census::Census
 
 pub mod compress;
+pub mod render;
 pub mod report;
 pub mod show;
 pub mod twin;

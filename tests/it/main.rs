@@ -44,6 +44,7 @@ mod plan_scenarios;
 mod plan_time;
 mod preflight;
 mod preflight_observe;
+mod rehearsal;
 mod rollout;
 mod rollout_health;
 mod rollout_hooks;

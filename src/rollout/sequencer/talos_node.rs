@@ -201,7 +201,9 @@ fn wave_turn(
 ///   one passed them;
 /// - nodes not started yet, inside the maintenance windows and held by no exclusion, observed on the version the plan
 ///   expects (a node already on the target, or one that cannot be observed, is left alone); one
-///   pull ahead per node (a failed one is not repeated: the node pulls at its turn).
+///   pull ahead per node (a failed one is not repeated: the node pulls at its turn);
+/// - nodes not installed ahead (`rollout.stage: ahead`, issue #36): a staged node's image is
+///   already installed, and its turn pulls nothing.
 fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> Option<Flow> {
     let ts = talos_of(j, si);
     if ts.control_plane() || step_policy(j, si).is_some() || window_gate(j, now).is_err() {
@@ -211,6 +213,7 @@ fn pull_ahead(j: &Job, si: usize, wave: usize, eyes: &Eyes, now: Timestamp) -> O
         n.wave == wave + 1
             && n.phase == NodePhase::Pending
             && n.pulled_ahead.is_none()
+            && !n.staging.as_ref().is_some_and(Staging::staged)
             && exclusion_gate(j, Change::talos(&n.target.from, &ts.rollout.to), now).is_ok()
     });
     let mut chosen = None;

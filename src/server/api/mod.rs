@@ -402,7 +402,7 @@ fn rehearsals_pb(
 ) -> Result<Vec<pb::Rehearsal>, crate::store::StoreError> {
     let mut out = Vec::new();
     for c in &plan.clusters {
-        if let Some(r) = crate::ops::rehearse_store::load_report(store, &plan.id, &c.cluster)? {
+        if let Some(r) = crate::ops::rehearse::load_report(store, &plan.id, &c.cluster)? {
             out.push(rehearsal_pb(&r));
         }
     }
@@ -468,7 +468,7 @@ pub fn rehearsal_pb(r: &crate::rehearsal::report::Rehearsal) -> pb::Rehearsal {
             })
             .collect(),
         limits: r.limits.clone(),
-        rendered: show::text(r),
+        rendered: crate::rehearsal::render::text(r),
         json: show::json(r),
         advice: show::ADVICE.into(),
     }

@@ -610,6 +610,18 @@ pub fn live_section(
         @if let Some(snap) = &job.snapshot {
             p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
         }
+        @let staged = crate::rollout::sequencer::staged_not_rebooted(job);
+        @if !staged.is_empty() {
+            section.staged #staged-not-rebooted {
+                h3 { "Staged, not yet rebooted" }
+                p.warn { "Any reboot of these nodes, planned or not, boots the new version." }
+                ul {
+                    @for (node, to) in &staged {
+                        li { b { (node) } ": installed ahead; its next boot boots " (to) }
+                    }
+                }
+            }
+        }
         @for (i, step) in job.steps.iter().enumerate() {
             @let sstate = match step.state { StepState::Pending => "pending", StepState::Running if halted => "halted", StepState::Running => "running", StepState::Done => "done" };
             @let span = timings.step(i);

@@ -730,6 +730,48 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
     );
 }
 
+/// Issue 36: a halted job's page lists its staged-but-not-rebooted nodes and what their next
+/// boot does; a job with none has no such list.
+#[tokio::test]
+async fn a_halted_jobs_page_lists_the_nodes_staged_but_not_rebooted_and_their_next_boot() {
+    use crate::rollout::sequencer::{Staging, StepKind};
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_halted_talos_job(store.as_ref());
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(!page.contains("staged-not-rebooted"), "nothing is staged: {page}");
+    // w-3 (cordoned when the halt came) was installed ahead and verified
+    let mut job = crate::ops::jobs::load_job(store.as_ref(), &id).unwrap().unwrap();
+    let StepKind::Talos(t) = &mut job.steps[0].kind else {
+        panic!("a Talos step")
+    };
+    let to = t.rollout.to.clone();
+    let w3 = t.nodes.iter_mut().find(|n| n.target.node == "w-3").unwrap();
+    Arc::make_mut(w3).staging = Some(Staging::Staged {
+        boot_id: "b-1".into(),
+        at: "2026-12-03T01:00:00Z".parse().unwrap(),
+    });
+    store
+        .commit(Txn::new().put_record(job_key(&id), &job))
+        .unwrap();
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    let at = page
+        .find(r#"id="staged-not-rebooted""#)
+        .unwrap_or_else(|| panic!("the staged list: {page}"));
+    let section = &page[at..];
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(
+        section.contains("Any reboot of these nodes, planned or not, boots the new version."),
+        "{section}"
+    );
+    assert!(
+        section.contains(&format!("<b>w-3</b>: installed ahead; its next boot boots {to}")),
+        "{section}"
+    );
+    assert!(!section.contains("w-1") && !section.contains("w-2"), "{section}");
+}
+
 /// Issue 37: each cluster's card names its newest recorded etcd backup.
 #[tokio::test]
 async fn the_overview_names_each_clusters_newest_backup() {
@@ -866,7 +908,7 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
         }],
         limits: vec!["census truncated at 5000 pods & more".into()],
     };
-    crate::ops::rehearse_store::store_report(ui.shared.store.as_ref(), &report).unwrap();
+    crate::ops::rehearse::store_report(ui.shared.store.as_ref(), &report).unwrap();
     let r = send(&ui, get("/plan", Some(&cookie))).await;
     assert_eq!(r.status(), StatusCode::OK);
     let page = text(r).await;

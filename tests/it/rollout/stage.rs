@@ -65,8 +65,8 @@ async fn a_staged_pool_installs_outside_the_window_and_only_reboots_inside_it() 
     }
     assert!(
         !all.iter()
-            .any(|i| matches!(i.1, CommandOp::Upgrade | CommandOp::Pull)),
-        "no install and no pull in the window: {all:#?}"
+            .any(|i| matches!(i.1, CommandOp::Upgrade | CommandOp::Pull | CommandOp::PullAhead)),
+        "no install and no pull (not even ahead of a wave: the image is installed) in the window: {all:#?}"
     );
     for (at, op, node, _) in &all {
         if matches!(
@@ -269,4 +269,71 @@ async fn a_staged_node_rebooted_outside_medea_that_does_not_come_back_halts_nami
     assert!(at < thursday(), "halted at {at}");
     // the halted job names the staged node that has not rebooted yet
     assert_eq!(staged_not_rebooted(&w.job()), [("w-1".to_string(), tv(TO))]);
+}
+
+/// A staged pool two minors behind (issue #36 item 1, multi-hop): each hop stages ahead of its
+/// own reboots, and a node is never staged for the second hop before it has booted the first
+/// hop's version. Every node installs and reboots exactly once per hop and ends on the last hop.
+#[tokio::test(start_paused = true)]
+async fn a_staged_pool_two_minors_behind_stages_each_hop_after_the_hop_before_it_rebooted() {
+    const MID: &str = "v1.14.3";
+    const LAST: &str = "v1.15.0";
+    let w = world_in(
+        FakeCluster::new(&specs(0, 2, FROM, KUBE)),
+        Arc::new(MemStore::new()),
+        |f| {
+            let waves: &[&[&str]] = &[&["w-1"], &["w-2"]];
+            let mut first = staged(talos_step(f, "workers", waves, MID, 1), 2);
+            let mut second = staged(talos_step(f, "workers", waves, LAST, 1), 2);
+            if let (Step::Talos(a), Step::Talos(b)) = (&mut first, &mut second) {
+                (a.hop, a.hops, b.hop, b.hops) = (1, 2, 2, 2);
+                for t in b.waves.iter_mut().flatten() {
+                    t.from = tv(MID);
+                }
+            }
+            vec![first, second]
+        },
+        &[window()],
+    );
+    assert_eq!(
+        w.executor().run(&w.job).await.unwrap(),
+        RunOutcome::Succeeded,
+        "{:#?}",
+        w.job()
+    );
+    let s = w.state();
+    for n in ["w-1", "w-2"] {
+        assert_eq!(s.nodes[n].version, tv(LAST), "{n}\n{:#?}", s.log);
+        assert_eq!(s.nodes[n].counters.upgrade, 2, "{n}: one install per hop\n{:#?}", s.log);
+        assert_eq!(s.nodes[n].counters.reboot, 2, "{n}: one reboot per hop\n{:#?}", s.log);
+        assert!(!s.nodes[n].cordoned, "{n}");
+    }
+    // per node: stage(hop 1) < reboot(hop 1) < stage-or-upgrade(hop 2) < reboot(hop 2)
+    let all = intents(&w);
+    for n in ["w-1", "w-2"] {
+        let installs: Vec<_> = all
+            .iter()
+            .filter(|(_, op, node, action)| match action {
+                Action::Stage { nodes } => nodes.iter().any(|t| t.node.node == n),
+                _ => *op == CommandOp::Upgrade && node.as_deref() == Some(n),
+            })
+            .map(|i| i.0)
+            .collect();
+        let reboots: Vec<_> = all
+            .iter()
+            .filter(|(_, op, node, _)| *op == CommandOp::Reboot && node.as_deref() == Some(n))
+            .map(|i| i.0)
+            .collect();
+        assert_eq!((installs.len(), reboots.len()), (2, 2), "{n}: {all:#?}");
+        assert!(
+            installs[0] <= reboots[0] && reboots[0] <= installs[1] && installs[1] <= reboots[1],
+            "{n}: installs {installs:?}, reboots {reboots:?}"
+        );
+    }
+    // every hop stages its nodes before their waves: no pull ahead of a wave is ever needed
+    assert!(
+        !all.iter().any(|i| i.1 == CommandOp::PullAhead),
+        "a pull ahead of a node already installed: {all:#?}"
+    );
+    assert!(staged_not_rebooted(&w.job()).is_empty());
 }
