@@ -3,8 +3,8 @@
 //! line, its JSON, and the word that it is advice and not part of the plan id. The text form is
 //! [`super::render::text`], the same `medea plan --rehearse` prints. Pure: the report comes in.
 
-use super::report::{BlockerKind, Outcome, Rehearsal};
 use super::render::secs;
+use super::report::{BlockerKind, Outcome, Rehearsal};
 
 /// What every view of a rehearsal says about it.
 pub const ADVICE: &str = "advice, not part of the plan id";

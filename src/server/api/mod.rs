@@ -390,6 +390,7 @@ impl MedeaApi {
             approvals_reason: crate::plan::render::bar_reason(p),
             // GetPlan adds them (`rehearsals_pb`); ListPlans lists plans without them.
             rehearsals: Vec::new(),
+            rehearsing: self.shared.rehearsing.contains(&p.id),
         })
     }
 }
@@ -471,6 +472,22 @@ pub fn rehearsal_pb(r: &crate::rehearsal::report::Rehearsal) -> pb::Rehearsal {
         rendered: crate::rehearsal::render::text(r),
         json: show::json(r),
         advice: show::ADVICE.into(),
+    }
+}
+
+/// The status a refused `RehearsePlan` answers.
+pub fn start_status(e: &super::rehearsals::StartError) -> Status {
+    use super::rehearsals::StartError as E;
+    match e {
+        E::BadId { .. } | E::Ambiguous(_) => Status::invalid_argument(crate::error_chain(e)),
+        E::UnknownPlan(_) => Status::not_found(e.to_string()),
+        E::NotLeader { .. }
+        | E::NoPlan
+        | E::NotCurrent { .. }
+        | E::Executed(_)
+        | E::NothingToRehearse(_)
+        | E::DesiredInvalid => Status::failed_precondition(e.to_string()),
+        E::Store(_) => internal(crate::error_chain(e)),
     }
 }
 
@@ -961,6 +978,27 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::BackupNowResponse {
             backup: Some(super::backups::backup_view(&rec)),
         }))
+    }
+
+    async fn rehearse_plan(
+        &self,
+        req: Request<pb::RehearsePlanRequest>,
+    ) -> Result<Response<pb::RehearsePlanResponse>, Status> {
+        use super::rehearsals::{Started, start};
+        let given = req.into_inner().plan_id;
+        let answer = match start(&self.shared, given.trim()).map_err(|e| start_status(&e))? {
+            Started::Started { plan, clusters } => pb::RehearsePlanResponse {
+                outcome: "started".into(),
+                plan_id: plan.to_hex(),
+                clusters,
+            },
+            Started::AlreadyRunning { plan } => pb::RehearsePlanResponse {
+                outcome: "already running".into(),
+                plan_id: plan.to_hex(),
+                clusters: Vec::new(),
+            },
+        };
+        Ok(Response::new(answer))
     }
 
     async fn watch_rollout(

@@ -716,8 +716,7 @@ async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_non
 
     // A report of another plan (an older one) is not this plan's.
     let other = crate::plan::PlanId::from_digest([0xee; 32]);
-    crate::ops::rehearse::store_report(store.as_ref(), &pdb_rehearsal(&other, "home"))
-        .unwrap();
+    crate::ops::rehearse::store_report(store.as_ref(), &pdb_rehearsal(&other, "home")).unwrap();
     assert!(a.plan().await.rehearsals.is_empty());
 
     let report = pdb_rehearsal(&a.plan, "home");
@@ -813,4 +812,83 @@ async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_non
         .unwrap()
         .into_inner();
     assert!(listed.plans.iter().all(|p| p.rehearsals.is_empty()));
+}
+
+/// Issue 36 item 4: `RehearsePlan` answers at once with "started" and runs in the
+/// background; while it runs a second request starts nothing ("already running") and the
+/// plan view says it runs; its report then appears in the plan view. Only the leader
+/// rehearses, only the current plan, and an unknown id is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehearse_plan_starts_once_in_the_background_and_its_report_reaches_the_plan_view() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x"]);
+    let rehearse = |id: String| {
+        let api = &a.api;
+        async move {
+            api.rehearse_plan(Request::new(pb::RehearsePlanRequest { plan_id: id }))
+                .await
+                .map(Response::into_inner)
+        }
+    };
+
+    // A follower refuses; so does a plan that is not the current one.
+    let mut follower = Shared::new(
+        store.clone(),
+        a.api.shared.source.clone(),
+        false,
+        "r2".into(),
+    );
+    let (leadership, _campaign) = crate::store::Leadership::campaign("r2", None);
+    follower.leadership = leadership;
+    let e = MedeaApi {
+        shared: Arc::new(follower),
+    }
+    .rehearse_plan(Request::new(pb::RehearsePlanRequest {
+        plan_id: String::new(),
+    }))
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("does not lead"), "{e:?}");
+    let e = rehearse("ee".repeat(32)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    let e = rehearse("zz".into()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(!a.api.shared.rehearsing.contains(&a.plan));
+
+    let started = rehearse(a.plan.short()).await.unwrap();
+    assert_eq!(started.outcome, "started");
+    assert_eq!(started.plan_id, a.plan.to_hex());
+    assert_eq!(started.clusters, ["home"]);
+    // While it runs (a twin takes a while to start), a second request starts nothing.
+    let again = rehearse(String::new()).await.unwrap();
+    assert_eq!(
+        (again.outcome.as_str(), again.plan_id.as_str()),
+        ("already running", started.plan_id.as_str())
+    );
+    assert!(a.plan().await.rehearsing);
+    // Each poll is the rehearsal's progress, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let view = loop {
+        let view = a.plan().await;
+        if !view.rehearsing {
+            break view;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rehearsal did not end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(view.rehearsals.len(), 1, "{:?}", view.rehearsals);
+    let r = &view.rehearsals[0];
+    assert_eq!(
+        (r.cluster.as_str(), r.plan_id.as_str()),
+        ("home", started.plan_id.as_str())
+    );
+    assert_eq!(r.advice, "advice, not part of the plan id");
+    assert!(r.outcome.is_some());
+    assert_eq!(view.id, a.plan.to_hex(), "the plan is unchanged");
+    // It ended: the next request starts again.
+    assert_eq!(rehearse(String::new()).await.unwrap().outcome, "started");
 }

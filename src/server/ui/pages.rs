@@ -356,10 +356,19 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                 }
                 h2 { "What it does" }
                 pre.plan { @for line in p.rendered.lines() { span.(line_class(line)) { (line) } "\n" } }
-                @if !p.rehearsals.is_empty() {
+                @if p.has_changes || !p.rehearsals.is_empty() {
                     h2 #rehearsals { "Rehearsal on a twin" }
                     p.hint { "Each cluster's plan run on a simulated twin of the observed cluster: "
                         strong { (crate::rehearsal::show::ADVICE) } ". What the real run meets may differ." }
+                    @if p.rehearsing {
+                        p #rehearsing { "A rehearsal of this plan is running; reload the page to see each cluster's report as it is stored." }
+                    } @else if p.has_changes && matches!(PlanState::from_wire(&p.state), Some(PlanState::Pending | PlanState::Approved | PlanState::Blocked)) {
+                        form.inline method="post" action="/plan/rehearse" {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            input type="hidden" name="plan" value=(p.id);
+                            button #rehearse type="submit" { @if p.rehearsals.is_empty() { "Rehearse" } @else { "Rehearse again" } }
+                        }
+                    }
                     @for r in &p.rehearsals { (rehearsal_section(r)) }
                 }
             }

@@ -740,9 +740,14 @@ async fn a_halted_jobs_page_lists_the_nodes_staged_but_not_rebooted_and_their_ne
     let id = put_halted_talos_job(store.as_ref());
     let cookie = login(&ui).await;
     let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
-    assert!(!page.contains("staged-not-rebooted"), "nothing is staged: {page}");
+    assert!(
+        !page.contains("staged-not-rebooted"),
+        "nothing is staged: {page}"
+    );
     // w-3 (cordoned when the halt came) was installed ahead and verified
-    let mut job = crate::ops::jobs::load_job(store.as_ref(), &id).unwrap().unwrap();
+    let mut job = crate::ops::jobs::load_job(store.as_ref(), &id)
+        .unwrap()
+        .unwrap();
     let StepKind::Talos(t) = &mut job.steps[0].kind else {
         panic!("a Talos step")
     };
@@ -766,10 +771,15 @@ async fn a_halted_jobs_page_lists_the_nodes_staged_but_not_rebooted_and_their_ne
         "{section}"
     );
     assert!(
-        section.contains(&format!("<b>w-3</b>: installed ahead; its next boot boots {to}")),
+        section.contains(&format!(
+            "<b>w-3</b>: installed ahead; its next boot boots {to}"
+        )),
         "{section}"
     );
-    assert!(!section.contains("w-1") && !section.contains("w-2"), "{section}");
+    assert!(
+        !section.contains("w-1") && !section.contains("w-2"),
+        "{section}"
+    );
 }
 
 /// Issue 37: each cluster's card names its newest recorded etcd backup.
@@ -877,8 +887,12 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
     let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
     assert!(page.contains(&plan.to_hex()), "{page}");
     assert!(
-        !page.contains("Rehearsal on a twin"),
-        "no report, no section: {page}"
+        page.contains(r#"<button id="rehearse" type="submit">Rehearse</button>"#),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<section class=\"rehearsal\""),
+        "no report yet: {page}"
     );
 
     let report = Rehearsal {
@@ -934,4 +948,73 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
     }
     assert!(!page.contains("<script>db"), "the report's text is escaped");
     assert!(!page.contains("<script>"), "no inline script");
+}
+
+/// Issue 36 item 4: the Rehearse button is a POST with the session's CSRF token, refused
+/// without a session, with a missing, wrong or other session's token, and cross-site; with
+/// the right one it starts the rehearsal, the page says it runs, and its report shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehearse_needs_the_sessions_csrf_token_and_then_shows_the_report() {
+    let ui = ui();
+    let plan = planned(&ui);
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+    let csrf = csrf_of(&page);
+    let form = |csrf: &str| format!("csrf={csrf}&plan={}", plan.to_hex());
+
+    // no session: the login page, nothing started
+    let r = send(&ui, post("/plan/rehearse", None, &form(&csrf))).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[header::LOCATION], "/login");
+    let other = login(&ui).await;
+    let other_csrf = csrf_of(&text(send(&ui, get("/", Some(&other))).await).await);
+    for bad in [String::new(), "nope".to_string(), other_csrf] {
+        let r = send(&ui, post("/plan/rehearse", Some(&cookie), &form(&bad))).await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{bad:?}");
+        assert!(text(r).await.contains("nothing was started"));
+    }
+    let mut cross = post("/plan/rehearse", Some(&cookie), &form(&csrf));
+    cross
+        .headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(send(&ui, cross).await.status(), StatusCode::FORBIDDEN);
+    assert!(!ui.shared.rehearsing.contains(&plan));
+    assert_eq!(
+        crate::ops::rehearse::load_report(ui.shared.store.as_ref(), &plan, "home").unwrap(),
+        None
+    );
+
+    let r = send(&ui, post("/plan/rehearse", Some(&cookie), &form(&csrf))).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[header::LOCATION], "/plan#rehearsals");
+    // Until its report is stored the page says it runs and offers no second button; each poll
+    // is the rehearsal's progress, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let page = loop {
+        let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+        let running = page.contains("id=\"rehearsing\"");
+        if !running && page.contains(r#"<section class="rehearsal" data-cluster="home">"#) {
+            break page;
+        }
+        assert!(running, "neither running nor reported: {page}");
+        assert!(!page.contains("id=\"rehearse\""), "{page}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rehearsal's report never appeared: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let stored = crate::ops::rehearse::load_report(ui.shared.store.as_ref(), &plan, "home")
+        .unwrap()
+        .expect("the report is stored beside the plan");
+    assert_eq!(stored.plan, plan.to_hex());
+    assert!(page.contains(&stored.ran_at), "{page}");
+    assert!(page.contains("Rehearse again"), "{page}");
+    assert_eq!(
+        crate::ops::replan::current(ui.shared.store.as_ref())
+            .unwrap()
+            .map(|c| c.id),
+        Some(plan),
+        "the plan is unchanged"
+    );
 }
