@@ -84,6 +84,9 @@ pub enum Started {
     },
 }
 
+/// The highest compression a request may ask for (as `medea plan --rehearse-compression`).
+pub const MAX_COMPRESSION: u32 = 100_000;
+
 /// Why a rehearsal was not started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -97,6 +100,8 @@ pub enum StartError {
     },
     #[error("the server has no plan yet")]
     NoPlan,
+    #[error("compression {0} is out of range: 1 to {MAX_COMPRESSION}, or 0 for the default")]
+    Compression(u32),
     #[error("no plan `{0}`")]
     UnknownPlan(String),
     #[error("plan id `{0}` is ambiguous; type more characters")]
@@ -117,10 +122,17 @@ pub enum StartError {
     Store(#[source] crate::store::StoreError),
 }
 
-/// Start rehearsing the plan `given` names (empty: the current plan; else a full id or a
+/// Start rehearsing, `compression` times faster than real time (0: the default), the plan
+/// `given` names (empty: the current plan; else a full id or a
 /// prefix of at least 12 hex characters, which must name the current plan) in the background, unless this replica already
 /// rehearses it. Returns at once.
-pub fn start(shared: &Arc<Shared>, given: &str) -> Result<Started, StartError> {
+pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Started, StartError> {
+    let mut settings = crate::ops::rehearse::Settings::default();
+    match compression {
+        0 => {}
+        1..=MAX_COMPRESSION => settings.compression = compression,
+        _ => return Err(StartError::Compression(compression)),
+    }
     if shared.leadership.fence().is_none() {
         return Err(StartError::NotLeader {
             leader: shared
@@ -194,7 +206,7 @@ pub fn start(shared: &Arc<Shared>, given: &str) -> Result<Started, StartError> {
             &plan,
             &inventory,
             &desired,
-            &crate::ops::rehearse::Settings::default(),
+            &settings,
         )
         .await;
         match result {

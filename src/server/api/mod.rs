@@ -479,7 +479,9 @@ pub fn rehearsal_pb(r: &crate::rehearsal::report::Rehearsal) -> pb::Rehearsal {
 pub fn start_status(e: &super::rehearsals::StartError) -> Status {
     use super::rehearsals::StartError as E;
     match e {
-        E::BadId { .. } | E::Ambiguous(_) => Status::invalid_argument(crate::error_chain(e)),
+        E::BadId { .. } | E::Ambiguous(_) | E::Compression(_) => {
+            Status::invalid_argument(crate::error_chain(e))
+        }
         E::UnknownPlan(_) => Status::not_found(e.to_string()),
         E::NotLeader { .. }
         | E::NoPlan
@@ -985,8 +987,10 @@ impl pb::medea_server::Medea for MedeaApi {
         req: Request<pb::RehearsePlanRequest>,
     ) -> Result<Response<pb::RehearsePlanResponse>, Status> {
         use super::rehearsals::{Started, start};
-        let given = req.into_inner().plan_id;
-        let answer = match start(&self.shared, given.trim()).map_err(|e| start_status(&e))? {
+        let req = req.into_inner();
+        let answer = match start(&self.shared, req.plan_id.trim(), req.compression)
+            .map_err(|e| start_status(&e))?
+        {
             Started::Started { plan, clusters } => pb::RehearsePlanResponse {
                 outcome: "started".into(),
                 plan_id: plan.to_hex(),

@@ -825,9 +825,13 @@ async fn rehearse_plan_starts_once_in_the_background_and_its_report_reaches_the_
     let rehearse = |id: String| {
         let api = &a.api;
         async move {
-            api.rehearse_plan(Request::new(pb::RehearsePlanRequest { plan_id: id }))
-                .await
-                .map(Response::into_inner)
+            api.rehearse_plan(Request::new(pb::RehearsePlanRequest {
+                plan_id: id,
+                // a quick twin: ten real minutes per second
+                compression: 600,
+            }))
+            .await
+            .map(Response::into_inner)
         }
     };
 
@@ -843,9 +847,7 @@ async fn rehearse_plan_starts_once_in_the_background_and_its_report_reaches_the_
     let e = MedeaApi {
         shared: Arc::new(follower),
     }
-    .rehearse_plan(Request::new(pb::RehearsePlanRequest {
-        plan_id: String::new(),
-    }))
+    .rehearse_plan(Request::new(pb::RehearsePlanRequest::default()))
     .await
     .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
@@ -854,6 +856,16 @@ async fn rehearse_plan_starts_once_in_the_background_and_its_report_reaches_the_
     assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
     let e = rehearse("zz".into()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let e = a
+        .api
+        .rehearse_plan(Request::new(pb::RehearsePlanRequest {
+            plan_id: String::new(),
+            compression: 100_001,
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("compression 100001"), "{e:?}");
     assert!(!a.api.shared.rehearsing.contains(&a.plan));
 
     let started = rehearse(a.plan.short()).await.unwrap();

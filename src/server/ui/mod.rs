@@ -571,7 +571,7 @@ async fn rehearse(
         );
     }
     use super::rehearsals::{StartError as E, start};
-    match start(&ui.shared, f.plan.trim()) {
+    match start(&ui.shared, f.plan.trim(), 0) {
         Ok(_) => {
             tracing::info!("rehearsal requested from the dashboard");
             Redirect::to("/plan#rehearsals").into_response()
@@ -591,7 +591,7 @@ async fn rehearse(
             &e.to_string(),
             Some(&s),
         ),
-        Err(e @ (E::BadId { .. } | E::Ambiguous(_))) => pages::message(
+        Err(e @ (E::BadId { .. } | E::Ambiguous(_) | E::Compression(_))) => pages::message(
             StatusCode::BAD_REQUEST,
             "Not a plan id",
             &e.to_string(),
