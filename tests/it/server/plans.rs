@@ -379,7 +379,15 @@ fn plan_rehearse_against_the_server_prints_the_stored_report_after_the_plan() {
         text[..at].contains("~ pool controlplane: talos v1.12.4 → v1.14.6"),
         "the plan first: {text}"
     );
-    assert!(text[at..].contains("  outcome: "), "{text}");
+    // The twin ran the plan: its timeline per wave, and an outcome that is not "not run".
+    let report = &text[at..];
+    assert!(report.contains("  outcome: "), "{report}");
+    assert!(!report.contains("NOT RUN"), "{report}");
+    assert!(
+        report.contains("    talos controlplane (hop 1/2) wave 1: +")
+            && report.contains("    talos workers (hop 2/2) wave 3: +"),
+        "{report}"
+    );
 
     let again = s.cli().args(["plan"]).output().unwrap();
     let again = String::from_utf8(again.stdout).unwrap();
