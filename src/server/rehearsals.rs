@@ -123,9 +123,10 @@ pub enum StartError {
 }
 
 /// Start rehearsing, `compression` times faster than real time (0: the default), the plan
-/// `given` names (empty: the current plan; else a full id or a
-/// prefix of at least 12 hex characters, which must name the current plan) in the background, unless this replica already
-/// rehearses it. Returns at once.
+/// `given` names (empty: the current plan; else a full id or a prefix of at least 12 hex
+/// characters, which must name the current plan) in the background, unless this replica
+/// already rehearses it. Returns at once; the reports are stored when the run of every
+/// cluster has ended.
 pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Started, StartError> {
     let mut settings = crate::ops::rehearse::Settings::default();
     match compression {
