@@ -292,7 +292,12 @@ pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal
         JobState::Halted {
             reason, node, at, ..
         } => {
-            blockers.push(halt_blocker(reason.code(), reason.message(), node, &refused));
+            blockers.push(halt_blocker(
+                reason.code(),
+                reason.message(),
+                node,
+                &refused,
+            ));
             Outcome::Halted {
                 code: reason.code().as_str().to_string(),
                 node: node.clone(),
@@ -350,7 +355,9 @@ fn halt_blocker(
                 "PodDisruptionBudget {pdb} allows no disruption: the eviction of {pod} was refused until the drain timed out"
             ),
         ),
-        _ if message.contains(LOCAL_STORAGE_TEXT) => (BlockerKind::LocalStorage, message.to_string()),
+        _ if message.contains(LOCAL_STORAGE_TEXT) => {
+            (BlockerKind::LocalStorage, message.to_string())
+        }
         _ if message.contains(UNMANAGED_TEXT) => (BlockerKind::UnmanagedPod, message.to_string()),
         (HaltCode::PrecheckFailed, _) if message.contains(REMOVED_TEXT) => {
             (BlockerKind::RemovedFlag, message.to_string())
@@ -361,5 +368,294 @@ fn halt_blocker(
         kind,
         node: node.clone(),
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::model::DrainPolicy;
+    use crate::inventory::MachineRole;
+    use crate::plan::{MachineTarget, PlanId, TalosRollout};
+    use crate::rollout::sequencer::{Action, CommandKey, JobStep, StepState, TalosStep};
+    use crate::rollout::{HaltReason, JobId};
+    use crate::version::TalosVersion;
+
+    const FACTOR: u32 = 60;
+
+    /// Twin time: `s` seconds after the job was created.
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    /// Workers w-1 and w-2 in wave 1, w-3 in wave 2, on the twin.
+    fn job() -> Job {
+        let v = |s| TalosVersion::parse(s).unwrap();
+        let target = |n: &str, i: u8| MachineTarget {
+            node: n.into(),
+            id: format!("id-{n}"),
+            address: format!("127.77.0.{i}"),
+            from: v("v1.12.11"),
+            image: None,
+        };
+        let rollout = TalosRollout {
+            pool: "workers".into(),
+            role: MachineRole::Worker,
+            hop: 1,
+            hops: 1,
+            to: v("v1.13.0"),
+            image: "factory.talos.dev/installer/x:v1.13.0".into(),
+            max_unavailable: 2,
+            drain_timeout: Duration::from_secs(10),
+            health_timeout: Duration::from_secs(15),
+            upgrade_attempts: 1,
+            drain: DrainPolicy::default(),
+            taint_next_wave: false,
+            waves: vec![
+                vec![target("w-1", 3), target("w-2", 4)],
+                vec![target("w-3", 5)],
+            ],
+            health: None,
+            silence: None,
+            hooks: None,
+            stage: None,
+        };
+        let plan = PlanId::from_digest([7; 32]);
+        Job {
+            id: JobId::for_plan(&plan, "home"),
+            plan,
+            cluster: "home".into(),
+            created_at: at(0),
+            windows: vec![],
+            exclusions: vec![],
+            predicted: None,
+            control_plane: vec![],
+            steps: vec![JobStep {
+                state: StepState::Running,
+                kind: StepKind::Talos(TalosStep::new(rollout)),
+            }],
+            state: JobState::Running,
+            generation: 1,
+            snapshot: None,
+            snapshot_attempts: 0,
+            in_flight: None,
+            journal_seq: 0,
+            health: None,
+            gates: Default::default(),
+            applies: Vec::new(),
+            hooks: None,
+            hook_runs: Default::default(),
+        }
+    }
+
+    struct Journal {
+        job: JobId,
+        entries: Vec<JournalEntry>,
+    }
+
+    impl Journal {
+        fn new(job: &Job) -> Journal {
+            let mut j = Journal {
+                job: job.id.clone(),
+                entries: Vec::new(),
+            };
+            j.push(
+                0,
+                Entry::Created {
+                    plan: job.plan.clone(),
+                },
+            );
+            j
+        }
+        fn push(&mut self, s: i64, entry: Entry) {
+            self.entries.push(JournalEntry {
+                job: self.job.clone(),
+                seq: self.entries.len() as u64,
+                at: at(s),
+                generation: self.entries.len() as u64 + 1,
+                entry,
+                notes: Vec::new(),
+                delta: None,
+            });
+        }
+        fn key(&self, node: &str, op: CommandOp) -> CommandKey {
+            CommandKey {
+                job: self.job.clone(),
+                step: 0,
+                node: Some(node.into()),
+                op,
+                attempt: 1,
+            }
+        }
+        fn intent(&mut self, s: i64, node: &str, op: CommandOp, action: Action) {
+            let key = self.key(node, op);
+            self.push(s, Entry::Intent { key, action });
+        }
+        fn result(&mut self, s: i64, node: &str, op: CommandOp, outcome: CommandOutcome) {
+            let key = self.key(node, op);
+            self.push(s, Entry::Result { key, outcome });
+        }
+        /// A node from its cordon (`from`) to its uncordon's result (`to`).
+        fn node(&mut self, from: i64, to: i64, node: &str) {
+            let cordon = Action::Cordon { node: node.into() };
+            self.intent(from, node, CommandOp::Cordon, cordon);
+            self.result(from, node, CommandOp::Cordon, CommandOutcome::Done);
+            let uncordon = Action::Uncordon { node: node.into() };
+            self.intent(to, node, CommandOp::Uncordon, uncordon);
+            self.result(to, node, CommandOp::Uncordon, CommandOutcome::Done);
+        }
+    }
+
+    fn meta(longest_window: Option<Duration>) -> ReportMeta {
+        ReportMeta {
+            plan: "plan-full-id".into(),
+            cluster: "home".into(),
+            ran_at: "2026-12-06T20:00:00Z".into(),
+            census_gathered_at: "2026-12-06T19:55:00Z".into(),
+            compression: FACTOR,
+            timings: "defaults".into(),
+            limits: vec!["2 HTTP hook(s) are not called from the twin".into()],
+            longest_window,
+            not_ended: None,
+        }
+    }
+
+    #[test]
+    fn a_drain_halted_by_a_budget_gives_the_timeline_in_real_seconds_and_a_pdb_blocker() {
+        let mut j = job();
+        let mut journal = Journal::new(&j);
+        // wave 1: w-1 from 1 s to 11 s, w-2 from 2 s to 12 s (twin time)
+        journal.node(1, 11, "w-1");
+        journal.node(2, 12, "w-2");
+        // wave 2: w-3's drain is refused by shop/db until its timeout
+        let cordon = Action::Cordon { node: "w-3".into() };
+        journal.intent(13, "w-3", CommandOp::Cordon, cordon);
+        journal.result(13, "w-3", CommandOp::Cordon, CommandOutcome::Done);
+        let drain = Action::Drain {
+            node: "w-3".into(),
+            timeout_secs: 10,
+            policy: DrainPolicy::default(),
+        };
+        journal.intent(14, "w-3", CommandOp::Drain, drain);
+        journal.result(
+            24,
+            "w-3",
+            CommandOp::Drain,
+            CommandOutcome::Drain {
+                result: DrainOutcome::Blocked {
+                    pdb: "shop/db".into(),
+                    pod: "shop/db-0".into(),
+                },
+            },
+        );
+        j.state = JobState::Halted {
+            reason: HaltReason::new(
+                HaltCode::DrainBlocked,
+                "drain of w-3 blocked by PodDisruptionBudget shop/db",
+            ),
+            step: Some(0),
+            node: Some("w-3".into()),
+            op: Some(CommandOp::Drain),
+            at: at(24),
+        };
+        let r = build(meta(None), &j, &journal.entries);
+        assert_eq!(
+            r.waves,
+            [
+                RehearsedWave {
+                    step: "talos workers".into(),
+                    wave: 1,
+                    nodes: vec!["w-1".into(), "w-2".into()],
+                    start_secs: 60,
+                    duration_secs: Some(660),
+                },
+                RehearsedWave {
+                    step: "talos workers".into(),
+                    wave: 2,
+                    nodes: vec!["w-3".into()],
+                    start_secs: 780,
+                    duration_secs: None,
+                },
+            ]
+        );
+        assert_eq!(
+            r.outcome,
+            Outcome::Halted {
+                code: "drain_blocked".into(),
+                node: Some("w-3".into()),
+                reason: "drain of w-3 blocked by PodDisruptionBudget shop/db".into(),
+                after_secs: 1440,
+            }
+        );
+        assert_eq!(r.blockers.len(), 1, "{:?}", r.blockers);
+        let b = &r.blockers[0];
+        assert_eq!((b.kind, b.node.as_deref()), (BlockerKind::Pdb, Some("w-3")));
+        assert!(
+            b.detail.contains("PodDisruptionBudget shop/db") && b.detail.contains("shop/db-0"),
+            "{}",
+            b.detail
+        );
+        assert_eq!(
+            (r.compression, r.plan.as_str(), r.cluster.as_str()),
+            (60, "plan-full-id", "home")
+        );
+        assert_eq!(r.limits, ["2 HTTP hook(s) are not called from the twin"]);
+    }
+
+    #[test]
+    fn a_completed_run_gives_its_total_and_a_node_longer_than_the_window_is_a_blocker() {
+        let mut j = job();
+        let mut journal = Journal::new(&j);
+        journal.node(1, 11, "w-1");
+        journal.node(2, 12, "w-2");
+        journal.node(13, 15, "w-3");
+        j.steps[0].state = StepState::Done;
+        j.state = JobState::Succeeded { at: at(16) };
+        // the longest window is 599 s: w-1 and w-2 take 600 s each (real), w-3 takes 120 s
+        let r = build(meta(Some(Duration::from_secs(599))), &j, &journal.entries);
+        assert_eq!(r.outcome, Outcome::Completed { total_secs: 960 });
+        assert_eq!(
+            r.waves
+                .iter()
+                .map(|w| (w.start_secs, w.duration_secs))
+                .collect::<Vec<_>>(),
+            [(60, Some(660)), (780, Some(120))]
+        );
+        let too_long: Vec<(BlockerKind, Option<&str>)> = r
+            .blockers
+            .iter()
+            .map(|b| (b.kind, b.node.as_deref()))
+            .collect();
+        assert_eq!(
+            too_long,
+            [
+                (BlockerKind::WindowTooShort, Some("w-1")),
+                (BlockerKind::WindowTooShort, Some("w-2")),
+            ]
+        );
+        assert!(
+            r.blockers[0].detail.contains("600s"),
+            "{}",
+            r.blockers[0].detail
+        );
+    }
+
+    #[test]
+    fn a_run_that_did_not_end_is_never_read_as_a_pass() {
+        let j = job();
+        let mut journal = Journal::new(&j);
+        journal.node(1, 11, "w-1");
+        let mut m = meta(None);
+        m.not_ended = Some("the twin's run did not end within 120 s".into());
+        let r = build(m, &j, &journal.entries);
+        assert_eq!(
+            r.outcome,
+            Outcome::NotRun {
+                reason: "the twin's run did not end within 120 s".into()
+            }
+        );
+        assert_eq!(r.waves.len(), 1, "wave 2 never started: {:?}", r.waves);
+        assert_eq!(r.waves[0].duration_secs, None, "w-2 never finished");
+        assert!(r.blockers.is_empty());
     }
 }

@@ -58,5 +58,6 @@ mod sim_jobs;
 mod store;
 mod talos;
 mod trust;
+mod twin;
 mod ui_browser;
 mod upgrade;

@@ -9,19 +9,21 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{KubeSide, controller_of, from_value, is_terminating, phase, pod_ready};
-use crate::sim::kube::resources::{
-    DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS,
-};
+use crate::sim::kube::resources::{DAEMONSETS, DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS};
 use crate::sim::kube::selector::{LabelSelector, selects};
 use crate::sim::kube::status::ApiError;
 
 /// The numbers a PodDisruptionBudget decides with (the disruption controller's status).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PdbCalc {
     pub expected: i32,
     pub current_healthy: i32,
     pub desired_healthy: i32,
     pub disruptions_allowed: i32,
+    /// Why the disruption controller could not sync the budget (upstream's `failSafe`: it then
+    /// writes `disruptionsAllowed: 0` and a `SyncFailed` condition and keeps the rest of the
+    /// status as it was); `None` when it could.
+    pub sync_failed: Option<String>,
 }
 
 pub(super) fn scaled(v: &IntOrString, total: i32, round_up: bool) -> i32 {
@@ -56,17 +58,33 @@ impl KubeSide {
             .count() as i32;
         // The scale of the pods' controllers (a Deployment's via its ReplicaSet).
         let mut controllers: BTreeMap<String, i32> = BTreeMap::new();
-        let mut uncontrolled = 0;
+        let mut uncontrolled = None;
         for p in &pods {
             match controller_of(p) {
                 Some((kind, name, uid)) => {
                     let scale = self.controller_scale(&kind, ns, &name);
                     controllers.insert(uid, scale);
                 }
-                None => uncontrolled += 1,
+                None => {
+                    uncontrolled
+                        .get_or_insert_with(|| crate::sim::kube::store::name_of(p).to_string());
+                }
             }
         }
-        let scale_total: i32 = controllers.values().sum::<i32>() + uncontrolled;
+        let scale_total: i32 = controllers.values().sum::<i32>();
+        // A percentage or `maxUnavailable` needs the controllers' scale, which upstream's
+        // `getExpectedScale` cannot find for a pod without a controller: the sync fails.
+        let needs_scale = spec.max_unavailable.is_some()
+            || matches!(spec.min_available, Some(IntOrString::String(_)));
+        if needs_scale && let Some(pod) = uncontrolled {
+            return PdbCalc {
+                expected: 0,
+                current_healthy: healthy,
+                desired_healthy: 0,
+                disruptions_allowed: 0,
+                sync_failed: Some(format!("found no controller ref for pod \"{pod}\"")),
+            };
+        }
         let (expected, desired) = match (&spec.min_available, &spec.max_unavailable) {
             (Some(IntOrString::Int(n)), _) => (pods.len() as i32, *n),
             (Some(pct @ IntOrString::String(_)), _) => {
@@ -78,7 +96,12 @@ impl KubeSide {
             }
             (None, None) => (pods.len() as i32, 0),
         };
-        let mut allowed = (healthy - desired).max(0);
+        // `updatePdbStatus`: nothing is allowed while no pod is expected.
+        let mut allowed = if expected <= 0 {
+            0
+        } else {
+            (healthy - desired).max(0)
+        };
         if self.pdb_never_allows(ns, pdb.metadata.name.as_deref().unwrap_or("")) {
             allowed = 0;
         }
@@ -87,6 +110,7 @@ impl KubeSide {
             current_healthy: healthy,
             desired_healthy: desired,
             disruptions_allowed: allowed,
+            sync_failed: None,
         }
     }
 
@@ -120,14 +144,11 @@ impl KubeSide {
             // The disruption controller's `getPodStatefulSet`: the StatefulSet's
             // `spec.replicas` (the simulator runs no StatefulSet controller; a pod naming one
             // that does not exist counts as one, as before).
-            "StatefulSet" => self
-                .store
-                .get(&STATEFULSETS, ns, name)
-                .map_or(1, |s| {
-                    s.pointer("/spec/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(1) as i32
-                }),
+            "StatefulSet" => self.store.get(&STATEFULSETS, ns, name).map_or(1, |s| {
+                s.pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1) as i32
+            }),
             _ => 1,
         }
     }

@@ -161,6 +161,10 @@ impl KubeSide {
             return;
         };
         let calc = self.pdb_calc(&pdb, ns_of(pdb_value));
+        if let Some(why) = &calc.sync_failed {
+            self.pdb_fail_safe(pdb_value, why, wall);
+            return;
+        }
         let allowed = calc.disruptions_allowed > 0;
         let old_since = pdb_value
             .pointer("/status/conditions/0")
@@ -194,6 +198,42 @@ impl KubeSide {
             disrupted_pods: None,
         };
         self.put_status(&PDBS, pdb_value, to_value(&status), wall);
+    }
+
+    /// The disruption controller's `failSafe` (kubernetes `pkg/controller/disruption/
+    /// disruption.go`): a budget it could not sync keeps its status but for
+    /// `disruptionsAllowed: 0` and a `DisruptionAllowed` condition `False`, reason
+    /// `SyncFailed`, with the error as its message; `observedGeneration` is not advanced.
+    fn pdb_fail_safe(&mut self, pdb_value: &Value, why: &str, wall: jiff::Timestamp) {
+        let mut status = pdb_value
+            .get("status")
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        status["disruptionsAllowed"] = json!(0);
+        for field in ["currentHealthy", "desiredHealthy", "expectedPods"] {
+            if status.get(field).is_none() {
+                status[field] = json!(0);
+            }
+        }
+        let old = pdb_value.pointer("/status/conditions/0").filter(|c| {
+            c["status"] == "False" && c["reason"] == "SyncFailed" && c["message"] == why
+        });
+        let since = old
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .map_or_else(|| k8s_time(wall), str::to_string);
+        let mut condition = json!({
+            "type": "DisruptionAllowed",
+            "status": "False",
+            "reason": "SyncFailed",
+            "message": why,
+            "lastTransitionTime": since,
+        });
+        if let Some(g) = status.get("observedGeneration").cloned() {
+            condition["observedGeneration"] = g;
+        }
+        status["conditions"] = json!([condition]);
+        self.put_status(&PDBS, pdb_value, status, wall);
     }
 
     pub(super) fn put_status(

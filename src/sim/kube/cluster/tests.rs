@@ -266,11 +266,74 @@ fn max_unavailable_percentages_scale_with_the_controller() {
             expected: 4,
             current_healthy: 4,
             desired_healthy: 3,
-            disruptions_allowed: 1
+            disruptions_allowed: 1,
+            sync_failed: None,
         }
     );
     let status = pdb.status.unwrap();
     assert_eq!((status.disruptions_allowed, status.expected_pods), (1, 4));
+}
+
+/// kubernetes `pkg/controller/disruption/disruption.go`: a percentage or `maxUnavailable`
+/// needs the controllers' scale, `getExpectedScale` fails on a pod without a controller
+/// ("found no controller ref for pod"), and `failSafe` writes `disruptionsAllowed: 0` with a
+/// `SyncFailed` condition; an int `minAvailable` counts the pods and needs no controller.
+#[test]
+fn a_budget_needing_a_scale_over_a_bare_pod_fails_safe_like_the_disruption_controller() {
+    let bare = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": "solo"}},
+            "spec": {"nodeName": "w-1", "containers": [{"name": "c", "image": "nginx"}]},
+        })
+    };
+    for (budget, sync_failed) in [
+        (
+            scenario::pdb_max_unavailable("default", "solo-pdb", "solo", IntOrString::Int(1)),
+            true,
+        ),
+        (
+            scenario::pdb_max_unavailable(
+                "default",
+                "solo-pdb",
+                "solo",
+                IntOrString::String("50%".into()),
+            ),
+            true,
+        ),
+        (
+            scenario::pdb_min_available("default", "solo-pdb", "solo", 1),
+            false,
+        ),
+    ] {
+        let (mut c, _) = cluster(
+            vec![bare("solo-a"), bare("solo-b"), json(&budget)],
+            Duration::ZERO,
+        );
+        let t0 = Instant::now();
+        let wall = jiff::Timestamp::now();
+        c.reconcile(t0, wall);
+        c.reconcile(t0, wall);
+        let status = c.store.get(&PDBS, "default", "solo-pdb").unwrap()["status"].clone();
+        let condition = &status["conditions"][0];
+        let evicted = c.evict("default", "solo-a", t0, wall);
+        if sync_failed {
+            assert_eq!(status["disruptionsAllowed"], 0, "{status}");
+            assert_eq!(status["expectedPods"], 0, "{status}");
+            assert_eq!(condition["reason"], "SyncFailed", "{status}");
+            assert_eq!(
+                condition["message"], "found no controller ref for pod \"solo-a\"",
+                "{status}"
+            );
+            assert_eq!(evicted.unwrap_err().code, 429);
+        } else {
+            assert_eq!(status["disruptionsAllowed"], 1, "{status}");
+            assert_eq!(status["expectedPods"], 2, "{status}");
+            assert_eq!(condition["reason"], "SufficientPods", "{status}");
+            evicted.unwrap();
+        }
+    }
 }
 
 #[test]
