@@ -4,7 +4,8 @@
 //! **Owns:** the dashboard's routes, HTML pages and their SVG pictures of a rollout (`charts`),
 //! embedded assets, browser sessions and the server-sent event stream of a rollout page.
 //! **May depend on:** the rest of `server` (the API's views, the shared state, the token check),
-//! `rollout` (jobs and their journal), `plan`, `desired`, `store`.
+//! `rollout` (jobs and their journal), `plan`, `desired`, `store`, `rehearsal` (how a stored
+//! rehearsal report is shown).
 //!
 //! Architecture Invariant: read-only except for two actions, each a POST with the session's
 //! CSRF token: **Halt rollout**, behind a confirmation page, and **Rehearse** on the plan page,
