@@ -475,7 +475,7 @@ struct HaltForm {
     reason: String,
 }
 
-/// The only mutating action: halt a running job, as `medea rollout halt` does.
+/// The only action on a cluster: halt a running job, as `medea rollout halt` does.
 async fn halt(
     State(ui): State<Ui>,
     Path(job): Path<String>,
