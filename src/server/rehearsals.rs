@@ -110,6 +110,10 @@ pub enum StartError {
         "plan {plan} is not the current plan ({current}): only the current plan is rehearsed, on the cluster as observed now"
     )]
     NotCurrent { plan: String, current: String },
+    #[error(
+        "plan {0} is stale (the desired state or an observation moved since it was computed): rehearse the plan the server computes next"
+    )]
+    Stale(String),
     #[error("plan {0} has been executed: a rehearsal is for a plan before its rollout")]
     Executed(String),
     #[error("plan {0} has no steps: there is nothing to rehearse")]
@@ -193,6 +197,12 @@ pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Star
         .desired()
         .and_then(|l| l.valid().cloned())
         .ok_or(StartError::DesiredInvalid)?;
+    // The twin is built from the inventory as stored now: only a plan computed from it (its
+    // basis still current) is rehearsed, never an older plan against newer observations.
+    let basis = crate::ops::replan::current_basis(store, &desired).map_err(StartError::Store)?;
+    if plan.is_stale(&basis) {
+        return Err(StartError::Stale(id.short()));
+    }
     let inventory = crate::inventory::Inventory::load(store).map_err(StartError::Store)?;
     let Some(claim) = shared.rehearsing.claim(id) else {
         return Ok(Started::AlreadyRunning { plan: id });

@@ -487,6 +487,7 @@ pub fn start_status(e: &super::rehearsals::StartError) -> Status {
         | E::NoPlan
         | E::NotCurrent { .. }
         | E::Executed(_)
+        | E::Stale(_)
         | E::NothingToRehearse(_)
         | E::DesiredInvalid => Status::failed_precondition(e.to_string()),
         E::Store(_) => internal(crate::error_chain(e)),

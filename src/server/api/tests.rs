@@ -904,3 +904,31 @@ async fn rehearse_plan_starts_once_in_the_background_and_its_report_reaches_the_
     // It ended: the next request starts again.
     assert_eq!(rehearse(String::new()).await.unwrap().outcome, "started");
 }
+
+/// A current plan whose basis moved (a new observation the planner has not seen yet) is not
+/// rehearsed: the twin would be built from observations the plan was not computed from.
+#[tokio::test]
+async fn a_stale_plan_is_not_rehearsed() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x"]);
+    let key = cluster_key("home");
+    let observed: ObservedCluster = store.get_record(&key).unwrap().unwrap();
+    let mut machines = observed.machines.clone();
+    machines.insert(
+        "w-4".to_string(),
+        machine("w-4", MachineRole::Worker, "v1.12.4"),
+    );
+    let moved = observed.observe(observed.kubernetes_version.clone(), machines);
+    assert_ne!(moved.generation, observed.generation);
+    store
+        .commit(Txn::new().put_record(key.as_str(), &moved))
+        .unwrap();
+    let e = a
+        .api
+        .rehearse_plan(Request::new(pb::RehearsePlanRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("is stale"), "{e:?}");
+    assert!(!a.api.shared.rehearsing.contains(&a.plan));
+}
