@@ -93,8 +93,14 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             outln!("the server has no plan yet");
             return Ok(exit::OK);
         };
+        let p = if args.rehearse {
+            rehearse_on_server(&mut c, args, p).await?
+        } else {
+            p
+        };
         match args.output {
-            Output::Text => out!("{}", p.rendered),
+            Output::Text => out!("{}", text_with_rehearsals(&p)),
+            Output::Json if args.rehearse => out!("{}", server_rehearsed_json(&p)),
             Output::Json => out!("{}", p.json),
         }
         for j in r.halted.iter().filter(|j| j.plan_id != p.id) {
@@ -135,6 +141,88 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
             exit::OK
         })
     })
+}
+
+/// How often `medea plan --rehearse` asks the server whether its rehearsal still runs.
+const REHEARSAL_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `medea plan --rehearse` against the server: ask it to rehearse its current plan
+/// (`RehearsePlan`, on the leader, in the background), wait until its plan view no longer
+/// says a rehearsal of it runs, and return that view (with each stored report). The run
+/// itself is bounded on the server (it stops when the twin's journal stops moving).
+async fn rehearse_on_server(
+    c: &mut crate::api::client::Client,
+    args: &PlanArgs,
+    p: crate::api::pb::Plan,
+) -> miette::Result<crate::api::pb::Plan> {
+    use crate::api::pb;
+    if !p.has_changes {
+        eprintln!("rehearsal: the plan changes no cluster; nothing to rehearse");
+        return Ok(p);
+    }
+    let started = c
+        .rehearse_plan(pb::RehearsePlanRequest {
+            plan_id: p.id.clone(),
+            compression: args.rehearse_compression,
+        })
+        .await
+        .map_err(|s| super::client::rpc_error(&args.client.addr(), s))?
+        .into_inner();
+    eprintln!(
+        "rehearsing plan {} on the server ({}{}); waiting for the reports",
+        p.short_id,
+        started.outcome,
+        if started.clusters.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", started.clusters.join(", "))
+        }
+    );
+    loop {
+        tokio::time::sleep(REHEARSAL_POLL).await;
+        let view = c
+            .get_plan(pb::GetPlanRequest { id: p.id.clone() })
+            .await
+            .map_err(|s| super::client::rpc_error(&args.client.addr(), s))?
+            .into_inner()
+            .plan
+            .ok_or_else(|| miette::miette!("the server no longer has plan {}", p.short_id))?;
+        if !view.rehearsing {
+            return Ok(view);
+        }
+    }
+}
+
+/// `medea plan --rehearse -o json` against the server: the shape the offline command prints,
+/// `{"plan": …, "rehearsals": [{"report": …, "stored": true}, …]}` (the server stores every
+/// report beside its plan).
+fn server_rehearsed_json(p: &crate::api::pb::Plan) -> String {
+    let rehearsals: Vec<String> = p
+        .rehearsals
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\n\"report\": {},\n\"stored\": true\n}}",
+                r.json.trim_end()
+            )
+        })
+        .collect();
+    format!(
+        "{{\n\"plan\": {},\n\"rehearsals\": [{}]\n}}\n",
+        p.json.trim_end(),
+        rehearsals.join(",\n")
+    )
+}
+
+/// The server's plan as text, then each cluster's stored rehearsal (advice, never part of the
+/// plan id; issue #36 item 4), a blank line before each.
+fn text_with_rehearsals(p: &crate::api::pb::Plan) -> String {
+    let mut text = p.rendered.clone();
+    for r in &p.rehearsals {
+        text.push('\n');
+        text.push_str(&r.rendered);
+    }
+    text
 }
 
 pub fn plan(args: PlanArgs) -> miette::Result<u8> {
@@ -352,3 +440,53 @@ fn rehearsed_json(plan: &crate::plan::Plan, r: &[RehearsalOut]) -> miette::Resul
 #[error(transparent)]
 #[diagnostic(help("see `design/plan.md` for the inventory file format"))]
 struct InventoryFileReport(crate::inventory::file::InventoryFileError);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::pb;
+    use crate::rehearsal::report::{Blocker, BlockerKind, Outcome, Rehearsal};
+
+    #[test]
+    fn the_servers_plan_prints_each_stored_rehearsal_after_the_plan() {
+        let plan = pb::Plan {
+            rendered: "Plan abc: 1 to upgrade\n  ~ w-2 v1.12.4 → v1.13.0\n".into(),
+            ..Default::default()
+        };
+        assert_eq!(text_with_rehearsals(&plan), plan.rendered, "no report");
+        let report = Rehearsal {
+            plan: "ab".repeat(32),
+            cluster: "home".into(),
+            ran_at: "2026-12-06T10:00:00Z".into(),
+            census_gathered_at: String::new(),
+            compression: 60,
+            timings: "defaults".into(),
+            waves: Vec::new(),
+            outcome: Outcome::Halted {
+                code: "drain_blocked".into(),
+                node: Some("w-2".into()),
+                reason: "drain of w-2 timed out".into(),
+                after_secs: 600,
+            },
+            blockers: vec![Blocker {
+                kind: BlockerKind::Pdb,
+                node: Some("w-2".into()),
+                detail: "PodDisruptionBudget shop/db allows no disruption".into(),
+            }],
+            limits: Vec::new(),
+        };
+        let with = pb::Plan {
+            rehearsals: vec![crate::server::api::rehearsal_pb(&report)],
+            ..plan.clone()
+        };
+        let text = text_with_rehearsals(&with);
+        let (head, tail) = text.split_at(plan.rendered.len());
+        assert_eq!(head, plan.rendered, "the plan first, unchanged");
+        assert_eq!(
+            tail,
+            format!("\n{}", crate::rehearsal::render::text(&report)),
+            "then the report as `medea plan --rehearse` prints it"
+        );
+        assert!(tail.contains("PodDisruptionBudget at node w-2"), "{tail}");
+    }
+}

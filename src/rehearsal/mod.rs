@@ -19,4 +19,5 @@
 pub mod compress;
 pub mod render;
 pub mod report;
+pub mod show;
 pub mod twin;

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod backups;
 pub mod notify;
 pub mod reconcile;
+pub mod rehearsals;
 /// The inventory refresh moved to the application layer ([`crate::ops::refresh`]); this
 /// path keeps working.
 pub use crate::ops::refresh;
@@ -113,6 +114,8 @@ pub struct Shared {
     pub machine_rows: api::MachineRows,
     /// When the inventory refresh last succeeded on this replica (the dashboard shows it).
     last_refresh: RwLock<Option<jiff::Timestamp>>,
+    /// The plans this replica is rehearsing now (`RehearsePlan`, the dashboard's Rehearse).
+    pub rehearsing: Arc<rehearsals::Running>,
 }
 
 impl Shared {
@@ -145,6 +148,7 @@ impl Shared {
             after_job: AfterJob::default(),
             machine_rows: Default::default(),
             last_refresh: RwLock::new(None),
+            rehearsing: Default::default(),
         }
     }
     /// Something changed: wake the reconcile and executor loops.

@@ -388,7 +388,109 @@ impl MedeaApi {
                 })
                 .collect(),
             approvals_reason: crate::plan::render::bar_reason(p),
+            // GetPlan adds them (`rehearsals_pb`); ListPlans lists plans without them.
+            rehearsals: Vec::new(),
+            rehearsing: self.shared.rehearsing.contains(&p.id),
         })
+    }
+}
+
+/// The stored rehearsal of each cluster of `plan` that has one, in the plan's cluster order
+/// (issue #36 item 4): advice beside the plan, read from its own records, never from the plan.
+fn rehearsals_pb(
+    store: &dyn crate::store::Store,
+    plan: &crate::plan::Plan,
+) -> Result<Vec<pb::Rehearsal>, crate::store::StoreError> {
+    let mut out = Vec::new();
+    for c in &plan.clusters {
+        if let Some(r) = crate::ops::rehearse::load_report(store, &plan.id, &c.cluster)? {
+            out.push(rehearsal_pb(&r));
+        }
+    }
+    Ok(out)
+}
+
+/// The API's view of one stored rehearsal report.
+pub fn rehearsal_pb(r: &crate::rehearsal::report::Rehearsal) -> pb::Rehearsal {
+    use crate::rehearsal::report::Outcome;
+    use crate::rehearsal::show;
+    let outcome = match &r.outcome {
+        Outcome::Completed { total_secs } => pb::RehearsalOutcome {
+            total_seconds: *total_secs,
+            ..Default::default()
+        },
+        Outcome::Halted {
+            code,
+            node,
+            reason,
+            after_secs,
+        } => pb::RehearsalOutcome {
+            code: code.clone(),
+            node: node.clone().unwrap_or_default(),
+            reason: reason.clone(),
+            after_seconds: *after_secs,
+            ..Default::default()
+        },
+        Outcome::NotRun { reason } => pb::RehearsalOutcome {
+            reason: reason.clone(),
+            ..Default::default()
+        },
+    };
+    pb::Rehearsal {
+        cluster: r.cluster.clone(),
+        plan_id: r.plan.clone(),
+        ran_at: r.ran_at.clone(),
+        census_gathered_at: r.census_gathered_at.clone(),
+        compression: r.compression,
+        timings: r.timings.clone(),
+        waves: r
+            .waves
+            .iter()
+            .map(|w| pb::RehearsedWave {
+                step: w.step.clone(),
+                wave: u32::try_from(w.wave).unwrap_or(u32::MAX),
+                nodes: w.nodes.clone(),
+                start_seconds: w.start_secs,
+                duration_seconds: w.duration_secs,
+            })
+            .collect(),
+        outcome: Some(pb::RehearsalOutcome {
+            kind: show::outcome_kind(&r.outcome).into(),
+            summary: show::outcome_line(&r.outcome),
+            ..outcome
+        }),
+        blockers: r
+            .blockers
+            .iter()
+            .map(|b| pb::RehearsalBlocker {
+                kind: show::blocker_kind(b.kind).into(),
+                node: b.node.clone().unwrap_or_default(),
+                detail: b.detail.clone(),
+            })
+            .collect(),
+        limits: r.limits.clone(),
+        rendered: crate::rehearsal::render::text(r),
+        json: show::json(r),
+        advice: show::ADVICE.into(),
+    }
+}
+
+/// The status a refused `RehearsePlan` answers.
+pub fn start_status(e: &super::rehearsals::StartError) -> Status {
+    use super::rehearsals::StartError as E;
+    match e {
+        E::BadId { .. } | E::Ambiguous(_) | E::Compression(_) => {
+            Status::invalid_argument(crate::error_chain(e))
+        }
+        E::UnknownPlan(_) => Status::not_found(e.to_string()),
+        E::NotLeader { .. }
+        | E::NoPlan
+        | E::NotCurrent { .. }
+        | E::Executed(_)
+        | E::Stale(_)
+        | E::NothingToRehearse(_)
+        | E::DesiredInvalid => Status::failed_precondition(e.to_string()),
+        E::Store(_) => internal(crate::error_chain(e)),
     }
 }
 
@@ -564,7 +666,11 @@ impl pb::medea_server::Medea for MedeaApi {
             }
         };
         let plan = match plan {
-            Some(p) => Some(self.plan_pb(&p).map_err(internal)?),
+            Some(p) => {
+                let mut view = self.plan_pb(&p).map_err(internal)?;
+                view.rehearsals = rehearsals_pb(store, &p).map_err(internal)?;
+                Some(view)
+            }
             None => None,
         };
         let mut halted = Vec::new();
@@ -875,6 +981,29 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::BackupNowResponse {
             backup: Some(super::backups::backup_view(&rec)),
         }))
+    }
+
+    async fn rehearse_plan(
+        &self,
+        req: Request<pb::RehearsePlanRequest>,
+    ) -> Result<Response<pb::RehearsePlanResponse>, Status> {
+        use super::rehearsals::{Started, start};
+        let req = req.into_inner();
+        let answer = match start(&self.shared, req.plan_id.trim(), req.compression)
+            .map_err(|e| start_status(&e))?
+        {
+            Started::Started { plan, clusters } => pb::RehearsePlanResponse {
+                outcome: "started".into(),
+                plan_id: plan.to_hex(),
+                clusters,
+            },
+            Started::AlreadyRunning { plan } => pb::RehearsePlanResponse {
+                outcome: "already running".into(),
+                plan_id: plan.to_hex(),
+                clusters: Vec::new(),
+            },
+        };
+        Ok(Response::new(answer))
     }
 
     async fn watch_rollout(

@@ -671,3 +671,264 @@ async fn reconcile_the_offline_command_and_the_plan_view_give_one_verdict() {
     assert_eq!(o, alice, "medea approvals");
     assert_eq!(v, alice, "the plan view");
 }
+
+/// A rehearsal of `plan` for `cluster` that halted on a PodDisruptionBudget at `w-2`.
+fn pdb_rehearsal(plan: &crate::plan::PlanId, cluster: &str) -> crate::rehearsal::report::Rehearsal {
+    use crate::rehearsal::report::{Blocker, BlockerKind, Outcome, Rehearsal, RehearsedWave};
+    Rehearsal {
+        plan: plan.to_hex(),
+        cluster: cluster.into(),
+        ran_at: "2026-12-06T10:00:00Z".into(),
+        census_gathered_at: "2026-12-06T09:58:00Z".into(),
+        compression: 60,
+        timings: "defaults".into(),
+        waves: vec![RehearsedWave {
+            step: "talos workers".into(),
+            wave: 1,
+            nodes: vec!["w-1".into(), "w-2".into()],
+            start_secs: 300,
+            duration_secs: None,
+        }],
+        outcome: Outcome::Halted {
+            code: "drain_blocked".into(),
+            node: Some("w-2".into()),
+            reason: "drain of w-2 timed out".into(),
+            after_secs: 1200,
+        },
+        blockers: vec![Blocker {
+            kind: BlockerKind::Pdb,
+            node: Some("w-2".into()),
+            detail: "PodDisruptionBudget shop/db allows no disruption".into(),
+        }],
+        limits: vec!["census truncated at 5000 pods".into()],
+    }
+}
+
+/// Issue 36 item 4: the plan view carries each cluster's stored rehearsal, marked as advice;
+/// a plan without one has none, a report of another plan is not shown, and storing one
+/// changes neither the plan nor its id.
+#[tokio::test]
+async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_none() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x"]);
+    let before = a.plan().await;
+    assert!(before.rehearsals.is_empty(), "{:?}", before.rehearsals);
+
+    // A report of another plan (an older one) is not this plan's.
+    let other = crate::plan::PlanId::from_digest([0xee; 32]);
+    crate::ops::rehearse::store_report(store.as_ref(), &pdb_rehearsal(&other, "home")).unwrap();
+    assert!(a.plan().await.rehearsals.is_empty());
+
+    let report = pdb_rehearsal(&a.plan, "home");
+    crate::ops::rehearse::store_report(store.as_ref(), &report).unwrap();
+    let view = a.plan().await;
+    assert_eq!(view.id, a.plan.to_hex(), "the plan id is unchanged");
+    assert_eq!(
+        crate::ops::replan::current(store.as_ref())
+            .unwrap()
+            .map(|c| c.id),
+        Some(a.plan),
+        "the current plan is unchanged"
+    );
+    assert_eq!(
+        (&view.rendered, &view.json),
+        (&before.rendered, &before.json),
+        "the plan itself reads as before"
+    );
+    assert_eq!(view.rehearsals.len(), 1, "{:?}", view.rehearsals);
+    let r = &view.rehearsals[0];
+    assert_eq!(
+        (r.cluster.as_str(), r.plan_id.as_str()),
+        ("home", report.plan.as_str())
+    );
+    assert_eq!(r.advice, "advice, not part of the plan id");
+    assert_eq!(
+        (
+            r.ran_at.as_str(),
+            r.census_gathered_at.as_str(),
+            r.compression,
+            r.timings.as_str()
+        ),
+        (
+            "2026-12-06T10:00:00Z",
+            "2026-12-06T09:58:00Z",
+            60,
+            "defaults"
+        )
+    );
+    let o = r.outcome.as_ref().unwrap();
+    assert_eq!(
+        (
+            o.kind.as_str(),
+            o.code.as_str(),
+            o.node.as_str(),
+            o.after_seconds
+        ),
+        ("halted", "drain_blocked", "w-2", 1200)
+    );
+    assert_eq!(
+        o.summary,
+        "halted at w-2 after 20m00s (drain_blocked): drain of w-2 timed out"
+    );
+    assert_eq!(r.blockers.len(), 1);
+    assert_eq!(
+        (r.blockers[0].kind.as_str(), r.blockers[0].node.as_str()),
+        ("pdb", "w-2")
+    );
+    assert_eq!(r.waves.len(), 1);
+    assert_eq!(
+        (
+            r.waves[0].wave,
+            r.waves[0].start_seconds,
+            r.waves[0].duration_seconds
+        ),
+        (1, 300, None)
+    );
+    assert_eq!(r.waves[0].nodes, ["w-1", "w-2"]);
+    assert_eq!(r.limits, ["census truncated at 5000 pods"]);
+    assert_eq!(r.rendered, crate::rehearsal::render::text(&report));
+    assert!(
+        r.rendered.contains("PodDisruptionBudget at node w-2"),
+        "{}",
+        r.rendered
+    );
+    let json: crate::rehearsal::report::Rehearsal = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(json, report);
+
+    // The same plan by id carries it too; the list of plans stays light.
+    let by_id = a
+        .api
+        .get_plan(Request::new(pb::GetPlanRequest { id: a.plan.short() }))
+        .await
+        .unwrap()
+        .into_inner()
+        .plan
+        .unwrap();
+    assert_eq!(by_id.rehearsals, view.rehearsals);
+    let listed = a
+        .api
+        .list_plans(Request::new(pb::ListPlansRequest { limit: 0 }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.plans.iter().all(|p| p.rehearsals.is_empty()));
+}
+
+/// Issue 36 item 4: `RehearsePlan` answers at once with "started" and runs in the
+/// background; while it runs a second request starts nothing ("already running") and the
+/// plan view says it runs; its report then appears in the plan view. Only the leader
+/// rehearses, only the current plan, and an unknown id is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehearse_plan_starts_once_in_the_background_and_its_report_reaches_the_plan_view() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x"]);
+    let rehearse = |id: String| {
+        let api = &a.api;
+        async move {
+            api.rehearse_plan(Request::new(pb::RehearsePlanRequest {
+                plan_id: id,
+                // a quick twin: ten real minutes per second
+                compression: 600,
+            }))
+            .await
+            .map(Response::into_inner)
+        }
+    };
+
+    // A follower refuses; so does a plan that is not the current one.
+    let mut follower = Shared::new(
+        store.clone(),
+        a.api.shared.source.clone(),
+        false,
+        "r2".into(),
+    );
+    let (leadership, _campaign) = crate::store::Leadership::campaign("r2", None);
+    follower.leadership = leadership;
+    let e = MedeaApi {
+        shared: Arc::new(follower),
+    }
+    .rehearse_plan(Request::new(pb::RehearsePlanRequest::default()))
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("does not lead"), "{e:?}");
+    let e = rehearse("ee".repeat(32)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    let e = rehearse("zz".into()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let e = a
+        .api
+        .rehearse_plan(Request::new(pb::RehearsePlanRequest {
+            plan_id: String::new(),
+            compression: 100_001,
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("compression 100001"), "{e:?}");
+    assert!(!a.api.shared.rehearsing.contains(&a.plan));
+
+    let started = rehearse(a.plan.short()).await.unwrap();
+    assert_eq!(started.outcome, "started");
+    assert_eq!(started.plan_id, a.plan.to_hex());
+    assert_eq!(started.clusters, ["home"]);
+    // While it runs (a twin takes a while to start), a second request starts nothing.
+    let again = rehearse(String::new()).await.unwrap();
+    assert_eq!(
+        (again.outcome.as_str(), again.plan_id.as_str()),
+        ("already running", started.plan_id.as_str())
+    );
+    assert!(a.plan().await.rehearsing);
+    // Each poll is the rehearsal's progress, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let view = loop {
+        let view = a.plan().await;
+        if !view.rehearsing {
+            break view;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rehearsal did not end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(view.rehearsals.len(), 1, "{:?}", view.rehearsals);
+    let r = &view.rehearsals[0];
+    assert_eq!(
+        (r.cluster.as_str(), r.plan_id.as_str()),
+        ("home", started.plan_id.as_str())
+    );
+    assert_eq!(r.advice, "advice, not part of the plan id");
+    assert!(r.outcome.is_some());
+    assert_eq!(view.id, a.plan.to_hex(), "the plan is unchanged");
+    // It ended: the next request starts again.
+    assert_eq!(rehearse(String::new()).await.unwrap().outcome, "started");
+}
+
+/// A current plan whose basis moved (a new observation the planner has not seen yet) is not
+/// rehearsed: the twin would be built from observations the plan was not computed from.
+#[tokio::test]
+async fn a_stale_plan_is_not_rehearsed() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store.clone(), &["alice@x"]);
+    let key = cluster_key("home");
+    let observed: ObservedCluster = store.get_record(&key).unwrap().unwrap();
+    let mut machines = observed.machines.clone();
+    machines.insert(
+        "w-4".to_string(),
+        machine("w-4", MachineRole::Worker, "v1.12.4"),
+    );
+    let moved = observed.observe(observed.kubernetes_version.clone(), machines);
+    assert_ne!(moved.generation, observed.generation);
+    store
+        .commit(Txn::new().put_record(key.as_str(), &moved))
+        .unwrap();
+    let e = a
+        .api
+        .rehearse_plan(Request::new(pb::RehearsePlanRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("is stale"), "{e:?}");
+    assert!(!a.api.shared.rehearsing.contains(&a.plan));
+}

@@ -4,10 +4,13 @@
 //! **Owns:** the dashboard's routes, HTML pages and their SVG pictures of a rollout (`charts`),
 //! embedded assets, browser sessions and the server-sent event stream of a rollout page.
 //! **May depend on:** the rest of `server` (the API's views, the shared state, the token check),
-//! `rollout` (jobs and their journal), `plan`, `desired`, `store`.
+//! `rollout` (jobs and their journal), `plan`, `desired`, `store`, `rehearsal` (how a stored
+//! rehearsal report is shown).
 //!
-//! Architecture Invariant: read-only except for one action, **Halt rollout**, which is a POST
-//! with the session's CSRF token behind a confirmation page.
+//! Architecture Invariant: read-only except for two actions, each a POST with the session's
+//! CSRF token: **Halt rollout**, behind a confirmation page, and **Rehearse** on the plan page,
+//! which runs the current plan on a simulated twin (loopback only) and stores its report beside
+//! the plan: it changes neither a cluster nor the plan.
 //! Architecture Invariant: every page and the event stream refuse a request without a live
 //! session (pages redirect to the login page, the event stream answers 401); the only
 //! unauthenticated routes are the login form and the two embedded assets.
@@ -103,6 +106,7 @@ pub fn router(ui: Ui) -> Router {
     Router::new()
         .route("/", get(pages::overview))
         .route("/plan", get(pages::plan))
+        .route("/plan/rehearse", post(rehearse))
         .route("/history", get(pages::history))
         .route("/rollouts", get(pages::rollouts))
         .route("/rollouts/{job}", get(pages::rollout))
@@ -471,7 +475,7 @@ struct HaltForm {
     reason: String,
 }
 
-/// The only mutating action: halt a running job, as `medea rollout halt` does.
+/// The only action on a cluster: halt a running job, as `medea rollout halt` does.
 async fn halt(
     State(ui): State<Ui>,
     Path(job): Path<String>,
@@ -537,6 +541,69 @@ async fn halt(
                 Some(&s),
             )
         }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RehearseForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    plan: String,
+}
+
+/// Start a rehearsal of the current plan on a twin, as `RehearsePlan` does; back to the plan
+/// page, which says it runs and shows each report when it is stored.
+async fn rehearse(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Form(f): Form<RehearseForm>,
+) -> Response {
+    let Some(s) = ui.sessions.get(&headers) else {
+        return to_login();
+    };
+    if cross_site(&headers) || !s.csrf_matches(&f.csrf) {
+        tracing::warn!("dashboard rehearsal refused: CSRF token mismatch");
+        return pages::message(
+            StatusCode::FORBIDDEN,
+            "Rehearsal refused",
+            "The form's CSRF token does not match this session; nothing was started. Open the plan page again and use its Rehearse button.",
+            Some(&s),
+        );
+    }
+    use super::rehearsals::{StartError as E, start};
+    match start(&ui.shared, f.plan.trim(), 0) {
+        Ok(_) => {
+            tracing::info!("rehearsal requested from the dashboard");
+            Redirect::to("/plan#rehearsals").into_response()
+        }
+        Err(e @ E::Store(_)) => {
+            tracing::error!(error = %crate::error_chain(&e), "dashboard rehearsal failed");
+            pages::message(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Rehearsal failed",
+                "The plan could not be read; see the server log.",
+                Some(&s),
+            )
+        }
+        Err(e @ E::UnknownPlan(_)) => pages::message(
+            StatusCode::NOT_FOUND,
+            "No such plan",
+            &e.to_string(),
+            Some(&s),
+        ),
+        Err(e @ (E::BadId { .. } | E::Ambiguous(_) | E::Compression(_))) => pages::message(
+            StatusCode::BAD_REQUEST,
+            "Not a plan id",
+            &e.to_string(),
+            Some(&s),
+        ),
+        Err(e) => pages::message(
+            StatusCode::CONFLICT,
+            "Not rehearsed",
+            &e.to_string(),
+            Some(&s),
+        ),
     }
 }
 

@@ -356,10 +356,69 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                 }
                 h2 { "What it does" }
                 pre.plan { @for line in p.rendered.lines() { span.(line_class(line)) { (line) } "\n" } }
+                @if p.has_changes || !p.rehearsals.is_empty() {
+                    h2 #rehearsals { "Rehearsal on a twin" }
+                    p.hint { "Each cluster's plan run on a simulated twin of the observed cluster: "
+                        strong { (crate::rehearsal::show::ADVICE) } ". What the real run meets may differ." }
+                    @if p.rehearsing {
+                        p #rehearsing { "A rehearsal of this plan is running; reload the page to see each cluster's report as it is stored." }
+                    } @else if p.has_changes && matches!(PlanState::from_wire(&p.state), Some(PlanState::Pending | PlanState::Approved | PlanState::Blocked)) {
+                        form.inline method="post" action="/plan/rehearse" {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            input type="hidden" name="plan" value=(p.id);
+                            button #rehearse type="submit" { @if p.rehearsals.is_empty() { "Rehearse" } @else { "Rehearse again" } }
+                        }
+                    }
+                    @for r in &p.rehearsals { (rehearsal_section(r)) }
+                }
             }
         }
     };
     respond(StatusCode::OK, page("plan", Some(&s), body))
+}
+
+/// One cluster's stored rehearsal: outcome, blockers with their node, the timeline per wave,
+/// the limits of the twin, when it ran and on which census.
+fn rehearsal_section(r: &pb::Rehearsal) -> Markup {
+    let (kind, summary) = r
+        .outcome
+        .as_ref()
+        .map(|o| (o.kind.as_str(), o.summary.as_str()))
+        .unwrap_or(("notRun", "no outcome recorded"));
+    html! {
+        section.rehearsal data-cluster=(r.cluster) {
+            h3 { "cluster " (r.cluster) " " span.badge.(kind) { (kind) } }
+            dl.facts {
+                dt { "outcome" } dd.outcome { (summary) }
+                dt { "ran" } dd { (r.ran_at) }
+                dt { "census" } dd { @if r.census_gathered_at.is_empty() { "none (nodes only)" } @else { "gathered " (r.census_gathered_at) } }
+                dt { "time" } dd { "compressed " (r.compression) "×; timings: " (r.timings) }
+                dt { "note" } dd { (r.advice) }
+            }
+            @if r.blockers.is_empty() {
+                p { "No blocker met." }
+            } @else {
+                table.blockers {
+                    thead { tr { th { "blocker" } th { "node" } th { "what" } } }
+                    tbody { @for b in &r.blockers { tr { td.bad { (b.kind) } td { (or_dash(&b.node)) } td { (b.detail) } } } }
+                }
+            }
+            @if !r.waves.is_empty() {
+                table.waves {
+                    thead { tr { th { "step" } th { "wave" } th { "nodes" } th { "starts" } th { "takes" } } }
+                    tbody { @for w in &r.waves { tr {
+                        td { (w.step) } td { (w.wave) } td { (w.nodes.join(", ")) }
+                        td { "+" (elapsed(i64::try_from(w.start_seconds).unwrap_or(i64::MAX))) }
+                        td { @match w.duration_seconds { Some(d) => (elapsed(i64::try_from(d).unwrap_or(i64::MAX))), None => "did not finish" } }
+                    } } }
+                }
+            }
+            @if !r.limits.is_empty() {
+                p { "Limits of the twin:" }
+                ul.limits { @for l in &r.limits { li { (l) } } }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

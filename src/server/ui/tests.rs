@@ -740,9 +740,14 @@ async fn a_halted_jobs_page_lists_the_nodes_staged_but_not_rebooted_and_their_ne
     let id = put_halted_talos_job(store.as_ref());
     let cookie = login(&ui).await;
     let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
-    assert!(!page.contains("staged-not-rebooted"), "nothing is staged: {page}");
+    assert!(
+        !page.contains("staged-not-rebooted"),
+        "nothing is staged: {page}"
+    );
     // w-3 (cordoned when the halt came) was installed ahead and verified
-    let mut job = crate::ops::jobs::load_job(store.as_ref(), &id).unwrap().unwrap();
+    let mut job = crate::ops::jobs::load_job(store.as_ref(), &id)
+        .unwrap()
+        .unwrap();
     let StepKind::Talos(t) = &mut job.steps[0].kind else {
         panic!("a Talos step")
     };
@@ -766,10 +771,15 @@ async fn a_halted_jobs_page_lists_the_nodes_staged_but_not_rebooted_and_their_ne
         "{section}"
     );
     assert!(
-        section.contains(&format!("<b>w-3</b>: installed ahead; its next boot boots {to}")),
+        section.contains(&format!(
+            "<b>w-3</b>: installed ahead; its next boot boots {to}"
+        )),
         "{section}"
     );
-    assert!(!section.contains("w-1") && !section.contains("w-2"), "{section}");
+    assert!(
+        !section.contains("w-1") && !section.contains("w-2"),
+        "{section}"
+    );
 }
 
 /// Issue 37: each cluster's card names its newest recorded etcd backup.
@@ -823,4 +833,188 @@ async fn the_overview_names_each_clusters_newest_backup() {
     );
     assert!(page.contains("from cp-&lt;1&gt;"), "escaped: {page}");
     assert!(page.contains(" · etcd revision 17"), "{page}");
+}
+
+/// The examples planned against an observed `home` (three control-plane nodes, three
+/// workers): the current plan's id.
+fn planned(ui: &Ui) -> crate::plan::PlanId {
+    use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
+    use crate::version::{KubeVersion, TalosVersion};
+    let machine = |node: &str, role| Machine {
+        node: node.into(),
+        id: format!("id-{node}"),
+        address: "127.0.0.1".into(),
+        role,
+        talos_version: Some(TalosVersion::parse("v1.12.4").unwrap()),
+        installer_image: None,
+        schematic: None,
+        platform: None,
+        extensions: Default::default(),
+        kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
+        ready: true,
+        cordoned: false,
+        reachable: true,
+        boot_id: Some("boot-1".into()),
+        labels: Default::default(),
+    };
+    let mut machines = std::collections::BTreeMap::new();
+    for n in ["cp-1", "cp-2", "cp-3"] {
+        machines.insert(n.to_string(), machine(n, MachineRole::Controlplane));
+    }
+    for n in ["w-1", "w-2", "w-3"] {
+        machines.insert(n.to_string(), machine(n, MachineRole::Worker));
+    }
+    let home = ObservedCluster::new("home")
+        .observe(Some(KubeVersion::parse("v1.34.1").unwrap()), machines);
+    let store = ui.shared.store.as_ref();
+    store
+        .commit(Txn::new().put_record(cluster_key("home"), &home))
+        .unwrap();
+    ui.shared
+        .set_desired(crate::desired::load(&ui.shared.source).unwrap());
+    crate::server::reconcile::reconcile(&ui.shared, &[], jiff::Timestamp::now()).unwrap();
+    crate::ops::replan::current(store).unwrap().unwrap().id
+}
+
+/// Issue 36 item 4: the plan page shows a stored rehearsal's outcome, its PDB blocker with the
+/// node, the timeline and the limits, says it is advice, and escapes what the report says.
+#[tokio::test]
+async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() {
+    use crate::rehearsal::report::{Blocker, BlockerKind, Outcome, Rehearsal, RehearsedWave};
+    let ui = ui();
+    let plan = planned(&ui);
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+    assert!(page.contains(&plan.to_hex()), "{page}");
+    assert!(
+        page.contains(r#"<button id="rehearse" type="submit">Rehearse</button>"#),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<section class=\"rehearsal\""),
+        "no report yet: {page}"
+    );
+
+    let report = Rehearsal {
+        plan: plan.to_hex(),
+        cluster: "home".into(),
+        ran_at: "2026-12-06T10:00:00Z".into(),
+        census_gathered_at: "2026-12-06T09:58:00Z".into(),
+        compression: 60,
+        timings: "history of 2 jobs".into(),
+        waves: vec![RehearsedWave {
+            step: "talos workers".into(),
+            wave: 2,
+            nodes: vec!["w-3".into()],
+            start_secs: 190,
+            duration_secs: None,
+        }],
+        outcome: Outcome::Halted {
+            code: "drain_blocked".into(),
+            node: Some("w-3".into()),
+            reason: "drain of w-3 timed out".into(),
+            after_secs: 790,
+        },
+        blockers: vec![Blocker {
+            kind: BlockerKind::Pdb,
+            node: Some("w-3".into()),
+            detail: "PodDisruptionBudget shop/<script>db</script> allows no disruption".into(),
+        }],
+        limits: vec!["census truncated at 5000 pods & more".into()],
+    };
+    crate::ops::rehearse::store_report(ui.shared.store.as_ref(), &report).unwrap();
+    let r = send(&ui, get("/plan", Some(&cookie))).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let page = text(r).await;
+    let at = page
+        .find("Rehearsal on a twin")
+        .expect("the rehearsal section");
+    let section = &page[at..];
+    for want in [
+        "advice, not part of the plan id",
+        r#"<section class="rehearsal" data-cluster="home">"#,
+        r#"<span class="badge halted">halted</span>"#,
+        "halted at w-3 after 13m10s (drain_blocked): drain of w-3 timed out",
+        "2026-12-06T10:00:00Z",
+        "gathered 2026-12-06T09:58:00Z",
+        "compressed 60×; timings: history of 2 jobs",
+        // the blocker with its node, escaped
+        "<tr><td class=\"bad\">pdb</td><td>w-3</td><td>PodDisruptionBudget shop/&lt;script&gt;db&lt;/script&gt; allows no disruption</td></tr>",
+        // the timeline
+        "<td>talos workers</td><td>2</td><td>w-3</td><td>+3m10s</td><td>did not finish</td>",
+        "census truncated at 5000 pods &amp; more",
+    ] {
+        assert!(section.contains(want), "{want}\n{section}");
+    }
+    assert!(!page.contains("<script>db"), "the report's text is escaped");
+    assert!(!page.contains("<script>"), "no inline script");
+}
+
+/// Issue 36 item 4: the Rehearse button is a POST with the session's CSRF token, refused
+/// without a session, with a missing, wrong or other session's token, and cross-site; with
+/// the right one it starts the rehearsal, the page says it runs, and its report shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehearse_needs_the_sessions_csrf_token_and_then_shows_the_report() {
+    let ui = ui();
+    let plan = planned(&ui);
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+    let csrf = csrf_of(&page);
+    let form = |csrf: &str| format!("csrf={csrf}&plan={}", plan.to_hex());
+
+    // no session: the login page, nothing started
+    let r = send(&ui, post("/plan/rehearse", None, &form(&csrf))).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[header::LOCATION], "/login");
+    let other = login(&ui).await;
+    let other_csrf = csrf_of(&text(send(&ui, get("/", Some(&other))).await).await);
+    for bad in [String::new(), "nope".to_string(), other_csrf] {
+        let r = send(&ui, post("/plan/rehearse", Some(&cookie), &form(&bad))).await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{bad:?}");
+        assert!(text(r).await.contains("nothing was started"));
+    }
+    let mut cross = post("/plan/rehearse", Some(&cookie), &form(&csrf));
+    cross
+        .headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(send(&ui, cross).await.status(), StatusCode::FORBIDDEN);
+    assert!(!ui.shared.rehearsing.contains(&plan));
+    assert_eq!(
+        crate::ops::rehearse::load_report(ui.shared.store.as_ref(), &plan, "home").unwrap(),
+        None
+    );
+
+    let r = send(&ui, post("/plan/rehearse", Some(&cookie), &form(&csrf))).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[header::LOCATION], "/plan#rehearsals");
+    // Until its report is stored the page says it runs and offers no second button; each poll
+    // is the rehearsal's progress, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let page = loop {
+        let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+        let running = page.contains("id=\"rehearsing\"");
+        if !running && page.contains(r#"<section class="rehearsal" data-cluster="home">"#) {
+            break page;
+        }
+        assert!(running, "neither running nor reported: {page}");
+        assert!(!page.contains("id=\"rehearse\""), "{page}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rehearsal's report never appeared: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let stored = crate::ops::rehearse::load_report(ui.shared.store.as_ref(), &plan, "home")
+        .unwrap()
+        .expect("the report is stored beside the plan");
+    assert_eq!(stored.plan, plan.to_hex());
+    assert!(page.contains(&stored.ran_at), "{page}");
+    assert!(page.contains("Rehearse again"), "{page}");
+    assert_eq!(
+        crate::ops::replan::current(ui.shared.store.as_ref())
+            .unwrap()
+            .map(|c| c.id),
+        Some(plan),
+        "the plan is unchanged"
+    );
 }

@@ -341,3 +341,57 @@ fn rt_client(s: &TestServer) -> PlanClient {
         },
     }
 }
+
+/// Issue 36 item 4: `medea plan --rehearse` against the server asks it to rehearse its current
+/// plan (`RehearsePlan`), waits for the run, and prints each stored report after the plan; a
+/// later `medea plan` prints the same report (stored beside the plan), and the plan's id has
+/// not changed.
+#[test]
+fn plan_rehearse_against_the_server_prints_the_stored_report_after_the_plan() {
+    let s = start(examples(), vec![home_inventory()]);
+    let id = |s: &TestServer| {
+        let out = s.cli().args(["plan", "-o", "json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    let before = id(&s);
+    let out = s
+        .cli()
+        .args(["plan", "--rehearse", "--rehearse-compression", "600"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "rehearsing plan {} on the server (started: home)",
+            &before[..12]
+        )),
+        "{stderr}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let head = format!(
+        "rehearsal of plan {} on a twin of cluster home (advice, not part of the plan id)",
+        &before[..12]
+    );
+    let at = text.find(&head).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        text[..at].contains("~ pool controlplane: talos v1.12.4 → v1.14.6"),
+        "the plan first: {text}"
+    );
+    // The twin ran the plan: its timeline per wave, and an outcome that is not "not run".
+    let report = &text[at..];
+    assert!(report.contains("  outcome: "), "{report}");
+    assert!(!report.contains("NOT RUN"), "{report}");
+    assert!(
+        report.contains("    talos controlplane (hop 1/2) wave 1: +")
+            && report.contains("    talos workers (hop 2/2) wave 3: +"),
+        "{report}"
+    );
+
+    let again = s.cli().args(["plan"]).output().unwrap();
+    let again = String::from_utf8(again.stdout).unwrap();
+    let at_again = again.find(&head).unwrap_or_else(|| panic!("{again}"));
+    assert_eq!(&again[at_again..], &text[at..], "the stored report");
+    assert_eq!(id(&s), before, "a rehearsal never changes the plan id");
+}
