@@ -487,6 +487,6 @@ mod tests {
             format!("\n{}", crate::rehearsal::render::text(&report)),
             "then the report as `medea plan --rehearse` prints it"
         );
-        assert!(tail.contains("PodDisruptionBudget at node w-2"), "{tail}");
+        assert!(tail.contains("- pdb at node w-2: PodDisruptionBudget shop/db allows no disruption"), "{tail}");
     }
 }

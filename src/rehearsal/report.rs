@@ -377,7 +377,7 @@ mod tests {
     use crate::desired::model::DrainPolicy;
     use crate::inventory::MachineRole;
     use crate::plan::{MachineTarget, PlanId, TalosRollout};
-    use crate::rollout::sequencer::{Action, CommandKey, JobStep, StepState, TalosStep};
+    use crate::rollout::sequencer::{Action, CommandKey, StepState};
     use crate::rollout::{HaltReason, JobId};
     use crate::version::TalosVersion;
 
@@ -421,31 +421,7 @@ mod tests {
             stage: None,
         };
         let plan = PlanId::from_digest([7; 32]);
-        Job {
-            id: JobId::for_plan(&plan, "home"),
-            plan,
-            cluster: "home".into(),
-            created_at: at(0),
-            windows: vec![],
-            exclusions: vec![],
-            predicted: None,
-            control_plane: vec![],
-            steps: vec![JobStep {
-                state: StepState::Running,
-                kind: StepKind::Talos(TalosStep::new(rollout)),
-            }],
-            state: JobState::Running,
-            generation: 1,
-            snapshot: None,
-            snapshot_attempts: 0,
-            in_flight: None,
-            journal_seq: 0,
-            health: None,
-            gates: Default::default(),
-            applies: Vec::new(),
-            hooks: None,
-            hook_runs: Default::default(),
-        }
+        Job::one_talos_step(plan, at(0), StepState::Running, rollout)
     }
 
     struct Journal {

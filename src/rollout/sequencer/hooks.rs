@@ -381,32 +381,11 @@ mod tests {
         };
         let plan = PlanId::from_digest([7; 32]);
         Job {
-            id: JobId::for_plan(&plan, "home"),
-            plan,
-            cluster: "home".into(),
-            created_at: t("2026-12-06T00:00:00Z"),
-            windows: vec![],
-            exclusions: vec![],
-            predicted: None,
-            control_plane: vec![],
-            steps: vec![JobStep {
-                state: StepState::Running,
-                kind: StepKind::Talos(TalosStep::new(rollout)),
-            }],
-            state: JobState::Running,
-            generation: 1,
-            snapshot: None,
-            snapshot_attempts: 0,
-            in_flight: None,
-            journal_seq: 0,
-            health: None,
-            gates: Default::default(),
-            applies: Vec::new(),
             hooks: Some(Arc::new(Hooks {
                 before_job: vec![hook("announce", false)],
                 ..Hooks::default()
             })),
-            hook_runs: Default::default(),
+            ..Job::one_talos_step(plan, t("2026-12-06T00:00:00Z"), StepState::Running, rollout)
         }
     }
 

@@ -160,6 +160,45 @@ pub enum JobState {
     },
 }
 
+#[cfg(test)]
+impl Job {
+    /// A test fixture: cluster `home`'s running job of plan `plan`, created at `created_at`, with
+    /// one Talos step over `rollout` in `state`; tests change the fields they need with
+    /// `Job { windows: …, ..Job::one_talos_step(…) }`.
+    pub(crate) fn one_talos_step(
+        plan: PlanId,
+        created_at: Timestamp,
+        state: StepState,
+        rollout: TalosRollout,
+    ) -> Job {
+        Job {
+            id: JobId::for_plan(&plan, "home"),
+            plan,
+            cluster: "home".into(),
+            created_at,
+            windows: vec![],
+            exclusions: vec![],
+            predicted: None,
+            control_plane: vec![],
+            steps: vec![JobStep {
+                state,
+                kind: StepKind::Talos(TalosStep::new(rollout)),
+            }],
+            state: JobState::Running,
+            generation: 1,
+            snapshot: None,
+            snapshot_attempts: 0,
+            in_flight: None,
+            journal_seq: 0,
+            health: None,
+            gates: Default::default(),
+            applies: Vec::new(),
+            hooks: None,
+            hook_runs: Default::default(),
+        }
+    }
+}
+
 impl JobState {
     /// Whether the job has ended (halted or succeeded).
     pub fn is_terminal(&self) -> bool {

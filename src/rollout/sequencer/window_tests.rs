@@ -62,33 +62,12 @@ fn job(staged: bool, hooks: Option<Hooks>) -> Job {
     };
     let plan = PlanId::from_digest([7; 32]);
     let mut j = Job {
-        id: JobId::for_plan(&plan, "home"),
-        plan,
-        cluster: "home".into(),
-        created_at: t("2026-12-05T11:00:00Z"),
         windows: vec![WindowSpec {
             start: "0 2 * * *".into(),
             duration_secs: 3600,
             time_zone: "UTC".into(),
         }],
-        exclusions: vec![],
-        predicted: None,
-        control_plane: vec![],
-        steps: vec![JobStep {
-            state: StepState::Running,
-            kind: StepKind::Talos(TalosStep::new(rollout)),
-        }],
-        state: JobState::Running,
-        generation: 1,
-        snapshot: None,
-        snapshot_attempts: 0,
-        in_flight: None,
-        journal_seq: 0,
-        health: None,
-        gates: Default::default(),
-        applies: Vec::new(),
-        hooks: None,
-        hook_runs: Default::default(),
+        ..Job::one_talos_step(plan, t("2026-12-05T11:00:00Z"), StepState::Running, rollout)
     };
     if staged {
         for (i, n) in ["w1", "w2"].iter().enumerate() {
