@@ -231,12 +231,7 @@ pub fn plan(args: PlanArgs) -> miette::Result<u8> {
         && args.store.is_none()
         && args.observed.is_none()
     {
-        if args.rehearse {
-            return Err(miette::miette!(
-                help = "rehearse offline with the daemon stopped: `medea plan DIR --store /var/lib/medea --rehearse`",
-                "--rehearse runs the plan on a twin in this process: it needs the desired state and --store (or --observed)"
-            ));
-        }
+        // with --rehearse, the server rehearses its current plan (`RehearsePlan`)
         return from_server(&args);
     }
     let source = args.desired.source(args.dir.clone(), None)?;
