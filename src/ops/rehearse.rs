@@ -592,6 +592,21 @@ pub fn store_report(store: &dyn Store, report: &Rehearsal) -> Result<(), StoreEr
     store.commit(Txn::new().put_record(rehearsal_key(&report.plan, &report.cluster), report))
 }
 
+/// [`store_report`] fenced on the leader's term the rehearsal started in (the daemon's
+/// `RehearsePlan`): a replica deposed while its twin ran has the write refused by the store,
+/// like every other write of a leader's work.
+pub fn store_report_fenced(
+    store: &dyn Store,
+    report: &Rehearsal,
+    fence: &crate::store::Fence,
+) -> Result<(), StoreError> {
+    store.commit(
+        Txn::new()
+            .put_record(rehearsal_key(&report.plan, &report.cluster), report)
+            .fenced(fence),
+    )
+}
+
 /// The stored rehearsal of `plan` for `cluster`, if one was stored.
 pub fn load_report(
     store: &dyn Store,
@@ -669,6 +684,23 @@ mod tests {
             }],
             limits: vec!["nodes only".into()],
         }
+    }
+
+    /// The daemon's reports are written under the term the rehearsal started in: the solo
+    /// term commits, a term the store does not hold (a deposed leader's) writes nothing.
+    #[test]
+    fn a_fenced_report_is_refused_under_a_term_that_is_not_the_stores() {
+        use crate::store::{Fence, StoreError};
+        let store = MemStore::new();
+        let plan = PlanId::from_digest([3; 32]);
+        let r = report(&plan, "prod");
+        let deposed = Fence::new("a", 7);
+        let err = store_report_fenced(&store, &r, &deposed).unwrap_err();
+        assert!(matches!(err, StoreError::Fenced { term: 7, .. }), "{err}");
+        assert_eq!(load_report(&store, &plan, "prod").unwrap(), None);
+        let solo = Fence::new("a", crate::store::leader::SOLO_TERM);
+        store_report_fenced(&store, &r, &solo).unwrap();
+        assert_eq!(load_report(&store, &plan, "prod").unwrap(), Some(r));
     }
 
     #[test]

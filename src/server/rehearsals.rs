@@ -138,14 +138,14 @@ pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Star
         1..=MAX_COMPRESSION => settings.compression = compression,
         _ => return Err(StartError::Compression(compression)),
     }
-    if shared.leadership.fence().is_none() {
+    let Some(fence) = shared.leadership.fence() else {
         return Err(StartError::NotLeader {
             leader: shared
                 .leadership
                 .leader_replica()
                 .unwrap_or_else(|| "none right now".into()),
         });
-    }
+    };
     let store = shared.store.as_ref();
     let current = crate::ops::replan::current(store)
         .map_err(StartError::Store)?
@@ -223,7 +223,7 @@ pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Star
         match result {
             Ok(reports) => {
                 for r in &reports {
-                    match crate::ops::rehearse::store_report(store, r) {
+                    match crate::ops::rehearse::store_report_fenced(store, r, &fence) {
                         Ok(()) => tracing::info!(
                             plan = %plan.id.short(),
                             cluster = %r.cluster,
