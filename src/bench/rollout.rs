@@ -756,15 +756,20 @@ async fn run_sim(
     sim.shutdown().await;
     let wall = wall?;
     let journal = journal_of(store_dyn.as_ref(), &job)?;
-    report(nodes.into_iter(), waves, wall, delays.reboot, exec.commits()).map(|r| {
-        RolloutReport {
-            samples: journal.samples,
-            window: journal.window,
-            staging: journal.staging,
-            boots_per_node: if names.is_empty() { (0, 0) } else { boots },
-            plan: Some(plan),
-            ..r
-        }
+    report(
+        nodes.into_iter(),
+        waves,
+        wall,
+        delays.reboot,
+        exec.commits(),
+    )
+    .map(|r| RolloutReport {
+        samples: journal.samples,
+        window: journal.window,
+        staging: journal.staging,
+        boots_per_node: if names.is_empty() { (0, 0) } else { boots },
+        plan: Some(plan),
+        ..r
     })
 }
 
@@ -971,7 +976,10 @@ fn window_run(
         poll,
     ))?;
     let failed = |what: String| BenchError::Rollout {
-        what: format!("the {} job: {what}", if staged { "staged" } else { "unstaged" }),
+        what: format!(
+            "the {} job: {what}",
+            if staged { "staged" } else { "unstaged" }
+        ),
     };
     if r.upgrades != r.nodes as u64 || r.max_upgrades_per_node != 1 {
         return Err(failed(format!(

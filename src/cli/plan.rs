@@ -482,6 +482,9 @@ mod tests {
             format!("\n{}", crate::rehearsal::render::text(&report)),
             "then the report as `medea plan --rehearse` prints it"
         );
-        assert!(tail.contains("- pdb at node w-2: PodDisruptionBudget shop/db allows no disruption"), "{tail}");
+        assert!(
+            tail.contains("- pdb at node w-2: PodDisruptionBudget shop/db allows no disruption"),
+            "{tail}"
+        );
     }
 }

@@ -348,7 +348,9 @@ fn window_staged_is_shorter_than_unstaged_and_both_jobs_succeed() {
         "1",
     ]);
     assert!(
-        out.contains("every job succeeded with every node on the target, installed once and booted once"),
+        out.contains(
+            "every job succeeded with every node on the target, installed once and booted once"
+        ),
         "{out}"
     );
     let median = |prefix: &str| -> f64 {
@@ -361,5 +363,8 @@ fn window_staged_is_shorter_than_unstaged_and_both_jobs_succeed() {
     };
     let unstaged = median("unstaged (");
     let staged = median("staged (");
-    assert!(staged < unstaged, "staged {staged} s, unstaged {unstaged} s:\n{out}");
+    assert!(
+        staged < unstaged,
+        "staged {staged} s, unstaged {unstaged} s:\n{out}"
+    );
 }

@@ -105,9 +105,11 @@ async fn the_census_lists_every_pod_on_its_node_with_its_owner_the_pdbs_and_the_
         .collect();
     assert_eq!(web.len(), 3);
     assert!(
-        web.iter().all(|p| p.owner.as_ref().map(|o| o.kind.as_str()) == Some("ReplicaSet")
-            && p.phase == "Running"
-            && !p.node.is_empty()),
+        web.iter().all(
+            |p| p.owner.as_ref().map(|o| o.kind.as_str()) == Some("ReplicaSet")
+                && p.phase == "Running"
+                && !p.node.is_empty()
+        ),
         "{web:?}"
     );
     let proxies: Vec<_> = c
@@ -116,8 +118,10 @@ async fn the_census_lists_every_pod_on_its_node_with_its_owner_the_pdbs_and_the_
         .filter(|p| p.name.starts_with("kube-proxy-"))
         .collect();
     assert_eq!(proxies.len(), 6, "one per node");
-    assert!(proxies.iter().all(|p| p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()))
-        == Some(("DaemonSet", "kube-proxy"))));
+    assert!(proxies.iter().all(
+        |p| p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()))
+            == Some(("DaemonSet", "kube-proxy"))
+    ));
     let mirrors = c.pods.iter().filter(|p| p.mirror).count();
     assert!(mirrors >= 3, "the control planes' static pods: {mirrors}");
     // the metrics-server mounts an emptyDir at /tmp
@@ -131,7 +135,10 @@ async fn the_census_lists_every_pod_on_its_node_with_its_owner_the_pdbs_and_the_
     // the PDB: as written, what it allows, its members
     assert_eq!(c.pdbs.len(), 1, "{:?}", c.pdbs);
     let pdb = &c.pdbs[0];
-    assert_eq!((pdb.namespace.as_str(), pdb.name.as_str()), ("default", "web-pdb"));
+    assert_eq!(
+        (pdb.namespace.as_str(), pdb.name.as_str()),
+        ("default", "web-pdb")
+    );
     assert_eq!(pdb.min_available.as_deref(), Some("2"));
     assert_eq!(pdb.max_unavailable, None);
     assert_eq!((pdb.disruptions_allowed, pdb.expected_pods), (1, 3));
@@ -140,9 +147,7 @@ async fn the_census_lists_every_pod_on_its_node_with_its_owner_the_pdbs_and_the_
     assert_eq!(pdb.pods, members);
 
     assert!(
-        c.daemonsets
-            .iter()
-            .any(|d| d == "kube-system/kube-proxy")
+        c.daemonsets.iter().any(|d| d == "kube-system/kube-proxy")
             && c.daemonsets.iter().any(|d| d == "kube-system/kube-flannel"),
         "{:?}",
         c.daemonsets
@@ -345,6 +350,9 @@ async fn a_forbidden_source_is_a_gather_error_and_the_others_are_still_read() {
     assert_eq!(c.pods.len(), e.sim.kube.pods().len());
     assert!(!c.daemonsets.is_empty());
     let text = serde_json::to_value(&c).unwrap();
-    assert!(text["gatherErrors"]["podDisruptionBudgets"].is_string(), "{text}");
+    assert!(
+        text["gatherErrors"]["podDisruptionBudgets"].is_string(),
+        "{text}"
+    );
     e.sim.shutdown().await;
 }

@@ -788,7 +788,8 @@ async fn the_plan_view_carries_a_stored_rehearsal_and_a_plan_without_one_has_non
     assert_eq!(r.limits, ["census truncated at 5000 pods"]);
     assert_eq!(r.rendered, crate::rehearsal::render::text(&report));
     assert!(
-        r.rendered.contains("- pdb at node w-2: PodDisruptionBudget shop/db allows no disruption"),
+        r.rendered
+            .contains("- pdb at node w-2: PodDisruptionBudget shop/db allows no disruption"),
         "{}",
         r.rendered
     );

@@ -64,8 +64,10 @@ async fn a_staged_pool_installs_outside_the_window_and_only_reboots_inside_it() 
         assert_eq!(nodes.len(), 2, "stageParallelism 2");
     }
     assert!(
-        !all.iter()
-            .any(|i| matches!(i.1, CommandOp::Upgrade | CommandOp::Pull | CommandOp::PullAhead)),
+        !all.iter().any(|i| matches!(
+            i.1,
+            CommandOp::Upgrade | CommandOp::Pull | CommandOp::PullAhead
+        )),
         "no install and no pull (not even ahead of a wave: the image is installed) in the window: {all:#?}"
     );
     for (at, op, node, _) in &all {
@@ -304,8 +306,16 @@ async fn a_staged_pool_two_minors_behind_stages_each_hop_after_the_hop_before_it
     let s = w.state();
     for n in ["w-1", "w-2"] {
         assert_eq!(s.nodes[n].version, tv(LAST), "{n}\n{:#?}", s.log);
-        assert_eq!(s.nodes[n].counters.upgrade, 2, "{n}: one install per hop\n{:#?}", s.log);
-        assert_eq!(s.nodes[n].counters.reboot, 2, "{n}: one reboot per hop\n{:#?}", s.log);
+        assert_eq!(
+            s.nodes[n].counters.upgrade, 2,
+            "{n}: one install per hop\n{:#?}",
+            s.log
+        );
+        assert_eq!(
+            s.nodes[n].counters.reboot, 2,
+            "{n}: one reboot per hop\n{:#?}",
+            s.log
+        );
         assert!(!s.nodes[n].cordoned, "{n}");
     }
     // per node: stage(hop 1) < reboot(hop 1) < stage-or-upgrade(hop 2) < reboot(hop 2)

@@ -148,7 +148,8 @@ async fn a_staged_pool_installs_before_the_window_and_an_external_reboot_is_reco
 /// result is journaled before the next node's intent), all before the window; inside the window
 /// each is only cordoned, drained and rebooted, and each installs and reboots exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_staged_control_plane_snapshots_first_and_installs_one_node_at_a_time_before_the_window() {
+async fn a_staged_control_plane_snapshots_first_and_installs_one_node_at_a_time_before_the_window()
+{
     let dir = scratch();
     let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
     let mut step = sim.step(
@@ -209,7 +210,10 @@ async fn a_staged_control_plane_snapshots_first_and_installs_one_node_at_a_time_
         let done = entries[*i..*next]
             .iter()
             .any(|e| matches!(&e.entry, Entry::Result { key: k, .. } if k == *key));
-        assert!(done, "{key} was still installing when the next node's install began");
+        assert!(
+            done,
+            "{key} was still installing when the next node's install began"
+        );
     }
     for (_, e, key) in &intents {
         match key.op {
@@ -218,7 +222,11 @@ async fn a_staged_control_plane_snapshots_first_and_installs_one_node_at_a_time_
                 panic!("an install or pull in the window: {key}")
             }
             CommandOp::Cordon | CommandOp::Reboot => {
-                assert!(e.at >= window_opens(), "{key} at {}: outside the window", e.at)
+                assert!(
+                    e.at >= window_opens(),
+                    "{key} at {}: outside the window",
+                    e.at
+                )
             }
             _ => {}
         }
