@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::*;
 use crate::plan::{PlanId, TalosRollout};
 use crate::rollout::journal::{Entry, JobDelta, JournalEntry};
-use crate::rollout::sequencer::{HaltCode, HaltReason, JobId, JobStep, StepKind, TalosStep};
+use crate::rollout::sequencer::{HaltCode, HaltReason, StepKind, TalosStep};
 
 pub(in crate::server::ui) fn at(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -25,29 +25,8 @@ pub(in crate::server::ui) fn talos_job() -> Job {
     .unwrap();
     let plan = PlanId::from_digest([7; 32]);
     Job {
-        id: JobId::for_plan(&plan, "home"),
-        plan,
-        cluster: "home".into(),
-        created_at: at(0),
-        windows: vec![],
-        exclusions: vec![],
-        predicted: None,
-        control_plane: vec![],
-        steps: vec![JobStep {
-            state: StepState::Pending,
-            kind: StepKind::Talos(TalosStep::new(rollout)),
-        }],
-        state: JobState::Running,
         generation: 0,
-        snapshot: None,
-        snapshot_attempts: 0,
-        in_flight: None,
-        journal_seq: 0,
-        health: None,
-        gates: Default::default(),
-        applies: Vec::new(),
-        hooks: None,
-        hook_runs: Default::default(),
+        ..Job::one_talos_step(plan, at(0), StepState::Pending, rollout)
     }
 }
 
