@@ -99,6 +99,9 @@ pub struct HaltLabels {
 pub struct RolloutGauges {
     /// Running jobs: cluster → start (Unix seconds).
     pub started: Vec<(String, i64)>,
+    /// Running jobs: cluster → (seconds on the job's clock, whether it waits for a window or
+    /// exclusion or has not started). Issue #51.
+    pub clock: Vec<(String, (i64, bool))>,
     /// Running jobs' machine upgrades (one per machine and Talos hop): (cluster, pool) → (done, total).
     pub nodes: Vec<((String, String), (i64, i64))>,
     /// Each cluster whose newest job halted (1) or not (0).
@@ -110,6 +113,10 @@ pub struct Metrics {
     /// Every family's full name and type, whether or not it has samples yet.
     pub families: Vec<(String, MetricType)>,
     pub job_started: Family<ClusterLabels, Gauge>,
+    /// The running job's clock (issue #51): seconds that count against its prediction.
+    pub job_active: Family<ClusterLabels, Gauge>,
+    /// 1 while the running job waits for a maintenance window or exclusion (or its first).
+    pub job_waiting_window: Family<ClusterLabels, Gauge>,
     /// The running job's predicted duration (issue #36), per bound.
     pub job_predicted: Family<BoundLabels, Gauge>,
     pub job_nodes_done: Family<PoolLabels, Gauge>,
@@ -321,6 +328,18 @@ impl Metrics {
             "Start of each cluster's running rollout job (Unix seconds); absent when none runs",
             job_started.clone(),
         );
+        let job_active = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "rollout_job_active_seconds",
+            "Seconds of each cluster's running rollout job that count against its prediction: from its first command, less its waits for maintenance windows and exclusions (0 before its first command); absent when none runs",
+            job_active.clone(),
+        );
+        let job_waiting_window = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "rollout_job_waiting_for_window",
+            "1 while each cluster's running rollout job waits for a maintenance window or the end of an exclusion (its clock stands still), or for its first window; absent when none runs",
+            job_waiting_window.clone(),
+        );
         let job_predicted = Family::<BoundLabels, Gauge>::default();
         registry.register(
             "rollout_job_predicted_seconds",
@@ -387,6 +406,8 @@ impl Metrics {
             registry: registry.registry,
             families: registry.families,
             job_started,
+            job_active,
+            job_waiting_window,
             job_predicted,
             job_nodes_done,
             job_nodes_total,
@@ -499,6 +520,8 @@ pub fn set_jobs(state: &str, n: i64) {
 pub fn set_rollouts(g: &RolloutGauges) {
     let m = global();
     m.job_started.clear();
+    m.job_active.clear();
+    m.job_waiting_window.clear();
     m.job_nodes_done.clear();
     m.job_nodes_total.clear();
     for (cluster, at) in &g.started {
@@ -507,6 +530,15 @@ pub fn set_rollouts(g: &RolloutGauges) {
                 cluster: cluster.clone(),
             })
             .set(*at);
+    }
+    for (cluster, (active, waiting)) in &g.clock {
+        let l = ClusterLabels {
+            cluster: cluster.clone(),
+        };
+        m.job_active.get_or_create(&l).set(*active);
+        m.job_waiting_window
+            .get_or_create(&l)
+            .set(i64::from(*waiting));
     }
     for ((cluster, pool), (done, total)) in &g.nodes {
         let l = PoolLabels {

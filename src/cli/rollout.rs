@@ -237,7 +237,7 @@ fn render_status(job: &pb::Rollout, pool: Option<&str>, fmt: Format) -> String {
                         .unwrap_or_default()
                 ));
             }
-            if let Some(line) = duration_line(job, jiff::Timestamp::now()) {
+            if let Some(line) = duration_line(job) {
                 s.push_str(&line);
             }
             if !job.gate_point.is_empty() {
@@ -295,8 +295,9 @@ fn staged_lines(nodes: &[&pb::NodeProgress]) -> String {
 }
 
 /// `duration: elapsed …, predicted median …, pessimistic …` when the plan predicted the job's
-/// duration (issue #36): elapsed from its creation to its end, or to `now` while it runs.
-fn duration_line(job: &pb::Rollout, now: jiff::Timestamp) -> Option<String> {
+/// duration (issue #36), elapsed by the job's clock (issue #51: from its first command, less its
+/// waits for windows and exclusions), as the server read it.
+fn duration_line(job: &pb::Rollout) -> Option<String> {
     if job.predicted_pessimistic_seconds == 0 {
         return None;
     }
@@ -304,10 +305,12 @@ fn duration_line(job: &pb::Rollout, now: jiff::Timestamp) -> Option<String> {
         median_secs: job.predicted_median_seconds,
         pessimistic_secs: job.predicted_pessimistic_seconds,
     };
-    let start: jiff::Timestamp = job.created_at.parse().ok()?;
-    let end = job.ended_at.parse::<jiff::Timestamp>().unwrap_or(now);
-    let elapsed = std::time::Duration::try_from(end.duration_since(start)).unwrap_or_default();
-    Some(format!("duration: {}\n", bounds.progress(elapsed)))
+    let reading = crate::rollout::sequencer::ClockReading::from_wire(
+        job.active_seconds,
+        !job.started_at.is_empty(),
+        job.paused_since.parse().ok(),
+    );
+    Some(format!("duration: {}\n", reading.progress(bounds)))
 }
 
 /// `, soak ends in 4m 10s (at …)`, or which gate holds it and its verdict
@@ -738,27 +741,52 @@ mod tests {
     }
 
     /// Issue #36: the status compares elapsed with the plan's prediction and says when the job
-    /// is past its pessimistic bound.
+    /// is past its pessimistic bound. Issue #51: elapsed is the job's clock, which does not run
+    /// before the first command nor while the job waits for a window.
     #[test]
     fn status_compares_elapsed_with_the_prediction() {
-        let now: jiff::Timestamp = "2026-12-03T12:20:00Z".parse().unwrap();
         let mut job = pb::Rollout {
             created_at: "2026-12-03T12:00:00Z".into(),
+            started_at: "2026-12-03T12:00:00Z".into(),
+            active_seconds: 1200,
             predicted_median_seconds: 600,
             predicted_pessimistic_seconds: 900,
             ..Default::default()
         };
         assert_eq!(
-            duration_line(&job, now).unwrap(),
+            duration_line(&job).unwrap(),
             "duration: elapsed 20m00s, predicted median 10m00s, pessimistic 15m00s: past the pessimistic bound\n"
         );
         job.ended_at = "2026-12-03T12:12:00Z".into();
+        job.active_seconds = 720;
         assert_eq!(
-            duration_line(&job, now).unwrap(),
+            duration_line(&job).unwrap(),
             "duration: elapsed 12m00s, predicted median 10m00s, pessimistic 15m00s\n"
         );
         job.predicted_pessimistic_seconds = 0;
-        assert_eq!(duration_line(&job, now), None, "no prediction, no line");
+        assert_eq!(duration_line(&job), None, "no prediction, no line");
+    }
+
+    /// Issue #51: a job approved days before its window reads as waiting, never as late.
+    #[test]
+    fn status_of_a_job_waiting_for_its_window_says_waiting_not_late() {
+        let mut job = pb::Rollout {
+            created_at: "2026-11-30T09:00:00Z".into(),
+            predicted_median_seconds: 600,
+            predicted_pessimistic_seconds: 900,
+            ..Default::default()
+        };
+        let line = duration_line(&job).unwrap();
+        assert!(line.starts_with("duration: not started"), "{line}");
+        assert!(!line.contains("past the pessimistic bound"), "{line}");
+        job.started_at = "2026-12-05T02:00:00Z".into();
+        job.active_seconds = 300;
+        job.paused_since = "2026-12-05T02:05:00Z".into();
+        let line = duration_line(&job).unwrap();
+        assert_eq!(
+            line,
+            "duration: elapsed 5m00s, predicted median 10m00s, pessimistic 15m00s; waiting for a maintenance window or exclusion since 2026-12-05T02:05:00Z: the clock stands still\n"
+        );
     }
 
     /// Issue #36: a (halted) job's status lists its nodes installed ahead and not rebooted, and

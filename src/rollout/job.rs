@@ -174,6 +174,7 @@ pub fn create_jobs_txn(
             applies: crate::plan::stored::job_applies(plan, name),
             hooks: cp.hooks.clone().map(std::sync::Arc::new),
             hook_runs: Default::default(),
+            clock: Default::default(),
         };
         let entry = JournalEntry {
             job: job.id.clone(),

@@ -239,6 +239,9 @@ pub struct JobDelta {
     /// The job's hook records that changed (issue #35), by site (each written whole).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hook_runs: BTreeMap<String, HookRun>,
+    /// The job's clock (issue #51), when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<crate::rollout::sequencer::JobClock>,
 }
 
 /// What changed in one step.
@@ -386,6 +389,7 @@ impl JobDelta {
                 .filter(|(k, r)| prev.hook_runs.get(*k) != Some(*r))
                 .map(|(k, r)| (k.clone(), r.clone()))
                 .collect(),
+            clock: (prev.clock != next.clock).then_some(next.clock),
         })
     }
 
@@ -451,6 +455,9 @@ impl JobDelta {
         }
         for (site, run) in &self.hook_runs {
             job.hook_runs.insert(site.clone(), run.clone());
+        }
+        if let Some(c) = self.clock {
+            job.clock = c;
         }
         Ok(())
     }

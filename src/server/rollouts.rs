@@ -236,6 +236,24 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
             JobState::Succeeded { at } | JobState::Halted { at, .. } => at.to_string(),
             JobState::Running => String::new(),
         },
+        active_seconds: job.clock.at(clock_end(job)).active().as_secs(),
+        started_at: job
+            .clock
+            .started_at
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+        paused_since: match job.clock.at(clock_end(job)) {
+            crate::rollout::sequencer::ClockReading::Paused { since, .. } => since.to_string(),
+            _ => String::new(),
+        },
+    }
+}
+
+/// Where a job's clock is read: its end, or now while it runs.
+fn clock_end(job: &Job) -> jiff::Timestamp {
+    match &job.state {
+        JobState::Succeeded { at } | JobState::Halted { at, .. } => *at,
+        JobState::Running => jiff::Timestamp::now(),
     }
 }
 
@@ -529,16 +547,7 @@ pub async fn executor_loop<F: PortFactory>(
                                 notify_start(&shared, &job);
                                 let run = exec.run(&job.id);
                                 tokio::pin!(run);
-                                let result = match overdue_in(&job, jiff::Timestamp::now()) {
-                                    Some(wait) => tokio::select! {
-                                        r = &mut run => r,
-                                        _ = tokio::time::sleep(wait) => {
-                                            notify_overdue(&shared, &job);
-                                            (&mut run).await
-                                        }
-                                    },
-                                    None => run.await,
-                                };
+                                let result = run_watching_overdue(&shared, &job, run).await;
                                 match result {
                                     Ok(outcome) => report(&shared, &job, &outcome),
                                     Err(e) => {
@@ -614,6 +623,14 @@ fn rollout_gauges(all: &[Job]) -> crate::metrics::RolloutGauges {
         }
         g.started
             .push((j.cluster.clone(), j.created_at.as_second()));
+        let reading = j.clock.at(jiff::Timestamp::now());
+        g.clock.push((
+            j.cluster.clone(),
+            (
+                i64::try_from(reading.active().as_secs()).unwrap_or(i64::MAX),
+                !reading.running(),
+            ),
+        ));
         let mut pools: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         for step in &j.steps {
             if let StepKind::Talos(t) = &step.kind {
@@ -794,23 +811,45 @@ fn note(
     }
 }
 
-/// How long until `job` passes the pessimistic bound of its predicted duration (from its
-/// creation), if the plan predicted one; `Some(0)` when it already has.
+/// How long until `job` passes the pessimistic bound of its predicted duration, counted by its
+/// clock (issue #51: from its first command, less its waits for windows and exclusions), if the
+/// plan predicted one; `Some(0)` when it already has; `None` while the clock stands still.
 fn overdue_in(job: &Job, now: jiff::Timestamp) -> Option<std::time::Duration> {
-    overdue_after(job.created_at, job.predicted?, now)
+    job.clock.overdue_in(job.predicted?, now)
 }
 
-fn overdue_after(
-    created_at: jiff::Timestamp,
-    p: crate::plan::estimate::Bounds,
-    now: jiff::Timestamp,
-) -> Option<std::time::Duration> {
-    let elapsed = std::time::Duration::try_from(now.duration_since(created_at)).unwrap_or_default();
-    Some(if p.overdue(elapsed) {
-        std::time::Duration::ZERO
-    } else {
-        std::time::Duration::from_secs(p.pessimistic_secs + 1).saturating_sub(elapsed)
-    })
+/// How often a job whose clock stands still (waiting for its window) is read again for the
+/// overdue event: its clock runs again only when the job changes, and the executor writes that.
+const OVERDUE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Run a job (`run`) and send its overdue event once, when its clock passes the pessimistic
+/// bound of its prediction: re-read from the store whenever the last reading's time is up, so
+/// time spent waiting for a window never counts.
+async fn run_watching_overdue<R>(shared: &Shared, job: &Job, run: R) -> R::Output
+where
+    R: std::future::Future,
+{
+    tokio::pin!(run);
+    if job.predicted.is_none() {
+        return run.await;
+    }
+    let mut current = job.clone();
+    loop {
+        let wait = overdue_in(&current, jiff::Timestamp::now()).unwrap_or(OVERDUE_RECHECK);
+        tokio::select! {
+            r = &mut run => return r,
+            _ = tokio::time::sleep(wait.max(std::time::Duration::from_millis(100))) => {}
+        }
+        if let Ok(Some(j)) = crate::ops::jobs::load_job(&*shared.store, &job.id) {
+            current = j;
+        }
+        if current.state == JobState::Running
+            && overdue_in(&current, jiff::Timestamp::now()) == Some(std::time::Duration::ZERO)
+        {
+            notify_overdue(shared, &current);
+            return run.await;
+        }
+    }
 }
 
 /// The job runs past the pessimistic bound of its predicted duration (issue #36): a webhook
@@ -951,10 +990,11 @@ mod forward_tests {
         assert_eq!(super::next_event(&mut rx).await, None);
     }
 
-    /// Issue #36: the overdue event fires one second past the pessimistic bound, counted from
-    /// the job's creation; at once for a job already past it.
+    /// Issue #36: the overdue event fires one second past the pessimistic bound; at once for a
+    /// job already past it. Issue #51: counted from the job's first command, not its creation,
+    /// and never while it has not started.
     #[test]
-    fn overdue_counts_from_the_jobs_creation_to_its_pessimistic_bound() {
+    fn overdue_counts_from_the_jobs_first_command_to_its_pessimistic_bound() {
         use std::time::Duration;
         let t0: jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
         let at = |s: i64| t0.checked_add(jiff::SignedDuration::from_secs(s)).unwrap();
@@ -962,10 +1002,27 @@ mod forward_tests {
             median_secs: 600,
             pessimistic_secs: 900,
         };
+        let target = serde_json::json!({"node": "w-1", "id": "id-w-1", "address": "10.0.0.1", "from": "v1.12.4"});
+        let rollout: crate::plan::TalosRollout = serde_json::from_value(serde_json::json!({
+            "pool": "workers", "role": "worker", "hop": 1, "hops": 1, "to": "v1.13.9",
+            "image": "factory.talos.dev/installer/x:v1.13.9", "maxUnavailable": 1,
+            "drainTimeout": 300, "healthTimeout": 600, "waves": [[target]],
+        }))
+        .unwrap();
+        let mut job = crate::rollout::sequencer::Job::one_talos_step(
+            crate::plan::PlanId::parse_full(&"ab".repeat(32)).unwrap(),
+            at(-86_400),
+            crate::rollout::sequencer::StepState::Pending,
+            rollout,
+        );
+        job.predicted = Some(p);
+        // created a day ago, nothing done yet: not late, and no timer runs
+        assert_eq!(super::overdue_in(&job, at(100)), None);
+        job.clock.started_at = Some(t0);
         assert_eq!(
-            super::overdue_after(t0, p, at(100)),
+            super::overdue_in(&job, at(100)),
             Some(Duration::from_secs(801))
         );
-        assert_eq!(super::overdue_after(t0, p, at(901)), Some(Duration::ZERO));
+        assert_eq!(super::overdue_in(&job, at(901)), Some(Duration::ZERO));
     }
 }

@@ -196,8 +196,8 @@ fn the_alert_rules_pass_promtool_and_each_alert_has_a_unit_test_that_fires_it() 
     for (what, needle) in [
         ("a halted job", "medea_rollout_cluster_halted"),
         (
-            "a job running longer than a limit",
-            "medea_rollout_job_started_timestamp_seconds",
+            "a job running longer than a limit, by its clock (issue #51)",
+            "medea_rollout_job_active_seconds",
         ),
         (
             "a failing trust-root reload",

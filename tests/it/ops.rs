@@ -215,6 +215,7 @@ fn metrics_move_while_a_simulated_rollout_runs() {
     // Per pool: the machines of the running job and the most seen done.
     let mut nodes_seen: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut started_seen = false;
+    let mut clock_seen = false;
     // examples/home: two Talos hops per node (v1.13.10, v1.14.6), then Kubernetes
     let deadline = Instant::now() + Duration::from_secs(150);
     loop {
@@ -237,6 +238,15 @@ fn metrics_move_while_a_simulated_rollout_runs() {
                     "medea_rollout_job_started_timestamp_seconds",
                     &[("cluster", "home")],
                 ) > 1.7e9;
+                // issue #51: the job's clock, running (no window holds it)
+                clock_seen |= samples
+                    .iter()
+                    .any(|s| s.name == "medea_rollout_job_active_seconds")
+                    && total(
+                        &samples,
+                        "medea_rollout_job_waiting_for_window",
+                        &[("cluster", "home")],
+                    ) == 0.0;
                 for pool in ["controlplane", "workers"] {
                     let with = [("cluster", "home"), ("pool", pool)];
                     let all = total(&samples, "medea_rollout_job_nodes", &with);
@@ -274,6 +284,10 @@ fn metrics_move_while_a_simulated_rollout_runs() {
     assert!(
         started_seen,
         "medea_rollout_job_started_timestamp_seconds{{cluster=\"home\"}} while the job ran"
+    );
+    assert!(
+        clock_seen,
+        "medea_rollout_job_active_seconds and medea_rollout_job_waiting_for_window 0 while the job ran"
     );
     // Two Talos hops: each lists the pool's three machines, so six machine upgrades a pool.
     for pool in ["controlplane", "workers"] {

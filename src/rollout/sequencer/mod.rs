@@ -47,6 +47,7 @@ use crate::inventory::MachineRole;
 use crate::plan::{KubeRollout, MachineTarget, PlanId, TalosRollout};
 use crate::version::KubeVersion;
 
+mod clock;
 pub mod command;
 mod drive;
 pub mod gates;
@@ -64,6 +65,7 @@ mod silence;
 mod stage;
 mod talos_node;
 
+pub use clock::{ClockReading, JobClock};
 pub use command::*;
 pub use drive::*;
 pub use gates::*;
@@ -157,6 +159,7 @@ pub fn step(job: &Job, obs: &Observations, now: Timestamp) -> Transition {
     let mut j = job.clone();
     let mut notes = Vec::new();
     let next = drive(&mut j, &eyes, now, &mut notes);
+    clock::tick(&mut j, &next, now);
     bump(job, &mut j);
     Transition {
         job: j,
@@ -175,6 +178,7 @@ pub fn intend(job: &Job, cmd: &Command, now: Timestamp) -> Job {
         issued_at: now,
         last_error: None,
     });
+    clock::start(&mut j, now);
     bump(job, &mut j);
     j
 }

@@ -117,6 +117,14 @@ pub struct Job {
     /// attempts and, once it succeeded, how. A hook whose site has no record never ran.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hook_runs: BTreeMap<String, HookRun>,
+    /// What counts against the predicted duration (issue #51): from the first command, less
+    /// the waits for maintenance windows and exclusions. Absent in older records: not started.
+    #[serde(default, skip_serializing_if = "is_default_clock")]
+    pub clock: JobClock,
+}
+
+fn is_default_clock(c: &JobClock) -> bool {
+    *c == JobClock::default()
 }
 
 /// A hook's record in a job (issue #35).
@@ -195,6 +203,7 @@ impl Job {
             applies: Vec::new(),
             hooks: None,
             hook_runs: Default::default(),
+            clock: Default::default(),
         }
     }
 }

@@ -250,6 +250,7 @@ fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
         applies: Vec::new(),
         hooks: None,
         hook_runs: Default::default(),
+        clock: Default::default(),
     };
     let t = step(&job, &Observations::default(), now);
     assert!(matches!(t.next, Next::Finished), "{:?}", t.next);

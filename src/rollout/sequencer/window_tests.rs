@@ -450,3 +450,100 @@ fn a_wave_without_budget_outside_the_window_waits_for_the_window_not_the_health_
         tr.next
     );
 }
+
+/// Issue #51: a job approved hours before its window has not started; its clock starts with
+/// its first command inside the window. Time before that never counts against the prediction.
+#[test]
+fn a_job_waiting_for_its_first_window_has_not_started_its_clock() {
+    let world = World::new(false);
+    let j = job(false, None);
+    let (tr, _) = decide(&j, &world, t(OUTSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, .. } if *at == t(OPENS)),
+        "{:?}",
+        tr.next
+    );
+    assert_eq!(tr.job.clock.at(t(OUTSIDE)), ClockReading::NotStarted);
+    let predicted = crate::plan::estimate::Bounds {
+        median_secs: 60,
+        pessimistic_secs: 90,
+    };
+    // 14 hours after approval and far past a 90 s bound: not late, it has not started
+    assert_eq!(tr.job.clock.overdue_in(predicted, t(OPENS)), None);
+    let (tr, _) = decide(&tr.job, &world, t(INSIDE));
+    let cmd = command(&tr.next).clone();
+    let j = intend(&tr.job, &cmd, t(INSIDE));
+    assert_eq!(j.clock.started_at, Some(t(INSIDE)));
+    assert_eq!(
+        j.clock.at(later(t(INSIDE), 60)),
+        ClockReading::Running {
+            active: Duration::from_secs(60)
+        }
+    );
+}
+
+/// Issue #51, with staging: the nodes were installed ahead at 11:30 (the clock started
+/// then); waiting for the window from noon stands the clock still, and it runs again when the
+/// first reboot is journaled inside the window. The wait is journaled as a change of the job
+/// (the executor writes it), so a restart keeps it.
+#[test]
+fn a_staged_job_waiting_for_its_window_stands_its_clock_still() {
+    let world = World::new(true);
+    let mut j = job(true, None);
+    j.clock.started_at = Some(t("2026-12-05T11:30:00Z"));
+    let (tr, _) = decide(&j, &world, t(OUTSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, .. } if *at == t(OPENS)),
+        "{:?}",
+        tr.next
+    );
+    assert!(tr.changed(&j), "the pause is a change to journal");
+    assert_eq!(
+        tr.job.clock.at(t(OPENS)),
+        ClockReading::Paused {
+            active: Duration::from_secs(30 * 60),
+            since: t(OUTSIDE)
+        }
+    );
+    // a decision while still waiting changes nothing more
+    let (again, _) = decide(&tr.job, &world, later(t(OUTSIDE), 3600));
+    assert!(!again.changed(&tr.job));
+    let (tr, _) = decide(&again.job, &world, t(INSIDE));
+    // the first node's turn inside the window (its cordon, then its reboot)
+    let first = command(&tr.next).clone();
+    assert!(
+        matches!(&first.action, Action::Cordon { node } if node == "w1"),
+        "{first:?}"
+    );
+    let j = intend(&tr.job, &first, t(INSIDE));
+    assert_eq!(j.clock.paused_since, None);
+    assert_eq!(
+        j.clock.at(later(t(INSIDE), 120)),
+        ClockReading::Running {
+            active: Duration::from_secs(30 * 60 + 120)
+        }
+    );
+}
+
+/// Issue #51: a soak or a drain retry is work; only the calendar stands the clock still.
+#[test]
+fn waiting_inside_the_window_keeps_the_clock_running() {
+    let world = World::new(false);
+    let mut j = job(false, None);
+    j.clock.started_at = Some(t(OPENS));
+    {
+        let w1 = node_mut(&mut j, 0, 0);
+        w1.enter(NodePhase::Cordoned, t(OPENS));
+        w1.not_before = Some(later(t(INSIDE), 10));
+        w1.blocked = Some("PodDisruptionBudget `db`".into());
+        // the next wave's image is on its node already: nothing to pull ahead meanwhile
+        node_mut(&mut j, 0, 1).pulled_ahead = Some(PullAhead::Pulled);
+    }
+    let (tr, _) = decide(&j, &world, t(INSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { reason, .. } if reason.contains("drain blocked")),
+        "{:?}",
+        tr.next
+    );
+    assert_eq!(tr.job.clock.paused_since, None);
+}

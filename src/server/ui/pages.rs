@@ -611,8 +611,7 @@ pub fn live_section(
             " · " (elapsed(end.as_second() - job.created_at.as_second())) @if !job.state.is_terminal() { " so far" }
         }
         @if let Some(p) = job.predicted {
-            @let took = std::time::Duration::from_secs(u64::try_from(end.as_second() - job.created_at.as_second()).unwrap_or(0));
-            p.hint #job-duration { "duration: " (p.progress(took)) " (the plan's prediction, advice)" }
+            p.hint #job-duration { "duration: " (job.clock.at(end).progress(p)) " (the plan's prediction, advice)" }
         }
         @if let Some(r) = reason { p.error #halt-reason { "Halt reason: " (r) } }
         @if !job.state.is_terminal() { p.hint #job-summary { (job_line(job, waits, now)) } }

@@ -357,6 +357,11 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         applies: Vec::new(),
         hooks: None,
         hook_runs: Default::default(),
+        // started at its creation (issue #51: the clock starts with the first command)
+        clock: crate::rollout::sequencer::JobClock {
+            started_at: Some(at),
+            ..Default::default()
+        },
     };
     let mut txn = Txn::new().put_record(job_key(&id), &job);
     for seq in 0..=last {
