@@ -61,12 +61,17 @@ pub struct GateLabels {
     pub gate: String,
     /// `pass`, `fail` or `inconclusive` (issue #35).
     pub verdict: String,
+    /// `true` for a `dryRun` gate (shown and notified, never blocking; issue #51: the alert
+    /// rules leave them out), else `false`.
+    pub dry_run: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GateNameLabels {
     pub cluster: String,
     pub gate: String,
+    /// As [`GateLabels::dry_run`].
+    pub dry_run: String,
 }
 
 /// `{cluster, bound}` of the predicted job duration (bound: `median` or `pessimistic`).
@@ -307,7 +312,7 @@ impl Metrics {
         let gate_failing = Family::<GateNameLabels, Gauge>::default();
         registry.register(
             "rollout_gate_failing",
-            "1 while a rollout's health gate did not pass its last evaluation (failed or inconclusive)",
+            "1 while a rollout's health gate did not pass its last evaluation (failed or inconclusive); dry_run=\"true\" for a dryRun gate, which never blocks",
             gate_failing.clone(),
         );
         let leader = Gauge::default();
@@ -464,8 +469,9 @@ pub(crate) async fn timed<T, E>(
 }
 
 /// One health-gate evaluation of a rollout (issue #23): `verdict` is `pass`, `fail` or
-/// `inconclusive` (issue #35); the failing gauge is 1 for anything but a pass.
-pub fn gate_evaluation(cluster: &str, gate: &str, verdict: &str) {
+/// `inconclusive` (issue #35); the failing gauge is 1 for anything but a pass. A dry-run
+/// gate's series carry `dry_run="true"` (issue #51), which the alert rules leave out.
+pub fn gate_evaluation(cluster: &str, gate: &str, verdict: &str, dry_run: bool) {
     let m = global();
     let pass = verdict == "pass";
     m.gate_evaluations
@@ -473,12 +479,14 @@ pub fn gate_evaluation(cluster: &str, gate: &str, verdict: &str) {
             cluster: cluster.to_string(),
             gate: gate.to_string(),
             verdict: verdict.to_string(),
+            dry_run: dry_run.to_string(),
         })
         .inc();
     m.gate_failing
         .get_or_create(&GateNameLabels {
             cluster: cluster.to_string(),
             gate: gate.to_string(),
+            dry_run: dry_run.to_string(),
         })
         .set(i64::from(!pass));
 }

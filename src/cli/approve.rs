@@ -285,7 +285,7 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
             r.approvals_required
         );
         for j in &r.started_jobs {
-            outln!("started rollout job {j}: follow it with `medea rollout status -w`");
+            outln!("started rollout job {j}: follow it with `medea rollout status -w {j}`");
         }
         for g in &r.closed_gates {
             outln!("waiting: {g}");

@@ -85,7 +85,8 @@ impl PlanState {
             PlanState::Approved => {
                 "approved: it starts when the rollout gates open (`medea get server`, `medea cluster enable-rollouts`)"
             }
-            PlanState::Running => "approved and running: follow it with `medea rollout status -w`",
+            // the summary line names the command per cluster (`render::summary_line`)
+            PlanState::Running => "approved and running",
             PlanState::Applied => "approved and applied: nothing is left to approve",
             PlanState::Halted => "approved, and its rollout halted: see `medea rollout list`",
             PlanState::Consumed => "approved and consumed: nothing is left to approve",

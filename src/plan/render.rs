@@ -122,7 +122,11 @@ fn summary_line_in(plan: &Plan, state: Option<PlanState>) -> String {
     }
     match state.and_then(PlanState::sentence) {
         Some(sentence) => {
-            let _ = write!(line, ". This plan is {sentence}.");
+            let _ = write!(line, ". This plan is {sentence}");
+            if state == Some(PlanState::Running) {
+                line.push_str(&follow_hint(plan));
+            }
+            line.push('.');
         }
         None if blocking == 0 => {
             let _ = write!(line, ". Approve with: medea approve {short}");
@@ -130,6 +134,23 @@ fn summary_line_in(plan: &Plan, state: Option<PlanState>) -> String {
         None => {}
     }
     line
+}
+
+/// How to follow a running plan's jobs: one `medea rollout status -w --cluster <name>` per
+/// cluster it rolls out (issue #51: without `--cluster` the command fails on a server with
+/// several clusters).
+fn follow_hint(plan: &Plan) -> String {
+    let cmds: Vec<String> = plan
+        .clusters
+        .iter()
+        .filter(|c| !c.steps.is_empty())
+        .map(|c| format!("`medea rollout status -w --cluster {}`", c.cluster))
+        .collect();
+    match cmds.len() {
+        0 => String::new(),
+        1 => format!(": follow it with {}", cmds[0]),
+        _ => format!(": follow each cluster's job with {}", cmds.join(", ")),
+    }
 }
 
 /// The closing line of a plan with nothing to do, saying why: every observed cluster matches,

@@ -1430,6 +1430,15 @@ fn past_pending_a_rendered_plan_says_its_state_and_offers_no_approval() {
                 assert!(json["signCommand"].is_string(), "{state}: {json}");
             }
             Some(sentence) => {
+                // a running plan names the command that follows its cluster's job (issue #51)
+                let sentence = if state == PlanState::Running {
+                    format!(
+                        "{sentence}: follow it with `medea rollout status -w --cluster {}`",
+                        p.clusters[0].cluster
+                    )
+                } else {
+                    sentence.to_string()
+                };
                 assert!(
                     text.contains(&format!("{head}. This plan is {sentence}.\n")),
                     "{state}: {text}"

@@ -688,6 +688,7 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
                     &e.cluster,
                     &evaluation.gate,
                     evaluation.verdict.as_str(),
+                    evaluation.dry_run,
                 );
                 let kind = match evaluation.verdict {
                     GateVerdict::Pass => None,

@@ -123,6 +123,38 @@ pub(super) fn silence_renewal(j: &Job, si: usize, i: usize, now: Timestamp) -> O
     Some(silence_command(j, si, i, Some(id), target, renewals + 1))
 }
 
+/// Before `flow` runs a blocking hook in step `si` (one call that may take the hook's whole
+/// timeout, during which nothing is renewed; issue #51): the renewal of the first silence of
+/// the step that would lapse before the hook's timeout plus half a lease, to cover the hook's
+/// timeout and a lease (never past `maxDuration`). Any other flow, or nothing to renew: `flow`.
+pub(super) fn cover_hook(j: &Job, si: usize, flow: Flow, now: Timestamp) -> Flow {
+    let Flow::Run(cmd) = &flow else { return flow };
+    let Action::Hook { hook, .. } = &cmd.action else {
+        return flow;
+    };
+    let Some(p) = policy(j, si) else { return flow };
+    let busy = hook.timeout;
+    let renewal = talos_of(j, si).nodes.iter().enumerate().find_map(|(i, n)| {
+        let Some(NodeSilence::Active {
+            id,
+            since,
+            ends_at,
+            renewals,
+            retry_at,
+        }) = &n.silence
+        else {
+            return None;
+        };
+        if n.phase.finished() || retry_at.is_some_and(|r| now < r) {
+            return None;
+        }
+        let target = add(now, p.lease + busy).min(add(*since, p.max_duration));
+        (add(*ends_at, p.lease / 2) <= target)
+            .then(|| silence_command(j, si, i, Some(id.clone()), target, renewals + 1))
+    });
+    renewal.unwrap_or(flow)
+}
+
 /// The expiry of the silence of a node of step `si` that finished (back and uncordoned, or
 /// left cordoned as found).
 pub(super) fn unsilence_finished(j: &Job, si: usize) -> Option<Flow> {
@@ -495,5 +527,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue #51: a blocking hook is one long call; before it runs, a silence that would lapse
+    /// during it is renewed to cover the hook's timeout and a lease (capped by maxDuration).
+    #[test]
+    fn a_silence_is_renewed_to_cover_a_long_hook() {
+        use crate::desired::hooks::{Hook, HookAction, HookPoint};
+        let mut j = job(SilenceOnError::Halt);
+        let t0 = t("2026-12-06T01:00:00Z");
+        node_mut(&mut j, 0, 0).silence = Some(NodeSilence::Active {
+            id: "s1".into(),
+            since: t0,
+            ends_at: add(t0, LEASE),
+            renewals: 0,
+            retry_at: None,
+        });
+        node_mut(&mut j, 0, 0).enter(NodePhase::Rebooting, t0);
+        let hook = |secs: u64| {
+            Flow::Run(Box::new(Command {
+                key: key(&j, 0, None, CommandOp::Hook, 1),
+                action: Action::Hook {
+                    point: HookPoint::AfterWave,
+                    site: "0/afterWave/wave-1/ceph".into(),
+                    run_id: "medea-hook-1".into(),
+                    pool: Some("workers".into()),
+                    node: None,
+                    wave: Some(1),
+                    hook: Box::new(Hook {
+                        name: "ceph".into(),
+                        timeout: Duration::from_secs(secs),
+                        idempotent: false,
+                        action: HookAction::Http {
+                            url: "https://hooks.example/medea".into(),
+                            credential: None,
+                        },
+                    }),
+                },
+            }))
+        };
+        // a 20-minute hook: renewed first, to cover it and a lease
+        let f = cover_hook(&j, 0, hook(1200), t0);
+        let Flow::Run(cmd) = f else {
+            panic!("expected a command")
+        };
+        assert!(
+            matches!(&cmd.action, Action::Silence { id: Some(id), ends_at, .. } if id == "s1" && *ends_at == add(t0, LEASE + Duration::from_secs(1200))),
+            "{cmd:?}"
+        );
+        // never past maxDuration (1 h) from the silence's start
+        let f = cover_hook(&j, 0, hook(7200), t0);
+        let Flow::Run(cmd) = f else {
+            panic!("expected a command")
+        };
+        assert!(
+            matches!(&cmd.action, Action::Silence { ends_at, .. } if *ends_at == add(t0, Duration::from_secs(3600))),
+            "{cmd:?}"
+        );
+        // a hook shorter than what is left of the lease runs at once
+        let f = cover_hook(&j, 0, hook(10), t0);
+        assert!(
+            matches!(&f, Flow::Run(c) if matches!(c.action, Action::Hook { .. })),
+            "the hook itself"
+        );
+        // any other command passes through
+        let other = silence_before_cordon(&job(SilenceOnError::Halt), 0, 0, t0).unwrap();
+        assert!(matches!(
+            cover_hook(&j, 0, other, t0),
+            Flow::Run(c) if matches!(c.action, Action::Silence { id: None, .. })
+        ));
     }
 }

@@ -12,6 +12,18 @@ pub(super) fn talos_step(
     now: Timestamp,
     notes: &mut Vec<String>,
 ) -> Flow {
+    // a blocking hook is one long call: the silences of nodes away cover it first (issue #51)
+    let flow = talos_step_flow(j, si, eyes, now, notes);
+    cover_hook(j, si, flow, now)
+}
+
+fn talos_step_flow(
+    j: &mut Job,
+    si: usize,
+    eyes: &Eyes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Flow {
     // a failed gate with `onFailure: rollback`: roll the wave back, then halt
     if let Some(failure) = j.gates.failure.clone() {
         return rollback_wave(j, si, failure, eyes, now, notes);

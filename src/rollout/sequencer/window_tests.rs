@@ -547,3 +547,44 @@ fn waiting_inside_the_window_keeps_the_clock_running() {
     );
     assert_eq!(tr.job.clock.paused_since, None);
 }
+
+/// Issue #51 (the staged-install-in-an-exclusion rule, issue #36): an install ahead is held by a
+/// maintenance exclusion like an upgrade. Outside the window, with `rollout.stage: ahead` and
+/// an exclusion holding upgrades until 14:00, nothing is staged: the job waits until the
+/// exclusion ends (its clock standing still), then stages both nodes, still outside the window.
+#[test]
+fn an_exclusion_holds_the_install_ahead_like_an_upgrade() {
+    let world = World::new(false);
+    let mut j = job(true, None);
+    for i in 0..2 {
+        node_mut(&mut j, 0, i).staging = None;
+    }
+    let until = t("2026-12-05T14:00:00Z");
+    j.exclusions = vec![
+        Exclusion::new(
+            "freeze",
+            t("2026-12-01T00:00:00Z"),
+            until,
+            ExclusionScope::NoUpgrades,
+        )
+        .unwrap(),
+    ];
+    let (tr, _) = decide(&j, &world, t(OUTSIDE));
+    assert!(
+        matches!(&tr.next, Next::WaitUntil { at, reason } if *at == until && reason.contains("`freeze`")),
+        "{:?}",
+        tr.next
+    );
+    assert!(
+        ["w1", "w2"]
+            .iter()
+            .all(|n| node(&tr.job, n).staging.is_none()),
+        "nothing staged inside the exclusion"
+    );
+    let (tr, _) = decide(&tr.job, &world, until);
+    let stage = command(&tr.next);
+    assert!(
+        matches!(&stage.action, Action::Stage { nodes, .. } if nodes.len() == 2),
+        "{stage:?}"
+    );
+}
