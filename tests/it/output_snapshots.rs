@@ -366,6 +366,8 @@ fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
     let mut all = String::new();
     // A finished job's end is the run's (issue #36 added it to the status).
     let ended = regex::Regex::new(r#""endedAt": "[^"]+""#).unwrap();
+    // and so is the job's clock at its end (issue #51), counted up to it
+    let active = regex::Regex::new(r#""activeSeconds": [1-9][0-9]*"#).unwrap();
     for (what, how) in [
         ("a job created and not yet started", JobRun::NotStarted),
         ("a job that succeeded", JobRun::ToTheEnd(None)),
@@ -411,7 +413,8 @@ fn rollout_status_of_a_running_a_succeeded_and_a_halted_job_text_and_json() {
             // Journal times are the run's; the replayed lines are what is compared.
             let times = regex::Regex::new(r"(?m)^\d\d:\d\d:\d\d ").unwrap();
             let text = times.replace_all(&text, "<hh:mm:ss> ");
-            all.push_str(&ended.replace_all(&text, r#""endedAt": "<time>""#));
+            let text = ended.replace_all(&text, r#""endedAt": "<time>""#);
+            all.push_str(&active.replace_all(&text, r#""activeSeconds": <seconds>"#));
             all.push('\n');
         }
     }

@@ -223,7 +223,11 @@ fn medea_plan_observed_reads_a_preflight_block() {
         "    warning [etcd/learner/cp-2]: ",
         "    warning [node/cordoned/w-1]: node w-1 is already cordoned: cordoned by someone else; medea will leave it cordoned",
         "    warning [node/pressure/w-3/MemoryPressure]: node w-3 reports MemoryPressure",
-        "It cannot be approved: 2 blocking preflight findings",
+        // issue #51 item 7: w-1, cordoned by someone else, keeps its slot after its wave, and
+        // the workers' maxUnavailable is 1: each hop's second wave could never start
+        "    blocking [budget/workers/v1.13.10]: pool workers cannot start wave 2 of its Talos v1.13.10 hop: its 1 slot (maxUnavailable) is taken by nodes already unavailable (w-1 cordoned by someone else",
+        "    blocking [budget/workers/v1.14.6]: ",
+        "It cannot be approved: 4 blocking preflight findings",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
@@ -250,6 +254,8 @@ fn medea_plan_observed_reads_a_preflight_block() {
     assert_eq!(
         ids,
         [
+            "budget/workers/v1.13.10",
+            "budget/workers/v1.14.6",
             "credentials/kubeconfig-client-certificate/expired",
             "removed-api/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
             "etcd/learner/cp-2",
@@ -286,7 +292,7 @@ fn medea_plan_observed_reads_a_preflight_block() {
     let want: Vec<(&str, &str)> = ids
         .iter()
         .enumerate()
-        .map(|(i, id)| (*id, if i < 2 { "fail" } else { "warn" }))
+        .map(|(i, id)| (*id, if i < 4 { "fail" } else { "warn" }))
         .collect();
     assert_eq!(lines, want);
 }

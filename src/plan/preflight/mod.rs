@@ -20,7 +20,8 @@ pub enum Severity {
 pub struct Finding {
     /// Stable across runs for the same fact (`removed-api/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas`).
     pub id: String,
-    /// Which check found it (`removed-api`, `pdb`, `etcd`, `node`, `credentials`, `promotion`).
+    /// Which check found it (`removed-api`, `pdb`, `etcd`, `node`, `credentials`, `promotion`,
+    /// `exclusion`, `budget`, `observations`).
     pub check: String,
     /// Blocking or a warning.
     pub severity: Severity,
@@ -79,6 +80,7 @@ impl Finding {
     }
 }
 
+mod budget;
 mod credentials;
 mod etcd;
 pub mod exclusion;
@@ -117,6 +119,8 @@ pub mod checks {
     pub const OBSERVATIONS: &str = "observations";
     /// A maintenance exclusion holds changes of the plan.
     pub const EXCLUSION: &str = "exclusion";
+    /// A pool's wave would find every slot (`maxUnavailable`) taken (issue #51).
+    pub const BUDGET: &str = "budget";
 }
 
 /// The inputs of one cluster's preflight checks beyond its desired state, its observation and
@@ -209,6 +213,7 @@ pub fn check(
     inputs: &Inputs,
 ) -> (Vec<Finding>, Vec<String>) {
     let mut found = Vec::new();
+    let mut notes = Vec::new();
     if !plan.steps.is_empty() {
         let scope = Scope::of(plan);
         let p = &obs.preflight;
@@ -239,6 +244,9 @@ pub fn check(
             found.extend(etcd::check(p, &scope));
         }
         found.extend(nodes::check(obs, &scope));
+        let (b, budget_notes) = budget::check(obs, plan);
+        found.extend(b);
+        notes.extend(budget_notes);
         if p.gathered {
             found.extend(credentials::check(p, &scope, inputs.now));
         }
@@ -252,7 +260,6 @@ pub fn check(
             inputs.now,
         ));
     }
-    let mut notes = Vec::new();
     for f in &mut found {
         f.acknowledged = cluster.preflight.acknowledges(&f.id);
     }

@@ -564,6 +564,70 @@ fn nodes_of_the_plan_not_ready_cordoned_or_under_pressure_warn() {
     let _ = w("x", "v1.12.4");
 }
 
+/// Issue #51 item 7: a node cordoned by someone else is left cordoned after its wave, so it
+/// takes a slot of every wave after it. With `maxUnavailable: 1` the next wave could never
+/// start (the job would wait healthTimeout and halt `pool_unavailable` 15 minutes in): a
+/// blocking finding, naming the node and the fixes. With a slot to spare, a line says how many.
+#[test]
+fn a_wave_whose_slots_an_operator_cordon_takes_blocks_before_approval() {
+    let d = one("v1.34.1", "", &[worker_pool(2, 1)]);
+    let mut ms: Vec<Machine> = workers(2, "v1.12.4");
+    ms[1].cordoned = true;
+    ms.extend(three_cps("v1.13.9"));
+    let inv = with(observed("v1.34.1", 1, ms), gathered());
+    let pl = plan(&d, &inv, &ctx(NOW));
+    let f = finding(&pl, "budget/workers/v1.13.9");
+    assert_eq!(f.severity, Severity::Blocking);
+    assert_eq!(f.check, "budget");
+    assert!(f.blocks());
+    assert!(
+        f.message.contains("cannot start wave 2")
+            && f.message.contains("w-2 cordoned by someone else")
+            && f.message.contains("halt pool_unavailable"),
+        "{}",
+        f.message
+    );
+    assert!(
+        f.help.contains("kubectl uncordon") && f.help.contains("maxUnavailable"),
+        "{}",
+        f.help
+    );
+    assert!(
+        c1(&pl).notes.iter().any(|n| n
+            .contains("pool workers (Talos v1.13.9): wave 2 counts 1 node already unavailable")
+            && n.ends_with("0 of 1 slot left")),
+        "{:#?}",
+        c1(&pl).notes
+    );
+    assert!(
+        crate::plan::render::text(&pl, Default::default())
+            .contains("It cannot be approved: 1 blocking preflight finding"),
+        "{}",
+        crate::plan::render::text(&pl, Default::default())
+    );
+
+    // a slot to spare: no finding, the line says what is left
+    let d = one("v1.34.1", "", &[worker_pool(3, 2)]);
+    let mut ms: Vec<Machine> = workers(3, "v1.12.4");
+    ms[0].cordoned = true;
+    ms.extend(three_cps("v1.13.9"));
+    let inv = with(observed("v1.34.1", 1, ms), gathered());
+    let pl = plan(&d, &inv, &ctx(NOW));
+    assert!(
+        !c1(&pl).preflight.iter().any(|f| f.check == "budget"),
+        "{:#?}",
+        c1(&pl).preflight
+    );
+    assert!(
+        c1(&pl)
+            .notes
+            .iter()
+            .any(|n| n.ends_with("1 of 2 slots left")),
+        "{:#?}",
+        c1(&pl).notes
+    );
+}
+
 // ---------------------------------------------------------------- credentials
 
 fn cred(not_after: &str) -> PreflightObservations {
