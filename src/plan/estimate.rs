@@ -52,6 +52,18 @@ pub struct JobSamples {
     /// pull intent → result, cordon intent → drain result, upgrade intent → result, reboot
     /// (or legacy upgrade) → uncordon.
     pub phases: std::collections::BTreeMap<String, Vec<Duration>>,
+    /// Per pool (issue #51 item 2): its own node and wave samples, measured as above, so a
+    /// slow pool is predicted from its own history rather than its role's.
+    pub pools: std::collections::BTreeMap<String, PoolSamples>,
+}
+
+/// One pool's samples in one job (issue #51 item 2).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolSamples {
+    /// Per Talos node of the pool (see [`JobSamples::worker_node`]).
+    pub node: Vec<Duration>,
+    /// Per Talos wave of the pool (see [`JobSamples::worker_wave`]).
+    pub wave: Vec<Duration>,
 }
 
 /// The samples of a cluster's last jobs (at most [`HISTORY_JOBS`]).
@@ -119,7 +131,10 @@ impl Bounds {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Source {
-    /// Samples of the cluster's last jobs.
+    /// Samples of the pool's own nodes in the cluster's last jobs (issue #51 item 2).
+    Pool,
+    /// Samples of the cluster's last jobs: for a pool, of every pool of its role (its own
+    /// history has none), labelled so in the plan.
     History,
     /// [`DEFAULTS`]: no job of the cluster recorded this kind of work.
     Default,
@@ -274,6 +289,22 @@ fn waves(history: &History, pick: fn(&JobSamples) -> &Vec<Duration>) -> Option<(
     span_of(&all).map(|b| (b, Source::History))
 }
 
+/// A pool's span from its own history: its waves where it has wave samples, else its nodes;
+/// `None` when no job recorded the pool.
+fn pool_span(history: &History, pool: &str) -> Option<(Span, Source)> {
+    let of = |pick: fn(&PoolSamples) -> &Vec<Duration>| -> Vec<Duration> {
+        history
+            .jobs
+            .iter()
+            .filter_map(|j| j.pools.get(pool))
+            .flat_map(|p| pick(p).iter().copied())
+            .collect()
+    };
+    span_of(&of(|p| &p.wave))
+        .or_else(|| span_of(&of(|p| &p.node)))
+        .map(|s| (s, Source::Pool))
+}
+
 /// One unit of work in time order: a wave or a Kubernetes node, its change (for exclusions)
 /// and its bounds.
 struct Unit {
@@ -308,11 +339,13 @@ pub fn estimate(
     for step in &plan.steps {
         match step {
             Step::Talos(t) => {
-                let (node, source) = if t.role == MachineRole::Controlplane {
-                    cp_wave.unwrap_or(cp)
-                } else {
-                    worker_wave.unwrap_or(worker)
-                };
+                let (node, source) = pool_span(history, &t.pool).unwrap_or_else(|| {
+                    if t.role == MachineRole::Controlplane {
+                        cp_wave.unwrap_or(cp)
+                    } else {
+                        worker_wave.unwrap_or(worker)
+                    }
+                });
                 let soak = t
                     .health
                     .as_ref()
@@ -665,6 +698,88 @@ mod tests {
             e.pools[1].source,
             Source::Default,
             "still no control-plane samples"
+        );
+    }
+
+    /// Issue #51 item 2: a pool with history of its own is predicted from it (a slow GPU pool
+    /// and a fast pool of the same role no longer share one median); a pool without any falls
+    /// back to its role's samples, labelled.
+    #[test]
+    fn each_pool_is_predicted_from_its_own_history_and_its_role_as_the_fallback() {
+        let mut pools = std::collections::BTreeMap::new();
+        pools.insert(
+            "gpu".to_string(),
+            PoolSamples {
+                node: secs(&[900, 1000]),
+                wave: secs(&[1000, 1100]),
+            },
+        );
+        pools.insert(
+            "workers".to_string(),
+            PoolSamples {
+                node: secs(&[60, 70]),
+                wave: secs(&[]),
+            },
+        );
+        let h = History {
+            jobs: vec![JobSamples {
+                worker_node: secs(&[60, 70, 900, 1000]),
+                worker_wave: secs(&[1000, 1100]),
+                pools,
+                ..Default::default()
+            }],
+        };
+        let p = plan(vec![
+            talos(
+                "gpu",
+                MachineRole::Worker,
+                "v1.13.2",
+                "v1.13.9",
+                &[&["g-1"], &["g-2"]],
+            ),
+            talos(
+                "workers",
+                MachineRole::Worker,
+                "v1.13.2",
+                "v1.13.9",
+                &[&["w-1"], &["w-2"]],
+            ),
+            talos(
+                "batch",
+                MachineRole::Worker,
+                "v1.13.2",
+                "v1.13.9",
+                &[&["b-1"]],
+            ),
+        ]);
+        let e = estimate(&p, &h, &DEFAULTS, &[], &[], None);
+        assert_eq!(e.pools[0].source, Source::Pool);
+        assert_eq!(e.pools[0].bounds.median_secs, 2 * 1100, "gpu: its waves");
+        assert_eq!(e.pools[1].source, Source::Pool);
+        assert_eq!(
+            e.pools[1].bounds.median_secs,
+            2 * 70,
+            "workers: its nodes, not the gpu's"
+        );
+        assert_eq!(
+            e.pools[2].source,
+            Source::History,
+            "batch: no history of its own"
+        );
+        assert_eq!(e.pools[2].bounds.median_secs, 1100, "the role's waves");
+        let text = {
+            let mut out = String::new();
+            crate::plan::render::estimate_text_for_tests(&mut out, &e);
+            out
+        };
+        assert!(
+            text.contains("pool batch: 1 wave, median 18m20s, pessimistic 27m30s (from the history of its role's pools)"),
+            "{text}"
+        );
+        assert!(text.contains("pool gpu: 2 waves, median 36m40s"), "{text}");
+        assert!(
+            !text.contains("pool gpu: 2 waves, median 36m40s, pessimistic 55m00s ("),
+            "{text}"
         );
     }
 

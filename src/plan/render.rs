@@ -442,6 +442,12 @@ fn text_in(plan: &Plan, o: Options, state: Option<PlanState>) -> String {
     out
 }
 
+/// [`render_estimate`], for the estimator's tests.
+#[cfg(test)]
+pub(crate) fn estimate_text_for_tests(out: &mut String, e: &super::estimate::Estimate) {
+    render_estimate(out, e)
+}
+
 /// The predicted duration of a cluster's job (issue #36): advice, labelled as such.
 fn render_estimate(out: &mut String, e: &super::estimate::Estimate) {
     use super::estimate::{Source, human};
@@ -454,7 +460,11 @@ fn render_estimate(out: &mut String, e: &super::estimate::Estimate) {
         out,
         "  predicted duration ({from}; advice, not part of the plan id):"
     );
-    let row = |out: &mut String, what: String, p: &super::estimate::PoolEstimate, unit: &str| {
+    let row = |out: &mut String,
+               what: String,
+               p: &super::estimate::PoolEstimate,
+               unit: &str,
+               pool: bool| {
         let _ = writeln!(
             out,
             "    {what}: {} {unit}{}, median {}, pessimistic {}{}",
@@ -462,18 +472,19 @@ fn render_estimate(out: &mut String, e: &super::estimate::Estimate) {
             if p.waves == 1 { "" } else { "s" },
             human(p.bounds.median_secs),
             human(p.bounds.pessimistic_secs),
-            if p.source == Source::Default {
-                " (default)"
-            } else {
-                ""
+            match p.source {
+                Source::Default => " (default)",
+                // issue #51 item 2: a pool without history of its own, from its role's
+                Source::History if pool => " (from the history of its role's pools)",
+                Source::History | Source::Pool => "",
             }
         );
     };
     for p in &e.pools {
-        row(out, format!("pool {}", p.pool), p, "wave");
+        row(out, format!("pool {}", p.pool), p, "wave", true);
     }
     if let Some(k) = &e.kubernetes {
-        row(out, "kubernetes".into(), k, "node");
+        row(out, "kubernetes".into(), k, "node", false);
     }
     let _ = writeln!(
         out,

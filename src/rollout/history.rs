@@ -2,6 +2,9 @@
 //! duration estimate ([`crate::plan::estimate`]) is built from. Pure: the job and its journal
 //! entries come in.
 //!
+//! Every Talos sample is kept twice: by role, and by pool (issue #51 item 2), so a pool is
+//! predicted from its own history where it has one.
+//!
 //! Per Talos node: from its first command of the step (its pull, or its cordon when the pull
 //! was made ahead of its turn and so overlapped the wave before) to the result of its
 //! uncordon; a node medea did not uncordon (cordoned before the job) or that was skipped gives
@@ -25,7 +28,7 @@ use jiff::Timestamp;
 use super::journal::{Entry, JournalEntry};
 use super::sequencer::{CommandOp, Job, StepKind};
 use crate::inventory::MachineRole;
-use crate::plan::estimate::JobSamples;
+use crate::plan::estimate::{JobSamples, PoolSamples};
 
 fn span(a: Timestamp, b: Timestamp) -> Option<Duration> {
     Duration::try_from(b.duration_since(a)).ok()
@@ -64,6 +67,8 @@ pub fn samples(job: &Job, entries: &[JournalEntry]) -> JobSamples {
         }
     };
     let mut nodes: Vec<(MachineRole, Duration)> = Vec::new();
+    // per pool (issue #51 item 2): (node samples, wave samples)
+    let mut pools: BTreeMap<String, PoolSamples> = BTreeMap::new();
     for (si, step) in job.steps.iter().enumerate() {
         match &step.kind {
             StepKind::Talos(t) => {
@@ -101,6 +106,11 @@ pub fn samples(job: &Job, entries: &[JournalEntry]) -> JobSamples {
                             MachineRole::Controlplane => out.controlplane_wave.push(sample),
                             MachineRole::Worker => out.worker_wave.push(sample),
                         }
+                        pools
+                            .entry(t.rollout.pool.clone())
+                            .or_default()
+                            .wave
+                            .push(sample);
                     }
                 }
                 for n in &t.nodes {
@@ -112,6 +122,11 @@ pub fn samples(job: &Job, entries: &[JournalEntry]) -> JobSamples {
                         && let Some(d) = span(s, e)
                     {
                         nodes.push((t.rollout.role, d));
+                        pools
+                            .entry(t.rollout.pool.clone())
+                            .or_default()
+                            .node
+                            .push(d);
                     }
                     if let (Some(s), Some(e)) = (at(CommandOp::Pull), done(CommandOp::Pull)) {
                         phase("pull", span(s, e));
@@ -138,6 +153,7 @@ pub fn samples(job: &Job, entries: &[JournalEntry]) -> JobSamples {
             }
         }
     }
+    out.pools = pools;
     for (role, d) in nodes {
         match role {
             MachineRole::Controlplane => out.controlplane_node.push(d),
