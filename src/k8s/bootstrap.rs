@@ -584,7 +584,7 @@ impl KubeClient {
                     Some(o) => {
                         let v = serde_json::to_value(&o)
                             .map_err(|e| sync_err(m.describe(), e.to_string()))?;
-                        match super::kstatus::status(&v) {
+                        match super::kstatus::status(&v, jiff::Timestamp::now()) {
                             super::kstatus::Status::Current => break,
                             super::kstatus::Status::InProgress(why) => why,
                             super::kstatus::Status::Failed(why) => {
