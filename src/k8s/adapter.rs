@@ -194,8 +194,13 @@ impl KubePort for KubeAdapter {
             ..self.drain.clone()
         };
         match timed(API, "Drain", self.client.drain(node, &options)).await {
-            Ok(_report) => Ok(DrainOutcome::Drained),
-            Err(K8sError::DrainBlocked { pod, pdb, .. }) => Ok(DrainOutcome::Blocked {
+            Ok(report) => Ok(DrainOutcome::Drained {
+                volumes: Some(report.volumes),
+            }),
+            Err(K8sError::DrainBlocked {
+                pod, pdb, volumes, ..
+            }) => Ok(DrainOutcome::Blocked {
+                volumes: Some(volumes),
                 pdb: pdb.unwrap_or_else(|| "(unidentified)".to_string()),
                 pod: pod.to_string(),
             }),

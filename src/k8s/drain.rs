@@ -30,6 +30,8 @@ pub(crate) struct DrainPod {
     pub terminating: bool,
     /// `metadata.labels`.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The claims of its `persistentVolumeClaim` volumes.
+    pub claims: Vec<String>,
 }
 
 /// The answer to one eviction request.
@@ -55,6 +57,41 @@ pub(crate) trait DrainOps: Sync {
     ) -> impl Future<Output = Option<String>> + Send;
     /// Whether the pod (this incarnation, by uid) is gone.
     fn gone(&self, pod: &DrainPod) -> impl Future<Output = Result<bool, K8sError>> + Send;
+    /// The PersistentVolume the claim `namespace/claim` is bound to (`spec.volumeName`);
+    /// `None` when the claim is gone or not bound.
+    fn claim_volume(
+        &self,
+        namespace: &str,
+        claim: &str,
+    ) -> impl Future<Output = Result<Option<String>, K8sError>> + Send;
+}
+
+/// The PersistentVolumes of `pods`' claims, sorted and each once, as tuppr's
+/// `EvictableVolumePVs` resolves them before it drains: a claim that is gone or unbound has
+/// none. Transient errors are retried until `deadline`.
+async fn volumes_of(
+    ops: &impl DrainOps,
+    pods: &[&DrainPod],
+    deadline: Instant,
+    backoff: &mut Backoff,
+) -> Result<Vec<String>, K8sError> {
+    let mut volumes = std::collections::BTreeSet::new();
+    for p in pods {
+        for claim in &p.claims {
+            let pv = loop {
+                match ops.claim_volume(&p.pod.namespace, claim).await {
+                    Ok(pv) => break pv,
+                    Err(e) if e.is_transient() && Instant::now() < deadline => {
+                        tracing::warn!(pod = %p.pod, claim, error = %e, "reading a claim for the drain failed; retrying");
+                        nap(backoff.next(), deadline).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            volumes.extend(pv);
+        }
+    }
+    Ok(volumes.into_iter().collect())
 }
 
 /// Extract `X` from the apiserver's "The disruption budget X needs N healthy pods…" cause.
@@ -159,6 +196,11 @@ pub(crate) async fn run(
         });
     }
 
+    // The volumes whose detach the rollout waits for: those of the pods evicted here
+    // (running ones: a finished pod holds no attachment), resolved before they are gone.
+    let evicting: Vec<&DrainPod> = to_evict.iter().filter(|p| !p.finished).collect();
+    let volumes = volumes_of(ops, &evicting, deadline, &mut backoff).await?;
+
     // 3. Evict in rounds; refused evictions (429) are retried after a backoff until the
     //    deadline, any other error fails at once. Never delete, never force.
     let mut evicted: Vec<DrainPod> = Vec::new();
@@ -208,6 +250,7 @@ pub(crate) async fn run(
                 blocked: u32::try_from(still.len()).unwrap_or(u32::MAX),
                 evicted: u32::try_from(evicted.len()).unwrap_or(u32::MAX),
                 waited: started.elapsed(),
+                volumes,
             });
         }
         nap(backoff.next(), deadline).await;
@@ -252,6 +295,7 @@ pub(crate) async fn run(
         evicted: gone_refs,
         skipped,
         pdb_refusals: refusals,
+        volumes,
     })
 }
 
@@ -282,6 +326,7 @@ mod tests {
             finished: false,
             terminating: false,
             labels: BTreeMap::new(),
+            claims: Vec::new(),
         }
     }
 
@@ -297,6 +342,8 @@ mod tests {
         evict_calls: Mutex<u32>,
         /// Every eviction answers this status (code, reason, message, cause reason).
         evict_error: Option<(u16, &'static str, &'static str, &'static str)>,
+        /// `namespace/claim` → the PersistentVolume it is bound to.
+        claims: BTreeMap<String, String>,
     }
 
     impl Fake {
@@ -310,6 +357,7 @@ mod tests {
                 evicted_at: Mutex::new(BTreeMap::new()),
                 evict_calls: Mutex::new(0),
                 evict_error: None,
+                claims: BTreeMap::new(),
             }
         }
 
@@ -379,6 +427,14 @@ mod tests {
             pdb_from_message(refusal).map(|n| format!("default/{n}"))
         }
 
+        async fn claim_volume(
+            &self,
+            namespace: &str,
+            claim: &str,
+        ) -> Result<Option<String>, K8sError> {
+            Ok(self.claims.get(&format!("{namespace}/{claim}")).cloned())
+        }
+
         async fn gone(&self, pod: &DrainPod) -> Result<bool, K8sError> {
             Ok(self
                 .evicted_at
@@ -407,6 +463,49 @@ mod tests {
         // Backoff 1, 2, 4, 8 s: attempts at 0, 1, 3, 7, 15 → refused 4 times, through at 15 s.
         assert_eq!(report.pdb_refusals, 4);
         assert_eq!(start.elapsed(), Duration::from_secs(15));
+    }
+
+    /// Issue #48 item 7, as tuppr `EvictableVolumePVs`: the report names the volumes bound to
+    /// the claims of the pods the drain evicted, each once, not those of the pods that stay
+    /// (a DaemonSet's), of finished pods or of unbound claims.
+    #[tokio::test(start_paused = true)]
+    async fn the_report_names_the_volumes_of_the_evicted_pods_claims() {
+        let with = |name: &str, claims: &[&str]| DrainPod {
+            claims: claims.iter().map(|c| c.to_string()).collect(),
+            ..pod(name)
+        };
+        let agent = DrainPod {
+            daemonset: true,
+            ..with("agent", &["agent-cache"])
+        };
+        let done = DrainPod {
+            finished: true,
+            ..with("job-1", &["scratch"])
+        };
+        let mut fake = Fake::new(vec![
+            with("db-0", &["data-db-0", "unbound"]),
+            with("db-1", &["data-db-1"]),
+            with("reader", &["data-db-0"]),
+            agent,
+            done,
+        ]);
+        for (claim, pv) in [
+            ("data-db-0", "pvc-0"),
+            ("data-db-1", "pvc-1"),
+            ("agent-cache", "pvc-agent"),
+            ("scratch", "pvc-scratch"),
+        ] {
+            fake.claims.insert(format!("default/{claim}"), pv.into());
+        }
+        let report = run(&fake, "w1", &options(60)).await.unwrap();
+        assert_eq!(report.volumes, ["pvc-0", "pvc-1"]);
+        // a blocked drain names them too: a later drain of the node adds its own
+        fake.guarded = vec!["db-1"];
+        let err = run(&fake, "w1", &options(5)).await.unwrap_err();
+        assert!(
+            matches!(&err, K8sError::DrainBlocked { volumes, .. } if volumes == &["pvc-0", "pvc-1"]),
+            "{err:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -174,6 +174,10 @@ pub struct DrainReport {
     pub skipped: Vec<(PodRef, SkipReason)>,
     /// How many eviction attempts a PodDisruptionBudget refused along the way.
     pub pdb_refusals: u32,
+    /// The PersistentVolumes bound to the claims of the pods the drain evicted (sorted, each
+    /// once): the volumes whose detach the rollout waits for before the reboot (tuppr
+    /// `internal/controller/drain/drain.go` `EvictableVolumePVs`).
+    pub volumes: Vec<String>,
 }
 
 /// What medea checks before and after touching a node.
@@ -636,6 +640,9 @@ pub enum K8sError {
         blocked: u32,
         evicted: u32,
         waited: Duration,
+        /// The PersistentVolumes of the pods this drain set out to evict
+        /// ([`DrainReport::volumes`]).
+        volumes: Vec<String>,
     },
     /// An eviction answered with an error kubectl does not retry (anything but a 429): the
     /// drain stops at once, nothing was deleted.
@@ -683,6 +690,14 @@ pub enum K8sError {
     },
     #[error("bootstrap manifests sync: `{object}`: {reason}")]
     ManifestSync { object: String, reason: String },
+    #[error(
+        "bootstrap manifests sync: `{object}`: its kind is not served and no CustomResourceDefinition among the manifests defines it; nothing was applied (install the CRD first, or drop the object)"
+    )]
+    ManifestKindUnserved {
+        object: String,
+        #[source]
+        source: Box<K8sError>,
+    },
     #[error("bootstrap manifests sync: `{object}`: still failing after retrying for {waited:?}")]
     ManifestRetriesExhausted {
         object: String,
