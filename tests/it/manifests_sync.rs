@@ -428,7 +428,7 @@ async fn an_unknown_kind_without_its_crd_in_the_set_fails_at_once_with_nothing_a
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, K8sError::ManifestKindUnserved { object, .. } if object == "Widget kube-system/w"),
+        matches!(&err, K8sError::ManifestKindUnserved { object, .. } if object.ends_with("Widget kube-system/w")),
         "{err:?}"
     );
     let chain = medea::error_chain(&err);
