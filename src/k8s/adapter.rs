@@ -195,12 +195,12 @@ impl KubePort for KubeAdapter {
         };
         match timed(API, "Drain", self.client.drain(node, &options)).await {
             Ok(report) => Ok(DrainOutcome::Drained {
-                volumes: Some(report.volumes),
+                volumes: report.volumes,
             }),
             Err(K8sError::DrainBlocked {
                 pod, pdb, volumes, ..
             }) => Ok(DrainOutcome::Blocked {
-                volumes: Some(volumes),
+                volumes,
                 pdb: pdb.unwrap_or_else(|| "(unidentified)".to_string()),
                 pod: pod.to_string(),
             }),

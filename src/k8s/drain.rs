@@ -68,13 +68,14 @@ pub(crate) trait DrainOps: Sync {
 
 /// The PersistentVolumes of `pods`' claims, sorted and each once, as tuppr's
 /// `EvictableVolumePVs` resolves them before it drains: a claim that is gone or unbound has
-/// none. Transient errors are retried until `deadline`.
+/// none. Transient errors are retried until `deadline`. `None` when the kubeconfig may not
+/// read claims (403): the drain goes on, and every attachment on the node counts.
 async fn volumes_of(
     ops: &impl DrainOps,
     pods: &[&DrainPod],
     deadline: Instant,
     backoff: &mut Backoff,
-) -> Result<Vec<String>, K8sError> {
+) -> Result<Option<Vec<String>>, K8sError> {
     let mut volumes = std::collections::BTreeSet::new();
     for p in pods {
         for claim in &p.claims {
@@ -85,13 +86,17 @@ async fn volumes_of(
                         tracing::warn!(pod = %p.pod, claim, error = %e, "reading a claim for the drain failed; retrying");
                         nap(backoff.next(), deadline).await;
                     }
+                    Err(K8sError::Api { err, .. }) if super::client::is_status(&err, 403) => {
+                        tracing::warn!(pod = %p.pod, claim, "may not read PersistentVolumeClaims: every volume attached to the node will count");
+                        return Ok(None);
+                    }
                     Err(e) => return Err(e),
                 }
             };
             volumes.extend(pv);
         }
     }
-    Ok(volumes.into_iter().collect())
+    Ok(Some(volumes.into_iter().collect()))
 }
 
 /// Extract `X` from the apiserver's "The disruption budget X needs N healthy pods…" cause.
@@ -344,6 +349,8 @@ mod tests {
         evict_error: Option<(u16, &'static str, &'static str, &'static str)>,
         /// `namespace/claim` → the PersistentVolume it is bound to.
         claims: BTreeMap<String, String>,
+        /// Reading a claim answers 403.
+        claims_forbidden: bool,
     }
 
     impl Fake {
@@ -358,6 +365,7 @@ mod tests {
                 evict_calls: Mutex::new(0),
                 evict_error: None,
                 claims: BTreeMap::new(),
+                claims_forbidden: false,
             }
         }
 
@@ -432,6 +440,15 @@ mod tests {
             namespace: &str,
             claim: &str,
         ) -> Result<Option<String>, K8sError> {
+            if self.claims_forbidden {
+                return Err(K8sError::Api {
+                    op: "get persistentvolumeclaim",
+                    target: claim.into(),
+                    err: Box::new(::kube::Error::Api(Box::new(
+                        ::kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+                    ))),
+                });
+            }
             Ok(self.claims.get(&format!("{namespace}/{claim}")).cloned())
         }
 
@@ -498,14 +515,23 @@ mod tests {
             fake.claims.insert(format!("default/{claim}"), pv.into());
         }
         let report = run(&fake, "w1", &options(60)).await.unwrap();
-        assert_eq!(report.volumes, ["pvc-0", "pvc-1"]);
+        assert_eq!(
+            report.volumes,
+            Some(vec!["pvc-0".to_string(), "pvc-1".to_string()])
+        );
         // a blocked drain names them too: a later drain of the node adds its own
         fake.guarded = vec!["db-1"];
         let err = run(&fake, "w1", &options(5)).await.unwrap_err();
         assert!(
-            matches!(&err, K8sError::DrainBlocked { volumes, .. } if volumes == &["pvc-0", "pvc-1"]),
+            matches!(&err, K8sError::DrainBlocked { volumes: Some(v), .. } if v == &["pvc-0", "pvc-1"]),
             "{err:?}"
         );
+        // a kubeconfig that may not read claims drains all the same, volumes unknown
+        fake.guarded = Vec::new();
+        fake.claims_forbidden = true;
+        let report = run(&fake, "w1", &options(60)).await.unwrap();
+        assert_eq!(report.volumes, None);
+        assert_eq!(report.evicted.len(), 4, "the finished pod goes too");
     }
 
     #[tokio::test(start_paused = true)]

@@ -176,8 +176,9 @@ pub struct DrainReport {
     pub pdb_refusals: u32,
     /// The PersistentVolumes bound to the claims of the pods the drain evicted (sorted, each
     /// once): the volumes whose detach the rollout waits for before the reboot (tuppr
-    /// `internal/controller/drain/drain.go` `EvictableVolumePVs`).
-    pub volumes: Vec<String>,
+    /// `internal/controller/drain/drain.go` `EvictableVolumePVs`). `None` when the kubeconfig
+    /// may not read PersistentVolumeClaims: every attachment on the node counts.
+    pub volumes: Option<Vec<String>>,
 }
 
 /// What medea checks before and after touching a node.
@@ -642,7 +643,7 @@ pub enum K8sError {
         waited: Duration,
         /// The PersistentVolumes of the pods this drain set out to evict
         /// ([`DrainReport::volumes`]).
-        volumes: Vec<String>,
+        volumes: Option<Vec<String>>,
     },
     /// An eviction answered with an error kubectl does not retry (anything but a 429): the
     /// drain stops at once, nothing was deleted.
