@@ -687,6 +687,19 @@ fn component_of(pod: &Pod, node: &str) -> Option<ControlPlaneComponent> {
     })
 }
 
+impl KubeClient {
+    /// The PersistentVolumes of the pods a drain of `node` with `options` would evict now
+    /// (sorted, each once), read before the drain as tuppr's `EvictableVolumePVs` does;
+    /// `None` when the kubeconfig may not read PersistentVolumeClaims.
+    pub async fn drain_volumes(
+        &self,
+        node: &str,
+        options: &DrainOptions,
+    ) -> Result<Option<Vec<String>>, K8sError> {
+        drain::evicted_volumes(self, node, options).await
+    }
+}
+
 impl DrainOps for KubeClient {
     async fn list(&self, node: &str) -> Result<Vec<DrainPod>, K8sError> {
         let api: Api<Pod> = Api::all(self.client.clone());

@@ -135,6 +135,46 @@ async fn nap(delay: std::time::Duration, deadline: Instant) {
     tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
 }
 
+/// Whether `drain.skipPods` keeps `p` on the node.
+fn selected(p: &DrainPod, options: &DrainOptions) -> bool {
+    !options.policy.skip_pods.is_empty()
+        && options
+            .policy
+            .skip_pods
+            .iter()
+            .all(|(k, v)| p.labels.get(k) == Some(v))
+}
+
+/// The PersistentVolumes of the pods a drain of `node` would evict now (running pods: a
+/// finished one holds no attachment), as tuppr's `EvictableVolumePVs` reads them before it
+/// drains (home-operations/tuppr `internal/controller/drain/drain.go`): the volumes whose
+/// detach the rollout waits for. `None` when the kubeconfig may not read claims.
+pub(crate) async fn evicted_volumes(
+    ops: &impl DrainOps,
+    node: &str,
+    options: &DrainOptions,
+) -> Result<Option<Vec<String>>, K8sError> {
+    let deadline = Instant::now() + options.timeout;
+    let mut backoff = Backoff::new(options);
+    let pods = loop {
+        match ops.list(node).await {
+            Ok(pods) => break pods,
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tracing::warn!(node, error = %e, "listing pods for their volumes failed; retrying");
+                nap(backoff.next(), deadline).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let evicting: Vec<&DrainPod> = pods
+        .iter()
+        .filter(|p| {
+            !p.mirror && !p.daemonset && !selected(p, options) && !p.terminating && !p.finished
+        })
+        .collect();
+    volumes_of(ops, &evicting, deadline, &mut backoff).await
+}
+
 /// Drain `node` (already cordoned by the caller).
 pub(crate) async fn run(
     ops: &impl DrainOps,
@@ -168,13 +208,7 @@ pub(crate) async fn run(
             skipped.push((p.pod, SkipReason::Mirror));
         } else if p.daemonset {
             skipped.push((p.pod, SkipReason::DaemonSet));
-        } else if !options.policy.skip_pods.is_empty()
-            && options
-                .policy
-                .skip_pods
-                .iter()
-                .all(|(k, v)| p.labels.get(k) == Some(v))
-        {
+        } else if selected(&p, options) {
             skipped.push((p.pod, SkipReason::Selected));
         } else if p.terminating {
             waiting.push(p);
@@ -200,11 +234,6 @@ pub(crate) async fn run(
             pods: unmanaged,
         });
     }
-
-    // The volumes whose detach the rollout waits for: those of the pods evicted here
-    // (running ones: a finished pod holds no attachment), resolved before they are gone.
-    let evicting: Vec<&DrainPod> = to_evict.iter().filter(|p| !p.finished).collect();
-    let volumes = volumes_of(ops, &evicting, deadline, &mut backoff).await?;
 
     // 3. Evict in rounds; refused evictions (429) are retried after a backoff until the
     //    deadline, any other error fails at once. Never delete, never force.
@@ -255,7 +284,6 @@ pub(crate) async fn run(
                 blocked: u32::try_from(still.len()).unwrap_or(u32::MAX),
                 evicted: u32::try_from(evicted.len()).unwrap_or(u32::MAX),
                 waited: started.elapsed(),
-                volumes,
             });
         }
         nap(backoff.next(), deadline).await;
@@ -300,7 +328,6 @@ pub(crate) async fn run(
         evicted: gone_refs,
         skipped,
         pdb_refusals: refusals,
-        volumes,
     })
 }
 
@@ -482,11 +509,11 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(15));
     }
 
-    /// Issue #48 item 7, as tuppr `EvictableVolumePVs`: the report names the volumes bound to
-    /// the claims of the pods the drain evicted, each once, not those of the pods that stay
-    /// (a DaemonSet's), of finished pods or of unbound claims.
+    /// Issue #48 item 7, as tuppr `EvictableVolumePVs`: the volumes bound to the claims of the
+    /// pods a drain evicts, each once, not those of the pods that stay (a DaemonSet's, the
+    /// ones `skipPods` keeps), of finished pods or of unbound claims.
     #[tokio::test(start_paused = true)]
-    async fn the_report_names_the_volumes_of_the_evicted_pods_claims() {
+    async fn the_volumes_of_the_pods_a_drain_evicts_are_their_claims_volumes() {
         let with = |name: &str, claims: &[&str]| DrainPod {
             claims: claims.iter().map(|c| c.to_string()).collect(),
             ..pod(name)
@@ -514,23 +541,30 @@ mod tests {
         ] {
             fake.claims.insert(format!("default/{claim}"), pv.into());
         }
-        let report = run(&fake, "w1", &options(60)).await.unwrap();
         assert_eq!(
-            report.volumes,
+            evicted_volumes(&fake, "w1", &options(60)).await.unwrap(),
             Some(vec!["pvc-0".to_string(), "pvc-1".to_string()])
         );
-        // a blocked drain names them too: a later drain of the node adds its own
-        fake.guarded = vec!["db-1"];
-        let err = run(&fake, "w1", &options(5)).await.unwrap_err();
-        assert!(
-            matches!(&err, K8sError::DrainBlocked { volumes: Some(v), .. } if v == &["pvc-0", "pvc-1"]),
-            "{err:?}"
+        // pods `drain.skipPods` keeps are not evicted: their volumes do not count
+        let mut skip = options(60);
+        skip.policy.skip_pods = [("app".to_string(), "db".to_string())].into();
+        let mut kept = with("db-1", &["data-db-1"]);
+        kept.labels.insert("app".into(), "db".into());
+        let kept_fake = Fake {
+            claims: fake.claims.clone(),
+            ..Fake::new(vec![with("db-0", &["data-db-0"]), kept])
+        };
+        assert_eq!(
+            evicted_volumes(&kept_fake, "w1", &skip).await.unwrap(),
+            Some(vec!["pvc-0".to_string()])
         );
-        // a kubeconfig that may not read claims drains all the same, volumes unknown
-        fake.guarded = Vec::new();
+        // a kubeconfig that may not read claims: unknown, and the drain goes on as before
         fake.claims_forbidden = true;
+        assert_eq!(
+            evicted_volumes(&fake, "w1", &options(60)).await.unwrap(),
+            None
+        );
         let report = run(&fake, "w1", &options(60)).await.unwrap();
-        assert_eq!(report.volumes, None);
         assert_eq!(report.evicted.len(), 4, "the finished pod goes too");
     }
 

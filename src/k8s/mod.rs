@@ -174,11 +174,6 @@ pub struct DrainReport {
     pub skipped: Vec<(PodRef, SkipReason)>,
     /// How many eviction attempts a PodDisruptionBudget refused along the way.
     pub pdb_refusals: u32,
-    /// The PersistentVolumes bound to the claims of the pods the drain evicted (sorted, each
-    /// once): the volumes whose detach the rollout waits for before the reboot (tuppr
-    /// `internal/controller/drain/drain.go` `EvictableVolumePVs`). `None` when the kubeconfig
-    /// may not read PersistentVolumeClaims: every attachment on the node counts.
-    pub volumes: Option<Vec<String>>,
 }
 
 /// What medea checks before and after touching a node.
@@ -641,9 +636,6 @@ pub enum K8sError {
         blocked: u32,
         evicted: u32,
         waited: Duration,
-        /// The PersistentVolumes of the pods this drain set out to evict
-        /// ([`DrainReport::volumes`]).
-        volumes: Option<Vec<String>>,
     },
     /// An eviction answered with an error kubectl does not retry (anything but a 429): the
     /// drain stops at once, nothing was deleted.
