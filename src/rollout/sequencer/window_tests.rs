@@ -374,7 +374,6 @@ fn a_staged_node_rebooted_externally_keeps_its_pre_upgrade_service_comparison() 
         tr.next
     );
     // a service that was healthy before still holds it
-    let mut world = world;
     world.talos.get_mut("w2").unwrap().unhealthy_services =
         vec!["ext-iscsid".into(), "kubelet".into()];
     let (held, _) = decide(&j_with_staged_reboot(&tr.job), &world, t(INSIDE));
