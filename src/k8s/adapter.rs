@@ -193,9 +193,18 @@ impl KubePort for KubeAdapter {
             policy: policy.clone(),
             ..self.drain.clone()
         };
+        // the volumes of the pods this drain evicts, read before it (tuppr `EvictableVolumePVs`)
+        let volumes = timed(
+            API,
+            "DrainVolumes",
+            self.client.drain_volumes(node, &options),
+        )
+        .await
+        .map_err(|e| classify("drain", node, e))?;
         match timed(API, "Drain", self.client.drain(node, &options)).await {
-            Ok(_report) => Ok(DrainOutcome::Drained),
+            Ok(_report) => Ok(DrainOutcome::Drained { volumes }),
             Err(K8sError::DrainBlocked { pod, pdb, .. }) => Ok(DrainOutcome::Blocked {
+                volumes,
                 pdb: pdb.unwrap_or_else(|| "(unidentified)".to_string()),
                 pod: pod.to_string(),
             }),

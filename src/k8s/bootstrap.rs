@@ -9,16 +9,21 @@
 //!   applies with `client.ForceOwnership`), in stages: CRDs, Namespaces and ClusterRoles, then
 //!   `…Class` kinds, then ConfigMaps and Secrets (Talos' `CustomStageKinds`), then the rest;
 //!   the first two stages are waited for (CRDs Established) before the next (fluxcd
-//!   `ApplyAllStaged`) and a kind not served yet is retried ([`ManifestSyncOptions`]). A live
-//!   object must pass the [`InventoryPolicy`] (default `AdoptIfNoInventory`) before it is
-//!   changed or pruned. The applied objects are recorded in the inventory ConfigMap
+//!   `ApplyAllStaged`) and a kind not served yet is retried ([`ManifestSyncOptions`]) only
+//!   when a CRD of the same set defines it. Before anything is applied, every object's kind
+//!   must be served or defined by the set, and its live copy must pass the
+//!   [`InventoryPolicy`] (default `AdoptIfNoInventory`), as go-kubernetes diffs the whole set
+//!   before applying; a pruned object must pass it too. The applied objects are recorded in
+//!   the inventory ConfigMap
 //!   `kube-system/talos-bootstrap-manifests-inventory` (cli-utils format: label
 //!   `cli-utils.sigs.k8s.io/inventory-id`, one data key `<namespace>_<name>_<group>_<Kind>`
 //!   per object, a `:` in an RBAC name written `__`: [`ObjRef::key`]; keys Talos'
 //!   `ManifestApplyController` wrote at bootstrap read back with [`ObjRef::parse`]); objects
 //!   the inventory lists that the manifests no longer render are pruned after everything
-//!   applied (`calculatePruneObjects`); then the objects created or configured are waited for
-//!   by kstatus' rules ([`super::kstatus`], `ssacli.Wait`, fail-fast).
+//!   applied (`calculatePruneObjects`); the inventory is written unconditionally (no
+//!   resourceVersion), as go-kubernetes does, because Talos' `ManifestApplyController` rewrites
+//!   it too; then the objects created or configured are waited for by kstatus' rules
+//!   ([`super::kstatus`], `ssacli.Wait`, fail-fast).
 //! - **legacy** (some node runs Talos < 1.13; `syncManifests`, go-kubernetes
 //!   `kubernetes/manifests/sync.go`): per object GET, then create when missing or, when a
 //!   dry-run update differs from the live object, update (PUT at the live resourceVersion),
@@ -206,6 +211,19 @@ pub fn prune_set(inventory: &BTreeSet<ObjRef>, current: &[Manifest]) -> Vec<ObjR
         .collect()
 }
 
+/// Whether a CustomResourceDefinition of `set` defines `m`'s kind (its `spec.group` and
+/// `spec.names.kind`).
+fn defined_in(set: &[Manifest], m: &Manifest) -> bool {
+    let r = ObjRef::of(m);
+    set.iter().any(|c| {
+        let v = c.value();
+        c.kind() == "CustomResourceDefinition"
+            && c.api_version().starts_with("apiextensions.k8s.io/")
+            && v.pointer("/spec/group").and_then(Value::as_str) == Some(r.group.as_str())
+            && v.pointer("/spec/names/kind").and_then(Value::as_str) == Some(r.kind.as_str())
+    })
+}
+
 fn sync_err(object: impl Into<String>, reason: impl Into<String>) -> K8sError {
     K8sError::ManifestSync {
         object: object.into(),
@@ -319,14 +337,26 @@ impl KubeClient {
         })
     }
 
-    /// [`Self::dynamic_api`], retrying while the kind is not served (a CRD applied moments
-    /// ago is not Established yet, or another client is installing it) for the sync's retry
-    /// window, as go-kubernetes retries a staged apply.
-    async fn dynamic_api_retrying(&self, m: &Manifest) -> Result<Api<DynamicObject>, K8sError> {
+    /// [`Self::dynamic_api`], retrying while the kind is not served for the sync's retry
+    /// window, but only when a CRD of `set` defines it (applied moments ago, its kind not in
+    /// discovery yet). go-kubernetes retries only `IsRetryableError`s, never a "no matches for
+    /// kind": a kind is resolved once the CRDs of the same set are Established (`Apply` resets
+    /// the REST mapper when the set holds CRDs); any other unknown kind fails at once.
+    async fn dynamic_api_retrying(
+        &self,
+        m: &Manifest,
+        set: &[Manifest],
+    ) -> Result<Api<DynamicObject>, K8sError> {
         let o = &self.options.manifests;
         let deadline = tokio::time::Instant::now() + o.retry_for;
         loop {
             match self.dynamic_api(m).await {
+                Err(e @ K8sError::UnknownKind { .. }) if !defined_in(set, m) => {
+                    return Err(K8sError::ManifestKindUnserved {
+                        object: m.describe(),
+                        source: Box::new(e),
+                    });
+                }
                 Err(e @ K8sError::UnknownKind { .. }) => {
                     if tokio::time::Instant::now() >= deadline {
                         return Err(K8sError::ManifestRetriesExhausted {
@@ -363,6 +393,53 @@ impl KubeClient {
             Scope::Namespaced => Api::namespaced_with(self.client.clone(), &r.namespace, &resource),
             Scope::Cluster => Api::all_with(self.client.clone(), &resource),
         }))
+    }
+
+    /// Before anything is applied, as go-kubernetes `ssa` `Apply` diffs every object (and
+    /// checks its live copy against the inventory policy, `diff.go`) before `ApplyAllStaged`:
+    /// a kind the cluster does not serve and no CRD of the set defines, and (server-side) a
+    /// live object the inventory policy refuses, fail the sync with nothing changed. An object
+    /// whose CRD is in the set has no live copy yet (upstream's diff counts it as created).
+    async fn check_before_apply(
+        &self,
+        objects: &[Manifest],
+        mode: SyncMode,
+    ) -> Result<(), K8sError> {
+        for m in objects {
+            let api = match self.dynamic_api(m).await {
+                Ok(api) => api,
+                Err(K8sError::UnknownKind { .. }) if defined_in(objects, m) => continue,
+                Err(e @ K8sError::UnknownKind { .. }) => {
+                    return Err(K8sError::ManifestKindUnserved {
+                        object: m.describe(),
+                        source: Box::new(e),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            if mode == SyncMode::Legacy {
+                continue;
+            }
+            let live = self
+                .call("get", &m.describe(), || api.get_opt(m.name()))
+                .await?;
+            let owner = live.as_ref().and_then(|l| {
+                l.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(INVENTORY_ANNOTATION))
+            });
+            if live.is_some() {
+                self.options
+                    .manifests
+                    .inventory_policy
+                    .check(owner.map(String::as_str))
+                    .map_err(|reason| {
+                        sync_err(m.describe(), format!("{reason}; nothing was applied"))
+                    })?;
+            }
+        }
+        Ok(())
     }
 
     /// Server-side apply one object (fluxcd ssa `Apply`): the live object, if any, must pass
@@ -488,6 +565,7 @@ impl KubeClient {
             SyncMode::ServerSide => Some(self.read_inventory().await?),
             SyncMode::Legacy => None,
         };
+        self.check_before_apply(&objects, mode).await?;
         let mut changed: Vec<&Manifest> = Vec::new();
         let mut i = 0;
         while i < objects.len() {
@@ -499,7 +577,7 @@ impl KubeClient {
             let batch = &objects[i..end];
             i = end;
             for m in batch {
-                let api = self.dynamic_api_retrying(m).await?;
+                let api = self.dynamic_api_retrying(m, &objects).await?;
                 let action = match mode {
                     SyncMode::ServerSide => self.apply_one(&api, m).await?,
                     SyncMode::Legacy => self.update_one_retrying(&api, m).await?,
@@ -584,7 +662,7 @@ impl KubeClient {
                     Some(o) => {
                         let v = serde_json::to_value(&o)
                             .map_err(|e| sync_err(m.describe(), e.to_string()))?;
-                        match super::kstatus::status(&v) {
+                        match super::kstatus::status(&v, jiff::Timestamp::now()) {
                             super::kstatus::Status::Current => break,
                             super::kstatus::Status::InProgress(why) => why,
                             super::kstatus::Status::Failed(why) => {
@@ -634,6 +712,13 @@ impl KubeClient {
             .collect()
     }
 
+    /// Write the inventory as go-kubernetes `ssa/internal/inventory/configmap` `Write` does:
+    /// an unconditional update (no resourceVersion: a ConfigMap allows it, kubernetes
+    /// `pkg/registry/core/configmap/strategy.go` `AllowUnconditionalUpdate`), since Talos' own
+    /// `ManifestApplyController` rewrites the same ConfigMap (through the same go-kubernetes
+    /// inventory) whenever it applies the manifests; an update at the resourceVersion read a
+    /// moment before would lose to it with a 409. Created when missing (`NewInventory`), and
+    /// updated after all when someone created it in between.
     async fn write_inventory(&self, refs: &BTreeSet<ObjRef>) -> Result<(), K8sError> {
         let api = self.inventory_api();
         let data: BTreeMap<String, String> =
@@ -642,37 +727,35 @@ impl KubeClient {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
         };
-        let live = self
-            .call("get inventory", INVENTORY_NAME, || {
-                api.get_opt(INVENTORY_NAME)
-            })
-            .await?;
-        match live {
-            None => {
-                let cm: ConfigMap = serde_json::from_value(json!({
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {
-                        "name": INVENTORY_NAME,
-                        "namespace": INVENTORY_NAMESPACE,
-                        "labels": {INVENTORY_ID_LABEL: INVENTORY_NAME},
-                    },
-                    "data": data,
-                }))
-                .map_err(|e| sync_err(INVENTORY_NAME, e.to_string()))?;
-                self.call("create inventory", INVENTORY_NAME, || api.create(&pp, &cm))
-                    .await?;
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": INVENTORY_NAME,
+                "namespace": INVENTORY_NAMESPACE,
+                "labels": {INVENTORY_ID_LABEL: INVENTORY_NAME},
+            },
+            "data": data,
+        }))
+        .map_err(|e| sync_err(INVENTORY_NAME, e.to_string()))?;
+        let update = || api.replace(INVENTORY_NAME, &pp, &cm);
+        match self.call("update inventory", INVENTORY_NAME, update).await {
+            Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
+                match self
+                    .call("create inventory", INVENTORY_NAME, || api.create(&pp, &cm))
+                    .await
+                {
+                    Err(K8sError::Api { err, .. }) if is_status(&err, 409) => {
+                        self.call("update inventory", INVENTORY_NAME, update)
+                            .await?;
+                    }
+                    other => {
+                        other?;
+                    }
+                }
             }
-            Some(mut cm) => {
-                cm.data = Some(data);
-                cm.metadata
-                    .labels
-                    .get_or_insert_with(Default::default)
-                    .insert(INVENTORY_ID_LABEL.into(), INVENTORY_NAME.into());
-                self.call("update inventory", INVENTORY_NAME, || {
-                    api.replace(INVENTORY_NAME, &pp, &cm)
-                })
-                .await?;
+            other => {
+                other?;
             }
         }
         Ok(())

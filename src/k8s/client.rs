@@ -11,7 +11,7 @@ use ::kube::api::{Api, DynamicObject, EvictParams, ListParams, Patch, PatchParam
 use ::kube::core::{ApiResource, GroupVersionKind};
 use ::kube::discovery::{ApiCapabilities, Scope};
 use backon::Retryable;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
@@ -59,8 +59,9 @@ pub struct ClientOptions {
 /// polls. The defaults are `talosctl upgrade-k8s`'s.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestSyncOptions {
-    /// How long an object whose kind is not served yet, or (legacy sync) whose update
-    /// conflicts, is retried; also the bound of the wait for a stage's CRDs and Namespaces.
+    /// How long an object whose kind is not served yet although a CRD of the same set defines
+    /// it, or (legacy sync) whose update conflicts, is retried; also the bound of the wait for
+    /// a stage's CRDs and Namespaces.
     /// go-kubernetes retries for 3 minutes (`ssa/apply.go` `Apply`, `manifests/sync.go`
     /// `Sync`: `retry.Constant(3*time.Minute, retry.WithUnits(10*time.Second))`).
     pub retry_for: Duration,
@@ -665,6 +666,13 @@ fn drain_pod(pod: &Pod) -> DrainPod {
         finished: matches!(phase, "Succeeded" | "Failed"),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         labels: pod.metadata.labels.clone().unwrap_or_default(),
+        claims: pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.clone())
+            .collect(),
     }
 }
 
@@ -677,6 +685,19 @@ fn component_of(pod: &Pod, node: &str) -> Option<ControlPlaneComponent> {
             || labels.get("component").map(String::as_str) == Some(c.name())
             || name == format!("{}-{node}", c.name())
     })
+}
+
+impl KubeClient {
+    /// The PersistentVolumes of the pods a drain of `node` with `options` would evict now
+    /// (sorted, each once), read before the drain as tuppr's `EvictableVolumePVs` does;
+    /// `None` when the kubeconfig may not read PersistentVolumeClaims.
+    pub async fn drain_volumes(
+        &self,
+        node: &str,
+        options: &DrainOptions,
+    ) -> Result<Option<Vec<String>>, K8sError> {
+        drain::evicted_volumes(self, node, options).await
+    }
 }
 
 impl DrainOps for KubeClient {
@@ -737,6 +758,21 @@ impl DrainOps for KubeClient {
             None => drain::pdb_from_message(refusal),
         };
         name.map(|n| format!("{}/{n}", pod.namespace))
+    }
+
+    async fn claim_volume(&self, namespace: &str, claim: &str) -> Result<Option<String>, K8sError> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        match api.get_opt(claim).await {
+            Ok(pvc) => Ok(pvc
+                .and_then(|c| c.spec)
+                .and_then(|s| s.volume_name)
+                .filter(|v| !v.is_empty())),
+            Err(err) => Err(K8sError::Api {
+                op: "get persistentvolumeclaim",
+                target: format!("{namespace}/{claim}"),
+                err: Box::new(err),
+            }),
+        }
     }
 
     async fn gone(&self, pod: &DrainPod) -> Result<bool, K8sError> {

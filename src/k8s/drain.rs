@@ -30,6 +30,8 @@ pub(crate) struct DrainPod {
     pub terminating: bool,
     /// `metadata.labels`.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The claims of its `persistentVolumeClaim` volumes.
+    pub claims: Vec<String>,
 }
 
 /// The answer to one eviction request.
@@ -55,6 +57,46 @@ pub(crate) trait DrainOps: Sync {
     ) -> impl Future<Output = Option<String>> + Send;
     /// Whether the pod (this incarnation, by uid) is gone.
     fn gone(&self, pod: &DrainPod) -> impl Future<Output = Result<bool, K8sError>> + Send;
+    /// The PersistentVolume the claim `namespace/claim` is bound to (`spec.volumeName`);
+    /// `None` when the claim is gone or not bound.
+    fn claim_volume(
+        &self,
+        namespace: &str,
+        claim: &str,
+    ) -> impl Future<Output = Result<Option<String>, K8sError>> + Send;
+}
+
+/// The PersistentVolumes of `pods`' claims, sorted and each once, as tuppr's
+/// `EvictableVolumePVs` resolves them before it drains: a claim that is gone or unbound has
+/// none. Transient errors are retried until `deadline`. `None` when the kubeconfig may not
+/// read claims (403): the drain goes on, and every attachment on the node counts.
+async fn volumes_of(
+    ops: &impl DrainOps,
+    pods: &[&DrainPod],
+    deadline: Instant,
+    backoff: &mut Backoff,
+) -> Result<Option<Vec<String>>, K8sError> {
+    let mut volumes = std::collections::BTreeSet::new();
+    for p in pods {
+        for claim in &p.claims {
+            let pv = loop {
+                match ops.claim_volume(&p.pod.namespace, claim).await {
+                    Ok(pv) => break pv,
+                    Err(e) if e.is_transient() && Instant::now() < deadline => {
+                        tracing::warn!(pod = %p.pod, claim, error = %e, "reading a claim for the drain failed; retrying");
+                        nap(backoff.next(), deadline).await;
+                    }
+                    Err(K8sError::Api { err, .. }) if super::client::is_status(&err, 403) => {
+                        tracing::warn!(pod = %p.pod, claim, "may not read PersistentVolumeClaims: every volume attached to the node will count");
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            volumes.extend(pv);
+        }
+    }
+    Ok(Some(volumes.into_iter().collect()))
 }
 
 /// Extract `X` from the apiserver's "The disruption budget X needs N healthy pods…" cause.
@@ -93,6 +135,46 @@ async fn nap(delay: std::time::Duration, deadline: Instant) {
     tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
 }
 
+/// Whether `drain.skipPods` keeps `p` on the node.
+fn selected(p: &DrainPod, options: &DrainOptions) -> bool {
+    !options.policy.skip_pods.is_empty()
+        && options
+            .policy
+            .skip_pods
+            .iter()
+            .all(|(k, v)| p.labels.get(k) == Some(v))
+}
+
+/// The PersistentVolumes of the pods a drain of `node` would evict now (running pods: a
+/// finished one holds no attachment), as tuppr's `EvictableVolumePVs` reads them before it
+/// drains (home-operations/tuppr `internal/controller/drain/drain.go`): the volumes whose
+/// detach the rollout waits for. `None` when the kubeconfig may not read claims.
+pub(crate) async fn evicted_volumes(
+    ops: &impl DrainOps,
+    node: &str,
+    options: &DrainOptions,
+) -> Result<Option<Vec<String>>, K8sError> {
+    let deadline = Instant::now() + options.timeout;
+    let mut backoff = Backoff::new(options);
+    let pods = loop {
+        match ops.list(node).await {
+            Ok(pods) => break pods,
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tracing::warn!(node, error = %e, "listing pods for their volumes failed; retrying");
+                nap(backoff.next(), deadline).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let evicting: Vec<&DrainPod> = pods
+        .iter()
+        .filter(|p| {
+            !p.mirror && !p.daemonset && !selected(p, options) && !p.terminating && !p.finished
+        })
+        .collect();
+    volumes_of(ops, &evicting, deadline, &mut backoff).await
+}
+
 /// Drain `node` (already cordoned by the caller).
 pub(crate) async fn run(
     ops: &impl DrainOps,
@@ -126,13 +208,7 @@ pub(crate) async fn run(
             skipped.push((p.pod, SkipReason::Mirror));
         } else if p.daemonset {
             skipped.push((p.pod, SkipReason::DaemonSet));
-        } else if !options.policy.skip_pods.is_empty()
-            && options
-                .policy
-                .skip_pods
-                .iter()
-                .all(|(k, v)| p.labels.get(k) == Some(v))
-        {
+        } else if selected(&p, options) {
             skipped.push((p.pod, SkipReason::Selected));
         } else if p.terminating {
             waiting.push(p);
@@ -282,6 +358,7 @@ mod tests {
             finished: false,
             terminating: false,
             labels: BTreeMap::new(),
+            claims: Vec::new(),
         }
     }
 
@@ -297,6 +374,10 @@ mod tests {
         evict_calls: Mutex<u32>,
         /// Every eviction answers this status (code, reason, message, cause reason).
         evict_error: Option<(u16, &'static str, &'static str, &'static str)>,
+        /// `namespace/claim` → the PersistentVolume it is bound to.
+        claims: BTreeMap<String, String>,
+        /// Reading a claim answers 403.
+        claims_forbidden: bool,
     }
 
     impl Fake {
@@ -310,6 +391,8 @@ mod tests {
                 evicted_at: Mutex::new(BTreeMap::new()),
                 evict_calls: Mutex::new(0),
                 evict_error: None,
+                claims: BTreeMap::new(),
+                claims_forbidden: false,
             }
         }
 
@@ -379,6 +462,23 @@ mod tests {
             pdb_from_message(refusal).map(|n| format!("default/{n}"))
         }
 
+        async fn claim_volume(
+            &self,
+            namespace: &str,
+            claim: &str,
+        ) -> Result<Option<String>, K8sError> {
+            if self.claims_forbidden {
+                return Err(K8sError::Api {
+                    op: "get persistentvolumeclaim",
+                    target: claim.into(),
+                    err: Box::new(::kube::Error::Api(Box::new(
+                        ::kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+                    ))),
+                });
+            }
+            Ok(self.claims.get(&format!("{namespace}/{claim}")).cloned())
+        }
+
         async fn gone(&self, pod: &DrainPod) -> Result<bool, K8sError> {
             Ok(self
                 .evicted_at
@@ -407,6 +507,65 @@ mod tests {
         // Backoff 1, 2, 4, 8 s: attempts at 0, 1, 3, 7, 15 → refused 4 times, through at 15 s.
         assert_eq!(report.pdb_refusals, 4);
         assert_eq!(start.elapsed(), Duration::from_secs(15));
+    }
+
+    /// Issue #48 item 7, as tuppr `EvictableVolumePVs`: the volumes bound to the claims of the
+    /// pods a drain evicts, each once, not those of the pods that stay (a DaemonSet's, the
+    /// ones `skipPods` keeps), of finished pods or of unbound claims.
+    #[tokio::test(start_paused = true)]
+    async fn the_volumes_of_the_pods_a_drain_evicts_are_their_claims_volumes() {
+        let with = |name: &str, claims: &[&str]| DrainPod {
+            claims: claims.iter().map(|c| c.to_string()).collect(),
+            ..pod(name)
+        };
+        let agent = DrainPod {
+            daemonset: true,
+            ..with("agent", &["agent-cache"])
+        };
+        let done = DrainPod {
+            finished: true,
+            ..with("job-1", &["scratch"])
+        };
+        let mut fake = Fake::new(vec![
+            with("db-0", &["data-db-0", "unbound"]),
+            with("db-1", &["data-db-1"]),
+            with("reader", &["data-db-0"]),
+            agent,
+            done,
+        ]);
+        for (claim, pv) in [
+            ("data-db-0", "pvc-0"),
+            ("data-db-1", "pvc-1"),
+            ("agent-cache", "pvc-agent"),
+            ("scratch", "pvc-scratch"),
+        ] {
+            fake.claims.insert(format!("default/{claim}"), pv.into());
+        }
+        assert_eq!(
+            evicted_volumes(&fake, "w1", &options(60)).await.unwrap(),
+            Some(vec!["pvc-0".to_string(), "pvc-1".to_string()])
+        );
+        // pods `drain.skipPods` keeps are not evicted: their volumes do not count
+        let mut skip = options(60);
+        skip.policy.skip_pods = [("app".to_string(), "db".to_string())].into();
+        let mut kept = with("db-1", &["data-db-1"]);
+        kept.labels.insert("app".into(), "db".into());
+        let kept_fake = Fake {
+            claims: fake.claims.clone(),
+            ..Fake::new(vec![with("db-0", &["data-db-0"]), kept])
+        };
+        assert_eq!(
+            evicted_volumes(&kept_fake, "w1", &skip).await.unwrap(),
+            Some(vec!["pvc-0".to_string()])
+        );
+        // a kubeconfig that may not read claims: unknown, and the drain goes on as before
+        fake.claims_forbidden = true;
+        assert_eq!(
+            evicted_volumes(&fake, "w1", &options(60)).await.unwrap(),
+            None
+        );
+        let report = run(&fake, "w1", &options(60)).await.unwrap();
+        assert_eq!(report.evicted.len(), 4, "the finished pod goes too");
     }
 
     #[tokio::test(start_paused = true)]

@@ -683,6 +683,14 @@ pub enum K8sError {
     },
     #[error("bootstrap manifests sync: `{object}`: {reason}")]
     ManifestSync { object: String, reason: String },
+    #[error(
+        "bootstrap manifests sync: `{object}`: its kind is not served and no CustomResourceDefinition among the manifests defines it; nothing was applied (install the CRD first, or drop the object)"
+    )]
+    ManifestKindUnserved {
+        object: String,
+        #[source]
+        source: Box<K8sError>,
+    },
     #[error("bootstrap manifests sync: `{object}`: still failing after retrying for {waited:?}")]
     ManifestRetriesExhausted {
         object: String,

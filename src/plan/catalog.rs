@@ -66,8 +66,39 @@ const SUPPORT: &[(MinorLine, MinorLine, MinorLine)] = &[
     ((1, 15), (1, 33), (1, 38)),
 ];
 
-/// The newest known release of each minor (pre-releases included; they are never stops).
-const RELEASES: &[&str] = &["v1.10.9", "v1.11.6", "v1.12.12", "v1.13.10", "v1.14.6"];
+/// The newest known release of each minor (pre-releases included; they are never stops), each
+/// with where it is published: its release on GitHub, and the release PR where there is one.
+/// A test refuses a version without a citation.
+const RELEASES: &[(&str, &str)] = &[
+    (
+        "v1.10.9",
+        "https://github.com/siderolabs/talos/releases/tag/v1.10.9 (release PR https://github.com/siderolabs/talos/pull/12479, 2025-12-23)",
+    ),
+    (
+        "v1.11.6",
+        "https://github.com/siderolabs/talos/releases/tag/v1.11.6 (release PR https://github.com/siderolabs/talos/pull/12428, 2025-12-16)",
+    ),
+    (
+        "v1.12.12",
+        "https://github.com/siderolabs/talos/releases/tag/v1.12.12 (2026-09-04)",
+    ),
+    (
+        "v1.13.10",
+        "https://github.com/siderolabs/talos/releases/tag/v1.13.10 (2026-09-03)",
+    ),
+    (
+        "v1.14.6",
+        "https://github.com/siderolabs/talos/releases/tag/v1.14.6 (2026-11-11)",
+    ),
+];
+
+/// Where the catalog's release `v` is published ([`RELEASES`]), if it lists it.
+pub fn release_source(v: &TalosVersion) -> Option<&'static str> {
+    RELEASES
+        .iter()
+        .find(|(r, _)| TalosVersion::parse(r).is_ok_and(|r| &r == v))
+        .map(|(_, source)| *source)
+}
 
 /// Why no upgrade path exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +130,7 @@ impl Catalog {
     )]
     pub fn builtin() -> Catalog {
         let mut releases: BTreeMap<MinorLine, BTreeSet<TalosVersion>> = BTreeMap::new();
-        for r in RELEASES {
+        for (r, _) in RELEASES {
             let v = TalosVersion::parse(r).expect("built-in releases parse");
             releases.entry(v.minor_line()).or_default().insert(v);
         }
@@ -255,6 +286,29 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// Issue #48 item 7: every version the catalog lists cites where it was published (its
+    /// GitHub release, or the release PR), so a reviewer can check it.
+    #[test]
+    fn every_listed_release_cites_its_release_url_or_pr() {
+        assert!(!RELEASES.is_empty());
+        for (version, source) in RELEASES {
+            let v = t(version);
+            let release = format!("https://github.com/siderolabs/talos/releases/tag/{version}");
+            assert!(
+                source.contains(&release)
+                    || source.contains("https://github.com/siderolabs/talos/pull/"),
+                "{version} cites no release URL or PR: {source:?}"
+            );
+            assert_eq!(release_source(&v), Some(*source));
+        }
+        let c = Catalog::builtin();
+        for minor in [(1, 10), (1, 11), (1, 12), (1, 13), (1, 14)] {
+            let latest = c.latest_stable(minor).unwrap();
+            assert!(release_source(latest).is_some(), "{latest}");
+        }
+        assert_eq!(release_source(&t("v1.14.5")), None);
     }
 
     #[test]

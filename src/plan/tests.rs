@@ -1790,6 +1790,46 @@ fn both_drain_timeouts_or_a_bad_bound_or_an_empty_skip_selector_are_refused() {
     assert!(e.message.contains("skipPods"), "{e:?}");
 }
 
+/// Issue #48 item 7: the Talos docs recommend the newest patch of the running minor before
+/// the next minor; medea goes to the next minor at once, and the plan says so, per pool and
+/// running version, naming the patch to plan first. Nothing is said when a machine already
+/// runs that patch or stays in its minor.
+#[test]
+fn a_hop_that_skips_topping_up_the_current_minor_is_noted() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[
+            pool_doc("a", "worker", "w-1, w-2, w-3", "v1.14.6", ""),
+            pool_doc("b", "worker", "w-4", "v1.13.10", ""),
+        ],
+    );
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![
+            w("w-1", "v1.13.2"),
+            w("w-2", "v1.13.2"),
+            w("w-3", "v1.13.10"),
+            w("w-4", "v1.13.4"),
+        ],
+    );
+    let p = plan_ok(&d, &inv);
+    let notes: Vec<&String> = p.clusters[0]
+        .notes
+        .iter()
+        .filter(|n| n.contains("newest patch"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "node pool `a`: machines `w-1`, `w-2` run v1.13.2, not the newest patch of its minor (v1.13.10), and go straight to v1.14.6: the Talos docs recommend the newest patch of the running minor first; to follow them, plan v1.13.10 for the pool before this"
+        ],
+        "{:#?}",
+        p.clusters[0].notes
+    );
+}
+
 #[test]
 fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
     let skip = "  drain:\n    skipPods:\n      matchLabels:\n        app: local-path\n";

@@ -201,7 +201,7 @@ pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal
                 if let (
                     Some(node),
                     CommandOutcome::Drain {
-                        result: DrainOutcome::Blocked { pdb, pod },
+                        result: DrainOutcome::Blocked { pdb, pod, .. },
                     },
                 ) = (key.node.as_deref(), outcome)
                 {
@@ -521,6 +521,7 @@ mod tests {
                 result: DrainOutcome::Blocked {
                     pdb: "shop/db".into(),
                     pod: "shop/db-0".into(),
+                    volumes: None,
                 },
             },
         );

@@ -994,11 +994,13 @@ impl FakeCluster {
             n.counters.drain += 1;
             s.log.push(format!("drain {node}"));
             Ok(match pdb {
+                // the fake reports no volumes: every attachment on the node counts
                 Some(pdb) => DrainOutcome::Blocked {
                     pdb,
                     pod: format!("default/app-on-{node}"),
+                    volumes: None,
                 },
-                None => DrainOutcome::Drained,
+                None => DrainOutcome::Drained { volumes: None },
             })
         })
     }

@@ -199,13 +199,23 @@ pub const PACING_TAINT_EFFECT: &str = "PreferNoSchedule";
 #[serde(rename_all = "kebab-case", tag = "result")]
 pub enum DrainOutcome {
     /// Every evictable pod is gone (DaemonSet and mirror pods stay).
-    Drained,
+    Drained {
+        /// The PersistentVolumes of the pods this drain evicted (tuppr `EvictableVolumePVs`):
+        /// the volume-detach wait covers their attachments on the node. `None`: not reported
+        /// (a journal written before it was): every attachment on the node counts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volumes: Option<Vec<String>>,
+    },
     /// Evictions were still refused (HTTP 429) when the timeout ran out. medea never forces.
     Blocked {
         /// The PodDisruptionBudget that refused (`namespace/name`), when the API said.
         pdb: String,
         /// The pod that could not be evicted (`namespace/name`).
         pod: String,
+        /// The PersistentVolumes of the pods this drain set out to evict, as for
+        /// [`DrainOutcome::Drained`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volumes: Option<Vec<String>>,
     },
 }
 

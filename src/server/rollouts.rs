@@ -381,7 +381,7 @@ pub fn journal_events(job: &Job, entries: &[JournalEntry]) -> Vec<pb::RolloutEve
                         continue;
                     }
                     CommandOutcome::Drain {
-                        result: crate::rollout::ports::DrainOutcome::Blocked { pdb, pod },
+                        result: crate::rollout::ports::DrainOutcome::Blocked { pdb, pod, .. },
                     } => EventState::Waiting {
                         reason: format!(
                             "drain blocked: pod {pod} (PodDisruptionBudget {pdb}), retrying"

@@ -316,3 +316,140 @@ async fn after_the_sync_only_created_or_changed_objects_are_waited_for() {
         .await
         .unwrap();
 }
+
+/// Issue #48 item 7: Talos' own `ManifestApplyController` rewrites the inventory ConfigMap
+/// (go-kubernetes `ssa/internal/inventory/configmap` `Write`, an unconditional update), so an
+/// update at the resourceVersion medea read a moment before lost to it with a 409 and failed
+/// the sync. medea writes it unconditionally as go-kubernetes does (the apiserver allows that
+/// for ConfigMaps), so a writer after every one of its reads changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inventory_is_written_unconditionally_while_talos_rewrites_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, client) = start(dir.path(), KubeSimConfig::default()).await;
+    let wait = Duration::from_secs(60);
+    client
+        .sync_bootstrap_manifests(
+            &manifests(vec![config_map("first", json!({"k": "1"}), None)]),
+            SyncMode::ServerSide,
+            wait,
+        )
+        .await
+        .unwrap();
+    sim.kube.inject(KubeFault::ConcurrentWriteAfterGet {
+        namespace: "kube-system".into(),
+        name: INVENTORY_NAME.into(),
+        times: u32::MAX,
+    });
+    client
+        .sync_bootstrap_manifests(
+            &manifests(vec![
+                config_map("first", json!({"k": "1"}), None),
+                config_map("second", json!({"k": "2"}), None),
+            ]),
+            SyncMode::ServerSide,
+            wait,
+        )
+        .await
+        .unwrap();
+    let inv = sim
+        .kube
+        .get("v1", "ConfigMap", "kube-system", INVENTORY_NAME)
+        .unwrap();
+    let keys: Vec<&String> = inv["data"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "kube-system_first__ConfigMap",
+            "kube-system_second__ConfigMap"
+        ]
+    );
+}
+
+/// Issue #48 item 7: go-kubernetes `ssa` `Apply` diffs the whole set, checking each live
+/// object against the inventory policy, before it applies anything. A set whose ConfigMap
+/// belongs to another inventory applied the Namespace of its first stage before refusing the
+/// ConfigMap; now the sync is refused with nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_object_is_refused_before_anything_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, client) = start(dir.path(), KubeSimConfig::default()).await;
+    sim.kube
+        .create(config_map(
+            "theirs",
+            json!({"k": "live"}),
+            Some(json!({INVENTORY_ANNOTATION: "someone-elses"})),
+        ))
+        .unwrap();
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fresh"}});
+    let err = client
+        .sync_bootstrap_manifests(
+            &manifests(vec![
+                config_map("theirs", json!({"k": "talos"}), None),
+                namespace,
+            ]),
+            SyncMode::ServerSide,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_err();
+    let chain = medea::error_chain(&err);
+    assert!(chain.contains("ConfigMap kube-system/theirs"), "{chain}");
+    assert!(chain.contains("status: NoMatch"), "{chain}");
+    assert!(chain.contains("nothing was applied"), "{chain}");
+    assert!(
+        sim.kube.get("v1", "Namespace", "", "fresh").is_none(),
+        "the first stage was not applied"
+    );
+    assert!(
+        sim.kube
+            .get("v1", "ConfigMap", "kube-system", INVENTORY_NAME)
+            .is_none(),
+        "no inventory written"
+    );
+}
+
+/// Issue #48 item 7: go-kubernetes retries only retryable errors (`IsRetryableError`), never
+/// a kind the cluster does not serve; a custom resource is resolved once the CRDs of its own
+/// set are Established. A Widget without its CRD was retried for the whole retry window (3
+/// minutes by default) before failing; now it fails at once, before anything is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_kind_without_its_crd_in_the_set_fails_at_once_with_nothing_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, client) = start(dir.path(), KubeSimConfig::default()).await;
+    let err = client
+        .sync_bootstrap_manifests(
+            &manifests(vec![
+                config_map("before", json!({"k": "1"}), None),
+                widget(),
+            ]),
+            SyncMode::ServerSide,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, K8sError::ManifestKindUnserved { object, .. } if object.ends_with("Widget kube-system/w")),
+        "{err:?}"
+    );
+    let chain = medea::error_chain(&err);
+    assert!(chain.contains("example.com/v1"), "{chain}");
+    assert!(
+        sim.kube
+            .get("v1", "ConfigMap", "kube-system", "before")
+            .is_none(),
+        "nothing applied"
+    );
+    // the legacy sync (Talos < 1.13, go-kubernetes `manifests/sync.go`) does not retry it either
+    let err = client
+        .sync_bootstrap_manifests(
+            &manifests(vec![widget()]),
+            SyncMode::Legacy,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, K8sError::ManifestKindUnserved { .. }),
+        "{err:?}"
+    );
+}

@@ -68,6 +68,7 @@ impl<'a> ClusterCtx<'a> {
             ));
         }
         notes.extend(skip_pods_on_legacy_upgrades(steps));
+        notes.extend(current_minor_not_topped_up(self.catalog, steps));
         if !steps.is_empty() {
             notes.extend(
                 self.cluster
@@ -123,6 +124,47 @@ fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
             machines_text(&legacy),
             if legacy.len() == 1 { "s" } else { "" },
         ));
+    }
+    notes
+}
+
+/// Machines whose first hop leaves their minor from an older patch than the catalog's newest
+/// of that minor: the Talos docs recommend upgrading to the newest patch of the running minor
+/// before the next minor (`/work/shared/reference/talos-today.md`, "Compatibility"; talos docs
+/// "Upgrading Talos Linux"), medea goes to the next minor at once (Talos' own
+/// `MinimumHostUpgradeVersion` allows it). One note per pool and running version, so the
+/// operator can choose to plan the top-up first.
+fn current_minor_not_topped_up(catalog: &Catalog, steps: &[Step]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for step in steps {
+        let Step::Talos(t) = step else {
+            continue;
+        };
+        if t.hop != 1 {
+            continue;
+        }
+        let mut by_from: BTreeMap<&crate::version::TalosVersion, Vec<String>> = BTreeMap::new();
+        for m in t.waves.iter().flatten() {
+            let crosses = m.from.major() == t.to.major() && m.from.minor() < t.to.minor();
+            let newest = catalog.latest_stable(m.from.minor_line());
+            if crosses && newest.is_some_and(|n| n > &m.from) {
+                by_from.entry(&m.from).or_default().push(m.node.clone());
+            }
+        }
+        for (from, mut machines) in by_from {
+            let Some(newest) = catalog.latest_stable(from.minor_line()) else {
+                continue;
+            };
+            machines.sort();
+            notes.push(format!(
+                "node pool `{}`: {} run{} {from}, not the newest patch of its minor ({newest}), and go{} straight to {}: the Talos docs recommend the newest patch of the running minor first; to follow them, plan {newest} for the pool before this",
+                t.pool,
+                machines_text(&machines),
+                if machines.len() == 1 { "s" } else { "" },
+                if machines.len() == 1 { "es" } else { "" },
+                t.to,
+            ));
+        }
     }
     notes
 }

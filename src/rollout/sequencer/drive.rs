@@ -145,6 +145,9 @@ fn settle(
                     false,
                 );
             }
+            if intent.key.op == CommandOp::Drain {
+                drain_outcome_lost(j, &intent.key);
+            }
             bump_attempt(j, &intent.key);
             None
         }
@@ -337,4 +340,19 @@ pub fn etcd_verdict(h: &EtcdHealth) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// A drain whose outcome was lost runs again and sees only the pods left: the volumes of the
+/// pods the lost one evicted are unknown, so every attachment on the node counts.
+fn drain_outcome_lost(j: &mut Job, key: &CommandKey) {
+    let Some(StepKind::Talos(t)) = j.steps.get_mut(key.step).map(|s| &mut s.kind) else {
+        return;
+    };
+    if let Some(n) = t
+        .nodes
+        .iter_mut()
+        .find(|n| Some(n.target.node.as_str()) == key.node.as_deref())
+    {
+        Arc::make_mut(n).drain_volumes = Some(DrainVolumes::Unknown);
+    }
 }

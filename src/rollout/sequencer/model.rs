@@ -453,6 +453,49 @@ pub struct NodeProgress {
     /// Its install ahead of the windows (`rollout.stage: ahead`, issue #36), once decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging: Option<Staging>,
+    /// The volumes its drain evicted pods of (issue #48 item 7), from its cordon on: the
+    /// volume-detach wait covers only their attachments. `None` (a node cordoned before medea
+    /// recorded them): every attachment on the node counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_volumes: Option<DrainVolumes>,
+}
+
+/// The PersistentVolumes of the pods a node's drains evicted, as tuppr's
+/// `EvictableVolumePVs` collects them before it drains.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum DrainVolumes {
+    /// Every drain of the node since its cordon reported its volumes: these (sorted, each
+    /// once).
+    Known {
+        /// PersistentVolume names.
+        volumes: Vec<String>,
+    },
+    /// A drain's outcome was lost (a crash, a lost reply: the drain ran again and only saw
+    /// the pods left) or did not report them: every attachment on the node counts.
+    Unknown,
+}
+
+impl DrainVolumes {
+    /// After a drain that reported `volumes` (`None`: did not report them).
+    pub fn add(&mut self, volumes: Option<&[String]>) {
+        match (&mut *self, volumes) {
+            (DrainVolumes::Known { volumes: known }, Some(more)) => {
+                known.extend(more.iter().cloned());
+                known.sort();
+                known.dedup();
+            }
+            (_, _) => *self = DrainVolumes::Unknown,
+        }
+    }
+    /// Whether the detach wait covers an attachment of `pv` (`None`: its source is no
+    /// PersistentVolume).
+    pub fn covers(&self, pv: Option<&str>) -> bool {
+        match self {
+            DrainVolumes::Known { volumes } => pv.is_some_and(|pv| volumes.iter().any(|v| v == pv)),
+            DrainVolumes::Unknown => true,
+        }
+    }
 }
 
 /// medea's pacing taint on a node (issue #35): `medea.dev/upgrade-pending=<job id>:
@@ -604,6 +647,7 @@ impl NodeProgress {
             rollback: None,
             silence: None,
             staging: None,
+            drain_volumes: None,
             pacing: None,
         }
     }

@@ -253,12 +253,32 @@ fn talos_done(
     let n = Arc::make_mut(n);
     let blocked = match outcome {
         CommandOutcome::Drain {
-            result: DrainOutcome::Blocked { pdb, pod },
+            result: DrainOutcome::Blocked { pdb, pod, .. },
         } => Some(format!(
             "eviction of `{pod}` refused by PodDisruptionBudget `{pdb}`"
         )),
         _ => None,
     };
+    // the volumes of the pods each drain evicted, from the node's cordon on (issue #48)
+    match (key.op, outcome) {
+        (CommandOp::Cordon, _) => {
+            n.drain_volumes = Some(DrainVolumes::Known {
+                volumes: Vec::new(),
+            });
+        }
+        (
+            CommandOp::Drain,
+            CommandOutcome::Drain {
+                result: DrainOutcome::Drained { volumes } | DrainOutcome::Blocked { volumes, .. },
+            },
+        ) => {
+            if let Some(v) = n.drain_volumes.as_mut() {
+                v.add(volumes.as_deref());
+            }
+        }
+        (CommandOp::Drain, _) => n.drain_volumes = Some(DrainVolumes::Unknown),
+        _ => {}
+    }
     if n.rollback.is_some() {
         let next = match key.op {
             CommandOp::Cordon => Some(RollbackPhase::Cordoned),

@@ -25,13 +25,52 @@
 
 use super::*;
 
-/// medea's pacing taint for job `j`: [`PACING_TAINT_KEY`], the job's id, `PreferNoSchedule`.
+/// medea's pacing taint for job `j`: [`PACING_TAINT_KEY`], [`taint_value`] of the job's id,
+/// `PreferNoSchedule`.
 pub fn pacing_taint(j: &Job) -> NodeTaint {
     NodeTaint {
         key: crate::rollout::ports::PACING_TAINT_KEY.to_string(),
-        value: j.id.to_string(),
+        value: taint_value(j.id.as_str()),
         effect: crate::rollout::ports::PACING_TAINT_EFFECT.to_string(),
     }
+}
+
+/// The longest label value (k8s.io/apimachinery `pkg/util/validation` `LabelValueMaxLength`).
+const LABEL_VALUE_MAX: usize = 63;
+
+/// Whether `v` is a label value the apiserver takes as a taint's value (kubernetes
+/// `pkg/apis/core/validation` `validateNodeTaints` → apimachinery `IsValidLabelValue`): at most
+/// 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both ends (or empty).
+pub fn valid_label_value(v: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    v.is_empty()
+        || (v.len() <= LABEL_VALUE_MAX
+            && v.starts_with(alnum)
+            && v.ends_with(alnum)
+            && v.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.')))
+}
+
+/// The pacing taint's value for job `id`: the id itself when it is a valid label value (every
+/// job of a cluster whose name is short enough: `<plan>-<cluster>`); otherwise the longest
+/// valid prefix that leaves room, a `-`, and the first 12 hex digits of the id's SHA-256, so
+/// it stays a label value, distinct per job, and the same at every decision of the job.
+pub fn taint_value(id: &str) -> String {
+    if valid_label_value(id) {
+        return id.to_string();
+    }
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(id.as_bytes()));
+    let room = LABEL_VALUE_MAX - 13;
+    let prefix: String = id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(room)
+        .collect();
+    let prefix = prefix.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    if prefix.is_empty() {
+        return digest[..12].to_string();
+    }
+    format!("{prefix}-{}", &digest[..12])
 }
 
 /// Whether `taints` hold job `j`'s pacing taint (key, value and effect).
@@ -472,6 +511,35 @@ mod tests {
             "{:?}",
             tr.next
         );
+    }
+
+    /// Issue #48 item 7: the taint's value was the job id, `<plan>-<cluster>`: with a cluster
+    /// name of more than 50 characters it was no label value, the apiserver refused the taint
+    /// (`spec.taints[0].value: Invalid value: … must be no more than 63 characters`) and no
+    /// node of the next wave was ever tainted.
+    #[test]
+    fn the_taint_value_stays_a_label_value_for_long_cluster_names() {
+        let plan = PlanId::from_digest([7; 32]);
+        let long = "production-eu-west-1-payments-platform-kubernetes-cluster-blue";
+        let id = JobId::for_plan(&plan, long);
+        assert!(id.as_str().len() > 63, "{id}");
+        let value = taint_value(id.as_str());
+        assert!(valid_label_value(&value), "{value}");
+        assert_eq!(value.len(), 63, "{value}");
+        assert!(value.starts_with(&plan.short()), "{value}");
+        assert_eq!(
+            value,
+            taint_value(id.as_str()),
+            "the same at every decision"
+        );
+        let other = JobId::for_plan(&plan, &format!("{long}-green"));
+        assert_ne!(taint_value(other.as_str()), value, "distinct per job");
+        // a short id is its own value, as before
+        let short = JobId::for_plan(&plan, "prod");
+        assert_eq!(taint_value(short.as_str()), short.as_str());
+        // an id ending in a separator is no label value either
+        let dotted = JobId::parse("abc-prod.").unwrap();
+        assert!(valid_label_value(&taint_value(dotted.as_str())));
     }
 
     #[test]

@@ -206,9 +206,13 @@ pub(super) fn stage_ahead(
             ));
             continue;
         }
+        let image = ts.rollout.image_for(&n.target).to_string();
+        // the pre-upgrade service comparison: a staged node may reboot into the target
+        // outside medea before its turn's checks record it (`verify_external`)
+        node_mut(j, si, i).services_unhealthy_before = t.unhealthy_services.clone();
         batch.push(StageNode {
             node: target,
-            image: ts.rollout.image_for(&n.target).to_string(),
+            image,
             boot_id_before: t.boot_id.clone(),
         });
     }

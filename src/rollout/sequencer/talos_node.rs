@@ -609,8 +609,24 @@ fn no_volume_attached(
         now,
         nd,
     )?;
+    // the attachments of the volumes of the pods the drain evicted (tuppr
+    // `WaitForVolumeDetach`); all of the node's when those are not known
+    let drained = ts.nodes[i].drain_volumes.as_ref();
+    let attached: Vec<_> = attached
+        .iter()
+        .filter(|a| drained.is_none_or(|d| d.covers(a.persistent_volume.as_deref())))
+        .collect();
     if attached.is_empty() {
-        notes.push(format!("{name}: no volume attached any more"));
+        notes.push(match drained {
+            Some(DrainVolumes::Known { volumes }) if volumes.is_empty() => format!(
+                "{name}: no volume attached any more (the drain evicted no pod with a PersistentVolume)"
+            ),
+            Some(DrainVolumes::Known { volumes }) => format!(
+                "{name}: no volume attached any more of the drained pods ({})",
+                volumes.join(", ")
+            ),
+            _ => format!("{name}: no volume attached any more"),
+        });
         return Ok(());
     }
     let list = attached

@@ -266,3 +266,31 @@ fn a_patch_task_without_a_component_halts_the_job_as_inconsistent() {
         t.job.state
     );
 }
+
+/// Issue #48 item 7: the volumes of a node's drains add up from its cordon on (a drain that a
+/// PodDisruptionBudget held evicted some pods already); one drain without them (its outcome
+/// lost, or a port that does not report them) makes every attachment count.
+#[test]
+fn drain_volumes_add_up_and_a_lost_drain_makes_every_attachment_count() {
+    let mut v = DrainVolumes::Known {
+        volumes: Vec::new(),
+    };
+    assert!(!v.covers(Some("pv-a")));
+    v.add(Some(&["pv-b".to_string(), "pv-a".to_string()]));
+    v.add(Some(&["pv-a".to_string(), "pv-c".to_string()]));
+    assert_eq!(
+        v,
+        DrainVolumes::Known {
+            volumes: vec!["pv-a".into(), "pv-b".into(), "pv-c".into()]
+        }
+    );
+    assert!(v.covers(Some("pv-c")) && !v.covers(Some("pv-d")) && !v.covers(None));
+    v.add(None);
+    assert_eq!(v, DrainVolumes::Unknown);
+    assert!(v.covers(Some("pv-d")) && v.covers(None));
+    v.add(Some(&["pv-e".to_string()]));
+    assert_eq!(v, DrainVolumes::Unknown, "unknown stays unknown");
+    // a journal written before drains reported volumes still reads
+    let old: DrainOutcome = serde_json::from_str(r#"{"result":"drained"}"#).unwrap();
+    assert_eq!(old, DrainOutcome::Drained { volumes: None });
+}

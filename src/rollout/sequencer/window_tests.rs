@@ -321,6 +321,72 @@ fn a_command_without_an_outcome_that_cannot_be_resolved_yet_holds_the_watch() {
     assert_eq!(node(&tr.job, "w2").phase, NodePhase::Done);
 }
 
+/// Issue #48 item 7: a node's services that were already unhealthy before its upgrade (an
+/// extension service failing all along) do not hold it "not back" afterwards; the comparison
+/// was recorded only at the node's checks, so a staged node rebooted outside medea before its
+/// turn was compared with nothing, its old failing service held it and the job halted at the
+/// health timeout. The comparison is recorded when the node is staged.
+#[test]
+fn a_staged_node_rebooted_externally_keeps_its_pre_upgrade_service_comparison() {
+    let mut world = World::new(false);
+    for n in ["w1", "w2"] {
+        world.talos.get_mut(n).unwrap().unhealthy_services = vec!["ext-iscsid".into()];
+    }
+    let mut j = job(true, None);
+    for i in 0..2 {
+        node_mut(&mut j, 0, i).staging = None;
+    }
+    // outside the window: both installed ahead, then verified staged
+    let now = t(OUTSIDE);
+    let (tr, _) = decide(&j, &world, now);
+    let stage = command(&tr.next).clone();
+    let Action::Stage { nodes } = &stage.action else {
+        panic!("{stage:?}")
+    };
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let results = vec![
+        ("w1".to_string(), StageResult::Installed),
+        ("w2".to_string(), StageResult::Installed),
+    ];
+    let j = answer(&tr.job, &stage, CommandOutcome::Staged { results }, now);
+    for n in ["w1", "w2"] {
+        world.talos.get_mut(n).unwrap().next_boot = NextBoot::Version(v(TO));
+    }
+    let (tr, _) = decide(&j, &world, later(now, 60));
+    assert!(
+        matches!(node(&tr.job, "w2").staging, Some(Staging::Staged { .. })),
+        "{:?}",
+        node(&tr.job, "w2").staging
+    );
+    // w2 rebooted by someone else into the target; its extension service still fails
+    world.rebooted_into_target("w2");
+    let (tr, _) = decide(&tr.job, &world, t(INSIDE));
+    let w2 = node(&tr.job, "w2");
+    assert!(
+        matches!(&w2.staging, Some(Staging::RebootedExternally { .. })),
+        "{:?}",
+        w2.staging
+    );
+    assert_eq!(
+        w2.phase,
+        NodePhase::Done,
+        "the service failed before the upgrade too: {:?}",
+        tr.next
+    );
+    // a service that was healthy before still holds it
+    world.talos.get_mut("w2").unwrap().unhealthy_services =
+        vec!["ext-iscsid".into(), "kubelet".into()];
+    let (held, _) = decide(&j_with_staged_reboot(&tr.job), &world, t(INSIDE));
+    assert_ne!(node(&held.job, "w2").phase, NodePhase::Done);
+}
+
+/// `j` with node `w2` back to its state right after it was seen rebooted outside medea.
+fn j_with_staged_reboot(j: &Job) -> Job {
+    let mut j = j.clone();
+    node_mut(&mut j, 0, 1).enter(NodePhase::Pending, t(INSIDE));
+    j
+}
+
 fn hook(name: &str) -> Hook {
     Hook {
         name: name.into(),

@@ -745,8 +745,8 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
             .collect::<Vec<_>>()
             .join("; "),
         CommandOutcome::Drain { result } => match result {
-            crate::rollout::ports::DrainOutcome::Drained => "drained".into(),
-            crate::rollout::ports::DrainOutcome::Blocked { pdb, pod } => {
+            crate::rollout::ports::DrainOutcome::Drained { .. } => "drained".into(),
+            crate::rollout::ports::DrainOutcome::Blocked { pdb, pod, .. } => {
                 format!("blocked: pod {pod} (PodDisruptionBudget {pdb})")
             }
         },

@@ -209,12 +209,49 @@ async fn a_pod_under_two_pdbs_halts_the_drain_at_once_with_the_apiservers_messag
 
 /// Issue #35 item 3 on the simulator: a VolumeAttachment naming w-1 (as the attach/detach
 /// controller leaves one for a CSI volume) holds the upgrade after the drain, through the real
-/// `storage.k8s.io/v1` list, until a client deletes it; then the node upgrades once.
+/// `storage.k8s.io/v1` list, until a client deletes it; then the node upgrades once. Since
+/// issue #48 only the attachments of the volumes of the pods the drain evicted count (tuppr
+/// `WaitForVolumeDetach`): the attachment is of the PersistentVolume `pvc-data-0` of the
+/// drained pod `default/data` (a volume the simulated attach/detach controller does not
+/// manage, so only the client's delete removes the attachment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_attachment_on_the_simulator_holds_the_upgrade_until_it_is_deleted() {
     use k8s_openapi::api::storage::v1::VolumeAttachment;
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+    let mut objects = medea::sim::kube::scenario::csi_workload(
+        "default",
+        "data",
+        "w-1",
+        "rbd.csi.ceph.com",
+        "0001-data",
+    );
+    for o in &mut objects {
+        match o["kind"].as_str() {
+            Some("PersistentVolume") => {
+                o["metadata"]["name"] = serde_json::json!("pvc-data-0");
+                let spec = o["spec"].as_object_mut().unwrap();
+                spec.remove("csi");
+                spec.insert(
+                    "nfs".into(),
+                    serde_json::json!({"server": "nfs.example", "path": "/data"}),
+                );
+            }
+            Some("PersistentVolumeClaim") => {
+                o["spec"]["volumeName"] = serde_json::json!("pvc-data-0");
+            }
+            _ => {}
+        }
+    }
+    let sim = Sim::start(
+        dir.path(),
+        1,
+        1,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+    )
+    .await;
     sim.kube
         .create(serde_json::json!({
             "apiVersion": "storage.k8s.io/v1",

@@ -221,6 +221,54 @@ async fn a_detach_that_never_completes_halts_naming_the_attachment_with_nothing_
     );
 }
 
+/// Issue #48 item 7: the detach wait covers the volumes of the pods the drain evicted, as
+/// tuppr's `EvictableVolumePVs` → `WaitForVolumeDetach` does, not every attachment naming the
+/// node: an attachment of a volume no drained pod used (a DaemonSet's, which stays) held every
+/// such node until `drain.volumeDetachTimeout` and halted the rollout. Now w-1 waits for the
+/// drained database's volume only and is upgraded while the other attachment stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attachment_no_drained_pod_used_does_not_hold_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_with_volume(dir.path(), Duration::from_millis(300)).await;
+    sim.kube
+        .create(serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "VolumeAttachment",
+            "metadata": {"name": "csi-agent-cache"},
+            "spec": {
+                "attacher": DRIVER,
+                "nodeName": "w-1",
+                "source": {"persistentVolumeName": "pv-agent-cache"}
+            }
+        }))
+        .unwrap();
+    let mut step = sim.step("workers", &[&["w-1"]], 1, (60, 60));
+    if let Step::Talos(t) = &mut step {
+        t.drain.volume_detach_timeout_secs = Some(30);
+    }
+    let run = run_for(&sim, dir.path(), vec![step]).await;
+    let seen = watch(run.exec.subscribe(), sim.kube.clone());
+    assert_eq!(run.go().await, RunOutcome::Succeeded);
+    let s = seen.lock().unwrap();
+    assert_eq!(
+        s.at_detached_note,
+        Some(false),
+        "the drained pod's volume was detached first: {s:?}"
+    );
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(
+        sim.kube
+            .get(
+                "storage.k8s.io/v1",
+                "VolumeAttachment",
+                "",
+                "csi-agent-cache"
+            )
+            .is_some(),
+        "the other attachment stays"
+    );
+}
+
 /// Fails while w-1 runs [`TO`] (the workload breaks there): its wave is rolled back.
 struct BreaksOnW1(medea::sim::talos::SimTalos);
 

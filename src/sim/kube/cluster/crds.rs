@@ -2,8 +2,9 @@
 //! of the API can tell them apart:
 //!
 //! - the naming controller (`pkg/controller/status/naming_controller.go`) accepts a new
-//!   CRD's names at once: `status.acceptedNames` and condition `NamesAccepted=True`
-//!   (`InitialNamesAccepted`);
+//!   CRD's names at once: `status.acceptedNames`, condition `NamesAccepted=True`
+//!   (`NoConflicts`) and, until the CRD is established, `Established=False` with reason
+//!   `Installing` ("the initial names have been accepted", `calculateNamesAndConditions`);
 //! - the establishing controller (`pkg/controller/establish/establishing_controller.go`) sets
 //!   `Established=True` (`InitialNamesAccepted`, "the initial names have been accepted") after
 //!   the CRD was queued by `pkg/apiserver/customresource_handler.go`
@@ -90,6 +91,19 @@ impl KubeSide {
                     "message": "no conflicts found",
                     "lastTransitionTime": time,
                 }));
+                // `calculateNamesAndConditions`: names accepted and not Established yet is
+                // `Established=False`, reason `Installing`, until the establishing controller
+                // ran (kstatus reads any other `False` as failed)
+                if !condition_true(&crd, "Established") {
+                    conditions.retain(|c| c["type"] != "Established");
+                    conditions.push(json!({
+                        "type": "Established",
+                        "status": "False",
+                        "reason": "Installing",
+                        "message": "the initial names have been accepted",
+                        "lastTransitionTime": time,
+                    }));
+                }
                 status["conditions"] = json!(conditions);
                 self.crd_due
                     .insert(name.clone(), now + self.timing.crd_establish);

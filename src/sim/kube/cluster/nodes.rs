@@ -51,6 +51,40 @@ fn valid_label_value(v: &str) -> bool {
             && v.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.')))
 }
 
+/// The errors of a Node update's taint values, as kubernetes `pkg/apis/core/validation`
+/// `validateNodeTaints` reports them (`field.Invalid(spec.taints[i].value, …)` with
+/// apimachinery `IsValidLabelValue`'s messages): the apiserver refuses the whole update.
+fn taint_value_errors(taints: &[Taint]) -> Vec<crate::sim::kube::status::FieldError> {
+    let mut errors = Vec::new();
+    for (i, t) in taints.iter().enumerate() {
+        let v = t.value.as_deref().unwrap_or("");
+        if valid_label_value(v) {
+            continue;
+        }
+        let mut details = Vec::new();
+        if v.len() > 63 {
+            details.push("must be no more than 63 characters".to_string());
+        }
+        let alnum = |c: char| c.is_ascii_alphanumeric();
+        if !(v.starts_with(alnum)
+            && v.ends_with(alnum)
+            && v.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.')))
+        {
+            details.push(
+                "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_string(),
+            );
+        }
+        for detail in details {
+            errors.push(crate::sim::kube::status::FieldError {
+                field: format!("spec.taints[{i}].value"),
+                value: v.to_string(),
+                detail,
+            });
+        }
+    }
+    errors
+}
+
 fn derive_node(f: &NodeFacts, o: &NodeOverlay) -> Node {
     let mut labels = derived_labels(f);
     labels.extend(o.labels.clone());
@@ -376,6 +410,10 @@ impl KubeSide {
             ))
         })?;
         let spec = node.spec.unwrap_or_default();
+        let invalid = taint_value_errors(spec.taints.as_deref().unwrap_or_default());
+        if !invalid.is_empty() {
+            return Err(ApiError::invalid_fields(&NODES, name, &invalid));
+        }
         let unschedulable = spec.unschedulable.unwrap_or(false);
         if unschedulable && !overlay.unschedulable {
             overlay.cordoned_since = Some(wall);

@@ -453,8 +453,9 @@ fn a_new_daemonset_template_replaces_its_pods() {
     assert_eq!(status["observedGeneration"], 2);
 }
 
-/// apiextensions: a CRD's names are accepted at once, it is Established only after the
-/// establishing delay, and only then do its kinds route and show in discovery.
+/// apiextensions: a CRD's names are accepted at once (and it is `Established=False`,
+/// `Installing`), it is Established only after the establishing delay, and only then do its
+/// kinds route and show in discovery.
 #[test]
 fn a_crd_serves_its_kind_only_once_established() {
     let (mut c, _) = cluster(Vec::new(), Duration::ZERO);
@@ -494,7 +495,16 @@ fn a_crd_serves_its_kind_only_once_established() {
             })
             .collect()
     };
-    assert_eq!(conditions(&c), [("NamesAccepted".into(), "True".into())]);
+    // kubernetes apiextensions `naming_controller.go` `calculateNamesAndConditions`: until
+    // the establishing controller ran, `Established=False` with reason `Installing`
+    assert_eq!(
+        conditions(&c),
+        [
+            ("NamesAccepted".into(), "True".into()),
+            ("Established".into(), "False".into())
+        ]
+    );
+    assert_eq!(status(&c)["conditions"][1]["reason"], "Installing");
     assert_eq!(status(&c)["acceptedNames"]["plural"], "gadgets");
     assert!(c.custom_types().is_empty());
     assert!(!resources::group_version_exists(
@@ -571,4 +581,43 @@ fn a_new_config_file_version_replaces_the_mirror_pod() {
     assert!(!pod_ready(&after), "starting");
     c.reconcile(t0 + Duration::from_secs(14), wall);
     assert!(pod_ready(&apiserver(&c)));
+}
+
+/// kubernetes `pkg/apis/core/validation` `validateNodeTaints`: a taint's value must be a label
+/// value (apimachinery `IsValidLabelValue`); a Node update with a longer one is refused with
+/// a 422 naming `spec.taints[i].value`, and the node keeps its taints. The simulator took any
+/// value, so a pacing taint too long for a real apiserver went unnoticed.
+#[test]
+fn a_taint_whose_value_is_no_label_value_is_refused() {
+    let (mut c, _) = cluster(Vec::new(), Duration::ZERO);
+    let wall = jiff::Timestamp::now();
+    c.reconcile(Instant::now(), wall);
+    let mut node = c.store.get(&NODES, "", "w-1").unwrap().clone();
+    let long = "a".repeat(64);
+    node["spec"]["taints"] =
+        json!([{"key": "medea.dev/upgrade-pending", "value": long, "effect": "PreferNoSchedule"}]);
+    let err = c.patch_node("w-1", &node, wall).unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message.contains("spec.taints[0].value")
+            && err.message.contains("must be no more than 63 characters"),
+        "{}",
+        err.message
+    );
+    node["spec"]["taints"][0]["value"] = json!("job-");
+    let err = c.patch_node("w-1", &node, wall).unwrap_err();
+    assert!(
+        err.message.contains("start and end with an alphanumeric"),
+        "{}",
+        err.message
+    );
+    let stored = c.store.get(&NODES, "", "w-1").unwrap();
+    assert!(
+        stored["spec"]["taints"]
+            .as_array()
+            .is_none_or(|ts| ts.iter().all(|t| t["key"] != "medea.dev/upgrade-pending")),
+        "{stored}"
+    );
+    node["spec"]["taints"][0]["value"] = json!("0123456789ab-prod");
+    c.patch_node("w-1", &node, wall).unwrap();
 }
