@@ -244,7 +244,7 @@ impl HookPolicy {
         for point in HookPoint::ALL {
             for hook in hooks.at(point) {
                 let origin = origins.get(&(point, hook.name.clone())).unwrap_or(fallback);
-                for r in self.refusals(&hook) {
+                for r in self.refusals(hook) {
                     out.push(
                         Diagnostic::error(
                             codes::HOOK_POLICY,
