@@ -15,6 +15,8 @@ use super::model::*;
 use crate::desired::model::format_duration;
 use crate::version::TalosVersion;
 
+mod hooks;
+
 /// The namespace approval signatures use (`ssh-keygen -Y sign -n`).
 pub const APPROVAL_NAMESPACE: &str = "medea-approve";
 
@@ -247,21 +249,9 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
         );
     }
     if let Some(h) = &t.hooks {
-        render_hooks(out, h, indent);
+        hooks::render_hooks(out, h, indent);
     }
     render_waves(out, t, indent);
-}
-
-/// One `hook <point>: <name> (...)` line per hook and, under a Job hook, what it runs and may
-/// reach (issue #49: every container and init container with its command, privileges, host
-/// namespaces and paths, service account, placement and Secrets).
-fn render_hooks(out: &mut String, h: &crate::desired::hooks::Hooks, indent: &str) {
-    for l in h.lines() {
-        let _ = writeln!(out, "{indent}hook {}", l.head);
-        for d in &l.detail {
-            let _ = writeln!(out, "{indent}    {d}");
-        }
-    }
 }
 
 /// `rollout.stage: ahead` (issue #36): which nodes install ahead and which in the window, and
@@ -518,7 +508,7 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         render_health(out, h, "    ", false);
     }
     if let Some(h) = &c.hooks {
-        render_hooks(out, h, "  ");
+        hooks::render_hooks(out, h, "  ");
     }
 
     // First version each node runs, per pool, for the pool summary line.
@@ -825,63 +815,7 @@ struct JsonPlan<'a> {
     /// What each Job hook the plan lists runs and may reach, read from its pod spec (issue
     /// #49; derived from `clusters`, not part of the id).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    job_hooks: Vec<JobHookJson<'a>>,
-}
-
-/// One Job hook of a plan in its JSON (`jobHooks[]`).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JobHookJson<'a> {
-    cluster: &'a str,
-    /// The pool, for a pool's hook; absent for the cluster's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pool: Option<&'a str>,
-    point: crate::desired::hooks::HookPoint,
-    name: &'a str,
-    job: crate::desired::hook_view::JobView,
-}
-
-/// Every Job hook the plan lists, once each (a pool in several hops lists its hooks once).
-fn job_hooks(plan: &Plan) -> Vec<JobHookJson<'_>> {
-    use crate::desired::hooks::{HookAction, HookPoint, Hooks};
-    let mut out = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for c in &plan.clusters {
-        let mut sets: Vec<(Option<&str>, &Hooks)> = Vec::new();
-        if let Some(h) = &c.hooks {
-            sets.push((None, h));
-        }
-        for s in &c.steps {
-            if let Step::Talos(t) = s
-                && let Some(h) = &t.hooks
-            {
-                sets.push((Some(t.pool.as_str()), h));
-            }
-        }
-        for (pool, hooks) in sets {
-            if !seen.insert((c.cluster.as_str(), pool)) {
-                continue;
-            }
-            for point in HookPoint::ALL {
-                for h in hooks.at(point) {
-                    if let HookAction::Job {
-                        namespace,
-                        pod_spec,
-                    } = &h.action
-                    {
-                        out.push(JobHookJson {
-                            cluster: c.cluster.as_str(),
-                            pool,
-                            point,
-                            name: h.name.as_str(),
-                            job: crate::desired::hook_view::JobView::of(namespace, pod_spec),
-                        });
-                    }
-                }
-            }
-        }
-    }
-    out
+    job_hooks: Vec<hooks::JobHookJson<'a>>,
 }
 
 /// One approval candidate as a plan view shows it: a signature that counts, or one that does
@@ -952,7 +886,7 @@ fn json_in(plan: &Plan, state: Option<PlanState>, approvals: Option<&ApprovalsVi
         state,
         approvals,
         estimates: &plan.estimates,
-        job_hooks: job_hooks(plan),
+        job_hooks: hooks::job_hooks(plan),
     };
     let mut s = serde_json::to_string_pretty(&doc).expect("plans serialize");
     s.push('\n');
