@@ -221,6 +221,8 @@ async fn with_sim(
             None
         },
         ui_limits: Default::default(),
+        // the demo's examples have no hooks: the safe default
+        hook_policy: Default::default(),
     };
     let config_ui = config.ui_listen;
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();

@@ -38,6 +38,7 @@ pub mod desired;
 pub mod doctor;
 pub mod ha;
 pub mod ha_debug;
+pub mod hook_policy;
 pub mod output;
 pub mod plan;
 pub mod report;

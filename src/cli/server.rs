@@ -86,6 +86,9 @@ pub struct ServeArgs {
     /// and VolumeAttachment, for `medea plan --rehearse`), gathered by the refresh.
     #[arg(long, default_value = "10m", value_parser = crate::duration::parse_std)]
     pub census_interval: Duration,
+    /// What Job hooks may ask for (issue #49): safe by default.
+    #[command(flatten)]
+    pub hook_policy: super::hook_policy::HookPolicyArgs,
 }
 
 pub fn default_state_dir() -> PathBuf {
@@ -171,6 +174,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         ui_listen: args.ui_listen,
         ui_limits: Default::default(),
         replica: opened.leadership.replica().to_string(),
+        hook_policy: args.hook_policy.policy(),
     };
     super::init_logging(args.log_format);
     let rt = tokio::runtime::Runtime::new()

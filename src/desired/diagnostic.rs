@@ -144,6 +144,10 @@ pub mod codes {
     pub const BACKUP: &str = "medea::desired::backup";
     /// A bad `hooks:` entry (name, timeout, kind, URL, credential, Job template).
     pub const HOOKS: &str = "medea::desired::hooks";
+    /// A Job hook asks for what the server's hook policy refuses (a privileged container, a
+    /// host namespace or path, a namespace the server does not list, an image without a
+    /// digest; issue #49). Added by the server, which owns the policy, not by the files.
+    pub const HOOK_POLICY: &str = "medea::desired::hook-policy";
     /// A setting that does nothing where it is written (a warning: `stageParallelism`
     /// without `stage: ahead`).
     pub const NO_EFFECT: &str = "medea::desired::no-effect";

@@ -114,29 +114,16 @@ pub enum HookAction {
 }
 
 impl Hook {
-    /// `noout (job kube-system, 5m)` / `notify (http https://x/hook, credential ops, 1m)`, as
-    /// plans show a hook.
+    /// `noout (job in namespace kube-system; timeout 5m)` / `notify (http POST
+    /// https://x/hook, credential ops; timeout 1m)`: the head of a hook as plans show it; a
+    /// Job hook's [`Hook::detail`] follows it.
     pub fn summary(&self) -> String {
         let what = match &self.action {
             HookAction::Http { url, credential } => match credential {
                 Some(c) => format!("http POST {url}, credential {c}"),
                 None => format!("http POST {url}, no credential"),
             },
-            HookAction::Job {
-                namespace,
-                pod_spec,
-            } => {
-                let images: Vec<&str> = pod_spec
-                    .get("containers")
-                    .and_then(|c| c.as_array())
-                    .map(|cs| {
-                        cs.iter()
-                            .filter_map(|c| c.get("image").and_then(|i| i.as_str()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                format!("job in namespace {namespace}, image {}", images.join(", "))
-            }
+            HookAction::Job { namespace, .. } => format!("job in namespace {namespace}"),
         };
         format!(
             "{} ({what}; timeout {}{})",
@@ -145,7 +132,42 @@ impl Hook {
             if self.idempotent { "; idempotent" } else { "" }
         )
     }
+
+    /// What a Job hook runs and may reach, one line per container and one for the pod
+    /// ([`super::hook_view::JobView::lines`]); nothing for an HTTP hook.
+    pub fn detail(&self) -> Vec<String> {
+        match &self.action {
+            HookAction::Http { .. } => Vec::new(),
+            HookAction::Job {
+                namespace,
+                pod_spec,
+            } => super::hook_view::JobView::of(namespace, pod_spec).lines(),
+        }
+    }
+
+    /// [`Hook::summary`] and [`Hook::detail`] on one line (the settings diff's value).
+    pub fn one_line(&self) -> String {
+        let detail = self.detail();
+        if detail.is_empty() {
+            self.summary()
+        } else {
+            format!("{}: {}", self.summary(), detail.join(" | "))
+        }
+    }
 }
+
+/// One hook as a plan lists it: `beforeNode: noout (job ...)`, then its detail lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookLines {
+    /// `beforeNode: noout (job in namespace rook-ceph; timeout 5m)`.
+    pub head: String,
+    /// [`Hook::detail`].
+    pub detail: Vec<String>,
+}
+
+/// Where each hook's `job.podSpec` (or, for an HTTP hook, its name) was written, by point and
+/// name: the server's hook policy locates its refusals there ([`super::hook_policy`]).
+pub type HookOrigins = std::collections::BTreeMap<(HookPoint, String), super::model::Origin>;
 
 /// The hooks of a pool (node and wave points) or of a cluster (job points), by point. Absent
 /// from plans without hooks, so their ids are unchanged.
@@ -207,14 +229,16 @@ impl Hooks {
         (!self.is_empty()).then_some(self)
     }
 
-    /// One line per point with hooks: `beforeNode: noout (job ...), notify (http ...)`.
-    pub fn lines(&self) -> Vec<String> {
+    /// Every hook, point by point in the order they run: a head line each
+    /// (`beforeNode: noout (job ...)`) and, for a Job hook, what it runs and may reach.
+    pub fn lines(&self) -> Vec<HookLines> {
         HookPoint::ALL
             .iter()
-            .filter(|p| !self.at(**p).is_empty())
-            .map(|p| {
-                let hooks: Vec<String> = self.at(*p).iter().map(Hook::summary).collect();
-                format!("{p}: {}", hooks.join("; "))
+            .flat_map(|p| {
+                self.at(*p).iter().map(move |h| HookLines {
+                    head: format!("{p}: {}", h.summary()),
+                    detail: h.detail(),
+                })
             })
             .collect()
     }
@@ -245,13 +269,14 @@ pub fn cluster_hooks(
     diags: &mut Vec<Diagnostic>,
     doc: &DocText<'_>,
     spec: Option<&ClusterHooksSpec>,
-) -> Hooks {
+) -> (Hooks, HookOrigins) {
     let mut out = Hooks::default();
+    let mut at = HookOrigins::new();
     if let Some(s) = spec {
-        out.before_job = point(diags, doc, HookPoint::BeforeJob, &s.before_job);
-        out.after_job = point(diags, doc, HookPoint::AfterJob, &s.after_job);
+        out.before_job = point(diags, doc, &mut at, HookPoint::BeforeJob, &s.before_job);
+        out.after_job = point(diags, doc, &mut at, HookPoint::AfterJob, &s.after_job);
     }
-    out
+    (out, at)
 }
 
 /// A NodePool's `hooks:` (`beforeWave`, `beforeNode`, `afterNode`, `afterWave`).
@@ -259,20 +284,22 @@ pub fn pool_hooks(
     diags: &mut Vec<Diagnostic>,
     doc: &DocText<'_>,
     spec: Option<&PoolHooksSpec>,
-) -> Hooks {
+) -> (Hooks, HookOrigins) {
     let mut out = Hooks::default();
+    let mut at = HookOrigins::new();
     if let Some(s) = spec {
-        out.before_wave = point(diags, doc, HookPoint::BeforeWave, &s.before_wave);
-        out.before_node = point(diags, doc, HookPoint::BeforeNode, &s.before_node);
-        out.after_node = point(diags, doc, HookPoint::AfterNode, &s.after_node);
-        out.after_wave = point(diags, doc, HookPoint::AfterWave, &s.after_wave);
+        out.before_wave = point(diags, doc, &mut at, HookPoint::BeforeWave, &s.before_wave);
+        out.before_node = point(diags, doc, &mut at, HookPoint::BeforeNode, &s.before_node);
+        out.after_node = point(diags, doc, &mut at, HookPoint::AfterNode, &s.after_node);
+        out.after_wave = point(diags, doc, &mut at, HookPoint::AfterWave, &s.after_wave);
     }
-    out
+    (out, at)
 }
 
 fn point(
     diags: &mut Vec<Diagnostic>,
     doc: &DocText<'_>,
+    origins: &mut HookOrigins,
     point: HookPoint,
     specs: &[HookSpec],
 ) -> Vec<Hook> {
@@ -348,6 +375,11 @@ fn point(
             (None, Some(job)) => job_action(diags, doc, &at, job),
         };
         if let (Some(timeout), Some(action), true) = (timeout, action, diags.len() == before) {
+            let loc = match &h.job {
+                Some(job) => &job.value.pod_spec.referenced,
+                None => &h.name.referenced,
+            };
+            origins.insert((point, name.to_string()), doc.origin(loc));
             out.push(Hook {
                 name: name.to_string(),
                 timeout,
@@ -553,9 +585,23 @@ mod tests {
         assert_eq!(
             h.lines(),
             vec![
-                "beforeNode: notify (http POST https://hooks.example/medea, credential ops; timeout 1m; idempotent)".to_string(),
-                "afterNode: unset-noout (job in namespace rook-ceph, image rook/ceph:v1.15; timeout 5m)".to_string(),
+                HookLines {
+                    head: "beforeNode: notify (http POST https://hooks.example/medea, credential ops; timeout 1m; idempotent)".to_string(),
+                    detail: vec![],
+                },
+                HookLines {
+                    head: "afterNode: unset-noout (job in namespace rook-ceph; timeout 5m)"
+                        .to_string(),
+                    detail: vec![
+                        "container ceph: rook/ceph:v1.15".to_string(),
+                        "pod: service account default".to_string(),
+                    ],
+                },
             ]
+        );
+        assert_eq!(
+            h.after_node[0].one_line(),
+            "unset-noout (job in namespace rook-ceph; timeout 5m): container ceph: rook/ceph:v1.15 | pod: service account default"
         );
     }
 }

@@ -3,7 +3,8 @@
 //! **Owns:** the `medea/v1alpha1` file format ([`format`], also the source of `schemas/`), the
 //! validated model ([`model`]), diagnostics with file:line:column ([`diagnostic`]), maintenance
 //! windows ([`window`]) and exclusions ([`exclusion`]), scheduled backups ([`backup`]), blocking
-//! hooks ([`hooks`]), and
+//! hooks ([`hooks`]; what a Job hook runs, [`hook_view`]; the server's policy over them,
+//! [`hook_policy`]), and
 //! reading a revision ([`source`]).
 //! **May depend on:** the `desired` row of design/architecture.md's code map (the one list,
 //! checked by `tests/it/architecture.rs`).
@@ -19,6 +20,8 @@ pub mod edit;
 pub mod exclusion;
 pub mod format;
 pub mod health;
+pub mod hook_policy;
+pub mod hook_view;
 pub mod hooks;
 pub mod incremental;
 pub mod model;

@@ -369,6 +369,8 @@ pub struct Cluster {
     pub backup: Option<super::backup::BackupSettings>,
     /// `spec.hooks`: blocking hooks before and after each job (issue #35); empty: none.
     pub hooks: super::hooks::Hooks,
+    /// Where each hook was written (the server's hook policy locates its refusals there).
+    pub hook_origins: super::hooks::HookOrigins,
     /// Pools by name. Each pool is its own allocation (`Arc`): a B-tree node has room for
     /// eleven entries, so a map of whole pools held ~9 KiB per cluster, most of it empty.
     pub pools: BTreeMap<String, std::sync::Arc<NodePool>>,
@@ -406,6 +408,8 @@ pub struct NodePool {
     pub after: Vec<Sourced<String>>,
     /// `spec.hooks`: blocking hooks around each node and wave (issue #35); empty: none.
     pub hooks: super::hooks::Hooks,
+    /// Where each hook was written (the server's hook policy locates its refusals there).
+    pub hook_origins: super::hooks::HookOrigins,
     /// The YAML document as written (for plan diffs against the last applied version).
     pub document: String,
 }

@@ -814,7 +814,7 @@ fn pool_into(
         spec.health.as_ref(),
         spec.on_failure.as_ref(),
     );
-    let hooks = super::hooks::pool_hooks(&mut ctx.diags, doc, spec.hooks.as_ref());
+    let (hooks, hook_origins) = super::hooks::pool_hooks(&mut ctx.diags, doc, spec.hooks.as_ref());
     let after: Vec<Sourced<String>> = spec
         .after
         .iter()
@@ -852,6 +852,7 @@ fn pool_into(
         health,
         after,
         hooks,
+        hook_origins,
         document: doc.text.to_string(),
     };
     cluster
@@ -948,7 +949,8 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
     let preflight = preflight_settings(ctx, doc, spec.preflight.as_ref());
     let promotion = promotion(ctx, doc, spec.promotion.as_ref());
     let backup = super::backup::backup_settings(&mut ctx.diags, doc, spec.backup.as_ref());
-    let hooks = super::hooks::cluster_hooks(&mut ctx.diags, doc, spec.hooks.as_ref());
+    let (hooks, hook_origins) =
+        super::hooks::cluster_hooks(&mut ctx.diags, doc, spec.hooks.as_ref());
     let (Some(kubernetes_version), true) = (version, name_ok) else {
         return None;
     };
@@ -965,6 +967,7 @@ fn cluster_from(ctx: &mut Ctx, c: &format::ClusterDoc, doc: &DocText<'_>) -> Opt
         promotion,
         backup,
         hooks,
+        hook_origins,
         pools: BTreeMap::new(),
         document: doc.text.to_string(),
     })

@@ -150,6 +150,28 @@ pub fn stall_bound(plan: &ClusterPlan, timing: &twin::TwinTiming, factor: u32) -
     (longest * factor.max(1)).max(Duration::from_secs(1))
 }
 
+/// Everything allowed, in every namespace the Job hooks of `plan` name: the twin's policy.
+fn twin_hook_policy(plan: &ClusterPlan) -> crate::desired::hook_policy::HookPolicy {
+    use crate::desired::hooks::{HookAction, HookPoint};
+    let mut sets: Vec<&crate::desired::hooks::Hooks> = plan.hooks.iter().collect();
+    for s in &plan.steps {
+        if let crate::plan::Step::Talos(t) = s
+            && let Some(h) = &t.hooks
+        {
+            sets.push(h);
+        }
+    }
+    let namespaces = sets.into_iter().flat_map(|h| {
+        HookPoint::ALL.into_iter().flat_map(|p| {
+            h.at(p).iter().filter_map(|h| match &h.action {
+                HookAction::Job { namespace, .. } => Some(namespace.clone()),
+                HookAction::Http { .. } => None,
+            })
+        })
+    });
+    crate::desired::hook_policy::HookPolicy::permissive(namespaces)
+}
+
 /// The longest timeout of any of `hooks`.
 fn longest_hook(hooks: &crate::desired::hooks::Hooks) -> Duration {
     crate::desired::hooks::HookPoint::ALL
@@ -339,6 +361,9 @@ async fn run_on_twin(
         .await
         .map_err(|e| format!("cannot reach the twin: {}", crate::error_chain(&e)))?;
     let mut cfg = ExecutorConfig::new(true, dir.join("snapshots"));
+    // The twin is a simulator: its Job hooks run nowhere real, so the server's hook policy
+    // (checked when the revision was loaded, and again by the real executor) is not applied
+    cfg.hook_policy = twin_hook_policy(plan);
     cfg.poll = tick;
     cfg.backoff_min = tick;
     cfg.backoff_max = tick * 8;

@@ -701,9 +701,11 @@ impl PoolSettings {
 }
 
 /// The plan's fields of `hooks` at `points` (`hooks.beforeNode`), each hook as
-/// [`crate::desired::hooks::Hook::summary`] says it followed by the first 12 hex digits of
-/// the sha256 of all it does: a change of a Job's command or environment, which the summary
-/// does not show, is a settings change too (the resource's diff shows the text).
+/// [`crate::desired::hooks::Hook::one_line`] says it (its summary and, for a Job hook, every
+/// container with its command, privileges, host access, service account, placement and
+/// Secrets: issue #49) followed by the first 12 hex digits of the sha256 of all it does: a
+/// change of a Job's environment, which the line does not show, is a settings change too
+/// (the resource's diff shows the text).
 fn hook_fields(hooks: &Hooks, points: &[HookPoint]) -> Vec<(&'static str, String)> {
     points
         .iter()
@@ -713,7 +715,7 @@ fn hook_fields(hooks: &Hooks, points: &[HookPoint]) -> Vec<(&'static str, String
                 list(hooks.at(*p).iter().map(|h| {
                     let json = serde_json::to_vec(h).unwrap_or_default();
                     let digest = hex::encode(Sha256::digest(&json));
-                    format!("{} #{}", h.summary(), &digest[..12])
+                    format!("{} #{}", h.one_line(), &digest[..12])
                 })),
             )
         })

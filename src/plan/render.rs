@@ -15,6 +15,8 @@ use super::model::*;
 use crate::desired::model::format_duration;
 use crate::version::TalosVersion;
 
+mod hooks;
+
 /// The namespace approval signatures use (`ssh-keygen -Y sign -n`).
 pub const APPROVAL_NAMESPACE: &str = "medea-approve";
 
@@ -268,9 +270,7 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
         );
     }
     if let Some(h) = &t.hooks {
-        for line in h.lines() {
-            let _ = writeln!(out, "{indent}hook {line}");
-        }
+        hooks::render_hooks(out, h, indent);
     }
     render_waves(out, t, indent);
 }
@@ -540,9 +540,7 @@ fn render_cluster(out: &mut String, c: &ClusterPlan, o: Options) {
         render_health(out, h, "    ", false);
     }
     if let Some(h) = &c.hooks {
-        for line in h.lines() {
-            let _ = writeln!(out, "  hook {line}");
-        }
+        hooks::render_hooks(out, h, "  ");
     }
 
     // First version each node runs, per pool, for the pool summary line.
@@ -846,6 +844,10 @@ struct JsonPlan<'a> {
     /// Predicted durations (advice, not part of the id).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     estimates: &'a [super::estimate::Estimate],
+    /// What each Job hook the plan lists runs and may reach, read from its pod spec (issue
+    /// #49; derived from `clusters`, not part of the id).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    job_hooks: Vec<hooks::JobHookJson<'a>>,
 }
 
 /// One approval candidate as a plan view shows it: a signature that counts, or one that does
@@ -916,6 +918,7 @@ fn json_in(plan: &Plan, state: Option<PlanState>, approvals: Option<&ApprovalsVi
         state,
         approvals,
         estimates: &plan.estimates,
+        job_hooks: hooks::job_hooks(plan),
     };
     let mut s = serde_json::to_string_pretty(&doc).expect("plans serialize");
     s.push('\n');

@@ -65,6 +65,9 @@ pub struct ServerConfig {
     pub ui_listen: Option<SocketAddr>,
     /// The dashboard's connection caps and timeouts.
     pub ui_limits: ui::Limits,
+    /// What Job hooks may ask for (`--hook-*` flags; issue #49): checked when a revision is
+    /// loaded and again before each Job is created.
+    pub hook_policy: crate::desired::hook_policy::HookPolicy,
 }
 
 /// State shared by the API and the background loops.
@@ -116,6 +119,9 @@ pub struct Shared {
     last_refresh: RwLock<Option<jiff::Timestamp>>,
     /// The plans this replica is rehearsing now (`RehearsePlan`, the dashboard's Rehearse).
     pub rehearsing: Arc<rehearsals::Running>,
+    /// The server's Job-hook policy ([`ServerConfig::hook_policy`]); [`reload`] adds its
+    /// refusals to a revision's diagnostics, so a revision it refuses is never planned.
+    pub hook_policy: crate::desired::hook_policy::HookPolicy,
 }
 
 impl Shared {
@@ -149,6 +155,7 @@ impl Shared {
             machine_rows: Default::default(),
             last_refresh: RwLock::new(None),
             rehearsing: Default::default(),
+            hook_policy: Default::default(),
         }
     }
     /// Something changed: wake the reconcile and executor loops.
@@ -253,7 +260,8 @@ pub fn reload(shared: &Shared) {
         .expect("loader lock")
         .load(&shared.source);
     match loaded {
-        Ok(loaded) => {
+        Ok(mut loaded) => {
+            policy_check(&shared.hook_policy, &mut loaded);
             let errors = loaded.errors().count();
             crate::metrics::global()
                 .reload_seconds
@@ -273,6 +281,14 @@ pub fn reload(shared: &Shared) {
             tracing::warn!(error = %crate::error_chain(&e), "cannot read the desired state; nothing changes")
         }
     }
+}
+
+/// Add what the server's Job-hook policy refuses in `loaded` to its diagnostics (errors, each
+/// at the hook's `podSpec`): a revision the policy refuses is never planned, as any invalid
+/// revision (issue #49).
+pub fn policy_check(policy: &crate::desired::hook_policy::HookPolicy, loaded: &mut Loaded) {
+    let refused = policy.check(&loaded.desired);
+    loaded.diagnostics.extend(refused);
 }
 
 /// The git directory to watch in git mode.
@@ -537,6 +553,8 @@ pub async fn run_with_leadership(
     shared.notifier = crate::webhook::Notifier::start(config.webhooks.clone());
     shared.creds_dir = config.creds_dir.clone();
     shared.state_dir = config.state_dir.clone();
+    shared.hook_policy = config.hook_policy.clone();
+    tracing::info!(policy = %config.hook_policy.summary(), "Job hook policy");
     let shared = Arc::new(shared);
     reload(&shared);
     // The first pass runs before the API answers, so the plan is there for the first caller.
@@ -561,6 +579,7 @@ pub async fn run_with_leadership(
             cfg.backoff_min = p;
         }
         cfg.crash = crate::rollout::executor::CrashPoints::from_env();
+        cfg.hook_policy = config.hook_policy.clone();
         let factory = Arc::new(rollouts::CredsPorts {
             creds_dir: config.creds_dir.clone(),
         });

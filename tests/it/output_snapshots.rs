@@ -224,6 +224,135 @@ fn plan_notes_text_and_json() {
     }
 }
 
+/// Issue #49 item 6: a plan listing Job hooks shows, under each, everything its pod runs and
+/// may reach (init containers and containers with command and args, privileges, capabilities,
+/// Secret env and mounts; the pod's service account, host namespaces, hostPath, Secret and
+/// token volumes, node placement), in the text and in the JSON's `jobHooks[]`. Offline
+/// `medea plan` applies no server policy, so the dangerous fields reach the plan here.
+#[test]
+fn plan_with_job_hooks_text_and_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::create_dir_all(d.join("desired/home")).unwrap();
+    for f in ["cluster.yaml", "pools.yaml"] {
+        std::fs::copy(
+            root().join("examples/home").join(f),
+            d.join("desired/home").join(f),
+        )
+        .unwrap();
+    }
+    let pools = d.join("desired/home/pools.yaml");
+    let mut text = std::fs::read_to_string(&pools).unwrap();
+    text.push_str(concat!(
+        "  hooks:\n",
+        "    beforeNode:\n",
+        "      - name: probe\n",
+        "        timeout: 5m\n",
+        "        job:\n",
+        "          namespace: kube-system\n",
+        "          podSpec:\n",
+        "            serviceAccountName: admin\n",
+        "            hostPID: true\n",
+        "            hostNetwork: true\n",
+        "            hostIPC: true\n",
+        "            nodeName: cp-1\n",
+        "            nodeSelector: { kubernetes.io/os: linux }\n",
+        "            affinity: { nodeAffinity: {} }\n",
+        "            tolerations: [{ operator: Exists }]\n",
+        "            securityContext: { runAsUser: 0 }\n",
+        "            initContainers:\n",
+        "              - name: setup\n",
+        "                image: evil.example/setup:latest\n",
+        "                command: [sh, -c]\n",
+        "                args: [\"nsenter -t 1 -m -- true\"]\n",
+        "                securityContext: { privileged: true, allowPrivilegeEscalation: true, capabilities: { add: [SYS_ADMIN] } }\n",
+        "            containers:\n",
+        "              - name: main\n",
+        "                image: busybox:1.36\n",
+        "                env: [{ name: PASSWORD, valueFrom: { secretKeyRef: { name: db, key: password } } }]\n",
+        "                envFrom: [{ secretRef: { name: talos-secrets } }]\n",
+        "                volumeMounts: [{ name: root, mountPath: /host }, { name: token, mountPath: /var/run/token }]\n",
+        "            volumes:\n",
+        "              - { name: root, hostPath: { path: / } }\n",
+        "              - { name: keys, secret: { secretName: etcd-keys } }\n",
+        "              - { name: token, projected: { sources: [{ serviceAccountToken: { audience: vault, expirationSeconds: 600 } }] } }\n",
+    ));
+    std::fs::write(&pools, text).unwrap();
+    // the control plane on its target; the workers one hop away, so their hooks run
+    let m = |node: &str, host: u8, role: &str, talos: &str| {
+        format!(
+            "      - {{ node: {node}, id: home-{node}, address: 10.0.1.{host}, role: {role}, talosVersion: {talos}, kubeletVersion: v1.35.8, installerImage: \"ghcr.io/siderolabs/installer:{talos}\" }}\n"
+        )
+    };
+    let inventory = format!(
+        "clusters:\n  - name: home\n    kubernetesVersion: v1.35.8\n    generation: 4\n    machines:\n{}{}{}{}{}{}",
+        m("cp-1", 11, "controlplane", "v1.14.6"),
+        m("cp-2", 12, "controlplane", "v1.14.6"),
+        m("cp-3", 13, "controlplane", "v1.14.6"),
+        m("w-1", 21, "worker", "v1.13.10"),
+        m("w-2", 22, "worker", "v1.13.10"),
+        m("w-3", 23, "worker", "v1.13.10"),
+    );
+    std::fs::write(d.join("inventory.yaml"), inventory).unwrap();
+    let n = Normalise::new().path(d, "<dir>");
+    for (format, file) in [
+        ("text", "tests/it/snapshots/plan-hooks.txt"),
+        ("json", "tests/it/snapshots/plan-hooks.json"),
+    ] {
+        let out = run({
+            let mut c = medea();
+            c.args([
+                "plan",
+                "-o",
+                format,
+                "--observed",
+                "inventory.yaml",
+                "desired",
+            ])
+            .current_dir(d);
+            c
+        });
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let parts: &[&str] = if format == "text" {
+            &[
+                "init setup: evil.example/setup:latest",
+                "privileged",
+                "hostPID",
+                "hostPath",
+                "service account admin",
+                "nodeName",
+                "talos-secrets",
+            ]
+        } else {
+            &[
+                "\"jobHooks\"",
+                "\"privileged\": true",
+                "\"hostPID\": true",
+                "\"serviceAccount\": \"admin\"",
+                "\"nodeName\": \"cp-1\"",
+                "\"envFromSecrets\"",
+            ]
+        };
+        for part in parts {
+            assert!(stdout.contains(part), "{part} in {stdout}");
+        }
+        expectorate::assert_contents(
+            file,
+            &transcript(
+                &format!("medea plan -o {format} --observed inventory.yaml desired"),
+                &out,
+                &n,
+            ),
+        );
+    }
+}
+
 /// `medea get …` against a server over the examples and a fixed inventory of `home`.
 #[test]
 fn get_clusters_nodepools_machines_and_server_text_and_json() {

@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use medea::desired::hook_policy::HookPolicy;
 use medea::desired::hooks::{Hook, HookAction, Hooks};
 use medea::health::Probes;
 use medea::health::http::Credentials;
@@ -205,6 +206,11 @@ fn config(dir: &Path) -> ExecutorConfig {
     cfg.backoff_min = Duration::from_millis(20);
     cfg.backoff_max = Duration::from_millis(160);
     cfg.max_sleep = Duration::from_secs(1);
+    // the server's Job-hook policy (issue #49): this file's Job hooks run in `default`
+    cfg.hook_policy = HookPolicy {
+        namespaces: ["default".to_string()].into(),
+        ..HookPolicy::default()
+    };
     cfg
 }
 
@@ -613,6 +619,9 @@ fn killed_before_every_journal_write_a_hook_never_runs_twice_unless_idempotent()
     assert!(points >= 10, "{points}");
 }
 
+/// A digest-pinned image (the server's hook policy refuses tags; the simulator pulls nothing).
+const PINNED_CEPH: &str = "docker.io/rook/ceph:v1.17.5@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
 fn job_hook(name: &str) -> Hook {
     Hook {
         name: name.into(),
@@ -623,7 +632,7 @@ fn job_hook(name: &str) -> Hook {
             pod_spec: serde_json::json!({
                 "containers": [{
                     "name": "ceph",
-                    "image": "docker.io/rook/ceph:v1.17.5",
+                    "image": PINNED_CEPH,
                     "command": ["ceph", "osd", "set", "noout"],
                     "env": [{"name": "CEPH_ARGS", "value": "--id admin"}],
                 }]
@@ -840,4 +849,83 @@ async fn a_job_hook_run_again_finds_the_same_job() {
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 1, "one pod: the Job ran once");
+}
+
+/// The server's Job-hook policy is checked again right before the Job is created (issue #49
+/// item 6, defence in depth): a plan carrying a privileged Job hook (made offline, or before
+/// the server's policy changed) halts `hook_failed` naming the refusal and the flag that
+/// would allow it, and the cluster holds no Job; under a policy that allows privileged
+/// containers the same hook runs. Before, the Job was created with medea's credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_hook_the_server_policy_refuses_halts_before_any_job_is_created() {
+    use k8s_openapi::api::batch::v1::Job as KubeJob;
+    use kube::api::{Api, ListParams};
+    let privileged = || {
+        let mut h = job_hook("ceph-noout");
+        if let HookAction::Job { pod_spec, .. } = &mut h.action {
+            pod_spec["containers"][0]["securityContext"] = serde_json::json!({"privileged": true});
+        }
+        h
+    };
+    for allow in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Sim::start(dir.path(), 1, 1, KubeSimConfig::default()).await;
+        let mut step = sim.step("workers", &[&["w-1"]], 1, (30, 60));
+        if let Step::Talos(s) = &mut step {
+            s.hooks = Some(Box::new(Hooks {
+                before_node: vec![privileged()],
+                ..Hooks::default()
+            }));
+        }
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let obs = sim.observed();
+        let job = install(store.as_ref(), &plan(&obs, vec![step], 46), &obs, &[]).unwrap();
+        let (talos, kube) = adapters(&sim).await;
+        let mut cfg = config(dir.path());
+        cfg.hook_policy.allow_privileged = allow;
+        let exec = Executor::new(store.clone(), talos, kube, SystemClock, cfg)
+            .with_probe(Probes::new(HealthSources::default()));
+        let out = tokio::time::timeout(Duration::from_secs(120), exec.run(&job))
+            .await
+            .expect("the job ends within its timeouts")
+            .unwrap();
+        let kubeconfig = sim.creds.join(crate::rollout::CLUSTER).join("kubeconfig");
+        let client =
+            kube::Client::try_from(medea::k8s::kubeconfig::load(&kubeconfig).await.unwrap())
+                .unwrap();
+        let jobs: Api<KubeJob> = Api::namespaced(client, "default");
+        let listed = jobs
+            .list(&ListParams::default().labels("medea.dev/hook=ceph-noout"))
+            .await
+            .unwrap();
+        if allow {
+            assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+            assert_eq!(listed.items.len(), 1, "the allowed hook ran as a Job");
+            assert_eq!(sim.upgrades("w-1"), 1);
+            continue;
+        }
+        let RunOutcome::Halted { reason, node, .. } = &out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(reason.code(), HaltCode::HookFailed, "{reason}");
+        assert_eq!(node.as_deref(), Some("w-1"));
+        let results = hook_results(&journal(store.as_ref()));
+        assert_eq!(results.len(), 1, "{results:?}");
+        let detail = &results[0].1.detail;
+        for part in [
+            "refused by this server's Job hook policy",
+            "container `ceph` is privileged",
+            "containers[0].securityContext.privileged",
+            "--hook-allow-privileged",
+        ] {
+            assert!(detail.contains(part), "{part} in {detail}");
+        }
+        assert!(
+            listed.items.is_empty(),
+            "no Job was created: {:?}",
+            listed.items
+        );
+        assert!(!sim.cordoned("w-1"), "nothing was cordoned");
+        assert_eq!(sim.upgrades("w-1"), 0);
+    }
 }

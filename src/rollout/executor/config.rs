@@ -146,6 +146,10 @@ pub struct ExecutorConfig {
     pub max_sleep: Duration,
     /// The crash harness's abort points (none outside tests).
     pub crash: CrashPoints,
+    /// What a Job hook's pod may ask for (the server's `--hook-*` flags, issue #49), checked
+    /// again right before the Job is created: a plan made elsewhere, or before the policy
+    /// changed, never runs what the server refuses. The default refuses every Job hook.
+    pub hook_policy: crate::desired::hook_policy::HookPolicy,
 }
 
 impl ExecutorConfig {
@@ -159,6 +163,7 @@ impl ExecutorConfig {
             backoff_max: Duration::from_secs(60),
             max_sleep: Duration::from_secs(30),
             crash: CrashPoints::default(),
+            hook_policy: Default::default(),
         }
     }
 }

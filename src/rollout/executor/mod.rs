@@ -670,9 +670,16 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     attempt: cmd.key.attempt,
                     hook: hook.as_ref().clone(),
                 };
+                let refused = self.cfg.hook_policy.refusals(hook);
                 let report = match &hook.action {
                     crate::desired::hooks::HookAction::Http { .. } => {
                         self.probe.run_http_hook(&req).await
+                    }
+                    // defence in depth (issue #49): the server refuses such a revision when
+                    // it loads it; a plan made elsewhere or under another policy stops here,
+                    // before anything is created
+                    crate::desired::hooks::HookAction::Job { .. } if !refused.is_empty() => {
+                        crate::rollout::ports::HookReport::failed(policy_refusal(&refused))
                     }
                     crate::desired::hooks::HookAction::Job { .. } => {
                         self.kube.run_job_hook(&req).await
@@ -1013,4 +1020,17 @@ pub fn request_halt(
             },
         ))
         .map_err(store_err(job))
+}
+
+/// The failed hook's detail when the server's Job-hook policy refuses what it asks for: each
+/// refusal and the `medea serve` flag that would allow it.
+fn policy_refusal(refused: &[crate::desired::hook_policy::Refusal]) -> String {
+    let what: Vec<String> = refused
+        .iter()
+        .map(|r| format!("{r} (allowed by `medea serve {}`)", r.allow))
+        .collect();
+    format!(
+        "refused by this server's Job hook policy before the Job was created: {}",
+        what.join("; ")
+    )
 }

@@ -770,12 +770,13 @@ impl pb::medea_server::Medea for MedeaApi {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         let shared = self.shared.clone();
         let answer = tokio::task::spawn_blocking(move || {
-            let loaded = crate::desired::parse_snapshot(crate::desired::source::Snapshot {
+            let mut loaded = crate::desired::parse_snapshot(crate::desired::source::Snapshot {
                 files,
                 markers: Vec::new(),
                 commit: None,
                 refused: Vec::new(),
             });
+            crate::server::policy_check(&shared.hook_policy, &mut loaded);
             let mut r = pb::PreviewPlanResponse::default();
             if loaded.has_errors() {
                 r.diagnostics = loaded

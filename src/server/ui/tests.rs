@@ -1023,3 +1023,45 @@ async fn rehearse_needs_the_sessions_csrf_token_and_then_shows_the_report() {
         "the plan is unchanged"
     );
 }
+
+/// Issue #49 item 6: the dashboard's plan page lists, under a Job hook, what it runs and may
+/// reach (its init container with the privilege, the pod's host namespace and path, its
+/// service account), escaped as the rest of the plan.
+#[tokio::test]
+async fn the_plan_page_lists_what_a_job_hook_runs_and_may_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/home");
+    std::fs::create_dir_all(tmp.path().join("home")).unwrap();
+    for f in ["cluster.yaml", "pools.yaml"] {
+        std::fs::copy(examples.join(f), tmp.path().join("home").join(f)).unwrap();
+    }
+    let pools = tmp.path().join("home/pools.yaml");
+    let mut yaml = std::fs::read_to_string(&pools).unwrap();
+    yaml.push_str(concat!(
+        "  hooks:\n    beforeNode:\n      - name: probe\n        timeout: 5m\n        job:\n",
+        "          namespace: kube-system\n          podSpec:\n            serviceAccountName: admin\n",
+        "            hostPID: true\n            volumes: [{ name: root, hostPath: { path: / } }]\n",
+        "            initContainers:\n              - { name: setup, image: \"evil.example/x:1<b>\", securityContext: { privileged: true } }\n",
+        "            containers:\n              - { name: main, image: busybox }\n",
+    ));
+    std::fs::write(&pools, yaml).unwrap();
+    let shared = Shared::new(
+        Arc::new(crate::rollout::fake::MemStore::new()),
+        crate::desired::Source::Dir(tmp.path().to_path_buf()),
+        false,
+        "r1".into(),
+    );
+    let ui = Ui::new(Arc::new(shared), Secret::new(TOKEN.into()));
+    planned(&ui);
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get("/plan", Some(&cookie))).await).await;
+    for part in [
+        "hook beforeNode: probe (job in namespace kube-system; timeout 5m)",
+        "init setup: evil.example/x:1&lt;b&gt;; privileged",
+        "container main: busybox",
+        "pod: service account admin; hostPID; hostPath / (volume root)",
+    ] {
+        assert!(page.contains(part), "{part} in {page}");
+    }
+    assert!(!page.contains("1<b>"), "escaped: {page}");
+}

@@ -185,6 +185,7 @@ fn start_full(
         executor_poll: None,
         ui_listen: ui.as_ref().map(|(a, _)| *a),
         ui_limits: ui.map(|(_, l)| l).unwrap_or_default(),
+        hook_policy: Default::default(),
     };
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
