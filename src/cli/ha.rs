@@ -346,7 +346,10 @@ mod tests {
         let err = args.credentials_from(None).expect_err("two lines");
         let shown = format!("{err:?}");
         assert!(!shown.contains(MARKER), "{shown}");
-        assert!(err.to_string().contains("more line(s) after line 1"), "{err}");
+        assert!(
+            err.to_string().contains("more line(s) after line 1"),
+            "{err}"
+        );
         let mut bad = MARKER.as_bytes().to_vec();
         bad.extend_from_slice(b"\xff\n");
         std::fs::write(&file, bad).unwrap();

@@ -1140,14 +1140,18 @@ where
             }
         };
         enabled.push((name.clone(), settings.schedule.clone()));
-        let dest: std::sync::Arc<dyn Destination> =
-            match destination(dirs, &name, &settings.destination) {
-                Ok(d) => std::sync::Arc::from(d),
-                Err(e) => {
-                    report.failed.push((name.clone(), e));
-                    continue;
-                }
-            };
+        let dest: std::sync::Arc<dyn Destination> = match destination(
+            dirs,
+            &name,
+            &settings.destination,
+        ) {
+            Ok(d) => std::sync::Arc::from(d),
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: the destination cannot be used; no backup");
+                report.failed.push((name.clone(), e));
+                continue;
+            }
+        };
         if !recovered.contains(&name) {
             // A destination that cannot be read (an unreachable S3 server) fails this
             // cluster's pass, not every cluster's: recovery runs again on the next pass.

@@ -224,6 +224,7 @@ pub async fn backup_now(
             Ok(rec)
         }
         Err(backup::NowError::Backup(e)) => {
+            tracing::warn!(cluster, error = %crate::error_chain(&e), "backup now: failed");
             let status = match &e {
                 backup::BackupError::Store { err, .. } if err.is_leadership_lost() => {
                     tonic::Status::failed_precondition(crate::error_chain(&e))
