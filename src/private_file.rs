@@ -18,14 +18,15 @@ use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-/// What to do with a directory that already exists.
+/// What to do with a directory that already exists. An existing directory is never re-moded
+/// (issue #49 item 7): only directories medea creates are made 0700; one that was there is
+/// the user's (`--state-dir $HOME` must not make a home directory 0700), and the files medea
+/// puts in it are 0600 whatever the directory's mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExistingDir {
     /// Leave it as it is: a destination the user chose (`talos etcd-snapshot /backups/x.db`,
-    /// `--write-kubeconfig ~/.kube/sim`). Only directories medea creates are made 0700.
+    /// `--write-kubeconfig ~/.kube/sim`), medea's state and credentials directories.
     Keep,
-    /// Make it 0700: medea's own state and credentials directories.
-    Tighten,
     /// Refuse it when group or others may access it: a directory that will hold private keys the
     /// user pointed medea at (`--tls-dir`, the simulator's PKI).
     RefuseLoose,
@@ -84,7 +85,8 @@ pub fn parent_dir(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// Create `dir` (and missing parents) with mode 0700; an existing `dir` is treated by `existing`.
+/// Create `dir` (and missing parents) with mode 0700; an existing `dir` is never re-moded, and is
+/// kept or refused by `existing`.
 pub fn private_dir(dir: &Path, existing: ExistingDir) -> Result<(), PrivateFileError> {
     let create_err = |err| PrivateFileError::CreateDir {
         path: dir.to_path_buf(),
@@ -107,10 +109,6 @@ pub fn private_dir(dir: &Path, existing: ExistingDir) -> Result<(), PrivateFileE
     }
     match existing {
         ExistingDir::Keep => Ok(()),
-        ExistingDir::Tighten => {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(create_err)
-        }
         ExistingDir::RefuseLoose => Err(PrivateFileError::LooseDir {
             path: dir.to_path_buf(),
             mode,
@@ -164,6 +162,17 @@ pub fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     Ok(f)
+}
+
+/// A new temporary directory, mode 0700 whatever the umask (`tempfile`'s default is 0777 less
+/// the umask: 0755 under the usual 022, which lets every local user list it and read what lands
+/// in it with a looser mode). For decrypted backups (`medea backup verify --restore`) and the
+/// CLI's rehearsal; removed when dropped.
+pub fn private_tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
 }
 
 /// fsync a directory, so a rename or a new file in it survives a crash.
@@ -329,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn an_existing_loose_dir_is_kept_tightened_or_refused() {
+    fn an_existing_loose_dir_is_kept_or_refused_never_re_moded() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("loose");
         std::fs::create_dir(&dir).unwrap();
@@ -353,8 +362,11 @@ mod tests {
             "nothing written"
         );
 
-        write_private(&dir.join("k"), b"3", ExistingDir::Tighten).unwrap();
-        assert_eq!(mode(&dir), 0o700);
+        // An existing directory is never re-moded (issue #49 item 7): it used to be made 0700
+        // (`--state-dir $HOME` made a home directory 0700).
+        write_private(&dir.join("k"), b"3", ExistingDir::Keep).unwrap();
+        assert_eq!(mode(&dir), 0o755);
+        assert_eq!(mode(&dir.join("k")), 0o600);
         assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"3");
     }
 

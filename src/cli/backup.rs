@@ -13,6 +13,10 @@ use super::output::{self, Format};
 use crate::api::pb;
 use crate::ops::backup::{BackupRecord, Trigger};
 
+pub use super::backup_restore::{
+    RestoreTools, Restored, restore_and_count, restore_and_count_with,
+};
+
 /// Largest identity file read.
 const MAX_IDENTITY: u64 = 64 * 1024;
 
@@ -67,8 +71,9 @@ pub enum BackupAction {
         /// An age identity file (`age-keygen -o key.txt`), one of the recipients.
         #[arg(long, short = 'i')]
         identity: Option<PathBuf>,
-        /// Also restore the snapshot into a throwaway etcd on loopback (needs `etcd` and
-        /// `etcdctl` on PATH and --identity) and count its keys.
+        /// Also restore the snapshot into a throwaway etcd (needs `etcd` and `etcdctl` on PATH,
+        /// `etcdutl` used for the restore when present, and --identity) and count its keys. It
+        /// listens only on unix sockets inside a 0700 temporary directory.
         #[arg(long, requires = "identity")]
         restore: bool,
     },
@@ -297,11 +302,26 @@ pub fn run(args: BackupArgs) -> miette::Result<u8> {
                             restored.revision
                         ),
                     }
+                    outln!("{}", restore_note(&restored));
                 }
                 Ok(exit::OK)
             }
         }
     })
+}
+
+/// How it was restored: the tool, the snapshot's storage version against the local etcd's (etcd
+/// 3.6 and later refuse a data directory from a newer etcd), and that nothing listened on TCP.
+fn restore_note(r: &Restored) -> String {
+    let storage = match &r.storage_version {
+        Some(v) => format!("storage version {v}"),
+        None => "no storage version (written by an etcd before 3.6)".to_string(),
+    };
+    let local = r.local_etcd.as_deref().unwrap_or("unknown");
+    format!(
+        "restored with {} snapshot restore; the snapshot has {storage}, the local etcd is {local}; the throwaway etcd listened only on unix sockets in a 0700 directory",
+        r.restored_with
+    )
 }
 
 /// The record of backup `file`, searched in every cluster.
@@ -326,173 +346,6 @@ async fn find(
                 "no recorded backup `{file}`"
             )
         })
-}
-
-/// How long the throwaway etcd may take to answer.
-const RESTORE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Decrypt the backup `file` with `id` into a private temporary directory, restore it with
-/// `etcdctl snapshot restore` (which checks etcd's sha256 trailer itself), start a throwaway
-/// `etcd` on loopback ports on the restored data, and count the keys under `prefix` (`""`: every
-/// key) and read its revision, in one range request. Everything is removed afterwards; the
-/// plaintext never leaves the 0700 directory.
-pub fn restore_and_count(
-    file: &std::path::Path,
-    id: &age::x25519::Identity,
-    prefix: &str,
-) -> miette::Result<Restored> {
-    use std::io::Write as _;
-    let tmp = tempfile::Builder::new()
-        .prefix("medea-restore-")
-        .tempdir()
-        .into_diagnostic()
-        .wrap_err("cannot create a temporary directory")?;
-    let snap = tmp.path().join("snapshot.db");
-    {
-        let enc = std::fs::File::open(file)
-            .into_diagnostic()
-            .wrap_err_with(|| format!("cannot open `{}`", file.display()))?;
-        let decryptor = age::Decryptor::new(std::io::BufReader::new(enc))
-            .map_err(|e| miette::Report::from_err(e).wrap_err("not an age file"))?;
-        let mut plain = decryptor
-            .decrypt(std::iter::once(id as &dyn age::Identity))
-            .map_err(|e| miette::Report::from_err(e).wrap_err("cannot decrypt the backup"))?;
-        let mut out = crate::private_file::open_private(&snap)
-            .into_diagnostic()
-            .wrap_err("cannot write the decrypted snapshot")?;
-        std::io::copy(&mut plain, &mut out)
-            .into_diagnostic()
-            .wrap_err("cannot decrypt the backup")?;
-        out.flush().into_diagnostic()?;
-    }
-    let port = || -> miette::Result<u16> {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .into_diagnostic()
-            .wrap_err("no free loopback port")
-    };
-    let (client, peer) = (port()?, port()?);
-    let client_url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let data = tmp.path().join("data");
-    let run = |cmd: &mut std::process::Command, what: &str| -> miette::Result<String> {
-        let out = cmd
-            .env("ETCDCTL_API", "3")
-            .output()
-            .into_diagnostic()
-            .wrap_err_with(|| {
-                format!("cannot run {what} (is it installed? Debian: etcd-client)")
-            })?;
-        if !out.status.success() {
-            return Err(miette::miette!(
-                "{what} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
-    run(
-        std::process::Command::new("etcdctl")
-            .args(["snapshot", "restore"])
-            .arg(&snap)
-            .arg("--data-dir")
-            .arg(&data)
-            .args([
-                "--name",
-                "verify",
-                "--initial-cluster",
-                &format!("verify={peer_url}"),
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ]),
-        "etcdctl snapshot restore",
-    )?;
-    let mut etcd = std::process::Command::new("etcd")
-        .args(["--name", "verify", "--data-dir"])
-        .arg(&data)
-        .args([
-            "--listen-client-urls",
-            &client_url,
-            "--advertise-client-urls",
-            &client_url,
-            "--listen-peer-urls",
-            &peer_url,
-            "--initial-advertise-peer-urls",
-            &peer_url,
-            "--initial-cluster",
-            &format!("verify={peer_url}"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .into_diagnostic()
-        .wrap_err("cannot start etcd (is it installed? Debian: etcd-server)")?;
-    // Wait until it answers (a fresh etcd on a loaded machine takes a moment), then count once.
-    let deadline = std::time::Instant::now() + RESTORE_PATIENCE;
-    let health = loop {
-        match run(
-            std::process::Command::new("etcdctl").args([
-                "--endpoints",
-                &client_url,
-                "--command-timeout=2s",
-                "endpoint",
-                "health",
-            ]),
-            "etcdctl endpoint health",
-        ) {
-            Ok(_) => break Ok(()),
-            Err(e)
-                if std::time::Instant::now() > deadline
-                    || etcd.try_wait().ok().flatten().is_some() =>
-            {
-                break Err(e.wrap_err("the throwaway etcd did not come up on the restored data"));
-            }
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
-        }
-    };
-    // `count` of a range is the total even with `--limit 1` (etcd's RangeResponse), and
-    // `--count-only` is not in every etcdctl.
-    let counted = health.and_then(|()| {
-        let mut cmd = std::process::Command::new("etcdctl");
-        cmd.args(["--endpoints", &client_url, "--command-timeout=10s", "get"]);
-        if prefix.is_empty() {
-            cmd.args(["", "--from-key"]);
-        } else {
-            cmd.args([prefix, "--prefix"]);
-        }
-        cmd.args(["--keys-only", "--limit=1", "-w", "json"]);
-        count_of(&run(&mut cmd, "etcdctl get")?)
-    });
-    let _ = etcd.kill();
-    let _ = etcd.wait();
-    counted
-}
-
-/// What a throwaway etcd restored from a backup holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restored {
-    /// Keys under the prefix asked for.
-    pub keys: u64,
-    /// The restored etcd's revision (the header of its answer).
-    pub revision: i64,
-}
-
-/// The `count` (absent when zero) and the header's `revision` of `etcdctl get -w json`.
-fn count_of(json: &str) -> miette::Result<Restored> {
-    let v: serde_json::Value = serde_json::from_str(json)
-        .into_diagnostic()
-        .wrap_err("etcdctl answered something that is not JSON")?;
-    Ok(Restored {
-        keys: v
-            .get("count")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0),
-        revision: v
-            .pointer("/header/revision")
-            .and_then(serde_json::Value::as_i64)
-            .unwrap_or(0),
-    })
 }
 
 #[cfg(test)]

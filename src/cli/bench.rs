@@ -187,9 +187,7 @@ pub enum Scenario {
 }
 
 fn tempdir() -> miette::Result<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix("medea-bench-")
-        .tempdir()
+    crate::private_file::private_tempdir("medea-bench-")
         .into_diagnostic()
         .wrap_err("cannot create a temporary directory")
 }

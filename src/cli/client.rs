@@ -146,7 +146,7 @@ impl ClientArgs {
             return a.clone();
         }
         let env = |n: &str| std::env::var_os(n);
-        super::context::ClientConfigFile::load(&super::context::config_path(&env))
+        super::context::load_config(&env)
             .ok()
             .and_then(|f| f.chosen(self.context.as_deref()).ok().flatten().cloned())
             .map_or_else(|| DEFAULT_ADDR.to_string(), |c| c.addr)
@@ -162,7 +162,7 @@ impl ClientArgs {
     /// (`--context`, else the current one); with no context, a loopback address uses the token
     /// and CA that a local `medea serve` keeps in its state directory (`MEDEA_STATE_DIR`, else
     /// the default one), when they exist. The local files are never sent elsewhere: they are
-    /// only used for a loopback address.
+    /// only used for a loopback address, and never with `--insecure` (an unverified server).
     pub fn resolve(
         &self,
         env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
@@ -173,7 +173,7 @@ impl ClientArgs {
         let file = if complete && self.context.is_none() {
             super::context::ClientConfigFile::default()
         } else {
-            super::context::ClientConfigFile::load(&super::context::config_path(env))?
+            super::context::load_config(env)?
         };
         let context = file.chosen(self.context.as_deref())?;
         let addr = self
@@ -181,14 +181,20 @@ impl ClientArgs {
             .clone()
             .or_else(|| context.map(|c| c.addr.clone()))
             .unwrap_or_else(|| DEFAULT_ADDR.to_string());
+        // `--insecure` never sends the local server's token (issue #49 item 7): without a
+        // verified certificate, whatever answers on the loopback port (another local user's
+        // listener) would receive it. Nor is a state directory guessed from the working
+        // directory when HOME is unset.
         let local = (context.is_none()
+            && !self.insecure
             && crate::api::client::is_loopback(crate::api::client::host_of(&addr)))
         .then(|| {
             env("MEDEA_STATE_DIR")
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
-                .unwrap_or_else(super::server::default_state_dir)
-        });
+                .or_else(super::server::default_state_dir)
+        })
+        .flatten();
         let token = match flag_token {
             Some(t) => Some(t),
             None => match context.and_then(|c| c.token_file.as_ref()) {

@@ -41,21 +41,30 @@ pub struct Context {
     pub token_file: Option<PathBuf>,
 }
 
-/// Where the client configuration file is (see the module docs).
-pub fn config_path(env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+/// Where the client configuration file is (see the module docs): `MEDEA_CONFIG`, else
+/// `$XDG_CONFIG_HOME/medea/config.yaml`, else `$HOME/.config/medea/config.yaml`. `None` when
+/// none is set to an absolute path (issue #49 item 7: with `HOME` unset it used to be
+/// `./.config/medea/config.yaml`, a context, with its address and token file, read from
+/// whatever the working directory was).
+pub fn config_path(env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
     if let Some(p) = env("MEDEA_CONFIG").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
-    let base = env("XDG_CONFIG_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            env("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("."))
-                .join(".config")
-        });
-    base.join("medea/config.yaml")
+    let absolute = |name: &str| env(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let base =
+        absolute("XDG_CONFIG_HOME").or_else(|| absolute("HOME").map(|h| h.join(".config")))?;
+    Some(base.join("medea/config.yaml"))
+}
+
+/// The client configuration file, or an empty one when there is no place for it
+/// ([`config_path`] is `None`).
+pub fn load_config(
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> miette::Result<ClientConfigFile> {
+    match config_path(env) {
+        Some(p) => ClientConfigFile::load(&p),
+        None => Ok(ClientConfigFile::default()),
+    }
 }
 
 impl ClientConfigFile {
@@ -150,7 +159,12 @@ pub enum ConfigAction {
 }
 
 pub fn run(args: ConfigArgs) -> miette::Result<u8> {
-    let path = config_path(&|n| std::env::var_os(n));
+    let path = config_path(&|n| std::env::var_os(n)).ok_or_else(|| {
+        miette::miette!(
+            help = "set HOME, XDG_CONFIG_HOME or MEDEA_CONFIG to an absolute path",
+            "no place for the client configuration: HOME is not set (medea does not read or write it in the working directory)"
+        )
+    })?;
     let mut file = ClientConfigFile::load(&path)?;
     match args.action {
         ConfigAction::SetContext {
@@ -244,16 +258,20 @@ mod tests {
         };
         assert_eq!(
             config_path(&env(&[("MEDEA_CONFIG", "/x/c.yaml"), ("HOME", "/h")])),
-            PathBuf::from("/x/c.yaml")
+            Some(PathBuf::from("/x/c.yaml"))
         );
         assert_eq!(
             config_path(&env(&[("XDG_CONFIG_HOME", "/cfg"), ("HOME", "/h")])),
-            PathBuf::from("/cfg/medea/config.yaml")
+            Some(PathBuf::from("/cfg/medea/config.yaml"))
         );
         assert_eq!(
             config_path(&env(&[("HOME", "/h")])),
-            PathBuf::from("/h/.config/medea/config.yaml")
+            Some(PathBuf::from("/h/.config/medea/config.yaml"))
         );
+        // Never the working directory (issue #49 item 7).
+        assert_eq!(config_path(&env(&[])), None);
+        assert_eq!(config_path(&env(&[("HOME", "")])), None);
+        assert_eq!(config_path(&env(&[("HOME", "rel")])), None);
     }
 
     #[test]

@@ -61,9 +61,7 @@ pub fn run(args: DemoArgs) -> miette::Result<u8> {
     let rt = tokio::runtime::Runtime::new()
         .into_diagnostic()
         .wrap_err("cannot start the runtime")?;
-    let tmp = tempfile::Builder::new()
-        .prefix("medea-demo-")
-        .tempdir()
+    let tmp = crate::private_file::private_tempdir("medea-demo-")
         .into_diagnostic()
         .wrap_err("demo: cannot create a temporary directory")?;
     let code = rt.block_on(demo(&args, tmp.path()));

@@ -82,7 +82,18 @@ impl EtcdArgs {
                     .wrap_err_with(|| {
                         format!("cannot read the etcd password file `{}`", path.display())
                     })?;
-                text.trim_end_matches(['\n', '\r']).to_string()
+                let password = text.trim_end_matches(['\n', '\r']);
+                // A second line is a typo (or the wrong file): refused, naming the file and
+                // the line, never the content (issue #49 item 2).
+                if let Some(n) = password.lines().count().checked_sub(1).filter(|n| *n > 0) {
+                    return Err(miette::miette!(
+                        help = "the file holds the password alone, on one line",
+                        "the etcd password file `{}` has {} more line(s) after line 1; its content is not repeated here",
+                        path.display(),
+                        n
+                    ));
+                }
+                password.to_string()
             }
             (None, Some(p)) => p,
             (None, None) => {
@@ -328,6 +339,24 @@ mod tests {
             "s3cret",
             "the file wins, without its newline"
         );
+        // A typo: a second line, or bytes that are not UTF-8. Refused, naming the file and
+        // never what is in it.
+        const MARKER: &str = "MARKERSECRET0a1b2c3d4e5f";
+        std::fs::write(&file, format!("{MARKER}\nuser: {MARKER}\n")).unwrap();
+        let err = args.credentials_from(None).expect_err("two lines");
+        let shown = format!("{err:?}");
+        assert!(!shown.contains(MARKER), "{shown}");
+        assert!(
+            err.to_string().contains("more line(s) after line 1"),
+            "{err}"
+        );
+        let mut bad = MARKER.as_bytes().to_vec();
+        bad.extend_from_slice(b"\xff\n");
+        std::fs::write(&file, bad).unwrap();
+        let err = args.credentials_from(None).expect_err("not UTF-8");
+        let shown = format!("{err:?}");
+        assert!(!shown.contains(MARKER), "{shown}");
+        assert!(err.to_string().contains("etcd password file"), "{err}");
         std::fs::write(&file, "\n").unwrap();
         let err = args.credentials_from(None).expect_err("empty");
         assert!(err.to_string().contains("is empty"), "{err}");

@@ -28,6 +28,7 @@ pub mod stdout;
 pub mod approvals;
 pub mod approve;
 pub mod backup;
+pub mod backup_restore;
 pub mod bench;
 pub mod client;
 pub mod complete;

@@ -91,7 +91,10 @@ pub struct ServeArgs {
     pub hook_policy: super::hook_policy::HookPolicyArgs,
 }
 
-pub fn default_state_dir() -> PathBuf {
+/// The default state directory: systemd's `STATE_DIRECTORY`, else `$HOME/.local/state/medea`.
+/// `None` when neither is set to an absolute path (issue #49 item 7: with `HOME` unset it used
+/// to be `./.local/state/medea`, a directory under whatever the working directory was).
+pub fn default_state_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("STATE_DIRECTORY") {
         // systemd may pass several, colon-separated.
         let first = d
@@ -100,12 +103,65 @@ pub fn default_state_dir() -> PathBuf {
             .next()
             .unwrap_or_default()
             .to_string();
-        return PathBuf::from(first);
+        let first = PathBuf::from(first);
+        if first.is_absolute() {
+            return Some(first);
+        }
     }
-    let home = std::env::var_os("HOME")
+    std::env::var_os("HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".local/state/medea")
+        .filter(|h| h.is_absolute())
+        .map(|h| h.join(".local/state/medea"))
+}
+
+/// The directory `path` would be once created, resolved through its nearest existing ancestor
+/// (so `state/../x` and symbolic links compare as what they are).
+fn resolved(path: &std::path::Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(real) = cur.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Refuse a state (or credentials) directory inside the desired-state work tree, before
+/// anything is written (issue #49 item 7): medea writes its API token, TLS key, store and
+/// backups there, and a work tree is what gets committed and pushed (`git add -A`). For a git
+/// source the whole work tree counts (the repository's top level), not only the desired path.
+fn refuse_inside_desired(
+    source: &crate::desired::Source,
+    dir: &std::path::Path,
+    flag: &str,
+) -> miette::Result<()> {
+    let root = match source {
+        crate::desired::Source::Dir(p) => resolved(p),
+        crate::desired::Source::Git { path, .. } => {
+            let p = resolved(path);
+            p.ancestors()
+                .find(|a| a.join(".git").exists())
+                .map_or(p.clone(), std::path::Path::to_path_buf)
+        }
+    };
+    let d = resolved(dir);
+    if d.starts_with(&root) {
+        return Err(miette::miette!(
+            help = "keep medea's state outside the repository, e.g. /var/lib/medea (the default is $HOME/.local/state/medea)",
+            "{flag} `{}` is inside the desired-state work tree `{}`: medea keeps its API token, TLS key, store and backups there, which a commit would publish",
+            dir.display(),
+            root.display()
+        ));
+    }
+    Ok(())
 }
 
 /// The server's API token: `--token`/`MEDEA_TOKEN` as given; otherwise the token file
@@ -142,7 +198,20 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         super::client::token_source(args.token.clone(), args.token_file.clone(), &|name| {
             std::env::var_os(name)
         })?;
-    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(default_state_dir)
+        .ok_or_else(|| {
+            miette::miette!(
+                help = "pass --state-dir (e.g. /var/lib/medea), or set HOME",
+                "no state directory: HOME is not set (medea does not default to the working directory)"
+            )
+        })?;
+    refuse_inside_desired(&source, &state_dir, "--state-dir")?;
+    if let Some(creds) = &args.creds_dir {
+        refuse_inside_desired(&source, creds, "--creds-dir")?;
+    }
     crate::server::secrets::private_dir(&state_dir)
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot create state directory `{}`", state_dir.display()))?;

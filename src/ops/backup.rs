@@ -137,6 +137,31 @@ impl Record for ScheduleMark {
     const SCHEMA: u32 = 1;
 }
 
+/// When the last manual backup (`BackupNow`) of a cluster was begun: written with its intent,
+/// before the snapshot is asked for, so a failed one counts too (it loaded etcd as much), and
+/// read by [`take_now`] to refuse another within [`MANUAL_MIN_INTERVAL`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManualMark {
+    /// When it began.
+    #[serde(with = "crate::rollout::sequencer::ts")]
+    pub last_started: Timestamp,
+}
+
+impl Record for ManualMark {
+    const TABLE: Table = Table::Backups;
+    const KIND: &'static str = "backup-manual";
+    const SCHEMA: u32 = 1;
+}
+
+/// The shortest time between two manual backups of one cluster (`BackupNow`, issue #49 item 4).
+/// Each asks a control-plane member for its whole etcd database (read from its disk, sent over
+/// the network, encrypted, uploaded): a token holder calling it in a loop would load the
+/// cluster's etcd and the destination, and, before manual backups had their own count, erased
+/// every scheduled backup. An operator's "backup before I touch it" needs one; a failed one
+/// (the destination down) can be retried after a fix within minutes.
+pub const MANUAL_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
 /// A deletion begun (retention, or an orphan's removal) and not yet finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -166,6 +191,9 @@ fn intent_key(cluster: &str, file: &str) -> String {
 }
 fn schedule_key(cluster: &str) -> String {
     format!("schedule/{cluster}")
+}
+fn manual_key(cluster: &str) -> String {
+    format!("manual/{cluster}")
 }
 fn deletion_key(cluster: &str, file: &str) -> String {
     format!("deleting/{cluster}/{file}")
@@ -366,7 +394,7 @@ impl Destination for LocalDir {
     }
     fn create(&self, file: &str) -> std::io::Result<Box<dyn ObjectWriter>> {
         let dest = self.checked(file)?;
-        crate::private_file::private_dir(&self.root, crate::private_file::ExistingDir::Tighten)
+        crate::private_file::private_dir(&self.root, crate::private_file::ExistingDir::Keep)
             .map_err(crate::private_file::PrivateFileError::into_io)?;
         let part = self.part(file);
         let f = crate::private_file::open_private(&part)?;
@@ -618,6 +646,24 @@ pub async fn take<T: TalosPort>(
                 None => crate::store::Check::Absent(Table::Backups, mark_key.clone()),
             })
             .put_record(mark_key, &ScheduleMark { last_slot: slot });
+    } else {
+        // A manual backup: when it began, for the rate limit ([`take_now`]), compare-and-swap
+        // as the schedule's mark, so of two that read the same mark only one is begun.
+        let key = manual_key(cluster);
+        let manual = store
+            .get(Table::Backups, &key)
+            .map_err(store_err(cluster))?;
+        txn = txn
+            .check(match manual {
+                Some(bytes) => crate::store::Check::Equals(Table::Backups, key.clone(), bytes),
+                None => crate::store::Check::Absent(Table::Backups, key.clone()),
+            })
+            .put_record(
+                key,
+                &ManualMark {
+                    last_started: req.now,
+                },
+            );
     }
     store
         .commit(fenced(txn, fence))
@@ -935,10 +981,13 @@ pub fn list(store: &dyn Store, cluster: &str) -> Result<Vec<BackupRecord>, Backu
     Ok(v)
 }
 
-/// Apply `retention` to the recorded backups of `cluster`: a backup goes when it is not among
-/// the `keep` newest or is older than `maxAge` at `now`; the newest backup never goes (every
-/// recorded backup was checked before it was recorded, so the newest is the newest verified
-/// one). Each deletion is journaled: a [`DeletionIntent`] before the file is removed, the
+/// Apply `retention` to the recorded backups of `cluster`. Scheduled and manual backups are
+/// counted apart (issue #49 item 4): a backup goes when it is not among the `keep` newest *of
+/// its trigger*, or is older than `maxAge` at `now`; the newest scheduled backup and the newest
+/// manual one never go (every recorded backup was checked before it was recorded, so each is
+/// the newest verified one of its kind). So `medea backup now`, which any token holder may call,
+/// only ever pushes out older manual backups, never a scheduled one: at most `2 × keep` backups
+/// are kept. Each deletion is journaled: a [`DeletionIntent`] before the file is removed, the
 /// record and the intent deleted after ([`recover`] finishes one a crash interrupted).
 /// Returns the files removed, oldest first.
 ///
@@ -953,25 +1002,17 @@ pub fn prune(
     now: Timestamp,
 ) -> Result<Vec<String>, BackupError> {
     let all = list(store, cluster)?;
-    let keep = usize::try_from(retention.keep.max(1)).unwrap_or(usize::MAX);
-    let newest = all.len().saturating_sub(1);
+    let mut doomed = Vec::new();
+    for trigger in [Trigger::Scheduled, Trigger::Manual] {
+        let of_kind: Vec<&BackupRecord> = all.iter().filter(|r| r.trigger == trigger).collect();
+        doomed.extend(to_prune(&of_kind, retention, now, trigger));
+    }
+    doomed.sort_by(|(a, _), (b, _)| a.taken_at.cmp(&b.taken_at).then(a.file.cmp(&b.file)));
     let mut removed = Vec::new();
-    for (i, r) in all.iter().enumerate() {
-        if r.destination != dest.name() || i == newest {
+    for (r, reason) in doomed {
+        if r.destination != dest.name() {
             continue;
         }
-        let beyond_keep = all.len() - i > keep;
-        let too_old = retention.max_age.is_some_and(|max| {
-            std::time::Duration::try_from(now.duration_since(r.taken_at)).is_ok_and(|age| age > max)
-        });
-        if !(beyond_keep || too_old) {
-            continue;
-        }
-        let reason = if beyond_keep {
-            format!("not among the {keep} newest")
-        } else {
-            "older than retention.maxAge".to_string()
-        };
         let intent = DeletionIntent {
             cluster: cluster.to_string(),
             file: r.file.clone(),
@@ -1002,6 +1043,38 @@ pub fn prune(
         removed.push(r.file.clone());
     }
     Ok(removed)
+}
+
+/// The backups of one trigger (`records`, oldest first) that retention removes, with the
+/// reason: beyond the `keep` newest of that trigger or older than `maxAge`; never the newest.
+fn to_prune<'a>(
+    records: &[&'a BackupRecord],
+    retention: &crate::desired::backup::Retention,
+    now: Timestamp,
+    trigger: Trigger,
+) -> Vec<(&'a BackupRecord, String)> {
+    let keep = usize::try_from(retention.keep.max(1)).unwrap_or(usize::MAX);
+    let kind = match trigger {
+        Trigger::Scheduled => "scheduled",
+        Trigger::Manual => "manual",
+    };
+    let newest = records.len().saturating_sub(1);
+    let mut out = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        if i == newest {
+            continue;
+        }
+        let beyond_keep = records.len() - i > keep;
+        let too_old = retention.max_age.is_some_and(|max| {
+            std::time::Duration::try_from(now.duration_since(r.taken_at)).is_ok_and(|age| age > max)
+        });
+        if beyond_keep {
+            out.push((*r, format!("not among the {keep} newest {kind} backups")));
+        } else if too_old {
+            out.push((*r, "older than retention.maxAge".to_string()));
+        }
+    }
+    out
 }
 
 /// What one [`pass`] did, per cluster.
@@ -1067,14 +1140,18 @@ where
             }
         };
         enabled.push((name.clone(), settings.schedule.clone()));
-        let dest: std::sync::Arc<dyn Destination> =
-            match destination(dirs, &name, &settings.destination) {
-                Ok(d) => std::sync::Arc::from(d),
-                Err(e) => {
-                    report.failed.push((name.clone(), e));
-                    continue;
-                }
-            };
+        let dest: std::sync::Arc<dyn Destination> = match destination(
+            dirs,
+            &name,
+            &settings.destination,
+        ) {
+            Ok(d) => std::sync::Arc::from(d),
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %crate::error_chain(&e), "backup: the destination cannot be used; no backup");
+                report.failed.push((name.clone(), e));
+                continue;
+            }
+        };
         if !recovered.contains(&name) {
             // A destination that cannot be read (an unreachable S3 server) fails this
             // cluster's pass, not every cluster's: recovery runs again on the next pass.
@@ -1181,13 +1258,29 @@ pub enum NowError {
         #[source]
         err: crate::desired::backup::SummaryError,
     },
+    /// A manual backup of the cluster was begun less than [`MANUAL_MIN_INTERVAL`] ago.
+    #[error(
+        "a manual backup of cluster `{cluster}` was begun at {last}; manual backups are limited to one every {} minutes per cluster (each reads the whole etcd database from a control-plane member): try again after {next}",
+        MANUAL_MIN_INTERVAL.as_secs() / 60
+    )]
+    TooSoon {
+        /// The cluster.
+        cluster: String,
+        /// When the last one began.
+        last: Timestamp,
+        /// When the next one may begin.
+        next: Timestamp,
+    },
     /// Taking it failed.
     #[error(transparent)]
     Backup(#[from] BackupError),
 }
 
 /// Take a backup of `cluster` now (`medea backup now`): its applied settings, no schedule slot
-/// (the schedule is not moved), then retention.
+/// (the schedule is not moved), then retention (which counts manual backups apart from
+/// scheduled ones, [`prune`]). Refused ([`NowError::TooSoon`]) within [`MANUAL_MIN_INTERVAL`]
+/// of the last manual backup begun, failed ones included; the mark is in the store, so a
+/// restart or a failover does not reset it.
 pub async fn take_now<T: TalosPort>(
     store: &dyn Store,
     fence: Option<&Fence>,
@@ -1207,6 +1300,22 @@ pub async fn take_now<T: TalosPort>(
         cluster: cluster.to_string(),
         err,
     })?;
+    if let Some(mark) = store
+        .get_record::<ManualMark>(&manual_key(cluster))
+        .map_err(store_err(cluster))?
+    {
+        let next = mark
+            .last_started
+            .checked_add(MANUAL_MIN_INTERVAL)
+            .unwrap_or(mark.last_started);
+        if now < next {
+            return Err(NowError::TooSoon {
+                cluster: cluster.to_string(),
+                last: mark.last_started,
+                next,
+            });
+        }
+    }
     let dest: std::sync::Arc<dyn Destination> =
         std::sync::Arc::from(destination(dirs, cluster, &settings.destination)?);
     let control_plane = control_plane_of(store, cluster)?;

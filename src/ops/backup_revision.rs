@@ -48,6 +48,13 @@ pub const MAX_PAGE_SPAN: u64 = 64 * 1024 * 1024;
 const MAX_DEPTH: usize = 64;
 /// The bucket holding etcd's keys by revision (etcd `server/storage/schema/bucket.go`).
 const KEY_BUCKET: &[u8] = b"key";
+/// The bucket holding etcd's own metadata (`consistent_index`, `term`, `storageVersion`).
+const META_BUCKET: &[u8] = b"meta";
+/// The key of the `meta` bucket that holds the storage version (etcd
+/// `server/storage/schema/version.go`, `ReadStorageVersionFromSnapshot`; written since 3.6).
+const STORAGE_VERSION_KEY: &[u8] = b"storageVersion";
+/// The longest storage version value kept (`3.7.0`; anything longer is not a version).
+const MAX_STORAGE_VERSION: usize = 32;
 
 /// Why a snapshot's revision could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +93,8 @@ struct LeafSummary {
     last: Option<Result<i64, String>>,
     /// Bucket entries: name and root page, or the inline bucket's own summary.
     buckets: Vec<(Vec<u8>, BucketRoot)>,
+    /// The value of a `storageVersion` key on this leaf (only the `meta` bucket's is used).
+    storage_version: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,6 +228,29 @@ impl RevisionReader {
         self.buf.get(from..to).unwrap_or(&[])
     }
 
+    /// The snapshot's storage version: the `storageVersion` key of its `meta` bucket, as
+    /// `etcdutl snapshot status` reports it in `version` (etcd-io/etcd
+    /// `etcdutl/snapshot/v3_snapshot.go`, `Status`; `server/storage/schema/version.go`). etcd
+    /// writes it since 3.6 (`3.6.0`); `None` for an older etcd's snapshot (the key is absent)
+    /// or a database whose `meta` bucket cannot be walked. Call it once the whole snapshot was
+    /// fed, before [`RevisionReader::finish`].
+    pub fn storage_version(&self) -> Option<String> {
+        let meta = self.metas.iter().max_by_key(|m| m.txid).copied()?;
+        let walk = Walk {
+            pages: &self.pages,
+            high_water: meta.high_water,
+        };
+        let mut budget = self.pages.len() + 1;
+        let bucket = walk
+            .find_bucket(meta.root, META_BUCKET, 0, &mut budget)
+            .ok()??;
+        let value = match bucket {
+            BucketRoot::Inline(leaf) => leaf.storage_version,
+            BucketRoot::Page(pgid) => walk.find_value(pgid, 0, &mut budget),
+        }?;
+        String::from_utf8(value).ok()
+    }
+
     /// The snapshot's revision: the main revision of the last key of the `key` bucket (0 when it
     /// is empty, as `etcdutl snapshot status` reports).
     pub fn finish(self) -> Result<i64, RevisionError> {
@@ -314,6 +346,21 @@ impl Walk<'_> {
                 .find(|(n, _)| n == name)
                 .map(|(_, root)| root.clone())),
             Summary::Bad(_) => Ok(None),
+        }
+    }
+
+    /// The `storageVersion` value anywhere in the (small) tree under `pgid`.
+    fn find_value(&self, pgid: u64, depth: usize, budget: &mut usize) -> Option<Vec<u8>> {
+        if depth > MAX_DEPTH || *budget == 0 {
+            return None;
+        }
+        *budget -= 1;
+        match self.page(pgid).ok()? {
+            Summary::Branch(children) => children
+                .iter()
+                .find_map(|&c| self.find_value(c, depth + 1, budget)),
+            Summary::Leaf(leaf) => leaf.storage_version.clone(),
+            Summary::Bad(_) => None,
         }
     }
 
@@ -451,6 +498,7 @@ fn leaf(page: &[u8], depth: usize) -> Result<LeafSummary, String> {
     let n = count(page);
     let mut buckets = Vec::new();
     let mut last = None;
+    let mut storage_version = None;
     for i in 0..n {
         let at = element(page, i)?;
         let (flags, pos, ksize, vsize) = (
@@ -462,6 +510,12 @@ fn leaf(page: &[u8], depth: usize) -> Result<LeafSummary, String> {
         let key = bytes_at(page, at, pos, ksize)?;
         if i + 1 == n {
             last = Some(revision_of(key));
+        }
+        if flags & BUCKET_LEAF == 0
+            && key == STORAGE_VERSION_KEY
+            && (vsize as usize) <= MAX_STORAGE_VERSION
+        {
+            storage_version = Some(bytes_at(page, at, pos.saturating_add(ksize), vsize)?.to_vec());
         }
         if flags & BUCKET_LEAF != 0 {
             let value = bytes_at(page, at, pos.saturating_add(ksize), vsize)?;
@@ -486,7 +540,11 @@ fn leaf(page: &[u8], depth: usize) -> Result<LeafSummary, String> {
             buckets.push((key.to_vec(), bucket));
         }
     }
-    Ok(LeafSummary { last, buckets })
+    Ok(LeafSummary {
+        last,
+        buckets,
+        storage_version,
+    })
 }
 
 /// etcd's `bytesToRev(k).Main`: the first 8 bytes, big-endian (a revision key is 17 bytes, 18
@@ -500,6 +558,21 @@ fn revision_of(key: &[u8]) -> Result<i64, String> {
         }
         _ => Err(format!("`{}` is not a revision key", key.escape_ascii())),
     }
+}
+
+/// Read the storage version of a snapshot from `r`, streamed (`medea backup verify --restore`
+/// reads the decrypted file): see [`RevisionReader::storage_version`].
+pub fn storage_version_of(mut r: impl std::io::Read) -> std::io::Result<Option<String>> {
+    let mut reader = RevisionReader::default();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        reader.update(&buf[..n]);
+    }
+    Ok(reader.storage_version())
 }
 
 /// Read the revision of a whole snapshot in memory (tests, `backup verify`).

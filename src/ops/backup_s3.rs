@@ -78,6 +78,10 @@ pub enum S3ConfigError {
         #[source]
         err: Box<serde_saphyr::Error>,
     },
+    /// The credentials file does not parse: the file and the line, never its content (the
+    /// parser's own message would quote the secret access key).
+    #[error("the S3 credentials are refused")]
+    Secret(#[source] crate::secret::SecretFileError),
     /// A value is out of range or malformed.
     #[error("`{}`: {message}", path.display())]
     Invalid {
@@ -275,8 +279,13 @@ impl S3Config {
                 ),
             });
         };
-        let creds: CredentialsFile =
-            parse(&cred_path, &cred_bytes, "S3 credentials file (credentials)")?;
+        let creds: CredentialsFile = crate::secret::parse_yaml(
+            &cred_path,
+            &cred_bytes,
+            "S3 credentials file",
+            &["accessKeyId", "secretAccessKey", "sessionToken"],
+        )
+        .map_err(S3ConfigError::Secret)?;
         if creds.access_key_id.is_empty() || creds.secret_access_key.is_empty() {
             return Err(S3ConfigError::Invalid {
                 path: cred_path,

@@ -28,6 +28,7 @@ pub mod refresh;
 pub mod rehearse;
 pub mod replan;
 pub mod report;
+pub mod snapshot_retention;
 
 /// The desired-state loader the CLI, the daemon and the benchmarks use: stage 1 (parsing)
 /// split over [`lanes`] threads ([`fan_out`]). `desired` itself starts no thread; its result

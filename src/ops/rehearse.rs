@@ -236,10 +236,8 @@ pub async fn rehearse(input: Input<'_>, settings: &Settings) -> Rehearsal {
     let bound = settings
         .stall_bound
         .unwrap_or_else(|| stall_bound(&compressed.plan, &timing, settings.stall_factor));
-    let dir = match tempfile::Builder::new()
-        .prefix("medea-rehearsal-")
-        .tempdir()
-    {
+    // 0700: the twin's PKI and store land in it (issue #49 item 5).
+    let dir = match crate::private_file::private_tempdir("medea-rehearsal-") {
         Ok(d) => d,
         Err(e) => {
             return not_run(
@@ -308,7 +306,7 @@ async fn run_on_twin(
 ) -> Result<(crate::rollout::Job, Vec<JournalEntry>, Option<String>), String> {
     let cluster = plan.cluster.as_str();
     let creds = dir.join("creds");
-    crate::private_file::private_dir(&creds, crate::private_file::ExistingDir::Tighten).map_err(
+    crate::private_file::private_dir(&creds, crate::private_file::ExistingDir::Keep).map_err(
         |e| {
             format!(
                 "cannot create the twin's credentials directory: {}",

@@ -1130,7 +1130,7 @@ fn save_snapshot(dest: &Path, bytes: &[u8]) -> std::io::Result<SnapshotInfo> {
             format!("{} already exists", dest.display()),
         ));
     }
-    crate::private_file::write_private(dest, bytes, crate::private_file::ExistingDir::Tighten)
+    crate::private_file::write_private(dest, bytes, crate::private_file::ExistingDir::Keep)
         .map_err(crate::private_file::PrivateFileError::into_io)?;
     Ok(SnapshotInfo {
         path: dest.to_path_buf(),

@@ -30,7 +30,12 @@ pub async fn backup_loop(shared: Arc<Shared>) {
     // Applied settings change with a reconcile pass, which bumps the change counter: look
     // again then rather than at the next minute.
     let mut changes = shared.subscribe_changes();
+    let mut snapshots_pruned: Option<std::time::Instant> = None;
     loop {
+        if snapshots_pruned.is_none_or(|t| t.elapsed() >= SNAPSHOT_PRUNE_EVERY) {
+            prune_pre_upgrade_snapshots(&shared);
+            snapshots_pruned = Some(std::time::Instant::now());
+        }
         let role = shared.leadership.role();
         let mut wait = MAX_WAIT;
         if let Some(fence) = shared.leadership.fence() {
@@ -71,6 +76,30 @@ pub async fn backup_loop(shared: Arc<Shared>) {
             _ = tokio::time::sleep(wait) => {}
             _ = shared.leadership.changed_from(&role) => {}
             changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// How often this replica prunes its pre-upgrade etcd snapshots.
+const SNAPSHOT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Prune this replica's pre-upgrade etcd snapshots (`<state-dir>/snapshots/`, every replica has
+/// its own): [`crate::ops::snapshot_retention::prune`]. A failure is logged and tried again at
+/// the next round.
+fn prune_pre_upgrade_snapshots(shared: &Shared) {
+    let dir = shared.state_dir.join("snapshots");
+    match crate::ops::snapshot_retention::prune(
+        shared.store.as_ref(),
+        &dir,
+        std::time::SystemTime::now(),
+    ) {
+        Ok(removed) => {
+            for f in removed {
+                tracing::info!(file = %f.display(), "pre-upgrade etcd snapshot pruned (retention)");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "pruning pre-upgrade etcd snapshots failed");
         }
     }
 }
@@ -155,7 +184,9 @@ pub fn backup_view(r: &backup::BackupRecord) -> crate::api::pb::Backup {
     }
 }
 
-/// `BackupNow`: a backup of `cluster` by hand, on the leader only, reported like a scheduled one.
+/// `BackupNow`: a backup of `cluster` by hand, on the leader only, reported like a scheduled one;
+/// at most one per cluster every [`backup::MANUAL_MIN_INTERVAL`] (`RESOURCE_EXHAUSTED` with the
+/// time of the next otherwise), and it never pushes a scheduled backup out ([`backup::prune`]).
 pub async fn backup_now(
     shared: &Shared,
     cluster: &str,
@@ -193,6 +224,7 @@ pub async fn backup_now(
             Ok(rec)
         }
         Err(backup::NowError::Backup(e)) => {
+            tracing::warn!(cluster, error = %crate::error_chain(&e), "backup now: failed");
             let status = match &e {
                 backup::BackupError::Store { err, .. } if err.is_leadership_lost() => {
                     tonic::Status::failed_precondition(crate::error_chain(&e))
@@ -205,6 +237,9 @@ pub async fn backup_now(
             };
             report_pass(shared, &report, started.elapsed());
             Err(status)
+        }
+        Err(e @ backup::NowError::TooSoon { .. }) => {
+            Err(tonic::Status::resource_exhausted(crate::error_chain(&e)))
         }
         Err(e) => Err(tonic::Status::failed_precondition(crate::error_chain(&e))),
     }

@@ -5,16 +5,16 @@ use std::path::Path;
 
 use crate::private_file::ExistingDir;
 
-/// Create `dir` (and parents) and make it 0700 (an existing directory is tightened).
+/// Create `dir` (and parents) 0700 (an existing directory is left as it is: never re-moded).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    crate::private_file::private_dir(dir, ExistingDir::Tighten)
+    crate::private_file::private_dir(dir, ExistingDir::Keep)
         .map_err(crate::private_file::PrivateFileError::into_io)
 }
 
 /// Write `bytes` to `path` as a 0600 file (atomically: temp file + fsync + rename + directory
 /// fsync) inside a 0700 parent directory: [`crate::private_file::write_private`].
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    crate::private_file::write_private(path, bytes, ExistingDir::Tighten)
+    crate::private_file::write_private(path, bytes, ExistingDir::Keep)
         .map_err(crate::private_file::PrivateFileError::into_io)
 }
 

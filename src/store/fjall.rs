@@ -105,9 +105,9 @@ impl FjallStore {
 }
 
 /// Create `path` (and parents) with mode 0700 for the last component (an existing directory
-/// is tightened to 0700): [`crate::private_file::private_dir`].
+/// is left as it is: never re-moded): [`crate::private_file::private_dir`].
 pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    crate::private_file::private_dir(path, crate::private_file::ExistingDir::Tighten)
+    crate::private_file::private_dir(path, crate::private_file::ExistingDir::Keep)
         .map_err(crate::private_file::PrivateFileError::into_io)
 }
 

@@ -302,7 +302,7 @@ fn apply(store: &dyn Store, sim: &Sim, alice: &age::x25519::Identity, extra: &st
 }
 
 /// A webhook receiver answering 200: the JSON bodies it got.
-fn receiver() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+pub(crate) fn receiver() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let got: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();

