@@ -593,7 +593,7 @@ async fn the_registry_has_no_ghcr_installer_from_talos_1_14() {
         "{err}"
     );
     let s = e.sim.node_state("w-1").unwrap();
-    assert_eq!((s.installed, s.power), (None, Power::Up), "{s:?}");
+    assert_eq!((s.installed.clone(), s.power), (None, Power::Up), "{s:?}");
 }
 
 /// A SecureBoot machine boots only what a SecureBoot installer wrote: after a non-SecureBoot
@@ -614,12 +614,20 @@ async fn a_secure_boot_node_does_not_come_back_from_a_non_secure_boot_installer(
     e.client.reboot(&node("w-1")).await.unwrap();
     e.sim.complete_boot("w-1").unwrap();
     let s = e.sim.node_state("w-1").unwrap();
-    assert_eq!((s.power, s.running), (Power::Gone, tv("v1.13.10")), "{s:?}");
+    assert_eq!(
+        (s.power, s.running.clone()),
+        (Power::Gone, tv("v1.13.10")),
+        "{s:?}"
+    );
     assert!(e.client.version(&node("w-1")).await.is_err());
 
     e.client.upgrade(&node("w-2"), &secure).await.unwrap();
     e.client.reboot(&node("w-2")).await.unwrap();
     e.sim.complete_boot("w-2").unwrap();
     let s = e.sim.node_state("w-2").unwrap();
-    assert_eq!((s.power, s.running), (Power::Up, tv("v1.14.6")), "{s:?}");
+    assert_eq!(
+        (s.power, s.running.clone()),
+        (Power::Up, tv("v1.14.6")),
+        "{s:?}"
+    );
 }
