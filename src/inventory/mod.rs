@@ -61,8 +61,8 @@ pub struct Machine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_boot: Option<bool>,
     /// The registry host of the Image Factory the node was built by (the host of `apiUrl` in
-    /// COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic`, Talos
-    /// >= 1.14; else the host of a factory installer it was installed from), when known: a
+    /// COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic`, from
+    /// Talos 1.14; else the host of a factory installer it was installed from), when known: a
     /// self-hosted or Omni factory is not `factory.talos.dev`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factory_host: Option<String>,

@@ -275,8 +275,8 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
 }
 
 /// What the node's boot assets say about the installer it needs: SecureBoot (COSI
-/// `SecurityState`) and the Image Factory that built it (COSI `ImageFactorySchematic`, Talos
-/// >= 1.14; else the host of the factory installer it was installed from). A read that fails
+/// `SecurityState`) and the Image Factory that built it (COSI `ImageFactorySchematic`, from
+/// Talos 1.14; else the host of the factory installer it was installed from). A read that fails
 /// leaves the fact unknown, which the planner refuses to guess for a factory installer.
 async fn observe_boot_assets<T: TalosApi>(
     talos: &T,

@@ -140,8 +140,8 @@ pub trait TalosApi: Send + Sync {
         node: &NodeTarget,
     ) -> impl Future<Output = Result<SecurityState, TalosError>> + Send;
 
-    /// COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic` (Talos
-    /// >= 1.14): `None` when the node has none (`NotFound`: not built by an Image Factory, or a
+    /// COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic` (from
+    /// Talos 1.14): `None` when the node has none (`NotFound`: not built by an Image Factory, or a
     /// Talos that does not publish the resource).
     fn image_factory_schematic(
         &self,
