@@ -212,6 +212,71 @@ pub fn schematic_of(reference: &str) -> Option<&str> {
     schematic_segment(split_tag(without_digest).0)
 }
 
+/// The repository the Talos project published its installer under until Talos 1.13
+/// (`pkg/images/images.go` at v1.13.9, `DefaultInstallerImageRepository`); from 1.14 installers
+/// come from the Image Factory only.
+pub const GHCR_INSTALLER: &str = "ghcr.io/siderolabs/installer";
+
+/// The public Image Factory (`pkg/images/images.go`, `Factory`).
+pub const DEFAULT_FACTORY: &str = "factory.talos.dev";
+
+/// An Image Factory installer reference, split as the factory's registry front splits it
+/// (siderolabs/image-factory `internal/frontend/http/registry.go`, `getRequestedImage`):
+/// `<host>/<image>/<schematic>[:tag]`, where `<image>` is `installer`, `installer-secureboot`
+/// (the metal platform), `<platform>-installer` or `<platform>-installer-secureboot`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FactoryInstaller<'a> {
+    /// The registry host (and port).
+    pub host: &'a str,
+    /// The platform; `None` for the older `installer` form (metal).
+    pub platform: Option<&'a str>,
+    pub secure_boot: bool,
+    pub schematic: &'a str,
+    pub tag: Option<&'a str>,
+}
+
+/// [`FactoryInstaller`] of a reference a node reported or medea built, when it has that shape
+/// (any `@digest` dropped; the rest unchecked, as [`tag_of`]).
+pub fn factory_installer_of(reference: &str) -> Option<FactoryInstaller<'_>> {
+    let (name, tag) = name_and_tag(reference);
+    let mut parts = name.split('/');
+    let (host, image, schematic) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !(host.contains('.') || host.contains(':')) {
+        return None;
+    }
+    let schematic = schematic_segment(schematic)?;
+    let (platform, secure_boot) = match image {
+        "installer" => (None, false),
+        "installer-secureboot" => (None, true),
+        _ => match image.strip_suffix("-installer-secureboot") {
+            Some(p) if !p.is_empty() => (Some(p), true),
+            _ => match image.strip_suffix("-installer") {
+                Some(p) if !p.is_empty() => (Some(p), false),
+                _ => return None,
+            },
+        },
+    };
+    Some(FactoryInstaller {
+        host,
+        platform,
+        secure_boot,
+        schematic,
+        tag,
+    })
+}
+
+/// Whether a reference (or repository) names a SecureBoot installer: an Image Factory
+/// `…installer-secureboot/<schematic>` image, or any repository whose last but one path
+/// segment ends in `installer-secureboot` (a mirror of one).
+pub fn is_secure_boot_installer(reference: &str) -> bool {
+    if let Some(f) = factory_installer_of(reference) {
+        return f.secure_boot;
+    }
+    let (name, _) = name_and_tag(reference);
+    name.split('/')
+        .any(|segment| segment.ends_with("installer-secureboot"))
+}
+
 /// The last path segment of `name` when it is 64 lowercase hex characters.
 fn schematic_segment(name: &str) -> Option<&str> {
     let last = name.rsplit('/').next()?;
@@ -398,6 +463,50 @@ mod tests {
     use proptest::prelude::*;
 
     const SHA: &str = "sha256:4bc45e7d8f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4";
+
+    #[test]
+    fn factory_installers_split_as_the_factory_splits_them() {
+        let e = EMPTY_SCHEMATIC;
+        let r = format!("factory.talos.dev/aws-installer-secureboot/{e}:v1.14.6");
+        let f = factory_installer_of(&r).unwrap();
+        assert_eq!(
+            f,
+            FactoryInstaller {
+                host: "factory.talos.dev",
+                platform: Some("aws"),
+                secure_boot: true,
+                schematic: e,
+                tag: Some("v1.14.6"),
+            }
+        );
+        let r = format!("omni.example.org:8443/installer/{e}");
+        let f = factory_installer_of(&r).unwrap();
+        assert_eq!(
+            (f.host, f.platform, f.secure_boot, f.tag),
+            ("omni.example.org:8443", None, false, None)
+        );
+        for not in [
+            "ghcr.io/siderolabs/installer:v1.13.10".to_string(),
+            format!("factory.talos.dev/metal-imager/{e}:v1.14.6"),
+            format!("factory.talos.dev/a/metal-installer/{e}:v1.14.6"),
+            "factory.talos.dev/installer/abc:v1.14.6".to_string(),
+            format!("installer/{e}:v1.14.6"),
+        ] {
+            assert_eq!(factory_installer_of(&not), None, "{not}");
+        }
+        assert!(is_secure_boot_installer(&format!(
+            "factory.talos.dev/installer-secureboot/{e}:v1.14.6"
+        )));
+        assert!(is_secure_boot_installer(
+            "registry.local/mirror/metal-installer-secureboot/x"
+        ));
+        assert!(!is_secure_boot_installer(&format!(
+            "factory.talos.dev/metal-installer/{e}"
+        )));
+        assert!(!is_secure_boot_installer(
+            "ghcr.io/siderolabs/installer:v1.13.10"
+        ));
+    }
 
     #[test]
     fn parts_of_real_references() {

@@ -124,6 +124,8 @@ pub fn generate(spec: FleetSpec) -> Fleet {
                 installer_image: Some(format!("ghcr.io/siderolabs/installer:{running_talos}")),
                 schematic: None,
                 platform: None,
+                secure_boot: None,
+                factory_host: None,
                 extensions: BTreeMap::new(),
                 kubelet_version: Some(KubeVersion::parse("v1.35.0").expect("literal")),
                 ready: !(away && i >= 3),

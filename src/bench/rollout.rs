@@ -246,6 +246,8 @@ fn observed(nodes: &[NodeFacts]) -> ObservedCluster {
                     installer_image: None,
                     schematic: None,
                     platform: None,
+                    secure_boot: None,
+                    factory_host: None,
                     extensions: std::collections::BTreeMap::new(),
                     kubelet_version: Some(n.kubelet.clone()),
                     ready: true,
@@ -282,7 +284,9 @@ fn step(pool: &str, nodes: &[&NodeFacts], max: u32, stage: Option<StageAhead>) -
         hop: 1,
         hops: 1,
         to: TalosVersion::parse(TO).expect("literal"),
-        image: format!("factory.talos.dev/installer/abc:{TO}"),
+        image: format!(
+            "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{TO}"
+        ),
         max_unavailable: max,
         drain_timeout: Duration::from_secs(600),
         health_timeout: Duration::from_secs(900),

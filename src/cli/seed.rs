@@ -383,6 +383,14 @@ fn installer_repository(image: &str) -> Option<String> {
     InstallerImage::parse(repo).ok().map(|r| r.to_string())
 }
 
+/// The `installerImage` seed writes for a machine installed from `image`: its repository,
+/// except `ghcr.io/siderolabs/installer`, which is published up to Talos 1.13 only: a pool that
+/// names it could never go to 1.14. Seed writes none instead, so the pool gets that default below
+/// 1.14 and each machine's own Image Factory installer from 1.14 (`plan::compute`).
+fn seeded_installer(image: &str) -> Option<String> {
+    installer_repository(image).filter(|r| r != DEFAULT_INSTALLER)
+}
+
 /// One pool the seeded YAML declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SeedPool {
@@ -411,7 +419,7 @@ fn pools(c: &ObservedCluster, warnings: &mut Vec<String>) -> Vec<SeedPool> {
                 Some(v) => groups
                     .entry((
                         v.clone(),
-                        m.installer_image.as_deref().and_then(installer_repository),
+                        m.installer_image.as_deref().and_then(seeded_installer),
                     ))
                     .or_default()
                     .push(m.node.clone()),
@@ -523,8 +531,12 @@ pub fn desired_yaml(
         y.push_str(&format!("  role: {role}\n"));
         y.push_str(&format!("  machines: [{}]\n", p.machines.join(", ")));
         y.push_str(&format!("  talos:\n    version: {}\n", p.talos));
-        let installer = p.installer.as_deref().unwrap_or(DEFAULT_INSTALLER);
-        y.push_str(&format!("    installerImage: {installer}\n"));
+        match &p.installer {
+            Some(installer) => y.push_str(&format!("    installerImage: {installer}\n")),
+            None => y.push_str(&format!(
+                "    # no installer named: {DEFAULT_INSTALLER} up to Talos 1.13, then each\n    # machine's own Image Factory installer (ghcr publishes no 1.14 installer)\n"
+            )),
+        }
     }
     (y, warnings)
 }
@@ -637,6 +649,8 @@ mod tests {
             installer_image: installer.map(str::to_string),
             schematic: None,
             platform: None,
+            secure_boot: None,
+            factory_host: None,
             extensions: BTreeMap::new(),
             kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
             ready: true,
@@ -737,6 +751,41 @@ mod tests {
             "{yaml}"
         );
         assert!(yaml.contains("  machines: [w-1, w-2, w-4]\n"), "{yaml}");
+    }
+
+    #[test]
+    fn a_cluster_installed_from_ghcr_is_seeded_without_an_installer() {
+        use MachineRole::*;
+        // talosctl <= 1.13 wrote ghcr.io/siderolabs/installer into every machine config
+        let ghcr = "ghcr.io/siderolabs/installer:v1.13.10";
+        let c = cluster(vec![
+            machine("cp-1", Controlplane, Some("v1.13.10"), Some(ghcr)),
+            machine("w-1", Worker, Some("v1.13.10"), Some(ghcr)),
+            machine("w-2", Worker, Some("v1.13.10"), None),
+        ]);
+        let (yaml, warnings) = desired_yaml(&c, &Default::default());
+        assert!(!yaml.contains("installerImage"), "{yaml}");
+        assert!(
+            yaml.contains(
+                "    # no installer named: ghcr.io/siderolabs/installer up to Talos 1.13"
+            ),
+            "{yaml}"
+        );
+        // one pool per role: the machine without an observed installer is not split off
+        assert!(yaml.contains("  machines: [w-1, w-2]\n"), "{yaml}");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // a private mirror is kept as written
+        let c = cluster(vec![machine(
+            "cp-1",
+            Controlplane,
+            Some("v1.13.10"),
+            Some("registry.local:5000/siderolabs/installer:v1.13.10"),
+        )]);
+        let (yaml, _) = desired_yaml(&c, &Default::default());
+        assert!(
+            yaml.contains("    installerImage: registry.local:5000/siderolabs/installer\n"),
+            "{yaml}"
+        );
     }
 
     #[test]

@@ -442,7 +442,7 @@ pub struct Desired {
 pub struct InstallerImage(ImageRef);
 
 /// The installer repository a pool gets when it names none.
-pub const DEFAULT_INSTALLER: &str = "ghcr.io/siderolabs/installer";
+pub const DEFAULT_INSTALLER: &str = crate::image::GHCR_INSTALLER;
 
 /// Why `talos.installerImage` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -512,9 +512,21 @@ impl InstallerImage {
     pub fn schematic(&self) -> Option<&str> {
         self.0.schematic()
     }
+
+    /// Whether this is a SecureBoot installer (`…installer-secureboot/<schematic>`): the only
+    /// kind a SecureBoot node may be upgraded with, and a kind a non-SecureBoot node may not
+    /// (talos#9245).
+    pub fn secure_boot(&self) -> bool {
+        crate::image::is_secure_boot_installer(&self.0.to_string())
+    }
+
+    /// Whether this is `ghcr.io/siderolabs/installer`, published up to Talos 1.13 only.
+    pub fn is_ghcr(&self) -> bool {
+        self.repository() == crate::image::GHCR_INSTALLER
+    }
 }
 
-pub use crate::image::EMPTY_SCHEMATIC;
+pub use crate::image::{DEFAULT_FACTORY, EMPTY_SCHEMATIC};
 
 /// The schematic id in an image reference or repository (the last path segment when it is
 /// 64 lowercase hex characters, as Image Factory writes them), ignoring any tag.

@@ -119,6 +119,10 @@ pub struct MachineEntry {
     pub platform: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extensions: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factory_host: Option<String>,
     #[serde(default)]
     pub kubelet_version: Option<KubeVersion>,
     #[serde(default = "yes")]
@@ -182,6 +186,8 @@ pub fn parse(file: &str, text: &str) -> Result<Inventory, InventoryFileError> {
                 schematic: m.schematic,
                 platform: m.platform,
                 extensions: m.extensions,
+                secure_boot: m.secure_boot,
+                factory_host: m.factory_host,
                 kubelet_version: m.kubelet_version,
                 ready: m.ready,
                 cordoned: m.cordoned,
@@ -295,6 +301,8 @@ pub fn to_file(inv: &Inventory) -> InventoryFile {
                         schematic: m.schematic.clone(),
                         platform: m.platform.clone(),
                         extensions: m.extensions.clone(),
+                        secure_boot: m.secure_boot,
+                        factory_host: m.factory_host.clone(),
                         kubelet_version: m.kubelet_version.clone(),
                         ready: m.ready,
                         cordoned: m.cordoned,

@@ -54,6 +54,18 @@ pub struct Machine {
     /// [`Machine::schematic`], not an extension).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extensions: BTreeMap<String, String>,
+    /// Whether the node booted with UEFI SecureBoot (COSI
+    /// `runtime/SecurityStates.talos.dev/securitystate`, `secureBoot`), when its Talos API
+    /// answered. A SecureBoot node is upgraded only with a SecureBoot installer
+    /// (`<platform>-installer-secureboot/<schematic>`), a non-SecureBoot one only without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    /// The registry host of the Image Factory the node was built by (the host of `apiUrl` in
+    /// COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic`, from
+    /// Talos 1.14; else the host of a factory installer it was installed from), when known: a
+    /// self-hosted or Omni factory is not `factory.talos.dev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factory_host: Option<String>,
     pub kubelet_version: Option<KubeVersion>,
     pub ready: bool,
     pub cordoned: bool,
@@ -244,6 +256,8 @@ mod tests {
             installer_image: None,
             schematic: None,
             platform: None,
+            secure_boot: None,
+            factory_host: None,
             extensions: BTreeMap::new(),
             kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
             ready: true,

@@ -6,8 +6,10 @@
 //! **Discovery.** The machines of a cluster are its Kubernetes Nodes ([`KubeApi::nodes`]): name,
 //! InternalIP (the Talos `node` target), labels, role (the control-plane label), Ready,
 //! cordoned, kubelet version. Each node is then asked, with a single `node` target, for its
-//! Talos `Version`, its boot id and its machine config's `machine.install.image` (the installer
-//! image, whose Image Factory schematic the planner keeps).
+//! Talos `Version`, its boot id, its machine config's installer image (`machine.install.image`,
+//! or a Talos 1.14 `UnattendedInstallConfig` document's `installer.image`; its Image Factory
+//! schematic the planner keeps), whether it booted with SecureBoot (`SecurityState`) and the
+//! Image Factory that built it (`ImageFactorySchematic`, Talos >= 1.14).
 //!
 //! **Kubernetes version.** The cluster's version is the lowest `kube-apiserver` version running:
 //! the image tag of each control-plane node's kube-apiserver static pod, as the node's Talos API
@@ -211,6 +213,8 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
         installer_image: None,
         schematic: None,
         platform: None,
+        secure_boot: None,
+        factory_host: None,
         extensions: BTreeMap::new(),
         kubelet_version: node.kubelet_version.clone(),
         ready: node.ready,
@@ -265,8 +269,47 @@ async fn observe_machine<T: TalosApi, K: KubeApi>(
             tracing::info!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot read the node's machine config; installer image unknown")
         }
     }
+    observe_boot_assets(talos, cluster, node, &target, &mut machine).await;
     let version = apiserver_version(talos, kube, cluster, node, Some(&target)).await;
     (machine, version)
+}
+
+/// What the node's boot assets say about the installer it needs: SecureBoot (COSI
+/// `SecurityState`) and the Image Factory that built it (COSI `ImageFactorySchematic`, from
+/// Talos 1.14; else the host of the factory installer it was installed from). A read that fails
+/// leaves the fact unknown, which the planner refuses to guess for a factory installer.
+async fn observe_boot_assets<T: TalosApi>(
+    talos: &T,
+    cluster: &str,
+    node: &ClusterNode,
+    target: &NodeTarget,
+    machine: &mut Machine,
+) {
+    match talos.security_state(target).await {
+        Ok(s) => machine.secure_boot = Some(s.secure_boot),
+        Err(err) => {
+            tracing::warn!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot read the node's SecurityState; SecureBoot unknown")
+        }
+    }
+    match talos.image_factory_schematic(target).await {
+        Ok(Some(f)) => {
+            machine.factory_host = f.host();
+            if machine.schematic.is_none() && !f.schematic_id.is_empty() {
+                machine.schematic = Some(f.schematic_id);
+            }
+        }
+        Ok(None) => {}
+        Err(err) => {
+            tracing::info!(cluster, node = %node.name, error = %crate::error_chain(&err), "cannot read the node's ImageFactorySchematic; factory host from its installer image")
+        }
+    }
+    if machine.factory_host.is_none() {
+        machine.factory_host = machine
+            .installer_image
+            .as_deref()
+            .and_then(crate::image::factory_installer_of)
+            .map(|f| f.host.to_string());
+    }
 }
 
 /// The Node's `extensions.talos.dev/` prefix: Talos publishes each system extension of the node
@@ -336,15 +379,32 @@ fn image_version(image: &str) -> Option<KubeVersion> {
     crate::image::tag_of(image).and_then(|t| KubeVersion::parse(t).ok())
 }
 
-/// `machine.install.image` of the v1alpha1 document of a machine config. The config holds
-/// secrets: parse errors are dropped, never logged.
+/// The installer image of a machine config: `machine.install.image` of the v1alpha1 document,
+/// else `installer.image` of a Talos 1.14 `UnattendedInstallConfig` document (`apiVersion:
+/// v1alpha1`, siderolabs/talos `pkg/machinery/config/types/runtime/unattended_install.go`; the
+/// two conflict upstream, so at most one is set). The config holds secrets: parse errors are
+/// dropped, never logged.
 fn install_image(yaml: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(yaml).ok()?;
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).ok()?;
-    docs.iter()
-        .filter(|d| d.get("version").and_then(|v| v.as_str()) == Some("v1alpha1"))
-        .find_map(|d| d.pointer("/machine/install/image")?.as_str())
+    fn str_at<'a>(d: &'a serde_json::Value, field: &str) -> Option<&'a str> {
+        d.get(field).and_then(|v| v.as_str())
+    }
+    let v1alpha1 = docs
+        .iter()
+        .filter(|d| str_at(d, "version") == Some("v1alpha1"))
+        .find_map(|d| d.pointer("/machine/install/image")?.as_str());
+    let unattended = || {
+        docs.iter()
+            .filter(|d| {
+                str_at(d, "kind") == Some("UnattendedInstallConfig")
+                    && str_at(d, "apiVersion") == Some("v1alpha1")
+            })
+            .find_map(|d| d.pointer("/installer/image")?.as_str())
+    };
+    v1alpha1
         .filter(|s| !s.is_empty())
+        .or_else(|| unattended().filter(|s| !s.is_empty()))
         .map(str::to_string)
 }
 
@@ -786,6 +846,28 @@ mod tests {
         );
         assert_eq!(install_image(b"version: v1alpha1\nmachine: {}\n"), None);
         assert_eq!(install_image(b"machine: [unclosed"), None);
+    }
+
+    #[test]
+    fn the_install_image_is_read_from_an_unattended_install_config_document() {
+        let yaml = b"version: v1alpha1\nmachine:\n  type: worker\n  token: s3cret\n---\napiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: factory.talos.dev/metal-installer-secureboot/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.6\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n";
+        assert_eq!(
+            install_image(yaml).as_deref(),
+            Some(
+                "factory.talos.dev/metal-installer-secureboot/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.6"
+            )
+        );
+        // an empty v1alpha1 field does not hide the document's
+        let yaml = b"version: v1alpha1\nmachine:\n  install:\n    image: \"\"\n---\napiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: factory.example/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.6\n";
+        assert_eq!(
+            install_image(yaml).as_deref(),
+            Some(
+                "factory.example/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.6"
+            )
+        );
+        // another kind with an `installer.image` is not read
+        let yaml = b"version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: Other\ninstaller:\n  image: x/y:v1.14.6\n";
+        assert_eq!(install_image(yaml), None);
     }
 
     #[test]

@@ -77,6 +77,8 @@ fn machine(node: &str, role: MachineRole, talos: &str, kubelet: &str) -> Machine
         installer_image: Some(format!("ghcr.io/siderolabs/installer:{talos}")),
         schematic: None,
         platform: Some("metal".into()),
+        secure_boot: Some(false),
+        factory_host: None,
         extensions: BTreeMap::new(),
         kubelet_version: Some(k(kubelet)),
         ready: true,
@@ -788,6 +790,224 @@ fn an_installer_without_the_nodes_extensions_is_refused_naming_them() {
     assert!(
         e.message.contains("the platform of machine `a` is unknown"),
         "{e:?}"
+    );
+}
+
+#[test]
+fn a_pool_naming_ghcr_for_a_hop_to_talos_1_14_is_refused_naming_each_nodes_factory_installer() {
+    // what `medea seed` wrote for clusters built with talosctl <= 1.13 (issue #48 item 1a)
+    let ghcr = "    installerImage: ghcr.io/siderolabs/installer\n";
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a, b, c, d", "v1.14.6", ghcr)],
+    );
+    let mut a = w("a", "v1.13.10");
+    a.schematic = Some(SCHEMATIC.into());
+    let b = w("b", "v1.13.10");
+    let mut c = w("c", "v1.12.11");
+    c.secure_boot = Some(true);
+    let mut d_ = w("d", "v1.13.10");
+    d_.factory_host = Some("factory.example.org".into());
+    let diags = plan_err(&d, &observed("v1.34.1", 1, vec![a.clone(), b, c, d_]));
+    let e = only(&diags, codes::INSTALLER_UNPUBLISHED);
+    assert_eq!(
+        e.message,
+        "installer image `ghcr.io/siderolabs/installer` is not published for Talos 1.14 and later, and node pool `w` takes machines to Talos v1.14.6 with it: every pull would fail"
+    );
+    assert_eq!(
+        (e.origin.file.as_str(), e.origin.line),
+        ("pools.yaml", 12),
+        "points at talos.installerImage"
+    );
+    let help = e.help.unwrap();
+    for own in [
+        format!("`factory.talos.dev/metal-installer/{SCHEMATIC}` for a"),
+        format!("`factory.talos.dev/metal-installer/{EMPTY}` for b"),
+        format!("`factory.talos.dev/metal-installer-secureboot/{EMPTY}` for c"),
+        format!("`factory.example.org/metal-installer/{EMPTY}` for d"),
+    ] {
+        assert!(help.contains(&own), "{own}: {help}");
+    }
+    // the schematic finding is reported with it, not instead of it
+    assert!(
+        diags.iter().any(|d| d.code == codes::SCHEMATIC_DROPPED),
+        "{diags:#?}"
+    );
+
+    // the same pool to Talos 1.13 is fine: ghcr publishes it
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "b", "v1.13.10", ghcr)],
+    );
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![w("b", "v1.12.11")]));
+    assert_eq!(
+        talos_steps(&p)[0].image,
+        "ghcr.io/siderolabs/installer:v1.13.10"
+    );
+}
+
+#[test]
+fn a_secure_boot_node_gets_the_secure_boot_installer_of_its_own_factory() {
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a, b, c", "v1.14.6", "")],
+    );
+    let mut a = w("a", "v1.13.10");
+    a.secure_boot = Some(true);
+    a.schematic = Some(SCHEMATIC.into());
+    let mut b = w("b", "v1.13.10");
+    b.factory_host = Some("factory.example.org:5000".into());
+    let mut c = w("c", "v1.13.10");
+    c.secure_boot = Some(true);
+    c.platform = Some("aws".into());
+    c.factory_host = Some("omni.example.org".into());
+    let p = plan_ok(&d, &observed("v1.34.1", 1, vec![a, b, c]));
+    let s = talos_steps(&p);
+    let images: Vec<(&str, &str)> = s[0]
+        .waves
+        .iter()
+        .flatten()
+        .map(|m| (m.node.as_str(), s[0].image_for(m)))
+        .collect();
+    assert_eq!(
+        images,
+        [
+            (
+                "a",
+                format!("factory.talos.dev/metal-installer-secureboot/{SCHEMATIC}:v1.14.6")
+                    .as_str()
+            ),
+            (
+                "b",
+                format!("factory.example.org:5000/metal-installer/{EMPTY}:v1.14.6").as_str()
+            ),
+            (
+                "c",
+                format!("omni.example.org/aws-installer-secureboot/{EMPTY}:v1.14.6").as_str()
+            ),
+        ]
+    );
+    // the plan shows them per machine
+    let text = render::text(&p, Default::default());
+    assert!(
+        text.contains(&format!(
+            "      image factory.talos.dev/metal-installer-secureboot/{SCHEMATIC}:v1.14.6: a\n"
+        )),
+        "{text}"
+    );
+
+    // SecureBoot unknown: medea does not guess (a wrong guess leaves the node unbootable)
+    let mut unknown = w("a", "v1.13.10");
+    unknown.secure_boot = None;
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", "")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![unknown])),
+        codes::UNOBSERVED,
+    );
+    assert!(
+        e.message
+            .contains("whether it booted with SecureBoot of machine `a` is unknown"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn an_installer_of_the_other_secure_boot_kind_is_refused() {
+    let mut sb = w("a", "v1.13.10");
+    sb.secure_boot = Some(true);
+    sb.schematic = Some(SCHEMATIC.into());
+    // a SecureBoot node and a named non-SecureBoot installer
+    let plain = format!("    installerImage: factory.talos.dev/metal-installer/{SCHEMATIC}\n");
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", &plain)],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![sb.clone()])),
+        codes::SECURE_BOOT,
+    );
+    assert_eq!(
+        e.message,
+        format!(
+            "machine `a` booted with SecureBoot, and installer image `factory.talos.dev/metal-installer/{SCHEMATIC}` is not a SecureBoot installer: a SecureBoot system cannot be upgraded with a non-SecureBoot installer (talos#9245)"
+        )
+    );
+    assert_eq!(e.origin.line, 12, "points at talos.installerImage");
+    assert!(e.help.unwrap().contains(&format!(
+        "factory.talos.dev/metal-installer-secureboot/{SCHEMATIC}"
+    )));
+    // its own SecureBoot installer is fine
+    let secure =
+        format!("    installerImage: factory.talos.dev/metal-installer-secureboot/{SCHEMATIC}\n");
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", &secure)],
+    );
+    assert_eq!(
+        talos_steps(&plan_ok(&d, &observed("v1.34.1", 1, vec![sb.clone()])))[0].image,
+        format!("factory.talos.dev/metal-installer-secureboot/{SCHEMATIC}:v1.14.6")
+    );
+    // and vice versa: a non-SecureBoot node and a SecureBoot installer
+    let mut plain_node = sb.clone();
+    plain_node.secure_boot = Some(false);
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![plain_node])),
+        codes::SECURE_BOOT,
+    );
+    assert!(
+        e.message
+            .contains("machine `a` did not boot with SecureBoot"),
+        "{e:?}"
+    );
+    // a pool without an installer whose path has a hop below 1.14 (the non-SecureBoot default)
+    let mut old = sb;
+    old.talos_version = Some(t("v1.12.11"));
+    old.schematic = None;
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", "")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![old])),
+        codes::SECURE_BOOT,
+    );
+    assert!(
+        e.message
+            .contains("the default installer `ghcr.io/siderolabs/installer`"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn extensions_without_a_schematic_are_refused_on_the_factory_path_too() {
+    // a node whose extensions came from a custom installer: no schematic is known, and its
+    // factory installer (the empty schematic) would strip them
+    let mut a = w("a", "v1.13.10");
+    a.extensions = [("iscsi-tools".to_string(), "v0.1.6".to_string())].into();
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "a", "v1.14.6", "")],
+    );
+    let e = only(
+        &plan_err(&d, &observed("v1.34.1", 1, vec![a])),
+        codes::SCHEMATIC_DROPPED,
+    );
+    assert_eq!(
+        e.message,
+        format!(
+            "its own Image Factory installer `factory.talos.dev/metal-installer/{EMPTY}`, without a schematic, would drop the system extension that machine `a` runs: iscsi-tools v0.1.6"
+        )
     );
 }
 

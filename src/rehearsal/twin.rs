@@ -123,6 +123,9 @@ pub fn build(observed: &ObservedCluster, census: Option<&Census>, timing: TwinTi
             platform: m.platform.clone(),
             schematic: m.schematic.clone(),
             extensions: m.extensions.clone(),
+            secure_boot: m.secure_boot == Some(true),
+            image_factory: m.factory_host.clone(),
+            install_config: Default::default(),
         });
     }
     let scenario = Scenario {
@@ -571,6 +574,8 @@ mod tests {
             installer_image: None,
             schematic: None,
             platform: Some("metal".into()),
+            secure_boot: None,
+            factory_host: None,
             extensions: BTreeMap::new(),
             kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
             ready: true,

@@ -133,6 +133,21 @@ pub trait TalosApi: Send + Sync {
         node: &NodeTarget,
     ) -> impl Future<Output = Result<MachineStatus, TalosError>> + Send;
 
+    /// COSI `runtime/SecurityStates.talos.dev/securitystate`: whether the node booted with
+    /// SecureBoot.
+    fn security_state(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<SecurityState, TalosError>> + Send;
+
+    /// COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic` (from
+    /// Talos 1.14): `None` when the node has none (`NotFound`: not built by an Image Factory, or a
+    /// Talos that does not publish the resource).
+    fn image_factory_schematic(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<Option<FactorySchematic>, TalosError>> + Send;
+
     /// `MachineService.ApplyConfiguration` with the whole config (Talos has no server-side
     /// patch). See [`ApplyMode`] for the 1.13 vs 1.14 semantics.
     fn apply_configuration(

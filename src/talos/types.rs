@@ -419,6 +419,43 @@ pub struct MachineStatus {
     pub unmet_conditions: Vec<(String, String)>,
 }
 
+/// What a node's COSI `runtime/SecurityStates.talos.dev/securitystate` says
+/// (siderolabs/talos `pkg/machinery/resources/runtime/security_status.go`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecurityState {
+    /// The node booted with UEFI SecureBoot enabled.
+    pub secure_boot: bool,
+}
+
+/// A node's COSI `runtime/ImageFactorySchematics.runtime.talos.dev/image-factory-schematic`
+/// (Talos >= 1.14; siderolabs/talos `internal/app/machined/pkg/controllers/runtime/
+/// image_factory_schematic.go`): the schematic extension an Image Factory put into the node's
+/// boot assets, with the factory's name and URL parsed from the extension's author
+/// (`Image Factory (https://factory.talos.dev)`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FactorySchematic {
+    pub schematic_id: String,
+    /// `Image Factory`, `Omni`, … (the author's name).
+    pub flavor: String,
+    /// `https://factory.talos.dev`; empty when the author carried no URL.
+    pub api_url: String,
+}
+
+impl FactorySchematic {
+    /// The host (and port) of [`Self::api_url`]: where the factory serves its installer
+    /// images (`<host>/<platform>-installer/<schematic>:<version>`). `None` without a URL.
+    pub fn host(&self) -> Option<String> {
+        let rest = self
+            .api_url
+            .strip_prefix("https://")
+            .or_else(|| self.api_url.strip_prefix("http://"))
+            .unwrap_or(&self.api_url);
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = host.rsplit('@').next().unwrap_or(host).to_ascii_lowercase();
+        (!host.is_empty()).then_some(host)
+    }
+}
+
 /// Arguments of a server-side health check (`ClusterService.HealthCheck`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheckSpec {

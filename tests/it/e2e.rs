@@ -228,7 +228,8 @@ fn from_the_default_scenario_to_talos_1_14_6_and_kubernetes_1_37_1_through_every
                     .output()
                     .unwrap();
                 let err = String::from_utf8_lossy(&out.stderr);
-                if err.contains("which is stale") {
+                // (the server says so, or the CLI, when the plan it read is no longer current)
+                if err.contains("which is stale") || err.contains("is stale: the current plan is") {
                     // a refresh replaced the plan (the last job's new versions observed):
                     // wait for the next one and approve that
                     break;

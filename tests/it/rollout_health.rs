@@ -803,7 +803,9 @@ mod sim {
             "{}",
             medea::error_chain(&e)
         );
-        let image = format!("factory.talos.dev/installer/abc:{TO}");
+        let image = format!(
+            "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{TO}"
+        );
         talos
             .pull_image(&w1, &image, medea::rollout::ports::ImageNamespace::System)
             .await

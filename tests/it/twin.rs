@@ -207,6 +207,8 @@ impl World {
                     installer_image: None,
                     schematic: None,
                     platform: Some(n.platform.to_string()),
+                    secure_boot: None,
+                    factory_host: None,
                     extensions,
                     kubelet_version: Some(KubeVersion::parse(n.kubelet).unwrap()),
                     ready: true,

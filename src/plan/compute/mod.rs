@@ -35,6 +35,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod installer;
 mod kube;
 mod members;
 mod memo;
@@ -48,7 +49,9 @@ pub use memo::{FanOut, MemoStats, PARALLEL_FROM, PlanMemo};
 
 use notes::{machines_text, role_text, why_unavailable};
 
-use crate::desired::model::{ApprovalSettings, Cluster, NodePool, Origin, Role, schematic_of};
+use crate::desired::model::{
+    ApprovalSettings, Cluster, DEFAULT_FACTORY, NodePool, Origin, Role, schematic_of,
+};
 use crate::desired::{Desired, Diagnostic};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
 use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
@@ -85,8 +88,13 @@ pub mod codes {
     pub const SCHEMATIC_DROPPED: &str = "medea::plan::schematic-dropped";
     /// More machines unavailable already than may be away at once: the upgrade cannot start.
     pub const UNAVAILABLE: &str = "medea::plan::unavailable";
-    /// A fact the plan needs was not observed (a version, a platform).
+    /// A fact the plan needs was not observed (a version, a platform, SecureBoot).
     pub const UNOBSERVED: &str = "medea::plan::unobserved";
+    /// An installer repository that does not publish the hop's Talos version
+    /// (`ghcr.io/siderolabs/installer` from 1.14).
+    pub const INSTALLER_UNPUBLISHED: &str = "medea::plan::installer-unpublished";
+    /// A SecureBoot machine and a non-SecureBoot installer, or the other way round.
+    pub const SECURE_BOOT: &str = "medea::plan::secure-boot-installer";
 }
 
 /// The Image Factory schematic with no customization: dropping it loses nothing.

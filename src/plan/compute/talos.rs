@@ -3,6 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::installer::{
+    InstallerFindings, effective, factory_installer, factory_only, running_schematic,
+};
 use super::*;
 
 impl<'a> ClusterCtx<'a> {
@@ -18,7 +21,7 @@ impl<'a> ClusterCtx<'a> {
         // Each member with the Talos it runs now and the versions it passes through.
         let mut paths: Vec<(&'a Machine, TalosVersion, Vec<TalosVersion>)> = Vec::new();
         let mut downgrades = Vec::new();
-        let mut dropped = Vec::new();
+        let mut installers = InstallerFindings::default();
         let mut no_release: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
         let mut errors = false;
         for m in members {
@@ -42,15 +45,8 @@ impl<'a> ClusterCtx<'a> {
                 errors = true;
                 continue;
             };
-            let running_schematic = machine
-                .schematic
-                .as_deref()
-                .or_else(|| machine.installer_image.as_deref().and_then(schematic_of));
-            fn effective(s: Option<&str>) -> Option<&str> {
-                s.filter(|s| *s != EMPTY_SCHEMATIC)
-            }
             let reinstall = want_schematic.is_some()
-                && effective(running_schematic) != effective(want_schematic);
+                && effective(running_schematic(machine)) != effective(want_schematic);
             let mut path = match self.catalog.talos_path(running, target, allow_downgrade) {
                 Ok(p) => p,
                 Err(PathError::Downgrade) => {
@@ -85,35 +81,7 @@ impl<'a> ClusterCtx<'a> {
             if path.is_empty() && reinstall {
                 path.push(target.clone());
             }
-            // An installer without a schematic strips the node's system extensions: refused,
-            // unless every hop of the path resolves the node's own factory installer (a pool
-            // that names none, hops to Talos >= 1.14).
-            let resolved_everywhere = !pool.installer_named && path.iter().all(factory_only);
-            if want_schematic.is_none()
-                && !resolved_everywhere
-                && !path.is_empty()
-                && (effective(running_schematic).is_some() || !machine.extensions.is_empty())
-            {
-                dropped.push((machine, effective(running_schematic).map(str::to_string)));
-                errors = true;
-                continue;
-            }
-            if !pool.installer_named && machine.platform.is_none() && path.iter().any(factory_only)
-            {
-                let origin = m.origin(pool);
-                self.diags.push(
-                    Diagnostic::error(
-                        codes::UNOBSERVED,
-                        origin,
-                        format!(
-                            "node pool `{}` names no installer and Talos {} has no default one, but the platform of machine `{}` is unknown (its Talos API did not say at the last refresh)",
-                            pool.name.value,
-                            target,
-                            machine.node
-                        ),
-                    )
-                    .with_help("name the installer with `talos.installerImage: factory.talos.dev/<platform>-installer/<schematic>`, or bring the node back and refresh the inventory"),
-                );
+            if !self.installer_checks(pool, m, &path, &mut installers) {
                 errors = true;
                 continue;
             }
@@ -178,49 +146,7 @@ impl<'a> ClusterCtx<'a> {
                 )),
             );
         }
-        for (machine, schematic) in dropped {
-            let node = &machine.node;
-            let names: Vec<String> = machine
-                .extensions
-                .iter()
-                .map(|(n, v)| format!("{n} {v}"))
-                .collect();
-            let plural = if names.len() == 1 { "" } else { "s" };
-            let image = &pool.installer_image.value;
-            let message = match (&schematic, names.is_empty()) {
-                (Some(s), true) => format!(
-                    "installer image `{image}` would drop Image Factory schematic {} that machine `{node}` runs",
-                    &s[..12.min(s.len())]
-                ),
-                (Some(s), false) => format!(
-                    "installer image `{image}` would drop Image Factory schematic {} that machine `{node}` runs, and with it its system extension{plural} {}",
-                    &s[..12.min(s.len())],
-                    names.join(", ")
-                ),
-                (None, _) => format!(
-                    "installer image `{image}` would drop the system extension{plural} that machine `{node}` runs: {}",
-                    names.join(", ")
-                ),
-            };
-            let help = match (&schematic, machine.platform.as_deref()) {
-                (Some(s), Some(platform)) => format!(
-                    "keep the machine's system extensions with `installerImage: factory.talos.dev/{platform}-installer/{s}`"
-                ),
-                (Some(s), None) => format!(
-                    "keep the machine's system extensions with `installerImage: factory.talos.dev/installer/{s}`"
-                ),
-                (None, _) => "name an installer that carries them (an Image Factory schematic with these extensions: `installerImage: factory.talos.dev/<platform>-installer/<schematic>`)".to_string(),
-            };
-            self.diags.push(
-                Diagnostic::error(
-                    codes::SCHEMATIC_DROPPED,
-                    pool.installer_image.origin.clone(),
-                    message,
-                )
-                .with_label("no schematic in this image")
-                .with_help(help),
-            );
-        }
+        self.installer_findings(pool, installers);
         if errors {
             return Vec::new();
         }
@@ -265,14 +191,7 @@ impl<'a> ClusterCtx<'a> {
             let mut image = pool.installer_image.value.reference(&hop.to);
             if !pool.installer_named && factory_only(&hop.to) {
                 // each machine's own factory installer; the first machine's is the step's
-                let of = |node: &str| {
-                    let m = &self.obs.machines[node];
-                    let schematic = m
-                        .schematic
-                        .as_deref()
-                        .or_else(|| m.installer_image.as_deref().and_then(schematic_of));
-                    factory_installer(m.platform.as_deref().unwrap_or(""), schematic, &hop.to)
-                };
+                let of = |node: &str| factory_installer(&self.obs.machines[node], &hop.to);
                 if let Some(first) = waves.iter().flatten().next() {
                     image = of(&first.node);
                 }
@@ -402,25 +321,4 @@ impl<'a> ClusterCtx<'a> {
                 .collect(),
         )
     }
-}
-
-/// Talos releases for which `ghcr.io/siderolabs/installer` is no longer published, so a pool
-/// that names no installer gets each node's Image Factory installer: 1.14 and later (Talos
-/// v1.14.0 release notes; the factory's installer path is
-/// `factory.talos.dev/<platform>-installer/<schematic>:<version>`).
-fn factory_only(v: &TalosVersion) -> bool {
-    v.minor_line() >= (1, 14)
-}
-
-/// A node's Image Factory installer: its platform (`metal`, `aws`, …) and its schematic (the
-/// one without customizations when it runs none), tagged with the version.
-pub(crate) fn factory_installer(
-    platform: &str,
-    schematic: Option<&str>,
-    to: &TalosVersion,
-) -> String {
-    let schematic = schematic
-        .filter(|s| !s.is_empty())
-        .unwrap_or(EMPTY_SCHEMATIC);
-    format!("factory.talos.dev/{platform}-installer/{schematic}:{to}")
 }

@@ -854,6 +854,8 @@ fn planned(ui: &Ui) -> crate::plan::PlanId {
         installer_image: None,
         schematic: None,
         platform: None,
+        secure_boot: None,
+        factory_host: None,
         extensions: Default::default(),
         kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
         ready: true,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::scenario::MachineConfigExtra;
+use super::scenario::{InstallConfig, MachineConfigExtra};
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Why a submitted machine config was refused (mapped to `InvalidArgument`).
@@ -35,6 +35,9 @@ struct Doc {
     machine: Option<serde_json::Value>,
     #[serde(default)]
     cluster: Option<serde_json::Value>,
+    /// `UnattendedInstallConfig`'s `installer` (`image`).
+    #[serde(default)]
+    installer: Option<serde_json::Value>,
 }
 
 /// What the simulator reads out of a machine config.
@@ -106,7 +109,15 @@ pub fn facts(yaml: &[u8]) -> Result<ConfigFacts, ConfigError> {
         machine_type,
         kubelet_image,
         static_pod_images,
-        install_image: str_at(&v1.machine, &["install", "image"]).map(str::to_string),
+        // `machine.install.image`, or a Talos 1.14 `UnattendedInstallConfig` document's
+        // `installer.image` (`pkg/machinery/config/types/runtime/unattended_install.go`)
+        install_image: str_at(&v1.machine, &["install", "image"])
+            .or_else(|| {
+                docs.iter()
+                    .filter(|d| d.kind.as_deref() == Some("UnattendedInstallConfig"))
+                    .find_map(|d| str_at(&d.installer, &["image"]))
+            })
+            .map(str::to_string),
         reboot_fields,
     })
 }
@@ -137,6 +148,11 @@ pub struct NodeConfigSpec<'a> {
     pub ca_pem: &'a str,
     /// Scenario text added as written ([`MachineConfigExtra`]).
     pub extra: Option<&'a MachineConfigExtra>,
+    /// The installer image the config names ([`super::scenario::NodeSpec::config_installer`]).
+    pub installer: &'a str,
+    /// Where: `machine.install.image` (`V1alpha1`), or an `UnattendedInstallConfig` document
+    /// (and no `machine.install`).
+    pub install_config: InstallConfig,
 }
 
 /// `text` with every non-empty line indented by two spaces, ending with a newline.
@@ -182,11 +198,7 @@ machine:
     disableManifestsDirectory: true
   network:
     hostname: {host}
-  install:
-    disk: /dev/sda
-    image: ghcr.io/siderolabs/installer:{talos}
-    wipe: false
-  features:
+{install}  features:
     rbac: true
     stableHostname: true
 {machine_extra}cluster:
@@ -214,7 +226,13 @@ machine:
             .and_then(|e| e.machine.as_deref())
             .map(indented)
             .unwrap_or_default(),
-        talos = s.talos,
+        install = match s.install_config {
+            InstallConfig::V1alpha1 => format!(
+                "  install:\n    disk: /dev/sda\n    image: {}\n    wipe: false\n",
+                s.installer
+            ),
+            InstallConfig::UnattendedInstallConfig => String::new(),
+        },
         endpoint = s.endpoint,
         cluster = s.cluster_name,
     );
@@ -250,6 +268,12 @@ machine:
             }
         }
     }
+    if s.install_config == InstallConfig::UnattendedInstallConfig {
+        out.push_str(&format!(
+            "---\napiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: {}\nprovisioning:\n  diskSelector:\n    match: disk.dev_path == \"/dev/sda\"\n  wipe: false\n",
+            s.installer
+        ));
+    }
     out
 }
 
@@ -268,7 +292,38 @@ mod tests {
             kubernetes: &KubeVersion::parse("v1.34.1").unwrap(),
             ca_pem: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
             extra: None,
+            installer: "ghcr.io/siderolabs/installer:v1.13.9",
+            install_config: InstallConfig::V1alpha1,
         })
+    }
+
+    #[test]
+    fn an_unattended_install_config_document_carries_the_installer() {
+        let installer = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.6";
+        let config = generate(&NodeConfigSpec {
+            cluster_name: "sim",
+            hostname: "w-1",
+            address: "127.5.0.5",
+            control_plane: false,
+            endpoint: "127.5.0.2",
+            talos: &TalosVersion::parse("v1.14.6").unwrap(),
+            kubernetes: &KubeVersion::parse("v1.35.8").unwrap(),
+            ca_pem: "",
+            extra: None,
+            installer,
+            install_config: InstallConfig::UnattendedInstallConfig,
+        });
+        assert!(!config.contains("  install:\n"), "{config}");
+        assert!(
+            config.contains(&format!(
+                "---\napiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: {installer}\n"
+            )),
+            "{config}"
+        );
+        assert_eq!(
+            facts(config.as_bytes()).unwrap().install_image.as_deref(),
+            Some(installer)
+        );
     }
 
     #[test]

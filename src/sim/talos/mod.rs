@@ -15,6 +15,7 @@ pub mod fault;
 pub mod machineconfig;
 pub(crate) mod manifests;
 pub(crate) mod model;
+pub(crate) mod registry;
 pub mod scenario;
 pub(crate) mod server;
 

@@ -123,6 +123,101 @@ pub struct NodeSpec {
     /// `extensions.talos.dev/<name>`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub extensions: std::collections::BTreeMap<String, String>,
+    /// The node booted with UEFI SecureBoot (COSI `SecurityState.secureBoot`): it boots only
+    /// what a SecureBoot installer wrote (`sim::talos::registry`). Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secure_boot: bool,
+    /// The registry host of the Image Factory that built the node (published as
+    /// `ImageFactorySchematic.apiUrl` from Talos 1.14 when the node has a `schematic`); the
+    /// simulator's registry serves its installers. Default `factory.talos.dev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_factory: Option<String>,
+    /// Where the node's machine config keeps its installer: `v1alpha1` (`machine.install.image`,
+    /// the default) or `unattendedInstallConfig` (a Talos 1.14 `UnattendedInstallConfig`
+    /// document, `installer.image`).
+    #[serde(default, skip_serializing_if = "InstallConfig::is_default")]
+    pub install_config: InstallConfig,
+}
+
+/// Which document of a node's machine config names its installer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InstallConfig {
+    /// `machine.install.image` of the v1alpha1 document (what talosctl <= 1.13 generates).
+    #[default]
+    V1alpha1,
+    /// `installer.image` of an `UnattendedInstallConfig` document (Talos 1.14,
+    /// `pkg/machinery/config/types/runtime/unattended_install.go`); the v1alpha1 document then
+    /// has no `machine.install` (the two conflict upstream).
+    UnattendedInstallConfig,
+}
+
+impl InstallConfig {
+    fn is_default(&self) -> bool {
+        *self == InstallConfig::V1alpha1
+    }
+}
+
+impl NodeSpec {
+    /// The installer keys of a node: a schematic is 64 lowercase hex digits, the factory a
+    /// registry host, and the `UnattendedInstallConfig` document exists from Talos 1.14.
+    fn validate_installer(&self) -> Result<(), String> {
+        if let Some(s) = &self.schematic
+            && crate::image::schematic_of(&format!("x.y/installer/{s}")) != Some(s.as_str())
+        {
+            return Err(format!(
+                "node `{}`: schematic `{s}` is not an Image Factory schematic id (64 lowercase hex digits)",
+                self.name
+            ));
+        }
+        if let Some(h) = &self.image_factory {
+            let ok = !h.is_empty()
+                && (h.contains('.') || h.contains(':'))
+                && h.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.:".contains(&b));
+            if !ok {
+                return Err(format!(
+                    "node `{}`: imageFactory `{h}` must be a registry host such as `factory.example.org` or `factory.local:5000` (no scheme, no path)",
+                    self.name
+                ));
+            }
+        }
+        if self.install_config == InstallConfig::UnattendedInstallConfig
+            && self.talos.minor_line() < (1, 14)
+        {
+            return Err(format!(
+                "node `{}`: `installConfig: unattendedInstallConfig` needs Talos 1.14 or later (the node runs {})",
+                self.name, self.talos
+            ));
+        }
+        Ok(())
+    }
+
+    /// The Image Factory host of the node ([`Self::image_factory`], else `factory.talos.dev`).
+    pub fn factory_host(&self) -> &str {
+        self.image_factory
+            .as_deref()
+            .unwrap_or(crate::image::DEFAULT_FACTORY)
+    }
+
+    /// The installer image the node's generated machine config names for `talos`: below 1.14
+    /// `ghcr.io/siderolabs/installer:<talos>` (what talosctl <= 1.13 wrote, `pkg/images/images.go`
+    /// at v1.13.9), from 1.14 the node's Image Factory installer (`pkg/images/images.go` at
+    /// HEAD, `InstallerImage`).
+    pub fn config_installer(&self, talos: &TalosVersion) -> String {
+        if talos.minor_line() < (1, 14) {
+            return format!("{}:{talos}", crate::image::GHCR_INSTALLER);
+        }
+        format!(
+            "{}/{}-installer{}/{}:{talos}",
+            self.factory_host(),
+            self.platform.as_deref().unwrap_or("metal"),
+            if self.secure_boot { "-secureboot" } else { "" },
+            self.schematic
+                .as_deref()
+                .unwrap_or(crate::image::EMPTY_SCHEMATIC)
+        )
+    }
 }
 
 /// Text added to a node's generated machine config, kept byte for byte as written, so a
@@ -446,6 +541,9 @@ impl Scenario {
                 platform: None,
                 schematic: None,
                 extensions: std::collections::BTreeMap::new(),
+                secure_boot: false,
+                image_factory: None,
+                install_config: InstallConfig::V1alpha1,
             });
         }
         Scenario {
@@ -518,6 +616,7 @@ impl Scenario {
                     return Err(invalid(format!("`{key}` is used by two nodes")));
                 }
             }
+            n.validate_installer().map_err(invalid)?;
             if let Some(extra) = self.machine_config_extra(n) {
                 let config =
                     super::machineconfig::generate(&super::machineconfig::NodeConfigSpec {
@@ -530,6 +629,8 @@ impl Scenario {
                         kubernetes: &n.kubernetes,
                         ca_pem: "",
                         extra: Some(extra),
+                        installer: &n.config_installer(&n.talos),
+                        install_config: n.install_config,
                     });
                 if let Err(e) = super::machineconfig::facts(config.as_bytes()) {
                     return Err(invalid(format!(
@@ -859,6 +960,8 @@ mod tests {
                 kubernetes: &s.nodes[0].kubernetes,
                 ca_pem: "",
                 extra: Some(cp),
+                installer: "ghcr.io/siderolabs/installer:v1.13.9",
+                install_config: InstallConfig::V1alpha1,
             });
         assert!(config.contains("\n  files:\n    - path: /var/etc/a   # comment\n      permissions: 0644\ncluster:\n"), "{config}");
         assert!(config.contains("\n  allowSchedulingOnControlPlanes: off\n---\napiVersion: v1alpha1\nkind: SideroLinkConfig\n"), "{config}");

@@ -656,6 +656,43 @@ impl TalosApi for TalosClient {
         })
     }
 
+    async fn security_state(&self, node: &NodeTarget) -> Result<SecurityState, TalosError> {
+        const OP: &str = "cosi.resource.State.Get";
+        let r = self
+            .cosi_get(node, "runtime", "SecurityStates.talos.dev", "securitystate")
+            .await?;
+        let spec: runtime::SecurityStateSpec = decode_spec(OP, node, &r)?;
+        Ok(SecurityState {
+            secure_boot: spec.secure_boot,
+        })
+    }
+
+    async fn image_factory_schematic(
+        &self,
+        node: &NodeTarget,
+    ) -> Result<Option<FactorySchematic>, TalosError> {
+        const OP: &str = "cosi.resource.State.Get";
+        let r = match self
+            .cosi_get(
+                node,
+                "runtime",
+                "ImageFactorySchematics.runtime.talos.dev",
+                "image-factory-schematic",
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let spec: runtime::ImageFactorySchematicSpec = decode_spec(OP, node, &r)?;
+        Ok(Some(FactorySchematic {
+            schematic_id: spec.schematic_id,
+            flavor: spec.flavor,
+            api_url: spec.apiurl,
+        }))
+    }
+
     async fn apply_configuration(
         &self,
         node: &NodeTarget,

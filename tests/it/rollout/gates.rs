@@ -180,7 +180,7 @@ async fn disabling_the_cluster_mid_job_stops_before_the_next_mutating_command() 
     assert_eq!(
         w.state().log,
         [
-            "pull w-1 factory.talos.dev/installer/abc:v1.13.9",
+            "pull w-1 factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.13.9",
             "cordon w-1"
         ]
     );

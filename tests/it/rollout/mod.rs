@@ -102,6 +102,8 @@ pub fn observed(fake: &FakeCluster) -> ObservedCluster {
                     installer_image: None,
                     schematic: None,
                     platform: None,
+                    secure_boot: None,
+                    factory_host: None,
                     extensions: BTreeMap::new(),
                     kubelet_version: Some(n.kubelet.clone()),
                     ready: true,
@@ -136,7 +138,9 @@ pub fn talos_step(fake: &FakeCluster, pool: &str, waves: &[&[&str]], to: &str, m
         hop: 1,
         hops: 1,
         to: tv(to),
-        image: format!("factory.talos.dev/installer/abc:{to}"),
+        image: format!(
+            "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{to}"
+        ),
         max_unavailable: max,
         drain_timeout: Duration::from_secs(600),
         health_timeout: Duration::from_secs(900),

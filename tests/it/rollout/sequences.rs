@@ -156,11 +156,11 @@ async fn multi_hop_plans_run_hop_by_hop() {
     }
     let first_hop2 = position(
         &s.log,
-        "upgrade w-1 factory.talos.dev/installer/abc:v1.14.1",
+        "upgrade w-1 factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1",
     );
     let last_hop1 = position(
         &s.log,
-        "upgrade w-2 factory.talos.dev/installer/abc:v1.13.9",
+        "upgrade w-2 factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.13.9",
     );
     assert!(last_hop1 < first_hop2, "{:#?}", s.log);
     assert_eq!(s.snapshots, 0, "workers only: no etcd snapshot");
@@ -304,7 +304,9 @@ async fn a_machine_with_its_own_installer_is_pulled_and_upgraded_with_it() {
     );
     let s = w.state();
     assert_rolled(&s, TO, 1);
-    let step_image = format!("factory.talos.dev/installer/abc:{TO}");
+    let step_image = format!(
+        "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{TO}"
+    );
     for (n, image) in [
         ("w-1", &step_image),
         ("w-2", &own),

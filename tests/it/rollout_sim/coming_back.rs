@@ -49,7 +49,9 @@ async fn reinstall_boot_entries_say_what_boots_next() {
     let (talos, _) = adapters(&sim).await;
     let w1 = node(&sim, "w-1");
     for (v, next) in [(FROM, NextBoot::Same), (TO, NextBoot::Version(tv(TO)))] {
-        let image = format!("factory.talos.dev/installer/abc:{v}");
+        let image = format!(
+            "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{v}"
+        );
         talos
             .pull_image(&w1, &image, medea::rollout::ports::ImageNamespace::System)
             .await

@@ -21,6 +21,7 @@ mod coming_back;
 mod crash;
 mod drain;
 mod faults;
+mod installers;
 mod machine_config;
 mod observations;
 mod pacing;
@@ -161,6 +162,8 @@ impl Sim {
                         installer_image: None,
                         schematic: None,
                         platform: None,
+                        secure_boot: None,
+                        factory_host: None,
                         extensions: BTreeMap::new(),
                         kubelet_version: Some(KubeVersion::parse(KUBE).unwrap()),
                         ready: true,
@@ -199,7 +202,9 @@ impl Sim {
             hop: 1,
             hops: 1,
             to: tv(TO),
-            image: format!("factory.talos.dev/installer/abc:{TO}"),
+            image: format!(
+                "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{TO}"
+            ),
             max_unavailable: max,
             drain_timeout: Duration::from_secs(timeouts.0),
             health_timeout: Duration::from_secs(timeouts.1),

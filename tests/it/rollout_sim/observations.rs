@@ -15,7 +15,9 @@ async fn the_talos_adapter_reads_the_next_boot_from_the_default_boot_entry() {
     assert!(seen.unhealthy_services.is_empty(), "{seen:?}");
     assert_eq!(seen.boot_id, sim.talos.node_state("w-1").unwrap().boot_id);
 
-    let image = format!("factory.talos.dev/installer/abc:{TO}");
+    let image = format!(
+        "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{TO}"
+    );
     talos
         .pull_image(&w1, &image, medea::rollout::ports::ImageNamespace::System)
         .await

@@ -57,6 +57,8 @@ pub fn machine(node: &str, role: MachineRole, talos: &str) -> Machine {
         installer_image: None,
         schematic: None,
         platform: None,
+        secure_boot: None,
+        factory_host: None,
         extensions: BTreeMap::new(),
         kubelet_version: Some(KubeVersion::parse("v1.34.1").unwrap()),
         ready: true,

@@ -47,9 +47,20 @@ fn image(s: &str) -> ImageRef {
     ImageRef::parse(s).unwrap()
 }
 
+/// The installer of Talos `v` as it is published: `ghcr.io/siderolabs/installer` up to 1.13,
+/// the Image Factory's (metal, no customization) from 1.14 (the simulator's registry has no
+/// ghcr tag from v1.14.0, as the real one).
 fn installer(v: &str) -> ImageRef {
-    image(&format!("ghcr.io/siderolabs/installer:{v}"))
+    let version = medea::version::TalosVersion::parse(v).unwrap();
+    if version.minor_line() < (1, 14) {
+        image(&format!("ghcr.io/siderolabs/installer:{v}"))
+    } else {
+        image(&format!("{FACTORY_METAL}:{v}"))
+    }
 }
+
+/// The public Image Factory's metal installer without customization.
+const FACTORY_METAL: &str = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777

@@ -57,7 +57,7 @@ async fn talos_1_13_pulls_then_takes_the_lifecycle_rpc_and_the_caller_reboots() 
         "the lifecycle RPC only writes the boot entry"
     );
     assert_eq!(s.installed, Some(tv("v1.14.0")));
-    assert_eq!(s.pulled_images, ["ghcr.io/siderolabs/installer:v1.14.0"]);
+    assert_eq!(s.pulled_images, [format!("{FACTORY_METAL}:v1.14.0")]);
 
     let before = e.client.boot_id(&n).await.unwrap();
     e.client.reboot(&n).await.unwrap();
@@ -100,13 +100,20 @@ async fn the_simulator_refuses_the_wrong_rpc_for_the_version() {
         .unwrap_err();
     assert_eq!(err.code(), Some(Code::Unimplemented), "{err}");
     let e = env("v1.13.9").await;
-    // LifecycleService needs the image pulled first.
+    // LifecycleService needs the image pulled first: the installer container finds no image
+    // (`internal/app/lifecycle/container.go`), answered as `Internal "upgrade failed: …"`
+    // (`lifecycle.go`)
     let err = e
         .client
         .lifecycle_upgrade(&node("cp-1"), &installer("v1.14.0"))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+    assert_eq!(err.code(), Some(Code::Internal), "{err}");
+    assert!(
+        err.to_string().contains("upgrade failed: installer image")
+            && err.to_string().contains("not found in containerd store"),
+        "{err}"
+    );
     assert_eq!(e.sim.node_state("cp-1").unwrap().installed, None);
 }
 
@@ -501,7 +508,7 @@ async fn fault_slow_image_pull() {
         .await
         .unwrap();
     assert!(start.elapsed() >= Duration::from_millis(20));
-    assert_eq!(pulled.name, "ghcr.io/siderolabs/installer:v1.14.0");
+    assert_eq!(pulled.name, format!("{FACTORY_METAL}:v1.14.0"));
     assert!(!pulled.legacy);
 }
 
@@ -535,5 +542,92 @@ async fn scenario_faults_are_armed_at_start() {
     assert!(
         matches!(err, TalosError::UpgradeExit { exit_code: 2, .. }),
         "{err}"
+    );
+}
+
+/// The simulator's registry (issue #48 item 6): `ghcr.io/siderolabs/installer` has no tag from
+/// v1.14.0, and a pull of a missing image answers as machined does (`NotFound "error pulling
+/// image: …"`, siderolabs/talos `internal/app/images/images.go`); the legacy RPC, which pulls
+/// and validates the installer itself, refuses it before anything else ("error validating
+/// installer image"). Nothing is installed either way.
+#[tokio::test]
+async fn the_registry_has_no_ghcr_installer_from_talos_1_14() {
+    let e = env("v1.13.10").await;
+    let ghcr = image("ghcr.io/siderolabs/installer:v1.14.6");
+    let err = e.client.pull_image(&node("w-1"), &ghcr).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+    assert!(err.to_string().contains("error pulling image"), "{err}");
+    let err = e.client.upgrade(&node("w-2"), &ghcr).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+    for n in ["w-1", "w-2"] {
+        let s = e.sim.node_state(n).unwrap();
+        assert!(s.pulled_images.is_empty() && s.installed.is_none(), "{s:?}");
+    }
+    // the 1.13 tag exists, and so does the factory's 1.14 installer
+    e.client
+        .pull_image(
+            &node("w-1"),
+            &image("ghcr.io/siderolabs/installer:v1.13.10"),
+        )
+        .await
+        .unwrap();
+    e.client
+        .upgrade(&node("w-2"), &installer("v1.14.6"))
+        .await
+        .unwrap();
+    assert_eq!(
+        e.sim.node_state("w-2").unwrap().installed,
+        Some(tv("v1.14.6"))
+    );
+
+    // below 1.13 the legacy Upgrade pulls the installer itself
+    let e = env("v1.12.11").await;
+    let err = e
+        .client
+        .upgrade(&node("w-1"), &image("ghcr.io/siderolabs/installer:v1.14.6"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("error validating installer image \"ghcr.io/siderolabs/installer:v1.14.6\""),
+        "{err}"
+    );
+    let s = e.sim.node_state("w-1").unwrap();
+    assert_eq!((s.installed.clone(), s.power), (None, Power::Up), "{s:?}");
+}
+
+/// A SecureBoot machine boots only what a SecureBoot installer wrote: after a non-SecureBoot
+/// install its firmware refuses the new boot assets and it never comes back (talos#9245,
+/// talos#8097); its SecureBoot installer brings it back on the new version.
+#[tokio::test]
+async fn a_secure_boot_node_does_not_come_back_from_a_non_secure_boot_installer() {
+    let mut s = scenario("v1.13.10");
+    for n in &mut s.nodes {
+        n.secure_boot = n.name.starts_with("w-");
+    }
+    let e = env_with(s, fast()).await;
+    let plain = image(&format!("{FACTORY_METAL}:v1.14.6"));
+    let secure = image(
+        "factory.talos.dev/metal-installer-secureboot/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.6",
+    );
+    e.client.upgrade(&node("w-1"), &plain).await.unwrap();
+    e.client.reboot(&node("w-1")).await.unwrap();
+    e.sim.complete_boot("w-1").unwrap();
+    let s = e.sim.node_state("w-1").unwrap();
+    assert_eq!(
+        (s.power, s.running.clone()),
+        (Power::Gone, tv("v1.13.10")),
+        "{s:?}"
+    );
+    assert!(e.client.version(&node("w-1")).await.is_err());
+
+    e.client.upgrade(&node("w-2"), &secure).await.unwrap();
+    e.client.reboot(&node("w-2")).await.unwrap();
+    e.sim.complete_boot("w-2").unwrap();
+    let s = e.sim.node_state("w-2").unwrap();
+    assert_eq!(
+        (s.power, s.running.clone()),
+        (Power::Up, tv("v1.14.6")),
+        "{s:?}"
     );
 }

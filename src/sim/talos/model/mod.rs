@@ -103,6 +103,10 @@ pub(crate) struct SimNode {
     pub loader_default: Option<String>,
     /// systemd-boot's `LoaderEntrySelected`: the UKI booted now.
     pub loader_selected: String,
+    /// The installed entry is one the node's firmware refuses to boot (a non-SecureBoot
+    /// installer on a SecureBoot machine, `registry::firmware_refuses`): its next boot never
+    /// comes back.
+    pub firmware_refuses_entry: bool,
     /// The boot in which a `LifecycleService` install is running (upstream's one-at-a-time
     /// lock, `s.lock.TryLock()` in `internal/app/lifecycle/lifecycle.go`): a second install or
     /// upgrade in that boot is refused. The lock lives in machined, so a reboot drops it.
@@ -436,6 +440,8 @@ pub(crate) struct TalosSide {
     pub started_unix: i64,
     /// Active etcd alarms (member id, alarm), cluster-wide as etcd keeps them.
     pub etcd_alarms: std::collections::BTreeSet<(u64, crate::sim::talos::scenario::EtcdAlarmKind)>,
+    /// Which images the registries have (`sim::talos::registry`).
+    pub registry: super::registry::Registry,
     actor_seq: u64,
     apply_generation: u64,
     /// Name or address → position in `nodes` of the first node with it ([`Self::find`]);
@@ -503,6 +509,8 @@ impl TalosSide {
                     kubernetes: &spec.kubernetes,
                     ca_pem,
                     extra: scenario.machine_config_extra(spec),
+                    installer: &spec.config_installer(&spec.talos),
+                    install_config: spec.install_config,
                 })
                 .into_bytes();
                 SimNode {
@@ -510,6 +518,7 @@ impl TalosSide {
                     running: spec.talos.clone(),
                     installed: None,
                     installed_schematic: None,
+                    firmware_refuses_entry: false,
                     bootloader: Bootloader::default(),
                     loader_default: Some(format!("Talos-{}.efi", spec.talos)),
                     loader_selected: format!("Talos-{}.efi", spec.talos),
@@ -547,6 +556,7 @@ impl TalosSide {
             nodes_metadata_rejections: 0,
             started_unix,
             etcd_alarms: Default::default(),
+            registry: super::registry::Registry::of(scenario),
             actor_seq: 0,
             apply_generation: 0,
             index: Default::default(),
@@ -761,6 +771,7 @@ impl TalosSide {
     /// schematic boots without extensions.
     pub fn install_entry(&mut self, idx: usize, target: TalosVersion, image: &str) {
         let n = self.node_mut(idx);
+        n.firmware_refuses_entry = super::registry::firmware_refuses(&n.spec, image);
         n.installed_schematic = crate::image::schematic_of(image)
             .filter(|s| *s != crate::image::EMPTY_SCHEMATIC)
             .map(str::to_string);
@@ -817,6 +828,8 @@ impl TalosSide {
             .fire(idx, Occasion::Boot, |e| matches!(e, Effect::BootOldVersion))
             .is_some();
         let n = self.node_mut(idx);
+        // a boot of an entry the firmware refuses stops there (`registry::firmware_refuses`)
+        let never_return = never_return || (n.installed.is_some() && n.firmware_refuses_entry);
         n.reboot_seq += 1;
         n.power = Power::Rebooting;
         n.boot_plan = BootPlan {

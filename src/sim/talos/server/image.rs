@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::{Api, pull_delay, v};
 use crate::sim::talos::fault::Method;
+use crate::sim::talos::registry;
 use crate::talos::proto::common;
 use crate::talos::proto::machine::image_service_pull_layer_progress::Status as LayerStatus;
 use crate::talos::proto::machine::{self as pb, image_service_server::ImageService};
@@ -28,6 +29,9 @@ impl ImageService for Api {
         }
         if r.image_ref.is_empty() {
             return Err(Status::invalid_argument("image reference is required"));
+        }
+        if let Err(why) = self.shared.lock().registry.lookup(&r.image_ref) {
+            return Err(registry::pull_not_found(&why));
         }
         let cri = r
             .containerd

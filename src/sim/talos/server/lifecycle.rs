@@ -46,9 +46,7 @@ impl LifecycleService for Api {
             return Err(Status::invalid_argument("source image name is required"));
         }
         if !c.nodes()[idx].images.contains(&image) {
-            return Err(Status::not_found(format!(
-                "image {image:?} not found in the system containerd namespace: pull it first (ImageService.Pull)"
-            )));
+            return Err(crate::sim::talos::registry::lifecycle_not_found(&image));
         }
         let mut items = vec![msg(format!("running installer {image}"))];
         if let Some(Effect::UpgradeExit { code, message }) =

@@ -360,6 +360,12 @@ impl MachineService for Api {
         if r.image.is_empty() {
             return Err(Status::invalid_argument("installer image is required"));
         }
+        // pulled and validated before anything else (`PullAndValidateInstallerImage`)
+        if let Err(why) = c.registry.lookup(&r.image) {
+            return Err(crate::sim::talos::registry::legacy_upgrade_not_found(
+                &r.image, &why,
+            ));
+        }
         if let Some(Effect::UpgradeExit { message, .. }) =
             c.fire(idx, Occasion::Call(Method::LegacyUpgrade), |e| {
                 matches!(e, Effect::UpgradeExit { .. })
@@ -423,6 +429,9 @@ impl MachineService for Api {
         let image = r.reference;
         if image.is_empty() {
             return Err(Status::invalid_argument("image reference is required"));
+        }
+        if let Err(why) = self.shared.lock().registry.lookup(&image) {
+            return Err(crate::sim::talos::registry::pull_not_found(&why));
         }
         let cri = r.namespace == common::ContainerdNamespace::NsCri as i32;
         let delay = pull_delay(&self.shared, idx, &image)?;

@@ -326,6 +326,61 @@ fn resources(
                 })
                 .collect()
         }
+        // whether the node booted with SecureBoot (talos
+        // `pkg/machinery/resources/runtime/security_status.go`, written by
+        // `controllers/runtime/security_state.go`)
+        ("runtime", "SecurityStates.talos.dev") => {
+            let spec = runtime::SecurityStateSpec {
+                secure_boot: n.spec.secure_boot,
+                booted_with_uki: n.bootloader.sd_boot(),
+                ..Default::default()
+            };
+            vec![cosi_resource(
+                ResMeta {
+                    namespace: "runtime",
+                    rtype,
+                    id: "securitystate",
+                    version: 1,
+                    owner: "runtime.SecurityStateController",
+                },
+                started,
+                spec.encode_to_vec(),
+                format!(
+                    "secureBoot: {}\nbootedWithUKI: {}\n",
+                    n.spec.secure_boot,
+                    n.bootloader.sd_boot()
+                ),
+            )]
+        }
+        // Talos >= 1.14 surfaces the schematic extension of a factory-built node with the
+        // factory's name and URL (`controllers/runtime/image_factory_schematic.go`, from the
+        // extension's author `Image Factory (https://<host>)`); none without a schematic
+        ("runtime", "ImageFactorySchematics.runtime.talos.dev") => {
+            if n.running.minor_line() < (1, 14) {
+                return None;
+            }
+            let Some(schematic) = n.spec.schematic.clone() else {
+                return Some(vec![]);
+            };
+            let url = format!("https://{}", n.spec.factory_host());
+            let spec = runtime::ImageFactorySchematicSpec {
+                schematic_id: schematic.clone(),
+                flavor: "Image Factory".to_string(),
+                apiurl: url.clone(),
+            };
+            vec![cosi_resource(
+                ResMeta {
+                    namespace: "runtime",
+                    rtype,
+                    id: "image-factory-schematic",
+                    version: 1,
+                    owner: "runtime.ImageFactorySchematicController",
+                },
+                started,
+                spec.encode_to_vec(),
+                format!("schematicId: {schematic}\nflavor: Image Factory\napiUrl: {url}\n"),
+            )]
+        }
         ("runtime", "Services.v1alpha1.talos.dev") => c
             .services(idx)
             .into_iter()
