@@ -436,6 +436,8 @@ pub(crate) struct TalosSide {
     pub started_unix: i64,
     /// Active etcd alarms (member id, alarm), cluster-wide as etcd keeps them.
     pub etcd_alarms: std::collections::BTreeSet<(u64, crate::sim::talos::scenario::EtcdAlarmKind)>,
+    /// The etcd leader's state: who leads, elections, forfeits ([`etcd::EtcdLeadership`]).
+    pub etcd: etcd::EtcdLeadership,
     actor_seq: u64,
     apply_generation: u64,
     /// Name or address → position in `nodes` of the first node with it ([`Self::find`]);
@@ -547,11 +549,18 @@ impl TalosSide {
             nodes_metadata_rejections: 0,
             started_unix,
             etcd_alarms: Default::default(),
+            etcd: etcd::EtcdLeadership::default(),
             actor_seq: 0,
             apply_generation: 0,
             index: Default::default(),
         };
         c.reindex();
+        c.etcd.leader = scenario
+            .etcd_leader
+            .as_deref()
+            .and_then(|name| c.nodes().iter().find(|n| n.spec.name == name))
+            .or_else(|| c.nodes().iter().find(|n| n.control_plane()))
+            .map(|n| n.member_id);
         for f in &scenario.faults {
             c.faults.push(ArmedFault::new(f.clone()));
         }
@@ -816,6 +825,8 @@ impl TalosSide {
         let old_version = self
             .fire(idx, Occasion::Boot, |e| matches!(e, Effect::BootOldVersion))
             .is_some();
+        // a leader going down: the other members elect one of them
+        self.etcd_member_down(idx);
         let n = self.node_mut(idx);
         n.reboot_seq += 1;
         n.power = Power::Rebooting;
@@ -1027,15 +1038,6 @@ impl TalosSide {
         self.nodes().iter().filter(|n| n.control_plane()).collect()
     }
 
-    /// The leader: the first up, healthy control plane.
-    pub fn etcd_leader(&self) -> u64 {
-        self.nodes()
-            .iter()
-            .find(|n| n.control_plane() && n.power == Power::Up && n.etcd_healthy)
-            .map(|n| n.member_id)
-            .unwrap_or(0)
-    }
-
     /// Run the server-side health checks once: `(check, Ok | Err(reason))` in order, stopping
     /// at the first failure (talosctl runs them sequentially).
     pub fn health_checks(
@@ -1109,5 +1111,6 @@ impl TalosSide {
     }
 }
 
+pub mod etcd;
 #[cfg(test)]
 mod tests;
