@@ -395,6 +395,7 @@ mod tests {
             kubelet_version: None,
             unschedulable: cordoned,
             taints,
+            cordoned_by: None,
         }
     }
 
