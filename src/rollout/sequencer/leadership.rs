@@ -166,7 +166,7 @@ pub(super) fn before_reboot(
                 handover
                     .last_error
                     .as_deref()
-                    .unwrap_or("the forfeit failed")
+                    .unwrap_or("it answered, but kept the leadership")
             ),
         ));
     }
@@ -224,7 +224,8 @@ pub(super) fn forfeit_outcome(
         _ => {
             h.answered = true;
             h.last_error = None;
-            h.not_before = None;
+            // only read if the node still leads when next observed: not asked again at once
+            h.not_before = Some(add(now, FORFEIT_RETRY));
             notes.push(format!("{who}: asked to hand etcd leadership over"));
         }
     }
