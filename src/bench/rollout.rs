@@ -146,6 +146,13 @@ impl<T: TalosPort> TalosPort for Delayed<T> {
         }
         Ok(())
     }
+    async fn etcd_forfeit_leadership(
+        &self,
+        node: &NodeTarget,
+    ) -> Result<Option<String>, PortError> {
+        self.check("forfeit", &node.node)?;
+        self.inner.etcd_forfeit_leadership(node).await
+    }
     async fn reboot(&self, node: &NodeTarget) -> Result<(), PortError> {
         self.inner.reboot(node).await?;
         self.went_down(&node.node);

@@ -458,6 +458,7 @@ fn describe(e: &pb::RolloutEvent, job: &pb::Rollout, upgraded: usize) -> Option<
                 "cordon" => "cordoning".to_string(),
                 "drain" => "draining".to_string(),
                 "reboot" => "rebooting".to_string(),
+                "forfeit-leadership" => "handing etcd leadership over".to_string(),
                 "uncordon" => "uncordoning".to_string(),
                 "apply-manifests" => "applying the manifests".to_string(),
                 other => other.to_string(),

@@ -13,8 +13,9 @@ use crate::desired::model::DrainPolicy;
 use crate::k8s::{self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, KubeClient};
 use crate::metrics::timed;
 use crate::rollout::ports::{
-    Component, DrainOutcome, HookReport, HookRequest, KubeNode, KubePort, Manifest, NodeTaint,
-    PortError, StaticPod, VolumeAttachment,
+    CORDONED_BY_ANNOTATION, Component, CordonedBy, DrainOutcome, FOREIGN_CORDON_ANNOTATIONS,
+    HookReport, HookRequest, KubeNode, KubePort, Manifest, NodeTaint, PortError, StaticPod,
+    VolumeAttachment,
 };
 
 const API: &str = "kubernetes";
@@ -127,6 +128,7 @@ impl KubePort for KubeAdapter {
             kubelet_version: Some(r.kubelet_version),
             unschedulable: r.unschedulable,
             taints: r.taints.into_iter().map(port_taint).collect(),
+            cordoned_by: cordoned_by(&r.annotations),
         })
     }
 
@@ -144,6 +146,7 @@ impl KubePort for KubeAdapter {
                         kubelet_version: n.kubelet_version,
                         unschedulable: n.unschedulable,
                         taints: n.taints.into_iter().map(port_taint).collect(),
+                        cordoned_by: cordoned_by(&n.annotations),
                     },
                 )
             })
@@ -170,16 +173,20 @@ impl KubePort for KubeAdapter {
         .map_err(|e| classify("untaint", node, e))
     }
 
-    async fn cordon(&self, node: &str) -> Result<(), PortError> {
-        timed(API, "Cordon", self.client.cordon(node))
+    async fn cordon(&self, node: &str, owner: &str) -> Result<(), PortError> {
+        timed(API, "Cordon", self.client.set_cordon_of(node, owner, true))
             .await
             .map_err(|e| classify("cordon", node, e))
     }
 
-    async fn uncordon(&self, node: &str) -> Result<(), PortError> {
-        timed(API, "Uncordon", self.client.uncordon(node))
-            .await
-            .map_err(|e| classify("uncordon", node, e))
+    async fn uncordon(&self, node: &str, owner: &str) -> Result<(), PortError> {
+        timed(
+            API,
+            "Uncordon",
+            self.client.set_cordon_of(node, owner, false),
+        )
+        .await
+        .map_err(|e| classify("uncordon", node, e))
     }
 
     async fn drain(
@@ -283,4 +290,16 @@ impl KubePort for KubeAdapter {
         );
         Ok(())
     }
+}
+
+/// Who the node's annotations say cordoned it ([`CordonedBy`]): medea's job annotation first,
+/// else the first foreign cordon annotation it carries.
+fn cordoned_by(annotations: &BTreeMap<String, String>) -> Option<CordonedBy> {
+    if let Some(job) = annotations.get(CORDONED_BY_ANNOTATION) {
+        return Some(CordonedBy::Job(job.clone()));
+    }
+    FOREIGN_CORDON_ANNOTATIONS
+        .iter()
+        .find(|a| annotations.contains_key(**a))
+        .map(|a| CordonedBy::Annotation((*a).to_string()))
 }

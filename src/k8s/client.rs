@@ -22,6 +22,7 @@ use super::{
     NodeTaintSpec, ObjectWriters, PdbCoverage, PodRef, ServedResource, StaticPodStatus, kubeconfig,
     selector, transient,
 };
+use crate::rollout::ports::CORDONED_BY_ANNOTATION;
 use crate::version::KubeVersion;
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -256,6 +257,92 @@ impl KubeClient {
                 node: node.to_string(),
             }),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Cordon `node` for `owner` (`cordon`), or lift `owner`'s cordon (`!cordon`), in one merge
+    /// patch of `spec.unschedulable` and the [`CORDONED_BY_ANNOTATION`] annotation that carries
+    /// the node's `resourceVersion` (a concurrent writer makes it a 409: read again, retried).
+    /// A cordon leaves a node that is cordoned already as it is (someone else's cordon is never
+    /// claimed); an uncordon touches only a node whose annotation names `owner` (a node
+    /// uncordoned by someone else meanwhile only loses the stale annotation). Issue #48 item 5.
+    pub async fn set_cordon_of(
+        &self,
+        node: &str,
+        owner: &str,
+        cordon: bool,
+    ) -> Result<(), K8sError> {
+        let api = self.node_api();
+        let op = if cordon {
+            "cordon node"
+        } else {
+            "uncordon node"
+        };
+        let mut conflicts = 0;
+        loop {
+            let current = match self.node(node).await {
+                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
+                    return Err(K8sError::NodeNotFound {
+                        node: node.to_string(),
+                    });
+                }
+                r => r?,
+            };
+            let rv = current
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            let unschedulable = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            let ours = current
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CORDONED_BY_ANNOTATION))
+                .is_some_and(|v| v == owner);
+            let patch = match (cordon, unschedulable, ours) {
+                // cordoned already, by us or by someone else: nothing to do
+                (true, true, _) => return Ok(()),
+                (true, false, _) => serde_json::json!({
+                    "metadata": {"resourceVersion": rv, "annotations": {CORDONED_BY_ANNOTATION: owner}},
+                    "spec": {"unschedulable": true},
+                }),
+                // not ours: never lifted
+                (false, _, false) => return Ok(()),
+                (false, true, true) => serde_json::json!({
+                    "metadata": {"resourceVersion": rv, "annotations": {CORDONED_BY_ANNOTATION: null}},
+                    "spec": {"unschedulable": false},
+                }),
+                // uncordoned by someone else: only the stale annotation goes
+                (false, false, true) => serde_json::json!({
+                    "metadata": {"resourceVersion": rv, "annotations": {CORDONED_BY_ANNOTATION: null}},
+                }),
+            };
+            let params = PatchParams::default();
+            let result = self
+                .call(op, node, || {
+                    let (api, params, patch) = (&api, &params, &patch);
+                    async move { api.patch(node, params, &Patch::Merge(patch)).await }
+                })
+                .await;
+            match result {
+                Ok(_) => return Ok(()),
+                Err(K8sError::Api { err, .. })
+                    if is_status(&err, 409) && conflicts < TAINT_CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                }
+                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
+                    return Err(K8sError::NodeNotFound {
+                        node: node.to_string(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -565,6 +652,7 @@ fn cluster_node(node: Node) -> ClusterNode {
 
 fn readiness(name: &str, node: Node) -> Result<NodeReadiness, K8sError> {
     let taints = taints_of(&node);
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
     let status = node.status.unwrap_or_default();
     let raw = status
         .node_info
@@ -600,6 +688,7 @@ fn readiness(name: &str, node: Node) -> Result<NodeReadiness, K8sError> {
         taints,
         unschedulable: node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
         not_ready_reason,
+        annotations,
     })
 }
 

@@ -189,6 +189,9 @@ pub struct NodeReadiness {
     pub not_ready_reason: Option<String>,
     /// `spec.taints`, in the node's order.
     pub taints: Vec<NodeTaintSpec>,
+    /// `metadata.annotations` (who cordoned the node: `medea.dev/cordoned-by`,
+    /// `talos.dev/client-cordoned`).
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// One of a Node's `spec.taints`.

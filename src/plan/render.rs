@@ -273,6 +273,13 @@ fn render_hop(out: &mut String, t: &TalosRollout, indent: &str) {
         hooks::render_hooks(out, h, indent);
     }
     render_waves(out, t, indent);
+    // who leads etcd is known only when the step runs (issue #48): the order is decided then
+    if t.role == crate::inventory::MachineRole::Controlplane && machine_count(t) > 1 {
+        let _ = writeln!(
+            out,
+            "{indent}the node leading etcd goes last, whatever its wave, and hands its leadership over before its reboot"
+        );
+    }
 }
 
 /// `rollout.stage: ahead` (issue #36): which nodes install ahead and which in the window, and

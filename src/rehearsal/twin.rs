@@ -143,6 +143,7 @@ pub fn build(observed: &ObservedCluster, census: Option<&Census>, timing: TwinTi
         kube_faults: Vec::new(),
         machine_config_extra: None,
         etcd_alarms: Vec::new(),
+        etcd_leader: None,
         client_cert_valid_for: None,
     };
     let objects = match census {

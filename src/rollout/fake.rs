@@ -23,9 +23,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ports::{
-    Component, ComponentArgs, ComponentImages, Detail, DrainOutcome, EtcdHealth, EtcdMember,
-    ImageNamespace, KubeNode, KubePort, MachineStage, Manifest, NextBoot, NodeTaint, NodeTarget,
-    PortError, SnapshotInfo, SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
+    CORDONED_BY_ANNOTATION, Component, ComponentArgs, ComponentImages, CordonedBy, Detail,
+    DrainOutcome, EtcdHealth, EtcdMember, FOREIGN_CORDON_ANNOTATIONS, ImageNamespace, KubeNode,
+    KubePort, MachineStage, Manifest, NextBoot, NodeTaint, NodeTarget, PortError, SnapshotInfo,
+    SnapshotStreamed, StaticPod, TalosNode, TalosPort, UpgradeMethod,
 };
 use super::ports::{GateContext, GateEvaluation, GateSample, GateVerdict, HealthProbe};
 use super::sequencer::{image_version, split_image};
@@ -134,6 +135,18 @@ pub enum Fault {
     },
     /// `EtcdSnapshot` fails.
     SnapshotFails,
+    /// `EtcdForfeitLeadership` on `node` fails (etcd's leader transfer timing out) the next
+    /// `calls` times, the leadership staying where it was unless `moved` (the transfer
+    /// finished after the client gave up).
+    ForfeitFails {
+        /// The node.
+        node: String,
+        /// How many calls fail.
+        calls: u32,
+        /// The leadership moved anyway.
+        #[serde(default)]
+        moved: bool,
+    },
     /// The next `calls` Talos API calls (any node) fail with UNAVAILABLE before reaching it.
     TalosUnavailable {
         /// How many calls fail.
@@ -214,6 +227,9 @@ pub struct FakeNode {
     pub down_polls: u32,
     /// Whether the node is cordoned.
     pub cordoned: bool,
+    /// Its Node's annotations (who cordoned it: `medea.dev/cordoned-by`, issue #48).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
     /// Its Node's taints.
     #[serde(default)]
     pub taints: Vec<NodeTaint>,
@@ -267,6 +283,16 @@ impl FakeNode {
             kubelet_version: Some(self.kubelet.clone()),
             unschedulable: self.cordoned,
             taints: self.taints.clone(),
+            cordoned_by: self
+                .annotations
+                .get(CORDONED_BY_ANNOTATION)
+                .map(|j| CordonedBy::Job(j.clone()))
+                .or_else(|| {
+                    FOREIGN_CORDON_ANNOTATIONS
+                        .iter()
+                        .find(|a| self.annotations.contains_key(**a))
+                        .map(|a| CordonedBy::Annotation((*a).to_string()))
+                }),
         }
     }
 }
@@ -306,6 +332,15 @@ pub struct FakeState {
     /// `VolumeAttachment`s naming each node (absent: none), as a test sets them.
     #[serde(default)]
     pub volume_attachments: BTreeMap<String, Vec<crate::rollout::ports::VolumeAttachment>>,
+    /// The control-plane node whose etcd member leads (`None`: the members report no leader,
+    /// as before the fake knew one). A leader that goes down is replaced by the first other
+    /// control plane that is up, by name.
+    #[serde(default)]
+    pub etcd_leader: Option<String>,
+    /// Every `EtcdForfeitLeadership` call a node accepted, in order (`node -> new leader`, or
+    /// `node` when it did not lead).
+    #[serde(default)]
+    pub forfeits: Vec<String>,
 }
 
 /// How [`FakeProbe`] evaluates a gate, from the fake cluster's state.
@@ -445,6 +480,7 @@ impl FakeCluster {
                         rebooting: false,
                         down_polls: 0,
                         cordoned: false,
+                        annotations: BTreeMap::new(),
                         taints: Vec::new(),
                         taint_calls: (0, 0),
                         not_ready: false,
@@ -476,6 +512,8 @@ impl FakeCluster {
                 gates: BTreeMap::new(),
                 gate_log: Vec::new(),
                 volume_attachments: BTreeMap::new(),
+                etcd_leader: None,
+                forfeits: Vec::new(),
             })),
             file: None,
             observing: Arc::default(),
@@ -682,6 +720,7 @@ impl FakeCluster {
             Ok(EtcdHealth {
                 members,
                 alarms: Vec::new(),
+                leader: s.etcd_leader.clone(),
             })
         })
     }
@@ -746,6 +785,56 @@ impl FakeCluster {
             s.log.push(format!("external-reboot {node}"));
             go_down(s, node);
         });
+    }
+
+    /// The Talos port's `EtcdForfeitLeadership`, as Talos answers it
+    /// (`v1alpha1_server.go` `EtcdForfeitLeadership`, `internal/pkg/etcd/etcd.go`
+    /// `ForfeitLeadership`): a member that does not lead answers with no new leader; the
+    /// leader moves its leadership to the first other member (by name here) that is up.
+    pub fn talos_forfeit(&self, t: &NodeTarget) -> Result<Option<String>, PortError> {
+        self.talos_call("forfeit", &t.node, |s| {
+            let n = s.nodes.get(&t.node).expect("checked");
+            if n.down() {
+                return Err(unavailable("forfeit", &t.node, "connection refused"));
+            }
+            if !n.control_plane {
+                return Err(failed(
+                    "forfeit",
+                    &t.node,
+                    "etcd forfeit leadership is only available on control plane nodes",
+                ));
+            }
+            let fail = s.faults.iter_mut().find_map(|f| match f {
+                Fault::ForfeitFails { node, calls, moved } if node == &t.node && *calls > 0 => {
+                    *calls -= 1;
+                    Some(*moved)
+                }
+                _ => None,
+            });
+            if let Some(moved) = fail {
+                s.forfeits.push(format!("{} failed", t.node));
+                if moved && s.etcd_leader.as_deref() == Some(t.node.as_str()) {
+                    s.etcd_leader = other_leader(s, &t.node);
+                }
+                return Err(failed(
+                    "forfeit",
+                    &t.node,
+                    "failed to forfeit leadership: etcdserver: request timed out, leader transfer took too long",
+                ));
+            }
+            if s.etcd_leader.as_deref() != Some(t.node.as_str()) {
+                s.forfeits.push(t.node.clone());
+                return Ok(None);
+            }
+            let next = other_leader(s, &t.node);
+            s.forfeits
+                .push(format!("{} -> {}", t.node, next.as_deref().unwrap_or("-")));
+            s.log.push(format!("forfeit {}", t.node));
+            if next.is_some() {
+                s.etcd_leader = next.clone();
+            }
+            Ok(next)
+        })
     }
 
     /// The Talos port's reboot.
@@ -961,11 +1050,23 @@ impl FakeCluster {
     }
 
     /// The Kubernetes port's cordon (`on`) and uncordon.
-    pub fn kube_cordon(&self, node: &str, on: bool) -> Result<(), PortError> {
+    pub fn kube_cordon(&self, node: &str, owner: &str, on: bool) -> Result<(), PortError> {
         let op = if on { "cordon" } else { "uncordon" };
         self.kube_call(op, node, |s| {
             let n = s.nodes.get_mut(node).expect("checked");
-            n.cordoned = on;
+            let ours = n
+                .annotations
+                .get(CORDONED_BY_ANNOTATION)
+                .map(String::as_str)
+                == Some(owner);
+            if on && !n.cordoned {
+                n.cordoned = true;
+                n.annotations
+                    .insert(CORDONED_BY_ANNOTATION.to_string(), owner.to_string());
+            } else if !on && ours {
+                n.cordoned = false;
+                n.annotations.remove(CORDONED_BY_ANNOTATION);
+            }
             if on {
                 n.counters.cordon += 1;
             } else {
@@ -1068,7 +1169,20 @@ fn take_lost_reply(s: &mut FakeState, node: &str, op: &str) -> bool {
     }
 }
 
+/// The first control plane other than `name`, by name, that is up: who takes etcd's
+/// leadership over from `name`.
+fn other_leader(s: &FakeState, name: &str) -> Option<String> {
+    s.nodes
+        .iter()
+        .find(|(k, n)| k.as_str() != name && n.control_plane && !n.down())
+        .map(|(k, _)| k.clone())
+}
+
 fn go_down(s: &mut FakeState, name: &str) {
+    if s.etcd_leader.as_deref() == Some(name) {
+        // the leader goes away: the others elect one of them
+        s.etcd_leader = other_leader(s, name);
+    }
     let never = s.faults.contains(&Fault::NeverReturns {
         node: name.to_string(),
     });
@@ -1178,6 +1292,12 @@ impl TalosPort for FakeTalos {
     async fn etcd(&self, control_plane: &[NodeTarget]) -> Result<EtcdHealth, PortError> {
         self.0.talos_etcd(control_plane)
     }
+    async fn etcd_forfeit_leadership(
+        &self,
+        node: &NodeTarget,
+    ) -> Result<Option<String>, PortError> {
+        self.0.talos_forfeit(node)
+    }
     async fn etcd_snapshot(
         &self,
         node: &NodeTarget,
@@ -1255,11 +1375,11 @@ impl KubePort for FakeKube {
     async fn node(&self, node: &str) -> Result<KubeNode, PortError> {
         self.0.kube_node(node)
     }
-    async fn cordon(&self, node: &str) -> Result<(), PortError> {
-        self.0.kube_cordon(node, true)
+    async fn cordon(&self, node: &str, owner: &str) -> Result<(), PortError> {
+        self.0.kube_cordon(node, owner, true)
     }
-    async fn uncordon(&self, node: &str) -> Result<(), PortError> {
-        self.0.kube_cordon(node, false)
+    async fn uncordon(&self, node: &str, owner: &str) -> Result<(), PortError> {
+        self.0.kube_cordon(node, owner, false)
     }
     async fn nodes(&self) -> Result<BTreeMap<String, KubeNode>, PortError> {
         self.0.kube_nodes()

@@ -157,6 +157,11 @@ pub struct EtcdHealth {
     pub members: Vec<EtcdMember>,
     /// Active alarms (`NOSPACE`, `CORRUPT`), as `member: alarm`.
     pub alarms: Vec<String>,
+    /// The member the answering members report as their leader (`EtcdStatus.leader`, mapped
+    /// to its name through the member list); `None` when none answered with a known leader (an
+    /// election under way) or they disagree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }
 
 /// One Node as the kube-apiserver reports it now.
@@ -171,7 +176,56 @@ pub struct KubeNode {
     /// `spec.taints` (every one, medea's pacing taint among them when it is there).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<NodeTaint>,
+    /// Who says they cordoned the node: the value of [`CORDONED_BY_ANNOTATION`] (a medea
+    /// job's id), else the name of another cordon annotation it carries
+    /// ([`FOREIGN_CORDON_ANNOTATIONS`]); `None` when no annotation says (a plain `kubectl
+    /// cordon`, or not cordoned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned_by: Option<CordonedBy>,
 }
+
+/// Who a node's annotations say cordoned it (issue #48 item 5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "by", content = "value")]
+pub enum CordonedBy {
+    /// A medea job: the value of `medea.dev/cordoned-by`.
+    Job(String),
+    /// Someone else, named by the annotation they leave (`talos.dev/client-cordoned`,
+    /// `talos.dev/cordoned`).
+    Annotation(String),
+}
+
+impl KubeNode {
+    /// Whether the node is cordoned by the job `job` (its annotation names the job): the only
+    /// cordon that job may lift.
+    pub fn cordoned_by_job(&self, job: &str) -> bool {
+        matches!(&self.cordoned_by, Some(CordonedBy::Job(j)) if j == job)
+    }
+
+    /// Who cordoned the node, for a person: `job 3f2a…`, `talos.dev/client-cordoned`, or
+    /// `someone else (no annotation says who)`.
+    pub fn cordoned_by_text(&self) -> String {
+        match &self.cordoned_by {
+            Some(CordonedBy::Job(j)) => format!("medea job `{j}`"),
+            Some(CordonedBy::Annotation(a)) => format!("`{a}`"),
+            None => "someone else (no annotation says who)".into(),
+        }
+    }
+}
+
+/// The annotation every cordon medea makes carries, valued with the job's id (issue #48 item
+/// 5): medea only ever uncordons a node carrying its own job's annotation, and removes the
+/// annotation with the cordon.
+pub const CORDONED_BY_ANNOTATION: &str = "medea.dev/cordoned-by";
+
+/// Annotations by which others mark a cordon of theirs: talosctl ≥ 1.15 (`talos.dev/client-
+/// cordoned`, it lifts only the cordons it marked) and machined's own cordon before a
+/// shutdown or an upgrade (`talos.dev/cordoned`, siderolabs/talos `pkg/machinery/constants`
+/// `AnnotationCordonedKey`, `internal/app/machined/pkg/controllers/k8s/node_apply.go`
+/// `ApplyCordoned`). Only to name them: any cordon without medea's annotation is someone
+/// else's.
+pub const FOREIGN_CORDON_ANNOTATIONS: [&str; 2] =
+    ["talos.dev/client-cordoned", "talos.dev/cordoned"];
 
 /// One taint of a Node (`spec.taints[]`): key, value and effect (`NoSchedule`,
 /// `PreferNoSchedule`, `NoExecute`).
@@ -473,6 +527,15 @@ pub trait TalosPort: Send + Sync {
         method: UpgradeMethod,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 
+    /// `MachineService.EtcdForfeitLeadership` on a control-plane node: if its etcd member
+    /// leads, leadership moves to another member (Talos picks the first other member of the
+    /// member list); a member that does not lead answers at once with no new leader. Returns
+    /// the new leader's name, if the node named one.
+    fn etcd_forfeit_leadership(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<Option<String>, PortError>> + Send;
+
     /// `MachineService.Reboot` (mode DEFAULT); returns once accepted.
     fn reboot(&self, node: &NodeTarget) -> impl Future<Output = Result<(), PortError>> + Send;
 
@@ -531,10 +594,20 @@ pub trait KubePort: Send + Sync {
     /// Every Node of the cluster, by name (one list call): what the budget of a wave counts
     /// before the wave starts.
     fn nodes(&self) -> impl Future<Output = Result<BTreeMap<String, KubeNode>, PortError>> + Send;
-    /// Set `spec.unschedulable=true`; idempotent.
-    fn cordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
-    /// Set `spec.unschedulable=false`; idempotent.
-    fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Cordon the node for job `owner`: `spec.unschedulable=true` and
+    /// [`CORDONED_BY_ANNOTATION`]`=owner` in one patch, conditional on the node's
+    /// `resourceVersion`. A node that is cordoned already is left as it is (someone else's
+    /// cordon is never claimed). Idempotent.
+    fn cordon(&self, node: &str, owner: &str)
+    -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Lift job `owner`'s cordon: `spec.unschedulable=false` and the annotation removed in one
+    /// conditional patch, only when the node carries `owner`'s annotation; a cordon anyone
+    /// else made stays. Idempotent.
+    fn uncordon(
+        &self,
+        node: &str,
+        owner: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Add `taint` to the node unless a taint with its key and effect is there already (then
     /// nothing changes, whatever its value: a taint someone else put is never changed).
     /// Idempotent; never touches another taint.

@@ -93,6 +93,15 @@ pub trait TalosApi: Send + Sync {
         image: &ImageRef,
     ) -> impl Future<Output = Result<UpgradeOutcome, TalosError>> + Send;
 
+    /// `MachineService.EtcdForfeitLeadership`: if the node's etcd member leads, Talos moves
+    /// the leadership to the first other member of the member list (etcd `MoveLeader`); a
+    /// member that does not lead answers with no new leader. Returns the new leader's name
+    /// when one was named. A worker answers `Unimplemented`, a lone member an error.
+    fn etcd_forfeit_leadership(
+        &self,
+        node: &NodeTarget,
+    ) -> impl Future<Output = Result<Option<String>, TalosError>> + Send;
+
     /// `MachineService.Reboot` (mode DEFAULT). The node goes away right after acknowledging.
     fn reboot(
         &self,

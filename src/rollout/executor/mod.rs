@@ -571,7 +571,11 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 .pull_image(node, image, *namespace)
                 .await
                 .map(|()| CommandOutcome::Done),
-            Action::Cordon { node } => self.kube.cordon(node).await.map(|()| CommandOutcome::Done),
+            Action::Cordon { node } => self
+                .kube
+                .cordon(node, cmd.key.job.as_str())
+                .await
+                .map(|()| CommandOutcome::Done),
             Action::Drain {
                 node,
                 timeout_secs,
@@ -591,6 +595,11 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 .upgrade(node, image, *method)
                 .await
                 .map(|()| CommandOutcome::Done),
+            Action::ForfeitLeadership { node } => self
+                .talos
+                .etcd_forfeit_leadership(node)
+                .await
+                .map(|_| CommandOutcome::Done),
             Action::Reboot { node, .. } => {
                 self.talos.reboot(node).await.map(|()| CommandOutcome::Done)
             }
@@ -601,7 +610,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 .map(|()| CommandOutcome::Done),
             Action::Uncordon { node } => self
                 .kube
-                .uncordon(node)
+                .uncordon(node, cmd.key.job.as_str())
                 .await
                 .map(|()| CommandOutcome::Done),
             Action::Taint { node, taint } => self

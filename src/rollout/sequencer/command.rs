@@ -43,6 +43,9 @@ pub enum CommandOp {
     Taint,
     /// Remove medea's pacing taint from a node (done, or the job over).
     Untaint,
+    /// Ask a control-plane node that leads etcd to hand its leadership over before it is
+    /// rebooted (`MachineService.EtcdForfeitLeadership`, issue #48).
+    Forfeit,
 }
 
 impl CommandOp {
@@ -66,6 +69,7 @@ impl CommandOp {
             CommandOp::Stage => "stage",
             CommandOp::Taint => "taint",
             CommandOp::Untaint => "untaint",
+            CommandOp::Forfeit => "forfeit-leadership",
         }
     }
 }
@@ -235,6 +239,14 @@ pub enum Action {
         /// medea's pacing taint (value: the job's id).
         taint: NodeTaint,
     },
+    /// Ask the node's etcd member to hand its leadership to another member
+    /// (`MachineService.EtcdForfeitLeadership`) before the node is rebooted (issue #48).
+    /// Journaled before the call; after a crash it is resolved by observing who leads: the
+    /// node no longer leading is done, else it is asked again.
+    ForfeitLeadership {
+        /// The control-plane node.
+        node: NodeTarget,
+    },
     /// Expire the node's silence (it is back and uncordoned).
     Unsilence {
         /// The node.
@@ -302,6 +314,7 @@ impl Action {
             Action::Untaint { .. } => CommandOp::Untaint,
             Action::Hook { .. } => CommandOp::Hook,
             Action::Stage { .. } => CommandOp::Stage,
+            Action::ForfeitLeadership { .. } => CommandOp::Forfeit,
         }
     }
 }

@@ -310,8 +310,19 @@ pub(super) fn snapshot_command(j: &Job, si: usize, via: NodeTarget) -> Command {
     }
 }
 
-/// etcd is healthy and losing one member keeps quorum.
+/// etcd is healthy and losing one member keeps quorum ([`etcd_verdict_with`], nobody else
+/// counted down).
 pub fn etcd_verdict(h: &EtcdHealth) -> Result<(), String> {
+    etcd_verdict_with(h, &[])
+}
+
+/// The quorum gate before a control-plane node is taken away, the one place its rule is
+/// written: etcd reports members, no alarm, no learner, every member healthy, and taking one
+/// member away — with the members in `down` (the other control-plane nodes that are cordoned
+/// or draining: about to go, or held away by someone) counted as gone too — leaves a majority
+/// of the members up. A single member is the exception: nothing can keep its quorum, and the
+/// plan already says so.
+pub fn etcd_verdict_with(h: &EtcdHealth, down: &[String]) -> Result<(), String> {
     if h.members.is_empty() {
         return Err("etcd reports no members".into());
     }
@@ -333,13 +344,34 @@ pub fn etcd_verdict(h: &EtcdHealth) -> Result<(), String> {
         };
         return Err(format!("etcd member `{}` is unhealthy: {detail}", m.name));
     }
-    if h.members.len() == 2 {
-        return Err(
-            "etcd has 2 members: taking one away loses quorum (add a third control-plane node)"
-                .into(),
-        );
+    let n = h.members.len();
+    if n == 1 {
+        return Ok(());
     }
-    Ok(())
+    let down: Vec<&String> = down
+        .iter()
+        .filter(|d| h.members.iter().any(|m| &m.name == *d))
+        .collect();
+    let left = n.saturating_sub(1 + down.len());
+    let quorum = n / 2 + 1;
+    if left >= quorum {
+        return Ok(());
+    }
+    if down.is_empty() {
+        return Err(format!(
+            "etcd has {n} members: taking one away loses quorum (add a third control-plane node)"
+        ));
+    }
+    let names = down
+        .iter()
+        .map(|d| format!("`{d}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(format!(
+        "etcd has {n} members and {names} {} cordoned or draining (counted as down): taking one \
+         more away leaves {left} of {n}, short of quorum ({quorum})",
+        if down.len() == 1 { "is" } else { "are" }
+    ))
 }
 
 /// A drain whose outcome was lost runs again and sees only the pods left: the volumes of the

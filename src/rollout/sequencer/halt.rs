@@ -146,6 +146,9 @@ pub enum HaltCode {
     /// cordoned by someone else) used up `maxUnavailable` (the control plane's one) and stayed
     /// so for the pool's `healthTimeout` (issue #35, pacing). Nothing of the wave was touched.
     PoolUnavailable,
+    /// A control-plane node still led etcd at its health timeout, its forfeits of the
+    /// leadership failing (issue #48): it was not rebooted.
+    LeadershipKept,
     /// Halted before halt codes were recorded.
     #[default]
     Unrecorded,
@@ -181,6 +184,7 @@ impl HaltCode {
             HaltCode::HookFailed => "hook_failed",
             HaltCode::HookInterrupted => "hook_interrupted",
             HaltCode::PoolUnavailable => "pool_unavailable",
+            HaltCode::LeadershipKept => "etcd_leadership_kept",
             HaltCode::Unrecorded => "unrecorded",
         }
     }

@@ -458,6 +458,10 @@ pub struct NodeProgress {
     /// recorded them): every attachment on the node counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_volumes: Option<DrainVolumes>,
+    /// A control-plane node's etcd leadership handover before its reboot (issue #48), once
+    /// it was asked to forfeit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<Handover>,
 }
 
 /// The PersistentVolumes of the pods a node's drains evicted, as tuppr's
@@ -496,6 +500,23 @@ impl DrainVolumes {
             DrainVolumes::Unknown => true,
         }
     }
+
+/// The forfeits of etcd leadership a control-plane node was asked for before its reboot
+/// (`MachineService.EtcdForfeitLeadership`, issue #48).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handover {
+    /// Forfeit calls made (the attempt of the next call's key).
+    pub calls: u32,
+    /// The node answered the last call without an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answered: bool,
+    /// Why the last call failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Not asked again before this time (after a failure).
+    #[serde(default, with = "ts_opt", skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Timestamp>,
 }
 
 /// medea's pacing taint on a node (issue #35): `medea.dev/upgrade-pending=<job id>:
@@ -649,6 +670,7 @@ impl NodeProgress {
             staging: None,
             drain_volumes: None,
             pacing: None,
+            handover: None,
         }
     }
     /// How the ports address the node.

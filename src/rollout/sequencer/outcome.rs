@@ -15,6 +15,13 @@ pub(super) fn bump_attempt(j: &mut Job, key: &CommandKey) {
         j.snapshot_attempts += 1;
         return;
     }
+    if key.op == CommandOp::Forfeit {
+        // counted by the node's handover record: the next call's key follows it
+        if let Some(h) = handover_mut(j, key) {
+            h.calls += 1;
+        }
+        return;
+    }
     if key.op == CommandOp::Hook {
         // counted by the hook's record
         return hook_attempted(j);
@@ -96,6 +103,10 @@ pub(super) fn apply(
     }
     if matches!(key.op, CommandOp::Taint | CommandOp::Untaint) {
         return pacing_outcome(j, intent, outcome, notes);
+    }
+    if key.op == CommandOp::Forfeit && !matches!(outcome, CommandOutcome::Transient { .. }) {
+        // never a halt: who leads is observed before the reboot (issue #48)
+        return forfeit_outcome(j, key, outcome, now, notes);
     }
     match outcome {
         CommandOutcome::Transient { error } => {

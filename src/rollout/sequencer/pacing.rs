@@ -434,6 +434,7 @@ mod tests {
             kubelet_version: None,
             unschedulable: cordoned,
             taints,
+            cordoned_by: None,
         }
     }
 

@@ -63,6 +63,7 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes) -> Resolution {
             Resolution::Reissue
         }
         Action::Stage { nodes } => resolve_stage(j, intent, nodes, eyes),
+        Action::ForfeitLeadership { node } => resolve_forfeit(j, node, eyes),
         Action::Pull { .. } | Action::Drain { .. } | Action::ApplyManifests { .. } => {
             // idempotent: doing it again is the same as doing it once
             Resolution::Reissue
@@ -91,13 +92,18 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes) -> Resolution {
             }
         }
         Action::Cordon { node } | Action::Uncordon { node } => {
-            let want = matches!(intent.action, Action::Cordon { .. });
+            let cordon = matches!(intent.action, Action::Cordon { .. });
             match look(
                 eyes.kube(node),
                 &format!("`{node}`"),
                 &format!("Kubernetes node `{node}`"),
             ) {
-                Ok(k) if k.unschedulable == want => DONE,
+                // cordoned, by this job or by someone else (whose cordon the end of the
+                // node's cycle leaves, naming it)
+                Ok(k) if cordon && k.unschedulable => DONE,
+                // nothing of this job's cordon is left (issue #48: a cordon that is not the
+                // job's is never lifted, so it is no reason to call again)
+                Ok(k) if !cordon && !k.cordoned_by_job(j.id.as_str()) => DONE,
                 Ok(_) => Resolution::Reissue,
                 Err(r) => r,
             }

@@ -48,8 +48,11 @@ fn talos_step_flow(
         if let Some(f) = after_hooks(j, si) {
             return f;
         }
-        let Some((wave, finished)) = current_wave(j, si, policy.is_some()) else {
-            return Flow::Done;
+        // a control-plane step: the node leading etcd goes last (issue #48)
+        let (wave, finished) = match next_wave(j, si, policy.is_some(), eyes, notes) {
+            Ok(Some(w)) => w,
+            Ok(None) => return Flow::Done,
+            Err(f) => return f,
         };
         if finished {
             // every node of the wave is done: the soak
@@ -151,7 +154,7 @@ fn wave_may_start(j: &Job, si: usize, members: &[usize], now: Timestamp) -> Resu
 
 /// The first wave of step `si` that is not finished, or (`gated`: under a health policy) not
 /// soaked after a node of it was upgraded; with whether all its nodes finished.
-fn current_wave(j: &Job, si: usize, gated: bool) -> Option<(usize, bool)> {
+pub(super) fn current_wave(j: &Job, si: usize, gated: bool) -> Option<(usize, bool)> {
     let ts = talos_of(j, si);
     let waves = ts.nodes.iter().map(|n| n.wave + 1).max().unwrap_or(0);
     (0..waves).find_map(|w| {
@@ -414,8 +417,22 @@ pub(super) fn talos_node(
             }
             NodePhase::Cordoned => return drain(j, si, i, now, "drain"),
             NodePhase::Drained => volumes_detached(j, &v, eyes, notes),
-            NodePhase::Detached => upgrade(j, &v, eyes, notes),
-            NodePhase::Upgraded => return reboot(j, &v),
+            NodePhase::Detached => {
+                // the legacy Upgrade reboots the node by itself: a leader hands over first
+                if talos_of(j, si).nodes[i].method == Some(UpgradeMethod::Legacy)
+                    && let Err(f) = before_reboot(j, &v, eyes, notes)
+                {
+                    return f;
+                }
+                upgrade(j, &v, eyes, notes)
+            }
+            NodePhase::Upgraded => {
+                // a node leading etcd hands its leadership over before its reboot (issue #48)
+                if let Err(f) = before_reboot(j, &v, eyes, notes) {
+                    return f;
+                }
+                return reboot(j, &v);
+            }
             NodePhase::Rebooting => match verify_back(j, &v, Direction::Upgrade, eyes) {
                 Ok(()) => {
                     node_mut(j, si, i).enter(NodePhase::Back, now);
@@ -424,13 +441,14 @@ pub(super) fn talos_node(
                 }
                 Err(f) => Err(f),
             },
-            NodePhase::Back => {
-                if left_cordoned(j, si, i, notes) {
+            NodePhase::Back => match left_cordoned(j, &v, eyes, notes) {
+                Ok(true) => {
                     node_mut(j, si, i).enter(NodePhase::Done, now);
                     return Flow::Done;
                 }
-                return uncordon(j, si, i);
-            }
+                Ok(false) => return uncordon(j, si, i),
+                Err(f) => return f,
+            },
             NodePhase::Done | NodePhase::Skipped => return Flow::Done,
         };
         if let Err(flow) = moved {
@@ -510,7 +528,8 @@ pub(super) fn etcd_healthy(
     let now = v.now;
     let via = j.control_plane.clone();
     let e = need(eyes.etcd(&via), "etcd", v.deadline, now, v.nd())?;
-    etcd_verdict(e).map_err(|why| {
+    let down = control_planes_away(j, v, eyes)?;
+    etcd_verdict_with(e, &down).map_err(|why| {
         late(
             now,
             v.deadline,
@@ -525,6 +544,48 @@ pub(super) fn etcd_healthy(
             },
         )
     })
+}
+
+/// The control-plane nodes other than `v` that count as down in the quorum gate
+/// ([`etcd_verdict_with`]): cordoned or draining in Kubernetes (`spec.unschedulable`, one list
+/// of the Nodes), or held away by this job. A list that cannot be read counts nobody: the
+/// etcd health itself still gates.
+fn control_planes_away(j: &Job, v: &NodeView, eyes: &Eyes) -> Result<Vec<String>, Flow> {
+    let mut down: BTreeSet<String> = BTreeSet::new();
+    for s in &j.steps {
+        if let StepKind::Talos(t) = &s.kind
+            && t.control_plane()
+        {
+            down.extend(
+                t.nodes
+                    .iter()
+                    .filter(|n| {
+                        n.phase.away()
+                            || n.rollback.is_some_and(|r| {
+                                r != RollbackPhase::Done && r != RollbackPhase::Pending
+                            })
+                    })
+                    .map(|n| n.target.node.clone()),
+            );
+        }
+    }
+    match eyes.nodes() {
+        Seen::Missing => {
+            return Err(Flow::Poll(
+                PollWhy::Waiting,
+                "observing the Nodes (a cordoned control plane counts as down)".into(),
+            ));
+        }
+        Seen::Got(nodes) => down.extend(
+            j.control_plane
+                .iter()
+                .filter(|cp| nodes.get(&cp.node).is_some_and(|k| k.unschedulable))
+                .map(|cp| cp.node.clone()),
+        ),
+        Seen::Transient(_) | Seen::Failed(_) => {}
+    }
+    down.remove(&v.name);
+    Ok(down.into_iter().collect())
 }
 
 /// `Checked`: the etcd snapshot first on the control plane, then the installer's pull (unless
@@ -959,17 +1020,47 @@ fn drain(j: &Job, si: usize, i: usize, now: Timestamp, what: &str) -> Flow {
     }))
 }
 
-/// Whether node `i` of step `si` was cordoned before medea started it: then it stays as the
-/// operator left it (no uncordon) and a note says so.
-fn left_cordoned(j: &Job, si: usize, i: usize, notes: &mut Vec<String>) -> bool {
-    let n = &talos_of(j, si).nodes[i];
-    if n.was_cordoned {
-        notes.push(format!(
-            "{}: left cordoned (it was cordoned before medea started it)",
-            n.target.node
-        ));
+/// Whether node `v` stays cordoned at the end of its cycle, from its Node as observed now
+/// (issue #48 item 5): medea lifts only a cordon that carries its own job's annotation
+/// (`medea.dev/cordoned-by: <job id>`), whatever happened in between (a crash, a leader
+/// change of medea's own HA, an operator's cordon on top of medea's). A node cordoned by anyone
+/// else — before medea started it (`was_cordoned`), by talosctl (`talos.dev/client-cordoned`)
+/// or by a plain `kubectl cordon` — stays cordoned, and a note (the job's events) names it.
+/// A node nobody cordons any more needs nothing, unless medea's annotation is left on it (the
+/// uncordon removes it).
+fn left_cordoned(
+    j: &Job,
+    v: &NodeView,
+    eyes: &Eyes,
+    notes: &mut Vec<String>,
+) -> Result<bool, Flow> {
+    let n = &talos_of(j, v.si).nodes[v.i];
+    let k = need(
+        eyes.kube(&v.name),
+        &format!("Kubernetes node `{}`", v.name),
+        v.deadline,
+        v.now,
+        v.nd(),
+    )?;
+    if k.cordoned_by_job(j.id.as_str()) {
+        return Ok(false);
     }
-    n.was_cordoned
+    if !k.unschedulable {
+        return Ok(true);
+    }
+    notes.push(if n.was_cordoned {
+        format!(
+            "{}: left cordoned (it was cordoned before medea started it)",
+            v.name
+        )
+    } else {
+        format!(
+            "{}: left cordoned: the cordon is not this job's (cordoned by {})",
+            v.name,
+            k.cordoned_by_text()
+        )
+    });
+    Ok(true)
 }
 
 /// Uncordon node `i` of step `si`.
@@ -1066,6 +1157,10 @@ fn rollback_wave(
             if let Err(f) = no_volume_attached(j, &v, eyes, notes) {
                 return f;
             }
+            // and a control plane leading etcd hands over first (issue #48)
+            if let Err(f) = before_reboot(j, &v, eyes, notes) {
+                return f;
+            }
             rollback_call(j, &v, eyes)
         }
         RollbackPhase::Rebooting => {
@@ -1076,13 +1171,14 @@ fn rollback_wave(
             notes.push(format!("{}: rolled back, runs {} again", v.name, v.from));
             rollback_wave(j, si, failure, eyes, now, notes)
         }
-        RollbackPhase::Back => {
-            if left_cordoned(j, si, i, notes) {
+        RollbackPhase::Back => match left_cordoned(j, &v, eyes, notes) {
+            Ok(true) => {
                 node_mut(j, si, i).enter_rollback(RollbackPhase::Done, now);
-                return rollback_wave(j, si, failure, eyes, now, notes);
+                rollback_wave(j, si, failure, eyes, now, notes)
             }
-            uncordon(j, si, i)
-        }
+            Ok(false) => uncordon(j, si, i),
+            Err(f) => f,
+        },
         RollbackPhase::Done => unreachable!("picked a node not done"),
     }
 }

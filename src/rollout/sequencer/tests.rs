@@ -91,6 +91,7 @@ fn etcd_must_be_healthy_and_keep_quorum_without_one_member() {
     let h = |members| EtcdHealth {
         members,
         alarms: vec![],
+        leader: None,
     };
     assert!(etcd_verdict(&h(vec![m("a", true), m("b", true), m("c", true)])).is_ok());
     assert!(
@@ -108,6 +109,38 @@ fn etcd_must_be_healthy_and_keep_quorum_without_one_member() {
     alarm.alarms.push("a: NOSPACE".into());
     assert!(etcd_verdict(&alarm).unwrap_err().contains("NOSPACE"));
     assert!(etcd_verdict(&h(vec![])).is_err());
+}
+
+/// Issue #48: a control-plane node that is cordoned or draining counts as down in the quorum
+/// gate, which is written once (`etcd_verdict_with`).
+#[test]
+fn a_cordoned_control_plane_counts_as_down_in_the_quorum_gate() {
+    let m = |name: &str| EtcdMember {
+        name: name.into(),
+        learner: false,
+        healthy: true,
+        errors: vec![],
+    };
+    let h = |names: &[&str]| EtcdHealth {
+        members: names.iter().map(|n| m(n)).collect(),
+        alarms: vec![],
+        leader: None,
+    };
+    let three = h(&["a", "b", "c"]);
+    assert!(etcd_verdict_with(&three, &[]).is_ok());
+    let e = etcd_verdict_with(&three, &["c".into()]).unwrap_err();
+    assert!(
+        e.contains("`c` is cordoned or draining (counted as down)") && e.contains("1 of 3"),
+        "{e}"
+    );
+    // five members keep quorum with one away already, not with two
+    let five = h(&["a", "b", "c", "d", "e"]);
+    assert!(etcd_verdict_with(&five, &["e".into()]).is_ok());
+    assert!(etcd_verdict_with(&five, &["d".into(), "e".into()]).is_err());
+    // a name that is no member (a worker) counts nobody
+    assert!(etcd_verdict_with(&three, &["w-1".into()]).is_ok());
+    // a single member: nothing keeps its quorum, as before
+    assert!(etcd_verdict_with(&h(&["a"]), &[]).is_ok());
 }
 
 #[test]

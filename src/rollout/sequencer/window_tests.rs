@@ -118,6 +118,7 @@ impl World {
                     kubelet_version: None,
                     unschedulable: false,
                     taints: vec![],
+                    cordoned_by: None,
                 },
             );
         }

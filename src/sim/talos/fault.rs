@@ -25,6 +25,8 @@ pub enum Method {
     EtcdSnapshot,
     /// `MachineService.EtcdAlarmList`
     EtcdAlarmList,
+    /// `MachineService.EtcdForfeitLeadership`
+    EtcdForfeitLeadership,
     /// `ImageService.Pull` and the deprecated `MachineService.ImagePull`
     ImagePull,
     /// `LifecycleService.Upgrade`
@@ -57,6 +59,7 @@ impl Method {
                 | Method::Reboot
                 | Method::Rollback
                 | Method::ApplyConfiguration
+                | Method::EtcdForfeitLeadership
         )
     }
 
@@ -69,6 +72,7 @@ impl Method {
             Method::EtcdStatus => "/machine.MachineService/EtcdStatus",
             Method::EtcdSnapshot => "/machine.MachineService/EtcdSnapshot",
             Method::EtcdAlarmList => "/machine.MachineService/EtcdAlarmList",
+            Method::EtcdForfeitLeadership => "/machine.MachineService/EtcdForfeitLeadership",
             Method::ImagePull => "/machine.ImageService/Pull",
             Method::Upgrade => "/machine.LifecycleService/Upgrade",
             Method::LegacyUpgrade => "/machine.MachineService/Upgrade",

@@ -30,6 +30,7 @@ use serde::Serialize;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use fault::{Effect, FaultError, FaultPlan, Method, NodeCounters, Trigger};
+pub use model::etcd::Forfeit as EtcdForfeit;
 pub use model::{Bootloader, Power};
 pub use scenario::{
     EtcdAlarmKind, EtcdAlarmSpec, MachineConfigExtra, NodeSpec, RebootTiming, Role, Scenario,
@@ -369,6 +370,16 @@ impl SimTalos {
             None => c.etcd_alarms.retain(|(m, _)| *m != member),
         }
         Ok(())
+    }
+
+    /// The node whose etcd member leads now (`None`: no member can lead).
+    pub fn etcd_leader(&self) -> Option<String> {
+        self.shared.lock().etcd_leader_name()
+    }
+
+    /// Every `EtcdForfeitLeadership` a member answered, in order (issue #48).
+    pub fn etcd_forfeits(&self) -> Vec<EtcdForfeit> {
+        self.shared.lock().etcd.forfeits.clone()
     }
 
     /// Make a control plane's etcd member (un)healthy.

@@ -441,6 +441,10 @@ pub struct Scenario {
     /// control-plane node raised it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub etcd_alarms: Vec<EtcdAlarmSpec>,
+    /// The control-plane node whose etcd member leads at the start (default: the first
+    /// control-plane node). etcd elects another when it goes down or forfeits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_leader: Option<String>,
     /// How long the talosconfig's client certificate is valid from the start (default one
     /// year, as Talos issues them): a short-lived credential.
     #[serde(
@@ -555,6 +559,7 @@ impl Scenario {
             kube_faults: Vec::new(),
             machine_config_extra: None,
             etcd_alarms: Vec::new(),
+            etcd_leader: None,
             client_cert_valid_for: None,
         }
     }
@@ -660,6 +665,16 @@ impl Scenario {
                     a.node
                 )));
             }
+        }
+        if let Some(leader) = &self.etcd_leader
+            && !self
+                .nodes
+                .iter()
+                .any(|n| &n.name == leader && n.role == Role::Controlplane)
+        {
+            return Err(invalid(format!(
+                "`etcdLeader` names `{leader}`, which is not a control-plane node in `nodes`"
+            )));
         }
         for f in &self.kube_faults {
             match f {

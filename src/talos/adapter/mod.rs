@@ -5,6 +5,7 @@
 //! Retries of read-only calls happen inside the client (`talos::retry`); the adapter only sorts
 //! the final errors into transient and failed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use prost::Message as _;
@@ -478,6 +479,8 @@ impl TalosPort for TalosAdapter {
             })
             .collect();
         let mut members = Vec::new();
+        let mut leaders: BTreeMap<u64, usize> = BTreeMap::new();
+        let ids: Vec<(u64, String)> = list.iter().map(|m| (m.id, m.hostname.clone())).collect();
         for m in list {
             // a member is asked through its node: the known control plane of that name, else the
             // host of its client URL
@@ -502,7 +505,12 @@ impl TalosPort for TalosAdapter {
                     m.is_learner,
                 ),
                 Some(t) => match timed(API, "EtcdStatus", c.etcd_status(&t)).await {
-                    Ok(s) => (s.errors.is_empty(), s.errors, m.is_learner || s.is_learner),
+                    Ok(s) => {
+                        if s.leader != 0 {
+                            *leaders.entry(s.leader).or_default() += 1;
+                        }
+                        (s.errors.is_empty(), s.errors, m.is_learner || s.is_learner)
+                    }
                     Err(e) => (false, vec![error_chain(&e)], m.is_learner),
                 },
             };
@@ -513,7 +521,11 @@ impl TalosPort for TalosAdapter {
                 errors,
             });
         }
-        Ok(EtcdHealth { members, alarms })
+        Ok(EtcdHealth {
+            members,
+            alarms,
+            leader: agreed_leader(&leaders, &ids),
+        })
     }
 
     async fn etcd_snapshot(&self, n: &NodeTarget, dest: &Path) -> Result<SnapshotInfo, PortError> {
@@ -602,6 +614,17 @@ impl TalosPort for TalosAdapter {
                 classify(op, &n.node, e)
             }
         })
+    }
+
+    async fn etcd_forfeit_leadership(&self, n: &NodeTarget) -> Result<Option<String>, PortError> {
+        let t = target(n)?;
+        timed(
+            API,
+            "EtcdForfeitLeadership",
+            self.client.etcd_forfeit_leadership(&t),
+        )
+        .await
+        .map_err(|e| classify("MachineService.EtcdForfeitLeadership", &n.node, e))
     }
 
     async fn reboot(&self, n: &NodeTarget) -> Result<(), PortError> {
@@ -800,3 +823,17 @@ pub fn component_args_of(yaml: &[u8]) -> Result<ComponentArgs, MachineConfigErro
 
 #[cfg(test)]
 mod tests;
+
+/// The leader the members agree on: every member that answered with a leader (`EtcdStatus`
+/// `leader`, a member id) names the same one, and it is in the member list; `None` otherwise
+/// (an election under way, a member that lost touch).
+fn agreed_leader(leaders: &BTreeMap<u64, usize>, members: &[(u64, String)]) -> Option<String> {
+    let mut named = leaders.keys();
+    let (Some(id), None) = (named.next(), named.next()) else {
+        return None;
+    };
+    members
+        .iter()
+        .find(|(m, _)| m == id)
+        .map(|(_, name)| name.clone())
+}

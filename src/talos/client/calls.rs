@@ -538,6 +538,25 @@ impl TalosApi for TalosClient {
         }
     }
 
+    async fn etcd_forfeit_leadership(
+        &self,
+        node: &NodeTarget,
+    ) -> Result<Option<String>, TalosError> {
+        const OP: &str = "MachineService.EtcdForfeitLeadership";
+        let resp = self
+            .unary(
+                OP,
+                node,
+                CallKind::Mutating,
+                machine::EtcdForfeitLeadershipRequest {},
+                |ch, r| async move { Self::machine(ch).etcd_forfeit_leadership(r).await },
+            )
+            .await?;
+        let m = first(OP, node, resp.messages)?;
+        check_metadata(OP, node, &m.metadata)?;
+        Ok(Some(m.member).filter(|m| !m.is_empty()))
+    }
+
     async fn reboot(&self, node: &NodeTarget) -> Result<RebootAck, TalosError> {
         const OP: &str = "MachineService.Reboot";
         let req = machine::RebootRequest {

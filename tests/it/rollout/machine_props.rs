@@ -79,6 +79,7 @@ fn fake_op(op: CommandOp) -> &'static str {
         CommandOp::Stage => "upgrade",
         CommandOp::Taint => "taint",
         CommandOp::Untaint => "untaint",
+        CommandOp::Forfeit => "forfeit",
     }
 }
 
@@ -97,8 +98,15 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
         Action::Pull { node, image, .. } => {
             fake.talos_pull(node, image).map(|()| CommandOutcome::Done)
         }
-        Action::Cordon { node } => fake.kube_cordon(node, true).map(|()| CommandOutcome::Done),
-        Action::Uncordon { node } => fake.kube_cordon(node, false).map(|()| CommandOutcome::Done),
+        Action::Cordon { node } => fake
+            .kube_cordon(node, cmd.key.job.as_str(), true)
+            .map(|()| CommandOutcome::Done),
+        Action::Uncordon { node } => fake
+            .kube_cordon(node, cmd.key.job.as_str(), false)
+            .map(|()| CommandOutcome::Done),
+        Action::ForfeitLeadership { node } => {
+            fake.talos_forfeit(node).map(|_| CommandOutcome::Done)
+        }
         Action::Drain { node, .. } => fake
             .kube_drain(node)
             .map(|result| CommandOutcome::Drain { result }),

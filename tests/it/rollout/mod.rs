@@ -10,6 +10,7 @@
 //! - [`gates`]: job creation, the global and per-cluster switches, halt requests, windows;
 //! - [`faults`]: the fault matrix over the fakes;
 //! - [`kubernetes`]: the Kubernetes rollout;
+//! - [`leadership`]: the etcd leader last, its forfeit, the quorum gate, cordon ownership;
 //! - [`resume`]: resuming from every kind of dangling intent;
 //! - [`observation`]: when the nodes of a wave are observed;
 //! - [`fencing`]: a fenced executor, an ended term;
@@ -24,6 +25,7 @@ mod fencing;
 mod gates;
 mod journal;
 mod kubernetes;
+mod leadership;
 mod machine_props;
 mod observation;
 mod resume;

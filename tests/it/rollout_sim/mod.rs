@@ -15,13 +15,15 @@
 //!
 //! This file holds the simulator world and the helpers the subjects (and `kube_sim`,
 //! `rollout_health`, `ha`) share; each subject is a module: [`observations`], [`faults`],
-//! [`drain`], [`coming_back`], [`crash`], [`machine_config`], [`stage`] and [`pacing`].
+//! [`drain`], [`coming_back`], [`crash`], [`machine_config`], [`stage`], [`pacing`] and
+//! [`leadership`] (the etcd leader last, its forfeit; cordon ownership).
 
 mod coming_back;
 mod crash;
 mod drain;
 mod faults;
 mod installers;
+mod leadership;
 mod machine_config;
 mod observations;
 mod pacing;

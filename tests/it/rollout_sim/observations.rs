@@ -184,9 +184,13 @@ async fn the_adapters_reach_etcd_images_and_kubernetes_of_the_simulator() {
         k.kubelet_version.map(|v| v.to_string()).as_deref(),
         Some(KUBE)
     );
-    kube.cordon("w-1").await.unwrap();
-    assert!(kube.node("w-1").await.unwrap().unschedulable);
-    kube.uncordon("w-1").await.unwrap();
+    kube.cordon("w-1", "job-1").await.unwrap();
+    let k = kube.node("w-1").await.unwrap();
+    assert!(k.unschedulable && k.cordoned_by_job("job-1"));
+    // another job's uncordon leaves it; its own lifts it
+    kube.uncordon("w-1", "job-2").await.unwrap();
+    assert!(sim.cordoned("w-1"));
+    kube.uncordon("w-1", "job-1").await.unwrap();
     assert!(!sim.cordoned("w-1"));
     assert!(
         medea::metrics::render().contains("api=\"kubernetes\",method=\"Cordon\""),

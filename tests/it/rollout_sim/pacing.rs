@@ -228,7 +228,7 @@ async fn a_control_plane_with_a_node_cordoned_by_someone_else_halts_pool_unavail
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), 3, 0, KubeSimConfig::default()).await;
     let (_, kube) = adapters(&sim).await;
-    kube.cordon("cp-3").await.unwrap();
+    kube.cordon("cp-3", "someone-else").await.unwrap();
     let steps = vec![sim.step(
         "control-plane",
         &[&["cp-1"], &["cp-2"], &["cp-3"]],

@@ -442,6 +442,8 @@ pub(crate) struct TalosSide {
     pub etcd_alarms: std::collections::BTreeSet<(u64, crate::sim::talos::scenario::EtcdAlarmKind)>,
     /// Which images the registries have (`sim::talos::registry`).
     pub registry: super::registry::Registry,
+    /// The etcd leader's state: who leads, elections, forfeits ([`etcd::EtcdLeadership`]).
+    pub etcd: etcd::EtcdLeadership,
     actor_seq: u64,
     apply_generation: u64,
     /// Name or address → position in `nodes` of the first node with it ([`Self::find`]);
@@ -557,11 +559,18 @@ impl TalosSide {
             started_unix,
             etcd_alarms: Default::default(),
             registry: super::registry::Registry::of(scenario),
+            etcd: etcd::EtcdLeadership::default(),
             actor_seq: 0,
             apply_generation: 0,
             index: Default::default(),
         };
         c.reindex();
+        c.etcd.leader = scenario
+            .etcd_leader
+            .as_deref()
+            .and_then(|name| c.nodes().iter().find(|n| n.spec.name == name))
+            .or_else(|| c.nodes().iter().find(|n| n.control_plane()))
+            .map(|n| n.member_id);
         for f in &scenario.faults {
             c.faults.push(ArmedFault::new(f.clone()));
         }
@@ -827,6 +836,8 @@ impl TalosSide {
         let old_version = self
             .fire(idx, Occasion::Boot, |e| matches!(e, Effect::BootOldVersion))
             .is_some();
+        // a leader going down: the other members elect one of them
+        self.etcd_member_down(idx);
         let n = self.node_mut(idx);
         // a boot of an entry the firmware refuses stops there (`registry::firmware_refuses`)
         let never_return = never_return || (n.installed.is_some() && n.firmware_refuses_entry);
@@ -1040,15 +1051,6 @@ impl TalosSide {
         self.nodes().iter().filter(|n| n.control_plane()).collect()
     }
 
-    /// The leader: the first up, healthy control plane.
-    pub fn etcd_leader(&self) -> u64 {
-        self.nodes()
-            .iter()
-            .find(|n| n.control_plane() && n.power == Power::Up && n.etcd_healthy)
-            .map(|n| n.member_id)
-            .unwrap_or(0)
-    }
-
     /// Run the server-side health checks once: `(check, Ok | Err(reason))` in order, stopping
     /// at the first failure (talosctl runs them sequentially).
     pub fn health_checks(
@@ -1122,5 +1124,6 @@ impl TalosSide {
     }
 }
 
+pub mod etcd;
 #[cfg(test)]
 mod tests;

@@ -198,11 +198,28 @@ impl MachineService for Api {
                     db_size_in_use: (SNAPSHOT_DB_SIZE / 2) as i64,
                     leader: c.etcd_leader(),
                     raft_index: raft,
-                    raft_term: RAFT_TERM,
+                    // a new term at every leader change
+                    raft_term: RAFT_TERM + c.etcd.elections,
                     raft_applied_index: raft,
                     errors,
                     is_learner: false,
                 }),
+            }],
+        }))
+    }
+
+    async fn etcd_forfeit_leadership(
+        &self,
+        req: Request<pb::EtcdForfeitLeadershipRequest>,
+    ) -> Result<Response<pb::EtcdForfeitLeadershipResponse>, Status> {
+        let idx = self.admit(&req, Method::EtcdForfeitLeadership)?;
+        let mut c = self.shared.lock();
+        Self::require_control_plane(&c, idx, "etcd forfeit leadership")?;
+        let member = c.forfeit_leadership(idx)?;
+        Ok(Response::new(pb::EtcdForfeitLeadershipResponse {
+            messages: vec![pb::EtcdForfeitLeadership {
+                metadata: meta(),
+                member,
             }],
         }))
     }
