@@ -444,6 +444,12 @@ pub struct NodeProgress {
     /// Its install ahead of the windows (`rollout.stage: ahead`, issue #36), once decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging: Option<Staging>,
+    /// The boot id in which the node answered an install call of this job with "another
+    /// installation/upgrade is already in progress" (issue #48): an install of it is running,
+    /// so an open install outcome is waited for (never issued again) while the node stays in
+    /// that boot with its next boot unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installing: Option<String>,
 }
 
 /// medea's pacing taint on a node (issue #35): `medea.dev/upgrade-pending=<job id>:
@@ -596,6 +602,7 @@ impl NodeProgress {
             silence: None,
             staging: None,
             pacing: None,
+            installing: None,
         }
     }
     /// How the ports address the node.

@@ -45,6 +45,10 @@ pub enum Method {
     CosiList,
     /// `ClusterService.HealthCheck`
     HealthCheck,
+    /// `MachineService.MetaWrite`
+    MetaWrite,
+    /// `MachineService.MetaDelete`
+    MetaDelete,
 }
 
 impl Method {
@@ -57,6 +61,8 @@ impl Method {
                 | Method::Reboot
                 | Method::Rollback
                 | Method::ApplyConfiguration
+                | Method::MetaWrite
+                | Method::MetaDelete
         )
     }
 
@@ -79,6 +85,8 @@ impl Method {
             Method::CosiGet => "/cosi.resource.State/Get",
             Method::CosiList => "/cosi.resource.State/List",
             Method::HealthCheck => "/cluster.ClusterService/HealthCheck",
+            Method::MetaWrite => "/machine.MachineService/MetaWrite",
+            Method::MetaDelete => "/machine.MachineService/MetaDelete",
         }
     }
 }
