@@ -17,6 +17,7 @@
 //! `rollout_health`, `ha`) share; each subject is a module: [`observations`], [`faults`],
 //! [`drain`], [`coming_back`], [`crash`], [`machine_config`], [`stage`] and [`pacing`].
 
+mod boot_entries;
 mod coming_back;
 mod crash;
 mod drain;

@@ -241,7 +241,15 @@ impl SimNode {
     /// one on 1.14 pre-releases, which read `FinalSchedulerConfigID`), concatenated as upstream
     /// does. The optional authentication config (1.14) is absent in the simulator.
     pub fn config_status_version(&self) -> String {
-        let mut v = format!("11{}", self.component_config_version("kube-apiserver"));
+        // the authorization config's own counter: from 1 at boot, moved by the kube-apiserver's
+        // image changes (the raw counter without its lead on 1.14)
+        let authorization = self.component_config_version("kube-apiserver")
+            - if self.renders_from_final() {
+                RAW_CONFIG_VERSION_LEAD
+            } else {
+                0
+            };
+        let mut v = format!("11{authorization}");
         if self.apiserver_follows_scheduler_config() {
             v.push_str(&self.rendered_config_version("kube-scheduler").to_string());
         }
@@ -263,7 +271,8 @@ impl SimNode {
         self.pod_config_versions
             .get(component)
             .copied()
-            .unwrap_or_else(|| self.rendered_config_version(component))
+            // rendered at boot from the counter's start: 1, raw or final
+            .unwrap_or(1)
     }
 
     /// The machine config changed from `old`: bump the config resource version of each static

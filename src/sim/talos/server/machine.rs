@@ -706,4 +706,24 @@ mod tests {
             [7, 0, 0, 0, b'T', 0, b'a', 0, 0, 0]
         );
     }
+
+    /// talos PR #14192: the `Upgrade` tag cannot be written or deleted through the API from
+    /// 1.13.10 and 1.14.0; before, and for other keys, it can.
+    #[test]
+    fn the_upgrade_meta_key_is_refused_from_1_13_10_and_1_14() {
+        let t = |s: &str| TalosVersion::parse(s).unwrap();
+        for v in ["v1.13.10", "v1.14.0", "v1.14.6"] {
+            let e = meta_key(&t(v), META_UPGRADE.into()).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{v}");
+            assert_eq!(e.message(), "meta key is not writeable via the API");
+            assert_eq!(meta_key(&t(v), 0x0a).unwrap(), 0x0a, "{v}: a user key");
+        }
+        for v in ["v1.13.9", "v1.12.12"] {
+            assert_eq!(meta_key(&t(v), META_UPGRADE.into()).unwrap(), META_UPGRADE);
+        }
+        assert_eq!(
+            meta_key(&t("v1.14.6"), 0x100).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
 }
