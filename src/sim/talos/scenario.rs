@@ -50,6 +50,7 @@ timing:
   podTermination: 1s
   machineReady: 2s
   apidRedial: 1s
+  apidPermissionDenied: 1s
 nodes:
   - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
   - { name: cp-2, address: 127.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
