@@ -671,7 +671,8 @@ fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> R
         )?;
     }
     if staged {
-        return Ok(already_staged(j, v, t, notes));
+        already_staged(j, v, t, notes);
+        return Ok(());
     }
     let ts = talos_of(j, si);
     let n = &ts.nodes[i];
