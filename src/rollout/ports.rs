@@ -433,6 +433,21 @@ pub enum PortError {
         #[source]
         source: BoxError,
     },
+    /// An install refused because another install is already running on the node
+    /// (`LifecycleService.Upgrade` `FailedPrecondition` "another installation/upgrade is
+    /// already in progress"): an earlier call, whose reply was lost, is still at work. Open like
+    /// [`PortError::Transient`]; the sequencer also keeps the node *installing* until its next
+    /// boot changes (issue #48).
+    #[error("{op} on `{target}` was refused: an install is already running on the node")]
+    Busy {
+        /// The call.
+        op: &'static str,
+        /// The node it was made to.
+        target: String,
+        /// What it failed with.
+        #[source]
+        source: BoxError,
+    },
     /// Definite: the call was refused or reported failure (installer exit code non-zero,
     /// `FailedPrecondition`, `PermissionDenied`, an unparseable reply). The job halts.
     #[error("{op} on `{target}` failed")]
@@ -472,9 +487,25 @@ impl PortError {
             source: source.into(),
         }
     }
+    /// An install refused because another one is running on the node ([`PortError::Busy`]).
+    pub fn busy(
+        op: &'static str,
+        target: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> PortError {
+        PortError::Busy {
+            op,
+            target: target.into(),
+            source: source.into(),
+        }
+    }
     /// Whether the call may not have run (re-observe before acting again).
     pub fn is_transient(&self) -> bool {
-        matches!(self, PortError::Transient { .. })
+        matches!(self, PortError::Transient { .. } | PortError::Busy { .. })
+    }
+    /// Whether the node answered that an install is already running on it.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, PortError::Busy { .. })
     }
 }
 

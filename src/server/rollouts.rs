@@ -361,9 +361,11 @@ pub fn journal_events(job: &Job, entries: &[JournalEntry]) -> Vec<pb::RolloutEve
             }
             Entry::Result { key, outcome } => {
                 let state = match outcome {
-                    CommandOutcome::Transient { error } => EventState::Unknown {
-                        error: error.clone(),
-                    },
+                    CommandOutcome::Transient { error } | CommandOutcome::Installing { error } => {
+                        EventState::Unknown {
+                            error: error.clone(),
+                        }
+                    }
                     CommandOutcome::Failed { error } => {
                         // The executor sends no event of its own for a definitive failure (the
                         // retry or the halt follows); the journal has it.

@@ -11,8 +11,8 @@
 //!   transaction); the value is the `mvccpb.KeyValue` protobuf (`key`, `create_revision`,
 //!   `mod_revision`, `version`, `value`, `lease`; `api/mvccpb/kv.proto`);
 //! - `meta`: `consistent_index` and `term` (8-byte big-endian: the raft entry last applied),
-//!   `confState` (raft's `ConfState` as JSON: the voters), `storageVersion` (`3.6.0`, since
-//!   3.6), and `finishedCompactRev` / `scheduledCompactRev` (revision bytes) after a compaction;
+//!   `confState` (raft's `ConfState` as JSON: the voters), `storageVersion` (since 3.6: `3.6.0`,
+//!   `3.7.0` on Talos >= 1.14, [`etcd_of`]), and `finishedCompactRev` / `scheduledCompactRev` (revision bytes) after a compaction;
 //! - `cluster`: `clusterVersion`; `members`: each member's id in hex → its JSON (`id`,
 //!   `peerURLs`, `name`, `clientURLs`); `auth`: `authRevision` (8-byte big-endian, 1 on a new
 //!   cluster: auth never enabled); `lease`, `alarm`, `members_removed`, `authUsers`, `authRoles`:
@@ -29,8 +29,21 @@ use serde::Serialize;
 use super::bbolt::{self, BboltError, Bucket};
 use super::node::Keyspace;
 
-/// The etcd version the simulated members run (what `EtcdStatus` reports).
+/// The storage version of an etcd 3.6 member (what `EtcdStatus` and a snapshot's `meta`
+/// bucket report on Talos < 1.14).
 pub const STORAGE_VERSION: &str = "3.6.0";
+
+/// The etcd a Talos line runs by default (`DefaultEtcdVersion`, `pkg/machinery/constants`):
+/// 3.7 from Talos 1.14 (etcd v3.7.2 in 1.14.4), 3.6 before (v3.6.9 in 1.13, v3.6.14 in
+/// 1.12.12): its storage version (`major.minor.0`, etcd `server/storage/schema/version.go`)
+/// and the server version `EtcdStatus` reports as the protocol version.
+pub fn etcd_of(talos: &crate::version::TalosVersion) -> (&'static str, &'static str) {
+    match talos.minor_line() {
+        (1, m) if m >= 14 => ("3.7.0", "3.7.2"),
+        (1, 13) => (STORAGE_VERSION, "3.6.9"),
+        _ => (STORAGE_VERSION, "3.6.14"),
+    }
+}
 
 /// One member of the simulated etcd cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +62,10 @@ pub struct MemberDb<'a> {
     /// The raft index this member applied last (`consistent_index`).
     pub consistent_index: u64,
     pub term: u64,
+    /// The member's storage version (`meta/storageVersion`, [`etcd_of`]).
+    pub storage_version: &'a str,
+    /// The cluster's version (`cluster/clusterVersion`): the lowest of its members'.
+    pub cluster_version: &'a str,
 }
 
 /// `mvccpb.KeyValue` (etcd `api/mvccpb/kv.proto`).
@@ -144,7 +161,7 @@ pub fn database(db: &MemberDb<'_>, min_len: usize) -> Result<Vec<u8>, BboltError
         (b"term".to_vec(), be(db.term)),
         (
             b"storageVersion".to_vec(),
-            STORAGE_VERSION.as_bytes().to_vec(),
+            db.storage_version.as_bytes().to_vec(),
         ),
     ];
     let mut voters: Vec<u64> = db.members.iter().map(|m| m.id).collect();
@@ -190,7 +207,7 @@ pub fn database(db: &MemberDb<'_>, min_len: usize) -> Result<Vec<u8>, BboltError
             "cluster",
             vec![(
                 b"clusterVersion".to_vec(),
-                STORAGE_VERSION.as_bytes().to_vec(),
+                db.cluster_version.as_bytes().to_vec(),
             )],
         ),
         named("members", members),
@@ -251,5 +268,19 @@ mod tests {
             revision_bytes(0x0102, 3),
             [0, 0, 0, 0, 0, 0, 1, 2, b'_', 0, 0, 0, 0, 0, 0, 0, 3]
         );
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::etcd_of;
+    use crate::version::TalosVersion;
+
+    #[test]
+    fn talos_1_14_runs_etcd_3_7_and_older_lines_3_6() {
+        let t = |s: &str| etcd_of(&TalosVersion::parse(s).unwrap());
+        assert_eq!(t("v1.14.6"), ("3.7.0", "3.7.2"));
+        assert_eq!(t("v1.13.9"), ("3.6.0", "3.6.9"));
+        assert_eq!(t("v1.12.12").0, "3.6.0");
     }
 }

@@ -303,9 +303,10 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     // the node again at once, and without the pause that loops as fast as the
                     // journal can write (issue #36)
                     let staged_transient = matches!(&outcome, CommandOutcome::Staged { results }
-                        if results.iter().any(|(_, r)| matches!(r, StageResult::Transient { .. })));
+                        if results.iter().any(|(_, r)| matches!(r, StageResult::Transient { .. }
+                            | StageResult::Installing { .. })));
                     match outcome {
-                        CommandOutcome::Transient { .. } => {
+                        CommandOutcome::Transient { .. } | CommandOutcome::Installing { .. } => {
                             transient += 1;
                             self.sleep(self.backoff(transient)).await;
                         }
@@ -407,9 +408,11 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             notes,
         )?;
         let state = match &outcome {
-            CommandOutcome::Transient { error } => EventState::Unknown {
-                error: error.clone(),
-            },
+            CommandOutcome::Transient { error } | CommandOutcome::Installing { error } => {
+                EventState::Unknown {
+                    error: error.clone(),
+                }
+            }
             // a job already over (removing its pacing taints) does not halt again
             _ if intended.state.is_terminal() => EventState::Done,
             _ => match &job.state {
@@ -711,6 +714,10 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     .await;
                     let result = match r {
                         Ok(()) => StageResult::Installed,
+                        // another install is running there: the batch's earlier call (issue #48)
+                        Err(e) if e.is_busy() => StageResult::Installing {
+                            error: error_chain(&e),
+                        },
                         Err(e) if e.is_transient() => StageResult::Transient {
                             error: error_chain(&e),
                         },
@@ -736,6 +743,10 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         };
         match r {
             Ok(o) => o,
+            // an install refused because an earlier one still runs there (issue #48)
+            Err(e) if e.is_busy() => CommandOutcome::Installing {
+                error: error_chain(&e),
+            },
             Err(e) if e.is_transient() => CommandOutcome::Transient {
                 error: error_chain(&e),
             },

@@ -349,6 +349,14 @@ pub enum StageResult {
         /// The error, for a person.
         error: String,
     },
+    /// The node refused the call because an install is already running on it ("another
+    /// installation/upgrade is already in progress"): an earlier call of the batch whose reply
+    /// was lost is still at work. Observed like a lost reply, and the node is kept *installing*
+    /// until its next boot changes (issue #48).
+    Installing {
+        /// The error, for a person.
+        error: String,
+    },
 }
 
 /// A command to make: its idempotency key and what it does.
@@ -424,6 +432,13 @@ pub enum CommandOutcome {
     },
     /// The call may or may not have taken effect (UNAVAILABLE, connection lost).
     Transient {
+        /// The error, for a person.
+        error: String,
+    },
+    /// An install refused because another is already running on the node (an earlier call
+    /// whose reply was lost): open like [`CommandOutcome::Transient`], and the node is kept
+    /// *installing* until its next boot changes (issue #48).
+    Installing {
         /// The error, for a person.
         error: String,
     },

@@ -462,6 +462,12 @@ pub struct NodeProgress {
     /// it was asked to forfeit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<Handover>,
+    /// The boot id in which the node answered an install call of this job with "another
+    /// installation/upgrade is already in progress" (issue #48): an install of it is running,
+    /// so an open install outcome is waited for (never issued again) while the node stays in
+    /// that boot with its next boot unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installing: Option<String>,
 }
 
 /// The PersistentVolumes of the pods a node's drains evicted, as tuppr's
@@ -671,6 +677,7 @@ impl NodeProgress {
             drain_volumes: None,
             pacing: None,
             handover: None,
+            installing: None,
         }
     }
     /// How the ports address the node.

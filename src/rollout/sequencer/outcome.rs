@@ -116,6 +116,18 @@ pub(super) fn apply(
             notes.push(format!("{key}: outcome unknown ({error}); will observe"));
             return;
         }
+        CommandOutcome::Installing { error } => {
+            if let Some(i) = j.in_flight.as_mut() {
+                i.last_error = Some(error.clone());
+            }
+            if let Action::Upgrade { boot_id_before, .. } = &intent.action {
+                mark_installing(j, key.step, key.node.as_deref(), boot_id_before, notes);
+            }
+            notes.push(format!(
+                "{key}: an install is already running on the node; waiting for its next boot to change"
+            ));
+            return;
+        }
         CommandOutcome::Failed { error } => return failed(j, key, error, now, notes),
         _ => {}
     }

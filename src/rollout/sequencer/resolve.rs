@@ -127,7 +127,11 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes) -> Resolution {
             ..
         } => match j.steps.get(intent.key.step).map(|s| &s.kind) {
             Some(StepKind::Talos(t)) => match node_of(eyes, node) {
-                Ok(seen) => upgrade(&node.node, seen, boot_id_before, &t.rollout.to),
+                Ok(seen) => {
+                    let installing = progress_of(j, intent.key.step, &node.node)
+                        .is_some_and(|n| installing_now(n, seen));
+                    upgrade(&node.node, seen, boot_id_before, &t.rollout.to, installing)
+                }
                 Err(r) => r,
             },
             _ => Resolution::Halt(HaltReason::new(
@@ -156,8 +160,15 @@ pub(super) fn resolve(j: &Job, intent: &Intent, eyes: &Eyes) -> Resolution {
 
 /// An Upgrade to `to` of node `name` (seen as `t`), journaled at boot `boot_id_before`. It is
 /// issued again only when the node proves the first call left no trace (nothing staged, same
-/// boot).
-fn upgrade(name: &str, t: &TalosNode, boot_id_before: &str, to: &TalosVersion) -> Resolution {
+/// boot) and did not say an install was running there (`installing`: it stays so until its
+/// next boot changes, issue #48).
+fn upgrade(
+    name: &str,
+    t: &TalosNode,
+    boot_id_before: &str,
+    to: &TalosVersion,
+    installing: bool,
+) -> Resolution {
     if t.boot_id != boot_id_before || &t.version == to {
         // it rebooted since: the legacy upgrade ran (or a reboot happened); the
         // post-reboot checks decide whether it took
@@ -171,6 +182,8 @@ fn upgrade(name: &str, t: &TalosNode, boot_id_before: &str, to: &TalosVersion) -
         ))
     } else if t.stage.in_transition() {
         Resolution::Pending(PollWhy::Waiting, format!("`{name}` is {:?}", t.stage))
+    } else if installing {
+        Resolution::Pending(PollWhy::Waiting, still_installing(name))
     } else if t.next_boot == NextBoot::Same {
         Resolution::Reissue
     } else {
@@ -181,6 +194,13 @@ fn upgrade(name: &str, t: &TalosNode, boot_id_before: &str, to: &TalosVersion) -
             ),
         ))
     }
+}
+
+/// Why an open install is waited for rather than made again.
+pub(super) fn still_installing(name: &str) -> String {
+    format!(
+        "`{name}` said an install is running on it; waiting for its next boot to change (never installed twice)"
+    )
 }
 
 /// A second Rollback flips the A/B slot back: it is made again only when the node proves the

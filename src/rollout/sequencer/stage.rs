@@ -191,7 +191,7 @@ pub(super) fn stage_ahead(
                 return Some(halt_flow(
                     HaltCode::UnexpectedVersion,
                     format!(
-                        "node `{name}` has {v} staged for its next boot, not {to}: something else installed it; plan again"
+                        "node `{name}` has {v} staged for its next boot, not {to}: something else installed it, and an install now would delete the entry it runs; roll its boot entry back (`talosctl rollback`) or reboot it, then plan again"
                     ),
                     Some(&name),
                     Some(CommandOp::Stage),
@@ -508,6 +508,10 @@ pub(super) fn resolve_stage(
         } else if t.stage.in_transition() {
             pending.get_or_insert((PollWhy::Waiting, format!("`{name}` is {:?}", t.stage)));
             continue;
+        } else if progress_of(j, intent.key.step, name).is_some_and(|n| installing_now(n, t)) {
+            // it said an install is running there: never installed again in this boot
+            pending.get_or_insert((PollWhy::Waiting, still_installing(name)));
+            continue;
         } else if t.next_boot == NextBoot::Same {
             StageResult::NoEffect
         } else if let NextBoot::Version(v) = &t.next_boot {
@@ -548,7 +552,7 @@ pub(super) fn staged_outcome(
     let key = &intent.key;
     let results = match outcome {
         CommandOutcome::Staged { results } => results,
-        CommandOutcome::Transient { error } => {
+        CommandOutcome::Transient { error } | CommandOutcome::Installing { error } => {
             if let Some(i) = j.in_flight.as_mut() {
                 i.last_error = Some(error.clone());
             }
@@ -569,9 +573,23 @@ pub(super) fn staged_outcome(
             return;
         }
     };
-    if let Some((node, StageResult::Transient { error })) = results
-        .iter()
-        .find(|(_, r)| matches!(r, StageResult::Transient { .. }))
+    // a node busy with an earlier install of the batch stays *installing* (issue #48)
+    if let Action::Stage { nodes } = &intent.action {
+        for (name, r) in results {
+            if matches!(r, StageResult::Installing { .. })
+                && let Some(s) = nodes.iter().find(|s| &s.node.node == name)
+            {
+                mark_installing(j, key.step, Some(name), &s.boot_id_before, notes);
+            }
+        }
+    }
+    if let Some((node, StageResult::Transient { error } | StageResult::Installing { error })) =
+        results.iter().find(|(_, r)| {
+            matches!(
+                r,
+                StageResult::Transient { .. } | StageResult::Installing { .. }
+            )
+        })
     {
         if let Some(i) = j.in_flight.as_mut() {
             i.last_error = Some(format!("{node}: {error}"));
@@ -613,7 +631,7 @@ pub(super) fn staged_outcome(
                     "{name}: the install ahead left no trace; it is installed again"
                 ));
             }
-            StageResult::Transient { .. } => {}
+            StageResult::Transient { .. } | StageResult::Installing { .. } => {}
             StageResult::Failed { error } => {
                 n.upgrade_failures += 1;
                 n.last_error = Some(error.clone());

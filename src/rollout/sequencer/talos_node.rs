@@ -741,6 +741,15 @@ fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> R
             Some(CommandOp::Upgrade),
         ));
     }
+    // boot entries as upstream keeps them: never an install over another default entry
+    // (issue #48, `next_boot.rs`)
+    let staged = match before_install(name, &talos_of(j, si).nodes[i], t, &v.from, &v.to) {
+        BeforeInstall::Install => false,
+        BeforeInstall::Staged => true,
+        BeforeInstall::Refuse(code, why) => {
+            return Err(halt_flow(code, why, nd, Some(CommandOp::Upgrade)));
+        }
+    };
     if v.cp {
         etcd_healthy(
             j,
@@ -749,6 +758,10 @@ fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> R
             &format!("upgrading `{name}`"),
             Some(CommandOp::Upgrade),
         )?;
+    }
+    if staged {
+        already_staged(j, v, t, notes);
+        return Ok(());
     }
     let ts = talos_of(j, si);
     let n = &ts.nodes[i];
@@ -784,6 +797,21 @@ fn upgrade(j: &mut Job, v: &NodeView, eyes: &Eyes, notes: &mut Vec<String>) -> R
     };
     node_mut(j, si, i).boot_id_before = Some(boot);
     Err(Flow::Run(Box::new(cmd)))
+}
+
+/// `Detached` for a node whose next boot is the target already (staged outside this job's
+/// staging: `talosctl upgrade --stage`, a halted job, an install whose reply was lost and
+/// that ended since): no second install, which would delete the entry it runs; the reboot is
+/// next.
+fn already_staged(j: &mut Job, v: &NodeView, t: &TalosNode, notes: &mut Vec<String>) {
+    let n = node_mut(j, v.si, v.i);
+    n.boot_id_before = Some(t.boot_id.clone());
+    n.method = Some(n.method.unwrap_or(UpgradeMethod::Lifecycle));
+    n.enter(NodePhase::Upgraded, v.now);
+    notes.push(format!(
+        "{}: its next boot is {} already: no install (it would delete the entry it runs), rebooting",
+        v.name, v.to
+    ));
 }
 
 /// `Upgraded`: the reboot into the new installation.

@@ -717,6 +717,7 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
         CommandOutcome::Done => "done".into(),
         CommandOutcome::Failed { error } => format!("failed: {error}"),
         CommandOutcome::Transient { error } => format!("unknown outcome: {error}"),
+        CommandOutcome::Installing { error } => format!("an install is still running: {error}"),
         CommandOutcome::Snapshot { info } => format!("saved ({} bytes)", info.size),
         CommandOutcome::Silenced { id } => format!("silence {id}"),
         CommandOutcome::Hook { report } => format!(
@@ -739,6 +740,9 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
                     StageResult::Installed => format!("{node}: installed"),
                     StageResult::NoEffect => format!("{node}: no effect"),
                     StageResult::Transient { error } => format!("{node}: unknown ({error})"),
+                    StageResult::Installing { error } => {
+                        format!("{node}: an install is still running ({error})")
+                    }
                     StageResult::Failed { error } => format!("{node}: failed ({error})"),
                 }
             })

@@ -47,6 +47,10 @@ pub enum Method {
     CosiList,
     /// `ClusterService.HealthCheck`
     HealthCheck,
+    /// `MachineService.MetaWrite`
+    MetaWrite,
+    /// `MachineService.MetaDelete`
+    MetaDelete,
 }
 
 impl Method {
@@ -60,6 +64,8 @@ impl Method {
                 | Method::Rollback
                 | Method::ApplyConfiguration
                 | Method::EtcdForfeitLeadership
+                | Method::MetaWrite
+                | Method::MetaDelete
         )
     }
 
@@ -83,6 +89,8 @@ impl Method {
             Method::CosiGet => "/cosi.resource.State/Get",
             Method::CosiList => "/cosi.resource.State/List",
             Method::HealthCheck => "/cluster.ClusterService/HealthCheck",
+            Method::MetaWrite => "/machine.MachineService/MetaWrite",
+            Method::MetaDelete => "/machine.MachineService/MetaDelete",
         }
     }
 }

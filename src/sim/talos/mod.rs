@@ -92,6 +92,9 @@ pub struct NodeState {
     pub running: TalosVersion,
     /// A boot entry written by an upgrade, booted by the next reboot.
     pub installed: Option<TalosVersion>,
+    /// Every boot entry on the node and the version it boots: systemd-boot's UKIs
+    /// (`Talos-<v>[~N].efi`), GRUB's labels (`A`, `B`). What a rollback can reach is here.
+    pub boot_entries: Vec<(String, TalosVersion)>,
     pub boot_id: String,
     pub boots: u64,
     pub etcd_healthy: bool,
@@ -295,6 +298,7 @@ impl SimTalos {
             power: n.power,
             running: n.running.clone(),
             installed: n.installed.clone(),
+            boot_entries: n.boot_entries(),
             boot_id: n.boot_id.clone(),
             boots: n.counters.boots,
             etcd_healthy: n.etcd_healthy,
@@ -350,6 +354,7 @@ impl SimTalos {
         let idx = self.index(node)?;
         let mut c = self.shared.lock();
         let ticket = c.begin_reboot(idx);
+        c.through_firmware(idx);
         let timing = c.timing.reboot;
         drop(c);
         server::schedule_boot(&self.shared, ticket, timing);
@@ -396,6 +401,7 @@ impl SimTalos {
         let mut c = self.shared.lock();
         let n = c.node_mut(idx);
         n.bootloader = bootloader;
+        n.grub = model::boot::Grub::fresh(&n.running);
         match bootloader {
             // written from a disk image: no install has set `LoaderEntryDefault` yet
             Bootloader::SdBootImage => n.loader_default = None,

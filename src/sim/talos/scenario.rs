@@ -50,6 +50,7 @@ timing:
   podTermination: 1s
   machineReady: 2s
   apidRedial: 1s
+  apidPermissionDenied: 1s
 nodes:
   - { name: cp-1, address: 127.5.0.2, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
   - { name: cp-2, address: 127.5.0.3, role: controlplane, talos: v1.12.11, kubernetes: v1.34.1 }
@@ -313,6 +314,13 @@ pub struct Timing {
     /// `internal/app/apid/pkg/backend/apid.go`).
     #[serde(default, with = "duration_text")]
     pub apid_redial: Duration,
+    /// After a boot into Talos >= 1.14, how long calls routed to the node answer
+    /// `PermissionDenied` "not authorized" once apid reaches it (home-operations/tuppr#453: 1.14
+    /// reboots through a window where apid refuses the client's role; its verification failed
+    /// on it ~20 s after the installer succeeded). Upstream does not say how long the window
+    /// lasts: default 1 s, enough for every client to meet it after each reboot.
+    #[serde(default = "apid_permission_denied", with = "duration_text")]
+    pub apid_permission_denied: Duration,
     /// Kube side: how long a CSI volume takes to detach once no pod on its node uses it (its
     /// VolumeAttachment stays, marked deleted, meanwhile). Default 2 s: unlike the other
     /// delays not zero, as no CSI driver detaches at once.
@@ -329,6 +337,9 @@ fn health_poll() -> Duration {
 fn volume_detach() -> Duration {
     Duration::from_secs(2)
 }
+fn apid_permission_denied() -> Duration {
+    Duration::from_secs(1)
+}
 
 impl Default for Timing {
     fn default() -> Self {
@@ -341,6 +352,7 @@ impl Default for Timing {
             pod_termination: Duration::ZERO,
             machine_ready: Duration::ZERO,
             apid_redial: Duration::ZERO,
+            apid_permission_denied: apid_permission_denied(),
             volume_detach: volume_detach(),
         }
     }

@@ -133,7 +133,7 @@ impl TalosAdapter {
         let outcome = match self.observer.read_file(t, path).await {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if file_absent(&e) || e.code() == Some(Code::PermissionDenied) => Ok(None),
-            Err(e) => Err(classify("MachineService.Read", &n.node, e)),
+            Err(e) => Err(classify_read("MachineService.Read", &n.node, e)),
         };
         crate::metrics::observe_call(API, "Read", start.elapsed(), outcome.is_ok());
         outcome
@@ -169,6 +169,20 @@ fn classify(op: &'static str, node: &str, e: TalosError) -> PortError {
         PortError::transient(op, node, e)
     } else {
         PortError::failed(op, node, e)
+    }
+}
+
+/// [`classify`] for a read-only call: `PermissionDenied` is transient too. After a reboot on
+/// Talos 1.14 apid answers `PermissionDenied` for a while before it authorizes the client's
+/// role again (home-operations/tuppr#453: its verification after an install failed on it
+/// ~20 s after the installer succeeded). A read changes nothing, so waiting it out is safe;
+/// every caller bounds the wait (the node's health timeout), and a role that really lacks the
+/// right halts there, naming the error. A mutating call refused so stays a failure.
+fn classify_read(op: &'static str, node: &str, e: TalosError) -> PortError {
+    if e.code() == Some(Code::PermissionDenied) {
+        PortError::transient(op, node, e)
+    } else {
+        classify(op, node, e)
     }
 }
 
@@ -411,13 +425,14 @@ impl TalosPort for TalosAdapter {
             self.read_efivar(&t, n, LOADER_ENTRY_DEFAULT),
         );
         let version = version
-            .map_err(|e| classify("MachineService.Version", &n.node, e))?
+            .map_err(|e| classify_read("MachineService.Version", &n.node, e))?
             .tag;
         let boot_id = boot_id
-            .map_err(|e| classify("MachineService.Read", &n.node, e))?
+            .map_err(|e| classify_read("MachineService.Read", &n.node, e))?
             .0;
-        let status = status.map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
-        let services = services.map_err(|e| classify("MachineService.ServiceList", &n.node, e))?;
+        let status = status.map_err(|e| classify_read("cosi.resource.State.Get", &n.node, e))?;
+        let services =
+            services.map_err(|e| classify_read("MachineService.ServiceList", &n.node, e))?;
         let next_boot = self.next_boot(&t, n, &version, loader_default?).await?;
         let mut unhealthy_services: Vec<String> = services
             .iter()
@@ -454,7 +469,7 @@ impl TalosPort for TalosAdapter {
                     listed = Some((m, t, cp.node.clone()));
                     break;
                 }
-                Err(e) => last = Some(classify("MachineService.EtcdMemberList", &cp.node, e)),
+                Err(e) => last = Some(classify_read("MachineService.EtcdMemberList", &cp.node, e)),
             }
         }
         let Some((list, asked, asked_node)) = listed else {
@@ -470,7 +485,7 @@ impl TalosPort for TalosAdapter {
         // A failed read is an error (the etcd check fails), never "no alarms".
         let raised = timed(API, "EtcdAlarmList", c.etcd_alarms(&asked))
             .await
-            .map_err(|e| classify("MachineService.EtcdAlarmList", &asked_node, e))?;
+            .map_err(|e| classify_read("MachineService.EtcdAlarmList", &asked_node, e))?;
         let alarms = raised
             .iter()
             .map(|a| match list.iter().find(|m| m.id == a.member_id) {
@@ -609,7 +624,7 @@ impl TalosPort for TalosAdapter {
         };
         r.map_err(|e| {
             if upgrade_in_progress(&e) {
-                PortError::transient(op, &n.node, e)
+                PortError::busy(op, &n.node, e)
             } else {
                 classify(op, &n.node, e)
             }
@@ -646,7 +661,7 @@ impl TalosPort for TalosAdapter {
         let t = target(n)?;
         let mc = timed(API, "MachineConfig", self.client.machine_config(&t))
             .await
-            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+            .map_err(|e| classify_read("cosi.resource.State.Get", &n.node, e))?;
         component_images_of(mc.yaml().expose())
             .map_err(|e| PortError::failed("read the machine configuration", &n.node, e))
     }
@@ -655,7 +670,7 @@ impl TalosPort for TalosAdapter {
         let t = target(n)?;
         let mc = timed(API, "MachineConfig", self.client.machine_config(&t))
             .await
-            .map_err(|e| classify("cosi.resource.State.Get", &n.node, e))?;
+            .map_err(|e| classify_read("cosi.resource.State.Get", &n.node, e))?;
         component_args_of(mc.yaml().expose())
             .map_err(|e| PortError::failed("read the machine configuration", &n.node, e))
     }
@@ -695,7 +710,7 @@ impl TalosPort for TalosAdapter {
                     code: Code::NotFound,
                     ..
                 }) => continue,
-                Err(e) => return Err(classify("cosi.resource.State.Get", &n.node, e)),
+                Err(e) => return Err(classify_read("cosi.resource.State.Get", &n.node, e)),
             }
         }
         Ok(None)

@@ -233,3 +233,25 @@ fn etcd_urls_give_their_host() {
     assert_eq!(url_host("https://cp-1"), Some("cp-1"));
     assert_eq!(url_host(""), None);
 }
+
+/// After a reboot on Talos 1.14 apid refuses the client's role for a while (tuppr#453): a
+/// read refused with `PermissionDenied` is "not back yet", a mutating call refused so stays a
+/// failure.
+#[test]
+fn permission_denied_is_transient_on_reads_only() {
+    let denied = || TalosError::Rpc {
+        op: "x",
+        node: "n".into(),
+        code: Code::PermissionDenied,
+        message: "not authorized".into(),
+    };
+    assert!(classify_read("MachineService.Version", "n", denied()).is_transient());
+    assert!(!classify("MachineService.Reboot", "n", denied()).is_transient());
+    let other = TalosError::Rpc {
+        op: "x",
+        node: "n".into(),
+        code: Code::InvalidArgument,
+        message: "bad".into(),
+    };
+    assert!(!classify_read("MachineService.Version", "n", other).is_transient());
+}

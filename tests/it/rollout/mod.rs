@@ -18,6 +18,7 @@
 //! - [`crash`]: the crash harness (a child medea killed at every journal point), also used by
 //!   `rollout_sim` and `rollout_health`.
 
+mod boot_entries;
 pub mod crash;
 mod estimate;
 mod faults;

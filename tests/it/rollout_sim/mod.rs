@@ -18,6 +18,7 @@
 //! [`drain`], [`coming_back`], [`crash`], [`machine_config`], [`stage`], [`pacing`] and
 //! [`leadership`] (the etcd leader last, its forfeit; cordon ownership).
 
+mod boot_entries;
 mod coming_back;
 mod crash;
 mod drain;

@@ -92,6 +92,9 @@ fn scenario(talos: &str) -> Scenario {
     let mut s = Scenario::uniform(3, 2, tv(talos), KubeVersion::parse("v1.34.1").unwrap());
     // Tests step reboots explicitly.
     s.timing.reboot = RebootTiming::Manual;
+    // The client is tested here, not a 1.14 node's `PermissionDenied` window after its boot
+    // (`rollout_sim::boot_entries` meets that one).
+    s.timing.apid_permission_denied = Duration::ZERO;
     s
 }
 

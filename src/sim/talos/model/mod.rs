@@ -14,6 +14,8 @@ use crate::sim::node::NodeFacts;
 use crate::talos::{NODE_METADATA_KEY, NODES_METADATA_KEY};
 use crate::version::TalosVersion;
 
+pub mod boot;
+
 /// Whether a node answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -50,34 +52,14 @@ impl Bootloader {
     }
 }
 
-/// The UKI file name the installer writes for `version`, given the default entry it found on
-/// the ESP (the installer removes every other UKI first): `Talos-<v>.efi`, or
-/// `Talos-<v>~<N>.efi` when that version is already there (siderolabs/talos
-/// `…/bootloader/sdboot/sdboot.go`, `generateNextUKIName`).
-pub(crate) fn next_uki_name(version: &TalosVersion, existing: Option<&str>) -> String {
-    let plain = format!("Talos-{version}");
-    let index = existing
-        .and_then(|e| e.strip_suffix(".efi"))
-        .and_then(|base| {
-            if base == plain {
-                Some(0)
-            } else {
-                base.strip_prefix(&plain)
-                    .and_then(|r| r.strip_prefix('~'))
-                    .and_then(|n| n.parse::<u32>().ok())
-            }
-        });
-    match index {
-        Some(i) => format!("{plain}~{}.efi", i + 1),
-        None => format!("{plain}.efi"),
-    }
-}
-
 /// How the boot in progress will end (decided when the reboot starts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct BootPlan {
     never_return: bool,
     old_version: bool,
+    /// Through the firmware (a power cycle, a crash, an operator's reset) rather than the
+    /// kexec Talos' own reboots use: sd-boot runs and sets `LoaderEntrySelected`.
+    firmware: bool,
 }
 
 /// Live TRY-mode apply, reverted unless superseded.
@@ -107,6 +89,14 @@ pub(crate) struct SimNode {
     /// installer on a SecureBoot machine, `registry::firmware_refuses`): its next boot never
     /// comes back.
     pub firmware_refuses_entry: bool,
+    /// systemd-boot: the UKIs on the ESP (`EFI/Linux/Talos-*.efi`), see `boot.rs`.
+    pub ukis: Vec<String>,
+    /// GRUB: the default and booted labels and their kernels, see `boot.rs`.
+    pub grub: boot::Grub,
+    /// The current boot came through kexec (Talos' reboots, which set
+    /// `LoaderEntryOneShot` = "kexec reboot" and `LoaderEntryRebootReason` = "reboot"), not
+    /// through the firmware (the first boot, a power cycle).
+    pub kexec_boot: bool,
     /// The boot in which a `LifecycleService` install is running (upstream's one-at-a-time
     /// lock, `s.lock.TryLock()` in `internal/app/lifecycle/lifecycle.go`): a second install or
     /// upgrade in that boot is refused. The lock lives in machined, so a reboot drops it.
@@ -120,6 +110,9 @@ pub(crate) struct SimNode {
     /// Calls routed to the node answer `UNAVAILABLE` until then (after a boot), as an apid
     /// endpoint redials it with backoff.
     pub apid_at: Option<tokio::time::Instant>,
+    /// Calls routed to the node answer `PermissionDenied` until then (after a boot into Talos
+    /// >= 1.14, tuppr#453), once apid reaches it.
+    pub authz_at: Option<tokio::time::Instant>,
     pub boot_id: String,
     /// Reboots started; also identifies the boot in progress.
     pub reboot_seq: u64,
@@ -149,13 +142,18 @@ pub(crate) struct SimNode {
     /// version when the kubelet restarts the pod, unless `staleConfigVersion` holds it.
     pub pod_config_versions: BTreeMap<String, u64>,
     pub counters: NodeCounters,
+    /// META keys written through the API (`MetaWrite`), by tag.
+    pub meta: BTreeMap<u8, Vec<u8>>,
 }
 
-/// How far the version of a `final-<component>` config resource runs ahead of the raw one on
-/// a simulated Talos >= 1.14 control plane ([`SimNode::final_config_version`]). Upstream the
-/// distance depends on the order in which the transform controllers' inputs arrived since boot;
-/// any non-zero value exercises a client that compares with the wrong resource.
-pub const FINAL_CONFIG_VERSION_LEAD: u64 = 2;
+/// How far the version of a raw config resource (`kube-apiserver`, …) runs ahead of its
+/// `final-<component>` resource on a simulated Talos >= 1.14 control plane
+/// ([`SimNode::final_config_version`]). Both are COSI per-resource counters kept in memory, so
+/// both restart at every boot; upstream the distance depends on how many times each
+/// controller's inputs arrived since boot. The one real report (talos#14258, v1.14.0) has the
+/// raw counter ahead of the final one; any non-zero distance exercises a client that compares
+/// with the wrong resource.
+pub const RAW_CONFIG_VERSION_LEAD: u64 = 1;
 
 impl SimNode {
     pub fn control_plane(&self) -> bool {
@@ -188,12 +186,18 @@ impl SimNode {
         facts_of(&self.config)
     }
 
-    /// The version of `component`'s config resource.
+    /// The version of `component`'s (raw) config resource: where the counter starts at boot
+    /// (`1`; on Talos >= 1.14 [`RAW_CONFIG_VERSION_LEAD`] more, the raw controller having
+    /// written its output more times than the final one), moved on by every image change.
     pub fn component_config_version(&self, component: &str) -> u64 {
         self.component_config_versions
             .get(component)
             .copied()
-            .unwrap_or(1)
+            .unwrap_or(if self.renders_from_final() {
+                1 + RAW_CONFIG_VERSION_LEAD
+            } else {
+                1
+            })
     }
 
     /// Whether the node renders its static pods from the `final-<component>` config resources
@@ -211,10 +215,12 @@ impl SimNode {
     /// when its spec changes (cosi-project/runtime `pkg/state/wrap.go` `UpdateWithConflicts`
     /// skips an equal update), and the final one has inputs the raw one lacks (the
     /// `KubernetesRoot` secrets), so the two counters run apart (talos#14258). The simulator
-    /// keeps the final one [`FINAL_CONFIG_VERSION_LEAD`] ahead and bumps both on every change
-    /// of the component's image.
+    /// keeps the raw one [`RAW_CONFIG_VERSION_LEAD`] ahead, bumps both on every change of the
+    /// component's image, and restarts both at every boot.
     pub fn final_config_version(&self, component: &str) -> u64 {
-        self.component_config_version(component) + FINAL_CONFIG_VERSION_LEAD
+        self.component_config_version(component)
+            .saturating_sub(RAW_CONFIG_VERSION_LEAD)
+            .max(1)
     }
 
     /// Whether a change of the scheduler's config also re-renders the kube-apiserver's static
@@ -239,7 +245,15 @@ impl SimNode {
     /// one on 1.14 pre-releases, which read `FinalSchedulerConfigID`), concatenated as upstream
     /// does. The optional authentication config (1.14) is absent in the simulator.
     pub fn config_status_version(&self) -> String {
-        let mut v = format!("11{}", self.component_config_version("kube-apiserver"));
+        // the authorization config's own counter: from 1 at boot, moved by the kube-apiserver's
+        // image changes (the raw counter without its lead on 1.14)
+        let authorization = self.component_config_version("kube-apiserver")
+            - if self.renders_from_final() {
+                RAW_CONFIG_VERSION_LEAD
+            } else {
+                0
+            };
+        let mut v = format!("11{authorization}");
         if self.apiserver_follows_scheduler_config() {
             v.push_str(&self.rendered_config_version("kube-scheduler").to_string());
         }
@@ -261,11 +275,8 @@ impl SimNode {
         self.pod_config_versions
             .get(component)
             .copied()
-            .unwrap_or(if self.renders_from_final() {
-                1 + FINAL_CONFIG_VERSION_LEAD
-            } else {
-                1
-            })
+            // rendered at boot from the counter's start: 1, raw or final
+            .unwrap_or(1)
     }
 
     /// The machine config changed from `old`: bump the config resource version of each static
@@ -524,10 +535,14 @@ impl TalosSide {
                     bootloader: Bootloader::default(),
                     loader_default: Some(format!("Talos-{}.efi", spec.talos)),
                     loader_selected: format!("Talos-{}.efi", spec.talos),
+                    ukis: vec![format!("Talos-{}.efi", spec.talos)],
+                    grub: boot::Grub::fresh(&spec.talos),
+                    kexec_boot: false,
                     installing: None,
                     previous: None,
                     ready_at: None,
                     apid_at: None,
+                    authz_at: None,
                     boot_id: hex_id(&[&spec.name, "boot", "0"]),
                     reboot_seq: 0,
                     power: Power::Up,
@@ -546,6 +561,7 @@ impl TalosSide {
                     component_config_versions: BTreeMap::new(),
                     pod_config_versions: BTreeMap::new(),
                     counters: NodeCounters::default(),
+                    meta: BTreeMap::new(),
                 }
             })
             .collect();
@@ -716,6 +732,19 @@ impl TalosSide {
                 .or_default() += 1;
             return Err(unavailable_node(&addr));
         }
+        if node
+            .authz_at
+            .is_some_and(|at| tokio::time::Instant::now() < at)
+        {
+            // a 1.14 node just booted: apid answers `PermissionDenied` for a while (tuppr#453)
+            *self
+                .node_mut(idx)
+                .counters
+                .refused
+                .entry(method)
+                .or_default() += 1;
+            return Err(Status::permission_denied("not authorized"));
+        }
         if self
             .fire(idx, Occasion::Call(method), |e| {
                 matches!(e, Effect::Unavailable { .. })
@@ -772,53 +801,38 @@ impl TalosSide {
         ])
     }
 
-    /// The installer `image` wrote `target`'s UKI and made it the default boot entry (both
-    /// RPCs). The entry carries the installer's schematic, so its system extensions: an
-    /// installer without the node's schematic strips them at the next boot (an Image Factory
-    /// installer image bakes the schematic's extensions into what it installs; the default
-    /// installer has none). The simulator knows no schematic's contents: a different
-    /// schematic boots without extensions.
-    pub fn install_entry(&mut self, idx: usize, target: TalosVersion, image: &str) {
+    /// The installer `image` wrote `target`'s boot entry and made it the default (both RPCs),
+    /// removing or overwriting entries as the node's bootloader does upstream
+    /// ([`SimNode::install_boot_entry`], `boot.rs`). The entry carries the installer's
+    /// schematic, so its system extensions: an installer without the node's schematic strips
+    /// them at the next boot (an Image Factory installer image bakes the schematic's extensions
+    /// into what it installs; the default installer has none). The simulator knows no
+    /// schematic's contents: a different schematic boots without extensions. `Err`: the
+    /// bootloader's failure (the installer exits non-zero), nothing written.
+    pub fn install_entry(
+        &mut self,
+        idx: usize,
+        target: TalosVersion,
+        image: &str,
+    ) -> Result<(), String> {
         let n = self.node_mut(idx);
+        n.install_boot_entry(&target)?;
         n.firmware_refuses_entry = super::registry::firmware_refuses(&n.spec, image);
         n.installed_schematic = crate::image::schematic_of(image)
             .filter(|s| *s != crate::image::EMPTY_SCHEMATIC)
             .map(str::to_string);
-        let current = n
-            .loader_default
-            .clone()
-            .unwrap_or_else(|| n.loader_selected.clone());
-        n.loader_default = Some(next_uki_name(&target, Some(&current)));
-        n.installed = Some(target);
+        Ok(())
     }
 
     /// `MachineService.Rollback`'s bootloader part (siderolabs/talos
     /// `internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go` `Rollback`, then
-    /// `…/bootloader/sdboot/sdboot.go` `revert` and `…/bootloader/grub/revert.go`): make the
-    /// other slot the default boot entry. A second call flips it back (the default returns to
-    /// the running slot). No other slot: the bootloader's error, returned raw (gRPC `Unknown`).
+    /// `…/bootloader/sdboot/sdboot.go` `revert` and `…/bootloader/grub/revert.go`): make
+    /// another entry the default boot entry ([`SimNode::revert_boot_entry`]). A second call
+    /// flips it back. No other entry: the bootloader's error, returned raw (gRPC `Unknown`).
     pub fn revert_boot_entry(&mut self, idx: usize) -> Result<(), Status> {
-        let n = self.node_mut(idx);
-        let Some((version, uki)) = n.previous.clone() else {
-            return Err(Status::unknown(if n.bootloader.sd_boot() {
-                "previous UKI not found".to_string()
-            } else {
-                "cannot rollback to \"\", label does not exist".to_string()
-            }));
-        };
-        if n.installed.as_ref() == Some(&version) {
-            // already flipped to the other slot: flip back to the running one
-            n.installed = None;
-            if n.loader_default.is_some() || n.bootloader.sd_boot() {
-                n.loader_default = Some(n.loader_selected.clone());
-            }
-        } else {
-            n.installed = Some(version);
-            if n.loader_default.is_some() || n.bootloader.sd_boot() {
-                n.loader_default = Some(uki);
-            }
-        }
-        Ok(())
+        self.node_mut(idx)
+            .revert_boot_entry()
+            .map_err(Status::unknown)
     }
 
     /// Whether `MachineStatus` says running and ready (a boot's settling time has passed).
@@ -846,11 +860,19 @@ impl TalosSide {
         n.boot_plan = BootPlan {
             never_return,
             old_version,
+            firmware: false,
         };
         RebootTicket {
             node: idx,
             seq: n.reboot_seq,
         }
+    }
+
+    /// The reboot of `idx` just begun goes through the firmware (a power cycle, a crash, an
+    /// operator's reset) instead of Talos' kexec: sd-boot picks the entry and sets
+    /// `LoaderEntrySelected`, and the next install's probe sees no kexec.
+    pub fn through_firmware(&mut self, idx: usize) {
+        self.node_mut(idx).boot_plan.firmware = true;
     }
 
     /// Finish the boot of `ticket` (no-op if another reboot superseded it or the node is up).
@@ -864,37 +886,20 @@ impl TalosSide {
             n.power = Power::Gone;
             return;
         }
-        match n.installed.take() {
-            Some(target) if !n.boot_plan.old_version => {
-                let old = (n.running.clone(), n.loader_selected.clone());
-                n.running = target;
-                let schematic = n.installed_schematic.take();
-                if schematic != n.spec.schematic {
-                    n.spec.extensions.clear();
-                    n.spec.schematic = schematic;
-                }
-                n.loader_selected = n
-                    .loader_default
-                    .clone()
-                    .unwrap_or_else(|| format!("Talos-{}.efi", n.running));
-                n.previous = Some(old);
-            }
-            // the boot of the new entry failed: sd-boot fell back to the previous one, which
-            // Talos makes the default again (`sdboot.go`, `Revert`)
-            Some(_) => {
-                if n.loader_default.is_some() {
-                    n.loader_default = Some(n.loader_selected.clone());
-                }
-            }
-            None => {
-                if let Some(d) = &n.loader_default {
-                    n.loader_selected = d.clone();
-                }
-            }
+        // the next entry boots; a failed boot of a new entry falls back to the booted one,
+        // which Talos makes the default again (`sdboot.go`, `Revert`)
+        let schematic = n.installed_schematic.take();
+        if n.boot_next_entry(n.boot_plan.old_version) && schematic != n.spec.schematic {
+            n.spec.extensions.clear();
+            n.spec.schematic = schematic;
         }
+        n.kexec_boot = !n.boot_plan.firmware;
         let now = tokio::time::Instant::now();
         n.ready_at = Some(now + timing.machine_ready);
         n.apid_at = Some(now + timing.apid_redial);
+        // Talos 1.14 reboots through a window where apid refuses the client's role (tuppr#453)
+        n.authz_at = (n.running.minor_line() >= (1, 14))
+            .then(|| now + timing.apid_redial + timing.apid_permission_denied);
         if let Some(staged) = n.staged.take() {
             let old = n.facts();
             n.config = staged;
@@ -902,16 +907,16 @@ impl TalosSide {
             n.config_replaced(old.as_ref());
         }
         n.try_apply = None;
-        // a boot into Talos >= 1.14 renders the static pods from the `final-*` resources
-        if n.renders_from_final() {
-            for c in n
-                .facts()
-                .map(|f| f.static_pod_images)
-                .unwrap_or_default()
-                .into_keys()
-            {
-                n.restart_static_pod(&c);
-            }
+        // COSI resources live in memory: every config resource's counter starts again, and the
+        // static pods are rendered from them anew (from the `final-*` ones on Talos >= 1.14)
+        n.component_config_versions.clear();
+        for c in n
+            .facts()
+            .map(|f| f.static_pod_images)
+            .unwrap_or_default()
+            .into_keys()
+        {
+            n.restart_static_pod(&c);
         }
         n.counters.boots += 1;
         n.boot_id = hex_id(&[&n.spec.name, "boot", &n.reboot_seq.to_string()]);

@@ -57,7 +57,9 @@ fn refuses_fan_out_and_multi_valued_node() {
 fn reboot_boots_the_installed_entry_with_a_new_boot_id() {
     let mut c = cluster();
     let before = c.nodes()[0].boot_id.clone();
-    c.nodes_mut()[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
+    let img = "ghcr.io/siderolabs/installer:v1.14.0";
+    c.install_entry(0, TalosVersion::parse("v1.14.0").unwrap(), img)
+        .unwrap();
     let t = c.begin_reboot(0);
     assert_eq!(c.nodes()[0].power, Power::Rebooting);
     assert!(c.admit(&md(Some("cp-1")), Method::Version).is_err());
@@ -99,13 +101,15 @@ fn an_installer_without_the_nodes_schematic_boots_without_its_extensions() {
         1,
         v.clone(),
         &format!("factory.talos.dev/metal-installer/{SCHEMATIC}:v1.14.0"),
-    );
+    )
+    .unwrap();
     let t = c.begin_reboot(1);
     c.finish_boot(t);
     assert_eq!(c.nodes()[1].running, v);
     assert_eq!(ext(&c, "w-1")["iscsi-tools"], "v0.1.6");
     // the default installer has no schematic: the node comes back without them
-    c.install_entry(2, v.clone(), "ghcr.io/siderolabs/installer:v1.14.0");
+    c.install_entry(2, v.clone(), "ghcr.io/siderolabs/installer:v1.14.0")
+        .unwrap();
     let t = c.begin_reboot(2);
     c.finish_boot(t);
     assert_eq!(c.nodes()[2].running, v);
@@ -126,7 +130,9 @@ fn boot_faults_revert_or_lose_the_node() {
         on: Trigger::boot(),
         effect: Effect::NeverReturn,
     }));
-    c.nodes_mut()[0].installed = Some(TalosVersion::parse("v1.14.0").unwrap());
+    let img = "ghcr.io/siderolabs/installer:v1.14.0";
+    c.install_entry(0, TalosVersion::parse("v1.14.0").unwrap(), img)
+        .unwrap();
     let t = c.begin_reboot(0);
     c.finish_boot(t);
     assert_eq!(c.nodes()[0].running.to_string(), "v1.13.2");
@@ -303,11 +309,13 @@ mod digests {
                             c.finish_boot(t);
                         }
                     }
-                    Step::Install(i) => c.install_entry(
-                        i,
-                        TalosVersion::parse("v1.14.0").unwrap(),
-                        "ghcr.io/siderolabs/installer:v1.14.0",
-                    ),
+                    Step::Install(i) => {
+                        let _ = c.install_entry(
+                            i,
+                            TalosVersion::parse("v1.14.0").unwrap(),
+                            "ghcr.io/siderolabs/installer:v1.14.0",
+                        );
+                    }
                     Step::TryApply(i) => {
                         let g = c.next_apply_generation();
                         let previous = c.nodes()[i].config.clone();
@@ -381,4 +389,169 @@ mod digests {
         let rebuilt = c.facts_fingerprint();
         assert_eq!(c.node_fingerprints_since(rebuilt), Some(Vec::new()));
     }
+}
+
+/// Boot entries as upstream's bootloaders keep them (`boot.rs`): what a rollback can still
+/// reach after one install, and after a second install over a staged node.
+mod boot_entries {
+    use super::*;
+
+    fn tv(s: &str) -> TalosVersion {
+        TalosVersion::parse(s).unwrap()
+    }
+
+    fn one_node(talos: &str, bootloader: Bootloader) -> TalosSide {
+        let s = Scenario::uniform(0, 1, tv(talos), KubeVersion::parse("v1.34.1").unwrap());
+        let mut c = TalosSide::new(&s, "", 0);
+        c.node_mut(0).bootloader = bootloader;
+        c
+    }
+
+    fn install(c: &mut TalosSide, to: &str) {
+        let img = format!("ghcr.io/siderolabs/installer:{to}");
+        c.install_entry(0, tv(to), &img).unwrap();
+    }
+
+    /// Reboot through Talos (kexec) and come back.
+    fn reboot(c: &mut TalosSide) {
+        let t = c.begin_reboot(0);
+        c.finish_boot(t);
+    }
+
+    /// `MachineService.Rollback` then its reboot: the version the node comes back on.
+    fn rollback(c: &mut TalosSide) -> Result<TalosVersion, Status> {
+        c.revert_boot_entry(0)?;
+        reboot(c);
+        Ok(c.nodes()[0].running.clone())
+    }
+
+    fn entries(c: &TalosSide) -> Vec<String> {
+        c.nodes()[0]
+            .boot_entries()
+            .into_iter()
+            .map(|(e, v)| format!("{e}={v}"))
+            .collect()
+    }
+
+    #[test]
+    fn one_install_keeps_the_running_entry_as_the_fallback_on_every_bootloader() {
+        for bl in [Bootloader::SdBoot, Bootloader::Grub] {
+            let mut c = one_node("v1.13.2", bl);
+            install(&mut c, "v1.13.9");
+            assert_eq!(c.nodes()[0].installed, Some(tv("v1.13.9")), "{bl:?}");
+            reboot(&mut c);
+            assert_eq!(c.nodes()[0].running, tv("v1.13.9"), "{bl:?}");
+            assert_eq!(rollback(&mut c).unwrap(), tv("v1.13.2"), "{bl:?}");
+        }
+    }
+
+    /// Before talos PR #14003 the sd-boot probe keeps `LoaderEntryDefault`: on a staged node
+    /// that is the staged entry, and the UKI the node runs is removed.
+    #[test]
+    fn a_second_sd_boot_install_over_a_staged_node_deletes_the_running_entry_before_pr_14003() {
+        let mut c = one_node("v1.13.2", Bootloader::SdBoot);
+        install(&mut c, "v1.13.9");
+        assert_eq!(
+            entries(&c),
+            ["Talos-v1.13.2.efi=v1.13.2", "Talos-v1.13.9.efi=v1.13.9"]
+        );
+        install(&mut c, "v1.13.9");
+        assert_eq!(
+            entries(&c),
+            ["Talos-v1.13.9.efi=v1.13.9", "Talos-v1.13.9~1.efi=v1.13.9"],
+            "the running v1.13.2 entry is gone"
+        );
+        reboot(&mut c);
+        assert_eq!(c.nodes()[0].running, tv("v1.13.9"));
+        assert_eq!(
+            rollback(&mut c).unwrap(),
+            tv("v1.13.9"),
+            "no way back to v1.13.2"
+        );
+    }
+
+    /// After PR #14003 the probe keeps the booted entry (`LoaderEntrySelected`) after a
+    /// firmware boot, so a second install is harmless; after a kexec reboot (Talos' own) it
+    /// takes the default as booted again and the running entry goes.
+    #[test]
+    fn after_pr_14003_a_second_install_keeps_the_running_entry_except_after_a_kexec_boot() {
+        // the scenario's first boot went through the firmware
+        let mut c = one_node("v1.14.6", Bootloader::SdBoot);
+        install(&mut c, "v1.15.0");
+        install(&mut c, "v1.15.0");
+        assert_eq!(
+            entries(&c),
+            ["Talos-v1.14.6.efi=v1.14.6", "Talos-v1.15.0~1.efi=v1.15.0"]
+        );
+        reboot(&mut c);
+        assert_eq!(rollback(&mut c).unwrap(), tv("v1.14.6"));
+        // now booted through kexec (Talos' reboot): the default is taken as booted
+        let mut c = one_node("v1.14.6", Bootloader::SdBoot);
+        reboot(&mut c);
+        assert!(c.nodes()[0].kexec_boot);
+        install(&mut c, "v1.15.0");
+        install(&mut c, "v1.15.0");
+        assert_eq!(
+            entries(&c),
+            ["Talos-v1.15.0.efi=v1.15.0", "Talos-v1.15.0~1.efi=v1.15.0"]
+        );
+    }
+
+    /// GRUB flips the configured default at every install: the second one flips back onto the
+    /// running label and overwrites it.
+    #[test]
+    fn a_second_grub_install_over_a_staged_node_overwrites_the_running_label() {
+        let mut c = one_node("v1.13.2", Bootloader::Grub);
+        install(&mut c, "v1.13.9");
+        assert_eq!(entries(&c), ["A=v1.13.2", "B=v1.13.9"]);
+        install(&mut c, "v1.13.9");
+        assert_eq!(entries(&c), ["A=v1.13.9", "B=v1.13.9"]);
+        reboot(&mut c);
+        assert_eq!(c.nodes()[0].running, tv("v1.13.9"));
+        assert_eq!(rollback(&mut c).unwrap(), tv("v1.13.9"));
+    }
+
+    #[test]
+    fn a_rollback_without_another_entry_is_the_bootloaders_error() {
+        for (bl, msg) in [
+            (Bootloader::SdBoot, "previous UKI not found"),
+            (Bootloader::Grub, "label does not exist"),
+        ] {
+            let mut c = one_node("v1.13.2", bl);
+            let e = c.revert_boot_entry(0).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unknown);
+            assert!(e.message().contains(msg), "{bl:?}: {}", e.message());
+        }
+    }
+}
+
+/// Config resources are COSI counters in memory: they restart at every boot, and on Talos
+/// >= 1.14 the raw one runs ahead of `final-<component>` (talos#14258's report), which the
+/// static pod's annotation follows.
+#[test]
+fn config_counters_restart_at_every_boot_with_the_raw_one_ahead_of_the_final() {
+    let s = Scenario::uniform(
+        1,
+        0,
+        TalosVersion::parse("v1.14.6").unwrap(),
+        KubeVersion::parse("v1.36.1").unwrap(),
+    );
+    let mut c = TalosSide::new(&s, "", 0);
+    let api = "kube-apiserver";
+    let raw = |c: &TalosSide| c.nodes()[0].component_config_version(api);
+    let fin = |c: &TalosSide| c.nodes()[0].final_config_version(api);
+    let start = (raw(&c), fin(&c));
+    assert!(start.0 > start.1, "raw ahead of final: {start:?}");
+    assert_eq!(c.nodes()[0].pod_config_version(api), start.1);
+    // an image change moves both on
+    c.node_mut(0)
+        .component_config_versions
+        .insert(api.into(), start.0 + 3);
+    c.node_mut(0).restart_static_pod(api);
+    assert_eq!((raw(&c), fin(&c)), (start.0 + 3, start.1 + 3));
+    // a boot starts them again, and the pod is rendered from the final one
+    let t = c.begin_reboot(0);
+    c.finish_boot(t);
+    assert_eq!((raw(&c), fin(&c)), start);
+    assert_eq!(c.nodes()[0].pod_config_version(api), start.1);
 }

@@ -77,9 +77,7 @@ impl LifecycleService for Api {
                 items.push(msg(format!("installing Talos {t} (current {host})")));
                 let install = c.timing.install;
                 if install.is_zero() {
-                    c.install_entry(idx, t, &image);
-                    items.push(msg("boot entry updated; reboot to activate".to_string()));
-                    items.push(exit(0));
+                    items.extend(installed(c.install_entry(idx, t, &image)));
                     return Ok(stream_of(items));
                 }
                 // The installer runs on its own (upstream waits for it on a detached
@@ -106,11 +104,7 @@ impl LifecycleService for Api {
                             n.installing = None;
                         }
                         if same_boot {
-                            c.install_entry(idx, t, &image);
-                            vec![
-                                msg("boot entry updated; reboot to activate".to_string()),
-                                exit(0),
-                            ]
+                            installed(c.install_entry(idx, t, &image))
                         } else {
                             vec![Err(Status::unavailable(
                                 "connection reset: the node went down during the install",
@@ -142,6 +136,18 @@ fn msg(m: String) -> Item {
     progress(pb::LifecycleServiceInstallProgress {
         response: Some(pb::lifecycle_service_install_progress::Response::Message(m)),
     })
+}
+
+/// The installer's last lines: the boot entry written, or the bootloader's error and a
+/// non-zero exit code.
+fn installed(r: Result<(), String>) -> Vec<Item> {
+    match r {
+        Ok(()) => vec![
+            msg("boot entry updated; reboot to activate".to_string()),
+            exit(0),
+        ],
+        Err(e) => vec![msg(e), exit(1)],
+    }
 }
 
 /// The installer's exit code, the stream's last message.

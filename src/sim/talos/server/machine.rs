@@ -43,6 +43,24 @@ const SNAPSHOT_DB_SIZE: usize = 64 * 1024;
 const RAFT_TERM: u64 = 2;
 
 /// The raft index a member applied last: it moves with each config change and boot.
+/// META's `Upgrade` tag (the fallback label the installer writes; `pkg/machinery/meta`).
+pub(crate) const META_UPGRADE: u8 = 0x06;
+
+/// A META key a `MetaWrite`/`MetaDelete` on a node running `running` may touch: a uint8, and
+/// not one Talos owns on a Talos that protects them (`meta.IsAPIWriteable`, PR #14192, in
+/// 1.13.10 and 1.14.0). Only the `Upgrade` tag is modelled as Talos-owned.
+fn meta_key(running: &TalosVersion, key: u32) -> Result<u8, Status> {
+    let k = u8::try_from(key).map_err(|_| Status::invalid_argument("key must be a uint8"))?;
+    let protects = running >= &TalosVersion::new(1, 14, 0)
+        || (running.minor_line() == (1, 13) && running >= &TalosVersion::new(1, 13, 10));
+    if protects && k == META_UPGRADE {
+        return Err(Status::permission_denied(
+            "meta key is not writeable via the API",
+        ));
+    }
+    Ok(k)
+}
+
 fn raft_index(n: &SimNode) -> u64 {
     1000 + n.config_version + n.counters.boots * 100
 }
@@ -187,13 +205,14 @@ impl MachineService for Api {
             vec!["etcdserver: request timed out".to_string()]
         };
         let raft = raft_index(n);
+        let (storage_version, server_version) = etcd::etcd_of(&n.running);
         Ok(Response::new(pb::EtcdStatusResponse {
             messages: vec![pb::EtcdStatus {
                 metadata: meta(),
                 member_status: Some(pb::EtcdMemberStatus {
-                    storage_version: "3.6.0".to_string(),
+                    storage_version: storage_version.to_string(),
                     member_id: n.member_id,
-                    protocol_version: "3.6.5".to_string(),
+                    protocol_version: server_version.to_string(),
                     db_size: SNAPSHOT_DB_SIZE as i64,
                     db_size_in_use: (SNAPSHOT_DB_SIZE / 2) as i64,
                     leader: c.etcd_leader(),
@@ -255,6 +274,13 @@ impl MachineService for Api {
             })
             .collect();
         let consistent_index = raft_index(&c.nodes()[idx]);
+        let (storage_version, _) = etcd::etcd_of(&c.nodes()[idx].running);
+        let cluster_version = c
+            .etcd_members()
+            .into_iter()
+            .map(|m| etcd::etcd_of(&m.running).0)
+            .min()
+            .unwrap_or(storage_version);
         drop(c);
         // The member's bbolt database (etcd's `Maintenance.Snapshot` streams `Tx.WriteTo`),
         // padded with free pages to the member's database size, then etcd's sha256 trailer.
@@ -264,6 +290,8 @@ impl MachineService for Api {
                 members: &members,
                 consistent_index,
                 term: RAFT_TERM,
+                storage_version,
+                cluster_version,
             },
             size,
         )
@@ -421,7 +449,8 @@ impl MachineService for Api {
             )));
         }
         c.node_mut(idx).images.insert(r.image.clone());
-        c.install_entry(idx, target, &r.image);
+        c.install_entry(idx, target, &r.image)
+            .map_err(|e| Status::internal(format!("failed to run installer: {e}")))?;
         let actor_id = c.next_actor_id(idx);
         let ticket = c.begin_reboot(idx);
         let timing = c.timing.reboot;
@@ -433,6 +462,40 @@ impl MachineService for Api {
                 ack: "Upgrade request received".to_string(),
                 actor_id,
             }],
+        }))
+    }
+
+    /// Upstream (`v1alpha1_server.go` `MetaWrite`, talos PR #14192): a key Talos owns (the
+    /// `Upgrade` fallback tag, 0x06) is refused with `PermissionDenied` from 1.13.10/1.14.0 on;
+    /// other keys are stored. medea never writes META.
+    async fn meta_write(
+        &self,
+        req: Request<pb::MetaWriteRequest>,
+    ) -> Result<Response<pb::MetaWriteResponse>, Status> {
+        let idx = self.admit(&req, Method::MetaWrite)?;
+        let r = req.into_inner();
+        let mut c = self.shared.lock();
+        let key = meta_key(&c.nodes()[idx].running, r.key)?;
+        c.node_mut(idx).meta.insert(key, r.value);
+        Ok(Response::new(pb::MetaWriteResponse {
+            messages: vec![pb::MetaWrite { metadata: meta() }],
+        }))
+    }
+
+    /// As [`Self::meta_write`]; a key that is not there answers `NotFound`.
+    async fn meta_delete(
+        &self,
+        req: Request<pb::MetaDeleteRequest>,
+    ) -> Result<Response<pb::MetaDeleteResponse>, Status> {
+        let idx = self.admit(&req, Method::MetaDelete)?;
+        let r = req.into_inner();
+        let mut c = self.shared.lock();
+        let key = meta_key(&c.nodes()[idx].running, r.key)?;
+        if c.node_mut(idx).meta.remove(&key).is_none() {
+            return Err(Status::not_found("meta key not found"));
+        }
+        Ok(Response::new(pb::MetaDeleteResponse {
+            messages: vec![pb::MetaDelete { metadata: meta() }],
         }))
     }
 
@@ -667,6 +730,26 @@ mod tests {
         assert_eq!(
             efivar(EFI_NV_BS_RT, "Ta"),
             [7, 0, 0, 0, b'T', 0, b'a', 0, 0, 0]
+        );
+    }
+
+    /// talos PR #14192: the `Upgrade` tag cannot be written or deleted through the API from
+    /// 1.13.10 and 1.14.0; before, and for other keys, it can.
+    #[test]
+    fn the_upgrade_meta_key_is_refused_from_1_13_10_and_1_14() {
+        let t = |s: &str| TalosVersion::parse(s).unwrap();
+        for v in ["v1.13.10", "v1.14.0", "v1.14.6"] {
+            let e = meta_key(&t(v), META_UPGRADE.into()).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{v}");
+            assert_eq!(e.message(), "meta key is not writeable via the API");
+            assert_eq!(meta_key(&t(v), 0x0a).unwrap(), 0x0a, "{v}: a user key");
+        }
+        for v in ["v1.13.9", "v1.12.12"] {
+            assert_eq!(meta_key(&t(v), META_UPGRADE.into()).unwrap(), META_UPGRADE);
+        }
+        assert_eq!(
+            meta_key(&t("v1.14.6"), 0x100).unwrap_err().code(),
+            tonic::Code::InvalidArgument
         );
     }
 }
