@@ -254,6 +254,7 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
             steps_total: 3,
             image: image.into(),
             halt_code: String::new(),
+            detail: String::new(),
         }
     };
     let installer = "ghcr.io/siderolabs/installer:v1.13.9";

@@ -220,7 +220,7 @@ fn read(
 fn note(e: &RolloutEvent) -> Option<String> {
     let who = e.node.as_deref().unwrap_or(&e.cluster);
     match &e.state {
-        EventState::Waiting { reason } => Some(format!("{who}: waiting: {reason}")),
+        EventState::Waiting { reason, .. } => Some(format!("{who}: waiting: {reason}")),
         EventState::Progress { note } => Some(format!("{who}: {note}")),
         EventState::Unknown { error } => {
             Some(format!("{who}: outcome unknown, re-observing: {error}"))
