@@ -50,6 +50,7 @@ mod rollout_health;
 mod rollout_hooks;
 mod rollout_silence;
 mod rollout_sim;
+mod second_day;
 mod seed;
 mod server;
 mod sim_cluster;
