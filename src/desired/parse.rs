@@ -595,7 +595,7 @@ mod tests {
         let t = "spec: {a: 1, colour: {x: [1, \"}\"]}, b: 2}\n";
         let b = blank_field(t, t.find("colour").unwrap()).unwrap();
         assert_eq!(b.len(), t.len());
-        assert_eq!(b, "spec: {a: 1,                          b: 2}\n");
+        assert_eq!(b, format!("spec: {{a: 1,{}b: 2}}\n", " ".repeat(24)));
         let t = "spec: {a: 1, colour: blue}\n";
         let b = blank_field(t, t.find("colour").unwrap()).unwrap();
         assert_eq!(b, "spec: {a: 1,             }\n");

@@ -195,7 +195,7 @@ fn the_readme_second_day_runs_command_for_command_as_written() {
                     .and_then(|r| r.split_whitespace().next())
                     .expect("the server's --state-dir");
                 let ask = format!("MEDEA_STATE_DIR={state} medea get server");
-                let mut last = String::new();
+                let mut last;
                 let started = Instant::now();
                 while !{
                     let out = shell(&dir, &home, &addr, &exports, &ask).output().unwrap();

@@ -702,8 +702,8 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
         r#"<rect class="s-back" data-state="back" x="0" y="3" width="466" height="16">"#,
         r#"<rect class="s-halted" data-state="halted" x="466" y="3" width="233" height="16">"#,
         "2/3 nodes back",
-        "workers wave 1: 1m30s",
-        "<title>workers wave 2: 30s until the halt</title>",
+        "workers → v1.13.9 wave 1: 1m30s",
+        "<title>workers → v1.13.9 wave 2: 30s until the halt</title>",
     ] {
         assert!(page.contains(want), "{want}:\n{page}");
     }
@@ -728,7 +728,7 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
         .map(|(_, _, d)| d.clone())
         .expect("a grid event");
     assert!(events.iter().all(|(e, _, _)| e != "entry"), "{events:?}");
-    assert!(grid.contains("workers wave 1: 1m30s"), "{grid}");
+    assert!(grid.contains("workers → v1.13.9 wave 1: 1m30s"), "{grid}");
     assert!(
         grid.contains(r#"data-node="w-3" data-state="halted""#),
         "{grid}"
@@ -940,8 +940,9 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
         r#"<section class="rehearsal" data-cluster="home">"#,
         r#"<span class="badge halted">halted</span>"#,
         "halted at w-3 after 13m10s (drain_blocked): drain of w-3 timed out",
-        "2026-12-06T10:00:00Z",
-        "gathered 2026-12-06T09:58:00Z",
+        // times to the second, as the pages print them (issue #52)
+        "2026-12-06 10:00:00 UTC",
+        "gathered 2026-12-06 09:58:00 UTC",
         "compressed 60×; timings: history of 2 jobs",
         // the blocker with its node, escaped
         "<tr><td class=\"bad\">pdb</td><td>w-3</td><td>PodDisruptionBudget shop/&lt;script&gt;db&lt;/script&gt; allows no disruption</td></tr>",
@@ -1013,7 +1014,11 @@ async fn rehearse_needs_the_sessions_csrf_token_and_then_shows_the_report() {
         .unwrap()
         .expect("the report is stored beside the plan");
     assert_eq!(stored.plan, plan.to_hex());
-    assert!(page.contains(&stored.ran_at), "{page}");
+    let ran: jiff::Timestamp = stored.ran_at.parse().unwrap();
+    assert!(
+        page.contains(&ran.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()),
+        "{page}"
+    );
     assert!(page.contains("Rehearse again"), "{page}");
     assert_eq!(
         crate::ops::replan::current(ui.shared.store.as_ref())
