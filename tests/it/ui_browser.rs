@@ -530,7 +530,9 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
             "every wave finished"
         );
         let bars = live_text(c, "#live svg.timeline").await;
-        assert!(bars.contains("controlplane wave 1"), "{bars}");
+        // each hop's rows named apart (issue #52 item 8)
+        assert!(bars.contains("controlplane → v1.13.10 wave 1"), "{bars}");
+        assert!(bars.contains("controlplane → v1.14.6 wave 1"), "{bars}");
         let entries_now = c
             .find_all(Locator::Css("#timeline li"))
             .await
@@ -703,32 +705,6 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         let row = text_of(c, &format!(r#"#rollouts tr[data-job="{job}"]"#)).await;
         assert!(row.contains("halted") && row.contains("browser test: stop"), "{row}");
         shot(c, "rollouts-halted").await;
-
-        // Approving the plan after the halt starts the job that continues it; the halted job's
-        // page links to it (issue #52 item 8).
-        let mut next = serde_json::Value::Null;
-        wait("the plan after the halt", Duration::from_secs(60), || {
-            next = stack.s.plan_json();
-            next["basis"]["halted"]["home"] == job.as_str() && next["state"] == "pending"
-        });
-        let next_id = next["id"].as_str().unwrap().to_string();
-        stack.approve(&next_id, "alice");
-        stack.approve(&next_id, "bob");
-        let mut continued = String::new();
-        wait("the continuing job", Duration::from_secs(60), || {
-            continued = stack.s.jobs()[0]["jobId"].as_str().unwrap_or_default().to_string();
-            !continued.is_empty() && continued != job
-        });
-        c.goto(&format!("{}/rollouts/{job}", stack.ui)).await.unwrap();
-        let link = c
-            .find(Locator::Css("#continued-by a"))
-            .await
-            .unwrap()
-            .attr("href")
-            .await
-            .unwrap();
-        assert_eq!(link.as_deref(), Some(format!("/rollouts/{continued}").as_str()));
-        shot(c, "rollout-halted-continued").await;
     })
     .await;
 }

@@ -637,6 +637,7 @@ pub fn live_section(
     job: &Job,
     timings: &charts::Timings,
     waits: &crate::server::rollouts::Waits,
+    continued: Option<&Job>,
     now: Timestamp,
 ) -> Markup {
     let (state, reason) = job_state(job);
@@ -658,6 +659,15 @@ pub fn live_section(
             p.hint #job-duration { "duration: " (job.clock.at(end).progress(p)) " (the plan's prediction, advice)" }
         }
         @if let Some(r) = reason { p.error #halt-reason { "Halt reason: " (r) } }
+        @if halted {
+            p.hint #continued-by {
+                "Continued by: "
+                @match continued {
+                    Some(next) => { a href={ "/rollouts/" (next.id) } { (next.id) } " " span.badge.(job_state(next).0) { (job_state(next).0) } " (its plan continues from what this job left)" }
+                    None => { "no job yet; the next plan continues from what this job left (see " a href="/plan" { "Plan" } ")" }
+                }
+            }
+        }
         @if !job.state.is_terminal() { p.hint #job-summary { (job_line(job, waits, now)) } }
         @if let Some(snap) = &job.snapshot {
             p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
@@ -815,9 +825,12 @@ pub fn journal_tail(
     Ok((all.into_iter().skip(skip).collect(), timings))
 }
 
-/// The job that continued a halted `job`: the oldest newer job of its cluster whose plan was
+/// The job that continued a halted `job` (none while it has not halted): the oldest newer job of its cluster whose plan was
 /// made after this halt (its basis names this job as the cluster's halted one; issue #52).
-fn continued_by(ui: &Ui, job: &Job) -> Option<Job> {
+pub fn continued_by(ui: &Ui, job: &Job) -> Option<Job> {
+    if !matches!(job.state, JobState::Halted { .. }) {
+        return None;
+    }
     let store = ui.shared.store.as_ref();
     let jobs = crate::server::rollouts::jobs(&ui.shared).ok()?;
     jobs.into_iter()
@@ -877,20 +890,12 @@ pub async fn rollout(
             dt { "cluster" } dd { (job.cluster) }
             dt { "plan" } dd { code { (job.plan.short()) } }
             dt { "created" } dd { (ts(job.created_at)) }
-            @if matches!(job.state, JobState::Halted { .. }) {
-                dt { "continued by" } dd #continued-by {
-                    @match &continued {
-                        Some(next) => { a href={ "/rollouts/" (next.id) } { (next.id) } " " span.badge.(job_state(next).0) { (job_state(next).0) } " (its plan continues from what this job left)" }
-                        None => { "no job yet: the next plan continues from what this job left (see " a href="/plan" { "Plan" } ")" }
-                    }
-                }
-            }
         }
         @if !job.state.is_terminal() {
             p { a.button.danger href={ "/rollouts/" (job.id) "/halt" } { "Halt rollout…" } }
         }
         section #live data-events={ "/rollouts/" (job.id) "/events?after=" (last) } {
-            (live_section(&job, &timings, &ui.shared.waits, now))
+            (live_section(&job, &timings, &ui.shared.waits, continued.as_ref(), now))
         }
         p #live-note .hint {}
         details.journal {

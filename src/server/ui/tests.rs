@@ -735,6 +735,59 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
     );
 }
 
+/// Issue #52 item 8: a halted job's page names the job that continued it (the newer job of its
+/// cluster whose plan was made after this halt), and before there is one says so.
+#[tokio::test]
+async fn a_halted_jobs_page_links_the_job_that_continued_it() {
+    use super::charts::tests::{at, talos_job};
+    use crate::rollout::sequencer::JobId;
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_halted_talos_job(store.as_ref());
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(
+        page.contains(r#"<p class="hint" id="continued-by">Continued by: no job yet"#),
+        "{page}"
+    );
+    // the plan made after the halt (its basis names the halted job) and the job it started
+    let base = planned(&ui);
+    let mut next = crate::ops::replan::load_plan(store.as_ref(), &base)
+        .unwrap()
+        .unwrap();
+    next.id = crate::plan::PlanId::from_digest([9; 32]);
+    next.basis.halted.insert("home".into(), id.to_string());
+    let mut job = talos_job();
+    job.plan = next.id;
+    job.id = JobId::for_plan(&next.id, "home");
+    job.created_at = at(1_000);
+    // a newer job whose plan is not one made after this halt is not the continuation
+    let mut other = talos_job();
+    other.plan = crate::plan::PlanId::from_digest([8; 32]);
+    other.id = JobId::for_plan(&other.plan, "home");
+    other.created_at = at(500);
+    store
+        .commit(
+            Txn::new()
+                .put_record(crate::plan::stored::plan_key(&next.id), &next)
+                .put_record(job_key(&job.id), &job)
+                .put_record(job_key(&other.id), &other),
+        )
+        .unwrap();
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(
+        page.contains(&format!(
+            r#"<p class="hint" id="continued-by">Continued by: <a href="/rollouts/{}">{}</a>"#,
+            job.id, job.id
+        )),
+        "{page}"
+    );
+    assert!(
+        !page.contains(&format!(r#"href="/rollouts/{}""#, other.id)),
+        "{page}"
+    );
+}
+
 /// Issue 36: a halted job's page lists its staged-but-not-rebooted nodes and what their next
 /// boot does; a job with none has no such list.
 #[tokio::test]
