@@ -250,19 +250,23 @@ fn submit(args: ApproveArgs) -> Result<u8, ApproveError> {
     rt.block_on(async {
         let mut client = args.client.connect().await.map_err(server)?;
         let rpc = |s: tonic::Status| server(super::client::rpc_error(&addr, s));
-        let wanted = client
+        // An id that matches no plan is answered with the current plan's id (issue #52).
+        let wanted = match client
             .get_plan(pb::GetPlanRequest {
                 id: typed.as_str().to_string(),
             })
             .await
-            .map_err(rpc)?
-            .into_inner();
+        {
+            Ok(r) => r.into_inner().plan,
+            Err(s) if s.code() == tonic::Code::NotFound => None,
+            Err(s) => return Err(rpc(s)),
+        };
         let current = client
             .get_plan(pb::GetPlanRequest { id: String::new() })
             .await
             .map_err(rpc)?
             .into_inner();
-        let plan = plan_to_sign(&typed, wanted.plan.as_ref(), current.plan.as_ref())?;
+        let plan = plan_to_sign(&typed, wanted.as_ref(), current.plan.as_ref())?;
         // Say exactly what is signed before signing it.
         eprintln!("signing plan {}", plan.to_hex());
         let hash = match args.hash {
@@ -313,7 +317,18 @@ fn plan_to_sign(
 ) -> Result<PlanId, ApproveError> {
     let (Some(wanted), Some(current)) = (wanted, current) else {
         return Err(ApproveError::Server {
-            message: format!("no plan `{}` on the server", typed.as_str()),
+            message: match current {
+                Some(c) => format!(
+                    "no plan `{}` on the server; the current plan is {}: review it with `medea plan` and approve that id (medea approve {})",
+                    typed.as_str(),
+                    c.id,
+                    c.short_id
+                ),
+                None => format!(
+                    "no plan `{}` on the server, and the server has no current plan yet (`medea plan` shows when it has)",
+                    typed.as_str()
+                ),
+            },
         });
     };
     let plan = PlanId::parse_full(&wanted.id).map_err(ApproveError::PlanId)?;
@@ -435,5 +450,24 @@ mod tests {
             PlanIdRef::parse(""),
             Err(PlanIdError::Length { .. })
         ));
+    }
+    /// Issue #52 item 6: an id that matches no plan is answered with the current plan's id.
+    #[test]
+    fn an_id_that_matches_no_plan_names_the_current_plan() {
+        let a = PlanId::from_digest([0xaa; 32]);
+        let typed = PlanIdRef::parse("0123456789ab").unwrap();
+        let e = plan_to_sign(&typed, None, Some(&pb_plan(&a))).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("no plan `0123456789ab`"), "{text}");
+        assert!(
+            text.contains(&format!("the current plan is {}", a.to_hex())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("medea approve {}", a.short())),
+            "{text}"
+        );
+        let e = plan_to_sign(&typed, None, None).unwrap_err();
+        assert!(e.to_string().contains("no current plan yet"), "{e}");
     }
 }

@@ -52,11 +52,13 @@ pub enum BackupAction {
         output: Format,
     },
     /// Take a backup of a cluster now (its applied `spec.backup` settings).
-    #[command(after_help = "Examples:\n  medea backup now --cluster prod")]
+    #[command(
+        after_help = "Examples:\n  medea backup now\n  medea backup now --cluster prod\n\n--cluster may be left out when the server knows one cluster."
+    )]
     Now {
-        /// The cluster to back up.
+        /// The cluster to back up (default: the only cluster, when the server knows one).
         #[arg(long, add = super::complete::clusters())]
-        cluster: String,
+        cluster: Option<String>,
     },
     /// Check a copy of a backup file against its record.
     ///
@@ -103,7 +105,7 @@ fn table(backups: &[pb::Backup]) -> String {
                 vec![
                     b.cluster.clone(),
                     b.file.clone(),
-                    b.taken_at.clone(),
+                    output::when(&b.taken_at),
                     b.trigger.clone(),
                     b.member.clone(),
                     b.size.to_string(),
@@ -123,10 +125,10 @@ fn show(b: &pb::Backup) -> String {
     };
     line("cluster", &b.cluster);
     line("file", &b.file);
-    line("taken", &b.taken_at);
+    line("taken", &output::when(&b.taken_at));
     line("trigger", &b.trigger);
     if !b.slot.is_empty() {
-        line("slot", &b.slot);
+        line("slot", &output::when(&b.slot));
     }
     line("member", &b.member);
     line("destination", &b.destination);
@@ -232,6 +234,18 @@ pub fn run(args: BackupArgs) -> miette::Result<u8> {
                 Ok(exit::OK)
             }
             BackupAction::Now { cluster } => {
+                let cluster = match cluster {
+                    Some(c) => c,
+                    None => {
+                        let clusters = c
+                            .list_clusters(pb::ListClustersRequest {})
+                            .await
+                            .map_err(rpc)?
+                            .into_inner()
+                            .clusters;
+                        super::rollout::only_cluster(clusters.iter().map(|c| c.name.as_str()))?
+                    }
+                };
                 let r = c
                     .backup_now(pb::BackupNowRequest { cluster })
                     .await

@@ -227,8 +227,68 @@ impl ClientArgs {
         let cfg = self.config()?;
         crate::api::client::connect(&cfg)
             .await
-            .map_err(|e| connect_report(&cfg.addr, e))
+            .map_err(|e| match e {
+                ConnectError::NoCa { .. } => self.no_ca(&cfg.addr, &|n| std::env::var_os(n)),
+                e => connect_report(&cfg.addr, e),
+            })
     }
+
+    /// No CA to verify the server with: every place looked at (the state directory's
+    /// `tls/ca.crt` as an absolute path) and the fixes (issue #52).
+    pub fn no_ca(
+        &self,
+        addr: &str,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> miette::Report {
+        let mut looked = vec!["--ca / MEDEA_CA: not set".to_string()];
+        let file = super::context::config_path(env);
+        let chosen = super::context::ClientConfigFile::load(&file)
+            .ok()
+            .and_then(|f| f.chosen(self.context.as_deref()).ok().flatten().cloned());
+        looked.push(match chosen {
+            Some(c) => format!(
+                "client context `{}` ({}): has no --ca",
+                c.name,
+                file.display()
+            ),
+            None => format!("client context: none in use ({})", file.display()),
+        });
+        let host = crate::api::client::host_of(addr);
+        if chosen_is_none_and_loopback(self, env, host) {
+            let (dir, how) = match env("MEDEA_STATE_DIR").filter(|d| !d.is_empty()) {
+                Some(d) => (PathBuf::from(d), "MEDEA_STATE_DIR"),
+                None => (
+                    super::server::default_state_dir(),
+                    "the default state directory; MEDEA_STATE_DIR is not set",
+                ),
+            };
+            let ca = dir.join("tls/ca.crt");
+            let ca = std::path::absolute(&ca).unwrap_or(ca);
+            looked.push(format!("{} ({how}): does not exist", ca.display()));
+        } else {
+            looked.push(format!(
+                "the local state directory: not used for `{host}` (only for a loopback address without a client context)"
+            ));
+        }
+        miette::miette!(
+            help = "point MEDEA_STATE_DIR at the server's --state-dir (a local `medea serve` writes tls/ca.crt and token there), pass --ca FILE, or save the server once: medea config set-context NAME --addr ADDR --ca FILE --token-file FILE",
+            "no CA certificate to verify the server at {addr} with; looked at:\n  {}",
+            looked.join("\n  ")
+        )
+    }
+}
+
+/// Whether the local state directory is consulted: a loopback address and no client context.
+fn chosen_is_none_and_loopback(
+    args: &ClientArgs,
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    host: &str,
+) -> bool {
+    let file = super::context::config_path(env);
+    let context = super::context::ClientConfigFile::load(&file)
+        .ok()
+        .and_then(|f| f.chosen(args.context.as_deref()).ok().flatten().cloned());
+    context.is_none() && crate::api::client::is_loopback(host)
 }
 
 /// The CLI's words (flag names, the fix) for a failed connection.
@@ -310,8 +370,7 @@ fn connect_error(addr: &str, e: tonic::transport::Error) -> miette::Report {
 pub fn rpc_error(addr: &str, s: tonic::Status) -> miette::Report {
     match s.code() {
         tonic::Code::Unauthenticated => miette::miette!(
-            help =
-                "pass --token or set MEDEA_TOKEN to the server's token (medea serve --token-file)",
+            help = "pass --token-file with the server's token file (a local `medea serve` writes <state-dir>/token), point MEDEA_STATE_DIR at the server's --state-dir, or save it once: medea config set-context NAME --addr ADDR --ca FILE --token-file FILE",
             "medea at {addr} refused the request: {}",
             s.message()
         ),

@@ -16,6 +16,16 @@ pub enum Format {
     Yaml,
 }
 
+/// An RFC 3339 time as lists print it: to the second, in UTC (`2026-12-03T12:00:00Z`), without
+/// the nanoseconds the server keeps (issue #52); anything else as it is. `-o json` keeps the
+/// server's full value.
+pub fn when(t: &str) -> String {
+    match t.parse::<jiff::Timestamp>() {
+        Ok(ts) => ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Err(_) => t.to_string(),
+    }
+}
+
 /// Render rows as an aligned table with a header.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -67,6 +77,20 @@ pub fn yes_no(b: bool) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue #52 item 6: lists print times to the second, never with nanoseconds.
+    #[test]
+    fn times_are_printed_to_the_second() {
+        use super::when;
+        assert_eq!(
+            when("2026-12-07T19:03:31.123456789Z"),
+            "2026-12-07T19:03:31Z"
+        );
+        assert_eq!(when("2026-12-07T20:03:31+01:00"), "2026-12-07T19:03:31Z");
+        assert_eq!(when(""), "");
+        assert_eq!(when("-"), "-");
+    }
+
     #[test]
     fn tables_align() {
         let t = super::table(

@@ -117,30 +117,53 @@ fn from_server(args: &PlanArgs) -> miette::Result<u8> {
                 }
             );
         }
-        let approvals: Vec<String> = p.approvals.iter().map(|a| a.principal.clone()).collect();
-        eprintln!(
-            "plan {} is {}{}; approvals {}/{}{}{}",
-            p.short_id,
-            p.state,
-            if p.stale { " (stale)" } else { "" },
-            p.approvals.len(),
-            p.approvals_required,
-            if approvals.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", approvals.join(", "))
-            },
-            match p.rejected.len() {
-                0 => String::new(),
-                n => format!("; {n} not counted (listed in the plan)"),
-            }
-        );
+        eprintln!("{}", approvals_line(&p));
         Ok(if p.has_changes {
             exit::CHANGES
         } else {
             exit::OK
         })
     })
+}
+
+/// The closing line of `medea plan` against the server: the plan's state and approvals, and
+/// the candidates that did not count: "listed in the plan" only when the plan's text lists them
+/// (a pending plan's does); otherwise they are listed here (issue #52: a plan with no changes
+/// said "1 not counted (listed in the plan)" and listed nothing).
+fn approvals_line(p: &crate::api::pb::Plan) -> String {
+    let approvals: Vec<String> = p.approvals.iter().map(|a| a.principal.clone()).collect();
+    let mut line = format!(
+        "plan {} is {}{}; approvals {}/{}{}",
+        p.short_id,
+        p.state,
+        if p.stale { " (stale)" } else { "" },
+        p.approvals.len(),
+        p.approvals_required,
+        if approvals.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", approvals.join(", "))
+        },
+    );
+    let n = p.rejected.len();
+    if n == 0 {
+        return line;
+    }
+    if p.rendered.contains(&format!("Not counted ({n}):")) {
+        line.push_str(&format!("; {n} not counted (listed in the plan)"));
+        return line;
+    }
+    line.push_str(&format!("; {n} not counted:"));
+    for r in &p.rejected {
+        let who = match (r.principal.as_str(), r.fingerprint.as_str()) {
+            ("", "") => "key not checked".to_string(),
+            ("", fp) => format!("key {fp}"),
+            (who, "") => who.to_string(),
+            (who, fp) => format!("{who}, key {fp}"),
+        };
+        line.push_str(&format!("\n  {} ({who}): {}", r.source, r.reason));
+    }
+    line
 }
 
 /// How often `medea plan --rehearse` asks the server whether its rehearsal still runs.
@@ -486,5 +509,35 @@ mod tests {
             tail.contains("- pdb at node w-2: PodDisruptionBudget shop/db allows no disruption"),
             "{tail}"
         );
+    }
+    /// Issue #52 item 6: a plan whose text does not list the candidates that did not count (a
+    /// plan with no changes) has them listed under its closing line, never "listed in the plan".
+    #[test]
+    fn candidates_that_did_not_count_are_listed_where_the_plan_does_not() {
+        let rejected = crate::api::pb::RejectedApproval {
+            source: "marker:approvals/0123456789ab-alice.sig".into(),
+            fingerprint: "SHA256:abc".into(),
+            principal: "alice".into(),
+            code: "other-plan".into(),
+            reason: "signed for plan 0123456789ab, not the current plan".into(),
+        };
+        let mut p = crate::api::pb::Plan {
+            short_id: "fedcba987654".into(),
+            state: "no-changes".into(),
+            approvals_required: 1,
+            rendered: "Plan fedcba987654: no changes.\n".into(),
+            rejected: vec![rejected],
+            ..Default::default()
+        };
+        let line = approvals_line(&p);
+        assert!(!line.contains("listed in the plan"), "{line}");
+        assert!(
+            line.ends_with(
+                "; 1 not counted:\n  marker:approvals/0123456789ab-alice.sig (alice, key SHA256:abc): signed for plan 0123456789ab, not the current plan"
+            ),
+            "{line}"
+        );
+        p.rendered.push_str("Not counted (1):\n  …\n");
+        assert!(approvals_line(&p).ends_with("; 1 not counted (listed in the plan)"));
     }
 }

@@ -89,7 +89,7 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                     Format::Json => output::json(&r.rollouts),
                     Format::Yaml => output::yaml(&r.rollouts),
                     Format::Table | Format::Wide => output::table(
-                        &["JOB", "CLUSTER", "PLAN", "STATE", "NODES", "CURRENT", "CREATED"],
+                        &["JOB", "CLUSTER", "PLAN", "STATE", "NODE UPGRADES", "CURRENT", "CREATED"],
                         &r.rollouts
                             .iter()
                             .map(|j| {
@@ -100,7 +100,7 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                                     if j.halt_reason.is_empty() { j.state.clone() } else { format!("halted: {}", j.halt_reason) },
                                     format!("{}/{}", j.nodes_done, j.nodes_total),
                                     if j.current_step.is_empty() { "-".into() } else { j.current_step.clone() },
-                                    j.created_at.clone(),
+                                    output::when(&j.created_at),
                                 ]
                             })
                             .collect::<Vec<_>>(),
@@ -143,7 +143,7 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                 if !watch {
                     out!("{}", render_status(&job, pool.as_deref(), fmt));
                     if job.state == "halted" && matches!(fmt, Format::Table | Format::Wide) {
-                        out!("{}", after_halt(&mut c, &job).await);
+                        out!("{}", after_halt(&mut c, &job, false).await);
                     }
                     return Ok(if job.state == "halted" { exit::ERROR } else { exit::OK });
                 }
@@ -153,34 +153,96 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
     })
 }
 
-/// What follows a halt, for a person reading the job's status: nothing resumes it by itself;
-/// the server's current plan carries what is left, and how many approvals it needs.
-async fn after_halt(c: &mut super::client::Client, job: &pb::Rollout) -> String {
-    let head = "next: a halted job never continues by itself";
-    let plan = match c.get_plan(pb::GetPlanRequest { id: String::new() }).await {
-        Ok(r) => r.into_inner().plan,
-        Err(_) => None,
+/// How long a follower waits for the server to plan again after a halt before it says it has
+/// not yet (the server plans again at the refresh the halt starts: seconds).
+const REPLAN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Where the server's current plan stands to a halted job (issue #52 item 1): the server
+/// records in a plan's basis the job running (`basis.running`) or halted (`basis.halted`) in
+/// each cluster when it planned, so a follower knows which plan comes after the halt.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterHalt {
+    /// Planned before the halt (the job's own plan, or one computed while the job ran).
+    Before,
+    /// Planned after the halt: it continues from what the job left.
+    After,
+    /// Planned later still (a newer job, another change): shown as it is.
+    Later,
+}
+
+fn after_halt_of(plan: &crate::plan::Plan, job: &pb::Rollout) -> AfterHalt {
+    let mine = |m: &std::collections::BTreeMap<String, String>| {
+        m.get(&job.cluster).is_some_and(|j| *j == job.job_id)
     };
-    let Some(p) = plan else {
+    if plan.id.to_hex() == job.plan_id || mine(&plan.basis.running) {
+        AfterHalt::Before
+    } else if mine(&plan.basis.halted) {
+        AfterHalt::After
+    } else {
+        AfterHalt::Later
+    }
+}
+
+/// The server's current plan and where it stands to the halted `job`; with `wait`, the plan
+/// that comes after the halt, waited for until [`REPLAN_PATIENCE`].
+async fn plan_after_halt(
+    c: &mut super::client::Client,
+    job: &pb::Rollout,
+    wait: bool,
+) -> Option<(pb::Plan, Option<crate::plan::Plan>, AfterHalt)> {
+    let deadline = tokio::time::Instant::now() + REPLAN_PATIENCE;
+    loop {
+        let p = c
+            .get_plan(pb::GetPlanRequest { id: String::new() })
+            .await
+            .ok()?
+            .into_inner()
+            .plan?;
+        let plan = serde_json::from_str::<crate::plan::Plan>(&p.json).ok();
+        let at = match &plan {
+            Some(plan) => after_halt_of(plan, job),
+            None if p.id == job.plan_id => AfterHalt::Before,
+            None => AfterHalt::Later,
+        };
+        if at != AfterHalt::Before || !wait || tokio::time::Instant::now() >= deadline {
+            return Some((p, plan, at));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// What follows a halt, for a person reading the job's status: nothing resumes it by itself;
+/// the server's current plan carries what is left, and how many approvals it needs. With
+/// `wait` (a follower), the plan that comes after the halt is waited for, so the output never
+/// shows the plan computed while the job ran (issue #52).
+async fn after_halt(c: &mut super::client::Client, job: &pb::Rollout, wait: bool) -> String {
+    let head = "next: a halted job never continues by itself";
+    let Some((p, plan, at)) = plan_after_halt(c, job, wait).await else {
         return format!(
             "{head}; `medea plan` shows what is left once the server has planned again.\n"
         );
     };
-    if p.id == job.plan_id {
+    if at == AfterHalt::Before {
         return format!(
-            "{head}; the server has not planned again yet: `medea plan` shows what is left once it has.\n"
+            "{head}; the server has not planned again since the halt yet: `medea plan` shows what is left once it has.\n"
         );
     }
-    let summary = serde_json::from_str::<crate::plan::Plan>(&p.json)
-        .map(|plan| crate::plan::render::summary_line(&plan))
-        .unwrap_or_else(|_| format!("Plan {}", p.short_id));
+    let summary = plan
+        .as_ref()
+        .map(crate::plan::render::summary_line)
+        .unwrap_or_else(|| format!("Plan {}", p.short_id));
     if !p.has_changes {
         return format!(
             "{head}, and the server's current plan has nothing left to do:\n  {summary}\n"
         );
     }
+    let continues = if at == AfterHalt::After {
+        "continues from what is left (nodes already on their target are not in it)"
+    } else {
+        "was planned since (a newer change or job)"
+    };
     format!(
-        "{head}. The server's current plan continues from what is left (nodes already on their target are not in it) and needs {} approval{} (has {}):\n  {summary}\n  read it first: medea plan\n",
+        "{head}. The server's current plan {continues} and needs {} approval{} (has {}):\n  {summary}\n  read it first: medea plan\n",
         p.approvals_required,
         if p.approvals_required == 1 { "" } else { "s" },
         p.approvals.len()
@@ -189,7 +251,7 @@ async fn after_halt(c: &mut super::client::Client, job: &pb::Rollout) -> String 
 
 /// The cluster to use when none was named: the only one the server knows, else an error that
 /// lists them.
-fn only_cluster<'a>(names: impl Iterator<Item = &'a str>) -> miette::Result<String> {
+pub(crate) fn only_cluster<'a>(names: impl Iterator<Item = &'a str>) -> miette::Result<String> {
     let names: Vec<&str> = names.collect();
     match names.as_slice() {
         [one] => Ok((*one).to_string()),
@@ -367,7 +429,7 @@ fn gate_table(job: &pb::Rollout) -> String {
                     } else {
                         g.verdict.clone()
                     },
-                    g.at.clone(),
+                    output::when(&g.at),
                     if samples.is_empty() {
                         g.detail.clone()
                     } else {
@@ -380,13 +442,16 @@ fn gate_table(job: &pb::Rollout) -> String {
 }
 
 /// Readable progress for a follower without a TTY (CI logs, `| tee`): one line per meaningful
-/// event, `12:03:01 cp-1  upgraded to v1.13.9, Ready (1/6 nodes, step 1/3)`, in local time to
-/// the second; a line that repeats its subject's last line is dropped.
+/// event, `12:03:01 cp-1  upgraded to v1.13.9, Ready (1/6 node upgrades, step 1/3)`, in local
+/// time to the second; a line that repeats its subject's last line is dropped. The count is the
+/// job's node upgrades, one per node per step ([`crate::rollout::sequencer::NODE_UPGRADES`]),
+/// as `rollout list` and the dashboard count them (issue #52).
 pub struct EventLines {
     tz: jiff::tz::TimeZone,
     last: std::collections::HashMap<String, String>,
-    /// Nodes seen back on their target, for "(n/total nodes)".
-    upgraded: std::collections::HashSet<String>,
+    /// Node upgrades seen done (back on their target, or skipped), by step and node, for
+    /// "(n/total node upgrades)".
+    upgraded: std::collections::HashSet<(u32, String)>,
 }
 
 impl EventLines {
@@ -403,9 +468,10 @@ impl EventLines {
     pub fn line(&mut self, e: &pb::RolloutEvent, job: &pb::Rollout) -> Option<String> {
         if e.state == "progress"
             && let Some((name, rest)) = e.message.split_once(": ")
-            && rest.starts_with("back on ")
+            && (rest.starts_with("back on ")
+                || (rest.starts_with("already runs ") && rest.ends_with(", skipped")))
         {
-            self.upgraded.insert(name.to_string());
+            self.upgraded.insert((e.step_number, name.to_string()));
         }
         let (subject, text) = describe(e, job, self.upgraded.len())?;
         if self.last.get(&subject) == Some(&text) {
@@ -507,8 +573,9 @@ fn progress(
         {
             Some((version, _)) => {
                 let mut t = format!(
-                    "upgraded to {version}, Ready ({upgraded}/{} nodes",
-                    job.nodes_total
+                    "upgraded to {version}, Ready ({upgraded}/{} {}",
+                    job.nodes_total,
+                    crate::rollout::sequencer::NODE_UPGRADES
                 );
                 if let Some(s) = step {
                     t.push_str(&format!(", {s}"));
@@ -586,7 +653,7 @@ pub(crate) async fn follow(
         }
         out!("{}", render_status(&job, pool, Format::Table));
         if job.state == "halted" {
-            out!("{}", after_halt(c, &job).await);
+            out!("{}", after_halt(c, &job, true).await);
         }
         return Ok(if job.state == "succeeded" {
             exit::OK
@@ -628,7 +695,7 @@ pub(crate) async fn follow(
             }
             out!("{}", render_status(&current, pool, Format::Table));
             if current.state == "halted" {
-                out!("{}", after_halt(c, &current).await);
+                out!("{}", after_halt(c, &current, true).await);
             }
             return Ok(if current.state == "succeeded" {
                 exit::OK
@@ -824,5 +891,56 @@ mod tests {
             ..Default::default()
         };
         assert!(!render_status(&plain, None, Format::Table).contains("installed ahead"));
+    }
+    /// Issue #52 item 2: a resumed two-hop job counts node upgrades (one per node per step) on
+    /// both sides of "n/m", so its last upgrade reads 5/5, not "3/5 nodes" three times.
+    #[test]
+    fn journal_lines_count_node_upgrades_across_hops() {
+        let job = pb::Rollout {
+            job_id: "abc-home".into(),
+            cluster: "home".into(),
+            state: "running".into(),
+            nodes_total: 5,
+            nodes: ["w-1", "w-2", "w-3"]
+                .iter()
+                .map(|n| pb::NodeProgress {
+                    node: (*n).into(),
+                    pool: "workers".into(),
+                    step: "1".into(),
+                    state: "pending".into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let back = |step: u32, node: &str, to: &str| pb::RolloutEvent {
+            job_id: "abc-home".into(),
+            cluster: "home".into(),
+            state: "progress".into(),
+            message: format!("{node}: back on {to}, healthy and Ready"),
+            at: "2026-12-03T12:03:00Z".into(),
+            step_number: step,
+            steps_total: 2,
+            ..Default::default()
+        };
+        let mut lines = EventLines::new(jiff::tz::TimeZone::UTC);
+        let out: Vec<String> = [
+            back(1, "w-2", "v1.12.11"),
+            back(1, "w-3", "v1.12.11"),
+            back(2, "w-1", "v1.13.9"),
+            back(2, "w-2", "v1.13.9"),
+            back(2, "w-3", "v1.13.9"),
+        ]
+        .iter()
+        .filter_map(|e| lines.line(e, &job))
+        .collect();
+        assert_eq!(out.len(), 5, "{out:?}");
+        assert!(
+            out[1].ends_with("upgraded to v1.12.11, Ready (2/5 node upgrades, step 1/2)"),
+            "{out:?}"
+        );
+        assert!(
+            out[4].ends_with("upgraded to v1.13.9, Ready (5/5 node upgrades, step 2/2)"),
+            "{out:?}"
+        );
     }
 }

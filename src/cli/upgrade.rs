@@ -13,7 +13,7 @@ use crate::version::{KubeVersion, TalosVersion};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  medea upgrade --desired ./clusters --cluster prod --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster prod --pool canary \\\n    --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster home --k8s v1.35.0"
+    after_help = "Examples:\n  medea upgrade --desired ./clusters --cluster prod --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster prod --pool canary \\\n    --talos v1.13.9\n  medea upgrade --desired ./clusters --cluster home --k8s v1.35.0\n\nExit status: 0 when the edit was made (or the file already said so), whatever the plan it shows; 1 when it edits nothing (invalid input or desired state, an unknown cluster or pool) or the edited desired state cannot be planned (the edit stays on disk: read the errors). Unlike `medea plan`, a plan with changes is not status 2: the edit is what succeeded."
 )]
 pub struct UpgradeArgs {
     #[command(flatten)]
@@ -243,11 +243,7 @@ fn preview_from_server(
         r.short_id
     );
     out!("{}", r.rendered);
-    Ok(if r.has_changes {
-        exit::CHANGES
-    } else {
-        exit::OK
-    })
+    Ok(exit::OK)
 }
 
 /// `s` as one POSIX shell word.
@@ -293,11 +289,7 @@ fn print_plan(
                     "{}",
                     crate::plan::render::text(&p, crate::plan::render::Options { color: false })
                 );
-                Ok(if p.has_changes() {
-                    exit::CHANGES
-                } else {
-                    exit::OK
-                })
+                Ok(exit::OK)
             }
             Err(diags) => {
                 for d in &diags {
@@ -370,11 +362,7 @@ fn print_plan(
         Server::Plan(p) => {
             outln!();
             out!("{}", p.rendered);
-            Ok(if p.has_changes {
-                exit::CHANGES
-            } else {
-                exit::OK
-            })
+            Ok(exit::OK)
         }
         Server::NoAnswer => {
             outln!(

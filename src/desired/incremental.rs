@@ -144,14 +144,14 @@ pub fn parse_file(path: &str, bytes: &Arc<[u8]>) -> ParsedFile {
                 summary: validate::Summary::of(&full),
                 full: std::sync::OnceLock::from(full),
             };
-            let outcome = match parse::read_document(doc.clone()) {
-                Ok(RawDoc::Cluster(c, _)) => read(validate::Full::Cluster(Box::new(c))),
-                Ok(RawDoc::NodePool(p, _)) => read(validate::Full::NodePool(Box::new(p))),
-                Err(d) => {
-                    out.doc_diags.push(d);
-                    // Only a broken document needs the lenient second read.
-                    DocOutcome::Broken(parse::identify(&doc))
-                }
+            // Past its unknown fields, so their document's other errors show too (issue #52).
+            let (raw, diags) = parse::read_past_unknown_fields(doc.clone());
+            out.doc_diags.extend(diags);
+            let outcome = match raw {
+                Some(RawDoc::Cluster(c, _)) => read(validate::Full::Cluster(Box::new(c))),
+                Some(RawDoc::NodePool(p, _)) => read(validate::Full::NodePool(Box::new(p))),
+                // Only a broken document needs the lenient second read.
+                None => DocOutcome::Broken(parse::identify(&doc)),
             };
             out.docs.push(ParsedDoc {
                 offset,

@@ -281,6 +281,149 @@ fn read_document_slow<'a>(doc: DocText<'a>) -> Result<RawDoc<'a>, Diagnostic> {
     }
 }
 
+/// Most unknown fields read past in one document; past them, the rest of it is not checked.
+pub const MAX_UNKNOWN_FIELDS: usize = 32;
+
+/// What [`read_past_unknown_fields`] adds to an unknown field it could not read past.
+const NOT_CHECKED: &str =
+    "the rest of this document was not checked (its values are checked once this field is fixed)";
+
+/// Read one document as [`read_document`] does, but read past unknown fields (issue #52 item
+/// 5): each unknown field is reported, then the document is read again without it (its key
+/// and value blanked out, so every other byte keeps its position), so its other errors are
+/// reported in the same run. Returns the document when everything but its unknown fields reads,
+/// and every diagnostic found on the way; when an unknown field cannot be read past, its
+/// diagnostic says the rest of the document was not checked.
+pub fn read_past_unknown_fields<'a>(doc: DocText<'a>) -> (Option<RawDoc<'a>>, Vec<Diagnostic>) {
+    let mut diags = Vec::new();
+    let mut text = doc.text.to_string();
+    for _ in 0..=MAX_UNKNOWN_FIELDS {
+        let attempt = DocText {
+            text: &text,
+            ..doc.clone()
+        };
+        let err = match read_document(attempt) {
+            Ok(RawDoc::Cluster(c, _)) => return (Some(RawDoc::Cluster(c, doc)), diags),
+            Ok(RawDoc::NodePool(p, _)) => return (Some(RawDoc::NodePool(p, doc)), diags),
+            Err(e) => e,
+        };
+        let at = err.origin.offset.checked_sub(doc.offset);
+        let blanked = match at {
+            Some(at) if err.code == codes::UNKNOWN_FIELD && diags.len() < MAX_UNKNOWN_FIELDS => {
+                blank_field(&text, at)
+            }
+            _ => None,
+        };
+        match blanked {
+            Some(b) => {
+                diags.push(err);
+                text = b;
+            }
+            None => {
+                let err = if err.code == codes::UNKNOWN_FIELD {
+                    let help = err.help.clone().unwrap_or_default();
+                    err.with_help(format!("{help}; {NOT_CHECKED}"))
+                } else {
+                    err
+                };
+                diags.push(err);
+                return (None, diags);
+            }
+        }
+    }
+    (None, diags)
+}
+
+/// `text` with the mapping entry whose key starts at byte `at` blanked out: its key and value
+/// become spaces (line breaks stay), so every other byte keeps its offset, line and column.
+/// In a flow mapping (`{a: 1, colour: blue}`) the entry ends at the next `,`, `}` or `]` at
+/// its own depth (a following comma is blanked with it); in a block mapping it is the key's
+/// line and the lines below indented deeper (or a sequence at the key's own indentation).
+/// `None` when `at` is not the start of a key or nothing would change.
+fn blank_field(text: &str, at: usize) -> Option<String> {
+    if at >= text.len() || !text.is_char_boundary(at) {
+        return None;
+    }
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let before = text[line_start..at].trim_end();
+    let flow = before.ends_with('{') || before.ends_with(',');
+    let end = if flow {
+        flow_entry_end(text, at)?
+    } else {
+        if !before.trim_start_matches(['-', ' ']).is_empty() {
+            return None;
+        }
+        block_entry_end(text, at, at - line_start)
+    };
+    if end <= at {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    out.push_str(&text[..at]);
+    out.extend(text[at..end].bytes().map(|b| {
+        if b == b'\n' || b == b'\r' {
+            b as char
+        } else {
+            ' '
+        }
+    }));
+    out.push_str(&text[end..]);
+    Some(out)
+}
+
+/// Where a flow-mapping entry starting at `at` ends (after its comma, or at the bracket that
+/// closes its mapping); quotes and nested brackets are skipped.
+fn flow_entry_end(text: &str, at: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut chars = text[at..].char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') if chars.peek().is_some_and(|(_, n)| *n == '\'') => {
+                chars.next();
+            }
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '{' | '[') => depth += 1,
+            (None, '}' | ']') if depth == 0 => return Some(at + i),
+            (None, '}' | ']') => depth -= 1,
+            (None, ',') if depth == 0 => return Some(at + i + 1),
+            (None, _) => {}
+        }
+    }
+    None
+}
+
+/// Where a block-mapping entry whose key is at `column` (bytes from its line's start) ends:
+/// after its line and every following line that is blank or indented deeper, or a sequence
+/// item at the key's own indentation (YAML lets a key's sequence sit there).
+fn block_entry_end(text: &str, at: usize, column: usize) -> usize {
+    let mut end = text[at..].find('\n').map_or(text.len(), |i| at + i + 1);
+    let mut last_content = end;
+    while end < text.len() {
+        let line = text[end..].split_inclusive('\n').next().unwrap_or("");
+        let body = line.trim_end_matches(['\n', '\r']);
+        let trimmed = body.trim_start_matches(' ');
+        let indent = body.len() - trimmed.len();
+        let continues = trimmed.is_empty()
+            || indent > column
+            || (indent == column && (trimmed == "-" || trimmed.starts_with("- ")));
+        if !continues {
+            break;
+        }
+        end += line.len();
+        if !trimmed.is_empty() {
+            last_content = end;
+        }
+    }
+    // trailing blank lines stay (they separate what follows)
+    last_content
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,5 +546,62 @@ mod tests {
         assert_eq!(d.byte_at(2, 2), (5 + 3 + 1, 2)); // `é` of `bé`
         assert_eq!(d.byte_at(2, 99), (d.text.len() - 1, 0)); // past the line's end
         assert_eq!(d.byte_at(9, 1).1, 0); // past the text
+    }
+    /// Issue #52 item 5: an unknown field no longer hides the document's other errors; every
+    /// other byte keeps its position.
+    #[test]
+    fn reading_past_unknown_fields_keeps_the_other_errors_and_positions() {
+        let head = "apiVersion: medea/v1alpha1\nkind: Cluster\nmetadata: {name: x}\n";
+        let text = format!("{head}spec: {{colour: blue, kubernetes: {{version: v1.34.1}}}}\n");
+        let docs = split_documents("c.yaml", &text);
+        let (doc, diags) = read_past_unknown_fields(docs[0].clone());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(
+            diags[0].message.starts_with("unknown field `colour`"),
+            "{diags:?}"
+        );
+        let Some(RawDoc::Cluster(c, d)) = doc else {
+            panic!("the rest of the document reads")
+        };
+        assert_eq!(d.text, text, "the document keeps its own text");
+        let v = &c.spec.kubernetes.version;
+        assert_eq!(
+            &text[v.referenced.span().byte_offset().unwrap() as usize..][..7],
+            "v1.34.1"
+        );
+        // block style, two unknown fields, one with a nested value
+        let text = format!(
+            "{head}spec:\n  colour:\n    shade: blue\n  kubernetes: {{version: v1.34.1}}\n  size: 3\n"
+        );
+        let docs = split_documents("c.yaml", &text);
+        let (doc, diags) = read_past_unknown_fields(docs[0].clone());
+        let msgs: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(msgs[0].starts_with("unknown field `colour`"), "{msgs:?}");
+        assert!(msgs[1].starts_with("unknown field `size`"), "{msgs:?}");
+        assert!(matches!(doc, Some(RawDoc::Cluster(..))), "{doc:?}");
+        // an error that is not an unknown field is reported beside it
+        let text = format!("{head}spec: {{colour: blue, kubernetes: [1, 2]}}\n");
+        let docs = split_documents("c.yaml", &text);
+        let (doc, diags) = read_past_unknown_fields(docs[0].clone());
+        assert!(doc.is_none());
+        assert_eq!(diags.len(), 2, "{diags:?}");
+        assert_eq!(diags[0].code, codes::UNKNOWN_FIELD);
+        assert_ne!(diags[1].code, codes::UNKNOWN_FIELD, "{diags:?}");
+    }
+
+    #[test]
+    fn blanking_a_field_keeps_every_other_byte_in_place() {
+        let t = "spec: {a: 1, colour: {x: [1, \"}\"]}, b: 2}\n";
+        let b = blank_field(t, t.find("colour").unwrap()).unwrap();
+        assert_eq!(b.len(), t.len());
+        assert_eq!(b, format!("spec: {{a: 1,{}b: 2}}\n", " ".repeat(24)));
+        let t = "spec: {a: 1, colour: blue}\n";
+        let b = blank_field(t, t.find("colour").unwrap()).unwrap();
+        assert_eq!(b, "spec: {a: 1,             }\n");
+        let t = "spec:\n  colour:\n  - a\n  - b\n\n  size: 3\n";
+        let b = blank_field(t, t.find("colour").unwrap()).unwrap();
+        assert_eq!(b, "spec:\n         \n     \n     \n\n  size: 3\n");
+        assert_eq!(blank_field("a: 1\n", 3), None, "not a key");
     }
 }

@@ -351,7 +351,10 @@ impl Summary {
     reason = "the text was read strictly by the same pure function before: reading it again cannot fail"
 )]
 pub fn reread(doc: &DocText<'_>) -> Full {
-    match super::parse::read_document(doc.clone()).expect("a document read before reads again") {
+    match super::parse::read_past_unknown_fields(doc.clone())
+        .0
+        .expect("a document read before reads again")
+    {
         super::parse::RawDoc::Cluster(c, _) => Full::Cluster(Box::new(c)),
         super::parse::RawDoc::NodePool(p, _) => Full::NodePool(Box::new(p)),
     }

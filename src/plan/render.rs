@@ -441,6 +441,9 @@ fn text_in(plan: &Plan, o: Options, state: Option<PlanState>) -> String {
             plural(plan.approvals_required as usize, "approval", "approvals"),
         );
         let _ = writeln!(out, "so {rule} applies.");
+        if let Some(hint) = alone_hint(plan) {
+            let _ = writeln!(out, "{hint}");
+        }
         let _ = writeln!(out, "The full id, which approvals sign:");
         let _ = writeln!(out, "  {}", plan.id.to_hex());
         let _ = writeln!(out, "To sign without the API:");
@@ -738,6 +741,20 @@ pub fn bar_reason(plan: &Plan) -> String {
     format!("{why} → {rule}")
 }
 
+/// For a plan that needs more than one signer, how one person comes to approve alone, said so
+/// that it leads somewhere (issue #52 item 7): lowering a bar is itself a change of the
+/// approvals setting, so it needs the bar in force; either that many signers approve the
+/// lower bar once, or the cluster is seeded with the lower bar before its first applied
+/// settings. `None` for a plan one signer approves.
+pub fn alone_hint(plan: &Plan) -> Option<String> {
+    (plan.approvals_required > 1).then(|| {
+        format!(
+            "To approve alone later: lowering a bar needs the bar in force, so {} signers approve `controlPlane: 1` (and `required: 1`) once; or, before the cluster's first settings are applied, run medea seed with `--approvals-control-plane 1`.",
+            plan.approvals_required
+        )
+    })
+}
+
 /// [`bar_reason`] in its two parts: what the plan does, and the setting that applies.
 fn bar_rule(plan: &Plan) -> (String, &'static str) {
     let changed = |c: &ClusterPlan| {
@@ -783,7 +800,7 @@ fn bar_rule(plan: &Plan) -> (String, &'static str) {
     if !cp.is_empty() {
         return (
             format!("it touches control-plane nodes, their settings or Kubernetes (cluster {cp})"),
-            "approvals.controlPlane (default 2; one person alone sets `controlPlane: 1`)",
+            "approvals.controlPlane (default 2)",
         );
     }
     (

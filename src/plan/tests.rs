@@ -1471,6 +1471,35 @@ fn approvals_take_the_higher_of_the_bar_in_force_and_the_desired_one() {
     assert_eq!(plan_ok(&d, &i).approvals_required, 3);
 }
 
+/// Issue #52 item 7: the hint on a plan that needs two signers leads somewhere: it says that
+/// lowering a bar needs the bar in force, and the two ways that work (two signers once, or
+/// seeding with the lower bar before the first applied settings), never "one person alone sets
+/// `controlPlane: 1`" (itself a change that needs two).
+#[test]
+fn the_approval_bar_hint_says_what_works_for_one_person() {
+    let ms = three_cps("v1.12.4");
+    let d = one("v1.34.1", "", &[cp_pool("v1.13.9")]);
+    let p = plan_ok(&d, &observed("v1.34.1", 1, ms));
+    assert_eq!(p.approvals_required, 2);
+    let text = render::text(&p, Default::default());
+    assert!(!text.contains("one person alone sets"), "{text}");
+    assert!(
+        text.contains("To approve alone later: lowering a bar needs the bar in force, so 2 signers approve `controlPlane: 1` (and `required: 1`) once; or, before the cluster's first settings are applied, run medea seed with `--approvals-control-plane 1`."),
+        "{text}"
+    );
+    // one signer: no hint
+    let i = observed("v1.34.1", 1, vec![w("w-1", "v1.12.4")]);
+    let d = one(
+        "v1.34.1",
+        "",
+        &[pool_doc("w", "worker", "w-1", "v1.13.9", "")],
+    );
+    let p = plan_ok(&d, &i);
+    assert_eq!(p.approvals_required, 1);
+    assert_eq!(render::alone_hint(&p), None);
+    assert!(!render::text(&p, Default::default()).contains("To approve alone"));
+}
+
 /// Issue 19: the bar in force guards every change to the bar. Each path that changes a
 /// cluster's approvals setting needs `max(required, controlPlane)` of the applied setting.
 #[test]

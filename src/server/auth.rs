@@ -22,7 +22,7 @@ impl TokenAuth {
         let Some(value) = presented else {
             tracing::warn!("API request without a bearer token rejected");
             return Err(Status::unauthenticated(
-                "missing bearer token: pass --token or set MEDEA_TOKEN",
+                "missing bearer token: the client sent none (pass --token-file, or point MEDEA_STATE_DIR at a local server's --state-dir)",
             ));
         };
         // Exactly `Bearer <token>`: no other scheme, no missing prefix, and never an empty
@@ -39,7 +39,7 @@ impl TokenAuth {
             // Never log what was presented.
             tracing::warn!("API request with a wrong bearer token rejected");
             Err(Status::unauthenticated(
-                "wrong bearer token: check --token / MEDEA_TOKEN against the server's --token-file",
+                "wrong bearer token: the client's (--token-file, MEDEA_TOKEN_FILE or MEDEA_TOKEN) is not the one in the server's --token-file",
             ))
         }
     }

@@ -90,8 +90,9 @@ pub struct Shared {
     /// The reconcile pass's approval checks: each candidate's signature stage, kept per
     /// (candidate digest, current plan, signers generation) (`ops::approvals`).
     pub approval_cache: std::sync::Mutex<crate::ops::approvals::ApprovalCache>,
-    /// The rejected approval candidates already logged at WARN (plan, source, key, code), so
-    /// an unchanged marker is not logged again on every pass.
+    /// The rejected approval candidates already logged at WARN (source, key, code), so an
+    /// unchanged marker is not logged again on every pass, nor on every new plan (issue #52: a
+    /// leftover marker warns once).
     pub warned_rejections: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// A counter bumped on every change worth re-planning or re-executing for; loops wait on
     /// it (a missed wake-up is impossible: `watch` keeps the latest value).

@@ -187,24 +187,9 @@ pub fn reconcile(
             .warned_rejections
             .lock()
             .expect("warned rejections lock");
-        let key = |r: &crate::plan::render::CandidateView| {
-            format!(
-                "{}\0{}\0{}\0{}",
-                plan.id.short(),
-                r.source,
-                r.fingerprint,
-                r.code
-            )
-        };
-        let mut now_rejected = std::collections::BTreeSet::new();
-        for r in &state.approvals.rejected {
-            let k = key(r);
-            if !warned.contains(&k) {
-                tracing::warn!(plan = %plan.id.short(), source = %r.source, fingerprint = %r.fingerprint, principal = %r.principal, code = %r.code, reason = %r.reason, "approval does not count");
-            }
-            now_rejected.insert(k);
+        for r in newly_rejected(&mut warned, &state.approvals.rejected) {
+            tracing::warn!(plan = %plan.id.short(), source = %r.source, fingerprint = %r.fingerprint, principal = %r.principal, code = %r.code, reason = %r.reason, "approval does not count");
         }
-        *warned = now_rejected;
     }
     let new_records = status.new_records;
     let quorum = status.quorum;
@@ -360,4 +345,50 @@ fn announce_approval(
         halt_code: None,
         at: now.to_string(),
     });
+}
+
+/// The rejected candidates of this pass not logged before, remembering this pass's (so one
+/// that goes away and comes back is logged again). A candidate is known by its source, key and
+/// outcome code, not by the plan: a leftover marker of an older plan is logged once, not again
+/// with every new plan (issue #52; marker files name their plan, so the source tells markers of
+/// two plans apart).
+fn newly_rejected<'a>(
+    warned: &mut std::collections::BTreeSet<String>,
+    rejected: &'a [crate::plan::render::CandidateView],
+) -> Vec<&'a crate::plan::render::CandidateView> {
+    let key = |r: &crate::plan::render::CandidateView| {
+        format!("{}\0{}\0{}", r.source, r.fingerprint, r.code)
+    };
+    let new = rejected
+        .iter()
+        .filter(|r| !warned.contains(&key(r)))
+        .collect();
+    *warned = rejected.iter().map(key).collect();
+    new
+}
+
+#[cfg(test)]
+mod warn_tests {
+    use super::*;
+
+    /// Issue #52 item 6: a leftover approval marker is logged once, not on every plan.
+    #[test]
+    fn a_leftover_marker_is_warned_once_across_plans() {
+        let leftover = crate::plan::render::CandidateView {
+            source: "marker:approvals/0123456789ab-alice.sig".into(),
+            fingerprint: "SHA256:abc".into(),
+            principal: "alice".into(),
+            code: "other-plan".into(),
+            reason: "signed for plan 0123456789ab, not the current plan".into(),
+        };
+        let mut warned = Default::default();
+        let pass = [leftover.clone()];
+        assert_eq!(newly_rejected(&mut warned, &pass).len(), 1);
+        // the next pass, and the next plan's pass: the same marker, not logged again
+        assert!(newly_rejected(&mut warned, &pass).is_empty());
+        assert!(newly_rejected(&mut warned, &pass).is_empty());
+        // gone, then back: logged again
+        assert!(newly_rejected(&mut warned, &[]).is_empty());
+        assert_eq!(newly_rejected(&mut warned, &pass).len(), 1);
+    }
 }

@@ -43,6 +43,8 @@ pub struct Waits(Mutex<BTreeMap<String, Wait>>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wait {
     pub reason: String,
+    /// What a person need not read (the transport error of a node down for its reboot).
+    pub detail: Option<String>,
     pub since: jiff::Timestamp,
 }
 
@@ -55,9 +57,9 @@ impl Waits {
     pub fn observe(&self, e: &RolloutEvent, now: jiff::Timestamp) {
         let mut map = self.0.lock().expect("waits");
         let job = e.job.to_string();
-        let reason = match &e.state {
-            EventState::Waiting { reason } => reason.clone(),
-            EventState::Paused { gate } => format!("paused: {gate}"),
+        let (reason, detail) = match &e.state {
+            EventState::Waiting { reason, detail } => (reason.clone(), detail.clone()),
+            EventState::Paused { gate } => (format!("paused: {gate}"), None),
             // Acting again, or ended: no longer waiting.
             EventState::Intended { .. } | EventState::Halted { .. } | EventState::Succeeded => {
                 map.remove(&job);
@@ -66,9 +68,19 @@ impl Waits {
             // Notes and gate evaluations come while it waits, too.
             _ => return,
         };
-        if map.get(&job).is_none_or(|w| w.reason != reason) {
-            map.insert(job, Wait { reason, since: now });
-        }
+        // the same wait keeps its start; its detail is the latest
+        let since = match map.get(&job) {
+            Some(w) if w.reason == reason => w.since,
+            _ => now,
+        };
+        map.insert(
+            job,
+            Wait {
+                reason,
+                detail,
+                since,
+            },
+        );
     }
 
     #[allow(clippy::expect_used, reason = "as in observe")]
@@ -84,6 +96,7 @@ pub fn rollout_view(job: &Job, waits: &Waits) -> pb::Rollout {
         && let Some(w) = waits.get(&r.job_id)
     {
         r.waiting_for = w.reason;
+        r.waiting_detail = w.detail.unwrap_or_default();
         r.waiting_since = w.since.to_string();
     }
     r
@@ -180,10 +193,8 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
             }
         }
     }
-    let done = nodes
-        .iter()
-        .filter(|n| n.state == "done" || n.state == "skipped")
-        .count();
+    // one count everywhere (issue #52): node upgrades, the rows above
+    let upgrades = job.node_upgrades();
     let (gate_point, soak_ends_at) = match &job.gates.current {
         Some(run) if !job.state.is_terminal() => (
             run.point.to_string(),
@@ -223,13 +234,14 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
         state: state.into(),
         halt_reason,
         halt_code,
-        nodes_total: nodes.len() as u32,
-        nodes_done: done as u32,
+        nodes_total: upgrades.total as u32,
+        nodes_done: upgrades.done as u32,
         current_step,
         created_at: job.created_at.to_string(),
         nodes,
         waiting_for: String::new(),
         waiting_since: String::new(),
+        waiting_detail: String::new(),
         predicted_median_seconds: job.predicted.map_or(0, |p| p.median_secs),
         predicted_pessimistic_seconds: job.predicted.map_or(0, |p| p.pessimistic_secs),
         ended_at: match &job.state {
@@ -271,6 +283,7 @@ pub fn event_pb(e: &RolloutEvent) -> pb::RolloutEvent {
         step_number: e.step.map_or(0, |s| s as u32 + 1),
         steps_total: e.steps as u32,
         image: e.image.clone().unwrap_or_default(),
+        detail: e.state.detail().unwrap_or_default().to_string(),
         halt_code: match &e.state {
             EventState::Halted { reason } => reason.code().as_str().to_string(),
             _ => String::new(),
@@ -388,6 +401,7 @@ pub fn journal_events(job: &Job, entries: &[JournalEntry]) -> Vec<pb::RolloutEve
                         reason: format!(
                             "drain blocked: pod {pod} (PodDisruptionBudget {pdb}), retrying"
                         ),
+                        detail: None,
                     },
                     _ => EventState::Done,
                 };

@@ -254,6 +254,7 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
             steps_total: 3,
             image: image.into(),
             halt_code: String::new(),
+            detail: String::new(),
         }
     };
     let installer = "ghcr.io/siderolabs/installer:v1.13.9";
@@ -326,7 +327,7 @@ fn rollout_progress_without_a_tty_reads_as_one_line_per_event() {
     assert_eq!(all, dedup, "a repeated line");
     assert!(out.contains(&format!("cp-1  pulling {installer}")), "{out}");
     assert!(
-        out.contains("12:03:12 cp-1  upgraded to v1.13.9, Ready (1/6 nodes, step 1/3)"),
+        out.contains("12:03:12 cp-1  upgraded to v1.13.9, Ready (1/6 node upgrades, step 1/3)"),
         "{out}"
     );
 }

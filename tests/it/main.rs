@@ -52,6 +52,7 @@ mod rollout_hooks;
 mod rollout_silence;
 mod rollout_sim;
 mod secret_errors;
+mod second_day;
 mod seed;
 mod server;
 mod sim_cluster;

@@ -962,6 +962,14 @@ fn a_waiting_job_says_why_following_it_starts_at_its_start_and_a_halt_says_what_
         text.contains("next: a halted job never continues by itself"),
         "{text}"
     );
+    // Issue #52 item 1: the follower waits for the plan after the halt and prints that one,
+    // never the plan computed while the job ran ("job … is rolling out").
+    assert!(!text.contains("is rolling out"), "{text}");
+    assert!(
+        text.contains("The server's current plan continues from what is left")
+            && text.contains("needs 2 approvals (has 0)"),
+        "{text}"
+    );
     // The next plan says which job halted and that it continues from what is left.
     let mut stderr = String::new();
     wait(

@@ -103,6 +103,39 @@ fn validate_of_a_clean_directory() {
     );
 }
 
+/// Issue #52 item 5: an unknown field no longer hides the other errors of its document
+/// (`spec: {colour: blue, kubernetes: {version: banana}}` reported only `colour`).
+#[test]
+fn validate_reports_an_unknown_field_and_the_other_errors_of_its_document() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    crate::fixtures::copy_dir(&root().join("examples"), d);
+    let p = d.join("home/cluster.yaml");
+    let s = std::fs::read_to_string(&p).unwrap();
+    let from = "spec:\n  kubernetes:\n";
+    assert!(s.contains(from), "home/cluster.yaml lacks {from:?}");
+    let s = s
+        .replacen(from, "spec:\n  colour: blue\n  kubernetes:\n", 1)
+        .replacen("version: v1.35.8", "version: banana", 1);
+    std::fs::write(&p, s).unwrap();
+    let out = run({
+        let mut c = medea();
+        c.args(["validate", "."]).current_dir(d);
+        c
+    });
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown field `colour`"), "{stderr}");
+    assert!(
+        stderr.contains("`banana`"),
+        "the version error is reported too: {stderr}"
+    );
+    expectorate::assert_contents(
+        "tests/it/snapshots/validate-unknown-and-more.txt",
+        &transcript("medea validate .", &out, &Normalise::new().path(d, "<dir>")),
+    );
+}
+
 /// Semantic errors and warnings of one directory (the parse errors are in
 /// `validate-broken.txt`).
 #[test]

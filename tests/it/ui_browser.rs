@@ -420,7 +420,63 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
         c.refresh().await.unwrap();
         assert!(text_of(c, "#approvals").await.starts_with("1 of 2"));
         assert!(c.source().await.unwrap().contains("alice@example.com"));
+        // Issue #52 item 8: one duration prediction, with its basis, instead of a figure per
+        // pool, the job's and the calendar's in the plan's text.
+        let duration = text_of(c, "#plan-duration").await;
+        assert!(
+            duration.contains("cluster home: median ")
+                && duration.contains("from documented defaults"),
+            "{duration}"
+        );
+        let plan_text = text_of(c, "pre.plan").await;
+        assert!(!plan_text.contains("predicted duration"), "{plan_text}");
         shot(c, "plan").await;
+
+        // Issue #52 item 8: a rehearsal's report appears without a reload.
+        c.execute("window.beforeRehearse = 1; return null", vec![])
+            .await
+            .unwrap();
+        c.find(Locator::Css("#rehearse"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        // the POST answers with the plan page again: a new document
+        until(c, "the plan page after Rehearse", Duration::from_secs(30), async |c| {
+            let v = c
+                .execute("return window.beforeRehearse === undefined && !!document.getElementById('rehearsal-section')", vec![])
+                .await
+                .unwrap();
+            v == serde_json::json!(true)
+        })
+        .await;
+        c.execute("window.noReload = 7; return null", vec![])
+            .await
+            .unwrap();
+        assert!(
+            !live_text(c, "#rehearsing").await.is_empty(),
+            "the page says the rehearsal runs"
+        );
+        until(
+            c,
+            "the rehearsal's report on the plan page",
+            Duration::from_secs(240),
+            async |c| {
+                !live_text(c, "#rehearsal-section section.rehearsal")
+                    .await
+                    .is_empty()
+            },
+        )
+        .await;
+        let marker = c.execute("return window.noReload", vec![]).await.unwrap();
+        assert_eq!(
+            marker,
+            serde_json::json!(7),
+            "the plan page was never reloaded"
+        );
+        assert!(live_text(c, "#rehearsing").await.is_empty());
+        shot(c, "plan-rehearsed").await;
 
         // The second approval starts the job; its page follows it to the end by itself.
         stack.approve(&id, "bob");
@@ -474,7 +530,9 @@ async fn in_chromium_log_in_see_the_plan_approve_from_the_cli_and_watch_the_grid
             "every wave finished"
         );
         let bars = live_text(c, "#live svg.timeline").await;
-        assert!(bars.contains("controlplane wave 1"), "{bars}");
+        // each hop's rows named apart (issue #52 item 8)
+        assert!(bars.contains("controlplane → v1.13.10 wave 1"), "{bars}");
+        assert!(bars.contains("controlplane → v1.14.6 wave 1"), "{bars}");
         let entries_now = c
             .find_all(Locator::Css("#timeline li"))
             .await
@@ -574,10 +632,20 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
         })
         .await;
         assert_eq!(live_text(c, "#job-state").await, "running");
-        // The overview shows the running job and where it is.
+        // The overview shows the running job and where it is; a node down for its reboot
+        // reads as a reboot, not as a transport error (issue #52 item 3).
         c.goto(&format!("{}/", stack.ui)).await.unwrap();
-        let card = text_of(c, &format!(r#"#jobs div.job.running[data-job="{job}"]"#)).await;
+        let card_css = format!(r#"#jobs div.job.running[data-job="{job}"]"#);
+        let mut card = String::new();
+        until(c, "a node's reboot on the overview", Duration::from_secs(240), async |c| {
+            c.refresh().await.unwrap();
+            card = live_text(c, &card_css).await;
+            card.contains("rebooting (Talos API not answering yet, expected)")
+        })
+        .await;
+        assert!(!card.contains("Unavailable") && !card.contains("connection refused"), "{card}");
         assert!(card.contains("step 1/") && card.contains("nodes back"), "{card}");
+        assert!(card.contains("node upgrades"), "one count, named (issue #52 item 2): {card}");
         shot(c, "overview-running").await;
         c.goto(&format!("{}/rollouts/{job}", stack.ui)).await.unwrap();
         shot(c, "rollout-running").await;
@@ -607,6 +675,25 @@ async fn in_chromium_a_wrong_token_gets_nothing_and_a_rollout_is_halted_from_the
             .await
             .unwrap();
         assert!(!halted.is_empty(), "the node in flight is drawn halted");
+        // Issue #52 item 8: the steps it never reached are not "pending"; the waves chart
+        // names each hop's target; the page says nothing continued it yet.
+        let badges = c
+            .execute(
+                "return Array.from(document.querySelectorAll('#live section.step h3 span.badge')).map(e => e.textContent)",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let badges: Vec<String> = serde_json::from_value(badges).unwrap();
+        assert!(!badges.iter().any(|b| b == "pending"), "{badges:?}");
+        assert!(badges.iter().any(|b| b == "not reached"), "{badges:?}");
+        let wave = live_text(c, "#live svg.timeline g.wave text").await;
+        assert!(wave.contains(" → v") && wave.contains(" wave 1"), "{wave}");
+        assert!(
+            live_text(c, "#continued-by").await.contains("no job yet"),
+            "{}",
+            live_text(c, "#continued-by").await
+        );
         shot(c, "rollout-halted").await;
 
         // The overview says so at a glance, with the reason; so does the Rollouts page.

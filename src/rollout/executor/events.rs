@@ -97,6 +97,10 @@ pub enum EventState {
     Waiting {
         /// What it waits for.
         reason: String,
+        /// What a person need not read to follow the job (the transport error of a node down
+        /// for its reboot, as expected; issue #52): the journal's detail and `-o json` show it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
     },
     /// A health gate was evaluated (issue #23).
     GateEvaluated {
@@ -145,6 +149,14 @@ impl EventState {
         }
     }
 
+    /// What a person need not read to follow the job, when there is such a thing.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            EventState::Waiting { detail, .. } => detail.as_deref(),
+            _ => None,
+        }
+    }
+
     /// What the state says, in words ("" when its name says it all).
     pub fn message(&self) -> String {
         match self {
@@ -152,7 +164,7 @@ impl EventState {
             EventState::Done | EventState::Succeeded => String::new(),
             EventState::Unknown { error } => error.clone(),
             EventState::Progress { note } => note.clone(),
-            EventState::Waiting { reason } => reason.clone(),
+            EventState::Waiting { reason, .. } => reason.clone(),
             EventState::GateEvaluated { point, evaluation } => format!(
                 "health gate `{}` {point}: {} ({})",
                 evaluation.gate,

@@ -317,7 +317,11 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                         _ => transient = 0,
                     }
                 }
-                Next::Poll { why, reason } => {
+                Next::Poll {
+                    why,
+                    reason,
+                    detail,
+                } => {
                     job = self.progress(&job, t)?;
                     if last_wait.as_deref() != Some(reason.as_str()) {
                         self.emit(
@@ -325,6 +329,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                             None,
                             EventState::Waiting {
                                 reason: reason.clone(),
+                                detail,
                             },
                         );
                         last_wait = Some(reason);
@@ -349,6 +354,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                             None,
                             EventState::Waiting {
                                 reason: reason.clone(),
+                                detail: None,
                             },
                         );
                         last_wait = Some(reason);

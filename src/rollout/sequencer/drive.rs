@@ -17,6 +17,23 @@ pub(super) enum Flow {
     Done,
 }
 
+/// Between a poll's reason and its detail, inside the sequencer ([`with_detail`]): a flow's
+/// reason is one string on its way up, and [`Next::Poll`] carries the two apart.
+const DETAIL: &str = "\n-- detail: ";
+
+/// A poll's `reason` for a person, with a `detail` they need not read ([`Next::Poll`]).
+pub(super) fn with_detail(reason: &str, detail: &str) -> String {
+    format!("{reason}{DETAIL}{detail}")
+}
+
+/// A poll's reason and its detail, apart ([`with_detail`]).
+fn split_detail(reason: &str) -> (&str, Option<&str>) {
+    match reason.split_once(DETAIL) {
+        Some((r, d)) => (r, Some(d)),
+        None => (reason, None),
+    }
+}
+
 pub(super) fn halt_flow(
     code: HaltCode,
     reason: String,
@@ -161,7 +178,11 @@ fn settle(
             Some(late(
                 now,
                 deadline,
-                || Next::Poll { why, reason },
+                || Next::Poll {
+                    why,
+                    reason,
+                    detail: None,
+                },
                 || {
                     let reason = HaltReason::new(HaltCode::OutcomeUnknown, unknown);
                     notes.push(reason.to_string());
@@ -207,7 +228,14 @@ fn conclude(
     match flow {
         Flow::Done => None,
         Flow::Run(cmd) => Some(Next::Run(*cmd)),
-        Flow::Poll(why, reason) => Some(Next::Poll { why, reason }),
+        Flow::Poll(why, reason) => {
+            let (reason, detail) = split_detail(&reason);
+            Some(Next::Poll {
+                why,
+                reason: reason.to_string(),
+                detail: detail.map(str::to_string),
+            })
+        }
         Flow::Wait(at, reason) => Some(Next::WaitUntil { at, reason }),
         Flow::Halt { reason, node, op } => {
             notes.push(format!("halted: {reason}"));

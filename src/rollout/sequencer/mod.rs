@@ -62,6 +62,7 @@ pub mod observe;
 mod outcome;
 mod pacing;
 mod policy;
+mod progress;
 mod resolve;
 mod silence;
 mod stage;
@@ -85,6 +86,7 @@ use outcome::*;
 use pacing::*;
 pub use pacing::{cleanup_pending, pacing_taint};
 use policy::*;
+pub use progress::{NODE_UPGRADES, NodeUpgrades};
 use resolve::*;
 use silence::*;
 pub use silence::{SILENCE_RENEW_RETRY, silence_marker};
@@ -116,6 +118,9 @@ pub enum Next {
         why: PollWhy,
         /// What it waits for, for a person.
         reason: String,
+        /// What a person need not read to follow the job, kept for whoever looks closer (the
+        /// transport error of a node that is down for its reboot, as expected: issue #52).
+        detail: Option<String>,
     },
     /// Nothing may start before `at` (maintenance window).
     WaitUntil {

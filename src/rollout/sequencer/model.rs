@@ -506,6 +506,7 @@ impl DrainVolumes {
             DrainVolumes::Unknown => true,
         }
     }
+}
 
 /// The forfeits of etcd leadership a control-plane node was asked for before its reboot
 /// (`MachineService.EtcdForfeitLeadership`, issue #48).

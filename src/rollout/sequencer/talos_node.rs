@@ -936,9 +936,18 @@ pub(super) fn verify_back(j: &Job, v: &NodeView, dir: Direction, eyes: &Eyes) ->
         eyes.talos(&v.target),
         &what,
         |m| {
+            // A node down for its reboot does not answer, as expected: the poll says so and
+            // keeps the transport error as its detail (issue #52); the halt at the deadline
+            // names the error.
             not_back(
                 format!("node `{name}` did not come back within {secs}s of its {call} ({m})"),
-                format!("{name}: {} ({m})", dir.doing()),
+                with_detail(
+                    &format!(
+                        "{name}: {} (Talos API not answering yet, expected)",
+                        dir.doing()
+                    ),
+                    m,
+                ),
             )
         },
         |m| failed(&what, m),

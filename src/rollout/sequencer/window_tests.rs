@@ -293,7 +293,7 @@ fn a_command_without_an_outcome_that_cannot_be_resolved_yet_holds_the_watch() {
     world.rebooted_into_target("w2");
     let (tr, asked) = decide(&j, &world, later(now, 30));
     assert!(
-        matches!(&tr.next, Next::Poll { why: PollWhy::Waiting, reason } if reason.contains("w1")),
+        matches!(&tr.next, Next::Poll { why: PollWhy::Waiting, reason, .. } if reason.contains("w1")),
         "{:?}",
         tr.next
     );

@@ -387,7 +387,10 @@ impl MedeaApi {
                     reason: r.reason.clone(),
                 })
                 .collect(),
-            approvals_reason: crate::plan::render::bar_reason(p),
+            approvals_reason: match crate::plan::render::alone_hint(p) {
+                Some(hint) => format!("{}. {hint}", crate::plan::render::bar_reason(p)),
+                None => crate::plan::render::bar_reason(p),
+            },
             // GetPlan adds them (`rehearsals_pb`); ListPlans lists plans without them.
             rehearsals: Vec::new(),
             rehearsing: self.shared.rehearsing.contains(&p.id),
@@ -1036,6 +1039,7 @@ impl pb::medea_server::Medea for MedeaApi {
                     cluster: job.cluster.clone(),
                     state: "waiting".into(),
                     message: w.reason,
+                    detail: w.detail.unwrap_or_default(),
                     at: w.since.to_string(),
                     ..Default::default()
                 });

@@ -478,7 +478,8 @@ pub fn timeline_rows(job: &Job, timings: &Timings) -> Vec<Row> {
             StepKind::Talos(t) => {
                 for (w, span) in timings.waves(i, t).into_iter().enumerate() {
                     rows.push(Row {
-                        label: format!("{} wave {}", t.rollout.pool, w + 1),
+                        // the hop's target too: a two-hop job moves a pool twice (issue #52)
+                        label: format!("{} → {} wave {}", t.rollout.pool, t.rollout.to, w + 1),
                         state: state_of(&span),
                         soak: timings.soak(&GatePoint::AfterWave { step: i, wave: w }),
                         span,
@@ -546,7 +547,7 @@ pub fn wave_timeline(job: &Job, timings: &Timings, now: Timestamp) -> Markup {
                             @if let Some((ks, ke)) = soak_end { " + soak " (elapsed(ke.as_second() - ks.as_second())) }
                         }
                     } @else {
-                        text.dur x=(label) y=(y + 15) { "not started" }
+                        text.dur x=(label) y=(y + 15) { @if matches!(job.state, JobState::Halted { .. }) { "not reached (halted before)" } @else { "not started" } }
                     }
                 }
             }

@@ -178,9 +178,18 @@ async fn next_batch(mut w: Watch) -> Option<(Vec<Event>, Watch)> {
         w.last = e.seq;
     }
     if let Some(job) = &job {
-        out.push(Event::default().event("grid").data(
-            live_section(job, timings, &w.ui.shared.waits, jiff::Timestamp::now()).into_string(),
-        ));
+        out.push(
+            Event::default().event("grid").data(
+                live_section(
+                    job,
+                    timings,
+                    &w.ui.shared.waits,
+                    super::pages::continued_by(&w.ui, job).as_ref(),
+                    jiff::Timestamp::now(),
+                )
+                .into_string(),
+            ),
+        );
     }
     for n in notes {
         out.push(Event::default().event("note").data(n));
@@ -220,7 +229,7 @@ fn read(
 fn note(e: &RolloutEvent) -> Option<String> {
     let who = e.node.as_deref().unwrap_or(&e.cluster);
     match &e.state {
-        EventState::Waiting { reason } => Some(format!("{who}: waiting: {reason}")),
+        EventState::Waiting { reason, .. } => Some(format!("{who}: waiting: {reason}")),
         EventState::Progress { note } => Some(format!("{who}: {note}")),
         EventState::Unknown { error } => {
             Some(format!("{who}: outcome unknown, re-observing: {error}"))

@@ -105,6 +105,14 @@ fn ts(t: Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+/// An RFC 3339 time from the API as the pages print it: to the second ([`ts`]), without the
+/// nanoseconds the server keeps (issue #52); anything else as it is.
+fn ts_text(t: &str) -> String {
+    t.parse::<Timestamp>()
+        .map(ts)
+        .unwrap_or_else(|_| t.to_string())
+}
+
 fn hms(t: Timestamp) -> String {
     t.strftime("%H:%M:%S").to_string()
 }
@@ -200,7 +208,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     p {
                         span.badge.(state) { (state) } " "
                         a href={ "/rollouts/" (j.id) } { (j.id) } " · cluster " (j.cluster) " "
-                        (charts::mini_bar(done, total, state)) " " (done) "/" (total)
+                        (charts::mini_bar(done, total, state)) " " (done) "/" (total) " " (crate::rollout::sequencer::NODE_UPGRADES)
                     }
                     p.(if state == "halted" { "error" } else { "hint" }) { (job_line(j, &ui.shared.waits, now)) }
                     @if state == "halted" {
@@ -330,6 +338,12 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     dt { "state" } dd { span.badge.(p.state) { (p.state) } @if p.stale { " " span.badge.halted { "stale" } } }
                     dt { "approvals" } dd #approvals { (p.approvals.len()) " of " (p.approvals_required) " required" }
                     dt { "why" } dd #approvals-reason { (p.approvals_reason) }
+                    @let estimates = serde_json::from_str::<crate::plan::Plan>(&p.json).map(|p| p.estimates).unwrap_or_default();
+                    @if !estimates.is_empty() {
+                        dt { "duration" } dd #plan-duration {
+                            @for e in &estimates { div { (duration_prediction(e)) } }
+                        }
+                    }
                 }
                 @if PlanState::from_wire(&p.state) == Some(PlanState::Pending) {
                     h2 { "Approve" }
@@ -344,7 +358,7 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     h2 { "Approvals received" }
                     table {
                         thead { tr { th { "principal" } th { "key fingerprint" } th { "source" } th { "at" } } }
-                        tbody { @for a in &p.approvals { tr { td { (a.principal) } td { code { (a.fingerprint) } } td { (a.source) } td { (a.at) } } } }
+                        tbody { @for a in &p.approvals { tr { td { (a.principal) } td { code { (a.fingerprint) } } td { (a.source) } td { (ts_text(&a.at)) } } } }
                     }
                 }
                 @if !p.rejected.is_empty() {
@@ -355,13 +369,14 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     }
                 }
                 h2 { "What it does" }
-                pre.plan { @for line in p.rendered.lines() { span.(line_class(line)) { (line) } "\n" } }
+                pre.plan { @for line in without_estimates(&p.rendered) { span.(line_class(line)) { (line) } "\n" } }
                 @if p.has_changes || !p.rehearsals.is_empty() {
+                    section #rehearsal-section {
                     h2 #rehearsals { "Rehearsal on a twin" }
                     p.hint { "Each cluster's plan run on a simulated twin of the observed cluster: "
                         strong { (crate::rehearsal::show::ADVICE) } ". What the real run meets may differ." }
                     @if p.rehearsing {
-                        p #rehearsing { "A rehearsal of this plan is running; reload the page to see each cluster's report as it is stored." }
+                        p #rehearsing { "A rehearsal of this plan is running; each cluster's report appears here as it is stored (without JavaScript, reload the page)." }
                     } @else if p.has_changes && matches!(PlanState::from_wire(&p.state), Some(PlanState::Pending | PlanState::Approved | PlanState::Blocked)) {
                         form.inline method="post" action="/plan/rehearse" {
                             input type="hidden" name="csrf" value=(s.csrf);
@@ -370,11 +385,58 @@ pub async fn plan(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                         }
                     }
                     @for r in &p.rehearsals { (rehearsal_section(r)) }
+                    }
                 }
             }
         }
     };
     respond(StatusCode::OK, page("plan", Some(&s), body))
+}
+
+/// One cluster's predicted duration, the one figure the plan page shows (issue #52: the plan's
+/// text had a figure per pool, the job's and the calendar's, beside the rehearsal's): the job's
+/// median and pessimistic bound, what they come from (the cluster's history or the documented
+/// defaults) and, with windows or exclusions, the expected end if started now.
+fn duration_prediction(e: &crate::plan::estimate::Estimate) -> String {
+    use crate::plan::estimate::human;
+    let basis = match e.history_jobs {
+        0 => "documented defaults (no job of this cluster recorded yet)".to_string(),
+        1 => "the cluster's last job".to_string(),
+        n => format!("the cluster's last {n} jobs"),
+    };
+    let calendar = match &e.calendar {
+        Some(c) if c.unbounded => "; with the windows and exclusions: no end in sight".to_string(),
+        Some(c) => format!(
+            "; with the windows and exclusions, if started now, it ends {} (pessimistic {})",
+            c.finish, c.finish_pessimistic
+        ),
+        None => String::new(),
+    };
+    format!(
+        "cluster {}: median {}, pessimistic {}, from {basis}{calendar} (advice)",
+        e.cluster,
+        human(e.total.median_secs),
+        human(e.total.pessimistic_secs)
+    )
+}
+
+/// The plan's text without its `predicted duration` blocks (each ends at a blank line): the
+/// page shows the prediction once, in its facts ([`duration_prediction`]).
+fn without_estimates(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        if line.starts_with("  predicted duration (") {
+            skipping = true;
+            continue;
+        }
+        if skipping && line.starts_with("    ") {
+            continue;
+        }
+        skipping = false;
+        out.push(line);
+    }
+    out
 }
 
 /// One cluster's stored rehearsal: outcome, blockers with their node, the timeline per wave,
@@ -389,9 +451,9 @@ fn rehearsal_section(r: &pb::Rehearsal) -> Markup {
         section.rehearsal data-cluster=(r.cluster) {
             h3 { "cluster " (r.cluster) " " span.badge.(kind) { (kind) } }
             dl.facts {
-                dt { "outcome" } dd.outcome { (summary) }
-                dt { "ran" } dd { (r.ran_at) }
-                dt { "census" } dd { @if r.census_gathered_at.is_empty() { "none (nodes only)" } @else { "gathered " (r.census_gathered_at) } }
+                dt { "outcome" } dd.outcome { (summary) @if kind == "completed" { " — the twin's run at " (r.timings) " timings; the prediction is the plan's duration above" } }
+                dt { "ran" } dd { (ts_text(&r.ran_at)) }
+                dt { "census" } dd { @if r.census_gathered_at.is_empty() { "none (nodes only)" } @else { "gathered " (ts_text(&r.census_gathered_at)) } }
                 dt { "time" } dd { "compressed " (r.compression) "×; timings: " (r.timings) }
                 dt { "note" } dd { (r.advice) }
             }
@@ -440,29 +502,11 @@ fn end_of(job: &Job, now: Timestamp) -> Timestamp {
     }
 }
 
-/// A job's nodes done and in all (Talos nodes, and Kubernetes tasks), for the compact bars.
+/// A job's node upgrades done and in all, for the compact bars: the count `rollout list` and
+/// the journal show (issue #52).
 fn done_of(job: &Job) -> (usize, usize) {
-    let (mut done, mut total) = (0, 0);
-    for step in &job.steps {
-        match &step.kind {
-            StepKind::Talos(t) => {
-                total += t.nodes.len();
-                done += t.nodes.iter().filter(|n| n.phase.finished()).count();
-            }
-            StepKind::Kubernetes(k) => match &k.tasks {
-                KubeTasks::Planned(tasks) => {
-                    total += tasks.len();
-                    done += tasks.iter().filter(|t| t.state == TaskState::Done).count();
-                }
-                // Not planned yet: counts as one thing to do.
-                KubeTasks::Unchecked => {
-                    total += 1;
-                    done += usize::from(step.state == StepState::Done);
-                }
-            },
-        }
-    }
-    (done, total)
+    let n = job.node_upgrades();
+    (n.done, n.total)
 }
 
 /// One line on where a job is: its halt reason, or its current step and the nodes under way.
@@ -593,6 +637,7 @@ pub fn live_section(
     job: &Job,
     timings: &charts::Timings,
     waits: &crate::server::rollouts::Waits,
+    continued: Option<&Job>,
     now: Timestamp,
 ) -> Markup {
     let (state, reason) = job_state(job);
@@ -614,6 +659,15 @@ pub fn live_section(
             p.hint #job-duration { "duration: " (job.clock.at(end).progress(p)) " (the plan's prediction, advice)" }
         }
         @if let Some(r) = reason { p.error #halt-reason { "Halt reason: " (r) } }
+        @if halted {
+            p.hint #continued-by {
+                "Continued by: "
+                @match continued {
+                    Some(next) => { a href={ "/rollouts/" (next.id) } { (next.id) } " " span.badge.(job_state(next).0) { (job_state(next).0) } " (its plan continues from what this job left)" }
+                    None => { "no job yet; the next plan continues from what this job left (see " a href="/plan" { "Plan" } ")" }
+                }
+            }
+        }
         @if !job.state.is_terminal() { p.hint #job-summary { (job_line(job, waits, now)) } }
         @if let Some(snap) = &job.snapshot {
             p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
@@ -631,7 +685,8 @@ pub fn live_section(
             }
         }
         @for (i, step) in job.steps.iter().enumerate() {
-            @let sstate = match step.state { StepState::Pending => "pending", StepState::Running if halted => "halted", StepState::Running => "running", StepState::Done => "done" };
+            // a halted job never reaches its pending steps: they are not "pending" (issue #52)
+            @let sstate = match step.state { StepState::Pending if halted => "not reached", StepState::Pending => "pending", StepState::Running if halted => "halted", StepState::Running => "running", StepState::Done => "done" };
             @let span = timings.step(i);
             @let took = span.start.map(|s| elapsed(span.end.unwrap_or(end).as_second() - s.as_second()));
             section.step data-step=(i + 1) {
@@ -774,6 +829,25 @@ pub fn journal_tail(
     Ok((all.into_iter().skip(skip).collect(), timings))
 }
 
+/// The job that continued a halted `job` (none while it has not halted): the oldest newer job of its cluster whose plan was
+/// made after this halt (its basis names this job as the cluster's halted one; issue #52).
+pub fn continued_by(ui: &Ui, job: &Job) -> Option<Job> {
+    if !matches!(job.state, JobState::Halted { .. }) {
+        return None;
+    }
+    let store = ui.shared.store.as_ref();
+    let jobs = crate::server::rollouts::jobs(&ui.shared).ok()?;
+    jobs.into_iter()
+        .rev()
+        .filter(|j| j.cluster == job.cluster && j.created_at > job.created_at)
+        .find(|j| {
+            crate::ops::replan::load_plan(store, &j.plan)
+                .ok()
+                .flatten()
+                .is_some_and(|p| p.basis.halted.get(&job.cluster) == Some(&job.id.to_string()))
+        })
+}
+
 fn load_job(ui: &Ui, job: &str) -> Result<Option<Job>, crate::store::StoreError> {
     match crate::rollout::sequencer::JobId::parse(job) {
         Some(id) => crate::ops::jobs::load_job(ui.shared.store.as_ref(), &id),
@@ -813,6 +887,7 @@ pub async fn rollout(
     };
     let last = entries.last().map_or(0, |e| e.seq);
     let now = Timestamp::now();
+    let continued = continued_by(&ui, &job);
     let body = html! {
         h1 { "Rollout " (job.id) }
         dl.facts {
@@ -824,7 +899,7 @@ pub async fn rollout(
             p { a.button.danger href={ "/rollouts/" (job.id) "/halt" } { "Halt rollout…" } }
         }
         section #live data-events={ "/rollouts/" (job.id) "/events?after=" (last) } {
-            (live_section(&job, &timings, &ui.shared.waits, now))
+            (live_section(&job, &timings, &ui.shared.waits, continued.as_ref(), now))
         }
         p #live-note .hint {}
         details.journal {
@@ -903,7 +978,7 @@ pub async fn rollouts(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                             td { a href={ "/rollouts/" (j.id) } { (j.id) } }
                             td { (j.cluster) }
                             td { span.badge.(state) { (state) } }
-                            td.progress { (charts::mini_bar(done, total, state)) " " (done) "/" (total) }
+                            td.progress { (charts::mini_bar(done, total, state)) " " (done) "/" (total) " " (crate::rollout::sequencer::NODE_UPGRADES) }
                             td.(if state == "halted" { "error" } else { "" }) { (job_line(j, &ui.shared.waits, now)) }
                             td { (ts(j.created_at)) }
                             td { (elapsed(end_of(j, now).as_second() - j.created_at.as_second())) @if !j.state.is_terminal() { " so far" } }
@@ -1105,6 +1180,7 @@ mod tests {
             &event(EventState::Waiting {
                 reason: "outside the maintenance windows; the next opens at 2026-12-06T02:00:00Z"
                     .into(),
+                detail: None,
             }),
             at(100),
         );

@@ -702,8 +702,8 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
         r#"<rect class="s-back" data-state="back" x="0" y="3" width="466" height="16">"#,
         r#"<rect class="s-halted" data-state="halted" x="466" y="3" width="233" height="16">"#,
         "2/3 nodes back",
-        "workers wave 1: 1m30s",
-        "<title>workers wave 2: 30s until the halt</title>",
+        "workers → v1.13.9 wave 1: 1m30s",
+        "<title>workers → v1.13.9 wave 2: 30s until the halt</title>",
     ] {
         assert!(page.contains(want), "{want}:\n{page}");
     }
@@ -728,10 +728,63 @@ async fn the_rollout_page_draws_the_nodes_the_progress_and_the_waves_and_the_str
         .map(|(_, _, d)| d.clone())
         .expect("a grid event");
     assert!(events.iter().all(|(e, _, _)| e != "entry"), "{events:?}");
-    assert!(grid.contains("workers wave 1: 1m30s"), "{grid}");
+    assert!(grid.contains("workers → v1.13.9 wave 1: 1m30s"), "{grid}");
     assert!(
         grid.contains(r#"data-node="w-3" data-state="halted""#),
         "{grid}"
+    );
+}
+
+/// Issue #52 item 8: a halted job's page names the job that continued it (the newer job of its
+/// cluster whose plan was made after this halt), and before there is one says so.
+#[tokio::test]
+async fn a_halted_jobs_page_links_the_job_that_continued_it() {
+    use super::charts::tests::{at, talos_job};
+    use crate::rollout::sequencer::JobId;
+    let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
+    let ui = ui_with(store.clone());
+    let id = put_halted_talos_job(store.as_ref());
+    let cookie = login(&ui).await;
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(
+        page.contains(r#"<p class="hint" id="continued-by">Continued by: no job yet"#),
+        "{page}"
+    );
+    // the plan made after the halt (its basis names the halted job) and the job it started
+    let base = planned(&ui);
+    let mut next = crate::ops::replan::load_plan(store.as_ref(), &base)
+        .unwrap()
+        .unwrap();
+    next.id = crate::plan::PlanId::from_digest([9; 32]);
+    next.basis.halted.insert("home".into(), id.to_string());
+    let mut job = talos_job();
+    job.plan = next.id;
+    job.id = JobId::for_plan(&next.id, "home");
+    job.created_at = at(1_000);
+    // a newer job whose plan is not one made after this halt is not the continuation
+    let mut other = talos_job();
+    other.plan = crate::plan::PlanId::from_digest([8; 32]);
+    other.id = JobId::for_plan(&other.plan, "home");
+    other.created_at = at(500);
+    store
+        .commit(
+            Txn::new()
+                .put_record(crate::plan::stored::plan_key(&next.id), &next)
+                .put_record(job_key(&job.id), &job)
+                .put_record(job_key(&other.id), &other),
+        )
+        .unwrap();
+    let page = text(send(&ui, get(&format!("/rollouts/{id}"), Some(&cookie))).await).await;
+    assert!(
+        page.contains(&format!(
+            r#"<p class="hint" id="continued-by">Continued by: <a href="/rollouts/{}">{}</a>"#,
+            job.id, job.id
+        )),
+        "{page}"
+    );
+    assert!(
+        !page.contains(&format!(r#"href="/rollouts/{}""#, other.id)),
+        "{page}"
     );
 }
 
@@ -942,8 +995,9 @@ async fn the_plan_page_shows_a_stored_rehearsals_pdb_blocker_and_node_escaped() 
         r#"<section class="rehearsal" data-cluster="home">"#,
         r#"<span class="badge halted">halted</span>"#,
         "halted at w-3 after 13m10s (drain_blocked): drain of w-3 timed out",
-        "2026-12-06T10:00:00Z",
-        "gathered 2026-12-06T09:58:00Z",
+        // times to the second, as the pages print them (issue #52)
+        "2026-12-06 10:00:00 UTC",
+        "gathered 2026-12-06 09:58:00 UTC",
         "compressed 60×; timings: history of 2 jobs",
         // the blocker with its node, escaped
         "<tr><td class=\"bad\">pdb</td><td>w-3</td><td>PodDisruptionBudget shop/&lt;script&gt;db&lt;/script&gt; allows no disruption</td></tr>",
@@ -1015,7 +1069,11 @@ async fn rehearse_needs_the_sessions_csrf_token_and_then_shows_the_report() {
         .unwrap()
         .expect("the report is stored beside the plan");
     assert_eq!(stored.plan, plan.to_hex());
-    assert!(page.contains(&stored.ran_at), "{page}");
+    let ran: jiff::Timestamp = stored.ran_at.parse().unwrap();
+    assert!(
+        page.contains(&ran.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()),
+        "{page}"
+    );
     assert!(page.contains("Rehearse again"), "{page}");
     assert_eq!(
         crate::ops::replan::current(ui.shared.store.as_ref())

@@ -266,7 +266,7 @@ async fn fault_kube_apiserver_down_during_a_control_plane_reboot_is_waited_out()
     assert_rolled(&w.state(), TO, 1);
     let mut waited = false;
     while let Ok(e) = events.try_recv() {
-        if let EventState::Waiting { reason } = &e.state {
+        if let EventState::Waiting { reason, .. } = &e.state {
             waited |= reason.contains("Kubernetes API unreachable");
         }
     }
@@ -381,4 +381,45 @@ async fn the_upgrade_waits_until_the_nodes_volumes_are_detached() {
         s.log
     );
     assert_eq!(s.nodes["w-1"].counters.upgrade, 1);
+}
+
+/// Issue #52 item 3: a node down for its reboot, within its deadline, reads as a reboot: the
+/// wait says "rebooting (Talos API not answering yet, expected)" and keeps the transport error
+/// as its detail (for `-o json` and the journal's detail), never in the words a person reads.
+/// A node that never comes back still halts with the error (the test above).
+#[tokio::test(start_paused = true)]
+async fn an_expected_reboot_reads_as_a_reboot_with_the_transport_error_as_detail() {
+    let fake = FakeCluster::new(&specs(0, 1, FROM, KUBE));
+    fake.edit(|s| s.reboot_polls = 3);
+    let w = world(fake, |f| vec![talos_step(f, "w", &[&["w-1"]], TO, 1)]);
+    let exec = w.executor();
+    let mut events = exec.subscribe();
+    assert_eq!(exec.run(&w.job).await.unwrap(), RunOutcome::Succeeded);
+    let mut waits = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let EventState::Waiting { reason, detail } = &e.state {
+            waits.push((reason.clone(), detail.clone()));
+        }
+    }
+    let reboot: Vec<_> = waits
+        .iter()
+        .filter(|(r, _)| r.starts_with("w-1: rebooting"))
+        .collect();
+    assert!(!reboot.is_empty(), "{waits:#?}");
+    for (reason, detail) in &reboot {
+        assert_eq!(
+            reason, "w-1: rebooting (Talos API not answering yet, expected)",
+            "{waits:#?}"
+        );
+        assert!(
+            detail
+                .as_deref()
+                .is_some_and(|d| d.contains("connection refused")),
+            "the transport error is the detail: {waits:#?}"
+        );
+    }
+    assert!(
+        waits.iter().all(|(r, _)| !r.contains("connection refused")),
+        "no transport error in what a person reads: {waits:#?}"
+    );
 }

@@ -76,7 +76,17 @@ fn wrong_or_missing_token_is_unauthenticated_and_names_the_fix() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing bearer token"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing bearer token"), "{err}");
+    // issue #52: the fix is a file or the state directory, never the token on the command line
+    assert!(
+        err.contains("--token-file") && err.contains("MEDEA_STATE_DIR"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("--token ") && !err.contains("--token or"),
+        "{err}"
+    );
 }
 
 /// Like kubeconfig/talosconfig: with no flag and no `MEDEA_*` variable, a loopback client
@@ -252,6 +262,31 @@ fn missing_or_wrong_ca_is_a_clear_tls_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no CA certificate"), "{err}");
     assert!(err.contains("--ca"), "{err}");
+    // issue #52: it names what it looked at, the state directory's CA as an absolute path,
+    // and the fixes
+    let tmp = tempfile::tempdir().unwrap();
+    let out = s
+        .cli()
+        .env_remove("MEDEA_CA")
+        .env("MEDEA_STATE_DIR", "./state")
+        .env("MEDEA_CONFIG", tmp.path().join("config.yaml"))
+        .current_dir(tmp.path())
+        .args(["get", "clusters"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let abs = tmp.path().join("state/tls/ca.crt");
+    assert!(
+        err.contains(&format!(
+            "{} (MEDEA_STATE_DIR): does not exist",
+            abs.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--ca / MEDEA_CA: not set"), "{err}");
+    assert!(err.contains("client context: none in use"), "{err}");
+    assert!(err.contains("medea config set-context"), "{err}");
     // A CA that did not sign the server certificate.
     let other = start(examples(), vec![]);
     let out = s

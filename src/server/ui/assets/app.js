@@ -12,6 +12,24 @@ document.addEventListener("DOMContentLoaded", function () {
       });
     });
   });
+  // A rehearsal running on the plan page: its reports replace the section as they are stored,
+  // without a reload (the page is asked again every 2 s until no rehearsal runs).
+  var rehearsing = document.getElementById("rehearsing");
+  if (rehearsing && window.fetch && window.DOMParser) {
+    var poll = function () {
+      fetch(location.pathname, { credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (html) {
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          var fresh = doc.getElementById("rehearsal-section");
+          var cur = document.getElementById("rehearsal-section");
+          if (fresh && cur) cur.replaceWith(document.importNode(fresh, true));
+          if (doc.getElementById("rehearsing")) setTimeout(poll, 2000);
+        })
+        .catch(function () { setTimeout(poll, 5000); });
+    };
+    setTimeout(poll, 2000);
+  }
   var live = document.getElementById("live");
   if (!live || !window.EventSource) return;
   var timeline = document.getElementById("timeline");

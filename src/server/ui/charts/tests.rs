@@ -185,7 +185,10 @@ fn a_wave_under_way_has_no_end_and_the_timeline_says_so_far() {
     let svg = wave_timeline(&job, &t, at(220)).into_string();
     assert_closed(&svg);
     // wave 1 runs from 100 s to now (220 s): 2m00s so far; wave 2 has not started
-    assert!(svg.contains("workers wave 1: 2m00s so far"), "{svg}");
+    assert!(
+        svg.contains("workers → v1.13.9 wave 1: 2m00s so far"),
+        "{svg}"
+    );
     assert!(svg.contains("2m00s…"), "{svg}");
     assert!(svg.contains("not started"), "{svg}");
     assert!(svg.contains(r#"data-state="rebooting""#), "{svg}");
@@ -197,8 +200,8 @@ fn the_timeline_of_a_finished_job_shows_each_waves_duration_on_the_jobs_time_axi
     let t = Timings::of(&j.entries);
     let svg = wave_timeline(&j.job, &t, at(9_999)).into_string();
     assert_closed(&svg);
-    assert!(svg.contains("workers wave 1: 1m30s"), "{svg}");
-    assert!(svg.contains("workers wave 2: 1m00s"), "{svg}");
+    assert!(svg.contains("workers → v1.13.9 wave 1: 1m30s"), "{svg}");
+    assert!(svg.contains("workers → v1.13.9 wave 2: 1m00s"), "{svg}");
     // The axis runs from the creation to the end (270 s), not to `now`.
     assert!(svg.contains("+4m30s"), "{svg}");
     assert!(!svg.contains("so far"), "{svg}");
@@ -438,7 +441,7 @@ fn a_soak_after_a_wave_is_drawn_after_its_bar_with_its_duration() {
     assert_closed(&svg);
     assert!(svg.contains("1m30s + soak 1m00s"), "{svg}");
     assert!(
-        svg.contains("soak after workers wave 1: 1m00s so far"),
+        svg.contains("soak after workers → v1.13.9 wave 1: 1m00s so far"),
         "{svg}"
     );
     j.at(490, |job| {
