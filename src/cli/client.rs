@@ -242,29 +242,37 @@ impl ClientArgs {
     ) -> miette::Report {
         let mut looked = vec!["--ca / MEDEA_CA: not set".to_string()];
         let file = super::context::config_path(env);
-        let chosen = super::context::ClientConfigFile::load(&file)
+        let shown = file.as_ref().map_or_else(
+            || "no client configuration file: HOME and XDG_CONFIG_HOME are not set".to_string(),
+            |f| f.display().to_string(),
+        );
+        let chosen = super::context::load_config(env)
             .ok()
             .and_then(|f| f.chosen(self.context.as_deref()).ok().flatten().cloned());
         looked.push(match chosen {
-            Some(c) => format!(
-                "client context `{}` ({}): has no --ca",
-                c.name,
-                file.display()
-            ),
-            None => format!("client context: none in use ({})", file.display()),
+            Some(c) => format!("client context `{}` ({shown}): has no --ca", c.name),
+            None => format!("client context: none in use ({shown})"),
         });
         let host = crate::api::client::host_of(addr);
         if chosen_is_none_and_loopback(self, env, host) {
             let (dir, how) = match env("MEDEA_STATE_DIR").filter(|d| !d.is_empty()) {
-                Some(d) => (PathBuf::from(d), "MEDEA_STATE_DIR"),
+                Some(d) => (Some(PathBuf::from(d)), "MEDEA_STATE_DIR"),
                 None => (
                     super::server::default_state_dir(),
                     "the default state directory; MEDEA_STATE_DIR is not set",
                 ),
             };
-            let ca = dir.join("tls/ca.crt");
-            let ca = std::path::absolute(&ca).unwrap_or(ca);
-            looked.push(format!("{} ({how}): does not exist", ca.display()));
+            match dir {
+                Some(dir) => {
+                    let ca = dir.join("tls/ca.crt");
+                    let ca = std::path::absolute(&ca).unwrap_or(ca);
+                    looked.push(format!("{} ({how}): does not exist", ca.display()));
+                }
+                None => looked.push(
+                    "the local state directory: none (MEDEA_STATE_DIR, STATE_DIRECTORY and HOME are not set)"
+                        .to_string(),
+                ),
+            }
         } else {
             looked.push(format!(
                 "the local state directory: not used for `{host}` (only for a loopback address without a client context)"
@@ -284,8 +292,7 @@ fn chosen_is_none_and_loopback(
     env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
     host: &str,
 ) -> bool {
-    let file = super::context::config_path(env);
-    let context = super::context::ClientConfigFile::load(&file)
+    let context = super::context::load_config(env)
         .ok()
         .and_then(|f| f.chosen(args.context.as_deref()).ok().flatten().cloned());
     context.is_none() && crate::api::client::is_loopback(host)
