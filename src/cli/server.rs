@@ -170,6 +170,8 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         executor_poll: Some(args.job_poll),
         ui_listen: args.ui_listen,
         ui_limits: Default::default(),
+        api_limits: Default::default(),
+        metrics_limits: crate::server::listen::Limits::metrics(),
         replica: opened.leadership.replica().to_string(),
     };
     super::init_logging(args.log_format);
