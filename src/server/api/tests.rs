@@ -986,14 +986,29 @@ async fn previews_are_bounded_in_number_and_time() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     drop(held);
-    // no time: past the deadline
+    // past the deadline: 1 ms for a revision of 1,000 pools, which takes far longer to read
+    // and plan (the deadline is checked only while the computation runs)
     let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
     let hurried = approving_tweaked(store, &["alice@x"], home(), |s| {
-        s.request_limits.preview_deadline = std::time::Duration::ZERO;
+        s.request_limits.preview_deadline = std::time::Duration::from_millis(1);
     });
+    let mut large = preview_request();
+    for f in 0..2 {
+        let docs: Vec<String> = (f * 500..(f + 1) * 500)
+            .map(|i| {
+                format!(
+                    "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: empty-{i:04}\nspec:\n  cluster: home\n  role: worker\n  selector:\n    matchLabels:\n      none: \"true\"\n  talos:\n    version: v1.14.6\n"
+                )
+            })
+            .collect();
+        large.files.push(pb::DesiredFile {
+            path: format!("home/empty-{f}.yaml"),
+            content: docs.join("---\n").into_bytes(),
+        });
+    }
     let e = hurried
         .api
-        .preview_plan(Request::new(preview_request()))
+        .preview_plan(Request::new(large))
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
