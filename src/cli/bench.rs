@@ -97,6 +97,9 @@ pub enum Scenario {
         /// Rounds of each case.
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Run only the first N cases (500 pools; then 1,000; then 20,000 documents).
+        #[arg(long, default_value_t = 3)]
+        cases: usize,
     },
     /// One reconcile pass with many approval markers and many stored plans (issue #32): a
     /// pass with an empty approval cache and one after a pass with the same markers.
@@ -306,9 +309,9 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             );
             Ok(exit::OK)
         }
-        Scenario::Pools { rounds } => {
+        Scenario::Pools { rounds, cases } => {
             outln!("{}", Host::detect());
-            for (clusters, pools) in crate::bench::pools::cases() {
+            for (clusters, pools) in crate::bench::pools::cases().into_iter().take(cases) {
                 let c = crate::bench::pools::run(clusters, pools, rounds).map_err(err)?;
                 outln!(
                     "{} cluster(s) x {} pools ({} documents): load + validate {}; plan {}; total {}",
