@@ -639,10 +639,11 @@ pub fn render() -> String {
     out
 }
 
-/// Serve `/metrics` on `listen` until the future is dropped.
-pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
+/// The `/metrics` route (the server serves it on `--metrics-listen`, under
+/// `server::listen`'s limits).
+pub fn router() -> axum::Router {
     use axum::routing::get;
-    let app = axum::Router::new().route(
+    axum::Router::new().route(
         "/metrics",
         get(|| async {
             (
@@ -653,8 +654,7 @@ pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
                 render(),
             )
         }),
-    );
-    axum::serve(listener, app).await
+    )
 }
 
 #[cfg(test)]

@@ -338,7 +338,18 @@ fn plan_to_sign(
             returned: plan.to_hex(),
         });
     }
-    if wanted.id != current.id || wanted.stale {
+    if wanted.id == current.id && wanted.stale {
+        // The current plan, but the desired state or an observation moved since it was
+        // computed: the server is computing its successor (issue #49: "plan X is stale: the
+        // current plan is X" named the same plan twice).
+        return Err(ApproveError::Server {
+            message: format!(
+                "plan {} is being replaced: the desired state or an observation changed since it was computed, and the server is computing a new plan; wait for `medea plan` to show it and approve that id (if the same plan stays, `medea plan` says why the new revision cannot be planned)",
+                wanted.short_id
+            ),
+        });
+    }
+    if wanted.id != current.id {
         return Err(ApproveError::Server {
             message: format!(
                 "plan {} is stale: the current plan is {}; review it with `medea plan` and approve that id",
@@ -469,5 +480,22 @@ mod tests {
         );
         let e = plan_to_sign(&typed, None, None).unwrap_err();
         assert!(e.to_string().contains("no current plan yet"), "{e}");
+    }
+
+    /// Issue #49: the current plan whose basis moved (a reconcile pass is computing its
+    /// successor) is refused as being replaced, not as "stale: the current plan is" itself.
+    #[test]
+    fn the_current_plan_being_replaced_is_not_called_stale_against_itself() {
+        let a = PlanId::from_digest([0xaa; 32]);
+        let typed = PlanIdRef::parse(&a.short()).unwrap();
+        let mut moved = pb_plan(&a);
+        moved.stale = true;
+        let e = plan_to_sign(&typed, Some(&moved), Some(&moved)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("is being replaced") && text.contains("computing a new plan"),
+            "{text}"
+        );
+        assert!(!text.contains("the current plan is"), "{text}");
     }
 }

@@ -91,6 +91,16 @@ pub enum Scenario {
         #[arg(long)]
         wrap: Option<String>,
     },
+    /// Planning clusters with many node pools (issue #49): 500 pools in one cluster, the most
+    /// pools a cluster may have, and the most documents a revision may have.
+    Pools {
+        /// Rounds of each case.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Run only the first N cases (500 pools; then 1,000; then 20,000 documents).
+        #[arg(long, default_value_t = 3)]
+        cases: usize,
+    },
     /// One reconcile pass with many approval markers and many stored plans (issue #32): a
     /// pass with an empty approval cache and one after a pass with the same markers.
     Approvals {
@@ -295,6 +305,22 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
                 "  ratio incremental / cold (median of per-round ratios): {:.3}",
                 i.ratio()
             );
+            Ok(exit::OK)
+        }
+        Scenario::Pools { rounds, cases } => {
+            outln!("{}", Host::detect());
+            for (clusters, pools) in crate::bench::pools::cases().into_iter().take(cases) {
+                let c = crate::bench::pools::run(clusters, pools, rounds).map_err(err)?;
+                outln!(
+                    "{} cluster(s) x {} pools ({} documents): load + validate {}; plan {}; total {}",
+                    c.clusters,
+                    c.pools_per_cluster,
+                    c.documents,
+                    c.report.load.summary_ms(),
+                    c.report.plan.summary_ms(),
+                    c.report.total.summary_ms()
+                );
+            }
             Ok(exit::OK)
         }
         Scenario::Approvals {

@@ -221,6 +221,8 @@ async fn with_sim(
         ui_limits: Default::default(),
         // the demo's examples have no hooks: the safe default
         hook_policy: Default::default(),
+        api_limits: Default::default(),
+        metrics_limits: crate::server::listen::Limits::metrics(),
     };
     let config_ui = config.ui_listen;
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();

@@ -242,6 +242,8 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         executor_poll: Some(args.job_poll),
         ui_listen: args.ui_listen,
         ui_limits: Default::default(),
+        api_limits: Default::default(),
+        metrics_limits: crate::server::listen::Limits::metrics(),
         replica: opened.leadership.replica().to_string(),
         hook_policy: args.hook_policy.policy(),
     };

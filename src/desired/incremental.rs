@@ -445,11 +445,37 @@ fn assemble(
     }
     let mut inputs = Vec::new();
     let mut broken = Vec::new();
+    // Documents of the revision, in path order; past the limit none is validated (issue #49:
+    // a committer must not be able to stall planning with documents).
+    let total: usize = files.values().map(|c| c.parsed.docs.len()).sum();
+    let mut counted = 0;
     for (path, c) in files {
         let f = &c.parsed;
         let Some(text) = f.text() else { continue };
-        diagnostics.extend(f.doc_diags.iter().cloned());
-        for (index, d) in f.docs.iter().enumerate() {
+        let room = source::limits::MAX_DOCUMENTS - counted;
+        let over = f.docs.get(room);
+        // The documents' own diagnostics, up to the first one past the limit.
+        diagnostics.extend(
+            f.doc_diags
+                .iter()
+                .filter(|d| over.is_none_or(|at| d.origin.line < at.line))
+                .cloned(),
+        );
+        if let Some(at) = over {
+            diagnostics.push(
+                Diagnostic::error(
+                    diagnostic::codes::LIMIT,
+                    whole_file(path, at.line),
+                    format!(
+                        "the desired state has {total} YAML documents, more than {} (limit MAX_DOCUMENTS); this is the first one past it, and none from here on was validated",
+                        source::limits::MAX_DOCUMENTS
+                    ),
+                )
+                .with_help("a pool holds any number of machines: merge pools, or split the fleet over several medea servers"),
+            );
+        }
+        counted += f.docs.len().min(room);
+        for (index, d) in f.docs.iter().enumerate().take(room) {
             let doc = DocText {
                 file: path,
                 text: &text[d.offset..d.offset + d.len],
@@ -469,6 +495,9 @@ fn assemble(
                 }),
                 DocOutcome::Broken(b) => broken.extend(b.clone()),
             }
+        }
+        if over.is_some() {
+            break;
         }
     }
     let (desired, semantic) = validate::validate(&inputs, &broken, revision, memo);

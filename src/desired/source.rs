@@ -185,6 +185,13 @@ pub mod limits {
     pub const MAX_TREE_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
     /// YAML documents in one file.
     pub const MAX_DOCUMENTS_PER_FILE: usize = crate::desired::parse::MAX_DOCUMENTS_PER_FILE;
+    /// YAML documents in one revision (issue #49): twenty times the largest fleet `medea
+    /// bench` plans (1,000 clusters of 3 to 5 pools); the documents past it are not validated.
+    pub const MAX_DOCUMENTS: usize = 20_000;
+    /// Node pools of one cluster (issue #49): a pool holds any number of machines, so more
+    /// pools than this is a mistake or an attack on the planner; the pools past it are not
+    /// validated.
+    pub const MAX_POOLS_PER_CLUSTER: usize = 1_000;
 }
 
 /// An entry of the tree that was not read, and why.

@@ -572,6 +572,29 @@ pub fn validate(
         );
     }
 
+    // At most MAX_POOLS_PER_CLUSTER pools a cluster (issue #49); the pools past it, in path
+    // order, are not validated.
+    for (&name, pools) in groups_in.iter_mut() {
+        let max = super::source::limits::MAX_POOLS_PER_CLUSTER;
+        if pools.len() <= max {
+            continue;
+        }
+        let d = &inputs[pools[max]];
+        if let DocRef::NodePool(p) = d.kind() {
+            ctx.err(
+                Diagnostic::error(
+                    codes::LIMIT,
+                    d.doc.origin(&p.metadata.name.referenced),
+                    format!(
+                        "cluster `{name}` has {} node pools, more than {max} (limit MAX_POOLS_PER_CLUSTER); this is the first one past it, and none from here on was validated",
+                        pools.len()
+                    ),
+                )
+                .with_help("a pool holds any number of machines: merge pools that share a role, version and rollout settings"),
+            );
+        }
+        pools.truncate(max);
+    }
     let mut groups: HashMap<String, Group> = HashMap::with_capacity(winners.len());
     let mut clusters: BTreeMap<String, Arc<Cluster>> = BTreeMap::new();
     let mut revalidated = 0;

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod auth;
 pub mod backups;
+pub mod listen;
 pub mod notify;
 pub mod reconcile;
 pub mod rehearsals;
@@ -68,6 +69,36 @@ pub struct ServerConfig {
     /// What Job hooks may ask for (`--hook-*` flags; issue #49): checked when a revision is
     /// loaded and again before each Job is created.
     pub hook_policy: crate::desired::hook_policy::HookPolicy,
+    /// The gRPC API's connection caps and timeouts (issue #49).
+    pub api_limits: listen::Limits,
+    /// `/metrics`'s connection caps and timeouts (issue #49).
+    pub metrics_limits: listen::Limits,
+}
+
+impl ServerConfig {
+    /// The three listeners' limits, each within an eighth of the soft file-descriptor limit
+    /// `nofile` (so a flood leaves descriptors for the store, the refresh and the reload);
+    /// a lowered cap is logged.
+    fn fit_limits(&mut self, nofile: Option<u64>) {
+        let (ui, metrics) = (self.ui_listen.is_some(), self.metrics_listen.is_some());
+        for (name, used, l) in [
+            ("API", true, &mut self.api_limits),
+            ("dashboard", ui, &mut self.ui_limits),
+            ("metrics", metrics, &mut self.metrics_limits),
+        ] {
+            let fit = l.within_descriptors(nofile);
+            if used && fit.max_connections < l.max_connections {
+                tracing::warn!(
+                    listener = name,
+                    descriptors = nofile.unwrap_or_default(),
+                    max_connections = fit.max_connections,
+                    max_per_peer = fit.max_per_peer,
+                    "connection caps lowered to an eighth of the file-descriptor limit; raise it (LimitNOFILE, ulimit -n) for more"
+                );
+            }
+            *l = fit;
+        }
+    }
 }
 
 /// State shared by the API and the background loops.
@@ -123,6 +154,46 @@ pub struct Shared {
     /// The server's Job-hook policy ([`ServerConfig::hook_policy`]); [`reload`] adds its
     /// refusals to a revision's diagnostics, so a revision it refuses is never planned.
     pub hook_policy: crate::desired::hook_policy::HookPolicy,
+    /// How much planning a token holder's requests may take (issue #49).
+    pub request_limits: RequestLimits,
+}
+
+/// How much planning a token holder's requests may take (issue #49): a preview or a
+/// rehearsal plans or simulates a whole revision, so neither may pile up nor run forever.
+#[derive(Debug)]
+pub struct RequestLimits {
+    /// `PreviewPlan`s computed at once; one more is refused (`RESOURCE_EXHAUSTED`). A preview
+    /// past its deadline keeps its permit until its computation ends.
+    pub previews: Arc<tokio::sync::Semaphore>,
+    /// How long a `PreviewPlan` may take before it is answered `DEADLINE_EXCEEDED`.
+    pub preview_deadline: Duration,
+    /// Rehearsals running at once on this replica; one more is refused.
+    pub max_rehearsals: usize,
+    /// How long a rehearsal may run; past it, it is stopped and stores no report.
+    pub rehearsal_deadline: Duration,
+}
+
+impl RequestLimits {
+    /// Previews at once.
+    pub const PREVIEWS: usize = 2;
+    /// A preview's deadline: 30 times what the largest revision the limits allow takes to
+    /// plan in a release build (design/performance.md).
+    pub const PREVIEW_DEADLINE: Duration = Duration::from_secs(30);
+    /// Rehearsals at once.
+    pub const REHEARSALS: usize = 2;
+    /// A rehearsal's deadline.
+    pub const REHEARSAL_DEADLINE: Duration = Duration::from_secs(30 * 60);
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            previews: Arc::new(tokio::sync::Semaphore::new(Self::PREVIEWS)),
+            preview_deadline: Self::PREVIEW_DEADLINE,
+            max_rehearsals: Self::REHEARSALS,
+            rehearsal_deadline: Self::REHEARSAL_DEADLINE,
+        }
+    }
 }
 
 impl Shared {
@@ -157,6 +228,7 @@ impl Shared {
             last_refresh: RwLock::new(None),
             rehearsing: Default::default(),
             hook_policy: Default::default(),
+            request_limits: Default::default(),
         }
     }
     /// Something changed: wake the reconcile and executor loops.
@@ -239,6 +311,8 @@ pub enum ServeError {
     },
     #[error("the API server failed")]
     Transport(#[source] tonic::transport::Error),
+    #[error("the API's certificate or key is not usable")]
+    ApiTls(#[source] listen::ConfigError),
     #[error(transparent)]
     Watch(#[from] watch::WatchError),
     #[error("the trust root is not usable; medea serve does not start")]
@@ -512,12 +586,13 @@ async fn follow_leadership(shared: Arc<Shared>) {
 
 /// [`run`] for a replica whose `leadership` comes from an election (the etcd store).
 pub async fn run_with_leadership(
-    config: ServerConfig,
+    mut config: ServerConfig,
     store: Arc<dyn Store>,
     leadership: Leadership,
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    config.fit_limits(listen::descriptor_limit());
     // The trust root first: a server that cannot tell who may approve does not start.
     let trust = trust::TrustRoot::open(config.allowed_signers.clone(), &config.source)?;
     trust::check_creds_dir(&config.creds_dir, &config.source)?;
@@ -620,7 +695,10 @@ pub async fn run_with_leadership(
                 .await
                 .map_err(|err| ServeError::Listen { addr: m, err })?;
             tracing::info!(addr = %l.local_addr().unwrap_or(m), "metrics on /metrics");
-            Some(tokio::spawn(crate::metrics::serve(l)))
+            Some(tokio::spawn(serve_metrics(
+                l,
+                config.metrics_limits.clone(),
+            )))
         }
         None => None,
     };
@@ -656,11 +734,6 @@ pub async fn run_with_leadership(
         tracing::warn!(error = %e, "cannot notify systemd of readiness");
     }
     let leadership_task = tokio::spawn(follow_leadership(shared.clone()));
-    let tls =
-        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-            identity.cert_pem.as_bytes(),
-            identity.key_pem.expose().as_bytes(),
-        ));
     let api = api::MedeaApi {
         shared: shared.clone(),
     };
@@ -668,11 +741,24 @@ pub async fn run_with_leadership(
         api,
         auth::TokenAuth::new(config.token.clone()),
     );
+    // TLS is done by the accept loop (`listen`), which holds the connections under the caps
+    // and timeouts; tonic gets handshaken streams that already sent their first bytes.
+    let acceptor = tokio_rustls::TlsAcceptor::from(
+        listen::tls_config(&identity, &[b"h2"]).map_err(ServeError::ApiTls)?,
+    );
+    let limits = config.api_limits.clone();
+    let incoming = listen::accept("API", listener, limits.clone(), move |tcp| {
+        acceptor.accept(tcp)
+    });
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(incoming),
+        Ok::<_, std::io::Error>,
+    );
     let result = tonic::transport::Server::builder()
-        .tls_config(tls)
-        .map_err(ServeError::Transport)?
+        .http2_keepalive_interval(Some(limits.keep_alive))
+        .http2_keepalive_timeout(Some(limits.keep_alive))
         .add_service(svc)
-        .serve_with_incoming_shutdown(nodelay_incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(ServeError::Transport);
     reloader.abort();
@@ -694,38 +780,25 @@ pub async fn run_with_leadership(
     result
 }
 
-/// The API's accepted connections with Nagle's algorithm off. tonic sets `TCP_NODELAY` only on
-/// the listener it binds itself (`Server::tcp_nodelay`), not on an incoming stream it is
-/// given: without it, the last segment of a response (a `get machines` of 10,000 rows is
-/// ~1.5 MB) waits for the client's delayed ACK, about 40 ms on Linux, on some calls.
-///
-/// A failed `accept` (EMFILE when the process is out of file descriptors, ENFILE, ENOBUFS …)
-/// is logged and followed by a pause ([`ui::AcceptBackoff`]) rather than handed to tonic,
-/// which would retry at once and spin a core while the cause lasts.
-fn nodelay_incoming(
-    listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures::stream::unfold(
-        (listener, ui::AcceptBackoff::new()),
-        |(listener, mut backoff)| async move {
-            loop {
-                match listener.accept().await {
-                    Ok((tcp, _peer)) => {
-                        backoff.succeeded();
-                        if let Err(e) = tcp.set_nodelay(true) {
-                            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an API connection");
-                        }
-                        return Some((Ok(tcp), (listener, backoff)));
-                    }
-                    Err(e) => {
-                        let pause = backoff.failed();
-                        tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "API: accept failed; pausing");
-                        tokio::time::sleep(pause).await;
-                    }
-                }
-            }
-        },
-    )
+/// `/metrics` over plain HTTP (1.1, or 2 with prior knowledge) under `limits`.
+async fn serve_metrics(listener: tokio::net::TcpListener, limits: listen::Limits) {
+    let mut incoming = listen::accept(
+        "metrics",
+        listener,
+        limits.clone(),
+        |tcp| async move { Ok(tcp) },
+    );
+    let app = crate::metrics::router();
+    let mut connections = tokio::task::JoinSet::new();
+    while let Some(conn) = incoming.recv().await {
+        connections.spawn(listen::serve_http(
+            conn,
+            app.clone(),
+            limits.clone(),
+            listen::Http::Auto,
+        ));
+        while connections.try_join_next().is_some() {}
+    }
 }
 
 #[cfg(test)]
@@ -755,15 +828,23 @@ mod tests {
         assert!(!a.pass_done(a.pass_starts()));
     }
 
-    /// Every connection the API accepts has Nagle's algorithm off.
+    /// Every connection the listeners accept (the API's, the dashboard's, `/metrics`) has
+    /// Nagle's algorithm off: without it, the last segment of a response (a `get machines`
+    /// of 10,000 rows is ~1.5 MB) waits for the client's delayed ACK, about 40 ms on Linux.
     #[tokio::test]
     async fn api_connections_are_accepted_with_nodelay() {
-        use tokio_stream::StreamExt;
+        use tokio::io::AsyncWriteExt as _;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut incoming = Box::pin(super::nodelay_incoming(listener));
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.nodelay().unwrap());
+        let mut incoming = super::listen::accept(
+            "API",
+            listener,
+            super::listen::Limits::default(),
+            |tcp| async move { Ok(tcp) },
+        );
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"PRI").await.unwrap();
+        let accepted = incoming.recv().await.unwrap();
+        assert!(accepted.get_ref().nodelay().unwrap());
     }
 }

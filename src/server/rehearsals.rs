@@ -35,16 +35,29 @@ impl Running {
         clippy::expect_used,
         reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
     )]
-    fn claim(self: &Arc<Self>, plan: PlanId) -> Option<Claim> {
-        self.0
-            .lock()
-            .expect("rehearsals lock")
-            .insert(plan)
-            .then(|| Claim {
-                running: self.clone(),
-                plan,
-            })
+    fn claim(self: &Arc<Self>, plan: PlanId, max: usize) -> Result<Claim, Refused> {
+        let mut running = self.0.lock().expect("rehearsals lock");
+        if running.contains(&plan) {
+            return Err(Refused::AlreadyRunning);
+        }
+        if running.len() >= max {
+            return Err(Refused::Busy);
+        }
+        running.insert(plan);
+        Ok(Claim {
+            running: self.clone(),
+            plan,
+        })
     }
+}
+
+/// Why a plan could not be marked as being rehearsed.
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    /// It already is.
+    AlreadyRunning,
+    /// As many rehearsals as allowed run already (issue #49).
+    Busy,
 }
 
 /// A plan marked as being rehearsed, until dropped.
@@ -124,6 +137,10 @@ pub enum StartError {
     DesiredInvalid,
     #[error("cannot read the plan or the inventory from the store")]
     Store(#[source] crate::store::StoreError),
+    #[error(
+        "{running} rehearsals are running on this server, as many as it allows at once; try again when one has ended"
+    )]
+    Busy { running: usize },
 }
 
 /// Start rehearsing, `compression` times faster than real time (0: the default), the plan
@@ -204,22 +221,34 @@ pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Star
         return Err(StartError::Stale(id.short()));
     }
     let inventory = crate::inventory::Inventory::load(store).map_err(StartError::Store)?;
-    let Some(claim) = shared.rehearsing.claim(id) else {
-        return Ok(Started::AlreadyRunning { plan: id });
+    let max = shared.request_limits.max_rehearsals;
+    let claim = match shared.rehearsing.claim(id, max) {
+        Ok(c) => c,
+        Err(Refused::AlreadyRunning) => return Ok(Started::AlreadyRunning { plan: id }),
+        Err(Refused::Busy) => return Err(StartError::Busy { running: max }),
     };
     let shared = shared.clone();
     tracing::info!(plan = %id.short(), clusters = ?clusters, "rehearsal started");
+    let deadline = shared.request_limits.rehearsal_deadline;
     tokio::spawn(async move {
         let _claim = claim;
         let store = shared.store.as_ref();
-        let result = crate::ops::rehearse::rehearse_plan(
+        let run = crate::ops::rehearse::rehearse_plan(
             Some(store),
             &plan,
             &inventory,
             &desired,
             &settings,
-        )
-        .await;
+        );
+        // Past its deadline the run is dropped (its twin with it) and stores nothing.
+        let Ok(result) = tokio::time::timeout(deadline, run).await else {
+            tracing::warn!(
+                plan = %plan.id.short(),
+                deadline_s = deadline.as_secs(),
+                "rehearsal stopped at its deadline; no report stored"
+            );
+            return;
+        };
         match result {
             Ok(reports) => {
                 for r in &reports {
@@ -248,4 +277,26 @@ pub fn start(shared: &Arc<Shared>, given: &str, compression: u32) -> Result<Star
         }
     });
     Ok(Started::Started { plan: id, clusters })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At most `max` plans are rehearsed at once (issue #49); the same plan is never
+    /// rehearsed twice; an ended rehearsal frees its place.
+    #[test]
+    fn rehearsals_at_once_are_capped() {
+        let running = Arc::new(Running::default());
+        let id = |b: u8| PlanId::from_digest([b; 32]);
+        let a = running.claim(id(1), 2).unwrap();
+        assert!(matches!(
+            running.claim(id(1), 2),
+            Err(Refused::AlreadyRunning)
+        ));
+        let _b = running.claim(id(2), 2).unwrap();
+        assert!(matches!(running.claim(id(3), 2), Err(Refused::Busy)));
+        drop(a);
+        assert!(running.claim(id(3), 2).is_ok());
+    }
 }

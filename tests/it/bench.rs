@@ -261,6 +261,25 @@ fn server_measures_a_real_serve_process() {
     }
 }
 
+/// Issue #49: `medea bench pools` plans one cluster of 500 pools (the first case; the others
+/// are the same code with more pools) and prints its timings.
+#[test]
+fn pools_plans_a_cluster_of_500_pools() {
+    let out = run(&["pools", "--cases", "1", "--rounds", "1"]);
+    for needle in [
+        "host: ",
+        "1 cluster(s) x 500 pools (501 documents): load + validate median",
+        "; plan median",
+        "; total median",
+    ] {
+        assert!(
+            out.contains(needle),
+            "missing `{needle}` in:
+{out}"
+        );
+    }
+}
+
 /// Issue 32: `medea bench approvals` seeds a store with stored and executed plans and a
 /// checkout with markers none of which signs the current plan, then times reconcile passes
 /// with an empty approval cache and with the cache of the pass before. The warm pass verifies

@@ -580,6 +580,81 @@ fn directory_mode_reading_is_bounded() {
 }
 
 /// `git` with `stdin` written to it; its stdout, trimmed.
+/// `n` worker pools of cluster `c1` (`p00000` …, one machine each) in files of 500.
+fn many_pools(dir: &Path, n: usize) {
+    for f in 0..n.div_ceil(500) {
+        let docs: Vec<String> = (f * 500..n.min((f + 1) * 500))
+            .map(|i| pool(&format!("p{i:05}"), "c1", "worker", &format!("m{i}"), ""))
+            .collect();
+        write(dir, &format!("pools-{f:02}.yaml"), &docs.join("---\n"));
+    }
+}
+
+/// Issue #49: a committer cannot stall planning with pools. 1,000 pools in a cluster are
+/// valid; the 1,001st is an error located at its name, naming the limit, and the revision
+/// yields no plan.
+#[test]
+fn pools_per_cluster_are_capped() {
+    use medea::desired::source::limits;
+    let max = limits::MAX_POOLS_PER_CLUSTER;
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "c1.yaml", CLUSTER);
+    many_pools(tmp.path(), max);
+    let loaded = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    assert!(
+        loaded.diagnostics.is_empty(),
+        "{:#?}",
+        &loaded.diagnostics[..1]
+    );
+    assert_eq!(loaded.desired.clusters["c1"].pools.len(), max);
+    many_pools(tmp.path(), max + 1);
+    let loaded = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    let msgs = limit_messages(&loaded);
+    // pools-02.yaml holds the 1,001st pool alone: `name:` is on its line 4.
+    assert!(
+        msgs.iter().any(|m| m.starts_with("pools-02.yaml:4:")
+            && m.contains("cluster `c1` has 1001 node pools")
+            && m.contains("limit MAX_POOLS_PER_CLUSTER")),
+        "{msgs:#?}"
+    );
+    assert!(loaded.has_errors() && loaded.valid().is_none());
+}
+
+/// Issue #49: documents per revision. 21 files of 1,000 documents: the first document past
+/// 20,000 (the first of the 21st file) is an error naming the limit; nothing after it is
+/// validated.
+#[test]
+fn documents_per_revision_are_capped() {
+    use medea::desired::source::limits;
+    let tmp = tempfile::tempdir().unwrap();
+    let per_file = limits::MAX_DOCUMENTS_PER_FILE;
+    let files = limits::MAX_DOCUMENTS / per_file + 1;
+    for f in 0..files {
+        write(
+            tmp.path(),
+            &format!("f{f:03}.yaml"),
+            &"---\na: 1\n".repeat(per_file),
+        );
+    }
+    let loaded = desired::load(&Source::Dir(tmp.path().to_path_buf())).unwrap();
+    let msgs = limit_messages(&loaded);
+    let last = format!("f{:03}.yaml:", files - 1);
+    assert!(
+        msgs.iter().any(|m| m.starts_with(&last)
+            && m.contains("has 21000 YAML documents")
+            && m.contains("limit MAX_DOCUMENTS")),
+        "{msgs:#?}"
+    );
+    // No document of the last file was validated.
+    assert!(
+        !loaded
+            .diagnostics
+            .iter()
+            .any(|d| d.origin.file.starts_with(&last[..last.len() - 1]) && d.code != codes::LIMIT),
+        "a document past the limit was validated"
+    );
+}
+
 fn git_stdin(dir: &Path, args: &[&str], stdin: &[u8]) -> String {
     use std::io::Write;
     let mut child = crate::fixtures::tool("git")

@@ -21,6 +21,7 @@ fn package_of(bin: &str) -> &'static str {
         "prometheus" | "promtool" => "prometheus",
         "prometheus-alertmanager" => "prometheus-alertmanager",
         "age" => "age",
+        "prlimit" => "util-linux",
         other => panic!("no Debian package known for the test tool `{other}`"),
     }
 }

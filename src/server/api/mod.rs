@@ -486,6 +486,7 @@ pub fn start_status(e: &super::rehearsals::StartError) -> Status {
             Status::invalid_argument(crate::error_chain(e))
         }
         E::UnknownPlan(_) => Status::not_found(e.to_string()),
+        E::Busy { .. } => Status::resource_exhausted(e.to_string()),
         E::NotLeader { .. }
         | E::NoPlan
         | E::NotCurrent { .. }
@@ -771,8 +772,18 @@ impl pb::medea_server::Medea for MedeaApi {
             });
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
+        // At most `PREVIEWS` at once, each answered within its deadline (issue #49); the
+        // permit is held until the computation ends, even past the deadline.
+        let limits = &self.shared.request_limits;
+        let Ok(permit) = limits.previews.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(
+                "the server is computing as many previews as it allows at once; try again when one has finished",
+            ));
+        };
+        let deadline = limits.preview_deadline;
         let shared = self.shared.clone();
-        let answer = tokio::task::spawn_blocking(move || {
+        let computing = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let mut loaded = crate::desired::parse_snapshot(crate::desired::source::Snapshot {
                 files,
                 markers: Vec::new(),
@@ -807,10 +818,17 @@ impl pb::medea_server::Medea for MedeaApi {
                 Err(crate::ops::replan::ReplanError::Store(e)) => return Err(e),
             }
             Ok(r)
-        })
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
+        });
+        let answer = tokio::time::timeout(deadline, computing)
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "the preview took longer than {} s; a revision this large is planned by the server once committed",
+                    deadline.as_secs()
+                ))
+            })?
+            .map_err(internal)?
+            .map_err(internal)?;
         Ok(Response::new(answer))
     }
 

@@ -229,6 +229,16 @@ fn approving(store: Arc<dyn Store>, principals: &[&str]) -> Approving {
 
 /// [`approving`] with `home` observed as given.
 fn approving_with(store: Arc<dyn Store>, principals: &[&str], home: ObservedCluster) -> Approving {
+    approving_tweaked(store, principals, home, |_| {})
+}
+
+/// [`approving_with`], with `tweak` applied to the server's shared state before it starts.
+fn approving_tweaked(
+    store: Arc<dyn Store>,
+    principals: &[&str],
+    home: ObservedCluster,
+    tweak: impl FnOnce(&mut Shared),
+) -> Approving {
     let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
     let source = Source::Dir(examples);
     let dir = tempfile::tempdir().unwrap();
@@ -249,6 +259,7 @@ fn approving_with(store: Arc<dyn Store>, principals: &[&str], home: ObservedClus
     let mut shared = Shared::new(store.clone(), source.clone(), false, "r1".into());
     shared.trust = crate::server::trust::TrustRoot::open(Some(path), &source).unwrap();
     shared.set_desired(crate::desired::load(&source).unwrap());
+    tweak(&mut shared);
     let shared = Arc::new(shared);
     crate::server::reconcile::reconcile(&shared, &[], jiff::Timestamp::now()).unwrap();
     let plan = crate::ops::replan::current(store.as_ref())
@@ -934,4 +945,116 @@ async fn a_stale_plan_is_not_rehearsed() {
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("is stale"), "{e:?}");
     assert!(!a.api.shared.rehearsing.contains(&a.plan));
+}
+
+/// The examples' files as a `PreviewPlan` request.
+fn preview_request() -> pb::PreviewPlanRequest {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let files = ["home/cluster.yaml", "home/pools.yaml"]
+        .iter()
+        .map(|p| pb::DesiredFile {
+            path: p.to_string(),
+            content: std::fs::read(root.join(p)).unwrap(),
+        })
+        .collect();
+    pb::PreviewPlanRequest { files }
+}
+
+/// Issue #49: `PreviewPlan` computes at most `previews` at once (one more is refused with
+/// RESOURCE_EXHAUSTED, nothing computed) and answers DEADLINE_EXCEEDED past its deadline;
+/// with a permit and time it answers the plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_are_bounded_in_number_and_time() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving(store, &["alice@x"]);
+    let ok = a
+        .api
+        .preview_plan(Request::new(preview_request()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok.has_changes && !ok.short_id.is_empty(), "{ok:?}");
+    // every permit taken: refused at once
+    let limits = &a.api.shared.request_limits;
+    let held = limits
+        .previews
+        .clone()
+        .try_acquire_many_owned(crate::server::RequestLimits::PREVIEWS as u32)
+        .unwrap();
+    let e = a
+        .api
+        .preview_plan(Request::new(preview_request()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    drop(held);
+    // past the deadline: 1 ms for a revision of 1,000 pools, which takes far longer to read
+    // and plan (the deadline is checked only while the computation runs)
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let hurried = approving_tweaked(store, &["alice@x"], home(), |s| {
+        s.request_limits.preview_deadline = std::time::Duration::from_millis(1);
+    });
+    let mut large = preview_request();
+    for f in 0..2 {
+        let docs: Vec<String> = (f * 500..(f + 1) * 500)
+            .map(|i| {
+                format!(
+                    "apiVersion: medea/v1alpha1\nkind: NodePool\nmetadata:\n  name: empty-{i:04}\nspec:\n  cluster: home\n  role: worker\n  selector:\n    matchLabels:\n      none: \"true\"\n  talos:\n    version: v1.14.6\n"
+                )
+            })
+            .collect();
+        large.files.push(pb::DesiredFile {
+            path: format!("home/empty-{f}.yaml"),
+            content: docs.join("---\n").into_bytes(),
+        });
+    }
+    let e = hurried
+        .api
+        .preview_plan(Request::new(large))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
+}
+
+/// Issue #49: a rehearsal past its deadline is stopped and stores no report (the plan view
+/// shows none and says it no longer runs), and rehearsals past the cap are refused with
+/// RESOURCE_EXHAUSTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehearsals_are_bounded_in_number_and_time() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let a = approving_tweaked(store, &["alice@x"], home(), |s| {
+        s.request_limits.rehearsal_deadline = std::time::Duration::from_millis(1);
+    });
+    let started = a
+        .api
+        .rehearse_plan(Request::new(pb::RehearsePlanRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(started.outcome, "started");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let view = loop {
+        let view = a.plan().await;
+        if !view.rehearsing {
+            break view;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rehearsal was not stopped at its deadline"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(view.rehearsals.is_empty(), "{:?}", view.rehearsals);
+    // no room for one more
+    let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+    let full = approving_tweaked(store, &["alice@x"], home(), |s| {
+        s.request_limits.max_rehearsals = 0;
+    });
+    let e = full
+        .api
+        .rehearse_plan(Request::new(pb::RehearsePlanRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("rehearsals are running"), "{e:?}");
 }

@@ -25,18 +25,13 @@ mod live;
 mod pages;
 mod session;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncBufReadExt as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::Shared;
 use super::auth::TokenAuth;
@@ -68,9 +63,7 @@ pub enum UiError {
         err: std::io::Error,
     },
     #[error("the API's certificate or key is not usable for the dashboard")]
-    Tls(#[source] rustls::Error),
-    #[error("the API's certificate or key PEM cannot be read")]
-    Pem(#[source] rustls::pki_types::pem::Error),
+    Tls(#[source] super::listen::ConfigError),
     #[error(
         "the API's certificate has an Ed25519 key, which no browser accepts; remove the generated files under <state-dir>/tls (medea then generates ECDSA P-256 ones; API clients must trust the new ca.crt), or pass --tls-cert/--tls-key"
     )]
@@ -141,131 +134,22 @@ pub async fn start(
 }
 
 fn tls_config(identity: &ServerIdentity) -> Result<Arc<rustls::ServerConfig>, UiError> {
+    use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(UiError::Pem)?;
-    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.expose().as_bytes())
-        .map_err(UiError::Pem)?;
     // medea generated Ed25519 certificates before the dashboard existed; a browser would fail
     // the handshake with no useful message, so say it here.
-    if let Some(leaf) = certs.first()
-        && let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf)
+    if let Some(Ok(leaf)) = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes()).next()
+        && let Ok((_, cert)) = x509_parser::parse_x509_certificate(&leaf)
         && cert.public_key().algorithm.algorithm.to_id_string() == "1.3.101.112"
     {
         return Err(UiError::Ed25519);
     }
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(UiError::Tls)?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(UiError::Tls)?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    super::listen::tls_config(identity, &[b"h2", b"http/1.1"]).map_err(UiError::Tls)
 }
 
-/// How much of the daemon the dashboard may take: connections, and how long a peer may hold one
-/// without saying anything (issue #32: idle TLS connections used to exhaust the file
-/// descriptors the gRPC API needs).
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Open dashboard connections in all; one more is closed at once.
-    pub max_connections: usize,
-    /// Open dashboard connections from one IP address; one more is closed at once.
-    pub max_per_peer: usize,
-    /// How long a TLS handshake may take.
-    pub handshake_timeout: Duration,
-    /// How long a peer may take to send a request's headers, counted from the moment the
-    /// connection waits for a request (so it is also the idle timeout of a kept-alive HTTP/1.1
-    /// connection and of one that sends nothing after the handshake).
-    pub header_timeout: Duration,
-    /// HTTP/2: how often the server pings, and how long it waits for the answer.
-    pub keep_alive: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_connections: 256,
-            max_per_peer: 32,
-            handshake_timeout: Duration::from_secs(10),
-            header_timeout: Duration::from_secs(30),
-            keep_alive: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Connections per peer address, each held by a [`PeerSlot`].
-#[derive(Default)]
-struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
-
-struct PeerSlot {
-    peers: Arc<Peers>,
-    ip: std::net::IpAddr,
-}
-
-impl Peers {
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
-    fn take(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<PeerSlot> {
-        let mut map = self.0.lock().expect("peer counts lock");
-        let n = map.entry(ip).or_insert(0);
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(PeerSlot {
-            peers: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for PeerSlot {
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
-    fn drop(&mut self) {
-        let mut map = self.peers.0.lock().expect("peer counts lock");
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
-}
-
-/// How long to wait after a failed `accept` (EMFILE, ENFILE, ENOBUFS …): the error repeats at
-/// once while its cause lasts, so retrying without a pause spins a core. Doubles from 10 ms to
-/// 1 s, back to the start after a success.
-#[derive(Debug)]
-pub(crate) struct AcceptBackoff(Duration);
-
-impl AcceptBackoff {
-    const MIN: Duration = Duration::from_millis(10);
-    const MAX: Duration = Duration::from_secs(1);
-
-    pub(crate) fn new() -> Self {
-        AcceptBackoff(Self::MIN)
-    }
-    /// The pause after this failure.
-    pub(crate) fn failed(&mut self) -> Duration {
-        let d = self.0;
-        self.0 = (self.0 * 2).min(Self::MAX);
-        d
-    }
-    pub(crate) fn succeeded(&mut self) {
-        self.0 = Self::MIN;
-    }
-}
+/// The dashboard's connection caps and timeouts (issue #32): the listeners' limits
+/// ([`super::listen::Limits`], the same defaults as the API's).
+pub use super::listen::Limits;
 
 async fn serve(
     listener: tokio::net::TcpListener,
@@ -273,75 +157,20 @@ async fn serve(
     app: Router,
     limits: Limits,
 ) {
+    use super::listen::{Http, accept, serve_http};
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut incoming = accept("dashboard", listener, limits.clone(), move |tcp| {
+        acceptor.accept(tcp)
+    });
     let mut connections = tokio::task::JoinSet::new();
-    let global = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let peers = Arc::new(Peers::default());
-    let mut backoff = AcceptBackoff::new();
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(a) => {
-                backoff.succeeded();
-                a
-            }
-            Err(e) => {
-                let pause = backoff.failed();
-                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "dashboard: accept failed; pausing");
-                tokio::time::sleep(pause).await;
-                continue;
-            }
+    while let Some(conn) = incoming.recv().await {
+        // The protocol is the one ALPN chose: no sniffing of the first bytes.
+        let http = if conn.get_ref().get_ref().1.alpn_protocol() == Some(b"h2".as_slice()) {
+            Http::H2
+        } else {
+            Http::H1
         };
-        // Over a cap: dropping the stream closes it before any TLS work is done.
-        let Ok(permit) = global.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "dashboard: connection cap reached; closing");
-            drop(tcp);
-            continue;
-        };
-        let Some(slot) = peers.take(peer.ip(), limits.max_per_peer) else {
-            tracing::debug!(%peer, "dashboard: per-peer connection cap reached; closing");
-            drop(tcp);
-            continue;
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let limits = limits.clone();
-        connections.spawn(async move {
-            let _held = (permit, slot);
-            let Ok(Ok(tls)) =
-                tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await
-            else {
-                return;
-            };
-            // The protocol is the one ALPN chose: no sniffing of the first bytes, which would
-            // wait with no timer for a peer that sends nothing.
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-            // A peer that sends nothing after the handshake is dropped after the header
-            // timeout whatever the protocol (hyper's HTTP/2 server waits for the client's
-            // preface with no timer of its own). The bytes read stay in the buffer.
-            let mut io = tokio::io::BufReader::new(tls);
-            match tokio::time::timeout(limits.header_timeout, io.fill_buf()).await {
-                Ok(Ok(first)) if !first.is_empty() => {}
-                _ => return,
-            }
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .keep_alive(true);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(limits.keep_alive)
-                .keep_alive_timeout(limits.keep_alive);
-            let builder = if h2 {
-                builder.http2_only()
-            } else {
-                builder.http1_only()
-            };
-            let _ = builder.serve_connection(TokioIo::new(io), service).await;
-        });
+        connections.spawn(serve_http(conn, app.clone(), limits.clone(), http));
         while connections.try_join_next().is_some() {}
     }
 }

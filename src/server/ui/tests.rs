@@ -595,23 +595,6 @@ async fn the_event_stream_ends_when_its_session_logs_out() {
     );
 }
 
-/// A failed accept pauses, doubling up to a second, and a success starts over: a listener out
-/// of file descriptors neither spins nor stays slow once they are back (issue #32).
-#[test]
-fn accept_backoff_doubles_to_a_ceiling_and_resets_on_success() {
-    use std::time::Duration;
-    let mut b = AcceptBackoff::new();
-    let pauses: Vec<_> = (0..9).map(|_| b.failed()).collect();
-    let ms = |v: &[u64]| {
-        v.iter()
-            .map(|m| Duration::from_millis(*m))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(pauses, ms(&[10, 20, 40, 80, 160, 320, 640, 1000, 1000]));
-    b.succeeded();
-    assert_eq!(b.failed(), Duration::from_millis(10));
-}
-
 /// A halted Talos job (pool `workers`, waves `[w-1, w-2]` and `[w-3]`: wave 1 done in 1m30s,
 /// w-3 draining when the halt came), stored with its journal.
 fn put_halted_talos_job(store: &dyn Store) -> JobId {

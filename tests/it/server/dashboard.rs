@@ -66,10 +66,12 @@ fn localhost() -> rustls::pki_types::ServerName<'static> {
     rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into())
 }
 
-/// More idle connections than the dashboard's caps: the ones over a cap (per peer, then in
-/// all) are closed at once without holding anything, the ones under it stay, the gRPC API
-/// answers throughout, and the dashboard serves again as soon as a slot frees (issue #32: 300
-/// idle TLS connections used to take every file descriptor and the API with them).
+/// More idle connections than the dashboard's caps: the ones over the per-peer cap are closed
+/// at once without holding anything; at the cap in all the oldest silent connection is closed
+/// to admit the new one (issue #49: a silent flood must not lock out a client that talks), so
+/// the open connections never exceed the cap; the others stay, the gRPC API answers
+/// throughout, and the dashboard serves again as soon as a slot frees (issue #32: 300 idle TLS
+/// connections used to take every file descriptor and the API with them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_connections_over_the_caps_are_closed_and_the_api_still_answers() {
     let limits = medea::server::ui::Limits {
@@ -99,17 +101,19 @@ async fn dashboard_connections_over_the_caps_are_closed_and_the_api_still_answer
     for _ in 0..2 {
         held.push(connect_from("127.0.0.2", ui).await);
     }
-    for from in ["127.0.0.2", "127.0.0.3"] {
-        let mut extra = connect_from(from, ui).await;
+    for (oldest, from) in ["127.0.0.2", "127.0.0.3"].into_iter().enumerate() {
+        let extra = connect_from(from, ui).await;
         assert!(
-            closed_within(&mut extra, Duration::from_secs(5)).await,
-            "a connection over the global cap from {from} was left open"
+            closed_within(&mut held[oldest], Duration::from_secs(5)).await,
+            "a connection over the global cap from {from} did not displace the oldest silent one"
         );
+        held.push(extra);
     }
     assert!(
-        held.iter().all(still_open),
-        "connections under the caps stay open"
+        held[2..].iter().all(still_open),
+        "the other connections stay open"
     );
+    held.drain(..2);
     // the API is unaffected
     let cli = s.cli();
     let out = tokio::task::spawn_blocking(move || {

@@ -3,11 +3,13 @@
 //! This file holds the server fixtures other areas use too (`start`, `home_inventory`,
 //! `TestServer`, ...); each subject is a module: [`access`] (TLS, tokens, finding a server),
 //! [`plans`] (plans and approvals over the API), [`trust_root`], [`process`] (`medea serve`
-//! as a process), [`dashboard`] (connection limits) and [`completion`].
+//! as a process), [`dashboard`] (connection limits), [`flood`] (the API's listener under a
+//! flood, with a lowered descriptor limit) and [`completion`].
 
 mod access;
 mod completion;
 mod dashboard;
+mod flood;
 mod plans;
 mod process;
 mod trust_root;
@@ -188,6 +190,8 @@ fn start_full(
         ui_listen: ui.as_ref().map(|(a, _)| *a),
         ui_limits: ui.map(|(_, l)| l).unwrap_or_default(),
         hook_policy: Default::default(),
+        api_limits: Default::default(),
+        metrics_limits: medea::server::listen::Limits::metrics(),
     };
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
