@@ -45,6 +45,7 @@ mod plan_scenarios;
 mod plan_time;
 mod preflight;
 mod preflight_observe;
+mod readme_links;
 mod rehearsal;
 mod rollout;
 mod rollout_health;
