@@ -51,7 +51,11 @@ fn anchors(text: &str) -> BTreeSet<String> {
         }
         let s = slug(heading.trim());
         let n = seen.entry(s.clone()).or_insert(0);
-        out.insert(if *n == 0 { s.clone() } else { format!("{s}-{n}") });
+        out.insert(if *n == 0 {
+            s.clone()
+        } else {
+            format!("{s}-{n}")
+        });
         *n += 1;
     }
     out
@@ -62,13 +66,20 @@ fn links(text: &str) -> Vec<String> {
     let re = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
     prose(text)
         .iter()
-        .flat_map(|l| re.captures_iter(l).map(|c| c[1].to_string()).collect::<Vec<_>>())
+        .flat_map(|l| {
+            re.captures_iter(l)
+                .map(|c| c[1].to_string())
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
 /// What is wrong with `target`, linked from `from` (a file of the repository).
 fn broken(from: &Path, target: &str) -> Option<String> {
-    if target.starts_with("http://") || target.starts_with("https://") || target.starts_with("mailto:") {
+    if target.starts_with("http://")
+        || target.starts_with("https://")
+        || target.starts_with("mailto:")
+    {
         return None;
     }
     let (file, anchor) = match target.split_once('#') {
@@ -88,8 +99,12 @@ fn broken(from: &Path, target: &str) -> Option<String> {
         return Some(format!("`{target}`: an anchor into a directory"));
     }
     let text = std::fs::read_to_string(&path).unwrap();
-    (!anchors(&text).contains(anchor))
-        .then(|| format!("`{target}`: {} has no heading with anchor `#{anchor}`", path.display()))
+    (!anchors(&text).contains(anchor)).then(|| {
+        format!(
+            "`{target}`: {} has no heading with anchor `#{anchor}`",
+            path.display()
+        )
+    })
 }
 
 #[test]
@@ -102,7 +117,11 @@ fn every_link_and_anchor_of_the_readme_resolves() {
         "the README links its own sections (its table of contents) and design pages: {all:?}"
     );
     let bad: Vec<String> = all.iter().filter_map(|l| broken(&readme, l)).collect();
-    assert!(bad.is_empty(), "README.md has broken links:\n  {}", bad.join("\n  "));
+    assert!(
+        bad.is_empty(),
+        "README.md has broken links:\n  {}",
+        bad.join("\n  ")
+    );
 }
 
 #[test]
@@ -119,7 +138,10 @@ fn the_readme_table_of_contents_lists_every_section() {
         .map(slug)
         .collect();
     let missing: Vec<&String> = sections.iter().filter(|s| !listed.contains(*s)).collect();
-    assert!(missing.is_empty(), "sections missing from README's Contents: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "sections missing from README's Contents: {missing:?}"
+    );
 }
 
 /// The checker itself: a broken file, a broken anchor and a good anchor into another file.
@@ -128,7 +150,16 @@ fn the_link_checker_finds_what_is_broken() {
     let readme = root().join("README.md");
     assert!(broken(&readme, "design/no-such-page.md").is_some());
     assert!(broken(&readme, "#no-such-section").is_some());
-    assert!(broken(&readme, "design/observation.md#what-each-observation-reads-for-the-preflight-checks").is_none());
-    assert_eq!(slug("Add a cluster: `medea seed`"), "add-a-cluster-medea-seed");
+    assert!(
+        broken(
+            &readme,
+            "design/observation.md#what-each-observation-reads-for-the-preflight-checks"
+        )
+        .is_none()
+    );
+    assert_eq!(
+        slug("Add a cluster: `medea seed`"),
+        "add-a-cluster-medea-seed"
+    );
     assert!(broken(&readme, "https://example.com/anything").is_none());
 }

@@ -35,20 +35,6 @@ fn comment(j: &Job, si: usize, node: &str) -> String {
     )
 }
 
-/// When node `i`'s silence should end if renewed at `now`: a lease from now, plus the drain
-/// timeout while a drain (one long call, during which nothing is renewed) is next; never
-/// past `maxDuration` from its start.
-fn wanted_end(j: &Job, si: usize, i: usize, since: Timestamp, now: Timestamp) -> Option<Timestamp> {
-    let p = policy(j, si)?;
-    let ts = talos_of(j, si);
-    let busy = if ts.nodes[i].phase == NodePhase::Cordoned {
-        ts.rollout.drain_timeout
-    } else {
-        Duration::ZERO
-    };
-    Some(add(now, p.lease + busy).min(add(since, p.max_duration)))
-}
-
 fn silence_command(
     j: &Job,
     si: usize,
@@ -98,9 +84,40 @@ pub(super) fn silence_before_cordon(j: &Job, si: usize, i: usize, now: Timestamp
 }
 
 /// While node `i` is away: the renewal of its silence once less than half a lease is left of
-/// what it needs (a lease from now, the drain's timeout before a drain), never past
-/// `maxDuration`, and not before a failed renewal's retry time.
+/// what it needs (a lease from now, plus the drain timeout while a drain — one long call during
+/// which nothing is renewed — is next), never past `maxDuration`, and not before a failed
+/// renewal's retry time.
 pub(super) fn silence_renewal(j: &Job, si: usize, i: usize, now: Timestamp) -> Option<Flow> {
+    let ts = talos_of(j, si);
+    let busy = if ts.nodes[i].phase == NodePhase::Cordoned {
+        ts.rollout.drain_timeout
+    } else {
+        Duration::ZERO
+    };
+    renewal_covering(j, si, i, now, busy)
+}
+
+/// Before `flow` runs a blocking hook in step `si` (one call that may take the hook's whole
+/// timeout, during which nothing is renewed; issue #51): the renewal of the first silence of a
+/// node still away that would lapse before the hook's timeout plus half a lease, to cover the
+/// hook's timeout and a lease (never past `maxDuration`). Any other flow, or nothing to
+/// renew: `flow`.
+pub(super) fn cover_hook(j: &Job, si: usize, flow: Flow, now: Timestamp) -> Flow {
+    let Flow::Run(cmd) = &flow else { return flow };
+    let Action::Hook { hook, .. } = &cmd.action else {
+        return flow;
+    };
+    let busy = hook.timeout;
+    let renewal = (0..talos_of(j, si).nodes.len())
+        .filter(|&i| !talos_of(j, si).nodes[i].phase.finished())
+        .find_map(|i| renewal_covering(j, si, i, now, busy));
+    renewal.unwrap_or(flow)
+}
+
+/// The one renewal rule: node `i`'s active silence is renewed at `now` when less than half a
+/// lease is left of what it needs — a lease from now plus `busy` (a long call coming up) — to
+/// that, never past `since + maxDuration`, and not before a failed renewal's retry time.
+fn renewal_covering(j: &Job, si: usize, i: usize, now: Timestamp, busy: Duration) -> Option<Flow> {
     let p = policy(j, si)?;
     let Some(NodeSilence::Active {
         id,
@@ -115,44 +132,11 @@ pub(super) fn silence_renewal(j: &Job, si: usize, i: usize, now: Timestamp) -> O
     if retry_at.is_some_and(|r| now < r) {
         return None;
     }
-    let target = wanted_end(j, si, i, since, now)?;
-    let half = p.lease / 2;
-    if add(ends_at, half) > target {
+    let target = add(now, p.lease + busy).min(add(since, p.max_duration));
+    if add(ends_at, p.lease / 2) > target {
         return None;
     }
     Some(silence_command(j, si, i, Some(id), target, renewals + 1))
-}
-
-/// Before `flow` runs a blocking hook in step `si` (one call that may take the hook's whole
-/// timeout, during which nothing is renewed; issue #51): the renewal of the first silence of
-/// the step that would lapse before the hook's timeout plus half a lease, to cover the hook's
-/// timeout and a lease (never past `maxDuration`). Any other flow, or nothing to renew: `flow`.
-pub(super) fn cover_hook(j: &Job, si: usize, flow: Flow, now: Timestamp) -> Flow {
-    let Flow::Run(cmd) = &flow else { return flow };
-    let Action::Hook { hook, .. } = &cmd.action else {
-        return flow;
-    };
-    let Some(p) = policy(j, si) else { return flow };
-    let busy = hook.timeout;
-    let renewal = talos_of(j, si).nodes.iter().enumerate().find_map(|(i, n)| {
-        let Some(NodeSilence::Active {
-            id,
-            since,
-            ends_at,
-            renewals,
-            retry_at,
-        }) = &n.silence
-        else {
-            return None;
-        };
-        if n.phase.finished() || retry_at.is_some_and(|r| now < r) {
-            return None;
-        }
-        let target = add(now, p.lease + busy).min(add(*since, p.max_duration));
-        (add(*ends_at, p.lease / 2) <= target)
-            .then(|| silence_command(j, si, i, Some(id.clone()), target, renewals + 1))
-    });
-    renewal.unwrap_or(flow)
 }
 
 /// The expiry of the silence of a node of step `si` that finished (back and uncordoned, or

@@ -12,7 +12,9 @@ fn step_to(sim: &Sim, nodes: &[&str], to: &str) -> Step {
     let mut step = sim.step("workers", &[nodes], 1, (60, 60));
     if let Step::Talos(t) = &mut step {
         t.to = tv(to);
-        t.image = format!("factory.talos.dev/installer/abc:{to}");
+        t.image = format!(
+            "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{to}"
+        );
     }
     step
 }
@@ -42,7 +44,9 @@ async fn a_node_that_says_an_install_is_running_is_waited_for_not_installed_agai
     // the earlier caller: pull, then an install it never waits for
     let (earlier, _) = adapters(&sim).await;
     let w1 = node(&sim, "w-1");
-    let image = format!("factory.talos.dev/installer/abc:{TO}");
+    let image = format!(
+        "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:{TO}"
+    );
     earlier
         .pull_image(&w1, &image, ImageNamespace::System)
         .await
