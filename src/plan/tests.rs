@@ -2110,13 +2110,13 @@ fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
     assert_eq!(
         notes,
         [
-            "node pool `a`, hop 1/2 to v1.13.10: drain.skipPods (app=local-path) does not hold for machine `w-1`, which runs Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included"
+            "node pool `a`, hop 1/2 to v1.13.10: drain.skipPods (app=local-path) does not hold for machine `w-1`, which runs Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included; drain.waitForVolumeDetach does not cover them: the node reboots right after its own drain"
         ],
         "{:#?}",
         p.clusters[0].notes
     );
     // every machine already on 1.13: no note
-    let inv = observed(
+    let on_1_13 = observed(
         "v1.34.1",
         1,
         vec![
@@ -2125,12 +2125,54 @@ fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
             w("w-3", "v1.12.11"),
         ],
     );
-    let p = plan_ok(&d, &inv);
+    let p = plan_ok(&d, &on_1_13);
     assert!(
         p.clusters[0].notes.iter().all(|n| !n.contains("skipPods")),
         "{:#?}",
         p.clusters[0].notes
     );
+}
+
+/// Issue 48, item 6: the legacy Upgrade's own drain ignores more of the pool's drain policy
+/// than the skip list: it keeps no emptyDir data, and the node reboots right after it, so
+/// medea's wait for volumes to detach does not cover the pods it evicts. The note names each
+/// such setting the pool sets, and only those.
+#[test]
+fn the_skip_pods_note_names_the_other_drain_settings_the_legacy_drain_ignores() {
+    let inv = observed(
+        "v1.34.1",
+        1,
+        vec![w("w-1", "v1.12.11"), w("w-2", "v1.12.11")],
+    );
+    let note = |drain: &str| -> String {
+        let d = one(
+            "v1.34.1",
+            "",
+            &[pool_doc("a", "worker", "w-1, w-2", "v1.13.10", drain)],
+        );
+        let p = plan_ok(&d, &inv);
+        let notes: Vec<&String> = p.clusters[0]
+            .notes
+            .iter()
+            .filter(|n| n.contains("skipPods"))
+            .collect();
+        assert_eq!(notes.len(), 1, "{:#?}", p.clusters[0].notes);
+        notes[0].clone()
+    };
+    let skip = "  drain:\n    skipPods:\n      matchLabels:\n        app: local-path\n";
+    let kept = note(&format!(
+        "{skip}    deleteEmptyDirData: false\n    waitForVolumeDetach: false\n"
+    ));
+    assert!(
+        kept.ends_with("the skipped ones included; drain.deleteEmptyDirData: false does not hold for them either (their emptyDir data is lost)"),
+        "{kept}"
+    );
+    let waits = note(skip);
+    assert!(
+        waits.ends_with("the skipped ones included; drain.waitForVolumeDetach does not cover them: the node reboots right after its own drain"),
+        "{waits}"
+    );
+    assert!(!waits.contains("deleteEmptyDirData"), "{waits}");
 }
 
 #[test]

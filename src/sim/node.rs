@@ -121,6 +121,15 @@ pub trait NodeSource: Send + Sync + 'static {
         let _ = since;
         None
     }
+    /// Node name → how many server-side drains the node has started (Talos' legacy
+    /// `MachineService.Upgrade` drains its node before it installs: siderolabs/talos
+    /// `v1alpha1_sequencer.go` `Upgrade`, `CordonAndDrainNode`), for the nodes that started
+    /// one, sorted by name. The kube side evicts that node's pods as upstream's
+    /// `pkg/kubernetes` `Client.Drain` does, once per count it has not seen. The default: no
+    /// drains (a source with no Talos upgrade).
+    fn talos_drains(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
     /// Called once by the kube side when it starts on this source: from then on its stored
     /// objects are the etcd keyspace the source's control plane serves. The default ignores it
     /// (a source with no etcd).

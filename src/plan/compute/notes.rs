@@ -87,7 +87,10 @@ impl<'a> ClusterCtx<'a> {
 /// `internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go` `Upgrade`: phase `drain`,
 /// `CordonAndDrainNode`; `pkg/kubernetes/kubernetes.go` `Client.Drain` evicts every pod a
 /// controller other than a DaemonSet owns, mirror and bare pods aside), which knows no skip
-/// list. One note per pool hop that has such machines.
+/// list, keeps no emptyDir data (`drain.deleteEmptyDirData: false` does not hold for the
+/// skipped pods) and is followed at once by the reboot (medea's wait for volumes to detach,
+/// which follows medea's own drain, does not cover the pods it evicts). One note per pool hop
+/// that has such machines, naming each of those settings the pool sets.
 fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
     let mut notes = Vec::new();
     for step in steps {
@@ -114,8 +117,20 @@ fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
+        // what else of the pool's drain policy the node's own drain ignores for those pods
+        let mut also = String::new();
+        if !t.drain.delete_empty_dir_data {
+            also.push_str(
+                "; drain.deleteEmptyDirData: false does not hold for them either (their emptyDir data is lost)",
+            );
+        }
+        if t.drain.volume_detach_timeout_secs.is_some() {
+            also.push_str(
+                "; drain.waitForVolumeDetach does not cover them: the node reboots right after its own drain",
+            );
+        }
         notes.push(format!(
-            "node pool `{}`, hop {}/{} to {}: drain.skipPods ({}) does not hold for {}, which run{} Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included",
+            "node pool `{}`, hop {}/{} to {}: drain.skipPods ({}) does not hold for {}, which run{} Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included{also}",
             t.pool,
             t.hop,
             t.hops,

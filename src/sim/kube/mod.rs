@@ -281,6 +281,12 @@ pub struct KubeCounters {
     /// Reconcile passes run (a request whose inputs did not change since a pass that changed
     /// nothing runs none).
     pub reconciles: u64,
+    /// Evictions accepted that a node's own server-side drain sent (Talos' legacy
+    /// `MachineService.Upgrade`), not counted in `evictions`.
+    pub talos_drain_evictions: u64,
+    /// Evictions of a node's own server-side drain refused (a PodDisruptionBudget's 429), not
+    /// counted in `evictions_blocked`.
+    pub talos_drain_refused: u64,
 }
 
 /// One thing the simulated cluster recorded ([`KubeSim::history`]), in order.
@@ -295,6 +301,22 @@ pub enum ClusterRecord {
         /// The pod.
         pod: String,
         /// The node.
+        node: String,
+    },
+    /// A node's own server-side drain (Talos' legacy `MachineService.Upgrade`) evicted a pod
+    /// (`namespace/name`).
+    TalosEvicted {
+        /// The pod.
+        pod: String,
+        /// The node that drained itself.
+        node: String,
+    },
+    /// A node's own server-side drain could not evict a pod (a PodDisruptionBudget refused);
+    /// the pod stays.
+    TalosEvictionRefused {
+        /// The pod.
+        pod: String,
+        /// The node that drained itself.
         node: String,
     },
 }

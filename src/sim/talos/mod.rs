@@ -518,6 +518,13 @@ impl NodeSource for SimTalos {
     fn node_fingerprints_since(&self, since: u64) -> Option<Vec<(String, u64)>> {
         self.shared.lock().node_fingerprints_since(since)
     }
+    fn talos_drains(&self) -> Vec<(String, u64)> {
+        let c = self.shared.lock();
+        c.server_drains
+            .iter()
+            .map(|(n, k)| (n.clone(), *k))
+            .collect()
+    }
     fn attach_keyspace(&self, keyspace: Arc<dyn crate::sim::node::KeyspaceSource>) {
         *self
             .shared

@@ -115,6 +115,89 @@ async fn skip_pods_leaves_matching_pods_on_the_node() {
     assert_eq!(sim.kube.counters().pod_deletes, 0);
 }
 
+/// Issue 48, item 6: on a node still on Talos < 1.13 medea must call the legacy
+/// `MachineService.Upgrade`, whose upgrade sequence drains the node again itself, server-side,
+/// without medea's skip list (siderolabs/talos `v1alpha1_sequencer.go` `Upgrade`, phase `drain`,
+/// `CordonAndDrainNode`; `pkg/kubernetes/kubernetes.go` `Client.Drain`). A controller-owned pod
+/// `drain.skipPods` kept (a local-storage agent) is evicted by the node's own drain; DaemonSet
+/// pods stay. Before, the simulator's legacy Upgrade drained nothing and the pod survived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_upgrade_drains_the_node_itself_and_evicts_the_skipped_pods() {
+    use medea::sim::kube::{ClusterRecord, scenario};
+    let dir = tempfile::tempdir().unwrap();
+    let mut objects = scenario::default_scenario();
+    let mut agent = scenario::deployment("storage", "local-agent", 1, "local-agent:1");
+    if let Some(spec) = agent.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.node_selector =
+            Some([("kubernetes.io/hostname".to_string(), "w-1".to_string())].into());
+    }
+    objects.push(serde_json::to_value(agent).unwrap());
+    let sim = Sim::start_from(
+        dir.path(),
+        1,
+        2,
+        KubeSimConfig {
+            objects,
+            ..KubeSimConfig::default()
+        },
+        "v1.12.6",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let original = loop {
+        let agent = sim
+            .kube
+            .pods_on("w-1")
+            .into_iter()
+            .find(|p| p.name.starts_with("local-agent-") && p.ready);
+        if let Some(p) = agent {
+            break p.name;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent is never Ready on w-1: {:?}",
+            sim.kube.pods()
+        );
+        // the simulator's controllers create and schedule pods in the background
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut step = sim.step("workers", &[&["w-1"], &["w-2"]], 1, (60, 60));
+    if let Step::Talos(t) = &mut step {
+        assert!(
+            t.waves.iter().flatten().all(|m| m.from == tv("v1.12.6")),
+            "the legacy path"
+        );
+        t.drain.skip_pods = [("app".to_string(), "local-agent".to_string())].into();
+    }
+    let run = run_for(&sim, dir.path(), vec![step]).await;
+    let out = run.go().await;
+    assert!(matches!(out, RunOutcome::Succeeded), "{out:?}");
+    assert_eq!(sim.upgrades("w-1"), 1);
+    assert!(
+        !sim.kube.pods().iter().any(|p| p.name == original),
+        "the skipped pod {original} did not survive the legacy upgrade: {:?}",
+        sim.kube.pods()
+    );
+    let history = sim.kube.history();
+    assert!(
+        history.iter().any(|r| matches!(
+            r,
+            ClusterRecord::TalosEvicted { pod, node } if *pod == format!("storage/{original}") && node == "w-1"
+        )),
+        "evicted by w-1's own drain: {history:?}"
+    );
+    assert!(
+        !history.iter().any(|r| matches!(
+            r,
+            ClusterRecord::TalosEvicted { pod, .. } if pod.starts_with("kube-system/kube-proxy-")
+        )),
+        "DaemonSet pods stay"
+    );
+    let c = sim.kube.counters();
+    assert!(c.talos_drain_evictions >= 1, "{c:?}");
+    assert_eq!(c.pod_deletes, 0, "evictions only");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pdb_that_never_allows_halts_at_the_drain_timeout_and_deletes_nothing() {
     use medea::sim::kube::scenario;

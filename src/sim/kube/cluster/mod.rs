@@ -41,6 +41,7 @@ pub(crate) use volumes::attachment_name;
 mod nodes;
 mod scheduler;
 mod statuses;
+mod talos_drain;
 mod volumes;
 
 /// The annotation that marks a mirror pod (the API view of a static pod).
@@ -212,6 +213,10 @@ pub(crate) struct KubeSide {
     /// happened, e.g. where evicted pods landed while which node was cordoned); the oldest
     /// go beyond [`HISTORY_CAP`].
     pub history: std::collections::VecDeque<super::ClusterRecord>,
+    /// Node name → the server-side drains of the node source already run
+    /// ([`NodeSource::talos_drains`], `talos_drain.rs`); starts at what the source reports
+    /// when the kube side starts, so a drain is run once.
+    talos_drains_seen: BTreeMap<String, u64>,
 }
 
 /// How many [`KubeSide::history`] records are kept.
@@ -309,6 +314,7 @@ pub(crate) fn kind_matches(rt: &ResourceType, obj: &Value) -> bool {
 
 impl KubeSide {
     pub fn new(source: Arc<dyn NodeSource>, timing: Timing, seed: u64) -> KubeSide {
+        let talos_drains_seen = source.talos_drains().into_iter().collect();
         KubeSide {
             store: Store::new(seed),
             source,
@@ -338,6 +344,7 @@ impl KubeSide {
             custom: Vec::new(),
             crd_due: BTreeMap::new(),
             history: Default::default(),
+            talos_drains_seen,
         }
     }
 
@@ -530,6 +537,7 @@ impl KubeSide {
         let before = self.store.resource_version();
         self.counters.reconciles += 1;
         self.establish_crds(now, wall);
+        self.talos_drains(now, wall);
         self.pass(now, wall);
         let resource_version = self.store.resource_version();
         self.settled = match fingerprint {

@@ -621,3 +621,188 @@ fn a_taint_whose_value_is_no_label_value_is_refused() {
     node["spec"]["taints"][0]["value"] = json!("0123456789ab-prod");
     c.patch_node("w-1", &node, wall).unwrap();
 }
+
+/// A node source whose nodes start server-side drains (Talos' legacy `MachineService.Upgrade`).
+struct Draining {
+    nodes: Vec<NodeFacts>,
+    drains: Mutex<BTreeMap<String, u64>>,
+}
+
+impl NodeSource for Draining {
+    fn nodes(&self) -> Vec<NodeFacts> {
+        self.nodes.clone()
+    }
+    fn talos_drains(&self) -> Vec<(String, u64)> {
+        self.drains
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, k)| (n.clone(), *k))
+            .collect()
+    }
+}
+
+fn draining_cluster(objects: Vec<Value>) -> (KubeSide, Arc<Draining>) {
+    let src = Arc::new(Draining {
+        nodes: vec![
+            node("cp-1", true),
+            node("w-1", false),
+            node("w-2", false),
+            node("w-3", false),
+        ],
+        drains: Mutex::new(BTreeMap::new()),
+    });
+    let mut c = KubeSide::new(
+        src.clone(),
+        Timing {
+            start: Duration::ZERO,
+            termination: Duration::from_secs(30),
+            crd_establish: Duration::ZERO,
+        },
+        42,
+    );
+    let wall = jiff::Timestamp::now();
+    for o in objects {
+        let rt = resources::by_kind(
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+        )
+        .unwrap();
+        c.store.create(rt, o, wall).unwrap();
+    }
+    c.reconcile(Instant::now(), wall);
+    (c, src)
+}
+
+fn talos_records(c: &KubeSide) -> Vec<super::super::ClusterRecord> {
+    use super::super::ClusterRecord;
+    c.history
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                ClusterRecord::TalosEvicted { .. } | ClusterRecord::TalosEvictionRefused { .. }
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+/// Talos' server-side drain (`pkg/kubernetes/kubernetes.go` `Client.Drain`) evicts every pod a
+/// controller other than a DaemonSet owns, and leaves mirror pods, DaemonSet pods and bare
+/// pods; it runs once per drain the node source started; a client's eviction counters do not
+/// move.
+#[test]
+fn a_talos_server_side_drain_evicts_controller_pods_and_leaves_daemonset_mirror_and_bare_pods() {
+    use super::super::ClusterRecord;
+    let mut objects = scenario::default_scenario();
+    objects.push(json(&scenario::bare_pod("default", "debug", "w-1", false)));
+    let (mut c, src) = draining_cluster(objects);
+    let t0 = Instant::now();
+    let wall = jiff::Timestamp::now();
+    let before: Vec<(String, String, bool)> = ["cp-1", "w-1"]
+        .iter()
+        .flat_map(|n| c.store.pods_on_node(n, None).cloned().collect::<Vec<_>>())
+        .map(|p| {
+            (
+                format!("{}/{}", ns_of(&p), name_of(&p)),
+                node_name(&p).to_string(),
+                talos_drain::evicted_by_talos_drain(&p),
+            )
+        })
+        .collect();
+    let kept: Vec<&str> = before
+        .iter()
+        .filter(|b| !b.2)
+        .map(|b| b.0.as_str())
+        .collect();
+    assert!(kept.iter().any(|p| *p == "default/debug"), "{kept:?}");
+    assert!(
+        kept.iter()
+            .any(|p| p.starts_with("kube-system/kube-proxy-"))
+    );
+    assert!(kept.iter().any(|p| *p == "kube-system/kube-apiserver-cp-1"));
+    assert!(
+        before
+            .iter()
+            .any(|b| b.2 && b.1 == "w-1" && b.0.starts_with("default/web-")),
+        "{before:?}"
+    );
+    assert!(talos_records(&c).is_empty());
+
+    *src.drains.lock().unwrap() = [("cp-1".to_string(), 1), ("w-1".to_string(), 1)].into();
+    c.reconcile(t0, wall);
+    let records = talos_records(&c);
+    for (pod, node, evicted) in &before {
+        let named = records.iter().any(|r| match r {
+            ClusterRecord::TalosEvicted { pod: p, node: n }
+            | ClusterRecord::TalosEvictionRefused { pod: p, node: n } => p == pod && n == node,
+            _ => false,
+        });
+        assert_eq!(named, *evicted, "{pod} on {node}: {records:?}");
+        if !evicted {
+            let (ns, name) = pod.split_once('/').unwrap();
+            let p = c.store.get(&PODS, ns, name).expect("kept");
+            assert!(!is_terminating(p), "{pod} left alone");
+        }
+    }
+    let web = before
+        .iter()
+        .find(|b| b.1 == "w-1" && b.0.starts_with("default/web-"))
+        .unwrap();
+    let (ns, name) = web.0.split_once('/').unwrap();
+    assert!(
+        c.store.get(&PODS, ns, name).is_none_or(is_terminating),
+        "the web pod on w-1 is evicted"
+    );
+    assert!(c.counters.talos_drain_evictions >= 1, "{:?}", c.counters);
+    assert_eq!(
+        (c.counters.evictions, c.counters.evictions_blocked),
+        (0, 0),
+        "a client's counters"
+    );
+
+    // the same drain is not run again; a second one is
+    let n = records.len();
+    c.reconcile(t0 + Duration::from_secs(60), wall);
+    assert_eq!(talos_records(&c).len(), n, "once per drain");
+    src.drains.lock().unwrap().insert("w-2".to_string(), 1);
+    c.reconcile(t0 + Duration::from_secs(60), wall);
+    assert!(talos_records(&c).len() > n, "w-2's drain ran");
+}
+
+/// The server-side drain goes through the eviction subresource, so a PodDisruptionBudget
+/// holds: two nodes draining at once under `web-pdb` (minAvailable 2 of 3) get one web pod
+/// evicted and the other refused, which stays.
+#[test]
+fn a_talos_server_side_drain_honours_pod_disruption_budgets() {
+    use super::super::ClusterRecord;
+    let (mut c, src) = draining_cluster(scenario::default_scenario());
+    let t0 = Instant::now();
+    let wall = jiff::Timestamp::now();
+    assert!(web_pods(&c).iter().all(|p| p.ready));
+    *src.drains.lock().unwrap() = [("w-1".to_string(), 1), ("w-2".to_string(), 1)].into();
+    c.reconcile(t0, wall);
+    let web: Vec<_> = talos_records(&c)
+        .into_iter()
+        .filter(|r| match r {
+            ClusterRecord::TalosEvicted { pod, .. }
+            | ClusterRecord::TalosEvictionRefused { pod, .. } => pod.starts_with("default/web-"),
+            _ => false,
+        })
+        .collect();
+    assert_eq!(web.len(), 2, "{web:?}");
+    let refused: Vec<&String> = web
+        .iter()
+        .filter_map(|r| match r {
+            ClusterRecord::TalosEvictionRefused { pod, .. } => Some(pod),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{web:?}");
+    let (ns, name) = refused[0].split_once('/').unwrap();
+    let stays = c.store.get(&PODS, ns, name).expect("the refused pod stays");
+    assert!(!is_terminating(stays));
+    assert!(c.counters.talos_drain_refused >= 1);
+    assert_eq!(c.counters.evictions_blocked, 0);
+}

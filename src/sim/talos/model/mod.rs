@@ -455,6 +455,10 @@ pub(crate) struct TalosSide {
     pub registry: super::registry::Registry,
     /// The etcd leader's state: who leads, elections, forfeits ([`etcd::EtcdLeadership`]).
     pub etcd: etcd::EtcdLeadership,
+    /// Node name → server-side drains started on it (the `drain` phase of the legacy
+    /// `MachineService.Upgrade`'s sequence, [`Self::begin_server_drain`]); nodes never drained
+    /// are absent. The kube side runs each drain once (`NodeSource::talos_drains`).
+    pub server_drains: BTreeMap<String, u64>,
     actor_seq: u64,
     apply_generation: u64,
     /// Name or address → position in `nodes` of the first node with it ([`Self::find`]);
@@ -576,6 +580,7 @@ impl TalosSide {
             etcd_alarms: Default::default(),
             registry: super::registry::Registry::of(scenario),
             etcd: etcd::EtcdLeadership::default(),
+            server_drains: BTreeMap::new(),
             actor_seq: 0,
             apply_generation: 0,
             index: Default::default(),
@@ -840,6 +845,16 @@ impl TalosSide {
         self.nodes()[idx]
             .ready_at
             .is_none_or(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// The legacy `MachineService.Upgrade` of `idx` drains its node before it goes down
+    /// (siderolabs/talos `v1alpha1_sequencer.go` `Upgrade`, phase `drain`,
+    /// `CordonAndDrainNode`): counted here, evicted by the kube side at its next pass. The
+    /// caller begins the node's reboot in the same critical section, which moves the facts'
+    /// fingerprint, so the kube side does not skip that pass.
+    pub fn begin_server_drain(&mut self, idx: usize) {
+        let name = self.nodes()[idx].spec.name.clone();
+        *self.server_drains.entry(name).or_insert(0) += 1;
     }
 
     /// The node goes down for a reboot. The returned ticket finishes the boot.

@@ -452,6 +452,13 @@ impl MachineService for Api {
         c.install_entry(idx, target, &r.image)
             .map_err(|e| Status::internal(format!("failed to run installer: {e}")))?;
         let actor_id = c.next_actor_id(idx);
+        // The upgrade sequence drains the node first, server-side, whatever the client drained
+        // or skipped (`v1alpha1_sequencer.go` `Upgrade`: phase `drain`, `CordonAndDrainNode`;
+        // `pkg/kubernetes/kubernetes.go` `Client.Drain`); a staged upgrade only reboots
+        // (`StageUpgrade` has no drain phase). The kube side evicts at its next pass.
+        if !r.stage {
+            c.begin_server_drain(idx);
+        }
         let ticket = c.begin_reboot(idx);
         let timing = c.timing.reboot;
         drop(c);
