@@ -540,11 +540,25 @@ pub fn start_txn(
             .iter()
             .map(|(k, c)| (k.clone(), c.exclusions.as_slice()))
             .collect();
+    // The cluster's backup recipients: the job's etcd snapshot is encrypted to them (#49).
+    let backup_recipients: std::collections::BTreeMap<
+        String,
+        &[crate::desired::backup::Recipient],
+    > = desired
+        .clusters
+        .iter()
+        .filter_map(|(k, c)| {
+            c.backup
+                .as_ref()
+                .map(|b| (k.clone(), b.recipients.as_slice()))
+        })
+        .collect();
     let inputs = JobInputs {
         global_rollouts,
         clusters,
         windows,
         exclusions,
+        backup_recipients,
     };
     match create_jobs_txn(plan, &inputs, now) {
         Ok(created) => {
