@@ -284,6 +284,11 @@ async fn commit(dest: &Path, part: &Path, record: &Record) -> Result<(), Encrypt
         err: std::io::Error::other(e),
     })?;
     tokio::task::spawn_blocking(move || {
+        // The record of a committed snapshot is never replaced (only one executor runs a
+        // job, and each replica has its own directory; this keeps it so regardless).
+        if std::fs::symlink_metadata(&dest).is_ok() {
+            return Err(EncryptedSnapshotError::Exists { path: dest.clone() });
+        }
         let rec = record_path(&dest);
         crate::private_file::write_private(&rec, &json, crate::private_file::ExistingDir::Keep)
             .map_err(|e| EncryptedSnapshotError::Io {
