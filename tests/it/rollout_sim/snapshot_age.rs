@@ -159,6 +159,15 @@ fn an_encrypted_pre_upgrade_snapshot_decrypts_with_age_to_a_valid_etcd_snapshot(
     let plain = check_encrypted(&w, &id, &recipient, "clean run");
     let job = w.job();
     let snap = job.snapshot.clone().unwrap();
+    // The journal says where it went and that it is encrypted.
+    let notes: Vec<String> = w.journal().into_iter().flat_map(|e| e.notes).collect();
+    let saved = format!(
+        "etcd snapshot saved: {} ({} bytes, sha256 {}, encrypted to 1 age recipient)",
+        snap.path.display(),
+        snap.size,
+        snap.sha256
+    );
+    assert!(notes.contains(&saved), "{notes:#?}");
 
     if let Some(age_bin) = crate::fixtures::tool_or_skip("age") {
         let key = dir.path().join("key.txt");
