@@ -386,6 +386,7 @@ fn install(
         clusters: [(CLUSTER.to_string(), &obs)].into(),
         windows: [(CLUSTER.to_string(), no_windows)].into(),
         exclusions: Default::default(),
+        backup_recipients: Default::default(),
     };
     let created =
         create_jobs_txn(&plan, &inputs, Timestamp::now()).map_err(|e| BenchError::Rollout {

@@ -540,11 +540,25 @@ pub fn start_txn(
             .iter()
             .map(|(k, c)| (k.clone(), c.exclusions.as_slice()))
             .collect();
+    // The cluster's backup recipients: the job's etcd snapshot is encrypted to them (#49).
+    let backup_recipients: std::collections::BTreeMap<
+        String,
+        &[crate::desired::backup::Recipient],
+    > = desired
+        .clusters
+        .iter()
+        .filter_map(|(k, c)| {
+            c.backup
+                .as_ref()
+                .map(|b| (k.clone(), b.recipients.as_slice()))
+        })
+        .collect();
     let inputs = JobInputs {
         global_rollouts,
         clusters,
         windows,
         exclusions,
+        backup_recipients,
     };
     match create_jobs_txn(plan, &inputs, now) {
         Ok(created) => {
@@ -990,5 +1004,49 @@ mod tests {
         let store = MemStore::new();
         store.commit(start().0).unwrap();
         assert!(store.get(Table::Plans, &consumed).unwrap().is_some());
+    }
+
+    /// Issue #49: the job a quorum starts carries its cluster's backup recipients (its etcd
+    /// snapshot is saved encrypted to them); a cluster without `spec.backup` gets none (a
+    /// plaintext snapshot, as before).
+    #[test]
+    fn started_jobs_carry_the_clusters_backup_recipients() {
+        use crate::plan::tests::{cp_pool, observed, one, three_cps};
+        let key = age::x25519::Identity::generate().to_public().to_string();
+        let backup = format!("  backup:\n    schedule: '0 3 * * *'\n    recipients: [{key}]\n");
+        for (extra, want) in [(backup.as_str(), vec![key.clone()]), ("", vec![])] {
+            let d = one("v1.34.1", extra, &[cp_pool("v1.13.9")]);
+            let mut inventory = observed("v1.34.1", 4, three_cps("v1.12.11"));
+            let c1 = inventory.clusters["c1"].with_rollouts_enabled(true);
+            inventory
+                .clusters
+                .insert("c1".into(), std::sync::Arc::new(c1));
+            let p = crate::plan::compute(&d, &inventory, &Default::default(), None).unwrap();
+            let reads = crate::ops::replan::PassReads::default();
+            let (txn, jobs) = start_txn(
+                &d,
+                &p,
+                StartBasis {
+                    reads: &reads,
+                    inventory: &inventory,
+                },
+                true,
+                Timestamp::now(),
+            )
+            .unwrap()
+            .unwrap();
+            assert_eq!(jobs.len(), 1, "{extra}");
+            let job: crate::rollout::Job = txn
+                .ops
+                .iter()
+                .find_map(|op| match op {
+                    crate::store::Op::Put(Table::Jobs, k, v) if k.starts_with("job/") => {
+                        crate::store::record::decode(k, v).ok()
+                    }
+                    _ => None,
+                })
+                .expect("the job is created");
+            assert_eq!(job.snapshot_recipients, want, "{extra}");
+        }
     }
 }

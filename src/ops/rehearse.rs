@@ -343,6 +343,7 @@ async fn run_on_twin(
         clusters: [(cluster.to_string(), observed)].into(),
         windows: [(cluster.to_string(), no_windows)].into(),
         exclusions: Default::default(),
+        backup_recipients: Default::default(),
     };
     let created = create_jobs_txn(&twin_plan, &inputs, Timestamp::now()).map_err(|e| {
         format!(

@@ -764,6 +764,7 @@ mod tests {
             clusters: [("c1".to_string(), &c1)].into(),
             windows: [("c1".to_string(), none)].into(),
             exclusions: Default::default(),
+            backup_recipients: Default::default(),
         };
         let mut job = create_jobs_txn(&plan, &inputs, ts("2026-11-30T00:00:00Z"))
             .unwrap()

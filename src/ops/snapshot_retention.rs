@@ -1,17 +1,17 @@
 //! Retention of the rollout's pre-upgrade etcd snapshots (issue #49 item 7).
 //!
-//! Before the first control-plane change of a job the executor saves an etcd snapshot as
-//! `<state-dir>/snapshots/<job-id>.db` (0600 in a 0700 directory; architecture.md, safety
-//! invariant 2). They used to be kept forever. Each holds every Secret of its cluster, so they
-//! are pruned: a snapshot goes when it is not among the [`KEEP`] newest, or is older than
-//! [`MAX_AGE`], **unless its job is still running** (a running job's executor re-observes its
-//! snapshot after a crash, so it is never touched) — and the newest one always stays. The
+//! Before the first control-plane change of a job the executor saves an etcd snapshot in
+//! `<state-dir>/snapshots/` (architecture.md, safety invariant 2): encrypted to the cluster's
+//! backup recipients as `<job-id>.db.age` with its record `<job-id>.db.age.json` when the
+//! cluster has `spec.backup` (`rollout::executor::snapshot`), else plaintext `<job-id>.db`
+//! (0600 in a 0700 directory). They used to be kept forever. Each holds every Secret of its
+//! cluster, so they are pruned: a snapshot goes when it is not among the [`KEEP`] newest, or is
+//! older than [`MAX_AGE`], **unless its job is still running** (a running job's executor
+//! re-observes its snapshot after a crash, so it is never touched) — and the newest one always
+//! stays. An encrypted snapshot goes with its record. What an interrupted attempt left (a
+//! `.part` file, a record without its snapshot) goes once its job is no longer running. The
 //! scheduled backups (`ops::backup`) are the restore points meant to be kept; these are the
 //! rollout's own safety net.
-//!
-//! Known gap: they are not yet encrypted to the cluster's backup recipients (the executor
-//! checks the file's etcd trailer when it re-observes it after a crash, which needs the
-//! plaintext); until then they are plaintext, 0600, in the 0700 state directory.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -55,17 +55,21 @@ pub fn prune(store: &dyn Store, dir: &Path, now: SystemTime) -> Result<Vec<PathB
         Err(e) => return Err(io(e)),
     };
     let mut files = Vec::new();
+    let mut leftovers = Vec::new();
     for e in entries {
         let e = e.map_err(io)?;
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(id) = name.strip_suffix(".db") else {
+        let Some((id, kind)) = classify(&name) else {
             continue;
         };
         let meta = e.metadata().map_err(io)?;
         if !meta.is_file() {
             continue;
         }
-        files.push((meta.modified().map_err(io)?, id.to_string(), e.path()));
+        match kind {
+            Kind::Snapshot => files.push((meta.modified().map_err(io)?, id, e.path())),
+            Kind::Record | Kind::Part => leftovers.push((name, id, e.path())),
+        }
     }
     // Newest first.
     files.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
@@ -84,7 +88,48 @@ pub fn prune(store: &dyn Store, dir: &Path, now: SystemTime) -> Result<Vec<PathB
         std::fs::remove_file(&path).map_err(io)?;
         removed.push(path);
     }
+    // A record goes with its snapshot; a record without one, and a `.part`, are what an
+    // interrupted attempt left: they go once the job no longer runs (its executor takes the
+    // snapshot again over them).
+    for (name, id, path) in leftovers {
+        let with_snapshot = name
+            .strip_suffix(RECORD)
+            .is_some_and(|snap| path.with_file_name(snap).exists());
+        if with_snapshot || running.contains(&id) {
+            continue;
+        }
+        std::fs::remove_file(&path).map_err(io)?;
+        removed.push(path);
+    }
     Ok(removed)
+}
+
+/// A file of the snapshots directory: a snapshot, the record of an encrypted one, or a part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Snapshot,
+    Record,
+    Part,
+}
+
+const RECORD: &str = crate::rollout::executor::snapshot::RECORD_SUFFIX;
+
+/// The job id and kind of a file name of the snapshots directory; `None`: not medea's.
+fn classify(name: &str) -> Option<(String, Kind)> {
+    let enc = crate::rollout::executor::snapshot::ENCRYPTED_SUFFIX;
+    let record = format!("{enc}{RECORD}");
+    let kinds = [
+        (record.as_str(), Kind::Record),
+        (".db.age.part", Kind::Part),
+        (".db.part", Kind::Part),
+        (enc, Kind::Snapshot),
+        (".db", Kind::Snapshot),
+    ];
+    kinds.iter().find_map(|(suffix, kind)| {
+        name.strip_suffix(suffix)
+            .filter(|id| !id.is_empty())
+            .map(|id| (id.to_string(), *kind))
+    })
 }
 
 #[cfg(test)]
@@ -167,5 +212,57 @@ mod tests {
             dir.path().join(format!("{}.db", ids[0])).exists(),
             "the newest stays"
         );
+    }
+
+    /// Encrypted snapshots (issue #49) are kept and pruned like plaintext ones, each with its
+    /// record; what an interrupted attempt left goes once its job has ended, never a running
+    /// job's.
+    #[test]
+    fn encrypted_snapshots_go_with_their_record_and_leftovers_of_ended_jobs_go() {
+        let store = crate::rollout::fake::MemStore::new();
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(24 * 3600);
+        let put = |j: &Job| {
+            store
+                .commit(Txn::new().put_record(crate::rollout::journal::job_key(&j.id), j))
+                .unwrap();
+        };
+        let touch = |name: String, age: Duration| {
+            let f = std::fs::File::create(dir.path().join(name)).unwrap();
+            f.set_modified(now - age).unwrap();
+        };
+        let mut ids = Vec::new();
+        for d in 0..12u8 {
+            let j = job(d + 1, false);
+            put(&j);
+            touch(format!("{}.db.age", j.id), day * u32::from(d));
+            touch(format!("{}.db.age.json", j.id), day * u32::from(d));
+            ids.push(j.id.to_string());
+        }
+        let ended = job(50, false);
+        put(&ended);
+        for suffix in [".db.age.part", ".db.age.json", ".db.part"] {
+            touch(format!("{}{suffix}", ended.id), Duration::ZERO);
+        }
+        let running = job(60, true);
+        put(&running);
+        touch(format!("{}.db.age.part", running.id), Duration::ZERO);
+        touch("notes.txt".to_string(), day * 100);
+        let removed = prune(&store, dir.path(), now).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want: Vec<String> = ids[..KEEP]
+            .iter()
+            .flat_map(|i| [format!("{i}.db.age"), format!("{i}.db.age.json")])
+            .collect();
+        want.push(format!("{}.db.age.part", running.id));
+        want.push("notes.txt".to_string());
+        want.sort();
+        assert_eq!(left, want, "removed {removed:?}");
+        assert_eq!(removed.len(), 2 * 2 + 3);
     }
 }

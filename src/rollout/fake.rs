@@ -1250,6 +1250,7 @@ fn save_snapshot(dest: &Path, bytes: &[u8]) -> std::io::Result<SnapshotInfo> {
         path: dest.to_path_buf(),
         size: bytes.len() as u64,
         sha256: hex::encode(Sha256::digest(bytes)),
+        encrypted: None,
     })
 }
 

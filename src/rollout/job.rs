@@ -14,6 +14,7 @@ use super::ports::NodeTarget;
 use super::sequencer::{
     Job, JobId, JobState, JobStep, KubeStep, StepKind, StepState, TalosStep, WindowSpec,
 };
+use crate::desired::backup::Recipient;
 use crate::desired::exclusion::Exclusion;
 use crate::desired::window::MaintenanceWindow;
 use crate::inventory::{MachineRole, ObservedCluster, cluster_key};
@@ -35,6 +36,10 @@ pub struct JobInputs<'a> {
     /// The maintenance exclusions of each cluster (from its desired state), by name; a
     /// cluster without an entry has none.
     pub exclusions: BTreeMap<String, &'a [Exclusion]>,
+    /// The age recipients of each cluster's `spec.backup` (from its desired state), by name:
+    /// the job's etcd snapshot is saved encrypted to them (issue #49). A cluster without an
+    /// entry, or with none, gets a plaintext snapshot (0600 in a 0700 directory).
+    pub backup_recipients: BTreeMap<String, &'a [Recipient]>,
 }
 
 /// The jobs of a plan and the transaction that creates them.
@@ -167,6 +172,11 @@ pub fn create_jobs_txn(
             generation: 1,
             snapshot: None,
             snapshot_attempts: 0,
+            snapshot_recipients: inputs
+                .backup_recipients
+                .get(name)
+                .map(|rs| rs.iter().map(|r| r.as_str().to_string()).collect())
+                .unwrap_or_default(),
             in_flight: None,
             journal_seq: 0,
             health: cp.health.clone(),

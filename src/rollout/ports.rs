@@ -399,8 +399,26 @@ pub struct SnapshotInfo {
     pub path: PathBuf,
     /// Its size in bytes.
     pub size: u64,
-    /// sha256 of the whole file, computed by medea, lowercase hex.
+    /// sha256 of the whole file, computed by medea, lowercase hex. For an encrypted snapshot:
+    /// of the etcd snapshot (the plaintext), as `size` is.
     pub sha256: String,
+    /// Set when the snapshot was saved encrypted to the cluster's backup recipients (issue
+    /// #49): `path` is then the age file, `size`/`sha256` stay the plaintext snapshot's.
+    /// Absent in older records and for a plaintext snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<EncryptedSnapshot>,
+}
+
+/// The encrypted file of a pre-upgrade etcd snapshot (issue #49).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptedSnapshot {
+    /// Size of the age file.
+    pub size: u64,
+    /// sha256 of the age file, lowercase hex (checkable without a key).
+    pub sha256: String,
+    /// The age recipients (`age1…`) it is encrypted to.
+    pub recipients: Vec<String>,
 }
 
 /// An etcd snapshot streamed to a consumer, its trailer verified (issue #37).
@@ -531,7 +549,8 @@ pub trait TalosPort: Send + Sync {
     ) -> impl Future<Output = Result<SnapshotInfo, PortError>> + Send;
 
     /// `EtcdSnapshot` from `node`, streamed chunk by chunk into `chunks` and never written to
-    /// disk here (a scheduled backup encrypts it first, issue #37). After the last chunk,
+    /// disk here (a scheduled backup, issue #37, and the pre-upgrade snapshot of a cluster with
+    /// backup recipients, issue #49, encrypt it first). After the last chunk,
     /// etcd's sha256 trailer is verified as for [`Self::etcd_snapshot`]: a truncated or
     /// corrupt stream is an error, and the consumer must then discard what it received.
     fn etcd_snapshot_stream(

@@ -68,6 +68,7 @@ fn a_promotion_soak_that_ends_unblocks_the_plan_at_that_time() {
             clusters: [("c0".to_string(), &c0)].into(),
             windows: [("c0".to_string(), none)].into(),
             exclusions: Default::default(),
+            backup_recipients: Default::default(),
         };
         let now = jiff::Timestamp::now();
         let mut job = medea::rollout::create_jobs_txn(&plan, &inputs, now)

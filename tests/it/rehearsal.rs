@@ -270,6 +270,7 @@ async fn the_rehearsal_predicts_the_pdb_block_the_real_run_then_hits_at_the_same
             clusters: [(CLUSTER.to_string(), observed)].into(),
             windows: [(CLUSTER.to_string(), none)].into(),
             exclusions: Default::default(),
+            backup_recipients: Default::default(),
         },
         jiff::Timestamp::now(),
     )

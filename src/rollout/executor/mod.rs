@@ -20,7 +20,7 @@ use super::RolloutError;
 use super::journal::{self, Entry, HaltRequest, halt_key};
 use super::ports::{
     GateEvaluation, HealthProbe, HookRequest, ImageNamespace, KubePort, NoProbe, PortError,
-    SilenceRequest, SnapshotInfo, TalosPort, UpgradeMethod,
+    SilenceRequest, TalosPort, UpgradeMethod,
 };
 use super::sequencer::{
     self, Action, Command, CommandOp, CommandOutcome, GatePoint, HaltCode, HaltReason, Job, JobId,
@@ -31,6 +31,7 @@ use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
 
 mod config;
 mod events;
+pub mod snapshot;
 
 pub use config::*;
 pub use events::*;
@@ -547,30 +548,45 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             obs.gates.insert(ask.point.clone(), evals);
         }
         if needs.snapshot {
-            obs.snapshot = Some(
-                snapshot_on_disk(&self.snapshot_path(job))
+            let path = self.snapshot_path(job);
+            let seen = if job.snapshot_recipients.is_empty() {
+                snapshot::plaintext_on_disk(&path)
                     .await
-                    .map_err(|e| ObsError {
-                        transient: false,
-                        message: error_chain(&e),
-                    }),
-            );
+                    .map_err(|e| error_chain(&e))
+            } else {
+                snapshot::encrypted_on_disk(&path)
+                    .await
+                    .map_err(|e| error_chain(&e))
+            };
+            obs.snapshot = Some(seen.map_err(|message| ObsError {
+                transient: false,
+                message,
+            }));
         }
         obs
     }
 
-    /// The file the job's etcd snapshot is saved to.
+    /// The file the job's etcd snapshot is saved to: `<job>.db.age` when the job has backup
+    /// recipients (issue #49), else `<job>.db`.
     pub fn snapshot_path(&self, job: &Job) -> PathBuf {
-        self.cfg.snapshot_dir.join(format!("{}.db", job.id))
+        snapshot::snapshot_path(&self.cfg.snapshot_dir, job)
     }
 
     async fn execute(&self, job: &Job, cmd: &Command) -> CommandOutcome {
         let r: Result<CommandOutcome, PortError> = match &cmd.action {
-            Action::Snapshot { via } => self
+            Action::Snapshot { via } if job.snapshot_recipients.is_empty() => self
                 .talos
                 .etcd_snapshot(via, &self.snapshot_path(job))
                 .await
                 .map(|info| CommandOutcome::Snapshot { info }),
+            Action::Snapshot { via } => snapshot::take_encrypted(
+                &self.snapshot_path(job),
+                &job.snapshot_recipients,
+                &via.node,
+                |tx| self.talos.etcd_snapshot_stream(via, tx),
+            )
+            .await
+            .map(|info| CommandOutcome::Snapshot { info }),
             Action::Pull {
                 node,
                 image,
@@ -979,21 +995,6 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             JobState::Succeeded { .. } => self.emit(job, None, EventState::Succeeded),
             JobState::Running => {}
         }
-    }
-}
-
-/// The job's snapshot file as it is on disk (re-hashed), if it exists. The port creates the
-/// file only once the snapshot is complete and verified, so its presence means a good snapshot.
-async fn snapshot_on_disk(path: &std::path::Path) -> std::io::Result<Option<SnapshotInfo>> {
-    use sha2::{Digest, Sha256};
-    match tokio::fs::read(path).await {
-        Ok(bytes) => Ok(Some(SnapshotInfo {
-            path: path.to_path_buf(),
-            size: bytes.len() as u64,
-            sha256: hex::encode(Sha256::digest(&bytes)),
-        })),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
     }
 }
 

@@ -93,6 +93,12 @@ pub struct Job {
     /// Attempts of the snapshot command so far.
     #[serde(default)]
     pub snapshot_attempts: u32,
+    /// The age recipients (`age1…`) of the cluster's `spec.backup` at creation (issue #49):
+    /// when there are any, the etcd snapshot is saved only encrypted to them
+    /// (`<snapshot-dir>/<job>.db.age`); none: plaintext `<job>.db`, 0600. Immutable for the
+    /// job's life (a restarted executor looks for the same file). Absent in older records: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshot_recipients: Vec<String>,
     /// The journaled command whose outcome is not recorded yet.
     pub in_flight: Option<Intent>,
     /// Sequence number of the last journal entry of this job (maintained by the executor).
@@ -196,6 +202,7 @@ impl Job {
             generation: 1,
             snapshot: None,
             snapshot_attempts: 0,
+            snapshot_recipients: Vec::new(),
             in_flight: None,
             journal_seq: 0,
             health: None,

@@ -133,8 +133,16 @@ pub(super) fn apply(
     }
     j.in_flight = None;
     if let CommandOutcome::Snapshot { info } = outcome {
+        let encrypted = match &info.encrypted {
+            Some(e) => format!(
+                ", encrypted to {} age recipient{}",
+                e.recipients.len(),
+                if e.recipients.len() == 1 { "" } else { "s" }
+            ),
+            None => String::new(),
+        };
         notes.push(format!(
-            "etcd snapshot saved: {} ({} bytes, sha256 {})",
+            "etcd snapshot saved: {} ({} bytes, sha256 {}{encrypted})",
             info.path.display(),
             info.size,
             info.sha256

@@ -670,7 +670,7 @@ pub fn live_section(
         }
         @if !job.state.is_terminal() { p.hint #job-summary { (job_line(job, waits, now)) } }
         @if let Some(snap) = &job.snapshot {
-            p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } }
+            p.hint { "etcd snapshot saved before the control plane: " (snap.size) " bytes, sha256 " code { (snap.sha256.get(..12).unwrap_or(&snap.sha256)) } @if snap.encrypted.is_some() { ", encrypted to the backup recipients" } }
         }
         @let staged = crate::rollout::sequencer::staged_not_rebooted(job);
         @if !staged.is_empty() {

@@ -350,6 +350,7 @@ fn put_job(store: &dyn Store, last: u64, state: JobState) -> JobId {
         generation: last,
         snapshot: None,
         snapshot_attempts: 0,
+        snapshot_recipients: Vec::new(),
         in_flight: None,
         journal_seq: last,
         health: None,

@@ -552,6 +552,7 @@ impl TalosPort for TalosAdapter {
             path: info.path,
             size: info.size,
             sha256: info.sha256,
+            encrypted: None,
         })
     }
 

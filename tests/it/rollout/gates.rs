@@ -20,6 +20,7 @@ fn job_creation_checks_the_gates_and_the_plan() {
             clusters: [(CLUSTER.to_string(), c)].into(),
             windows: [(CLUSTER.to_string(), none)].into(),
             exclusions: Default::default(),
+            backup_recipients: Default::default(),
         }
     }
     // global gate off

@@ -91,6 +91,7 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
                 path: "/snapshots/job.db".into(),
                 size: bytes.len() as u64,
                 sha256: hex::encode(sha2::Sha256::digest(&bytes)),
+                encrypted: None,
             };
             *snap = Some(info.clone());
             CommandOutcome::Snapshot { info }
@@ -261,6 +262,7 @@ fn run(
         clusters: [(CLUSTER.to_string(), &obs)].into(),
         windows: [(CLUSTER.to_string(), none)].into(),
         exclusions: Default::default(),
+        backup_recipients: Default::default(),
     };
     let mut job = create_jobs_txn(&p, &inputs, t0()).unwrap().jobs.remove(0);
     let mut now = t0();

@@ -266,6 +266,19 @@ pub fn install_with(
     windows: &[MaintenanceWindow],
     exclusions: &[medea::desired::exclusion::Exclusion],
 ) -> Result<JobId, RolloutError> {
+    install_full(store, plan, observed, windows, exclusions, &[])
+}
+
+/// [`install_with`] with the cluster's backup recipients (its etcd snapshot is encrypted to
+/// them, issue #49).
+pub fn install_full(
+    store: &dyn Store,
+    plan: &Plan,
+    observed: &ObservedCluster,
+    windows: &[MaintenanceWindow],
+    exclusions: &[medea::desired::exclusion::Exclusion],
+    recipients: &[medea::desired::backup::Recipient],
+) -> Result<JobId, RolloutError> {
     store
         .commit(
             Txn::new()
@@ -278,6 +291,7 @@ pub fn install_with(
         clusters: [(CLUSTER.to_string(), observed)].into(),
         windows: [(CLUSTER.to_string(), windows)].into(),
         exclusions: [(CLUSTER.to_string(), exclusions)].into(),
+        backup_recipients: [(CLUSTER.to_string(), recipients)].into(),
     };
     let created = create_jobs_txn(plan, &inputs, t0())?;
     store.commit(created.txn).unwrap();

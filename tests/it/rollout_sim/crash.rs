@@ -10,13 +10,23 @@ use super::*;
 /// through the real adapters. The summary comes from the simulator's counters.
 pub struct SimWorld {
     // dropped before the runtime that serves them
-    sim: Sim,
-    dir: PathBuf,
+    pub(super) sim: Sim,
+    pub(super) dir: PathBuf,
     _rt: tokio::runtime::Runtime,
 }
 
 impl SimWorld {
     fn prepare_with(dir: &Path, grub: &[&str]) -> SimWorld {
+        SimWorld::prepare_full(dir, grub, &[])
+    }
+
+    /// [`SimWorld::prepare_with`], the job made with the cluster's backup `recipients` (its
+    /// etcd snapshot is then saved encrypted to them, issue #49).
+    pub(super) fn prepare_full(
+        dir: &Path,
+        grub: &[&str],
+        recipients: &[medea::desired::backup::Recipient],
+    ) -> SimWorld {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -28,7 +38,15 @@ impl SimWorld {
         }
         let store = FjallStore::open(&dir.join("store")).unwrap();
         let obs = sim.observed();
-        install(&store, &plan(&obs, sim.mixed(), 9), &obs, &[]).unwrap();
+        crate::rollout::install_full(
+            &store,
+            &plan(&obs, sim.mixed(), 9),
+            &obs,
+            &[],
+            &[],
+            recipients,
+        )
+        .unwrap();
         drop(store);
         SimWorld {
             sim,
@@ -37,14 +55,14 @@ impl SimWorld {
         }
     }
 
-    fn job(&self) -> Job {
+    pub(super) fn job(&self) -> Job {
         let store = FjallStore::open(&self.store()).unwrap();
         let jobs = medea::ops::jobs::load_jobs(&store).unwrap();
         assert_eq!(jobs.len(), 1);
         jobs.into_iter().next().unwrap()
     }
 
-    fn journal(&self) -> Vec<JournalEntry> {
+    pub(super) fn journal(&self) -> Vec<JournalEntry> {
         let job = self.job();
         let store = FjallStore::open(&self.store()).unwrap();
         store
@@ -126,7 +144,7 @@ impl CrashWorld for SimWorld {
 }
 
 /// Kill the child at journal point `n` of `var`, restart it; `false` if it never got there.
-fn crash_at(w: &SimWorld, var: &str, n: u64) -> bool {
+pub(super) fn crash_at(w: &SimWorld, var: &str, n: u64) -> bool {
     use std::os::unix::process::ExitStatusExt;
     let first = w.child().env(var, n.to_string()).output().unwrap();
     if first.status.success() {

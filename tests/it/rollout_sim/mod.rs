@@ -16,7 +16,8 @@
 //! This file holds the simulator world and the helpers the subjects (and `kube_sim`,
 //! `rollout_health`, `ha`) share; each subject is a module: [`observations`], [`faults`],
 //! [`drain`], [`coming_back`], [`crash`], [`machine_config`], [`stage`], [`pacing`] and
-//! [`leadership`] (the etcd leader last, its forfeit; cordon ownership).
+//! [`leadership`] (the etcd leader last, its forfeit; cordon ownership); [`snapshot_age`] (the
+//! pre-upgrade etcd snapshot encrypted to the backup recipients, through crashes).
 
 mod boot_entries;
 mod coming_back;
@@ -28,6 +29,7 @@ mod leadership;
 mod machine_config;
 mod observations;
 mod pacing;
+mod snapshot_age;
 mod stage;
 mod volumes;
 
