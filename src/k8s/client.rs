@@ -272,27 +272,12 @@ impl KubeClient {
         owner: &str,
         cordon: bool,
     ) -> Result<(), K8sError> {
-        let api = self.node_api();
         let op = if cordon {
             "cordon node"
         } else {
             "uncordon node"
         };
-        let mut conflicts = 0;
-        loop {
-            let current = match self.node(node).await {
-                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
-                    return Err(K8sError::NodeNotFound {
-                        node: node.to_string(),
-                    });
-                }
-                r => r?,
-            };
-            let rv = current
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap_or_default();
+        self.patch_node_read_modify_write(op, node, |current, rv| {
             let unschedulable = current
                 .spec
                 .as_ref()
@@ -304,23 +289,56 @@ impl KubeClient {
                 .as_ref()
                 .and_then(|a| a.get(CORDONED_BY_ANNOTATION))
                 .is_some_and(|v| v == owner);
-            let patch = match (cordon, unschedulable, ours) {
+            match (cordon, unschedulable, ours) {
                 // cordoned already, by us or by someone else: nothing to do
-                (true, true, _) => return Ok(()),
-                (true, false, _) => serde_json::json!({
+                (true, true, _) => None,
+                (true, false, _) => Some(serde_json::json!({
                     "metadata": {"resourceVersion": rv, "annotations": {CORDONED_BY_ANNOTATION: owner}},
                     "spec": {"unschedulable": true},
-                }),
+                })),
                 // not ours: never lifted
-                (false, _, false) => return Ok(()),
-                (false, true, true) => serde_json::json!({
+                (false, _, false) => None,
+                (false, true, true) => Some(serde_json::json!({
                     "metadata": {"resourceVersion": rv, "annotations": {CORDONED_BY_ANNOTATION: null}},
                     "spec": {"unschedulable": false},
-                }),
+                })),
                 // uncordoned by someone else: only the stale annotation goes
-                (false, false, true) => serde_json::json!({
+                (false, false, true) => Some(serde_json::json!({
                     "metadata": {"resourceVersion": rv, "annotations": {CORDONED_BY_ANNOTATION: null}},
-                }),
+                })),
+            }
+        })
+        .await
+    }
+
+    /// Read `node`, let `patch_of` choose the merge patch (given the node and its
+    /// `resourceVersion`, which the patch carries; `None`: nothing to do) and apply it. A
+    /// concurrent writer makes it a conflict (HTTP 409), read again and retried up to
+    /// `TAINT_CONFLICT_RETRIES` times, never a lost update; a missing node is
+    /// [`K8sError::NodeNotFound`].
+    async fn patch_node_read_modify_write(
+        &self,
+        op: &'static str,
+        node: &str,
+        patch_of: impl Fn(&Node, &str) -> Option<serde_json::Value>,
+    ) -> Result<(), K8sError> {
+        let api = self.node_api();
+        let not_found = || K8sError::NodeNotFound {
+            node: node.to_string(),
+        };
+        let mut conflicts = 0;
+        loop {
+            let current = match self.node(node).await {
+                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => return Err(not_found()),
+                r => r?,
+            };
+            let rv = current
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            let Some(patch) = patch_of(&current, &rv) else {
+                return Ok(());
             };
             let params = PatchParams::default();
             let result = self
@@ -336,11 +354,7 @@ impl KubeClient {
                 {
                     conflicts += 1;
                 }
-                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
-                    return Err(K8sError::NodeNotFound {
-                        node: node.to_string(),
-                    });
-                }
+                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => return Err(not_found()),
                 Err(e) => return Err(e),
             }
         }
@@ -358,16 +372,8 @@ impl KubeClient {
         taint: &NodeTaintSpec,
         add: bool,
     ) -> Result<(), K8sError> {
-        let api = self.node_api();
         let op = if add { "taint node" } else { "untaint node" };
-        let mut conflicts = 0;
-        loop {
-            let current = self.node(node).await?;
-            let rv = current
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap_or_default();
+        self.patch_node_read_modify_write(op, node, |current, rv| {
             let mut taints = current
                 .spec
                 .as_ref()
@@ -379,7 +385,7 @@ impl KubeClient {
                     .iter()
                     .any(|t| t.key == taint.key && t.effect == taint.effect)
                 {
-                    return Ok(());
+                    return None;
                 }
                 taints.push(k8s_openapi::api::core::v1::Taint {
                     key: taint.key.clone(),
@@ -394,35 +400,15 @@ impl KubeClient {
                         && t.value.as_deref().unwrap_or("") == taint.value)
                 });
                 if taints.len() == before {
-                    return Ok(());
+                    return None;
                 }
             }
-            let patch = serde_json::json!({
+            Some(serde_json::json!({
                 "metadata": {"resourceVersion": rv},
                 "spec": {"taints": taints},
-            });
-            let params = PatchParams::default();
-            let result = self
-                .call(op, node, || {
-                    let (api, params, patch) = (&api, &params, &patch);
-                    async move { api.patch(node, params, &Patch::Merge(patch)).await }
-                })
-                .await;
-            match result {
-                Ok(_) => return Ok(()),
-                Err(K8sError::Api { err, .. })
-                    if is_status(&err, 409) && conflicts < TAINT_CONFLICT_RETRIES =>
-                {
-                    conflicts += 1;
-                }
-                Err(K8sError::Api { err, .. }) if is_status(&err, 404) => {
-                    return Err(K8sError::NodeNotFound {
-                        node: node.to_string(),
-                    });
-                }
-                Err(e) => return Err(e),
-            }
-        }
+            }))
+        })
+        .await
     }
 
     #[allow(
