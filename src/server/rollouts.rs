@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use super::Shared;
+use crate::Locked as _;
 use crate::api::pb;
 use crate::health::Probes;
 use crate::rollout::executor::{
@@ -50,12 +51,8 @@ pub struct Wait {
 
 impl Waits {
     /// Take note of an event of a job.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn observe(&self, e: &RolloutEvent, now: jiff::Timestamp) {
-        let mut map = self.0.lock().expect("waits");
+        let mut map = self.0.locked();
         let job = e.job.to_string();
         let (reason, detail) = match &e.state {
             EventState::Waiting { reason, detail } => (reason.clone(), detail.clone()),
@@ -85,7 +82,7 @@ impl Waits {
 
     #[allow(clippy::expect_used, reason = "as in observe")]
     pub fn get(&self, job: &str) -> Option<Wait> {
-        self.0.lock().expect("waits").get(job).cloned()
+        self.0.locked().get(job).cloned()
     }
 }
 
@@ -481,10 +478,6 @@ pub fn job_and_journal(
 
 /// Runs every running job, one task per job, each with an executor for its cluster. Woken by
 /// the change counter (approval reached quorum, gate opened, halt requested).
-#[allow(
-    clippy::expect_used,
-    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-)]
 pub async fn executor_loop<F: PortFactory>(
     shared: Arc<Shared>,
     factory: Arc<F>,
@@ -510,7 +503,7 @@ pub async fn executor_loop<F: PortFactory>(
                         .collect();
                     for job in active {
                         let id = job.id.to_string();
-                        if !running.lock().expect("running set").insert(id.clone()) {
+                        if !running.locked().insert(id.clone()) {
                             continue;
                         }
                         let (shared, factory, cfg, running, executors) = (
@@ -571,7 +564,7 @@ pub async fn executor_loop<F: PortFactory>(
                                     }
                                 }
                             }
-                            running.lock().expect("running set").remove(&id);
+                            running.locked().remove(&id);
                         });
                     }
                 }

@@ -8,6 +8,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::Shared;
+use crate::Locked as _;
 use crate::api::machines::EncodedRows;
 use crate::inventory::{self, MachineRole, ObservedCluster};
 use crate::plan::PlanState;
@@ -121,10 +122,6 @@ impl MedeaApi {
     /// The raw records are read on every call, not decoded: a cluster whose bytes (and the
     /// desired revision its pools come from) are unchanged since the last call reuses its
     /// encoded rows, so a warm call copies bytes and nothing else.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     /// `Ok` for an empty filter or a cluster the desired state or the inventory names;
     /// otherwise `NotFound` naming the known clusters, so `medea get machines --cluster nope`
     /// is an error rather than an empty table.
@@ -187,7 +184,7 @@ impl MedeaApi {
                 .into_iter()
                 .collect()
         };
-        let mut cache = self.shared.machine_rows.lock().expect("machine rows lock");
+        let mut cache = self.shared.machine_rows.locked();
         let mut out = Vec::with_capacity(raw.len());
         let mut present = std::collections::HashSet::new();
         for (key, bytes) in raw {
@@ -614,10 +611,6 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::ListNodePoolsResponse { pools }))
     }
 
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     async fn list_machines(
         &self,
         req: Request<pb::ListMachinesRequest>,
