@@ -4,6 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use backon::Retryable as _;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
@@ -23,6 +24,20 @@ pub struct MedeaApi {
 
 /// How often an API approval is verified again after a store conflict before giving up.
 const SUBMIT_ATTEMPTS: u32 = 5;
+
+/// Why one verification of a submitted approval did not settle it.
+enum Submit {
+    /// The store changed while recording it: nothing was written; verify it again.
+    Conflict(Box<super::reconcile::PassResult>),
+    /// The pass failed.
+    Failed(Status),
+}
+
+impl From<Status> for Submit {
+    fn from(s: Status) -> Submit {
+        Submit::Failed(s)
+    }
+}
 
 fn internal(e: impl std::fmt::Display) -> Status {
     tracing::error!(error = %e, "API request failed");
@@ -851,26 +866,43 @@ impl pb::medea_server::Medea for MedeaApi {
         };
         // Verify (and record) the signature; a store conflict means nothing was written, so
         // the submission is verified again against whatever is current then.
-        let mut attempts = 0;
-        let state = loop {
+        // `backon`, without a pause between attempts (the conflict is a race with another
+        // writer, not a load to back off from), at most SUBMIT_ATTEMPTS verifications; after
+        // the last, the conflicted state is answered below.
+        let verify = || {
             let shared = self.shared.clone();
             let candidate = candidate.clone();
-            let state = tokio::task::spawn_blocking(move || {
-                super::reconcile::reconcile(
-                    &shared,
-                    std::slice::from_ref(&candidate),
-                    jiff::Timestamp::now(),
-                )
-            })
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
-            attempts += 1;
-            if state.conflict && attempts < SUBMIT_ATTEMPTS {
-                tracing::info!(plan = %plan.short(), attempt = attempts, "approval met a store conflict; verifying it again");
-                continue;
+            async move {
+                let state = tokio::task::spawn_blocking(move || {
+                    super::reconcile::reconcile(
+                        &shared,
+                        std::slice::from_ref(&candidate),
+                        jiff::Timestamp::now(),
+                    )
+                })
+                .await
+                .map_err(internal)?
+                .map_err(internal)?;
+                if state.conflict {
+                    return Err(Submit::Conflict(Box::new(state)));
+                }
+                Ok(state)
             }
-            break state;
+        };
+        let state = match verify
+            .retry(
+                backon::ConstantBuilder::default()
+                    .with_delay(std::time::Duration::ZERO)
+                    .with_max_times(SUBMIT_ATTEMPTS as usize - 1),
+            )
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, Submit::Conflict(_)))
+            .notify(|_, _| tracing::info!(plan = %plan.short(), "approval met a store conflict; verifying it again"))
+            .await
+        {
+            Ok(state) => state,
+            Err(Submit::Conflict(state)) => *state,
+            Err(Submit::Failed(status)) => return Err(status),
         };
         self.shared.set_last_pass(state.clone());
         // Answer only for a verified signature.
