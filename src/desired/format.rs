@@ -857,9 +857,10 @@ pub struct GateSpec {
     pub dry_run: Option<Spanned<bool>>,
 }
 
-/// Passes when Alertmanager has no active, unsilenced, uninhibited alert matching every one
-/// of `matchers`, apart from those matching any of `ignore` and those about a node medea is
-/// rebooting right now.
+/// Passes when Alertmanager has no active, uninhibited alert matching every one of
+/// `matchers`, apart from those matching any of `ignore`, those muted by medea's own silences
+/// and those about a node medea is rebooting right now. An operator's silence hides nothing
+/// unless `skipOperatorSilences` is true.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AlertsGateSpec {
@@ -872,6 +873,10 @@ pub struct AlertsGateSpec {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub ignore: Vec<Spanned<String>>,
+    /// Also skip alerts muted by a silence that is not medea's own (default `false`: an
+    /// operator's silence, however broad, never hides a matching alert from the gate).
+    #[serde(default)]
+    pub skip_operator_silences: bool,
 }
 
 /// Passes when every selected workload has its desired replicas updated and available.

@@ -153,6 +153,9 @@ pub enum HealthCheck {
         matchers: Vec<String>,
         /// Matchers of alerts that never fail the gate, even when selected.
         ignore: Vec<String>,
+        /// Alerts muted by a silence other than medea's own are skipped too.
+        #[serde(rename = "skipOperatorSilences")]
+        skip_operator_silences: bool,
     },
     /// Workloads in the cluster are ready.
     Workloads {
@@ -781,7 +784,11 @@ fn gate_check(
         });
     }
     if let Some(a) = &g.alerts {
-        let AlertsGateSpec { matchers, ignore } = &a.value;
+        let AlertsGateSpec {
+            matchers,
+            ignore,
+            skip_operator_silences,
+        } = &a.value;
         let mut ok = true;
         if !alertmanager {
             ok = false;
@@ -818,6 +825,7 @@ fn gate_check(
                 .map(|m| m.value.trim().to_string())
                 .collect(),
             ignore: ignore.iter().map(|m| m.value.trim().to_string()).collect(),
+            skip_operator_silences: *skip_operator_silences,
         });
     }
     if let Some(w) = &g.workloads {

@@ -203,7 +203,11 @@ impl Probes {
                     prometheus::query(endpoint, &self.credentials, query, self.timeout).await?;
                 Ok(prometheus::judge(shape, &data))
             }
-            GateCheck::Alerts { matchers, ignore } => {
+            GateCheck::Alerts {
+                matchers,
+                ignore,
+                skip_operator_silences,
+            } => {
                 let parse = |list: &[String]| -> Result<Vec<Matcher>, ProbeError> {
                     list.iter()
                         .map(|m| {
@@ -219,10 +223,15 @@ impl Probes {
                 let alerts =
                     alertmanager::alerts(endpoint, &self.credentials, &matchers, self.timeout)
                         .await?;
+                let silences = alertmanager::SilenceRule {
+                    own: &ctx.own_silences,
+                    skip_operator: *skip_operator_silences,
+                };
                 Ok(alertmanager::judge(
                     &alerts,
                     &matchers,
                     &ignore,
+                    silences,
                     &ctx.rebooting,
                 ))
             }

@@ -138,9 +138,14 @@ pub fn gates_of(s: &crate::desired::health::HealthSettings) -> Vec<Gate> {
                 d::HealthCheck::Query { query } => GateCheck::Query {
                     query: query.clone(),
                 },
-                d::HealthCheck::Alerts { matchers, ignore } => GateCheck::Alerts {
+                d::HealthCheck::Alerts {
+                    matchers,
+                    ignore,
+                    skip_operator_silences,
+                } => GateCheck::Alerts {
                     matchers: matchers.clone(),
                     ignore: ignore.clone(),
+                    skip_operator_silences: *skip_operator_silences,
                 },
                 d::HealthCheck::Workloads { namespaces, kinds } => GateCheck::Workloads {
                     namespaces: namespaces.clone(),
@@ -181,12 +186,21 @@ pub enum GateCheck {
         /// The PromQL expression.
         query: String,
     },
-    /// Alertmanager `/api/v2/alerts` (active, not silenced or inhibited).
+    /// Alertmanager `/api/v2/alerts` (active, not inhibited; silenced ones only when medea's
+    /// own silence mutes them, or any silence with `skip_operator_silences`).
     Alerts {
         /// Alert matchers: an alert matching them fails the gate.
         matchers: Vec<String>,
         /// Matchers of alerts that never fail it.
         ignore: Vec<String>,
+        /// Alerts muted by an operator's silence are skipped too (`skipOperatorSilences`).
+        /// Not written when false, so plans made before it keep their ids.
+        #[serde(
+            default,
+            rename = "skipOperatorSilences",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        skip_operator_silences: bool,
     },
     /// Deployments/StatefulSets/DaemonSets updated and available.
     Workloads {
@@ -219,16 +233,25 @@ impl GateCheck {
     pub fn summary(&self) -> String {
         match self {
             GateCheck::Query { query } => format!("query `{query}`"),
-            GateCheck::Alerts { matchers, ignore } => {
+            GateCheck::Alerts {
+                matchers,
+                ignore,
+                skip_operator_silences,
+            } => {
                 let m = if matchers.is_empty() {
                     "any alert".to_string()
                 } else {
                     matchers.join(", ")
                 };
-                if ignore.is_empty() {
-                    format!("alerts {m}")
+                let silences = if *skip_operator_silences {
+                    ", skipping operators' silences"
                 } else {
-                    format!("alerts {m}, ignoring {}", ignore.join(" or "))
+                    ""
+                };
+                if ignore.is_empty() {
+                    format!("alerts {m}{silences}")
+                } else {
+                    format!("alerts {m}, ignoring {}{silences}", ignore.join(" or "))
                 }
             }
             GateCheck::Workloads { namespaces, kinds } => {

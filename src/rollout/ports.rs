@@ -783,9 +783,14 @@ impl HookReport {
 pub struct GateContext {
     /// The cluster.
     pub cluster: String,
-    /// Nodes medea is taking down or bringing back at this moment: alerts about them are
-    /// expected and ignored by `alerts` gates.
+    /// Nodes medea is taking down or bringing back at this moment (installed and about to
+    /// reboot, or rebooting and not back yet): alerts about them are expected and ignored by
+    /// `alerts` gates.
     pub rebooting: Vec<String>,
+    /// The ids of the Alertmanager silences medea made for this job: an alert they mute is
+    /// not counted by `alerts` gates (an operator's silence is, unless the gate skips it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_silences: Vec<String>,
     /// Where the gate's policy says to evaluate it (the pool's or the cluster's sources).
     #[serde(default)]
     pub sources: crate::plan::health::HealthSources,

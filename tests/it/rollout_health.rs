@@ -970,6 +970,7 @@ mod real {
                 check: GateCheck::Alerts {
                     matchers: vec!["severity=\"critical\"".into()],
                     ignore: vec![],
+                    skip_operator_silences: false,
                 },
             }],
             soak: Duration::ZERO,

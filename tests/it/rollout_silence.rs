@@ -66,6 +66,7 @@ fn alerts_gate(url: &str) -> HealthPolicy {
             check: GateCheck::Alerts {
                 matchers: vec![r#"severity="critical""#.into()],
                 ignore: vec![],
+                skip_operator_silences: false,
             },
         }],
         soak: Duration::ZERO,

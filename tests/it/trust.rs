@@ -178,6 +178,7 @@ fn ctx() -> GateContext {
     GateContext {
         cluster: "home".into(),
         rebooting: Vec::new(),
+        own_silences: Vec::new(),
         sources: HealthSources::default(),
     }
 }

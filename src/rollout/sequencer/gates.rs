@@ -331,6 +331,51 @@ pub(super) fn step_policy(j: &Job, si: usize) -> Option<HealthPolicy> {
         .filter(|p| !p.gates.is_empty())
 }
 
+/// The nodes of `j` medea is rebooting right now: installed and about to reboot, rebooting
+/// and not back yet (or rebooting into their previous version in a rollback). Alerts about
+/// them are expected; `alerts` gates do not count them.
+pub fn rebooting_nodes(j: &Job) -> Vec<String> {
+    let mut out: Vec<String> = j
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Talos(t) => Some(t),
+            _ => None,
+        })
+        .flat_map(|t| t.nodes.iter())
+        .filter(|n| {
+            matches!(n.phase, NodePhase::Upgraded | NodePhase::Rebooting)
+                || n.rollback == Some(RollbackPhase::Rebooting)
+        })
+        .map(|n| n.target.node.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The ids of the Alertmanager silences medea made in `j` (active or over: an expired
+/// silence mutes nothing, so listing it is harmless).
+pub fn own_silences(j: &Job) -> Vec<String> {
+    let mut out: Vec<String> = j
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Talos(t) => Some(t),
+            _ => None,
+        })
+        .flat_map(|t| t.nodes.iter())
+        .filter_map(|n| match &n.silence {
+            Some(NodeSilence::Active { id, .. }) => Some(id.clone()),
+            Some(NodeSilence::Ended { id, .. }) => id.clone(),
+            None => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The cluster's policy, when it has gates.
 pub(super) fn job_policy(j: &Job) -> Option<HealthPolicy> {
     j.health.clone().filter(|p| !p.gates.is_empty())
@@ -361,7 +406,8 @@ pub(super) fn gate_point(
         gates: policy.gates.clone(),
         ctx: GateContext {
             cluster: j.cluster.clone(),
-            rebooting: Vec::new(),
+            rebooting: rebooting_nodes(j),
+            own_silences: own_silences(j),
             sources: policy.sources.clone(),
         },
     };
