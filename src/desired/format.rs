@@ -855,6 +855,27 @@ pub struct GateSpec {
     #[serde(default)]
     #[schemars(with = "Option<bool>")]
     pub dry_run: Option<Spanned<bool>>,
+    /// Consecutive evaluations that cannot ask the source at all (refused, timed out, an
+    /// HTTP or TLS error) before the gate halts the job (default 4, as Argo Rollouts'
+    /// `consecutiveErrorLimit`). An answer without data counts against `inconclusiveLimit`
+    /// instead.
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub consecutive_error_limit: Option<Spanned<u32>>,
+    /// What the gate does once it reached `inconclusiveLimit`: `halt` (default) the job, or
+    /// `pause` it until `medea rollout resume` (the gate is then checked afresh).
+    #[serde(default)]
+    pub on_inconclusive: Option<OnInconclusiveSpec>,
+}
+
+/// What an inconclusive gate does (`onInconclusive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnInconclusiveSpec {
+    /// Halt the job.
+    Halt,
+    /// Pause the job until `medea rollout resume`.
+    Pause,
 }
 
 /// Passes when Alertmanager has no active, uninhibited alert matching every one of

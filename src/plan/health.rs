@@ -134,6 +134,11 @@ pub fn gates_of(s: &crate::desired::health::HealthSettings) -> Vec<Gate> {
         .map(|g| Gate {
             name: g.name.clone(),
             dry_run: g.dry_run,
+            consecutive_error_limit: g.consecutive_error_limit,
+            on_inconclusive: match g.on_inconclusive {
+                d::OnInconclusive::Halt => OnInconclusive::Halt,
+                d::OnInconclusive::Pause => OnInconclusive::Pause,
+            },
             check: match &g.check {
                 d::HealthCheck::Query { query } => GateCheck::Query {
                     query: query.clone(),
@@ -175,6 +180,52 @@ pub struct Gate {
     /// a job (a gate tried in shadow). Not written when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Consecutive evaluations that could not ask the source at all (refused, timed out, an
+    /// HTTP or TLS error) before the gate halts the job with `gate_inconclusive` (issue #51
+    /// item 4; Argo Rollouts' `consecutiveErrorLimit`, default 4). Kept apart from
+    /// `inconclusiveLimit`, which counts answers without data. Not written when it is the
+    /// default, so plans made before it keep their ids.
+    #[serde(
+        default = "default_consecutive_error_limit",
+        skip_serializing_if = "is_default_consecutive_error_limit"
+    )]
+    pub consecutive_error_limit: u32,
+    /// What the gate's reaching `inconclusiveLimit` does: halt the job (default) or pause it
+    /// until a person runs `medea rollout resume`. Not written when `halt`.
+    #[serde(default, skip_serializing_if = "OnInconclusive::is_halt")]
+    pub on_inconclusive: OnInconclusive,
+}
+
+/// The default of a gate's `consecutiveErrorLimit` (the desired state's).
+pub const DEFAULT_CONSECUTIVE_ERROR_LIMIT: u32 =
+    crate::desired::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT;
+
+/// The default of `consecutiveErrorLimit` (what plans without the field mean).
+pub fn default_consecutive_error_limit() -> u32 {
+    DEFAULT_CONSECUTIVE_ERROR_LIMIT
+}
+
+/// Whether `n` is the default `consecutiveErrorLimit` (then it is not serialized).
+pub fn is_default_consecutive_error_limit(n: &u32) -> bool {
+    *n == DEFAULT_CONSECUTIVE_ERROR_LIMIT
+}
+
+/// What a gate that reached its `inconclusiveLimit` does (issue #51 item 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnInconclusive {
+    /// Halt the job (`gate_inconclusive`): continuing needs a new plan.
+    #[default]
+    Halt,
+    /// Pause the job at the gate; `medea rollout resume` checks the gate afresh.
+    Pause,
+}
+
+impl OnInconclusive {
+    /// Whether it is the default, `halt`.
+    pub fn is_halt(&self) -> bool {
+        *self == OnInconclusive::Halt
+    }
 }
 
 /// What a gate checks.
@@ -214,8 +265,18 @@ pub enum GateCheck {
 impl Gate {
     /// `name: query `…``, as plans show a gate.
     pub fn summary(&self) -> String {
+        let mut extra = String::new();
+        if !is_default_consecutive_error_limit(&self.consecutive_error_limit) {
+            extra.push_str(&format!(
+                ", halts after {} consecutive errors",
+                self.consecutive_error_limit
+            ));
+        }
+        if self.on_inconclusive == OnInconclusive::Pause {
+            extra.push_str(", pauses when inconclusive");
+        }
         format!(
-            "{}: {}{}",
+            "{}: {}{extra}{}",
             self.name,
             self.check.summary(),
             if self.dry_run {

@@ -14,6 +14,8 @@ fn query(name: &str, q: &str) -> Gate {
     Gate {
         name: name.into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Query { query: q.into() },
     }
 }
@@ -256,6 +258,8 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_own_silenced_and_rebo
     let gate = Gate {
         name: "no-critical-alerts".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![r#"severity="critical""#.into()],
             ignore: vec![r#"alertname=~"KubeNodeUnreachable|Watchdog""#.into()],
@@ -341,6 +345,8 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_own_silenced_and_rebo
     let regex_gate = Gate {
         name: "disk".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![r#"alertname=~"Disk""#.into()],
             ignore: vec![],
@@ -352,6 +358,8 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_own_silenced_and_rebo
     let regex_gate = Gate {
         name: "disk".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![r#"alertname=~"Disk.*""#.into()],
             ignore: vec![],
@@ -384,6 +392,8 @@ async fn an_unreachable_alertmanager_is_inconclusive() {
     let gate = Gate {
         name: "alerts".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![],
             ignore: vec![],
@@ -465,6 +475,8 @@ async fn workloads_gate_on_the_simulator_names_the_unavailable_deployment() {
     let gate = Gate {
         name: "workloads".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Workloads {
             namespaces: vec!["default".into()],
             kinds: vec![WorkloadKind::Deployment, WorkloadKind::DaemonSet],

@@ -187,6 +187,8 @@ fn up_gate() -> Gate {
     Gate {
         name: "up".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Query {
             query: "up == 1".into(),
         },
