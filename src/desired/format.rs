@@ -221,6 +221,12 @@ pub struct JobHookSpec {
     /// `volumes`, ...), as in a Kubernetes Job's `spec.template.spec`.
     #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub pod_spec: Spanned<serde_json::Value>,
+    /// Seconds after the Job finished before Kubernetes deletes it and its pod (the Job's
+    /// `ttlSecondsAfterFinished`; default 86400, a day; at least 60, so medea reads the
+    /// result first).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>", range(min = 60))]
+    pub ttl_seconds_after_finished: Option<Spanned<u64>>,
 }
 
 /// Scheduled etcd backups of a Cluster: when, how many are kept, where, encrypted to whom.
