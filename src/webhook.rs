@@ -36,6 +36,10 @@ pub enum EventKind {
     /// booted the target (issue #36).
     #[serde(rename = "rollout.node_rebooted_externally")]
     NodeRebootedExternally,
+    /// A health gate with `onInconclusive: pause` could not tell: the job waits for
+    /// `medea rollout resume` (issue #51 item 4).
+    #[serde(rename = "rollout.paused")]
+    RolloutPaused,
     #[serde(rename = "rollout.succeeded")]
     RolloutSucceeded,
     /// A running job passed the pessimistic bound of its predicted duration (issue #36).

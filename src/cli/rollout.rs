@@ -69,6 +69,14 @@ pub enum RolloutAction {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Continue a job an inconclusive health gate paused (`onInconclusive: pause`): its gates
+    /// are checked again with fresh counts. A halted job is not resumed: it needs a new plan.
+    #[command(after_help = "Examples:\n  medea rollout resume 1a2b3c4d5e6f-prod")]
+    Resume {
+        /// The paused job (`medea rollout status` says when a job is paused).
+        #[arg(add = super::complete::jobs())]
+        job: String,
+    },
 }
 
 fn runtime() -> miette::Result<tokio::runtime::Runtime> {
@@ -115,6 +123,12 @@ pub fn run(args: RolloutArgs) -> miette::Result<u8> {
                 outln!("halt requested for {job} (state: {state}); it stops before its next mutating command and never continues by itself.");
                 outln!("Follow it to its stop: medea rollout status {job} -w");
                 outln!("Once it has stopped, the server plans what is left; approving that plan continues the rollout (medea plan).");
+                Ok(exit::OK)
+            }
+            RolloutAction::Resume { job } => {
+                c.resume_rollout(pb::ResumeRolloutRequest { job_id: job.clone() }).await.map_err(rpc)?;
+                outln!("resume requested for {job}: its health gates are checked again at its next round.");
+                outln!("Follow it: medea rollout status {job} -w");
                 Ok(exit::OK)
             }
             RolloutAction::Status { job, cluster, pool, watch, output: fmt, log_format } => {

@@ -221,6 +221,12 @@ pub struct JobHookSpec {
     /// `volumes`, ...), as in a Kubernetes Job's `spec.template.spec`.
     #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub pod_spec: Spanned<serde_json::Value>,
+    /// Seconds after the Job finished before Kubernetes deletes it and its pod (the Job's
+    /// `ttlSecondsAfterFinished`; default 86400, a day; at least 60, so medea reads the
+    /// result first).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>", range(min = 60))]
+    pub ttl_seconds_after_finished: Option<Spanned<u64>>,
 }
 
 /// Scheduled etcd backups of a Cluster: when, how many are kept, where, encrypted to whom.
@@ -855,11 +861,33 @@ pub struct GateSpec {
     #[serde(default)]
     #[schemars(with = "Option<bool>")]
     pub dry_run: Option<Spanned<bool>>,
+    /// Consecutive evaluations that cannot ask the source at all (refused, timed out, an
+    /// HTTP or TLS error) before the gate halts the job (default 4, as Argo Rollouts'
+    /// `consecutiveErrorLimit`). An answer without data counts against `inconclusiveLimit`
+    /// instead.
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1))]
+    pub consecutive_error_limit: Option<Spanned<u32>>,
+    /// What the gate does once it reached `inconclusiveLimit`: `halt` (default) the job, or
+    /// `pause` it until `medea rollout resume` (the gate is then checked afresh).
+    #[serde(default)]
+    pub on_inconclusive: Option<OnInconclusiveSpec>,
 }
 
-/// Passes when Alertmanager has no active, unsilenced, uninhibited alert matching every one
-/// of `matchers`, apart from those matching any of `ignore` and those about a node medea is
-/// rebooting right now.
+/// What an inconclusive gate does (`onInconclusive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnInconclusiveSpec {
+    /// Halt the job.
+    Halt,
+    /// Pause the job until `medea rollout resume`.
+    Pause,
+}
+
+/// Passes when Alertmanager has no active, uninhibited alert matching every one of
+/// `matchers`, apart from those matching any of `ignore`, those muted by medea's own silences
+/// and those about a node medea is rebooting right now. An operator's silence hides nothing
+/// unless `skipOperatorSilences` is true.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AlertsGateSpec {
@@ -872,6 +900,10 @@ pub struct AlertsGateSpec {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub ignore: Vec<Spanned<String>>,
+    /// Also skip alerts muted by a silence that is not medea's own (default `false`: an
+    /// operator's silence, however broad, never hides a matching alert from the gate).
+    #[serde(default)]
+    pub skip_operator_silences: bool,
 }
 
 /// Passes when every selected workload has its desired replicas updated and available.

@@ -28,6 +28,10 @@ pub const DEFAULT_FAILURE_LIMIT: u32 = 1;
 /// source is ridden out by raising it.
 pub const DEFAULT_INCONCLUSIVE_LIMIT: u32 = DEFAULT_FAILURE_LIMIT;
 
+/// Default of a gate's `consecutiveErrorLimit` (issue #51 item 4): 4, as Argo Rollouts'
+/// AnalysisRun (`DefaultConsecutiveErrorLimit` in argo-rollouts `utils/defaults/defaults.go`).
+pub const DEFAULT_CONSECUTIVE_ERROR_LIMIT: u32 = 4;
+
 /// A cluster's or pool's effective health settings. No gates: nothing is gated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -136,6 +140,22 @@ pub struct HealthGate {
     pub check: HealthCheck,
     /// Evaluated and reported, never blocking (`dryRun: true`).
     pub dry_run: bool,
+    /// Consecutive evaluations that could not ask the source before the gate halts the job
+    /// (`consecutiveErrorLimit`, default 4 as Argo Rollouts).
+    pub consecutive_error_limit: u32,
+    /// What reaching `inconclusiveLimit` does (`onInconclusive`, default halt).
+    pub on_inconclusive: OnInconclusive,
+}
+
+/// What a gate that reached its `inconclusiveLimit` does (`onInconclusive`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnInconclusive {
+    /// Halt the job (`gate_inconclusive`).
+    #[default]
+    Halt,
+    /// Pause the job until `medea rollout resume`.
+    Pause,
 }
 
 /// What a health gate checks.
@@ -153,6 +173,9 @@ pub enum HealthCheck {
         matchers: Vec<String>,
         /// Matchers of alerts that never fail the gate, even when selected.
         ignore: Vec<String>,
+        /// Alerts muted by a silence other than medea's own are skipped too.
+        #[serde(rename = "skipOperatorSilences")]
+        skip_operator_silences: bool,
     },
     /// Workloads in the cluster are ready.
     Workloads {
@@ -723,11 +746,32 @@ fn gates(
                 None
             }
         };
+        let consecutive_error_limit = match &g.consecutive_error_limit {
+            None => DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+            Some(n) if n.value == 0 => {
+                ok = false;
+                err(
+                    diags,
+                    doc,
+                    &n.referenced,
+                    format!("gate `{name}`: `consecutiveErrorLimit` must be at least 1"),
+                    "leave it out for the default (4 consecutive errors halt the job)",
+                );
+                0
+            }
+            Some(n) => n.value,
+        };
+        let on_inconclusive = match g.on_inconclusive {
+            None | Some(crate::desired::format::OnInconclusiveSpec::Halt) => OnInconclusive::Halt,
+            Some(crate::desired::format::OnInconclusiveSpec::Pause) => OnInconclusive::Pause,
+        };
         if let (Some(check), true) = (check, ok) {
             out.push(HealthGate {
                 name: name.clone(),
                 check,
                 dry_run: g.dry_run.as_ref().is_some_and(|d| d.value),
+                consecutive_error_limit,
+                on_inconclusive,
             });
         }
     }
@@ -781,7 +825,11 @@ fn gate_check(
         });
     }
     if let Some(a) = &g.alerts {
-        let AlertsGateSpec { matchers, ignore } = &a.value;
+        let AlertsGateSpec {
+            matchers,
+            ignore,
+            skip_operator_silences,
+        } = &a.value;
         let mut ok = true;
         if !alertmanager {
             ok = false;
@@ -818,6 +866,7 @@ fn gate_check(
                 .map(|m| m.value.trim().to_string())
                 .collect(),
             ignore: ignore.iter().map(|m| m.value.trim().to_string()).collect(),
+            skip_operator_silences: *skip_operator_silences,
         });
     }
     if let Some(w) = &g.workloads {

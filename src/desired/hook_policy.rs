@@ -112,6 +112,7 @@ impl HookPolicy {
             HookAction::Job {
                 namespace,
                 pod_spec,
+                ..
             } => self.refusals_of(&JobView::of(namespace, pod_spec)),
         }
     }
@@ -301,6 +302,7 @@ mod tests {
             action: HookAction::Job {
                 namespace: namespace.into(),
                 pod_spec: pod,
+                ttl_seconds_after_finished: crate::desired::hooks::DEFAULT_HOOK_JOB_TTL_SECS,
             },
         }
     }

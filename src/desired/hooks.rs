@@ -84,6 +84,21 @@ pub struct Hook {
     pub action: HookAction,
 }
 
+/// The default `ttlSecondsAfterFinished` of a Job hook: a day, long enough for a person to
+/// read a failed hook's pod and for medea to read its result after a restart.
+pub const DEFAULT_HOOK_JOB_TTL_SECS: u64 = 86_400;
+/// The shortest `ttlSecondsAfterFinished` accepted: medea reads the pod's log and exit code
+/// after the Job finished, so the Job must outlive that read.
+pub const MIN_HOOK_JOB_TTL_SECS: u64 = 60;
+
+fn default_hook_job_ttl() -> u64 {
+    DEFAULT_HOOK_JOB_TTL_SECS
+}
+
+fn is_default_hook_job_ttl(n: &u64) -> bool {
+    *n == DEFAULT_HOOK_JOB_TTL_SECS
+}
+
 /// What a hook does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
@@ -110,6 +125,14 @@ pub enum HookAction {
         /// medea sets `restartPolicy: Never`, adds the `MEDEA_*` environment to every
         /// container and labels naming the job and the hook.
         pod_spec: serde_json::Value,
+        /// Seconds after the Job finished before Kubernetes' TTL controller deletes it (with
+        /// its pod), so one Job per node, point and hook does not pile up (issue #51 item 5).
+        /// Not written when it is the default ([`DEFAULT_HOOK_JOB_TTL_SECS`]).
+        #[serde(
+            default = "default_hook_job_ttl",
+            skip_serializing_if = "is_default_hook_job_ttl"
+        )]
+        ttl_seconds_after_finished: u64,
     },
 }
 
@@ -123,6 +146,16 @@ impl Hook {
                 Some(c) => format!("http POST {url}, credential {c}"),
                 None => format!("http POST {url}, no credential"),
             },
+            HookAction::Job {
+                namespace,
+                ttl_seconds_after_finished,
+                ..
+            } if !is_default_hook_job_ttl(ttl_seconds_after_finished) => format!(
+                "job in namespace {namespace}, deleted {} after it finished",
+                crate::desired::model::format_duration(Duration::from_secs(
+                    *ttl_seconds_after_finished
+                ))
+            ),
             HookAction::Job { namespace, .. } => format!("job in namespace {namespace}"),
         };
         format!(
@@ -141,6 +174,7 @@ impl Hook {
             HookAction::Job {
                 namespace,
                 pod_spec,
+                ..
             } => super::hook_view::JobView::of(namespace, pod_spec).lines(),
         }
     }
@@ -472,6 +506,24 @@ fn job_action(
             n.value.trim().to_string()
         }
     };
+    let ttl = match &s.ttl_seconds_after_finished {
+        None => DEFAULT_HOOK_JOB_TTL_SECS,
+        Some(t) if t.value < MIN_HOOK_JOB_TTL_SECS => {
+            ok = false;
+            err(
+                diags,
+                doc,
+                &t.referenced,
+                format!(
+                    "{at}: `job.ttlSecondsAfterFinished` is {}, less than {MIN_HOOK_JOB_TTL_SECS}",
+                    t.value
+                ),
+                "medea reads the hook's result after its Job finished: keep the Job at least a minute (default 86400, a day)",
+            );
+            t.value
+        }
+        Some(t) => t.value,
+    };
     let loc = &s.pod_spec.referenced;
     let mut bad = |why: String, help: &str| {
         ok = false;
@@ -540,6 +592,7 @@ fn job_action(
     ok.then(|| HookAction::Job {
         namespace,
         pod_spec: pod.clone(),
+        ttl_seconds_after_finished: ttl,
     })
 }
 
@@ -573,6 +626,7 @@ mod tests {
             action: HookAction::Job {
                 namespace: "rook-ceph".into(),
                 pod_spec: serde_json::json!({"containers": [{"name": "ceph", "image": "rook/ceph:v1.15"}]}),
+                ttl_seconds_after_finished: DEFAULT_HOOK_JOB_TTL_SECS,
             },
         });
         let json = serde_json::to_value(&h).unwrap();

@@ -1,7 +1,9 @@
-//! Alerts gates: Alertmanager's `GET /api/v2/alerts?active=true&silenced=false&inhibited=false`
+//! Alerts gates: Alertmanager's `GET /api/v2/alerts?active=true&silenced=true&inhibited=false`
 //! with one `filter=` per matcher (server-side), then, client-side, the matchers again (so a
-//! proxy that drops the filter cannot make a gate pass), the `ignore` matchers, and the
-//! alerts about a node medea is rebooting right now ([`about_rebooting_node`]).
+//! proxy that drops the filter cannot make a gate pass), the `ignore` matchers, the alerts
+//! muted by medea's OWN silences (by id, from each alert's `status.silencedBy`; an operator's
+//! silence hides nothing unless the gate says `skipOperatorSilences`), and the alerts about a
+//! node medea is rebooting right now ([`about_rebooting_node`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,8 +22,9 @@ use crate::rollout::ports::{
 /// host part of `instance` (`host:port`, `[v6]:port`).
 pub const NODE_LABELS: [&str; 4] = ["node", "instance", "kubernetes_node", "nodename"];
 
-/// One alert of `GET /api/v2/alerts` (the fields a gate reads; `status.mutedBy`, required
-/// from Alertmanager 0.27 on, is not needed).
+/// One alert of `GET /api/v2/alerts` (the fields a gate reads: `status.silencedBy` is
+/// Alertmanager's `alertStatus` in api/v2/openapi.yaml, present in every version medea
+/// supports; `mutedBy`, from 0.27 on, is not needed).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Alert {
@@ -32,19 +35,24 @@ pub struct Alert {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AlertStatus {
     #[serde(default)]
     pub state: String,
+    /// The ids of the silences muting the alert (empty: none).
+    #[serde(default)]
+    pub silenced_by: Vec<String>,
 }
 
-/// Active, unsilenced, uninhibited alerts matching `matchers` (all of them).
+/// Active, uninhibited alerts matching `matchers` (all of them), silenced or not: which
+/// silences count is the gate's call ([`judge`]).
 pub async fn alerts(
     endpoint: &Endpoint,
     credentials: &http::Credentials,
     matchers: &[Matcher],
     timeout: Duration,
 ) -> Result<Vec<Alert>, ProbeError> {
-    let mut path = String::from("/api/v2/alerts?active=true&silenced=false&inhibited=false");
+    let mut path = String::from("/api/v2/alerts?active=true&silenced=true&inhibited=false");
     for m in matchers {
         path.push_str("&filter=");
         path.push_str(&http::encode(&m.to_filter()));
@@ -310,15 +318,39 @@ fn alert_text(labels: &BTreeMap<String, String>) -> String {
     format!("{name}{{{}}}", rest.join(", "))
 }
 
+/// Which silences an alerts gate looks through: medea's own (by id) always, an operator's
+/// only when the gate says `skipOperatorSilences`.
+#[derive(Debug, Clone, Copy)]
+pub struct SilenceRule<'a> {
+    /// The ids of the silences medea made for this job.
+    pub own: &'a [String],
+    /// Skip alerts muted by any other silence too.
+    pub skip_operator: bool,
+}
+
+/// How a silenced alert counts under `rule`: `Some(true)` muted by medea's own silence,
+/// `Some(false)` muted by an operator's silence the gate skips, `None` counted.
+fn muted(a: &Alert, rule: SilenceRule<'_>) -> Option<bool> {
+    let by = a.status.as_ref().map_or(&[][..], |s| &s.silenced_by[..]);
+    if by.is_empty() {
+        return None;
+    }
+    if by.iter().any(|id| rule.own.contains(id)) {
+        return Some(true);
+    }
+    rule.skip_operator.then_some(false)
+}
+
 /// Judge the alerts Alertmanager returned. Pure.
 pub fn judge(
     alerts: &[Alert],
     matchers: &[Matcher],
     ignore: &[Matcher],
+    silences: SilenceRule<'_>,
     rebooting: &[String],
 ) -> (GateVerdict, Vec<GateSample>, String) {
     let mut firing = Vec::new();
-    let mut ignored = 0usize;
+    let (mut ignored, mut own, mut operator) = (0usize, 0usize, 0usize);
     let mut rebooting_hits = 0usize;
     for a in alerts {
         if !matchers.iter().all(|m| m.matches(&a.labels)) {
@@ -327,6 +359,17 @@ pub fn judge(
         if ignore.iter().any(|m| m.matches(&a.labels)) {
             ignored += 1;
             continue;
+        }
+        match muted(a, silences) {
+            Some(true) => {
+                own += 1;
+                continue;
+            }
+            Some(false) => {
+                operator += 1;
+                continue;
+            }
+            None => {}
         }
         if about_rebooting_node(&a.labels, rebooting).is_some() {
             rebooting_hits += 1;
@@ -349,6 +392,12 @@ pub fn judge(
     let mut skipped = Vec::new();
     if ignored > 0 {
         skipped.push(format!("{ignored} ignored"));
+    }
+    if own > 0 {
+        skipped.push(format!("{own} under medea's silence"));
+    }
+    if operator > 0 {
+        skipped.push(format!("{operator} under an operator's silence"));
     }
     if rebooting_hits > 0 {
         skipped.push(format!("{rebooting_hits} about rebooting nodes"));
@@ -393,6 +442,7 @@ mod tests {
                 .collect(),
             status: Some(AlertStatus {
                 state: "active".into(),
+                silenced_by: Vec::new(),
             }),
         }
     }
@@ -442,20 +492,61 @@ mod tests {
             ]),
             alert(&[("alertname", "Minor"), ("severity", "warning")]),
         ];
-        let (v, s, d) = judge(&alerts, &m, &ignore, &["w-1".to_string()]);
+        let none = SilenceRule {
+            own: &[],
+            skip_operator: false,
+        };
+        let (v, s, d) = judge(&alerts, &m, &ignore, none, &["w-1".to_string()]);
         assert_eq!(v, GateVerdict::Pass, "{d}");
         assert!(s.is_empty());
         assert_eq!(
             d,
             "no matching alert is firing (1 ignored, 1 about rebooting nodes)"
         );
-        let (v, s, d) = judge(&alerts, &m, &ignore, &[]);
+        let (v, s, d) = judge(&alerts, &m, &ignore, none, &[]);
         assert_eq!(v, GateVerdict::Fail);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].value, "active");
         assert!(
             d.starts_with(r#"1 alert firing: NodeDown{node="w-1", severity="critical"}"#),
             "{d}"
+        );
+    }
+
+    #[test]
+    fn only_medeas_own_silences_hide_an_alert_unless_the_gate_skips_operators() {
+        let m = vec![Matcher::parse(r#"severity="critical""#).unwrap()];
+        let silenced = |by: &str| {
+            let mut a = alert(&[("alertname", "CephDown"), ("severity", "critical")]);
+            if let Some(s) = a.status.as_mut() {
+                s.state = "suppressed".into();
+                s.silenced_by = vec![by.to_string()];
+            }
+            a
+        };
+        let own = vec!["medea-1".to_string()];
+        let rule = SilenceRule {
+            own: &own,
+            skip_operator: false,
+        };
+        let (v, _, d) = judge(&[silenced("operator-9")], &m, &[], rule, &[]);
+        assert_eq!(
+            v,
+            GateVerdict::Fail,
+            "an operator's silence hides nothing: {d}"
+        );
+        let (v, _, d) = judge(&[silenced("medea-1")], &m, &[], rule, &[]);
+        assert_eq!(v, GateVerdict::Pass, "{d}");
+        assert_eq!(d, "no matching alert is firing (1 under medea's silence)");
+        let skip = SilenceRule {
+            own: &own,
+            skip_operator: true,
+        };
+        let (v, _, d) = judge(&[silenced("operator-9")], &m, &[], skip, &[]);
+        assert_eq!(v, GateVerdict::Pass, "{d}");
+        assert_eq!(
+            d,
+            "no matching alert is firing (1 under an operator's silence)"
         );
     }
 }

@@ -18,8 +18,10 @@
 //!
 //! Architecture Invariant: an evaluation never returns an error and never passes by default:
 //! a source that cannot be asked, answers an error, times out, or answers something
-//! unexpected gives [`GateVerdict::Inconclusive`] (issue #35: "we could not tell", counted
-//! against `inconclusiveLimit`) with the cause chain in `detail`; [`GateVerdict::Fail`] is kept
+//! unexpected gives [`GateVerdict::Inconclusive`] (issue #35: "we could not tell") with the
+//! cause chain in `detail` and `error` set (counted against the gate's
+//! `consecutiveErrorLimit`, issue #51; an answer without data counts against
+//! `inconclusiveLimit`); [`GateVerdict::Fail`] is kept
 //! for a check that ran and said no.
 //!
 //! Architecture Invariant: bearer tokens and the contents of CA/token files are never
@@ -70,6 +72,8 @@ pub enum ProbeError {
         #[source]
         err: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("listing workloads took longer than {limit}")]
+    WorkloadsTimeout { limit: String },
     #[error("cannot ask the source")]
     Http {
         #[source]
@@ -203,7 +207,11 @@ impl Probes {
                     prometheus::query(endpoint, &self.credentials, query, self.timeout).await?;
                 Ok(prometheus::judge(shape, &data))
             }
-            GateCheck::Alerts { matchers, ignore } => {
+            GateCheck::Alerts {
+                matchers,
+                ignore,
+                skip_operator_silences,
+            } => {
                 let parse = |list: &[String]| -> Result<Vec<Matcher>, ProbeError> {
                     list.iter()
                         .map(|m| {
@@ -219,10 +227,15 @@ impl Probes {
                 let alerts =
                     alertmanager::alerts(endpoint, &self.credentials, &matchers, self.timeout)
                         .await?;
+                let silences = alertmanager::SilenceRule {
+                    own: &ctx.own_silences,
+                    skip_operator: *skip_operator_silences,
+                };
                 Ok(alertmanager::judge(
                     &alerts,
                     &matchers,
                     &ignore,
+                    silences,
                     &ctx.rebooting,
                 ))
             }
@@ -236,14 +249,9 @@ impl Probes {
                 {
                     Ok(r) => r?,
                     Err(_) => {
-                        return Ok((
-                            GateVerdict::Inconclusive,
-                            Vec::new(),
-                            format!(
-                                "listing workloads took longer than {}",
-                                crate::desired::model::format_duration(self.timeout * 3)
-                            ),
-                        ));
+                        return Err(ProbeError::WorkloadsTimeout {
+                            limit: crate::desired::model::format_duration(self.timeout * 3),
+                        });
                     }
                 };
                 Ok(workloads::judge(&listed))
@@ -335,13 +343,17 @@ impl HealthProbe for Probes {
     }
 
     async fn evaluate(&self, gate: &Gate, ctx: &GateContext) -> GateEvaluation {
-        let (verdict, samples, detail) = match self.run(gate, ctx).await {
-            Ok(r) => r,
-            // the check did not run: we could not tell (never a pass)
+        // the check did not run: we could not tell (never a pass), and it is an error of the
+        // source, counted against `consecutiveErrorLimit` (issue #51 item 4)
+        let ((verdict, samples, detail), error) = match self.run(gate, ctx).await {
+            Ok(r) => (r, false),
             Err(e) => (
-                GateVerdict::Inconclusive,
-                Vec::new(),
-                crate::error_chain(&e),
+                (
+                    GateVerdict::Inconclusive,
+                    Vec::new(),
+                    crate::error_chain(&e),
+                ),
+                true,
             ),
         };
         match verdict {
@@ -359,6 +371,7 @@ impl HealthProbe for Probes {
             samples,
             detail,
             dry_run: gate.dry_run,
+            error,
         }
     }
 }

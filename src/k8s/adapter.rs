@@ -88,6 +88,7 @@ impl KubePort for KubeAdapter {
         let HookAction::Job {
             namespace,
             pod_spec,
+            ttl_seconds_after_finished,
         } = &req.hook.action
         else {
             return HookReport::failed("not a Job hook");
@@ -101,6 +102,7 @@ impl KubePort for KubeAdapter {
             point: req.point.as_str(),
             node: req.node.as_deref().unwrap_or(""),
             timeout: req.hook.timeout,
+            ttl_seconds_after_finished: *ttl_seconds_after_finished,
         };
         match timed(
             API,

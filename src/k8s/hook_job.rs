@@ -55,6 +55,9 @@ pub struct HookJob<'a> {
     pub node: &'a str,
     /// How long it may run.
     pub timeout: Duration,
+    /// `spec.ttlSecondsAfterFinished`: Kubernetes deletes the finished Job (and its pod) this
+    /// long after it ended.
+    pub ttl_seconds_after_finished: u64,
 }
 
 /// How a Job hook ended.
@@ -136,6 +139,7 @@ pub fn job_manifest(h: &HookJob<'_>) -> serde_json::Value {
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": h.timeout.as_secs().max(1),
+            "ttlSecondsAfterFinished": h.ttl_seconds_after_finished,
             "template": {
                 "metadata": { "labels": labels },
                 "spec": pod,
@@ -293,8 +297,11 @@ mod tests {
             point: "beforeNode",
             node: "w-1",
             timeout: Duration::from_secs(300),
+            ttl_seconds_after_finished: 3600,
         };
         let m = job_manifest(&h);
+        // issue #51 item 5: the finished Job is deleted by Kubernetes' TTL controller
+        assert_eq!(m["spec"]["ttlSecondsAfterFinished"], 3600);
         assert_eq!(m["metadata"]["name"], "medea-hook-0123456789abcdef");
         assert_eq!(m["metadata"]["labels"][JOB_LABEL], "abc123-prod");
         assert_eq!(m["metadata"]["labels"][HOOK_LABEL], "noout");

@@ -134,13 +134,23 @@ pub fn gates_of(s: &crate::desired::health::HealthSettings) -> Vec<Gate> {
         .map(|g| Gate {
             name: g.name.clone(),
             dry_run: g.dry_run,
+            consecutive_error_limit: g.consecutive_error_limit,
+            on_inconclusive: match g.on_inconclusive {
+                d::OnInconclusive::Halt => OnInconclusive::Halt,
+                d::OnInconclusive::Pause => OnInconclusive::Pause,
+            },
             check: match &g.check {
                 d::HealthCheck::Query { query } => GateCheck::Query {
                     query: query.clone(),
                 },
-                d::HealthCheck::Alerts { matchers, ignore } => GateCheck::Alerts {
+                d::HealthCheck::Alerts {
+                    matchers,
+                    ignore,
+                    skip_operator_silences,
+                } => GateCheck::Alerts {
                     matchers: matchers.clone(),
                     ignore: ignore.clone(),
+                    skip_operator_silences: *skip_operator_silences,
                 },
                 d::HealthCheck::Workloads { namespaces, kinds } => GateCheck::Workloads {
                     namespaces: namespaces.clone(),
@@ -170,6 +180,52 @@ pub struct Gate {
     /// a job (a gate tried in shadow). Not written when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Consecutive evaluations that could not ask the source at all (refused, timed out, an
+    /// HTTP or TLS error) before the gate halts the job with `gate_inconclusive` (issue #51
+    /// item 4; Argo Rollouts' `consecutiveErrorLimit`, default 4). Kept apart from
+    /// `inconclusiveLimit`, which counts answers without data. Not written when it is the
+    /// default, so plans made before it keep their ids.
+    #[serde(
+        default = "default_consecutive_error_limit",
+        skip_serializing_if = "is_default_consecutive_error_limit"
+    )]
+    pub consecutive_error_limit: u32,
+    /// What the gate's reaching `inconclusiveLimit` does: halt the job (default) or pause it
+    /// until a person runs `medea rollout resume`. Not written when `halt`.
+    #[serde(default, skip_serializing_if = "OnInconclusive::is_halt")]
+    pub on_inconclusive: OnInconclusive,
+}
+
+/// The default of a gate's `consecutiveErrorLimit` (the desired state's).
+pub const DEFAULT_CONSECUTIVE_ERROR_LIMIT: u32 =
+    crate::desired::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT;
+
+/// The default of `consecutiveErrorLimit` (what plans without the field mean).
+pub fn default_consecutive_error_limit() -> u32 {
+    DEFAULT_CONSECUTIVE_ERROR_LIMIT
+}
+
+/// Whether `n` is the default `consecutiveErrorLimit` (then it is not serialized).
+pub fn is_default_consecutive_error_limit(n: &u32) -> bool {
+    *n == DEFAULT_CONSECUTIVE_ERROR_LIMIT
+}
+
+/// What a gate that reached its `inconclusiveLimit` does (issue #51 item 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnInconclusive {
+    /// Halt the job (`gate_inconclusive`): continuing needs a new plan.
+    #[default]
+    Halt,
+    /// Pause the job at the gate; `medea rollout resume` checks the gate afresh.
+    Pause,
+}
+
+impl OnInconclusive {
+    /// Whether it is the default, `halt`.
+    pub fn is_halt(&self) -> bool {
+        *self == OnInconclusive::Halt
+    }
 }
 
 /// What a gate checks.
@@ -181,12 +237,21 @@ pub enum GateCheck {
         /// The PromQL expression.
         query: String,
     },
-    /// Alertmanager `/api/v2/alerts` (active, not silenced or inhibited).
+    /// Alertmanager `/api/v2/alerts` (active, not inhibited; silenced ones only when medea's
+    /// own silence mutes them, or any silence with `skip_operator_silences`).
     Alerts {
         /// Alert matchers: an alert matching them fails the gate.
         matchers: Vec<String>,
         /// Matchers of alerts that never fail it.
         ignore: Vec<String>,
+        /// Alerts muted by an operator's silence are skipped too (`skipOperatorSilences`).
+        /// Not written when false, so plans made before it keep their ids.
+        #[serde(
+            default,
+            rename = "skipOperatorSilences",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        skip_operator_silences: bool,
     },
     /// Deployments/StatefulSets/DaemonSets updated and available.
     Workloads {
@@ -200,8 +265,18 @@ pub enum GateCheck {
 impl Gate {
     /// `name: query `…``, as plans show a gate.
     pub fn summary(&self) -> String {
+        let mut extra = String::new();
+        if !is_default_consecutive_error_limit(&self.consecutive_error_limit) {
+            extra.push_str(&format!(
+                ", halts after {} consecutive errors",
+                self.consecutive_error_limit
+            ));
+        }
+        if self.on_inconclusive == OnInconclusive::Pause {
+            extra.push_str(", pauses when inconclusive");
+        }
         format!(
-            "{}: {}{}",
+            "{}: {}{extra}{}",
             self.name,
             self.check.summary(),
             if self.dry_run {
@@ -219,16 +294,25 @@ impl GateCheck {
     pub fn summary(&self) -> String {
         match self {
             GateCheck::Query { query } => format!("query `{query}`"),
-            GateCheck::Alerts { matchers, ignore } => {
+            GateCheck::Alerts {
+                matchers,
+                ignore,
+                skip_operator_silences,
+            } => {
                 let m = if matchers.is_empty() {
                     "any alert".to_string()
                 } else {
                     matchers.join(", ")
                 };
-                if ignore.is_empty() {
-                    format!("alerts {m}")
+                let silences = if *skip_operator_silences {
+                    ", skipping operators' silences"
                 } else {
-                    format!("alerts {m}, ignoring {}", ignore.join(" or "))
+                    ""
+                };
+                if ignore.is_empty() {
+                    format!("alerts {m}{silences}")
+                } else {
+                    format!("alerts {m}, ignoring {}{silences}", ignore.join(" or "))
                 }
             }
             GateCheck::Workloads { namespaces, kinds } => {

@@ -154,6 +154,7 @@ mod tests {
         HookAction::Job {
             namespace: "ops".into(),
             pod_spec: serde_json::json!({"containers": [{"name": "c", "image": "busybox"}]}),
+            ttl_seconds_after_finished: crate::desired::hooks::DEFAULT_HOOK_JOB_TTL_SECS,
         }
     }
 

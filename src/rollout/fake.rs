@@ -44,6 +44,20 @@ impl HealthProbe for FakeProbe {
             let rule = s.gates.get(&gate.name).cloned().unwrap_or_default();
             let mut samples = Vec::new();
             let mut why = None;
+            if rule.error_next > 0 {
+                if let Some(r) = s.gates.get_mut(&gate.name) {
+                    r.error_next -= 1;
+                }
+                s.gate_log.push(format!("{} error", gate.name));
+                return GateEvaluation {
+                    gate: gate.name.clone(),
+                    verdict: GateVerdict::Inconclusive,
+                    samples,
+                    detail: "the source is unreachable (timed out)".into(),
+                    dry_run: gate.dry_run,
+                    error: true,
+                };
+            }
             if rule.inconclusive_next > 0 {
                 if let Some(r) = s.gates.get_mut(&gate.name) {
                     r.inconclusive_next -= 1;
@@ -53,8 +67,9 @@ impl HealthProbe for FakeProbe {
                     gate: gate.name.clone(),
                     verdict: GateVerdict::Inconclusive,
                     samples,
-                    detail: "the source is unreachable".into(),
+                    detail: "the query returned no value".into(),
                     dry_run: gate.dry_run,
+                    error: false,
                 };
             }
             if rule.fail {
@@ -100,6 +115,7 @@ impl HealthProbe for FakeProbe {
                 samples,
                 detail: why.unwrap_or_else(|| "ok".into()),
                 dry_run: gate.dry_run,
+                error: false,
             }
         })
     }
@@ -356,10 +372,14 @@ pub struct FakeGate {
     /// Evaluations left that fail before the gate passes (a flapping signal).
     #[serde(default)]
     pub fail_next: u32,
-    /// Evaluations left that cannot tell (an unreachable source) before the rules above
-    /// decide (issue #35).
+    /// Evaluations left that cannot tell (an answer without data) before the rules above
+    /// decide (issue #35); counted against `inconclusiveLimit`.
     #[serde(default)]
     pub inconclusive_next: u32,
+    /// Evaluations left whose source cannot be asked (a timeout, issue #51), before
+    /// `inconclusive_next` and the rules above; counted against `consecutiveErrorLimit`.
+    #[serde(default)]
+    pub error_next: u32,
 }
 
 /// A node to create.

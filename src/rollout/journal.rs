@@ -10,6 +10,8 @@
 //! - `Jobs/active/<cluster>`: [`ActiveJob`], present while a job of the cluster is running (at
 //!   most one at a time);
 //! - `Jobs/halt/<job-id>`: [`HaltRequest`], written by `medea rollout halt`;
+//! - `Jobs/resume/<job-id>`: [`ResumeRequest`], written by `medea rollout resume`, deleted by
+//!   the executor once honoured;
 //! - `Journal/<job-id>/<seq, 10 digits>`: [`JournalEntry`], append-only, one per transaction
 //!   (sequence 0 is the creation). Every entry after the creation carries the [`JobDelta`] it
 //!   made, so the current job is the checkpoint plus the deltas of the entries after its
@@ -52,6 +54,10 @@ pub fn active_key(cluster: &str) -> String {
 /// The key of the halt request of job `id`.
 pub fn halt_key(id: &JobId) -> String {
     format!("halt/{id}")
+}
+/// The key of job `id`'s resume request (issue #51 item 4).
+pub fn resume_key(id: &JobId) -> String {
+    format!("resume/{id}")
 }
 /// The key of journal entry `seq` of job `id`.
 pub fn entry_key(id: &JobId, seq: u64) -> String {
@@ -136,6 +142,11 @@ pub enum Entry {
         /// Who asked.
         by: String,
     },
+    /// A person resumed a job paused by an inconclusive gate (issue #51 item 4).
+    ResumeRequested {
+        /// Who asked.
+        by: String,
+    },
     /// Health gates were evaluated at `point` (the evidence, as the probe returned it).
     Gates {
         /// Where in the job.
@@ -154,6 +165,7 @@ impl Entry {
             Entry::Result { .. } => "result",
             Entry::Progress => "progress",
             Entry::HaltRequested { .. } => "halt-requested",
+            Entry::ResumeRequested { .. } => "resume-requested",
             Entry::Gates { .. } => "gates",
         }
     }
@@ -188,6 +200,27 @@ pub struct HaltRequest {
 impl Record for HaltRequest {
     const TABLE: Table = Table::Jobs;
     const KIND: &'static str = "rollout-halt-request";
+    const SCHEMA: u32 = 1;
+}
+
+/// A person's request to resume a job paused by an inconclusive gate (`medea rollout
+/// resume`). The executor honours it at its next round (journaled as
+/// [`Entry::ResumeRequested`]) and deletes it; one found for a job that is not paused is
+/// deleted unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeRequest {
+    /// The job to resume.
+    pub job: JobId,
+    /// Who asked.
+    pub by: String,
+    /// When.
+    #[serde(with = "ts")]
+    pub at: Timestamp,
+}
+
+impl Record for ResumeRequest {
+    const TABLE: Table = Table::Jobs;
+    const KIND: &'static str = "rollout-resume-request";
     const SCHEMA: u32 = 1;
 }
 
@@ -505,7 +538,10 @@ pub fn replay(
 /// every journal point.
 pub fn needs_own_fsync(entry: &Entry, job: &Job) -> bool {
     match entry {
-        Entry::Intent { .. } | Entry::HaltRequested { .. } | Entry::Created { .. } => true,
+        Entry::Intent { .. }
+        | Entry::HaltRequested { .. }
+        | Entry::ResumeRequested { .. }
+        | Entry::Created { .. } => true,
         Entry::Result { .. } | Entry::Progress | Entry::Gates { .. } => job.state.is_terminal(),
     }
 }

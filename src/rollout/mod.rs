@@ -116,6 +116,14 @@ pub enum RolloutError {
         /// The job.
         job: String,
     },
+    /// `resume` of a job that no inconclusive gate paused (issue #51 item 4).
+    #[error(
+        "job `{job}` is not paused; `medea rollout resume` continues a job an inconclusive gate with `onInconclusive: pause` stopped (a halted job needs a new plan)"
+    )]
+    NotPaused {
+        /// The job.
+        job: String,
+    },
     /// Another writer changed the job (another medea, or leadership lost).
     #[error(
         "job `{job}` was changed by someone else while this executor ran it (another medea, or leadership lost); stopping"

@@ -783,9 +783,14 @@ impl HookReport {
 pub struct GateContext {
     /// The cluster.
     pub cluster: String,
-    /// Nodes medea is taking down or bringing back at this moment: alerts about them are
-    /// expected and ignored by `alerts` gates.
+    /// Nodes medea is taking down or bringing back at this moment (installed and about to
+    /// reboot, or rebooting and not back yet): alerts about them are expected and ignored by
+    /// `alerts` gates.
     pub rebooting: Vec<String>,
+    /// The ids of the Alertmanager silences medea made for this job: an alert they mute is
+    /// not counted by `alerts` gates (an operator's silence is, unless the gate skips it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_silences: Vec<String>,
     /// Where the gate's policy says to evaluate it (the pool's or the cluster's sources).
     #[serde(default)]
     pub sources: crate::plan::health::HealthSources,
@@ -801,8 +806,9 @@ pub enum GateVerdict {
     /// available. Counted against `failureLimit`.
     Fail,
     /// The check could not tell: the source is unreachable or answered an error, the query
-    /// timed out, or it returned no value where one was needed. Never a pass; counted against
-    /// `inconclusiveLimit`.
+    /// timed out (an error: [`GateEvaluation::error`], counted against
+    /// `consecutiveErrorLimit`), or it returned no value where one was needed (counted
+    /// against `inconclusiveLimit`). Never a pass.
     Inconclusive,
 }
 
@@ -860,6 +866,11 @@ pub struct GateEvaluation {
     /// The gate is `dryRun: true`: evaluated, journaled, shown and notified, never blocking.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// An inconclusive evaluation because the source could not be asked at all (refused,
+    /// timed out, an HTTP or TLS error, an answer that is not the API's): counted against the
+    /// gate's `consecutiveErrorLimit`, not its `inconclusiveLimit` (issue #51 item 4).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
 }
 
 impl GateEvaluation {
@@ -975,6 +986,7 @@ impl HealthProbe for NoProbe {
             samples: Vec::new(),
             detail: "this medea has no health probe to evaluate the gate with".into(),
             dry_run: gate.dry_run,
+            error: true,
         }
     }
 }

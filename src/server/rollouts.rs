@@ -459,6 +459,16 @@ pub fn journal_events(job: &Job, entries: &[JournalEntry]) -> Vec<pb::RolloutEve
                 },
                 e.at,
             )),
+            Entry::ResumeRequested { by } => out.push(event(
+                None,
+                None,
+                None,
+                None,
+                EventState::Progress {
+                    note: format!("resumed by {by}"),
+                },
+                e.at,
+            )),
             Entry::Gates { point, evaluations } => {
                 for evaluation in evaluations {
                     out.push(event(
@@ -762,6 +772,21 @@ fn forward_events<T: TalosPort + 'static, K: KubePort + 'static, H: HealthProbe>
                         Some(evaluation.detail.clone()),
                     ));
                 }
+            }
+            if let EventState::Paused {
+                gate: crate::rollout::executor::Gate::Inconclusive { gate, point },
+            } = &e.state
+            {
+                tracing::warn!(job = %e.job, cluster = %e.cluster, gate = %gate, point = %point, "job paused by an inconclusive health gate");
+                shared.notifier.send(note(
+                    crate::webhook::EventKind::RolloutPaused,
+                    &e,
+                    format!(
+                        "medea: rollout {} of cluster {} PAUSED: health gate `{gate}` could not tell {point}; `medea rollout resume {}` continues",
+                        e.job, e.cluster, e.job
+                    ),
+                    None,
+                ));
             }
             if let EventState::RebootedExternally { boots, .. } = &e.state {
                 tracing::warn!(job = %e.job, cluster = %e.cluster, node = e.node.as_deref().unwrap_or("-"), boots = %boots, "a staged node rebooted outside medea");

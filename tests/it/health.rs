@@ -450,3 +450,73 @@ fn plan_shows_gates_soak_and_failure_policy() {
         );
     }
 }
+
+/// Issue #51 items 3 and 4: a gate's `skipOperatorSilences`, `consecutiveErrorLimit` and
+/// `onInconclusive` reach the plan's gate (and its summary, so a change is a settings change);
+/// a zero error limit is refused where it is written.
+#[test]
+fn gate_error_limit_pause_and_operator_silences_reach_the_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let cluster = format!(
+        "{CLUSTER}{}",
+        r#"  health:
+    prometheus: { url: "http://127.0.0.1:9090" }
+    alertmanager: { url: "http://127.0.0.1:9093" }
+    gates:
+      - name: ceph
+        query: 'ceph_health_status == 0'
+        consecutiveErrorLimit: 6
+        onInconclusive: pause
+      - name: alerts
+        alerts: { matchers: ['severity="critical"'], skipOperatorSilences: true }
+"#
+    );
+    write(d, "c.yaml", &cluster);
+    write(d, "p.yaml", &pool("p1", "w-1", ""));
+    let loaded = load(d);
+    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+    let c = &loaded.valid().unwrap().clusters["c1"];
+    let p = medea::plan::health::HealthPolicy::of(&c.health).unwrap();
+    assert_eq!(p.gates[0].consecutive_error_limit, 6);
+    assert_eq!(
+        p.gates[0].on_inconclusive,
+        medea::plan::health::OnInconclusive::Pause
+    );
+    assert_eq!(
+        p.gates[0].summary(),
+        "ceph: query `ceph_health_status == 0`, halts after 6 consecutive errors, pauses when inconclusive"
+    );
+    assert!(matches!(
+        &p.gates[1].check,
+        GateCheck::Alerts {
+            skip_operator_silences: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        p.gates[1].summary(),
+        r#"alerts: alerts severity="critical", skipping operators' silences"#
+    );
+    // the defaults are not written: plans made before keep their ids
+    let json = serde_json::to_value(&p.gates[1]).unwrap();
+    assert!(json.get("consecutiveErrorLimit").is_none(), "{json}");
+    assert!(json.get("onInconclusive").is_none(), "{json}");
+    assert_eq!(
+        json["check"]["alerts"]["skipOperatorSilences"], true,
+        "{json}"
+    );
+
+    let bad = cluster.replace("consecutiveErrorLimit: 6", "consecutiveErrorLimit: 0");
+    write(d, "c.yaml", &bad);
+    let loaded = load(d);
+    assert!(
+        loaded.diagnostics.iter().any(|x| x.origin.file == "c.yaml"
+            && x.origin.line == 14
+            && x.code == codes::HEALTH
+            && x.message == "gate `ceph`: `consecutiveErrorLimit` must be at least 1"),
+        "{:#?}",
+        loaded.diagnostics
+    );
+    assert!(loaded.valid().is_none());
+}

@@ -14,6 +14,8 @@ fn query(name: &str, q: &str) -> Gate {
     Gate {
         name: name.into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Query { query: q.into() },
     }
 }
@@ -22,6 +24,7 @@ fn ctx(rebooting: &[&str]) -> GateContext {
     GateContext {
         cluster: "prod".into(),
         rebooting: rebooting.iter().map(|s| s.to_string()).collect(),
+        own_silences: Vec::new(),
         sources: HealthSources::default(),
     }
 }
@@ -244,7 +247,7 @@ async fn an_unreachable_or_broken_prometheus_is_an_inconclusive_evaluation_with_
 }
 
 #[tokio::test]
-async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebooting_ones() {
+async fn alerts_gate_counts_matching_alerts_except_ignored_own_silenced_and_rebooting_ones() {
     let Some(am) = AlertmanagerServer::start().await else {
         return;
     };
@@ -255,9 +258,12 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
     let gate = Gate {
         name: "no-critical-alerts".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![r#"severity="critical""#.into()],
             ignore: vec![r#"alertname=~"KubeNodeUnreachable|Watchdog""#.into()],
+            skip_operator_silences: false,
         },
     };
     let e = probes.evaluate(&gate, &ctx(&[])).await;
@@ -306,17 +312,45 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
     let e = probes.evaluate(&gate, &ctx(&[])).await;
     assert_eq!(e.verdict, GateVerdict::Fail);
     assert_eq!(e.samples[0].labels["alertname"], "CephHealthError");
-    am.silence("alertname", "CephHealthError").await;
+    // An operator's silence (broad: every critical alert) hides nothing from the gate
+    // (issue #51 item 3) unless the gate says `skipOperatorSilences`; medea's own does.
+    let operators = am.silence("severity", "critical").await;
     let e = probes.evaluate(&gate, &ctx(&[])).await;
+    assert_eq!(e.verdict, GateVerdict::Fail, "{}", e.detail);
+    assert_eq!(e.samples[0].labels["alertname"], "CephHealthError");
+    let mut skipping = gate.clone();
+    if let GateCheck::Alerts {
+        skip_operator_silences,
+        ..
+    } = &mut skipping.check
+    {
+        *skip_operator_silences = true;
+    }
+    let e = probes.evaluate(&skipping, &ctx(&[])).await;
     assert_eq!(e.verdict, GateVerdict::Pass, "{}", e.detail);
+    assert_eq!(
+        e.detail,
+        "no matching alert is firing (1 ignored, 1 under an operator's silence)"
+    );
+    let mut own = ctx(&[]);
+    own.own_silences = vec![operators];
+    let e = probes.evaluate(&gate, &own).await;
+    assert_eq!(e.verdict, GateVerdict::Pass, "{}", e.detail);
+    assert_eq!(
+        e.detail,
+        "no matching alert is firing (1 ignored, 1 under medea's silence)"
+    );
 
     // Regex matchers are anchored, server- and client-side alike.
     let regex_gate = Gate {
         name: "disk".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![r#"alertname=~"Disk""#.into()],
             ignore: vec![],
+            skip_operator_silences: false,
         },
     };
     let e = probes.evaluate(&regex_gate, &ctx(&[])).await;
@@ -324,9 +358,12 @@ async fn alerts_gate_counts_matching_alerts_except_ignored_silenced_and_rebootin
     let regex_gate = Gate {
         name: "disk".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![r#"alertname=~"Disk.*""#.into()],
             ignore: vec![],
+            skip_operator_silences: false,
         },
     };
     let e = probes.evaluate(&regex_gate, &ctx(&[])).await;
@@ -355,9 +392,12 @@ async fn an_unreachable_alertmanager_is_inconclusive() {
     let gate = Gate {
         name: "alerts".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Alerts {
             matchers: vec![],
             ignore: vec![],
+            skip_operator_silences: false,
         },
     };
     let e = probes.evaluate(&gate, &ctx(&[])).await;
@@ -435,6 +475,8 @@ async fn workloads_gate_on_the_simulator_names_the_unavailable_deployment() {
     let gate = Gate {
         name: "workloads".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Workloads {
             namespaces: vec!["default".into()],
             kinds: vec![WorkloadKind::Deployment, WorkloadKind::DaemonSet],

@@ -207,11 +207,17 @@ fn the_hooks_example_validates() {
         let HookAction::Job {
             namespace,
             pod_spec,
+            ttl_seconds_after_finished,
         } = &h.action
         else {
             panic!("{h:?}")
         };
         assert_eq!(namespace, "rook-ceph");
+        // issue #51 item 5: finished hook Jobs are deleted after a day unless the hook says
+        assert_eq!(
+            *ttl_seconds_after_finished,
+            medea::desired::hooks::DEFAULT_HOOK_JOB_TTL_SECS
+        );
         let text = pod_spec.to_string();
         assert!(text.contains(&format!("ceph osd {verb} noout")), "{text}");
         assert!(text.contains("rook/ceph"), "{text}");
@@ -462,4 +468,50 @@ fn medea_serve_refuses_a_privileged_job_hook_with_a_located_error_and_plans_a_pl
     ] {
         assert!(plan.contains(line), "{line} in {plan}");
     }
+}
+
+/// Issue #51 item 5: a Job hook's `ttlSecondsAfterFinished` reaches the hook (and the plan's
+/// hook line, so a change is a settings change); under a minute is refused where it is written.
+#[test]
+fn a_job_hooks_ttl_after_finished_is_checked_and_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let hooks = |ttl: u64| {
+        format!(
+            "{CLUSTER}  hooks:\n    beforeJob:\n      - name: noout\n        timeout: 5m\n        job:\n          namespace: rook-ceph\n          ttlSecondsAfterFinished: {ttl}\n          podSpec: {{ containers: [ {{ name: ceph, image: rook/ceph }} ] }}\n"
+        )
+    };
+    write(d, "c.yaml", &hooks(600));
+    write(d, "p.yaml", &pool("p1", "w-1", ""));
+    let loaded = load(d);
+    assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+    let c = &loaded.valid().unwrap().clusters["c1"];
+    let h = &c.hooks.at(HookPoint::BeforeJob)[0];
+    assert!(
+        matches!(
+            &h.action,
+            HookAction::Job {
+                ttl_seconds_after_finished: 600,
+                ..
+            }
+        ),
+        "{h:?}"
+    );
+    assert!(
+        h.summary().contains("deleted 10m after it finished"),
+        "{}",
+        h.summary()
+    );
+    write(d, "c.yaml", &hooks(5));
+    let loaded = load(d);
+    assert!(
+        loaded.diagnostics.iter().any(|x| x.origin.file == "c.yaml"
+            && x.origin.line == 14
+            && x.code == codes::HOOKS
+            && x.message
+                .contains("`job.ttlSecondsAfterFinished` is 5, less than 60")),
+        "{:#?}",
+        loaded.diagnostics
+    );
+    assert!(loaded.valid().is_none());
 }

@@ -50,6 +50,7 @@ mod rehearsal;
 mod rollout;
 mod rollout_health;
 mod rollout_hooks;
+mod rollout_pause;
 mod rollout_silence;
 mod rollout_sim;
 mod second_day;

@@ -32,6 +32,8 @@ pub fn policy(gates: &[&str], soak: u64, interval: u64, limit: u32, on: OnFailur
             .map(|g| Gate {
                 name: g.to_string(),
                 dry_run: false,
+                consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+                on_inconclusive: Default::default(),
                 check: GateCheck::Query {
                     query: format!("{g}_ok == 1"),
                 },
@@ -71,7 +73,7 @@ pub fn health_world(
     }
 }
 
-fn set_gate(fake: &FakeCluster, name: &str, g: FakeGate) {
+pub fn set_gate(fake: &FakeCluster, name: &str, g: FakeGate) {
     fake.edit(|s| {
         s.gates.insert(name.to_string(), g);
     });
@@ -785,6 +787,7 @@ mod sim {
                 detail: format!("{} node(s) broken", bad.len()),
                 samples: bad,
                 dry_run: gate.dry_run,
+                error: false,
             }
         }
     }
@@ -967,9 +970,12 @@ mod real {
             gates: vec![Gate {
                 name: "no-critical-alerts".into(),
                 dry_run: false,
+                consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+                on_inconclusive: Default::default(),
                 check: GateCheck::Alerts {
                     matchers: vec!["severity=\"critical\"".into()],
                     ignore: vec![],
+                    skip_operator_silences: false,
                 },
             }],
             soak: Duration::ZERO,

@@ -637,6 +637,7 @@ fn job_hook(name: &str) -> Hook {
                     "env": [{"name": "CEPH_ARGS", "value": "--id admin"}],
                 }]
             }),
+            ttl_seconds_after_finished: medea::desired::hooks::DEFAULT_HOOK_JOB_TTL_SECS,
         },
     }
 }

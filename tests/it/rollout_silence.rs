@@ -63,9 +63,12 @@ fn alerts_gate(url: &str) -> HealthPolicy {
         gates: vec![Gate {
             name: "no-critical-alerts".into(),
             dry_run: false,
+            consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+            on_inconclusive: Default::default(),
             check: GateCheck::Alerts {
                 matchers: vec![r#"severity="critical""#.into()],
                 ignore: vec![],
+                skip_operator_silences: false,
             },
         }],
         soak: Duration::ZERO,

@@ -178,6 +178,7 @@ fn ctx() -> GateContext {
     GateContext {
         cluster: "home".into(),
         rebooting: Vec::new(),
+        own_silences: Vec::new(),
         sources: HealthSources::default(),
     }
 }
@@ -186,6 +187,8 @@ fn up_gate() -> Gate {
     Gate {
         name: "up".into(),
         dry_run: false,
+        consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+        on_inconclusive: Default::default(),
         check: GateCheck::Query {
             query: "up == 1".into(),
         },

@@ -59,6 +59,7 @@ pub(super) fn job_hooks(plan: &Plan) -> Vec<JobHookJson<'_>> {
                     if let HookAction::Job {
                         namespace,
                         pod_spec,
+                        ..
                     } = &h.action
                     {
                         out.push(JobHookJson {

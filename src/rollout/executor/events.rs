@@ -14,6 +14,15 @@ pub enum Gate {
         /// The cluster's name.
         cluster: String,
     },
+    /// A gate with `onInconclusive: pause` could not tell (issue #51 item 4): the job waits
+    /// for `medea rollout resume`.
+    Inconclusive {
+        /// The gate's name.
+        #[serde(rename = "name")]
+        gate: String,
+        /// Where in the job.
+        point: String,
+    },
 }
 
 impl std::fmt::Display for Gate {
@@ -23,6 +32,10 @@ impl std::fmt::Display for Gate {
             Gate::ClusterDisabled { cluster } => {
                 write!(f, "cluster `{cluster}` has rollouts disabled")
             }
+            Gate::Inconclusive { gate, point } => write!(
+                f,
+                "health gate `{gate}` was inconclusive {point}: `medea rollout resume` continues"
+            ),
         }
     }
 }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use super::RolloutError;
-use super::journal::{self, Entry, HaltRequest, halt_key};
+use super::journal::{self, Entry, HaltRequest, ResumeRequest, halt_key, resume_key};
 use super::ports::{
     GateEvaluation, HealthProbe, HookRequest, ImageNamespace, KubePort, NoProbe, PortError,
     SilenceRequest, TalosPort, UpgradeMethod,
@@ -239,6 +239,10 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 job = self.honour_halt(&job, h)?;
                 continue;
             }
+            if let Some(r) = self.resume_request(&job)? {
+                job = self.honour_resume(&job, r)?;
+            }
+            let was_paused = job.gates.paused.is_some();
             let now = self.clock.now();
             let (mut t, evaluated) = self.decide(&job, now).await;
             if !evaluated.is_empty() {
@@ -274,6 +278,18 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                     self.emit_notes(&job, &notes);
                     self.emit_terminal(&job);
                     t.job.journal_seq = job.journal_seq;
+                    if let (false, Some(p)) = (was_paused, &job.gates.paused) {
+                        self.emit(
+                            &job,
+                            None,
+                            EventState::Paused {
+                                gate: Gate::Inconclusive {
+                                    gate: p.gate.clone(),
+                                    point: p.point.to_string(),
+                                },
+                            },
+                        );
+                    }
                 }
             }
             match t.next.clone() {
@@ -814,6 +830,35 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
         Ok(None)
     }
 
+    fn resume_request(&self, job: &Job) -> Result<Option<ResumeRequest>, RolloutError> {
+        self.store
+            .get_record::<ResumeRequest>(&resume_key(&job.id))
+            .map_err(store_err(&job.id))
+    }
+
+    /// A person's `resume`: a job paused by an inconclusive gate goes on (journaled, durable)
+    /// and the request is deleted; a request for a job that is not paused is only deleted. A
+    /// crash between the two finds the job resumed and deletes the request then.
+    fn honour_resume(&self, job: &Job, r: ResumeRequest) -> Result<Job, RolloutError> {
+        let next = match sequencer::pause::resume(job, &r.by, self.clock.now()) {
+            Some((next, note)) => {
+                let next = self.persist(
+                    job,
+                    &next,
+                    Entry::ResumeRequested { by: r.by.clone() },
+                    vec![note.clone()],
+                )?;
+                self.emit_notes(&next, &[note]);
+                next
+            }
+            None => job.clone(),
+        };
+        self.store
+            .commit(Txn::new().delete(Table::Jobs, resume_key(&job.id)))
+            .map_err(store_err(&job.id))?;
+        Ok(next)
+    }
+
     fn halt_request(&self, job: &Job) -> Result<Option<HaltRequest>, RolloutError> {
         self.store
             .get_record::<HaltRequest>(&halt_key(&job.id))
@@ -1037,6 +1082,41 @@ pub fn request_halt(
                 job: job.clone(),
                 by: by.to_string(),
                 reason: reason.map(str::to_string),
+                at: now,
+            },
+        ))
+        .map_err(store_err(job))
+}
+
+/// Ask the executor of `job` to resume it (`medea rollout resume`): refused unless the job
+/// is running and paused by an inconclusive gate (issue #51 item 4).
+pub fn request_resume(
+    store: &dyn Store,
+    job: &JobId,
+    by: &str,
+    now: Timestamp,
+) -> Result<(), RolloutError> {
+    let current = read_job(store, job)
+        .map_err(store_err(job))?
+        .ok_or_else(|| RolloutError::UnknownJob {
+            job: job.to_string(),
+        })?;
+    if current.state.is_terminal() {
+        return Err(RolloutError::AlreadyFinished {
+            job: job.to_string(),
+        });
+    }
+    if current.gates.paused.is_none() {
+        return Err(RolloutError::NotPaused {
+            job: job.to_string(),
+        });
+    }
+    store
+        .commit(Txn::new().put_record(
+            resume_key(job),
+            &ResumeRequest {
+                job: job.clone(),
+                by: by.to_string(),
                 at: now,
             },
         ))

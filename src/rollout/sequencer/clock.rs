@@ -142,6 +142,11 @@ pub(super) fn start(j: &mut Job, now: Timestamp) {
     resume(j, now);
 }
 
+/// Let a paused clock run again from `now` (a resumed gate pause).
+pub(super) fn unpause(j: &mut Job, now: Timestamp) {
+    resume(j, now);
+}
+
 fn resume(j: &mut Job, now: Timestamp) {
     if let Some(since) = j.clock.paused_since.take() {
         j.clock.paused_secs = j.clock.paused_secs.saturating_add(secs_between(since, now));
@@ -153,6 +158,13 @@ fn resume(j: &mut Job, now: Timestamp) {
 pub(super) fn tick(j: &mut Job, next: &Next, now: Timestamp) {
     if j.clock.started_at.is_none() || j.state.is_terminal() {
         return resume(j, now);
+    }
+    if j.gates.paused.is_some() {
+        // paused at a gate for a person (issue #51 item 4): waiting, never late
+        if j.clock.paused_since.is_none() {
+            j.clock.paused_since = Some(now);
+        }
+        return;
     }
     match next {
         Next::WaitUntil { at, .. } if calendar_wait(j, *at, now) => {

@@ -15,8 +15,9 @@
 //! job halts with `gate_inconclusive`). A `dryRun` gate is evaluated, counted and recorded
 //! like the others but never holds the point, fails it or halts the job.
 
+pub use super::pause::GatePause;
 use super::*;
-use crate::plan::health::{HealthPolicy, OnFailure};
+use crate::plan::health::{HealthPolicy, OnFailure, OnInconclusive};
 use crate::rollout::ports::{GateContext, GateEvaluation, GateSample, GateVerdict};
 
 /// Failed evaluations kept in a job's evidence beside the latest of each gate.
@@ -94,9 +95,13 @@ pub struct GateStreak {
     pub passing_since: Option<Timestamp>,
     /// Failed evaluations since the gate last passed.
     pub consecutive_failures: u32,
-    /// Inconclusive evaluations since the gate last passed (issue #35).
+    /// Inconclusive evaluations without data since the gate last passed (issue #35).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub inconclusive: u32,
+    /// Evaluations in a row whose source could not be asked (issue #51 item 4: reset by any
+    /// evaluation that reached its source, as Argo Rollouts' consecutive errors).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_errors: u32,
     /// A `dryRun` gate: its streak never holds the soak.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
@@ -233,6 +238,10 @@ pub struct GateProgress {
     /// job halts with this once they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<GateFailure>,
+    /// A gate with `onInconclusive: pause` reached its `inconclusiveLimit` (issue #51 item
+    /// 4): the job waits at that point for `medea rollout resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<GatePause>,
 }
 
 impl GateProgress {
@@ -327,6 +336,51 @@ pub(super) fn step_policy(j: &Job, si: usize) -> Option<HealthPolicy> {
         .filter(|p| !p.gates.is_empty())
 }
 
+/// The nodes of `j` medea is rebooting right now: installed and about to reboot, rebooting
+/// and not back yet (or rebooting into their previous version in a rollback). Alerts about
+/// them are expected; `alerts` gates do not count them.
+pub fn rebooting_nodes(j: &Job) -> Vec<String> {
+    let mut out: Vec<String> = j
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Talos(t) => Some(t),
+            _ => None,
+        })
+        .flat_map(|t| t.nodes.iter())
+        .filter(|n| {
+            matches!(n.phase, NodePhase::Upgraded | NodePhase::Rebooting)
+                || n.rollback == Some(RollbackPhase::Rebooting)
+        })
+        .map(|n| n.target.node.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The ids of the Alertmanager silences medea made in `j` (active or over: an expired
+/// silence mutes nothing, so listing it is harmless).
+pub fn own_silences(j: &Job) -> Vec<String> {
+    let mut out: Vec<String> = j
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Talos(t) => Some(t),
+            _ => None,
+        })
+        .flat_map(|t| t.nodes.iter())
+        .filter_map(|n| match &n.silence {
+            Some(NodeSilence::Active { id, .. }) => Some(id.clone()),
+            Some(NodeSilence::Ended { id, .. }) => id.clone(),
+            None => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The cluster's policy, when it has gates.
 pub(super) fn job_policy(j: &Job) -> Option<HealthPolicy> {
     j.health.clone().filter(|p| !p.gates.is_empty())
@@ -343,6 +397,9 @@ pub(super) fn gate_point(
     now: Timestamp,
     notes: &mut Vec<String>,
 ) -> GateFlow {
+    if let Some(p) = &j.gates.paused {
+        return GateFlow::Flow(Flow::Poll(PollWhy::Waiting, p.waiting(&j.id)));
+    }
     if j.gates.current.as_ref().map(|r| &r.point) != Some(&point) {
         j.gates.current = Some(start_run(&point, policy, soak, now, notes));
     }
@@ -357,7 +414,8 @@ pub(super) fn gate_point(
         gates: policy.gates.clone(),
         ctx: GateContext {
             cluster: j.cluster.clone(),
-            rebooting: Vec::new(),
+            rebooting: rebooting_nodes(j),
+            own_silences: own_silences(j),
             sources: policy.sources.clone(),
         },
     };
@@ -367,8 +425,15 @@ pub(super) fn gate_point(
             format!("evaluating the health gates {point}"),
         ));
     };
-    if let Some(f) = fold(j, &mut run, &point, policy, evals, now, notes) {
+    if let Some((f, pause)) = fold(j, &mut run, &point, policy, evals, now, notes) {
         j.gates.current = None;
+        if pause {
+            let p = GatePause::new(&f, now);
+            notes.push(p.note(&j.id));
+            let waiting = p.waiting(&j.id);
+            j.gates.paused = Some(p);
+            return GateFlow::Flow(Flow::Poll(PollWhy::Waiting, waiting));
+        }
         // not knowing is no reason to undo a wave: an inconclusive gate halts
         let on = if f.inconclusive {
             OnFailure::Halt
@@ -484,6 +549,7 @@ fn start_run(
                 passing_since: None,
                 consecutive_failures: 0,
                 inconclusive: 0,
+                consecutive_errors: 0,
                 dry_run: g.dry_run,
             })
             .collect(),
@@ -522,10 +588,10 @@ fn fold(
     evals: &[GateEvaluation],
     now: Timestamp,
     notes: &mut Vec<String>,
-) -> Option<GateFailure> {
+) -> Option<(GateFailure, bool)> {
     let limit = policy.failure_limit.max(1);
     let inconclusive_limit = policy.inconclusive_limit.max(1);
-    let mut failure: Option<GateFailure> = None;
+    let mut failure: Option<(GateFailure, bool)> = None;
     for (g, streak) in policy.gates.iter().zip(run.streaks.iter_mut()) {
         let mut eval = evals
             .iter()
@@ -537,51 +603,83 @@ fn fold(
                 samples: Vec::new(),
                 detail: "the probe returned no evaluation for this gate".into(),
                 dry_run: g.dry_run,
+                error: true,
             });
         // the approved plan says whether the gate blocks, whatever the probe set
         eval.dry_run = g.dry_run;
         streak.dry_run = g.dry_run;
         let shadow = if g.dry_run { " (dry run)" } else { "" };
+        // (count, inconclusive, pause): what a limit reached here does
         let reached = match eval.verdict {
             GateVerdict::Pass => {
                 streak.passing_since.get_or_insert(now);
                 streak.consecutive_failures = 0;
                 streak.inconclusive = 0;
+                streak.consecutive_errors = 0;
                 None
             }
             GateVerdict::Fail => {
                 streak.passing_since = None;
+                streak.consecutive_errors = 0;
                 streak.consecutive_failures += 1;
                 notes.push(format!(
                     "health gate `{}`{shadow} failed {point} ({} of {limit}): {}",
                     g.name, streak.consecutive_failures, eval.detail
                 ));
-                (streak.consecutive_failures >= limit)
-                    .then_some((streak.consecutive_failures, false))
+                (streak.consecutive_failures >= limit).then_some((
+                    streak.consecutive_failures,
+                    false,
+                    false,
+                ))
+            }
+            // the source could not be asked: a run of these halts (never pauses), and one
+            // that reached its source ends the run
+            GateVerdict::Inconclusive if eval.error => {
+                streak.passing_since = None;
+                streak.consecutive_errors += 1;
+                let errors = g.consecutive_error_limit.max(1);
+                notes.push(format!(
+                    "health gate `{}`{shadow} could not ask its source {point} ({} of {errors} in a row): {}",
+                    g.name, streak.consecutive_errors, eval.detail
+                ));
+                (streak.consecutive_errors >= errors).then_some((
+                    streak.consecutive_errors,
+                    true,
+                    false,
+                ))
             }
             GateVerdict::Inconclusive => {
                 streak.passing_since = None;
+                streak.consecutive_errors = 0;
                 streak.inconclusive += 1;
                 notes.push(format!(
                     "health gate `{}`{shadow} was inconclusive {point} ({} of {inconclusive_limit}): {}",
                     g.name, streak.inconclusive, eval.detail
                 ));
-                (streak.inconclusive >= inconclusive_limit).then_some((streak.inconclusive, true))
+                (streak.inconclusive >= inconclusive_limit).then_some((
+                    streak.inconclusive,
+                    true,
+                    g.on_inconclusive == OnInconclusive::Pause,
+                ))
             }
         };
-        if let Some((count, inconclusive)) = reached
+        if let Some((count, inconclusive, pause)) = reached
             && !g.dry_run
-            && failure.is_none()
+            && failure.as_ref().is_none_or(|(_, p)| *p && !pause)
         {
-            failure = Some(GateFailure {
-                point: point.clone(),
-                gate: g.name.clone(),
-                failures: count,
-                inconclusive,
-                detail: eval.detail.clone(),
-                samples: eval.samples.clone(),
-                rolled_back: Vec::new(),
-            });
+            // a halt wins over a pause of another gate in the same evaluation
+            failure = Some((
+                GateFailure {
+                    point: point.clone(),
+                    gate: g.name.clone(),
+                    failures: count,
+                    inconclusive,
+                    detail: eval.detail.clone(),
+                    samples: eval.samples.clone(),
+                    rolled_back: Vec::new(),
+                },
+                pause,
+            ));
         }
         j.gates.record(GateRecord {
             point: point.clone(),

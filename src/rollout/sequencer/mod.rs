@@ -61,6 +61,7 @@ mod next_boot;
 pub mod observe;
 mod outcome;
 mod pacing;
+pub mod pause;
 mod policy;
 mod progress;
 mod resolve;

@@ -1150,6 +1150,40 @@ impl pb::medea_server::Medea for MedeaApi {
                 .map(|j| super::rollouts::rollout_view(j, &self.shared.waits)),
         }))
     }
+
+    async fn resume_rollout(
+        &self,
+        req: Request<pb::ResumeRolloutRequest>,
+    ) -> Result<Response<pb::ResumeRolloutResponse>, Status> {
+        let req = req.into_inner();
+        let id = crate::rollout::sequencer::JobId::parse(&req.job_id)
+            .ok_or_else(|| Status::invalid_argument(format!("`{}` is not a job id", req.job_id)))?;
+        crate::rollout::executor::request_resume(
+            self.shared.store.as_ref(),
+            &id,
+            "api",
+            jiff::Timestamp::now(),
+        )
+        .map_err(|e| match e {
+            crate::rollout::RolloutError::UnknownJob { .. } => Status::not_found(e.to_string()),
+            crate::rollout::RolloutError::AlreadyFinished { .. }
+            | crate::rollout::RolloutError::NotPaused { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+            other => internal(other),
+        })?;
+        tracing::info!(job = %id, "resume requested over the API");
+        self.shared.bump();
+        let job = super::rollouts::jobs(&self.shared)
+            .map_err(internal)?
+            .into_iter()
+            .find(|j| j.id == id);
+        Ok(Response::new(pb::ResumeRolloutResponse {
+            rollout: job
+                .as_ref()
+                .map(|j| super::rollouts::rollout_view(j, &self.shared.waits)),
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -752,6 +752,7 @@ pub fn timeline_entry(e: &JournalEntry) -> Markup {
         ),
         Entry::Progress => "progress".to_string(),
         Entry::HaltRequested { by } => format!("halt requested by {by}"),
+        Entry::ResumeRequested { by } => format!("resumed by {by}"),
         Entry::Gates { point, evaluations } => format!(
             "health gates {point}: {}",
             evaluations

@@ -397,6 +397,8 @@ fn the_debug_runner_evaluates_gates_with_real_probes() {
             gates: vec![Gate {
                 name: "system-daemonsets".into(),
                 dry_run: false,
+                consecutive_error_limit: medea::plan::health::DEFAULT_CONSECUTIVE_ERROR_LIMIT,
+                on_inconclusive: Default::default(),
                 check: GateCheck::Workloads {
                     namespaces: vec!["kube-system".into()],
                     kinds: vec![WorkloadKind::DaemonSet],

@@ -290,6 +290,7 @@ impl medea::rollout::ports::HealthProbe for BreaksOnW1 {
             detail: format!("w-1 broken: {broken}"),
             samples: Vec::new(),
             dry_run: gate.dry_run,
+            error: false,
         }
     }
 }
