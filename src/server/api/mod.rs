@@ -983,7 +983,7 @@ impl pb::medea_server::Medea for MedeaApi {
         };
         let mut backups = Vec::new();
         for c in clusters {
-            for r in crate::ops::backup::list(store, &c).map_err(internal)? {
+            for r in crate::backup::list(store, &c).map_err(internal)? {
                 backups.push(super::backups::backup_view(&r));
             }
         }

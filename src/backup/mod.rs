@@ -1,5 +1,13 @@
 //! Scheduled etcd backups (issue #37): taking one, recording it, cleaning up after a crash.
 //!
+//! **Owns:** everything about etcd backups, in one home (issue #50): the journal and taking a
+//! backup (here), destinations ([`s3`] and the local directory), the bbolt revision reader
+//! ([`revision`]) and the retention of the rollout's pre-upgrade snapshots
+//! ([`snapshot_retention`]).
+//! **May depend on:** the `backup` row of design/architecture.md's code map (the one list,
+//! checked by `tests/it/architecture.rs`).
+//! **Used by:** `server` (the schedule's wiring, `server::backups`) and `cli`.
+//!
 //! A backup is the Talos `EtcdSnapshot` stream of one control-plane member, streamed through
 //! the rollout's Talos port ([`TalosPort::etcd_snapshot_stream`], the same RPC as the
 //! pre-upgrade snapshot), encrypted on the fly to the cluster's age recipients (the private
@@ -21,6 +29,10 @@
 //! removes the file it names if it was written (an orphan: never counted as a backup) and
 //! reports it. A file in the destination with neither record nor intent is foreign: reported,
 //! left alone. Retention ([`prune`]) journals each deletion the same way.
+
+pub mod revision;
+pub mod s3;
+pub mod snapshot_retention;
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -74,7 +86,7 @@ pub struct BackupRecord {
     /// sha256 of the etcd snapshot (plaintext), lowercase hex.
     pub snapshot_sha256: String,
     /// The etcd revision of the snapshot, read from its bbolt database as `etcdutl snapshot
-    /// status` does (`ops::backup_revision`). `None`: it could not be read (the backup is still
+    /// status` does (`backup::revision`). `None`: it could not be read (the backup is still
     /// a backup: its integrity checks passed; the reason is logged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
@@ -254,7 +266,7 @@ pub enum BackupError {
         destination: String,
         /// Why.
         #[source]
-        err: Box<crate::ops::backup_s3::S3ConfigError>,
+        err: Box<crate::backup::s3::S3ConfigError>,
     },
     /// The destination name is not one this server has.
     #[error(
@@ -459,7 +471,7 @@ pub struct Dirs {
     /// `--state-dir`: the `local` destination is `<state-dir>/backups/<cluster>/`.
     pub state_dir: PathBuf,
     /// `--creds-dir`: destination `<name>` of a cluster is set up by
-    /// `<creds-dir>/<cluster>/backup-destinations/<name>/` (see [`crate::ops::backup_s3`]).
+    /// `<creds-dir>/<cluster>/backup-destinations/<name>/` (see [`crate::backup::s3`]).
     /// `None`: only `local`.
     pub creds_dir: Option<PathBuf>,
 }
@@ -498,17 +510,16 @@ pub fn destination(
     {
         return Err(unknown());
     }
-    let dir = crate::ops::backup_s3::destination_dir(creds, cluster, name);
+    let dir = crate::backup::s3::destination_dir(creds, cluster, name);
     let config_err = |err| BackupError::DestinationConfig {
         cluster: cluster.to_string(),
         destination: name.to_string(),
         err: Box::new(err),
     };
-    match crate::ops::backup_s3::S3Config::load(&dir).map_err(config_err)? {
+    match crate::backup::s3::S3Config::load(&dir).map_err(config_err)? {
         None => Err(unknown()),
         Some((config, credentials)) => Ok(Box::new(
-            crate::ops::backup_s3::S3::new(name, cluster, config, credentials)
-                .map_err(config_err)?,
+            crate::backup::s3::S3::new(name, cluster, config, credentials).map_err(config_err)?,
         )),
     }
 }
@@ -793,7 +804,7 @@ async fn stream_one<T: TalosPort>(
             }
         };
         // The revision is read from the plaintext as it passes, before encryption.
-        let mut revision = crate::ops::backup_revision::RevisionReader::default();
+        let mut revision = crate::backup::revision::RevisionReader::default();
         while let Some(chunk) = rx.blocking_recv() {
             revision.update(&chunk);
             if let Err(e) = enc.write_all(&chunk) {
