@@ -48,7 +48,7 @@ impl LocalDir {
     pub fn root(&self) -> &Path {
         &self.root
     }
-    fn checked(&self, file: &str) -> std::io::Result<PathBuf> {
+    pub(super) fn checked(&self, file: &str) -> std::io::Result<PathBuf> {
         if file.is_empty() || file.starts_with('.') || file.contains('/') || file.contains('\0') {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
