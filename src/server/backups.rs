@@ -31,6 +31,10 @@ pub async fn backup_loop(shared: Arc<Shared>) {
     // again then rather than at the next minute.
     let mut changes = shared.subscribe_changes();
     let mut snapshots_pruned: Option<std::time::Instant> = None;
+    let task = shared.tasks.register(
+        "backups",
+        "takes the scheduled etcd backups and applies retention (leader); prunes this replica's pre-upgrade snapshots",
+    );
     loop {
         if snapshots_pruned.is_none_or(|t| t.elapsed() >= SNAPSHOT_PRUNE_EVERY) {
             prune_pre_upgrade_snapshots(&shared);
@@ -48,15 +52,16 @@ pub async fn backup_loop(shared: Arc<Shared>) {
             let creds = shared.creds_dir.clone();
             let started = std::time::Instant::now();
             let running = RUNNING.lock().await;
-            let result = backup::pass(
-                shared.store.as_ref(),
-                Some(&fence),
-                &dirs(&shared),
-                |cluster| TalosAdapter::from_creds(&creds, cluster),
-                now,
-                &mut recovered,
-            )
-            .await;
+            let result = task
+                .activate(backup::pass(
+                    shared.store.as_ref(),
+                    Some(&fence),
+                    &dirs(&shared),
+                    |cluster| TalosAdapter::from_creds(&creds, cluster),
+                    now,
+                    &mut recovered,
+                ))
+                .await;
             drop(running);
             match result {
                 Ok(report) => {
@@ -72,6 +77,7 @@ pub async fn backup_loop(shared: Arc<Shared>) {
         } else {
             term = None;
         }
+        task.next_run_in(wait);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shared.leadership.changed_from(&role) => {}

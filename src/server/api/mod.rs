@@ -550,6 +550,15 @@ impl pb::medea_server::Medea for MedeaApi {
         }))
     }
 
+    async fn list_background_tasks(
+        &self,
+        _: Request<pb::ListBackgroundTasksRequest>,
+    ) -> Result<Response<pb::ListBackgroundTasksResponse>, Status> {
+        Ok(Response::new(pb::ListBackgroundTasksResponse {
+            tasks: self.shared.tasks.list().iter().map(|t| t.to_pb()).collect(),
+        }))
+    }
+
     async fn list_clusters(
         &self,
         _: Request<pb::ListClustersRequest>,

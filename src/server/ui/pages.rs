@@ -284,6 +284,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
             }
         }
         @if clusters.is_empty() { p { "No clusters yet: add one to the desired state and run " code { "medea seed" } "." } }
+        (super::tasks::section(&ui.shared.tasks.list(), ts))
     };
     respond(StatusCode::OK, page("overview", Some(&s), body))
 }
