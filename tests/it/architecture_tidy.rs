@@ -49,11 +49,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "staging the next wave's installs in one pass over its nodes; to split per node decision",
     ),
     (
-        "src/rollout/sequencer/stage.rs",
-        "staged_outcome",
-        "the staged node's outcome over every observation (five lines over); to split with stage_ahead",
-    ),
-    (
         "src/plan/compute/kube.rs",
         "kubernetes",
         "the Kubernetes section's steps, notes and skew checks in one place; set50 reshapes this stage",
