@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod api_lifecycle;
+pub mod backup;
 // Every public item of these domain modules is documented (issue #34 item 7).
 #[warn(missing_docs)]
 pub mod approval;

@@ -11,7 +11,7 @@ use super::client::{ClientArgs, rpc_error};
 use super::exit;
 use super::output::{self, Format};
 use crate::api::pb;
-use crate::ops::backup::{BackupRecord, Trigger};
+use crate::backup::{BackupRecord, Trigger};
 
 pub use super::backup_restore::{
     RestoreTools, Restored, restore_and_count, restore_and_count_with,
@@ -274,7 +274,7 @@ pub fn run(args: BackupArgs) -> miette::Result<u8> {
                     .into_diagnostic()
                     .wrap_err_with(|| format!("cannot open `{}`", file.display()))?;
                 let verified = tokio::task::spawn_blocking(move || {
-                    crate::ops::backup::verify(f, &record, id.as_ref())
+                    crate::backup::verify(f, &record, id.as_ref())
                 })
                 .await
                 .into_diagnostic()?

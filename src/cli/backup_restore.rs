@@ -104,7 +104,7 @@ pub fn restore_and_count_with(
     let snap = work.join("snapshot.db");
     decrypt_into(file, id, &snap)?;
     let storage_version = std::fs::File::open(&snap)
-        .and_then(|f| crate::ops::backup_revision::storage_version_of(std::io::BufReader::new(f)))
+        .and_then(|f| crate::backup::revision::storage_version_of(std::io::BufReader::new(f)))
         .into_diagnostic()
         .wrap_err("cannot read the decrypted snapshot")?;
     let local_etcd = etcd_version(&tools.etcd, work);

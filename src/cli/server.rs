@@ -468,7 +468,18 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                         r.allowed_signers_problem
                     );
                 }
-                match output {
+                // `-o wide` adds the background tasks and their last activation (issue #50).
+                let tasks = match output {
+                    Format::Wide => Some(
+                        c.list_background_tasks(pb::ListBackgroundTasksRequest {})
+                            .await
+                            .map_err(|s| rpc_error(&addr, s))?
+                            .into_inner()
+                            .tasks,
+                    ),
+                    _ => None,
+                };
+                let shown = match output {
                     Format::Table | Format::Wide => output::table(
                         &[
                             "REPLICA",
@@ -489,6 +500,10 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
                     ),
                     Format::Json => output::json(&r),
                     Format::Yaml => output::yaml(&r),
+                };
+                match tasks {
+                    Some(tasks) => format!("{shown}\n{}", tasks_table(&tasks)),
+                    None => shown,
                 }
             }
             GetWhat::Machines {
@@ -556,6 +571,39 @@ pub fn get(args: GetArgs) -> miette::Result<u8> {
         Ok::<_, miette::Report>(())
     })?;
     Ok(exit::OK)
+}
+
+/// The background tasks of `medea get server -o wide`: last run, next run, last error.
+fn tasks_table(tasks: &[pb::BackgroundTask]) -> String {
+    output::table(
+        &[
+            "TASK",
+            "ACTIVATIONS",
+            "RUNNING",
+            "LAST-STARTED",
+            "LAST-FINISHED",
+            "NEXT-RUN",
+            "LAST-ERROR",
+        ],
+        &tasks
+            .iter()
+            .map(|t| {
+                vec![
+                    t.name.clone(),
+                    t.activations.to_string(),
+                    output::yes_no(t.running),
+                    or_dash(&t.last_started),
+                    or_dash(&t.last_finished),
+                    if t.next_run.is_empty() {
+                        "when woken".into()
+                    } else {
+                        t.next_run.clone()
+                    },
+                    or_dash(&t.last_error),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 fn or_dash(s: &str) -> String {

@@ -4,8 +4,8 @@
 //! observations + running jobs → a stored plan; [`replan`], with the plan and last-applied
 //! loaders), rendering desired-state diagnostics for the CLI and the API ([`report`]), loading
 //! jobs from the journal, verifying approvals with bounded work per pass ([`approvals`]),
-//! observing a cluster through the Talos and Kubernetes clients, scheduled etcd backups
-//! ([`backup`]), and `medea doctor`'s checks.
+//! observing a cluster through the Talos and Kubernetes clients, and `medea doctor`'s checks
+//! (scheduled etcd backups have their own module, `crate::backup`).
 //! **May depend on:** the `ops` row of design/architecture.md's code map (the one list, checked
 //! by `tests/it/architecture.rs`): the domain modules, the store and the clients behind the
 //! domain's ports.
@@ -15,9 +15,6 @@
 //! clients, and hands plain values to `plan::compute` and the rollout state machine.
 
 pub mod approvals;
-pub mod backup;
-pub mod backup_revision;
-pub mod backup_s3;
 pub mod census;
 pub mod cluster_ports;
 pub mod doctor;
@@ -28,7 +25,6 @@ pub mod refresh;
 pub mod rehearse;
 pub mod replan;
 pub mod report;
-pub mod snapshot_retention;
 
 /// The desired-state loader the CLI, the daemon and the benchmarks use: stage 1 (parsing)
 /// split over [`lanes`] threads ([`fan_out`]). `desired` itself starts no thread; its result

@@ -1,5 +1,5 @@
 //! The daemon's backup schedule (issue #37): while this replica leads, run
-//! [`crate::ops::backup::pass`] with the leader's fence whenever a slot of any cluster's applied
+//! [`crate::backup::pass`] with the leader's fence whenever a slot of any cluster's applied
 //! `spec.backup.schedule` is due, then report each backup and failure as a metric and a webhook.
 //!
 //! Only the leader acts: a follower only waits for leadership. Every journal write of a pass is
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Shared;
-use crate::ops::backup;
+use crate::backup;
 use crate::ops::cluster_ports::TalosAdapter;
 
 /// One backup operation of this process at a time: a pass's recovery must not take a manual
@@ -31,6 +31,10 @@ pub async fn backup_loop(shared: Arc<Shared>) {
     // again then rather than at the next minute.
     let mut changes = shared.subscribe_changes();
     let mut snapshots_pruned: Option<std::time::Instant> = None;
+    let task = shared.tasks.register(
+        "backups",
+        "takes the scheduled etcd backups and applies retention (leader); prunes this replica's pre-upgrade snapshots",
+    );
     loop {
         if snapshots_pruned.is_none_or(|t| t.elapsed() >= SNAPSHOT_PRUNE_EVERY) {
             prune_pre_upgrade_snapshots(&shared);
@@ -48,15 +52,16 @@ pub async fn backup_loop(shared: Arc<Shared>) {
             let creds = shared.creds_dir.clone();
             let started = std::time::Instant::now();
             let running = RUNNING.lock().await;
-            let result = backup::pass(
-                shared.store.as_ref(),
-                Some(&fence),
-                &dirs(&shared),
-                |cluster| TalosAdapter::from_creds(&creds, cluster),
-                now,
-                &mut recovered,
-            )
-            .await;
+            let result = task
+                .activate(backup::pass(
+                    shared.store.as_ref(),
+                    Some(&fence),
+                    &dirs(&shared),
+                    |cluster| TalosAdapter::from_creds(&creds, cluster),
+                    now,
+                    &mut recovered,
+                ))
+                .await;
             drop(running);
             match result {
                 Ok(report) => {
@@ -72,6 +77,7 @@ pub async fn backup_loop(shared: Arc<Shared>) {
         } else {
             term = None;
         }
+        task.next_run_in(wait);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shared.leadership.changed_from(&role) => {}
@@ -84,11 +90,11 @@ pub async fn backup_loop(shared: Arc<Shared>) {
 const SNAPSHOT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Prune this replica's pre-upgrade etcd snapshots (`<state-dir>/snapshots/`, every replica has
-/// its own): [`crate::ops::snapshot_retention::prune`]. A failure is logged and tried again at
+/// its own): [`crate::backup::snapshot_retention::prune`]. A failure is logged and tried again at
 /// the next round.
 fn prune_pre_upgrade_snapshots(shared: &Shared) {
     let dir = shared.state_dir.join("snapshots");
-    match crate::ops::snapshot_retention::prune(
+    match crate::backup::snapshot_retention::prune(
         shared.store.as_ref(),
         &dir,
         std::time::SystemTime::now(),

@@ -24,6 +24,7 @@ pub mod rehearsals;
 pub use crate::ops::refresh;
 pub mod rollouts;
 pub mod secrets;
+pub mod tasks;
 pub mod tls;
 pub mod trust;
 pub mod ui;
@@ -145,6 +146,9 @@ pub struct Shared {
     pub refresh_kick: Arc<tokio::sync::Notify>,
     /// Replans held back after a job ends until a refresh that started after the end is done.
     pub after_job: AfterJob,
+    /// The background tasks (refresh, reconcile, backups, leadership, executor) and what each
+    /// did last ([`tasks`]; `medea get server` and the dashboard list them).
+    pub tasks: Arc<tasks::Tasks>,
     /// `get machines` rows per cluster record, reused while the record's bytes and the desired
     /// revision are unchanged.
     pub machine_rows: api::MachineRows,
@@ -225,6 +229,7 @@ impl Shared {
             state_dir: PathBuf::from("."),
             refresh_kick: Arc::new(tokio::sync::Notify::new()),
             after_job: AfterJob::default(),
+            tasks: Default::default(),
             machine_rows: Default::default(),
             last_refresh: RwLock::new(None),
             rehearsing: Default::default(),
@@ -402,15 +407,20 @@ async fn refresh_loop(
         census_interval,
         ..refresh::RefreshSettings::default()
     };
+    let task = shared.tasks.register(
+        "refresh",
+        "observes every cluster into the inventory (leader): on start, every interval, when kicked",
+    );
     loop {
         if shared.leadership.is_leader() {
             let ticket = shared.after_job.pass_starts();
-            let changed = match refresh::refresh_all(
-                shared.store.as_ref(),
-                &shared.creds_dir,
-                &settings,
-            )
-            .await
+            let changed = match task
+                .activate(refresh::refresh_all(
+                    shared.store.as_ref(),
+                    &shared.creds_dir,
+                    &settings,
+                ))
+                .await
             {
                 Ok(report) => {
                     let now = jiff::Timestamp::now();
@@ -429,6 +439,7 @@ async fn refresh_loop(
                 shared.bump();
             }
         }
+        task.next_run_in(interval);
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = shared.refresh_kick.notified() => {}
@@ -466,13 +477,23 @@ fn release_free_memory() {
 /// Reconcile after every change; never busy: it sleeps until the change counter moves.
 async fn reconcile_loop(shared: Arc<Shared>) {
     let mut changes = shared.subscribe_changes();
+    let task = shared.tasks.register(
+        "reconcile",
+        "plans the desired state against the store and records approvals; after every change",
+    );
     loop {
         let s = shared.clone();
         let began = std::time::Instant::now();
+        task.started();
         let result = tokio::task::spawn_blocking(move || {
             reconcile::reconcile(&s, &[], jiff::Timestamp::now())
         })
         .await;
+        task.finished(match &result {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(crate::error_chain(e)),
+            Err(e) => Some(format!("the reconcile task panicked: {e}")),
+        });
         match result {
             Ok(Ok(state)) => {
                 state.record_metrics(began.elapsed());
@@ -497,6 +518,7 @@ async fn reconcile_loop(shared: Arc<Shared>) {
             .plan
             .as_ref()
             .and_then(crate::plan::preflight::next_expiry);
+        task.next_run(expiry);
         match expiry.map(until) {
             Some(wait) => {
                 tokio::select! {
@@ -527,7 +549,12 @@ fn until(t: jiff::Timestamp) -> std::time::Duration {
 
 /// Log leadership changes and wake the loops, so that a new leader resumes at once.
 async fn follow_leadership(shared: Arc<Shared>) {
+    let task = shared.tasks.register(
+        "leadership",
+        "follows this replica's role (leading or following) and wakes the other tasks on a change",
+    );
     loop {
+        task.started();
         let role = shared.leadership.role();
         match &role {
             Role::Leader { fence } => {
@@ -544,6 +571,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
             }
         }
         shared.bump();
+        task.finished(None);
         // from the role just logged: a change in between is not missed
         shared.leadership.changed_from(&role).await;
     }

@@ -536,9 +536,16 @@ pub async fn executor_loop<F: PortFactory>(
     let executors: Arc<
         tokio::sync::Mutex<BTreeMap<String, Arc<Executor<F::Talos, F::Kube, SystemClock, Probes>>>>,
     > = Arc::default();
+    let task = shared.tasks.register(
+        "executor",
+        "lists the running jobs and runs each (leader, rollouts gate on)",
+    );
     loop {
         if shared.rollouts_gate && shared.leadership.is_leader() {
-            match jobs(&shared) {
+            task.started();
+            let listed = jobs(&shared);
+            task.finished(listed.as_ref().err().map(|e| crate::error_chain(e)));
+            match listed {
                 Ok(all) => {
                     set_job_gauges(&all);
                     // a job that is over but left pacing taints runs again to remove them
@@ -620,6 +627,7 @@ pub async fn executor_loop<F: PortFactory>(
         }
         // A job created by another replica (a follower's reconcile recording the approval
         // that reached quorum) bumps nothing here: list again now and then, too.
+        task.next_run_in(rescan);
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { return },
             _ = tokio::time::sleep(rescan) => {}

@@ -21,7 +21,7 @@
 //! The simulator's keyspace is the state after a compaction at the current revision (what the
 //! kube-apiserver's compactor leaves, `--etcd-compaction-interval`, 5 minutes by default): every
 //! live key once, at its newest revision, no tombstones, `finishedCompactRev` = the revision.
-//! `etcdutl snapshot status` (and medea's `ops::backup_revision`) report the revision of the
+//! `etcdutl snapshot status` (and medea's `backup::revision`) report the revision of the
 //! last entry of `key`: the newest live key's.
 
 use serde::Serialize;

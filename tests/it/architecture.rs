@@ -219,7 +219,7 @@ fn backticked(cell: &str) -> Vec<String> {
 }
 
 /// True when the `cfg` predicate can only hold in a test build.
-fn requires_test(meta: &syn::Meta) -> bool {
+pub(crate) fn requires_test(meta: &syn::Meta) -> bool {
     match meta {
         syn::Meta::Path(p) => p.is_ident("test"),
         syn::Meta::List(l) => {
@@ -242,7 +242,7 @@ fn requires_test(meta: &syn::Meta) -> bool {
 }
 
 /// `#[test]`, `#[cfg(test)]`, `#[cfg(all(test, …))]`.
-fn test_only(attrs: &[syn::Attribute]) -> bool {
+pub(crate) fn test_only(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("test")
             || (a.path().is_ident("cfg")

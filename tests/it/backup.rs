@@ -5,8 +5,8 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
+use medea::backup::{self, BackupError, BackupRequest, Destination, LocalDir};
 use medea::desired::backup::{Due, Retention};
-use medea::ops::backup::{self, BackupError, BackupRequest, Destination, LocalDir};
 use medea::rollout::fake::MemStore;
 use medea::rollout::ports::NodeTarget;
 use medea::sim::kube::KubeSimConfig;
@@ -349,7 +349,7 @@ async fn backup_orphan_between_write_and_record_is_removed_and_reported() {
     assert_eq!(again.foreign, vec!["operator-copy.db.age"]);
 }
 
-// ------------------------------------------------------------------ the schedule (ops::backup::pass)
+// ------------------------------------------------------------------ the schedule (backup::pass)
 
 async fn run_pass(
     store: &dyn Store,
@@ -1249,22 +1249,22 @@ fn backup_revision_of_a_real_etcd_snapshot_is_what_etcdctl_snapshot_status_repor
     let etcds = status["revision"].as_i64().unwrap();
     let plain = std::fs::read(&snap).unwrap();
 
-    let ours = medea::ops::backup_revision::revision(&plain).unwrap();
+    let ours = medea::backup::revision::revision(&plain).unwrap();
     assert_eq!(ours, etcds, "etcdctl snapshot status: {status}");
     assert!(
         ours > last_put,
         "the delete after the last put: {ours} > {last_put}"
     );
     // Chunked as the Talos stream hands it over.
-    let mut reader = medea::ops::backup_revision::RevisionReader::default();
+    let mut reader = medea::backup::revision::RevisionReader::default();
     for chunk in plain.chunks(4000) {
         reader.update(chunk);
     }
     assert_eq!(reader.finish(), Ok(etcds));
 
     // Cut short, or its meta pages zeroed: an error, never a panic nor a wrong revision.
-    assert!(medea::ops::backup_revision::revision(&plain[..plain.len() / 2]).is_err());
+    assert!(medea::backup::revision::revision(&plain[..plain.len() / 2]).is_err());
     let mut bad = plain.clone();
     bad[..8192].fill(0);
-    assert!(medea::ops::backup_revision::revision(&bad).is_err());
+    assert!(medea::backup::revision::revision(&bad).is_err());
 }

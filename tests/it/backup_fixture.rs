@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use medea::backup::{self, BackupError};
 use medea::desired::backup::{BackupSchedule, BackupSettings, Recipient, Retention};
-use medea::ops::backup::{self, BackupError};
 use medea::rollout::fake::MemStore;
 use medea::store::{Op, Store, StoreError, Table, Txn};
 
@@ -140,7 +140,7 @@ pub(crate) fn restores_at_the_recorded_revision(
     Some(kvs.len())
 }
 
-/// One schedule pass of the leader (`ops::backup::pass`) over the simulator's cluster `prod`,
+/// One schedule pass of the leader (`backup::pass`) over the simulator's cluster `prod`,
 /// writing to `dirs`.
 pub(crate) async fn run_pass(
     store: &dyn Store,

@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use medea::backup::s3::{S3, S3Config, S3Credentials};
+use medea::backup::{self, BackupError, BackupRequest, Destination};
 use medea::desired::backup::BackupSettings;
-use medea::ops::backup::{self, BackupError, BackupRequest, Destination};
-use medea::ops::backup_s3::{S3, S3Config, S3Credentials};
 use medea::rollout::fake::MemStore;
 use medea::sim::kube::KubeSimConfig;
 use medea::sim::talos::{Effect, Method, Trigger};
@@ -270,7 +270,7 @@ fn config(endpoint: &str, attempts: u32) -> (S3Config, S3Credentials) {
 
 /// The server-side files of destination `name` of cluster `prod` under `creds`.
 fn write_destination(creds: &Path, name: &str, endpoint: &str, attempts: u32) {
-    let dir = medea::ops::backup_s3::destination_dir(creds, "prod", name);
+    let dir = medea::backup::s3::destination_dir(creds, "prod", name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("destination.yaml"),
@@ -416,14 +416,13 @@ fn backup_s3_destination_files_are_checked() {
     );
     write_destination(&creds, "offsite", "http://127.0.0.1:9", 1);
     assert!(backup::destination(&dirs, "prod", "offsite").is_ok());
-    let cred =
-        medea::ops::backup_s3::destination_dir(&creds, "prod", "offsite").join("credentials");
+    let cred = medea::backup::s3::destination_dir(&creds, "prod", "offsite").join("credentials");
     std::fs::set_permissions(&cred, std::fs::Permissions::from_mode(0o644)).unwrap();
     let chain = medea::error_chain(&backup::destination(&dirs, "prod", "offsite").err().unwrap());
     assert!(chain.contains("credentials"), "{chain}");
     std::fs::set_permissions(&cred, std::fs::Permissions::from_mode(0o600)).unwrap();
     let yaml =
-        medea::ops::backup_s3::destination_dir(&creds, "prod", "offsite").join("destination.yaml");
+        medea::backup::s3::destination_dir(&creds, "prod", "offsite").join("destination.yaml");
     std::fs::write(
         &yaml,
         "kind: s3\nendpoint: https://user:pw@s3.example.net/x\nbucket: b\n",

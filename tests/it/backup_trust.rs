@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::sync::Arc;
 
-use medea::ops::backup::{self, Trigger};
+use medea::backup::{self, Trigger};
 use medea::rollout::fake::MemStore;
 use medea::sim::kube::KubeSimConfig;
 use medea::store::Store;

@@ -22,6 +22,7 @@ fn package_of(bin: &str) -> &'static str {
         "prometheus-alertmanager" => "prometheus-alertmanager",
         "age" => "age",
         "prlimit" => "util-linux",
+        "systemd-analyze" => "systemd",
         other => panic!("no Debian package known for the test tool `{other}`"),
     }
 }
@@ -84,13 +85,24 @@ pub fn tool(bin: &str) -> Command {
 pub fn tool_or_skip(bin: &str) -> Option<PathBuf> {
     let found = find_tool(bin);
     if found.is_none() {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-            panic!("{} (CI is set, so this is a failure)", missing(bin));
-        }
-        eprintln!("skipped: {}", missing(bin));
+        skip(&missing(bin));
     }
     found
 }
+
+/// Skip the calling test (it then returns) with a "skipped" line saying `why`; under `CI` (as
+/// `tests/run` sets it) fail it instead: there a test never passes without running. The one
+/// way a test skips (the architecture_tidy check refuses any other).
+pub fn skip(why: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{why} (CI is set, so this is a failure)");
+    }
+    eprintln!("skipped: {why}");
+}
+
+/// How long a poll in the tests waits for a change before it fails instead of hanging: long
+/// enough for a loaded 2-core machine, and only ever reached when something is stuck.
+pub const POLL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Copy the directory tree `from` into `to` (created), files and subdirectories.
 pub fn copy_dir(from: &Path, to: &Path) {

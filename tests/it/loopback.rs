@@ -34,9 +34,9 @@ fn the_suite_runs_where_only_loopback_exists_when_tests_run_says_so() {
             assert_eq!(interfaces, ["lo"], "interfaces in the test namespace");
             assert_eq!(routes, 0, "IPv4 routes in the test namespace");
         }
-        _ => eprintln!(
-            "skipped: not run by `tests/run` as root, so not in a loopback-only namespace (interfaces here: {interfaces:?})"
-        ),
+        _ => crate::fixtures::skip(&format!(
+            "not run by `tests/run` as root, so not in a loopback-only namespace (interfaces here: {interfaces:?})"
+        )),
     }
 }
 
@@ -50,7 +50,7 @@ fn medea_demo_approve_finishes_in_a_network_namespace_with_only_loopback() {
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
     if !root {
-        eprintln!("skipped: creating a network namespace needs root (CI runs as root)");
+        crate::fixtures::skip("creating a network namespace needs root (CI runs as root)");
         return;
     }
     let out = Command::new("unshare")

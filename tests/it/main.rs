@@ -11,6 +11,7 @@
 mod approval;
 mod approvals_cli;
 mod architecture;
+mod architecture_tidy;
 mod backup;
 mod backup_fixture;
 mod backup_s3;

@@ -495,12 +495,17 @@ async fn the_soak_needs_every_gate_passing_continuously_and_a_flap_restarts_it()
     let job = w.job.clone();
     let task = tokio::spawn(async move { exec.run(&job).await });
     // wait until the soak has begun (w-1 uncordoned), then make db fail its next evaluation
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if fake.state().log.iter().any(|l| l == "uncordon w-1") {
-            break;
+    // paused time: the deadline is virtual, far past the soak, and a stuck executor reaches it
+    tokio::time::timeout(Duration::from_secs(3600), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if fake.state().log.iter().any(|l| l == "uncordon w-1") {
+                break;
+            }
         }
-    }
+    })
+    .await
+    .expect("the soak begins (w-1 uncordoned) before the deadline");
     set_gate(
         &fake,
         "db",

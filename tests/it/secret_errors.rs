@@ -29,7 +29,7 @@ fn a_typo_in_s3_credentials_puts_the_secret_in_no_log_webhook_api_error_or_cli_o
         .desired_edit("home/cluster.yaml", "spec:\n", &block)
         .webhook(&hook)
         .start();
-    let dest = medea::ops::backup_s3::destination_dir(&s.state.join("creds"), "home", "offsite");
+    let dest = medea::backup::s3::destination_dir(&s.state.join("creds"), "home", "offsite");
     std::fs::create_dir_all(&dest).unwrap();
     std::fs::write(
         dest.join("destination.yaml"),

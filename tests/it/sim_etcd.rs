@@ -114,10 +114,7 @@ async fn sim_etcd_snapshot_is_a_database_the_real_etcd_restores_and_serves() {
         &["snapshot", "status", snap.to_str().unwrap()],
     );
     assert_eq!(status["revision"].as_i64(), Some(newest(&ks)), "{status}");
-    assert_eq!(
-        medea::ops::backup_revision::revision(&plain),
-        Ok(newest(&ks))
-    );
+    assert_eq!(medea::backup::revision::revision(&plain), Ok(newest(&ks)));
 
     // Restored and served: exactly the stored objects, with their revisions.
     let Some(etcd) = crate::etcd_harness::Etcd::restored(&snap) else {

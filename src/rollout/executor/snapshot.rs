@@ -15,7 +15,7 @@
 //! a record without its file is an interrupted attempt, overwritten by the next one.
 //!
 //! A job without recipients keeps the plaintext snapshot, `<job>.db`, 0600 in a 0700 directory
-//! ([`TalosPort::etcd_snapshot`]). Both are pruned by `ops::snapshot_retention`.
+//! ([`TalosPort::etcd_snapshot`]). Both are pruned by `backup::snapshot_retention`.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

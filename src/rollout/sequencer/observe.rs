@@ -142,35 +142,35 @@ pub(super) fn seen<T>(o: Option<&Obs<T>>) -> Seen<'_, T> {
 impl<'a> Eyes<'a> {
     pub(super) fn talos(&self, t: &NodeTarget) -> Seen<'a, TalosNode> {
         let s = seen(self.obs.talos.get(&t.node));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().talos.insert(t.clone());
         }
         s
     }
     pub(super) fn kube(&self, node: &str) -> Seen<'a, KubeNode> {
         let s = seen(self.obs.kube.get(node));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().kube.insert(node.to_string());
         }
         s
     }
     pub(super) fn etcd(&self, via: &[NodeTarget]) -> Seen<'a, EtcdHealth> {
         let s = seen(self.obs.etcd.as_ref());
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().etcd = Some(via.to_vec());
         }
         s
     }
     pub(super) fn images(&self, t: &NodeTarget) -> Seen<'a, ComponentImages> {
         let s = seen(self.obs.images.get(&t.node));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().images.insert(t.clone());
         }
         s
     }
     pub(super) fn args(&self, t: &NodeTarget) -> Seen<'a, ComponentArgs> {
         let s = seen(self.obs.args.get(&t.node));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().args.insert(t.clone());
         }
         s
@@ -178,14 +178,14 @@ impl<'a> Eyes<'a> {
     pub(super) fn static_pod(&self, node: &str, c: Component) -> Seen<'a, Option<StaticPod>> {
         let key = (node.to_string(), c);
         let s = seen(self.obs.static_pods.get(&key));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().static_pods.insert(key);
         }
         s
     }
     pub(super) fn config_version(&self, t: &NodeTarget, c: Component) -> Seen<'a, Option<String>> {
         let s = seen(self.obs.config_versions.get(&(t.node.clone(), c)));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing
                 .borrow_mut()
                 .config_versions
@@ -195,14 +195,14 @@ impl<'a> Eyes<'a> {
     }
     pub(super) fn volumes(&self, node: &str) -> Seen<'a, Vec<VolumeAttachment>> {
         let s = seen(self.obs.volumes.get(node));
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().volumes.insert(node.to_string());
         }
         s
     }
     pub(super) fn nodes(&self) -> Seen<'a, BTreeMap<String, KubeNode>> {
         let s = seen(self.obs.nodes.as_ref());
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().nodes = true;
         }
         s
@@ -219,7 +219,7 @@ impl<'a> Eyes<'a> {
     }
     pub(super) fn snapshot(&self) -> Seen<'a, Option<SnapshotInfo>> {
         let s = seen(self.obs.snapshot.as_ref());
-        if matches!(s, Seen::Missing) {
+        if s.is_missing() {
             self.missing.borrow_mut().snapshot = true;
         }
         s

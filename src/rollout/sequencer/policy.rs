@@ -17,6 +17,11 @@
 use super::*;
 
 impl<'a, T> Seen<'a, T> {
+    /// Not observed yet (asked for at the next round).
+    pub(super) fn is_missing(&self) -> bool {
+        matches!(self, Seen::Missing)
+    }
+
     /// The value, or the caller's answer to its absence: `missing`, `transient` or `failed`.
     pub(super) fn decide<R>(
         self,

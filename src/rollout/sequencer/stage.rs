@@ -608,6 +608,29 @@ pub(super) fn staged_outcome(
     let Action::Stage { nodes } = &intent.action else {
         return;
     };
+    let halt_with = apply_stage_results(ts, nodes, results, bound, notes);
+    if let Some((node, message)) = halt_with {
+        let reason = HaltReason::new(HaltCode::UpgradeRefused, message);
+        notes.push(format!("halted: {reason}"));
+        j.state = JobState::Halted {
+            reason,
+            step: Some(key.step),
+            node: Some(node),
+            op: Some(CommandOp::Stage),
+            at: now,
+        };
+    }
+}
+
+/// Record each node's answer to a `Stage` batch on the step's nodes; the first node whose
+/// failures reach `bound` (`rollout.upgradeAttempts`) is returned with the halt message.
+fn apply_stage_results(
+    ts: &mut TalosStep,
+    nodes: &[StageNode],
+    results: &[(String, StageResult)],
+    bound: u32,
+    notes: &mut Vec<String>,
+) -> Option<(String, String)> {
     let mut halt_with = None;
     for (name, result) in results {
         let Some(s) = nodes.iter().find(|s| &s.node.node == name) else {
@@ -655,17 +678,7 @@ pub(super) fn staged_outcome(
             }
         }
     }
-    if let Some((node, message)) = halt_with {
-        let reason = HaltReason::new(HaltCode::UpgradeRefused, message);
-        notes.push(format!("halted: {reason}"));
-        j.state = JobState::Halted {
-            reason,
-            step: Some(key.step),
-            node: Some(node),
-            op: Some(CommandOp::Stage),
-            at: now,
-        };
-    }
+    halt_with
 }
 
 /// What a halted (or running) job's staged nodes will do: each node installed ahead that has

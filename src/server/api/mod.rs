@@ -562,6 +562,15 @@ impl pb::medea_server::Medea for MedeaApi {
         }))
     }
 
+    async fn list_background_tasks(
+        &self,
+        _: Request<pb::ListBackgroundTasksRequest>,
+    ) -> Result<Response<pb::ListBackgroundTasksResponse>, Status> {
+        Ok(Response::new(pb::ListBackgroundTasksResponse {
+            tasks: self.shared.tasks.list().iter().map(|t| t.to_pb()).collect(),
+        }))
+    }
+
     async fn list_clusters(
         &self,
         _: Request<pb::ListClustersRequest>,
@@ -1008,7 +1017,7 @@ impl pb::medea_server::Medea for MedeaApi {
         };
         let mut backups = Vec::new();
         for c in clusters {
-            for r in crate::ops::backup::list(store, &c).map_err(internal)? {
+            for r in crate::backup::list(store, &c).map_err(internal)? {
                 backups.push(super::backups::backup_view(&r));
             }
         }

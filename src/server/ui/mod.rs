@@ -24,6 +24,7 @@ mod charts;
 mod live;
 mod pages;
 mod session;
+mod tasks;
 
 use axum::Router;
 use axum::extract::{Form, Path, State};

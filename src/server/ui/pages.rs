@@ -238,7 +238,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
             @let dc = desired.as_ref().and_then(|d| d.desired.clusters.get(&c.name));
             @let latest = jobs.iter().find(|j| j.cluster == c.name);
             @let notes = current.as_ref().and_then(|p| p.clusters.iter().find(|cp| cp.cluster == c.name)).map_or(0, |cp| cp.notes.len());
-            @let newest_backup = crate::ops::backup::list(store, &c.name).ok().and_then(|mut v| v.pop());
+            @let newest_backup = crate::backup::list(store, &c.name).ok().and_then(|mut v| v.pop());
             section.cluster {
                 h2 { "cluster " (c.name) }
                 dl.facts {
@@ -284,6 +284,7 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
             }
         }
         @if clusters.is_empty() { p { "No clusters yet: add one to the desired state and run " code { "medea seed" } "." } }
+        (super::tasks::section(&ui.shared.tasks.list(), ts))
     };
     respond(StatusCode::OK, page("overview", Some(&s), body))
 }

@@ -827,7 +827,7 @@ async fn a_halted_jobs_page_lists_the_nodes_staged_but_not_rebooted_and_their_ne
 /// Issue 37: each cluster's card names its newest recorded etcd backup.
 #[tokio::test]
 async fn the_overview_names_each_clusters_newest_backup() {
-    use crate::ops::backup::{BackupRecord, Trigger, record_key};
+    use crate::backup::{BackupRecord, Trigger, record_key};
     let store: Arc<dyn Store> = Arc::new(crate::rollout::fake::MemStore::new());
     let observed = crate::inventory::ObservedCluster::new("prod");
     store

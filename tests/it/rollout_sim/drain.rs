@@ -366,9 +366,13 @@ async fn a_volume_attachment_on_the_simulator_holds_the_upgrade_until_it_is_dele
         // the executor polls the attachments: let it ask a few more times, then check it
         // has not upgraded the node meanwhile
         let asked = kube.counters().requests;
-        while kube.counters().requests < asked + 5 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        tokio::time::timeout(crate::fixtures::POLL_DEADLINE, async {
+            while kube.counters().requests < asked + 5 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the executor keeps polling the attachments (deadline passed)");
         let upgrades = talos.counters("w-1").unwrap().upgrades();
         let api: kube::Api<VolumeAttachment> = kube::Api::all(
             kube::Client::try_from(medea::k8s::kubeconfig::load(&kubeconfig).await.unwrap())

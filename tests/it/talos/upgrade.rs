@@ -160,9 +160,13 @@ async fn a_lifecycle_install_in_progress_refuses_a_second_and_outlives_its_calle
         "{err}"
     );
     // the abandoned install ends and writes the boot entry
-    while e.sim.node_state("w-1").unwrap().installing {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tokio::time::timeout(crate::fixtures::POLL_DEADLINE, async {
+        while e.sim.node_state("w-1").unwrap().installing {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the abandoned install ends (deadline passed)");
     let state = e.sim.node_state("w-1").unwrap();
     assert_eq!(state.installed, Some(tv("v1.13.9")));
     assert_eq!(state.running, tv("v1.13.2"), "no reboot");

@@ -10,7 +10,7 @@
 //! re-observes its snapshot after a crash, so it is never touched) — and the newest one always
 //! stays. An encrypted snapshot goes with its record. What an interrupted attempt left (a
 //! `.part` file, a record without its snapshot) goes once its job is no longer running. The
-//! scheduled backups (`ops::backup`) are the restore points meant to be kept; these are the
+//! scheduled backups (`backup`) are the restore points meant to be kept; these are the
 //! rollout's own safety net.
 
 use std::path::{Path, PathBuf};

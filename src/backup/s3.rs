@@ -28,7 +28,7 @@ use rusty_s3::{Bucket, Credentials, S3Action as _, UrlStyle};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
-use super::backup::{Destination, ObjectWriter};
+use super::{Destination, ObjectWriter};
 
 /// Under a cluster's credentials directory: one directory per destination name.
 pub const DESTINATIONS_DIR: &str = "backup-destinations";
