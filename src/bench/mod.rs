@@ -12,6 +12,7 @@
 //! by side in the same process. `design/performance.md` records the results.
 
 pub mod approvals;
+pub mod ci;
 pub mod fleet;
 pub mod host;
 pub mod incremental;
