@@ -11,22 +11,21 @@
 //! - `sim_vs_fakes_per_node`: the rollout engine's zero-delay time per node on the simulator
 //!   (through the real adapters) over the same engine on the in-memory fakes, runs alternated:
 //!   the simulator's and the adapters' own cost per node;
-//! - `fakes_vs_commit_floor_per_node`: the engine alone per node (fakes) over one durable
-//!   fjall commit (with fsync) of a journal-sized record, measured in the same round: what the
-//!   engine costs per node in units of the one thing it must do per step;
+//! - `fakes_per_node_vs_parse_floor`: the engine alone per node (fakes, durable fjall journal)
+//!   over the parse floor of the same round (CPU work of a fixed size): what the engine costs
+//!   per node in units of a yardstick that slows down with the machine as it does;
 //! - `commits_per_node`: journal commits per node on the fakes (deterministic: the crash
 //!   contract's intents and results; a new per-node write shows here at once).
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::BenchError;
 use super::rollout::{self, Backend};
 use super::stats::Samples;
-use crate::store::{Store, Table, Txn};
 
 /// The baseline recorded in the repository (`bench/ci-baseline.json`).
 pub const BASELINE: &str = include_str!("../../bench/ci-baseline.json");
@@ -35,7 +34,7 @@ pub const BASELINE: &str = include_str!("../../bench/ci-baseline.json");
 pub const ROWS: &[&str] = &[
     "plan_vs_parse_floor",
     "sim_vs_fakes_per_node",
-    "fakes_vs_commit_floor_per_node",
+    "fakes_per_node_vs_parse_floor",
     "commits_per_node",
 ];
 
@@ -158,22 +157,6 @@ impl Default for CiSize {
     }
 }
 
-/// The median time of one durable fjall commit of a journal-sized record (`n` commits).
-fn commit_floor(dir: &Path, n: usize) -> Result<f64, BenchError> {
-    let store = crate::store::fjall::FjallStore::open(dir)
-        .map_err(|e| BenchError::Store(Box::new(e)))?;
-    let value = vec![b'x'; 1024];
-    let mut s = Samples::new();
-    for i in 0..n {
-        let t = Instant::now();
-        store
-            .commit(Txn::new().put(Table::Jobs, format!("floor/{i:06}"), value.clone()))
-            .map_err(|e| BenchError::Store(Box::new(e)))?;
-        s.push(t.elapsed());
-    }
-    Ok(s.median())
-}
-
 /// Measure every row (`size.rounds` rounds, each side by side).
 pub fn measure(dir: &Path, size: CiSize) -> Result<Vec<Measured>, BenchError> {
     let fleet = super::fleet::generate(super::fleet::FleetSpec {
@@ -181,21 +164,23 @@ pub fn measure(dir: &Path, size: CiSize) -> Result<Vec<Measured>, BenchError> {
         machines_per_cluster: size.machines,
         seed: 1,
     });
-    let w = super::fleet::write_repo(&fleet, &dir.join("fleet")).map_err(|err| {
-        BenchError::Io {
-            path: dir.join("fleet"),
-            err,
-        }
+    let w = super::fleet::write_repo(&fleet, &dir.join("fleet")).map_err(|err| BenchError::Io {
+        path: dir.join("fleet"),
+        err,
     })?;
-    let plan = super::pipeline::run(&w.desired, &fleet.inventory, size.rounds)?;
-    let mut plan_ratio = Samples::new();
-    for i in 0..plan.total.len() {
-        plan_ratio.push_value(plan.total.value(i) / plan.floor.value(i));
-    }
-    let (mut sim, mut fakes, mut floor, mut commits) =
-        (Samples::new(), Samples::new(), Samples::new(), Samples::new());
+    let (mut plan_ratio, mut sim, mut fakes, mut commits) = (
+        Samples::new(),
+        Samples::new(),
+        Samples::new(),
+        Samples::new(),
+    );
     let workers = size.nodes.saturating_sub(3);
     for round in 0..size.rounds {
+        // the plan and its parse floor, side by side (the floor is also the CPU yardstick of
+        // the engine row below, measured in the same round)
+        let plan = super::pipeline::run(&w.desired, &fleet.inventory, 3)?;
+        let (total, floor) = (plan.total.median(), plan.floor.median());
+        plan_ratio.push_value(total / floor);
         let rdir = dir.join(format!("round-{round}"));
         let one = |backend: Backend, sub: &str| {
             rollout::run(
@@ -216,10 +201,8 @@ pub fn measure(dir: &Path, size: CiSize) -> Result<Vec<Measured>, BenchError> {
             let f = one(Backend::Fakes, "fakes")?;
             (one(Backend::Sim, "sim")?, f)
         };
-        let c = commit_floor(&rdir.join("floor"), 50)?;
         sim.push_value(s.per_node_ms / f.per_node_ms);
-        fakes.push_value(f.per_node_ms / c);
-        floor.push_value(c);
+        fakes.push_value(f.per_node_ms / floor);
         commits.push_value(f.commits as f64 / f.nodes.max(1) as f64);
     }
     Ok(vec![
@@ -249,7 +232,7 @@ mod tests {
     fn base() -> Baseline {
         Baseline::parse(
             r#"{"factors": {"plan_vs_parse_floor": 2.0, "sim_vs_fakes_per_node": 2.0,
-                 "fakes_vs_commit_floor_per_node": 2.5, "commits_per_node": 1.2},
+                 "fakes_per_node_vs_parse_floor": 2.5, "commits_per_node": 1.2},
                 "classes": {"x86_64-2cpu-debug": {"plan_vs_parse_floor": 3.0, "commits_per_node": 10.0}}}"#,
         )
         .unwrap()

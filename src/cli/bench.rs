@@ -715,12 +715,19 @@ fn ci(rounds: usize, nodes: usize, baseline: Option<PathBuf>, record: bool) -> m
         outln!("{json}");
         return Ok(exit::OK);
     }
+    for m in &measured {
+        let all: Vec<String> = (0..m.samples.len())
+            .map(|i| format!("{:.3}", m.samples.value(i)))
+            .collect();
+        outln!("  {} per round: {}", m.row, all.join(" "));
+    }
     let verdicts = ci::check(&base, &class, &rows);
     let used = base.for_class(&class);
     outln!(
         "machine class {class}; baseline {}; {} rounds, fleet {} x {}, {} nodes; {:.1} s",
         match &used {
-            Some((c, _, w)) if *w > 1.0 => format!("of {c} (none recorded for this class: factors x{w})"),
+            Some((c, _, w)) if *w > 1.0 =>
+                format!("of {c} (none recorded for this class: factors x{w})"),
             Some((c, _, _)) => c.clone(),
             None => "none for this build profile (rows reported, not checked)".into(),
         },
@@ -744,7 +751,9 @@ fn ci(rounds: usize, nodes: usize, baseline: Option<PathBuf>, record: bool) -> m
     if verdicts.iter().all(|v| v.passed) {
         Ok(exit::OK)
     } else {
-        eprintln!("medea bench ci: a row regressed beyond its factor (bench/ci-baseline.json; design/performance.md \"The regression check\")");
+        eprintln!(
+            "medea bench ci: a row regressed beyond its factor (bench/ci-baseline.json; design/performance.md \"The regression check\")"
+        );
         Ok(exit::ERROR)
     }
 }
