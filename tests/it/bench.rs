@@ -394,7 +394,11 @@ fn window_staged_is_shorter_than_unstaged_and_both_jobs_succeed() {
 #[test]
 fn ci_rows_stay_within_their_factor_of_the_recorded_baseline() {
     let out = medea()
-        .args(["bench", "ci", "--rounds", "3"])
+        .args(["bench", "ci", "--rounds", "3", "--baseline"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/bench/ci-baseline.json"
+        ))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
