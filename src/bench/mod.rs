@@ -1,7 +1,8 @@
 //! Benchmarks at fleet scale: a deterministic generator and the `medea bench` harness.
 //!
 //! **Owns:** fleet generation ([`fleet`]), benchmark scenarios ([`pipeline`], [`process`],
-//! [`server`], [`rollout`], [`approvals`], [`pools`]), their statistics ([`stats`]) and the host
+//! [`server`], [`rollout`], [`approvals`], [`pools`]), the regression check ([`ci`]), their
+//! statistics ([`stats`]) and the host
 //! description ([`host`]).
 //! **May depend on:** the `bench` row of design/architecture.md's code map (the modules it
 //! measures, the API through its client only); nothing but the CLI (`medea bench`) depends on
@@ -12,6 +13,7 @@
 //! by side in the same process. `design/performance.md` records the results.
 
 pub mod approvals;
+pub mod ci;
 pub mod fleet;
 pub mod host;
 pub mod incremental;

@@ -144,6 +144,23 @@ pub enum Scenario {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// The regression check `tests/run` runs (issue #54): ratios measured side by side on a
+    /// small fleet, each against `baseline × factor` recorded in bench/ci-baseline.json for
+    /// this machine class. Exit 1 when a row regressed. Needs the `fakes` feature.
+    Ci {
+        /// Rounds (each: every row side by side).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Nodes of the zero-delay rollouts (3 control planes, the rest workers).
+        #[arg(long, default_value_t = 40)]
+        nodes: usize,
+        /// Check against this baseline file instead of the one built in.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Print this machine's medians as a baseline class entry (JSON) instead of failing.
+        #[arg(long)]
+        record: bool,
+    },
     /// Issue #36: a plan's predicted duration against the rollout it predicts, on the
     /// simulator with fixed per-node delays; each run is predicted from the journals of the
     /// runs before it, as the daemon predicts a plan.
@@ -576,6 +593,12 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             );
             Ok(exit::OK)
         }
+        Scenario::Ci {
+            rounds,
+            nodes,
+            baseline,
+            record,
+        } => ci(rounds, nodes, baseline, record),
         Scenario::Rollout {
             on,
             nodes,
@@ -655,5 +678,82 @@ pub fn run(args: BenchArgs) -> miette::Result<u8> {
             }
             Ok(exit::OK)
         }
+    }
+}
+
+fn ci(rounds: usize, nodes: usize, baseline: Option<PathBuf>, record: bool) -> miette::Result<u8> {
+    use crate::bench::ci;
+    let host = Host::detect();
+    outln!("{host}");
+    let text = match &baseline {
+        Some(p) => std::fs::read_to_string(p)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot read the baseline {}", p.display()))?,
+        None => ci::BASELINE.to_string(),
+    };
+    let base = ci::Baseline::parse(&text).map_err(err)?;
+    let class = ci::machine_class(host.nproc);
+    let dir = tempdir()?;
+    let size = ci::CiSize {
+        nodes: nodes.max(4),
+        rounds: rounds.max(1),
+        ..ci::CiSize::default()
+    };
+    let started = std::time::Instant::now();
+    let measured = ci::measure(dir.path(), size).map_err(err)?;
+    let rows: Vec<(String, f64, usize)> = measured
+        .iter()
+        .map(|m| (m.row.to_string(), m.samples.median(), m.samples.len()))
+        .collect();
+    if record {
+        let entry: std::collections::BTreeMap<&str, f64> = rows
+            .iter()
+            .map(|(r, v, _)| (r.as_str(), (v * 1000.0).round() / 1000.0))
+            .collect();
+        let json = serde_json::to_string_pretty(&serde_json::json!({ class.as_str(): entry }))
+            .into_diagnostic()?;
+        outln!("{json}");
+        return Ok(exit::OK);
+    }
+    for m in &measured {
+        let all: Vec<String> = (0..m.samples.len())
+            .map(|i| format!("{:.3}", m.samples.value(i)))
+            .collect();
+        outln!("  {} per round: {}", m.row, all.join(" "));
+    }
+    let verdicts = ci::check(&base, &class, &rows);
+    let used = base.for_class(&class);
+    outln!(
+        "machine class {class}; baseline {}; {} rounds, fleet {} x {}, {} nodes; {:.1} s",
+        match &used {
+            Some((c, _, w)) if *w > 1.0 =>
+                format!("of {c} (none recorded for this class: factors x{w})"),
+            Some((c, _, _)) => c.clone(),
+            None => "none for this build profile (rows reported, not checked)".into(),
+        },
+        size.rounds,
+        size.clusters,
+        size.machines,
+        size.nodes,
+        started.elapsed().as_secs_f64()
+    );
+    for v in &verdicts {
+        outln!(
+            "  {:<32} median {:>8.3} (n={})  baseline {}  limit {}  {}",
+            v.row,
+            v.median,
+            v.n,
+            v.baseline.map_or("-".into(), |b| format!("{b:.3}")),
+            v.limit.map_or("-".into(), |l| format!("{l:.3}")),
+            if v.passed { "ok" } else { "REGRESSED" }
+        );
+    }
+    if verdicts.iter().all(|v| v.passed) {
+        Ok(exit::OK)
+    } else {
+        eprintln!(
+            "medea bench ci: a row regressed beyond its factor (bench/ci-baseline.json; design/performance.md \"The regression check\")"
+        );
+        Ok(exit::ERROR)
     }
 }

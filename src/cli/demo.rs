@@ -213,6 +213,10 @@ async fn with_sim(
         metrics_listen: None,
         webhooks: vec![],
         executor_poll: Some(Duration::from_millis(200)),
+        // the clients' retries on the same compressed clock: with the daemon's (0.25 s
+        // doubling to 4 s) a node back from its 1 s reboot was seen up to 2 s late, twelve
+        // times over (design/performance.md, "The demo")
+        client_tick: Some(Duration::from_millis(100)),
         ui_listen: if args.ui {
             Some(free_loopback_port()?)
         } else {

@@ -240,6 +240,7 @@ pub fn serve(args: ServeArgs) -> miette::Result<u8> {
         metrics_listen: args.metrics_listen,
         webhooks: args.webhook.clone(),
         executor_poll: Some(args.job_poll),
+        client_tick: None,
         ui_listen: args.ui_listen,
         ui_limits: Default::default(),
         api_limits: Default::default(),

@@ -43,15 +43,15 @@ pub trait PortFactory: Send + Sync + 'static {
 /// The real ports of a cluster, from `<creds-dir>/<cluster>/{talosconfig,kubeconfig}`.
 pub struct CredsPorts {
     pub creds_dir: std::path::PathBuf,
+    /// The clients' pace ([`paced`]); zero: the adapters' defaults.
+    pub tick: std::time::Duration,
 }
 
 impl PortFactory for CredsPorts {
     type Talos = TalosAdapter;
     type Kube = KubeAdapter;
     async fn ports(&self, cluster: &str) -> Result<(Self::Talos, Self::Kube), AdapterError> {
-        let talos = TalosAdapter::from_creds(&self.creds_dir, cluster)?;
-        let kube = KubeAdapter::from_creds(&self.creds_dir, cluster).await?;
-        Ok((talos, kube))
+        paced(&self.creds_dir, cluster, self.tick).await
     }
     async fn probe(&self, cluster: &str) -> Result<crate::health::Probes, AdapterError> {
         health_probes(

@@ -64,6 +64,11 @@ pub struct ServerConfig {
     pub webhooks: Vec<String>,
     /// How often a running job re-observes its nodes (default 5s; the demo uses less).
     pub executor_poll: Option<std::time::Duration>,
+    /// The pace of the executor's Talos and Kubernetes clients: their retries, the drain's and
+    /// the manifest sync's polling (`ops::cluster_ports::paced`). `None`: the adapters'
+    /// defaults, as `medea serve` runs. `medea demo` sets it with its compressed clock (its
+    /// simulated reboot takes a second, a real one minutes), as it sets `executor_poll`.
+    pub client_tick: Option<std::time::Duration>,
     /// Where the web dashboard is served (HTTPS, the API's certificate), if anywhere.
     pub ui_listen: Option<SocketAddr>,
     /// The dashboard's connection caps and timeouts.
@@ -651,6 +656,7 @@ pub async fn run_with_leadership(
         cfg.hook_policy = config.hook_policy.clone();
         let factory = Arc::new(rollouts::CredsPorts {
             creds_dir: config.creds_dir.clone(),
+            tick: config.client_tick.unwrap_or_default(),
         });
         Some(tokio::spawn(rollouts::executor_loop(
             shared.clone(),

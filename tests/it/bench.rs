@@ -387,3 +387,64 @@ fn window_staged_is_shorter_than_unstaged_and_both_jobs_succeed() {
         "staged {staged} s, unstaged {unstaged} s:\n{out}"
     );
 }
+
+/// Issue #54 item 4: the regression check `tests/run` runs. Every row is a ratio of runs taken
+/// side by side (or a count), checked against bench/ci-baseline.json for this machine class
+/// with a factor that leaves room for a loaded machine: a check, not a timed test.
+#[test]
+fn ci_rows_stay_within_their_factor_of_the_recorded_baseline() {
+    let out = medea()
+        .args(["bench", "ci", "--rounds", "3", "--baseline"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/bench/ci-baseline.json"
+        ))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "medea bench ci: a row regressed (or the run failed):\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in [
+        "plan_vs_parse_floor",
+        "sim_vs_fakes_per_node",
+        "fakes_per_node_vs_parse_floor",
+        "commits_per_node",
+    ] {
+        assert!(stdout.contains(row), "{row} missing:\n{stdout}");
+    }
+}
+
+/// A baseline the rows cannot meet makes `medea bench ci` fail, naming the row.
+#[test]
+fn ci_fails_when_a_row_exceeds_its_factor() {
+    let dir = tempfile::tempdir().unwrap();
+    let strict = dir.path().join("strict.json");
+    let class = |p: &str| {
+        format!(
+            r#""{}-{{cpus}}cpu-{p}": {{"plan_vs_parse_floor": 0.001, "sim_vs_fakes_per_node": 0.001, "fakes_per_node_vs_parse_floor": 0.001, "commits_per_node": 0.001}}"#,
+            std::env::consts::ARCH
+        )
+    };
+    let cpus = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    let text = format!(
+        r#"{{"factors": {{"plan_vs_parse_floor": 1.0, "sim_vs_fakes_per_node": 1.0, "fakes_per_node_vs_parse_floor": 1.0, "commits_per_node": 1.0}},
+            "classes": {{ {}, {} }} }}"#,
+        class("debug"),
+        class("release")
+    )
+    .replace("{cpus}", &cpus.to_string());
+    std::fs::write(&strict, text).unwrap();
+    let out = medea()
+        .args(["bench", "ci", "--rounds", "1", "--nodes", "8", "--baseline"])
+        .arg(&strict)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("REGRESSED"), "{stdout}");
+}

@@ -187,6 +187,7 @@ fn start_full(
         metrics_listen: None,
         webhooks: vec![],
         executor_poll: None,
+        client_tick: None,
         ui_listen: ui.as_ref().map(|(a, _)| *a),
         ui_limits: ui.map(|(_, l)| l).unwrap_or_default(),
         hook_policy: Default::default(),
