@@ -214,7 +214,6 @@ pub struct ResumeRequest {
     /// Who asked.
     pub by: String,
     /// When.
-    #[serde(with = "ts")]
     pub at: Timestamp,
 }
 

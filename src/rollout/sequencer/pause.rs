@@ -19,7 +19,6 @@ pub struct GatePause {
     /// The last evaluation's detail.
     pub detail: String,
     /// When the job paused.
-    #[serde(with = "ts")]
     pub at: Timestamp,
 }
 
