@@ -1,7 +1,7 @@
 //! `medea bench ci`: the regression check `tests/run` runs (issue #54 item 4). Not a timed
 //! test: every row is a **ratio of two runs taken side by side in the same process** (or a
 //! count that does not depend on the machine at all), compared with a baseline recorded in the
-//! repository for the same machine class (`bench/ci-baseline.json`, keyed by
+//! repository for the same machine class (`design/bench-ci-baseline.json`, keyed by
 //! [`machine_class`]). A row fails when its median exceeds `baseline × factor`; the factors
 //! leave room for a loaded 2-core machine (design/performance.md "The regression check").
 //!
@@ -27,8 +27,8 @@ use super::BenchError;
 use super::rollout::{self, Backend};
 use super::stats::Samples;
 
-/// The baseline recorded in the repository (`bench/ci-baseline.json`).
-pub const BASELINE: &str = include_str!("../../bench/ci-baseline.json");
+/// The baseline recorded in the repository (`design/bench-ci-baseline.json`).
+pub const BASELINE: &str = include_str!("../../design/bench-ci-baseline.json");
 
 /// Rows, in the order they are measured and printed.
 pub const ROWS: &[&str] = &[

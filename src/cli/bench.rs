@@ -145,7 +145,7 @@ pub enum Scenario {
         runs: usize,
     },
     /// The regression check `tests/run` runs (issue #54): ratios measured side by side on a
-    /// small fleet, each against `baseline × factor` recorded in bench/ci-baseline.json for
+    /// small fleet, each against `baseline × factor` recorded in design/bench-ci-baseline.json for
     /// this machine class. Exit 1 when a row regressed. Needs the `fakes` feature.
     Ci {
         /// Rounds (each: every row side by side).
@@ -752,7 +752,7 @@ fn ci(rounds: usize, nodes: usize, baseline: Option<PathBuf>, record: bool) -> m
         Ok(exit::OK)
     } else {
         eprintln!(
-            "medea bench ci: a row regressed beyond its factor (bench/ci-baseline.json; design/performance.md \"The regression check\")"
+            "medea bench ci: a row regressed beyond its factor (design/bench-ci-baseline.json; design/performance.md \"The regression check\")"
         );
         Ok(exit::ERROR)
     }

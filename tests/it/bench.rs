@@ -389,7 +389,7 @@ fn window_staged_is_shorter_than_unstaged_and_both_jobs_succeed() {
 }
 
 /// Issue #54 item 4: the regression check `tests/run` runs. Every row is a ratio of runs taken
-/// side by side (or a count), checked against bench/ci-baseline.json for this machine class
+/// side by side (or a count), checked against design/bench-ci-baseline.json for this machine class
 /// with a factor that leaves room for a loaded machine: a check, not a timed test.
 #[test]
 fn ci_rows_stay_within_their_factor_of_the_recorded_baseline() {
@@ -397,7 +397,7 @@ fn ci_rows_stay_within_their_factor_of_the_recorded_baseline() {
         .args(["bench", "ci", "--rounds", "3", "--baseline"])
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/bench/ci-baseline.json"
+            "/design/bench-ci-baseline.json"
         ))
         .output()
         .unwrap();
