@@ -82,7 +82,7 @@ pub struct SilenceSettings {
 }
 
 /// What a node does when Alertmanager refuses its silence before the cordon.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SilenceOnError {
     /// Halt the job before the node is cordoned (default).

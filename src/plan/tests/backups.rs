@@ -31,7 +31,9 @@ fn backup_settings_are_a_settings_change_and_recipients_need_the_highest_bar() {
             .find(|s| s.resource == "cluster" && s.field == f)
             .map(|s| (s.from.clone(), s.to.clone()))
     };
-    // The schedule or retention alone: the ordinary bar.
+    // The schedule or retention alone: what a backup keeps and how often it runs decide what
+    // a restore can bring back, so the highest bar (3; issue #50 changed this from the
+    // ordinary bar, 1).
     let p = compute(
         &one("v1.34.1", &backup("0 4 * * *", 3, &[&key_a]), &pools),
         &i,
@@ -50,7 +52,7 @@ fn backup_settings_are_a_settings_change_and_recipients_need_the_highest_bar() {
         field(&p, "backup.retention"),
         Some(("keep 7, maxAge 720h".into(), "keep 3, maxAge 720h".into()))
     );
-    assert_eq!(p.approvals_required, 1);
+    assert_eq!(p.approvals_required, 3);
 
     // Another recipient: who can read every Secret changes, so the highest bar (3).
     let p = compute(

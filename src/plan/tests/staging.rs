@@ -259,8 +259,9 @@ fn a_staged_pools_applied_record_carries_its_staging_and_a_change_is_a_settings_
     );
     // the field lines, where the other rollout fields are
     let rollout_lines = |r: &AppliedResource| -> Vec<(&'static str, String)> {
-        r.fields()
+        r.settings()
             .into_iter()
+            .map(|(f, v)| (f.path(), v))
             .filter(|(f, _)| f.starts_with("rollout."))
             .collect()
     };
@@ -274,6 +275,7 @@ fn a_staged_pools_applied_record_carries_its_staging_and_a_change_is_a_settings_
             ("rollout.upgradeAttempts", s("2")),
             ("rollout.stage", s("ahead")),
             ("rollout.stageParallelism", s("3")),
+            ("rollout.taintNextWave", s("true")),
         ]
     );
     assert!(rollout_lines(&a.resources["pool/c1/a"]).contains(&("rollout.stage", s("inWindow"))));
