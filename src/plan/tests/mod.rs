@@ -230,6 +230,7 @@ fn diagnostics_of(cluster_extra: &str, pool_extra: &str) -> Vec<Diagnostic> {
 
 mod approvals;
 mod backups;
+mod bars;
 mod drain;
 mod hooks;
 mod hops;
