@@ -308,3 +308,70 @@ fn every_setting_is_yielded_by_a_record_and_listed_once() {
     let seen: std::collections::BTreeSet<Setting> = yielded.iter().map(|(_, s)| *s).collect();
     assert_eq!(seen, all);
 }
+
+/// Issue #50 item 4: a lease over 30m, a maxDuration over 12h and a lone matcher that matches
+/// every alert are refused where they are written, with a help line.
+#[test]
+fn silence_bounds_and_match_all_matchers_are_refused_where_written() {
+    let cases = [
+        (
+            SILENCE.replace("lease: 5m", "lease: 8760h"),
+            "lease: 8760h",
+            "`health.silence.lease` is 8760h, longer than 30m",
+        ),
+        (
+            SILENCE.replace("maxDuration: 1h", "maxDuration: 87600h"),
+            "maxDuration: 87600h",
+            "`health.silence.maxDuration` is 87600h, longer than 12h",
+        ),
+        (
+            SILENCE.replace("alertname=\"KubeNodeNotReady\"", "alertname=~\".+\""),
+            "matchers:",
+            "alone matches every alert",
+        ),
+        (
+            SILENCE.replace("alertname=\"KubeNodeNotReady\"", "alertname=~\".*\""),
+            "matchers:",
+            "alone matches every alert",
+        ),
+        (
+            SILENCE.replace("alertname=\"KubeNodeNotReady\"", "severity!=\"\""),
+            "matchers:",
+            "alone matches every alert",
+        ),
+        (
+            SILENCE.replace("alertname=\"KubeNodeNotReady\"", "job=~\".*\""),
+            "matchers:",
+            "alone matches every alert",
+        ),
+    ];
+    for (body, line, message) in cases {
+        let cluster = silence(&body);
+        let d = diagnostics_of(&cluster, "");
+        let hit = d
+            .iter()
+            .find(|x| x.message.contains(message))
+            .unwrap_or_else(|| panic!("{message}: {d:#?}"));
+        assert_eq!(hit.origin.file, "c1.yaml", "{hit:#?}");
+        let text = cluster_doc("c1", "v1.34.1", &cluster);
+        let at = text.lines().nth(hit.origin.line - 1).unwrap_or("");
+        assert!(at.contains(line), "{message} at `{at}`");
+        assert!(hit.help.is_some(), "{hit:#?}");
+    }
+    // A match-all matcher beside one that narrows it, and the bounds themselves, are fine.
+    for body in [
+        SILENCE.replace(
+            "['alertname=\"KubeNodeNotReady\"']",
+            "['alertname=\"KubeNodeNotReady\"', 'job=~\".*\"']",
+        ),
+        SILENCE
+            .replace("lease: 5m", "lease: 30m")
+            .replace("maxDuration: 1h", "maxDuration: 12h"),
+    ] {
+        let d = diagnostics_of(&silence(&body), "");
+        assert!(
+            !d.iter().any(|x| x.message.contains("health.silence")),
+            "{d:#?}"
+        );
+    }
+}
