@@ -391,5 +391,32 @@ fn the_readme_table_of_settings_and_bars_is_the_match() {
         .split_once(begin)
         .and_then(|(_, rest)| rest.split_once(end))
         .map(|(t, _)| t);
-    assert_eq!(found, Some(table.as_str()), "README.md's table should read:\n{table}");
+    assert_eq!(
+        found,
+        Some(table.as_str()),
+        "README.md's table should read:\n{table}"
+    );
+}
+
+/// Issue #50 item 4: a backup schedule more often than every 15 minutes is refused at the
+/// `schedule` line, with a help line; every 15 minutes is accepted.
+#[test]
+fn a_backup_schedule_more_often_than_every_15_minutes_is_refused_where_written() {
+    let key = age::x25519::Identity::generate().to_public().to_string();
+    let cluster = backup("*/5 * * * *", 7, &key);
+    let d = diagnostics_of(&cluster, "");
+    let hit = d
+        .iter()
+        .find(|x| x.message.contains("more often than every 15m"))
+        .unwrap_or_else(|| panic!("{d:#?}"));
+    let text = cluster_doc("c1", "v1.34.1", &cluster);
+    let at = text.lines().nth(hit.origin.line - 1).unwrap_or("");
+    assert!(at.contains("schedule: '*/5 * * * *'"), "at `{at}`");
+    assert!(
+        hit.help
+            .as_deref()
+            .is_some_and(|h| h.contains("15 minutes"))
+    );
+    let ok = diagnostics_of(&backup("*/15 * * * *", 7, &key), "");
+    assert!(!ok.iter().any(|x| x.message.contains("backup")), "{ok:#?}");
 }
