@@ -343,6 +343,7 @@ fn install(
             halted: Default::default(),
         },
         clusters: vec![Arc::new(ClusterPlan {
+            raised_by: Vec::new(),
             preflight: Vec::new(),
             health: None,
             hooks: None,

@@ -23,6 +23,9 @@ pub const DEFAULT_KEEP: u32 = 7;
 pub const DEFAULT_DESTINATION: &str = "local";
 /// Most recipients one backup may be encrypted to.
 pub const MAX_RECIPIENTS: usize = 16;
+/// The shortest time between two scheduled backups (issue #50): a full etcd snapshot each
+/// time, and a schedule a committer could set to every minute.
+pub const MIN_BACKUP_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// Largest `retention.keep` accepted.
 pub const MAX_KEEP: u32 = 1000;
 
@@ -191,6 +194,30 @@ impl BackupSchedule {
             .map(|z| z.timestamp())
     }
 
+    /// The shortest time between two slots over a week from a fixed Monday (issue #50): what
+    /// the floor [`MIN_BACKUP_INTERVAL`] is checked against. `None`: fewer than two slots.
+    pub fn shortest_gap(&self) -> Option<Duration> {
+        // 2026-01-05T00:00:00Z, a Monday: a fixed start keeps validation pure.
+        let start = Timestamp::from_second(1_767_571_200).ok()?;
+        let end = start
+            .checked_add(jiff::SignedDuration::from_hours(8 * 24))
+            .ok()?;
+        let mut prev = self.next_after(start)?;
+        let mut best: Option<Duration> = None;
+        for _ in 0..4096 {
+            let Some(next) = self.next_after(prev) else {
+                break;
+            };
+            if next > end {
+                break;
+            }
+            let gap = Duration::try_from(next.duration_since(prev)).ok()?;
+            best = Some(best.map_or(gap, |b| b.min(gap)));
+            prev = next;
+        }
+        best
+    }
+
     /// The next scheduled time strictly after `now`, if any.
     pub fn next_after(&self, now: Timestamp) -> Option<Timestamp> {
         let zoned = now.to_zoned(self.zone.clone());
@@ -251,6 +278,22 @@ pub fn backup_settings(
             None
         }
     };
+    if let Some(gap) = schedule.as_ref().and_then(BackupSchedule::shortest_gap)
+        && gap < MIN_BACKUP_INTERVAL
+    {
+        err(
+            diags,
+            doc,
+            &spec.schedule.referenced,
+            format!(
+                "backup schedule `{}` runs every {}, more often than every {}",
+                spec.schedule.value,
+                super::model::format_duration(gap),
+                super::model::format_duration(MIN_BACKUP_INTERVAL)
+            ),
+            "each backup is a full etcd snapshot of every Secret; schedule at most every 15 minutes, e.g. `*/15 * * * *`",
+        );
+    }
     let mut retention = Retention::default();
     if let Some(r) = &spec.retention {
         if let Some(k) = &r.keep {
@@ -408,6 +451,20 @@ mod tests {
             BackupSchedule::new("0 3 * * *", "Mars/Olympus"),
             Err(ScheduleError::TimeZone { .. })
         ));
+    }
+
+    /// Issue #50 item 4: more often than every 15 minutes is too often.
+    #[test]
+    fn the_shortest_gap_of_a_schedule_is_measured() {
+        let gap = |e: &str| {
+            BackupSchedule::new(e, "Europe/Berlin")
+                .unwrap()
+                .shortest_gap()
+        };
+        assert_eq!(gap("*/5 * * * *"), Some(Duration::from_secs(300)));
+        assert_eq!(gap("*/15 * * * *"), Some(MIN_BACKUP_INTERVAL));
+        assert_eq!(gap("0,1 3 * * *"), Some(Duration::from_secs(60)));
+        assert_eq!(gap("0 3 * * *"), Some(Duration::from_secs(24 * 3600)));
     }
 
     #[test]

@@ -64,6 +64,12 @@ pub struct HealthSettings {
 pub const DEFAULT_SILENCE_LEASE: Duration = Duration::from_secs(5 * 60);
 /// Shortest `health.silence.lease`: a renewal must fit in half of it.
 pub const MIN_SILENCE_LEASE: Duration = Duration::from_secs(60);
+/// Longest `health.silence.lease` (issue #50): a silence left behind by a dead server lapses
+/// within half an hour; 30m is six times the default and leaves renewals room.
+pub const MAX_SILENCE_LEASE: Duration = Duration::from_secs(30 * 60);
+/// Longest `health.silence.maxDuration` (issue #50): a working day's rollout of one node;
+/// longer hides a node that never came back for a night.
+pub const MAX_SILENCE_DURATION: Duration = Duration::from_secs(12 * 60 * 60);
 /// Default of `health.silence.maxDuration`.
 pub const DEFAULT_SILENCE_MAX: Duration = Duration::from_secs(60 * 60);
 
@@ -86,7 +92,7 @@ pub struct SilenceSettings {
 }
 
 /// What a node does when Alertmanager refuses its silence before the cordon.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SilenceOnError {
     /// Halt the job before the node is cordoned (default).
@@ -298,6 +304,25 @@ pub enum MatcherError {
 }
 
 impl Matcher {
+    /// Whether the matcher alone matches every alert (issue #50): `=~".*"`, `=~".+"` (or any
+    /// regex that takes every probe value), `!=""`, `!~""` on any label. `alertname` is on
+    /// every alert, so a "label is set" matcher matches every alert as well.
+    pub fn matches_everything(&self) -> bool {
+        const PROBES: [&str; 5] = ["a", "Zz9", "KubeNodeNotReady", "node-exporter:9100", "x y"];
+        match self.op {
+            MatchOp::Regex => self
+                .regex
+                .as_ref()
+                .is_some_and(|r| PROBES.iter().all(|p| r.is_match(p))),
+            MatchOp::NotEqual => self.value.is_empty(),
+            MatchOp::NotRegex => self
+                .regex
+                .as_ref()
+                .is_some_and(|r| PROBES.iter().all(|p| !r.is_match(p))),
+            MatchOp::Equal => false,
+        }
+    }
+
     /// Parse one matcher. The value must be double-quoted (valid for both the classic and
     /// the UTF-8 matcher parser of Alertmanager).
     pub fn parse(input: &str) -> Result<Matcher, MatcherError> {
@@ -1148,6 +1173,19 @@ fn silence(
                     "medea adds the node's matcher itself; remove this one",
                 );
             }
+            Ok(parsed) if s.matchers.len() == 1 && parsed.matches_everything() => {
+                ok = false;
+                err(
+                    diags,
+                    doc,
+                    &m.referenced,
+                    format!(
+                        "`health.silence.matchers` `{}` alone matches every alert about the node",
+                        m.value.trim()
+                    ),
+                    "name the alerts a reboot is expected to fire, e.g. `alertname=~\"KubeNodeNotReady|TargetDown\"`",
+                );
+            }
             Ok(_) => {}
             Err(e) => {
                 ok = false;
@@ -1181,6 +1219,39 @@ fn silence(
                 super::model::format_duration(MIN_SILENCE_LEASE)
             ),
             "medea renews a silence when half its lease is left; give it at least a minute",
+        );
+    }
+    if lease > MAX_SILENCE_LEASE {
+        ok = false;
+        let at = s.lease.as_ref().map_or(spec.referenced, |l| l.referenced);
+        err(
+            diags,
+            doc,
+            &at,
+            format!(
+                "`health.silence.lease` is {}, longer than {}",
+                super::model::format_duration(lease),
+                super::model::format_duration(MAX_SILENCE_LEASE)
+            ),
+            "a lease outlives the server that renews it; medea renews it while the node works, so 30m at most",
+        );
+    }
+    if max > MAX_SILENCE_DURATION {
+        ok = false;
+        let at = s
+            .max_duration
+            .as_ref()
+            .map_or(spec.referenced, |l| l.referenced);
+        err(
+            diags,
+            doc,
+            &at,
+            format!(
+                "`health.silence.maxDuration` is {}, longer than {}",
+                super::model::format_duration(max),
+                super::model::format_duration(MAX_SILENCE_DURATION)
+            ),
+            "a node whose step takes longer should page: 12h at most",
         );
     }
     if max < lease {

@@ -20,6 +20,7 @@ use crate::desired::model::{
 };
 use crate::inventory::MachineRole;
 use crate::plan::health::{Gate, HealthSources, OnFailure};
+use crate::plan::setting::Setting;
 use crate::store::{Record, Table};
 use crate::version::{KubeVersion, TalosVersion};
 
@@ -109,6 +110,18 @@ pub struct RolloutSummary {
         skip_serializing_if = "is_default_stage_parallelism"
     )]
     pub stage_parallelism: u32,
+    /// `rollout.taintNextWave` (issue #50): records written before it was kept read as the
+    /// default (on), which is not written, so their bytes and the applied digest stay.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub taint_next_wave: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 fn is_in_window(s: &Stage) -> bool {
@@ -141,14 +154,26 @@ fn is_default_drain(d: &crate::desired::model::DrainPolicy) -> bool {
 
 impl From<&RolloutSettings> for RolloutSummary {
     fn from(r: &RolloutSettings) -> Self {
+        // Every field, no `..`: a setting added to the model does not compile until kept.
+        let RolloutSettings {
+            max_unavailable,
+            drain_timeout,
+            health_timeout,
+            upgrade_attempts,
+            drain,
+            stage,
+            stage_parallelism,
+            taint_next_wave,
+        } = r;
         RolloutSummary {
-            max_unavailable: r.max_unavailable,
-            drain_timeout_secs: r.drain_timeout.as_secs(),
-            health_timeout_secs: r.health_timeout.as_secs(),
-            upgrade_attempts: r.upgrade_attempts,
-            drain: r.drain.clone(),
-            stage: r.stage,
-            stage_parallelism: r.stage_parallelism,
+            max_unavailable: *max_unavailable,
+            drain_timeout_secs: drain_timeout.as_secs(),
+            health_timeout_secs: health_timeout.as_secs(),
+            upgrade_attempts: *upgrade_attempts,
+            drain: drain.clone(),
+            stage: *stage,
+            stage_parallelism: *stage_parallelism,
+            taint_next_wave: *taint_next_wave,
         }
     }
 }
@@ -207,6 +232,29 @@ pub struct HealthSummary {
     /// What a failed gate does (halt, or roll the wave back).
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// `health.silence` (issue #50: what medea silences, for how long, and what a refused
+    /// silence does). The cluster's; absent in older records and when off, so their digest
+    /// stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence: Option<SilenceSummary>,
+}
+
+/// `health.silence` as applied (issue #50).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SilenceSummary {
+    /// The matchers, as written.
+    pub matchers: Vec<String>,
+    /// The label naming the node.
+    pub node_label: String,
+    /// How long a silence lasts past its last renewal.
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub lease: std::time::Duration,
+    /// How long after its creation a silence is no longer renewed.
+    #[serde(with = "crate::duration::serde_lenient")]
+    pub max_duration: std::time::Duration,
+    /// What a node does when its silence is refused.
+    pub on_error: crate::desired::health::SilenceOnError,
 }
 
 impl Default for HealthSummary {
@@ -218,14 +266,42 @@ impl Default for HealthSummary {
 impl HealthSummary {
     /// The summary of `h`, as a record keeps it.
     pub fn of(h: &crate::desired::health::HealthSettings) -> HealthSummary {
+        // Every field, no `..`: a setting added to the model does not compile until kept.
+        let crate::desired::health::HealthSettings {
+            prometheus: _,   // kept in `sources` (HealthSources::of)
+            alertmanager: _, // kept in `sources`
+            gates: _,        // kept as `gates_of(h)`
+            soak,
+            interval,
+            failure_limit,
+            inconclusive_limit,
+            on_failure: _, // kept as `on_failure_of(h)`
+            silence,
+        } = h;
         HealthSummary {
             sources: HealthSources::of(h),
             gates: crate::plan::health::gates_of(h),
-            soak: h.soak,
-            interval: h.interval,
-            failure_limit: h.failure_limit,
-            inconclusive_limit: h.inconclusive_limit,
+            soak: *soak,
+            interval: *interval,
+            failure_limit: *failure_limit,
+            inconclusive_limit: *inconclusive_limit,
             on_failure: crate::plan::health::on_failure_of(h),
+            silence: silence.as_ref().map(|s| {
+                let crate::desired::health::SilenceSettings {
+                    matchers,
+                    node_label,
+                    lease,
+                    max_duration,
+                    on_error,
+                } = s;
+                SilenceSummary {
+                    matchers: matchers.clone(),
+                    node_label: node_label.clone(),
+                    lease: *lease,
+                    max_duration: *max_duration,
+                    on_error: *on_error,
+                }
+            }),
         }
     }
 
@@ -233,32 +309,82 @@ impl HealthSummary {
         *self == HealthSummary::default()
     }
 
-    /// The gate fields, in display order (sources are the cluster's: see [`Self::source_fields`]).
-    fn gate_fields(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("health.gates", list(self.gates.iter().map(Gate::summary))),
-            ("health.soak", format_duration(self.soak)),
-            ("health.interval", format_duration(self.interval)),
-            ("health.failureLimit", self.failure_limit.to_string()),
-            (
-                "health.inconclusiveLimit",
-                self.inconclusive_limit.to_string(),
-            ),
-        ]
-    }
-
-    /// Where health data and credentials go.
-    fn source_fields(&self) -> Vec<(&'static str, String)> {
+    /// Every health setting of a Cluster (`pool: false`) or a NodePool (`pool: true`), in
+    /// display order. No `..`: a field added here does not compile until listed or declared
+    /// inert with its reason.
+    fn settings(&self, pool: bool, out: &mut Vec<(Setting, String)>) {
+        let HealthSummary {
+            sources,
+            gates,
+            soak,
+            interval,
+            failure_limit,
+            inconclusive_limit,
+            // Inert on a Cluster: the pools' effective value is their `onFailure` setting.
+            on_failure,
+            // Inert on a NodePool: the cluster's (cleared in a pool's record).
+            silence,
+        } = self;
         let show = |e: &Option<crate::plan::health::Endpoint>| {
             e.as_ref().map_or_else(
                 || "none".to_string(),
                 crate::plan::health::Endpoint::summary,
             )
         };
-        vec![
-            ("health.prometheus", show(&self.sources.prometheus)),
-            ("health.alertmanager", show(&self.sources.alertmanager)),
-        ]
+        if !pool {
+            // Inert on a NodePool: the sources are the cluster's (cleared in a pool's record).
+            out.push((Setting::HealthPrometheus, show(&sources.prometheus)));
+            out.push((Setting::HealthAlertmanager, show(&sources.alertmanager)));
+        }
+        out.push((Setting::HealthGates, list(gates.iter().map(Gate::summary))));
+        out.push((Setting::HealthSoak, format_duration(*soak)));
+        out.push((Setting::HealthInterval, format_duration(*interval)));
+        out.push((Setting::HealthFailureLimit, failure_limit.to_string()));
+        out.push((
+            Setting::HealthInconclusiveLimit,
+            inconclusive_limit.to_string(),
+        ));
+        if pool {
+            out.push((
+                Setting::OnFailure,
+                match on_failure {
+                    OnFailure::Halt => "halt".to_string(),
+                    OnFailure::Rollback => "rollback".to_string(),
+                },
+            ));
+            return;
+        }
+        let off = || "off".to_string();
+        let Some(s) = silence else {
+            out.extend([
+                (Setting::SilenceMatchers, off()),
+                (Setting::SilenceNodeLabel, off()),
+                (Setting::SilenceLease, off()),
+                (Setting::SilenceMaxDuration, off()),
+                (Setting::SilenceOnError, off()),
+            ]);
+            return;
+        };
+        let SilenceSummary {
+            matchers,
+            node_label,
+            lease,
+            max_duration,
+            on_error,
+        } = s;
+        out.extend([
+            (Setting::SilenceMatchers, list(matchers.iter().cloned())),
+            (Setting::SilenceNodeLabel, node_label.clone()),
+            (Setting::SilenceLease, format_duration(*lease)),
+            (Setting::SilenceMaxDuration, format_duration(*max_duration)),
+            (
+                Setting::SilenceOnError,
+                match on_error {
+                    crate::desired::health::SilenceOnError::Halt => "halt".to_string(),
+                    crate::desired::health::SilenceOnError::Proceed => "proceed".to_string(),
+                },
+            ),
+        ]);
     }
 }
 
@@ -272,16 +398,6 @@ pub struct PromotionSummary {
     #[serde(with = "crate::duration::serde_lenient")]
     pub soak: std::time::Duration,
 }
-
-/// The settings fields naming where health data or credentials go: a change to any needs the
-/// highest approval bar in force (issue #32). A backup holds every Secret of its cluster, so
-/// where backups go and who can decrypt them count too (issue #37).
-pub const SOURCE_FIELDS: [&str; 4] = [
-    "health.prometheus",
-    "health.alertmanager",
-    "backup.destination",
-    "backup.recipients",
-];
 
 /// `spec.backup` as applied (issue #37): what the server's backup task runs. It runs the
 /// applied (signed) settings, never an unapproved revision's.
@@ -354,35 +470,40 @@ impl BackupSummary {
         })
     }
 
-    /// The plan's fields of `backup` (`None`: off).
-    fn fields(b: Option<&BackupSummary>) -> Vec<(&'static str, String)> {
+    /// The plan's settings of `backup` (`None`: off), in display order.
+    fn settings_of(b: Option<&BackupSummary>, out: &mut Vec<(Setting, String)>) {
         let Some(b) = b else {
-            return vec![
-                ("backup.schedule", "off".to_string()),
-                ("backup.retention", "none".to_string()),
-                ("backup.destination", "none".to_string()),
-                ("backup.recipients", "[]".to_string()),
-            ];
+            out.extend([
+                (Setting::BackupSchedule, "off".to_string()),
+                (Setting::BackupRetention, "none".to_string()),
+                (Setting::BackupDestination, "none".to_string()),
+                (Setting::BackupRecipients, "[]".to_string()),
+            ]);
+            return;
         };
-        vec![
+        let BackupSummary {
+            schedule,
+            time_zone,
+            keep,
+            max_age_secs,
+            destination,
+            recipients,
+        } = b;
+        out.extend([
+            (Setting::BackupSchedule, format!("{schedule} ({time_zone})")),
             (
-                "backup.schedule",
-                format!("{} ({})", b.schedule, b.time_zone),
-            ),
-            (
-                "backup.retention",
-                match b.max_age_secs {
+                Setting::BackupRetention,
+                match max_age_secs {
                     Some(s) => format!(
-                        "keep {}, maxAge {}",
-                        b.keep,
-                        format_duration(std::time::Duration::from_secs(s))
+                        "keep {keep}, maxAge {}",
+                        format_duration(std::time::Duration::from_secs(*s))
                     ),
-                    None => format!("keep {}", b.keep),
+                    None => format!("keep {keep}"),
                 },
             ),
-            ("backup.destination", b.destination.clone()),
-            ("backup.recipients", list(b.recipients.iter().cloned())),
-        ]
+            (Setting::BackupDestination, destination.clone()),
+            (Setting::BackupRecipients, list(recipients.iter().cloned())),
+        ]);
     }
 }
 
@@ -497,8 +618,57 @@ pub fn role_of(r: Role) -> MachineRole {
 }
 
 impl ClusterSettings {
+    /// What a Cluster that writes nothing but its Kubernetes version would keep: what a new
+    /// or removed cluster's settings are compared with (issue #50).
+    pub fn baseline(&self) -> ClusterSettings {
+        let approvals = ApprovalSettings::default();
+        ClusterSettings {
+            kubernetes_version: self.kubernetes_version.clone(),
+            rollout: (&RolloutSettings::default()).into(),
+            approvals_required: approvals.required,
+            approvals_control_plane: approvals.control_plane,
+            maintenance_windows: Vec::new(),
+            exclusions: Vec::new(),
+            allow_downgrade: false,
+            talos_releases: Vec::new(),
+            kubernetes_support: Vec::new(),
+            health: HealthSummary::default(),
+            acknowledge: Vec::new(),
+            promotion: None,
+            removed_apis: Vec::new(),
+            backup: None,
+            hooks: Hooks::default(),
+        }
+    }
+
     /// The settings of `c`, as a record keeps them.
     pub fn of(c: &Cluster) -> ClusterSettings {
+        // Every field of the model, no `..`: a field added to `Cluster` does not compile until
+        // it is kept here (and so diffed and given a bar) or declared inert with its reason.
+        let Cluster {
+            name: _,               // inert: the record's key
+            kubernetes_version: _, // kept for information; a version is a step, not a setting
+            rollout: _,
+            approvals: _,
+            windows: _,
+            exclusions: _,
+            upgrade_policy,
+            health: _,
+            preflight,
+            promotion: _,
+            backup: _,
+            hooks: _,
+            hook_origins: _, // inert: where each hook is written, for located diagnostics
+            pools: _,        // inert: each pool is a record of its own
+            document: _,     // inert: kept verbatim beside the settings, diffed as text
+        } = c;
+        let crate::desired::model::UpgradePolicy {
+            allow_downgrade: _,
+            talos_releases: _,
+            kubernetes_support: _,
+            removed_apis: _,
+        } = upgrade_policy;
+        let crate::desired::model::PreflightSettings { acknowledge: _ } = preflight;
         ClusterSettings {
             kubernetes_version: c.kubernetes_version.value.clone(),
             rollout: (&c.rollout).into(),
@@ -570,17 +740,36 @@ impl ClusterSettings {
         }
     }
 
-    /// The inert fields, in display order: `(dotted YAML path, value as text)`.
-    pub fn fields(&self) -> Vec<(&'static str, String)> {
-        let mut out = rollout_fields(&self.rollout);
-        out.push(("approvals.required", self.approvals_required.to_string()));
+    /// Every setting with its value as text, in display order. No `..`: a field added to
+    /// `ClusterSettings` does not compile until listed here or declared inert with its reason.
+    pub fn settings(&self) -> Vec<(Setting, String)> {
+        let ClusterSettings {
+            // Inert: a version is an action (the plan's Kubernetes step), not a setting.
+            kubernetes_version: _,
+            rollout,
+            approvals_required,
+            approvals_control_plane,
+            maintenance_windows,
+            exclusions,
+            allow_downgrade,
+            talos_releases,
+            kubernetes_support,
+            health,
+            acknowledge,
+            promotion,
+            removed_apis,
+            backup,
+            hooks,
+        } = self;
+        let mut out = rollout_settings(rollout);
+        out.push((Setting::ApprovalsRequired, approvals_required.to_string()));
         out.push((
-            "approvals.controlPlane",
-            self.approvals_control_plane.to_string(),
+            Setting::ApprovalsControlPlane,
+            approvals_control_plane.to_string(),
         ));
         out.push((
-            "maintenanceWindows",
-            list(self.maintenance_windows.iter().map(|w| {
+            Setting::MaintenanceWindows,
+            list(maintenance_windows.iter().map(|w| {
                 format!(
                     "{} for {} ({})",
                     w.start,
@@ -590,20 +779,17 @@ impl ClusterSettings {
             })),
         ));
         out.push((
-            "maintenance.exclusions",
-            list(self.exclusions.iter().map(|e| e.summary())),
+            Setting::Exclusions,
+            list(exclusions.iter().map(|e| e.summary())),
+        ));
+        out.push((Setting::AllowDowngrade, allow_downgrade.to_string()));
+        out.push((
+            Setting::TalosReleases,
+            list(talos_releases.iter().map(|r| r.to_string())),
         ));
         out.push((
-            "upgradePolicy.allowDowngrade",
-            self.allow_downgrade.to_string(),
-        ));
-        out.push((
-            "upgradePolicy.talosReleases",
-            list(self.talos_releases.iter().map(|r| r.to_string())),
-        ));
-        out.push((
-            "upgradePolicy.kubernetesSupport",
-            list(self.kubernetes_support.iter().map(|s| {
+            Setting::KubernetesSupport,
+            list(kubernetes_support.iter().map(|s| {
                 format!(
                     "Talos v{}.{}: v{}.{}-v{}.{}",
                     s.talos.0,
@@ -615,35 +801,64 @@ impl ClusterSettings {
                 )
             })),
         ));
+        out.push((Setting::RemovedApis, list(removed_apis.iter().cloned())));
+        health.settings(false, &mut out);
+        out.push((Setting::Acknowledge, list(acknowledge.iter().cloned())));
         out.push((
-            "upgradePolicy.removedApis",
-            list(self.removed_apis.iter().cloned()),
-        ));
-        out.extend(self.health.source_fields());
-        out.extend(self.health.gate_fields());
-        out.push((
-            "preflight.acknowledge",
-            list(self.acknowledge.iter().cloned()),
-        ));
-        out.push((
-            "promotion",
-            self.promotion.as_ref().map_or_else(
+            Setting::Promotion,
+            promotion.as_ref().map_or_else(
                 || "none".to_string(),
                 |p| format!("after {} for {}", p.after, format_duration(p.soak)),
             ),
         ));
-        out.extend(BackupSummary::fields(self.backup.as_ref()));
-        out.extend(hook_fields(
-            &self.hooks,
+        BackupSummary::settings_of(backup.as_ref(), &mut out);
+        hook_settings(
+            hooks,
             &[HookPoint::BeforeJob, HookPoint::AfterJob],
-        ));
+            &mut out,
+        );
         out
     }
 }
 
 impl PoolSettings {
+    /// What a NodePool that writes nothing but its role and machines would keep: what a new
+    /// or removed pool's settings are compared with (issue #50: a new document counts as each
+    /// of its settings changing from these).
+    pub fn baseline(&self) -> PoolSettings {
+        PoolSettings {
+            role: MachineRole::Worker,
+            talos_version: self.talos_version.clone(),
+            installer_image: self.installer_image.clone(),
+            machines: Vec::new(),
+            selector: BTreeMap::new(),
+            after: Vec::new(),
+            rollout: (&RolloutSettings::default()).into(),
+            health: HealthSummary::default(),
+            hooks: Hooks::default(),
+        }
+    }
+
     /// The settings of `p`, as a record keeps them.
     pub fn of(p: &NodePool) -> PoolSettings {
+        // Every field of the model, no `..` (as `ClusterSettings::of`).
+        let NodePool {
+            name: _,    // inert: the record's key
+            cluster: _, // inert: the record's key
+            role: _,
+            machines: _,
+            selector: _,
+            talos_version: _, // kept for information; a version is a step, not a setting
+            installer_image: _,
+            // Inert: whether `installerImage` was written; its effect is the image kept.
+            installer_named: _,
+            rollout: _,
+            health: _,
+            after: _,
+            hooks: _,
+            hook_origins: _, // inert: where each hook is written, for located diagnostics
+            document: _,     // inert: kept verbatim beside the settings, diffed as text
+        } = p;
         PoolSettings {
             role: role_of(p.role),
             talos_version: p.talos_version.value.clone(),
@@ -652,50 +867,59 @@ impl PoolSettings {
             selector: p.selector.clone(),
             after: p.after.iter().map(|a| a.value.clone()).collect(),
             rollout: (&p.rollout).into(),
+            // The sources and the silence are the cluster's, not kept here.
             health: HealthSummary {
                 sources: HealthSources::default(),
+                silence: None,
                 ..HealthSummary::of(&p.health)
             },
             hooks: p.hooks.clone(),
         }
     }
 
-    /// The inert fields, in display order: `(dotted YAML path, value as text)`.
-    pub fn fields(&self) -> Vec<(&'static str, String)> {
+    /// Every setting with its value as text, in display order (as
+    /// [`ClusterSettings::settings`]).
+    pub fn settings(&self) -> Vec<(Setting, String)> {
+        let PoolSettings {
+            role,
+            // Inert: a version is an action (the plan's Talos step), not a setting.
+            talos_version: _,
+            installer_image,
+            machines,
+            selector,
+            after,
+            rollout,
+            health,
+            hooks,
+        } = self;
         let mut out = vec![
             (
-                "role",
-                match self.role {
+                Setting::Role,
+                match role {
                     MachineRole::Controlplane => "controlplane".to_string(),
                     MachineRole::Worker => "worker".to_string(),
                 },
             ),
-            ("machines", list(self.machines.iter().cloned())),
+            (Setting::Machines, list(machines.iter().cloned())),
             (
-                "selector.matchLabels",
-                list(self.selector.iter().map(|(k, v)| format!("{k}={v}"))),
+                Setting::Selector,
+                list(selector.iter().map(|(k, v)| format!("{k}={v}"))),
             ),
-            ("after", list(self.after.iter().cloned())),
-            ("talos.installerImage", self.installer_image.clone()),
+            (Setting::After, list(after.iter().cloned())),
+            (Setting::InstallerImage, installer_image.clone()),
         ];
-        out.extend(rollout_fields(&self.rollout));
-        out.extend(self.health.gate_fields());
-        out.push((
-            "onFailure",
-            match self.health.on_failure {
-                OnFailure::Halt => "halt".to_string(),
-                OnFailure::Rollback => "rollback".to_string(),
-            },
-        ));
-        out.extend(hook_fields(
-            &self.hooks,
+        out.extend(rollout_settings(rollout));
+        health.settings(true, &mut out);
+        hook_settings(
+            hooks,
             &[
                 HookPoint::BeforeWave,
                 HookPoint::BeforeNode,
                 HookPoint::AfterNode,
                 HookPoint::AfterWave,
             ],
-        ));
+            &mut out,
+        );
         out
     }
 }
@@ -706,66 +930,93 @@ impl PoolSettings {
 /// Secrets: issue #49) followed by the first 12 hex digits of the sha256 of all it does: a
 /// change of a Job's environment, which the line does not show, is a settings change too
 /// (the resource's diff shows the text).
-fn hook_fields(hooks: &Hooks, points: &[HookPoint]) -> Vec<(&'static str, String)> {
-    points
-        .iter()
-        .map(|p| {
-            (
-                hook_field(*p),
-                list(hooks.at(*p).iter().map(|h| {
-                    let json = serde_json::to_vec(h).unwrap_or_default();
-                    let digest = hex::encode(Sha256::digest(&json));
-                    format!("{} #{}", h.one_line(), &digest[..12])
-                })),
-            )
-        })
-        .collect()
+fn hook_settings(hooks: &Hooks, points: &[HookPoint], out: &mut Vec<(Setting, String)>) {
+    out.extend(points.iter().map(|p| {
+        (
+            hook_setting(*p),
+            list(hooks.at(*p).iter().map(|h| {
+                let json = serde_json::to_vec(h).unwrap_or_default();
+                let digest = hex::encode(Sha256::digest(&json));
+                format!("{} #{}", h.one_line(), &digest[..12])
+            })),
+        )
+    }));
 }
 
-/// The dotted field of the hooks of `point`.
-pub fn hook_field(point: HookPoint) -> &'static str {
+/// The setting of the hooks of `point`.
+pub fn hook_setting(point: HookPoint) -> Setting {
     match point {
-        HookPoint::BeforeJob => "hooks.beforeJob",
-        HookPoint::BeforeWave => "hooks.beforeWave",
-        HookPoint::BeforeNode => "hooks.beforeNode",
-        HookPoint::AfterNode => "hooks.afterNode",
-        HookPoint::AfterWave => "hooks.afterWave",
-        HookPoint::AfterJob => "hooks.afterJob",
+        HookPoint::BeforeJob => Setting::HooksBeforeJob,
+        HookPoint::BeforeWave => Setting::HooksBeforeWave,
+        HookPoint::BeforeNode => Setting::HooksBeforeNode,
+        HookPoint::AfterNode => Setting::HooksAfterNode,
+        HookPoint::AfterWave => Setting::HooksAfterWave,
+        HookPoint::AfterJob => Setting::HooksAfterJob,
     }
 }
 
-fn rollout_fields(r: &RolloutSummary) -> Vec<(&'static str, String)> {
+/// Every rollout and drain setting, in display order. No `..`: a field added to
+/// `RolloutSummary` or `DrainPolicy` does not compile until listed here.
+fn rollout_settings(r: &RolloutSummary) -> Vec<(Setting, String)> {
     use std::time::Duration;
+    let RolloutSummary {
+        max_unavailable,
+        drain_timeout_secs,
+        health_timeout_secs,
+        upgrade_attempts,
+        drain,
+        stage,
+        stage_parallelism,
+        taint_next_wave,
+    } = r;
+    let crate::desired::model::DrainPolicy {
+        delete_empty_dir_data,
+        evict_unmanaged_pods,
+        skip_pods,
+        volume_detach_timeout_secs,
+    } = drain;
     vec![
-        ("rollout.maxUnavailable", r.max_unavailable.to_string()),
+        (Setting::MaxUnavailable, max_unavailable.to_string()),
         (
-            "rollout.drainTimeout",
-            format_duration(Duration::from_secs(r.drain_timeout_secs)),
+            Setting::DrainTimeout,
+            format_duration(Duration::from_secs(*drain_timeout_secs)),
         ),
         (
-            "rollout.healthTimeout",
-            format_duration(Duration::from_secs(r.health_timeout_secs)),
+            Setting::HealthTimeout,
+            format_duration(Duration::from_secs(*health_timeout_secs)),
         ),
-        ("rollout.upgradeAttempts", r.upgrade_attempts.to_string()),
+        (Setting::UpgradeAttempts, upgrade_attempts.to_string()),
         (
-            "rollout.stage",
-            match r.stage {
+            Setting::Stage,
+            match stage {
                 Stage::InWindow => "inWindow".to_string(),
                 Stage::Ahead => "ahead".to_string(),
             },
         ),
-        ("rollout.stageParallelism", r.stage_parallelism.to_string()),
+        (Setting::StageParallelism, stage_parallelism.to_string()),
+        (Setting::TaintNextWave, taint_next_wave.to_string()),
         (
-            "drain.deleteEmptyDirData",
-            r.drain.delete_empty_dir_data.to_string(),
+            Setting::DeleteEmptyDirData,
+            delete_empty_dir_data.to_string(),
         ),
         (
-            "drain.evictUnmanagedPods",
-            r.drain.evict_unmanaged_pods.to_string(),
+            Setting::EvictUnmanagedPods,
+            evict_unmanaged_pods.to_string(),
         ),
         (
-            "drain.skipPods.matchLabels",
-            list(r.drain.skip_pods.iter().map(|(k, v)| format!("{k}={v}"))),
+            Setting::SkipPods,
+            list(skip_pods.iter().map(|(k, v)| format!("{k}={v}"))),
+        ),
+        (
+            Setting::WaitForVolumeDetach,
+            volume_detach_timeout_secs.is_some().to_string(),
+        ),
+        (
+            Setting::VolumeDetachTimeout,
+            volume_detach_timeout_secs.map_or_else(
+                || "none".to_string(),
+                |s| format_duration(Duration::from_secs(s)),
+            ),
         ),
     ]
 }
@@ -798,11 +1049,25 @@ impl AppliedResource {
             settings: Settings::Pool(PoolSettings::of(p)),
         }
     }
-    /// Every setting as (field path, value), for diffs.
-    pub fn fields(&self) -> Vec<(&'static str, String)> {
+    /// The settings of the same kind of document that writes nothing (see
+    /// [`ClusterSettings::baseline`]), as text.
+    pub fn baseline_settings(&self) -> Vec<(Setting, String)> {
         match &self.settings {
-            Settings::Cluster(c) => c.fields(),
-            Settings::Pool(p) => p.fields(),
+            Settings::Cluster(c) => c.baseline().settings(),
+            Settings::Pool(p) => p.baseline().settings(),
+        }
+    }
+
+    /// Whether this is a control-plane pool's record.
+    pub fn is_control_plane_pool(&self) -> bool {
+        matches!(&self.settings, Settings::Pool(p) if p.role == MachineRole::Controlplane)
+    }
+
+    /// Every setting with its value as text, for diffs and bars.
+    pub fn settings(&self) -> Vec<(Setting, String)> {
+        match &self.settings {
+            Settings::Cluster(c) => c.settings(),
+            Settings::Pool(p) => p.settings(),
         }
     }
 }

@@ -12,6 +12,10 @@
 //! `approval::quorum` counts verified approvals against it. One rule, one place: here, so the
 //! planner needs nothing from `approval`.
 
+use serde::{Deserialize, Serialize};
+
+use crate::plan::setting::Setting;
+
 /// A cluster's approvals setting: approvals needed for ordinary (worker-only Talos) plans, and
 /// for plans that touch control-plane nodes or Kubernetes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,9 +140,164 @@ pub fn required_for_plan(clusters: &[ClusterQuorum]) -> u32 {
         .max(1)
 }
 
+/// The approval bar a setting's change needs (issue #50 item 2), lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Bar {
+    /// `approvals.required`.
+    Ordinary,
+    /// `approvals.controlPlane` (never below `approvals.required`).
+    ControlPlane,
+    /// The highest bar in force, `max(approvals.required, approvals.controlPlane)`.
+    Highest,
+}
+
+impl Bar {
+    /// How plans and the README name the bar.
+    pub fn label(self) -> &'static str {
+        match self {
+            Bar::Ordinary => "ordinary (approvals.required)",
+            Bar::ControlPlane => "control plane (approvals.controlPlane)",
+            Bar::Highest => "highest in force (max of both)",
+        }
+    }
+}
+
+/// The bar a change of `setting` needs, before the pool rule ([`bar_of_change`]). The one
+/// place bars are chosen: an exhaustive `match`, so a new [`Setting`] does not compile until
+/// its bar is chosen here.
+///
+/// - where secrets, health data, backups or alert silences go or what they cover, and
+///   anything that runs actions of its own (hooks), or the bar itself: [`Bar::Highest`];
+/// - what decides which Kubernetes the control plane may run (support table, removed APIs):
+///   [`Bar::ControlPlane`];
+/// - the rest: [`Bar::Ordinary`] (a control-plane pool's settings are raised by
+///   [`bar_of_change`]).
+pub const fn bar_of(setting: Setting) -> Bar {
+    use Setting as S;
+    match setting {
+        S::ApprovalsRequired
+        | S::ApprovalsControlPlane
+        | S::HealthPrometheus
+        | S::HealthAlertmanager
+        | S::SilenceMatchers
+        | S::SilenceNodeLabel
+        | S::SilenceLease
+        | S::SilenceMaxDuration
+        | S::SilenceOnError
+        | S::BackupSchedule
+        | S::BackupRetention
+        | S::BackupDestination
+        | S::BackupRecipients
+        | S::HooksBeforeJob
+        | S::HooksAfterJob
+        | S::HooksBeforeWave
+        | S::HooksBeforeNode
+        | S::HooksAfterNode
+        | S::HooksAfterWave => Bar::Highest,
+        S::KubernetesSupport | S::RemovedApis => Bar::ControlPlane,
+        S::Role
+        | S::Machines
+        | S::Selector
+        | S::After
+        | S::InstallerImage
+        | S::MaxUnavailable
+        | S::DrainTimeout
+        | S::HealthTimeout
+        | S::UpgradeAttempts
+        | S::Stage
+        | S::StageParallelism
+        | S::TaintNextWave
+        | S::DeleteEmptyDirData
+        | S::EvictUnmanagedPods
+        | S::SkipPods
+        | S::WaitForVolumeDetach
+        | S::VolumeDetachTimeout
+        | S::MaintenanceWindows
+        | S::Exclusions
+        | S::TalosReleases
+        | S::HealthGates
+        | S::HealthSoak
+        | S::HealthInterval
+        | S::HealthFailureLimit
+        | S::HealthInconclusiveLimit
+        | S::OnFailure
+        | S::AllowDowngrade
+        | S::Acknowledge
+        | S::Promotion => Bar::Ordinary,
+    }
+}
+
+/// The bar a change of `setting` of a resource needs: [`bar_of`], and at least the
+/// control-plane bar when the resource is (or was) a control-plane pool, whose settings act
+/// on control-plane nodes.
+pub fn bar_of_change(setting: Setting, control_plane_pool: bool) -> Bar {
+    let bar = bar_of(setting);
+    if control_plane_pool {
+        bar.max(Bar::ControlPlane)
+    } else {
+        bar
+    }
+}
+
+/// One setting change that needs more than the ordinary bar, as the plan records it (typed:
+/// renderers name the settings that raised the bar from these, never from note text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BarRaise {
+    /// `cluster` or `pool <name>`.
+    pub resource: String,
+    /// The setting that changes.
+    pub setting: Setting,
+    /// The bar it needs.
+    pub bar: Bar,
+    /// Whether the resource is new (or removed) in this plan: its settings count as changing
+    /// from a document that writes nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole_resource: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every setting has a bar (the `match` in [`bar_of`] is exhaustive, so this cannot fail
+    /// to compile-check), and the bars of the settings issue #50 names are the ones it says.
+    #[test]
+    fn every_setting_has_its_bar_and_the_trust_settings_need_the_highest() {
+        use Setting as S;
+        for s in [
+            S::HealthPrometheus,
+            S::HealthAlertmanager,
+            S::SilenceMatchers,
+            S::SilenceNodeLabel,
+            S::SilenceLease,
+            S::SilenceMaxDuration,
+            S::SilenceOnError,
+            S::BackupSchedule,
+            S::BackupRetention,
+            S::BackupDestination,
+            S::BackupRecipients,
+            S::HooksBeforeJob,
+            S::HooksAfterNode,
+            S::ApprovalsRequired,
+            S::ApprovalsControlPlane,
+        ] {
+            assert_eq!(bar_of(s), Bar::Highest, "{s}");
+        }
+        assert_eq!(bar_of(S::KubernetesSupport), Bar::ControlPlane);
+        for s in [
+            S::TaintNextWave,
+            S::WaitForVolumeDetach,
+            S::VolumeDetachTimeout,
+        ] {
+            assert_eq!(bar_of(s), Bar::Ordinary, "{s}");
+            assert_eq!(bar_of_change(s, true), Bar::ControlPlane, "{s}");
+        }
+        for s in Setting::ALL {
+            assert!(bar_of_change(s, true) >= Bar::ControlPlane, "{s}");
+        }
+    }
 
     #[test]
     fn policy_and_anti_self_lowering() {

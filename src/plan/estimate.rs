@@ -566,6 +566,7 @@ mod tests {
 
     fn plan(steps: Vec<Step>) -> ClusterPlan {
         ClusterPlan {
+            raised_by: Vec::new(),
             cluster: "prod".into(),
             steps,
             settings: vec![],

@@ -28,6 +28,7 @@ pub mod lifecycle;
 pub mod model;
 pub mod preflight;
 pub mod render;
+pub mod setting;
 pub mod stored;
 
 pub use applied::{AppliedResource, LastApplied, ResourceKey};

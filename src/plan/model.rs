@@ -305,6 +305,11 @@ pub struct ClusterPlan {
     /// `None`: none (not written, so plans without hooks keep their ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<crate::desired::hooks::Hooks>,
+    /// The setting changes that need more than the ordinary bar (issue #50), each with the
+    /// bar it needs ([`crate::plan::bar::bar_of_change`]): the typed reason of the plan's bar,
+    /// part of its id. Not written when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raised_by: Vec<crate::plan::bar::BarRaise>,
 }
 
 impl ClusterPlan {

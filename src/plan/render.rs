@@ -755,14 +755,41 @@ pub fn alone_hint(plan: &Plan) -> Option<String> {
     })
 }
 
-/// [`bar_reason`] in its two parts: what the plan does, and the setting that applies.
+/// [`bar_reason`] in its two parts: what the plan does, and the setting that applies. Read
+/// from the plan's typed raises ([`ClusterPlan::raised_by`]), never from note text.
 fn bar_rule(plan: &Plan) -> (String, &'static str) {
-    let changed = |c: &ClusterPlan| {
-        c.notes.iter().any(|n| {
-            n.starts_with(super::compute::APPROVALS_CHANGE_NOTE)
-                || n.starts_with(super::compute::SOURCES_CHANGE_NOTE)
+    use crate::plan::bar::Bar;
+    let highest: Vec<String> = plan
+        .clusters
+        .iter()
+        .filter_map(|c| {
+            let mut set: Vec<&str> = Vec::new();
+            for r in c.raised_by.iter().filter(|r| r.bar == Bar::Highest) {
+                if !set.contains(&r.setting.path()) {
+                    set.push(r.setting.path());
+                }
+            }
+            (!set.is_empty()).then(|| format!("cluster {}: {}", c.cluster, set.join(", ")))
         })
-    };
+        .collect();
+    if !highest.is_empty() {
+        let hooks = plan
+            .clusters
+            .iter()
+            .any(|c| c.raised_by.iter().any(|r| r.setting.is_hook()));
+        return (
+            format!(
+                "it changes settings that need the highest bar ({}){}",
+                highest.join("; "),
+                if hooks {
+                    "; blocking hooks run actions of their own"
+                } else {
+                    ""
+                }
+            ),
+            "the highest bar in force, max(approvals.required, approvals.controlPlane)",
+        );
+    }
     let names = |pick: &dyn Fn(&ClusterPlan) -> bool| -> String {
         plan.clusters
             .iter()
@@ -771,31 +798,9 @@ fn bar_rule(plan: &Plan) -> (String, &'static str) {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let setting = names(&|c| changed(c));
-    if !setting.is_empty() {
-        return (
-            format!(
-                "it changes the approvals setting or where health data goes (cluster {setting})"
-            ),
-            "the highest bar in force, max(approvals.required, approvals.controlPlane)",
-        );
-    }
-    let hooks = names(&|c| {
-        c.notes
-            .iter()
-            .any(|n| n.starts_with(super::compute::HOOKS_CHANGE_NOTE))
-    });
-    if !hooks.is_empty() {
-        return (
-            format!("it changes blocking hooks, which run actions of their own (cluster {hooks})"),
-            "the highest bar in force, max(approvals.required, approvals.controlPlane)",
-        );
-    }
     let cp = names(&|c| {
         c.steps.iter().any(Step::touches_control_plane)
-            || c.notes
-                .iter()
-                .any(|n| n == super::compute::CP_SETTINGS_NOTE)
+            || c.raised_by.iter().any(|r| r.bar == Bar::ControlPlane)
     });
     if !cp.is_empty() {
         return (

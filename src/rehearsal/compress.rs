@@ -206,6 +206,7 @@ mod tests {
             supported_talos: None,
         };
         ClusterPlan {
+            raised_by: Vec::new(),
             cluster: "home".into(),
             steps: vec![Step::Talos(talos), Step::Kubernetes(kube)],
             settings: vec![],

@@ -13,7 +13,7 @@
 //!   ([`a_committers_listener_gets_no_secret_from_doctor_or_an_approved_rollout`]).
 //!
 //! The planner's side (sources rendered, settings changes, the bar) is pinned by the unit
-//! tests in `src/plan/tests.rs` (`moving_a_health_source_is_shown_and_needs_the_highest_bar_in_force`,
+//! tests in `src/plan/tests/` (`approvals.rs`) (`moving_a_health_source_is_shown_and_needs_the_highest_bar_in_force`,
 //! `every_setting_that_acts_is_a_settings_change`).
 
 use std::net::SocketAddr;

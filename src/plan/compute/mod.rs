@@ -55,11 +55,14 @@ use crate::desired::model::{
 use crate::desired::{Desired, Diagnostic};
 use crate::inventory::{Inventory, Machine, MachineRole, ObservedCluster};
 use crate::plan::applied::{AppliedResource, LastApplied, ResourceKey, role_of};
-use crate::plan::bar::{BarChange, PlanScope, QuorumPolicy, required_quorum};
+use crate::plan::bar::{
+    Bar, BarChange, BarRaise, PlanScope, QuorumPolicy, bar_of_change, required_quorum,
+};
 use crate::plan::catalog::{Catalog, PathError};
 use crate::plan::health::HealthPolicy;
 use crate::plan::id::PlanId;
 use crate::plan::model::*;
+use crate::plan::setting::Setting;
 use crate::version::{KubeVersion, TalosVersion};
 
 /// Diagnostic codes of plan errors (rendered like desired-state diagnostics).
@@ -182,6 +185,7 @@ pub fn after_halts(mut plan: Plan, halted: &BTreeMap<String, String>) -> Plan {
 /// planned for it (no steps, no settings, its last-applied state untouched), and why.
 fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
     ClusterPlan {
+        raised_by: Vec::new(),
         preflight: Vec::new(),
         health: None,
         hooks: None,
@@ -334,6 +338,7 @@ fn removed_clusters(
         clusters.insert(
             gone.clone(),
             Arc::new(ClusterPlan {
+raised_by: Vec::new(),
                 preflight: Vec::new(), health: None, hooks: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
@@ -451,6 +456,7 @@ fn section_parts(inputs: &SectionInputs<'_>) -> ClusterSection {
         .filter(|o| !(o.machines.is_empty() && o.kubernetes_version.is_none()));
     let Some(obs) = obs else {
         out.plan = Some(Arc::new(ClusterPlan {
+            raised_by: Vec::new(),
             preflight: Vec::new(),
             health: None,
             hooks: None,
@@ -488,9 +494,7 @@ fn section_parts(inputs: &SectionInputs<'_>) -> ClusterSection {
     let in_force = policy(last_applied.approvals_in_force(name));
     let change = BarChange::between(&in_force, Some(&policy(cluster.approvals)));
     if plan.has_changes() || change != BarChange::Keeps {
-        out.bar = out
-            .bar
-            .max(approval_bar(name, cluster, &mut plan, in_force, change));
+        out.bar = out.bar.max(approval_bar(&mut plan, in_force, change));
     }
     // Approval makes this revision of every resource of the cluster the last applied one.
     out.put.push(AppliedResource::of_cluster(cluster));
@@ -509,36 +513,48 @@ fn section_parts(inputs: &SectionInputs<'_>) -> ClusterSection {
     out
 }
 
-/// The approvals a cluster's changes need: the bar of its scope (a control-plane or
-/// Kubernetes change needs the control-plane bar), the highest in force when the plan changes
-/// the approvals setting or where health data and credentials go; notes say why.
-fn approval_bar(
-    name: &str,
-    cluster: &Cluster,
-    plan: &mut ClusterPlan,
-    in_force: QuorumPolicy,
-    change: BarChange,
-) -> u32 {
-    // Each pool by its settings label, built once: a lookup per setting rather than a scan of
-    // every pool per setting (8,000 new pools were 64 million label comparisons; issue #49).
-    let pools_by_label: std::collections::HashMap<String, &NodePool> = cluster
-        .pools
-        .values()
-        .map(|p| (ResourceKey::pool(name, &p.name.value).label(), p.as_ref()))
-        .collect();
-    // Settings of a control-plane pool act on control-plane nodes: the control-plane bar.
-    let cp_settings = plan.settings.iter().any(|s| {
-        pools_by_label
-            .get(s.resource.as_str())
-            .is_some_and(|p| p.role == Role::Controlplane)
-    });
+/// The approvals a cluster's changes need, from the plan's typed raises
+/// ([`ClusterPlan::raised_by`], each setting's bar chosen in [`crate::plan::bar::bar_of`]):
+/// the control-plane bar for a control-plane step or a setting that needs it, the highest in
+/// force for a setting that needs it or a change of the approvals setting. Notes say why.
+fn approval_bar(plan: &mut ClusterPlan, in_force: QuorumPolicy, change: BarChange) -> u32 {
     let cp_steps = plan.steps.iter().any(Step::touches_control_plane);
+    let top = plan.raised_by.iter().map(|r| r.bar).max();
     let scope = PlanScope {
-        touches_control_plane_or_kubernetes: cp_settings || cp_steps,
+        // A setting that needs the highest bar raises `needs` below, not the scope: the
+        // approvals setting's own rule (`required_quorum`) reads the scope of the steps.
+        touches_control_plane_or_kubernetes: cp_steps
+            || plan.raised_by.iter().any(|r| r.bar == Bar::ControlPlane),
     };
-    if cp_settings && !cp_steps {
-        // Said, so that the bar's reason (`render::bar_reason`) names the rule that set it.
-        plan.notes.push(CP_SETTINGS_NOTE.to_string());
+    let named = |pick: &dyn Fn(&BarRaise) -> bool| -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for r in plan.raised_by.iter().filter(|r| pick(r)) {
+            let s = if r.whole_resource && r.resource == "cluster" && is_source(r.setting) {
+                "the new cluster's health sources".to_string()
+            } else if r.resource == "cluster" && !r.setting.is_hook() {
+                r.setting.path().to_string()
+            } else {
+                format!("{} {}", r.resource, r.setting)
+            };
+            if !v.contains(&s) {
+                v.push(s);
+            }
+        }
+        v
+    };
+    let cp_named = named(&|r| r.bar == Bar::ControlPlane);
+    let sources = named(&|r| r.bar == Bar::Highest && is_source(r.setting));
+    let hooks = named(&|r| r.setting.is_hook());
+    let other = named(&|r| {
+        r.bar == Bar::Highest
+            && !is_source(r.setting)
+            && !r.setting.is_hook()
+            && !is_approvals(r.setting)
+    });
+    if !cp_named.is_empty() && !cp_steps {
+        // Said, so that the signer reads which settings set the bar.
+        plan.notes
+            .push(format!("{CP_SETTINGS_NOTE} ({})", cp_named.join(", ")));
     }
     let mut needs = required_quorum(&in_force, change, scope);
     if change != BarChange::Keeps {
@@ -547,61 +563,48 @@ fn approval_bar(
             in_force.required, in_force.control_plane
         ));
     }
-    // Where health data and credentials go (issue #32): as a change of `approvals`.
-    let moved: Vec<&str> = plan
-        .settings
-        .iter()
-        .filter(|s| {
-            s.resource == "cluster"
-                && (crate::plan::applied::SOURCE_FIELDS.contains(&s.field.as_str())
-                    || (s.field == RESOURCE_FIELD
-                        && !crate::plan::health::HealthSources::of(&cluster.health).is_empty()))
-        })
-        .map(|s| s.field.as_str())
-        .collect();
-    if !moved.is_empty() {
+    if top == Some(Bar::Highest) {
         needs = needs.max(in_force.highest());
+    }
+    let (r, c) = (in_force.required, in_force.control_plane);
+    if !sources.is_empty() {
         plan.notes.push(format!(
-            "{SOURCES_CHANGE_NOTE} ({}): it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
-            if moved.contains(&RESOURCE_FIELD) {
-                "the new cluster's health sources".to_string()
-            } else {
-                moved.join(", ")
-            },
-            in_force.required,
-            in_force.control_plane
+            "{SOURCES_CHANGE_NOTE} ({}): it needs the highest bar in force, max(required {r}, controlPlane {c}) ({needs})",
+            sources.join(", ")
         ));
     }
-    // Blocking hooks (issue #35) run actions of their own: a Job in the cluster, a call that
-    // carries the server's credential. Adding, changing or removing one: as a change of
-    // `approvals`.
-    let has_hooks = |resource: &str| {
-        if resource == "cluster" {
-            return !cluster.hooks.is_empty();
-        }
-        pools_by_label
-            .get(resource)
-            .is_some_and(|p| !p.hooks.is_empty())
-    };
-    let hooked: Vec<String> = plan
-        .settings
-        .iter()
-        .filter(|s| {
-            s.field.starts_with("hooks.")
-                || (s.field == RESOURCE_FIELD && s.to == "created" && has_hooks(&s.resource))
-        })
-        .map(|s| format!("{} {}", s.resource, s.field))
-        .collect();
-    if !hooked.is_empty() {
-        needs = needs.max(in_force.highest());
+    if !other.is_empty() {
         plan.notes.push(format!(
-            "{HOOKS_CHANGE_NOTE} ({}): hooks run actions of their own (a Job in the cluster, a call carrying the server's credential), so it needs the highest bar in force, max(required {}, controlPlane {}) ({needs})",
-            hooked.join(", "),
-            in_force.required,
-            in_force.control_plane
+            "{HIGHEST_SETTINGS_NOTE} ({}): it needs the highest bar in force, max(required {r}, controlPlane {c}) ({needs})",
+            other.join(", ")
+        ));
+    }
+    if !hooks.is_empty() {
+        plan.notes.push(format!(
+            "{HOOKS_CHANGE_NOTE} ({}): hooks run actions of their own (a Job in the cluster, a call carrying the server's credential), so it needs the highest bar in force, max(required {r}, controlPlane {c}) ({needs})",
+            hooks.join(", ")
         ));
     }
     needs
+}
+
+/// Where health data, credentials and backups go (issue #32, #37).
+fn is_source(s: Setting) -> bool {
+    matches!(
+        s,
+        Setting::HealthPrometheus
+            | Setting::HealthAlertmanager
+            | Setting::BackupDestination
+            | Setting::BackupRecipients
+    )
+}
+
+/// The approvals setting (said by [`APPROVALS_CHANGE_NOTE`]).
+fn is_approvals(s: Setting) -> bool {
+    matches!(
+        s,
+        Setting::ApprovalsRequired | Setting::ApprovalsControlPlane
+    )
 }
 
 /// [`Plan::canonical_id`] from the sections' JSON computed once: the same bytes hashed (the
@@ -682,16 +685,48 @@ pub const APPROVALS_CHANGE_NOTE: &str = "this plan changes the approvals setting
 pub const SOURCES_CHANGE_NOTE: &str = "this plan changes where health data and credentials go";
 /// How the note of a plan that adds, changes or removes blocking hooks begins (issue #35).
 pub const HOOKS_CHANGE_NOTE: &str = "this plan changes blocking hooks";
+/// How the note of a plan that changes another setting needing the highest bar begins
+/// (alert silences, backup schedule and retention; issue #50).
+pub const HIGHEST_SETTINGS_NOTE: &str =
+    "this plan changes what alert silences cover or when backups run and what they keep";
 
 /// The note of a plan whose control-plane bar comes from settings of a control-plane pool
 /// (no control-plane step).
-pub const CP_SETTINGS_NOTE: &str = "settings of a control-plane pool act on control-plane nodes: the control-plane approval bar applies";
+pub const CP_SETTINGS_NOTE: &str = "settings of a control-plane pool act on control-plane nodes, and the cluster's Kubernetes settings on the control plane: the control-plane approval bar applies";
 
 fn policy(a: ApprovalSettings) -> QuorumPolicy {
     QuorumPolicy {
         required: a.required,
         control_plane: a.control_plane,
     }
+}
+
+/// The raise of a change of `setting` of resource `key` ([`bar_of_change`]), if it needs more
+/// than the ordinary bar.
+fn raise(key: &ResourceKey, setting: Setting, cp_pool: bool, whole: bool) -> Option<BarRaise> {
+    let bar = bar_of_change(setting, cp_pool);
+    (bar > Bar::Ordinary).then(|| BarRaise {
+        resource: key.label(),
+        setting,
+        bar,
+        whole_resource: whole,
+    })
+}
+
+/// The raises of a whole resource created or removed: each setting whose value differs
+/// between `from` and `to` (one of them a document that writes nothing).
+fn raises(
+    res: &AppliedResource,
+    from: Vec<(Setting, String)>,
+    to: Vec<(Setting, String)>,
+    whole: bool,
+) -> Vec<BarRaise> {
+    let cp = res.is_control_plane_pool();
+    from.into_iter()
+        .zip(to)
+        .filter(|((_, was), (_, is))| was != is)
+        .filter_map(|((setting, _), _)| raise(&res.key, setting, cp, whole))
+        .collect()
 }
 
 fn removed(key: &ResourceKey) -> SettingsChange {
@@ -822,23 +857,32 @@ impl<'a> ClusterCtx<'a> {
         }
         let mut changed_pools = BTreeSet::new();
         let mut notes_extra = Vec::new();
+        let mut raised_by = Vec::new();
         for (new, stepped) in &resources {
             let before = settings.len();
             match last_applied.get(&new.key) {
-                None => settings.push(SettingsChange {
-                    resource: new.key.label(),
-                    field: RESOURCE_FIELD.into(),
-                    from: "absent".into(),
-                    to: "created".into(),
-                }),
+                None => {
+                    settings.push(SettingsChange {
+                        resource: new.key.label(),
+                        field: RESOURCE_FIELD.into(),
+                        from: "absent".into(),
+                        to: "created".into(),
+                    });
+                    // A new document: each of its settings changes from a document that
+                    // writes nothing (issue #50).
+                    raised_by.extend(raises(new, new.baseline_settings(), new.settings(), true));
+                }
                 Some(old) => {
-                    for ((field, was), (_, now)) in old.fields().into_iter().zip(new.fields()) {
-                        if was != now {
+                    let cp = old.is_control_plane_pool() || new.is_control_plane_pool();
+                    for ((setting, was), (_, is)) in old.settings().into_iter().zip(new.settings())
+                    {
+                        if was != is {
+                            raised_by.extend(raise(&new.key, setting, cp, false));
                             settings.push(SettingsChange {
                                 resource: new.key.label(),
-                                field: field.to_string(),
+                                field: setting.path().to_string(),
                                 from: was,
-                                to: now,
+                                to: is,
                             });
                         }
                     }
@@ -865,6 +909,9 @@ impl<'a> ClusterCtx<'a> {
             {
                 settings.push(removed(&res.key));
                 diffs.extend(diff_of(&res.key, &res.file, &res.document, ""));
+                // A removed pool: each of its settings changes to a document's that writes
+                // nothing (its hooks stop, a control-plane pool's nodes leave management).
+                raised_by.extend(raises(res, res.settings(), res.baseline_settings(), true));
             }
         }
         let unchanged = self
@@ -887,6 +934,7 @@ impl<'a> ClusterCtx<'a> {
             self.cluster.hooks.clone().non_empty()
         };
         Some(ClusterPlan {
+            raised_by,
             preflight: Vec::new(),
             health,
             hooks,

@@ -230,6 +230,7 @@ pub fn plan(observed: &ObservedCluster, steps: Vec<Step>, salt: u8) -> Plan {
             halted: Default::default(),
         },
         clusters: vec![std::sync::Arc::new(ClusterPlan {
+            raised_by: Vec::new(),
             preflight: Vec::new(),
             health: None,
             hooks: None,
