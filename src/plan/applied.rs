@@ -337,6 +337,15 @@ impl HealthSummary {
             out.push((Setting::HealthAlertmanager, show(&sources.alertmanager)));
         }
         out.push((Setting::HealthGates, list(gates.iter().map(Gate::summary))));
+        out.push((
+            Setting::GatesSkippingOperatorSilences,
+            list(
+                gates
+                    .iter()
+                    .filter(|g| g.skips_operator_silences())
+                    .map(|g| g.name.clone()),
+            ),
+        ));
         out.push((Setting::HealthSoak, format_duration(*soak)));
         out.push((Setting::HealthInterval, format_duration(*interval)));
         out.push((Setting::HealthFailureLimit, failure_limit.to_string()));

@@ -189,6 +189,7 @@ pub const fn bar_of(setting: Setting) -> Bar {
         | S::BackupRetention
         | S::BackupDestination
         | S::BackupRecipients
+        | S::GatesSkippingOperatorSilences
         | S::HooksBeforeJob
         | S::HooksAfterJob
         | S::HooksBeforeWave

@@ -264,25 +264,46 @@ pub enum GateCheck {
 
 impl Gate {
     /// `name: query `…``, as plans show a gate.
+    /// No `..`: a field added to [`Gate`] does not compile until it is shown here (the plan's
+    /// `health.gates` setting is this text, so a field left out would change unseen).
     pub fn summary(&self) -> String {
+        let Gate {
+            name,
+            check,
+            dry_run,
+            consecutive_error_limit,
+            on_inconclusive,
+        } = self;
         let mut extra = String::new();
-        if !is_default_consecutive_error_limit(&self.consecutive_error_limit) {
+        if !is_default_consecutive_error_limit(consecutive_error_limit) {
             extra.push_str(&format!(
-                ", halts after {} consecutive errors",
-                self.consecutive_error_limit
+                ", halts after {consecutive_error_limit} consecutive errors"
             ));
         }
-        if self.on_inconclusive == OnInconclusive::Pause {
+        if *on_inconclusive == OnInconclusive::Pause {
             extra.push_str(", pauses when inconclusive");
         }
         format!(
             "{}: {}{extra}{}",
-            self.name,
-            self.check.summary(),
-            if self.dry_run {
+            name,
+            check.summary(),
+            if *dry_run {
                 " (dry run: never blocks)"
             } else {
                 ""
+            }
+        )
+    }
+}
+
+impl Gate {
+    /// Whether this is an `alerts` gate with `skipOperatorSilences: true`.
+    pub fn skips_operator_silences(&self) -> bool {
+        matches!(
+            self.check,
+            GateCheck::Alerts {
+                skip_operator_silences: true,
+                ..
             }
         )
     }

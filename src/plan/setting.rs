@@ -69,6 +69,9 @@ pub enum Setting {
     HealthAlertmanager,
     /// `health.gates`: The health gates.
     HealthGates,
+    /// `health.gates[].alerts.skipOperatorSilences`: The alerts gates that let operators'
+    /// silences hide an alert (what silences cover, so the highest bar).
+    GatesSkippingOperatorSilences,
     /// `health.soak`: How long gates pass after a wave.
     HealthSoak,
     /// `health.interval`: How often gates are evaluated.
@@ -117,7 +120,7 @@ pub enum Setting {
 
 impl Setting {
     /// Every setting, in display order.
-    pub const ALL: [Setting; 50] = [
+    pub const ALL: [Setting; 51] = [
         Setting::Role,
         Setting::Machines,
         Setting::Selector,
@@ -146,6 +149,7 @@ impl Setting {
         Setting::HealthPrometheus,
         Setting::HealthAlertmanager,
         Setting::HealthGates,
+        Setting::GatesSkippingOperatorSilences,
         Setting::HealthSoak,
         Setting::HealthInterval,
         Setting::HealthFailureLimit,
@@ -201,6 +205,7 @@ impl Setting {
             Setting::HealthPrometheus => "health.prometheus",
             Setting::HealthAlertmanager => "health.alertmanager",
             Setting::HealthGates => "health.gates",
+            Setting::GatesSkippingOperatorSilences => "health.gates.skipOperatorSilences",
             Setting::HealthSoak => "health.soak",
             Setting::HealthInterval => "health.interval",
             Setting::HealthFailureLimit => "health.failureLimit",

@@ -96,20 +96,24 @@ async fn an_inconclusive_gate_pauses_the_job_and_resume_continues_it_without_a_n
 
     // the job pauses at its first gate point, running, nothing touched
     let mut rounds = 0;
-    let job = loop {
-        let j = w.job();
-        if j.gates.paused.is_some() {
-            break j;
+    let job = tokio::time::timeout(Duration::from_secs(3600), async {
+        loop {
+            let j = w.job();
+            if j.gates.paused.is_some() {
+                break j;
+            }
+            rounds += 1;
+            assert!(
+                rounds < 1000,
+                "the job never paused: {:?}",
+                w.state().gate_log
+            );
+            assert!(!run.is_finished(), "the job ended instead of pausing");
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        rounds += 1;
-        assert!(
-            rounds < 1000,
-            "the job never paused: {:?}",
-            w.state().gate_log
-        );
-        assert!(!run.is_finished(), "the job ended instead of pausing");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    })
+    .await
+    .expect("the job pauses within an hour of paused time");
     assert!(matches!(job.state, JobState::Running), "{:?}", job.state);
     let p = job.gates.paused.as_ref().unwrap();
     assert_eq!(p.gate, "app");

@@ -826,6 +826,28 @@ impl<'a> ClusterCtx<'a> {
         &self.cluster.name.value
     }
 
+    /// The pools `last_applied` has and the cluster no longer names: each is a settings change,
+    /// a diff to nothing and, setting by setting, a change to a document that writes nothing
+    /// (its hooks stop, a control-plane pool's nodes leave management).
+    fn removed_pools(
+        &self,
+        last_applied: &LastApplied,
+        settings: &mut Vec<SettingsChange>,
+        diffs: &mut Vec<ResourceDiff>,
+        raised_by: &mut Vec<BarRaise>,
+    ) {
+        for res in last_applied.resources.values() {
+            if let ResourceKey::Pool { cluster, pool } = &res.key
+                && cluster == self.name()
+                && !self.cluster.pools.contains_key(pool)
+            {
+                settings.push(removed(&res.key));
+                diffs.extend(diff_of(&res.key, &res.file, &res.document, ""));
+                raised_by.extend(raises(res, res.settings(), res.baseline_settings(), true));
+            }
+        }
+    }
+
     fn plan(&mut self, last_applied: &LastApplied) -> Option<ClusterPlan> {
         let members = self.members();
         let order = pool_order(self.cluster);
@@ -902,18 +924,7 @@ impl<'a> ClusterCtx<'a> {
                 removal_notes(&mut notes_extra, o, new);
             }
         }
-        for res in last_applied.resources.values() {
-            if let ResourceKey::Pool { cluster, pool } = &res.key
-                && cluster == self.name()
-                && !self.cluster.pools.contains_key(pool)
-            {
-                settings.push(removed(&res.key));
-                diffs.extend(diff_of(&res.key, &res.file, &res.document, ""));
-                // A removed pool: each of its settings changes to a document's that writes
-                // nothing (its hooks stop, a control-plane pool's nodes leave management).
-                raised_by.extend(raises(res, res.settings(), res.baseline_settings(), true));
-            }
-        }
+        self.removed_pools(last_applied, &mut settings, &mut diffs, &mut raised_by);
         let unchanged = self
             .cluster
             .pools

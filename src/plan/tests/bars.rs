@@ -420,3 +420,41 @@ fn a_backup_schedule_more_often_than_every_15_minutes_is_refused_where_written()
     let ok = diagnostics_of(&backup("*/15 * * * *", 7, &key), "");
     assert!(!ok.iter().any(|x| x.message.contains("backup")), "{ok:#?}");
 }
+
+/// Issue #51's gate settings (folded in at the merge): `skipOperatorSilences` decides what
+/// operators' silences cover, so it needs the highest bar; `consecutiveErrorLimit` and
+/// `onInconclusive` are gate settings at the ordinary bar. Each is a settings change, alone and
+/// riding along a bump.
+#[test]
+fn the_gate_settings_of_issue_51_are_settings_changes_with_their_bars() {
+    let gates = |alerts: &str, query: &str| {
+        format!(
+            "{APPROVALS}  health:\n    prometheus: {{ url: \"https://prom.monitoring:9090\", credential: prom }}\n    alertmanager: {{ url: \"https://am.monitoring:9093\", credential: am }}\n    gates:\n      - name: critical\n        alerts: {{ matchers: ['severity=\"critical\"']{alerts} }}\n      - name: ceph\n        query: 'ceph_health_status == 0'\n{query}"
+        )
+    };
+    let base = gates("", "");
+    both(
+        &base,
+        &gates(", skipOperatorSilences: true", ""),
+        "",
+        "",
+        Setting::GatesSkippingOperatorSilences,
+        3,
+    );
+    both(
+        &base,
+        &gates("", "        consecutiveErrorLimit: 6\n"),
+        "",
+        "",
+        Setting::HealthGates,
+        1,
+    );
+    both(
+        &base,
+        &gates("", "        onInconclusive: pause\n"),
+        "",
+        "",
+        Setting::HealthGates,
+        1,
+    );
+}
