@@ -5,6 +5,7 @@ use super::*;
 use crate::plan::LastApplied;
 use crate::plan::bar::{Bar, bar_of};
 use crate::plan::setting::Setting;
+use std::collections::BTreeSet;
 
 /// `approvals.required: 1`, `controlPlane: 3`: the ordinary bar is 1, the control-plane and
 /// the highest bar in force 3.
@@ -457,4 +458,158 @@ fn the_gate_settings_of_issue_51_are_settings_changes_with_their_bars() {
         Setting::HealthGates,
         1,
     );
+}
+
+/// Spec fields that are not settings, and why (issue #50 item 1).
+const INERT: &[(&str, &str)] = &[
+    (
+        "kubernetes.version",
+        "a version is what the plan's steps do, not a setting",
+    ),
+    (
+        "talos.version",
+        "a version is what the plan's steps do, not a setting",
+    ),
+    (
+        "cluster",
+        "a NodePool's cluster is its identity (the applied record's key), not a setting",
+    ),
+];
+
+/// Spec fields whose value is shown by a setting of another path, and how.
+const SHOWN_BY: &[(&str, Setting, &str)] = &[
+    (
+        "drain.timeout",
+        Setting::DrainTimeout,
+        "replaces `rollout.drainTimeout`: both land in the one drain timeout",
+    ),
+    (
+        "backup.timeZone",
+        Setting::BackupSchedule,
+        "shown with the schedule, `<cron> (<zone>)`",
+    ),
+];
+
+/// Every property path under `spec` of a committed JSON schema (arrays and maps walked into).
+fn spec_paths(schema: &serde_json::Value) -> BTreeSet<String> {
+    fn walk(
+        root: &serde_json::Value,
+        node: &serde_json::Value,
+        path: &str,
+        seen: &BTreeSet<String>,
+        out: &mut BTreeSet<String>,
+    ) {
+        let mut seen = seen.clone();
+        let mut node = node;
+        if let Some(r) = node.get("$ref").and_then(|r| r.as_str()) {
+            let name = r.rsplit('/').next().unwrap().to_string();
+            if !seen.insert(name.clone()) {
+                return;
+            }
+            node = &root["$defs"][&name];
+        }
+        for k in ["anyOf", "oneOf", "allOf"] {
+            for n in node.get(k).and_then(|v| v.as_array()).into_iter().flatten() {
+                walk(root, n, path, &seen, out);
+            }
+        }
+        for k in ["items", "additionalProperties"] {
+            if let Some(n) = node.get(k).filter(|n| n.is_object()) {
+                walk(root, n, path, &seen, out);
+            }
+        }
+        for (k, v) in node
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .into_iter()
+            .flatten()
+        {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            out.insert(p.clone());
+            walk(root, v, &p, &seen, out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(
+        schema,
+        &schema["properties"]["spec"],
+        "",
+        &BTreeSet::new(),
+        &mut out,
+    );
+    out
+}
+
+/// The leaves of `paths` that no setting covers and neither list names.
+fn uncovered(paths: &BTreeSet<String>) -> Vec<String> {
+    paths
+        .iter()
+        .filter(|p| !paths.iter().any(|q| q.starts_with(&format!("{p}."))))
+        .filter(|p| {
+            !(Setting::ALL
+                .iter()
+                .any(|s| *p == s.path() || p.starts_with(&format!("{}.", s.path())))
+                || INERT.iter().any(|(i, _)| i == p)
+                || SHOWN_BY.iter().any(|(i, _, _)| i == p))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Issue #50 item 1: every field of the Cluster and NodePool spec types is a setting (its own
+/// path, or under a setting whose value shows it), shown by another setting ([`SHOWN_BY`]), or
+/// declared inert with why ([`INERT`]). The committed schemas are the spec types
+/// (`committed_schemas_match_the_code`), so a field added to a spec type fails here until its
+/// setting is chosen.
+#[test]
+fn every_spec_field_is_a_setting_or_declared_inert() {
+    let mut missing = Vec::new();
+    let mut all = BTreeSet::new();
+    for file in ["cluster", "nodepool"] {
+        let text = std::fs::read_to_string(format!(
+            "{}/schemas/{file}.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let paths = spec_paths(&serde_json::from_str(&text).unwrap());
+        assert!(paths.len() > 20, "{file}: {paths:?}");
+        missing.extend(
+            uncovered(&paths)
+                .into_iter()
+                .map(|p| format!("{file}: spec.{p}")),
+        );
+        all.extend(paths);
+    }
+    assert!(
+        missing.is_empty(),
+        "spec fields that are no setting (add a `Setting`, or list them in INERT or SHOWN_BY \
+         with why): {missing:#?}"
+    );
+    for (p, _) in INERT {
+        assert!(all.contains(*p), "INERT lists {p}, which no spec has");
+    }
+    for (p, s, _) in SHOWN_BY {
+        assert!(all.contains(*p), "SHOWN_BY lists {p}, which no spec has");
+        assert!(Setting::ALL.contains(s));
+    }
+}
+
+/// The check above catches a field no setting covers (run on a synthetic schema).
+#[test]
+fn a_spec_field_without_a_setting_is_found() {
+    let schema = serde_json::json!({
+        "properties": {"spec": {"$ref": "#/$defs/S"}},
+        "$defs": {"S": {"properties": {
+            "rollout": {"properties": {"maxUnavailable": {}, "brandNew": {}}},
+            "health": {"properties": {"gates": {"items": {"$ref": "#/$defs/G"}}}}
+        }}, "G": {"properties": {"name": {}}}}
+    });
+    let paths = spec_paths(&schema);
+    assert!(paths.contains("rollout.brandNew"), "{paths:?}");
+    assert!(paths.contains("health.gates.name"), "{paths:?}");
+    assert_eq!(uncovered(&paths), vec!["rollout.brandNew".to_string()]);
 }
