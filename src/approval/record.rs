@@ -28,7 +28,6 @@ pub struct ApprovalRecord {
     /// Where the approval came from (a marker file or the API).
     pub source: ApprovalSource,
     /// When medea recorded the approval (RFC 3339, UTC).
-    #[serde(with = "rfc3339")]
     pub at: Timestamp,
     /// The armored SSHSIG, so the approval can be verified again later.
     pub signature: String,
@@ -68,19 +67,6 @@ pub fn approval_key(plan: &PlanId, fingerprint: &str) -> String {
 /// `<plan hex>/`: the keys of every approval of `plan`.
 pub fn approvals_prefix(plan: &PlanId) -> String {
     format!("{}/", plan.to_hex())
-}
-
-mod rfc3339 {
-    use jiff::Timestamp;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(t)
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use ssh_key::{HashAlg, LineEnding, PrivateKey};
 
 use super::BenchError;
 use super::stats::Samples;
+use crate::Locked as _;
 use crate::desired::Source;
 use crate::plan::PlanId;
 use crate::store::fjall::FjallStore;
@@ -213,24 +214,10 @@ pub fn run(
         consumed,
         ..ApprovalsReport::default()
     };
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; the benchmark cannot go on"
-    )]
-    let checks = |shared: &crate::server::Shared| {
-        shared
-            .approval_cache
-            .lock()
-            .expect("approval cache lock")
-            .last
-            .signature_checks
-    };
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; the benchmark cannot go on"
-    )]
+    let checks =
+        |shared: &crate::server::Shared| shared.approval_cache.locked().last.signature_checks;
     let cold = |r: &mut ApprovalsReport| -> Result<(), BenchError> {
-        *shared.approval_cache.lock().expect("approval cache lock") = Default::default();
+        *shared.approval_cache.locked() = Default::default();
         let t = Instant::now();
         let state = pass(&shared)?;
         r.cold.push(t.elapsed());

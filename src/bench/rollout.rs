@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::BenchError;
+use crate::Locked as _;
 use crate::desired::Revision;
 use crate::inventory::{Machine, MachineRole, ObservedCluster, cluster_key};
 use crate::plan::estimate::{DEFAULTS, Estimate, HISTORY_JOBS, History, JobSamples, estimate};
@@ -72,27 +73,13 @@ impl<T> Delayed<T> {
             away_until: Mutex::new(HashMap::new()),
         }
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn went_down(&self, node: &str) {
         self.away_until
-            .lock()
-            .expect("delay lock")
+            .locked()
             .insert(node.to_string(), Instant::now() + self.delay);
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn check(&self, op: &'static str, node: &str) -> Result<(), PortError> {
-        let until = self
-            .away_until
-            .lock()
-            .expect("delay lock")
-            .get(node)
-            .copied();
+        let until = self.away_until.locked().get(node).copied();
         match until {
             Some(t) if Instant::now() < t => Err(PortError::transient(
                 op,

@@ -172,10 +172,8 @@ pub struct Exclusion {
     /// Its name, unique in the cluster (`year-end-freeze`).
     pub name: String,
     /// When it begins (inclusive).
-    #[serde(with = "ts")]
     pub from: Timestamp,
     /// When it ends (exclusive): a held change may start from this instant.
-    #[serde(with = "ts")]
     pub to: Timestamp,
     /// What it holds.
     pub scope: ExclusionScope,
@@ -237,21 +235,6 @@ pub fn free_from(exclusions: &[Exclusion], change: Change, now: Timestamp) -> Ti
         t = e.to;
     }
     t
-}
-
-/// `Timestamp` as an RFC 3339 string.
-mod ts {
-    use jiff::Timestamp;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(t)
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use super::{
     NodeTaintSpec, ObjectWriters, PdbCoverage, PodRef, ServedResource, StaticPodStatus, kubeconfig,
     selector, transient,
 };
+use crate::Locked as _;
 use crate::rollout::ports::CORDONED_BY_ANNOTATION;
 use crate::version::KubeVersion;
 
@@ -411,10 +412,6 @@ impl KubeClient {
         .await
     }
 
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned discovery-cache lock means a thread panicked while inserting; the cache may be half-written"
-    )]
     pub(super) async fn resolve(
         &self,
         manifest: &Manifest,
@@ -423,7 +420,7 @@ impl KubeClient {
             manifest.api_version().to_string(),
             manifest.kind().to_string(),
         );
-        if let Some(found) = self.discovered.lock().expect("discovery cache").get(&key) {
+        if let Some(found) = self.discovered.locked().get(&key) {
             return Ok(found.clone());
         }
         let (group, version) = match manifest.api_version().split_once('/') {
@@ -461,10 +458,7 @@ impl KubeClient {
                     }
                 }
             })?;
-        self.discovered
-            .lock()
-            .expect("discovery cache")
-            .insert(key, found.clone());
+        self.discovered.locked().insert(key, found.clone());
         Ok(found)
     }
 }

@@ -60,10 +60,9 @@ pub struct BackupRecord {
     /// File name in the destination (`<cluster>-<time>.db.age`).
     pub file: String,
     /// When the snapshot was asked for.
-    #[serde(with = "crate::rollout::sequencer::ts")]
     pub taken_at: Timestamp,
     /// The schedule slot it stands for (`None`: taken by hand).
-    #[serde(default, with = "crate::rollout::sequencer::ts_opt")]
+    #[serde(default)]
     pub slot: Option<Timestamp>,
     /// Scheduled or by hand.
     pub trigger: Trigger,
@@ -105,14 +104,13 @@ pub struct BackupIntent {
     /// The destination's name.
     pub destination: String,
     /// When it began.
-    #[serde(with = "crate::rollout::sequencer::ts")]
     pub started_at: Timestamp,
     /// The schedule slot it takes (`None`: by hand).
-    #[serde(default, with = "crate::rollout::sequencer::ts_opt")]
+    #[serde(default)]
     pub slot: Option<Timestamp>,
     /// The slot taken before it: if this backup is never recorded (a crash, a failover), the
     /// schedule goes back to it, so the slot is taken again, once, by the next leader.
-    #[serde(default, with = "crate::rollout::sequencer::ts_opt")]
+    #[serde(default)]
     pub previous_slot: Option<Timestamp>,
 }
 
@@ -127,7 +125,6 @@ impl Record for BackupIntent {
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleMark {
     /// The slot.
-    #[serde(with = "crate::rollout::sequencer::ts")]
     pub last_slot: Timestamp,
 }
 
@@ -144,7 +141,6 @@ impl Record for ScheduleMark {
 #[serde(rename_all = "camelCase")]
 pub struct ManualMark {
     /// When it began.
-    #[serde(with = "crate::rollout::sequencer::ts")]
     pub last_started: Timestamp,
 }
 

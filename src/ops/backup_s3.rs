@@ -402,6 +402,30 @@ fn error_detail(body: &[u8]) -> String {
     }
 }
 
+/// Why one attempt of an S3 request failed.
+enum Failed {
+    /// The server answered with an error status (`retry`: one worth another attempt).
+    Status {
+        status: u16,
+        detail: String,
+        retry: bool,
+    },
+    /// No answer.
+    Transport(Box<ureq::Error>),
+    /// Not worth another attempt, and already the request's error.
+    Final(S3RequestError),
+}
+
+impl Failed {
+    fn retry(&self) -> bool {
+        match self {
+            Failed::Status { retry, .. } => *retry,
+            Failed::Transport(_) => true,
+            Failed::Final(_) => false,
+        }
+    }
+}
+
 fn retryable(status: u16) -> bool {
     matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
 }
@@ -526,8 +550,42 @@ impl S3Destination {
         format!("{}/{key}", self.bucket.name())
     }
 
+    /// The delays between a request's attempts: exponential from `first_backoff`, doubling,
+    /// at most 5 s apart, `attempts` tries in all (`backon`, blocking: the caller runs on a
+    /// blocking thread).
+    fn backoff(&self) -> backon::ExponentialBuilder {
+        backon::ExponentialBuilder::default()
+            .with_min_delay(self.first_backoff)
+            .with_factor(2.0)
+            .with_max_delay(Duration::from_secs(5))
+            .with_max_times(usize::try_from(self.attempts.saturating_sub(1)).unwrap_or(usize::MAX))
+    }
+
+    /// The error of a request that failed after `attempts` attempts.
+    fn failed(&self, op: &'static str, key: &str, attempts: u32, f: Failed) -> S3RequestError {
+        match f {
+            Failed::Status { status, detail, .. } => S3RequestError::Status {
+                op,
+                target: self.target(key),
+                endpoint: self.endpoint.clone(),
+                attempts,
+                status,
+                detail,
+            },
+            Failed::Transport(err) => S3RequestError::Transport {
+                op,
+                target: self.target(key),
+                endpoint: self.endpoint.clone(),
+                attempts,
+                err,
+            },
+            Failed::Final(e) => e,
+        }
+    }
+
     /// Send one request (signed anew for each attempt by `sign`), retrying transport errors
-    /// and 408/429/5xx answers with exponential backoff. Any other answer is returned.
+    /// and 408/429/5xx answers with exponential backoff ([`Self::backoff`]). Any other answer
+    /// is returned.
     fn send(
         &self,
         op: &'static str,
@@ -535,10 +593,10 @@ impl S3Destination {
         sign: &dyn Fn() -> (ureq::http::Method, url::Url, Vec<(String, String)>),
         body: Option<&[u8]>,
     ) -> Result<Reply, S3RequestError> {
-        let mut wait = self.first_backoff;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        use backon::BlockingRetryable as _;
+        let attempts = std::cell::Cell::new(0u32);
+        let once = || -> Result<Reply, Failed> {
+            attempts.set(attempts.get() + 1);
             let (method, url, headers) = sign();
             let mut req = ureq::http::Request::builder()
                 .method(method)
@@ -546,71 +604,58 @@ impl S3Destination {
             for (k, v) in &headers {
                 req = req.header(k.as_str(), v.as_str());
             }
-            let result = req
-                .body(body.unwrap_or_default())
-                .map_err(|e| S3RequestError::Answer {
+            let req = req.body(body.unwrap_or_default()).map_err(|e| {
+                Failed::Final(S3RequestError::Answer {
                     op,
                     target: self.target(key),
                     endpoint: self.endpoint.clone(),
                     detail: format!("the request could not be built: {e}"),
                 })
-                .map(|req| {
-                    self.agent.run(req).map(|mut resp| {
-                        let status = resp.status().as_u16();
-                        let headers = resp.headers().clone();
-                        let body = resp
-                            .body_mut()
-                            .with_config()
-                            .limit(MAX_ANSWER)
-                            .read_to_vec();
-                        (status, headers, body)
-                    })
-                })?;
-            match result {
-                Ok((status, headers, Ok(body))) if !retryable(status) => {
-                    return Ok(Reply {
-                        status,
-                        headers,
-                        body,
-                    });
-                }
-                Ok((status, _, body)) if attempt >= self.attempts => {
-                    return Err(S3RequestError::Status {
-                        op,
-                        target: self.target(key),
-                        endpoint: self.endpoint.clone(),
-                        attempts: attempt,
-                        status,
-                        detail: body
-                            .map(|b| error_detail(&b))
-                            .unwrap_or_else(|e| format!("the body could not be read: {e}")),
-                    });
-                }
-                Err(err) if attempt >= self.attempts => {
-                    return Err(S3RequestError::Transport {
-                        op,
-                        target: self.target(key),
-                        endpoint: self.endpoint.clone(),
-                        attempts: attempt,
-                        err: Box::new(err),
-                    });
-                }
-                Ok((status, _, _)) => {
-                    tracing::debug!(
-                        op,
-                        key,
-                        status,
-                        attempt,
-                        "backup: S3 request failed; retrying"
-                    );
-                }
-                Err(err) => {
-                    tracing::debug!(op, key, error = %crate::error_chain(&err), attempt, "backup: S3 request failed; retrying");
-                }
+            })?;
+            let mut resp = self
+                .agent
+                .run(req)
+                .map_err(|e| Failed::Transport(Box::new(e)))?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            match resp
+                .body_mut()
+                .with_config()
+                .limit(MAX_ANSWER)
+                .read_to_vec()
+            {
+                Ok(body) if !retryable(status) => Ok(Reply {
+                    status,
+                    headers,
+                    body,
+                }),
+                body => Err(Failed::Status {
+                    status,
+                    detail: body
+                        .map(|b| error_detail(&b))
+                        .unwrap_or_else(|e| format!("the body could not be read: {e}")),
+                    retry: true,
+                }),
             }
-            std::thread::sleep(wait);
-            wait = (wait * 2).min(Duration::from_secs(5));
-        }
+        };
+        once.retry(self.backoff())
+            .sleep(std::thread::sleep)
+            .when(Failed::retry)
+            .notify(|f, _| match f {
+                Failed::Status { status, .. } => tracing::debug!(
+                    op,
+                    key,
+                    status,
+                    attempt = attempts.get(),
+                    "backup: S3 request failed; retrying"
+                ),
+                Failed::Transport(err) => {
+                    tracing::debug!(op, key, error = %crate::error_chain(err), attempt = attempts.get(), "backup: S3 request failed; retrying");
+                }
+                Failed::Final(_) => {}
+            })
+            .call()
+            .map_err(|f| self.failed(op, key, attempts.get(), f))
     }
 
     fn expect(&self, op: &'static str, key: &str, reply: Reply) -> Result<Reply, S3RequestError> {
@@ -688,51 +733,42 @@ impl S3Destination {
 
     /// A GET of `key`, streaming (the first byte retried like any request, not the rest).
     fn get(&self, key: &str) -> Result<Box<dyn Read + Send>, S3RequestError> {
-        let mut wait = self.first_backoff;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        use backon::BlockingRetryable as _;
+        let attempts = std::cell::Cell::new(0u32);
+        let once = || -> Result<Box<dyn Read + Send>, Failed> {
+            attempts.set(attempts.get() + 1);
             let url = self
                 .bucket
                 .get_object(Some(&self.creds), key)
                 .sign(SIGNED_FOR);
-            match self.agent.get(url.as_str()).call() {
-                Ok(resp) if resp.status().is_success() => {
-                    let body = resp.into_body().into_with_config().limit(u64::MAX);
-                    return Ok(Box::new(body.reader()));
-                }
-                Ok(resp) if !retryable(resp.status().as_u16()) || attempt >= self.attempts => {
-                    let status = resp.status().as_u16();
-                    let detail = resp
-                        .into_body()
-                        .with_config()
-                        .limit(MAX_ANSWER)
-                        .read_to_vec()
-                        .map(|b| error_detail(&b))
-                        .unwrap_or_default();
-                    return Err(S3RequestError::Status {
-                        op: "GetObject",
-                        target: self.target(key),
-                        endpoint: self.endpoint.clone(),
-                        attempts: attempt,
-                        status,
-                        detail,
-                    });
-                }
-                Err(err) if attempt >= self.attempts => {
-                    return Err(S3RequestError::Transport {
-                        op: "GetObject",
-                        target: self.target(key),
-                        endpoint: self.endpoint.clone(),
-                        attempts: attempt,
-                        err: Box::new(err),
-                    });
-                }
-                _ => {}
+            let resp = self
+                .agent
+                .get(url.as_str())
+                .call()
+                .map_err(|e| Failed::Transport(Box::new(e)))?;
+            let status = resp.status().as_u16();
+            if resp.status().is_success() {
+                let body = resp.into_body().into_with_config().limit(u64::MAX);
+                return Ok(Box::new(body.reader()));
             }
-            std::thread::sleep(wait);
-            wait = (wait * 2).min(Duration::from_secs(5));
-        }
+            let detail = resp
+                .into_body()
+                .with_config()
+                .limit(MAX_ANSWER)
+                .read_to_vec()
+                .map(|b| error_detail(&b))
+                .unwrap_or_default();
+            Err(Failed::Status {
+                status,
+                detail,
+                retry: retryable(status),
+            })
+        };
+        once.retry(self.backoff())
+            .sleep(std::thread::sleep)
+            .when(Failed::retry)
+            .call()
+            .map_err(|f| self.failed("GetObject", key, attempts.get(), f))
     }
 
     /// HEAD must report `size`, and the object read back must hash to `sha256`.

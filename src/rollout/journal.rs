@@ -31,7 +31,7 @@ use super::ports::GateEvaluation;
 use super::ports::SnapshotInfo;
 use super::sequencer::{
     Action, CommandKey, CommandOutcome, GatePoint, GateProgress, HookRun, Intent, Job, JobId,
-    JobState, KubeTask, KubeTasks, NodeProgress, StepKind, StepState, ts, ts_opt,
+    JobState, KubeTask, KubeTasks, NodeProgress, StepKind, StepState,
 };
 use crate::plan::PlanId;
 use crate::store::record::encode;
@@ -86,7 +86,6 @@ pub struct JournalEntry {
     /// The entry's place in the job's journal (0: the creation).
     pub seq: u64,
     /// When it was written.
-    #[serde(with = "ts")]
     pub at: Timestamp,
     /// The job generation this entry moved the job to.
     pub generation: u64,
@@ -183,7 +182,6 @@ pub struct HaltRequest {
     /// Why, if they said.
     pub reason: Option<String>,
     /// When.
-    #[serde(with = "ts")]
     pub at: Timestamp,
 }
 
@@ -203,7 +201,6 @@ pub struct PlanConsumed {
     /// The jobs started from it.
     pub jobs: Vec<JobId>,
     /// When.
-    #[serde(with = "ts")]
     pub at: Timestamp,
 }
 
@@ -268,7 +265,6 @@ pub struct StepDelta {
 #[serde(rename_all = "camelCase")]
 pub struct KubeDelta {
     /// When the step started.
-    #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
     /// Its tasks.
     pub tasks: TasksDelta,

@@ -30,6 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::tls::ServerIdentity;
+use crate::Locked as _;
 
 /// How much of the daemon one listener may take: connections, and how long a peer may hold
 /// one without saying anything.
@@ -131,12 +132,8 @@ struct PeerSlot {
 }
 
 impl Peers {
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
-        let mut map = self.0.lock().expect("peer counts lock");
+        let mut map = self.0.locked();
         let n = map.entry(ip).or_insert(0);
         if *n >= max {
             return None;
@@ -150,12 +147,8 @@ impl Peers {
 }
 
 impl Drop for PeerSlot {
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn drop(&mut self) {
-        let mut map = self.peers.0.lock().expect("peer counts lock");
+        let mut map = self.peers.0.locked();
         if let Some(n) = map.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {

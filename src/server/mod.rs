@@ -34,6 +34,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::Locked as _;
 use crate::desired::{Loaded, Source};
 use crate::secret::Secret;
 use crate::store::{Leadership, Role, Store};
@@ -238,58 +239,30 @@ impl Shared {
     pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn last_pass(&self) -> reconcile::PassResult {
-        self.last_pass.read().expect("last pass lock").clone()
+        self.last_pass.read_locked().clone()
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn set_last_pass(&self, s: reconcile::PassResult) {
-        *self.last_pass.write().expect("last pass lock") = s;
+        *self.last_pass.locked() = s;
     }
     /// Whether the last pass already said that `plan` waits for exactly these gates (so the
     /// reconcile pass logs a waiting plan once, not on every pass).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn last_pass_waited_for(&self, plan: &crate::plan::PlanId, waiting: &[String]) -> bool {
-        let last = self.last_pass.read().expect("last pass lock");
+        let last = self.last_pass.read_locked();
         last.plan.as_ref().is_some_and(|p| &p.id == plan) && last.waiting == waiting
     }
     /// The last loaded desired revision (valid or not).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn desired(&self) -> Option<Arc<Loaded>> {
-        self.desired.read().expect("desired lock").clone()
+        self.desired.read_locked().clone()
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn last_refresh(&self) -> Option<jiff::Timestamp> {
-        *self.last_refresh.read().expect("last refresh lock")
+        *self.last_refresh.read_locked()
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn set_last_refresh(&self, at: jiff::Timestamp) {
-        *self.last_refresh.write().expect("last refresh lock") = Some(at);
+        *self.last_refresh.locked() = Some(at);
     }
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn set_desired(&self, loaded: Loaded) {
-        *self.desired.write().expect("desired lock") = Some(Arc::new(loaded));
+        *self.desired.locked() = Some(Arc::new(loaded));
     }
 }
 
@@ -323,17 +296,9 @@ pub enum ServeError {
 
 /// Re-read the desired state and publish it. Invalid revisions change nothing but the
 /// diagnostics; the previous valid revision stays in force for planning.
-#[allow(
-    clippy::expect_used,
-    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-)]
 pub fn reload(shared: &Shared) {
     let started = std::time::Instant::now();
-    let loaded = shared
-        .loader
-        .lock()
-        .expect("loader lock")
-        .load(&shared.source);
+    let loaded = shared.loader.locked().load(&shared.source);
     match loaded {
         Ok(mut loaded) => {
             policy_check(&shared.hook_policy, &mut loaded);

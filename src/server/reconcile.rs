@@ -14,6 +14,7 @@
 use jiff::Timestamp;
 
 use super::Shared;
+use crate::Locked as _;
 use crate::approval::record::approval_key;
 use crate::approval::{ApprovalSource, Candidate, QuorumStatus};
 use crate::ops::approvals;
@@ -93,12 +94,8 @@ pub fn reconcile(
     let mut fresh: Option<stored::Replanned> = None;
     // 1. Plan (leader only: followers read the leader's plan).
     if leader {
-        #[allow(
-            clippy::expect_used,
-            reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-        )]
         let replanned = {
-            let mut cache = shared.replan_cache.lock().expect("replan cache lock");
+            let mut cache = shared.replan_cache.locked();
             // The memo keeps this revision (held by `shared` anyway) instead of copies.
             cache.memo.share_desired(loaded.clone());
             stored::replan_cached(store, desired, now, &mut cache)
@@ -152,12 +149,8 @@ pub fn reconcile(
     let index = approvals::PlanIndex::load(store)?;
     let recorded = approvals::recorded(store, &plan.id)?;
     let markers = approvals::marker_candidates(&loaded);
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     let status = {
-        let mut cache = shared.approval_cache.lock().expect("approval cache lock");
+        let mut cache = shared.approval_cache.locked();
         let status = approvals::status(
             &index,
             approvals::Trust {
@@ -179,14 +172,7 @@ pub fn reconcile(
     // on every pass while its marker stays as it is).
     state.approvals = status.view(&signers);
     {
-        #[allow(
-            clippy::expect_used,
-            reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-        )]
-        let mut warned = shared
-            .warned_rejections
-            .lock()
-            .expect("warned rejections lock");
+        let mut warned = shared.warned_rejections.locked();
         for r in newly_rejected(&mut warned, &state.approvals.rejected) {
             tracing::warn!(plan = %plan.id.short(), source = %r.source, fingerprint = %r.fingerprint, principal = %r.principal, code = %r.code, reason = %r.reason, "approval does not count");
         }

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use super::Shared;
+use crate::Locked as _;
 use crate::plan::{PlanId, PlanIdRef};
 
 /// The plans this replica is rehearsing now.
@@ -21,22 +22,14 @@ pub struct Running(Mutex<BTreeSet<PlanId>>);
 
 impl Running {
     /// Whether `plan` is being rehearsed by this replica.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn contains(&self, plan: &PlanId) -> bool {
-        self.0.lock().expect("rehearsals lock").contains(plan)
+        self.0.locked().contains(plan)
     }
 
     /// Mark `plan` as being rehearsed, unless it already is; the claim unmarks it when dropped
     /// (when the rehearsal ends, however it ends).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn claim(self: &Arc<Self>, plan: PlanId, max: usize) -> Result<Claim, Refused> {
-        let mut running = self.0.lock().expect("rehearsals lock");
+        let mut running = self.0.locked();
         if running.contains(&plan) {
             return Err(Refused::AlreadyRunning);
         }
@@ -67,16 +60,8 @@ struct Claim {
 }
 
 impl Drop for Claim {
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn drop(&mut self) {
-        self.running
-            .0
-            .lock()
-            .expect("rehearsals lock")
-            .remove(&self.plan);
+        self.running.0.locked().remove(&self.plan);
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use super::Shared;
+use crate::Locked as _;
 use crate::api::pb;
 use crate::health::Probes;
 use crate::rollout::executor::{
@@ -12,7 +13,8 @@ use crate::rollout::executor::{
 use crate::rollout::journal::{Entry, JournalEntry};
 use crate::rollout::ports::{HealthProbe, KubePort, TalosPort};
 use crate::rollout::sequencer::{
-    CommandOutcome, Job, JobState, NodePhase, StepKind, StepState, TaskState,
+    CommandOutcome, Job, JobState, NodePhase, NodeProgress, RollbackPhase, StepKind, StepState,
+    TaskState,
 };
 use crate::store::StoreError;
 
@@ -27,11 +29,78 @@ pub fn jobs(shared: &Shared) -> Result<Vec<Job>, StoreError> {
     Ok(jobs)
 }
 
-fn phase_name(p: NodePhase) -> String {
+/// The serde name of a phase (`cordoned`, `volume-detach`): what the API has always said.
+fn serde_name(p: impl serde::Serialize) -> String {
     serde_json::to_value(p)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+/// A node's state as the API shows it (`NodeProgress.state`), a value before it is text: the
+/// server decides it from the job's typed phases, and the wire keeps the strings API clients
+/// have always seen (the phases' serde names, lowercase; issue #50 item 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// In its Talos phase (`pending`, `cordoned`, `rebooting`, `done`, …).
+    Phase(NodePhase),
+    /// Installed ahead, not rebooted yet: any reboot boots `boots` (`cordoned, staged: any
+    /// reboot boots v1.11.3`).
+    Staged {
+        /// Its Talos phase.
+        phase: NodePhase,
+        /// The version its next boot runs.
+        boots: String,
+    },
+    /// Being rolled back (`rolling-back:cordoned`).
+    RollingBack(RollbackPhase),
+    /// Rolled back (`rolled-back`).
+    RolledBack,
+    /// A node of a Kubernetes step: `done` when every task is, else `<done>/<total> tasks`.
+    Tasks {
+        /// Tasks done.
+        done: usize,
+        /// Its tasks.
+        total: usize,
+    },
+}
+
+impl NodeState {
+    /// The state of a node of a Talos step that goes to `to`.
+    pub fn of(n: &NodeProgress, to: &str) -> NodeState {
+        match n.rollback {
+            // installed ahead, not rebooted yet: what its next boot does
+            None if n.staging.as_ref().is_some_and(|s| s.staged())
+                && !matches!(
+                    n.phase,
+                    NodePhase::Rebooting | NodePhase::Back | NodePhase::Done
+                ) =>
+            {
+                NodeState::Staged {
+                    phase: n.phase,
+                    boots: to.to_string(),
+                }
+            }
+            None => NodeState::Phase(n.phase),
+            Some(RollbackPhase::Done) => NodeState::RolledBack,
+            Some(p) => NodeState::RollingBack(p),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeState::Phase(p) => f.write_str(&serde_name(p)),
+            NodeState::Staged { phase, boots } => {
+                write!(f, "{}, staged: any reboot boots {boots}", serde_name(phase))
+            }
+            NodeState::RollingBack(p) => write!(f, "rolling-back:{}", serde_name(p)),
+            NodeState::RolledBack => f.write_str("rolled-back"),
+            NodeState::Tasks { done, total } if done == total => f.write_str("done"),
+            NodeState::Tasks { done, total } => write!(f, "{done}/{total} tasks"),
+        }
+    }
 }
 
 /// What each running job waits for, as its executor last said (the `waiting` events carry it,
@@ -50,12 +119,8 @@ pub struct Wait {
 
 impl Waits {
     /// Take note of an event of a job.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn observe(&self, e: &RolloutEvent, now: jiff::Timestamp) {
-        let mut map = self.0.lock().expect("waits");
+        let mut map = self.0.locked();
         let job = e.job.to_string();
         let (reason, detail) = match &e.state {
             EventState::Waiting { reason, detail } => (reason.clone(), detail.clone()),
@@ -85,7 +150,7 @@ impl Waits {
 
     #[allow(clippy::expect_used, reason = "as in observe")]
     pub fn get(&self, job: &str) -> Option<Wait> {
-        self.0.lock().expect("waits").get(job).cloned()
+        self.0.locked().get(job).cloned()
     }
 }
 
@@ -138,34 +203,7 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
                         node: n.target.node.clone(),
                         pool: t.rollout.pool.clone(),
                         step: format!("{}", i + 1),
-                        state: match n.rollback {
-                            // installed ahead, not rebooted yet: what its next boot does
-                            None if n.staging.as_ref().is_some_and(|s| s.staged())
-                                && !matches!(
-                                    n.phase,
-                                    crate::rollout::sequencer::NodePhase::Rebooting
-                                        | crate::rollout::sequencer::NodePhase::Back
-                                        | crate::rollout::sequencer::NodePhase::Done
-                                ) =>
-                            {
-                                format!(
-                                    "{}, staged: any reboot boots {}",
-                                    phase_name(n.phase),
-                                    t.rollout.to
-                                )
-                            }
-                            None => phase_name(n.phase),
-                            Some(crate::rollout::sequencer::RollbackPhase::Done) => {
-                                "rolled-back".into()
-                            }
-                            Some(p) => format!(
-                                "rolling-back:{}",
-                                serde_json::to_value(p)
-                                    .ok()
-                                    .and_then(|v| v.as_str().map(str::to_string))
-                                    .unwrap_or_default()
-                            ),
-                        },
+                        state: NodeState::of(n, &t.rollout.to.to_string()).to_string(),
                     });
                 }
             }
@@ -183,11 +221,7 @@ pub fn rollout_pb(job: &Job) -> pb::Rollout {
                         node,
                         pool: String::new(),
                         step: format!("{}", i + 1),
-                        state: if done == total {
-                            "done".into()
-                        } else {
-                            format!("{done}/{total} tasks")
-                        },
+                        state: NodeState::Tasks { done, total }.to_string(),
                     });
                 }
             }
@@ -481,10 +515,6 @@ pub fn job_and_journal(
 
 /// Runs every running job, one task per job, each with an executor for its cluster. Woken by
 /// the change counter (approval reached quorum, gate opened, halt requested).
-#[allow(
-    clippy::expect_used,
-    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-)]
 pub async fn executor_loop<F: PortFactory>(
     shared: Arc<Shared>,
     factory: Arc<F>,
@@ -510,7 +540,7 @@ pub async fn executor_loop<F: PortFactory>(
                         .collect();
                     for job in active {
                         let id = job.id.to_string();
-                        if !running.lock().expect("running set").insert(id.clone()) {
+                        if !running.locked().insert(id.clone()) {
                             continue;
                         }
                         let (shared, factory, cfg, running, executors) = (
@@ -571,7 +601,7 @@ pub async fn executor_loop<F: PortFactory>(
                                     }
                                 }
                             }
-                            running.lock().expect("running set").remove(&id);
+                            running.locked().remove(&id);
                         });
                     }
                 }
@@ -1041,5 +1071,39 @@ mod forward_tests {
             Some(Duration::from_secs(801))
         );
         assert_eq!(super::overdue_in(&job, at(901)), Some(Duration::ZERO));
+    }
+}
+
+#[cfg(test)]
+mod node_state_tests {
+    use super::{NodePhase, NodeState, RollbackPhase};
+
+    /// API clients keep the strings they have always seen: every state the server decides as
+    /// a value is written as the text `rollout_pb` wrote by hand before (issue #50 item 3).
+    #[test]
+    fn node_states_keep_their_wire_strings() {
+        let cases = [
+            (NodeState::Phase(NodePhase::Pending), "pending"),
+            (NodeState::Phase(NodePhase::Cordoned), "cordoned"),
+            (NodeState::Phase(NodePhase::Detached), "detached"),
+            (NodeState::Phase(NodePhase::Done), "done"),
+            (
+                NodeState::Staged {
+                    phase: NodePhase::Cordoned,
+                    boots: "v1.11.3".into(),
+                },
+                "cordoned, staged: any reboot boots v1.11.3",
+            ),
+            (
+                NodeState::RollingBack(RollbackPhase::Cordoned),
+                "rolling-back:cordoned",
+            ),
+            (NodeState::RolledBack, "rolled-back"),
+            (NodeState::Tasks { done: 3, total: 3 }, "done"),
+            (NodeState::Tasks { done: 1, total: 3 }, "1/3 tasks"),
+        ];
+        for (state, want) in cases {
+            assert_eq!(state.to_string(), want, "{state:?}");
+        }
     }
 }

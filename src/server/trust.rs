@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use crate::Locked as _;
 use crate::approval::{self, AllowedSigners};
 use crate::desired::Source;
 
@@ -159,16 +160,12 @@ impl TrustRoot {
 
     /// [`Self::current`] with its generation: a number that changes exactly when a reload put
     /// different signers in force (re-reading an unchanged file keeps it).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn current_generation(&self) -> (Arc<AllowedSigners>, u64) {
         let Some(path) = &self.path else {
-            let state = self.state.read().expect("trust root lock");
+            let state = self.state.read_locked();
             return (state.signers.clone(), state.generation);
         };
-        let mut state = self.state.write().expect("trust root lock");
+        let mut state = self.state.locked();
         // Moved (or linked) into a committer's tree since start: refused like at start.
         let checked = match inside(path, &self.committer) {
             Some(dir) => Err(TrustRootError::InsideDesired {
@@ -205,31 +202,19 @@ impl TrustRoot {
     }
 
     /// The signers in force, without re-reading the file.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn in_force(&self) -> Arc<AllowedSigners> {
-        self.state.read().expect("trust root lock").signers.clone()
+        self.state.read_locked().signers.clone()
     }
 
     /// [`Self::in_force`] with its generation (see [`Self::current_generation`]).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn in_force_generation(&self) -> (Arc<AllowedSigners>, u64) {
-        let state = self.state.read().expect("trust root lock");
+        let state = self.state.read_locked();
         (state.signers.clone(), state.generation)
     }
 
     /// Why the file on disk is not the one in force, if it is not.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn problem(&self) -> Option<String> {
-        self.state.read().expect("trust root lock").problem.clone()
+        self.state.read_locked().problem.clone()
     }
 }
 

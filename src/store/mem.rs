@@ -1,5 +1,6 @@
 //! An in-memory store for tests: the [`Store`](crate::store::Store) contract without a disk.
 
+use crate::Locked as _;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -16,22 +17,13 @@ impl MemStore {
     }
 }
 
-#[allow(
-    clippy::expect_used,
-    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-)]
 impl crate::store::Store for MemStore {
     fn get(
         &self,
         table: crate::store::Table,
         key: &str,
     ) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
-        Ok(self
-            .data
-            .lock()
-            .expect("mem store lock poisoned by a panic in another thread")
-            .get(&(table, key.to_string()))
-            .cloned())
+        Ok(self.data.locked().get(&(table, key.to_string())).cloned())
     }
 
     fn scan(
@@ -41,8 +33,7 @@ impl crate::store::Store for MemStore {
     ) -> Result<Vec<(String, Vec<u8>)>, crate::store::StoreError> {
         Ok(self
             .data
-            .lock()
-            .expect("mem store lock poisoned by a panic in another thread")
+            .locked()
             .range((table, prefix.to_string())..)
             .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
             .map(|((_, k), v)| (k.clone(), v.clone()))
@@ -56,8 +47,7 @@ impl crate::store::Store for MemStore {
     ) -> Result<Vec<String>, crate::store::StoreError> {
         Ok(self
             .data
-            .lock()
-            .expect("mem store lock poisoned by a panic in another thread")
+            .locked()
             .range((table, prefix.to_string())..)
             .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
             .map(|((_, k), _)| k.clone())
@@ -66,10 +56,7 @@ impl crate::store::Store for MemStore {
 
     fn commit(&self, txn: crate::store::Txn) -> Result<(), crate::store::StoreError> {
         use crate::store::{Check, Op};
-        let mut data = self
-            .data
-            .lock()
-            .expect("mem store lock poisoned by a panic in another thread");
+        let mut data = self.data.locked();
         for c in &txn.checks {
             let (t, k, want) = match c {
                 Check::Absent(t, k) => (*t, k, None),

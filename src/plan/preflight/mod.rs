@@ -35,26 +35,8 @@ pub struct Finding {
     pub acknowledged: bool,
     /// When the finding stops holding by itself, with no other change (a promotion soak's
     /// end): the daemon computes the plan again at that time (issue #36).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_ts")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<jiff::Timestamp>,
-}
-
-/// `Option<Timestamp>` as an RFC 3339 string (or absent).
-mod opt_ts {
-    use serde::{Deserialize as _, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(t: &Option<jiff::Timestamp>, s: S) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => s.serialize_str(&t.to_string()),
-            None => s.serialize_none(),
-        }
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<jiff::Timestamp>, D::Error> {
-        Option::<String>::deserialize(d)?
-            .map(|s| s.parse().map_err(serde::de::Error::custom))
-            .transpose()
-    }
 }
 
 /// The earliest time a finding of `plan` ends by itself ([`Finding::until`]): when the plan

@@ -26,6 +26,7 @@ use super::sequencer::{
     self, Action, Command, CommandOp, CommandOutcome, GatePoint, HaltCode, HaltReason, Job, JobId,
     JobState, Needs, Next, ObsError, Observations, PollWhy, StageResult, Transition,
 };
+use crate::Locked as _;
 use crate::error_chain;
 use crate::store::{Check, Store, StoreError, StoreExt, Table, Txn};
 
@@ -793,14 +794,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
                 // The record is read before every mutating command; its decision is reused
                 // while its bytes are unchanged (one comparison instead of a parse of every
                 // machine of the cluster).
-                #[allow(
-                    clippy::expect_used,
-                    reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-                )]
-                let mut gates = self
-                    .gates
-                    .lock()
-                    .expect("gate cache lock poisoned by a panic in another thread");
+                let mut gates = self.gates.locked();
                 match gates.get(&key) {
                     Some((seen, enabled)) if *seen == bytes => *enabled,
                     _ => {

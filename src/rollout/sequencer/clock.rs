@@ -12,10 +12,10 @@ use super::*;
 #[serde(rename_all = "camelCase")]
 pub struct JobClock {
     /// When the job journaled its first command; `None` before (the clock has not started).
-    #[serde(default, with = "ts_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
     /// Since when the job waits for a maintenance window or exclusion (the clock stands still).
-    #[serde(default, with = "ts_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_since: Option<Timestamp>,
     /// Seconds it stood still after it started, in waits that ended.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -208,7 +208,6 @@ pub enum Action {
         /// Its matchers (the policy's and the node's).
         matchers: Vec<crate::plan::health::SilenceMatcher>,
         /// When it lapses unless renewed.
-        #[serde(with = "ts")]
         ends_at: Timestamp,
         /// Its comment.
         comment: String,
@@ -377,7 +376,6 @@ pub struct Intent {
     /// What it does.
     pub action: Action,
     /// When it was journaled.
-    #[serde(with = "ts")]
     pub issued_at: Timestamp,
     /// Set when the call came back transient: its effect is unknown until observed.
     pub last_error: Option<String>,

@@ -91,7 +91,6 @@ pub struct GateStreak {
     pub gate: String,
     /// Since when it has passed every evaluation (`None`: its last evaluation failed, or
     /// none was made yet).
-    #[serde(with = "ts_opt")]
     pub passing_since: Option<Timestamp>,
     /// Failed evaluations since the gate last passed.
     pub consecutive_failures: u32,
@@ -114,12 +113,10 @@ pub struct GateRun {
     /// The point.
     pub point: GatePoint,
     /// When checking it began.
-    #[serde(with = "ts")]
     pub started: Timestamp,
     /// How long every gate must pass continuously here.
     pub soak_secs: u64,
     /// The next evaluation is due then.
-    #[serde(with = "ts")]
     pub next_at: Timestamp,
     /// Each gate's streak.
     pub streaks: Vec<GateStreak>,
@@ -144,7 +141,6 @@ pub struct GateRecord {
     /// Where it was evaluated.
     pub point: GatePoint,
     /// When.
-    #[serde(with = "ts")]
     pub at: Timestamp,
     /// The verdict and its evidence.
     #[serde(flatten)]

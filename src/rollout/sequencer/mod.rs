@@ -248,41 +248,9 @@ fn bump(before: &Job, after: &mut Job) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// serde helpers for timestamps (RFC 3339)
-
-pub(crate) mod ts {
-    use jiff::Timestamp;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(t)
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-pub(crate) mod ts_opt {
-    use jiff::Timestamp;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => s.collect_str(t),
-            None => s.serialize_none(),
-        }
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
-        Option::<String>::deserialize(d)?
-            .map(|s| s.parse().map_err(serde::de::Error::custom))
-            .transpose()
-    }
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timestamp_wire_tests;
 #[cfg(test)]
 mod window_tests;

@@ -67,7 +67,6 @@ pub struct Job {
     /// The cluster it runs in.
     pub cluster: String,
     /// When it was created.
-    #[serde(with = "ts")]
     pub created_at: Timestamp,
     /// Node starts are gated on these (none = always open).
     pub windows: Vec<WindowSpec>,
@@ -163,13 +162,11 @@ pub enum JobState {
         /// The command it halted at, if any.
         op: Option<CommandOp>,
         /// When.
-        #[serde(with = "ts")]
         at: Timestamp,
     },
     /// Every step ran to its end.
     Succeeded {
         /// When.
-        #[serde(with = "ts")]
         at: Timestamp,
     },
 }
@@ -305,7 +302,6 @@ pub struct WaveBudget {
     pub unavailable: Vec<String>,
     /// When the wave's budget was first counted (a wave with no slot left waits from here,
     /// for the pool's `healthTimeout`, then the job halts).
-    #[serde(with = "ts")]
     pub since: Timestamp,
 }
 
@@ -412,7 +408,6 @@ pub struct NodeProgress {
     /// Where it stands.
     pub phase: NodePhase,
     /// When the current phase began (timeouts count from here).
-    #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
     /// Attempts of the current phase's command so far.
     pub attempt: u32,
@@ -428,7 +423,6 @@ pub struct NodeProgress {
     /// The upgrade RPC journaled for it, once chosen.
     pub method: Option<UpgradeMethod>,
     /// Do not retry the current command before this time (blocked drain).
-    #[serde(with = "ts_opt")]
     pub not_before: Option<Timestamp>,
     /// The last drain refusal.
     pub blocked: Option<String>,
@@ -529,7 +523,7 @@ pub struct Handover {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// Not asked again before this time (after a failure).
-    #[serde(default, with = "ts_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<Timestamp>,
 }
 
@@ -571,7 +565,6 @@ pub enum Staging {
         /// The boot id it was staged in: another one means it rebooted.
         boot_id: String,
         /// When it was verified.
-        #[serde(with = "ts")]
         at: Timestamp,
     },
     /// Seen rebooted outside medea's step after its staging (a new boot id): verified on the
@@ -581,7 +574,6 @@ pub enum Staging {
         /// The boot id it was staged in.
         staged_boot_id: String,
         /// When medea saw it.
-        #[serde(with = "ts")]
         at: Timestamp,
     },
     /// Not installed ahead: it installs in the window as before (`why`).
@@ -608,16 +600,14 @@ pub enum NodeSilence {
         /// Its id.
         id: String,
         /// When medea first asked for it (`maxDuration` counts from here).
-        #[serde(with = "ts")]
         since: Timestamp,
         /// When it lapses unless renewed.
-        #[serde(with = "ts")]
         ends_at: Timestamp,
         /// Renewals made so far (the silence command's attempt number).
         #[serde(default)]
         renewals: u32,
         /// A renewal failed: not tried again before this time.
-        #[serde(default, with = "ts_opt", skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_at: Option<Timestamp>,
     },
     /// Over: expired by medea, left to lapse, or never made (`proceed` after a refusal).
@@ -721,7 +711,6 @@ pub struct KubeStep {
     /// Worker nodes (their kubelets).
     pub workers: Vec<NodeTarget>,
     /// When the pre-checks began.
-    #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
     /// Built when the pre-checks pass.
     pub tasks: KubeTasks,
@@ -836,7 +825,6 @@ pub struct KubeTask {
     /// Where it stands.
     pub state: TaskState,
     /// When its current state began.
-    #[serde(with = "ts_opt")]
     pub since: Option<Timestamp>,
     /// 1-based attempt of its current command.
     pub attempt: u32,

@@ -4,10 +4,12 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use backon::Retryable as _;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::Shared;
+use crate::Locked as _;
 use crate::api::machines::EncodedRows;
 use crate::inventory::{self, MachineRole, ObservedCluster};
 use crate::plan::PlanState;
@@ -22,6 +24,20 @@ pub struct MedeaApi {
 
 /// How often an API approval is verified again after a store conflict before giving up.
 const SUBMIT_ATTEMPTS: u32 = 5;
+
+/// Why one verification of a submitted approval did not settle it.
+enum Submit {
+    /// The store changed while recording it: nothing was written; verify it again.
+    Conflict(Box<super::reconcile::PassResult>),
+    /// The pass failed.
+    Failed(Status),
+}
+
+impl From<Status> for Submit {
+    fn from(s: Status) -> Submit {
+        Submit::Failed(s)
+    }
+}
 
 fn internal(e: impl std::fmt::Display) -> Status {
     tracing::error!(error = %e, "API request failed");
@@ -121,10 +137,6 @@ impl MedeaApi {
     /// The raw records are read on every call, not decoded: a cluster whose bytes (and the
     /// desired revision its pools come from) are unchanged since the last call reuses its
     /// encoded rows, so a warm call copies bytes and nothing else.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     /// `Ok` for an empty filter or a cluster the desired state or the inventory names;
     /// otherwise `NotFound` naming the known clusters, so `medea get machines --cluster nope`
     /// is an error rather than an empty table.
@@ -187,7 +199,7 @@ impl MedeaApi {
                 .into_iter()
                 .collect()
         };
-        let mut cache = self.shared.machine_rows.lock().expect("machine rows lock");
+        let mut cache = self.shared.machine_rows.locked();
         let mut out = Vec::with_capacity(raw.len());
         let mut present = std::collections::HashSet::new();
         for (key, bytes) in raw {
@@ -614,10 +626,6 @@ impl pb::medea_server::Medea for MedeaApi {
         Ok(Response::new(pb::ListNodePoolsResponse { pools }))
     }
 
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     async fn list_machines(
         &self,
         req: Request<pb::ListMachinesRequest>,
@@ -858,26 +866,43 @@ impl pb::medea_server::Medea for MedeaApi {
         };
         // Verify (and record) the signature; a store conflict means nothing was written, so
         // the submission is verified again against whatever is current then.
-        let mut attempts = 0;
-        let state = loop {
+        // `backon`, without a pause between attempts (the conflict is a race with another
+        // writer, not a load to back off from), at most SUBMIT_ATTEMPTS verifications; after
+        // the last, the conflicted state is answered below.
+        let verify = || {
             let shared = self.shared.clone();
             let candidate = candidate.clone();
-            let state = tokio::task::spawn_blocking(move || {
-                super::reconcile::reconcile(
-                    &shared,
-                    std::slice::from_ref(&candidate),
-                    jiff::Timestamp::now(),
-                )
-            })
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
-            attempts += 1;
-            if state.conflict && attempts < SUBMIT_ATTEMPTS {
-                tracing::info!(plan = %plan.short(), attempt = attempts, "approval met a store conflict; verifying it again");
-                continue;
+            async move {
+                let state = tokio::task::spawn_blocking(move || {
+                    super::reconcile::reconcile(
+                        &shared,
+                        std::slice::from_ref(&candidate),
+                        jiff::Timestamp::now(),
+                    )
+                })
+                .await
+                .map_err(internal)?
+                .map_err(internal)?;
+                if state.conflict {
+                    return Err(Submit::Conflict(Box::new(state)));
+                }
+                Ok(state)
             }
-            break state;
+        };
+        let state = match verify
+            .retry(
+                backon::ConstantBuilder::default()
+                    .with_delay(std::time::Duration::ZERO)
+                    .with_max_times(SUBMIT_ATTEMPTS as usize - 1),
+            )
+            .sleep(tokio::time::sleep)
+            .when(|e| matches!(e, Submit::Conflict(_)))
+            .notify(|_, _| tracing::info!(plan = %plan.short(), "approval met a store conflict; verifying it again"))
+            .await
+        {
+            Ok(state) => state,
+            Err(Submit::Conflict(state)) => *state,
+            Err(Submit::Failed(status)) => return Err(status),
         };
         self.shared.set_last_pass(state.clone());
         // Answer only for a verified signature.

@@ -184,27 +184,92 @@ impl Timings {
     }
 }
 
+/// The state a node, a Kubernetes task or a wave is shown in: one colour each. Its lowercase
+/// name (serde, [`Shown::as_str`]) is the stylesheet's class (`s-back`) and the `data-state`
+/// attribute; the variants' order is the legend's. Pages and charts match the variant, never
+/// the name (issue #50 item 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shown {
+    /// A node on the target (back, done, or skipped: it already ran it); a finished wave.
+    Back,
+    /// A Kubernetes task done.
+    Done,
+    /// A Kubernetes task applied, not yet confirmed.
+    Applied,
+    /// A node in its checks and image pull, still serving.
+    Preparing,
+    /// A node cordoned and drained.
+    Draining,
+    /// A node installing, rebooting, coming back; a running wave.
+    Rebooting,
+    /// A node being rolled back, or rolled back.
+    Rollback,
+    /// In flight when the job halted.
+    Halted,
+    /// A node or wave not started.
+    Waiting,
+    /// A Kubernetes task not started.
+    Pending,
+}
+
+impl Shown {
+    /// The lowercase name: the class suffix and `data-state` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shown::Back => "back",
+            Shown::Done => "done",
+            Shown::Applied => "applied",
+            Shown::Preparing => "preparing",
+            Shown::Draining => "draining",
+            Shown::Rebooting => "rebooting",
+            Shown::Rollback => "rollback",
+            Shown::Halted => "halted",
+            Shown::Waiting => "waiting",
+            Shown::Pending => "pending",
+        }
+    }
+}
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl maud::Render for Shown {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(self.as_str());
+    }
+}
+
+impl PartialEq<&str> for Shown {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The state a node is shown in, one colour each: `waiting` (not started), `preparing`
 /// (checks and the image pull, still serving), `draining` (cordoned, drained), `rebooting`
 /// (installing, rebooting, coming back), `back` (on the target: back, done, or skipped
 /// because it already ran it), `halted` (in flight when the job halted), `rollback`.
-pub fn node_state(n: &NodeProgress, job_halted: bool) -> &'static str {
+pub fn node_state(n: &NodeProgress, job_halted: bool) -> Shown {
     if let Some(r) = n.rollback {
         return if r == RollbackPhase::Done || !job_halted {
-            "rollback"
+            Shown::Rollback
         } else {
-            "halted"
+            Shown::Halted
         };
     }
     let state = match n.phase {
-        NodePhase::Pending => "waiting",
-        NodePhase::Checking | NodePhase::Checked | NodePhase::Pulled => "preparing",
-        NodePhase::Cordoned | NodePhase::Drained | NodePhase::Detached => "draining",
-        NodePhase::Upgraded | NodePhase::Rebooting => "rebooting",
-        NodePhase::Back | NodePhase::Done | NodePhase::Skipped => "back",
+        NodePhase::Pending => Shown::Waiting,
+        NodePhase::Checking | NodePhase::Checked | NodePhase::Pulled => Shown::Preparing,
+        NodePhase::Cordoned | NodePhase::Drained | NodePhase::Detached => Shown::Draining,
+        NodePhase::Upgraded | NodePhase::Rebooting => Shown::Rebooting,
+        NodePhase::Back | NodePhase::Done | NodePhase::Skipped => Shown::Back,
     };
-    if job_halted && !matches!(state, "waiting" | "back") {
-        "halted"
+    if job_halted && !matches!(state, Shown::Waiting | Shown::Back) {
+        Shown::Halted
     } else {
         state
     }
@@ -240,43 +305,30 @@ fn rollback_word(r: RollbackPhase) -> &'static str {
 }
 
 /// The line under a node's name: what comes next, or where it stopped.
-fn node_label(n: &NodeProgress, state: &str) -> String {
+fn node_label(n: &NodeProgress, state: Shown) -> String {
     let what = n.rollback.map_or(activity(n.phase), rollback_word);
-    if state == "halted" {
+    if state == Shown::Halted {
         format!("stopped at {what}")
     } else {
         what.to_string()
     }
 }
 
-/// Counts of the states of `states`, in legend order.
-fn tally<'a>(states: impl IntoIterator<Item = &'a str>) -> Vec<(&'a str, usize)> {
-    const ORDER: [&str; 10] = [
-        "back",
-        "done",
-        "applied",
-        "preparing",
-        "draining",
-        "rebooting",
-        "rollback",
-        "halted",
-        "waiting",
-        "pending",
-    ];
-    let mut counts: BTreeMap<usize, (&str, usize)> = BTreeMap::new();
+/// Counts of the states of `states`, in legend order (the order of [`Shown`]'s variants).
+fn tally(states: impl IntoIterator<Item = Shown>) -> Vec<(Shown, usize)> {
+    let mut counts: BTreeMap<Shown, usize> = BTreeMap::new();
     for s in states {
-        let rank = ORDER.iter().position(|o| *o == s).unwrap_or(ORDER.len());
-        counts.entry(rank).or_insert((s, 0)).1 += 1;
+        *counts.entry(s).or_default() += 1;
     }
-    counts.into_values().collect()
+    counts.into_iter().collect()
 }
 
 /// A progress bar: one segment per state, in legend order, and `label` to its right.
-pub fn progress_bar(states: &[&str], label: &str) -> Markup {
+pub fn progress_bar(states: &[Shown], label: &str) -> Markup {
     let total = states.len().max(1) as i64;
     let bar = 700;
     let mut x = 0;
-    let segments: Vec<(&str, usize, i64, i64)> = tally(states.iter().copied())
+    let segments: Vec<(Shown, usize, i64, i64)> = tally(states.iter().copied())
         .into_iter()
         .map(|(s, n)| {
             let w = bar * n as i64 / total;
@@ -299,12 +351,12 @@ pub fn progress_bar(states: &[&str], label: &str) -> Markup {
 
 /// A compact bar (the rollouts list, the overview): the share of `done` in `total`, red when
 /// the job halted.
-pub fn mini_bar(done: usize, total: usize, state: &str) -> Markup {
+pub fn mini_bar(done: usize, total: usize, state: &JobState) -> Markup {
     let w = (100 * done).checked_div(total).unwrap_or(0) as i64;
     let fill = match state {
-        "halted" => "s-halted",
-        "succeeded" => "s-back",
-        _ => "s-rebooting",
+        JobState::Halted { .. } => "s-halted",
+        JobState::Succeeded { .. } => "s-back",
+        JobState::Running => "s-rebooting",
     };
     html! {
         svg.mini viewBox="0 0 100 10" role="img" aria-label={ (done) " of " (total) " done" } {
@@ -360,8 +412,8 @@ pub fn node_grid(
                     @let span = timings.node(step, *i);
                     // Elapsed time of a node under way: from its start, ticking only while the job runs.
                     @let clock = match (span.start, span.end, now) {
-                        (Some(s), None, Some(now)) if state != "waiting" && state != "back" => format!(" {}", elapsed(now.as_second() - s.as_second())),
-                        (Some(s), Some(e), _) if state == "back" => format!(" in {}", elapsed(e.as_second() - s.as_second())),
+                        (Some(s), None, Some(now)) if !matches!(state, Shown::Waiting | Shown::Back) => format!(" {}", elapsed(now.as_second() - s.as_second())),
+                        (Some(s), Some(e), _) if state == Shown::Back => format!(" in {}", elapsed(e.as_second() - s.as_second())),
                         _ => String::new(),
                     };
                     g.node data-node=(n.target.node) data-state=(state) {
@@ -388,12 +440,12 @@ fn clip(s: &str, n: usize) -> String {
 }
 
 /// The state a Kubernetes task is shown in.
-pub fn task_state(s: TaskState, job_halted: bool) -> &'static str {
+pub fn task_state(s: TaskState, job_halted: bool) -> Shown {
     match s {
-        TaskState::Pending => "pending",
-        TaskState::Applied if job_halted => "halted",
-        TaskState::Applied => "applied",
-        TaskState::Done => "done",
+        TaskState::Pending => Shown::Pending,
+        TaskState::Applied if job_halted => Shown::Halted,
+        TaskState::Applied => Shown::Applied,
+        TaskState::Done => Shown::Done,
     }
 }
 
@@ -459,7 +511,7 @@ pub struct Row {
     /// The health gates' soak after it, when it had one.
     pub soak: Option<Span>,
     /// The row's state class (`back` when finished, `halted`, the running colour, `waiting`).
-    pub state: &'static str,
+    pub state: Shown,
 }
 
 /// The rows of a job's timeline: every wave of every Talos step, and every Kubernetes step.
@@ -469,10 +521,10 @@ pub fn timeline_rows(job: &Job, timings: &Timings) -> Vec<Row> {
     let mut rows = Vec::new();
     for (i, step) in job.steps.iter().enumerate() {
         let state_of = |span: &Span| match (span.start, span.end) {
-            (_, Some(_)) => "back",
-            (Some(_), None) if halted => "halted",
-            (Some(_), None) => "rebooting",
-            (None, _) => "waiting",
+            (_, Some(_)) => Shown::Back,
+            (Some(_), None) if halted => Shown::Halted,
+            (Some(_), None) => Shown::Rebooting,
+            (None, _) => Shown::Waiting,
         };
         match &step.kind {
             StepKind::Talos(t) => {
@@ -530,7 +582,7 @@ pub fn wave_timeline(job: &Job, timings: &Timings, now: Timestamp) -> Markup {
                         @let w = (x_of(e) - x).max(3);
                         @let d = elapsed(e.as_second() - s.as_second());
                         rect class={ "s-" (row.state) } x=(x) y=(y + 3) width=(w) height="15" rx="2" {
-                            title { (row.label) ": " (d) @if row.span.end.is_none() { @if row.state == "halted" { " until the halt" } @else { " so far" } } }
+                            title { (row.label) ": " (d) @if row.span.end.is_none() { @if row.state == Shown::Halted { " until the halt" } @else { " so far" } } }
                         }
                         // The soak after it: a lighter bar from the gate run's start.
                         @let soak = row.soak.and_then(|k| k.start.map(|ks| (ks, k.end)));
@@ -543,7 +595,7 @@ pub fn wave_timeline(job: &Job, timings: &Timings, now: Timestamp) -> Markup {
                             }
                         }
                         text.dur x=(right + 6) y=(y + 15) {
-                            (d) @if row.span.end.is_none() && row.state != "halted" { "…" }
+                            (d) @if row.span.end.is_none() && row.state != Shown::Halted { "…" }
                             @if let Some((ks, ke)) = soak_end { " + soak " (elapsed(ke.as_second() - ks.as_second())) }
                         }
                     } @else {

@@ -208,10 +208,10 @@ pub async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                     p {
                         span.badge.(state) { (state) } " "
                         a href={ "/rollouts/" (j.id) } { (j.id) } " · cluster " (j.cluster) " "
-                        (charts::mini_bar(done, total, state)) " " (done) "/" (total) " " (crate::rollout::sequencer::NODE_UPGRADES)
+                        (charts::mini_bar(done, total, &j.state)) " " (done) "/" (total) " " (crate::rollout::sequencer::NODE_UPGRADES)
                     }
-                    p.(if state == "halted" { "error" } else { "hint" }) { (job_line(j, &ui.shared.waits, now)) }
-                    @if state == "halted" {
+                    p.(if matches!(j.state, JobState::Halted { .. }) { "error" } else { "hint" }) { (job_line(j, &ui.shared.waits, now)) }
+                    @if matches!(j.state, JobState::Halted { .. }) {
                         p.hint { "The job stays halted: the next plan continues from what is left and needs new approvals (see " a href="/plan" { "Plan" } ")." }
                     }
                 }
@@ -544,7 +544,12 @@ pub fn job_summary(job: &Job, now: Timestamp) -> String {
             let busy: Vec<String> = t
                 .nodes
                 .iter()
-                .filter(|n| !matches!(charts::node_state(n, false), "waiting" | "back"))
+                .filter(|n| {
+                    !matches!(
+                        charts::node_state(n, false),
+                        charts::Shown::Waiting | charts::Shown::Back
+                    )
+                })
                 .map(|n| {
                     format!(
                         "{} {}{}",
@@ -610,14 +615,14 @@ pub fn job_summary(job: &Job, now: Timestamp) -> String {
 }
 
 /// The states the pictures use, with what each means (the legend).
-const LEGEND: [(&str, &str); 7] = [
-    ("waiting", "not started"),
-    ("preparing", "checks, image pull"),
-    ("draining", "cordoned, drained"),
-    ("rebooting", "upgrade, reboot, coming back"),
-    ("back", "on the target"),
-    ("halted", "stopped by the halt"),
-    ("rollback", "rolled back"),
+const LEGEND: [(charts::Shown, &str); 7] = [
+    (charts::Shown::Waiting, "not started"),
+    (charts::Shown::Preparing, "checks, image pull"),
+    (charts::Shown::Draining, "cordoned, drained"),
+    (charts::Shown::Rebooting, "upgrade, reboot, coming back"),
+    (charts::Shown::Back, "on the target"),
+    (charts::Shown::Halted, "stopped by the halt"),
+    (charts::Shown::Rollback, "rolled back"),
 ];
 
 fn legend() -> Markup {
@@ -694,8 +699,8 @@ pub fn live_section(
                     StepKind::Talos(t) => {
                         @let from = t.nodes.first().map(|n| n.target.from.to_string()).unwrap_or_default();
                         h3 { "Step " (i + 1) "/" (steps) ": pool " (t.rollout.pool) ", Talos " (from) " → " (t.rollout.to) " " span.badge.(sstate) { (sstate) } }
-                        @let states: Vec<&str> = t.nodes.iter().map(|n| charts::node_state(n, halted)).collect();
-                        @let back = states.iter().filter(|s| **s == "back").count();
+                        @let states: Vec<charts::Shown> = t.nodes.iter().map(|n| charts::node_state(n, halted)).collect();
+                        @let back = states.iter().filter(|s| **s == charts::Shown::Back).count();
                         (charts::progress_bar(&states, &format!("{back}/{} nodes back{}", t.nodes.len(), took.as_ref().map(|d| format!(" · {d}")).unwrap_or_default())))
                         (charts::node_grid(i, t, timings, job, ticking))
                         @let notes: Vec<_> = t.nodes.iter().filter(|n| n.blocked.is_some() || n.last_error.is_some()).collect();
@@ -713,8 +718,8 @@ pub fn live_section(
                         @match &k.tasks {
                             KubeTasks::Unchecked => p.hint { @if step.state == StepState::Pending { "waiting for the steps before it" } @else { "pre-checks " (ticking.map(|now| since(k.since, now)).unwrap_or_default()) } },
                             KubeTasks::Planned(tasks) => {
-                                @let states: Vec<&str> = tasks.iter().map(|t| charts::task_state(t.state, halted)).collect();
-                                @let done = states.iter().filter(|s| **s == "done").count();
+                                @let states: Vec<charts::Shown> = tasks.iter().map(|t| charts::task_state(t.state, halted)).collect();
+                                @let done = states.iter().filter(|s| **s == charts::Shown::Done).count();
                                 (charts::progress_bar(&states, &format!("{done}/{} tasks done{}", tasks.len(), took.as_ref().map(|d| format!(" · {d}")).unwrap_or_default())))
                                 (charts::task_matrix(k, job))
                             }
@@ -978,8 +983,8 @@ pub async fn rollouts(State(ui): State<Ui>, headers: HeaderMap) -> Response {
                             td { a href={ "/rollouts/" (j.id) } { (j.id) } }
                             td { (j.cluster) }
                             td { span.badge.(state) { (state) } }
-                            td.progress { (charts::mini_bar(done, total, state)) " " (done) "/" (total) " " (crate::rollout::sequencer::NODE_UPGRADES) }
-                            td.(if state == "halted" { "error" } else { "" }) { (job_line(j, &ui.shared.waits, now)) }
+                            td.progress { (charts::mini_bar(done, total, &j.state)) " " (done) "/" (total) " " (crate::rollout::sequencer::NODE_UPGRADES) }
+                            td.(if matches!(j.state, JobState::Halted { .. }) { "error" } else { "" }) { (job_line(j, &ui.shared.waits, now)) }
                             td { (ts(j.created_at)) }
                             td { (elapsed(end_of(j, now).as_second() - j.created_at.as_second())) @if !j.state.is_terminal() { " so far" } }
                         }

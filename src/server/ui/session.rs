@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::Locked as _;
 use axum::http::{HeaderMap, HeaderValue, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -78,13 +79,9 @@ fn hash(id: &str) -> [u8; 32] {
 
 impl Sessions {
     /// A new session; returns its id (for the cookie only).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn create(&self, now: Instant) -> String {
         let id = random_hex();
-        let mut map = self.by_hash.lock().expect("sessions lock");
+        let mut map = self.by_hash.locked();
         map.retain(|_, s| s.expires > now);
         if map.len() >= MAX_SESSIONS
             && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k)
@@ -107,14 +104,10 @@ impl Sessions {
         self.get_at(headers, Instant::now())
     }
 
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn get_at(&self, headers: &HeaderMap, now: Instant) -> Option<View> {
         let id = cookie_value(headers)?;
         let key = hash(id);
-        let mut map = self.by_hash.lock().expect("sessions lock");
+        let mut map = self.by_hash.locked();
         match map.get(&key) {
             Some(s) if s.expires > now => Some(View {
                 csrf: s.csrf.clone(),
@@ -130,26 +123,15 @@ impl Sessions {
     }
 
     /// End the session of a request's cookie.
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn remove(&self, headers: &HeaderMap) {
         if let Some(id) = cookie_value(headers) {
-            self.by_hash
-                .lock()
-                .expect("sessions lock")
-                .remove(&hash(id));
+            self.by_hash.locked().remove(&hash(id));
         }
     }
 
     #[cfg(test)]
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub fn len(&self) -> usize {
-        self.by_hash.lock().expect("sessions lock").len()
+        self.by_hash.locked().len()
     }
 }
 

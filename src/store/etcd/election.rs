@@ -3,6 +3,7 @@
 //! of [`super`] for the protocol).
 
 use super::*;
+use crate::Locked as _;
 
 impl EtcdStore {
     /// Campaign for leadership as `replica` with a lease of `ttl` (rounded up to whole
@@ -81,12 +82,8 @@ impl Election {
         // Dropping the campaigner publishes "follower" and completes `resign`.
     }
 
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     async fn round(&self, c: &Campaigner) -> Result<Round, EtcdError> {
-        let pending: Vec<i64> = std::mem::take(&mut *self.unrevoked.lock().expect("lock"));
+        let pending: Vec<i64> = std::mem::take(&mut *self.unrevoked.locked());
         for id in pending {
             self.revoke(id).await;
         }
@@ -345,10 +342,6 @@ impl Election {
 
     /// Release the lease (and with it the key) without waiting long. If etcd cannot be
     /// reached, try again before the next round (meanwhile the lease may expire by itself).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     async fn revoke(&self, lease_id: i64) {
         let limit = self.timeout.min(Duration::from_secs(2));
         let revoked = unary(&self.client, limit, |c| async move {
@@ -361,7 +354,7 @@ impl Election {
             Ok(_) => {}
             // Already expired and gone.
             Err(EtcdError::Status(s)) if s.code() == tonic::Code::NotFound => {}
-            Err(_) => self.unrevoked.lock().expect("lock").push(lease_id),
+            Err(_) => self.unrevoked.locked().push(lease_id),
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/etcd_api.rs"));
 }
 
+use crate::Locked as _;
 use api::auth_client::AuthClient;
 use api::kv_client::KvClient;
 use api::lease_client::LeaseClient;
@@ -80,14 +81,10 @@ pub struct Metadata {
 }
 
 impl tonic::service::Interceptor for Metadata {
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         req.metadata_mut()
             .insert("hasleader", MetadataValue::from_static("true"));
-        if let Some(t) = self.token.read().expect("token lock").as_ref() {
+        if let Some(t) = self.token.read_locked().as_ref() {
             req.metadata_mut().insert("token", t.clone());
         }
         Ok(req)
@@ -186,10 +183,6 @@ impl EtcdClient {
     }
 
     /// Exchange the credentials for a token (etcd `Auth.Authenticate`).
-    #[allow(
-        clippy::expect_used,
-        reason = "a poisoned lock means a thread panicked mid-update; continuing on half-updated state would be worse than stopping"
-    )]
     pub async fn authenticate(&self) -> Result<(), RpcError> {
         let Some(c) = &self.credentials else {
             return Ok(());
@@ -207,7 +200,7 @@ impl EtcdClient {
             })?
             .into_inner();
         let token: AsciiMetadataValue = r.token.parse().map_err(|_| RpcError::BadToken)?;
-        *self.metadata.token.write().expect("token lock") = Some(token);
+        *self.metadata.token.locked() = Some(token);
         Ok(())
     }
 

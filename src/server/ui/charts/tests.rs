@@ -280,8 +280,11 @@ fn each_phase_has_one_of_the_documented_states() {
 
 #[test]
 fn a_progress_bar_has_a_segment_per_state_in_proportion() {
-    let svg =
-        progress_bar(&["waiting", "back", "rebooting", "back"], "2/4 nodes back").into_string();
+    let svg = progress_bar(
+        &[Shown::Waiting, Shown::Back, Shown::Rebooting, Shown::Back],
+        "2/4 nodes back",
+    )
+    .into_string();
     assert_closed(&svg);
     // 700 units: back 2/4, rebooting 1/4, waiting 1/4, in legend order
     assert!(
@@ -465,4 +468,38 @@ fn a_soak_after_a_wave_is_drawn_after_its_bar_with_its_duration() {
     let plain = finished_journal();
     let svg = wave_timeline(&plain.job, &Timings::of(&plain.entries), at(600)).into_string();
     assert!(!svg.contains("soak"), "{svg}");
+}
+
+/// The dashboard's states are values (issue #50 item 3): the class and `data-state` are the
+/// variant's lowercase serde name, and the legend order is the variants' order, so no page
+/// matches a state's text.
+#[test]
+fn shown_states_are_lowercase_names_of_their_variants_in_legend_order() {
+    let all = [
+        Shown::Back,
+        Shown::Done,
+        Shown::Applied,
+        Shown::Preparing,
+        Shown::Draining,
+        Shown::Rebooting,
+        Shown::Rollback,
+        Shown::Halted,
+        Shown::Waiting,
+        Shown::Pending,
+    ];
+    for s in all {
+        assert_eq!(
+            serde_json::to_value(s).unwrap(),
+            serde_json::Value::String(s.as_str().to_string())
+        );
+        assert_eq!(s.as_str(), format!("{s:?}").to_lowercase());
+        assert_eq!(maud::html! { (s) }.into_string(), s.as_str());
+    }
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "legend order");
+    // the tally follows the variants, whatever order the states come in
+    let svg = progress_bar(&[Shown::Pending, Shown::Done, Shown::Halted], "x").into_string();
+    let done = svg.find("data-state=\"done\"").unwrap();
+    let halted = svg.find("data-state=\"halted\"").unwrap();
+    let pending = svg.find("data-state=\"pending\"").unwrap();
+    assert!(done < halted && halted < pending, "{svg}");
 }
