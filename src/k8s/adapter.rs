@@ -14,8 +14,8 @@ use crate::k8s::{self, ControlPlaneComponent, DrainOptions, K8sError, KubeApi, K
 use crate::metrics::timed;
 use crate::rollout::ports::{
     CORDONED_BY_ANNOTATION, Component, CordonedBy, DrainOutcome, FOREIGN_CORDON_ANNOTATIONS,
-    HookReport, HookRequest, KubeNode, KubePort, Manifest, NodeTaint, PortError, StaticPod,
-    VolumeAttachment,
+    HookReport, HookRequest, KubeNode, KubePort, Manifest, NodeTaint, PortError, Refusal,
+    StaticPod, VolumeAttachment,
 };
 
 const API: &str = "kubernetes";
@@ -217,7 +217,14 @@ impl KubePort for KubeAdapter {
                 pdb: pdb.unwrap_or_else(|| "(unidentified)".to_string()),
                 pod: pod.to_string(),
             }),
-            // evicted pods that never went away, pods the policy refuses: halt, naming them
+            // pods the policy refuses: halt, naming them, with the refusal typed
+            Err(e @ K8sError::DrainLocalStorage { .. }) => {
+                Err(PortError::refused("drain", node, Refusal::LocalStorage, e))
+            }
+            Err(e @ K8sError::DrainUnmanaged { .. }) => {
+                Err(PortError::refused("drain", node, Refusal::UnmanagedPods, e))
+            }
+            // evicted pods that never went away: halt, naming them
             Err(e) => Err(classify("drain", node, e)),
         }
     }

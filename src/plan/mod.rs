@@ -26,6 +26,7 @@ pub mod health;
 pub mod id;
 pub mod lifecycle;
 pub mod model;
+pub mod note;
 pub mod preflight;
 pub mod render;
 pub mod setting;

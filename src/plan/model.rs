@@ -289,8 +289,10 @@ pub struct ClusterPlan {
     #[serde(default)]
     pub status: ClusterStatus,
     /// Facts the operator should read (unmanaged machines, gates off, ...), in a stable order.
-    #[serde(default)]
-    pub notes: Vec<String>,
+    /// Typed ([`crate::plan::note::Note`]); a stored plan's bare-string notes read back as
+    /// `Note::Legacy`.
+    #[serde(default, with = "crate::plan::note::list")]
+    pub notes: Vec<crate::plan::note::Note>,
     /// YAML diffs of the resources this plan changes.
     #[serde(default)]
     pub diffs: Vec<ResourceDiff>,

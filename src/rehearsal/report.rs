@@ -175,12 +175,6 @@ fn step_label(kind: &StepKind) -> String {
     }
 }
 
-/// The text of a drain refusal the Kubernetes adapter halts with (`k8s::K8sError`'s
-/// `DrainLocalStorage` and `DrainUnmanaged`).
-const LOCAL_STORAGE_TEXT: &str = "use emptyDir (node-local) storage";
-const UNMANAGED_TEXT: &str = "have no controller and would not come back";
-const REMOVED_TEXT: &str = "removed settings";
-
 /// The rehearsal of `job` (the twin's job, in its final state) from its journal `entries`.
 pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal {
     let factor = meta.compression.max(1);
@@ -292,12 +286,7 @@ pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal
         JobState::Halted {
             reason, node, at, ..
         } => {
-            blockers.push(halt_blocker(
-                reason.code(),
-                reason.message(),
-                node,
-                &refused,
-            ));
+            blockers.push(halt_blocker(reason, node, &refused));
             Outcome::Halted {
                 code: reason.code().as_str().to_string(),
                 node: node.clone(),
@@ -340,26 +329,39 @@ pub fn build(meta: ReportMeta, job: &Job, entries: &[JournalEntry]) -> Rehearsal
     }
 }
 
-/// The blocker a halt stands for.
+/// The blocker a halt stands for, by its code and its typed cause ([`HaltCause`]), never by
+/// its text.
 fn halt_blocker(
-    code: HaltCode,
-    message: &str,
+    reason: &crate::rollout::sequencer::HaltReason,
     node: &Option<String>,
     refused: &BTreeMap<&str, (&str, &str)>,
 ) -> Blocker {
+    use crate::rollout::ports::Refusal;
+    use crate::rollout::sequencer::HaltCause;
+    let (code, message) = (reason.code(), reason.message());
     let at = node.as_deref().and_then(|n| refused.get(n));
-    let (kind, detail) = match (code, at) {
-        (HaltCode::DrainBlocked, Some((pdb, pod))) => (
+    let (kind, detail) = match (code, at, reason.cause()) {
+        (HaltCode::DrainBlocked, Some((pdb, pod)), _) => (
             BlockerKind::Pdb,
             format!(
                 "PodDisruptionBudget {pdb} allows no disruption: the eviction of {pod} was refused until the drain timed out"
             ),
         ),
-        _ if message.contains(LOCAL_STORAGE_TEXT) => {
-            (BlockerKind::LocalStorage, message.to_string())
-        }
-        _ if message.contains(UNMANAGED_TEXT) => (BlockerKind::UnmanagedPod, message.to_string()),
-        (HaltCode::PrecheckFailed, _) if message.contains(REMOVED_TEXT) => {
+        (
+            _,
+            _,
+            Some(HaltCause::DrainRefused {
+                refusal: Refusal::LocalStorage,
+            }),
+        ) => (BlockerKind::LocalStorage, message.to_string()),
+        (
+            _,
+            _,
+            Some(HaltCause::DrainRefused {
+                refusal: Refusal::UnmanagedPods,
+            }),
+        ) => (BlockerKind::UnmanagedPod, message.to_string()),
+        (HaltCode::PrecheckFailed, _, Some(HaltCause::RemovedSettings)) => {
             (BlockerKind::RemovedFlag, message.to_string())
         }
         _ => (BlockerKind::Halt, format!("{}: {message}", code.as_str())),
@@ -634,5 +636,64 @@ mod tests {
         assert_eq!(r.waves.len(), 1, "wave 2 never started: {:?}", r.waves);
         assert_eq!(r.waves[0].duration_secs, None, "w-2 never finished");
         assert!(r.blockers.is_empty());
+    }
+
+    /// Issue 50 item 3: a halt's blocker comes from its typed cause, not its text. A halt
+    /// worded like a drain refusal without the cause is a plain halt; a refusal or a removed
+    /// setting whose wording changes keeps its kind.
+    #[test]
+    fn a_halt_is_classified_by_its_typed_cause_never_by_its_text() {
+        use crate::rollout::ports::Refusal;
+        use crate::rollout::sequencer::{HaltCause, HaltReason};
+        let node = Some("w-1".to_string());
+        let none = BTreeMap::new();
+        let kind = |r: HaltReason| halt_blocker(&r, &node, &none).kind;
+        // the old texts, no cause: nothing but a halt
+        for text in [
+            "drain on `w-1` failed: refusing to drain node `w-1`: pods a/b use emptyDir (node-local) storage that eviction would delete",
+            "drain on `w-1` failed: refusing to drain node `w-1`: pods a/b have no controller and would not come back",
+        ] {
+            assert_eq!(
+                kind(HaltReason::new(HaltCode::CommandFailed, text)),
+                BlockerKind::Halt,
+                "{text}"
+            );
+        }
+        assert_eq!(
+            kind(HaltReason::new(
+                HaltCode::PrecheckFailed,
+                "pre-check failed: Kubernetes v1.35.0 removed settings the machine configuration still sets"
+            )),
+            BlockerKind::Halt
+        );
+        // the causes, whatever the words
+        let refused = |r: Refusal| {
+            HaltReason::new(HaltCode::CommandFailed, "reworded")
+                .with_cause(HaltCause::DrainRefused { refusal: r })
+        };
+        assert_eq!(
+            kind(refused(Refusal::LocalStorage)),
+            BlockerKind::LocalStorage
+        );
+        assert_eq!(
+            kind(refused(Refusal::UnmanagedPods)),
+            BlockerKind::UnmanagedPod
+        );
+        assert_eq!(
+            kind(
+                HaltReason::new(HaltCode::PrecheckFailed, "reworded")
+                    .with_cause(HaltCause::RemovedSettings)
+            ),
+            BlockerKind::RemovedFlag
+        );
+        // and the cause is kept in the job record (JSON), absent when there is none
+        let json = serde_json::to_value(refused(Refusal::LocalStorage)).expect("json");
+        assert_eq!(
+            json["cause"],
+            serde_json::json!({"kind": "drainRefused", "refusal": "localStorage"})
+        );
+        let plain =
+            serde_json::to_value(HaltReason::new(HaltCode::CommandFailed, "x")).expect("json");
+        assert!(plain.get("cause").is_none(), "{plain}");
     }
 }

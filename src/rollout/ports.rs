@@ -466,6 +466,21 @@ pub enum PortError {
         #[source]
         source: BoxError,
     },
+    /// Definite, and typed: the drain refused to start for pods the pool's drain policy does
+    /// not let it evict ([`Refusal`]). The job halts, as for [`PortError::Failed`]; the halt
+    /// carries the refusal (issue #50: nothing reads it from the error's text).
+    #[error("{op} on `{target}` was refused")]
+    Refused {
+        /// The call.
+        op: &'static str,
+        /// The node it was made to.
+        target: String,
+        /// Why.
+        refusal: Refusal,
+        /// What it failed with.
+        #[source]
+        source: BoxError,
+    },
     /// Definite: the call was refused or reported failure (installer exit code non-zero,
     /// `FailedPrecondition`, `PermissionDenied`, an unparseable reply). The job halts.
     #[error("{op} on `{target}` failed")]
@@ -480,7 +495,38 @@ pub enum PortError {
     },
 }
 
+/// Why a drain refused to start, before any eviction (the pool's drain policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Refusal {
+    /// Pods use emptyDir (node-local) storage and `drain.deleteEmptyDirData` is false.
+    LocalStorage,
+    /// Pods have no controller and `drain.evictUnmanagedPods` is false.
+    UnmanagedPods,
+}
+
 impl PortError {
+    /// The typed refusal of a [`PortError::Refused`].
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            PortError::Refused { refusal, .. } => Some(*refusal),
+            _ => None,
+        }
+    }
+    /// A drain of `target` refused before any eviction, for `refusal`.
+    pub fn refused(
+        op: &'static str,
+        target: impl Into<String>,
+        refusal: Refusal,
+        source: impl Into<BoxError>,
+    ) -> PortError {
+        PortError::Refused {
+            op,
+            target: target.into(),
+            refusal,
+            source: source.into(),
+        }
+    }
     /// A transient error of `op` on `target`.
     pub fn transient(
         op: &'static str,

@@ -413,7 +413,7 @@ pub fn journal_events(job: &Job, entries: &[JournalEntry]) -> Vec<pb::RolloutEve
                             error: error.clone(),
                         }
                     }
-                    CommandOutcome::Failed { error } => {
+                    CommandOutcome::Failed { error, .. } => {
                         // The executor sends no event of its own for a definitive failure (the
                         // retry or the halt follows); the journal has it.
                         let mut ev = event(

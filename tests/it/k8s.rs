@@ -393,6 +393,48 @@ async fn local_storage_and_unmanaged_pods_refuse_the_drain_until_allowed() {
     assert_eq!(f.sim.counters().pod_deletes, 0);
 }
 
+/// Issue 50 item 3: the adapter types a drain the pool's policy refuses (the halt and the
+/// rehearsal read the refusal from there, never from the error's text).
+#[tokio::test]
+async fn the_adapter_types_a_refused_drain() {
+    use medea::rollout::ports::{KubePort, PortError, Refusal};
+    let f = fixture(workload()).await;
+    let a = medea::k8s::adapter::KubeAdapter::new(client(&f).await);
+    f.sim
+        .create(json_of(&scenario::bare_pod(
+            "default", "scratch", "w-2", true,
+        )))
+        .unwrap();
+    let timeout = Duration::from_secs(2);
+    let err = a
+        .drain("w-2", timeout, &DrainPolicy::legacy())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            PortError::Refused {
+                refusal: Refusal::LocalStorage,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.refusal(), Some(Refusal::LocalStorage));
+    assert!(!err.is_transient(), "a refusal halts");
+    let opt_in = DrainPolicy {
+        delete_empty_dir_data: true,
+        ..DrainPolicy::legacy()
+    };
+    let err = a.drain("w-2", timeout, &opt_in).await.unwrap_err();
+    assert_eq!(err.refusal(), Some(Refusal::UnmanagedPods), "{err:?}");
+    assert_eq!(
+        f.sim.counters().evictions,
+        0,
+        "refused before evicting anything"
+    );
+}
+
 #[tokio::test]
 async fn readiness_follows_the_talos_side() {
     let f = fixture(workload()).await;

@@ -134,7 +134,10 @@ pub(super) struct ClusterSection {
     /// section before the preflight checks) with `preflight` set to the findings and the
     /// notes appended. The base is not kept (it would be a second copy of every section):
     /// it is `plan` with both undone.
-    pub(super) preflight: (Vec<crate::plan::preflight::Finding>, Vec<String>),
+    pub(super) preflight: (
+        Vec<crate::plan::preflight::Finding>,
+        Vec<crate::plan::note::Note>,
+    ),
 }
 
 impl ClusterSection {
@@ -143,7 +146,13 @@ impl ClusterSection {
         clippy::expect_used,
         reason = "plain structs with string keys and no non-finite floats: serializing them to JSON cannot fail (as in Plan::canonical_id)"
     )]
-    fn finish(&mut self, found: (Vec<crate::plan::preflight::Finding>, Vec<String>)) {
+    fn finish(
+        &mut self,
+        found: (
+            Vec<crate::plan::preflight::Finding>,
+            Vec<crate::plan::note::Note>,
+        ),
+    ) {
         let Some(base) = self.base() else {
             return;
         };

@@ -47,7 +47,8 @@ mod talos;
 use memo::{ClusterSection, SectionInputs};
 pub use memo::{FanOut, MemoStats, PARALLEL_FROM, PlanMemo};
 
-use notes::{machines_text, role_text, why_unavailable};
+use crate::plan::note::{Note, machines_text};
+use notes::{role_text, why_unavailable};
 
 use crate::desired::model::{
     ApprovalSettings, Cluster, DEFAULT_FACTORY, NodePool, Origin, Role, schematic_of,
@@ -194,9 +195,10 @@ fn rolling_out(cluster: &str, job: &str) -> ClusterPlan {
         settings: Vec::new(),
         unchanged: Vec::new(),
         status: ClusterStatus::RollingOut,
-        notes: vec![format!(
-            "rollout job {job} is running: nothing is planned for this cluster until it ends (follow it with `medea rollout status --cluster {cluster} -w`); the next plan shows what is left"
-        )],
+        notes: vec![Note::RollingOut {
+            job: job.to_string(),
+            cluster: cluster.to_string(),
+        }],
         diffs: Vec::new(),
     }
 }
@@ -338,17 +340,16 @@ fn removed_clusters(
         clusters.insert(
             gone.clone(),
             Arc::new(ClusterPlan {
-raised_by: Vec::new(),
-                preflight: Vec::new(), health: None, hooks: None,
+                raised_by: Vec::new(),
+                preflight: Vec::new(),
+                health: None,
+                hooks: None,
                 cluster: gone.clone(),
                 steps: Vec::new(),
                 settings,
                 unchanged: Vec::new(),
                 status: ClusterStatus::Removed,
-                notes: vec![
-                    "gone from the desired state: medea stops managing it on approval (nothing on the cluster changes)"
-                        .into(),
-                ],
+                notes: vec![Note::Removed {}],
                 diffs,
             }),
         );
@@ -465,10 +466,7 @@ fn section_parts(inputs: &SectionInputs<'_>) -> ClusterSection {
             settings: Vec::new(),
             unchanged: Vec::new(),
             status: ClusterStatus::NotObserved,
-            notes: vec![
-                "not observed yet: run `medea seed` to observe it; nothing is planned for it"
-                    .into(),
-            ],
+            notes: vec![Note::NotObserved {}],
             diffs: Vec::new(),
         }));
         return out;
@@ -554,36 +552,43 @@ fn approval_bar(plan: &mut ClusterPlan, in_force: QuorumPolicy, change: BarChang
     if !cp_named.is_empty() && !cp_steps {
         // Said, so that the signer reads which settings set the bar.
         plan.notes
-            .push(format!("{CP_SETTINGS_NOTE} ({})", cp_named.join(", ")));
+            .push(Note::ControlPlaneSettings { settings: cp_named });
     }
     let mut needs = required_quorum(&in_force, change, scope);
     if change != BarChange::Keeps {
-        plan.notes.push(format!(
-            "{APPROVALS_CHANGE_NOTE}: it needs the highest bar in force, max(required {}, controlPlane {}), or the new bar if higher ({needs}); the new setting applies to later plans",
-            in_force.required, in_force.control_plane
-        ));
+        plan.notes.push(Note::ApprovalsChange {
+            required: in_force.required,
+            control_plane: in_force.control_plane,
+            needs,
+        });
     }
     if top == Some(Bar::Highest) {
         needs = needs.max(in_force.highest());
     }
     let (r, c) = (in_force.required, in_force.control_plane);
     if !sources.is_empty() {
-        plan.notes.push(format!(
-            "{SOURCES_CHANGE_NOTE} ({}): it needs the highest bar in force, max(required {r}, controlPlane {c}) ({needs})",
-            sources.join(", ")
-        ));
+        plan.notes.push(Note::SourcesChange {
+            settings: sources,
+            required: r,
+            control_plane: c,
+            needs,
+        });
     }
     if !other.is_empty() {
-        plan.notes.push(format!(
-            "{HIGHEST_SETTINGS_NOTE} ({}): it needs the highest bar in force, max(required {r}, controlPlane {c}) ({needs})",
-            other.join(", ")
-        ));
+        plan.notes.push(Note::HighestSettings {
+            settings: other,
+            required: r,
+            control_plane: c,
+            needs,
+        });
     }
     if !hooks.is_empty() {
-        plan.notes.push(format!(
-            "{HOOKS_CHANGE_NOTE} ({}): hooks run actions of their own (a Job in the cluster, a call carrying the server's credential), so it needs the highest bar in force, max(required {r}, controlPlane {c}) ({needs})",
-            hooks.join(", ")
-        ));
+        plan.notes.push(Note::HooksChange {
+            settings: hooks,
+            required: r,
+            control_plane: c,
+            needs,
+        });
     }
     needs
 }
@@ -678,21 +683,10 @@ mod erased {
 }
 
 /// A cluster's approvals setting as the quorum rule sees it.
-/// How the note of a plan that changes a cluster's approvals setting begins (the highest bar
-/// in force applies; `render::bar_reason` names it).
-pub const APPROVALS_CHANGE_NOTE: &str = "this plan changes the approvals setting";
-/// How the note of a plan that moves where health data and credentials go begins.
-pub const SOURCES_CHANGE_NOTE: &str = "this plan changes where health data and credentials go";
-/// How the note of a plan that adds, changes or removes blocking hooks begins (issue #35).
-pub const HOOKS_CHANGE_NOTE: &str = "this plan changes blocking hooks";
-/// How the note of a plan that changes another setting needing the highest bar begins
-/// (alert silences, backup schedule and retention; issue #50).
-pub const HIGHEST_SETTINGS_NOTE: &str =
-    "this plan changes what alert silences cover or when backups run and what they keep";
-
-/// The note of a plan whose control-plane bar comes from settings of a control-plane pool
-/// (no control-plane step).
-pub const CP_SETTINGS_NOTE: &str = "settings of a control-plane pool act on control-plane nodes, and the cluster's Kubernetes settings on the control plane: the control-plane approval bar applies";
+pub use crate::plan::note::{
+    APPROVALS_CHANGE_NOTE, CP_SETTINGS_NOTE, HIGHEST_SETTINGS_NOTE, HOOKS_CHANGE_NOTE,
+    SOURCES_CHANGE_NOTE,
+};
 
 fn policy(a: ApprovalSettings) -> QuorumPolicy {
     QuorumPolicy {
@@ -740,25 +734,23 @@ fn removed(key: &ResourceKey) -> SettingsChange {
 
 /// Notes for a resource that loses all its health gates or its promotion (issue #32): a
 /// quiet line in a settings list is easy to miss.
-fn removal_notes(notes: &mut Vec<String>, old: &AppliedResource, new: &AppliedResource) {
+fn removal_notes(notes: &mut Vec<Note>, old: &AppliedResource, new: &AppliedResource) {
     use crate::plan::applied::Settings;
     let gates = |s: &Settings| match s {
         Settings::Cluster(c) => c.health.gates.len(),
         Settings::Pool(p) => p.health.gates.len(),
     };
     if gates(&old.settings) > 0 && gates(&new.settings) == 0 {
-        notes.push(format!(
-            "this plan removes every health gate of the {}: its rollouts will no longer wait for any gate",
-            new.key.label()
-        ));
+        notes.push(Note::GatesRemoved {
+            resource: new.key.label(),
+        });
     }
     if let (Settings::Cluster(o), Settings::Cluster(n)) = (&old.settings, &new.settings)
         && let (Some(p), None) = (&o.promotion, &n.promotion)
     {
-        notes.push(format!(
-            "this plan removes the promotion after cluster {}: versions no longer wait for it to run them first",
-            p.after
-        ));
+        notes.push(Note::PromotionRemoved {
+            after: p.after.to_string(),
+        });
     }
 }
 

@@ -4,13 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
+use crate::plan::note::Away;
 
 impl<'a> ClusterCtx<'a> {
     pub(super) fn notes(
         &self,
         members: &BTreeMap<String, Vec<Member<'a>>>,
         steps: &[Step],
-    ) -> Vec<String> {
+    ) -> Vec<Note> {
         // `rolloutsEnabled` is a gate, not part of what a plan does: it must not change the
         // plan's id (an approved plan waits for the gate; `medea approve` names closed gates),
         // so no note speaks of it.
@@ -28,31 +29,29 @@ impl<'a> ClusterCtx<'a> {
             .filter(|n| !managed.contains(n))
             .collect();
         if !unmanaged.is_empty() {
-            notes.push(format!(
-                "not in any pool (medea never upgrades their Talos): {}",
-                unmanaged.join(", ")
-            ));
+            notes.push(Note::Unmanaged {
+                machines: unmanaged.iter().map(|n| n.to_string()).collect(),
+            });
         }
         for pool in self.cluster.pools.values() {
             if !members.contains_key(&pool.name.value) {
-                notes.push(format!(
-                    "node pool `{}` selects no observed machine",
-                    pool.name.value
-                ));
+                notes.push(Note::PoolSelectsNothing {
+                    pool: pool.name.value.clone(),
+                });
             }
         }
-        let away: Vec<String> = self
+        let away: Vec<Away> = self
             .obs
             .machines
             .values()
             .filter(|m| m.unavailable())
-            .map(|m| format!("{} ({})", m.node, why_unavailable(m)))
+            .map(|m| Away {
+                node: m.node.clone(),
+                why: why_unavailable(m),
+            })
             .collect();
         if !away.is_empty() {
-            notes.push(format!(
-                "unavailable now, counted against maxUnavailable: {}",
-                away.join(", ")
-            ));
+            notes.push(Note::Unavailable { machines: away });
         }
         let unknown_kubelet: Vec<&str> = self
             .obs
@@ -62,10 +61,9 @@ impl<'a> ClusterCtx<'a> {
             .map(|m| m.node.as_str())
             .collect();
         if !unknown_kubelet.is_empty() {
-            notes.push(format!(
-                "kubelet version unknown (not checked against the API server): {}",
-                unknown_kubelet.join(", ")
-            ));
+            notes.push(Note::KubeletUnknown {
+                machines: unknown_kubelet.iter().map(|n| n.to_string()).collect(),
+            });
         }
         notes.extend(skip_pods_on_legacy_upgrades(steps));
         notes.extend(current_minor_not_topped_up(self.catalog, steps));
@@ -91,7 +89,7 @@ impl<'a> ClusterCtx<'a> {
 /// skipped pods) and is followed at once by the reboot (medea's wait for volumes to detach,
 /// which follows medea's own drain, does not cover the pods it evicts). One note per pool hop
 /// that has such machines, naming each of those settings the pool sets.
-fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
+fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<Note> {
     let mut notes = Vec::new();
     for step in steps {
         let Step::Talos(t) = step else {
@@ -117,28 +115,16 @@ fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        // what else of the pool's drain policy the node's own drain ignores for those pods
-        let mut also = String::new();
-        if !t.drain.delete_empty_dir_data {
-            also.push_str(
-                "; drain.deleteEmptyDirData: false does not hold for them either (their emptyDir data is lost)",
-            );
-        }
-        if t.drain.volume_detach_timeout_secs.is_some() {
-            also.push_str(
-                "; drain.waitForVolumeDetach does not cover them: the node reboots right after its own drain",
-            );
-        }
-        notes.push(format!(
-            "node pool `{}`, hop {}/{} to {}: drain.skipPods ({}) does not hold for {}, which run{} Talos < 1.13: the legacy MachineService.Upgrade drains the node itself before installing and evicts every pod a controller owns (DaemonSets aside), the skipped ones included{also}",
-            t.pool,
-            t.hop,
-            t.hops,
-            t.to,
-            selector.join(","),
-            machines_text(&legacy),
-            if legacy.len() == 1 { "s" } else { "" },
-        ));
+        notes.push(Note::SkipPodsLegacy {
+            pool: t.pool.clone(),
+            hop: t.hop,
+            hops: t.hops,
+            to: t.to.to_string(),
+            selector,
+            machines: legacy,
+            empty_dir_lost: !t.drain.delete_empty_dir_data,
+            volume_wait_skipped: t.drain.volume_detach_timeout_secs.is_some(),
+        });
     }
     notes
 }
@@ -149,7 +135,7 @@ fn skip_pods_on_legacy_upgrades(steps: &[Step]) -> Vec<String> {
 /// "Upgrading Talos Linux"), medea goes to the next minor at once (Talos' own
 /// `MinimumHostUpgradeVersion` allows it). One note per pool and running version, so the
 /// operator can choose to plan the top-up first.
-fn current_minor_not_topped_up(catalog: &Catalog, steps: &[Step]) -> Vec<String> {
+fn current_minor_not_topped_up(catalog: &Catalog, steps: &[Step]) -> Vec<Note> {
     let mut notes = Vec::new();
     for step in steps {
         let Step::Talos(t) = step else {
@@ -171,14 +157,13 @@ fn current_minor_not_topped_up(catalog: &Catalog, steps: &[Step]) -> Vec<String>
                 continue;
             };
             machines.sort();
-            notes.push(format!(
-                "node pool `{}`: {} run{} {from}, not the newest patch of its minor ({newest}), and go{} straight to {}: the Talos docs recommend the newest patch of the running minor first; to follow them, plan {newest} for the pool before this",
-                t.pool,
-                machines_text(&machines),
-                if machines.len() == 1 { "s" } else { "" },
-                if machines.len() == 1 { "es" } else { "" },
-                t.to,
-            ));
+            notes.push(Note::NotToppedUp {
+                pool: t.pool.clone(),
+                machines,
+                from: from.to_string(),
+                newest: newest.to_string(),
+                to: t.to.to_string(),
+            });
         }
     }
     notes
@@ -203,13 +188,4 @@ pub(super) fn role_text(r: MachineRole) -> &'static str {
         MachineRole::Controlplane => "control-plane",
         MachineRole::Worker => "worker",
     }
-}
-
-pub(super) fn machines_text(nodes: &[String]) -> String {
-    let quoted: Vec<String> = nodes.iter().map(|n| format!("`{n}`")).collect();
-    format!(
-        "machine{} {}",
-        if nodes.len() == 1 { "" } else { "s" },
-        quoted.join(", ")
-    )
 }

@@ -8,10 +8,11 @@
 use super::{Finding, Severity, checks, dur};
 use crate::inventory::{MachineRole, ObservedCluster};
 use crate::plan::model::{ClusterPlan, Step, TalosRollout};
+use crate::plan::note::{Away, Note};
 
 /// What a step's budget looks like at its tightest wave: the blocking finding when a wave has
 /// no slot, and a line for the plan's notes whenever a wave counts an unavailable node.
-pub(super) fn check(obs: &ObservedCluster, plan: &ClusterPlan) -> (Vec<Finding>, Vec<String>) {
+pub(super) fn check(obs: &ObservedCluster, plan: &ClusterPlan) -> (Vec<Finding>, Vec<Note>) {
     let mut found = Vec::new();
     let mut notes = Vec::new();
     for step in &plan.steps {
@@ -29,16 +30,20 @@ pub(super) fn check(obs: &ObservedCluster, plan: &ClusterPlan) -> (Vec<Finding>,
         }
         let slots = cap.saturating_sub(away.len());
         let names: Vec<String> = away.iter().map(|(n, why)| format!("{n} {why}")).collect();
-        notes.push(format!(
-            "pool {} (Talos {}): wave {} counts {} node{} already unavailable ({}); {slots} of {cap} slot{} left",
-            t.pool,
-            t.to,
-            wave + 1,
-            away.len(),
-            if away.len() == 1 { "" } else { "s" },
-            names.join(", "),
-            if cap == 1 { "" } else { "s" },
-        ));
+        notes.push(Note::BudgetUnavailable {
+            pool: t.pool.clone(),
+            to: t.to.to_string(),
+            wave: u32::try_from(wave + 1).unwrap_or(u32::MAX),
+            machines: away
+                .iter()
+                .map(|(n, why)| Away {
+                    node: n.to_string(),
+                    why: why.to_string(),
+                })
+                .collect(),
+            slots: u32::try_from(slots).unwrap_or(u32::MAX),
+            capacity: u32::try_from(cap).unwrap_or(u32::MAX),
+        });
         if slots > 0 {
             continue;
         }

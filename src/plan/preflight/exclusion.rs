@@ -56,19 +56,10 @@ pub fn held(steps: &[Step], scope: ExclusionScope) -> Vec<String> {
 
 /// The plan's note about exclusion `e`: when it is, what it holds, and which of `steps` it
 /// holds.
-pub fn note(e: &Exclusion, steps: &[Step]) -> String {
-    let h = held(steps, e.scope);
-    if h.is_empty() {
-        format!(
-            "maintenance exclusion {}: holds none of this plan's changes",
-            e.summary()
-        )
-    } else {
-        format!(
-            "maintenance exclusion {}: no node starts these changes inside it: {}",
-            e.summary(),
-            h.join(", ")
-        )
+pub fn note(e: &Exclusion, steps: &[Step]) -> crate::plan::note::Note {
+    crate::plan::note::Note::Exclusion {
+        exclusion: e.summary(),
+        holds: held(steps, e.scope),
     }
 }
 

@@ -193,7 +193,7 @@ pub fn check(
     obs: &ObservedCluster,
     plan: &ClusterPlan,
     inputs: &Inputs,
-) -> (Vec<Finding>, Vec<String>) {
+) -> (Vec<Finding>, Vec<crate::plan::note::Note>) {
     let mut found = Vec::new();
     let mut notes = Vec::new();
     if !plan.steps.is_empty() {
@@ -247,10 +247,11 @@ pub fn check(
     }
     for a in &cluster.preflight.acknowledge {
         if !found.iter().any(|f| f.id == a.value) {
-            notes.push(format!(
-                "spec.preflight.acknowledge lists `{}` ({}:{}), which matches no current finding: a stale acknowledgement; remove it",
-                a.value, a.origin.file, a.origin.line
-            ));
+            notes.push(crate::plan::note::Note::StaleAcknowledgement {
+                id: a.value.clone(),
+                file: a.origin.file.to_string(),
+                line: a.origin.line,
+            });
         }
     }
     found.sort_by(|a, b| a.severity.cmp(&b.severity).then_with(|| a.id.cmp(&b.id)));

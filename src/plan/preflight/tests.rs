@@ -593,9 +593,12 @@ fn a_wave_whose_slots_an_operator_cordon_takes_blocks_before_approval() {
         f.help
     );
     assert!(
-        c1(&pl).notes.iter().any(|n| n
-            .contains("pool workers (Talos v1.13.9): wave 2 counts 1 node already unavailable")
-            && n.ends_with("0 of 1 slot left")),
+        c1(&pl)
+            .notes
+            .iter()
+            .any(|n| n.to_string().contains(
+                "pool workers (Talos v1.13.9): wave 2 counts 1 node already unavailable"
+            ) && n.to_string().ends_with("0 of 1 slot left")),
         "{:#?}",
         c1(&pl).notes
     );
@@ -622,7 +625,7 @@ fn a_wave_whose_slots_an_operator_cordon_takes_blocks_before_approval() {
         c1(&pl)
             .notes
             .iter()
-            .any(|n| n.ends_with("1 of 2 slots left")),
+            .any(|n| n.to_string().ends_with("1 of 2 slots left")),
         "{:#?}",
         c1(&pl).notes
     );
@@ -736,8 +739,8 @@ fn acknowledged_findings_stay_marked_and_stale_acknowledgements_are_noted() {
         pl.clusters[0]
             .notes
             .iter()
-            .any(|n| n.contains("`removed-api/gone/v1/things`")
-                && n.contains("stale acknowledgement")),
+            .any(|n| n.to_string().contains("`removed-api/gone/v1/things`")
+                && n.to_string().contains("stale acknowledgement")),
         "{:#?}",
         pl.clusters[0].notes
     );
@@ -1019,10 +1022,10 @@ fn an_exclusion_in_force_blocks_until_it_ends_and_its_scope_decides_what_it_hold
     assert!(f.evidence[1].contains("(minor)"), "{:?}", f.evidence);
     // The plan notes what the exclusion holds, whatever the time.
     assert!(
-        c1(&pl)
-            .notes
-            .iter()
-            .any(|n| n.starts_with("maintenance exclusion `freeze`") && n.contains("(minor)")),
+        c1(&pl).notes.iter().any(
+            |n| n.to_string().starts_with("maintenance exclusion `freeze`")
+                && n.to_string().contains("(minor)")
+        ),
         "{:?}",
         c1(&pl).notes
     );

@@ -186,12 +186,10 @@ fn approvals_take_the_higher_of_the_bar_in_force_and_the_desired_one() {
         p.approvals_required, 2,
         "the lowering plan needs the old bar"
     );
-    assert!(
-        p.clusters[0]
-            .notes
-            .iter()
-            .any(|n| n.contains("highest bar in force, max(required 1, controlPlane 2)"))
-    );
+    assert!(p.clusters[0].notes.iter().any(|n| {
+        n.to_string()
+            .contains("highest bar in force, max(required 1, controlPlane 2)")
+    }));
     // Once applied, the lower bar is in force.
     let p = compute(&d, &observed("v1.34.1", 1, ms), &applied_of(&d), None).unwrap();
     assert_eq!(p.approvals_required, 1);
@@ -278,7 +276,7 @@ fn every_change_to_the_bar_needs_the_highest_bar_in_force() {
         p.clusters[0]
             .notes
             .iter()
-            .any(|n| n.contains("changes the approvals setting")),
+            .any(|n| n.to_string().contains("changes the approvals setting")),
         "{:?}",
         p.clusters[0].notes
     );
@@ -397,10 +395,9 @@ fn moving_a_health_source_is_shown_and_needs_the_highest_bar_in_force() {
             c.settings
         );
         assert!(
-            c.notes
-                .iter()
-                .any(|n| n
-                    .contains("changes where health data and credentials go (health.prometheus)")),
+            c.notes.iter().any(|n| n
+                .to_string()
+                .contains("changes where health data and credentials go (health.prometheus)")),
             "{:#?}",
             c.notes
         );
@@ -432,7 +429,7 @@ fn moving_a_health_source_is_shown_and_needs_the_highest_bar_in_force() {
         p.clusters[0]
             .notes
             .iter()
-            .any(|n| n.contains("the new cluster's health sources")),
+            .any(|n| n.to_string().contains("the new cluster's health sources")),
         "{:#?}",
         p.clusters[0].notes
     );
@@ -536,22 +533,22 @@ fn every_setting_that_acts_is_a_settings_change() {
     assert!(
         notes
             .iter()
-            .any(|n| n == "this plan removes every health gate of the cluster: its rollouts will no longer wait for any gate"),
+            .any(|n| n.to_string() == "this plan removes every health gate of the cluster: its rollouts will no longer wait for any gate"
+                && matches!(n, crate::plan::note::Note::GatesRemoved { resource } if resource == "cluster")),
         "{notes:#?}"
     );
     assert!(
         notes
             .iter()
-            .any(|n| n.contains("every health gate of the pool w")),
+            .any(|n| n.to_string().contains("every health gate of the pool w")),
         "{notes:#?}"
     );
     let unpromoted = base_cluster.replace("  promotion:\n    after: staging\n    soak: 24h\n", "");
     let p = changed(&unpromoted, base_pool);
     assert!(
-        p.clusters[0]
-            .notes
-            .iter()
-            .any(|n| n.contains("removes the promotion after cluster staging")),
+        p.clusters[0].notes.iter().any(|n| n
+            .to_string()
+            .contains("removes the promotion after cluster staging")),
         "{:#?}",
         p.clusters[0].notes
     );

@@ -82,7 +82,7 @@ fn backup_settings_are_a_settings_change_and_recipients_need_the_highest_bar() {
         p.clusters[0]
             .notes
             .iter()
-            .any(|n| n.contains("(backup.recipients)")),
+            .any(|n| n.to_string().contains("(backup.recipients)")),
         "{:#?}",
         p.clusters[0].notes
     );

@@ -165,10 +165,11 @@ fn a_hop_that_skips_topping_up_the_current_minor_is_noted() {
         ],
     );
     let p = plan_ok(&d, &inv);
-    let notes: Vec<&String> = p.clusters[0]
+    let notes: Vec<String> = p.clusters[0]
         .notes
         .iter()
-        .filter(|n| n.contains("newest patch"))
+        .filter(|n| matches!(n, crate::plan::note::Note::NotToppedUp { .. }))
+        .map(ToString::to_string)
         .collect();
     assert_eq!(
         notes,
@@ -203,10 +204,11 @@ fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
         ],
     );
     let p = plan_ok(&d, &inv);
-    let notes: Vec<&String> = p.clusters[0]
+    let notes: Vec<String> = p.clusters[0]
         .notes
         .iter()
-        .filter(|n| n.contains("skipPods"))
+        .filter(|n| matches!(n, crate::plan::note::Note::SkipPodsLegacy { .. }))
+        .map(ToString::to_string)
         .collect();
     assert_eq!(
         notes,
@@ -228,7 +230,10 @@ fn skip_pods_on_a_hop_from_talos_below_1_13_is_noted_for_those_machines_only() {
     );
     let p = plan_ok(&d, &on_1_13);
     assert!(
-        p.clusters[0].notes.iter().all(|n| !n.contains("skipPods")),
+        p.clusters[0]
+            .notes
+            .iter()
+            .all(|n| !matches!(n, crate::plan::note::Note::SkipPodsLegacy { .. })),
         "{:#?}",
         p.clusters[0].notes
     );
@@ -252,10 +257,11 @@ fn the_skip_pods_note_names_the_other_drain_settings_the_legacy_drain_ignores() 
             &[pool_doc("a", "worker", "w-1, w-2", "v1.13.10", drain)],
         );
         let p = plan_ok(&d, &inv);
-        let notes: Vec<&String> = p.clusters[0]
+        let notes: Vec<String> = p.clusters[0]
             .notes
             .iter()
-            .filter(|n| n.contains("skipPods"))
+            .filter(|n| matches!(n, crate::plan::note::Note::SkipPodsLegacy { .. }))
+            .map(ToString::to_string)
             .collect();
         assert_eq!(notes.len(), 1, "{:#?}", p.clusters[0].notes);
         notes[0].clone()

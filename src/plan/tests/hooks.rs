@@ -75,7 +75,7 @@ fn hooks_are_in_the_plan_and_a_change_to_them_needs_the_highest_bar_in_force() {
             q.clusters[0]
                 .notes
                 .iter()
-                .any(|n| n.starts_with(crate::plan::compute::HOOKS_CHANGE_NOTE)),
+                .any(|n| matches!(n, crate::plan::note::Note::HooksChange { .. })),
             "{:#?}",
             q.clusters[0].notes
         );

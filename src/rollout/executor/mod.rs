@@ -791,6 +791,7 @@ impl<T: TalosPort, K: KubePort, C: Clock, H: HealthProbe> Executor<T, K, C, H> {
             },
             Err(e) => CommandOutcome::Failed {
                 error: error_chain(&e),
+                refusal: e.refusal(),
             },
         }
     }

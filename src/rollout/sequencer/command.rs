@@ -444,5 +444,8 @@ pub enum CommandOutcome {
     Failed {
         /// The error, for a person.
         error: String,
+        /// A drain that refused to start, typed (the halt carries it; not written otherwise).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refusal: Option<crate::rollout::ports::Refusal>,
     },
 }

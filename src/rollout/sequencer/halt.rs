@@ -20,6 +20,23 @@ pub struct HaltReason {
         skip_serializing_if = "Option::is_none"
     )]
     gate: Option<Box<GateFailure>>,
+    /// What, typed, a halt of a refused drain or a failed pre-check is about (issue #50: a
+    /// report classifies the halt by this, never by its text). Not written when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cause: Option<HaltCause>,
+}
+
+/// The typed cause of a halt whose code alone does not say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum HaltCause {
+    /// A drain refused to start for pods the pool's drain policy keeps.
+    DrainRefused {
+        /// Which pods.
+        refusal: crate::rollout::ports::Refusal,
+    },
+    /// The Kubernetes step's pre-check found settings the target version removed.
+    RemovedSettings,
 }
 
 impl HaltReason {
@@ -29,7 +46,19 @@ impl HaltReason {
             code,
             message: message.into(),
             gate: None,
+            cause: None,
         }
+    }
+
+    /// This halt, with its typed cause.
+    pub fn with_cause(mut self, cause: HaltCause) -> HaltReason {
+        self.cause = Some(cause);
+        self
+    }
+
+    /// The typed cause, when it has one ([`HaltCause`]).
+    pub fn cause(&self) -> Option<HaltCause> {
+        self.cause
     }
 
     /// A halt for a failed health gate; the text names the gate and its last samples.
@@ -38,6 +67,7 @@ impl HaltReason {
             code,
             message: failure.to_string(),
             gate: Some(Box::new(failure)),
+            cause: None,
         }
     }
 
@@ -51,6 +81,7 @@ impl HaltReason {
             code,
             message: message.into(),
             gate: Some(Box::new(failure)),
+            cause: None,
         }
     }
 

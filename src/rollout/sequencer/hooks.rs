@@ -259,7 +259,7 @@ pub(super) fn hook_outcome(
     };
     let report = match outcome {
         CommandOutcome::Hook { report } => report.clone(),
-        CommandOutcome::Transient { error } | CommandOutcome::Failed { error } => HookReport {
+        CommandOutcome::Transient { error } | CommandOutcome::Failed { error, .. } => HookReport {
             succeeded: false,
             detail: error.clone(),
             exit_code: None,
@@ -553,6 +553,7 @@ mod tests {
             &b,
             CommandOutcome::Failed {
                 error: "no client".into(),
+                refusal: None,
             },
         );
         assert!(

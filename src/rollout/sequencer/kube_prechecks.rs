@@ -186,15 +186,18 @@ fn no_removed_settings(ks: &KubeStep, seen: &NodesSeen, to: &KubeVersion) -> Res
         return Ok(());
     }
     let list: Vec<String> = found.iter().map(|f| f.to_string()).collect();
-    Err(halt_flow(
-        HaltCode::PrecheckFailed,
-        format!(
-            "pre-check failed: Kubernetes {to} removed settings the machine configuration still sets; remove them first: {}",
-            list.join("; ")
-        ),
-        found.first().map(|f| f.node.as_str()),
-        None,
-    ))
+    Err(Flow::Halt {
+        reason: HaltReason::new(
+            HaltCode::PrecheckFailed,
+            format!(
+                "pre-check failed: Kubernetes {to} removed settings the machine configuration still sets; remove them first: {}",
+                list.join("; ")
+            ),
+        )
+        .with_cause(HaltCause::RemovedSettings),
+        node: found.first().map(|f| f.node.clone()),
+        op: None,
+    })
 }
 
 /// The task list, in upgrade-k8s order: pulls (control-plane components, then every

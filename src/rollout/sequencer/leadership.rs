@@ -213,7 +213,7 @@ pub(super) fn forfeit_outcome(
     };
     h.calls += 1;
     match outcome {
-        CommandOutcome::Failed { error } | CommandOutcome::Transient { error } => {
+        CommandOutcome::Failed { error, .. } | CommandOutcome::Transient { error } => {
             h.answered = false;
             h.last_error = Some(error.clone());
             h.not_before = Some(add(now, FORFEIT_RETRY));

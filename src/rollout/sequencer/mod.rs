@@ -73,7 +73,7 @@ pub use clock::{ClockReading, JobClock};
 pub use command::*;
 pub use drive::*;
 pub use gates::*;
-pub use halt::{HaltCode, HaltReason};
+pub use halt::{HaltCause, HaltCode, HaltReason};
 use hooks::*;
 pub use hooks::{HOOK_NOTE_LOG, hook_run_id};
 pub use kube::*;

@@ -128,7 +128,9 @@ pub(super) fn apply(
             ));
             return;
         }
-        CommandOutcome::Failed { error } => return failed(j, key, error, now, notes),
+        CommandOutcome::Failed { error, refusal } => {
+            return failed(j, key, (error, *refusal), now, notes);
+        }
         _ => {}
     }
     j.in_flight = None;
@@ -181,7 +183,7 @@ fn pulled_ahead(j: &mut Job, key: &CommandKey, outcome: &CommandOutcome, notes: 
     let who = key.node.as_deref().unwrap_or("cluster");
     j.in_flight = None;
     let result = match outcome {
-        CommandOutcome::Transient { error } | CommandOutcome::Failed { error } => {
+        CommandOutcome::Transient { error } | CommandOutcome::Failed { error, .. } => {
             notes.push(format!(
                 "{who}: the pull ahead of its turn failed ({error}); it pulls at its turn"
             ));
@@ -205,7 +207,13 @@ fn pulled_ahead(j: &mut Job, key: &CommandKey, outcome: &CommandOutcome, notes: 
 /// The node answered the command with a failure. A definitive Upgrade failure (the node ran
 /// it and said it failed) may be tried again, within the pool's bound; anything else halts.
 /// Nothing is in flight once it answered.
-fn failed(j: &mut Job, key: &CommandKey, error: &str, now: Timestamp, notes: &mut Vec<String>) {
+fn failed(
+    j: &mut Job,
+    key: &CommandKey,
+    (error, refusal): (&str, Option<crate::rollout::ports::Refusal>),
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) {
     let who = key.node.as_deref().unwrap_or("cluster");
     let (bound, failures) = match j.steps.get(key.step).map(|s| &s.kind) {
         Some(StepKind::Talos(t)) if key.op == CommandOp::Upgrade => {
@@ -255,6 +263,10 @@ fn failed(j: &mut Job, key: &CommandKey, error: &str, now: Timestamp, notes: &mu
             f.clone(),
         ),
         None => HaltReason::new(code, message),
+    };
+    let reason = match refusal {
+        Some(refusal) => reason.with_cause(HaltCause::DrainRefused { refusal }),
+        None => reason,
     };
     notes.push(format!("halted: {reason}"));
     *j = halt(j, reason, now);

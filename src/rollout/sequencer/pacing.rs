@@ -207,7 +207,7 @@ pub(super) fn pacing_outcome(
             notes.push(format!("{key}: outcome unknown ({error}); will observe"));
             return;
         }
-        (CommandOp::Taint, CommandOutcome::Failed { error }) => {
+        (CommandOp::Taint, CommandOutcome::Failed { error, .. }) => {
             notes.push(format!(
                 "{node}: the apiserver refused taint {shown} ({error}); the node goes on untainted (pacing only)"
             ));
@@ -221,7 +221,7 @@ pub(super) fn pacing_outcome(
             ));
             PacingTaint::Placed
         }
-        (_, CommandOutcome::Failed { error }) => {
+        (_, CommandOutcome::Failed { error, .. }) => {
             notes.push(format!(
                 "{node}: removing taint {shown} failed ({error}); it stays until removed: kubectl taint node {node} {}:{}-",
                 taint.key, taint.effect
@@ -642,6 +642,7 @@ mod tests {
             &cmd,
             CommandOutcome::Failed {
                 error: "forbidden".into(),
+                refusal: None,
             },
             now,
         );
@@ -649,6 +650,47 @@ mod tests {
             matches!(pacing_of(&j2, "w3"), Some(PacingTaint::Left { error }) if error == "forbidden")
         );
         assert!(!cleanup_pending(&j2));
+    }
+
+    /// Issue 50 item 3: a drain the pool's policy refuses halts the job with the refusal
+    /// typed on the halt (a rehearsal reads it from there, never from the text).
+    #[test]
+    fn a_refused_drain_halts_with_its_refusal_typed() {
+        use crate::rollout::ports::Refusal;
+        let now = t("2026-12-06T01:00:00Z");
+        let mut j = at_cordon(2, false);
+        let mut drained = false;
+        for _ in 0..20 {
+            let tr = step(&j, &nodes(&[]), now);
+            let Next::Run(cmd) = &tr.next else {
+                panic!("{:?}", tr.next)
+            };
+            let cmd = cmd.clone();
+            if cmd.key.op == CommandOp::Drain {
+                j = answer(
+                    &tr.job,
+                    &cmd,
+                    CommandOutcome::Failed {
+                        error: "any words".into(),
+                        refusal: Some(Refusal::UnmanagedPods),
+                    },
+                    now,
+                );
+                drained = true;
+                break;
+            }
+            j = answer(&tr.job, &cmd, CommandOutcome::Done, now);
+        }
+        assert!(drained, "no drain within 20 commands");
+        assert!(
+            matches!(
+                &j.state,
+                JobState::Halted { reason, .. } if reason.code() == HaltCode::CommandFailed
+                    && reason.cause() == Some(HaltCause::DrainRefused { refusal: Refusal::UnmanagedPods })
+            ),
+            "{:?}",
+            j.state
+        );
     }
 
     #[test]

@@ -187,7 +187,7 @@ pub(super) fn silence_outcome(
         .map(|p| p.on_error)
         .unwrap_or_default();
     let error = match outcome {
-        CommandOutcome::Transient { error } | CommandOutcome::Failed { error } => {
+        CommandOutcome::Transient { error } | CommandOutcome::Failed { error, .. } => {
             Some(error.clone())
         }
         _ => None,
@@ -495,6 +495,7 @@ mod tests {
                 &cmd,
                 CommandOutcome::Failed {
                     error: "HTTP 400".into(),
+                    refusal: None,
                 },
                 t0,
             );

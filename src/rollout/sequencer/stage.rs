@@ -561,7 +561,7 @@ pub(super) fn staged_outcome(
         }
         other => {
             let error = match other {
-                CommandOutcome::Failed { error } => error.clone(),
+                CommandOutcome::Failed { error, .. } => error.clone(),
                 o => format!("unexpected outcome {o:?}"),
             };
             let reason = HaltReason::new(

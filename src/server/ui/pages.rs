@@ -777,7 +777,7 @@ fn outcome_text(o: &crate::rollout::sequencer::CommandOutcome) -> String {
     use crate::rollout::sequencer::CommandOutcome;
     match o {
         CommandOutcome::Done => "done".into(),
-        CommandOutcome::Failed { error } => format!("failed: {error}"),
+        CommandOutcome::Failed { error, .. } => format!("failed: {error}"),
         CommandOutcome::Transient { error } => format!("unknown outcome: {error}"),
         CommandOutcome::Installing { error } => format!("an install is still running: {error}"),
         CommandOutcome::Snapshot { info } => format!("saved ({} bytes)", info.size),

@@ -154,6 +154,7 @@ fn execute(fake: &FakeCluster, cmd: &Command, snap: &mut Option<SnapshotInfo>) -
         },
         Err(e) => CommandOutcome::Failed {
             error: error_chain(&e),
+            refusal: e.refusal(),
         },
     }
 }
