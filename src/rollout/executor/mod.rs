@@ -1058,14 +1058,9 @@ fn read_jobs(store: &dyn Store) -> Result<Vec<Job>, StoreError> {
     Ok(jobs)
 }
 
-/// Ask a running job to stop before its next mutating command (`medea rollout halt`).
-pub fn request_halt(
-    store: &dyn Store,
-    job: &JobId,
-    by: &str,
-    reason: Option<&str>,
-    now: Timestamp,
-) -> Result<(), RolloutError> {
+/// The stored job `job`, refused when unknown or already finished (a halt or a resume
+/// request has nothing to act on then).
+fn unfinished_job(store: &dyn Store, job: &JobId) -> Result<Job, RolloutError> {
     let current = read_job(store, job)
         .map_err(store_err(job))?
         .ok_or_else(|| RolloutError::UnknownJob {
@@ -1076,6 +1071,18 @@ pub fn request_halt(
             job: job.to_string(),
         });
     }
+    Ok(current)
+}
+
+/// Ask a running job to stop before its next mutating command (`medea rollout halt`).
+pub fn request_halt(
+    store: &dyn Store,
+    job: &JobId,
+    by: &str,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> Result<(), RolloutError> {
+    unfinished_job(store, job)?;
     store
         .commit(Txn::new().put_record(
             halt_key(job),
@@ -1097,16 +1104,7 @@ pub fn request_resume(
     by: &str,
     now: Timestamp,
 ) -> Result<(), RolloutError> {
-    let current = read_job(store, job)
-        .map_err(store_err(job))?
-        .ok_or_else(|| RolloutError::UnknownJob {
-            job: job.to_string(),
-        })?;
-    if current.state.is_terminal() {
-        return Err(RolloutError::AlreadyFinished {
-            job: job.to_string(),
-        });
-    }
+    let current = unfinished_job(store, job)?;
     if current.gates.paused.is_none() {
         return Err(RolloutError::NotPaused {
             job: job.to_string(),

@@ -336,18 +336,22 @@ pub(super) fn step_policy(j: &Job, si: usize) -> Option<HealthPolicy> {
         .filter(|p| !p.gates.is_empty())
 }
 
-/// The nodes of `j` medea is rebooting right now: installed and about to reboot, rebooting
-/// and not back yet (or rebooting into their previous version in a rollback). Alerts about
-/// them are expected; `alerts` gates do not count them.
-pub fn rebooting_nodes(j: &Job) -> Vec<String> {
-    let mut out: Vec<String> = j
-        .steps
+/// Every node of every Talos step of `j`.
+fn talos_nodes(j: &Job) -> impl Iterator<Item = &NodeProgress> {
+    j.steps
         .iter()
         .filter_map(|s| match &s.kind {
             StepKind::Talos(t) => Some(t),
             _ => None,
         })
-        .flat_map(|t| t.nodes.iter())
+        .flat_map(|t| t.nodes.iter().map(|n| &**n))
+}
+
+/// The nodes of `j` medea is rebooting right now: installed and about to reboot, rebooting
+/// and not back yet (or rebooting into their previous version in a rollback). Alerts about
+/// them are expected; `alerts` gates do not count them.
+pub fn rebooting_nodes(j: &Job) -> Vec<String> {
+    let mut out: Vec<String> = talos_nodes(j)
         .filter(|n| {
             matches!(n.phase, NodePhase::Upgraded | NodePhase::Rebooting)
                 || n.rollback == Some(RollbackPhase::Rebooting)
@@ -362,14 +366,7 @@ pub fn rebooting_nodes(j: &Job) -> Vec<String> {
 /// The ids of the Alertmanager silences medea made in `j` (active or over: an expired
 /// silence mutes nothing, so listing it is harmless).
 pub fn own_silences(j: &Job) -> Vec<String> {
-    let mut out: Vec<String> = j
-        .steps
-        .iter()
-        .filter_map(|s| match &s.kind {
-            StepKind::Talos(t) => Some(t),
-            _ => None,
-        })
-        .flat_map(|t| t.nodes.iter())
+    let mut out: Vec<String> = talos_nodes(j)
         .filter_map(|n| match &n.silence {
             Some(NodeSilence::Active { id, .. }) => Some(id.clone()),
             Some(NodeSilence::Ended { id, .. }) => id.clone(),
