@@ -8,10 +8,10 @@
 //! The rows:
 //! - `plan_vs_parse_floor`: load + validate + plan + render of a small generated fleet over
 //!   the time to merely parse the same YAML (`pipeline`), the median of per-round ratios;
-//! - `sim_vs_fakes_per_node`: the rollout engine's zero-delay time per node on the simulator
+//! - `sim_vs_fakes_per_node`: the rollout engine's zero-delay CPU time per node on the simulator
 //!   (through the real adapters) over the same engine on the in-memory fakes, runs alternated:
 //!   the simulator's and the adapters' own cost per node;
-//! - `fakes_per_node_vs_parse_floor`: the engine alone per node (fakes, durable fjall journal)
+//! - `fakes_per_node_vs_parse_floor`: the engine alone, CPU time per node (fakes, fjall journal)
 //!   over the parse floor of the same round (CPU work of a fixed size): what the engine costs
 //!   per node in units of a yardstick that slows down with the machine as it does;
 //! - `commits_per_node`: journal commits per node on the fakes (deterministic: the crash
@@ -193,17 +193,27 @@ pub fn measure(dir: &Path, size: CiSize) -> Result<Vec<Measured>, BenchError> {
                 Duration::ZERO,
             )
         };
-        // alternate which goes first, so neither always runs on a warmer (or busier) machine
-        let (s, f) = if round % 2 == 0 {
-            let s = one(Backend::Sim, "sim")?;
-            (s, one(Backend::Fakes, "fakes")?)
-        } else {
-            let f = one(Backend::Fakes, "fakes")?;
-            (one(Backend::Sim, "sim")?, f)
+        // The engine rows compare CPU time per node (every thread of this process), not wall
+        // time: on the fakes the wall time is mostly fsync waits, which a loaded or a quiet
+        // machine stretches differently from the simulator's CPU work (the wall-time ratio
+        // went from 8.4 at load 8 to 24 at load 1 on the same host).
+        let cpu_per_node = |backend: Backend, sub: &str| {
+            let before = process_cpu();
+            let r = one(backend, sub)?;
+            let cpu = process_cpu().saturating_sub(before);
+            Ok::<_, BenchError>((cpu.as_secs_f64() * 1e3 / r.nodes.max(1) as f64, r))
         };
-        sim.push_value(s.per_node_ms / f.per_node_ms);
-        fakes.push_value(f.per_node_ms / floor);
-        commits.push_value(f.commits as f64 / f.nodes.max(1) as f64);
+        // alternate which goes first, so neither always runs on a warmer (or busier) machine
+        let ((s, _), (f, fr)) = if round % 2 == 0 {
+            let s = cpu_per_node(Backend::Sim, "sim")?;
+            (s, cpu_per_node(Backend::Fakes, "fakes")?)
+        } else {
+            let f = cpu_per_node(Backend::Fakes, "fakes")?;
+            (cpu_per_node(Backend::Sim, "sim")?, f)
+        };
+        sim.push_value(s / f);
+        fakes.push_value(f / floor);
+        commits.push_value(fr.commits as f64 / fr.nodes.max(1) as f64);
     }
     Ok(vec![
         Measured {
@@ -223,6 +233,15 @@ pub fn measure(dir: &Path, size: CiSize) -> Result<Vec<Measured>, BenchError> {
             samples: commits,
         },
     ])
+}
+
+/// The CPU time this process has used so far, over all its threads.
+fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 #[cfg(test)]

@@ -111,7 +111,9 @@ pub enum RolloutError {
         job: String,
     },
     /// The job already ended.
-    #[error("job `{job}` already finished; a finished job cannot be halted")]
+    #[error(
+        "job `{job}` already finished; a finished job cannot be halted or resumed (a new plan continues its work)"
+    )]
     AlreadyFinished {
         /// The job.
         job: String,
